@@ -1,0 +1,9 @@
+import { describeConfig } from '../server/config.js';
+
+/** Prints the README's configuration table, generated from the config schema so the two cannot drift. */
+export function configTable(): string {
+  const rows = describeConfig().map((r) => `| \`${r.name}\` | ${r.default} | ${r.meaning.replace(/\|/g, '\\|')} |`);
+  return ['| variable | default | meaning |', '|---|---|---|', ...rows].join('\n');
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) process.stdout.write(`${configTable()}\n`);

@@ -1,0 +1,154 @@
+#!/usr/bin/env node
+import { parseArgs } from 'node:util';
+import { z } from 'zod';
+import { openDatabase } from '../db/client.js';
+import { desc } from 'drizzle-orm';
+import { type AccountRow, accounts } from '../db/schema/index.js';
+import { systemClock } from './clock.js';
+import { loadConfig } from './config.js';
+import {
+  accountNameSchema,
+  accountView,
+  createTopLevelAccount,
+  findAccount,
+  grantCredits,
+  setDailyQuota,
+  suspendByOperator,
+  unsuspendByOperator,
+} from './core/accounts.js';
+import { resetAdminToken } from './core/admin-token.js';
+import { insertKey, mintKeyInput } from './core/keys.js';
+import { SCOPES, isScope } from './core/scopes.js';
+import { ApiError } from './errors.js';
+import { parseInput } from './http/validate.js';
+
+/** The operator CLI of decisions.md section 1. JSON results on stdout; errors on stderr with a non-zero exit. */
+
+class UsageError extends Error {}
+
+const USAGE = `usage: mailstead <command> [options]
+
+  accounts create --name NAME [--credits N] [--daily-quota N]
+  accounts list
+  accounts set-quota --account ID --daily-quota N
+  accounts suspend --account ID --reason TEXT
+  accounts unsuspend --account ID
+  credits grant --account ID --amount N
+  keys create --account ID --name NAME [--scopes a,b]
+  admin-token reset`;
+
+const OPTIONS = {
+  name: { type: 'string' },
+  credits: { type: 'string' },
+  'daily-quota': { type: 'string' },
+  account: { type: 'string' },
+  reason: { type: 'string' },
+  amount: { type: 'string' },
+  scopes: { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+type Options = { [K in keyof typeof OPTIONS]?: (typeof OPTIONS)[K]['type'] extends 'boolean' ? boolean : string };
+
+function required(opts: Options, name: 'name' | 'account' | 'reason' | 'amount' | 'daily-quota'): string {
+  const v = opts[name];
+  if (v === undefined || v === '') throw new UsageError(`--${name} is required`);
+  return v;
+}
+
+function integer(name: string, value: string | undefined, min: number): number | undefined {
+  if (value === undefined) return undefined;
+  if (!/^\d+$/.test(value) || !Number.isSafeInteger(Number(value)) || Number(value) < min) throw new UsageError(`--${name} must be an integer >= ${min}`);
+  return Number(value);
+}
+
+function parseCommandLine(argv: string[]): { command: string; opts: Options } {
+  try {
+    const { values, positionals } = parseArgs({ args: argv, options: OPTIONS, allowPositionals: true, strict: true });
+    return { command: positionals.join(' '), opts: values as Options };
+  } catch (err) {
+    throw new UsageError(err instanceof Error ? err.message : String(err));
+  }
+}
+
+function runCli(argv: string[], env: Record<string, string | undefined> = process.env): unknown {
+  const { command, opts } = parseCommandLine(argv);
+  if (opts.help || command === '') throw new UsageError('');
+
+  const config = loadConfig(env);
+  const store = openDatabase(config.dataDir);
+  const deps = { db: store.db, clock: systemClock, config };
+  try {
+    const account = (): AccountRow => {
+      const id = required(opts, 'account');
+      const row = findAccount(store.db, id);
+      if (!row) throw new ApiError('not_found', `No account ${id}.`);
+      return row;
+    };
+    const view = (row: AccountRow | undefined) => {
+      if (!row) throw new ApiError('not_found', 'The account no longer exists.');
+      return accountView(deps, row);
+    };
+
+    switch (command) {
+      case 'accounts create': {
+        const name = parseInput(accountNameSchema, required(opts, 'name'), 'name');
+        const row = createTopLevelAccount(deps, {
+          name,
+          credits: integer('credits', opts.credits, 0),
+          dailyQuota: integer('daily-quota', opts['daily-quota'], 1),
+        });
+        const key = insertKey(deps, { accountId: row.id, name: 'operator', scopes: SCOPES });
+        return { account: accountView(deps, row), key: key.key };
+      }
+      case 'accounts list':
+        return { data: store.db.select().from(accounts).orderBy(desc(accounts.id)).all().map((r) => accountView(deps, r)) };
+      case 'accounts set-quota': {
+        const quota = integer('daily-quota', required(opts, 'daily-quota'), 1)!;
+        return view(setDailyQuota(deps, account().id, quota));
+      }
+      case 'accounts suspend': {
+        const reason = parseInput(z.string().trim().min(1, 'must not be empty').max(500, 'must be at most 500 characters'), required(opts, 'reason'), 'reason');
+        return view(suspendByOperator(deps, account().id, reason));
+      }
+      case 'accounts unsuspend':
+        return view(unsuspendByOperator(deps, account().id));
+      case 'credits grant': {
+        const amount = integer('amount', required(opts, 'amount'), 1)!;
+        const row = account();
+        if (row.parentId !== null) throw new UsageError('credits are granted to the top-level account; a sub-account\'s sends are paid by its parent');
+        return view(grantCredits(deps, row.id, amount));
+      }
+      case 'keys create': {
+        const row = account();
+        const scopes = opts.scopes?.split(',').map((s) => s.trim()).filter(Boolean);
+        const unknown = scopes?.find((s) => !isScope(s));
+        if (unknown !== undefined) throw new UsageError(`unknown scope "${unknown}"; scopes are ${SCOPES.join(', ')}`);
+        const input = parseInput(mintKeyInput, { name: required(opts, 'name'), scopes }, 'options');
+        return insertKey(deps, { accountId: row.id, name: input.name, scopes: (input.scopes ?? SCOPES).filter(isScope) });
+      }
+      case 'admin-token reset':
+        return { token: resetAdminToken(store.db) };
+      default:
+        throw new UsageError(`unknown command "${command}"`);
+    }
+  } finally {
+    store.close();
+  }
+}
+
+function main(): void {
+  try {
+    const result = runCli(process.argv.slice(2));
+    process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
+  } catch (err) {
+    if (err instanceof UsageError) {
+      process.stderr.write(err.message ? `mailstead: ${err.message}\n\n${USAGE}\n` : `${USAGE}\n`);
+      process.exit(2);
+    }
+    process.stderr.write(`mailstead: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
+  }
+}
+
+main();

@@ -1,0 +1,261 @@
+import { hostname } from 'node:os';
+import { isIP } from 'node:net';
+import { z } from 'zod';
+
+/**
+ * The one place that reads the environment. Every variable of the operator contract
+ * (decisions.md section 1) plus the two rate limits is declared here, described, parsed once at start.
+ */
+
+const port = (d: number) =>
+  z
+    .string()
+    .default(String(d))
+    .transform((v, ctx) => {
+      const n = Number(v);
+      if (!/^\d+$/.test(v.trim()) || n > 65535) {
+        ctx.addIssue({ code: 'custom', message: `must be a port number 0-65535, got "${v}"` });
+        return z.NEVER;
+      }
+      return n;
+    });
+
+const positiveInt = (d: number, min = 1) =>
+  z
+    .string()
+    .default(String(d))
+    .transform((v, ctx) => {
+      const n = Number(v);
+      if (!/^\d+$/.test(v.trim()) || !Number.isSafeInteger(n) || n < min) {
+        ctx.addIssue({ code: 'custom', message: `must be an integer >= ${min}, got "${v}"` });
+        return z.NEVER;
+      }
+      return n;
+    });
+
+const bool = (d: boolean) =>
+  z
+    .string()
+    .default(String(d))
+    .transform((v, ctx) => {
+      const s = v.trim().toLowerCase();
+      if (['1', 'true', 'yes', 'on'].includes(s)) return true;
+      if (['0', 'false', 'no', 'off', ''].includes(s)) return false;
+      ctx.addIssue({ code: 'custom', message: `must be true or false, got "${v}"` });
+      return z.NEVER;
+    });
+
+const hostName = z
+  .string()
+  .trim()
+  .toLowerCase()
+  .regex(/^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/, 'must be a host name');
+
+/** A resolver address: `ip` or `ip:port`, IPv6 as `[ip]:port` or bare. */
+export interface DnsServer {
+  host: string;
+  port: number;
+}
+
+function parseDnsServer(entry: string): DnsServer | null {
+  const s = entry.trim();
+  if (isIP(s)) return { host: s, port: 53 };
+  const v6 = /^\[([^\]]+)\]:(\d{1,5})$/.exec(s);
+  if (v6 && isIP(v6[1]!) === 6 && Number(v6[2]) <= 65535) return { host: v6[1]!, port: Number(v6[2]) };
+  const v4 = /^([^:]+):(\d{1,5})$/.exec(s);
+  if (v4 && isIP(v4[1]!) === 4 && Number(v4[2]) <= 65535 && Number(v4[2]) > 0) return { host: v4[1]!, port: Number(v4[2]) };
+  return null;
+}
+
+const LOG_LEVELS = ['debug', 'info', 'warn', 'error'] as const;
+
+export const configSchema = z.object({
+  DATA_DIR: z.string().min(1).default('./data').describe('SQLite database, generated secret key, spool'),
+  HTTP_HOST: z.string().min(1).default('0.0.0.0').describe('Address the HTTP API, dashboard and /healthz listen on'),
+  HTTP_PORT: port(8080).describe('Port of the HTTP API (`/api/v1`), the dashboard (`/dashboard`) and `GET /healthz`'),
+  SMTP_HOST: z.string().min(1).default('0.0.0.0').describe('Address inbound SMTP listens on'),
+  SMTP_PORT: port(25).describe('Inbound SMTP port; `0` turns inbound off'),
+  MAIL_HOSTNAME: hostName
+    .default(hostname().toLowerCase())
+    .describe('Banner and EHLO name, MX target, bounce (VERP) domain; defaults to the machine\'s hostname'),
+  SMTP_TLS_CERT: z.string().min(1).optional().describe('PEM certificate for STARTTLS on inbound SMTP; default: a self-signed pair generated into DATA_DIR'),
+  SMTP_TLS_KEY: z.string().min(1).optional().describe('PEM private key matching SMTP_TLS_CERT'),
+  SMTP_MAX_MESSAGE_BYTES: positiveInt(26214400).describe('Largest inbound message, advertised in SIZE and enforced with 552'),
+  SPF_DOMAIN: hostName.optional().describe('What customers `include:` in their SPF record; defaults to MAIL_HOSTNAME'),
+  SECRET_KEY: z
+    .string()
+    .optional()
+    .describe('32 bytes, hex or base64; encrypts DKIM keys, webhook secrets and database URLs. Unset: generated into DATA_DIR/secret.key. `off`: no secrets can be stored'),
+  DNS_SERVERS: z
+    .string()
+    .optional()
+    .describe('Comma list of `ip` or `ip:port` resolvers for domain checks and MX lookups; default: the system\'s'),
+  SMTP_DELIVERY_PORT: port(25).describe('Port used to reach recipient MX hosts'),
+  SMTP_RELAY_URL: z
+    .string()
+    .optional()
+    .describe('Optional smarthost, `smtp://` or `smtps://user:pass@host:port`; when set all outbound mail goes through it'),
+  ALLOW_PRIVATE_TARGETS: bool(false).describe('Allow webhook, database and MX targets on loopback/private addresses (development and tests only)'),
+  WEBHOOK_INTERVAL_MS: positiveInt(60000).describe('Webhook dispatcher period in milliseconds'),
+  ADMIN_TOKEN: z.string().min(16).optional().describe('Dashboard sign-in token; default: generated on first start, printed once, stored hashed'),
+  DEFAULT_DAILY_QUOTA: positiveInt(10000).describe('Daily quota (recipients) of a new account or sub-account'),
+  TRIAL_DAYS: positiveInt(14, 0).describe('Length of the free trial of a new top-level account, in days'),
+  GRACE_DAYS: positiveInt(3, 0).describe('Days of the grace window after credits run out'),
+  GRACE_EMAILS: positiveInt(100, 0).describe('Sends allowed in the grace window after credits run out'),
+  RATE_LIMIT_PER_KEY: positiveInt(60).describe('API requests per minute allowed for one key'),
+  RATE_LIMIT_PER_ACCOUNT: positiveInt(600).describe('API requests per minute allowed across all keys of one account'),
+  LOG_LEVEL: z.enum(LOG_LEVELS).default('info').describe('Structured JSON logs on stdout: debug, info, warn or error'),
+});
+
+type RawConfig = z.output<typeof configSchema>;
+
+export type LogLevel = (typeof LOG_LEVELS)[number];
+
+export interface Config {
+  dataDir: string;
+  httpHost: string;
+  httpPort: number;
+  smtpHost: string;
+  smtpPort: number;
+  mailHostname: string;
+  smtpTlsCert: string | null;
+  smtpTlsKey: string | null;
+  smtpMaxMessageBytes: number;
+  spfDomain: string;
+  /** Unset (generate or read DATA_DIR/secret.key), 'off', or the decoded 32 bytes. */
+  secretKey: { mode: 'file' } | { mode: 'off' } | { mode: 'given'; key: Buffer };
+  dnsServers: DnsServer[] | null;
+  smtpDeliveryPort: number;
+  smtpRelayUrl: URL | null;
+  allowPrivateTargets: boolean;
+  webhookIntervalMs: number;
+  adminToken: string | null;
+  defaultDailyQuota: number;
+  trialDays: number;
+  graceDays: number;
+  graceEmails: number;
+  rateLimitPerKey: number;
+  rateLimitPerAccount: number;
+  logLevel: LogLevel;
+}
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+function decodeSecretKey(v: string): Buffer | null {
+  const s = v.trim();
+  if (/^[0-9a-fA-F]{64}$/.test(s)) return Buffer.from(s, 'hex');
+  if (/^[A-Za-z0-9+/_-]{43}=?$/.test(s)) {
+    const b = Buffer.from(s.replace(/-/g, '+').replace(/_/g, '/'), 'base64');
+    if (b.length === 32) return b;
+  }
+  return null;
+}
+
+/**
+ * Parses the environment once. Every problem is collected; the thrown ConfigError's message is one line
+ * naming each failing variable.
+ */
+export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
+  // Empty strings mean "unset", as in most container runtimes.
+  const input: Record<string, string> = {};
+  for (const key of Object.keys(configSchema.shape)) {
+    const v = env[key];
+    if (v !== undefined && v !== '') input[key] = v;
+  }
+  const parsed = configSchema.safeParse(input);
+  const problems: string[] = [];
+  if (!parsed.success) {
+    for (const issue of parsed.error.issues) problems.push(`${String(issue.path[0] ?? '?')} ${issue.message}`);
+  }
+  const raw = parsed.success ? parsed.data : null;
+
+  let secretKey: Config['secretKey'] = { mode: 'file' };
+  if (raw?.SECRET_KEY !== undefined) {
+    if (raw.SECRET_KEY.trim().toLowerCase() === 'off') secretKey = { mode: 'off' };
+    else {
+      const key = decodeSecretKey(raw.SECRET_KEY);
+      if (key) secretKey = { mode: 'given', key };
+      else problems.push('SECRET_KEY must be 32 bytes as 64 hex characters or base64, or "off"');
+    }
+  }
+
+  let dnsServers: DnsServer[] | null = null;
+  if (raw?.DNS_SERVERS !== undefined) {
+    const entries = raw.DNS_SERVERS.split(',').map((s) => s.trim()).filter(Boolean);
+    const servers = entries.map(parseDnsServer);
+    const bad = entries.find((_, i) => servers[i] === null);
+    if (bad !== undefined || entries.length === 0) problems.push(`DNS_SERVERS must be a comma list of ip or ip:port, got "${bad ?? raw.DNS_SERVERS}"`);
+    else dnsServers = servers as DnsServer[];
+  }
+
+  let smtpRelayUrl: URL | null = null;
+  if (raw?.SMTP_RELAY_URL !== undefined) {
+    try {
+      const u = new URL(raw.SMTP_RELAY_URL);
+      if ((u.protocol !== 'smtp:' && u.protocol !== 'smtps:') || !u.hostname) throw new Error('scheme');
+      smtpRelayUrl = u;
+    } catch {
+      problems.push('SMTP_RELAY_URL must be smtp:// or smtps:// with a host');
+    }
+  }
+
+  if (raw && (raw.SMTP_TLS_CERT === undefined) !== (raw.SMTP_TLS_KEY === undefined)) {
+    problems.push('SMTP_TLS_CERT and SMTP_TLS_KEY must be set together');
+  }
+
+  if (problems.length > 0 || !raw) throw new ConfigError(`invalid configuration: ${problems.join('; ')}`);
+  return toConfig(raw, secretKey, dnsServers, smtpRelayUrl);
+}
+
+function toConfig(raw: RawConfig, secretKey: Config['secretKey'], dnsServers: DnsServer[] | null, smtpRelayUrl: URL | null): Config {
+  return {
+    dataDir: raw.DATA_DIR,
+    httpHost: raw.HTTP_HOST,
+    httpPort: raw.HTTP_PORT,
+    smtpHost: raw.SMTP_HOST,
+    smtpPort: raw.SMTP_PORT,
+    mailHostname: raw.MAIL_HOSTNAME,
+    smtpTlsCert: raw.SMTP_TLS_CERT ?? null,
+    smtpTlsKey: raw.SMTP_TLS_KEY ?? null,
+    smtpMaxMessageBytes: raw.SMTP_MAX_MESSAGE_BYTES,
+    spfDomain: raw.SPF_DOMAIN ?? raw.MAIL_HOSTNAME,
+    secretKey,
+    dnsServers,
+    smtpDeliveryPort: raw.SMTP_DELIVERY_PORT,
+    smtpRelayUrl,
+    allowPrivateTargets: raw.ALLOW_PRIVATE_TARGETS,
+    webhookIntervalMs: raw.WEBHOOK_INTERVAL_MS,
+    adminToken: raw.ADMIN_TOKEN ?? null,
+    defaultDailyQuota: raw.DEFAULT_DAILY_QUOTA,
+    trialDays: raw.TRIAL_DAYS,
+    graceDays: raw.GRACE_DAYS,
+    graceEmails: raw.GRACE_EMAILS,
+    rateLimitPerKey: raw.RATE_LIMIT_PER_KEY,
+    rateLimitPerAccount: raw.RATE_LIMIT_PER_ACCOUNT,
+    logLevel: raw.LOG_LEVEL,
+  };
+}
+
+/** Rows of the README's configuration table, straight from the schema. */
+export function describeConfig(): { name: string; default: string; meaning: string }[] {
+  const defaults: Record<string, string> = {
+    MAIL_HOSTNAME: "the machine's hostname",
+    SPF_DOMAIN: 'MAIL_HOSTNAME',
+    SECRET_KEY: 'generated into `DATA_DIR/secret.key`',
+    SMTP_TLS_CERT: 'generated self-signed pair',
+    SMTP_TLS_KEY: 'generated self-signed pair',
+    DNS_SERVERS: "the system's",
+    ADMIN_TOKEN: 'generated on first start',
+    SMTP_RELAY_URL: 'unset',
+  };
+  return Object.entries(configSchema.shape).map(([name, schema]) => {
+    let dflt = defaults[name];
+    if (dflt === undefined) {
+      const r = schema.safeParse(undefined);
+      dflt = r.success && r.data !== undefined ? `\`${String(r.data)}\`` : 'unset';
+    }
+    return { name, default: dflt, meaning: schema.description ?? '' };
+  });
+}

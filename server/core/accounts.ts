@@ -1,0 +1,208 @@
+import { and, desc, eq, isNull, lt, sql } from 'drizzle-orm';
+import { z } from 'zod';
+import type { Db } from '../../db/client.js';
+import { type AccountRow, accounts } from '../../db/schema/index.js';
+import { DAY_MS, iso } from '../clock.js';
+import type { Deps } from '../deps.js';
+import { ApiError, notFound } from '../errors.js';
+import { newId } from '../ids.js';
+import type { PageRequest, RequestContext } from './context.js';
+import { type CreditsView, creditStatus, creditsView } from './credits.js';
+import { effectiveQuota, sentToday } from './quota.js';
+import { type Tier, gradeTier } from './tiers.js';
+
+export const MAX_SUB_ACCOUNTS = 200;
+
+export interface AccountView {
+  id: string;
+  name: string;
+  parentId: string | null;
+  createdAt: string;
+  sending: {
+    tier: Tier;
+    totalSent: number;
+    totalBounced: number;
+    totalComplained: number;
+    sentToday: number;
+    dailyQuota: number;
+    effectiveQuota: number;
+    suspended: boolean;
+    suspendedReason?: string;
+  };
+  credits: CreditsView;
+}
+
+export const accountNameSchema = z.string().trim().min(2, 'must be 2 to 80 characters').max(80, 'must be 2 to 80 characters');
+export const suspensionReasonSchema = z.string().trim().min(15, 'must be 15 to 500 characters').max(500, 'must be 15 to 500 characters');
+
+export const createSubAccountInput = z.strictObject({ name: accountNameSchema });
+export const suspendInput = z
+  .strictObject({ suspended: z.boolean(), reason: suspensionReasonSchema.optional() })
+  .refine((v) => !v.suspended || v.reason !== undefined, { path: ['reason'], message: 'is required when suspended is true' });
+
+export function findAccount(db: Db, id: string): AccountRow | undefined {
+  return db.select().from(accounts).where(eq(accounts.id, id)).get();
+}
+
+/** A sub-account of `parentId`, or undefined: a foreign id and an unknown id look the same. */
+export function findSubAccount(db: Db, parentId: string, id: string): AccountRow | undefined {
+  return db.select().from(accounts).where(and(eq(accounts.id, id), eq(accounts.parentId, parentId))).get();
+}
+
+/** The Account resource. A sub-account's credits are its own zero record, in the state of the parent that pays. */
+export function accountView(deps: Pick<Deps, 'db' | 'clock' | 'config'>, row: AccountRow, parent?: AccountRow): AccountView {
+  const now = deps.clock.now();
+  const tier = gradeTier(row);
+  const payer = row.parentId === null ? row : (parent ?? findAccount(deps.db, row.parentId));
+  if (!payer) throw new Error(`account ${row.id} has no parent row`);
+  const status = creditStatus(payer, deps.config, now);
+  const sending: AccountView['sending'] = {
+    tier,
+    totalSent: row.totalSent,
+    totalBounced: row.totalBounced,
+    totalComplained: row.totalComplained,
+    sentToday: sentToday(row, now),
+    dailyQuota: row.dailyQuota,
+    effectiveQuota: effectiveQuota(row.dailyQuota, tier),
+    suspended: row.suspendedBy !== null,
+  };
+  if (row.suspendedBy !== null) sending.suspendedReason = row.suspendedReason ?? '';
+  const credits =
+    row.parentId === null
+      ? creditsView(row, status)
+      : { ...creditsView(row, { state: status.state, graceDaysLeft: 0, graceEmailsLeft: 0 }), freeUntil: null };
+  return { id: row.id, name: row.name, parentId: row.parentId, createdAt: iso(row.createdAt), sending, credits };
+}
+
+/** A new top-level account (operator CLI): trial from now, optional purchased credits. */
+export function createTopLevelAccount(
+  deps: Pick<Deps, 'db' | 'clock' | 'config'>,
+  input: { name: string; credits?: number; dailyQuota?: number },
+): AccountRow {
+  const now = deps.clock.now();
+  const credits = input.credits ?? 0;
+  return deps.db
+    .insert(accounts)
+    .values({
+      id: newId(now),
+      parentId: null,
+      name: input.name,
+      createdAt: now,
+      dailyQuota: input.dailyQuota ?? deps.config.defaultDailyQuota,
+      freeUntil: now + deps.config.trialDays * DAY_MS,
+      creditsBalance: credits,
+      creditsTotalPurchased: credits,
+    })
+    .returning()
+    .get();
+}
+
+/** POST /accounts: one level only, at most MAX_SUB_ACCOUNTS per account. */
+export function createSubAccount({ deps, ctx, input }: { deps: Deps; ctx: RequestContext; input: z.output<typeof createSubAccountInput> }): AccountView {
+  if (ctx.viaHeader) throw new ApiError('conflict', 'A sub-account cannot open a sub-account: send this request without X-Service-Account.');
+  if (ctx.account.parentId !== null) throw new ApiError('conflict', 'A sub-account cannot open a sub-account: only one level is allowed.');
+  const now = deps.clock.now();
+  const row = deps.db.transaction((tx) => {
+    const count = tx.select({ n: sql<number>`count(*)` }).from(accounts).where(eq(accounts.parentId, ctx.account.id)).get()?.n ?? 0;
+    if (count >= MAX_SUB_ACCOUNTS) throw new ApiError('limit_reached', `This account already has ${MAX_SUB_ACCOUNTS} sub-accounts.`);
+    return tx
+      .insert(accounts)
+      .values({ id: newId(now), parentId: ctx.account.id, name: input.name, createdAt: now, dailyQuota: deps.config.defaultDailyQuota })
+      .returning()
+      .get();
+  });
+  return accountView(deps, row, ctx.account);
+}
+
+export function listSubAccounts({ deps, ctx, page }: { deps: Deps; ctx: RequestContext; page: PageRequest }): AccountView[] {
+  const rows = deps.db
+    .select()
+    .from(accounts)
+    .where(and(eq(accounts.parentId, ctx.account.id), page.after ? lt(accounts.id, page.after) : undefined))
+    .orderBy(desc(accounts.id))
+    .limit(page.limit + 1)
+    .all();
+  return rows.map((r) => accountView(deps, r, ctx.account));
+}
+
+function requireSubAccount(deps: Deps, ctx: RequestContext, id: string): AccountRow {
+  const row = findSubAccount(deps.db, ctx.account.id, id);
+  if (!row) throw notFound('sub-account');
+  return row;
+}
+
+export function getSubAccount({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): AccountView {
+  return accountView(deps, requireSubAccount(deps, ctx, id), ctx.account);
+}
+
+/** DELETE /accounts/{id}: the row goes, and with it (by foreign key cascade) everything under it. */
+export function deleteSubAccount({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): void {
+  const row = requireSubAccount(deps, ctx, id);
+  deps.db.delete(accounts).where(eq(accounts.id, row.id)).run();
+  deps.logger.info('account.deleted', { accountId: row.id, parentId: ctx.account.id });
+}
+
+/**
+ * POST /accounts/{id}/suspend. The API may place a suspension and lift one it placed, unless the sub-account's own
+ * rates still grade as paused; one placed by the operator or the reputation breaker is a matter for support.
+ */
+export function setSuspensionByApi({ deps, ctx, id, input }: { deps: Deps; ctx: RequestContext; id: string; input: z.output<typeof suspendInput> }): AccountView {
+  const row = requireSubAccount(deps, ctx, id);
+  const lockedBy = row.suspendedBy !== null && row.suspendedBy !== 'api' ? row.suspendedBy : null;
+  if (lockedBy) {
+    throw new ApiError('conflict', `This sub-account was suspended by ${lockedBy === 'operator' ? 'the operator' : 'the reputation breaker'}; only support can change that.`);
+  }
+  let updated: AccountRow | undefined;
+  if (input.suspended) {
+    updated = deps.db
+      .update(accounts)
+      .set({ suspendedBy: 'api', suspendedReason: input.reason ?? '', suspendedAt: row.suspendedAt ?? deps.clock.now() })
+      .where(eq(accounts.id, row.id))
+      .returning()
+      .get();
+  } else if (row.suspendedBy === 'api') {
+    if (gradeTier(row) === 'paused') {
+      throw new ApiError('conflict', 'The sub-account\'s own bounce and complaint rates still grade as paused; the suspension cannot be lifted.');
+    }
+    updated = liftSuspension(deps.db, row.id);
+  }
+  return accountView(deps, updated ?? row, ctx.account);
+}
+
+function liftSuspension(db: Db, id: string): AccountRow | undefined {
+  return db.update(accounts).set({ suspendedBy: null, suspendedReason: null, suspendedAt: null }).where(eq(accounts.id, id)).returning().get();
+}
+
+/** Operator: a suspension the API cannot lift. */
+export function suspendByOperator(deps: Pick<Deps, 'db' | 'clock'>, id: string, reason: string): AccountRow | undefined {
+  return deps.db
+    .update(accounts)
+    .set({ suspendedBy: 'operator', suspendedReason: reason, suspendedAt: deps.clock.now() })
+    .where(eq(accounts.id, id))
+    .returning()
+    .get();
+}
+
+/** Operator: lifts any suspension, whoever placed it. */
+export function unsuspendByOperator(deps: Pick<Deps, 'db'>, id: string): AccountRow | undefined {
+  return liftSuspension(deps.db, id);
+}
+
+export function setDailyQuota(deps: Pick<Deps, 'db'>, id: string, dailyQuota: number): AccountRow | undefined {
+  return deps.db.update(accounts).set({ dailyQuota }).where(eq(accounts.id, id)).returning().get();
+}
+
+/** Adds purchased credits; the account is back to `ok` and a later run-out opens a fresh grace window. */
+export function grantCredits(deps: Pick<Deps, 'db'>, id: string, amount: number): AccountRow | undefined {
+  return deps.db
+    .update(accounts)
+    .set({
+      creditsBalance: sql`${accounts.creditsBalance} + ${amount}`,
+      creditsTotalPurchased: sql`${accounts.creditsTotalPurchased} + ${amount}`,
+      graceStartedAt: null,
+      graceEmailsUsed: 0,
+    })
+    .where(and(eq(accounts.id, id), isNull(accounts.parentId)))
+    .returning()
+    .get();
+}

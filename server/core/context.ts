@@ -1,0 +1,18 @@
+import type { AccountRow } from '../../db/schema/index.js';
+import type { Scope } from './scopes.js';
+
+/** Who is asking: the key, the account that owns it, and the account the request acts for. */
+export interface RequestContext {
+  keyId: string;
+  keyAccount: AccountRow;
+  scopes: readonly Scope[];
+  /** The acting account: the key's own, or the sub-account named by X-Service-Account. */
+  account: AccountRow;
+  viaHeader: boolean;
+}
+
+/** A keyset page request: at most `limit` rows with ids below `after`. */
+export interface PageRequest {
+  limit: number;
+  after: string | null;
+}

@@ -1,0 +1,128 @@
+import { and, desc, eq, isNull, lt, sql } from 'drizzle-orm';
+import { z } from 'zod';
+import type { Db } from '../../db/client.js';
+import { type AccountRow, type ApiKeyRow, accounts, apiKeys } from '../../db/schema/index.js';
+import { iso, isoOrNull } from '../clock.js';
+import type { Deps } from '../deps.js';
+import { ApiError, notFound } from '../errors.js';
+import { newId } from '../ids.js';
+import { randomBase62, sha256Hex } from '../secrets.js';
+import type { PageRequest, RequestContext } from './context.js';
+import { SCOPES, type Scope, isScope } from './scopes.js';
+
+export const MAX_LIVE_KEYS = 50;
+export const KEY_PREFIX = 'ms_';
+const KEY_RANDOM_LENGTH = 40;
+const KEY_FORMAT = /^ms_[A-Za-z0-9]{32,200}$/;
+
+export interface KeyView {
+  id: string;
+  name: string;
+  prefix: string;
+  scopes: Scope[];
+  createdAt: string;
+  lastUsedAt: string | null;
+  revokedAt: string | null;
+}
+
+export type MintedKeyView = Pick<KeyView, 'id' | 'name' | 'prefix' | 'scopes' | 'createdAt'> & { key: string };
+
+export const mintKeyInput = z.strictObject({
+  name: z.string().trim().min(1, 'must be 1 to 60 characters').max(60, 'must be 1 to 60 characters'),
+  scopes: z
+    .array(z.string().refine(isScope, { message: `must be one of ${SCOPES.join(', ')}` }))
+    .min(1, 'must name at least one scope')
+    .optional(),
+});
+
+function keyView(deps: Pick<Deps, 'keyUsage'>, row: ApiKeyRow): KeyView {
+  return {
+    id: row.id,
+    name: row.name,
+    prefix: row.prefix,
+    scopes: row.scopes.filter(isScope),
+    createdAt: iso(row.createdAt),
+    lastUsedAt: isoOrNull(deps.keyUsage.lastUsed(row.id, row.lastUsedAt)),
+    revokedAt: isoOrNull(row.revokedAt),
+  };
+}
+
+/** The live key with this full secret and the account that owns it, looked up by the SHA-256 of the secret. */
+export function findLiveKey(db: Db, secret: string): { key: ApiKeyRow; account: AccountRow } | undefined {
+  if (!KEY_FORMAT.test(secret)) return undefined;
+  const found = db
+    .select({ key: apiKeys, account: accounts })
+    .from(apiKeys)
+    .innerJoin(accounts, eq(accounts.id, apiKeys.accountId))
+    .where(eq(apiKeys.keyHash, sha256Hex(secret)))
+    .get();
+  return found && found.key.revokedAt === null ? found : undefined;
+}
+
+function countLiveKeys(db: Db, accountId: string): number {
+  return db.select({ n: sql<number>`count(*)` }).from(apiKeys).where(and(eq(apiKeys.accountId, accountId), isNull(apiKeys.revokedAt))).get()?.n ?? 0;
+}
+
+/**
+ * Inserts a key for `accountId`. `mintedBy`, when given, must still be live at the moment of the insert, so a key
+ * revoked while its request was in flight cannot mint.
+ */
+export function insertKey(
+  deps: Pick<Deps, 'db' | 'clock'>,
+  input: { accountId: string; name: string; scopes: readonly Scope[]; mintedBy?: string },
+): MintedKeyView {
+  const now = deps.clock.now();
+  const secret = KEY_PREFIX + randomBase62(KEY_RANDOM_LENGTH);
+  const row = deps.db.transaction((tx) => {
+    if (input.mintedBy !== undefined) {
+      const minter = tx.select({ revokedAt: apiKeys.revokedAt }).from(apiKeys).where(eq(apiKeys.id, input.mintedBy)).get();
+      if (!minter || minter.revokedAt !== null) throw new ApiError('invalid_key', 'The key used for this request was revoked.');
+    }
+    if (countLiveKeys(tx, input.accountId) >= MAX_LIVE_KEYS) {
+      throw new ApiError('limit_reached', `This account already has ${MAX_LIVE_KEYS} live keys; revoke one first.`);
+    }
+    return tx
+      .insert(apiKeys)
+      .values({
+        id: newId(now),
+        accountId: input.accountId,
+        name: input.name,
+        prefix: secret.slice(0, 11),
+        keyHash: sha256Hex(secret),
+        scopes: [...input.scopes],
+        createdAt: now,
+      })
+      .returning()
+      .get();
+  });
+  return { id: row.id, name: row.name, prefix: row.prefix, scopes: row.scopes.filter(isScope), createdAt: iso(row.createdAt), key: secret };
+}
+
+/** POST /keys: scopes default to all of the minting key's and may never exceed them. */
+export function mintKey({ deps, ctx, input }: { deps: Deps; ctx: RequestContext; input: z.output<typeof mintKeyInput> }): MintedKeyView {
+  const requested = input.scopes ? [...new Set(input.scopes.filter(isScope))] : [...ctx.scopes];
+  const lacking = requested.filter((s) => !ctx.scopes.includes(s));
+  if (lacking.length > 0) throw new ApiError('insufficient_scope', `This key cannot grant scopes it does not hold: ${lacking.join(', ')}.`);
+  return insertKey(deps, { accountId: ctx.account.id, name: input.name, scopes: requested, mintedBy: ctx.keyId });
+}
+
+export function listKeys({ deps, ctx, page }: { deps: Deps; ctx: RequestContext; page: PageRequest }): KeyView[] {
+  return deps.db
+    .select()
+    .from(apiKeys)
+    .where(and(eq(apiKeys.accountId, ctx.account.id), page.after ? lt(apiKeys.id, page.after) : undefined))
+    .orderBy(desc(apiKeys.id))
+    .limit(page.limit + 1)
+    .all()
+    .map((r) => keyView(deps, r));
+}
+
+/** DELETE /keys/{id}: idempotent; the key stops working at once and stays listed with revokedAt. */
+export function revokeKey({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): void {
+  const row = deps.db.select().from(apiKeys).where(and(eq(apiKeys.id, id), eq(apiKeys.accountId, ctx.account.id))).get();
+  if (!row) throw notFound('key');
+  if (row.revokedAt === null) {
+    deps.db.update(apiKeys).set({ revokedAt: deps.clock.now() }).where(eq(apiKeys.id, id)).run();
+    deps.logger.info('key.revoked', { keyId: id, accountId: ctx.account.id, byKeyId: ctx.keyId });
+  }
+}

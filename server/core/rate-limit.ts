@@ -1,0 +1,74 @@
+import type { Clock } from '../clock.js';
+
+const WINDOW_MS = 60_000;
+
+/** Timestamps of the requests inside the last minute, oldest first. */
+class SlidingWindow {
+  private stamps: number[] = [];
+  private head = 0;
+
+  count(now: number): number {
+    while (this.head < this.stamps.length && this.stamps[this.head]! <= now - WINDOW_MS) this.head++;
+    if (this.head > 1024) {
+      this.stamps = this.stamps.slice(this.head);
+      this.head = 0;
+    }
+    return this.stamps.length - this.head;
+  }
+
+  /** Milliseconds until the oldest request leaves the window. */
+  retryIn(now: number): number {
+    const oldest = this.stamps[this.head];
+    return oldest === undefined ? 0 : oldest + WINDOW_MS - now;
+  }
+
+  add(now: number): void {
+    this.stamps.push(now);
+  }
+}
+
+export type RateDecision = { ok: true } | { ok: false; retryAfterSeconds: number; scope: 'key' | 'account' };
+
+/**
+ * Exact sliding-window limits: at most `perKey` requests from one key and `perAccount` from all keys of one
+ * account in any 60 seconds. A refused request does not count.
+ */
+export function createRateLimiter(clock: Clock, limits: { perKey: number; perAccount: number }) {
+  const windows = new Map<string, SlidingWindow>();
+  const windowFor = (id: string) => {
+    let w = windows.get(id);
+    if (!w) {
+      w = new SlidingWindow();
+      windows.set(id, w);
+    }
+    return w;
+  };
+
+  let sinceSweep = 0;
+  const sweep = (now: number) => {
+    if (++sinceSweep < 10_000) return;
+    sinceSweep = 0;
+    for (const [id, w] of windows) if (w.count(now) === 0) windows.delete(id);
+  };
+
+  return {
+    take(keyId: string, accountId: string): RateDecision {
+      const now = clock.now();
+      sweep(now);
+      const key = windowFor(`k:${keyId}`);
+      const account = windowFor(`a:${accountId}`);
+      const refuse = (w: SlidingWindow, scope: 'key' | 'account'): RateDecision => ({
+        ok: false,
+        scope,
+        retryAfterSeconds: Math.max(1, Math.ceil(w.retryIn(now) / 1000)),
+      });
+      if (key.count(now) >= limits.perKey) return refuse(key, 'key');
+      if (account.count(now) >= limits.perAccount) return refuse(account, 'account');
+      key.add(now);
+      account.add(now);
+      return { ok: true };
+    },
+  };
+}
+
+export type RateLimiter = ReturnType<typeof createRateLimiter>;

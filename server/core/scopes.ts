@@ -1,0 +1,23 @@
+/** The 14 scopes of api.md; each endpoint needs exactly one. */
+export const SCOPES = [
+  'emails:send',
+  'emails:read',
+  'domains:read',
+  'domains:write',
+  'keys:read',
+  'keys:write',
+  'accounts:read',
+  'accounts:write',
+  'webhooks:read',
+  'webhooks:write',
+  'suppressions:read',
+  'suppressions:write',
+  'database:read',
+  'database:write',
+] as const;
+
+export type Scope = (typeof SCOPES)[number];
+
+export function isScope(s: string): s is Scope {
+  return (SCOPES as readonly string[]).includes(s);
+}

@@ -1,0 +1,55 @@
+import { randomBytes } from 'node:crypto';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { openDatabase, type Db, type Store } from '../db/client.js';
+import type { Clock } from './clock.js';
+import type { Config } from './config.js';
+import { createKeyUsage, type KeyUsage } from './core/key-usage.js';
+import { createRateLimiter, type RateLimiter } from './core/rate-limit.js';
+import type { Logger } from './logger.js';
+
+/** Everything with a side effect, built once in main (or a test) and passed down. */
+export interface Deps {
+  config: Config;
+  db: Db;
+  store: Store;
+  clock: Clock;
+  logger: Logger;
+  /** The key that seals stored secrets; null when SECRET_KEY=off. */
+  secretKey: Buffer | null;
+  keyUsage: KeyUsage;
+  rateLimiter: RateLimiter;
+}
+
+/**
+ * SECRET_KEY as decided: given, `off`, or read from DATA_DIR/secret.key, generated there (mode 0600) on first start.
+ */
+export function resolveSecretKey(config: Config): Buffer | null {
+  if (config.secretKey.mode === 'off') return null;
+  if (config.secretKey.mode === 'given') return config.secretKey.key;
+  const path = join(config.dataDir, 'secret.key');
+  try {
+    const text = readFileSync(path, 'utf8').trim();
+    if (!/^[0-9a-f]{64}$/i.test(text)) throw new Error(`${path} does not hold 32 bytes of hex`);
+    return Buffer.from(text, 'hex');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  }
+  const key = randomBytes(32);
+  writeFileSync(path, `${key.toString('hex')}\n`, { mode: 0o600, flag: 'wx' });
+  return key;
+}
+
+export function createDeps(config: Config, clock: Clock, logger: Logger): Deps {
+  const store = openDatabase(config.dataDir);
+  return {
+    config,
+    db: store.db,
+    store,
+    clock,
+    logger,
+    secretKey: resolveSecretKey(config),
+    keyUsage: createKeyUsage(),
+    rateLimiter: createRateLimiter(clock, { perKey: config.rateLimitPerKey, perAccount: config.rateLimitPerAccount }),
+  };
+}

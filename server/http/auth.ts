@@ -1,0 +1,54 @@
+import type { MiddlewareHandler } from 'hono';
+import { findSubAccount } from '../core/accounts.js';
+import { findLiveKey } from '../core/keys.js';
+import { type Scope, isScope } from '../core/scopes.js';
+import type { Deps } from '../deps.js';
+import { ApiError } from '../errors.js';
+import type { AppEnv } from './env.js';
+
+export const ACCOUNT_HEADER = 'X-Service-Account';
+
+/**
+ * How an endpoint treats X-Service-Account: `accepted` (act for the sub-account), `refused` (the endpoint is marked
+ * "no account header": a valid header is refused), `passed` (accepted here, refused by the endpoint's own rule).
+ */
+export type AccountHeaderMode = 'accepted' | 'refused' | 'passed';
+
+const BEARER = /^Bearer +(\S+) *$/i;
+
+/**
+ * The first check of every endpoint, in the spec's order: the key (401), the rate limits (429), the endpoint's one
+ * scope (403), then the account header (404, identical for a foreign and an unknown id).
+ */
+export function guard(deps: Deps, scope: Scope, header: AccountHeaderMode = 'accepted'): MiddlewareHandler<AppEnv> {
+  return async (c, next) => {
+    const match = BEARER.exec(c.req.header('authorization') ?? '');
+    const found = match ? findLiveKey(deps.db, match[1]!) : undefined;
+    if (!found) throw new ApiError('invalid_key', 'Missing or unknown API key: send Authorization: Bearer <API_KEY>.');
+    const { key, account: keyAccount } = found;
+    const now = deps.clock.now();
+
+    const rate = deps.rateLimiter.take(key.id, keyAccount.id);
+    if (!rate.ok) {
+      const limit = rate.scope === 'key' ? `${deps.config.rateLimitPerKey} requests a minute from this key` : `${deps.config.rateLimitPerAccount} requests a minute from this account's keys`;
+      throw new ApiError('rate_limited', `Rate limit reached: over ${limit}. Retry in ${rate.retryAfterSeconds} s.`, {
+        headers: { 'Retry-After': String(rate.retryAfterSeconds) },
+      });
+    }
+    deps.keyUsage.touch(key.id, now);
+
+    const scopes = key.scopes.filter(isScope);
+    if (!scopes.includes(scope)) throw new ApiError('insufficient_scope', `This key lacks the scope ${scope}.`);
+
+    let account = keyAccount;
+    const headerValue = c.req.header(ACCOUNT_HEADER);
+    if (headerValue !== undefined) {
+      const sub = findSubAccount(deps.db, keyAccount.id, headerValue.trim());
+      if (!sub) throw new ApiError('account_not_found', `No sub-account ${headerValue.trim()} under this key's account.`);
+      if (header === 'refused') throw new ApiError('invalid_request', `${ACCOUNT_HEADER}: is not accepted on this endpoint; send it without the header.`);
+      account = sub;
+    }
+    c.set('auth', { keyId: key.id, keyAccount, scopes, account, viaHeader: headerValue !== undefined });
+    await next();
+  };
+}

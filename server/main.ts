@@ -1,0 +1,62 @@
+import { API_BASE, createApp } from './app.js';
+import { systemClock } from './clock.js';
+import { ConfigError, loadConfig } from './config.js';
+import { ensureAdminToken } from './core/admin-token.js';
+import { createDeps } from './deps.js';
+import { listenHttp } from './http/serve.js';
+import { createLogger } from './logger.js';
+
+const KEY_USAGE_FLUSH_MS = 10_000;
+
+async function main(): Promise<void> {
+  let config;
+  try {
+    config = loadConfig();
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`mailstead: ${err.message}\n`);
+      process.exit(1);
+    }
+    throw err;
+  }
+  const logger = createLogger(config.logLevel);
+  const deps = createDeps(config, systemClock, logger);
+  if (config.allowPrivateTargets) logger.warn('config.allow_private_targets', { message: 'ALLOW_PRIVATE_TARGETS is set: private and loopback targets are allowed. For development and tests only.' });
+  if (!deps.secretKey) logger.warn('config.secret_key_off', { message: 'SECRET_KEY=off: webhooks and customer databases cannot be configured.' });
+
+  const { generated } = ensureAdminToken(deps.db, config.adminToken);
+  if (generated) logger.info('admin_token.generated', { token: generated, message: 'Dashboard admin token; shown once. Reset with: npm run cli -- admin-token reset' });
+
+  const http = await listenHttp(createApp(deps), config.httpHost, config.httpPort);
+  logger.info('http.listening', { host: config.httpHost, port: http.port, api: API_BASE });
+
+  const flushUsage = () => {
+    try {
+      deps.keyUsage.flush(deps.db);
+    } catch (err) {
+      logger.error('key_usage.flush_failed', { err });
+    }
+  };
+  const flushTimer = setInterval(flushUsage, KEY_USAGE_FLUSH_MS);
+  flushTimer.unref();
+
+  let stopping = false;
+  const shutdown = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    logger.info('process.stopping', { signal });
+    clearInterval(flushTimer);
+    await http.close();
+    flushUsage();
+    deps.store.close();
+    logger.info('process.stopped', { signal });
+    process.exit(0);
+  };
+  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  process.on('SIGINT', () => void shutdown('SIGINT'));
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`mailstead: failed to start: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,42 @@
+import { createCipheriv, createDecipheriv, createHash, randomBytes, randomInt, timingSafeEqual } from 'node:crypto';
+
+/**
+ * Authenticated encryption of stored secrets (DKIM keys, webhook secrets, database URLs) with the server's
+ * secret key: AES-256-GCM, a fresh 96-bit nonce per value, stored as `v1.<nonce>.<tag>.<ciphertext>` in base64url.
+ */
+export function encryptSecret(key: Buffer, plaintext: string | Buffer, context = ''): string {
+  const nonce = randomBytes(12);
+  const cipher = createCipheriv('aes-256-gcm', key, nonce);
+  cipher.setAAD(Buffer.from(context));
+  const ct = Buffer.concat([cipher.update(plaintext), cipher.final()]);
+  return ['v1', nonce.toString('base64url'), cipher.getAuthTag().toString('base64url'), ct.toString('base64url')].join('.');
+}
+
+export function decryptSecret(key: Buffer, sealed: string, context = ''): Buffer {
+  const [v, nonce, tag, ct] = sealed.split('.');
+  if (v !== 'v1' || nonce === undefined || tag === undefined || ct === undefined) throw new Error('unknown secret format');
+  const decipher = createDecipheriv('aes-256-gcm', key, Buffer.from(nonce, 'base64url'));
+  decipher.setAAD(Buffer.from(context));
+  decipher.setAuthTag(Buffer.from(tag, 'base64url'));
+  return Buffer.concat([decipher.update(Buffer.from(ct, 'base64url')), decipher.final()]);
+}
+
+export function sha256Hex(value: string): string {
+  return createHash('sha256').update(value).digest('hex');
+}
+
+/** Compares two strings in time independent of where they differ. */
+export function constantTimeEqual(a: string, b: string): boolean {
+  const ha = createHash('sha256').update(a).digest();
+  const hb = createHash('sha256').update(b).digest();
+  return timingSafeEqual(ha, hb) && a.length === b.length;
+}
+
+const BASE62 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+
+/** Uniformly random base62 characters (randomInt rejects biased draws). */
+export function randomBase62(length: number): string {
+  let out = '';
+  for (let i = 0; i < length; i++) out += BASE62[randomInt(62)];
+  return out;
+}
