@@ -1,0 +1,80 @@
+import { expect, it } from 'vitest';
+import { SCOPES, type Scope } from '../../server/core/scopes.js';
+import type { TestService } from './service.js';
+
+export interface EndpointUnderTest {
+  method: string;
+  /** Path relative to /api/v1, or a function building it for a fresh account (for ids of the caller's objects). */
+  path: string | ((ctx: { service: TestService; accountId: string; key: string }) => string | Promise<string>);
+  scope: Scope;
+  body?: unknown;
+}
+
+/**
+ * The standard failures every endpoint shares (api.md, Endpoints): no key, another scheme, an unknown or malformed
+ * key, a revoked key (401 invalid_key); a key without the endpoint's scope (403 insufficient_scope); a foreign or
+ * unknown X-Service-Account (404 account_not_found, identical for both).
+ */
+export function runCommonAuthTests(getService: () => TestService, ep: EndpointUnderTest): void {
+  const setup = async () => {
+    const service = getService();
+    const { account, key } = service.newAccount({ name: 'Auth case' });
+    const path = typeof ep.path === 'string' ? ep.path : await ep.path({ service, accountId: account.id, key });
+    return { service, account, key, path };
+  };
+  const call = (service: TestService, path: string, opts: { key?: string; headers?: Record<string, string>; account?: string }) =>
+    service.api(ep.method, path, { ...opts, body: ep.body });
+  const expectError = (res: { status: number; body: any }, status: number, code: string) => {
+    expect(res.status).toBe(status);
+    expect(res.body).toEqual({ error: { code, message: expect.any(String) } });
+  };
+
+  it(`${ep.method} ${String(ep.path)}: no key is 401 invalid_key`, async () => {
+    const { service, path } = await setup();
+    expectError(await call(service, path, {}), 401, 'invalid_key');
+  });
+
+  it(`${ep.method} ${String(ep.path)}: a scheme other than Bearer is 401 invalid_key`, async () => {
+    const { service, path, key } = await setup();
+    expectError(await call(service, path, { headers: { authorization: `Basic ${Buffer.from(`${key}:`).toString('base64')}` } }), 401, 'invalid_key');
+    expectError(await call(service, path, { headers: { authorization: `Token ${key}` } }), 401, 'invalid_key');
+    expectError(await call(service, path, { headers: { authorization: key } }), 401, 'invalid_key');
+  });
+
+  it(`${ep.method} ${String(ep.path)}: an unknown or malformed key is 401 invalid_key`, async () => {
+    const { service, path, key } = await setup();
+    expectError(await call(service, path, { key: `ms_${'A'.repeat(40)}` }), 401, 'invalid_key');
+    expectError(await call(service, path, { key: `${key}x` }), 401, 'invalid_key');
+    expectError(await call(service, path, { key: 'ms_short' }), 401, 'invalid_key');
+  });
+
+  it(`${ep.method} ${String(ep.path)}: a revoked key is 401 invalid_key at once`, async () => {
+    const { service, path, account } = await setup();
+    const doomed = service.newKey(account.id);
+    const list = await service.api('GET', '/keys?limit=1', { key: doomed });
+    expect(list.status).toBe(200);
+    const id = list.body.data[0].id as string;
+    expect((await service.api('DELETE', `/keys/${id}`, { key: doomed })).status).toBe(204);
+    expectError(await call(service, path, { key: doomed }), 401, 'invalid_key');
+  });
+
+  it(`${ep.method} ${String(ep.path)}: a key without ${ep.scope} is 403 insufficient_scope`, async () => {
+    const { service, path, account } = await setup();
+    const lacking = service.newKey(account.id, SCOPES.filter((s) => s !== ep.scope));
+    expectError(await call(service, path, { key: lacking }), 403, 'insufficient_scope');
+  });
+
+  it(`${ep.method} ${String(ep.path)}: a foreign or unknown X-Service-Account is 404 account_not_found, identically`, async () => {
+    const { service, path, key } = await setup();
+    const other = service.newAccount({ name: 'Someone else' });
+    const foreignSub = await service.api('POST', '/accounts', { key: other.key, body: { name: 'Their sub' } });
+    expect(foreignSub.status).toBe(201);
+    const foreign = await call(service, path, { key, account: foreignSub.body.id });
+    const unknown = await call(service, path, { key, account: '01a00000-0000-7000-8000-000000000000' });
+    const notUuid = await call(service, path, { key, account: 'nope' });
+    expectError(foreign, 404, 'account_not_found');
+    expectError(unknown, 404, 'account_not_found');
+    expectError(notUuid, 404, 'account_not_found');
+    expect(foreign.body.error.message.replace(foreignSub.body.id, 'ID')).toBe(unknown.body.error.message.replace('01a00000-0000-7000-8000-000000000000', 'ID'));
+  });
+}

@@ -1,0 +1,111 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { API_BASE, createApp } from '../../server/app.js';
+import { loadConfig } from '../../server/config.js';
+import { createTopLevelAccount } from '../../server/core/accounts.js';
+import { insertKey } from '../../server/core/keys.js';
+import { SCOPES, type Scope } from '../../server/core/scopes.js';
+import { createDeps, type Deps } from '../../server/deps.js';
+import { listenHttp } from '../../server/http/serve.js';
+import { createMemoryLogger } from '../../server/logger.js';
+import type { AccountRow } from '../../db/schema/index.js';
+import { FakeClock } from './clock.js';
+
+export interface ApiResponse<T = any> {
+  status: number;
+  headers: Headers;
+  body: T;
+}
+
+export interface RequestOptions {
+  key?: string | null;
+  body?: unknown;
+  /** Sent as is, instead of JSON-encoding `body`. */
+  rawBody?: string | Buffer;
+  headers?: Record<string, string>;
+  account?: string;
+}
+
+export interface TestService {
+  url: string;
+  base: string;
+  deps: Deps;
+  clock: FakeClock;
+  logger: ReturnType<typeof createMemoryLogger>;
+  dataDir: string;
+  /** Calls the API over real HTTP; paths are relative to /api/v1. */
+  api<T = any>(method: string, path: string, opts?: RequestOptions): Promise<ApiResponse<T>>;
+  /** A new top-level account (as the operator CLI makes it) and a key holding `scopes` (default all). */
+  newAccount(opts?: { name?: string; credits?: number; scopes?: readonly Scope[] }): { account: AccountRow; key: string };
+  /** A further key on an existing account, as the operator would mint it. */
+  newKey(accountId: string, scopes?: readonly Scope[], name?: string): string;
+  close(): Promise<void>;
+}
+
+/**
+ * The real service (deps, Hono app, node HTTP server) on 127.0.0.1 port 0 with a temporary DATA_DIR and a fake clock.
+ * Rate limits are raised unless a test sets them, so suites can make many calls.
+ */
+export async function startService(env: Record<string, string> = {}): Promise<TestService> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'mailstead-test-'));
+  const config = loadConfig({
+    DATA_DIR: dataDir,
+    HTTP_HOST: '127.0.0.1',
+    HTTP_PORT: '0',
+    SMTP_PORT: '0',
+    MAIL_HOSTNAME: 'mx.mailstead.test',
+    RATE_LIMIT_PER_KEY: '100000',
+    RATE_LIMIT_PER_ACCOUNT: '100000',
+    LOG_LEVEL: 'debug',
+    ...env,
+  });
+  const clock = new FakeClock();
+  const logger = createMemoryLogger();
+  const deps = createDeps(config, clock, logger);
+  const http = await listenHttp(createApp(deps), '127.0.0.1', 0);
+  const url = `http://127.0.0.1:${http.port}`;
+  const base = `${url}${API_BASE}`;
+
+  const newKey = (accountId: string, scopes: readonly Scope[] = SCOPES, name = 'test') =>
+    insertKey(deps, { accountId, name, scopes }).key;
+
+  return {
+    url,
+    base,
+    deps,
+    clock,
+    logger,
+    dataDir,
+    async api(method, path, opts = {}) {
+      const headers: Record<string, string> = { ...opts.headers };
+      if (opts.key) headers.authorization = `Bearer ${opts.key}`;
+      if (opts.account !== undefined) headers['x-service-account'] = opts.account;
+      let body: string | Buffer | undefined;
+      if (opts.rawBody !== undefined) body = opts.rawBody;
+      else if (opts.body !== undefined) {
+        body = JSON.stringify(opts.body);
+        headers['content-type'] = 'application/json';
+      }
+      const res = await fetch(`${base}${path}`, { method, headers, body });
+      const text = await res.text();
+      let parsed: unknown = text;
+      try {
+        parsed = text === '' ? null : JSON.parse(text);
+      } catch {
+        // not JSON: the test sees the raw text
+      }
+      return { status: res.status, headers: res.headers, body: parsed as any };
+    },
+    newAccount(opts = {}) {
+      const account = createTopLevelAccount(deps, { name: opts.name ?? 'Acme', credits: opts.credits });
+      return { account, key: newKey(account.id, opts.scopes ?? SCOPES, 'operator') };
+    },
+    newKey,
+    async close() {
+      await http.close();
+      deps.store.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
