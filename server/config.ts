@@ -77,19 +77,19 @@ export const configSchema = z.object({
   SMTP_PORT: port(25).describe('Inbound SMTP port; `0` turns inbound off'),
   MAIL_HOSTNAME: hostName
     .default(hostname().toLowerCase())
-    .describe('Banner and EHLO name, MX target, bounce (VERP) domain; defaults to the machine\'s hostname'),
-  SMTP_TLS_CERT: z.string().min(1).optional().describe('PEM certificate for STARTTLS on inbound SMTP; default: a self-signed pair generated into DATA_DIR'),
-  SMTP_TLS_KEY: z.string().min(1).optional().describe('PEM private key matching SMTP_TLS_CERT'),
+    .describe('Banner and EHLO name, MX target, bounce (VERP) domain'),
+  SMTP_TLS_CERT: z.string().min(1).optional().describe('PEM certificate file for STARTTLS on inbound SMTP'),
+  SMTP_TLS_KEY: z.string().min(1).optional().describe('PEM private key file matching SMTP_TLS_CERT'),
   SMTP_MAX_MESSAGE_BYTES: positiveInt(26214400).describe('Largest inbound message, advertised in SIZE and enforced with 552'),
-  SPF_DOMAIN: hostName.optional().describe('What customers `include:` in their SPF record; defaults to MAIL_HOSTNAME'),
+  SPF_DOMAIN: hostName.optional().describe('What customers `include:` in their SPF record'),
   SECRET_KEY: z
     .string()
     .optional()
-    .describe('32 bytes, hex or base64; encrypts DKIM keys, webhook secrets and database URLs. Unset: generated into DATA_DIR/secret.key. `off`: no secrets can be stored'),
+    .describe('32 bytes, hex or base64; encrypts DKIM keys, webhook secrets and database URLs. `off`: the server cannot store secrets'),
   DNS_SERVERS: z
     .string()
     .optional()
-    .describe('Comma list of `ip` or `ip:port` resolvers for domain checks and MX lookups; default: the system\'s'),
+    .describe('Comma list of `ip` or `ip:port` resolvers for domain checks and MX lookups'),
   SMTP_DELIVERY_PORT: port(25).describe('Port used to reach recipient MX hosts'),
   SMTP_RELAY_URL: z
     .string()
@@ -97,7 +97,7 @@ export const configSchema = z.object({
     .describe('Optional smarthost, `smtp://` or `smtps://user:pass@host:port`; when set all outbound mail goes through it'),
   ALLOW_PRIVATE_TARGETS: bool(false).describe('Allow webhook, database and MX targets on loopback/private addresses (development and tests only)'),
   WEBHOOK_INTERVAL_MS: positiveInt(60000).describe('Webhook dispatcher period in milliseconds'),
-  ADMIN_TOKEN: z.string().min(16).optional().describe('Dashboard sign-in token; default: generated on first start, printed once, stored hashed'),
+  ADMIN_TOKEN: z.string().min(16).optional().describe('Dashboard sign-in token (only its hash is stored)'),
   DEFAULT_DAILY_QUOTA: positiveInt(10000).describe('Daily quota (recipients) of a new account or sub-account'),
   TRIAL_DAYS: positiveInt(14, 0).describe('Length of the free trial of a new top-level account, in days'),
   GRACE_DAYS: positiveInt(3, 0).describe('Days of the grace window after credits run out'),
@@ -247,7 +247,7 @@ export function describeConfig(): { name: string; default: string; meaning: stri
     SMTP_TLS_CERT: 'generated self-signed pair',
     SMTP_TLS_KEY: 'generated self-signed pair',
     DNS_SERVERS: "the system's",
-    ADMIN_TOKEN: 'generated on first start',
+    ADMIN_TOKEN: 'generated on first start, printed once',
     SMTP_RELAY_URL: 'unset',
   };
   return Object.entries(configSchema.shape).map(([name, schema]) => {
