@@ -7,13 +7,14 @@ import { ApiError } from './errors.js';
 import { readBody } from './http/body.js';
 import type { AppEnv } from './http/env.js';
 import { accountRoutes } from './routes/accounts.js';
+import { domainRoutes } from './routes/domains.js';
 import { keyRoutes } from './routes/keys.js';
 
 export const API_BASE = '/api/v1';
 
 /** The HTTP surface: `/api/v1`, `GET /healthz`, and one envelope for every error. */
 export function createApp(deps: Deps) {
-  const api = new Hono<AppEnv>().use(readBody()).route('/', accountRoutes(deps)).route('/', keyRoutes(deps));
+  const api = new Hono<AppEnv>().use(readBody()).route('/', accountRoutes(deps)).route('/', keyRoutes(deps)).route('/', domainRoutes(deps));
 
   const app = new Hono<AppEnv>();
   app.get('/healthz', (c) => {

@@ -6,6 +6,7 @@ import type { Clock } from './clock.js';
 import type { Config } from './config.js';
 import { createKeyUsage, type KeyUsage } from './core/key-usage.js';
 import { createRateLimiter, type RateLimiter } from './core/rate-limit.js';
+import { createResolver, type DnsResolver } from './dns/resolver.js';
 import type { Logger } from './logger.js';
 
 /** Everything with a side effect, built once in main (or a test) and passed down. */
@@ -15,6 +16,8 @@ export interface Deps {
   store: Store;
   clock: Clock;
   logger: Logger;
+  /** Every DNS read (domain checks, MX routing) goes through it; it honours DNS_SERVERS. */
+  resolver: DnsResolver;
   /** The key that seals stored secrets; null when SECRET_KEY=off. */
   secretKey: Buffer | null;
   keyUsage: KeyUsage;
@@ -36,7 +39,13 @@ export function resolveSecretKey(config: Config): Buffer | null {
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
   }
   const key = randomBytes(32);
-  writeFileSync(path, `${key.toString('hex')}\n`, { mode: 0o600, flag: 'wx' });
+  try {
+    writeFileSync(path, `${key.toString('hex')}\n`, { mode: 0o600, flag: 'wx' });
+  } catch (err) {
+    // Another process (the CLI beside the server) wrote it first: use that one.
+    if ((err as NodeJS.ErrnoException).code === 'EEXIST') return resolveSecretKey(config);
+    throw err;
+  }
   return key;
 }
 
@@ -48,6 +57,7 @@ export function createDeps(config: Config, clock: Clock, logger: Logger): Deps {
     store,
     clock,
     logger,
+    resolver: createResolver({ servers: config.dnsServers }),
     secretKey: resolveSecretKey(config),
     keyUsage: createKeyUsage(),
     rateLimiter: createRateLimiter(clock, { perKey: config.rateLimitPerKey, perAccount: config.rateLimitPerAccount }),

@@ -1,0 +1,191 @@
+import { and, desc, eq, lt, ne, sql } from 'drizzle-orm';
+import { z } from 'zod';
+import type { Db } from '../../db/client.js';
+import { type DomainKeyRow, type DomainRow, type RecordKind, type RecordStatus, domainKeys, domains } from '../../db/schema/index.js';
+import { DAY_MS, iso } from '../clock.js';
+import type { Deps } from '../deps.js';
+import { ApiError, notFound } from '../errors.js';
+import { newId } from '../ids.js';
+import type { PageRequest, RequestContext } from './context.js';
+import { createDomainKeys } from './dkim-keys.js';
+import { type Checks, type DomainFlags, checkMx, checkOwnership, checkSigning, checkSpf, deriveFlags, nextRecordStatus } from './domain-checks.js';
+import { normalizeDomainName } from './domain-name.js';
+
+export const MAX_DOMAINS = 20;
+/** An unverified claim younger than this keeps the name from other accounts. */
+export const CLAIM_HOLD_MS = 7 * DAY_MS;
+
+export const createDomainInput = z.strictObject({
+  name: z.string().transform((v, ctx) => {
+    const r = normalizeDomainName(v);
+    if (!r.ok) {
+      ctx.addIssue({ code: 'custom', message: r.reason });
+      return z.NEVER;
+    }
+    return r.name;
+  }),
+});
+
+export interface DnsRecordView {
+  record: 'Ownership' | 'SPF' | 'Receiving' | 'Signing';
+  type: 'TXT' | 'MX';
+  name: string;
+  value: string;
+  status: RecordStatus;
+}
+
+export type DomainView = DomainFlags & {
+  id: string;
+  name: string;
+  records: DnsRecordView[];
+  createdAt: string;
+  lastCheckedAt: string;
+};
+
+const PENDING: Record<RecordKind, RecordStatus> = { ownership: 'pending', spf: 'pending', receiving: 'pending', signing: 'pending' };
+
+/** The four records to publish (decisions.md section 5), each with what the last verification found. */
+export function domainRecords(deps: Pick<Deps, 'config'>, name: string, key: DomainKeyRow, status: Record<RecordKind, RecordStatus>): DnsRecordView[] {
+  return [
+    { record: 'Ownership', type: 'TXT', name: `_service-verify.${name}`, value: `service-verify=${key.token}`, status: status.ownership },
+    { record: 'SPF', type: 'TXT', name, value: `v=spf1 include:${deps.config.spfDomain} ~all`, status: status.spf },
+    { record: 'Receiving', type: 'MX', name, value: `10 ${deps.config.mailHostname}`, status: status.receiving },
+    { record: 'Signing', type: 'TXT', name: `${key.selector}._domainkey.${name}`, value: `v=DKIM1; h=sha256; k=rsa; p=${key.dkimPublicKey}`, status: status.signing },
+  ];
+}
+
+function domainView(deps: Pick<Deps, 'config'>, row: DomainRow, key: DomainKeyRow): DomainView {
+  return {
+    id: row.id,
+    name: row.name,
+    ...deriveFlags(row.recordStatus, deps.config.smtpRelayUrl !== null),
+    records: domainRecords(deps, row.name, key, row.recordStatus),
+    createdAt: iso(row.createdAt),
+    lastCheckedAt: iso(row.lastCheckedAt),
+  };
+}
+
+function findDomain(db: Db, accountId: string, id: string): { domain: DomainRow; key: DomainKeyRow } | undefined {
+  return db
+    .select({ domain: domains, key: domainKeys })
+    .from(domains)
+    .innerJoin(domainKeys, eq(domainKeys.id, domains.keyId))
+    .where(and(eq(domains.id, id), eq(domains.accountId, accountId)))
+    .get();
+}
+
+function requireDomain(deps: Deps, ctx: RequestContext, id: string) {
+  const found = findDomain(deps.db, ctx.account.id, id);
+  if (!found) throw notFound('domain');
+  return found;
+}
+
+/**
+ * Whether another account keeps `name` from this one: a verified claim always does, an unverified one for 7 days.
+ * Older unverified claims are cleared here, inside the caller's transaction.
+ */
+function claimName(db: Db, accountId: string, name: string, now: number): void {
+  const others = db.select().from(domains).where(and(eq(domains.name, name), ne(domains.accountId, accountId))).all();
+  const held = others.some((d) => deriveFlags(d.recordStatus, false).ownershipVerified || now - d.createdAt < CLAIM_HOLD_MS);
+  // The message never says whether, or by whom, the name is held.
+  if (held) throw new ApiError('domain_unavailable', `The domain ${name} cannot be connected to this account.`);
+  for (const stale of others) db.delete(domains).where(eq(domains.id, stale.id)).run();
+}
+
+function checkAccountRoom(db: Db, accountId: string, name: string): void {
+  const existing = db.select({ id: domains.id }).from(domains).where(and(eq(domains.accountId, accountId), eq(domains.name, name))).get();
+  if (existing) throw new ApiError('domain_exists', `The domain ${name} is already connected to this account.`);
+  const count = db.select({ n: sql<number>`count(*)` }).from(domains).where(eq(domains.accountId, accountId)).get()?.n ?? 0;
+  if (count >= MAX_DOMAINS) throw new ApiError('domain_limit', `This account already has ${MAX_DOMAINS} domains.`);
+}
+
+/** POST /domains. A name this account connected before gets its kept token, selector and key back. */
+export async function createDomain({ deps, ctx, input }: { deps: Deps; ctx: RequestContext; input: z.output<typeof createDomainInput> }): Promise<DomainView> {
+  const accountId = ctx.account.id;
+  const { name } = input;
+  checkAccountRoom(deps.db, accountId, name);
+  claimName(deps.db, accountId, name, deps.clock.now());
+  let key = deps.db.select().from(domainKeys).where(and(eq(domainKeys.accountId, accountId), eq(domainKeys.name, name))).get();
+  let fresh: Awaited<ReturnType<typeof createDomainKeys>> | null = null;
+  if (!key) {
+    if (!deps.secretKey) throw new ApiError('not_configured', 'The server cannot store secrets (SECRET_KEY=off), so it cannot keep a DKIM key.');
+    fresh = await createDomainKeys(deps.secretKey, accountId, name);
+  }
+  const now = deps.clock.now();
+  // Key generation awaited: everything checked before it is checked again with the insert, in one transaction.
+  const row = deps.db.transaction((tx) => {
+    checkAccountRoom(tx, accountId, name);
+    claimName(tx, accountId, name, now);
+    if (!key) {
+      key = tx.select().from(domainKeys).where(and(eq(domainKeys.accountId, accountId), eq(domainKeys.name, name))).get();
+    }
+    if (!key && fresh) {
+      key = tx
+        .insert(domainKeys)
+        .values({ id: newId(now), accountId, name, token: fresh.token, selector: fresh.selector, dkimPublicKey: fresh.publicKey, dkimPrivateKeySealed: fresh.privateKeySealed, createdAt: now })
+        .returning()
+        .get();
+    }
+    if (!key) throw new Error('domain key missing after creation');
+    return tx.insert(domains).values({ id: newId(now), accountId, name, keyId: key.id, recordStatus: PENDING, checks: null, createdAt: now, lastCheckedAt: now }).returning().get();
+  });
+  deps.logger.info('domain.created', { domainId: row.id, accountId, name });
+  return domainView(deps, row, key!);
+}
+
+export function listDomains({ deps, ctx, page }: { deps: Deps; ctx: RequestContext; page: PageRequest }): DomainView[] {
+  return deps.db
+    .select({ domain: domains, key: domainKeys })
+    .from(domains)
+    .innerJoin(domainKeys, eq(domainKeys.id, domains.keyId))
+    .where(and(eq(domains.accountId, ctx.account.id), page.after ? lt(domains.id, page.after) : undefined))
+    .orderBy(desc(domains.id))
+    .limit(page.limit + 1)
+    .all()
+    .map((r) => domainView(deps, r.domain, r.key));
+}
+
+export function getDomain({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): DomainView {
+  const { domain, key } = requireDomain(deps, ctx, id);
+  return domainView(deps, domain, key);
+}
+
+/** DELETE /domains/{id}: the domain goes; its token, selector and key stay with the account for a reconnect. */
+export function deleteDomain({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): void {
+  const { domain } = requireDomain(deps, ctx, id);
+  deps.db.delete(domains).where(eq(domains.id, domain.id)).run();
+  deps.logger.info('domain.deleted', { domainId: domain.id, accountId: ctx.account.id, name: domain.name });
+}
+
+/** POST /domains/{id}/verify: reads the four records now, concurrently, stores what was found, answers the result. */
+export async function verifyDomain({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): Promise<DomainView & { checks: Checks }> {
+  const { domain, key } = requireDomain(deps, ctx, id);
+  const name = domain.name;
+  const [ownership, spf, mx, signing] = await Promise.all([
+    deps.resolver.txt(`_service-verify.${name}`),
+    deps.resolver.txt(name),
+    deps.resolver.mx(name),
+    deps.resolver.txt(`${key.selector}._domainkey.${name}`),
+  ]);
+  const checks: Checks = {
+    ownership: checkOwnership(ownership, key.token),
+    receiving: checkMx(mx, deps.config.mailHostname),
+    signing: checkSigning(signing, key.dkimPublicKey),
+    spf: checkSpf(spf, deps.config.spfDomain),
+  };
+  const now = deps.clock.now();
+  // The domain may have been deleted or checked meanwhile: apply the checks to the row as it is now.
+  const updated = deps.db.transaction((tx) => {
+    const current = tx.select().from(domains).where(eq(domains.id, domain.id)).get();
+    if (!current) return undefined;
+    const recordStatus = Object.fromEntries(
+      (Object.keys(checks) as RecordKind[]).map((k) => [k, nextRecordStatus(current.recordStatus[k], checks[k])]),
+    ) as Record<RecordKind, RecordStatus>;
+    return tx.update(domains).set({ recordStatus, checks, lastCheckedAt: now }).where(eq(domains.id, domain.id)).returning().get();
+  });
+  if (!updated) throw notFound('domain');
+  const before = deriveFlags(domain.recordStatus, deps.config.smtpRelayUrl !== null);
+  const view = domainView(deps, updated, key);
+  deps.logger.info('domain.verified', { domainId: domain.id, accountId: ctx.account.id, checks, status: view.status, sending: view.sending, receiving: view.receiving, was: before });
+  return { ...view, checks };
+}

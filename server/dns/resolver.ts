@@ -1,0 +1,69 @@
+import { Resolver } from 'node:dns/promises';
+import type { DnsServer } from '../config.js';
+
+/**
+ * What one lookup found: records; a definite absence (`nxdomain` when the name itself does not exist, else the name
+ * has no records of that type); or no usable answer in time (`unknown`: a timeout or a server failure, never a hang).
+ */
+export type Lookup<T> = { status: 'found'; records: T[] } | { status: 'missing'; nxdomain: boolean } | { status: 'unknown'; reason: string };
+
+export interface MxRecord {
+  exchange: string;
+  priority: number;
+}
+
+/** The one way the service reads DNS: domain checks and MX routing both go through it. */
+export interface DnsResolver {
+  /** TXT records, each the list of its character-strings as served (join them to read the record). */
+  txt(name: string): Promise<Lookup<string[]>>;
+  mx(name: string): Promise<Lookup<MxRecord>>;
+  a(name: string): Promise<Lookup<string>>;
+  aaaa(name: string): Promise<Lookup<string>>;
+}
+
+/** c-ares codes that prove absence: ENOTFOUND is NXDOMAIN, ENODATA an empty answer for the type. */
+const ABSENT: Record<string, boolean> = { ENOTFOUND: true, ENODATA: false };
+
+export interface ResolverOptions {
+  /** Resolvers to ask (DNS_SERVERS); null means the system's. */
+  servers: DnsServer[] | null;
+  /** Upper bound for one lookup, retries included. */
+  timeoutMs?: number;
+}
+
+function formatServer(s: DnsServer): string {
+  return s.host.includes(':') ? `[${s.host}]:${s.port}` : `${s.host}:${s.port}`;
+}
+
+export function createResolver(options: ResolverOptions): DnsResolver {
+  const timeoutMs = options.timeoutMs ?? 3000;
+  // Two tries inside the bound: c-ares doubles the per-try timeout on the retry.
+  const resolver = new Resolver({ timeout: Math.max(50, Math.floor(timeoutMs / 3)), tries: 2 });
+  if (options.servers) resolver.setServers(options.servers.map(formatServer));
+
+  async function lookup<T>(run: () => Promise<T[]>): Promise<Lookup<T>> {
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<Lookup<T>>((resolve) => {
+      timer = setTimeout(() => resolve({ status: 'unknown', reason: 'timeout' }), timeoutMs);
+    });
+    const answer = run().then(
+      (records): Lookup<T> => (records.length > 0 ? { status: 'found', records } : { status: 'missing', nxdomain: false }),
+      (err: NodeJS.ErrnoException): Lookup<T> => {
+        const nxdomain = ABSENT[err.code ?? ''];
+        return nxdomain === undefined ? { status: 'unknown', reason: (err.code ?? 'error').toLowerCase() } : { status: 'missing', nxdomain };
+      },
+    );
+    try {
+      return await Promise.race([answer, deadline]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  return {
+    txt: (name) => lookup(() => resolver.resolveTxt(name)),
+    mx: (name) => lookup(() => resolver.resolveMx(name)),
+    a: (name) => lookup(() => resolver.resolve4(name)),
+    aaaa: (name) => lookup(() => resolver.resolve6(name)),
+  };
+}
