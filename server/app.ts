@@ -8,13 +8,21 @@ import { readBody } from './http/body.js';
 import type { AppEnv } from './http/env.js';
 import { accountRoutes } from './routes/accounts.js';
 import { domainRoutes } from './routes/domains.js';
+import { emailRoutes } from './routes/emails.js';
 import { keyRoutes } from './routes/keys.js';
+import { suppressionRoutes } from './routes/suppressions.js';
 
 export const API_BASE = '/api/v1';
 
 /** The HTTP surface: `/api/v1`, `GET /healthz`, and one envelope for every error. */
 export function createApp(deps: Deps) {
-  const api = new Hono<AppEnv>().use(readBody()).route('/', accountRoutes(deps)).route('/', keyRoutes(deps)).route('/', domainRoutes(deps));
+  const api = new Hono<AppEnv>()
+    .use(readBody())
+    .route('/', accountRoutes(deps))
+    .route('/', keyRoutes(deps))
+    .route('/', domainRoutes(deps))
+    .route('/', emailRoutes(deps))
+    .route('/', suppressionRoutes(deps));
 
   const app = new Hono<AppEnv>();
   app.get('/healthz', (c) => {

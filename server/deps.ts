@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { openDatabase, type Db, type Store } from '../db/client.js';
+import { createGroupCommit, type GroupCommit } from '../db/group-commit.js';
 import type { Clock } from './clock.js';
 import type { Config } from './config.js';
 import { createKeyUsage, type KeyUsage } from './core/key-usage.js';
@@ -14,6 +15,8 @@ export interface Deps {
   config: Config;
   db: Db;
   store: Store;
+  /** Durable writes that acknowledge a request (a send): batched, one commit for many. */
+  commits: GroupCommit;
   clock: Clock;
   logger: Logger;
   /** Every DNS read (domain checks, MX routing) goes through it; it honours DNS_SERVERS. */
@@ -55,6 +58,7 @@ export function createDeps(config: Config, clock: Clock, logger: Logger): Deps {
     config,
     db: store.db,
     store,
+    commits: createGroupCommit(store.db),
     clock,
     logger,
     resolver: createResolver({ servers: config.dnsServers }),

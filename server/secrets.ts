@@ -21,7 +21,7 @@ export function decryptSecret(key: Buffer, sealed: string, context = ''): Buffer
   return Buffer.concat([decipher.update(Buffer.from(ct, 'base64url')), decipher.final()]);
 }
 
-export function sha256Hex(value: string): string {
+export function sha256Hex(value: string | Buffer): string {
   return createHash('sha256').update(value).digest('hex');
 }
 

@@ -3,3 +3,8 @@ export * from './api-keys.js';
 export * from './settings.js';
 export * from './domain-keys.js';
 export * from './domains.js';
+export * from './emails.js';
+export * from './email-events.js';
+export * from './outbound-queue.js';
+export * from './idempotency-keys.js';
+export * from './suppressions.js';

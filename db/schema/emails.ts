@@ -1,0 +1,32 @@
+import { index, integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
+import { accounts } from './accounts.js';
+import { createdAtColumn, idColumn, timestampColumn } from './columns.js';
+
+export const EMAIL_STATUSES = ['sent', 'failed', 'sandboxed'] as const;
+export type EmailStatus = (typeof EMAIL_STATUSES)[number];
+
+/** The send log: addresses, status and timestamps only; content lives in the outbound queue until delivered. */
+export const emails = sqliteTable(
+  'emails',
+  {
+    id: idColumn(),
+    accountId: text('account_id')
+      .notNull()
+      .references(() => accounts.id, { onDelete: 'cascade' }),
+    fromAddress: text('from_address').notNull(),
+    to: text('to', { mode: 'json' }).$type<string[]>().notNull(),
+    subject: text('subject').notNull(),
+    template: text('template').notNull(),
+    status: text('status', { enum: EMAIL_STATUSES }).notNull(),
+    error: text('error'),
+    tags: text('tags', { mode: 'json' }).$type<Record<string, string>>(),
+    sandbox: integer('sandbox', { mode: 'boolean' }).notNull(),
+    createdAt: createdAtColumn(),
+    deliveredAt: timestampColumn('delivered_at'),
+    bouncedAt: timestampColumn('bounced_at'),
+    complainedAt: timestampColumn('complained_at'),
+  },
+  (t) => [index('emails_account_idx').on(t.accountId, t.id), index('emails_account_status_idx').on(t.accountId, t.status, t.createdAt)],
+);
+
+export type EmailRow = typeof emails.$inferSelect;

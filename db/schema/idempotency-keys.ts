@@ -1,0 +1,22 @@
+import { integer, primaryKey, sqliteTable, text } from 'drizzle-orm/sqlite-core';
+import { accounts } from './accounts.js';
+
+/** Idempotency-Key claims of POST /emails, per acting account; only a settled 200 answer is kept. */
+export const idempotencyKeys = sqliteTable(
+  'idempotency_keys',
+  {
+    accountId: text('account_id')
+      .notNull()
+      .references(() => accounts.id, { onDelete: 'cascade' }),
+    key: text('key').notNull(),
+    /** SHA-256 of the raw request body. */
+    fingerprint: text('fingerprint').notNull(),
+    /** Identifies the request holding a running claim, so only it can settle or release the claim. */
+    claimToken: text('claim_token').notNull(),
+    state: text('state', { enum: ['running', 'done'] }).notNull(),
+    response: text('response', { mode: 'json' }).$type<unknown>(),
+    claimedAt: integer('claimed_at').notNull(),
+    completedAt: integer('completed_at'),
+  },
+  (t) => [primaryKey({ columns: [t.accountId, t.key] })],
+);

@@ -1,0 +1,56 @@
+import { index, integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
+import { accounts } from './accounts.js';
+import { createdAtColumn, idColumn, timestampColumn } from './columns.js';
+import { domainKeys } from './domain-keys.js';
+import { emails } from './emails.js';
+
+/** A message accepted for delivery: the rendered content, kept only until every recipient has an outcome. */
+export const outboundMessages = sqliteTable('outbound_messages', {
+  /** The email's id. */
+  id: text('id')
+    .primaryKey()
+    .references(() => emails.id, { onDelete: 'cascade' }),
+  accountId: text('account_id')
+    .notNull()
+    .references(() => accounts.id, { onDelete: 'cascade' }),
+  /** The from-domain's DKIM key, kept even if the domain is deleted while the message waits. */
+  domainKeyId: text('domain_key_id')
+    .notNull()
+    .references(() => domainKeys.id, { onDelete: 'cascade' }),
+  fromHeader: text('from_header').notNull(),
+  fromAddress: text('from_address').notNull(),
+  replyToHeader: text('reply_to_header'),
+  messageId: text('message_id').notNull(),
+  subject: text('subject').notNull(),
+  html: text('html').notNull(),
+  text: text('text').notNull(),
+  createdAt: createdAtColumn(),
+  /** Deferred recipients bounce with 4.4.7 after this. */
+  expiresAt: integer('expires_at').notNull(),
+});
+
+export const RECIPIENT_STATES = ['queued', 'delivered', 'bounced'] as const;
+export type RecipientState = (typeof RECIPIENT_STATES)[number];
+
+/** The durable outbound queue: one row per recipient, claimed by workers with a lease. */
+export const outboundRecipients = sqliteTable(
+  'outbound_recipients',
+  {
+    id: idColumn(),
+    messageId: text('message_id')
+      .notNull()
+      .references(() => outboundMessages.id, { onDelete: 'cascade' }),
+    recipient: text('recipient').notNull(),
+    recipientDomain: text('recipient_domain').notNull(),
+    status: text('status', { enum: RECIPIENT_STATES }).notNull(),
+    attempts: integer('attempts').notNull().default(0),
+    nextAttemptAt: integer('next_attempt_at').notNull(),
+    lockedBy: text('locked_by'),
+    lockedUntil: timestampColumn('locked_until'),
+    createdAt: createdAtColumn(),
+  },
+  (t) => [index('outbound_recipients_due_idx').on(t.status, t.nextAttemptAt), index('outbound_recipients_message_idx').on(t.messageId)],
+);
+
+export type OutboundMessageRow = typeof outboundMessages.$inferSelect;
+export type OutboundRecipientRow = typeof outboundRecipients.$inferSelect;

@@ -1,0 +1,108 @@
+import { z } from 'zod';
+import { type Mailbox, parseAddress, parseMailbox } from './addresses.js';
+import { TEMPLATES, type Vars } from './templates.js';
+
+/** The send request of api.md and decisions.md section 2, validated field by field in the order written. */
+
+export const MAX_RECIPIENTS = 50;
+export const MAX_TAGS = 10;
+
+const mailbox = z.string().transform((v, ctx): Mailbox => {
+  const r = parseMailbox(v);
+  if (!r.ok) {
+    ctx.addIssue({ code: 'custom', message: r.reason });
+    return z.NEVER;
+  }
+  return r.value;
+});
+
+const recipient = z.string().transform((v, ctx) => {
+  if (/[,<>]/.test(v)) {
+    ctx.addIssue({ code: 'custom', message: 'must be one bare address' });
+    return z.NEVER;
+  }
+  const r = parseAddress(v);
+  if (!r.ok) {
+    ctx.addIssue({ code: 'custom', message: r.reason });
+    return z.NEVER;
+  }
+  return r.value;
+});
+
+const templateInput = z
+  .object({ name: z.string({ error: 'must be a string' }) })
+  .catchall(z.string({ error: 'must be a string' }))
+  .superRefine((t, ctx) => {
+    const def = TEMPLATES[t.name];
+    if (!def) {
+      ctx.addIssue({ code: 'custom', path: ['name'], message: `must be one of ${Object.keys(TEMPLATES).join(', ')}` });
+      return;
+    }
+    for (const key of Object.keys(t)) {
+      if (key !== 'name' && !(key in def.variables)) ctx.addIssue({ code: 'custom', path: [key], message: `is not a variable of the ${t.name} template` });
+    }
+    for (const [key, spec] of Object.entries(def.variables)) {
+      const value = t[key];
+      if (value === undefined) {
+        if (spec.required) ctx.addIssue({ code: 'custom', path: [key], message: `is required by the ${t.name} template` });
+      } else if (spec.kind === 'url' && !isHttpUrl(value)) {
+        ctx.addIssue({ code: 'custom', path: [key], message: 'must be an http or https URL' });
+      }
+    }
+  });
+
+function isHttpUrl(value: string): boolean {
+  try {
+    const u = new URL(value);
+    return (u.protocol === 'https:' || u.protocol === 'http:') && u.hostname !== '';
+  } catch {
+    return false;
+  }
+}
+
+const tags = z.record(z.string(), z.string()).superRefine((t, ctx) => {
+  const keys = Object.keys(t);
+  if (keys.length > MAX_TAGS) ctx.addIssue({ code: 'custom', message: `must have at most ${MAX_TAGS} entries` });
+  for (const key of keys) {
+    if (!/^[A-Za-z0-9_-]{1,40}$/.test(key)) ctx.addIssue({ code: 'custom', path: [key], message: 'tag names are 1 to 40 of A-Z a-z 0-9 _ -' });
+    else if (t[key]!.length > 256) ctx.addIssue({ code: 'custom', path: [key], message: 'must be at most 256 characters' });
+  }
+});
+
+export const sendRequestSchema = z.strictObject({
+  from: mailbox,
+  // One address is the same as a list of one.
+  to: z.preprocess(
+    (v) => (typeof v === 'string' ? [v] : v),
+    z
+      .array(recipient, { error: (issue) => (issue.input === undefined ? undefined : 'must be an address or an array of 1 to 50 addresses') })
+      .min(1, 'must name 1 to 50 recipients')
+      .max(MAX_RECIPIENTS, 'must name 1 to 50 recipients'),
+  ),
+  replyTo: mailbox.optional(),
+  template: templateInput,
+  tags: tags.optional(),
+  sandbox: z.boolean().optional(),
+});
+
+export interface SendRequest {
+  from: Mailbox;
+  /** De-duplicated (compared lower-cased), in the order given. */
+  to: { address: string; domain: string }[];
+  replyTo: Mailbox | null;
+  template: { name: string; vars: Vars };
+  tags: Record<string, string> | null;
+  sandbox: boolean;
+}
+
+export function toSendRequest(parsed: z.output<typeof sendRequestSchema>): SendRequest {
+  const seen = new Set<string>();
+  const to = parsed.to.filter((r) => {
+    const k = r.address.toLowerCase();
+    if (seen.has(k)) return false;
+    seen.add(k);
+    return true;
+  });
+  const { name, ...vars } = parsed.template;
+  return { from: parsed.from, to, replyTo: parsed.replyTo ?? null, template: { name, vars }, tags: parsed.tags ?? null, sandbox: parsed.sandbox ?? false };
+}

@@ -1,0 +1,123 @@
+import { eq, sql } from 'drizzle-orm';
+import type { Db } from '../../db/client.js';
+import { type AccountRow, accounts } from '../../db/schema/index.js';
+import { iso, utcDay } from '../clock.js';
+import { ApiError } from '../errors.js';
+import { type CreditPolicy, type CreditStatus, creditStatus } from './credits.js';
+import { effectiveQuota, sentToday } from './quota.js';
+import { gradeTier } from './tiers.js';
+
+/** The account rules of a send (api.md checks 3 and 4; decisions.md section 4), as plain functions over rows. */
+
+export interface Sender {
+  acting: AccountRow;
+  /** The acting account's parent, for a sub-account. */
+  parent: AccountRow | null;
+}
+
+/** The account whose credits pay: the parent for a sub-account. */
+export const payerOf = (s: Sender): AccountRow => s.parent ?? s.acting;
+
+export const PARENT_CANNOT_SEND = 'The parent account cannot send.';
+
+function remainingQuota(row: AccountRow, now: number): number {
+  return Math.max(0, effectiveQuota(row.dailyQuota, gradeTier(row)) - sentToday(row, now));
+}
+
+/** Check 3: neither the account nor its parent is suspended or out of today's quota. */
+export function assertMaySend(s: Sender, now: number): void {
+  if (s.acting.suspendedBy !== null) throw new ApiError('suspended', s.acting.suspendedReason ?? 'Sending is paused on this account.');
+  if (s.parent && s.parent.suspendedBy !== null) throw new ApiError('suspended', `${PARENT_CANNOT_SEND} ${s.parent.suspendedReason ?? ''}`.trim());
+  assertQuotaFor(s, 1, now);
+}
+
+/** Quota for `recipients` more today, on the account and on its parent; resets at midnight UTC. */
+export function assertQuotaFor(s: Sender, recipients: number, now: number): void {
+  for (const [row, whose] of [[s.acting, 'this account'], [s.parent, 'the parent account']] as const) {
+    if (!row) continue;
+    const left = remainingQuota(row, now);
+    if (recipients > left) {
+      const reset = iso(Date.parse(`${utcDay(now)}T00:00:00.000Z`) + 86_400_000);
+      throw new ApiError('quota_exceeded', `The daily quota of ${whose} has ${left} recipients left today; it resets at ${reset}.`);
+    }
+  }
+}
+
+/** Check 4: the paying account has credit (or is on its trial or in its grace window). */
+export function assertCredit(s: Sender, policy: CreditPolicy, now: number): void {
+  if (creditStatus(payerOf(s), policy, now).state === 'exhausted') {
+    throw new ApiError('no_credits', s.parent ? 'The parent account has no credits left and its grace window has closed.' : 'This account has no credits left and its grace window has closed.');
+  }
+}
+
+export interface Warning {
+  code: 'trial' | 'grace';
+  message: string;
+  freeUntil?: string;
+  graceDaysLeft?: number;
+  graceEmailsLeft?: number;
+}
+
+/** The warning a send answer carries while the paying account is on its trial or in its grace window. */
+export function creditWarning(payer: AccountRow, status: CreditStatus): Warning | undefined {
+  if (status.state === 'trial') {
+    return { code: 'trial', message: 'This account is on its free trial; buy credits to keep sending after it ends.', freeUntil: iso(payer.freeUntil ?? payer.createdAt) };
+  }
+  if (status.state === 'grace') {
+    return {
+      code: 'grace',
+      message: `Credits have run out: ${status.graceDaysLeft} days or ${status.graceEmailsLeft} more emails of grace remain, whichever ends first. Buy credits to keep sending.`,
+      graceDaysLeft: status.graceDaysLeft,
+      graceEmailsLeft: status.graceEmailsLeft,
+    };
+  }
+  return undefined;
+}
+
+/**
+ * Charges one send to the paying account (inside the send's transaction) and returns the warning the answer carries:
+ * free with a warning on the trial, one credit when `ok`, one grace email with a warning in the grace window.
+ */
+export function chargeSend(db: Db, payer: AccountRow, policy: CreditPolicy, now: number): Warning | undefined {
+  const status = creditStatus(payer, policy, now);
+  switch (status.state) {
+    case 'trial':
+      return creditWarning(payer, status);
+    case 'ok':
+      db.update(accounts)
+        .set({
+          creditsBalance: sql`${accounts.creditsBalance} - 1`,
+          creditsTotalUsed: sql`${accounts.creditsTotalUsed} + 1`,
+          // The last credit opens the grace window now.
+          graceStartedAt: payer.creditsBalance === 1 ? now : payer.graceStartedAt,
+        })
+        .where(eq(accounts.id, payer.id))
+        .run();
+      return undefined;
+    case 'grace': {
+      db.update(accounts)
+        .set({ graceEmailsUsed: sql`${accounts.graceEmailsUsed} + 1` })
+        .where(eq(accounts.id, payer.id))
+        .run();
+      return creditWarning(payer, { ...status, graceEmailsLeft: status.graceEmailsLeft - 1 });
+    }
+    case 'exhausted':
+      throw new ApiError('no_credits', 'No credits left and the grace window has closed.');
+  }
+}
+
+/** Counts `recipients` against today's quota of the account and of its parent. */
+export function countRecipients(db: Db, s: Sender, recipients: number, now: number): void {
+  const day = utcDay(now);
+  for (const row of [s.acting, s.parent]) {
+    if (!row) continue;
+    db.update(accounts)
+      .set({
+        sentTodayCount: sql`case when ${accounts.sentTodayDay} = ${day} then ${accounts.sentTodayCount} + ${recipients} else ${recipients} end`,
+        sentTodayDay: day,
+        totalSent: row === s.acting ? sql`${accounts.totalSent} + ${recipients}` : accounts.totalSent,
+      })
+      .where(eq(accounts.id, row.id))
+      .run();
+  }
+}

@@ -1,0 +1,201 @@
+import { and, count, eq, gt } from 'drizzle-orm';
+import type { Tx } from '../../db/group-commit.js';
+import { type AccountRow, type DomainKeyRow, domainKeys, domains, emails, outboundMessages, outboundRecipients } from '../../db/schema/index.js';
+import { DAY_MS } from '../clock.js';
+import type { Deps } from '../deps.js';
+import { ApiError } from '../errors.js';
+import { jsonBody } from '../http/body.js';
+import { parseInput } from '../http/validate.js';
+import { newId } from '../ids.js';
+import { findAccount } from './accounts.js';
+import { formatMailbox } from './addresses.js';
+import type { RequestContext } from './context.js';
+import { deriveFlags } from './domain-checks.js';
+import { type Claim, claimIdempotencyKey, releaseClaim, settleClaim } from './idempotency.js';
+import { type SendRequest, sendRequestSchema, toSendRequest } from './send-request.js';
+import { creditStatus } from './credits.js';
+import { type Sender, type Warning, assertCredit, assertMaySend, assertQuotaFor, chargeSend, countRecipients, creditWarning, payerOf } from './sending-policy.js';
+import { suppressedRecipients } from './suppressions.js';
+import { renderTemplate } from './templates.js';
+
+/** POST /emails as the seven checks of api.md, one named step each, in the spec's order; then the queue. */
+
+export const SANDBOX_LIMIT = 1000;
+/** Deferred recipients are retried until this long after the send (decisions.md section 3). */
+export const DELIVERY_WINDOW_MS = 5 * DAY_MS;
+
+export interface SendResult {
+  id: string;
+  sandbox: boolean;
+  warning?: Warning;
+}
+
+export interface SendOutcome {
+  result: SendResult;
+  replayed: boolean;
+}
+
+interface SendInput {
+  deps: Deps;
+  ctx: RequestContext;
+  rawBody: Buffer;
+  idempotencyKey: string | null;
+}
+
+export async function sendEmail({ deps, ctx, rawBody, idempotencyKey }: SendInput): Promise<SendOutcome> {
+  // (1) key, scope and account header: the route's guard has run.
+  // (2) the Idempotency-Key.
+  let claim: Claim | null = null;
+  if (idempotencyKey !== null) {
+    const claimed = claimIdempotencyKey(deps.db, ctx.account.id, idempotencyKey, rawBody, deps.clock.now());
+    if (claimed.kind === 'replay') return { result: claimed.response as SendResult, replayed: true };
+    claim = claimed.claim;
+  }
+  try {
+    const now = deps.clock.now();
+    const sender = loadSender(deps, ctx);
+    // (3) whether the account, and for a sub-account its parent, may send at all.
+    assertMaySend(sender, now);
+    // (4) whether the paying account has credit.
+    assertCredit(sender, deps.config, now);
+    // (5) the body; a send with more recipients than the quota has left is refused once they are known.
+    const send = parseBody(rawBody);
+    if (!send.sandbox) assertQuotaFor(sender, send.to.length, now);
+    // (6) the from-domain.
+    const domainKey = checkFromDomain(deps, ctx.account, send);
+    // (7) the suppression lists, the parent's too for a sub-account.
+    checkSuppressions(deps, sender, send);
+    const result = await commitSend(deps, ctx, send, domainKey, claim);
+    return { result, replayed: false };
+  } catch (err) {
+    if (claim) releaseClaim(deps.db, claim);
+    throw err;
+  }
+}
+
+function loadSender(deps: Deps, ctx: RequestContext): Sender {
+  const acting = findAccount(deps.db, ctx.account.id);
+  if (!acting) throw new ApiError('account_not_found', 'The account no longer exists.');
+  const parent = acting.parentId ? (findAccount(deps.db, acting.parentId) ?? null) : null;
+  return { acting, parent };
+}
+
+function parseBody(rawBody: Buffer): SendRequest {
+  return toSendRequest(parseInput(sendRequestSchema, jsonBody(rawBody)));
+}
+
+function checkFromDomain(deps: Deps, account: AccountRow, send: SendRequest): DomainKeyRow {
+  const found = deps.db
+    .select({ domain: domains, key: domainKeys })
+    .from(domains)
+    .innerJoin(domainKeys, eq(domainKeys.id, domains.keyId))
+    .where(and(eq(domains.accountId, account.id), eq(domains.name, send.from.domain)))
+    .get();
+  if (!found) throw new ApiError('domain_not_yours', `The domain ${send.from.domain} is not connected to this account.`);
+  const flags = deriveFlags(found.domain.recordStatus, deps.config.smtpRelayUrl !== null);
+  if (!flags.ownershipVerified) throw new ApiError('domain_not_ready', `The domain ${send.from.domain} is not verified yet: publish its records and call verify.`);
+  if (!flags.sending) throw new ApiError('domain_not_ready', `Sending is not enabled for ${send.from.domain}: publish its Signing and SPF records and call verify.`);
+  return found.key;
+}
+
+function checkSuppressions(deps: Deps, sender: Sender, send: SendRequest): void {
+  const ids = [sender.acting.id, ...(sender.parent ? [sender.parent.id] : [])];
+  const listed = suppressedRecipients(deps.db, ids, send.to.map((r) => r.address));
+  if (listed.length > 0) throw new ApiError('recipient_suppressed', `Suppressed recipients, nothing was sent: ${listed.join(', ')}.`);
+}
+
+function sandboxSendsToday(tx: Tx, accountId: string, now: number): number {
+  return (
+    tx
+      .select({ n: count() })
+      .from(emails)
+      .where(and(eq(emails.accountId, accountId), eq(emails.status, 'sandboxed'), gt(emails.createdAt, now - DAY_MS)))
+      .get()?.n ?? 0
+  );
+}
+
+/**
+ * The send itself, in one transaction of the group commit: the account rules once more on fresh rows (another send
+ * may have used the quota or the last credit meanwhile), the log entry, the queue rows, the counters, the charge and
+ * the idempotent answer. The promise resolves only once all of it is durable.
+ */
+async function commitSend(deps: Deps, ctx: RequestContext, send: SendRequest, domainKey: DomainKeyRow, claim: Claim | null): Promise<SendResult> {
+  const rendered = renderTemplate(send.template.name, send.template.vars);
+  const base = {
+    accountId: ctx.account.id,
+    fromAddress: send.from.address,
+    to: send.to.map((r) => r.address),
+    subject: rendered.subject,
+    template: send.template.name,
+    tags: send.tags,
+    sandbox: send.sandbox,
+  };
+  try {
+    return await deps.commits.run((tx) => {
+      const now = deps.clock.now();
+      const sender = loadSenderIn(tx, ctx);
+      assertMaySend(sender, now);
+      assertCredit(sender, deps.config, now);
+      const id = newId(now);
+      let result: SendResult;
+      if (send.sandbox) {
+        if (sandboxSendsToday(tx, ctx.account.id, now) >= SANDBOX_LIMIT) {
+          throw new ApiError('sandbox_limit', `${SANDBOX_LIMIT} sandbox sends in the last 24 hours; try again later.`);
+        }
+        tx.insert(emails).values({ ...base, id, status: 'sandboxed', createdAt: now }).run();
+        // Not charged, but the answer still tells a trial or grace account where it stands.
+        const payer = payerOf(sender);
+        result = withWarning({ id, sandbox: true }, creditWarning(payer, creditStatus(payer, deps.config, now)));
+      } else {
+        assertQuotaFor(sender, send.to.length, now);
+        tx.insert(emails).values({ ...base, id, status: 'sent', createdAt: now }).run();
+        tx.insert(outboundMessages)
+          .values({
+            id,
+            accountId: ctx.account.id,
+            domainKeyId: domainKey.id,
+            fromHeader: formatMailbox(send.from),
+            fromAddress: send.from.address,
+            replyToHeader: send.replyTo ? formatMailbox(send.replyTo) : null,
+            messageId: `<${id}@${deps.config.mailHostname}>`,
+            ...rendered,
+            createdAt: now,
+            expiresAt: now + DELIVERY_WINDOW_MS,
+          })
+          .run();
+        tx.insert(outboundRecipients)
+          .values(send.to.map((r) => ({ id: newId(now), messageId: id, recipient: r.address, recipientDomain: r.domain, status: 'queued' as const, nextAttemptAt: now, createdAt: now })))
+          .run();
+        countRecipients(tx, sender, send.to.length, now);
+        result = withWarning({ id, sandbox: false }, chargeSend(tx, payerOf(sender), deps.config, now));
+      }
+      if (claim) settleClaim(tx, claim, result, now);
+      return result;
+    });
+  } catch (err) {
+    if (err instanceof ApiError) throw err;
+    // The queue could not take the message: log the send as failed, answer 502.
+    deps.logger.error('send.queue_failed', { accountId: ctx.account.id, err });
+    logFailedSend(deps, base);
+    throw new ApiError('send_failed', 'The mail server did not accept the message; nothing was sent. Retry later.');
+  }
+}
+
+function loadSenderIn(tx: Tx, ctx: RequestContext): Sender {
+  const acting = findAccount(tx, ctx.account.id);
+  if (!acting) throw new ApiError('account_not_found', 'The account no longer exists.');
+  return { acting, parent: acting.parentId ? (findAccount(tx, acting.parentId) ?? null) : null };
+}
+
+function withWarning(result: SendResult, warning: Warning | undefined): SendResult {
+  return warning ? { ...result, warning } : result;
+}
+
+function logFailedSend(deps: Deps, base: Omit<typeof emails.$inferInsert, 'id' | 'status' | 'createdAt'>): void {
+  const now = deps.clock.now();
+  try {
+    deps.db.insert(emails).values({ ...base, id: newId(now), status: 'failed', error: 'The mail server did not accept the message.', createdAt: now }).run();
+  } catch (err) {
+    deps.logger.error('send.failed_log_failed', { err });
+  }
+}

@@ -1,0 +1,100 @@
+import { and, desc, eq, inArray, lt } from 'drizzle-orm';
+import { z } from 'zod';
+import type { Db } from '../../db/client.js';
+import { type SuppressionReason, type SuppressionRow, suppressions } from '../../db/schema/index.js';
+import { iso } from '../clock.js';
+import type { Deps } from '../deps.js';
+import { ApiError } from '../errors.js';
+import { newId } from '../ids.js';
+import { parseAddress } from './addresses.js';
+import type { PageRequest, RequestContext } from './context.js';
+
+export interface SuppressionView {
+  id: string;
+  address: string;
+  reason: SuppressionReason;
+  detail: string;
+  createdAt: string;
+}
+
+export const suppressionFilter = z.strictObject({
+  address: z.string().min(1, 'must be 1 to 320 characters').max(320, 'must be 1 to 320 characters').transform((s) => s.trim().toLowerCase()).optional(),
+  limit: z.string().optional(),
+  cursor: z.string().optional(),
+});
+
+export const addSuppressionInput = z.strictObject({
+  address: z.string().transform((v, ctx) => {
+    const r = parseAddress(v);
+    if (!r.ok) {
+      ctx.addIssue({ code: 'custom', message: r.reason });
+      return z.NEVER;
+    }
+    return r.value.address.toLowerCase();
+  }),
+});
+
+function view(row: SuppressionRow): SuppressionView {
+  return { id: row.id, address: row.address, reason: row.reason, detail: row.detail, createdAt: iso(row.createdAt) };
+}
+
+export function listSuppressions({ deps, ctx, page, address }: { deps: Deps; ctx: RequestContext; page: PageRequest; address?: string | undefined }): SuppressionView[] {
+  return deps.db
+    .select()
+    .from(suppressions)
+    .where(
+      and(
+        eq(suppressions.accountId, ctx.account.id),
+        address !== undefined ? eq(suppressions.address, address) : undefined,
+        page.after ? lt(suppressions.id, page.after) : undefined,
+      ),
+    )
+    .orderBy(desc(suppressions.id))
+    .limit(page.limit + 1)
+    .all()
+    .map(view);
+}
+
+/**
+ * Lists `address` on an account unless it is already there; returns the entry and whether it is new. Used by the
+ * API (manual) and by the mail engine (bounce, complaint).
+ */
+export function suppress(db: Db, accountId: string, address: string, reason: SuppressionReason, detail: string, now: number): { row: SuppressionRow; created: boolean } {
+  const lower = address.toLowerCase();
+  const inserted = db
+    .insert(suppressions)
+    .values({ id: newId(now), accountId, address: lower, reason, detail, createdAt: now })
+    .onConflictDoNothing()
+    .returning()
+    .get();
+  if (inserted) return { row: inserted, created: true };
+  const existing = db.select().from(suppressions).where(and(eq(suppressions.accountId, accountId), eq(suppressions.address, lower))).get();
+  if (!existing) throw new Error('suppression vanished during insert');
+  return { row: existing, created: false };
+}
+
+export function addSuppression({ deps, ctx, address }: { deps: Deps; ctx: RequestContext; address: string }): { entry: SuppressionView; created: boolean } {
+  const { row, created } = suppress(deps.db, ctx.account.id, address, 'manual', '', deps.clock.now());
+  return { entry: view(row), created };
+}
+
+/** DELETE /suppressions/{address}: only this account's list; a parent's list is left as it is. */
+export function removeSuppression({ deps, ctx, address }: { deps: Deps; ctx: RequestContext; address: string }): void {
+  const lower = address.trim().toLowerCase();
+  const removed = deps.db.delete(suppressions).where(and(eq(suppressions.accountId, ctx.account.id), eq(suppressions.address, lower))).returning({ id: suppressions.id }).all();
+  if (removed.length === 0) throw new ApiError('not_found', `${lower} is not on this account's suppression list.`);
+}
+
+/** The recipients (as given) that any of `accountIds` has suppressed. */
+export function suppressedRecipients(db: Db, accountIds: string[], recipients: string[]): string[] {
+  const lowered = recipients.map((r) => r.toLowerCase());
+  const listed = new Set(
+    db
+      .select({ address: suppressions.address })
+      .from(suppressions)
+      .where(and(inArray(suppressions.accountId, accountIds), inArray(suppressions.address, lowered)))
+      .all()
+      .map((r) => r.address),
+  );
+  return recipients.filter((r) => listed.has(r.toLowerCase()));
+}

@@ -1,0 +1,26 @@
+import { Hono } from 'hono';
+import { emailFilter, getEmail, listEmails } from '../core/emails.js';
+import { validateIdempotencyKey } from '../core/idempotency.js';
+import { sendEmail } from '../core/sending.js';
+import type { Deps } from '../deps.js';
+import { guard } from '../http/auth.js';
+import type { AppEnv } from '../http/env.js';
+import { LISTS, readPage, toPage } from '../http/paging.js';
+import { parseInput } from '../http/validate.js';
+
+export function emailRoutes(deps: Deps) {
+  return new Hono<AppEnv>()
+    .post('/emails', guard(deps, 'emails:send'), async (c) => {
+      const idempotencyKey = validateIdempotencyKey(c.req.header('idempotency-key'));
+      const { result, replayed } = await sendEmail({ deps, ctx: c.var.auth, rawBody: c.var.rawBody, idempotencyKey });
+      if (replayed) c.header('Idempotent-Replayed', 'true');
+      return c.json(result);
+    })
+    .get('/emails', guard(deps, 'emails:read'), (c) => {
+      const ctx = c.var.auth;
+      const filter = parseInput(emailFilter, c.req.query(), 'query');
+      const page = readPage(LISTS.emails, ctx.account.id, filter);
+      return c.json(toPage(LISTS.emails, ctx.account.id, page, listEmails({ deps, ctx, page, filter })));
+    })
+    .get('/emails/:id', guard(deps, 'emails:read'), (c) => c.json(getEmail({ deps, ctx: c.var.auth, id: c.req.param('id') })));
+}
