@@ -1,6 +1,7 @@
 import { and, desc, eq, isNull, lt, sql } from 'drizzle-orm';
 import { z } from 'zod';
 import type { Db } from '../../db/client.js';
+import { definePrepared } from '../../db/prepared.js';
 import { type AccountRow, accounts } from '../../db/schema/index.js';
 import { DAY_MS, iso } from '../clock.js';
 import type { Deps } from '../deps.js';
@@ -40,13 +41,22 @@ export const suspendInput = z
   .strictObject({ suspended: z.boolean(), reason: suspensionReasonSchema.optional() })
   .refine((v) => !v.suspended || v.reason !== undefined, { path: ['reason'], message: 'is required when suspended is true' });
 
+const statements = definePrepared((db) => ({
+  byId: db.select().from(accounts).where(eq(accounts.id, sql.placeholder('id'))).prepare(),
+  subById: db
+    .select()
+    .from(accounts)
+    .where(and(eq(accounts.id, sql.placeholder('id')), eq(accounts.parentId, sql.placeholder('parentId'))))
+    .prepare(),
+}));
+
 export function findAccount(db: Db, id: string): AccountRow | undefined {
-  return db.select().from(accounts).where(eq(accounts.id, id)).get();
+  return statements(db).byId.get({ id });
 }
 
 /** A sub-account of `parentId`, or undefined: a foreign id and an unknown id look the same. */
 export function findSubAccount(db: Db, parentId: string, id: string): AccountRow | undefined {
-  return db.select().from(accounts).where(and(eq(accounts.id, id), eq(accounts.parentId, parentId))).get();
+  return statements(db).subById.get({ id, parentId });
 }
 
 /** The Account resource. A sub-account's credits are its own zero record, in the state of the parent that pays. */

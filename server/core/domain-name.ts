@@ -9,7 +9,8 @@ const LABEL = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
  * A domain name as the service stores it (decisions.md section 5): trimmed, lower-cased, trailing dot removed, IDN as
  * punycode. A scheme, path, port, user info, IP address, single label or malformed label is refused with a reason.
  */
-export function normalizeDomainName(input: string): NameResult {
+export function normalizeDomainName(input: unknown): NameResult {
+  if (typeof input !== 'string') return { ok: false, reason: 'must be a string' };
   let s = input.trim().toLowerCase();
   if (s === '') return { ok: false, reason: 'must not be empty' };
   if (/^[a-z][a-z0-9+.-]*:\/\//.test(s)) return { ok: false, reason: 'must be a bare domain name, without a scheme' };

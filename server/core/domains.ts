@@ -12,7 +12,7 @@ import { type Checks, type DomainFlags, checkMx, checkOwnership, checkSigning, c
 import { normalizeDomainName } from './domain-name.js';
 
 export const MAX_DOMAINS = 20;
-/** An unverified claim younger than this keeps the name from other accounts. */
+/** An unverified claim keeps the name from other accounts until it is more than this old. */
 export const CLAIM_HOLD_MS = 7 * DAY_MS;
 
 export const createDomainInput = z.strictObject({
@@ -82,11 +82,11 @@ function requireDomain(deps: Deps, ctx: RequestContext, id: string) {
 
 /**
  * Whether another account keeps `name` from this one: a verified claim always does, an unverified one for 7 days.
- * Older unverified claims are cleared here, inside the caller's transaction.
+ * Unverified claims older than that are cleared here, inside the caller's transaction.
  */
 function claimName(db: Db, accountId: string, name: string, now: number): void {
   const others = db.select().from(domains).where(and(eq(domains.name, name), ne(domains.accountId, accountId))).all();
-  const held = others.some((d) => deriveFlags(d.recordStatus, false).ownershipVerified || now - d.createdAt < CLAIM_HOLD_MS);
+  const held = others.some((d) => deriveFlags(d.recordStatus, false).ownershipVerified || now - d.createdAt <= CLAIM_HOLD_MS);
   // The message never says whether, or by whom, the name is held.
   if (held) throw new ApiError('domain_unavailable', `The domain ${name} cannot be connected to this account.`);
   for (const stale of others) db.delete(domains).where(eq(domains.id, stale.id)).run();

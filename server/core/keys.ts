@@ -1,6 +1,7 @@
 import { and, desc, eq, isNull, lt, sql } from 'drizzle-orm';
 import { z } from 'zod';
 import type { Db } from '../../db/client.js';
+import { definePrepared } from '../../db/prepared.js';
 import { type AccountRow, type ApiKeyRow, accounts, apiKeys } from '../../db/schema/index.js';
 import { iso, isoOrNull } from '../clock.js';
 import type { Deps } from '../deps.js';
@@ -48,14 +49,18 @@ function keyView(deps: Pick<Deps, 'keyUsage'>, row: ApiKeyRow): KeyView {
 }
 
 /** The live key with this full secret and the account that owns it, looked up by the SHA-256 of the secret. */
-export function findLiveKey(db: Db, secret: string): { key: ApiKeyRow; account: AccountRow } | undefined {
-  if (!KEY_FORMAT.test(secret)) return undefined;
-  const found = db
+const statements = definePrepared((db) => ({
+  keyByHash: db
     .select({ key: apiKeys, account: accounts })
     .from(apiKeys)
     .innerJoin(accounts, eq(accounts.id, apiKeys.accountId))
-    .where(eq(apiKeys.keyHash, sha256Hex(secret)))
-    .get();
+    .where(eq(apiKeys.keyHash, sql.placeholder('hash')))
+    .prepare(),
+}));
+
+export function findLiveKey(db: Db, secret: string): { key: ApiKeyRow; account: AccountRow } | undefined {
+  if (!KEY_FORMAT.test(secret)) return undefined;
+  const found = statements(db).keyByHash.get({ hash: sha256Hex(secret) });
   return found && found.key.revokedAt === null ? found : undefined;
 }
 

@@ -1,5 +1,6 @@
 import { eq, sql } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
+import { definePrepared } from '../../db/prepared.js';
 import { type AccountRow, accounts } from '../../db/schema/index.js';
 import { iso, utcDay } from '../clock.js';
 import { ApiError } from '../errors.js';
@@ -17,6 +18,36 @@ export interface Sender {
 
 /** The account whose credits pay: the parent for a sub-account. */
 export const payerOf = (s: Sender): AccountRow => s.parent ?? s.acting;
+
+const p = sql.placeholder;
+
+// The send's account updates, compiled once (they run inside every send's transaction).
+const statements = definePrepared((db) => ({
+  countSent: db
+    .update(accounts)
+    .set({
+      sentTodayCount: sql`case when ${accounts.sentTodayDay} = ${p('day')} then ${accounts.sentTodayCount} + ${p('n')} else ${p('n')} end`,
+      sentTodayDay: sql`${p('day')}`,
+      totalSent: sql`${accounts.totalSent} + ${p('own')}`,
+    })
+    .where(eq(accounts.id, p('id')))
+    .prepare(),
+  spendCredit: db
+    .update(accounts)
+    .set({
+      creditsBalance: sql`${accounts.creditsBalance} - 1`,
+      creditsTotalUsed: sql`${accounts.creditsTotalUsed} + 1`,
+      // The last credit opens the grace window now.
+      graceStartedAt: sql`case when ${accounts.creditsBalance} = 1 then ${p('now')} else ${accounts.graceStartedAt} end`,
+    })
+    .where(eq(accounts.id, p('id')))
+    .prepare(),
+  spendGraceEmail: db
+    .update(accounts)
+    .set({ graceEmailsUsed: sql`${accounts.graceEmailsUsed} + 1` })
+    .where(eq(accounts.id, p('id')))
+    .prepare(),
+}));
 
 export const PARENT_CANNOT_SEND = 'The parent account cannot send.';
 
@@ -84,21 +115,10 @@ export function chargeSend(db: Db, payer: AccountRow, policy: CreditPolicy, now:
     case 'trial':
       return creditWarning(payer, status);
     case 'ok':
-      db.update(accounts)
-        .set({
-          creditsBalance: sql`${accounts.creditsBalance} - 1`,
-          creditsTotalUsed: sql`${accounts.creditsTotalUsed} + 1`,
-          // The last credit opens the grace window now.
-          graceStartedAt: payer.creditsBalance === 1 ? now : payer.graceStartedAt,
-        })
-        .where(eq(accounts.id, payer.id))
-        .run();
+      statements(db).spendCredit.run({ id: payer.id, now });
       return undefined;
     case 'grace': {
-      db.update(accounts)
-        .set({ graceEmailsUsed: sql`${accounts.graceEmailsUsed} + 1` })
-        .where(eq(accounts.id, payer.id))
-        .run();
+      statements(db).spendGraceEmail.run({ id: payer.id });
       return creditWarning(payer, { ...status, graceEmailsLeft: status.graceEmailsLeft - 1 });
     }
     case 'exhausted':
@@ -106,18 +126,9 @@ export function chargeSend(db: Db, payer: AccountRow, policy: CreditPolicy, now:
   }
 }
 
-/** Counts `recipients` against today's quota of the account and of its parent. */
+/** Counts `recipients` against today's quota of the account and of its parent, and the account's lifetime total. */
 export function countRecipients(db: Db, s: Sender, recipients: number, now: number): void {
   const day = utcDay(now);
-  for (const row of [s.acting, s.parent]) {
-    if (!row) continue;
-    db.update(accounts)
-      .set({
-        sentTodayCount: sql`case when ${accounts.sentTodayDay} = ${day} then ${accounts.sentTodayCount} + ${recipients} else ${recipients} end`,
-        sentTodayDay: day,
-        totalSent: row === s.acting ? sql`${accounts.totalSent} + ${recipients}` : accounts.totalSent,
-      })
-      .where(eq(accounts.id, row.id))
-      .run();
-  }
+  statements(db).countSent.run({ id: s.acting.id, day, n: recipients, own: recipients });
+  if (s.parent) statements(db).countSent.run({ id: s.parent.id, day, n: recipients, own: 0 });
 }

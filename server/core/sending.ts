@@ -1,5 +1,5 @@
-import { and, count, eq, gt } from 'drizzle-orm';
-import type { Tx } from '../../db/group-commit.js';
+import { and, count, eq, gt, sql } from 'drizzle-orm';
+import { definePrepared } from '../../db/prepared.js';
 import { type AccountRow, type DomainKeyRow, domainKeys, domains, emails, outboundMessages, outboundRecipients } from '../../db/schema/index.js';
 import { DAY_MS } from '../clock.js';
 import type { Deps } from '../deps.js';
@@ -84,13 +84,68 @@ function parseBody(rawBody: Buffer): SendRequest {
   return toSendRequest(parseInput(sendRequestSchema, jsonBody(rawBody)));
 }
 
-function checkFromDomain(deps: Deps, account: AccountRow, send: SendRequest): DomainKeyRow {
-  const found = deps.db
+const p = sql.placeholder;
+
+const statements = definePrepared((db) => ({
+  domainByName: db
     .select({ domain: domains, key: domainKeys })
     .from(domains)
     .innerJoin(domainKeys, eq(domainKeys.id, domains.keyId))
-    .where(and(eq(domains.accountId, account.id), eq(domains.name, send.from.domain)))
-    .get();
+    .where(and(eq(domains.accountId, sql.placeholder('accountId')), eq(domains.name, sql.placeholder('name'))))
+    .prepare(),
+  insertEmail: db
+    .insert(emails)
+    .values({
+      id: p('id'),
+      accountId: p('accountId'),
+      fromAddress: p('fromAddress'),
+      to: p('to'),
+      subject: p('subject'),
+      template: p('template'),
+      status: p('status'),
+      tags: p('tags'),
+      sandbox: p('sandbox'),
+      createdAt: p('createdAt'),
+    })
+    .prepare(),
+  insertMessage: db
+    .insert(outboundMessages)
+    .values({
+      id: p('id'),
+      accountId: p('accountId'),
+      domainKeyId: p('domainKeyId'),
+      fromHeader: p('fromHeader'),
+      fromAddress: p('fromAddress'),
+      replyToHeader: p('replyToHeader'),
+      messageId: p('messageId'),
+      subject: p('subject'),
+      html: p('html'),
+      text: p('text'),
+      createdAt: p('createdAt'),
+      expiresAt: p('expiresAt'),
+    })
+    .prepare(),
+  insertRecipient: db
+    .insert(outboundRecipients)
+    .values({
+      id: p('id'),
+      messageId: p('messageId'),
+      recipient: p('recipient'),
+      recipientDomain: p('recipientDomain'),
+      status: 'queued',
+      nextAttemptAt: p('nextAttemptAt'),
+      createdAt: p('createdAt'),
+    })
+    .prepare(),
+  sandboxCount: db
+    .select({ n: count() })
+    .from(emails)
+    .where(and(eq(emails.accountId, sql.placeholder('accountId')), eq(emails.status, 'sandboxed'), gt(emails.createdAt, sql.placeholder('since'))))
+    .prepare(),
+}));
+
+function checkFromDomain(deps: Deps, account: AccountRow, send: SendRequest): DomainKeyRow {
+  const found = statements(deps.db).domainByName.get({ accountId: account.id, name: send.from.domain });
   if (!found) throw new ApiError('domain_not_yours', `The domain ${send.from.domain} is not connected to this account.`);
   const flags = deriveFlags(found.domain.recordStatus, deps.config.smtpRelayUrl !== null);
   if (!flags.ownershipVerified) throw new ApiError('domain_not_ready', `The domain ${send.from.domain} is not verified yet: publish its records and call verify.`);
@@ -104,14 +159,8 @@ function checkSuppressions(deps: Deps, sender: Sender, send: SendRequest): void 
   if (listed.length > 0) throw new ApiError('recipient_suppressed', `Suppressed recipients, nothing was sent: ${listed.join(', ')}.`);
 }
 
-function sandboxSendsToday(tx: Tx, accountId: string, now: number): number {
-  return (
-    tx
-      .select({ n: count() })
-      .from(emails)
-      .where(and(eq(emails.accountId, accountId), eq(emails.status, 'sandboxed'), gt(emails.createdAt, now - DAY_MS)))
-      .get()?.n ?? 0
-  );
+function sandboxSendsToday(deps: Deps, accountId: string, now: number): number {
+  return statements(deps.db).sandboxCount.get({ accountId, since: now - DAY_MS })?.n ?? 0;
 }
 
 /**
@@ -133,41 +182,40 @@ async function commitSend(deps: Deps, ctx: RequestContext, send: SendRequest, do
   try {
     return await deps.commits.run((tx) => {
       const now = deps.clock.now();
-      const sender = loadSenderIn(tx, ctx);
+      const sender = loadSender(deps, ctx);
       assertMaySend(sender, now);
       assertCredit(sender, deps.config, now);
       const id = newId(now);
+      const q = statements(deps.db);
       let result: SendResult;
       if (send.sandbox) {
-        if (sandboxSendsToday(tx, ctx.account.id, now) >= SANDBOX_LIMIT) {
+        if (sandboxSendsToday(deps, ctx.account.id, now) >= SANDBOX_LIMIT) {
           throw new ApiError('sandbox_limit', `${SANDBOX_LIMIT} sandbox sends in the last 24 hours; try again later.`);
         }
-        tx.insert(emails).values({ ...base, id, status: 'sandboxed', createdAt: now }).run();
+        q.insertEmail.run({ ...base, id, status: 'sandboxed', createdAt: now });
         // Not charged, but the answer still tells a trial or grace account where it stands.
         const payer = payerOf(sender);
         result = withWarning({ id, sandbox: true }, creditWarning(payer, creditStatus(payer, deps.config, now)));
       } else {
         assertQuotaFor(sender, send.to.length, now);
-        tx.insert(emails).values({ ...base, id, status: 'sent', createdAt: now }).run();
-        tx.insert(outboundMessages)
-          .values({
-            id,
-            accountId: ctx.account.id,
-            domainKeyId: domainKey.id,
-            fromHeader: formatMailbox(send.from),
-            fromAddress: send.from.address,
-            replyToHeader: send.replyTo ? formatMailbox(send.replyTo) : null,
-            messageId: `<${id}@${deps.config.mailHostname}>`,
-            ...rendered,
-            createdAt: now,
-            expiresAt: now + DELIVERY_WINDOW_MS,
-          })
-          .run();
-        tx.insert(outboundRecipients)
-          .values(send.to.map((r) => ({ id: newId(now), messageId: id, recipient: r.address, recipientDomain: r.domain, status: 'queued' as const, nextAttemptAt: now, createdAt: now })))
-          .run();
-        countRecipients(tx, sender, send.to.length, now);
-        result = withWarning({ id, sandbox: false }, chargeSend(tx, payerOf(sender), deps.config, now));
+        q.insertEmail.run({ ...base, id, status: 'sent', createdAt: now });
+        q.insertMessage.run({
+          id,
+          accountId: ctx.account.id,
+          domainKeyId: domainKey.id,
+          fromHeader: formatMailbox(send.from),
+          fromAddress: send.from.address,
+          replyToHeader: send.replyTo ? formatMailbox(send.replyTo) : null,
+          messageId: `<${id}@${deps.config.mailHostname}>`,
+          ...rendered,
+          createdAt: now,
+          expiresAt: now + DELIVERY_WINDOW_MS,
+        });
+        for (const r of send.to) {
+          q.insertRecipient.run({ id: newId(now), messageId: id, recipient: r.address, recipientDomain: r.domain, nextAttemptAt: now, createdAt: now });
+        }
+        countRecipients(deps.db, sender, send.to.length, now);
+        result = withWarning({ id, sandbox: false }, chargeSend(deps.db, payerOf(sender), deps.config, now));
       }
       if (claim) settleClaim(tx, claim, result, now);
       return result;
@@ -179,12 +227,6 @@ async function commitSend(deps: Deps, ctx: RequestContext, send: SendRequest, do
     logFailedSend(deps, base);
     throw new ApiError('send_failed', 'The mail server did not accept the message; nothing was sent. Retry later.');
   }
-}
-
-function loadSenderIn(tx: Tx, ctx: RequestContext): Sender {
-  const acting = findAccount(tx, ctx.account.id);
-  if (!acting) throw new ApiError('account_not_found', 'The account no longer exists.');
-  return { acting, parent: acting.parentId ? (findAccount(tx, acting.parentId) ?? null) : null };
 }
 
 function withWarning(result: SendResult, warning: Warning | undefined): SendResult {

@@ -1,6 +1,7 @@
-import { and, desc, eq, inArray, lt } from 'drizzle-orm';
+import { and, desc, eq, lt, sql } from 'drizzle-orm';
 import { z } from 'zod';
 import type { Db } from '../../db/client.js';
+import { definePrepared } from '../../db/prepared.js';
 import { type SuppressionReason, type SuppressionRow, suppressions } from '../../db/schema/index.js';
 import { iso } from '../clock.js';
 import type { Deps } from '../deps.js';
@@ -85,16 +86,23 @@ export function removeSuppression({ deps, ctx, address }: { deps: Deps; ctx: Req
   if (removed.length === 0) throw new ApiError('not_found', `${lower} is not on this account's suppression list.`);
 }
 
+// Lists travel as JSON arrays so one compiled statement serves any number of accounts and recipients.
+const statements = definePrepared((db) => ({
+  listed: db
+    .select({ address: suppressions.address })
+    .from(suppressions)
+    .where(
+      and(
+        sql`${suppressions.accountId} in (select value from json_each(${sql.placeholder('accounts')}))`,
+        sql`${suppressions.address} in (select value from json_each(${sql.placeholder('addresses')}))`,
+      ),
+    )
+    .prepare(),
+}));
+
 /** The recipients (as given) that any of `accountIds` has suppressed. */
 export function suppressedRecipients(db: Db, accountIds: string[], recipients: string[]): string[] {
-  const lowered = recipients.map((r) => r.toLowerCase());
-  const listed = new Set(
-    db
-      .select({ address: suppressions.address })
-      .from(suppressions)
-      .where(and(inArray(suppressions.accountId, accountIds), inArray(suppressions.address, lowered)))
-      .all()
-      .map((r) => r.address),
-  );
+  const rows = statements(db).listed.all({ accounts: JSON.stringify(accountIds), addresses: JSON.stringify(recipients.map((r) => r.toLowerCase())) });
+  const listed = new Set(rows.map((r) => r.address));
   return recipients.filter((r) => listed.has(r.toLowerCase()));
 }

@@ -17,18 +17,13 @@ export function readBody(): MiddlewareHandler<AppEnv> {
     if (declared !== undefined && Number(declared) >= MAX_BODY_BYTES) throw tooLarge();
     const chunks: Buffer[] = [];
     let size = 0;
-    const stream = c.req.raw.body;
-    if (stream) {
-      const reader = stream.getReader();
-      for (;;) {
-        const { done, value } = await reader.read();
-        if (done) break;
-        size += value.byteLength;
-        if (size >= MAX_BODY_BYTES) {
-          await reader.cancel().catch(() => undefined);
-          throw tooLarge();
-        }
-        chunks.push(Buffer.from(value.buffer, value.byteOffset, value.byteLength));
+    // On the node server, read the IncomingMessage itself: a web Request and its stream cost more than the body.
+    const source: AsyncIterable<Uint8Array> | null = c.env?.incoming ?? c.req.raw.body;
+    if (source && c.req.method !== 'GET' && c.req.method !== 'HEAD') {
+      for await (const chunk of source) {
+        size += chunk.byteLength;
+        if (size >= MAX_BODY_BYTES) throw tooLarge();
+        chunks.push(Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength));
       }
     }
     c.set('rawBody', Buffer.concat(chunks, size));

@@ -1,7 +1,9 @@
+import type { HttpBindings } from '@hono/node-server';
 import type { RequestContext } from '../core/context.js';
 
-/** Hono variables set by the middleware of server/http. */
+/** Hono variables set by the middleware of server/http; on the node server, the raw request and response too. */
 export type AppEnv = {
+  Bindings: Partial<HttpBindings>;
   Variables: {
     auth: RequestContext;
     /** The raw request body, read (and bounded) before anything else; empty when none was sent. */
