@@ -34,7 +34,8 @@ export interface AccountView {
 }
 
 export const accountNameSchema = z.string().trim().min(2, 'must be 2 to 80 characters').max(80, 'must be 2 to 80 characters');
-export const suspensionReasonSchema = z.string().trim().min(15, 'must be 15 to 500 characters').max(500, 'must be 15 to 500 characters');
+/** Kept verbatim: it is the exact message of every refused send. */
+export const suspensionReasonSchema = z.string().min(15, 'must be 15 to 500 characters').max(500, 'must be 15 to 500 characters');
 
 export const createSubAccountInput = z.strictObject({ name: accountNameSchema });
 export const suspendInput = z
@@ -162,6 +163,9 @@ export function setSuspensionByApi({ deps, ctx, id, input }: { deps: Deps; ctx: 
   if (lockedBy) {
     throw new ApiError('conflict', `This sub-account was suspended by ${lockedBy === 'operator' ? 'the operator' : 'the reputation breaker'}; only support can change that.`);
   }
+  if (!input.suspended && gradeTier(row) === 'paused') {
+    throw new ApiError('conflict', "The sub-account's own bounce and complaint rates still grade as paused; sending cannot be resumed.");
+  }
   let updated: AccountRow | undefined;
   if (input.suspended) {
     updated = deps.db
@@ -171,9 +175,6 @@ export function setSuspensionByApi({ deps, ctx, id, input }: { deps: Deps; ctx: 
       .returning()
       .get();
   } else if (row.suspendedBy === 'api') {
-    if (gradeTier(row) === 'paused') {
-      throw new ApiError('conflict', 'The sub-account\'s own bounce and complaint rates still grade as paused; the suspension cannot be lifted.');
-    }
     updated = liftSuspension(deps.db, row.id);
   }
   return accountView(deps, updated ?? row, ctx.account);

@@ -1,5 +1,6 @@
 import { and, count, eq, gt, sql } from 'drizzle-orm';
 import { definePrepared } from '../../db/prepared.js';
+import { DELIVERY_WINDOW_MS } from '../../mta/retry-schedule.js';
 import { type AccountRow, type DomainKeyRow, domainKeys, domains, emails, outboundMessages, outboundRecipients } from '../../db/schema/index.js';
 import { DAY_MS } from '../clock.js';
 import type { Deps } from '../deps.js';
@@ -21,8 +22,6 @@ import { renderTemplate } from './templates.js';
 /** POST /emails as the seven checks of api.md, one named step each, in the spec's order; then the queue. */
 
 export const SANDBOX_LIMIT = 1000;
-/** Deferred recipients are retried until this long after the send (decisions.md section 3). */
-export const DELIVERY_WINDOW_MS = 5 * DAY_MS;
 
 export interface SendResult {
   id: string;
