@@ -24,6 +24,8 @@ export interface Deps {
   /** The key that seals stored secrets; null when SECRET_KEY=off. */
   secretKey: Buffer | null;
   keyUsage: KeyUsage;
+  /** Called after a send is durably queued; main points it at the delivery engine so delivery starts at once. */
+  onQueued: () => void;
   rateLimiter: RateLimiter;
 }
 
@@ -64,6 +66,7 @@ export function createDeps(config: Config, clock: Clock, logger: Logger): Deps {
     resolver: createResolver({ servers: config.dnsServers }),
     secretKey: resolveSecretKey(config),
     keyUsage: createKeyUsage(),
+    onQueued: () => undefined,
     rateLimiter: createRateLimiter(clock, { perKey: config.rateLimitPerKey, perAccount: config.rateLimitPerAccount }),
   };
 }

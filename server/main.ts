@@ -2,6 +2,7 @@ import { API_BASE, createApp } from './app.js';
 import { systemClock } from './clock.js';
 import { ConfigError, loadConfig } from './config.js';
 import { ensureAdminToken } from './core/admin-token.js';
+import { createDeliveryEngine } from '../mta/delivery-engine.js';
 import { createDeps } from './deps.js';
 import { listenHttp } from './http/serve.js';
 import { createLogger } from './logger.js';
@@ -27,6 +28,10 @@ async function main(): Promise<void> {
   const { generated } = ensureAdminToken(deps.db, config.adminToken);
   if (generated) logger.info('admin_token.generated', { token: generated, message: 'Dashboard admin token; shown once. Reset with: npm run cli -- admin-token reset' });
 
+  const engine = createDeliveryEngine(deps);
+  deps.onQueued = engine.poke;
+  engine.start();
+
   const http = await listenHttp(createApp(deps), config.httpHost, config.httpPort);
   logger.info('http.listening', { host: config.httpHost, port: http.port, api: API_BASE });
 
@@ -47,6 +52,7 @@ async function main(): Promise<void> {
     logger.info('process.stopping', { signal });
     clearInterval(flushTimer);
     await http.close();
+    await engine.stop();
     flushUsage();
     deps.store.close();
     logger.info('process.stopped', { signal });

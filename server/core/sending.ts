@@ -65,6 +65,7 @@ export async function sendEmail({ deps, ctx, rawBody, idempotencyKey }: SendInpu
     // (7) the suppression lists, the parent's too for a sub-account.
     checkSuppressions(deps, sender, send);
     const result = await commitSend(deps, ctx, send, domainKey, claim);
+    if (!result.sandbox) deps.onQueued();
     return { result, replayed: false };
   } catch (err) {
     if (claim) releaseClaim(deps.db, claim);
