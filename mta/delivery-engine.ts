@@ -27,8 +27,8 @@ export interface EngineOptions {
 }
 
 export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
-  maxConnections: 16,
-  perDomain: 2,
+  maxConnections: 32,
+  perDomain: 8,
   batchSize: 200,
   leaseMs: 10 * 60_000,
   pollMs: 1000,
@@ -88,7 +88,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
       route = { kind: 'fail', outcome: { status: 'deferred', dsn: '4.4.3', detail: `routing failed: ${(err as Error).message}` } };
     }
     if (route.kind === 'fail') {
-      for (const job of jobs) record(job, route.outcome, unstarted);
+      for (const job of jobs) await record(job, route.outcome, unstarted);
       return;
     }
     const targets = route.targets;
@@ -107,9 +107,9 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
                   session = await openSession(targets, clientOpts);
                 } catch (err) {
                   const outcome = err instanceof SessionFailure ? err.outcome : failure(err);
-                  record(job, outcome, unstarted);
+                  await record(job, outcome, unstarted);
                   // The host is unreachable: everyone else of this lane waits for the retry too.
-                  while (queue.length > 0 && !stopping) record(queue.shift()!, outcome, unstarted);
+                  while (queue.length > 0 && !stopping) await record(queue.shift()!, outcome, unstarted);
                   return;
                 }
               }
@@ -117,11 +117,11 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
               try {
                 message = await messageFor(job, built);
               } catch (err) {
-                record(job, { status: 'deferred', dsn: '4.3.0', detail: `message could not be prepared: ${(err as Error).message}` }, unstarted);
+                await record(job, { status: 'deferred', dsn: '4.3.0', detail: `message could not be prepared: ${(err as Error).message}` }, unstarted);
                 continue;
               }
               const { outcome, connectionLost } = await session.send(verpAddress(job.message.id, recipientIndex(job), deps.config.mailHostname), job.recipient.recipient, message);
-              record(job, outcome, unstarted);
+              await record(job, outcome, unstarted);
               if (connectionLost) {
                 session.close();
                 session = null;
@@ -159,10 +159,10 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
     return { status: 'deferred', dsn: '4.4.0', detail: err instanceof Error ? err.message : String(err) };
   }
 
-  function record(job: Claimed, outcome: Classified, unstarted: Set<string>): void {
+  async function record(job: Claimed, outcome: Classified, unstarted: Set<string>): Promise<void> {
     unstarted.delete(job.recipient.id);
     try {
-      recordOutcome(deps, job, outcome);
+      await recordOutcome(deps, job, outcome);
     } catch (err) {
       // Not recorded: the lease expires and the recipient is tried again.
       deps.logger.error('delivery.record_failed', { recipientId: job.recipient.id, err });

@@ -32,7 +32,11 @@ export async function buildSignedMessage(msg: OutboundMessageRow, recipients: st
     disableUrlAccess: true,
   }).compile();
   mime.newline = '\r\n';
-  const raw = await mime.build();
+  return signMessage(await mime.build(), key);
+}
+
+/** Prepends a DKIM-Signature made by mailauth: rsa-sha256, relaxed/relaxed, the domain's selector and key. */
+export async function signMessage(raw: Buffer, key: SigningKey): Promise<Buffer> {
   const signature = { signingDomain: key.domain, selector: key.selector, privateKey: key.privateKeyPem, algorithm: 'rsa-sha256', canonicalization: 'relaxed/relaxed' };
   // mailauth 4 signs only what is listed in signatureData; its types also want the fields at the top level.
   const signed = await dkimSign(raw, { ...signature, signatureData: [signature] });

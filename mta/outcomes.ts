@@ -23,12 +23,12 @@ export function breakerReason(a: Pick<AccountRow, 'totalSent' | 'totalBounced' |
 }
 
 /**
- * Records one attempt's outcome for one recipient, in one transaction, before the engine takes its next step: the
+ * Records one attempt's outcome for one recipient, durably, before the engine takes its next step: the
  * event, the queue row (done, or due again on the retry schedule, or bounced 4.4.7 once 5 days have passed), the
  * Email's first deliveredAt/bouncedAt, and for a 5.x.x bounce the suppression (the account's list and its parent's)
  * and the reputation counters, tripping the breaker when they grade as paused.
  */
-export function recordOutcome(deps: Pick<Deps, 'db' | 'clock' | 'logger'>, job: Claimed, outcome: Classified): Recorded {
+export async function recordOutcome(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'commits'>, job: Claimed, outcome: Classified): Promise<Recorded> {
   const { db, clock } = deps;
   const now = clock.now();
   const attempts = job.recipient.attempts + 1;
@@ -42,7 +42,9 @@ export function recordOutcome(deps: Pick<Deps, 'db' | 'clock' | 'logger'>, job: 
   }
   const permanent = recorded.status === 'bounced' && recorded.dsn.startsWith('5.');
 
-  db.transaction((tx) => {
+  // Through the group commit: outcomes of concurrent connections share one fsync, and the caller's next step waits
+  // until this one is durable.
+  await deps.commits.run((tx) => {
     tx.insert(emailEvents)
       .values({ id: newId(now), emailId: job.message.id, recipient: job.recipient.recipient, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail, occurredAt: now })
       .run();
