@@ -171,29 +171,30 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   }
   const raw = parsed.success ? parsed.data : null;
 
+  // These read the input itself, so their problems are listed even when another variable failed the schema.
   let secretKey: Config['secretKey'] = { mode: 'file' };
-  if (raw?.SECRET_KEY !== undefined) {
-    if (raw.SECRET_KEY.trim().toLowerCase() === 'off') secretKey = { mode: 'off' };
+  if (input.SECRET_KEY !== undefined) {
+    if (input.SECRET_KEY.trim().toLowerCase() === 'off') secretKey = { mode: 'off' };
     else {
-      const key = decodeSecretKey(raw.SECRET_KEY);
+      const key = decodeSecretKey(input.SECRET_KEY);
       if (key) secretKey = { mode: 'given', key };
       else problems.push('SECRET_KEY must be 32 bytes as 64 hex characters or base64, or "off"');
     }
   }
 
   let dnsServers: DnsServer[] | null = null;
-  if (raw?.DNS_SERVERS !== undefined) {
-    const entries = raw.DNS_SERVERS.split(',').map((s) => s.trim()).filter(Boolean);
+  if (input.DNS_SERVERS !== undefined) {
+    const entries = input.DNS_SERVERS.split(',').map((s) => s.trim()).filter(Boolean);
     const servers = entries.map(parseDnsServer);
     const bad = entries.find((_, i) => servers[i] === null);
-    if (bad !== undefined || entries.length === 0) problems.push(`DNS_SERVERS must be a comma list of ip or ip:port, got "${bad ?? raw.DNS_SERVERS}"`);
+    if (bad !== undefined || entries.length === 0) problems.push(`DNS_SERVERS must be a comma list of ip or ip:port, got "${bad ?? input.DNS_SERVERS}"`);
     else dnsServers = servers as DnsServer[];
   }
 
   let smtpRelayUrl: URL | null = null;
-  if (raw?.SMTP_RELAY_URL !== undefined) {
+  if (input.SMTP_RELAY_URL !== undefined) {
     try {
-      const u = new URL(raw.SMTP_RELAY_URL);
+      const u = new URL(input.SMTP_RELAY_URL);
       if ((u.protocol !== 'smtp:' && u.protocol !== 'smtps:') || !u.hostname) throw new Error('scheme');
       smtpRelayUrl = u;
     } catch {
@@ -201,7 +202,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     }
   }
 
-  if (raw && (raw.SMTP_TLS_CERT === undefined) !== (raw.SMTP_TLS_KEY === undefined)) {
+  if ((input.SMTP_TLS_CERT === undefined) !== (input.SMTP_TLS_KEY === undefined)) {
     problems.push('SMTP_TLS_CERT and SMTP_TLS_KEY must be set together');
   }
 

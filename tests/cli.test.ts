@@ -1,0 +1,431 @@
+import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+/**
+ * The operator contract of decisions.md section 1, end to end: the CLI and the server as separate real processes on
+ * one temporary DATA_DIR, the CLI's JSON on stdout and errors on stderr, the server's JSON log lines, and the API
+ * answering with what the CLI wrote.
+ */
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
+const KEY = /^ms_[A-Za-z0-9]{32,}$/;
+
+interface AccountBody {
+  id: string;
+  name: string;
+  parentId: string | null;
+  createdAt: string;
+  sending: { tier: string; totalSent: number; sentToday: number; dailyQuota: number; effectiveQuota: number; suspended: boolean; suspendedReason?: string };
+  credits: { balance: number; state: string; totalPurchased: number; totalUsed: number };
+}
+
+interface MintBody {
+  id: string;
+  name: string;
+  prefix: string;
+  scopes: string[];
+  createdAt: string;
+  key: string;
+}
+
+interface KeyBody extends Omit<MintBody, 'key'> {
+  revokedAt: string | null;
+}
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+let dataDir: string;
+
+/** The environment handed to every process: nothing leaks in from the test runner's own. */
+function env(extra: Record<string, string> = {}): Record<string, string> {
+  return {
+    PATH: process.env.PATH ?? '',
+    HOME: process.env.HOME ?? tmpdir(),
+    DATA_DIR: dataDir,
+    MAIL_HOSTNAME: 'mx.mailstead.test',
+    ...extra,
+  };
+}
+
+function run(command: string, args: string[], timeoutMs = 60_000): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, { cwd: ROOT, env: env(), stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+/** `node dist/server/cli.js ...`, what `npm run cli` runs once built. */
+const cli = (...args: string[]) => run(process.execPath, ['dist/server/cli.js', ...args]);
+
+/** A CLI success: exit 0 and stdout that is one JSON document and nothing else. */
+async function cliOk<T>(...args: string[]): Promise<T> {
+  const res = await cli(...args);
+  expect(res.code, res.stderr).toBe(0);
+  return JSON.parse(res.stdout) as T;
+}
+
+/** A CLI failure: non-zero exit, a message on stderr, nothing on stdout. */
+async function cliFails(...args: string[]): Promise<Run> {
+  const res = await cli(...args);
+  expect(res.code, res.stdout).not.toBe(0);
+  expect(res.code).not.toBeNull();
+  expect(res.stdout).toBe('');
+  expect(res.stderr.trim().length).toBeGreaterThan(0);
+  return res;
+}
+
+type LogLine = Record<string, unknown> & { event: string };
+
+/** The server as `npm start` runs it, with its stdout read as JSON log lines. */
+class ServerProcess {
+  readonly lines: LogLine[] = [];
+  /** Stdout lines that were not a JSON log entry with an event name: there should be none. */
+  readonly stray: string[] = [];
+  stderr = '';
+  private waiters: { event: string; resolve: (l: LogLine) => void }[] = [];
+  private exited: Promise<number | null>;
+  private buffer = '';
+
+  private constructor(readonly child: ChildProcessWithoutNullStreams) {
+    child.stdout.on('data', (c: Buffer) => {
+      this.buffer += c.toString();
+      let nl: number;
+      while ((nl = this.buffer.indexOf('\n')) >= 0) {
+        const text = this.buffer.slice(0, nl);
+        this.buffer = this.buffer.slice(nl + 1);
+        if (text.trim() === '') continue;
+        let line: LogLine;
+        try {
+          line = JSON.parse(text) as LogLine;
+        } catch {
+          this.stray.push(text);
+          continue;
+        }
+        if (typeof line.event !== 'string') this.stray.push(text);
+        this.lines.push(line);
+        for (const w of this.waiters.filter((w) => w.event === line.event)) w.resolve(line);
+        this.waiters = this.waiters.filter((w) => w.event !== line.event);
+      }
+    });
+    child.stderr.on('data', (c: Buffer) => (this.stderr += c.toString()));
+    this.exited = new Promise((resolve) => child.on('close', (code) => resolve(code)));
+  }
+
+  static start(): ServerProcess {
+    const child = spawn(process.execPath, ['dist/server/main.js'], {
+      cwd: ROOT,
+      env: env({ HTTP_PORT: '0', HTTP_HOST: '127.0.0.1', SMTP_PORT: '0' }),
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    return new ServerProcess(child);
+  }
+
+  /** Resolves with the first log line of `event` (past or future); fails if the process exits first. */
+  waitFor(event: string, timeoutMs = 30_000): Promise<LogLine> {
+    const seen = this.lines.find((l) => l.event === event);
+    if (seen) return Promise.resolve(seen);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no ${event} within ${timeoutMs} ms; stderr: ${this.stderr}`)), timeoutMs);
+      this.waiters.push({
+        event,
+        resolve: (l) => {
+          clearTimeout(timer);
+          resolve(l);
+        },
+      });
+      void this.exited.then((code) => {
+        clearTimeout(timer);
+        reject(new Error(`server exited (${code}) before ${event}; stderr: ${this.stderr}`));
+      });
+    });
+  }
+
+  async listening(): Promise<string> {
+    const line = await this.waitFor('http.listening');
+    expect(typeof line.port).toBe('number');
+    return `http://127.0.0.1:${String(line.port)}`;
+  }
+
+  events(event: string): LogLine[] {
+    return this.lines.filter((l) => l.event === event);
+  }
+
+  stop(signal: NodeJS.Signals = 'SIGTERM'): Promise<number | null> {
+    if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill(signal);
+    return this.exited;
+  }
+}
+
+interface ApiResult<T> {
+  status: number;
+  body: T;
+}
+
+let origin: string;
+
+async function api<T = AccountBody>(method: string, path: string, key: string, body?: unknown): Promise<ApiResult<T>> {
+  const res = await fetch(`${origin}/api/v1${path}`, {
+    method,
+    headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  return { status: res.status, body: (text === '' ? null : JSON.parse(text)) as T };
+}
+
+interface Created {
+  account: AccountBody;
+  key: string;
+}
+
+let server: ServerProcess | undefined;
+let created: Created;
+
+beforeAll(async () => {
+  dataDir = join(mkdtempSync(join(tmpdir(), 'mailstead-cli-')), 'data');
+});
+afterAll(async () => {
+  await server?.stop('SIGKILL');
+  rmSync(join(dataDir, '..'), { recursive: true, force: true });
+});
+
+describe('first run', () => {
+  it('npm run -s cli -- accounts create --name Acme --credits 1000 prints only { account, key }', async () => {
+    const res = await run('npm', ['run', '-s', 'cli', '--', 'accounts', 'create', '--name', 'Acme', '--credits', '1000'], 120_000);
+    expect(res.code, res.stderr).toBe(0);
+    created = JSON.parse(res.stdout) as Created;
+    expect(Object.keys(created).sort()).toEqual(['account', 'key']);
+    expect(created.key).toMatch(KEY);
+    const account = created.account;
+    expect(account.id).toMatch(UUID);
+    expect(account.name).toBe('Acme');
+    expect(account.parentId).toBeNull();
+    expect(account.createdAt).toMatch(ISO_MS);
+    expect(account.credits).toMatchObject({ balance: 1000, state: 'ok', totalPurchased: 1000, totalUsed: 0 });
+    expect(account.sending).toMatchObject({ tier: 'healthy', totalSent: 0, sentToday: 0, dailyQuota: 10000, effectiveQuota: 10000, suspended: false });
+    expect(account.sending).not.toHaveProperty('suspendedReason');
+  }, 120_000);
+
+  it('the server starts on the same DATA_DIR, logs http.listening with its port and the admin token once', async () => {
+    server = ServerProcess.start();
+    origin = await server.listening();
+    const generated = server.events('admin_token.generated');
+    expect(generated).toHaveLength(1);
+    expect(typeof generated[0]!.token).toBe('string');
+    const health = await fetch(`${origin}/healthz`);
+    expect(health.status).toBe(200);
+  });
+
+  it('the printed key works against the server: GET /api/v1/account is that account', async () => {
+    const res = await api('GET', '/account', created.key);
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body).toMatchObject({ id: created.account.id, name: 'Acme', parentId: null, credits: { balance: 1000, state: 'ok' } });
+  });
+});
+
+describe('the other commands (node dist/server/cli.js)', () => {
+  it('accounts list prints { data: [Account] } with the account', async () => {
+    const out = await cliOk<{ data: AccountBody[] }>('accounts', 'list');
+    expect(Object.keys(out)).toEqual(['data']);
+    expect(Array.isArray(out.data)).toBe(true);
+    const found = out.data.find((a) => a.id === created.account.id);
+    expect(found).toMatchObject({ name: 'Acme', parentId: null, credits: { balance: 1000 } });
+  });
+
+  it('accounts set-quota sets dailyQuota, and the API sees it', async () => {
+    const out = await cliOk<AccountBody>('accounts', 'set-quota', '--account', created.account.id, '--daily-quota', '50');
+    expect(out.id).toBe(created.account.id);
+    expect(out.sending).toMatchObject({ dailyQuota: 50, effectiveQuota: 50 });
+    const res = await api('GET', '/account', created.key);
+    expect(res.body.sending.dailyQuota).toBe(50);
+  });
+
+  it('accounts suspend suspends with the reason; the API cannot lift it; unsuspend does', async () => {
+    const sub = await api('POST', '/accounts', created.key, { name: 'Customer One' });
+    expect(sub.status, JSON.stringify(sub.body)).toBe(201);
+    const reason = 'Suspended by the operator after an abuse report.';
+
+    const suspended = await cliOk<AccountBody>('accounts', 'suspend', '--account', sub.body.id, '--reason', reason);
+    expect(suspended.id).toBe(sub.body.id);
+    expect(suspended.sending).toMatchObject({ suspended: true, suspendedReason: reason });
+
+    const lift = await api<unknown>('POST', `/accounts/${sub.body.id}/suspend`, created.key, { suspended: false });
+    expect(lift.status, JSON.stringify(lift.body)).toBe(409);
+    expect(lift.body).toEqual({ error: { code: 'conflict', message: expect.any(String) } });
+    const still = await api('GET', `/accounts/${sub.body.id}`, created.key);
+    expect(still.body.sending).toMatchObject({ suspended: true, suspendedReason: reason });
+
+    const lifted = await cliOk<AccountBody>('accounts', 'unsuspend', '--account', sub.body.id);
+    expect(lifted.sending.suspended).toBe(false);
+    expect(lifted.sending).not.toHaveProperty('suspendedReason');
+    const after = await api('GET', `/accounts/${sub.body.id}`, created.key);
+    expect(after.body.sending.suspended).toBe(false);
+  });
+
+  it('accounts suspend on a top-level account shows through the API; unsuspend lifts it', async () => {
+    const reason = 'Payment dispute, pending review.';
+    const out = await cliOk<AccountBody>('accounts', 'suspend', '--account', created.account.id, '--reason', reason);
+    expect(out.sending).toMatchObject({ suspended: true, suspendedReason: reason });
+    expect((await api('GET', '/account', created.key)).body.sending).toMatchObject({ suspended: true, suspendedReason: reason });
+    const lifted = await cliOk<AccountBody>('accounts', 'unsuspend', '--account', created.account.id);
+    expect(lifted.sending.suspended).toBe(false);
+  });
+
+  it('accounts unsuspend also lifts a suspension placed through the API', async () => {
+    const sub = await api('POST', '/accounts', created.key, { name: 'Customer Two' });
+    const reason = 'Paused by the parent for a billing check.';
+    const placed = await api('POST', `/accounts/${sub.body.id}/suspend`, created.key, { suspended: true, reason });
+    expect(placed.status, JSON.stringify(placed.body)).toBe(200);
+    const lifted = await cliOk<AccountBody>('accounts', 'unsuspend', '--account', sub.body.id);
+    expect(lifted.sending.suspended).toBe(false);
+  });
+
+  it('credits grant adds to balance and totalPurchased', async () => {
+    const before = (await api('GET', '/account', created.key)).body.credits;
+    const out = await cliOk<AccountBody>('credits', 'grant', '--account', created.account.id, '--amount', '5');
+    expect(out.id).toBe(created.account.id);
+    expect(out.credits).toMatchObject({ balance: before.balance + 5, totalPurchased: before.totalPurchased + 5, state: 'ok' });
+    expect((await api('GET', '/account', created.key)).body.credits.balance).toBe(before.balance + 5);
+  });
+
+  it('keys create prints the mint response, and the key holds only the scopes asked for', async () => {
+    const out = await cliOk<MintBody>('keys', 'create', '--account', created.account.id, '--name', 'ci', '--scopes', 'emails:send,emails:read');
+    expect(Object.keys(out).sort()).toEqual(['createdAt', 'id', 'key', 'name', 'prefix', 'scopes']);
+    expect(out.id).toMatch(UUID);
+    expect(out.name).toBe('ci');
+    expect(out.key).toMatch(KEY);
+    expect(out.prefix).toBe(out.key.slice(0, 11));
+    expect([...out.scopes].sort()).toEqual(['emails:read', 'emails:send']);
+    expect(out.createdAt).toMatch(ISO_MS);
+
+    const refused = await api<unknown>('GET', '/account', out.key);
+    expect(refused.status).toBe(403);
+    expect(refused.body).toEqual({ error: { code: 'insufficient_scope', message: expect.any(String) } });
+    expect((await api<unknown>('GET', '/emails', out.key)).status).toBe(200);
+
+    const listed = await api<{ data: KeyBody[] }>('GET', '/keys', created.key);
+    expect(listed.body.data.find((k) => k.id === out.id)).toMatchObject({ name: 'ci', prefix: out.prefix, revokedAt: null });
+  });
+
+  it('keys create without --scopes gives all 14 scopes', async () => {
+    const out = await cliOk<MintBody>('keys', 'create', '--account', created.account.id, '--name', 'everything');
+    expect(out.scopes).toHaveLength(14);
+    expect((await api('GET', '/account', out.key)).status).toBe(200);
+  });
+
+  it('admin-token reset prints { token }', async () => {
+    const out = await cliOk<{ token: string }>('admin-token', 'reset');
+    expect(Object.keys(out)).toEqual(['token']);
+    expect(typeof out.token).toBe('string');
+    expect(out.token.length).toBeGreaterThanOrEqual(16);
+    const again = await cliOk<{ token: string }>('admin-token', 'reset');
+    expect(again.token).not.toBe(out.token);
+  });
+});
+
+describe('CLI errors: non-zero exit, message on stderr, nothing on stdout', () => {
+  it('an unknown command', async () => {
+    const res = await cliFails('frobnicate', 'everything');
+    expect(res.stderr).toContain('frobnicate');
+  });
+
+  it('no command at all', async () => {
+    await cliFails();
+  });
+
+  it('an unknown option', async () => {
+    await cliFails('accounts', 'list', '--colour', 'blue');
+  });
+
+  it('accounts create without --name', async () => {
+    const res = await cliFails('accounts', 'create', '--credits', '10');
+    expect(res.stderr).toContain('name');
+  });
+
+  it('accounts create with a bad --credits', async () => {
+    const res = await cliFails('accounts', 'create', '--name', 'Bad credits', '--credits', 'lots');
+    expect(res.stderr).toContain('credits');
+  });
+
+  it.each([
+    ['accounts set-quota', ['accounts', 'set-quota', '--daily-quota', '5']],
+    ['accounts suspend', ['accounts', 'suspend', '--reason', 'A reason long enough.']],
+    ['accounts unsuspend', ['accounts', 'unsuspend']],
+    ['credits grant', ['credits', 'grant', '--amount', '5']],
+    ['keys create', ['keys', 'create', '--name', 'ci']],
+  ])('%s with an unknown account id', async (_label, args) => {
+    const unknown = '00000000-0000-7000-8000-000000000000';
+    const res = await cliFails(...args, '--account', unknown);
+    expect(res.stderr).toContain(unknown);
+  });
+
+  it('keys create with a bad --scopes', async () => {
+    const res = await cliFails('keys', 'create', '--account', created.account.id, '--name', 'ci', '--scopes', 'emails:send,mail:everything');
+    expect(res.stderr).toContain('mail:everything');
+  });
+
+  it('keys create without --name', async () => {
+    await cliFails('keys', 'create', '--account', created.account.id);
+  });
+
+  it('credits grant with a bad --amount', async () => {
+    await cliFails('credits', 'grant', '--account', created.account.id, '--amount', '-5');
+  });
+
+  it('a bad configuration value', async () => {
+    const res = await new Promise<Run>((resolve) => {
+      const child = spawn(process.execPath, ['dist/server/cli.js', 'accounts', 'list'], {
+        cwd: ROOT,
+        env: env({ LOG_LEVEL: 'loud' }),
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let stdout = '';
+      let stderr = '';
+      child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+      child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+      child.on('close', (code) => resolve({ code, stdout, stderr }));
+    });
+    expect(res.code).not.toBe(0);
+    expect(res.stdout).toBe('');
+    expect(res.stderr).toContain('LOG_LEVEL');
+  });
+});
+
+describe('stopping and starting again', () => {
+  it('SIGTERM stops the server with exit code 0', async () => {
+    const code = await server!.stop('SIGTERM');
+    expect(code, server!.stderr).toBe(0);
+    expect(server!.events('process.stopped')).toHaveLength(1);
+    expect(server!.stray).toEqual([]);
+  });
+
+  it('a second start on the same DATA_DIR does not generate an admin token, and keeps the data', async () => {
+    server = ServerProcess.start();
+    origin = await server.listening();
+    expect(server.events('admin_token.generated')).toHaveLength(0);
+    const res = await api('GET', '/account', created.key);
+    expect(res.status).toBe(200);
+    expect(res.body.credits.balance).toBe(1005);
+    expect(res.body.sending.dailyQuota).toBe(50);
+    expect(await server.stop('SIGTERM')).toBe(0);
+  });
+});

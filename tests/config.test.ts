@@ -1,0 +1,358 @@
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { hostname, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { configTable } from '../scripts/config-table.js';
+import { ConfigError, loadConfig } from '../server/config.js';
+import { resolveSecretKey } from '../server/deps.js';
+import { decryptSecret, encryptSecret } from '../server/secrets.js';
+
+/**
+ * The operator contract of decisions.md section 1: every variable's default, a bad value stopping the start with one
+ * line naming the variable, the secret key (given, generated into DATA_DIR, or off), and the README's table.
+ */
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+
+function configError(env: Record<string, string>): ConfigError {
+  try {
+    loadConfig(env);
+  } catch (err) {
+    expect(err).toBeInstanceOf(ConfigError);
+    return err as ConfigError;
+  }
+  throw new Error(`loadConfig accepted ${JSON.stringify(env)}`);
+}
+
+describe('defaults (decisions.md section 1)', () => {
+  const config = loadConfig({});
+
+  it.each([
+    ['DATA_DIR', config.dataDir, './data'],
+    ['HTTP_HOST', config.httpHost, '0.0.0.0'],
+    ['HTTP_PORT', config.httpPort, 8080],
+    ['SMTP_HOST', config.smtpHost, '0.0.0.0'],
+    ['SMTP_PORT', config.smtpPort, 25],
+    ['SMTP_MAX_MESSAGE_BYTES', config.smtpMaxMessageBytes, 26214400],
+    ['SMTP_DELIVERY_PORT', config.smtpDeliveryPort, 25],
+    ['ALLOW_PRIVATE_TARGETS', config.allowPrivateTargets, false],
+    ['WEBHOOK_INTERVAL_MS', config.webhookIntervalMs, 60000],
+    ['DEFAULT_DAILY_QUOTA', config.defaultDailyQuota, 10000],
+    ['TRIAL_DAYS', config.trialDays, 14],
+    ['GRACE_DAYS', config.graceDays, 3],
+    ['GRACE_EMAILS', config.graceEmails, 100],
+    ['LOG_LEVEL', config.logLevel, 'info'],
+    ['SMTP_TLS_CERT', config.smtpTlsCert, null],
+    ['SMTP_TLS_KEY', config.smtpTlsKey, null],
+    ['DNS_SERVERS', config.dnsServers, null],
+    ['SMTP_RELAY_URL', config.smtpRelayUrl, null],
+    ['ADMIN_TOKEN', config.adminToken, null],
+  ])('%s defaults to %j', (_name, actual, expected) => {
+    expect(actual).toEqual(expected);
+  });
+
+  it('MAIL_HOSTNAME defaults to the machine hostname, SPF_DOMAIN to MAIL_HOSTNAME', () => {
+    expect(config.mailHostname).toBe(hostname().toLowerCase());
+    expect(config.spfDomain).toBe(config.mailHostname);
+  });
+
+  it('SPF_DOMAIN follows a configured MAIL_HOSTNAME, and can be set on its own', () => {
+    expect(loadConfig({ MAIL_HOSTNAME: 'mx.example.net' }).spfDomain).toBe('mx.example.net');
+    expect(loadConfig({ MAIL_HOSTNAME: 'mx.example.net', SPF_DOMAIN: 'spf.example.net' }).spfDomain).toBe('spf.example.net');
+  });
+
+  it('SECRET_KEY unset means generated into DATA_DIR', () => {
+    expect(config.secretKey).toEqual({ mode: 'file' });
+  });
+
+  it('an empty value means unset', () => {
+    expect(loadConfig({ HTTP_PORT: '', LOG_LEVEL: '' })).toMatchObject({ httpPort: 8080, logLevel: 'info' });
+  });
+});
+
+describe('values that parse', () => {
+  it('numbers, booleans and the log level', () => {
+    const config = loadConfig({
+      HTTP_PORT: '0',
+      SMTP_PORT: '2525',
+      ALLOW_PRIVATE_TARGETS: 'true',
+      DEFAULT_DAILY_QUOTA: '50',
+      TRIAL_DAYS: '0',
+      LOG_LEVEL: 'debug',
+    });
+    expect(config).toMatchObject({ httpPort: 0, smtpPort: 2525, allowPrivateTargets: true, defaultDailyQuota: 50, trialDays: 0, logLevel: 'debug' });
+  });
+
+  it('DNS_SERVERS "127.0.0.1:5353,10.0.0.1" parses to host/port pairs, port 53 by default', () => {
+    expect(loadConfig({ DNS_SERVERS: '127.0.0.1:5353,10.0.0.1' }).dnsServers).toEqual([
+      { host: '127.0.0.1', port: 5353 },
+      { host: '10.0.0.1', port: 53 },
+    ]);
+  });
+
+  it('SMTP_RELAY_URL takes smtp:// and smtps://', () => {
+    expect(loadConfig({ SMTP_RELAY_URL: 'smtp://relay.example.net:587' }).smtpRelayUrl?.hostname).toBe('relay.example.net');
+    expect(loadConfig({ SMTP_RELAY_URL: 'smtps://user:pass@relay.example.net:465' }).smtpRelayUrl?.protocol).toBe('smtps:');
+  });
+});
+
+describe('SECRET_KEY', () => {
+  const bytes = Buffer.from(Array.from({ length: 32 }, (_, i) => (i * 37 + 11) & 0xff));
+
+  it('is accepted as 64 hex characters', () => {
+    expect(loadConfig({ SECRET_KEY: bytes.toString('hex') }).secretKey).toEqual({ mode: 'given', key: bytes });
+    expect(loadConfig({ SECRET_KEY: bytes.toString('hex').toUpperCase() }).secretKey).toEqual({ mode: 'given', key: bytes });
+  });
+
+  it('is accepted as base64 of 32 bytes', () => {
+    expect(loadConfig({ SECRET_KEY: bytes.toString('base64') }).secretKey).toEqual({ mode: 'given', key: bytes });
+  });
+
+  it('is accepted as "off"', () => {
+    expect(loadConfig({ SECRET_KEY: 'off' }).secretKey).toEqual({ mode: 'off' });
+  });
+
+  it.each([
+    ['31 bytes of hex', bytes.subarray(0, 31).toString('hex')],
+    ['33 bytes of base64', Buffer.concat([bytes, Buffer.from([1])]).toString('base64')],
+    ['16 bytes of base64', bytes.subarray(0, 16).toString('base64')],
+    ['a passphrase', 'correct horse battery staple'],
+  ])('is refused as %s', (_label, value) => {
+    expect(configError({ SECRET_KEY: value }).message).toContain('SECRET_KEY');
+  });
+});
+
+describe('a bad value throws ConfigError: one line naming the variable', () => {
+  it.each([
+    ['HTTP_PORT', 'abc'],
+    ['HTTP_PORT', '70000'],
+    ['HTTP_PORT', '-1'],
+    ['SMTP_PORT', '25.5'],
+    ['SMTP_DELIVERY_PORT', 'twenty-five'],
+    ['SECRET_KEY', 'short'],
+    ['DNS_SERVERS', 'not-an-ip'],
+    ['DNS_SERVERS', '127.0.0.1:99999'],
+    ['SMTP_RELAY_URL', 'http://x'],
+    ['SMTP_RELAY_URL', 'not a url'],
+    ['LOG_LEVEL', 'loud'],
+    ['DEFAULT_DAILY_QUOTA', '-1'],
+    ['DEFAULT_DAILY_QUOTA', '0'],
+    ['WEBHOOK_INTERVAL_MS', 'soon'],
+    ['TRIAL_DAYS', '1.5'],
+    ['GRACE_EMAILS', 'many'],
+    ['SMTP_MAX_MESSAGE_BYTES', '25MB'],
+    ['ALLOW_PRIVATE_TARGETS', 'maybe'],
+    ['MAIL_HOSTNAME', 'not a host!'],
+    ['RATE_LIMIT_PER_KEY', '0'],
+  ])('%s=%s', (name, value) => {
+    const err = configError({ [name]: value });
+    expect(err.message).toContain(name);
+    expect(err.message).not.toMatch(/[\r\n]/);
+    expect(err.message.length).toBeGreaterThan(name.length);
+  });
+
+  it('SMTP_TLS_CERT without SMTP_TLS_KEY is refused naming both', () => {
+    const err = configError({ SMTP_TLS_CERT: '/etc/cert.pem' });
+    expect(err.message).toContain('SMTP_TLS_CERT');
+    expect(err.message).toContain('SMTP_TLS_KEY');
+  });
+
+  it('several bad values are all listed, still on one line', () => {
+    const bad = {
+      HTTP_PORT: 'abc',
+      LOG_LEVEL: 'loud',
+      DEFAULT_DAILY_QUOTA: '-1',
+      ALLOW_PRIVATE_TARGETS: 'maybe',
+      SECRET_KEY: 'short',
+      DNS_SERVERS: 'not-an-ip',
+      SMTP_RELAY_URL: 'http://x',
+    };
+    const err = configError(bad);
+    for (const name of Object.keys(bad)) expect(err.message, err.message).toContain(name);
+    expect(err.message).not.toMatch(/[\r\n]/);
+  });
+
+  it('the variables checked after the schema are listed together too', () => {
+    const err = configError({ SECRET_KEY: 'short', DNS_SERVERS: 'not-an-ip', SMTP_RELAY_URL: 'http://x' });
+    for (const name of ['SECRET_KEY', 'DNS_SERVERS', 'SMTP_RELAY_URL']) expect(err.message).toContain(name);
+  });
+
+  it('a good variable is not named', () => {
+    const err = configError({ HTTP_PORT: 'abc', SMTP_PORT: '2525' });
+    expect(err.message).not.toContain('SMTP_PORT');
+  });
+});
+
+describe('the server process with a bad value', () => {
+  let dataDir: string;
+  beforeEach(() => {
+    dataDir = join(mkdtempSync(join(tmpdir(), 'mailstead-config-')), 'data');
+  });
+  afterEach(() => {
+    rmSync(join(dataDir, '..'), { recursive: true, force: true });
+  });
+
+  it('HTTP_PORT=abc: non-zero exit, exactly one line on stderr naming HTTP_PORT, nothing started', async () => {
+    const child = spawn(process.execPath, ['dist/server/main.js'], {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH ?? '', DATA_DIR: dataDir, HTTP_PORT: 'abc', MAIL_HOSTNAME: 'mx.mailstead.test' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    const code = await new Promise<number | null>((resolve) => child.on('close', (c) => resolve(c)));
+    expect(code).not.toBe(0);
+    expect(code).not.toBeNull();
+    const lines = stderr.split('\n').filter((l) => l !== '');
+    expect(lines, stderr).toHaveLength(1);
+    expect(stderr.endsWith('\n')).toBe(true);
+    expect(lines[0]).toContain('HTTP_PORT');
+    expect(stdout).toBe('');
+    expect(existsSync(join(dataDir, 'mailstead.db'))).toBe(false);
+  });
+});
+
+describe('resolveSecretKey', () => {
+  let dataDir: string;
+  beforeEach(() => {
+    dataDir = mkdtempSync(join(tmpdir(), 'mailstead-secret-'));
+  });
+  afterEach(() => {
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  it('generates DATA_DIR/secret.key (mode 0600, 64 hex characters) on first call and reads it back after', () => {
+    const config = loadConfig({ DATA_DIR: dataDir });
+    const first = resolveSecretKey(config);
+    const path = join(dataDir, 'secret.key');
+    expect(existsSync(path)).toBe(true);
+    expect(statSync(path).mode & 0o777).toBe(0o600);
+    const text = readFileSync(path, 'utf8').trim();
+    expect(text).toMatch(/^[0-9a-f]{64}$/);
+    expect(first).toBeInstanceOf(Buffer);
+    expect(first!.length).toBe(32);
+    expect(first!.toString('hex')).toBe(text);
+
+    const second = resolveSecretKey(loadConfig({ DATA_DIR: dataDir }));
+    expect(second!.equals(first!)).toBe(true);
+  });
+
+  it('two data directories get different keys', () => {
+    const otherDir = mkdtempSync(join(tmpdir(), 'mailstead-secret-'));
+    try {
+      const a = resolveSecretKey(loadConfig({ DATA_DIR: dataDir }));
+      const b = resolveSecretKey(loadConfig({ DATA_DIR: otherDir }));
+      expect(a!.equals(b!)).toBe(false);
+    } finally {
+      rmSync(otherDir, { recursive: true, force: true });
+    }
+  });
+
+  it('SECRET_KEY=off gives null and writes no file', () => {
+    expect(resolveSecretKey(loadConfig({ DATA_DIR: dataDir, SECRET_KEY: 'off' }))).toBeNull();
+    expect(existsSync(join(dataDir, 'secret.key'))).toBe(false);
+  });
+
+  it('a given SECRET_KEY is used as is and writes no file', () => {
+    const hex = 'ab'.repeat(32);
+    expect(resolveSecretKey(loadConfig({ DATA_DIR: dataDir, SECRET_KEY: hex }))!.toString('hex')).toBe(hex);
+    expect(existsSync(join(dataDir, 'secret.key'))).toBe(false);
+  });
+
+  it('a secret.key that does not hold 32 bytes of hex stops the start instead of being replaced', () => {
+    writeFileSync(join(dataDir, 'secret.key'), 'garbage\n', { mode: 0o600 });
+    expect(() => resolveSecretKey(loadConfig({ DATA_DIR: dataDir }))).toThrow();
+    expect(readFileSync(join(dataDir, 'secret.key'), 'utf8')).toBe('garbage\n');
+  });
+});
+
+describe('encryptSecret / decryptSecret', () => {
+  const key = Buffer.alloc(32, 7);
+
+  it('round-trips text and bytes', () => {
+    expect(decryptSecret(key, encryptSecret(key, 'postgresql://u:p@db.example.net/app')).toString('utf8')).toBe('postgresql://u:p@db.example.net/app');
+    const bytes = Buffer.from([0, 1, 2, 255, 254]);
+    expect(decryptSecret(key, encryptSecret(key, bytes)).equals(bytes)).toBe(true);
+    expect(decryptSecret(key, encryptSecret(key, '')).toString()).toBe('');
+  });
+
+  it('round-trips with a context, and a different context fails', () => {
+    const sealed = encryptSecret(key, 'whsec_x', 'webhook:1');
+    expect(decryptSecret(key, sealed, 'webhook:1').toString()).toBe('whsec_x');
+    expect(() => decryptSecret(key, sealed, 'webhook:2')).toThrow();
+  });
+
+  it('uses a fresh nonce: the same plaintext seals differently each time', () => {
+    expect(encryptSecret(key, 'same')).not.toBe(encryptSecret(key, 'same'));
+  });
+
+  it('does not carry the plaintext', () => {
+    expect(encryptSecret(key, 'very-secret-value')).not.toContain('very-secret-value');
+    expect(encryptSecret(key, 'very-secret-value')).not.toContain(Buffer.from('very-secret-value').toString('base64url'));
+  });
+
+  it('a wrong key fails', () => {
+    const sealed = encryptSecret(key, 'secret');
+    expect(() => decryptSecret(Buffer.alloc(32, 8), sealed)).toThrow();
+  });
+
+  it.each([0, 1, 2, 3])('tampering with part %i fails', (part) => {
+    const sealed = encryptSecret(key, 'a secret long enough to tamper with');
+    const parts = sealed.split('.');
+    const target = parts[part]!;
+    if (part === 0) parts[0] = 'v2';
+    else {
+      const buf = Buffer.from(target, 'base64url');
+      buf[buf.length - 1] = buf[buf.length - 1]! ^ 0x01;
+      parts[part] = buf.toString('base64url');
+    }
+    expect(() => decryptSecret(key, parts.join('.'))).toThrow();
+  });
+
+  it('a truncated value fails', () => {
+    const sealed = encryptSecret(key, 'secret');
+    expect(() => decryptSecret(key, sealed.split('.').slice(0, 3).join('.'))).toThrow();
+    expect(() => decryptSecret(key, '')).toThrow();
+  });
+});
+
+describe('README', () => {
+  it('contains the configuration table generated from the schema (npm run -s docs:config)', () => {
+    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+    expect(readme).toContain(configTable());
+  });
+
+  it('the table lists every variable of decisions.md section 1', () => {
+    const table = configTable();
+    for (const name of [
+      'DATA_DIR',
+      'HTTP_HOST',
+      'HTTP_PORT',
+      'SMTP_HOST',
+      'SMTP_PORT',
+      'MAIL_HOSTNAME',
+      'SMTP_TLS_CERT',
+      'SMTP_TLS_KEY',
+      'SMTP_MAX_MESSAGE_BYTES',
+      'SPF_DOMAIN',
+      'SECRET_KEY',
+      'DNS_SERVERS',
+      'SMTP_DELIVERY_PORT',
+      'SMTP_RELAY_URL',
+      'ALLOW_PRIVATE_TARGETS',
+      'WEBHOOK_INTERVAL_MS',
+      'ADMIN_TOKEN',
+      'DEFAULT_DAILY_QUOTA',
+      'TRIAL_DAYS',
+      'GRACE_DAYS',
+      'GRACE_EMAILS',
+      'LOG_LEVEL',
+    ]) {
+      expect(table).toContain(`| \`${name}\` |`);
+    }
+  });
+});
