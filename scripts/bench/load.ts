@@ -16,6 +16,8 @@ export async function runLoad(opts: {
   method?: string;
   headers?: Record<string, string>;
   body?: () => string;
+  /** Headers that change per request (merged over `headers`). */
+  vary?: () => Record<string, string>;
   concurrency: number;
   seconds: number;
 }): Promise<LoadResult> {
@@ -29,10 +31,12 @@ export async function runLoad(opts: {
 
   const one = () =>
     new Promise<void>((resolve) => {
+      const varied = opts.vary?.();
       const body = opts.body?.();
       const t0 = performance.now();
+      const headers = { ...opts.headers, ...varied, ...(body ? { 'content-length': Buffer.byteLength(body) } : {}) };
       const req = request(
-        { agent, host: target.hostname, port: target.port, path: target.pathname, method: opts.method ?? 'GET', headers: { ...opts.headers, ...(body ? { 'content-length': Buffer.byteLength(body) } : {}) } },
+        { agent, host: target.hostname, port: target.port, path: target.pathname, method: opts.method ?? 'GET', headers },
         (res) => {
           res.resume();
           res.on('end', () => {

@@ -57,9 +57,10 @@ export async function sendEmail({ deps, ctx, rawBody, idempotencyKey }: SendInpu
     assertMaySend(sender, now);
     // (4) whether the paying account has credit.
     assertCredit(sender, deps.config, now);
-    // (5) the body; a send with more recipients than the quota has left is refused once they are known.
+    // (5) the body; a send with more recipients than the quota has left is refused once they are known (a sandbox
+    // send runs this check too, though it is not counted).
     const send = parseBody(rawBody);
-    if (!send.sandbox) assertQuotaFor(sender, send.to.length, now);
+    assertQuotaFor(sender, send.to.length, now);
     // (6) the from-domain.
     const domainKey = checkFromDomain(deps, ctx.account, send);
     // (7) the suppression lists, the parent's too for a sub-account.
@@ -185,6 +186,7 @@ async function commitSend(deps: Deps, ctx: RequestContext, send: SendRequest, do
       const sender = loadSender(deps, ctx);
       assertMaySend(sender, now);
       assertCredit(sender, deps.config, now);
+      assertQuotaFor(sender, send.to.length, now);
       const id = newId(now);
       const q = statements(deps.db);
       let result: SendResult;
@@ -197,7 +199,6 @@ async function commitSend(deps: Deps, ctx: RequestContext, send: SendRequest, do
         const payer = payerOf(sender);
         result = withWarning({ id, sandbox: true }, creditWarning(payer, creditStatus(payer, deps.config, now)));
       } else {
-        assertQuotaFor(sender, send.to.length, now);
         q.insertEmail.run({ ...base, id, status: 'sent', createdAt: now });
         q.insertMessage.run({
           id,

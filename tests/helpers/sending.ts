@@ -1,0 +1,270 @@
+import { createHash } from 'node:crypto';
+import { request } from 'node:http';
+import { connect, type Socket } from 'node:net';
+import { and, asc, eq } from 'drizzle-orm';
+import { expect } from 'vitest';
+import {
+  type AccountRow,
+  accounts,
+  domains,
+  emails,
+  type EmailRow,
+  idempotencyKeys,
+  type OutboundMessageRow,
+  type OutboundRecipientRow,
+  outboundMessages,
+  outboundRecipients,
+  type RecordKind,
+  type RecordStatus,
+} from '../../db/schema/index.js';
+import { newId } from '../../server/ids.js';
+import type { Scope } from '../../server/core/scopes.js';
+import type { ApiResponse, TestService } from './service.js';
+
+/**
+ * Sending fixtures: an account with a domain that may send (records marked as DNS would show them, no resolver
+ * needed), send bodies, direct reads of the send log and the outbound queue, and a raw HTTP client for headers fetch
+ * would not send as written.
+ */
+
+/** What DNS is taken to show for a connected domain: nothing yet, ownership only, or everything sending needs. */
+export type DomainState = 'pending' | 'ownership' | 'sending';
+
+const RECORDS: Record<DomainState, Record<RecordKind, RecordStatus>> = {
+  pending: { ownership: 'pending', spf: 'pending', receiving: 'pending', signing: 'pending' },
+  ownership: { ownership: 'published', spf: 'pending', receiving: 'pending', signing: 'pending' },
+  sending: { ownership: 'published', spf: 'published', receiving: 'published', signing: 'published' },
+};
+
+let domainCounter = 0;
+/** A domain name no other account of the run has claimed. */
+export const uniqueDomain = (label = 'mail'): string => `${label}-${process.pid}-${++domainCounter}.example.com`;
+
+/** Connects `name` through POST /domains (for the sub-account named by `account`, if any) and sets its record statuses. */
+export async function connectDomain(service: TestService, key: string, name: string, opts: { account?: string; state?: DomainState } = {}): Promise<string> {
+  const res = await service.api('POST', '/domains', { key, account: opts.account, body: { name } });
+  expect(res.status, JSON.stringify(res.body)).toBe(201);
+  const id = res.body.id as string;
+  setDomainState(service, id, opts.state ?? 'sending');
+  return id;
+}
+
+export function setDomainState(service: TestService, domainId: string, state: DomainState): void {
+  service.deps.db.update(domains).set({ recordStatus: RECORDS[state] }).where(eq(domains.id, domainId)).run();
+}
+
+export interface Sender {
+  account: AccountRow;
+  key: string;
+  domain: string;
+  domainId: string;
+  /** A bare sender address on the domain. */
+  from: string;
+}
+
+/** A new top-level account with a domain that may send. */
+export async function newSender(service: TestService, opts: { name?: string; credits?: number; scopes?: readonly Scope[] } = {}): Promise<Sender> {
+  const { account, key } = service.newAccount(opts);
+  const domain = uniqueDomain();
+  const domainId = await connectDomain(service, key, domain);
+  return { account, key, domain, domainId, from: `billing@${domain}` };
+}
+
+export interface SubSender {
+  id: string;
+  domain: string;
+  domainId: string;
+  from: string;
+}
+
+/** A sub-account of `parent` (acted for with the parent's key and X-Service-Account) with its own sending domain. */
+export async function newSubSender(service: TestService, parentKey: string, name = 'Shop sub-account'): Promise<SubSender> {
+  const res = await service.api('POST', '/accounts', { key: parentKey, body: { name } });
+  expect(res.status, JSON.stringify(res.body)).toBe(201);
+  const id = res.body.id as string;
+  const domain = uniqueDomain('sub');
+  const domainId = await connectDomain(service, parentKey, domain, { account: id });
+  return { id, domain, domainId, from: `orders@${domain}` };
+}
+
+/** A valid receipt send request. */
+export function receipt(from: string, to: string | string[] = 'customer@example.net', extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return { from, to, template: { name: 'receipt', receiptNumber: 'R-1001', paidOn: '2026-03-10', paymentMethod: 'Visa 4242', total: '$42.00' }, ...extra };
+}
+
+export function sendEmail(service: TestService, key: string, body: unknown, opts: { account?: string; headers?: Record<string, string> } = {}): Promise<ApiResponse> {
+  return service.api('POST', '/emails', { key, body, account: opts.account, headers: opts.headers });
+}
+
+/** The error envelope with this status and code (and, when given, exactly this message). */
+export function expectError(res: ApiResponse, status: number, code: string, message?: string | RegExp): void {
+  expect({ status: res.status, body: res.body }).toEqual({ status, body: { error: { code, message: expect.any(String) } } });
+  if (typeof message === 'string') expect(res.body.error.message).toBe(message);
+  else if (message) expect(res.body.error.message).toMatch(message);
+}
+
+export function expectOk(res: ApiResponse): void {
+  expect({ status: res.status, body: res.body }).toMatchObject({ status: 200, body: { id: expect.any(String) } });
+}
+
+export function accountRow(service: TestService, id: string): AccountRow {
+  const row = service.deps.db.select().from(accounts).where(eq(accounts.id, id)).get();
+  if (!row) throw new Error(`no account ${id}`);
+  return row;
+}
+
+export function updateAccount(service: TestService, id: string, patch: Partial<typeof accounts.$inferInsert>): void {
+  service.deps.db.update(accounts).set(patch).where(eq(accounts.id, id)).run();
+}
+
+/** GET /account for the key's account, or for the sub-account named by `account`. */
+export async function getAccount(service: TestService, key: string, account?: string): Promise<any> {
+  const res = await service.api('GET', '/account', { key, account });
+  expect(res.status).toBe(200);
+  return res.body;
+}
+
+export function emailRows(service: TestService, accountId: string): EmailRow[] {
+  return service.deps.db.select().from(emails).where(eq(emails.accountId, accountId)).orderBy(asc(emails.id)).all();
+}
+
+export function outboundMessagesOf(service: TestService, accountId: string): OutboundMessageRow[] {
+  return service.deps.db.select().from(outboundMessages).where(eq(outboundMessages.accountId, accountId)).all();
+}
+
+/** The queued message of one email and its recipient rows. */
+export function queued(service: TestService, emailId: string): { message: OutboundMessageRow | undefined; recipients: OutboundRecipientRow[] } {
+  const message = service.deps.db.select().from(outboundMessages).where(eq(outboundMessages.id, emailId)).get();
+  const recipients = service.deps.db.select().from(outboundRecipients).where(eq(outboundRecipients.messageId, emailId)).orderBy(asc(outboundRecipients.id)).all();
+  return { message, recipients };
+}
+
+/** Every recipient row queued for the account. */
+export function queuedRecipientsOf(service: TestService, accountId: string): OutboundRecipientRow[] {
+  return service.deps.db
+    .select({ r: outboundRecipients })
+    .from(outboundRecipients)
+    .innerJoin(outboundMessages, eq(outboundMessages.id, outboundRecipients.messageId))
+    .where(eq(outboundMessages.accountId, accountId))
+    .all()
+    .map((x) => x.r);
+}
+
+/** Logs `n` sandbox sends for the account directly, as `n` sandbox POST /emails at the current time would. */
+export function fillSandboxLog(service: TestService, accountId: string, n: number): void {
+  const now = service.clock.now();
+  const rows = Array.from({ length: n }, () => ({
+    id: newId(now),
+    accountId,
+    fromAddress: 'billing@example.com',
+    to: ['customer@example.net'],
+    subject: 'Your receipt',
+    template: 'receipt',
+    status: 'sandboxed' as const,
+    sandbox: true,
+    createdAt: now,
+  }));
+  for (let i = 0; i < rows.length; i += 200) service.deps.db.insert(emails).values(rows.slice(i, i + 200)).run();
+}
+
+/** SHA-256 hex of the exact bytes the harness sends for `body`, as the service fingerprints an idempotent request. */
+export const fingerprintOf = (body: unknown): string => createHash('sha256').update(JSON.stringify(body)).digest('hex');
+
+/** A claim held by a request that never answered, as the service stores one. */
+export function insertRunningClaim(service: TestService, accountId: string, key: string, body: unknown, claimedAt = service.clock.now()): void {
+  service.deps.db
+    .insert(idempotencyKeys)
+    .values({ accountId, key, fingerprint: fingerprintOf(body), claimToken: 'held-by-a-lost-request', state: 'running', response: null, claimedAt, completedAt: null })
+    .run();
+}
+
+export function idempotencyRow(service: TestService, accountId: string, key: string) {
+  return service.deps.db.select().from(idempotencyKeys).where(and(eq(idempotencyKeys.accountId, accountId), eq(idempotencyKeys.key, key))).get();
+}
+
+/** Makes the durable queue refuse every insert, as a full disk would. */
+export function breakQueue(service: TestService): () => void {
+  service.deps.store.sqlite.exec("CREATE TRIGGER refuse_queue BEFORE INSERT ON outbound_recipients BEGIN SELECT RAISE(ABORT, 'disk full'); END");
+  return () => service.deps.store.sqlite.exec('DROP TRIGGER refuse_queue');
+}
+
+export interface RawResponse {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: any;
+}
+
+interface RawOptions {
+  headers?: Record<string, string>;
+  body?: string;
+  /** An already connected socket to send the request on. */
+  socket?: Socket;
+}
+
+/**
+ * One request over node:http, whose headers go out exactly as given (fetch may drop an empty header value).
+ * Paths are relative to /api/v1.
+ */
+export function rawRequest(service: TestService, method: string, path: string, opts: RawOptions = {}): Promise<RawResponse> {
+  const url = new URL(`${service.base}${path}`);
+  return new Promise((resolve, reject) => {
+    const socket = opts.socket;
+    const target = { host: url.hostname, port: url.port, path: `${url.pathname}${url.search}`, method, headers: opts.headers };
+    const req = request(socket ? { ...target, createConnection: () => socket } : target, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString('utf8');
+        let body: unknown = text;
+        try {
+          body = text === '' ? null : JSON.parse(text);
+        } catch {
+          // not JSON: the test sees the raw text
+        }
+        resolve({ status: res.statusCode ?? 0, headers: res.headers, body });
+      });
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    if (opts.body !== undefined) req.write(opts.body);
+    req.end();
+  });
+}
+
+/** `n` connections to the service, each connected before any is used, for requests that must arrive together. */
+export function connectSockets(service: TestService, n: number): Promise<Socket[]> {
+  const url = new URL(service.base);
+  return Promise.all(
+    Array.from(
+      { length: n },
+      () =>
+        new Promise<Socket>((resolve, reject) => {
+          const socket = connect(Number(url.port), url.hostname, () => resolve(socket));
+          socket.once('error', reject);
+        }),
+    ),
+  );
+}
+
+/** `n` distinct recipient addresses. */
+export const recipients = (n: number, domain = 'example.net'): string[] => Array.from({ length: n }, (_, i) => `user${i + 1}@${domain}`);
+
+export const DAY = 86_400_000;
+
+/** Ends the account's trial and grace window: its sends now answer `402 no_credits`. */
+export function exhaustCredits(service: TestService, accountId: string): void {
+  const now = service.clock.now();
+  updateAccount(service, accountId, { creditsBalance: 0, freeUntil: now - 365 * DAY, graceStartedAt: now - 365 * DAY });
+}
+
+/** Counts recipients against today's quota so that `left` remain. */
+export function useQuota(service: TestService, accountId: string, left = 0): void {
+  const row = accountRow(service, accountId);
+  const day = new Date(service.clock.now()).toISOString().slice(0, 10);
+  updateAccount(service, accountId, { sentTodayDay: day, sentTodayCount: row.dailyQuota - left });
+}
+
+/** An operator's suspension (the CLI's `accounts suspend`), which the API cannot lift. */
+export function suspendByOperator(service: TestService, accountId: string, reason: string): void {
+  updateAccount(service, accountId, { suspendedBy: 'operator', suspendedReason: reason, suspendedAt: service.clock.now() });
+}

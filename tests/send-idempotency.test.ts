@@ -1,0 +1,347 @@
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import {
+  breakQueue,
+  connectSockets,
+  DAY,
+  emailRows,
+  expectError,
+  expectOk,
+  getAccount,
+  idempotencyRow,
+  insertRunningClaim,
+  newSender,
+  newSubSender,
+  outboundMessagesOf,
+  queuedRecipientsOf,
+  type RawResponse,
+  rawRequest,
+  receipt,
+  sendEmail,
+  setDomainState,
+} from './helpers/sending.js';
+import { startService, type TestService } from './helpers/service.js';
+
+/**
+ * Idempotency rules of api.md for POST /emails (Errors; Limits; decisions.md section 2; issue 4, item 2): same key and
+ * body within 24 h replays the first answer with `Idempotent-Replayed: true`; another body is `422
+ * idempotency_mismatch`; a running first request is `409 idempotency_in_progress` and its claim is released after
+ * 15 s; the key is 1 to 255 characters; only a 200 is stored; keys are per acting account.
+ */
+
+let service: TestService;
+
+beforeAll(async () => {
+  service = await startService();
+});
+afterAll(async () => {
+  await service.close();
+});
+
+const withKey = (key: string) => ({ headers: { 'Idempotency-Key': key } });
+
+describe('replay', () => {
+  it('the same key and body returns the first answer with Idempotent-Replayed: true and sends once', async () => {
+    const s = await newSender(service, { credits: 10 });
+    const body = receipt(s.from, ['ann@example.net', 'bob@example.net']);
+    const first = await sendEmail(service, s.key, body, withKey('order-1001'));
+    expectOk(first);
+    expect(first.headers.get('idempotent-replayed')).toBeNull();
+    for (let i = 0; i < 3; i++) {
+      const again = await sendEmail(service, s.key, body, withKey('order-1001'));
+      expect(again.status).toBe(200);
+      expect(again.headers.get('idempotent-replayed')).toBe('true');
+      expect(again.body).toEqual(first.body);
+    }
+    expect(emailRows(service, s.account.id)).toHaveLength(1);
+    expect(outboundMessagesOf(service, s.account.id)).toHaveLength(1);
+    expect(queuedRecipientsOf(service, s.account.id)).toHaveLength(2);
+    const account = await getAccount(service, s.key);
+    expect(account.credits).toMatchObject({ balance: 9, totalUsed: 1 });
+    expect(account.sending.sentToday).toBe(2);
+  });
+
+  it('replays the warning of a trial answer as it was', async () => {
+    const s = await newSender(service);
+    const body = receipt(s.from);
+    const first = await sendEmail(service, s.key, body, withKey('trial-1'));
+    expect(first.body.warning).toMatchObject({ code: 'trial' });
+    service.clock.advance(60_000);
+    const again = await sendEmail(service, s.key, body, withKey('trial-1'));
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(again.body).toEqual(first.body);
+  });
+
+  it('a sandbox answer is replayed too', async () => {
+    const s = await newSender(service);
+    const body = receipt(s.from, 'ann@example.net', { sandbox: true });
+    const first = await sendEmail(service, s.key, body, withKey('sandbox-1'));
+    expect(first.body.sandbox).toBe(true);
+    const again = await sendEmail(service, s.key, body, withKey('sandbox-1'));
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(again.body).toEqual(first.body);
+    expect(emailRows(service, s.account.id)).toHaveLength(1);
+  });
+
+  it('replays within 24 hours; after 24 hours the key is a fresh attempt', async () => {
+    const s = await newSender(service, { credits: 10 });
+    const body = receipt(s.from);
+    const first = await sendEmail(service, s.key, body, withKey('daily-report'));
+    expectOk(first);
+    service.clock.advance(DAY - 1);
+    const within = await sendEmail(service, s.key, body, withKey('daily-report'));
+    expect(within.headers.get('idempotent-replayed')).toBe('true');
+    expect(within.body).toEqual(first.body);
+    service.clock.advance(2);
+    const after = await sendEmail(service, s.key, body, withKey('daily-report'));
+    expectOk(after);
+    expect(after.headers.get('idempotent-replayed')).toBeNull();
+    expect(after.body.id).not.toBe(first.body.id);
+    expect(emailRows(service, s.account.id)).toHaveLength(2);
+  });
+
+  it('after 24 hours another body under the old key is no mismatch', async () => {
+    const s = await newSender(service);
+    expectOk(await sendEmail(service, s.key, receipt(s.from, 'ann@example.net'), withKey('weekly')));
+    service.clock.advance(DAY + 1);
+    expectOk(await sendEmail(service, s.key, receipt(s.from, 'bob@example.net'), withKey('weekly')));
+  });
+
+  it('a request without the header is never replayed', async () => {
+    const s = await newSender(service);
+    const body = receipt(s.from);
+    const a = await sendEmail(service, s.key, body);
+    const b = await sendEmail(service, s.key, body);
+    expectOk(a);
+    expectOk(b);
+    expect(b.headers.get('idempotent-replayed')).toBeNull();
+    expect(a.body.id).not.toBe(b.body.id);
+  });
+});
+
+describe('mismatch', () => {
+  it('the same key with another body is 422 idempotency_mismatch and sends nothing more', async () => {
+    const s = await newSender(service);
+    expectOk(await sendEmail(service, s.key, receipt(s.from, 'ann@example.net'), withKey('order-7')));
+    expectError(await sendEmail(service, s.key, receipt(s.from, 'bob@example.net'), withKey('order-7')), 422, 'idempotency_mismatch');
+    expectError(await sendEmail(service, s.key, receipt(s.from, 'ann@example.net', { sandbox: true }), withKey('order-7')), 422, 'idempotency_mismatch');
+    expect(emailRows(service, s.account.id)).toHaveLength(1);
+  });
+
+  it('a body that differs only in its bytes (key order, spacing) is another body', async () => {
+    const s = await newSender(service);
+    const body = receipt(s.from);
+    expectOk(await sendEmail(service, s.key, body, withKey('order-8')));
+    const reordered = JSON.stringify({ template: body.template, to: body.to, from: body.from });
+    const res = await service.api('POST', '/emails', { key: s.key, rawBody: reordered, headers: { 'content-type': 'application/json', 'Idempotency-Key': 'order-8' } });
+    expectError(res, 422, 'idempotency_mismatch');
+  });
+
+  it('a running claim with another body is 422 idempotency_mismatch', async () => {
+    const s = await newSender(service);
+    insertRunningClaim(service, s.account.id, 'order-9', receipt(s.from, 'ann@example.net'));
+    expectError(await sendEmail(service, s.key, receipt(s.from, 'bob@example.net'), withKey('order-9')), 422, 'idempotency_mismatch');
+  });
+});
+
+describe('the key itself: 1 to 255 characters', () => {
+  it('an empty Idempotency-Key is 400 invalid_idempotency_key', async () => {
+    const s = await newSender(service);
+    const res = await rawRequest(service, 'POST', '/emails', {
+      headers: { authorization: `Bearer ${s.key}`, 'content-type': 'application/json', 'idempotency-key': '' },
+      body: JSON.stringify(receipt(s.from)),
+    });
+    expect(res.status).toBe(400);
+    expect(res.body).toEqual({ error: { code: 'invalid_idempotency_key', message: expect.any(String) } });
+    expect(emailRows(service, s.account.id)).toEqual([]);
+  });
+
+  it('256 characters is 400 invalid_idempotency_key; 255 and 1 are accepted', async () => {
+    const s = await newSender(service);
+    expectError(await sendEmail(service, s.key, receipt(s.from), withKey('k'.repeat(256))), 400, 'invalid_idempotency_key');
+    expect(emailRows(service, s.account.id)).toEqual([]);
+    const long = await sendEmail(service, s.key, receipt(s.from), withKey('k'.repeat(255)));
+    expectOk(long);
+    const replay = await sendEmail(service, s.key, receipt(s.from), withKey('k'.repeat(255)));
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    expectOk(await sendEmail(service, s.key, receipt(s.from), withKey('k')));
+  });
+
+  it('keys are compared exactly', async () => {
+    const s = await newSender(service);
+    const body = receipt(s.from);
+    const a = await sendEmail(service, s.key, body, withKey('Order-1'));
+    const b = await sendEmail(service, s.key, body, withKey('order-1'));
+    expectOk(a);
+    expectOk(b);
+    expect(b.headers.get('idempotent-replayed')).toBeNull();
+  });
+});
+
+describe('in progress', () => {
+  it('two identical requests at once: one 200, one 409 idempotency_in_progress, one email and one queued message', async () => {
+    const s = await newSender(service);
+    const body = receipt(s.from, ['ann@example.net', 'bob@example.net']);
+    const opts = { headers: { authorization: `Bearer ${s.key}`, 'content-type': 'application/json', 'Idempotency-Key': 'concurrent-1' }, body: JSON.stringify(body) };
+    const sockets = await connectSockets(service, 2);
+    // The service gathers a send's commit for ~2 ms; holding that timer keeps the first request running while the
+    // second arrives, so the outcome does not depend on how the two are scheduled.
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    let answers: RawResponse[];
+    try {
+      const pending = sockets.map((socket) => rawRequest(service, 'POST', '/emails', { ...opts, socket }));
+      const early = await Promise.race(pending);
+      expect(early.status).toBe(409);
+      expect(early.body).toEqual({ error: { code: 'idempotency_in_progress', message: expect.any(String) } });
+      vi.advanceTimersByTime(50);
+      answers = await Promise.all(pending);
+    } finally {
+      vi.useRealTimers();
+      for (const socket of sockets) socket.destroy();
+    }
+    expect(answers.map((a) => a.status).sort()).toEqual([200, 409]);
+    const ok = answers.find((a) => a.status === 200)!;
+    expect(ok.headers['idempotent-replayed']).toBeUndefined();
+    expect(emailRows(service, s.account.id)).toHaveLength(1);
+    expect(outboundMessagesOf(service, s.account.id)).toHaveLength(1);
+    expect(queuedRecipientsOf(service, s.account.id)).toHaveLength(2);
+    const replay = await sendEmail(service, s.key, body, withKey('concurrent-1'));
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    expect(replay.body).toEqual(ok.body);
+  });
+
+  it('two identical requests sent together over fetch send once', async () => {
+    const s = await newSender(service);
+    const body = receipt(s.from, 'ann@example.net');
+    const init = () => ({ method: 'POST', headers: { authorization: `Bearer ${s.key}`, 'content-type': 'application/json', 'Idempotency-Key': 'concurrent-2' }, body: JSON.stringify(body) });
+    const responses = await Promise.all([fetch(`${service.base}/emails`, init()), fetch(`${service.base}/emails`, init())]);
+    const answers = await Promise.all(responses.map(async (r) => ({ status: r.status, replayed: r.headers.get('idempotent-replayed'), body: (await r.json()) as { id?: string; error?: { code: string } } })));
+    // Usually one finds the other running (409); if the first has already committed, the second is its replay.
+    const fresh = answers.filter((a) => a.status === 200 && a.replayed === null);
+    expect(fresh).toHaveLength(1);
+    for (const other of answers.filter((a) => a !== fresh[0])) {
+      if (other.status === 409) expect(other.body.error?.code).toBe('idempotency_in_progress');
+      else expect(other).toEqual({ status: 200, replayed: 'true', body: fresh[0]!.body });
+    }
+    expect(emailRows(service, s.account.id)).toHaveLength(1);
+    expect(queuedRecipientsOf(service, s.account.id)).toHaveLength(1);
+  });
+
+  it('a claim nobody answered is 409 until 15 s have passed, then the request goes through', async () => {
+    const s = await newSender(service);
+    const body = receipt(s.from);
+    insertRunningClaim(service, s.account.id, 'lost-1', body);
+    expectError(await sendEmail(service, s.key, body, withKey('lost-1')), 409, 'idempotency_in_progress');
+    service.clock.advance(14_999);
+    expectError(await sendEmail(service, s.key, body, withKey('lost-1')), 409, 'idempotency_in_progress');
+    expect(emailRows(service, s.account.id)).toEqual([]);
+    service.clock.advance(2);
+    const res = await sendEmail(service, s.key, body, withKey('lost-1'));
+    expectOk(res);
+    expect(res.headers.get('idempotent-replayed')).toBeNull();
+    expect(emailRows(service, s.account.id)).toHaveLength(1);
+    const replay = await sendEmail(service, s.key, body, withKey('lost-1'));
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    expect(replay.body).toEqual(res.body);
+  });
+});
+
+describe('only a settled 200 is stored', () => {
+  it('a 422 is not stored: the same key with a corrected body succeeds', async () => {
+    const s = await newSender(service);
+    const bad = { ...receipt(s.from), template: { name: 'receipt' } };
+    expectError(await sendEmail(service, s.key, bad, withKey('fix-me')), 422, 'invalid_request');
+    expect(idempotencyRow(service, s.account.id, 'fix-me')).toBeUndefined();
+    expectError(await sendEmail(service, s.key, bad, withKey('fix-me')), 422, 'invalid_request');
+    const fixed = await sendEmail(service, s.key, receipt(s.from), withKey('fix-me'));
+    expectOk(fixed);
+    expect(fixed.headers.get('idempotent-replayed')).toBeNull();
+  });
+
+  it('a 400 invalid_json is not stored', async () => {
+    const s = await newSender(service);
+    const res = await service.api('POST', '/emails', { key: s.key, rawBody: '{', headers: { 'content-type': 'application/json', 'Idempotency-Key': 'json-1' } });
+    expectError(res, 400, 'invalid_json');
+    expectOk(await sendEmail(service, s.key, receipt(s.from), withKey('json-1')));
+  });
+
+  it('a 403 is not stored: once the domain is ready the same request sends', async () => {
+    const s = await newSender(service);
+    setDomainState(service, s.domainId, 'ownership');
+    const body = receipt(s.from);
+    expectError(await sendEmail(service, s.key, body, withKey('domain-1')), 403, 'domain_not_ready');
+    setDomainState(service, s.domainId, 'sending');
+    const res = await sendEmail(service, s.key, body, withKey('domain-1'));
+    expectOk(res);
+    expect(res.headers.get('idempotent-replayed')).toBeNull();
+  });
+
+  it('a 422 recipient_suppressed is not stored: after the address is removed the same request sends', async () => {
+    const s = await newSender(service);
+    expect((await service.api('POST', '/suppressions', { key: s.key, body: { address: 'ann@example.net' } })).status).toBe(201);
+    const body = receipt(s.from, 'ann@example.net');
+    expectError(await sendEmail(service, s.key, body, withKey('supp-1')), 422, 'recipient_suppressed');
+    expect((await service.api('DELETE', '/suppressions/ann%40example.net', { key: s.key })).status).toBe(204);
+    expectOk(await sendEmail(service, s.key, body, withKey('supp-1')));
+  });
+
+  it('a 502 is not stored: the same key and body succeed once the queue takes messages again', async () => {
+    const s = await newSender(service);
+    const body = receipt(s.from);
+    const restore = breakQueue(service);
+    let failed;
+    try {
+      failed = await sendEmail(service, s.key, body, withKey('retry-502'));
+    } finally {
+      restore();
+    }
+    expectError(failed, 502, 'send_failed');
+    expect(idempotencyRow(service, s.account.id, 'retry-502')).toBeUndefined();
+    const retry = await sendEmail(service, s.key, body, withKey('retry-502'));
+    expectOk(retry);
+    expect(retry.headers.get('idempotent-replayed')).toBeNull();
+    expect(emailRows(service, s.account.id).map((r) => r.status).sort()).toEqual(['failed', 'sent']);
+  });
+});
+
+describe('per acting account', () => {
+  it('the same key on another account is independent', async () => {
+    const a = await newSender(service);
+    const b = await newSender(service);
+    const first = await sendEmail(service, a.key, receipt(a.from), withKey('shared-key'));
+    const second = await sendEmail(service, b.key, receipt(b.from), withKey('shared-key'));
+    expectOk(first);
+    expectOk(second);
+    expect(second.headers.get('idempotent-replayed')).toBeNull();
+    expect(second.body.id).not.toBe(first.body.id);
+  });
+
+  it('the same key and body for a sub-account and for its parent are independent', async () => {
+    const parent = await newSender(service);
+    const sub = await newSubSender(service, parent.key);
+    // The same bytes from both: the sub-account's domain, which the parent does not hold, would fail for the parent.
+    const body = receipt(sub.from);
+    const viaSub = await sendEmail(service, parent.key, body, { account: sub.id, ...withKey('shared') });
+    expectOk(viaSub);
+    const asParent = await sendEmail(service, parent.key, body, withKey('shared'));
+    expectError(asParent, 403, 'domain_not_yours');
+    const parentOwn = await sendEmail(service, parent.key, receipt(parent.from), withKey('shared'));
+    expectOk(parentOwn);
+    expect(parentOwn.headers.get('idempotent-replayed')).toBeNull();
+    const replaySub = await sendEmail(service, parent.key, body, { account: sub.id, ...withKey('shared') });
+    expect(replaySub.headers.get('idempotent-replayed')).toBe('true');
+    expect(replaySub.body).toEqual(viaSub.body);
+  });
+
+  it('a key minted for the sub-account shares the sub-account’s keys', async () => {
+    const parent = await newSender(service);
+    const sub = await newSubSender(service, parent.key);
+    const minted = await service.api('POST', '/keys', { key: parent.key, account: sub.id, body: { name: 'sub key' } });
+    expect(minted.status).toBe(201);
+    const body = receipt(sub.from);
+    const first = await sendEmail(service, parent.key, body, { account: sub.id, ...withKey('sub-order') });
+    expectOk(first);
+    const again = await sendEmail(service, minted.body.key, body, withKey('sub-order'));
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(again.body).toEqual(first.body);
+  });
+});
