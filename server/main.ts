@@ -30,10 +30,6 @@ async function main(): Promise<void> {
 
   const engine = createDeliveryEngine(deps);
   deps.onQueued = engine.poke;
-  engine.start();
-
-  const http = await listenHttp(createApp(deps), config.httpHost, config.httpPort);
-  logger.info('http.listening', { host: config.httpHost, port: http.port, api: API_BASE });
 
   const flushUsage = () => {
     try {
@@ -45,13 +41,16 @@ async function main(): Promise<void> {
   const flushTimer = setInterval(flushUsage, KEY_USAGE_FLUSH_MS);
   flushTimer.unref();
 
+  // The signal handlers go in before anything listens: a supervisor may stop the process the moment it reports
+  // ready, and a SIGTERM must never fall through to Node's default (death by signal instead of exit 0).
+  let http: Awaited<ReturnType<typeof listenHttp>> | undefined;
   let stopping = false;
   const shutdown = async (signal: string) => {
     if (stopping) return;
     stopping = true;
     logger.info('process.stopping', { signal });
     clearInterval(flushTimer);
-    await http.close();
+    await http?.close();
     await engine.stop();
     flushUsage();
     deps.store.close();
@@ -60,6 +59,15 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   process.on('SIGINT', () => void shutdown('SIGINT'));
+
+  engine.start();
+  const listening = await listenHttp(createApp(deps), config.httpHost, config.httpPort);
+  if (stopping) {
+    await listening.close();
+    return;
+  }
+  http = listening;
+  logger.info('http.listening', { host: config.httpHost, port: http.port, api: API_BASE });
 }
 
 main().catch((err: unknown) => {

@@ -1,0 +1,212 @@
+import { eq } from 'drizzle-orm';
+import { simpleParser } from 'mailparser';
+import { dkimVerify } from 'mailauth/lib/dkim/verify.js';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { domainKeys } from '../db/schema/index.js';
+import { createDeliveryEngine, type DeliveryEngine } from '../mta/delivery-engine.js';
+import { TestDnsServer } from './helpers/dns-server.js';
+import { newSender, type Sender } from './helpers/sending.js';
+import { startService, type TestService } from './helpers/service.js';
+import { SmtpSink } from './helpers/smtp-sink.js';
+
+/**
+ * The message as it reaches the recipient's server (issue 5, item 4): Message-ID, Date, the rebuilt From, Reply-To
+ * when given, MIME-Version, multipart/alternative text and html, no bare CR or LF anywhere, and a DKIM signature
+ * (rsa-sha256, relaxed/relaxed, the from-domain's selector) that mailauth's verifier accepts against the Signing
+ * record the test DNS server publishes, body hash included.
+ */
+
+let dns: TestDnsServer;
+let sink: SmtpSink;
+let service: TestService;
+let engine: DeliveryEngine;
+
+const FAST = { connectTimeoutMs: 1000, greetingTimeoutMs: 1000, socketTimeoutMs: 2000 };
+
+beforeAll(async () => {
+  dns = await TestDnsServer.start();
+  sink = await SmtpSink.start();
+  service = await startService({ DNS_SERVERS: dns.address, SMTP_DELIVERY_PORT: String(sink.port), ALLOW_PRIVATE_TARGETS: 'true' });
+  engine = createDeliveryEngine(service.deps, { timeouts: FAST });
+});
+
+afterAll(async () => {
+  await service?.close();
+  await sink?.stop();
+  await dns?.stop();
+});
+
+beforeEach(() => {
+  dns.clear();
+  sink.received = [];
+  sink.attempts.clear();
+  sink.rcpt = () => 'accept';
+  sink.data = () => 'accept';
+  dns.add('example.net', { type: 'MX', priority: 10, exchange: 'mx.example.net' });
+  dns.add('mx.example.net', { type: 'A', address: '127.0.0.1' });
+});
+
+/** Publishes the sender's Signing record as real DNS holds a long TXT record: strings of at most 255 characters. */
+function publishSigningRecord(s: Sender): { selector: string } {
+  const row = service.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, s.account.id)).get();
+  if (!row) throw new Error('no domain key');
+  const record = `v=DKIM1; h=sha256; k=rsa; p=${row.dkimPublicKey}`;
+  dns.add(`${row.selector}._domainkey.${s.domain}`, { type: 'TXT', data: record.match(/.{1,255}/g)! });
+  return { selector: row.selector };
+}
+
+/** mailauth's verifier, reading DNS from the test server through the service's own resolver. */
+async function verify(raw: Buffer) {
+  return dkimVerify(raw, {
+    resolver: async (name: string, type: string) => {
+      const r = await service.deps.resolver.txt(name);
+      if (type !== 'TXT' || r.status !== 'found') throw Object.assign(new Error('not found'), { code: 'ENOTFOUND' });
+      return r.records;
+    },
+  });
+}
+
+async function sendAndDeliver(s: Sender, body: Record<string, unknown>): Promise<{ id: string; raw: Buffer }> {
+  const res = await service.api('POST', '/emails', { key: s.key, body });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  await engine.runOnce();
+  expect(sink.received, 'one message at the sink').toHaveLength(1);
+  return { id: res.body.id as string, raw: sink.received[0]!.raw };
+}
+
+/** The header section, unfolded, as name (lower-cased) → values. */
+function headersOf(raw: Buffer): Map<string, string[]> {
+  const text = raw.toString('latin1');
+  const head = text.slice(0, text.indexOf('\r\n\r\n')).replace(/\r\n[ \t]+/g, ' ');
+  const map = new Map<string, string[]>();
+  for (const line of head.split('\r\n')) {
+    const i = line.indexOf(':');
+    const name = line.slice(0, i).trim().toLowerCase();
+    map.set(name, [...(map.get(name) ?? []), line.slice(i + 1).trim()]);
+  }
+  return map;
+}
+
+const BARE_CR_OR_LF = /[^\r]\n|^\n|\r(?!\n)/;
+
+describe('the message sent', () => {
+  it('carries Message-ID, Date, the rebuilt From, Reply-To, MIME-Version and multipart/alternative text and html', async () => {
+    const s = await newSender(service);
+    const sentAt = service.clock.now();
+    const { raw, id } = await sendAndDeliver(s, {
+      from: `Billing Team <billing@${s.domain}>`,
+      to: 'alice@example.net',
+      replyTo: `Support Desk <support@${s.domain}>`,
+      template: { name: 'receipt', receiptNumber: 'R-7731', paidOn: '2026-03-10', paymentMethod: 'Visa 4242', total: '$99.00' },
+    });
+    const h = headersOf(raw);
+    for (const name of ['message-id', 'date', 'from', 'reply-to', 'mime-version', 'content-type', 'subject', 'to', 'dkim-signature']) {
+      expect(h.get(name), name).toHaveLength(1);
+    }
+    expect(h.get('message-id')![0]).toMatch(/^<[^<>@\s]+@[^<>@\s]+>$/);
+    expect(h.get('mime-version')![0]).toBe('1.0');
+    expect(h.get('content-type')![0]).toMatch(/^multipart\/alternative;\s*boundary=/i);
+
+    const mail = await simpleParser(raw);
+    expect(mail.from?.value).toEqual([{ name: 'Billing Team', address: `billing@${s.domain}` }]);
+    const replyTo = mail.replyTo?.value;
+    expect(replyTo).toEqual([{ name: 'Support Desk', address: `support@${s.domain}` }]);
+    expect(mail.date?.getTime()).toBe(Math.floor(sentAt / 1000) * 1000);
+    expect(mail.text).toContain('R-7731');
+    expect(mail.text).toContain('$99.00');
+    expect(mail.html).toContain('R-7731');
+    const email = (await service.api('GET', `/emails/${id}`, { key: s.key })).body;
+    expect(mail.subject).toBe(email.subject);
+
+    // Exactly two alternatives: text/plain, then text/html.
+    const text = raw.toString('latin1');
+    const boundary = /boundary="?([^";\r\n]+)"?/i.exec(h.get('content-type')![0]!)![1]!;
+    const parts = text.split(`--${boundary}`).slice(1, -1);
+    expect(parts.map((p) => /content-type:\s*([^;\r\n]+)/i.exec(p)?.[1]?.toLowerCase())).toEqual(['text/plain', 'text/html']);
+  });
+
+  it('has no Reply-To when none was given, and one Message-ID per email', async () => {
+    const s = await newSender(service);
+    const { raw } = await sendAndDeliver(s, { from: `billing@${s.domain}`, to: 'bob@example.net', template: { name: 'welcome' } });
+    expect(headersOf(raw).has('reply-to')).toBe(false);
+    const first = headersOf(raw).get('message-id')![0];
+    sink.received = [];
+    const { raw: second } = await sendAndDeliver(s, { from: `billing@${s.domain}`, to: 'bob@example.net', template: { name: 'welcome' } });
+    expect(headersOf(second).get('message-id')![0]).not.toBe(first);
+  });
+
+  it('rebuilds a non-ASCII display name as an RFC 2047 encoded word: the header section stays ASCII', async () => {
+    const s = await newSender(service);
+    const { raw } = await sendAndDeliver(s, { from: `Zoë Café <billing@${s.domain}>`, to: 'carol@example.net', template: { name: 'notification', subject: 'Café news', body: 'Grüße' } });
+    const text = raw.toString('latin1');
+    const head = text.slice(0, text.indexOf('\r\n\r\n'));
+    expect(head).toMatch(/^[\x20-\x7e\r\n\t]*$/);
+    expect(headersOf(raw).get('from')![0]).toMatch(/=\?utf-8\?[bq]\?/i);
+    const mail = await simpleParser(raw);
+    expect(mail.from?.value).toEqual([{ name: 'Zoë Café', address: `billing@${s.domain}` }]);
+  });
+
+  it('sends no bare CR or LF anywhere, even when the variables hold them', async () => {
+    const s = await newSender(service);
+    const body = `line one\nline two\rline three\r\nline four\n\n${'x'.repeat(1200)}\n.\n..leading dots\n`;
+    const { raw } = await sendAndDeliver(s, { from: `billing@${s.domain}`, to: 'dave@example.net', template: { name: 'notification', subject: 'Status\nupdate', body } });
+    expect(raw.toString('latin1')).not.toMatch(BARE_CR_OR_LF);
+    // Every line within the 998-character limit.
+    expect(raw.toString('latin1').split('\r\n').every((l) => l.length <= 998)).toBe(true);
+    const mail = await simpleParser(raw);
+    expect(mail.text).toContain('line four');
+    expect(mail.text).toContain('..leading dots');
+    expect(mail.subject).toBe('Status update');
+  });
+});
+
+describe('the DKIM signature', () => {
+  it('verifies with mailauth against the published Signing record, body hash included', async () => {
+    const s = await newSender(service);
+    const { selector } = publishSigningRecord(s);
+    const { raw } = await sendAndDeliver(s, {
+      from: `Shop <billing@${s.domain}>`,
+      to: ['erin@example.net'],
+      template: { name: 'receipt', receiptNumber: 'R-1', paidOn: '2026-03-10', paymentMethod: 'Visa', total: '$1.00' },
+    });
+    const signature = headersOf(raw).get('dkim-signature')![0]!;
+    const tags = Object.fromEntries(signature.split(';').map((t) => t.trim().split(/=(.*)/s).map((x) => x.replace(/\s+/g, ''))).filter((t) => t[0]));
+    expect(tags).toMatchObject({ v: '1', a: 'rsa-sha256', c: 'relaxed/relaxed', d: s.domain, s: selector });
+    expect(tags.h!.toLowerCase().split(':')).toEqual(expect.arrayContaining(['from', 'subject', 'date', 'message-id', 'to']));
+    expect(tags.bh).toMatch(/^[A-Za-z0-9+/]+=*$/);
+
+    const result = await verify(raw);
+    expect(result.results).toHaveLength(1);
+    expect(result.results[0]?.status.result).toBe('pass');
+    expect(result.results[0]?.signingDomain).toBe(s.domain);
+    expect(result.results[0]?.selector).toBe(selector);
+  });
+
+  it('fails verification once the body or a signed header is changed', async () => {
+    const s = await newSender(service);
+    publishSigningRecord(s);
+    const { raw } = await sendAndDeliver(s, { from: `billing@${s.domain}`, to: 'frank@example.net', template: { name: 'notification', subject: 'Hello there', body: 'The original body text.' } });
+    expect((await verify(raw)).results[0]?.status.result).toBe('pass');
+
+    const text = raw.toString('latin1');
+    const split = text.indexOf('\r\n\r\n');
+    const bodyChanged = Buffer.from(text.slice(0, split) + text.slice(split).replace('original', 'ORIGINAL'), 'latin1');
+    expect(bodyChanged.equals(raw)).toBe(false);
+    const bodyResult = (await verify(bodyChanged)).results[0];
+    expect(bodyResult?.status.result).not.toBe('pass');
+
+    const headerChanged = Buffer.from(text.slice(0, split).replace(/^Subject: .*$/m, 'Subject: Hello there!') + text.slice(split), 'latin1');
+    expect(headerChanged.equals(raw)).toBe(false);
+    expect((await verify(headerChanged)).results[0]?.status.result).not.toBe('pass');
+  });
+
+  it('does not verify against a different published key', async () => {
+    const s = await newSender(service);
+    const other = await newSender(service);
+    const row = service.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, s.account.id)).get()!;
+    const wrong = service.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, other.account.id)).get()!;
+    dns.add(`${row.selector}._domainkey.${s.domain}`, { type: 'TXT', data: `v=DKIM1; h=sha256; k=rsa; p=${wrong.dkimPublicKey}`.match(/.{1,255}/g)! });
+    const { raw } = await sendAndDeliver(s, { from: `billing@${s.domain}`, to: 'gina@example.net', template: { name: 'welcome' } });
+    expect((await verify(raw)).results[0]?.status.result).not.toBe('pass');
+  });
+});

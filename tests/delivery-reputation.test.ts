@@ -1,0 +1,189 @@
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { outboundRecipients } from '../db/schema/index.js';
+import { createDeliveryEngine, type DeliveryEngine } from '../mta/delivery-engine.js';
+import { unsuspendByOperator } from '../server/core/accounts.js';
+import { TestDnsServer } from './helpers/dns-server.js';
+import { accountRow, expectError, getAccount, newSender, newSubSender, receipt, updateAccount } from './helpers/sending.js';
+import { startService, type TestService } from './helpers/service.js';
+import { SmtpSink } from './helpers/smtp-sink.js';
+
+/**
+ * Reputation (decisions.md section 4; issue 5, item 6): totalSent counts the recipients of the account's own sends,
+ * totalBounced its 5.x.x bounces; once 50 have been sent the tier is graded from the lifetime rates (paused at 10%
+ * bounces, throttled at 5%, warning at 2%); throttled cuts effectiveQuota to a tenth; reaching paused suspends the
+ * account by the reputation breaker, with a reason naming the rates, which the API cannot lift. The counters are
+ * moved close to each threshold in the database and the last steps made by real bounces from an SMTP sink.
+ */
+
+const FAST = { connectTimeoutMs: 1000, greetingTimeoutMs: 1000, socketTimeoutMs: 2000 };
+
+let dns: TestDnsServer;
+let sink: SmtpSink;
+let service: TestService;
+let engine: DeliveryEngine;
+
+beforeAll(async () => {
+  dns = await TestDnsServer.start();
+  sink = await SmtpSink.start();
+  service = await startService({ DNS_SERVERS: dns.address, SMTP_DELIVERY_PORT: String(sink.port), ALLOW_PRIVATE_TARGETS: 'true' });
+  engine = createDeliveryEngine(service.deps, { timeouts: FAST });
+});
+
+afterAll(async () => {
+  await service?.close();
+  await sink?.stop();
+  await dns?.stop();
+});
+
+beforeEach(() => {
+  service.deps.db.delete(outboundRecipients).run();
+  dns.clear();
+  sink.received = [];
+  sink.attempts.clear();
+  // Every address at bounce.example is unknown there; everything else is accepted, except busy.example for now.
+  sink.rcpt = (address) => {
+    if (address.endsWith('@bounce.example')) return { code: 550, message: '5.1.1 No such user' };
+    if (address.endsWith('@busy.example')) return { code: 451, message: '4.3.2 Try again later' };
+    return 'accept';
+  };
+  for (const domain of ['example.net', 'bounce.example', 'busy.example']) dns.add(domain, { type: 'MX', priority: 10, exchange: 'mx.example.net' });
+  dns.add('mx.example.net', { type: 'A', address: '127.0.0.1' });
+});
+
+let counter = 0;
+/** `n` fresh addresses at `domain`. */
+const addresses = (n: number, domain: string) => Array.from({ length: n }, () => `r${++counter}@${domain}`);
+
+interface Actor {
+  key: string;
+  from: string;
+  account?: string;
+}
+
+async function sendAndDeliver(actor: Actor, to: string[]): Promise<void> {
+  const res = await service.api('POST', '/emails', { key: actor.key, account: actor.account, body: receipt(actor.from, to) });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  await engine.runOnce();
+}
+
+/** Sets totalSent so that after `bounces` more bouncing recipients the account has sent `total`, then sends them. */
+async function bounceUpTo(actor: Actor, accountId: string, bounces: number, total = 100): Promise<void> {
+  updateAccount(service, accountId, { totalSent: total - bounces });
+  await sendAndDeliver(actor, addresses(bounces, 'bounce.example'));
+}
+
+describe('reputation counters', () => {
+  it("counts every recipient of the account's own sends in totalSent and only 5.x.x bounces in totalBounced", async () => {
+    const s = await newSender(service);
+    await sendAndDeliver({ key: s.key, from: s.from }, [...addresses(2, 'example.net'), ...addresses(1, 'bounce.example'), ...addresses(1, 'busy.example')]);
+    let view = await getAccount(service, s.key);
+    expect(view.sending).toMatchObject({ totalSent: 4, totalBounced: 1, totalComplained: 0, tier: 'healthy' });
+
+    // A sandbox send is not counted.
+    const sandbox = await service.api('POST', '/emails', { key: s.key, body: receipt(s.from, addresses(3, 'bounce.example'), { sandbox: true }) });
+    expect(sandbox.status).toBe(200);
+    await engine.runOnce();
+    view = await getAccount(service, s.key);
+    expect(view.sending).toMatchObject({ totalSent: 4, totalBounced: 1 });
+  });
+
+  it("keeps a sub-account's sends and bounces on the sub-account, not on its parent", async () => {
+    const parent = await newSender(service);
+    const sub = await newSubSender(service, parent.key);
+    await sendAndDeliver({ key: parent.key, from: sub.from, account: sub.id }, [...addresses(2, 'bounce.example'), ...addresses(3, 'example.net')]);
+    expect((await getAccount(service, parent.key, sub.id)).sending).toMatchObject({ totalSent: 5, totalBounced: 2 });
+    expect((await getAccount(service, parent.key)).sending).toMatchObject({ totalSent: 0, totalBounced: 0 });
+  });
+});
+
+describe('tiers', () => {
+  it('grades nothing before 50 recipients have been sent, then grades at once', async () => {
+    const s = await newSender(service);
+    const actor = { key: s.key, from: s.from };
+    // 4 bounces of 49: 8%, but not yet graded.
+    await bounceUpTo(actor, s.account.id, 4, 49);
+    expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 49, totalBounced: 4, tier: 'healthy', suspended: false });
+    // The 50th recipient, another bounce: 10% of 50, paused.
+    await sendAndDeliver(actor, addresses(1, 'bounce.example'));
+    expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 50, totalBounced: 5, tier: 'paused', suspended: true });
+  });
+
+  it('moves healthy → warning at 2% → throttled at 5% (a tenth of the quota) → paused at 10% (suspended by the breaker)', async () => {
+    const s = await newSender(service);
+    const actor = { key: s.key, from: s.from };
+    updateAccount(service, s.account.id, { dailyQuota: 1234 });
+
+    await bounceUpTo(actor, s.account.id, 1);
+    expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 100, totalBounced: 1, tier: 'healthy', dailyQuota: 1234, effectiveQuota: 1234 });
+
+    await bounceUpTo(actor, s.account.id, 1);
+    expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 100, totalBounced: 2, tier: 'warning', effectiveQuota: 1234, suspended: false });
+
+    await bounceUpTo(actor, s.account.id, 3);
+    let sending = (await getAccount(service, s.key)).sending;
+    expect(sending).toMatchObject({ totalSent: 100, totalBounced: 5, tier: 'throttled', dailyQuota: 1234, effectiveQuota: 123, suspended: false });
+    // The cut quota is the one enforced.
+    const day = new Date(service.clock.now()).toISOString().slice(0, 10);
+    updateAccount(service, s.account.id, { sentTodayDay: day, sentTodayCount: 123 });
+    expectError(await service.api('POST', '/emails', { key: s.key, body: receipt(s.from, 'one-more@example.net') }), 429, 'quota_exceeded');
+    updateAccount(service, s.account.id, { sentTodayCount: 0 });
+
+    await bounceUpTo(actor, s.account.id, 5);
+    sending = (await getAccount(service, s.key)).sending;
+    expect(sending).toMatchObject({ totalSent: 100, totalBounced: 10, tier: 'paused', suspended: true });
+    const reason: string = sending.suspendedReason;
+    expect(reason).toMatch(/bounce/i);
+    expect(reason).toMatch(/complaint/i);
+    expect(reason).toMatch(/\b10(\.0+)?\s?%/);
+    expect(accountRow(service, s.account.id).suspendedBy).toBe('breaker');
+
+    // Every send is refused with the reason as the message.
+    expectError(await service.api('POST', '/emails', { key: s.key, body: receipt(s.from, 'after@example.net') }), 403, 'suspended', reason);
+  });
+
+  it('names the rates at the moment the breaker trips', async () => {
+    const s = await newSender(service);
+    // 9 bounced of 79 sent (the breaker looks only when a bounce is recorded), then one real bounce: 10 of 80, 12.5%.
+    updateAccount(service, s.account.id, { totalBounced: 9 });
+    await bounceUpTo({ key: s.key, from: s.from }, s.account.id, 1, 80);
+    const sending = (await getAccount(service, s.key)).sending;
+    expect(sending).toMatchObject({ totalSent: 80, totalBounced: 10, tier: 'paused', suspended: true });
+    expect(sending.suspendedReason).toMatch(/12\.5\d*\s?%/);
+    expect(sending.suspendedReason).toMatch(/\b0(\.0+)?\s?%/);
+  });
+
+  it('does not trip the breaker on deferrals', async () => {
+    const s = await newSender(service);
+    updateAccount(service, s.account.id, { totalSent: 80 });
+    await sendAndDeliver({ key: s.key, from: s.from }, addresses(20, 'busy.example'));
+    expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 100, totalBounced: 0, tier: 'healthy', suspended: false });
+  });
+});
+
+describe('the breaker on a sub-account', () => {
+  it('suspends the sub-account alone, refuses its sends with the reason, and the API cannot lift it', async () => {
+    const parent = await newSender(service);
+    const sub = await newSubSender(service, parent.key);
+    await bounceUpTo({ key: parent.key, from: sub.from, account: sub.id }, sub.id, 10);
+
+    const view = await service.api('GET', `/accounts/${sub.id}`, { key: parent.key });
+    expect(view.status).toBe(200);
+    expect(view.body.sending).toMatchObject({ tier: 'paused', suspended: true, totalSent: 100, totalBounced: 10 });
+    const reason: string = view.body.sending.suspendedReason;
+    expect(reason).toMatch(/bounce/i);
+    expect(reason).toMatch(/\b10(\.0+)?\s?%/);
+
+    expectError(await service.api('POST', '/emails', { key: parent.key, account: sub.id, body: receipt(sub.from, 'later@example.net') }), 403, 'suspended', reason);
+    expectError(await service.api('POST', `/accounts/${sub.id}/suspend`, { key: parent.key, body: { suspended: false } }), 409, 'conflict');
+    expect((await getAccount(service, parent.key, sub.id)).sending).toMatchObject({ suspended: true, suspendedReason: reason });
+
+    // The parent is neither suspended nor charged with the sub-account's bounces, and still sends.
+    expect((await getAccount(service, parent.key)).sending).toMatchObject({ suspended: false, totalBounced: 0, tier: 'healthy' });
+    const own = await service.api('POST', '/emails', { key: parent.key, body: receipt(parent.from, 'fine@example.net') });
+    expect(own.status, JSON.stringify(own.body)).toBe(200);
+
+    // The operator can lift it.
+    unsuspendByOperator(service.deps, sub.id);
+    expect((await getAccount(service, parent.key, sub.id)).sending.suspended).toBe(false);
+  });
+});
