@@ -6,7 +6,8 @@ import { openDomainPrivateKey } from '../server/core/dkim-keys.js';
 import type { Deps } from '../server/deps.js';
 import { type Claimed, claimDueRecipients, releaseRecipients, releaseStaleLeases } from './delivery-queue.js';
 import type { Classified } from './dsn.js';
-import { type SigningKey, buildSignedMessage } from './message.js';
+import { type SigningKey, prepareSigningKey } from './dkim.js';
+import { buildSignedMessage } from './message.js';
 import { recordOutcome } from './outcomes.js';
 import { type Route, resolveRoute } from './routing.js';
 import { type ClientOptions, DEFAULT_CLIENT_TIMEOUTS, SessionFailure, type SmtpSession, openSession } from './smtp-client.js';
@@ -68,14 +69,14 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
   let wake: (() => void) | null = null;
   let loopDone: Promise<void> = Promise.resolve();
 
-  /** The from-domain's key, decrypted once and kept for every later message. */
+  /** The from-domain's key, decrypted and parsed once and kept for every later message. */
   function signingKey(domainKeyId: string): SigningKey {
     const cached = keys.get(domainKeyId);
     if (cached) return cached;
     const row = deps.db.select().from(domainKeys).where(eq(domainKeys.id, domainKeyId)).get();
     if (!row) throw new Error(`domain key ${domainKeyId} not found`);
     if (!deps.secretKey) throw new Error('SECRET_KEY=off: DKIM keys cannot be opened');
-    const key = { domain: row.name, selector: row.selector, privateKeyPem: openDomainPrivateKey(deps.secretKey, row) };
+    const key = prepareSigningKey(row.name, row.selector, openDomainPrivateKey(deps.secretKey, row));
     keys.set(domainKeyId, key);
     return key;
   }
@@ -149,7 +150,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
     let p = built.get(job.message.id);
     if (!p) {
       recipientIndex(job);
-      p = buildSignedMessage(job.message, toLists.get(job.message.id) ?? [job.recipient.recipient], signingKey(job.message.domainKeyId));
+      p = buildSignedMessage(job.message, toLists.get(job.message.id) ?? [job.recipient.recipient], signingKey(job.message.domainKeyId), new Date(deps.clock.now()));
       built.set(job.message.id, p);
     }
     return p;

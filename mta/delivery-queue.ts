@@ -1,5 +1,6 @@
 import { and, eq, inArray, isNotNull, sql } from 'drizzle-orm';
 import type { Db } from '../db/client.js';
+import { definePrepared } from '../db/prepared.js';
 import { type OutboundMessageRow, type OutboundRecipientRow, outboundMessages, outboundRecipients } from '../db/schema/index.js';
 
 /** The durable outbound queue (outbound_recipients): claimed with a lease, one UPDATE ... RETURNING. */
@@ -9,14 +10,12 @@ export interface Claimed {
   message: OutboundMessageRow;
 }
 
-/**
- * Leases up to `limit` due recipients to `worker` until `now + leaseMs`. A lease that expired (its holder died or
- * hung) is claimed again.
- */
-export function claimDueRecipients(db: Db, worker: string, now: number, leaseMs: number, limit: number): Claimed[] {
-  const rows = db
+const p = sql.placeholder;
+
+const statements = definePrepared((db) => ({
+  claim: db
     .update(outboundRecipients)
-    .set({ lockedBy: worker, lockedUntil: now + leaseMs })
+    .set({ lockedBy: sql`${p('worker')}`, lockedUntil: sql`${p('until')}` })
     .where(
       inArray(
         outboundRecipients.id,
@@ -26,16 +25,24 @@ export function claimDueRecipients(db: Db, worker: string, now: number, leaseMs:
           .where(
             and(
               eq(outboundRecipients.status, 'queued'),
-              sql`${outboundRecipients.nextAttemptAt} <= ${now}`,
-              sql`(${outboundRecipients.lockedUntil} is null or ${outboundRecipients.lockedUntil} <= ${now})`,
+              sql`${outboundRecipients.nextAttemptAt} <= ${p('now')}`,
+              sql`(${outboundRecipients.lockedUntil} is null or ${outboundRecipients.lockedUntil} <= ${p('now')})`,
             ),
           )
           .orderBy(outboundRecipients.nextAttemptAt, outboundRecipients.id)
-          .limit(limit),
+          .limit(p('limit')),
       ),
     )
     .returning()
-    .all();
+    .prepare(),
+}));
+
+/**
+ * Leases up to `limit` due recipients to `worker` until `now + leaseMs`. A lease that expired (its holder died or
+ * hung) is claimed again.
+ */
+export function claimDueRecipients(db: Db, worker: string, now: number, leaseMs: number, limit: number): Claimed[] {
+  const rows = statements(db).claim.all({ worker, until: now + leaseMs, now, limit });
   if (rows.length === 0) return [];
   const messages = new Map(
     db

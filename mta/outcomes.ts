@@ -1,5 +1,6 @@
 import { and, eq, isNull, sql } from 'drizzle-orm';
 import { type AccountRow, accounts, emailEvents, emails, outboundMessages, outboundRecipients } from '../db/schema/index.js';
+import { definePrepared } from '../db/prepared.js';
 import type { Deps } from '../server/deps.js';
 import { findAccount } from '../server/core/accounts.js';
 import { suppress } from '../server/core/suppressions.js';
@@ -44,47 +45,52 @@ export async function recordOutcome(deps: Pick<Deps, 'db' | 'clock' | 'logger' |
 
   // Through the group commit: outcomes of concurrent connections share one fsync, and the caller's next step waits
   // until this one is durable.
-  await deps.commits.run((tx) => {
-    tx.insert(emailEvents)
-      .values({ id: newId(now), emailId: job.message.id, recipient: job.recipient.recipient, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail, occurredAt: now })
-      .run();
-    tx.update(outboundRecipients)
-      .set({
-        status: recorded.status === 'deferred' ? 'queued' : recorded.status,
-        attempts,
-        nextAttemptAt: recorded.nextAttemptAt ?? now,
-        lockedBy: null,
-        lockedUntil: null,
-      })
-      .where(eq(outboundRecipients.id, job.recipient.id))
-      .run();
-    if (recorded.status === 'delivered') {
-      tx.update(emails).set({ deliveredAt: now }).where(and(eq(emails.id, job.message.id), isNull(emails.deliveredAt))).run();
-    }
-    if (recorded.status === 'bounced') {
-      tx.update(emails).set({ bouncedAt: now }).where(and(eq(emails.id, job.message.id), isNull(emails.bouncedAt))).run();
-    }
+  await deps.commits.run(() => {
+    const q = statements(db);
+    q.insertEvent.run({ id: newId(now), emailId: job.message.id, recipient: job.recipient.recipient, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail, occurredAt: now });
+    q.updateRecipient.run({ id: job.recipient.id, status: recorded.status === 'deferred' ? 'queued' : recorded.status, attempts, nextAttemptAt: recorded.nextAttemptAt ?? now });
+    if (recorded.status === 'delivered') q.firstDelivered.run({ id: job.message.id, now });
+    if (recorded.status === 'bounced') q.firstBounced.run({ id: job.message.id, now });
     if (permanent) {
       const account = findAccount(db, job.message.accountId);
       if (account) {
         for (const id of [account.id, account.parentId]) {
           if (id) suppress(db, id, job.recipient.recipient, 'bounce', recorded.detail, now);
         }
-        tx.update(accounts).set({ totalBounced: sql`${accounts.totalBounced} + 1` }).where(eq(accounts.id, account.id)).run();
+        q.countBounce.run({ id: account.id });
         tripBreakerIfPaused(deps, account.id, now);
       }
     }
     // Once every recipient has its final outcome the content is no longer needed: it goes.
-    const open = tx
-      .select({ n: sql<number>`count(*)` })
-      .from(outboundRecipients)
-      .where(and(eq(outboundRecipients.messageId, job.message.id), eq(outboundRecipients.status, 'queued')))
-      .get();
-    if ((open?.n ?? 0) === 0) tx.delete(outboundMessages).where(eq(outboundMessages.id, job.message.id)).run();
+    if ((q.openRecipients.get({ messageId: job.message.id })?.n ?? 0) === 0) q.deleteMessage.run({ id: job.message.id });
   });
   deps.logger.info(`delivery.${recorded.status}`, { emailId: job.message.id, recipient: job.recipient.recipient, dsn: recorded.dsn, detail: recorded.detail, attempts });
   return recorded;
 }
+
+const p = sql.placeholder;
+
+/** The writes of one outcome, compiled once per database (they run on the root connection, inside the commit). */
+const statements = definePrepared((db) => ({
+  insertEvent: db
+    .insert(emailEvents)
+    .values({ id: p('id'), emailId: p('emailId'), recipient: p('recipient'), status: p('status'), dsn: p('dsn'), detail: p('detail'), occurredAt: p('occurredAt') })
+    .prepare(),
+  updateRecipient: db
+    .update(outboundRecipients)
+    .set({ status: sql`${p('status')}`, attempts: sql`${p('attempts')}`, nextAttemptAt: sql`${p('nextAttemptAt')}`, lockedBy: null, lockedUntil: null })
+    .where(eq(outboundRecipients.id, p('id')))
+    .prepare(),
+  firstDelivered: db.update(emails).set({ deliveredAt: sql`${p('now')}` }).where(and(eq(emails.id, p('id')), isNull(emails.deliveredAt))).prepare(),
+  firstBounced: db.update(emails).set({ bouncedAt: sql`${p('now')}` }).where(and(eq(emails.id, p('id')), isNull(emails.bouncedAt))).prepare(),
+  countBounce: db.update(accounts).set({ totalBounced: sql`${accounts.totalBounced} + 1` }).where(eq(accounts.id, p('id'))).prepare(),
+  openRecipients: db
+    .select({ n: sql<number>`count(*)` })
+    .from(outboundRecipients)
+    .where(and(eq(outboundRecipients.messageId, p('messageId')), eq(outboundRecipients.status, 'queued')))
+    .prepare(),
+  deleteMessage: db.delete(outboundMessages).where(eq(outboundMessages.id, p('id'))).prepare(),
+}));
 
 /** The reputation breaker: an account whose own rates grade as paused is suspended, with a reason naming them. */
 function tripBreakerIfPaused(deps: Pick<Deps, 'db' | 'logger'>, accountId: string, now: number): void {

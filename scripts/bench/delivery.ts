@@ -1,4 +1,4 @@
-import { createPrivateKey, generateKeyPairSync, sign } from 'node:crypto';
+import { generateKeyPairSync, sign } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -7,6 +7,8 @@ import { fileURLToPath } from 'node:url';
 import { eq } from 'drizzle-orm';
 import { openDatabase } from '../../db/client.js';
 import { domains } from '../../db/schema/index.js';
+import { dkimSign } from 'mailauth/lib/dkim/sign.js';
+import { prepareSigningKey } from '../../mta/dkim.js';
 import { buildSignedMessage, signMessage } from '../../mta/message.js';
 import { systemClock } from '../../server/clock.js';
 import { loadConfig } from '../../server/config.js';
@@ -129,7 +131,8 @@ async function endToEnd(): Promise<void> {
 async function signingCost(): Promise<void> {
   const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
   const pem = privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
-  const signingKey = { domain: 'bench.example', selector: 'ms1', privateKeyPem: pem };
+  const signingKey = prepareSigningKey('bench.example', 'ms1', pem);
+  const signTime = new Date();
   const raw = await buildSignedMessage(
     {
       id: '019a0000-0000-7000-8000-000000000000',
@@ -147,19 +150,26 @@ async function signingCost(): Promise<void> {
     },
     ['customer@example.net'],
     signingKey,
+    signTime,
   );
-  const keyObject = createPrivateKey(pem);
   const n = 300;
-  for (let i = 0; i < 20; i++) await signMessage(raw, signingKey);
-  let t = performance.now();
-  for (let i = 0; i < n; i++) await signMessage(raw, signingKey);
-  const ours = (performance.now() - t) / n;
-  t = performance.now();
-  for (let i = 0; i < n; i++) sign('sha256', raw, keyObject);
-  const bare = (performance.now() - t) / n;
+  const time = async (run: () => unknown): Promise<number> => {
+    for (let i = 0; i < 20; i++) await run();
+    const t = performance.now();
+    for (let i = 0; i < n; i++) await run();
+    return ((performance.now() - t) / n) * 1000;
+  };
+  const ours = await time(() => signMessage(raw, signingKey, signTime));
+  const bare = await time(() => sign('sha256', raw, signingKey.privateKey));
+  const viaPem = { signingDomain: 'bench.example', selector: 'ms1', privateKey: pem, algorithm: 'rsa-sha256', canonicalization: 'relaxed/relaxed', signTime };
+  const mailauthPem = await time(async () => {
+    const signed = await dkimSign(raw, { ...viaPem, signatureData: [viaPem] });
+    if (!signed.signatures) throw new Error('mailauth made no signature');
+  });
   console.log(`DKIM signature of a ${(raw.length / 1024).toFixed(1)} KB message (RSA-2048), mean of ${n}:`);
-  console.log(`  through the signing path (mailauth dkimSign)  ${(ours * 1000).toFixed(0)} µs`);
-  console.log(`  bare crypto.sign of the same bytes           ${(bare * 1000).toFixed(0)} µs   (ratio ${(ours / bare).toFixed(2)})`);
+  console.log(`  through the signing path (prepared key)      ${ours.toFixed(0)} µs`);
+  console.log(`  bare crypto.sign of the same bytes           ${bare.toFixed(0)} µs   (ratio ${(ours / bare).toFixed(2)})`);
+  console.log(`  mailauth dkimSign with the PEM, for contrast ${mailauthPem.toFixed(0)} µs`);
 }
 
 async function main(): Promise<void> {

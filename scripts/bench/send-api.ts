@@ -48,7 +48,7 @@ async function main(): Promise<void> {
   Object.assign(env, { DNS_SERVERS: dns.address, SMTP_DELIVERY_PORT: String(sink.port), ALLOW_PRIVATE_TARGETS: 'true' });
   const config = loadConfig(env);
   const store = openDatabase(dataDir);
-  const service = await spawnListening(join(here, '../../server/main.js'), env);
+  const service = await spawnListening(join(here, '../../server/main.js'), env, process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean));
   const base = `http://127.0.0.1:${service.port}/api/v1`;
 
   // Sandbox sends are limited to 1000 a day per account: spread them over many accounts, each with its own domain.

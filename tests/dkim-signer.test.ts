@@ -1,0 +1,58 @@
+import { generateKeyPairSync } from 'node:crypto';
+import { dkimSign } from 'mailauth/lib/dkim/sign.js';
+import { dkimVerify } from 'mailauth/lib/dkim/verify.js';
+import { describe, expect, it } from 'vitest';
+import { dkimSignature, prepareSigningKey } from '../mta/dkim.js';
+import { signMessage } from '../mta/message.js';
+
+/**
+ * The signing path (mta/dkim.ts): mailauth's canonicalization with a key parsed once. Its DKIM-Signature must be the
+ * very header mailauth's own dkimSign makes from the PEM (RSA PKCS#1 v1.5 is deterministic, so byte for byte), and
+ * mailauth's verifier must pass it.
+ */
+
+const { privateKey, publicKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
+const pem = privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+const p = publicKey.export({ type: 'spki', format: 'der' }).toString('base64');
+const key = prepareSigningKey('shop.example.com', 'ms2026', pem);
+const signTime = new Date('2026-11-22T10:00:00Z');
+
+const resolver = async (name: string, rrtype: string): Promise<string[][]> => {
+  if (rrtype === 'TXT' && name === 'ms2026._domainkey.shop.example.com') return [`v=DKIM1; h=sha256; k=rsa; p=${p}`.match(/.{1,255}/g)!];
+  throw Object.assign(new Error(`no ${rrtype} at ${name}`), { code: 'ENOTFOUND' });
+};
+
+const messages: [string, string][] = [
+  ['plain text', ['From: Shop <billing@shop.example.com>', 'To: a@example.net', 'Subject: Receipt', 'Date: Sun, 22 Nov 2026 10:00:00 +0000', 'Message-ID: <1@mx.test>', 'MIME-Version: 1.0', 'Content-Type: text/plain; charset=utf-8', '', 'Thanks for your order.', ''].join('\r\n')],
+  ['folded headers, trailing spaces and blank lines at the end of the body', ['From: "Shop  Billing" <billing@shop.example.com>', 'To: a@example.net,', '\tb@example.net', 'Subject:   A   long\r\n  subject ', 'Date: Sun, 22 Nov 2026 10:00:00 +0000', 'MIME-Version: 1.0', 'Content-Type: text/plain', '', 'Line  with   spaces   ', '', '', ''].join('\r\n')],
+  ['an empty body', ['From: billing@shop.example.com', 'To: a@example.net', 'Subject: Empty', '', ''].join('\r\n')],
+  ['multipart/alternative', ['From: billing@shop.example.com', 'To: a@example.net', 'Subject: Both', 'MIME-Version: 1.0', 'Content-Type: multipart/alternative; boundary="b1"', '', '--b1', 'Content-Type: text/plain', '', 'Text', '--b1', 'Content-Type: text/html', '', '<p>Html</p>', '--b1--', ''].join('\r\n')],
+];
+
+describe('the DKIM signer', () => {
+  for (const [name, raw] of messages) {
+    it(`makes exactly mailauth's dkimSign header, which mailauth's verifier passes: ${name}`, async () => {
+      const ours = dkimSignature(Buffer.from(raw), key, signTime);
+      const options = { signingDomain: key.domain, selector: key.selector, privateKey: pem, algorithm: 'rsa-sha256', canonicalization: 'relaxed/relaxed', signTime };
+      const theirs = await dkimSign(raw, { ...options, signatureData: [options] });
+      expect(theirs.errors).toEqual([]);
+      expect(ours).toBe(theirs.signatures);
+      expect(ours).toMatch(/^DKIM-Signature: v=1; a=rsa-sha256; c=relaxed\/relaxed; d=shop\.example\.com;/);
+      expect(ours).toContain(`t=${signTime.getTime() / 1000}`);
+
+      const result = await dkimVerify(signMessage(Buffer.from(raw), key, signTime), { resolver, curTime: signTime });
+      expect(result.results[0]?.status.result, JSON.stringify(result.results[0]?.status)).toBe('pass');
+    });
+  }
+
+  it('signs a body change into a failing verification', async () => {
+    const signed = signMessage(Buffer.from(messages[0]![1]), key, signTime).toString().replace('Thanks', 'Thank');
+    const result = await dkimVerify(signed, { resolver, curTime: signTime });
+    expect(result.results[0]?.status.result).toBe('neutral');
+    expect(result.results[0]?.status.comment).toMatch(/body hash/);
+  });
+
+  it('refuses a message without a header/body separator', () => {
+    expect(() => dkimSignature(Buffer.from('From: a@b.example\r\nSubject: x'), key, signTime)).toThrow(/separator/);
+  });
+});
