@@ -3,11 +3,12 @@ import { simpleParser } from 'mailparser';
 import { dkimVerify } from 'mailauth/lib/dkim/verify.js';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { domainKeys } from '../db/schema/index.js';
-import { createDeliveryEngine, type DeliveryEngine } from '../mta/delivery-engine.js';
-import { TestDnsServer } from './helpers/dns-server.js';
+import type { DeliveryEngine } from '../mta/delivery-engine.js';
+import { resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
+import type { TestDnsServer } from './helpers/dns-server.js';
 import { newSender, type Sender } from './helpers/sending.js';
-import { startService, type TestService } from './helpers/service.js';
-import { SmtpSink } from './helpers/smtp-sink.js';
+import type { TestService } from './helpers/service.js';
+import type { SmtpSink } from './helpers/smtp-sink.js';
 
 /**
  * The message as it reaches the recipient's server (issue 5, item 4): Message-ID, Date, the rebuilt From, Reply-To
@@ -21,29 +22,15 @@ let sink: SmtpSink;
 let service: TestService;
 let engine: DeliveryEngine;
 
-const FAST = { connectTimeoutMs: 1000, greetingTimeoutMs: 1000, socketTimeoutMs: 2000 };
 
 beforeAll(async () => {
-  dns = await TestDnsServer.start();
-  sink = await SmtpSink.start();
-  service = await startService({ DNS_SERVERS: dns.address, SMTP_DELIVERY_PORT: String(sink.port), ALLOW_PRIVATE_TARGETS: 'true' });
-  engine = createDeliveryEngine(service.deps, { timeouts: FAST });
+  ({ dns, sink, service, engine } = await startDeliveryRig());
 });
 
-afterAll(async () => {
-  await service?.close();
-  await sink?.stop();
-  await dns?.stop();
-});
+afterAll(() => stopDeliveryRig({ dns, sink, service }));
 
 beforeEach(() => {
-  dns.clear();
-  sink.received = [];
-  sink.attempts.clear();
-  sink.rcpt = () => 'accept';
-  sink.data = () => 'accept';
-  dns.add('example.net', { type: 'MX', priority: 10, exchange: 'mx.example.net' });
-  dns.add('mx.example.net', { type: 'A', address: '127.0.0.1' });
+  resetDeliveryRig({ dns, sink });
 });
 
 /** Publishes the sender's Signing record as real DNS holds a long TXT record: strings of at most 255 characters. */

@@ -1,13 +1,14 @@
 import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { outboundRecipients } from '../db/schema/index.js';
-import { createDeliveryEngine, type DeliveryEngine } from '../mta/delivery-engine.js';
+import type { DeliveryEngine } from '../mta/delivery-engine.js';
 import { DELIVERY_WINDOW_MS } from '../mta/retry-schedule.js';
 import { parseVerp } from '../mta/verp.js';
-import { TestDnsServer } from './helpers/dns-server.js';
+import { resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
+import type { TestDnsServer } from './helpers/dns-server.js';
 import { accountRow, newSender, newSubSender, receipt } from './helpers/sending.js';
-import { startService, type TestService } from './helpers/service.js';
-import { SmtpSink } from './helpers/smtp-sink.js';
+import type { TestService } from './helpers/service.js';
+import type { SmtpSink } from './helpers/smtp-sink.js';
 
 /**
  * Outcomes of delivery (decisions.md sections 2 and 3), against a real SMTP sink on loopback reached through MX
@@ -36,7 +37,6 @@ interface EmailBody {
 
 const MIN = 60_000;
 const HOST = 'mx.mailstead.test';
-const FAST = { connectTimeoutMs: 1000, greetingTimeoutMs: 1000, socketTimeoutMs: 2000 };
 
 let dns: TestDnsServer;
 let sink: SmtpSink;
@@ -44,28 +44,15 @@ let service: TestService;
 let engine: DeliveryEngine;
 
 beforeAll(async () => {
-  dns = await TestDnsServer.start();
-  sink = await SmtpSink.start();
-  service = await startService({ DNS_SERVERS: dns.address, SMTP_DELIVERY_PORT: String(sink.port), ALLOW_PRIVATE_TARGETS: 'true' });
-  engine = createDeliveryEngine(service.deps, { timeouts: FAST });
+  ({ dns, sink, service, engine } = await startDeliveryRig());
 });
 
-afterAll(async () => {
-  await service?.close();
-  await sink?.stop();
-  await dns?.stop();
-});
+afterAll(() => stopDeliveryRig({ dns, sink, service }));
 
 beforeEach(() => {
   // Each test counts the recipients a round claims: recipients an earlier test left deferred would be counted too.
   service.deps.db.delete(outboundRecipients).run();
-  dns.clear();
-  sink.received = [];
-  sink.attempts.clear();
-  sink.rcpt = () => 'accept';
-  sink.data = () => 'accept';
-  dns.add('example.net', { type: 'MX', priority: 10, exchange: 'mx.example.net' });
-  dns.add('mx.example.net', { type: 'A', address: '127.0.0.1' });
+  resetDeliveryRig({ dns, sink });
   // A host that refuses: nothing listens on 127.0.0.2.
   dns.add('down.example', { type: 'MX', priority: 10, exchange: 'mx.down.example' });
   dns.add('mx.down.example', { type: 'A', address: '127.0.0.2' });

@@ -1,11 +1,12 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { outboundRecipients } from '../db/schema/index.js';
-import { createDeliveryEngine, type DeliveryEngine } from '../mta/delivery-engine.js';
+import type { DeliveryEngine } from '../mta/delivery-engine.js';
 import { unsuspendByOperator } from '../server/core/accounts.js';
-import { TestDnsServer } from './helpers/dns-server.js';
+import { resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
+import type { TestDnsServer } from './helpers/dns-server.js';
 import { accountRow, expectError, getAccount, newSender, newSubSender, receipt, updateAccount } from './helpers/sending.js';
-import { startService, type TestService } from './helpers/service.js';
-import { SmtpSink } from './helpers/smtp-sink.js';
+import type { TestService } from './helpers/service.js';
+import type { SmtpSink } from './helpers/smtp-sink.js';
 
 /**
  * Reputation (decisions.md section 4; issue 5, item 6): totalSent counts the recipients of the account's own sends,
@@ -15,7 +16,6 @@ import { SmtpSink } from './helpers/smtp-sink.js';
  * moved close to each threshold in the database and the last steps made by real bounces from an SMTP sink.
  */
 
-const FAST = { connectTimeoutMs: 1000, greetingTimeoutMs: 1000, socketTimeoutMs: 2000 };
 
 let dns: TestDnsServer;
 let sink: SmtpSink;
@@ -23,31 +23,21 @@ let service: TestService;
 let engine: DeliveryEngine;
 
 beforeAll(async () => {
-  dns = await TestDnsServer.start();
-  sink = await SmtpSink.start();
-  service = await startService({ DNS_SERVERS: dns.address, SMTP_DELIVERY_PORT: String(sink.port), ALLOW_PRIVATE_TARGETS: 'true' });
-  engine = createDeliveryEngine(service.deps, { timeouts: FAST });
+  ({ dns, sink, service, engine } = await startDeliveryRig());
 });
 
-afterAll(async () => {
-  await service?.close();
-  await sink?.stop();
-  await dns?.stop();
-});
+afterAll(() => stopDeliveryRig({ dns, sink, service }));
 
 beforeEach(() => {
   service.deps.db.delete(outboundRecipients).run();
-  dns.clear();
-  sink.received = [];
-  sink.attempts.clear();
+  resetDeliveryRig({ dns, sink });
   // Every address at bounce.example is unknown there; everything else is accepted, except busy.example for now.
   sink.rcpt = (address) => {
     if (address.endsWith('@bounce.example')) return { code: 550, message: '5.1.1 No such user' };
     if (address.endsWith('@busy.example')) return { code: 451, message: '4.3.2 Try again later' };
     return 'accept';
   };
-  for (const domain of ['example.net', 'bounce.example', 'busy.example']) dns.add(domain, { type: 'MX', priority: 10, exchange: 'mx.example.net' });
-  dns.add('mx.example.net', { type: 'A', address: '127.0.0.1' });
+  for (const domain of ['bounce.example', 'busy.example']) dns.add(domain, { type: 'MX', priority: 10, exchange: 'mx.example.net' });
 });
 
 let counter = 0;

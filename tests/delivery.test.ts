@@ -2,39 +2,26 @@ import { eq } from 'drizzle-orm';
 import { dkimVerify } from 'mailauth/lib/dkim/verify.js';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { accounts, domainKeys, outboundRecipients, suppressions } from '../db/schema/index.js';
-import { createDeliveryEngine, type DeliveryEngine } from '../mta/delivery-engine.js';
+import type { DeliveryEngine } from '../mta/delivery-engine.js';
 import { RETRY_GAPS_MS } from '../mta/retry-schedule.js';
-import { TestDnsServer } from './helpers/dns-server.js';
+import { resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
+import type { TestDnsServer } from './helpers/dns-server.js';
 import { connectDomain } from './helpers/sending.js';
-import { startService, type TestService } from './helpers/service.js';
-import { SmtpSink } from './helpers/smtp-sink.js';
+import type { TestService } from './helpers/service.js';
+import type { SmtpSink } from './helpers/smtp-sink.js';
 
 let dns: TestDnsServer;
 let sink: SmtpSink;
 let service: TestService;
 let engine: DeliveryEngine;
 
-const FAST = { connectTimeoutMs: 1000, greetingTimeoutMs: 1000, socketTimeoutMs: 2000 };
 
 beforeAll(async () => {
-  dns = await TestDnsServer.start();
-  sink = await SmtpSink.start();
-  service = await startService({ DNS_SERVERS: dns.address, SMTP_DELIVERY_PORT: String(sink.port), ALLOW_PRIVATE_TARGETS: 'true' });
-  engine = createDeliveryEngine(service.deps, { timeouts: FAST });
+  ({ dns, sink, service, engine } = await startDeliveryRig());
 });
-afterAll(async () => {
-  await service.close();
-  await sink.stop();
-  await dns.stop();
-});
+afterAll(() => stopDeliveryRig({ dns, sink, service }));
 beforeEach(() => {
-  dns.clear();
-  sink.received = [];
-  sink.attempts.clear();
-  sink.rcpt = () => 'accept';
-  sink.data = () => 'accept';
-  dns.add('example.net', { type: 'MX', priority: 10, exchange: 'mx.example.net' });
-  dns.add('mx.example.net', { type: 'A', address: '127.0.0.1' });
+  resetDeliveryRig({ dns, sink });
 });
 
 async function sender(opts: { credits?: number } = {}) {
