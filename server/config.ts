@@ -59,12 +59,16 @@ export interface DnsServer {
 
 function parseDnsServer(entry: string): DnsServer | null {
   const s = entry.trim();
-  if (isIP(s)) return { host: s, port: 53 };
-  const v6 = /^\[([^\]]+)\]:(\d{1,5})$/.exec(s);
-  if (v6 && isIP(v6[1]!) === 6 && Number(v6[2]) <= 65535) return { host: v6[1]!, port: Number(v6[2]) };
-  const v4 = /^([^:]+):(\d{1,5})$/.exec(s);
-  if (v4 && isIP(v4[1]!) === 4 && Number(v4[2]) <= 65535 && Number(v4[2]) > 0) return { host: v4[1]!, port: Number(v4[2]) };
-  return null;
+  const bare = s.replace(/^\[(.*)\]$/, '$1');
+  if (isIP(bare) && (bare === s || isIP(bare) === 6)) return { host: bare, port: 53 };
+  const withPort = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(s);
+  if (!withPort) return null;
+  const host = withPort[1] ?? withPort[2]!;
+  const port = Number(withPort[3]);
+  // An IPv6 address with a port is written in brackets; an IPv4 one without.
+  const family = withPort[1] !== undefined ? 6 : 4;
+  if (isIP(host) !== family || port < 1 || port > 65535) return null;
+  return { host, port };
 }
 
 const LOG_LEVELS = ['debug', 'info', 'warn', 'error'] as const;

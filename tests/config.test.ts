@@ -92,6 +92,14 @@ describe('values that parse', () => {
     ]);
   });
 
+  it('DNS_SERVERS takes IPv6 bare, in brackets, and in brackets with a port', () => {
+    expect(loadConfig({ DNS_SERVERS: '::1, [2001:db8::53], [::1]:5353' }).dnsServers).toEqual([
+      { host: '::1', port: 53 },
+      { host: '2001:db8::53', port: 53 },
+      { host: '::1', port: 5353 },
+    ]);
+  });
+
   it('SMTP_RELAY_URL takes smtp:// and smtps://', () => {
     expect(loadConfig({ SMTP_RELAY_URL: 'smtp://relay.example.net:587' }).smtpRelayUrl?.hostname).toBe('relay.example.net');
     expect(loadConfig({ SMTP_RELAY_URL: 'smtps://user:pass@relay.example.net:465' }).smtpRelayUrl?.protocol).toBe('smtps:');
@@ -134,6 +142,11 @@ describe('a bad value throws ConfigError: one line naming the variable', () => {
     ['SECRET_KEY', 'short'],
     ['DNS_SERVERS', 'not-an-ip'],
     ['DNS_SERVERS', '127.0.0.1:99999'],
+    ['DNS_SERVERS', '127.0.0.1:0'],
+    ['DNS_SERVERS', '[::1]:0'],
+    ['DNS_SERVERS', '[::1]:99999'],
+    ['DNS_SERVERS', '[127.0.0.1]:53'],
+    ['DNS_SERVERS', 'dns.example:53'],
     ['SMTP_RELAY_URL', 'http://x'],
     ['SMTP_RELAY_URL', 'not a url'],
     ['LOG_LEVEL', 'loud'],

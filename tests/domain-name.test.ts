@@ -49,6 +49,7 @@ const refused: [string, unknown][] = [
   ['a 64-character label', `${label('x', 64)}.example.com`],
   ['a name over 253 characters', NAME_254],
   ['a space inside', 'exa mple.com'],
+  ['percent-encoding', 'ex%61mple.com'],
   ['a label starting with a hyphen', '-bad.example.com'],
   ['a label ending with a hyphen', 'bad-.example.com'],
   ['an empty label', 'example..com'],

@@ -335,6 +335,44 @@ describe('POST /domains', () => {
       expectError(await call(service, 'POST', '/domains', { key: old.key, body: { name } }), 409, 'domain_unavailable');
     });
 
+    it('dates a claim from the first time the account connected the name: deleting and reconnecting does not restart the 7 days', async () => {
+      const squatter = service.newAccount();
+      const name = freshName();
+      let held = await createDomain(service, squatter.key, name);
+      for (let day = 0; day < 3; day++) {
+        service.clock.advance(3 * DAY_MS);
+        expect((await call(service, 'DELETE', `/domains/${held.id}`, { key: squatter.key })).status).toBe(204);
+        held = await createDomain(service, squatter.key, name);
+      }
+      // 9 days after the first claim, though the current domain row is only minutes old.
+      const { key } = service.newAccount();
+      expect((await call(service, 'POST', '/domains', { key, body: { name } })).status).toBe(201);
+      expectError(await call(service, 'GET', `/domains/${held.id}`, { key: squatter.key }), 404, 'not_found');
+    });
+
+    it('a refused claim clears nothing: the expired claim stays until a claim succeeds', async () => {
+      const old = service.newAccount();
+      const name = freshName();
+      const stale = await createDomain(service, old.key, name);
+      service.clock.advance(7 * DAY_MS + 1);
+      // An account at its domain limit is refused with 409 domain_limit, and the old claim is untouched.
+      const full = service.newAccount();
+      for (let i = 0; i < 20; i++) await createDomain(service, full.key, freshName('full'));
+      expectError(await call(service, 'POST', '/domains', { key: full.key, body: { name } }), 409, 'domain_limit');
+      expect((await call(service, 'GET', `/domains/${stale.id}`, { key: old.key })).status).toBe(200);
+      // Behind SECRET_KEY=off, a new key cannot be made: 503, and again nothing is cleared.
+      // A second service on the same database, its clock as far on.
+      const off = await startService({ DNS_SERVERS: dns.address, SECRET_KEY: 'off', DATA_DIR: service.deps.config.dataDir });
+      off.clock.set(service.clock.now());
+      try {
+        const stranger = off.newAccount();
+        expectError(await call(off, 'POST', '/domains', { key: stranger.key, body: { name } }), 503, 'not_configured');
+      } finally {
+        await off.close();
+      }
+      expect((await call(service, 'GET', `/domains/${stale.id}`, { key: old.key })).status).toBe(200);
+    });
+
     it('a claim that lost its ownership record is unverified again, and clears after 7 days', async () => {
       const old = service.newAccount();
       const name = freshName();

@@ -9,7 +9,7 @@ export type CheckValue = 'proven' | 'published' | 'missing' | 'unknown';
 
 /**
  * A domain connected to an account. Only what DNS showed is stored (each record's status and the last checks); the
- * flags of the Domain resource are derived from it (server/core/domain-state.ts).
+ * flags of the Domain resource are derived from it (deriveFlags in server/core/domain-checks.ts).
  */
 export const domains = sqliteTable(
   'domains',

@@ -19,6 +19,8 @@ export function normalizeDomainName(input: unknown): NameResult {
   if (isIP(s) || isIP(s.replace(/^\[|\]$/g, '')) || s.startsWith('[')) return { ok: false, reason: 'must be a domain name, not an IP address' };
   if (s.includes(':')) return { ok: false, reason: 'must be a bare domain name, without a port' };
   if (/\s/.test(s)) return { ok: false, reason: 'must not contain spaces' };
+  // domainToASCII would decode percent-escapes (URL host parsing): a name is never URL-encoded.
+  if (s.includes('%')) return { ok: false, reason: 'must be a bare domain name, not URL-encoded' };
   if (s.endsWith('.')) s = s.slice(0, -1);
   if (isIP(s)) return { ok: false, reason: 'must be a domain name, not an IP address' };
   const ascii = domainToASCII(s);

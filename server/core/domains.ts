@@ -81,15 +81,22 @@ function requireDomain(deps: Deps, ctx: RequestContext, id: string) {
 }
 
 /**
- * Whether another account keeps `name` from this one: a verified claim always does, an unverified one for 7 days.
- * Unverified claims older than that are cleared here, inside the caller's transaction.
+ * Refuses `name` while another account holds it: a verified claim always does, an unverified one for 7 days. An
+ * account's claim dates from the first time it connected the name (its kept domain key), so deleting and reconnecting
+ * does not restart the 7 days. Returns the expired claims of other accounts, for the caller to clear once the new
+ * claim is certain to be made.
  */
-function claimName(db: Db, accountId: string, name: string, now: number): void {
-  const others = db.select().from(domains).where(and(eq(domains.name, name), ne(domains.accountId, accountId))).all();
-  const held = others.some((d) => deriveFlags(d.recordStatus, false).ownershipVerified || now - d.createdAt <= CLAIM_HOLD_MS);
+function claimName(db: Db, accountId: string, name: string, now: number): string[] {
+  const others = db
+    .select({ id: domains.id, recordStatus: domains.recordStatus, claimedAt: domainKeys.createdAt })
+    .from(domains)
+    .innerJoin(domainKeys, eq(domainKeys.id, domains.keyId))
+    .where(and(eq(domains.name, name), ne(domains.accountId, accountId)))
+    .all();
+  const held = others.some((d) => deriveFlags(d.recordStatus, false).ownershipVerified || now - d.claimedAt <= CLAIM_HOLD_MS);
   // The message never says whether, or by whom, the name is held.
   if (held) throw new ApiError('domain_unavailable', `The domain ${name} cannot be connected to this account.`);
-  for (const stale of others) db.delete(domains).where(eq(domains.id, stale.id)).run();
+  return others.map((d) => d.id);
 }
 
 function checkAccountRoom(db: Db, accountId: string, name: string): void {
@@ -115,7 +122,7 @@ export async function createDomain({ deps, ctx, input }: { deps: Deps; ctx: Requ
   // Key generation awaited: everything checked before it is checked again with the insert, in one transaction.
   const row = deps.db.transaction((tx) => {
     checkAccountRoom(tx, accountId, name);
-    claimName(tx, accountId, name, now);
+    const expired = claimName(tx, accountId, name, now);
     if (!key) {
       key = tx.select().from(domainKeys).where(and(eq(domainKeys.accountId, accountId), eq(domainKeys.name, name))).get();
     }
@@ -127,6 +134,8 @@ export async function createDomain({ deps, ctx, input }: { deps: Deps; ctx: Requ
         .get();
     }
     if (!key) throw new Error('domain key missing after creation');
+    // Only now, with every check passed, are other accounts' expired claims cleared.
+    for (const id of expired) tx.delete(domains).where(eq(domains.id, id)).run();
     return tx.insert(domains).values({ id: newId(now), accountId, name, keyId: key.id, recordStatus: PENDING, checks: null, createdAt: now, lastCheckedAt: now }).returning().get();
   });
   deps.logger.info('domain.created', { domainId: row.id, accountId, name });
