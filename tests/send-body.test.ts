@@ -229,6 +229,28 @@ describe('templates: name plus string variables', () => {
     await expectRefused(template('invoice', { total: '$1' }), 'template.name');
   });
 
+  it.each(['constructor', 'toString', 'hasOwnProperty', 'valueOf', '__proto__'])('a template named %s (a key every object inherits) is 422 naming template.name', async (name) => {
+    await expectRefused(template(name, { total: '$1' }), 'template.name');
+  });
+
+  it.each(['constructor', 'toString', 'hasOwnProperty'])('a variable named %s is 422 naming it, not silently dropped', async (variable) => {
+    await expectRefused(template('receipt', { total: '$1', [variable]: 'x' }), `template.${variable}`);
+  });
+
+  it('a __proto__ key anywhere in the body is 422 naming it (JSON.parse keeps it; copying it would drop it)', async () => {
+    const json = { 'content-type': 'application/json' };
+    for (const [raw, field] of [
+      [`{"from":"${s.from}","to":"ann@example.net","template":{"name":"receipt","total":"$1","__proto__":"x"}}`, 'template.__proto__'],
+      [`{"from":"${s.from}","to":"ann@example.net","template":{"name":"receipt","total":"$1"},"tags":{"__proto__":"x"}}`, 'tags.__proto__'],
+      [`{"from":"${s.from}","to":"ann@example.net","template":{"name":"receipt","total":"$1"},"tags":{"__proto__":{"a":"b"}}}`, 'tags.__proto__'],
+      [`{"__proto__":{},"from":"${s.from}","to":"ann@example.net","template":{"name":"receipt","total":"$1"}}`, '__proto__'],
+    ]) {
+      const res = await service.api('POST', '/emails', { key: s.key, rawBody: raw, headers: json });
+      expectError(res, 422, 'invalid_request');
+      expect(res.body.error.message).toContain(field);
+    }
+  });
+
   it('a template without a name is 422 naming template.name', async () => {
     await expectRefused({ from: s.from, to: 'ann@example.net', template: { total: '$1' } }, 'template.name');
   });

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { suppress } from '../server/core/suppressions.js';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
 import { emailRows, expectError, expectOk, newSender, newSubSender, outboundMessagesOf, receipt, sendEmail } from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
@@ -286,5 +287,48 @@ describe('a send to a suppressed recipient (check 7)', () => {
     await add(s.key, 'lee@example.net');
     expectError(await sendEmail(service, s.key, receipt(s.from, 'lee@example.net', { sandbox: true })), 422, 'recipient_suppressed');
     expect(emailRows(service, s.account.id).filter((r) => r.status === 'sandboxed')).toEqual([]);
+  });
+
+  it('a suppression added while the send waits for its commit still refuses it: nothing is queued', async () => {
+    const s = await newSender(service);
+    const commits = service.deps.commits;
+    const run = commits.run;
+    // Between the checks and the commit: another request lists the recipient.
+    commits.run = (fn) => {
+      commits.run = run;
+      suppress(service.deps.db, s.account.id, 'late@example.net', 'manual', '', service.clock.now());
+      return run(fn);
+    };
+    try {
+      const res = await sendEmail(service, s.key, receipt(s.from, 'late@example.net'));
+      expectError(res, 422, 'recipient_suppressed');
+      expect(res.body.error.message).toContain('late@example.net');
+    } finally {
+      commits.run = run;
+    }
+    expect(emailRows(service, s.account.id).filter((r) => r.status === 'sent')).toEqual([]);
+    expect(outboundMessagesOf(service, s.account.id)).toEqual([]);
+  });
+});
+
+describe('internationalised addresses', () => {
+  it('are keyed as a send’s recipient is: listed, looked up, refused and removed in either form', async () => {
+    const s = await newSender(service);
+    const added = await add(s.key, 'Joe@Bücher.de');
+    expect(added.status).toBe(201);
+    expect(added.body.address).toBe('joe@xn--bcher-kva.de');
+    for (const form of ['joe@bücher.de', 'JOE@BÜCHER.DE', 'joe@xn--bcher-kva.de']) {
+      const found = await listed(s.key, `?address=${encodeURIComponent(form)}`);
+      expect(found.body.data.map((e: { address: string }) => e.address), form).toEqual(['joe@xn--bcher-kva.de']);
+    }
+    expect((await add(s.key, 'joe@xn--bcher-kva.de')).status).toBe(200);
+    expectError(await sendEmail(service, s.key, receipt(s.from, 'joe@bücher.de')), 422, 'recipient_suppressed');
+    expect((await remove(s.key, 'joe@bücher.de')).status).toBe(204);
+    expectOk(await sendEmail(service, s.key, receipt(s.from, 'joe@bücher.de')));
+  });
+
+  it('an address filter of only spaces is 422 invalid_request', async () => {
+    const { key } = service.newAccount();
+    expectError(await listed(key, '?address=%20%20'), 422, 'invalid_request', /address/);
   });
 });

@@ -33,13 +33,14 @@ const templateInput = z
   .object({ name: z.string({ error: 'must be a string' }) })
   .catchall(z.string({ error: 'must be a string' }))
   .superRefine((t, ctx) => {
-    const def = TEMPLATES[t.name];
+    // Own keys only: "constructor" or "toString" must not find Object.prototype's.
+    const def = Object.hasOwn(TEMPLATES, t.name) ? TEMPLATES[t.name] : undefined;
     if (!def) {
       ctx.addIssue({ code: 'custom', path: ['name'], message: `must be one of ${Object.keys(TEMPLATES).join(', ')}` });
       return;
     }
     for (const key of Object.keys(t)) {
-      if (key !== 'name' && !(key in def.variables)) ctx.addIssue({ code: 'custom', path: [key], message: `is not a variable of the ${t.name} template` });
+      if (key !== 'name' && !Object.hasOwn(def.variables, key)) ctx.addIssue({ code: 'custom', path: [key], message: `is not a variable of the ${t.name} template` });
     }
     for (const [key, spec] of Object.entries(def.variables)) {
       const value = t[key];

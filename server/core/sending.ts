@@ -187,6 +187,8 @@ async function commitSend(deps: Deps, ctx: RequestContext, send: SendRequest, do
       assertMaySend(sender, now);
       assertCredit(sender, deps.config, now);
       assertQuotaFor(sender, send.to.length, now);
+      // A suppression added while this send waited for the commit still refuses it.
+      checkSuppressions(deps, sender, send);
       const id = newId(now);
       const q = statements(deps.db);
       let result: SendResult;

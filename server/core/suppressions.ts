@@ -18,8 +18,22 @@ export interface SuppressionView {
   createdAt: string;
 }
 
+/**
+ * How an address is keyed on the list: as a send's recipient is (IDN domain as punycode), lower-cased. Text that is
+ * not an address is only trimmed and lower-cased, so a lookup of it simply finds nothing.
+ */
+export function suppressionKey(address: string): string {
+  const parsed = parseAddress(address);
+  return (parsed.ok ? parsed.value.address : address.trim()).toLowerCase();
+}
+
 export const suppressionFilter = z.strictObject({
-  address: z.string().min(1, 'must be 1 to 320 characters').max(320, 'must be 1 to 320 characters').transform((s) => s.trim().toLowerCase()).optional(),
+  address: z
+    .string()
+    .transform((s) => s.trim())
+    .pipe(z.string().min(1, 'must be 1 to 320 characters').max(320, 'must be 1 to 320 characters'))
+    .transform(suppressionKey)
+    .optional(),
   limit: z.string().optional(),
   cursor: z.string().optional(),
 });
@@ -31,7 +45,7 @@ export const addSuppressionInput = z.strictObject({
       ctx.addIssue({ code: 'custom', message: r.reason });
       return z.NEVER;
     }
-    return r.value.address.toLowerCase();
+    return suppressionKey(r.value.address);
   }),
 });
 
@@ -81,7 +95,7 @@ export function addSuppression({ deps, ctx, address }: { deps: Deps; ctx: Reques
 
 /** DELETE /suppressions/{address}: only this account's list; a parent's list is left as it is. */
 export function removeSuppression({ deps, ctx, address }: { deps: Deps; ctx: RequestContext; address: string }): void {
-  const lower = address.trim().toLowerCase();
+  const lower = suppressionKey(address);
   const removed = deps.db.delete(suppressions).where(and(eq(suppressions.accountId, ctx.account.id), eq(suppressions.address, lower))).returning({ id: suppressions.id }).all();
   if (removed.length === 0) throw new ApiError('not_found', `${lower} is not on this account's suppression list.`);
 }
