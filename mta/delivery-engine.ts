@@ -4,7 +4,7 @@ import { eq } from 'drizzle-orm';
 import { domainKeys, emails } from '../db/schema/index.js';
 import { openDomainPrivateKey } from '../server/core/dkim-keys.js';
 import type { Deps } from '../server/deps.js';
-import { type Claimed, claimDueRecipients, releaseRecipients, releaseStaleLeases } from './delivery-queue.js';
+import { type Claimed, claimDueRecipients, releaseDeadLeases, releaseRecipients, renewLeases } from './delivery-queue.js';
 import type { Classified } from './dsn.js';
 import { type SigningKey, prepareSigningKey } from './dkim.js';
 import { buildSignedMessage } from './message.js';
@@ -18,11 +18,11 @@ export interface EngineOptions {
   maxConnections: number;
   /** Open SMTP connections at most per destination domain. */
   perDomain: number;
-  /** Recipients claimed per round. */
+  /** Recipients claimed at once, and held (claimed, not yet finished) at most. */
   batchSize: number;
-  /** How long a claim holds before another worker may take the recipient. */
+  /** How long a claim holds unless renewed; the engine renews its own claims every third of it. */
   leaseMs: number;
-  /** Idle wait between rounds when nothing is due (real time; due-ness itself reads the injected clock). */
+  /** Idle wait between claims when nothing is due (real time; due-ness itself reads the injected clock). */
   pollMs: number;
   timeouts: Omit<ClientOptions, 'name'>;
 }
@@ -31,43 +31,65 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   maxConnections: 32,
   perDomain: 8,
   batchSize: 200,
-  leaseMs: 10 * 60_000,
+  leaseMs: 2 * 60_000,
   pollMs: 1000,
   timeouts: DEFAULT_CLIENT_TIMEOUTS,
 };
 
-/** A counting semaphore for the connection limits. */
-function limiter(max: number) {
+/** A counting semaphore for the connection limit; a released slot passes straight to the next waiter. */
+function semaphore(max: number) {
   let active = 0;
   const waiting: (() => void)[] = [];
-  return async <T>(fn: () => Promise<T>): Promise<T> => {
-    if (active >= max) await new Promise<void>((r) => waiting.push(r));
-    active++;
-    try {
-      return await fn();
-    } finally {
-      active--;
-      waiting.shift()?.();
-    }
+  return {
+    async acquire(): Promise<void> {
+      if (active < max) {
+        active++;
+        return;
+      }
+      await new Promise<void>((resolve) => waiting.push(resolve));
+    },
+    release(): void {
+      const next = waiting.shift();
+      if (next) next();
+      else active--;
+    },
   };
 }
 
+/** A claimed recipient in the engine, with whoever waits for it to be finished (recorded, released or abandoned). */
+interface Job extends Claimed {
+  finish: () => void;
+}
+
+/** The work of one destination domain: recipients waiting for a connection, and the connections (lanes) serving it. */
+interface DomainWork {
+  jobs: Job[];
+  lanes: number;
+  connected: number;
+}
+
 /**
- * The outbound engine: claims due recipients, groups them by destination domain, and delivers each over its own SMTP
- * transaction on connections shared within a domain, recording every outcome before the next step.
+ * The outbound engine. Claimed recipients wait in a queue per destination domain; each domain is served by up to
+ * `perDomain` connections (lanes), `maxConnections` in all, each taking the domain's next recipient for its own SMTP
+ * transaction and recording the outcome before the next step. New work is claimed whenever there is room, so a slow
+ * destination holds up only its own recipients.
  */
 export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions> = {}) {
   const opts = { ...DEFAULT_ENGINE_OPTIONS, ...options };
   const worker = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
-  const connections = limiter(opts.maxConnections);
+  const slots = semaphore(opts.maxConnections);
   const keys = new Map<string, SigningKey>();
   const clientOpts: ClientOptions = { name: deps.config.mailHostname, ...opts.timeouts };
+  const work = new Map<string, DomainWork>();
+  const lanesDone = new Set<Promise<void>>();
+  /** Claimed and not yet finished: the claims this engine renews. */
+  const held = new Set<string>();
 
   let running = false;
   let stopping = false;
-  let current: Promise<number> | null = null;
   let wake: (() => void) | null = null;
   let loopDone: Promise<void> = Promise.resolve();
+  let renewTimer: NodeJS.Timeout | null = null;
 
   /** The from-domain's key, decrypted and parsed once and kept for every later message. */
   function signingKey(domainKeyId: string): SigningKey {
@@ -81,160 +103,224 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
     return key;
   }
 
-  async function deliverDomain(domain: string, jobs: Claimed[], built: Map<string, Promise<Buffer>>, unstarted: Set<string>): Promise<void> {
-    let route: Route;
-    try {
-      route = await resolveRoute(domain, deps);
-    } catch (err) {
-      route = { kind: 'fail', outcome: { status: 'deferred', dsn: '4.4.3', detail: `routing failed: ${(err as Error).message}` } };
+  /** The message of an email, built and signed once for all its recipients while any of them is held. */
+  const built = new Map<string, { message: Promise<Buffer>; to: string[]; users: number }>();
+
+  function messageOf(job: Claimed): { message: Promise<Buffer>; to: string[]; users: number } {
+    let entry = built.get(job.message.id);
+    if (!entry) {
+      const to = deps.db.select({ to: emails.to }).from(emails).where(eq(emails.id, job.message.id)).get()?.to ?? [job.recipient.recipient];
+      // A key that cannot be opened rejects the promise: that recipient is deferred, not the engine stopped.
+      const message = Promise.resolve().then(() => buildSignedMessage(job.message, to, signingKey(job.message.domainKeyId), new Date(deps.clock.now())));
+      message.catch(() => undefined);
+      entry = { message, to, users: 0 };
+      built.set(job.message.id, entry);
     }
-    if (route.kind === 'fail') {
-      for (const job of jobs) await record(job, route.outcome, unstarted);
-      return;
-    }
-    const targets = route.targets;
-    const queue = [...jobs];
-    const lanes = Math.min(opts.perDomain, queue.length);
-    await Promise.all(
-      Array.from({ length: lanes }, () =>
-        connections(async () => {
-          let session: SmtpSession | null = null;
-          try {
-            while (queue.length > 0) {
-              const job = queue.shift()!;
-              if (stopping) continue;
-              if (!session) {
-                try {
-                  session = await openSession(targets, clientOpts);
-                } catch (err) {
-                  const outcome = err instanceof SessionFailure ? err.outcome : failure(err);
-                  await record(job, outcome, unstarted);
-                  // The host is unreachable: everyone else of this lane waits for the retry too.
-                  while (queue.length > 0 && !stopping) await record(queue.shift()!, outcome, unstarted);
-                  return;
-                }
-              }
-              let message: Buffer;
-              try {
-                message = await messageFor(job, built);
-              } catch (err) {
-                await record(job, { status: 'deferred', dsn: '4.3.0', detail: `message could not be prepared: ${(err as Error).message}` }, unstarted);
-                continue;
-              }
-              const { outcome, connectionLost } = await session.send(verpAddress(job.message.id, recipientIndex(job), deps.config.mailHostname), job.recipient.recipient, message);
-              await record(job, outcome, unstarted);
-              if (connectionLost) {
-                session.close();
-                session = null;
-              }
-            }
-          } finally {
-            session?.close();
+    return entry;
+  }
+
+  function adopt(claimed: Claimed[]): Promise<void>[] {
+    return claimed.map(
+      (c) =>
+        new Promise<void>((resolve) => {
+          held.add(c.recipient.id);
+          messageOf(c).users++;
+          const job: Job = {
+            ...c,
+            finish: () => {
+              held.delete(c.recipient.id);
+              const entry = built.get(c.message.id);
+              if (entry && --entry.users === 0) built.delete(c.message.id);
+              resolve();
+              wake?.();
+            },
+          };
+          const domain = c.recipient.recipientDomain;
+          let w = work.get(domain);
+          if (!w) {
+            w = { jobs: [], lanes: 0, connected: 0 };
+            work.set(domain, w);
           }
+          w.jobs.push(job);
+          if (w.lanes < opts.perDomain && w.lanes < w.jobs.length) startLane(domain, w);
         }),
-      ),
     );
   }
 
-  const toLists = new Map<string, string[]>();
-  function recipientIndex(job: Claimed): number {
-    let list = toLists.get(job.message.id);
-    if (!list) {
-      list = deps.db.select({ to: emails.to }).from(emails).where(eq(emails.id, job.message.id)).get()?.to ?? [];
-      toLists.set(job.message.id, list);
-    }
-    return Math.max(0, list.indexOf(job.recipient.recipient));
+  function startLane(domain: string, w: DomainWork): void {
+    w.lanes++;
+    const done = lane(domain, w).finally(() => {
+      lanesDone.delete(done);
+      w.lanes--;
+      if (w.jobs.length > 0 && w.lanes === 0 && !stopping) startLane(domain, w);
+      else if (w.jobs.length === 0 && w.lanes === 0) work.delete(domain);
+      wake?.();
+    });
+    lanesDone.add(done);
   }
 
-  function messageFor(job: Claimed, built: Map<string, Promise<Buffer>>): Promise<Buffer> {
-    let p = built.get(job.message.id);
-    if (!p) {
-      recipientIndex(job);
-      p = buildSignedMessage(job.message, toLists.get(job.message.id) ?? [job.recipient.recipient], signingKey(job.message.domainKeyId), new Date(deps.clock.now()));
-      built.set(job.message.id, p);
+  /** Records an outcome; false when it could not be written (the lane stops: nothing may happen before it is). */
+  async function record(job: Job, outcome: Classified): Promise<boolean> {
+    try {
+      await recordOutcome(deps, job, outcome);
+      job.finish();
+      return true;
+    } catch (err) {
+      // Left claimed but no longer renewed: the lease runs out and the recipient is tried again.
+      deps.logger.error('delivery.record_failed', { recipientId: job.recipient.id, err });
+      job.finish();
+      return false;
     }
-    return p;
+  }
+
+  /** Gives every queued recipient of the domain the same outcome (a routing failure, or no host reachable). */
+  async function recordAll(w: DomainWork, outcome: Classified): Promise<void> {
+    while (w.jobs.length > 0 && !stopping) {
+      if (!(await record(w.jobs.shift()!, outcome))) return;
+    }
+  }
+
+  /** One connection's worth of work for a domain: its next recipients, one transaction each, until none is left. */
+  async function lane(domain: string, w: DomainWork): Promise<void> {
+    await slots.acquire();
+    let session: SmtpSession | null = null;
+    let route: Route | null = null;
+    try {
+      while (w.jobs.length > 0 && !stopping) {
+        if (!session) {
+          try {
+            route ??= await resolveRoute(domain, deps);
+          } catch (err) {
+            route = { kind: 'fail', outcome: { status: 'deferred', dsn: '4.4.3', detail: `routing failed: ${(err as Error).message}` } };
+          }
+          if (route.kind === 'fail') return await recordAll(w, route.outcome);
+          try {
+            session = await openSession(route.targets, clientOpts);
+            w.connected++;
+          } catch (err) {
+            // Another lane is delivering to this domain: leave the recipients to it. Otherwise none can be reached now.
+            if (w.connected > 0) return;
+            return await recordAll(w, err instanceof SessionFailure ? err.outcome : failure(err));
+          }
+        }
+        const job = w.jobs.shift();
+        if (!job) return;
+        const entry = messageOf(job);
+        let message: Buffer;
+        try {
+          message = await entry.message;
+        } catch (err) {
+          if (!(await record(job, { status: 'deferred', dsn: '4.3.0', detail: `message could not be prepared: ${(err as Error).message}` }))) return;
+          continue;
+        }
+        const index = Math.max(0, entry.to.indexOf(job.recipient.recipient));
+        const result = await session.send(verpAddress(job.message.id, index, deps.config.mailHostname), job.recipient.recipient, message);
+        if (result.connectionLost) {
+          session.close();
+          session = null;
+          w.connected--;
+        }
+        if (result.notSent) {
+          // The connection had closed before this recipient's transaction began: not an attempt. Back to the queue,
+          // and a new connection for it.
+          w.jobs.unshift(job);
+          continue;
+        }
+        if (!(await record(job, result.outcome))) return;
+      }
+    } finally {
+      if (session) {
+        session.close();
+        w.connected--;
+      }
+      slots.release();
+    }
   }
 
   function failure(err: unknown): Classified {
     return { status: 'deferred', dsn: '4.4.0', detail: err instanceof Error ? err.message : String(err) };
   }
 
-  async function record(job: Claimed, outcome: Classified, unstarted: Set<string>): Promise<void> {
-    unstarted.delete(job.recipient.id);
-    try {
-      await recordOutcome(deps, job, outcome);
-    } catch (err) {
-      // Not recorded: the lease expires and the recipient is tried again.
-      deps.logger.error('delivery.record_failed', { recipientId: job.recipient.id, err });
-    }
+  /** Claims what is due, up to the room left; returns how many recipients were claimed and their completions. */
+  function claim(limit: number): Promise<void>[] {
+    if (limit <= 0 || stopping) return [];
+    return adopt(claimDueRecipients(deps.db, worker, deps.clock.now(), opts.leaseMs, limit));
   }
 
-  /** One round: everything due now (by the injected clock), delivered; resolves with how many were claimed. */
+  /** Claims everything due now (by the injected clock, up to `batchSize`) and resolves when each is finished. */
   async function runOnce(): Promise<number> {
-    const claimed = claimDueRecipients(deps.db, worker, deps.clock.now(), opts.leaseMs, opts.batchSize);
-    if (claimed.length === 0) return 0;
-    const unstarted = new Set(claimed.map((c) => c.recipient.id));
-    const byDomain = new Map<string, Claimed[]>();
-    for (const job of claimed) byDomain.set(job.recipient.recipientDomain, [...(byDomain.get(job.recipient.recipientDomain) ?? []), job]);
-    const built = new Map<string, Promise<Buffer>>();
-    try {
-      await Promise.all([...byDomain].map(([domain, jobs]) => deliverDomain(domain, jobs, built, unstarted)));
-    } finally {
-      // Claimed but never tried (shutdown): back to the queue at once, not after the lease.
-      releaseRecipients(deps.db, worker, [...unstarted]);
-      for (const id of built.keys()) toLists.delete(id);
-    }
-    return claimed.length;
+    const finished = claim(opts.batchSize);
+    await Promise.all(finished);
+    return finished.length;
   }
 
   async function loop(): Promise<void> {
     while (running) {
-      let n = 0;
+      let claimed = 0;
       try {
-        current = runOnce();
-        n = await current;
+        claimed = claim(opts.batchSize - held.size).length;
       } catch (err) {
-        deps.logger.error('delivery.round_failed', { err });
-      } finally {
-        current = null;
+        deps.logger.error('delivery.claim_failed', { err });
       }
-      if (n === 0 && running) {
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, opts.pollMs);
-          wake = () => {
-            clearTimeout(timer);
-            resolve();
-          };
-        });
-        wake = null;
-      }
+      // Claim again at once while there was more than room; otherwise when poked, when a lane ends, or at the poll.
+      if (claimed > 0 && held.size < opts.batchSize) continue;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, opts.pollMs);
+        wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      wake = null;
+    }
+  }
+
+  /** Gives back every recipient still waiting for a connection (shutdown). */
+  function releaseWaiting(): void {
+    for (const w of work.values()) {
+      const jobs = w.jobs.splice(0);
+      releaseRecipients(deps.db, worker, jobs.map((j) => j.recipient.id));
+      for (const job of jobs) job.finish();
     }
   }
 
   return {
     worker,
     runOnce,
-    /** Starts the loop (from main): leases of a previous run are released first. */
+    /**
+     * Starts the loop (from main). Leases of earlier runs whose process is gone are released first; a lease of a
+     * process that may still be running is left to run out.
+     */
     start(): void {
       if (running) return;
-      const released = releaseStaleLeases(deps.db, worker);
+      const released = releaseDeadLeases(deps.db, worker);
       if (released > 0) deps.logger.warn('delivery.leases_released', { released });
       running = true;
       stopping = false;
+      renewTimer = setInterval(() => {
+        try {
+          renewLeases(deps.db, worker, [...held], deps.clock.now() + opts.leaseMs);
+        } catch (err) {
+          deps.logger.error('delivery.lease_renewal_failed', { err });
+        }
+      }, Math.max(1000, Math.floor(opts.leaseMs / 3)));
+      renewTimer.unref();
       loopDone = loop();
     },
-    /** Something was queued: deliver now instead of at the next poll. */
+    /** Something was queued: claim now instead of at the next poll. */
     poke(): void {
       wake?.();
     },
-    /** Stops claiming; lets in-flight transactions finish, gives untried recipients back; resolves when idle. */
+    /** Stops claiming; lets in-flight transactions finish, gives waiting recipients back; resolves when idle. */
     async stop(): Promise<void> {
       running = false;
       stopping = true;
       wake?.();
-      await current?.catch(() => 0);
       await loopDone;
+      releaseWaiting();
+      while (lanesDone.size > 0) await Promise.all([...lanesDone]);
+      releaseWaiting();
+      if (renewTimer) clearInterval(renewTimer);
     },
   };
 }

@@ -1,3 +1,4 @@
+import { hostname } from 'node:os';
 import { and, eq, inArray, isNotNull, sql } from 'drizzle-orm';
 import type { Db } from '../db/client.js';
 import { definePrepared } from '../db/prepared.js';
@@ -67,14 +68,51 @@ export function releaseRecipients(db: Db, worker: string, ids: string[]): void {
     .run();
 }
 
+/** Extends the leases this worker still holds, so a long delivery is never claimed twice. */
+export function renewLeases(db: Db, worker: string, ids: string[], until: number): void {
+  if (ids.length === 0) return;
+  db.update(outboundRecipients)
+    .set({ lockedUntil: until })
+    .where(and(eq(outboundRecipients.lockedBy, worker), sql`${outboundRecipients.id} in (select value from json_each(${JSON.stringify(ids)}))`))
+    .run();
+}
+
+/** Worker ids are `<host>:<pid>:<random>`. */
+function workerProcess(worker: string): { host: string; pid: number } | null {
+  const m = /^(.*):(\d+):[^:]+$/.exec(worker);
+  return m ? { host: m[1]!, pid: Number(m[2]) } : null;
+}
+
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
 /**
- * At start, leases of earlier runs are void: one process owns the queue, so whatever a killed process held was in
- * flight when it died and is due again now.
+ * At start: the leases of earlier workers on this host whose process is gone (killed, or an earlier run under this
+ * same pid, as in a restarted container) are released at once, so their recipients are due again now. A lease of a
+ * process that may still run (another host, or a live pid) is left to expire.
  */
-export function releaseStaleLeases(db: Db, worker: string): number {
-  return db
-    .update(outboundRecipients)
-    .set({ lockedBy: null, lockedUntil: null })
+export function releaseDeadLeases(db: Db, worker: string, host = hostname()): number {
+  const holders = db
+    .selectDistinct({ lockedBy: outboundRecipients.lockedBy })
+    .from(outboundRecipients)
     .where(and(isNotNull(outboundRecipients.lockedBy), sql`${outboundRecipients.lockedBy} <> ${worker}`))
-    .run().changes;
+    .all();
+  let released = 0;
+  for (const { lockedBy } of holders) {
+    const holder = lockedBy ? workerProcess(lockedBy) : null;
+    if (!holder || holder.host !== host) continue;
+    if (holder.pid !== process.pid && processAlive(holder.pid)) continue;
+    released += db
+      .update(outboundRecipients)
+      .set({ lockedBy: null, lockedUntil: null })
+      .where(eq(outboundRecipients.lockedBy, lockedBy!))
+      .run().changes;
+  }
+  return released;
 }

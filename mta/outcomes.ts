@@ -1,10 +1,10 @@
 import { and, eq, isNull, sql } from 'drizzle-orm';
-import { type AccountRow, accounts, emailEvents, emails, outboundMessages, outboundRecipients } from '../db/schema/index.js';
+import { accounts, emailEvents, emails, outboundMessages, outboundRecipients } from '../db/schema/index.js';
 import { definePrepared } from '../db/prepared.js';
 import type { Deps } from '../server/deps.js';
 import { findAccount } from '../server/core/accounts.js';
+import { tripBreakerIfPaused } from '../server/core/reputation.js';
 import { suppress } from '../server/core/suppressions.js';
-import { gradeTier } from '../server/core/tiers.js';
 import { newId } from '../server/ids.js';
 import type { Claimed } from './delivery-queue.js';
 import type { Classified } from './dsn.js';
@@ -15,12 +15,6 @@ export interface Recorded {
   dsn: string;
   detail: string;
   nextAttemptAt: number | null;
-}
-
-/** The reason the reputation breaker writes when it suspends an account. */
-export function breakerReason(a: Pick<AccountRow, 'totalSent' | 'totalBounced' | 'totalComplained'>): string {
-  const pct = (n: number) => `${((n / a.totalSent) * 100).toFixed(2)}%`;
-  return `Sending paused automatically by the reputation breaker: bounce rate ${pct(a.totalBounced)} and complaint rate ${pct(a.totalComplained)} over ${a.totalSent} recipients reached the paused tier (10% bounces or 0.5% complaints).`;
 }
 
 /**
@@ -91,12 +85,3 @@ const statements = definePrepared((db) => ({
     .prepare(),
   deleteMessage: db.delete(outboundMessages).where(eq(outboundMessages.id, p('id'))).prepare(),
 }));
-
-/** The reputation breaker: an account whose own rates grade as paused is suspended, with a reason naming them. */
-function tripBreakerIfPaused(deps: Pick<Deps, 'db' | 'logger'>, accountId: string, now: number): void {
-  const row = findAccount(deps.db, accountId);
-  if (!row || row.suspendedBy !== null || gradeTier(row) !== 'paused') return;
-  const reason = breakerReason(row);
-  deps.db.update(accounts).set({ suspendedBy: 'breaker', suspendedReason: reason, suspendedAt: now }).where(eq(accounts.id, accountId)).run();
-  deps.logger.warn('account.breaker_tripped', { accountId, reason });
-}

@@ -61,8 +61,9 @@ export async function resolveRoute(domain: string, deps: { config: Config; resol
   let dnsFailed = false;
   for (const host of hosts) {
     const [a, aaaa] = await Promise.all([resolver.a(host), resolver.aaaa(host)]);
-    if (a.status === 'unknown' && aaaa.status === 'unknown') dnsFailed = true;
     const all = [...(a.status === 'found' ? a.records : []), ...(aaaa.status === 'found' ? aaaa.records : [])];
+    // A host is only known to have no address when both lookups answered: one that failed may hold it.
+    if (all.length === 0 && (a.status === 'unknown' || aaaa.status === 'unknown')) dnsFailed = true;
     const allowed = config.allowPrivateTargets ? all : all.filter((ip) => !isReservedAddress(ip));
     refused += all.length - allowed.length;
     if (allowed.length > 0) targets.push({ host, addresses: allowed, port: config.smtpDeliveryPort, secure: false, auth: null });

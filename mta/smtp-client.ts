@@ -1,6 +1,6 @@
 import SMTPConnection from 'nodemailer/lib/smtp-connection';
 import type { NodemailerError } from 'nodemailer/lib/errors';
-import { type Classified, classifyFailure, classifyReply } from './dsn.js';
+import { type Classified, TLS_FAILED_DSN, classifyFailure, classifyReply } from './dsn.js';
 import type { Target } from './routing.js';
 
 export interface ClientOptions {
@@ -16,36 +16,63 @@ export const DEFAULT_CLIENT_TIMEOUTS = { connectTimeoutMs: 30_000, greetingTimeo
 
 /** One SMTP connection to a destination, reused for one recipient transaction after another. */
 export interface SmtpSession {
-  /** One transaction: MAIL FROM `from`, RCPT TO `to`, DATA; the outcome read from the server's own replies. */
-  send(from: string, to: string, message: Buffer): Promise<{ outcome: Classified; connectionLost: boolean }>;
+  /**
+   * One transaction: MAIL FROM `from`, RCPT TO `to`, DATA; the outcome read from the server's own replies.
+   * `notSent`: the connection had already closed (idle timeout, or a 421 after the previous transaction) before this
+   * transaction began, so this is no attempt for the recipient and `outcome` says nothing about it.
+   */
+  send(from: string, to: string, message: Buffer): Promise<SendResult>;
   close(): void;
+}
+
+export interface SendResult {
+  outcome: Classified;
+  connectionLost: boolean;
+  notSent: boolean;
 }
 
 const replyCode = (text: string): number => Number(/^(\d{3})/.exec(text)?.[1] ?? 0);
 
-function outcomeOfError(err: NodemailerError): { outcome: Classified; connectionLost: boolean } {
+function outcomeOfError(err: NodemailerError): Omit<SendResult, 'notSent'> {
   const rejected = err.rejectedErrors?.[0] ?? err;
   if (rejected.responseCode && rejected.response) {
     return { outcome: classifyReply(rejected.responseCode, rejected.response), connectionLost: false };
   }
-  return { outcome: classifyFailure(err.originalCode ?? err.code, err.message), connectionLost: true };
+  return { outcome: classifyFailure(failureCode(err), err.message), connectionLost: true };
 }
 
-function connectTo(address: string, target: Target, opts: ClientOptions): Promise<SMTPConnection> {
+/** The most specific code of a failure: nodemailer wraps socket and TLS errors (ESOCKET) around the original one. */
+function failureCode(err: NodemailerError): string | undefined {
+  return err.originalCode ?? err.code;
+}
+
+/**
+ * How to connect to a target. A recipient's MX: opportunistic STARTTLS, certificates unchecked (MX hosts rarely
+ * carry a certificate for their name), and plain text on a second try if the upgrade fails (`plain`). The relay
+ * with credentials: TLS required (implicit, or STARTTLS) with a verified certificate, so the password never travels
+ * in clear or to an impostor; a private CA is trusted through Node's NODE_EXTRA_CA_CERTS.
+ */
+export function connectionOptions(address: string, target: Target, opts: ClientOptions, plain = false): SMTPConnection.Options {
+  const guarded = target.auth !== null;
+  return {
+    host: address,
+    port: target.port,
+    secure: target.secure,
+    name: opts.name,
+    opportunisticTLS: !guarded,
+    requireTLS: guarded && !target.secure,
+    ignoreTLS: plain && !guarded,
+    tls: { rejectUnauthorized: guarded, servername: target.host },
+    connectionTimeout: opts.connectTimeoutMs,
+    greetingTimeout: opts.greetingTimeoutMs,
+    socketTimeout: opts.socketTimeoutMs,
+    logger: false,
+  };
+}
+
+function connectTo(address: string, target: Target, opts: ClientOptions, plain: boolean): Promise<SMTPConnection> {
   return new Promise((resolve, reject) => {
-    const conn = new SMTPConnection({
-      host: address,
-      port: target.port,
-      secure: target.secure,
-      name: opts.name,
-      // Opportunistic STARTTLS: used when offered, certificates unchecked (as MX hosts rarely match), plain if it fails.
-      opportunisticTLS: true,
-      tls: { rejectUnauthorized: false, servername: target.host },
-      connectionTimeout: opts.connectTimeoutMs,
-      greetingTimeout: opts.greetingTimeoutMs,
-      socketTimeout: opts.socketTimeoutMs,
-      logger: false,
-    });
+    const conn = new SMTPConnection(connectionOptions(address, target, opts, plain));
     let settled = false;
     conn.once('error', (err: NodemailerError) => {
       if (!settled) {
@@ -79,14 +106,18 @@ export async function openSession(targets: Target[], opts: ClientOptions): Promi
   let last: Classified = { status: 'deferred', dsn: '4.4.1', detail: 'no mail host to connect to' };
   for (const target of targets) {
     for (const address of target.addresses) {
-      try {
-        const conn = await connectTo(address, target, opts);
-        return sessionOf(conn);
-      } catch (err) {
-        const e = err as NodemailerError;
-        last = e.responseCode && e.response ? { ...classifyReply(e.responseCode, e.response), status: 'deferred' } : classifyFailure(e.originalCode ?? e.code, `${target.host} [${address}]: ${e.message}`);
-        // A 5xx greeting or login failure is not a verdict on the recipient: try elsewhere, then defer.
-        if (last.status !== 'deferred') last = { ...last, status: 'deferred', dsn: last.dsn.replace(/^5/, '4') };
+      // A failed STARTTLS upgrade is retried once in plain text (MX only; never with relay credentials).
+      for (const plain of target.auth ? [false] : [false, true]) {
+        try {
+          const conn = await connectTo(address, target, opts, plain);
+          return sessionOf(conn);
+        } catch (err) {
+          const e = err as NodemailerError;
+          last = e.responseCode && e.response ? { ...classifyReply(e.responseCode, e.response), status: 'deferred' } : classifyFailure(failureCode(e), `${target.host} [${address}]: ${e.message}`);
+          // A 5xx greeting or login failure is not a verdict on the recipient: try elsewhere, then defer.
+          if (last.status !== 'deferred') last = { ...last, status: 'deferred', dsn: last.dsn.replace(/^5/, '4') };
+          if (last.dsn !== TLS_FAILED_DSN) break;
+        }
       }
     }
   }
@@ -116,13 +147,13 @@ function sessionOf(conn: SMTPConnection): SmtpSession {
 
   return {
     async send(from, to, message) {
-      if (!alive) return { outcome: classifyFailure('ECONNECTION', 'connection closed'), connectionLost: true };
+      if (!alive) return { outcome: classifyFailure('ECONNECTION', 'connection closed'), connectionLost: true, notSent: true };
       if (dirty) {
         try {
           await reset();
         } catch (err) {
           alive = false;
-          return { ...outcomeOfError(err as NodemailerError), connectionLost: true };
+          return { ...outcomeOfError(err as NodemailerError), connectionLost: true, notSent: true };
         }
       }
       dirty = true;
@@ -131,13 +162,13 @@ function sessionOf(conn: SMTPConnection): SmtpSession {
           if (err) {
             const result = outcomeOfError(err as NodemailerError);
             if (result.connectionLost) alive = false;
-            return resolve(result);
+            return resolve({ ...result, notSent: false });
           }
           if (!info || !info.accepted.includes(to)) {
             const rejected = info?.rejectedErrors?.[0];
-            return resolve(rejected ? outcomeOfError(rejected) : { outcome: classifyReply(450, '450 4.0.0 recipient not accepted'), connectionLost: false });
+            return resolve({ ...(rejected ? outcomeOfError(rejected) : { outcome: classifyReply(450, '450 4.0.0 recipient not accepted'), connectionLost: false }), notSent: false });
           }
-          resolve({ outcome: classifyReply(replyCode(info.response), info.response), connectionLost: false });
+          resolve({ outcome: classifyReply(replyCode(info.response), info.response), connectionLost: false, notSent: false });
         });
       });
     },

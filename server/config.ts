@@ -200,9 +200,12 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     try {
       const u = new URL(input.SMTP_RELAY_URL);
       if ((u.protocol !== 'smtp:' && u.protocol !== 'smtps:') || !u.hostname) throw new Error('scheme');
+      // The credentials are percent-decoded at delivery: a malformed escape must stop the start, not every delivery.
+      decodeURIComponent(u.username);
+      decodeURIComponent(u.password);
       smtpRelayUrl = u;
     } catch {
-      problems.push('SMTP_RELAY_URL must be smtp:// or smtps:// with a host');
+      problems.push('SMTP_RELAY_URL must be smtp:// or smtps:// with a host, its credentials percent-encoded');
     }
   }
 

@@ -18,6 +18,7 @@ import { creditStatus } from './credits.js';
 import { type Sender, type Warning, assertCredit, assertMaySend, assertQuotaFor, chargeSend, countRecipients, creditWarning, payerOf } from './sending-policy.js';
 import { suppressedRecipients } from './suppressions.js';
 import { renderTemplate } from './templates.js';
+import { tripBreakerIfPaused } from './reputation.js';
 
 /** POST /emails as the seven checks of api.md, one named step each, in the spec's order; then the queue. */
 
@@ -218,6 +219,7 @@ async function commitSend(deps: Deps, ctx: RequestContext, send: SendRequest, do
           q.insertRecipient.run({ id: newId(now), messageId: id, recipient: r.address, recipientDomain: r.domain, nextAttemptAt: now, createdAt: now });
         }
         countRecipients(deps.db, sender, send.to.length, now);
+        tripBreakerIfPaused(deps, sender.acting.id, now);
         result = withWarning({ id, sandbox: false }, chargeSend(deps.db, payerOf(sender), deps.config, now));
       }
       if (claim) settleClaim(tx, claim, result, now);

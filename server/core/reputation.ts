@@ -1,0 +1,24 @@
+import { eq } from 'drizzle-orm';
+import { type AccountRow, accounts } from '../../db/schema/index.js';
+import type { Deps } from '../deps.js';
+import { findAccount } from './accounts.js';
+import { gradeTier } from './tiers.js';
+
+/** The reason the reputation breaker writes when it suspends an account. */
+export function breakerReason(a: Pick<AccountRow, 'totalSent' | 'totalBounced' | 'totalComplained'>): string {
+  const pct = (n: number) => `${((n / a.totalSent) * 100).toFixed(2)}%`;
+  return `Sending paused automatically by the reputation breaker: bounce rate ${pct(a.totalBounced)} and complaint rate ${pct(a.totalComplained)} over ${a.totalSent} recipients reached the paused tier (10% bounces or 0.5% complaints).`;
+}
+
+/**
+ * The reputation breaker: an account whose own rates grade as paused is suspended, with a reason naming them. Looked
+ * at whenever a counter moves: a bounce or complaint, and a send (grading starts at the 50th recipient, so a send can
+ * be what reaches `paused`). An account already suspended, by anyone, is left as it is.
+ */
+export function tripBreakerIfPaused(deps: Pick<Deps, 'db' | 'logger'>, accountId: string, now: number): void {
+  const row = findAccount(deps.db, accountId);
+  if (!row || row.suspendedBy !== null || gradeTier(row) !== 'paused') return;
+  const reason = breakerReason(row);
+  deps.db.update(accounts).set({ suspendedBy: 'breaker', suspendedReason: reason, suspendedAt: now }).where(eq(accounts.id, accountId)).run();
+  deps.logger.warn('account.breaker_tripped', { accountId, reason });
+}
