@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 /**
@@ -279,6 +280,25 @@ describe('the other commands (node dist/server/cli.js)', () => {
     expect(lifted.sending).not.toHaveProperty('suspendedReason');
     const after = await api('GET', `/accounts/${sub.body.id}`, created.key);
     expect(after.body.sending.suspended).toBe(false);
+  });
+
+  it('accounts unsuspend lifts a suspension by the reputation breaker, which the API cannot', async () => {
+    const sub = await api('POST', '/accounts', created.key, { name: 'Customer Breaker' });
+    expect(sub.status, JSON.stringify(sub.body)).toBe(201);
+    const reason = 'Sending paused automatically by the reputation breaker: bounce rate 12.00% and complaint rate 0.00% over 50 recipients reached the paused tier (10% bounces or 0.5% complaints).';
+    const db = new Database(join(dataDir, 'mailstead.db'));
+    try {
+      db.prepare("UPDATE accounts SET suspended_by = 'breaker', suspended_reason = ?, suspended_at = ? WHERE id = ?").run(reason, Date.now(), sub.body.id);
+    } finally {
+      db.close();
+    }
+    const lift = await api<unknown>('POST', `/accounts/${sub.body.id}/suspend`, created.key, { suspended: false });
+    expect(lift.status, JSON.stringify(lift.body)).toBe(409);
+    expect(lift.body).toEqual({ error: { code: 'conflict', message: expect.any(String) } });
+
+    const lifted = await cliOk<AccountBody>('accounts', 'unsuspend', '--account', sub.body.id);
+    expect(lifted.sending.suspended).toBe(false);
+    expect((await api('GET', `/accounts/${sub.body.id}`, created.key)).body.sending.suspended).toBe(false);
   });
 
   it('accounts suspend on a top-level account shows through the API; unsuspend lifts it', async () => {
