@@ -321,6 +321,26 @@ describe('POST /accounts', () => {
     expect((await service.api('GET', '/accounts', { key })).body.data).toEqual([]);
   });
 
+  it('422 messages tell a wrong type from a missing field and a body that is not an object, without echoing the input', async () => {
+    const { key } = service.newAccount();
+    const cases: [unknown, string][] = [
+      [{ name: 42 }, 'name: must be a string'],
+      [{ name: null }, 'name: must be a string'],
+      [{}, 'name: is required'],
+      ['hello', 'body: must be a JSON object'],
+      [['Shop EU'], 'body: must be a JSON object'],
+      [{ name: 'E' }, 'name: must be 2 to 80 characters'],
+    ];
+    for (const [body, message] of cases) {
+      const res = await service.api('POST', '/accounts', { key, body });
+      expectError(res, 422, 'invalid_request');
+      expect(res.body.error.message, JSON.stringify(body)).toBe(message);
+    }
+    const suspendRes = await suspend(key, (await createSub(key)).id, { suspended: 'yes', reason: REASON });
+    expectError(suspendRes, 422, 'invalid_request');
+    expect(suspendRes.body.error.message).toBe('suspended: must be a boolean');
+  });
+
   it('409 conflict when a sub-account’s own key tries to open a sub-account', async () => {
     const { key } = service.newAccount();
     const sub = await createSub(key);

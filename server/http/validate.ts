@@ -15,11 +15,35 @@ function protoKeyPath(value: unknown, path: string[] = []): string[] | null {
   return null;
 }
 
-/** Validates input with a zod schema; a failure is `422 invalid_request` naming the first failing field. */
+/** How a wrong-type field is described: by the type it must have, never by the value it was given. */
+const EXPECTED: Record<string, string> = {
+  string: 'a string',
+  number: 'a number',
+  int: 'an integer',
+  bigint: 'an integer',
+  boolean: 'a boolean',
+  array: 'an array',
+  object: 'an object',
+  date: 'a date',
+  null: 'null',
+};
+
+/**
+ * The per-parse error map: a wrong type reads "must be a string". A schema's own message still wins; anything else
+ * keeps zod's wording. Input values are never put into a message.
+ */
+const errorMap: z.core.$ZodErrorMap = (issue) =>
+  issue.code === 'invalid_type' && issue.input !== undefined ? `must be ${EXPECTED[issue.expected] ?? issue.expected}` : undefined;
+
+/**
+ * Validates input with a zod schema; a failure is `422 invalid_request` naming the first failing field: "is required"
+ * when it is missing, the schema's message (such as "must be a string") when it is there but wrong.
+ */
 export function parseInput<S extends z.ZodType>(schema: S, value: unknown, where = 'body'): z.output<S> {
   const proto = protoKeyPath(value);
   if (proto) throw new ApiError('invalid_request', `${proto.join('.')}: is not an allowed field name`);
-  const result = schema.safeParse(value);
+  // reportInput keeps `input` on the issue, which tells a missing field from a wrong one; it is read, never echoed.
+  const result = schema.safeParse(value, { reportInput: true, error: errorMap });
   if (result.success) return result.data;
   const issue = result.error.issues[0];
   if (!issue) throw new ApiError('invalid_request', `Invalid ${where}.`);
@@ -31,6 +55,8 @@ export function parseInput<S extends z.ZodType>(schema: S, value: unknown, where
   if (issue.code === 'invalid_type' && issue.input === undefined) {
     throw new ApiError('invalid_request', `${path || where}: is required`);
   }
-  if (path === '') throw new ApiError('invalid_request', `${where}: ${issue.code === 'invalid_type' ? 'must be a JSON object' : issue.message}`);
-  throw new ApiError('invalid_request', `${path}: ${issue.message}`);
+  if (path === '' && issue.code === 'invalid_type' && issue.expected === 'object') {
+    throw new ApiError('invalid_request', `${where}: must be a JSON object`);
+  }
+  throw new ApiError('invalid_request', `${path || where}: ${issue.message}`);
 }
