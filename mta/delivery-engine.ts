@@ -149,13 +149,15 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
 
   function startLane(domain: string, w: DomainWork): void {
     w.lanes++;
-    const done = lane(domain, w).finally(() => {
-      lanesDone.delete(done);
-      w.lanes--;
-      if (w.jobs.length > 0 && w.lanes === 0 && !stopping) startLane(domain, w);
-      else if (w.jobs.length === 0 && w.lanes === 0) work.delete(domain);
-      wake?.();
-    });
+    const done = lane(domain, w)
+      .catch((err: unknown) => deps.logger.error('delivery.lane_failed', { domain, err }))
+      .finally(() => {
+        lanesDone.delete(done);
+        w.lanes--;
+        if (w.jobs.length > 0 && w.lanes === 0 && !stopping) startLane(domain, w);
+        else if (w.jobs.length === 0 && w.lanes === 0) work.delete(domain);
+        wake?.();
+      });
     lanesDone.add(done);
   }
 
@@ -205,15 +207,16 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
         }
         const job = w.jobs.shift();
         if (!job) return;
-        const entry = messageOf(job);
         let message: Buffer;
+        let index: number;
         try {
+          const entry = messageOf(job);
           message = await entry.message;
+          index = Math.max(0, entry.to.indexOf(job.recipient.recipient));
         } catch (err) {
           if (!(await record(job, { status: 'deferred', dsn: '4.3.0', detail: `message could not be prepared: ${(err as Error).message}` }))) return;
           continue;
         }
-        const index = Math.max(0, entry.to.indexOf(job.recipient.recipient));
         const result = await session.send(verpAddress(job.message.id, index, deps.config.mailHostname), job.recipient.recipient, message);
         if (result.connectionLost) {
           session.close();
