@@ -132,7 +132,8 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
               const entry = built.get(c.message.id);
               if (entry && --entry.users === 0) built.delete(c.message.id);
               resolve();
-              wake?.();
+              // Room for a useful claim again: claim now rather than at the next poll.
+              if (held.size === Math.floor(opts.batchSize / 2)) wake?.();
             },
           };
           const domain = c.recipient.recipientDomain;
@@ -260,13 +261,16 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
   async function loop(): Promise<void> {
     while (running) {
       let claimed = 0;
+      // Claims are batched: one claim query serves many recipients, so it waits until half the batch is free.
+      const room = opts.batchSize - held.size;
       try {
-        claimed = claim(opts.batchSize - held.size).length;
+        if (held.size === 0 || room >= opts.batchSize / 2) claimed = claim(room).length;
       } catch (err) {
         deps.logger.error('delivery.claim_failed', { err });
       }
-      // Claim again at once while there was more than room; otherwise when poked, when a lane ends, or at the poll.
-      if (claimed > 0 && held.size < opts.batchSize) continue;
+      // Claim again at once while the claim filled the room; otherwise when poked, when half the batch is done, when a
+      // lane ends, or at the poll.
+      if (claimed > 0 && claimed === room) continue;
       await new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, opts.pollMs);
         wake = () => {
