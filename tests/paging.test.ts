@@ -1,4 +1,9 @@
+import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openDatabase } from '../db/client.js';
+import { settings } from '../db/schema/index.js';
+import { ApiError } from '../server/errors.js';
+import { LISTS, readPage, toPage, type ListDef } from '../server/http/paging.js';
 import { startService, type TestService } from './helpers/service.js';
 
 /**
@@ -178,6 +183,111 @@ describe('GET /keys: a keyset walk', () => {
     for (const k of seen) {
       if (revoked.includes(k.id)) expect(k.revokedAt, k.name).toEqual(expect.any(String));
       else expect(k.revokedAt, k.name).toBeNull();
+    }
+  });
+});
+
+/** The cursor with its key (the row it continues after) replaced, the rest of it (list, account, any signature) kept. */
+function withForgedKey(cursor: string, k: string): string {
+  const [body, ...rest] = cursor.split('.');
+  const payload = JSON.parse(Buffer.from(body!, 'base64url').toString('utf8')) as Record<string, unknown>;
+  expect(Object.keys(payload).sort()).toEqual(['a', 'k', 'l']);
+  return [Buffer.from(JSON.stringify({ ...payload, k })).toString('base64url'), ...rest].join('.');
+}
+
+/** A cursor as the service used to issue them: base64url JSON of list, account and row id, unsigned. */
+const unsigned = (l: string, a: string, k: string) => Buffer.from(JSON.stringify({ l, a, k })).toString('base64url');
+
+describe('cursors are signed by the server: a made-up or altered one is refused with the list\'s own error', () => {
+  it('GET /accounts: a cursor of this list and account pointing at another account\'s sub-account is 422 invalid_request', async () => {
+    const { account, key } = service.newAccount();
+    const mine = (await createSubs(key, 3, 'Mine')).reverse();
+    const other = service.newAccount();
+    const theirs = await createSub(other.key, 'Theirs');
+
+    const first = await fetchPage('/accounts', key, 1, null);
+    const cursor = first.nextCursor!;
+    // The genuine cursor works, and keeps working when used again.
+    for (let i = 0; i < 2; i++) expect((await fetchPage('/accounts', key, 5, cursor)).data.map((a) => a.id)).toEqual(mine.slice(1));
+
+    for (const forged of [withForgedKey(cursor, theirs), withForgedKey(cursor, mine[2]!), unsigned('accounts', account.id, theirs), `${cursor}x`, `${cursor}.extra`]) {
+      const res = await service.api('GET', `/accounts?cursor=${encodeURIComponent(forged)}`, { key });
+      expect(res.status, forged).toBe(422);
+      expect(res.body).toEqual({ error: { code: 'invalid_request', message: expect.stringMatching(/\bcursor\b/) } });
+    }
+  });
+
+  it('GET /suppressions: an altered cursor is 422 invalid_cursor', async () => {
+    const { key } = service.newAccount();
+    for (const address of ['a@example.net', 'b@example.net', 'c@example.net']) {
+      expect((await service.api('POST', '/suppressions', { key, body: { address } })).status).toBe(201);
+      service.clock.advance(1);
+    }
+    const first = await service.api('GET', '/suppressions?limit=1', { key });
+    const cursor = first.body.nextCursor as string;
+    expect((await service.api('GET', `/suppressions?cursor=${encodeURIComponent(cursor)}`, { key })).status).toBe(200);
+    const forged = withForgedKey(cursor, '01a00000-0000-7000-8000-000000000000');
+    const res = await service.api('GET', `/suppressions?cursor=${encodeURIComponent(forged)}`, { key });
+    expect(res.status).toBe(422);
+    expect(res.body.error.code).toBe('invalid_cursor');
+  });
+
+  it('the key is made once, kept in settings, and signs alike for another connection to the same database', () => {
+    const accountId = '01a00000-0000-7000-8000-0000000000aa';
+    const rows = [{ id: '01a00000-0000-7000-8000-000000000002' }, { id: '01a00000-0000-7000-8000-000000000001' }];
+    const { nextCursor } = toPage(service.deps.db, LISTS.keys, accountId, { limit: 1, after: null }, rows);
+    expect(nextCursor).toEqual(expect.any(String));
+    const stored = service.deps.db.select().from(settings).where(eq(settings.key, 'cursor_hmac_key')).get();
+    expect(stored?.value).toMatch(/^[0-9a-f]{64}$/);
+    const second = openDatabase(service.dataDir);
+    try {
+      expect(readPage(second.db, LISTS.keys, accountId, { cursor: nextCursor! })).toEqual({ limit: 25, after: rows[0]!.id });
+      expect(second.db.select().from(settings).where(eq(settings.key, 'cursor_hmac_key')).get()).toEqual(stored);
+    } finally {
+      second.close();
+    }
+  });
+});
+
+describe('readPage on the webhook lists: a bad limit or cursor is 400 invalid_request (api.md, not 422)', () => {
+  const accountId = '01a00000-0000-7000-8000-0000000000bb';
+  const lastId = '01a00000-0000-7000-8000-000000000003';
+  const rows = [{ id: lastId }, { id: '01a00000-0000-7000-8000-000000000004' }];
+
+  function refusal(list: ListDef, query: { limit?: string; cursor?: string }): ApiError {
+    try {
+      readPage(service.deps.db, list, accountId, query);
+    } catch (err) {
+      expect(err).toBeInstanceOf(ApiError);
+      return err as ApiError;
+    }
+    throw new Error(`readPage accepted ${JSON.stringify(query)} on ${list.name}`);
+  }
+
+  it.each([
+    ['webhooks', LISTS.webhooks],
+    ['webhook deliveries', LISTS.webhookDeliveries],
+  ])('%s', (_label, list) => {
+    for (const limit of ['0', '101', 'abc', '-1', '2.5', '']) {
+      const err = refusal(list, { limit });
+      expect([err.status, err.code], limit).toEqual([400, 'invalid_request']);
+      expect(err.message).toMatch(/\blimit\b/);
+    }
+    const own = toPage(service.deps.db, list, accountId, { limit: 1, after: null }, rows).nextCursor!;
+    expect(readPage(service.deps.db, list, accountId, { limit: '10', cursor: own })).toEqual({ limit: 10, after: lastId });
+    const otherList = list === LISTS.webhooks ? LISTS.webhookDeliveries : LISTS.webhooks;
+    const cursors = [
+      'not-a-cursor',
+      '',
+      unsigned(list.name, accountId, lastId),
+      withForgedKey(own, '01a00000-0000-7000-8000-000000000009'),
+      toPage(service.deps.db, otherList, accountId, { limit: 1, after: null }, rows).nextCursor!,
+      toPage(service.deps.db, list, '01a00000-0000-7000-8000-0000000000cc', { limit: 1, after: null }, rows).nextCursor!,
+    ];
+    for (const cursor of cursors) {
+      const err = refusal(list, { cursor });
+      expect([err.status, err.code], cursor).toEqual([400, 'invalid_request']);
+      expect(err.message).toMatch(/\bcursor\b/);
     }
   });
 });

@@ -1,6 +1,10 @@
+import { createHmac } from 'node:crypto';
+import type { Db } from '../../db/client.js';
+import type { PageRequest } from '../core/context.js';
+import { cursorKey } from '../core/cursor-key.js';
 import { ApiError, type ErrorCode } from '../errors.js';
 import { isUuid } from '../ids.js';
-import type { PageRequest } from '../core/context.js';
+import { constantTimeEqual } from '../secrets.js';
 
 /** How one list answers a bad limit or cursor: the spec differs per list. */
 export interface ListDef {
@@ -18,14 +22,23 @@ interface CursorBody {
   k: string;
 }
 
-function encodeCursor(list: string, accountId: string, lastId: string): string {
-  const body: CursorBody = { l: list, a: accountId, k: lastId };
-  return Buffer.from(JSON.stringify(body)).toString('base64url');
+/** HMAC-SHA256 of the encoded body under the server's cursor key, cut to 16 bytes: enough that none can be guessed. */
+function sign(key: Buffer, body: string): string {
+  return createHmac('sha256', key).update(`cursor.v1.${body}`).digest().subarray(0, 16).toString('base64url');
 }
 
-function decodeCursor(cursor: string): CursorBody | null {
+/** `<body>.<mac>`, the body base64url JSON: the client can read it but not make one up. */
+function encodeCursor(key: Buffer, list: string, accountId: string, lastId: string): string {
+  const body: CursorBody = { l: list, a: accountId, k: lastId };
+  const encoded = Buffer.from(JSON.stringify(body)).toString('base64url');
+  return `${encoded}.${sign(key, encoded)}`;
+}
+
+function decodeCursor(key: Buffer, cursor: string): CursorBody | null {
+  const [encoded, mac, ...rest] = cursor.split('.');
+  if (encoded === undefined || mac === undefined || rest.length > 0 || !constantTimeEqual(mac, sign(key, encoded))) return null;
   try {
-    const v: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
+    const v: unknown = JSON.parse(Buffer.from(encoded, 'base64url').toString('utf8'));
     if (typeof v !== 'object' || v === null) return null;
     const { l, a, k } = v as Record<string, unknown>;
     return typeof l === 'string' && typeof a === 'string' && typeof k === 'string' ? { l, a, k } : null;
@@ -34,8 +47,11 @@ function decodeCursor(cursor: string): CursorBody | null {
   }
 }
 
-/** Reads `limit` and `cursor`; a cursor is valid only for the list and account that issued it. */
-export function readPage(list: ListDef, accountId: string, query: { limit?: string | undefined; cursor?: string | undefined }): PageRequest {
+/**
+ * Reads `limit` and `cursor`; a cursor is valid only if this server signed it, and only for the list and account
+ * that issued it.
+ */
+export function readPage(db: Db, list: ListDef, accountId: string, query: { limit?: string | undefined; cursor?: string | undefined }): PageRequest {
   let limit = DEFAULT_LIMIT;
   if (query.limit !== undefined) {
     if (!/^\d{1,3}$/.test(query.limit) || Number(query.limit) < 1 || Number(query.limit) > MAX_LIMIT) {
@@ -45,7 +61,7 @@ export function readPage(list: ListDef, accountId: string, query: { limit?: stri
   }
   let after: string | null = null;
   if (query.cursor !== undefined) {
-    const c = decodeCursor(query.cursor);
+    const c = decodeCursor(cursorKey(db), query.cursor);
     if (!c || c.l !== list.name || c.a !== accountId || !isUuid(c.k)) {
       throw new ApiError(list.badCursor.code, `cursor: was not issued by this list (${list.name})`, { status: list.badCursor.status });
     }
@@ -55,10 +71,10 @@ export function readPage(list: ListDef, accountId: string, query: { limit?: stri
 }
 
 /** Cuts the `limit + 1` rows a query fetched into a page; the extra row only says another page exists. */
-export function toPage<T extends { id: string }>(list: ListDef, accountId: string, page: PageRequest, rows: T[]): { data: T[]; nextCursor: string | null } {
+export function toPage<T extends { id: string }>(db: Db, list: ListDef, accountId: string, page: PageRequest, rows: T[]): { data: T[]; nextCursor: string | null } {
   const data = rows.slice(0, page.limit);
   const last = data[data.length - 1];
-  return { data, nextCursor: rows.length > page.limit && last ? encodeCursor(list.name, accountId, last.id) : null };
+  return { data, nextCursor: rows.length > page.limit && last ? encodeCursor(cursorKey(db), list.name, accountId, last.id) : null };
 }
 
 const standard = (name: string): ListDef => ({

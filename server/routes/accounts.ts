@@ -21,8 +21,8 @@ export function accountRoutes(deps: Deps) {
     .get('/account', guard(deps, 'accounts:read'), (c) => c.json(accountView(deps, c.var.auth.account)))
     .get('/accounts', guard(deps, 'accounts:read'), (c) => {
       const ctx = c.var.auth;
-      const page = readPage(LISTS.accounts, ctx.account.id, c.req.query());
-      return c.json(toPage(LISTS.accounts, ctx.account.id, page, listSubAccounts({ deps, ctx, page })));
+      const page = readPage(deps.db, LISTS.accounts, ctx.account.id, c.req.query());
+      return c.json(toPage(deps.db, LISTS.accounts, ctx.account.id, page, listSubAccounts({ deps, ctx, page })));
     })
     .post('/accounts', guard(deps, 'accounts:write', 'passed'), (c) => {
       const input = parseInput(createSubAccountInput, jsonBody(c.var.rawBody));

@@ -11,8 +11,8 @@ export function domainRoutes(deps: Deps) {
   return new Hono<AppEnv>()
     .get('/domains', guard(deps, 'domains:read'), (c) => {
       const ctx = c.var.auth;
-      const page = readPage(LISTS.domains, ctx.account.id, c.req.query());
-      return c.json(toPage(LISTS.domains, ctx.account.id, page, listDomains({ deps, ctx, page })));
+      const page = readPage(deps.db, LISTS.domains, ctx.account.id, c.req.query());
+      return c.json(toPage(deps.db, LISTS.domains, ctx.account.id, page, listDomains({ deps, ctx, page })));
     })
     .post('/domains', guard(deps, 'domains:write'), async (c) => {
       const input = parseInput(createDomainInput, jsonBody(c.var.rawBody));

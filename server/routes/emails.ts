@@ -19,8 +19,8 @@ export function emailRoutes(deps: Deps) {
     .get('/emails', guard(deps, 'emails:read'), (c) => {
       const ctx = c.var.auth;
       const filter = parseInput(emailFilter, c.req.query(), 'query');
-      const page = readPage(LISTS.emails, ctx.account.id, filter);
-      return c.json(toPage(LISTS.emails, ctx.account.id, page, listEmails({ deps, ctx, page, filter })));
+      const page = readPage(deps.db, LISTS.emails, ctx.account.id, filter);
+      return c.json(toPage(deps.db, LISTS.emails, ctx.account.id, page, listEmails({ deps, ctx, page, filter })));
     })
     .get('/emails/:id', guard(deps, 'emails:read'), (c) => c.json(getEmail({ deps, ctx: c.var.auth, id: c.req.param('id') })));
 }

@@ -11,8 +11,8 @@ export function keyRoutes(deps: Deps) {
   return new Hono<AppEnv>()
     .get('/keys', guard(deps, 'keys:read'), (c) => {
       const ctx = c.var.auth;
-      const page = readPage(LISTS.keys, ctx.account.id, c.req.query());
-      return c.json(toPage(LISTS.keys, ctx.account.id, page, listKeys({ deps, ctx, page })));
+      const page = readPage(deps.db, LISTS.keys, ctx.account.id, c.req.query());
+      return c.json(toPage(deps.db, LISTS.keys, ctx.account.id, page, listKeys({ deps, ctx, page })));
     })
     .post('/keys', guard(deps, 'keys:write'), (c) => {
       const input = parseInput(mintKeyInput, jsonBody(c.var.rawBody));

@@ -12,8 +12,8 @@ export function suppressionRoutes(deps: Deps) {
     .get('/suppressions', guard(deps, 'suppressions:read'), (c) => {
       const ctx = c.var.auth;
       const filter = parseInput(suppressionFilter, c.req.query(), 'query');
-      const page = readPage(LISTS.suppressions, ctx.account.id, filter);
-      return c.json(toPage(LISTS.suppressions, ctx.account.id, page, listSuppressions({ deps, ctx, page, address: filter.address })));
+      const page = readPage(deps.db, LISTS.suppressions, ctx.account.id, filter);
+      return c.json(toPage(deps.db, LISTS.suppressions, ctx.account.id, page, listSuppressions({ deps, ctx, page, address: filter.address })));
     })
     .post('/suppressions', guard(deps, 'suppressions:write'), (c) => {
       const { address } = parseInput(addSuppressionInput, jsonBody(c.var.rawBody));
