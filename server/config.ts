@@ -1,5 +1,6 @@
-import { hostname } from 'node:os';
+import { accessSync, constants, statSync } from 'node:fs';
 import { isIP } from 'node:net';
+import { hostname } from 'node:os';
 import { z } from 'zod';
 
 /**
@@ -7,14 +8,15 @@ import { z } from 'zod';
  * (decisions.md section 1) plus the two rate limits is declared here, described, parsed once at start.
  */
 
-const port = (d: number) =>
+/** A port. `min` is 1 for a port the server connects to: 0 means something only to a listener (any free port, or off). */
+const port = (d: number, min: 0 | 1 = 0) =>
   z
     .string()
     .default(String(d))
     .transform((v, ctx) => {
       const n = Number(v);
-      if (!/^\d+$/.test(v.trim()) || n > 65535) {
-        ctx.addIssue({ code: 'custom', message: `must be a port number 0-65535, got "${v}"` });
+      if (!/^\d+$/.test(v.trim()) || n < min || n > 65535) {
+        ctx.addIssue({ code: 'custom', message: `must be a port number ${min}-65535, got "${v}"` });
         return z.NEVER;
       }
       return n;
@@ -51,6 +53,27 @@ const hostName = z
   .toLowerCase()
   .regex(/^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/, 'must be a host name');
 
+/** A listening address: an IPv4 or IPv6 address, or `localhost`; a name would be resolved, and could move. */
+const listenAddress = (d: string) =>
+  z
+    .string()
+    .default(d)
+    .transform((v, ctx) => {
+      const s = v.trim();
+      if (isIP(s) !== 0 || s.toLowerCase() === 'localhost') return s;
+      ctx.addIssue({ code: 'custom', message: `must be an IP address or localhost, got "${v}"` });
+      return z.NEVER;
+    });
+
+function isReadableFile(path: string): boolean {
+  try {
+    accessSync(path, constants.R_OK);
+    return statSync(path).isFile();
+  } catch {
+    return false;
+  }
+}
+
 /** A resolver address: `ip` or `ip:port`, IPv6 as `[ip]:port` or bare. */
 export interface DnsServer {
   host: string;
@@ -75,9 +98,9 @@ const LOG_LEVELS = ['debug', 'info', 'warn', 'error'] as const;
 
 export const configSchema = z.object({
   DATA_DIR: z.string().min(1).default('./data').describe('SQLite database, generated secret key, spool'),
-  HTTP_HOST: z.string().min(1).default('0.0.0.0').describe('Address the HTTP API, dashboard and /healthz listen on'),
+  HTTP_HOST: listenAddress('0.0.0.0').describe('Address the HTTP API, dashboard and /healthz listen on'),
   HTTP_PORT: port(8080).describe('Port of the HTTP API (`/api/v1`), the dashboard (`/dashboard`) and `GET /healthz`'),
-  SMTP_HOST: z.string().min(1).default('0.0.0.0').describe('Address inbound SMTP listens on'),
+  SMTP_HOST: listenAddress('0.0.0.0').describe('Address inbound SMTP listens on'),
   SMTP_PORT: port(25).describe('Inbound SMTP port; `0` turns inbound off'),
   MAIL_HOSTNAME: hostName
     .default(hostname().toLowerCase())
@@ -94,7 +117,7 @@ export const configSchema = z.object({
     .string()
     .optional()
     .describe('Comma list of `ip` or `ip:port` resolvers for domain checks and MX lookups'),
-  SMTP_DELIVERY_PORT: port(25).describe('Port used to reach recipient MX hosts'),
+  SMTP_DELIVERY_PORT: port(25, 1).describe('Port used to reach recipient MX hosts'),
   SMTP_RELAY_URL: z
     .string()
     .optional()
@@ -211,6 +234,10 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
 
   if ((input.SMTP_TLS_CERT === undefined) !== (input.SMTP_TLS_KEY === undefined)) {
     problems.push('SMTP_TLS_CERT and SMTP_TLS_KEY must be set together');
+  }
+  for (const name of ['SMTP_TLS_CERT', 'SMTP_TLS_KEY'] as const) {
+    const path = input[name];
+    if (path !== undefined && !isReadableFile(path)) problems.push(`${name} must be a readable file, got "${path}"`);
   }
 
   if (problems.length > 0 || !raw) throw new ConfigError(`invalid configuration: ${problems.join('; ')}`);

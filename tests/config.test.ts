@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -100,6 +100,19 @@ describe('values that parse', () => {
     ]);
   });
 
+  it('HTTP_HOST and SMTP_HOST take IPv4, IPv6 and localhost', () => {
+    for (const host of ['127.0.0.1', '0.0.0.0', '::', '::1', '2001:db8::25', 'localhost']) {
+      expect(loadConfig({ HTTP_HOST: host, SMTP_HOST: host }), host).toMatchObject({ httpHost: host, smtpHost: host });
+    }
+    expect(loadConfig({ HTTP_HOST: ' 10.0.0.5 ' }).httpHost).toBe('10.0.0.5');
+  });
+
+  it('SMTP_DELIVERY_PORT takes 1 to 65535', () => {
+    expect(loadConfig({ SMTP_DELIVERY_PORT: '1' }).smtpDeliveryPort).toBe(1);
+    expect(loadConfig({ SMTP_DELIVERY_PORT: '2525' }).smtpDeliveryPort).toBe(2525);
+    expect(loadConfig({ SMTP_DELIVERY_PORT: '65535' }).smtpDeliveryPort).toBe(65535);
+  });
+
   it('SMTP_RELAY_URL takes smtp:// and smtps://', () => {
     expect(loadConfig({ SMTP_RELAY_URL: 'smtp://relay.example.net:587' }).smtpRelayUrl?.hostname).toBe('relay.example.net');
     expect(loadConfig({ SMTP_RELAY_URL: 'smtps://user:pass@relay.example.net:465' }).smtpRelayUrl?.protocol).toBe('smtps:');
@@ -139,6 +152,16 @@ describe('a bad value throws ConfigError: one line naming the variable', () => {
     ['HTTP_PORT', '-1'],
     ['SMTP_PORT', '25.5'],
     ['SMTP_DELIVERY_PORT', 'twenty-five'],
+    ['SMTP_DELIVERY_PORT', '0'],
+    ['SMTP_DELIVERY_PORT', '65536'],
+    ['HTTP_HOST', 'example.com'],
+    ['HTTP_HOST', 'not an address'],
+    ['HTTP_HOST', '256.0.0.1'],
+    ['HTTP_HOST', '[::1]'],
+    ['HTTP_HOST', '127.0.0.1:8080'],
+    ['SMTP_HOST', 'mail.example.com'],
+    ['SMTP_HOST', 'localhost.example'],
+    ['SMTP_HOST', '::1::2'],
     ['SECRET_KEY', 'short'],
     ['DNS_SERVERS', 'not-an-ip'],
     ['DNS_SERVERS', '127.0.0.1:99999'],
@@ -164,6 +187,49 @@ describe('a bad value throws ConfigError: one line naming the variable', () => {
     expect(err.message).toContain(name);
     expect(err.message).not.toMatch(/[\r\n]/);
     expect(err.message.length).toBeGreaterThan(name.length);
+  });
+
+  describe('SMTP_TLS_CERT and SMTP_TLS_KEY must each be a readable file', () => {
+    let dir: string;
+    let cert: string;
+    let key: string;
+    beforeEach(() => {
+      dir = mkdtempSync(join(tmpdir(), 'mailstead-tls-'));
+      cert = join(dir, 'cert.pem');
+      key = join(dir, 'key.pem');
+      writeFileSync(cert, '-----BEGIN CERTIFICATE-----\n');
+      writeFileSync(key, '-----BEGIN PRIVATE KEY-----\n', { mode: 0o600 });
+    });
+    afterEach(() => {
+      rmSync(dir, { recursive: true, force: true });
+    });
+
+    it('two readable files are accepted', () => {
+      expect(loadConfig({ SMTP_TLS_CERT: cert, SMTP_TLS_KEY: key })).toMatchObject({ smtpTlsCert: cert, smtpTlsKey: key });
+    });
+
+    it.each([
+      ['SMTP_TLS_CERT', 'a missing file', () => ({ SMTP_TLS_CERT: join(dir, 'missing.pem'), SMTP_TLS_KEY: key })],
+      ['SMTP_TLS_KEY', 'a missing file', () => ({ SMTP_TLS_CERT: cert, SMTP_TLS_KEY: join(dir, 'missing.pem') })],
+      ['SMTP_TLS_CERT', 'a directory', () => ({ SMTP_TLS_CERT: dir, SMTP_TLS_KEY: key })],
+      ['SMTP_TLS_KEY', 'a directory', () => ({ SMTP_TLS_CERT: cert, SMTP_TLS_KEY: dir })],
+    ])('%s naming %s is refused, and only it is named', (name, _what, env) => {
+      const err = configError(env());
+      expect(err.message).toContain(name);
+      expect(err.message).not.toContain(name === 'SMTP_TLS_CERT' ? 'SMTP_TLS_KEY' : 'SMTP_TLS_CERT');
+      expect(err.message).not.toMatch(/[\r\n]/);
+    });
+
+    it.runIf(process.getuid?.() !== 0)('a file the process cannot read is refused', () => {
+      chmodSync(key, 0o000);
+      expect(configError({ SMTP_TLS_CERT: cert, SMTP_TLS_KEY: key }).message).toContain('SMTP_TLS_KEY');
+    });
+
+    it('one set without the other is refused naming both, even when the file is readable', () => {
+      const err = configError({ SMTP_TLS_KEY: key });
+      expect(err.message).toContain('SMTP_TLS_CERT');
+      expect(err.message).toContain('SMTP_TLS_KEY');
+    });
   });
 
   it('SMTP_TLS_CERT without SMTP_TLS_KEY is refused naming both', () => {
