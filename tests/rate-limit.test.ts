@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { API_BASE, createApp } from '../server/app.js';
 import { loadConfig } from '../server/config.js';
 import { createRateLimiter } from '../server/core/rate-limit.js';
+import { SCOPES, type Scope } from '../server/core/scopes.js';
 import { FakeClock } from './helpers/clock.js';
 import { startService, type ApiResponse, type TestService } from './helpers/service.js';
 
@@ -166,6 +168,102 @@ describe('a configured limit', () => {
     await spend(service, key, 4);
     await spend(service, other, 4);
     expectRateLimited(await service.api('GET', '/account', { key: service.newKey(account.id) }));
+  });
+});
+
+/** Every endpoint of the API, each with its one scope; ids need not exist, since every check here comes first. */
+interface Endpoint {
+  method: string;
+  /** The route as the app declares it, to hold the table against the app. */
+  route: string;
+  path: string;
+  scope: Scope;
+  body?: unknown;
+}
+
+const SOME_ID = '01a00000-0000-7000-8000-000000000000';
+const ENDPOINTS: Endpoint[] = [
+  { method: 'GET', route: '/account', path: '/account', scope: 'accounts:read' },
+  { method: 'GET', route: '/accounts', path: '/accounts', scope: 'accounts:read' },
+  { method: 'POST', route: '/accounts', path: '/accounts', scope: 'accounts:write', body: { name: 'Shop EU' } },
+  { method: 'GET', route: '/accounts/:id', path: `/accounts/${SOME_ID}`, scope: 'accounts:read' },
+  { method: 'DELETE', route: '/accounts/:id', path: `/accounts/${SOME_ID}`, scope: 'accounts:write' },
+  { method: 'POST', route: '/accounts/:id/suspend', path: `/accounts/${SOME_ID}/suspend`, scope: 'accounts:write', body: { suspended: false } },
+  { method: 'GET', route: '/keys', path: '/keys', scope: 'keys:read' },
+  { method: 'POST', route: '/keys', path: '/keys', scope: 'keys:write', body: { name: 'ci' } },
+  { method: 'DELETE', route: '/keys/:id', path: `/keys/${SOME_ID}`, scope: 'keys:write' },
+  { method: 'GET', route: '/domains', path: '/domains', scope: 'domains:read' },
+  { method: 'POST', route: '/domains', path: '/domains', scope: 'domains:write', body: { name: 'shop.example.com' } },
+  { method: 'GET', route: '/domains/:id', path: `/domains/${SOME_ID}`, scope: 'domains:read' },
+  { method: 'DELETE', route: '/domains/:id', path: `/domains/${SOME_ID}`, scope: 'domains:write' },
+  { method: 'POST', route: '/domains/:id/verify', path: `/domains/${SOME_ID}/verify`, scope: 'domains:write' },
+  { method: 'GET', route: '/emails', path: '/emails', scope: 'emails:read' },
+  { method: 'POST', route: '/emails', path: '/emails', scope: 'emails:send', body: { from: 'shop@shop.example.com', to: 'ann@example.net', subject: 'Hi', text: 'Hello' } },
+  { method: 'GET', route: '/emails/:id', path: `/emails/${SOME_ID}`, scope: 'emails:read' },
+  { method: 'GET', route: '/suppressions', path: '/suppressions', scope: 'suppressions:read' },
+  { method: 'POST', route: '/suppressions', path: '/suppressions', scope: 'suppressions:write', body: { address: 'ann@example.net' } },
+  { method: 'DELETE', route: '/suppressions/:address', path: '/suppressions/ann%40example.net', scope: 'suppressions:write' },
+];
+
+const label = (ep: Endpoint) => `${ep.method} ${ep.route}`;
+
+describe('every endpoint, with RATE_LIMIT_PER_KEY=3', () => {
+  const LIMIT = 3;
+  let service: TestService;
+
+  beforeAll(async () => {
+    service = await startService({ RATE_LIMIT_PER_KEY: String(LIMIT), RATE_LIMIT_PER_ACCOUNT: '100000' });
+  });
+  afterAll(async () => {
+    await service?.close();
+  });
+
+  const call = (ep: Endpoint, key: string, account?: string) => service.api(ep.method, ep.path, { key, account, body: ep.body });
+  /** A GET the key may make (200) that is not of the endpoint's scope, to spend requests with. */
+  const spendPath = (ep: Endpoint) => (ep.scope === 'accounts:read' ? '/keys' : '/account');
+
+  it('the table lists every endpoint the app serves', () => {
+    const served = createApp(service.deps)
+      .routes.filter((r) => r.method !== 'ALL' && r.path.startsWith(`${API_BASE}/`))
+      .map((r) => `${r.method} ${r.path.slice(API_BASE.length)}`);
+    expect([...new Set(served)].sort()).toEqual(ENDPOINTS.map(label).sort());
+  });
+
+  it.each(ENDPOINTS.map((ep) => [label(ep), ep] as const))('%s: a key over its limit is 429 rate_limited with Retry-After', async (_label, ep) => {
+    const { key } = service.newAccount({ name: 'Over the limit' });
+    await spend(service, key, LIMIT - 1);
+    // The last request within the limit reaches the endpoint itself, whatever it answers there.
+    expect((await call(ep, key)).status).not.toBe(429);
+    expectRateLimited(await call(ep, key));
+    expectRateLimited(await call(ep, key));
+  });
+
+  describe('when two checks fail at once, the earlier one answers (key 401, rate 429, scope 403, account header 404)', () => {
+    it.each(ENDPOINTS.map((ep) => [label(ep), ep] as const))('%s', async (_label, ep) => {
+      const { account, key } = service.newAccount({ name: 'Check order' });
+      const other = service.newAccount({ name: 'Someone else' });
+      const foreignSub = await service.api('POST', '/accounts', { key: other.key, body: { name: 'Their sub' } });
+      expect(foreignSub.status).toBe(201);
+
+      // An unknown key with a foreign account header: the key answers.
+      const unknownKey = await call(ep, `ms_${'A'.repeat(40)}`, foreignSub.body.id);
+      expect(unknownKey.status, JSON.stringify(unknownKey.body)).toBe(401);
+      expect(unknownKey.body.error.code).toBe('invalid_key');
+
+      // A key without the scope and an unknown or foreign account header: the scope answers.
+      const lacking = service.newKey(account.id, SCOPES.filter((s) => s !== ep.scope));
+      for (const header of [SOME_ID, foreignSub.body.id as string]) {
+        const res = await call(ep, lacking, header);
+        expect(res.status, JSON.stringify(res.body)).toBe(403);
+        expect(res.body.error.code).toBe('insufficient_scope');
+      }
+
+      // The same key at its limit: the rate limit answers, before the scope and the header.
+      const spent = service.newKey(account.id, SCOPES.filter((s) => s !== ep.scope));
+      for (let i = 0; i < LIMIT; i++) expectOk(await service.api('GET', spendPath(ep), { key: spent }));
+      expectRateLimited(await call(ep, spent));
+      expectRateLimited(await call(ep, spent, SOME_ID));
+    });
   });
 });
 
