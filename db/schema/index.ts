@@ -5,6 +5,7 @@ export * from './domain-keys.js';
 export * from './domains.js';
 export * from './emails.js';
 export * from './email-events.js';
-export * from './outbound-queue.js';
+export * from './outbound-messages.js';
+export * from './outbound-recipients.js';
 export * from './idempotency-keys.js';
 export * from './suppressions.js';

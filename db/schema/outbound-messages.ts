@@ -1,6 +1,6 @@
-import { index, integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
+import { integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
 import { accounts } from './accounts.js';
-import { createdAtColumn, idColumn, timestampColumn } from './columns.js';
+import { createdAtColumn } from './columns.js';
 import { domainKeys } from './domain-keys.js';
 import { emails } from './emails.js';
 
@@ -29,28 +29,4 @@ export const outboundMessages = sqliteTable('outbound_messages', {
   expiresAt: integer('expires_at').notNull(),
 });
 
-export const RECIPIENT_STATES = ['queued', 'delivered', 'bounced'] as const;
-export type RecipientState = (typeof RECIPIENT_STATES)[number];
-
-/** The durable outbound queue: one row per recipient, claimed by workers with a lease. */
-export const outboundRecipients = sqliteTable(
-  'outbound_recipients',
-  {
-    id: idColumn(),
-    messageId: text('message_id')
-      .notNull()
-      .references(() => outboundMessages.id, { onDelete: 'cascade' }),
-    recipient: text('recipient').notNull(),
-    recipientDomain: text('recipient_domain').notNull(),
-    status: text('status', { enum: RECIPIENT_STATES }).notNull(),
-    attempts: integer('attempts').notNull().default(0),
-    nextAttemptAt: integer('next_attempt_at').notNull(),
-    lockedBy: text('locked_by'),
-    lockedUntil: timestampColumn('locked_until'),
-    createdAt: createdAtColumn(),
-  },
-  (t) => [index('outbound_recipients_due_idx').on(t.status, t.nextAttemptAt), index('outbound_recipients_message_idx').on(t.messageId)],
-);
-
 export type OutboundMessageRow = typeof outboundMessages.$inferSelect;
-export type OutboundRecipientRow = typeof outboundRecipients.$inferSelect;
