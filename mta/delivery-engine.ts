@@ -65,7 +65,8 @@ interface Job extends Claimed {
 interface DomainWork {
   jobs: Job[];
   lanes: number;
-  connected: number;
+  /** Lanes with an open connection, or opening one. */
+  live: number;
 }
 
 /**
@@ -139,7 +140,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
           const domain = c.recipient.recipientDomain;
           let w = work.get(domain);
           if (!w) {
-            w = { jobs: [], lanes: 0, connected: 0 };
+            w = { jobs: [], lanes: 0, live: 0 };
             work.set(domain, w);
           }
           w.jobs.push(job);
@@ -197,12 +198,14 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
             route = { kind: 'fail', outcome: { status: 'deferred', dsn: '4.4.3', detail: `routing failed: ${(err as Error).message}` } };
           }
           if (route.kind === 'fail') return await recordAll(w, route.outcome);
+          w.live++;
           try {
             session = await openSession(route.targets, clientOpts);
-            w.connected++;
           } catch (err) {
-            // Another lane is delivering to this domain: leave the recipients to it. Otherwise none can be reached now.
-            if (w.connected > 0) return;
+            w.live--;
+            // Another lane is delivering to this domain, or may be about to: leave the recipients to it. Otherwise
+            // none can be reached now.
+            if (w.live > 0) return;
             return await recordAll(w, err instanceof SessionFailure ? err.outcome : failure(err));
           }
         }
@@ -222,7 +225,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
         if (result.connectionLost) {
           session.close();
           session = null;
-          w.connected--;
+          w.live--;
         }
         if (result.notSent) {
           // The connection had closed before this recipient's transaction began: not an attempt. Back to the queue,
@@ -235,7 +238,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
     } finally {
       if (session) {
         session.close();
-        w.connected--;
+        w.live--;
       }
       slots.release();
     }

@@ -99,6 +99,22 @@ function connectTo(address: string, target: Target, opts: ClientOptions, plain: 
 }
 
 /**
+ * Why a connection could not be opened, always a deferral: a TLS failure (an upgrade that broke, or STARTTLS refused
+ * where it is required) is 4.7.5; a reply (a 4xx or 5xx greeting, a refused login) keeps its text and its code, a
+ * 5.x.x one made 4.x.x, because it is a verdict on the server, not on the recipient; anything else is classified by
+ * its error code.
+ */
+function connectFailure(e: NodemailerError, where: string): Classified {
+  const failure = classifyFailure(failureCode(e), `${where}: ${e.response ?? e.message}`);
+  if (failure.dsn === TLS_FAILED_DSN) return failure;
+  if (e.responseCode && e.response) {
+    const reply = classifyReply(e.responseCode, e.response);
+    return { status: 'deferred', dsn: reply.dsn.replace(/^5/, '4'), detail: `${where}: ${reply.detail}` };
+  }
+  return failure;
+}
+
+/**
  * Connects to the first address of the first target that answers. Resolves with a session, or rejects with the
  * classified failure of the last try.
  */
@@ -112,10 +128,7 @@ export async function openSession(targets: Target[], opts: ClientOptions): Promi
           const conn = await connectTo(address, target, opts, plain);
           return sessionOf(conn);
         } catch (err) {
-          const e = err as NodemailerError;
-          last = e.responseCode && e.response ? { ...classifyReply(e.responseCode, e.response), status: 'deferred' } : classifyFailure(failureCode(e), `${target.host} [${address}]: ${e.message}`);
-          // A 5xx greeting or login failure is not a verdict on the recipient: try elsewhere, then defer.
-          if (last.status !== 'deferred') last = { ...last, status: 'deferred', dsn: last.dsn.replace(/^5/, '4') };
+          last = connectFailure(err as NodemailerError, `${target.host} [${address}]`);
           if (last.dsn !== TLS_FAILED_DSN) break;
         }
       }

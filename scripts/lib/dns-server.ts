@@ -13,11 +13,13 @@ export type ZoneRecord =
 /**
  * An authoritative DNS server on 127.0.0.1 (UDP and TCP on one port) whose zone the test edits: it answers TXT, MX,
  * A and AAAA, NXDOMAIN for unknown names, NOERROR/empty for a known name without the type, and can be told to
- * answer SERVFAIL for a name or never to answer at all.
+ * answer SERVFAIL for a name or never to answer at all (every query, or those for one name, or one type at a name).
  */
 export class TestDnsServer {
   private zone = new Map<string, ZoneRecord[]>();
   private failing = new Set<string>();
+  /** `name|type` (or `name|*` for every type) whose queries are read and dropped. */
+  private silenced = new Set<string>();
   /** When true, queries are read and dropped: the resolver sees silence. */
   silent = false;
   queries: { name: string; type: string }[] = [];
@@ -91,7 +93,7 @@ export class TestDnsServer {
     if (!q) return null;
     const name = q.name.toLowerCase().replace(/\.$/, '');
     this.queries.push({ name, type: q.type });
-    if (this.silent) return null;
+    if (this.silent || this.silenced.has(`${name}|*`) || this.silenced.has(`${name}|${q.type}`)) return null;
     // dns-packet encodes the rcode only through the low four bits of `flags`.
     const reply = (rcode: number, answers: Answer[] = []) =>
       dnsPacket.encode({
@@ -136,9 +138,17 @@ export class TestDnsServer {
     else this.failing.delete(key);
   }
 
+  /** Never answers queries for `name` (only those of `type`, when given) until cleared: that lookup times out. */
+  silence(name: string, type?: ZoneRecord['type'], on = true): void {
+    const key = `${name.toLowerCase().replace(/\.$/, '')}|${type ?? '*'}`;
+    if (on) this.silenced.add(key);
+    else this.silenced.delete(key);
+  }
+
   clear(): void {
     this.zone.clear();
     this.failing.clear();
+    this.silenced.clear();
     this.silent = false;
     this.queries = [];
   }

@@ -1,0 +1,587 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { createServer, type Server, type Socket } from 'node:net';
+import { hostname } from 'node:os';
+import { eq } from 'drizzle-orm';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { type OutboundRecipientRow, outboundRecipients } from '../db/schema/index.js';
+import { createDeliveryEngine, type EngineOptions } from '../mta/delivery-engine.js';
+import { claimDueRecipients, releaseDeadLeases, renewLeases } from '../mta/delivery-queue.js';
+import { FAST_TIMEOUTS, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
+import type { TestDnsServer } from './helpers/dns-server.js';
+import { newSender, queued, receipt, recipients, type Sender } from './helpers/sending.js';
+import { startService, type TestService } from './helpers/service.js';
+import { SmtpSink } from './helpers/smtp-sink.js';
+
+/**
+ * The delivery engine itself (decisions.md section 3), end to end against SMTP peers and a DNS server on loopback:
+ * lanes of one destination that fail to connect while another delivers, a connection closed by a 421 and replaced,
+ * an outcome that cannot be written, partial DNS failures, a STARTTLS upgrade that fails (plain text for an MX, never
+ * for a relay with credentials), the leases of the durable queue, step timeouts, a slow destination beside a fast one,
+ * and the overall connection limit.
+ */
+
+interface EmailEvent {
+  recipient: string;
+  status: string;
+  dsn: string;
+  detail: string;
+  occurredAt: string;
+}
+
+const MIN = 60_000;
+/** Timeouts short enough for the tests of silent peers: a greeting within 500 ms, any later step within 1 s. */
+const SHORT_TIMEOUTS = { connectTimeoutMs: 500, greetingTimeoutMs: 500, socketTimeoutMs: 1000 };
+
+let dns: TestDnsServer;
+let sink: SmtpSink;
+let service: TestService;
+
+/** What a test started beyond the rig (services, sinks, raw servers), stopped after it in reverse order. */
+const cleanups: (() => Promise<void> | void)[] = [];
+
+beforeAll(async () => {
+  ({ dns, sink, service } = await startDeliveryRig());
+});
+
+afterAll(() => stopDeliveryRig({ dns, sink, service }));
+
+beforeEach(async () => {
+  service.deps.db.delete(outboundRecipients).run();
+  resetDeliveryRig({ dns, sink });
+  // Connections of an earlier test may still be closing: the counts start from none open.
+  await waitFor(() => sink.open === 0, 5000, 'the sink to have no connection open');
+  sink.resetConnections();
+});
+
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+/** A further service on the rig's DNS server, delivering to `port` (loopback allowed), stopped after the test. */
+async function serviceFor(port: number, env: Record<string, string> = {}): Promise<TestService> {
+  const svc = await startService({ DNS_SERVERS: dns.address, SMTP_DELIVERY_PORT: String(port), ALLOW_PRIVATE_TARGETS: 'true', ...env });
+  cleanups.push(() => svc.close());
+  return svc;
+}
+
+function engineFor(svc: TestService, options: Partial<EngineOptions> = {}) {
+  return createDeliveryEngine(svc.deps, { timeouts: FAST_TIMEOUTS, ...options });
+}
+
+async function send(svc: TestService, s: Sender, to: string | string[]): Promise<string> {
+  const res = await svc.api('POST', '/emails', { key: s.key, body: receipt(s.from, to) });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  return res.body.id as string;
+}
+
+async function events(svc: TestService, s: Sender, id: string): Promise<EmailEvent[]> {
+  const res = await svc.api('GET', `/emails/${id}`, { key: s.key });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  return res.body.events as EmailEvent[];
+}
+
+async function suppressed(svc: TestService, s: Sender, address: string): Promise<unknown[]> {
+  const res = await svc.api('GET', `/suppressions?address=${encodeURIComponent(address)}`, { key: s.key });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  return res.body.data as unknown[];
+}
+
+function row(svc: TestService, id: string): OutboundRecipientRow | undefined {
+  return svc.deps.db.select().from(outboundRecipients).where(eq(outboundRecipients.id, id)).get();
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** Polls `condition` in real time until it holds; fails the test after `timeoutMs`. */
+async function waitFor(condition: () => boolean | Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await condition()) return;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(20);
+  }
+}
+
+/** `domain` routed through an MX record to mx.example.net (127.0.0.1, the service's delivery port). */
+function routeToLoopback(domain: string): void {
+  dns.add(domain, { type: 'MX', priority: 10, exchange: 'mx.example.net' });
+}
+
+async function listen(server: Server): Promise<number> {
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => resolve());
+  });
+  const address = server.address();
+  return typeof address === 'object' && address ? address.port : 0;
+}
+
+/** A TCP server stopped after the test, its open sockets destroyed first. */
+async function startTcpServer(onSocket: (socket: Socket) => void): Promise<{ port: number; connections: () => number }> {
+  const sockets = new Set<Socket>();
+  let connections = 0;
+  const server = createServer((socket) => {
+    connections++;
+    sockets.add(socket);
+    socket.on('error', () => undefined);
+    socket.on('close', () => sockets.delete(socket));
+    onSocket(socket);
+  });
+  const port = await listen(server);
+  cleanups.push(async () => {
+    for (const socket of sockets) socket.destroy();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+  return { port, connections: () => connections };
+}
+
+interface RawReceived {
+  from: string;
+  to: string[];
+  data: string;
+}
+
+/**
+ * A minimal SMTP server written against node:net: it offers STARTTLS in its EHLO reply and, asked for it, answers
+ * "220 Ready" and then replies to the client's TLS hello with bytes that are no TLS record and closes. A client that
+ * does not ask for STARTTLS gets plain SMTP (EHLO, MAIL, RCPT, DATA, RSET, QUIT) and its messages are recorded.
+ */
+async function startRawSmtpServer(opts: { starttls: 'broken' | 'none'; greeting?: string }) {
+  const state = { starttls: 0, received: [] as RawReceived[] };
+  const tcp = await startTcpServer((socket) => {
+    let buf = '';
+    let mode: 'command' | 'data' | 'tls' | 'closed' = 'command';
+    let from = '';
+    let to: string[] = [];
+    const reply = (text: string) => socket.write(`${text}\r\n`);
+    const address = (line: string) => /<([^>]*)>/.exec(line)?.[1] ?? '';
+    reply(opts.greeting ?? '220 breaker.test ESMTP');
+    socket.on('data', (chunk: Buffer) => {
+      if (mode === 'closed') return;
+      if (mode === 'tls') {
+        // The client's TLS hello: answered with plain text, and the connection ends.
+        mode = 'closed';
+        socket.end('this is not a TLS record\r\n');
+        return;
+      }
+      buf += chunk.toString('latin1');
+      for (;;) {
+        if (mode === 'data') {
+          const end = buf.indexOf('\r\n.\r\n');
+          if (end < 0) return;
+          state.received.push({ from, to, data: buf.slice(0, end) });
+          buf = buf.slice(end + 5);
+          mode = 'command';
+          from = '';
+          to = [];
+          reply('250 2.0.0 Ok: queued');
+          continue;
+        }
+        const nl = buf.indexOf('\r\n');
+        if (nl < 0) return;
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 2);
+        const upper = line.toUpperCase();
+        if (upper.startsWith('EHLO ')) reply(opts.starttls === 'broken' ? '250-breaker.test\r\n250-8BITMIME\r\n250 STARTTLS' : '250-breaker.test\r\n250 8BITMIME');
+        else if (upper.startsWith('HELO ')) reply('250 breaker.test');
+        else if (upper === 'STARTTLS' && opts.starttls === 'none') {
+          state.starttls++;
+          reply('502 5.5.1 Command not implemented');
+        } else if (upper === 'STARTTLS') {
+          state.starttls++;
+          mode = 'tls';
+          buf = '';
+          reply('220 2.0.0 Ready to start TLS');
+          return;
+        } else if (upper.startsWith('MAIL FROM:')) {
+          from = address(line);
+          reply('250 2.1.0 Ok');
+        } else if (upper.startsWith('RCPT TO:')) {
+          to.push(address(line));
+          reply('250 2.1.5 Ok');
+        } else if (upper === 'DATA') {
+          mode = 'data';
+          reply('354 End data with <CR><LF>.<CR><LF>');
+        } else if (upper === 'RSET') {
+          from = '';
+          to = [];
+          reply('250 2.0.0 Ok');
+        } else if (upper === 'NOOP') reply('250 2.0.0 Ok');
+        else if (upper === 'QUIT') {
+          mode = 'closed';
+          socket.end('221 2.0.0 Bye\r\n');
+          return;
+        } else reply('502 5.5.2 Command not recognized');
+      }
+    });
+  });
+  return { state, port: tcp.port, connections: tcp.connections };
+}
+
+describe('lanes of one destination', () => {
+  it('delivers every recipient when a second lane is refused (421, one client at a time) while the first delivers', async () => {
+    const busy = await SmtpSink.start({ maxClients: 1 });
+    cleanups.push(() => busy.stop());
+    const svc = await serviceFor(busy.port);
+    routeToLoopback('one-at-a-time.example');
+    const s = await newSender(svc);
+    const to = recipients(6, 'one-at-a-time.example');
+    const id = await send(svc, s, to);
+
+    expect(await engineFor(svc, { perDomain: 2 }).runOnce()).toBe(6);
+
+    // The second lane did connect, and was turned away.
+    expect(busy.connections).toBeGreaterThanOrEqual(2);
+    const ev = await events(svc, s, id);
+    expect(ev.filter((e) => e.status !== 'delivered')).toEqual([]);
+    expect(ev.map((e) => [e.recipient, e.status, e.dsn]).sort()).toEqual(to.map((r) => [r, 'delivered', '2.0.0']).sort());
+    expect(busy.deliveredTo().sort()).toEqual([...to].sort());
+    // Every recipient final: the queue holds nothing of the email any more.
+    expect(queued(svc, id).recipients).toEqual([]);
+  });
+
+  it('moves the next recipients to a new connection after a 421, and defers only the recipient that got it', async () => {
+    routeToLoopback('reuse.example');
+    const [a, b, c] = ['a@reuse.example', 'b@reuse.example', 'c@reuse.example'] as const;
+    const text = 'Too many messages on this connection, try again later';
+    // smtp-server closes the connection after any 421 it sends.
+    sink.rcpt = (address, attempt) => (address === a && attempt === 1 ? { code: 421, message: `4.7.0 ${text}` } : 'accept');
+    const s = await newSender(service);
+    const id = await send(service, s, [a, b, c]);
+
+    expect(await engineFor(service, { perDomain: 1 }).runOnce()).toBe(3);
+
+    const ev = await events(service, s, id);
+    expect(ev.filter((e) => e.recipient === a)).toEqual([expect.objectContaining({ status: 'deferred', dsn: '4.7.0', detail: expect.stringContaining(text) })]);
+    expect(ev.filter((e) => e.recipient === b)).toEqual([expect.objectContaining({ status: 'delivered', dsn: '2.0.0' })]);
+    expect(ev.filter((e) => e.recipient === c)).toEqual([expect.objectContaining({ status: 'delivered', dsn: '2.0.0' })]);
+    expect(ev).toHaveLength(3);
+    expect(sink.deliveredTo()).toEqual([b, c]);
+    // a's connection was closed by the server; b and c went together on a second one.
+    expect(sink.connections).toBe(2);
+    expect(sink.received[0]!.session).toBe(sink.received[1]!.session);
+    expect(sink.attempts.get(b)).toBe(1);
+    const rows = queued(service, id).recipients;
+    expect(rows.find((r) => r.recipient === a)).toMatchObject({ status: 'queued', attempts: 1, nextAttemptAt: service.clock.now() + 5 * MIN });
+    expect(rows.find((r) => r.recipient === b)).toMatchObject({ status: 'delivered', attempts: 1 });
+  });
+});
+
+describe('an outcome that cannot be written', () => {
+  it('leaves the recipient claimed until its lease runs out, then delivers it again (a documented duplicate)', async () => {
+    const leaseMs = 60_000;
+    const engine = engineFor(service, { leaseMs });
+    const s = await newSender(service);
+    const id = await send(service, s, 'once@example.net');
+    const [recipient] = queued(service, id).recipients;
+    const t0 = service.clock.now();
+
+    const commits = service.deps.commits;
+    const original = commits.run;
+    let calls = 0;
+    commits.run = ((fn) => {
+      calls++;
+      if (calls === 1) throw new Error('disk I/O error');
+      return original.call(commits, fn);
+    }) as typeof commits.run;
+    try {
+      expect(await engine.runOnce()).toBe(1);
+    } finally {
+      commits.run = original;
+    }
+
+    // Sent once, not again in that round; nothing recorded; still claimed by the engine.
+    expect(calls).toBe(1);
+    expect(sink.deliveredTo()).toEqual(['once@example.net']);
+    expect(await events(service, s, id)).toEqual([]);
+    expect(row(service, recipient!.id)).toMatchObject({ status: 'queued', attempts: 0, lockedBy: engine.worker, lockedUntil: t0 + leaseMs });
+    expect(service.logger.entries.some((e) => e.event === 'delivery.record_failed')).toBe(true);
+
+    // Not claimed again while the lease holds, by this engine or another.
+    expect(await engine.runOnce()).toBe(0);
+    service.clock.advance(leaseMs - 1);
+    expect(await engine.runOnce()).toBe(0);
+    expect(await engineFor(service, { leaseMs }).runOnce()).toBe(0);
+    expect(sink.deliveredTo()).toEqual(['once@example.net']);
+
+    // Once it has run out, the recipient is tried again: the server gets the message a second time.
+    service.clock.advance(2);
+    expect(await engine.runOnce()).toBe(1);
+    expect(sink.deliveredTo()).toEqual(['once@example.net', 'once@example.net']);
+    expect(await events(service, s, id)).toEqual([expect.objectContaining({ recipient: 'once@example.net', status: 'delivered', dsn: '2.0.0' })]);
+    // Every recipient has its final outcome: the queued message and its rows are gone.
+    expect(queued(service, id)).toEqual({ message: undefined, recipients: [] });
+  });
+});
+
+describe('partial DNS failure', () => {
+  it('defers 4.4.3, without bouncing or suppressing, a domain without MX whose A lookup never answers and AAAA is empty', async () => {
+    // The name exists (a TXT record) with no MX and no AAAA; its A query is never answered.
+    dns.add('half-dns.example', { type: 'TXT', data: 'v=spf1 -all' });
+    dns.silence('half-dns.example', 'A');
+    const s = await newSender(service);
+    const id = await send(service, s, 'r@half-dns.example');
+
+    expect(await engineFor(service).runOnce()).toBe(1);
+
+    const ev = await events(service, s, id);
+    expect(ev).toEqual([expect.objectContaining({ recipient: 'r@half-dns.example', status: 'deferred', dsn: '4.4.3' })]);
+    expect(await suppressed(service, s, 'r@half-dns.example')).toEqual([]);
+    expect(queued(service, id).recipients[0]).toMatchObject({ status: 'queued', nextAttemptAt: service.clock.now() + 5 * MIN });
+    const asked = dns.queries.filter((q) => q.name === 'half-dns.example').map((q) => q.type);
+    expect(asked).toEqual(expect.arrayContaining(['MX', 'A', 'AAAA']));
+    expect(sink.connections).toBe(0);
+  });
+});
+
+describe('STARTTLS that fails', () => {
+  it('delivers to an MX in plain text on a second connection when the TLS upgrade fails', async () => {
+    const breaker = await startRawSmtpServer({ starttls: 'broken' });
+    const svc = await serviceFor(breaker.port);
+    routeToLoopback('tls-broken.example');
+    const s = await newSender(svc);
+    const id = await send(svc, s, 'r@tls-broken.example');
+
+    expect(await engineFor(svc).runOnce()).toBe(1);
+
+    expect(await events(svc, s, id)).toEqual([expect.objectContaining({ recipient: 'r@tls-broken.example', status: 'delivered', dsn: '2.0.0' })]);
+    // The first connection asked for STARTTLS and broke; the second did not ask and carried the message.
+    expect(breaker.state.starttls).toBe(1);
+    expect(breaker.connections()).toBe(2);
+    expect(breaker.state.received).toHaveLength(1);
+    expect(breaker.state.received[0]).toMatchObject({ to: ['r@tls-broken.example'] });
+    expect(breaker.state.received[0]!.data).toMatch(/^DKIM-Signature:/im);
+  });
+
+  it('defers 4.7.5 and sends nothing to a relay with credentials that does not offer STARTTLS', async () => {
+    const svc = await startService({ DNS_SERVERS: dns.address, SMTP_RELAY_URL: `smtp://user:pass@127.0.0.1:${sink.port}` });
+    cleanups.push(() => svc.close());
+    const s = await newSender(svc);
+    const id = await send(svc, s, 'r@example.net');
+
+    expect(await engineFor(svc).runOnce()).toBe(1);
+
+    expect(await events(svc, s, id)).toEqual([expect.objectContaining({ recipient: 'r@example.net', status: 'deferred', dsn: '4.7.5' })]);
+    expect(sink.connections).toBeGreaterThanOrEqual(1);
+    expect(sink.received).toEqual([]);
+    expect(sink.attempts.size).toBe(0);
+  });
+
+  it('defers 4.7.5 and sends nothing to a relay with credentials that refuses STARTTLS outright', async () => {
+    const plain = await startRawSmtpServer({ starttls: 'none' });
+    const svc = await startService({ DNS_SERVERS: dns.address, SMTP_RELAY_URL: `smtp://user:pass@127.0.0.1:${plain.port}` });
+    cleanups.push(() => svc.close());
+    const s = await newSender(svc);
+    const id = await send(svc, s, 'r@example.net');
+
+    expect(await engineFor(svc).runOnce()).toBe(1);
+
+    const ev = await events(svc, s, id);
+    expect(ev).toEqual([expect.objectContaining({ recipient: 'r@example.net', status: 'deferred' })]);
+    expect(plain.state.received).toEqual([]);
+    expect(plain.connections()).toBe(1);
+    // A deferral carries a 4.x.x DSN; this one is a failure to get the TLS the relay needs.
+    expect(ev[0]!.dsn).toMatch(/^4\./);
+    expect(ev[0]!.dsn).toBe('4.7.5');
+  });
+});
+
+describe('a refusal before any transaction', () => {
+  it('defers with a 4.x.x DSN, never a 5.x.x one, when the server greets with 554', async () => {
+    const refusing = await startRawSmtpServer({ starttls: 'none', greeting: '554 5.7.1 No service for you' });
+    const svc = await serviceFor(refusing.port);
+    routeToLoopback('refusing.example');
+    const s = await newSender(svc);
+    const id = await send(svc, s, 'r@refusing.example');
+
+    expect(await engineFor(svc).runOnce()).toBe(1);
+
+    const ev = await events(svc, s, id);
+    expect(ev).toEqual([expect.objectContaining({ recipient: 'r@refusing.example', status: 'deferred', detail: expect.stringContaining('No service for you') })]);
+    expect(ev[0]!.dsn).toBe('4.7.1');
+    expect(await suppressed(svc, s, 'r@refusing.example')).toEqual([]);
+    expect(refusing.state.received).toEqual([]);
+  });
+});
+
+describe('leases on the durable queue', () => {
+  const LEASE = 60_000;
+
+  /** `n` queued recipient rows made through POST /emails, in claim order. */
+  async function queueRows(n: number): Promise<string[]> {
+    const s = await newSender(service);
+    const id = await send(service, s, recipients(n, 'lease.example'));
+    return queued(service, id).recipients.map((r) => r.id);
+  }
+
+  const ids = (claimed: { recipient: OutboundRecipientRow }[]) => claimed.map((c) => c.recipient.id).sort();
+
+  it('gives two workers claiming at the same moment disjoint rows', async () => {
+    const all = await queueRows(6);
+    const now = service.clock.now();
+    const a = claimDueRecipients(service.deps.db, 'host-a:1:a', now, LEASE, 4);
+    const b = claimDueRecipients(service.deps.db, 'host-b:1:b', now, LEASE, 4);
+    expect(a).toHaveLength(4);
+    expect(b).toHaveLength(2);
+    expect(ids(a).filter((x) => ids(b).includes(x))).toEqual([]);
+    expect([...ids(a), ...ids(b)].sort()).toEqual([...all].sort());
+    for (const c of a) expect(row(service, c.recipient.id)).toMatchObject({ lockedBy: 'host-a:1:a', lockedUntil: now + LEASE });
+    for (const c of b) expect(row(service, c.recipient.id)).toMatchObject({ lockedBy: 'host-b:1:b', lockedUntil: now + LEASE });
+  });
+
+  it("lets another worker claim a worker's rows only once their lease has expired", async () => {
+    const all = await queueRows(3);
+    const t0 = service.clock.now();
+    expect(ids(claimDueRecipients(service.deps.db, 'host-a:1:a', t0, LEASE, 10))).toEqual([...all].sort());
+
+    service.clock.set(t0 + LEASE - 1);
+    expect(claimDueRecipients(service.deps.db, 'host-b:1:b', service.clock.now(), LEASE, 10)).toEqual([]);
+
+    service.clock.set(t0 + LEASE + 1);
+    const b = claimDueRecipients(service.deps.db, 'host-b:1:b', service.clock.now(), LEASE, 10);
+    expect(ids(b)).toEqual([...all].sort());
+    for (const id of all) expect(row(service, id)).toMatchObject({ lockedBy: 'host-b:1:b', lockedUntil: t0 + LEASE + 1 + LEASE });
+  });
+
+  it('renews only the listed rows that the worker still holds', async () => {
+    const all = await queueRows(4);
+    const t0 = service.clock.now();
+    const a = ids(claimDueRecipients(service.deps.db, 'host-a:1:a', t0, LEASE, 3));
+    const b = ids(claimDueRecipients(service.deps.db, 'host-b:1:b', t0, LEASE, 3));
+    expect(a).toEqual(all.slice(0, 3).sort());
+    expect(b).toEqual([all[3]]);
+
+    renewLeases(service.deps.db, 'host-a:1:a', [all[0]!, all[3]!], t0 + 10 * LEASE);
+    expect(row(service, all[0]!)).toMatchObject({ lockedBy: 'host-a:1:a', lockedUntil: t0 + 10 * LEASE });
+    expect(row(service, all[1]!)).toMatchObject({ lockedBy: 'host-a:1:a', lockedUntil: t0 + LEASE });
+    expect(row(service, all[2]!)).toMatchObject({ lockedBy: 'host-a:1:a', lockedUntil: t0 + LEASE });
+    // Held by another worker: untouched.
+    expect(row(service, all[3]!)).toMatchObject({ lockedBy: 'host-b:1:b', lockedUntil: t0 + LEASE });
+
+    // Past the first lease: every row but the renewed one is free again.
+    const c = claimDueRecipients(service.deps.db, 'host-c:1:c', t0 + LEASE + 1, LEASE, 10);
+    expect(ids(c)).toEqual([all[1]!, all[2]!, all[3]!].sort());
+  });
+
+  it('releases at start the rows of dead workers on this host and of an earlier run under this pid, and no others', async () => {
+    const child = spawn(process.execPath, ['-e', '']);
+    const deadPid = child.pid!;
+    await once(child, 'exit');
+    const host = hostname();
+    const workers = {
+      dead: `${host}:${deadPid}:abc`,
+      alive: `${host}:${process.ppid}:abc`,
+      otherHost: 'other-host:1:abc',
+      earlierRun: `${host}:${process.pid}:old`,
+      self: `${host}:${process.pid}:new`,
+    };
+    const all = await queueRows(5);
+    const t0 = service.clock.now();
+    const held: Record<string, string> = {};
+    for (const [name, worker] of Object.entries(workers)) {
+      const [claimed] = claimDueRecipients(service.deps.db, worker, t0, LEASE, 1);
+      held[name] = claimed!.recipient.id;
+    }
+    expect(Object.values(held).sort()).toEqual([...all].sort());
+
+    expect(releaseDeadLeases(service.deps.db, workers.self)).toBe(2);
+
+    expect(row(service, held.dead!)).toMatchObject({ lockedBy: null, lockedUntil: null });
+    expect(row(service, held.earlierRun!)).toMatchObject({ lockedBy: null, lockedUntil: null });
+    expect(row(service, held.alive!)).toMatchObject({ lockedBy: workers.alive, lockedUntil: t0 + LEASE });
+    expect(row(service, held.otherHost!)).toMatchObject({ lockedBy: workers.otherHost, lockedUntil: t0 + LEASE });
+    expect(row(service, held.self!)).toMatchObject({ lockedBy: workers.self, lockedUntil: t0 + LEASE });
+    // The released rows are due again at once.
+    expect(ids(claimDueRecipients(service.deps.db, 'host-x:1:x', t0, LEASE, 10))).toEqual([held.dead!, held.earlierRun!].sort());
+  });
+});
+
+describe('step timeouts', () => {
+  it('defers 4.4.1 within the greeting timeout when the server accepts and never greets', async () => {
+    const mute = await startTcpServer(() => undefined);
+    const svc = await serviceFor(mute.port);
+    routeToLoopback('mute.example');
+    const s = await newSender(svc);
+    const id = await send(svc, s, 'r@mute.example');
+
+    const started = Date.now();
+    expect(await engineFor(svc, { timeouts: SHORT_TIMEOUTS }).runOnce()).toBe(1);
+    const elapsed = Date.now() - started;
+
+    expect(await events(svc, s, id)).toEqual([expect.objectContaining({ recipient: 'r@mute.example', status: 'deferred', dsn: '4.4.1' })]);
+    expect(mute.connections()).toBe(1);
+    expect(elapsed).toBeGreaterThanOrEqual(SHORT_TIMEOUTS.greetingTimeoutMs - 50);
+    expect(elapsed).toBeLessThan(SHORT_TIMEOUTS.greetingTimeoutMs + 1500);
+  });
+
+  it('defers 4.4.x within the socket timeout when the server never answers the message data', async () => {
+    sink.data = () => new Promise(() => undefined);
+    const s = await newSender(service);
+    const id = await send(service, s, 'stall@example.net');
+
+    const started = Date.now();
+    expect(await engineFor(service, { timeouts: SHORT_TIMEOUTS }).runOnce()).toBe(1);
+    const elapsed = Date.now() - started;
+
+    const ev = await events(service, s, id);
+    expect(ev).toEqual([expect.objectContaining({ recipient: 'stall@example.net', status: 'deferred' })]);
+    expect(ev[0]!.dsn).toMatch(/^4\.4\.\d$/);
+    expect(sink.received).toEqual([]);
+    expect(elapsed).toBeGreaterThanOrEqual(SHORT_TIMEOUTS.socketTimeoutMs - 50);
+    expect(elapsed).toBeLessThan(SHORT_TIMEOUTS.socketTimeoutMs + 1500);
+    expect(queued(service, id).recipients[0]).toMatchObject({ status: 'queued', nextAttemptAt: service.clock.now() + 5 * MIN });
+  });
+});
+
+describe('the background loop', () => {
+  it('delivers to a fast destination while a slow one is still answering', async () => {
+    routeToLoopback('slow.example');
+    sink.rcpt = (address) => (address.endsWith('@slow.example') ? sleep(3000).then(() => 'accept' as const) : 'accept');
+    const engine = engineFor(service, { pollMs: 50, timeouts: { ...FAST_TIMEOUTS, socketTimeoutMs: 10_000 } });
+    const s = await newSender(service);
+    let slowId = '';
+    let fastId = '';
+    const delivered = async (id: string) => (await events(service, s, id)).some((e) => e.status === 'delivered');
+    engine.start();
+    try {
+      slowId = await send(service, s, 'r@slow.example');
+      engine.poke();
+      // The slow transaction is under way: its RCPT has reached the server, which takes its time to answer.
+      await waitFor(() => sink.attempts.get('r@slow.example') === 1, 5000, 'the RCPT of r@slow.example');
+
+      fastId = await send(service, s, 'r@example.net');
+      engine.poke();
+      await waitFor(() => delivered(fastId), 2500, 'r@example.net to be delivered');
+      expect(await events(service, s, slowId)).toEqual([]);
+      expect(sink.deliveredTo()).toEqual(['r@example.net']);
+
+      await waitFor(() => delivered(slowId), 10_000, 'r@slow.example to be delivered');
+    } finally {
+      await engine.stop();
+    }
+    expect(await events(service, s, fastId)).toEqual([expect.objectContaining({ recipient: 'r@example.net', status: 'delivered', dsn: '2.0.0' })]);
+    expect(await events(service, s, slowId)).toEqual([expect.objectContaining({ recipient: 'r@slow.example', status: 'delivered', dsn: '2.0.0' })]);
+    expect(sink.deliveredTo()).toEqual(['r@example.net', 'r@slow.example']);
+  });
+});
+
+describe('the connection limit', () => {
+  it('never holds more than maxConnections connections at once, across many destinations', async () => {
+    const domains = Array.from({ length: 5 }, (_, i) => `d${i + 1}.limit.example`);
+    for (const d of domains) routeToLoopback(d);
+    sink.rcpt = () => sleep(100).then(() => 'accept' as const);
+    const s = await newSender(service);
+    const to = domains.flatMap((d) => recipients(4, d));
+    const id = await send(service, s, to);
+
+    expect(await engineFor(service, { maxConnections: 3, perDomain: 3 }).runOnce()).toBe(20);
+
+    expect(sink.peakOpen).toBeLessThanOrEqual(3);
+    // The whole budget was used.
+    expect(sink.peakOpen).toBe(3);
+    const ev = await events(service, s, id);
+    expect(ev.map((e) => [e.recipient, e.status]).sort()).toEqual(to.map((r) => [r, 'delivered']).sort());
+    expect(sink.deliveredTo().sort()).toEqual([...to].sort());
+  });
+});
