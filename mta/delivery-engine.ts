@@ -105,23 +105,27 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
   }
 
   /** The message of an email, built and signed once for all its recipients while any of them is held. */
-  const built = new Map<string, { message: Promise<Buffer>; to: string[]; users: number }>();
+  const built = new Map<string, { ready: Promise<{ message: Buffer; to: string[] }>; users: number }>();
 
-  function messageOf(job: Claimed): { message: Promise<Buffer>; to: string[]; users: number } {
+  function messageOf(job: Claimed): { ready: Promise<{ message: Buffer; to: string[] }>; users: number } {
     let entry = built.get(job.message.id);
     if (!entry) {
-      const to = deps.db.select({ to: emails.to }).from(emails).where(eq(emails.id, job.message.id)).get()?.to ?? [job.recipient.recipient];
-      // A key that cannot be opened rejects the promise: that recipient is deferred, not the engine stopped.
-      const message = Promise.resolve().then(() => buildSignedMessage(job.message, to, signingKey(job.message.domainKeyId), new Date(deps.clock.now())));
-      message.catch(() => undefined);
-      entry = { message, to, users: 0 };
+      // Everything, the reads too, inside the promise: a failure defers that recipient, it never stops the engine.
+      const ready = Promise.resolve().then(async () => {
+        const to = deps.db.select({ to: emails.to }).from(emails).where(eq(emails.id, job.message.id)).get()?.to ?? [job.recipient.recipient];
+        const message = await buildSignedMessage(job.message, to, signingKey(job.message.domainKeyId), new Date(deps.clock.now()));
+        return { message, to };
+      });
+      ready.catch(() => undefined);
+      entry = { ready, users: 0 };
       built.set(job.message.id, entry);
     }
     return entry;
   }
 
   function adopt(claimed: Claimed[]): Promise<void>[] {
-    return claimed.map(
+    // A recipient this engine still holds (its lease lapsed, say, while the loop was stalled) is not taken twice.
+    return claimed.filter((c) => !held.has(c.recipient.id)).map(
       (c) =>
         new Promise<void>((resolve) => {
           held.add(c.recipient.id);
@@ -197,7 +201,11 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
           } catch (err) {
             route = { kind: 'fail', outcome: { status: 'deferred', dsn: '4.4.3', detail: `routing failed: ${(err as Error).message}` } };
           }
-          if (route.kind === 'fail') return await recordAll(w, route.outcome);
+          if (route.kind === 'fail') {
+            // Another lane holds a connection to this domain: its recipients stay with it.
+            if (w.live > 0) return;
+            return await recordAll(w, route.outcome);
+          }
           w.live++;
           try {
             session = await openSession(route.targets, clientOpts);
@@ -214,9 +222,9 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
         let message: Buffer;
         let index: number;
         try {
-          const entry = messageOf(job);
-          message = await entry.message;
-          index = Math.max(0, entry.to.indexOf(job.recipient.recipient));
+          const ready = await messageOf(job).ready;
+          message = ready.message;
+          index = Math.max(0, ready.to.indexOf(job.recipient.recipient));
         } catch (err) {
           if (!(await record(job, { status: 'deferred', dsn: '4.3.0', detail: `message could not be prepared: ${(err as Error).message}` }))) return;
           continue;

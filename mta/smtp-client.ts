@@ -80,7 +80,13 @@ function connectTo(address: string, target: Target, opts: ClientOptions, plain: 
         reject(err);
       }
     });
-    conn.connect(() => {
+    conn.connect((err?: Error) => {
+      // A connection closed before the greeting reports here, not through 'error'.
+      if (err) {
+        settled = true;
+        conn.close();
+        return reject(err);
+      }
       const done = () => {
         settled = true;
         resolve(conn);
@@ -126,7 +132,7 @@ export async function openSession(targets: Target[], opts: ClientOptions): Promi
       for (const plain of target.auth ? [false] : [false, true]) {
         try {
           const conn = await connectTo(address, target, opts, plain);
-          return sessionOf(conn);
+          return sessionOf(conn, opts);
         } catch (err) {
           last = connectFailure(err as NodemailerError, `${target.host} [${address}]`);
           if (last.dsn !== TLS_FAILED_DSN) break;
@@ -143,7 +149,7 @@ export class SessionFailure extends Error {
   }
 }
 
-function sessionOf(conn: SMTPConnection): SmtpSession {
+function sessionOf(conn: SMTPConnection, opts: ClientOptions): SmtpSession {
   let alive = true;
   let dirty = false;
   conn.on('error', () => {
@@ -153,9 +159,22 @@ function sessionOf(conn: SMTPConnection): SmtpSession {
     alive = false;
   });
 
+  // RSET before each later transaction. nodemailer drops the callback when the connection fails meanwhile, so the
+  // connection's own 'error' or 'end', or a timer, settles it too.
   const reset = () =>
     new Promise<void>((resolve, reject) => {
-      conn.reset((err) => (err ? reject(err) : resolve()));
+      const lost = () => finish(Object.assign(new Error('connection closed during RSET'), { code: 'ECONNECTION' }));
+      const timer = setTimeout(() => finish(Object.assign(new Error('no reply to RSET'), { code: 'ETIMEDOUT' })), opts.socketTimeoutMs);
+      const finish = (err?: Error) => {
+        clearTimeout(timer);
+        conn.off('error', lost);
+        conn.off('end', lost);
+        if (err) reject(err);
+        else resolve();
+      };
+      conn.once('error', lost);
+      conn.once('end', lost);
+      conn.reset((err) => finish(err ?? undefined));
     });
 
   return {

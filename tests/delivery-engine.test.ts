@@ -108,17 +108,17 @@ function routeToLoopback(domain: string): void {
   dns.add(domain, { type: 'MX', priority: 10, exchange: 'mx.example.net' });
 }
 
-async function listen(server: Server): Promise<number> {
+async function listen(server: Server, host = '127.0.0.1', port = 0): Promise<number> {
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => resolve());
+    server.listen(port, host, () => resolve());
   });
   const address = server.address();
   return typeof address === 'object' && address ? address.port : 0;
 }
 
 /** A TCP server stopped after the test, its open sockets destroyed first. */
-async function startTcpServer(onSocket: (socket: Socket) => void): Promise<{ port: number; connections: () => number }> {
+async function startTcpServer(onSocket: (socket: Socket) => void, host = '127.0.0.1', atPort = 0): Promise<{ port: number; connections: () => number }> {
   const sockets = new Set<Socket>();
   let connections = 0;
   const server = createServer((socket) => {
@@ -128,7 +128,7 @@ async function startTcpServer(onSocket: (socket: Socket) => void): Promise<{ por
     socket.on('close', () => sockets.delete(socket));
     onSocket(socket);
   });
-  const port = await listen(server);
+  const port = await listen(server, host, atPort);
   cleanups.push(async () => {
     for (const socket of sockets) socket.destroy();
     await new Promise<void>((resolve) => server.close(() => resolve()));
@@ -147,8 +147,8 @@ interface RawReceived {
  * "220 Ready" and then replies to the client's TLS hello with bytes that are no TLS record and closes. A client that
  * does not ask for STARTTLS gets plain SMTP (EHLO, MAIL, RCPT, DATA, RSET, QUIT) and its messages are recorded.
  */
-async function startRawSmtpServer(opts: { starttls: 'broken' | 'none'; greeting?: string }) {
-  const state = { starttls: 0, received: [] as RawReceived[] };
+async function startRawSmtpServer(opts: { starttls: 'broken' | 'none'; greeting?: string; onRset?: 'ok' | 'silent' | 'close' }) {
+  const state = { starttls: 0, rsets: 0, received: [] as RawReceived[] };
   const tcp = await startTcpServer((socket) => {
     let buf = '';
     let mode: 'command' | 'data' | 'tls' | 'closed' = 'command';
@@ -204,6 +204,13 @@ async function startRawSmtpServer(opts: { starttls: 'broken' | 'none'; greeting?
           mode = 'data';
           reply('354 End data with <CR><LF>.<CR><LF>');
         } else if (upper === 'RSET') {
+          state.rsets++;
+          if (opts.onRset === 'silent' || opts.onRset === 'close') {
+            // A server that went away between transactions: no reply, or the connection closed without one.
+            mode = 'closed';
+            if (opts.onRset === 'close') socket.end();
+            return;
+          }
           from = '';
           to = [];
           reply('250 2.0.0 Ok');
@@ -312,6 +319,66 @@ describe('an outcome that cannot be written', () => {
     expect(await events(service, s, id)).toEqual([expect.objectContaining({ recipient: 'once@example.net', status: 'delivered', dsn: '2.0.0' })]);
     // Every recipient has its final outcome: the queued message and its rows are gone.
     expect(queued(service, id)).toEqual({ message: undefined, recipients: [] });
+  });
+});
+
+describe('a connection that fails between or before transactions', () => {
+  for (const how of ['silent', 'close'] as const) {
+    it(`moves the next recipient to a new connection when the server ${how === 'silent' ? 'never answers' : 'closes on'} RSET; no attempt is lost or invented`, async () => {
+      const raw = await startRawSmtpServer({ starttls: 'none', onRset: how });
+      const svc = await serviceFor(raw.port);
+      const domain = `rset-${how}.example`;
+      routeToLoopback(domain);
+      const s = await newSender(svc);
+      const [a, b] = [`a@${domain}`, `b@${domain}`];
+      const id = await send(svc, s, [a, b]);
+
+      const started = Date.now();
+      expect(await engineFor(svc, { perDomain: 1, timeouts: SHORT_TIMEOUTS }).runOnce()).toBe(2);
+      // Within the RSET step's timeout, not forever.
+      expect(Date.now() - started).toBeLessThan(5000);
+
+      expect(raw.state.rsets).toBe(1);
+      expect(raw.state.received.map((r) => r.to)).toEqual([[a], [b]]);
+      expect(raw.connections()).toBe(2);
+      const ev = await events(svc, s, id);
+      expect(ev.map((e) => [e.recipient, e.status])).toEqual([
+        [a, 'delivered'],
+        [b, 'delivered'],
+      ]);
+    });
+  }
+
+  it('tries the next MX host when the first accepts the connection and closes it before any greeting', async () => {
+    const backup = await startRawSmtpServer({ starttls: 'none' });
+    // The primary: the same port on another loopback address, closing every connection at once.
+    const primary = await startTcpServer((socket) => socket.end(), '127.0.0.2', backup.port);
+    const svc = await serviceFor(backup.port);
+    dns.add('closer.example', { type: 'MX', priority: 10, exchange: 'primary.closer.example' });
+    dns.add('closer.example', { type: 'MX', priority: 20, exchange: 'backup.closer.example' });
+    dns.add('primary.closer.example', { type: 'A', address: '127.0.0.2' });
+    dns.add('backup.closer.example', { type: 'A', address: '127.0.0.1' });
+    const s = await newSender(svc);
+    const id = await send(svc, s, 'r@closer.example');
+
+    expect(await engineFor(svc).runOnce()).toBe(1);
+
+    expect(primary.connections()).toBe(1);
+    expect(backup.state.received.map((r) => r.to)).toEqual([['r@closer.example']]);
+    expect((await events(svc, s, id)).map((e) => [e.recipient, e.status])).toEqual([['r@closer.example', 'delivered']]);
+  });
+
+  it('defers 4.4.2 when the only host closes every connection before its greeting', async () => {
+    const closer = await startTcpServer((socket) => socket.end());
+    const svc = await serviceFor(closer.port);
+    routeToLoopback('closes.example');
+    const s = await newSender(svc);
+    const id = await send(svc, s, 'r@closes.example');
+
+    expect(await engineFor(svc).runOnce()).toBe(1);
+
+    const ev = await events(svc, s, id);
+    expect(ev).toEqual([expect.objectContaining({ recipient: 'r@closes.example', status: 'deferred', dsn: '4.4.2' })]);
   });
 });
 
