@@ -1,10 +1,11 @@
 import { sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
 import { accounts } from './accounts.js';
-import { createdAtColumn, idColumn } from './columns.js';
+import { createdAtColumn, idColumn, timestampColumn } from './columns.js';
 
 /**
  * What an account publishes for a domain name: the ownership token, the DKIM selector and key pair. Kept when the
- * domain is deleted, so reconnecting the same name returns the same records.
+ * domain is deleted, so reconnecting the same name returns the same records; an account keeps a bounded number of
+ * them (KEPT_DOMAIN_KEYS in server/core/domains.ts), those released longest ago pruned first.
  */
 export const domainKeys = sqliteTable(
   'domain_keys',
@@ -21,6 +22,8 @@ export const domainKeys = sqliteTable(
     /** PKCS#8 PEM sealed with the server's secret key (server/secrets.ts). */
     dkimPrivateKeySealed: text('dkim_private_key_sealed').notNull(),
     createdAt: createdAtColumn(),
+    /** When its domain was deleted; null while a domain uses it. Orders the pruning of kept keys. */
+    releasedAt: timestampColumn('released_at'),
   },
   (t) => [uniqueIndex('domain_keys_account_name_idx').on(t.accountId, t.name)],
 );
