@@ -1,6 +1,9 @@
 import { createPublicKey } from 'node:crypto';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { eq } from 'drizzle-orm';
+import { domainKeys, domains, emails, outboundMessages } from '../db/schema/index.js';
 import { DAY_MS } from '../server/clock.js';
+import { KEPT_DOMAIN_KEYS } from '../server/core/domains.js';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { startService, type ApiResponse, type RequestOptions, type TestService } from './helpers/service.js';
@@ -566,6 +569,73 @@ describe('DELETE /domains/{id}', () => {
     expect(checked.checks).toEqual(ALL_FOUND);
     expect(stateOf(checked)).toEqual(FULL);
   });
+});
+
+describe('kept keys of deleted domains are bounded (KEPT_DOMAIN_KEYS per account)', () => {
+  const keyIdsOf = (accountId: string) =>
+    service.deps.db.select({ id: domainKeys.id, name: domainKeys.name }).from(domainKeys).where(eq(domainKeys.accountId, accountId)).all();
+  const pick = (d: DomainBody) => d.records.map(({ record, type, name: n, value }) => ({ record, type, name: n, value }));
+
+  /** `n` create/delete cycles, each with a name never used before, one second apart. */
+  async function cycles(key: string, n: number): Promise<void> {
+    for (let i = 0; i < n; i++) {
+      service.clock.advance(1000);
+      const d = await createDomain(service, key, freshName('cycle'));
+      expect((await call(service, 'DELETE', `/domains/${d.id}`, { key })).status).toBe(204);
+    }
+  }
+
+  it('30 cycles with new names leave the kept keys at the bound; a long-held domain deleted after them is still kept and reused', async () => {
+    expect(KEPT_DOMAIN_KEYS).toBe(20);
+    const { account, key } = service.newAccount();
+    const longHeld = await createDomain(service, key, freshName('long'));
+    await cycles(key, 30);
+    // The live domain's key plus the 20 kept keys released most recently.
+    expect(keyIdsOf(account.id)).toHaveLength(KEPT_DOMAIN_KEYS + 1);
+
+    // Its key is the oldest of all by creation, the newest by release: pruning goes by release, so it stays.
+    service.clock.advance(1000);
+    expect((await call(service, 'DELETE', `/domains/${longHeld.id}`, { key })).status).toBe(204);
+    expect(keyIdsOf(account.id)).toHaveLength(KEPT_DOMAIN_KEYS);
+    expect(keyIdsOf(account.id).map((k) => k.name)).toContain(longHeld.name);
+    const again = await createDomain(service, key, longHeld.name);
+    expect(pick(again)).toEqual(pick(longHeld));
+  }, 120_000);
+
+  it('a kept key of a recently deleted domain is reused on reconnect after many cycles', async () => {
+    const { key } = service.newAccount();
+    await cycles(key, 25);
+    const recent = await createDomain(service, key, freshName('recent'));
+    expect((await call(service, 'DELETE', `/domains/${recent.id}`, { key })).status).toBe(204);
+    await cycles(key, 5);
+    const again = await createDomain(service, key, recent.name);
+    expect(pick(again)).toEqual(pick(recent));
+  }, 120_000);
+
+  it('a key that queued mail still signs with survives pruning, and goes once the mail has gone', async () => {
+    const { account, key } = service.newAccount();
+    const queuedDomain = await createDomain(service, key, freshName('queued'));
+    const keyId = service.deps.db.select().from(domains).where(eq(domains.id, queuedDomain.id)).get()!.keyId;
+    const now = service.clock.now();
+    const emailId = '01a00000-0000-7000-8000-00000000f001';
+    service.deps.db.insert(emails).values({ id: emailId, accountId: account.id, fromAddress: `a@${queuedDomain.name}`, to: ['b@example.net'], subject: 's', template: 'notification', status: 'sent', sandbox: false, createdAt: now }).run();
+    service.deps.db
+      .insert(outboundMessages)
+      .values({ id: emailId, accountId: account.id, domainKeyId: keyId, fromHeader: `a@${queuedDomain.name}`, fromAddress: `a@${queuedDomain.name}`, messageId: `<m@${queuedDomain.name}>`, subject: 's', html: '<p>s</p>', text: 's', createdAt: now, expiresAt: now + 5 * DAY_MS })
+      .run();
+    expect((await call(service, 'DELETE', `/domains/${queuedDomain.id}`, { key })).status).toBe(204);
+
+    await cycles(key, 25);
+    const kept = keyIdsOf(account.id).map((k) => k.id);
+    expect(kept).toContain(keyId);
+    expect(kept).toHaveLength(KEPT_DOMAIN_KEYS);
+    expect(service.deps.db.select().from(outboundMessages).where(eq(outboundMessages.id, emailId)).get()).toBeDefined();
+
+    service.deps.db.delete(outboundMessages).where(eq(outboundMessages.id, emailId)).run();
+    await cycles(key, 1);
+    expect(keyIdsOf(account.id).map((k) => k.id)).not.toContain(keyId);
+    expect(keyIdsOf(account.id)).toHaveLength(KEPT_DOMAIN_KEYS);
+  }, 120_000);
 });
 
 describe('POST /domains/{id}/verify', () => {

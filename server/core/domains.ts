@@ -1,7 +1,7 @@
-import { and, desc, eq, lt, ne, sql } from 'drizzle-orm';
+import { and, desc, eq, inArray, isNull, lt, ne, sql } from 'drizzle-orm';
 import { z } from 'zod';
 import type { Db } from '../../db/client.js';
-import { type DomainKeyRow, type DomainRow, type RecordKind, type RecordStatus, domainKeys, domains } from '../../db/schema/index.js';
+import { type DomainKeyRow, type DomainRow, type RecordKind, type RecordStatus, domainKeys, domains, outboundMessages } from '../../db/schema/index.js';
 import { DAY_MS, iso } from '../clock.js';
 import type { Deps } from '../deps.js';
 import { ApiError, notFound } from '../errors.js';
@@ -14,6 +14,11 @@ import { normalizeDomainName } from './domain-name.js';
 export const MAX_DOMAINS = 20;
 /** An unverified claim keeps the name from other accounts until it is more than this old. */
 export const CLAIM_HOLD_MS = 7 * DAY_MS;
+/**
+ * Keys (token, selector, DKIM pair) of deleted domains an account keeps for a reconnect. Beyond this, those released
+ * longest ago are pruned, so create/delete cycles with new names cannot grow domain_keys without bound.
+ */
+export const KEPT_DOMAIN_KEYS = 20;
 
 export const createDomainInput = z.strictObject({
   name: z.string().transform((v, ctx) => {
@@ -86,9 +91,9 @@ function requireDomain(deps: Deps, ctx: RequestContext, id: string) {
  * does not restart the 7 days. Returns the expired claims of other accounts, for the caller to clear once the new
  * claim is certain to be made.
  */
-function claimName(db: Db, accountId: string, name: string, now: number): string[] {
+function claimName(db: Db, accountId: string, name: string, now: number): { id: string; keyId: string; accountId: string }[] {
   const others = db
-    .select({ id: domains.id, recordStatus: domains.recordStatus, claimedAt: domainKeys.createdAt })
+    .select({ id: domains.id, keyId: domains.keyId, accountId: domains.accountId, recordStatus: domains.recordStatus, claimedAt: domainKeys.createdAt })
     .from(domains)
     .innerJoin(domainKeys, eq(domainKeys.id, domains.keyId))
     .where(and(eq(domains.name, name), ne(domains.accountId, accountId)))
@@ -96,7 +101,7 @@ function claimName(db: Db, accountId: string, name: string, now: number): string
   const held = others.some((d) => deriveFlags(d.recordStatus, false).ownershipVerified || now - d.claimedAt <= CLAIM_HOLD_MS);
   // The message never says whether, or by whom, the name is held.
   if (held) throw new ApiError('domain_unavailable', `The domain ${name} cannot be connected to this account.`);
-  return others.map((d) => d.id);
+  return others.map((d) => ({ id: d.id, keyId: d.keyId, accountId: d.accountId }));
 }
 
 function checkAccountRoom(db: Db, accountId: string, name: string): void {
@@ -134,8 +139,14 @@ export async function createDomain({ deps, ctx, input }: { deps: Deps; ctx: Requ
         .get();
     }
     if (!key) throw new Error('domain key missing after creation');
-    // Only now, with every check passed, are other accounts' expired claims cleared.
-    for (const id of expired) tx.delete(domains).where(eq(domains.id, id)).run();
+    if (key.releasedAt !== null) key = tx.update(domainKeys).set({ releasedAt: null }).where(eq(domainKeys.id, key.id)).returning().get() ?? key;
+    // Only now, with every check passed, are other accounts' expired claims cleared: their keys are kept like a
+    // deleted domain's, within the same bound.
+    for (const claim of expired) {
+      tx.delete(domains).where(eq(domains.id, claim.id)).run();
+      tx.update(domainKeys).set({ releasedAt: now }).where(eq(domainKeys.id, claim.keyId)).run();
+      pruneKeptDomainKeys(tx, claim.accountId);
+    }
     return tx.insert(domains).values({ id: newId(now), accountId, name, keyId: key.id, recordStatus: PENDING, checks: null, createdAt: now, lastCheckedAt: now }).returning().get();
   });
   deps.logger.info('domain.created', { domainId: row.id, accountId, name });
@@ -159,11 +170,48 @@ export function getDomain({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; 
   return domainView(deps, domain, key);
 }
 
-/** DELETE /domains/{id}: the domain goes; its token, selector and key stay with the account for a reconnect. */
+/**
+ * Deletes the account's kept keys beyond the newest KEPT_DOMAIN_KEYS released ones. A key a domain uses, or that
+ * queued mail still signs with (outbound_messages.domainKeyId, which would cascade), is never a candidate.
+ * Returns the ids pruned.
+ */
+export function pruneKeptDomainKeys(db: Db, accountId: string): string[] {
+  const kept = db
+    .select({ id: domainKeys.id })
+    .from(domainKeys)
+    .leftJoin(domains, eq(domains.keyId, domainKeys.id))
+    .where(and(eq(domainKeys.accountId, accountId), isNull(domains.id)))
+    .orderBy(desc(sql`coalesce(${domainKeys.releasedAt}, ${domainKeys.createdAt})`), desc(domainKeys.id))
+    .all();
+  if (kept.length <= KEPT_DOMAIN_KEYS) return [];
+  const queued = new Set(
+    db
+      .selectDistinct({ id: outboundMessages.domainKeyId })
+      .from(outboundMessages)
+      .where(inArray(outboundMessages.domainKeyId, kept.map((k) => k.id)))
+      .all()
+      .map((r) => r.id),
+  );
+  // Keys queued mail still needs count toward the bound but always stay: the others released longest ago make room.
+  let room = KEPT_DOMAIN_KEYS - queued.size;
+  const prune = kept.filter((k) => !queued.has(k.id) && room-- <= 0).map((k) => k.id);
+  if (prune.length > 0) db.delete(domainKeys).where(inArray(domainKeys.id, prune)).run();
+  return prune;
+}
+
+/**
+ * DELETE /domains/{id}: the domain goes; its token, selector and key stay with the account for a reconnect, within
+ * the KEPT_DOMAIN_KEYS bound.
+ */
 export function deleteDomain({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): void {
   const { domain } = requireDomain(deps, ctx, id);
-  deps.db.delete(domains).where(eq(domains.id, domain.id)).run();
-  deps.logger.info('domain.deleted', { domainId: domain.id, accountId: ctx.account.id, name: domain.name });
+  const now = deps.clock.now();
+  const pruned = deps.db.transaction((tx) => {
+    tx.delete(domains).where(eq(domains.id, domain.id)).run();
+    tx.update(domainKeys).set({ releasedAt: now }).where(eq(domainKeys.id, domain.keyId)).run();
+    return pruneKeptDomainKeys(tx, ctx.account.id);
+  });
+  deps.logger.info('domain.deleted', { domainId: domain.id, accountId: ctx.account.id, name: domain.name, keysPruned: pruned.length });
 }
 
 /** POST /domains/{id}/verify: reads the four records now, concurrently, stores what was found, answers the result. */
