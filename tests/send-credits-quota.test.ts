@@ -8,6 +8,7 @@ import {
   expectError,
   expectOk,
   fillSandboxLog,
+  gateCommits,
   getAccount,
   newSender,
   newSubSender,
@@ -304,6 +305,95 @@ describe('credits: trial, ok, grace, exhausted', () => {
     expectOk(await sendEmail(service, s.key, receipt(s.from, 'ann@example.net', { sandbox: true })));
     expect((await getAccount(service, s.key)).credits).toMatchObject({ balance: 0, state: 'grace', graceEmailsLeft: 3, totalUsed: 2 });
     expect(queued(service, res.body.id)).toEqual({ message: undefined, recipients: [] });
+  });
+});
+
+describe('credit is checked again inside the send’s commit', () => {
+  /** One credit left and no grace after it (the grace emails are used up): the next send is the last. */
+  function lastCredit(accountId: string): void {
+    updateAccount(service, accountId, { creditsBalance: 1, graceEmailsUsed: 3, dailyQuota: 100 });
+  }
+
+  it('two sends that both passed check 4 before either committed: one 200, one 402 no_credits, balance 0', async () => {
+    const s = await newSender(service, { credits: 5 });
+    lastCredit(s.account.id);
+    const gate = gateCommits(service, 2);
+    let answers;
+    try {
+      const pending = [sendEmail(service, s.key, receipt(s.from, 'ann@example.net')), sendEmail(service, s.key, receipt(s.from, 'bob@example.net'))];
+      // Both hold at their commit: each has passed the early credit check on a balance of 1.
+      await gate.arrived(2);
+      gate.release();
+      answers = await Promise.all(pending);
+    } finally {
+      gate.release();
+    }
+    expect(answers.map((a) => a.status).sort()).toEqual([200, 402]);
+    expectError(answers.find((a) => a.status === 402)!, 402, 'no_credits', 'This account has no credits left and its grace window has closed.');
+    expect(answers.find((a) => a.status === 200)!.body.warning).toBeUndefined();
+    expect(accountRow(service, s.account.id)).toMatchObject({ creditsBalance: 0, creditsTotalUsed: 1 });
+    expect((await getAccount(service, s.key)).credits).toMatchObject({ balance: 0, state: 'exhausted', totalUsed: 1 });
+    expect(emailRows(service, s.account.id).map((r) => r.status)).toEqual(['sent']);
+    expect(queuedRecipientsOf(service, s.account.id)).toHaveLength(1);
+  });
+
+  it('the same through a sub-account: the parent’s last credit pays once, the other send is 402 no_credits', async () => {
+    const parent = await newSender(service, { credits: 5 });
+    lastCredit(parent.account.id);
+    const sub = await newSubSender(service, parent.key);
+    const gate = gateCommits(service, 2);
+    let answers;
+    try {
+      const pending = [
+        sendEmail(service, parent.key, receipt(sub.from, 'ann@example.net'), { account: sub.id }),
+        sendEmail(service, parent.key, receipt(parent.from, 'bob@example.net')),
+      ];
+      await gate.arrived(2);
+      gate.release();
+      answers = await Promise.all(pending);
+    } finally {
+      gate.release();
+    }
+    expect(answers.map((a) => a.status).sort()).toEqual([200, 402]);
+    expect(answers.find((a) => a.status === 402)!.body.error.code).toBe('no_credits');
+    expect(accountRow(service, parent.account.id)).toMatchObject({ creditsBalance: 0, creditsTotalUsed: 1 });
+  });
+
+  it('a sandbox send whose payer ran out of credit between its check and its commit is refused too, and logs nothing', async () => {
+    const s = await newSender(service, { credits: 5 });
+    const gate = gateCommits(service, 1);
+    let res;
+    try {
+      const pending = sendEmail(service, s.key, receipt(s.from, 'ann@example.net', { sandbox: true }));
+      await gate.arrived(1);
+      exhaustCredits(service, s.account.id);
+      gate.release();
+      res = await pending;
+    } finally {
+      gate.release();
+    }
+    expectError(res, 402, 'no_credits');
+    expect(emailRows(service, s.account.id)).toEqual([]);
+  });
+
+  it('a sandbox send racing the last ordinary send: the one that commits second is refused', async () => {
+    const s = await newSender(service, { credits: 5 });
+    lastCredit(s.account.id);
+    const gate = gateCommits(service, 2);
+    let answers;
+    try {
+      const real = sendEmail(service, s.key, receipt(s.from, 'ann@example.net'));
+      await gate.arrived(1);
+      const sandbox = sendEmail(service, s.key, receipt(s.from, 'bob@example.net', { sandbox: true }));
+      await gate.arrived(2);
+      gate.release();
+      answers = await Promise.all([real, sandbox]);
+    } finally {
+      gate.release();
+    }
+    expectOk(answers[0]!);
+    expectError(answers[1]!, 402, 'no_credits');
+    expect(emailRows(service, s.account.id).map((r) => r.status)).toEqual(['sent']);
   });
 });
 

@@ -6,6 +6,7 @@ import {
   emailRows,
   expectError,
   expectOk,
+  gateCommits,
   getAccount,
   idempotencyRow,
   insertRunningClaim,
@@ -242,6 +243,82 @@ describe('in progress', () => {
     const replay = await sendEmail(service, s.key, body, withKey('lost-1'));
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
     expect(replay.body).toEqual(res.body);
+  });
+});
+
+describe('a claim is settled only while it is still held', () => {
+  it('a request that stalls past 15 s before its commit, while another took the key, sends nothing and leaves the other’s claim', async () => {
+    const s = await newSender(service, { credits: 10 });
+    const body = receipt(s.from, ['ann@example.net', 'bob@example.net']);
+    // The first request claims the key, passes every check, then stalls just before its commit.
+    const gate = gateCommits(service, 1);
+    const first = sendEmail(service, s.key, body, withKey('stalled-1'));
+    let answer;
+    try {
+      await gate.arrived(1);
+      const claimedAt = idempotencyRow(service, s.account.id, 'stalled-1')!.claimedAt;
+      // Past the 15 s claim release, a retry takes the key over and sends.
+      service.clock.advance(16_000);
+      const second = await sendEmail(service, s.key, body, withKey('stalled-1'));
+      expectOk(second);
+      expect(second.headers.get('idempotent-replayed')).toBeNull();
+      const settled = idempotencyRow(service, s.account.id, 'stalled-1')!;
+      expect(settled).toMatchObject({ state: 'done', response: second.body });
+      expect(settled.claimedAt).toBe(claimedAt + 16_000);
+      gate.release();
+      answer = await first;
+      // The stalled request's commit finds the claim no longer its own: refused, rolled back whole.
+      expectError(answer, 409, 'idempotency_in_progress');
+      expect(emailRows(service, s.account.id).map((r) => r.id)).toEqual([second.body.id]);
+      expect(outboundMessagesOf(service, s.account.id).map((m) => m.id)).toEqual([second.body.id]);
+      expect(queuedRecipientsOf(service, s.account.id)).toHaveLength(2);
+      const account = await getAccount(service, s.key);
+      expect(account.credits).toMatchObject({ balance: 9, totalUsed: 1 });
+      expect(account.sending.sentToday).toBe(2);
+      // The second request's settled answer is intact: a retry replays it.
+      expect(idempotencyRow(service, s.account.id, 'stalled-1')).toEqual(settled);
+      const replay = await sendEmail(service, s.key, body, withKey('stalled-1'));
+      expect(replay.headers.get('idempotent-replayed')).toBe('true');
+      expect(replay.body).toEqual(second.body);
+    } finally {
+      gate.release();
+    }
+  });
+
+  it('the same for a sandbox send: the stalled one logs nothing', async () => {
+    const s = await newSender(service);
+    const body = receipt(s.from, 'ann@example.net', { sandbox: true });
+    const gate = gateCommits(service, 1);
+    try {
+      const first = sendEmail(service, s.key, body, withKey('stalled-2'));
+      await gate.arrived(1);
+      service.clock.advance(16_000);
+      const second = await sendEmail(service, s.key, body, withKey('stalled-2'));
+      expectOk(second);
+      gate.release();
+      expectError(await first, 409, 'idempotency_in_progress');
+      expect(emailRows(service, s.account.id).map((r) => r.id)).toEqual([second.body.id]);
+      expect(idempotencyRow(service, s.account.id, 'stalled-2')).toMatchObject({ state: 'done', response: second.body });
+    } finally {
+      gate.release();
+    }
+  });
+
+  it('a request that stalls past 15 s while nobody took the key still commits: the claim is still its own', async () => {
+    const s = await newSender(service);
+    const body = receipt(s.from);
+    const gate = gateCommits(service, 1);
+    try {
+      const first = sendEmail(service, s.key, body, withKey('stalled-3'));
+      await gate.arrived(1);
+      service.clock.advance(16_000);
+      gate.release();
+      const res = await first;
+      expectOk(res);
+      expect(idempotencyRow(service, s.account.id, 'stalled-3')).toMatchObject({ state: 'done', response: res.body });
+    } finally {
+      gate.release();
+    }
   });
 });
 

@@ -49,7 +49,23 @@ export function claimIdempotencyKey(db: Db, accountId: string, key: string, rawB
   });
 }
 
-/** Stores the settled 200 answer, inside the send's own transaction. */
+/**
+ * Inside the send's transaction, before anything is written: the claim is still this request's and still running.
+ * After a stall past CLAIM_RELEASE_MS another request may have taken the key; then this send is refused (its
+ * transaction rolls back) and the other request's claim is left alone.
+ */
+export function assertClaimHeld(db: Db, claim: Claim): void {
+  const row = db
+    .select({ token: idempotencyKeys.claimToken, state: idempotencyKeys.state })
+    .from(idempotencyKeys)
+    .where(and(eq(idempotencyKeys.accountId, claim.accountId), eq(idempotencyKeys.key, claim.key)))
+    .get();
+  if (!row || row.token !== claim.token || row.state !== 'running') {
+    throw new ApiError('idempotency_in_progress', 'Another request with this Idempotency-Key took it over while this one stalled; nothing was sent. Retry to see its answer.');
+  }
+}
+
+/** Stores the settled 200 answer, inside the send's own transaction (after assertClaimHeld, so the claim is ours). */
 export function settleClaim(db: Db, claim: Claim, response: unknown, now: number): void {
   db.update(idempotencyKeys)
     .set({ state: 'done', response, completedAt: now })

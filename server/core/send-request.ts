@@ -1,13 +1,22 @@
 import { z } from 'zod';
+import { ApiError } from '../errors.js';
 import { type Mailbox, parseAddress, parseMailbox } from './addresses.js';
-import { TEMPLATES, type Vars } from './templates.js';
+import { MAX_RENDERED_BYTES, type Rendered, TEMPLATES, type Vars, renderTemplate, renderedBytes, variableTooLong } from './templates.js';
 
 /** The send request of api.md and decisions.md section 2, validated field by field in the order written. */
 
 export const MAX_RECIPIENTS = 50;
 export const MAX_TAGS = 10;
+export const MAX_TAG_VALUE = 256;
+/** `from` and `replyTo` as given: one header line. What is kept is shorter still (parsed, 80-character name). */
+export const MAX_MAILBOX_INPUT = 998;
+/** A recipient as given (RFC 5321 caps a path at 256 octets; surrounding spaces are trimmed). */
+export const MAX_RECIPIENT_INPUT = 320;
 
-const mailbox = z.string().transform((v, ctx): Mailbox => {
+/** A field name for a message: a long unknown key is cut, so an error never echoes a huge input. */
+const fieldName = (key: string): string => (key.length > 64 ? `${key.slice(0, 64)}…` : key);
+
+const mailbox = z.string().max(MAX_MAILBOX_INPUT, `must be at most ${MAX_MAILBOX_INPUT} characters`).transform((v, ctx): Mailbox => {
   const r = parseMailbox(v);
   if (!r.ok) {
     ctx.addIssue({ code: 'custom', message: r.reason });
@@ -16,7 +25,7 @@ const mailbox = z.string().transform((v, ctx): Mailbox => {
   return r.value;
 });
 
-const recipient = z.string().transform((v, ctx) => {
+const recipient = z.string().max(MAX_RECIPIENT_INPUT, `must be at most ${MAX_RECIPIENT_INPUT} characters`).transform((v, ctx) => {
   if (/[,<>]/.test(v)) {
     ctx.addIssue({ code: 'custom', message: 'must be one bare address' });
     return z.NEVER;
@@ -40,15 +49,18 @@ const templateInput = z
       return;
     }
     for (const key of Object.keys(t)) {
-      if (key !== 'name' && !Object.hasOwn(def.variables, key)) ctx.addIssue({ code: 'custom', path: [key], message: `is not a variable of the ${t.name} template` });
+      if (key !== 'name' && !Object.hasOwn(def.variables, key)) ctx.addIssue({ code: 'custom', path: [fieldName(key)], message: `is not a variable of the ${t.name} template` });
     }
     for (const [key, spec] of Object.entries(def.variables)) {
       const value = t[key];
       if (value === undefined) {
         if (spec.required) ctx.addIssue({ code: 'custom', path: [key], message: `is required by the ${t.name} template` });
-      } else if (spec.kind === 'url' && !isHttpUrl(value)) {
-        ctx.addIssue({ code: 'custom', path: [key], message: 'must be an http or https URL' });
+        continue;
       }
+      // The length first: a URL check need not parse a megabyte.
+      const tooLong = variableTooLong(value, spec.limit);
+      if (tooLong) ctx.addIssue({ code: 'custom', path: [key], message: tooLong });
+      else if (spec.kind === 'url' && !isHttpUrl(value)) ctx.addIssue({ code: 'custom', path: [key], message: 'must be an http or https URL' });
     }
   });
 
@@ -65,8 +77,8 @@ const tags = z.record(z.string(), z.string()).superRefine((t, ctx) => {
   const keys = Object.keys(t);
   if (keys.length > MAX_TAGS) ctx.addIssue({ code: 'custom', message: `must have at most ${MAX_TAGS} entries` });
   for (const key of keys) {
-    if (!/^[A-Za-z0-9_-]{1,40}$/.test(key)) ctx.addIssue({ code: 'custom', path: [key], message: 'tag names are 1 to 40 of A-Z a-z 0-9 _ -' });
-    else if (t[key]!.length > 256) ctx.addIssue({ code: 'custom', path: [key], message: 'must be at most 256 characters' });
+    if (!/^[A-Za-z0-9_-]{1,40}$/.test(key)) ctx.addIssue({ code: 'custom', path: [fieldName(key)], message: 'tag names are 1 to 40 of A-Z a-z 0-9 _ -' });
+    else if (t[key]!.length > MAX_TAG_VALUE) ctx.addIssue({ code: 'custom', path: [key], message: `must be at most ${MAX_TAG_VALUE} characters` });
   }
 });
 
@@ -106,4 +118,18 @@ export function toSendRequest(parsed: z.output<typeof sendRequestSchema>): SendR
   });
   const { name, ...vars } = parsed.template;
   return { from: parsed.from, to, replyTo: parsed.replyTo ?? null, template: { name, vars }, tags: parsed.tags ?? null, sandbox: parsed.sandbox ?? false };
+}
+
+/** The send's message, rendered; one over MAX_RENDERED_BYTES (subject, html and text together) is refused. */
+export function renderSend(send: SendRequest): Rendered {
+  const rendered = renderTemplate(send.template.name, send.template.vars);
+  assertRenderedSize(rendered);
+  return rendered;
+}
+
+export function assertRenderedSize(rendered: Rendered): void {
+  const size = renderedBytes(rendered);
+  if (size > MAX_RENDERED_BYTES) {
+    throw new ApiError('invalid_request', `template: the rendered message (subject, html and text) must be at most 1 MB (${MAX_RENDERED_BYTES} bytes); this one is ${size} bytes`);
+  }
 }

@@ -106,8 +106,10 @@ export function creditWarning(payer: AccountRow, status: CreditStatus): Warning 
 }
 
 /**
- * Charges one send to the paying account (inside the send's transaction) and returns the warning the answer carries:
- * free with a warning on the trial, one credit when `ok`, one grace email with a warning in the grace window.
+ * Charges one send to the paying account (inside the send's transaction, after assertCredit on the same fresh row)
+ * and returns the warning the answer carries: free with a warning on the trial, one credit when `ok`, one grace email
+ * with a warning in the grace window. The credit rule itself is assertCredit's alone: an exhausted payer here means
+ * the commit skipped it, a defect, not a `402`.
  */
 export function chargeSend(db: Db, payer: AccountRow, policy: CreditPolicy, now: number): Warning | undefined {
   const status = creditStatus(payer, policy, now);
@@ -122,7 +124,7 @@ export function chargeSend(db: Db, payer: AccountRow, policy: CreditPolicy, now:
       return creditWarning(payer, { ...status, graceEmailsLeft: status.graceEmailsLeft - 1 });
     }
     case 'exhausted':
-      throw new ApiError('no_credits', 'No credits left and the grace window has closed.');
+      throw new Error('chargeSend: the paying account has no credit; assertCredit must run first in the same transaction');
   }
 }
 

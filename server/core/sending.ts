@@ -12,12 +12,12 @@ import { findAccount } from './accounts.js';
 import { formatMailbox } from './addresses.js';
 import type { RequestContext } from './context.js';
 import { deriveFlags } from './domain-checks.js';
-import { type Claim, claimIdempotencyKey, releaseClaim, settleClaim } from './idempotency.js';
-import { type SendRequest, sendRequestSchema, toSendRequest } from './send-request.js';
+import { type Claim, assertClaimHeld, claimIdempotencyKey, releaseClaim, settleClaim } from './idempotency.js';
+import { type SendRequest, renderSend, sendRequestSchema, toSendRequest } from './send-request.js';
 import { creditStatus } from './credits.js';
 import { type Sender, type Warning, assertCredit, assertMaySend, assertQuotaFor, chargeSend, countRecipients, creditWarning, payerOf } from './sending-policy.js';
 import { suppressedRecipients } from './suppressions.js';
-import { renderTemplate } from './templates.js';
+import type { Rendered } from './templates.js';
 import { tripBreakerIfPaused } from './reputation.js';
 
 /** POST /emails as the seven checks of api.md, one named step each, in the spec's order; then the queue. */
@@ -58,15 +58,16 @@ export async function sendEmail({ deps, ctx, rawBody, idempotencyKey }: SendInpu
     assertMaySend(sender, now);
     // (4) whether the paying account has credit.
     assertCredit(sender, deps.config, now);
-    // (5) the body; a send with more recipients than the quota has left is refused once they are known (a sandbox
-    // send runs this check too, though it is not counted).
+    // (5) the body, and the message it renders (bounded in size); a send with more recipients than the quota has left
+    // is refused once they are known (a sandbox send runs this check too, though it is not counted).
     const send = parseBody(rawBody);
+    const rendered = renderSend(send);
     assertQuotaFor(sender, send.to.length, now);
     // (6) the from-domain.
     const domainKey = checkFromDomain(deps, ctx.account, send);
     // (7) the suppression lists, the parent's too for a sub-account.
     checkSuppressions(deps, sender, send);
-    const result = await commitSend(deps, ctx, send, domainKey, claim);
+    const result = await commitSend(deps, ctx, send, rendered, domainKey, claim);
     if (!result.sandbox) deps.onQueued();
     return { result, replayed: false };
   } catch (err) {
@@ -166,12 +167,12 @@ function sandboxSendsToday(deps: Deps, accountId: string, now: number): number {
 }
 
 /**
- * The send itself, in one transaction of the group commit: the account rules once more on fresh rows (another send
+ * The send itself, in one transaction of the group commit: the idempotency claim is still this request's (a stall
+ * past its 15 s may have let another request take the key), the account rules once more on fresh rows (another send
  * may have used the quota or the last credit meanwhile), the log entry, the queue rows, the counters, the charge and
  * the idempotent answer. The promise resolves only once all of it is durable.
  */
-async function commitSend(deps: Deps, ctx: RequestContext, send: SendRequest, domainKey: DomainKeyRow, claim: Claim | null): Promise<SendResult> {
-  const rendered = renderTemplate(send.template.name, send.template.vars);
+async function commitSend(deps: Deps, ctx: RequestContext, send: SendRequest, rendered: Rendered, domainKey: DomainKeyRow, claim: Claim | null): Promise<SendResult> {
   const base = {
     accountId: ctx.account.id,
     fromAddress: send.from.address,
@@ -184,6 +185,7 @@ async function commitSend(deps: Deps, ctx: RequestContext, send: SendRequest, do
   try {
     return await deps.commits.run((tx) => {
       const now = deps.clock.now();
+      if (claim) assertClaimHeld(tx, claim);
       const sender = loadSender(deps, ctx);
       assertMaySend(sender, now);
       assertCredit(sender, deps.config, now);

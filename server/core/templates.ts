@@ -1,13 +1,35 @@
 /**
  * The built-in templates (decisions.md section 2) as data: each names its variables (required or not, plain text or
- * an http(s) link) and renders subject, html and text. Values are HTML-escaped in html; links must be http(s), so a
- * `javascript:` URL can never reach a recipient's mail client.
+ * an http(s) link, and how long it may be) and renders subject, html and text. Values are HTML-escaped in html; links
+ * must be http(s), so a `javascript:` URL can never reach a recipient's mail client.
  */
 
 export type VariableKind = 'text' | 'url';
 
+/**
+ * How long a variable may be, by where it ends up. `line`: rendered into the Subject or a short line of the body, at
+ * most one header line (RFC 5322: 998 characters). `link`: a URL, as long as common servers take. `body`: free text of
+ * the body, 100 KB of UTF-8.
+ */
+export const VARIABLE_LIMITS = {
+  line: { max: 998, unit: 'characters' },
+  link: { max: 8192, unit: 'characters' },
+  body: { max: 100 * 1024, unit: 'bytes' },
+} as const satisfies Record<string, { max: number; unit: 'characters' | 'bytes' }>;
+
+export type VariableLimit = keyof typeof VARIABLE_LIMITS;
+
+/** The whole rendered message (subject, html and text, UTF-8) may be at most 1 MB. */
+export const MAX_RENDERED_BYTES = 1024 * 1024;
+
+export interface VariableDef {
+  required: boolean;
+  kind: VariableKind;
+  limit: VariableLimit;
+}
+
 export interface TemplateDef {
-  variables: Record<string, { required: boolean; kind: VariableKind }>;
+  variables: Record<string, VariableDef>;
   subject(v: Vars): string;
   html(v: Vars, h: Vars): string;
   text(v: Vars): string;
@@ -21,8 +43,30 @@ export interface Rendered {
   text: string;
 }
 
-const text = (required = false) => ({ required, kind: 'text' as const });
-const url = (required = true) => ({ required, kind: 'url' as const });
+const text = (required = false, limit: VariableLimit = 'line'): VariableDef => ({ required, kind: 'text', limit });
+const url = (required = true): VariableDef => ({ required, kind: 'url', limit: 'link' });
+
+/** Characters as people count them: code points, not UTF-16 units. */
+function characterCount(value: string, atMost: number): number {
+  // A string of at most `atMost` UTF-16 units has at most that many code points: no need to walk it.
+  if (value.length <= atMost) return value.length;
+  let n = 0;
+  for (const _ of value) n++;
+  return n;
+}
+
+/** Why `value` is too long for `limit`, or null when it fits. */
+export function variableTooLong(value: string, limit: VariableLimit): string | null {
+  const { max, unit } = VARIABLE_LIMITS[limit];
+  const size = unit === 'bytes' ? Buffer.byteLength(value, 'utf8') : characterCount(value, max);
+  if (size <= max) return null;
+  return unit === 'bytes' ? `must be at most ${max / 1024} KB (${max} bytes of UTF-8)` : `must be at most ${max} characters`;
+}
+
+/** Size in bytes of a rendered message: subject, html and text as UTF-8. */
+export function renderedBytes(r: Rendered): number {
+  return Buffer.byteLength(r.subject, 'utf8') + Buffer.byteLength(r.html, 'utf8') + Buffer.byteLength(r.text, 'utf8');
+}
 
 export function escapeHtml(value: string): string {
   return value.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
@@ -54,10 +98,11 @@ export const TEMPLATES: Record<string, TemplateDef> = {
     text: (v) => `Receipt${v.receiptNumber ? ` ${v.receiptNumber}` : ''}\n\n${line('Paid on', v.paidOn)}${line('Payment method', v.paymentMethod)}Total: ${v.total}\n\nThank you for your payment.\n`,
   },
   welcome: {
-    variables: { name: text() },
+    // `firstName`, not `name`: the template object's `name` is the template's own (decisions.md section 2).
+    variables: { firstName: text() },
     subject: () => 'Welcome',
-    html: (_v, h) => page('Welcome', `<h1 style="font-size:20px">Welcome${h.name ? `, ${h.name}` : ''}!</h1><p>Your account is ready.</p>`),
-    text: (v) => `Welcome${v.name ? `, ${v.name}` : ''}!\n\nYour account is ready.\n`,
+    html: (_v, h) => page('Welcome', `<h1 style="font-size:20px">Welcome${h.firstName ? `, ${h.firstName}` : ''}!</h1><p>Your account is ready.</p>`),
+    text: (v) => `Welcome${v.firstName ? `, ${v.firstName}` : ''}!\n\nYour account is ready.\n`,
   },
   'password-reset': {
     variables: { resetUrl: url(), expiresIn: text() },
@@ -84,7 +129,7 @@ export const TEMPLATES: Record<string, TemplateDef> = {
     text: (v) => `Confirm that this is your email address:\n\n${v.url}\n`,
   },
   notification: {
-    variables: { subject: text(true), body: text(true) },
+    variables: { subject: text(true), body: text(true, 'body') },
     subject: (v) => v.subject!,
     html: (_v, h) => page(h.subject!, `<p>${h.body!.replace(/\r?\n/g, '<br>')}</p>`),
     text: (v) => `${v.body}\n`,

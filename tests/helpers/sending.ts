@@ -268,3 +268,44 @@ export function useQuota(service: TestService, accountId: string, left = 0): voi
 export function suspendByOperator(service: TestService, accountId: string, reason: string): void {
   updateAccount(service, accountId, { suspendedBy: 'operator', suspendedReason: reason, suspendedAt: service.clock.now() });
 }
+
+export interface CommitGate {
+  /** Resolves once `n` commits are held: the sends behind them have passed every check before their commit. */
+  arrived(n: number): Promise<void>;
+  /** Lets the held commits run (in the order they arrived) and stops holding; the service's own commit is back. */
+  release(): void;
+}
+
+/**
+ * Holds the first `hold` send commits (the group commit's `run`, where a send's transaction starts) until released,
+ * so a test can change the world between a send's early checks and its commit. Later commits pass straight through.
+ */
+export function gateCommits(service: TestService, hold: number): CommitGate {
+  const original = service.deps.commits;
+  const held: (() => void)[] = [];
+  const watchers: { n: number; resolve: () => void }[] = [];
+  const notify = () => {
+    for (const w of watchers.filter((w) => held.length >= w.n)) {
+      watchers.splice(watchers.indexOf(w), 1);
+      w.resolve();
+    }
+  };
+  service.deps.commits = {
+    run<T>(fn: Parameters<typeof original.run<T>>[0]): Promise<T> {
+      if (held.length >= hold) return original.run(fn);
+      const wait = new Promise<void>((resolve) => held.push(resolve));
+      notify();
+      return wait.then(() => original.run(fn));
+    },
+  };
+  return {
+    arrived: (n) => new Promise<void>((resolve) => {
+      watchers.push({ n, resolve });
+      notify();
+    }),
+    release() {
+      service.deps.commits = original;
+      for (const go of held) go();
+    },
+  };
+}
