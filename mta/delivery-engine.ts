@@ -7,19 +7,24 @@ import type { Deps } from '../server/deps.js';
 import { type Claimed, claimDueRecipients, releaseDeadLeases, releaseRecipients, renewLeases } from './delivery-queue.js';
 import type { Classified } from './dsn.js';
 import { type SigningKey, prepareSigningKey } from './dkim.js';
+import { type Slot, createFairSlots } from './fair-slots.js';
 import { buildSignedMessage } from './message.js';
 import { recordOutcome } from './outcomes.js';
-import { type Route, resolveRoute } from './routing.js';
+import { type Target, createRouter } from './routing.js';
 import { type ClientOptions, DEFAULT_CLIENT_TIMEOUTS, SessionFailure, type SmtpSession, openSession } from './smtp-client.js';
 import { verpAddress } from './verp.js';
 
 export interface EngineOptions {
   /** Open SMTP connections at most, overall. */
   maxConnections: number;
-  /** Open SMTP connections at most per destination domain. */
+  /** Open SMTP connections at most per destination domain, whatever the accounts. */
   perDomain: number;
+  /** Open SMTP connections at most for one account, so others always find a free one (fairness). */
+  perAccount: number;
   /** Recipients claimed at once, and held (claimed, not yet finished) at most. */
   batchSize: number;
+  /** Recipients one account may hold at most, so a backlog of one never keeps another's mail from being claimed. */
+  perAccountHeld: number;
   /** How long a claim holds unless renewed; the engine renews its own claims every third of it. */
   leaseMs: number;
   /** Idle wait between claims when nothing is due (real time; due-ness itself reads the injected clock). */
@@ -30,39 +35,27 @@ export interface EngineOptions {
 export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   maxConnections: 32,
   perDomain: 8,
+  perAccount: 16,
   batchSize: 200,
+  perAccountHeld: 100,
   leaseMs: 2 * 60_000,
   pollMs: 1000,
   timeouts: DEFAULT_CLIENT_TIMEOUTS,
 };
-
-/** A counting semaphore for the connection limit; a released slot passes straight to the next waiter. */
-function semaphore(max: number) {
-  let active = 0;
-  const waiting: (() => void)[] = [];
-  return {
-    async acquire(): Promise<void> {
-      if (active < max) {
-        active++;
-        return;
-      }
-      await new Promise<void>((resolve) => waiting.push(resolve));
-    },
-    release(): void {
-      const next = waiting.shift();
-      if (next) next();
-      else active--;
-    },
-  };
-}
 
 /** A claimed recipient in the engine, with whoever waits for it to be finished (recorded, released or abandoned). */
 interface Job extends Claimed {
   finish: () => void;
 }
 
-/** The work of one destination domain: recipients waiting for a connection, and the connections (lanes) serving it. */
+/**
+ * The work of one account for one destination domain: its recipients waiting for a connection, and the connections
+ * (lanes) serving them. Accounts never share a lane, so each connection slot belongs to one account (fairness).
+ */
 interface DomainWork {
+  key: string;
+  account: string;
+  domain: string;
   jobs: Job[];
   lanes: number;
   /** Lanes with an open connection, or opening one. */
@@ -70,15 +63,23 @@ interface DomainWork {
 }
 
 /**
- * The outbound engine. Claimed recipients wait in a queue per destination domain; each domain is served by up to
- * `perDomain` connections (lanes), `maxConnections` in all, each taking the domain's next recipient for its own SMTP
- * transaction and recording the outcome before the next step. New work is claimed whenever there is room, so a slow
- * destination holds up only its own recipients.
+ * The outbound engine. Claimed recipients wait in a queue per account and destination domain; each queue is served by
+ * lanes (connections), each taking the queue's next recipient for its own SMTP transaction and recording the outcome
+ * before the next step. A lane resolves its route first (cached, bounded, holding nothing), then asks for a
+ * connection slot: at most `maxConnections` in all, `perDomain` per destination and `perAccount` per account, granted
+ * to waiting accounts in turn, and given back between transactions when an account with fewer waits. Claims are fair
+ * too: each account's recipients in turn, at most `perAccountHeld` held per account. So a slow destination, a silent
+ * DNS or a large backlog holds up only the mail of its own account and destination.
  */
 export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions> = {}) {
   const opts = { ...DEFAULT_ENGINE_OPTIONS, ...options };
   const worker = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
-  const slots = semaphore(opts.maxConnections);
+  const slots = createFairSlots({ total: opts.maxConnections, perAccount: opts.perAccount, perDestination: opts.perDomain });
+  const router = createRouter(deps);
+  /** Recipients held per account (claimed, not yet finished). */
+  const heldByAccount = new Map<string, number>();
+  /** Recipients finished since the last claim: a claim waits until enough room is worth a query. */
+  let finishedSinceClaim = 0;
   const keys = new Map<string, SigningKey>();
   const clientOpts: ClientOptions = { name: deps.config.mailHostname, ...opts.timeouts };
   const work = new Map<string, DomainWork>();
@@ -128,40 +129,50 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
     return claimed.filter((c) => !held.has(c.recipient.id)).map(
       (c) =>
         new Promise<void>((resolve) => {
+          const account = c.message.accountId;
           held.add(c.recipient.id);
+          heldByAccount.set(account, (heldByAccount.get(account) ?? 0) + 1);
           messageOf(c).users++;
+          let finished = false;
           const job: Job = {
             ...c,
             finish: () => {
+              if (finished) return;
+              finished = true;
               held.delete(c.recipient.id);
+              const n = (heldByAccount.get(account) ?? 1) - 1;
+              if (n === 0) heldByAccount.delete(account);
+              else heldByAccount.set(account, n);
               const entry = built.get(c.message.id);
               if (entry && --entry.users === 0) built.delete(c.message.id);
               resolve();
-              // Room for a useful claim again: claim now rather than at the next poll.
-              if (held.size === Math.floor(opts.batchSize / 2)) wake?.();
+              // Room for a useful claim again (a quarter of the batch, or everything): claim now, not at the poll.
+              finishedSinceClaim++;
+              if (finishedSinceClaim >= opts.batchSize / 4 || held.size === 0) wake?.();
             },
           };
           const domain = c.recipient.recipientDomain;
-          let w = work.get(domain);
+          const key = `${account} ${domain}`;
+          let w = work.get(key);
           if (!w) {
-            w = { jobs: [], lanes: 0, live: 0 };
-            work.set(domain, w);
+            w = { key, account, domain, jobs: [], lanes: 0, live: 0 };
+            work.set(key, w);
           }
           w.jobs.push(job);
-          if (w.lanes < opts.perDomain && w.lanes < w.jobs.length) startLane(domain, w);
+          if (w.lanes < opts.perDomain && w.lanes < w.jobs.length) startLane(w);
         }),
     );
   }
 
-  function startLane(domain: string, w: DomainWork): void {
+  function startLane(w: DomainWork): void {
     w.lanes++;
-    const done = lane(domain, w)
-      .catch((err: unknown) => deps.logger.error('delivery.lane_failed', { domain, err }))
+    const done = lane(w)
+      .catch((err: unknown) => deps.logger.error('delivery.lane_failed', { domain: w.domain, accountId: w.account, err }))
       .finally(() => {
         lanesDone.delete(done);
         w.lanes--;
-        if (w.jobs.length > 0 && w.lanes === 0 && !stopping) startLane(domain, w);
-        else if (w.jobs.length === 0 && w.lanes === 0) work.delete(domain);
+        if (w.jobs.length > 0 && w.lanes === 0 && !stopping) startLane(w);
+        else if (w.jobs.length === 0 && w.lanes === 0 && work.get(w.key) === w) work.delete(w.key);
         wake?.();
       });
     lanesDone.add(done);
@@ -188,37 +199,53 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
     }
   }
 
-  /** One connection's worth of work for a domain: its next recipients, one transaction each, until none is left. */
-  async function lane(domain: string, w: DomainWork): Promise<void> {
-    await slots.acquire();
+  /**
+   * One connection's worth of work for an account's destination: the route first (holding no slot), then a slot in
+   * turn, then the queue's recipients one transaction each, until none is left, or until another account that holds
+   * fewer slots waits for this one: then the slot is given back and asked for again, behind it.
+   */
+  async function lane(w: DomainWork): Promise<void> {
+    const route = await router.route(w.domain);
+    if (route.kind === 'fail') {
+      // Another lane holds a connection to this domain: its recipients stay with it.
+      if (w.live > 0) return;
+      return await recordAll(w, route.outcome);
+    }
+    while (w.jobs.length > 0 && !stopping) {
+      const slot = await slots.acquire(w.account, w.domain);
+      if (!slot) return;
+      try {
+        if ((await serve(w, route.targets, slot)) === 'done') return;
+      } finally {
+        slot.release();
+      }
+    }
+  }
+
+  /** Delivers the queue's recipients over one slot; 'yield' when the slot should go to another account first. */
+  async function serve(w: DomainWork, targets: Target[], slot: Slot): Promise<'done' | 'yield'> {
     let session: SmtpSession | null = null;
-    let route: Route | null = null;
     try {
       while (w.jobs.length > 0 && !stopping) {
         if (!session) {
-          try {
-            route ??= await resolveRoute(domain, deps);
-          } catch (err) {
-            route = { kind: 'fail', outcome: { status: 'deferred', dsn: '4.4.3', detail: `routing failed: ${(err as Error).message}` } };
-          }
-          if (route.kind === 'fail') {
-            // Another lane holds a connection to this domain: its recipients stay with it.
-            if (w.live > 0) return;
-            return await recordAll(w, route.outcome);
-          }
           w.live++;
           try {
-            session = await openSession(route.targets, clientOpts);
+            session = await openSession(targets, clientOpts);
           } catch (err) {
             w.live--;
+            if (err instanceof SessionFailure && err.attempts.length > 0) {
+              // The full story (addresses, error text) goes to the log; tenants read the classified outcome.
+              deps.logger.warn('delivery.connect_failed', { domain: w.domain, accountId: w.account, attempts: err.attempts });
+            }
             // Another lane is delivering to this domain, or may be about to: leave the recipients to it. Otherwise
             // none can be reached now.
-            if (w.live > 0) return;
-            return await recordAll(w, err instanceof SessionFailure ? err.outcome : failure(err));
+            if (w.live > 0) return 'done';
+            await recordAll(w, err instanceof SessionFailure ? err.outcome : failure(err));
+            return 'done';
           }
         }
         const job = w.jobs.shift();
-        if (!job) return;
+        if (!job) return 'done';
         let message: Buffer;
         let index: number;
         try {
@@ -226,12 +253,12 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
           message = ready.message;
           index = Math.max(0, ready.to.indexOf(job.recipient.recipient));
         } catch (err) {
-          if (!(await record(job, { status: 'deferred', dsn: '4.3.0', detail: `message could not be prepared: ${(err as Error).message}` }))) return;
+          if (!(await record(job, { status: 'deferred', dsn: '4.3.0', detail: `message could not be prepared: ${(err as Error).message}` }))) return 'done';
           continue;
         }
         const result = await session.send(verpAddress(job.message.id, index, deps.config.mailHostname), job.recipient.recipient, message);
         if (result.connectionLost) {
-          session.close();
+          await session.close();
           session = null;
           w.live--;
         }
@@ -241,14 +268,17 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
           w.jobs.unshift(job);
           continue;
         }
-        if (!(await record(job, result.outcome))) return;
+        // The outcome is durable before anything else happens on this connection (or any other).
+        if (!(await record(job, result.outcome))) return 'done';
+        if (w.jobs.length > 0 && slots.shouldYield(slot)) return 'yield';
       }
+      return 'done';
     } finally {
+      // The slot is released by the caller after this: only once the connection is really closed.
       if (session) {
-        session.close();
+        await session.close();
         w.live--;
       }
-      slots.release();
     }
   }
 
@@ -259,7 +289,10 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
   /** Claims what is due, up to the room left; returns how many recipients were claimed and their completions. */
   function claim(limit: number): Promise<void>[] {
     if (limit <= 0 || stopping) return [];
-    return adopt(claimDueRecipients(deps.db, worker, deps.clock.now(), opts.leaseMs, limit));
+    finishedSinceClaim = 0;
+    const room: Record<string, number> = {};
+    for (const [account, n] of heldByAccount) room[account] = Math.max(0, opts.perAccountHeld - n);
+    return adopt(claimDueRecipients(deps.db, worker, deps.clock.now(), opts.leaseMs, limit, { perAccount: opts.perAccountHeld, room }));
   }
 
   /** Claims everything due now (by the injected clock, up to `batchSize`) and resolves when each is finished. */
@@ -335,6 +368,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
       stopping = true;
       wake?.();
       await loopDone;
+      slots.cancelAll();
       releaseWaiting();
       while (lanesDone.size > 0) await Promise.all([...lanesDone]);
       releaseWaiting();

@@ -13,37 +13,52 @@ export interface Claimed {
 
 const p = sql.placeholder;
 
+/**
+ * The claim, fair between accounts: due rows are numbered per account (its earliest first) and taken in rounds (every
+ * account's first, then every account's second...), each account up to the room it has left; so one account's
+ * backlog, however early, never keeps another's due mail from being claimed.
+ */
 const statements = definePrepared((db) => ({
   claim: db
     .update(outboundRecipients)
     .set({ lockedBy: sql`${p('worker')}`, lockedUntil: sql`${p('until')}` })
     .where(
-      inArray(
-        outboundRecipients.id,
-        db
-          .select({ id: outboundRecipients.id })
-          .from(outboundRecipients)
-          .where(
-            and(
-              eq(outboundRecipients.status, 'queued'),
-              sql`${outboundRecipients.nextAttemptAt} <= ${p('now')}`,
-              sql`(${outboundRecipients.lockedUntil} is null or ${outboundRecipients.lockedUntil} <= ${p('now')})`,
-            ),
-          )
-          .orderBy(outboundRecipients.nextAttemptAt, outboundRecipients.id)
-          .limit(p('limit')),
-      ),
+      sql`${outboundRecipients.id} in (
+        select id from (
+          select r.id as id, r.next_attempt_at as due,
+            row_number() over (partition by m.account_id order by r.next_attempt_at, r.id) as turn,
+            coalesce(json_extract(${p('room')}, '$."' || m.account_id || '"'), ${p('perAccount')}) as room
+          from ${outboundRecipients} r join ${outboundMessages} m on m.id = r.message_id
+          where r.status = 'queued' and r.next_attempt_at <= ${p('now')} and (r.locked_until is null or r.locked_until <= ${p('now')})
+        )
+        where turn <= room
+        order by turn, due, id
+        limit ${p('limit')}
+      )`,
     )
     .returning()
     .prepare(),
 }));
 
+/** How many recipients each account may still take: `room[accountId]`, else `perAccount`. */
+export interface ClaimShares {
+  perAccount: number;
+  room: Record<string, number>;
+}
+
 /**
- * Leases up to `limit` due recipients to `worker` until `now + leaseMs`. A lease that expired (its holder died or
- * hung) is claimed again.
+ * Leases up to `limit` due recipients to `worker` until `now + leaseMs`, accounts in turn within their shares. A lease
+ * that expired (its holder died or hung) is claimed again.
  */
-export function claimDueRecipients(db: Db, worker: string, now: number, leaseMs: number, limit: number): Claimed[] {
-  const rows = statements(db).claim.all({ worker, until: now + leaseMs, now, limit });
+export function claimDueRecipients(
+  db: Db,
+  worker: string,
+  now: number,
+  leaseMs: number,
+  limit: number,
+  shares: ClaimShares = { perAccount: limit, room: {} },
+): Claimed[] {
+  const rows = statements(db).claim.all({ worker, until: now + leaseMs, now, limit, perAccount: shares.perAccount, room: JSON.stringify(shares.room) });
   if (rows.length === 0) return [];
   const messages = new Map(
     db

@@ -1,3 +1,4 @@
+import { isIP } from 'node:net';
 import SMTPConnection from 'nodemailer/lib/smtp-connection';
 import type { NodemailerError } from 'nodemailer/lib/errors';
 import { type Classified, TLS_FAILED_DSN, classifyFailure, classifyReply } from './dsn.js';
@@ -22,7 +23,8 @@ export interface SmtpSession {
    * transaction began, so this is no attempt for the recipient and `outcome` says nothing about it.
    */
   send(from: string, to: string, message: Buffer): Promise<SendResult>;
-  close(): void;
+  /** QUIT, then resolves once the connection is closed (at most a second later): only then is its slot free. */
+  close(): Promise<void>;
 }
 
 export interface SendResult {
@@ -33,12 +35,16 @@ export interface SendResult {
 
 const replyCode = (text: string): number => Number(/^(\d{3})/.exec(text)?.[1] ?? 0);
 
-function outcomeOfError(err: NodemailerError): Omit<SendResult, 'notSent'> {
+/**
+ * `relay`: the failure happened on the connection to SMTP_RELAY_URL, the operator's own infrastructure, whose
+ * address and error text stay out of what tenants read (the caller logs them).
+ */
+function outcomeOfError(err: NodemailerError, relay: boolean): Omit<SendResult, 'notSent'> {
   const rejected = err.rejectedErrors?.[0] ?? err;
   if (rejected.responseCode && rejected.response) {
     return { outcome: classifyReply(rejected.responseCode, rejected.response), connectionLost: false };
   }
-  return { outcome: classifyFailure(failureCode(err), err.message), connectionLost: true };
+  return { outcome: classifyFailure(failureCode(err), relay ? 'the relay' : err.message), connectionLost: true };
 }
 
 /** The most specific code of a failure: nodemailer wraps socket and TLS errors (ESOCKET) around the original one. */
@@ -62,7 +68,8 @@ export function connectionOptions(address: string, target: Target, opts: ClientO
     opportunisticTLS: !guarded,
     requireTLS: guarded && !target.secure,
     ignoreTLS: plain && !guarded,
-    tls: { rejectUnauthorized: guarded, servername: target.host },
+    // SNI carries a host name only (RFC 6066): a relay given by IP address gets none (and Node warns, DEP0123).
+    tls: { rejectUnauthorized: guarded, ...(isIP(target.host.replace(/^\[|\]$/g, '')) === 0 ? { servername: target.host } : {}) },
     connectionTimeout: opts.connectTimeoutMs,
     greetingTimeout: opts.greetingTimeoutMs,
     socketTimeout: opts.socketTimeoutMs,
@@ -110,14 +117,25 @@ function connectTo(address: string, target: Target, opts: ClientOptions, plain: 
  * 5.x.x one made 4.x.x, because it is a verdict on the server, not on the recipient; anything else is classified by
  * its error code.
  */
-function connectFailure(e: NodemailerError, where: string): Classified {
-  const failure = classifyFailure(failureCode(e), `${where}: ${e.response ?? e.message}`);
+function connectFailure(e: NodemailerError, target: Target, address: string): Classified {
+  const where = `${target.host} [${address}]`;
+  // The relay is the operator's infrastructure: tenants read what went wrong, never its address or its own words.
+  const failure = classifyFailure(failureCode(e), target.relay ? 'the relay' : `${where}: ${e.response ?? e.message}`);
   if (failure.dsn === TLS_FAILED_DSN) return failure;
   if (e.responseCode && e.response) {
     const reply = classifyReply(e.responseCode, e.response);
-    return { status: 'deferred', dsn: reply.dsn.replace(/^5/, '4'), detail: `${where}: ${reply.detail}` };
+    const detail = target.relay ? `the relay refused the connection (${e.responseCode} ${reply.dsn})` : `${where}: ${reply.detail}`;
+    return { status: 'deferred', dsn: reply.dsn.replace(/^5/, '4'), detail };
   }
   return failure;
+}
+
+/** One failed connection attempt, in full, for the log (never for tenants: it may name the relay). */
+export interface ConnectAttempt {
+  host: string;
+  address: string;
+  port: number;
+  error: string;
 }
 
 /**
@@ -126,37 +144,45 @@ function connectFailure(e: NodemailerError, where: string): Classified {
  */
 export async function openSession(targets: Target[], opts: ClientOptions): Promise<SmtpSession> {
   let last: Classified = { status: 'deferred', dsn: '4.4.1', detail: 'no mail host to connect to' };
+  const attempts: ConnectAttempt[] = [];
   for (const target of targets) {
     for (const address of target.addresses) {
       // A failed STARTTLS upgrade is retried once in plain text (MX only; never with relay credentials).
       for (const plain of target.auth ? [false] : [false, true]) {
         try {
           const conn = await connectTo(address, target, opts, plain);
-          return sessionOf(conn, opts);
+          return sessionOf(conn, opts, target.relay);
         } catch (err) {
-          last = connectFailure(err as NodemailerError, `${target.host} [${address}]`);
+          const e = err as NodemailerError;
+          attempts.push({ host: target.host, address, port: target.port, error: `${e.code ?? ''} ${e.response ?? e.message}`.trim() });
+          last = connectFailure(e, target, address);
           if (last.dsn !== TLS_FAILED_DSN) break;
         }
       }
     }
   }
-  throw new SessionFailure(last);
+  throw new SessionFailure(last, attempts);
 }
 
 export class SessionFailure extends Error {
-  constructor(readonly outcome: Classified) {
+  constructor(
+    readonly outcome: Classified,
+    readonly attempts: ConnectAttempt[] = [],
+  ) {
     super(outcome.detail);
   }
 }
 
-function sessionOf(conn: SMTPConnection, opts: ClientOptions): SmtpSession {
+function sessionOf(conn: SMTPConnection, opts: ClientOptions, relay: boolean): SmtpSession {
   let alive = true;
+  let ended = false;
   let dirty = false;
   conn.on('error', () => {
     alive = false;
   });
   conn.on('end', () => {
     alive = false;
+    ended = true;
   });
 
   // RSET before each later transaction. nodemailer drops the callback when the connection fails meanwhile, so the
@@ -185,20 +211,20 @@ function sessionOf(conn: SMTPConnection, opts: ClientOptions): SmtpSession {
           await reset();
         } catch (err) {
           alive = false;
-          return { ...outcomeOfError(err as NodemailerError), connectionLost: true, notSent: true };
+          return { ...outcomeOfError(err as NodemailerError, relay), connectionLost: true, notSent: true };
         }
       }
       dirty = true;
       return new Promise((resolve) => {
         conn.send({ from, to: [to] }, message, (err, info) => {
           if (err) {
-            const result = outcomeOfError(err as NodemailerError);
+            const result = outcomeOfError(err as NodemailerError, relay);
             if (result.connectionLost) alive = false;
             return resolve({ ...result, notSent: false });
           }
           if (!info || !info.accepted.includes(to)) {
             const rejected = info?.rejectedErrors?.[0];
-            return resolve({ ...(rejected ? outcomeOfError(rejected) : { outcome: classifyReply(450, '450 4.0.0 recipient not accepted'), connectionLost: false }), notSent: false });
+            return resolve({ ...(rejected ? outcomeOfError(rejected, relay) : { outcome: classifyReply(450, '450 4.0.0 recipient not accepted'), connectionLost: false }), notSent: false });
           }
           resolve({ outcome: classifyReply(replyCode(info.response), info.response), connectionLost: false, notSent: false });
         });
@@ -206,8 +232,18 @@ function sessionOf(conn: SMTPConnection, opts: ClientOptions): SmtpSession {
     },
     close() {
       alive = false;
-      conn.quit();
-      setTimeout(() => conn.close(), 1000).unref();
+      if (ended) return Promise.resolve();
+      return new Promise<void>((resolve) => {
+        const timer = setTimeout(() => {
+          conn.close();
+          resolve();
+        }, 1000);
+        conn.once('end', () => {
+          clearTimeout(timer);
+          resolve();
+        });
+        conn.quit();
+      });
     },
   };
 }

@@ -31,8 +31,8 @@ describe('the resolver module against a DNS server the test controls', () => {
       { exchange: 'mx1.example.com', priority: 10 },
       { exchange: 'mx2.example.com', priority: 20 },
     ]);
-    expect(await resolver.a('example.com')).toEqual({ status: 'found', records: ['192.0.2.1'] });
-    expect(await resolver.aaaa('example.com')).toEqual({ status: 'found', records: ['2001:db8::1'] });
+    expect(await resolver.a('example.com')).toEqual({ status: 'found', records: ['192.0.2.1'], ttl: 60 });
+    expect(await resolver.aaaa('example.com')).toEqual({ status: 'found', records: ['2001:db8::1'], ttl: 60 });
   });
 
   it('tells NXDOMAIN from a name without records of the type', async () => {

@@ -132,6 +132,9 @@ export class SmtpSink {
       this.closing.set(port, close);
       // After STARTTLS the TLS socket owns the connection and the plain one may never close: the session's end counts too.
       socket.once('close', close);
+      // The server ending its side (after its 221 to QUIT) ends the connection as far as SMTP goes: counted then, not
+      // when the client's FIN is processed, which may come after the client's next connection is accepted.
+      socket.once('finish', close);
     });
     const address = this.server.server.address();
     this.port = typeof address === 'object' && address ? address.port : 0;

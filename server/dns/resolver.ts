@@ -5,7 +5,10 @@ import type { DnsServer } from '../config.js';
  * What one lookup found: records; a definite absence (`nxdomain` when the name itself does not exist, else the name
  * has no records of that type); or no usable answer in time (`unknown`: a timeout or a server failure, never a hang).
  */
-export type Lookup<T> = { status: 'found'; records: T[] } | { status: 'missing'; nxdomain: boolean } | { status: 'unknown'; reason: string };
+export type Lookup<T> =
+  | { status: 'found'; records: T[]; /** Seconds the answer may be kept (the smallest record TTL), where DNS says. */ ttl?: number }
+  | { status: 'missing'; nxdomain: boolean }
+  | { status: 'unknown'; reason: string };
 
 export interface MxRecord {
   exchange: string;
@@ -35,19 +38,28 @@ function formatServer(s: DnsServer): string {
   return s.host.includes(':') ? `[${s.host}]:${s.port}` : `${s.host}:${s.port}`;
 }
 
+const minTtl = (records: { ttl: number }[]) => Math.min(...records.map((r) => r.ttl));
+
+/** Address lookups answer the addresses, with the smallest TTL beside them. */
+async function addresses(found: Promise<Lookup<{ address: string; ttl: number }>>): Promise<Lookup<string>> {
+  const l = await found;
+  return l.status === 'found' ? { status: 'found', records: l.records.map((r) => r.address), ...(l.ttl !== undefined ? { ttl: l.ttl } : {}) } : l;
+}
+
 export function createResolver(options: ResolverOptions): DnsResolver {
   const timeoutMs = options.timeoutMs ?? 3000;
   // Two tries inside the bound: c-ares doubles the per-try timeout on the retry.
   const resolver = new Resolver({ timeout: Math.max(50, Math.floor(timeoutMs / 3)), tries: 2 });
   if (options.servers) resolver.setServers(options.servers.map(formatServer));
 
-  async function lookup<T>(run: () => Promise<T[]>): Promise<Lookup<T>> {
+  async function lookup<T>(run: () => Promise<T[]>, ttlOf?: (records: T[]) => number): Promise<Lookup<T>> {
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<Lookup<T>>((resolve) => {
       timer = setTimeout(() => resolve({ status: 'unknown', reason: 'timeout' }), timeoutMs);
     });
     const answer = run().then(
-      (records): Lookup<T> => (records.length > 0 ? { status: 'found', records } : { status: 'missing', nxdomain: false }),
+      (records): Lookup<T> =>
+        records.length > 0 ? { status: 'found', records, ...(ttlOf ? { ttl: ttlOf(records) } : {}) } : { status: 'missing', nxdomain: false },
       (err: NodeJS.ErrnoException): Lookup<T> => {
         const nxdomain = ABSENT[err.code ?? ''];
         return nxdomain === undefined ? { status: 'unknown', reason: (err.code ?? 'error').toLowerCase() } : { status: 'missing', nxdomain };
@@ -63,7 +75,7 @@ export function createResolver(options: ResolverOptions): DnsResolver {
   return {
     txt: (name) => lookup(() => resolver.resolveTxt(name)),
     mx: (name) => lookup(() => resolver.resolveMx(name)),
-    a: (name) => lookup(() => resolver.resolve4(name)),
-    aaaa: (name) => lookup(() => resolver.resolve6(name)),
+    a: (name) => addresses(lookup(() => resolver.resolve4(name, { ttl: true }), minTtl)),
+    aaaa: (name) => addresses(lookup(() => resolver.resolve6(name, { ttl: true }), minTtl)),
   };
 }
