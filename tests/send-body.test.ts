@@ -190,8 +190,8 @@ describe('templates: name plus string variables', () => {
   const cases: [string, Record<string, string>, string[]][] = [
     ['receipt', { receiptNumber: 'R-77', paidOn: '2026-03-01', paymentMethod: 'Visa 4242', total: '€19.00' }, ['R-77', '2026-03-01', 'Visa 4242', '€19.00']],
     ['receipt', { total: '€19.00' }, ['€19.00']],
-    // welcome's one variable is `name`, also the key that names the template, so a flat template object cannot carry it.
-    ['welcome', {}, ['Welcome']],
+    ['welcome', { firstName: 'Ann' }, ['Welcome, Ann!']],
+    ['welcome', {}, ['Welcome!']],
     ['password-reset', { resetUrl: 'https://app.example.com/reset?t=abc', expiresIn: '30 minutes' }, ['https://app.example.com/reset?t=abc', '30 minutes']],
     ['password-reset', { resetUrl: 'http://localhost:3000/reset' }, ['http://localhost:3000/reset']],
     ['magic-link', { url: 'https://app.example.com/login/xyz' }, ['https://app.example.com/login/xyz']],

@@ -59,22 +59,38 @@ function emailView(row: EmailRow): EmailView {
   return view;
 }
 
-export function listEmails({ deps, ctx, page, filter }: { deps: Deps; ctx: RequestContext; page: PageRequest; filter: z.output<typeof emailFilter> }): EmailView[] {
-  return deps.db
-    .select()
-    .from(emails)
-    .where(
-      and(
-        eq(emails.accountId, ctx.account.id),
-        filter.status ? eq(emails.status, filter.status) : undefined,
-        filter.since !== undefined ? gte(emails.createdAt, filter.since) : undefined,
-        page.after ? lt(emails.id, page.after) : undefined,
-      ),
-    )
-    .orderBy(desc(emails.id))
-    .limit(page.limit + 1)
-    .all()
-    .map(emailView);
+/** Rows are read this many at a time, so a page cut short by its byte budget never loaded the rest. */
+const LIST_CHUNK = 16;
+
+/**
+ * The account's log, newest first, from the page's cursor: at most `limit + 1` entries, read lazily in chunks. The
+ * caller (toPage) stops pulling once a page is full, by count or by bytes, so rows stored before the input limits
+ * (a megabyte subject) are never all loaded at once.
+ */
+export function* listEmails({ deps, ctx, page, filter }: { deps: Deps; ctx: RequestContext; page: PageRequest; filter: z.output<typeof emailFilter> }): Generator<EmailView> {
+  let after = page.after;
+  let left = page.limit + 1;
+  while (left > 0) {
+    const n = Math.min(LIST_CHUNK, left);
+    const rows = deps.db
+      .select()
+      .from(emails)
+      .where(
+        and(
+          eq(emails.accountId, ctx.account.id),
+          filter.status ? eq(emails.status, filter.status) : undefined,
+          filter.since !== undefined ? gte(emails.createdAt, filter.since) : undefined,
+          after ? lt(emails.id, after) : undefined,
+        ),
+      )
+      .orderBy(desc(emails.id))
+      .limit(n)
+      .all();
+    for (const row of rows) yield emailView(row);
+    if (rows.length < n) return;
+    left -= n;
+    after = rows[rows.length - 1]!.id;
+  }
 }
 
 /** GET /emails/{id}: the entry and its recipients' events in the order they happened. */

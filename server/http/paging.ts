@@ -70,11 +70,36 @@ export function readPage(db: Db, list: ListDef, accountId: string, query: { limi
   return { limit, after };
 }
 
-/** Cuts the `limit + 1` rows a query fetched into a page; the extra row only says another page exists. */
-export function toPage<T extends { id: string }>(db: Db, list: ListDef, accountId: string, page: PageRequest, rows: T[]): { data: T[]; nextCursor: string | null } {
-  const data = rows.slice(0, page.limit);
+/**
+ * A page's rows may take at most this many bytes of JSON: a row that would pass it ends the page early (unless it is
+ * the first, so a page always has a row), so no list answer is huge, even over rows stored before the input limits.
+ */
+export const PAGE_BYTE_BUDGET = 1024 * 1024;
+
+/**
+ * Takes a page from the `limit + 1` rows a query yields (the extra row only says another page exists), pulling them
+ * one at a time: the page ends at `limit` rows or before a row that would take its JSON past PAGE_BYTE_BUDGET,
+ * and `nextCursor` then points after its last row. An array works; a lazy iterable is read no further than needed.
+ */
+export function toPage<T extends { id: string }>(db: Db, list: ListDef, accountId: string, page: PageRequest, rows: Iterable<T>): { data: T[]; nextCursor: string | null } {
+  const data: T[] = [];
+  let bytes = 0;
+  let more = false;
+  for (const row of rows) {
+    if (data.length >= page.limit) {
+      more = true;
+      break;
+    }
+    const size = Buffer.byteLength(JSON.stringify(row), 'utf8');
+    if (data.length > 0 && bytes + size > PAGE_BYTE_BUDGET) {
+      more = true;
+      break;
+    }
+    data.push(row);
+    bytes += size;
+  }
   const last = data[data.length - 1];
-  return { data, nextCursor: rows.length > page.limit && last ? encodeCursor(cursorKey(db), list.name, accountId, last.id) : null };
+  return { data, nextCursor: more && last ? encodeCursor(cursorKey(db), list.name, accountId, last.id) : null };
 }
 
 const standard = (name: string): ListDef => ({
