@@ -1,0 +1,425 @@
+import fc from 'fast-check';
+import { SCOPES } from '../../server/core/scopes.js';
+import { TEMPLATES } from '../../server/core/templates.js';
+import {
+  type Json,
+  type Piece,
+  badUtf8,
+  fromValue,
+  hostileValue,
+  hugeString,
+  mutate,
+  mutation,
+  oddString,
+  oddUnit,
+  piecesToExpression,
+  toPieces,
+} from './fuzz-json.js';
+
+/**
+ * Requests for the API fuzz test, one arbitrary per endpoint, built from api.md's field lists (and the template table,
+ * so a renamed variable is followed): well-shaped ones reach the deep paths, hostile ones break every rule a client
+ * can break. Each request prints as a replayable description.
+ */
+
+/** What the service under test holds, so generated requests can name real ids, a verified domain and live cursors. */
+export interface FuzzWorld {
+  domain: string;
+  sub: { id: string; domain: string };
+  ids: { email: string; domain: string; key: string; suppression: string };
+  suppressed: string;
+  cursors: Record<'emails' | 'domains' | 'accounts' | 'keys' | 'suppressions', string>;
+}
+
+export type Who = 'key' | 'none' | { raw: string };
+export type ActingFor = 'self' | 'sub' | { raw: string };
+
+export interface FuzzRequest {
+  method: string;
+  /** Relative to /api/v1, query included, already percent-encoded where it needs to be. */
+  path: string;
+  auth: Who;
+  account: ActingFor;
+  headers: Record<string, string>;
+  body: Piece[] | null;
+}
+
+/** A value that fromValue keeps as the tree it already is (a huge string, say) inside a plain well-shaped object. */
+class Node {
+  constructor(readonly node: Json) {}
+}
+
+function toJson(v: unknown): Json {
+  if (v instanceof Node) return v.node;
+  if (Array.isArray(v)) return { t: 'arr', items: v.map(toJson) };
+  if (v !== null && typeof v === 'object') {
+    return { t: 'obj', entries: Object.entries(v as Record<string, unknown>).filter(([, x]) => x !== undefined).map(([k, x]) => [k, toJson(x)]) };
+  }
+  return fromValue(v);
+}
+
+function describe(req: FuzzRequest): string {
+  const auth = req.auth === 'key' ? 'Bearer <live key with every scope>' : req.auth === 'none' ? null : req.auth.raw;
+  const account = req.account === 'self' ? null : req.account === 'sub' ? '<the fuzz sub-account id>' : req.account.raw;
+  const lines = [`${req.method} /api/v1${req.path}`];
+  if (auth !== null) lines.push(`Authorization: ${auth}`);
+  if (account !== null) lines.push(`X-Service-Account: ${account}`);
+  for (const [k, v] of Object.entries(req.headers)) lines.push(`${k}: ${JSON.stringify(v)}`);
+  if (req.body) lines.push(`body: ${piecesToExpression(req.body)}`);
+  return lines.join('\n');
+}
+
+function request(req: FuzzRequest): FuzzRequest {
+  return Object.defineProperty(req, fc.toStringMethod, { value: () => describe(req), enumerable: false });
+}
+
+// ---- URL parts -------------------------------------------------------------------------------------------------
+
+/** UTF-8 bytes of a string, with a lone surrogate written as its three bytes (which are not UTF-8). */
+function wtf8(s: string): number[] {
+  const out: number[] = [];
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    const pair = c >= 0xd800 && c <= 0xdbff && i + 1 < s.length && s.charCodeAt(i + 1) >= 0xdc00 && s.charCodeAt(i + 1) <= 0xdfff;
+    if (pair) {
+      out.push(...Buffer.from(s.slice(i, i + 2), 'utf8'));
+      i++;
+    } else if (c >= 0xd800 && c <= 0xdfff) out.push(0xe0 | (c >> 12), 0x80 | ((c >> 6) & 0x3f), 0x80 | (c & 0x3f));
+    else out.push(...Buffer.from(s[i]!, 'utf8'));
+  }
+  return out;
+}
+
+const unreserved = (b: number) => /[A-Za-z0-9._~-]/.test(String.fromCharCode(b));
+const pct = (bytes: number[]) => bytes.map((b) => (unreserved(b) ? String.fromCharCode(b) : `%${b.toString(16).toUpperCase().padStart(2, '0')}`)).join('');
+
+/** Percent-encoding gone wrong: a lone `%`, bad hex, a cut sequence, an overlong NUL, a surrogate, bytes that are not UTF-8. */
+const badEncoding = fc.constantFrom('%', '%zz', '%E0%A4%A', '%00', '%C0%80', '%ED%A0%80', '%FF', '%FE%FF', '+', '%2B', '%25', '%u0041');
+
+/** A string as it goes into a URL: encoded properly, as raw bytes that are not UTF-8, or with broken escapes. */
+const urlText = (text: fc.Arbitrary<string>): fc.Arbitrary<string> =>
+  fc.oneof(
+    { arbitrary: text.map((s) => pct(wtf8(s))), weight: 6 },
+    { arbitrary: fc.array(fc.oneof(badUtf8, fc.array(fc.integer({ min: 0, max: 255 }), { maxLength: 6 })), { minLength: 1, maxLength: 4 }).map((parts) => pct(parts.flat())), weight: 1 },
+    { arbitrary: fc.tuple(text, badEncoding, text).map(([a, bad, b]) => `${pct(wtf8(a))}${bad}${pct(wtf8(b))}`), weight: 1 },
+  );
+
+/** Long URL text: up to about 20 KB, past node's header limit (16 KB), which must still answer in the envelope. */
+const longUrlText = fc.record({ unit: fc.oneof(fc.constant('a'), oddUnit), bytes: fc.integer({ min: 500, max: 20_000 }) }).map(({ unit, bytes }) => {
+  const one = pct(wtf8(unit));
+  return one.repeat(Math.max(1, Math.floor(bytes / one.length)));
+});
+
+/** A known id changed in one character, cased, padded or cut. */
+const nearId = (id: string) =>
+  fc.oneof(
+    fc.nat({ max: id.length - 1 }).map((i) => `${id.slice(0, i)}${id[i] === 'f' ? '0' : 'f'}${id.slice(i + 1)}`),
+    fc.constantFrom(id.toUpperCase(), `${id} `, ` ${id}`, id.slice(0, -1), `${id}0`, `${id}%00`, `${id}%0A`),
+  );
+
+/** A path segment for `{id}`: a real id only when `real` holds some (never for deletes that would break the fixture). */
+function idSegment(real: string[]): fc.Arbitrary<string> {
+  const anyId = real.length > 0 ? fc.constantFrom(...real) : fc.uuid();
+  return fc.oneof(
+    ...(real.length > 0 ? [{ arbitrary: fc.constantFrom(...real), weight: 3 }] : []),
+    { arbitrary: anyId.chain(nearId), weight: 3 },
+    { arbitrary: fc.uuid(), weight: 2 },
+    { arbitrary: urlText(oddString(40, 1)), weight: 4 },
+    { arbitrary: fc.constantFrom('..', '.', '%2e%2e', '%2F', '%2f..%2f', '%00', 'null', 'undefined', '__proto__', 'constructor', '0', '-1', '1e308'), weight: 2 },
+    { arbitrary: longUrlText, weight: 1 },
+  );
+}
+
+const limitValue = fc.oneof(
+  { arbitrary: fc.integer({ min: 1, max: 100 }).map(String), weight: 4 },
+  { arbitrary: fc.constantFrom('0', '101', '-1', '1e2', '1.5', '007', '100 ', ' 1', '0x10', '', '99999999999999999999', 'NaN', '\uff11', '1,2'), weight: 3 },
+);
+
+/** Cursors: live ones from every list (right list or wrong), live ones with one character changed, forged ones. */
+function cursorValue(world: FuzzWorld): fc.Arbitrary<string> {
+  const live = Object.values(world.cursors);
+  const forged = fc
+    .record({ l: fc.constantFrom('emails', 'domains', 'accounts', 'keys', 'suppressions', '__proto__'), a: fc.constantFrom(world.sub.id, 'x'), k: fc.constantFrom(world.ids.email, '') })
+    .map((body) => `${Buffer.from(JSON.stringify(body)).toString('base64url')}.${'A'.repeat(22)}`);
+  return fc.oneof(
+    { arbitrary: fc.constantFrom(...live), weight: 4 },
+    { arbitrary: fc.constantFrom(...live).chain(nearId), weight: 3 },
+    { arbitrary: forged, weight: 2 },
+    { arbitrary: oddString(60), weight: 2 },
+    { arbitrary: fc.constantFrom('.', '..', 'a.b.c', `${live[0]}.${live[0]}`), weight: 1 },
+  );
+}
+
+const isoDate = fc.date({ noInvalidDate: true }).map((d) => d.toISOString());
+const sinceValue = fc.oneof(
+  { arbitrary: isoDate, weight: 3 },
+  {
+    arbitrary: fc.constantFrom('2026-03-10T12:00:00+05:30', '2026-03-10T12:00:00Z', '2026-03-10', '2026-13-40T99:99:99Z', '0000-01-01T00:00:00Z', '+275760-09-13T00:00:00.000Z', '-271821-04-20T00:00:00Z', '2026-03-10T12:00:00', '2026-03-10T12:00:00.123456789Z'),
+    weight: 2,
+  },
+);
+
+/** A query string: the list's own parameters (well-shaped or not), unknown ones, repeats, bad escapes, long values. */
+function query(params: Record<string, fc.Arbitrary<string>>): fc.Arbitrary<string> {
+  const known = Object.keys(params);
+  const pair = fc.oneof(
+    { arbitrary: fc.constantFrom(...known).chain((k) => params[k]!.map((v) => `${k}=${pct(wtf8(v))}`)), weight: 8 },
+    { arbitrary: fc.tuple(fc.constantFrom(...known), urlText(oddString(30))).map(([k, v]) => `${k}=${v}`), weight: 3 },
+    { arbitrary: fc.tuple(urlText(fc.oneof(fc.constantFrom('__proto__', 'constructor', 'limit[]', 'sandbox'), oddString(10))), urlText(oddString(10))).map(([k, v]) => `${k}=${v}`), weight: 1 },
+    { arbitrary: fc.constantFrom(...known, '', '=', '&', '=='), weight: 1 },
+    { arbitrary: fc.constantFrom(...known).chain((k) => longUrlText.map((v) => `${k}=${v}`)), weight: 1 },
+  );
+  return fc.array(pair, { maxLength: 5 }).map((pairs) => (pairs.length > 0 ? `?${pairs.join('&')}` : ''));
+}
+
+// ---- headers -------------------------------------------------------------------------------------------------
+
+const headerText = fc.string({ unit: 'grapheme-ascii', maxLength: 80 });
+
+const auth: fc.Arbitrary<Who> = fc.oneof(
+  { arbitrary: fc.constant('key' as const), weight: 24 },
+  { arbitrary: fc.constant('none' as const), weight: 1 },
+  { arbitrary: fc.oneof(headerText.map((s) => `Bearer ${s}`), headerText, fc.constantFrom('Bearer', 'Basic dXNlcjpwYXNz', 'bearer  ')).map((raw) => ({ raw })), weight: 1 },
+);
+
+/** Acting for the key's own account mostly; the fixture's sub-account or a made-up id now and then. */
+const actingFor: fc.Arbitrary<ActingFor> = fc.oneof(
+  { arbitrary: fc.constant('self' as const), weight: 12 },
+  { arbitrary: fc.constant('sub' as const), weight: 3 },
+  { arbitrary: fc.oneof(fc.uuid(), headerText).map((raw) => ({ raw })), weight: 1 },
+);
+
+const contentType = fc.oneof(
+  { arbitrary: fc.constant({ 'content-type': 'application/json' }), weight: 12 },
+  {
+    arbitrary: fc
+      .constantFrom('text/plain', 'application/json; charset=utf-16', 'multipart/form-data; boundary=x', 'application/x-www-form-urlencoded', 'application/json; charset=latin1')
+      .map((t) => ({ 'content-type': t })),
+    weight: 1,
+  },
+  { arbitrary: fc.constant({}), weight: 1 },
+);
+
+// ---- bodies --------------------------------------------------------------------------------------------------
+
+/** Text that turns well-formed JSON into something else: cut, invalid UTF-8 inserted, a BOM, trailing garbage, UTF-16. */
+type Corruption = { kind: 'cut'; at: number } | { kind: 'insert'; at: number; bytes: number[] } | { kind: 'bom' } | { kind: 'trail'; text: string } | { kind: 'utf16' };
+
+const corruption: fc.Arbitrary<Corruption> = fc.oneof(
+  fc.record({ kind: fc.constant('cut' as const), at: fc.nat() }),
+  fc.record({ kind: fc.constant('insert' as const), at: fc.nat(), bytes: badUtf8 }),
+  fc.record({ kind: fc.constant('bom' as const) }),
+  fc.record({ kind: fc.constantFrom('trail' as const), text: fc.constantFrom('}', ']', 'x', ',', '{}', '\u0000', ' // comment', 'null') }),
+  fc.record({ kind: fc.constant('utf16' as const) }),
+);
+
+function corrupt(text: string, c: Corruption): Piece[] {
+  switch (c.kind) {
+    case 'cut':
+      return [text.slice(0, c.at % Math.max(1, text.length))];
+    case 'insert': {
+      const at = c.at % (text.length + 1);
+      return [text.slice(0, at), { bytes: c.bytes }, text.slice(at)];
+    }
+    case 'bom':
+      return ['\ufeff', text];
+    case 'trail':
+      return [text, c.text];
+    case 'utf16':
+      return [{ bytes: [...Buffer.from(text, 'utf16le')] }];
+  }
+}
+
+/**
+ * Bodies around a well-shaped value: as is, with one to three changes (wrong types, missing and extra fields, deep
+ * nesting, huge and odd strings, `__proto__` keys), replaced by any JSON, corrupted as text, random bytes or empty.
+ */
+function bodyFor(shaped: fc.Arbitrary<unknown>, fields: readonly string[]): fc.Arbitrary<Piece[]> {
+  const tree = shaped.map(toJson);
+  return fc.oneof(
+    { arbitrary: tree.map((t) => toPieces(t)), weight: 5 },
+    { arbitrary: fc.tuple(tree, fc.array(mutation(fields), { minLength: 1, maxLength: 3 })).map(([t, ms]) => toPieces(mutate(t, ms))), weight: 6 },
+    { arbitrary: hostileValue(fields).map((t) => toPieces(t)), weight: 2 },
+    { arbitrary: fc.tuple(shaped, corruption).map(([v, c]) => corrupt(JSON.stringify(v, (_k, x: unknown) => (x instanceof Node ? 'x' : x)), c)), weight: 2 },
+    { arbitrary: fc.uint8Array({ maxLength: 2048 }).map((b) => [{ bytes: [...b] }]), weight: 1 },
+    { arbitrary: fc.constantFrom('', ' ', '\n', 'null', '[]', '{}', '"x"', '0').map((t) => [t]), weight: 1 },
+  );
+}
+
+// ---- well-shaped values from the spec's field lists ----------------------------------------------------------
+
+const localPart = fc.stringMatching(/^[a-z0-9]{1,8}(?:[._+-][a-z0-9]{1,8}){0,2}$/);
+const displayName = fc.oneof({ arbitrary: fc.lorem({ maxCount: 3 }), weight: 3 }, { arbitrary: oddString(30), weight: 1 }, { arbitrary: oddString(90), weight: 1 });
+
+const mailbox = (domain: string) =>
+  fc.oneof(
+    { arbitrary: localPart.map((l) => `${l}@${domain}`), weight: 6 },
+    { arbitrary: fc.tuple(displayName, localPart).map(([n, l]) => `${n} <${l}@${domain}>`), weight: 4 },
+    { arbitrary: fc.tuple(displayName, localPart).map(([n, l]) => `"${n}" <${l}@${domain}>`), weight: 1 },
+    { arbitrary: fc.tuple(localPart, fc.domain()).map(([l, d]) => `${l}@${d}`), weight: 1 },
+  );
+
+/** Recipients: plain addresses mostly (so sends get through), RFC-valid odd ones and broken ones now and then. */
+const address = fc.oneof(
+  { arbitrary: fc.tuple(localPart, fc.constantFrom('example.net', 'example.org', 'customer.example', 'b\u00fccher.example', 'mail.example.co.uk')).map(([l, d]) => `${l}@${d}`), weight: 12 },
+  { arbitrary: fc.tuple(localPart, fc.domain()).map(([l, d]) => `${l}@${d}`), weight: 2 },
+  { arbitrary: fc.emailAddress(), weight: 1 },
+  { arbitrary: fc.constantFrom('customer@example.net', 'jos\u00e9@b\u00fccher.example', 'USER@EXAMPLE.NET', 'a@[127.0.0.1]', 'x@localhost', '"a b"@example.net', 'a@b@example.net'), weight: 2 },
+  { arbitrary: fc.tuple(oddString(12, 1), fc.domain()).map(([l, d]) => `${l}@${d}`), weight: 1 },
+);
+
+/** A template variable: ordinary text, odd text, a long line, or a string of up to nearly 1 MB. */
+const textVar = fc.oneof(
+  { arbitrary: fc.lorem({ maxCount: 6 }), weight: 4 },
+  { arbitrary: oddString(60), weight: 4 },
+  { arbitrary: fc.string({ maxLength: 2_000 }), weight: 1 },
+  { arbitrary: hugeString().map((n) => new Node(n)), weight: 1 },
+);
+const urlVar = fc.oneof(
+  { arbitrary: fc.webUrl({ withQueryParameters: true, withFragments: true }), weight: 4 },
+  { arbitrary: fc.constantFrom('javascript:alert(1)', 'http://', 'https://exa mple.com', 'mailto:x@example.net', 'https://example.com/\u202e', 'data:text/html,x'), weight: 1 },
+);
+
+/** The template object of a send: a known template with its variables (each present or not), or an unknown name. */
+const template = fc.oneof(
+  ...Object.entries(TEMPLATES).map(([name, def]) => {
+    const vars = Object.fromEntries(Object.entries(def.variables).map(([k, spec]) => [k, spec.kind === 'url' ? urlVar : textVar]));
+    const required = Object.entries(def.variables)
+      .filter(([, spec]) => spec.required)
+      .map(([k]) => k);
+    return fc.record(vars, { requiredKeys: required }).map((v) => ({ ...v, name }));
+  }),
+  oddString(20).map((name) => ({ name })),
+);
+
+const tags = fc.dictionary(fc.stringMatching(/^[A-Za-z0-9_-]{1,40}$/), fc.oneof(oddString(40), fc.string({ maxLength: 300 })), { maxKeys: 12 });
+
+const TEMPLATE_VARIABLES = [...new Set(Object.values(TEMPLATES).flatMap((t) => Object.keys(t.variables)))];
+const SEND_FIELDS = ['from', 'to', 'replyTo', 'template', 'tags', 'sandbox', 'name', ...TEMPLATE_VARIABLES];
+
+function sendRequest(domain: string) {
+  return fc.record(
+    {
+      from: mailbox(domain),
+      to: fc.oneof({ arbitrary: address, weight: 4 }, { arbitrary: fc.array(address, { minLength: 1, maxLength: 5 }), weight: 3 }, { arbitrary: fc.array(address, { maxLength: 55 }), weight: 1 }),
+      replyTo: address,
+      template,
+      tags,
+      sandbox: fc.oneof({ arbitrary: fc.constant(true), weight: 2 }, { arbitrary: fc.constant(false), weight: 1 }),
+    },
+    { requiredKeys: ['from', 'to', 'template'] },
+  );
+}
+
+const scopes = fc.oneof(fc.subarray([...SCOPES]), fc.array(fc.oneof(fc.constantFrom(...SCOPES), fc.constantFrom('emails:*', 'admin', 'EMAILS:SEND', '')), { maxLength: 16 }));
+
+// ---- the endpoints -------------------------------------------------------------------------------------------
+
+const get = (path: fc.Arbitrary<string>) =>
+  fc.record({ path, auth, account: actingFor }).map(({ path, auth, account }) => request({ method: 'GET', path, auth, account, headers: {}, body: null }));
+
+function withBody(method: string, path: fc.Arbitrary<string>, shaped: fc.Arbitrary<unknown>, fields: readonly string[], account: fc.Arbitrary<ActingFor> = actingFor) {
+  return fc
+    .record({ path, auth, account, type: contentType, body: bodyFor(shaped, fields) })
+    .map(({ path, auth, account, type, body }) => request({ method, path, auth, account, headers: type, body }));
+}
+
+/** Mostly none; a few shared keys (replays and mismatches), a fresh one, or one that is empty or too long. */
+const idempotencyKey = fc.option(
+  fc.oneof(
+    { arbitrary: fc.constantFrom('k1', 'k2', 'k3'), weight: 2 },
+    { arbitrary: fc.string({ unit: 'grapheme-ascii', minLength: 1, maxLength: 64 }), weight: 2 },
+    { arbitrary: fc.oneof(fc.constant(''), fc.string({ unit: 'grapheme-ascii', minLength: 250, maxLength: 300 })), weight: 1 },
+  ),
+  { nil: undefined, freq: 3 },
+);
+
+/** POST /emails from `domain`, acting for `account` (whose domain it is). */
+const sends = (domain: string, account: ActingFor) =>
+  fc
+    .record({ auth, type: contentType, key: idempotencyKey, body: bodyFor(sendRequest(domain), SEND_FIELDS) })
+    .map(({ auth, type, key, body }) =>
+      request({ method: 'POST', path: '/emails', auth, account, headers: { ...type, ...(key !== undefined ? { 'idempotency-key': key } : {}) }, body }),
+    );
+
+/** Every endpoint that takes a body, a query or an id, each with the requests it is fuzzed with. */
+export function endpoints(world: FuzzWorld): { name: string; requests: fc.Arbitrary<FuzzRequest> }[] {
+  const listQuery = { limit: limitValue, cursor: cursorValue(world) };
+  const subIds = [world.sub.id];
+  return [
+    {
+      name: 'POST /emails',
+      // A send for the key's own account from its domain, or for the sub-account from the sub-account's domain.
+      requests: fc.oneof(
+        { arbitrary: sends(world.domain, 'self'), weight: 4 },
+        { arbitrary: sends(world.sub.domain, 'sub'), weight: 1 },
+      ),
+    },
+    { name: 'GET /emails', requests: get(query({ status: fc.constantFrom('sent', 'failed', 'sandboxed', 'SENT', 'queued'), since: sinceValue, ...listQuery }).map((q) => `/emails${q}`)) },
+    { name: 'GET /emails/{id}', requests: get(idSegment([world.ids.email]).map((id) => `/emails/${id}`)) },
+    { name: 'GET /domains', requests: get(query(listQuery).map((q) => `/domains${q}`)) },
+    {
+      name: 'POST /domains',
+      requests: withBody(
+        'POST',
+        fc.constant('/domains'),
+        fc.record({
+          name: fc.oneof(
+            fc.domain(),
+            fc.constantFrom('EXAMPLE.COM', 'example.com.', 'https://example.com/x', 'b\u00fccher.example', 'xn--bcher-kva.example', 'localhost', '127.0.0.1', '[::1]', 'a..b', '-a.com', `${'a'.repeat(64)}.com`, '%41.com', world.domain),
+            oddString(30),
+          ),
+        }),
+        ['name'],
+      ),
+    },
+    { name: 'GET /domains/{id}', requests: get(idSegment([world.ids.domain]).map((id) => `/domains/${id}`)) },
+    {
+      name: 'DELETE and verify /domains/{id}',
+      requests: fc.oneof(
+        withBody('DELETE', idSegment([]).map((id) => `/domains/${id}`), fc.constant({}), []),
+        withBody('POST', idSegment([]).map((id) => `/domains/${id}/verify`), fc.constant({}), []),
+      ),
+    },
+    { name: 'GET /account', requests: get(fc.constant('/account')) },
+    { name: 'GET /accounts', requests: get(query(listQuery).map((q) => `/accounts${q}`)) },
+    { name: 'POST /accounts', requests: withBody('POST', fc.constant('/accounts'), fc.record({ name: fc.oneof(fc.lorem({ maxCount: 4 }), oddString(90)) }), ['name']) },
+    { name: 'GET /accounts/{id}', requests: get(idSegment(subIds).map((id) => `/accounts/${id}`)) },
+    {
+      name: 'POST /accounts/{id}/suspend',
+      requests: withBody(
+        'POST',
+        idSegment(subIds).map((id) => `/accounts/${id}/suspend`),
+        fc.record({ suspended: fc.boolean(), reason: fc.oneof(fc.lorem({ mode: 'sentences', maxCount: 3 }), oddString(520)) }, { requiredKeys: ['suspended'] }),
+        ['suspended', 'reason'],
+        fc.oneof({ arbitrary: fc.constant('self' as const), weight: 6 }, { arbitrary: actingFor, weight: 1 }),
+      ),
+    },
+    { name: 'DELETE /accounts/{id}', requests: withBody('DELETE', idSegment([]).map((id) => `/accounts/${id}`), fc.constant({}), []) },
+    { name: 'GET /keys', requests: get(query(listQuery).map((q) => `/keys${q}`)) },
+    { name: 'POST /keys', requests: withBody('POST', fc.constant('/keys'), fc.record({ name: fc.oneof(fc.lorem({ maxCount: 3 }), oddString(70)), scopes }, { requiredKeys: ['name'] }), ['name', 'scopes']) },
+    { name: 'DELETE /keys/{id}', requests: withBody('DELETE', idSegment([]).map((id) => `/keys/${id}`), fc.constant({}), []) },
+    { name: 'GET /suppressions', requests: get(query({ address: fc.oneof(address, oddString(40), fc.constant(world.suppressed)), ...listQuery }).map((q) => `/suppressions${q}`)) },
+    { name: 'POST /suppressions', requests: withBody('POST', fc.constant('/suppressions'), fc.record({ address: fc.oneof(address, oddString(40)) }), ['address']) },
+    {
+      name: 'DELETE /suppressions/{address}',
+      requests: withBody(
+        'DELETE',
+        fc.oneof(address.map((a) => pct(wtf8(a))), fc.constant(world.suppressed), idSegment([world.ids.suppression])).map((a) => `/suppressions/${a}`),
+        fc.constant({}),
+        [],
+      ),
+    },
+    {
+      name: 'methods not served on known paths',
+      requests: fc
+        .record({
+          method: fc.constantFrom('PUT', 'PATCH', 'OPTIONS', 'DELETE', 'POST', 'GET'),
+          path: fc.constantFrom('/emails', '/emails/x', '/domains', '/domains/x/verify', '/account', '/accounts', '/accounts/x/suspend', '/keys', '/keys/x', '/suppressions', '/suppressions/x', '/webhooks', '/database', '/', ''),
+        })
+        .chain(({ method, path }) =>
+          method === 'GET' ? get(fc.constant(path)) : withBody(method, fc.constant(path), fc.record({ name: fc.string() }), ['name']),
+        ),
+    },
+  ];
+}
