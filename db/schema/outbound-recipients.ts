@@ -13,6 +13,8 @@ export const outboundRecipients = sqliteTable(
     messageId: text('message_id')
       .notNull()
       .references(() => outboundMessages.id, { onDelete: 'cascade' }),
+    /** The sending account (the message's), so claims can take each account's due mail in turn from an index. */
+    accountId: text('account_id').notNull(),
     recipient: text('recipient').notNull(),
     recipientDomain: text('recipient_domain').notNull(),
     status: text('status', { enum: RECIPIENT_STATES }).notNull(),
@@ -22,7 +24,11 @@ export const outboundRecipients = sqliteTable(
     lockedUntil: timestampColumn('locked_until'),
     createdAt: createdAtColumn(),
   },
-  (t) => [index('outbound_recipients_due_idx').on(t.status, t.nextAttemptAt), index('outbound_recipients_message_idx').on(t.messageId)],
+  (t) => [
+    index('outbound_recipients_due_idx').on(t.status, t.nextAttemptAt),
+    index('outbound_recipients_account_due_idx').on(t.status, t.accountId, t.nextAttemptAt, t.id),
+    index('outbound_recipients_message_idx').on(t.messageId),
+  ],
 );
 
 export type OutboundRecipientRow = typeof outboundRecipients.$inferSelect;

@@ -133,6 +133,7 @@ const statements = definePrepared((db) => ({
     .values({
       id: p('id'),
       messageId: p('messageId'),
+      accountId: p('accountId'),
       recipient: p('recipient'),
       recipientDomain: p('recipientDomain'),
       status: 'queued',
@@ -218,7 +219,7 @@ async function commitSend(deps: Deps, ctx: RequestContext, send: SendRequest, re
           expiresAt: now + DELIVERY_WINDOW_MS,
         });
         for (const r of send.to) {
-          q.insertRecipient.run({ id: newId(now), messageId: id, recipient: r.address, recipientDomain: r.domain, nextAttemptAt: now, createdAt: now });
+          q.insertRecipient.run({ id: newId(now), messageId: id, accountId: ctx.account.id, recipient: r.address, recipientDomain: r.domain, nextAttemptAt: now, createdAt: now });
         }
         countRecipients(deps.db, sender, send.to.length, now);
         tripBreakerIfPaused(deps, sender.acting.id, now);
