@@ -133,6 +133,47 @@ describe('the message sent', () => {
     expect(mail.from?.value).toEqual([{ name: 'Zoë Café', address: `billing@${s.domain}` }]);
   });
 
+  it('puts a non-ASCII display name out as bare encoded words (never quoted, RFC 2047 section 5), each at most 75 characters, folded', async () => {
+    const s = await newSender(service);
+    const name = 'Zoë’s Café — Abrechnung & Kundenservice für alle Bestellungen (日本語)';
+    const reply = 'Служба поддержки';
+    const { raw } = await sendAndDeliver(s, { from: `${name} <billing@${s.domain}>`, replyTo: `${reply} <help@example.org>`, to: 'erin@example.net', template: { name: 'welcome', firstName: 'Erin' } });
+    const text = raw.toString('latin1');
+    const head = text.slice(0, text.indexOf('\r\n\r\n'));
+    // Folded: the From field spans several lines, none over 78 characters.
+    const fromLines = /(?:^|\r\n)(From:[^\r\n]*(?:\r\n[ \t][^\r\n]*)*)/.exec(head)![1]!.split('\r\n');
+    expect(fromLines.length).toBeGreaterThan(1);
+    for (const line of fromLines) expect(line.length).toBeLessThanOrEqual(78);
+    // As a strict RFC 2047 reader sees it: a phrase of bare encoded words, each decodable alone, then the address.
+    const h = headersOf(raw);
+    for (const [field, shown, address] of [['from', name, `billing@${s.domain}`], ['reply-to', reply, 'help@example.org']] as const) {
+      const value = h.get(field)![0]!;
+      expect(value).not.toContain('"');
+      const m = /^((?:=\?UTF-8\?B\?[A-Za-z0-9+/=]+\?=)(?: =\?UTF-8\?B\?[A-Za-z0-9+/=]+\?=)*) <([^<>]+)>$/.exec(value);
+      expect(m, value).not.toBeNull();
+      const words = m![1]!.split(' ');
+      for (const w of words) expect(w.length).toBeLessThanOrEqual(75);
+      expect(words.map((w) => new TextDecoder('utf-8', { fatal: true }).decode(Buffer.from(w.slice(10, -2), 'base64'))).join('')).toBe(shown);
+      expect(m![2]).toBe(address);
+    }
+    const mail = await simpleParser(raw);
+    expect(mail.from?.value).toEqual([{ name, address: `billing@${s.domain}` }]);
+    expect(mail.replyTo?.value).toEqual([{ name: reply, address: 'help@example.org' }]);
+    expect(mail.text).toContain('Welcome, Erin!');
+  });
+
+  it('keeps an ASCII display name quoted, and the From signed by DKIM', async () => {
+    const s = await newSender(service);
+    publishSigningRecord(s);
+    const { raw } = await sendAndDeliver(s, { from: `O'Brien & Sons Billing Department of a Long Company Name <billing@${s.domain}>`, to: 'fay@example.net', template: { name: 'welcome' } });
+    expect(headersOf(raw).get('from')![0]).toBe(`"O'Brien & Sons Billing Department of a Long Company Name" <billing@${s.domain}>`);
+    const mail = await simpleParser(raw);
+    expect(mail.from?.value).toEqual([{ name: "O'Brien & Sons Billing Department of a Long Company Name", address: `billing@${s.domain}` }]);
+    const result = await verify(raw);
+    expect(result.results[0]?.status.result).toBe('pass');
+    expect(/\bh=([^;]+)/.exec(headersOf(raw).get('dkim-signature')![0]!)![1]!.toLowerCase().split(':').map((x) => x.trim())).toContain('from');
+  });
+
   it('sends no bare CR or LF anywhere, even when the variables hold them', async () => {
     const s = await newSender(service);
     const body = `line one\nline two\rline three\r\nline four\n\n${'x'.repeat(1200)}\n.\n..leading dots\n`;

@@ -6,7 +6,8 @@ import { startService, type TestService } from './helpers/service.js';
  * The `from` rules (api.md, Send request; decisions.md section 2) as a table: exactly one mailbox, a bare address or a
  * display name of up to 80 characters and an address in angle brackets. A comma anywhere (even quoted), a second
  * address, CR or LF, or a longer name is `422 invalid_request` naming `from`. The header that goes out is rebuilt
- * from the parsed parts (RFC 2047 for a non-ASCII name), never copied from the request.
+ * from the parsed parts (RFC 2047 for a non-ASCII name), never copied from the request. A display name given as RFC
+ * 2047 encoded words is judged as a mail client shows it: decoded first (issue 9, point 5).
  */
 
 let service: TestService;
@@ -73,6 +74,62 @@ describe('accepted from values and the header rebuilt from them', () => {
     expect(phrase).toMatch(/^=\?UTF-8\?B\?/i);
     for (const word of phrase.split(/\s+/)) expect(word.length).toBeLessThanOrEqual(75);
     expect(decodeWords(phrase)).toBe(name);
+  });
+});
+
+const b = (charset: string, text: string, encoding: BufferEncoding = 'utf8') => `=?${charset}?B?${Buffer.from(text, encoding).toString('base64')}?=`;
+const q = (charset: string, bytes: Buffer) => `=?${charset}?Q?${[...bytes].map((c) => (c === 0x20 ? '_' : /[A-Za-z0-9]/.test(String.fromCharCode(c)) ? String.fromCharCode(c) : `=${c.toString(16).toUpperCase().padStart(2, '0')}`)).join('')}?=`;
+
+describe('a display name in RFC 2047 encoded words is decoded before the rules', () => {
+  const hidden = 'support@paypal.com <security@paypal.com>';
+  const refused: [string, () => string][] = [
+    ['a B word hiding an address and a second mailbox', () => `${b('utf-8', hidden)} <${addr}>`],
+    ['the same in lower-case b', () => `${b('utf-8', hidden).replace('?B?', '?b?')} <${addr}>`],
+    ['the same inside quotes (some clients decode there too)', () => `"${b('utf-8', hidden)}" <${addr}>`],
+    ['a Q word hiding an address', () => `${q('UTF-8', Buffer.from('ceo@bank.example'))} <${addr}>`],
+    ['an address split over two words', () => `${b('utf-8', 'support@pay')} ${b('utf-8', 'pal.com')} <${addr}>`],
+    ['an ISO-8859-1 word hiding an address', () => `${q('ISO-8859-1', Buffer.from('security@paypal.com', 'latin1'))} <${addr}>`],
+    ['a charset with an RFC 2231 language', () => `${b('utf-8*en', hidden)} <${addr}>`],
+    ['a hidden comma', () => `${b('utf-8', 'Acme, Inc')} <${addr}>`],
+    ['a hidden angle bracket', () => `${b('utf-8', 'Acme <x')} <${addr}>`],
+    ['a hidden CR LF and header', () => `${b('utf-8', 'Acme\r\nBcc: x@evil.com')} <${addr}>`],
+    ['a hidden LF', () => `${q('utf-8', Buffer.from('Acme\nBcc'))} <${addr}>`],
+    ['a hidden NUL', () => `${b('utf-8', 'Acme\0')} <${addr}>`],
+    ['a name of 81 characters once decoded', () => `${b('utf-8', 'é'.repeat(41))} ${b('utf-8', 'é'.repeat(40))} <${addr}>`],
+    ['an encoded word inside an encoded word', () => `${b('utf-8', b('utf-8', hidden))} <${addr}>`],
+    ['a charset TextDecoder does not know', () => `=?x-no-such-charset?B?${Buffer.from('Acme').toString('base64')}?= <${addr}>`],
+    ['bytes that are not UTF-8', () => `=?utf-8?B?${Buffer.from([0xff, 0xfe, 0x41]).toString('base64')}?= <${addr}>`],
+    ['base64 that is not base64', () => `=?utf-8?B?QWNt!ZQ==?= <${addr}>`],
+    ['a Q escape that is not hex', () => `=?utf-8?Q?Acme=ZZ?= <${addr}>`],
+  ];
+  it.each(refused)('%s is 422 invalid_request naming from', async (_, input) => {
+    const res = await send(input());
+    expectError(res, 422, 'invalid_request');
+    expect(res.body.error.message).toMatch(/^from: /);
+  });
+
+  it('replyTo follows the same rule: an encoded word hiding an address is 422 naming replyTo', async () => {
+    const res = await sendEmail(service, s.key, { from: addr, replyTo: `${b('utf-8', hidden)} <help@example.org>`, to: 'customer@example.net', template: { name: 'receipt', total: '$5' } });
+    expectError(res, 422, 'invalid_request');
+    expect(res.body.error.message).toMatch(/^replyTo: /);
+  });
+
+  const accepted: [string, () => string, string][] = [
+    ['a B word', () => `${b('UTF-8', 'Zoë Café')} <${addr}>`, 'Zoë Café'],
+    ['a Q word with underscores for spaces', () => `${q('utf-8', Buffer.from('Zoë Café'))} <${addr}>`, 'Zoë Café'],
+    ['adjacent words (the space between them dropped)', () => `${b('utf-8', 'Acme ')} ${b('utf-8', 'Billing')} <${addr}>`, 'Acme Billing'],
+    ['plain text around a word', () => `Acme ${b('utf-8', 'Café')} <${addr}>`, 'Acme Café'],
+    ['ISO-8859-1', () => `${q('ISO-8859-1', Buffer.from('Zoë Café', 'latin1'))} <${addr}>`, 'Zoë Café'],
+    ['80 characters once decoded', () => `${b('utf-8', 'é'.repeat(40))} ${b('utf-8', 'é'.repeat(40))} <${addr}>`, 'é'.repeat(80)],
+  ];
+  it.each(accepted)('%s is kept as its decoded text and sent as encoded words again', async (_, input, name) => {
+    const res = await send(input());
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const header = queued(service, res.body.id).message!.fromHeader;
+    const m = /^(.*) <([^<>]+)>$/.exec(header)!;
+    expect(m[2]).toBe(addr);
+    if (/^[\x20-\x7e]*$/.test(name)) expect(m[1]).toBe(`"${name}"`);
+    else expect(decodeWords(m[1]!)).toBe(name);
   });
 });
 

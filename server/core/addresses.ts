@@ -36,9 +36,63 @@ export function parseAddress(input: string): Parsed<{ address: string; domain: s
   return { ok: true, value: { address: `${local}@${domain}`, domain } };
 }
 
+/** An RFC 2047 encoded word: `=?charset?B|Q?text?=` (the charset may carry an RFC 2231 `*language`). */
+const ENCODED_WORD = /=\?([^?\s]+)\?([BbQq])\?([^?\s]*)\?=/g;
+/** Whitespace between two encoded words is not shown (RFC 2047 section 6.2). */
+const BETWEEN_ENCODED_WORDS = /(=\?[^?\s]+\?[BbQq]\?[^?\s]*\?=)\s+(?==\?[^?\s]+\?[BbQq]\?[^?\s]*\?=)/g;
+
+function decodeWordBytes(encoding: string, data: string): Buffer | null {
+  if (encoding === 'B' || encoding === 'b') {
+    if (!/^[A-Za-z0-9+/]*={0,2}$/.test(data) || data.replace(/=+$/, '').length % 4 === 1) return null;
+    return Buffer.from(data, 'base64');
+  }
+  const bytes: number[] = [];
+  for (let i = 0; i < data.length; i++) {
+    const c = data[i]!;
+    if (c === '_') bytes.push(0x20);
+    else if (c === '=') {
+      const hex = data.slice(i + 1, i + 3);
+      if (!/^[0-9A-Fa-f]{2}$/.test(hex)) return null;
+      bytes.push(parseInt(hex, 16));
+      i += 2;
+    } else {
+      const code = c.charCodeAt(0);
+      if (code < 0x21 || code > 0x7e) return null;
+      bytes.push(code);
+    }
+  }
+  return Buffer.from(bytes);
+}
+
 /**
- * One mailbox: `addr@example.com`, `Name <addr@example.com>` or `"Name" <addr@example.com>`. A comma anywhere, a
- * second address, CR or LF, or a display name over 80 characters is refused.
+ * The text a mail client shows for a display name: every RFC 2047 encoded word (B or Q, any charset TextDecoder
+ * knows) decoded. Null when one cannot be decoded (unknown charset, bad base64 or hex, bytes invalid in its charset).
+ */
+export function decodeEncodedWords(text: string): string | null {
+  let failed = false;
+  const decoded = text.replace(BETWEEN_ENCODED_WORDS, '$1').replace(ENCODED_WORD, (_word, charset: string, encoding: string, data: string) => {
+    const bytes = decodeWordBytes(encoding, data);
+    if (bytes === null) {
+      failed = true;
+      return '';
+    }
+    try {
+      return new TextDecoder(charset.split('*')[0]!, { fatal: true }).decode(bytes);
+    } catch {
+      failed = true;
+      return '';
+    }
+  });
+  return failed ? null : decoded;
+}
+
+const NOT_ONE_MAILBOX = 'must be exactly one mailbox: an address, or a display name and <address>';
+
+/**
+ * One mailbox: `addr@example.com`, `Name <addr@example.com>` or `"Name" <addr@example.com>`. The display name is
+ * judged as a mail client shows it, its RFC 2047 encoded words decoded (an undecodable one is refused): a comma
+ * anywhere, a second address, CR or LF, or a display name over 80 characters is refused. The name kept is the
+ * decoded text.
  */
 export function parseMailbox(input: string): Parsed<Mailbox> {
   if (/[\r\n\0]/.test(input)) return { ok: false, reason: 'must not contain line breaks' };
@@ -51,20 +105,29 @@ export function parseMailbox(input: string): Parsed<Mailbox> {
     name = angle[1]!.trim();
     addr = angle[2]!;
     if (/^".*"$/.test(name)) name = name.slice(1, -1).replace(/\\(.)/g, '$1');
+    // Decoded inside quotes too: RFC 2047 forbids encoded words there, but some clients decode them all the same.
+    const decoded = decodeEncodedWords(name);
+    if (decoded === null) return { ok: false, reason: 'display name has an encoded word (=?charset?B|Q?...?=) that cannot be decoded' };
+    name = decoded.trim();
     if (name === '') name = null;
   }
-  if (/[<>]/.test(addr) || (name !== null && /[<>"@]|[\x00-\x1f\x7f]/.test(name))) {
-    return { ok: false, reason: 'must be exactly one mailbox: an address, or a display name and <address>' };
+  if (/[<>]/.test(addr)) return { ok: false, reason: NOT_ONE_MAILBOX };
+  if (name !== null) {
+    if (/[\r\n\u2028\u2029]/.test(name)) return { ok: false, reason: 'must not contain line breaks' };
+    if (name.includes(',')) return { ok: false, reason: 'must be exactly one mailbox (no comma)' };
+    // What is left of an encoded word after decoding (one encoded twice) would be decoded by the next reader.
+    if (/[<>"@]|[\x00-\x1f\x7f]/.test(name) || new RegExp(ENCODED_WORD.source).test(name)) return { ok: false, reason: NOT_ONE_MAILBOX };
+    if ([...name].length > MAX_DISPLAY_NAME) return { ok: false, reason: `display name must be at most ${MAX_DISPLAY_NAME} characters` };
   }
-  if (name !== null && [...name].length > MAX_DISPLAY_NAME) return { ok: false, reason: `display name must be at most ${MAX_DISPLAY_NAME} characters` };
   const parsed = parseAddress(addr);
   if (!parsed.ok) return parsed;
   return { ok: true, value: { ...parsed.value, name } };
 }
 
 /**
- * The header value rebuilt from the parsed parts, never copied from the request: a quoted ASCII name or an RFC 2047
- * encoded word for a non-ASCII one, then the address in angle brackets.
+ * The header value rebuilt from the parsed parts, never copied from the request: a quoted ASCII name, or for a
+ * non-ASCII one bare RFC 2047 encoded words (never quoted: RFC 2047 section 5 forbids an encoded word inside a quoted
+ * string), then the address in angle brackets. ASCII only; mta/message.ts folds it.
  */
 export function formatMailbox(m: Mailbox): string {
   if (m.name === null) return m.address;
@@ -72,7 +135,10 @@ export function formatMailbox(m: Mailbox): string {
   return `${phrase} <${m.address}>`;
 }
 
-/** RFC 2047 B-encoded words of at most 75 characters each, split between characters, never inside one. */
+/**
+ * RFC 2047 B-encoded words of at most 75 characters each (45 bytes of UTF-8 make 60 of base64, plus `=?UTF-8?B?` and
+ * `?=`), split between characters, never inside one, so each decodes alone.
+ */
 function encodeWords(text: string): string {
   const words: string[] = [];
   let chunk = '';
