@@ -429,10 +429,39 @@ describe('STARTTLS that fails', () => {
 
     expect(await engineFor(svc).runOnce()).toBe(1);
 
-    expect(await events(svc, s, id)).toEqual([expect.objectContaining({ recipient: 'r@example.net', status: 'deferred', dsn: '4.7.5' })]);
+    const ev = await events(svc, s, id);
+    expect(ev).toEqual([expect.objectContaining({ recipient: 'r@example.net', status: 'deferred', dsn: '4.7.5' })]);
     expect(sink.connections).toBeGreaterThanOrEqual(1);
     expect(sink.received).toEqual([]);
     expect(sink.attempts.size).toBe(0);
+    // The relay is the operator's infrastructure: the tenant reads what failed, never where; the log has the rest.
+    expect(ev[0]!.detail).toBe('TLS negotiation failed: the relay');
+    expect(ev[0]!.detail).not.toContain('127.0.0.1');
+    expect(ev[0]!.detail).not.toContain(String(sink.port));
+    expect(svc.logger.entries).toContainEqual(
+      expect.objectContaining({ event: 'delivery.connect_failed', attempts: [expect.objectContaining({ address: '127.0.0.1', port: sink.port })] }),
+    );
+  });
+
+  it('names neither the relay nor its address to the tenant when the relay refuses the connection or cannot be reached', async () => {
+    const refusing = await startRawSmtpServer({ starttls: 'none', greeting: '554 5.7.1 relay-internal.corp.example says no to 10.1.2.3' });
+    const svc = await startService({ DNS_SERVERS: dns.address, SMTP_RELAY_URL: `smtp://127.0.0.1:${refusing.port}` });
+    cleanups.push(() => svc.close());
+    const s = await newSender(svc);
+    const id = await send(svc, s, 'r@example.net');
+    expect(await engineFor(svc).runOnce()).toBe(1);
+    const refused = (await events(svc, s, id))[0]!;
+    expect(refused).toMatchObject({ status: 'deferred', dsn: '4.7.1', detail: 'the relay refused the connection (554 5.7.1)' });
+
+    // Nothing listens at the relay's address any more.
+    const closed = await startService({ DNS_SERVERS: dns.address, SMTP_RELAY_URL: `smtp://127.0.0.1:1` });
+    cleanups.push(() => closed.close());
+    const s2 = await newSender(closed);
+    const id2 = await send(closed, s2, 'r@example.net');
+    expect(await engineFor(closed).runOnce()).toBe(1);
+    const unreachable = (await events(closed, s2, id2))[0]!;
+    expect(unreachable).toMatchObject({ status: 'deferred', dsn: '4.4.1', detail: 'connection refused: the relay' });
+    for (const e of [refused, unreachable]) expect(e.detail).not.toMatch(/127\.0\.0\.1|corp\.example|10\.1\.2\.3/);
   });
 
   it('defers 4.7.5 and sends nothing to a relay with credentials that refuses STARTTLS outright', async () => {
