@@ -73,6 +73,17 @@ describe('POST /suppressions', () => {
   });
 });
 
+describe('POST /suppressions: the address as given is bounded', () => {
+  it('320 characters (spaces around the address included) are accepted; 321 are 422 invalid_request naming address', async () => {
+    const { key } = service.newAccount();
+    const at = await add(key, 'ann@example.net'.padStart(320, ' '));
+    expect(at.status).toBe(201);
+    expect(at.body.address).toBe('ann@example.net');
+    expectError(await add(key, 'bob@example.net'.padStart(321, ' ')), 422, 'invalid_request', 'address: must be at most 320 characters');
+    expectError(await add(key, `a@${'b'.repeat(100_000)}.example`), 422, 'invalid_request', 'address: must be at most 320 characters');
+  });
+});
+
 describe('GET /suppressions', () => {
   it('lists newest first', async () => {
     const { key } = service.newAccount();

@@ -38,8 +38,11 @@ export const suppressionFilter = z.strictObject({
   cursor: z.string().optional(),
 });
 
+/** An address as given, before it is parsed (spaces around it are trimmed): at most this long, like the filter. */
+export const MAX_ADDRESS_INPUT = 320;
+
 export const addSuppressionInput = z.strictObject({
-  address: z.string().transform((v, ctx) => {
+  address: z.string().max(MAX_ADDRESS_INPUT, `must be at most ${MAX_ADDRESS_INPUT} characters`).transform((v, ctx) => {
     const r = parseAddress(v);
     if (!r.ok) {
       ctx.addIssue({ code: 'custom', message: r.reason });
