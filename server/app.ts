@@ -2,9 +2,10 @@ import { randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
 import { Hono } from 'hono';
 import { HTTPException } from 'hono/http-exception';
+import { TrieRouter } from 'hono/router/trie-router';
 import type { Deps } from './deps.js';
 import { ApiError } from './errors.js';
-import { readBody } from './http/body.js';
+import { RequestAbortedError } from './http/body.js';
 import type { AppEnv } from './http/env.js';
 import { accountRoutes } from './routes/accounts.js';
 import { domainRoutes } from './routes/domains.js';
@@ -14,10 +15,30 @@ import { suppressionRoutes } from './routes/suppressions.js';
 
 export const API_BASE = '/api/v1';
 
+/**
+ * The methods a path is served with, read from the app's own routes (so `Allow` cannot drift from them). Hono
+ * answers HEAD wherever it answers GET. Empty for a path no route serves.
+ */
+export function allowedMethods(routes: readonly { method: string; path: string }[]): (path: string) => string[] {
+  const router = new TrieRouter<string>();
+  const methods = new Set<string>();
+  for (const route of routes) {
+    // 'ALL' is middleware, not a method a client can be told to use.
+    if (route.method === 'ALL') continue;
+    router.add(route.method, route.path, route.method);
+    methods.add(route.method);
+  }
+  return (path) => {
+    const allowed = [...methods].filter((method) => router.match(method, path)[0].length > 0);
+    if (allowed.includes('GET')) allowed.push('HEAD');
+    return allowed.sort();
+  };
+}
+
 /** The HTTP surface: `/api/v1`, `GET /healthz`, and one envelope for every error. */
 export function createApp(deps: Deps) {
+  // No middleware before the routes: a body is read only by a route's guard, once the headers have passed.
   const api = new Hono<AppEnv>()
-    .use(readBody())
     .route('/', accountRoutes(deps))
     .route('/', keyRoutes(deps))
     .route('/', domainRoutes(deps))
@@ -36,9 +57,18 @@ export function createApp(deps: Deps) {
   });
   app.route(API_BASE, api);
 
-  app.notFound((c) =>
-    c.json({ error: { code: 'not_found', message: `No endpoint ${c.req.method} ${new URL(c.req.url).pathname}.` } }, 404),
-  );
+  let allowed: ((path: string) => string[]) | undefined;
+  app.notFound((c) => {
+    // Built on first use, when every route is in place.
+    allowed ??= allowedMethods(app.routes);
+    const path = c.req.path;
+    const methods = allowed(path);
+    if (methods.length > 0) {
+      c.header('Allow', methods.join(', '));
+      return c.json(new ApiError('method_not_allowed', `${path} does not take ${c.req.method}; it takes ${methods.join(', ')}.`).toBody(), 405);
+    }
+    return c.json({ error: { code: 'not_found', message: `No endpoint ${c.req.method} ${path}.` } }, 404);
+  });
   app.onError((err, c) => {
     if (err instanceof ApiError) {
       for (const [k, v] of Object.entries(err.headers)) c.header(k, v);
@@ -47,8 +77,13 @@ export function createApp(deps: Deps) {
     if (err instanceof HTTPException && err.status < 500) {
       return c.json({ error: { code: 'invalid_request', message: err.message || 'Bad request.' } }, err.status);
     }
+    if (err instanceof RequestAbortedError) {
+      // The client is gone (or the server cut it off): nobody reads this answer, and the service did nothing wrong.
+      deps.logger.debug('http.request_aborted', { method: c.req.method, path: c.req.path });
+      return c.json({ error: { code: 'invalid_request', message: err.message } }, 400);
+    }
     const requestId = randomUUID();
-    deps.logger.error('http.unhandled_error', { requestId, method: c.req.method, path: new URL(c.req.url).pathname, err });
+    deps.logger.error('http.unhandled_error', { requestId, method: c.req.method, path: c.req.path, err });
     return c.json({ error: { code: 'internal_error', message: `Internal error; request id ${requestId}.` } }, 500);
   });
   return app;

@@ -1,4 +1,4 @@
-/** Every error code of api.md, and the only ones the API answers with. */
+/** Every error code of api.md, and the only ones the API answers with (plus the one marked as outside it). */
 export const ERROR_STATUS = {
   invalid_json: 400,
   invalid_idempotency_key: 400,
@@ -36,6 +36,11 @@ export const ERROR_STATUS = {
   internal_error: 500,
   send_failed: 502,
   not_configured: 503,
+  /**
+   * Outside api.md's table, which has no code for it: a known path asked with a method it does not serve (with an
+   * `Allow` header listing the ones it does).
+   */
+  method_not_allowed: 405,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;

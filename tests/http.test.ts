@@ -5,8 +5,9 @@ import { startService, type TestService } from './helpers/service.js';
 
 /**
  * The HTTP surface against api.md (Errors, Limits) and STYLE.md (Errors): one envelope for every error, including
- * the ones raised before any route runs (unknown path, oversized body, a request line Node cannot parse) and an
- * unexpected failure, whose internal message never reaches the caller.
+ * the ones raised before any route runs (unknown path, a method the path does not serve, a request line Node cannot
+ * parse) and an unexpected failure, whose internal message never reaches the caller. Issue 9's edge (auth before the
+ * body, connection caps and timeouts, nesting depth) is in http-edge.test.ts and http-depth.test.ts.
  */
 
 const MIB = 1024 * 1024;
@@ -154,19 +155,21 @@ describe('unknown paths and methods', () => {
   });
 
   it.each([
-    ['PUT', '/keys'],
-    ['PATCH', '/account'],
-    ['DELETE', '/account'],
-    ['PUT', '/accounts'],
-    ['POST', '/account'],
-  ])('%s %s (a method the path does not have) answers in the envelope', async (method, path) => {
+    ['PUT', '/keys', 'GET, HEAD, POST'],
+    ['PATCH', '/account', 'GET, HEAD'],
+    ['DELETE', '/account', 'GET, HEAD'],
+    ['PUT', '/accounts', 'GET, HEAD, POST'],
+    ['POST', '/account', 'GET, HEAD'],
+  ])('%s %s (a method the path does not have) is 405 method_not_allowed with Allow: %s', async (method, path, allow) => {
     const res = await service.api(method, path, { key, body: {} });
-    expectEnvelope(res, [404, 405]);
+    expectEnvelope(res, 405, 'method_not_allowed');
+    expect(res.headers.get('allow')).toBe(allow);
   });
 
-  it('a method /healthz does not have answers in the envelope', async () => {
+  it('a method /healthz does not have is 405 method_not_allowed with Allow: GET, HEAD', async () => {
     const res = await fetch(`${service.url}/healthz`, { method: 'POST' });
-    expectEnvelope({ status: res.status, headers: res.headers, body: parse(await res.text()) }, [404, 405]);
+    expectEnvelope({ status: res.status, headers: res.headers, body: parse(await res.text()) }, 405, 'method_not_allowed');
+    expect(res.headers.get('allow')).toBe('GET, HEAD');
   });
 });
 
@@ -224,9 +227,9 @@ describe('413 body_too_large (the body must be under 1 MiB)', () => {
     expectEnvelope(res, 413, 'body_too_large');
   });
 
-  it('413 comes before authentication: an oversized body is refused even without a key', async () => {
+  it('authentication comes before the body: an oversized body without a key is 401 invalid_key', async () => {
     const res = await service.api('POST', '/keys', { rawBody: keyBodyOfSize(MIB), headers: { 'content-type': 'application/json' } });
-    expectEnvelope(res, 413, 'body_too_large');
+    expectEnvelope(res, 401, 'invalid_key');
   });
 
   it('a chunked body is refused once 1 MiB has arrived, before the client has sent it all', async () => {

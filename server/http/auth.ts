@@ -4,6 +4,7 @@ import { findLiveKey } from '../core/keys.js';
 import { type Scope, isScope } from '../core/scopes.js';
 import type { Deps } from '../deps.js';
 import { ApiError } from '../errors.js';
+import { readRequestBody } from './body.js';
 import type { AppEnv } from './env.js';
 
 export const ACCOUNT_HEADER = 'X-Service-Account';
@@ -16,15 +17,19 @@ export type AccountHeaderMode = 'accepted' | 'refused' | 'passed';
 
 const BEARER = /^Bearer +(\S+) *$/i;
 
+const unknownKey = () => new ApiError('invalid_key', 'Missing or unknown API key: send Authorization: Bearer <API_KEY>.');
+
 /**
- * The first check of every endpoint, in the spec's order: the key (401), the rate limits (429), the endpoint's one
- * scope (403), then the account header (404, identical for a foreign and an unknown id).
+ * The first checks of every endpoint, in the spec's order, all from the headers: the key (401), the rate limits
+ * (429), the endpoint's one scope (403), then the account header (404, identical for a foreign and an unknown id).
+ * Only then is the body read (413), so nobody without a key can make the service hold a body; and since a body can
+ * take a while to arrive, the key is looked up again once it has: a key revoked meanwhile is `401 invalid_key`.
  */
 export function guard(deps: Deps, scope: Scope, header: AccountHeaderMode = 'accepted'): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
-    const match = BEARER.exec(c.req.header('authorization') ?? '');
-    const found = match ? findLiveKey(deps.db, match[1]!) : undefined;
-    if (!found) throw new ApiError('invalid_key', 'Missing or unknown API key: send Authorization: Bearer <API_KEY>.');
+    const secret = BEARER.exec(c.req.header('authorization') ?? '')?.[1];
+    const found = secret === undefined ? undefined : findLiveKey(deps.db, secret);
+    if (secret === undefined || !found) throw unknownKey();
     const { key, account: keyAccount } = found;
     const now = deps.clock.now();
 
@@ -48,6 +53,10 @@ export function guard(deps: Deps, scope: Scope, header: AccountHeaderMode = 'acc
       if (header === 'refused') throw new ApiError('invalid_request', `${ACCOUNT_HEADER}: is not accepted on this endpoint; send it without the header.`);
       account = sub;
     }
+
+    const rawBody = await readRequestBody(c);
+    if (!findLiveKey(deps.db, secret)) throw new ApiError('invalid_key', 'The API key was revoked while the request was in flight.');
+    c.set('rawBody', rawBody);
     c.set('auth', { keyId: key.id, keyAccount, scopes, account, viaHeader: headerValue !== undefined });
     await next();
   };

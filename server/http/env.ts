@@ -6,7 +6,7 @@ export type AppEnv = {
   Bindings: Partial<HttpBindings>;
   Variables: {
     auth: RequestContext;
-    /** The raw request body, read (and bounded) before anything else; empty when none was sent. */
+    /** The raw request body, read (and bounded) by `guard` once the headers have passed; empty when none was sent. */
     rawBody: Buffer;
   };
 };

@@ -2,17 +2,91 @@ import type { z } from 'zod';
 import { ApiError } from '../errors.js';
 
 /**
- * The path of the first `__proto__` key anywhere in parsed JSON, or null. JSON.parse makes it an ordinary own key, but
- * copying it into a new object (as validation does) sets the prototype instead: the field would vanish silently.
+ * How deeply a JSON body may nest: the body object is level 1. No request of the API nests past 4; the limit keeps
+ * every walk over a body (ours, JSON.parse's, zod's) short and flat.
  */
-function protoKeyPath(value: unknown, path: string[] = []): string[] | null {
-  if (typeof value !== 'object' || value === null) return null;
-  for (const [key, child] of Object.entries(value)) {
-    if (key === '__proto__') return [...path, key];
-    const found = protoKeyPath(child, [...path, key]);
-    if (found) return found;
+export const MAX_JSON_DEPTH = 32;
+
+const tooDeep = (path: readonly string[]) =>
+  new ApiError('invalid_request', `${path.join('.') || 'body'}: is nested more than ${MAX_JSON_DEPTH} levels deep`);
+
+/**
+ * Scans JSON text for nesting past MAX_JSON_DEPTH before it is parsed, so JSON.parse never builds a deep value (it
+ * is linear, but a megabyte of `[` costs it a third of a second). One pass over the characters; the stack it keeps is
+ * at most MAX_JSON_DEPTH entries, each remembering its current key (as the raw literal) or array index, so the
+ * refusal names the field where the nesting went too deep. Text that is not JSON is left to JSON.parse to refuse.
+ */
+export function assertJsonTextDepth(text: string): void {
+  const stack: { key: string | null; index: number }[] = [];
+  let lastString = '';
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22 /* " */) {
+      const start = i;
+      for (i++; i < text.length; i++) {
+        const d = text.charCodeAt(i);
+        if (d === 0x5c /* \ */) i++;
+        else if (d === 0x22) break;
+      }
+      lastString = text.slice(start, i + 1);
+    } else if (c === 0x3a /* : */) {
+      const top = stack[stack.length - 1];
+      if (top) top.key = lastString;
+    } else if (c === 0x2c /* , */) {
+      const top = stack[stack.length - 1];
+      if (top && top.key === null) top.index++;
+    } else if (c === 0x7b /* { */ || c === 0x5b /* [ */) {
+      if (stack.length === MAX_JSON_DEPTH) throw tooDeep(stack.map(segment));
+      stack.push({ key: c === 0x7b ? '' : null, index: 0 });
+    } else if (c === 0x7d /* } */ || c === 0x5d /* ] */) {
+      stack.pop();
+    }
   }
-  return null;
+}
+
+/** A path segment of the text scan: an object's key decoded from its literal, or an array's index. */
+function segment(level: { key: string | null; index: number }): string {
+  if (level.key === null) return String(level.index);
+  try {
+    const key: unknown = JSON.parse(level.key);
+    return typeof key === 'string' ? key : '?';
+  } catch {
+    return '?';
+  }
+}
+
+/**
+ * One iterative pass over a parsed value: a `__proto__` key anywhere is refused (JSON.parse makes it an ordinary own
+ * key, but copying it into a new object, as validation does, sets the prototype instead: the field would vanish
+ * silently), and so is nesting past MAX_JSON_DEPTH. An explicit stack, so no input can overflow the call stack; each
+ * entry points at its parent, so a path is only built for the refusal and the pass stays linear in the value's size.
+ */
+function assertPlainValue(value: unknown): void {
+  interface Entry {
+    value: unknown;
+    depth: number;
+    key: string;
+    parent: Entry | null;
+  }
+  const pathOf = (entry: Entry | null, last?: string): string[] => {
+    const path: string[] = last === undefined ? [] : [last];
+    for (let e = entry; e?.parent; e = e.parent) path.push(e.key);
+    return path.reverse();
+  };
+  const stack: Entry[] = [{ value, depth: 1, key: '', parent: null }];
+  while (stack.length > 0) {
+    const entry = stack.pop()!;
+    if (typeof entry.value !== 'object' || entry.value === null) continue;
+    if (entry.depth > MAX_JSON_DEPTH) throw tooDeep(pathOf(entry));
+    const children = entry.value as Record<string, unknown>;
+    const keys = Object.keys(children);
+    for (let i = keys.length - 1; i >= 0; i--) {
+      const key = keys[i]!;
+      if (key === '__proto__') throw new ApiError('invalid_request', `${pathOf(entry, key).join('.')}: is not an allowed field name`);
+      const child = children[key];
+      if (typeof child === 'object' && child !== null) stack.push({ value: child, depth: entry.depth + 1, key, parent: entry });
+    }
+  }
 }
 
 /** How a wrong-type field is described: by the type it must have, never by the value it was given. */
@@ -40,8 +114,7 @@ const errorMap: z.core.$ZodErrorMap = (issue) =>
  * when it is missing, the schema's message (such as "must be a string") when it is there but wrong.
  */
 export function parseInput<S extends z.ZodType>(schema: S, value: unknown, where = 'body'): z.output<S> {
-  const proto = protoKeyPath(value);
-  if (proto) throw new ApiError('invalid_request', `${proto.join('.')}: is not an allowed field name`);
+  assertPlainValue(value);
   // reportInput keeps `input` on the issue, which tells a missing field from a wrong one; it is read, never echoed.
   const result = schema.safeParse(value, { reportInput: true, error: errorMap });
   if (result.success) return result.data;

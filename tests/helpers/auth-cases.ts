@@ -13,7 +13,8 @@ export interface EndpointUnderTest {
 /**
  * The standard failures every endpoint shares (api.md, Endpoints): no key, another scheme, an unknown or malformed
  * key, a revoked key (401 invalid_key); a key without the endpoint's scope (403 insufficient_scope); a foreign or
- * unknown X-Service-Account (404 account_not_found, identical for both).
+ * unknown X-Service-Account (404 account_not_found, identical for both); a sub-account's key naming a sibling
+ * sub-account, its own account or its parent (404 account_not_found: sub-accounts have no sub-accounts).
  */
 export function runCommonAuthTests(getService: () => TestService, ep: EndpointUnderTest): void {
   const setup = async () => {
@@ -76,5 +77,22 @@ export function runCommonAuthTests(getService: () => TestService, ep: EndpointUn
     expectError(unknown, 404, 'account_not_found');
     expectError(notUuid, 404, 'account_not_found');
     expect(foreign.body.error.message.replace(foreignSub.body.id, 'ID')).toBe(unknown.body.error.message.replace('01a00000-0000-7000-8000-000000000000', 'ID'));
+  });
+
+  it(`${ep.method} ${String(ep.path)}: a sub-account's key naming a sibling sub-account (or itself, or its parent) is 404 account_not_found`, async () => {
+    const { service, path, account, key } = await setup();
+    const sub = async (name: string) => {
+      const res = await service.api('POST', '/accounts', { key, body: { name } });
+      expect(res.status).toBe(201);
+      return res.body.id as string;
+    };
+    const own = await sub('Sub with a key');
+    const sibling = await sub('Its sibling');
+    const minted = await service.api('POST', '/keys', { key, account: own, body: { name: 'sub key' } });
+    expect(minted.status).toBe(201);
+    const subKey = minted.body.key as string;
+    expectError(await call(service, path, { key: subKey, account: sibling }), 404, 'account_not_found');
+    expectError(await call(service, path, { key: subKey, account: own }), 404, 'account_not_found');
+    expectError(await call(service, path, { key: subKey, account: account.id }), 404, 'account_not_found');
   });
 }

@@ -7,7 +7,7 @@ import { createTopLevelAccount } from '../../server/core/accounts.js';
 import { insertKey } from '../../server/core/keys.js';
 import { SCOPES, type Scope } from '../../server/core/scopes.js';
 import { createDeps, type Deps } from '../../server/deps.js';
-import { listenHttp } from '../../server/http/serve.js';
+import { type HttpServerOptions, listenHttp } from '../../server/http/serve.js';
 import { createMemoryLogger } from '../../server/logger.js';
 import type { AccountRow } from '../../db/schema/index.js';
 import { FakeClock } from './clock.js';
@@ -45,9 +45,10 @@ export interface TestService {
 
 /**
  * The real service (deps, Hono app, node HTTP server) on 127.0.0.1 port 0 with a temporary DATA_DIR and a fake clock.
- * Rate limits are raised unless a test sets them, so suites can make many calls.
+ * Rate limits are raised unless a test sets them, so suites can make many calls. `http` sets the server's connection
+ * caps and timeouts (the production defaults otherwise).
  */
-export async function startService(env: Record<string, string> = {}): Promise<TestService> {
+export async function startService(env: Record<string, string> = {}, opts: { http?: Omit<HttpServerOptions, 'logger'> } = {}): Promise<TestService> {
   const dataDir = mkdtempSync(join(tmpdir(), 'mailstead-test-'));
   const config = loadConfig({
     DATA_DIR: dataDir,
@@ -63,7 +64,7 @@ export async function startService(env: Record<string, string> = {}): Promise<Te
   const clock = new FakeClock();
   const logger = createMemoryLogger();
   const deps = createDeps(config, clock, logger);
-  const http = await listenHttp(createApp(deps), '127.0.0.1', 0);
+  const http = await listenHttp(createApp(deps), '127.0.0.1', 0, { ...opts.http, logger });
   const url = `http://127.0.0.1:${http.port}`;
   const base = `${url}${API_BASE}`;
 
