@@ -18,7 +18,8 @@ const tablesOf = (module: Record<string, unknown>) =>
 
 describe('db/schema', () => {
   it.each(files)('%s holds exactly one table, the one it is named after', async (file) => {
-    const module = (await import(`../db/schema/${file.replace(/\.ts$/, '.js')}`)) as Record<string, unknown>;
+    // The file list is read at run time: there is nothing for vite to analyse statically.
+    const module = (await import(/* @vite-ignore */ `../db/schema/${file.replace(/\.ts$/, '.js')}`)) as Record<string, unknown>;
     expect(tablesOf(module)).toEqual([file.replace(/\.ts$/, '').replace(/-/g, '_')]);
   });
 
