@@ -1,9 +1,10 @@
-import { existsSync, mkdirSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, statSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { type BetterSQLite3Database, drizzle } from 'drizzle-orm/better-sqlite3';
 import { migrate } from 'drizzle-orm/better-sqlite3/migrator';
+import { createPrivateDir, createPrivateFile } from './data-dir.js';
 import * as schema from './schema/index.js';
 
 export type Db = BetterSQLite3Database<typeof schema>;
@@ -22,13 +23,42 @@ function migrationsFolder(): string {
   return found;
 }
 
+export const DATABASE_FILE = 'mailstead.db';
+
+/** DATA_DIR/mailstead.db, absolute, as messages name it. */
+export function databasePath(dataDir: string): string {
+  return resolve(dataDir, DATABASE_FILE);
+}
+
+/** Whether DATA_DIR holds a database (a non-empty mailstead.db): the server creates it on its first start. */
+export function hasDatabase(dataDir: string): boolean {
+  try {
+    const st = statSync(databasePath(dataDir));
+    return st.isFile() && st.size > 0;
+  } catch {
+    return false;
+  }
+}
+
+/** DATA_DIR holds no database, and the caller (the CLI) must not create one. */
+export class DatabaseMissingError extends Error {
+  override name = 'DatabaseMissingError';
+  constructor(readonly path: string) {
+    super(`no database at ${path}: the server creates it on its first start (npm start); point DATA_DIR at the server's`);
+  }
+}
+
 /**
- * Opens (creating if needed) DATA_DIR/mailstead.db in WAL mode with synchronous=FULL, because a 200 or a 250
- * is only answered after a commit, and applies pending migrations.
+ * Opens DATA_DIR/mailstead.db in WAL mode with synchronous=FULL, because a 200 or a 250 is only answered after a
+ * commit, and applies pending migrations. A missing directory is created 0700 and a missing database file 0600 (its
+ * -wal and -shm follow its mode), unless `mustExist`, which refuses with DatabaseMissingError instead.
  */
-export function openDatabase(dataDir: string): Store {
-  mkdirSync(dataDir, { recursive: true });
-  const sqlite = new Database(join(dataDir, 'mailstead.db'));
+export function openDatabase(dataDir: string, opts: { mustExist?: boolean } = {}): Store {
+  const path = databasePath(dataDir);
+  if (opts.mustExist && !hasDatabase(dataDir)) throw new DatabaseMissingError(path);
+  createPrivateDir(dataDir);
+  createPrivateFile(path);
+  const sqlite = new Database(path);
   sqlite.pragma('journal_mode = WAL');
   sqlite.pragma('synchronous = FULL');
   sqlite.pragma('foreign_keys = ON');

@@ -1,11 +1,14 @@
 #!/usr/bin/env node
+import { existsSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
-import { openDatabase } from '../db/client.js';
+import { DatabaseMissingError, databasePath, hasDatabase, openDatabase, type Store } from '../db/client.js';
+import { securePrivateDataDir } from '../db/data-dir.js';
 import { desc } from 'drizzle-orm';
 import { type AccountRow, accounts } from '../db/schema/index.js';
 import { systemClock } from './clock.js';
-import { loadConfig } from './config.js';
+import { type Config, loadConfig } from './config.js';
 import {
   accountNameSchema,
   accountView,
@@ -28,6 +31,12 @@ class UsageError extends Error {}
 
 const USAGE = `usage: mailstead <command> [options]
 
+Works on the database in DATA_DIR (default ./data), which the server creates on its first start; it can run beside
+the running server. Prints JSON on stdout; errors go to stderr (exit 1, or 2 for a usage error).
+
+  help, --help                  this text
+  --version                     the version
+
   accounts create --name NAME [--credits N] [--daily-quota N]
   accounts list
   accounts set-quota --account ID --daily-quota N
@@ -36,6 +45,17 @@ const USAGE = `usage: mailstead <command> [options]
   credits grant --account ID --amount N
   keys create --account ID --name NAME [--scopes a,b]
   admin-token reset`;
+
+const COMMANDS = [
+  'accounts create',
+  'accounts list',
+  'accounts set-quota',
+  'accounts suspend',
+  'accounts unsuspend',
+  'credits grant',
+  'keys create',
+  'admin-token reset',
+];
 
 const OPTIONS = {
   name: { type: 'string' },
@@ -46,6 +66,7 @@ const OPTIONS = {
   amount: { type: 'string' },
   scopes: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
+  version: { type: 'boolean' },
 } as const;
 
 type Options = { [K in keyof typeof OPTIONS]?: (typeof OPTIONS)[K]['type'] extends 'boolean' ? boolean : string };
@@ -71,76 +92,101 @@ function parseCommandLine(argv: string[]): { command: string; opts: Options } {
   }
 }
 
-function runCli(argv: string[], env: Record<string, string | undefined> = process.env): unknown {
+/** The package's version, from package.json beside the source tree or two levels up from dist/server. */
+function packageVersion(): string {
+  const candidates = [new URL('../package.json', import.meta.url), new URL('../../package.json', import.meta.url)].map((u) => fileURLToPath(u));
+  const found = candidates.find((p) => existsSync(p));
+  if (!found) throw new Error(`package.json not found (looked in ${candidates.join(', ')})`);
+  return (JSON.parse(readFileSync(found, 'utf8')) as { version: string }).version;
+}
+
+/** What the command line asks for: text to print as is (help, version), or a command's JSON result. */
+type Outcome = { text: string } | { result: unknown };
+
+function runCli(argv: string[], env: Record<string, string | undefined> = process.env): Outcome {
   const { command, opts } = parseCommandLine(argv);
-  if (opts.help || command === '') throw new UsageError('');
+  if (opts.help || command === 'help') return { text: USAGE };
+  if (opts.version) return { text: packageVersion() };
+  if (command === '') throw new UsageError('');
+
+  if (!COMMANDS.includes(command)) throw new UsageError(`unknown command "${command}"`);
 
   const config = loadConfig(env);
-  const store = openDatabase(config.dataDir);
-  const deps = { db: store.db, clock: systemClock, config };
+  // Never a new, empty database: a DATA_DIR without one is the wrong directory, or a server never started.
+  if (!hasDatabase(config.dataDir)) throw new DatabaseMissingError(databasePath(config.dataDir));
+  // The same files as the server's, under the same rules: tightened before they are opened.
+  for (const change of securePrivateDataDir(config.dataDir)) {
+    process.stderr.write(`mailstead: tightened the permissions of ${change.path} from ${change.from} to ${change.to}\n`);
+  }
+  const store = openDatabase(config.dataDir, { mustExist: true });
   try {
-    const account = (): AccountRow => {
-      const id = required(opts, 'account');
-      const row = findAccount(store.db, id);
-      if (!row) throw new ApiError('not_found', `No account ${id}.`);
-      return row;
-    };
-    const view = (row: AccountRow | undefined) => {
-      if (!row) throw new ApiError('not_found', 'The account no longer exists.');
-      return accountView(deps, row);
-    };
-
-    switch (command) {
-      case 'accounts create': {
-        const name = parseInput(accountNameSchema, required(opts, 'name'), 'name');
-        const row = createTopLevelAccount(deps, {
-          name,
-          credits: integer('credits', opts.credits, 0),
-          dailyQuota: integer('daily-quota', opts['daily-quota'], 1),
-        });
-        const key = insertKey(deps, { accountId: row.id, name: 'operator', scopes: SCOPES });
-        return { account: accountView(deps, row), key: key.key };
-      }
-      case 'accounts list':
-        return { data: store.db.select().from(accounts).orderBy(desc(accounts.id)).all().map((r) => accountView(deps, r)) };
-      case 'accounts set-quota': {
-        const quota = integer('daily-quota', required(opts, 'daily-quota'), 1)!;
-        return view(setDailyQuota(deps, account().id, quota));
-      }
-      case 'accounts suspend': {
-        const reason = parseInput(z.string().trim().min(1, 'must not be empty').max(500, 'must be at most 500 characters'), required(opts, 'reason'), 'reason');
-        return view(suspendByOperator(deps, account().id, reason));
-      }
-      case 'accounts unsuspend':
-        return view(unsuspendByOperator(deps, account().id));
-      case 'credits grant': {
-        const amount = integer('amount', required(opts, 'amount'), 1)!;
-        const row = account();
-        if (row.parentId !== null) throw new UsageError('credits are granted to the top-level account; a sub-account\'s sends are paid by its parent');
-        return view(grantCredits(deps, row.id, amount));
-      }
-      case 'keys create': {
-        const row = account();
-        const scopes = opts.scopes?.split(',').map((s) => s.trim()).filter(Boolean);
-        const unknown = scopes?.find((s) => !isScope(s));
-        if (unknown !== undefined) throw new UsageError(`unknown scope "${unknown}"; scopes are ${SCOPES.join(', ')}`);
-        const input = parseInput(mintKeyInput, { name: required(opts, 'name'), scopes }, 'options');
-        return insertKey(deps, { accountId: row.id, name: input.name, scopes: (input.scopes ?? SCOPES).filter(isScope) });
-      }
-      case 'admin-token reset':
-        return { token: resetAdminToken(store.db) };
-      default:
-        throw new UsageError(`unknown command "${command}"`);
-    }
+    return { result: runCommand(store, config, command, opts) };
   } finally {
     store.close();
   }
 }
 
+function runCommand(store: Store, config: Config, command: string, opts: Options): unknown {
+  const deps = { db: store.db, clock: systemClock, config };
+  const account = (): AccountRow => {
+    const id = required(opts, 'account');
+    const row = findAccount(store.db, id);
+    if (!row) throw new ApiError('not_found', `No account ${id}.`);
+    return row;
+  };
+  const view = (row: AccountRow | undefined) => {
+    if (!row) throw new ApiError('not_found', 'The account no longer exists.');
+    return accountView(deps, row);
+  };
+
+  switch (command) {
+    case 'accounts create': {
+      const name = parseInput(accountNameSchema, required(opts, 'name'), 'name');
+      const row = createTopLevelAccount(deps, {
+        name,
+        credits: integer('credits', opts.credits, 0),
+        dailyQuota: integer('daily-quota', opts['daily-quota'], 1),
+      });
+      const key = insertKey(deps, { accountId: row.id, name: 'operator', scopes: SCOPES });
+      return { account: accountView(deps, row), key: key.key };
+    }
+    case 'accounts list':
+      return { data: store.db.select().from(accounts).orderBy(desc(accounts.id)).all().map((r) => accountView(deps, r)) };
+    case 'accounts set-quota': {
+      const quota = integer('daily-quota', required(opts, 'daily-quota'), 1)!;
+      return view(setDailyQuota(deps, account().id, quota));
+    }
+    case 'accounts suspend': {
+      const reason = parseInput(z.string().trim().min(1, 'must not be empty').max(500, 'must be at most 500 characters'), required(opts, 'reason'), 'reason');
+      return view(suspendByOperator(deps, account().id, reason));
+    }
+    case 'accounts unsuspend':
+      return view(unsuspendByOperator(deps, account().id));
+    case 'credits grant': {
+      const amount = integer('amount', required(opts, 'amount'), 1)!;
+      const row = account();
+      if (row.parentId !== null) throw new UsageError('credits are granted to the top-level account; a sub-account\'s sends are paid by its parent');
+      return view(grantCredits(deps, row.id, amount));
+    }
+    case 'keys create': {
+      const row = account();
+      const scopes = opts.scopes?.split(',').map((s) => s.trim()).filter(Boolean);
+      const unknown = scopes?.find((s) => !isScope(s));
+      if (unknown !== undefined) throw new UsageError(`unknown scope "${unknown}"; scopes are ${SCOPES.join(', ')}`);
+      const input = parseInput(mintKeyInput, { name: required(opts, 'name'), scopes }, 'options');
+      return insertKey(deps, { accountId: row.id, name: input.name, scopes: (input.scopes ?? SCOPES).filter(isScope) });
+    }
+    case 'admin-token reset':
+      return { token: resetAdminToken(store.db) };
+    default:
+      throw new UsageError(`unknown command "${command}"`);
+  }
+}
+
 function main(): void {
   try {
-    const result = runCli(process.argv.slice(2));
-    process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
+    const outcome = runCli(process.argv.slice(2));
+    process.stdout.write('text' in outcome ? `${outcome.text}\n` : `${JSON.stringify(outcome.result, null, 2)}\n`);
   } catch (err) {
     if (err instanceof UsageError) {
       process.stderr.write(err.message ? `mailstead: ${err.message}\n\n${USAGE}\n` : `${USAGE}\n`);

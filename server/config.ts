@@ -104,7 +104,7 @@ export const configSchema = z.object({
   SMTP_PORT: port(25).describe('Inbound SMTP port; `0` turns inbound off'),
   MAIL_HOSTNAME: hostName
     .default(hostname().toLowerCase())
-    .describe('Banner and EHLO name, MX target, bounce (VERP) domain'),
+    .describe('Banner and EHLO name, MX target, bounce (VERP) domain. Production must set it to a public fully qualified name (a warning at start says when it is not)'),
   SMTP_TLS_CERT: z.string().min(1).optional().describe('PEM certificate file for STARTTLS on inbound SMTP'),
   SMTP_TLS_KEY: z.string().min(1).optional().describe('PEM private key file matching SMTP_TLS_CERT'),
   SMTP_MAX_MESSAGE_BYTES: positiveInt(26214400).describe('Largest inbound message, advertised in SIZE and enforced with 552'),
@@ -271,6 +271,27 @@ function toConfig(raw: RawConfig, secretKey: Config['secretKey'], dnsServers: Dn
     rateLimitPerAccount: raw.RATE_LIMIT_PER_ACCOUNT,
     logLevel: raw.LOG_LEVEL,
   };
+}
+
+/**
+ * Suffixes that are never a public name (RFC 6761 special-use names, mDNS, and the usual distribution defaults):
+ * records asking customers to `include:` such a host, or bounces sent to it, cannot work.
+ */
+const NON_PUBLIC_SUFFIXES = ['localhost', 'localdomain', 'local', 'internal', 'lan', 'home.arpa', 'test', 'example', 'invalid'];
+
+/**
+ * Why MAIL_HOSTNAME is not a fully qualified public name (a short name such as the default `vm`, `localhost`, a
+ * special-use suffix, a numeric last label), or null when it looks like one. main warns at start; it does not refuse,
+ * so development runs as is.
+ */
+export function mailHostnameProblem(name: string): string | null {
+  const labels = name.split('.');
+  const last = labels[labels.length - 1] ?? '';
+  if (labels.length < 2) return `MAIL_HOSTNAME "${name}" is not a fully qualified name`;
+  if (/^\d+$/.test(last)) return `MAIL_HOSTNAME "${name}" is not a host name (its last label is numeric)`;
+  const suffix = NON_PUBLIC_SUFFIXES.find((s) => name === s || name.endsWith(`.${s}`));
+  if (suffix !== undefined) return `MAIL_HOSTNAME "${name}" ends in .${suffix}, which is never a public name`;
+  return null;
 }
 
 /** Rows of the README's configuration table, straight from the schema. */

@@ -1,7 +1,8 @@
 import { API_BASE, createApp } from './app.js';
 import { systemClock } from './clock.js';
-import { ConfigError, loadConfig } from './config.js';
+import { ConfigError, loadConfig, mailHostnameProblem } from './config.js';
 import { ensureAdminToken } from './core/admin-token.js';
+import { createPrivateDir, type DataDirLock, DataDirLockedError, lockDataDir, securePrivateDataDir } from '../db/data-dir.js';
 import { createDeliveryEngine } from '../mta/delivery-engine.js';
 import { createDeps } from './deps.js';
 import { listenHttp } from './http/serve.js';
@@ -21,7 +22,32 @@ async function main(): Promise<void> {
     throw err;
   }
   const logger = createLogger(config.logLevel);
+
+  // One server per DATA_DIR, before anything in it is read or written; the kernel drops the lock when we die.
+  createPrivateDir(config.dataDir);
+  let lock: DataDirLock;
+  try {
+    lock = lockDataDir(config.dataDir);
+  } catch (err) {
+    if (err instanceof DataDirLockedError) {
+      process.stderr.write(`mailstead: ${err.message}\n`);
+      process.exit(1);
+    }
+    throw err;
+  }
+  const tightened = securePrivateDataDir(config.dataDir);
+  if (tightened.length > 0) {
+    logger.warn('data_dir.permissions_tightened', { dataDir: config.dataDir, changes: tightened, message: 'DATA_DIR holds message content and keys: it is now readable by its owner only.' });
+  }
+
   const deps = createDeps(config, systemClock, logger);
+  const hostnameProblem = mailHostnameProblem(config.mailHostname);
+  if (hostnameProblem) {
+    logger.warn('config.mail_hostname_not_fqdn', {
+      mailHostname: config.mailHostname,
+      message: `${hostnameProblem}: DNS records would ask customers to include:${config.spfDomain} and bounces would go to @${config.mailHostname}. Set MAIL_HOSTNAME to this server's public fully qualified name in production.`,
+    });
+  }
   if (config.allowPrivateTargets) logger.warn('config.allow_private_targets', { message: 'ALLOW_PRIVATE_TARGETS is set: private and loopback targets are allowed. For development and tests only.' });
   if (!deps.secretKey) logger.warn('config.secret_key_off', { message: 'SECRET_KEY=off: webhooks and customer databases cannot be configured.' });
 
@@ -54,6 +80,7 @@ async function main(): Promise<void> {
     await engine.stop();
     flushUsage();
     deps.store.close();
+    lock.release();
     logger.info('process.stopped', { signal });
     process.exit(0);
   };

@@ -1,5 +1,5 @@
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -58,9 +58,9 @@ function env(extra: Record<string, string> = {}): Record<string, string> {
   };
 }
 
-function run(command: string, args: string[], timeoutMs = 60_000): Promise<Run> {
+function run(command: string, args: string[], timeoutMs = 60_000, extraEnv: Record<string, string> = {}): Promise<Run> {
   return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { cwd: ROOT, env: env(), stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(command, args, { cwd: ROOT, env: env(extraEnv), stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
@@ -210,7 +210,35 @@ afterAll(async () => {
 });
 
 describe('first run', () => {
-  it('npm run -s cli -- accounts create --name Acme --credits 1000 prints only { account, key }', async () => {
+  it('the CLI refuses a DATA_DIR that holds no database, naming the path, and creates nothing', async () => {
+    for (const args of [['accounts', 'list'], ['accounts', 'create', '--name', 'Acme'], ['admin-token', 'reset']]) {
+      const res = await cli(...args);
+      expect(res.code, res.stderr).toBe(1);
+      expect(res.stdout).toBe('');
+      const lines = res.stderr.split('\n').filter((l) => l !== '');
+      expect(lines, res.stderr).toHaveLength(1);
+      expect(lines[0]).toContain(join(dataDir, 'mailstead.db'));
+      expect(existsSync(dataDir)).toBe(false);
+    }
+    // A directory that exists but holds no database is refused alike, and left empty.
+    mkdirSync(dataDir, { mode: 0o700 });
+    const res = await cli('accounts', 'list');
+    expect(res.code, res.stderr).toBe(1);
+    expect(res.stderr).toContain(join(dataDir, 'mailstead.db'));
+    expect(readdirSync(dataDir)).toEqual([]);
+  });
+
+  it('the server starts on the empty DATA_DIR, creates the database, logs http.listening with its port and the admin token once', async () => {
+    server = ServerProcess.start();
+    origin = await server.listening();
+    const generated = server.events('admin_token.generated');
+    expect(generated).toHaveLength(1);
+    expect(typeof generated[0]!.token).toBe('string');
+    const health = await fetch(`${origin}/healthz`);
+    expect(health.status).toBe(200);
+  });
+
+  it('npm run -s cli -- accounts create --name Acme --credits 1000, beside the running server, prints only { account, key }', async () => {
     const res = await run('npm', ['run', '-s', 'cli', '--', 'accounts', 'create', '--name', 'Acme', '--credits', '1000'], 120_000);
     expect(res.code, res.stderr).toBe(0);
     created = JSON.parse(res.stdout) as Created;
@@ -225,16 +253,6 @@ describe('first run', () => {
     expect(account.sending).toMatchObject({ tier: 'healthy', totalSent: 0, sentToday: 0, dailyQuota: 10000, effectiveQuota: 10000, suspended: false });
     expect(account.sending).not.toHaveProperty('suspendedReason');
   }, 120_000);
-
-  it('the server starts on the same DATA_DIR, logs http.listening with its port and the admin token once', async () => {
-    server = ServerProcess.start();
-    origin = await server.listening();
-    const generated = server.events('admin_token.generated');
-    expect(generated).toHaveLength(1);
-    expect(typeof generated[0]!.token).toBe('string');
-    const health = await fetch(`${origin}/healthz`);
-    expect(health.status).toBe(200);
-  });
 
   it('the printed key works against the server: GET /api/v1/account is that account', async () => {
     const res = await api('GET', '/account', created.key);
@@ -359,6 +377,26 @@ describe('the other commands (node dist/server/cli.js)', () => {
     expect(out.token.length).toBeGreaterThanOrEqual(16);
     const again = await cliOk<{ token: string }>('admin-token', 'reset');
     expect(again.token).not.toBe(out.token);
+  });
+});
+
+describe('help and version: stdout, exit 0, no database needed', () => {
+  const emptyDir = () => join(dataDir, '..', 'no-database');
+
+  it.each([[['--help']], [['help']], [['-h']], [['accounts', 'list', '--help']]])('%j prints the usage on stdout and exits 0', async (args) => {
+    const res = await run(process.execPath, ['dist/server/cli.js', ...args], 60_000, { DATA_DIR: emptyDir() });
+    expect(res.code, res.stderr).toBe(0);
+    expect(res.stderr).toBe('');
+    expect(res.stdout).toMatch(/^usage: mailstead <command>/);
+    for (const command of ['accounts create', 'accounts list', 'credits grant', 'keys create', 'admin-token reset', '--version']) expect(res.stdout).toContain(command);
+  });
+
+  it('--version prints the version of package.json and exits 0', async () => {
+    const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string };
+    const res = await run(process.execPath, ['dist/server/cli.js', '--version'], 60_000, { DATA_DIR: emptyDir() });
+    expect(res.code, res.stderr).toBe(0);
+    expect(res.stderr).toBe('');
+    expect(res.stdout).toBe(`${pkg.version}\n`);
   });
 });
 

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { configTable } from '../scripts/config-table.js';
-import { ConfigError, loadConfig } from '../server/config.js';
+import { ConfigError, loadConfig, mailHostnameProblem } from '../server/config.js';
 import { resolveSecretKey } from '../server/deps.js';
 import { decryptSecret, encryptSecret } from '../server/secrets.js';
 
@@ -256,6 +256,31 @@ describe('a bad value throws ConfigError: one line naming the variable', () => {
   it('a good variable is not named', () => {
     const err = configError({ HTTP_PORT: 'abc', SMTP_PORT: '2525' });
     expect(err.message).not.toContain('SMTP_PORT');
+  });
+});
+
+describe('mailHostnameProblem: MAIL_HOSTNAME must be a public fully qualified name (warned at start)', () => {
+  it.each([
+    ['vm', 'not a fully qualified name'],
+    ['localhost', 'not a fully qualified name'],
+    ['mail.localhost', '.localhost'],
+    ['vm.localdomain', '.localdomain'],
+    ['printer.local', '.local'],
+    ['mx.corp.internal', '.internal'],
+    ['box.lan', '.lan'],
+    ['mail.home.arpa', '.home.arpa'],
+    ['mx.mailstead.test', '.test'],
+    ['mail.example', '.example'],
+    ['mail.invalid', '.invalid'],
+    ['10.0.0.1', 'numeric'],
+  ])('%s is not (%s)', (name, why) => {
+    const problem = mailHostnameProblem(name);
+    expect(problem).toContain(`"${name}"`);
+    expect(problem).toContain(why);
+  });
+
+  it.each(['mail.example.com', 'mx1.mail.example.co.uk', 'smtp.xn--bcher-kva.de', 'mail.testing.io', 'local.example.net'])('%s is', (name) => {
+    expect(mailHostnameProblem(name)).toBeNull();
   });
 });
 
