@@ -45,8 +45,9 @@ export interface TestService {
 
 /**
  * The real service (deps, Hono app, node HTTP server) on 127.0.0.1 port 0 with a temporary DATA_DIR and a fake clock.
- * Rate limits are raised unless a test sets them, so suites can make many calls. `http` sets the server's connection
- * caps and timeouts (the production defaults otherwise).
+ * Rate limits and the per-address connection cap are raised unless a test sets them, so suites can make many calls
+ * at once from 127.0.0.1 (fetch opens new connections while the server still counts the closing ones). `http` sets
+ * the server's connection caps and timeouts (the production defaults otherwise).
  */
 export async function startService(env: Record<string, string> = {}, opts: { http?: Omit<HttpServerOptions, 'logger'> } = {}): Promise<TestService> {
   const dataDir = mkdtempSync(join(tmpdir(), 'mailstead-test-'));
@@ -64,7 +65,7 @@ export async function startService(env: Record<string, string> = {}, opts: { htt
   const clock = new FakeClock();
   const logger = createMemoryLogger();
   const deps = createDeps(config, clock, logger);
-  const http = await listenHttp(createApp(deps), '127.0.0.1', 0, { ...opts.http, logger });
+  const http = await listenHttp(createApp(deps), '127.0.0.1', 0, { maxConnectionsPerAddress: 1024, ...opts.http, logger });
   const url = `http://127.0.0.1:${http.port}`;
   const base = `${url}${API_BASE}`;
 
