@@ -1,20 +1,8 @@
 import fc from 'fast-check';
 import { SCOPES } from '../../server/core/scopes.js';
 import { TEMPLATES } from '../../server/core/templates.js';
-import {
-  type Json,
-  type Piece,
-  badUtf8,
-  fromValue,
-  hostileValue,
-  hugeString,
-  mutate,
-  mutation,
-  oddString,
-  oddUnit,
-  piecesToExpression,
-  toPieces,
-} from './fuzz-json.js';
+import { type Json, type Piece, badUtf8, fromValue, hostileValue, hugeString, mutate, mutation, oddString, piecesToExpression, toPieces } from './fuzz-json.js';
+import { cursorValue, idSegment, limitValue, pct, query, sinceValue, wtf8 } from './fuzz-url.js';
 
 /**
  * Requests for the API fuzz test, one arbitrary per endpoint, built from api.md's field lists (and the template table,
@@ -24,9 +12,12 @@ import {
 
 /** What the service under test holds, so generated requests can name real ids, a verified domain and live cursors. */
 export interface FuzzWorld {
+  /** Verified and sending. */
   domain: string;
+  /** Connected, not verified. */
+  pendingDomain: string;
   sub: { id: string; domain: string };
-  ids: { email: string; domain: string; key: string; suppression: string };
+  ids: { email: string; domain: string; suppression: string };
   suppressed: string;
   cursors: Record<'emails' | 'domains' | 'accounts' | 'keys' | 'suppressions', string>;
 }
@@ -44,7 +35,7 @@ export interface FuzzRequest {
   body: Piece[] | null;
 }
 
-/** A value that fromValue keeps as the tree it already is (a huge string, say) inside a plain well-shaped object. */
+/** A value that toJson keeps as the tree it already is (a huge string, say) inside a plain well-shaped object. */
 class Node {
   constructor(readonly node: Json) {}
 }
@@ -58,9 +49,9 @@ function toJson(v: unknown): Json {
   return fromValue(v);
 }
 
-function describe(req: FuzzRequest): string {
-  const auth = req.auth === 'key' ? 'Bearer <live key with every scope>' : req.auth === 'none' ? null : req.auth.raw;
-  const account = req.account === 'self' ? null : req.account === 'sub' ? '<the fuzz sub-account id>' : req.account.raw;
+function replay(req: FuzzRequest): string {
+  const auth = req.auth === 'key' ? 'Bearer <live key with every scope>' : req.auth === 'none' ? null : JSON.stringify(req.auth.raw);
+  const account = req.account === 'self' ? null : req.account === 'sub' ? '<the fuzz sub-account id>' : JSON.stringify(req.account.raw);
   const lines = [`${req.method} /api/v1${req.path}`];
   if (auth !== null) lines.push(`Authorization: ${auth}`);
   if (account !== null) lines.push(`X-Service-Account: ${account}`);
@@ -70,106 +61,7 @@ function describe(req: FuzzRequest): string {
 }
 
 function request(req: FuzzRequest): FuzzRequest {
-  return Object.defineProperty(req, fc.toStringMethod, { value: () => describe(req), enumerable: false });
-}
-
-// ---- URL parts -------------------------------------------------------------------------------------------------
-
-/** UTF-8 bytes of a string, with a lone surrogate written as its three bytes (which are not UTF-8). */
-function wtf8(s: string): number[] {
-  const out: number[] = [];
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
-    const pair = c >= 0xd800 && c <= 0xdbff && i + 1 < s.length && s.charCodeAt(i + 1) >= 0xdc00 && s.charCodeAt(i + 1) <= 0xdfff;
-    if (pair) {
-      out.push(...Buffer.from(s.slice(i, i + 2), 'utf8'));
-      i++;
-    } else if (c >= 0xd800 && c <= 0xdfff) out.push(0xe0 | (c >> 12), 0x80 | ((c >> 6) & 0x3f), 0x80 | (c & 0x3f));
-    else out.push(...Buffer.from(s[i]!, 'utf8'));
-  }
-  return out;
-}
-
-const unreserved = (b: number) => /[A-Za-z0-9._~-]/.test(String.fromCharCode(b));
-const pct = (bytes: number[]) => bytes.map((b) => (unreserved(b) ? String.fromCharCode(b) : `%${b.toString(16).toUpperCase().padStart(2, '0')}`)).join('');
-
-/** Percent-encoding gone wrong: a lone `%`, bad hex, a cut sequence, an overlong NUL, a surrogate, bytes that are not UTF-8. */
-const badEncoding = fc.constantFrom('%', '%zz', '%E0%A4%A', '%00', '%C0%80', '%ED%A0%80', '%FF', '%FE%FF', '+', '%2B', '%25', '%u0041');
-
-/** A string as it goes into a URL: encoded properly, as raw bytes that are not UTF-8, or with broken escapes. */
-const urlText = (text: fc.Arbitrary<string>): fc.Arbitrary<string> =>
-  fc.oneof(
-    { arbitrary: text.map((s) => pct(wtf8(s))), weight: 6 },
-    { arbitrary: fc.array(fc.oneof(badUtf8, fc.array(fc.integer({ min: 0, max: 255 }), { maxLength: 6 })), { minLength: 1, maxLength: 4 }).map((parts) => pct(parts.flat())), weight: 1 },
-    { arbitrary: fc.tuple(text, badEncoding, text).map(([a, bad, b]) => `${pct(wtf8(a))}${bad}${pct(wtf8(b))}`), weight: 1 },
-  );
-
-/** Long URL text: up to about 20 KB, past node's header limit (16 KB), which must still answer in the envelope. */
-const longUrlText = fc.record({ unit: fc.oneof(fc.constant('a'), oddUnit), bytes: fc.integer({ min: 500, max: 20_000 }) }).map(({ unit, bytes }) => {
-  const one = pct(wtf8(unit));
-  return one.repeat(Math.max(1, Math.floor(bytes / one.length)));
-});
-
-/** A known id changed in one character, cased, padded or cut. */
-const nearId = (id: string) =>
-  fc.oneof(
-    fc.nat({ max: id.length - 1 }).map((i) => `${id.slice(0, i)}${id[i] === 'f' ? '0' : 'f'}${id.slice(i + 1)}`),
-    fc.constantFrom(id.toUpperCase(), `${id} `, ` ${id}`, id.slice(0, -1), `${id}0`, `${id}%00`, `${id}%0A`),
-  );
-
-/** A path segment for `{id}`: a real id only when `real` holds some (never for deletes that would break the fixture). */
-function idSegment(real: string[]): fc.Arbitrary<string> {
-  const anyId = real.length > 0 ? fc.constantFrom(...real) : fc.uuid();
-  return fc.oneof(
-    ...(real.length > 0 ? [{ arbitrary: fc.constantFrom(...real), weight: 3 }] : []),
-    { arbitrary: anyId.chain(nearId), weight: 3 },
-    { arbitrary: fc.uuid(), weight: 2 },
-    { arbitrary: urlText(oddString(40, 1)), weight: 4 },
-    { arbitrary: fc.constantFrom('..', '.', '%2e%2e', '%2F', '%2f..%2f', '%00', 'null', 'undefined', '__proto__', 'constructor', '0', '-1', '1e308'), weight: 2 },
-    { arbitrary: longUrlText, weight: 1 },
-  );
-}
-
-const limitValue = fc.oneof(
-  { arbitrary: fc.integer({ min: 1, max: 100 }).map(String), weight: 4 },
-  { arbitrary: fc.constantFrom('0', '101', '-1', '1e2', '1.5', '007', '100 ', ' 1', '0x10', '', '99999999999999999999', 'NaN', '\uff11', '1,2'), weight: 3 },
-);
-
-/** Cursors: live ones from every list (right list or wrong), live ones with one character changed, forged ones. */
-function cursorValue(world: FuzzWorld): fc.Arbitrary<string> {
-  const live = Object.values(world.cursors);
-  const forged = fc
-    .record({ l: fc.constantFrom('emails', 'domains', 'accounts', 'keys', 'suppressions', '__proto__'), a: fc.constantFrom(world.sub.id, 'x'), k: fc.constantFrom(world.ids.email, '') })
-    .map((body) => `${Buffer.from(JSON.stringify(body)).toString('base64url')}.${'A'.repeat(22)}`);
-  return fc.oneof(
-    { arbitrary: fc.constantFrom(...live), weight: 4 },
-    { arbitrary: fc.constantFrom(...live).chain(nearId), weight: 3 },
-    { arbitrary: forged, weight: 2 },
-    { arbitrary: oddString(60), weight: 2 },
-    { arbitrary: fc.constantFrom('.', '..', 'a.b.c', `${live[0]}.${live[0]}`), weight: 1 },
-  );
-}
-
-const isoDate = fc.date({ noInvalidDate: true }).map((d) => d.toISOString());
-const sinceValue = fc.oneof(
-  { arbitrary: isoDate, weight: 3 },
-  {
-    arbitrary: fc.constantFrom('2026-03-10T12:00:00+05:30', '2026-03-10T12:00:00Z', '2026-03-10', '2026-13-40T99:99:99Z', '0000-01-01T00:00:00Z', '+275760-09-13T00:00:00.000Z', '-271821-04-20T00:00:00Z', '2026-03-10T12:00:00', '2026-03-10T12:00:00.123456789Z'),
-    weight: 2,
-  },
-);
-
-/** A query string: the list's own parameters (well-shaped or not), unknown ones, repeats, bad escapes, long values. */
-function query(params: Record<string, fc.Arbitrary<string>>): fc.Arbitrary<string> {
-  const known = Object.keys(params);
-  const pair = fc.oneof(
-    { arbitrary: fc.constantFrom(...known).chain((k) => params[k]!.map((v) => `${k}=${pct(wtf8(v))}`)), weight: 8 },
-    { arbitrary: fc.tuple(fc.constantFrom(...known), urlText(oddString(30))).map(([k, v]) => `${k}=${v}`), weight: 3 },
-    { arbitrary: fc.tuple(urlText(fc.oneof(fc.constantFrom('__proto__', 'constructor', 'limit[]', 'sandbox'), oddString(10))), urlText(oddString(10))).map(([k, v]) => `${k}=${v}`), weight: 1 },
-    { arbitrary: fc.constantFrom(...known, '', '=', '&', '=='), weight: 1 },
-    { arbitrary: fc.constantFrom(...known).chain((k) => longUrlText.map((v) => `${k}=${v}`)), weight: 1 },
-  );
-  return fc.array(pair, { maxLength: 5 }).map((pairs) => (pairs.length > 0 ? `?${pairs.join('&')}` : ''));
+  return Object.defineProperty(req, fc.toStringMethod, { value: () => replay(req), enumerable: false });
 }
 
 // ---- headers -------------------------------------------------------------------------------------------------
@@ -297,11 +189,13 @@ const tags = fc.dictionary(fc.stringMatching(/^[A-Za-z0-9_-]{1,40}$/), fc.oneof(
 const TEMPLATE_VARIABLES = [...new Set(Object.values(TEMPLATES).flatMap((t) => Object.keys(t.variables)))];
 const SEND_FIELDS = ['from', 'to', 'replyTo', 'template', 'tags', 'sandbox', 'name', ...TEMPLATE_VARIABLES];
 
-function sendRequest(domain: string) {
+/** A send from `domain` (now and then from `pending`, connected but not verified) to ordinary or suppressed recipients. */
+function sendRequest(domain: string, pending: string, suppressed: string) {
+  const to = fc.oneof({ arbitrary: address, weight: 20 }, { arbitrary: fc.constant(suppressed), weight: 1 });
   return fc.record(
     {
-      from: mailbox(domain),
-      to: fc.oneof({ arbitrary: address, weight: 4 }, { arbitrary: fc.array(address, { minLength: 1, maxLength: 5 }), weight: 3 }, { arbitrary: fc.array(address, { maxLength: 55 }), weight: 1 }),
+      from: fc.oneof({ arbitrary: mailbox(domain), weight: 12 }, { arbitrary: mailbox(pending), weight: 1 }),
+      to: fc.oneof({ arbitrary: to, weight: 4 }, { arbitrary: fc.array(to, { minLength: 1, maxLength: 5 }), weight: 3 }, { arbitrary: fc.array(to, { maxLength: 55 }), weight: 1 }),
       replyTo: address,
       template,
       tags,
@@ -324,35 +218,34 @@ function withBody(method: string, path: fc.Arbitrary<string>, shaped: fc.Arbitra
     .map(({ path, auth, account, type, body }) => request({ method, path, auth, account, headers: type, body }));
 }
 
-/** Mostly none; a few shared keys (replays and mismatches), a fresh one, or one that is empty or too long. */
-const idempotencyKey = fc.option(
-  fc.oneof(
-    { arbitrary: fc.constantFrom('k1', 'k2', 'k3'), weight: 2 },
-    { arbitrary: fc.string({ unit: 'grapheme-ascii', minLength: 1, maxLength: 64 }), weight: 2 },
-    { arbitrary: fc.oneof(fc.constant(''), fc.string({ unit: 'grapheme-ascii', minLength: 250, maxLength: 300 })), weight: 1 },
-  ),
-  { nil: undefined, freq: 3 },
+/** Mostly none; a fresh one (a claim, then the send), a shared one (replay or mismatch), one that is empty or too long. */
+const idempotencyKey = fc.oneof(
+  { arbitrary: fc.constant(undefined), weight: 12 },
+  { arbitrary: fc.uuid(), weight: 3 },
+  { arbitrary: fc.constantFrom('k1', 'k2'), weight: 1 },
+  { arbitrary: fc.string({ unit: 'grapheme-ascii', minLength: 1, maxLength: 64 }), weight: 1 },
+  { arbitrary: fc.oneof(fc.constant(''), fc.string({ unit: 'grapheme-ascii', minLength: 250, maxLength: 300 })), weight: 1 },
 );
 
 /** POST /emails from `domain`, acting for `account` (whose domain it is). */
-const sends = (domain: string, account: ActingFor) =>
+const sends = (world: FuzzWorld, domain: string, account: ActingFor) =>
   fc
-    .record({ auth, type: contentType, key: idempotencyKey, body: bodyFor(sendRequest(domain), SEND_FIELDS) })
+    .record({ auth, type: contentType, key: idempotencyKey, body: bodyFor(sendRequest(domain, world.pendingDomain, world.suppressed), SEND_FIELDS) })
     .map(({ auth, type, key, body }) =>
       request({ method: 'POST', path: '/emails', auth, account, headers: { ...type, ...(key !== undefined ? { 'idempotency-key': key } : {}) }, body }),
     );
 
 /** Every endpoint that takes a body, a query or an id, each with the requests it is fuzzed with. */
 export function endpoints(world: FuzzWorld): { name: string; requests: fc.Arbitrary<FuzzRequest> }[] {
-  const listQuery = { limit: limitValue, cursor: cursorValue(world) };
+  const listQuery = { limit: limitValue, cursor: cursorValue(Object.values(world.cursors), { account: world.sub.id, row: world.ids.email }) };
   const subIds = [world.sub.id];
   return [
     {
       name: 'POST /emails',
       // A send for the key's own account from its domain, or for the sub-account from the sub-account's domain.
       requests: fc.oneof(
-        { arbitrary: sends(world.domain, 'self'), weight: 4 },
-        { arbitrary: sends(world.sub.domain, 'sub'), weight: 1 },
+        { arbitrary: sends(world, world.domain, 'self'), weight: 4 },
+        { arbitrary: sends(world, world.sub.domain, 'sub'), weight: 1 },
       ),
     },
     { name: 'GET /emails', requests: get(query({ status: fc.constantFrom('sent', 'failed', 'sandboxed', 'SENT', 'queued'), since: sinceValue, ...listQuery }).map((q) => `/emails${q}`)) },
