@@ -88,7 +88,7 @@ async function main(): Promise<void> {
   process.on('SIGINT', () => void shutdown('SIGINT'));
 
   engine.start();
-  const listening = await listenHttp(createApp(deps), config.httpHost, config.httpPort);
+  const listening = await listenHttp(createApp(deps), config.httpHost, config.httpPort, { logger });
   if (stopping) {
     await listening.close();
     return;

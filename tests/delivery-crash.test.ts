@@ -288,8 +288,9 @@ describe('kill -9 mid-delivery', () => {
     const KILL_AT = 120;
     const maxInFlight = DEFAULT_ENGINE_OPTIONS.maxConnections;
     const dataDir = newDataDir();
-    const key = await createAccount(dataDir);
+    // The server creates the database on its first start; the CLI works beside it.
     const first = await startProcess(dataDir);
+    const key = await createAccount(dataDir);
     await sendingDomain(first, dataDir, key, 'crash-shop.example.com');
 
     // Replies are held while the messages are queued, so the kill lands mid-delivery rather than after it.
@@ -371,8 +372,9 @@ describe('SIGTERM', () => {
   it('mid-delivery: exits 0 after finishing or releasing what it held; a restart delivers the rest with no duplicate', { timeout: 60_000 }, async () => {
     const TOTAL = 150;
     const dataDir = newDataDir();
-    const key = await createAccount(dataDir);
+    // The server creates the database on its first start; the CLI works beside it.
     const first = await startProcess(dataDir);
+    const key = await createAccount(dataDir);
     await sendingDomain(first, dataDir, key, 'stop-shop.example.com');
     sink.held = true;
     const recipients = Array.from({ length: TOTAL }, (_, i) => `stop${i}@${DOMAINS[i % DOMAINS.length]}`);
