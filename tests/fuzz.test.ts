@@ -36,6 +36,8 @@ const runsOf = (endpoint: string) => (endpoint === 'POST /emails' ? 2 * RUNS : R
 /** Every so many requests the fake clock moves a day on, so sandbox, quota and idempotency windows reopen. */
 const REQUESTS_PER_DAY = 400;
 
+const SUPPRESSED = ['gone@example.net', 'bounced@example.org', 'complained@customer.example', 'support@b\u00fccher.example', 'old@example.net'];
+
 let service: TestService;
 let sender: Sender;
 let world: FuzzWorld;
@@ -50,10 +52,10 @@ beforeAll(async () => {
   const sent = [];
   for (let i = 0; i < 2; i++) sent.push(await sendEmail(service, sender.key, receipt(sender.from, `r${i}@example.net`, { sandbox: true })));
   const suppressed = [];
-  for (const address of ['gone@example.net', 'bounced@example.org']) suppressed.push(await service.api('POST', '/suppressions', { key: sender.key, body: { address } }));
+  for (const address of SUPPRESSED) suppressed.push(await service.api('POST', '/suppressions', { key: sender.key, body: { address } }));
   service.newKey(sender.account.id, undefined, 'second');
   const secondDomain = await service.api('POST', '/domains', { key: sender.key, body: { name: `second-${sender.domain}` } });
-  expect([...sent, ...suppressed, secondDomain].map((r) => r.status)).toEqual([200, 200, 201, 201, 201]);
+  expect([...sent, ...suppressed, secondDomain].map((r) => r.status)).toEqual([200, 200, ...SUPPRESSED.map(() => 201), 201]);
 
   const cursor = async (list: string) => {
     const res = await service.api('GET', `/${list}?limit=1`, { key: sender.key });
@@ -65,7 +67,7 @@ beforeAll(async () => {
     pendingDomain: `second-${sender.domain}`,
     sub: { id: sub.id, domain: sub.domain },
     ids: { email: sent[0]!.body.id, domain: sender.domainId, suppression: suppressed[0]!.body.id },
-    suppressed: 'gone@example.net',
+    suppressed: SUPPRESSED,
     cursors: {
       emails: await cursor('emails'),
       domains: await cursor('domains'),
@@ -176,6 +178,9 @@ describe('every endpoint that takes a body, a query or an id answers 2xx, or 4xx
       { ...ok, status: 422, text: '{"error":{"code":"invalid_request","message":"x"},"extra":1}' },
       { ...ok, status: 404, text: '{"error":{"code":"not_found","message":"x"}}', contentType: 'text/plain' },
       { ...ok, status: 200, text: '{"id":"x"}', ms: ANSWER_WITHIN_MS + 1 },
+      { ...ok, status: 200, text: '{"error":{"code":"invalid_request","message":"x"}}' },
+      { ...ok, status: 201, text: 'created' },
+      { ...ok, status: 302, text: '' },
     ];
     for (const a of refused) expect(() => checkAnswer(a), JSON.stringify(a)).toThrow();
     expect(() => checkAnswer({ ...ok, status: 422, text: '{"error":{"code":"invalid_request","message":"x"}}' })).not.toThrow();

@@ -18,7 +18,8 @@ export interface FuzzWorld {
   pendingDomain: string;
   sub: { id: string; domain: string };
   ids: { email: string; domain: string; suppression: string };
-  suppressed: string;
+  /** Addresses on the list at the start (POST /suppressions may add them back after a delete). */
+  suppressed: string[];
   cursors: Record<'emails' | 'domains' | 'accounts' | 'keys' | 'suppressions', string>;
 }
 
@@ -190,8 +191,8 @@ const TEMPLATE_VARIABLES = [...new Set(Object.values(TEMPLATES).flatMap((t) => O
 const SEND_FIELDS = ['from', 'to', 'replyTo', 'template', 'tags', 'sandbox', 'name', ...TEMPLATE_VARIABLES];
 
 /** A send from `domain` (now and then from `pending`, connected but not verified) to ordinary or suppressed recipients. */
-function sendRequest(domain: string, pending: string, suppressed: string) {
-  const to = fc.oneof({ arbitrary: address, weight: 20 }, { arbitrary: fc.constant(suppressed), weight: 1 });
+function sendRequest(domain: string, pending: string, suppressed: string[]) {
+  const to = fc.oneof({ arbitrary: address, weight: 20 }, { arbitrary: fc.constantFrom(...suppressed), weight: 1 });
   return fc.record(
     {
       from: fc.oneof({ arbitrary: mailbox(domain), weight: 12 }, { arbitrary: mailbox(pending), weight: 1 }),
@@ -258,9 +259,12 @@ export function endpoints(world: FuzzWorld): { name: string; requests: fc.Arbitr
         fc.constant('/domains'),
         fc.record({
           name: fc.oneof(
-            fc.domain(),
-            fc.constantFrom('EXAMPLE.COM', 'example.com.', 'https://example.com/x', 'b\u00fccher.example', 'xn--bcher-kva.example', 'localhost', '127.0.0.1', '[::1]', 'a..b', '-a.com', `${'a'.repeat(64)}.com`, '%41.com', world.domain),
-            oddString(30),
+            { arbitrary: fc.domain(), weight: 6 },
+            {
+              arbitrary: fc.constantFrom('EXAMPLE.COM', 'example.com.', 'https://example.com/x', 'b\u00fccher.example', 'xn--bcher-kva.example', 'localhost', '127.0.0.1', '[::1]', 'a..b', '-a.com', `${'a'.repeat(64)}.com`, '%41.com', world.domain),
+              weight: 2,
+            },
+            { arbitrary: oddString(30), weight: 1 },
           ),
         }),
         ['name'],
@@ -282,7 +286,7 @@ export function endpoints(world: FuzzWorld): { name: string; requests: fc.Arbitr
       name: 'POST /accounts/{id}/suspend',
       requests: withBody(
         'POST',
-        idSegment(subIds).map((id) => `/accounts/${id}/suspend`),
+        idSegment(subIds, 12).map((id) => `/accounts/${id}/suspend`),
         fc.record({ suspended: fc.boolean(), reason: fc.oneof(fc.lorem({ mode: 'sentences', maxCount: 3 }), oddString(520)) }, { requiredKeys: ['suspended'] }),
         ['suspended', 'reason'],
         fc.oneof({ arbitrary: fc.constant('self' as const), weight: 6 }, { arbitrary: actingFor, weight: 1 }),
@@ -292,13 +296,22 @@ export function endpoints(world: FuzzWorld): { name: string; requests: fc.Arbitr
     { name: 'GET /keys', requests: get(query(listQuery).map((q) => `/keys${q}`)) },
     { name: 'POST /keys', requests: withBody('POST', fc.constant('/keys'), fc.record({ name: fc.oneof(fc.lorem({ maxCount: 3 }), oddString(70)), scopes }, { requiredKeys: ['name'] }), ['name', 'scopes']) },
     { name: 'DELETE /keys/{id}', requests: withBody('DELETE', idSegment([]).map((id) => `/keys/${id}`), fc.constant({}), []) },
-    { name: 'GET /suppressions', requests: get(query({ address: fc.oneof(address, oddString(40), fc.constant(world.suppressed)), ...listQuery }).map((q) => `/suppressions${q}`)) },
-    { name: 'POST /suppressions', requests: withBody('POST', fc.constant('/suppressions'), fc.record({ address: fc.oneof(address, oddString(40)) }), ['address']) },
+    { name: 'GET /suppressions', requests: get(query({ address: fc.oneof(address, oddString(40), fc.constantFrom(...world.suppressed)), ...listQuery }).map((q) => `/suppressions${q}`)) },
+    {
+      name: 'POST /suppressions',
+      requests: withBody('POST', fc.constant('/suppressions'), fc.record({ address: fc.oneof(address, fc.constantFrom(...world.suppressed), oddString(40)) }), ['address']),
+    },
     {
       name: 'DELETE /suppressions/{address}',
       requests: withBody(
         'DELETE',
-        fc.oneof(address.map((a) => pct(wtf8(a))), fc.constant(world.suppressed), idSegment([world.ids.suppression])).map((a) => `/suppressions/${a}`),
+        fc
+          .oneof(
+            { arbitrary: fc.constantFrom(...world.suppressed), weight: 4 },
+            { arbitrary: address.map((a) => pct(wtf8(a))), weight: 2 },
+            { arbitrary: idSegment([world.ids.suppression]), weight: 2 },
+          )
+          .map((a) => `/suppressions/${a}`),
         fc.constant({}),
         [],
       ),

@@ -50,10 +50,10 @@ const nearId = (id: string) =>
   );
 
 /** A path segment for `{id}`: a real id only when `real` holds some (never for deletes that would break the fixture). */
-export function idSegment(real: string[]): fc.Arbitrary<string> {
+export function idSegment(real: string[], realWeight = 3): fc.Arbitrary<string> {
   const anyId = real.length > 0 ? fc.constantFrom(...real) : fc.uuid();
   return fc.oneof(
-    ...(real.length > 0 ? [{ arbitrary: fc.constantFrom(...real), weight: 3 }] : []),
+    ...(real.length > 0 ? [{ arbitrary: fc.constantFrom(...real), weight: realWeight }] : []),
     { arbitrary: anyId.chain(nearId), weight: 3 },
     { arbitrary: fc.uuid(), weight: 2 },
     { arbitrary: urlText(oddString(40, 1)), weight: 4 },
