@@ -9,3 +9,5 @@ export * from './outbound-messages.js';
 export * from './outbound-recipients.js';
 export * from './idempotency-keys.js';
 export * from './suppressions.js';
+export * from './webhook-endpoints.js';
+export * from './webhook-deliveries.js';
