@@ -117,4 +117,5 @@ export const LISTS = {
   suppressions: { name: 'suppressions', badLimit: { status: 422, code: 'invalid_request' }, badCursor: { status: 422, code: 'invalid_cursor' } },
   webhooks: { name: 'webhooks', badLimit: { status: 400, code: 'invalid_request' }, badCursor: { status: 400, code: 'invalid_request' } },
   webhookDeliveries: { name: 'webhook-deliveries', badLimit: { status: 400, code: 'invalid_request' }, badCursor: { status: 400, code: 'invalid_request' } },
+  events: standard('events'),
 } as const satisfies Record<string, ListDef>;

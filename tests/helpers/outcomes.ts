@@ -1,0 +1,61 @@
+import { type EventStatus, emailEvents, emails, webhookEndpoints, type WebhookEventType } from '../../db/schema/index.js';
+import { newId } from '../../server/ids.js';
+import type { TestService } from './service.js';
+
+/**
+ * Recorded outcomes written straight to the tables the mail engine writes (emails, email_events), so the event feed
+ * and replay can be tested on exact times and counts; and endpoints written as POST /webhooks stores them.
+ */
+
+export function seedEmail(service: TestService, accountId: string, opts: { from?: string; tags?: Record<string, string> | null; at?: number } = {}): string {
+  const at = opts.at ?? service.clock.now();
+  const id = newId(at);
+  service.deps.db
+    .insert(emails)
+    .values({ id, accountId, fromAddress: opts.from ?? 'billing@example.com', to: ['a@example.net'], subject: 's', template: 'notification', status: 'sent', sandbox: false, tags: opts.tags ?? null, createdAt: at })
+    .run();
+  return id;
+}
+
+export interface SeededEvent {
+  id: string;
+  emailId: string;
+  recipient: string;
+  status: EventStatus;
+  dsn: string;
+  detail: string;
+  occurredAt: number;
+}
+
+const DSN: Record<EventStatus, { dsn: string; detail: string }> = {
+  delivered: { dsn: '2.0.0', detail: '250 2.0.0 OK queued' },
+  bounced: { dsn: '5.1.1', detail: '550 5.1.1 No such user' },
+  deferred: { dsn: '4.2.0', detail: '451 4.2.0 Try again later' },
+  complained: { dsn: '', detail: 'The recipient reported the message as spam.' },
+};
+
+/** One outcome, with an id made at `occurredAt` (ids stay in insertion order, so seed in time order). */
+export function seedEvent(service: TestService, emailId: string, status: EventStatus, occurredAt: number, recipient = 'a@example.net'): SeededEvent {
+  const row = { id: newId(occurredAt), emailId, recipient, status, ...DSN[status], occurredAt };
+  service.deps.db.insert(emailEvents).values(row).run();
+  return row;
+}
+
+/** Many outcomes of one email at once, `occurredAt` from `start` one millisecond apart (for the replay cap). */
+export function seedManyEvents(service: TestService, emailId: string, n: number, start: number): void {
+  const rows = Array.from({ length: n }, (_, i) => ({ id: newId(start + i), emailId, recipient: `r${i}@example.net`, status: 'delivered' as const, ...DSN.delivered, occurredAt: start + i }));
+  service.deps.db.transaction((tx) => {
+    for (let i = 0; i < rows.length; i += 500) tx.insert(emailEvents).values(rows.slice(i, i + 500)).run();
+  });
+}
+
+/** An endpoint row as POST /webhooks writes it (the sealed secret is not read by anything tested here). */
+export function seedEndpoint(service: TestService, accountId: string, events: WebhookEventType[], opts: { active?: boolean } = {}): string {
+  const now = service.clock.now();
+  const id = newId(now);
+  service.deps.db
+    .insert(webhookEndpoints)
+    .values({ id, accountId, url: 'https://hooks.example.com/in', events, secretSealed: 'sealed', active: opts.active ?? true, disabledAt: opts.active === false ? now : null, failureCount: opts.active === false ? 10 : 0, createdAt: now })
+    .run();
+  return id;
+}
