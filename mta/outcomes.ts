@@ -6,6 +6,7 @@ import { findAccount } from '../server/core/accounts.js';
 import { tripBreakerIfPaused } from '../server/core/reputation.js';
 import { suppress } from '../server/core/suppressions.js';
 import { newId } from '../server/ids.js';
+import { fanOutOutcome } from '../server/webhooks/fanout.js';
 import type { Claimed } from './delivery-queue.js';
 import type { Classified } from './dsn.js';
 import { nextAttemptAt } from './retry-schedule.js';
@@ -23,7 +24,7 @@ export interface Recorded {
  * Email's first deliveredAt/bouncedAt, and for a 5.x.x bounce the suppression (the account's list and its parent's)
  * and the reputation counters, tripping the breaker when they grade as paused.
  */
-export async function recordOutcome(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'commits'>, job: Claimed, outcome: Classified): Promise<Recorded> {
+export async function recordOutcome(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'commits' | 'onWebhookQueued'>, job: Claimed, outcome: Classified): Promise<Recorded> {
   const { db, clock } = deps;
   const now = clock.now();
   const attempts = job.recipient.attempts + 1;
@@ -39,9 +40,11 @@ export async function recordOutcome(deps: Pick<Deps, 'db' | 'clock' | 'logger' |
 
   // Through the group commit: outcomes of concurrent connections share one fsync, and the caller's next step waits
   // until this one is durable.
-  await deps.commits.run(() => {
+  const webhooks = await deps.commits.run(() => {
     const q = statements(db);
     q.insertEvent.run({ id: newId(now), emailId: job.message.id, recipient: job.recipient.recipient, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail, occurredAt: now });
+    // The account's webhook deliveries of this outcome, in the same transaction: no event is lost between the two.
+    const fannedOut = fanOutOutcome(db, { accountId: job.message.accountId, emailId: job.message.id, recipient: job.recipient.recipient, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail, occurredAt: now });
     q.updateRecipient.run({ id: job.recipient.id, status: recorded.status === 'deferred' ? 'queued' : recorded.status, attempts, nextAttemptAt: recorded.nextAttemptAt ?? now });
     if (recorded.status === 'delivered') q.firstDelivered.run({ id: job.message.id, now });
     if (recorded.status === 'bounced') q.firstBounced.run({ id: job.message.id, now });
@@ -57,7 +60,9 @@ export async function recordOutcome(deps: Pick<Deps, 'db' | 'clock' | 'logger' |
     }
     // Once every recipient has its final outcome the content is no longer needed: it goes.
     if ((q.openRecipients.get({ messageId: job.message.id })?.n ?? 0) === 0) q.deleteMessage.run({ id: job.message.id });
+    return fannedOut;
   });
+  if (webhooks > 0) deps.onWebhookQueued();
   deps.logger.info(`delivery.${recorded.status}`, { emailId: job.message.id, recipient: job.recipient.recipient, dsn: recorded.dsn, detail: recorded.detail, attempts });
   return recorded;
 }

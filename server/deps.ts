@@ -26,6 +26,8 @@ export interface Deps {
   keyUsage: KeyUsage;
   /** Called after a send is durably queued; main points it at the delivery engine so delivery starts at once. */
   onQueued: () => void;
+  /** Called after webhook deliveries are durably queued; main points it at the webhook dispatcher. */
+  onWebhookQueued: () => void;
   rateLimiter: RateLimiter;
 }
 
@@ -67,6 +69,7 @@ export function createDeps(config: Config, clock: Clock, logger: Logger): Deps {
     secretKey: resolveSecretKey(config),
     keyUsage: createKeyUsage(),
     onQueued: () => undefined,
+    onWebhookQueued: () => undefined,
     rateLimiter: createRateLimiter(clock, { perKey: config.rateLimitPerKey, perAccount: config.rateLimitPerAccount }),
   };
 }

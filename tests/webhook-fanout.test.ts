@@ -1,0 +1,121 @@
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { eq } from 'drizzle-orm';
+import { emailEvents, outboundRecipients, webhookDeliveries, webhookEndpoints, type WebhookEventType } from '../db/schema/index.js';
+import { createDeliveryEngine } from '../mta/delivery-engine.js';
+import { newId } from '../server/ids.js';
+import { FAST_TIMEOUTS, type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
+import { newSender, newSubSender, receipt } from './helpers/sending.js';
+
+/**
+ * The fan-out (issue 10, point 2): an outcome's webhook deliveries are written in the transaction that records it,
+ * one per endpoint of the sending account subscribed to its type, active or switched off; none for other types,
+ * other accounts or a sub-account's parent; and an outcome whose deliveries cannot be written is not recorded either.
+ */
+
+let rig: DeliveryRig;
+
+beforeAll(async () => {
+  rig = await startDeliveryRig();
+});
+
+afterAll(() => stopDeliveryRig(rig));
+
+beforeEach(() => {
+  rig.service.deps.db.delete(outboundRecipients).run();
+  resetDeliveryRig(rig);
+});
+
+function endpoint(accountId: string, events: WebhookEventType[], active = true): string {
+  const now = rig.service.clock.now();
+  const id = newId(now);
+  rig.service.deps.db
+    .insert(webhookEndpoints)
+    .values({ id, accountId, url: `https://hooks.webhooks.test/${id}`, events, secretSealed: 'unused-here', active, disabledAt: active ? null : now, createdAt: now })
+    .run();
+  return id;
+}
+
+const deliveriesOf = (endpointId: string) => rig.service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpointId)).all();
+
+async function sendAndDeliver(key: string, from: string, to: string, extra: Record<string, unknown> = {}, account?: string): Promise<string> {
+  const res = await rig.service.api('POST', '/emails', { key, body: receipt(from, to, extra), ...(account ? { account } : {}) });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  await createDeliveryEngine(rig.service.deps, { timeouts: FAST_TIMEOUTS }).runOnce();
+  return res.body.id as string;
+}
+
+describe('webhook fan-out of recorded outcomes', () => {
+  it('writes one delivery per subscribed endpoint, active or switched off, with the event’s data and tags', async () => {
+    const s = await newSender(rig.service);
+    const other = await newSender(rig.service, { name: 'Another account' });
+    const active = endpoint(s.account.id, ['email.delivered', 'email.bounced']);
+    const disabled = endpoint(s.account.id, ['email.delivered'], false);
+    const bouncesOnly = endpoint(s.account.id, ['email.bounced']);
+    const foreign = endpoint(other.account.id, ['email.delivered']);
+    let queued = 0;
+    rig.service.deps.onWebhookQueued = () => queued++;
+
+    const id = await sendAndDeliver(s.key, s.from, 'ann@example.net', { tags: { order: 'A-7' } });
+
+    const [event] = rig.service.deps.db.select().from(emailEvents).where(eq(emailEvents.emailId, id)).all();
+    expect(event?.status).toBe('delivered');
+    for (const ep of [active, disabled]) {
+      const rows = deliveriesOf(ep);
+      expect(rows).toHaveLength(1);
+      expect(rows[0]).toMatchObject({ accountId: s.account.id, eventType: 'email.delivered', attempts: 0, nextAttemptAt: event!.occurredAt, deliveredAt: null });
+      expect(JSON.parse(rows[0]!.data)).toEqual({
+        messageId: id,
+        recipient: 'ann@example.net',
+        status: 'delivered',
+        dsn: event!.dsn,
+        detail: event!.detail,
+        occurredAt: new Date(event!.occurredAt).toISOString(),
+        from: s.from,
+        tags: { order: 'A-7' },
+      });
+    }
+    expect(deliveriesOf(bouncesOnly)).toEqual([]);
+    expect(deliveriesOf(foreign)).toEqual([]);
+    expect(queued).toBe(1);
+  });
+
+  it('carries no tags when the send had none, and writes a bounce to the endpoints subscribed to bounces', async () => {
+    const s = await newSender(rig.service);
+    const bounces = endpoint(s.account.id, ['email.bounced']);
+    rig.sink.rcpt = () => ({ code: 550, message: '5.1.1 no such user' });
+    await sendAndDeliver(s.key, s.from, 'gone@example.net');
+    const rows = deliveriesOf(bounces);
+    expect(rows.map((r) => r.eventType)).toEqual(['email.bounced']);
+    expect(JSON.parse(rows[0]!.data)).not.toHaveProperty('tags');
+    expect(JSON.parse(rows[0]!.data)).toMatchObject({ status: 'bounced', dsn: '5.1.1' });
+  });
+
+  it('sends a sub-account’s outcomes to the sub-account’s endpoints, not its parent’s', async () => {
+    const parent = await newSender(rig.service);
+    const sub = await newSubSender(rig.service, parent.key);
+    const parentEndpoint = endpoint(parent.account.id, ['email.delivered']);
+    const subEndpoint = endpoint(sub.id, ['email.delivered']);
+    await sendAndDeliver(parent.key, sub.from, 'bob@example.net', {}, sub.id);
+    expect(deliveriesOf(subEndpoint)).toHaveLength(1);
+    expect(deliveriesOf(parentEndpoint)).toEqual([]);
+  });
+
+  it('records neither the outcome nor any delivery when the deliveries cannot be written', async () => {
+    const s = await newSender(rig.service);
+    const ep = endpoint(s.account.id, ['email.delivered']);
+    const sqlite = rig.service.deps.store.sqlite;
+    sqlite.exec(`create trigger refuse_deliveries before insert on webhook_deliveries begin select raise(abort, 'refused'); end`);
+    try {
+      const res = await rig.service.api('POST', '/emails', { key: s.key, body: receipt(s.from, 'cy@example.net') });
+      expect(res.status).toBe(200);
+      await createDeliveryEngine(rig.service.deps, { timeouts: FAST_TIMEOUTS }).runOnce();
+      expect(rig.service.deps.db.select().from(emailEvents).where(eq(emailEvents.emailId, res.body.id as string)).all()).toEqual([]);
+      expect(deliveriesOf(ep)).toEqual([]);
+      // The recipient is still queued (its lease runs out and it is tried again), not lost.
+      const [recipient] = rig.service.deps.db.select().from(outboundRecipients).where(eq(outboundRecipients.messageId, res.body.id as string)).all();
+      expect(recipient?.status).toBe('queued');
+    } finally {
+      sqlite.exec('drop trigger refuse_deliveries');
+    }
+  });
+});
