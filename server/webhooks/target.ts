@@ -1,0 +1,83 @@
+import { isIP } from 'node:net';
+import { isReservedAddress } from '../core/ip-ranges.js';
+import type { Deps } from '../deps.js';
+import { ApiError } from '../errors.js';
+
+export const MAX_WEBHOOK_URL_LENGTH = 2000;
+
+/**
+ * A webhook URL as the API accepts it: https, no user or password, 1 to 2000 characters, a host. The WHATWG parser
+ * rewrites odd IPv4 spellings (`0x7f000001`, `2130706433`, `0177.1`) to the dotted address they mean, and IPv6
+ * literals to their compressed form, so resolveTarget judges the address itself, never its spelling.
+ */
+export function parseWebhookUrl(raw: string): URL {
+  if (raw.length === 0) throw new ApiError('invalid_url', 'The URL is empty.');
+  if (raw.length > MAX_WEBHOOK_URL_LENGTH) throw new ApiError('invalid_url', `The URL is longer than ${MAX_WEBHOOK_URL_LENGTH} characters.`);
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new ApiError('invalid_url', 'The URL is not a valid absolute URL.');
+  }
+  if (url.protocol !== 'https:') throw new ApiError('invalid_url', 'The URL must use https.');
+  if (url.username !== '' || url.password !== '') throw new ApiError('invalid_url', 'The URL must not carry a user name or password.');
+  if (url.hostname === '' || url.hostname === '.') throw new ApiError('invalid_url', 'The URL has no host.');
+  return url;
+}
+
+export type TargetCheck =
+  | { kind: 'ok'; addresses: string[] }
+  | { kind: 'blocked'; address: string }
+  | { kind: 'dns_error'; reason: string };
+
+/** The host of a URL as an address or a DNS name: IPv6 brackets and a final root dot removed. */
+export function targetHost(url: URL): string {
+  const host = url.hostname.replace(/^\[(.*)\]$/, '$1');
+  return isIP(host) === 0 ? host.replace(/\.$/, '').toLowerCase() : host;
+}
+
+/**
+ * Names that mean loopback whatever DNS says (RFC 6761 section 6.3: `localhost` and every name under it): answered
+ * here, never asked of a resolver that might not know the rule.
+ */
+const LOOPBACK_NAMES = /(^|\.)localhost$/;
+
+/**
+ * The addresses a webhook post may go to: an IP-literal host as is, else the A and AAAA answers through deps.resolver
+ * (DNS_SERVERS). `blocked` when ANY address is reserved, since a name with one public and one private answer would let
+ * the connection land on the private one; `dns_error` when nothing resolves. ALLOW_PRIVATE_TARGETS lifts the block.
+ */
+export async function resolveTarget(deps: Pick<Deps, 'resolver' | 'config'>, url: URL): Promise<TargetCheck> {
+  const host = targetHost(url);
+  let addresses: string[];
+  if (isIP(host) !== 0) addresses = [host];
+  else if (LOOPBACK_NAMES.test(host)) addresses = ['127.0.0.1', '::1'];
+  else {
+    const [a, aaaa] = await Promise.all([deps.resolver.a(host), deps.resolver.aaaa(host)]);
+    // IPv4 first: the order connections are tried in.
+    addresses = [...(a.status === 'found' ? a.records : []), ...(aaaa.status === 'found' ? aaaa.records : [])];
+    if (addresses.length === 0) {
+      const why = [a, aaaa].find((l) => l.status === 'unknown');
+      const reason = why?.status === 'unknown' ? why.reason : a.status === 'missing' && a.nxdomain ? 'nxdomain' : 'no_address';
+      return { kind: 'dns_error', reason };
+    }
+  }
+  if (!deps.config.allowPrivateTargets) {
+    const reserved = addresses.find((ip) => isReservedAddress(ip));
+    if (reserved !== undefined) return { kind: 'blocked', address: reserved };
+  }
+  return { kind: 'ok', addresses: [...new Set(addresses)] };
+}
+
+/**
+ * The creation-time check of api.md in one call: parseWebhookUrl, then resolveTarget, a refusal of either being
+ * `422 invalid_url` (a blocked address or a name that does not resolve to a public host), with a message that names
+ * the reason but never an address.
+ */
+export async function checkWebhookUrl(deps: Pick<Deps, 'resolver' | 'config'>, raw: string): Promise<URL> {
+  const url = parseWebhookUrl(raw);
+  const check = await resolveTarget(deps, url);
+  if (check.kind === 'blocked') throw new ApiError('invalid_url', 'The URL host resolves to a private, loopback or reserved address.');
+  if (check.kind === 'dns_error') throw new ApiError('invalid_url', 'The URL host does not resolve to an address.');
+  return url;
+}
