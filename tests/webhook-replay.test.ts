@@ -1,0 +1,236 @@
+import { asc, eq } from 'drizzle-orm';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { webhookDeliveries } from '../db/schema/index.js';
+import { MAX_REPLAY_EVENTS } from '../server/core/webhook-replay.js';
+import { runCommonAuthTests } from './helpers/auth-cases.js';
+import { seedEmail, seedEndpoint, seedEvent, seedManyEvents, type SeededEvent } from './helpers/outcomes.js';
+import { startService, type TestService } from './helpers/service.js';
+
+/**
+ * POST /webhooks/{id}/replay (issue 10 point 7): fresh deliveries of the account's recorded outcomes in a window,
+ * oldest first, their data exactly as the fan-out builds it, at most 10,000 (a larger window is refused whole).
+ */
+
+let service: TestService;
+let pokes = 0;
+
+beforeAll(async () => {
+  service = await startService();
+  service.deps.onWebhookQueued = () => {
+    pokes += 1;
+  };
+});
+afterAll(async () => {
+  await service.close();
+});
+
+const TYPE = { delivered: 'email.delivered', bounced: 'email.bounced', deferred: 'email.deferred', complained: 'email.complained' } as const;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+const MINUTE = 60_000;
+
+const expectError = (res: { status: number; body: unknown }, status: number, code: string) => {
+  expect(res.status, JSON.stringify(res.body)).toBe(status);
+  expect(res.body).toEqual({ error: { code, message: expect.any(String) } });
+};
+
+const deliveriesOf = (endpointId: string) =>
+  service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpointId)).orderBy(asc(webhookDeliveries.id)).all();
+
+const isoAt = (ms: number) => new Date(ms).toISOString();
+
+/** An account with two emails (one tagged) and five outcomes a minute apart, starting a minute after t0 (ten minutes ago). */
+function accountWithHistory() {
+  const { account, key } = service.newAccount({ name: 'Replay' });
+  const t0 = service.clock.now() - 10 * MINUTE;
+  const plain = seedEmail(service, account.id, { from: 'billing@example.com' });
+  const tagged = seedEmail(service, account.id, { from: 'alerts@example.com', tags: { plan: 'pro', campaign: 'march' } });
+  const seeded = [
+    seedEvent(service, plain, 'deferred', t0 + 1 * MINUTE, 'x@example.net'),
+    seedEvent(service, plain, 'delivered', t0 + 2 * MINUTE, 'x@example.net'),
+    seedEvent(service, tagged, 'bounced', t0 + 3 * MINUTE, 'z@example.net'),
+    seedEvent(service, tagged, 'delivered', t0 + 4 * MINUTE, 'y@example.net'),
+    seedEvent(service, plain, 'complained', t0 + 5 * MINUTE, 'x@example.net'),
+  ];
+  const from = (e: SeededEvent) => (e.emailId === plain ? 'billing@example.com' : 'alerts@example.com');
+  const tags = (e: SeededEvent) => (e.emailId === tagged ? { tags: { plan: 'pro', campaign: 'march' } } : {});
+  /** The post's data the fan-out would have written for this outcome (api.md Events; decisions.md 7 for tags). */
+  const data = (e: SeededEvent) => ({
+    messageId: e.emailId,
+    recipient: e.recipient,
+    status: e.status,
+    dsn: e.dsn,
+    detail: e.detail,
+    occurredAt: isoAt(e.occurredAt),
+    from: from(e),
+    ...tags(e),
+  });
+  return { account, key, t0, seeded, data };
+}
+
+describe('POST /webhooks/{id}/replay', () => {
+  it('queues the window\'s outcomes oldest first as fresh deliveries due now, data as the fan-out builds it, answering { queued }', async () => {
+    const { account, key, t0, seeded, data } = accountWithHistory();
+    const endpoint = seedEndpoint(service, account.id, ['email.delivered', 'email.bounced', 'email.deferred', 'email.complained']);
+    service.clock.advance(10 * MINUTE);
+    const now = service.clock.now();
+    const before = pokes;
+    const res = await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body: { since: isoAt(t0) } });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body).toEqual({ queued: 5 });
+    expect(pokes).toBe(before + 1);
+
+    const rows = deliveriesOf(endpoint);
+    expect(rows.map((r) => ({ eventType: r.eventType, data: JSON.parse(r.data) as unknown }))).toEqual(seeded.map((e) => ({ eventType: TYPE[e.status], data: data(e) })));
+    for (const r of rows) {
+      expect(r.id).toMatch(UUID);
+      expect(r).toMatchObject({ accountId: account.id, attempts: 0, lastStatus: null, lastError: null, deliveredAt: null, nextAttemptAt: now, createdAt: now, lockedBy: null });
+    }
+    // Fresh ids, not the events' own; id order (the dispatcher's event order) is oldest outcome first.
+    expect(rows.map((r) => r.id)).toEqual([...rows.map((r) => r.id)].sort());
+    expect(rows.map((r) => r.id).some((id) => seeded.some((e) => e.id === id))).toBe(false);
+
+    // A second replay queues them again: it is the receiver's way to get them once more.
+    const again = await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body: { since: isoAt(t0) } });
+    expect(again.body).toEqual({ queued: 5 });
+    expect(deliveriesOf(endpoint)).toHaveLength(10);
+  });
+
+  it('the window is [since, until): an outcome at since is in, one at until is out', async () => {
+    const { account, key, seeded, data } = accountWithHistory();
+    const endpoint = seedEndpoint(service, account.id, ['email.delivered', 'email.bounced', 'email.deferred', 'email.complained']);
+    const res = await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body: { since: isoAt(seeded[1]!.occurredAt), until: isoAt(seeded[3]!.occurredAt) } });
+    expect(res.body).toEqual({ queued: 2 });
+    expect(deliveriesOf(endpoint).map((r) => JSON.parse(r.data) as unknown)).toEqual([data(seeded[1]!), data(seeded[2]!)]);
+    // With an offset instead of Z, the same instants.
+    const shifted = (ms: number) => new Date(ms - 5 * 3_600_000).toISOString().replace('Z', '-05:00');
+    const same = await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body: { since: shifted(seeded[1]!.occurredAt), until: shifted(seeded[3]!.occurredAt) } });
+    expect(same.body).toEqual({ queued: 2 });
+  });
+
+  it('events defaults to the email types the endpoint subscribes to; an explicit list wins, repeats dropped', async () => {
+    const { account, key, t0, seeded, data } = accountWithHistory();
+    const endpoint = seedEndpoint(service, account.id, ['email.bounced', 'ping', 'email.complained']);
+    const byDefault = await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body: { since: isoAt(t0) } });
+    expect(byDefault.body).toEqual({ queued: 2 });
+    expect(deliveriesOf(endpoint).map((r) => JSON.parse(r.data) as unknown)).toEqual([data(seeded[2]!), data(seeded[4]!)]);
+
+    const other = seedEndpoint(service, account.id, ['email.bounced']);
+    const explicit = await service.api('POST', `/webhooks/${other}/replay`, { key, body: { since: isoAt(t0), events: ['email.delivered', 'email.delivered'] } });
+    expect(explicit.body).toEqual({ queued: 2 });
+    expect(deliveriesOf(other).map((r) => [r.eventType, JSON.parse(r.data) as unknown])).toEqual([
+      ['email.delivered', data(seeded[1]!)],
+      ['email.delivered', data(seeded[3]!)],
+    ]);
+  });
+
+  it('an endpoint subscribed to ping only, or an empty window, queues nothing: { queued: 0 }, no poke', async () => {
+    const { account, key, t0 } = accountWithHistory();
+    const pingOnly = seedEndpoint(service, account.id, ['ping']);
+    const before = pokes;
+    expect((await service.api('POST', `/webhooks/${pingOnly}/replay`, { key, body: { since: isoAt(t0) } })).body).toEqual({ queued: 0 });
+    const all = seedEndpoint(service, account.id, ['email.delivered']);
+    const empty = await service.api('POST', `/webhooks/${all}/replay`, { key, body: { since: isoAt(t0 - 60 * MINUTE), until: isoAt(t0) } });
+    expect(empty.status).toBe(200);
+    expect(empty.body).toEqual({ queued: 0 });
+    expect(deliveriesOf(pingOnly)).toHaveLength(0);
+    expect(deliveriesOf(all)).toHaveLength(0);
+    expect(pokes).toBe(before);
+  });
+
+  it('only the acting account\'s outcomes: never another account\'s, a sub-account\'s endpoint replays the sub-account\'s own', async () => {
+    const mine = accountWithHistory();
+    const other = accountWithHistory();
+    const sub = await service.api('POST', '/accounts', { key: mine.key, body: { name: 'Sub' } });
+    expect(sub.status).toBe(201);
+    const subEvent = seedEvent(service, seedEmail(service, sub.body.id), 'delivered', mine.t0 + 6 * MINUTE);
+    const endpoint = seedEndpoint(service, mine.account.id, ['email.delivered']);
+    const subEndpoint = seedEndpoint(service, sub.body.id, ['email.delivered']);
+
+    expect((await service.api('POST', `/webhooks/${endpoint}/replay`, { key: mine.key, body: { since: isoAt(mine.t0) } })).body).toEqual({ queued: 2 });
+    expect(deliveriesOf(endpoint).map((r) => (JSON.parse(r.data) as { messageId: string }).messageId)).toEqual([mine.seeded[1]!.emailId, mine.seeded[3]!.emailId]);
+    const viaHeader = await service.api('POST', `/webhooks/${subEndpoint}/replay`, { key: mine.key, account: sub.body.id, body: { since: isoAt(mine.t0) } });
+    expect(viaHeader.body).toEqual({ queued: 1 });
+    expect((JSON.parse(deliveriesOf(subEndpoint)[0]!.data) as { messageId: string }).messageId).toBe(subEvent.emailId);
+    expect(other.seeded).toHaveLength(5);
+  });
+
+  it('a switched-off endpoint gets its replay queued; the rows wait like the rest of its queue', async () => {
+    const { account, key, t0 } = accountWithHistory();
+    const endpoint = seedEndpoint(service, account.id, ['email.delivered'], { active: false });
+    expect((await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body: { since: isoAt(t0) } })).body).toEqual({ queued: 2 });
+    expect(deliveriesOf(endpoint)).toHaveLength(2);
+  });
+
+  it(`queues exactly ${MAX_REPLAY_EVENTS}; one more is 422 invalid_request telling to narrow the window, and nothing is queued`, async () => {
+    const { account, key } = service.newAccount({ name: 'Busy' });
+    const start = service.clock.now() + 1000;
+    const email = seedEmail(service, account.id);
+    seedManyEvents(service, email, MAX_REPLAY_EVENTS + 1, start);
+    const endpoint = seedEndpoint(service, account.id, ['email.delivered']);
+    const tooMany = await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body: { since: isoAt(start) , until: isoAt(start + MAX_REPLAY_EVENTS + 1) } });
+    expectError(tooMany, 422, 'invalid_request');
+    expect(tooMany.body.error.message).toContain('narrow');
+    expect(deliveriesOf(endpoint)).toHaveLength(0);
+
+    const exactly = await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body: { since: isoAt(start + 1), until: isoAt(start + MAX_REPLAY_EVENTS + 1) } });
+    expect(exactly.status, JSON.stringify(exactly.body)).toBe(200);
+    expect(exactly.body).toEqual({ queued: MAX_REPLAY_EVENTS });
+    const rows = deliveriesOf(endpoint);
+    expect(rows).toHaveLength(MAX_REPLAY_EVENTS);
+    expect((JSON.parse(rows[0]!.data) as { recipient: string }).recipient).toBe('r1@example.net');
+    expect((JSON.parse(rows[rows.length - 1]!.data) as { recipient: string }).recipient).toBe(`r${MAX_REPLAY_EVENTS}@example.net`);
+  }, 60_000);
+
+  it('an unknown id, another account\'s endpoint, or a parent\'s endpoint asked through a sub-account is 404 webhook_not_found', async () => {
+    const mine = accountWithHistory();
+    const other = accountWithHistory();
+    const theirs = seedEndpoint(service, other.account.id, ['email.delivered']);
+    const body = { since: isoAt(mine.t0) };
+    expectError(await service.api('POST', `/webhooks/${theirs}/replay`, { key: mine.key, body }), 404, 'webhook_not_found');
+    expectError(await service.api('POST', '/webhooks/01a00000-0000-7000-8000-000000000000/replay', { key: mine.key, body }), 404, 'webhook_not_found');
+    expectError(await service.api('POST', '/webhooks/nope/replay', { key: mine.key, body }), 404, 'webhook_not_found');
+    const parents = seedEndpoint(service, mine.account.id, ['email.delivered']);
+    const sub = await service.api('POST', '/accounts', { key: mine.key, body: { name: 'Sub' } });
+    expectError(await service.api('POST', `/webhooks/${parents}/replay`, { key: mine.key, account: sub.body.id, body }), 404, 'webhook_not_found');
+    expect(deliveriesOf(theirs)).toHaveLength(0);
+  });
+
+  it('a body that is not JSON is 400 invalid_json', async () => {
+    const { account, key } = accountWithHistory();
+    const endpoint = seedEndpoint(service, account.id, ['email.delivered']);
+    for (const raw of ['{"since":', 'since=2026-03-10T12:00:00Z', '']) {
+      expectError(await service.api('POST', `/webhooks/${endpoint}/replay`, { key, rawBody: raw, headers: { 'content-type': 'application/json' } }), 400, 'invalid_json');
+    }
+  });
+
+  it.each([
+    ['since missing', {}, 'since'],
+    ['since without a zone', { since: '2026-03-10T12:00:00' }, 'since'],
+    ['since as a number', { since: 1773144000000 }, 'since'],
+    ['until not a date', { since: '2026-03-10T12:00:00Z', until: 'later' }, 'until'],
+    ['until equal to since', { since: '2026-03-10T12:00:00Z', until: '2026-03-10T12:00:00Z' }, 'until'],
+    ['until before since', { since: '2026-03-10T12:00:00Z', until: '2026-03-10T11:00:00Z' }, 'until'],
+    ['events empty', { since: '2026-03-10T12:00:00Z', events: [] }, 'events'],
+    ['events naming ping', { since: '2026-03-10T12:00:00Z', events: ['ping'] }, 'events'],
+    ['events naming an unknown type', { since: '2026-03-10T12:00:00Z', events: ['email.opened'] }, 'events'],
+    ['events not an array', { since: '2026-03-10T12:00:00Z', events: 'email.delivered' }, 'events'],
+    ['an unknown field', { since: '2026-03-10T12:00:00Z', from: 'x' }, 'from'],
+    ['a body that is not an object', ['2026-03-10T12:00:00Z'], 'body'],
+  ])('%s is 422 invalid_request naming the field', async (_name, body, field) => {
+    const { account, key } = accountWithHistory();
+    const endpoint = seedEndpoint(service, account.id, ['email.delivered']);
+    const res = await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body });
+    expectError(res, 422, 'invalid_request');
+    expect(res.body.error.message).toContain(field);
+    expect(deliveriesOf(endpoint)).toHaveLength(0);
+  });
+});
+
+describe('the standard failures', () => {
+  runCommonAuthTests(() => service, {
+    method: 'POST',
+    path: ({ service: s, accountId }) => `/webhooks/${seedEndpoint(s, accountId, ['email.delivered'])}/replay`,
+    scope: 'webhooks:write',
+    body: { since: '2026-03-10T12:00:00Z' },
+  });
+});
