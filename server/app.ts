@@ -11,7 +11,9 @@ import { accountRoutes } from './routes/accounts.js';
 import { domainRoutes } from './routes/domains.js';
 import { emailRoutes } from './routes/emails.js';
 import { keyRoutes } from './routes/keys.js';
+import { eventRoutes } from './routes/events.js';
 import { suppressionRoutes } from './routes/suppressions.js';
+import { webhookRoutes } from './routes/webhooks.js';
 
 export const API_BASE = '/api/v1';
 
@@ -43,7 +45,9 @@ export function createApp(deps: Deps) {
     .route('/', keyRoutes(deps))
     .route('/', domainRoutes(deps))
     .route('/', emailRoutes(deps))
-    .route('/', suppressionRoutes(deps));
+    .route('/', suppressionRoutes(deps))
+    .route('/', webhookRoutes(deps))
+    .route('/', eventRoutes(deps));
 
   const app = new Hono<AppEnv>();
   app.get('/healthz', (c) => {

@@ -1,0 +1,153 @@
+import { and, count, desc, eq, lt } from 'drizzle-orm';
+import { z } from 'zod';
+import { type WebhookDeliveryRow, type WebhookEndpointRow, WEBHOOK_EVENT_TYPES, webhookDeliveries, webhookEndpoints } from '../../db/schema/index.js';
+import { iso, isoOrNull } from '../clock.js';
+import type { Deps } from '../deps.js';
+import { ApiError } from '../errors.js';
+import { newId } from '../ids.js';
+import { encryptSecret } from '../secrets.js';
+import { newWebhookSecret } from '../webhooks/signing.js';
+import { parseWebhookUrl, resolveTarget } from '../webhooks/target.js';
+import type { PageRequest, RequestContext } from './context.js';
+
+/** Webhook endpoints and their deliveries (api.md, Webhooks): the rules, without HTTP. */
+
+export const MAX_ENDPOINTS = 20;
+/** One test ping per endpoint in this window (api.md, Limits: "Test ping"). */
+export const PING_COOLDOWN_MS = 10_000;
+
+export const createWebhookInput = z.strictObject({
+  // Its form (https, no credentials, 1 to MAX_WEBHOOK_URL_LENGTH characters) is judged by parseWebhookUrl: 422 invalid_url.
+  url: z.string(),
+  events: z.array(z.enum(WEBHOOK_EVENT_TYPES)).min(1, 'must name at least one event type').max(50),
+});
+
+export interface WebhookEndpointView {
+  id: string;
+  url: string;
+  events: string[];
+  active: boolean;
+  failureCount: number;
+  disabledAt: string | null;
+  createdAt: string;
+}
+
+export interface WebhookDeliveryView {
+  id: string;
+  eventType: string;
+  attempts: number;
+  lastStatus: number | null;
+  lastError: string | null;
+  deliveredAt: string | null;
+  nextAttemptAt: string | null;
+  createdAt: string;
+}
+
+export function endpointView(row: WebhookEndpointRow): WebhookEndpointView {
+  return {
+    id: row.id,
+    url: row.url,
+    events: row.events,
+    active: row.active,
+    failureCount: row.failureCount,
+    disabledAt: isoOrNull(row.disabledAt),
+    createdAt: iso(row.createdAt),
+  };
+}
+
+export function deliveryView(row: WebhookDeliveryRow): WebhookDeliveryView {
+  return {
+    id: row.id,
+    eventType: row.eventType,
+    attempts: row.attempts,
+    lastStatus: row.lastStatus,
+    lastError: row.lastError,
+    deliveredAt: isoOrNull(row.deliveredAt),
+    nextAttemptAt: isoOrNull(row.nextAttemptAt),
+    createdAt: iso(row.createdAt),
+  };
+}
+
+/** The associated data sealing an endpoint's secret: a sealed secret copied onto another endpoint does not open. */
+export const secretContext = (endpointId: string) => `webhook:${endpointId}`;
+
+/**
+ * POST /webhooks: the body's rules (422 invalid_request), a server that can keep a secret (503 not_configured), an
+ * https URL without credentials whose host resolves only to public addresses (422 invalid_url), room for one more
+ * (422 too_many_endpoints). The secret is answered this once and stored sealed.
+ */
+export async function createWebhook({ deps, ctx, input }: { deps: Deps; ctx: RequestContext; input: z.output<typeof createWebhookInput> }): Promise<WebhookEndpointView & { secret: string }> {
+  if (!deps.secretKey) throw new ApiError('not_configured', 'This server cannot store secrets (SECRET_KEY=off), so no webhook signing secret can be kept.');
+  const url = parseWebhookUrl(input.url);
+  const target = await resolveTarget(deps, url);
+  if (target.kind === 'blocked') throw new ApiError('invalid_url', `url: ${url.hostname} resolves to a private, loopback or reserved address.`);
+  if (target.kind === 'dns_error') throw new ApiError('invalid_url', `url: ${url.hostname} does not resolve to a public address (${target.reason}).`);
+  const now = deps.clock.now();
+  const id = newId(now);
+  const secret = newWebhookSecret();
+  const row: WebhookEndpointRow = {
+    id,
+    accountId: ctx.account.id,
+    url: url.href,
+    events: [...new Set(input.events)],
+    secretSealed: encryptSecret(deps.secretKey, secret, secretContext(id)),
+    active: true,
+    failureCount: 0,
+    disabledAt: null,
+    lastPingAt: null,
+    createdAt: now,
+  };
+  deps.db.transaction((tx) => {
+    const n = tx.select({ n: count() }).from(webhookEndpoints).where(eq(webhookEndpoints.accountId, ctx.account.id)).get()?.n ?? 0;
+    if (n >= MAX_ENDPOINTS) throw new ApiError('too_many_endpoints', `This account already has ${MAX_ENDPOINTS} webhook endpoints; delete one first.`);
+    tx.insert(webhookEndpoints).values(row).run();
+  });
+  return { ...endpointView(row), secret };
+}
+
+export function listWebhooks({ deps, ctx, page }: { deps: Deps; ctx: RequestContext; page: PageRequest }): WebhookEndpointView[] {
+  return deps.db
+    .select()
+    .from(webhookEndpoints)
+    .where(and(eq(webhookEndpoints.accountId, ctx.account.id), page.after ? lt(webhookEndpoints.id, page.after) : undefined))
+    .orderBy(desc(webhookEndpoints.id))
+    .limit(page.limit + 1)
+    .all()
+    .map(endpointView);
+}
+
+/** The acting account's endpoint, or 404 webhook_not_found (another account's looks exactly like none). */
+export function requireEndpoint(deps: Deps, ctx: RequestContext, id: string): WebhookEndpointRow {
+  const row = deps.db
+    .select()
+    .from(webhookEndpoints)
+    .where(and(eq(webhookEndpoints.id, id), eq(webhookEndpoints.accountId, ctx.account.id)))
+    .get();
+  if (!row) throw new ApiError('webhook_not_found', 'No webhook endpoint with that id on this account.');
+  return row;
+}
+
+export function getWebhook({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): WebhookEndpointView {
+  return endpointView(requireEndpoint(deps, ctx, id));
+}
+
+/** DELETE /webhooks/{id}: the endpoint and every delivery queued or kept for it (cascade), at once. */
+export function deleteWebhook({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): void {
+  const row = requireEndpoint(deps, ctx, id);
+  deps.db.transaction((tx) => {
+    tx.delete(webhookDeliveries).where(eq(webhookDeliveries.endpointId, row.id)).run();
+    tx.delete(webhookEndpoints).where(eq(webhookEndpoints.id, row.id)).run();
+  });
+}
+
+export function listDeliveries({ deps, ctx, id, page }: { deps: Deps; ctx: RequestContext; id: string; page: PageRequest }): WebhookDeliveryView[] {
+  const endpoint = requireEndpoint(deps, ctx, id);
+  return deps.db
+    .select()
+    .from(webhookDeliveries)
+    .where(and(eq(webhookDeliveries.endpointId, endpoint.id), page.after ? lt(webhookDeliveries.id, page.after) : undefined))
+    .orderBy(desc(webhookDeliveries.id))
+    .limit(page.limit + 1)
+    .all()
+    .map(deliveryView);
+}

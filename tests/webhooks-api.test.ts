@@ -1,0 +1,232 @@
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { eq } from 'drizzle-orm';
+import { webhookDeliveries, webhookEndpoints } from '../db/schema/index.js';
+import { newId } from '../server/ids.js';
+import { decryptSecret } from '../server/secrets.js';
+import { runCommonAuthTests } from './helpers/auth-cases.js';
+import { TestDnsServer } from './helpers/dns-server.js';
+import { expectError } from './helpers/sending.js';
+import { startService, type TestService } from './helpers/service.js';
+
+/**
+ * The Webhooks endpoints of api.md: create (the secret once, sealed at rest), list, get, delete with its deliveries,
+ * the deliveries list, and every error the spec names for them, status and code.
+ */
+
+let dns: TestDnsServer;
+let service: TestService;
+
+/** A name that resolves to a public address (nothing is contacted at creation) and one that resolves to loopback. */
+const PUBLIC = 'https://hooks.webhooks.test/mailstead';
+
+beforeAll(async () => {
+  dns = await TestDnsServer.start();
+  service = await startService({ DNS_SERVERS: dns.address });
+});
+
+afterAll(async () => {
+  await service.close();
+  await dns.stop();
+});
+
+beforeEach(() => {
+  dns.clear();
+  dns.add('hooks.webhooks.test', { type: 'A', address: '93.184.216.34' });
+  dns.add('inside.webhooks.test', { type: 'A', address: '127.0.0.1' });
+  dns.add('mixed.webhooks.test', { type: 'A', address: '93.184.216.34' });
+  dns.add('mixed.webhooks.test', { type: 'AAAA', address: 'fd00::1' });
+});
+
+const create = (key: string, body: unknown, account?: string) => service.api('POST', '/webhooks', { key, body, ...(account ? { account } : {}) });
+
+describe('POST /webhooks', () => {
+  it('answers 201 with the endpoint and its secret once; repeated events are dropped; the secret is stored sealed', async () => {
+    const { key } = service.newAccount();
+    const res = await create(key, { url: PUBLIC, events: ['email.delivered', 'email.bounced', 'email.delivered'] });
+    expect(res.status, JSON.stringify(res.body)).toBe(201);
+    expect(res.body).toEqual({
+      id: expect.stringMatching(/^[0-9a-f-]{36}$/),
+      url: PUBLIC,
+      events: ['email.delivered', 'email.bounced'],
+      active: true,
+      failureCount: 0,
+      disabledAt: null,
+      createdAt: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/),
+      secret: expect.stringMatching(/^whsec_[A-Za-z0-9+/]{43}=$/),
+    });
+    const row = service.deps.db.select().from(webhookEndpoints).where(eq(webhookEndpoints.id, res.body.id)).get()!;
+    expect(row.secretSealed).not.toContain(res.body.secret.slice(6));
+    expect(decryptSecret(service.deps.secretKey!, row.secretSealed, `webhook:${row.id}`).toString('utf8')).toBe(res.body.secret);
+
+    // Never read back.
+    const got = await service.api('GET', `/webhooks/${res.body.id}`, { key });
+    expect(got.status).toBe(200);
+    const { secret: _secret, ...endpoint } = res.body;
+    expect(got.body).toEqual(endpoint);
+    const list = await service.api('GET', '/webhooks', { key });
+    expect(list.body).toEqual({ data: [endpoint], nextCursor: null });
+  });
+
+  it.each([
+    ['not https', 'http://hooks.webhooks.test/x'],
+    ['a user name', 'https://user@hooks.webhooks.test/x'],
+    ['credentials', 'https://user:pass@hooks.webhooks.test/x'],
+    ['a password alone', 'https://:pass@hooks.webhooks.test/x'],
+    ['2001 characters', `https://hooks.webhooks.test/${'a'.repeat(2001 - 'https://hooks.webhooks.test/'.length)}`],
+    ['not a URL', 'hooks.webhooks.test'],
+    ['empty', ''],
+    ['a host that resolves to loopback', 'https://inside.webhooks.test/x'],
+    ['a host with one private address among public ones', 'https://mixed.webhooks.test/x'],
+    ['a host that does not resolve', 'https://nowhere.webhooks.test/x'],
+    ['localhost.', 'https://localhost./x'],
+    ['loopback in hex', 'https://0x7f000001/x'],
+    ['loopback as one number', 'https://2130706433/x'],
+    ['IPv4-mapped loopback', 'https://[::ffff:7f00:1]/x'],
+    ['IPv4-compatible loopback', 'https://[::127.0.0.1]/x'],
+    ['the metadata address', 'https://169.254.169.254/latest'],
+  ])('refuses %s with 422 invalid_url', async (_, url) => {
+    const { key } = service.newAccount();
+    expectError(await create(key, { url, events: ['email.delivered'] }), 422, 'invalid_url');
+  });
+
+  it('accepts exactly 2000 characters', async () => {
+    const { key } = service.newAccount();
+    const url = `${PUBLIC}/${'a'.repeat(2000 - PUBLIC.length - 1)}`;
+    expect(url).toHaveLength(2000);
+    expect((await create(key, { url, events: ['ping'] })).status).toBe(201);
+  });
+
+  it.each([
+    ['no url', { events: ['email.delivered'] }],
+    ['no events', { url: PUBLIC }],
+    ['no event at all', { url: PUBLIC, events: [] }],
+    ['an unknown event', { url: PUBLIC, events: ['email.opened'] }],
+    ['a url that is not a string', { url: 42, events: ['ping'] }],
+    ['an unknown field', { url: PUBLIC, events: ['ping'], secret: 'mine' }],
+  ])('refuses %s with 422 invalid_request', async (_, body) => {
+    const { key } = service.newAccount();
+    expectError(await create(key, body), 422, 'invalid_request');
+  });
+
+  it('refuses a body that is not JSON with 400 invalid_json', async () => {
+    const { key } = service.newAccount();
+    expectError(await service.api('POST', '/webhooks', { key, rawBody: '{"url":' }), 400, 'invalid_json');
+  });
+
+  it('refuses the 21st endpoint with 422 too_many_endpoints, per account', async () => {
+    const { key } = service.newAccount();
+    for (let i = 0; i < 20; i++) expect((await create(key, { url: `${PUBLIC}/${i}`, events: ['ping'] })).status).toBe(201);
+    expectError(await create(key, { url: `${PUBLIC}/21`, events: ['ping'] }), 422, 'too_many_endpoints');
+    const other = service.newAccount();
+    expect((await create(other.key, { url: PUBLIC, events: ['ping'] })).status).toBe(201);
+  });
+
+  it('answers 503 not_configured when the server cannot store secrets', async () => {
+    const off = await startService({ DNS_SERVERS: dns.address, SECRET_KEY: 'off' });
+    try {
+      const { key } = off.newAccount();
+      expectError(await off.api('POST', '/webhooks', { key, body: { url: PUBLIC, events: ['ping'] } }), 503, 'not_configured');
+    } finally {
+      await off.close();
+    }
+  });
+
+  it('creates a sub-account’s endpoint with the account header; the parent does not see it', async () => {
+    const { key } = service.newAccount();
+    const sub = await service.api('POST', '/accounts', { key, body: { name: 'Sub with hooks' } });
+    const res = await create(key, { url: PUBLIC, events: ['email.bounced'] }, sub.body.id);
+    expect(res.status).toBe(201);
+    expect((await service.api('GET', `/webhooks/${res.body.id}`, { key, account: sub.body.id })).status).toBe(200);
+    expectError(await service.api('GET', `/webhooks/${res.body.id}`, { key }), 404, 'webhook_not_found');
+  });
+});
+
+describe('GET, DELETE /webhooks/{id} and the lists', () => {
+  it('answers 404 webhook_not_found for an unknown id, another account’s endpoint, and after delete', async () => {
+    const a = service.newAccount();
+    const b = service.newAccount();
+    const theirs = (await create(b.key, { url: PUBLIC, events: ['ping'] })).body.id as string;
+    for (const method of ['GET', 'DELETE']) {
+      expectError(await service.api(method, `/webhooks/${theirs}`, { key: a.key }), 404, 'webhook_not_found');
+      expectError(await service.api(method, '/webhooks/01a00000-0000-7000-8000-000000000000', { key: a.key }), 404, 'webhook_not_found');
+      expectError(await service.api(method, '/webhooks/not-an-id', { key: a.key }), 404, 'webhook_not_found');
+    }
+    expectError(await service.api('GET', `/webhooks/${theirs}/deliveries`, { key: a.key }), 404, 'webhook_not_found');
+  });
+
+  it('deletes an endpoint and every delivery queued or kept for it, at once', async () => {
+    const { key, account } = service.newAccount();
+    const id = (await create(key, { url: PUBLIC, events: ['email.delivered'] })).body.id as string;
+    const now = service.clock.now();
+    for (const delivered of [null, now]) {
+      service.deps.db
+        .insert(webhookDeliveries)
+        .values({ id: newId(now), endpointId: id, accountId: account.id, eventType: 'email.delivered', data: '{}', deliveredAt: delivered, nextAttemptAt: delivered ? null : now, createdAt: now })
+        .run();
+    }
+    expect((await service.api('GET', `/webhooks/${id}/deliveries`, { key })).body.data).toHaveLength(2);
+    expect((await service.api('DELETE', `/webhooks/${id}`, { key })).status).toBe(204);
+    expect(service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, id)).all()).toEqual([]);
+    expectError(await service.api('GET', `/webhooks/${id}`, { key }), 404, 'webhook_not_found');
+  });
+
+  it('lists endpoints and deliveries newest first, keyset-paged', async () => {
+    const { key, account } = service.newAccount();
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i++) ids.push((await create(key, { url: `${PUBLIC}/${i}`, events: ['ping'] })).body.id);
+    const first = await service.api('GET', '/webhooks?limit=3', { key });
+    expect(first.body.data.map((e: { id: string }) => e.id)).toEqual(ids.slice(2).reverse());
+    const second = await service.api('GET', `/webhooks?limit=3&cursor=${encodeURIComponent(first.body.nextCursor)}`, { key });
+    expect(second.body).toEqual({ data: expect.any(Array), nextCursor: null });
+    expect(second.body.data.map((e: { id: string }) => e.id)).toEqual(ids.slice(0, 2).reverse());
+
+    const now = service.clock.now();
+    const deliveries = [1, 2, 3].map((i) => {
+      const id = newId(now + i);
+      service.deps.db
+        .insert(webhookDeliveries)
+        .values({ id, endpointId: ids[0]!, accountId: account.id, eventType: 'email.deferred', data: '{}', attempts: i, lastStatus: 503, lastError: 'HTTP 503', nextAttemptAt: now + 60_000, createdAt: now + i })
+        .run();
+      return id;
+    });
+    const page = await service.api('GET', `/webhooks/${ids[0]}/deliveries?limit=2`, { key });
+    expect(page.status).toBe(200);
+    expect(page.body.data).toEqual([3, 2].map((i) => ({
+      id: deliveries[i - 1],
+      eventType: 'email.deferred',
+      attempts: i,
+      lastStatus: 503,
+      lastError: 'HTTP 503',
+      deliveredAt: null,
+      nextAttemptAt: new Date(now + 60_000).toISOString(),
+      createdAt: new Date(now + i).toISOString(),
+    })));
+    const rest = await service.api('GET', `/webhooks/${ids[0]}/deliveries?limit=2&cursor=${encodeURIComponent(page.body.nextCursor)}`, { key });
+    expect(rest.body.data.map((d: { id: string }) => d.id)).toEqual([deliveries[0]]);
+  });
+
+  it.each(['limit=0', 'limit=101', 'limit=abc', 'cursor=nope'])('answers 400 invalid_request (not 422) for %s on both lists', async (query) => {
+    const { key } = service.newAccount();
+    const id = (await create(key, { url: PUBLIC, events: ['ping'] })).body.id as string;
+    expectError(await service.api('GET', `/webhooks?${query}`, { key }), 400, 'invalid_request');
+    expectError(await service.api('GET', `/webhooks/${id}/deliveries?${query}`, { key }), 400, 'invalid_request');
+  });
+
+  it('refuses another list’s cursor with 400 invalid_request', async () => {
+    const { key } = service.newAccount();
+    for (let i = 0; i < 2; i++) await service.api('POST', '/domains', { key, body: { name: `d${i}-${Date.now()}.example.com` } });
+    const domains = await service.api('GET', '/domains?limit=1', { key });
+    expect(domains.body.nextCursor).toEqual(expect.any(String));
+    expectError(await service.api('GET', `/webhooks?cursor=${encodeURIComponent(domains.body.nextCursor)}`, { key }), 400, 'invalid_request');
+  });
+});
+
+describe('auth on the Webhooks endpoints', () => {
+  const someEndpoint = async ({ service: svc, key }: { service: TestService; key: string }) =>
+    `/webhooks/${(await svc.api('POST', '/webhooks', { key, body: { url: PUBLIC, events: ['ping'] } })).body.id}`;
+  runCommonAuthTests(() => service, { method: 'GET', path: '/webhooks', scope: 'webhooks:read' });
+  runCommonAuthTests(() => service, { method: 'POST', path: '/webhooks', scope: 'webhooks:write', body: { url: PUBLIC, events: ['ping'] } });
+  runCommonAuthTests(() => service, { method: 'GET', path: someEndpoint, scope: 'webhooks:read' });
+  runCommonAuthTests(() => service, { method: 'DELETE', path: someEndpoint, scope: 'webhooks:write' });
+  runCommonAuthTests(() => service, { method: 'GET', path: async (ctx) => `${await someEndpoint(ctx)}/deliveries`, scope: 'webhooks:read' });
+});
