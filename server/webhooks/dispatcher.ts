@@ -1,0 +1,276 @@
+import { randomUUID } from 'node:crypto';
+import { hostname } from 'node:os';
+import { eq } from 'drizzle-orm';
+import { type WebhookDeliveryRow, type WebhookEndpointRow, webhookDeliveries } from '../../db/schema/index.js';
+import { iso } from '../clock.js';
+import type { Deps } from '../deps.js';
+import { ApiError } from '../errors.js';
+import { newId } from '../ids.js';
+import { decryptSecret } from '../secrets.js';
+import { createFairSlots } from '../../mta/fair-slots.js';
+import { WEBHOOK_TIMEOUT_MS, postWebhook } from './http-client.js';
+import { signedHeaders } from './signing.js';
+import {
+  type ClaimedWebhook,
+  type WebhookAttempt,
+  claimDueWebhookDeliveries,
+  recordWebhookAttempt,
+  reenableWebhookEndpoint,
+  releaseDeadWebhookLeases,
+  releaseWebhookDeliveries,
+} from './webhook-queue.js';
+
+/** The HTTP client's signature (server/webhooks/http-client.ts); tests may pass another. */
+export type PostWebhook = (
+  deps: Pick<Deps, 'resolver' | 'config' | 'logger'>,
+  url: string,
+  headers: Record<string, string>,
+  body: string,
+  options?: { timeoutMs?: number },
+) => Promise<WebhookAttempt>;
+
+export interface DispatcherOptions {
+  /** How often due deliveries are looked for (besides `poke()` and a finished post); WEBHOOK_INTERVAL_MS by default. */
+  intervalMs: number;
+  /** Endpoints posted to at once, in all. */
+  maxInFlight: number;
+  /** Endpoints of one account posted to at once, so one account's slow receivers leave room for the others. */
+  perAccount: number;
+  /** How long a claim holds a delivery; longer than a post can take (the timeout and the DNS lookups). */
+  leaseMs: number;
+  /** A receiver's time to answer with its status. */
+  timeoutMs: number;
+  post: PostWebhook;
+}
+
+export const DEFAULT_DISPATCHER_OPTIONS: Omit<DispatcherOptions, 'intervalMs'> = {
+  maxInFlight: 16,
+  perAccount: 4,
+  leaseMs: 120_000,
+  timeoutMs: WEBHOOK_TIMEOUT_MS,
+  post: postWebhook,
+};
+
+/** The body of a delivery's post: `{ id, type, createdAt, data }`, exactly the bytes that are signed. */
+export function webhookPostBody(row: WebhookDeliveryRow): string {
+  const data: unknown = JSON.parse(row.data);
+  return JSON.stringify({ id: row.id, type: row.eventType, createdAt: iso(row.createdAt), data });
+}
+
+/** The endpoint's signing secret, unsealed with the server's key (null when it cannot be). */
+function endpointSecret(deps: Pick<Deps, 'secretKey'>, endpoint: WebhookEndpointRow): string | null {
+  if (!deps.secretKey) return null;
+  try {
+    return decryptSecret(deps.secretKey, endpoint.secretSealed, `webhook:${endpoint.id}`).toString('utf8');
+  } catch {
+    return null;
+  }
+}
+
+/** Signs and posts one delivery now; never throws (a client failure is a `connection_error` attempt). */
+async function attemptDelivery(deps: Deps, endpoint: WebhookEndpointRow, row: WebhookDeliveryRow, post: PostWebhook, timeoutMs: number): Promise<WebhookAttempt> {
+  const secret = endpointSecret(deps, endpoint);
+  if (secret === null) {
+    deps.logger.error('webhook.secret_unreadable', { endpointId: endpoint.id, deliveryId: row.id });
+    return { delivered: false, status: null, error: 'secret_unreadable' };
+  }
+  const body = webhookPostBody(row);
+  const headers = signedHeaders(secret, { id: row.id, type: row.eventType }, Math.floor(deps.clock.now() / 1000), body);
+  try {
+    return await post(deps, endpoint.url, headers, body, { timeoutMs });
+  } catch (err) {
+    deps.logger.error('webhook.post_crashed', { endpointId: endpoint.id, deliveryId: row.id, err });
+    return { delivered: false, status: null, error: 'connection_error' };
+  }
+}
+
+/**
+ * The webhook dispatcher. Every `intervalMs`, on `poke()` and whenever a post ends, it claims due deliveries (the
+ * earliest due one of each active endpoint with nothing in flight, accounts in turn) and posts them, each in a slot
+ * of `createFairSlots` with the endpoint as destination: at most `maxInFlight` endpoints at once, `perAccount` of one
+ * account, one delivery of an endpoint at a time. So a receiver that stalls holds only its own endpoint's slot, and an
+ * account's slow receivers never hold up another account's deliveries.
+ */
+export function createWebhookDispatcher(deps: Deps, options: Partial<DispatcherOptions> = {}) {
+  const opts: DispatcherOptions = { ...DEFAULT_DISPATCHER_OPTIONS, intervalMs: deps.config.webhookIntervalMs, ...options };
+  const worker = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+  const slots = createFairSlots({ total: opts.maxInFlight, perAccount: opts.perAccount, perDestination: 1 });
+  /** Endpoints with a post in flight in this process (their lease may have run out on a moved clock). */
+  const busy = new Set<string>();
+  /** Posts in flight per account (claimed, in a slot or waiting for one). */
+  const byAccount = new Map<string, number>();
+  const posts = new Set<Promise<void>>();
+
+  let running = false;
+  let wake: (() => void) | null = null;
+  let loopDone: Promise<void> = Promise.resolve();
+
+  async function deliver({ delivery, endpoint }: ClaimedWebhook): Promise<void> {
+    const slot = await slots.acquire(endpoint.accountId, endpoint.id);
+    if (!slot) {
+      releaseWebhookDeliveries(deps.db, worker, [delivery.id]);
+      return;
+    }
+    try {
+      const attempt = await attemptDelivery(deps, endpoint, delivery, opts.post, opts.timeoutMs);
+      const now = deps.clock.now();
+      const recorded = recordWebhookAttempt(deps.db, worker, delivery, attempt, now);
+      const fields = {
+        deliveryId: delivery.id,
+        endpointId: endpoint.id,
+        accountId: endpoint.accountId,
+        type: delivery.eventType,
+        attempts: delivery.attempts + 1,
+        status: attempt.status,
+      };
+      if (!recorded.recorded) deps.logger.info('webhook.attempt_dropped', { ...fields, reason: 'delivery gone or lease lost' });
+      else if (attempt.delivered) deps.logger.debug('webhook.delivered', fields);
+      else
+        deps.logger.info('webhook.attempt_failed', {
+          ...fields,
+          error: attempt.error,
+          nextAttemptAt: recorded.nextAttemptAt === null ? null : iso(recorded.nextAttemptAt),
+          failureCount: recorded.failureCount,
+        });
+      if (recorded.disabled) deps.logger.warn('webhook.endpoint_disabled', { endpointId: endpoint.id, accountId: endpoint.accountId, failureCount: recorded.failureCount });
+    } catch (err) {
+      // The attempt could not be written: give the lease back so the delivery is tried again.
+      deps.logger.error('webhook.record_failed', { deliveryId: delivery.id, endpointId: endpoint.id, err });
+      try {
+        releaseWebhookDeliveries(deps.db, worker, [delivery.id]);
+      } catch {
+        // The lease runs out by itself.
+      }
+    } finally {
+      slot.release();
+    }
+  }
+
+  /** Claims what fits now and starts its posts; returns them. */
+  function claim(): Promise<void>[] {
+    const claimed = claimDueWebhookDeliveries(deps.db, worker, deps.clock.now(), opts.leaseMs, {
+      total: opts.maxInFlight - busy.size,
+      perAccount: (accountId) => opts.perAccount - (byAccount.get(accountId) ?? 0),
+      busyEndpoints: busy,
+    });
+    return claimed.map((job) => {
+      const account = job.endpoint.accountId;
+      busy.add(job.endpoint.id);
+      byAccount.set(account, (byAccount.get(account) ?? 0) + 1);
+      const done = deliver(job).finally(() => {
+        busy.delete(job.endpoint.id);
+        const n = (byAccount.get(account) ?? 1) - 1;
+        if (n === 0) byAccount.delete(account);
+        else byAccount.set(account, n);
+        posts.delete(done);
+        // The endpoint's next delivery, or another's, may be due now.
+        wake?.();
+      });
+      posts.add(done);
+      return done;
+    });
+  }
+
+  /** Claims and posts until nothing more is due (tests drive it with a fake clock); the number of posts made. */
+  async function runOnce(): Promise<number> {
+    let total = 0;
+    for (;;) {
+      const started = claim();
+      if (started.length === 0 && posts.size === 0) return total;
+      total += started.length;
+      if (started.length === 0) await Promise.race(posts);
+      else await Promise.race(started);
+    }
+  }
+
+  async function loop(): Promise<void> {
+    while (running) {
+      try {
+        claim();
+      } catch (err) {
+        deps.logger.error('webhook.claim_failed', { err });
+      }
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, opts.intervalMs);
+        wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      wake = null;
+    }
+  }
+
+  return {
+    worker,
+    runOnce,
+    /** Starts the loop (from main); leases of earlier processes of this host that are gone are released first. */
+    start(): void {
+      if (running) return;
+      const released = releaseDeadWebhookLeases(deps.db, worker);
+      if (released > 0) deps.logger.warn('webhook.leases_released', { released });
+      running = true;
+      loopDone = loop();
+    },
+    /** Something was queued (an outcome, a re-enabled endpoint): look now instead of at the next interval. */
+    poke(): void {
+      wake?.();
+    },
+    /** Stops claiming, lets the posts in flight finish and record their attempt, and gives back any lease left. */
+    async stop(): Promise<void> {
+      running = false;
+      wake?.();
+      await loopDone;
+      while (posts.size > 0) await Promise.all([...posts]);
+      releaseWebhookDeliveries(deps.db, worker);
+    },
+  };
+}
+
+export type WebhookDispatcher = ReturnType<typeof createWebhookDispatcher>;
+
+export interface PingResult {
+  id: string;
+  status: number | null;
+  delivered: boolean;
+  error: string | null;
+}
+
+/**
+ * Posts a `ping` to the endpoint now and waits for the answer: one delivery row, one attempt, final whatever the
+ * answer (never retried, never counted as a failure). A successful ping switches a disabled endpoint back on, with no
+ * failures, and its waiting deliveries due now so they resume in event order.
+ */
+export async function pingEndpoint(deps: Deps, endpoint: WebhookEndpointRow, options: { post?: PostWebhook; timeoutMs?: number } = {}): Promise<PingResult> {
+  if (!deps.secretKey) throw new ApiError('not_configured', 'The server cannot read webhook secrets (SECRET_KEY=off).');
+  const now = deps.clock.now();
+  const row: WebhookDeliveryRow = {
+    id: newId(now),
+    endpointId: endpoint.id,
+    accountId: endpoint.accountId,
+    eventType: 'ping',
+    data: JSON.stringify({ endpointId: endpoint.id }),
+    attempts: 0,
+    lastStatus: null,
+    lastError: null,
+    deliveredAt: null,
+    nextAttemptAt: null,
+    lockedBy: null,
+    lockedUntil: null,
+    createdAt: now,
+  };
+  deps.db.insert(webhookDeliveries).values(row).run();
+  const attempt = await attemptDelivery(deps, endpoint, row, options.post ?? postWebhook, options.timeoutMs ?? WEBHOOK_TIMEOUT_MS);
+  const at = deps.clock.now();
+  const reenabled = deps.db.transaction(() => {
+    deps.db
+      .update(webhookDeliveries)
+      .set({ attempts: 1, lastStatus: attempt.status, lastError: attempt.delivered ? null : attempt.error, deliveredAt: attempt.delivered ? at : null })
+      .where(eq(webhookDeliveries.id, row.id))
+      .run();
+    return attempt.delivered ? reenableWebhookEndpoint(deps.db, endpoint.id, at) : false;
+  });
+  deps.logger.info('webhook.ping', { endpointId: endpoint.id, accountId: endpoint.accountId, deliveryId: row.id, delivered: attempt.delivered, status: attempt.status, error: attempt.error });
+  if (reenabled) deps.logger.info('webhook.endpoint_reenabled', { endpointId: endpoint.id, accountId: endpoint.accountId, by: 'ping' });
+  return { id: row.id, status: attempt.status, delivered: attempt.delivered, error: attempt.delivered ? null : attempt.error };
+}

@@ -1,0 +1,210 @@
+import { hostname } from 'node:os';
+import { and, eq, inArray, isNotNull, sql } from 'drizzle-orm';
+import type { Db } from '../../db/client.js';
+import { definePrepared } from '../../db/prepared.js';
+import { type WebhookDeliveryRow, type WebhookEndpointRow, webhookDeliveries, webhookEndpoints } from '../../db/schema/index.js';
+import { WEBHOOK_DISABLE_AFTER_FAILURES, nextWebhookAttemptAt } from './retry-schedule.js';
+
+/**
+ * The webhook delivery queue (webhook_deliveries): rows claimed with a lease, one UPDATE ... RETURNING, attempted,
+ * and rescheduled from the retry table. Deliveries of one endpoint go out one at a time, in id (event) order among
+ * those due; a disabled endpoint's deliveries wait.
+ */
+
+export interface ClaimedWebhook {
+  delivery: WebhookDeliveryRow;
+  endpoint: WebhookEndpointRow;
+}
+
+/** How many endpoints may still be taken: in all, per account, and which endpoints are busy in this process. */
+export interface WebhookClaimRoom {
+  total: number;
+  perAccount: (accountId: string) => number;
+  busyEndpoints: ReadonlySet<string>;
+}
+
+const p = sql.placeholder;
+
+const statements = definePrepared((db) => ({
+  lease: db
+    .update(webhookDeliveries)
+    .set({ lockedBy: sql`${p('worker')}`, lockedUntil: sql`${p('until')}` })
+    .where(
+      sql`${webhookDeliveries.id} in (select value from json_each(${p('ids')})) and ${webhookDeliveries.nextAttemptAt} <= ${p('now')}
+          and (${webhookDeliveries.lockedUntil} is null or ${webhookDeliveries.lockedUntil} <= ${p('now')})`,
+    )
+    .returning()
+    .prepare(),
+}));
+
+/**
+ * Leases, until `now + leaseMs`, the earliest due delivery of each active endpoint that has none in flight (a due
+ * delivery under a live lease, or an endpoint busy in this process), accounts in turn within their room. The candidates
+ * are read from the due index only, so delivered history costs nothing.
+ */
+export function claimDueWebhookDeliveries(db: Db, worker: string, now: number, leaseMs: number, room: WebhookClaimRoom): ClaimedWebhook[] {
+  if (room.total <= 0) return [];
+  const rows = db.transaction(() => {
+    const candidates = db.all<{ id: string; endpointId: string; accountId: string; busy: number }>(sql`
+      select min(d.id) as id, d.endpoint_id as endpointId, e.account_id as accountId,
+             max(coalesce(d.locked_until, 0) > ${now}) as busy
+      from webhook_deliveries d indexed by webhook_deliveries_due_idx
+      join webhook_endpoints e on e.id = d.endpoint_id
+      where d.next_attempt_at <= ${now} and e.active = 1
+      group by d.endpoint_id
+      order by id`);
+    // Oldest first within an account; accounts in turn (each one's first, then each one's second...).
+    const byAccount = new Map<string, string[]>();
+    for (const c of candidates) {
+      if (c.busy || room.busyEndpoints.has(c.endpointId)) continue;
+      const list = byAccount.get(c.accountId) ?? [];
+      if (list.length < room.perAccount(c.accountId)) list.push(c.id);
+      byAccount.set(c.accountId, list);
+    }
+    const lists = [...byAccount.values()];
+    const ids: string[] = [];
+    for (let turn = 0; ids.length < room.total && lists.some((l) => turn < l.length); turn++) {
+      for (const list of lists) if (turn < list.length && ids.length < room.total) ids.push(list[turn]!);
+    }
+    return ids.length === 0 ? [] : statements(db).lease.all({ worker, until: now + leaseMs, now, ids: JSON.stringify(ids) });
+  });
+  if (rows.length === 0) return [];
+  const endpoints = new Map(
+    db
+      .select()
+      .from(webhookEndpoints)
+      .where(inArray(webhookEndpoints.id, [...new Set(rows.map((r) => r.endpointId))]))
+      .all()
+      .map((e) => [e.id, e]),
+  );
+  rows.sort((a, b) => (a.id < b.id ? -1 : 1));
+  return rows.flatMap((delivery) => {
+    const endpoint = endpoints.get(delivery.endpointId);
+    return endpoint ? [{ delivery, endpoint }] : [];
+  });
+}
+
+export interface WebhookAttempt {
+  delivered: boolean;
+  status: number | null;
+  error: string | null;
+}
+
+export interface RecordedAttempt {
+  /** False when the row was gone (its endpoint deleted) or no longer leased to this worker: nothing was written. */
+  recorded: boolean;
+  /** When the next attempt is due; null when delivered or final. */
+  nextAttemptAt: number | null;
+  /** The endpoint was switched off by this attempt (the 10th consecutive failure). */
+  disabled: boolean;
+  failureCount: number;
+}
+
+/**
+ * Records one attempt of a leased delivery and the endpoint's health, in one transaction: attempts + 1, the status and
+ * error, delivered or the next gap of the schedule (or final); a success resets the endpoint's failure count, a failure
+ * increments it and the 10th in a row switches the endpoint off.
+ */
+export function recordWebhookAttempt(db: Db, worker: string, delivery: WebhookDeliveryRow, attempt: WebhookAttempt, now: number): RecordedAttempt {
+  const attempts = delivery.attempts + 1;
+  const nextAttemptAt = attempt.delivered ? null : nextWebhookAttemptAt(attempts, now);
+  return db.transaction(() => {
+    const changed = db
+      .update(webhookDeliveries)
+      .set({
+        attempts,
+        lastStatus: attempt.status,
+        lastError: attempt.delivered ? null : attempt.error,
+        deliveredAt: attempt.delivered ? now : null,
+        nextAttemptAt,
+        lockedBy: null,
+        lockedUntil: null,
+      })
+      .where(and(eq(webhookDeliveries.id, delivery.id), eq(webhookDeliveries.lockedBy, worker)))
+      .run().changes;
+    if (changed === 0) return { recorded: false, nextAttemptAt: null, disabled: false, failureCount: 0 };
+    if (attempt.delivered) {
+      db.update(webhookEndpoints).set({ failureCount: 0 }).where(eq(webhookEndpoints.id, delivery.endpointId)).run();
+      return { recorded: true, nextAttemptAt, disabled: false, failureCount: 0 };
+    }
+    const limit = WEBHOOK_DISABLE_AFTER_FAILURES;
+    // Every right-hand side reads the row as it was before this update.
+    const after = db.get<{ failureCount: number; disabledAt: number | null; active: number } | undefined>(sql`
+      update webhook_endpoints
+      set failure_count = failure_count + 1,
+          active = case when failure_count + 1 >= ${limit} then 0 else active end,
+          disabled_at = case when active = 1 and failure_count + 1 >= ${limit} then ${now} else disabled_at end
+      where id = ${delivery.endpointId}
+      returning failure_count as failureCount, disabled_at as disabledAt, active`);
+    const disabled = after !== undefined && after.active === 0 && after.disabledAt === now;
+    return { recorded: true, nextAttemptAt, disabled, failureCount: after?.failureCount ?? 0 };
+  });
+}
+
+/** Gives back leases this worker still holds (shutdown, or a delivery it could not attempt). */
+export function releaseWebhookDeliveries(db: Db, worker: string, ids?: string[]): number {
+  const where = ids === undefined ? eq(webhookDeliveries.lockedBy, worker) : and(eq(webhookDeliveries.lockedBy, worker), inArray(webhookDeliveries.id, ids));
+  if (ids !== undefined && ids.length === 0) return 0;
+  return db.update(webhookDeliveries).set({ lockedBy: null, lockedUntil: null }).where(where).run().changes;
+}
+
+/**
+ * Switches an endpoint back on (a successful ping, or the operator): active, no failures, and its waiting deliveries
+ * due now, so they resume at once in event order instead of at whatever retry time each had reached. False when it was
+ * already on.
+ */
+export function reenableWebhookEndpoint(db: Db, endpointId: string, now: number): boolean {
+  return db.transaction(() => {
+    const changed = db
+      .update(webhookEndpoints)
+      .set({ active: true, disabledAt: null, failureCount: 0 })
+      .where(and(eq(webhookEndpoints.id, endpointId), eq(webhookEndpoints.active, false)))
+      .run().changes;
+    if (changed === 0) return false;
+    db.update(webhookDeliveries)
+      .set({ nextAttemptAt: now })
+      .where(and(eq(webhookDeliveries.endpointId, endpointId), sql`${webhookDeliveries.nextAttemptAt} > ${now}`))
+      .run();
+    return true;
+  });
+}
+
+/** Worker ids are `<host>:<pid>:<random>`. */
+function workerProcess(worker: string): { host: string; pid: number } | null {
+  const m = /^(.*):(\d+):[^:]+$/.exec(worker);
+  return m ? { host: m[1]!, pid: Number(m[2]) } : null;
+}
+
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * At start: leases of earlier workers on this host whose process is gone (or an earlier run under this same pid) are
+ * released at once, so a killed process's deliveries are due again now; a lease of a process that may still run is
+ * left to expire. The same rule as the mail queue's.
+ */
+export function releaseDeadWebhookLeases(db: Db, worker: string, host = hostname()): number {
+  const holders = db
+    .selectDistinct({ lockedBy: webhookDeliveries.lockedBy })
+    .from(webhookDeliveries)
+    .where(and(isNotNull(webhookDeliveries.lockedBy), sql`${webhookDeliveries.lockedBy} <> ${worker}`))
+    .all();
+  let released = 0;
+  for (const { lockedBy } of holders) {
+    const holder = lockedBy ? workerProcess(lockedBy) : null;
+    if (!holder || holder.host !== host) continue;
+    if (holder.pid !== process.pid && processAlive(holder.pid)) continue;
+    released += db
+      .update(webhookDeliveries)
+      .set({ lockedBy: null, lockedUntil: null })
+      .where(eq(webhookDeliveries.lockedBy, lockedBy!))
+      .run().changes;
+  }
+  return released;
+}
