@@ -238,12 +238,14 @@ describe('private and reserved targets', () => {
   ])('bounces 5.4.4 an MX that resolves only to a %s address, without connecting', async (_, address) => {
     dns.add('inside.example', { type: 'MX', priority: 10, exchange: 'mx.inside.example' });
     dns.add('mx.inside.example', { type: 'A', address });
+    // Connection steps that would take 20 s to give up: an answer well before that shows none was attempted, however
+    // loaded the machine (a bound near the real timeouts made this a flaky timed test).
+    const patient = { connectTimeoutMs: 20_000, greetingTimeoutMs: 20_000, socketTimeoutMs: 20_000 };
     const started = Date.now();
-    const { events: ev } = await deliverOne(strict, 'i@inside.example');
+    const { events: ev } = await deliverOne(strict, 'i@inside.example', createDeliveryEngine(strict.deps, { timeouts: patient }));
     expect(ev).toEqual([expect.objectContaining({ recipient: 'i@inside.example', status: 'bounced', dsn: '5.4.4' })]);
     expect(sink.connections).toBe(0);
-    // Refused before any connection attempt: nothing waited on a connect timeout.
-    expect(Date.now() - started).toBeLessThan(FAST.connectTimeoutMs);
+    expect(Date.now() - started).toBeLessThan(10_000);
   });
 
   it('bounces 5.4.4 a domain without MX whose own address is loopback (IPv4 and IPv6)', async () => {
