@@ -21,6 +21,7 @@ import {
 } from './core/accounts.js';
 import { resetAdminToken } from './core/admin-token.js';
 import { insertKey, mintKeyInput } from './core/keys.js';
+import { enableWebhook, listAccountWebhooks } from './core/webhook-operator.js';
 import { SCOPES, isScope } from './core/scopes.js';
 import { ApiError } from './errors.js';
 import { parseInput } from './http/validate.js';
@@ -44,6 +45,8 @@ the running server. Prints JSON on stdout; errors go to stderr (exit 1, or 2 for
   accounts unsuspend --account ID
   credits grant --account ID --amount N
   keys create --account ID --name NAME [--scopes a,b]
+  webhooks list --account ID    the account's webhook endpoints (never their secrets)
+  webhooks enable --webhook ID  switch an endpoint back on without a test ping
   admin-token reset`;
 
 const COMMANDS = [
@@ -54,6 +57,8 @@ const COMMANDS = [
   'accounts unsuspend',
   'credits grant',
   'keys create',
+  'webhooks list',
+  'webhooks enable',
   'admin-token reset',
 ];
 
@@ -65,13 +70,14 @@ const OPTIONS = {
   reason: { type: 'string' },
   amount: { type: 'string' },
   scopes: { type: 'string' },
+  webhook: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
   version: { type: 'boolean' },
 } as const;
 
 type Options = { [K in keyof typeof OPTIONS]?: (typeof OPTIONS)[K]['type'] extends 'boolean' ? boolean : string };
 
-function required(opts: Options, name: 'name' | 'account' | 'reason' | 'amount' | 'daily-quota'): string {
+function required(opts: Options, name: 'name' | 'account' | 'reason' | 'amount' | 'daily-quota' | 'webhook'): string {
   const v = opts[name];
   if (v === undefined || v === '') throw new UsageError(`--${name} is required`);
   return v;
@@ -176,6 +182,10 @@ function runCommand(store: Store, config: Config, command: string, opts: Options
       const input = parseInput(mintKeyInput, { name: required(opts, 'name'), scopes }, 'options');
       return insertKey(deps, { accountId: row.id, name: input.name, scopes: (input.scopes ?? SCOPES).filter(isScope) });
     }
+    case 'webhooks list':
+      return { data: listAccountWebhooks(store.db, account().id) };
+    case 'webhooks enable':
+      return enableWebhook(store.db, required(opts, 'webhook'));
     case 'admin-token reset':
       return { token: resetAdminToken(store.db) };
     default:

@@ -380,6 +380,108 @@ describe('the other commands (node dist/server/cli.js)', () => {
   });
 });
 
+describe('webhooks commands (issue 10 point 8)', () => {
+  interface EndpointBody {
+    id: string;
+    url: string;
+    events: string[];
+    active: boolean;
+    failureCount: number;
+    disabledAt: string | null;
+    createdAt: string;
+  }
+  const SEALED = 'sealed-secret-that-must-never-be-printed';
+
+  /** Endpoints written as POST /webhooks stores them (the CLI reads rows; it never needs the secret). */
+  function insertEndpoint(accountId: string, opts: { id: string; createdAt: number; disabled?: boolean; events?: string[] }): void {
+    const db = new Database(join(dataDir, 'mailstead.db'));
+    try {
+      db.prepare(
+        'INSERT INTO webhook_endpoints (id, account_id, url, events, secret_sealed, active, failure_count, disabled_at, last_ping_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)',
+      ).run(
+        opts.id,
+        accountId,
+        `https://hooks.example.com/${opts.id}`,
+        JSON.stringify(opts.events ?? ['email.delivered', 'email.bounced']),
+        SEALED,
+        opts.disabled ? 0 : 1,
+        opts.disabled ? 10 : 0,
+        opts.disabled ? opts.createdAt + 1000 : null,
+        opts.createdAt,
+      );
+    } finally {
+      db.close();
+    }
+  }
+
+  const readEndpoint = (id: string) => {
+    const db = new Database(join(dataDir, 'mailstead.db'), { readonly: true });
+    try {
+      return db.prepare('SELECT active, failure_count AS failureCount, disabled_at AS disabledAt FROM webhook_endpoints WHERE id = ?').get(id);
+    } finally {
+      db.close();
+    }
+  };
+
+  const older = '01950000-0000-7000-8000-000000000001';
+  const newer = '01950000-0001-7000-8000-000000000002';
+  const at = Date.parse('2026-03-10T12:00:00.000Z');
+
+  it('webhooks list --account prints { data: [endpoint] } newest first, every field of the spec, never the secret', async () => {
+    const sub = await api('POST', '/accounts', created.key, { name: 'Webhook owner' });
+    expect(sub.status, JSON.stringify(sub.body)).toBe(201);
+    insertEndpoint(created.account.id, { id: older, createdAt: at });
+    insertEndpoint(created.account.id, { id: newer, createdAt: at + 60_000, disabled: true, events: ['email.bounced', 'ping'] });
+
+    const res = await cli('webhooks', 'list', '--account', created.account.id);
+    expect(res.code, res.stderr).toBe(0);
+    expect(res.stdout).not.toContain(SEALED);
+    expect(res.stdout).not.toMatch(/secret/i);
+    const out = JSON.parse(res.stdout) as { data: EndpointBody[] };
+    expect(Object.keys(out)).toEqual(['data']);
+    expect(out.data).toEqual([
+      { id: newer, url: `https://hooks.example.com/${newer}`, events: ['email.bounced', 'ping'], active: false, failureCount: 10, disabledAt: '2026-03-10T12:01:01.000Z', createdAt: '2026-03-10T12:01:00.000Z' },
+      { id: older, url: `https://hooks.example.com/${older}`, events: ['email.delivered', 'email.bounced'], active: true, failureCount: 0, disabledAt: null, createdAt: '2026-03-10T12:00:00.000Z' },
+    ]);
+    // Another account's endpoints are not listed; an account without any prints an empty list.
+    expect(await cliOk<{ data: EndpointBody[] }>('webhooks', 'list', '--account', sub.body.id)).toEqual({ data: [] });
+  });
+
+  it('webhooks enable --webhook switches a disabled endpoint back on (active, disabledAt null, failureCount 0), prints it, and the API sees it', async () => {
+    expect(readEndpoint(newer)).toEqual({ active: 0, failureCount: 10, disabledAt: at + 61_000 });
+    const res = await cli('webhooks', 'enable', '--webhook', newer);
+    expect(res.code, res.stderr).toBe(0);
+    expect(res.stdout).not.toContain(SEALED);
+    expect(JSON.parse(res.stdout)).toEqual({ id: newer, url: `https://hooks.example.com/${newer}`, events: ['email.bounced', 'ping'], active: true, failureCount: 0, disabledAt: null, createdAt: '2026-03-10T12:01:00.000Z' });
+    expect(readEndpoint(newer)).toEqual({ active: 1, failureCount: 0, disabledAt: null });
+    const seen = await api<EndpointBody>('GET', `/webhooks/${newer}`, created.key);
+    expect(seen.status, JSON.stringify(seen.body)).toBe(200);
+    expect(seen.body).toMatchObject({ id: newer, active: true, failureCount: 0, disabledAt: null });
+    // Enabling an endpoint that is on changes nothing visible.
+    expect(await cliOk<EndpointBody>('webhooks', 'enable', '--webhook', older)).toMatchObject({ id: older, active: true, failureCount: 0, disabledAt: null });
+  });
+
+  it('an unknown account or webhook exits 1 naming it; a missing option is a usage error (exit 2)', async () => {
+    const missing = '01950000-0000-7000-8000-0000000000ff';
+    const noWebhook = await cliFails('webhooks', 'enable', '--webhook', missing);
+    expect(noWebhook.code).toBe(1);
+    expect(noWebhook.stderr).toContain(missing);
+    const noAccount = await cliFails('webhooks', 'list', '--account', missing);
+    expect(noAccount.code).toBe(1);
+    expect(noAccount.stderr).toContain(missing);
+    const usage = await cliFails('webhooks', 'enable');
+    expect(usage.code).toBe(2);
+    expect(usage.stderr).toContain('--webhook is required');
+    expect((await cliFails('webhooks', 'list')).code).toBe(2);
+  });
+
+  it('help names both commands', async () => {
+    const res = await cli('help');
+    expect(res.stdout).toContain('webhooks list --account ID');
+    expect(res.stdout).toContain('webhooks enable --webhook ID');
+  });
+});
+
 describe('help and version: stdout, exit 0, no database needed', () => {
   const emptyDir = () => join(dataDir, '..', 'no-database');
 

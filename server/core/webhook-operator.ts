@@ -1,0 +1,22 @@
+import { desc, eq } from 'drizzle-orm';
+import type { Db } from '../../db/client.js';
+import { webhookEndpoints } from '../../db/schema/index.js';
+import { ApiError } from '../errors.js';
+import { endpointView, type WebhookEndpointView } from './webhooks.js';
+
+/** The operator's webhook commands (decisions.md section 1's CLI): no request context, no secret ever shown. */
+
+/** Every endpoint of one account, newest first, as the API shows them. */
+export function listAccountWebhooks(db: Db, accountId: string): WebhookEndpointView[] {
+  return db.select().from(webhookEndpoints).where(eq(webhookEndpoints.accountId, accountId)).orderBy(desc(webhookEndpoints.id)).all().map(endpointView);
+}
+
+/**
+ * Switches an endpoint back on without a ping (active, disabledAt null, failureCount 0): its waiting deliveries go out
+ * in order from the dispatcher's next run. Enabling an endpoint that is on only resets its failure count.
+ */
+export function enableWebhook(db: Db, id: string): WebhookEndpointView {
+  const row = db.update(webhookEndpoints).set({ active: true, disabledAt: null, failureCount: 0 }).where(eq(webhookEndpoints.id, id)).returning().get();
+  if (!row) throw new ApiError('webhook_not_found', `No webhook endpoint ${id}.`);
+  return endpointView(row);
+}
