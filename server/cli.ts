@@ -185,7 +185,7 @@ function runCommand(store: Store, config: Config, command: string, opts: Options
     case 'webhooks list':
       return { data: listAccountWebhooks(store.db, account().id) };
     case 'webhooks enable':
-      return enableWebhook(store.db, required(opts, 'webhook'));
+      return enableWebhook(store.db, required(opts, 'webhook'), deps.clock.now());
     case 'admin-token reset':
       return { token: resetAdminToken(store.db) };
     default:

@@ -447,13 +447,35 @@ describe('webhooks commands (issue 10 point 8)', () => {
     expect(await cliOk<{ data: EndpointBody[] }>('webhooks', 'list', '--account', sub.body.id)).toEqual({ data: [] });
   });
 
-  it('webhooks enable --webhook switches a disabled endpoint back on (active, disabledAt null, failureCount 0), prints it, and the API sees it', async () => {
+  it('webhooks enable --webhook switches a disabled endpoint back on (active, disabledAt null, failureCount 0), its waiting deliveries due now, prints it, and the API sees it', async () => {
     expect(readEndpoint(newer)).toEqual({ active: 0, failureCount: 10, disabledAt: at + 61_000 });
+    // A delivery waiting for its 12-hour retry, and one already delivered.
+    const later = Date.now() + 12 * 3_600_000;
+    const db = new Database(join(dataDir, 'mailstead.db'));
+    try {
+      const insert = db.prepare(
+        "INSERT INTO webhook_deliveries (id, endpoint_id, account_id, event_type, data, attempts, delivered_at, next_attempt_at, created_at) VALUES (?, ?, ?, 'email.bounced', '{}', ?, ?, ?, ?)",
+      );
+      insert.run('01950000-0002-7000-8000-000000000001', newer, created.account.id, 5, null, later, at);
+      insert.run('01950000-0002-7000-8000-000000000002', newer, created.account.id, 1, at, null, at);
+    } finally {
+      db.close();
+    }
+    const before = Date.now();
     const res = await cli('webhooks', 'enable', '--webhook', newer);
     expect(res.code, res.stderr).toBe(0);
     expect(res.stdout).not.toContain(SEALED);
     expect(JSON.parse(res.stdout)).toEqual({ id: newer, url: `https://hooks.example.com/${newer}`, events: ['email.bounced', 'ping'], active: true, failureCount: 0, disabledAt: null, createdAt: '2026-03-10T12:01:00.000Z' });
     expect(readEndpoint(newer)).toEqual({ active: 1, failureCount: 0, disabledAt: null });
+    const ro = new Database(join(dataDir, 'mailstead.db'), { readonly: true });
+    try {
+      const rows = ro.prepare('SELECT next_attempt_at AS nextAttemptAt FROM webhook_deliveries WHERE endpoint_id = ? ORDER BY id').all(newer) as { nextAttemptAt: number | null }[];
+      expect(rows[0]!.nextAttemptAt).toBeGreaterThanOrEqual(before);
+      expect(rows[0]!.nextAttemptAt).toBeLessThanOrEqual(Date.now());
+      expect(rows[1]!.nextAttemptAt).toBeNull();
+    } finally {
+      ro.close();
+    }
     const seen = await api<EndpointBody>('GET', `/webhooks/${newer}`, created.key);
     expect(seen.status, JSON.stringify(seen.body)).toBe(200);
     expect(seen.body).toMatchObject({ id: newer, active: true, failureCount: 0, disabledAt: null });

@@ -2,6 +2,7 @@ import { desc, eq } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import { webhookEndpoints } from '../../db/schema/index.js';
 import { ApiError } from '../errors.js';
+import { reenableWebhookEndpoint } from '../webhooks/webhook-queue.js';
 import { endpointView, type WebhookEndpointView } from './webhooks.js';
 
 /** The operator's webhook commands (decisions.md section 1's CLI): no request context, no secret ever shown. */
@@ -12,11 +13,15 @@ export function listAccountWebhooks(db: Db, accountId: string): WebhookEndpointV
 }
 
 /**
- * Switches an endpoint back on without a ping (active, disabledAt null, failureCount 0): its waiting deliveries go out
- * in order from the dispatcher's next run. Enabling an endpoint that is on only resets its failure count.
+ * Switches an endpoint back on without a ping, as a successful ping does (active, disabledAt null, failureCount 0,
+ * its waiting deliveries due now so the dispatcher's next run sends them in event order). On an endpoint that is
+ * already on it only resets the failure count.
  */
-export function enableWebhook(db: Db, id: string): WebhookEndpointView {
-  const row = db.update(webhookEndpoints).set({ active: true, disabledAt: null, failureCount: 0 }).where(eq(webhookEndpoints.id, id)).returning().get();
+export function enableWebhook(db: Db, id: string, now: number): WebhookEndpointView {
+  const row = db.transaction(() => {
+    if (!reenableWebhookEndpoint(db, id, now)) db.update(webhookEndpoints).set({ failureCount: 0 }).where(eq(webhookEndpoints.id, id)).run();
+    return db.select().from(webhookEndpoints).where(eq(webhookEndpoints.id, id)).get();
+  });
   if (!row) throw new ApiError('webhook_not_found', `No webhook endpoint ${id}.`);
   return endpointView(row);
 }
