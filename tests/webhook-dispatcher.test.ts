@@ -230,8 +230,12 @@ describe('webhook dispatcher', () => {
     // A ping that succeeds switches it back on; every waiting delivery then goes out, in event order.
     receiver.respond({ status: 204 });
     clock.set(t0 + 40_000); // before the first ten's retry time: they resume at once all the same
-    const ok = await pingEndpoint(deps, endpointRow(endpoint.id));
+    let pokes = 0;
+    const onWebhookQueued = deps.onWebhookQueued;
+    deps.onWebhookQueued = () => pokes++;
+    const ok = await pingEndpoint(deps, endpointRow(endpoint.id)).finally(() => (deps.onWebhookQueued = onWebhookQueued));
     expect(ok).toMatchObject({ delivered: true, status: 204, error: null });
+    expect(pokes).toBe(1); // the dispatcher looks at once instead of at its next interval
     expect(endpointRow(endpoint.id)).toMatchObject({ active: true, failureCount: 0, disabledAt: null });
     expect(await dispatcher.runOnce()).toBe(12);
     expect(deliveryIds(receiver.requests.slice(12))).toEqual(ids);

@@ -134,13 +134,9 @@ export function createWebhookDispatcher(deps: Deps, options: Partial<DispatcherO
         });
       if (recorded.disabled) deps.logger.warn('webhook.endpoint_disabled', { endpointId: endpoint.id, accountId: endpoint.accountId, failureCount: recorded.failureCount });
     } catch (err) {
-      // The attempt could not be written: give the lease back so the delivery is tried again.
+      // The attempt could not be written: the delivery keeps its lease, and is tried again once it runs out (never
+      // at once, which would post to the receiver in a loop while the database refuses writes).
       deps.logger.error('webhook.record_failed', { deliveryId: delivery.id, endpointId: endpoint.id, err });
-      try {
-        releaseWebhookDeliveries(deps.db, worker, [delivery.id]);
-      } catch {
-        // The lease runs out by itself.
-      }
     } finally {
       slot.release();
     }
@@ -271,6 +267,9 @@ export async function pingEndpoint(deps: Deps, endpoint: WebhookEndpointRow, opt
     return attempt.delivered ? reenableWebhookEndpoint(deps.db, endpoint.id, at) : false;
   });
   deps.logger.info('webhook.ping', { endpointId: endpoint.id, accountId: endpoint.accountId, deliveryId: row.id, delivered: attempt.delivered, status: attempt.status, error: attempt.error });
-  if (reenabled) deps.logger.info('webhook.endpoint_reenabled', { endpointId: endpoint.id, accountId: endpoint.accountId, by: 'ping' });
+  if (reenabled) {
+    deps.logger.info('webhook.endpoint_reenabled', { endpointId: endpoint.id, accountId: endpoint.accountId, by: 'ping' });
+    deps.onWebhookQueued();
+  }
   return { id: row.id, status: attempt.status, delivered: attempt.delivered, error: attempt.delivered ? null : attempt.error };
 }
