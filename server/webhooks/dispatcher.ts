@@ -217,6 +217,8 @@ export function createWebhookDispatcher(deps: Deps, options: Partial<DispatcherO
       running = false;
       wake?.();
       await loopDone;
+      // A claimed delivery still waiting for a slot (none should: claims stay within the room) gives its lease back.
+      slots.cancelAll();
       while (posts.size > 0) await Promise.all([...posts]);
       releaseWebhookDeliveries(deps.db, worker);
     },
