@@ -6,6 +6,7 @@ import { createPrivateDir, type DataDirLock, DataDirLockedError, lockDataDir, se
 import { createDeliveryEngine } from '../mta/delivery-engine.js';
 import { createDeps } from './deps.js';
 import { listenHttp } from './http/serve.js';
+import { createWebhookDispatcher } from './webhooks/dispatcher.js';
 import { createLogger } from './logger.js';
 
 const KEY_USAGE_FLUSH_MS = 10_000;
@@ -56,6 +57,8 @@ async function main(): Promise<void> {
 
   const engine = createDeliveryEngine(deps);
   deps.onQueued = engine.poke;
+  const webhooks = createWebhookDispatcher(deps);
+  deps.onWebhookQueued = webhooks.poke;
 
   const flushUsage = () => {
     try {
@@ -78,6 +81,8 @@ async function main(): Promise<void> {
     clearInterval(flushTimer);
     await http?.close();
     await engine.stop();
+    // After the engine: its last outcomes may have queued deliveries, which wait in the database for the next start.
+    await webhooks.stop();
     flushUsage();
     deps.store.close();
     lock.release();
@@ -88,6 +93,7 @@ async function main(): Promise<void> {
   process.on('SIGINT', () => void shutdown('SIGINT'));
 
   engine.start();
+  webhooks.start();
   const listening = await listenHttp(createApp(deps), config.httpHost, config.httpPort, { logger });
   if (stopping) {
     await listening.close();

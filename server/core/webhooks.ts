@@ -1,4 +1,4 @@
-import { and, count, desc, eq, lt } from 'drizzle-orm';
+import { and, count, desc, eq, isNull, lt, or, sql } from 'drizzle-orm';
 import { z } from 'zod';
 import { type WebhookDeliveryRow, type WebhookEndpointRow, WEBHOOK_EVENT_TYPES, webhookDeliveries, webhookEndpoints } from '../../db/schema/index.js';
 import { iso, isoOrNull } from '../clock.js';
@@ -6,6 +6,7 @@ import type { Deps } from '../deps.js';
 import { ApiError } from '../errors.js';
 import { newId } from '../ids.js';
 import { encryptSecret } from '../secrets.js';
+import { type PingResult, pingEndpoint } from '../webhooks/dispatcher.js';
 import { newWebhookSecret } from '../webhooks/signing.js';
 import { parseWebhookUrl, resolveTarget } from '../webhooks/target.js';
 import type { PageRequest, RequestContext } from './context.js';
@@ -138,6 +139,27 @@ export function deleteWebhook({ deps, ctx, id }: { deps: Deps; ctx: RequestConte
     tx.delete(webhookDeliveries).where(eq(webhookDeliveries.endpointId, row.id)).run();
     tx.delete(webhookEndpoints).where(eq(webhookEndpoints.id, row.id)).run();
   });
+}
+
+/**
+ * POST /webhooks/{id}/test: one ping per endpoint every ten seconds (429 ping_cooldown, with Retry-After), taken
+ * atomically so two tests at once cannot both post; then the ping is posted and its answer awaited (at most the
+ * 10 s receiver timeout). A successful ping switches a disabled endpoint back on.
+ */
+export async function testWebhook({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): Promise<PingResult> {
+  const row = requireEndpoint(deps, ctx, id);
+  const now = deps.clock.now();
+  const taken = deps.db
+    .update(webhookEndpoints)
+    .set({ lastPingAt: now })
+    .where(and(eq(webhookEndpoints.id, row.id), or(isNull(webhookEndpoints.lastPingAt), sql`${webhookEndpoints.lastPingAt} <= ${now - PING_COOLDOWN_MS}`)))
+    .run().changes;
+  if (taken === 0) {
+    const last = deps.db.select({ at: webhookEndpoints.lastPingAt }).from(webhookEndpoints).where(eq(webhookEndpoints.id, row.id)).get()?.at ?? now;
+    const retryAfter = Math.max(1, Math.ceil((last + PING_COOLDOWN_MS - now) / 1000));
+    throw new ApiError('ping_cooldown', `A test ping was sent to this endpoint in the last ten seconds; retry in ${retryAfter} s.`, { headers: { 'Retry-After': String(retryAfter) } });
+  }
+  return pingEndpoint(deps, { ...row, lastPingAt: now });
 }
 
 export function listDeliveries({ deps, ctx, id, page }: { deps: Deps; ctx: RequestContext; id: string; page: PageRequest }): WebhookDeliveryView[] {

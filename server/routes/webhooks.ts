@@ -1,5 +1,5 @@
 import { Hono } from 'hono';
-import { createWebhook, createWebhookInput, deleteWebhook, getWebhook, listDeliveries, listWebhooks } from '../core/webhooks.js';
+import { createWebhook, createWebhookInput, deleteWebhook, getWebhook, listDeliveries, listWebhooks, testWebhook } from '../core/webhooks.js';
 import type { Deps } from '../deps.js';
 import { guard } from '../http/auth.js';
 import { jsonBody } from '../http/body.js';
@@ -23,6 +23,7 @@ export function webhookRoutes(deps: Deps) {
       deleteWebhook({ deps, ctx: c.var.auth, id: c.req.param('id') });
       return c.body(null, 204);
     })
+    .post('/webhooks/:id/test', guard(deps, 'webhooks:write'), async (c) => c.json(await testWebhook({ deps, ctx: c.var.auth, id: c.req.param('id') })))
     .get('/webhooks/:id/deliveries', guard(deps, 'webhooks:read'), (c) => {
       const ctx = c.var.auth;
       const page = readPage(deps.db, LISTS.webhookDeliveries, ctx.account.id, c.req.query());
