@@ -8,6 +8,7 @@ import { SMTPServer } from 'smtp-server';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_ENGINE_OPTIONS } from '../mta/delivery-engine.js';
 import { TestDnsServer } from './helpers/dns-server.js';
+import { HttpsReceiver, TEST_CA_FILE } from './helpers/https-receiver.js';
 
 /**
  * Crash safety and shutdown of the real process (decisions.md section 3; issue 5, items 7 and 8): `node
@@ -113,6 +114,8 @@ function envFor(dataDir: string): Record<string, string> {
     RATE_LIMIT_PER_KEY: '100000',
     RATE_LIMIT_PER_ACCOUNT: '100000',
     LOG_LEVEL: 'info',
+    // The webhook receiver's test CA: Node reads it only at start.
+    NODE_EXTRA_CA_CERTS: TEST_CA_FILE,
   };
 }
 
@@ -400,5 +403,50 @@ describe('SIGTERM', () => {
     expect([...sink.counts().values()].every((n) => n === 1)).toBe(true);
     second.child.kill('SIGTERM');
     expect(await exitWithin(second, 10_000)).toEqual({ code: 0, signal: null });
+  });
+});
+
+describe('kill -9 between an outcome and its webhook post', () => {
+  it('posts the delivery after a restart, and records it delivered once', { timeout: 60_000 }, async () => {
+    const receiver = await HttpsReceiver.start();
+    try {
+      dns.add('hooks.webhooks.test', { type: 'A', address: '127.0.0.1' });
+      // The first post is held unanswered: the process dies while it is in flight.
+      receiver.respond({ stallMs: 120_000 });
+      const dataDir = newDataDir();
+      const first = await startProcess(dataDir);
+      const key = await createAccount(dataDir);
+      await sendingDomain(first, dataDir, key, 'hook-shop.example.com');
+      const hook = await api(first, key, 'POST', '/webhooks', { url: `https://hooks.webhooks.test:${receiver.port}/in`, events: ['email.delivered'] });
+      expect(hook.status, JSON.stringify(hook.body)).toBe(201);
+      await queueAll(first, key, 'billing@hook-shop.example.com', [`hooked@${DOMAINS[0]}`]);
+
+      await waitFor('the webhook post to arrive', 20_000, () => receiver.requests.length >= 1);
+      first.child.kill('SIGKILL');
+      await exitWithin(first, 5000);
+      const deliveryId = String(receiver.requests[0]!.headers['x-service-delivery']);
+      const read = (sql: string) => {
+        const db = new Database(join(dataDir, 'mailstead.db'));
+        try {
+          return db.prepare(sql).all(deliveryId) as { delivered_at: number | null; attempts: number }[];
+        } finally {
+          db.close();
+        }
+      };
+      // The outcome and its delivery row were committed together; the post's answer never was.
+      expect(recordedDeliveries(dataDir)).toEqual(new Set([`hooked@${DOMAINS[0]}`]));
+      expect(read('SELECT delivered_at, attempts FROM webhook_deliveries WHERE id = ?')).toEqual([{ delivered_at: null, attempts: 0 }]);
+
+      receiver.respond({ status: 200 });
+      const second = await startProcess(dataDir);
+      await waitFor('the delivery to be recorded delivered', 20_000, () => read('SELECT delivered_at, attempts FROM webhook_deliveries WHERE id = ?')[0]?.delivered_at !== null);
+      expect(read('SELECT delivered_at, attempts FROM webhook_deliveries WHERE id = ?')).toEqual([{ delivered_at: expect.any(Number), attempts: 1 }]);
+      // The receiver saw the same delivery id twice (the killed attempt and the retry) and drops the repeat by it.
+      expect(receiver.requests.map((r) => r.headers['x-service-delivery'])).toEqual([deliveryId, deliveryId]);
+      second.child.kill('SIGTERM');
+      expect(await exitWithin(second, 10_000)).toEqual({ code: 0, signal: null });
+    } finally {
+      await receiver.close();
+    }
   });
 });
