@@ -1,7 +1,11 @@
+import { createHmac, timingSafeEqual } from 'node:crypto';
 import { asc, eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { webhookDeliveries } from '../db/schema/index.js';
 import { MAX_REPLAY_EVENTS } from '../server/core/webhook-replay.js';
+import { createWebhookDispatcher, type PostWebhook } from '../server/webhooks/dispatcher.js';
+import { fanOutOutcome } from '../server/webhooks/fanout.js';
+import { newWebhookSecret } from '../server/webhooks/signing.js';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
 import { seedEmail, seedEndpoint, seedEvent, seedManyEvents, type SeededEvent } from './helpers/outcomes.js';
 import { startService, type TestService } from './helpers/service.js';
@@ -232,5 +236,65 @@ describe('the standard failures', () => {
     path: ({ service: s, accountId }) => `/webhooks/${seedEndpoint(s, accountId, ['email.delivered'])}/replay`,
     scope: 'webhooks:write',
     body: { since: '2026-03-10T12:00:00Z' },
+  });
+});
+
+describe('recovery: a receiver that lost every attempt gets the outcome again by replay, and finds it in GET /events', () => {
+  it('the replayed post carries the original data under a new id, signed with the endpoint\'s secret', async () => {
+    const { account, key } = service.newAccount({ name: 'Recovering' });
+    const secret = newWebhookSecret();
+    const endpoint = seedEndpoint(service, account.id, ['email.bounced'], { secret });
+    const email = seedEmail(service, account.id, { from: 'alerts@example.com', tags: { plan: 'pro' } });
+    const occurredAt = service.clock.now();
+    // The outcome and its fan-out in one transaction, as mta/outcomes.ts records them.
+    const event = service.deps.db.transaction(() => {
+      const e = seedEvent(service, email, 'bounced', occurredAt, 'gone@example.net');
+      fanOutOutcome(service.deps.db, { accountId: account.id, emailId: email, recipient: e.recipient, status: e.status, dsn: e.dsn, detail: e.detail, occurredAt });
+      return e;
+    });
+
+    const posts: { headers: Record<string, string>; body: string }[] = [];
+    let receiverUp = false;
+    const post: PostWebhook = async (_deps, _url, headers, body) => {
+      // Only this endpoint's posts are looked at (deliveries queued by the tests above share the service).
+      if (deliveriesOf(endpoint).some((r) => r.id === headers['x-service-delivery'])) posts.push({ headers, body });
+      return receiverUp ? { delivered: true, status: 200, error: null } : { delivered: false, status: 503, error: 'HTTP 503' };
+    };
+    const dispatcher = createWebhookDispatcher(service.deps, { post });
+    // Six attempts over the whole schedule, all refused: the delivery is final.
+    for (const gap of [0, 60_000, 300_000, 1_800_000, 7_200_000, 43_200_000]) {
+      service.clock.advance(gap);
+      await dispatcher.runOnce();
+    }
+    expect(posts).toHaveLength(6);
+    const [original] = deliveriesOf(endpoint);
+    expect(original).toMatchObject({ attempts: 6, nextAttemptAt: null, deliveredAt: null, lastError: 'HTTP 503' });
+
+    // The receiver is back; the consumer reconciles with the event feed and asks for a replay.
+    receiverUp = true;
+    const feed = await service.api('GET', `/events?since=${encodeURIComponent(isoAt(occurredAt))}`, { key });
+    expect(feed.body.data).toEqual([expect.objectContaining({ id: event.id, type: 'email.bounced', emailId: email, recipient: 'gone@example.net' })]);
+    const replay = await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body: { since: isoAt(occurredAt) } });
+    expect(replay.body).toEqual({ queued: 1 });
+    expect(await dispatcher.runOnce()).toBe(1);
+    await dispatcher.stop();
+
+    const first = JSON.parse(posts[0]!.body) as { id: string; type: string; data: unknown };
+    const replayed = posts[6]!;
+    const parsed = JSON.parse(replayed.body) as { id: string; type: string; createdAt: string; data: unknown };
+    expect(parsed.id).not.toBe(first.id);
+    expect(parsed.type).toBe('email.bounced');
+    expect(parsed.data).toEqual(first.data);
+    expect(parsed.data).toEqual({ messageId: email, recipient: 'gone@example.net', status: 'bounced', dsn: '5.1.1', detail: event.detail, occurredAt: isoAt(occurredAt), from: 'alerts@example.com', tags: { plan: 'pro' } });
+    expect(replayed.headers['x-service-delivery']).toBe(parsed.id);
+    // The spec's signature, checked with independent code.
+    const sig = /^t=(\d+),v1=([0-9a-f]{64})$/.exec(replayed.headers['x-service-signature']!);
+    expect(sig).not.toBeNull();
+    const expected = createHmac('sha256', secret).update(`${sig![1]}.${replayed.body}`).digest();
+    expect(timingSafeEqual(expected, Buffer.from(sig![2]!, 'hex'))).toBe(true);
+    const rows = deliveriesOf(endpoint);
+    expect(rows).toHaveLength(2);
+    expect(rows[1]).toMatchObject({ id: parsed.id, attempts: 1, lastStatus: 200, nextAttemptAt: null });
+    expect(rows[1]!.deliveredAt).not.toBeNull();
   });
 });

@@ -1,5 +1,7 @@
 import { type EventStatus, emailEvents, emails, webhookEndpoints, type WebhookEventType } from '../../db/schema/index.js';
+import { secretContext } from '../../server/core/webhooks.js';
 import { newId } from '../../server/ids.js';
+import { encryptSecret } from '../../server/secrets.js';
 import type { TestService } from './service.js';
 
 /**
@@ -49,13 +51,15 @@ export function seedManyEvents(service: TestService, emailId: string, n: number,
   });
 }
 
-/** An endpoint row as POST /webhooks writes it (the sealed secret is not read by anything tested here). */
-export function seedEndpoint(service: TestService, accountId: string, events: WebhookEventType[], opts: { active?: boolean } = {}): string {
+/** An endpoint row as POST /webhooks writes it; its secret sealed as POST /webhooks seals it when `secret` is given. */
+export function seedEndpoint(service: TestService, accountId: string, events: WebhookEventType[], opts: { active?: boolean; secret?: string } = {}): string {
   const now = service.clock.now();
   const id = newId(now);
+  const key = service.deps.secretKey;
+  const secretSealed = opts.secret !== undefined && key ? encryptSecret(key, opts.secret, secretContext(id)) : 'sealed';
   service.deps.db
     .insert(webhookEndpoints)
-    .values({ id, accountId, url: 'https://hooks.example.com/in', events, secretSealed: 'sealed', active: opts.active ?? true, disabledAt: opts.active === false ? now : null, failureCount: opts.active === false ? 10 : 0, createdAt: now })
+    .values({ id, accountId, url: 'https://hooks.example.com/in', events, secretSealed, active: opts.active ?? true, disabledAt: opts.active === false ? now : null, failureCount: opts.active === false ? 10 : 0, createdAt: now })
     .run();
   return id;
 }
