@@ -1,3 +1,4 @@
+import { sql } from 'drizzle-orm';
 import { index, integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
 import { accounts } from './accounts.js';
 import { createdAtColumn, idColumn, timestampColumn } from './columns.js';
@@ -33,6 +34,9 @@ export const webhookDeliveries = sqliteTable(
   (t) => [
     index('webhook_deliveries_endpoint_idx').on(t.endpointId, t.id),
     index('webhook_deliveries_due_idx').on(t.nextAttemptAt, t.id),
+    // An endpoint's pending deliveries in event order, without its delivered history: the claim reads each active
+    // endpoint's earliest due one from here, so a switched-off endpoint's backlog costs the claim nothing.
+    index('webhook_deliveries_pending_idx').on(t.endpointId, t.id).where(sql`${t.nextAttemptAt} is not null`),
   ],
 );
 

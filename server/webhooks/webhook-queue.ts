@@ -38,21 +38,29 @@ const statements = definePrepared((db) => ({
 }));
 
 /**
- * Leases, until `now + leaseMs`, the earliest due delivery of each active endpoint that has none in flight (a due
+ * Leases, until `now + leaseMs`, the earliest due delivery of each active endpoint that has none in flight (that
  * delivery under a live lease, or an endpoint busy in this process), accounts in turn within their room. The candidates
- * are read from the due index only, so delivered history costs nothing.
+ * are read from the pending index only, so neither delivered history nor a switched-off endpoint's backlog costs
+ * anything.
  */
 export function claimDueWebhookDeliveries(db: Db, worker: string, now: number, leaseMs: number, room: WebhookClaimRoom): ClaimedWebhook[] {
   if (room.total <= 0) return [];
   const rows = db.transaction(() => {
+    // Each active endpoint's earliest due delivery, from the pending index: the cost follows the number of active
+    // endpoints, not the backlog (a switched-off endpoint's rows are never read). Busy: that delivery is leased.
     const candidates = db.all<{ id: string; endpointId: string; accountId: string; busy: number }>(sql`
-      select min(d.id) as id, d.endpoint_id as endpointId, e.account_id as accountId,
-             max(coalesce(d.locked_until, 0) > ${now}) as busy
-      from webhook_deliveries d indexed by webhook_deliveries_due_idx
-      join webhook_endpoints e on e.id = d.endpoint_id
-      where d.next_attempt_at <= ${now} and e.active = 1
-      group by d.endpoint_id
-      order by id`);
+      select c.id as id, c.endpointId as endpointId, c.accountId as accountId,
+             coalesce((select locked_until from webhook_deliveries where id = c.id), 0) > ${now} as busy
+      from (
+        select e.id as endpointId, e.account_id as accountId,
+               (select d.id from webhook_deliveries d indexed by webhook_deliveries_pending_idx
+                where d.endpoint_id = e.id and d.next_attempt_at is not null and d.next_attempt_at <= ${now}
+                order by d.id limit 1) as id
+        from webhook_endpoints e
+        where e.active = 1
+      ) c
+      where c.id is not null
+      order by c.id`);
     // Oldest first within an account; accounts in turn (each one's first, then each one's second...).
     const byAccount = new Map<string, string[]>();
     for (const c of candidates) {
