@@ -132,6 +132,17 @@ describe('postWebhook outcomes', () => {
     expect(dns.queries).toEqual([]);
   });
 
+  it('an IPv6 literal: connected to as is, Host in brackets, no SNI, the certificate checked against the IP', async () => {
+    const v6 = await HttpsReceiver.start({ host: '::1' });
+    try {
+      expect(await postWebhook(depsFor(true), v6.url('/six'), HEADERS, BODY)).toEqual({ delivered: true, status: 200, error: null });
+      expect(v6.requests[0]!.headers.host).toBe(`[::1]:${v6.port}`);
+      expect(v6.requests[0]!.servername).toBeNull();
+    } finally {
+      await v6.close();
+    }
+  });
+
   it.each([
     [500, 'HTTP 500'],
     [503, 'HTTP 503'],
@@ -279,7 +290,25 @@ describe('SSRF: the address is checked at every attempt and connected to as chec
     expect(receiver.requests).toHaveLength(1);
   });
 
-  it('but never after an answer, a timeout or a TLS failure', async () => {
+  it('never after a TLS failure', async () => {
+    let second = 0;
+    const spy = createServer((socket) => {
+      second++;
+      socket.destroy();
+    });
+    await listen(spy, '127.0.0.2', untrusted.port);
+    try {
+      dns.add('two.webhooks.test', { type: 'A', address: '127.0.0.1' });
+      dns.add('two.webhooks.test', { type: 'A', address: '127.0.0.2' });
+      expect(await postWebhook(depsFor(true), `https://two.webhooks.test:${untrusted.port}/`, HEADERS, BODY)).toEqual({ delivered: false, status: null, error: 'tls_error' });
+      expect(untrusted.connections).toBe(1);
+      expect(second).toBe(0);
+    } finally {
+      spy.close();
+    }
+  });
+
+  it('but never after an answer, a timeout or a closed connection', async () => {
     // A second listener on 127.0.0.2 at the receiver's port counts any connection that reaches the next address.
     let second = 0;
     const spy = createServer((socket) => {
