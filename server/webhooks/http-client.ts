@@ -88,6 +88,7 @@ function postTo(url: URL, address: string, headers: Record<string, string>, body
       });
     });
     req.on('response', (res) => {
+      res.on('error', () => undefined);
       settle({ kind: 'response', status: res.statusCode ?? 0 });
       res.destroy();
       req.destroy();
