@@ -42,7 +42,7 @@ export async function recordOutcome(deps: Pick<Deps, 'db' | 'clock' | 'logger' |
   // until this one is durable.
   const webhooks = await deps.commits.run(() => {
     const q = statements(db);
-    q.insertEvent.run({ id: newId(now), emailId: job.message.id, recipient: job.recipient.recipient, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail, occurredAt: now });
+    q.insertEvent.run({ id: newId(now), emailId: job.message.id, accountId: job.message.accountId, recipient: job.recipient.recipient, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail, occurredAt: now });
     // The account's webhook deliveries of this outcome, in the same transaction: no event is lost between the two.
     const fannedOut = fanOutOutcome(db, { accountId: job.message.accountId, emailId: job.message.id, recipient: job.recipient.recipient, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail, occurredAt: now });
     q.updateRecipient.run({ id: job.recipient.id, status: recorded.status === 'deferred' ? 'queued' : recorded.status, attempts, nextAttemptAt: recorded.nextAttemptAt ?? now });
@@ -73,7 +73,7 @@ const p = sql.placeholder;
 const statements = definePrepared((db) => ({
   insertEvent: db
     .insert(emailEvents)
-    .values({ id: p('id'), emailId: p('emailId'), recipient: p('recipient'), status: p('status'), dsn: p('dsn'), detail: p('detail'), occurredAt: p('occurredAt') })
+    .values({ id: p('id'), emailId: p('emailId'), accountId: p('accountId'), recipient: p('recipient'), status: p('status'), dsn: p('dsn'), detail: p('detail'), occurredAt: p('occurredAt') })
     .prepare(),
   updateRecipient: db
     .update(outboundRecipients)

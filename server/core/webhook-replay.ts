@@ -57,7 +57,7 @@ export function replayWebhook({ deps, ctx, endpointId, input }: { deps: Pick<Dep
     if (types.length === 0) return 0;
 
     const inWindow = and(
-      eq(emails.accountId, ctx.account.id),
+      eq(emailEvents.accountId, ctx.account.id),
       inArray(emailEvents.status, types.map(statusOfEventType)),
       gte(emailEvents.occurredAt, input.since),
       lt(emailEvents.occurredAt, until),
@@ -65,7 +65,6 @@ export function replayWebhook({ deps, ctx, endpointId, input }: { deps: Pick<Dep
     const count = tx
       .select({ n: sql<number>`count(*)` })
       .from(emailEvents)
-      .innerJoin(emails, eq(emails.id, emailEvents.emailId))
       .where(inWindow)
       .get()?.n ?? 0;
     if (count > MAX_REPLAY_EVENTS) {

@@ -1,3 +1,4 @@
+import { eq } from 'drizzle-orm';
 import { type EventStatus, emailEvents, emails, webhookEndpoints, type WebhookEventType } from '../../db/schema/index.js';
 import { secretContext } from '../../server/core/webhooks.js';
 import { newId } from '../../server/ids.js';
@@ -36,16 +37,24 @@ const DSN: Record<EventStatus, { dsn: string; detail: string }> = {
   complained: { dsn: '', detail: 'The recipient reported the message as spam.' },
 };
 
+/** The account of a seeded email, which its events carry. */
+function accountOf(service: TestService, emailId: string): string {
+  const row = service.deps.db.select({ accountId: emails.accountId }).from(emails).where(eq(emails.id, emailId)).get();
+  if (!row) throw new Error(`no email ${emailId}`);
+  return row.accountId;
+}
+
 /** One outcome, with an id made at `occurredAt` (ids stay in insertion order, so seed in time order). */
 export function seedEvent(service: TestService, emailId: string, status: EventStatus, occurredAt: number, recipient = 'a@example.net'): SeededEvent {
-  const row = { id: newId(occurredAt), emailId, recipient, status, ...DSN[status], occurredAt };
+  const row = { id: newId(occurredAt), emailId, accountId: accountOf(service, emailId), recipient, status, ...DSN[status], occurredAt };
   service.deps.db.insert(emailEvents).values(row).run();
   return row;
 }
 
 /** Many outcomes of one email at once, `occurredAt` from `start` one millisecond apart (for the replay cap). */
 export function seedManyEvents(service: TestService, emailId: string, n: number, start: number): void {
-  const rows = Array.from({ length: n }, (_, i) => ({ id: newId(start + i), emailId, recipient: `r${i}@example.net`, status: 'delivered' as const, ...DSN.delivered, occurredAt: start + i }));
+  const accountId = accountOf(service, emailId);
+  const rows = Array.from({ length: n }, (_, i) => ({ id: newId(start + i), emailId, accountId, recipient: `r${i}@example.net`, status: 'delivered' as const, ...DSN.delivered, occurredAt: start + i }));
   service.deps.db.transaction((tx) => {
     for (let i = 0; i < rows.length; i += 500) tx.insert(emailEvents).values(rows.slice(i, i + 500)).run();
   });
