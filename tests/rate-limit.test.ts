@@ -203,6 +203,15 @@ const ENDPOINTS: Endpoint[] = [
   { method: 'GET', route: '/suppressions', path: '/suppressions', scope: 'suppressions:read' },
   { method: 'POST', route: '/suppressions', path: '/suppressions', scope: 'suppressions:write', body: { address: 'ann@example.net' } },
   { method: 'DELETE', route: '/suppressions/:address', path: '/suppressions/ann%40example.net', scope: 'suppressions:write' },
+  { method: 'GET', route: '/webhooks', path: '/webhooks', scope: 'webhooks:read' },
+  // An IP literal: creating it asks no DNS server (the test machine has no network).
+  { method: 'POST', route: '/webhooks', path: '/webhooks', scope: 'webhooks:write', body: { url: 'https://93.184.216.34/hooks', events: ['ping'] } },
+  { method: 'GET', route: '/webhooks/:id', path: `/webhooks/${SOME_ID}`, scope: 'webhooks:read' },
+  { method: 'DELETE', route: '/webhooks/:id', path: `/webhooks/${SOME_ID}`, scope: 'webhooks:write' },
+  { method: 'POST', route: '/webhooks/:id/test', path: `/webhooks/${SOME_ID}/test`, scope: 'webhooks:write' },
+  { method: 'GET', route: '/webhooks/:id/deliveries', path: `/webhooks/${SOME_ID}/deliveries`, scope: 'webhooks:read' },
+  { method: 'POST', route: '/webhooks/:id/replay', path: `/webhooks/${SOME_ID}/replay`, scope: 'webhooks:write', body: { since: '2026-01-01T00:00:00Z' } },
+  { method: 'GET', route: '/events', path: '/events', scope: 'emails:read' },
 ];
 
 const label = (ep: Endpoint) => `${ep.method} ${ep.route}`;
