@@ -1,6 +1,12 @@
+import { and, eq, gt, ne, notInArray } from 'drizzle-orm';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { webhookDeliveries, webhookEndpoints } from '../db/schema/index.js';
+import { PING_COOLDOWN_MS } from '../server/core/webhooks.js';
 import { ERROR_STATUS } from '../server/errors.js';
+import { TestDnsServer } from './helpers/dns-server.js';
+import { HttpsReceiver } from './helpers/https-receiver.js';
+import { seedEmail, seedEndpoint, seedEvent } from './helpers/outcomes.js';
 import { type FuzzRequest, type FuzzWorld, endpoints } from './helpers/fuzz-requests.js';
 import { piecesToBuffer } from './helpers/fuzz-json.js';
 import { DAY, newSender, newSubSender, receipt, sendEmail, type Sender } from './helpers/sending.js';
@@ -35,6 +41,17 @@ const PROPERTY_TIME_LIMIT_MS = PROPERTY_TIMEOUT_MS - 15_000;
 const runsOf = (endpoint: string) => (endpoint === 'POST /emails' ? 2 * RUNS : RUNS);
 /** Every so many requests the fake clock moves a day on, so sandbox, quota and idempotency windows reopen. */
 const REQUESTS_PER_DAY = 400;
+/** Every so many test pings the fake clock moves past the ping cooldown, so some pings are posted (the rest 429). */
+const PINGS_PER_COOLDOWN = 3;
+/** The name the test DNS server answers with 127.0.0.1: the HTTPS receiver's host in webhook URLs. */
+const HOOK_HOST = 'hooks.webhooks.test';
+/** Endpoints of the key's account that DELETE /webhooks/{id} may remove. */
+const DELETABLE_ENDPOINTS = 5;
+/**
+ * The key's account starts with this many endpoints (the fixture, the deletable ones and stored ones never posted to),
+ * so a few creations reach the limit of 20: 422 too_many_endpoints, after which the fuzz-made ones are cleared.
+ */
+const ENDPOINTS_AT_START = 16;
 
 const SUPPRESSED = ['gone@example.net', 'bounced@example.org', 'complained@customer.example', 'support@b\u00fccher.example', 'old@example.net'];
 
@@ -42,9 +59,21 @@ let service: TestService;
 let sender: Sender;
 let world: FuzzWorld;
 let requests = 0;
+let dns: TestDnsServer;
+let receiver: HttpsReceiver;
+/** Test pings sent, and those the service answered 200 for (each posted once to the receiver). */
+let pings = 0;
+let pingsAnswered = 0;
+/** Endpoints made before the fuzz run (the fixture, the deletable and the stored ones): kept when fuzz-made ones are cleared. */
+let fixtureEndpoints: string[] = [];
 
 beforeAll(async () => {
-  service = await startService();
+  // Webhook hosts resolve through a DNS server on loopback: a random name is NXDOMAIN at once, never asked of the
+  // internet; HOOK_HOST is the HTTPS receiver. No dispatcher runs (startService starts none): nothing posts by itself.
+  dns = await TestDnsServer.start();
+  dns.add(HOOK_HOST, { type: 'A', address: '127.0.0.1' });
+  receiver = await HttpsReceiver.start();
+  service = await startService({ DNS_SERVERS: dns.address, ALLOW_PRIVATE_TARGETS: 'true' });
   sender = await newSender(service, { name: 'Fuzz', credits: 1_000_000 });
   const sub = await newSubSender(service, sender.key, 'Fuzz sub-account');
   // Rows on every list, so each has a live cursor and ids to aim at.
@@ -56,6 +85,32 @@ beforeAll(async () => {
   service.newKey(sender.account.id, undefined, 'second');
   const secondDomain = await service.api('POST', '/domains', { key: sender.key, body: { name: `second-${sender.domain}` } });
   expect([...sent, ...suppressed, secondDomain].map((r) => r.status)).toEqual([200, 200, ...SUPPRESSED.map(() => 201), 201]);
+
+  // Webhooks: the fixture endpoint at the receiver, with a ping and replayed deliveries on its list; endpoints to
+  // delete; recorded outcomes of the account for GET /events and replays, at one-minute steps up to now.
+  const hookUrl = `https://${HOOK_HOST}:${receiver.port}/hook`;
+  const made = [];
+  for (let i = 0; i <= DELETABLE_ENDPOINTS; i++) {
+    made.push(await service.api('POST', '/webhooks', { key: sender.key, body: { url: hookUrl, events: i === 0 ? ['email.delivered', 'email.bounced', 'ping'] : ['email.deferred'] } }));
+  }
+  expect(made.map((r) => r.status), JSON.stringify(made.map((r) => r.body))).toEqual(made.map(() => 201));
+  const [fixture, ...deletable] = made.map((r) => r.body.id as string) as [string, ...string[]];
+  const stored = Array.from({ length: ENDPOINTS_AT_START - made.length }, () => seedEndpoint(service, sender.account.id, ['email.complained']));
+  fixtureEndpoints = [fixture, ...deletable, ...stored];
+  const now = service.clock.now();
+  const eventTimes: string[] = [new Date(now - 24 * 60 * 60_000).toISOString()];
+  const statuses = ['delivered', 'bounced', 'deferred', 'complained'] as const;
+  const emailId = seedEmail(service, sender.account.id, { from: sender.from, at: now - 60 * 60_000 });
+  for (let i = 0; i < 12; i++) {
+    const at = now - (12 - i) * 60_000;
+    seedEvent(service, emailId, statuses[i % statuses.length]!, at, `r${i}@example.net`);
+    if (i % 3 === 0) eventTimes.push(new Date(at).toISOString(), new Date(at).toISOString().replace('Z', '+00:00'));
+  }
+  eventTimes.push(new Date(now).toISOString(), new Date(now + 60_000).toISOString());
+  const ping = await service.api('POST', `/webhooks/${fixture}/test`, { key: sender.key });
+  const replayed = await service.api('POST', `/webhooks/${fixture}/replay`, { key: sender.key, body: { since: eventTimes[0] } });
+  expect([ping.status, ping.body.delivered, replayed.status, replayed.body.queued]).toEqual([200, true, 200, 6]);
+  pings = pingsAnswered = 1;
 
   const cursor = async (list: string) => {
     const res = await service.api('GET', `/${list}?limit=1`, { key: sender.key });
@@ -74,13 +129,29 @@ beforeAll(async () => {
       accounts: await cursor('accounts'),
       keys: await cursor('keys'),
       suppressions: await cursor('suppressions'),
+      webhooks: await cursor('webhooks'),
+      webhookDeliveries: await cursor(`webhooks/${fixture}/deliveries`),
+      events: await cursor('events'),
     },
+    webhooks: { fixture, deletable, host: HOOK_HOST, port: receiver.port },
+    eventTimes,
   };
 });
 
 afterAll(async () => {
   await service?.close();
+  await receiver?.close();
+  await dns?.stop();
 });
+
+/**
+ * Clears the endpoints POST /webhooks made in the fuzz run once an account is at the limit (after the 422
+ * too_many_endpoints that says so), so later creations can succeed again. None of them has a delivery (only the
+ * fixture endpoint is ever pinged or replayed to).
+ */
+function clearFuzzEndpoints(): void {
+  service.deps.db.delete(webhookEndpoints).where(notInArray(webhookEndpoints.id, fixtureEndpoints)).run();
+}
 
 interface Answer {
   limitMs: number;
@@ -92,6 +163,8 @@ interface Answer {
 
 async function send(req: FuzzRequest): Promise<Answer> {
   if (++requests % REQUESTS_PER_DAY === 0) service.clock.advance(DAY);
+  const ping = req.method === 'POST' && /^\/webhooks\/[^/]*\/test$/.test(req.path);
+  if (ping && ++pings % PINGS_PER_COOLDOWN === 0) service.clock.advance(PING_COOLDOWN_MS + 1_000);
   const headers: Record<string, string> = { ...req.headers };
   if (req.auth === 'key') headers.authorization = `Bearer ${sender.key}`;
   else if (req.auth !== 'none') headers.authorization = req.auth.raw;
@@ -107,6 +180,7 @@ async function send(req: FuzzRequest): Promise<Answer> {
       signal: AbortSignal.timeout(limitMs),
     });
     const text = await res.text();
+    if (ping && res.status === 200) pingsAnswered++;
     return { limitMs, status: res.status, contentType: res.headers.get('content-type'), text, ms: performance.now() - started };
   } catch (err) {
     const ms = Math.round(performance.now() - started);
@@ -208,6 +282,14 @@ describe('every endpoint that takes a body, a query or an id answers 2xx, or 4xx
     'GET /suppressions',
     'POST /suppressions',
     'DELETE /suppressions/{address}',
+    'GET /webhooks',
+    'POST /webhooks',
+    'GET /webhooks/{id}',
+    'DELETE /webhooks/{id}',
+    'POST /webhooks/{id}/test',
+    'GET /webhooks/{id}/deliveries',
+    'POST /webhooks/{id}/replay',
+    'GET /events',
     'methods not served on known paths',
   ];
   for (const name of names) {
@@ -220,7 +302,9 @@ describe('every endpoint that takes a body, a query or an id answers 2xx, or 4xx
           fc.asyncProperty(endpoint!.requests, async (req) => {
             const answer = await send(req);
             slowest.set(name, Math.max(slowest.get(name) ?? 0, Math.round(answer.ms)));
-            count(name, checkAnswer(answer));
+            const outcome = checkAnswer(answer);
+            count(name, outcome);
+            if (outcome === '422 too_many_endpoints') clearFuzzEndpoints();
           }),
           { seed: SEED, numRuns: runsOf(name), interruptAfterTimeLimit: PROPERTY_TIME_LIMIT_MS, markInterruptAsFailure: true },
         );
@@ -251,5 +335,17 @@ describe('every endpoint that takes a body, a query or an id answers 2xx, or 4xx
     expect(res.status).toBe(200);
     expect(await res.json()).toEqual({ status: 'ok' });
     expect(service.logger.entries.filter((e) => e.level === 'error')).toEqual([]);
+  });
+
+  it('nothing was posted but the test pings: each answered ping reached the receiver once, no delivery was attempted', () => {
+    expect(pings).toBeGreaterThan(1);
+    expect(receiver.requests.map((r) => r.headers['x-service-event'])).toEqual(Array.from({ length: pingsAnswered }, () => 'ping'));
+    const attempted = service.deps.db
+      .select({ id: webhookDeliveries.id })
+      .from(webhookDeliveries)
+      .where(and(ne(webhookDeliveries.eventType, 'ping'), gt(webhookDeliveries.attempts, 0)))
+      .all();
+    expect(attempted).toEqual([]);
+    expect(service.deps.db.select({ id: webhookEndpoints.id }).from(webhookEndpoints).where(eq(webhookEndpoints.id, world.webhooks.fixture)).all()).toHaveLength(1);
   });
 });

@@ -1,4 +1,6 @@
 import fc from 'fast-check';
+import { WEBHOOK_EVENT_TYPES } from '../../db/schema/index.js';
+import { EMAIL_EVENT_TYPES } from '../../server/core/events.js';
 import { SCOPES } from '../../server/core/scopes.js';
 import { TEMPLATES } from '../../server/core/templates.js';
 import { type Json, type Piece, badUtf8, fromValue, hostileValue, hugeString, mutate, mutation, oddString, piecesToExpression, toPieces } from './fuzz-json.js';
@@ -20,7 +22,21 @@ export interface FuzzWorld {
   ids: { email: string; domain: string; suppression: string };
   /** Addresses on the list at the start (POST /suppressions may add them back after a delete). */
   suppressed: string[];
-  cursors: Record<'emails' | 'domains' | 'accounts' | 'keys' | 'suppressions', string>;
+  cursors: Record<'emails' | 'domains' | 'accounts' | 'keys' | 'suppressions' | 'webhooks' | 'webhookDeliveries' | 'events', string>;
+  webhooks: {
+    /**
+     * The one endpoint test pings and replays aim at (never deleted): its URL is the HTTPS receiver on loopback, so
+     * a ping never leaves the machine. No other real endpoint id is ever pinged.
+     */
+    fixture: string;
+    /** Endpoints of the key's account that DELETE /webhooks/{id} may remove. */
+    deletable: string[];
+    /** A host name the test DNS server answers with 127.0.0.1, and the receiver's port (POST /webhooks that succeed). */
+    host: string;
+    port: number;
+  };
+  /** ISO times around the key's account's recorded outcomes (since and until of GET /events and replays). */
+  eventTimes: string[];
 }
 
 export type Who = 'key' | 'none' | { raw: string };
@@ -208,6 +224,107 @@ function sendRequest(domain: string, pending: string, suppressed: string[]) {
 
 const scopes = fc.oneof(fc.subarray([...SCOPES]), fc.array(fc.oneof(fc.constantFrom(...SCOPES), fc.constantFrom('emails:*', 'admin', 'EMAILS:SEND', '')), { maxLength: 16 }));
 
+// ---- webhooks and events -------------------------------------------------------------------------------------
+
+/**
+ * Webhook URLs: the receiver's name (which resolves to loopback, allowed by ALLOW_PRIVATE_TARGETS) spelled many ways,
+ * random names (NXDOMAIN from the test DNS server at once), IP literals (public ones are stored, never posted to:
+ * only the fixture endpoint is ever pinged), and URLs the rules refuse (http, credentials, no host, too long).
+ */
+function webhookUrl(host: string, port: number): fc.Arbitrary<string> {
+  const path = fc.oneof(fc.constant('/hook'), fc.webPath(), fc.webSegment().map((s) => `/${s}?x=${s}#f`));
+  return fc.oneof(
+    { arbitrary: path.map((p) => `https://${host}:${port}${p}`), weight: 4 },
+    {
+      arbitrary: fc.constantFrom(
+        `https://${host.toUpperCase()}:${port}/hook`,
+        `https://${host}.:${port}/hook`,
+        `https://${host}/hook`,
+        `HTTPS://${host}:${port}`,
+        `https://localhost:${port}/hook`,
+        `https://sub.localhost/`,
+        `https://127.0.0.1:${port}/hook`,
+        `https://[::1]:${port}/hook`,
+        'https://0x7f000001/',
+        'https://2130706433/',
+        'https://0177.1/',
+        'https://[::ffff:127.0.0.1]/',
+        'https://8.8.8.8/',
+        'https://[2001:4860:4860::8888]/in',
+        'https://0.0.0.0/',
+        'https://169.254.169.254/latest/meta-data/',
+      ),
+      weight: 2,
+    },
+    { arbitrary: fc.webUrl({ validSchemes: ['https'], withQueryParameters: true, withFragments: true }), weight: 3 },
+    { arbitrary: fc.webUrl({ validSchemes: ['http', 'ftp', 'wss'] }), weight: 1 },
+    {
+      arbitrary: fc.constantFrom(
+        '',
+        'https://',
+        'https://.',
+        'https://..',
+        'https:///hook',
+        `https://user:pw@${host}:${port}/hook`,
+        `https://user@${host}:${port}/hook`,
+        `https://:pw@${host}/`,
+        `//${host}/hook`,
+        `${host}/hook`,
+        'https://exa mple.com/',
+        'https://%00/',
+        'https://a%2Fb.example/',
+        'https://b\u00fccher.example/',
+        'https://xn--/',
+        'https://-a-.example/',
+        'https://a_b.example/',
+        `https://${'a'.repeat(64)}.example/`,
+        `https://${Array.from({ length: 130 }, () => 'ab').join('.')}/`,
+        `https://${host}:99999/`,
+        `https://${host}:0/`,
+        'javascript:alert(1)',
+        'data:text/plain,x',
+        'https://[::1/',
+        'https://[fe80::1%25eth0]/',
+      ),
+      weight: 2,
+    },
+    { arbitrary: fc.integer({ min: 1_990, max: 2_010 }).map((n) => `https://${host}:${port}/${'a'.repeat(Math.max(0, n - `https://${host}:${port}/`.length))}`), weight: 1 },
+    { arbitrary: oddString(60), weight: 1 },
+  );
+}
+
+/** Event type lists: well-shaped subsets, repeats, unknown and cased names, empty, past the 50 item cap. */
+function eventList(types: readonly string[]): fc.Arbitrary<string[]> {
+  const name = fc.oneof(
+    { arbitrary: fc.constantFrom(...types), weight: 8 },
+    { arbitrary: fc.constantFrom('EMAIL.DELIVERED', 'email.*', 'email.sent', 'delivered', 'ping ', ''), weight: 1 },
+    { arbitrary: oddString(20), weight: 1 },
+  );
+  return fc.oneof(
+    { arbitrary: fc.subarray([...types], { minLength: 1 }), weight: 6 },
+    { arbitrary: fc.array(name, { minLength: 1, maxLength: 8 }), weight: 3 },
+    { arbitrary: fc.constant([] as string[]), weight: 1 },
+    { arbitrary: fc.array(fc.constantFrom(...types), { minLength: 49, maxLength: 60 }), weight: 1 },
+  );
+}
+
+/** A date-time for since/until: the generic ones, or one around the recorded outcomes. */
+const eventTime = (times: string[]) => fc.oneof({ arbitrary: sinceValue, weight: 2 }, { arbitrary: fc.constantFrom(...times), weight: 3 });
+
+/**
+ * A replay's body: a window over the recorded outcomes (since alone, or since before until) that queues deliveries,
+ * or any two date-times (until before since, odd spellings), each with an event type list or none.
+ */
+const replayBody = (times: string[]) => {
+  const ordered = fc.tuple(fc.constantFrom(...times), fc.constantFrom(...times)).filter(([a, b]) => Date.parse(a) !== Date.parse(b)).map(([a, b]) => (Date.parse(a) < Date.parse(b) ? [a, b] : [b, a]));
+  const events = fc.option(eventList(EMAIL_EVENT_TYPES), { nil: undefined, freq: 2 });
+  return fc.oneof(
+    { arbitrary: fc.record({ since: fc.constantFrom(...times), events }), weight: 2 },
+    { arbitrary: fc.record({ window: ordered, events }).map(({ window: [since, until], events }) => ({ since, until, events })), weight: 2 },
+    { arbitrary: fc.record({ since: eventTime(times), until: eventTime(times), events: eventList(EMAIL_EVENT_TYPES) }, { requiredKeys: ['since'] }), weight: 3 },
+  );
+};
+
 // ---- the endpoints -------------------------------------------------------------------------------------------
 
 const get = (path: fc.Arbitrary<string>) =>
@@ -240,6 +357,7 @@ const sends = (world: FuzzWorld, domain: string, account: ActingFor) =>
 export function endpoints(world: FuzzWorld): { name: string; requests: fc.Arbitrary<FuzzRequest> }[] {
   const listQuery = { limit: limitValue, cursor: cursorValue(Object.values(world.cursors), { account: world.sub.id, row: world.ids.email }) };
   const subIds = [world.sub.id];
+  const webhookIds = [world.webhooks.fixture];
   return [
     {
       name: 'POST /emails',
@@ -316,12 +434,55 @@ export function endpoints(world: FuzzWorld): { name: string; requests: fc.Arbitr
         [],
       ),
     },
+    { name: 'GET /webhooks', requests: get(query(listQuery).map((q) => `/webhooks${q}`)) },
+    {
+      name: 'POST /webhooks',
+      requests: withBody(
+        'POST',
+        fc.constant('/webhooks'),
+        fc.record({ url: webhookUrl(world.webhooks.host, world.webhooks.port), events: eventList(WEBHOOK_EVENT_TYPES) }, { requiredKeys: ['url', 'events'] }),
+        ['url', 'events'],
+      ),
+    },
+    { name: 'GET /webhooks/{id}', requests: get(idSegment(webhookIds).map((id) => `/webhooks/${id}`)) },
+    { name: 'DELETE /webhooks/{id}', requests: withBody('DELETE', idSegment(world.webhooks.deletable).map((id) => `/webhooks/${id}`), fc.constant({}), []) },
+    {
+      name: 'POST /webhooks/{id}/test',
+      // Only the fixture endpoint (the receiver on loopback) is a real id here: no other endpoint is ever pinged.
+      requests: withBody(
+        'POST',
+        idSegment(webhookIds, 8).map((id) => `/webhooks/${id}/test`),
+        fc.constant({}),
+        [],
+        fc.oneof({ arbitrary: fc.constant('self' as const), weight: 8 }, { arbitrary: actingFor, weight: 1 }),
+      ),
+    },
+    { name: 'GET /webhooks/{id}/deliveries', requests: get(fc.tuple(idSegment(webhookIds, 6), query(listQuery)).map(([id, q]) => `/webhooks/${id}/deliveries${q}`)) },
+    {
+      name: 'POST /webhooks/{id}/replay',
+      requests: withBody(
+        'POST',
+        idSegment(webhookIds, 14).map((id) => `/webhooks/${id}/replay`),
+        replayBody(world.eventTimes),
+        ['since', 'until', 'events'],
+      ),
+    },
+    {
+      name: 'GET /events',
+      requests: get(
+        query({
+          since: eventTime(world.eventTimes),
+          type: fc.constantFrom(...EMAIL_EVENT_TYPES, 'ping', 'EMAIL.DELIVERED', 'delivered', 'email.sent'),
+          ...listQuery,
+        }).map((q) => `/events${q}`),
+      ),
+    },
     {
       name: 'methods not served on known paths',
       requests: fc
         .record({
           method: fc.constantFrom('PUT', 'PATCH', 'OPTIONS', 'DELETE', 'POST', 'GET'),
-          path: fc.constantFrom('/emails', '/emails/x', '/domains', '/domains/x/verify', '/account', '/accounts', '/accounts/x/suspend', '/keys', '/keys/x', '/suppressions', '/suppressions/x', '/webhooks', '/database', '/', ''),
+          path: fc.constantFrom('/emails', '/emails/x', '/domains', '/domains/x/verify', '/account', '/accounts', '/accounts/x/suspend', '/keys', '/keys/x', '/suppressions', '/suppressions/x', '/webhooks', '/webhooks/x', '/webhooks/x/test', '/webhooks/x/deliveries', '/webhooks/x/replay', '/events', '/database', '/', ''),
         })
         .chain(({ method, path }) =>
           method === 'GET' ? get(fc.constant(path)) : withBody(method, fc.constant(path), fc.record({ name: fc.string() }), ['name']),

@@ -73,7 +73,7 @@ export const limitValue = fc.oneof(
  */
 export function cursorValue(live: string[], real: { account: string; row: string }): fc.Arbitrary<string> {
   const forged = fc
-    .record({ l: fc.constantFrom('emails', 'domains', 'accounts', 'keys', 'suppressions', '__proto__'), a: fc.constantFrom(real.account, 'x'), k: fc.constantFrom(real.row, '') })
+    .record({ l: fc.constantFrom('emails', 'domains', 'accounts', 'keys', 'suppressions', 'webhooks', 'webhook-deliveries', 'events', '__proto__'), a: fc.constantFrom(real.account, 'x'), k: fc.constantFrom(real.row, '') })
     .map((body) => `${Buffer.from(JSON.stringify(body)).toString('base64url')}.${'A'.repeat(22)}`);
   return fc.oneof(
     { arbitrary: fc.constantFrom(...live), weight: 4 },
