@@ -1,6 +1,5 @@
-import { randomUUID } from 'node:crypto';
-import { hostname } from 'node:os';
 import { eq } from 'drizzle-orm';
+import { newWorkerId } from '../db/leases.js';
 import { domainKeys, emails } from '../db/schema/index.js';
 import { openDomainPrivateKey } from '../server/core/dkim-keys.js';
 import type { Deps } from '../server/deps.js';
@@ -73,7 +72,7 @@ interface DomainWork {
  */
 export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions> = {}) {
   const opts = { ...DEFAULT_ENGINE_OPTIONS, ...options };
-  const worker = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+  const worker = newWorkerId();
   const slots = createFairSlots({ total: opts.maxConnections, perAccount: opts.perAccount, perDestination: opts.perDomain });
   const router = createRouter(deps);
   /** Recipients held per account (claimed, not yet finished). */

@@ -1,6 +1,7 @@
 import { hostname } from 'node:os';
 import { and, eq, inArray, isNotNull, sql } from 'drizzle-orm';
 import type { Db } from '../db/client.js';
+import { isDeadHolder } from '../db/leases.js';
 import { definePrepared } from '../db/prepared.js';
 import { type OutboundMessageRow, type OutboundRecipientRow, outboundMessages, outboundRecipients } from '../db/schema/index.js';
 
@@ -109,21 +110,6 @@ export function renewLeases(db: Db, worker: string, ids: string[], until: number
     .run();
 }
 
-/** Worker ids are `<host>:<pid>:<random>`. */
-function workerProcess(worker: string): { host: string; pid: number } | null {
-  const m = /^(.*):(\d+):[^:]+$/.exec(worker);
-  return m ? { host: m[1]!, pid: Number(m[2]) } : null;
-}
-
-function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
 /**
  * At start: the leases of earlier workers on this host whose process is gone (killed, or an earlier run under this
  * same pid, as in a restarted container) are released at once, so their recipients are due again now. A lease of a
@@ -137,13 +123,11 @@ export function releaseDeadLeases(db: Db, worker: string, host = hostname()): nu
     .all();
   let released = 0;
   for (const { lockedBy } of holders) {
-    const holder = lockedBy ? workerProcess(lockedBy) : null;
-    if (!holder || holder.host !== host) continue;
-    if (holder.pid !== process.pid && processAlive(holder.pid)) continue;
+    if (!lockedBy || !isDeadHolder(lockedBy, worker, host)) continue;
     released += db
       .update(outboundRecipients)
       .set({ lockedBy: null, lockedUntil: null })
-      .where(eq(outboundRecipients.lockedBy, lockedBy!))
+      .where(eq(outboundRecipients.lockedBy, lockedBy))
       .run().changes;
   }
   return released;

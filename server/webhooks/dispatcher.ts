@@ -1,8 +1,7 @@
-import { randomUUID } from 'node:crypto';
-import { hostname } from 'node:os';
 import { eq } from 'drizzle-orm';
 import { type WebhookDeliveryRow, type WebhookEndpointRow, webhookDeliveries } from '../../db/schema/index.js';
 import { iso } from '../clock.js';
+import { newWorkerId } from '../../db/leases.js';
 import type { Deps } from '../deps.js';
 import { ApiError } from '../errors.js';
 import { newId } from '../ids.js';
@@ -93,7 +92,7 @@ async function attemptDelivery(deps: Deps, endpoint: WebhookEndpointRow, row: We
  */
 export function createWebhookDispatcher(deps: Deps, options: Partial<DispatcherOptions> = {}) {
   const opts: DispatcherOptions = { ...DEFAULT_DISPATCHER_OPTIONS, intervalMs: deps.config.webhookIntervalMs, ...options };
-  const worker = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+  const worker = newWorkerId();
   const slots = createFairSlots({ total: opts.maxInFlight, perAccount: opts.perAccount, perDestination: 1 });
   /** Endpoints with a post in flight in this process (their lease may have run out on a moved clock). */
   const busy = new Set<string>();

@@ -1,6 +1,7 @@
 import { hostname } from 'node:os';
 import { and, eq, inArray, isNotNull, sql } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
+import { isDeadHolder } from '../../db/leases.js';
 import { definePrepared } from '../../db/prepared.js';
 import { type WebhookDeliveryRow, type WebhookEndpointRow, webhookDeliveries, webhookEndpoints } from '../../db/schema/index.js';
 import { WEBHOOK_DISABLE_AFTER_FAILURES, nextWebhookAttemptAt } from './retry-schedule.js';
@@ -177,21 +178,6 @@ export function reenableWebhookEndpoint(db: Db, endpointId: string, now: number)
   });
 }
 
-/** Worker ids are `<host>:<pid>:<random>`. */
-function workerProcess(worker: string): { host: string; pid: number } | null {
-  const m = /^(.*):(\d+):[^:]+$/.exec(worker);
-  return m ? { host: m[1]!, pid: Number(m[2]) } : null;
-}
-
-function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
 /**
  * At start: leases of earlier workers on this host whose process is gone (or an earlier run under this same pid) are
  * released at once, so a killed process's deliveries are due again now; a lease of a process that may still run is
@@ -205,13 +191,11 @@ export function releaseDeadWebhookLeases(db: Db, worker: string, host = hostname
     .all();
   let released = 0;
   for (const { lockedBy } of holders) {
-    const holder = lockedBy ? workerProcess(lockedBy) : null;
-    if (!holder || holder.host !== host) continue;
-    if (holder.pid !== process.pid && processAlive(holder.pid)) continue;
+    if (!lockedBy || !isDeadHolder(lockedBy, worker, host)) continue;
     released += db
       .update(webhookDeliveries)
       .set({ lockedBy: null, lockedUntil: null })
-      .where(eq(webhookDeliveries.lockedBy, lockedBy!))
+      .where(eq(webhookDeliveries.lockedBy, lockedBy))
       .run().changes;
   }
   return released;
