@@ -443,3 +443,90 @@ describe('resolveCustomerDbHost', () => {
     expect(await check('mixed.customer-db.test')).toEqual({ kind: 'blocked' });
   });
 });
+
+/**
+ * The TLS half of pgClientConfig against a stand-in Postgres on loopback (the SSLRequest answered 'S', then TLS with the
+ * webhook test certificate, for *.webhooks.test, localhost and 127.0.0.1; then a FATAL error naming the handshake as
+ * done). pg connects to the checked address, and the certificate is verified against the URL's name: a name the
+ * certificate does not carry fails even though the address 127.0.0.1 is in it. The real-Postgres tests are elsewhere.
+ */
+describe('pgClientConfig over TLS: the address is dialled, the name is verified', () => {
+  const FIXTURES = new URL('./fixtures/webhook-tls/', import.meta.url);
+  let server: net.Server;
+  let port = 0;
+  let useSelfSigned = false;
+  const seen: { servername: string | false | null }[] = [];
+
+  const errorResponse = (message: string) => {
+    const body = Buffer.concat([Buffer.from(`SFATAL\0C28000\0M${message}\0\0`, 'utf8')]);
+    const head = Buffer.alloc(5);
+    head.write('E', 0);
+    head.writeInt32BE(body.length + 4, 1);
+    return Buffer.concat([head, body]);
+  };
+
+  beforeAll(async () => {
+    const { TLSSocket } = await import('node:tls');
+    const creds = () =>
+      useSelfSigned
+        ? { key: fs.readFileSync(new URL('self-signed.key', FIXTURES)), cert: fs.readFileSync(new URL('self-signed.pem', FIXTURES)) }
+        : { key: fs.readFileSync(new URL('server.key', FIXTURES)), cert: fs.readFileSync(new URL('server.pem', FIXTURES)) };
+    server = net.createServer((socket) => {
+      socket.on('error', () => {});
+      socket.once('data', (first) => {
+        // SSLRequest: length 8, code 80877103.
+        if (first.length !== 8 || first.readInt32BE(4) !== 80877103) return socket.destroy();
+        socket.write('S');
+        const tls = new TLSSocket(socket, { isServer: true, ...creds() });
+        tls.on('error', () => {});
+        tls.once('secure', () => seen.push({ servername: (tls as unknown as { servername: string | false | null }).servername }));
+        tls.once('data', () => tls.end(errorResponse('stand-in: tls handshake done')));
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    port = (server.address() as net.AddressInfo).port;
+  });
+  afterAll(async () => {
+    await new Promise((resolve) => server.close(resolve));
+  });
+
+  const OPTS = { connectTimeoutMs: 3000, statementTimeoutMs: 3000, idleInTransactionTimeoutMs: 3000 };
+  async function connect(url: string, selfSigned = false): Promise<string> {
+    useSelfSigned = selfSigned;
+    const t = { ...parseCustomerDbUrl(url), port };
+    const client = new pg.Client(pgClientConfig(t, '127.0.0.1', OPTS));
+    client.on('error', () => {});
+    try {
+      await client.connect();
+      return 'connected';
+    } catch (err) {
+      return (err as Error).message;
+    } finally {
+      await client.end().catch(() => {});
+    }
+  }
+
+  it('verify: a name the certificate carries passes, sent as SNI', async () => {
+    seen.length = 0;
+    expect(await connect('postgresql://u:pw@db.webhooks.test/app')).toBe('stand-in: tls handshake done');
+    expect(seen).toEqual([{ servername: 'db.webhooks.test' }]);
+  });
+
+  it('verify: a name the certificate does not carry fails, though the address it dials is in the certificate', async () => {
+    seen.length = 0;
+    expect(await connect('postgresql://u:pw@db.other.test/app')).toMatch(/altnames|Hostname\/IP does not match/);
+    expect(await connect('postgresql://u:pw@db.other.test/app?sslmode=verify-ca')).toMatch(/altnames|Hostname\/IP does not match/);
+    expect(seen).toEqual([]);
+  });
+
+  it('a self-signed certificate: refused by verify, accepted by no-verify only', async () => {
+    expect(await connect('postgresql://u:pw@db.webhooks.test/app?sslmode=require', true)).toMatch(/self[- ]signed/i);
+    expect(await connect('postgresql://u:pw@db.webhooks.test/app?sslmode=no-verify', true)).toBe('stand-in: tls handshake done');
+  });
+
+  it('an IP-literal host is verified against the address, with no SNI', async () => {
+    seen.length = 0;
+    expect(await connect('postgresql://u:pw@127.0.0.1/app')).toBe('stand-in: tls handshake done');
+    expect(seen).toEqual([{ servername: false }]);
+  });
+});
