@@ -1,3 +1,4 @@
+import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -7,7 +8,7 @@ import type { ClientConfig, Notification } from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { classifyConnectError, listenCustomerDb, openCustomerPool, probeCustomerDb } from '../db/customer/connect.js';
 import { createMemoryLogger } from '../server/logger.js';
-import { PG_TEST_CA, startPostgres, type TestPostgres } from './helpers/postgres.js';
+import { PG_TEST_CA, PG_TEST_CA_FILE, startPostgres, type TestPostgres } from './helpers/postgres.js';
 
 /**
  * The connection module against a real Postgres with TLS (tests/helpers/postgres.ts): certificate verification, the
@@ -88,6 +89,25 @@ describe('probeCustomerDb: TLS', () => {
 
   it('no-verify connects to the trusted certificate too, and the ca option does not turn verification on', async () => {
     expect(await probeCustomerDb(config({ verify: false }), logger, { ca: OTHER_CA })).toEqual({ ok: true });
+  });
+
+  it('verify trusts the test CA through NODE_EXTRA_CA_CERTS, as the service does (dist/, a fresh process)', async () => {
+    const script = `
+      import { probeCustomerDb } from './dist/db/customer/connect.js';
+      import { createMemoryLogger } from './dist/server/logger.js';
+      const result = await probeCustomerDb(JSON.parse(process.argv[1]), createMemoryLogger());
+      process.stdout.write(JSON.stringify(result));`;
+    const root = fileURLToPath(new URL('..', import.meta.url));
+    const probeIn = (extraCa: string | undefined) =>
+      new Promise<unknown>((resolve, reject) => {
+        const env: NodeJS.ProcessEnv = { PATH: process.env.PATH };
+        if (extraCa) env.NODE_EXTRA_CA_CERTS = extraCa;
+        execFile(process.execPath, ['--input-type=module', '-e', script, JSON.stringify(config())], { cwd: root, env }, (err, stdout) =>
+          err ? reject(err) : resolve(JSON.parse(stdout)),
+        );
+      });
+    expect(await probeIn(PG_TEST_CA_FILE)).toEqual({ ok: true });
+    expect(await probeIn(undefined)).toMatchObject({ ok: false, stage: 'tls' });
   });
 
   describe('a self-signed certificate', () => {
