@@ -1,0 +1,112 @@
+import type { ClientBase } from 'pg';
+
+/**
+ * The `service` schema in a customer's own Postgres (api.md, Tables written to the customer database; decisions.md
+ * section 8), as versioned migrations: data, applied in order, each once. `schemaVersion` in the database status is
+ * the highest version applied. Content lives only there; the service keeps addresses, status and timestamps.
+ */
+export const CUSTOMER_MIGRATIONS: readonly { version: number; name: string; sql: string }[] = [
+  {
+    version: 1,
+    name: 'emails, events, inbound, attachments',
+    sql: `
+      create table if not exists service.emails (
+        id uuid primary key,
+        account_id uuid not null,
+        from_address text not null,
+        to_addresses text[] not null,
+        subject text not null,
+        html text not null,
+        text text not null,
+        template text not null,
+        tags jsonb,
+        status text not null,
+        created_at timestamptz not null,
+        delivered_at timestamptz,
+        bounced_at timestamptz,
+        complained_at timestamptz
+      );
+      create index if not exists emails_created_at_idx on service.emails (created_at);
+      create index if not exists emails_account_created_at_idx on service.emails (account_id, created_at);
+
+      create table if not exists service.events (
+        id uuid primary key,
+        email_id uuid not null,
+        recipient text not null,
+        status text not null,
+        dsn text not null,
+        detail text not null,
+        occurred_at timestamptz not null
+      );
+      create index if not exists events_email_id_idx on service.events (email_id, occurred_at);
+      create index if not exists events_occurred_at_idx on service.events (occurred_at);
+
+      create table if not exists service.inbound (
+        id uuid primary key,
+        account_id uuid not null,
+        from_address text not null,
+        to_addresses text[] not null,
+        subject text not null,
+        headers jsonb not null,
+        text text,
+        html text,
+        message_id text,
+        size integer not null,
+        spf text,
+        dkim text,
+        dmarc text,
+        received_at timestamptz not null
+      );
+      create index if not exists inbound_received_at_idx on service.inbound (received_at);
+      create index if not exists inbound_account_received_at_idx on service.inbound (account_id, received_at);
+
+      create table if not exists service.attachments (
+        id uuid primary key,
+        inbound_id uuid not null references service.inbound (id) on delete cascade,
+        filename text,
+        content_type text not null,
+        size integer not null,
+        content bytea not null
+      );
+      create index if not exists attachments_inbound_id_idx on service.attachments (inbound_id);
+    `,
+  },
+];
+
+/** The schema version this service writes: the last migration's. */
+export const CUSTOMER_SCHEMA_VERSION = CUSTOMER_MIGRATIONS[CUSTOMER_MIGRATIONS.length - 1]!.version;
+
+/** A fixed advisory lock key, so two processes (or two connects) never migrate the same database at once. */
+const MIGRATION_LOCK = 0x6d61696c; // "mail"
+
+/**
+ * Creates schema `service` and applies every migration not yet applied, each in its own transaction with its version
+ * recorded in `service.schema_migrations`, under an advisory lock. Returns the schema version now in place. A
+ * database already at a newer version (a newer service wrote it) is left alone and reported as it is.
+ */
+export async function migrateCustomerDb(client: ClientBase): Promise<number> {
+  await client.query('select pg_advisory_lock($1)', [MIGRATION_LOCK]);
+  try {
+    await client.query('create schema if not exists service');
+    await client.query(
+      'create table if not exists service.schema_migrations (version integer primary key, name text not null, applied_at timestamptz not null default now())',
+    );
+    const applied = new Set((await client.query<{ version: number }>('select version from service.schema_migrations')).rows.map((r) => r.version));
+    for (const m of CUSTOMER_MIGRATIONS) {
+      if (applied.has(m.version)) continue;
+      await client.query('begin');
+      try {
+        await client.query(m.sql);
+        await client.query('insert into service.schema_migrations (version, name) values ($1, $2)', [m.version, m.name]);
+        await client.query('commit');
+      } catch (err) {
+        await client.query('rollback');
+        throw err;
+      }
+    }
+    const current = await client.query<{ v: number | null }>('select max(version) as v from service.schema_migrations');
+    return current.rows[0]?.v ?? 0;
+  } finally {
+    await client.query('select pg_advisory_unlock($1)', [MIGRATION_LOCK]);
+  }
+}
