@@ -2,7 +2,7 @@ import { isIP } from 'node:net';
 import type { ClientConfig } from 'pg';
 import type { Deps } from '../../server/deps.js';
 import { ApiError } from '../../server/errors.js';
-import { resolveTarget } from '../../server/webhooks/target.js';
+import { resolveHost } from '../../server/webhooks/target.js';
 
 /**
  * A customer database URL is untrusted input (issue 11, decisions section 8). It is parsed here, every part judged by
@@ -217,8 +217,8 @@ export type CustomerDbHostCheck = { kind: 'ok'; addresses: string[] } | { kind: 
  * if any address is reserved unless ALLOW_PRIVATE_TARGETS.
  */
 export async function resolveCustomerDbHost(deps: Pick<Deps, 'resolver' | 'config'>, host: string): Promise<CustomerDbHostCheck> {
-  // resolveTarget takes a URL; the host is already normalised by parseHost, so this only carries it.
-  const check = await resolveTarget(deps, new URL(`https://${isIP(host) === 6 ? `[${host}]` : host}/`));
+  // The host is already normalised by parseHost.
+  const check = await resolveHost(deps, host);
   if (check.kind === 'blocked') return { kind: 'blocked' };
   return check;
 }

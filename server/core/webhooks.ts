@@ -8,7 +8,7 @@ import { newId } from '../ids.js';
 import { encryptSecret } from '../secrets.js';
 import { type PingResult, pingEndpoint } from '../webhooks/dispatcher.js';
 import { newWebhookSecret } from '../webhooks/signing.js';
-import { parseWebhookUrl, resolveTarget } from '../webhooks/target.js';
+import { checkWebhookUrl } from '../webhooks/target.js';
 import type { PageRequest, RequestContext } from './context.js';
 
 /** Webhook endpoints and their deliveries (api.md, Webhooks): the rules, without HTTP. */
@@ -79,10 +79,7 @@ export const secretContext = (endpointId: string) => `webhook:${endpointId}`;
  */
 export async function createWebhook({ deps, ctx, input }: { deps: Deps; ctx: RequestContext; input: z.output<typeof createWebhookInput> }): Promise<WebhookEndpointView & { secret: string }> {
   if (!deps.secretKey) throw new ApiError('not_configured', 'This server cannot store secrets (SECRET_KEY=off), so no webhook signing secret can be kept.');
-  const url = parseWebhookUrl(input.url);
-  const target = await resolveTarget(deps, url);
-  if (target.kind === 'blocked') throw new ApiError('invalid_url', `url: ${url.hostname} resolves to a private, loopback or reserved address.`);
-  if (target.kind === 'dns_error') throw new ApiError('invalid_url', `url: ${url.hostname} does not resolve to a public address (${target.reason}).`);
+  const url = await checkWebhookUrl(deps, input.url);
   const now = deps.clock.now();
   const id = newId(now);
   const secret = newWebhookSecret();

@@ -47,8 +47,15 @@ const LOOPBACK_NAMES = /(^|\.)localhost$/;
  * (DNS_SERVERS). `blocked` when ANY address is reserved, since a name with one public and one private answer would let
  * the connection land on the private one; `dns_error` when nothing resolves. ALLOW_PRIVATE_TARGETS lifts the block.
  */
-export async function resolveTarget(deps: Pick<Deps, 'resolver' | 'config'>, url: URL): Promise<TargetCheck> {
-  const host = targetHost(url);
+export function resolveTarget(deps: Pick<Deps, 'resolver' | 'config'>, url: URL): Promise<TargetCheck> {
+  return resolveHost(deps, targetHost(url));
+}
+
+/**
+ * The same rules for a bare host (an address without brackets, or a lower-cased DNS name): every outbound connection
+ * to a customer-given host (webhooks, customer databases) is checked here.
+ */
+export async function resolveHost(deps: Pick<Deps, 'resolver' | 'config'>, host: string): Promise<TargetCheck> {
   let addresses: string[];
   if (isIP(host) !== 0) addresses = [host];
   else if (LOOPBACK_NAMES.test(host)) addresses = ['127.0.0.1', '::1'];
