@@ -11,3 +11,5 @@ export * from './idempotency-keys.js';
 export * from './suppressions.js';
 export * from './webhook-endpoints.js';
 export * from './webhook-deliveries.js';
+export * from './customer-databases.js';
+export * from './customer-db-writes.js';
