@@ -7,6 +7,7 @@ import { tripBreakerIfPaused } from '../server/core/reputation.js';
 import { suppress } from '../server/core/suppressions.js';
 import { newId } from '../server/ids.js';
 import { fanOutOutcome } from '../server/webhooks/fanout.js';
+import { queueCustomerDbWrite } from '../server/customer-db/outbox.js';
 import type { Claimed } from './delivery-queue.js';
 import type { Classified } from './dsn.js';
 import { nextAttemptAt } from './retry-schedule.js';
@@ -24,7 +25,7 @@ export interface Recorded {
  * Email's first deliveredAt/bouncedAt, and for a 5.x.x bounce the suppression (the account's list and its parent's)
  * and the reputation counters, tripping the breaker when they grade as paused.
  */
-export async function recordOutcome(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'commits' | 'onWebhookQueued'>, job: Claimed, outcome: Classified): Promise<Recorded> {
+export async function recordOutcome(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'commits' | 'onWebhookQueued' | 'secretKey' | 'onCustomerDbQueued'>, job: Claimed, outcome: Classified): Promise<Recorded> {
   const { db, clock } = deps;
   const now = clock.now();
   const attempts = job.recipient.attempts + 1;
@@ -40,11 +41,19 @@ export async function recordOutcome(deps: Pick<Deps, 'db' | 'clock' | 'logger' |
 
   // Through the group commit: outcomes of concurrent connections share one fsync, and the caller's next step waits
   // until this one is durable.
-  const webhooks = await deps.commits.run(() => {
+  const queued = await deps.commits.run(() => {
     const q = statements(db);
-    q.insertEvent.run({ id: newId(now), emailId: job.message.id, accountId: job.message.accountId, recipient: job.recipient.recipient, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail, occurredAt: now });
+    const eventId = newId(now);
+    q.insertEvent.run({ id: eventId, emailId: job.message.id, accountId: job.message.accountId, recipient: job.recipient.recipient, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail, occurredAt: now });
     // The account's webhook deliveries of this outcome, in the same transaction: no event is lost between the two.
     const fannedOut = fanOutOutcome(db, { accountId: job.message.accountId, emailId: job.message.id, recipient: job.recipient.recipient, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail, occurredAt: now });
+    // And the customer database's copy of the event, in the same transaction.
+    const written = queueCustomerDbWrite(
+      deps,
+      job.message.accountId,
+      { kind: 'event', id: eventId, emailId: job.message.id, recipient: job.recipient.recipient, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail, occurredAt: now },
+      now,
+    );
     q.updateRecipient.run({ id: job.recipient.id, status: recorded.status === 'deferred' ? 'queued' : recorded.status, attempts, nextAttemptAt: recorded.nextAttemptAt ?? now });
     if (recorded.status === 'delivered') q.firstDelivered.run({ id: job.message.id, now });
     if (recorded.status === 'bounced') q.firstBounced.run({ id: job.message.id, now });
@@ -60,9 +69,10 @@ export async function recordOutcome(deps: Pick<Deps, 'db' | 'clock' | 'logger' |
     }
     // Once every recipient has its final outcome the content is no longer needed: it goes.
     if ((q.openRecipients.get({ messageId: job.message.id })?.n ?? 0) === 0) q.deleteMessage.run({ id: job.message.id });
-    return fannedOut;
+    return { webhooks: fannedOut, written };
   });
-  if (webhooks > 0) deps.onWebhookQueued();
+  if (queued.webhooks > 0) deps.onWebhookQueued();
+  if (queued.written) deps.onCustomerDbQueued();
   deps.logger.info(`delivery.${recorded.status}`, { emailId: job.message.id, recipient: job.recipient.recipient, dsn: recorded.dsn, detail: recorded.detail, attempts });
   return recorded;
 }

@@ -8,6 +8,7 @@ import { ApiError } from './errors.js';
 import { RequestAbortedError } from './http/body.js';
 import type { AppEnv } from './http/env.js';
 import { accountRoutes } from './routes/accounts.js';
+import { databaseRoutes } from './routes/database.js';
 import { domainRoutes } from './routes/domains.js';
 import { emailRoutes } from './routes/emails.js';
 import { keyRoutes } from './routes/keys.js';
@@ -47,7 +48,8 @@ export function createApp(deps: Deps) {
     .route('/', emailRoutes(deps))
     .route('/', suppressionRoutes(deps))
     .route('/', webhookRoutes(deps))
-    .route('/', eventRoutes(deps));
+    .route('/', eventRoutes(deps))
+    .route('/', databaseRoutes(deps));
 
   const app = new Hono<AppEnv>();
   app.get('/healthz', (c) => {

@@ -28,6 +28,8 @@ export interface Deps {
   onQueued: () => void;
   /** Called after webhook deliveries are durably queued; main points it at the webhook dispatcher. */
   onWebhookQueued: () => void;
+  /** Called after customer-database writes are durably queued; main points it at the writer. */
+  onCustomerDbQueued: () => void;
   rateLimiter: RateLimiter;
 }
 
@@ -70,6 +72,7 @@ export function createDeps(config: Config, clock: Clock, logger: Logger): Deps {
     keyUsage: createKeyUsage(),
     onQueued: () => undefined,
     onWebhookQueued: () => undefined,
+    onCustomerDbQueued: () => undefined,
     rateLimiter: createRateLimiter(clock, { perKey: config.rateLimitPerKey, perAccount: config.rateLimitPerAccount }),
   };
 }

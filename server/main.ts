@@ -7,6 +7,7 @@ import { createDeliveryEngine } from '../mta/delivery-engine.js';
 import { createDeps } from './deps.js';
 import { listenHttp } from './http/serve.js';
 import { createWebhookDispatcher } from './webhooks/dispatcher.js';
+import { createCustomerDbWriter } from './customer-db/writer.js';
 import { createLogger } from './logger.js';
 
 const KEY_USAGE_FLUSH_MS = 10_000;
@@ -59,6 +60,8 @@ async function main(): Promise<void> {
   deps.onQueued = engine.poke;
   const webhooks = createWebhookDispatcher(deps);
   deps.onWebhookQueued = webhooks.poke;
+  const customerDb = createCustomerDbWriter(deps);
+  deps.onCustomerDbQueued = customerDb.poke;
 
   const flushUsage = () => {
     try {
@@ -83,6 +86,7 @@ async function main(): Promise<void> {
     await engine.stop();
     // After the engine: its last outcomes may have queued deliveries, which wait in the database for the next start.
     await webhooks.stop();
+    await customerDb.stop();
     flushUsage();
     deps.store.close();
     lock.release();
@@ -94,6 +98,7 @@ async function main(): Promise<void> {
 
   engine.start();
   webhooks.start();
+  customerDb.start();
   const listening = await listenHttp(createApp(deps), config.httpHost, config.httpPort, { logger });
   if (stopping) {
     await listening.close();

@@ -19,6 +19,7 @@ import { type Sender, type Warning, assertCredit, assertMaySend, assertQuotaFor,
 import { suppressedRecipients } from './suppressions.js';
 import type { Rendered } from './templates.js';
 import { tripBreakerIfPaused } from './reputation.js';
+import { queueCustomerDbWrite } from '../customer-db/outbox.js';
 
 /** POST /emails as the seven checks of api.md, one named step each, in the spec's order; then the queue. */
 
@@ -184,7 +185,7 @@ async function commitSend(deps: Deps, ctx: RequestContext, send: SendRequest, re
     sandbox: send.sandbox,
   };
   try {
-    return await deps.commits.run((tx) => {
+    const committed = await deps.commits.run((tx) => {
       const now = deps.clock.now();
       if (claim) assertClaimHeld(tx, claim);
       const sender = loadSender(deps, ctx);
@@ -196,6 +197,7 @@ async function commitSend(deps: Deps, ctx: RequestContext, send: SendRequest, re
       const id = newId(now);
       const q = statements(deps.db);
       let result: SendResult;
+      let written = false;
       if (send.sandbox) {
         if (sandboxSendsToday(deps, ctx.account.id, now) >= SANDBOX_LIMIT) {
           throw new ApiError('sandbox_limit', `${SANDBOX_LIMIT} sandbox sends in the last 24 hours; try again later.`);
@@ -218,6 +220,13 @@ async function commitSend(deps: Deps, ctx: RequestContext, send: SendRequest, re
           createdAt: now,
           expiresAt: now + DELIVERY_WINDOW_MS,
         });
+        // The content goes to the customer's own database (the service keeps it only until delivered).
+        written = queueCustomerDbWrite(
+          deps,
+          ctx.account.id,
+          { kind: 'email', id, ...base, subject: rendered.subject, html: rendered.html, text: rendered.text, tags: send.tags, status: 'sent', createdAt: now },
+          now,
+        );
         for (const r of send.to) {
           q.insertRecipient.run({ id: newId(now), messageId: id, accountId: ctx.account.id, recipient: r.address, recipientDomain: r.domain, nextAttemptAt: now, createdAt: now });
         }
@@ -226,8 +235,10 @@ async function commitSend(deps: Deps, ctx: RequestContext, send: SendRequest, re
         result = withWarning({ id, sandbox: false }, chargeSend(deps.db, payerOf(sender), deps.config, now));
       }
       if (claim) settleClaim(tx, claim, result, now);
-      return result;
+      return { result, written };
     });
+    if (committed.written) deps.onCustomerDbQueued();
+    return committed.result;
   } catch (err) {
     if (err instanceof ApiError) throw err;
     // The queue could not take the message: log the send as failed, answer 502.

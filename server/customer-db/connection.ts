@@ -1,0 +1,71 @@
+import pg from 'pg';
+import { CUSTOMER_DB_LIMITS, boundedClientConfig, classifyConnectError } from '../../db/customer/connect.js';
+import { migrateCustomerDb } from '../../db/customer/schema.js';
+import { type CustomerDbTarget, type CustomerPgConfig, parseCustomerDbUrl, pgClientConfig, resolveCustomerDbHost } from '../../db/customer/url.js';
+import type { CustomerDatabaseRow } from '../../db/schema/index.js';
+import type { Deps } from '../deps.js';
+import { decryptSecret } from '../secrets.js';
+
+/**
+ * From a customer's URL to a checked connection: the host resolved through the service's resolver and refused when
+ * any address is private, loopback or reserved (ALLOW_PRIVATE_TARGETS lifts that), then pg configured field by field
+ * for the checked address (db/customer/url.ts), with every step bounded.
+ */
+
+export const PG_BOUNDS = {
+  connectTimeoutMs: CUSTOMER_DB_LIMITS.connectionTimeoutMillis,
+  statementTimeoutMs: CUSTOMER_DB_LIMITS.statementTimeoutMillis,
+  idleInTransactionTimeoutMs: CUSTOMER_DB_LIMITS.idleInTransactionTimeoutMillis,
+};
+
+export type Reached = { ok: true; configs: CustomerPgConfig[] } | { ok: false; blocked: boolean; message: string };
+
+/** The pg configs to try, one per checked address (IPv4 first), or why there are none. */
+export async function configsFor(deps: Pick<Deps, 'resolver' | 'config'>, target: CustomerDbTarget): Promise<Reached> {
+  const check = await resolveCustomerDbHost(deps, target.host);
+  if (check.kind === 'blocked') return { ok: false, blocked: true, message: 'The database host resolves to a private, loopback or reserved address.' };
+  if (check.kind === 'dns_error') return { ok: false, blocked: false, message: `could not connect: the host name does not resolve (${check.reason})` };
+  return { ok: true, configs: check.addresses.map((address) => pgClientConfig(target, address, PG_BOUNDS)) };
+}
+
+/** The URL sealed in a row, opened and parsed again (it was checked when stored). */
+export const urlContext = (accountId: string) => `customer-db:${accountId}`;
+
+export function targetOf(secretKey: Buffer, row: Pick<CustomerDatabaseRow, 'accountId' | 'urlSealed'>): CustomerDbTarget {
+  return parseCustomerDbUrl(decryptSecret(secretKey, row.urlSealed, urlContext(row.accountId)).toString('utf8'));
+}
+
+export type ConnectResult = { ok: true; schemaVersion: number } | { ok: false; blocked: boolean; message: string };
+
+/**
+ * Connects to the target (each checked address in turn while the failure is at the network), creates or upgrades the
+ * `service` schema, and closes. The message of a failure says which step failed: connecting, TLS, logging in or
+ * creating the schema.
+ */
+export async function connectAndMigrate(deps: Pick<Deps, 'resolver' | 'config' | 'logger'>, target: CustomerDbTarget): Promise<ConnectResult> {
+  const reached = await configsFor(deps, target);
+  if (!reached.ok) return reached;
+  let failure = 'could not connect';
+  for (const config of reached.configs) {
+    const client = new pg.Client(boundedClientConfig(config));
+    client.on('error', (err) => deps.logger.warn('customer_db.connect_error', { host: target.host, message: err.message }));
+    try {
+      try {
+        await client.connect();
+      } catch (err) {
+        const { stage, message } = classifyConnectError(err);
+        failure = message;
+        if (stage === 'connect') continue;
+        return { ok: false, blocked: false, message };
+      }
+      try {
+        return { ok: true, schemaVersion: await migrateCustomerDb(client) };
+      } catch (err) {
+        return { ok: false, blocked: false, message: `creating the schema failed: ${err instanceof Error ? err.message : String(err)}` };
+      }
+    } finally {
+      await client.end().catch(() => undefined);
+    }
+  }
+  return { ok: false, blocked: false, message: failure };
+}

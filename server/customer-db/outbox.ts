@@ -1,0 +1,142 @@
+import { and, asc, count, eq, inArray, isNull, lte, sql } from 'drizzle-orm';
+import type { Db } from '../../db/client.js';
+import type { CustomerWrite } from '../../db/customer/writes.js';
+import { definePrepared } from '../../db/prepared.js';
+import { type CustomerDbWriteRow, accounts, customerDatabases, customerDbWrites } from '../../db/schema/index.js';
+import { DAY_MS } from '../clock.js';
+import { newId } from '../ids.js';
+import { decryptSecret, encryptSecret } from '../secrets.js';
+
+/**
+ * The outbox of the customer-database writer (decisions.md section 8): each write is queued in the same SQLite
+ * transaction as what it records, its content sealed with the secret key, and deleted once the customer database has
+ * it. While the database cannot be reached, writes wait here for up to seven days.
+ */
+
+/** How long a write waits for its database before it is dropped (api.md, Limits: "Queued database writes"). */
+export const WRITE_RETENTION_MS = 7 * DAY_MS;
+/** Tries of a write the database refuses for its data before it is set aside, and the gaps between them. */
+export const DATA_RETRY_GAPS_MS: readonly number[] = [30_000, 120_000];
+export const DATA_TRIES = DATA_RETRY_GAPS_MS.length + 1;
+
+const p = sql.placeholder;
+
+const statements = definePrepared((db) => ({
+  ownDatabase: db.select({ owner: customerDatabases.accountId }).from(customerDatabases).where(eq(customerDatabases.accountId, p('id'))).prepare(),
+  parentDatabase: db
+    .select({ owner: customerDatabases.accountId })
+    .from(accounts)
+    .innerJoin(customerDatabases, eq(customerDatabases.accountId, accounts.parentId))
+    .where(eq(accounts.id, p('id')))
+    .prepare(),
+  insert: db
+    .insert(customerDbWrites)
+    .values({
+      id: p('id'),
+      databaseAccountId: p('databaseAccountId'),
+      accountId: p('accountId'),
+      kind: p('kind'),
+      payloadSealed: p('payloadSealed'),
+      nextAttemptAt: p('now'),
+      createdAt: p('now'),
+    })
+    .prepare(),
+  pending: db
+    .select({ n: count() })
+    .from(customerDbWrites)
+    .where(and(eq(customerDbWrites.databaseAccountId, p('owner')), isNull(customerDbWrites.setAsideAt)))
+    .prepare(),
+  due: db
+    .select()
+    .from(customerDbWrites)
+    .where(and(eq(customerDbWrites.databaseAccountId, p('owner')), isNull(customerDbWrites.setAsideAt), lte(customerDbWrites.nextAttemptAt, p('now'))))
+    .orderBy(asc(customerDbWrites.id))
+    .limit(p('limit'))
+    .prepare(),
+}));
+
+/** The account whose database receives this account's writes (its own, else its parent's), or null when neither has one. */
+export function databaseOwnerOf(db: Db, accountId: string): string | null {
+  const q = statements(db);
+  return q.ownDatabase.get({ id: accountId })?.owner ?? q.parentDatabase.get({ id: accountId })?.owner ?? null;
+}
+
+const sealContext = (id: string) => `customer-db-write:${id}`;
+
+/**
+ * Queues one write for the database of `accountId` (or its parent's); call it inside the transaction that records
+ * what the write carries. Nothing is queued when neither account has a database, or the server keeps no secret key
+ * (no database can be connected then). Returns whether a write was queued.
+ */
+export function queueCustomerDbWrite(deps: { db: Db; secretKey: Buffer | null }, accountId: string, write: CustomerWrite, now: number): boolean {
+  if (!deps.secretKey) return false;
+  const owner = databaseOwnerOf(deps.db, accountId);
+  if (owner === null) return false;
+  const id = newId(now);
+  statements(deps.db).insert.run({
+    id,
+    databaseAccountId: owner,
+    accountId,
+    kind: write.kind,
+    payloadSealed: encryptSecret(deps.secretKey, JSON.stringify(write), sealContext(id)),
+    now,
+  });
+  return true;
+}
+
+/** A queued write with its content opened, or the reason it could not be. */
+export type OpenedWrite = { row: CustomerDbWriteRow; write: CustomerWrite } | { row: CustomerDbWriteRow; write: null; error: string };
+
+export function openWrite(secretKey: Buffer, row: CustomerDbWriteRow): OpenedWrite {
+  try {
+    return { row, write: JSON.parse(decryptSecret(secretKey, row.payloadSealed, sealContext(row.id)).toString('utf8')) as CustomerWrite };
+  } catch {
+    return { row, write: null, error: 'The queued write could not be decrypted with the current secret key.' };
+  }
+}
+
+/** The writes of one database that are due now, oldest first (the order they happened in). */
+export function dueWrites(db: Db, owner: string, now: number, limit: number): CustomerDbWriteRow[] {
+  return statements(db).due.all({ owner, now, limit });
+}
+
+/** Writes waiting for a database (api.md: `pending`); those set aside do not wait. */
+export function pendingWrites(db: Db, owner: string): number {
+  return statements(db).pending.get({ owner })?.n ?? 0;
+}
+
+/** The written ones go: their content no longer stays in the service. */
+export function deleteWrites(db: Db, ids: readonly string[]): void {
+  for (let i = 0; i < ids.length; i += 500) db.delete(customerDbWrites).where(inArray(customerDbWrites.id, ids.slice(i, i + 500))).run();
+}
+
+/**
+ * A write the database refused for its data: tried again after the next gap, or set aside once it has had its tries
+ * (kept, out of the way of the writes behind it, until the retention window drops it). Returns whether it was set aside.
+ */
+export function recordRefusedWrite(db: Db, row: CustomerDbWriteRow, error: string, now: number, options: { final?: boolean } = {}): boolean {
+  const attempts = row.attempts + 1;
+  // A final refusal (a write that cannot even be opened will never land) is set aside at once.
+  const gap = options.final ? undefined : DATA_RETRY_GAPS_MS[attempts - 1];
+  db.update(customerDbWrites)
+    .set(gap === undefined ? { attempts, lastError: error, setAsideAt: now } : { attempts, lastError: error, nextAttemptAt: now + gap })
+    .where(eq(customerDbWrites.id, row.id))
+    .run();
+  return gap === undefined;
+}
+
+/** Drops every write older than the retention window; the count per database, for the log. */
+export function dropExpiredWrites(db: Db, now: number): Map<string, number> {
+  const cutoff = now - WRITE_RETENTION_MS;
+  return db.transaction(() => {
+    const counts = db.all<{ owner: string; n: number }>(sql`
+      select database_account_id as owner, count(*) as n from customer_db_writes where created_at <= ${cutoff} group by database_account_id`);
+    if (counts.length > 0) db.delete(customerDbWrites).where(lte(customerDbWrites.createdAt, cutoff)).run();
+    return new Map(counts.map((c) => [c.owner, c.n]));
+  });
+}
+
+/** Every write still queued for a database (a DELETE /database): the count removed. */
+export function dropWritesOf(db: Db, owner: string): number {
+  return db.delete(customerDbWrites).where(eq(customerDbWrites.databaseAccountId, owner)).run().changes;
+}

@@ -1,0 +1,75 @@
+import { and, eq, sql } from 'drizzle-orm';
+import type { Db } from '../../db/client.js';
+import { customerDatabases } from '../../db/schema/index.js';
+
+/**
+ * A connected database's state as the writer and the endpoints see it (api.md, Database status): `connected` until a
+ * write fails for a connection reason, `unreachable` until the next success. Updates name the connection they are
+ * about, so a result of a replaced URL never lands on its successor.
+ */
+
+const SECOND = 1000;
+const MINUTE = 60 * SECOND;
+
+/**
+ * Gaps between the writer's attempts at an unreachable database, by connection failures in a row; the last repeats
+ * until the writes are seven days old (decisions.md section 8: "retried with growing gaps for 7 days").
+ */
+export const RECONNECT_GAPS_MS: readonly number[] = [5 * SECOND, 15 * SECOND, 30 * SECOND, 1 * MINUTE, 2 * MINUTE, 5 * MINUTE, 10 * MINUTE, 15 * MINUTE];
+
+export function reconnectGap(failures: number): number {
+  return RECONNECT_GAPS_MS[Math.min(failures, RECONNECT_GAPS_MS.length) - 1] ?? RECONNECT_GAPS_MS[0]!;
+}
+
+const row = (owner: string, connectionId: string) => and(eq(customerDatabases.accountId, owner), eq(customerDatabases.connectionId, connectionId));
+
+/**
+ * The database was reached (a write landed, or a test connected): `connected`, lastOkAt now, due again at once. A
+ * connection error is cleared; an error about a set-aside write stays visible. updatedAt moves when the state or the
+ * error changes.
+ */
+export function markReached(db: Db, owner: string, connectionId: string, now: number, schemaVersion?: number): void {
+  db.update(customerDatabases)
+    .set({
+      state: 'connected',
+      lastOkAt: now,
+      failures: 0,
+      nextAttemptAt: now,
+      updatedAt: sql`case when ${customerDatabases.state} <> 'connected' or ${customerDatabases.lastErrorKind} = 'connection' then ${now} else ${customerDatabases.updatedAt} end`,
+      lastError: sql`case when ${customerDatabases.lastErrorKind} = 'connection' then null else ${customerDatabases.lastError} end`,
+      lastErrorKind: sql`case when ${customerDatabases.lastErrorKind} = 'connection' then null else ${customerDatabases.lastErrorKind} end`,
+      ...(schemaVersion === undefined ? {} : { schemaVersion }),
+    })
+    .where(row(owner, connectionId))
+    .run();
+}
+
+/** A test connection succeeded: as markReached, and the last error of any kind is cleared (the status is fresh). */
+export function markTested(db: Db, owner: string, connectionId: string, now: number, schemaVersion: number): void {
+  db.update(customerDatabases)
+    .set({ state: 'connected', lastOkAt: now, failures: 0, nextAttemptAt: now, lastError: null, lastErrorKind: null, schemaVersion, updatedAt: now })
+    .where(row(owner, connectionId))
+    .run();
+}
+
+/**
+ * The database could not be reached: `unreachable`, the error, and the next attempt after the gap of this many
+ * failures in a row. Returns whether the state changed (the writer logs the turn once).
+ */
+export function markUnreachable(db: Db, owner: string, connectionId: string, message: string, now: number): { changed: boolean; failures: number } {
+  return db.transaction(() => {
+    const before = db.select({ state: customerDatabases.state, failures: customerDatabases.failures }).from(customerDatabases).where(row(owner, connectionId)).get();
+    if (!before) return { changed: false, failures: 0 };
+    const failures = before.failures + 1;
+    db.update(customerDatabases)
+      .set({ state: 'unreachable', failures, lastError: message, lastErrorKind: 'connection', nextAttemptAt: now + reconnectGap(failures), updatedAt: now })
+      .where(row(owner, connectionId))
+      .run();
+    return { changed: before.state !== 'unreachable', failures };
+  });
+}
+
+/** A write was set aside for its data: its error becomes the database's last error, the state is untouched. */
+export function noteSetAside(db: Db, owner: string, message: string, now: number): void {
+  db.update(customerDatabases).set({ lastError: message, lastErrorKind: 'data', updatedAt: now }).where(eq(customerDatabases.accountId, owner)).run();
+}

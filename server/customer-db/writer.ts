@@ -1,0 +1,270 @@
+import type pg from 'pg';
+import { and, eq, lte, sql } from 'drizzle-orm';
+import { classifyConnectError, openCustomerPool } from '../../db/customer/connect.js';
+import { migrateCustomerDb } from '../../db/customer/schema.js';
+import { applyWrites } from '../../db/customer/writes.js';
+import { type CustomerDatabaseRow, customerDatabases } from '../../db/schema/index.js';
+import type { Deps } from '../deps.js';
+import { configsFor, targetOf } from './connection.js';
+import { type OpenedWrite, deleteWrites, dropExpiredWrites, dueWrites, openWrite, recordRefusedWrite } from './outbox.js';
+import { markReached, markUnreachable, noteSetAside } from './status.js';
+
+/**
+ * The customer-database writer: takes the outbox's waiting writes of each connected database, oldest first, in
+ * batches applied in one Postgres transaction each (db/customer/writes.ts), and deletes them once committed. A
+ * database that cannot be reached turns `unreachable` and is tried again after growing gaps; writes older than seven
+ * days are dropped with a logged count; a write the database refuses for its data is retried a few times and then
+ * set aside, never holding up the writes behind it. One batch per database at a time, so a database's writes land in
+ * the order they happened.
+ */
+
+export interface WriterOptions {
+  /** How often due writes are looked for besides `poke()`. */
+  intervalMs: number;
+  /** Writes applied in one transaction. */
+  batchSize: number;
+  /** Databases written to at once. */
+  maxDatabases: number;
+  /** Connections per customer database. */
+  poolMax: number;
+}
+
+export const DEFAULT_WRITER_OPTIONS: WriterOptions = { intervalMs: 1000, batchSize: 500, maxDatabases: 8, poolMax: 2 };
+
+interface PoolEntry {
+  connectionId: string;
+  pool: pg.Pool;
+  migrated: boolean;
+}
+
+export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOptions> = {}) {
+  const opts: WriterOptions = { ...DEFAULT_WRITER_OPTIONS, ...options };
+  const pools = new Map<string, PoolEntry>();
+  /** Databases with a run in flight. */
+  const busy = new Set<string>();
+  const runs = new Set<Promise<void>>();
+  let running = false;
+  let wake: (() => void) | null = null;
+  let loopDone: Promise<void> = Promise.resolve();
+
+  function closePool(owner: string): void {
+    const entry = pools.get(owner);
+    if (!entry) return;
+    pools.delete(owner);
+    entry.pool.end().catch(() => undefined);
+  }
+
+  /** The pool of a database's current URL, opened on its first checked address; a replaced URL's pool is closed. */
+  async function poolFor(db: CustomerDatabaseRow): Promise<PoolEntry | string> {
+    const known = pools.get(db.accountId);
+    if (known && known.connectionId === db.connectionId) return known;
+    if (known) closePool(db.accountId);
+    if (!deps.secretKey) return 'The server has no secret key to open the stored URL.';
+    let target;
+    try {
+      target = targetOf(deps.secretKey, db);
+    } catch {
+      return 'The stored URL could not be read with the current secret key; connect the database again.';
+    }
+    const reached = await configsFor(deps, target);
+    if (!reached.ok) return reached.message;
+    const entry: PoolEntry = { connectionId: db.connectionId, pool: openCustomerPool(reached.configs[0]!, { max: opts.poolMax, logger: deps.logger }), migrated: false };
+    pools.set(db.accountId, entry);
+    return entry;
+  }
+
+  function failed(db: CustomerDatabaseRow, message: string): void {
+    closePool(db.accountId);
+    const { changed, failures } = markUnreachable(deps.db, db.accountId, db.connectionId, message, deps.clock.now());
+    const fields = { accountId: db.accountId, host: db.host, message, failures };
+    if (changed) deps.logger.warn('customer_db.unreachable', fields);
+    else deps.logger.info('customer_db.attempt_failed', fields);
+  }
+
+  /** Writes a batch's opened writes; deletes what landed and records what was refused. */
+  async function writeBatch(client: pg.PoolClient, db: CustomerDatabaseRow, opened: OpenedWrite[]): Promise<void> {
+    const readable = opened.filter((o): o is Extract<OpenedWrite, { write: object }> => o.write !== null);
+    const refused = await applyWrites(
+      client,
+      readable.map((o) => o.write),
+    );
+    const now = deps.clock.now();
+    const refusedIds = new Map(refused.map((r) => [readable[r.index]!.row.id, r.error.message]));
+    for (const o of opened) if (o.write === null) refusedIds.set(o.row.id, o.error);
+    deps.db.transaction(() => {
+      deleteWrites(
+        deps.db,
+        opened.filter((o) => !refusedIds.has(o.row.id)).map((o) => o.row.id),
+      );
+      for (const o of opened) {
+        const error = refusedIds.get(o.row.id);
+        if (error === undefined) continue;
+        // A write that cannot even be opened will never land: it is set aside at once.
+        const setAside = recordRefusedWrite(deps.db, o.row, error, now, { final: o.write === null });
+        const fields = { accountId: db.accountId, writeId: o.row.id, kind: o.row.kind, error };
+        if (setAside) {
+          deps.logger.error('customer_db.write_set_aside', fields);
+          noteSetAside(deps.db, db.accountId, `A queued ${o.row.kind} write was set aside after the database refused it: ${error}`, now);
+        } else deps.logger.warn('customer_db.write_refused', fields);
+      }
+      markReached(deps.db, db.accountId, db.connectionId, now);
+    });
+  }
+
+  /** Writes everything due for one database, batch after batch, until none is left or the database fails. */
+  async function serve(db: CustomerDatabaseRow): Promise<void> {
+    const entry = await poolFor(db);
+    if (typeof entry === 'string') return failed(db, entry);
+    let client: pg.PoolClient;
+    try {
+      client = await entry.pool.connect();
+    } catch (err) {
+      return failed(db, describe(err));
+    }
+    let broken: Error | undefined;
+    try {
+      if (!entry.migrated) {
+        const version = await migrateCustomerDb(client);
+        entry.migrated = true;
+        if (version !== db.schemaVersion) deps.db.update(customerDatabases).set({ schemaVersion: version }).where(eq(customerDatabases.accountId, db.accountId)).run();
+      }
+      while (running || stopping) {
+        const rows = dueWrites(deps.db, db.accountId, deps.clock.now(), opts.batchSize);
+        if (rows.length === 0) break;
+        await writeBatch(client, db, rows.map((row) => openWrite(deps.secretKey!, row)));
+        if (rows.length < opts.batchSize || stopping) break;
+      }
+    } catch (err) {
+      broken = err instanceof Error ? err : new Error(String(err));
+      failed(db, describe(err));
+    } finally {
+      client.release(broken);
+    }
+  }
+
+  /** Databases whose next attempt is due and that have a write due, not already being written. */
+  function dueDatabases(now: number): CustomerDatabaseRow[] {
+    return deps.db
+      .select()
+      .from(customerDatabases)
+      .where(
+        and(
+          lte(customerDatabases.nextAttemptAt, now),
+          sql`exists (select 1 from customer_db_writes w indexed by customer_db_writes_pending_idx
+                      where w.database_account_id = ${customerDatabases.accountId} and w.set_aside_at is null and w.next_attempt_at <= ${now})`,
+        ),
+      )
+      .orderBy(customerDatabases.nextAttemptAt)
+      .all()
+      .filter((d) => !busy.has(d.accountId));
+  }
+
+  function dropExpired(): void {
+    const now = deps.clock.now();
+    for (const [owner, count] of dropExpiredWrites(deps.db, now)) {
+      const message = `${count} queued write${count === 1 ? ' was' : 's were'} dropped after waiting seven days for the database.`;
+      deps.logger.error('customer_db.writes_dropped', { accountId: owner, count, message });
+      deps.db.update(customerDatabases).set({ lastError: message, lastErrorKind: 'connection', updatedAt: now }).where(eq(customerDatabases.accountId, owner)).run();
+    }
+  }
+
+  /** Closes the pools of databases no longer connected (deleted, or replaced: poolFor handles replaced ones too). */
+  function closeForgotten(): void {
+    if (pools.size === 0) return;
+    const live = new Set(deps.db.select({ id: customerDatabases.accountId }).from(customerDatabases).all().map((r) => r.id));
+    for (const owner of [...pools.keys()]) if (!live.has(owner) && !busy.has(owner)) closePool(owner);
+  }
+
+  function claim(): Promise<void>[] {
+    dropExpired();
+    closeForgotten();
+    const room = opts.maxDatabases - busy.size;
+    if (room <= 0) return [];
+    return dueDatabases(deps.clock.now())
+      .slice(0, room)
+      .map((db) => {
+        busy.add(db.accountId);
+        const run = serve(db)
+          .catch((err: unknown) => deps.logger.error('customer_db.writer_failed', { accountId: db.accountId, err }))
+          .finally(() => {
+            busy.delete(db.accountId);
+            runs.delete(run);
+            wake?.();
+          });
+        runs.add(run);
+        return run;
+      });
+  }
+
+  /** Writes until nothing more is due now (tests drive it with a fake clock); the number of database runs made. */
+  async function runOnce(): Promise<number> {
+    const wasRunning = running;
+    running = true;
+    let total = 0;
+    try {
+      for (;;) {
+        const started = claim();
+        if (started.length === 0 && runs.size === 0) return total;
+        total += started.length;
+        await Promise.race(started.length > 0 ? started : [...runs]);
+      }
+    } finally {
+      running = wasRunning;
+    }
+  }
+
+  let stopping = false;
+
+  async function loop(): Promise<void> {
+    while (running) {
+      try {
+        claim();
+      } catch (err) {
+        deps.logger.error('customer_db.claim_failed', { err });
+      }
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, opts.intervalMs);
+        wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      wake = null;
+    }
+  }
+
+  return {
+    runOnce,
+    start(): void {
+      if (running) return;
+      running = true;
+      loopDone = loop();
+    },
+    /** Writes were queued: look now instead of at the next interval. */
+    poke(): void {
+      wake?.();
+    },
+    /** Stops taking new batches, lets the batches in flight commit, and closes every pool. */
+    async stop(): Promise<void> {
+      stopping = true;
+      running = false;
+      wake?.();
+      await loopDone;
+      while (runs.size > 0) await Promise.all([...runs]);
+      await Promise.all([...pools.values()].map((e) => e.pool.end().catch(() => undefined)));
+      pools.clear();
+      stopping = false;
+    },
+  };
+}
+
+export type CustomerDbWriter = ReturnType<typeof createCustomerDbWriter>;
+
+/** A failure as the status shows it: the stage and reason of a connection error, else the database's message. */
+function describe(err: unknown): string {
+  const classified = classifyConnectError(err);
+  if (classified.stage !== 'other') return classified.message;
+  const message = err instanceof Error ? err.message : String(err);
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' ? `${message} (${code})` : message;
+}
