@@ -11,6 +11,7 @@ import { type FuzzRequest, type FuzzWorld, endpoints } from './helpers/fuzz-requ
 import { piecesToBuffer } from './helpers/fuzz-json.js';
 import { DAY, newSender, newSubSender, receipt, sendEmail, type Sender } from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
+import { startPostgres, type TestPostgres } from './helpers/postgres.js';
 
 /**
  * Issue 9 point 19: a property-based fuzz of every endpoint that takes a body, a query or an id, over real HTTP
@@ -45,6 +46,8 @@ const REQUESTS_PER_DAY = 400;
 const PINGS_PER_COOLDOWN = 3;
 /** The name the test DNS server answers with 127.0.0.1: the HTTPS receiver's host in webhook URLs. */
 const HOOK_HOST = 'hooks.webhooks.test';
+/** The name the test DNS server answers with 127.0.0.1 for the customer Postgres (its certificate carries it). */
+const DB_HOST = 'db.pg.test';
 /** Endpoints of the key's account that DELETE /webhooks/{id} may remove. */
 const DELETABLE_ENDPOINTS = 5;
 /**
@@ -61,6 +64,7 @@ let world: FuzzWorld;
 let requests = 0;
 let dns: TestDnsServer;
 let receiver: HttpsReceiver;
+let pgServer: TestPostgres;
 /** Test pings sent, and those the service answered 200 for (each posted once to the receiver). */
 let pings = 0;
 let pingsAnswered = 0;
@@ -72,7 +76,10 @@ beforeAll(async () => {
   // internet; HOOK_HOST is the HTTPS receiver. No dispatcher runs (startService starts none): nothing posts by itself.
   dns = await TestDnsServer.start();
   dns.add(HOOK_HOST, { type: 'A', address: '127.0.0.1' });
+  dns.add(DB_HOST, { type: 'A', address: '127.0.0.1' });
   receiver = await HttpsReceiver.start();
+  // A real Postgres with TLS, so POST /database can succeed (and its failures are real ones, answered at once).
+  pgServer = await startPostgres({ certificate: 'trusted' });
   service = await startService({ DNS_SERVERS: dns.address, ALLOW_PRIVATE_TARGETS: 'true' });
   sender = await newSender(service, { name: 'Fuzz', credits: 1_000_000 });
   const sub = await newSubSender(service, sender.key, 'Fuzz sub-account');
@@ -135,6 +142,7 @@ beforeAll(async () => {
     },
     webhooks: { fixture, deletable, host: HOOK_HOST, port: receiver.port },
     eventTimes,
+    database: { url: pgServer.url(DB_HOST), host: DB_HOST, port: pgServer.port },
   };
 });
 
@@ -142,6 +150,7 @@ afterAll(async () => {
   await service?.close();
   await receiver?.close();
   await dns?.stop();
+  await pgServer?.stop();
 });
 
 /**
@@ -290,6 +299,10 @@ describe('every endpoint that takes a body, a query or an id answers 2xx, or 4xx
     'GET /webhooks/{id}/deliveries',
     'POST /webhooks/{id}/replay',
     'GET /events',
+    'GET /database',
+    'POST /database',
+    'POST /database/test',
+    'DELETE /database',
     'methods not served on known paths',
   ];
   for (const name of names) {

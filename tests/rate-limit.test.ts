@@ -212,6 +212,11 @@ const ENDPOINTS: Endpoint[] = [
   { method: 'GET', route: '/webhooks/:id/deliveries', path: `/webhooks/${SOME_ID}/deliveries`, scope: 'webhooks:read' },
   { method: 'POST', route: '/webhooks/:id/replay', path: `/webhooks/${SOME_ID}/replay`, scope: 'webhooks:write', body: { since: '2026-01-01T00:00:00Z' } },
   { method: 'GET', route: '/events', path: '/events', scope: 'emails:read' },
+  { method: 'GET', route: '/database', path: '/database', scope: 'database:read' },
+  // A loopback host: refused (blocked_host) before any connection; no test here reaches a database.
+  { method: 'POST', route: '/database', path: '/database', scope: 'database:write', body: { url: 'postgresql://app@127.0.0.1/app' } },
+  { method: 'POST', route: '/database/test', path: '/database/test', scope: 'database:write' },
+  { method: 'DELETE', route: '/database', path: '/database', scope: 'database:write' },
 ];
 
 const label = (ep: Endpoint) => `${ep.method} ${ep.route}`;

@@ -37,6 +37,8 @@ export interface FuzzWorld {
   };
   /** ISO times around the key's account's recorded outcomes (since and until of GET /events and replays). */
   eventTimes: string[];
+  /** A real Postgres on loopback reached by a name the test DNS server answers: `url` connects (POST /database 200). */
+  database: { url: string; host: string; port: number };
 }
 
 export type Who = 'key' | 'none' | { raw: string };
@@ -325,6 +327,55 @@ const replayBody = (times: string[]) => {
   );
 };
 
+/**
+ * Database URLs: the working one, its near misses (each refused by one rule of db/customer/url.ts, or failing at one
+ * step: a closed port, a wrong password, a missing database, a name that does not resolve), and junk. Every host is
+ * on loopback or a test name, so nothing is ever asked of the internet and every failure is answered at once.
+ */
+function databaseUrl(db: FuzzWorld['database']): fc.Arbitrary<string> {
+  const good = db.url;
+  const u = new URL(good.replace(/^postgresql:/, 'http:'));
+  const auth = `${u.username}:${u.password}`;
+  return fc.oneof(
+    { arbitrary: fc.constantFrom(good, `${good}?sslmode=verify-full`, `${good}?sslmode=require`, good.replace(/^postgresql:/, 'postgres:'), `${good}?sslmode=no-verify`), weight: 4 },
+    {
+      arbitrary: fc.constantFrom(
+        `${good}?sslmode=disable`,
+        `${good}?sslmode=prefer`,
+        `${good}?sslmode=allow`,
+        `${good}?sslmode=bogus`,
+        `${good}?sslrootcert=/etc/passwd`,
+        `${good}?sslkey=%2Froot%2F.ssh%2Fid_rsa`,
+        `${good}?passfile=/root/.pgpass`,
+        `${good}?service=x`,
+        `${good}?options=-c%20search_path%3Dpublic`,
+        `${good}?replication=database`,
+        `${good}?host=/tmp`,
+        `${good}?sslmode=verify&sslmode=no-verify`,
+        `${good}#fragment`,
+        good.replace(`:${db.port}/`, ':1/'),
+        good.replace(`${auth}@`, `${u.username}:wrong@`),
+        good.replace(`${auth}@`, 'nobody@'),
+        good.replace(/\/[^/?]+$/, '/no_such_db'),
+        good.replace(db.host, `${db.host},${db.host}`),
+        good.replace(db.host, 'nxdomain.pg.test'),
+        good.replace(db.host, '127.0.0.1'),
+        good.replace(db.host, '[::1]'),
+        `postgresql://${auth}@%2Ftmp/db`,
+        `postgresql://${auth}@/db?host=/var/run/postgresql`,
+        'postgresql://',
+        `postgresql://${db.host}/db`,
+        `mysql://${auth}@${db.host}/db`,
+        `socket:/tmp/.s.PGSQL.5432`,
+        `${good}?${'a'.repeat(2000)}=1`,
+      ),
+      weight: 4,
+    },
+    { arbitrary: oddString(80), weight: 1 },
+    { arbitrary: fc.webUrl(), weight: 1 },
+  );
+}
+
 // ---- the endpoints -------------------------------------------------------------------------------------------
 
 const get = (path: fc.Arbitrary<string>) =>
@@ -477,12 +528,16 @@ export function endpoints(world: FuzzWorld): { name: string; requests: fc.Arbitr
         }).map((q) => `/events${q}`),
       ),
     },
+    { name: 'GET /database', requests: get(fc.constant('/database')) },
+    { name: 'POST /database', requests: withBody('POST', fc.constant('/database'), fc.record({ url: databaseUrl(world.database) }), ['url']) },
+    { name: 'POST /database/test', requests: withBody('POST', fc.constant('/database/test'), fc.constant({}), []) },
+    { name: 'DELETE /database', requests: withBody('DELETE', fc.constant('/database'), fc.constant({}), []) },
     {
       name: 'methods not served on known paths',
       requests: fc
         .record({
           method: fc.constantFrom('PUT', 'PATCH', 'OPTIONS', 'DELETE', 'POST', 'GET'),
-          path: fc.constantFrom('/emails', '/emails/x', '/domains', '/domains/x/verify', '/account', '/accounts', '/accounts/x/suspend', '/keys', '/keys/x', '/suppressions', '/suppressions/x', '/webhooks', '/webhooks/x', '/webhooks/x/test', '/webhooks/x/deliveries', '/webhooks/x/replay', '/events', '/database', '/', ''),
+          path: fc.constantFrom('/emails', '/emails/x', '/domains', '/domains/x/verify', '/account', '/accounts', '/accounts/x/suspend', '/keys', '/keys/x', '/suppressions', '/suppressions/x', '/webhooks', '/webhooks/x', '/webhooks/x/test', '/webhooks/x/deliveries', '/webhooks/x/replay', '/events', '/database', '/database/test', '/', ''),
         })
         .chain(({ method, path }) =>
           method === 'GET' ? get(fc.constant(path)) : withBody(method, fc.constant(path), fc.record({ name: fc.string() }), ['name']),
