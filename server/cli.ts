@@ -20,6 +20,7 @@ import {
   unsuspendByOperator,
 } from './core/accounts.js';
 import { resetAdminToken } from './core/admin-token.js';
+import { databaseStatusOf } from './core/customer-db.js';
 import { insertKey, mintKeyInput } from './core/keys.js';
 import { enableWebhook, listAccountWebhooks } from './core/webhook-operator.js';
 import { SCOPES, isScope } from './core/scopes.js';
@@ -47,6 +48,7 @@ the running server. Prints JSON on stdout; errors go to stderr (exit 1, or 2 for
   keys create --account ID --name NAME [--scopes a,b]
   webhooks list --account ID    the account's webhook endpoints (never their secrets)
   webhooks enable --webhook ID  switch an endpoint back on without a test ping
+  database status --account ID  the account's customer database: state, last error, writes waiting (never the URL)
   admin-token reset`;
 
 const COMMANDS = [
@@ -59,6 +61,7 @@ const COMMANDS = [
   'keys create',
   'webhooks list',
   'webhooks enable',
+  'database status',
   'admin-token reset',
 ];
 
@@ -186,6 +189,8 @@ function runCommand(store: Store, config: Config, command: string, opts: Options
       return { data: listAccountWebhooks(store.db, account().id) };
     case 'webhooks enable':
       return enableWebhook(store.db, required(opts, 'webhook'), deps.clock.now());
+    case 'database status':
+      return databaseStatusOf(deps, account().id);
     case 'admin-token reset':
       return { token: resetAdminToken(store.db) };
     default:

@@ -504,6 +504,69 @@ describe('webhooks commands (issue 10 point 8)', () => {
   });
 });
 
+describe('database status (issue 11 point 6)', () => {
+  const PASSWORD = 'pw-that-must-never-be-printed';
+
+  /** A connected database and waiting writes, as POST /database and the writer's outbox store them. */
+  function insertDatabase(accountId: string, at: number): void {
+    const db = new Database(join(dataDir, 'mailstead.db'));
+    try {
+      db.prepare(
+        `INSERT INTO customer_databases (account_id, connection_id, url_sealed, host, port, database, user, ssl_mode, state, schema_version, last_ok_at, last_error, last_error_kind, failures, next_attempt_at, updated_at, created_at)
+         VALUES (?, ?, ?, 'db.example.com', 5433, 'mail', 'app', 'verify', 'unreachable', 1, ?, 'could not connect: connection refused', 'connection', 3, ?, ?, ?)`,
+      ).run(accountId, '01950000-0000-7000-8000-0000000000c1', `sealed:${PASSWORD}`, at, at + 3_600_000, at + 1000, at);
+      const write = db.prepare(
+        "INSERT INTO customer_db_writes (id, database_account_id, account_id, kind, payload_sealed, attempts, next_attempt_at, set_aside_at, created_at) VALUES (?, ?, ?, 'event', 'sealed', 0, ?, ?, ?)",
+      );
+      write.run('01950000-0000-7000-8000-0000000000d1', accountId, accountId, at, null, at);
+      write.run('01950000-0000-7000-8000-0000000000d2', accountId, accountId, at, null, at);
+      write.run('01950000-0000-7000-8000-0000000000d3', accountId, accountId, at, at, at);
+    } finally {
+      db.close();
+    }
+  }
+
+  it('prints the status the API answers for the account (its own database, else its parent\'s), never the URL', async () => {
+    // Recent (older writes would be dropped by the running server's writer), and not due for an hour.
+    const at = Math.floor(Date.now() / 1000) * 1000 - 60_000;
+    const owner = await cliOk<{ account: { id: string }; key: string }>('accounts', 'create', '--name', 'Database owner');
+    const sub = await api('POST', '/accounts', owner.key, { name: 'Uses the parent database' });
+    expect(sub.status, JSON.stringify(sub.body)).toBe(201);
+    expect(await cliOk('database', 'status', '--account', owner.account.id)).toMatchObject({ connected: false, host: null, pending: 0 });
+    insertDatabase(owner.account.id, at);
+
+    const res = await cli('database', 'status', '--account', owner.account.id);
+    expect(res.code, res.stderr).toBe(0);
+    expect(res.stdout).not.toContain(PASSWORD);
+    const expected = {
+      connected: true,
+      host: 'db.example.com',
+      port: 5433,
+      database: 'mail',
+      user: 'app',
+      sslMode: 'verify',
+      state: 'unreachable',
+      schemaVersion: 1,
+      lastOkAt: new Date(at).toISOString(),
+      lastError: 'could not connect: connection refused',
+      updatedAt: new Date(at + 1000).toISOString(),
+      pending: 2,
+    };
+    expect(JSON.parse(res.stdout)).toEqual(expected);
+    expect((await api('GET', '/database', owner.key)).body).toEqual(expected);
+    expect(await cliOk('database', 'status', '--account', sub.body.id)).toEqual(expected);
+  });
+
+  it('an unknown account exits 1 naming it; no --account is a usage error', async () => {
+    const missing = '01950000-0000-7000-8000-0000000000fe';
+    const res = await cliFails('database', 'status', '--account', missing);
+    expect(res.code).toBe(1);
+    expect(res.stderr).toContain(missing);
+    expect((await cliFails('database', 'status')).code).toBe(2);
+    expect((await cli('help')).stdout).toContain('database status --account ID');
+  });
+});
+
 describe('help and version: stdout, exit 0, no database needed', () => {
   const emptyDir = () => join(dataDir, '..', 'no-database');
 
