@@ -131,7 +131,7 @@ describe('writing sends and outcomes', () => {
   });
 
   it('a bounce writes its event and bounced_at; a sandbox send writes nothing', async () => {
-    rig.sink.rcpt = (to) => (to.startsWith('gone') ? 'reject' : 'accept');
+    rig.sink.rcpt = (to) => (to.startsWith('gone') ? { code: 550, message: '5.1.1 No such user' } : 'accept');
     const id = await send(sender.key, sender.from, 'gone@example.net');
     const sandboxed = await send(sender.key, sender.from, 'ann@example.net', { sandbox: true });
     await deliver();

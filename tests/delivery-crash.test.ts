@@ -1,14 +1,13 @@
-import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { SMTPServer } from 'smtp-server';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_ENGINE_OPTIONS } from '../mta/delivery-engine.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { HttpsReceiver, TEST_CA_FILE } from './helpers/https-receiver.js';
+import { type ServiceProcess, connectSendingDomain, createAccountWithCli, processApi, processEnv, runningProcesses, startServiceProcess } from './helpers/service-process.js';
 
 /**
  * Crash safety and shutdown of the real process (decisions.md section 3; issue 5, items 7 and 8): `node
@@ -17,8 +16,6 @@ import { HttpsReceiver, TEST_CA_FILE } from './helpers/https-receiver.js';
  * reply the killed process never recorded. On SIGTERM it stops and exits 0, idle or busy.
  */
 
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const SENDING = JSON.stringify({ ownership: 'published', spf: 'published', receiving: 'published', signing: 'published' });
 /** Recipient domains: enough that the engine uses its whole connection budget. */
 const DOMAINS = Array.from({ length: 8 }, (_, i) => `d${i}.crash-rcpt.example`);
 
@@ -86,128 +83,26 @@ class PacedSink {
   }
 }
 
-interface Proc {
-  child: ChildProcessWithoutNullStreams;
-  port: number;
-  base: string;
-  logs: string[];
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
+type Proc = ServiceProcess;
 
 let dns: TestDnsServer;
 let sink: PacedSink;
 const dataDirs: string[] = [];
-const running = new Set<ChildProcessWithoutNullStreams>();
+const running = runningProcesses;
 
 function envFor(dataDir: string): Record<string, string> {
-  return {
-    PATH: process.env.PATH ?? '',
-    HOME: process.env.HOME ?? tmpdir(),
-    DATA_DIR: dataDir,
-    HTTP_HOST: '127.0.0.1',
-    HTTP_PORT: '0',
-    SMTP_PORT: '0',
-    MAIL_HOSTNAME: 'mx.mailstead.test',
+  return processEnv(dataDir, {
     DNS_SERVERS: dns.address,
     SMTP_DELIVERY_PORT: String(sink.port),
-    ALLOW_PRIVATE_TARGETS: 'true',
-    RATE_LIMIT_PER_KEY: '100000',
-    RATE_LIMIT_PER_ACCOUNT: '100000',
-    LOG_LEVEL: 'info',
     // The webhook receiver's test CA: Node reads it only at start.
     NODE_EXTRA_CA_CERTS: TEST_CA_FILE,
-  };
-}
-
-/** Starts `node dist/server/main.js` and resolves once it logs http.listening. */
-function startProcess(dataDir: string, opts: { deadlineMs?: number; onListening?: (child: ChildProcessWithoutNullStreams) => void } = {}): Promise<Proc> {
-  const deadlineMs = opts.deadlineMs ?? 20_000;
-  const child = spawn(process.execPath, ['dist/server/main.js'], { cwd: ROOT, env: envFor(dataDir), stdio: ['pipe', 'pipe', 'pipe'] });
-  running.add(child);
-  const logs: string[] = [];
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.on('exit', (code, signal) => {
-      running.delete(child);
-      resolve({ code, signal });
-    }),
-  );
-  return new Promise((resolve, reject) => {
-    let buffered = '';
-    let stderr = '';
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`no http.listening within ${deadlineMs} ms; stderr: ${stderr}`));
-    }, deadlineMs);
-    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-    child.stdout.on('data', (c: Buffer) => {
-      buffered += c.toString();
-      let nl: number;
-      while ((nl = buffered.indexOf('\n')) >= 0) {
-        const line = buffered.slice(0, nl);
-        buffered = buffered.slice(nl + 1);
-        logs.push(line);
-        let entry: { event?: string; port?: number };
-        try {
-          entry = JSON.parse(line);
-        } catch {
-          continue;
-        }
-        if (entry.event === 'http.listening' && typeof entry.port === 'number') {
-          clearTimeout(timer);
-          opts.onListening?.(child);
-          resolve({ child, port: entry.port, base: `http://127.0.0.1:${entry.port}/api/v1`, logs, exited });
-        }
-      }
-    });
-    void exited.then(({ code, signal }) => {
-      clearTimeout(timer);
-      reject(new Error(`the process exited before listening (code ${code}, signal ${signal}); stderr: ${stderr}`));
-    });
   });
 }
 
-/** `node dist/server/cli.js accounts create` on the data directory: the operator's account and its key. */
-function createAccount(dataDir: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['dist/server/cli.js', 'accounts', 'create', '--name', 'Crash', '--credits', '100000'], {
-      cwd: ROOT,
-      env: envFor(dataDir),
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-    child.on('error', reject);
-    child.on('close', (code) => {
-      if (code !== 0) return reject(new Error(`cli exited ${code}: ${stderr}`));
-      resolve((JSON.parse(stdout) as { key: string }).key);
-    });
-  });
-}
-
-async function api(proc: Proc, key: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
-  const res = await fetch(`${proc.base}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await res.text();
-  return { status: res.status, body: text ? JSON.parse(text) : null };
-}
-
-/** A domain connected through the API and marked as DNS would show it once every record is published. */
-async function sendingDomain(proc: Proc, dataDir: string, key: string, name: string): Promise<void> {
-  const res = await api(proc, key, 'POST', '/domains', { name });
-  expect(res.status, JSON.stringify(res.body)).toBe(201);
-  const db = new Database(join(dataDir, 'mailstead.db'));
-  try {
-    db.pragma('busy_timeout = 5000');
-    db.prepare('UPDATE domains SET record_status = ? WHERE id = ?').run(SENDING, res.body.id);
-  } finally {
-    db.close();
-  }
-}
+const startProcess = (dataDir: string, opts: Parameters<typeof startServiceProcess>[1] = {}) => startServiceProcess(envFor(dataDir), opts);
+const createAccount = async (dataDir: string) => (await createAccountWithCli(envFor(dataDir), 'Crash')).key;
+const api = processApi;
+const sendingDomain = (proc: Proc, dataDir: string, key: string, name: string) => connectSendingDomain(proc, dataDir, key, name);
 
 /** Queues one email per recipient through POST /emails, `parallel` requests at a time; returns id → recipient. */
 async function queueAll(proc: Proc, key: string, from: string, recipients: string[], parallel = 16): Promise<Map<string, string>> {

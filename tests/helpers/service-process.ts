@@ -1,0 +1,145 @@
+import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { join } from 'node:path';
+import { tmpdir } from 'node:os';
+import { fileURLToPath } from 'node:url';
+import Database from 'better-sqlite3';
+import { expect } from 'vitest';
+
+/**
+ * The real service as an operator runs it: `node dist/server/main.js` (built by the global setup) in a child process
+ * on a data directory, and the CLI beside it. For the tests that kill it (-9), stop it, or restart it.
+ */
+
+export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+/** Every record published: what a verified, sending domain stores after a check. */
+export const SENDING_RECORDS = JSON.stringify({ ownership: 'published', spf: 'published', receiving: 'published', signing: 'published' });
+
+export interface ServiceProcess {
+  child: ChildProcessWithoutNullStreams;
+  port: number;
+  /** The API base, `http://127.0.0.1:<port>/api/v1`. */
+  base: string;
+  /** Its stdout, a JSON log entry a line. */
+  logs: string[];
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+/** Children still running, so a suite's afterAll can kill what a failed test left behind. */
+export const runningProcesses = new Set<ChildProcessWithoutNullStreams>();
+
+/**
+ * The environment of a test process: loopback only, fast limits lifted, and the test CAs trusted (Node reads
+ * NODE_EXTRA_CA_CERTS only at start: the bundle the global setup wrote, unless a test names another file).
+ */
+export function processEnv(dataDir: string, extra: Record<string, string> = {}): Record<string, string> {
+  return {
+    PATH: process.env.PATH ?? '',
+    HOME: process.env.HOME ?? tmpdir(),
+    DATA_DIR: dataDir,
+    HTTP_HOST: '127.0.0.1',
+    HTTP_PORT: '0',
+    SMTP_PORT: '0',
+    MAIL_HOSTNAME: 'mx.mailstead.test',
+    ALLOW_PRIVATE_TARGETS: 'true',
+    RATE_LIMIT_PER_KEY: '100000',
+    RATE_LIMIT_PER_ACCOUNT: '100000',
+    LOG_LEVEL: 'info',
+    ...(process.env.NODE_EXTRA_CA_CERTS ? { NODE_EXTRA_CA_CERTS: process.env.NODE_EXTRA_CA_CERTS } : {}),
+    ...extra,
+  };
+}
+
+/** Starts `node dist/server/main.js` with `env` and resolves once it logs http.listening. */
+export function startServiceProcess(
+  env: Record<string, string>,
+  opts: { deadlineMs?: number; onListening?: (child: ChildProcessWithoutNullStreams) => void } = {},
+): Promise<ServiceProcess> {
+  const deadlineMs = opts.deadlineMs ?? 20_000;
+  const child = spawn(process.execPath, ['dist/server/main.js'], { cwd: ROOT, env, stdio: ['pipe', 'pipe', 'pipe'] });
+  runningProcesses.add(child);
+  const logs: string[] = [];
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.on('exit', (code, signal) => {
+      runningProcesses.delete(child);
+      resolve({ code, signal });
+    }),
+  );
+  return new Promise((resolve, reject) => {
+    let buffered = '';
+    let stderr = '';
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`no http.listening within ${deadlineMs} ms; stderr: ${stderr}`));
+    }, deadlineMs);
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    child.stdout.on('data', (c: Buffer) => {
+      buffered += c.toString();
+      let nl: number;
+      while ((nl = buffered.indexOf('\n')) >= 0) {
+        const line = buffered.slice(0, nl);
+        buffered = buffered.slice(nl + 1);
+        logs.push(line);
+        let entry: { event?: string; port?: number };
+        try {
+          entry = JSON.parse(line);
+        } catch {
+          continue;
+        }
+        if (entry.event === 'http.listening' && typeof entry.port === 'number') {
+          clearTimeout(timer);
+          opts.onListening?.(child);
+          resolve({ child, port: entry.port, base: `http://127.0.0.1:${entry.port}/api/v1`, logs, exited });
+        }
+      }
+    });
+    void exited.then(({ code, signal }) => {
+      clearTimeout(timer);
+      reject(new Error(`the process exited before listening (code ${code}, signal ${signal}); stderr: ${stderr}`));
+    });
+  });
+}
+
+/** `node dist/server/cli.js accounts create` on the process's data directory: the operator's account id and key. */
+export function createAccountWithCli(env: Record<string, string>, name: string): Promise<{ accountId: string; key: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['dist/server/cli.js', 'accounts', 'create', '--name', name, '--credits', '100000'], {
+      cwd: ROOT,
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    child.on('error', reject);
+    child.on('close', (code) => {
+      if (code !== 0) return reject(new Error(`cli exited ${code}: ${stderr}`));
+      const out = JSON.parse(stdout) as { account: { id: string }; key: string };
+      resolve({ accountId: out.account.id, key: out.key });
+    });
+  });
+}
+
+export async function processApi(proc: Pick<ServiceProcess, 'base'>, key: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
+  const res = await fetch(`${proc.base}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  return { status: res.status, body: text ? JSON.parse(text) : null };
+}
+
+/** A domain connected through the API and marked as DNS would show it once every record is published. */
+export async function connectSendingDomain(proc: ServiceProcess, dataDir: string, key: string, name: string): Promise<void> {
+  const res = await processApi(proc, key, 'POST', '/domains', { name });
+  expect(res.status, JSON.stringify(res.body)).toBe(201);
+  const db = new Database(join(dataDir, 'mailstead.db'));
+  try {
+    db.pragma('busy_timeout = 5000');
+    db.prepare('UPDATE domains SET record_status = ? WHERE id = ?').run(SENDING_RECORDS, res.body.id);
+  } finally {
+    db.close();
+  }
+}
