@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { and, eq, lte, sql } from 'drizzle-orm';
+import { and, eq, gt, lte, sql } from 'drizzle-orm';
 import { classifyConnectError, openCustomerPool } from '../../db/customer/connect.js';
 import { migrateCustomerDb } from '../../db/customer/schema.js';
 import { applyWrites } from '../../db/customer/writes.js';
@@ -235,8 +235,11 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
 
   return {
     runOnce,
+    /** Starts the loop (from main). A start tries every database at once: an operator restarting expects the writes to flow. */
     start(): void {
       if (running) return;
+      const now = deps.clock.now();
+      deps.db.update(customerDatabases).set({ nextAttemptAt: now }).where(gt(customerDatabases.nextAttemptAt, now)).run();
       running = true;
       loopDone = loop();
     },
