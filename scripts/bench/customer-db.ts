@@ -1,0 +1,202 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { Agent, request } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { eq } from 'drizzle-orm';
+import pg from 'pg';
+import { openDatabase } from '../../db/client.js';
+import { domains } from '../../db/schema/index.js';
+import { systemClock } from '../../server/clock.js';
+import { loadConfig } from '../../server/config.js';
+import { createTopLevelAccount } from '../../server/core/accounts.js';
+import { insertKey } from '../../server/core/keys.js';
+import { SCOPES } from '../../server/core/scopes.js';
+import { TestDnsServer } from '../lib/dns-server.js';
+import { PG_TEST_CA_FILE, startPostgres } from '../lib/postgres.js';
+import { SmtpSink } from '../lib/smtp-sink.js';
+import { spawnListening, stop } from './spawn.js';
+
+/**
+ * The customer-database writer against the delivery engine (issue 11): N sends (~5 KB rendered) through POST /emails,
+ * delivered to a local sink, with a local Postgres (TLS, verified) connected as the account's database. Prints the
+ * rows/s reaching service.emails and service.events, the writer's lag behind the send (emails) and behind delivery
+ * (events), p50/p99 and by quarter of the run (a lag that grows quarter on quarter means the writer falls behind),
+ * and, in the same run, plain batched INSERTs of the same rows by a bare pg client, with the ratio.
+ * Run: npm run bench:customer-db   (env BENCH_MESSAGES, BENCH_CONCURRENCY)
+ */
+const total = Number(process.env.BENCH_MESSAGES ?? 2000);
+const concurrency = Number(process.env.BENCH_CONCURRENCY ?? 16);
+const POLL_MS = 20;
+const here = fileURLToPath(new URL('.', import.meta.url));
+const DB_HOST = 'db.pg.test';
+
+const pct = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
+const sortNum = (xs: number[]) => [...xs].sort((a, b) => a - b);
+
+interface Arrival {
+  /** When the row was first seen in Postgres (polled every POLL_MS). */
+  seenAt: number;
+  /** When the service recorded what it carries: the send (emails) or the outcome (events). */
+  at: number;
+}
+
+/** Polls the customer database for new rows of one table (ids are UUIDv7: new rows sort after the last seen). */
+async function poll(client: pg.Client, table: 'emails' | 'events', column: 'created_at' | 'occurred_at', after: string): Promise<{ last: string; rows: Arrival[] }> {
+  const res = await client.query<{ id: string; at: Date }>(`select id, ${column} as at from service.${table} where id > $1 order by id`, [after]);
+  const now = Date.now();
+  return { last: res.rows.at(-1)?.id ?? after, rows: res.rows.map((r) => ({ seenAt: now, at: r.at.getTime() })) };
+}
+
+function lagReport(name: string, arrivals: Arrival[], started: number): string[] {
+  const lags = arrivals.map((a) => a.seenAt - a.at);
+  const sorted = sortNum(lags);
+  const last = Math.max(...arrivals.map((a) => a.seenAt));
+  const quarter = Math.ceil(lags.length / 4);
+  const quarters = [0, 1, 2, 3].map((q) => pct(sortNum(lags.slice(q * quarter, (q + 1) * quarter)), 50));
+  return [
+    `  service.${name.padEnd(7)} ${arrivals.length} rows, ${(arrivals.length / ((last - started) / 1000)).toFixed(0)} rows/s (first send to last row)`,
+    `    lag p50 ${pct(sorted, 50)} ms, p99 ${pct(sorted, 99)} ms; p50 by quarter of the run ${quarters.map((q) => `${q} ms`).join(', ')}`,
+  ];
+}
+
+/** The same rows inserted by a bare pg client in batches of 500 multi-row INSERTs, into a copy of the tables. */
+async function bareInserts(client: pg.Client): Promise<{ rows: number; seconds: number }> {
+  await client.query('drop schema if exists bench_bare cascade');
+  await client.query('create schema bench_bare');
+  await client.query('create table bench_bare.emails (like service.emails including all)');
+  await client.query('create table bench_bare.events (like service.events including all)');
+  const emails = (await client.query('select * from service.emails order by id')).rows;
+  const events = (await client.query('select * from service.events order by id')).rows;
+  const insertAll = async (table: string, rows: Record<string, unknown>[]) => {
+    const columns = Object.keys(rows[0] ?? {});
+    for (let i = 0; i < rows.length; i += 500) {
+      const batch = rows.slice(i, i + 500);
+      const params: unknown[] = [];
+      const tuples = batch.map((row) => `(${columns.map((c) => `$${params.push(row[c])}`).join(', ')})`);
+      await client.query(`insert into bench_bare.${table} (${columns.join(', ')}) values ${tuples.join(', ')}`, params);
+    }
+  };
+  const t = performance.now();
+  await client.query('begin');
+  await insertAll('emails', emails);
+  await insertAll('events', events);
+  await client.query('commit');
+  const seconds = (performance.now() - t) / 1000;
+  await client.query('drop schema bench_bare cascade');
+  return { rows: emails.length + events.length, seconds };
+}
+
+async function main(): Promise<void> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'mailstead-bench-'));
+  const [dns, sink, postgres] = await Promise.all([TestDnsServer.start(), SmtpSink.start(), startPostgres({ certificate: 'trusted' })]);
+  sink.keepRaw = false;
+  dns.add('example.net', { type: 'MX', priority: 10, exchange: 'mx.example.net' });
+  dns.add('mx.example.net', { type: 'A', address: '127.0.0.1' });
+  dns.add(DB_HOST, { type: 'A', address: '127.0.0.1' });
+  const env = {
+    DATA_DIR: dataDir,
+    HTTP_HOST: '127.0.0.1',
+    HTTP_PORT: '0',
+    SMTP_PORT: '0',
+    MAIL_HOSTNAME: 'mx.bench.test',
+    DNS_SERVERS: dns.address,
+    SMTP_DELIVERY_PORT: String(sink.port),
+    ALLOW_PRIVATE_TARGETS: 'true',
+    RATE_LIMIT_PER_KEY: '100000000',
+    RATE_LIMIT_PER_ACCOUNT: '100000000',
+    DEFAULT_DAILY_QUOTA: '100000000',
+    LOG_LEVEL: 'warn',
+    // The Postgres certificate is issued by the test CA: the connection is verified against it, as in production.
+    NODE_EXTRA_CA_CERTS: PG_TEST_CA_FILE,
+  };
+  const store = openDatabase(dataDir);
+  const config = loadConfig(env);
+  const account = createTopLevelAccount({ db: store.db, clock: systemClock, config }, { name: 'Bench', credits: 100_000_000 });
+  const key = insertKey({ db: store.db, clock: systemClock }, { accountId: account.id, name: 'bench', scopes: SCOPES }).key;
+
+  const service = await spawnListening(join(here, '../../server/main.js'), { ...env, LOG_LEVEL: 'info' }, process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean));
+  const base = `http://127.0.0.1:${service.port}/api/v1`;
+  const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+  const created = (await (await fetch(`${base}/domains`, { method: 'POST', headers, body: JSON.stringify({ name: 'bench.example' }) })).json()) as { id: string };
+  store.db.update(domains).set({ recordStatus: { ownership: 'published', spf: 'published', receiving: 'published', signing: 'published' } }).where(eq(domains.id, created.id)).run();
+  store.close();
+  const connected = await fetch(`${base}/database`, { method: 'POST', headers, body: JSON.stringify({ url: postgres.url(DB_HOST) }) });
+  if (connected.status !== 200) throw new Error(`POST /database answered ${connected.status}: ${await connected.text()}`);
+
+  const reader = new pg.Client({ host: '127.0.0.1', port: postgres.port, user: postgres.user, password: postgres.password, database: postgres.database, ssl: { rejectUnauthorized: false } });
+  await reader.connect();
+
+  const paragraph = 'Your order has shipped and is on its way. Track it from your account page at any time. ';
+  const body = (i: number) =>
+    JSON.stringify({ from: 'Bench <orders@bench.example>', to: `customer${i}@example.net`, template: { name: 'notification', subject: `Order ${i} shipped`, body: paragraph.repeat(24) } });
+  const agent = new Agent({ keepAlive: true, maxSockets: concurrency });
+  const post = (payload: string) =>
+    new Promise<number>((resolve, reject) => {
+      const req = request(`${base}/emails`, { method: 'POST', agent, headers: { ...headers, 'content-length': Buffer.byteLength(payload) } }, (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+      });
+      req.on('error', reject);
+      req.end(payload);
+    });
+
+  const emails: Arrival[] = [];
+  const events: Arrival[] = [];
+  let polling = true;
+  const poller = (async () => {
+    let lastEmail = '00000000-0000-0000-0000-000000000000';
+    let lastEvent = lastEmail;
+    while (polling) {
+      const e = await poll(reader, 'emails', 'created_at', lastEmail);
+      const v = await poll(reader, 'events', 'occurred_at', lastEvent);
+      lastEmail = e.last;
+      lastEvent = v.last;
+      emails.push(...e.rows);
+      events.push(...v.rows);
+      await new Promise((r) => setTimeout(r, POLL_MS));
+    }
+  })();
+
+  const started = Date.now();
+  let next = 0;
+  let failed = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < total) {
+        const i = next++;
+        if ((await post(body(i))) !== 200) failed++;
+      }
+    }),
+  );
+  const expected = total - failed;
+  const deadline = Date.now() + 300_000;
+  while ((emails.length < expected || events.length < expected) && Date.now() < deadline) await new Promise((r) => setTimeout(r, POLL_MS));
+  polling = false;
+  await poller;
+  agent.destroy();
+  const delivered = sink.received.length;
+  const lastDelivery = Math.max(...sink.received.map((r) => r.at));
+
+  console.log(`${total} sends (${failed} refused), ${concurrency} concurrent API clients, sink and Postgres on loopback (Node ${process.version})`);
+  console.log(`  delivered                ${delivered} messages, ${(delivered / ((lastDelivery - started) / 1000)).toFixed(0)} messages/s (first send to last delivery)`);
+  for (const line of [...lagReport('emails', emails, started), ...lagReport('events', events, started)]) console.log(line);
+  const writerSeconds = (Math.max(...emails.map((a) => a.seenAt), ...events.map((a) => a.seenAt)) - started) / 1000;
+  const writerRate = (emails.length + events.length) / writerSeconds;
+  const bare = await bareInserts(reader);
+  const bareRate = bare.rows / bare.seconds;
+  console.log(`  writer, both tables      ${writerRate.toFixed(0)} rows/s, paced by the sends and deliveries`);
+  console.log(`  bare pg batched INSERTs  ${bare.rows} rows in ${bare.seconds.toFixed(2)} s = ${bareRate.toFixed(0)} rows/s (ratio writer/bare ${(writerRate / bareRate).toFixed(2)})`);
+
+  await reader.end();
+  await stop(service.child);
+  await sink.stop();
+  await dns.stop();
+  await postgres.stop();
+  rmSync(dataDir, { recursive: true, force: true });
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});
