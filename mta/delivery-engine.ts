@@ -1,3 +1,4 @@
+import { createPollLoop } from '../server/poll-loop.js';
 import { eq } from 'drizzle-orm';
 import { newWorkerId } from '../db/leases.js';
 import { domainKeys, emails } from '../db/schema/index.js';
@@ -86,10 +87,8 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
   /** Claimed and not yet finished: the claims this engine renews. */
   const held = new Set<string>();
 
-  let running = false;
   let stopping = false;
-  let wake: (() => void) | null = null;
-  let loopDone: Promise<void> = Promise.resolve();
+  const loop = createPollLoop({ intervalMs: opts.pollMs, tick: () => tick(), onError: (err) => deps.logger.error('delivery.claim_failed', { err }) });
   let renewTimer: NodeJS.Timeout | null = null;
 
   /** The from-domain's key, decrypted and parsed once and kept for every later message. */
@@ -147,7 +146,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
               resolve();
               // Room for a useful claim again (a quarter of the batch, or everything): claim now, not at the poll.
               finishedSinceClaim++;
-              if (finishedSinceClaim >= opts.batchSize / 4 || held.size === 0) wake?.();
+              if (finishedSinceClaim >= opts.batchSize / 4 || held.size === 0) loop.poke();
             },
           };
           const domain = c.recipient.recipientDomain;
@@ -172,7 +171,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
         w.lanes--;
         if (w.jobs.length > 0 && w.lanes === 0 && !stopping) startLane(w);
         else if (w.jobs.length === 0 && w.lanes === 0 && work.get(w.key) === w) work.delete(w.key);
-        wake?.();
+        loop.poke();
       });
     lanesDone.add(done);
   }
@@ -301,28 +300,16 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
     return finished.length;
   }
 
-  async function loop(): Promise<void> {
-    while (running) {
-      let claimed = 0;
-      // Claims are batched: one claim query serves many recipients, so it waits until half the batch is free.
-      const room = opts.batchSize - held.size;
-      try {
-        if (held.size === 0 || room >= opts.batchSize / 2) claimed = claim(room).length;
-      } catch (err) {
-        deps.logger.error('delivery.claim_failed', { err });
-      }
-      // Claim again at once while the claim filled the room; otherwise when poked, when half the batch is done, when a
-      // lane ends, or at the poll.
-      if (claimed > 0 && claimed === room) continue;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, opts.pollMs);
-        wake = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-      wake = null;
-    }
+  /**
+   * One claim of the loop. Claims are batched: one claim query serves many recipients, so it waits until half the
+   * batch is free. It claims again at once while the claim filled the room; otherwise when poked, when half the batch
+   * is done, when a lane ends, or at the poll.
+   */
+  function tick(): boolean {
+    const room = opts.batchSize - held.size;
+    if (held.size !== 0 && room < opts.batchSize / 2) return false;
+    const claimed = claim(room).length;
+    return claimed > 0 && claimed === room;
   }
 
   /** Gives back every recipient still waiting for a connection (shutdown). */
@@ -342,10 +329,9 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
      * process that may still be running is left to run out.
      */
     start(): void {
-      if (running) return;
+      if (loop.running) return;
       const released = releaseDeadLeases(deps.db, worker);
       if (released > 0) deps.logger.warn('delivery.leases_released', { released });
-      running = true;
       stopping = false;
       renewTimer = setInterval(() => {
         try {
@@ -355,18 +341,14 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
         }
       }, Math.max(1000, Math.floor(opts.leaseMs / 3)));
       renewTimer.unref();
-      loopDone = loop();
+      loop.start();
     },
     /** Something was queued: claim now instead of at the next poll. */
-    poke(): void {
-      wake?.();
-    },
+    poke: loop.poke,
     /** Stops claiming; lets in-flight transactions finish, gives waiting recipients back; resolves when idle. */
     async stop(): Promise<void> {
-      running = false;
       stopping = true;
-      wake?.();
-      await loopDone;
+      await loop.stop();
       slots.cancelAll();
       releaseWaiting();
       while (lanesDone.size > 0) await Promise.all([...lanesDone]);

@@ -1,21 +1,6 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { Agent, request } from 'node:http';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { eq } from 'drizzle-orm';
 import pg from 'pg';
-import { openDatabase } from '../../db/client.js';
-import { domains } from '../../db/schema/index.js';
-import { systemClock } from '../../server/clock.js';
-import { loadConfig } from '../../server/config.js';
-import { createTopLevelAccount } from '../../server/core/accounts.js';
-import { insertKey } from '../../server/core/keys.js';
-import { SCOPES } from '../../server/core/scopes.js';
-import { TestDnsServer } from '../lib/dns-server.js';
 import { PG_TEST_CA_FILE, startPostgres } from '../lib/postgres.js';
-import { SmtpSink } from '../lib/smtp-sink.js';
-import { spawnListening, stop } from './spawn.js';
+import { benchSendBody, createPoster, startBenchRig } from './rig.js';
 
 /**
  * The customer-database writer against the delivery engine (issue 11): N sends (~5 KB rendered) through POST /emails,
@@ -28,7 +13,6 @@ import { spawnListening, stop } from './spawn.js';
 const total = Number(process.env.BENCH_MESSAGES ?? 2000);
 const concurrency = Number(process.env.BENCH_CONCURRENCY ?? 16);
 const POLL_MS = 20;
-const here = fileURLToPath(new URL('.', import.meta.url));
 const DB_HOST = 'db.pg.test';
 
 const pct = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
@@ -88,58 +72,21 @@ async function bareInserts(client: pg.Client): Promise<{ rows: number; seconds: 
 }
 
 async function main(): Promise<void> {
-  const dataDir = mkdtempSync(join(tmpdir(), 'mailstead-bench-'));
-  const [dns, sink, postgres] = await Promise.all([TestDnsServer.start(), SmtpSink.start(), startPostgres({ certificate: 'trusted' })]);
-  sink.keepRaw = false;
-  dns.add('example.net', { type: 'MX', priority: 10, exchange: 'mx.example.net' });
-  dns.add('mx.example.net', { type: 'A', address: '127.0.0.1' });
-  dns.add(DB_HOST, { type: 'A', address: '127.0.0.1' });
-  const env = {
-    DATA_DIR: dataDir,
-    HTTP_HOST: '127.0.0.1',
-    HTTP_PORT: '0',
-    SMTP_PORT: '0',
-    MAIL_HOSTNAME: 'mx.bench.test',
-    DNS_SERVERS: dns.address,
-    SMTP_DELIVERY_PORT: String(sink.port),
-    ALLOW_PRIVATE_TARGETS: 'true',
-    RATE_LIMIT_PER_KEY: '100000000',
-    RATE_LIMIT_PER_ACCOUNT: '100000000',
-    DEFAULT_DAILY_QUOTA: '100000000',
-    LOG_LEVEL: 'warn',
-    // The Postgres certificate is issued by the test CA: the connection is verified against it, as in production.
-    NODE_EXTRA_CA_CERTS: PG_TEST_CA_FILE,
-  };
-  const store = openDatabase(dataDir);
-  const config = loadConfig(env);
-  const account = createTopLevelAccount({ db: store.db, clock: systemClock, config }, { name: 'Bench', credits: 100_000_000 });
-  const key = insertKey({ db: store.db, clock: systemClock }, { accountId: account.id, name: 'bench', scopes: SCOPES }).key;
-
-  const service = await spawnListening(join(here, '../../server/main.js'), { ...env, LOG_LEVEL: 'info' }, process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean));
-  const base = `http://127.0.0.1:${service.port}/api/v1`;
-  const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
-  const created = (await (await fetch(`${base}/domains`, { method: 'POST', headers, body: JSON.stringify({ name: 'bench.example' }) })).json()) as { id: string };
-  store.db.update(domains).set({ recordStatus: { ownership: 'published', spf: 'published', receiving: 'published', signing: 'published' } }).where(eq(domains.id, created.id)).run();
-  store.close();
-  const connected = await fetch(`${base}/database`, { method: 'POST', headers, body: JSON.stringify({ url: postgres.url(DB_HOST) }) });
+  const postgres = await startPostgres({ certificate: 'trusted' });
+  // The Postgres certificate is issued by the test CA: the connection is verified against it, as in production.
+  const rig = await startBenchRig({ NODE_EXTRA_CA_CERTS: PG_TEST_CA_FILE });
+  const sink = rig.sink;
+  rig.dns.add(DB_HOST, { type: 'A', address: '127.0.0.1' });
+  const { headers } = await rig.newSender('Bench', 'bench.example');
+  const connected = await fetch(`${rig.base}/database`, { method: 'POST', headers, body: JSON.stringify({ url: postgres.url(DB_HOST) }) });
   if (connected.status !== 200) throw new Error(`POST /database answered ${connected.status}: ${await connected.text()}`);
 
   const reader = new pg.Client({ host: '127.0.0.1', port: postgres.port, user: postgres.user, password: postgres.password, database: postgres.database, ssl: { rejectUnauthorized: false } });
   await reader.connect();
 
-  const paragraph = 'Your order has shipped and is on its way. Track it from your account page at any time. ';
-  const body = (i: number) =>
-    JSON.stringify({ from: 'Bench <orders@bench.example>', to: `customer${i}@example.net`, template: { name: 'notification', subject: `Order ${i} shipped`, body: paragraph.repeat(24) } });
-  const agent = new Agent({ keepAlive: true, maxSockets: concurrency });
-  const post = (payload: string) =>
-    new Promise<number>((resolve, reject) => {
-      const req = request(`${base}/emails`, { method: 'POST', agent, headers: { ...headers, 'content-length': Buffer.byteLength(payload) } }, (res) => {
-        res.resume();
-        res.on('end', () => resolve(res.statusCode ?? 0));
-      });
-      req.on('error', reject);
-      req.end(payload);
-    });
+  const poster = createPoster(`${rig.base}/emails`, headers, concurrency);
+  const post = poster.post;
+  const body = benchSendBody;
 
   const emails: Arrival[] = [];
   const events: Arrival[] = [];
@@ -174,7 +121,7 @@ async function main(): Promise<void> {
   while ((emails.length < expected || events.length < expected) && Date.now() < deadline) await new Promise((r) => setTimeout(r, POLL_MS));
   polling = false;
   await poller;
-  agent.destroy();
+  poster.close();
   const delivered = sink.received.length;
   const lastDelivery = Math.max(...sink.received.map((r) => r.at));
 
@@ -189,11 +136,8 @@ async function main(): Promise<void> {
   console.log(`  bare pg batched INSERTs  ${bare.rows} rows in ${bare.seconds.toFixed(2)} s = ${bareRate.toFixed(0)} rows/s (ratio writer/bare ${(writerRate / bareRate).toFixed(2)})`);
 
   await reader.end();
-  await stop(service.child);
-  await sink.stop();
-  await dns.stop();
+  await rig.close();
   await postgres.stop();
-  rmSync(dataDir, { recursive: true, force: true });
 }
 
 main().catch((err: unknown) => {

@@ -1,23 +1,9 @@
 import { generateKeyPairSync, sign } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { Agent, request } from 'node:http';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { eq } from 'drizzle-orm';
-import { openDatabase } from '../../db/client.js';
-import { domains } from '../../db/schema/index.js';
+import { readFileSync } from 'node:fs';
 import { dkimSign } from 'mailauth/lib/dkim/sign.js';
 import { prepareSigningKey } from '../../mta/dkim.js';
 import { buildSignedMessage, signMessage } from '../../mta/message.js';
-import { systemClock } from '../../server/clock.js';
-import { loadConfig } from '../../server/config.js';
-import { createTopLevelAccount } from '../../server/core/accounts.js';
-import { insertKey } from '../../server/core/keys.js';
-import { SCOPES } from '../../server/core/scopes.js';
-import { TestDnsServer } from '../lib/dns-server.js';
-import { SmtpSink } from '../lib/smtp-sink.js';
-import { spawnListening, stop } from './spawn.js';
+import { benchSendBody, createPoster, startBenchRig } from './rig.js';
 
 /**
  * End to end: N templated messages (~5 KB rendered) through POST /emails to a verified domain whose MX is a local
@@ -27,7 +13,6 @@ import { spawnListening, stop } from './spawn.js';
  */
 const total = Number(process.env.BENCH_MESSAGES ?? 2000);
 const concurrency = Number(process.env.BENCH_CONCURRENCY ?? 16);
-const here = fileURLToPath(new URL('.', import.meta.url));
 
 /** utime + stime of a process, in seconds (Linux /proc). */
 function cpuSeconds(pid: number): number {
@@ -43,53 +28,12 @@ function peakRssMb(pid: number): number {
 const pct = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
 
 async function endToEnd(): Promise<void> {
-  const dataDir = mkdtempSync(join(tmpdir(), 'mailstead-bench-'));
-  const dns = await TestDnsServer.start();
-  const sink = await SmtpSink.start();
-  sink.keepRaw = false;
-  dns.add('example.net', { type: 'MX', priority: 10, exchange: 'mx.example.net' });
-  dns.add('mx.example.net', { type: 'A', address: '127.0.0.1' });
-  const env = {
-    DATA_DIR: dataDir,
-    HTTP_HOST: '127.0.0.1',
-    HTTP_PORT: '0',
-    SMTP_PORT: '0',
-    MAIL_HOSTNAME: 'mx.bench.test',
-    DNS_SERVERS: dns.address,
-    SMTP_DELIVERY_PORT: String(sink.port),
-    ALLOW_PRIVATE_TARGETS: 'true',
-    RATE_LIMIT_PER_KEY: '100000000',
-    RATE_LIMIT_PER_ACCOUNT: '100000000',
-    DEFAULT_DAILY_QUOTA: '100000000',
-    LOG_LEVEL: 'warn',
-  };
-  const store = openDatabase(dataDir);
-  const config = loadConfig(env);
-  const account = createTopLevelAccount({ db: store.db, clock: systemClock, config }, { name: 'Bench', credits: 100_000_000 });
-  const key = insertKey({ db: store.db, clock: systemClock }, { accountId: account.id, name: 'bench', scopes: SCOPES }).key;
-
-  const service = await spawnListening(join(here, '../../server/main.js'), { ...env, LOG_LEVEL: 'info' }, process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean));
-  const pid = service.child.pid!;
-  const base = `http://127.0.0.1:${service.port}/api/v1`;
-  const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
-  const created = (await (await fetch(`${base}/domains`, { method: 'POST', headers, body: JSON.stringify({ name: 'bench.example' }) })).json()) as { id: string };
-  store.db.update(domains).set({ recordStatus: { ownership: 'published', spf: 'published', receiving: 'published', signing: 'published' } }).where(eq(domains.id, created.id)).run();
-  store.close();
-
-  const paragraph = 'Your order has shipped and is on its way. Track it from your account page at any time. ';
-  const body = (i: number) =>
-    JSON.stringify({ from: 'Bench <orders@bench.example>', to: `customer${i}@example.net`, template: { name: 'notification', subject: `Order ${i} shipped`, body: paragraph.repeat(24) } });
-
-  const agent = new Agent({ keepAlive: true, maxSockets: concurrency });
-  const post = (payload: string) =>
-    new Promise<number>((resolve, reject) => {
-      const req = request(`${base}/emails`, { method: 'POST', agent, headers: { ...headers, 'content-length': Buffer.byteLength(payload) } }, (res) => {
-        res.resume();
-        res.on('end', () => resolve(res.statusCode ?? 0));
-      });
-      req.on('error', reject);
-      req.end(payload);
-    });
+  const rig = await startBenchRig();
+  const { pid, sink } = rig;
+  const { headers } = await rig.newSender('Bench', 'bench.example');
+  const poster = createPoster(`${rig.base}/emails`, headers, concurrency);
+  const post = poster.post;
+  const body = benchSendBody;
 
   const sentAt = new Map<string, number>();
   const cpu0 = cpuSeconds(pid);
@@ -111,7 +55,7 @@ async function endToEnd(): Promise<void> {
   const finished = Math.max(...sink.received.map((r) => r.at));
   const cpu = cpuSeconds(pid) - cpu0;
   const rss = peakRssMb(pid);
-  agent.destroy();
+  poster.close();
 
   const latencies = sink.received.map((r) => r.at - (sentAt.get(r.to[0]!) ?? r.at)).sort((a, b) => a - b);
   const seconds = (finished - started) / 1000;
@@ -122,10 +66,7 @@ async function endToEnd(): Promise<void> {
   console.log(`  service CPU                   ${((cpu / sink.received.length) * 1000).toFixed(2)} s per 1000 messages`);
   console.log(`  service peak RSS              ${rss.toFixed(0)} MB`);
 
-  await stop(service.child);
-  await sink.stop();
-  await dns.stop();
-  rmSync(dataDir, { recursive: true, force: true });
+  await rig.close();
 }
 
 async function signingCost(): Promise<void> {

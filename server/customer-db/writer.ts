@@ -5,6 +5,7 @@ import { migrateCustomerDb } from '../../db/customer/schema.js';
 import { applyWrites } from '../../db/customer/writes.js';
 import { type CustomerDatabaseRow, customerDatabases } from '../../db/schema/index.js';
 import type { Deps } from '../deps.js';
+import { createPollLoop } from '../poll-loop.js';
 import { configsFor, targetOf } from './connection.js';
 import { type OpenedWrite, deleteWrites, dropExpiredWrites, dueWrites, openWrite, recordRefusedWrite } from './outbox.js';
 import { markReached, markUnreachable, noteSetAside } from './status.js';
@@ -43,9 +44,10 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
   /** Databases with a run in flight. */
   const busy = new Set<string>();
   const runs = new Set<Promise<void>>();
-  let running = false;
-  let wake: (() => void) | null = null;
-  let loopDone: Promise<void> = Promise.resolve();
+  /** Set by runOnce (tests) while it drives the writer without the loop. */
+  let driving = false;
+  let stopping = false;
+  const loop = createPollLoop({ intervalMs: opts.intervalMs, tick: () => void claim(), onError: (err) => deps.logger.error('customer_db.claim_failed', { err }) });
 
   function closePool(owner: string): void {
     const entry = pools.get(owner);
@@ -128,7 +130,7 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
         entry.migrated = true;
         if (version !== db.schemaVersion) deps.db.update(customerDatabases).set({ schemaVersion: version }).where(eq(customerDatabases.accountId, db.accountId)).run();
       }
-      while (running || stopping) {
+      while (loop.running || driving || stopping) {
         const rows = dueWrites(deps.db, db.accountId, deps.clock.now(), opts.batchSize);
         if (rows.length === 0) break;
         await writeBatch(client, db, rows.map((row) => openWrite(deps.secretKey!, row)));
@@ -189,7 +191,7 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
           .finally(() => {
             busy.delete(db.accountId);
             runs.delete(run);
-            wake?.();
+            loop.poke();
           });
         runs.add(run);
         return run;
@@ -198,8 +200,8 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
 
   /** Writes until nothing more is due now (tests drive it with a fake clock); the number of database runs made. */
   async function runOnce(): Promise<number> {
-    const wasRunning = running;
-    running = true;
+    const wasDriving = driving;
+    driving = true;
     let total = 0;
     try {
       for (;;) {
@@ -209,50 +211,26 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
         await Promise.race(started.length > 0 ? started : [...runs]);
       }
     } finally {
-      running = wasRunning;
+      driving = wasDriving;
     }
   }
 
-  let stopping = false;
-
-  async function loop(): Promise<void> {
-    while (running) {
-      try {
-        claim();
-      } catch (err) {
-        deps.logger.error('customer_db.claim_failed', { err });
-      }
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, opts.intervalMs);
-        wake = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-      wake = null;
-    }
-  }
 
   return {
     runOnce,
     /** Starts the loop (from main). A start tries every database at once: an operator restarting expects the writes to flow. */
     start(): void {
-      if (running) return;
+      if (loop.running) return;
       const now = deps.clock.now();
       deps.db.update(customerDatabases).set({ nextAttemptAt: now }).where(gt(customerDatabases.nextAttemptAt, now)).run();
-      running = true;
-      loopDone = loop();
+      loop.start();
     },
     /** Writes were queued: look now instead of at the next interval. */
-    poke(): void {
-      wake?.();
-    },
+    poke: loop.poke,
     /** Stops taking new batches, lets the batches in flight commit, and closes every pool. */
     async stop(): Promise<void> {
       stopping = true;
-      running = false;
-      wake?.();
-      await loopDone;
+      await loop.stop();
       while (runs.size > 0) await Promise.all([...runs]);
       await Promise.all([...pools.values()].map((e) => e.pool.end().catch(() => undefined)));
       pools.clear();

@@ -7,6 +7,7 @@ import { ApiError } from '../errors.js';
 import { newId } from '../ids.js';
 import { decryptSecret } from '../secrets.js';
 import { createFairSlots } from '../../mta/fair-slots.js';
+import { createPollLoop } from '../poll-loop.js';
 import { WEBHOOK_TIMEOUT_MS, postWebhook } from './http-client.js';
 import { signedHeaders } from './signing.js';
 import {
@@ -100,9 +101,7 @@ export function createWebhookDispatcher(deps: Deps, options: Partial<DispatcherO
   const byAccount = new Map<string, number>();
   const posts = new Set<Promise<void>>();
 
-  let running = false;
-  let wake: (() => void) | null = null;
-  let loopDone: Promise<void> = Promise.resolve();
+  const loop = createPollLoop({ intervalMs: opts.intervalMs, tick: () => void claim(), onError: (err) => deps.logger.error('webhook.claim_failed', { err }) });
 
   async function deliver({ delivery, endpoint }: ClaimedWebhook): Promise<void> {
     const slot = await slots.acquire(endpoint.accountId, endpoint.id);
@@ -159,7 +158,7 @@ export function createWebhookDispatcher(deps: Deps, options: Partial<DispatcherO
         else byAccount.set(account, n);
         posts.delete(done);
         // The endpoint's next delivery, or another's, may be due now.
-        wake?.();
+        loop.poke();
       });
       posts.add(done);
       return done;
@@ -178,44 +177,21 @@ export function createWebhookDispatcher(deps: Deps, options: Partial<DispatcherO
     }
   }
 
-  async function loop(): Promise<void> {
-    while (running) {
-      try {
-        claim();
-      } catch (err) {
-        deps.logger.error('webhook.claim_failed', { err });
-      }
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, opts.intervalMs);
-        wake = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-      wake = null;
-    }
-  }
-
   return {
     worker,
     runOnce,
     /** Starts the loop (from main); leases of earlier processes of this host that are gone are released first. */
     start(): void {
-      if (running) return;
+      if (loop.running) return;
       const released = releaseDeadWebhookLeases(deps.db, worker);
       if (released > 0) deps.logger.warn('webhook.leases_released', { released });
-      running = true;
-      loopDone = loop();
+      loop.start();
     },
     /** Something was queued (an outcome, a re-enabled endpoint): look now instead of at the next interval. */
-    poke(): void {
-      wake?.();
-    },
+    poke: loop.poke,
     /** Stops claiming, lets the posts in flight finish and record their attempt, and gives back any lease left. */
     async stop(): Promise<void> {
-      running = false;
-      wake?.();
-      await loopDone;
+      await loop.stop();
       // A claimed delivery still waiting for a slot (none should: claims stay within the room) gives its lease back.
       slots.cancelAll();
       while (posts.size > 0) await Promise.all([...posts]);

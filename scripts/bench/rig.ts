@@ -1,0 +1,120 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { Agent, request } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { ChildProcess } from 'node:child_process';
+import { eq } from 'drizzle-orm';
+import { openDatabase } from '../../db/client.js';
+import { domains } from '../../db/schema/index.js';
+import { systemClock } from '../../server/clock.js';
+import { loadConfig } from '../../server/config.js';
+import { createTopLevelAccount } from '../../server/core/accounts.js';
+import { insertKey } from '../../server/core/keys.js';
+import { SCOPES } from '../../server/core/scopes.js';
+import { TestDnsServer } from '../lib/dns-server.js';
+import { SmtpSink } from '../lib/smtp-sink.js';
+import { spawnListening, stop } from './spawn.js';
+
+/**
+ * What the end-to-end benchmarks run against: the built service (`dist/server/main.js`) in its own process with a
+ * fresh DATA_DIR and the limits lifted, a DNS server whose `example.net` MX is a local SMTP sink, and senders made as
+ * the operator would (an account, a key, a domain marked verified).
+ */
+
+const here = fileURLToPath(new URL('.', import.meta.url));
+
+export interface BenchRig {
+  dataDir: string;
+  dns: TestDnsServer;
+  sink: SmtpSink;
+  service: ChildProcess;
+  pid: number;
+  /** `http://127.0.0.1:<port>/api/v1` */
+  base: string;
+  /** A new account with a key and a verified sending domain; the headers to send as it. */
+  newSender(name: string, domain: string): Promise<{ accountId: string; headers: Record<string, string> }>;
+  close(): Promise<void>;
+}
+
+export async function startBenchRig(extraEnv: Record<string, string> = {}): Promise<BenchRig> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'mailstead-bench-'));
+  const dns = await TestDnsServer.start();
+  const sink = await SmtpSink.start();
+  sink.keepRaw = false;
+  dns.add('example.net', { type: 'MX', priority: 10, exchange: 'mx.example.net' });
+  dns.add('mx.example.net', { type: 'A', address: '127.0.0.1' });
+  const env = {
+    DATA_DIR: dataDir,
+    HTTP_HOST: '127.0.0.1',
+    HTTP_PORT: '0',
+    SMTP_PORT: '0',
+    MAIL_HOSTNAME: 'mx.bench.test',
+    DNS_SERVERS: dns.address,
+    SMTP_DELIVERY_PORT: String(sink.port),
+    ALLOW_PRIVATE_TARGETS: 'true',
+    RATE_LIMIT_PER_KEY: '100000000',
+    RATE_LIMIT_PER_ACCOUNT: '100000000',
+    DEFAULT_DAILY_QUOTA: '100000000',
+    LOG_LEVEL: 'info',
+    ...extraEnv,
+  };
+  // The database exists before the service starts, so senders can be made beside it.
+  openDatabase(dataDir).close();
+  const { child, port } = await spawnListening(join(here, '../../server/main.js'), env, process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean));
+  const base = `http://127.0.0.1:${port}/api/v1`;
+  const config = loadConfig(env);
+
+  return {
+    dataDir,
+    dns,
+    sink,
+    service: child,
+    pid: child.pid!,
+    base,
+    async newSender(name, domain) {
+      const store = openDatabase(dataDir);
+      try {
+        const account = createTopLevelAccount({ db: store.db, clock: systemClock, config }, { name, credits: 100_000_000 });
+        const key = insertKey({ db: store.db, clock: systemClock }, { accountId: account.id, name: 'bench', scopes: SCOPES }).key;
+        const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+        const res = await fetch(`${base}/domains`, { method: 'POST', headers, body: JSON.stringify({ name: domain }) });
+        if (res.status !== 201) throw new Error(`POST /domains answered ${res.status}: ${await res.text()}`);
+        const created = (await res.json()) as { id: string };
+        store.db.update(domains).set({ recordStatus: { ownership: 'published', spf: 'published', receiving: 'published', signing: 'published' } }).where(eq(domains.id, created.id)).run();
+        return { accountId: account.id, headers };
+      } finally {
+        store.close();
+      }
+    },
+    async close() {
+      await stop(child);
+      await sink.stop();
+      await dns.stop();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Keep-alive POSTs of JSON bodies from up to `concurrency` sockets; each resolves with the status. */
+export function createPoster(url: string, headers: Record<string, string>, concurrency: number) {
+  const agent = new Agent({ keepAlive: true, maxSockets: concurrency });
+  return {
+    post: (payload: string) =>
+      new Promise<number>((resolve, reject) => {
+        const req = request(url, { method: 'POST', agent, headers: { ...headers, 'content-length': Buffer.byteLength(payload) } }, (res) => {
+          res.resume();
+          res.on('end', () => resolve(res.statusCode ?? 0));
+        });
+        req.on('error', reject);
+        req.end(payload);
+      }),
+    close: () => agent.destroy(),
+  };
+}
+
+/** A ~5 KB notification send to customer<i>@example.net. */
+export function benchSendBody(i: number): string {
+  const paragraph = 'Your order has shipped and is on its way. Track it from your account page at any time. ';
+  return JSON.stringify({ from: 'Bench <orders@bench.example>', to: `customer${i}@example.net`, template: { name: 'notification', subject: `Order ${i} shipped`, body: paragraph.repeat(24) } });
+}
