@@ -333,6 +333,11 @@ describe('POST /database: database_unreachable names the step that failed; nothi
     await expectUnreachable(urlOf('db.pg.test', { database: 'missing_db' }), /login failed/);
   });
 
+  it('a server that refuses the login for a reason of its own (too many connections): could not connect', async () => {
+    await pgServer.admin("create role limited login password 'limited-pw' connection limit 0");
+    await expectUnreachable(`postgresql://limited:limited-pw@db.pg.test:${pgServer.port}/${pgServer.database}`, /^The database could not be used: could not connect: too many connections/);
+  });
+
   it('a user without CREATE on the database: creating the schema failed', async () => {
     await pgServer.admin("create role nocreate login password 'nocreate-pw'");
     await pgServer.admin('create database nocreate_db');
@@ -344,6 +349,17 @@ describe('POST /database: database_unreachable names the step that failed; nothi
     expect(res.body.error.message).not.toContain('nocreate-pw');
     expect(await status(service, key)).toEqual(NOT_CONNECTED);
     expect(await serviceTables('nocreate_db')).toEqual([]);
+  });
+
+  it('the same user, once its DBA has created schema service for it: connects, the migrations run inside that schema', async () => {
+    // Continues the test above: nocreate still has no CREATE on its database.
+    await onCustomer('nocreate_db', 'create schema service authorization nocreate');
+    const url = `postgresql://nocreate:nocreate-pw@db.pg.test:${pgServer.port}/nocreate_db`;
+    const { key } = service.newAccount();
+    const res = await connect(service, key, url);
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body).toMatchObject({ connected: true, user: 'nocreate', database: 'nocreate_db', state: 'connected', schemaVersion: 1 });
+    expect(await serviceTables('nocreate_db')).toEqual(['attachments', 'emails', 'events', 'inbound', 'schema_migrations']);
   });
 
   describe('a self-signed certificate', () => {
@@ -501,6 +517,42 @@ describe('POST /database: a server that cannot store secrets', () => {
     expectError(await off.api('POST', '/database', { key, rawBody: '{"url":', headers: { 'content-type': 'application/json' } }), 400, 'invalid_json');
     expectError(await off.api('POST', '/database', { key, body: { url: 1 } }), 422, 'invalid_request');
     expectError(await off.api('POST', '/database', { key, body: {} }), 422, 'invalid_request');
+  });
+});
+
+describe('POST /database/test on a server restarted with SECRET_KEY=off', () => {
+  let off: TestService;
+  beforeAll(async () => {
+    off = await startService({ DNS_SERVERS: dns.address, ALLOW_PRIVATE_TARGETS: 'true', SECRET_KEY: 'off' });
+  });
+  afterAll(() => off?.close());
+
+  it('answers 422 database_unreachable (the stored URL cannot be opened), records it, and connects to nothing', async () => {
+    const { key, account } = off.newAccount();
+    const now = off.clock.now();
+    const url = `postgresql://u:p@db.pg.test:${counter.port}/db`;
+    off.deps.db
+      .insert(customerDatabases)
+      .values({
+        accountId: account.id,
+        connectionId: newId(now),
+        // Sealed by an earlier run with a key this one does not have.
+        urlSealed: encryptSecret(Buffer.alloc(32, 7), url, urlContext(account.id)),
+        ...describeTarget(parseCustomerDbUrl(url)),
+        state: 'connected',
+        schemaVersion: 1,
+        lastOkAt: now,
+        lastError: null,
+        lastErrorKind: null,
+        failures: 0,
+        nextAttemptAt: now,
+        updatedAt: now,
+        createdAt: now,
+      })
+      .run();
+    expectError(await off.api('POST', '/database/test', { key }), 422, 'database_unreachable', /secret key/);
+    expect(counter.count).toBe(0);
+    expect(await status(off, key)).toMatchObject({ connected: true, state: 'unreachable', lastError: expect.stringMatching(/secret key/) });
   });
 });
 

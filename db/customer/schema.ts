@@ -87,7 +87,10 @@ const MIGRATION_LOCK = 0x6d61696c; // "mail"
 export async function migrateCustomerDb(client: ClientBase): Promise<number> {
   await client.query('select pg_advisory_lock($1)', [MIGRATION_LOCK]);
   try {
-    await client.query('create schema if not exists service');
+    // Only when missing: `create schema if not exists` needs CREATE on the database even when the schema exists, and
+    // a least-privilege role whose DBA created `service` for it has no such right.
+    const exists = await client.query("select 1 from pg_namespace where nspname = 'service'");
+    if (exists.rowCount === 0) await client.query('create schema service');
     await client.query(
       'create table if not exists service.schema_migrations (version integer primary key, name text not null, applied_at timestamptz not null default now())',
     );

@@ -54,9 +54,11 @@ export async function connectAndMigrate(deps: Pick<Deps, 'resolver' | 'config' |
         await client.connect();
       } catch (err) {
         const { stage, message } = classifyConnectError(err);
-        failure = message;
+        // An error the server sends during the handshake that is none of the known ones (too many connections, the
+        // server starting up or shutting down) is still a failure to connect.
+        failure = stage === 'other' ? `could not connect: ${err instanceof Error ? err.message : String(err)}` : message;
         if (stage === 'connect') continue;
-        return { ok: false, blocked: false, message };
+        return { ok: false, blocked: false, message: failure };
       }
       try {
         return { ok: true, schemaVersion: await migrateCustomerDb(client) };
