@@ -6,7 +6,7 @@ import { findAccount } from '../server/core/accounts.js';
 import { tripBreakerIfPaused } from '../server/core/reputation.js';
 import { suppress } from '../server/core/suppressions.js';
 import { newId } from '../server/ids.js';
-import { fanOutOutcome } from '../server/webhooks/fanout.js';
+import { type OutcomeStatus, fanOutOutcome } from '../server/webhooks/fanout.js';
 import { queueCustomerDbWrite } from '../server/customer-db/outbox.js';
 import type { Claimed } from './delivery-queue.js';
 import type { Classified } from './dsn.js';
@@ -37,44 +37,85 @@ export async function recordOutcome(deps: Pick<Deps, 'db' | 'clock' | 'logger' |
         ? { status: 'bounced', dsn: '4.4.7', detail: `Delivery gave up 5 days after the send; last reply: ${outcome.detail}`, nextAttemptAt: null }
         : { ...outcome, nextAttemptAt: next };
   }
-  const permanent = recorded.status === 'bounced' && recorded.dsn.startsWith('5.');
-
   // Through the group commit: outcomes of concurrent connections share one fsync, and the caller's next step waits
   // until this one is durable.
   const queued = await deps.commits.run(() => {
     const q = statements(db);
-    const eventId = newId(now);
-    q.insertEvent.run({ id: eventId, emailId: job.message.id, accountId: job.message.accountId, recipient: job.recipient.recipient, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail, occurredAt: now });
-    // The account's webhook deliveries of this outcome, in the same transaction: no event is lost between the two.
-    const fannedOut = fanOutOutcome(db, { accountId: job.message.accountId, emailId: job.message.id, recipient: job.recipient.recipient, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail, occurredAt: now });
-    // And the customer database's copy of the event, in the same transaction.
-    const written = queueCustomerDbWrite(
-      deps,
-      job.message.accountId,
-      { kind: 'event', id: eventId, emailId: job.message.id, recipient: job.recipient.recipient, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail, occurredAt: now },
-      now,
-    );
+    const written = writeOutcome(deps, {
+      emailId: job.message.id,
+      accountId: job.message.accountId,
+      recipient: job.recipient.recipient,
+      status: recorded.status,
+      dsn: recorded.dsn,
+      detail: recorded.detail,
+      occurredAt: now,
+    });
     q.updateRecipient.run({ id: job.recipient.id, status: recorded.status === 'deferred' ? 'queued' : recorded.status, attempts, nextAttemptAt: recorded.nextAttemptAt ?? now });
-    if (recorded.status === 'delivered') q.firstDelivered.run({ id: job.message.id, now });
-    if (recorded.status === 'bounced') q.firstBounced.run({ id: job.message.id, now });
-    if (permanent) {
-      const account = findAccount(db, job.message.accountId);
-      if (account) {
-        for (const id of [account.id, account.parentId]) {
-          if (id) suppress(db, id, job.recipient.recipient, 'bounce', recorded.detail, now);
-        }
-        q.countBounce.run({ id: account.id });
-        tripBreakerIfPaused(deps, account.id, now);
-      }
-    }
     // Once every recipient has its final outcome the content is no longer needed: it goes.
     if ((q.openRecipients.get({ messageId: job.message.id })?.n ?? 0) === 0) q.deleteMessage.run({ id: job.message.id });
-    return { webhooks: fannedOut, written };
+    return written;
   });
   if (queued.webhooks > 0) deps.onWebhookQueued();
   if (queued.written) deps.onCustomerDbQueued();
   deps.logger.info(`delivery.${recorded.status}`, { emailId: job.message.id, recipient: job.recipient.recipient, dsn: recorded.dsn, detail: recorded.detail, attempts });
   return recorded;
+}
+
+export interface OutcomeToRecord {
+  emailId: string;
+  accountId: string;
+  recipient: string;
+  status: OutcomeStatus;
+  dsn: string;
+  detail: string;
+  occurredAt: number;
+}
+
+/** What suppresses: a 5.x.x bounce (not a 4.4.7 give-up) and every complaint, each under its own reason and counter. */
+const SUPPRESSING: Readonly<Record<OutcomeStatus, ((dsn: string) => boolean) | null>> = {
+  bounced: (dsn) => dsn.startsWith('5.'),
+  complained: () => true,
+  delivered: null,
+  deferred: null,
+};
+
+/**
+ * The writes of one recorded outcome, inside the caller's transaction (the engine's reply, or an asynchronous bounce
+ * or complaint received on inbound SMTP): the event, its webhook deliveries, the customer database's copy, the
+ * email's first deliveredAt/bouncedAt/complainedAt, and for a 5.x.x bounce or a complaint the suppression on the
+ * account's list and its parent's, the reputation counter and the breaker. Returns what was queued, so the caller
+ * can poke the dispatcher and the writer once the transaction is durable.
+ */
+export function writeOutcome(deps: Pick<Deps, 'db' | 'logger' | 'secretKey'>, o: OutcomeToRecord): { webhooks: number; written: boolean } {
+  const { db } = deps;
+  const q = statements(db);
+  const eventId = newId(o.occurredAt);
+  q.insertEvent.run({ id: eventId, emailId: o.emailId, accountId: o.accountId, recipient: o.recipient, status: o.status, dsn: o.dsn, detail: o.detail, occurredAt: o.occurredAt });
+  // The account's webhook deliveries of this outcome, in the same transaction: no event is lost between the two.
+  const webhooks = fanOutOutcome(db, o);
+  // And the customer database's copy of the event, in the same transaction.
+  const written = queueCustomerDbWrite(
+    deps,
+    o.accountId,
+    { kind: 'event', id: eventId, emailId: o.emailId, recipient: o.recipient, status: o.status, dsn: o.dsn, detail: o.detail, occurredAt: o.occurredAt },
+    o.occurredAt,
+  );
+  if (o.status === 'delivered') q.firstDelivered.run({ id: o.emailId, now: o.occurredAt });
+  if (o.status === 'bounced') q.firstBounced.run({ id: o.emailId, now: o.occurredAt });
+  if (o.status === 'complained') q.firstComplained.run({ id: o.emailId, now: o.occurredAt });
+  if (SUPPRESSING[o.status]?.(o.dsn)) {
+    const account = findAccount(db, o.accountId);
+    if (account) {
+      const reason = o.status === 'complained' ? 'complaint' : 'bounce';
+      for (const id of [account.id, account.parentId]) {
+        if (id) suppress(db, id, o.recipient, reason, o.detail, o.occurredAt);
+      }
+      if (o.status === 'complained') q.countComplaint.run({ id: account.id });
+      else q.countBounce.run({ id: account.id });
+      tripBreakerIfPaused(deps, account.id, o.occurredAt);
+    }
+  }
+  return { webhooks, written };
 }
 
 const p = sql.placeholder;
@@ -92,7 +133,9 @@ const statements = definePrepared((db) => ({
     .prepare(),
   firstDelivered: db.update(emails).set({ deliveredAt: sql`${p('now')}` }).where(and(eq(emails.id, p('id')), isNull(emails.deliveredAt))).prepare(),
   firstBounced: db.update(emails).set({ bouncedAt: sql`${p('now')}` }).where(and(eq(emails.id, p('id')), isNull(emails.bouncedAt))).prepare(),
+  firstComplained: db.update(emails).set({ complainedAt: sql`${p('now')}` }).where(and(eq(emails.id, p('id')), isNull(emails.complainedAt))).prepare(),
   countBounce: db.update(accounts).set({ totalBounced: sql`${accounts.totalBounced} + 1` }).where(eq(accounts.id, p('id'))).prepare(),
+  countComplaint: db.update(accounts).set({ totalComplained: sql`${accounts.totalComplained} + 1` }).where(eq(accounts.id, p('id'))).prepare(),
   openRecipients: db
     .select({ n: sql<number>`count(*)` })
     .from(outboundRecipients)

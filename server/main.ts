@@ -8,6 +8,8 @@ import { createDeps } from './deps.js';
 import { listenHttp } from './http/serve.js';
 import { createWebhookDispatcher } from './webhooks/dispatcher.js';
 import { createCustomerDbWriter } from './customer-db/writer.js';
+import { type InboundServer, createInboundServer } from '../mta/inbound/server.js';
+import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
 import { createLogger } from './logger.js';
 
 const KEY_USAGE_FLUSH_MS = 10_000;
@@ -76,6 +78,7 @@ async function main(): Promise<void> {
   // The signal handlers go in before anything listens: a supervisor may stop the process the moment it reports
   // ready, and a SIGTERM must never fall through to Node's default (death by signal instead of exit 0).
   let http: Awaited<ReturnType<typeof listenHttp>> | undefined;
+  let inbound: InboundServer | undefined;
   let stopping = false;
   const shutdown = async (signal: string) => {
     if (stopping) return;
@@ -83,6 +86,7 @@ async function main(): Promise<void> {
     logger.info('process.stopping', { signal });
     clearInterval(flushTimer);
     await http?.close();
+    await inbound?.close();
     await engine.stop();
     // After the engine: its last outcomes may have queued deliveries, which wait in the database for the next start.
     await webhooks.stop();
@@ -106,6 +110,30 @@ async function main(): Promise<void> {
   }
   http = listening;
   logger.info('http.listening', { host: config.httpHost, port: http.port, api: API_BASE });
+
+  // Inbound SMTP (SMTP_PORT=0 turns it off): mail for customers' receiving domains, bounces and complaints.
+  if (config.smtpPort !== 0) {
+    const tls = loadOrCreateSmtpTls(config);
+    if (tls.source === 'generated') logger.info('smtp.tls_generated', { message: 'A self-signed STARTTLS certificate was generated into DATA_DIR; set SMTP_TLS_CERT and SMTP_TLS_KEY for a trusted one.' });
+    const server = createInboundServer(deps, tls);
+    try {
+      const port = await server.listen(config.smtpHost, config.smtpPort);
+      if (stopping) {
+        await server.close();
+        return;
+      }
+      inbound = server;
+      logger.info('smtp.listening', { host: config.smtpHost, port, hostname: config.mailHostname });
+    } catch (err) {
+      // The API keeps running (a first `npm start` as a normal user cannot bind port 25); the log says why and how.
+      logger.error('smtp.listen_failed', {
+        host: config.smtpHost,
+        port: config.smtpPort,
+        code: (err as NodeJS.ErrnoException).code,
+        message: `Inbound SMTP is off: could not listen on ${config.smtpHost}:${config.smtpPort}. Ports below 1024 need root or CAP_NET_BIND_SERVICE; set SMTP_PORT to another port (forwarded from 25), or SMTP_PORT=0 to run without inbound mail.`,
+      });
+    }
+  }
 }
 
 main().catch((err: unknown) => {

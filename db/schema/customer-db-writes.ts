@@ -30,12 +30,15 @@ export const customerDbWrites = sqliteTable(
     /** Set once refused for a data reason too often: kept out of the way, never blocking the writes behind it. */
     setAsideAt: timestampColumn('set_aside_at'),
     lastError: text('last_error'),
+    /** A received message's spool file (mta/inbound/spool.ts), for the inbound writes that read it; not a secret. */
+    spoolId: text('spool_id'),
     createdAt: createdAtColumn(),
   },
   (t) => [
     // The writes still waiting for one database, in order: the writer's claim and the status's `pending` read here.
     index('customer_db_writes_pending_idx').on(t.databaseAccountId, t.id).where(sql`${t.setAsideAt} is null`),
     index('customer_db_writes_created_idx').on(t.createdAt),
+    index('customer_db_writes_spool_idx').on(t.spoolId).where(sql`${t.spoolId} is not null`),
   ],
 );
 

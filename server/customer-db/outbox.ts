@@ -37,6 +37,7 @@ const statements = definePrepared((db) => ({
       accountId: p('accountId'),
       kind: p('kind'),
       payloadSealed: p('payloadSealed'),
+      spoolId: p('spoolId'),
       nextAttemptAt: p('now'),
       createdAt: p('now'),
     })
@@ -68,7 +69,7 @@ const sealContext = (id: string) => `customer-db-write:${id}`;
  * what the write carries. Nothing is queued when neither account has a database, or the server keeps no secret key
  * (no database can be connected then). Returns whether a write was queued.
  */
-export function queueCustomerDbWrite(deps: { db: Db; secretKey: Buffer | null }, accountId: string, write: CustomerWrite, now: number): boolean {
+export function queueCustomerDbWrite(deps: { db: Db; secretKey: Buffer | null }, accountId: string, write: QueuedWrite, now: number): boolean {
   if (!deps.secretKey) return false;
   const owner = databaseOwnerOf(deps.db, accountId);
   if (owner === null) return false;
@@ -79,17 +80,41 @@ export function queueCustomerDbWrite(deps: { db: Db; secretKey: Buffer | null },
     accountId,
     kind: write.kind,
     payloadSealed: encryptSecret(deps.secretKey, JSON.stringify(write), sealContext(id)),
+    spoolId: 'spoolId' in write ? write.spoolId : null,
     now,
   });
   return true;
 }
 
+/**
+ * A received message held in the inbound spool (mta/inbound/spool.ts) for one account: the writer parses it into
+ * `service.inbound` and `service.attachments` when it applies the write.
+ */
+export interface SpooledInboundWrite {
+  kind: 'inbound';
+  /** The service.inbound id. */
+  id: string;
+  spoolId: string;
+  accountId: string;
+  /** The envelope recipients of this account. */
+  toAddresses: string[];
+  mailFrom: string;
+  remoteAddress: string;
+  helo: string;
+  receivedAt: number;
+  size: number;
+}
+
+export type QueuedWrite = CustomerWrite | SpooledInboundWrite;
+
+export const isSpooled = (w: QueuedWrite): w is SpooledInboundWrite => 'spoolId' in w;
+
 /** A queued write with its content opened, or the reason it could not be. */
-export type OpenedWrite = { row: CustomerDbWriteRow; write: CustomerWrite } | { row: CustomerDbWriteRow; write: null; error: string };
+export type OpenedWrite = { row: CustomerDbWriteRow; write: QueuedWrite } | { row: CustomerDbWriteRow; write: null; error: string };
 
 export function openWrite(secretKey: Buffer, row: CustomerDbWriteRow): OpenedWrite {
   try {
-    return { row, write: JSON.parse(decryptSecret(secretKey, row.payloadSealed, sealContext(row.id)).toString('utf8')) as CustomerWrite };
+    return { row, write: JSON.parse(decryptSecret(secretKey, row.payloadSealed, sealContext(row.id)).toString('utf8')) as QueuedWrite };
   } catch {
     return { row, write: null, error: 'The queued write could not be decrypted with the current secret key.' };
   }
@@ -139,4 +164,9 @@ export function dropExpiredWrites(db: Db, now: number): Map<string, number> {
 /** Every write still queued for a database (a DELETE /database): the count removed. */
 export function dropWritesOf(db: Db, owner: string): number {
   return db.delete(customerDbWrites).where(eq(customerDbWrites.databaseAccountId, owner)).run().changes;
+}
+
+/** Whether a queued write still reads this spool file. */
+export function spoolReferenced(db: Db, spoolId: string): boolean {
+  return db.select({ id: customerDbWrites.id }).from(customerDbWrites).where(eq(customerDbWrites.spoolId, spoolId)).limit(1).get() !== undefined;
 }

@@ -2,12 +2,15 @@ import type pg from 'pg';
 import { and, eq, gt, lte, sql } from 'drizzle-orm';
 import { classifyConnectError, openCustomerPool } from '../../db/customer/connect.js';
 import { migrateCustomerDb } from '../../db/customer/schema.js';
-import { applyWrites } from '../../db/customer/writes.js';
+import { type CustomerWrite, applyWrites, isDataError } from '../../db/customer/writes.js';
+import { SpoolError, applySpooledInbound } from '../../mta/inbound/store.js';
+import { spoolPath, sweepSpool } from '../../mta/inbound/spool.js';
+import { rmSync } from 'node:fs';
 import { type CustomerDatabaseRow, customerDatabases } from '../../db/schema/index.js';
 import type { Deps } from '../deps.js';
 import { createPollLoop } from '../poll-loop.js';
 import { configsFor, targetOf } from './connection.js';
-import { type OpenedWrite, deleteWrites, dropExpiredWrites, dueWrites, openWrite, recordRefusedWrite } from './outbox.js';
+import { type OpenedWrite, deleteWrites, dropExpiredWrites, dueWrites, isSpooled, openWrite, recordRefusedWrite, spoolReferenced } from './outbox.js';
 import { markReached, markUnreachable, noteSetAside } from './status.js';
 
 /**
@@ -29,6 +32,10 @@ export interface WriterOptions {
   /** Connections per customer database. */
   poolMax: number;
 }
+
+/** How often the spool is swept, and how old an unreferenced file must be (files are written before their commit). */
+const SPOOL_SWEEP_EVERY_MS = 5 * 60_000;
+const SPOOL_ORPHAN_AFTER_MS = 15 * 60_000;
 
 export const DEFAULT_WRITER_OPTIONS: WriterOptions = { intervalMs: 1000, batchSize: 500, maxDatabases: 8, poolMax: 2 };
 
@@ -83,34 +90,58 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
     else deps.logger.info('customer_db.attempt_failed', fields);
   }
 
-  /** Writes a batch's opened writes; deletes what landed and records what was refused. */
+  /**
+   * Writes a batch's opened writes in order: runs of emails and events as one statement set (db/customer/writes.ts),
+   * each received message on its own from its spool (mta/inbound/store.ts). Deletes what landed, records what was
+   * refused, and removes the spool files nothing reads any more.
+   */
   async function writeBatch(client: pg.PoolClient, db: CustomerDatabaseRow, opened: OpenedWrite[]): Promise<void> {
-    const readable = opened.filter((o): o is Extract<OpenedWrite, { write: object }> => o.write !== null);
-    const refused = await applyWrites(
-      client,
-      readable.map((o) => o.write),
-    );
+    /** Refused writes: the error, and whether no retry can help (set aside at once). */
+    const refused = new Map<string, { error: string; final: boolean }>();
+    const landedSpools: string[] = [];
+    let run: { row: OpenedWrite['row']; write: CustomerWrite }[] = [];
+    const flushRun = async () => {
+      if (run.length === 0) return;
+      for (const r of await applyWrites(client, run.map((o) => o.write))) refused.set(run[r.index]!.row.id, { error: r.error.message, final: false });
+      run = [];
+    };
+    for (const o of opened) {
+      if (o.write === null) {
+        // A write that cannot even be opened will never land.
+        refused.set(o.row.id, { error: o.error, final: true });
+      } else if (isSpooled(o.write)) {
+        await flushRun();
+        try {
+          await applySpooledInbound(client, deps, o.write);
+          landedSpools.push(o.write.spoolId);
+        } catch (err) {
+          if (!(err instanceof SpoolError) && !isDataError(err)) throw err;
+          refused.set(o.row.id, { error: (err as Error).message, final: err instanceof SpoolError });
+        }
+      } else run.push({ row: o.row, write: o.write });
+    }
+    await flushRun();
     const now = deps.clock.now();
-    const refusedIds = new Map(refused.map((r) => [readable[r.index]!.row.id, r.error.message]));
-    for (const o of opened) if (o.write === null) refusedIds.set(o.row.id, o.error);
     deps.db.transaction(() => {
       deleteWrites(
         deps.db,
-        opened.filter((o) => !refusedIds.has(o.row.id)).map((o) => o.row.id),
+        opened.filter((o) => !refused.has(o.row.id)).map((o) => o.row.id),
       );
       for (const o of opened) {
-        const error = refusedIds.get(o.row.id);
-        if (error === undefined) continue;
-        // A write that cannot even be opened will never land: it is set aside at once.
-        const setAside = recordRefusedWrite(deps.db, o.row, error, now, { final: o.write === null });
-        const fields = { accountId: db.accountId, writeId: o.row.id, kind: o.row.kind, error };
+        const r = refused.get(o.row.id);
+        if (r === undefined) continue;
+        const setAside = recordRefusedWrite(deps.db, o.row, r.error, now, { final: r.final });
+        const fields = { accountId: db.accountId, writeId: o.row.id, kind: o.row.kind, error: r.error };
         if (setAside) {
           deps.logger.error('customer_db.write_set_aside', fields);
-          noteSetAside(deps.db, db.accountId, `A queued ${o.row.kind} write was set aside after the database refused it: ${error}`, now);
+          noteSetAside(deps.db, db.accountId, `A queued ${o.row.kind} write was set aside after the database refused it: ${r.error}`, now);
         } else deps.logger.warn('customer_db.write_refused', fields);
       }
       markReached(deps.db, db.accountId, db.connectionId, now);
     });
+    for (const spool of landedSpools) {
+      if (!spoolReferenced(deps.db, spool)) rmSync(spoolPath(deps.config.dataDir, spool), { force: true });
+    }
   }
 
   /** Writes everything due for one database, batch after batch, until none is left or the database fails. */
@@ -177,9 +208,19 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
     for (const owner of [...pools.keys()]) if (!live.has(owner) && !busy.has(owner)) closePool(owner);
   }
 
+  /** Spool files no queued write reads (a crash between the file and its commit, writes dropped or deleted). */
+  let lastSweep = 0;
+  function sweep(): void {
+    if (Date.now() - lastSweep < SPOOL_SWEEP_EVERY_MS) return;
+    lastSweep = Date.now();
+    const removed = sweepSpool(deps.config.dataDir, Date.now(), SPOOL_ORPHAN_AFTER_MS, (id) => spoolReferenced(deps.db, id));
+    if (removed > 0) deps.logger.info('inbound.spool_swept', { removed });
+  }
+
   function claim(): Promise<void>[] {
     dropExpired();
     closeForgotten();
+    sweep();
     const room = opts.maxDatabases - busy.size;
     if (room <= 0) return [];
     return dueDatabases(deps.clock.now())

@@ -79,3 +79,34 @@ export function createResolver(options: ResolverOptions): DnsResolver {
     aaaa: (name) => addresses(lookup(() => resolver.resolve6(name, { ttl: true }), minTtl)),
   };
 }
+
+/**
+ * The resolver in the shape mailauth asks for (`dns.promises.resolve(name, type)`): records, or an error whose code
+ * says absent (ENOTFOUND, ENODATA) or failed (ESERVFAIL, ETIMEOUT), so SPF, DKIM and DMARC checks read DNS through
+ * DNS_SERVERS like everything else.
+ */
+export function mailauthResolver(resolver: DnsResolver): (name: string, type: string) => Promise<unknown[]> {
+  const failure = (l: { status: 'missing'; nxdomain: boolean } | { status: 'unknown'; reason: string }) =>
+    Object.assign(new Error(`DNS ${l.status === 'missing' ? (l.nxdomain ? 'nxdomain' : 'no data') : l.reason}`), {
+      code: l.status === 'missing' ? (l.nxdomain ? 'ENOTFOUND' : 'ENODATA') : l.reason === 'timeout' ? 'ETIMEOUT' : 'ESERVFAIL',
+    });
+  const answer = async <T>(found: Promise<Lookup<T>>): Promise<T[]> => {
+    const l = await found;
+    if (l.status === 'found') return l.records;
+    throw failure(l);
+  };
+  return (name, type) => {
+    switch (type.toUpperCase()) {
+      case 'TXT':
+        return answer(resolver.txt(name));
+      case 'MX':
+        return answer(resolver.mx(name));
+      case 'A':
+        return answer(resolver.a(name));
+      case 'AAAA':
+        return answer(resolver.aaaa(name));
+      default:
+        return Promise.reject(Object.assign(new Error(`DNS type ${type} is not looked up`), { code: 'ENOTIMP' }));
+    }
+  };
+}

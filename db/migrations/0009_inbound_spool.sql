@@ -1,0 +1,2 @@
+ALTER TABLE `customer_db_writes` ADD `spool_id` text;--> statement-breakpoint
+CREATE INDEX `customer_db_writes_spool_idx` ON `customer_db_writes` (`spool_id`) WHERE "customer_db_writes"."spool_id" is not null;

@@ -1,0 +1,218 @@
+import type { Readable } from 'node:stream';
+import { eq } from 'drizzle-orm';
+import { emails } from '../../db/schema/index.js';
+import { queueCustomerDbWrite } from '../../server/customer-db/outbox.js';
+import type { Deps } from '../../server/deps.js';
+import { newId } from '../../server/ids.js';
+import { writeOutcome } from '../outcomes.js';
+import { parseVerp } from '../verp.js';
+import type { Recipient } from './recipients.js';
+import { type InboundReport, parseReport } from './reports.js';
+import { createSpoolWriter } from './spool.js';
+
+/**
+ * One received message, from the DATA stream to durable (issue 12, points 3 and 5): checked for bare CR and LF as it
+ * streams, sealed into the spool when it is for customers' domains, kept (its first REPORT_BYTES) in memory when it
+ * is a bounce or complaint report; then, in one durable commit, a customer-database write per account it is for and
+ * the events its reports record. Only then is the answer 250; a failure to store is 451 and stores nothing.
+ */
+
+/** What of a report is read: DSNs and ARF reports say what they have to say near the top. */
+export const REPORT_BYTES = 2 * 1024 * 1024;
+
+/** An SMTP reply for the transaction: smtp-server sends `responseCode` and the message. */
+export class SmtpReply extends Error {
+  constructor(
+    readonly responseCode: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * A bare CR or LF in DATA: a line end that is not CRLF. Mail servers disagree about where such a message ends (SMTP
+ * smuggling, `\n.\n`, `\r.\r`...), so none is accepted. The state carries over chunk boundaries.
+ */
+export function createLineEndingCheck() {
+  let previousCr = false;
+  let bad = false;
+  return {
+    feed(chunk: Buffer): void {
+      if (bad) return;
+      for (let i = 0; i < chunk.length; i++) {
+        const c = chunk[i]!;
+        if (previousCr && c !== 0x0a) {
+          bad = true;
+          return;
+        }
+        if (c === 0x0a && !previousCr) {
+          bad = true;
+          return;
+        }
+        previousCr = c === 0x0d;
+      }
+    },
+    /** True once a bare CR or LF was seen (a CR left dangling at the end counts too). */
+    get bad(): boolean {
+      return bad || previousCr;
+    },
+  };
+}
+
+export interface Envelope {
+  mailFrom: string;
+  recipients: Recipient[];
+  remoteAddress: string;
+  helo: string;
+}
+
+export interface Received {
+  id: string;
+  size: number;
+  /** Customer-database writes queued (one per account the message is for). */
+  stored: number;
+  /** Events recorded from the reports it carried. */
+  events: number;
+}
+
+/**
+ * Reads the DATA stream to its end and makes the message durable; resolves with what was stored, or rejects with
+ * the SmtpReply to send (a client gone mid-DATA rejects too, and nothing stays).
+ */
+export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceeded?: boolean }, envelope: Envelope): Promise<Received> {
+  const now = deps.clock.now();
+  const id = newId(now);
+  const mailboxes = envelope.recipients.filter((r): r is Extract<Recipient, { kind: 'mailbox' }> => r.kind === 'mailbox');
+  const reports = envelope.recipients.filter((r) => r.kind === 'bounce' || r.kind === 'feedback');
+  const spool = mailboxes.length > 0 && deps.secretKey ? createSpoolWriter(deps.config.dataDir, deps.secretKey, id) : null;
+  const head: Buffer[] = [];
+  let headBytes = 0;
+  let size = 0;
+  const lineEnds = createLineEndingCheck();
+  try {
+    for await (const chunk of stream as AsyncIterable<Buffer>) {
+      size += chunk.length;
+      lineEnds.feed(chunk);
+      if (lineEnds.bad || stream.sizeExceeded) continue; // drained, never kept
+      spool?.append(chunk);
+      if (reports.length > 0 && headBytes < REPORT_BYTES) {
+        head.push(chunk);
+        headBytes += chunk.length;
+      }
+    }
+  } catch (err) {
+    spool?.discard();
+    throw err;
+  }
+  if (stream.sizeExceeded) {
+    spool?.discard();
+    throw new SmtpReply(552, `5.3.4 Message exceeds the fixed maximum message size of ${deps.config.smtpMaxMessageBytes} bytes`);
+  }
+  if (lineEnds.bad) {
+    spool?.discard();
+    throw new SmtpReply(550, '5.6.0 Bare CR or LF in the message data is not accepted; lines must end with CRLF');
+  }
+  const report = reports.length > 0 ? parseReport(Buffer.concat(head)) : null;
+  let queued: { stored: number; events: number; webhooks: number };
+  try {
+    spool?.finish();
+    queued = await deps.commits.run(() => {
+      let stored = 0;
+      const byAccount = new Map<string, string[]>();
+      for (const m of mailboxes) byAccount.set(m.accountId, [...(byAccount.get(m.accountId) ?? []), m.address]);
+      for (const [accountId, toAddresses] of byAccount) {
+        const written = queueCustomerDbWrite(
+          deps,
+          accountId,
+          { kind: 'inbound', id: newId(now), spoolId: id, accountId, toAddresses, mailFrom: envelope.mailFrom, remoteAddress: envelope.remoteAddress, helo: envelope.helo, receivedAt: now, size },
+          now,
+        );
+        if (written) stored++;
+      }
+      const recorded = report ? recordReport(deps, report, reports, now) : { events: 0, webhooks: 0 };
+      return { stored, ...recorded };
+    });
+  } catch (err) {
+    spool?.discard();
+    deps.logger.error('inbound.store_failed', { id, err });
+    throw new SmtpReply(451, '4.3.0 The message could not be stored; try again later');
+  }
+  if (spool && queued.stored === 0) spool.discard();
+  if (queued.stored > 0) deps.onCustomerDbQueued();
+  if (queued.webhooks > 0) deps.onWebhookQueued();
+  if (reports.length > 0 && !report) deps.logger.info('inbound.report_unparsed', { id, recipients: reports.length });
+  return { id, size, stored: queued.stored, events: queued.events };
+}
+
+interface SentEmail {
+  id: string;
+  accountId: string;
+  to: string[];
+}
+
+const findEmail = (deps: Pick<Deps, 'db'>, id: string): SentEmail | undefined =>
+  deps.db.select({ id: emails.id, accountId: emails.accountId, to: emails.to }).from(emails).where(eq(emails.id, id)).get();
+
+/** The email a report is about: the VERP address it came to, else the reported message's return path, else its Message-ID. */
+function reportedEmail(deps: Pick<Deps, 'db' | 'config'>, report: Exclude<InboundReport, null>, arrivedAt: Recipient[]): { email: SentEmail; index: number | null } | null {
+  const host = deps.config.mailHostname;
+  const candidates: { emailId: string; recipientIndex: number | null }[] = [];
+  for (const r of arrivedAt) if (r.kind === 'bounce') candidates.push({ emailId: r.emailId, recipientIndex: r.recipientIndex });
+  for (const path of [report.originalReturnPath, report.kind === 'arf' ? report.originalMailFrom : null]) {
+    const verp = path ? parseVerp(path.replace(/^<|>$/g, ''), host) : null;
+    if (verp) candidates.push(verp);
+  }
+  const messageId = report.originalMessageId ? new RegExp(`^<?([0-9a-f-]{36})@${host.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}>?$`, 'i').exec(report.originalMessageId.trim()) : null;
+  if (messageId) candidates.push({ emailId: messageId[1]!.toLowerCase(), recipientIndex: null });
+  for (const c of candidates) {
+    const email = findEmail(deps, c.emailId);
+    if (email) return { email, index: c.recipientIndex };
+  }
+  return null;
+}
+
+/** The recipient of `email` a report names (case-insensitive), else the one its VERP address names. */
+function recipientOf(email: SentEmail, named: string | null, index: number | null): string | null {
+  const lower = named?.toLowerCase();
+  const found = lower ? email.to.find((t) => t.toLowerCase() === lower) : undefined;
+  if (found) return found;
+  if (index !== null) return email.to[index] ?? null;
+  return email.to.length === 1 ? email.to[0]! : null;
+}
+
+/**
+ * The events a report records, inside the receiving transaction: per failed or delayed recipient of a DSN a
+ * `bounced` (suppressing when 5.x.x) or `deferred` event; for an ARF `abuse` report a `complained` event with its
+ * suppression and counter. Each through the engine's own writeOutcome, so webhooks, the customer database and the
+ * reputation breaker see them like any other outcome.
+ */
+function recordReport(deps: Deps, report: Exclude<InboundReport, null>, arrivedAt: Recipient[], now: number): { events: number; webhooks: number } {
+  const target = reportedEmail(deps, report, arrivedAt);
+  if (!target) {
+    deps.logger.info('inbound.report_unmatched', { kind: report.kind });
+    return { events: 0, webhooks: 0 };
+  }
+  const { email, index } = target;
+  let events = 0;
+  let webhooks = 0;
+  const record = (recipient: string, status: 'bounced' | 'deferred' | 'complained', dsn: string, detail: string) => {
+    const out = writeOutcome(deps, { emailId: email.id, accountId: email.accountId, recipient, status, dsn, detail, occurredAt: now });
+    events++;
+    webhooks += out.webhooks;
+    if (out.written) deps.onCustomerDbQueued();
+  };
+  if (report.kind === 'dsn') {
+    for (const r of report.recipients) {
+      const action = r.action.toLowerCase();
+      if (action !== 'failed' && action !== 'delayed') continue;
+      const recipient = recipientOf(email, r.recipient, index);
+      if (!recipient) continue;
+      record(recipient, action === 'delayed' ? 'deferred' : 'bounced', r.status, r.diagnostic || `Action: ${action}`);
+    }
+  } else if (report.feedbackType === 'abuse') {
+    const recipient = recipientOf(email, report.recipient, index);
+    if (recipient) record(recipient, 'complained', '5.7.1', 'Complaint (feedback report: abuse)');
+  }
+  return { events, webhooks };
+}

@@ -1,0 +1,60 @@
+import { and, eq, sql } from 'drizzle-orm';
+import type { Db } from '../../db/client.js';
+import { definePrepared } from '../../db/prepared.js';
+import { domains, emails } from '../../db/schema/index.js';
+import { deriveFlags } from '../../server/core/domain-checks.js';
+import { databaseOwnerOf } from '../../server/customer-db/outbox.js';
+import type { Config } from '../../server/config.js';
+import { parseVerp } from '../verp.js';
+
+/**
+ * Who an inbound RCPT TO is for (issue 12, point 2). There are no mailboxes: every local part of a receiving domain
+ * is accepted, for the account that owns the domain, when it (or its parent) has a customer database to hold the
+ * mail. The VERP addresses of sent mail take asynchronous bounces and complaints, `fbl@MAIL_HOSTNAME` takes feedback
+ * loop reports. Anything else is refused, the same way whether the domain is unknown, known but not receiving, or an
+ * account without a database: the server is never a relay and tells nothing about what it hosts.
+ */
+
+export type Recipient =
+  | { kind: 'mailbox'; address: string; accountId: string }
+  | { kind: 'bounce'; address: string; emailId: string; recipientIndex: number }
+  | { kind: 'feedback'; address: string }
+  | { kind: 'refused' };
+
+/** The local part feedback loops are pointed at, on MAIL_HOSTNAME. */
+export const FEEDBACK_LOCAL_PART = 'fbl';
+
+const p = sql.placeholder;
+
+const statements = definePrepared((db) => ({
+  domainsNamed: db.select({ accountId: domains.accountId, recordStatus: domains.recordStatus }).from(domains).where(eq(domains.name, p('name'))).orderBy(domains.id).prepare(),
+  email: db.select({ id: emails.id, to: emails.to }).from(emails).where(and(eq(emails.id, p('id')), eq(emails.sandbox, false))).prepare(),
+}));
+
+function splitAddress(address: string): { local: string; domain: string } | null {
+  const at = address.lastIndexOf('@');
+  if (at <= 0 || at === address.length - 1) return null;
+  return { local: address.slice(0, at), domain: address.slice(at + 1).toLowerCase().replace(/\.$/, '') };
+}
+
+export function judgeRecipient(deps: { db: Db; config: Config; secretKey: Buffer | null }, raw: string): Recipient {
+  const address = raw.trim();
+  const parts = splitAddress(address);
+  if (!parts) return { kind: 'refused' };
+  const host = deps.config.mailHostname.toLowerCase();
+  if (parts.domain === host) {
+    if (parts.local.toLowerCase() === FEEDBACK_LOCAL_PART) return { kind: 'feedback', address: address.toLowerCase() };
+    const verp = parseVerp(address, host);
+    if (!verp) return { kind: 'refused' };
+    const email = statements(deps.db).email.get({ id: verp.emailId });
+    if (!email || verp.recipientIndex >= email.to.length) return { kind: 'refused' };
+    return { kind: 'bounce', address: address.toLowerCase(), ...verp };
+  }
+  // Mail for a customer's domain needs somewhere to go: without the secret key no database can be read.
+  if (!deps.secretKey) return { kind: 'refused' };
+  const receiving = statements(deps.db)
+    .domainsNamed.all({ name: parts.domain })
+    .find((d) => deriveFlags(d.recordStatus, deps.config.smtpRelayUrl !== null).receiving);
+  if (!receiving || databaseOwnerOf(deps.db, receiving.accountId) === null) return { kind: 'refused' };
+  return { kind: 'mailbox', address: `${parts.local}@${parts.domain}`, accountId: receiving.accountId };
+}

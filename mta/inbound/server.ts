@@ -1,0 +1,138 @@
+import type { AddressInfo } from 'node:net';
+import { SMTPServer, type SMTPServerSession } from 'smtp-server';
+import type { Deps } from '../../server/deps.js';
+import { judgeRecipient } from './recipients.js';
+import { SmtpReply, receiveMessage } from './receive.js';
+
+/**
+ * Inbound SMTP on SMTP_HOST:SMTP_PORT (issue 12, point 1): smtp-server with the banner and EHLO name MAIL_HOSTNAME,
+ * STARTTLS, SIZE advertised and enforced (a MAIL FROM SIZE= over it and a body that grows past it are 552), at most
+ * 100 recipients (452 for the rest), no AUTH (nobody relays through it), no reverse DNS, bounded clients, connections
+ * per address, idle time and session length. smtp-server itself refuses commands sent before the banner (early
+ * talkers), HTTP requests, and plaintext pipelined behind STARTTLS.
+ */
+
+export interface InboundOptions {
+  /** Clients at once; more are greeted with 421 and closed. */
+  maxClients: number;
+  /** Connections at once from one address. */
+  maxPerAddress: number;
+  /** Idle time allowed between commands (and within DATA). */
+  socketTimeoutMs: number;
+  /** The longest a session may last, whatever it does. */
+  maxSessionMs: number;
+  /** Recipients of one transaction. */
+  maxRecipients: number;
+}
+
+export const DEFAULT_INBOUND_OPTIONS: InboundOptions = {
+  maxClients: 200,
+  maxPerAddress: 20,
+  socketTimeoutMs: 60_000,
+  maxSessionMs: 10 * 60_000,
+  maxRecipients: 100,
+};
+
+const reply = (code: number, message: string) => new SmtpReply(code, message);
+
+export function createInboundServer(deps: Deps, tls: { key: string; cert: string }, options: Partial<InboundOptions> = {}) {
+  const opts: InboundOptions = { ...DEFAULT_INBOUND_OPTIONS, ...options };
+  const perAddress = new Map<string, number>();
+  const sessionTimers = new Map<string, NodeJS.Timeout>();
+
+  const server: SMTPServer = new SMTPServer({
+    name: deps.config.mailHostname,
+    banner: 'Mailstead ESMTP',
+    key: tls.key,
+    cert: tls.cert,
+    size: deps.config.smtpMaxMessageBytes,
+    rejectOversized: true,
+    maxRecipients: opts.maxRecipients,
+    maxClients: opts.maxClients,
+    socketTimeout: opts.socketTimeoutMs,
+    closeTimeout: 5_000,
+    disableReverseLookup: true,
+    authOptional: true,
+    disabledCommands: ['AUTH'],
+    hideDSN: true,
+    logger: false,
+
+    onConnect(session, callback) {
+      const n = (perAddress.get(session.remoteAddress) ?? 0) + 1;
+      perAddress.set(session.remoteAddress, n);
+      if (n > opts.maxPerAddress) return callback(reply(421, '4.7.0 Too many connections from your address; try again later'));
+      // A session that outlives its bound is closed, whatever it is doing.
+      sessionTimers.set(
+        session.id,
+        setTimeout(() => {
+          for (const connection of (server as unknown as { connections: Set<{ id: string; close(): void }> }).connections) {
+            if (connection.id === session.id) connection.close();
+          }
+        }, opts.maxSessionMs).unref(),
+      );
+      callback();
+    },
+
+    onClose(session) {
+      const n = (perAddress.get(session.remoteAddress) ?? 1) - 1;
+      if (n <= 0) perAddress.delete(session.remoteAddress);
+      else perAddress.set(session.remoteAddress, n);
+      clearTimeout(sessionTimers.get(session.id));
+      sessionTimers.delete(session.id);
+    },
+
+    onRcptTo(address, _session, callback) {
+      let judged;
+      try {
+        judged = judgeRecipient(deps, address.address);
+      } catch (err) {
+        deps.logger.error('inbound.rcpt_failed', { err });
+        return callback(reply(451, '4.3.0 Temporary failure; try again later'));
+      }
+      // The same answer for an unknown domain, a domain that does not receive, and an account without a database.
+      if (judged.kind === 'refused') return callback(reply(550, '5.7.1 Relaying denied: this server does not accept mail for that address'));
+      callback();
+    },
+
+    onData(stream, session: SMTPServerSession, callback) {
+      // Judged again at the end of DATA: a domain or database removed meanwhile no longer receives.
+      const recipients = session.envelope.rcptTo.map((r) => judgeRecipient(deps, r.address)).filter((r) => r.kind !== 'refused');
+      const mailFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
+      receiveMessage(deps, stream, { mailFrom, recipients, remoteAddress: session.remoteAddress, helo: session.hostNameAppearsAs ?? '' }).then(
+        (received) => {
+          deps.logger.info('inbound.received', { id: received.id, size: received.size, stored: received.stored, events: received.events, remoteAddress: session.remoteAddress });
+          callback(null, `2.0.0 Ok: queued as ${received.id}`);
+        },
+        (err: unknown) => {
+          if (err instanceof SmtpReply) {
+            deps.logger.info('inbound.refused', { code: err.responseCode, message: err.message, remoteAddress: session.remoteAddress });
+            return callback(err);
+          }
+          // The client went away mid-DATA (nobody reads the answer), or something failed: nothing was stored.
+          deps.logger.info('inbound.aborted', { message: err instanceof Error ? err.message : String(err), remoteAddress: session.remoteAddress });
+          callback(reply(451, '4.3.0 The message could not be stored; try again later'));
+        },
+      );
+    },
+  });
+  server.on('error', (err) => deps.logger.warn('inbound.server_error', { message: err.message }));
+
+  return {
+    server,
+    /** Listens; resolves with the port (SMTP_PORT may be 0 in tests). */
+    listen(host: string, port: number): Promise<number> {
+      return new Promise((resolve, reject) => {
+        server.server.once('error', reject);
+        server.listen(port, host, () => {
+          server.server.off('error', reject);
+          resolve((server.server.address() as AddressInfo).port);
+        });
+      });
+    },
+    close(): Promise<void> {
+      return new Promise((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+export type InboundServer = ReturnType<typeof createInboundServer>;

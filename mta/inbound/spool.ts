@@ -1,0 +1,145 @@
+import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
+import { closeSync, createReadStream, fsyncSync, mkdirSync, openSync, readdirSync, rmSync, statSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
+import { Readable, Transform } from 'node:stream';
+
+/**
+ * The inbound spool: a received message held on disk, sealed with the secret key, from the end of DATA until the
+ * customer-database writer has parsed it into the customer's Postgres. Records of at most CHUNK bytes, each sealed
+ * on its own (AES-256-GCM, a fresh nonce, its index and the file id as associated data, so records cannot be
+ * reordered, swapped between files or cut short unnoticed); a last empty record marks the end. Memory stays at one
+ * record whatever the message size.
+ */
+
+export const SPOOL_CHUNK = 64 * 1024;
+
+export function spoolDir(dataDir: string): string {
+  return join(dataDir, 'spool', 'inbound');
+}
+
+export function spoolPath(dataDir: string, id: string): string {
+  return join(spoolDir(dataDir), `${id}.msg`);
+}
+
+const aad = (id: string, index: number, last: boolean) => Buffer.from(`${id}:${index}:${last ? 'end' : 'more'}`);
+
+function seal(key: Buffer, id: string, index: number, plain: Buffer, last: boolean): Buffer {
+  const nonce = randomBytes(12);
+  const cipher = createCipheriv('aes-256-gcm', key, nonce);
+  cipher.setAAD(aad(id, index, last));
+  const body = Buffer.concat([cipher.update(plain), cipher.final()]);
+  const head = Buffer.alloc(4);
+  head.writeUInt32BE(body.length + (last ? 0x80000000 : 0));
+  return Buffer.concat([head, nonce, cipher.getAuthTag(), body]);
+}
+
+/**
+ * A writer that seals what it is given into the spool file of `id`. `finish()` writes the end record and fsyncs:
+ * once it returns, the message is durable. `discard()` removes the file (a refused or interrupted message).
+ */
+export function createSpoolWriter(dataDir: string, key: Buffer, id: string) {
+  mkdirSync(spoolDir(dataDir), { recursive: true, mode: 0o700 });
+  const path = spoolPath(dataDir, id);
+  const fd = openSync(path, 'wx', 0o600);
+  let index = 0;
+  let pending: Buffer[] = [];
+  let pendingBytes = 0;
+  let closed = false;
+  const flush = (force: boolean) => {
+    while (pendingBytes >= SPOOL_CHUNK || (force && pendingBytes > 0)) {
+      const all = Buffer.concat(pending);
+      const take = all.subarray(0, Math.min(SPOOL_CHUNK, all.length));
+      writeSync(fd, seal(key, id, index++, take, false));
+      pending = [all.subarray(take.length)];
+      pendingBytes = all.length - take.length;
+    }
+  };
+  return {
+    path,
+    /** Seals what is given, a record at a time (synchronous: the disk write is the back-pressure). */
+    append(chunk: Buffer): void {
+      pending.push(chunk);
+      pendingBytes += chunk.length;
+      flush(false);
+    },
+    /** Seals what is left and the end record, fsyncs and closes. */
+    finish(): void {
+      flush(true);
+      writeSync(fd, seal(key, id, index++, Buffer.alloc(0), true));
+      fsyncSync(fd);
+      closeSync(fd);
+      closed = true;
+    },
+    discard(): void {
+      if (!closed) {
+        closeSync(fd);
+        closed = true;
+      }
+      rmSync(path, { force: true });
+    },
+  };
+}
+
+/** The plaintext of a spool file as a stream; it errors if any record was altered, reordered or the end is missing. */
+export function readSpool(path: string, key: Buffer, id: string): Readable {
+  let buffered: Buffer = Buffer.alloc(0);
+  let index = 0;
+  let ended = false;
+  const opener = new Transform({
+    transform(chunk: Buffer, _enc, done) {
+      buffered = buffered.length === 0 ? chunk : Buffer.concat([buffered, chunk]);
+      try {
+        while (buffered.length >= 4) {
+          const word = buffered.readUInt32BE(0);
+          const last = (word & 0x80000000) !== 0;
+          const length = word & 0x7fffffff;
+          const total = 4 + 12 + 16 + length;
+          if (buffered.length < total) break;
+          if (ended) throw new Error('spool: data after the end record');
+          const decipher = createDecipheriv('aes-256-gcm', key, buffered.subarray(4, 16));
+          decipher.setAAD(aad(id, index++, last));
+          decipher.setAuthTag(buffered.subarray(16, 32));
+          const plain = Buffer.concat([decipher.update(buffered.subarray(32, total)), decipher.final()]);
+          if (plain.length > 0) this.push(plain);
+          if (last) ended = true;
+          buffered = buffered.subarray(total);
+        }
+        done();
+      } catch (err) {
+        done(err as Error);
+      }
+    },
+    flush(done) {
+      done(ended && buffered.length === 0 ? null : new Error('spool: the file is cut short'));
+    },
+  });
+  const source = createReadStream(path);
+  source.on('error', (err) => opener.destroy(err));
+  return source.pipe(opener);
+}
+
+/** Removes spool files older than `olderThanMs` that `isReferenced` does not claim (a crash between file and commit). */
+export function sweepSpool(dataDir: string, now: number, olderThanMs: number, isReferenced: (id: string) => boolean): number {
+  let removed = 0;
+  let names: string[];
+  try {
+    names = readdirSync(spoolDir(dataDir));
+  } catch {
+    return 0;
+  }
+  for (const name of names) {
+    const id = name.replace(/\.msg$/, '');
+    const path = join(spoolDir(dataDir), name);
+    try {
+      if (now - statSync(path).mtimeMs < olderThanMs || isReferenced(id)) continue;
+      rmSync(path, { force: true });
+      removed++;
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return removed;
+}
+
+/** A readable of a whole buffer (tests, small messages). */
+export const fromBuffer = (b: Buffer) => Readable.from([b]);

@@ -1,0 +1,189 @@
+import { randomUUID } from 'node:crypto';
+import { MailParser, type AttachmentStream, type MessageText } from 'mailparser';
+import { authenticate } from 'mailauth';
+import type { ClientBase } from 'pg';
+import { INBOUND_CHANNEL } from '../../db/customer/writes.js';
+import type { SpooledInboundWrite } from '../../server/customer-db/outbox.js';
+import type { Deps } from '../../server/deps.js';
+import { mailauthResolver } from '../../server/dns/resolver.js';
+import { readSpool, spoolPath } from './spool.js';
+
+/**
+ * A received message, from the spool into the customer's Postgres (issue 12, point 4): its SPF, DKIM and DMARC
+ * verdicts from mailauth through the service's resolver, then one pass of mailparser's streaming MailParser, each
+ * attachment written in chunks as it streams (memory stays at one chunk whatever its size), and the `service.inbound`
+ * row, its attachments and `NOTIFY service, '<id>'` in one transaction. Applied twice, it writes nothing twice.
+ */
+
+/** Bytes of an attachment sent to Postgres in one statement. */
+export const ATTACHMENT_CHUNK = 1024 * 1024;
+
+/** The spool file is gone or unreadable: no retry will help, the write is set aside (never a database failure). */
+export class SpoolError extends Error {
+  override name = 'SpoolError';
+}
+
+/** Postgres text cannot hold NUL: a message is not refused for one, it is shown as U+FFFD. */
+const clean = (s: string) => s.replace(/\u0000/g, '\ufffd');
+
+export interface Verdicts {
+  spf: string | null;
+  dkim: string | null;
+  dmarc: string | null;
+}
+
+/** SPF, DKIM (the first signature's result, `none` when unsigned) and DMARC results, or nulls when they cannot be had. */
+export async function verdictsOf(deps: Pick<Deps, 'config' | 'resolver' | 'logger'>, message: NodeJS.ReadableStream, w: Pick<SpooledInboundWrite, 'remoteAddress' | 'helo' | 'mailFrom'>): Promise<Verdicts> {
+  try {
+    const result = await authenticate(message as never, {
+      ip: w.remoteAddress,
+      helo: w.helo,
+      sender: w.mailFrom,
+      mta: deps.config.mailHostname,
+      resolver: mailauthResolver(deps.resolver) as never,
+      disableArc: true,
+      disableBimi: true,
+    });
+    return {
+      spf: result.spf ? String(result.spf.status?.result ?? 'none') : null,
+      dkim: String(result.dkim?.results?.[0]?.status?.result ?? 'none'),
+      dmarc: result.dmarc ? String(result.dmarc.status?.result ?? 'none') : null,
+    };
+  } catch (err) {
+    deps.logger.warn('inbound.authenticate_failed', { err });
+    return { spf: null, dkim: null, dmarc: null };
+  }
+}
+
+/** The header lines as name (lower case) to the values in order, unfolded. */
+function headersOf(lines: readonly { key: string; line: string }[]): Record<string, string[]> {
+  const out: Record<string, string[]> = {};
+  for (const { key, line } of lines) {
+    const value = clean(line.slice(line.indexOf(':') + 1).replace(/\r?\n[ \t]+/g, ' ').trim());
+    (out[key] ??= []).push(value);
+  }
+  return out;
+}
+
+interface ParsedAttachment {
+  id: string;
+  filename: string | null;
+  contentType: string;
+  size: number;
+}
+
+/** Streams one attachment into the transaction's chunk table, a chunk at a time; its size. */
+async function spoolAttachment(client: ClientBase, id: string, content: NodeJS.ReadableStream): Promise<number> {
+  let size = 0;
+  let n = 0;
+  let parts: Buffer[] = [];
+  let partBytes = 0;
+  const flush = async () => {
+    if (partBytes === 0) return;
+    await client.query('insert into mailstead_chunks (attachment_id, n, bytes) values ($1, $2, $3)', [id, n++, Buffer.concat(parts)]);
+    parts = [];
+    partBytes = 0;
+  };
+  for await (const chunk of content as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    parts.push(chunk);
+    partBytes += chunk.length;
+    if (partBytes >= ATTACHMENT_CHUNK) await flush();
+  }
+  await flush();
+  return size;
+}
+
+/**
+ * Applies one spooled inbound write on `client` (its own transaction). Throws SpoolError when the spool cannot be
+ * read, the database's error when it refuses.
+ */
+export async function applySpooledInbound(client: ClientBase, deps: Pick<Deps, 'config' | 'resolver' | 'logger' | 'secretKey'>, w: SpooledInboundWrite): Promise<void> {
+  const key = deps.secretKey;
+  if (!key) throw new SpoolError('no secret key to open the spooled message');
+  const path = spoolPath(deps.config.dataDir, w.spoolId);
+  const open = () => {
+    const stream = readSpool(path, key, w.spoolId);
+    return stream;
+  };
+  const done = await client.query('select 1 from service.inbound where id = $1', [w.id]);
+  if (done.rowCount !== 0) return;
+  let verdicts: Verdicts;
+  try {
+    verdicts = await verdictsOf(deps, open(), w);
+  } catch (err) {
+    throw new SpoolError(`the spooled message could not be read: ${(err as Error).message}`);
+  }
+
+  await client.query('begin');
+  try {
+    await client.query('create temp table mailstead_chunks (attachment_id uuid not null, n integer not null, bytes bytea not null) on commit drop');
+    const parser = new MailParser({ skipHtmlToText: true, skipTextToHtml: true, skipTextLinks: true, skipImageLinks: true });
+    const source = open();
+    let spoolFailure: Error | null = null;
+    source.on('error', (err) => {
+      spoolFailure = err;
+      parser.destroy(err);
+    });
+    let headers = new Map<string, unknown>();
+    let headerLines: { key: string; line: string }[] = [];
+    parser.on('headers', (h: Map<string, unknown>) => (headers = h));
+    parser.on('headerLines', (lines: { key: string; line: string }[]) => (headerLines = lines));
+    source.pipe(parser);
+    const attachments: ParsedAttachment[] = [];
+    let text: string | null = null;
+    let html: string | null = null;
+    for await (const part of parser as AsyncIterable<AttachmentStream | MessageText>) {
+      if (part.type === 'attachment') {
+        const id = randomUUID();
+        const size = await spoolAttachment(client, id, part.content as unknown as NodeJS.ReadableStream);
+        part.release();
+        attachments.push({ id, filename: part.filename ? clean(part.filename) : null, contentType: part.contentType || 'application/octet-stream', size });
+      } else if (part.type === 'text') {
+        text = typeof part.text === 'string' ? clean(part.text) : null;
+        html = typeof part.html === 'string' ? clean(part.html) : null;
+      }
+    }
+    if (spoolFailure) throw new SpoolError(`the spooled message could not be read: ${(spoolFailure as Error).message}`);
+    const from = headers.get('from') as { value?: { address?: string }[] } | undefined;
+    const subject = headers.get('subject');
+    const messageId = headers.get('message-id');
+    const inserted = await client.query(
+      `insert into service.inbound (id, account_id, from_address, to_addresses, subject, headers, text, html, message_id, size, spf, dkim, dmarc, received_at)
+       values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) on conflict (id) do nothing returning id`,
+      [
+        w.id,
+        w.accountId,
+        clean(from?.value?.[0]?.address ?? w.mailFrom),
+        w.toAddresses,
+        clean(typeof subject === 'string' ? subject : ''),
+        JSON.stringify(headersOf(headerLines)),
+        text,
+        html,
+        typeof messageId === 'string' ? clean(messageId) : null,
+        w.size,
+        verdicts.spf,
+        verdicts.dkim,
+        verdicts.dmarc,
+        new Date(w.receivedAt).toISOString(),
+      ],
+    );
+    if (inserted.rowCount !== 0) {
+      for (const a of attachments) {
+        await client.query(
+          `insert into service.attachments (id, inbound_id, filename, content_type, size, content)
+           select $1, $2, $3, $4, $5, coalesce((select string_agg(bytes, ''::bytea order by n) from mailstead_chunks where attachment_id = $1), ''::bytea)`,
+          [a.id, w.id, a.filename, a.contentType, a.size],
+        );
+      }
+      // Sent by Postgres at commit, the id alone (payloads are capped at 8000 bytes).
+      await client.query('select pg_notify($1, $2)', [INBOUND_CHANNEL, w.id]);
+    }
+    await client.query('commit');
+  } catch (err) {
+    await client.query('rollback').catch(() => undefined);
+    if (err instanceof SpoolError) throw err;
+    if ((err as { code?: string }).code === undefined && /spool/.test((err as Error).message)) throw new SpoolError((err as Error).message);
+    throw err;
+  }
+}

@@ -1,0 +1,85 @@
+import { type Socket, connect } from 'node:net';
+
+/**
+ * A bare SMTP client for tests that must send what no well-behaved client would (bare LF, pipelined commands, bytes
+ * before the banner, a half-sent DATA): it writes exactly the bytes given and reads replies (multi-line ones whole).
+ */
+export class RawSmtp {
+  private buffer = '';
+  private waiting: (() => void) | null = null;
+  closed = false;
+
+  private constructor(readonly socket: Socket) {
+    socket.on('data', (c: Buffer) => {
+      this.buffer += c.toString('latin1');
+      this.waiting?.();
+    });
+    socket.on('close', () => {
+      this.closed = true;
+      this.waiting?.();
+    });
+    socket.on('error', () => undefined);
+  }
+
+  /** Connects; with `greet` (the default) waits for the 220 banner. */
+  static async connect(port: number, opts: { greet?: boolean } = {}): Promise<{ client: RawSmtp; banner: string }> {
+    const socket = connect(port, '127.0.0.1');
+    await new Promise<void>((resolve, reject) => {
+      socket.once('connect', () => resolve());
+      socket.once('error', reject);
+    });
+    const client = new RawSmtp(socket);
+    const banner = opts.greet === false ? '' : await client.reply();
+    return { client, banner };
+  }
+
+  /** The next complete reply (`250-...` lines up to the `250 ...` one), or '' once the server has closed. */
+  async reply(timeoutMs = 10_000): Promise<string> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const m = /^(?:\d{3}-[^\n]*\n)*\d{3}(?: [^\n]*)?\r?\n/.exec(this.buffer);
+      if (m) {
+        this.buffer = this.buffer.slice(m[0].length);
+        return m[0].trimEnd();
+      }
+      if (this.closed) return '';
+      if (Date.now() > deadline) throw new Error(`no reply within ${timeoutMs} ms; have: ${JSON.stringify(this.buffer)}`);
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, 50);
+        this.waiting = () => {
+          clearTimeout(t);
+          resolve();
+        };
+      });
+      this.waiting = null;
+    }
+  }
+
+  write(data: string | Buffer): void {
+    this.socket.write(data);
+  }
+
+  /** Sends one command line (CRLF added) and reads its reply. */
+  async command(line: string): Promise<string> {
+    this.write(`${line}\r\n`);
+    return this.reply();
+  }
+
+  /** EHLO, MAIL FROM and each RCPT TO; the replies in order. */
+  async envelope(from: string, to: string[], ehlo = 'client.example'): Promise<string[]> {
+    const replies = [await this.command(`EHLO ${ehlo}`), await this.command(`MAIL FROM:<${from}>`)];
+    for (const rcpt of to) replies.push(await this.command(`RCPT TO:<${rcpt}>`));
+    return replies;
+  }
+
+  /** Waits until the server has closed the connection. */
+  async closedByServer(timeoutMs = 10_000): Promise<boolean> {
+    const deadline = Date.now() + timeoutMs;
+    while (!this.closed && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    return this.closed;
+  }
+
+  close(): void {
+    this.socket.destroy();
+  }
+}

@@ -1,0 +1,274 @@
+import { existsSync, readdirSync } from 'node:fs';
+import { eq } from 'drizzle-orm';
+import nodemailer from 'nodemailer';
+import pg from 'pg';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
+import { listenCustomerDb } from '../db/customer/connect.js';
+import { customerDbWrites } from '../db/schema/index.js';
+import { type InboundServer, createInboundServer } from '../mta/inbound/server.js';
+import { spoolDir } from '../mta/inbound/spool.js';
+import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
+import { type CustomerDbWriter, createCustomerDbWriter } from '../server/customer-db/writer.js';
+import { createMemoryLogger } from '../server/logger.js';
+import { TestDnsServer } from './helpers/dns-server.js';
+import { type TestPostgres, startPostgres } from './helpers/postgres.js';
+import { RawSmtp } from './helpers/raw-smtp.js';
+import { type Sender, connectDomain, newSender, setDomainState, uniqueDomain } from './helpers/sending.js';
+import { type TestService, startService } from './helpers/service.js';
+
+/**
+ * Inbound SMTP (issue 12) against the real server on port 0 and a real Postgres with TLS: a message sent with
+ * nodemailer to a customer's receiving domain lands parsed in `service.inbound` and `service.attachments`, with a
+ * notification, through the spool and the customer-database writer; recipients the server does not receive for are
+ * refused alike at RCPT; bare line ends and oversized messages are refused and leave nothing behind.
+ */
+
+const MAX_BYTES = 200_000;
+
+let dns: TestDnsServer;
+let pgServer: TestPostgres;
+let service: TestService;
+let inbound: InboundServer;
+let port: number;
+let writer: CustomerDbWriter;
+let customer: pg.Client;
+let sender: Sender;
+const uncaught = vi.fn();
+
+beforeAll(async () => {
+  process.on('uncaughtException', uncaught);
+  process.on('unhandledRejection', uncaught);
+  [dns, pgServer] = await Promise.all([TestDnsServer.start(), startPostgres({ certificate: 'trusted' })]);
+  service = await startService({ DNS_SERVERS: dns.address, ALLOW_PRIVATE_TARGETS: 'true', SMTP_MAX_MESSAGE_BYTES: String(MAX_BYTES) });
+  inbound = createInboundServer(service.deps, loadOrCreateSmtpTls(service.deps.config));
+  port = await inbound.listen('127.0.0.1', 0);
+  sender = await newSender(service);
+  const connected = await service.api('POST', '/database', { key: sender.key, body: { url: pgServer.url('localhost') } });
+  expect(connected.status, JSON.stringify(connected.body)).toBe(200);
+  customer = new pg.Client({ host: '127.0.0.1', port: pgServer.port, user: pgServer.user, password: pgServer.password, database: pgServer.database, ssl: { rejectUnauthorized: false } });
+  customer.on('error', () => undefined);
+  await customer.connect();
+}, 120_000);
+
+afterAll(async () => {
+  process.off('uncaughtException', uncaught);
+  process.off('unhandledRejection', uncaught);
+  await customer?.end().catch(() => undefined);
+  await inbound?.close();
+  await service?.close();
+  await dns?.stop();
+  await pgServer?.stop();
+});
+
+beforeEach(() => {
+  service.deps.db.delete(customerDbWrites).run();
+  writer = createCustomerDbWriter(service.deps);
+});
+
+afterEach(async () => {
+  await writer.stop();
+  const calls = uncaught.mock.calls.length;
+  uncaught.mockClear();
+  expect(calls, 'uncaught exceptions or unhandled rejections').toBe(0);
+});
+
+function transport() {
+  return nodemailer.createTransport({ host: '127.0.0.1', port, secure: false, tls: { rejectUnauthorized: false }, name: 'client.example.org' });
+}
+
+const spoolFiles = () => (existsSync(spoolDir(service.dataDir)) ? readdirSync(spoolDir(service.dataDir)) : []);
+
+describe('a message for a customer’s receiving domain', () => {
+  it('arrives parsed in service.inbound with its two attachments’ bytes, and LISTEN service receives its id', async () => {
+    const seen: string[] = [];
+    const listener = await listenCustomerDb(
+      { host: '127.0.0.1', port: pgServer.port, user: pgServer.user, password: pgServer.password, database: pgServer.database, ssl: { rejectUnauthorized: false } },
+      'service',
+      (n) => seen.push(n.payload ?? ''),
+      createMemoryLogger(),
+    );
+    try {
+      const pdf = Buffer.from(Array.from({ length: 70_000 }, (_, i) => i % 256));
+      const info = await transport().sendMail({
+        from: 'Ann Customer <ann@customer.example.org>',
+        to: [`support@${sender.domain}`, `Sales <sales@${sender.domain}>`],
+        subject: 'Help with order 42 ✓',
+        text: 'Hello,\r\nmy order has not arrived.\r\n',
+        html: '<p>Hello, my order has <b>not</b> arrived.</p>',
+        messageId: '<order-42@customer.example.org>',
+        attachments: [
+          { filename: 'invoice.pdf', content: pdf, contentType: 'application/pdf' },
+          { filename: 'notes.txt', content: 'line one\r\nline two\r\n', contentType: 'text/plain' },
+        ],
+      });
+      expect(info.accepted).toEqual([`support@${sender.domain}`, `sales@${sender.domain}`]);
+      expect(info.response).toMatch(/^250 /);
+      // Durable before the 250: one customer-database write, its content in a sealed spool file.
+      const queued = service.deps.db.select().from(customerDbWrites).where(eq(customerDbWrites.kind, 'inbound')).all();
+      expect(queued).toHaveLength(1);
+      expect(spoolFiles()).toHaveLength(1);
+
+      await writer.runOnce();
+      const rows = (await customer.query('select * from service.inbound order by received_at')).rows;
+      expect(rows).toHaveLength(1);
+      const row = rows[0];
+      expect(row).toMatchObject({
+        account_id: sender.account.id,
+        from_address: 'ann@customer.example.org',
+        to_addresses: [`support@${sender.domain}`, `sales@${sender.domain}`],
+        subject: 'Help with order 42 ✓',
+        message_id: '<order-42@customer.example.org>',
+      });
+      expect(row.text).toContain('my order has not arrived.');
+      expect(row.html).toContain('<b>not</b>');
+      expect(row.size).toBeGreaterThan(pdf.length);
+      // Headers as sent (unfolded, encoded words kept): the subject column has the decoded text.
+      expect(row.headers.subject).toEqual([expect.stringMatching(/^=\?UTF-8\?/i)]);
+      expect(row.headers.to[0]).toContain(`sales@${sender.domain}`);
+      expect(row.headers['message-id']).toEqual(['<order-42@customer.example.org>']);
+      expect(row.spf).toEqual(expect.any(String));
+      expect(row.dkim).toBe('none');
+      const files = (await customer.query('select * from service.attachments where inbound_id = $1 order by filename', [row.id])).rows;
+      expect(files.map((f) => [f.filename, f.content_type, f.size])).toEqual([
+        ['invoice.pdf', 'application/pdf', pdf.length],
+        ['notes.txt', 'text/plain', 20],
+      ]);
+      expect(Buffer.compare(files[0].content, pdf)).toBe(0);
+      expect(files[1].content.toString()).toBe('line one\r\nline two\r\n');
+      await expect.poll(() => seen, { timeout: 5000 }).toEqual([row.id]);
+      // Written: the outbox row and the spool file are gone.
+      expect(service.deps.db.select().from(customerDbWrites).all()).toEqual([]);
+      expect(spoolFiles()).toEqual([]);
+    } finally {
+      await listener.close();
+    }
+  });
+});
+
+describe('refused at RCPT, all alike: 550 5.7.1', () => {
+  it('a relay attempt, an unknown domain, a domain that does not receive, an account without a database', async () => {
+    const noDb = await newSender(service, { name: 'No database' });
+    const notReceiving = uniqueDomain('ownership');
+    await connectDomain(service, sender.key, notReceiving, { state: 'ownership' });
+    const { client } = await RawSmtp.connect(port);
+    try {
+      const replies = await client.envelope('someone@example.org', ['friend@gmail.example', `x@unknown-${Date.now()}.example`, `x@${notReceiving}`, `x@${noDb.domain}`]);
+      expect(replies[1]).toMatch(/^250 /);
+      const refusals = replies.slice(2);
+      expect(refusals.every((r) => r.startsWith('550 5.7.1 '))).toBe(true);
+      expect(new Set(refusals).size).toBe(1);
+      expect(await client.command('DATA')).toMatch(/^503 /);
+    } finally {
+      client.close();
+    }
+  });
+});
+
+describe('refused in DATA, nothing kept', () => {
+  it.each([
+    ['\\n.\\n', 'Subject: a\r\n\r\nbody\n.\nMAIL FROM:<x@evil.example>\r\n'],
+    ['\\n.\\r\\n', 'Subject: a\r\n\r\nbody\n.\r\nMAIL FROM:<x@evil.example>\r\n'],
+    ['\\r.\\r', 'Subject: a\r\n\r\nbody\r.\rMAIL FROM:<x@evil.example>\r\n'],
+    ['\\r.\\r\\n', 'Subject: a\r\n\r\nbody\r.\r\nMAIL FROM:<x@evil.example>\r\n'],
+    ['\\r\\n.\\r', 'Subject: a\r\n\r\nbody\r\n.\rMAIL FROM:<x@evil.example>\r\n'],
+  ])('a bare line end (%s) is 550 5.6.0, one transaction, nothing stored', async (_name, data) => {
+    const { client } = await RawSmtp.connect(port);
+    try {
+      await client.envelope('someone@example.org', [`support@${sender.domain}`]);
+      expect(await client.command('DATA')).toMatch(/^354 /);
+      client.write(`${data}\r\n.\r\n`);
+      expect(await client.reply()).toMatch(/^550 5\.6\.0 /);
+      // The smuggled MAIL FROM was message data, never a command of its own: the session is ready for a new one.
+      expect(await client.command('RSET')).toMatch(/^250 /);
+      expect(service.deps.db.select().from(customerDbWrites).all()).toEqual([]);
+      expect(spoolFiles()).toEqual([]);
+    } finally {
+      client.close();
+    }
+  });
+
+  it('MAIL FROM SIZE= over the limit is 552; a body that grows past it is 552 after being drained', async () => {
+    const { client } = await RawSmtp.connect(port);
+    try {
+      expect(await client.command('EHLO client.example')).toContain(`SIZE ${MAX_BYTES}`);
+      expect(await client.command(`MAIL FROM:<a@example.org> SIZE=${MAX_BYTES + 1}`)).toMatch(/^552 /);
+      expect(await client.command(`MAIL FROM:<a@example.org> SIZE=1000`)).toMatch(/^250 /);
+      expect(await client.command(`RCPT TO:<support@${sender.domain}>`)).toMatch(/^250 /);
+      expect(await client.command('DATA')).toMatch(/^354 /);
+      const line = `${'x'.repeat(998)}\r\n`;
+      for (let i = 0; i < Math.ceil((MAX_BYTES * 2) / line.length); i++) client.write(line);
+      client.write('.\r\n');
+      expect(await client.reply()).toMatch(/^552 /);
+      expect(service.deps.db.select().from(customerDbWrites).all()).toEqual([]);
+      expect(spoolFiles()).toEqual([]);
+    } finally {
+      client.close();
+    }
+  });
+
+  it('a client that disconnects mid-DATA leaves nothing stored', async () => {
+    const { client } = await RawSmtp.connect(port);
+    await client.envelope('someone@example.org', [`support@${sender.domain}`]);
+    expect(await client.command('DATA')).toMatch(/^354 /);
+    client.write('Subject: half\r\n\r\nthe first half of the message\r\n');
+    await new Promise((r) => setTimeout(r, 100));
+    client.close();
+    await expect.poll(() => service.logger.entries.some((e) => e.event === 'inbound.aborted'), { timeout: 5000 }).toBe(true);
+    expect(service.deps.db.select().from(customerDbWrites).all()).toEqual([]);
+    expect(spoolFiles()).toEqual([]);
+  });
+
+  it('at most 100 recipients: 452 for the rest', async () => {
+    const { client } = await RawSmtp.connect(port);
+    try {
+      const replies = await client.envelope('someone@example.org', Array.from({ length: 101 }, (_, i) => `r${i}@${sender.domain}`));
+      expect(replies.slice(2, 102).every((r) => r.startsWith('250 '))).toBe(true);
+      expect(replies[102]).toMatch(/^452 /);
+    } finally {
+      client.close();
+    }
+  });
+});
+
+describe('the session', () => {
+  it('greets and answers EHLO as MAIL_HOSTNAME, offers STARTTLS, never AUTH', async () => {
+    const { client, banner } = await RawSmtp.connect(port);
+    try {
+      expect(banner).toMatch(/^220 mx\.mailstead\.test /);
+      const ehlo = await client.command('EHLO client.example');
+      expect(ehlo).toMatch(/^250-mx\.mailstead\.test/);
+      expect(ehlo).toContain('STARTTLS');
+      expect(ehlo).not.toContain('AUTH');
+    } finally {
+      client.close();
+    }
+  });
+
+  it('a client that talks before the banner, and an HTTP request, are refused and closed', async () => {
+    const early = await RawSmtp.connect(port, { greet: false });
+    early.client.write('EHLO too.soon\r\n');
+    expect(await early.client.reply()).toMatch(/^421 /);
+    expect(await early.client.closedByServer()).toBe(true);
+    const { client } = await RawSmtp.connect(port);
+    client.write('GET / HTTP/1.1\r\nHost: x\r\n\r\n');
+    expect(await client.reply()).toMatch(/^421 /);
+    expect(await client.closedByServer()).toBe(true);
+  });
+});
+
+it('a domain switched to not receiving after RCPT stores nothing at DATA', async () => {
+  const domain = uniqueDomain('flip');
+  const id = await connectDomain(service, sender.key, domain);
+  const { client } = await RawSmtp.connect(port);
+  try {
+    await client.envelope('someone@example.org', [`x@${domain}`]);
+    setDomainState(service, id, 'ownership');
+    expect(await client.command('DATA')).toMatch(/^354 /);
+    client.write('Subject: late\r\n\r\nbody\r\n.\r\n');
+    expect(await client.reply()).toMatch(/^250 /);
+    expect(service.deps.db.select().from(customerDbWrites).all()).toEqual([]);
+    expect(spoolFiles()).toEqual([]);
+  } finally {
+    client.close();
+  }
+});
