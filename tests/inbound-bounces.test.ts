@@ -1,0 +1,321 @@
+import { and, eq } from 'drizzle-orm';
+import pg from 'pg';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
+import { accounts, customerDbWrites, emailEvents, emails, suppressions, webhookDeliveries } from '../db/schema/index.js';
+import { type InboundServer, createInboundServer } from '../mta/inbound/server.js';
+import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
+import { verpAddress } from '../mta/verp.js';
+import { createCustomerDbWriter } from '../server/customer-db/writer.js';
+import { newId } from '../server/ids.js';
+import { TestDnsServer } from './helpers/dns-server.js';
+import { seedEndpoint } from './helpers/outcomes.js';
+import { type TestPostgres, startPostgres } from './helpers/postgres.js';
+import { RawSmtp } from './helpers/raw-smtp.js';
+import { type Sender, newSender, newSubSender } from './helpers/sending.js';
+import { type TestService, startService } from './helpers/service.js';
+
+/**
+ * Asynchronous bounces and complaints received on inbound SMTP (issue 12, point 5), built from the RFC examples: a
+ * Postfix DSN (RFC 3464) and an Exchange-style notice with only X-Failed-Recipients at the VERP address of a sent
+ * email record `bounced` (5.x.x: suppressed on the account's and the parent's lists, counted) or `deferred`
+ * (`Action: delayed`) events on the right recipient; an ARF report (RFC 5965) at fbl@MAIL_HOSTNAME records
+ * `complained`, complainedAt, the suppression with reason complaint and totalComplained; each fans out its webhook
+ * and reaches the customer database like any outcome. A DATA during a database outage waits in the outbox.
+ */
+
+const HOST = 'mx.mailstead.test';
+
+let dns: TestDnsServer;
+let pgServer: TestPostgres;
+let service: TestService;
+let inbound: InboundServer;
+let port: number;
+let sender: Sender;
+const uncaught = vi.fn();
+
+beforeAll(async () => {
+  process.on('uncaughtException', uncaught);
+  process.on('unhandledRejection', uncaught);
+  [dns, pgServer] = await Promise.all([TestDnsServer.start(), startPostgres({ certificate: 'trusted' })]);
+  service = await startService({ DNS_SERVERS: dns.address, ALLOW_PRIVATE_TARGETS: 'true', MAIL_HOSTNAME: HOST });
+  inbound = createInboundServer(service.deps, loadOrCreateSmtpTls(service.deps.config));
+  port = await inbound.listen('127.0.0.1', 0);
+}, 120_000);
+
+afterAll(async () => {
+  process.off('uncaughtException', uncaught);
+  process.off('unhandledRejection', uncaught);
+  await inbound?.close();
+  await service?.close();
+  await dns?.stop();
+  await pgServer?.stop();
+});
+
+beforeEach(async () => {
+  sender = await newSender(service);
+});
+
+afterEach(() => {
+  const calls = uncaught.mock.calls.length;
+  uncaught.mockClear();
+  expect(calls, 'uncaught exceptions or unhandled rejections').toBe(0);
+});
+
+/** A sent email as the engine leaves it: in the send log, its recipients delivered. */
+function sentEmail(accountId: string, to: string[]): string {
+  const at = service.clock.now();
+  const id = newId(at);
+  service.deps.db.insert(emails).values({ id, accountId, fromAddress: sender.from, to, subject: 'Your receipt', template: 'receipt', status: 'sent', sandbox: false, createdAt: at }).run();
+  return id;
+}
+
+async function deliverRaw(from: string, to: string, message: string): Promise<string> {
+  const { client } = await RawSmtp.connect(port);
+  try {
+    const replies = await client.envelope(from, [to]);
+    expect(replies[2], replies.join(' | ')).toMatch(/^250 /);
+    expect(await client.command('DATA')).toMatch(/^354 /);
+    client.write(`${message.replace(/\r?\n/g, '\r\n')}\r\n.\r\n`);
+    return await client.reply();
+  } finally {
+    client.close();
+  }
+}
+
+const eventsOf = (emailId: string) =>
+  service.deps.db.select({ recipient: emailEvents.recipient, status: emailEvents.status, dsn: emailEvents.dsn, detail: emailEvents.detail }).from(emailEvents).where(eq(emailEvents.emailId, emailId)).all();
+const suppressionOf = (accountId: string, address: string) =>
+  service.deps.db.select().from(suppressions).where(and(eq(suppressions.accountId, accountId), eq(suppressions.address, address))).get();
+const account = (id: string) => service.deps.db.select().from(accounts).where(eq(accounts.id, id)).get()!;
+const email = (id: string) => service.deps.db.select().from(emails).where(eq(emails.id, id)).get()!;
+const hooks = (endpointId: string) => service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpointId)).all();
+
+function postfixDsn(emailId: string, index: number, recipient: string, action: 'failed' | 'delayed', status: string, diagnostic: string): string {
+  return `Return-Path: <>
+From: MAILER-DAEMON@mail.example.net (Mail Delivery System)
+To: ${verpAddress(emailId, index, HOST)}
+Subject: Undelivered Mail Returned to Sender
+Date: Sun, 22 Nov 2026 10:00:00 +0000
+Message-ID: <20261122100000.AB12@mail.example.net>
+MIME-Version: 1.0
+Content-Type: multipart/report; report-type=delivery-status;
+\tboundary="B1.1763805600/mail.example.net"
+
+This is a MIME-encapsulated message.
+
+--B1.1763805600/mail.example.net
+Content-Description: Notification
+Content-Type: text/plain; charset=us-ascii
+
+This is the mail system at host mail.example.net.
+I'm sorry to have to inform you that your message could not
+be delivered to one or more recipients.
+
+--B1.1763805600/mail.example.net
+Content-Description: Delivery report
+Content-Type: message/delivery-status
+
+Reporting-MTA: dns; mail.example.net
+X-Postfix-Queue-ID: AB12
+Arrival-Date: Sun, 22 Nov 2026 09:59:58 +0000
+
+Final-Recipient: rfc822; ${recipient}
+Original-Recipient: rfc822;${recipient}
+Action: ${action}
+Status: ${status}
+Remote-MTA: dns; mx.example.net
+Diagnostic-Code: smtp; ${diagnostic}
+
+--B1.1763805600/mail.example.net
+Content-Description: Undelivered Message Headers
+Content-Type: text/rfc822-headers
+
+Return-Path: <${verpAddress(emailId, index, HOST)}>
+From: ${sender.from}
+To: ${recipient}
+Subject: Your receipt
+Message-ID: <${emailId}@${HOST}>
+
+--B1.1763805600/mail.example.net--`;
+}
+
+describe('a DSN at a VERP address', () => {
+  it('a 5.x.x failure records bounced on the right recipient, suppresses on both lists, counts it, fans out the webhook', async () => {
+    const sub = await newSubSender(service, sender.key);
+    const endpoint = seedEndpoint(service, sub.id, ['email.bounced']);
+    const id = sentEmail(sub.id, ['ann@example.net', 'bob@example.net']);
+    const reply = await deliverRaw('', verpAddress(id, 1, HOST), postfixDsn(id, 1, 'bob@example.net', 'failed', '5.1.1', '550 5.1.1 <bob@example.net>: Recipient address rejected: User unknown'));
+    expect(reply).toMatch(/^250 /);
+    expect(eventsOf(id)).toEqual([{ recipient: 'bob@example.net', status: 'bounced', dsn: '5.1.1', detail: '550 5.1.1 <bob@example.net>: Recipient address rejected: User unknown' }]);
+    expect(email(id).bouncedAt).toBe(service.clock.now());
+    expect(suppressionOf(sub.id, 'bob@example.net')).toMatchObject({ reason: 'bounce' });
+    expect(suppressionOf(sender.account.id, 'bob@example.net')).toMatchObject({ reason: 'bounce' });
+    expect(suppressionOf(sub.id, 'ann@example.net')).toBeUndefined();
+    expect(account(sub.id).totalBounced).toBe(1);
+    expect(hooks(endpoint).map((h) => [h.eventType, JSON.parse(h.data).recipient, JSON.parse(h.data).dsn])).toEqual([['email.bounced', 'bob@example.net', '5.1.1']]);
+  });
+
+  it('Action: delayed with 4.x.x records deferred and suppresses nothing', async () => {
+    const id = sentEmail(sender.account.id, ['cy@example.net']);
+    expect(await deliverRaw('', verpAddress(id, 0, HOST), postfixDsn(id, 0, 'cy@example.net', 'delayed', '4.4.1', '421 4.4.1 Connection timed out'))).toMatch(/^250 /);
+    expect(eventsOf(id)).toEqual([{ recipient: 'cy@example.net', status: 'deferred', dsn: '4.4.1', detail: '421 4.4.1 Connection timed out' }]);
+    expect(email(id).bouncedAt).toBeNull();
+    expect(suppressionOf(sender.account.id, 'cy@example.net')).toBeUndefined();
+    expect(account(sender.account.id).totalBounced).toBe(0);
+  });
+
+  it('an Exchange-style notice with only X-Failed-Recipients records bounced', async () => {
+    const id = sentEmail(sender.account.id, ['dee@example.net']);
+    const notice = `From: postmaster@outlook.example
+To: ${verpAddress(id, 0, HOST)}
+Subject: Undeliverable: Your receipt
+X-Failed-Recipients: dee@example.net
+Content-Type: text/plain; charset=us-ascii
+
+Delivery has failed to these recipients or groups:
+
+dee@example.net
+The email address you entered couldn't be found.
+
+Diagnostic information for administrators:
+Remote Server returned '550 5.1.10 RESOLVER.ADR.RecipientNotFound; Recipient not found by SMTP address lookup'`;
+    expect(await deliverRaw('', verpAddress(id, 0, HOST), notice)).toMatch(/^250 /);
+    const [event] = eventsOf(id);
+    expect(event).toMatchObject({ recipient: 'dee@example.net', status: 'bounced' });
+    expect(event!.dsn).toMatch(/^5\./);
+    expect(suppressionOf(sender.account.id, 'dee@example.net')).toMatchObject({ reason: 'bounce' });
+  });
+
+  it('a VERP address of no sent email is refused at RCPT; a bounce that does not parse is accepted and records nothing', async () => {
+    const { client } = await RawSmtp.connect(port);
+    try {
+      const replies = await client.envelope('', [verpAddress(newId(Date.now()), 0, HOST)]);
+      expect(replies[2]).toMatch(/^550 5\.7\.1 /);
+    } finally {
+      client.close();
+    }
+    const id = sentEmail(sender.account.id, ['eve@example.net']);
+    expect(await deliverRaw('', verpAddress(id, 0, HOST), 'Subject: out of office\n\nI am away until Monday.')).toMatch(/^250 /);
+    expect(eventsOf(id)).toEqual([]);
+  });
+});
+
+describe('an ARF complaint at fbl@MAIL_HOSTNAME', () => {
+  function arf(original: { returnPath: string; messageId: string; to: string }, feedbackType = 'abuse'): string {
+    return `From: feedback@mailbox.example
+To: fbl@${HOST}
+Subject: FW: Your receipt
+MIME-Version: 1.0
+Content-Type: multipart/report; report-type=feedback-report;
+     boundary="part1_13d.2e68ed54_boundary"
+
+--part1_13d.2e68ed54_boundary
+Content-Type: text/plain; charset="US-ASCII"
+Content-Transfer-Encoding: 7bit
+
+This is an email abuse report for an email message received from IP 192.0.2.1 on Sun, 22 Nov 2026 10:00:00 +0000.
+
+--part1_13d.2e68ed54_boundary
+Content-Type: message/feedback-report
+
+Feedback-Type: ${feedbackType}
+User-Agent: SomeGenerator/1.0
+Version: 1
+Original-Mail-From: <${original.returnPath}>
+Original-Rcpt-To: <${original.to}>
+Arrival-Date: Sun, 22 Nov 2026 09:59:00 +0000
+Source-IP: 192.0.2.1
+
+--part1_13d.2e68ed54_boundary
+Content-Type: message/rfc822
+Content-Disposition: inline
+
+Return-Path: <${original.returnPath}>
+From: <${sender.from}>
+To: <${original.to}>
+Subject: Your receipt
+Message-ID: <${original.messageId}>
+Date: Sun, 22 Nov 2026 09:58:00 +0000
+
+Your receipt body.
+
+--part1_13d.2e68ed54_boundary--`;
+  }
+
+  it('records complained, complainedAt, the complaint suppression on both lists, totalComplained, the webhook, and the customer database event', async () => {
+    const connected = await service.api('POST', '/database', { key: sender.key, body: { url: pgServer.url('localhost') } });
+    expect(connected.status, JSON.stringify(connected.body)).toBe(200);
+    const sub = await newSubSender(service, sender.key);
+    const endpoint = seedEndpoint(service, sub.id, ['email.complained']);
+    const id = sentEmail(sub.id, ['fay@example.net', 'gus@example.net']);
+    const reply = await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, arf({ returnPath: verpAddress(id, 1, HOST), messageId: `${id}@${HOST}`, to: 'gus@example.net' }));
+    expect(reply).toMatch(/^250 /);
+    expect(eventsOf(id)).toEqual([{ recipient: 'gus@example.net', status: 'complained', dsn: expect.any(String), detail: expect.stringMatching(/complaint/i) }]);
+    expect(email(id).complainedAt).toBe(service.clock.now());
+    expect(suppressionOf(sub.id, 'gus@example.net')).toMatchObject({ reason: 'complaint' });
+    expect(suppressionOf(sender.account.id, 'gus@example.net')).toMatchObject({ reason: 'complaint' });
+    expect(account(sub.id).totalComplained).toBe(1);
+    expect(hooks(endpoint).map((h) => [h.eventType, JSON.parse(h.data).recipient])).toEqual([['email.complained', 'gus@example.net']]);
+    // The account's (here the parent's) database gets the event and complained_at.
+    const writer = createCustomerDbWriter(service.deps);
+    try {
+      // The email row itself was never written (seeded here): write it, then the event lands on it.
+      await writer.runOnce();
+    } finally {
+      await writer.stop();
+    }
+    const client = new pg.Client({ host: '127.0.0.1', port: pgServer.port, user: pgServer.user, password: pgServer.password, database: pgServer.database, ssl: { rejectUnauthorized: false } });
+    await client.connect();
+    try {
+      const events = (await client.query('select recipient, status from service.events where email_id = $1', [id])).rows;
+      expect(events).toEqual([{ recipient: 'gus@example.net', status: 'complained' }]);
+    } finally {
+      await client.end();
+    }
+  });
+
+  it('matched through the Message-ID when the return path is not a VERP address', async () => {
+    const id = sentEmail(sender.account.id, ['hal@example.net']);
+    expect(await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, arf({ returnPath: 'someone@else.example', messageId: `${id}@${HOST}`, to: 'hal@example.net' }))).toMatch(/^250 /);
+    expect(eventsOf(id).map((e) => [e.recipient, e.status])).toEqual([['hal@example.net', 'complained']]);
+    expect(account(sender.account.id).totalComplained).toBe(1);
+  });
+
+  it('a report that is not abuse records nothing', async () => {
+    const id = sentEmail(sender.account.id, ['ivy@example.net']);
+    expect(await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, arf({ returnPath: verpAddress(id, 0, HOST), messageId: `${id}@${HOST}`, to: 'ivy@example.net' }, 'not-spam'))).toMatch(/^250 /);
+    expect(eventsOf(id)).toEqual([]);
+  });
+});
+
+describe('a database outage during DATA', () => {
+  it('the message is answered 250 from the outbox and arrives once the database is back', async () => {
+    const connected = await service.api('POST', '/database', { key: sender.key, body: { url: pgServer.url('localhost') } });
+    expect(connected.status).toBe(200);
+    service.deps.db.delete(customerDbWrites).run();
+    await pgServer.kill();
+    let reply: string;
+    try {
+      reply = await deliverRaw('someone@example.org', `help@${sender.domain}`, 'Subject: during the outage\nMessage-ID: <outage-1@example.org>\n\nstill here');
+    } finally {
+      await pgServer.restart();
+    }
+    expect(reply).toMatch(/^250 /);
+    expect((await service.api('GET', '/database', { key: sender.key })).body.pending).toBe(1);
+    const writer = createCustomerDbWriter(service.deps);
+    try {
+      await writer.runOnce();
+    } finally {
+      await writer.stop();
+    }
+    const client = new pg.Client({ host: '127.0.0.1', port: pgServer.port, user: pgServer.user, password: pgServer.password, database: pgServer.database, ssl: { rejectUnauthorized: false } });
+    await client.connect();
+    try {
+      const rows = (await client.query("select subject, text from service.inbound where message_id = '<outage-1@example.org>'")).rows;
+      expect(rows).toEqual([{ subject: 'during the outage', text: 'still here\n' }]);
+    } finally {
+      await client.end();
+    }
+    expect((await service.api('GET', '/database', { key: sender.key })).body.pending).toBe(0);
+  });
+});
