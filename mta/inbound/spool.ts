@@ -42,29 +42,18 @@ export function createSpoolWriter(dataDir: string, key: Buffer, id: string) {
   const path = spoolPath(dataDir, id);
   const fd = openSync(path, 'wx', 0o600);
   let index = 0;
-  let pending: Buffer[] = [];
-  let pendingBytes = 0;
   let closed = false;
-  const flush = (force: boolean) => {
-    while (pendingBytes >= SPOOL_CHUNK || (force && pendingBytes > 0)) {
-      const all = Buffer.concat(pending);
-      const take = all.subarray(0, Math.min(SPOOL_CHUNK, all.length));
-      writeSync(fd, seal(key, id, index++, take, false));
-      pending = [all.subarray(take.length)];
-      pendingBytes = all.length - take.length;
-    }
-  };
   return {
     path,
-    /** Seals what is given, a record at a time (synchronous: the disk write is the back-pressure). */
+    /**
+     * Seals what is given, in records of at most SPOOL_CHUNK bytes, straight from the chunk (no copy of it is kept):
+     * synchronous, so the disk write is the back-pressure.
+     */
     append(chunk: Buffer): void {
-      pending.push(chunk);
-      pendingBytes += chunk.length;
-      flush(false);
+      for (let at = 0; at < chunk.length; at += SPOOL_CHUNK) writeSync(fd, seal(key, id, index++, chunk.subarray(at, at + SPOOL_CHUNK), false));
     },
-    /** Seals what is left and the end record, fsyncs and closes. */
+    /** Seals the end record, fsyncs and closes: once it returns, the message is durable. */
     finish(): void {
-      flush(true);
       writeSync(fd, seal(key, id, index++, Buffer.alloc(0), true));
       fsyncSync(fd);
       closeSync(fd);
@@ -79,7 +68,6 @@ export function createSpoolWriter(dataDir: string, key: Buffer, id: string) {
     },
   };
 }
-
 /** The plaintext of a spool file as a stream; it errors if any record was altered, reordered or the end is missing. */
 export function readSpool(path: string, key: Buffer, id: string): Readable {
   let buffered: Buffer = Buffer.alloc(0);

@@ -6,6 +6,7 @@ import { INBOUND_CHANNEL } from '../../db/customer/writes.js';
 import type { SpooledInboundWrite } from '../../server/customer-db/outbox.js';
 import type { Deps } from '../../server/deps.js';
 import { mailauthResolver } from '../../server/dns/resolver.js';
+import { streamed } from '../../server/memory.js';
 import { readSpool, spoolPath } from './spool.js';
 
 /**
@@ -16,7 +17,7 @@ import { readSpool, spoolPath } from './spool.js';
  */
 
 /** Bytes of an attachment sent to Postgres in one statement. */
-export const ATTACHMENT_CHUNK = 1024 * 1024;
+export const ATTACHMENT_CHUNK = 256 * 1024;
 
 /** The spool file is gone or unreadable: no retry will help, the write is set aside (never a database failure). */
 export class SpoolError extends Error {
@@ -86,6 +87,7 @@ async function spoolAttachment(client: ClientBase, id: string, content: NodeJS.R
   };
   for await (const chunk of content as AsyncIterable<Buffer>) {
     size += chunk.length;
+    streamed(chunk.length);
     parts.push(chunk);
     partBytes += chunk.length;
     if (partBytes >= ATTACHMENT_CHUNK) await flush();
