@@ -1,4 +1,5 @@
 import { existsSync, readdirSync } from 'node:fs';
+import { connect as tlsConnect } from 'node:tls';
 import { eq } from 'drizzle-orm';
 import nodemailer from 'nodemailer';
 import pg from 'pg';
@@ -239,6 +240,33 @@ describe('the session', () => {
       expect(ehlo).toMatch(/^250-mx\.mailstead\.test/);
       expect(ehlo).toContain('STARTTLS');
       expect(ehlo).not.toContain('AUTH');
+    } finally {
+      client.close();
+    }
+  });
+
+  it('plaintext pipelined behind STARTTLS is discarded, never answered inside the TLS session', async () => {
+    const { client } = await RawSmtp.connect(port);
+    try {
+      await client.command('EHLO client.example');
+      // The injected MAIL FROM rides in the same packet as STARTTLS.
+      client.write('STARTTLS\r\nMAIL FROM:<injected@evil.example>\r\n');
+      expect(await client.reply()).toMatch(/^220 /);
+      const secure = tlsConnect({ socket: client.socket, rejectUnauthorized: false, servername: 'mx.mailstead.test' });
+      await new Promise<void>((resolve, reject) => {
+        secure.once('secureConnect', () => resolve());
+        secure.once('error', reject);
+      });
+      let received = '';
+      secure.on('data', (c: Buffer) => (received += c.toString()));
+      secure.write('EHLO client.example\r\n');
+      await expect.poll(() => received, { timeout: 5000 }).toMatch(/^250 /m);
+      // The first answer in TLS is EHLO's; the session has no sender (the injected one was dropped).
+      expect(received).toMatch(/^250-mx\.mailstead\.test/);
+      received = '';
+      secure.write(`RCPT TO:<support@${sender.domain}>\r\n`);
+      await expect.poll(() => received, { timeout: 5000 }).toMatch(/^503 /);
+      secure.destroy();
     } finally {
       client.close();
     }
