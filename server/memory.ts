@@ -4,10 +4,10 @@ import { runInNewContext } from 'node:vm';
 /**
  * Streaming a large message through the process (the SMTP socket, the sealed spool, the parser, the Postgres
  * protocol) copies every chunk a few times. The copies are garbage at once, but V8 collects the memory behind
- * Buffers only when its own heap asks for it, so a 25 MB message could raise the resident set by several times its
- * size before any collection ran. Paths that stream big payloads call `streamed(bytes)`: after every
- * COLLECT_EVERY_BYTES a full collection runs (a few milliseconds on this process's small heap), keeping the resident
- * set near flat whatever the message size.
+ * Buffers only when its own heap asks for it, so a 25 MB message raised the resident set by twice its size before any
+ * collection ran. A path that streams one payload counts it with its own collector: once that payload passes
+ * COLLECT_EVERY_BYTES, and every as many bytes after, a full collection runs. Small messages (nearly all) never cause
+ * one: a collection pauses every session (tens of milliseconds on a busy machine).
  */
 
 export const COLLECT_EVERY_BYTES = 2 * 1024 * 1024;
@@ -15,11 +15,14 @@ export const COLLECT_EVERY_BYTES = 2 * 1024 * 1024;
 setFlagsFromString('--expose-gc');
 const collect = runInNewContext('gc') as () => void;
 
-let since = 0;
-
-export function streamed(bytes: number): void {
-  since += bytes;
-  if (since < COLLECT_EVERY_BYTES) return;
-  since = 0;
-  collect();
+export function createCollector() {
+  let since = 0;
+  return {
+    streamed(bytes: number): void {
+      since += bytes;
+      if (since < COLLECT_EVERY_BYTES) return;
+      since = 0;
+      collect();
+    },
+  };
 }

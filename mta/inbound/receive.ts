@@ -4,7 +4,7 @@ import { emails } from '../../db/schema/index.js';
 import { queueCustomerDbWrite } from '../../server/customer-db/outbox.js';
 import type { Deps } from '../../server/deps.js';
 import { newId } from '../../server/ids.js';
-import { streamed } from '../../server/memory.js';
+import { createCollector } from '../../server/memory.js';
 import { writeOutcome } from '../outcomes.js';
 import { parseVerp } from '../verp.js';
 import type { Recipient } from './recipients.js';
@@ -91,10 +91,11 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
   let headBytes = 0;
   let size = 0;
   const lineEnds = createLineEndingCheck();
+  const collector = createCollector();
   try {
     for await (const chunk of stream as AsyncIterable<Buffer>) {
       size += chunk.length;
-      streamed(chunk.length);
+      collector.streamed(chunk.length);
       lineEnds.feed(chunk);
       if (lineEnds.bad || stream.sizeExceeded) continue; // drained, never kept
       spool?.append(chunk);

@@ -115,7 +115,10 @@ export function createInboundServer(deps: Deps, tls: { key: string; cert: string
       );
     },
   });
-  server.on('error', (err) => deps.logger.warn('inbound.server_error', { message: err.message }));
+  // A client resetting its connection is routine on port 25; anything else is worth a warning.
+  server.on('error', (err: NodeJS.ErrnoException) =>
+    (err.code === 'ECONNRESET' || err.code === 'EPIPE' ? deps.logger.debug : deps.logger.warn)('inbound.server_error', { code: err.code, message: err.message }),
+  );
 
   return {
     server,

@@ -6,7 +6,7 @@ import { INBOUND_CHANNEL } from '../../db/customer/writes.js';
 import type { SpooledInboundWrite } from '../../server/customer-db/outbox.js';
 import type { Deps } from '../../server/deps.js';
 import { mailauthResolver } from '../../server/dns/resolver.js';
-import { streamed } from '../../server/memory.js';
+import { createCollector } from '../../server/memory.js';
 import { readSpool, spoolPath } from './spool.js';
 
 /**
@@ -75,6 +75,7 @@ interface ParsedAttachment {
 
 /** Streams one attachment into the transaction's chunk table, a chunk at a time; its size. */
 async function spoolAttachment(client: ClientBase, id: string, content: NodeJS.ReadableStream): Promise<number> {
+  const collector = createCollector();
   let size = 0;
   let n = 0;
   let parts: Buffer[] = [];
@@ -87,7 +88,7 @@ async function spoolAttachment(client: ClientBase, id: string, content: NodeJS.R
   };
   for await (const chunk of content as AsyncIterable<Buffer>) {
     size += chunk.length;
-    streamed(chunk.length);
+    collector.streamed(chunk.length);
     parts.push(chunk);
     partBytes += chunk.length;
     if (partBytes >= ATTACHMENT_CHUNK) await flush();
@@ -119,7 +120,6 @@ export async function applySpooledInbound(client: ClientBase, deps: Pick<Deps, '
 
   await client.query('begin');
   try {
-    await client.query('create temp table mailstead_chunks (attachment_id uuid not null, n integer not null, bytes bytea not null) on commit drop');
     const parser = new MailParser({ skipHtmlToText: true, skipTextToHtml: true, skipTextLinks: true, skipImageLinks: true });
     const source = open();
     let spoolFailure: Error | null = null;
@@ -137,6 +137,8 @@ export async function applySpooledInbound(client: ClientBase, deps: Pick<Deps, '
     let html: string | null = null;
     for await (const part of parser as AsyncIterable<AttachmentStream | MessageText>) {
       if (part.type === 'attachment') {
+        // The chunk table only for a message with attachments: creating it costs more than the rest of a small message.
+        if (attachments.length === 0) await client.query('create temp table mailstead_chunks (attachment_id uuid not null, n integer not null, bytes bytea not null) on commit drop');
         const id = randomUUID();
         const size = await spoolAttachment(client, id, part.content as unknown as NodeJS.ReadableStream);
         part.release();

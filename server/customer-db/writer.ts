@@ -113,6 +113,9 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
         await flushRun();
         try {
           await applySpooledInbound(client, deps, o.write);
+          // Gone from the outbox as soon as it landed: `pending` follows the messages one by one, and a crash later
+          // in the batch does not parse this one again.
+          deleteWrites(deps.db, [o.row.id]);
           landedSpools.push(o.write.spoolId);
         } catch (err) {
           if (!(err instanceof SpoolError) && !isDataError(err)) throw err;
