@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -95,6 +95,9 @@ it('a 25 MB message with a 24 MB attachment: received and written, the peak RSS 
     const info = await transport.sendMail({ envelope: { from: 'sender@example.org', to: ['archive@large-shop.example.com'] }, raw });
     expect(info.response).toMatch(/^250 /);
     await waitForPending(proc, key, 0);
+    // A large message went through its own spool file, removed once written.
+    expect(proc.logs.some((l) => l.includes('"inbound.received"') && l.includes('"size":2516'))).toBe(true);
+    expect(existsSync(join(dataDir, 'spool', 'inbound')) ? readdirSync(join(dataDir, 'spool', 'inbound')) : []).toEqual([]);
     const after = memoryOf(proc.child.pid!);
 
     const client = new pg.Client({ host: '127.0.0.1', port: pgServer.port, user: pgServer.user, password: pgServer.password, database: pgServer.database, ssl: { rejectUnauthorized: false } });

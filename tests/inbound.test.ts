@@ -104,10 +104,11 @@ describe('a message for a customer’s receiving domain', () => {
       });
       expect(info.accepted).toEqual([`support@${sender.domain}`, `sales@${sender.domain}`]);
       expect(info.response).toMatch(/^250 /);
-      // Durable before the 250: one customer-database write, its content in a sealed spool file.
+      // Durable before the 250: one customer-database write holding the message (small: no spool file), sealed.
       const queued = service.deps.db.select().from(customerDbWrites).where(eq(customerDbWrites.kind, 'inbound')).all();
       expect(queued).toHaveLength(1);
-      expect(spoolFiles()).toHaveLength(1);
+      expect(queued[0]!.payloadSealed).not.toContain('order');
+      expect(spoolFiles()).toEqual([]);
 
       await writer.runOnce();
       const rows = (await customer.query('select * from service.inbound order by received_at')).rows;

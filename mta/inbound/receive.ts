@@ -18,6 +18,42 @@ import { createSpoolWriter } from './spool.js';
  * the events its reports record. Only then is the answer 250; a failure to store is 451 and stores nothing.
  */
 
+/**
+ * Messages up to this size travel sealed inside their outbox row, made durable by the group commit that many
+ * messages share; a larger one moves to its own spool file (fsynced) as soon as it passes it.
+ */
+export const INLINE_BYTES = 256 * 1024;
+
+/** Holds a message being received: in memory while small, else in a spool file. */
+function createMessageHolder(dataDir: string, key: Buffer, id: string) {
+  let chunks: Buffer[] = [];
+  let bytes = 0;
+  let spool: ReturnType<typeof createSpoolWriter> | null = null;
+  return {
+    append(chunk: Buffer): void {
+      if (spool) return spool.append(chunk);
+      chunks.push(chunk);
+      bytes += chunk.length;
+      if (bytes <= INLINE_BYTES) return;
+      spool = createSpoolWriter(dataDir, key, id);
+      for (const c of chunks) spool.append(c);
+      chunks = [];
+    },
+    /** Durable (the spool file fsynced), or the bytes to seal into the outbox. */
+    finish(): { spoolId: string; raw: null } | { spoolId: null; raw: Buffer } {
+      if (spool) {
+        spool.finish();
+        return { spoolId: id, raw: null };
+      }
+      return { spoolId: null, raw: Buffer.concat(chunks) };
+    },
+    discard(): void {
+      spool?.discard();
+      chunks = [];
+    },
+  };
+}
+
 /** What of a report is read: DSNs and ARF reports say what they have to say near the top. */
 export const REPORT_BYTES = 2 * 1024 * 1024;
 
@@ -86,7 +122,7 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
   const id = newId(now);
   const mailboxes = envelope.recipients.filter((r): r is Extract<Recipient, { kind: 'mailbox' }> => r.kind === 'mailbox');
   const reports = envelope.recipients.filter((r) => r.kind === 'bounce' || r.kind === 'feedback');
-  const spool = mailboxes.length > 0 && deps.secretKey ? createSpoolWriter(deps.config.dataDir, deps.secretKey, id) : null;
+  const spool = mailboxes.length > 0 && deps.secretKey ? createMessageHolder(deps.config.dataDir, deps.secretKey, id) : null;
   const head: Buffer[] = [];
   let headBytes = 0;
   let size = 0;
@@ -119,7 +155,8 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
   const report = reports.length > 0 ? parseReport(Buffer.concat(head)) : null;
   let queued: { stored: number; events: number; webhooks: number };
   try {
-    spool?.finish();
+    const held = spool?.finish();
+    const raw = held?.raw ? held.raw.toString('base64') : undefined;
     queued = await deps.commits.run(() => {
       let stored = 0;
       const byAccount = new Map<string, string[]>();
@@ -128,7 +165,19 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
         const written = queueCustomerDbWrite(
           deps,
           accountId,
-          { kind: 'inbound', id: newId(now), spoolId: id, accountId, toAddresses, mailFrom: envelope.mailFrom, remoteAddress: envelope.remoteAddress, helo: envelope.helo, receivedAt: now, size },
+          {
+            kind: 'inbound',
+            id: newId(now),
+            spoolId: held?.spoolId ?? null,
+            ...(raw === undefined ? {} : { raw }),
+            accountId,
+            toAddresses,
+            mailFrom: envelope.mailFrom,
+            remoteAddress: envelope.remoteAddress,
+            helo: envelope.helo,
+            receivedAt: now,
+            size,
+          },
           now,
         );
         if (written) stored++;

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { Readable } from 'node:stream';
 import { MailParser, type AttachmentStream, type MessageText } from 'mailparser';
 import { authenticate } from 'mailauth';
 import type { ClientBase } from 'pg';
@@ -104,10 +105,12 @@ async function spoolAttachment(client: ClientBase, id: string, content: NodeJS.R
 export async function applySpooledInbound(client: ClientBase, deps: Pick<Deps, 'config' | 'resolver' | 'logger' | 'secretKey'>, w: SpooledInboundWrite): Promise<void> {
   const key = deps.secretKey;
   if (!key) throw new SpoolError('no secret key to open the spooled message');
-  const path = spoolPath(deps.config.dataDir, w.spoolId);
-  const open = () => {
-    const stream = readSpool(path, key, w.spoolId);
-    return stream;
+  const raw = w.raw === undefined ? null : Buffer.from(w.raw, 'base64');
+  const spoolId = w.spoolId;
+  const open = (): Readable => {
+    if (raw) return Readable.from([raw]);
+    if (spoolId === null) throw new SpoolError('the write holds neither the message nor a spool file');
+    return readSpool(spoolPath(deps.config.dataDir, spoolId), key, spoolId);
   };
   const done = await client.query('select 1 from service.inbound where id = $1', [w.id]);
   if (done.rowCount !== 0) return;

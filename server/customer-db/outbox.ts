@@ -87,14 +87,17 @@ export function queueCustomerDbWrite(deps: { db: Db; secretKey: Buffer | null },
 }
 
 /**
- * A received message held in the inbound spool (mta/inbound/spool.ts) for one account: the writer parses it into
- * `service.inbound` and `service.attachments` when it applies the write.
+ * A received message for one account, held in this write (small) or in the inbound spool (mta/inbound/spool.ts):
+ * the writer parses it into `service.inbound` and `service.attachments` when it applies the write.
  */
 export interface SpooledInboundWrite {
   kind: 'inbound';
   /** The service.inbound id. */
   id: string;
-  spoolId: string;
+  /** The spool file holding a large message; null when the message is `raw` here. */
+  spoolId: string | null;
+  /** A small message itself, base64 (sealed with the rest of the write). */
+  raw?: string;
   accountId: string;
   /** The envelope recipients of this account. */
   toAddresses: string[];

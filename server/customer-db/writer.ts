@@ -116,7 +116,7 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
           // Gone from the outbox as soon as it landed: `pending` follows the messages one by one, and a crash later
           // in the batch does not parse this one again.
           deleteWrites(deps.db, [o.row.id]);
-          landedSpools.push(o.write.spoolId);
+          if (o.write.spoolId !== null) landedSpools.push(o.write.spoolId);
         } catch (err) {
           if (!(err instanceof SpoolError) && !isDataError(err)) throw err;
           refused.set(o.row.id, { error: (err as Error).message, final: err instanceof SpoolError });
