@@ -1,9 +1,9 @@
-import { randomUUID } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { MailParser, type AttachmentStream, type MessageText } from 'mailparser';
 import { authenticate } from 'mailauth';
 import type { ClientBase } from 'pg';
-import { INBOUND_CHANNEL } from '../../db/customer/writes.js';
+import { type AttachmentWrite, INBOUND_CHANNEL, type InboundWrite } from '../../db/customer/writes.js';
 import type { SpooledInboundWrite } from '../../server/customer-db/outbox.js';
 import type { Deps } from '../../server/deps.js';
 import { mailauthResolver } from '../../server/dns/resolver.js';
@@ -98,8 +98,103 @@ async function spoolAttachment(client: ClientBase, id: string, content: NodeJS.R
   return size;
 }
 
+/** What the parse of a message gives besides its attachments. */
+interface ParsedMessage {
+  fromAddress: string;
+  subject: string;
+  headers: Record<string, string[]>;
+  text: string | null;
+  html: string | null;
+  messageId: string | null;
+}
+
 /**
- * Applies one spooled inbound write on `client` (its own transaction). Throws SpoolError when the spool cannot be
+ * One pass of mailparser's streaming MailParser over `source`; each attachment is handed to `onAttachment` as a
+ * stream, which must consume it before the parse goes on.
+ */
+async function parseMessage(
+  source: Readable,
+  mailFrom: string,
+  onAttachment: (part: { filename: string | null; contentType: string; content: NodeJS.ReadableStream }) => Promise<void>,
+): Promise<ParsedMessage> {
+  const parser = new MailParser({ skipHtmlToText: true, skipTextToHtml: true, skipTextLinks: true, skipImageLinks: true });
+  let sourceFailure: Error | null = null;
+  source.on('error', (err) => {
+    sourceFailure = err;
+    parser.destroy(err);
+  });
+  let headers = new Map<string, unknown>();
+  let headerLines: { key: string; line: string }[] = [];
+  parser.on('headers', (h: Map<string, unknown>) => (headers = h));
+  parser.on('headerLines', (lines: { key: string; line: string }[]) => (headerLines = lines));
+  source.pipe(parser);
+  let text: string | null = null;
+  let html: string | null = null;
+  try {
+    for await (const part of parser as AsyncIterable<AttachmentStream | MessageText>) {
+      if (part.type === 'attachment') {
+        await onAttachment({ filename: part.filename ? clean(part.filename) : null, contentType: part.contentType || 'application/octet-stream', content: part.content as unknown as NodeJS.ReadableStream });
+        part.release();
+      } else if (part.type === 'text') {
+        text = typeof part.text === 'string' ? clean(part.text) : null;
+        html = typeof part.html === 'string' ? clean(part.html) : null;
+      }
+    }
+  } catch (err) {
+    if (sourceFailure) throw new SpoolError(`the spooled message could not be read: ${(sourceFailure as Error).message}`);
+    throw err;
+  }
+  if (sourceFailure) throw new SpoolError(`the spooled message could not be read: ${(sourceFailure as Error).message}`);
+  const from = headers.get('from') as { value?: { address?: string }[] } | undefined;
+  const subject = headers.get('subject');
+  const messageId = headers.get('message-id');
+  return {
+    fromAddress: clean(from?.value?.[0]?.address ?? mailFrom),
+    subject: clean(typeof subject === 'string' ? subject : ''),
+    headers: headersOf(headerLines),
+    text,
+    html,
+    messageId: typeof messageId === 'string' ? clean(messageId) : null,
+  };
+}
+
+/** An attachment's id from its message's id and its place in it: the same on every retry, so it is never written twice. */
+function attachmentId(inboundId: string, index: number): string {
+  const h = createHash('sha256').update(`${inboundId}:attachment:${index}`).digest('hex');
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-8${h.slice(13, 16)}-${((parseInt(h[16]!, 16) & 0x3) | 0x8).toString(16)}${h.slice(17, 20)}-${h.slice(20, 32)}`;
+}
+
+/**
+ * A small message held in its write (`raw`), parsed whole into the row set the batch statements write
+ * (db/customer/writes.ts): many of them then go to Postgres in one transaction, one statement per table.
+ */
+export async function parseInlineInbound(deps: Pick<Deps, 'config' | 'resolver' | 'logger'>, w: SpooledInboundWrite): Promise<InboundWrite> {
+  if (w.raw === undefined) throw new SpoolError('the write does not hold its message');
+  const raw = Buffer.from(w.raw, 'base64');
+  const verdicts = await verdictsOf(deps, Readable.from([raw]), w);
+  const attachments: AttachmentWrite[] = [];
+  const parsed = await parseMessage(Readable.from([raw]), w.mailFrom, async (part) => {
+    const chunks: Buffer[] = [];
+    for await (const chunk of part.content as AsyncIterable<Buffer>) chunks.push(chunk);
+    const content = Buffer.concat(chunks);
+    attachments.push({ id: attachmentId(w.id, attachments.length), filename: part.filename, contentType: part.contentType, contentBase64: content.toString('base64'), size: content.length });
+  });
+  return {
+    kind: 'inbound',
+    id: w.id,
+    accountId: w.accountId,
+    toAddresses: w.toAddresses,
+    ...parsed,
+    size: w.size,
+    ...verdicts,
+    receivedAt: w.receivedAt,
+    attachments,
+  };
+}
+
+/**
+ * Applies one spooled inbound write (a message past the inline size, in its spool file) on `client`, in its own
+ * transaction, the attachments streamed to Postgres a chunk at a time. Throws SpoolError when the spool cannot be
  * read, the database's error when it refuses.
  */
 export async function applySpooledInbound(client: ClientBase, deps: Pick<Deps, 'config' | 'resolver' | 'logger' | 'secretKey'>, w: SpooledInboundWrite): Promise<void> {
@@ -123,51 +218,27 @@ export async function applySpooledInbound(client: ClientBase, deps: Pick<Deps, '
 
   await client.query('begin');
   try {
-    const parser = new MailParser({ skipHtmlToText: true, skipTextToHtml: true, skipTextLinks: true, skipImageLinks: true });
-    const source = open();
-    let spoolFailure: Error | null = null;
-    source.on('error', (err) => {
-      spoolFailure = err;
-      parser.destroy(err);
-    });
-    let headers = new Map<string, unknown>();
-    let headerLines: { key: string; line: string }[] = [];
-    parser.on('headers', (h: Map<string, unknown>) => (headers = h));
-    parser.on('headerLines', (lines: { key: string; line: string }[]) => (headerLines = lines));
-    source.pipe(parser);
     const attachments: ParsedAttachment[] = [];
-    let text: string | null = null;
-    let html: string | null = null;
-    for await (const part of parser as AsyncIterable<AttachmentStream | MessageText>) {
-      if (part.type === 'attachment') {
-        // The chunk table only for a message with attachments: creating it costs more than the rest of a small message.
-        if (attachments.length === 0) await client.query('create temp table mailstead_chunks (attachment_id uuid not null, n integer not null, bytes bytea not null) on commit drop');
-        const id = randomUUID();
-        const size = await spoolAttachment(client, id, part.content as unknown as NodeJS.ReadableStream);
-        part.release();
-        attachments.push({ id, filename: part.filename ? clean(part.filename) : null, contentType: part.contentType || 'application/octet-stream', size });
-      } else if (part.type === 'text') {
-        text = typeof part.text === 'string' ? clean(part.text) : null;
-        html = typeof part.html === 'string' ? clean(part.html) : null;
-      }
-    }
-    if (spoolFailure) throw new SpoolError(`the spooled message could not be read: ${(spoolFailure as Error).message}`);
-    const from = headers.get('from') as { value?: { address?: string }[] } | undefined;
-    const subject = headers.get('subject');
-    const messageId = headers.get('message-id');
+    const parsed = await parseMessage(open(), w.mailFrom, async (part) => {
+      // The chunk table only for a message with attachments: creating it costs more than the rest of a small message.
+      if (attachments.length === 0) await client.query('create temp table mailstead_chunks (attachment_id uuid not null, n integer not null, bytes bytea not null) on commit drop');
+      const id = attachmentId(w.id, attachments.length);
+      const size = await spoolAttachment(client, id, part.content);
+      attachments.push({ id, filename: part.filename, contentType: part.contentType, size });
+    });
     const inserted = await client.query(
       `insert into service.inbound (id, account_id, from_address, to_addresses, subject, headers, text, html, message_id, size, spf, dkim, dmarc, received_at)
        values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) on conflict (id) do nothing returning id`,
       [
         w.id,
         w.accountId,
-        clean(from?.value?.[0]?.address ?? w.mailFrom),
+        parsed.fromAddress,
         w.toAddresses,
-        clean(typeof subject === 'string' ? subject : ''),
-        JSON.stringify(headersOf(headerLines)),
-        text,
-        html,
-        typeof messageId === 'string' ? clean(messageId) : null,
+        parsed.subject,
+        JSON.stringify(parsed.headers),
+        parsed.text,
+        parsed.html,
+        parsed.messageId,
         w.size,
         verdicts.spf,
         verdicts.dkim,

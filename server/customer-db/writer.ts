@@ -2,15 +2,15 @@ import type pg from 'pg';
 import { and, eq, gt, lte, sql } from 'drizzle-orm';
 import { classifyConnectError, openCustomerPool } from '../../db/customer/connect.js';
 import { migrateCustomerDb } from '../../db/customer/schema.js';
-import { type CustomerWrite, applyWrites, isDataError } from '../../db/customer/writes.js';
-import { SpoolError, applySpooledInbound } from '../../mta/inbound/store.js';
+import { type CustomerWrite, type InboundWrite, applyWrites, isDataError } from '../../db/customer/writes.js';
+import { SpoolError, applySpooledInbound, parseInlineInbound } from '../../mta/inbound/store.js';
 import { spoolPath, sweepSpool } from '../../mta/inbound/spool.js';
 import { rmSync } from 'node:fs';
 import { type CustomerDatabaseRow, customerDatabases } from '../../db/schema/index.js';
 import type { Deps } from '../deps.js';
 import { createPollLoop } from '../poll-loop.js';
 import { configsFor, targetOf } from './connection.js';
-import { type OpenedWrite, deleteWrites, dropExpiredWrites, dueWrites, isSpooled, openWrite, recordRefusedWrite, spoolReferenced } from './outbox.js';
+import { type OpenedWrite, type SpooledInboundWrite, deleteWrites, dropExpiredWrites, dueWrites, isSpooled, openWrite, recordRefusedWrite, spoolReferenced } from './outbox.js';
 import { markReached, markUnreachable, noteSetAside } from './status.js';
 
 /**
@@ -32,6 +32,12 @@ export interface WriterOptions {
   /** Connections per customer database. */
   poolMax: number;
 }
+
+/** The sealed size of one batch's writes (small received messages make most of it). */
+const BATCH_PAYLOAD_BYTES = 16 * 1024 * 1024;
+
+/** Small received messages parsed at once by the writer. */
+const INBOUND_PARSE_CONCURRENCY = 8;
 
 /** How often the spool is swept, and how old an unreferenced file must be (files are written before their commit). */
 const SPOOL_SWEEP_EVERY_MS = 5 * 60_000;
@@ -105,10 +111,18 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
       for (const r of await applyWrites(client, run.map((o) => o.write))) refused.set(run[r.index]!.row.id, { error: r.error.message, final: false });
       run = [];
     };
+    // Small received messages are parsed up front, several at once (their DNS checks overlap), into rows the batch
+    // statements write like emails and events.
+    const parsedInbound = await parseInlineAll(opened);
     for (const o of opened) {
+      const inline = parsedInbound.get(o.row.id);
       if (o.write === null) {
         // A write that cannot even be opened will never land.
         refused.set(o.row.id, { error: o.error, final: true });
+      } else if (inline instanceof Error) {
+        refused.set(o.row.id, { error: inline.message, final: true });
+      } else if (inline) {
+        run.push({ row: o.row, write: inline });
       } else if (isSpooled(o.write)) {
         await flushRun();
         try {
@@ -147,6 +161,25 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
     }
   }
 
+  /** The small received messages of a batch parsed, INBOUND_PARSE_CONCURRENCY at a time; an Error for one that cannot be. */
+  async function parseInlineAll(opened: OpenedWrite[]): Promise<Map<string, InboundWrite | Error>> {
+    const todo = opened.filter((o) => o.write !== null && isSpooled(o.write) && o.write.raw !== undefined);
+    const parsed = new Map<string, InboundWrite | Error>();
+    let next = 0;
+    const worker = async () => {
+      while (next < todo.length) {
+        const o = todo[next++]!;
+        try {
+          parsed.set(o.row.id, await parseInlineInbound(deps, o.write as SpooledInboundWrite));
+        } catch (err) {
+          parsed.set(o.row.id, err instanceof Error ? err : new Error(String(err)));
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(INBOUND_PARSE_CONCURRENCY, todo.length) }, worker));
+    return parsed;
+  }
+
   /** Writes everything due for one database, batch after batch, until none is left or the database fails. */
   async function serve(db: CustomerDatabaseRow): Promise<void> {
     const entry = await poolFor(db);
@@ -165,10 +198,13 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
         if (version !== db.schemaVersion) deps.db.update(customerDatabases).set({ schemaVersion: version }).where(eq(customerDatabases.accountId, db.accountId)).run();
       }
       while (loop.running || driving || stopping) {
-        const rows = dueWrites(deps.db, db.accountId, deps.clock.now(), opts.batchSize);
-        if (rows.length === 0) break;
+        const fetched = dueWrites(deps.db, db.accountId, deps.clock.now(), opts.batchSize);
+        if (fetched.length === 0) break;
+        // A batch of small received messages is held parsed at once: its sealed size is bounded too.
+        let budget = BATCH_PAYLOAD_BYTES;
+        const rows = fetched.filter((row, i) => i === 0 || (budget -= row.payloadSealed.length) >= 0);
         await writeBatch(client, db, rows.map((row) => openWrite(deps.secretKey!, row)));
-        if (rows.length < opts.batchSize || stopping) break;
+        if ((fetched.length < opts.batchSize && rows.length === fetched.length) || stopping) break;
       }
     } catch (err) {
       broken = err instanceof Error ? err : new Error(String(err));
