@@ -2,12 +2,11 @@ import { connect as connectTcp, createServer, type Server, type Socket } from 'n
 import { eq } from 'drizzle-orm';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
-import { describeTarget, parseCustomerDbUrl } from '../db/customer/url.js';
 import { customerDatabases } from '../db/schema/index.js';
 import { urlContext } from '../server/customer-db/connection.js';
-import { newId } from '../server/ids.js';
-import { decryptSecret, encryptSecret } from '../server/secrets.js';
+import { decryptSecret } from '../server/secrets.js';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
+import { NOT_CONNECTED, storeDatabaseRow } from './helpers/customer-db.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { startPostgres, type TestPostgres } from './helpers/postgres.js';
 import { expectError, newSender, receipt } from './helpers/sending.js';
@@ -94,20 +93,6 @@ afterEach(() => {
   expect(calls, 'uncaught exceptions or unhandled rejections').toBe(0);
 });
 
-const NOT_CONNECTED = {
-  connected: false,
-  host: null,
-  port: null,
-  database: null,
-  user: null,
-  sslMode: null,
-  state: null,
-  schemaVersion: null,
-  lastOkAt: null,
-  lastError: null,
-  updatedAt: null,
-  pending: 0,
-};
 
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
 const isoNow = (s: TestService) => new Date(s.clock.now()).toISOString();
@@ -529,27 +514,9 @@ describe('POST /database/test on a server restarted with SECRET_KEY=off', () => 
 
   it('answers 422 database_unreachable (the stored URL cannot be opened), records it, and connects to nothing', async () => {
     const { key, account } = off.newAccount();
-    const now = off.clock.now();
     const url = `postgresql://u:p@db.pg.test:${counter.port}/db`;
-    off.deps.db
-      .insert(customerDatabases)
-      .values({
-        accountId: account.id,
-        connectionId: newId(now),
-        // Sealed by an earlier run with a key this one does not have.
-        urlSealed: encryptSecret(Buffer.alloc(32, 7), url, urlContext(account.id)),
-        ...describeTarget(parseCustomerDbUrl(url)),
-        state: 'connected',
-        schemaVersion: 1,
-        lastOkAt: now,
-        lastError: null,
-        lastErrorKind: null,
-        failures: 0,
-        nextAttemptAt: now,
-        updatedAt: now,
-        createdAt: now,
-      })
-      .run();
+    // Sealed by an earlier run with a key this one does not have.
+    storeDatabaseRow(off, account.id, url, Buffer.alloc(32, 7));
     expectError(await off.api('POST', '/database/test', { key }), 422, 'database_unreachable', /secret key/);
     expect(counter.count).toBe(0);
     expect(await status(off, key)).toMatchObject({ connected: true, state: 'unreachable', lastError: expect.stringMatching(/secret key/) });
@@ -624,25 +591,7 @@ describe('POST /database/test', () => {
     // Stored while the host was allowed (e.g. before ALLOW_PRIVATE_TARGETS was turned off, or its DNS changed).
     const { key, account } = strict.newAccount();
     const url = `postgresql://u:p@db.pg.test:${counter.port}/db`;
-    const now = strict.clock.now();
-    strict.deps.db
-      .insert(customerDatabases)
-      .values({
-        accountId: account.id,
-        connectionId: newId(now),
-        urlSealed: encryptSecret(strict.deps.secretKey!, url, urlContext(account.id)),
-        ...describeTarget(parseCustomerDbUrl(url)),
-        state: 'connected',
-        schemaVersion: 1,
-        lastOkAt: now,
-        lastError: null,
-        lastErrorKind: null,
-        failures: 0,
-        nextAttemptAt: now,
-        updatedAt: now,
-        createdAt: now,
-      })
-      .run();
+    storeDatabaseRow(strict, account.id, url);
     strict.clock.advance(1000);
     expectError(await strict.api('POST', '/database/test', { key }), 422, 'blocked_host');
     expect(counter.count).toBe(0);

@@ -1,0 +1,48 @@
+import { describeTarget, parseCustomerDbUrl } from '../../db/customer/url.js';
+import { customerDatabases } from '../../db/schema/index.js';
+import { urlContext } from '../../server/customer-db/connection.js';
+import { newId } from '../../server/ids.js';
+import { encryptSecret } from '../../server/secrets.js';
+import type { TestService } from './service.js';
+
+/** GET /database with no database set (api.md: `connected` false, the rest empty). */
+export const NOT_CONNECTED = {
+  connected: false,
+  host: null,
+  port: null,
+  database: null,
+  user: null,
+  sslMode: null,
+  state: null,
+  schemaVersion: null,
+  lastOkAt: null,
+  lastError: null,
+  updatedAt: null,
+  pending: 0,
+};
+
+/**
+ * A database stored as POST /database leaves it, without connecting: for URLs the API would now refuse or cannot
+ * reach (a host that turned private, a URL sealed with another key).
+ */
+export function storeDatabaseRow(service: TestService, accountId: string, url: string, sealWith: Buffer = service.deps.secretKey!): void {
+  const now = service.clock.now();
+  service.deps.db
+    .insert(customerDatabases)
+    .values({
+      accountId,
+      connectionId: newId(now),
+      urlSealed: encryptSecret(sealWith, url, urlContext(accountId)),
+      ...describeTarget(parseCustomerDbUrl(url)),
+      state: 'connected',
+      schemaVersion: 1,
+      lastOkAt: now,
+      lastError: null,
+      lastErrorKind: null,
+      failures: 0,
+      nextAttemptAt: now,
+      updatedAt: now,
+      createdAt: now,
+    })
+    .run();
+}
