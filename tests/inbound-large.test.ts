@@ -12,9 +12,8 @@ import { connectSendingDomain, createAccountWithCli, processApi, processEnv, run
 
 /**
  * Issue 12: a 25 MB message with a 24 MB attachment is received by the real process (SMTP to the spool, durable
- * before the 250) and written (parsed from the spool, the attachment sent to Postgres a chunk at a time), the peak RSS
- * growing by less than twice the message size. The issue asks for well under its size: not met yet (see the measure
- * below); what this guards is that nothing along the way holds the message whole.
+ * before the 250) and written (parsed from the spool, the attachment sent to Postgres a chunk at a time) with the
+ * process's peak RSS growing by less than half the message size: nothing along the way holds the message whole.
  */
 
 const MIB = 1024 * 1024;
@@ -50,7 +49,7 @@ function memoryOf(pid: number): { peak: number; now: number } {
   return { peak: kb('VmHWM'), now: kb('VmRSS') };
 }
 
-it('a 25 MB message with a 24 MB attachment: received and written, the peak RSS growing by less than twice its size (no copy of it held whole)', async () => {
+it('a 25 MB message with a 24 MB attachment: received and written, the peak RSS growing by less than half its size', async () => {
   const smtpPort = await freePort();
   // The default SMTP_MAX_MESSAGE_BYTES: 25 MiB.
   const env = processEnv(dataDir, { DNS_SERVERS: dns.address, SMTP_HOST: '127.0.0.1', SMTP_PORT: String(smtpPort) });
@@ -116,11 +115,11 @@ it('a 25 MB message with a 24 MB attachment: received and written, the peak RSS 
     } finally {
       await client.end();
     }
-    // The peak resident set over the whole receive and write, against the peak before it. Measured here: about 32 MiB
-    // (52 MiB without the collections of server/memory.ts); a path that buffered the message whole (simpleParser,
-    // or mailparser's quoted-printable decoding of a text attachment: 176 MiB) holds several copies at once.
+    // The peak resident set over the whole receive and write, against the peak before it. Measured here: 6-7 MiB for
+    // this 25 MiB message (52 MiB without the collections of server/memory.ts; a path that buffers the message whole,
+    // as mailparser's quoted-printable decoding of a text attachment does, 176 MiB).
     const grewBy = after.peak - Math.max(before.peak, before.now);
-    expect(grewBy, `peak RSS grew by ${(grewBy / MIB).toFixed(1)} MiB (before: peak ${(before.peak / MIB).toFixed(0)} MiB, now ${(before.now / MIB).toFixed(0)} MiB)`).toBeLessThan(2 * raw.length);
+    expect(grewBy, `peak RSS grew by ${(grewBy / MIB).toFixed(1)} MiB (before: peak ${(before.peak / MIB).toFixed(0)} MiB, now ${(before.now / MIB).toFixed(0)} MiB)`).toBeLessThan(raw.length / 2);
   } finally {
     proc.child.kill('SIGTERM');
     await proc.exited;

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { Readable } from 'node:stream';
+import { Readable, Transform } from 'node:stream';
 import { MailParser, type AttachmentStream, type MessageText } from 'mailparser';
 import { authenticate } from 'mailauth';
 import type { ClientBase } from 'pg';
@@ -205,7 +205,17 @@ export async function applySpooledInbound(client: ClientBase, deps: Pick<Deps, '
   const open = (): Readable => {
     if (raw) return Readable.from([raw]);
     if (spoolId === null) throw new SpoolError('the write holds neither the message nor a spool file');
-    return readSpool(spoolPath(deps.config.dataDir, spoolId), key, spoolId);
+    // Each pass over a large message lets the copies it makes be collected as it goes.
+    const collector = createCollector();
+    const counted = new Transform({
+      transform(chunk: Buffer, _enc, done) {
+        collector.streamed(chunk.length);
+        done(null, chunk);
+      },
+    });
+    const source = readSpool(spoolPath(deps.config.dataDir, spoolId), key, spoolId);
+    source.on('error', (err) => counted.destroy(err));
+    return source.pipe(counted);
   };
   const done = await client.query('select 1 from service.inbound where id = $1', [w.id]);
   if (done.rowCount !== 0) return;
