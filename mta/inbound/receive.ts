@@ -153,7 +153,7 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
     throw new SmtpReply(550, '5.6.0 Bare CR or LF in the message data is not accepted; lines must end with CRLF');
   }
   const report = reports.length > 0 ? parseReport(Buffer.concat(head)) : null;
-  let queued: { stored: number; events: number; webhooks: number };
+  let queued: { stored: number; events: number; webhooks: number; written: number };
   try {
     const held = spool?.finish();
     const raw = held?.raw ? held.raw.toString('base64') : undefined;
@@ -182,7 +182,7 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
         );
         if (written) stored++;
       }
-      const recorded = report ? recordReport(deps, report, reports, now) : { events: 0, webhooks: 0 };
+      const recorded = report ? recordReport(deps, report, reports, now) : { events: 0, webhooks: 0, written: 0 };
       return { stored, ...recorded };
     });
   } catch (err) {
@@ -191,7 +191,8 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
     throw new SmtpReply(451, '4.3.0 The message could not be stored; try again later');
   }
   if (spool && queued.stored === 0) spool.discard();
-  if (queued.stored > 0) deps.onCustomerDbQueued();
+  // Pokes only once the commit is durable: the writer and the dispatcher never see a write that could still roll back.
+  if (queued.stored > 0 || queued.written > 0) deps.onCustomerDbQueued();
   if (queued.webhooks > 0) deps.onWebhookQueued();
   if (reports.length > 0 && !report) deps.logger.info('inbound.report_unparsed', { id, recipients: reports.length });
   return { id, size, stored: queued.stored, events: queued.events };
@@ -239,20 +240,21 @@ function recipientOf(email: SentEmail, named: string | null, index: number | nul
  * suppression and counter. Each through the engine's own writeOutcome, so webhooks, the customer database and the
  * reputation breaker see them like any other outcome.
  */
-function recordReport(deps: Deps, report: Exclude<InboundReport, null>, arrivedAt: Recipient[], now: number): { events: number; webhooks: number } {
+function recordReport(deps: Deps, report: Exclude<InboundReport, null>, arrivedAt: Recipient[], now: number): { events: number; webhooks: number; written: number } {
   const target = reportedEmail(deps, report, arrivedAt);
   if (!target) {
     deps.logger.info('inbound.report_unmatched', { kind: report.kind });
-    return { events: 0, webhooks: 0 };
+    return { events: 0, webhooks: 0, written: 0 };
   }
   const { email, index } = target;
   let events = 0;
   let webhooks = 0;
+  let written = 0;
   const record = (recipient: string, status: 'bounced' | 'deferred' | 'complained', dsn: string, detail: string) => {
     const out = writeOutcome(deps, { emailId: email.id, accountId: email.accountId, recipient, status, dsn, detail, occurredAt: now });
     events++;
     webhooks += out.webhooks;
-    if (out.written) deps.onCustomerDbQueued();
+    if (out.written) written++;
   };
   if (report.kind === 'dsn') {
     for (const r of report.recipients) {
@@ -266,5 +268,5 @@ function recordReport(deps: Deps, report: Exclude<InboundReport, null>, arrivedA
     const recipient = recipientOf(email, report.recipient, index);
     if (recipient) record(recipient, 'complained', '5.7.1', 'Complaint (feedback report: abuse)');
   }
-  return { events, webhooks };
+  return { events, webhooks, written };
 }
