@@ -97,9 +97,9 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
   }
 
   /**
-   * Writes a batch's opened writes in order: runs of emails and events as one statement set (db/customer/writes.ts),
-   * each received message on its own from its spool (mta/inbound/store.ts). Deletes what landed, records what was
-   * refused, and removes the spool files nothing reads any more.
+   * Writes a batch's opened writes in order: runs of emails, events and small received messages as one statement set
+   * (db/customer/writes.ts), each large received message on its own from its spool file (mta/inbound/store.ts).
+   * Deletes what landed, records what was refused, and removes the spool files nothing reads any more.
    */
   async function writeBatch(client: pg.PoolClient, db: CustomerDatabaseRow, opened: OpenedWrite[]): Promise<void> {
     /** Refused writes: the error, and whether no retry can help (set aside at once). */
