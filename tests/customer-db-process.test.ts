@@ -64,8 +64,7 @@ async function healthz(proc: ServiceProcess): Promise<number> {
 }
 
 async function customerRows<T extends pg.QueryResultRow>(sql: string, params: unknown[] = []): Promise<T[]> {
-  const client = new pg.Client({ host: '127.0.0.1', port: pgServer.port, user: pgServer.user, password: pgServer.password, database: pgServer.database, ssl: { rejectUnauthorized: false } });
-  await client.connect();
+  const client = await pgServer.connect();
   try {
     return (await client.query<T>(sql, params)).rows;
   } finally {

@@ -58,9 +58,7 @@ afterEach(async () => {
 /** A plain superuser-free client on the customer database, to read what the writer wrote. */
 async function customerClient(): Promise<pg.Client> {
   if (customer) return customer;
-  customer = new pg.Client({ host: '127.0.0.1', port: pgServer.port, user: pgServer.user, password: pgServer.password, database: pgServer.database, ssl: { rejectUnauthorized: false } });
-  customer.on('error', () => undefined);
-  await customer.connect();
+  customer = await pgServer.connect();
   return customer;
 }
 
@@ -157,8 +155,7 @@ describe('writing sends and outcomes', () => {
     const own = await send(sender.key, sub.from, 'ann@example.net', {}, sub.id);
     await writer.runOnce();
     expect(await emailRow(own)).toBeUndefined();
-    const subClient = new pg.Client({ host: '127.0.0.1', port: pgServer.port, user: pgServer.user, password: pgServer.password, database: 'sub_own', ssl: { rejectUnauthorized: false } });
-    await subClient.connect();
+    const subClient = await pgServer.connect('sub_own');
     try {
       expect((await subClient.query('select account_id from service.emails where id = $1', [own])).rows).toEqual([{ account_id: sub.id }]);
     } finally {

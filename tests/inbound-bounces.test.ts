@@ -1,5 +1,4 @@
 import { and, eq } from 'drizzle-orm';
-import pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { accounts, customerDbWrites, emailEvents, emails, suppressions, webhookDeliveries } from '../db/schema/index.js';
 import { type InboundServer, createInboundServer } from '../mta/inbound/server.js';
@@ -264,8 +263,7 @@ Your receipt body.
     } finally {
       await writer.stop();
     }
-    const client = new pg.Client({ host: '127.0.0.1', port: pgServer.port, user: pgServer.user, password: pgServer.password, database: pgServer.database, ssl: { rejectUnauthorized: false } });
-    await client.connect();
+    const client = await pgServer.connect();
     try {
       const events = (await client.query('select recipient, status from service.events where email_id = $1', [id])).rows;
       expect(events).toEqual([{ recipient: 'gus@example.net', status: 'complained' }]);
@@ -308,8 +306,7 @@ describe('a database outage during DATA', () => {
     } finally {
       await writer.stop();
     }
-    const client = new pg.Client({ host: '127.0.0.1', port: pgServer.port, user: pgServer.user, password: pgServer.password, database: pgServer.database, ssl: { rejectUnauthorized: false } });
-    await client.connect();
+    const client = await pgServer.connect();
     try {
       const rows = (await client.query("select subject, text from service.inbound where message_id = '<outage-1@example.org>'")).rows;
       expect(rows).toEqual([{ subject: 'during the outage', text: 'still here\n' }]);

@@ -1,14 +1,13 @@
 import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import nodemailer from 'nodemailer';
-import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 import { connectSendingDomain, createAccountWithCli, processApi, processEnv, runningProcesses, startServiceProcess } from './helpers/service-process.js';
+import { freePort } from '../scripts/lib/free-port.js';
 
 /**
  * Issue 12: a 25 MB message with a 24 MB attachment is received by the real process (SMTP to the spool, durable
@@ -34,13 +33,6 @@ afterAll(async () => {
   rmSync(dataDir, { recursive: true, force: true });
 });
 
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const { port } = server.address() as { port: number };
-  await new Promise<void>((r) => server.close(() => r()));
-  return port;
-}
 
 /** Peak and current resident set of a process, in bytes (Linux /proc). */
 function memoryOf(pid: number): { peak: number; now: number } {
@@ -99,8 +91,7 @@ it('a 25 MB message with a 24 MB attachment: received and written, the peak RSS 
     expect(existsSync(join(dataDir, 'spool', 'inbound')) ? readdirSync(join(dataDir, 'spool', 'inbound')) : []).toEqual([]);
     const after = memoryOf(proc.child.pid!);
 
-    const client = new pg.Client({ host: '127.0.0.1', port: pgServer.port, user: pgServer.user, password: pgServer.password, database: pgServer.database, ssl: { rejectUnauthorized: false } });
-    await client.connect();
+    const client = await pgServer.connect();
     try {
       const rows = (
         await client.query(

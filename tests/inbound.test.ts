@@ -46,9 +46,7 @@ beforeAll(async () => {
   sender = await newSender(service);
   const connected = await service.api('POST', '/database', { key: sender.key, body: { url: pgServer.url('localhost') } });
   expect(connected.status, JSON.stringify(connected.body)).toBe(200);
-  customer = new pg.Client({ host: '127.0.0.1', port: pgServer.port, user: pgServer.user, password: pgServer.password, database: pgServer.database, ssl: { rejectUnauthorized: false } });
-  customer.on('error', () => undefined);
-  await customer.connect();
+  customer = await pgServer.connect();
 }, 120_000);
 
 afterAll(async () => {

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { PG_TEST_CA_FILE, startPostgres } from '../lib/postgres.js';
-import { benchSendBody, createPoster, startBenchRig } from './rig.js';
+import { benchSendBody, createPoster, postAll, startBenchRig } from './rig.js';
 
 /**
  * The customer-database writer against the delivery engine (issue 11): N sends (~5 KB rendered) through POST /emails,
@@ -106,16 +106,8 @@ async function main(): Promise<void> {
   })();
 
   const started = Date.now();
-  let next = 0;
-  let failed = 0;
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (next < total) {
-        const i = next++;
-        if ((await post(body(i))) !== 200) failed++;
-      }
-    }),
-  );
+  const failed = await postAll(post, total, concurrency, body);
+
   const expected = total - failed;
   const deadline = Date.now() + 300_000;
   while ((emails.length < expected || events.length < expected) && Date.now() < deadline) await new Promise((r) => setTimeout(r, POLL_MS));

@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { dkimSign } from 'mailauth/lib/dkim/sign.js';
 import { prepareSigningKey } from '../../mta/dkim.js';
 import { buildSignedMessage, signMessage } from '../../mta/message.js';
-import { benchSendBody, createPoster, startBenchRig } from './rig.js';
+import { benchSendBody, createPoster, postAll, startBenchRig } from './rig.js';
 
 /**
  * End to end: N templated messages (~5 KB rendered) through POST /emails to a verified domain whose MX is a local
@@ -38,17 +38,8 @@ async function endToEnd(): Promise<void> {
   const sentAt = new Map<string, number>();
   const cpu0 = cpuSeconds(pid);
   const started = Date.now();
-  let next = 0;
-  let failed = 0;
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (next < total) {
-        const i = next++;
-        sentAt.set(`customer${i}@example.net`, Date.now());
-        if ((await post(body(i))) !== 200) failed++;
-      }
-    }),
-  );
+  const failed = await postAll(post, total, concurrency, body, (i) => sentAt.set(`customer${i}@example.net`, Date.now()));
+
   const accepted = Date.now();
   const deadline = Date.now() + 300_000;
   while (sink.received.length < total - failed && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));

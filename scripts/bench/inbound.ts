@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { connect, createServer, type Socket } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import { delimiter, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
@@ -8,6 +8,7 @@ import pg from 'pg';
 import { SmtpSink } from '../lib/smtp-sink.js';
 import { PG_TEST_CA_FILE, startPostgres } from '../lib/postgres.js';
 import { type BenchRig, startBenchRig } from './rig.js';
+import { freePort } from '../lib/free-port.js';
 
 /**
  * Inbound SMTP (issue 12): concurrent SMTP sessions for a fixed time, ~5 KB messages for a customer's receiving
@@ -258,16 +259,6 @@ async function runSmtpSource(path: string, spec: LoadSpec): Promise<LoadResult> 
   return { accepted: answered - dataRefused, seconds, latencies: [], failures, stoppedAt };
 }
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
-    });
-  });
-}
 
 async function waitForPort(port: number, ms = 15_000): Promise<void> {
   const until = Date.now() + ms;

