@@ -14,6 +14,7 @@ import { emailRoutes } from './routes/emails.js';
 import { keyRoutes } from './routes/keys.js';
 import { eventRoutes } from './routes/events.js';
 import { suppressionRoutes } from './routes/suppressions.js';
+import { templateRoutes } from './routes/templates.js';
 import { webhookRoutes } from './routes/webhooks.js';
 
 export const API_BASE = '/api/v1';
@@ -49,7 +50,8 @@ export function createApp(deps: Deps) {
     .route('/', suppressionRoutes(deps))
     .route('/', webhookRoutes(deps))
     .route('/', eventRoutes(deps))
-    .route('/', databaseRoutes(deps));
+    .route('/', databaseRoutes(deps))
+    .route('/', templateRoutes(deps));
 
   const app = new Hono<AppEnv>();
   app.get('/healthz', (c) => {

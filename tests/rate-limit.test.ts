@@ -217,6 +217,8 @@ const ENDPOINTS: Endpoint[] = [
   { method: 'POST', route: '/database', path: '/database', scope: 'database:write', body: { url: 'postgresql://app@127.0.0.1/app' } },
   { method: 'POST', route: '/database/test', path: '/database/test', scope: 'database:write' },
   { method: 'DELETE', route: '/database', path: '/database', scope: 'database:write' },
+  { method: 'GET', route: '/templates', path: '/templates', scope: 'emails:send' },
+  { method: 'POST', route: '/templates/:name/render', path: '/templates/receipt/render', scope: 'emails:send', body: { total: '$1' } },
 ];
 
 const label = (ep: Endpoint) => `${ep.method} ${ep.route}`;

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { ApiError } from '../errors.js';
 import { type Mailbox, parseAddress, parseMailbox } from './addresses.js';
-import { MAX_RENDERED_BYTES, type Rendered, TEMPLATES, type Vars, renderTemplate, renderedBytes, variableTooLong } from './templates.js';
+import { MAX_RENDERED_BYTES, type Rendered, TEMPLATES, type Vars, findTemplate, renderTemplate, renderedBytes, variableTooLong } from './templates.js';
 
 /** The send request of api.md and decisions.md section 2, validated field by field in the order written. */
 
@@ -38,31 +38,53 @@ const recipient = z.string().max(MAX_RECIPIENT_INPUT, `must be at most ${MAX_REC
   return r.value;
 });
 
+const variableValue = z.string({ error: 'must be a string' });
+
+const UNKNOWN_TEMPLATE = `must be one of ${Object.keys(TEMPLATES).join(', ')}`;
+
+/**
+ * The rules of a template's variables, for a send's `template` and for POST /templates/{name}/render alike: an unknown
+ * template is an issue at `name`; then each given key must be a variable of the template, each required variable
+ * given, each value within its declared limit, each link an http(s) URL. Issues name the variable.
+ */
+function checkTemplateVariables(name: string, vars: Record<string, string>, ctx: z.RefinementCtx): void {
+  const def = findTemplate(name);
+  if (!def) {
+    ctx.addIssue({ code: 'custom', path: ['name'], message: UNKNOWN_TEMPLATE });
+    return;
+  }
+  for (const key of Object.keys(vars)) {
+    if (!Object.hasOwn(def.variables, key)) ctx.addIssue({ code: 'custom', path: [fieldName(key)], message: `is not a variable of the ${name} template` });
+  }
+  for (const [key, spec] of Object.entries(def.variables)) {
+    const value = vars[key];
+    if (value === undefined) {
+      if (spec.required) ctx.addIssue({ code: 'custom', path: [key], message: `is required by the ${name} template` });
+      continue;
+    }
+    // The length first: a URL check need not parse a megabyte.
+    const tooLong = variableTooLong(value, spec.limit);
+    if (tooLong) ctx.addIssue({ code: 'custom', path: [key], message: tooLong });
+    else if (spec.kind === 'url' && !isHttpUrl(value)) ctx.addIssue({ code: 'custom', path: [key], message: 'must be an http or https URL' });
+  }
+}
+
+/** A send's `template`: `name` plus the variables of that template. */
 const templateInput = z
-  .object({ name: z.string({ error: 'must be a string' }) })
-  .catchall(z.string({ error: 'must be a string' }))
-  .superRefine((t, ctx) => {
-    // Own keys only: "constructor" or "toString" must not find Object.prototype's.
-    const def = Object.hasOwn(TEMPLATES, t.name) ? TEMPLATES[t.name] : undefined;
-    if (!def) {
-      ctx.addIssue({ code: 'custom', path: ['name'], message: `must be one of ${Object.keys(TEMPLATES).join(', ')}` });
-      return;
-    }
-    for (const key of Object.keys(t)) {
-      if (key !== 'name' && !Object.hasOwn(def.variables, key)) ctx.addIssue({ code: 'custom', path: [fieldName(key)], message: `is not a variable of the ${t.name} template` });
-    }
-    for (const [key, spec] of Object.entries(def.variables)) {
-      const value = t[key];
-      if (value === undefined) {
-        if (spec.required) ctx.addIssue({ code: 'custom', path: [key], message: `is required by the ${t.name} template` });
-        continue;
-      }
-      // The length first: a URL check need not parse a megabyte.
-      const tooLong = variableTooLong(value, spec.limit);
-      if (tooLong) ctx.addIssue({ code: 'custom', path: [key], message: tooLong });
-      else if (spec.kind === 'url' && !isHttpUrl(value)) ctx.addIssue({ code: 'custom', path: [key], message: 'must be an http or https URL' });
-    }
-  });
+  .object({ name: variableValue })
+  .catchall(variableValue)
+  .superRefine(({ name, ...vars }, ctx) => checkTemplateVariables(name, vars, ctx));
+
+/**
+ * The body of POST /templates/{name}/render: a send's `template` without `name`, the path naming the template (an
+ * unknown one is an issue at `name`, as in a send). A `name` key in the body is not a variable of any template.
+ */
+export function templateVariablesInput(name: string) {
+  return z
+    .object({})
+    .catchall(variableValue)
+    .superRefine((vars, ctx) => checkTemplateVariables(name, vars, ctx));
+}
 
 function isHttpUrl(value: string): boolean {
   try {
@@ -122,7 +144,12 @@ export function toSendRequest(parsed: z.output<typeof sendRequestSchema>): SendR
 
 /** The send's message, rendered; one over MAX_RENDERED_BYTES (subject, html and text together) is refused. */
 export function renderSend(send: SendRequest): Rendered {
-  const rendered = renderTemplate(send.template.name, send.template.vars);
+  return renderChecked(send.template);
+}
+
+/** A validated template rendered, refused when over MAX_RENDERED_BYTES (subject, html and text together). */
+export function renderChecked(template: { name: string; vars: Vars }): Rendered {
+  const rendered = renderTemplate(template.name, template.vars);
   assertRenderedSize(rendered);
   return rendered;
 }

@@ -29,6 +29,8 @@ export interface VariableDef {
 }
 
 export interface TemplateDef {
+  /** What the template is for, one line (GET /templates shows it). */
+  description: string;
   variables: Record<string, VariableDef>;
   subject(v: Vars): string;
   html(v: Vars, h: Vars): string;
@@ -84,6 +86,7 @@ const line = (label: string, value: string | undefined) => (value === undefined 
 
 export const TEMPLATES: Record<string, TemplateDef> = {
   receipt: {
+    description: 'A payment receipt: its number, the date paid, the payment method and the total.',
     variables: { receiptNumber: text(), paidOn: text(), paymentMethod: text(), total: text(true) },
     subject: (v) => (v.receiptNumber ? `Your receipt ${v.receiptNumber}` : 'Your receipt'),
     html: (_v, h) =>
@@ -98,6 +101,7 @@ export const TEMPLATES: Record<string, TemplateDef> = {
     text: (v) => `Receipt${v.receiptNumber ? ` ${v.receiptNumber}` : ''}\n\n${line('Paid on', v.paidOn)}${line('Payment method', v.paymentMethod)}Total: ${v.total}\n\nThank you for your payment.\n`,
   },
   welcome: {
+    description: 'A welcome after sign-up, greeting the recipient by first name when one is given.',
     // `firstName`, not `name`: the template object's `name` is the template's own (decisions.md section 2).
     variables: { firstName: text() },
     subject: () => 'Welcome',
@@ -105,6 +109,7 @@ export const TEMPLATES: Record<string, TemplateDef> = {
     text: (v) => `Welcome${v.firstName ? `, ${v.firstName}` : ''}!\n\nYour account is ready.\n`,
   },
   'password-reset': {
+    description: 'A password reset link, with how long it stays valid when given.',
     variables: { resetUrl: url(), expiresIn: text() },
     subject: () => 'Reset your password',
     html: (_v, h) =>
@@ -117,18 +122,21 @@ export const TEMPLATES: Record<string, TemplateDef> = {
       `Someone asked to reset the password of your account. If it was you, choose a new one:\n\n${v.resetUrl}\n\n${v.expiresIn ? `This link expires in ${v.expiresIn}. ` : ''}If you did not ask for this, ignore this email.\n`,
   },
   'magic-link': {
+    description: 'A sign-in link.',
     variables: { url: url() },
     subject: () => 'Your sign-in link',
     html: (_v, h) => page('Sign in', `<p>Use this link to sign in:</p>${button(h.url!, 'Sign in')}<p style="color:#666">If you did not ask for it, ignore this email.</p>`),
     text: (v) => `Use this link to sign in:\n\n${v.url}\n\nIf you did not ask for it, ignore this email.\n`,
   },
   'verify-email': {
+    description: "A link that confirms the recipient's email address.",
     variables: { url: url() },
     subject: () => 'Confirm your email address',
     html: (_v, h) => page('Confirm your email address', `<p>Confirm that this is your email address:</p>${button(h.url!, 'Confirm address')}`),
     text: (v) => `Confirm that this is your email address:\n\n${v.url}\n`,
   },
   notification: {
+    description: 'Free text: your own subject and body (line breaks in the body are kept).',
     variables: { subject: text(true), body: text(true, 'body') },
     subject: (v) => v.subject!,
     html: (_v, h) => page(h.subject!, `<p>${h.body!.replace(/\r?\n/g, '<br>')}</p>`),
@@ -136,9 +144,14 @@ export const TEMPLATES: Record<string, TemplateDef> = {
   },
 };
 
+/** The template a name stands for, matched as an own key only ("constructor" must not find Object.prototype's). */
+export function findTemplate(name: string): TemplateDef | undefined {
+  return Object.hasOwn(TEMPLATES, name) ? TEMPLATES[name] : undefined;
+}
+
 /** Renders a template already validated against its variables. */
 export function renderTemplate(name: string, vars: Vars): Rendered {
-  const def = TEMPLATES[name];
+  const def = findTemplate(name);
   if (!def) throw new Error(`unknown template ${name}`);
   const escaped = Object.fromEntries(Object.entries(vars).map(([k, v]) => [k, escapeHtml(v)]));
   // A subject is one header line: line breaks in a variable become spaces.
