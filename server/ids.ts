@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { pooledRandomBytes } from './random-pool.js';
 
 let lastMs = -1;
 let seq = 0;
@@ -19,7 +19,7 @@ export function newId(nowMs: number): string {
     seq = 0;
   }
   lastMs = ms;
-  const b = randomBytes(16);
+  const b = pooledRandomBytes(16);
   b.writeUIntBE(ms, 0, 6);
   b[6] = 0x70 | (seq >> 8);
   b[7] = seq & 0xff;

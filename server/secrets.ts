@@ -1,11 +1,12 @@
-import { createCipheriv, createDecipheriv, createHash, randomBytes, randomInt, timingSafeEqual } from 'node:crypto';
+import { createCipheriv, createDecipheriv, createHash, randomInt, timingSafeEqual } from 'node:crypto';
+import { pooledRandomBytes } from './random-pool.js';
 
 /**
  * Authenticated encryption of stored secrets (DKIM keys, webhook secrets, database URLs) with the server's
  * secret key: AES-256-GCM, a fresh 96-bit nonce per value, stored as `v1.<nonce>.<tag>.<ciphertext>` in base64url.
  */
 export function encryptSecret(key: Buffer, plaintext: string | Buffer, context = ''): string {
-  const nonce = randomBytes(12);
+  const nonce = pooledRandomBytes(12);
   const cipher = createCipheriv('aes-256-gcm', key, nonce);
   cipher.setAAD(Buffer.from(context));
   const ct = Buffer.concat([cipher.update(plaintext), cipher.final()]);

@@ -5,8 +5,10 @@ import { authenticate } from 'mailauth';
 import type { ClientBase } from 'pg';
 import { type AttachmentWrite, INBOUND_CHANNEL, type InboundWrite } from '../../db/customer/writes.js';
 import type { SpooledInboundWrite } from '../../server/customer-db/outbox.js';
+import type { Config } from '../../server/config.js';
 import type { Deps } from '../../server/deps.js';
-import { mailauthResolver } from '../../server/dns/resolver.js';
+import { type DnsResolver, mailauthResolver } from '../../server/dns/resolver.js';
+import type { Logger } from '../../server/logger.js';
 import { createCollector } from '../../server/memory.js';
 import { readSpool, spoolPath } from './spool.js';
 
@@ -28,6 +30,13 @@ export class SpoolError extends Error {
 /** Postgres text cannot hold NUL: a message is not refused for one, it is shown as U+FFFD. */
 const clean = (s: string) => s.replace(/\u0000/g, '\ufffd');
 
+/** What the checks and the parse read: the host name mailauth reports as, DNS, and where to warn. */
+export interface ParseDeps {
+  config: Pick<Config, 'mailHostname'>;
+  resolver: DnsResolver;
+  logger: Logger;
+}
+
 export interface Verdicts {
   spf: string | null;
   dkim: string | null;
@@ -35,7 +44,7 @@ export interface Verdicts {
 }
 
 /** SPF, DKIM (the first signature's result, `none` when unsigned) and DMARC results, or nulls when they cannot be had. */
-export async function verdictsOf(deps: Pick<Deps, 'config' | 'resolver' | 'logger'>, message: NodeJS.ReadableStream, w: Pick<SpooledInboundWrite, 'remoteAddress' | 'helo' | 'mailFrom'>): Promise<Verdicts> {
+export async function verdictsOf(deps: ParseDeps, message: NodeJS.ReadableStream, w: Pick<SpooledInboundWrite, 'remoteAddress' | 'helo' | 'mailFrom'>): Promise<Verdicts> {
   try {
     const result = await authenticate(message as never, {
       ip: w.remoteAddress,
@@ -168,7 +177,7 @@ function attachmentId(inboundId: string, index: number): string {
  * A small message held in its write (`raw`), parsed whole into the row set the batch statements write
  * (db/customer/writes.ts): many of them then go to Postgres in one transaction, one statement per table.
  */
-export async function parseInlineInbound(deps: Pick<Deps, 'config' | 'resolver' | 'logger'>, w: SpooledInboundWrite): Promise<InboundWrite> {
+export async function parseInlineInbound(deps: ParseDeps, w: SpooledInboundWrite): Promise<InboundWrite> {
   if (w.raw === undefined) throw new SpoolError('the write does not hold its message');
   const raw = Buffer.from(w.raw, 'base64');
   const verdicts = await verdictsOf(deps, Readable.from([raw]), w);

@@ -1,9 +1,9 @@
 import { generateKeyPairSync, sign } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import { dkimSign } from 'mailauth/lib/dkim/sign.js';
 import { prepareSigningKey } from '../../mta/dkim.js';
 import { buildSignedMessage, signMessage } from '../../mta/message.js';
 import { benchSendBody, createPoster, postAll, startBenchRig } from './rig.js';
+import { cpuSeconds, peakRssMb, percentile } from '../lib/proc.js';
 
 /**
  * End to end: N templated messages (~5 KB rendered) through POST /emails to a verified domain whose MX is a local
@@ -14,18 +14,7 @@ import { benchSendBody, createPoster, postAll, startBenchRig } from './rig.js';
 const total = Number(process.env.BENCH_MESSAGES ?? 2000);
 const concurrency = Number(process.env.BENCH_CONCURRENCY ?? 16);
 
-/** utime + stime of a process, in seconds (Linux /proc). */
-function cpuSeconds(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / 100;
-}
-
-function peakRssMb(pid: number): number {
-  const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-  return m ? Number(m[1]) / 1024 : 0;
-}
-
-const pct = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
+const pct = percentile;
 
 async function endToEnd(): Promise<void> {
   const rig = await startBenchRig();

@@ -9,6 +9,7 @@ import { SmtpSink } from '../lib/smtp-sink.js';
 import { PG_TEST_CA_FILE, startPostgres } from '../lib/postgres.js';
 import { type BenchRig, startBenchRig } from './rig.js';
 import { freePort } from '../lib/free-port.js';
+import { cpuSeconds, peakRssMb, percentile } from '../lib/proc.js';
 
 /**
  * Inbound SMTP (issue 12): concurrent SMTP sessions for a fixed time, ~5 KB messages for a customer's receiving
@@ -276,12 +277,7 @@ async function waitForPort(port: number, ms = 15_000): Promise<void> {
   }
 }
 
-function peakRssMb(pid: number): number {
-  const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-  return m ? Number(m[1]) / 1024 : 0;
-}
-
-const pct = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
+const pct = percentile;
 const counts = (c: Record<string, number>) => Object.entries(c).map(([k, v]) => `${k}: ${v}`).join(', ') || 'none';
 
 /** Postfix's smtp-sink (as nobody when run as root: it refuses root), until stopped. */
@@ -341,7 +337,9 @@ async function measureMailstead(load: Load) {
     const reader = new pg.Client({ host: '127.0.0.1', port: postgres.port, user: postgres.user, password: postgres.password, database: postgres.database, ssl: { rejectUnauthorized: false } });
     await reader.connect();
     const countRows = async () => Number((await reader.query<{ n: string }>('select count(*) as n from service.inbound')).rows[0]!.n);
+    const cpuAtStart = cpuSeconds(rig.pid);
     const result = await load(smtpPort, RECEIVING_DOMAIN);
+    const cpuOfLoad = cpuSeconds(rig.pid) - cpuAtStart;
     // The writer deletes a batch's outbox rows (up to 500) once all are written, so `pending` lags the rows.
     const rowsAtLoadEnd = await countRows();
     const drainStarted = performance.now();
@@ -355,11 +353,12 @@ async function measureMailstead(load: Load) {
     }
     const drainSeconds = (performance.now() - drainStarted) / 1000;
     const rss = peakRssMb(rig.pid);
+    const cpuOfAll = cpuSeconds(rig.pid) - cpuAtStart;
 
     try {
       const rows = await countRows();
       const verdicts = (await reader.query<{ v: string; n: string }>("select concat_ws('/', spf, dkim, dmarc) as v, count(*) as n from service.inbound group by 1 order by 2 desc")).rows;
-      return { result, logged, drainSeconds, backlog, rowsAtLoadEnd, status, rss, rows, verdicts };
+      return { result, logged, drainSeconds, backlog, rowsAtLoadEnd, status, rss, rows, verdicts, cpuOfLoad, cpuOfAll };
     } finally {
       await reader.end();
     }
@@ -380,7 +379,7 @@ async function main(): Promise<void> {
     return sourcePath ? runSmtpSource(sourcePath, spec) : runNodeGenerator(spec);
   };
 
-  const { result, logged, drainSeconds, backlog, rowsAtLoadEnd, status, rss, rows, verdicts } = await measureMailstead(load);
+  const { result, logged, drainSeconds, backlog, rowsAtLoadEnd, status, rss, rows, verdicts, cpuOfLoad, cpuOfAll } = await measureMailstead(load);
 
   const baselineSink = sinkPath ? await startPostfixSink(sinkPath) : await SmtpSink.start();
   if (baselineSink instanceof SmtpSink) baselineSink.keepRaw = false;
@@ -399,6 +398,7 @@ async function main(): Promise<void> {
   else console.log(`  transaction latency      not timed by smtp-source (BENCH_GENERATOR=node times it); mean from sessions x time / accepted ${((sessions * result.seconds * 1000) / Math.max(1, result.accepted)).toFixed(1)} ms`);
   console.log(`  refused or failed        ${counts(result.failures)} (service log: received ${logged.received}, refused ${counts(logged.refused)}, aborted ${logged.aborted})`);
   console.log(`  peak RSS of the service  ${rss.toFixed(0)} MB (load and drain)`);
+  console.log(`  service CPU              ${cpuOfLoad.toFixed(1)} s during the load, ${cpuOfAll.toFixed(1)} s with the drain: ${((cpuOfAll * 1000) / Math.max(1, rows)).toFixed(2)} s per 1,000 messages received and written`);
   console.log(`  rows in service.inbound  ${rows}, accepted ${result.accepted}, logged received ${logged.received}: ${durable ? 'every accepted message written' : 'MISMATCH'}`);
   console.log(`  writer drain time        ${drainSeconds.toFixed(2)} s after the load ended, until GET /database said pending 0 (${status.pending}${status.lastError ? `, last error ${status.lastError}` : ''})`);
   console.log(`  writer                   ${rowsAtLoadEnd} rows written during the load (${backlog} outbox writes pending), ${rows - rowsAtLoadEnd} after it: ${((rows - rowsAtLoadEnd) / drainSeconds).toFixed(0)} rows/s alone, ${(rows / (result.seconds + drainSeconds)).toFixed(0)} rows/s overall`);

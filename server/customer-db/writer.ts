@@ -3,7 +3,8 @@ import { and, eq, gt, lte, sql } from 'drizzle-orm';
 import { classifyConnectError, openCustomerPool } from '../../db/customer/connect.js';
 import { migrateCustomerDb } from '../../db/customer/schema.js';
 import { type CustomerWrite, type InboundWrite, applyWrites, isDataError } from '../../db/customer/writes.js';
-import { SpoolError, applySpooledInbound, parseInlineInbound } from '../../mta/inbound/store.js';
+import { createInboundParser } from '../../mta/inbound/parser.js';
+import { SpoolError, applySpooledInbound } from '../../mta/inbound/store.js';
 import { spoolPath, sweepSpool } from '../../mta/inbound/spool.js';
 import { rmSync } from 'node:fs';
 import { type CustomerDatabaseRow, customerDatabases } from '../../db/schema/index.js';
@@ -54,6 +55,7 @@ interface PoolEntry {
 export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOptions> = {}) {
   const opts: WriterOptions = { ...DEFAULT_WRITER_OPTIONS, ...options };
   const pools = new Map<string, PoolEntry>();
+  const parser = createInboundParser(deps);
   /** Databases with a run in flight. */
   const busy = new Set<string>();
   const runs = new Set<Promise<void>>();
@@ -170,7 +172,7 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
       while (next < todo.length) {
         const o = todo[next++]!;
         try {
-          parsed.set(o.row.id, await parseInlineInbound(deps, o.write as SpooledInboundWrite));
+          parsed.set(o.row.id, await parser.parse(o.write as SpooledInboundWrite));
         } catch (err) {
           parsed.set(o.row.id, err instanceof Error ? err : new Error(String(err)));
         }
@@ -314,6 +316,7 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
       while (runs.size > 0) await Promise.all([...runs]);
       await Promise.all([...pools.values()].map((e) => e.pool.end().catch(() => undefined)));
       pools.clear();
+      await parser.close();
       stopping = false;
     },
   };

@@ -1,0 +1,45 @@
+import { readlinkSync } from 'node:fs';
+import { setPriority } from 'node:os';
+import { parentPort, workerData } from 'node:worker_threads';
+import type { SpooledInboundWrite } from '../../server/customer-db/outbox.js';
+import { cachingResolver } from '../../server/dns/cache.js';
+import { createResolver } from '../../server/dns/resolver.js';
+import type { LogFields, Logger } from '../../server/logger.js';
+import type { ParseReply, ParserSettings } from './parser.js';
+import { type ParseDeps, SpoolError, parseInlineInbound } from './store.js';
+
+/**
+ * The inbound parser's thread (mta/inbound/parser.ts): mailauth's checks and mailparser's parse of small received
+ * messages, off the event loop that answers SMTP and HTTP. It runs at a lower scheduling priority (Linux: nice is per
+ * thread), so under load the CPU goes first to taking mail and requests, and the parse catches up after.
+ */
+
+const settings = workerData as ParserSettings;
+
+/** SPF and DMARC answers are shared by a sender's mail for a minute (server/dns/cache.ts). */
+const INBOUND_DNS_CACHE = { maxAgeMs: 60_000, maxEntries: 10_000 };
+
+try {
+  // /proc/thread-self names this thread; setpriority on a thread id renices that thread alone.
+  const tid = Number(readlinkSync('/proc/thread-self').split('/').pop());
+  if (Number.isInteger(tid) && tid > 0) setPriority(tid, settings.nice);
+} catch {
+  // Not Linux, or not allowed: the parse runs at the process's priority.
+}
+
+const port = parentPort!;
+const forward = (level: keyof Logger) => (event: string, fields: LogFields = {}) => port.postMessage({ log: { level, event, fields } } satisfies ParseReply);
+const logger: Logger = { debug: forward('debug'), info: forward('info'), warn: forward('warn'), error: forward('error') };
+const deps: ParseDeps = {
+  config: { mailHostname: settings.mailHostname },
+  resolver: cachingResolver(createResolver({ servers: settings.dnsServers }), Date.now, INBOUND_DNS_CACHE),
+  logger,
+};
+
+port.on('message', (msg: { id: number; write: SpooledInboundWrite }) => {
+  parseInlineInbound(deps, msg.write).then(
+    (value) => port.postMessage({ id: msg.id, value } satisfies ParseReply),
+    (err: unknown) =>
+      port.postMessage({ id: msg.id, error: { message: err instanceof Error ? err.message : String(err), spool: err instanceof SpoolError } } satisfies ParseReply),
+  );
+});

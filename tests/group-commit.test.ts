@@ -1,0 +1,155 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { sql } from 'drizzle-orm';
+import { type Store, databasePath, openDatabase } from '../db/client.js';
+import { createDurabilityBarrier, createGroupCommit, walSyncOf } from '../db/group-commit.js';
+
+/**
+ * The group commit (db/group-commit.ts): batches commit with synchronous=NORMAL and every write waits for an
+ * fdatasync of the WAL that started after its commit; nothing resolves before that, a failed flush fails the batch,
+ * a write that throws rolls back alone, and every other transaction still commits with synchronous=FULL.
+ */
+
+/** A WAL sync the test finishes by hand, recording when each one started. */
+function manualSync() {
+  const calls: { resolve: () => void; reject: (err: Error) => void }[] = [];
+  return {
+    calls,
+    sync: () => new Promise<void>((resolve, reject) => calls.push({ resolve, reject })),
+  };
+}
+
+const settled = async <T>(p: Promise<T>) => {
+  let state: 'pending' | 'resolved' | 'rejected' = 'pending';
+  p.then(
+    () => (state = 'resolved'),
+    () => (state = 'rejected'),
+  );
+  // Lets every queued reaction run.
+  for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
+  return state;
+};
+
+let dataDir: string;
+let store: Store;
+
+beforeEach(() => {
+  dataDir = mkdtempSync(join(tmpdir(), 'mailstead-group-commit-'));
+  store = openDatabase(dataDir);
+  store.sqlite.exec('create table probe (n integer primary key)');
+});
+
+afterEach(() => {
+  store.close();
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+const rows = () => store.sqlite.prepare('select n from probe order by n').pluck().all();
+const synchronous = () => store.sqlite.pragma('synchronous', { simple: true });
+
+describe('a write resolves only once the WAL is flushed after its commit', () => {
+  it('waits for the flush, and one flush acknowledges every write committed before it', async () => {
+    const wal = manualSync();
+    const commits = createGroupCommit(store, wal.sync);
+    const a = commits.run((db) => db.run(sql`insert into probe (n) values (1)`));
+    const b = commits.run((db) => db.run(sql`insert into probe (n) values (2)`));
+    await expect.poll(() => wal.calls.length).toBe(1);
+    // Committed (readable on the connection), not yet acknowledged.
+    expect(rows()).toEqual([1, 2]);
+    expect(await settled(a)).toBe('pending');
+    expect(await settled(b)).toBe('pending');
+    wal.calls[0]!.resolve();
+    expect(await settled(a)).toBe('resolved');
+    expect(await settled(b)).toBe('resolved');
+    expect(wal.calls).toHaveLength(1);
+  });
+
+  it('a flush already under way when a batch commits does not count for it: the next one does', async () => {
+    const wal = manualSync();
+    const commits = createGroupCommit(store, wal.sync);
+    const first = commits.run((db) => db.run(sql`insert into probe (n) values (1)`));
+    await expect.poll(() => wal.calls.length).toBe(1);
+    const second = commits.run((db) => db.run(sql`insert into probe (n) values (2)`));
+    await expect.poll(() => rows()).toEqual([1, 2]);
+    // The first flush ends: only the write committed before it started is durable.
+    wal.calls[0]!.resolve();
+    expect(await settled(first)).toBe('resolved');
+    expect(await settled(second)).toBe('pending');
+    await expect.poll(() => wal.calls.length).toBe(2);
+    wal.calls[1]!.resolve();
+    expect(await settled(second)).toBe('resolved');
+  });
+
+  it('a failed flush rejects the writes waiting on it (never acknowledged)', async () => {
+    const wal = manualSync();
+    const commits = createGroupCommit(store, wal.sync);
+    const a = commits.run((db) => db.run(sql`insert into probe (n) values (1)`));
+    await expect.poll(() => wal.calls.length).toBe(1);
+    wal.calls[0]!.reject(new Error('EIO'));
+    await expect(a).rejects.toThrow('EIO');
+  });
+
+  it('the real flush: fdatasync of the -wal file on the thread pool', async () => {
+    const commits = createGroupCommit(store, walSyncOf(databasePath(dataDir)));
+    const values = await Promise.all([1, 2, 3].map((n) => commits.run((db) => db.run(sql`insert into probe (n) values (${n})`).changes)));
+    expect(values).toEqual([1, 1, 1]);
+    expect(rows()).toEqual([1, 2, 3]);
+  });
+});
+
+describe('the batch', () => {
+  it('a write that throws rolls back alone, at once; the others commit', async () => {
+    const wal = manualSync();
+    const commits = createGroupCommit(store, wal.sync);
+    const ok = commits.run((db) => db.run(sql`insert into probe (n) values (1)`));
+    const bad = commits.run((db) => {
+      db.run(sql`insert into probe (n) values (2)`);
+      throw new Error('refused');
+    });
+    const after = commits.run((db) => db.run(sql`insert into probe (n) values (3)`));
+    await expect(bad).rejects.toThrow('refused');
+    await expect.poll(() => wal.calls.length).toBe(1);
+    wal.calls[0]!.resolve();
+    await Promise.all([ok, after]);
+    expect(rows()).toEqual([1, 3]);
+  });
+
+  it('commits with synchronous=NORMAL and puts FULL back for every other transaction', async () => {
+    expect(synchronous()).toBe(2);
+    let during: unknown;
+    const commits = createGroupCommit(store, async () => undefined);
+    await commits.run(() => {
+      during = synchronous();
+    });
+    expect(during).toBe(1);
+    expect(synchronous()).toBe(2);
+    // Also after a batch whose commit failed.
+    await expect(
+      commits.run(() => {
+        store.sqlite.exec('commit');
+      }),
+    ).rejects.toThrow();
+    expect(synchronous()).toBe(2);
+  });
+});
+
+describe('the durability barrier', () => {
+  it('runs one flush at a time and starts the next for the calls made meanwhile', async () => {
+    const wal = manualSync();
+    const barrier = createDurabilityBarrier(wal.sync);
+    const a = barrier.durable();
+    const b = barrier.durable();
+    const c = barrier.durable();
+    expect(wal.calls).toHaveLength(1);
+    wal.calls[0]!.resolve();
+    // a was before the flush started; b and c came while it ran, so they wait for the second.
+    expect(await settled(a)).toBe('resolved');
+    expect(await settled(b)).toBe('pending');
+    expect(wal.calls).toHaveLength(2);
+    wal.calls[1]!.resolve();
+    expect(await settled(b)).toBe('resolved');
+    expect(await settled(c)).toBe('resolved');
+  });
+});
