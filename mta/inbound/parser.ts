@@ -38,14 +38,14 @@ function workerFile(): URL {
   return new URL('../../dist/mta/inbound/parse-worker.js', import.meta.url);
 }
 
-export function createInboundParser(deps: Pick<Deps, 'config' | 'logger'>) {
+export function createInboundParser(deps: Pick<Deps, 'config' | 'logger'>, options: { workerUrl?: URL } = {}) {
   let worker: Worker | null = null;
   let nextId = 0;
   const waiting = new Map<number, { resolve: (w: InboundWrite) => void; reject: (err: Error) => void }>();
 
   function start(): Worker {
     const settings: ParserSettings = { mailHostname: deps.config.mailHostname, dnsServers: deps.config.dnsServers, nice: PARSE_NICE };
-    const w = new Worker(workerFile(), { workerData: settings });
+    const w = new Worker(options.workerUrl ?? workerFile(), { workerData: settings });
     w.on('message', (reply: ParseReply) => {
       if ('log' in reply) return deps.logger[reply.log.level](reply.log.event, reply.log.fields);
       const job = waiting.get(reply.id);

@@ -1,0 +1,96 @@
+import { readFileSync, readdirSync } from 'node:fs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { PARSE_NICE, createInboundParser } from '../mta/inbound/parser.js';
+import type { SpooledInboundWrite } from '../server/customer-db/outbox.js';
+import { loadConfig } from '../server/config.js';
+import { createMemoryLogger } from '../server/logger.js';
+import { TestDnsServer } from './helpers/dns-server.js';
+
+/**
+ * The inbound parse thread (mta/inbound/parser.ts): small received messages are checked and parsed off the event
+ * loop, in a worker thread at a lower priority, with the SPF and DMARC lookups of one sender shared; a thread that
+ * dies fails the parses it held and the next parse starts a new one.
+ */
+
+let dns: TestDnsServer;
+beforeAll(async () => {
+  dns = await TestDnsServer.start();
+  dns.add('sender.example', { type: 'TXT', data: 'v=spf1 ip4:192.0.2.10 -all' });
+  dns.add('_dmarc.sender.example', { type: 'TXT', data: 'v=DMARC1; p=reject' });
+});
+afterAll(() => dns.stop());
+
+const config = () => loadConfig({ DATA_DIR: '/tmp/unused', DNS_SERVERS: dns.address, MAIL_HOSTNAME: 'mx.mailstead.test' });
+
+function write(n: number, remoteAddress = '192.0.2.10'): SpooledInboundWrite {
+  const raw = [
+    'From: Orders <orders@sender.example>',
+    'To: <support@shop.example>',
+    `Subject: Order ${n}`,
+    `Message-ID: <order-${n}@sender.example>`,
+    'Content-Type: text/plain; charset=utf-8',
+    '',
+    `Order ${n} has shipped.`,
+    '',
+  ].join('\r\n');
+  return {
+    kind: 'inbound',
+    id: `0190c3a0-0000-7000-8000-${String(n).padStart(12, '0')}`,
+    spoolId: null,
+    raw: Buffer.from(raw).toString('base64'),
+    accountId: 'acct',
+    toAddresses: ['support@shop.example'],
+    mailFrom: 'orders@sender.example',
+    remoteAddress,
+    helo: 'mail.sender.example',
+    receivedAt: Date.parse('2026-03-10T12:00:00Z'),
+    size: raw.length,
+  };
+}
+
+/** The nice value of each thread of this process (Linux /proc: field 19 of a task's stat). */
+function threadNices(): number[] {
+  return readdirSync('/proc/self/task').map((tid) => Number(readFileSync(`/proc/self/task/${tid}/stat`, 'utf8').split(') ')[1]!.split(' ')[16]));
+}
+
+describe('createInboundParser', () => {
+  it('parses in a thread of its own, reniced, with the SPF, DKIM and DMARC verdicts from DNS', async () => {
+    const parser = createInboundParser({ config: config(), logger: createMemoryLogger() });
+    try {
+      const before = threadNices().filter((n) => n === PARSE_NICE).length;
+      const passed = await parser.parse(write(1));
+      expect(passed).toMatchObject({ id: write(1).id, subject: 'Order 1', spf: 'pass', dkim: 'none', dmarc: 'pass', toAddresses: ['support@shop.example'] });
+      expect(passed.text).toContain('Order 1 has shipped.');
+      const failed = await parser.parse(write(2, '198.51.100.7'));
+      expect(failed).toMatchObject({ spf: 'fail', dmarc: 'fail' });
+      expect(threadNices().filter((n) => n === PARSE_NICE).length).toBe(before + 1);
+    } finally {
+      await parser.close();
+    }
+  });
+
+  it('asks DNS once for the same sender within the minute', async () => {
+    const parser = createInboundParser({ config: config(), logger: createMemoryLogger() });
+    try {
+      dns.queries = [];
+      await Promise.all([3, 4, 5, 6].map((n) => parser.parse(write(n))));
+      const spf = dns.queries.filter((q) => q.name === 'sender.example' && q.type === 'TXT');
+      const dmarc = dns.queries.filter((q) => q.name === '_dmarc.sender.example');
+      expect(spf).toHaveLength(1);
+      expect(dmarc).toHaveLength(1);
+    } finally {
+      await parser.close();
+    }
+  });
+
+  it('a thread that dies fails the parse it held, and the next parse starts a new one', async () => {
+    const logger = createMemoryLogger();
+    const parser = createInboundParser({ config: config(), logger }, { workerUrl: new URL('./fixtures/workers/crashing-parser.mjs', import.meta.url) });
+    try {
+      await expect(parser.parse(write(7))).rejects.toThrow(/the inbound parser stopped \(exit 3\)/);
+      await expect(parser.parse(write(8))).rejects.toThrow(/the inbound parser stopped \(exit 3\)/);
+    } finally {
+      await parser.close();
+    }
+  });
+});
