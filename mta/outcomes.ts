@@ -25,7 +25,7 @@ export interface Recorded {
  * Email's first deliveredAt/bouncedAt, and for a 5.x.x bounce the suppression (the account's list and its parent's)
  * and the reputation counters, tripping the breaker when they grade as paused.
  */
-export async function recordOutcome(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'commits' | 'onWebhookQueued' | 'secretKey' | 'onCustomerDbQueued'>, job: Claimed, outcome: Classified): Promise<Recorded> {
+export async function recordOutcome(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'commits' | 'onWebhookQueued' | 'secretKey' | 'onCustomerDbQueued' | 'metrics'>, job: Claimed, outcome: Classified): Promise<Recorded> {
   const { db, clock } = deps;
   const now = clock.now();
   const attempts = job.recipient.attempts + 1;
@@ -57,6 +57,7 @@ export async function recordOutcome(deps: Pick<Deps, 'db' | 'clock' | 'logger' |
   });
   if (queued.webhooks > 0) deps.onWebhookQueued();
   if (queued.written) deps.onCustomerDbQueued();
+  if (recorded.status !== 'deferred') deps.metrics.deliveryLatency(recorded.status, (now - job.message.createdAt) / 1000);
   deps.logger.info(`delivery.${recorded.status}`, { emailId: job.message.id, recipient: job.recipient.recipient, dsn: recorded.dsn, detail: recorded.detail, attempts });
   return recorded;
 }
@@ -86,7 +87,7 @@ const SUPPRESSING: Readonly<Record<OutcomeStatus, ((dsn: string) => boolean) | n
  * account's list and its parent's, the reputation counter and the breaker. Returns what was queued, so the caller
  * can poke the dispatcher and the writer once the transaction is durable.
  */
-export function writeOutcome(deps: Pick<Deps, 'db' | 'logger' | 'secretKey'>, o: OutcomeToRecord): { webhooks: number; written: boolean } {
+export function writeOutcome(deps: Pick<Deps, 'db' | 'logger' | 'secretKey' | 'metrics'>, o: OutcomeToRecord): { webhooks: number; written: boolean } {
   const { db } = deps;
   const q = statements(db);
   const eventId = newId(o.occurredAt);
@@ -115,6 +116,9 @@ export function writeOutcome(deps: Pick<Deps, 'db' | 'logger' | 'secretKey'>, o:
       tripBreakerIfPaused(deps, account.id, o.occurredAt);
     }
   }
+  // Counted here, the one place every outcome is written (the engine's and inbound's); a transaction that then fails
+  // to commit has counted one outcome that the retried attempt counts again.
+  deps.metrics.deliveryOutcome(o.status);
   return { webhooks, written };
 }
 

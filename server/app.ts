@@ -5,6 +5,7 @@ import { HTTPException } from 'hono/http-exception';
 import { TrieRouter } from 'hono/router/trie-router';
 import type { Deps } from './deps.js';
 import { ApiError } from './errors.js';
+import { accessLog } from './http/access-log.js';
 import { RequestAbortedError } from './http/body.js';
 import type { AppEnv } from './http/env.js';
 import { accountRoutes } from './routes/accounts.js';
@@ -12,6 +13,7 @@ import { databaseRoutes } from './routes/database.js';
 import { domainRoutes } from './routes/domains.js';
 import { emailRoutes } from './routes/emails.js';
 import { keyRoutes } from './routes/keys.js';
+import { metricsRoutes } from './routes/metrics.js';
 import { eventRoutes } from './routes/events.js';
 import { suppressionRoutes } from './routes/suppressions.js';
 import { templateRoutes } from './routes/templates.js';
@@ -39,9 +41,10 @@ export function allowedMethods(routes: readonly { method: string; path: string }
   };
 }
 
-/** The HTTP surface: `/api/v1`, `GET /healthz`, and one envelope for every error. */
+/** The HTTP surface: `/api/v1`, `GET /healthz`, `GET /metrics`, and one envelope for every error. */
 export function createApp(deps: Deps) {
-  // No middleware before the routes: a body is read only by a route's guard, once the headers have passed.
+  // No middleware before the routes but the access log, which only wraps next() and reads nothing of the request: a
+  // body is read only by a route's guard, once the headers have passed.
   const api = new Hono<AppEnv>()
     .route('/', accountRoutes(deps))
     .route('/', keyRoutes(deps))
@@ -54,6 +57,7 @@ export function createApp(deps: Deps) {
     .route('/', templateRoutes(deps));
 
   const app = new Hono<AppEnv>();
+  app.use(accessLog(deps));
   app.get('/healthz', (c) => {
     try {
       deps.db.get(sql`select 1`);
@@ -63,6 +67,7 @@ export function createApp(deps: Deps) {
       return c.json({ status: 'unavailable' }, 503);
     }
   });
+  app.route('/', metricsRoutes(deps));
   app.route(API_BASE, api);
 
   let allowed: ((path: string) => string[]) | undefined;
@@ -90,7 +95,8 @@ export function createApp(deps: Deps) {
       deps.logger.debug('http.request_aborted', { method: c.req.method, path: c.req.path });
       return c.json({ error: { code: 'invalid_request', message: err.message } }, 400);
     }
-    const requestId = randomUUID();
+    // The access log's id, so the answer, this line and the request's line name the same request.
+    const requestId = c.var.requestId ?? randomUUID();
     deps.logger.error('http.unhandled_error', { requestId, method: c.req.method, path: c.req.path, err });
     return c.json({ error: { code: 'internal_error', message: `Internal error; request id ${requestId}.` } }, 500);
   });

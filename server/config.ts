@@ -125,6 +125,11 @@ export const configSchema = z.object({
   ALLOW_PRIVATE_TARGETS: bool(false).describe('Allow webhook, database and MX targets on loopback/private addresses (development and tests only)'),
   WEBHOOK_INTERVAL_MS: positiveInt(60000).describe('Webhook dispatcher period in milliseconds'),
   ADMIN_TOKEN: z.string().min(16).optional().describe('Dashboard sign-in token (only its hash is stored)'),
+  METRICS_TOKEN: z
+    .string()
+    .min(16)
+    .optional()
+    .describe('When set, `GET /metrics` answers only `Authorization: Bearer <METRICS_TOKEN>` (401 otherwise); unset, it is open'),
   DEFAULT_DAILY_QUOTA: positiveInt(10000).describe('Daily quota (recipients) of a new account or sub-account'),
   TRIAL_DAYS: positiveInt(14, 0).describe('Length of the free trial of a new top-level account, in days'),
   GRACE_DAYS: positiveInt(3, 0).describe('Days of the grace window after credits run out'),
@@ -157,6 +162,8 @@ export interface Config {
   allowPrivateTargets: boolean;
   webhookIntervalMs: number;
   adminToken: string | null;
+  /** The Bearer token GET /metrics requires; null: /metrics is open. */
+  metricsToken: string | null;
   defaultDailyQuota: number;
   trialDays: number;
   graceDays: number;
@@ -263,6 +270,7 @@ function toConfig(raw: RawConfig, secretKey: Config['secretKey'], dnsServers: Dn
     allowPrivateTargets: raw.ALLOW_PRIVATE_TARGETS,
     webhookIntervalMs: raw.WEBHOOK_INTERVAL_MS,
     adminToken: raw.ADMIN_TOKEN ?? null,
+    metricsToken: raw.METRICS_TOKEN ?? null,
     defaultDailyQuota: raw.DEFAULT_DAILY_QUOTA,
     trialDays: raw.TRIAL_DAYS,
     graceDays: raw.GRACE_DAYS,

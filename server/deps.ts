@@ -9,6 +9,7 @@ import { createKeyUsage, type KeyUsage } from './core/key-usage.js';
 import { createRateLimiter, type RateLimiter } from './core/rate-limit.js';
 import { createResolver, type DnsResolver } from './dns/resolver.js';
 import type { Logger } from './logger.js';
+import { createMetrics, type Metrics } from './metrics.js';
 
 /** Everything with a side effect, built once in main (or a test) and passed down. */
 export interface Deps {
@@ -31,6 +32,8 @@ export interface Deps {
   /** Called after customer-database writes are durably queued; main points it at the writer. */
   onCustomerDbQueued: () => void;
   rateLimiter: RateLimiter;
+  /** The operator's counters and gauges (`GET /metrics`), one registry per Deps. */
+  metrics: Metrics;
 }
 
 /**
@@ -74,5 +77,6 @@ export function createDeps(config: Config, clock: Clock, logger: Logger): Deps {
     onWebhookQueued: () => undefined,
     onCustomerDbQueued: () => undefined,
     rateLimiter: createRateLimiter(clock, { perKey: config.rateLimitPerKey, perAccount: config.rateLimitPerAccount }),
+    metrics: createMetrics(store.db, clock),
   };
 }

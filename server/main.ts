@@ -11,6 +11,7 @@ import { createCustomerDbWriter } from './customer-db/writer.js';
 import { type InboundServer, createInboundServer } from '../mta/inbound/server.js';
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
 import { createLogger } from './logger.js';
+import { startLine } from './start-line.js';
 
 const KEY_USAGE_FLUSH_MS = 10_000;
 
@@ -45,6 +46,7 @@ async function main(): Promise<void> {
   }
 
   const deps = createDeps(config, systemClock, logger);
+  deps.metrics.collectProcessMetrics();
   const hostnameProblem = mailHostnameProblem(config.mailHostname);
   if (hostnameProblem) {
     logger.warn('config.mail_hostname_not_fqdn', {
@@ -112,6 +114,7 @@ async function main(): Promise<void> {
   logger.info('http.listening', { host: config.httpHost, port: http.port, api: API_BASE });
 
   // Inbound SMTP (SMTP_PORT=0 turns it off): mail for customers' receiving domains, bounces and complaints.
+  let smtpPort: number | null = null;
   if (config.smtpPort !== 0) {
     const tls = loadOrCreateSmtpTls(config);
     if (tls.source === 'generated') logger.info('smtp.tls_generated', { message: 'A self-signed STARTTLS certificate was generated into DATA_DIR; set SMTP_TLS_CERT and SMTP_TLS_KEY for a trusted one.' });
@@ -123,6 +126,7 @@ async function main(): Promise<void> {
         return;
       }
       inbound = server;
+      smtpPort = port;
       logger.info('smtp.listening', { host: config.smtpHost, port, hostname: config.mailHostname });
     } catch (err) {
       // The API keeps running (a first `npm start` as a normal user cannot bind port 25); the log says why and how.
@@ -134,6 +138,8 @@ async function main(): Promise<void> {
       });
     }
   }
+  // One line that says what runs, where: the operator's first look at a start.
+  logger.info('server.started', startLine(config, { httpPort: http.port, smtpPort }));
 }
 
 main().catch((err: unknown) => {

@@ -8,5 +8,7 @@ export type AppEnv = {
     auth: RequestContext;
     /** The raw request body, read (and bounded) by `guard` once the headers have passed; empty when none was sent. */
     rawBody: Buffer;
+    /** Set by the access log before anything else runs: its line and an internal error's answer name the same id. */
+    requestId: string;
   };
 };

@@ -121,6 +121,7 @@ export function createWebhookDispatcher(deps: Deps, options: Partial<DispatcherO
         attempts: delivery.attempts + 1,
         status: attempt.status,
       };
+      if (recorded.recorded) deps.metrics.webhookAttempt(attempt.delivered ? 'delivered' : recorded.nextAttemptAt === null ? 'gave_up' : 'failed');
       if (!recorded.recorded) deps.logger.info('webhook.attempt_dropped', { ...fields, reason: 'delivery gone or lease lost' });
       else if (attempt.delivered) deps.logger.debug('webhook.delivered', fields);
       else

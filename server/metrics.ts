@@ -1,0 +1,154 @@
+import { sql } from 'drizzle-orm';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { Db } from '../db/client.js';
+import type { Clock } from './clock.js';
+
+/**
+ * The operator's counters and gauges, served by `GET /metrics` in the Prometheus text format. One registry per
+ * instance (never prom-client's global one), so tests that build several services do not share or collide. Labels
+ * are bounded sets only: never a recipient, a domain or an account.
+ */
+
+/** The outcome statuses of a recipient (mta/outcomes.ts), each a series from the start. */
+const OUTCOME_STATUSES = ['delivered', 'bounced', 'deferred', 'complained'] as const;
+export type OutcomeMetricStatus = (typeof OUTCOME_STATUSES)[number];
+
+/** A webhook attempt: delivered (2xx), failed (retried later), or failed for the last time (no attempt follows). */
+const WEBHOOK_OUTCOMES = ['delivered', 'failed', 'gave_up'] as const;
+export type WebhookMetricOutcome = (typeof WEBHOOK_OUTCOMES)[number];
+
+/** Where inbound SMTP said no: at the connection, at RCPT TO, or at the end of DATA. */
+export type InboundStage = 'connect' | 'rcpt' | 'data';
+
+/**
+ * Send-to-outcome buckets, in seconds: a direct delivery takes about a second, a deferred one is retried over hours,
+ * and the last retry is 5 days after the send.
+ */
+export const LATENCY_BUCKETS_SECONDS = [0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14_400, 86_400, 432_000];
+
+/** A route label for a request no route matched (404 and 405): the raw path would be one series per client whim. */
+export const UNMATCHED_ROUTE = 'unmatched';
+
+export interface Metrics {
+  readonly registry: Registry;
+  /** One HTTP request answered: its method, route pattern (or UNMATCHED_ROUTE) and status. */
+  httpRequest(method: string, route: string, status: number): void;
+  /** One recorded outcome of one recipient (the engine's reply, or a bounce or complaint received later). */
+  deliveryOutcome(status: OutcomeMetricStatus): void;
+  /** A recipient's final outcome (delivered or bounced) `seconds` after its send was accepted. */
+  deliveryLatency(status: 'delivered' | 'bounced', seconds: number): void;
+  /** One recorded webhook attempt. */
+  webhookAttempt(outcome: WebhookMetricOutcome): void;
+  /** Inbound SMTP accepted one message (250 at the end of DATA). */
+  inboundAccepted(): void;
+  /** Inbound SMTP refused with `code` (421, 451, 550, 552...) at `stage`. */
+  inboundRefused(stage: InboundStage, code: number): void;
+  /** Adds the process's own metrics (CPU, memory, event loop, GC): once, from main, never per test service. */
+  collectProcessMetrics(): void;
+}
+
+/** An SMTP reply code as a label: three digits, else `other` (the label set stays bounded). */
+const codeLabel = (code: number) => (Number.isInteger(code) && code >= 200 && code <= 599 ? String(code) : 'other');
+
+/**
+ * Builds the registry. The queue gauges read SQLite when scraped (their `collect`), so they are true at that moment
+ * and cost nothing between scrapes; the counters move where the thing happens.
+ */
+export function createMetrics(db: Db, clock: Clock): Metrics {
+  const registry = new Registry();
+  const registers = [registry];
+
+  const http = new Counter({
+    name: 'mailstead_http_requests_total',
+    help: 'HTTP requests answered, by method, route pattern and status',
+    labelNames: ['method', 'route', 'status'] as const,
+    registers,
+  });
+
+  new Gauge({
+    name: 'mailstead_outbound_queue_depth',
+    help: 'Recipients waiting in the outbound queue: due (ready to send), sending (leased to a worker), deferred (waiting for a retry)',
+    labelNames: ['state'] as const,
+    registers,
+    collect() {
+      const now = clock.now();
+      const row = db.get<{ due: number | null; sending: number | null; deferred: number | null }>(sql`
+        select
+          sum(locked_until > ${now}) as sending,
+          sum((locked_until is null or locked_until <= ${now}) and next_attempt_at <= ${now}) as due,
+          sum((locked_until is null or locked_until <= ${now}) and next_attempt_at > ${now}) as deferred
+        from outbound_recipients where status = 'queued'`);
+      this.set({ state: 'due' }, row?.due ?? 0);
+      this.set({ state: 'sending' }, row?.sending ?? 0);
+      this.set({ state: 'deferred' }, row?.deferred ?? 0);
+    },
+  });
+
+  new Gauge({
+    name: 'mailstead_outbound_queue_oldest_age_seconds',
+    help: 'Age of the oldest recipient still in the outbound queue, from its send; 0 when the queue is empty',
+    registers,
+    collect() {
+      const row = db.get<{ oldest: number | null }>(sql`select min(created_at) as oldest from outbound_recipients where status = 'queued'`);
+      this.set(row?.oldest == null ? 0 : Math.max(0, (clock.now() - row.oldest) / 1000));
+    },
+  });
+
+  const outcomes = new Counter({
+    name: 'mailstead_delivery_outcomes_total',
+    help: 'Recorded outcomes of recipients, by status (each deferral counts; bounces and complaints received later too)',
+    labelNames: ['status'] as const,
+    registers,
+  });
+  for (const status of OUTCOME_STATUSES) outcomes.inc({ status }, 0);
+
+  const latency = new Histogram({
+    name: 'mailstead_delivery_latency_seconds',
+    help: "Time from a send's acceptance to a recipient's final outcome from the engine, by status",
+    labelNames: ['status'] as const,
+    buckets: LATENCY_BUCKETS_SECONDS,
+    registers,
+  });
+
+  const webhooks = new Counter({
+    name: 'mailstead_webhook_attempts_total',
+    help: 'Webhook delivery attempts recorded, by outcome: delivered, failed (retried later), gave_up (the last attempt failed)',
+    labelNames: ['outcome'] as const,
+    registers,
+  });
+  for (const outcome of WEBHOOK_OUTCOMES) webhooks.inc({ outcome }, 0);
+
+  new Gauge({
+    name: 'mailstead_customer_db_writes_pending',
+    help: "Writes waiting in the outbox for customers' databases (not counting those set aside)",
+    registers,
+    collect() {
+      const row = db.get<{ n: number }>(sql`select count(*) as n from customer_db_writes where set_aside_at is null`);
+      this.set(row?.n ?? 0);
+    },
+  });
+
+  const inboundAccepted = new Counter({ name: 'mailstead_inbound_accepted_total', help: 'Messages inbound SMTP accepted (250 at the end of DATA)', registers });
+  const inboundRefused = new Counter({
+    name: 'mailstead_inbound_refused_total',
+    help: 'Refusals of inbound SMTP, by stage (connect, rcpt, data) and reply code',
+    labelNames: ['stage', 'code'] as const,
+    registers,
+  });
+
+  let processMetrics = false;
+  return {
+    registry,
+    httpRequest: (method, route, status) => http.inc({ method, route, status: String(status) }),
+    deliveryOutcome: (status) => outcomes.inc({ status }),
+    deliveryLatency: (status, seconds) => latency.observe({ status }, Math.max(0, seconds)),
+    webhookAttempt: (outcome) => webhooks.inc({ outcome }),
+    inboundAccepted: () => inboundAccepted.inc(),
+    inboundRefused: (stage, code) => inboundRefused.inc({ stage, code: codeLabel(code) }),
+    collectProcessMetrics() {
+      if (processMetrics) return;
+      processMetrics = true;
+      collectDefaultMetrics({ register: registry });
+    },
+  };
+}
