@@ -22,6 +22,26 @@ export function decryptSecret(key: Buffer, sealed: string, context = ''): Buffer
   return Buffer.concat([decipher.update(Buffer.from(ct, 'base64url')), decipher.final()]);
 }
 
+/** The binary form of encryptSecret, for bulk bytes (a received message): `0x01 | nonce(12) | tag(16) | ciphertext`. */
+export function sealBytes(key: Buffer, plaintext: Buffer, context: string): Buffer {
+  const nonce = pooledRandomBytes(12);
+  const cipher = createCipheriv('aes-256-gcm', key, nonce);
+  cipher.setAAD(Buffer.from(context));
+  const ct = cipher.update(plaintext);
+  cipher.final();
+  return Buffer.concat([SEALED_BYTES_V1, nonce, cipher.getAuthTag(), ct]);
+}
+
+export function openBytes(key: Buffer, sealed: Buffer, context: string): Buffer {
+  if (sealed.length < 29 || sealed[0] !== SEALED_BYTES_V1[0]) throw new Error('unknown sealed bytes format');
+  const decipher = createDecipheriv('aes-256-gcm', key, sealed.subarray(1, 13));
+  decipher.setAAD(Buffer.from(context));
+  decipher.setAuthTag(sealed.subarray(13, 29));
+  return Buffer.concat([decipher.update(sealed.subarray(29)), decipher.final()]);
+}
+
+const SEALED_BYTES_V1 = Buffer.from([0x01]);
+
 export function sha256Hex(value: string | Buffer): string {
   return createHash('sha256').update(value).digest('hex');
 }

@@ -37,7 +37,7 @@ function write(n: number, remoteAddress = '192.0.2.10'): SpooledInboundWrite {
     kind: 'inbound',
     id: `0190c3a0-0000-7000-8000-${String(n).padStart(12, '0')}`,
     spoolId: null,
-    raw: Buffer.from(raw).toString('base64'),
+    raw: Buffer.from(raw),
     accountId: 'acct',
     toAddresses: ['support@shop.example'],
     mailFrom: 'orders@sender.example',

@@ -13,6 +13,7 @@ import { type CustomerDbWriter, createCustomerDbWriter } from '../server/custome
 import { createMemoryLogger } from '../server/logger.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';
+import { parsePrometheusText, sampleValueOrZero } from './helpers/prometheus-text.js';
 import { RawSmtp } from './helpers/raw-smtp.js';
 import { type Sender, connectDomain, newSender, setDomainState, uniqueDomain } from './helpers/sending.js';
 import { type TestService, startService } from './helpers/service.js';
@@ -298,4 +299,29 @@ it('a domain switched to not receiving after RCPT stores nothing at DATA', async
   } finally {
     client.close();
   }
+});
+
+it('counts what it accepts and refuses in /metrics, by stage and code', async () => {
+  const scrape = async () => parsePrometheusText(await (await fetch(`${service.url}/metrics`)).text());
+  const before = await scrape();
+  const { client } = await RawSmtp.connect(port);
+  try {
+    const replies = await client.envelope('someone@example.org', [`x@${sender.domain}`, 'y@nowhere.example']);
+    expect(replies.at(-1)).toMatch(/^550 /);
+    expect(await client.command('DATA')).toMatch(/^354 /);
+    client.write('Subject: counted\r\n\r\nbody\r\n.\r\n');
+    expect(await client.reply()).toMatch(/^250 /);
+    expect(await client.command('MAIL FROM:<someone@example.org>')).toMatch(/^250 /);
+    expect(await client.command(`RCPT TO:<x@${sender.domain}>`)).toMatch(/^250 /);
+    expect(await client.command('DATA')).toMatch(/^354 /);
+    client.write('Subject: smuggled\r\n\r\nbody\n.\r\n.\r\n');
+    expect(await client.reply()).toMatch(/^550 /);
+  } finally {
+    client.close();
+  }
+  const after = await scrape();
+  const delta = (name: string, labels: Record<string, string> = {}) => sampleValueOrZero(after, name, labels) - sampleValueOrZero(before, name, labels);
+  expect(delta('mailstead_inbound_accepted_total')).toBe(1);
+  expect(delta('mailstead_inbound_refused_total', { stage: 'rcpt', code: '550' })).toBe(1);
+  expect(delta('mailstead_inbound_refused_total', { stage: 'data', code: '550' })).toBe(1);
 });

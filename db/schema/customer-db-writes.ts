@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { index, integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
+import { blob, index, integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
 import { accounts } from './accounts.js';
 import { createdAtColumn, idColumn, timestampColumn } from './columns.js';
 
@@ -24,6 +24,8 @@ export const customerDbWrites = sqliteTable(
     kind: text('kind', { enum: CUSTOMER_DB_WRITE_KINDS }).$type<CustomerDbWriteKind>().notNull(),
     /** The write's content as JSON, sealed with the secret key (context `customer-db-write:<id>`). */
     payloadSealed: text('payload_sealed').notNull(),
+    /** A small received message's bytes, sealed apart from the JSON (server/secrets.ts sealBytes, context `customer-db-write-raw:<id>`). */
+    rawSealed: blob('raw_sealed', { mode: 'buffer' }),
     /** Tries the customer database refused for a data reason (a connection failure is not counted here). */
     attempts: integer('attempts').notNull().default(0),
     nextAttemptAt: integer('next_attempt_at').notNull(),

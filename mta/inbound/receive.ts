@@ -156,7 +156,7 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
   let queued: { stored: number; events: number; webhooks: number; written: number };
   try {
     const held = spool?.finish();
-    const raw = held?.raw ? held.raw.toString('base64') : undefined;
+    const raw = held?.raw ?? undefined;
     queued = await deps.commits.run(() => {
       let stored = 0;
       const byAccount = new Map<string, string[]>();

@@ -60,7 +60,10 @@ export function createInboundServer(deps: Deps, tls: { key: string; cert: string
     onConnect(session, callback) {
       const n = (perAddress.get(session.remoteAddress) ?? 0) + 1;
       perAddress.set(session.remoteAddress, n);
-      if (n > opts.maxPerAddress) return callback(reply(421, '4.7.0 Too many connections from your address; try again later'));
+      if (n > opts.maxPerAddress) {
+        deps.metrics.inboundRefused('connect', 421);
+        return callback(reply(421, '4.7.0 Too many connections from your address; try again later'));
+      }
       // A session that outlives its bound is closed, whatever it is doing.
       sessionTimers.set(
         session.id,
@@ -87,10 +90,14 @@ export function createInboundServer(deps: Deps, tls: { key: string; cert: string
         judged = judgeRecipient(deps, address.address);
       } catch (err) {
         deps.logger.error('inbound.rcpt_failed', { err });
+        deps.metrics.inboundRefused('rcpt', 451);
         return callback(reply(451, '4.3.0 Temporary failure; try again later'));
       }
       // The same answer for an unknown domain, a domain that does not receive, and an account without a database.
-      if (judged.kind === 'refused') return callback(reply(550, '5.7.1 Relaying denied: this server does not accept mail for that address'));
+      if (judged.kind === 'refused') {
+        deps.metrics.inboundRefused('rcpt', 550);
+        return callback(reply(550, '5.7.1 Relaying denied: this server does not accept mail for that address'));
+      }
       callback();
     },
 
@@ -100,15 +107,18 @@ export function createInboundServer(deps: Deps, tls: { key: string; cert: string
       const mailFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
       receiveMessage(deps, stream, { mailFrom, recipients, remoteAddress: session.remoteAddress, helo: session.hostNameAppearsAs ?? '' }).then(
         (received) => {
+          deps.metrics.inboundAccepted();
           deps.logger.info('inbound.received', { id: received.id, size: received.size, stored: received.stored, events: received.events, remoteAddress: session.remoteAddress });
           callback(null, `2.0.0 Ok: queued as ${received.id}`);
         },
         (err: unknown) => {
           if (err instanceof SmtpReply) {
+            deps.metrics.inboundRefused('data', err.responseCode);
             deps.logger.info('inbound.refused', { code: err.responseCode, message: err.message, remoteAddress: session.remoteAddress });
             return callback(err);
           }
           // The client went away mid-DATA (nobody reads the answer), or something failed: nothing was stored.
+          deps.metrics.inboundRefused('data', 451);
           deps.logger.info('inbound.aborted', { message: err instanceof Error ? err.message : String(err), remoteAddress: session.remoteAddress });
           callback(reply(451, '4.3.0 The message could not be stored; try again later'));
         },

@@ -179,7 +179,7 @@ function attachmentId(inboundId: string, index: number): string {
  */
 export async function parseInlineInbound(deps: ParseDeps, w: SpooledInboundWrite): Promise<InboundWrite> {
   if (w.raw === undefined) throw new SpoolError('the write does not hold its message');
-  const raw = Buffer.from(w.raw, 'base64');
+  const raw = Buffer.from(w.raw.buffer, w.raw.byteOffset, w.raw.byteLength);
   const verdicts = await verdictsOf(deps, Readable.from([raw]), w);
   const attachments: AttachmentWrite[] = [];
   const parsed = await parseMessage(Readable.from([raw]), w.mailFrom, async (part) => {
@@ -209,7 +209,7 @@ export async function parseInlineInbound(deps: ParseDeps, w: SpooledInboundWrite
 export async function applySpooledInbound(client: ClientBase, deps: Pick<Deps, 'config' | 'resolver' | 'logger' | 'secretKey'>, w: SpooledInboundWrite): Promise<void> {
   const key = deps.secretKey;
   if (!key) throw new SpoolError('no secret key to open the spooled message');
-  const raw = w.raw === undefined ? null : Buffer.from(w.raw, 'base64');
+  const raw = w.raw ?? null;
   const spoolId = w.spoolId;
   const open = (): Readable => {
     if (raw) return Readable.from([raw]);

@@ -5,7 +5,7 @@ import { definePrepared } from '../../db/prepared.js';
 import { type CustomerDbWriteRow, accounts, customerDatabases, customerDbWrites } from '../../db/schema/index.js';
 import { DAY_MS } from '../clock.js';
 import { newId } from '../ids.js';
-import { decryptSecret, encryptSecret } from '../secrets.js';
+import { decryptSecret, encryptSecret, openBytes, sealBytes } from '../secrets.js';
 
 /**
  * The outbox of the customer-database writer (decisions.md section 8): each write is queued in the same SQLite
@@ -37,6 +37,7 @@ const statements = definePrepared((db) => ({
       accountId: p('accountId'),
       kind: p('kind'),
       payloadSealed: p('payloadSealed'),
+      rawSealed: p('rawSealed'),
       spoolId: p('spoolId'),
       nextAttemptAt: p('now'),
       createdAt: p('now'),
@@ -63,6 +64,7 @@ export function databaseOwnerOf(db: Db, accountId: string): string | null {
 }
 
 const sealContext = (id: string) => `customer-db-write:${id}`;
+const rawContext = (id: string) => `customer-db-write-raw:${id}`;
 
 /**
  * Queues one write for the database of `accountId` (or its parent's); call it inside the transaction that records
@@ -74,12 +76,15 @@ export function queueCustomerDbWrite(deps: { db: Db; secretKey: Buffer | null },
   const owner = databaseOwnerOf(deps.db, accountId);
   if (owner === null) return false;
   const id = newId(now);
+  // A received message's bytes are sealed as bytes, beside the JSON rather than inside it as base64.
+  const { raw, ...content } = write as QueuedWrite & { raw?: Buffer };
   statements(deps.db).insert.run({
     id,
     databaseAccountId: owner,
     accountId,
     kind: write.kind,
-    payloadSealed: encryptSecret(deps.secretKey, JSON.stringify(write), sealContext(id)),
+    payloadSealed: encryptSecret(deps.secretKey, JSON.stringify(content), sealContext(id)),
+    rawSealed: raw ? sealBytes(deps.secretKey, raw, rawContext(id)) : null,
     spoolId: 'spoolId' in write ? write.spoolId : null,
     now,
   });
@@ -96,8 +101,8 @@ export interface SpooledInboundWrite {
   id: string;
   /** The spool file holding a large message; null when the message is `raw` here. */
   spoolId: string | null;
-  /** A small message itself, base64 (sealed with the rest of the write). */
-  raw?: string;
+  /** A small message itself (stored sealed in its own column, never in the JSON). */
+  raw?: Buffer;
   accountId: string;
   /** The envelope recipients of this account. */
   toAddresses: string[];
@@ -117,7 +122,11 @@ export type OpenedWrite = { row: CustomerDbWriteRow; write: QueuedWrite } | { ro
 
 export function openWrite(secretKey: Buffer, row: CustomerDbWriteRow): OpenedWrite {
   try {
-    return { row, write: JSON.parse(decryptSecret(secretKey, row.payloadSealed, sealContext(row.id)).toString('utf8')) as QueuedWrite };
+    const write = JSON.parse(decryptSecret(secretKey, row.payloadSealed, sealContext(row.id)).toString('utf8')) as QueuedWrite & { raw?: Buffer | string };
+    if (row.rawSealed) write.raw = openBytes(secretKey, row.rawSealed, rawContext(row.id));
+    // Queued by a version that kept the bytes inside the JSON, as base64.
+    else if (typeof write.raw === 'string') write.raw = Buffer.from(write.raw, 'base64');
+    return { row, write: write as QueuedWrite };
   } catch {
     return { row, write: null, error: 'The queued write could not be decrypted with the current secret key.' };
   }

@@ -1,0 +1,1 @@
+ALTER TABLE `customer_db_writes` ADD `raw_sealed` blob;
