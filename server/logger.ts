@@ -17,7 +17,27 @@ function serialise(value: unknown): unknown {
   return value;
 }
 
-export function createLogger(level: LogLevel, write: (line: string) => void = (l) => process.stdout.write(l)): Logger {
+/**
+ * Writes to stdout once per turn of the event loop instead of once per line: stdout is synchronous for files and
+ * pipes on Linux, and a busy server logs several lines a turn (each SMTP message, each request). Whatever is held is
+ * written before the process exits, however it exits (an uncaught error's line included).
+ */
+export function stdoutBatched(out: { write(chunk: string): unknown } = process.stdout): (line: string) => void {
+  let held: string[] = [];
+  const flush = () => {
+    if (held.length === 0) return;
+    const text = held.join('');
+    held = [];
+    out.write(text);
+  };
+  process.on('exit', flush);
+  return (line) => {
+    if (held.length === 0) setImmediate(flush);
+    held.push(line);
+  };
+}
+
+export function createLogger(level: LogLevel, write: (line: string) => void = stdoutBatched()): Logger {
   const min = RANK[level];
   const log = (lvl: LogLevel) => (event: string, fields: LogFields = {}) => {
     if (RANK[lvl] < min) return;
