@@ -14,6 +14,7 @@ import { domainRoutes } from './routes/domains.js';
 import { emailRoutes } from './routes/emails.js';
 import { keyRoutes } from './routes/keys.js';
 import { metricsRoutes } from './routes/metrics.js';
+import { apiDocumentRoutes, apiIndexRoute } from './routes/openapi.js';
 import { eventRoutes } from './routes/events.js';
 import { suppressionRoutes } from './routes/suppressions.js';
 import { templateRoutes } from './routes/templates.js';
@@ -54,7 +55,8 @@ export function createApp(deps: Deps) {
     .route('/', webhookRoutes(deps))
     .route('/', eventRoutes(deps))
     .route('/', databaseRoutes(deps))
-    .route('/', templateRoutes(deps));
+    .route('/', templateRoutes(deps))
+    .route('/', apiDocumentRoutes(API_BASE));
 
   const app = new Hono<AppEnv>();
   app.use(accessLog(deps));
@@ -69,6 +71,7 @@ export function createApp(deps: Deps) {
   });
   app.route('/', metricsRoutes(deps));
   app.route(API_BASE, api);
+  app.route(`${API_BASE}/`, apiIndexRoute(API_BASE));
 
   let allowed: ((path: string) => string[]) | undefined;
   app.notFound((c) => {

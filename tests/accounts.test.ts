@@ -2,6 +2,7 @@ import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { accounts, apiKeys, domains, suppressions } from '../db/schema/index.js';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
+import { expectDocumented } from './helpers/openapi.js';
 import { startService, type ApiResponse, type TestService } from './helpers/service.js';
 
 /**
@@ -59,6 +60,8 @@ afterAll(async () => {
 function expectError(res: ApiResponse, status: number, code: string): void {
   expect(res.status, JSON.stringify(res.body)).toBe(status);
   expect(res.body).toEqual({ error: { code, message: expect.any(String) } });
+  // The API document lists this code at this status for the endpoint.
+  expectDocumented(res);
 }
 
 /** Every field of the Account resource, with its type from api.md. */
@@ -88,18 +91,21 @@ function expectAccountShape(a: AccountBody): void {
 async function createSub(key: string, name = 'Shop EU'): Promise<AccountBody> {
   const res = await service.api('POST', '/accounts', { key, body: { name } });
   expect(res.status, JSON.stringify(res.body)).toBe(201);
+  expectDocumented(res);
   return res.body;
 }
 
 async function getSub(key: string, id: string): Promise<AccountBody> {
   const res = await service.api('GET', `/accounts/${id}`, { key });
   expect(res.status, JSON.stringify(res.body)).toBe(200);
+  expectDocumented(res);
   return res.body;
 }
 
 async function ownAccount(key: string, account?: string): Promise<AccountBody> {
   const res = await service.api('GET', '/account', { key, ...(account ? { account } : {}) });
   expect(res.status, JSON.stringify(res.body)).toBe(200);
+  expectDocumented(res);
   return res.body;
 }
 

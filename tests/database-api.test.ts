@@ -6,6 +6,7 @@ import { customerDatabases } from '../db/schema/index.js';
 import { urlContext } from '../server/customer-db/connection.js';
 import { decryptSecret } from '../server/secrets.js';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
+import { expectDocumented } from './helpers/openapi.js';
 import { NOT_CONNECTED, storeDatabaseRow } from './helpers/customer-db.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { startPostgres, type TestPostgres } from './helpers/postgres.js';
@@ -108,6 +109,7 @@ const connect = (s: TestService, key: string, url: string, account?: string) => 
 const status = async (s: TestService, key: string, account?: string) => {
   const res = await s.api('GET', '/database', { key, ...(account ? { account } : {}) });
   expect(res.status).toBe(200);
+  expectDocumented(res);
   return res.body;
 };
 
@@ -192,6 +194,7 @@ describe('POST /database: connected', () => {
     const url = urlOf('db.pg.test');
     const res = await connect(service, key, url);
     expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expectDocumented(res);
     expect(res.body).toEqual(connectedStatus(service));
     expect(res.body.lastOkAt).toMatch(ISO);
     expect(JSON.stringify(res.body)).not.toContain(url);
@@ -260,6 +263,7 @@ describe('POST /database: database_unreachable names the step that failed; nothi
     const { key, account } = service.newAccount();
     const res = await connect(service, key, url);
     expectError(res, 422, 'database_unreachable', step);
+    expectDocumented(res);
     expectNoPassword(service, res);
     expect(await status(service, key)).toEqual(NOT_CONNECTED);
     expect(storedRow(service, account.id)).toBeUndefined();
@@ -570,7 +574,9 @@ describe('a sub-account', () => {
 describe('POST /database/test', () => {
   it('answers 404 database_not_connected when no database is set', async () => {
     const { key } = service.newAccount();
-    expectError(await service.api('POST', '/database/test', { key }), 404, 'database_not_connected');
+    const res = await service.api('POST', '/database/test', { key });
+    expectError(res, 404, 'database_not_connected');
+    expectDocumented(res);
   });
 
   it('connects to the stored URL and answers the fresh status', async () => {
@@ -580,6 +586,7 @@ describe('POST /database/test', () => {
     service.clock.advance(3_600_000);
     const res = await service.api('POST', '/database/test', { key });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expectDocumented(res);
     // lastOkAt is this attempt's; nothing else changed, so updatedAt may stay.
     expect(res.body).toEqual({ ...first.body, lastOkAt: isoNow(service), updatedAt: expect.stringMatching(ISO) });
     expect(res.body.lastOkAt).not.toBe(first.body.lastOkAt);

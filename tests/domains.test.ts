@@ -5,6 +5,7 @@ import { domainKeys, domains, emails, outboundMessages } from '../db/schema/inde
 import { DAY_MS } from '../server/clock.js';
 import { KEPT_DOMAIN_KEYS } from '../server/core/domains.js';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
+import { expectDocumented } from './helpers/openapi.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { startService, type ApiResponse, type RequestOptions, type TestService } from './helpers/service.js';
 
@@ -60,10 +61,11 @@ let seq = 0;
 /** A name no other test of this file uses: claims on a name span accounts, so each test brings its own. */
 const freshName = (label = 'd') => `${label}${++seq}.example.com`;
 
-/** Calls the API and checks, on every answer, that no private key travels in it. */
+/** Calls the API and checks, on every answer, that no private key travels in it and that the API document describes it. */
 async function call(svc: TestService, method: string, path: string, opts: RequestOptions = {}): Promise<ApiResponse> {
   const res = await svc.api(method, path, opts);
   expect(JSON.stringify(res.body ?? null)).not.toContain('PRIVATE');
+  expectDocumented(res);
   return res;
 }
 

@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
+import { expectDocumented } from './helpers/openapi.js';
 import { seedEmail, seedEvent, type SeededEvent } from './helpers/outcomes.js';
-import { startService, type TestService } from './helpers/service.js';
+import { startService, type ApiResponse, type TestService } from './helpers/service.js';
 
 /**
  * GET /events (issue 10 point 7): every recorded outcome of the acting account, newest first, keyset-paged, with
@@ -31,9 +32,11 @@ const item = (e: SeededEvent) => ({
   occurredAt: new Date(e.occurredAt).toISOString(),
 });
 
-const expectError = (res: { status: number; body: unknown }, status: number, code: string) => {
+const expectError = (res: ApiResponse, status: number, code: string) => {
   expect(res.status, JSON.stringify(res.body)).toBe(status);
   expect(res.body).toEqual({ error: { code, message: expect.any(String) } });
+  // The API document lists this code at this status for GET /events.
+  expectDocumented(res);
 };
 
 /** An account with outcomes of two emails at one-minute steps, oldest first as seeded. */
@@ -58,6 +61,7 @@ describe('GET /events', () => {
     const { key, seeded } = accountWithHistory();
     const res = await service.api('GET', '/events', { key });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expectDocumented(res);
     expect(res.body).toEqual({ data: [...seeded].reverse().map(item), nextCursor: null });
   });
 
@@ -93,6 +97,7 @@ describe('GET /events', () => {
       const query: string = `/events?limit=2${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`;
       const res = await service.api('GET', query, { key });
       expect(res.status, JSON.stringify(res.body)).toBe(200);
+      expectDocumented(res);
       expect(res.body.data.length).toBeLessThanOrEqual(2);
       seen.push(...res.body.data.map((e: { id: string }) => e.id));
       cursor = res.body.nextCursor;

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { apiKeys } from '../db/schema/index.js';
 import type { Scope } from '../server/core/scopes.js';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
+import { expectDocumented } from './helpers/openapi.js';
 import { startService, type ApiResponse, type TestService } from './helpers/service.js';
 
 /**
@@ -69,17 +70,21 @@ afterAll(async () => {
 function expectError(res: ApiResponse, status: number, code: string): void {
   expect(res.status, JSON.stringify(res.body)).toBe(status);
   expect(res.body).toEqual({ error: { code, message: expect.any(String) } });
+  // The API document lists this code at this status for the endpoint.
+  expectDocumented(res);
 }
 
 async function mint(key: string, body: unknown = { name: 'ci deploys' }, account?: string): Promise<MintedBody> {
   const res = await service.api('POST', '/keys', { key, body, ...(account ? { account } : {}) });
   expect(res.status, JSON.stringify(res.body)).toBe(201);
+  expectDocumented(res);
   return res.body;
 }
 
 async function listKeys(key: string, query = '', account?: string): Promise<{ data: KeyBody[]; nextCursor: string | null }> {
   const res = await service.api('GET', `/keys${query}`, { key, ...(account ? { account } : {}) });
   expect(res.status, JSON.stringify(res.body)).toBe(200);
+  expectDocumented(res);
   return res.body;
 }
 

@@ -19,13 +19,14 @@ import {
   rawRequest,
   receipt,
   recipients,
-  sendEmail,
+  sendEmail as postEmail,
   setDomainState,
   suspendByOperator,
   uniqueDomain,
   useQuota,
 } from './helpers/sending.js';
-import { startService, type TestService } from './helpers/service.js';
+import { expectDocumented } from './helpers/openapi.js';
+import { startService, type ApiResponse, type TestService } from './helpers/service.js';
 
 /**
  * POST /emails (api.md, Emails; issue 4, items 1, 4, 6 and 8): a send from a verified domain is queued durably before
@@ -41,6 +42,13 @@ beforeAll(async () => {
 afterAll(async () => {
   await service.close();
 });
+
+/** POST /emails, every answer of this file checked against the API document: its status and body for POST /emails. */
+async function sendEmail(...args: Parameters<typeof postEmail>): Promise<ApiResponse> {
+  const res = await postEmail(...args);
+  expectDocumented(res);
+  return res;
+}
 
 describe('POST /emails: the standard failures', () => {
   runCommonAuthTests(() => service, { method: 'POST', path: '/emails', scope: 'emails:send', body: receipt('billing@example.com') });

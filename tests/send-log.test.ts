@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
+import { expectDocumented } from './helpers/openapi.js';
 import { breakQueue, expectError, expectOk, newSender, newSubSender, receipt, type Sender, sendEmail } from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
 
@@ -24,13 +25,17 @@ const list = (s: { key: string }, query = '', account?: string) => service.api('
 async function sendOk(s: Sender, body: Record<string, unknown> = receipt(s.from)): Promise<string> {
   const res = await sendEmail(service, s.key, body);
   expectOk(res);
+  // The send result as the API document describes it (with the trial warning of a new account).
+  expectDocumented(res);
   return res.body.id as string;
 }
 
 async function sendFailed(s: Sender): Promise<void> {
   const restore = breakQueue(service);
   try {
-    expectError(await sendEmail(service, s.key, receipt(s.from, 'fail@example.net')), 502, 'send_failed');
+    const res = await sendEmail(service, s.key, receipt(s.from, 'fail@example.net'));
+    expectError(res, 502, 'send_failed');
+    expectDocumented(res);
   } finally {
     restore();
   }
@@ -48,6 +53,7 @@ describe('GET /emails/{id}', () => {
     const id = await sendOk(s, receipt(`"Acme Billing" <${s.from}>`, ['ann@example.net', 'bob@example.net'], { tags: { order: 'A-1' } }));
     const res = await service.api('GET', `/emails/${id}`, { key: s.key });
     expect(res.status).toBe(200);
+    expectDocumented(res);
     expect(res.body).toEqual({
       id,
       from: s.from,
@@ -81,6 +87,7 @@ describe('GET /emails/{id}', () => {
     const failed = (await list(s, '?status=failed')).body.data[0];
     const res = await service.api('GET', `/emails/${failed.id}`, { key: s.key });
     expect(res.status).toBe(200);
+    expectDocumented(res);
     expect(res.body).toMatchObject({ status: 'failed', sandbox: false, to: ['fail@example.net'], events: [] });
     expect(typeof res.body.error).toBe('string');
     expect(res.body.error.length).toBeGreaterThan(0);
@@ -88,7 +95,9 @@ describe('GET /emails/{id}', () => {
 
   it('an unknown id is 404 email_not_found', async () => {
     const s = await newSender(service);
-    expectError(await service.api('GET', '/emails/01a00000-0000-7000-8000-000000000000', { key: s.key }), 404, 'email_not_found');
+    const unknown = await service.api('GET', '/emails/01a00000-0000-7000-8000-000000000000', { key: s.key });
+    expectError(unknown, 404, 'email_not_found');
+    expectDocumented(unknown);
     expectError(await service.api('GET', '/emails/not-an-id', { key: s.key }), 404, 'email_not_found');
   });
 
@@ -121,6 +130,7 @@ describe('GET /emails', () => {
     }
     const res = await list(s);
     expect(res.status).toBe(200);
+    expectDocumented(res);
     expect(res.body.nextCursor).toBeNull();
     expect(res.body.data.map((e: { id: string }) => e.id)).toEqual([...ids].reverse());
     expect(res.body.data[0]).toMatchObject({ id: ids[2], to: ['n2@example.net'], status: 'sent', sandbox: false });
@@ -243,7 +253,9 @@ describe('GET /emails', () => {
     const theirs = await list(other, '?limit=1');
     expect(theirs.body.nextCursor).toEqual(expect.any(String));
     for (const cursor of [keys.body.nextCursor, theirs.body.nextCursor, 'garbage', Buffer.from('{"k":"x"}').toString('base64url'), '']) {
-      expectError(await list(s, `?cursor=${encodeURIComponent(cursor)}`), 422, 'invalid_cursor');
+      const res = await list(s, `?cursor=${encodeURIComponent(cursor)}`);
+      expectError(res, 422, 'invalid_cursor');
+      expectDocumented(res);
     }
   });
 });

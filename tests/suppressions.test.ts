@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { suppress } from '../server/core/suppressions.js';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
+import { expectDocumented } from './helpers/openapi.js';
 import { emailRows, expectError, expectOk, newSender, newSubSender, outboundMessagesOf, receipt, sendEmail } from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
 
@@ -37,6 +38,7 @@ describe('POST /suppressions', () => {
     const { key } = service.newAccount();
     const res = await add(key, 'Ann.Lee@Example.NET');
     expect(res.status).toBe(201);
+    expectDocumented(res);
     expect(res.body).toEqual({ id: expect.any(String), address: 'ann.lee@example.net', reason: 'manual', detail: expect.any(String), createdAt: new Date(service.clock.now()).toISOString() });
     expect(res.body.createdAt).toMatch(ISO_MS);
   });
@@ -48,6 +50,7 @@ describe('POST /suppressions', () => {
     service.clock.advance(5000);
     const again = await add(key, 'BOB@example.net');
     expect(again.status).toBe(200);
+    expectDocumented(again);
     expect(again.body).toEqual(first.body);
     expect((await listed(key)).body.data).toHaveLength(1);
   });
@@ -94,6 +97,7 @@ describe('GET /suppressions', () => {
     }
     const res = await listed(key);
     expect(res.status).toBe(200);
+    expectDocumented(res);
     expect(res.body.data.map((e: { address: string }) => e.address)).toEqual([...addresses].reverse());
     expect(res.body.nextCursor).toBeNull();
     for (const e of res.body.data) expect(e).toEqual({ id: expect.any(String), address: expect.any(String), reason: 'manual', detail: expect.any(String), createdAt: expect.stringMatching(ISO_MS) });
@@ -158,7 +162,11 @@ describe('GET /suppressions', () => {
 
   it('a bad limit is 422 invalid_request', async () => {
     const { key } = service.newAccount();
-    for (const limit of ['0', '101', 'x']) expectError(await listed(key, `?limit=${limit}`), 422, 'invalid_request', /limit/);
+    for (const limit of ['0', '101', 'x']) {
+      const res = await listed(key, `?limit=${limit}`);
+      expectError(res, 422, 'invalid_request', /limit/);
+      expectDocumented(res);
+    }
   });
 });
 
@@ -169,8 +177,11 @@ describe('DELETE /suppressions/{address}', () => {
     await add(key, 'bob@example.net');
     const res = await remove(key, 'ann+billing@example.net');
     expect(res.status).toBe(204);
+    expectDocumented(res);
     expect((await listed(key)).body.data.map((e: { address: string }) => e.address)).toEqual(['bob@example.net']);
-    expectError(await remove(key, 'ann+billing@example.net'), 404, 'not_found');
+    const again = await remove(key, 'ann+billing@example.net');
+    expectError(again, 404, 'not_found');
+    expectDocumented(again);
   });
 
   it('an address never listed is 404 not_found', async () => {

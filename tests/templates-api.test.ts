@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TEMPLATES } from '../server/core/templates.js';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
+import { expectDocumented } from './helpers/openapi.js';
 import { type Sender, emailRows, expectError, newSender, queued, sendEmail } from './helpers/sending.js';
 import { startService, type ApiResponse, type TestService } from './helpers/service.js';
 
@@ -27,6 +28,7 @@ describe('GET /templates', () => {
   it('lists the six built-in templates, each with its variables: required, kind, maximum length and its unit', async () => {
     const res = await service.api('GET', '/templates', { key: s.key });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expectDocumented(res);
     expect(res.body.data.map((t: { name: string }) => t.name)).toEqual(['receipt', 'welcome', 'password-reset', 'magic-link', 'verify-email', 'notification']);
     const byName = Object.fromEntries(res.body.data.map((t: { name: string }) => [t.name, t]));
     expect(byName.receipt).toEqual({
@@ -68,7 +70,9 @@ describe('GET /templates', () => {
 
   it('a key with only emails:read is 403 insufficient_scope', async () => {
     const reader = service.newKey(s.account.id, ['emails:read']);
-    expectError(await service.api('GET', '/templates', { key: reader }), 403, 'insufficient_scope');
+    const res = await service.api('GET', '/templates', { key: reader });
+    expectError(res, 403, 'insufficient_scope');
+    expectDocumented(res);
   });
 });
 
@@ -77,6 +81,7 @@ describe('POST /templates/{name}/render', () => {
     const before = await service.api('GET', '/account', { key: s.key });
     const res = await render('receipt', { receiptNumber: 'R-77', paidOn: '2026-03-10', total: '$42.00' });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expectDocumented(res);
     expect(Object.keys(res.body).sort()).toEqual(['html', 'subject', 'text']);
     expect(res.body.subject).toBe('Your receipt R-77');
     expect(res.body.text).toBe('Receipt R-77\n\nPaid on: 2026-03-10\nTotal: $42.00\n\nThank you for your payment.\n');
@@ -156,6 +161,7 @@ describe('POST /templates/{name}/render refuses what a send refuses, with the sa
   it.each(cases)('%s is 422 invalid_request naming it', async (_label, name, vars, field, message) => {
     const res = await render(name, vars);
     expectError(res, 422, 'invalid_request', message);
+    expectDocumented(res);
     expect(res.body.error.message.startsWith(`${field}: `)).toBe(true);
     const viaSend = await sendError(name, vars);
     expectError(viaSend, 422, 'invalid_request');
@@ -182,12 +188,16 @@ describe('POST /templates/{name}/render refuses what a send refuses, with the sa
     expectError(await render('receipt', ['$1']), 422, 'invalid_request', /^body: must be a JSON object$/);
     expectError(await render('receipt', '$1'), 422, 'invalid_request', /^body: must be a JSON object$/);
     const raw = (rawBody: string) => service.api('POST', '/templates/receipt/render', { key: s.key, rawBody, headers: { 'content-type': 'application/json' } });
-    expectError(await raw('{"total":'), 400, 'invalid_json');
+    const notJson = await raw('{"total":');
+    expectError(notJson, 400, 'invalid_json');
+    expectDocumented(notJson);
     expectError(await raw(''), 400, 'invalid_json');
   });
 
   it('a body of 1 MB or more is 413 body_too_large', async () => {
-    expectError(await render('notification', { subject: 's', body: long(1024 * 1024) }), 413, 'body_too_large');
+    const res = await render('notification', { subject: 's', body: long(1024 * 1024) });
+    expectError(res, 413, 'body_too_large');
+    expectDocumented(res);
   });
 });
 

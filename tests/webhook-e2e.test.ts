@@ -7,6 +7,7 @@ import { createDeliveryEngine } from '../mta/delivery-engine.js';
 import { createWebhookDispatcher } from '../server/webhooks/dispatcher.js';
 import { FAST_TIMEOUTS, type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import { HttpsReceiver, type ReceivedRequest } from './helpers/https-receiver.js';
+import { apiDocument, expectDocumented, expectDocumentedWebhook } from './helpers/openapi.js';
 import { expectError, newSender, receipt } from './helpers/sending.js';
 
 /**
@@ -102,9 +103,13 @@ describe('an outcome of a real delivery reaches a real HTTPS receiver', () => {
     expect(req.headers['x-service-delivery']).toBe(row!.id);
     expect(req.headers['x-service-event']).toBe('email.delivered');
     expect(req.headers['webhook-id']).toBe(row!.id);
+    // The post is the API document's `webhooks` entry for its type: its body, and every header it lists.
+    expectDocumentedWebhook(body);
+    for (const { name } of apiDocument.webhooks['email.delivered'].post.parameters) expect(req.headers[name.toLowerCase()], name).toEqual(expect.any(String));
     expect(row).toMatchObject({ attempts: 1, lastStatus: 200, lastError: null, nextAttemptAt: null, deliveredAt: expect.any(Number) });
 
     const listed = await service.api('GET', `/webhooks/${endpoint.id}/deliveries`, { key: s.key });
+    expectDocumented(listed);
     expect(listed.body.data).toEqual([expect.objectContaining({ id: row!.id, eventType: 'email.delivered', attempts: 1, lastStatus: 200, lastError: null, nextAttemptAt: null })]);
   });
 });
@@ -118,12 +123,15 @@ describe('POST /webhooks/{id}/test', () => {
     const res = await service.api('POST', `/webhooks/${endpoint.id}/test`, { key: s.key });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(res.body).toEqual({ id: expect.any(String), status: 200, delivered: true, error: null });
+    expectDocumented(res);
     const ping = receiver.requests[before]!;
     expect(verifyServiceSignature(ping, endpoint.secret)).toBe(true);
     expect(JSON.parse(ping.body.toString('utf8'))).toEqual({ id: res.body.id, type: 'ping', createdAt: expect.any(String), data: { endpointId: endpoint.id } });
+    expectDocumentedWebhook(JSON.parse(ping.body.toString('utf8')));
 
     const again = await service.api('POST', `/webhooks/${endpoint.id}/test`, { key: s.key });
     expectError(again, 429, 'ping_cooldown');
+    expectDocumented(again);
     expect(Number(again.headers.get('retry-after'))).toBeGreaterThan(0);
     expect(receiver.requests.length).toBe(before + 1);
     service.clock.advance(10_001);

@@ -4,6 +4,7 @@ import { webhookDeliveries, webhookEndpoints } from '../db/schema/index.js';
 import { newId } from '../server/ids.js';
 import { decryptSecret } from '../server/secrets.js';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
+import { expectDocumented } from './helpers/openapi.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { expectError } from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
@@ -44,6 +45,7 @@ describe('POST /webhooks', () => {
     const { key } = service.newAccount();
     const res = await create(key, { url: PUBLIC, events: ['email.delivered', 'email.bounced', 'email.delivered'] });
     expect(res.status, JSON.stringify(res.body)).toBe(201);
+    expectDocumented(res);
     expect(res.body).toEqual({
       id: expect.stringMatching(/^[0-9a-f-]{36}$/),
       url: PUBLIC,
@@ -61,10 +63,12 @@ describe('POST /webhooks', () => {
     // Never read back.
     const got = await service.api('GET', `/webhooks/${res.body.id}`, { key });
     expect(got.status).toBe(200);
+    expectDocumented(got);
     const { secret: _secret, ...endpoint } = res.body;
     expect(got.body).toEqual(endpoint);
     const list = await service.api('GET', '/webhooks', { key });
     expect(list.body).toEqual({ data: [endpoint], nextCursor: null });
+    expectDocumented(list);
   });
 
   it.each([
@@ -86,7 +90,9 @@ describe('POST /webhooks', () => {
     ['the metadata address', 'https://169.254.169.254/latest'],
   ])('refuses %s with 422 invalid_url', async (_, url) => {
     const { key } = service.newAccount();
-    expectError(await create(key, { url, events: ['email.delivered'] }), 422, 'invalid_url');
+    const res = await create(key, { url, events: ['email.delivered'] });
+    expectError(res, 422, 'invalid_url');
+    expectDocumented(res);
   });
 
   it('accepts exactly 2000 characters', async () => {
@@ -151,7 +157,9 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
       expectError(await service.api(method, '/webhooks/01a00000-0000-7000-8000-000000000000', { key: a.key }), 404, 'webhook_not_found');
       expectError(await service.api(method, '/webhooks/not-an-id', { key: a.key }), 404, 'webhook_not_found');
     }
-    expectError(await service.api('GET', `/webhooks/${theirs}/deliveries`, { key: a.key }), 404, 'webhook_not_found');
+    const deliveries = await service.api('GET', `/webhooks/${theirs}/deliveries`, { key: a.key });
+    expectError(deliveries, 404, 'webhook_not_found');
+    expectDocumented(deliveries);
   });
 
   it('deletes an endpoint and every delivery queued or kept for it, at once', async () => {
@@ -191,6 +199,7 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
     });
     const page = await service.api('GET', `/webhooks/${ids[0]}/deliveries?limit=2`, { key });
     expect(page.status).toBe(200);
+    expectDocumented(page);
     expect(page.body.data).toEqual([3, 2].map((i) => ({
       id: deliveries[i - 1],
       eventType: 'email.deferred',
@@ -208,8 +217,11 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
   it.each(['limit=0', 'limit=101', 'limit=abc', 'cursor=nope'])('answers 400 invalid_request (not 422) for %s on both lists', async (query) => {
     const { key } = service.newAccount();
     const id = (await create(key, { url: PUBLIC, events: ['ping'] })).body.id as string;
-    expectError(await service.api('GET', `/webhooks?${query}`, { key }), 400, 'invalid_request');
-    expectError(await service.api('GET', `/webhooks/${id}/deliveries?${query}`, { key }), 400, 'invalid_request');
+    for (const path of [`/webhooks?${query}`, `/webhooks/${id}/deliveries?${query}`]) {
+      const res = await service.api('GET', path, { key });
+      expectError(res, 400, 'invalid_request');
+      expectDocumented(res);
+    }
   });
 
   it('refuses another list’s cursor with 400 invalid_request', async () => {

@@ -75,15 +75,15 @@ const templateInput = z
   .catchall(variableValue)
   .superRefine(({ name, ...vars }, ctx) => checkTemplateVariables(name, vars, ctx));
 
+/** A flat object of string variables: a send's `template` without `name`. */
+export const templateVariables = z.object({}).catchall(variableValue);
+
 /**
  * The body of POST /templates/{name}/render: a send's `template` without `name`, the path naming the template (an
  * unknown one is an issue at `name`, as in a send). A `name` key in the body is not a variable of any template.
  */
 export function templateVariablesInput(name: string) {
-  return z
-    .object({})
-    .catchall(variableValue)
-    .superRefine((vars, ctx) => checkTemplateVariables(name, vars, ctx));
+  return templateVariables.superRefine((vars, ctx) => checkTemplateVariables(name, vars, ctx));
 }
 
 function isHttpUrl(value: string): boolean {

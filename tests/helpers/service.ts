@@ -16,6 +16,8 @@ export interface ApiResponse<T = any> {
   status: number;
   headers: Headers;
   body: T;
+  /** What was asked, path relative to /api/v1 (so a response can be checked against the API document). */
+  request: { method: string; path: string };
 }
 
 export interface RequestOptions {
@@ -97,7 +99,7 @@ export async function startService(env: Record<string, string> = {}, opts: { htt
       } catch {
         // not JSON: the test sees the raw text
       }
-      return { status: res.status, headers: res.headers, body: parsed as any };
+      return { status: res.status, headers: res.headers, body: parsed as any, request: { method, path } };
     },
     newAccount(opts = {}) {
       const account = createTopLevelAccount(deps, { name: opts.name ?? 'Acme', credits: opts.credits });
