@@ -3,7 +3,8 @@ import pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { customerDatabases, customerDbWrites, outboundRecipients } from '../db/schema/index.js';
 import { createDeliveryEngine } from '../mta/delivery-engine.js';
-import { pendingWrites } from '../server/customer-db/outbox.js';
+import { pendingWrites, queueCustomerDbWrite } from '../server/customer-db/outbox.js';
+import { newId } from '../server/ids.js';
 import { RECONNECT_GAPS_MS } from '../server/customer-db/status.js';
 import { type CustomerDbWriter, createCustomerDbWriter } from '../server/customer-db/writer.js';
 import { decryptSecret } from '../server/secrets.js';
@@ -277,5 +278,38 @@ describe('a write refused for its data', () => {
     const later = await send(sender.key, sender.from, 'cy@example.net');
     await writer.runOnce();
     expect(await emailRow(later)).toBeDefined();
+  });
+});
+
+describe('a parse thread that dies with a batch of received messages', () => {
+  beforeAll(async () => {
+    sender = await newSender(rig.service, { name: 'Crash' });
+    await connect(sender.key);
+  });
+
+  it('leaves the messages queued to be tried again after the gap (never set aside at once); the writes behind them land', async () => {
+    await writer.stop();
+    writer = createCustomerDbWriter(rig.service.deps, { parserWorkerUrl: new URL('./fixtures/workers/crashing-parser.mjs', import.meta.url) });
+    const now = rig.service.clock.now();
+    const inboundId = newId(now);
+    const raw = Buffer.from('From: ann@example.net\r\nSubject: Where is order 7?\r\n\r\nHello\r\n');
+    rig.service.deps.db.transaction(() =>
+      queueCustomerDbWrite(rig.service.deps, sender.account.id, { kind: 'inbound', id: inboundId, spoolId: null, raw, accountId: sender.account.id, toAddresses: [`support@${sender.domain}`], mailFrom: 'ann@example.net', remoteAddress: '127.0.0.1', helo: 'client.example', receivedAt: now, size: raw.length }, now),
+    );
+    const after = await send(sender.key, sender.from, 'bob@example.net');
+    await writer.runOnce();
+    expect(await emailRow(after)).toBeDefined();
+    const [waiting] = rig.service.deps.db.select().from(customerDbWrites).all();
+    expect(waiting).toMatchObject({ kind: 'inbound', attempts: 1, setAsideAt: null, lastError: expect.stringMatching(/inbound parser stopped/) });
+    expect((await status(sender.key)).pending).toBe(1);
+
+    // A parse thread that works, once the gap has passed: the message lands.
+    await writer.stop();
+    writer = createCustomerDbWriter(rig.service.deps);
+    rig.service.clock.advance(30_000);
+    await writer.runOnce();
+    const { rows } = await (await customerClient()).query('select subject from service.inbound where id = $1', [inboundId]);
+    expect(rows).toEqual([{ subject: 'Where is order 7?' }]);
+    expect((await status(sender.key)).pending).toBe(0);
   });
 });

@@ -1,6 +1,7 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { PARSE_NICE, createInboundParser } from '../mta/inbound/parser.js';
+import { PARSE_NICE, ParserStoppedError, createInboundParser } from '../mta/inbound/parser.js';
+import { SpoolError } from '../mta/inbound/store.js';
 import type { SpooledInboundWrite } from '../server/customer-db/outbox.js';
 import { loadConfig } from '../server/config.js';
 import { createMemoryLogger } from '../server/logger.js';
@@ -58,11 +59,13 @@ describe('createInboundParser', () => {
     const parser = createInboundParser({ config: config(), logger: createMemoryLogger() });
     try {
       const before = threadNices().filter((n) => n === PARSE_NICE).length;
-      const passed = await parser.parse(write(1));
+      const { raw: _, ...withoutBytes } = write(9);
+      const [passed, broken, failed] = await parser.parseAll([write(1), withoutBytes, write(2, '198.51.100.7')]);
+      // Each message has its own outcome: one that cannot be parsed fails alone.
+      expect(broken).toBeInstanceOf(SpoolError);
       expect(passed).toMatchObject({ id: write(1).id, subject: 'Order 1', spf: 'pass', dkim: 'none', dmarc: 'pass', toAddresses: ['support@shop.example'] });
-      expect(passed.text).toContain('Order 1 has shipped.');
-      const failed = await parser.parse(write(2, '198.51.100.7'));
-      expect(failed).toMatchObject({ spf: 'fail', dmarc: 'fail' });
+      expect((passed as { text: string }).text).toContain('Order 1 has shipped.');
+      expect(failed).toMatchObject({ id: write(2).id, spf: 'fail', dmarc: 'fail' });
       expect(threadNices().filter((n) => n === PARSE_NICE).length).toBe(before + 1);
     } finally {
       await parser.close();
@@ -73,7 +76,7 @@ describe('createInboundParser', () => {
     const parser = createInboundParser({ config: config(), logger: createMemoryLogger() });
     try {
       dns.queries = [];
-      await Promise.all([3, 4, 5, 6].map((n) => parser.parse(write(n))));
+      await parser.parseAll([3, 4, 5, 6].map((n) => write(n)));
       const spf = dns.queries.filter((q) => q.name === 'sender.example' && q.type === 'TXT');
       const dmarc = dns.queries.filter((q) => q.name === '_dmarc.sender.example');
       expect(spf).toHaveLength(1);
@@ -87,8 +90,8 @@ describe('createInboundParser', () => {
     const logger = createMemoryLogger();
     const parser = createInboundParser({ config: config(), logger }, { workerUrl: new URL('./fixtures/workers/crashing-parser.mjs', import.meta.url) });
     try {
-      await expect(parser.parse(write(7))).rejects.toThrow(/the inbound parser stopped \(exit 3\)/);
-      await expect(parser.parse(write(8))).rejects.toThrow(/the inbound parser stopped \(exit 3\)/);
+      await expect(parser.parseAll([write(7)])).rejects.toThrow(ParserStoppedError);
+      await expect(parser.parseAll([write(8)])).rejects.toThrow(/the inbound parser stopped \(exit 3\)/);
     } finally {
       await parser.close();
     }

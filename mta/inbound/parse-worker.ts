@@ -5,7 +5,7 @@ import type { SpooledInboundWrite } from '../../server/customer-db/outbox.js';
 import { cachingResolver } from '../../server/dns/cache.js';
 import { createResolver } from '../../server/dns/resolver.js';
 import type { LogFields, Logger } from '../../server/logger.js';
-import type { ParseReply, ParserSettings } from './parser.js';
+import { PARSE_CONCURRENCY, type ParseOutcome, type ParseReply, type ParseRequest, type ParserSettings } from './parser.js';
 import { type ParseDeps, SpoolError, parseInlineInbound } from './store.js';
 
 /**
@@ -36,10 +36,23 @@ const deps: ParseDeps = {
   logger,
 };
 
-port.on('message', (msg: { id: number; write: SpooledInboundWrite }) => {
-  parseInlineInbound(deps, msg.write).then(
-    (value) => port.postMessage({ id: msg.id, value } satisfies ParseReply),
-    (err: unknown) =>
-      port.postMessage({ id: msg.id, error: { message: err instanceof Error ? err.message : String(err), spool: err instanceof SpoolError } } satisfies ParseReply),
-  );
+async function parseOne(write: SpooledInboundWrite): Promise<ParseOutcome> {
+  try {
+    return { value: await parseInlineInbound(deps, write) };
+  } catch (err) {
+    return { error: { message: err instanceof Error ? err.message : String(err), spool: err instanceof SpoolError } };
+  }
+}
+
+port.on('message', async (msg: ParseRequest) => {
+  const outcomes: ParseOutcome[] = new Array(msg.writes.length);
+  let next = 0;
+  const lane = async () => {
+    while (next < msg.writes.length) {
+      const i = next++;
+      outcomes[i] = await parseOne(msg.writes[i]!);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(PARSE_CONCURRENCY, msg.writes.length) }, lane));
+  port.postMessage({ id: msg.id, outcomes } satisfies ParseReply);
 });

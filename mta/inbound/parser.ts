@@ -23,10 +23,20 @@ export interface ParserSettings {
   nice: number;
 }
 
-export type ParseReply =
-  | { id: number; value: InboundWrite }
-  | { id: number; error: { message: string; spool: boolean } }
-  | { log: { level: keyof Logger; event: string; fields: LogFields } };
+/** One message's outcome: its rows, or why it cannot be parsed. */
+export type ParseOutcome = { value: InboundWrite } | { error: { message: string; spool: boolean } };
+
+/** A batch goes over in one message and comes back in one: each crossing wakes the other thread, which costs. */
+export type ParseRequest = { id: number; writes: SpooledInboundWrite[] };
+export type ParseReply = { id: number; outcomes: ParseOutcome[] } | { log: { level: keyof Logger; event: string; fields: LogFields } };
+
+/** Messages of a batch the thread parses at once (their DNS checks overlap). */
+export const PARSE_CONCURRENCY = 8;
+
+/** The parse thread stopped (it crashed, or the parser was closed) with a batch in it: worth another try later. */
+export class ParserStoppedError extends Error {
+  override name = 'ParserStoppedError';
+}
 
 /** Below the SMTP server and the API, above idle work. */
 export const PARSE_NICE = 10;
@@ -41,7 +51,7 @@ function workerFile(): URL {
 export function createInboundParser(deps: Pick<Deps, 'config' | 'logger'>, options: { workerUrl?: URL } = {}) {
   let worker: Worker | null = null;
   let nextId = 0;
-  const waiting = new Map<number, { resolve: (w: InboundWrite) => void; reject: (err: Error) => void }>();
+  const waiting = new Map<number, { resolve: (outcomes: ParseOutcome[]) => void; reject: (err: Error) => void }>();
 
   function start(): Worker {
     const settings: ParserSettings = { mailHostname: deps.config.mailHostname, dnsServers: deps.config.dnsServers, nice: PARSE_NICE };
@@ -51,13 +61,12 @@ export function createInboundParser(deps: Pick<Deps, 'config' | 'logger'>, optio
       const job = waiting.get(reply.id);
       if (!job) return;
       waiting.delete(reply.id);
-      if ('value' in reply) job.resolve(reply.value);
-      else job.reject(reply.error.spool ? new SpoolError(reply.error.message) : new Error(reply.error.message));
+      job.resolve(reply.outcomes);
     });
     const lost = (why: string) => {
       if (worker !== w) return;
       worker = null;
-      for (const job of waiting.values()) job.reject(new Error(`the inbound parser stopped (${why})`));
+      for (const job of waiting.values()) job.reject(new ParserStoppedError(`the inbound parser stopped (${why})`));
       waiting.clear();
     };
     w.on('error', (err) => {
@@ -65,30 +74,47 @@ export function createInboundParser(deps: Pick<Deps, 'config' | 'logger'>, optio
       lost(err.message);
     });
     w.on('exit', (code) => lost(`exit ${code}`));
-    // Idle, it does not hold the process open (parse() refs it while a parse is in flight).
+    // Idle, it does not hold the process open (parseAll() refs it while a batch is in flight).
     w.unref();
     return w;
   }
 
   return {
-    parse(write: SpooledInboundWrite): Promise<InboundWrite> {
+    /**
+     * Each write's rows, or the Error it cannot be parsed for (a SpoolError when no retry can help), in order; rejects
+     * with ParserStoppedError when the thread stops with the batch in it.
+     */
+    async parseAll(writes: readonly SpooledInboundWrite[]): Promise<(InboundWrite | Error)[]> {
+      if (writes.length === 0) return [];
       worker ??= start();
       const id = nextId++;
       const w = worker;
       if (waiting.size === 0) w.ref();
-      const settle = () => {
-        if (waiting.size === 0 && worker === w) w.unref();
-      };
-      return new Promise<InboundWrite>((resolve, reject) => {
+      const outcomes = await new Promise<ParseOutcome[]>((resolve, reject) => {
         waiting.set(id, { resolve, reject });
-        w.postMessage({ id, write });
-      }).finally(settle);
+        // The bytes go over in ArrayBuffers of their own, moved rather than cloned (a Buffer can be a view on a
+        // larger allocation, which a clone would copy whole).
+        const moved: ArrayBuffer[] = [];
+        const request: ParseRequest = {
+          id,
+          writes: writes.map((write) => {
+            if (!write.raw) return write;
+            const raw = new Uint8Array(write.raw);
+            moved.push(raw.buffer);
+            return { ...write, raw: raw as Buffer };
+          }),
+        };
+        w.postMessage(request, moved);
+      }).finally(() => {
+        if (waiting.size === 0 && worker === w) w.unref();
+      });
+      return outcomes.map((o) => ('value' in o ? o.value : o.error.spool ? new SpoolError(o.error.message) : new Error(o.error.message)));
     },
     async close(): Promise<void> {
       const w = worker;
       worker = null;
       if (w) await w.terminate();
-      for (const job of waiting.values()) job.reject(new Error('the inbound parser was closed'));
+      for (const job of waiting.values()) job.reject(new ParserStoppedError('the inbound parser was closed'));
       waiting.clear();
     },
   };

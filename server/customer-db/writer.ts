@@ -3,7 +3,7 @@ import { and, eq, gt, lte, sql } from 'drizzle-orm';
 import { classifyConnectError, openCustomerPool } from '../../db/customer/connect.js';
 import { migrateCustomerDb } from '../../db/customer/schema.js';
 import { type CustomerWrite, type InboundWrite, applyWrites, isDataError } from '../../db/customer/writes.js';
-import { createInboundParser } from '../../mta/inbound/parser.js';
+import { ParserStoppedError, createInboundParser } from '../../mta/inbound/parser.js';
 import { SpoolError, applySpooledInbound } from '../../mta/inbound/store.js';
 import { spoolPath, sweepSpool } from '../../mta/inbound/spool.js';
 import { rmSync } from 'node:fs';
@@ -32,13 +32,12 @@ export interface WriterOptions {
   maxDatabases: number;
   /** Connections per customer database. */
   poolMax: number;
+  /** The parse thread's script (tests start one that dies); the built mta/inbound/parse-worker.js otherwise. */
+  parserWorkerUrl?: URL;
 }
 
 /** The sealed size of one batch's writes (small received messages make most of it). */
 const BATCH_PAYLOAD_BYTES = 16 * 1024 * 1024;
-
-/** Small received messages parsed at once by the writer. */
-const INBOUND_PARSE_CONCURRENCY = 8;
 
 /** How often the spool is swept, and how old an unreferenced file must be (files are written before their commit). */
 const SPOOL_SWEEP_EVERY_MS = 5 * 60_000;
@@ -55,7 +54,7 @@ interface PoolEntry {
 export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOptions> = {}) {
   const opts: WriterOptions = { ...DEFAULT_WRITER_OPTIONS, ...options };
   const pools = new Map<string, PoolEntry>();
-  const parser = createInboundParser(deps);
+  const parser = createInboundParser(deps, opts.parserWorkerUrl ? { workerUrl: opts.parserWorkerUrl } : {});
   /** Databases with a run in flight. */
   const busy = new Set<string>();
   const runs = new Set<Promise<void>>();
@@ -122,7 +121,7 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
         // A write that cannot even be opened will never land.
         refused.set(o.row.id, { error: o.error, final: true });
       } else if (inline instanceof Error) {
-        refused.set(o.row.id, { error: inline.message, final: true });
+        refused.set(o.row.id, { error: inline.message, final: !(inline instanceof ParserStoppedError) });
       } else if (inline) {
         run.push({ row: o.row, write: inline });
       } else if (isSpooled(o.write)) {
@@ -163,23 +162,19 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
     }
   }
 
-  /** The small received messages of a batch parsed, INBOUND_PARSE_CONCURRENCY at a time; an Error for one that cannot be. */
+  /** The small received messages of a batch parsed (in the parse thread, mta/inbound/parser.ts); an Error for one that cannot be. */
   async function parseInlineAll(opened: OpenedWrite[]): Promise<Map<string, InboundWrite | Error>> {
     const todo = opened.filter((o) => o.write !== null && isSpooled(o.write) && o.write.raw !== undefined);
-    const parsed = new Map<string, InboundWrite | Error>();
-    let next = 0;
-    const worker = async () => {
-      while (next < todo.length) {
-        const o = todo[next++]!;
-        try {
-          parsed.set(o.row.id, await parser.parse(o.write as SpooledInboundWrite));
-        } catch (err) {
-          parsed.set(o.row.id, err instanceof Error ? err : new Error(String(err)));
-        }
-      }
-    };
-    await Promise.all(Array.from({ length: Math.min(INBOUND_PARSE_CONCURRENCY, todo.length) }, worker));
-    return parsed;
+    let results: (InboundWrite | Error)[];
+    try {
+      results = await parser.parseAll(todo.map((o) => o.write as SpooledInboundWrite));
+    } catch (err) {
+      // The thread died with the batch: each message is tried again after the data-refusal gaps, and set aside if it
+      // keeps killing it.
+      const error = err instanceof ParserStoppedError ? err : new ParserStoppedError(String(err));
+      results = todo.map(() => error);
+    }
+    return new Map(todo.map((o, i) => [o.row.id, results[i]!]));
   }
 
   /** Writes everything due for one database, batch after batch, until none is left or the database fails. */
