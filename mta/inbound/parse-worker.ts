@@ -1,5 +1,5 @@
 import { readlinkSync } from 'node:fs';
-import { setPriority } from 'node:os';
+import { getPriority, setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
 import type { SpooledInboundWrite } from '../../server/customer-db/outbox.js';
 import { cachingResolver } from '../../server/dns/cache.js';
@@ -22,7 +22,8 @@ const INBOUND_DNS_CACHE = { maxAgeMs: 60_000, maxEntries: 10_000 };
 try {
   // /proc/thread-self names this thread; setpriority on a thread id renices that thread alone.
   const tid = Number(readlinkSync('/proc/thread-self').split('/').pop());
-  if (Number.isInteger(tid) && tid > 0) setPriority(tid, settings.nice);
+  // Relative to the process's own priority: a server started with `nice` keeps its parse thread below it.
+  if (Number.isInteger(tid) && tid > 0) setPriority(tid, Math.min(19, getPriority(tid) + settings.nice));
 } catch {
   // Not Linux, or not allowed: the parse runs at the process's priority.
 }

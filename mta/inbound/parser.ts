@@ -19,7 +19,7 @@ import { SpoolError } from './store.js';
 export interface ParserSettings {
   mailHostname: string;
   dnsServers: DnsServer[] | null;
-  /** Scheduling priority of the parse thread (Linux nice: 0 normal, 19 lowest). */
+  /** How much lower the parse thread's scheduling priority is than the process's (Linux nice, capped at 19). */
   nice: number;
 }
 
