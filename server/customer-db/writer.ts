@@ -253,10 +253,17 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
     if (removed > 0) deps.logger.info('inbound.spool_swept', { removed });
   }
 
+  /** When the housekeeping last ran: the loop is poked after every queued write, and it need not run that often. */
+  let lastHousekeeping = Number.NEGATIVE_INFINITY;
+
   function claim(): Promise<void>[] {
-    dropExpired();
-    closeForgotten();
-    sweep();
+    const now = deps.clock.now();
+    if (driving || now - lastHousekeeping >= opts.intervalMs) {
+      lastHousekeeping = now;
+      dropExpired();
+      closeForgotten();
+      sweep();
+    }
     const room = opts.maxDatabases - busy.size;
     if (room <= 0) return [];
     return dueDatabases(deps.clock.now())
