@@ -4,13 +4,15 @@ import { newWorkerId } from '../db/leases.js';
 import { domainKeys, emails } from '../db/schema/index.js';
 import { openDomainPrivateKey } from '../server/core/dkim-keys.js';
 import type { Deps } from '../server/deps.js';
+import { CAPTURED, sealCapture } from './capture-store.js';
 import { type Claimed, claimDueRecipients, releaseDeadLeases, releaseRecipients, renewLeases } from './delivery-queue.js';
 import type { Classified } from './dsn.js';
 import { type SigningKey, prepareSigningKey } from './dkim.js';
 import { type Slot, createFairSlots } from './fair-slots.js';
 import { buildSignedMessage } from './message.js';
-import { recordOutcome } from './outcomes.js';
+import { type AttemptExtras, recordOutcome } from './outcomes.js';
 import { type Target, createRouter } from './routing.js';
+import { SIMULATED_COMPLAINT, simulateAttempt } from './simulator.js';
 import { type ClientOptions, DEFAULT_CLIENT_TIMEOUTS, SessionFailure, type SmtpSession, openSession } from './smtp-client.js';
 import { verpAddress } from './verp.js';
 
@@ -177,9 +179,9 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
   }
 
   /** Records an outcome; false when it could not be written (the lane stops: nothing may happen before it is). */
-  async function record(job: Job, outcome: Classified): Promise<boolean> {
+  async function record(job: Job, outcome: Classified, extras?: AttemptExtras): Promise<boolean> {
     try {
-      await recordOutcome(deps, job, outcome);
+      await recordOutcome(deps, job, outcome, extras);
       job.finish();
       return true;
     } catch (err) {
@@ -209,6 +211,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
       if (w.live > 0) return;
       return await recordAll(w, route.outcome);
     }
+    if (route.kind === 'capture' || route.kind === 'simulator') return await deliverLocally(w, route.kind);
     while (w.jobs.length > 0 && !stopping) {
       const slot = await slots.acquire(w.account, w.domain);
       if (!slot) return;
@@ -251,7 +254,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
           message = ready.message;
           index = Math.max(0, ready.to.indexOf(job.recipient.recipient));
         } catch (err) {
-          if (!(await record(job, { status: 'deferred', dsn: '4.3.0', detail: `message could not be prepared: ${(err as Error).message}` }))) return 'done';
+          if (!(await record(job, unprepared(err)))) return 'done';
           continue;
         }
         const result = await session.send(verpAddress(job.message.id, index, deps.config.mailHostname), job.recipient.recipient, message);
@@ -278,6 +281,42 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
         w.live--;
       }
     }
+  }
+
+  /**
+   * The transports that open no connection, so take no slot: the capture store (every recipient delivered, `2.0.0`
+   * `captured`) and the mailbox simulator (its table's reply to this attempt, a complaint after complaint@'s
+   * delivery). Each message is built and signed exactly as for SMTP; in capture mode it is kept, the simulator's too,
+   * in the transaction that records its outcome.
+   */
+  async function deliverLocally(w: DomainWork, kind: 'capture' | 'simulator'): Promise<void> {
+    while (w.jobs.length > 0 && !stopping) {
+      const job = w.jobs.shift()!;
+      let extras: AttemptExtras;
+      try {
+        const { message } = await messageOf(job).ready;
+        extras = { capture: deps.config.deliveryMode === 'capture' ? capture(job, message) : null };
+      } catch (err) {
+        if (!(await record(job, unprepared(err)))) return;
+        continue;
+      }
+      let outcome = CAPTURED;
+      if (kind === 'simulator') {
+        const reply = simulateAttempt(job.recipient.recipient, job.recipient.attempts);
+        outcome = reply.outcome;
+        if (reply.complains) extras.complaint = SIMULATED_COMPLAINT;
+      }
+      if (!(await record(job, outcome, extras))) return;
+    }
+  }
+
+  function capture(job: Claimed, message: Buffer) {
+    if (!deps.secretKey) throw new Error('SECRET_KEY=off: captured mail cannot be sealed');
+    return sealCapture(deps.secretKey, { emailId: job.message.id, accountId: job.message.accountId, recipient: job.recipient.recipient, message, capturedAt: deps.clock.now() });
+  }
+
+  function unprepared(err: unknown): Classified {
+    return { status: 'deferred', dsn: '4.3.0', detail: `message could not be prepared: ${(err as Error).message}` };
   }
 
   function failure(err: unknown): Classified {

@@ -8,9 +8,11 @@ import { suppress } from '../server/core/suppressions.js';
 import { newId } from '../server/ids.js';
 import { type OutcomeStatus, fanOutOutcome } from '../server/webhooks/fanout.js';
 import { queueCustomerDbWrite } from '../server/customer-db/outbox.js';
+import { type Capture, storeCapture } from './capture-store.js';
 import type { Claimed } from './delivery-queue.js';
 import type { Classified } from './dsn.js';
 import { nextAttemptAt } from './retry-schedule.js';
+import { isSimulatorAddress } from './simulator.js';
 
 export interface Recorded {
   status: 'delivered' | 'bounced' | 'deferred';
@@ -19,13 +21,27 @@ export interface Recorded {
   nextAttemptAt: number | null;
 }
 
+/** What else an attempt leaves, written in the same transaction as its outcome. */
+export interface AttemptExtras {
+  /** The message as it would have gone out (DELIVERY_MODE=capture), kept in the capture store. */
+  capture?: Capture | null;
+  /** A complaint that follows the delivery (the mailbox simulator's complaint@): recorded as the inbound ARF one is. */
+  complaint?: { dsn: string; detail: string } | null;
+}
+
 /**
  * Records one attempt's outcome for one recipient, durably, before the engine takes its next step: the
  * event, the queue row (done, or due again on the retry schedule, or bounced 4.4.7 once 5 days have passed), the
  * Email's first deliveredAt/bouncedAt, and for a 5.x.x bounce the suppression (the account's list and its parent's)
- * and the reputation counters, tripping the breaker when they grade as paused.
+ * and the reputation counters, tripping the breaker when they grade as paused. With `extras`, in the same
+ * transaction, the captured message and a complaint after the delivery.
  */
-export async function recordOutcome(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'commits' | 'onWebhookQueued' | 'secretKey' | 'onCustomerDbQueued' | 'metrics'>, job: Claimed, outcome: Classified): Promise<Recorded> {
+export async function recordOutcome(
+  deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'commits' | 'onWebhookQueued' | 'secretKey' | 'onCustomerDbQueued' | 'metrics'>,
+  job: Claimed,
+  outcome: Classified,
+  extras: AttemptExtras = {},
+): Promise<Recorded> {
   const { db, clock } = deps;
   const now = clock.now();
   const attempts = job.recipient.attempts + 1;
@@ -39,17 +55,17 @@ export async function recordOutcome(deps: Pick<Deps, 'db' | 'clock' | 'logger' |
   }
   // Through the group commit: outcomes of concurrent connections share one fsync, and the caller's next step waits
   // until this one is durable.
+  const complaint = recorded.status === 'delivered' ? (extras.complaint ?? null) : null;
   const queued = await deps.commits.run(() => {
     const q = statements(db);
-    const written = writeOutcome(deps, {
-      emailId: job.message.id,
-      accountId: job.message.accountId,
-      recipient: job.recipient.recipient,
-      status: recorded.status,
-      dsn: recorded.dsn,
-      detail: recorded.detail,
-      occurredAt: now,
-    });
+    const of = { emailId: job.message.id, accountId: job.message.accountId, recipient: job.recipient.recipient, occurredAt: now };
+    if (extras.capture) storeCapture(db, extras.capture);
+    const written = writeOutcome(deps, { ...of, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail });
+    if (complaint) {
+      const complained = writeOutcome(deps, { ...of, status: 'complained', ...complaint });
+      written.webhooks += complained.webhooks;
+      written.written ||= complained.written;
+    }
     q.updateRecipient.run({ id: job.recipient.id, status: recorded.status === 'deferred' ? 'queued' : recorded.status, attempts, nextAttemptAt: recorded.nextAttemptAt ?? now });
     // Once every recipient has its final outcome the content is no longer needed: it goes.
     if ((q.openRecipients.get({ messageId: job.message.id })?.n ?? 0) === 0) q.deleteMessage.run({ id: job.message.id });
@@ -59,6 +75,7 @@ export async function recordOutcome(deps: Pick<Deps, 'db' | 'clock' | 'logger' |
   if (queued.written) deps.onCustomerDbQueued();
   if (recorded.status !== 'deferred') deps.metrics.deliveryLatency(recorded.status, (now - job.message.createdAt) / 1000);
   deps.logger.info(`delivery.${recorded.status}`, { emailId: job.message.id, recipient: job.recipient.recipient, dsn: recorded.dsn, detail: recorded.detail, attempts });
+  if (complaint) deps.logger.info('delivery.complained', { emailId: job.message.id, recipient: job.recipient.recipient, dsn: complaint.dsn, detail: complaint.detail });
   return recorded;
 }
 
@@ -84,8 +101,9 @@ const SUPPRESSING: Readonly<Record<OutcomeStatus, ((dsn: string) => boolean) | n
  * The writes of one recorded outcome, inside the caller's transaction (the engine's reply, or an asynchronous bounce
  * or complaint received on inbound SMTP): the event, its webhook deliveries, the customer database's copy, the
  * email's first deliveredAt/bouncedAt/complainedAt, and for a 5.x.x bounce or a complaint the suppression on the
- * account's list and its parent's, the reputation counter and the breaker. Returns what was queued, so the caller
- * can poke the dispatcher and the writer once the transaction is durable.
+ * account's list and its parent's, the reputation counter and the breaker (never for a mailbox simulator address:
+ * the simulator does not count toward reputation). Returns what was queued, so the caller can poke the dispatcher and
+ * the writer once the transaction is durable.
  */
 export function writeOutcome(deps: Pick<Deps, 'db' | 'logger' | 'secretKey' | 'metrics'>, o: OutcomeToRecord): { webhooks: number; written: boolean } {
   const { db } = deps;
@@ -111,9 +129,11 @@ export function writeOutcome(deps: Pick<Deps, 'db' | 'logger' | 'secretKey' | 'm
       for (const id of [account.id, account.parentId]) {
         if (id) suppress(db, id, o.recipient, reason, o.detail, o.occurredAt);
       }
-      if (o.status === 'complained') q.countComplaint.run({ id: account.id });
-      else q.countBounce.run({ id: account.id });
-      tripBreakerIfPaused(deps, account.id, o.occurredAt);
+      if (!isSimulatorAddress(o.recipient)) {
+        if (o.status === 'complained') q.countComplaint.run({ id: account.id });
+        else q.countBounce.run({ id: account.id });
+        tripBreakerIfPaused(deps, account.id, o.occurredAt);
+      }
     }
   }
   // Counted here, the one place every outcome is written (the engine's and inbound's); a transaction that then fails

@@ -2,6 +2,7 @@ import type { Config } from '../server/config.js';
 import { isReservedAddress } from '../server/core/ip-ranges.js';
 import type { DnsResolver } from '../server/dns/resolver.js';
 import type { Classified } from './dsn.js';
+import { isSimulatorDomain } from './simulator.js';
 
 /** One host to try: the name (for TLS SNI and logs) and the addresses it resolved to, best first. */
 export interface Target {
@@ -15,7 +16,15 @@ export interface Target {
   relay: boolean;
 }
 
-export type Route = { kind: 'targets'; targets: Target[]; /** Seconds the route may be reused (address TTLs). */ ttl?: number } | { kind: 'fail'; outcome: Classified };
+/**
+ * Where a destination's mail goes: SMTP targets, an outcome without any attempt (a routing failure), or a transport
+ * that never opens a connection: the capture store (DELIVERY_MODE=capture) or the mailbox simulator (mta/simulator.ts).
+ */
+export type Route =
+  | { kind: 'targets'; targets: Target[]; /** Seconds the route may be reused (address TTLs). */ ttl?: number }
+  | { kind: 'fail'; outcome: Classified }
+  | { kind: 'capture' }
+  | { kind: 'simulator' };
 
 /** MX hosts tried at most, best preference first (Postfix's smtp_mx_address_limit is 5): their lookups run at once. */
 export const MAX_MX_HOSTS = 10;
@@ -24,12 +33,16 @@ const bounce = (dsn: string, detail: string): Route => ({ kind: 'fail', outcome:
 const defer = (dsn: string, detail: string): Route => ({ kind: 'fail', outcome: { status: 'deferred', dsn, detail } });
 
 /**
- * Where mail for `domain` goes (decisions.md section 3): the relay when SMTP_RELAY_URL is set; else its MX hosts by
- * preference, or the domain's own A/AAAA when it has no MX. A null MX or a name that does not exist bounces; a DNS
- * failure defers; addresses in reserved ranges are refused unless ALLOW_PRIVATE_TARGETS is set.
+ * Where mail for `domain` goes (decisions.md section 3): the mailbox simulator for its domain, in every mode; the
+ * capture store for everything else in DELIVERY_MODE=capture (no DNS, no connection, the relay unused); else the relay
+ * when SMTP_RELAY_URL is set, or the domain's MX hosts by preference, or its own A/AAAA when it has no MX. A null MX
+ * or a name that does not exist bounces; a DNS failure defers; addresses in reserved ranges are refused unless
+ * ALLOW_PRIVATE_TARGETS is set.
  */
 export async function resolveRoute(domain: string, deps: { config: Config; resolver: DnsResolver }): Promise<Route> {
   const { config, resolver } = deps;
+  if (isSimulatorDomain(domain)) return { kind: 'simulator' };
+  if (config.deliveryMode === 'capture') return { kind: 'capture' };
   if (config.smtpRelayUrl) {
     const u = config.smtpRelayUrl;
     const secure = u.protocol === 'smtps:';
@@ -107,7 +120,7 @@ export function createRouter(deps: { config: Config; resolver: DnsResolver; cloc
 
   function lifetimeMs(route: Route): number {
     if (route.kind === 'fail') return route.outcome.status === 'bounced' ? ROUTE_CACHE.bouncedMs : ROUTE_CACHE.deferredMs;
-    const ttlMs = route.ttl === undefined ? ROUTE_CACHE.maxMs : route.ttl * 1000;
+    const ttlMs = route.kind !== 'targets' || route.ttl === undefined ? ROUTE_CACHE.maxMs : route.ttl * 1000;
     return Math.min(ROUTE_CACHE.maxMs, Math.max(ROUTE_CACHE.minMs, ttlMs));
   }
 

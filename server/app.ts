@@ -60,13 +60,15 @@ export function createApp(deps: Deps) {
 
   const app = new Hono<AppEnv>();
   app.use(accessLog(deps));
+  // The delivery mode too, so a probe or a person can tell a capturing (development) server from one that delivers.
   app.get('/healthz', (c) => {
+    const deliveryMode = deps.config.deliveryMode;
     try {
       deps.db.get(sql`select 1`);
-      return c.json({ status: 'ok' });
+      return c.json({ status: 'ok', deliveryMode });
     } catch (err) {
       deps.logger.error('healthz.failed', { err });
-      return c.json({ status: 'unavailable' }, 503);
+      return c.json({ status: 'unavailable', deliveryMode }, 503);
     }
   });
   app.route('/', metricsRoutes(deps));

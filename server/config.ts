@@ -96,6 +96,10 @@ function parseDnsServer(entry: string): DnsServer | null {
 
 const LOG_LEVELS = ['debug', 'info', 'warn', 'error'] as const;
 
+/** How outbound mail leaves: `direct` (MX, or the relay) in production; `capture` keeps it on this machine. */
+export const DELIVERY_MODES = ['direct', 'capture'] as const;
+export type DeliveryMode = (typeof DELIVERY_MODES)[number];
+
 export const configSchema = z.object({
   DATA_DIR: z.string().min(1).default('./data').describe('SQLite database, generated secret key, spool'),
   HTTP_HOST: listenAddress('0.0.0.0').describe('Address the HTTP API, dashboard and /healthz listen on'),
@@ -117,6 +121,12 @@ export const configSchema = z.object({
     .string()
     .optional()
     .describe('Comma list of `ip` or `ip:port` resolvers for domain checks and MX lookups'),
+  DELIVERY_MODE: z
+    .enum(DELIVERY_MODES, { error: (issue) => `must be direct or capture, got "${String(issue.input)}"` })
+    .default('direct')
+    .describe(
+      '`direct`: mail goes to each recipient\'s MX (or SMTP_RELAY_URL when set). `capture`: nothing leaves the machine; each recipient\'s signed message is kept in DATA_DIR (the newest 10,000) and recorded as delivered, and `.test`, `.example`, `.invalid` and `.localhost` domains verify without DNS (development only)',
+    ),
   SMTP_DELIVERY_PORT: port(25, 1).describe('Port used to reach recipient MX hosts'),
   SMTP_RELAY_URL: z
     .string()
@@ -157,6 +167,8 @@ export interface Config {
   /** Unset (generate or read DATA_DIR/secret.key), 'off', or the decoded 32 bytes. */
   secretKey: { mode: 'file' } | { mode: 'off' } | { mode: 'given'; key: Buffer };
   dnsServers: DnsServer[] | null;
+  /** `capture`: no outbound connection is ever opened; messages are kept in the capture store. */
+  deliveryMode: DeliveryMode;
   smtpDeliveryPort: number;
   smtpRelayUrl: URL | null;
   allowPrivateTargets: boolean;
@@ -265,6 +277,7 @@ function toConfig(raw: RawConfig, secretKey: Config['secretKey'], dnsServers: Dn
     spfDomain: raw.SPF_DOMAIN ?? raw.MAIL_HOSTNAME,
     secretKey,
     dnsServers,
+    deliveryMode: raw.DELIVERY_MODE,
     smtpDeliveryPort: raw.SMTP_DELIVERY_PORT,
     smtpRelayUrl,
     allowPrivateTargets: raw.ALLOW_PRIVATE_TARGETS,

@@ -3,6 +3,7 @@ import { systemClock } from './clock.js';
 import { ConfigError, loadConfig, mailHostnameProblem } from './config.js';
 import { ensureAdminToken } from './core/admin-token.js';
 import { createPrivateDir, type DataDirLock, DataDirLockedError, lockDataDir, securePrivateDataDir } from '../db/data-dir.js';
+import { CAPTURE_LIMIT } from '../mta/capture-store.js';
 import { createDeliveryEngine } from '../mta/delivery-engine.js';
 import { createDeps } from './deps.js';
 import { listenHttp } from './http/serve.js';
@@ -11,7 +12,7 @@ import { createCustomerDbWriter } from './customer-db/writer.js';
 import { type InboundServer, createInboundServer } from '../mta/inbound/server.js';
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
 import { createLogger } from './logger.js';
-import { startLine } from './start-line.js';
+import { STARTED_EVENT, type StartedMessage, startLine } from './start-line.js';
 
 const KEY_USAGE_FLUSH_MS = 10_000;
 
@@ -52,6 +53,11 @@ async function main(): Promise<void> {
     logger.warn('config.mail_hostname_not_fqdn', {
       mailHostname: config.mailHostname,
       message: `${hostnameProblem}: DNS records would ask customers to include:${config.spfDomain} and bounces would go to @${config.mailHostname}. Set MAIL_HOSTNAME to this server's public fully qualified name in production.`,
+    });
+  }
+  if (config.deliveryMode === 'capture') {
+    logger.warn('config.delivery_mode_capture', {
+      message: `DELIVERY_MODE=capture: no mail leaves this machine. Each recipient's signed message is kept in DATA_DIR (the newest ${CAPTURE_LIMIT}; GET /api/v1/emails/{id}/message?recipient= reads it) and recorded as delivered, and .test, .example, .invalid and .localhost domains verify without DNS. For development only: production runs DELIVERY_MODE=direct.`,
     });
   }
   if (config.allowPrivateTargets) logger.warn('config.allow_private_targets', { message: 'ALLOW_PRIVATE_TARGETS is set: private and loopback targets are allowed. For development and tests only.' });
@@ -101,6 +107,8 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   process.on('SIGINT', () => void shutdown('SIGINT'));
+  // Started by a parent over IPC (npm run dev): when the parent is gone, so is the reason to run.
+  if (process.send) process.on('disconnect', () => void shutdown('disconnect'));
 
   engine.start();
   webhooks.start();
@@ -140,6 +148,12 @@ async function main(): Promise<void> {
   }
   // One line that says what runs, where: the operator's first look at a start.
   logger.info('server.started', startLine(config, { httpPort: http.port, smtpPort }));
+  // A parent that started this process with an IPC channel (npm run dev) learns the same, whatever LOG_LEVEL says.
+  if (process.send) {
+    const started: StartedMessage = { event: STARTED_EVENT, httpPort: http.port, smtpPort };
+    // After the logger's write of this turn, so the parent prints below the start line.
+    setImmediate(() => process.send?.(started));
+  }
 }
 
 main().catch((err: unknown) => {

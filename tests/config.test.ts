@@ -37,6 +37,7 @@ describe('defaults (decisions.md section 1)', () => {
     ['SMTP_PORT', config.smtpPort, 25],
     ['SMTP_MAX_MESSAGE_BYTES', config.smtpMaxMessageBytes, 26214400],
     ['SMTP_DELIVERY_PORT', config.smtpDeliveryPort, 25],
+    ['DELIVERY_MODE', config.deliveryMode, 'direct'],
     ['ALLOW_PRIVATE_TARGETS', config.allowPrivateTargets, false],
     ['WEBHOOK_INTERVAL_MS', config.webhookIntervalMs, 60000],
     ['DEFAULT_DAILY_QUOTA', config.defaultDailyQuota, 10000],
@@ -113,6 +114,11 @@ describe('values that parse', () => {
     expect(loadConfig({ SMTP_DELIVERY_PORT: '65535' }).smtpDeliveryPort).toBe(65535);
   });
 
+  it('DELIVERY_MODE takes direct and capture', () => {
+    expect(loadConfig({ DELIVERY_MODE: 'direct' }).deliveryMode).toBe('direct');
+    expect(loadConfig({ DELIVERY_MODE: 'capture' }).deliveryMode).toBe('capture');
+  });
+
   it('SMTP_RELAY_URL takes smtp:// and smtps://', () => {
     expect(loadConfig({ SMTP_RELAY_URL: 'smtp://relay.example.net:587' }).smtpRelayUrl?.hostname).toBe('relay.example.net');
     expect(loadConfig({ SMTP_RELAY_URL: 'smtps://user:pass@relay.example.net:465' }).smtpRelayUrl?.protocol).toBe('smtps:');
@@ -173,6 +179,8 @@ describe('a bad value throws ConfigError: one line naming the variable', () => {
     ['SMTP_RELAY_URL', 'http://x'],
     ['SMTP_RELAY_URL', 'not a url'],
     ['LOG_LEVEL', 'loud'],
+    ['DELIVERY_MODE', 'smtp'],
+    ['DELIVERY_MODE', 'Capture'],
     ['DEFAULT_DAILY_QUOTA', '-1'],
     ['DEFAULT_DAILY_QUOTA', '0'],
     ['WEBHOOK_INTERVAL_MS', 'soon'],

@@ -29,7 +29,7 @@ function newDataDir(): string {
 describe('startLine', () => {
   const config = loadConfig({ DATA_DIR: '/srv/mailstead', HTTP_HOST: '127.0.0.1', SMTP_HOST: '::', MAIL_HOSTNAME: 'mail.example.com' });
 
-  it('the URLs that listen, DATA_DIR, the delivery mode (direct), MAIL_HOSTNAME and whether /metrics wants a token', () => {
+  it('the URLs that listen, DATA_DIR, the delivery mode (direct by default), MAIL_HOSTNAME and whether /metrics wants a token', () => {
     expect(startLine(config, { httpPort: 8080, smtpPort: 2525 })).toEqual({
       http: 'http://127.0.0.1:8080',
       smtp: 'smtp://[::]:2525',
@@ -51,6 +51,11 @@ describe('startLine', () => {
     expect(line).toMatchObject({ deliveryMode: 'direct', relay: 'smtps://smtp.relay.example:465', metrics: 'token' });
     const text = JSON.stringify(line);
     for (const secret of ['apikey', 's3cr', 'metrics-token']) expect(text).not.toContain(secret);
+  });
+
+  it('DELIVERY_MODE=capture: the mode, and no relay even when SMTP_RELAY_URL is set (nothing leaves)', () => {
+    const capture = loadConfig({ DELIVERY_MODE: 'capture', SMTP_RELAY_URL: 'smtp://relay.example:587' });
+    expect(startLine(capture, { httpPort: 1, smtpPort: null })).toMatchObject({ deliveryMode: 'capture', relay: null });
   });
 
   it('listenUrl brackets an IPv6 address only', () => {
@@ -99,7 +104,9 @@ describe('the real process at start', () => {
     const warnings = entries().filter((e) => e.event === 'config.mail_hostname_not_fqdn');
     expect(warnings).toHaveLength(1);
     expect(warnings[0]).toMatchObject({ level: 'warn', mailHostname: 'localhost' });
+    expect(entries().filter((e) => e.event === 'config.delivery_mode_capture')).toEqual([]);
     expect(proc.logs.join('\n')).not.toContain(token);
+    expect(await (await fetch(`http://127.0.0.1:${proc.port}/healthz`)).json()).toEqual({ status: 'ok', deliveryMode: 'direct' });
 
     expect((await fetch(`http://127.0.0.1:${proc.port}/metrics`)).status).toBe(401);
     const res = await fetch(`http://127.0.0.1:${proc.port}/metrics`, { headers: { authorization: `Bearer ${token}` } });
@@ -109,6 +116,21 @@ describe('the real process at start', () => {
     expect(families.get('nodejs_eventloop_lag_seconds')?.type).toBe('gauge');
     expect(sampleValue(families, 'mailstead_http_requests_total', { method: 'GET', route: '/metrics', status: '401' })).toBe(1);
 
+    proc.child.kill('SIGTERM');
+    expect((await proc.exited).code).toBe(0);
+  });
+
+  it('DELIVERY_MODE=capture: the start line says capture, a warning says nothing leaves the machine, /healthz says the mode', async () => {
+    const dataDir = newDataDir();
+    const proc = await startServiceProcess(processEnv(dataDir, { DELIVERY_MODE: 'capture', MAIL_HOSTNAME: 'mail.example.com' }));
+    const entries = () => proc.logs.map((l) => JSON.parse(l) as Record<string, unknown>);
+    for (let i = 0; i < 100 && !entries().some((e) => e.event === 'server.started'); i++) await new Promise((r) => setTimeout(r, 50));
+    expect(entries().filter((e) => e.event === 'server.started')).toEqual([expect.objectContaining({ deliveryMode: 'capture', relay: null })]);
+    const warnings = entries().filter((e) => e.event === 'config.delivery_mode_capture');
+    expect(warnings).toEqual([expect.objectContaining({ level: 'warn', message: expect.stringContaining('no mail leaves this machine') })]);
+    const health = await fetch(`http://127.0.0.1:${proc.port}/healthz`);
+    expect(health.status).toBe(200);
+    expect(await health.json()).toEqual({ status: 'ok', deliveryMode: 'capture' });
     proc.child.kill('SIGTERM');
     expect((await proc.exited).code).toBe(0);
   });

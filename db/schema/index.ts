@@ -13,3 +13,4 @@ export * from './webhook-endpoints.js';
 export * from './webhook-deliveries.js';
 export * from './customer-databases.js';
 export * from './customer-db-writes.js';
+export * from './captured-messages.js';

@@ -99,3 +99,18 @@ export function deriveFlags(records: Record<RecordKind, RecordStatus>, relayConf
     direct,
   };
 }
+
+/**
+ * Top-level names no one can register (RFC 2606, RFC 6761). In DELIVERY_MODE=capture a domain under one verifies
+ * without DNS, every record found, since no DNS could ever prove it and its mail never leaves the machine; in direct
+ * mode they are checked against DNS like any other name.
+ */
+export const RESERVED_TLDS: readonly string[] = ['test', 'example', 'invalid', 'localhost'];
+
+export function isUnderReservedTld(name: string): boolean {
+  const tld = name.toLowerCase().replace(/\.$/, '').split('.').pop() ?? '';
+  return RESERVED_TLDS.includes(tld);
+}
+
+/** What a verify of a reserved name answers in capture mode: everything found. */
+export const RESERVED_NAME_CHECKS: Readonly<Checks> = { ownership: 'proven', receiving: 'published', signing: 'published', spf: 'published' };

@@ -1,6 +1,7 @@
 import { and, asc, desc, eq, gte, lt } from 'drizzle-orm';
 import { z } from 'zod';
 import { EMAIL_STATUSES, type EmailRow, type EventStatus, emailEvents, emails } from '../../db/schema/index.js';
+import { readCapture } from '../../mta/capture-store.js';
 import { iso, isoOrNull } from '../clock.js';
 import type { Deps } from '../deps.js';
 import { ApiError } from '../errors.js';
@@ -93,10 +94,15 @@ export function* listEmails({ deps, ctx, page, filter }: { deps: Deps; ctx: Requ
   }
 }
 
-/** GET /emails/{id}: the entry and its recipients' events in the order they happened. */
-export function getEmail({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): EmailView & { events: EventView[] } {
+function findEmail(deps: Deps, ctx: RequestContext, id: string): EmailRow {
   const row = deps.db.select().from(emails).where(and(eq(emails.id, id), eq(emails.accountId, ctx.account.id))).get();
   if (!row) throw new ApiError('email_not_found', 'No email with that id on this account.');
+  return row;
+}
+
+/** GET /emails/{id}: the entry and its recipients' events in the order they happened. */
+export function getEmail({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): EmailView & { events: EventView[] } {
+  const row = findEmail(deps, ctx, id);
   const events = deps.db
     .select()
     .from(emailEvents)
@@ -105,4 +111,24 @@ export function getEmail({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; i
     .all()
     .map((e) => ({ recipient: e.recipient, status: e.status, dsn: e.dsn, detail: e.detail, occurredAt: iso(e.occurredAt) }));
   return { ...emailView(row), events };
+}
+
+export const capturedMessageQuery = z.strictObject({
+  recipient: z.string().trim().min(1, 'must be one of the email\'s recipients').max(320, 'must be at most 320 characters'),
+});
+
+/**
+ * GET /emails/{id}/message: the raw signed message (RFC 5322) one recipient of the acting account's email received in
+ * capture mode. `email_not_found` when there is none to show: no such email on this account, the server does not
+ * capture (DELIVERY_MODE=direct), or nothing is kept for that recipient (sandboxed, not yet attempted, or dropped as
+ * one of the oldest beyond the store's bound).
+ */
+export function getCapturedMessage({ deps, ctx, id, recipient }: { deps: Deps; ctx: RequestContext; id: string; recipient: string }): Buffer {
+  findEmail(deps, ctx, id);
+  if (deps.config.deliveryMode !== 'capture') {
+    throw new ApiError('email_not_found', 'Messages are kept only in capture mode (DELIVERY_MODE=capture); this server delivers them.');
+  }
+  const message = readCapture(deps.db, deps.secretKey, { accountId: ctx.account.id, emailId: id, recipient });
+  if (!message) throw new ApiError('email_not_found', `No captured message of ${recipient} for this email.`);
+  return message;
 }

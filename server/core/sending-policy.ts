@@ -128,9 +128,12 @@ export function chargeSend(db: Db, payer: AccountRow, policy: CreditPolicy, now:
   }
 }
 
-/** Counts `recipients` against today's quota of the account and of its parent, and the account's lifetime total. */
-export function countRecipients(db: Db, s: Sender, recipients: number, now: number): void {
+/**
+ * Counts `recipients` against today's quota of the account and of its parent, and `reputed` of them (the mailbox
+ * simulator's are not) in the account's lifetime total, which the tiers grade.
+ */
+export function countRecipients(db: Db, s: Sender, recipients: number, now: number, reputed = recipients): void {
   const day = utcDay(now);
-  statements(db).countSent.run({ id: s.acting.id, day, n: recipients, own: recipients });
+  statements(db).countSent.run({ id: s.acting.id, day, n: recipients, own: reputed });
   if (s.parent) statements(db).countSent.run({ id: s.parent.id, day, n: recipients, own: 0 });
 }

@@ -1,6 +1,7 @@
 import { and, count, eq, gt, sql } from 'drizzle-orm';
 import { definePrepared } from '../../db/prepared.js';
 import { DELIVERY_WINDOW_MS } from '../../mta/retry-schedule.js';
+import { isAlwaysSuppressed, isSimulatorDomain } from '../../mta/simulator.js';
 import { type AccountRow, type DomainKeyRow, domainKeys, domains, emails, outboundMessages, outboundRecipients } from '../../db/schema/index.js';
 import { DAY_MS } from '../clock.js';
 import type { Deps } from '../deps.js';
@@ -158,9 +159,12 @@ function checkFromDomain(deps: Deps, account: AccountRow, send: SendRequest): Do
   return found.key;
 }
 
+/** Check 7: the account's list and its parent's; and the mailbox simulator's suppressed@, which is always listed. */
 function checkSuppressions(deps: Deps, sender: Sender, send: SendRequest): void {
   const ids = [sender.acting.id, ...(sender.parent ? [sender.parent.id] : [])];
-  const listed = suppressedRecipients(deps.db, ids, send.to.map((r) => r.address));
+  const addresses = send.to.map((r) => r.address);
+  const onLists = new Set(suppressedRecipients(deps.db, ids, addresses));
+  const listed = addresses.filter((a) => onLists.has(a) || isAlwaysSuppressed(a));
   if (listed.length > 0) throw new ApiError('recipient_suppressed', `Suppressed recipients, nothing was sent: ${listed.join(', ')}.`);
 }
 
@@ -230,7 +234,7 @@ async function commitSend(deps: Deps, ctx: RequestContext, send: SendRequest, re
         for (const r of send.to) {
           q.insertRecipient.run({ id: newId(now), messageId: id, accountId: ctx.account.id, recipient: r.address, recipientDomain: r.domain, nextAttemptAt: now, createdAt: now });
         }
-        countRecipients(deps.db, sender, send.to.length, now);
+        countRecipients(deps.db, sender, send.to.length, now, send.to.filter((r) => !isSimulatorDomain(r.domain)).length);
         tripBreakerIfPaused(deps, sender.acting.id, now);
         result = withWarning({ id, sandbox: false }, chargeSend(deps.db, payerOf(sender), deps.config, now));
       }

@@ -254,7 +254,11 @@ function operationObject(op: Operation, idOf: (schema: z.ZodType) => string): Js
     responses[String(answer.status)] = {
       description: answer.description,
       ...(answer.headers ? { headers: answer.headers } : {}),
-      ...(answer.status === 204 ? {} : { content: { 'application/json': { schema: answer.body ? ref(idOf(answer.body)) : { type: 'object' } } } }),
+      ...(answer.status === 204
+        ? {}
+        : answer.raw
+          ? { content: { [answer.raw.mediaType]: { schema: { type: 'string', description: answer.raw.description } } } }
+          : { content: { 'application/json': { schema: answer.body ? ref(idOf(answer.body)) : { type: 'object' } } } }),
     };
   }
   Object.assign(responses, errorResponses(op));

@@ -2,7 +2,7 @@ import type { z } from 'zod';
 import { createSubAccountInput, suspendInput } from '../core/accounts.js';
 import { connectDatabaseInput } from '../core/customer-db.js';
 import { createDomainInput } from '../core/domains.js';
-import { emailFilter } from '../core/emails.js';
+import { capturedMessageQuery, emailFilter } from '../core/emails.js';
 import { eventFilter } from '../core/events.js';
 import { mintKeyInput } from '../core/keys.js';
 import type { Scope } from '../core/scopes.js';
@@ -31,6 +31,8 @@ export interface Answer {
   description: string;
   /** The body, one of the resources; none for a 204. */
   body?: z.ZodType;
+  /** A body that is not JSON: its media type and what it holds (a string of bytes). */
+  raw?: { mediaType: string; description: string };
   headers?: Record<string, { description: string; schema: Record<string, unknown> }>;
 }
 
@@ -149,6 +151,24 @@ export const OPERATIONS: Operation[] = [
     pathParams: ID,
     answers: [{ status: 200, description: 'The send, with `events` per recipient in the order they happened.', body: r.emailWithEvents }],
     errors: ['email_not_found'],
+  },
+  {
+    method: 'get',
+    path: '/emails/{id}/message',
+    operationId: 'getCapturedMessage',
+    tag: 'Emails',
+    summary: 'The message one recipient received, in capture mode',
+    description:
+      'On a server running DELIVERY_MODE=capture (`npm run dev`), where no mail leaves the machine: the raw RFC 5322 message kept for one recipient of the send, byte for byte as it would have gone out, DKIM-signature included. The store keeps the newest 10,000 messages. On a server delivering mail (DELIVERY_MODE=direct) there is none to show: 404.',
+    auth: { scope: 'emails:read', accountHeader: 'accepted' },
+    pathParams: ID,
+    query: capturedMessageQuery,
+    queryNotes: { recipient: 'One of the send\'s recipients (compared case-insensitively).' },
+    answers: [{ status: 200, description: 'The message as captured.', raw: { mediaType: 'message/rfc822', description: 'The RFC 5322 message, CRLF line ends.' } }],
+    errors: [
+      { code: 'email_not_found', when: 'No email with that id on this account, the server does not capture (DELIVERY_MODE=direct), or no message is kept for that recipient (a sandboxed send, not yet attempted, or dropped as one of the oldest).' },
+      { code: 'invalid_request', when: '`recipient` is missing or not a string of 1 to 320 characters.' },
+    ],
   },
 
   // Domains.

@@ -1,5 +1,5 @@
 import { Hono } from 'hono';
-import { emailFilter, getEmail, listEmails } from '../core/emails.js';
+import { capturedMessageQuery, emailFilter, getCapturedMessage, getEmail, listEmails } from '../core/emails.js';
 import { validateIdempotencyKey } from '../core/idempotency.js';
 import { sendEmail } from '../core/sending.js';
 import type { Deps } from '../deps.js';
@@ -22,5 +22,10 @@ export function emailRoutes(deps: Deps) {
       const page = readPage(deps.db, LISTS.emails, ctx.account.id, filter);
       return c.json(toPage(deps.db, LISTS.emails, ctx.account.id, page, listEmails({ deps, ctx, page, filter })));
     })
-    .get('/emails/:id', guard(deps, 'emails:read'), (c) => c.json(getEmail({ deps, ctx: c.var.auth, id: c.req.param('id') })));
+    .get('/emails/:id', guard(deps, 'emails:read'), (c) => c.json(getEmail({ deps, ctx: c.var.auth, id: c.req.param('id') })))
+    .get('/emails/:id/message', guard(deps, 'emails:read'), (c) => {
+      const { recipient } = parseInput(capturedMessageQuery, c.req.query(), 'query');
+      const message = getCapturedMessage({ deps, ctx: c.var.auth, id: c.req.param('id'), recipient });
+      return c.body(new Uint8Array(message), 200, { 'Content-Type': 'message/rfc822' });
+    });
 }

@@ -1,0 +1,164 @@
+import { spawn } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { isIP } from 'node:net';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { and, asc, eq, isNull } from 'drizzle-orm';
+import { openDatabase } from '../db/client.js';
+import { createPrivateDir, PRIVATE_FILE_MODE } from '../db/data-dir.js';
+import { accounts, domains } from '../db/schema/index.js';
+import { SIMULATOR_DOMAIN } from '../mta/simulator.js';
+import { systemClock } from '../server/clock.js';
+import { type Config, ConfigError, loadConfig } from '../server/config.js';
+import { STARTED_EVENT, type StartedMessage } from '../server/start-line.js';
+import { createTopLevelAccount } from '../server/core/accounts.js';
+import { deriveFlags } from '../server/core/domain-checks.js';
+import { findLiveKey, insertKey } from '../server/core/keys.js';
+import { SCOPES } from '../server/core/scopes.js';
+
+/**
+ * `npm run dev`: the service in capture mode (nothing leaves the machine) on its own DATA_DIR (`./data-dev` unless
+ * DATA_DIR is set; inbound SMTP on 2525 unless SMTP_PORT is set; every other variable as `npm start` reads it). On
+ * a DATA_DIR without accounts it creates one with a key, keeps the key in DATA_DIR/dev-key (0600, like the secret key
+ * beside it) so the next run prints it again, and prints it with commands to paste once the server listens.
+ */
+
+export const DEV_DATA_DIR = './data-dev';
+export const DEV_SMTP_PORT = '2525';
+export const DEV_ACCOUNT_NAME = 'Dev';
+/** The credits of the first account: a development server never runs into the trial's end. */
+export const DEV_CREDITS = 100_000;
+/** The domain the printed commands connect: under `.test`, so capture mode verifies it without DNS. */
+export const DEV_DOMAIN = 'shop.test';
+const KEY_FILE = 'dev-key';
+
+/** The environment the server runs with: capture mode, the dev DATA_DIR and SMTP port unless set. */
+export function devEnvironment(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  return {
+    ...env,
+    DELIVERY_MODE: 'capture',
+    DATA_DIR: env.DATA_DIR || DEV_DATA_DIR,
+    SMTP_PORT: env.SMTP_PORT || DEV_SMTP_PORT,
+  };
+}
+
+export type DevAccount =
+  | { kind: 'key'; accountId: string; key: string; created: boolean; domainReady: boolean }
+  /** The DATA_DIR has accounts of its own and no dev key: none is minted into it unasked. */
+  | { kind: 'existing'; accountId: string };
+
+/** The first account and its key: created on an empty DATA_DIR, read back from DATA_DIR/dev-key afterwards. */
+export function ensureDevAccount(config: Config): DevAccount {
+  createPrivateDir(config.dataDir);
+  const store = openDatabase(config.dataDir);
+  try {
+    const deps = { db: store.db, clock: systemClock, config };
+    const keyPath = join(config.dataDir, KEY_FILE);
+    let saved: string | null = null;
+    try {
+      saved = readFileSync(keyPath, 'utf8').trim();
+    } catch {
+      // none yet
+    }
+    const live = saved ? findLiveKey(store.db, saved) : undefined;
+    if (saved && live) return { kind: 'key', accountId: live.account.id, key: saved, created: false, domainReady: domainReady(store.db, live.account.id, config) };
+    const first = store.db.select().from(accounts).where(isNull(accounts.parentId)).orderBy(asc(accounts.id)).get();
+    if (first) return { kind: 'existing', accountId: first.id };
+    const account = createTopLevelAccount(deps, { name: DEV_ACCOUNT_NAME, credits: DEV_CREDITS });
+    const { key } = insertKey(deps, { accountId: account.id, name: 'dev', scopes: SCOPES });
+    writeFileSync(keyPath, `${key}\n`, { mode: PRIVATE_FILE_MODE });
+    return { kind: 'key', accountId: account.id, key, created: true, domainReady: false };
+  } finally {
+    store.close();
+  }
+}
+
+/** Whether the account already sends from DEV_DOMAIN (an earlier run's paste): the commands then skip connecting it. */
+function domainReady(db: ReturnType<typeof openDatabase>['db'], accountId: string, config: Config): boolean {
+  const row = db.select().from(domains).where(and(eq(domains.accountId, accountId), eq(domains.name, DEV_DOMAIN))).get();
+  return row !== undefined && deriveFlags(row.recordStatus, config.smtpRelayUrl !== null).sending;
+}
+
+/** The API base a person on this machine uses: a wildcard listening address is reached as localhost. */
+export function apiBase(host: string, port: number): string {
+  const reach = host === '0.0.0.0' || host === '::' ? 'localhost' : isIP(host) === 6 ? `[${host}]` : host;
+  return `http://${reach}:${port}/api/v1`;
+}
+
+/** What is printed once the server listens: the key and the commands to paste. */
+export function tryItText(config: Config, dev: DevAccount, api: string): string {
+  const head = [
+    '',
+    `Mailstead is running in capture mode: no mail leaves this machine. DATA_DIR is ${config.dataDir}.`,
+  ];
+  if (dev.kind === 'existing') {
+    return [
+      ...head,
+      `This DATA_DIR already has accounts, and no key of npm run dev: none was created. Mint one with`,
+      `  DATA_DIR=${config.dataDir} npm run -s cli -- keys create --account ${dev.accountId} --name dev`,
+      '',
+    ].join('\n');
+  }
+  const json = "node -p 'JSON.parse(require(\"fs\").readFileSync(0)).id'";
+  // The JSON sits in single quotes; each label closes them around the shell's $RUN.
+  const send = JSON.stringify({
+    from: `Shop <billing@${DEV_DOMAIN}>`,
+    to: ['customer@example.com', `delivered@${SIMULATOR_DOMAIN}`, `bounce+RUN@${SIMULATOR_DOMAIN}`, `complaint+RUN@${SIMULATOR_DOMAIN}`],
+    template: { name: 'receipt', receiptNumber: 'R-1042', paidOn: '2026-11-21', total: '$42.00' },
+  }).replace(/\+RUN@/g, () => "+'$RUN'@");
+  return [
+    ...head,
+    `${dev.created ? 'Created the account' : 'Account'} ${dev.accountId} (${DEV_ACCOUNT_NAME}) and its key (every scope${dev.created ? `, kept in ${join(config.dataDir, KEY_FILE)}` : ''}):`,
+    '',
+    `  ${dev.key}`,
+    '',
+    `Paste this into a shell: it ${dev.domainReady ? '' : `connects and verifies ${DEV_DOMAIN}, `}sends a receipt to a customer (captured) and to the mailbox`,
+    'simulator (delivered, bounced, complained), then shows its events and the captured message.',
+    '',
+    `KEY=${dev.key}`,
+    `API=${api}`,
+    'AUTH="Authorization: Bearer $KEY"',
+    ...(dev.domainReady
+      ? []
+      : [
+          `DOMAIN_ID=$(curl -s -H "$AUTH" -d '{"name":"${DEV_DOMAIN}"}' $API/domains | ${json})`,
+          'curl -s -X POST -H "$AUTH" $API/domains/$DOMAIN_ID/verify; echo',
+        ]),
+    '# bounce@ and complaint@ end up on the suppression list: a +label per run keeps each run\'s addresses apart',
+    'RUN=$(date +%s)',
+    `ID=$(curl -s -H "$AUTH" $API/emails -d '${send}' | ${json})`,
+    'sleep 1; curl -s -H "$AUTH" $API/emails/$ID; echo',
+    'curl -s -H "$AUTH" "$API/emails/$ID/message?recipient=customer@example.com"',
+    '',
+  ].join('\n');
+}
+
+/** Runs the server (`node dist/server/main.js`) with the dev environment, printing the commands once it listens. */
+function main(): void {
+  if (process.env.DELIVERY_MODE && process.env.DELIVERY_MODE !== 'capture') {
+    process.stderr.write(`mailstead dev: npm run dev always runs DELIVERY_MODE=capture (got "${process.env.DELIVERY_MODE}"); use npm start for direct delivery\n`);
+    process.exit(2);
+  }
+  const env = devEnvironment(process.env);
+  let config: Config;
+  try {
+    config = loadConfig(env);
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`mailstead: ${err.message}\n`);
+      process.exit(1);
+    }
+    throw err;
+  }
+  const dev = ensureDevAccount(config);
+  const serverMain = fileURLToPath(new URL('../server/main.js', import.meta.url));
+  // The server's logs go straight to the terminal; it tells this process where it listens over IPC, whatever LOG_LEVEL.
+  const child = spawn(process.execPath, [serverMain], { env, stdio: ['inherit', 'inherit', 'inherit', 'ipc'] });
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => child.kill(signal));
+  child.on('message', (message: StartedMessage) => {
+    if (message?.event === STARTED_EVENT) process.stdout.write(`${tryItText(config, dev, apiBase(config.httpHost, message.httpPort))}\n`);
+  });
+  child.on('exit', (code, signal) => process.exit(code ?? (signal ? 1 : 0)));
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) main();
