@@ -404,6 +404,16 @@ const sends = (world: FuzzWorld, domain: string, account: ActingFor) =>
       request({ method: 'POST', path: '/emails', auth, account, headers: { ...type, ...(key !== undefined ? { 'idempotency-key': key } : {}) }, body }),
     );
 
+/** POST /templates/{name}/render with the variables that template takes. */
+function templateRender(name: string) {
+  const variables = Object.entries(TEMPLATES[name as keyof typeof TEMPLATES]!.variables);
+  const shaped = fc.record(
+    Object.fromEntries(variables.map(([v, def]) => [v, def.kind === 'url' ? fc.webUrl() : fc.oneof(fc.lorem({ maxCount: 3 }), oddString(40))])),
+    { requiredKeys: variables.filter(([, def]) => def.required).map(([v]) => v) },
+  );
+  return withBody('POST', fc.constant(`/templates/${name}/render`), shaped, variables.map(([v]) => v));
+}
+
 /** Every endpoint that takes a body, a query or an id, each with the requests it is fuzzed with. */
 export function endpoints(world: FuzzWorld): { name: string; requests: fc.Arbitrary<FuzzRequest> }[] {
   const listQuery = { limit: limitValue, cursor: cursorValue(Object.values(world.cursors), { account: world.sub.id, row: world.ids.email }) };
@@ -420,6 +430,19 @@ export function endpoints(world: FuzzWorld): { name: string; requests: fc.Arbitr
     },
     { name: 'GET /emails', requests: get(query({ status: fc.constantFrom('sent', 'failed', 'sandboxed', 'SENT', 'queued'), since: sinceValue, ...listQuery }).map((q) => `/emails${q}`)) },
     { name: 'GET /emails/{id}', requests: get(idSegment([world.ids.email]).map((id) => `/emails/${id}`)) },
+    {
+      name: 'GET /emails/{id}/message',
+      requests: get(fc.tuple(idSegment([world.ids.email]), query({ recipient: fc.oneof(address, oddString(40)) })).map(([id, q]) => `/emails/${id}/message${q}`)),
+    },
+    { name: 'GET /templates', requests: get(fc.constant('/templates')) },
+    {
+      name: 'POST /templates/{name}/render',
+      // Each template's own variables (the required ones present), or a name that is none.
+      requests: fc.oneof(
+        { arbitrary: fc.constantFrom(...Object.keys(TEMPLATES)).chain((name) => templateRender(name)), weight: 5 },
+        { arbitrary: withBody('POST', fc.constantFrom('nope', '%2e%2e', 'RECEIPT').map((name) => `/templates/${name}/render`), fc.constant({ total: '$1' }), ['total']), weight: 1 },
+      ),
+    },
     { name: 'GET /domains', requests: get(query(listQuery).map((q) => `/domains${q}`)) },
     {
       name: 'POST /domains',
