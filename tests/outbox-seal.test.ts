@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { customerDbWrites } from '../db/schema/index.js';
 import { type SpooledInboundWrite, openWrite, queueCustomerDbWrite } from '../server/customer-db/outbox.js';
 import { encryptSecret, openBytes, sealBytes } from '../server/secrets.js';
+import { withinBudget } from '../server/customer-db/writer.js';
 import { storeDatabaseRow } from './helpers/customer-db.js';
 import { type TestService, startService } from './helpers/service.js';
 
@@ -66,5 +67,18 @@ describe('a received message in the outbox', () => {
     const sealed = sealBytes(key, MESSAGE, 'ctx');
     sealed[sealed.length - 1]! ^= 1;
     expect(() => openBytes(key, sealed, 'ctx')).toThrow();
+  });
+});
+
+describe('a batch of the writer', () => {
+  it('is cut where the sealed JSON and the sealed message bytes pass the budget, and always holds its first row', () => {
+    const row = (json: number, raw: number | null) =>
+      ({ payloadSealed: 'x'.repeat(json), rawSealed: raw === null ? null : Buffer.alloc(raw) }) as Parameters<typeof withinBudget>[0][number];
+    const rows = [row(100, 400), row(100, null), row(100, 400), row(100, 0)];
+    expect(withinBudget(rows, 1000)).toHaveLength(2);
+    expect(withinBudget(rows, 1100)).toHaveLength(3);
+    expect(withinBudget(rows, 1200)).toHaveLength(4);
+    // One message larger than the whole budget still goes, alone.
+    expect(withinBudget([row(10, 5000), row(10, 10)], 1000)).toHaveLength(1);
   });
 });

@@ -7,7 +7,7 @@ import { ParserStoppedError, createInboundParser } from '../../mta/inbound/parse
 import { SpoolError, applySpooledInbound } from '../../mta/inbound/store.js';
 import { spoolPath, sweepSpool } from '../../mta/inbound/spool.js';
 import { rmSync } from 'node:fs';
-import { type CustomerDatabaseRow, customerDatabases } from '../../db/schema/index.js';
+import { type CustomerDatabaseRow, type CustomerDbWriteRow, customerDatabases } from '../../db/schema/index.js';
 import type { Deps } from '../deps.js';
 import { createPollLoop } from '../poll-loop.js';
 import { configsFor, targetOf } from './connection.js';
@@ -42,6 +42,21 @@ const BATCH_PAYLOAD_BYTES = 16 * 1024 * 1024;
 /** How often the spool is swept, and how old an unreferenced file must be (files are written before their commit). */
 const SPOOL_SWEEP_EVERY_MS = 5 * 60_000;
 const SPOOL_ORPHAN_AFTER_MS = 15 * 60_000;
+
+/**
+ * The leading rows of a batch whose sealed content (the JSON and a received message's bytes) fits `budget` bytes;
+ * always the first, however large.
+ */
+export function withinBudget(rows: readonly CustomerDbWriteRow[], budget: number): CustomerDbWriteRow[] {
+  let left = budget;
+  const taken: CustomerDbWriteRow[] = [];
+  for (const row of rows) {
+    left -= row.payloadSealed.length + (row.rawSealed?.length ?? 0);
+    if (taken.length > 0 && left < 0) break;
+    taken.push(row);
+  }
+  return taken;
+}
 
 export const DEFAULT_WRITER_OPTIONS: WriterOptions = { intervalMs: 1000, batchSize: 500, maxDatabases: 8, poolMax: 2 };
 
@@ -198,8 +213,7 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
         const fetched = dueWrites(deps.db, db.accountId, deps.clock.now(), opts.batchSize);
         if (fetched.length === 0) break;
         // A batch of small received messages is held parsed at once: its sealed size is bounded too.
-        let budget = BATCH_PAYLOAD_BYTES;
-        const rows = fetched.filter((row, i) => i === 0 || (budget -= row.payloadSealed.length) >= 0);
+        const rows = withinBudget(fetched, BATCH_PAYLOAD_BYTES);
         await writeBatch(client, db, rows.map((row) => openWrite(deps.secretKey!, row)));
         if ((fetched.length < opts.batchSize && rows.length === fetched.length) || stopping) break;
       }
