@@ -200,6 +200,7 @@ const ENDPOINTS: Endpoint[] = [
   { method: 'GET', route: '/emails', path: '/emails', scope: 'emails:read' },
   { method: 'POST', route: '/emails', path: '/emails', scope: 'emails:send', body: { from: 'shop@shop.example.com', to: 'ann@example.net', subject: 'Hi', text: 'Hello' } },
   { method: 'GET', route: '/emails/:id', path: `/emails/${SOME_ID}`, scope: 'emails:read' },
+  { method: 'GET', route: '/emails/:id/message', path: `/emails/${SOME_ID}/message?recipient=ann%40example.net`, scope: 'emails:read' },
   { method: 'GET', route: '/suppressions', path: '/suppressions', scope: 'suppressions:read' },
   { method: 'POST', route: '/suppressions', path: '/suppressions', scope: 'suppressions:write', body: { address: 'ann@example.net' } },
   { method: 'DELETE', route: '/suppressions/:address', path: '/suppressions/ann%40example.net', scope: 'suppressions:write' },
