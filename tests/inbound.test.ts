@@ -15,7 +15,7 @@ import { TestDnsServer } from './helpers/dns-server.js';
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 import { parsePrometheusText, sampleValueOrZero } from './helpers/prometheus-text.js';
 import { RawSmtp } from './helpers/raw-smtp.js';
-import { type Sender, connectDomain, newSender, setDomainState, uniqueDomain } from './helpers/sending.js';
+import { type Sender, connectDomain, newSender, newSubSender, setDomainState, uniqueDomain } from './helpers/sending.js';
 import { type TestService, startService } from './helpers/service.js';
 
 /**
@@ -324,4 +324,23 @@ it('counts what it accepts and refuses in /metrics, by stage and code', async ()
   expect(delta('mailstead_inbound_accepted_total')).toBe(1);
   expect(delta('mailstead_inbound_refused_total', { stage: 'rcpt', code: '550' })).toBe(1);
   expect(delta('mailstead_inbound_refused_total', { stage: 'data', code: '550' })).toBe(1);
+});
+
+it('a sub-account’s receiving domain is accepted through its parent’s database, and the mail lands there as the sub-account’s', async () => {
+  const sub = await newSubSender(service, sender.key, 'Receiving sub-account');
+  const { client } = await RawSmtp.connect(port);
+  try {
+    const replies = await client.envelope('someone@example.org', [`help@${sub.domain}`]);
+    expect(replies.at(-1)).toMatch(/^250 /);
+    expect(await client.command('DATA')).toMatch(/^354 /);
+    client.write('Subject: for the sub-account\r\n\r\nbody\r\n.\r\n');
+    expect(await client.reply()).toMatch(/^250 /);
+  } finally {
+    client.close();
+  }
+  const [queued] = service.deps.db.select().from(customerDbWrites).all();
+  expect(queued).toMatchObject({ kind: 'inbound', databaseAccountId: sender.account.id, accountId: sub.id });
+  await writer.runOnce();
+  const { rows } = await customer.query('select account_id, to_addresses from service.inbound where subject = $1', ['for the sub-account']);
+  expect(rows).toEqual([{ account_id: sub.id, to_addresses: [`help@${sub.domain}`] }]);
 });

@@ -4,6 +4,7 @@ import { definePrepared } from '../../db/prepared.js';
 import { domains, emails } from '../../db/schema/index.js';
 import { deriveFlags } from '../../server/core/domain-checks.js';
 import type { Config } from '../../server/config.js';
+import { databaseOwnerSql } from '../../server/customer-db/outbox.js';
 import { parseVerp } from '../verp.js';
 
 /**
@@ -26,17 +27,9 @@ export const FEEDBACK_LOCAL_PART = 'fbl';
 const p = sql.placeholder;
 
 const statements = definePrepared((db) => ({
-  // With the account whose database would hold the mail (its own, else its parent's: outbox.ts databaseOwnerOf), in
-  // one query: every RCPT runs it.
+  // With the account whose database would hold the mail, in one query: every RCPT runs it.
   domainsNamed: db
-    .select({
-      accountId: domains.accountId,
-      recordStatus: domains.recordStatus,
-      // Written out: drizzle leaves columns unqualified inside sql``, and a correlated subquery needs them qualified.
-      owner: sql<string | null>`coalesce(
-        (select own.account_id from customer_databases own where own.account_id = domains.account_id),
-        (select up.account_id from accounts a join customer_databases up on up.account_id = a.parent_id where a.id = domains.account_id))`,
-    })
+    .select({ accountId: domains.accountId, recordStatus: domains.recordStatus, owner: databaseOwnerSql(sql.raw('domains.account_id')) })
     .from(domains)
     .where(eq(domains.name, p('name')))
     .orderBy(domains.id)

@@ -1,8 +1,8 @@
-import { and, asc, count, eq, inArray, isNull, lte, sql } from 'drizzle-orm';
+import { type Placeholder, type SQL, and, asc, count, eq, inArray, isNull, lte, sql } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import type { CustomerWrite } from '../../db/customer/writes.js';
 import { definePrepared } from '../../db/prepared.js';
-import { type CustomerDbWriteRow, accounts, customerDatabases, customerDbWrites } from '../../db/schema/index.js';
+import { type CustomerDbWriteRow, accounts, customerDbWrites } from '../../db/schema/index.js';
 import { DAY_MS } from '../clock.js';
 import { newId } from '../ids.js';
 import { decryptSecret, encryptSecret, openBytes, sealBytes } from '../secrets.js';
@@ -22,13 +22,7 @@ export const DATA_TRIES = DATA_RETRY_GAPS_MS.length + 1;
 const p = sql.placeholder;
 
 const statements = definePrepared((db) => ({
-  ownDatabase: db.select({ owner: customerDatabases.accountId }).from(customerDatabases).where(eq(customerDatabases.accountId, p('id'))).prepare(),
-  parentDatabase: db
-    .select({ owner: customerDatabases.accountId })
-    .from(accounts)
-    .innerJoin(customerDatabases, eq(customerDatabases.accountId, accounts.parentId))
-    .where(eq(accounts.id, p('id')))
-    .prepare(),
+  owner: db.select({ owner: databaseOwnerSql(p('id')) }).from(accounts).where(eq(accounts.id, p('id'))).prepare(),
   insert: db
     .insert(customerDbWrites)
     .values({
@@ -57,10 +51,20 @@ const statements = definePrepared((db) => ({
     .prepare(),
 }));
 
+/**
+ * The account whose database receives the writes of the account `accountId` names (its own, else its parent's), as
+ * one SQL expression: a placeholder, or a qualified column of an outer query (drizzle writes columns unqualified
+ * inside sql``, which a correlated subquery would read as its own). Null when neither has a database.
+ */
+export function databaseOwnerSql(accountId: SQL | Placeholder): SQL<string | null> {
+  return sql<string | null>`coalesce(
+    (select own.account_id from customer_databases own where own.account_id = ${accountId}),
+    (select up.account_id from accounts a join customer_databases up on up.account_id = a.parent_id where a.id = ${accountId}))`;
+}
+
 /** The account whose database receives this account's writes (its own, else its parent's), or null when neither has one. */
 export function databaseOwnerOf(db: Db, accountId: string): string | null {
-  const q = statements(db);
-  return q.ownDatabase.get({ id: accountId })?.owner ?? q.parentDatabase.get({ id: accountId })?.owner ?? null;
+  return statements(db).owner.get({ id: accountId })?.owner ?? null;
 }
 
 const sealContext = (id: string) => `customer-db-write:${id}`;
