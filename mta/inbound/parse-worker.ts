@@ -6,7 +6,7 @@ import { cachingResolver } from '../../server/dns/cache.js';
 import { createResolver } from '../../server/dns/resolver.js';
 import type { LogFields, Logger } from '../../server/logger.js';
 import { PARSE_CONCURRENCY, type ParseOutcome, type ParseReply, type ParseRequest, type ParserSettings } from './parser.js';
-import { type ParseDeps, SpoolError, parseInlineInbound } from './store.js';
+import { type ParseDeps, parseInlineInbound } from './store.js';
 
 /**
  * The inbound parser's thread (mta/inbound/parser.ts): mailauth's checks and mailparser's parse of small received
@@ -41,7 +41,7 @@ async function parseOne(write: SpooledInboundWrite): Promise<ParseOutcome> {
   try {
     return { value: await parseInlineInbound(deps, write) };
   } catch (err) {
-    return { error: { message: err instanceof Error ? err.message : String(err), spool: err instanceof SpoolError } };
+    return { error: err instanceof Error ? err.message : String(err) };
   }
 }
 

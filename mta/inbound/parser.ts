@@ -6,7 +6,6 @@ import type { SpooledInboundWrite } from '../../server/customer-db/outbox.js';
 import type { DnsServer } from '../../server/config.js';
 import type { Deps } from '../../server/deps.js';
 import type { LogFields, Logger } from '../../server/logger.js';
-import { SpoolError } from './store.js';
 
 /**
  * Parses the small received messages the customer-database writer takes from the outbox (their mailauth verdicts
@@ -24,7 +23,7 @@ export interface ParserSettings {
 }
 
 /** One message's outcome: its rows, or why it cannot be parsed. */
-export type ParseOutcome = { value: InboundWrite } | { error: { message: string; spool: boolean } };
+export type ParseOutcome = { value: InboundWrite } | { error: string };
 
 /** A batch goes over in one message and comes back in one: each crossing wakes the other thread, which costs. */
 export type ParseRequest = { id: number; writes: SpooledInboundWrite[] };
@@ -81,8 +80,8 @@ export function createInboundParser(deps: Pick<Deps, 'config' | 'logger'>, optio
 
   return {
     /**
-     * Each write's rows, or the Error it cannot be parsed for (a SpoolError when no retry can help), in order; rejects
-     * with ParserStoppedError when the thread stops with the batch in it.
+     * Each write's rows, or the Error it cannot be parsed for (no retry will help), in order; rejects with
+     * ParserStoppedError when the thread stops with the batch in it (worth another try).
      */
     async parseAll(writes: readonly SpooledInboundWrite[]): Promise<(InboundWrite | Error)[]> {
       if (writes.length === 0) return [];
@@ -108,7 +107,7 @@ export function createInboundParser(deps: Pick<Deps, 'config' | 'logger'>, optio
       }).finally(() => {
         if (waiting.size === 0 && worker === w) w.unref();
       });
-      return outcomes.map((o) => ('value' in o ? o.value : o.error.spool ? new SpoolError(o.error.message) : new Error(o.error.message)));
+      return outcomes.map((o) => ('value' in o ? o.value : new Error(o.error)));
     },
     async close(): Promise<void> {
       const w = worker;
