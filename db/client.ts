@@ -5,6 +5,7 @@ import Database from 'better-sqlite3';
 import { type BetterSQLite3Database, drizzle } from 'drizzle-orm/better-sqlite3';
 import { migrate } from 'drizzle-orm/better-sqlite3/migrator';
 import { createPrivateDir, createPrivateFile } from './data-dir.js';
+import { type WalSync, walSyncOf } from './group-commit.js';
 import * as schema from './schema/index.js';
 
 export type Db = BetterSQLite3Database<typeof schema>;
@@ -12,6 +13,8 @@ export type Db = BetterSQLite3Database<typeof schema>;
 export interface Store {
   db: Db;
   sqlite: Database.Database;
+  /** Flushes the write-ahead log to disk off the event loop (the group commit's durability: db/group-commit.ts). */
+  syncWal: WalSync;
   close(): void;
 }
 
@@ -65,5 +68,14 @@ export function openDatabase(dataDir: string, opts: { mustExist?: boolean } = {}
   sqlite.pragma('busy_timeout = 5000');
   const db = drizzle(sqlite, { schema });
   migrate(db, { migrationsFolder: migrationsFolder() });
-  return { db, sqlite, close: () => sqlite.close() };
+  const syncWal = walSyncOf(path);
+  return {
+    db,
+    sqlite,
+    syncWal,
+    close: () => {
+      sqlite.close();
+      void syncWal.close();
+    },
+  };
 }

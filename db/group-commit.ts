@@ -19,14 +19,22 @@ export type WalSync = () => Promise<void>;
 /**
  * fdatasync of the database's write-ahead log on libuv's thread pool, so the event loop keeps serving while the disk
  * flushes. fsync works on the file, not the descriptor: every frame any connection wrote before the call is covered.
- * The -wal file lives as long as the server's connection is open (SQLite removes it only when the last one closes).
+ * The -wal file lives as long as the server's connection is open (SQLite removes it only when the last one closes);
+ * `close` gives the descriptor back with it (db/client.ts Store.close).
  */
-export function walSyncOf(databasePath: string): WalSync {
+export function walSyncOf(databasePath: string): WalSync & { close(): Promise<void> } {
   let handle: ReturnType<typeof open> | null = null;
-  return async () => {
+  const sync = async () => {
     handle ??= open(`${databasePath}-wal`, 'r');
     await (await handle).datasync();
   };
+  return Object.assign(sync, {
+    async close(): Promise<void> {
+      const h = handle;
+      handle = null;
+      await (await h?.catch(() => null))?.close();
+    },
+  });
 }
 
 /**

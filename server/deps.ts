@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { databasePath, openDatabase, type Db, type Store } from '../db/client.js';
-import { createGroupCommit, type GroupCommit, walSyncOf } from '../db/group-commit.js';
+import { openDatabase, type Db, type Store } from '../db/client.js';
+import { createGroupCommit, type GroupCommit } from '../db/group-commit.js';
 import type { Clock } from './clock.js';
 import type { Config } from './config.js';
 import { createKeyUsage, type KeyUsage } from './core/key-usage.js';
@@ -67,7 +67,7 @@ export function createDeps(config: Config, clock: Clock, logger: Logger): Deps {
     config,
     db: store.db,
     store,
-    commits: createGroupCommit(store, walSyncOf(databasePath(config.dataDir))),
+    commits: createGroupCommit(store, store.syncWal),
     clock,
     logger,
     resolver: createResolver({ servers: config.dnsServers }),

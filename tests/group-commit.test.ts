@@ -3,8 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
-import { type Store, databasePath, openDatabase } from '../db/client.js';
-import { createDurabilityBarrier, createGroupCommit, walSyncOf } from '../db/group-commit.js';
+import { type Store, openDatabase } from '../db/client.js';
+import { createDurabilityBarrier, createGroupCommit } from '../db/group-commit.js';
 
 /**
  * The group commit (db/group-commit.ts): batches commit with synchronous=NORMAL and every write waits for an
@@ -92,7 +92,7 @@ describe('a write resolves only once the WAL is flushed after its commit', () =>
   });
 
   it('the real flush: fdatasync of the -wal file on the thread pool', async () => {
-    const commits = createGroupCommit(store, walSyncOf(databasePath(dataDir)));
+    const commits = createGroupCommit(store, store.syncWal);
     const values = await Promise.all([1, 2, 3].map((n) => commits.run((db) => db.run(sql`insert into probe (n) values (${n})`).changes)));
     expect(values).toEqual([1, 1, 1]);
     expect(rows()).toEqual([1, 2, 3]);
