@@ -3,6 +3,7 @@ import { sql } from 'drizzle-orm';
 import { Hono } from 'hono';
 import { HTTPException } from 'hono/http-exception';
 import { TrieRouter } from 'hono/router/trie-router';
+import { dashboardApp } from '../dashboard/app.js';
 import type { Deps } from './deps.js';
 import { ApiError } from './errors.js';
 import { accessLog } from './http/access-log.js';
@@ -42,7 +43,7 @@ export function allowedMethods(routes: readonly { method: string; path: string }
   };
 }
 
-/** The HTTP surface: `/api/v1`, `GET /healthz`, `GET /metrics`, and one envelope for every error. */
+/** The HTTP surface: `/api/v1`, `GET /healthz`, `GET /metrics`, the dashboard, and one envelope for every API error. */
 export function createApp(deps: Deps) {
   // No middleware before the routes but the access log, which only wraps next() and reads nothing of the request: a
   // body is read only by a route's guard, once the headers have passed.
@@ -73,6 +74,8 @@ export function createApp(deps: Deps) {
   });
   app.route('/', metricsRoutes(deps));
   app.route(API_BASE, api);
+  app.get('/dashboard/', (c) => c.redirect('/dashboard', 301));
+  app.route('/dashboard', dashboardApp(deps));
   app.route(`${API_BASE}/`, apiIndexRoute(API_BASE));
 
   let allowed: ((path: string) => string[]) | undefined;

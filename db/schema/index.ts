@@ -14,3 +14,4 @@ export * from './webhook-deliveries.js';
 export * from './customer-databases.js';
 export * from './customer-db-writes.js';
 export * from './captured-messages.js';
+export * from './dashboard-sessions.js';

@@ -1,13 +1,18 @@
 import { eq } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
-import { settings } from '../../db/schema/index.js';
+import { dashboardSessions, settings } from '../../db/schema/index.js';
 import { randomBase62, sha256Hex } from '../secrets.js';
 
 const HASH_KEY = 'admin_token_sha256';
 
+/** A new token ends every dashboard session signed in with the old one. */
 function storeHash(db: Db, token: string): void {
   const value = sha256Hex(token);
-  db.insert(settings).values({ key: HASH_KEY, value }).onConflictDoUpdate({ target: settings.key, set: { value } }).run();
+  db.transaction((tx) => {
+    const before = tx.select().from(settings).where(eq(settings.key, HASH_KEY)).get();
+    tx.insert(settings).values({ key: HASH_KEY, value }).onConflictDoUpdate({ target: settings.key, set: { value } }).run();
+    if (before && before.value !== value) tx.delete(dashboardSessions).run();
+  });
 }
 
 /** A fresh dashboard token; only its hash is kept. */

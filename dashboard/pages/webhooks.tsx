@@ -1,0 +1,9 @@
+import { Hono } from 'hono';
+import type { Deps } from '../../server/deps.js';
+import type { DashEnv } from '../env.js';
+import { render } from '../render.js';
+
+// Placeholder until this section is built (issue 14); replaced by its page module.
+export function webhookPages(deps: Deps) {
+  return new Hono<DashEnv>().get('/webhooks', (c) => render(deps, c, { title: 'Webhooks', current: '/dashboard/webhooks' }, <p class="muted">This section is being built.</p>));
+}

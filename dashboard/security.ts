@@ -1,0 +1,129 @@
+import type { Context, MiddlewareHandler } from 'hono';
+import type { Clock } from '../server/clock.js';
+import { readRequestBody } from '../server/http/body.js';
+import type { AppEnv } from '../server/http/env.js';
+import { constantTimeEqual } from '../server/secrets.js';
+import type { DashEnv } from './env.js';
+
+/**
+ * The browser-facing rules of the dashboard: its headers, CSRF, form bodies, and how often one address may try to
+ * sign in.
+ */
+
+/**
+ * No inline script or style, nothing from another origin. The captured-mail frame is the one page allowed inside a
+ * frame, and only in ours (it sets its own, stricter policy: see CAPTURED_HTML_HEADERS).
+ */
+export const CONTENT_SECURITY_POLICY = [
+  "default-src 'none'",
+  "script-src 'self'",
+  "style-src 'self'",
+  "img-src 'self' data:",
+  "font-src 'self'",
+  "connect-src 'self'",
+  "frame-src 'self'",
+  "form-action 'self'",
+  "frame-ancestors 'none'",
+  "base-uri 'none'",
+].join('; ');
+
+export const PAGE_HEADERS: Record<string, string> = {
+  'Content-Security-Policy': CONTENT_SECURITY_POLICY,
+  'X-Content-Type-Options': 'nosniff',
+  'X-Frame-Options': 'DENY',
+  'Referrer-Policy': 'same-origin',
+  'Cross-Origin-Opener-Policy': 'same-origin',
+  'Cache-Control': 'no-store',
+};
+
+/**
+ * For a captured message's HTML, shown in a sandboxed frame: no script, no network (images only as data: URLs),
+ * framed only by the dashboard itself. The `sandbox` directive holds even if the page is opened outside its frame.
+ */
+export const CAPTURED_HTML_HEADERS: Record<string, string> = {
+  'Content-Security-Policy': "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'; frame-ancestors 'self'",
+  'X-Content-Type-Options': 'nosniff',
+  'Referrer-Policy': 'no-referrer',
+  'Cache-Control': 'no-store',
+};
+
+/** Sign-in attempts allowed from one client address in a window; beyond them, 429 until the window moves. */
+export const SIGN_IN_LIMIT = { attempts: 10, windowMs: 15 * 60_000 } as const;
+
+/** The largest form body a dashboard page takes. */
+export const MAX_FORM_BYTES = 64 * 1024;
+
+export function securityHeaders(): MiddlewareHandler<DashEnv> {
+  return async (c, next) => {
+    await next();
+    for (const [name, value] of Object.entries(PAGE_HEADERS)) if (!c.res.headers.has(name)) c.res.headers.set(name, value);
+  };
+}
+
+/** The address the request came from (the TCP peer; the dashboard trusts no forwarding header for this). */
+export function clientAddress(c: Context<AppEnv> | Context<DashEnv>): string {
+  return c.env?.incoming?.socket?.remoteAddress ?? 'unknown';
+}
+
+/** True when the request arrived over https (directly, or through a proxy that says so): the cookie is then Secure. */
+export function isHttps(c: Context<DashEnv>): boolean {
+  return new URL(c.req.url).protocol === 'https:' || c.req.header('x-forwarded-proto')?.split(',')[0]?.trim() === 'https';
+}
+
+/**
+ * A browser says where a request comes from (Origin, else Sec-Fetch-Site). A state change is refused when either
+ * names another site; a client that sends neither (not a browser) still needs the session's CSRF token.
+ */
+export function isCrossSite(c: Context<DashEnv>): boolean {
+  const origin = c.req.header('origin');
+  if (origin !== undefined) {
+    let host: string;
+    try {
+      host = new URL(origin).host;
+    } catch {
+      return true;
+    }
+    return host !== (c.req.header('host') ?? new URL(c.req.url).host);
+  }
+  const site = c.req.header('sec-fetch-site');
+  return site !== undefined && site !== 'same-origin' && site !== 'none';
+}
+
+/** A POST's urlencoded form, at most MAX_FORM_BYTES; anything else is an empty form. */
+export async function readForm(c: Context<DashEnv>): Promise<Record<string, string>> {
+  const type = c.req.header('content-type') ?? '';
+  if (!type.startsWith('application/x-www-form-urlencoded')) return {};
+  const declared = Number(c.req.header('content-length') ?? 0);
+  if (declared > MAX_FORM_BYTES) return {};
+  const raw = await readRequestBody(c as unknown as Context<AppEnv>);
+  if (raw.length > MAX_FORM_BYTES) return {};
+  const form: Record<string, string> = {};
+  for (const [k, v] of new URLSearchParams(raw.toString('utf8'))) if (!(k in form)) form[k] = v;
+  return form;
+}
+
+/** True when the form (or X-CSRF-Token header) carries the session's CSRF token. */
+export function hasCsrfToken(c: Context<DashEnv>, form: Record<string, string>, expected: string): boolean {
+  const given = form._csrf ?? c.req.header('x-csrf-token') ?? '';
+  return given !== '' && constantTimeEqual(given, expected);
+}
+
+/** A fixed-window count per client address. */
+export function createAttemptLimiter(clock: Clock, limit: { attempts: number; windowMs: number } = SIGN_IN_LIMIT) {
+  const windows = new Map<string, { start: number; count: number }>();
+  return {
+    /** Counts one attempt; returns the seconds to wait when it is over the limit (and then it does not count). */
+    take(address: string): { ok: true } | { ok: false; retryAfterSeconds: number } {
+      const now = clock.now();
+      if (windows.size > 10_000) for (const [a, w] of windows) if (w.start + limit.windowMs <= now) windows.delete(a);
+      let w = windows.get(address);
+      if (!w || w.start + limit.windowMs <= now) {
+        w = { start: now, count: 0 };
+        windows.set(address, w);
+      }
+      if (w.count >= limit.attempts) return { ok: false, retryAfterSeconds: Math.max(1, Math.ceil((w.start + limit.windowMs - now) / 1000)) };
+      w.count++;
+      return { ok: true };
+    },
+  };
+}

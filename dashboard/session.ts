@@ -1,0 +1,87 @@
+import { eq, lt, or } from 'drizzle-orm';
+import type { Db } from '../db/client.js';
+import { dashboardSessions } from '../db/schema/index.js';
+import { adminTokenHash } from '../server/core/admin-token.js';
+import type { Deps } from '../server/deps.js';
+import { constantTimeEqual, randomBase62, sha256Hex } from '../server/secrets.js';
+
+/** Sign-in, sessions and flash messages of the dashboard. Policy first, as data. */
+export const SESSION_POLICY = {
+  /** A session unused this long is over: the next request goes to the sign-in page. */
+  idleMs: 30 * 60_000,
+  /** However active, a session lasts at most this long. */
+  absoluteMs: 12 * 60 * 60_000,
+  /** last_seen_at is rewritten at most this often (a page view is not a write each time). */
+  touchEveryMs: 60_000,
+} as const;
+
+export interface Session {
+  tokenHash: string;
+  csrfToken: string;
+}
+
+export interface Flash {
+  kind: 'ok' | 'error';
+  message: string;
+  /** A value shown once beside the message (a new key), with a copy button. */
+  secret?: string;
+}
+
+/** True when `given` is the admin token; compared as hashes, in constant time. */
+export function isAdminToken(db: Db, given: string): boolean {
+  const stored = adminTokenHash(db);
+  if (stored === null) return false;
+  return constantTimeEqual(sha256Hex(given), stored);
+}
+
+/** A new session; returns the cookie's token (its only copy) and the session. */
+export function openSession(deps: Pick<Deps, 'db' | 'clock'>): { token: string; session: Session } {
+  const now = deps.clock.now();
+  const token = randomBase62(43);
+  const session = { tokenHash: sha256Hex(token), csrfToken: randomBase62(32) };
+  // Expired sessions go whenever someone signs in: the table stays as small as the sessions alive.
+  deps.db
+    .delete(dashboardSessions)
+    .where(or(lt(dashboardSessions.lastSeenAt, now - SESSION_POLICY.idleMs), lt(dashboardSessions.createdAt, now - SESSION_POLICY.absoluteMs)))
+    .run();
+  deps.db.insert(dashboardSessions).values({ ...session, createdAt: now, lastSeenAt: now }).run();
+  return { token, session };
+}
+
+/** The live session a cookie token names, touched; null when there is none or it has expired (then it is removed). */
+export function findSession(deps: Pick<Deps, 'db' | 'clock'>, token: string): Session | null {
+  const now = deps.clock.now();
+  const tokenHash = sha256Hex(token);
+  const row = deps.db.select().from(dashboardSessions).where(eq(dashboardSessions.tokenHash, tokenHash)).get();
+  if (!row) return null;
+  if (row.lastSeenAt + SESSION_POLICY.idleMs <= now || row.createdAt + SESSION_POLICY.absoluteMs <= now) {
+    deps.db.delete(dashboardSessions).where(eq(dashboardSessions.tokenHash, tokenHash)).run();
+    return null;
+  }
+  if (now - row.lastSeenAt >= SESSION_POLICY.touchEveryMs) {
+    deps.db.update(dashboardSessions).set({ lastSeenAt: now }).where(eq(dashboardSessions.tokenHash, tokenHash)).run();
+  }
+  return { tokenHash, csrfToken: row.csrfToken };
+}
+
+export function closeSession(db: Db, session: Session): void {
+  db.delete(dashboardSessions).where(eq(dashboardSessions.tokenHash, session.tokenHash)).run();
+}
+
+/** Every session ends (the admin token was reset). */
+export function closeAllSessions(db: Db): void {
+  db.delete(dashboardSessions).run();
+}
+
+export function setFlash(db: Db, session: Session, flash: Flash): void {
+  db.update(dashboardSessions).set({ flash: JSON.stringify(flash) }).where(eq(dashboardSessions.tokenHash, session.tokenHash)).run();
+}
+
+/** The session's flash, removed as it is read (shown once). */
+export function takeFlash(db: Db, session: Session): Flash | null {
+  const where = eq(dashboardSessions.tokenHash, session.tokenHash);
+  const row = db.select({ flash: dashboardSessions.flash }).from(dashboardSessions).where(where).get();
+  if (!row?.flash) return null;
+  db.update(dashboardSessions).set({ flash: null }).where(where).run();
+  return JSON.parse(row.flash) as Flash;
+}

@@ -1,0 +1,135 @@
+import type { Child, FC, PropsWithChildren } from 'hono/jsx';
+import { raw } from 'hono/html';
+import { assetUrl } from './assets.js';
+import type { Flash } from './session.js';
+
+/** The dashboard's sections, in the navigation's order. Each page module serves the paths under its href. */
+export const NAV = [
+  { href: '/dashboard', label: 'Overview' },
+  { href: '/dashboard/accounts', label: 'Accounts' },
+  { href: '/dashboard/domains', label: 'Domains' },
+  { href: '/dashboard/emails', label: 'Send log' },
+  { href: '/dashboard/captured', label: 'Captured mail' },
+  { href: '/dashboard/webhooks', label: 'Webhooks' },
+  { href: '/dashboard/suppressions', label: 'Suppressions' },
+  { href: '/dashboard/database', label: 'Database' },
+] as const;
+
+export type NavHref = (typeof NAV)[number]['href'];
+
+/** The bare HTML document: head with the hashed assets, and the body given. */
+export const Document: FC<PropsWithChildren<{ title: string }>> = ({ title, children }) => (
+  <>
+    {raw('<!doctype html>')}
+    <html lang="en">
+      <head>
+        <meta charset="utf-8" />
+        <meta name="viewport" content="width=device-width, initial-scale=1" />
+        <meta name="referrer" content="same-origin" />
+        <title>{`${title} · Mailstead`}</title>
+        <link rel="icon" href="data:," />
+        <link rel="stylesheet" href={assetUrl('main.css')} />
+        <script type="module" src={assetUrl('main.js')} defer></script>
+      </head>
+      <body>{children}</body>
+    </html>
+  </>
+);
+
+/** The hidden field every state-changing form carries. */
+export const CsrfField: FC<{ token: string }> = ({ token }) => <input type="hidden" name="_csrf" value={token} />;
+
+/**
+ * A one-button form that POSTs to `action` (state changes are never links). `confirm` asks first (client script);
+ * `fields` go along as hidden inputs.
+ */
+export const PostButton: FC<{
+  action: string;
+  csrf: string;
+  label: string;
+  variant?: 'primary' | 'secondary' | 'danger';
+  confirm?: string;
+  fields?: Record<string, string>;
+  accessibleLabel?: string;
+}> = ({ action, csrf, label, variant = 'secondary', confirm, fields = {}, accessibleLabel }) => (
+  <form method="post" action={action} class="inline" data-confirm={confirm}>
+    <CsrfField token={csrf} />
+    {Object.entries(fields).map(([name, value]) => (
+      <input type="hidden" name={name} value={value} />
+    ))}
+    <button type="submit" class={variant === 'primary' ? '' : variant} aria-label={accessibleLabel}>
+      {label}
+    </button>
+  </form>
+);
+
+export type BadgeTone = 'ok' | 'warn' | 'bad' | 'info' | 'neutral';
+
+export const Badge: FC<{ tone: BadgeTone; children: Child }> = ({ tone, children }) => <span class={tone === 'neutral' ? 'badge' : `badge ${tone}`}>{children}</span>;
+
+export const FlashMessage: FC<{ flash: Flash | null }> = ({ flash }) =>
+  flash ? (
+    <div class={`flash ${flash.kind}`} role={flash.kind === 'error' ? 'alert' : 'status'}>
+      <div>{flash.message}</div>
+      {flash.secret !== undefined && (
+        <div class="secret">
+          <code id="flash-secret">{flash.secret}</code>
+          <button type="button" class="secondary" data-copy="flash-secret">
+            Copy
+          </button>
+        </div>
+      )}
+    </div>
+  ) : null;
+
+/** A value with a copy button beside it (DNS records, ids). `id` must be unique on the page. */
+export const Copyable: FC<{ id: string; value: string; label: string }> = ({ id, value, label }) => (
+  <span class="row">
+    <code id={id}>{value}</code>
+    <button type="button" class="secondary" data-copy={id} aria-label={`Copy ${label}`}>
+      Copy
+    </button>
+  </span>
+);
+
+/** An ISO timestamp, rendered as UTC text in a <time> element (or a dash). */
+export const Time: FC<{ ms: number | null | undefined }> = ({ ms }) =>
+  ms === null || ms === undefined ? <span class="muted">-</span> : <time datetime={new Date(ms).toISOString()}>{new Date(ms).toISOString().replace('T', ' ').slice(0, 19)} UTC</time>;
+
+/** The signed-in page frame: skip link, header with sign-out, navigation, the flash, then the page. */
+export const Page: FC<PropsWithChildren<{ title: string; current: NavHref; csrf: string; flash: Flash | null }>> = ({ title, current, csrf, flash, children }) => (
+  <Document title={title}>
+    <a class="skip-link" href="#main">
+      Skip to content
+    </a>
+    <header class="site-header">
+      <a class="brand" href="/dashboard">
+        Mailstead
+      </a>
+      <form method="post" action="/dashboard/sign-out" class="inline">
+        <CsrfField token={csrf} />
+        <button type="submit" class="button">
+          Sign out
+        </button>
+      </form>
+    </header>
+    <div class="layout">
+      <nav class="site-nav" aria-label="Dashboard">
+        <ul>
+          {NAV.map((item) => (
+            <li>
+              <a href={item.href} aria-current={item.href === current ? 'page' : undefined}>
+                {item.label}
+              </a>
+            </li>
+          ))}
+        </ul>
+      </nav>
+      <main id="main" tabindex={-1}>
+        <h1>{title}</h1>
+        <FlashMessage flash={flash} />
+        {children}
+      </main>
+    </div>
+  </Document>
+);

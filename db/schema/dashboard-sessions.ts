@@ -1,0 +1,23 @@
+import { index, integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
+import { createdAtColumn } from './columns.js';
+
+/**
+ * Signed-in dashboard sessions (dashboard/session.ts). The cookie holds a random token; only its SHA-256 is kept, so
+ * a copy of the database signs nobody in. Each session carries its own CSRF token and at most one flash message
+ * (shown once, on the page after a form's redirect).
+ */
+export const dashboardSessions = sqliteTable(
+  'dashboard_sessions',
+  {
+    /** SHA-256 (hex) of the cookie's token. */
+    tokenHash: text('token_hash').primaryKey(),
+    csrfToken: text('csrf_token').notNull(),
+    createdAt: createdAtColumn(),
+    lastSeenAt: integer('last_seen_at').notNull(),
+    /** JSON of the Flash shown on the next page, then cleared. */
+    flash: text('flash'),
+  },
+  (t) => [index('dashboard_sessions_last_seen_idx').on(t.lastSeenAt)],
+);
+
+export type DashboardSessionRow = typeof dashboardSessions.$inferSelect;

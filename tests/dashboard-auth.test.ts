@@ -1,0 +1,202 @@
+import type { Browser } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { resetAdminToken } from '../server/core/admin-token.js';
+import { SESSION_POLICY } from '../dashboard/session.js';
+import { SIGN_IN_LIMIT } from '../dashboard/security.js';
+import { expectAccessible, launchBrowser, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
+import { adminTokenFor, dashboardClient, postSignIn, signInForm } from './helpers/dashboard.js';
+import { type TestService, startService } from './helpers/service.js';
+
+let service: TestService;
+let browser: Browser;
+let token: string;
+
+beforeAll(async () => {
+  service = await startService();
+  token = adminTokenFor(service);
+  browser = await launchBrowser();
+});
+afterAll(async () => {
+  await browser?.close();
+  await service?.close();
+});
+
+describe('dashboard sign-in in the browser', () => {
+  it('signs in with the admin token, shows the overview, and signs out', async () => {
+    const page = await newPage(browser);
+    await page.goto(`${service.url}/dashboard`);
+    // Not signed in: sent to the sign-in page, which remembers where the user was going.
+    expect(new URL(page.url()).pathname).toBe('/dashboard/sign-in');
+    await expectAccessible(page, 'sign-in');
+    await screenshot(page, 'sign-in');
+    await signIn(page, service.url, token);
+    expect(new URL(page.url()).pathname).toBe('/dashboard');
+    expect(await page.getByRole('navigation', { name: 'Dashboard' }).getByRole('link', { name: 'Overview' }).getAttribute('aria-current')).toBe('page');
+    const cookie = (await page.context().cookies()).find((c) => c.name === 'mailstead_session')!;
+    expect(cookie).toMatchObject({ httpOnly: true, sameSite: 'Strict', secure: false, path: '/dashboard' });
+    expect(cookie.expires).toBe(-1); // a browser-session cookie; the server ends it after inactivity
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.waitForURL(/sign-in\?signed-out/);
+    expect(await page.getByRole('status').textContent()).toContain('signed out');
+    // The old cookie no longer opens anything, even if replayed.
+    await page.context().addCookies([{ ...cookie, sameSite: 'Strict' }]);
+    await page.goto(`${service.url}/dashboard`);
+    expect(new URL(page.url()).pathname).toBe('/dashboard/sign-in');
+    expect(pageProblems(page)).toEqual([]);
+    await page.context().close();
+  });
+
+  it('refuses a wrong token without saying anything about the right one', async () => {
+    const page = await newPage(browser);
+    await page.goto(`${service.url}/dashboard/sign-in?next=/dashboard/accounts`);
+    await page.getByLabel('Admin token').fill(`${token}x`);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    expect(await page.getByRole('alert').textContent()).toBe('That token is not right.');
+    expect(new URL(page.url()).pathname).toBe('/dashboard/sign-in');
+    await screenshot(page, 'sign-in-wrong-token');
+    // The right token then lands where the user was going.
+    await page.getByLabel('Admin token').fill(token);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.waitForURL(/\/dashboard\/accounts$/);
+    await page.context().close();
+  });
+
+  it('works at phone width', async () => {
+    const page = await newPage(browser, 390);
+    await signIn(page, service.url, token);
+    const overflow = await page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth');
+    expect(overflow).toBe(0);
+    await expectAccessible(page, 'overview at phone width');
+    await page.context().close();
+  });
+});
+
+describe('dashboard sign-in rules over HTTP', () => {
+  it('answers 401 to a wrong token, empty or not, and the same page for both', async () => {
+    for (const wrong of ['', 'nope', `${token.slice(0, -1)}X`]) {
+      const res = await postSignIn(service.url, wrong);
+      expect(res.status).toBe(401);
+      expect(res.headers.getSetCookie().some((c) => c.startsWith('mailstead_session='))).toBe(false);
+      expect(await res.text()).toContain('That token is not right.');
+    }
+  });
+
+  it('refuses a sign-in posted without the form cookie, or from another origin (no login CSRF)', async () => {
+    const form = await signInForm(service.url);
+    const noCookie = await fetch(`${service.url}/dashboard/sign-in`, { method: 'POST', redirect: 'manual', headers: { 'content-type': 'application/x-www-form-urlencoded', origin: service.url }, body: new URLSearchParams({ _sign_in: form.value, token }) });
+    expect(noCookie.status).toBe(403);
+    const otherOrigin = await postSignIn(service.url, token, { origin: 'http://evil.example' });
+    expect(otherOrigin.status).toBe(403);
+    expect(otherOrigin.headers.getSetCookie().some((c) => c.startsWith('mailstead_session='))).toBe(false);
+  });
+
+  it('limits sign-in attempts per client address, then lets it try again after the window', async () => {
+    const limited = await startService();
+    const right = adminTokenFor(limited);
+    try {
+      for (let i = 0; i < SIGN_IN_LIMIT.attempts; i++) expect((await postSignIn(limited.url, 'wrong')).status).toBe(401);
+      const refused = await postSignIn(limited.url, right);
+      expect(refused.status).toBe(429);
+      expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+      limited.clock.advance(SIGN_IN_LIMIT.windowMs);
+      expect((await postSignIn(limited.url, right)).status).toBe(303);
+    } finally {
+      await limited.close();
+    }
+  });
+
+  it('sets the cookie Secure when the request came over https (a TLS proxy in front)', async () => {
+    const res = await postSignIn(service.url, token, { 'x-forwarded-proto': 'https' });
+    expect(res.status).toBe(303);
+    const cookie = res.headers.getSetCookie().find((c) => c.startsWith('mailstead_session='))!;
+    expect(cookie).toMatch(/; Secure/);
+    expect(cookie).toMatch(/; HttpOnly/);
+    expect(cookie).toMatch(/; SameSite=Strict/);
+  });
+
+  it('ends a session after SESSION_POLICY.idleMs without a request, but not while it is used', async () => {
+    const client = await dashboardClient(service, token);
+    service.clock.advance(SESSION_POLICY.idleMs - 1000);
+    expect((await client.get('/dashboard')).status).toBe(200);
+    service.clock.advance(SESSION_POLICY.idleMs - 1000);
+    expect((await client.get('/dashboard')).status).toBe(200);
+    service.clock.advance(SESSION_POLICY.idleMs);
+    const res = await client.get('/dashboard/accounts');
+    expect(res.status).toBe(303);
+    expect(res.headers.get('location')).toBe('/dashboard/sign-in?expired&next=%2Fdashboard%2Faccounts');
+  });
+
+  it('ends every session when the admin token is reset', async () => {
+    const client = await dashboardClient(service, token);
+    expect((await client.get('/dashboard')).status).toBe(200);
+    token = resetAdminToken(service.deps.db);
+    expect((await client.get('/dashboard')).status).toBe(303);
+  });
+
+  it('never redirects off the dashboard after sign-in', async () => {
+    for (const next of ['https://evil.example/', '//evil.example/dashboard', '/dashboard/../api/v1/account', '/api/v1']) {
+      const form = await signInForm(service.url);
+      const res = await fetch(`${service.url}/dashboard/sign-in`, {
+        method: 'POST',
+        redirect: 'manual',
+        headers: { 'content-type': 'application/x-www-form-urlencoded', cookie: `mailstead_sign_in=${form.cookie}`, origin: service.url },
+        body: new URLSearchParams({ _sign_in: form.value, token, next }),
+      });
+      expect(res.status).toBe(303);
+      expect(res.headers.get('location')).toBe('/dashboard');
+    }
+  });
+});
+
+describe('CSRF and headers', () => {
+  it('refuses a state-changing request without the CSRF token, and one with the cookie from another origin', async () => {
+    const client = await dashboardClient(service, token);
+    const noToken = await client.post('/dashboard/sign-out', { _csrf: '' });
+    expect(noToken.status).toBe(403);
+    const wrongToken = await client.post('/dashboard/sign-out', { _csrf: `${client.csrf}x` });
+    expect(wrongToken.status).toBe(403);
+    const crossOrigin = await client.post('/dashboard/sign-out', {}, { origin: 'http://evil.example' });
+    expect(crossOrigin.status).toBe(403);
+    const crossSite = await client.post('/dashboard/sign-out', {}, { origin: '', 'sec-fetch-site': 'cross-site' });
+    expect(crossSite.status).toBe(403);
+    // None of them did anything: the session is still alive, and the real form signs out.
+    expect((await client.get('/dashboard')).status).toBe(200);
+    const ok = await client.post('/dashboard/sign-out');
+    expect(ok.status).toBe(303);
+    expect((await client.get('/dashboard')).status).toBe(303);
+  });
+
+  it('sends a strict Content-Security-Policy and the other page headers on every page', async () => {
+    const client = await dashboardClient(service, token);
+    for (const res of [await fetch(`${service.url}/dashboard/sign-in`), await client.get('/dashboard'), await client.get('/dashboard/no-such-page')]) {
+      const csp = res.headers.get('content-security-policy')!;
+      expect(csp).toContain("default-src 'none'");
+      expect(csp).toContain("script-src 'self'");
+      expect(csp).toContain("style-src 'self'");
+      expect(csp).not.toContain('unsafe-inline');
+      expect(csp).toContain("frame-ancestors 'none'");
+      expect(res.headers.get('x-content-type-options')).toBe('nosniff');
+      expect(res.headers.get('cache-control')).toBe('no-store');
+      const html = await res.text();
+      // No inline script or style, nothing from another origin.
+      expect(html).not.toMatch(/<script(?![^>]*\bsrc=)/);
+      expect(html).not.toMatch(/<style|\sstyle="/);
+      expect(html).not.toMatch(/(src|href)="(https?:)?\/\//);
+    }
+  });
+
+  it('serves the bundled assets by content hash with long-lived cache headers', async () => {
+    const client = await dashboardClient(service, token);
+    const html = await (await client.get('/dashboard')).text();
+    const assets = [...html.matchAll(/(?:src|href)="(\/dashboard\/assets\/[^"]+)"/g)].map((m) => m[1]!);
+    expect(assets.some((a) => /main-[A-Z0-9]+\.js$/.test(a))).toBe(true);
+    expect(assets.some((a) => /main-[A-Z0-9]+\.css$/.test(a))).toBe(true);
+    for (const asset of assets) {
+      const res = await fetch(`${service.url}${asset}`);
+      expect(res.status).toBe(200);
+      expect(res.headers.get('cache-control')).toBe('public, max-age=31536000, immutable');
+    }
+    expect((await fetch(`${service.url}/dashboard/assets/manifest.json`)).status).toBe(404);
+    expect((await fetch(`${service.url}/dashboard/assets/..%2Fpackage.json`)).status).toBe(404);
+  });
+});
