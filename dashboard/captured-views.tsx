@@ -70,10 +70,10 @@ export const CapturedTable: FC<{ entries: CapturedEntry[]; linked: boolean }> = 
       <thead>
         <tr>
           <th scope="col">Captured</th>
-          <th scope="col">Account</th>
-          <th scope="col">From</th>
-          <th scope="col">To</th>
           <th scope="col">Subject</th>
+          <th scope="col">To</th>
+          <th scope="col">From</th>
+          <th scope="col">Account</th>
         </tr>
       </thead>
       <tbody>
@@ -82,10 +82,10 @@ export const CapturedTable: FC<{ entries: CapturedEntry[]; linked: boolean }> = 
             <td>
               <Time ms={e.capturedAt} />
             </td>
-            <td>{e.accountName}</td>
-            <td>{e.from}</td>
-            <td>{e.recipient}</td>
             <td>{linked ? <a href={capturedPath(e.emailId, e.recipient)}>{e.subject || '(no subject)'}</a> : e.subject || '(no subject)'}</td>
+            <td>{e.recipient}</td>
+            <td>{e.from}</td>
+            <td>{e.accountName}</td>
           </tr>
         ))}
       </tbody>
