@@ -3,6 +3,7 @@ import { asc, eq } from 'drizzle-orm';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { webhookDeliveries } from '../db/schema/index.js';
+import { newId } from '../server/ids.js';
 import { createWebhookDispatcher } from '../server/webhooks/dispatcher.js';
 import { expectAccessible, launchBrowser, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
 import { adminTokenFor, type DashboardClient, dashboardClient } from './helpers/dashboard.js';
@@ -161,14 +162,20 @@ describe('the webhook pages in the browser', () => {
     await rows.first().getByRole('link', { name: endpoint.url }).click();
     await page.waitForURL(`**/dashboard/webhooks/${endpoint.id}`);
     const facts = await page.getByRole('region', { name: 'Endpoint' }).textContent();
-    expect(facts).toContain('Switched off by the service after 10 consecutive failed deliveries');
+    expect(facts).toContain('Switched off by the service after 10 consecutive failed attempts');
     expect(facts).toContain('The last failure: HTTP 500.');
-    expect(await firstDeliveryRow(page).textContent()).toContain('Waiting for the endpoint');
+    expect(await firstDeliveryRow(page).locator('td').last().textContent()).toBe('Waiting');
+    await screenshot(page, 'webhook-endpoint-disabled');
 
     receiver.respond({ status: 200 });
+    let pokes = 0;
+    const onWebhookQueued = service.deps.onWebhookQueued;
+    service.deps.onWebhookQueued = () => pokes++;
     page.once('dialog', (d) => void d.accept());
     await page.getByRole('button', { name: 'Re-enable' }).click();
-    await page.waitForURL(`**/dashboard/webhooks/${endpoint.id}`);
+    await page.waitForURL(`**/dashboard/webhooks/${endpoint.id}`).finally(() => (service.deps.onWebhookQueued = onWebhookQueued));
+    // The dispatcher beside the dashboard is told to look now, as after a successful ping.
+    expect(pokes).toBe(1);
     expect(await flashOf(page)).toContain('switched back on');
     expect(await page.getByRole('region', { name: 'Endpoint' }).textContent()).toContain('Enabled');
     expect(await page.getByRole('button', { name: 'Re-enable' }).count()).toBe(0);
@@ -233,6 +240,26 @@ describe('the webhook pages over HTTP', () => {
     expect(listed(second).length).toBeGreaterThanOrEqual(10);
     expect(listed(second).some((id) => listed(first).includes(id))).toBe(false);
     expect(second).toContain('First page');
+  });
+
+  it('pages an endpoint’s deliveries, 50 at a time, newest first', async () => {
+    const s = await newSender(rig.service, { name: 'Many Deliveries' });
+    const endpoint = await newEndpoint(s.key, '/history');
+    const now = rig.service.clock.now();
+    // A delivered history, written as the dispatcher leaves it (nothing left to post).
+    const ids = Array.from({ length: 55 }, () => newId(now));
+    for (const id of ids) {
+      rig.service.deps.db
+        .insert(webhookDeliveries)
+        .values({ id, endpointId: endpoint.id, accountId: s.account.id, eventType: 'ping', data: JSON.stringify({ endpointId: endpoint.id }), attempts: 1, lastStatus: 200, deliveredAt: now, nextAttemptAt: null, createdAt: now })
+        .run();
+    }
+    const listed = (html: string) => [...html.matchAll(/\/deliveries\/([0-9a-f-]{36})"/g)].map((m) => m[1]);
+    const first = await (await http.get(`/dashboard/webhooks/${endpoint.id}`)).text();
+    expect(listed(first)).toEqual([...ids].reverse().slice(0, 50));
+    const next = /href="([^"]+)">Next page/.exec(first)?.[1];
+    expect(next).toBe(`/dashboard/webhooks/${endpoint.id}?after=${ids[5]}`);
+    expect(listed(await (await http.get(next!)).text())).toEqual([...ids].reverse().slice(50));
   });
 
   it('answers unknown endpoints and deliveries with the 404 page', async () => {

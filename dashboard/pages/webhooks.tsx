@@ -3,7 +3,7 @@ import type { Deps } from '../../server/deps.js';
 import { ApiError } from '../../server/errors.js';
 import type { DashEnv } from '../env.js';
 import { accountChoices, accountFilter, afterParam } from '../queries/act-for-account.js';
-import { reenableEndpoint, replayDelivery, sendTestPing } from '../queries/webhook-actions.js';
+import { reenableEndpoint, replayDelivery, sendTestPing } from '../actions/webhooks.js';
 import { isEndpointHealth, listEndpointDeliveries, listEndpoints, requireDelivery, requireEndpointSummary } from '../queries/webhooks.js';
 import { redirectWithFlash, render } from '../render.js';
 import { KeysetPager, PAGE_SIZE } from '../views/keyset-pager.js';

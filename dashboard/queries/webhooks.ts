@@ -38,8 +38,8 @@ export function healthOf(view: WebhookEndpointView): EndpointHealth {
 /** Why an endpoint is in its state, in a sentence (null when all is well). */
 export function healthReason(view: WebhookEndpointView, lastError: string | null): string | null {
   const cause = lastError ? ` The last failure: ${lastError}.` : '';
-  if (!view.active) return `Switched off by the service after ${WEBHOOK_DISABLE_AFTER_FAILURES} consecutive failed deliveries; nothing is posted until it is re-enabled or a test ping succeeds.${cause}`;
-  if (view.failureCount > 0) return `${view.failureCount} consecutive failed ${view.failureCount === 1 ? 'delivery' : 'deliveries'}; at ${WEBHOOK_DISABLE_AFTER_FAILURES} the service switches it off.${cause}`;
+  if (!view.active) return `Switched off by the service after ${WEBHOOK_DISABLE_AFTER_FAILURES} consecutive failed attempts; nothing is posted until it is re-enabled or a test ping succeeds.${cause}`;
+  if (view.failureCount > 0) return `${view.failureCount} consecutive failed ${view.failureCount === 1 ? 'attempt' : 'attempts'}; at ${WEBHOOK_DISABLE_AFTER_FAILURES} the service switches it off.${cause}`;
   return null;
 }
 
@@ -109,7 +109,7 @@ export function requireEndpointSummary(db: Db, id: string): EndpointSummary & { 
 export const DELIVERY_STATES = {
   delivered: { label: 'Delivered', tone: 'ok' },
   sending: { label: 'Sending', tone: 'info' },
-  waiting: { label: 'Waiting for the endpoint', tone: 'warn' },
+  waiting: { label: 'Waiting', tone: 'warn' },
   queued: { label: 'Queued', tone: 'info' },
   retrying: { label: 'Retrying', tone: 'warn' },
   failed: { label: 'Failed', tone: 'bad' },

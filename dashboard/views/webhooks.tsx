@@ -64,7 +64,7 @@ export const EndpointTable: FC<{ endpoints: EndpointSummary[] }> = ({ endpoints 
             <th scope="col">Events</th>
             <th scope="col">Status</th>
             <th scope="col">Last delivered</th>
-            <th scope="col">Last failure</th>
+            <th scope="col">Failing with</th>
           </tr>
         </thead>
         <tbody>

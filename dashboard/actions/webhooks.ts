@@ -6,8 +6,8 @@ import { testWebhook } from '../../server/core/webhooks.js';
 import type { Deps } from '../../server/deps.js';
 import { ApiError } from '../../server/errors.js';
 import type { Flash } from '../session.js';
-import { actForAccount } from './act-for-account.js';
-import type { EndpointSummary } from './webhooks.js';
+import { actForAccount } from '../queries/act-for-account.js';
+import type { EndpointSummary } from '../queries/webhooks.js';
 
 /**
  * The webhook actions of the dashboard, each the function the API or the CLI calls: the test ping of
