@@ -1,4 +1,5 @@
 import { Hono } from 'hono';
+import { deliveryAttempts } from '../../server/core/webhooks.js';
 import type { Deps } from '../../server/deps.js';
 import { ApiError } from '../../server/errors.js';
 import type { DashEnv } from '../env.js';
@@ -65,7 +66,7 @@ export function webhookPages(deps: Deps) {
             <a href={endpointPath(endpoint.view.id)}>Back to the endpoint</a>
           </p>
           <DeliveryFacts endpoint={endpoint} d={delivery} csrf={c.var.session.csrfToken} />
-          <AttemptTimeline d={delivery} />
+          <AttemptTimeline d={delivery} attempts={deliveryAttempts(deps.db, delivery.view.id)} />
           <Payload row={delivery.row} />
         </>,
       );

@@ -1,5 +1,6 @@
 import type { FC } from 'hono/jsx';
 import type { WebhookDeliveryRow } from '../../db/schema/index.js';
+import type { WebhookAttemptView } from '../../server/core/webhooks.js';
 import { webhookPostBody } from '../../server/webhooks/dispatcher.js';
 import { WEBHOOK_MAX_ATTEMPTS } from '../../server/webhooks/retry-schedule.js';
 import type { AccountChoice } from '../queries/act-for-account.js';
@@ -243,14 +244,14 @@ export const DeliveryFacts: FC<{ endpoint: EndpointSummary; d: DeliverySummary; 
 );
 
 /**
- * The attempts as recorded: the service keeps a delivery's attempt count and its latest answer, not each answer.
- * What it records is still enough to say that every attempt before the last failed (a success ends the delivery).
+ * Every attempt with its time and answer (webhook_attempts), then what comes next. A delivery attempted before the
+ * history was kept shows its count and last answer only.
  */
-export const AttemptTimeline: FC<{ d: DeliverySummary }> = ({ d }) => {
+export const AttemptTimeline: FC<{ d: DeliverySummary; attempts: WebhookAttemptView[] }> = ({ d, attempts }) => {
   const v = d.view;
   const final = v.deliveredAt === null && v.nextAttemptAt === null;
-  const answer = answerOf(v);
-  const earlier = v.attempts > 2 ? `Attempts 1 to ${v.attempts - 1}` : 'Attempt 1';
+  const untracked = v.attempts - attempts.length;
+  const of = v.eventType === 'ping' ? '' : ` of ${WEBHOOK_MAX_ATTEMPTS}`;
   return (
     <section aria-labelledby="attempts">
       <h2 id="attempts">Attempts</h2>
@@ -259,18 +260,13 @@ export const AttemptTimeline: FC<{ d: DeliverySummary }> = ({ d }) => {
           <li>
             Queued <Time ms={ms(v.createdAt)} />
           </li>
-          {v.attempts > 1 && <li class="bad">{`${earlier}: failed (a success would have ended the delivery)`}</li>}
-          {v.attempts > 0 && (
-            <li class={v.deliveredAt ? 'ok' : 'bad'}>
-              {`Attempt ${v.attempts}${v.eventType === 'ping' ? '' : ` of ${WEBHOOK_MAX_ATTEMPTS}`}: ${v.deliveredAt ? 'delivered' : 'failed'}, ${answer}`}
-              {v.deliveredAt && (
-                <>
-                  {' '}
-                  at <Time ms={ms(v.deliveredAt)} />
-                </>
-              )}
+          {untracked > 0 && <li class="bad">{`${untracked} earlier ${untracked === 1 ? 'attempt' : 'attempts'}, made before attempt history was kept; the last answer: ${answerOf(v)}`}</li>}
+          {attempts.map((a) => (
+            <li class={a.delivered ? 'ok' : 'bad'}>
+              {`Attempt ${a.attempt}${of}: ${a.delivered ? 'delivered' : 'failed'}, ${a.error ?? (a.status === null ? 'no answer' : `HTTP ${a.status}`)}`}{' '}
+              at <Time ms={ms(a.attemptedAt)} />
             </li>
-          )}
+          ))}
           {v.nextAttemptAt && (
             <li class="warn">
               Next attempt <Time ms={ms(v.nextAttemptAt)} />
@@ -279,7 +275,6 @@ export const AttemptTimeline: FC<{ d: DeliverySummary }> = ({ d }) => {
           )}
           {final && <li class="bad">Final: no attempt is left{v.eventType === 'ping' ? ' (a ping is tried once)' : ''}.</li>}
         </ol>
-        <p class="muted">The service keeps each delivery's latest answer; the answers of earlier attempts are not recorded.</p>
       </div>
     </section>
   );
