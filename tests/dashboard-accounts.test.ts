@@ -180,6 +180,9 @@ describe('accounts in the browser', () => {
     await submit(page, 'Search');
     expect(await page.locator('tbody tr td:first-child > a').allTextContents()).toEqual(['Initech']);
     await expectAccessible(page, 'accounts search');
+    await page.getByLabel('Search by name or id').fill('');
+    await submit(page, 'Search');
+    await screenshot(page, 'accounts-list');
     expect(pageProblems(page)).toEqual([]);
     await page.context().close();
   });
@@ -189,6 +192,7 @@ describe('accounts in the browser', () => {
     service.newKey(account.id, SCOPES, 'phone-key');
     const page = await signedInPage(`/dashboard/accounts/${account.id}`, 390);
     expect(await noHorizontalScroll(page)).toBe(0);
+    await screenshot(page, 'account-phone');
     await expectAccessible(page, 'account page at phone width');
     await page.goto(`${service.url}/dashboard/accounts`);
     expect(await noHorizontalScroll(page)).toBe(0);
@@ -284,5 +288,21 @@ describe('accounts over HTTP', () => {
     expect(second).not.toContain('>Older<');
     const newer = /<a class="button secondary" href="([^"]+)">Newer<\/a>/.exec(second)![1]!.replaceAll('&amp;', '&');
     expect(namesOn(await (await client.get(newer)).text())).toEqual(namesOn(first));
+  });
+
+  it("pages an account's keys as GET /keys does, revoked ones included", async () => {
+    const { account } = service.newAccount({ name: 'Many Keys' });
+    for (let i = 1; i < 50; i++) service.newKey(account.id, SCOPES, `key ${String(i).padStart(2, '0')}`);
+    service.deps.db.update(apiKeys).set({ revokedAt: service.clock.now() }).where(eq(apiKeys.accountId, account.id)).run();
+    for (let i = 50; i < 60; i++) service.newKey(account.id, SCOPES, `key ${i}`);
+    const keyNames = (html: string) => [...html.matchAll(/<tr><td>(key \d+|operator)<\/td>/g)].map((m) => m[1]!);
+    const first = await (await client.get(`/dashboard/accounts/${account.id}`)).text();
+    expect(keyNames(first)).toHaveLength(50);
+    expect(keyNames(first)[0]).toBe('key 59');
+    const older = /<nav class="pager" aria-label="Key pages"><a class="button secondary" href="([^"]+)">Older<\/a>/.exec(first)![1]!.replaceAll('&amp;', '&');
+    const second = await (await client.get(older)).text();
+    expect(keyNames(second)).toEqual(['key 09', 'key 08', 'key 07', 'key 06', 'key 05', 'key 04', 'key 03', 'key 02', 'key 01', 'operator']);
+    expect(second).toContain('>Newest</a>');
+    expect(second).not.toMatch(/aria-label="Key pages">.*>Older</);
   });
 });

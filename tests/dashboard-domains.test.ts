@@ -148,6 +148,7 @@ describe('domains in the browser', () => {
       'Signing: published',
     ]);
     await expectAccessible(page, 'domains list');
+    await screenshot(page, 'domains-list');
     await page.goto(`${service.url}/dashboard/accounts/${account.id}`);
     expect(await page.getByRole('region', { name: 'Domains' }).getByRole('link', { name }).count()).toBe(1);
 
@@ -184,6 +185,7 @@ describe('domains in the browser', () => {
     const page = await newPage(browser, 390);
     await signIn(page, service.url, token, `/dashboard/domains/${created.body.id}`);
     expect(await noHorizontalScroll(page)).toBe(0);
+    await screenshot(page, 'domain-phone');
     await expectAccessible(page, 'domain page at phone width');
     await page.goto(`${service.url}/dashboard/domains`);
     expect(await noHorizontalScroll(page)).toBe(0);

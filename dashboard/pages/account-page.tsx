@@ -196,7 +196,7 @@ const SubAccounts: FC<{ view: AccountView; subs: NonNullable<AccountPageProps['s
         </table>
       </div>
     )}
-    <Pager label="Sub-account pages" newer={subs.newer} older={subs.older} />
+    <Pager label="Sub-account pages" newer={subs.newer} older={subs.older} newerLabel="Newest" />
     <form method="post" action={`/dashboard/accounts/${view.id}/sub-accounts`} class="panel">
       <CsrfField token={csrf} />
       <div class="form-grid">
@@ -275,7 +275,7 @@ const Keys: FC<{ view: AccountView; keys: AccountPageProps['keys']; csrf: string
         </table>
       </div>
     )}
-    <Pager label="Key pages" newer={keys.newer} older={keys.older} />
+    <Pager label="Key pages" newer={keys.newer} older={keys.older} newerLabel="Newest" />
     <form method="post" action={`/dashboard/accounts/${view.id}/keys`} class="panel">
       <CsrfField token={csrf} />
       <div class="field">

@@ -118,7 +118,10 @@ export const CreateAccountForm: FC<{ csrf: string; config: Pick<Config, 'default
       <div class="form-grid">
         <div class="field">
           <label for="new-account-name">Name</label>
-          <input id="new-account-name" name="name" required minlength={2} maxlength={80} autocomplete="off" />
+          <input id="new-account-name" name="name" required minlength={2} maxlength={80} autocomplete="off" aria-describedby="new-account-name-hint" />
+          <span class="hint" id="new-account-name-hint">
+            2 to 80 characters.
+          </span>
         </div>
         <div class="field">
           <label for="new-account-credits">Credits</label>

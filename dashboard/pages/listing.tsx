@@ -14,13 +14,16 @@ export function withQuery(path: string, params: Record<string, string | null | u
 const counts = new Intl.NumberFormat('en-US');
 export const formatCount = (n: number): string => counts.format(n);
 
-/** Links to a list's newer and older pages (addresses, or null where there is none). */
-export const Pager: FC<{ label: string; newer: string | null; older: string | null }> = ({ label, newer, older }) =>
+/**
+ * Links to a list's newer and older pages (addresses, or null where there is none). A list that only walks forward
+ * (the API's lists on an account's page) links back to its newest page instead: `newerLabel` says so.
+ */
+export const Pager: FC<{ label: string; newer: string | null; older: string | null; newerLabel?: string }> = ({ label, newer, older, newerLabel = 'Newer' }) =>
   newer === null && older === null ? null : (
     <nav class="pager" aria-label={label}>
       {newer !== null && (
         <a class="button secondary" href={newer}>
-          Newer
+          {newerLabel}
         </a>
       )}
       {older !== null && (
