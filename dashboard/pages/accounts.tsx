@@ -1,4 +1,5 @@
 import { Hono } from 'hono';
+import type { AccountRow } from '../../db/schema/index.js';
 import {
   OPERATOR_NUMBER_MIN,
   accountNameSchema,
@@ -27,7 +28,7 @@ import { readPageLink } from '../queries/id-pages.js';
 import { field, render } from '../render.js';
 import { AccountPageBody } from './account-page.js';
 import { AccountsListBody } from './accounts-list.js';
-import { formAction, refuse } from './form-action.js';
+import { type Outcome, formAction, refuse } from './form-action.js';
 import { formatCount, pageHrefs, withQuery } from './listing.js';
 
 /**
@@ -39,7 +40,7 @@ const CURRENT = '/dashboard/accounts' as const;
 const KEYS_PER_PAGE = 50;
 const DOMAINS_ON_ACCOUNT_PAGE = 20;
 
-/** An operator's number from a form field (the CLI's rule: readOperatorNumber); '' is `undefined` when optional. */
+/** An operator's number from a form field, by the CLI's rule (readOperatorNumber); anything else is refused. */
 function operatorNumber(text: string, label: string, min: number): number {
   const n = readOperatorNumber(text.trim(), min);
   if (n === null) refuse(`${label}: must be a whole number of at least ${min}`);
@@ -116,7 +117,7 @@ export function accountPages(deps: Deps) {
   });
 
   /** The account-page actions: each finds the account (unknown: the 404 page), then changes it or flashes why not. */
-  const action = (path: string, run: (row: ReturnType<typeof requireAccount>, form: Record<string, string>) => { kind: 'ok' | 'error'; message: string; secret?: string }) =>
+  const action = (path: string, run: (row: AccountRow, form: Record<string, string>) => Outcome) =>
     app.post(`/accounts/:id/${path}`, (c) => {
       const row = requireAccount(deps, c.req.param('id'));
       return formAction(deps, c, `${CURRENT}/${row.id}`, () => run(row, c.var.form));
