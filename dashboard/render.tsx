@@ -11,7 +11,7 @@ import { type NavHref, Page } from './ui.js';
  */
 export function render(deps: Deps, c: Context<DashEnv>, page: { title: string; current: NavHref; status?: number }, body: Child) {
   const session = c.var.session;
-  const flash = takeFlash(deps.db, session);
+  const flash = takeFlash(deps, session);
   return c.html(
     <Page title={page.title} current={page.current} csrf={session.csrfToken} flash={flash}>
       {body}
@@ -21,7 +21,7 @@ export function render(deps: Deps, c: Context<DashEnv>, page: { title: string; c
 }
 
 export function redirectWithFlash(deps: Deps, c: Context<DashEnv>, to: string, flash: Flash) {
-  setFlash(deps.db, c.var.session, flash);
+  setFlash(deps, c.var.session, flash);
   return c.redirect(to, 303);
 }
 

@@ -73,15 +73,41 @@ export function closeAllSessions(db: Db): void {
   db.delete(dashboardSessions).run();
 }
 
-export function setFlash(db: Db, session: Session, flash: Flash): void {
-  db.update(dashboardSessions).set({ flash: JSON.stringify(flash) }).where(eq(dashboardSessions.tokenHash, session.tokenHash)).run();
+/**
+ * A flash's secret (a new API key) never reaches the disk: it waits in this process's memory, beside the session's
+ * flash row, for the page that shows it, and is dropped after SECRET_HOLD_MS if that page never comes. (Keys are
+ * stored only as hashes; a plaintext copy in the sessions table would undo that.)
+ */
+const SECRET_HOLD_MS = 60_000;
+const heldSecrets = new WeakMap<Db, Map<string, { secret: string; until: number }>>();
+
+function secretsOf(db: Db): Map<string, { secret: string; until: number }> {
+  let held = heldSecrets.get(db);
+  if (!held) {
+    held = new Map();
+    heldSecrets.set(db, held);
+  }
+  return held;
+}
+
+export function setFlash(deps: Pick<Deps, 'db' | 'clock'>, session: Session, flash: Flash): void {
+  const { secret, ...stored } = flash;
+  const held = secretsOf(deps.db);
+  const now = deps.clock.now();
+  for (const [key, value] of held) if (value.until <= now) held.delete(key);
+  if (secret !== undefined) held.set(session.tokenHash, { secret, until: now + SECRET_HOLD_MS });
+  else held.delete(session.tokenHash);
+  deps.db.update(dashboardSessions).set({ flash: JSON.stringify(stored) }).where(eq(dashboardSessions.tokenHash, session.tokenHash)).run();
 }
 
 /** The session's flash, removed as it is read (shown once). */
-export function takeFlash(db: Db, session: Session): Flash | null {
+export function takeFlash(deps: Pick<Deps, 'db' | 'clock'>, session: Session): Flash | null {
   const where = eq(dashboardSessions.tokenHash, session.tokenHash);
-  const row = db.select({ flash: dashboardSessions.flash }).from(dashboardSessions).where(where).get();
+  const row = deps.db.select({ flash: dashboardSessions.flash }).from(dashboardSessions).where(where).get();
   if (!row?.flash) return null;
-  db.update(dashboardSessions).set({ flash: null }).where(where).run();
-  return JSON.parse(row.flash) as Flash;
+  deps.db.update(dashboardSessions).set({ flash: null }).where(where).run();
+  const flash = JSON.parse(row.flash) as Flash;
+  const held = secretsOf(deps.db).get(session.tokenHash);
+  secretsOf(deps.db).delete(session.tokenHash);
+  return held && held.until > deps.clock.now() ? { ...flash, secret: held.secret } : flash;
 }

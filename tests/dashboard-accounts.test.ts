@@ -1,3 +1,5 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { count, eq } from 'drizzle-orm';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -98,6 +100,11 @@ describe('accounts in the browser', () => {
     expect(stored).toHaveLength(1);
     expect(stored[0]!.scopes).toEqual(SCOPES.filter((s) => s !== 'webhooks:write'));
     expect(JSON.stringify(stored)).not.toContain(secret);
+    // Nor is it anywhere on disk: the flash that showed it held it in memory only (the database and its WAL, bytes).
+    for (const file of ['mailstead.db', 'mailstead.db-wal']) {
+      const path = join(service.dataDir, file);
+      if (existsSync(path)) expect(readFileSync(path).includes(secret), file).toBe(false);
+    }
 
     // The key works for that account.
     const me = await service.api('GET', '/account', { key: secret });
