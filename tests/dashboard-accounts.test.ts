@@ -93,6 +93,9 @@ describe('accounts in the browser', () => {
     await page.context().grantPermissions(['clipboard-read', 'clipboard-write'], { origin: service.url });
     await flash.getByRole('button', { name: 'Copy' }).click();
     expect(await page.evaluate('navigator.clipboard.readText()')).toBe(secret);
+    // While it says "Copied", its accessible name says so too.
+    expect(await flash.getByRole('button', { name: 'Copied' }).count()).toBe(1);
+    await expectAccessible(page, 'account page, key just copied');
 
     const keyRow = page.getByRole('row').filter({ hasText: 'ci-deploy' });
     expect(await keyRow.textContent()).toContain(secret.slice(0, 11));

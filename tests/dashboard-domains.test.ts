@@ -115,6 +115,9 @@ describe('domains in the browser', () => {
     await page.context().grantPermissions(['clipboard-read', 'clipboard-write'], { origin: service.url });
     await table.getByRole('button', { name: 'Copy Signing record value' }).click();
     expect(await page.evaluate('navigator.clipboard.readText()')).toBe(records.find((r) => r.record === 'Signing')!.value);
+    // For a moment the button says "Copied", and its accessible name with it (axe: label-content-name-mismatch).
+    expect(await table.getByRole('button', { name: 'Copied', exact: true }).count()).toBe(1);
+    await expectAccessible(page, 'domain page, a value just copied');
 
     // Nothing published: every check fails, and the page says so.
     await submit(page, 'Verify now');

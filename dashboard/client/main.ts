@@ -9,11 +9,18 @@ function copyFrom(button: HTMLElement): void {
   const target = document.getElementById(button.dataset.copy ?? '');
   if (!target) return;
   const text = target instanceof HTMLInputElement || target instanceof HTMLTextAreaElement ? target.value : (target.textContent ?? '');
+  // The button says what happened for a moment; its accessible name follows its text (axe: label-content-name-mismatch).
   const done = (label: string) => {
-    const before = button.dataset.label ?? button.textContent ?? 'Copy';
-    button.dataset.label = before;
+    const text = button.dataset.text ?? button.textContent ?? 'Copy';
+    const name = button.dataset.name ?? button.getAttribute('aria-label');
+    button.dataset.text = text;
+    if (name !== null) button.dataset.name = name;
     button.textContent = label;
-    setTimeout(() => (button.textContent = before), 1500);
+    if (name !== null) button.setAttribute('aria-label', label);
+    setTimeout(() => {
+      button.textContent = text;
+      if (name !== null) button.setAttribute('aria-label', name);
+    }, 1500);
   };
   navigator.clipboard?.writeText(text).then(
     () => done('Copied'),
