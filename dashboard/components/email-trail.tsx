@@ -5,6 +5,7 @@ import type { CausedDelivery, EmailTrail, QueuedRecipient, WriteItem, WriteState
 import { Badge, type BadgeTone, Copyable, Time } from '../ui.js';
 import { EmailStatusBadges, OUTCOME_CLASS, OUTCOME_TONE } from './email-status.js';
 import { plural } from './format.js';
+import { TableRegion } from './table-region.js';
 
 /** One email's page: the API's facts, each recipient's timeline with the webhook posts it caused, the customer database. */
 export const EmailTrailView: FC<{ trail: EmailTrail; mode: DeliveryMode }> = ({ trail, mode }) => {
@@ -153,7 +154,7 @@ const WebhookPosts: FC<{ deliveries: CausedDelivery[]; recipient: string }> = ({
     {deliveries.length === 0 ? (
       <p class="muted">No webhook post for this recipient's outcomes.</p>
     ) : (
-      <div class="table-wrap">
+      <TableRegion label={`Webhook posts for ${recipient}`}>
         <table class="webhook-posts">
           <caption>Webhook posts</caption>
           <thead>
@@ -191,7 +192,7 @@ const WebhookPosts: FC<{ deliveries: CausedDelivery[]; recipient: string }> = ({
             })}
           </tbody>
         </table>
-      </div>
+      </TableRegion>
     )}
   </>
 );
@@ -209,7 +210,7 @@ function writeDetail(w: WriteState) {
     case 'pending':
       return (
         <>
-          {w.attempts > 0 ? `${plural(w.attempts, 'refusal')}; ` : 'waiting for the database; '}next try <Time ms={w.nextAttemptAt} />
+          {w.attempts > 0 ? `Refused ${plural(w.attempts, 'time')} so far; next` : 'Waiting for the database; next'} try <Time ms={w.nextAttemptAt} />
           {w.lastError && <>; last error: {w.lastError}</>}
         </>
       );
@@ -242,7 +243,7 @@ const CustomerDbSection: FC<{ trail: EmailTrail }> = ({ trail }) => {
               {db.database.lastError && <span class="muted"> Last error: {db.database.lastError}</span>}
             </p>
           )}
-          <div class="table-wrap">
+          <TableRegion label="Customer-database writes of this email">
             <table id="customer-db-writes">
               <caption class="visually-hidden">Writes of this email to the customer database</caption>
               <thead>
@@ -270,7 +271,7 @@ const CustomerDbSection: FC<{ trail: EmailTrail }> = ({ trail }) => {
                 ))}
               </tbody>
             </table>
-          </div>
+          </TableRegion>
         </>
       )}
     </section>

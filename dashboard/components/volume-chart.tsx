@@ -1,4 +1,5 @@
 import type { FC } from 'hono/jsx';
+import { TableRegion } from './table-region.js';
 import { type DayVolume, VOLUME_LABELS, VOLUME_SERIES, type VolumeSeries } from '../queries/mail-volume.js';
 
 /**
@@ -36,11 +37,11 @@ export const VolumeChart: FC<{ days: DayVolume[] }> = ({ days }) => {
     <figure class="volume">
       <svg class="chart" viewBox={`0 0 ${WIDTH} ${HEIGHT}`} role="img" aria-label={summary} preserveAspectRatio="xMidYMid meet">
         <title>{summary}</title>
-        {[0, 0.5, 1].map((f) => (
+        {(top % 2 === 0 ? [0, 0.5, 1] : [0, 1]).map((f) => (
           <g>
             <line class="axis" x1={PAD.left} x2={WIDTH - PAD.right} y1={r(y(top * f))} y2={r(y(top * f))} />
             <text class="tick" x={PAD.left - 6} y={r(y(top * f)) + 3} text-anchor="end">
-              {String(Math.round(top * f))}
+              {String(top * f)}
             </text>
           </g>
         ))}
@@ -76,7 +77,7 @@ export const VolumeChart: FC<{ days: DayVolume[] }> = ({ days }) => {
 export const VolumeTable: FC<{ days: DayVolume[] }> = ({ days }) => (
   <details class="numbers">
     <summary>Show the numbers</summary>
-    <div class="table-wrap">
+    <TableRegion label="Mail flow per UTC day, in numbers">
       <table id="volume-table">
         <caption class="visually-hidden">Mail flow per UTC day</caption>
         <thead>
@@ -110,6 +111,6 @@ export const VolumeTable: FC<{ days: DayVolume[] }> = ({ days }) => (
           </tr>
         </tfoot>
       </table>
-    </div>
+    </TableRegion>
   </details>
 );

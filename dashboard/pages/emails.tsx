@@ -5,6 +5,7 @@ import type { Deps } from '../../server/deps.js';
 import { EmailStatusBadges } from '../components/email-status.js';
 import { EmailTrailView } from '../components/email-trail.js';
 import { plural } from '../components/format.js';
+import { TableRegion } from '../components/table-region.js';
 import type { DashEnv } from '../env.js';
 import { emailTrail } from '../queries/email-trail.js';
 import { type AccountOption, type SendLogRow, accountOptions, listSendLog, parseSendLogQuery } from '../queries/send-log.js';
@@ -115,7 +116,7 @@ const SendLogTable: FC<{ rows: SendLogRow[]; filtered: boolean }> = ({ rows, fil
   rows.length === 0 ? (
     <p class="panel">{filtered ? 'No email matches these filters.' : 'Nothing has been sent yet.'}</p>
   ) : (
-    <div class="table-wrap">
+    <TableRegion label="Send log">
       <table id="send-log">
         <caption class="visually-hidden">Emails, newest first</caption>
         <thead>
@@ -151,7 +152,7 @@ const SendLogTable: FC<{ rows: SendLogRow[]; filtered: boolean }> = ({ rows, fil
           ))}
         </tbody>
       </table>
-    </div>
+    </TableRegion>
   );
 
 /** Keyset paging: back to the newest, or on to older emails, with the same filters. */

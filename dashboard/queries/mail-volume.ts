@@ -21,6 +21,9 @@ export type DayVolume = { day: string } & Record<VolumeSeries, number>;
 /** How many UTC days the overview shows, today included. */
 export const VOLUME_DAYS = 30;
 
+/** Written into the SQL as an integer literal: a bound JS number is a REAL to SQLite, which would not divide to whole days. */
+const DAY = sql.raw(String(DAY_MS));
+
 /**
  * Mail flow per UTC day for the `days` days ending today (every day present, zeros included, oldest first):
  * `sent` counts the recipients of the emails accepted for delivery that day (status `sent`, so sandboxed and failed
@@ -36,7 +39,7 @@ export function dailyVolume(db: Db, now: number, days = VOLUME_DAYS): DayVolume[
   const at = (dayNumber: number) => out[dayNumber - firstDay];
 
   const sent = db.all<{ d: number; n: number }>(sql`
-    select created_at / ${DAY_MS} as d, sum(json_array_length("to")) as n
+    select created_at / ${DAY} as d, sum(json_array_length("to")) as n
     from emails
     where id >= ${idFloor(since)} and created_at >= ${since} and created_at < ${until} and status = 'sent'
     group by d`);
@@ -46,7 +49,7 @@ export function dailyVolume(db: Db, now: number, days = VOLUME_DAYS): DayVolume[
   }
 
   const outcomes = db.all<{ d: number; status: EventStatus; n: number }>(sql`
-    select occurred_at / ${DAY_MS} as d, status, count(*) as n
+    select occurred_at / ${DAY} as d, status, count(*) as n
     from email_events
     where id >= ${idFloor(since)} and occurred_at >= ${since} and occurred_at < ${until}
     group by d, status`);
