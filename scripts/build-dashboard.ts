@@ -1,5 +1,5 @@
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
-import { basename, join, relative } from 'node:path';
+import { basename, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
 import { ASSET_ENTRIES, assetsDir } from '../dashboard/assets.js';
@@ -7,7 +7,7 @@ import { ASSET_ENTRIES, assetsDir } from '../dashboard/assets.js';
 /**
  * Bundles the dashboard's browser code and styles with esbuild into content-hashed files under dist/dashboard/assets,
  * with manifest.json naming each entry's file (read by dashboard/assets.ts). Part of `npm run build`; offline (esbuild
- * comes from npm, nothing is fetched).
+ * comes from npm, nothing is fetched). Silent unless esbuild warns: `npm run cli` builds first and prints only JSON.
  */
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const out = assetsDir();
@@ -32,4 +32,3 @@ for (const [file, meta] of Object.entries(result.metafile.outputs)) {
   if (entry) manifest[entry.name] = basename(file);
 }
 writeFileSync(join(out, 'manifest.json'), `${JSON.stringify(manifest, null, 2)}\n`);
-console.log(`dashboard assets: ${Object.values(manifest).join(', ')} in ${relative(root, out)}`);

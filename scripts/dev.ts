@@ -15,6 +15,7 @@ import { createTopLevelAccount } from '../server/core/accounts.js';
 import { deriveFlags } from '../server/core/domain-checks.js';
 import { findLiveKey, insertKey } from '../server/core/keys.js';
 import { SCOPES } from '../server/core/scopes.js';
+import { randomBase62 } from '../server/secrets.js';
 
 /**
  * `npm run dev`: the service in capture mode (nothing leaves the machine) on its own DATA_DIR (`./data-dev` unless
@@ -31,6 +32,8 @@ export const DEV_CREDITS = 100_000;
 /** The domain the printed commands connect: under `.test`, so capture mode verifies it without DNS. */
 export const DEV_DOMAIN = 'shop.test';
 const KEY_FILE = 'dev-key';
+/** The dashboard's admin token of npm run dev, kept like the key (0600) so each run prints the same one. */
+const ADMIN_TOKEN_FILE = 'dev-admin-token';
 
 /** The environment the server runs with: capture mode, the dev DATA_DIR and SMTP port unless set. */
 export function devEnvironment(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
@@ -73,6 +76,25 @@ export function ensureDevAccount(config: Config): DevAccount {
   }
 }
 
+/**
+ * The dashboard's admin token: ADMIN_TOKEN when set, else the one in DATA_DIR/dev-admin-token (made on the first run).
+ * The server gets it as ADMIN_TOKEN, so npm run dev can print it every time (npm start prints a generated one once).
+ */
+export function devAdminToken(config: Config, env: NodeJS.ProcessEnv): string {
+  if (env.ADMIN_TOKEN) return env.ADMIN_TOKEN;
+  createPrivateDir(config.dataDir);
+  const path = join(config.dataDir, ADMIN_TOKEN_FILE);
+  try {
+    const saved = readFileSync(path, 'utf8').trim();
+    if (saved.length >= 16) return saved;
+  } catch {
+    // none yet
+  }
+  const token = `msa_${randomBase62(40)}`;
+  writeFileSync(path, `${token}\n`, { mode: PRIVATE_FILE_MODE });
+  return token;
+}
+
 /** Whether the account already sends from DEV_DOMAIN (an earlier run's paste): the commands then skip connecting it. */
 function domainReady(db: ReturnType<typeof openDatabase>['db'], accountId: string, config: Config): boolean {
   const row = db.select().from(domains).where(and(eq(domains.accountId, accountId), eq(domains.name, DEV_DOMAIN))).get();
@@ -86,10 +108,11 @@ export function apiBase(host: string, port: number): string {
 }
 
 /** What is printed once the server listens: the key and the commands to paste. */
-export function tryItText(config: Config, dev: DevAccount, api: string): string {
+export function tryItText(config: Config, dev: DevAccount, api: string, adminToken: string): string {
   const head = [
     '',
     `Mailstead is running in capture mode: no mail leaves this machine. DATA_DIR is ${config.dataDir}.`,
+    `Dashboard: ${api.replace(/\/api\/v1$/, '/dashboard')} (admin token ${adminToken}); captured mail is under Captured mail.`,
   ];
   if (dev.kind === 'existing') {
     return [
@@ -151,12 +174,14 @@ function main(): void {
     throw err;
   }
   const dev = ensureDevAccount(config);
+  const adminToken = devAdminToken(config, env);
+  env.ADMIN_TOKEN = adminToken;
   const serverMain = fileURLToPath(new URL('../server/main.js', import.meta.url));
   // The server's logs go straight to the terminal; it tells this process where it listens over IPC, whatever LOG_LEVEL.
   const child = spawn(process.execPath, [serverMain], { env, stdio: ['inherit', 'inherit', 'inherit', 'ipc'] });
   for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => child.kill(signal));
   child.on('message', (message: StartedMessage) => {
-    if (message?.event === STARTED_EVENT) process.stdout.write(`${tryItText(config, dev, apiBase(config.httpHost, message.httpPort))}\n`);
+    if (message?.event === STARTED_EVENT) process.stdout.write(`${tryItText(config, dev, apiBase(config.httpHost, message.httpPort), adminToken)}\n`);
   });
   child.on('exit', (code, signal) => process.exit(code ?? (signal ? 1 : 0)));
 }

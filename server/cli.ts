@@ -2,7 +2,6 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { z } from 'zod';
 import { DatabaseMissingError, databasePath, hasDatabase, openDatabase, type Store } from '../db/client.js';
 import { securePrivateDataDir } from '../db/data-dir.js';
 import { desc } from 'drizzle-orm';
@@ -15,6 +14,9 @@ import {
   createTopLevelAccount,
   findAccount,
   grantCredits,
+  OPERATOR_NUMBER_MIN,
+  operatorSuspensionReasonSchema,
+  readOperatorNumber,
   setDailyQuota,
   suspendByOperator,
   unsuspendByOperator,
@@ -88,8 +90,9 @@ function required(opts: Options, name: 'name' | 'account' | 'reason' | 'amount' 
 
 function integer(name: string, value: string | undefined, min: number): number | undefined {
   if (value === undefined) return undefined;
-  if (!/^\d+$/.test(value) || !Number.isSafeInteger(Number(value)) || Number(value) < min) throw new UsageError(`--${name} must be an integer >= ${min}`);
-  return Number(value);
+  const n = readOperatorNumber(value, min);
+  if (n === null) throw new UsageError(`--${name} must be an integer >= ${min}`);
+  return n;
 }
 
 function parseCommandLine(argv: string[]): { command: string; opts: Options } {
@@ -153,8 +156,8 @@ function runCommand(store: Store, config: Config, command: string, opts: Options
       const name = parseInput(accountNameSchema, required(opts, 'name'), 'name');
       const row = createTopLevelAccount(deps, {
         name,
-        credits: integer('credits', opts.credits, 0),
-        dailyQuota: integer('daily-quota', opts['daily-quota'], 1),
+        credits: integer('credits', opts.credits, OPERATOR_NUMBER_MIN.credits),
+        dailyQuota: integer('daily-quota', opts['daily-quota'], OPERATOR_NUMBER_MIN.dailyQuota),
       });
       const key = insertKey(deps, { accountId: row.id, name: 'operator', scopes: SCOPES });
       return { account: accountView(deps, row), key: key.key };
@@ -162,17 +165,17 @@ function runCommand(store: Store, config: Config, command: string, opts: Options
     case 'accounts list':
       return { data: store.db.select().from(accounts).orderBy(desc(accounts.id)).all().map((r) => accountView(deps, r)) };
     case 'accounts set-quota': {
-      const quota = integer('daily-quota', required(opts, 'daily-quota'), 1)!;
+      const quota = integer('daily-quota', required(opts, 'daily-quota'), OPERATOR_NUMBER_MIN.dailyQuota)!;
       return view(setDailyQuota(deps, account().id, quota));
     }
     case 'accounts suspend': {
-      const reason = parseInput(z.string().trim().min(1, 'must not be empty').max(500, 'must be at most 500 characters'), required(opts, 'reason'), 'reason');
+      const reason = parseInput(operatorSuspensionReasonSchema, required(opts, 'reason'), 'reason');
       return view(suspendByOperator(deps, account().id, reason));
     }
     case 'accounts unsuspend':
       return view(unsuspendByOperator(deps, account().id));
     case 'credits grant': {
-      const amount = integer('amount', required(opts, 'amount'), 1)!;
+      const amount = integer('amount', required(opts, 'amount'), OPERATOR_NUMBER_MIN.amount)!;
       const row = account();
       if (row.parentId !== null) throw new UsageError('credits are granted to the top-level account; a sub-account\'s sends are paid by its parent');
       return view(grantCredits(deps, row.id, amount));

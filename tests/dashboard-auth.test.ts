@@ -61,6 +61,35 @@ describe('dashboard sign-in in the browser', () => {
     await page.context().close();
   });
 
+  it('can be used from the keyboard alone: skip link, sign-in, navigation, sign-out', async () => {
+    const page = await newPage(browser);
+    await page.goto(`${service.url}/dashboard/sign-in`);
+    // The token field has focus on arrival; Enter submits.
+    expect(await page.evaluate('document.activeElement && document.activeElement.id')).toBe('token');
+    await page.keyboard.type(token);
+    await page.keyboard.press('Enter');
+    await page.waitForURL((url) => url.pathname === '/dashboard');
+    // First Tab: the skip link, which moves focus to the page's main region.
+    await page.keyboard.press('Tab');
+    expect(await page.evaluate('document.activeElement.textContent')).toBe('Skip to content');
+    await page.keyboard.press('Enter');
+    expect(await page.evaluate('document.activeElement.id')).toBe('main');
+    // Tab order from the top: skip link, the home link, sign out, then the navigation.
+    await page.goto(`${service.url}/dashboard`);
+    const order: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      await page.keyboard.press('Tab');
+      order.push(String(await page.evaluate('document.activeElement.textContent.trim()')));
+    }
+    expect(order).toEqual(['Skip to content', 'Mailstead', 'Sign out', 'Overview', 'Accounts']);
+    // A visible focus ring: the focused link draws an outline.
+    const outline = await page.evaluate('getComputedStyle(document.activeElement).outlineStyle');
+    expect(outline).toBe('solid');
+    await page.keyboard.press('Enter');
+    await page.waitForURL((url) => url.pathname === '/dashboard/accounts');
+    await page.context().close();
+  });
+
   it('works at phone width', async () => {
     const page = await newPage(browser, 390);
     await signIn(page, service.url, token);

@@ -6,6 +6,7 @@ import Database from 'better-sqlite3';
 import { dkimVerify } from 'mailauth/lib/dkim/verify.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEV_DATA_DIR, DEV_SMTP_PORT, apiBase, devEnvironment } from '../scripts/dev.js';
+import { postSignIn } from './helpers/dashboard.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { HttpsReceiver } from './helpers/https-receiver.js';
 import { ROOT, processEnv } from './helpers/service-process.js';
@@ -122,6 +123,13 @@ describe('npm run dev', () => {
     expect(statSync(join(dataDir, 'dev-key')).mode & 0o777).toBe(0o600);
     const call = client(api, key);
     expect(await (await fetch(api.replace('/api/v1', '/healthz'))).json()).toEqual({ status: 'ok', deliveryMode: 'capture' });
+    // The dashboard's address and admin token are printed too (kept 0600 like the key), and the token signs in.
+    const dashboard = /^Dashboard: (\S+)\/dashboard \(admin token (msa_\w+)\)/m.exec(text);
+    expect(dashboard?.[1]).toBe(api.replace('/api/v1', ''));
+    const adminToken = dashboard![2]!;
+    expect(statSync(join(dataDir, 'dev-admin-token')).mode & 0o777).toBe(0o600);
+    expect((await postSignIn(dashboard![1]!, adminToken)).status).toBe(303);
+    expect((await postSignIn(dashboard![1]!, `${adminToken}x`)).status).toBe(401);
 
     // Connect and verify shop.test: no DNS exists for it, and none is needed in capture mode.
     const created = await call('POST', '/domains', { name: 'shop.test' });
@@ -203,6 +211,7 @@ describe('npm run dev', () => {
     const again = startDev(dataDir);
     const second = await printed(again);
     expect(second.key).toBe(key);
+    expect(second.text).toContain(`(admin token ${adminToken})`);
     expect(second.text).not.toContain('Created the account');
     expect(second.text).not.toContain('DOMAIN_ID=');
     expect((await client(second.api, key)('GET', '/domains')).body.data.map((d: { name: string }) => d.name)).toEqual(['shop.test']);

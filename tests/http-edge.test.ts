@@ -166,7 +166,8 @@ describe('405 method_not_allowed with an Allow header taken from the routes', ()
   });
 
   it('on every path the app serves, each method in Allow is served and no other method is', async () => {
-    const routes = createApp(service.deps).routes.filter((r) => r.method !== 'ALL');
+    // The dashboard's HTML pages answer a wrong method with their own 404 page (tests/dashboard-auth.test.ts).
+    const routes = createApp(service.deps).routes.filter((r) => r.method !== 'ALL' && !r.path.startsWith('/dashboard'));
     const paths = [...new Set(routes.map((r) => r.path))];
     expect(paths.length).toBeGreaterThan(10);
     for (const pattern of paths) {

@@ -4,7 +4,7 @@ import { hostname } from 'node:os';
 import { asc, eq } from 'drizzle-orm';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { type WebhookDeliveryRow, type WebhookEndpointRow, type WebhookEventType, webhookDeliveries, webhookEndpoints } from '../db/schema/index.js';
+import { type WebhookDeliveryRow, type WebhookEndpointRow, type WebhookEventType, webhookAttempts, webhookDeliveries, webhookEndpoints } from '../db/schema/index.js';
 import { newId } from '../server/ids.js';
 import { encryptSecret } from '../server/secrets.js';
 import { type PostWebhook, createWebhookDispatcher, pingEndpoint, webhookPostBody } from '../server/webhooks/dispatcher.js';
@@ -89,6 +89,13 @@ function insert(...rows: WebhookDeliveryRow[]): void {
 }
 
 const delivery = (id: string) => service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.id, id)).get()!;
+const history = (id: string) =>
+  service.deps.db
+    .select({ attempt: webhookAttempts.attempt, attemptedAt: webhookAttempts.attemptedAt, status: webhookAttempts.status, error: webhookAttempts.error, delivered: webhookAttempts.delivered })
+    .from(webhookAttempts)
+    .where(eq(webhookAttempts.deliveryId, id))
+    .orderBy(asc(webhookAttempts.attempt))
+    .all();
 const endpointRow = (id: string) => service.deps.db.select().from(webhookEndpoints).where(eq(webhookEndpoints.id, id)).get()!;
 const deliveriesOf = (endpointId: string) =>
   service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpointId)).orderBy(asc(webhookDeliveries.id)).all();
@@ -156,6 +163,7 @@ describe('webhook dispatcher', () => {
       { answer: { status: 503 }, status: 503, error: 'HTTP 503', late: 0, gap: null },
     ];
     let due = clock.now();
+    const attemptTimes: number[] = [];
     for (const [i, step] of steps.entries()) {
       if (i > 0) {
         clock.set(due - 1000);
@@ -165,6 +173,7 @@ describe('webhook dispatcher', () => {
       receiver.enqueue(step.answer);
       expect(await dispatcher.runOnce()).toBe(1);
       const attemptAt = clock.now();
+      attemptTimes.push(attemptAt);
       due = step.gap === null ? Number.NaN : attemptAt + step.gap;
       expect(delivery(row.id)).toMatchObject({
         attempts: i + 1,
@@ -176,6 +185,8 @@ describe('webhook dispatcher', () => {
       });
     }
     expect(receiver.requests).toHaveLength(6);
+    // Every attempt is kept in the delivery's history (the row itself holds only the last answer).
+    expect(history(row.id)).toEqual(steps.map((step, i) => ({ attempt: i + 1, attemptedAt: attemptTimes[i], status: step.status, error: step.error, delivered: false })));
     clock.advance(30 * 24 * HOUR);
     expect(await dispatcher.runOnce()).toBe(0);
     expect(receiver.requests).toHaveLength(6);
@@ -222,6 +233,7 @@ describe('webhook dispatcher', () => {
     expect(pingReq.headers['x-service-event']).toBe('ping');
     expect(JSON.parse(pingReq.body.toString('utf8'))).toMatchObject({ id: failed.id, type: 'ping', data: { endpointId: endpoint.id } });
     expect(delivery(failed.id)).toMatchObject({ eventType: 'ping', attempts: 1, lastStatus: 500, lastError: 'HTTP 500', deliveredAt: null, nextAttemptAt: null });
+    expect(history(failed.id)).toEqual([{ attempt: 1, attemptedAt: clock.now(), status: 500, error: 'HTTP 500', delivered: false }]);
     expect(endpointRow(endpoint.id)).toMatchObject({ active: false, failureCount: 10, disabledAt: t0 });
     clock.advance(HOUR);
     expect(await dispatcher.runOnce()).toBe(0); // a ping is never retried, and the endpoint is still off
@@ -240,6 +252,8 @@ describe('webhook dispatcher', () => {
     expect(await dispatcher.runOnce()).toBe(12);
     expect(deliveryIds(receiver.requests.slice(12))).toEqual(ids);
     for (const id of ids) expect(delivery(id)).toMatchObject({ lastStatus: 204, deliveredAt: clock.now(), nextAttemptAt: null });
+    expect(history(ids[0]!).map((a) => [a.status, a.error, a.delivered])).toEqual([[500, 'HTTP 500', false], [204, null, true]]);
+    expect(history(ok.id)).toEqual([{ attempt: 1, attemptedAt: clock.now(), status: 204, error: null, delivered: true }]);
   });
 
   it('posts one delivery of an endpoint at a time, in event order, while other endpoints go out beside it', async () => {

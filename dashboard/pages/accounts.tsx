@@ -1,9 +1,173 @@
 import { Hono } from 'hono';
+import type { AccountRow } from '../../db/schema/index.js';
+import {
+  OPERATOR_NUMBER_MIN,
+  accountNameSchema,
+  accountView,
+  createSubAccount,
+  createSubAccountInput,
+  createTopLevelAccount,
+  findAccount,
+  grantCredits,
+  listSubAccounts,
+  operatorSuspensionReasonSchema,
+  readOperatorNumber,
+  setDailyQuota,
+  suspendByOperator,
+  unsuspendByOperator,
+} from '../../server/core/accounts.js';
+import { listDomains } from '../../server/core/domains.js';
+import { insertKey, listKeys, mintKeyInput, revokeKey } from '../../server/core/keys.js';
+import { SCOPES, isScope } from '../../server/core/scopes.js';
 import type { Deps } from '../../server/deps.js';
+import { ApiError } from '../../server/errors.js';
+import { parseInput } from '../../server/http/validate.js';
 import type { DashEnv } from '../env.js';
-import { render } from '../render.js';
+import { ACCOUNTS_PER_PAGE, listAccounts, operatorContext, requireAccount } from '../queries/accounts.js';
+import { readPageLink } from '../queries/id-pages.js';
+import { field, render } from '../render.js';
+import { AccountPageBody } from './account-page.js';
+import { AccountsListBody } from './accounts-list.js';
+import { type Outcome, formAction, refuse } from './form-action.js';
+import { formatCount, pageHrefs, withQuery } from './listing.js';
 
-// Placeholder until this section is built (issue 14); replaced by its page module.
+/**
+ * Accounts: list and search, create, and on an account's page its quota, suspension, credits, sub-accounts and keys.
+ * Every change calls the function the CLI or the API calls for it (server/core/accounts.ts, keys.ts).
+ */
+
+const CURRENT = '/dashboard/accounts' as const;
+const KEYS_PER_PAGE = 50;
+const DOMAINS_ON_ACCOUNT_PAGE = 20;
+
+/** An operator's number from a form field, by the CLI's rule (readOperatorNumber); anything else is refused. */
+function operatorNumber(text: string, label: string, min: number): number {
+  const n = readOperatorNumber(text.trim(), min);
+  if (n === null) refuse(`${label}: must be a whole number of at least ${min}`);
+  return n;
+}
+
+/** The keys the form's checkboxes name (`scope.<name>`), in the order of SCOPES. */
+function checkedScopes(form: Record<string, string>): string[] {
+  return SCOPES.filter((s) => form[`scope.${s}`] !== undefined);
+}
+
+/** A sub-list's page link on the account page (keys, sub-accounts): only `after`, as the API's lists take it. */
+function olderOnly(query: (name: string) => string | undefined, name: string): string | null {
+  return readPageLink(query, `${name}_`).after;
+}
+
 export function accountPages(deps: Deps) {
-  return new Hono<DashEnv>().get('/accounts', (c) => render(deps, c, { title: 'Accounts', current: '/dashboard/accounts' }, <p class="muted">This section is being built.</p>));
+  const app = new Hono<DashEnv>();
+
+  app.get('/accounts', (c) => {
+    const q = (c.req.query('q') ?? '').slice(0, 200);
+    const page = listAccounts(deps, q, readPageLink((n) => c.req.query(n)));
+    const pager = pageHrefs(page, (p) => withQuery(CURRENT, { q, ...p }));
+    return render(deps, c, { title: 'Accounts', current: CURRENT }, <AccountsListBody q={q} rows={page.items} pager={pager} csrf={c.var.session.csrfToken} config={deps.config} />);
+  });
+
+  app.post('/accounts', (c) =>
+    formAction(deps, c, CURRENT, () => {
+      const name = parseInput(accountNameSchema, field(c, 'name'), 'name');
+      const credits = field(c, 'credits').trim();
+      const quota = field(c, 'dailyQuota').trim();
+      const row = createTopLevelAccount(deps, {
+        name,
+        credits: credits === '' ? undefined : operatorNumber(credits, 'credits', OPERATOR_NUMBER_MIN.credits),
+        dailyQuota: quota === '' ? undefined : operatorNumber(quota, 'dailyQuota', OPERATOR_NUMBER_MIN.dailyQuota),
+      });
+      return { kind: 'ok', message: `Account ${row.name} created.`, to: `${CURRENT}/${row.id}` };
+    }),
+  );
+
+  app.get('/accounts/:id', (c) => {
+    const row = requireAccount(deps, c.req.param('id'));
+    const parent = row.parentId === null ? null : (findAccount(deps.db, row.parentId) ?? null);
+    const ctx = operatorContext(row);
+    const query = (n: string) => c.req.query(n);
+    const here = `${CURRENT}/${row.id}`;
+
+    const keysAfter = olderOnly(query, 'keys');
+    const keyRows = listKeys({ deps, ctx, page: { limit: KEYS_PER_PAGE, after: keysAfter } });
+    const keys = {
+      items: keyRows.slice(0, KEYS_PER_PAGE),
+      newer: keysAfter === null ? null : `${here}#keys`,
+      older: keyRows.length > KEYS_PER_PAGE ? `${withQuery(here, { keys_after: keyRows[KEYS_PER_PAGE - 1]!.id })}#keys` : null,
+    };
+    let subAccounts = null;
+    if (row.parentId === null) {
+      const subsAfter = olderOnly(query, 'subs');
+      const subRows = listSubAccounts({ deps, ctx, page: { limit: ACCOUNTS_PER_PAGE, after: subsAfter } });
+      subAccounts = {
+        items: subRows.slice(0, ACCOUNTS_PER_PAGE),
+        newer: subsAfter === null ? null : `${here}#sub-accounts`,
+        older: subRows.length > ACCOUNTS_PER_PAGE ? `${withQuery(here, { subs_after: subRows[ACCOUNTS_PER_PAGE - 1]!.id })}#sub-accounts` : null,
+      };
+    }
+    const domainRows = listDomains({ deps, ctx, page: { limit: DOMAINS_ON_ACCOUNT_PAGE, after: null } });
+    const domains = { items: domainRows.slice(0, DOMAINS_ON_ACCOUNT_PAGE), more: domainRows.length > DOMAINS_ON_ACCOUNT_PAGE };
+
+    return render(
+      deps,
+      c,
+      { title: row.name, current: CURRENT },
+      <AccountPageBody view={accountView(deps, row, parent ?? undefined)} row={row} parent={parent} subAccounts={subAccounts} keys={keys} domains={domains} csrf={c.var.session.csrfToken} />,
+    );
+  });
+
+  /** The account-page actions: each finds the account (unknown: the 404 page), then changes it or flashes why not. */
+  const action = (path: string, run: (row: AccountRow, form: Record<string, string>) => Outcome) =>
+    app.post(`/accounts/:id/${path}`, (c) => {
+      const row = requireAccount(deps, c.req.param('id'));
+      return formAction(deps, c, `${CURRENT}/${row.id}`, () => run(row, c.var.form));
+    });
+
+  action('quota', (row, form) => {
+    const quota = operatorNumber(form.dailyQuota ?? '', 'dailyQuota', OPERATOR_NUMBER_MIN.dailyQuota);
+    setDailyQuota(deps, row.id, quota);
+    return { kind: 'ok', message: `Daily quota set to ${formatCount(quota)}.` };
+  });
+
+  action('credits', (row, form) => {
+    if (row.parentId !== null) refuse("Credits are granted to the top-level account: a sub-account's sends are paid by its parent.");
+    const amount = operatorNumber(form.amount ?? '', 'amount', OPERATOR_NUMBER_MIN.amount);
+    const updated = grantCredits(deps, row.id, amount);
+    if (!updated) throw new ApiError('not_found', 'The account no longer exists.');
+    return { kind: 'ok', message: `Granted ${formatCount(amount)} credits; the balance is now ${formatCount(updated.creditsBalance)}.` };
+  });
+
+  action('suspend', (row, form) => {
+    const reason = parseInput(operatorSuspensionReasonSchema, form.reason ?? '', 'reason');
+    suspendByOperator(deps, row.id, reason);
+    return { kind: 'ok', message: `${row.name} is suspended: every send is refused with your reason.` };
+  });
+
+  action('unsuspend', (row) => {
+    unsuspendByOperator(deps, row.id);
+    return { kind: 'ok', message: `${row.name} may send again.` };
+  });
+
+  action('sub-accounts', (row, form) => {
+    const input = parseInput(createSubAccountInput, { name: form.name ?? '' }, 'form');
+    const sub = createSubAccount({ deps, ctx: operatorContext(row), input });
+    return { kind: 'ok', message: `Sub-account ${sub.name} created.` };
+  });
+
+  action('keys', (row, form) => {
+    // The CLI's `keys create`: the API's input rules (mintKeyInput), minted by the operator (insertKey).
+    const input = parseInput(mintKeyInput, { name: form.name ?? '', scopes: checkedScopes(form) }, 'form');
+    const key = insertKey(deps, { accountId: row.id, name: input.name, scopes: (input.scopes ?? SCOPES).filter(isScope) });
+    return { kind: 'ok', message: `Key ${key.name} created. Copy it now: it is shown only this once.`, secret: key.key };
+  });
+
+  app.post('/accounts/:id/keys/:keyId/revoke', (c) => {
+    const row = requireAccount(deps, c.req.param('id'));
+    return formAction(deps, c, `${CURRENT}/${row.id}`, () => {
+      revokeKey({ deps, ctx: operatorContext(row), id: c.req.param('keyId') });
+      return { kind: 'ok', message: 'Key revoked: it stopped working at once.' };
+    });
+  });
+
+  return app;
 }

@@ -1,9 +1,79 @@
 import { Hono } from 'hono';
+import { findAccount } from '../../server/core/accounts.js';
+import { createDomain, createDomainInput, deleteDomain, getDomain, verifyDomain } from '../../server/core/domains.js';
 import type { Deps } from '../../server/deps.js';
+import { isUuid } from '../../server/ids.js';
+import { parseInput } from '../../server/http/validate.js';
 import type { DashEnv } from '../env.js';
-import { render } from '../render.js';
+import { accountChoices, operatorContext, requireAccount } from '../queries/accounts.js';
+import { lastChecks, listAllDomains, requireDomainAccount } from '../queries/domains.js';
+import { readPageLink } from '../queries/id-pages.js';
+import { field, render } from '../render.js';
+import { DomainPageBody, verifySummary } from './domain-page.js';
+import { DomainsListBody } from './domains-list.js';
+import { formAction, refuse } from './form-action.js';
+import { pageHrefs, withQuery } from './listing.js';
 
-// Placeholder until this section is built (issue 14); replaced by its page module.
+/**
+ * Domains: every account's, connect one for an account, and a domain's records, verification and removal. The
+ * dashboard acts as the domain's account through the functions the API's /domains routes call.
+ */
+
+const CURRENT = '/dashboard/domains' as const;
+
 export function domainPages(deps: Deps) {
-  return new Hono<DashEnv>().get('/domains', (c) => render(deps, c, { title: 'Domains', current: '/dashboard/domains' }, <p class="muted">This section is being built.</p>));
+  const app = new Hono<DashEnv>();
+
+  app.get('/domains', (c) => {
+    const q = (c.req.query('q') ?? '').slice(0, 253);
+    const accountId = c.req.query('account') || null;
+    const account = accountId === null ? null : requireAccount(deps, accountId);
+    const page = listAllDomains(deps, { accountId, search: q }, readPageLink((n) => c.req.query(n)));
+    const pager = pageHrefs(page, (p) => withQuery(CURRENT, { account: accountId, q, ...p }));
+    return render(
+      deps,
+      c,
+      { title: 'Domains', current: CURRENT },
+      <DomainsListBody q={q} account={account} rows={page.items} pager={pager} csrf={c.var.session.csrfToken} choices={accountChoices(deps, account)} />,
+    );
+  });
+
+  app.post('/domains', (c) =>
+    formAction(deps, c, CURRENT, async () => {
+      const accountId = field(c, 'accountId');
+      const account = isUuid(accountId) ? findAccount(deps.db, accountId) : undefined;
+      if (!account) refuse('Choose the account the domain belongs to.');
+      const input = parseInput(createDomainInput, { name: field(c, 'name') }, 'form');
+      const domain = await createDomain({ deps, ctx: operatorContext(account), input });
+      return { kind: 'ok', message: `Connected ${domain.name} to ${account.name}. Publish the records below, then verify.`, to: `${CURRENT}/${domain.id}` };
+    }),
+  );
+
+  app.get('/domains/:id', (c) => {
+    const id = c.req.param('id');
+    const account = requireDomainAccount(deps, id);
+    const view = getDomain({ deps, ctx: operatorContext(account), id });
+    return render(deps, c, { title: view.name, current: CURRENT }, <DomainPageBody view={view} account={account} checks={lastChecks(deps, id)} csrf={c.var.session.csrfToken} />);
+  });
+
+  app.post('/domains/:id/verify', (c) => {
+    const id = c.req.param('id');
+    const account = requireDomainAccount(deps, id);
+    return formAction(deps, c, `${CURRENT}/${id}`, async () => {
+      const result = await verifyDomain({ deps, ctx: operatorContext(account), id });
+      return { kind: result.status === 'verified' ? 'ok' : 'error', message: verifySummary(result, result.checks), to: `${CURRENT}/${id}#last-check` };
+    });
+  });
+
+  app.post('/domains/:id/delete', (c) => {
+    const id = c.req.param('id');
+    const account = requireDomainAccount(deps, id);
+    return formAction(deps, c, `${CURRENT}/${id}`, () => {
+      const { name } = getDomain({ deps, ctx: operatorContext(account), id });
+      deleteDomain({ deps, ctx: operatorContext(account), id });
+      return { kind: 'ok', message: `Deleted ${name} from ${account.name}.`, to: withQuery(CURRENT, { account: account.id }) };
+    });
+  });
+
+  return app;
 }

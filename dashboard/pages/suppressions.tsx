@@ -1,9 +1,79 @@
 import { Hono } from 'hono';
+import { addSuppression, addSuppressionInput, removeSuppression } from '../../server/core/suppressions.js';
 import type { Deps } from '../../server/deps.js';
+import { ApiError } from '../../server/errors.js';
+import { parseInput } from '../../server/http/validate.js';
 import type { DashEnv } from '../env.js';
-import { render } from '../render.js';
+import { accountChoices, accountFilter, actForAccount, afterParam } from '../queries/act-for-account.js';
+import { listAllSuppressions, searchKey } from '../queries/suppressions.js';
+import { field, redirectWithFlash, render } from '../render.js';
+import type { Flash } from '../session.js';
+import { KeysetPager, PAGE_SIZE, withQuery } from '../views/keyset-pager.js';
+import { AddSuppressionForm, SearchForm, SuppressionTable } from '../views/suppressions.js';
 
-// Placeholder until this section is built (issue 14); replaced by its page module.
+const path = '/dashboard/suppressions';
+
+/** The list a form came from (its `back` field), rebuilt from the list's own parameters only: never another page. */
+function backTo(back: string): string {
+  const params = new URL(back, 'http://dashboard.invalid').searchParams;
+  return withQuery(path, { account: params.get('account'), q: params.get('q') });
+}
+
+/** Runs a domain function for the form's account; its refusal (bad address, not listed, no account) is an error flash. */
+function attempt(action: () => Flash): Flash {
+  try {
+    return action();
+  } catch (err) {
+    if (err instanceof ApiError && err.status < 500) return { kind: 'error', message: err.message };
+    throw err;
+  }
+}
+
+/**
+ * Suppressions: every account's list, searched by address (exact or prefix, any case) and filtered by account; add
+ * and remove call what POST and DELETE /suppressions call, for the chosen account.
+ */
 export function suppressionPages(deps: Deps) {
-  return new Hono<DashEnv>().get('/suppressions', (c) => render(deps, c, { title: 'Suppressions', current: '/dashboard/suppressions' }, <p class="muted">This section is being built.</p>));
+  return new Hono<DashEnv>()
+    .get('/suppressions', (c) => {
+      const accountId = accountFilter(deps.db, c.req.query('account'));
+      const q = c.req.query('q') ?? '';
+      const after = afterParam(c.req.query('after'));
+      const page = listAllSuppressions(deps.db, { accountId, search: searchKey(q) }, { after, limit: PAGE_SIZE });
+      const csrf = c.var.session.csrfToken;
+      const accounts = accountChoices(deps.db);
+      const back = withQuery(path, { account: accountId, q });
+      return render(
+        deps,
+        c,
+        { title: 'Suppressions', current: path },
+        <>
+          <AddSuppressionForm accounts={accounts} accountId={accountId} csrf={csrf} back={back} />
+          <h2>Suppressed addresses</h2>
+          <SearchForm accounts={accounts} accountId={accountId} search={q} />
+          <SuppressionTable rows={page.rows} csrf={csrf} back={back} />
+          <KeysetPager path={path} query={{ account: accountId, q }} after={after} nextAfter={page.nextAfter} label="Suppression list" />
+        </>,
+      );
+    })
+    .post('/suppressions', (c) => {
+      const flash = attempt(() => {
+        const ctx = actForAccount(deps.db, field(c, 'account'));
+        const { address } = parseInput(addSuppressionInput, { address: field(c, 'address') });
+        const { entry, created } = addSuppression({ deps, ctx, address });
+        return created
+          ? { kind: 'ok', message: `${entry.address} is on ${ctx.account.name}'s suppression list (manual).` }
+          : { kind: 'ok', message: `${entry.address} was already on ${ctx.account.name}'s suppression list (${entry.reason}).` };
+      });
+      return redirectWithFlash(deps, c, backTo(field(c, 'back')), flash);
+    })
+    .post('/suppressions/remove', (c) => {
+      const flash = attempt(() => {
+        const ctx = actForAccount(deps.db, field(c, 'account'));
+        const address = field(c, 'address');
+        removeSuppression({ deps, ctx, address });
+        return { kind: 'ok', message: `${address} is off ${ctx.account.name}'s suppression list: the account may send to it again.` };
+      });
+      return redirectWithFlash(deps, c, backTo(field(c, 'back')), flash);
+    });
 }

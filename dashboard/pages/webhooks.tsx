@@ -1,9 +1,89 @@
 import { Hono } from 'hono';
+import { deliveryAttempts } from '../../server/core/webhooks.js';
 import type { Deps } from '../../server/deps.js';
+import { ApiError } from '../../server/errors.js';
 import type { DashEnv } from '../env.js';
-import { render } from '../render.js';
+import { accountChoices, accountFilter, afterParam } from '../queries/act-for-account.js';
+import { reenableEndpoint, replayDelivery, sendTestPing } from '../actions/webhooks.js';
+import { isEndpointHealth, listEndpointDeliveries, listEndpoints, requireDelivery, requireEndpointSummary } from '../queries/webhooks.js';
+import { redirectWithFlash, render } from '../render.js';
+import { KeysetPager, PAGE_SIZE } from '../views/keyset-pager.js';
+import { AttemptTimeline, DeliveryFacts, DeliveryTable, EndpointFacts, EndpointFilters, EndpointTable, Payload, deliveryPath, endpointPath } from '../views/webhooks.js';
 
-// Placeholder until this section is built (issue 14); replaced by its page module.
+const current = '/dashboard/webhooks';
+
+/**
+ * Webhooks: every account's endpoints (filter by account and health), an endpoint's deliveries, a delivery's payload
+ * and attempts; test ping, replay and operator re-enable, each the function the API or the CLI calls.
+ */
 export function webhookPages(deps: Deps) {
-  return new Hono<DashEnv>().get('/webhooks', (c) => render(deps, c, { title: 'Webhooks', current: '/dashboard/webhooks' }, <p class="muted">This section is being built.</p>));
+  return new Hono<DashEnv>()
+    .get('/webhooks', (c) => {
+      const accountId = accountFilter(deps.db, c.req.query('account'));
+      const status = c.req.query('status') || undefined;
+      if (status !== undefined && !isEndpointHealth(status)) throw new ApiError('invalid_request', 'status: must be enabled, failing or disabled.');
+      const after = afterParam(c.req.query('after'));
+      const page = listEndpoints(deps.db, { accountId, health: status }, { after, limit: PAGE_SIZE });
+      return render(
+        deps,
+        c,
+        { title: 'Webhooks', current },
+        <>
+          <EndpointFilters accounts={accountChoices(deps.db)} accountId={accountId} health={status} />
+          <EndpointTable endpoints={page.rows} />
+          <KeysetPager path={current} query={{ account: accountId, status }} after={after} nextAfter={page.nextAfter} label="Endpoint list" />
+        </>,
+      );
+    })
+    .get('/webhooks/:id', (c) => {
+      const endpoint = requireEndpointSummary(deps.db, c.req.param('id'));
+      const after = afterParam(c.req.query('after'));
+      const page = listEndpointDeliveries(deps.db, endpoint.view, { after, limit: PAGE_SIZE }, deps.clock.now());
+      return render(
+        deps,
+        c,
+        { title: 'Webhook endpoint', current },
+        <>
+          <p>
+            <a href={current}>All endpoints</a>
+          </p>
+          <EndpointFacts endpoint={endpoint} csrf={c.var.session.csrfToken} />
+          <h2>Deliveries</h2>
+          <DeliveryTable endpointId={endpoint.view.id} deliveries={page.rows} />
+          <KeysetPager path={endpointPath(endpoint.view.id)} query={{}} after={after} nextAfter={page.nextAfter} label="Delivery list" />
+        </>,
+      );
+    })
+    .get('/webhooks/:id/deliveries/:deliveryId', (c) => {
+      const endpoint = requireEndpointSummary(deps.db, c.req.param('id'));
+      const delivery = requireDelivery(deps.db, endpoint.view, c.req.param('deliveryId'), deps.clock.now());
+      return render(
+        deps,
+        c,
+        { title: 'Webhook delivery', current },
+        <>
+          <p>
+            <a href={endpointPath(endpoint.view.id)}>Back to the endpoint</a>
+          </p>
+          <DeliveryFacts endpoint={endpoint} d={delivery} csrf={c.var.session.csrfToken} />
+          <AttemptTimeline d={delivery} attempts={deliveryAttempts(deps.db, delivery.view.id)} />
+          <Payload row={delivery.row} />
+        </>,
+      );
+    })
+    .post('/webhooks/:id/test', async (c) => {
+      const endpoint = requireEndpointSummary(deps.db, c.req.param('id'));
+      return redirectWithFlash(deps, c, endpointPath(endpoint.view.id), await sendTestPing(deps, endpoint));
+    })
+    .post('/webhooks/:id/enable', async (c) => {
+      const endpoint = requireEndpointSummary(deps.db, c.req.param('id'));
+      return redirectWithFlash(deps, c, endpointPath(endpoint.view.id), await reenableEndpoint(deps, endpoint));
+    })
+    .post('/webhooks/:id/deliveries/:deliveryId/replay', async (c) => {
+      const endpoint = requireEndpointSummary(deps.db, c.req.param('id'));
+      const delivery = requireDelivery(deps.db, endpoint.view, c.req.param('deliveryId'), deps.clock.now());
+      const flash = await replayDelivery(deps, endpoint, delivery.row);
+      // A queued replay is a new delivery, listed first on the endpoint's page; a refusal stays on this delivery.
+      return redirectWithFlash(deps, c, flash.kind === 'ok' ? endpointPath(endpoint.view.id) : deliveryPath(endpoint.view.id, delivery.view.id), flash);
+    });
 }

@@ -15,3 +15,4 @@ export * from './customer-databases.js';
 export * from './customer-db-writes.js';
 export * from './captured-messages.js';
 export * from './dashboard-sessions.js';
+export * from './webhook-attempts.js';

@@ -37,6 +37,19 @@ export const accountNameSchema = z.string().trim().min(2, 'must be 2 to 80 chara
 /** Kept verbatim: it is the exact message of every refused send. */
 export const suspensionReasonSchema = z.string().min(15, 'must be 15 to 500 characters').max(500, 'must be 15 to 500 characters');
 
+/**
+ * The operator's own inputs (CLI and dashboard), looser than the customer's: a reason of any length up to 500 (the
+ * 15-character floor is for the API), and whole numbers at least these.
+ */
+export const operatorSuspensionReasonSchema = z.string().trim().min(1, 'must not be empty').max(500, 'must be at most 500 characters');
+export const OPERATOR_NUMBER_MIN = { credits: 0, dailyQuota: 1, amount: 1 } as const;
+
+/** An operator's number as typed: decimal digits only, a safe integer, at least `min`; null when it is not. */
+export function readOperatorNumber(text: string, min: number): number | null {
+  if (!/^\d+$/.test(text) || !Number.isSafeInteger(Number(text)) || Number(text) < min) return null;
+  return Number(text);
+}
+
 export const createSubAccountInput = z.strictObject({ name: accountNameSchema });
 export const suspendInput = z
   .strictObject({ suspended: z.boolean(), reason: suspensionReasonSchema.optional() })

@@ -70,7 +70,8 @@ export function domainRecords(deps: Pick<Deps, 'config'>, name: string, key: Dom
   ];
 }
 
-function domainView(deps: Pick<Deps, 'config'>, row: DomainRow, key: DomainKeyRow): DomainView {
+/** The Domain resource of api.md (the API's, the dashboard's). */
+export function domainView(deps: Pick<Deps, 'config'>, row: DomainRow, key: DomainKeyRow): DomainView {
   return {
     id: row.id,
     name: row.name,

@@ -52,7 +52,8 @@ export const addSuppressionInput = z.strictObject({
   }),
 });
 
-function view(row: SuppressionRow): SuppressionView {
+/** The Suppression resource of api.md (the API's lists and the dashboard's). */
+export function suppressionView(row: SuppressionRow): SuppressionView {
   return { id: row.id, address: row.address, reason: row.reason, detail: row.detail, createdAt: iso(row.createdAt) };
 }
 
@@ -70,7 +71,7 @@ export function listSuppressions({ deps, ctx, page, address }: { deps: Deps; ctx
     .orderBy(desc(suppressions.id))
     .limit(page.limit + 1)
     .all()
-    .map(view);
+    .map(suppressionView);
 }
 
 /**
@@ -93,7 +94,7 @@ export function suppress(db: Db, accountId: string, address: string, reason: Sup
 
 export function addSuppression({ deps, ctx, address }: { deps: Deps; ctx: RequestContext; address: string }): { entry: SuppressionView; created: boolean } {
   const { row, created } = suppress(deps.db, ctx.account.id, address, 'manual', '', deps.clock.now());
-  return { entry: view(row), created };
+  return { entry: suppressionView(row), created };
 }
 
 /** DELETE /suppressions/{address}: only this account's list; a parent's list is left as it is. */

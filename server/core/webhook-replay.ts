@@ -35,13 +35,35 @@ export const replayInput = z.strictObject({
 export type ReplayInput = z.output<typeof replayInput>;
 
 /**
+ * Narrows a replay to one recipient's outcomes of one email: the dashboard's "replay this delivery" replays exactly
+ * the outcome a delivery carried (its time as the window, its type as `events`). The API's body has no such field.
+ */
+export interface ReplayMatch {
+  emailId: string;
+  recipient: string;
+}
+
+/**
  * Queues fresh deliveries to one endpoint of the acting account for the account's recorded outcomes that occurred in
  * `[since, until)` (until defaults to now), oldest first, each with a new UUIDv7 id and due now, its `data` built like
  * the fan-out's. `events` defaults to the email event types the endpoint subscribes to. A window holding more than
  * MAX_REPLAY_EVENTS outcomes is refused with `422 invalid_request` and nothing is queued. A switched-off endpoint's
- * replayed deliveries wait, like the rest of its queue, until it is switched back on.
+ * replayed deliveries wait, like the rest of its queue, until it is switched back on. `only` narrows the window to one
+ * email's recipient (see ReplayMatch).
  */
-export function replayWebhook({ deps, ctx, endpointId, input }: { deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'onWebhookQueued'>; ctx: RequestContext; endpointId: string; input: ReplayInput }): { queued: number } {
+export function replayWebhook({
+  deps,
+  ctx,
+  endpointId,
+  input,
+  only,
+}: {
+  deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'onWebhookQueued'>;
+  ctx: RequestContext;
+  endpointId: string;
+  input: ReplayInput;
+  only?: ReplayMatch;
+}): { queued: number } {
   const now = deps.clock.now();
   const until = input.until ?? now;
   if (until <= input.since) throw new ApiError('invalid_request', 'until: must be later than since');
@@ -61,6 +83,8 @@ export function replayWebhook({ deps, ctx, endpointId, input }: { deps: Pick<Dep
       inArray(emailEvents.status, types.map(statusOfEventType)),
       gte(emailEvents.occurredAt, input.since),
       lt(emailEvents.occurredAt, until),
+      only ? eq(emailEvents.emailId, only.emailId) : undefined,
+      only ? eq(emailEvents.recipient, only.recipient) : undefined,
     );
     const count = tx
       .select({ n: sql<number>`count(*)` })

@@ -1,6 +1,7 @@
 import { and, count, desc, eq, isNull, lt, or, sql } from 'drizzle-orm';
 import { z } from 'zod';
-import { type WebhookDeliveryRow, type WebhookEndpointRow, WEBHOOK_EVENT_TYPES, webhookDeliveries, webhookEndpoints } from '../../db/schema/index.js';
+import type { Db } from '../../db/client.js';
+import { type WebhookDeliveryRow, type WebhookEndpointRow, WEBHOOK_EVENT_TYPES, webhookAttempts, webhookDeliveries, webhookEndpoints } from '../../db/schema/index.js';
 import { iso, isoOrNull } from '../clock.js';
 import type { Deps } from '../deps.js';
 import { ApiError } from '../errors.js';
@@ -67,6 +68,26 @@ export function deliveryView(row: WebhookDeliveryRow): WebhookDeliveryView {
     nextAttemptAt: isoOrNull(row.nextAttemptAt),
     createdAt: iso(row.createdAt),
   };
+}
+
+export interface WebhookAttemptView {
+  attempt: number;
+  attemptedAt: string;
+  /** The receiver's HTTP status; null when no answer came (a connection or TLS error, a timeout). */
+  status: number | null;
+  error: string | null;
+  delivered: boolean;
+}
+
+/** A delivery's attempts, first to last (webhook_attempts; the delivery row keeps only the last answer). */
+export function deliveryAttempts(db: Db, deliveryId: string): WebhookAttemptView[] {
+  return db
+    .select()
+    .from(webhookAttempts)
+    .where(eq(webhookAttempts.deliveryId, deliveryId))
+    .orderBy(webhookAttempts.attempt)
+    .all()
+    .map((a) => ({ attempt: a.attempt, attemptedAt: iso(a.attemptedAt), status: a.status, error: a.error, delivered: a.delivered }));
 }
 
 /** The associated data sealing an endpoint's secret: a sealed secret copied onto another endpoint does not open. */

@@ -2,6 +2,7 @@ import type pg from 'pg';
 import { and, eq, gt, lte, sql } from 'drizzle-orm';
 import { classifyConnectError, openCustomerPool } from '../../db/customer/connect.js';
 import { migrateCustomerDb } from '../../db/customer/schema.js';
+import { definePrepared } from '../../db/prepared.js';
 import { type CustomerWrite, type InboundWrite, applyWrites, isDataError } from '../../db/customer/writes.js';
 import { ParserStoppedError, createInboundParser } from '../../mta/inbound/parser.js';
 import { SpoolError, applySpooledInbound } from '../../mta/inbound/store.js';
@@ -38,6 +39,22 @@ export interface WriterOptions {
 
 /** The sealed size of one batch's writes (small received messages make most of it). */
 const BATCH_PAYLOAD_BYTES = 16 * 1024 * 1024;
+
+const statements = definePrepared((db) => ({
+  dueDatabases: db
+    .select()
+    .from(customerDatabases)
+    .where(
+      and(
+        lte(customerDatabases.nextAttemptAt, sql.placeholder('now')),
+        sql`exists (select 1 from customer_db_writes w indexed by customer_db_writes_pending_idx
+                    where w.database_account_id = ${customerDatabases.accountId} and w.set_aside_at is null and w.next_attempt_at <= ${sql.placeholder('now')})`,
+      ),
+    )
+    .orderBy(customerDatabases.nextAttemptAt)
+    .prepare(),
+  databaseCount: db.select({ count: sql<number>`count(*)` }).from(customerDatabases).prepare(),
+}));
 
 /** How often the spool is swept, and how old an unreferenced file must be (files are written before their commit). */
 const SPOOL_SWEEP_EVERY_MS = 5 * 60_000;
@@ -225,20 +242,15 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
     }
   }
 
-  /** Databases whose next attempt is due and that have a write due, not already being written. */
+  /**
+   * Databases whose next attempt is due and that have a write due, not already being written. Asked on every poke
+   * (after each queued write's commit), so the statement is compiled once; and not asked at all while every database
+   * the writer knows of is being served (each serve keeps fetching until its database has nothing due).
+   */
   function dueDatabases(now: number): CustomerDatabaseRow[] {
-    return deps.db
-      .select()
-      .from(customerDatabases)
-      .where(
-        and(
-          lte(customerDatabases.nextAttemptAt, now),
-          sql`exists (select 1 from customer_db_writes w indexed by customer_db_writes_pending_idx
-                      where w.database_account_id = ${customerDatabases.accountId} and w.set_aside_at is null and w.next_attempt_at <= ${now})`,
-        ),
-      )
-      .orderBy(customerDatabases.nextAttemptAt)
-      .all()
+    if (busy.size > 0 && busy.size >= (statements(deps.db).databaseCount.get()?.count ?? 0)) return [];
+    return statements(deps.db)
+      .dueDatabases.all({ now })
       .filter((d) => !busy.has(d.accountId));
   }
 

@@ -14,6 +14,7 @@ import {
   type ClaimedWebhook,
   type WebhookAttempt,
   claimDueWebhookDeliveries,
+  recordAttemptHistory,
   recordWebhookAttempt,
   reenableWebhookEndpoint,
   releaseDeadWebhookLeases,
@@ -242,6 +243,7 @@ export async function pingEndpoint(deps: Deps, endpoint: WebhookEndpointRow, opt
       .set({ attempts: 1, lastStatus: attempt.status, lastError: attempt.delivered ? null : attempt.error, deliveredAt: attempt.delivered ? at : null })
       .where(eq(webhookDeliveries.id, row.id))
       .run();
+    recordAttemptHistory(deps.db, row.id, 1, attempt, at);
     return attempt.delivered ? reenableWebhookEndpoint(deps.db, endpoint.id, at) : false;
   });
   deps.logger.info('webhook.ping', { endpointId: endpoint.id, accountId: endpoint.accountId, deliveryId: row.id, delivered: attempt.delivered, status: attempt.status, error: attempt.error });

@@ -3,7 +3,7 @@ import { and, eq, inArray, isNotNull, sql } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import { isDeadHolder } from '../../db/leases.js';
 import { definePrepared } from '../../db/prepared.js';
-import { type WebhookDeliveryRow, type WebhookEndpointRow, webhookDeliveries, webhookEndpoints } from '../../db/schema/index.js';
+import { type WebhookDeliveryRow, type WebhookEndpointRow, webhookAttempts, webhookDeliveries, webhookEndpoints } from '../../db/schema/index.js';
 import { WEBHOOK_DISABLE_AFTER_FAILURES, nextWebhookAttemptAt } from './retry-schedule.js';
 
 /**
@@ -132,6 +132,7 @@ export function recordWebhookAttempt(db: Db, worker: string, delivery: WebhookDe
       .where(and(eq(webhookDeliveries.id, delivery.id), eq(webhookDeliveries.lockedBy, worker)))
       .run().changes;
     if (changed === 0) return { recorded: false, nextAttemptAt: null, disabled: false, failureCount: 0 };
+    recordAttemptHistory(db, delivery.id, attempts, attempt, now);
     if (attempt.delivered) {
       db.update(webhookEndpoints).set({ failureCount: 0 }).where(eq(webhookEndpoints.id, delivery.endpointId)).run();
       return { recorded: true, nextAttemptAt, disabled: false, failureCount: 0 };
@@ -148,6 +149,11 @@ export function recordWebhookAttempt(db: Db, worker: string, delivery: WebhookDe
     const disabled = after !== undefined && after.active === 0 && after.disabledAt === now;
     return { recorded: true, nextAttemptAt, disabled, failureCount: after?.failureCount ?? 0 };
   });
+}
+
+/** One line of a delivery's attempt history (webhook_attempts), beside the update of the delivery itself. */
+export function recordAttemptHistory(db: Db, deliveryId: string, number: number, attempt: WebhookAttempt, at: number): void {
+  db.insert(webhookAttempts).values({ deliveryId, attempt: number, attemptedAt: at, status: attempt.status, error: attempt.delivered ? null : attempt.error, delivered: attempt.delivered }).run();
 }
 
 /** Gives back leases this worker still holds (shutdown, or a delivery it could not attempt). */

@@ -1,0 +1,257 @@
+import type { FC } from 'hono/jsx';
+import { CAPTURE_LIMIT } from '../mta/capture-store.js';
+import type { DkimVerdict, MessageParts } from './captured-message.js';
+import type { CapturedEntry } from './queries/captured.js';
+import { Badge, type BadgeTone, Time } from './ui.js';
+
+/** The pieces of the captured-mail pages (dashboard/pages/captured.tsx). */
+
+/** Where each captured message lives: one recipient's copy of one email. */
+export function capturedPath(emailId: string, recipient: string, part: '' | '/html' | '/raw' = ''): string {
+  return `/dashboard/captured/${emailId}${part}?recipient=${encodeURIComponent(recipient)}`;
+}
+
+/** How a DKIM result reads at a glance (RFC 8601 result names, as mailauth gives them). */
+export const DKIM_TONES: Record<string, BadgeTone> = {
+  pass: 'ok',
+  fail: 'bad',
+  permerror: 'bad',
+  policy: 'bad',
+  neutral: 'warn',
+  temperror: 'warn',
+  temperr: 'warn',
+  none: 'neutral',
+};
+
+export const ModeNotice: FC<{ capturing: boolean; kept: number }> = ({ capturing, kept }) =>
+  capturing ? (
+    <p class="panel">
+      <Badge tone="info">capture mode</Badge> This server runs with <code>DELIVERY_MODE=capture</code>: nothing leaves the machine. Each recipient's message is
+      kept here exactly as it would have gone out, signed; the newest {CAPTURE_LIMIT.toLocaleString('en')} are kept ({kept.toLocaleString('en')} now).
+    </p>
+  ) : (
+    <div class="panel" role="note">
+      <p>
+        <Badge tone="neutral">not capturing</Badge> This server delivers mail (<code>DELIVERY_MODE=direct</code>): it captures nothing and keeps no message content.
+        Start it with <code>DELIVERY_MODE=capture</code> (development only) to capture mail here instead of sending it.
+      </p>
+      {kept > 0 && (
+        <p>
+          {kept.toLocaleString('en')} message{kept === 1 ? ' was' : 's were'} captured by an earlier run in capture mode: listed below, but their content opens only while the
+          server captures (as <code>GET /emails/{'{id}'}/message</code> answers).
+        </p>
+      )}
+    </div>
+  );
+
+export const SearchForm: FC<{ search: string }> = ({ search }) => (
+  <form method="get" action="/dashboard/captured" class="panel" role="search">
+    <div class="form-grid">
+      <div class="field">
+        <label for="captured-search">Recipient or subject</label>
+        <input id="captured-search" name="q" type="search" value={search} maxlength={320} />
+      </div>
+      <div class="row">
+        <button type="submit">Search</button>
+        {search !== '' && (
+          <a class="button secondary" href="/dashboard/captured">
+            Show all
+          </a>
+        )}
+      </div>
+    </div>
+  </form>
+);
+
+export const CapturedTable: FC<{ entries: CapturedEntry[]; linked: boolean }> = ({ entries, linked }) => (
+  <div class="table-wrap">
+    <table>
+      <caption class="visually-hidden">Captured messages, newest first</caption>
+      <thead>
+        <tr>
+          <th scope="col">Captured</th>
+          <th scope="col">Subject</th>
+          <th scope="col">To</th>
+          <th scope="col">From</th>
+          <th scope="col">Account</th>
+        </tr>
+      </thead>
+      <tbody>
+        {entries.map((e) => (
+          <tr>
+            <td>
+              <Time ms={e.capturedAt} />
+            </td>
+            <td>{linked ? <a href={capturedPath(e.emailId, e.recipient)}>{e.subject || '(no subject)'}</a> : e.subject || '(no subject)'}</td>
+            <td>{e.recipient}</td>
+            <td>{e.from}</td>
+            <td>{e.accountName}</td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  </div>
+);
+
+export const Pager: FC<{ search: string; before: number | null; next: number | null }> = ({ search, before, next }) => {
+  const href = (b: number | null) => {
+    const q = new URLSearchParams();
+    if (search !== '') q.set('q', search);
+    if (b !== null) q.set('before', String(b));
+    const s = q.toString();
+    return `/dashboard/captured${s ? `?${s}` : ''}`;
+  };
+  if (before === null && next === null) return null;
+  return (
+    <nav class="pager" aria-label="Captured mail pages">
+      {before !== null && (
+        <a class="button secondary" href={href(null)}>
+          Newest
+        </a>
+      )}
+      {next !== null && (
+        <a class="button secondary" href={href(next)}>
+          Older
+        </a>
+      )}
+    </nav>
+  );
+};
+
+export const MessageFacts: FC<{ entry: CapturedEntry; others: string[] }> = ({ entry, others }) => (
+  <dl class="facts panel">
+    <dt>Captured</dt>
+    <dd>
+      <Time ms={entry.capturedAt} />
+    </dd>
+    <dt>Account</dt>
+    <dd>
+      {entry.accountName} <code class="muted">{entry.accountId}</code>
+    </dd>
+    <dt>From</dt>
+    <dd>{entry.from}</dd>
+    <dt>To</dt>
+    <dd>{entry.recipient}</dd>
+    <dt>Email</dt>
+    <dd>
+      <a href={`/dashboard/emails/${entry.emailId}`}>{entry.emailId}</a> in the send log
+    </dd>
+    {others.length > 0 && (
+      <>
+        <dt>Also captured for</dt>
+        <dd>
+          <ul class="plain-list">
+            {others.map((r) => (
+              <li>
+                <a href={capturedPath(entry.emailId, r)}>{r}</a>
+              </li>
+            ))}
+          </ul>
+        </dd>
+      </>
+    )}
+  </dl>
+);
+
+export const DkimSection: FC<{ verdict: DkimVerdict }> = ({ verdict }) => (
+  <section aria-labelledby="dkim">
+    <h2 id="dkim">DKIM</h2>
+    <div class="panel">
+      {!verdict.ok ? (
+        <p>
+          <Badge tone="warn">not checked</Badge> The signature could not be checked: {verdict.error}
+        </p>
+      ) : verdict.signatures.length === 0 ? (
+        <p>
+          <Badge tone="neutral">none</Badge> The message carries no DKIM signature.
+        </p>
+      ) : (
+        <ul class="plain-list dkim-verdicts">
+          {verdict.signatures.map((s) => (
+            <li>
+              <Badge tone={DKIM_TONES[s.result] ?? 'warn'}>{s.result}</Badge> signed by <strong>{s.domain}</strong>
+              {s.selector && (
+                <>
+                  {' '}
+                  with selector <code>{s.selector}</code>
+                </>
+              )}
+              {s.comment && <span class="muted"> ({s.comment})</span>}
+              <div class="muted">
+                <code>{s.info}</code>
+              </div>
+            </li>
+          ))}
+        </ul>
+      )}
+      <p class="muted">Checked now with mailauth against the signing domain's key as this server's DNS resolver finds it.</p>
+    </div>
+  </section>
+);
+
+export const PartsSections: FC<{ entry: CapturedEntry; parts: MessageParts; raw: string }> = ({ entry, parts, raw }) => (
+  <>
+    <section aria-labelledby="html-part">
+      <h2 id="html-part">HTML part</h2>
+      {parts.html === null ? (
+        <p class="muted">This message has no HTML part.</p>
+      ) : (
+        <iframe class="message-frame" sandbox="" src={capturedPath(entry.emailId, entry.recipient, '/html')} title={`HTML part of the message to ${entry.recipient}`} referrerpolicy="no-referrer"></iframe>
+      )}
+    </section>
+    <section aria-labelledby="text-part">
+      <h2 id="text-part">Text part</h2>
+      {parts.text === null ? (
+        <p class="muted">This message has no text part.</p>
+      ) : (
+        <pre tabindex={0} aria-labelledby="text-part" class="text-part">
+          {parts.text}
+        </pre>
+      )}
+    </section>
+    {parts.attachments.length > 0 && (
+      <section aria-labelledby="attachments">
+        <h2 id="attachments">Attachments</h2>
+        <ul>
+          {parts.attachments.map((a) => (
+            <li>
+              {a.filename} <span class="muted">({a.contentType}, {a.size.toLocaleString('en')} bytes)</span>
+            </li>
+          ))}
+        </ul>
+      </section>
+    )}
+    <section aria-labelledby="headers">
+      <h2 id="headers">Headers</h2>
+      <div class="table-wrap">
+        <table class="message-headers">
+          <thead>
+            <tr>
+              <th scope="col">Header</th>
+              <th scope="col">Value</th>
+            </tr>
+          </thead>
+          <tbody>
+            {parts.headers.map((h) => (
+              <tr>
+                <th scope="row">{h.name}</th>
+                <td>{h.value}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
+    </section>
+    <section aria-labelledby="raw-source">
+      <h2 id="raw-source">Raw source</h2>
+      <p>
+        <a class="button secondary" href={capturedPath(entry.emailId, entry.recipient, '/raw')} download>
+          Download .eml
+        </a>
+      </p>
+      <pre tabindex={0} aria-labelledby="raw-source" class="raw-source">
+        {raw}
+      </pre>
+    </section>
+  </>
+);

@@ -1,0 +1,91 @@
+import { and, asc, count, desc, eq, lt, or, sql } from 'drizzle-orm';
+import type { Db } from '../../db/client.js';
+import { accounts, capturedMessages, emails } from '../../db/schema/index.js';
+
+/**
+ * The capture store across every account, for the operator (the API shows one account's copies, one at a time): what
+ * a row shows comes from the send log (from, subject) and the store (recipient, when captured); the sealed bytes are
+ * opened only through the API's own getCapturedMessage.
+ */
+
+/** Rows on one page of the captured-mail list. */
+export const CAPTURED_PAGE_SIZE = 50;
+
+export interface CapturedEntry {
+  seq: number;
+  emailId: string;
+  accountId: string;
+  accountName: string;
+  from: string;
+  recipient: string;
+  subject: string;
+  capturedAt: number;
+}
+
+export interface CapturedListQuery {
+  /** Part of the recipient address or of the subject (case-insensitive for ASCII, as SQLite's LIKE is). */
+  search: string;
+  /** Keyset: only captures older than this seq (the list is newest first). */
+  before: number | null;
+}
+
+const entryColumns = {
+  seq: capturedMessages.seq,
+  emailId: capturedMessages.emailId,
+  accountId: capturedMessages.accountId,
+  accountName: accounts.name,
+  from: emails.fromAddress,
+  recipient: capturedMessages.recipient,
+  subject: emails.subject,
+  capturedAt: capturedMessages.createdAt,
+};
+
+/** `%`, `_` and the escape character itself match literally. */
+const likePattern = (text: string) => `%${text.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+
+/** One page of captures, newest first, and whether older ones follow. */
+export function listCaptured(db: Db, q: CapturedListQuery): { entries: CapturedEntry[]; more: boolean } {
+  const pattern = q.search === '' ? null : likePattern(q.search);
+  const rows = db
+    .select(entryColumns)
+    .from(capturedMessages)
+    .innerJoin(emails, eq(emails.id, capturedMessages.emailId))
+    .innerJoin(accounts, eq(accounts.id, capturedMessages.accountId))
+    .where(
+      and(
+        q.before === null ? undefined : lt(capturedMessages.seq, q.before),
+        pattern === null ? undefined : or(sql`${capturedMessages.recipient} like ${pattern} escape '\\'`, sql`${emails.subject} like ${pattern} escape '\\'`),
+      ),
+    )
+    .orderBy(desc(capturedMessages.seq))
+    .limit(CAPTURED_PAGE_SIZE + 1)
+    .all();
+  return { entries: rows.slice(0, CAPTURED_PAGE_SIZE), more: rows.length > CAPTURED_PAGE_SIZE };
+}
+
+/** How many messages the store holds (at most CAPTURE_LIMIT, so a count is cheap). */
+export function countCaptured(db: Db): number {
+  return db.select({ n: count() }).from(capturedMessages).get()?.n ?? 0;
+}
+
+/** The capture of one recipient of an email (recipient compared lower-cased, as the store keeps it), or undefined. */
+export function findCaptured(db: Db, emailId: string, recipient: string): CapturedEntry | undefined {
+  return db
+    .select(entryColumns)
+    .from(capturedMessages)
+    .innerJoin(emails, eq(emails.id, capturedMessages.emailId))
+    .innerJoin(accounts, eq(accounts.id, capturedMessages.accountId))
+    .where(and(eq(capturedMessages.emailId, emailId), eq(capturedMessages.recipient, recipient.toLowerCase())))
+    .get();
+}
+
+/** The recipients of an email whose messages are kept, in capture order. */
+export function capturedRecipientsOf(db: Db, emailId: string): string[] {
+  return db
+    .select({ recipient: capturedMessages.recipient })
+    .from(capturedMessages)
+    .where(eq(capturedMessages.emailId, emailId))
+    .orderBy(asc(capturedMessages.seq))
+    .all()
+    .map((r) => r.recipient);
+}

@@ -1,0 +1,46 @@
+import { and, asc, count, eq, gt } from 'drizzle-orm';
+import type { Db } from '../../db/client.js';
+import { type CustomerDbState, accounts, customerDatabases } from '../../db/schema/index.js';
+import { type DatabaseStatus, databaseStatusOf } from '../../server/core/customer-db.js';
+
+/**
+ * Every customer database for the operator: the accounts that have one of their own (a sub-account writing to its
+ * parent's shows under the parent). Each row's status is the one GET /database answers for that account, from the
+ * same function the CLI's `database status` calls, so a state or a pending count means the same thing everywhere.
+ */
+
+/** Databases on one page. */
+export const DATABASE_PAGE_SIZE = 50;
+
+export interface DatabaseEntry {
+  accountId: string;
+  accountName: string;
+  status: DatabaseStatus;
+}
+
+export interface DatabaseListQuery {
+  /** Only databases in this state (the writer's view: connected or unreachable), or all. */
+  state: CustomerDbState | null;
+  /** Keyset: accounts whose id sorts after this one. */
+  after: string | null;
+}
+
+export function listDatabases(db: Db, q: DatabaseListQuery): { entries: DatabaseEntry[]; more: boolean } {
+  const rows = db
+    .select({ accountId: customerDatabases.accountId, accountName: accounts.name })
+    .from(customerDatabases)
+    .innerJoin(accounts, eq(accounts.id, customerDatabases.accountId))
+    .where(and(q.state === null ? undefined : eq(customerDatabases.state, q.state), q.after === null ? undefined : gt(customerDatabases.accountId, q.after)))
+    .orderBy(asc(customerDatabases.accountId))
+    .limit(DATABASE_PAGE_SIZE + 1)
+    .all();
+  const entries = rows.slice(0, DATABASE_PAGE_SIZE).map((r) => ({ ...r, status: databaseStatusOf({ db }, r.accountId) }));
+  return { entries, more: rows.length > DATABASE_PAGE_SIZE };
+}
+
+/** How many databases there are, and how many of them the writer cannot reach. */
+export function countDatabases(db: Db): { total: number; unreachable: number } {
+  const total = db.select({ n: count() }).from(customerDatabases).get()?.n ?? 0;
+  const unreachable = db.select({ n: count() }).from(customerDatabases).where(eq(customerDatabases.state, 'unreachable')).get()?.n ?? 0;
+  return { total, unreachable };
+}

@@ -1,0 +1,55 @@
+import { type SQL, and, eq, sql } from 'drizzle-orm';
+import type { Db } from '../../db/client.js';
+import { type AccountRow, type CheckValue, type RecordKind, accounts, domainKeys, domains } from '../../db/schema/index.js';
+import { type DomainView, domainView } from '../../server/core/domains.js';
+import type { Deps } from '../../server/deps.js';
+import { ApiError } from '../../server/errors.js';
+import { type IdPage, type PageLink, likePattern, pageByIds } from './id-pages.js';
+
+/**
+ * What the domains pages read across every account. Each row is presented with the API's domainView, so a status or
+ * a record means here what it means in GET /domains.
+ */
+
+export const DOMAINS_PER_PAGE = 50;
+
+export interface DomainListRow {
+  view: DomainView;
+  account: { id: string; name: string };
+}
+
+function selectDomains(db: Db, where: SQL | undefined, order: SQL, take: number) {
+  return db
+    .select({ domain: domains, key: domainKeys, account: { id: accounts.id, name: accounts.name } })
+    .from(domains)
+    .innerJoin(domainKeys, eq(domainKeys.id, domains.keyId))
+    .innerJoin(accounts, eq(accounts.id, domains.accountId))
+    .where(where)
+    .orderBy(order)
+    .limit(take)
+    .all();
+}
+type DomainJoinRow = ReturnType<typeof selectDomains>[number];
+
+/** Every domain, newest first; optionally one account's, and `search` matching the domain's name anywhere. */
+export function listAllDomains(deps: Pick<Deps, 'db' | 'config'>, filter: { accountId: string | null; search: string }, link: PageLink): IdPage<DomainListRow> {
+  const q = filter.search.trim();
+  const where = and(
+    filter.accountId === null ? undefined : eq(domains.accountId, filter.accountId),
+    q === '' ? undefined : sql`${domains.name} LIKE ${likePattern(q.toLowerCase(), 'anywhere')} ESCAPE '\\'`,
+  );
+  const page = pageByIds(domains.id, link, DOMAINS_PER_PAGE, (r: DomainJoinRow) => r.domain.id, (bound, order, take) => selectDomains(deps.db, and(where, bound), order, take));
+  return { ...page, items: page.items.map((r) => ({ view: domainView(deps, r.domain, r.key), account: r.account })) };
+}
+
+/** The account a domain belongs to (the operator acts as it), or the 404 page. */
+export function requireDomainAccount(deps: Pick<Deps, 'db'>, domainId: string): AccountRow {
+  const found = deps.db.select({ account: accounts }).from(domains).innerJoin(accounts, eq(accounts.id, domains.accountId)).where(eq(domains.id, domainId)).get();
+  if (!found) throw new ApiError('not_found', 'There is no domain with that id.');
+  return found.account;
+}
+
+/** What the last "verify" found for each record (stored by verifyDomain), or null before the first. */
+export function lastChecks(deps: Pick<Deps, 'db'>, domainId: string): Record<RecordKind, CheckValue> | null {
+  return deps.db.select({ checks: domains.checks }).from(domains).where(eq(domains.id, domainId)).get()?.checks ?? null;
+}

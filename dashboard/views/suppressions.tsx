@@ -1,0 +1,115 @@
+import type { FC } from 'hono/jsx';
+import { MAX_ADDRESS_INPUT } from '../../server/core/suppressions.js';
+import type { AccountChoice } from '../queries/act-for-account.js';
+import { MAX_SEARCH, REASONS, type SuppressionSummary } from '../queries/suppressions.js';
+import { Badge, CsrfField, PostButton, Time } from '../ui.js';
+
+/** The suppressions page's pieces: the add form, the search form, the list with its remove buttons. */
+
+const AccountSelect: FC<{ id: string; accounts: AccountChoice[]; selected: string | undefined; anyLabel?: string; required?: boolean }> = ({ id, accounts, selected, anyLabel, required }) => (
+  <select id={id} name="account" required={required}>
+    {anyLabel !== undefined && <option value="">{anyLabel}</option>}
+    {accounts.map((a) => (
+      <option value={a.id} selected={a.id === selected}>
+        {a.label}
+      </option>
+    ))}
+  </select>
+);
+
+export const AddSuppressionForm: FC<{ accounts: AccountChoice[]; accountId: string | undefined; csrf: string; back: string }> = ({ accounts, accountId, csrf, back }) => (
+  <section aria-labelledby="add-suppression">
+    <h2 id="add-suppression">Add an address</h2>
+    {accounts.length === 0 ? (
+      <p class="panel muted">There is no account yet.</p>
+    ) : (
+      <form method="post" action="/dashboard/suppressions" class="panel form-grid">
+        <CsrfField token={csrf} />
+        <input type="hidden" name="back" value={back} />
+        <div class="field">
+          <label for="add-account">Account</label>
+          <AccountSelect id="add-account" accounts={accounts} selected={accountId} required />
+        </div>
+        <div class="field">
+          <label for="add-address">Address</label>
+          <input id="add-address" name="address" type="text" inputmode="email" autocomplete="off" required maxlength={MAX_ADDRESS_INPUT} aria-describedby="add-address-hint" />
+          <span id="add-address-hint" class="hint">
+            Listed with reason "manual", as POST /suppressions does; the account then cannot send to it.
+          </span>
+        </div>
+        <div class="field">
+          <button type="submit">Add to the list</button>
+        </div>
+      </form>
+    )}
+  </section>
+);
+
+export const SearchForm: FC<{ accounts: AccountChoice[]; accountId: string | undefined; search: string }> = ({ accounts, accountId, search }) => (
+  <form method="get" action="/dashboard/suppressions" class="panel form-grid" aria-label="Search suppressions">
+    <div class="field">
+      <label for="search-address">Address</label>
+      <input id="search-address" name="q" type="search" value={search} maxlength={MAX_SEARCH} aria-describedby="search-address-hint" />
+      <span id="search-address-hint" class="hint">
+        The whole address or its start, in any case.
+      </span>
+    </div>
+    <div class="field">
+      <label for="search-account">Account</label>
+      <AccountSelect id="search-account" accounts={accounts} selected={accountId} anyLabel="All accounts" />
+    </div>
+    <div class="field">
+      <button type="submit">Search</button>
+    </div>
+  </form>
+);
+
+export const SuppressionTable: FC<{ rows: SuppressionSummary[]; csrf: string; back: string }> = ({ rows, csrf, back }) =>
+  rows.length === 0 ? (
+    <p class="panel muted">No suppressed address matches.</p>
+  ) : (
+    <div class="table-wrap">
+      <table>
+        <caption class="visually-hidden">Suppressed addresses, newest first</caption>
+        <thead>
+          <tr>
+            <th scope="col">Address</th>
+            <th scope="col">Account</th>
+            <th scope="col">Reason</th>
+            <th scope="col">Source email</th>
+            <th scope="col">Added</th>
+            <th scope="col">Action</th>
+          </tr>
+        </thead>
+        <tbody>
+          {rows.map((s) => (
+            <tr>
+              <td>
+                <code>{s.view.address}</code>
+              </td>
+              <td>{s.accountName}</td>
+              <td>
+                <Badge tone={REASONS[s.view.reason].tone}>{REASONS[s.view.reason].label}</Badge>
+                {s.view.detail && <div class="muted">{s.view.detail}</div>}
+              </td>
+              <td>{s.sourceEmailId ? <a href={`/dashboard/emails/${s.sourceEmailId}`}>{s.sourceEmailId}</a> : <span class="muted">-</span>}</td>
+              <td>
+                <Time ms={Date.parse(s.view.createdAt)} />
+              </td>
+              <td>
+                <PostButton
+                  action="/dashboard/suppressions/remove"
+                  csrf={csrf}
+                  label="Remove"
+                  variant="danger"
+                  fields={{ account: s.accountId, address: s.view.address, back }}
+                  confirm={`Remove ${s.view.address} from ${s.accountName}'s suppression list? The account can then send to it again.`}
+                  accessibleLabel={`Remove ${s.view.address} from ${s.accountName}'s list`}
+                />
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );

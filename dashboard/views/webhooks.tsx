@@ -1,0 +1,294 @@
+import type { FC } from 'hono/jsx';
+import type { WebhookDeliveryRow } from '../../db/schema/index.js';
+import type { WebhookAttemptView } from '../../server/core/webhooks.js';
+import { webhookPostBody } from '../../server/webhooks/dispatcher.js';
+import { WEBHOOK_MAX_ATTEMPTS } from '../../server/webhooks/retry-schedule.js';
+import type { AccountChoice } from '../queries/act-for-account.js';
+import { DELIVERY_STATES, type DeliverySummary, ENDPOINT_HEALTH, type EndpointHealth, type EndpointSummary, healthOf, healthReason } from '../queries/webhooks.js';
+import { Badge, Copyable, PostButton, Time } from '../ui.js';
+
+/** The webhook pages' pieces: the endpoint list, an endpoint's facts and deliveries, a delivery's detail. */
+
+const Dash = () => <span class="muted">-</span>;
+
+const ms = (iso: string | null) => (iso === null ? null : Date.parse(iso));
+
+export const endpointPath = (id: string) => `/dashboard/webhooks/${id}`;
+export const deliveryPath = (endpointId: string, id: string) => `/dashboard/webhooks/${endpointId}/deliveries/${id}`;
+
+export const HealthBadge: FC<{ endpoint: EndpointSummary }> = ({ endpoint }) => {
+  const health = ENDPOINT_HEALTH[healthOf(endpoint.view)];
+  return <Badge tone={health.tone}>{health.label}</Badge>;
+};
+
+export const EndpointFilters: FC<{ accounts: AccountChoice[]; accountId: string | undefined; health: EndpointHealth | undefined }> = ({ accounts, accountId, health }) => (
+  <form method="get" action="/dashboard/webhooks" class="panel form-grid" aria-label="Filter endpoints">
+    <div class="field">
+      <label for="filter-account">Account</label>
+      <select id="filter-account" name="account" data-autosubmit>
+        <option value="">All accounts</option>
+        {accounts.map((a) => (
+          <option value={a.id} selected={a.id === accountId}>
+            {a.label}
+          </option>
+        ))}
+      </select>
+    </div>
+    <div class="field">
+      <label for="filter-status">Status</label>
+      <select id="filter-status" name="status" data-autosubmit>
+        <option value="">Any status</option>
+        {Object.entries(ENDPOINT_HEALTH).map(([value, h]) => (
+          <option value={value} selected={value === health}>
+            {h.label}
+          </option>
+        ))}
+      </select>
+    </div>
+    <div class="field">
+      <button type="submit">Filter</button>
+    </div>
+  </form>
+);
+
+export const EndpointTable: FC<{ endpoints: EndpointSummary[] }> = ({ endpoints }) =>
+  endpoints.length === 0 ? (
+    <p class="panel muted">No webhook endpoint matches.</p>
+  ) : (
+    <div class="table-wrap">
+      <table>
+        <caption class="visually-hidden">Webhook endpoints, newest first</caption>
+        <thead>
+          <tr>
+            <th scope="col">Endpoint</th>
+            <th scope="col">Account</th>
+            <th scope="col">Events</th>
+            <th scope="col">Status</th>
+            <th scope="col">Last delivered</th>
+            <th scope="col">Failing with</th>
+          </tr>
+        </thead>
+        <tbody>
+          {endpoints.map((e) => (
+            <tr>
+              <td>
+                <a href={endpointPath(e.view.id)}>{e.view.url}</a>
+              </td>
+              <td>{e.accountName}</td>
+              <td>{e.view.events.join(', ')}</td>
+              <td>
+                <HealthBadge endpoint={e} />
+                {e.view.failureCount > 0 && <div class="muted">{`${e.view.failureCount} failed in a row`}</div>}
+                {e.view.disabledAt && (
+                  <div class="muted">
+                    off since <Time ms={ms(e.view.disabledAt)} />
+                  </div>
+                )}
+              </td>
+              <td>
+                <Time ms={e.lastDeliveredAt} />
+              </td>
+              <td>{e.lastError ?? <Dash />}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
+
+export const EndpointFacts: FC<{ endpoint: EndpointSummary & { pending: number }; csrf: string }> = ({ endpoint, csrf }) => {
+  const v = endpoint.view;
+  const reason = healthReason(v, endpoint.lastError);
+  return (
+    <section aria-labelledby="endpoint-facts">
+      <h2 id="endpoint-facts">Endpoint</h2>
+      <div class="panel">
+        <dl class="facts">
+          <dt>URL</dt>
+          <dd>
+            <code>{v.url}</code>
+          </dd>
+          <dt>Account</dt>
+          <dd>
+            {endpoint.accountName} <span class="muted">({endpoint.accountId})</span>
+          </dd>
+          <dt>Events</dt>
+          <dd>{v.events.join(', ')}</dd>
+          <dt>Status</dt>
+          <dd>
+            <HealthBadge endpoint={endpoint} />
+            {reason && <p class="muted">{reason}</p>}
+          </dd>
+          <dt>Consecutive failures</dt>
+          <dd>{v.failureCount}</dd>
+          <dt>Switched off</dt>
+          <dd>
+            <Time ms={ms(v.disabledAt)} />
+          </dd>
+          <dt>Last delivered</dt>
+          <dd>
+            <Time ms={endpoint.lastDeliveredAt} />
+          </dd>
+          <dt>Deliveries still to go</dt>
+          <dd>{endpoint.pending}</dd>
+          <dt>Created</dt>
+          <dd>
+            <Time ms={ms(v.createdAt)} />
+          </dd>
+          <dt>Id</dt>
+          <dd>
+            <Copyable id="endpoint-id" value={v.id} label="endpoint id" />
+          </dd>
+        </dl>
+        <p class="muted">The signing secret is never shown: it was given once, when the endpoint was created.</p>
+        <div class="row">
+          <PostButton action={`${endpointPath(v.id)}/test`} csrf={csrf} label="Send test ping" variant="primary" />
+          {!v.active && <PostButton action={`${endpointPath(v.id)}/enable`} csrf={csrf} label="Re-enable" confirm="Switch this endpoint back on without a test ping? Its waiting deliveries go out at once." />}
+        </div>
+      </div>
+    </section>
+  );
+};
+
+/** A delivery's latest answer in words: the receiver's status, and the error as the API words it ("HTTP 503", "timeout"). */
+function answerOf(v: DeliverySummary['view']): string {
+  const status = v.lastStatus === null ? 'no HTTP answer' : `answered ${v.lastStatus}`;
+  return v.lastError ? `${status} (${v.lastError})` : status;
+}
+
+
+export const DeliveryTable: FC<{ endpointId: string; deliveries: DeliverySummary[] }> = ({ endpointId, deliveries }) =>
+  deliveries.length === 0 ? (
+    <p class="panel muted">No deliveries yet.</p>
+  ) : (
+    <div class="table-wrap">
+      <table>
+        <caption class="visually-hidden">Deliveries to this endpoint, newest first</caption>
+        <thead>
+          <tr>
+            <th scope="col">Queued</th>
+            <th scope="col">Event</th>
+            <th scope="col">Email</th>
+            <th scope="col">Recipient</th>
+            <th scope="col" class="num">
+              Attempts
+            </th>
+            <th scope="col" class="num">
+              Last status
+            </th>
+            <th scope="col">Last error</th>
+            <th scope="col">Next attempt</th>
+            <th scope="col">State</th>
+          </tr>
+        </thead>
+        <tbody>
+          {deliveries.map((d) => (
+            <tr>
+              <td>
+                <a href={deliveryPath(endpointId, d.view.id)}>
+                  <Time ms={ms(d.view.createdAt)} />
+                  <span class="visually-hidden">{` delivery ${d.view.id}`}</span>
+                </a>
+              </td>
+              <td>{d.view.eventType}</td>
+              <td>{d.emailId ? <a href={`/dashboard/emails/${d.emailId}`}>{d.emailId}</a> : <Dash />}</td>
+              <td>{d.recipient ?? <Dash />}</td>
+              <td class="num">{d.view.attempts}</td>
+              <td class="num">{d.view.lastStatus ?? <Dash />}</td>
+              <td>{d.view.lastError ?? <Dash />}</td>
+              <td>
+                <Time ms={ms(d.view.nextAttemptAt)} />
+              </td>
+              <td>
+                <Badge tone={DELIVERY_STATES[d.state].tone}>{DELIVERY_STATES[d.state].label}</Badge>
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
+
+export const DeliveryFacts: FC<{ endpoint: EndpointSummary; d: DeliverySummary; csrf: string }> = ({ endpoint, d, csrf }) => (
+  <section aria-labelledby="delivery-facts">
+    <h2 id="delivery-facts">Delivery</h2>
+    <div class="panel">
+      <dl class="facts">
+        <dt>Endpoint</dt>
+        <dd>
+          <a href={endpointPath(endpoint.view.id)}>{endpoint.view.url}</a> <span class="muted">({endpoint.accountName})</span>
+        </dd>
+        <dt>Event</dt>
+        <dd>{d.view.eventType}</dd>
+        <dt>Email</dt>
+        <dd>{d.emailId ? <a href={`/dashboard/emails/${d.emailId}`}>{d.emailId}</a> : <Dash />}</dd>
+        <dt>Recipient</dt>
+        <dd>{d.recipient ?? <Dash />}</dd>
+        <dt>State</dt>
+        <dd>
+          <Badge tone={DELIVERY_STATES[d.state].tone}>{DELIVERY_STATES[d.state].label}</Badge>
+        </dd>
+        <dt>Id</dt>
+        <dd>
+          <Copyable id="delivery-id" value={d.view.id} label="delivery id" />
+        </dd>
+      </dl>
+      {d.emailId && (
+        <div class="row">
+          <PostButton action={`${deliveryPath(endpoint.view.id, d.view.id)}/replay`} csrf={csrf} label="Replay" variant="primary" accessibleLabel="Replay this event as a new delivery" />
+          <span class="muted">Posts this event again, as a new delivery built from the recorded outcome.</span>
+        </div>
+      )}
+    </div>
+  </section>
+);
+
+/**
+ * Every attempt with its time and answer (webhook_attempts), then what comes next. A delivery attempted before the
+ * history was kept shows its count and last answer only.
+ */
+export const AttemptTimeline: FC<{ d: DeliverySummary; attempts: WebhookAttemptView[] }> = ({ d, attempts }) => {
+  const v = d.view;
+  const final = v.deliveredAt === null && v.nextAttemptAt === null;
+  const untracked = v.attempts - attempts.length;
+  const of = v.eventType === 'ping' ? '' : ` of ${WEBHOOK_MAX_ATTEMPTS}`;
+  return (
+    <section aria-labelledby="attempts">
+      <h2 id="attempts">Attempts</h2>
+      <div class="panel">
+        <ol class="timeline">
+          <li>
+            Queued <Time ms={ms(v.createdAt)} />
+          </li>
+          {untracked > 0 && <li class="bad">{`${untracked} earlier ${untracked === 1 ? 'attempt' : 'attempts'}, made before attempt history was kept; the last answer: ${answerOf(v)}`}</li>}
+          {attempts.map((a) => (
+            <li class={a.delivered ? 'ok' : 'bad'}>
+              {`Attempt ${a.attempt}${of}: ${a.delivered ? 'delivered' : 'failed'}, ${a.error ?? (a.status === null ? 'no answer' : `HTTP ${a.status}`)}`}{' '}
+              at <Time ms={ms(a.attemptedAt)} />
+            </li>
+          ))}
+          {v.nextAttemptAt && (
+            <li class="warn">
+              Next attempt <Time ms={ms(v.nextAttemptAt)} />
+              {d.state === 'waiting' && ' (waits while the endpoint is switched off)'}
+            </li>
+          )}
+          {final && <li class="bad">Final: no attempt is left{v.eventType === 'ping' ? ' (a ping is tried once)' : ''}.</li>}
+        </ol>
+      </div>
+    </section>
+  );
+};
+
+/** The JSON body exactly as the dispatcher posts (and signs) it, pretty-printed. */
+export const Payload: FC<{ row: WebhookDeliveryRow }> = ({ row }) => (
+  <section aria-labelledby="payload">
+    <h2 id="payload">Payload</h2>
+    <div class="panel">
+      <p class="muted">{`The JSON body posted to the endpoint (headers X-Service-Delivery ${row.id} and X-Service-Event ${row.eventType}), signed with the endpoint's secret.`}</p>
+      <pre tabindex={0} aria-label="Payload JSON">
+        {JSON.stringify(JSON.parse(webhookPostBody(row)), null, 2)}
+      </pre>
+    </div>
+  </section>
+);

@@ -1,0 +1,268 @@
+import { count, eq } from 'drizzle-orm';
+import type { Browser, Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { domains } from '../db/schema/index.js';
+import { expectAccessible, launchBrowser, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
+import { type DashboardClient, adminTokenFor, dashboardClient } from './helpers/dashboard.js';
+import { TestDnsServer } from './helpers/dns-server.js';
+import { type TestService, startService } from './helpers/service.js';
+
+/**
+ * The dashboard's domains pages (issue 14: the records to publish with copy buttons, "verify now" showing each check,
+ * status badges), in Chromium against the real service reading a real DNS server on loopback (DNS_SERVERS), the
+ * way tests/domains.test.ts checks the API.
+ */
+
+interface RecordBody {
+  record: string;
+  type: 'TXT' | 'MX';
+  name: string;
+  value: string;
+  status: string;
+}
+
+let dns: TestDnsServer;
+let service: TestService;
+let browser: Browser;
+let token: string;
+let client: DashboardClient;
+
+beforeAll(async () => {
+  dns = await TestDnsServer.start();
+  service = await startService({ DNS_SERVERS: dns.address });
+  token = adminTokenFor(service);
+  browser = await launchBrowser();
+  client = await dashboardClient(service, token);
+});
+afterAll(async () => {
+  await browser?.close();
+  await service?.close();
+  await dns?.stop();
+});
+
+const UUID = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/;
+
+/** Publishes the records as the customer would copy them into their zone (a DKIM value split into 255-octet strings). */
+function publish(records: RecordBody[]): void {
+  for (const r of records) {
+    if (r.type === 'MX') {
+      const [priority, exchange] = r.value.split(' ');
+      dns.add(r.name, { type: 'MX', priority: Number(priority), exchange: exchange! });
+    } else {
+      dns.add(r.name, { type: 'TXT', data: r.value.match(/[^]{1,255}/g)! });
+    }
+  }
+}
+
+async function submit(page: Page, button: string): Promise<void> {
+  await Promise.all([page.waitForEvent('load'), page.getByRole('button', { name: button, exact: true }).click()]);
+}
+
+/** The "Last verification" table as { record: check value }. */
+async function checksShown(page: Page): Promise<Record<string, string>> {
+  const rows = page.getByRole('region', { name: 'Last verification' }).locator('tbody tr');
+  const out: Record<string, string> = {};
+  for (let i = 0; i < (await rows.count()); i++) {
+    const row = rows.nth(i);
+    out[(await row.locator('th').textContent())!] = (await row.locator('.badge').textContent())!;
+  }
+  return out;
+}
+
+/** The records table as { record: status }. */
+async function recordStatuses(page: Page): Promise<Record<string, string>> {
+  const rows = page.getByRole('region', { name: 'Records to publish' }).locator('tbody tr');
+  const out: Record<string, string> = {};
+  for (let i = 0; i < (await rows.count()); i++) out[(await rows.nth(i).locator('th').textContent())!] = (await rows.nth(i).locator('.badge').textContent())!;
+  return out;
+}
+
+const statusBadges = (page: Page) => page.locator('main > .panel .badges .badge').allTextContents();
+const noHorizontalScroll = (page: Page) => page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth');
+
+describe('domains in the browser', () => {
+  it('connects a domain, shows its records with copy buttons, verifies it against the test DNS server, and deletes it', async () => {
+    const { account, key } = service.newAccount({ name: 'Umbrella' });
+    const name = 'umbrella-mail.example.com';
+    const page = await newPage(browser);
+    await signIn(page, service.url, token, '/dashboard/domains');
+    await expectAccessible(page, 'domains list, empty');
+
+    await page.getByLabel('Account').selectOption(account.id);
+    await page.getByLabel('Domain name', { exact: true }).fill(name.toUpperCase());
+    await submit(page, 'Connect domain');
+    expect(new URL(page.url()).pathname).toMatch(new RegExp(`^/dashboard/domains/${UUID.source}$`));
+    const domainId = new URL(page.url()).pathname.split('/').pop()!;
+    expect(await page.locator('.flash.ok').textContent()).toContain(`Connected ${name} to Umbrella.`);
+    expect(await page.getByRole('heading', { level: 1 }).textContent()).toBe(name);
+
+    // The records are the API's, each name and value with its copy button.
+    const api = await service.api('GET', `/domains/${domainId}`, { key });
+    expect(api.status).toBe(200);
+    const records: RecordBody[] = api.body.records;
+    const table = page.getByRole('region', { name: 'Records to publish' });
+    for (const r of records) {
+      const row = table.getByRole('row').filter({ has: page.getByRole('rowheader', { name: r.record, exact: true }) });
+      expect(await row.locator('td').first().textContent()).toBe(r.type);
+      expect(await row.locator('code').allTextContents()).toEqual([r.name, r.value]);
+      expect(await row.getByRole('button', { name: `Copy ${r.record} record name` }).count()).toBe(1);
+      expect(await row.getByRole('button', { name: `Copy ${r.record} record value` }).count()).toBe(1);
+    }
+    expect(await recordStatuses(page)).toEqual({ Ownership: 'pending', SPF: 'pending', Receiving: 'pending', Signing: 'pending' });
+    expect(await statusBadges(page)).toEqual(['pending', 'not sending', 'not receiving']);
+    await screenshot(page, 'domain-records');
+    await expectAccessible(page, 'domain page, pending');
+    await page.context().grantPermissions(['clipboard-read', 'clipboard-write'], { origin: service.url });
+    await table.getByRole('button', { name: 'Copy Signing record value' }).click();
+    expect(await page.evaluate('navigator.clipboard.readText()')).toBe(records.find((r) => r.record === 'Signing')!.value);
+
+    // Nothing published: every check fails, and the page says so.
+    await submit(page, 'Verify now');
+    expect(await page.locator('.flash.error').textContent()).toContain(`Checked DNS for ${name}: 0 of 4 records found. The domain is pending.`);
+    expect(await checksShown(page)).toEqual({ Ownership: 'missing', SPF: 'missing', Receiving: 'missing', Signing: 'missing' });
+    expect(await page.getByRole('region', { name: 'Last verification' }).textContent()).toContain('Not found: DNS answered without this value.');
+    expect(await statusBadges(page)).toEqual(['pending', 'not sending', 'not receiving']);
+
+    // Published as the page shows them: every check passes, and the badges change.
+    publish(records);
+    await submit(page, 'Verify now');
+    expect(await page.locator('.flash.ok').textContent()).toContain(`Checked DNS for ${name}: 4 of 4 records found. The domain is verified.`);
+    expect(await checksShown(page)).toEqual({ Ownership: 'proven', SPF: 'published', Receiving: 'published', Signing: 'published' });
+    expect(await recordStatuses(page)).toEqual({ Ownership: 'published', SPF: 'published', Receiving: 'published', Signing: 'published' });
+    expect(await statusBadges(page)).toEqual(['verified', 'sending direct', 'receiving']);
+    expect((await service.api('GET', `/domains/${domainId}`, { key })).body).toMatchObject({ status: 'verified', sending: true, receiving: true, direct: true });
+    await screenshot(page, 'domain-verified');
+    await expectAccessible(page, 'domain page, verified');
+
+    // The list across accounts shows it with its account and badges; so does the account's page.
+    await page.goto(`${service.url}/dashboard/domains`);
+    const listRow = page.getByRole('row').filter({ has: page.getByRole('link', { name }) });
+    expect(await listRow.getByRole('link', { name: 'Umbrella', exact: true }).getAttribute('href')).toBe(`/dashboard/accounts/${account.id}`);
+    expect(await listRow.locator('.badge').allTextContents()).toEqual([
+      'verified',
+      'sending direct',
+      'receiving',
+      'Ownership: published',
+      'SPF: published',
+      'Receiving: published',
+      'Signing: published',
+    ]);
+    await expectAccessible(page, 'domains list');
+    await screenshot(page, 'domains-list');
+    await page.goto(`${service.url}/dashboard/accounts/${account.id}`);
+    expect(await page.getByRole('region', { name: 'Domains' }).getByRole('link', { name }).count()).toBe(1);
+
+    // Deleted after a confirmation: gone from the API too.
+    await page.goto(`${service.url}/dashboard/domains/${domainId}`);
+    page.once('dialog', (d) => void d.accept());
+    await submit(page, 'Delete domain');
+    expect(await page.locator('.flash.ok').textContent()).toContain(`Deleted ${name} from Umbrella.`);
+    expect(new URL(page.url()).pathname).toBe('/dashboard/domains');
+    expect((await service.api('GET', `/domains/${domainId}`, { key })).status).toBe(404);
+    expect(pageProblems(page)).toEqual([]);
+    await page.context().close();
+  });
+
+  it('keeps a domain when the confirmation is dismissed', async () => {
+    const { key } = service.newAccount({ name: 'Careful Co' });
+    const created = await service.api('POST', '/domains', { key, body: { name: 'careful.example.com' } });
+    const page = await newPage(browser);
+    await signIn(page, service.url, token, `/dashboard/domains/${created.body.id}`);
+    let asked = '';
+    page.once('dialog', (d) => {
+      asked = d.message();
+      void d.dismiss();
+    });
+    await page.getByRole('button', { name: 'Delete domain' }).click();
+    expect(asked).toContain('Delete careful.example.com from Careful Co?');
+    expect((await service.api('GET', `/domains/${created.body.id}`, { key })).status).toBe(200);
+    await page.context().close();
+  });
+
+  it('shows the domains list and a domain page at phone width without scrolling sideways', async () => {
+    const { key } = service.newAccount({ name: 'Narrow Co' });
+    const created = await service.api('POST', '/domains', { key, body: { name: 'narrow.example.com' } });
+    const page = await newPage(browser, 390);
+    await signIn(page, service.url, token, `/dashboard/domains/${created.body.id}`);
+    expect(await noHorizontalScroll(page)).toBe(0);
+    await screenshot(page, 'domain-phone');
+    await expectAccessible(page, 'domain page at phone width');
+    await page.goto(`${service.url}/dashboard/domains`);
+    expect(await noHorizontalScroll(page)).toBe(0);
+    await expectAccessible(page, 'domains list at phone width');
+    expect(pageProblems(page)).toEqual([]);
+    await page.context().close();
+  });
+});
+
+describe('domains over HTTP', () => {
+  const domainCount = () => service.deps.db.select({ n: count() }).from(domains).get()!.n;
+
+  async function refusedWith(path: string, fields: Record<string, string>, back: string): Promise<string> {
+    const res = await client.post(path, fields);
+    expect(res.status).toBe(303);
+    expect(res.headers.get('location')).toBe(back);
+    const html = await (await client.get(back)).text();
+    const flash = /<div class="flash error" role="alert"><div>([^<]*)<\/div>/.exec(html);
+    expect(flash, html.slice(0, 300)).not.toBeNull();
+    return flash![1]!;
+  }
+
+  it('refuses a bad connection with the API error message as a flash, creating nothing', async () => {
+    const { account, key } = service.newAccount({ name: 'Connect Co' });
+    await service.api('POST', '/domains', { key, body: { name: 'taken.example.com' } });
+    const before = domainCount();
+    expect(await refusedWith('/dashboard/domains', { accountId: account.id, name: 'not a domain' }, '/dashboard/domains')).toMatch(/^name: /);
+    expect(await refusedWith('/dashboard/domains', { accountId: '', name: 'fine.example.com' }, '/dashboard/domains')).toBe('Choose the account the domain belongs to.');
+    expect(await refusedWith('/dashboard/domains', { accountId: 'x', name: 'fine.example.com' }, '/dashboard/domains')).toBe('Choose the account the domain belongs to.');
+    expect(await refusedWith('/dashboard/domains', { accountId: account.id, name: 'taken.example.com' }, '/dashboard/domains')).toBe(
+      'The domain taken.example.com is already connected to this account.',
+    );
+    // Another account's fresh claim: refused without saying who holds it, as the API refuses it.
+    const other = service.newAccount({ name: 'Other Co' });
+    expect(await refusedWith('/dashboard/domains', { accountId: other.account.id, name: 'taken.example.com' }, '/dashboard/domains')).toBe(
+      'The domain taken.example.com cannot be connected to this account.',
+    );
+    expect(domainCount()).toBe(before);
+  });
+
+  it('answers the 404 page for unknown domains and accounts', async () => {
+    const unknown = '01900000-0000-7000-8000-000000000000';
+    for (const path of [`/dashboard/domains/${unknown}`, '/dashboard/domains/nope']) {
+      const res = await client.get(path);
+      expect(res.status).toBe(404);
+      expect(await res.text()).toContain('There is no domain with that id.');
+    }
+    expect((await client.post(`/dashboard/domains/${unknown}/verify`)).status).toBe(404);
+    expect((await client.post(`/dashboard/domains/${unknown}/delete`)).status).toBe(404);
+    expect((await client.get(`/dashboard/domains?account=${unknown}`)).status).toBe(404);
+    expect((await client.get('/dashboard/domains?before=zzz')).status).toBe(422);
+  });
+
+  it('refuses a POST without the CSRF token (403): nothing connected, verified or deleted', async () => {
+    const { account, key } = service.newAccount({ name: 'Csrf Domains' });
+    const before = domainCount();
+    expect((await client.post('/dashboard/domains', { accountId: account.id, name: 'csrf.example.com', _csrf: '' })).status).toBe(403);
+    expect(domainCount()).toBe(before);
+    const created = await service.api('POST', '/domains', { key, body: { name: 'kept.example.com' } });
+    expect((await client.post(`/dashboard/domains/${created.body.id}/delete`, { _csrf: '' })).status).toBe(403);
+    expect((await client.post(`/dashboard/domains/${created.body.id}/verify`, {}, { origin: 'http://evil.example' })).status).toBe(403);
+    const row = service.deps.db.select().from(domains).where(eq(domains.id, created.body.id)).get()!;
+    expect(row.checks).toBeNull();
+  });
+
+  it('filters the list by account', async () => {
+    const a = service.newAccount({ name: 'Filter A' });
+    const b = service.newAccount({ name: 'Filter B' });
+    await service.api('POST', '/domains', { key: a.key, body: { name: 'a-only.example.com' } });
+    await service.api('POST', '/domains', { key: b.key, body: { name: 'b-only.example.com' } });
+    const html = await (await client.get(`/dashboard/domains?account=${a.account.id}`)).text();
+    expect(html).toContain('a-only.example.com');
+    expect(html).not.toContain('b-only.example.com');
+    // The connect form has that account chosen.
+    expect(html).toMatch(new RegExp(`<option value="${a.account.id}" selected="">`));
+    const searched = await (await client.get('/dashboard/domains?q=b-only')).text();
+    expect(searched).toContain('b-only.example.com');
+    expect(searched).not.toContain('a-only.example.com');
+  });
+});
