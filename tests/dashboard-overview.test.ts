@@ -78,7 +78,7 @@ describe('the overview', () => {
     // What needs the operator: a switched-off endpoint and a failing one, an unreachable database, an account at 80%
     // of its quota and one throttled by its bounce rate; and one at half its quota, which is fine.
     const hooks = service.newAccount({ name: 'Hook owner' }).account;
-    seedEndpoint(service, hooks.id, ['email.delivered'], { active: false });
+    const disabled = seedEndpoint(service, hooks.id, ['email.delivered'], { active: false });
     const failing = seedEndpoint(service, hooks.id, ['email.bounced']);
     service.deps.db.update(webhookEndpoints).set({ failureCount: 3 }).where(eq(webhookEndpoints.id, failing)).run();
     const dbOwner = service.newAccount({ name: 'Database owner' }).account;
@@ -113,11 +113,15 @@ describe('the overview', () => {
 
     expect(await page.locator('#queue-depth').textContent()).toBe('1');
     expect(await page.locator('#queue-oldest').textContent()).toBe('1 h 30 min');
-    const webhooks = (await page.locator('#webhooks').textContent()) ?? '';
-    expect(webhooks).toContain('switched off');
-    expect(webhooks).toContain('10 failures in a row');
-    expect(webhooks).toContain('3 failures in a row');
-    expect(await page.locator('#webhooks').getByRole('link', { name: 'https://hooks.example.com/in' }).first().getAttribute('href')).toBe('/dashboard/webhooks');
+    const webhooks = page.locator('#webhooks li');
+    expect(await webhooks.count()).toBe(2);
+    // Switched off first, then failing; each says why, as the webhooks pages do, and links to its endpoint.
+    expect(await webhooks.nth(0).textContent()).toContain('Disabled');
+    expect(await webhooks.nth(0).textContent()).toContain('Hook owner: Switched off by the service after 10 consecutive failed attempts');
+    expect(await webhooks.nth(1).textContent()).toContain('Failing');
+    expect(await webhooks.nth(1).textContent()).toContain('Hook owner: 3 consecutive failed attempts');
+    expect(await webhooks.nth(0).getByRole('link').getAttribute('href')).toBe(`/dashboard/webhooks/${disabled}`);
+    expect(await webhooks.nth(1).getByRole('link').getAttribute('href')).toBe(`/dashboard/webhooks/${failing}`);
     const databases = (await page.locator('#databases').textContent()) ?? '';
     expect(databases).toContain('unreachable');
     expect(databases).toContain('Database owner: mail on db.owner.example');

@@ -109,7 +109,10 @@ describe('the send log in the browser', () => {
     expect(postText).toContain('email.delivered');
     expect(postText).toContain(`https://hooks.webhooks.test:${receiver.port}/in`);
     expect(postText).toContain('HTTP 200');
-    expect(postText).toContain('delivered');
+    expect(postText).toContain('Delivered');
+    // Each post links to its page in the webhooks section, with its attempts.
+    const postLink = await danaPost.getByRole('link', { name: 'email.delivered' }).getAttribute('href');
+    expect(postLink).toMatch(new RegExp(`^/dashboard/webhooks/${hook.body.id}/deliveries/[0-9a-f-]{36}$`));
 
     const gone = page.locator('section[data-recipient="gone@example.net"]');
     const goneItem = gone.locator('.timeline li');
@@ -188,7 +191,6 @@ describe('the send log’s filters and pages', () => {
       ['account=acme', 'Account: is not an account id.'],
       ['recipient=not-an-address', 'Recipient: must be one email address, such as alice@example.com.'],
       ['from=2026-03-12&to=2026-03-11', 'To date: must be on or after the from date.'],
-      ['before=zzz', 'Page: is not a page cursor; start again from the first page.'],
     ];
     const client = await signedIn();
     for (const [q, message] of cases) {
@@ -201,6 +203,10 @@ describe('the send log’s filters and pages', () => {
       // The form is still there to correct it.
       expect(html).toContain('<form method="get" action="/dashboard/emails"');
     }
+    // A page link that is no id is the dashboard's bad-page-link page.
+    const res = await client.get('/dashboard/emails?after=zzz');
+    expect(res.status).toBe(422);
+    expect(await res.text()).toContain('That page link is not valid; start again from the first page.');
   });
 
   it('pages newest first, 50 to a page, keeping the filters', async () => {
@@ -211,12 +217,17 @@ describe('the send log’s filters and pages', () => {
     const client = await signedIn();
     const first = await (await client.get(`/dashboard/emails?account=${acct.id}`)).text();
     expect(idsOn(first)).toEqual(made.slice(0, 50));
-    const older = /<a class="button secondary" href="([^"]+)" rel="next">Older emails<\/a>/.exec(first)![1]!.replaceAll('&amp;', '&');
-    expect(older).toBe(`/dashboard/emails?account=${acct.id}&before=${made[49]}`);
+    /** The pager's link with this label, as a path. */
+    const link = (html: string, label: string) => [...html.matchAll(/<a class="button secondary" href="([^"]+)">([^<]+)<\/a>/g)].find((m) => m[2] === label)?.[1]?.replaceAll('&amp;', '&');
+    expect(link(first, 'Newer')).toBeUndefined();
+    const older = link(first, 'Older')!;
+    expect(older).toBe(`/dashboard/emails?account=${acct.id}&after=${made[49]}`);
     const second = await (await client.get(older)).text();
     expect(idsOn(second)).toEqual(made.slice(50));
-    expect(second).not.toContain('rel="next"');
-    expect(second).toContain(`href="/dashboard/emails?account=${acct.id}">Newest</a>`);
+    expect(link(second, 'Older')).toBeUndefined();
+    const newer = link(second, 'Newer')!;
+    expect(newer).toBe(`/dashboard/emails?account=${acct.id}&before=${made[50]}`);
+    expect(idsOn(await (await client.get(newer)).text())).toEqual(made.slice(0, 50));
   });
 
   it('shows the 404 page for an unknown email id, uuid-shaped or not', async () => {

@@ -2,7 +2,9 @@ import type { FC } from 'hono/jsx';
 import type { DeliveryMode } from '../../server/config.js';
 import type { EventView } from '../../server/core/emails.js';
 import type { CausedDelivery, EmailTrail, QueuedRecipient, WriteItem, WriteState } from '../queries/email-trail.js';
+import { DELIVERY_STATES } from '../queries/webhooks.js';
 import { Badge, type BadgeTone, Copyable, Time } from '../ui.js';
+import { deliveryPath } from '../views/webhooks.js';
 import { EmailStatusBadges, OUTCOME_CLASS, OUTCOME_TONE } from './email-status.js';
 import { plural } from './format.js';
 import { TableRegion } from './table-region.js';
@@ -86,7 +88,7 @@ export const EmailTrailView: FC<{ trail: EmailTrail; mode: DeliveryMode }> = ({ 
       </section>
 
       <h2>Recipients</h2>
-      <p class="muted">Each recipient's attempts and outcomes in the order they happened, and the webhook posts those outcomes queued. Replays are listed on the Webhooks page.</p>
+      <p class="muted">Each recipient's attempts and outcomes in the order they happened, and the webhook posts those outcomes queued (each links to its attempts). Replays are listed on the Webhooks page.</p>
       {recipients.map((r, i) => (
         <section class="panel recipient" aria-labelledby={`recipient-${i}`} data-recipient={r.address}>
           <h3 id={`recipient-${i}`}>{r.address}</h3>
@@ -142,13 +144,6 @@ const Timeline: FC<{ events: EventView[]; queued: QueuedRecipient | null; status
   </>
 );
 
-function deliveryState(d: CausedDelivery): { tone: BadgeTone; text: string } {
-  if (d.delivery.deliveredAt) return { tone: 'ok', text: 'delivered' };
-  if (d.delivery.nextAttemptAt === null) return { tone: 'bad', text: 'failed' };
-  if (!d.endpointActive) return { tone: 'warn', text: 'waiting: endpoint off' };
-  return { tone: 'info', text: d.delivery.attempts === 0 ? 'queued' : 'retrying' };
-}
-
 const WebhookPosts: FC<{ deliveries: CausedDelivery[]; recipient: string }> = ({ deliveries, recipient }) => (
   <>
     {deliveries.length === 0 ? (
@@ -170,15 +165,17 @@ const WebhookPosts: FC<{ deliveries: CausedDelivery[]; recipient: string }> = ({
           </thead>
           <tbody>
             {deliveries.map((d) => {
-              const state = deliveryState(d);
+              const state = DELIVERY_STATES[d.state];
               return (
                 <tr data-delivery-id={d.delivery.id}>
-                  <td>{d.delivery.eventType}</td>
+                  <td>
+                    <a href={deliveryPath(d.endpointId, d.delivery.id)}>{d.delivery.eventType}</a>
+                  </td>
                   <td class="cell-wrap">{d.url}</td>
                   <td class="num">{String(d.delivery.attempts)}</td>
                   <td class="cell-wrap">{d.delivery.lastError ?? (d.delivery.lastStatus === null ? <span class="muted">none yet</span> : `HTTP ${d.delivery.lastStatus}`)}</td>
                   <td>
-                    <Badge tone={state.tone}>{state.text}</Badge>{' '}
+                    <Badge tone={state.tone}>{state.label}</Badge>{' '}
                     {d.delivery.deliveredAt ? (
                       <Time ms={Date.parse(d.delivery.deliveredAt)} />
                     ) : d.delivery.nextAttemptAt ? (

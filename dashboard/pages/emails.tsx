@@ -8,8 +8,11 @@ import { plural } from '../components/format.js';
 import { TableRegion } from '../components/table-region.js';
 import type { DashEnv } from '../env.js';
 import { emailTrail } from '../queries/email-trail.js';
-import { type AccountOption, type SendLogRow, accountOptions, listSendLog, parseSendLogQuery } from '../queries/send-log.js';
+import { type AccountChoice, accountChoices } from '../queries/act-for-account.js';
+import { readPageLink } from '../queries/id-pages.js';
+import { type SendLogRow, listSendLog, parseSendLogQuery } from '../queries/send-log.js';
 import { render } from '../render.js';
+import { Pager, pageHrefs, withQuery } from './listing.js';
 import { Time } from '../ui.js';
 
 /** The filter fields the form sends and the pager keeps. */
@@ -21,14 +24,15 @@ export function emailPages(deps: Deps) {
     .get('/emails', (c) => {
       const query = c.req.query();
       const { filter, errors } = parseSendLogQuery(query);
+      const link = readPageLink((n) => c.req.query(n));
       const values = Object.fromEntries(FILTER_FIELDS.map((f) => [f, query[f] ?? ''])) as Record<(typeof FILTER_FIELDS)[number], string>;
-      const page = errors.length === 0 ? listSendLog(deps.db, filter) : null;
+      const page = errors.length === 0 ? listSendLog(deps.db, filter, link) : null;
       return render(
         deps,
         c,
         { title: 'Send log', current: '/dashboard/emails', status: errors.length > 0 ? 400 : 200 },
         <>
-          <FilterForm values={values} accounts={accountOptions(deps.db)} />
+          <FilterForm values={values} accounts={accountChoices(deps.db)} />
           {errors.length > 0 && (
             <div class="flash error" role="alert">
               <div>The send log cannot be filtered like that:</div>
@@ -39,8 +43,8 @@ export function emailPages(deps: Deps) {
               </ul>
             </div>
           )}
-          {page && <SendLogTable rows={page.rows} filtered={FILTER_FIELDS.some((f) => values[f].trim() !== '')} />}
-          {page && <Pager values={values} before={filter.before} nextBefore={page.nextBefore} />}
+          {page && <SendLogTable rows={page.items} filtered={FILTER_FIELDS.some((f) => values[f].trim() !== '')} />}
+          {page && <Pager label="Send log pages" {...pageHrefs(page, (params) => withQuery('/dashboard/emails', { ...values, ...params }))} />}
         </>,
       );
     })
@@ -51,7 +55,7 @@ export function emailPages(deps: Deps) {
     });
 }
 
-const FilterForm: FC<{ values: Record<(typeof FILTER_FIELDS)[number], string>; accounts: AccountOption[] }> = ({ values, accounts }) => (
+const FilterForm: FC<{ values: Record<(typeof FILTER_FIELDS)[number], string>; accounts: AccountChoice[] }> = ({ values, accounts }) => (
   <form method="get" action="/dashboard/emails" class="panel filters" role="search" aria-label="Filter the send log">
     <div class="form-grid">
       <div class="field">
@@ -60,7 +64,7 @@ const FilterForm: FC<{ values: Record<(typeof FILTER_FIELDS)[number], string>; a
           <option value="">All accounts</option>
           {accounts.map((a) => (
             <option value={a.id} selected={a.id === values.account}>
-              {a.parentName ? `${a.parentName} › ${a.name}` : a.name}
+              {a.label}
             </option>
           ))}
         </select>
@@ -154,28 +158,3 @@ const SendLogTable: FC<{ rows: SendLogRow[]; filtered: boolean }> = ({ rows, fil
       </table>
     </TableRegion>
   );
-
-/** Keyset paging: back to the newest, or on to older emails, with the same filters. */
-const Pager: FC<{ values: Record<string, string>; before: string | null; nextBefore: string | null }> = ({ values, before, nextBefore }) => {
-  const href = (cursor: string | null) => {
-    const q = new URLSearchParams(Object.entries(values).filter(([, v]) => v.trim() !== ''));
-    if (cursor) q.set('before', cursor);
-    const s = q.toString();
-    return `/dashboard/emails${s ? `?${s}` : ''}`;
-  };
-  if (!before && !nextBefore) return null;
-  return (
-    <nav class="pager" aria-label="Send log pages">
-      {before && (
-        <a class="button secondary" href={href(null)}>
-          Newest
-        </a>
-      )}
-      {nextBefore && (
-        <a class="button secondary" href={href(nextBefore)} rel="next">
-          Older emails
-        </a>
-      )}
-    </nav>
-  );
-};

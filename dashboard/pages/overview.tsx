@@ -5,10 +5,12 @@ import { readOutboundQueue } from '../../server/metrics.js';
 import { formatAge, plural } from '../components/format.js';
 import { VolumeChart, VolumeTable } from '../components/volume-chart.js';
 import type { DashEnv } from '../env.js';
-import { type AccountTrouble, type Capped, type DatabaseTrouble, type EndpointTrouble, NEAR_QUOTA_SHARE, troubledAccounts, troubledDatabases, troubledWebhooks } from '../queries/attention.js';
+import { type AccountTrouble, type Capped, type DatabaseTrouble, NEAR_QUOTA_SHARE, troubledAccounts, troubledDatabases, troubledWebhooks } from '../queries/attention.js';
 import { VOLUME_DAYS, dailyVolume } from '../queries/mail-volume.js';
+import { type EndpointSummary, healthReason } from '../queries/webhooks.js';
 import { render } from '../render.js';
 import { Badge, type BadgeTone, Time } from '../ui.js';
+import { HealthBadge, endpointPath } from '../views/webhooks.js';
 
 /** GET /dashboard: mail flow over the last 30 days, the outbound queue, and what needs the operator's eye. */
 export function overviewPages(deps: Deps) {
@@ -78,7 +80,7 @@ const QueuePanel: FC<{ queue: ReturnType<typeof readOutboundQueue>; now: number 
 
 const More: FC<{ shown: number; total: number }> = ({ shown, total }) => (total > shown ? <p class="muted">and {String(total - shown)} more.</p> : null);
 
-const WebhooksPanel: FC<{ troubled: Capped<EndpointTrouble> }> = ({ troubled }) => (
+const WebhooksPanel: FC<{ troubled: Capped<EndpointSummary> }> = ({ troubled }) => (
   <section class="panel" aria-labelledby="webhooks-heading" id="webhooks">
     <h2 id="webhooks-heading">Webhook endpoints failing or switched off</h2>
     {troubled.total === 0 ? (
@@ -86,15 +88,14 @@ const WebhooksPanel: FC<{ troubled: Capped<EndpointTrouble> }> = ({ troubled }) 
     ) : (
       <>
         <ul class="attention">
-          {troubled.items.map(({ endpoint, accountName }) => (
+          {troubled.items.map((endpoint) => (
             <li>
               <div class="row">
-                {endpoint.active ? <Badge tone="warn">failing</Badge> : <Badge tone="bad">switched off</Badge>}
-                <a href="/dashboard/webhooks">{endpoint.url}</a>
+                <HealthBadge endpoint={endpoint} />
+                <a href={endpointPath(endpoint.view.id)}>{endpoint.view.url}</a>
               </div>
               <div class="why">
-                {accountName}: {plural(endpoint.failureCount, 'failure')} in a row
-                {endpoint.disabledAt && <>, switched off <Time ms={Date.parse(endpoint.disabledAt)} /></>}
+                {endpoint.accountName}: {healthReason(endpoint.view, endpoint.lastError)}
               </div>
             </li>
           ))}
@@ -102,8 +103,9 @@ const WebhooksPanel: FC<{ troubled: Capped<EndpointTrouble> }> = ({ troubled }) 
         <More shown={troubled.items.length} total={troubled.total} />
       </>
     )}
-    <p>
-      <a href="/dashboard/webhooks">All webhook endpoints</a>
+    <p class="row">
+      <a href="/dashboard/webhooks?status=disabled">Switched-off endpoints</a>
+      <a href="/dashboard/webhooks?status=failing">Failing endpoints</a>
     </p>
   </section>
 );
@@ -116,17 +118,17 @@ const DatabasesPanel: FC<{ troubled: Capped<DatabaseTrouble> }> = ({ troubled })
     ) : (
       <>
         <ul class="attention">
-          {troubled.items.map((d) => (
+          {troubled.items.map(({ accountName, status }) => (
             <li>
               <div class="row">
-                {d.state === 'unreachable' ? <Badge tone="bad">unreachable</Badge> : <Badge tone="warn">writes waiting</Badge>}
-                <a href="/dashboard/database">
-                  {d.accountName}: {d.database} on {d.host}
+                {status.state === 'unreachable' ? <Badge tone="bad">unreachable</Badge> : <Badge tone="warn">writes waiting</Badge>}
+                <a href={status.state === 'unreachable' ? '/dashboard/database?state=unreachable' : '/dashboard/database'}>
+                  {accountName}: {status.database} on {status.host}
                 </a>
               </div>
               <div class="why">
-                {plural(d.pending, 'write')} waiting; last reached <Time ms={d.lastOkAt} />
-                {d.lastError && <>; last error: {d.lastError}</>}
+                {plural(status.pending, 'write')} waiting; last reached <Time ms={status.lastOkAt === null ? null : Date.parse(status.lastOkAt)} />
+                {status.lastError && <>; last error: {status.lastError}</>}
               </div>
             </li>
           ))}

@@ -3,10 +3,10 @@ import type { Db } from '../../db/client.js';
 import { accounts, customerDatabases, webhookEndpoints } from '../../db/schema/index.js';
 import { type AccountView, accountView } from '../../server/core/accounts.js';
 import { TIER_MIN_SENT } from '../../server/core/tiers.js';
-import { type WebhookEndpointView, endpointView } from '../../server/core/webhooks.js';
-import { pendingWrites } from '../../server/customer-db/outbox.js';
+import { type DatabaseStatus, databaseStatusOf } from '../../server/core/customer-db.js';
 import { utcDay } from '../../server/clock.js';
 import type { Deps } from '../../server/deps.js';
+import { ENDPOINT_HEALTH, type EndpointSummary, listEndpoints } from './webhooks.js';
 
 /** What the overview lists as needing the operator's eye: each list capped, with the full count beside it. */
 
@@ -18,49 +18,38 @@ export interface Capped<T> {
   total: number;
 }
 
-export interface EndpointTrouble {
-  endpoint: WebhookEndpointView;
-  accountId: string;
-  accountName: string;
-}
-
-/** Endpoints switched off, or failing now (consecutive failures since their last success), across every account. */
-export function troubledWebhooks(db: Db): Capped<EndpointTrouble> {
-  const troubled = or(eq(webhookEndpoints.active, false), sql`${webhookEndpoints.failureCount} > 0`);
-  const rows = db
-    .select({ endpoint: webhookEndpoints, accountName: accounts.name })
-    .from(webhookEndpoints)
-    .innerJoin(accounts, eq(accounts.id, webhookEndpoints.accountId))
-    .where(troubled)
-    // Switched off first, then the longest failing streak.
-    .orderBy(asc(webhookEndpoints.active), desc(webhookEndpoints.failureCount), asc(webhookEndpoints.id))
-    .limit(ATTENTION_LIMIT)
-    .all();
-  const total = db.select({ n: count() }).from(webhookEndpoints).where(troubled).get()?.n ?? 0;
-  return { items: rows.map((r) => ({ endpoint: endpointView(r.endpoint), accountId: r.endpoint.accountId, accountName: r.accountName })), total };
+/**
+ * Endpoints switched off, then those failing now (consecutive failed attempts since their last success), across every
+ * account: the webhooks pages' own health rule and list (ENDPOINT_HEALTH, listEndpoints), newest first within each.
+ */
+export function troubledWebhooks(db: Db): Capped<EndpointSummary> {
+  const items: EndpointSummary[] = [];
+  let total = 0;
+  for (const health of ['disabled', 'failing'] as const) {
+    total += db.select({ n: count() }).from(webhookEndpoints).where(ENDPOINT_HEALTH[health].where()).get()?.n ?? 0;
+    const left = ATTENTION_LIMIT - items.length;
+    if (left > 0) items.push(...listEndpoints(db, { health }, { after: null, limit: left }).rows);
+  }
+  return { items, total };
 }
 
 export interface DatabaseTrouble {
   accountId: string;
   accountName: string;
-  host: string;
-  database: string;
-  state: string;
-  lastError: string | null;
-  lastOkAt: number | null;
-  pending: number;
+  /** As GET /database answers it for that account (state, pending writes, last error). */
+  status: DatabaseStatus;
 }
 
 /**
- * Customer databases that cannot be reached, or that have writes waiting (`pending` as GET /database counts it, the
- * outbox's own function).
+ * Customer databases the writer cannot reach, or that have writes waiting (`pending` as GET /database counts it),
+ * each with the status databaseStatusOf gives, as the Database page shows it.
  */
 export function troubledDatabases(db: Db): Capped<DatabaseTrouble> {
   // One seek per database in the outbox's pending index (written out: drizzle leaves columns unqualified in sql``).
   const waiting = sql`exists (select 1 from customer_db_writes w where w.database_account_id = "customer_databases"."account_id" and w.set_aside_at is null)`;
   const troubled = or(eq(customerDatabases.state, 'unreachable'), waiting);
   const rows = db
-    .select({ row: customerDatabases, accountName: accounts.name })
+    .select({ accountId: customerDatabases.accountId, accountName: accounts.name })
     .from(customerDatabases)
     .innerJoin(accounts, eq(accounts.id, customerDatabases.accountId))
     .where(troubled)
@@ -68,17 +57,7 @@ export function troubledDatabases(db: Db): Capped<DatabaseTrouble> {
     .limit(ATTENTION_LIMIT)
     .all();
   const total = db.select({ n: count() }).from(customerDatabases).where(troubled).get()?.n ?? 0;
-  const items = rows.map(({ row, accountName }) => ({
-    accountId: row.accountId,
-    accountName,
-    host: row.host,
-    database: row.database,
-    state: row.state,
-    lastError: row.lastError,
-    lastOkAt: row.lastOkAt,
-    pending: pendingWrites(db, row.accountId),
-  }));
-  return { items, total };
+  return { items: rows.map((r) => ({ ...r, status: databaseStatusOf({ db }, r.accountId) })), total };
 }
 
 /** Share of the day's effective quota that counts as near it. */

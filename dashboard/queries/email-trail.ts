@@ -20,7 +20,8 @@ import { ApiError } from '../../server/errors.js';
 import { isUuid } from '../../server/ids.js';
 import type { OutcomeEventData } from '../../server/webhooks/fanout.js';
 import { idFloor } from './id-time.js';
-import { operatorContext } from './operator-context.js';
+import { type DeliveryState, stateOf } from './webhooks.js';
+import { operatorContext } from '../on-behalf.js';
 
 /**
  * Everything the dashboard shows about one email: the API's own answer (getEmail, as GET /emails/{id} gives it), what
@@ -40,8 +41,8 @@ export interface CausedDelivery {
   delivery: WebhookDeliveryView;
   endpointId: string;
   url: string;
-  /** Whether the endpoint is on (a switched-off endpoint's deliveries wait). */
-  endpointActive: boolean;
+  /** Where it stands (the webhooks pages' rule: delivered, sending, waiting, queued, retrying or failed). */
+  state: DeliveryState;
   /** The outcome it posts. */
   recipient: string;
   status: string;
@@ -97,7 +98,7 @@ export function emailTrail(deps: Deps, id: string): EmailTrail {
     email,
     account,
     queued: queuedRecipients(deps.db, id),
-    deliveries: causedDeliveries(deps.db, account.id, id, eventTimes),
+    deliveries: causedDeliveries(deps.db, account.id, id, eventTimes, deps.clock.now()),
     customerDb: customerDbTrail(deps, account.id, id, createdAt, email),
     captured: capturedRecipients(deps, id),
   };
@@ -120,8 +121,9 @@ const FANOUT_WINDOW_MS = 60_000;
  * The deliveries the fan-out wrote for this email's outcomes (server/webhooks/fanout.ts: in the outcome's transaction,
  * with an id made from the outcome's time), found per outcome time in each endpoint's (endpoint, id) index and kept
  * when their post names this email. Replays queued later by an operator are listed with their endpoint.
+ * Each delivery's full attempt history is on its own page (the webhooks section).
  */
-function causedDeliveries(db: Db, accountId: string, emailId: string, eventTimes: number[]): CausedDelivery[] {
+function causedDeliveries(db: Db, accountId: string, emailId: string, eventTimes: number[], now: number): CausedDelivery[] {
   const endpoints = db
     .select({ id: webhookEndpoints.id, url: webhookEndpoints.url, active: webhookEndpoints.active })
     .from(webhookEndpoints)
@@ -149,7 +151,7 @@ function causedDeliveries(db: Db, accountId: string, emailId: string, eventTimes
       seen.add(row.id);
       const data = JSON.parse(row.data) as OutcomeEventData;
       const endpoint = byId.get(row.endpointId)!;
-      out.push({ delivery: deliveryView(row), endpointId: row.endpointId, url: endpoint.url, endpointActive: endpoint.active, recipient: data.recipient, status: data.status });
+      out.push({ delivery: deliveryView(row), endpointId: row.endpointId, url: endpoint.url, state: stateOf(row, endpoint.active, now), recipient: data.recipient, status: data.status });
     }
   }
   return out.sort((a, b) => (a.delivery.id < b.delivery.id ? -1 : 1));

@@ -1,5 +1,4 @@
-import { and, asc, desc, eq, gte, lt, sql } from 'drizzle-orm';
-import { alias } from 'drizzle-orm/sqlite-core';
+import { and, eq, gte, lt, sql } from 'drizzle-orm';
 import { z } from 'zod';
 import type { Db } from '../../db/client.js';
 import { EMAIL_STATUSES, type EmailStatus, accounts, emails } from '../../db/schema/index.js';
@@ -7,6 +6,7 @@ import { DAY_MS } from '../../server/clock.js';
 import { type EmailView, emailView } from '../../server/core/emails.js';
 import { isUuid } from '../../server/ids.js';
 import { ID_CLOCK_SLACK_MS, idFloor } from './id-time.js';
+import { type IdPage, type PageLink, pageByIds } from './id-pages.js';
 
 /** Rows on one page of the send log. */
 export const SEND_LOG_PAGE = 50;
@@ -21,8 +21,6 @@ export interface SendLogFilter {
   until: number | null;
   /** Lower-cased; matched against each recipient, case-insensitively. */
   recipient: string | null;
-  /** The keyset cursor: rows older than this id. */
-  before: string | null;
 }
 
 /** A UTC day as the date input sends it, read as its midnight. */
@@ -40,15 +38,17 @@ const querySchema = z.object({
   from: z.preprocess(blankIsNull, utcDate.optional()),
   to: z.preprocess(blankIsNull, utcDate.optional()),
   recipient: z.preprocess(blankIsNull, z.string().max(320, 'must be at most 320 characters').regex(/^[^\s@]+@[^\s@]+$/, 'must be one email address, such as alice@example.com').optional()),
-  before: z.preprocess(blankIsNull, z.string().refine(isUuid, 'is not a page cursor; start again from the first page').optional()),
 });
 
-const FIELD_LABELS: Record<string, string> = { account: 'Account', status: 'Status', from: 'From date', to: 'To date', recipient: 'Recipient', before: 'Page' };
+const FIELD_LABELS: Record<string, string> = { account: 'Account', status: 'Status', from: 'From date', to: 'To date', recipient: 'Recipient' };
 
-/** Reads the form's query; each problem comes back as one sentence naming its field, never as an exception. */
+/**
+ * Reads the form's fields (the page link is read apart, by readPageLink); each problem comes back as one sentence
+ * naming its field, never as an exception.
+ */
 export function parseSendLogQuery(query: Record<string, string>): { filter: SendLogFilter; errors: string[] } {
   const parsed = querySchema.safeParse(query);
-  const none: SendLogFilter = { account: null, status: null, from: null, until: null, recipient: null, before: null };
+  const none: SendLogFilter = { account: null, status: null, from: null, until: null, recipient: null };
   if (!parsed.success) {
     const errors = parsed.error.issues.map((i) => `${FIELD_LABELS[String(i.path[0])] ?? String(i.path[0])}: ${i.message}.`);
     return { filter: none, errors };
@@ -60,7 +60,6 @@ export function parseSendLogQuery(query: Record<string, string>): { filter: Send
     from: q.from ?? null,
     until: q.to === undefined ? null : q.to + DAY_MS,
     recipient: q.recipient?.toLowerCase() ?? null,
-    before: q.before ?? null,
   };
   if (filter.from !== null && filter.until !== null && filter.until <= filter.from) {
     return { filter: none, errors: ['To date: must be on or after the from date.'] };
@@ -79,44 +78,28 @@ export interface SendLogRow {
  * status means what GET /emails/{id} says). An account narrows it to emails_account_idx, dates to a range of the
  * primary key (UUIDv7, id-time.ts); a recipient is matched inside each email's recipient list.
  */
-export function listSendLog(db: Db, filter: SendLogFilter, limit = SEND_LOG_PAGE): { rows: SendLogRow[]; nextBefore: string | null } {
-  const rows = db
-    .select({ email: emails, accountName: accounts.name })
-    .from(emails)
-    .innerJoin(accounts, eq(accounts.id, emails.accountId))
-    .where(
-      and(
-        filter.account ? eq(emails.accountId, filter.account) : undefined,
-        filter.status ? eq(emails.status, filter.status) : undefined,
-        filter.from !== null ? and(gte(emails.id, idFloor(filter.from)), gte(emails.createdAt, filter.from)) : undefined,
-        filter.until !== null ? and(lt(emails.id, idFloor(filter.until + ID_CLOCK_SLACK_MS)), lt(emails.createdAt, filter.until)) : undefined,
-        filter.recipient ? sql`exists (select 1 from json_each("emails"."to") where lower(json_each.value) = ${filter.recipient})` : undefined,
-        filter.before ? lt(emails.id, filter.before) : undefined,
-      ),
-    )
-    .orderBy(desc(emails.id))
-    .limit(limit + 1)
-    .all();
-  const page = rows.slice(0, limit);
-  return {
-    rows: page.map((r) => ({ email: emailView(r.email), accountId: r.email.accountId, accountName: r.accountName })),
-    nextBefore: rows.length > limit ? page[page.length - 1]!.email.id : null,
-  };
-}
-
-export interface AccountOption {
-  id: string;
-  name: string;
-  parentName: string | null;
-}
-
-/** Every account for the filter's select, sub-accounts named with their parent. */
-export function accountOptions(db: Db): AccountOption[] {
-  const parent = alias(accounts, 'parent');
-  return db
-    .select({ id: accounts.id, name: accounts.name, parentName: parent.name })
-    .from(accounts)
-    .leftJoin(parent, eq(parent.id, accounts.parentId))
-    .orderBy(asc(accounts.name), asc(accounts.id))
-    .all();
+export function listSendLog(db: Db, filter: SendLogFilter, link: PageLink, limit = SEND_LOG_PAGE): IdPage<SendLogRow> {
+  const where = and(
+    filter.account ? eq(emails.accountId, filter.account) : undefined,
+    filter.status ? eq(emails.status, filter.status) : undefined,
+    filter.from !== null ? and(gte(emails.id, idFloor(filter.from)), gte(emails.createdAt, filter.from)) : undefined,
+    filter.until !== null ? and(lt(emails.id, idFloor(filter.until + ID_CLOCK_SLACK_MS)), lt(emails.createdAt, filter.until)) : undefined,
+    filter.recipient ? sql`exists (select 1 from json_each("emails"."to") where lower(json_each.value) = ${filter.recipient})` : undefined,
+  );
+  return pageByIds(
+    emails.id,
+    link,
+    limit,
+    (r: SendLogRow) => r.email.id,
+    (bound, order, take) =>
+      db
+        .select({ email: emails, accountName: accounts.name })
+        .from(emails)
+        .innerJoin(accounts, eq(accounts.id, emails.accountId))
+        .where(and(where, bound))
+        .orderBy(order)
+        .limit(take)
+        .all()
+        .map((r) => ({ email: emailView(r.email), accountId: r.email.accountId, accountName: r.accountName })),
+  );
 }
