@@ -50,6 +50,33 @@ export interface Metrics {
 /** An SMTP reply code as a label: three digits, else `other` (the label set stays bounded). */
 const codeLabel = (code: number) => (Number.isInteger(code) && code >= 200 && code <= 599 ? String(code) : 'other');
 
+/** The outbound queue at `now`: recipients still to attempt, by state, and when the oldest of them was sent. */
+export interface OutboundQueue {
+  /** Ready to send now. */
+  due: number;
+  /** Leased to a worker. */
+  sending: number;
+  /** Waiting for a retry. */
+  deferred: number;
+  /** The send time of the oldest recipient still queued; null when the queue is empty. */
+  oldestCreatedAt: number | null;
+}
+
+/**
+ * Reads the outbound queue: what the delivery engine still has to attempt. The `/metrics` gauges and the dashboard's
+ * overview both read it here, so they always agree.
+ */
+export function readOutboundQueue(db: Db, now: number): OutboundQueue {
+  const row = db.get<{ due: number | null; sending: number | null; deferred: number | null; oldest: number | null }>(sql`
+    select
+      sum(locked_until > ${now}) as sending,
+      sum((locked_until is null or locked_until <= ${now}) and next_attempt_at <= ${now}) as due,
+      sum((locked_until is null or locked_until <= ${now}) and next_attempt_at > ${now}) as deferred,
+      min(created_at) as oldest
+    from outbound_recipients where status = 'queued'`);
+  return { due: row?.due ?? 0, sending: row?.sending ?? 0, deferred: row?.deferred ?? 0, oldestCreatedAt: row?.oldest ?? null };
+}
+
 /**
  * Builds the registry. The queue gauges read SQLite when scraped (their `collect`), so they are true at that moment
  * and cost nothing between scrapes; the counters move where the thing happens.
@@ -71,16 +98,10 @@ export function createMetrics(db: Db, clock: Clock): Metrics {
     labelNames: ['state'] as const,
     registers,
     collect() {
-      const now = clock.now();
-      const row = db.get<{ due: number | null; sending: number | null; deferred: number | null }>(sql`
-        select
-          sum(locked_until > ${now}) as sending,
-          sum((locked_until is null or locked_until <= ${now}) and next_attempt_at <= ${now}) as due,
-          sum((locked_until is null or locked_until <= ${now}) and next_attempt_at > ${now}) as deferred
-        from outbound_recipients where status = 'queued'`);
-      this.set({ state: 'due' }, row?.due ?? 0);
-      this.set({ state: 'sending' }, row?.sending ?? 0);
-      this.set({ state: 'deferred' }, row?.deferred ?? 0);
+      const queue = readOutboundQueue(db, clock.now());
+      this.set({ state: 'due' }, queue.due);
+      this.set({ state: 'sending' }, queue.sending);
+      this.set({ state: 'deferred' }, queue.deferred);
     },
   });
 
@@ -89,8 +110,9 @@ export function createMetrics(db: Db, clock: Clock): Metrics {
     help: 'Age of the oldest recipient still in the outbound queue, from its send; 0 when the queue is empty',
     registers,
     collect() {
-      const row = db.get<{ oldest: number | null }>(sql`select min(created_at) as oldest from outbound_recipients where status = 'queued'`);
-      this.set(row?.oldest == null ? 0 : Math.max(0, (clock.now() - row.oldest) / 1000));
+      const now = clock.now();
+      const { oldestCreatedAt } = readOutboundQueue(db, now);
+      this.set(oldestCreatedAt === null ? 0 : Math.max(0, (now - oldestCreatedAt) / 1000));
     },
   });
 

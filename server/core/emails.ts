@@ -41,7 +41,8 @@ export const emailFilter = z.strictObject({
   cursor: z.string().optional(),
 });
 
-function emailView(row: EmailRow): EmailView {
+/** The Email resource (api.md, Email): the API and the dashboard present a send log row alike. */
+export function emailView(row: EmailRow): EmailView {
   const view: EmailView = {
     id: row.id,
     from: row.fromAddress,

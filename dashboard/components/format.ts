@@ -1,0 +1,20 @@
+/** A duration as a person reads it: the two largest units ("3 d 4 h", "2 h 5 min", "45 s"). */
+export function formatAge(ms: number): string {
+  const s = Math.max(0, Math.floor(ms / 1000));
+  const units: [number, string][] = [
+    [Math.floor(s / 86_400), 'd'],
+    [Math.floor((s % 86_400) / 3600), 'h'],
+    [Math.floor((s % 3600) / 60), 'min'],
+    [s % 60, 's'],
+  ];
+  const start = units.findIndex(([n]) => n > 0);
+  if (start === -1) return '0 s';
+  return units
+    .slice(start, start + 2)
+    .filter(([n]) => n > 0)
+    .map(([n, u]) => `${n} ${u}`)
+    .join(' ');
+}
+
+/** "1 recipient", "3 recipients". */
+export const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;

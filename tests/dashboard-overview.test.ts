@@ -1,0 +1,193 @@
+import { eq } from 'drizzle-orm';
+import type { Browser, Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { customerDatabases, webhookEndpoints } from '../db/schema/index.js';
+import { createDeliveryEngine, type DeliveryEngine } from '../mta/delivery-engine.js';
+import { SIMULATOR_DOMAIN } from '../mta/simulator.js';
+import { setDailyQuota } from '../server/core/accounts.js';
+import { expectAccessible, launchBrowser, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
+import { storeDatabaseRow } from './helpers/customer-db.js';
+import { adminTokenFor, dashboardClient } from './helpers/dashboard.js';
+import { seedEndpoint } from './helpers/outcomes.js';
+import { DAY, newSender, receipt, updateAccount, useQuota } from './helpers/sending.js';
+import { type TestService, startService } from './helpers/service.js';
+
+/**
+ * The overview (issue 14): mail flow per UTC day over the last 30 days, from real sends through the API and real
+ * outcomes recorded by the delivery engine (capture mode, with the mailbox simulator's bounce@, defer@ and
+ * complaint@), the clock moved day by day; the outbound queue; and the endpoints, databases and accounts that need
+ * the operator. The service captures its mail, so an email's page links to its captured messages.
+ */
+
+let service: TestService;
+let engine: DeliveryEngine;
+let browser: Browser;
+let token: string;
+
+const HOUR = 3_600_000;
+const sim = (local: string) => `${local}@${SIMULATOR_DOMAIN}`;
+
+beforeAll(async () => {
+  service = await startService({ DELIVERY_MODE: 'capture' });
+  engine = createDeliveryEngine(service.deps);
+  token = adminTokenFor(service);
+  browser = await launchBrowser();
+});
+afterAll(async () => {
+  await browser?.close();
+  await service?.close();
+});
+
+async function send(key: string, from: string, to: string[], extra: Record<string, unknown> = {}): Promise<string> {
+  const res = await service.api('POST', '/emails', { key, body: receipt(from, to, extra) });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  return res.body.id as string;
+}
+
+/** The numbers table's cells, by day and series. */
+async function tableRow(page: Page, day: string): Promise<Record<string, number>> {
+  const cells = page.locator(`#volume-table tbody tr[data-day="${day}"] td`);
+  const out: Record<string, number> = {};
+  for (let i = 0; i < (await cells.count()); i++) out[(await cells.nth(i).getAttribute('data-series'))!] = Number(await cells.nth(i).textContent());
+  return out;
+}
+
+describe('the overview', () => {
+  let captured: string;
+
+  it('charts sends and outcomes per UTC day, with a zero day, and lists the queue, failing endpoints, databases and accounts', async () => {
+    const s = await newSender(service, { name: 'Chart shop' });
+    // 2026-03-10, 12:00: five recipients sent (and a sandbox send, which sends nothing); the engine delivers three
+    // (one of them then complains), bounces one and defers one.
+    const first = await send(s.key, s.from, [sim('delivered'), sim('bounce'), sim('complaint'), sim('defer')]);
+    captured = await send(s.key, s.from, ['alice@example.net']);
+    await send(s.key, s.from, ['sandboxed@example.net'], { sandbox: true });
+    expect(await engine.runOnce()).toBe(5);
+    // 2026-03-11: nothing at all. 2026-03-12, 12:00: two more sent, one delivered and one bounced; defer@ is
+    // deferred again.
+    service.clock.advance(2 * DAY);
+    await send(s.key, s.from, [sim('delivered+2'), sim('bounce+2')]);
+    expect(await engine.runOnce()).toBe(3);
+    // 2026-03-13, 10:00: defer@ delivered at its third attempt; one more send waits in the queue for 90 minutes.
+    service.clock.advance(22 * HOUR);
+    expect(await engine.runOnce()).toBe(1);
+    await send(s.key, s.from, ['later@example.net']);
+    service.clock.advance(90 * 60_000);
+    expect(first).toBeTruthy();
+
+    // What needs the operator: a switched-off endpoint and a failing one, an unreachable database, an account at 80%
+    // of its quota and one throttled by its bounce rate; and one at half its quota, which is fine.
+    const hooks = service.newAccount({ name: 'Hook owner' }).account;
+    const disabled = seedEndpoint(service, hooks.id, ['email.delivered'], { active: false });
+    const failing = seedEndpoint(service, hooks.id, ['email.bounced']);
+    service.deps.db.update(webhookEndpoints).set({ failureCount: 3 }).where(eq(webhookEndpoints.id, failing)).run();
+    const dbOwner = service.newAccount({ name: 'Database owner' }).account;
+    storeDatabaseRow(service, dbOwner.id, 'postgresql://app:secret@db.owner.example:5432/mail');
+    service.deps.db.update(customerDatabases).set({ state: 'unreachable', lastError: 'connect ECONNREFUSED 203.0.113.7:5432' }).where(eq(customerDatabases.accountId, dbOwner.id)).run();
+    const busy = service.newAccount({ name: 'Nearly full' }).account;
+    setDailyQuota(service.deps, busy.id, 10);
+    useQuota(service, busy.id, 2);
+    const calm = service.newAccount({ name: 'Half way' }).account;
+    setDailyQuota(service.deps, calm.id, 10);
+    useQuota(service, calm.id, 5);
+    const bouncy = service.newAccount({ name: 'Bouncy' }).account;
+    updateAccount(service, bouncy.id, { totalSent: 100, totalBounced: 6 });
+
+    const page = await newPage(browser);
+    await signIn(page, service.url, token);
+    expect(new URL(page.url()).pathname).toBe('/dashboard');
+    const days = page.locator('#volume-table tbody tr');
+    expect(await days.count()).toBe(30);
+    expect(await days.first().getAttribute('data-day')).toBe('2026-03-13');
+    expect(await days.last().getAttribute('data-day')).toBe('2026-02-12');
+    expect(await tableRow(page, '2026-03-10')).toEqual({ sent: 5, delivered: 3, bounced: 1, deferred: 1, complained: 1 });
+    expect(await tableRow(page, '2026-03-11')).toEqual({ sent: 0, delivered: 0, bounced: 0, deferred: 0, complained: 0 });
+    expect(await tableRow(page, '2026-03-12')).toEqual({ sent: 2, delivered: 1, bounced: 1, deferred: 1, complained: 0 });
+    expect(await tableRow(page, '2026-03-13')).toEqual({ sent: 1, delivered: 1, bounced: 0, deferred: 0, complained: 0 });
+    expect(await tableRow(page, '2026-02-12')).toEqual({ sent: 0, delivered: 0, bounced: 0, deferred: 0, complained: 0 });
+    expect(await page.locator('#volume-table tfoot').textContent()).toBe('Total85221');
+    // The chart has an accessible name saying the same, and a line per series.
+    const chart = page.getByRole('img', { name: /Mail flow per UTC day from 2026-02-12 to 2026-03-13: 8 sent, 5 delivered, 2 bounced, 2 deferred, 1 complained/ });
+    expect(await chart.count()).toBe(1);
+    expect(await chart.locator('polyline').count()).toBe(5);
+
+    expect(await page.locator('#queue-depth').textContent()).toBe('1');
+    expect(await page.locator('#queue-oldest').textContent()).toBe('1 h 30 min');
+    const webhooks = page.locator('#webhooks li');
+    expect(await webhooks.count()).toBe(2);
+    // Switched off first, then failing; each says why, as the webhooks pages do, and links to its endpoint.
+    expect(await webhooks.nth(0).textContent()).toContain('Disabled');
+    expect(await webhooks.nth(0).textContent()).toContain('Hook owner: Switched off by the service after 10 consecutive failed attempts');
+    expect(await webhooks.nth(1).textContent()).toContain('Failing');
+    expect(await webhooks.nth(1).textContent()).toContain('Hook owner: 3 consecutive failed attempts');
+    expect(await webhooks.nth(0).getByRole('link').getAttribute('href')).toBe(`/dashboard/webhooks/${disabled}`);
+    expect(await webhooks.nth(1).getByRole('link').getAttribute('href')).toBe(`/dashboard/webhooks/${failing}`);
+    const databases = (await page.locator('#databases').textContent()) ?? '';
+    expect(databases).toContain('unreachable');
+    expect(databases).toContain('Database owner: mail on db.owner.example');
+    expect(databases).toContain('connect ECONNREFUSED 203.0.113.7:5432');
+    const accounts = page.locator('#accounts');
+    const accountsText = (await accounts.textContent()) ?? '';
+    expect(accountsText).toContain('near quota');
+    expect(accountsText).toContain('8 of 10 recipients today');
+    expect(accountsText).toContain('throttled');
+    expect(accountsText).not.toContain('Half way');
+    expect(await accounts.getByRole('link', { name: 'Nearly full' }).getAttribute('href')).toBe(`/dashboard/accounts/${busy.id}`);
+    expect(await accounts.getByRole('link', { name: 'Bouncy' }).count()).toBe(1);
+
+    // The numbers open for axe to read them too; the screenshot shows the chart with them folded.
+    await page.locator('details.numbers summary').click();
+    await expectAccessible(page, 'overview');
+    await page.locator('details.numbers summary').click();
+    await screenshot(page, 'overview');
+    expect(pageProblems(page)).toEqual([]);
+    await page.context().close();
+  }, 60_000);
+
+  it('fits a phone: the chart scales down and nothing scrolls sideways', async () => {
+    const page = await newPage(browser, 390);
+    await signIn(page, service.url, token);
+    await page.locator('details.numbers summary').click();
+    expect(await page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth')).toBe(0);
+    const chart = await page.locator('svg.chart').boundingBox();
+    expect(chart!.width).toBeLessThanOrEqual(390);
+    await expectAccessible(page, 'overview at phone width');
+    expect(pageProblems(page)).toEqual([]);
+    await page.context().close();
+  }, 60_000);
+
+  it('says all clear once nothing waits and nothing fails', async () => {
+    const quiet = await startService({ DELIVERY_MODE: 'capture' });
+    try {
+      const client = await dashboardClient(quiet);
+      const html = await (await client.get('/dashboard')).text();
+      expect(html).toContain('All clear: the delivery engine has nothing left to attempt.');
+      expect(html).toContain('All clear: every endpoint is on and its last post succeeded.');
+      expect(html).toContain('All clear: every customer database is reachable and has no writes waiting.');
+      expect(html).toContain('All clear: no account has used 80% of today');
+      expect(html).toContain('<div class="value" id="queue-oldest">none</div>');
+    } finally {
+      await quiet.close();
+    }
+  });
+
+  it('lists a reachable customer database with writes waiting', async () => {
+    const s = await newSender(service, { name: 'Waiting shop' });
+    storeDatabaseRow(service, s.account.id, 'postgresql://app:secret@db.waiting.example:5432/mail');
+    // No writer runs here: the send's content write waits in the outbox.
+    await send(s.key, s.from, ['bo@example.net']);
+    const html = await (await (await dashboardClient(service, token)).get('/dashboard')).text();
+    expect(html).toContain('<span class="badge warn">writes waiting</span><a href="/dashboard/database">Waiting shop: mail on db.waiting.example</a>');
+    expect(html).toContain('1 write waiting');
+  });
+
+  it('links an email’s page to its captured messages in capture mode', async () => {
+    const client = await dashboardClient(service, token);
+    const res = await client.get(`/dashboard/emails/${captured}`);
+    expect(res.status).toBe(200);
+    const html = await res.text();
+    expect(html).toContain(`<a href="/dashboard/captured/${captured}?recipient=alice%40example.net">Open the captured message of alice@example.net</a>`);
+    // The capture store's outcome, as GET /emails/{id} lists it.
+    expect(html).toContain('<code class="reply">captured</code>');
+  });
+});
