@@ -4,7 +4,7 @@ import { capturedMessageQuery, getCapturedMessage } from '../server/core/emails.
 import type { Deps } from '../server/deps.js';
 import { mailauthResolver } from '../server/dns/resolver.js';
 import { ApiError } from '../server/errors.js';
-import { accountOr404, operatorContext } from './on-behalf.js';
+import { actForAccount } from './on-behalf.js';
 import { type CapturedEntry, findCaptured } from './queries/captured.js';
 
 /**
@@ -26,7 +26,7 @@ export function openCaptured(deps: Deps, emailId: string, recipient: string | un
   const query = capturedMessageQuery.safeParse({ recipient });
   const entry = EMAIL_ID.test(emailId) && query.success ? findCaptured(deps.db, emailId, query.data.recipient) : undefined;
   if (!entry) throw new ApiError('email_not_found', 'No captured message of that recipient for that email.');
-  const ctx = operatorContext(accountOr404(deps, entry.accountId));
+  const ctx = actForAccount(deps.db, entry.accountId);
   return { entry, raw: getCapturedMessage({ deps, ctx, id: emailId, recipient: entry.recipient }) };
 }
 

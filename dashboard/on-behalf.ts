@@ -1,22 +1,43 @@
-import { eq } from 'drizzle-orm';
-import { type AccountRow, accounts } from '../db/schema/index.js';
+import type { Db } from '../db/client.js';
+import type { AccountRow } from '../db/schema/index.js';
+import { findAccount } from '../server/core/accounts.js';
 import type { RequestContext } from '../server/core/context.js';
 import { SCOPES } from '../server/core/scopes.js';
-import type { Deps } from '../server/deps.js';
 import { ApiError } from '../server/errors.js';
+import { isUuid } from '../server/ids.js';
 
 /**
  * The dashboard acts as the operator on behalf of any account: the API's domain functions take a RequestContext, so
- * the operator gets one for the account concerned, holding every scope. `keyId` names no key (the functions these
- * pages call do not look it up).
+ * the operator gets one for the account concerned, holding every scope and no account header. This module is the one
+ * place that builds it, and the one place that turns an account id from a page into an account (or the 404 page).
+ */
+
+/**
+ * The operator's context for `account`. keyId names no key: of the functions the dashboard calls with it, revokeKey
+ * only logs it, and none mints (minting checks a live key; the dashboard mints through insertKey, as the CLI does).
  */
 export function operatorContext(account: AccountRow): RequestContext {
   return { keyId: 'dashboard', keyAccount: account, scopes: SCOPES, account, viaHeader: false };
 }
 
-/** The account with this id, or a 404 page. */
-export function accountOr404(deps: Pick<Deps, 'db'>, id: string): AccountRow {
-  const row = deps.db.select().from(accounts).where(eq(accounts.id, id)).get();
-  if (!row) throw new ApiError('not_found', 'There is no account with that id.');
+/** The account with this id, or undefined: an id that is not a UUID reads like an unknown one (and is never queried). */
+export function accountById(db: Db, id: string): AccountRow | undefined {
+  return isUuid(id) ? findAccount(db, id) : undefined;
+}
+
+/** The account with this id, or the 404 page. */
+export function requireAccount(db: Db, id: string): AccountRow {
+  const row = accountById(db, id);
+  if (!row) throw new ApiError('account_not_found', 'There is no account with that id.');
   return row;
+}
+
+/** The operator's context for the account with this id (a form's or a row's), or the 404 page. */
+export function actForAccount(db: Db, accountId: string): RequestContext {
+  return operatorContext(requireAccount(db, accountId));
+}
+
+/** A list's optional account filter from its query string: absent or empty is none; anything else must be an account. */
+export function accountFilter(db: Db, value: string | undefined): AccountRow | null {
+  return value === undefined || value === '' ? null : requireAccount(db, value);
 }

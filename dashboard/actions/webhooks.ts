@@ -6,7 +6,7 @@ import { testWebhook } from '../../server/core/webhooks.js';
 import type { Deps } from '../../server/deps.js';
 import { ApiError } from '../../server/errors.js';
 import type { Flash } from '../session.js';
-import { actForAccount } from '../queries/act-for-account.js';
+import { actForAccount } from '../on-behalf.js';
 import type { EndpointSummary } from '../queries/webhooks.js';
 
 /**

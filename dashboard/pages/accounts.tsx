@@ -23,7 +23,8 @@ import type { Deps } from '../../server/deps.js';
 import { ApiError } from '../../server/errors.js';
 import { parseInput } from '../../server/http/validate.js';
 import type { DashEnv } from '../env.js';
-import { ACCOUNTS_PER_PAGE, listAccounts, operatorContext, requireAccount } from '../queries/accounts.js';
+import { operatorContext, requireAccount } from '../on-behalf.js';
+import { ACCOUNTS_PER_PAGE, listAccounts } from '../queries/accounts.js';
 import { readPageLink } from '../queries/id-pages.js';
 import { field, render } from '../render.js';
 import { AccountPageBody } from './account-page.js';
@@ -82,7 +83,7 @@ export function accountPages(deps: Deps) {
   );
 
   app.get('/accounts/:id', (c) => {
-    const row = requireAccount(deps, c.req.param('id'));
+    const row = requireAccount(deps.db, c.req.param('id'));
     const parent = row.parentId === null ? null : (findAccount(deps.db, row.parentId) ?? null);
     const ctx = operatorContext(row);
     const query = (n: string) => c.req.query(n);
@@ -119,7 +120,7 @@ export function accountPages(deps: Deps) {
   /** The account-page actions: each finds the account (unknown: the 404 page), then changes it or flashes why not. */
   const action = (path: string, run: (row: AccountRow, form: Record<string, string>) => Outcome) =>
     app.post(`/accounts/:id/${path}`, (c) => {
-      const row = requireAccount(deps, c.req.param('id'));
+      const row = requireAccount(deps.db, c.req.param('id'));
       return formAction(deps, c, `${CURRENT}/${row.id}`, () => run(row, c.var.form));
     });
 
@@ -162,7 +163,7 @@ export function accountPages(deps: Deps) {
   });
 
   app.post('/accounts/:id/keys/:keyId/revoke', (c) => {
-    const row = requireAccount(deps, c.req.param('id'));
+    const row = requireAccount(deps.db, c.req.param('id'));
     return formAction(deps, c, `${CURRENT}/${row.id}`, () => {
       revokeKey({ deps, ctx: operatorContext(row), id: c.req.param('keyId') });
       return { kind: 'ok', message: 'Key revoked: it stopped working at once.' };

@@ -5,7 +5,7 @@ import { testDatabase } from '../../server/core/customer-db.js';
 import type { Deps } from '../../server/deps.js';
 import { ApiError } from '../../server/errors.js';
 import type { DashEnv } from '../env.js';
-import { accountOr404, operatorContext } from '../on-behalf.js';
+import { operatorContext, requireAccount } from '../on-behalf.js';
 import { type DatabaseEntry, countDatabases, listDatabases } from '../queries/databases.js';
 import { field, redirectWithFlash, render } from '../render.js';
 import { Badge, type BadgeTone, PostButton, Time } from '../ui.js';
@@ -155,7 +155,7 @@ export function databasePages(deps: Deps) {
       );
     })
     .post('/database/:accountId/test', async (c) => {
-      const account = accountOr404(deps, c.req.param('accountId'));
+      const account = requireAccount(deps.db, c.req.param('accountId'));
       const back = listPath(stateParam(field(c, 'state')), afterParam(field(c, 'after')));
       try {
         const s = await testDatabase({ deps, ctx: operatorContext(account) });

@@ -1,11 +1,10 @@
 import { Hono } from 'hono';
-import { findAccount } from '../../server/core/accounts.js';
 import { createDomain, createDomainInput, deleteDomain, getDomain, verifyDomain } from '../../server/core/domains.js';
 import type { Deps } from '../../server/deps.js';
-import { isUuid } from '../../server/ids.js';
 import { parseInput } from '../../server/http/validate.js';
 import type { DashEnv } from '../env.js';
-import { accountChoices, operatorContext, requireAccount } from '../queries/accounts.js';
+import { accountById, accountFilter, operatorContext } from '../on-behalf.js';
+import { accountChoices } from '../queries/accounts.js';
 import { lastChecks, listAllDomains, requireDomainAccount } from '../queries/domains.js';
 import { readPageLink } from '../queries/id-pages.js';
 import { field, render } from '../render.js';
@@ -26,8 +25,8 @@ export function domainPages(deps: Deps) {
 
   app.get('/domains', (c) => {
     const q = (c.req.query('q') ?? '').slice(0, 253);
-    const accountId = c.req.query('account') || null;
-    const account = accountId === null ? null : requireAccount(deps, accountId);
+    const account = accountFilter(deps.db, c.req.query('account'));
+    const accountId = account?.id ?? null;
     const page = listAllDomains(deps, { accountId, search: q }, readPageLink((n) => c.req.query(n)));
     const pager = pageHrefs(page, (p) => withQuery(CURRENT, { account: accountId, q, ...p }));
     return render(
@@ -40,8 +39,7 @@ export function domainPages(deps: Deps) {
 
   app.post('/domains', (c) =>
     formAction(deps, c, CURRENT, async () => {
-      const accountId = field(c, 'accountId');
-      const account = isUuid(accountId) ? findAccount(deps.db, accountId) : undefined;
+      const account = accountById(deps.db, field(c, 'accountId'));
       if (!account) refuse('Choose the account the domain belongs to.');
       const input = parseInput(createDomainInput, { name: field(c, 'name') }, 'form');
       const domain = await createDomain({ deps, ctx: operatorContext(account), input });

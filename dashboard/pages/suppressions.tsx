@@ -4,7 +4,8 @@ import type { Deps } from '../../server/deps.js';
 import { ApiError } from '../../server/errors.js';
 import { parseInput } from '../../server/http/validate.js';
 import type { DashEnv } from '../env.js';
-import { accountChoices, accountFilter, actForAccount, afterParam } from '../queries/act-for-account.js';
+import { accountFilter, actForAccount } from '../on-behalf.js';
+import { accountChoices, afterParam } from '../queries/act-for-account.js';
 import { listAllSuppressions, searchKey } from '../queries/suppressions.js';
 import { field, redirectWithFlash, render } from '../render.js';
 import type { Flash } from '../session.js';
@@ -36,7 +37,7 @@ function attempt(action: () => Flash): Flash {
 export function suppressionPages(deps: Deps) {
   return new Hono<DashEnv>()
     .get('/suppressions', (c) => {
-      const accountId = accountFilter(deps.db, c.req.query('account'));
+      const accountId = accountFilter(deps.db, c.req.query('account'))?.id;
       const q = c.req.query('q') ?? '';
       const after = afterParam(c.req.query('after'));
       const page = listAllSuppressions(deps.db, { accountId, search: searchKey(q) }, { after, limit: PAGE_SIZE });

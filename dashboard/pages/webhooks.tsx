@@ -3,7 +3,8 @@ import { deliveryAttempts } from '../../server/core/webhooks.js';
 import type { Deps } from '../../server/deps.js';
 import { ApiError } from '../../server/errors.js';
 import type { DashEnv } from '../env.js';
-import { accountChoices, accountFilter, afterParam } from '../queries/act-for-account.js';
+import { accountFilter } from '../on-behalf.js';
+import { accountChoices, afterParam } from '../queries/act-for-account.js';
 import { reenableEndpoint, replayDelivery, sendTestPing } from '../actions/webhooks.js';
 import { isEndpointHealth, listEndpointDeliveries, listEndpoints, requireDelivery, requireEndpointSummary } from '../queries/webhooks.js';
 import { redirectWithFlash, render } from '../render.js';
@@ -19,7 +20,7 @@ const current = '/dashboard/webhooks';
 export function webhookPages(deps: Deps) {
   return new Hono<DashEnv>()
     .get('/webhooks', (c) => {
-      const accountId = accountFilter(deps.db, c.req.query('account'));
+      const accountId = accountFilter(deps.db, c.req.query('account'))?.id;
       const status = c.req.query('status') || undefined;
       if (status !== undefined && !isEndpointHealth(status)) throw new ApiError('invalid_request', 'status: must be enabled, failing or disabled.');
       const after = afterParam(c.req.query('after'));

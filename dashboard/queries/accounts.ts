@@ -1,10 +1,7 @@
 import { and, asc, count, inArray, or, sql } from 'drizzle-orm';
 import { type AccountRow, accounts } from '../../db/schema/index.js';
-import { type AccountView, accountView, findAccount } from '../../server/core/accounts.js';
-import type { RequestContext } from '../../server/core/context.js';
-import { SCOPES } from '../../server/core/scopes.js';
+import { type AccountView, accountView } from '../../server/core/accounts.js';
 import type { Deps } from '../../server/deps.js';
-import { ApiError } from '../../server/errors.js';
 import { type IdPage, type PageLink, likePattern, pageByIds } from './id-pages.js';
 
 /**
@@ -15,21 +12,6 @@ import { type IdPage, type PageLink, likePattern, pageByIds } from './id-pages.j
 export const ACCOUNTS_PER_PAGE = 50;
 /** The connect-a-domain form offers at most this many accounts by name; any other is reached from its own page. */
 export const ACCOUNT_CHOICES = 500;
-
-/**
- * The dashboard acts as the operator for `account`, through the same domain functions as the API. keyId names no
- * key: of the functions the dashboard calls with it, revokeKey only logs it, and none mints (minting checks a live
- * key; the dashboard mints through insertKey, as the CLI does).
- */
-export function operatorContext(account: AccountRow): RequestContext {
-  return { keyId: 'dashboard', keyAccount: account, scopes: SCOPES, account, viaHeader: false };
-}
-
-export function requireAccount(deps: Pick<Deps, 'db'>, id: string): AccountRow {
-  const row = findAccount(deps.db, id);
-  if (!row) throw new ApiError('not_found', 'There is no account with that id.');
-  return row;
-}
 
 export interface AccountListRow {
   view: AccountView;
