@@ -1,6 +1,7 @@
 import type { Child, FC, PropsWithChildren } from 'hono/jsx';
 import { raw } from 'hono/html';
 import { assetUrl } from './assets.js';
+import type { AccountChoice } from './queries/accounts.js';
 import type { Flash } from './session.js';
 
 /** The dashboard's sections, in the navigation's order. Each page module serves the paths under its href. */
@@ -61,6 +62,29 @@ export const PostButton: FC<{
       {label}
     </button>
   </form>
+);
+
+/**
+ * An account picker (choices from accountChoices; a sub-account reads "Parent / Sub"). `blank` labels an empty first
+ * option (all accounts, or none chosen yet); `autosubmit` submits the form on a change (client script).
+ */
+export const AccountSelect: FC<{
+  id: string;
+  name?: string;
+  choices: AccountChoice[];
+  selected: string | null | undefined;
+  blank?: string | undefined;
+  required?: boolean;
+  autosubmit?: boolean;
+}> = ({ id, name = 'account', choices, selected, blank, required, autosubmit }) => (
+  <select id={id} name={name} required={required} data-autosubmit={autosubmit ? true : undefined}>
+    {blank !== undefined && <option value="">{blank}</option>}
+    {choices.map((a) => (
+      <option value={a.id} selected={a.id === selected}>
+        {a.parentName === null ? a.name : `${a.parentName} / ${a.name}`}
+      </option>
+    ))}
+  </select>
 );
 
 export type BadgeTone = 'ok' | 'warn' | 'bad' | 'info' | 'neutral';

@@ -3,7 +3,7 @@ import type { RecordStatus } from '../../db/schema/index.js';
 import type { DomainView } from '../../server/core/domains.js';
 import type { AccountChoice } from '../queries/accounts.js';
 import type { DomainListRow } from '../queries/domains.js';
-import { Badge, type BadgeTone, CsrfField, Time } from '../ui.js';
+import { AccountSelect, Badge, type BadgeTone, CsrfField, Time } from '../ui.js';
 import { Pager } from './listing.js';
 
 /** Badges for a domain's state as the API's Domain resource states it (api.md, Domain; its transitions). */
@@ -68,8 +68,6 @@ export const DomainsTable: FC<{ rows: DomainListRow[] }> = ({ rows }) => (
   </div>
 );
 
-const accountLabel = (a: AccountChoice) => `${a.name}${a.parentName !== null ? ` (sub-account of ${a.parentName})` : ''} · ${a.id.slice(0, 8)}`;
-
 export const ConnectDomainForm: FC<{ csrf: string; choices: AccountChoice[]; selected: string | null }> = ({ csrf, choices, selected }) => (
   <section class="panel" aria-labelledby="connect-heading" id="connect">
     <h2 id="connect-heading">Connect a domain</h2>
@@ -83,14 +81,7 @@ export const ConnectDomainForm: FC<{ csrf: string; choices: AccountChoice[]; sel
         <div class="form-grid">
           <div class="field">
             <label for="connect-account">Account</label>
-            <select id="connect-account" name="accountId" required>
-              {selected === null && <option value="">Choose an account</option>}
-              {choices.map((a) => (
-                <option value={a.id} selected={a.id === selected}>
-                  {accountLabel(a)}
-                </option>
-              ))}
-            </select>
+            <AccountSelect id="connect-account" name="accountId" choices={choices} selected={selected} blank={selected === null ? 'Choose an account' : undefined} required />
           </div>
           <div class="field">
             <label for="connect-name">Domain name</label>

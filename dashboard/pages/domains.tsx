@@ -33,7 +33,7 @@ export function domainPages(deps: Deps) {
       deps,
       c,
       { title: 'Domains', current: CURRENT },
-      <DomainsListBody q={q} account={account} rows={page.items} pager={pager} csrf={c.var.session.csrfToken} choices={accountChoices(deps, account)} />,
+      <DomainsListBody q={q} account={account} rows={page.items} pager={pager} csrf={c.var.session.csrfToken} choices={accountChoices(deps.db, accountId)} />,
     );
   });
 

@@ -8,12 +8,12 @@ import { plural } from '../components/format.js';
 import { TableRegion } from '../components/table-region.js';
 import type { DashEnv } from '../env.js';
 import { emailTrail } from '../queries/email-trail.js';
-import { type AccountChoice, accountChoices } from '../queries/act-for-account.js';
+import { type AccountChoice, accountChoices } from '../queries/accounts.js';
 import { readPageLink } from '../queries/id-pages.js';
 import { type SendLogRow, listSendLog, parseSendLogQuery } from '../queries/send-log.js';
 import { render } from '../render.js';
 import { Pager, pageHrefs, withQuery } from './listing.js';
-import { Time } from '../ui.js';
+import { AccountSelect, Time } from '../ui.js';
 
 /** The filter fields the form sends and the pager keeps. */
 const FILTER_FIELDS = ['account', 'status', 'from', 'to', 'recipient'] as const;
@@ -32,7 +32,7 @@ export function emailPages(deps: Deps) {
         c,
         { title: 'Send log', current: '/dashboard/emails', status: errors.length > 0 ? 400 : 200 },
         <>
-          <FilterForm values={values} accounts={accountChoices(deps.db)} />
+          <FilterForm values={values} accounts={accountChoices(deps.db, filter.account)} />
           {errors.length > 0 && (
             <div class="flash error" role="alert">
               <div>The send log cannot be filtered like that:</div>
@@ -60,14 +60,7 @@ const FilterForm: FC<{ values: Record<(typeof FILTER_FIELDS)[number], string>; a
     <div class="form-grid">
       <div class="field">
         <label for="filter-account">Account</label>
-        <select id="filter-account" name="account">
-          <option value="">All accounts</option>
-          {accounts.map((a) => (
-            <option value={a.id} selected={a.id === values.account}>
-              {a.label}
-            </option>
-          ))}
-        </select>
+        <AccountSelect id="filter-account" choices={accounts} selected={values.account} blank="All accounts" />
       </div>
       <div class="field">
         <label for="filter-status">Status</label>

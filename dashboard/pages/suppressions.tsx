@@ -5,7 +5,8 @@ import { ApiError } from '../../server/errors.js';
 import { parseInput } from '../../server/http/validate.js';
 import type { DashEnv } from '../env.js';
 import { accountFilter, actForAccount } from '../on-behalf.js';
-import { accountChoices, afterParam } from '../queries/act-for-account.js';
+import { afterParam } from '../queries/act-for-account.js';
+import { accountChoices } from '../queries/accounts.js';
 import { listAllSuppressions, searchKey } from '../queries/suppressions.js';
 import { field, redirectWithFlash, render } from '../render.js';
 import type { Flash } from '../session.js';
@@ -42,7 +43,7 @@ export function suppressionPages(deps: Deps) {
       const after = afterParam(c.req.query('after'));
       const page = listAllSuppressions(deps.db, { accountId, search: searchKey(q) }, { after, limit: PAGE_SIZE });
       const csrf = c.var.session.csrfToken;
-      const accounts = accountChoices(deps.db);
+      const accounts = accountChoices(deps.db, accountId);
       const back = withQuery(path, { account: accountId, q });
       return render(
         deps,

@@ -4,7 +4,8 @@ import type { Deps } from '../../server/deps.js';
 import { ApiError } from '../../server/errors.js';
 import type { DashEnv } from '../env.js';
 import { accountFilter } from '../on-behalf.js';
-import { accountChoices, afterParam } from '../queries/act-for-account.js';
+import { afterParam } from '../queries/act-for-account.js';
+import { accountChoices } from '../queries/accounts.js';
 import { reenableEndpoint, replayDelivery, sendTestPing } from '../actions/webhooks.js';
 import { isEndpointHealth, listEndpointDeliveries, listEndpoints, requireDelivery, requireEndpointSummary } from '../queries/webhooks.js';
 import { redirectWithFlash, render } from '../render.js';
@@ -30,7 +31,7 @@ export function webhookPages(deps: Deps) {
         c,
         { title: 'Webhooks', current },
         <>
-          <EndpointFilters accounts={accountChoices(deps.db)} accountId={accountId} health={status} />
+          <EndpointFilters accounts={accountChoices(deps.db, accountId)} accountId={accountId} health={status} />
           <EndpointTable endpoints={page.rows} />
           <KeysetPager path={current} query={{ account: accountId, status }} after={after} nextAfter={page.nextAfter} label="Endpoint list" />
         </>,

@@ -1,4 +1,6 @@
-import { and, asc, count, inArray, or, sql } from 'drizzle-orm';
+import { and, asc, count, eq, inArray, or, sql } from 'drizzle-orm';
+import { alias } from 'drizzle-orm/sqlite-core';
+import type { Db } from '../../db/client.js';
 import { type AccountRow, accounts } from '../../db/schema/index.js';
 import { type AccountView, accountView } from '../../server/core/accounts.js';
 import type { Deps } from '../../server/deps.js';
@@ -10,7 +12,7 @@ import { type IdPage, type PageLink, likePattern, pageByIds } from './id-pages.j
  */
 
 export const ACCOUNTS_PER_PAGE = 50;
-/** The connect-a-domain form offers at most this many accounts by name; any other is reached from its own page. */
+/** An account picker offers at most this many accounts; any other is reached from its own page (which picks it). */
 export const ACCOUNT_CHOICES = 500;
 
 export interface AccountListRow {
@@ -52,22 +54,31 @@ export function listAccounts(deps: Pick<Deps, 'db' | 'clock' | 'config'>, search
 export interface AccountChoice {
   id: string;
   name: string;
+  /** The parent's name, for a sub-account. */
   parentName: string | null;
 }
 
-/** Accounts to pick from by name (sub-accounts after their parent's name), plus `include` wherever it sorts. */
-export function accountChoices(deps: Pick<Deps, 'db'>, include: AccountRow | null): AccountChoice[] {
-  const rows = deps.db
-    .select({ id: accounts.id, name: accounts.name, parentId: accounts.parentId })
+const parent = alias(accounts, 'parent');
+const choiceColumns = { id: accounts.id, name: accounts.name, parentName: parent.name };
+
+/**
+ * Accounts for every account picker (the send log's, webhooks' and suppressions' filters, the add-suppression and
+ * connect-domain forms): top-level accounts by name, each followed by its sub-accounts by name; at most
+ * ACCOUNT_CHOICES of them, plus `include` (the account the page is about) wherever it is not among those.
+ */
+export function accountChoices(db: Db, include: string | null | undefined): AccountChoice[] {
+  const rows = db
+    .select(choiceColumns)
     .from(accounts)
-    .orderBy(asc(accounts.name), asc(accounts.id))
+    .leftJoin(parent, eq(parent.id, accounts.parentId))
+    .orderBy(sql`coalesce(${parent.name}, ${accounts.name})`, sql`coalesce(${accounts.parentId}, ${accounts.id})`, sql`${accounts.parentId} is not null`, asc(accounts.name), asc(accounts.id))
     .limit(ACCOUNT_CHOICES)
     .all();
-  if (include && !rows.some((r) => r.id === include.id)) rows.unshift({ id: include.id, name: include.name, parentId: include.parentId });
-  const names = new Map(rows.map((r) => [r.id, r.name]));
-  const missing = [...new Set(rows.flatMap((r) => (r.parentId !== null && !names.has(r.parentId) ? [r.parentId] : [])))];
-  if (missing.length > 0) for (const p of deps.db.select({ id: accounts.id, name: accounts.name }).from(accounts).where(inArray(accounts.id, missing)).all()) names.set(p.id, p.name);
-  return rows.map((r) => ({ id: r.id, name: r.name, parentName: r.parentId === null ? null : (names.get(r.parentId) ?? null) }));
+  if (include && !rows.some((r) => r.id === include)) {
+    const row = db.select(choiceColumns).from(accounts).leftJoin(parent, eq(parent.id, accounts.parentId)).where(eq(accounts.id, include)).get();
+    if (row) rows.unshift(row);
+  }
+  return rows;
 }
 
 /** How many accounts there are (the list's heading says it). */

@@ -1,21 +1,10 @@
 import type { FC } from 'hono/jsx';
 import { MAX_ADDRESS_INPUT } from '../../server/core/suppressions.js';
-import type { AccountChoice } from '../queries/act-for-account.js';
+import type { AccountChoice } from '../queries/accounts.js';
 import { MAX_SEARCH, REASONS, type SuppressionSummary } from '../queries/suppressions.js';
-import { Badge, CsrfField, PostButton, Time } from '../ui.js';
+import { AccountSelect, Badge, CsrfField, PostButton, Time } from '../ui.js';
 
 /** The suppressions page's pieces: the add form, the search form, the list with its remove buttons. */
-
-const AccountSelect: FC<{ id: string; accounts: AccountChoice[]; selected: string | undefined; anyLabel?: string; required?: boolean }> = ({ id, accounts, selected, anyLabel, required }) => (
-  <select id={id} name="account" required={required}>
-    {anyLabel !== undefined && <option value="">{anyLabel}</option>}
-    {accounts.map((a) => (
-      <option value={a.id} selected={a.id === selected}>
-        {a.label}
-      </option>
-    ))}
-  </select>
-);
 
 export const AddSuppressionForm: FC<{ accounts: AccountChoice[]; accountId: string | undefined; csrf: string; back: string }> = ({ accounts, accountId, csrf, back }) => (
   <section aria-labelledby="add-suppression">
@@ -28,7 +17,7 @@ export const AddSuppressionForm: FC<{ accounts: AccountChoice[]; accountId: stri
         <input type="hidden" name="back" value={back} />
         <div class="field">
           <label for="add-account">Account</label>
-          <AccountSelect id="add-account" accounts={accounts} selected={accountId} required />
+          <AccountSelect id="add-account" choices={accounts} selected={accountId} required />
         </div>
         <div class="field">
           <label for="add-address">Address</label>
@@ -56,7 +45,7 @@ export const SearchForm: FC<{ accounts: AccountChoice[]; accountId: string | und
     </div>
     <div class="field">
       <label for="search-account">Account</label>
-      <AccountSelect id="search-account" accounts={accounts} selected={accountId} anyLabel="All accounts" />
+      <AccountSelect id="search-account" choices={accounts} selected={accountId} blank="All accounts" />
     </div>
     <div class="field">
       <button type="submit">Search</button>

@@ -3,9 +3,9 @@ import type { WebhookDeliveryRow } from '../../db/schema/index.js';
 import type { WebhookAttemptView } from '../../server/core/webhooks.js';
 import { webhookPostBody } from '../../server/webhooks/dispatcher.js';
 import { WEBHOOK_MAX_ATTEMPTS } from '../../server/webhooks/retry-schedule.js';
-import type { AccountChoice } from '../queries/act-for-account.js';
+import type { AccountChoice } from '../queries/accounts.js';
 import { DELIVERY_STATES, type DeliverySummary, ENDPOINT_HEALTH, type EndpointHealth, type EndpointSummary, healthOf, healthReason } from '../queries/webhooks.js';
-import { Badge, Copyable, PostButton, Time } from '../ui.js';
+import { AccountSelect, Badge, Copyable, PostButton, Time } from '../ui.js';
 
 /** The webhook pages' pieces: the endpoint list, an endpoint's facts and deliveries, a delivery's detail. */
 
@@ -25,14 +25,7 @@ export const EndpointFilters: FC<{ accounts: AccountChoice[]; accountId: string 
   <form method="get" action="/dashboard/webhooks" class="panel form-grid" aria-label="Filter endpoints">
     <div class="field">
       <label for="filter-account">Account</label>
-      <select id="filter-account" name="account" data-autosubmit>
-        <option value="">All accounts</option>
-        {accounts.map((a) => (
-          <option value={a.id} selected={a.id === accountId}>
-            {a.label}
-          </option>
-        ))}
-      </select>
+      <AccountSelect id="filter-account" choices={accounts} selected={accountId} blank="All accounts" autosubmit />
     </div>
     <div class="field">
       <label for="filter-status">Status</label>
