@@ -93,31 +93,6 @@ export const CapturedTable: FC<{ entries: CapturedEntry[]; linked: boolean }> = 
   </div>
 );
 
-export const Pager: FC<{ search: string; before: number | null; next: number | null }> = ({ search, before, next }) => {
-  const href = (b: number | null) => {
-    const q = new URLSearchParams();
-    if (search !== '') q.set('q', search);
-    if (b !== null) q.set('before', String(b));
-    const s = q.toString();
-    return `/dashboard/captured${s ? `?${s}` : ''}`;
-  };
-  if (before === null && next === null) return null;
-  return (
-    <nav class="pager" aria-label="Captured mail pages">
-      {before !== null && (
-        <a class="button secondary" href={href(null)}>
-          Newest
-        </a>
-      )}
-      {next !== null && (
-        <a class="button secondary" href={href(next)}>
-          Older
-        </a>
-      )}
-    </nav>
-  );
-};
-
 export const MessageFacts: FC<{ entry: CapturedEntry; others: string[] }> = ({ entry, others }) => (
   <dl class="facts panel">
     <dt>Captured</dt>

@@ -2,6 +2,7 @@ import type { Child, FC, PropsWithChildren } from 'hono/jsx';
 import { raw } from 'hono/html';
 import { assetUrl } from './assets.js';
 import type { AccountChoice } from './queries/accounts.js';
+import type { IdPage } from './queries/id-pages.js';
 import type { Flash } from './session.js';
 
 /** The dashboard's sections, in the navigation's order. Each page module serves the paths under its href. */
@@ -86,6 +87,55 @@ export const AccountSelect: FC<{
     ))}
   </select>
 );
+
+/** `path` with the non-empty params as its query string. */
+export function withQuery(path: string, params: Record<string, string | null | undefined>): string {
+  const query = new URLSearchParams();
+  for (const [name, value] of Object.entries(params)) if (value !== null && value !== undefined && value !== '') query.set(name, value);
+  const text = query.toString();
+  return text === '' ? path : `${path}?${text}`;
+}
+
+/**
+ * Links to a list's newer and older pages (addresses, or null where there is none). A list that walks forward only
+ * links back to its first page instead of the page before: its labels say so ("Newest", "First page").
+ */
+export const Pager: FC<{ label: string; newer: string | null; older: string | null; newerLabel?: string; olderLabel?: string }> = ({
+  label,
+  newer,
+  older,
+  newerLabel = 'Newer',
+  olderLabel = 'Older',
+}) =>
+  newer === null && older === null ? null : (
+    <nav class="pager" aria-label={label}>
+      {newer !== null && (
+        <a class="button secondary" href={newer}>
+          {newerLabel}
+        </a>
+      )}
+      {older !== null && (
+        <a class="button secondary" href={older}>
+          {olderLabel}
+        </a>
+      )}
+    </nav>
+  );
+
+/**
+ * The Pager's addresses for a keyset page: `href` builds an address from the page link's params (the list's filters
+ * kept). `forwardOnly`: the newer link is the first page (readForwardLink reads no `before`).
+ */
+export function pageHrefs(
+  page: IdPage<unknown>,
+  href: (params: Record<string, string>) => string,
+  { prefix = '', forwardOnly = false }: { prefix?: string; forwardOnly?: boolean } = {},
+): { newer: string | null; older: string | null } {
+  return {
+    newer: page.newer === null ? null : href(forwardOnly ? {} : { [`${prefix}before`]: page.newer }),
+    older: page.older === null ? null : href({ [`${prefix}after`]: page.older }),
+  };
+}
 
 export type BadgeTone = 'ok' | 'warn' | 'bad' | 'info' | 'neutral';
 

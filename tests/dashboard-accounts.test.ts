@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { accounts, apiKeys } from '../db/schema/index.js';
 import { createTopLevelAccount, findAccount } from '../server/core/accounts.js';
 import { SCOPES } from '../server/core/scopes.js';
-import { ACCOUNTS_PER_PAGE } from '../dashboard/queries/accounts.js';
+import { PAGE_SIZE } from '../dashboard/queries/id-pages.js';
 import { expectAccessible, launchBrowser, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
 import { type DashboardClient, adminTokenFor, dashboardClient } from './helpers/dashboard.js';
 import { type TestService, startService } from './helpers/service.js';
@@ -286,11 +286,11 @@ describe('accounts over HTTP', () => {
 
   it('pages the list newest first, and keeps the search across pages', async () => {
     const made: string[] = [];
-    for (let i = 0; i < ACCOUNTS_PER_PAGE + 5; i++) made.push(createTopLevelAccount(service.deps, { name: `Paged ${String(i).padStart(2, '0')}` }).id);
+    for (let i = 0; i < PAGE_SIZE + 5; i++) made.push(createTopLevelAccount(service.deps, { name: `Paged ${String(i).padStart(2, '0')}` }).id);
     const namesOn = (html: string) => [...html.matchAll(/<td><a href="\/dashboard\/accounts\/[^"]+">(Paged \d+)<\/a>/g)].map((m) => m[1]!);
     const first = await (await client.get('/dashboard/accounts?q=paged')).text();
-    expect(namesOn(first)).toHaveLength(ACCOUNTS_PER_PAGE);
-    expect(namesOn(first)[0]).toBe(`Paged ${ACCOUNTS_PER_PAGE + 4}`);
+    expect(namesOn(first)).toHaveLength(PAGE_SIZE);
+    expect(namesOn(first)[0]).toBe(`Paged ${PAGE_SIZE + 4}`);
     const older = /<a class="button secondary" href="([^"]+)">Older<\/a>/.exec(first)![1]!.replaceAll('&amp;', '&');
     expect(older).toContain('q=paged');
     const second = await (await client.get(older)).text();

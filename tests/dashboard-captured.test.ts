@@ -2,7 +2,7 @@ import { type Server, createServer } from 'node:http';
 import { eq } from 'drizzle-orm';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CAPTURED_PAGE_SIZE } from '../dashboard/queries/captured.js';
+import { PAGE_SIZE } from '../dashboard/queries/id-pages.js';
 import { domainKeys, emails, outboundMessages } from '../db/schema/index.js';
 import { createDeliveryEngine } from '../mta/delivery-engine.js';
 import { readCapture, sealCapture, storeCapture } from '../mta/capture-store.js';
@@ -249,12 +249,12 @@ describe('captured mail over HTTP', () => {
     expect(none).toContain('No captured message matches “100%_match”.');
   });
 
-  it(`pages the list newest first, ${CAPTURED_PAGE_SIZE} to a page`, async () => {
+  it(`pages the list newest first, ${PAGE_SIZE} to a page`, async () => {
     const db = service.deps.db;
     const at = service.clock.now();
     const emailId = newId(at);
     db.insert(emails).values({ id: emailId, accountId: shop.account.id, fromAddress: shop.from, to: [], subject: 'Paged', template: 'notification', status: 'sent', sandbox: false, createdAt: at }).run();
-    const total = CAPTURED_PAGE_SIZE + 5;
+    const total = PAGE_SIZE + 5;
     db.transaction(() => {
       for (let i = 0; i < total; i++) {
         storeCapture(db, sealCapture(service.deps.secretKey!, { emailId, accountId: shop.account.id, recipient: `pager-${String(i).padStart(3, '0')}@example.net`, message: Buffer.from('Subject: x\r\n\r\nx\r\n'), capturedAt: at }));
@@ -262,7 +262,7 @@ describe('captured mail over HTTP', () => {
     });
     const recipientsOf = (html: string) => [...html.matchAll(/<td>(pager-\d+@example\.net)<\/td>/g)].map((m) => m[1]);
     const first = await (await client.get('/dashboard/captured?q=pager-')).text();
-    const newest = Array.from({ length: CAPTURED_PAGE_SIZE }, (_, i) => `pager-${String(total - 1 - i).padStart(3, '0')}@example.net`);
+    const newest = Array.from({ length: PAGE_SIZE }, (_, i) => `pager-${String(total - 1 - i).padStart(3, '0')}@example.net`);
     expect(recipientsOf(first)).toEqual(newest);
     const older = /href="(\/dashboard\/captured\?q=pager-&amp;before=\d+)">Older</.exec(first)![1]!.replace(/&amp;/g, '&');
     const second = await (await client.get(older)).text();

@@ -1,7 +1,7 @@
 import { eq } from 'drizzle-orm';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DATABASE_PAGE_SIZE } from '../dashboard/queries/databases.js';
+import { PAGE_SIZE } from '../dashboard/queries/id-pages.js';
 import { customerDatabases } from '../db/schema/index.js';
 import { RECONNECT_GAPS_MS } from '../server/customer-db/status.js';
 import { type CustomerDbWriter, createCustomerDbWriter } from '../server/customer-db/writer.js';
@@ -167,22 +167,22 @@ describe('the database page over HTTP', () => {
     expect(page).toContain('<div class="flash error" role="alert"><div>Testing the database of No Database failed: No database is set on this account.</div>');
   });
 
-  it(`filters by state and pages ${DATABASE_PAGE_SIZE} databases at a time`, async () => {
+  it(`filters by state and pages ${PAGE_SIZE} databases at a time`, async () => {
     const unreachable = await (await client.get('/dashboard/database?state=unreachable')).text();
     expect(unreachable).toContain('Guarded');
     expect(unreachable).not.toContain('Orbit Shop');
 
-    for (let i = 0; i < DATABASE_PAGE_SIZE + 3; i++) {
+    for (let i = 0; i < PAGE_SIZE + 3; i++) {
       const { account } = service.newAccount({ name: `Paged ${i}` });
       storeDatabaseRow(service, account.id, `postgresql://app:secret@db${i}.example.com:5432/app`);
     }
     const total = service.deps.db.select().from(customerDatabases).all().length;
     const rows = (html: string) => [...html.matchAll(/aria-label="Test the database of /g)].length;
     const first = await (await client.get('/dashboard/database')).text();
-    expect(rows(first)).toBe(DATABASE_PAGE_SIZE);
+    expect(rows(first)).toBe(PAGE_SIZE);
     const next = /href="(\/dashboard\/database\?after=[0-9a-f-]+)">Next page</.exec(first)![1]!;
     const second = await (await client.get(next)).text();
-    expect(rows(second)).toBe(total - DATABASE_PAGE_SIZE);
+    expect(rows(second)).toBe(total - PAGE_SIZE);
     expect(second).not.toContain('>Next page<');
     expect(second).toContain('>First page<');
   });

@@ -24,13 +24,14 @@ import { ApiError } from '../../server/errors.js';
 import { parseInput } from '../../server/http/validate.js';
 import type { DashEnv } from '../env.js';
 import { operatorContext, requireAccount } from '../on-behalf.js';
-import { ACCOUNTS_PER_PAGE, listAccounts } from '../queries/accounts.js';
-import { readPageLink } from '../queries/id-pages.js';
+import { listAccounts } from '../queries/accounts.js';
+import { PAGE_SIZE, forwardPage, readForwardLink, readPageLink } from '../queries/id-pages.js';
 import { field, render } from '../render.js';
 import { AccountPageBody } from './account-page.js';
 import { AccountsListBody } from './accounts-list.js';
 import { type Outcome, formAction, refuse } from './form-action.js';
-import { formatCount, pageHrefs, withQuery } from './listing.js';
+import { pageHrefs, withQuery } from '../ui.js';
+import { formatCount } from './listing.js';
 
 /**
  * Accounts: list and search, create, and on an account's page its quota, suspension, credits, sub-accounts and keys.
@@ -38,7 +39,6 @@ import { formatCount, pageHrefs, withQuery } from './listing.js';
  */
 
 const CURRENT = '/dashboard/accounts' as const;
-const KEYS_PER_PAGE = 50;
 const DOMAINS_ON_ACCOUNT_PAGE = 20;
 
 /** An operator's number from a form field, by the CLI's rule (readOperatorNumber); anything else is refused. */
@@ -51,11 +51,6 @@ function operatorNumber(text: string, label: string, min: number): number {
 /** The keys the form's checkboxes name (`scope.<name>`), in the order of SCOPES. */
 function checkedScopes(form: Record<string, string>): string[] {
   return SCOPES.filter((s) => form[`scope.${s}`] !== undefined);
-}
-
-/** A sub-list's page link on the account page (keys, sub-accounts): only `after`, as the API's lists take it. */
-function olderOnly(query: (name: string) => string | undefined, name: string): string | null {
-  return readPageLink(query, `${name}_`).after;
 }
 
 export function accountPages(deps: Deps) {
@@ -89,22 +84,15 @@ export function accountPages(deps: Deps) {
     const query = (n: string) => c.req.query(n);
     const here = `${CURRENT}/${row.id}`;
 
-    const keysAfter = olderOnly(query, 'keys');
-    const keyRows = listKeys({ deps, ctx, page: { limit: KEYS_PER_PAGE, after: keysAfter } });
-    const keys = {
-      items: keyRows.slice(0, KEYS_PER_PAGE),
-      newer: keysAfter === null ? null : `${here}#keys`,
-      older: keyRows.length > KEYS_PER_PAGE ? `${withQuery(here, { keys_after: keyRows[KEYS_PER_PAGE - 1]!.id })}#keys` : null,
-    };
+    // The key and sub-account lists are the API's, which walk forward only: their pagers link back to the newest page.
+    const keysAfter = readForwardLink(query, 'keys_').after;
+    const keyPage = forwardPage(listKeys({ deps, ctx, page: { limit: PAGE_SIZE, after: keysAfter } }), PAGE_SIZE, keysAfter, (k) => k.id);
+    const keys = { items: keyPage.items, ...pageHrefs(keyPage, (p) => `${withQuery(here, p)}#keys`, { prefix: 'keys_', forwardOnly: true }) };
     let subAccounts = null;
     if (row.parentId === null) {
-      const subsAfter = olderOnly(query, 'subs');
-      const subRows = listSubAccounts({ deps, ctx, page: { limit: ACCOUNTS_PER_PAGE, after: subsAfter } });
-      subAccounts = {
-        items: subRows.slice(0, ACCOUNTS_PER_PAGE),
-        newer: subsAfter === null ? null : `${here}#sub-accounts`,
-        older: subRows.length > ACCOUNTS_PER_PAGE ? `${withQuery(here, { subs_after: subRows[ACCOUNTS_PER_PAGE - 1]!.id })}#sub-accounts` : null,
-      };
+      const subsAfter = readForwardLink(query, 'subs_').after;
+      const subPage = forwardPage(listSubAccounts({ deps, ctx, page: { limit: PAGE_SIZE, after: subsAfter } }), PAGE_SIZE, subsAfter, (s) => s.id);
+      subAccounts = { items: subPage.items, ...pageHrefs(subPage, (p) => `${withQuery(here, p)}#sub-accounts`, { prefix: 'subs_', forwardOnly: true }) };
     }
     const domainRows = listDomains({ deps, ctx, page: { limit: DOMAINS_ON_ACCOUNT_PAGE, after: null } });
     const domains = { items: domainRows.slice(0, DOMAINS_ON_ACCOUNT_PAGE), more: domainRows.length > DOMAINS_ON_ACCOUNT_PAGE };

@@ -2,11 +2,12 @@ import { Hono } from 'hono';
 import type { Deps } from '../../server/deps.js';
 import { ApiError } from '../../server/errors.js';
 import { dkimVerdictOf, openCaptured, partsOf } from '../captured-message.js';
-import { CapturedTable, DkimSection, MessageFacts, ModeNotice, PartsSections, Pager, SearchForm, capturedPath } from '../captured-views.js';
+import { CapturedTable, DkimSection, MessageFacts, ModeNotice, PartsSections, SearchForm, capturedPath } from '../captured-views.js';
 import type { DashEnv } from '../env.js';
 import { capturedRecipientsOf, countCaptured, listCaptured } from '../queries/captured.js';
 import { render } from '../render.js';
 import { CAPTURED_HTML_HEADERS } from '../security.js';
+import { Pager, withQuery } from '../ui.js';
 
 /**
  * Captured mail (DELIVERY_MODE=capture), like Mailpit: the list across every account, newest first, and one
@@ -28,6 +29,8 @@ export function capturedPages(deps: Deps) {
       const before = seqParam(c.req.query('before'));
       const { entries, more } = listCaptured(deps.db, { search, before });
       const kept = countCaptured(deps.db);
+      // Keyset by the store's seq: "Newest" back to the first page, "Older" on from the last row shown.
+      const href = (from: number | null) => withQuery(current, { q: search, before: from === null ? null : String(from) });
       return render(
         deps,
         c,
@@ -40,7 +43,7 @@ export function capturedPages(deps: Deps) {
           ) : (
             <CapturedTable entries={entries} linked={capturing()} />
           )}
-          <Pager search={search} before={before} next={more ? entries[entries.length - 1]!.seq : null} />
+          <Pager label="Captured mail pages" newer={before !== null ? href(null) : null} older={more ? href(entries[entries.length - 1]!.seq) : null} newerLabel="Newest" />
         </>,
       );
     })

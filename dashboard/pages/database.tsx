@@ -8,7 +8,7 @@ import type { DashEnv } from '../env.js';
 import { operatorContext, requireAccount } from '../on-behalf.js';
 import { type DatabaseEntry, countDatabases, listDatabases } from '../queries/databases.js';
 import { field, redirectWithFlash, render } from '../render.js';
-import { Badge, type BadgeTone, PostButton, Time } from '../ui.js';
+import { Badge, type BadgeTone, Pager, PostButton, Time, withQuery } from '../ui.js';
 
 /**
  * The customer databases (api.md, Database; decisions.md section 8), one row per account that has its own: the status
@@ -25,13 +25,7 @@ const stateParam = (v: string | undefined): CustomerDbState | null => (CUSTOMER_
 const afterParam = (v: string | undefined) => (v !== undefined && /^[0-9a-f-]{36}$/i.test(v) ? v : null);
 
 /** The list's address with its filter and page. */
-function listPath(state: CustomerDbState | null, after: string | null): string {
-  const q = new URLSearchParams();
-  if (state) q.set('state', state);
-  if (after) q.set('after', after);
-  const s = q.toString();
-  return `/dashboard/database${s ? `?${s}` : ''}`;
-}
+const listPath = (state: CustomerDbState | null, after: string | null): string => withQuery(current, { state, after });
 
 const plural = (n: number, one: string) => `${n.toLocaleString('en')} ${one}${n === 1 ? '' : 's'}`;
 
@@ -137,20 +131,13 @@ export function databasePages(deps: Deps) {
           ) : (
             <DatabaseTable entries={entries} csrf={c.var.session.csrfToken} back={back} />
           )}
-          {(after !== null || more) && (
-            <nav class="pager" aria-label="Database pages">
-              {after !== null && (
-                <a class="button secondary" href={listPath(state, null)}>
-                  First page
-                </a>
-              )}
-              {more && (
-                <a class="button secondary" href={listPath(state, entries[entries.length - 1]!.accountId)}>
-                  Next page
-                </a>
-              )}
-            </nav>
-          )}
+          <Pager
+            label="Database pages"
+            newer={after !== null ? listPath(state, null) : null}
+            older={more ? listPath(state, entries[entries.length - 1]!.accountId) : null}
+            newerLabel="First page"
+            olderLabel="Next page"
+          />
         </>,
       );
     })

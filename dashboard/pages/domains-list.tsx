@@ -3,8 +3,7 @@ import type { RecordStatus } from '../../db/schema/index.js';
 import type { DomainView } from '../../server/core/domains.js';
 import type { AccountChoice } from '../queries/accounts.js';
 import type { DomainListRow } from '../queries/domains.js';
-import { AccountSelect, Badge, type BadgeTone, CsrfField, Time } from '../ui.js';
-import { Pager } from './listing.js';
+import { AccountSelect, Badge, type BadgeTone, CsrfField, Pager, Time } from '../ui.js';
 
 /** Badges for a domain's state as the API's Domain resource states it (api.md, Domain; its transitions). */
 export const RECORD_TONE: Record<RecordStatus, BadgeTone> = { published: 'ok', pending: 'warn' };

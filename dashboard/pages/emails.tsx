@@ -12,8 +12,7 @@ import { type AccountChoice, accountChoices } from '../queries/accounts.js';
 import { readPageLink } from '../queries/id-pages.js';
 import { type SendLogRow, listSendLog, parseSendLogQuery } from '../queries/send-log.js';
 import { render } from '../render.js';
-import { Pager, pageHrefs, withQuery } from './listing.js';
-import { AccountSelect, Time } from '../ui.js';
+import { AccountSelect, Pager, Time, pageHrefs, withQuery } from '../ui.js';
 
 /** The filter fields the form sends and the pager keeps. */
 const FILTER_FIELDS = ['account', 'status', 'from', 'to', 'recipient'] as const;

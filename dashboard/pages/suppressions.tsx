@@ -5,12 +5,12 @@ import { ApiError } from '../../server/errors.js';
 import { parseInput } from '../../server/http/validate.js';
 import type { DashEnv } from '../env.js';
 import { accountFilter, actForAccount } from '../on-behalf.js';
-import { afterParam } from '../queries/act-for-account.js';
 import { accountChoices } from '../queries/accounts.js';
+import { readForwardLink } from '../queries/id-pages.js';
 import { listAllSuppressions, searchKey } from '../queries/suppressions.js';
 import { field, redirectWithFlash, render } from '../render.js';
 import type { Flash } from '../session.js';
-import { KeysetPager, PAGE_SIZE, withQuery } from '../views/keyset-pager.js';
+import { Pager, pageHrefs, withQuery } from '../ui.js';
 import { AddSuppressionForm, SearchForm, SuppressionTable } from '../views/suppressions.js';
 
 const path = '/dashboard/suppressions';
@@ -40,8 +40,7 @@ export function suppressionPages(deps: Deps) {
     .get('/suppressions', (c) => {
       const accountId = accountFilter(deps.db, c.req.query('account'))?.id;
       const q = c.req.query('q') ?? '';
-      const after = afterParam(c.req.query('after'));
-      const page = listAllSuppressions(deps.db, { accountId, search: searchKey(q) }, { after, limit: PAGE_SIZE });
+      const page = listAllSuppressions(deps.db, { accountId, search: searchKey(q) }, readForwardLink((n) => c.req.query(n)));
       const csrf = c.var.session.csrfToken;
       const accounts = accountChoices(deps.db, accountId);
       const back = withQuery(path, { account: accountId, q });
@@ -53,8 +52,8 @@ export function suppressionPages(deps: Deps) {
           <AddSuppressionForm accounts={accounts} accountId={accountId} csrf={csrf} back={back} />
           <h2>Suppressed addresses</h2>
           <SearchForm accounts={accounts} accountId={accountId} search={q} />
-          <SuppressionTable rows={page.rows} csrf={csrf} back={back} />
-          <KeysetPager path={path} query={{ account: accountId, q }} after={after} nextAfter={page.nextAfter} label="Suppression list" />
+          <SuppressionTable rows={page.items} csrf={csrf} back={back} />
+          <Pager label="Suppression list pages" {...pageHrefs(page, (p) => withQuery(path, { account: accountId, q, ...p }), { forwardOnly: true })} newerLabel="First page" olderLabel="Next page" />
         </>,
       );
     })

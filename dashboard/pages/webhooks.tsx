@@ -4,12 +4,12 @@ import type { Deps } from '../../server/deps.js';
 import { ApiError } from '../../server/errors.js';
 import type { DashEnv } from '../env.js';
 import { accountFilter } from '../on-behalf.js';
-import { afterParam } from '../queries/act-for-account.js';
 import { accountChoices } from '../queries/accounts.js';
 import { reenableEndpoint, replayDelivery, sendTestPing } from '../actions/webhooks.js';
 import { isEndpointHealth, listEndpointDeliveries, listEndpoints, requireDelivery, requireEndpointSummary } from '../queries/webhooks.js';
+import { readForwardLink } from '../queries/id-pages.js';
 import { redirectWithFlash, render } from '../render.js';
-import { KeysetPager, PAGE_SIZE } from '../views/keyset-pager.js';
+import { Pager, pageHrefs, withQuery } from '../ui.js';
 import { AttemptTimeline, DeliveryFacts, DeliveryTable, EndpointFacts, EndpointFilters, EndpointTable, Payload, deliveryPath, endpointPath } from '../views/webhooks.js';
 
 const current = '/dashboard/webhooks';
@@ -24,23 +24,23 @@ export function webhookPages(deps: Deps) {
       const accountId = accountFilter(deps.db, c.req.query('account'))?.id;
       const status = c.req.query('status') || undefined;
       if (status !== undefined && !isEndpointHealth(status)) throw new ApiError('invalid_request', 'status: must be enabled, failing or disabled.');
-      const after = afterParam(c.req.query('after'));
-      const page = listEndpoints(deps.db, { accountId, health: status }, { after, limit: PAGE_SIZE });
+      const page = listEndpoints(deps.db, { accountId, health: status }, readForwardLink((n) => c.req.query(n)));
+      const pager = pageHrefs(page, (p) => withQuery(current, { account: accountId, status, ...p }), { forwardOnly: true });
       return render(
         deps,
         c,
         { title: 'Webhooks', current },
         <>
           <EndpointFilters accounts={accountChoices(deps.db, accountId)} accountId={accountId} health={status} />
-          <EndpointTable endpoints={page.rows} />
-          <KeysetPager path={current} query={{ account: accountId, status }} after={after} nextAfter={page.nextAfter} label="Endpoint list" />
+          <EndpointTable endpoints={page.items} />
+          <Pager label="Endpoint list pages" {...pager} newerLabel="First page" olderLabel="Next page" />
         </>,
       );
     })
     .get('/webhooks/:id', (c) => {
       const endpoint = requireEndpointSummary(deps.db, c.req.param('id'));
-      const after = afterParam(c.req.query('after'));
-      const page = listEndpointDeliveries(deps.db, endpoint.view, { after, limit: PAGE_SIZE }, deps.clock.now());
+      const page = listEndpointDeliveries(deps.db, endpoint.view, readForwardLink((n) => c.req.query(n)), deps.clock.now());
+      const pager = pageHrefs(page, (p) => withQuery(endpointPath(endpoint.view.id), p), { forwardOnly: true });
       return render(
         deps,
         c,
@@ -51,8 +51,8 @@ export function webhookPages(deps: Deps) {
           </p>
           <EndpointFacts endpoint={endpoint} csrf={c.var.session.csrfToken} />
           <h2>Deliveries</h2>
-          <DeliveryTable endpointId={endpoint.view.id} deliveries={page.rows} />
-          <KeysetPager path={endpointPath(endpoint.view.id)} query={{}} after={after} nextAfter={page.nextAfter} label="Delivery list" />
+          <DeliveryTable endpointId={endpoint.view.id} deliveries={page.items} />
+          <Pager label="Delivery list pages" {...pager} newerLabel="First page" olderLabel="Next page" />
         </>,
       );
     })

@@ -4,14 +4,13 @@ import type { Db } from '../../db/client.js';
 import { type AccountRow, accounts } from '../../db/schema/index.js';
 import { type AccountView, accountView } from '../../server/core/accounts.js';
 import type { Deps } from '../../server/deps.js';
-import { type IdPage, type PageLink, likePattern, pageByIds } from './id-pages.js';
+import { type IdPage, PAGE_SIZE, type PageLink, likePattern, pageByIds } from './id-pages.js';
 
 /**
  * What the accounts pages read across every account (the API sees one account at a time). Rows are presented with
  * the API's own accountView, so a tier, a quota or a credit state means here what it means in GET /account.
  */
 
-export const ACCOUNTS_PER_PAGE = 50;
 /** An account picker offers at most this many accounts; any other is reached from its own page (which picks it). */
 export const ACCOUNT_CHOICES = 500;
 
@@ -25,7 +24,7 @@ export interface AccountListRow {
 export function listAccounts(deps: Pick<Deps, 'db' | 'clock' | 'config'>, search: string, link: PageLink): IdPage<AccountListRow> {
   const q = search.trim();
   const filter = q === '' ? undefined : or(sql`${accounts.name} LIKE ${likePattern(q, 'anywhere')} ESCAPE '\\'`, sql`${accounts.id} LIKE ${likePattern(q.toLowerCase(), 'start')} ESCAPE '\\'`);
-  const page = pageByIds(accounts.id, link, ACCOUNTS_PER_PAGE, (r: AccountRow) => r.id, (bound, order, take) =>
+  const page = pageByIds(accounts.id, link, PAGE_SIZE, (r: AccountRow) => r.id, (bound, order, take) =>
     deps.db.select().from(accounts).where(and(filter, bound)).orderBy(order).limit(take).all(),
   );
   const ids = page.items.map((r) => r.id);

@@ -28,7 +28,7 @@ export function troubledWebhooks(db: Db): Capped<EndpointSummary> {
   for (const health of ['disabled', 'failing'] as const) {
     total += db.select({ n: count() }).from(webhookEndpoints).where(ENDPOINT_HEALTH[health].where()).get()?.n ?? 0;
     const left = ATTENTION_LIMIT - items.length;
-    if (left > 0) items.push(...listEndpoints(db, { health }, { after: null, limit: left }).rows);
+    if (left > 0) items.push(...listEndpoints(db, { health }, { after: null, before: null }, left).items);
   }
   return { items, total };
 }

@@ -1,15 +1,13 @@
 import { and, asc, count, desc, eq, lt, or, sql } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import { accounts, capturedMessages, emails } from '../../db/schema/index.js';
+import { PAGE_SIZE, likePattern } from './id-pages.js';
 
 /**
  * The capture store across every account, for the operator (the API shows one account's copies, one at a time): what
  * a row shows comes from the send log (from, subject) and the store (recipient, when captured); the sealed bytes are
  * opened only through the API's own getCapturedMessage.
  */
-
-/** Rows on one page of the captured-mail list. */
-export const CAPTURED_PAGE_SIZE = 50;
 
 export interface CapturedEntry {
   seq: number;
@@ -40,12 +38,9 @@ const entryColumns = {
   capturedAt: capturedMessages.createdAt,
 };
 
-/** `%`, `_` and the escape character itself match literally. */
-const likePattern = (text: string) => `%${text.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
-
 /** One page of captures, newest first, and whether older ones follow. */
 export function listCaptured(db: Db, q: CapturedListQuery): { entries: CapturedEntry[]; more: boolean } {
-  const pattern = q.search === '' ? null : likePattern(q.search);
+  const pattern = q.search === '' ? null : likePattern(q.search, 'anywhere');
   const rows = db
     .select(entryColumns)
     .from(capturedMessages)
@@ -58,9 +53,9 @@ export function listCaptured(db: Db, q: CapturedListQuery): { entries: CapturedE
       ),
     )
     .orderBy(desc(capturedMessages.seq))
-    .limit(CAPTURED_PAGE_SIZE + 1)
+    .limit(PAGE_SIZE + 1)
     .all();
-  return { entries: rows.slice(0, CAPTURED_PAGE_SIZE), more: rows.length > CAPTURED_PAGE_SIZE };
+  return { entries: rows.slice(0, PAGE_SIZE), more: rows.length > PAGE_SIZE };
 }
 
 /** How many messages the store holds (at most CAPTURE_LIMIT, so a count is cheap). */

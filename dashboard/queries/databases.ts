@@ -2,15 +2,13 @@ import { and, asc, count, eq, gt } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import { type CustomerDbState, accounts, customerDatabases } from '../../db/schema/index.js';
 import { type DatabaseStatus, databaseStatusOf } from '../../server/core/customer-db.js';
+import { PAGE_SIZE } from './id-pages.js';
 
 /**
  * Every customer database for the operator: the accounts that have one of their own (a sub-account writing to its
  * parent's shows under the parent). Each row's status is the one GET /database answers for that account, from the
  * same function the CLI's `database status` calls, so a state or a pending count means the same thing everywhere.
  */
-
-/** Databases on one page. */
-export const DATABASE_PAGE_SIZE = 50;
 
 export interface DatabaseEntry {
   accountId: string;
@@ -32,10 +30,10 @@ export function listDatabases(db: Db, q: DatabaseListQuery): { entries: Database
     .innerJoin(accounts, eq(accounts.id, customerDatabases.accountId))
     .where(and(q.state === null ? undefined : eq(customerDatabases.state, q.state), q.after === null ? undefined : gt(customerDatabases.accountId, q.after)))
     .orderBy(asc(customerDatabases.accountId))
-    .limit(DATABASE_PAGE_SIZE + 1)
+    .limit(PAGE_SIZE + 1)
     .all();
-  const entries = rows.slice(0, DATABASE_PAGE_SIZE).map((r) => ({ ...r, status: databaseStatusOf({ db }, r.accountId) }));
-  return { entries, more: rows.length > DATABASE_PAGE_SIZE };
+  const entries = rows.slice(0, PAGE_SIZE).map((r) => ({ ...r, status: databaseStatusOf({ db }, r.accountId) }));
+  return { entries, more: rows.length > PAGE_SIZE };
 }
 
 /** How many databases there are, and how many of them the writer cannot reach. */

@@ -4,14 +4,12 @@ import { type AccountRow, type CheckValue, type RecordKind, accounts, domainKeys
 import { type DomainView, domainView } from '../../server/core/domains.js';
 import type { Deps } from '../../server/deps.js';
 import { ApiError } from '../../server/errors.js';
-import { type IdPage, type PageLink, likePattern, pageByIds } from './id-pages.js';
+import { type IdPage, PAGE_SIZE, type PageLink, likePattern, pageByIds } from './id-pages.js';
 
 /**
  * What the domains pages read across every account. Each row is presented with the API's domainView, so a status or
  * a record means here what it means in GET /domains.
  */
-
-export const DOMAINS_PER_PAGE = 50;
 
 export interface DomainListRow {
   view: DomainView;
@@ -38,7 +36,7 @@ export function listAllDomains(deps: Pick<Deps, 'db' | 'config'>, filter: { acco
     filter.accountId === null ? undefined : eq(domains.accountId, filter.accountId),
     q === '' ? undefined : sql`${domains.name} LIKE ${likePattern(q.toLowerCase(), 'anywhere')} ESCAPE '\\'`,
   );
-  const page = pageByIds(domains.id, link, DOMAINS_PER_PAGE, (r: DomainJoinRow) => r.domain.id, (bound, order, take) => selectDomains(deps.db, and(where, bound), order, take));
+  const page = pageByIds(domains.id, link, PAGE_SIZE, (r: DomainJoinRow) => r.domain.id, (bound, order, take) => selectDomains(deps.db, and(where, bound), order, take));
   return { ...page, items: page.items.map((r) => ({ view: domainView(deps, r.domain, r.key), account: r.account })) };
 }
 

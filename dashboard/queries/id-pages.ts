@@ -8,6 +8,9 @@ import { isUuid } from '../../server/ids.js';
  * continues from, so rows added meanwhile never shift a page. `after` walks to older rows, `before` back to newer.
  */
 
+/** Rows on one page of every dashboard list. */
+export const PAGE_SIZE = 50;
+
 export interface PageLink {
   after: string | null;
   before: string | null;
@@ -21,15 +24,32 @@ export interface IdPage<T> {
   older: string | null;
 }
 
-/** The page link of a list's query string (`<prefix>after`, `<prefix>before`); a malformed one is a 422 page. */
+/** One cursor of a query string: absent, or an id; anything else is the 422 page. */
+function readCursor(query: (name: string) => string | undefined, name: string): string | null {
+  const value = query(name);
+  if (value === undefined || value === '') return null;
+  if (!isUuid(value)) throw new ApiError('invalid_request', 'That page link is not valid; start again from the first page.');
+  return value;
+}
+
+/** The page link of a list's query string (`<prefix>after`, `<prefix>before`). */
 export function readPageLink(query: (name: string) => string | undefined, prefix = ''): PageLink {
-  const read = (name: string) => {
-    const value = query(`${prefix}${name}`);
-    if (value === undefined || value === '') return null;
-    if (!isUuid(value)) throw new ApiError('invalid_request', 'That page link is not valid; start again from the first page.');
-    return value;
-  };
-  return { after: read('after'), before: read('before') };
+  return { after: readCursor(query, `${prefix}after`), before: readCursor(query, `${prefix}before`) };
+}
+
+/** The page link of a list that walks forward only, from its newest page (its pager links back to that page). */
+export function readForwardLink(query: (name: string) => string | undefined, prefix = ''): PageLink {
+  return { after: readCursor(query, `${prefix}after`), before: null };
+}
+
+/**
+ * A page of rows read newest first after `after`: `limit + 1` of them (the API's lists read so too), the extra row
+ * only saying that another page follows.
+ */
+export function forwardPage<R>(rows: R[], limit: number, after: string | null, idOf: (row: R) => string): IdPage<R> {
+  const items = rows.slice(0, limit);
+  const newer = after === null ? null : items[0] ? idOf(items[0]) : after;
+  return { items, newer, older: rows.length > limit ? idOf(items[items.length - 1]!) : null };
 }
 
 /**
@@ -48,10 +68,7 @@ export function pageByIds<R>(
     const items = rows.slice(0, limit).reverse();
     return { items, newer: rows.length > limit && items[0] ? idOf(items[0]) : null, older: items.length > 0 ? idOf(items[items.length - 1]!) : link.before };
   }
-  const rows = select(link.after !== null ? lt(id, link.after) : undefined, desc(id), limit + 1);
-  const items = rows.slice(0, limit);
-  const newer = link.after === null ? null : items[0] ? idOf(items[0]) : link.after;
-  return { items, newer, older: rows.length > limit ? idOf(items[items.length - 1]!) : null };
+  return forwardPage(select(link.after !== null ? lt(id, link.after) : undefined, desc(id), limit + 1), limit, link.after, idOf);
 }
 
 /** A LIKE pattern matching `text` anywhere or at the start, its own % and _ taken literally (use with ESCAPE '\'). */

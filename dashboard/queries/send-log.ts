@@ -6,10 +6,7 @@ import { DAY_MS } from '../../server/clock.js';
 import { type EmailView, emailView } from '../../server/core/emails.js';
 import { isUuid } from '../../server/ids.js';
 import { ID_CLOCK_SLACK_MS, idFloor } from './id-time.js';
-import { type IdPage, type PageLink, pageByIds } from './id-pages.js';
-
-/** Rows on one page of the send log. */
-export const SEND_LOG_PAGE = 50;
+import { type IdPage, PAGE_SIZE, type PageLink, pageByIds } from './id-pages.js';
 
 /** The send log's filters, as the form's query string carries them (all optional; empty means no filter). */
 export interface SendLogFilter {
@@ -78,7 +75,7 @@ export interface SendLogRow {
  * status means what GET /emails/{id} says). An account narrows it to emails_account_idx, dates to a range of the
  * primary key (UUIDv7, id-time.ts); a recipient is matched inside each email's recipient list.
  */
-export function listSendLog(db: Db, filter: SendLogFilter, link: PageLink, limit = SEND_LOG_PAGE): IdPage<SendLogRow> {
+export function listSendLog(db: Db, filter: SendLogFilter, link: PageLink, limit = PAGE_SIZE): IdPage<SendLogRow> {
   const where = and(
     filter.account ? eq(emails.accountId, filter.account) : undefined,
     filter.status ? eq(emails.status, filter.status) : undefined,

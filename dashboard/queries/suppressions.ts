@@ -1,10 +1,11 @@
-import { and, desc, eq, lt, sql } from 'drizzle-orm';
+import { and, eq, sql } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import { type SuppressionReason, accounts, emailEvents, suppressions } from '../../db/schema/index.js';
 import { type SuppressionView, suppressionKey, suppressionView } from '../../server/core/suppressions.js';
 import { ApiError } from '../../server/errors.js';
 import type { BadgeTone } from '../ui.js';
-import { type KeysetPage, toKeysetPage } from '../views/keyset-pager.js';
+import { type IdPage, PAGE_SIZE, type PageLink, pageByIds } from './id-pages.js';
+import { idFloor } from './id-time.js';
 
 /**
  * Every account's suppression list, for the operator (the API lists one account's, and matches one address
@@ -43,44 +44,38 @@ export function searchKey(text: string | undefined): string | undefined {
   return suppressionKey(trimmed);
 }
 
-export function listAllSuppressions(db: Db, filter: SuppressionFilter, page: { after: string | null; limit: number }): KeysetPage<SuppressionSummary> {
+/** Every account's suppressed addresses, newest first, filtered by account and searched by address. */
+export function listAllSuppressions(db: Db, filter: SuppressionFilter, link: PageLink): IdPage<SuppressionSummary> {
   const search = filter.search;
-  const rows = db
-    .select({ row: suppressions, accountName: accounts.name })
-    .from(suppressions)
-    .innerJoin(accounts, eq(accounts.id, suppressions.accountId))
-    .where(
-      and(
-        filter.accountId ? eq(suppressions.accountId, filter.accountId) : undefined,
-        // Addresses are stored lower-cased and the key is too: a byte prefix match is a case-insensitive one, with no
-        // LIKE wildcards to escape.
-        search ? sql`substr(${suppressions.address}, 1, ${search.length}) = ${search}` : undefined,
-        page.after ? lt(suppressions.id, page.after) : undefined,
-      ),
-    )
-    .orderBy(desc(suppressions.id))
-    .limit(page.limit + 1)
-    .all();
-  const summaries = rows.map(({ row, accountName }) => ({
-    view: suppressionView(row),
-    accountId: row.accountId,
-    accountName,
-    sourceEmailId: REASONS[row.reason].outcome ? sourceEmailOf(db, row.accountId, row.address, REASONS[row.reason].outcome!, row.createdAt) : null,
-  }));
-  return toKeysetPage(summaries, page.limit, (s) => s.view.id);
-}
-
-/** The smallest UUIDv7 of a millisecond: ids are made from their time (server/ids.ts), never earlier than it. */
-function idFloor(ms: number): string {
-  const h = ms.toString(16).padStart(12, '0');
-  return `${h.slice(0, 8)}-${h.slice(8, 12)}-`;
+  const where = and(
+    filter.accountId ? eq(suppressions.accountId, filter.accountId) : undefined,
+    // Addresses are stored lower-cased and the key is too: a byte prefix match is a case-insensitive one, with no
+    // LIKE wildcards to escape.
+    search ? sql`substr(${suppressions.address}, 1, ${search.length}) = ${search}` : undefined,
+  );
+  return pageByIds(suppressions.id, link, PAGE_SIZE, (s: SuppressionSummary) => s.view.id, (bound, order, take) =>
+    db
+      .select({ row: suppressions, accountName: accounts.name })
+      .from(suppressions)
+      .innerJoin(accounts, eq(accounts.id, suppressions.accountId))
+      .where(and(where, bound))
+      .orderBy(order)
+      .limit(take)
+      .all()
+      .map(({ row, accountName }) => ({
+        view: suppressionView(row),
+        accountId: row.accountId,
+        accountName,
+        sourceEmailId: REASONS[row.reason].outcome ? sourceEmailOf(db, row.accountId, row.address, REASONS[row.reason].outcome!, row.createdAt) : null,
+      })),
+  );
 }
 
 /**
  * The email of the outcome that listed an address: the engine writes the event and the suppression in one
  * transaction, both at the outcome's time (mta/outcomes.ts writeOutcome), on the account's list and its parent's.
  * So the event is the account's or a sub-account's, of that recipient and status, at the entry's creation time; its
- * id is no earlier than that time, which bounds the walk of the account index.
+ * id is no earlier than that time (idFloor), which bounds the walk of the account index.
  */
 function sourceEmailOf(db: Db, accountId: string, address: string, status: 'bounced' | 'complained', at: number): string | null {
   const row = db

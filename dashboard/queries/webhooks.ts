@@ -1,4 +1,4 @@
-import { type SQL, and, count, desc, eq, gt, isNotNull, lt, sql } from 'drizzle-orm';
+import { type SQL, and, count, eq, gt, isNotNull, sql } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import { type WebhookDeliveryRow, type WebhookEndpointRow, accounts, webhookDeliveries, webhookEndpoints } from '../../db/schema/index.js';
 import { type WebhookDeliveryView, type WebhookEndpointView, deliveryView, endpointView } from '../../server/core/webhooks.js';
@@ -6,7 +6,7 @@ import { ApiError } from '../../server/errors.js';
 import { isUuid } from '../../server/ids.js';
 import { WEBHOOK_DISABLE_AFTER_FAILURES } from '../../server/webhooks/retry-schedule.js';
 import type { BadgeTone } from '../ui.js';
-import { type KeysetPage, toKeysetPage } from '../views/keyset-pager.js';
+import { type IdPage, PAGE_SIZE, type PageLink, pageByIds } from './id-pages.js';
 
 /**
  * Webhook endpoints and deliveries across all accounts, for the operator (the API lists one account's only). Rows
@@ -72,23 +72,12 @@ export interface EndpointFilter {
   health?: EndpointHealth | undefined;
 }
 
-/** Every account's endpoints, newest first, filtered by account and health, `limit` per page after `after`. */
-export function listEndpoints(db: Db, filter: EndpointFilter, page: { after: string | null; limit: number }): KeysetPage<EndpointSummary> {
-  const rows = db
-    .select(summaryColumns)
-    .from(webhookEndpoints)
-    .innerJoin(accounts, eq(accounts.id, webhookEndpoints.accountId))
-    .where(
-      and(
-        filter.accountId ? eq(webhookEndpoints.accountId, filter.accountId) : undefined,
-        filter.health ? ENDPOINT_HEALTH[filter.health].where() : undefined,
-        page.after ? lt(webhookEndpoints.id, page.after) : undefined,
-      ),
-    )
-    .orderBy(desc(webhookEndpoints.id))
-    .limit(page.limit + 1)
-    .all();
-  return toKeysetPage(rows.map(toSummary), page.limit, (s) => s.view.id);
+/** Every account's endpoints, newest first, filtered by account and health, `limit` to a page. */
+export function listEndpoints(db: Db, filter: EndpointFilter, link: PageLink, limit = PAGE_SIZE): IdPage<EndpointSummary> {
+  const where = and(filter.accountId ? eq(webhookEndpoints.accountId, filter.accountId) : undefined, filter.health ? ENDPOINT_HEALTH[filter.health].where() : undefined);
+  return pageByIds(webhookEndpoints.id, link, limit, (s: EndpointSummary) => s.view.id, (bound, order, take) =>
+    db.select(summaryColumns).from(webhookEndpoints).innerJoin(accounts, eq(accounts.id, webhookEndpoints.accountId)).where(and(where, bound)).orderBy(order).limit(take).all().map(toSummary),
+  );
 }
 
 /** One endpoint of any account, or 404 (a malformed id too). */
@@ -150,18 +139,16 @@ function toDelivery(row: WebhookDeliveryRow, endpointActive: boolean, now: numbe
 }
 
 /** An endpoint's deliveries, newest first (ids are UUIDv7: id order is event order). */
-export function listEndpointDeliveries(db: Db, endpoint: WebhookEndpointView, page: { after: string | null; limit: number }, now: number): KeysetPage<DeliverySummary> {
-  const rows = db
-    .select()
-    .from(webhookDeliveries)
-    .where(and(eq(webhookDeliveries.endpointId, endpoint.id), page.after ? lt(webhookDeliveries.id, page.after) : undefined))
-    .orderBy(desc(webhookDeliveries.id))
-    .limit(page.limit + 1)
-    .all();
-  return toKeysetPage(
-    rows.map((r) => toDelivery(r, endpoint.active, now)),
-    page.limit,
-    (d) => d.view.id,
+export function listEndpointDeliveries(db: Db, endpoint: WebhookEndpointView, link: PageLink, now: number): IdPage<DeliverySummary> {
+  return pageByIds(webhookDeliveries.id, link, PAGE_SIZE, (d: DeliverySummary) => d.view.id, (bound, order, take) =>
+    db
+      .select()
+      .from(webhookDeliveries)
+      .where(and(eq(webhookDeliveries.endpointId, endpoint.id), bound))
+      .orderBy(order)
+      .limit(take)
+      .all()
+      .map((r) => toDelivery(r, endpoint.active, now)),
   );
 }
 
