@@ -1,13 +1,15 @@
 import type { Context } from 'hono';
 import type { Child } from 'hono/jsx';
 import type { Deps } from '../server/deps.js';
+import { ApiError } from '../server/errors.js';
 import type { DashEnv } from './env.js';
 import { type Flash, setFlash, takeFlash } from './session.js';
 import { type NavHref, Page } from './ui.js';
 
 /**
  * How a page answers: `render` wraps the body in the signed-in frame (with the session's flash, shown once);
- * `redirectWithFlash` ends a form's POST (POST, redirect, GET: a reload never resubmits).
+ * `redirectWithFlash` ends a form's POST (POST, redirect, GET: a reload never resubmits), and `formAction` runs the
+ * change in between.
  */
 export function render(deps: Deps, c: Context<DashEnv>, page: { title: string; current: NavHref; status?: number }, body: Child) {
   const session = c.var.session;
@@ -23,6 +25,37 @@ export function render(deps: Deps, c: Context<DashEnv>, page: { title: string; c
 export function redirectWithFlash(deps: Deps, c: Context<DashEnv>, to: string, flash: Flash) {
   setFlash(deps, c.var.session, flash);
   return c.redirect(to, 303);
+}
+
+/** What a change reports: its flash, and where to go next (the page it was made from, unless `to` says). */
+export type Outcome = Flash & { to?: string };
+
+/**
+ * Ends a form's POST (POST, redirect, GET). A refusal by a domain function (a 4xx ApiError: bad input, a limit, a
+ * conflict, an unknown row) goes back to `back` as an error flash with its message (in the page's words, when
+ * `refused` gives them), having changed nothing; anything else is a bug, answered with the 500 page.
+ */
+export async function formAction(
+  deps: Deps,
+  c: Context<DashEnv>,
+  back: string,
+  run: () => Outcome | Promise<Outcome>,
+  refused: (message: string) => string = (message) => message,
+): Promise<Response> {
+  let outcome: Outcome;
+  try {
+    outcome = await run();
+  } catch (err) {
+    if (!(err instanceof ApiError) || err.status >= 500) throw err;
+    outcome = { kind: 'error', message: refused(err.message) };
+  }
+  const { to, ...flash } = outcome;
+  return redirectWithFlash(deps, c, to ?? back, flash);
+}
+
+/** A refusal of the dashboard's own input checks, shown like a domain function's. */
+export function refuse(message: string): never {
+  throw new ApiError('invalid_request', message);
 }
 
 /** A form field as a string ('' when absent). */

@@ -137,6 +137,16 @@ export function pageHrefs(
   };
 }
 
+/**
+ * A .table-wrap that a keyboard can scroll: on a phone a wide table scrolls inside it, and a table without links
+ * would leave that scroll out of the keyboard's reach, so the region itself takes focus (and is named for it).
+ */
+export const TableRegion: FC<PropsWithChildren<{ label: string }>> = ({ label, children }) => (
+  <div class="table-wrap" tabindex={0} role="region" aria-label={label}>
+    {children}
+  </div>
+);
+
 export type BadgeTone = 'ok' | 'warn' | 'bad' | 'info' | 'neutral';
 
 export const Badge: FC<{ tone: BadgeTone; children: Child }> = ({ tone, children }) => <span class={tone === 'neutral' ? 'badge' : `badge ${tone}`}>{children}</span>;

@@ -4,50 +4,35 @@ import { enableWebhook } from '../../server/core/webhook-operator.js';
 import { replayWebhook } from '../../server/core/webhook-replay.js';
 import { testWebhook } from '../../server/core/webhooks.js';
 import type { Deps } from '../../server/deps.js';
-import { ApiError } from '../../server/errors.js';
-import type { Flash } from '../session.js';
 import { actForAccount } from '../on-behalf.js';
 import type { EndpointSummary } from '../queries/webhooks.js';
+import type { Outcome } from '../render.js';
 
 /**
  * The webhook actions of the dashboard, each the function the API or the CLI calls: the test ping of
  * POST /webhooks/{id}/test, the replay of POST /webhooks/{id}/replay, and the CLI's `webhooks enable`. Each answers
- * the flash to show; a refusal of the domain function (an ApiError) becomes an error flash.
+ * the outcome to show; a refusal of the domain function (an ApiError) is left to formAction, which flashes it.
  */
 
-async function asFlash(action: () => Flash | Promise<Flash>): Promise<Flash> {
-  try {
-    return await action();
-  } catch (err) {
-    // A refusal (404, 429 ping_cooldown, 503 not_configured...) is the operator's to read; anything else is a bug.
-    if (err instanceof ApiError && err.code !== 'internal_error') return { kind: 'error', message: err.message };
-    throw err;
-  }
-}
-
 /** POST /webhooks/{id}/test for the endpoint's account: a ping now, its answer awaited (a success switches it on). */
-export function sendTestPing(deps: Deps, endpoint: EndpointSummary): Promise<Flash> {
-  return asFlash(async () => {
-    const result = await testWebhook({ deps, ctx: actForAccount(deps.db, endpoint.accountId), id: endpoint.view.id });
-    if (!result.delivered) return { kind: 'error', message: `The test ping failed: ${result.error ?? 'no answer'}.` };
-    const back = endpoint.view.active ? '' : ' The endpoint is switched back on.';
-    return { kind: 'ok', message: `The test ping was delivered: the receiver answered ${result.status}.${back}` };
-  });
+export async function sendTestPing(deps: Deps, endpoint: EndpointSummary): Promise<Outcome> {
+  const result = await testWebhook({ deps, ctx: actForAccount(deps.db, endpoint.accountId), id: endpoint.view.id });
+  if (!result.delivered) return { kind: 'error', message: `The test ping failed: ${result.error ?? 'no answer'}.` };
+  const back = endpoint.view.active ? '' : ' The endpoint is switched back on.';
+  return { kind: 'ok', message: `The test ping was delivered: the receiver answered ${result.status}.${back}` };
 }
 
 /**
  * The CLI's `webhooks enable`: on, no failures, its waiting deliveries due now. Unlike the CLI (another process),
  * the dashboard runs beside the dispatcher, so it tells it to look now, as a successful ping does.
  */
-export function reenableEndpoint(deps: Deps, endpoint: EndpointSummary): Promise<Flash> {
-  return asFlash(() => {
-    const wasOff = !endpoint.view.active;
-    enableWebhook(deps.db, endpoint.view.id, deps.clock.now());
-    if (!wasOff) return { kind: 'ok', message: 'The endpoint was already on; its failure count is reset.' };
-    deps.logger.info('webhook.endpoint_reenabled', { endpointId: endpoint.view.id, accountId: endpoint.accountId, by: 'operator' });
-    deps.onWebhookQueued();
-    return { kind: 'ok', message: 'The endpoint is switched back on; its waiting deliveries go out now.' };
-  });
+export function reenableEndpoint(deps: Deps, endpoint: EndpointSummary): Outcome {
+  const wasOff = !endpoint.view.active;
+  enableWebhook(deps.db, endpoint.view.id, deps.clock.now());
+  if (!wasOff) return { kind: 'ok', message: 'The endpoint was already on; its failure count is reset.' };
+  deps.logger.info('webhook.endpoint_reenabled', { endpointId: endpoint.view.id, accountId: endpoint.accountId, by: 'operator' });
+  deps.onWebhookQueued();
+  return { kind: 'ok', message: 'The endpoint is switched back on; its waiting deliveries go out now.' };
 }
 
 function isEmailEventType(t: string): t is EmailEventType {
@@ -59,23 +44,21 @@ function isEmailEventType(t: string): t is EmailEventType {
  * type its event type, narrowed to its email and recipient. The replay builds the post afresh from the recorded
  * outcome (a new delivery id, due now), exactly as POST /webhooks/{id}/replay does.
  */
-export function replayDelivery(deps: Deps, endpoint: EndpointSummary, row: WebhookDeliveryRow): Promise<Flash> {
-  return asFlash(() => {
-    if (!isEmailEventType(row.eventType)) return { kind: 'error', message: 'A test ping is never replayed; send a new test ping instead.' };
-    const data = JSON.parse(row.data) as { messageId?: unknown; recipient?: unknown; occurredAt?: unknown };
-    const since = typeof data.occurredAt === 'string' ? Date.parse(data.occurredAt) : Number.NaN;
-    if (typeof data.messageId !== 'string' || typeof data.recipient !== 'string' || Number.isNaN(since)) {
-      return { kind: 'error', message: 'This delivery does not name the outcome it carried, so it cannot be replayed.' };
-    }
-    const { queued } = replayWebhook({
-      deps,
-      ctx: actForAccount(deps.db, endpoint.accountId),
-      endpointId: endpoint.view.id,
-      input: { since, until: since + 1, events: [row.eventType] },
-      only: { emailId: data.messageId, recipient: data.recipient },
-    });
-    if (queued === 0) return { kind: 'error', message: 'Nothing was replayed: the outcome is no longer recorded (its email was deleted).' };
-    const waits = endpoint.view.active ? 'it goes out on the dispatcher’s next run' : 'it waits until the endpoint is switched back on';
-    return { kind: 'ok', message: `Replay queued ${queued === 1 ? 'a new delivery' : `${queued} new deliveries`} of this ${row.eventType} event; ${waits}.` };
+export function replayDelivery(deps: Deps, endpoint: EndpointSummary, row: WebhookDeliveryRow): Outcome {
+  if (!isEmailEventType(row.eventType)) return { kind: 'error', message: 'A test ping is never replayed; send a new test ping instead.' };
+  const data = JSON.parse(row.data) as { messageId?: unknown; recipient?: unknown; occurredAt?: unknown };
+  const since = typeof data.occurredAt === 'string' ? Date.parse(data.occurredAt) : Number.NaN;
+  if (typeof data.messageId !== 'string' || typeof data.recipient !== 'string' || Number.isNaN(since)) {
+    return { kind: 'error', message: 'This delivery does not name the outcome it carried, so it cannot be replayed.' };
+  }
+  const { queued } = replayWebhook({
+    deps,
+    ctx: actForAccount(deps.db, endpoint.accountId),
+    endpointId: endpoint.view.id,
+    input: { since, until: since + 1, events: [row.eventType] },
+    only: { emailId: data.messageId, recipient: data.recipient },
   });
+  if (queued === 0) return { kind: 'error', message: 'Nothing was replayed: the outcome is no longer recorded (its email was deleted).' };
+  const waits = endpoint.view.active ? 'it goes out on the dispatcher’s next run' : 'it waits until the endpoint is switched back on';
+  return { kind: 'ok', message: `Replay queued ${queued === 1 ? 'a new delivery' : `${queued} new deliveries`} of this ${row.eventType} event; ${waits}.` };
 }

@@ -23,15 +23,14 @@ import type { Deps } from '../../server/deps.js';
 import { ApiError } from '../../server/errors.js';
 import { parseInput } from '../../server/http/validate.js';
 import type { DashEnv } from '../env.js';
+import { formatCount } from '../format.js';
 import { operatorContext, requireAccount } from '../on-behalf.js';
 import { listAccounts } from '../queries/accounts.js';
 import { PAGE_SIZE, forwardPage, readForwardLink, readPageLink } from '../queries/id-pages.js';
-import { field, render } from '../render.js';
-import { AccountPageBody } from './account-page.js';
-import { AccountsListBody } from './accounts-list.js';
-import { type Outcome, formAction, refuse } from './form-action.js';
+import { type Outcome, field, formAction, refuse, render } from '../render.js';
 import { pageHrefs, withQuery } from '../ui.js';
-import { formatCount } from './listing.js';
+import { AccountPageBody } from '../views/account-page.js';
+import { AccountsListBody } from '../views/accounts.js';
 
 /**
  * Accounts: list and search, create, and on an account's page its quota, suspension, credits, sub-accounts and keys.

@@ -1,13 +1,13 @@
 import { Hono } from 'hono';
 import type { Deps } from '../../server/deps.js';
 import { ApiError } from '../../server/errors.js';
-import { dkimVerdictOf, openCaptured, partsOf } from '../captured-message.js';
-import { CapturedTable, DkimSection, MessageFacts, ModeNotice, PartsSections, SearchForm, capturedPath } from '../captured-views.js';
 import type { DashEnv } from '../env.js';
 import { capturedRecipientsOf, countCaptured, listCaptured } from '../queries/captured.js';
+import { dkimVerdictOf, openCaptured, partsOf } from '../queries/captured-message.js';
 import { render } from '../render.js';
 import { CAPTURED_HTML_HEADERS } from '../security.js';
 import { Pager, withQuery } from '../ui.js';
+import { CapturedTable, DkimSection, MessageFacts, ModeNotice, PartsSections, SearchForm, capturedPath } from '../views/captured.js';
 
 /**
  * Captured mail (DELIVERY_MODE=capture), like Mailpit: the list across every account, newest first, and one

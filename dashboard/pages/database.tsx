@@ -1,14 +1,15 @@
 import { Hono } from 'hono';
-import type { FC } from 'hono/jsx';
 import { CUSTOMER_DB_STATES, type CustomerDbState } from '../../db/schema/index.js';
 import { testDatabase } from '../../server/core/customer-db.js';
 import type { Deps } from '../../server/deps.js';
-import { ApiError } from '../../server/errors.js';
+import { isUuid } from '../../server/ids.js';
 import type { DashEnv } from '../env.js';
+import { formatCount, plural } from '../format.js';
 import { operatorContext, requireAccount } from '../on-behalf.js';
-import { type DatabaseEntry, countDatabases, listDatabases } from '../queries/databases.js';
-import { field, redirectWithFlash, render } from '../render.js';
-import { Badge, type BadgeTone, Pager, PostButton, Time, withQuery } from '../ui.js';
+import { countDatabases, listDatabases } from '../queries/databases.js';
+import { field, formAction, render } from '../render.js';
+import { Pager, withQuery } from '../ui.js';
+import { DatabaseTable, StateFilter } from '../views/database.js';
 
 /**
  * The customer databases (api.md, Database; decisions.md section 8), one row per account that has its own: the status
@@ -18,83 +19,12 @@ import { Badge, type BadgeTone, Pager, PostButton, Time, withQuery } from '../ui
 
 const current = '/dashboard/database' as const;
 
-const STATE_TONES: Record<CustomerDbState, BadgeTone> = { connected: 'ok', unreachable: 'bad' };
-
 const stateParam = (v: string | undefined): CustomerDbState | null => (CUSTOMER_DB_STATES as readonly string[]).includes(v ?? '') ? (v as CustomerDbState) : null;
-/** An account id as a keyset position (ids are UUIDs); anything else starts from the first page. */
-const afterParam = (v: string | undefined) => (v !== undefined && /^[0-9a-f-]{36}$/i.test(v) ? v : null);
+/** An account id as a keyset position; anything else starts from the first page. */
+const afterParam = (v: string | undefined) => (v !== undefined && isUuid(v) ? v : null);
 
 /** The list's address with its filter and page. */
 const listPath = (state: CustomerDbState | null, after: string | null): string => withQuery(current, { state, after });
-
-const plural = (n: number, one: string) => `${n.toLocaleString('en')} ${one}${n === 1 ? '' : 's'}`;
-
-const StateFilter: FC<{ state: CustomerDbState | null }> = ({ state }) => (
-  <form method="get" action="/dashboard/database" class="panel row filter-row">
-    <div class="field">
-      <label for="database-state">State</label>
-      <select id="database-state" name="state" data-autosubmit>
-        <option value="">All</option>
-        {CUSTOMER_DB_STATES.map((s) => (
-          <option value={s} selected={s === state}>
-            {s}
-          </option>
-        ))}
-      </select>
-    </div>
-    <button type="submit" class="secondary">
-      Show
-    </button>
-  </form>
-);
-
-const DatabaseTable: FC<{ entries: DatabaseEntry[]; csrf: string; back: Record<string, string> }> = ({ entries, csrf, back }) => (
-  <div class="table-wrap">
-    <table>
-      <caption class="visually-hidden">Customer databases by account</caption>
-      <thead>
-        <tr>
-          <th scope="col">Account</th>
-          <th scope="col">Database</th>
-          <th scope="col">State</th>
-          <th scope="col" class="num">Pending writes</th>
-          <th scope="col">Last error</th>
-          <th scope="col">Last success</th>
-          <th scope="col">Check</th>
-        </tr>
-      </thead>
-      <tbody>
-        {entries.map(({ accountId, accountName, status: s }) => (
-          <tr>
-            <td>
-              {accountName}
-              <div>
-                <code class="muted">{accountId}</code>
-              </div>
-            </td>
-            <td>
-              <code>
-                {s.host}:{s.port}/{s.database}
-              </code>
-              <div class="muted">
-                as {s.user}, TLS {s.sslMode}, schema v{s.schemaVersion}
-              </div>
-            </td>
-            <td>{s.state && <Badge tone={STATE_TONES[s.state as CustomerDbState] ?? 'warn'}>{s.state}</Badge>}</td>
-            <td class="num">{s.pending > 0 ? <Badge tone="warn">{s.pending.toLocaleString('en')}</Badge> : '0'}</td>
-            <td class="error-text">{s.lastError ?? <span class="muted">none</span>}</td>
-            <td>
-              <Time ms={s.lastOkAt === null ? null : Date.parse(s.lastOkAt)} />
-            </td>
-            <td>
-              <PostButton action={`/dashboard/database/${accountId}/test`} csrf={csrf} label="Test" fields={back} accessibleLabel={`Test the database of ${accountName}`} />
-            </td>
-          </tr>
-        ))}
-      </tbody>
-    </table>
-  </div>
-);
 
 export function databasePages(deps: Deps) {
   return new Hono<DashEnv>()
@@ -114,11 +44,11 @@ export function databasePages(deps: Deps) {
           <div class="cards">
             <div class="card">
               <div class="label">Databases</div>
-              <div class="value">{counts.total.toLocaleString('en')}</div>
+              <div class="value">{formatCount(counts.total)}</div>
             </div>
             <div class="card">
               <div class="label">Unreachable</div>
-              <div class="value">{counts.unreachable.toLocaleString('en')}</div>
+              <div class="value">{formatCount(counts.unreachable)}</div>
             </div>
           </div>
           <p class="muted">
@@ -141,18 +71,19 @@ export function databasePages(deps: Deps) {
         </>,
       );
     })
-    .post('/database/:accountId/test', async (c) => {
+    .post('/database/:accountId/test', (c) => {
       const account = requireAccount(deps.db, c.req.param('accountId'));
       const back = listPath(stateParam(field(c, 'state')), afterParam(field(c, 'after')));
-      try {
-        const s = await testDatabase({ deps, ctx: operatorContext(account) });
-        return redirectWithFlash(deps, c, back, {
-          kind: 'ok',
-          message: `The database of ${account.name} answered: ${s.state}, schema version ${s.schemaVersion}, ${plural(s.pending, 'write')} waiting.`,
-        });
-      } catch (err) {
-        if (!(err instanceof ApiError)) throw err;
-        return redirectWithFlash(deps, c, back, { kind: 'error', message: `Testing the database of ${account.name} failed: ${err.message}` });
-      }
+      const refused = (message: string) => `Testing the database of ${account.name} failed: ${message}`;
+      return formAction(
+        deps,
+        c,
+        back,
+        async () => {
+          const s = await testDatabase({ deps, ctx: operatorContext(account) });
+          return { kind: 'ok', message: `The database of ${account.name} answered: ${s.state}, schema version ${s.schemaVersion}, ${plural(s.pending, 'write')} waiting.` };
+        },
+        refused,
+      );
     });
 }

@@ -7,11 +7,9 @@ import { accountById, accountFilter, operatorContext } from '../on-behalf.js';
 import { accountChoices } from '../queries/accounts.js';
 import { lastChecks, listAllDomains, requireDomainAccount } from '../queries/domains.js';
 import { readPageLink } from '../queries/id-pages.js';
-import { field, render } from '../render.js';
+import { field, formAction, refuse, render } from '../render.js';
 import { pageHrefs, withQuery } from '../ui.js';
-import { DomainPageBody, verifySummary } from './domain-page.js';
-import { DomainsListBody } from './domains-list.js';
-import { formAction, refuse } from './form-action.js';
+import { DomainPageBody, DomainsListBody, verifySummary } from '../views/domains.js';
 
 /**
  * Domains: every account's, connect one for an account, and a domain's records, verification and removal. The

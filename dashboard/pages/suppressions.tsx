@@ -1,34 +1,22 @@
 import { Hono } from 'hono';
 import { addSuppression, addSuppressionInput, removeSuppression } from '../../server/core/suppressions.js';
 import type { Deps } from '../../server/deps.js';
-import { ApiError } from '../../server/errors.js';
 import { parseInput } from '../../server/http/validate.js';
 import type { DashEnv } from '../env.js';
 import { accountFilter, actForAccount } from '../on-behalf.js';
 import { accountChoices } from '../queries/accounts.js';
 import { readForwardLink } from '../queries/id-pages.js';
 import { listAllSuppressions, searchKey } from '../queries/suppressions.js';
-import { field, redirectWithFlash, render } from '../render.js';
-import type { Flash } from '../session.js';
+import { field, formAction, render } from '../render.js';
 import { Pager, pageHrefs, withQuery } from '../ui.js';
 import { AddSuppressionForm, SearchForm, SuppressionTable } from '../views/suppressions.js';
 
-const path = '/dashboard/suppressions';
+const current = '/dashboard/suppressions';
 
 /** The list a form came from (its `back` field), rebuilt from the list's own parameters only: never another page. */
 function backTo(back: string): string {
   const params = new URL(back, 'http://dashboard.invalid').searchParams;
-  return withQuery(path, { account: params.get('account'), q: params.get('q') });
-}
-
-/** Runs a domain function for the form's account; its refusal (bad address, not listed, no account) is an error flash. */
-function attempt(action: () => Flash): Flash {
-  try {
-    return action();
-  } catch (err) {
-    if (err instanceof ApiError && err.status < 500) return { kind: 'error', message: err.message };
-    throw err;
-  }
+  return withQuery(current, { account: params.get('account'), q: params.get('q') });
 }
 
 /**
@@ -43,38 +31,37 @@ export function suppressionPages(deps: Deps) {
       const page = listAllSuppressions(deps.db, { accountId, search: searchKey(q) }, readForwardLink((n) => c.req.query(n)));
       const csrf = c.var.session.csrfToken;
       const accounts = accountChoices(deps.db, accountId);
-      const back = withQuery(path, { account: accountId, q });
+      const back = withQuery(current, { account: accountId, q });
       return render(
         deps,
         c,
-        { title: 'Suppressions', current: path },
+        { title: 'Suppressions', current },
         <>
           <AddSuppressionForm accounts={accounts} accountId={accountId} csrf={csrf} back={back} />
           <h2>Suppressed addresses</h2>
           <SearchForm accounts={accounts} accountId={accountId} search={q} />
           <SuppressionTable rows={page.items} csrf={csrf} back={back} />
-          <Pager label="Suppression list pages" {...pageHrefs(page, (p) => withQuery(path, { account: accountId, q, ...p }), { forwardOnly: true })} newerLabel="First page" olderLabel="Next page" />
+          <Pager label="Suppression list pages" {...pageHrefs(page, (p) => withQuery(current, { account: accountId, q, ...p }), { forwardOnly: true })} newerLabel="First page" olderLabel="Next page" />
         </>,
       );
     })
-    .post('/suppressions', (c) => {
-      const flash = attempt(() => {
+    // The form's account is the one acted for: an unknown one, like a bad or unlisted address, is an error flash.
+    .post('/suppressions', (c) =>
+      formAction(deps, c, backTo(field(c, 'back')), () => {
         const ctx = actForAccount(deps.db, field(c, 'account'));
         const { address } = parseInput(addSuppressionInput, { address: field(c, 'address') });
         const { entry, created } = addSuppression({ deps, ctx, address });
         return created
           ? { kind: 'ok', message: `${entry.address} is on ${ctx.account.name}'s suppression list (manual).` }
           : { kind: 'ok', message: `${entry.address} was already on ${ctx.account.name}'s suppression list (${entry.reason}).` };
-      });
-      return redirectWithFlash(deps, c, backTo(field(c, 'back')), flash);
-    })
-    .post('/suppressions/remove', (c) => {
-      const flash = attempt(() => {
+      }),
+    )
+    .post('/suppressions/remove', (c) =>
+      formAction(deps, c, backTo(field(c, 'back')), () => {
         const ctx = actForAccount(deps.db, field(c, 'account'));
         const address = field(c, 'address');
         removeSuppression({ deps, ctx, address });
         return { kind: 'ok', message: `${address} is off ${ctx.account.name}'s suppression list: the account may send to it again.` };
-      });
-      return redirectWithFlash(deps, c, backTo(field(c, 'back')), flash);
-    });
+      }),
+    );
 }

@@ -8,7 +8,7 @@ import { accountChoices } from '../queries/accounts.js';
 import { reenableEndpoint, replayDelivery, sendTestPing } from '../actions/webhooks.js';
 import { isEndpointHealth, listEndpointDeliveries, listEndpoints, requireDelivery, requireEndpointSummary } from '../queries/webhooks.js';
 import { readForwardLink } from '../queries/id-pages.js';
-import { redirectWithFlash, render } from '../render.js';
+import { formAction, render } from '../render.js';
 import { Pager, pageHrefs, withQuery } from '../ui.js';
 import { AttemptTimeline, DeliveryFacts, DeliveryTable, EndpointFacts, EndpointFilters, EndpointTable, Payload, deliveryPath, endpointPath } from '../views/webhooks.js';
 
@@ -73,19 +73,21 @@ export function webhookPages(deps: Deps) {
         </>,
       );
     })
-    .post('/webhooks/:id/test', async (c) => {
+    .post('/webhooks/:id/test', (c) => {
       const endpoint = requireEndpointSummary(deps.db, c.req.param('id'));
-      return redirectWithFlash(deps, c, endpointPath(endpoint.view.id), await sendTestPing(deps, endpoint));
+      return formAction(deps, c, endpointPath(endpoint.view.id), () => sendTestPing(deps, endpoint));
     })
-    .post('/webhooks/:id/enable', async (c) => {
+    .post('/webhooks/:id/enable', (c) => {
       const endpoint = requireEndpointSummary(deps.db, c.req.param('id'));
-      return redirectWithFlash(deps, c, endpointPath(endpoint.view.id), await reenableEndpoint(deps, endpoint));
+      return formAction(deps, c, endpointPath(endpoint.view.id), () => reenableEndpoint(deps, endpoint));
     })
-    .post('/webhooks/:id/deliveries/:deliveryId/replay', async (c) => {
+    .post('/webhooks/:id/deliveries/:deliveryId/replay', (c) => {
       const endpoint = requireEndpointSummary(deps.db, c.req.param('id'));
       const delivery = requireDelivery(deps.db, endpoint.view, c.req.param('deliveryId'), deps.clock.now());
-      const flash = await replayDelivery(deps, endpoint, delivery.row);
       // A queued replay is a new delivery, listed first on the endpoint's page; a refusal stays on this delivery.
-      return redirectWithFlash(deps, c, flash.kind === 'ok' ? endpointPath(endpoint.view.id) : deliveryPath(endpoint.view.id, delivery.view.id), flash);
+      return formAction(deps, c, deliveryPath(endpoint.view.id, delivery.view.id), () => {
+        const outcome = replayDelivery(deps, endpoint, delivery.row);
+        return outcome.kind === 'ok' ? { ...outcome, to: endpointPath(endpoint.view.id) } : outcome;
+      });
     });
 }

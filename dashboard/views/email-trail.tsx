@@ -3,11 +3,10 @@ import type { DeliveryMode } from '../../server/config.js';
 import type { EventView } from '../../server/core/emails.js';
 import type { CausedDelivery, EmailTrail, QueuedRecipient, WriteItem, WriteState } from '../queries/email-trail.js';
 import { DELIVERY_STATES } from '../queries/webhooks.js';
-import { Badge, type BadgeTone, Copyable, Time } from '../ui.js';
-import { deliveryPath } from '../views/webhooks.js';
-import { EmailStatusBadges, OUTCOME_CLASS, OUTCOME_TONE } from './email-status.js';
-import { plural } from './format.js';
-import { TableRegion } from './table-region.js';
+import { plural } from '../format.js';
+import { Badge, type BadgeTone, Copyable, TableRegion, Time } from '../ui.js';
+import { EmailStatusBadges, OUTCOME_CLASS, OUTCOME_TONE } from './emails.js';
+import { deliveryPath } from './webhooks.js';
 
 /** One email's page: the API's facts, each recipient's timeline with the webhook posts it caused, the customer database. */
 export const EmailTrailView: FC<{ trail: EmailTrail; mode: DeliveryMode }> = ({ trail, mode }) => {

@@ -1,11 +1,11 @@
 import { dkimVerify } from 'mailauth';
 import { simpleParser } from 'mailparser';
-import { capturedMessageQuery, getCapturedMessage } from '../server/core/emails.js';
-import type { Deps } from '../server/deps.js';
-import { mailauthResolver } from '../server/dns/resolver.js';
-import { ApiError } from '../server/errors.js';
-import { actForAccount } from './on-behalf.js';
-import { type CapturedEntry, findCaptured } from './queries/captured.js';
+import { capturedMessageQuery, getCapturedMessage } from '../../server/core/emails.js';
+import type { Deps } from '../../server/deps.js';
+import { mailauthResolver } from '../../server/dns/resolver.js';
+import { ApiError } from '../../server/errors.js';
+import { actForAccount } from '../on-behalf.js';
+import { type CapturedEntry, findCaptured } from './captured.js';
 
 /**
  * One captured message for the operator: found in the store, opened by the API's own getCapturedMessage (its rules:

@@ -1,6 +1,6 @@
 import type { FC } from 'hono/jsx';
-import { TableRegion } from './table-region.js';
 import { type DayVolume, VOLUME_LABELS, VOLUME_SERIES, type VolumeSeries } from '../queries/mail-volume.js';
+import { TableRegion } from '../ui.js';
 
 /**
  * The overview's chart: one line per series over the days, as inline SVG drawn on the server (no script, no inline

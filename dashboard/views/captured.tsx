@@ -1,8 +1,9 @@
 import type { FC } from 'hono/jsx';
-import { CAPTURE_LIMIT } from '../mta/capture-store.js';
-import type { DkimVerdict, MessageParts } from './captured-message.js';
-import type { CapturedEntry } from './queries/captured.js';
-import { Badge, type BadgeTone, Time } from './ui.js';
+import { CAPTURE_LIMIT } from '../../mta/capture-store.js';
+import { formatCount } from '../format.js';
+import type { CapturedEntry } from '../queries/captured.js';
+import type { DkimVerdict, MessageParts } from '../queries/captured-message.js';
+import { Badge, type BadgeTone, Time } from '../ui.js';
 
 /** The pieces of the captured-mail pages (dashboard/pages/captured.tsx). */
 
@@ -27,7 +28,7 @@ export const ModeNotice: FC<{ capturing: boolean; kept: number }> = ({ capturing
   capturing ? (
     <p class="panel">
       <Badge tone="info">capture mode</Badge> This server runs with <code>DELIVERY_MODE=capture</code>: nothing leaves the machine. Each recipient's message is
-      kept here exactly as it would have gone out, signed; the newest {CAPTURE_LIMIT.toLocaleString('en')} are kept ({kept.toLocaleString('en')} now).
+      kept here exactly as it would have gone out, signed; the newest {formatCount(CAPTURE_LIMIT)} are kept ({formatCount(kept)} now).
     </p>
   ) : (
     <div class="panel" role="note">
@@ -37,7 +38,7 @@ export const ModeNotice: FC<{ capturing: boolean; kept: number }> = ({ capturing
       </p>
       {kept > 0 && (
         <p>
-          {kept.toLocaleString('en')} message{kept === 1 ? ' was' : 's were'} captured by an earlier run in capture mode: listed below, but their content opens only while the
+          {formatCount(kept)} message{kept === 1 ? ' was' : 's were'} captured by an earlier run in capture mode: listed below, but their content opens only while the
           server captures (as <code>GET /emails/{'{id}'}/message</code> answers).
         </p>
       )}
@@ -190,7 +191,7 @@ export const PartsSections: FC<{ entry: CapturedEntry; parts: MessageParts; raw:
         <ul>
           {parts.attachments.map((a) => (
             <li>
-              {a.filename} <span class="muted">({a.contentType}, {a.size.toLocaleString('en')} bytes)</span>
+              {a.filename} <span class="muted">({a.contentType}, {formatCount(a.size)} bytes)</span>
             </li>
           ))}
         </ul>

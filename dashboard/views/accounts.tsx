@@ -5,8 +5,8 @@ import type { CreditState } from '../../server/core/credits.js';
 import type { Tier } from '../../server/core/tiers.js';
 import type { Config } from '../../server/config.js';
 import type { AccountListRow } from '../queries/accounts.js';
+import { formatCount } from '../format.js';
 import { Badge, type BadgeTone, CsrfField, Pager, Time } from '../ui.js';
-import { formatCount } from './listing.js';
 
 /** How each state reads at a glance: policy as data, so every page badges a tier or a credit state the same way. */
 export const TIER_TONE: Record<Tier, BadgeTone> = { healthy: 'ok', warning: 'warn', throttled: 'warn', paused: 'bad' };

@@ -1,3 +1,13 @@
+/** How the dashboard writes numbers and durations. */
+
+const counts = new Intl.NumberFormat('en-US');
+
+/** A count with thousands separators ("12,345"). */
+export const formatCount = (n: number): string => counts.format(n);
+
+/** "1 recipient", "3 recipients". */
+export const plural = (n: number, one: string, many = `${one}s`) => `${formatCount(n)} ${n === 1 ? one : many}`;
+
 /** A duration as a person reads it: the two largest units ("3 d 4 h", "2 h 5 min", "45 s"). */
 export function formatAge(ms: number): string {
   const s = Math.max(0, Math.floor(ms / 1000));
@@ -15,6 +25,3 @@ export function formatAge(ms: number): string {
     .map(([n, u]) => `${n} ${u}`)
     .join(' ');
 }
-
-/** "1 recipient", "3 recipients". */
-export const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;

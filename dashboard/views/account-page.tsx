@@ -4,10 +4,10 @@ import type { AccountView } from '../../server/core/accounts.js';
 import type { DomainView } from '../../server/core/domains.js';
 import type { KeyView } from '../../server/core/keys.js';
 import { SCOPES } from '../../server/core/scopes.js';
+import { formatCount } from '../format.js';
 import { Badge, Copyable, CsrfField, Pager, PostButton, Time } from '../ui.js';
-import { AccountLink, CreditsSummary, QuotaUsage, StatusBadge, SUSPENDED_BY, TierBadge } from './accounts-list.js';
-import { DomainStatusBadges } from './domains-list.js';
-import { formatCount } from './listing.js';
+import { AccountLink, CreditsSummary, QuotaUsage, StatusBadge, SUSPENDED_BY, TierBadge } from './accounts.js';
+import { DomainStatusBadges } from './domains.js';
 
 /** An account's page: its facts, the operator's actions on it, its sub-accounts, keys and domains. */
 
