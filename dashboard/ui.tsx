@@ -147,6 +147,47 @@ export const TableRegion: FC<PropsWithChildren<{ label: string }>> = ({ label, c
   </div>
 );
 
+/** A column header: its text, or its text and a class (`num` for a column of numbers). */
+export type Column = string | { label: string; class: string };
+
+/**
+ * A table of items in its scroll container: a caption for screen readers, the column headers, a row per item.
+ * `empty` stands instead of the table when there are no items. `region` names the container and lets a keyboard
+ * scroll it (TableRegion), for a table with no link to tab to.
+ */
+export function DataTable<T>(props: {
+  caption: string;
+  columns: readonly Column[];
+  items: readonly T[];
+  row: (item: T, index: number) => Child;
+  empty?: Child;
+  region?: string;
+  id?: string;
+  class?: string;
+}) {
+  if (props.items.length === 0 && props.empty !== undefined) return <>{props.empty}</>;
+  const table = (
+    <table id={props.id} class={props.class}>
+      <caption class="visually-hidden">{props.caption}</caption>
+      <thead>
+        <tr>
+          {props.columns.map((c) =>
+            typeof c === 'string' ? (
+              <th scope="col">{c}</th>
+            ) : (
+              <th scope="col" class={c.class}>
+                {c.label}
+              </th>
+            ),
+          )}
+        </tr>
+      </thead>
+      <tbody>{props.items.map((item, i) => props.row(item, i))}</tbody>
+    </table>
+  );
+  return props.region === undefined ? <div class="table-wrap">{table}</div> : <TableRegion label={props.region}>{table}</TableRegion>;
+}
+
 export type BadgeTone = 'ok' | 'warn' | 'bad' | 'info' | 'neutral';
 
 export const Badge: FC<{ tone: BadgeTone; children: Child }> = ({ tone, children }) => <span class={tone === 'neutral' ? 'badge' : `badge ${tone}`}>{children}</span>;

@@ -38,11 +38,11 @@ export function capturedPages(deps: Deps) {
         <>
           <ModeNotice capturing={capturing()} kept={kept} />
           <SearchForm search={search} />
-          {entries.length === 0 ? (
-            <p class="panel">{search !== '' ? `No captured message matches “${search}”.` : before !== null ? 'No older captured messages.' : 'No mail has been captured yet.'}</p>
-          ) : (
-            <CapturedTable entries={entries} linked={capturing()} />
-          )}
+          <CapturedTable
+            entries={entries}
+            linked={capturing()}
+            empty={search !== '' ? `No captured message matches “${search}”.` : before !== null ? 'No older captured messages.' : 'No mail has been captured yet.'}
+          />
           <Pager label="Captured mail pages" newer={before !== null ? href(null) : null} older={more ? href(entries[entries.length - 1]!.seq) : null} newerLabel="Newest" />
         </>,
       );

@@ -56,11 +56,7 @@ export function databasePages(deps: Deps) {
             database cannot be reached, tried again with growing gaps for seven days.
           </p>
           <StateFilter state={state} />
-          {entries.length === 0 ? (
-            <p class="panel">{state ? `No database is ${state}.` : 'No account has connected a database.'}</p>
-          ) : (
-            <DatabaseTable entries={entries} csrf={c.var.session.csrfToken} back={back} />
-          )}
+          <DatabaseTable entries={entries} csrf={c.var.session.csrfToken} back={back} empty={state ? `No database is ${state}.` : 'No account has connected a database.'} />
           <Pager
             label="Database pages"
             newer={after !== null ? listPath(state, null) : null}

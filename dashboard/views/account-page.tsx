@@ -5,7 +5,7 @@ import type { DomainView } from '../../server/core/domains.js';
 import type { KeyView } from '../../server/core/keys.js';
 import { SCOPES } from '../../server/core/scopes.js';
 import { formatCount } from '../format.js';
-import { Badge, Copyable, CsrfField, Pager, PostButton, Time } from '../ui.js';
+import { Badge, Copyable, CsrfField, DataTable, Pager, PostButton, Time } from '../ui.js';
 import { AccountLink, CreditsSummary, QuotaUsage, StatusBadge, SUSPENDED_BY, TierBadge } from './accounts.js';
 import { DomainStatusBadges } from './domains.js';
 
@@ -155,47 +155,31 @@ const GrantCredits: FC<{ view: AccountView; csrf: string }> = ({ view, csrf }) =
 const SubAccounts: FC<{ view: AccountView; subs: NonNullable<AccountPageProps['subAccounts']>; csrf: string }> = ({ view, subs, csrf }) => (
   <section aria-labelledby="sub-accounts">
     <h2 id="sub-accounts">Sub-accounts</h2>
-    {subs.items.length === 0 ? (
-      <p class="muted">No sub-accounts.</p>
-    ) : (
-      <div class="table-wrap">
-        <table>
-          <caption class="visually-hidden">Sub-accounts of {view.name}, newest first</caption>
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">Status</th>
-              <th scope="col">Tier</th>
-              <th scope="col" class="num">
-                Today / quota
-              </th>
-              <th scope="col">Created</th>
-            </tr>
-          </thead>
-          <tbody>
-            {subs.items.map((sub) => (
-              <tr>
-                <td>
-                  <AccountLink id={sub.id} name={sub.name} />
-                </td>
-                <td>
-                  <StatusBadge view={sub} />
-                </td>
-                <td>
-                  <TierBadge tier={sub.sending.tier} />
-                </td>
-                <td class="num">
-                  <QuotaUsage view={sub} />
-                </td>
-                <td>
-                  <Time ms={ms(sub.createdAt)} />
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      </div>
-    )}
+    <DataTable
+      caption={`Sub-accounts of ${view.name}, newest first`}
+      columns={['Name', 'Status', 'Tier', { label: 'Today / quota', class: 'num' }, 'Created']}
+      items={subs.items}
+      empty={<p class="muted">No sub-accounts.</p>}
+      row={(sub) => (
+        <tr>
+          <td>
+            <AccountLink id={sub.id} name={sub.name} />
+          </td>
+          <td>
+            <StatusBadge view={sub} />
+          </td>
+          <td>
+            <TierBadge tier={sub.sending.tier} />
+          </td>
+          <td class="num">
+            <QuotaUsage view={sub} />
+          </td>
+          <td>
+            <Time ms={ms(sub.createdAt)} />
+          </td>
+        </tr>
+      )}
+    />
     <Pager label="Sub-account pages" newer={subs.newer} older={subs.older} newerLabel="Newest" />
     <form method="post" action={`/dashboard/accounts/${view.id}/sub-accounts`} class="panel">
       <CsrfField token={csrf} />
@@ -218,63 +202,48 @@ const ScopeList: FC<{ scopes: readonly string[] }> = ({ scopes }) =>
 const Keys: FC<{ view: AccountView; keys: AccountPageProps['keys']; csrf: string }> = ({ view, keys, csrf }) => (
   <section aria-labelledby="keys">
     <h2 id="keys">API keys</h2>
-    {keys.items.length === 0 ? (
-      <p class="muted">No keys yet.</p>
-    ) : (
-      <div class="table-wrap">
-        <table>
-          <caption class="visually-hidden">API keys of {view.name}, newest first</caption>
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">Prefix</th>
-              <th scope="col">Scopes</th>
-              <th scope="col">Created</th>
-              <th scope="col">Last used</th>
-              <th scope="col">State</th>
-            </tr>
-          </thead>
-          <tbody>
-            {keys.items.map((key) => (
-              <tr>
-                <td>{key.name}</td>
-                <td>
-                  <code>{key.prefix}</code>
-                </td>
-                <td>
-                  <ScopeList scopes={key.scopes} />
-                </td>
-                <td>
-                  <Time ms={ms(key.createdAt)} />
-                </td>
-                <td>
-                  <Time ms={ms(key.lastUsedAt)} />
-                </td>
-                <td>
-                  {key.revokedAt !== null ? (
-                    <span>
-                      <Badge tone="neutral">revoked</Badge> <Time ms={ms(key.revokedAt)} />
-                    </span>
-                  ) : (
-                    <span class="row">
-                      <Badge tone="ok">live</Badge>
-                      <PostButton
-                        action={`/dashboard/accounts/${view.id}/keys/${key.id}/revoke`}
-                        csrf={csrf}
-                        label="Revoke"
-                        variant="danger"
-                        confirm={`Revoke the key "${key.name}"? It stops working at once.`}
-                        accessibleLabel={`Revoke key ${key.name}`}
-                      />
-                    </span>
-                  )}
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      </div>
-    )}
+    <DataTable
+      caption={`API keys of ${view.name}, newest first`}
+      columns={['Name', 'Prefix', 'Scopes', 'Created', 'Last used', 'State']}
+      items={keys.items}
+      empty={<p class="muted">No keys yet.</p>}
+      row={(key) => (
+        <tr>
+          <td>{key.name}</td>
+          <td>
+            <code>{key.prefix}</code>
+          </td>
+          <td>
+            <ScopeList scopes={key.scopes} />
+          </td>
+          <td>
+            <Time ms={ms(key.createdAt)} />
+          </td>
+          <td>
+            <Time ms={ms(key.lastUsedAt)} />
+          </td>
+          <td>
+            {key.revokedAt !== null ? (
+              <span>
+                <Badge tone="neutral">revoked</Badge> <Time ms={ms(key.revokedAt)} />
+              </span>
+            ) : (
+              <span class="row">
+                <Badge tone="ok">live</Badge>
+                <PostButton
+                  action={`/dashboard/accounts/${view.id}/keys/${key.id}/revoke`}
+                  csrf={csrf}
+                  label="Revoke"
+                  variant="danger"
+                  confirm={`Revoke the key "${key.name}"? It stops working at once.`}
+                  accessibleLabel={`Revoke key ${key.name}`}
+                />
+              </span>
+            )}
+          </td>
+        </tr>
+      )}
+    />
     <Pager label="Key pages" newer={keys.newer} older={keys.older} newerLabel="Newest" />
     <form method="post" action={`/dashboard/accounts/${view.id}/keys`} class="panel">
       <CsrfField token={csrf} />

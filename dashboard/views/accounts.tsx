@@ -6,7 +6,7 @@ import type { Tier } from '../../server/core/tiers.js';
 import type { Config } from '../../server/config.js';
 import type { AccountListRow } from '../queries/accounts.js';
 import { formatCount } from '../format.js';
-import { Badge, type BadgeTone, CsrfField, Pager, Time } from '../ui.js';
+import { Badge, type BadgeTone, CsrfField, DataTable, Pager, Time } from '../ui.js';
 
 /** How each state reads at a glance: policy as data, so every page badges a tier or a credit state the same way. */
 export const TIER_TONE: Record<Tier, BadgeTone> = { healthy: 'ok', warning: 'warn', throttled: 'warn', paused: 'bad' };
@@ -43,62 +43,47 @@ export const QuotaUsage: FC<{ view: AccountView }> = ({ view }) => (
   </span>
 );
 
-export const AccountsTable: FC<{ rows: AccountListRow[]; caption: string }> = ({ rows, caption }) => (
-  <div class="table-wrap">
-    <table>
-      <caption class="visually-hidden">{caption}</caption>
-      <thead>
-        <tr>
-          <th scope="col">Name</th>
-          <th scope="col">Id</th>
-          <th scope="col">Status</th>
-          <th scope="col">Tier</th>
-          <th scope="col">Credits</th>
-          <th scope="col" class="num">
-            Today / quota
-          </th>
-          <th scope="col" class="num">
-            Sub-accounts
-          </th>
-          <th scope="col">Created</th>
-        </tr>
-      </thead>
-      <tbody>
-        {rows.map(({ view, parentName, subAccounts }) => (
-          <tr>
-            <td>
-              <AccountLink id={view.id} name={view.name} />
-              {view.parentId !== null && (
-                <div class="muted small">
-                  sub-account of <AccountLink id={view.parentId} name={parentName ?? view.parentId} />
-                </div>
-              )}
-            </td>
-            <td>
-              <code>{view.id}</code>
-            </td>
-            <td>
-              <StatusBadge view={view} />
-              {view.sending.suspendedReason !== undefined && <div class="small reason">{view.sending.suspendedReason}</div>}
-            </td>
-            <td>
-              <TierBadge tier={view.sending.tier} />
-            </td>
-            <td>
-              <CreditsSummary view={view} />
-            </td>
-            <td class="num">
-              <QuotaUsage view={view} />
-            </td>
-            <td class="num">{view.parentId === null ? formatCount(subAccounts) : <span class="muted">-</span>}</td>
-            <td>
-              <Time ms={Date.parse(view.createdAt)} />
-            </td>
-          </tr>
-        ))}
-      </tbody>
-    </table>
-  </div>
+const ACCOUNT_COLUMNS = ['Name', 'Id', 'Status', 'Tier', 'Credits', { label: 'Today / quota', class: 'num' }, { label: 'Sub-accounts', class: 'num' }, 'Created'] as const;
+
+export const AccountsTable: FC<{ rows: AccountListRow[]; caption: string; empty: string }> = ({ rows, caption, empty }) => (
+  <DataTable
+    caption={caption}
+    columns={ACCOUNT_COLUMNS}
+    items={rows}
+    empty={<p class="panel muted">{empty}</p>}
+    row={({ view, parentName, subAccounts }) => (
+      <tr>
+        <td>
+          <AccountLink id={view.id} name={view.name} />
+          {view.parentId !== null && (
+            <div class="muted small">
+              sub-account of <AccountLink id={view.parentId} name={parentName ?? view.parentId} />
+            </div>
+          )}
+        </td>
+        <td>
+          <code>{view.id}</code>
+        </td>
+        <td>
+          <StatusBadge view={view} />
+          {view.sending.suspendedReason !== undefined && <div class="small reason">{view.sending.suspendedReason}</div>}
+        </td>
+        <td>
+          <TierBadge tier={view.sending.tier} />
+        </td>
+        <td>
+          <CreditsSummary view={view} />
+        </td>
+        <td class="num">
+          <QuotaUsage view={view} />
+        </td>
+        <td class="num">{view.parentId === null ? formatCount(subAccounts) : <span class="muted">-</span>}</td>
+        <td>
+          <Time ms={Date.parse(view.createdAt)} />
+        </td>
+      </tr>
+    )}
+  />
 );
 
 export const AccountSearch: FC<{ q: string }> = ({ q }) => (
@@ -154,11 +139,11 @@ export const AccountsListBody: FC<{
 }> = ({ q, rows, pager, csrf, config }) => (
   <>
     <AccountSearch q={q} />
-    {rows.length === 0 ? (
-      <p class="panel muted">{q === '' ? 'No accounts yet: create the first below.' : 'No account matches that search.'}</p>
-    ) : (
-      <AccountsTable rows={rows} caption={q === '' ? 'Accounts, newest first' : 'Accounts matching the search, newest first'} />
-    )}
+    <AccountsTable
+      rows={rows}
+      caption={q === '' ? 'Accounts, newest first' : 'Accounts matching the search, newest first'}
+      empty={q === '' ? 'No accounts yet: create the first below.' : 'No account matches that search.'}
+    />
     <Pager label="Accounts pages" {...pager} />
     <CreateAccountForm csrf={csrf} config={config} />
   </>

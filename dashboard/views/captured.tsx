@@ -3,7 +3,7 @@ import { CAPTURE_LIMIT } from '../../mta/capture-store.js';
 import { formatCount } from '../format.js';
 import type { CapturedEntry } from '../queries/captured.js';
 import type { DkimVerdict, MessageParts } from '../queries/captured-message.js';
-import { Badge, type BadgeTone, Time } from '../ui.js';
+import { Badge, type BadgeTone, DataTable, Time } from '../ui.js';
 
 /** The pieces of the captured-mail pages (dashboard/pages/captured.tsx). */
 
@@ -64,34 +64,24 @@ export const SearchForm: FC<{ search: string }> = ({ search }) => (
   </form>
 );
 
-export const CapturedTable: FC<{ entries: CapturedEntry[]; linked: boolean }> = ({ entries, linked }) => (
-  <div class="table-wrap">
-    <table>
-      <caption class="visually-hidden">Captured messages, newest first</caption>
-      <thead>
-        <tr>
-          <th scope="col">Captured</th>
-          <th scope="col">Subject</th>
-          <th scope="col">To</th>
-          <th scope="col">From</th>
-          <th scope="col">Account</th>
-        </tr>
-      </thead>
-      <tbody>
-        {entries.map((e) => (
-          <tr>
-            <td>
-              <Time ms={e.capturedAt} />
-            </td>
-            <td>{linked ? <a href={capturedPath(e.emailId, e.recipient)}>{e.subject || '(no subject)'}</a> : e.subject || '(no subject)'}</td>
-            <td>{e.recipient}</td>
-            <td>{e.from}</td>
-            <td>{e.accountName}</td>
-          </tr>
-        ))}
-      </tbody>
-    </table>
-  </div>
+export const CapturedTable: FC<{ entries: CapturedEntry[]; linked: boolean; empty: string }> = ({ entries, linked, empty }) => (
+  <DataTable
+    caption="Captured messages, newest first"
+    columns={['Captured', 'Subject', 'To', 'From', 'Account']}
+    items={entries}
+    empty={<p class="panel">{empty}</p>}
+    row={(e) => (
+      <tr>
+        <td>
+          <Time ms={e.capturedAt} />
+        </td>
+        <td>{linked ? <a href={capturedPath(e.emailId, e.recipient)}>{e.subject || '(no subject)'}</a> : e.subject || '(no subject)'}</td>
+        <td>{e.recipient}</td>
+        <td>{e.from}</td>
+        <td>{e.accountName}</td>
+      </tr>
+    )}
+  />
 );
 
 export const MessageFacts: FC<{ entry: CapturedEntry; others: string[] }> = ({ entry, others }) => (

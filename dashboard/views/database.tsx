@@ -2,7 +2,7 @@ import type { FC } from 'hono/jsx';
 import { CUSTOMER_DB_STATES, type CustomerDbState } from '../../db/schema/index.js';
 import { formatCount } from '../format.js';
 import type { DatabaseEntry } from '../queries/databases.js';
-import { Badge, type BadgeTone, PostButton, Time } from '../ui.js';
+import { Badge, type BadgeTone, DataTable, PostButton, Time } from '../ui.js';
 
 /** The database page's pieces: the state filter and the table of databases with their Test buttons. */
 
@@ -27,50 +27,38 @@ export const StateFilter: FC<{ state: CustomerDbState | null }> = ({ state }) =>
   </form>
 );
 
-export const DatabaseTable: FC<{ entries: DatabaseEntry[]; csrf: string; back: Record<string, string> }> = ({ entries, csrf, back }) => (
-  <div class="table-wrap">
-    <table>
-      <caption class="visually-hidden">Customer databases by account</caption>
-      <thead>
-        <tr>
-          <th scope="col">Account</th>
-          <th scope="col">Database</th>
-          <th scope="col">State</th>
-          <th scope="col" class="num">Pending writes</th>
-          <th scope="col">Last error</th>
-          <th scope="col">Last success</th>
-          <th scope="col">Check</th>
-        </tr>
-      </thead>
-      <tbody>
-        {entries.map(({ accountId, accountName, status: s }) => (
-          <tr>
-            <td>
-              {accountName}
-              <div>
-                <code class="muted">{accountId}</code>
-              </div>
-            </td>
-            <td>
-              <code>
-                {s.host}:{s.port}/{s.database}
-              </code>
-              <div class="muted">
-                as {s.user}, TLS {s.sslMode}, schema v{s.schemaVersion}
-              </div>
-            </td>
-            <td>{s.state && <Badge tone={STATE_TONES[s.state as CustomerDbState] ?? 'warn'}>{s.state}</Badge>}</td>
-            <td class="num">{s.pending > 0 ? <Badge tone="warn">{formatCount(s.pending)}</Badge> : '0'}</td>
-            <td class="error-text">{s.lastError ?? <span class="muted">none</span>}</td>
-            <td>
-              <Time ms={s.lastOkAt === null ? null : Date.parse(s.lastOkAt)} />
-            </td>
-            <td>
-              <PostButton action={`/dashboard/database/${accountId}/test`} csrf={csrf} label="Test" fields={back} accessibleLabel={`Test the database of ${accountName}`} />
-            </td>
-          </tr>
-        ))}
-      </tbody>
-    </table>
-  </div>
+export const DatabaseTable: FC<{ entries: DatabaseEntry[]; csrf: string; back: Record<string, string>; empty: string }> = ({ entries, csrf, back, empty }) => (
+  <DataTable
+    caption="Customer databases by account"
+    columns={['Account', 'Database', 'State', { label: 'Pending writes', class: 'num' }, 'Last error', 'Last success', 'Check']}
+    items={entries}
+    empty={<p class="panel">{empty}</p>}
+    row={({ accountId, accountName, status: s }) => (
+      <tr>
+        <td>
+          {accountName}
+          <div>
+            <code class="muted">{accountId}</code>
+          </div>
+        </td>
+        <td>
+          <code>
+            {s.host}:{s.port}/{s.database}
+          </code>
+          <div class="muted">
+            as {s.user}, TLS {s.sslMode}, schema v{s.schemaVersion}
+          </div>
+        </td>
+        <td>{s.state && <Badge tone={STATE_TONES[s.state as CustomerDbState] ?? 'warn'}>{s.state}</Badge>}</td>
+        <td class="num">{s.pending > 0 ? <Badge tone="warn">{formatCount(s.pending)}</Badge> : '0'}</td>
+        <td class="error-text">{s.lastError ?? <span class="muted">none</span>}</td>
+        <td>
+          <Time ms={s.lastOkAt === null ? null : Date.parse(s.lastOkAt)} />
+        </td>
+        <td>
+          <PostButton action={`/dashboard/database/${accountId}/test`} csrf={csrf} label="Test" fields={back} accessibleLabel={`Test the database of ${accountName}`} />
+        </td>
+      </tr>
+    )}
+  />
 );

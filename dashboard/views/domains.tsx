@@ -3,7 +3,7 @@ import type { AccountRow, CheckValue, RecordKind, RecordStatus } from '../../db/
 import type { DnsRecordView, DomainView } from '../../server/core/domains.js';
 import type { AccountChoice } from '../queries/accounts.js';
 import type { DomainListRow } from '../queries/domains.js';
-import { AccountSelect, Badge, type BadgeTone, Copyable, CsrfField, Pager, PostButton, Time } from '../ui.js';
+import { AccountSelect, Badge, type BadgeTone, Copyable, CsrfField, DataTable, Pager, PostButton, Time } from '../ui.js';
 
 /**
  * The domains pages' pieces: the list across accounts with its filter and the connect form; a domain's page with the
@@ -34,42 +34,32 @@ export const RecordBadges: FC<{ view: DomainView }> = ({ view }) => (
   </ul>
 );
 
-export const DomainsTable: FC<{ rows: DomainListRow[] }> = ({ rows }) => (
-  <div class="table-wrap">
-    <table>
-      <caption class="visually-hidden">Domains, newest first</caption>
-      <thead>
-        <tr>
-          <th scope="col">Domain</th>
-          <th scope="col">Account</th>
-          <th scope="col">Status</th>
-          <th scope="col">Records</th>
-          <th scope="col">Created</th>
-        </tr>
-      </thead>
-      <tbody>
-        {rows.map(({ view, account }) => (
-          <tr>
-            <td>
-              <a href={`/dashboard/domains/${view.id}`}>{view.name}</a>
-            </td>
-            <td>
-              <a href={`/dashboard/accounts/${account.id}`}>{account.name}</a>
-            </td>
-            <td>
-              <DomainStatusBadges view={view} />
-            </td>
-            <td>
-              <RecordBadges view={view} />
-            </td>
-            <td>
-              <Time ms={Date.parse(view.createdAt)} />
-            </td>
-          </tr>
-        ))}
-      </tbody>
-    </table>
-  </div>
+export const DomainsTable: FC<{ rows: DomainListRow[]; empty: string }> = ({ rows, empty }) => (
+  <DataTable
+    caption="Domains, newest first"
+    columns={['Domain', 'Account', 'Status', 'Records', 'Created']}
+    items={rows}
+    empty={<p class="panel muted">{empty}</p>}
+    row={({ view, account }) => (
+      <tr>
+        <td>
+          <a href={`/dashboard/domains/${view.id}`}>{view.name}</a>
+        </td>
+        <td>
+          <a href={`/dashboard/accounts/${account.id}`}>{account.name}</a>
+        </td>
+        <td>
+          <DomainStatusBadges view={view} />
+        </td>
+        <td>
+          <RecordBadges view={view} />
+        </td>
+        <td>
+          <Time ms={Date.parse(view.createdAt)} />
+        </td>
+      </tr>
+    )}
+  />
 );
 
 export const ConnectDomainForm: FC<{ csrf: string; choices: AccountChoice[]; selected: string | null }> = ({ csrf, choices, selected }) => (
@@ -128,11 +118,7 @@ export const DomainsListBody: FC<{
       </p>
     )}
     <DomainFilter q={q} account={account} />
-    {rows.length === 0 ? (
-      <p class="panel muted">{q !== '' ? 'No domain matches that search.' : 'No domains connected yet.'}</p>
-    ) : (
-      <DomainsTable rows={rows} />
-    )}
+    <DomainsTable rows={rows} empty={q !== '' ? 'No domain matches that search.' : 'No domains connected yet.'} />
     <Pager label="Domain pages" {...pager} />
     <ConnectDomainForm csrf={csrf} choices={choices} selected={account?.id ?? null} />
   </>
@@ -161,37 +147,27 @@ const Records: FC<{ view: DomainView }> = ({ view }) => (
   <section aria-labelledby="records">
     <h2 id="records">Records to publish</h2>
     <p class="muted">Add these at the domain’s DNS host, then verify. Each value is copied exactly as shown.</p>
-    <div class="table-wrap">
-      <table class="records">
-        <caption class="visually-hidden">DNS records for {view.name}</caption>
-        <thead>
-          <tr>
-            <th scope="col">Record</th>
-            <th scope="col">Type</th>
-            <th scope="col">Name</th>
-            <th scope="col">Value</th>
-            <th scope="col">Status</th>
-          </tr>
-        </thead>
-        <tbody>
-          {view.records.map((r, i) => (
-            <tr>
-              <th scope="row">{r.record}</th>
-              <td>{r.type}</td>
-              <td class="name">
-                <Copyable id={`record-${i}-name`} value={r.name} label={`${r.record} record name`} />
-              </td>
-              <td class="value">
-                <Copyable id={`record-${i}-value`} value={r.value} label={`${r.record} record value`} />
-              </td>
-              <td>
-                <Badge tone={RECORD_TONE[r.status]}>{r.status}</Badge>
-              </td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
-    </div>
+    <DataTable
+      class="records"
+      caption={`DNS records for ${view.name}`}
+      columns={['Record', 'Type', 'Name', 'Value', 'Status']}
+      items={view.records}
+      row={(r, i) => (
+        <tr>
+          <th scope="row">{r.record}</th>
+          <td>{r.type}</td>
+          <td class="name">
+            <Copyable id={`record-${i}-name`} value={r.name} label={`${r.record} record name`} />
+          </td>
+          <td class="value">
+            <Copyable id={`record-${i}-value`} value={r.value} label={`${r.record} record value`} />
+          </td>
+          <td>
+            <Badge tone={RECORD_TONE[r.status]}>{r.status}</Badge>
+          </td>
+        </tr>
+      )}
+    />
   </section>
 );
 
@@ -205,41 +181,33 @@ const Checks: FC<{ view: DomainView; checks: Record<RecordKind, CheckValue> | nu
         <p>
           Checked <Time ms={Date.parse(view.lastCheckedAt)} />.
         </p>
-        <div class="table-wrap">
-          <table class="records">
-            <caption class="visually-hidden">What the last verification found for each record</caption>
-            <thead>
+        <DataTable
+          class="records"
+          caption="What the last verification found for each record"
+          columns={['Record', 'Expected', 'Found']}
+          items={Object.keys(CHECKED_RECORD) as RecordKind[]}
+          row={(kind) => {
+            const record = view.records.find((r) => r.record === CHECKED_RECORD[kind])!;
+            const result = CHECK_RESULT[checks[kind]];
+            return (
               <tr>
-                <th scope="col">Record</th>
-                <th scope="col">Expected</th>
-                <th scope="col">Found</th>
+                <th scope="row">{record.record}</th>
+                <td class="value">
+                  <code>
+                    {record.type} {record.name}
+                  </code>
+                  <div>
+                    <code class="small">{record.value}</code>
+                  </div>
+                </td>
+                <td class="result">
+                  <Badge tone={result.tone}>{checks[kind]}</Badge>
+                  <div class="small">{result.says}</div>
+                </td>
               </tr>
-            </thead>
-            <tbody>
-              {(Object.keys(CHECKED_RECORD) as RecordKind[]).map((kind) => {
-                const record = view.records.find((r) => r.record === CHECKED_RECORD[kind])!;
-                const result = CHECK_RESULT[checks[kind]];
-                return (
-                  <tr>
-                    <th scope="row">{record.record}</th>
-                    <td class="value">
-                      <code>
-                        {record.type} {record.name}
-                      </code>
-                      <div>
-                        <code class="small">{record.value}</code>
-                      </div>
-                    </td>
-                    <td class="result">
-                      <Badge tone={result.tone}>{checks[kind]}</Badge>
-                      <div class="small">{result.says}</div>
-                    </td>
-                  </tr>
-                );
-              })}
-            </tbody>
-          </table>
-        </div>
+            );
+          }}
+        />
       </>
     )}
   </section>

@@ -4,7 +4,7 @@ import type { EventView } from '../../server/core/emails.js';
 import type { CausedDelivery, EmailTrail, QueuedRecipient, WriteItem, WriteState } from '../queries/email-trail.js';
 import { DELIVERY_STATES } from '../queries/webhooks.js';
 import { plural } from '../format.js';
-import { Badge, type BadgeTone, Copyable, TableRegion, Time } from '../ui.js';
+import { Badge, type BadgeTone, Copyable, DataTable, TableRegion, Time } from '../ui.js';
 import { EmailStatusBadges, OUTCOME_CLASS, OUTCOME_TONE } from './emails.js';
 import { deliveryPath } from './webhooks.js';
 
@@ -239,35 +239,26 @@ const CustomerDbSection: FC<{ trail: EmailTrail }> = ({ trail }) => {
               {db.database.lastError && <span class="muted"> Last error: {db.database.lastError}</span>}
             </p>
           )}
-          <TableRegion label="Customer-database writes of this email">
-            <table id="customer-db-writes">
-              <caption class="visually-hidden">Writes of this email to the customer database</caption>
-              <thead>
-                <tr>
-                  <th scope="col">Write</th>
-                  <th scope="col">Recipient</th>
-                  <th scope="col">Time</th>
-                  <th scope="col">State</th>
-                  <th scope="col">Detail</th>
-                </tr>
-              </thead>
-              <tbody>
-                {db.items.map((item: WriteItem) => (
-                  <tr data-write-state={item.write.state}>
-                    <td>{item.label}</td>
-                    <td class="cell-wrap">{item.recipient ?? 'all recipients'}</td>
-                    <td class="nowrap">
-                      <Time ms={item.at} />
-                    </td>
-                    <td>
-                      <Badge tone={WRITE_BADGE[item.write.state].tone}>{WRITE_BADGE[item.write.state].text}</Badge>
-                    </td>
-                    <td class="cell-wrap">{writeDetail(item.write)}</td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
-          </TableRegion>
+          <DataTable
+            region="Customer-database writes of this email"
+            id="customer-db-writes"
+            caption="Writes of this email to the customer database"
+            columns={['Write', 'Recipient', 'Time', 'State', 'Detail']}
+            items={db.items}
+            row={(item: WriteItem) => (
+              <tr data-write-state={item.write.state}>
+                <td>{item.label}</td>
+                <td class="cell-wrap">{item.recipient ?? 'all recipients'}</td>
+                <td class="nowrap">
+                  <Time ms={item.at} />
+                </td>
+                <td>
+                  <Badge tone={WRITE_BADGE[item.write.state].tone}>{WRITE_BADGE[item.write.state].text}</Badge>
+                </td>
+                <td class="cell-wrap">{writeDetail(item.write)}</td>
+              </tr>
+            )}
+          />
         </>
       )}
     </section>

@@ -4,7 +4,7 @@ import type { EmailView } from '../../server/core/emails.js';
 import { plural } from '../format.js';
 import type { AccountChoice } from '../queries/accounts.js';
 import type { SendLogRow } from '../queries/send-log.js';
-import { AccountSelect, Badge, type BadgeTone, TableRegion, Time } from '../ui.js';
+import { AccountSelect, Badge, type BadgeTone, DataTable, Time } from '../ui.js';
 
 /** The send log's pieces: an email's status badges, the filter form, the list. (One email's page: email-trail.tsx.) */
 
@@ -85,45 +85,33 @@ const Recipients: FC<{ to: string[] }> = ({ to }) => {
   );
 };
 
-export const SendLogTable: FC<{ rows: SendLogRow[]; filtered: boolean }> = ({ rows, filtered }) =>
-  rows.length === 0 ? (
-    <p class="panel">{filtered ? 'No email matches these filters.' : 'Nothing has been sent yet.'}</p>
-  ) : (
-    <TableRegion label="Send log">
-      <table id="send-log">
-        <caption class="visually-hidden">Emails, newest first</caption>
-        <thead>
-          <tr>
-            <th scope="col">Created</th>
-            <th scope="col">Account</th>
-            <th scope="col">From</th>
-            <th scope="col">To</th>
-            <th scope="col">Subject</th>
-            <th scope="col">Status</th>
-          </tr>
-        </thead>
-        <tbody>
-          {rows.map(({ email, accountId, accountName }) => (
-            <tr data-email-id={email.id}>
-              <td class="nowrap">
-                <Time ms={Date.parse(email.createdAt)} />
-              </td>
-              <td class="cell-wrap">
-                <a href={`/dashboard/emails?account=${accountId}`}>{accountName}</a>
-              </td>
-              <td class="cell-wrap">{email.from}</td>
-              <td class="cell-wrap">
-                <Recipients to={email.to} />
-              </td>
-              <td class="cell-wrap">
-                <a href={`/dashboard/emails/${email.id}`}>{email.subject || '(no subject)'}</a>
-              </td>
-              <td>
-                <EmailStatusBadges email={email} />
-              </td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
-    </TableRegion>
-  );
+export const SendLogTable: FC<{ rows: SendLogRow[]; filtered: boolean }> = ({ rows, filtered }) => (
+  <DataTable
+    region="Send log"
+    id="send-log"
+    caption="Emails, newest first"
+    columns={['Created', 'Account', 'From', 'To', 'Subject', 'Status']}
+    items={rows}
+    empty={<p class="panel">{filtered ? 'No email matches these filters.' : 'Nothing has been sent yet.'}</p>}
+    row={({ email, accountId, accountName }) => (
+      <tr data-email-id={email.id}>
+        <td class="nowrap">
+          <Time ms={Date.parse(email.createdAt)} />
+        </td>
+        <td class="cell-wrap">
+          <a href={`/dashboard/emails?account=${accountId}`}>{accountName}</a>
+        </td>
+        <td class="cell-wrap">{email.from}</td>
+        <td class="cell-wrap">
+          <Recipients to={email.to} />
+        </td>
+        <td class="cell-wrap">
+          <a href={`/dashboard/emails/${email.id}`}>{email.subject || '(no subject)'}</a>
+        </td>
+        <td>
+          <EmailStatusBadges email={email} />
+        </td>
+      </tr>
+    )}
+  />
+);

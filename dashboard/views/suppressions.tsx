@@ -2,7 +2,7 @@ import type { FC } from 'hono/jsx';
 import { MAX_ADDRESS_INPUT } from '../../server/core/suppressions.js';
 import type { AccountChoice } from '../queries/accounts.js';
 import { MAX_SEARCH, REASONS, type SuppressionSummary } from '../queries/suppressions.js';
-import { AccountSelect, Badge, CsrfField, PostButton, Time } from '../ui.js';
+import { AccountSelect, Badge, CsrfField, DataTable, PostButton, Time } from '../ui.js';
 
 /** The suppressions page's pieces: the add form, the search form, the list with its remove buttons. */
 
@@ -53,52 +53,38 @@ export const SearchForm: FC<{ accounts: AccountChoice[]; accountId: string | und
   </form>
 );
 
-export const SuppressionTable: FC<{ rows: SuppressionSummary[]; csrf: string; back: string }> = ({ rows, csrf, back }) =>
-  rows.length === 0 ? (
-    <p class="panel muted">No suppressed address matches.</p>
-  ) : (
-    <div class="table-wrap">
-      <table>
-        <caption class="visually-hidden">Suppressed addresses, newest first</caption>
-        <thead>
-          <tr>
-            <th scope="col">Address</th>
-            <th scope="col">Account</th>
-            <th scope="col">Reason</th>
-            <th scope="col">Source email</th>
-            <th scope="col">Added</th>
-            <th scope="col">Action</th>
-          </tr>
-        </thead>
-        <tbody>
-          {rows.map((s) => (
-            <tr>
-              <td>
-                <code>{s.view.address}</code>
-              </td>
-              <td>{s.accountName}</td>
-              <td>
-                <Badge tone={REASONS[s.view.reason].tone}>{REASONS[s.view.reason].label}</Badge>
-                {s.view.detail && <div class="muted">{s.view.detail}</div>}
-              </td>
-              <td>{s.sourceEmailId ? <a href={`/dashboard/emails/${s.sourceEmailId}`}>{s.sourceEmailId}</a> : <span class="muted">-</span>}</td>
-              <td>
-                <Time ms={Date.parse(s.view.createdAt)} />
-              </td>
-              <td>
-                <PostButton
-                  action="/dashboard/suppressions/remove"
-                  csrf={csrf}
-                  label="Remove"
-                  variant="danger"
-                  fields={{ account: s.accountId, address: s.view.address, back }}
-                  confirm={`Remove ${s.view.address} from ${s.accountName}'s suppression list? The account can then send to it again.`}
-                  accessibleLabel={`Remove ${s.view.address} from ${s.accountName}'s list`}
-                />
-              </td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
-    </div>
-  );
+export const SuppressionTable: FC<{ rows: SuppressionSummary[]; csrf: string; back: string }> = ({ rows, csrf, back }) => (
+  <DataTable
+    caption="Suppressed addresses, newest first"
+    columns={['Address', 'Account', 'Reason', 'Source email', 'Added', 'Action']}
+    items={rows}
+    empty={<p class="panel muted">No suppressed address matches.</p>}
+    row={(s) => (
+      <tr>
+        <td>
+          <code>{s.view.address}</code>
+        </td>
+        <td>{s.accountName}</td>
+        <td>
+          <Badge tone={REASONS[s.view.reason].tone}>{REASONS[s.view.reason].label}</Badge>
+          {s.view.detail && <div class="muted">{s.view.detail}</div>}
+        </td>
+        <td>{s.sourceEmailId ? <a href={`/dashboard/emails/${s.sourceEmailId}`}>{s.sourceEmailId}</a> : <span class="muted">-</span>}</td>
+        <td>
+          <Time ms={Date.parse(s.view.createdAt)} />
+        </td>
+        <td>
+          <PostButton
+            action="/dashboard/suppressions/remove"
+            csrf={csrf}
+            label="Remove"
+            variant="danger"
+            fields={{ account: s.accountId, address: s.view.address, back }}
+            confirm={`Remove ${s.view.address} from ${s.accountName}'s suppression list? The account can then send to it again.`}
+            accessibleLabel={`Remove ${s.view.address} from ${s.accountName}'s list`}
+          />
+        </td>
+      </tr>
+    )}
+  />
+);

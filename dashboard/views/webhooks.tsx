@@ -5,7 +5,7 @@ import { webhookPostBody } from '../../server/webhooks/dispatcher.js';
 import { WEBHOOK_MAX_ATTEMPTS } from '../../server/webhooks/retry-schedule.js';
 import type { AccountChoice } from '../queries/accounts.js';
 import { DELIVERY_STATES, type DeliverySummary, ENDPOINT_HEALTH, type EndpointHealth, type EndpointSummary, healthOf, healthReason } from '../queries/webhooks.js';
-import { AccountSelect, Badge, Copyable, PostButton, Time } from '../ui.js';
+import { AccountSelect, Badge, Copyable, DataTable, PostButton, Time } from '../ui.js';
 
 /** The webhook pages' pieces: the endpoint list, an endpoint's facts and deliveries, a delivery's detail. */
 
@@ -44,50 +44,36 @@ export const EndpointFilters: FC<{ accounts: AccountChoice[]; accountId: string 
   </form>
 );
 
-export const EndpointTable: FC<{ endpoints: EndpointSummary[] }> = ({ endpoints }) =>
-  endpoints.length === 0 ? (
-    <p class="panel muted">No webhook endpoint matches.</p>
-  ) : (
-    <div class="table-wrap">
-      <table>
-        <caption class="visually-hidden">Webhook endpoints, newest first</caption>
-        <thead>
-          <tr>
-            <th scope="col">Endpoint</th>
-            <th scope="col">Account</th>
-            <th scope="col">Events</th>
-            <th scope="col">Status</th>
-            <th scope="col">Last delivered</th>
-            <th scope="col">Failing with</th>
-          </tr>
-        </thead>
-        <tbody>
-          {endpoints.map((e) => (
-            <tr>
-              <td>
-                <a href={endpointPath(e.view.id)}>{e.view.url}</a>
-              </td>
-              <td>{e.accountName}</td>
-              <td>{e.view.events.join(', ')}</td>
-              <td>
-                <HealthBadge endpoint={e} />
-                {e.view.failureCount > 0 && <div class="muted">{`${e.view.failureCount} failed in a row`}</div>}
-                {e.view.disabledAt && (
-                  <div class="muted">
-                    off since <Time ms={ms(e.view.disabledAt)} />
-                  </div>
-                )}
-              </td>
-              <td>
-                <Time ms={e.lastDeliveredAt} />
-              </td>
-              <td>{e.lastError ?? <Dash />}</td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
-    </div>
-  );
+export const EndpointTable: FC<{ endpoints: EndpointSummary[] }> = ({ endpoints }) => (
+  <DataTable
+    caption="Webhook endpoints, newest first"
+    columns={['Endpoint', 'Account', 'Events', 'Status', 'Last delivered', 'Failing with']}
+    items={endpoints}
+    empty={<p class="panel muted">No webhook endpoint matches.</p>}
+    row={(e) => (
+      <tr>
+        <td>
+          <a href={endpointPath(e.view.id)}>{e.view.url}</a>
+        </td>
+        <td>{e.accountName}</td>
+        <td>{e.view.events.join(', ')}</td>
+        <td>
+          <HealthBadge endpoint={e} />
+          {e.view.failureCount > 0 && <div class="muted">{`${e.view.failureCount} failed in a row`}</div>}
+          {e.view.disabledAt && (
+            <div class="muted">
+              off since <Time ms={ms(e.view.disabledAt)} />
+            </div>
+          )}
+        </td>
+        <td>
+          <Time ms={e.lastDeliveredAt} />
+        </td>
+        <td>{e.lastError ?? <Dash />}</td>
+      </tr>
+    )}
+  />
+);
 
 export const EndpointFacts: FC<{ endpoint: EndpointSummary & { pending: number }; csrf: string }> = ({ endpoint, csrf }) => {
   const v = endpoint.view;
@@ -150,57 +136,36 @@ function answerOf(v: DeliverySummary['view']): string {
 }
 
 
-export const DeliveryTable: FC<{ endpointId: string; deliveries: DeliverySummary[] }> = ({ endpointId, deliveries }) =>
-  deliveries.length === 0 ? (
-    <p class="panel muted">No deliveries yet.</p>
-  ) : (
-    <div class="table-wrap">
-      <table>
-        <caption class="visually-hidden">Deliveries to this endpoint, newest first</caption>
-        <thead>
-          <tr>
-            <th scope="col">Queued</th>
-            <th scope="col">Event</th>
-            <th scope="col">Email</th>
-            <th scope="col">Recipient</th>
-            <th scope="col" class="num">
-              Attempts
-            </th>
-            <th scope="col" class="num">
-              Last status
-            </th>
-            <th scope="col">Last error</th>
-            <th scope="col">Next attempt</th>
-            <th scope="col">State</th>
-          </tr>
-        </thead>
-        <tbody>
-          {deliveries.map((d) => (
-            <tr>
-              <td>
-                <a href={deliveryPath(endpointId, d.view.id)}>
-                  <Time ms={ms(d.view.createdAt)} />
-                  <span class="visually-hidden">{` delivery ${d.view.id}`}</span>
-                </a>
-              </td>
-              <td>{d.view.eventType}</td>
-              <td>{d.emailId ? <a href={`/dashboard/emails/${d.emailId}`}>{d.emailId}</a> : <Dash />}</td>
-              <td>{d.recipient ?? <Dash />}</td>
-              <td class="num">{d.view.attempts}</td>
-              <td class="num">{d.view.lastStatus ?? <Dash />}</td>
-              <td>{d.view.lastError ?? <Dash />}</td>
-              <td>
-                <Time ms={ms(d.view.nextAttemptAt)} />
-              </td>
-              <td>
-                <Badge tone={DELIVERY_STATES[d.state].tone}>{DELIVERY_STATES[d.state].label}</Badge>
-              </td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
-    </div>
-  );
+export const DeliveryTable: FC<{ endpointId: string; deliveries: DeliverySummary[] }> = ({ endpointId, deliveries }) => (
+  <DataTable
+    caption="Deliveries to this endpoint, newest first"
+    columns={['Queued', 'Event', 'Email', 'Recipient', { label: 'Attempts', class: 'num' }, { label: 'Last status', class: 'num' }, 'Last error', 'Next attempt', 'State']}
+    items={deliveries}
+    empty={<p class="panel muted">No deliveries yet.</p>}
+    row={(d) => (
+      <tr>
+        <td>
+          <a href={deliveryPath(endpointId, d.view.id)}>
+            <Time ms={ms(d.view.createdAt)} />
+            <span class="visually-hidden">{` delivery ${d.view.id}`}</span>
+          </a>
+        </td>
+        <td>{d.view.eventType}</td>
+        <td>{d.emailId ? <a href={`/dashboard/emails/${d.emailId}`}>{d.emailId}</a> : <Dash />}</td>
+        <td>{d.recipient ?? <Dash />}</td>
+        <td class="num">{d.view.attempts}</td>
+        <td class="num">{d.view.lastStatus ?? <Dash />}</td>
+        <td>{d.view.lastError ?? <Dash />}</td>
+        <td>
+          <Time ms={ms(d.view.nextAttemptAt)} />
+        </td>
+        <td>
+          <Badge tone={DELIVERY_STATES[d.state].tone}>{DELIVERY_STATES[d.state].label}</Badge>
+        </td>
+      </tr>
+    )}
+  />
+);
 
 export const DeliveryFacts: FC<{ endpoint: EndpointSummary; d: DeliverySummary; csrf: string }> = ({ endpoint, d, csrf }) => (
   <section aria-labelledby="delivery-facts">
