@@ -217,9 +217,15 @@ export const Copyable: FC<{ id: string; value: string; label: string }> = ({ id,
   </span>
 );
 
-/** An ISO timestamp, rendered as UTC text in a <time> element (or a dash). */
-export const Time: FC<{ ms: number | null | undefined }> = ({ ms }) =>
-  ms === null || ms === undefined ? <span class="muted">-</span> : <time datetime={new Date(ms).toISOString()}>{new Date(ms).toISOString().replace('T', ' ').slice(0, 19)} UTC</time>;
+/** A muted dash where there is no value. */
+export const Dash: FC = () => <span class="muted">-</span>;
+
+/** A time (ms, or an ISO timestamp as the API's resources give it), rendered as UTC text in a <time> element (or a dash). */
+export const Time: FC<{ at: number | string | null | undefined }> = ({ at }) => {
+  if (at === null || at === undefined) return <Dash />;
+  const iso = new Date(at).toISOString();
+  return <time datetime={iso}>{iso.replace('T', ' ').slice(0, 19)} UTC</time>;
+};
 
 /** The signed-in page frame: skip link, header with sign-out, navigation, the flash, then the page. */
 export const Page: FC<PropsWithChildren<{ title: string; current: NavHref; csrf: string; flash: Flash | null }>> = ({ title, current, csrf, flash, children }) => (

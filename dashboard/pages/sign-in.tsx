@@ -1,13 +1,11 @@
-import { Hono } from 'hono';
+import { type Context, Hono } from 'hono';
 import { deleteCookie, getCookie, setCookie } from 'hono/cookie';
-import type { Context } from 'hono';
 import type { Deps } from '../../server/deps.js';
-import { randomBase62 } from '../../server/secrets.js';
+import { constantTimeEqual, randomBase62 } from '../../server/secrets.js';
 import type { DashEnv } from '../env.js';
 import { clientAddress, createAttemptLimiter, isCrossSite, isHttps, readForm } from '../security.js';
 import { closeSession, findSession, isAdminToken, openSession } from '../session.js';
 import { Document } from '../ui.js';
-import { constantTimeEqual } from '../../server/secrets.js';
 
 export const SESSION_COOKIE = 'mailstead_session';
 /** The sign-in form's double-submit value (a sign-in cannot be forged from another site either). */

@@ -11,8 +11,6 @@ import { DomainStatusBadges } from './domains.js';
 
 /** An account's page: its facts, the operator's actions on it, its sub-accounts, keys and domains. */
 
-const ms = (iso: string | null) => (iso === null ? null : Date.parse(iso));
-
 export interface AccountPageProps {
   view: AccountView;
   row: AccountRow;
@@ -35,7 +33,7 @@ const Facts: FC<{ view: AccountView; row: AccountRow; parent: AccountRow | null 
       <dd>{parent ? <>Sub-account of <AccountLink id={parent.id} name={parent.name} /></> : 'Top-level account'}</dd>
       <dt>Created</dt>
       <dd>
-        <Time ms={ms(view.createdAt)} />
+        <Time at={view.createdAt} />
       </dd>
       <dt>Status</dt>
       <dd>
@@ -44,7 +42,7 @@ const Facts: FC<{ view: AccountView; row: AccountRow; parent: AccountRow | null 
           <>
             {' '}
             by {SUSPENDED_BY[row.suspendedBy]}
-            {row.suspendedAt !== null && <> since <Time ms={row.suspendedAt} /></>}
+            {row.suspendedAt !== null && <> since <Time at={row.suspendedAt} /></>}
           </>
         )}
       </dd>
@@ -78,7 +76,7 @@ const Facts: FC<{ view: AccountView; row: AccountRow; parent: AccountRow | null 
           </dd>
           <dt>Free until</dt>
           <dd>
-            <Time ms={ms(view.credits.freeUntil)} />
+            <Time at={view.credits.freeUntil} />
           </dd>
           {view.credits.state === 'grace' && (
             <>
@@ -175,7 +173,7 @@ const SubAccounts: FC<{ view: AccountView; subs: NonNullable<AccountPageProps['s
             <QuotaUsage view={sub} />
           </td>
           <td>
-            <Time ms={ms(sub.createdAt)} />
+            <Time at={sub.createdAt} />
           </td>
         </tr>
       )}
@@ -217,15 +215,15 @@ const Keys: FC<{ view: AccountView; keys: AccountPageProps['keys']; csrf: string
             <ScopeList scopes={key.scopes} />
           </td>
           <td>
-            <Time ms={ms(key.createdAt)} />
+            <Time at={key.createdAt} />
           </td>
           <td>
-            <Time ms={ms(key.lastUsedAt)} />
+            <Time at={key.lastUsedAt} />
           </td>
           <td>
             {key.revokedAt !== null ? (
               <span>
-                <Badge tone="neutral">revoked</Badge> <Time ms={ms(key.revokedAt)} />
+                <Badge tone="neutral">revoked</Badge> <Time at={key.revokedAt} />
               </span>
             ) : (
               <span class="row">

@@ -6,7 +6,7 @@ import type { Tier } from '../../server/core/tiers.js';
 import type { Config } from '../../server/config.js';
 import type { AccountListRow } from '../queries/accounts.js';
 import { formatCount } from '../format.js';
-import { Badge, type BadgeTone, CsrfField, DataTable, Pager, Time } from '../ui.js';
+import { Badge, type BadgeTone, CsrfField, Dash, DataTable, Pager, Time } from '../ui.js';
 
 /** How each state reads at a glance: policy as data, so every page badges a tier or a credit state the same way. */
 export const TIER_TONE: Record<Tier, BadgeTone> = { healthy: 'ok', warning: 'warn', throttled: 'warn', paused: 'bad' };
@@ -77,9 +77,9 @@ export const AccountsTable: FC<{ rows: AccountListRow[]; caption: string; empty:
         <td class="num">
           <QuotaUsage view={view} />
         </td>
-        <td class="num">{view.parentId === null ? formatCount(subAccounts) : <span class="muted">-</span>}</td>
+        <td class="num">{view.parentId === null ? formatCount(subAccounts) : <Dash />}</td>
         <td>
-          <Time ms={Date.parse(view.createdAt)} />
+          <Time at={view.createdAt} />
         </td>
       </tr>
     )}

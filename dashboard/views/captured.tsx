@@ -73,7 +73,7 @@ export const CapturedTable: FC<{ entries: CapturedEntry[]; linked: boolean; empt
     row={(e) => (
       <tr>
         <td>
-          <Time ms={e.capturedAt} />
+          <Time at={e.capturedAt} />
         </td>
         <td>{linked ? <a href={capturedPath(e.emailId, e.recipient)}>{e.subject || '(no subject)'}</a> : e.subject || '(no subject)'}</td>
         <td>{e.recipient}</td>
@@ -88,7 +88,7 @@ export const MessageFacts: FC<{ entry: CapturedEntry; others: string[] }> = ({ e
   <dl class="facts panel">
     <dt>Captured</dt>
     <dd>
-      <Time ms={entry.capturedAt} />
+      <Time at={entry.capturedAt} />
     </dd>
     <dt>Account</dt>
     <dd>

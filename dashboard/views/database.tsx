@@ -53,7 +53,7 @@ export const DatabaseTable: FC<{ entries: DatabaseEntry[]; csrf: string; back: R
         <td class="num">{s.pending > 0 ? <Badge tone="warn">{formatCount(s.pending)}</Badge> : '0'}</td>
         <td class="error-text">{s.lastError ?? <span class="muted">none</span>}</td>
         <td>
-          <Time ms={s.lastOkAt === null ? null : Date.parse(s.lastOkAt)} />
+          <Time at={s.lastOkAt} />
         </td>
         <td>
           <PostButton action={`/dashboard/database/${accountId}/test`} csrf={csrf} label="Test" fields={back} accessibleLabel={`Test the database of ${accountName}`} />

@@ -55,7 +55,7 @@ export const DomainsTable: FC<{ rows: DomainListRow[]; empty: string }> = ({ row
           <RecordBadges view={view} />
         </td>
         <td>
-          <Time ms={Date.parse(view.createdAt)} />
+          <Time at={view.createdAt} />
         </td>
       </tr>
     )}
@@ -179,7 +179,7 @@ const Checks: FC<{ view: DomainView; checks: Record<RecordKind, CheckValue> | nu
     ) : (
       <>
         <p>
-          Checked <Time ms={Date.parse(view.lastCheckedAt)} />.
+          Checked <Time at={view.lastCheckedAt} />.
         </p>
         <DataTable
           class="records"
@@ -234,7 +234,7 @@ export const DomainPageBody: FC<{ view: DomainView; account: AccountRow; checks:
     <Records view={view} />
     <Checks view={view} checks={checks} />
     <p class="muted small">
-      Connected <Time ms={Date.parse(view.createdAt)} />.
+      Connected <Time at={view.createdAt} />.
     </p>
   </>
 );

@@ -5,7 +5,7 @@ import type { CausedDelivery, EmailTrail, QueuedRecipient, WriteItem, WriteState
 import { DELIVERY_STATES } from '../queries/webhooks.js';
 import { plural } from '../format.js';
 import { Badge, type BadgeTone, Copyable, DataTable, TableRegion, Time } from '../ui.js';
-import { EmailStatusBadges, OUTCOME_CLASS, OUTCOME_TONE } from './emails.js';
+import { EmailStatusBadges, OUTCOME_TONE } from './emails.js';
 import { deliveryPath } from './webhooks.js';
 
 /** One email's page: the API's facts, each recipient's timeline with the webhook posts it caused, the customer database. */
@@ -55,19 +55,19 @@ export const EmailTrailView: FC<{ trail: EmailTrail; mode: DeliveryMode }> = ({ 
           )}
           <dt>Created</dt>
           <dd>
-            <Time ms={Date.parse(email.createdAt)} />
+            <Time at={email.createdAt} />
           </dd>
           <dt>First delivered</dt>
           <dd>
-            <Time ms={email.deliveredAt === null ? null : Date.parse(email.deliveredAt)} />
+            <Time at={email.deliveredAt} />
           </dd>
           <dt>First bounced</dt>
           <dd>
-            <Time ms={email.bouncedAt === null ? null : Date.parse(email.bouncedAt)} />
+            <Time at={email.bouncedAt} />
           </dd>
           <dt>First complaint</dt>
           <dd>
-            <Time ms={email.complainedAt === null ? null : Date.parse(email.complainedAt)} />
+            <Time at={email.complainedAt} />
           </dd>
           <dt>Sandbox</dt>
           <dd>{email.sandbox ? 'yes' : 'no'}</dd>
@@ -112,10 +112,10 @@ const Timeline: FC<{ events: EventView[]; queued: QueuedRecipient | null; status
     {events.length > 0 && (
       <ol class="timeline" aria-label="Attempts and events">
         {events.map((e) => (
-          <li class={OUTCOME_CLASS[e.status]}>
+          <li class={OUTCOME_TONE[e.status]}>
             <div class="row">
               <span class="when">
-                <Time ms={Date.parse(e.occurredAt)} />
+                <Time at={e.occurredAt} />
               </span>
               <Badge tone={OUTCOME_TONE[e.status] ?? 'neutral'}>{e.status}</Badge>
               {e.dsn && (
@@ -135,7 +135,7 @@ const Timeline: FC<{ events: EventView[]; queued: QueuedRecipient | null; status
           <>Being attempted now (attempt {String(queued.attempts + 1)}).</>
         ) : (
           <>
-            Still queued: attempt {String(queued.attempts + 1)} is due <Time ms={queued.nextAttemptAt} />.
+            Still queued: attempt {String(queued.attempts + 1)} is due <Time at={queued.nextAttemptAt} />.
           </>
         )}
       </p>
@@ -176,10 +176,10 @@ const WebhookPosts: FC<{ deliveries: CausedDelivery[]; recipient: string }> = ({
                   <td>
                     <Badge tone={state.tone}>{state.label}</Badge>{' '}
                     {d.delivery.deliveredAt ? (
-                      <Time ms={Date.parse(d.delivery.deliveredAt)} />
+                      <Time at={d.delivery.deliveredAt} />
                     ) : d.delivery.nextAttemptAt ? (
                       <span class="muted">
-                        next <Time ms={Date.parse(d.delivery.nextAttemptAt)} />
+                        next <Time at={d.delivery.nextAttemptAt} />
                       </span>
                     ) : null}
                   </td>
@@ -206,7 +206,7 @@ function writeDetail(w: WriteState) {
     case 'pending':
       return (
         <>
-          {w.attempts > 0 ? `Refused ${plural(w.attempts, 'time')} so far; next` : 'Waiting for the database; next'} try <Time ms={w.nextAttemptAt} />
+          {w.attempts > 0 ? `Refused ${plural(w.attempts, 'time')} so far; next` : 'Waiting for the database; next'} try <Time at={w.nextAttemptAt} />
           {w.lastError && <>; last error: {w.lastError}</>}
         </>
       );
@@ -250,7 +250,7 @@ const CustomerDbSection: FC<{ trail: EmailTrail }> = ({ trail }) => {
                 <td>{item.label}</td>
                 <td class="cell-wrap">{item.recipient ?? 'all recipients'}</td>
                 <td class="nowrap">
-                  <Time ms={item.at} />
+                  <Time at={item.at} />
                 </td>
                 <td>
                   <Badge tone={WRITE_BADGE[item.write.state].tone}>{WRITE_BADGE[item.write.state].text}</Badge>

@@ -21,11 +21,8 @@ export const EmailStatusBadges: FC<{ email: EmailView }> = ({ email }) => (
   </span>
 );
 
-/** The tone of one recorded outcome. */
-export const OUTCOME_TONE: Record<string, BadgeTone> = { delivered: 'ok', bounced: 'bad', deferred: 'warn', complained: 'bad' };
-
-/** The timeline's class of one outcome (.timeline li.ok/.bad/.warn). */
-export const OUTCOME_CLASS: Record<string, 'ok' | 'bad' | 'warn'> = { delivered: 'ok', bounced: 'bad', deferred: 'warn', complained: 'bad' };
+/** The tone of one recorded outcome: its badge's, and its timeline entry's class (.timeline li.ok/.bad/.warn). */
+export const OUTCOME_TONE: Record<string, 'ok' | 'bad' | 'warn'> = { delivered: 'ok', bounced: 'bad', deferred: 'warn', complained: 'bad' };
 
 /** The filter fields the form sends and the pager keeps. */
 export const FILTER_FIELDS = ['account', 'status', 'from', 'to', 'recipient'] as const;
@@ -96,7 +93,7 @@ export const SendLogTable: FC<{ rows: SendLogRow[]; filtered: boolean }> = ({ ro
     row={({ email, accountId, accountName }) => (
       <tr data-email-id={email.id}>
         <td class="nowrap">
-          <Time ms={Date.parse(email.createdAt)} />
+          <Time at={email.createdAt} />
         </td>
         <td class="cell-wrap">
           <a href={`/dashboard/emails?account=${accountId}`}>{accountName}</a>

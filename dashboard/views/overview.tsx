@@ -1,4 +1,4 @@
-import type { FC } from 'hono/jsx';
+import type { Child, FC } from 'hono/jsx';
 import type { readOutboundQueue } from '../../server/metrics.js';
 import { formatAge, plural } from '../format.js';
 import { type AccountTrouble, type Capped, type DatabaseTrouble, NEAR_QUOTA_SHARE } from '../queries/attention.js';
@@ -40,7 +40,7 @@ export const QueuePanel: FC<{ queue: ReturnType<typeof readOutboundQueue>; now: 
           </div>
           {queue.oldestCreatedAt !== null && (
             <div class="label">
-              sent <Time ms={queue.oldestCreatedAt} />
+              sent <Time at={queue.oldestCreatedAt} />
             </div>
           )}
         </div>
@@ -50,99 +50,107 @@ export const QueuePanel: FC<{ queue: ReturnType<typeof readOutboundQueue>; now: 
   );
 };
 
-const More: FC<{ shown: number; total: number }> = ({ shown, total }) => (total > shown ? <p class="muted">and {String(total - shown)} more.</p> : null);
+/**
+ * One list of what needs the operator's eye: the all-clear sentence when nothing does; else each item (`row`, a
+ * badge line and why) and how many more there are.
+ */
+function AttentionPanel<T>(props: { id: string; heading: string; troubled: Capped<T>; allClear: string; row: (item: T) => Child; links: Child }) {
+  const { troubled } = props;
+  return (
+    <section class="panel" aria-labelledby={`${props.id}-heading`} id={props.id}>
+      <h2 id={`${props.id}-heading`}>{props.heading}</h2>
+      {troubled.total === 0 ? (
+        <p class="all-clear">{props.allClear}</p>
+      ) : (
+        <>
+          <ul class="attention">{troubled.items.map((item) => props.row(item))}</ul>
+          {troubled.total > troubled.items.length && <p class="muted">and {String(troubled.total - troubled.items.length)} more.</p>}
+        </>
+      )}
+      {props.links}
+    </section>
+  );
+}
 
 export const WebhooksPanel: FC<{ troubled: Capped<EndpointSummary> }> = ({ troubled }) => (
-  <section class="panel" aria-labelledby="webhooks-heading" id="webhooks">
-    <h2 id="webhooks-heading">Webhook endpoints failing or switched off</h2>
-    {troubled.total === 0 ? (
-      <p class="all-clear">All clear: every endpoint is on and its last post succeeded.</p>
-    ) : (
-      <>
-        <ul class="attention">
-          {troubled.items.map((endpoint) => (
-            <li>
-              <div class="row">
-                <HealthBadge endpoint={endpoint} />
-                <a href={endpointPath(endpoint.view.id)}>{endpoint.view.url}</a>
-              </div>
-              <div class="why">
-                {endpoint.accountName}: {healthReason(endpoint.view, endpoint.lastError)}
-              </div>
-            </li>
-          ))}
-        </ul>
-        <More shown={troubled.items.length} total={troubled.total} />
-      </>
+  <AttentionPanel
+    id="webhooks"
+    heading="Webhook endpoints failing or switched off"
+    troubled={troubled}
+    allClear="All clear: every endpoint is on and its last post succeeded."
+    row={(endpoint) => (
+      <li>
+        <div class="row">
+          <HealthBadge endpoint={endpoint} />
+          <a href={endpointPath(endpoint.view.id)}>{endpoint.view.url}</a>
+        </div>
+        <div class="why">
+          {endpoint.accountName}: {healthReason(endpoint.view, endpoint.lastError)}
+        </div>
+      </li>
     )}
-    <p class="row">
-      <a href="/dashboard/webhooks?status=disabled">Switched-off endpoints</a>
-      <a href="/dashboard/webhooks?status=failing">Failing endpoints</a>
-    </p>
-  </section>
+    links={
+      <p class="row">
+        <a href="/dashboard/webhooks?status=disabled">Switched-off endpoints</a>
+        <a href="/dashboard/webhooks?status=failing">Failing endpoints</a>
+      </p>
+    }
+  />
 );
 
 export const DatabasesPanel: FC<{ troubled: Capped<DatabaseTrouble> }> = ({ troubled }) => (
-  <section class="panel" aria-labelledby="databases-heading" id="databases">
-    <h2 id="databases-heading">Customer databases unreachable or behind</h2>
-    {troubled.total === 0 ? (
-      <p class="all-clear">All clear: every customer database is reachable and has no writes waiting.</p>
-    ) : (
-      <>
-        <ul class="attention">
-          {troubled.items.map(({ accountName, status }) => (
-            <li>
-              <div class="row">
-                {status.state === 'unreachable' ? <Badge tone="bad">unreachable</Badge> : <Badge tone="warn">writes waiting</Badge>}
-                <a href={status.state === 'unreachable' ? '/dashboard/database?state=unreachable' : '/dashboard/database'}>
-                  {accountName}: {status.database} on {status.host}
-                </a>
-              </div>
-              <div class="why">
-                {plural(status.pending, 'write')} waiting; last reached <Time ms={status.lastOkAt === null ? null : Date.parse(status.lastOkAt)} />
-                {status.lastError && <>; last error: {status.lastError}</>}
-              </div>
-            </li>
-          ))}
-        </ul>
-        <More shown={troubled.items.length} total={troubled.total} />
-      </>
+  <AttentionPanel
+    id="databases"
+    heading="Customer databases unreachable or behind"
+    troubled={troubled}
+    allClear="All clear: every customer database is reachable and has no writes waiting."
+    row={({ accountName, status }) => (
+      <li>
+        <div class="row">
+          {status.state === 'unreachable' ? <Badge tone="bad">unreachable</Badge> : <Badge tone="warn">writes waiting</Badge>}
+          <a href={status.state === 'unreachable' ? '/dashboard/database?state=unreachable' : '/dashboard/database'}>
+            {accountName}: {status.database} on {status.host}
+          </a>
+        </div>
+        <div class="why">
+          {plural(status.pending, 'write')} waiting; last reached <Time at={status.lastOkAt} />
+          {status.lastError && <>; last error: {status.lastError}</>}
+        </div>
+      </li>
     )}
-    <p>
-      <a href="/dashboard/database">Customer databases</a>
-    </p>
-  </section>
+    links={
+      <p>
+        <a href="/dashboard/database">Customer databases</a>
+      </p>
+    }
+  />
 );
 
 export const AccountsPanel: FC<{ troubled: Capped<AccountTrouble> }> = ({ troubled }) => (
-  <section class="panel" aria-labelledby="accounts-heading" id="accounts">
-    <h2 id="accounts-heading">Accounts near their quota or not healthy</h2>
-    {troubled.total === 0 ? (
-      <p class="all-clear">All clear: no account has used {Math.round(NEAR_QUOTA_SHARE * 100)}% of today's quota, and every tier is healthy.</p>
-    ) : (
-      <>
-        <ul class="attention">
-          {troubled.items.map(({ view, nearQuota, badTier }) => (
-            <li>
-              <div class="row">
-                {nearQuota && <Badge tone={view.sending.sentToday >= view.sending.effectiveQuota ? 'bad' : 'warn'}>near quota</Badge>}
-                {badTier && <TierBadge tier={view.sending.tier} />}
-                {view.sending.suspended && <Badge tone="bad">suspended</Badge>}
-                <a href={`/dashboard/accounts/${view.id}`}>{view.name}</a>
-              </div>
-              <div class="why">
-                {String(view.sending.sentToday)} of {String(view.sending.effectiveQuota)} recipients today
-                {view.sending.effectiveQuota !== view.sending.dailyQuota && <> (throttled from {String(view.sending.dailyQuota)})</>}; {String(view.sending.totalBounced)} bounced and{' '}
-                {String(view.sending.totalComplained)} complained of {String(view.sending.totalSent)} sent
-              </div>
-            </li>
-          ))}
-        </ul>
-        <More shown={troubled.items.length} total={troubled.total} />
-      </>
+  <AttentionPanel
+    id="accounts"
+    heading="Accounts near their quota or not healthy"
+    troubled={troubled}
+    allClear={`All clear: no account has used ${Math.round(NEAR_QUOTA_SHARE * 100)}% of today's quota, and every tier is healthy.`}
+    row={({ view, nearQuota, badTier }) => (
+      <li>
+        <div class="row">
+          {nearQuota && <Badge tone={view.sending.sentToday >= view.sending.effectiveQuota ? 'bad' : 'warn'}>near quota</Badge>}
+          {badTier && <TierBadge tier={view.sending.tier} />}
+          {view.sending.suspended && <Badge tone="bad">suspended</Badge>}
+          <a href={`/dashboard/accounts/${view.id}`}>{view.name}</a>
+        </div>
+        <div class="why">
+          {String(view.sending.sentToday)} of {String(view.sending.effectiveQuota)} recipients today
+          {view.sending.effectiveQuota !== view.sending.dailyQuota && <> (throttled from {String(view.sending.dailyQuota)})</>}; {String(view.sending.totalBounced)} bounced and{' '}
+          {String(view.sending.totalComplained)} complained of {String(view.sending.totalSent)} sent
+        </div>
+      </li>
     )}
-    <p>
-      <a href="/dashboard/accounts">All accounts</a>
-    </p>
-  </section>
+    links={
+      <p>
+        <a href="/dashboard/accounts">All accounts</a>
+      </p>
+    }
+  />
 );

@@ -2,7 +2,7 @@ import type { FC } from 'hono/jsx';
 import { MAX_ADDRESS_INPUT } from '../../server/core/suppressions.js';
 import type { AccountChoice } from '../queries/accounts.js';
 import { MAX_SEARCH, REASONS, type SuppressionSummary } from '../queries/suppressions.js';
-import { AccountSelect, Badge, CsrfField, DataTable, PostButton, Time } from '../ui.js';
+import { AccountSelect, Badge, CsrfField, Dash, DataTable, PostButton, Time } from '../ui.js';
 
 /** The suppressions page's pieces: the add form, the search form, the list with its remove buttons. */
 
@@ -69,9 +69,9 @@ export const SuppressionTable: FC<{ rows: SuppressionSummary[]; csrf: string; ba
           <Badge tone={REASONS[s.view.reason].tone}>{REASONS[s.view.reason].label}</Badge>
           {s.view.detail && <div class="muted">{s.view.detail}</div>}
         </td>
-        <td>{s.sourceEmailId ? <a href={`/dashboard/emails/${s.sourceEmailId}`}>{s.sourceEmailId}</a> : <span class="muted">-</span>}</td>
+        <td>{s.sourceEmailId ? <a href={`/dashboard/emails/${s.sourceEmailId}`}>{s.sourceEmailId}</a> : <Dash />}</td>
         <td>
-          <Time ms={Date.parse(s.view.createdAt)} />
+          <Time at={s.view.createdAt} />
         </td>
         <td>
           <PostButton

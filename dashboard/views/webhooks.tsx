@@ -5,13 +5,9 @@ import { webhookPostBody } from '../../server/webhooks/dispatcher.js';
 import { WEBHOOK_MAX_ATTEMPTS } from '../../server/webhooks/retry-schedule.js';
 import type { AccountChoice } from '../queries/accounts.js';
 import { DELIVERY_STATES, type DeliverySummary, ENDPOINT_HEALTH, type EndpointHealth, type EndpointSummary, healthOf, healthReason } from '../queries/webhooks.js';
-import { AccountSelect, Badge, Copyable, DataTable, PostButton, Time } from '../ui.js';
+import { AccountSelect, Badge, Copyable, Dash, DataTable, PostButton, Time } from '../ui.js';
 
 /** The webhook pages' pieces: the endpoint list, an endpoint's facts and deliveries, a delivery's detail. */
-
-const Dash = () => <span class="muted">-</span>;
-
-const ms = (iso: string | null) => (iso === null ? null : Date.parse(iso));
 
 export const endpointPath = (id: string) => `/dashboard/webhooks/${id}`;
 export const deliveryPath = (endpointId: string, id: string) => `/dashboard/webhooks/${endpointId}/deliveries/${id}`;
@@ -62,12 +58,12 @@ export const EndpointTable: FC<{ endpoints: EndpointSummary[] }> = ({ endpoints 
           {e.view.failureCount > 0 && <div class="muted">{`${e.view.failureCount} failed in a row`}</div>}
           {e.view.disabledAt && (
             <div class="muted">
-              off since <Time ms={ms(e.view.disabledAt)} />
+              off since <Time at={e.view.disabledAt} />
             </div>
           )}
         </td>
         <td>
-          <Time ms={e.lastDeliveredAt} />
+          <Time at={e.lastDeliveredAt} />
         </td>
         <td>{e.lastError ?? <Dash />}</td>
       </tr>
@@ -102,17 +98,17 @@ export const EndpointFacts: FC<{ endpoint: EndpointSummary & { pending: number }
           <dd>{v.failureCount}</dd>
           <dt>Switched off</dt>
           <dd>
-            <Time ms={ms(v.disabledAt)} />
+            <Time at={v.disabledAt} />
           </dd>
           <dt>Last delivered</dt>
           <dd>
-            <Time ms={endpoint.lastDeliveredAt} />
+            <Time at={endpoint.lastDeliveredAt} />
           </dd>
           <dt>Deliveries still to go</dt>
           <dd>{endpoint.pending}</dd>
           <dt>Created</dt>
           <dd>
-            <Time ms={ms(v.createdAt)} />
+            <Time at={v.createdAt} />
           </dd>
           <dt>Id</dt>
           <dd>
@@ -146,7 +142,7 @@ export const DeliveryTable: FC<{ endpointId: string; deliveries: DeliverySummary
       <tr>
         <td>
           <a href={deliveryPath(endpointId, d.view.id)}>
-            <Time ms={ms(d.view.createdAt)} />
+            <Time at={d.view.createdAt} />
             <span class="visually-hidden">{` delivery ${d.view.id}`}</span>
           </a>
         </td>
@@ -157,7 +153,7 @@ export const DeliveryTable: FC<{ endpointId: string; deliveries: DeliverySummary
         <td class="num">{d.view.lastStatus ?? <Dash />}</td>
         <td>{d.view.lastError ?? <Dash />}</td>
         <td>
-          <Time ms={ms(d.view.nextAttemptAt)} />
+          <Time at={d.view.nextAttemptAt} />
         </td>
         <td>
           <Badge tone={DELIVERY_STATES[d.state].tone}>{DELIVERY_STATES[d.state].label}</Badge>
@@ -216,18 +212,18 @@ export const AttemptTimeline: FC<{ d: DeliverySummary; attempts: WebhookAttemptV
       <div class="panel">
         <ol class="timeline">
           <li>
-            Queued <Time ms={ms(v.createdAt)} />
+            Queued <Time at={v.createdAt} />
           </li>
           {untracked > 0 && <li class="bad">{`${untracked} earlier ${untracked === 1 ? 'attempt' : 'attempts'}, made before attempt history was kept; the last answer: ${answerOf(v)}`}</li>}
           {attempts.map((a) => (
             <li class={a.delivered ? 'ok' : 'bad'}>
               {`Attempt ${a.attempt}${of}: ${a.delivered ? 'delivered' : 'failed'}, ${a.error ?? (a.status === null ? 'no answer' : `HTTP ${a.status}`)}`}{' '}
-              at <Time ms={ms(a.attemptedAt)} />
+              at <Time at={a.attemptedAt} />
             </li>
           ))}
           {v.nextAttemptAt && (
             <li class="warn">
-              Next attempt <Time ms={ms(v.nextAttemptAt)} />
+              Next attempt <Time at={v.nextAttemptAt} />
               {d.state === 'waiting' && ' (waits while the endpoint is switched off)'}
             </li>
           )}
