@@ -8,6 +8,9 @@ import { Badge, type BadgeTone, DataTable, PostButton, Time } from '../ui.js';
 
 const STATE_TONES: Record<CustomerDbState, BadgeTone> = { connected: 'ok', unreachable: 'bad' };
 
+/** A customer database's state as the writer keeps it. */
+export const DatabaseStateBadge: FC<{ state: string }> = ({ state }) => <Badge tone={STATE_TONES[state as CustomerDbState] ?? 'warn'}>{state}</Badge>;
+
 export const StateFilter: FC<{ state: CustomerDbState | null }> = ({ state }) => (
   <form method="get" action="/dashboard/database" class="panel row filter-row">
     <div class="field">
@@ -49,7 +52,7 @@ export const DatabaseTable: FC<{ entries: DatabaseEntry[]; csrf: string; back: R
             as {s.user}, TLS {s.sslMode}, schema v{s.schemaVersion}
           </div>
         </td>
-        <td>{s.state && <Badge tone={STATE_TONES[s.state as CustomerDbState] ?? 'warn'}>{s.state}</Badge>}</td>
+        <td>{s.state && <DatabaseStateBadge state={s.state} />}</td>
         <td class="num">{s.pending > 0 ? <Badge tone="warn">{formatCount(s.pending)}</Badge> : '0'}</td>
         <td class="error-text">{s.lastError ?? <span class="muted">none</span>}</td>
         <td>

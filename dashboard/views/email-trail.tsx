@@ -2,11 +2,11 @@ import type { FC } from 'hono/jsx';
 import type { DeliveryMode } from '../../server/config.js';
 import type { EventView } from '../../server/core/emails.js';
 import type { CausedDelivery, EmailTrail, QueuedRecipient, WriteItem, WriteState } from '../queries/email-trail.js';
-import { DELIVERY_STATES } from '../queries/webhooks.js';
 import { plural } from '../format.js';
 import { Badge, type BadgeTone, Copyable, DataTable, TableRegion, Time } from '../ui.js';
 import { EmailStatusBadges, OUTCOME_TONE } from './emails.js';
-import { deliveryPath } from './webhooks.js';
+import { DatabaseStateBadge } from './database.js';
+import { DeliveryStateBadge, deliveryPath } from './webhooks.js';
 
 /** One email's page: the API's facts, each recipient's timeline with the webhook posts it caused, the customer database. */
 export const EmailTrailView: FC<{ trail: EmailTrail; mode: DeliveryMode }> = ({ trail, mode }) => {
@@ -163,29 +163,26 @@ const WebhookPosts: FC<{ deliveries: CausedDelivery[]; recipient: string }> = ({
             </tr>
           </thead>
           <tbody>
-            {deliveries.map((d) => {
-              const state = DELIVERY_STATES[d.state];
-              return (
-                <tr data-delivery-id={d.delivery.id}>
-                  <td>
-                    <a href={deliveryPath(d.endpointId, d.delivery.id)}>{d.delivery.eventType}</a>
-                  </td>
-                  <td class="cell-wrap">{d.url}</td>
-                  <td class="num">{String(d.delivery.attempts)}</td>
-                  <td class="cell-wrap">{d.delivery.lastError ?? (d.delivery.lastStatus === null ? <span class="muted">none yet</span> : `HTTP ${d.delivery.lastStatus}`)}</td>
-                  <td>
-                    <Badge tone={state.tone}>{state.label}</Badge>{' '}
-                    {d.delivery.deliveredAt ? (
-                      <Time at={d.delivery.deliveredAt} />
-                    ) : d.delivery.nextAttemptAt ? (
-                      <span class="muted">
-                        next <Time at={d.delivery.nextAttemptAt} />
-                      </span>
-                    ) : null}
-                  </td>
-                </tr>
-              );
-            })}
+            {deliveries.map((d) => (
+              <tr data-delivery-id={d.delivery.id}>
+                <td>
+                  <a href={deliveryPath(d.endpointId, d.delivery.id)}>{d.delivery.eventType}</a>
+                </td>
+                <td class="cell-wrap">{d.url}</td>
+                <td class="num">{String(d.delivery.attempts)}</td>
+                <td class="cell-wrap">{d.delivery.lastError ?? (d.delivery.lastStatus === null ? <span class="muted">none yet</span> : `HTTP ${d.delivery.lastStatus}`)}</td>
+                <td>
+                  <DeliveryStateBadge state={d.state} />{' '}
+                  {d.delivery.deliveredAt ? (
+                    <Time at={d.delivery.deliveredAt} />
+                  ) : d.delivery.nextAttemptAt ? (
+                    <span class="muted">
+                      next <Time at={d.delivery.nextAttemptAt} />
+                    </span>
+                  ) : null}
+                </td>
+              </tr>
+            ))}
           </tbody>
         </table>
       </TableRegion>
@@ -235,7 +232,7 @@ const CustomerDbSection: FC<{ trail: EmailTrail }> = ({ trail }) => {
               <a href="/dashboard/database">
                 {db.database.database} on {db.database.host}
               </a>{' '}
-              <Badge tone={db.database.state === 'connected' ? 'ok' : 'bad'}>{db.database.state}</Badge>
+              <DatabaseStateBadge state={db.database.state} />
               {db.database.lastError && <span class="muted"> Last error: {db.database.lastError}</span>}
             </p>
           )}

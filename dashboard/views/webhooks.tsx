@@ -4,7 +4,7 @@ import type { WebhookAttemptView } from '../../server/core/webhooks.js';
 import { webhookPostBody } from '../../server/webhooks/dispatcher.js';
 import { WEBHOOK_MAX_ATTEMPTS } from '../../server/webhooks/retry-schedule.js';
 import type { AccountChoice } from '../queries/accounts.js';
-import { DELIVERY_STATES, type DeliverySummary, ENDPOINT_HEALTH, type EndpointHealth, type EndpointSummary, healthOf, healthReason } from '../queries/webhooks.js';
+import { DELIVERY_STATES, type DeliveryState, type DeliverySummary, ENDPOINT_HEALTH, type EndpointHealth, type EndpointSummary, healthOf, healthReason } from '../queries/webhooks.js';
 import { AccountSelect, Badge, Copyable, Dash, DataTable, PostButton, Time } from '../ui.js';
 
 /** The webhook pages' pieces: the endpoint list, an endpoint's facts and deliveries, a delivery's detail. */
@@ -16,6 +16,9 @@ export const HealthBadge: FC<{ endpoint: EndpointSummary }> = ({ endpoint }) => 
   const health = ENDPOINT_HEALTH[healthOf(endpoint.view)];
   return <Badge tone={health.tone}>{health.label}</Badge>;
 };
+
+/** Where a delivery stands (stateOf), as a badge. */
+export const DeliveryStateBadge: FC<{ state: DeliveryState }> = ({ state }) => <Badge tone={DELIVERY_STATES[state].tone}>{DELIVERY_STATES[state].label}</Badge>;
 
 export const EndpointFilters: FC<{ accounts: AccountChoice[]; accountId: string | undefined; health: EndpointHealth | undefined }> = ({ accounts, accountId, health }) => (
   <form method="get" action="/dashboard/webhooks" class="panel form-grid" aria-label="Filter endpoints">
@@ -156,7 +159,7 @@ export const DeliveryTable: FC<{ endpointId: string; deliveries: DeliverySummary
           <Time at={d.view.nextAttemptAt} />
         </td>
         <td>
-          <Badge tone={DELIVERY_STATES[d.state].tone}>{DELIVERY_STATES[d.state].label}</Badge>
+          <DeliveryStateBadge state={d.state} />
         </td>
       </tr>
     )}
@@ -180,7 +183,7 @@ export const DeliveryFacts: FC<{ endpoint: EndpointSummary; d: DeliverySummary; 
         <dd>{d.recipient ?? <Dash />}</dd>
         <dt>State</dt>
         <dd>
-          <Badge tone={DELIVERY_STATES[d.state].tone}>{DELIVERY_STATES[d.state].label}</Badge>
+          <DeliveryStateBadge state={d.state} />
         </dd>
         <dt>Id</dt>
         <dd>
