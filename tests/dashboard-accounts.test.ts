@@ -7,8 +7,8 @@ import { accounts, apiKeys } from '../db/schema/index.js';
 import { createTopLevelAccount, findAccount } from '../server/core/accounts.js';
 import { SCOPES } from '../server/core/scopes.js';
 import { PAGE_SIZE } from '../dashboard/queries/id-pages.js';
-import { expectAccessible, launchBrowser, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
-import { type DashboardClient, adminTokenFor, dashboardClient } from './helpers/dashboard.js';
+import { expectAccessible, flashText, horizontalOverflow, newPage, pageProblems, screenshot, signIn, submit } from './helpers/browser.js';
+import { type DashboardClient, UUID, openDashboard, refusalOf } from './helpers/dashboard.js';
 import { type TestService, startService } from './helpers/service.js';
 
 /**
@@ -24,34 +24,18 @@ let client: DashboardClient;
 
 beforeAll(async () => {
   service = await startService();
-  token = adminTokenFor(service);
-  browser = await launchBrowser();
-  client = await dashboardClient(service, token);
+  ({ browser, token, client } = await openDashboard(service));
 });
 afterAll(async () => {
   await browser?.close();
   await service?.close();
 });
 
-const UUID = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/;
-
 async function signedInPage(path: string, width = 1280): Promise<Page> {
   const page = await newPage(browser, width);
   await signIn(page, service.url, token, path);
   return page;
 }
-
-/** The flash after a form's POST (role status for success, alert for a refusal). */
-async function flashText(page: Page, kind: 'ok' | 'error' = 'ok'): Promise<string> {
-  return (await page.locator(`.flash.${kind}`).textContent()) ?? '';
-}
-
-/** Submits the form holding `button` and waits for the redirect's page to load. */
-async function submit(page: Page, button: string): Promise<void> {
-  await Promise.all([page.waitForEvent('load'), page.getByRole('button', { name: button, exact: true }).click()]);
-}
-
-const noHorizontalScroll = (page: Page) => page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth');
 
 /** A send as the API takes it; a suspended account is refused before the body is even looked at. */
 const sendBody = { from: 'billing@nowhere.example', to: 'someone@example.org', subject: 'Hello', text: 'Hi' };
@@ -69,7 +53,7 @@ describe('accounts in the browser', () => {
     await submit(page, 'Create account');
     expect(new URL(page.url()).pathname).toMatch(new RegExp(`^/dashboard/accounts/${UUID.source}$`));
     const accountId = new URL(page.url()).pathname.split('/').pop()!;
-    expect(await flashText(page)).toContain('Account Globex Mail created.');
+    expect(await flashText(page, 'ok')).toContain('Account Globex Mail created.');
     expect(await page.getByRole('heading', { level: 1 }).textContent()).toBe('Globex Mail');
     // What the page shows is what createTopLevelAccount stored, as the API's account view presents it.
     const row = findAccount(service.deps.db, accountId)!;
@@ -124,7 +108,7 @@ describe('accounts in the browser', () => {
     // Revoked: the API refuses it at once, and the list says so.
     page.once('dialog', (d) => void d.accept());
     await Promise.all([page.waitForEvent('load'), page.getByRole('button', { name: 'Revoke key ci-deploy' }).click()]);
-    expect(await flashText(page)).toContain('Key revoked');
+    expect(await flashText(page, 'ok')).toContain('Key revoked');
     expect(await page.getByRole('row').filter({ hasText: 'ci-deploy' }).textContent()).toContain('revoked');
     expect(await page.getByRole('button', { name: 'Revoke key ci-deploy' }).count()).toBe(0);
     expect((await service.api('GET', '/account', { key: secret })).status).toBe(401);
@@ -138,18 +122,18 @@ describe('accounts in the browser', () => {
 
     await page.getByLabel('Credits to grant').fill('250');
     await submit(page, 'Grant credits');
-    expect(await flashText(page)).toContain('Granted 250 credits; the balance is now 250.');
+    expect(await flashText(page, 'ok')).toContain('Granted 250 credits; the balance is now 250.');
     expect((await service.api('GET', '/account', { key })).body.credits).toMatchObject({ balance: 250, state: 'ok', totalPurchased: 250 });
 
     await page.getByLabel('Daily quota').fill('1234');
     await submit(page, 'Set quota');
-    expect(await flashText(page)).toContain('Daily quota set to 1,234.');
+    expect(await flashText(page, 'ok')).toContain('Daily quota set to 1,234.');
     expect((await service.api('GET', '/account', { key })).body.sending).toMatchObject({ dailyQuota: 1234, effectiveQuota: 1234 });
 
     const reason = 'Paused by the operator after an abuse report.';
     await page.getByLabel('Reason for suspending').fill(reason);
     await submit(page, 'Suspend sending');
-    expect(await flashText(page)).toContain('Initech is suspended');
+    expect(await flashText(page, 'ok')).toContain('Initech is suspended');
     expect(await page.locator('dl.facts').textContent()).toContain('by the operator');
     const refused = await service.api('POST', '/emails', { key, body: sendBody });
     expect(refused.status).toBe(403);
@@ -157,14 +141,14 @@ describe('accounts in the browser', () => {
     await expectAccessible(page, 'suspended account page');
 
     await submit(page, 'Lift suspension');
-    expect(await flashText(page)).toContain('Initech may send again.');
+    expect(await flashText(page, 'ok')).toContain('Initech may send again.');
     expect((await service.api('GET', '/account', { key })).body.sending.suspended).toBe(false);
     const again = await service.api('POST', '/emails', { key, body: sendBody });
     expect(again.body.error?.code).not.toBe('suspended');
 
     await page.getByLabel("New sub-account's name").fill('Initech EU');
     await submit(page, 'Create sub-account');
-    expect(await flashText(page)).toContain('Sub-account Initech EU created.');
+    expect(await flashText(page, 'ok')).toContain('Sub-account Initech EU created.');
     const subLink = page.getByRole('region', { name: 'Sub-accounts' }).getByRole('link', { name: 'Initech EU' });
     expect(await subLink.count()).toBe(1);
     // The API sees the same sub-account under the same parent.
@@ -201,11 +185,11 @@ describe('accounts in the browser', () => {
     const { account } = service.newAccount({ name: 'Phone Width Co' });
     service.newKey(account.id, SCOPES, 'phone-key');
     const page = await signedInPage(`/dashboard/accounts/${account.id}`, 390);
-    expect(await noHorizontalScroll(page)).toBe(0);
+    expect(await horizontalOverflow(page)).toBe(0);
     await screenshot(page, 'account-phone');
     await expectAccessible(page, 'account page at phone width');
     await page.goto(`${service.url}/dashboard/accounts`);
-    expect(await noHorizontalScroll(page)).toBe(0);
+    expect(await horizontalOverflow(page)).toBe(0);
     expect(pageProblems(page)).toEqual([]);
     await page.context().close();
   });
@@ -215,34 +199,24 @@ describe('accounts over HTTP', () => {
   const accountCount = () => service.deps.db.select({ n: count() }).from(accounts).get()!.n;
   const keyCount = (accountId: string) => service.deps.db.select({ n: count() }).from(apiKeys).where(eq(apiKeys.accountId, accountId)).get()!.n;
 
-  /** POSTs a form; expects the redirect back with an error flash, and returns the flash's text. */
-  async function refusedWith(path: string, fields: Record<string, string>, back: string): Promise<string> {
-    const res = await client.post(path, fields);
-    expect(res.status).toBe(303);
-    expect(res.headers.get('location')).toBe(back);
-    const html = await (await client.get(back)).text();
-    const flash = /<div class="flash error" role="alert"><div>([^<]*)<\/div>/.exec(html);
-    expect(flash, html.slice(0, 200)).not.toBeNull();
-    return flash![1]!;
-  }
 
   it('refuses bad input with an error flash (never a 500) and changes nothing', async () => {
     const before = accountCount();
-    expect(await refusedWith('/dashboard/accounts', { name: '' }, '/dashboard/accounts')).toBe('name: must be 2 to 80 characters');
-    expect(await refusedWith('/dashboard/accounts', { name: 'Valid Name', credits: 'abc' }, '/dashboard/accounts')).toBe('credits: must be a whole number of at least 0');
-    expect(await refusedWith('/dashboard/accounts', { name: 'Valid Name', dailyQuota: '0' }, '/dashboard/accounts')).toBe('dailyQuota: must be a whole number of at least 1');
+    expect(await refusalOf(client, '/dashboard/accounts', { name: '' }, '/dashboard/accounts')).toBe('name: must be 2 to 80 characters');
+    expect(await refusalOf(client, '/dashboard/accounts', { name: 'Valid Name', credits: 'abc' }, '/dashboard/accounts')).toBe('credits: must be a whole number of at least 0');
+    expect(await refusalOf(client, '/dashboard/accounts', { name: 'Valid Name', dailyQuota: '0' }, '/dashboard/accounts')).toBe('dailyQuota: must be a whole number of at least 1');
     expect(accountCount()).toBe(before);
 
     const { account } = service.newAccount({ name: 'Bad Input Co' });
     const page = `/dashboard/accounts/${account.id}`;
-    expect(await refusedWith(`${page}/quota`, { dailyQuota: '-1' }, page)).toBe('dailyQuota: must be a whole number of at least 1');
-    expect(await refusedWith(`${page}/quota`, { dailyQuota: '1.5' }, page)).toContain('dailyQuota');
-    expect(await refusedWith(`${page}/credits`, { amount: 'abc' }, page)).toBe('amount: must be a whole number of at least 1');
-    expect(await refusedWith(`${page}/credits`, { amount: '0' }, page)).toContain('amount');
-    expect(await refusedWith(`${page}/suspend`, { reason: '   ' }, page)).toBe('reason: must not be empty');
-    expect(await refusedWith(`${page}/sub-accounts`, { name: 'x' }, page)).toBe('name: must be 2 to 80 characters');
-    expect(await refusedWith(`${page}/keys`, { name: '', 'scope.emails:send': 'on' }, page)).toBe('name: must be 1 to 60 characters');
-    expect(await refusedWith(`${page}/keys`, { name: 'no scopes' }, page)).toBe('scopes: must name at least one scope');
+    expect(await refusalOf(client, `${page}/quota`, { dailyQuota: '-1' }, page)).toBe('dailyQuota: must be a whole number of at least 1');
+    expect(await refusalOf(client, `${page}/quota`, { dailyQuota: '1.5' }, page)).toContain('dailyQuota');
+    expect(await refusalOf(client, `${page}/credits`, { amount: 'abc' }, page)).toBe('amount: must be a whole number of at least 1');
+    expect(await refusalOf(client, `${page}/credits`, { amount: '0' }, page)).toContain('amount');
+    expect(await refusalOf(client, `${page}/suspend`, { reason: '   ' }, page)).toBe('reason: must not be empty');
+    expect(await refusalOf(client, `${page}/sub-accounts`, { name: 'x' }, page)).toBe('name: must be 2 to 80 characters');
+    expect(await refusalOf(client, `${page}/keys`, { name: '', 'scope.emails:send': 'on' }, page)).toBe('name: must be 1 to 60 characters');
+    expect(await refusalOf(client, `${page}/keys`, { name: 'no scopes' }, page)).toBe('scopes: must name at least one scope');
     const row = findAccount(service.deps.db, account.id)!;
     expect(row).toMatchObject({ dailyQuota: service.deps.config.defaultDailyQuota, creditsBalance: 0, creditsTotalPurchased: 0, suspendedBy: null });
     expect(keyCount(account.id)).toBe(1); // the helper's own key, nothing more
@@ -250,11 +224,11 @@ describe('accounts over HTTP', () => {
 
     // A sub-account's credits are its parent's: refused, as the CLI refuses it.
     const sub = (await service.api('POST', '/accounts', { key: (service.newAccount({ name: 'Parent Co' })).key, body: { name: 'Child Co' } })).body;
-    expect(await refusedWith(`/dashboard/accounts/${sub.id}/credits`, { amount: '5' }, `/dashboard/accounts/${sub.id}`)).toContain('top-level account');
+    expect(await refusalOf(client, `/dashboard/accounts/${sub.id}/credits`, { amount: '5' }, `/dashboard/accounts/${sub.id}`)).toContain('top-level account');
     // A key of another account cannot be revoked from this one.
     const other = service.newAccount({ name: 'Other Co' });
     const otherKey = service.deps.db.select().from(apiKeys).where(eq(apiKeys.accountId, other.account.id)).get()!;
-    expect(await refusedWith(`${page}/keys/${otherKey.id}/revoke`, {}, page)).toBe('No key with that id on this account.');
+    expect(await refusalOf(client, `${page}/keys/${otherKey.id}/revoke`, {}, page)).toBe('No key with that id on this account.');
     expect((await service.api('GET', '/account', { key: other.key })).status).toBe(200);
   });
 

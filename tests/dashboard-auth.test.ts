@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resetAdminToken } from '../server/core/admin-token.js';
 import { SESSION_POLICY } from '../dashboard/session.js';
 import { SIGN_IN_LIMIT } from '../dashboard/security.js';
-import { expectAccessible, launchBrowser, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
+import { expectAccessible, horizontalOverflow, launchBrowser, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
 import { adminTokenFor, dashboardClient, postSignIn, signInForm } from './helpers/dashboard.js';
 import { type TestService, startService } from './helpers/service.js';
 
@@ -93,7 +93,7 @@ describe('dashboard sign-in in the browser', () => {
   it('works at phone width', async () => {
     const page = await newPage(browser, 390);
     await signIn(page, service.url, token);
-    const overflow = await page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth');
+    const overflow = await horizontalOverflow(page);
     expect(overflow).toBe(0);
     await expectAccessible(page, 'overview at phone width');
     await page.context().close();

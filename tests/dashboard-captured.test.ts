@@ -7,8 +7,8 @@ import { domainKeys, emails, outboundMessages } from '../db/schema/index.js';
 import { createDeliveryEngine } from '../mta/delivery-engine.js';
 import { readCapture, sealCapture, storeCapture } from '../mta/capture-store.js';
 import { newId } from '../server/ids.js';
-import { expectAccessible, launchBrowser, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
-import { type DashboardClient, adminTokenFor, dashboardClient } from './helpers/dashboard.js';
+import { expectAccessible, horizontalOverflow, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
+import { type DashboardClient, dashboardClient, openDashboard } from './helpers/dashboard.js';
 import { FAST_TIMEOUTS } from './helpers/delivery-rig.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { type Sender, newSender } from './helpers/sending.js';
@@ -41,9 +41,7 @@ beforeAll(async () => {
   await new Promise<void>((resolve) => pixel.listen(0, '127.0.0.1', resolve));
   pixelPort = (pixel.address() as { port: number }).port;
   service = await startService({ DELIVERY_MODE: 'capture', DNS_SERVERS: dns.address });
-  token = adminTokenFor(service);
-  client = await dashboardClient(service, token);
-  browser = await launchBrowser();
+  ({ browser, token, client } = await openDashboard(service));
 });
 
 afterAll(async () => {
@@ -75,8 +73,6 @@ async function sendCaptured(s: Sender, to: string | string[], subject: string, b
   await createDeliveryEngine(service.deps, { timeouts: FAST_TIMEOUTS }).runOnce();
   return id;
 }
-
-const noHorizontalScroll = async (page: Page) => expect(await page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth')).toBe(0);
 
 /**
  * What the page reported that is not the captured frame's own policy at work (its script blocked by the sandbox, its
@@ -151,13 +147,13 @@ describe('captured mail in the browser', () => {
     await page.waitForLoadState('load');
     expect(await page.locator('h1').textContent()).toBe('Your order has shipped');
     expect(await page.frameLocator('iframe.message-frame').locator('body').textContent()).toContain('Parcel 42 is on its way.');
-    await noHorizontalScroll(page);
+    expect(await horizontalOverflow(page)).toBe(0);
     await expectAccessible(page, 'captured message at phone width');
     // The frame is painted once it has been in view (Chromium skips out-of-view frames in a full-page capture).
     await page.locator('iframe.message-frame').scrollIntoViewIfNeeded();
     await screenshot(page, 'captured-message-phone');
     await page.goto(`${service.url}/dashboard/captured`);
-    await noHorizontalScroll(page);
+    expect(await horizontalOverflow(page)).toBe(0);
     expect(problemsBesidesTheFrame(page)).toEqual([]);
     await page.context().close();
   });

@@ -6,9 +6,9 @@ import { customerDatabases } from '../db/schema/index.js';
 import { RECONNECT_GAPS_MS } from '../server/customer-db/status.js';
 import { type CustomerDbWriter, createCustomerDbWriter } from '../server/customer-db/writer.js';
 import { newId } from '../server/ids.js';
-import { expectAccessible, launchBrowser, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
+import { expectAccessible, horizontalOverflow, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
 import { storeDatabaseRow } from './helpers/customer-db.js';
-import { type DashboardClient, adminTokenFor, dashboardClient } from './helpers/dashboard.js';
+import { type DashboardClient, openDashboard } from './helpers/dashboard.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 import { type Sender, newSender, receipt } from './helpers/sending.js';
@@ -35,9 +35,7 @@ beforeAll(async () => {
   dns.add('db.pg.test', { type: 'A', address: '127.0.0.1' });
   service = await startService({ DNS_SERVERS: dns.address, ALLOW_PRIVATE_TARGETS: 'true' });
   writer = createCustomerDbWriter(service.deps);
-  token = adminTokenFor(service);
-  client = await dashboardClient(service, token);
-  browser = await launchBrowser();
+  ({ browser, token, client } = await openDashboard(service));
 }, 120_000);
 
 afterAll(async () => {
@@ -127,7 +125,7 @@ describe('the database page in the browser', () => {
   it('works at phone width', { timeout: 30_000 }, async () => {
     const page = await newPage(browser, 390);
     await signIn(page, service.url, token, '/dashboard/database');
-    expect(await page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth')).toBe(0);
+    expect(await horizontalOverflow(page)).toBe(0);
     await expectAccessible(page, 'database page at phone width');
     expect(pageProblems(page)).toEqual([]);
     await page.context().close();
@@ -163,7 +161,7 @@ describe('the database page over HTTP', () => {
     const res = await client.post(`/dashboard/database/${account.id}/test`, { state: 'unreachable' });
     expect(res.status).toBe(303);
     expect(res.headers.get('location')).toBe('/dashboard/database?state=unreachable');
-    const page = await (await client.get(res.headers.get('location')!)).text();
+    const page = await client.follow(res);
     expect(page).toContain('<div class="flash error" role="alert"><div>Testing the database of No Database failed: No database is set on this account.</div>');
   });
 

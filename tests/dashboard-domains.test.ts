@@ -2,8 +2,8 @@ import { count, eq } from 'drizzle-orm';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { domains } from '../db/schema/index.js';
-import { expectAccessible, launchBrowser, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
-import { type DashboardClient, adminTokenFor, dashboardClient } from './helpers/dashboard.js';
+import { expectAccessible, horizontalOverflow, newPage, pageProblems, screenshot, signIn, submit } from './helpers/browser.js';
+import { type DashboardClient, UUID, openDashboard, refusalOf } from './helpers/dashboard.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { type TestService, startService } from './helpers/service.js';
 
@@ -30,17 +30,13 @@ let client: DashboardClient;
 beforeAll(async () => {
   dns = await TestDnsServer.start();
   service = await startService({ DNS_SERVERS: dns.address });
-  token = adminTokenFor(service);
-  browser = await launchBrowser();
-  client = await dashboardClient(service, token);
+  ({ browser, token, client } = await openDashboard(service));
 });
 afterAll(async () => {
   await browser?.close();
   await service?.close();
   await dns?.stop();
 });
-
-const UUID = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/;
 
 /** Publishes the records as the customer would copy them into their zone (a DKIM value split into 255-octet strings). */
 function publish(records: RecordBody[]): void {
@@ -52,10 +48,6 @@ function publish(records: RecordBody[]): void {
       dns.add(r.name, { type: 'TXT', data: r.value.match(/[^]{1,255}/g)! });
     }
   }
-}
-
-async function submit(page: Page, button: string): Promise<void> {
-  await Promise.all([page.waitForEvent('load'), page.getByRole('button', { name: button, exact: true }).click()]);
 }
 
 /** The "Last verification" table as { record: check value }. */
@@ -78,7 +70,6 @@ async function recordStatuses(page: Page): Promise<Record<string, string>> {
 }
 
 const statusBadges = (page: Page) => page.locator('main > .panel .badges .badge').allTextContents();
-const noHorizontalScroll = (page: Page) => page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth');
 
 describe('domains in the browser', () => {
   it('connects a domain, shows its records with copy buttons, verifies it against the test DNS server, and deletes it', async () => {
@@ -187,11 +178,11 @@ describe('domains in the browser', () => {
     const created = await service.api('POST', '/domains', { key, body: { name: 'narrow.example.com' } });
     const page = await newPage(browser, 390);
     await signIn(page, service.url, token, `/dashboard/domains/${created.body.id}`);
-    expect(await noHorizontalScroll(page)).toBe(0);
+    expect(await horizontalOverflow(page)).toBe(0);
     await screenshot(page, 'domain-phone');
     await expectAccessible(page, 'domain page at phone width');
     await page.goto(`${service.url}/dashboard/domains`);
-    expect(await noHorizontalScroll(page)).toBe(0);
+    expect(await horizontalOverflow(page)).toBe(0);
     await expectAccessible(page, 'domains list at phone width');
     expect(pageProblems(page)).toEqual([]);
     await page.context().close();
@@ -201,29 +192,19 @@ describe('domains in the browser', () => {
 describe('domains over HTTP', () => {
   const domainCount = () => service.deps.db.select({ n: count() }).from(domains).get()!.n;
 
-  async function refusedWith(path: string, fields: Record<string, string>, back: string): Promise<string> {
-    const res = await client.post(path, fields);
-    expect(res.status).toBe(303);
-    expect(res.headers.get('location')).toBe(back);
-    const html = await (await client.get(back)).text();
-    const flash = /<div class="flash error" role="alert"><div>([^<]*)<\/div>/.exec(html);
-    expect(flash, html.slice(0, 300)).not.toBeNull();
-    return flash![1]!;
-  }
-
   it('refuses a bad connection with the API error message as a flash, creating nothing', async () => {
     const { account, key } = service.newAccount({ name: 'Connect Co' });
     await service.api('POST', '/domains', { key, body: { name: 'taken.example.com' } });
     const before = domainCount();
-    expect(await refusedWith('/dashboard/domains', { accountId: account.id, name: 'not a domain' }, '/dashboard/domains')).toMatch(/^name: /);
-    expect(await refusedWith('/dashboard/domains', { accountId: '', name: 'fine.example.com' }, '/dashboard/domains')).toBe('Choose the account the domain belongs to.');
-    expect(await refusedWith('/dashboard/domains', { accountId: 'x', name: 'fine.example.com' }, '/dashboard/domains')).toBe('Choose the account the domain belongs to.');
-    expect(await refusedWith('/dashboard/domains', { accountId: account.id, name: 'taken.example.com' }, '/dashboard/domains')).toBe(
+    expect(await refusalOf(client, '/dashboard/domains', { accountId: account.id, name: 'not a domain' }, '/dashboard/domains')).toMatch(/^name: /);
+    expect(await refusalOf(client, '/dashboard/domains', { accountId: '', name: 'fine.example.com' }, '/dashboard/domains')).toBe('Choose the account the domain belongs to.');
+    expect(await refusalOf(client, '/dashboard/domains', { accountId: 'x', name: 'fine.example.com' }, '/dashboard/domains')).toBe('Choose the account the domain belongs to.');
+    expect(await refusalOf(client, '/dashboard/domains', { accountId: account.id, name: 'taken.example.com' }, '/dashboard/domains')).toBe(
       'The domain taken.example.com is already connected to this account.',
     );
     // Another account's fresh claim: refused without saying who holds it, as the API refuses it.
     const other = service.newAccount({ name: 'Other Co' });
-    expect(await refusedWith('/dashboard/domains', { accountId: other.account.id, name: 'taken.example.com' }, '/dashboard/domains')).toBe(
+    expect(await refusalOf(client, '/dashboard/domains', { accountId: other.account.id, name: 'taken.example.com' }, '/dashboard/domains')).toBe(
       'The domain taken.example.com cannot be connected to this account.',
     );
     expect(domainCount()).toBe(before);

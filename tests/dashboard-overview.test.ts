@@ -5,7 +5,7 @@ import { customerDatabases, webhookEndpoints } from '../db/schema/index.js';
 import { createDeliveryEngine, type DeliveryEngine } from '../mta/delivery-engine.js';
 import { SIMULATOR_DOMAIN } from '../mta/simulator.js';
 import { setDailyQuota } from '../server/core/accounts.js';
-import { expectAccessible, launchBrowser, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
+import { expectAccessible, horizontalOverflow, launchBrowser, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
 import { storeDatabaseRow } from './helpers/customer-db.js';
 import { adminTokenFor, dashboardClient } from './helpers/dashboard.js';
 import { seedEndpoint } from './helpers/outcomes.js';
@@ -148,7 +148,7 @@ describe('the overview', () => {
     const page = await newPage(browser, 390);
     await signIn(page, service.url, token);
     await page.locator('details.numbers summary').click();
-    expect(await page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth')).toBe(0);
+    expect(await horizontalOverflow(page)).toBe(0);
     const chart = await page.locator('svg.chart').boundingBox();
     expect(chart!.width).toBeLessThanOrEqual(390);
     await expectAccessible(page, 'overview at phone width');

@@ -5,7 +5,7 @@ import { customerDbWrites, emails } from '../db/schema/index.js';
 import { type QueuedWrite, deleteWrites, openWrite, recordRefusedWrite } from '../server/customer-db/outbox.js';
 import { newId } from '../server/ids.js';
 import { createWebhookDispatcher } from '../server/webhooks/dispatcher.js';
-import { expectAccessible, launchBrowser, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
+import { expectAccessible, horizontalOverflow, launchBrowser, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
 import { storeDatabaseRow } from './helpers/customer-db.js';
 import { type DashboardClient, adminTokenFor, dashboardClient } from './helpers/dashboard.js';
 import { type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
@@ -138,7 +138,7 @@ describe('the send log in the browser', () => {
     await signIn(page, rig.service.url, token, '/dashboard/emails');
     for (const path of ['/dashboard/emails', `/dashboard/emails/${sent.body.id}`, `/dashboard/emails/${followed}`]) {
       await page.goto(`${rig.service.url}${path}`);
-      expect(await page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth'), path).toBe(0);
+      expect(await horizontalOverflow(page), path).toBe(0);
       await expectAccessible(page, `${path} at phone width`);
     }
     expect(pageProblems(page)).toEqual([]);

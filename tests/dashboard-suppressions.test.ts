@@ -1,10 +1,10 @@
 import { eq } from 'drizzle-orm';
-import type { Browser, Page } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { suppressions } from '../db/schema/index.js';
 import { suppress } from '../server/core/suppressions.js';
-import { expectAccessible, launchBrowser, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
-import { adminTokenFor, type DashboardClient, dashboardClient } from './helpers/dashboard.js';
+import { expectAccessible, flashText, horizontalOverflow, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
+import { type DashboardClient, openDashboard } from './helpers/dashboard.js';
 import { type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import { newSender, newSubSender, receipt } from './helpers/sending.js';
 
@@ -21,9 +21,7 @@ let http: DashboardClient;
 
 beforeAll(async () => {
   rig = await startDeliveryRig();
-  browser = await launchBrowser();
-  token = adminTokenFor(rig.service);
-  http = await dashboardClient(rig.service, token);
+  ({ browser, token, client: http } = await openDashboard(rig.service));
 });
 afterAll(async () => {
   await browser?.close();
@@ -37,13 +35,6 @@ const listed = async (key: string, account?: string) => {
   return (res.body.data as { address: string; reason: string }[]).map((s) => `${s.address} ${s.reason}`);
 };
 
-const flashOf = (page: Page) => page.locator('.flash').textContent();
-
-/** The page a POST redirected to, as the browser would then show it. */
-async function after(res: Response): Promise<string> {
-  expect(res.status).toBe(303);
-  return (await http.get(res.headers.get('location')!)).text();
-}
 
 describe('the suppressions page in the browser', () => {
   it('add and remove a suppression', async () => {
@@ -58,7 +49,7 @@ describe('the suppressions page in the browser', () => {
     await add.getByLabel('Address').fill('Ann.Lee@Example.ORG');
     await add.getByRole('button', { name: 'Add to the list' }).click();
     await page.waitForURL('**/dashboard/suppressions');
-    expect(await flashOf(page)).toContain("ann.lee@example.org is on Northwind Traders's suppression list (manual).");
+    expect(await flashText(page)).toContain("ann.lee@example.org is on Northwind Traders's suppression list (manual).");
 
     const search = page.getByRole('form', { name: 'Search suppressions' });
     await search.getByLabel('Address').fill('ANN.L');
@@ -79,7 +70,7 @@ describe('the suppressions page in the browser', () => {
     page.once('dialog', (d) => void d.accept());
     await rows.first().getByRole('button', { name: "Remove ann.lee@example.org from Northwind Traders's list" }).click();
     await page.waitForURL(/q=ANN\.L/);
-    expect(await flashOf(page)).toContain('ann.lee@example.org is off Northwind Traders');
+    expect(await flashText(page)).toContain('ann.lee@example.org is off Northwind Traders');
     expect(await page.getByText('No suppressed address matches.').count()).toBe(1);
     expect(await listed(northwind.key)).toEqual([]);
 
@@ -98,7 +89,7 @@ describe('the suppressions page in the browser', () => {
     suppress(rig.service.deps.db, account.id, 'someone.with.a.rather.long.address@subdomain.example.org', 'manual', '', rig.service.clock.now());
     const page = await newPage(browser, 390);
     await signIn(page, rig.service.url, token, '/dashboard/suppressions');
-    expect(await page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth')).toBe(0);
+    expect(await horizontalOverflow(page)).toBe(0);
     await expectAccessible(page, 'suppressions at phone width');
     expect(pageProblems(page)).toEqual([]);
     await page.context().close();
@@ -164,17 +155,17 @@ describe('the suppressions page over HTTP', () => {
 
   it('answers a bad address, an unknown account and an address not listed with an error flash', async () => {
     const { account, key } = rig.service.newAccount({ name: 'Flash Co' });
-    const bad = await after(await http.post('/dashboard/suppressions', { account: account.id, address: 'no at sign' }));
+    const bad = await http.follow(await http.post('/dashboard/suppressions', { account: account.id, address: 'no at sign' }));
     expect(bad).toContain('role="alert"');
     expect(bad).toMatch(/address: /);
-    const nobody = await after(await http.post('/dashboard/suppressions', { account: '0190a000-0000-7000-8000-000000000000', address: 'x@example.org' }));
+    const nobody = await http.follow(await http.post('/dashboard/suppressions', { account: '0190a000-0000-7000-8000-000000000000', address: 'x@example.org' }));
     expect(nobody).toContain('There is no account with that id.');
-    const missing = await after(await http.post('/dashboard/suppressions/remove', { account: account.id, address: 'never@example.org' }));
+    const missing = await http.follow(await http.post('/dashboard/suppressions/remove', { account: account.id, address: 'never@example.org' }));
     expect(missing).toContain('never@example.org is not on this account');
     expect(await listed(key)).toEqual([]);
     // Adding twice keeps one entry and says so.
-    await after(await http.post('/dashboard/suppressions', { account: account.id, address: 'twice@example.org' }));
-    expect(await after(await http.post('/dashboard/suppressions', { account: account.id, address: 'TWICE@example.org' }))).toContain('was already on Flash Co');
+    await http.follow(await http.post('/dashboard/suppressions', { account: account.id, address: 'twice@example.org' }));
+    expect(await http.follow(await http.post('/dashboard/suppressions', { account: account.id, address: 'TWICE@example.org' }))).toContain('was already on Flash Co');
     expect(await listed(key)).toEqual(['twice@example.org manual']);
   });
 

@@ -5,8 +5,8 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { webhookDeliveries } from '../db/schema/index.js';
 import { newId } from '../server/ids.js';
 import { createWebhookDispatcher } from '../server/webhooks/dispatcher.js';
-import { expectAccessible, launchBrowser, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
-import { adminTokenFor, type DashboardClient, dashboardClient } from './helpers/dashboard.js';
+import { expectAccessible, flashText, horizontalOverflow, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
+import { type DashboardClient, openDashboard } from './helpers/dashboard.js';
 import { type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import { HttpsReceiver, type ReceivedRequest } from './helpers/https-receiver.js';
 import { newSender, receipt, type Sender } from './helpers/sending.js';
@@ -26,9 +26,7 @@ let http: DashboardClient;
 beforeAll(async () => {
   rig = await startDeliveryRig();
   receiver = await HttpsReceiver.start();
-  browser = await launchBrowser();
-  token = adminTokenFor(rig.service);
-  http = await dashboardClient(rig.service, token);
+  ({ browser, token, client: http } = await openDashboard(rig.service));
 });
 afterAll(async () => {
   await browser?.close();
@@ -73,7 +71,6 @@ const dispatch = () => createWebhookDispatcher(rig.service.deps).runOnce();
 const deliveriesOf = (endpointId: string) =>
   rig.service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpointId)).orderBy(asc(webhookDeliveries.id)).all();
 
-const flashOf = (page: Page) => page.locator('.flash').textContent();
 
 /** The first (newest) delivery row of an endpoint page. */
 const firstDeliveryRow = (page: Page) => page.getByRole('table', { name: /Deliveries/ }).locator('tbody tr').first();
@@ -119,7 +116,7 @@ describe('the webhook pages in the browser', () => {
 
     await page.getByRole('button', { name: 'Replay this event as a new delivery' }).click();
     await page.waitForURL(`**/dashboard/webhooks/${endpoint.id}`);
-    expect(await flashOf(page)).toContain('Replay queued a new delivery of this email.delivered event');
+    expect(await flashText(page)).toContain('Replay queued a new delivery of this email.delivered event');
     expect(await dispatch()).toBe(1); // the replay, due now; the original's retry is a minute away
     const replayed = receiver.requests[1]!;
     expect(verifyServiceSignature(replayed, endpoint.secret)).toBe(true);
@@ -135,7 +132,7 @@ describe('the webhook pages in the browser', () => {
 
     await page.getByRole('button', { name: 'Send test ping' }).click();
     await page.waitForURL(`**/dashboard/webhooks/${endpoint.id}`);
-    expect(await flashOf(page)).toContain('The test ping was delivered: the receiver answered 200.');
+    expect(await flashText(page)).toContain('The test ping was delivered: the receiver answered 200.');
     const ping = receiver.requests[2]!;
     expect(verifyServiceSignature(ping, endpoint.secret)).toBe(true);
     expect(bodyOf(ping)).toMatchObject({ type: 'ping', data: { endpointId: endpoint.id } });
@@ -176,7 +173,7 @@ describe('the webhook pages in the browser', () => {
     await page.waitForURL(`**/dashboard/webhooks/${endpoint.id}`).finally(() => (service.deps.onWebhookQueued = onWebhookQueued));
     // The dispatcher beside the dashboard is told to look now, as after a successful ping.
     expect(pokes).toBe(1);
-    expect(await flashOf(page)).toContain('switched back on');
+    expect(await flashText(page)).toContain('switched back on');
     expect(await page.getByRole('region', { name: 'Endpoint' }).textContent()).toContain('Enabled');
     expect(await page.getByRole('button', { name: 'Re-enable' }).count()).toBe(0);
     expect((await service.api('GET', `/webhooks/${endpoint.id}`, { key: s.key })).body).toMatchObject({ active: true, failureCount: 0, disabledAt: null });
@@ -197,7 +194,7 @@ describe('the webhook pages in the browser', () => {
     await signIn(page, rig.service.url, token, '/dashboard/webhooks');
     for (const path of ['/dashboard/webhooks', `/dashboard/webhooks/${endpoint.id}`, `/dashboard/webhooks/${endpoint.id}/deliveries/${delivery!.id}`]) {
       await page.goto(`${rig.service.url}${path}`);
-      expect(await page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth'), path).toBe(0);
+      expect(await horizontalOverflow(page), path).toBe(0);
       await expectAccessible(page, `${path} at phone width`);
     }
     expect(pageProblems(page)).toEqual([]);
@@ -312,7 +309,7 @@ describe('the webhook pages over HTTP', () => {
     const res = await http.post(`/dashboard/webhooks/${endpoint.id}/deliveries/${ben!.id}/replay`);
     expect(res.status).toBe(303);
     expect(res.headers.get('location')).toBe(`/dashboard/webhooks/${endpoint.id}`);
-    expect(await (await http.get(res.headers.get('location')!)).text()).toContain('Replay queued a new delivery');
+    expect(await http.follow(res)).toContain('Replay queued a new delivery');
     const after = deliveriesOf(endpoint.id);
     expect(after).toHaveLength(3);
     expect(JSON.parse(after[2]!.data)).toEqual(JSON.parse(after[1]!.data));
@@ -324,7 +321,7 @@ describe('the webhook pages over HTTP', () => {
     expect((await http.post(`/dashboard/webhooks/${endpoint.id}/test`)).status).toBe(303);
     const again = await http.post(`/dashboard/webhooks/${endpoint.id}/test`);
     expect(again.status).toBe(303);
-    const page = await (await http.get(again.headers.get('location')!)).text();
+    const page = await http.follow(again);
     expect(page).toContain('role="alert"');
     expect(page).toContain('A test ping was sent to this endpoint in the last ten seconds');
     expect(receiver.requests).toHaveLength(1);
@@ -332,7 +329,7 @@ describe('the webhook pages over HTTP', () => {
     const [ping] = deliveriesOf(endpoint.id);
     const replay = await http.post(`/dashboard/webhooks/${endpoint.id}/deliveries/${ping!.id}/replay`);
     expect(replay.headers.get('location')).toBe(`/dashboard/webhooks/${endpoint.id}/deliveries/${ping!.id}`);
-    expect(await (await http.get(replay.headers.get('location')!)).text()).toContain('A test ping is never replayed');
+    expect(await http.follow(replay)).toContain('A test ping is never replayed');
     expect(deliveriesOf(endpoint.id)).toHaveLength(1);
   });
 });

@@ -69,6 +69,21 @@ export async function expectAccessible(page: Page, label = page.url()): Promise<
   expect(serious.map((v) => `${label}: ${v.id} (${v.impact}) ${v.help} at ${JSON.stringify(v.nodes.map((n) => n.target))}`)).toEqual([]);
 }
 
+/** How far the page scrolls sideways: 0 when it fits its viewport (the phone-width checks). */
+export function horizontalOverflow(page: Page): Promise<number> {
+  return page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth') as Promise<number>;
+}
+
+/** The flash a form's POST left on the page it redirected to (`kind`: only a success, or only a refusal). */
+export async function flashText(page: Page, kind?: 'ok' | 'error'): Promise<string> {
+  return (await page.locator(kind ? `.flash.${kind}` : '.flash').textContent()) ?? '';
+}
+
+/** Submits the form holding the button named `button` and waits for the page its POST redirects to. */
+export async function submit(page: Page, button: string): Promise<void> {
+  await Promise.all([page.waitForEvent('load'), page.getByRole('button', { name: button, exact: true }).click()]);
+}
+
 /** Signs in through the sign-in form; the page ends on the overview (or on `next`). */
 export async function signIn(page: Page, baseUrl: string, token: string, next?: string): Promise<void> {
   await page.goto(`${baseUrl}/dashboard/sign-in${next ? `?next=${encodeURIComponent(next)}` : ''}`);

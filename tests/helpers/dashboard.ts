@@ -1,4 +1,7 @@
+import type { Browser } from 'playwright-core';
+import { expect } from 'vitest';
 import { resetAdminToken } from '../../server/core/admin-token.js';
+import { launchBrowser } from './browser.js';
 import type { TestService } from './service.js';
 
 /**
@@ -26,6 +29,8 @@ export interface DashboardClient {
   get(path: string): Promise<Response>;
   /** A form POST from the dashboard's own origin with the CSRF token (unless `fields._csrf` is given). */
   post(path: string, fields?: Record<string, string>, headers?: Record<string, string>): Promise<Response>;
+  /** The page a POST redirected to (a 303), as the browser would then show it. */
+  follow(res: Response): Promise<string>;
 }
 
 /** The sign-in form's cookie and hidden value, as a browser would get them. */
@@ -64,5 +69,30 @@ export async function dashboardClient(service: TestService, token = adminTokenFo
         headers: { 'content-type': 'application/x-www-form-urlencoded', cookie, origin: service.url, ...headers },
         body: new URLSearchParams({ _csrf: csrf, ...fields }),
       }),
+    async follow(res) {
+      expect(res.status).toBe(303);
+      return (await get(res.headers.get('location')!)).text();
+    },
   };
 }
+
+/** POSTs a form that must be refused: back to `back` with an error flash, whose text it returns. */
+export async function refusalOf(client: DashboardClient, path: string, fields: Record<string, string>, back: string): Promise<string> {
+  const res = await client.post(path, fields);
+  expect(res.status).toBe(303);
+  expect(res.headers.get('location')).toBe(back);
+  const html = await client.follow(res);
+  const flash = /<div class="flash error" role="alert"><div>([^<]*)<\/div>/.exec(html);
+  expect(flash, html.slice(0, 300)).not.toBeNull();
+  return flash![1]!;
+}
+
+/** What a dashboard suite drives: Chromium, the admin token, and an HTTP client signed in with it. */
+export async function openDashboard(service: TestService): Promise<{ browser: Browser; token: string; client: DashboardClient }> {
+  const token = adminTokenFor(service);
+  const [browser, client] = await Promise.all([launchBrowser(), dashboardClient(service, token)]);
+  return { browser, token, client };
+}
+
+/** A row id as the service writes them (UUIDv7), to pick out of a page's address. */
+export const UUID = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/;
