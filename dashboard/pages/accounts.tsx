@@ -37,7 +37,7 @@ import { AccountsListBody } from '../views/accounts.js';
  * Every change calls the function the CLI or the API calls for it (server/core/accounts.ts, keys.ts).
  */
 
-const CURRENT = '/dashboard/accounts' as const;
+const current = '/dashboard/accounts' as const;
 const DOMAINS_ON_ACCOUNT_PAGE = 20;
 
 /** An operator's number from a form field, by the CLI's rule (readOperatorNumber); anything else is refused. */
@@ -58,12 +58,12 @@ export function accountPages(deps: Deps) {
   app.get('/accounts', (c) => {
     const q = (c.req.query('q') ?? '').slice(0, 200);
     const page = listAccounts(deps, q, readPageLink((n) => c.req.query(n)));
-    const pager = pageHrefs(page, (p) => withQuery(CURRENT, { q, ...p }));
-    return render(deps, c, { title: 'Accounts', current: CURRENT }, <AccountsListBody q={q} rows={page.items} pager={pager} csrf={c.var.session.csrfToken} config={deps.config} />);
+    const pager = pageHrefs(page, (p) => withQuery(current, { q, ...p }));
+    return render(deps, c, { title: 'Accounts', current }, <AccountsListBody q={q} rows={page.items} pager={pager} csrf={c.var.session.csrfToken} config={deps.config} />);
   });
 
   app.post('/accounts', (c) =>
-    formAction(deps, c, CURRENT, () => {
+    formAction(deps, c, current, () => {
       const name = parseInput(accountNameSchema, field(c, 'name'), 'name');
       const credits = field(c, 'credits').trim();
       const quota = field(c, 'dailyQuota').trim();
@@ -72,7 +72,7 @@ export function accountPages(deps: Deps) {
         credits: credits === '' ? undefined : operatorNumber(credits, 'credits', OPERATOR_NUMBER_MIN.credits),
         dailyQuota: quota === '' ? undefined : operatorNumber(quota, 'dailyQuota', OPERATOR_NUMBER_MIN.dailyQuota),
       });
-      return { kind: 'ok', message: `Account ${row.name} created.`, to: `${CURRENT}/${row.id}` };
+      return { kind: 'ok', message: `Account ${row.name} created.`, to: `${current}/${row.id}` };
     }),
   );
 
@@ -81,7 +81,7 @@ export function accountPages(deps: Deps) {
     const parent = row.parentId === null ? null : (findAccount(deps.db, row.parentId) ?? null);
     const ctx = operatorContext(row);
     const query = (n: string) => c.req.query(n);
-    const here = `${CURRENT}/${row.id}`;
+    const here = `${current}/${row.id}`;
 
     // The key and sub-account lists are the API's, which walk forward only: their pagers link back to the newest page.
     const keysAfter = readForwardLink(query, 'keys_').after;
@@ -99,7 +99,7 @@ export function accountPages(deps: Deps) {
     return render(
       deps,
       c,
-      { title: row.name, current: CURRENT },
+      { title: row.name, current },
       <AccountPageBody view={accountView(deps, row, parent ?? undefined)} row={row} parent={parent} subAccounts={subAccounts} keys={keys} domains={domains} csrf={c.var.session.csrfToken} />,
     );
   });
@@ -108,7 +108,7 @@ export function accountPages(deps: Deps) {
   const action = (path: string, run: (row: AccountRow, form: Record<string, string>) => Outcome) =>
     app.post(`/accounts/:id/${path}`, (c) => {
       const row = requireAccount(deps.db, c.req.param('id'));
-      return formAction(deps, c, `${CURRENT}/${row.id}`, () => run(row, c.var.form));
+      return formAction(deps, c, `${current}/${row.id}`, () => run(row, c.var.form));
     });
 
   action('quota', (row, form) => {
@@ -151,7 +151,7 @@ export function accountPages(deps: Deps) {
 
   app.post('/accounts/:id/keys/:keyId/revoke', (c) => {
     const row = requireAccount(deps.db, c.req.param('id'));
-    return formAction(deps, c, `${CURRENT}/${row.id}`, () => {
+    return formAction(deps, c, `${current}/${row.id}`, () => {
       revokeKey({ deps, ctx: operatorContext(row), id: c.req.param('keyId') });
       return { kind: 'ok', message: 'Key revoked: it stopped working at once.' };
     });

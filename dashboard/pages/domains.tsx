@@ -16,7 +16,7 @@ import { DomainPageBody, DomainsListBody, verifySummary } from '../views/domains
  * dashboard acts as the domain's account through the functions the API's /domains routes call.
  */
 
-const CURRENT = '/dashboard/domains' as const;
+const current = '/dashboard/domains' as const;
 
 export function domainPages(deps: Deps) {
   const app = new Hono<DashEnv>();
@@ -26,22 +26,22 @@ export function domainPages(deps: Deps) {
     const account = accountFilter(deps.db, c.req.query('account'));
     const accountId = account?.id ?? null;
     const page = listAllDomains(deps, { accountId, search: q }, readPageLink((n) => c.req.query(n)));
-    const pager = pageHrefs(page, (p) => withQuery(CURRENT, { account: accountId, q, ...p }));
+    const pager = pageHrefs(page, (p) => withQuery(current, { account: accountId, q, ...p }));
     return render(
       deps,
       c,
-      { title: 'Domains', current: CURRENT },
+      { title: 'Domains', current },
       <DomainsListBody q={q} account={account} rows={page.items} pager={pager} csrf={c.var.session.csrfToken} choices={accountChoices(deps.db, accountId)} />,
     );
   });
 
   app.post('/domains', (c) =>
-    formAction(deps, c, CURRENT, async () => {
+    formAction(deps, c, current, async () => {
       const account = accountById(deps.db, field(c, 'accountId'));
       if (!account) refuse('Choose the account the domain belongs to.');
       const input = parseInput(createDomainInput, { name: field(c, 'name') }, 'form');
       const domain = await createDomain({ deps, ctx: operatorContext(account), input });
-      return { kind: 'ok', message: `Connected ${domain.name} to ${account.name}. Publish the records below, then verify.`, to: `${CURRENT}/${domain.id}` };
+      return { kind: 'ok', message: `Connected ${domain.name} to ${account.name}. Publish the records below, then verify.`, to: `${current}/${domain.id}` };
     }),
   );
 
@@ -49,25 +49,25 @@ export function domainPages(deps: Deps) {
     const id = c.req.param('id');
     const account = requireDomainAccount(deps, id);
     const view = getDomain({ deps, ctx: operatorContext(account), id });
-    return render(deps, c, { title: view.name, current: CURRENT }, <DomainPageBody view={view} account={account} checks={lastChecks(deps, id)} csrf={c.var.session.csrfToken} />);
+    return render(deps, c, { title: view.name, current }, <DomainPageBody view={view} account={account} checks={lastChecks(deps, id)} csrf={c.var.session.csrfToken} />);
   });
 
   app.post('/domains/:id/verify', (c) => {
     const id = c.req.param('id');
     const account = requireDomainAccount(deps, id);
-    return formAction(deps, c, `${CURRENT}/${id}`, async () => {
+    return formAction(deps, c, `${current}/${id}`, async () => {
       const result = await verifyDomain({ deps, ctx: operatorContext(account), id });
-      return { kind: result.status === 'verified' ? 'ok' : 'error', message: verifySummary(result, result.checks), to: `${CURRENT}/${id}#last-check` };
+      return { kind: result.status === 'verified' ? 'ok' : 'error', message: verifySummary(result, result.checks), to: `${current}/${id}#last-check` };
     });
   });
 
   app.post('/domains/:id/delete', (c) => {
     const id = c.req.param('id');
     const account = requireDomainAccount(deps, id);
-    return formAction(deps, c, `${CURRENT}/${id}`, () => {
+    return formAction(deps, c, `${current}/${id}`, () => {
       const { name } = getDomain({ deps, ctx: operatorContext(account), id });
       deleteDomain({ deps, ctx: operatorContext(account), id });
-      return { kind: 'ok', message: `Deleted ${name} from ${account.name}.`, to: withQuery(CURRENT, { account: account.id }) };
+      return { kind: 'ok', message: `Deleted ${name} from ${account.name}.`, to: withQuery(current, { account: account.id }) };
     });
   });
 

@@ -10,6 +10,8 @@ import { Pager, pageHrefs, withQuery } from '../ui.js';
 import { EmailTrailView } from '../views/email-trail.js';
 import { FILTER_FIELDS, FilterForm, type FilterValues, SendLogTable } from '../views/emails.js';
 
+const current = '/dashboard/emails' as const;
+
 /** GET /dashboard/emails: the send log of every account, filtered and paged; GET /dashboard/emails/:id: one email's trail. */
 export function emailPages(deps: Deps) {
   return new Hono<DashEnv>()
@@ -22,7 +24,7 @@ export function emailPages(deps: Deps) {
       return render(
         deps,
         c,
-        { title: 'Send log', current: '/dashboard/emails', status: errors.length > 0 ? 400 : 200 },
+        { title: 'Send log', current, status: errors.length > 0 ? 400 : 200 },
         <>
           <FilterForm values={values} accounts={accountChoices(deps.db, filter.account)} />
           {errors.length > 0 && (
@@ -36,13 +38,13 @@ export function emailPages(deps: Deps) {
             </div>
           )}
           {page && <SendLogTable rows={page.items} filtered={FILTER_FIELDS.some((f) => values[f].trim() !== '')} />}
-          {page && <Pager label="Send log pages" {...pageHrefs(page, (params) => withQuery('/dashboard/emails', { ...values, ...params }))} />}
+          {page && <Pager label="Send log pages" {...pageHrefs(page, (params) => withQuery(current, { ...values, ...params }))} />}
         </>,
       );
     })
     .get('/emails/:id', (c) => {
       const trail = emailTrail(deps, c.req.param('id'));
       const subject = trail.email.subject.length > 60 ? `${trail.email.subject.slice(0, 60)}…` : trail.email.subject;
-      return render(deps, c, { title: `Email: ${subject}`, current: '/dashboard/emails' }, <EmailTrailView trail={trail} mode={deps.config.deliveryMode} />);
+      return render(deps, c, { title: `Email: ${subject}`, current }, <EmailTrailView trail={trail} mode={deps.config.deliveryMode} />);
     });
 }

@@ -11,7 +11,7 @@ import { field, formAction, render } from '../render.js';
 import { Pager, pageHrefs, withQuery } from '../ui.js';
 import { AddSuppressionForm, SearchForm, SuppressionTable } from '../views/suppressions.js';
 
-const current = '/dashboard/suppressions';
+const current = '/dashboard/suppressions' as const;
 
 /** The list a form came from (its `back` field), rebuilt from the list's own parameters only: never another page. */
 function backTo(back: string): string {

@@ -2,17 +2,17 @@ import { Hono } from 'hono';
 import { deliveryAttempts } from '../../server/core/webhooks.js';
 import type { Deps } from '../../server/deps.js';
 import { ApiError } from '../../server/errors.js';
+import { reenableEndpoint, replayDelivery, sendTestPing } from '../actions/webhooks.js';
 import type { DashEnv } from '../env.js';
 import { accountFilter } from '../on-behalf.js';
 import { accountChoices } from '../queries/accounts.js';
-import { reenableEndpoint, replayDelivery, sendTestPing } from '../actions/webhooks.js';
-import { isEndpointHealth, listEndpointDeliveries, listEndpoints, requireDelivery, requireEndpointSummary } from '../queries/webhooks.js';
 import { readForwardLink } from '../queries/id-pages.js';
+import { isEndpointHealth, listEndpointDeliveries, listEndpoints, requireDelivery, requireEndpointSummary } from '../queries/webhooks.js';
 import { formAction, render } from '../render.js';
 import { Pager, pageHrefs, withQuery } from '../ui.js';
 import { AttemptTimeline, DeliveryFacts, DeliveryTable, EndpointFacts, EndpointFilters, EndpointTable, Payload, deliveryPath, endpointPath } from '../views/webhooks.js';
 
-const current = '/dashboard/webhooks';
+const current = '/dashboard/webhooks' as const;
 
 /**
  * Webhooks: every account's endpoints (filter by account and health), an endpoint's deliveries, a delivery's payload
