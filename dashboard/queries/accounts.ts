@@ -7,8 +7,9 @@ import type { Deps } from '../../server/deps.js';
 import { type IdPage, PAGE_SIZE, type PageLink, likePattern, pageByIds } from './id-pages.js';
 
 /**
- * What the accounts pages read across every account (the API sees one account at a time). Rows are presented with
- * the API's own accountView, so a tier, a quota or a credit state means here what it means in GET /account.
+ * What the accounts pages read across every account (the API sees one account at a time), and the choices of every
+ * account picker. Rows are presented with the API's own accountView, so a tier, a quota or a credit state means here
+ * what it means in GET /account.
  */
 
 /** An account picker offers at most this many accounts; any other is reached from its own page (which picks it). */

@@ -8,6 +8,11 @@ import type { AccountListRow } from '../queries/accounts.js';
 import { formatCount } from '../format.js';
 import { Badge, type BadgeTone, CsrfField, Dash, DataTable, Pager, Time } from '../ui.js';
 
+/**
+ * The accounts pages' pieces: the badges every page shows an account's state with, the list with its search and the
+ * create form. (An account's own page: account-page.tsx.)
+ */
+
 /** How each state reads at a glance: policy as data, so every page badges a tier or a credit state the same way. */
 export const TIER_TONE: Record<Tier, BadgeTone> = { healthy: 'ok', warning: 'warn', throttled: 'warn', paused: 'bad' };
 export const CREDIT_TONE: Record<CreditState, BadgeTone> = { trial: 'info', ok: 'ok', grace: 'warn', exhausted: 'bad' };
