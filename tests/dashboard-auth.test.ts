@@ -1,5 +1,5 @@
 import type { Browser } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { resetAdminToken } from '../server/core/admin-token.js';
 import { SESSION_POLICY } from '../dashboard/session.js';
 import { SIGN_IN_LIMIT } from '../dashboard/security.js';
@@ -16,6 +16,8 @@ beforeAll(async () => {
   token = adminTokenFor(service);
   browser = await launchBrowser();
 });
+// Every test signs in from 127.0.0.1: each starts in a fresh window of the per-address sign-in limit.
+beforeEach(() => service.clock.advance(SIGN_IN_LIMIT.windowMs));
 afterAll(async () => {
   await browser?.close();
   await service?.close();
@@ -87,6 +89,25 @@ describe('dashboard sign-in in the browser', () => {
     expect(outline).toBe('solid');
     await page.keyboard.press('Enter');
     await page.waitForURL((url) => url.pathname === '/dashboard/accounts');
+    await page.context().close();
+  });
+
+  it('its error pages (404, a refused form) are accessible and lead back', async () => {
+    const page = await newPage(browser);
+    await signIn(page, service.url, token);
+    const missing = await page.goto(`${service.url}/dashboard/no-such-page`);
+    expect(missing?.status()).toBe(404);
+    expect(await page.getByRole('heading', { level: 1 }).textContent()).toBe('Not found');
+    await expectAccessible(page, '404 page');
+    // A form whose CSRF token went stale (another tab signed out and in again): refused, with a way back.
+    await page.goto(`${service.url}/dashboard`);
+    await page.evaluate("document.querySelector('form[action=\"/dashboard/sign-out\"] input[name=_csrf]').value = 'stale'");
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.waitForLoadState();
+    expect(await page.getByRole('heading', { level: 1 }).textContent()).toBe('Refused');
+    await expectAccessible(page, '403 page');
+    await page.getByRole('link', { name: 'Back to the dashboard' }).click();
+    await page.waitForURL((url) => url.pathname === '/dashboard');
     await page.context().close();
   });
 
