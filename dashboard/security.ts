@@ -71,22 +71,24 @@ export function isHttps(c: Context<DashEnv>): boolean {
 }
 
 /**
- * A browser says where a request comes from (Origin, else Sec-Fetch-Site). A state change is refused when either
- * names another site; a client that sends neither (not a browser) still needs the session's CSRF token.
+ * A browser says where a request comes from (Sec-Fetch-Site, else Origin). A state change is refused when it names
+ * another site; a client that sends neither (not a browser) still needs the session's CSRF token.
  */
 export function isCrossSite(c: Context<DashEnv>): boolean {
-  const origin = c.req.header('origin');
-  if (origin !== undefined) {
-    let host: string;
-    try {
-      host = new URL(origin).host;
-    } catch {
-      return true;
-    }
-    return host !== (c.req.header('host') ?? new URL(c.req.url).host);
-  }
+  // The browser's own verdict, which no page can forge (a Sec- header), holds behind any proxy.
   const site = c.req.header('sec-fetch-site');
-  return site !== undefined && site !== 'same-origin' && site !== 'none';
+  if (site !== undefined) return site !== 'same-origin' && site !== 'none';
+  const origin = c.req.header('origin');
+  if (origin === undefined) return false;
+  let host: string;
+  try {
+    host = new URL(origin).host;
+  } catch {
+    return true;
+  }
+  // Behind a proxy that rewrites Host, the public name arrives as X-Forwarded-Host (a form on another site cannot set it).
+  const forwarded = c.req.header('x-forwarded-host')?.split(',')[0]?.trim();
+  return host !== (c.req.header('host') ?? new URL(c.req.url).host) && host !== forwarded;
 }
 
 /** A POST's urlencoded form, at most MAX_FORM_BYTES; anything else is an empty form. */

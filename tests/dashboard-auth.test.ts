@@ -209,11 +209,28 @@ describe('CSRF and headers', () => {
     expect(crossOrigin.status).toBe(403);
     const crossSite = await client.post('/dashboard/sign-out', {}, { origin: '', 'sec-fetch-site': 'cross-site' });
     expect(crossSite.status).toBe(403);
+    // A sibling subdomain is another site for this purpose, whatever its Origin says.
+    const sameSite = await client.post('/dashboard/sign-out', {}, { origin: service.url, 'sec-fetch-site': 'same-site' });
+    expect(sameSite.status).toBe(403);
+    // Another origin is refused even when it claims to be the forwarded host of another name.
+    const forged = await client.post('/dashboard/sign-out', {}, { origin: 'https://evil.example', 'x-forwarded-host': 'mail.example.com' });
+    expect(forged.status).toBe(403);
     // None of them did anything: the session is still alive, and the real form signs out.
     expect((await client.get('/dashboard')).status).toBe(200);
     const ok = await client.post('/dashboard/sign-out');
     expect(ok.status).toBe(303);
     expect((await client.get('/dashboard')).status).toBe(303);
+  });
+
+  it("accepts its own forms behind a TLS proxy that rewrites Host (X-Forwarded-Host, or the browser's Sec-Fetch-Site)", async () => {
+    const client = await dashboardClient(service, token);
+    const proxied = { origin: 'https://mail.example.com', 'x-forwarded-host': 'mail.example.com', 'x-forwarded-proto': 'https' };
+    const viaForwardedHost = await client.post('/dashboard/suppressions', { account: '', address: '' }, proxied);
+    expect(viaForwardedHost.status).toBe(303); // past the CSRF check: the form's own error flash, not the 403 page
+    const viaFetchMetadata = await client.post('/dashboard/suppressions', { account: '', address: '' }, { origin: 'https://mail.example.com', 'sec-fetch-site': 'same-origin' });
+    expect(viaFetchMetadata.status).toBe(303);
+    const bare = await client.post('/dashboard/suppressions', { account: '', address: '' }, { origin: 'https://mail.example.com' });
+    expect(bare.status).toBe(403);
   });
 
   it('sends a strict Content-Security-Policy and the other page headers on every page', async () => {
