@@ -59,7 +59,7 @@ describe('the overview', () => {
     const s = await newSender(service, { name: 'Chart shop' });
     // 2026-03-10, 12:00: five recipients sent (and a sandbox send, which sends nothing); the engine delivers three
     // (one of them then complains), bounces one and defers one.
-    const first = await send(s.key, s.from, [sim('delivered'), sim('bounce'), sim('complaint'), sim('defer')]);
+    await send(s.key, s.from, [sim('delivered'), sim('bounce'), sim('complaint'), sim('defer')]);
     captured = await send(s.key, s.from, ['alice@example.net']);
     await send(s.key, s.from, ['sandboxed@example.net'], { sandbox: true });
     expect(await engine.runOnce()).toBe(5);
@@ -73,7 +73,6 @@ describe('the overview', () => {
     expect(await engine.runOnce()).toBe(1);
     await send(s.key, s.from, ['later@example.net']);
     service.clock.advance(90 * 60_000);
-    expect(first).toBeTruthy();
 
     // What needs the operator: a switched-off endpoint and a failing one, an unreachable database, an account at 80%
     // of its quota and one throttled by its bounce rate; and one at half its quota, which is fine.
