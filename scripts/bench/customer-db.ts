@@ -114,8 +114,8 @@ async function main(): Promise<void> {
   polling = false;
   await poller;
   poster.close();
-  const delivered = sink.received.length;
-  const lastDelivery = Math.max(...sink.received.map((r) => r.at));
+  const delivered = sink.delivered();
+  const lastDelivery = Math.max(...sink.times());
 
   console.log(`${total} sends (${failed} refused), ${concurrency} concurrent API clients, sink and Postgres on loopback (Node ${process.version})`);
   console.log(`  delivered                ${delivered} messages, ${(delivered / ((lastDelivery - started) / 1000)).toFixed(0)} messages/s (first send to last delivery)`);

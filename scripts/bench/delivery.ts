@@ -2,8 +2,7 @@ import { generateKeyPairSync, sign } from 'node:crypto';
 import { dkimSign } from 'mailauth/lib/dkim/sign.js';
 import { prepareSigningKey } from '../../mta/dkim.js';
 import { buildSignedMessage, signMessage } from '../../mta/message.js';
-import { benchSendBody, createPoster, postAll, startBenchRig } from './rig.js';
-import { cpuSeconds, peakRssMb, percentile } from '../lib/proc.js';
+import { measureDelivery, startBenchRig } from './rig.js';
 
 /**
  * End to end: N templated messages (~5 KB rendered) through POST /emails to a verified domain whose MX is a local
@@ -14,39 +13,20 @@ import { cpuSeconds, peakRssMb, percentile } from '../lib/proc.js';
 const total = Number(process.env.BENCH_MESSAGES ?? 2000);
 const concurrency = Number(process.env.BENCH_CONCURRENCY ?? 16);
 
-const pct = percentile;
-
 async function endToEnd(): Promise<void> {
   const rig = await startBenchRig();
-  const { pid, sink } = rig;
-  const { headers } = await rig.newSender('Bench', 'bench.example');
-  const poster = createPoster(`${rig.base}/emails`, headers, concurrency);
-  const post = poster.post;
-  const body = benchSendBody;
-
-  const sentAt = new Map<string, number>();
-  const cpu0 = cpuSeconds(pid);
-  const started = Date.now();
-  const failed = await postAll(post, total, concurrency, body, (i) => sentAt.set(`customer${i}@example.net`, Date.now()));
-
-  const accepted = Date.now();
-  const deadline = Date.now() + 300_000;
-  while (sink.received.length < total - failed && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-  const finished = Math.max(...sink.received.map((r) => r.at));
-  const cpu = cpuSeconds(pid) - cpu0;
-  const rss = peakRssMb(pid);
-  poster.close();
-
-  const latencies = sink.received.map((r) => r.at - (sentAt.get(r.to[0]!) ?? r.at)).sort((a, b) => a - b);
-  const seconds = (finished - started) / 1000;
-  console.log(`${total} messages (${failed} refused), ${concurrency} concurrent API clients, sink on loopback (Node ${process.version})`);
-  console.log(`  accepted by the API in        ${((accepted - started) / 1000).toFixed(2)} s`);
-  console.log(`  first request to last delivery ${seconds.toFixed(2)} s = ${(sink.received.length / seconds).toFixed(0)} messages/s`);
-  console.log(`  send-to-delivered latency     p50 ${pct(latencies, 50)} ms, p99 ${pct(latencies, 99)} ms`);
-  console.log(`  service CPU                   ${((cpu / sink.received.length) * 1000).toFixed(2)} s per 1000 messages`);
-  console.log(`  service peak RSS              ${rss.toFixed(0)} MB`);
-
-  await rig.close();
+  try {
+    const { headers } = await rig.newSender('Bench', 'bench.example');
+    const f = await measureDelivery(rig, headers, total, concurrency);
+    console.log(`${total} messages (${f.refused} refused), ${concurrency} concurrent API clients, ${rig.sink.name} on loopback (Node ${process.version})`);
+    console.log(`  accepted by the API in         ${f.acceptSeconds.toFixed(2)} s`);
+    console.log(`  first request to last delivery ${f.seconds.toFixed(2)} s = ${f.rate.toFixed(0)} messages/s (${f.delivered} delivered)`);
+    console.log(`  send-to-delivered latency      p50 ${f.p50} ms, p99 ${f.p99} ms`);
+    console.log(`  service CPU                    ${f.cpuPer1000.toFixed(2)} s per 1000 messages`);
+    console.log(`  service peak RSS               ${f.peakRssMb.toFixed(0)} MB`);
+  } finally {
+    await rig.close();
+  }
 }
 
 async function signingCost(): Promise<void> {

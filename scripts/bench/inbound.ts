@@ -1,13 +1,13 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
-import { delimiter, join } from 'node:path';
+import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
 import pg from 'pg';
-import { SmtpSink } from '../lib/smtp-sink.js';
 import { PG_TEST_CA_FILE, startPostgres } from '../lib/postgres.js';
 import { type BenchRig, startBenchRig } from './rig.js';
+import { findPostfixTool, startNodeSink, startPostfixSink, waitForPort } from './postfix.js';
 import { freePort } from '../lib/free-port.js';
 import { cpuSeconds, peakRssMb, percentile } from '../lib/proc.js';
 
@@ -218,14 +218,6 @@ function runNodeGenerator(spec: LoadSpec): Promise<LoadResult> {
   });
 }
 
-/** A Postfix test program on PATH or in /usr/sbin, or null. */
-function findPostfixTool(name: 'smtp-source' | 'smtp-sink'): string | null {
-  for (const dir of [...(process.env.PATH ?? '').split(delimiter), '/usr/sbin', '/usr/local/sbin']) {
-    if (dir && existsSync(join(dir, name))) return join(dir, name);
-  }
-  return null;
-}
-
 /**
  * smtp-source for `seconds`, then SIGTERM: -d keeps each session's connection (like the Node generator), -A goes on
  * after a refusal (each one a warning on stderr), -c counts every answered dot on stdout. It does not time
@@ -261,41 +253,8 @@ async function runSmtpSource(path: string, spec: LoadSpec): Promise<LoadResult> 
 }
 
 
-async function waitForPort(port: number, ms = 15_000): Promise<void> {
-  const until = Date.now() + ms;
-  for (;;) {
-    const open = await new Promise<boolean>((resolve) => {
-      const socket = connect(port, '127.0.0.1', () => {
-        socket.destroy();
-        resolve(true);
-      });
-      socket.once('error', () => resolve(false));
-    });
-    if (open) return;
-    if (Date.now() > until) throw new Error(`nothing listens on 127.0.0.1:${port}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
 const pct = percentile;
 const counts = (c: Record<string, number>) => Object.entries(c).map(([k, v]) => `${k}: ${v}`).join(', ') || 'none';
-
-/** Postfix's smtp-sink (as nobody when run as root: it refuses root), until stopped. */
-async function startPostfixSink(path: string): Promise<{ port: number; stop(): Promise<void> }> {
-  const port = await freePort();
-  const user = process.getuid?.() === 0 ? ['-u', 'nobody'] : [];
-  const child: ChildProcess = spawn(path, [...user, `127.0.0.1:${port}`, '1000'], { stdio: ['ignore', 'ignore', 'inherit'] });
-  await waitForPort(port);
-  return {
-    port,
-    stop: () =>
-      new Promise((resolve) => {
-        if (child.exitCode !== null) return resolve();
-        child.once('exit', () => resolve());
-        child.kill('SIGTERM');
-      }),
-  };
-}
 
 type Load = (port: number, domain: string) => Promise<LoadResult>;
 
@@ -381,15 +340,14 @@ async function main(): Promise<void> {
 
   const { result, logged, drainSeconds, backlog, rowsAtLoadEnd, status, rss, rows, verdicts, cpuOfLoad, cpuOfAll } = await measureMailstead(load);
 
-  const baselineSink = sinkPath ? await startPostfixSink(sinkPath) : await SmtpSink.start();
-  if (baselineSink instanceof SmtpSink) baselineSink.keepRaw = false;
+  const baselineSink = sinkPath ? await startPostfixSink(sinkPath) : await startNodeSink();
   const baseline = await load(baselineSink.port, RECEIVING_DOMAIN).finally(() => baselineSink.stop());
 
   const rate = result.accepted / result.seconds;
   const baseRate = baseline.accepted / baseline.seconds;
   const sorted = [...result.latencies].sort((a, b) => a - b);
   const generator = sourcePath ? `smtp-source (${sourcePath})` : 'Node generator (worker thread, raw sockets)';
-  const sinkName = sinkPath ? `smtp-sink (${sinkPath})` : 'Node sink (scripts/lib/smtp-sink.ts, in the bench process)';
+  const sinkName = baselineSink.name;
   const durable = rows === logged.received && rows >= result.accepted;
   console.log(`${sessions} SMTP sessions for ${seconds} s, ~${MESSAGE_BYTES / 1024} KB messages, no pipelining, Postgres and sink on loopback (Node ${process.version})`);
   console.log(`  load generator           ${generator}`);

@@ -13,8 +13,9 @@ import { createTopLevelAccount } from '../../server/core/accounts.js';
 import { insertKey } from '../../server/core/keys.js';
 import { SCOPES } from '../../server/core/scopes.js';
 import { TestDnsServer } from '../lib/dns-server.js';
-import { SmtpSink } from '../lib/smtp-sink.js';
+import { type BenchSink, startBenchSink } from './postfix.js';
 import { spawnListening, stop } from './spawn.js';
+import { cpuSeconds, peakRssMb, percentile } from '../lib/proc.js';
 
 /**
  * What the end-to-end benchmarks run against: the built service (`dist/server/main.js`) in its own process with a
@@ -27,7 +28,8 @@ const here = fileURLToPath(new URL('.', import.meta.url));
 export interface BenchRig {
   dataDir: string;
   dns: TestDnsServer;
-  sink: SmtpSink;
+  /** Where `example.net`'s MX points: Postfix's smtp-sink where installed, else the Node sink. */
+  sink: BenchSink;
   service: ChildProcess;
   pid: number;
   /** `http://127.0.0.1:<port>/api/v1` */
@@ -37,11 +39,11 @@ export interface BenchRig {
   close(): Promise<void>;
 }
 
-export async function startBenchRig(extraEnv: Record<string, string> = {}): Promise<BenchRig> {
+/** `sink`, when given, is the caller's to stop; otherwise the rig starts one and stops it on close. */
+export async function startBenchRig(extraEnv: Record<string, string> = {}, givenSink?: BenchSink): Promise<BenchRig> {
   const dataDir = mkdtempSync(join(tmpdir(), 'mailstead-bench-'));
   const dns = await TestDnsServer.start();
-  const sink = await SmtpSink.start();
-  sink.keepRaw = false;
+  const sink = givenSink ?? (await startBenchSink());
   dns.add('example.net', { type: 'MX', priority: 10, exchange: 'mx.example.net' });
   dns.add('mx.example.net', { type: 'A', address: '127.0.0.1' });
   const env = {
@@ -89,7 +91,7 @@ export async function startBenchRig(extraEnv: Record<string, string> = {}): Prom
     },
     async close() {
       await stop(child);
-      await sink.stop();
+      if (!givenSink) await sink.stop();
       await dns.stop();
       rmSync(dataDir, { recursive: true, force: true });
     },
@@ -133,4 +135,56 @@ export async function postAll(post: (payload: string) => Promise<number>, total:
     }),
   );
   return failed;
+}
+
+export interface DeliveryFigures {
+  total: number;
+  refused: number;
+  delivered: number;
+  /** First request to the last request answered. */
+  acceptSeconds: number;
+  /** First request to the last message received by the sink. */
+  seconds: number;
+  rate: number;
+  /** Send-to-delivered, ms: the k-th delivery against the k-th request (the sink does not say which message it got). */
+  p50: number;
+  p99: number;
+  cpuPer1000: number;
+  peakRssMb: number;
+}
+
+/**
+ * `total` ~5 KB sends through POST /emails from `concurrency` keep-alive clients as the sender (`headers`, from
+ * rig.newSender with the domain bench.example), then
+ * waits (up to 5 minutes) for the rig's sink to have received every accepted one.
+ */
+export async function measureDelivery(rig: BenchRig, headers: Record<string, string>, total: number, concurrency: number): Promise<DeliveryFigures> {
+  const { sink, pid } = rig;
+  const poster = createPoster(`${rig.base}/emails`, headers, concurrency);
+  const before = sink.delivered();
+  const sentAt: number[] = [];
+  const cpu0 = cpuSeconds(pid);
+  const started = Date.now();
+  const refused = await postAll(poster.post, total, concurrency, benchSendBody, () => sentAt.push(Date.now()));
+  const accepted = Date.now();
+  const deadline = Date.now() + 300_000;
+  while (sink.delivered() - before < total - refused && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+  const cpu = cpuSeconds(pid) - cpu0;
+  poster.close();
+  const times = sink.times().slice(before);
+  const finished = Math.max(...times);
+  const latencies = times.map((t, k) => t - (sentAt[k] ?? t)).sort((a, b) => a - b);
+  const seconds = (finished - started) / 1000;
+  return {
+    total,
+    refused,
+    delivered: times.length,
+    acceptSeconds: (accepted - started) / 1000,
+    seconds,
+    rate: times.length / seconds,
+    p50: percentile(latencies, 50),
+    p99: percentile(latencies, 99),
+    cpuPer1000: (cpu / Math.max(1, times.length)) * 1000,
+    peakRssMb: peakRssMb(pid),
+  };
 }

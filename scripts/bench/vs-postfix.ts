@@ -1,0 +1,90 @@
+import { findPostfixTool, runSmtpSource, startBenchSink, startPrivatePostfix, type BenchSink } from './postfix.js';
+import { measureDelivery, startBenchRig } from './rig.js';
+
+/**
+ * Mailstead against Postfix on the same machine, in the same run, into the same Postfix `smtp-sink`: a private Postfix
+ * (its own configuration, queue and data directories under a temporary folder; smtpd on a loopback port, relayhost the
+ * sink, 20 connections to it) is handed N ~5 KB messages by `smtp-source` over 20 sessions, and timed from the first
+ * connection until the sink has received all N and the queue is empty; then Mailstead takes the same N through
+ * `POST /emails` from 20 keep-alive clients and is timed from the first request until the sink has received all N.
+ * Each side is warmed up with a few hundred messages first. Prints both rates and the ratio, `BENCH_RUNS` times.
+ * Needs root and Debian's `postfix` package (smtp-sink, smtp-source, postfix).
+ * Run: npm run bench:vs-postfix   (env BENCH_MESSAGES, default 3000; BENCH_RUNS, default 3)
+ */
+const total = Number(process.env.BENCH_MESSAGES ?? 3000);
+const runs = Number(process.env.BENCH_RUNS ?? 3);
+const SESSIONS = 20;
+const WARMUP = 300;
+const MESSAGE_BYTES = 5 * 1024;
+const TARGET = 1.5;
+
+async function waitFor(done: () => boolean, what: string, ms = 300_000): Promise<void> {
+  const until = Date.now() + ms;
+  while (!done()) {
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+/** Postfix relaying `count` messages from smtp-source to the sink: messages/s from the first connection to the last delivery. */
+async function postfixRate(postfix: string, source: string, sink: BenchSink): Promise<number> {
+  const instance = await startPrivatePostfix(postfix, sink.port, SESSIONS);
+  try {
+    const inject = async (count: number) => {
+      const before = sink.delivered();
+      const started = Date.now();
+      await runSmtpSource(source, { port: instance.port, messages: count, sessions: SESSIONS, bytes: MESSAGE_BYTES, from: 'orders@bench.example', to: 'customer@example.net' });
+      await waitFor(() => sink.delivered() - before >= count && instance.queueEmpty(), 'Postfix to deliver');
+      const last = sink.times()[before + count - 1]!;
+      return count / ((last - started) / 1000);
+    };
+    await inject(WARMUP);
+    return await inject(total);
+  } finally {
+    await instance.stop();
+  }
+}
+
+async function mailsteadRate(sink: BenchSink): Promise<{ rate: number; cpuPer1000: number; peakRssMb: number; p99: number }> {
+  const rig = await startBenchRig({}, sink);
+  try {
+    const { headers } = await rig.newSender('Bench', 'bench.example');
+    await measureDelivery(rig, headers, WARMUP, SESSIONS);
+    const f = await measureDelivery(rig, headers, total, SESSIONS);
+    if (f.refused > 0 || f.delivered < total) throw new Error(`Mailstead refused ${f.refused} and delivered ${f.delivered} of ${total}`);
+    return f;
+  } finally {
+    await rig.close();
+  }
+}
+
+async function main(): Promise<void> {
+  const postfix = findPostfixTool('postfix');
+  const source = findPostfixTool('smtp-source');
+  if (!postfix || !source || !findPostfixTool('smtp-sink')) {
+    console.error('bench:vs-postfix needs Postfix (apt-get install postfix: postfix, smtp-source, smtp-sink); nothing was measured');
+    process.exit(2);
+  }
+  console.log(`${total} messages of ~${MESSAGE_BYTES / 1024} KB each side, ${SESSIONS} connections to the sink, Postfix's smtp-sink on loopback (Node ${process.version})`);
+  let met = 0;
+  for (let run = 1; run <= runs; run++) {
+    const sink = await startBenchSink();
+    try {
+      const theirs = await postfixRate(postfix, source, sink);
+      const ours = await mailsteadRate(sink);
+      const ratio = ours.rate / theirs;
+      if (ratio >= TARGET) met++;
+      console.log(
+        `run ${run}: Postfix ${theirs.toFixed(0)} messages/s, Mailstead ${ours.rate.toFixed(0)} messages/s (DKIM-signed; CPU ${ours.cpuPer1000.toFixed(2)} s per 1000, peak RSS ${ours.peakRssMb.toFixed(0)} MB, p99 send-to-delivered ${ours.p99} ms): ratio ${ratio.toFixed(2)}`,
+      );
+    } finally {
+      await sink.stop();
+    }
+  }
+  console.log(`target ${TARGET}x Postfix: met in ${met} of ${runs} runs`);
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});
