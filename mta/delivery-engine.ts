@@ -9,7 +9,7 @@ import { type Claimed, claimDueRecipients, releaseDeadLeases, releaseRecipients,
 import type { Classified } from './dsn.js';
 import { type SigningKey, prepareSigningKey } from './dkim.js';
 import { type Slot, createFairSlots } from './fair-slots.js';
-import { buildSignedMessage } from './message.js';
+import { type Signer, createSigner } from './signer.js';
 import { type AttemptExtras, recordOutcome } from './outcomes.js';
 import { type Target, createRouter } from './routing.js';
 import { SIMULATED_COMPLAINT, simulateAttempt } from './simulator.js';
@@ -82,7 +82,8 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
   const heldByAccount = new Map<string, number>();
   /** Recipients finished since the last claim: a claim waits until enough room is worth a query. */
   let finishedSinceClaim = 0;
-  const keys = new Map<string, SigningKey>();
+  const keys = new Map<string, SigningKey & { id: string }>();
+  const signer: Signer = createSigner({ onCrash: (err) => deps.logger.error('delivery.signer_failed', { err }) });
   const clientOpts: ClientOptions = { name: deps.config.mailHostname, ...opts.timeouts };
   const work = new Map<string, DomainWork>();
   const lanesDone = new Set<Promise<void>>();
@@ -94,18 +95,18 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
   let renewTimer: NodeJS.Timeout | null = null;
 
   /** The from-domain's key, decrypted and parsed once and kept for every later message. */
-  function signingKey(domainKeyId: string): SigningKey {
+  function signingKey(domainKeyId: string): SigningKey & { id: string } {
     const cached = keys.get(domainKeyId);
     if (cached) return cached;
     const row = deps.db.select().from(domainKeys).where(eq(domainKeys.id, domainKeyId)).get();
     if (!row) throw new Error(`domain key ${domainKeyId} not found`);
     if (!deps.secretKey) throw new Error('SECRET_KEY=off: DKIM keys cannot be opened');
-    const key = prepareSigningKey(row.name, row.selector, openDomainPrivateKey(deps.secretKey, row));
+    const key = { id: domainKeyId, ...prepareSigningKey(row.name, row.selector, openDomainPrivateKey(deps.secretKey, row)) };
     keys.set(domainKeyId, key);
     return key;
   }
 
-  /** The message of an email, built and signed once for all its recipients while any of them is held. */
+  /** The message of an email, built and signed (in the signer's thread) once for all its recipients while any of them is held. */
   const built = new Map<string, { ready: Promise<{ message: Buffer; to: string[] }>; users: number }>();
 
   function messageOf(job: Claimed): { ready: Promise<{ message: Buffer; to: string[] }>; users: number } {
@@ -114,7 +115,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
       // Everything, the reads too, inside the promise: a failure defers that recipient, it never stops the engine.
       const ready = Promise.resolve().then(async () => {
         const to = deps.db.select({ to: emails.to }).from(emails).where(eq(emails.id, job.message.id)).get()?.to ?? [job.recipient.recipient];
-        const message = await buildSignedMessage(job.message, to, signingKey(job.message.domainKeyId), new Date(deps.clock.now()));
+        const message = await signer.build(job.message, to, signingKey(job.message.domainKeyId), new Date(deps.clock.now()));
         return { message, to };
       });
       ready.catch(() => undefined);
@@ -393,6 +394,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
       while (lanesDone.size > 0) await Promise.all([...lanesDone]);
       releaseWaiting();
       if (renewTimer) clearInterval(renewTimer);
+      await signer.close();
     },
   };
 }
