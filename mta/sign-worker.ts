@@ -7,7 +7,7 @@ import type { SignBatch, SignReply } from './signer.js';
 
 const keys = new Map<string, SigningKey>();
 
-parentPort!.on('message', async (batch: SignBatch) => {
+parentPort!.on('message', (batch: SignBatch) => {
   for (const key of batch.keys) keys.set(key.id, key);
   const replies: SignReply[] = [];
   const moved: ArrayBuffer[] = [];
@@ -15,7 +15,7 @@ parentPort!.on('message', async (batch: SignBatch) => {
     try {
       const key = keys.get(r.keyId);
       if (!key) throw new Error(`domain key ${r.keyId} was never sent to the signing thread`);
-      const signed = await buildSignedMessage(r.message, r.to, key, new Date(r.signTime));
+      const signed = buildSignedMessage(r.message, r.to, key, new Date(r.signTime));
       // Its own ArrayBuffer, moved to the event loop's thread rather than cloned.
       const raw = signed.byteOffset === 0 && signed.byteLength === signed.buffer.byteLength ? signed : new Uint8Array(signed);
       moved.push(raw.buffer as ArrayBuffer);

@@ -139,7 +139,7 @@ export function formatMailbox(m: Mailbox): string {
  * RFC 2047 B-encoded words of at most 75 characters each (45 bytes of UTF-8 make 60 of base64, plus `=?UTF-8?B?` and
  * `?=`), split between characters, never inside one, so each decodes alone.
  */
-function encodeWords(text: string): string {
+export function encodeWords(text: string): string {
   const words: string[] = [];
   let chunk = '';
   for (const ch of text) {
