@@ -79,3 +79,22 @@ export function openDatabase(dataDir: string, opts: { mustExist?: boolean } = {}
     },
   };
 }
+
+/**
+ * Runs `fn` (its own writes, or one transaction) with synchronous=NORMAL: its commit reaches the write-ahead log
+ * without an fsync on the event loop. Only for writes that may be lost in a power failure without harm, because the
+ * state they leave behind is recomputed: the delivery queue's leases (a lost lease is claimed again; a lost release
+ * runs out). A later synced commit (every acknowledged write: the group commit, synchronous=FULL) makes them durable
+ * with it. The connection is back at FULL afterwards.
+ */
+export function unsynced<T>(db: Db, fn: () => T): T {
+  // drizzle() keeps the driver's connection as $client (its Db type does not name it).
+  const sqlite = (db as unknown as { $client: Database.Database }).$client;
+  // PRAGMA synchronous takes effect when a statement is compiled, not when a prepared one runs again: exec it.
+  sqlite.exec('PRAGMA synchronous = NORMAL');
+  try {
+    return fn();
+  } finally {
+    sqlite.exec('PRAGMA synchronous = FULL');
+  }
+}

@@ -1,6 +1,6 @@
 import { hostname } from 'node:os';
 import { and, eq, inArray, isNotNull, sql } from 'drizzle-orm';
-import type { Db } from '../db/client.js';
+import { type Db, unsynced } from '../db/client.js';
 import { isDeadHolder } from '../db/leases.js';
 import { definePrepared } from '../db/prepared.js';
 import { type OutboundMessageRow, type OutboundRecipientRow, outboundMessages, outboundRecipients } from '../db/schema/index.js';
@@ -52,7 +52,8 @@ export function claimDueRecipients(
   shares: ClaimShares = { perAccount: limit, room: {} },
 ): Claimed[] {
   const q = statements(db);
-  const rows = db.transaction(() => {
+  // The lease is not worth an fsync: lost in a power failure, the recipient is claimed again.
+  const rows = unsynced(db, () => db.transaction(() => {
     const accounts = db.all<{ id: string }>(sql`
       with recursive a(id) as (
         select (select min(account_id) from outbound_recipients where status = 'queued')
@@ -76,7 +77,7 @@ export function claimDueRecipients(
       for (const list of perAccount) if (turn < list.length && ids.length < limit) ids.push(list[turn]!);
     }
     return ids.length === 0 ? [] : q.lease.all({ worker, until: now + leaseMs, now, ids: JSON.stringify(ids) });
-  });
+  }));
   if (rows.length === 0) return [];
   const messages = new Map(
     db
@@ -95,19 +96,23 @@ export function claimDueRecipients(
 /** Gives claimed recipients back without an attempt (shutdown before they were tried). */
 export function releaseRecipients(db: Db, worker: string, ids: string[]): void {
   if (ids.length === 0) return;
-  db.update(outboundRecipients)
-    .set({ lockedBy: null, lockedUntil: null })
-    .where(and(inArray(outboundRecipients.id, ids), eq(outboundRecipients.lockedBy, worker)))
-    .run();
+  unsynced(db, () =>
+    db.update(outboundRecipients)
+      .set({ lockedBy: null, lockedUntil: null })
+      .where(and(inArray(outboundRecipients.id, ids), eq(outboundRecipients.lockedBy, worker)))
+      .run(),
+  );
 }
 
 /** Extends the leases this worker still holds, so a long delivery is never claimed twice. */
 export function renewLeases(db: Db, worker: string, ids: string[], until: number): void {
   if (ids.length === 0) return;
-  db.update(outboundRecipients)
-    .set({ lockedUntil: until })
-    .where(and(eq(outboundRecipients.lockedBy, worker), sql`${outboundRecipients.id} in (select value from json_each(${JSON.stringify(ids)}))`))
-    .run();
+  unsynced(db, () =>
+    db.update(outboundRecipients)
+      .set({ lockedUntil: until })
+      .where(and(eq(outboundRecipients.lockedBy, worker), sql`${outboundRecipients.id} in (select value from json_each(${JSON.stringify(ids)}))`))
+      .run(),
+  );
 }
 
 /**
