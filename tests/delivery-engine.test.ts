@@ -147,7 +147,7 @@ interface RawReceived {
  * "220 Ready" and then replies to the client's TLS hello with bytes that are no TLS record and closes. A client that
  * does not ask for STARTTLS gets plain SMTP (EHLO, MAIL, RCPT, DATA, RSET, QUIT) and its messages are recorded.
  */
-async function startRawSmtpServer(opts: { starttls: 'broken' | 'none'; greeting?: string; onRset?: 'ok' | 'silent' | 'close' }) {
+async function startRawSmtpServer(opts: { starttls: 'broken' | 'none'; greeting?: string; onRset?: 'ok' | 'silent' | 'close'; refuseRcpt?: string[] }) {
   const state = { starttls: 0, rsets: 0, received: [] as RawReceived[] };
   const tcp = await startTcpServer((socket) => {
     let buf = '';
@@ -198,6 +198,10 @@ async function startRawSmtpServer(opts: { starttls: 'broken' | 'none'; greeting?
           from = address(line);
           reply('250 2.1.0 Ok');
         } else if (upper.startsWith('RCPT TO:')) {
+          if (opts.refuseRcpt?.includes(address(line))) {
+            reply('550 5.1.1 No such user');
+            continue;
+          }
           to.push(address(line));
           reply('250 2.1.5 Ok');
         } else if (upper === 'DATA') {
@@ -323,14 +327,38 @@ describe('an outcome that cannot be written', () => {
 });
 
 describe('a connection that fails between or before transactions', () => {
+  it('sends no RSET after a delivered message (the server reset the transaction itself), one after a refused one', async () => {
+    const domain = 'rset-ok.example';
+    const raw = await startRawSmtpServer({ starttls: 'none', onRset: 'ok', refuseRcpt: [`b@${domain}`] });
+    const svc = await serviceFor(raw.port);
+    routeToLoopback(domain);
+    const s = await newSender(svc);
+    const [a, b, c] = [`a@${domain}`, `b@${domain}`, `c@${domain}`];
+    const id = await send(svc, s, [a, b, c]);
+
+    expect(await engineFor(svc, { perDomain: 1 }).runOnce()).toBe(3);
+
+    // a delivered (no RSET after it), b refused at RCPT (its MAIL FROM still open: RSET), then c, on one connection.
+    expect(raw.state.rsets).toBe(1);
+    expect(raw.connections()).toBe(1);
+    expect(raw.state.received.map((r) => r.to)).toEqual([[a], [c]]);
+    const ev = await events(svc, s, id);
+    expect(ev.map((e) => [e.recipient, e.status])).toEqual([
+      [a, 'delivered'],
+      [b, 'bounced'],
+      [c, 'delivered'],
+    ]);
+  });
+
   for (const how of ['silent', 'close'] as const) {
     it(`moves the next recipient to a new connection when the server ${how === 'silent' ? 'never answers' : 'closes on'} RSET; no attempt is lost or invented`, async () => {
-      const raw = await startRawSmtpServer({ starttls: 'none', onRset: how });
-      const svc = await serviceFor(raw.port);
       const domain = `rset-${how}.example`;
+      const [a, b] = [`a@${domain}`, `b@${domain}`];
+      // a is refused at RCPT, so the transaction is left open and the next one starts with RSET.
+      const raw = await startRawSmtpServer({ starttls: 'none', onRset: how, refuseRcpt: [a] });
+      const svc = await serviceFor(raw.port);
       routeToLoopback(domain);
       const s = await newSender(svc);
-      const [a, b] = [`a@${domain}`, `b@${domain}`];
       const id = await send(svc, s, [a, b]);
 
       const started = Date.now();
@@ -339,11 +367,11 @@ describe('a connection that fails between or before transactions', () => {
       expect(Date.now() - started).toBeLessThan(5000);
 
       expect(raw.state.rsets).toBe(1);
-      expect(raw.state.received.map((r) => r.to)).toEqual([[a], [b]]);
+      expect(raw.state.received.map((r) => r.to)).toEqual([[b]]);
       expect(raw.connections()).toBe(2);
       const ev = await events(svc, s, id);
       expect(ev.map((e) => [e.recipient, e.status])).toEqual([
-        [a, 'delivered'],
+        [a, 'bounced'],
         [b, 'delivered'],
       ]);
     });
