@@ -35,9 +35,10 @@ export interface EngineOptions {
 }
 
 export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
-  maxConnections: 32,
-  perDomain: 8,
-  perAccount: 16,
+  // Postfix's default concurrency to one destination is 20; one account takes at most a third of all connections.
+  maxConnections: 64,
+  perDomain: 20,
+  perAccount: 20,
   batchSize: 200,
   perAccountHeld: 100,
   leaseMs: 2 * 60_000,

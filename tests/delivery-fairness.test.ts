@@ -1,7 +1,7 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { and, eq } from 'drizzle-orm';
 import { emailEvents, outboundRecipients } from '../db/schema/index.js';
-import { createDeliveryEngine, type DeliveryEngine, type EngineOptions } from '../mta/delivery-engine.js';
+import { DEFAULT_ENGINE_OPTIONS, createDeliveryEngine, type DeliveryEngine, type EngineOptions } from '../mta/delivery-engine.js';
 import { resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import type { TestDnsServer } from './helpers/dns-server.js';
 import { newSender, receipt, recipients, type Sender } from './helpers/sending.js';
@@ -10,12 +10,14 @@ import type { SinkAnswer, SmtpSink } from './helpers/smtp-sink.js';
 
 /**
  * Fairness between tenants (issue 9, point 1), measured in real time against a tarpit SMTP sink and a silent DNS
- * server on loopback, with the engine's own loop and its default limits (32 connections, 8 per destination, 16 per
- * account): whatever one account sends to slow or broken destinations, another account's message to a healthy MX
+ * server on loopback, with the engine's own loop and its default limits (DEFAULT_ENGINE_OPTIONS: 64 connections, 20
+ * per destination, 20 per account): whatever one account sends to slow or broken destinations, another account's message to a healthy MX
  * is delivered within 5 seconds.
  */
 
 const HEALTHY_WITHIN_MS = 5000;
+/** The connections one account may hold at most. */
+const SHARE = DEFAULT_ENGINE_OPTIONS.perAccount;
 /** A tarpit holds its end-of-DATA reply this long (the issue's reproduction used 40 s). */
 const TARPIT_MS = 40_000;
 /** Long enough that the engine waits out the tarpit rather than timing out of it. */
@@ -118,16 +120,16 @@ describe('fairness between accounts', () => {
     }
     startEngine();
     const noisy = await newSender(service, { name: 'Noisy tenant' });
-    for (const d of domains) await send(noisy, recipients(16, d));
+    for (const d of domains) await send(noisy, recipients(SHARE, d));
     // The noisy account's connections are open and each one is stuck in its tarpit, as many as it may hold.
-    await waitFor(() => sink.open >= 16, 10_000, 'the noisy account to hold its connections');
+    await waitFor(() => sink.open >= SHARE, 10_000, 'the noisy account to hold its connections');
     await sleep(300);
 
     const latency = await healthySendLatency();
     process.stdout.write(`fairness (tarpit): healthy message delivered in ${latency} ms; sink peak ${sink.peakOpen} connections\n`);
     expect(latency).toBeLessThan(HEALTHY_WITHIN_MS);
-    // One account never held more connections than its share (16), however much it had queued.
-    expect(sink.peakOpen).toBeLessThanOrEqual(16 + 1);
+    // One account never held more connections than its share, however much it had queued.
+    expect(sink.peakOpen).toBeLessThanOrEqual(SHARE + 1);
   });
 
   it('delivers a healthy destination’s mail within 5 s while another account’s domains have 20 MX names that never answer', { timeout: 90_000 }, async () => {

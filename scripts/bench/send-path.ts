@@ -1,0 +1,98 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { eq } from 'drizzle-orm';
+import { Hono } from 'hono';
+import { domains } from '../../db/schema/index.js';
+import { createApp } from '../../server/app.js';
+import { systemClock } from '../../server/clock.js';
+import { loadConfig } from '../../server/config.js';
+import { createTopLevelAccount } from '../../server/core/accounts.js';
+import { insertKey } from '../../server/core/keys.js';
+import { SCOPES } from '../../server/core/scopes.js';
+import { createDeps } from '../../server/deps.js';
+import { createLogger } from '../../server/logger.js';
+
+/**
+ * The CPU cost of one POST /emails in-process, without sockets or a load generator: the service's Hono app called
+ * directly (`app.request`), `CONCURRENCY` requests in flight so that the group commit batches as it does under load,
+ * for sandbox and queued sends, then a bare Hono route parsing the same JSON body. Prints µs per request and the
+ * ratios; run it under `node --cpu-prof` to see where a send's time goes (scripts/bench/README.md).
+ * Run: npm run build && node dist/scripts/bench/send-path.js   (env BENCH_REQUESTS, default 6000)
+ */
+const total = Number(process.env.BENCH_REQUESTS ?? 6000);
+const CONCURRENCY = 32;
+
+async function timeRequests(send: (i: number) => Promise<Response>): Promise<number> {
+  let next = 0;
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async () => {
+      while (next < total) {
+        const res = await send(next++);
+        if (res.status !== 200) throw new Error(`answered ${res.status}: ${await res.text()}`);
+        await res.arrayBuffer();
+      }
+    }),
+  );
+  return ((performance.now() - started) * 1000) / total;
+}
+
+async function main(): Promise<void> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'mailstead-bench-'));
+  const config = loadConfig({
+    DATA_DIR: dataDir,
+    MAIL_HOSTNAME: 'mx.bench.test',
+    RATE_LIMIT_PER_KEY: '100000000',
+    RATE_LIMIT_PER_ACCOUNT: '100000000',
+    DEFAULT_DAILY_QUOTA: '100000000',
+    LOG_LEVEL: 'warn',
+  });
+  const deps = createDeps(config, systemClock, createLogger('warn'));
+  const app = createApp(deps);
+  // Sandbox sends are limited to 1000 a day per account: one account per 900 of them.
+  const senders = Array.from({ length: Math.ceil(total / 900) + 1 }, (_, i) => {
+    const account = createTopLevelAccount(deps, { name: `Bench ${i}`, credits: 100_000_000 });
+    const key = insertKey(deps, { accountId: account.id, name: 'bench', scopes: SCOPES }).key;
+    return { key, domain: `bench${i}.example` };
+  });
+  for (const s of senders) {
+    const res = await app.request('/api/v1/domains', { method: 'POST', headers: { authorization: `Bearer ${s.key}` }, body: JSON.stringify({ name: s.domain }) });
+    const { id } = (await res.json()) as { id: string };
+    deps.db.update(domains).set({ recordStatus: { ownership: 'published', spf: 'published', receiving: 'published', signing: 'published' } }).where(eq(domains.id, id)).run();
+  }
+  const body = (i: number, sandbox: boolean, domain: string) =>
+    JSON.stringify({
+      from: `Bench Billing <billing@${domain}>`,
+      to: `customer${i}@example.net`,
+      template: { name: 'receipt', receiptNumber: `R-${i}`, paidOn: '2026-11-21', paymentMethod: 'Visa 4242', total: '$42.00' },
+      sandbox,
+    });
+  const post = (sandbox: boolean) => (i: number) => {
+    const s = senders[Math.floor(i / 900)]!;
+    return Promise.resolve(app.request('/api/v1/emails', { method: 'POST', headers: { authorization: `Bearer ${s.key}`, 'content-type': 'application/json' }, body: body(i, sandbox, s.domain) }));
+  };
+
+  const bare = new Hono().post('/bare', async (c) => {
+    await c.req.json();
+    return c.json({ id: '019a0000-0000-7000-8000-000000000000', sandbox: true });
+  });
+  const postBare = (i: number) => Promise.resolve(bare.request('/bare', { method: 'POST', headers: { 'content-type': 'application/json' }, body: body(i, true, 'bench.example') }));
+
+  await timeRequests(postBare); // warm-up
+  const sandbox = await timeRequests(post(true));
+  const queued = await timeRequests(post(false));
+  const baseline = await timeRequests(postBare);
+  console.log(`POST /emails in-process, ${total} requests each, ${CONCURRENCY} in flight (Node ${process.version}); the delivery engine is not running`);
+  console.log(`  sandbox            ${sandbox.toFixed(0)} µs per request`);
+  console.log(`  queued             ${queued.toFixed(0)} µs per request`);
+  console.log(`  bare Hono JSON     ${baseline.toFixed(0)} µs per request`);
+  console.log(`  ratio to bare: sandbox ${(baseline / sandbox).toFixed(2)}, queued ${(baseline / queued).toFixed(2)}`);
+  deps.store.close();
+  rmSync(dataDir, { recursive: true, force: true });
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});
