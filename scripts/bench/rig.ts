@@ -14,7 +14,7 @@ import { insertKey } from '../../server/core/keys.js';
 import { SCOPES } from '../../server/core/scopes.js';
 import { TestDnsServer } from '../lib/dns-server.js';
 import { type BenchSink, startBenchSink } from './postfix.js';
-import { spawnListening, stop } from './spawn.js';
+import { serviceNodeFlags, spawnListening, stop } from './spawn.js';
 import { cpuSeconds, peakRssMb, percentile } from '../lib/proc.js';
 
 /**
@@ -63,7 +63,7 @@ export async function startBenchRig(extraEnv: Record<string, string> = {}, given
   };
   // The database exists before the service starts, so senders can be made beside it.
   openDatabase(dataDir).close();
-  const { child, port } = await spawnListening(join(here, '../../server/main.js'), env, process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean));
+  const { child, port } = await spawnListening(join(here, '../../server/main.js'), env, [...serviceNodeFlags(), ...(process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean) ?? [])]);
   const base = `http://127.0.0.1:${port}/api/v1`;
   const config = loadConfig(env);
 

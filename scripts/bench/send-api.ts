@@ -13,7 +13,7 @@ import { SCOPES } from '../../server/core/scopes.js';
 import { TestDnsServer } from '../lib/dns-server.js';
 import { SmtpSink } from '../lib/smtp-sink.js';
 import { formatLoad, runLoad } from './load.js';
-import { spawnListening, stop } from './spawn.js';
+import { serviceNodeFlags, spawnListening, stop } from './spawn.js';
 
 /**
  * POST /emails under load: sandbox sends, and real sends queued (durably) to a verified domain, from `CONCURRENCY`
@@ -48,7 +48,7 @@ async function main(): Promise<void> {
   Object.assign(env, { DNS_SERVERS: dns.address, SMTP_DELIVERY_PORT: String(sink.port), ALLOW_PRIVATE_TARGETS: 'true' });
   const config = loadConfig(env);
   const store = openDatabase(dataDir);
-  const service = await spawnListening(join(here, '../../server/main.js'), env, process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean));
+  const service = await spawnListening(join(here, '../../server/main.js'), env, [...serviceNodeFlags(), ...(process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean) ?? [])]);
   const base = `http://127.0.0.1:${service.port}/api/v1`;
 
   // Sandbox sends are limited to 1000 a day per account: spread them over many accounts, each with its own domain.

@@ -1,5 +1,17 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
+
+/**
+ * The flags `npm start` (and the Docker image) give node before dist/server/main.js, read from package.json, so the
+ * benchmarks run the service as production does.
+ */
+export function serviceNodeFlags(): string[] {
+  const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { scripts: { start: string } };
+  const m = /^node((?: --\S+)*) dist\/server\/main\.js$/.exec(pkg.scripts.start);
+  if (!m) throw new Error(`package.json start is not "node [flags] dist/server/main.js": ${pkg.scripts.start}`);
+  return m[1]!.split(' ').filter(Boolean);
+}
 
 /** Spawns a node script that logs a JSON `http.listening` line with its port; resolves with the child and port. */
 export async function spawnListening(script: string, env: Record<string, string>, nodeArgs: string[] = []): Promise<{ child: ChildProcess; port: number }> {
