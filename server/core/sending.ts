@@ -2,7 +2,7 @@ import { and, count, eq, gt, sql } from 'drizzle-orm';
 import { definePrepared } from '../../db/prepared.js';
 import { DELIVERY_WINDOW_MS } from '../../mta/retry-schedule.js';
 import { isAlwaysSuppressed, isSimulatorDomain } from '../../mta/simulator.js';
-import { type AccountRow, type DomainKeyRow, domainKeys, domains, emails, outboundMessages, outboundRecipients } from '../../db/schema/index.js';
+import { type AccountRow, domainKeys, domains, emails, outboundMessages, outboundRecipients } from '../../db/schema/index.js';
 import { DAY_MS } from '../clock.js';
 import type { Deps } from '../deps.js';
 import { ApiError } from '../errors.js';
@@ -66,10 +66,10 @@ export async function sendEmail({ deps, ctx, rawBody, idempotencyKey }: SendInpu
     const rendered = renderSend(send);
     assertQuotaFor(sender, send.to.length, now);
     // (6) the from-domain.
-    const domainKey = checkFromDomain(deps, ctx.account, send);
+    const domainKeyId = checkFromDomain(deps, ctx.account, send);
     // (7) the suppression lists, the parent's too for a sub-account.
     checkSuppressions(deps, sender, send);
-    const result = await commitSend(deps, ctx, send, rendered, domainKey, claim);
+    const result = await commitSend(deps, ctx, send, rendered, domainKeyId, claim);
     if (!result.sandbox) deps.onQueued();
     return { result, replayed: false };
   } catch (err) {
@@ -92,8 +92,9 @@ function parseBody(rawBody: Buffer): SendRequest {
 const p = sql.placeholder;
 
 const statements = definePrepared((db) => ({
+  // Only what the check reads: the key row holds the sealed private key, which a send never needs.
   domainByName: db
-    .select({ domain: domains, key: domainKeys })
+    .select({ recordStatus: domains.recordStatus, keyId: domainKeys.id })
     .from(domains)
     .innerJoin(domainKeys, eq(domainKeys.id, domains.keyId))
     .where(and(eq(domains.accountId, sql.placeholder('accountId')), eq(domains.name, sql.placeholder('name'))))
@@ -150,13 +151,14 @@ const statements = definePrepared((db) => ({
     .prepare(),
 }));
 
-function checkFromDomain(deps: Deps, account: AccountRow, send: SendRequest): DomainKeyRow {
+/** The from-domain's signing key id, once the domain is this account's and ready to send. */
+function checkFromDomain(deps: Deps, account: AccountRow, send: SendRequest): string {
   const found = statements(deps.db).domainByName.get({ accountId: account.id, name: send.from.domain });
   if (!found) throw new ApiError('domain_not_yours', `The domain ${send.from.domain} is not connected to this account.`);
-  const flags = deriveFlags(found.domain.recordStatus, deps.config.smtpRelayUrl !== null);
+  const flags = deriveFlags(found.recordStatus, deps.config.smtpRelayUrl !== null);
   if (!flags.ownershipVerified) throw new ApiError('domain_not_ready', `The domain ${send.from.domain} is not verified yet: publish its records and call verify.`);
   if (!flags.sending) throw new ApiError('domain_not_ready', `Sending is not enabled for ${send.from.domain}: publish its Signing and SPF records and call verify.`);
-  return found.key;
+  return found.keyId;
 }
 
 /** Check 7: the account's list and its parent's; and the mailbox simulator's suppressed@, which is always listed. */
@@ -178,7 +180,7 @@ function sandboxSendsToday(deps: Deps, accountId: string, now: number): number {
  * may have used the quota or the last credit meanwhile), the log entry, the queue rows, the counters, the charge and
  * the idempotent answer. The promise resolves only once all of it is durable.
  */
-async function commitSend(deps: Deps, ctx: RequestContext, send: SendRequest, rendered: Rendered, domainKey: DomainKeyRow, claim: Claim | null): Promise<SendResult> {
+async function commitSend(deps: Deps, ctx: RequestContext, send: SendRequest, rendered: Rendered, domainKeyId: string, claim: Claim | null): Promise<SendResult> {
   const base = {
     accountId: ctx.account.id,
     fromAddress: send.from.address,
@@ -215,7 +217,7 @@ async function commitSend(deps: Deps, ctx: RequestContext, send: SendRequest, re
         q.insertMessage.run({
           id,
           accountId: ctx.account.id,
-          domainKeyId: domainKey.id,
+          domainKeyId,
           fromHeader: formatMailbox(send.from),
           fromAddress: send.from.address,
           replyToHeader: send.replyTo ? formatMailbox(send.replyTo) : null,
