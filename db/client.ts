@@ -88,8 +88,7 @@ export function openDatabase(dataDir: string, opts: { mustExist?: boolean } = {}
  * with it. The connection is back at FULL afterwards.
  */
 export function unsynced<T>(db: Db, fn: () => T): T {
-  // drizzle() keeps the driver's connection as $client (its Db type does not name it).
-  const sqlite = (db as unknown as { $client: Database.Database }).$client;
+  const sqlite = clientOf(db);
   // PRAGMA synchronous takes effect when a statement is compiled, not when a prepared one runs again: exec it.
   sqlite.exec('PRAGMA synchronous = NORMAL');
   try {
@@ -97,4 +96,9 @@ export function unsynced<T>(db: Db, fn: () => T): T {
   } finally {
     sqlite.exec('PRAGMA synchronous = FULL');
   }
+}
+
+/** The better-sqlite3 connection under a Db: drizzle() keeps it as $client (its Db type does not name it). */
+export function clientOf(db: Db): Database.Database {
+  return (db as unknown as { $client: Database.Database }).$client;
 }

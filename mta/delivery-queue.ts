@@ -1,6 +1,6 @@
 import { hostname } from 'node:os';
 import { and, eq, inArray, isNotNull, sql } from 'drizzle-orm';
-import { type Db, unsynced } from '../db/client.js';
+import { type Db, clientOf, unsynced } from '../db/client.js';
 import { isDeadHolder } from '../db/leases.js';
 import { definePrepared } from '../db/prepared.js';
 import { type OutboundMessageRow, type OutboundRecipientRow, outboundMessages, outboundRecipients } from '../db/schema/index.js';
@@ -31,6 +31,31 @@ const statements = definePrepared((db) => ({
     )
     .returning()
     .prepare(),
+  /** The claimed recipients' messages, by id. */
+  messages: db
+    .select()
+    .from(outboundMessages)
+    .where(sql`${outboundMessages.id} in (select value from json_each(${p('ids')}))`)
+    .prepare(),
+  /** The accounts with queued mail: a skip-scan of outbound_recipients_account_due_idx, one step per account. */
+  accounts: clientOf(db)
+    .prepare(
+      `with recursive a(id) as (
+        select (select min(account_id) from outbound_recipients where status = 'queued')
+        union all
+        select (select min(account_id) from outbound_recipients where status = 'queued' and account_id > a.id) from a where a.id is not null
+      )
+      select id from a where id is not null`,
+    )
+    .pluck(),
+  /** An account's earliest due recipients. */
+  due: clientOf(db)
+    .prepare(
+      `select id from outbound_recipients indexed by outbound_recipients_account_due_idx
+       where status = 'queued' and account_id = @account and next_attempt_at <= @now and (locked_until is null or locked_until <= @now)
+       order by next_attempt_at, id limit @room`,
+    )
+    .pluck(),
 }));
 
 /** How many recipients each account may still take: `room[accountId]`, else `perAccount`. */
@@ -54,23 +79,10 @@ export function claimDueRecipients(
   const q = statements(db);
   // The lease is not worth an fsync: lost in a power failure, the recipient is claimed again.
   const rows = unsynced(db, () => db.transaction(() => {
-    const accounts = db.all<{ id: string }>(sql`
-      with recursive a(id) as (
-        select (select min(account_id) from outbound_recipients where status = 'queued')
-        union all
-        select (select min(account_id) from outbound_recipients where status = 'queued' and account_id > a.id) from a where a.id is not null
-      )
-      select id from a where id is not null`);
-    const perAccount = accounts.map(({ id }) => {
-      const room = Math.min(limit, shares.room[id] ?? shares.perAccount);
-      if (room <= 0) return [];
-      return db
-        .all<{ id: string }>(
-          sql`select id from outbound_recipients indexed by outbound_recipients_account_due_idx
-              where status = 'queued' and account_id = ${id} and next_attempt_at <= ${now} and (locked_until is null or locked_until <= ${now})
-              order by next_attempt_at, id limit ${room}`,
-        )
-        .map((r) => r.id);
+    const accounts = q.accounts.all() as string[];
+    const perAccount = accounts.map((account) => {
+      const room = Math.min(limit, shares.room[account] ?? shares.perAccount);
+      return room <= 0 ? [] : (q.due.all({ account, now, room }) as string[]);
     });
     const ids: string[] = [];
     for (let turn = 0; ids.length < limit && perAccount.some((list) => turn < list.length); turn++) {
@@ -79,14 +91,7 @@ export function claimDueRecipients(
     return ids.length === 0 ? [] : q.lease.all({ worker, until: now + leaseMs, now, ids: JSON.stringify(ids) });
   }));
   if (rows.length === 0) return [];
-  const messages = new Map(
-    db
-      .select()
-      .from(outboundMessages)
-      .where(inArray(outboundMessages.id, [...new Set(rows.map((r) => r.messageId))]))
-      .all()
-      .map((m) => [m.id, m]),
-  );
+  const messages = new Map(q.messages.all({ ids: JSON.stringify([...new Set(rows.map((r) => r.messageId))]) }).map((m) => [m.id, m]));
   return rows.flatMap((recipient) => {
     const message = messages.get(recipient.messageId);
     return message ? [{ recipient, message }] : [];
