@@ -1,4 +1,6 @@
+import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
+import Database from 'better-sqlite3';
 import { type Socket, connect } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createApp } from '../server/app.js';
@@ -284,6 +286,48 @@ describe('a key revoked while its body is arriving is 401 invalid_key, and nothi
     conn.socket.destroy();
     const names: string[] = await made(service, admin);
     expect(names).not.toContain(Object.values(body)[0]);
+  });
+});
+
+describe('a key that stops working another way while its body is arriving is 401 invalid_key', () => {
+  /** Starts a POST with `secret`, its body held back after 5 bytes until the guard has passed; then `meanwhile`. */
+  async function midFlight(path: string, secret: string, keyId: string, body: object, meanwhile: () => Promise<void> | void) {
+    const json = JSON.stringify(body);
+    const conn = await openRaw(service);
+    conn.write(`POST ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(json)}\r\n\r\n${json.slice(0, 5)}`);
+    expect(await conn.until(guardPassed(service, keyId), 3_000)).toBe(true);
+    await meanwhile();
+    conn.write(json.slice(5));
+    await conn.until(() => conn.response() !== null, 5_000);
+    const response = conn.response();
+    conn.socket.destroy();
+    return { response, text: conn.text() };
+  }
+
+  it('revoked by another process (the CLI writes through its own connection to the database)', async () => {
+    const { account, key: admin } = service.newAccount({ name: 'Elsewhere' });
+    const doomed = mintKey(service, account.id);
+    const { response, text } = await midFlight('/api/v1/suppressions', doomed.secret, doomed.id, { address: 'cli-midflight@example.net' }, () => {
+      const other = new Database(join(service.dataDir, 'mailstead.db'));
+      try {
+        other.prepare('update api_keys set revoked_at = ? where id = ?').run(Date.now(), doomed.id);
+      } finally {
+        other.close();
+      }
+    });
+    expectEnvelope(response, 401, 'invalid_key', text);
+    const listed = (await service.api('GET', '/suppressions', { key: admin })).body.data.map((x: { address: string }) => x.address);
+    expect(listed).not.toContain('cli-midflight@example.net');
+  });
+
+  it('its sub-account deleted by the parent: POST /emails sends nothing', async () => {
+    const parent = service.newAccount({ name: 'Parent' });
+    const sub = (await service.api('POST', '/accounts', { key: parent.key, body: { name: 'Doomed child' } })).body as { id: string };
+    const doomed = mintKey(service, sub.id);
+    const { response, text } = await midFlight('/api/v1/emails', doomed.secret, doomed.id, { from: 'a@child.example', to: 'b@example.net', template: { name: 'welcome' }, sandbox: true }, async () => {
+      expect((await service.api('DELETE', `/accounts/${sub.id}`, { key: parent.key })).status).toBe(204);
+    });
+    expectEnvelope(response, 401, 'invalid_key', text);
   });
 });
 

@@ -9,6 +9,7 @@ import { ApiError, notFound } from '../errors.js';
 import { newId } from '../ids.js';
 import type { PageRequest, RequestContext } from './context.js';
 import { type CreditsView, creditStatus, creditsView } from './credits.js';
+import { noteKeysRemoved } from './keys.js';
 import { effectiveQuota, sentToday } from './quota.js';
 import { type Tier, gradeTier } from './tiers.js';
 
@@ -163,6 +164,7 @@ export function getSubAccount({ deps, ctx, id }: { deps: Deps; ctx: RequestConte
 export function deleteSubAccount({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): void {
   const row = requireSubAccount(deps, ctx, id);
   deps.db.delete(accounts).where(eq(accounts.id, row.id)).run();
+  noteKeysRemoved();
   deps.logger.info('account.deleted', { accountId: row.id, parentId: ctx.account.id });
 }
 

@@ -1,6 +1,6 @@
 import { and, desc, eq, isNull, lt, sql } from 'drizzle-orm';
 import { z } from 'zod';
-import type { Db } from '../../db/client.js';
+import { type Db, clientOf } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { type AccountRow, type ApiKeyRow, accounts, apiKeys } from '../../db/schema/index.js';
 import { iso, isoOrNull } from '../clock.js';
@@ -57,6 +57,26 @@ const statements = definePrepared((db) => ({
     .where(eq(apiKeys.keyHash, sql.placeholder('hash')))
     .prepare(),
 }));
+
+/** Keys made unusable by this process (revoked, or their account deleted): a count that only grows. */
+let keysRemoved = 0;
+
+/** A key of this process stopped working (revoked, or its account deleted). */
+export function noteKeysRemoved(): void {
+  keysRemoved++;
+}
+
+const dataVersion = definePrepared((db) => clientOf(db).prepare('PRAGMA data_version').pluck());
+
+/**
+ * Changes whenever a key may have stopped working: this process revoked one or deleted an account, or another
+ * connection (the CLI, an operator's sqlite3) committed to the database, which SQLite's data_version tells. Equal
+ * stamps mean every key that was live is still live; the request guard compares them instead of looking the key up
+ * a second time once the body has arrived.
+ */
+export function keyStamp(db: Db): string {
+  return `${keysRemoved}.${dataVersion(db).get() as number}`;
+}
 
 export function findLiveKey(db: Db, secret: string): { key: ApiKeyRow; account: AccountRow } | undefined {
   if (!KEY_FORMAT.test(secret)) return undefined;
@@ -128,6 +148,7 @@ export function revokeKey({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; 
   if (!row) throw notFound('key');
   if (row.revokedAt === null) {
     deps.db.update(apiKeys).set({ revokedAt: deps.clock.now() }).where(eq(apiKeys.id, id)).run();
+    noteKeysRemoved();
     deps.logger.info('key.revoked', { keyId: id, accountId: ctx.account.id, byKeyId: ctx.keyId });
   }
 }

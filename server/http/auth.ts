@@ -1,6 +1,6 @@
 import type { MiddlewareHandler } from 'hono';
 import { findSubAccount } from '../core/accounts.js';
-import { findLiveKey } from '../core/keys.js';
+import { findLiveKey, keyStamp } from '../core/keys.js';
 import { type Scope, isScope } from '../core/scopes.js';
 import type { Deps } from '../deps.js';
 import { ApiError } from '../errors.js';
@@ -23,11 +23,13 @@ const unknownKey = () => new ApiError('invalid_key', 'Missing or unknown API key
  * The first checks of every endpoint, in the spec's order, all from the headers: the key (401), the rate limits
  * (429), the endpoint's one scope (403), then the account header (404, identical for a foreign and an unknown id).
  * Only then is the body read (413), so nobody without a key can make the service hold a body; and since a body can
- * take a while to arrive, the key is looked up again once it has: a key revoked meanwhile is `401 invalid_key`.
+ * take a while to arrive, the key is looked up again once it has, if any key may have stopped working meanwhile: a
+ * key revoked meanwhile is `401 invalid_key`.
  */
 export function guard(deps: Deps, scope: Scope, header: AccountHeaderMode = 'accepted'): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
     const secret = BEARER.exec(c.req.header('authorization') ?? '')?.[1];
+    const stamp = keyStamp(deps.db);
     const found = secret === undefined ? undefined : findLiveKey(deps.db, secret);
     if (secret === undefined || !found) throw unknownKey();
     const { key, account: keyAccount } = found;
@@ -55,7 +57,8 @@ export function guard(deps: Deps, scope: Scope, header: AccountHeaderMode = 'acc
     }
 
     const rawBody = await readRequestBody(c);
-    if (!findLiveKey(deps.db, secret)) throw new ApiError('invalid_key', 'The API key was revoked while the request was in flight.');
+    // Looked up again only if a key may have stopped working meanwhile (core/keys.ts keyStamp).
+    if (keyStamp(deps.db) !== stamp && !findLiveKey(deps.db, secret)) throw new ApiError('invalid_key', 'The API key was revoked while the request was in flight.');
     c.set('rawBody', rawBody);
     c.set('auth', { keyId: key.id, keyAccount, scopes, account, viaHeader: headerValue !== undefined });
     await next();
