@@ -54,22 +54,11 @@ export async function sendEmail({ deps, ctx, rawBody, idempotencyKey }: SendInpu
     claim = claimed.claim;
   }
   try {
-    const now = deps.clock.now();
-    const sender = loadSender(deps, ctx);
-    // (3) whether the account, and for a sub-account its parent, may send at all.
-    assertMaySend(sender, now);
-    // (4) whether the paying account has credit.
-    assertCredit(sender, deps.config, now);
-    // (5) the body, and the message it renders (bounded in size); a send with more recipients than the quota has left
-    // is refused once they are known (a sandbox send runs this check too, though it is not counted).
-    const send = parseBody(rawBody);
-    const rendered = renderSend(send);
-    assertQuotaFor(sender, send.to.length, now);
-    // (6) the from-domain.
-    const domainKeyId = checkFromDomain(deps, ctx.account, send);
-    // (7) the suppression lists, the parent's too for a sub-account.
-    checkSuppressions(deps, sender, send);
-    const result = await commitSend(deps, ctx, send, rendered, domainKeyId, claim);
+    // (5) is worked out here, outside the commit (CPU only: the body parsed, the message rendered); its verdict is
+    // given in its turn, inside the commit, after (3) and (4).
+    const body = readBody(rawBody);
+    // (3), (4), (5), (6), (7) in order, in one transaction of the group commit, on fresh rows.
+    const result = await commitSend(deps, ctx, body, claim);
     if (!result.sandbox) deps.onQueued();
     return { result, replayed: false };
   } catch (err) {
@@ -87,6 +76,33 @@ function loadSender(deps: Deps, ctx: RequestContext): Sender {
 
 function parseBody(rawBody: Buffer): SendRequest {
   return toSendRequest(parseInput(sendRequestSchema, jsonBody(rawBody)));
+}
+
+/** The body, and the message it renders (bounded in size), or the refusal of check 5 to give in its turn. */
+type Body = { ok: true; send: SendRequest; rendered: Rendered } | { ok: false; error: ApiError };
+
+function readBody(rawBody: Buffer): Body {
+  try {
+    const send = parseBody(rawBody);
+    return { ok: true, send, rendered: renderSend(send) };
+  } catch (err) {
+    // Anything but a refusal is a fault of ours: a 500 now, not a verdict later.
+    if (!(err instanceof ApiError)) throw err;
+    return { ok: false, error: err };
+  }
+}
+
+/** The columns of the email's log entry that come from the request. */
+function logEntryOf(ctx: RequestContext, { send, rendered }: { send: SendRequest; rendered: Rendered }) {
+  return {
+    accountId: ctx.account.id,
+    fromAddress: send.from.address,
+    to: send.to.map((r) => r.address),
+    subject: rendered.subject,
+    template: send.template.name,
+    tags: send.tags,
+    sandbox: send.sandbox,
+  };
 }
 
 const p = sql.placeholder;
@@ -176,29 +192,30 @@ function sandboxSendsToday(deps: Deps, accountId: string, now: number): number {
 
 /**
  * The send itself, in one transaction of the group commit: the idempotency claim is still this request's (a stall
- * past its 15 s may have let another request take the key), the account rules once more on fresh rows (another send
- * may have used the quota or the last credit meanwhile), the log entry, the queue rows, the counters, the charge and
- * the idempotent answer. The promise resolves only once all of it is durable.
+ * past its 15 s may have let another request take the key); checks 3 to 7 in the spec's order, on rows no other
+ * send can change before this one commits (so the quota or the last credit cannot be spent twice); then the log
+ * entry, the queue rows, the counters, the charge and the idempotent answer. The promise resolves only once all of
+ * it is durable; a refusal rolls back what the transaction had begun and writes nothing.
  */
-async function commitSend(deps: Deps, ctx: RequestContext, send: SendRequest, rendered: Rendered, domainKeyId: string, claim: Claim | null): Promise<SendResult> {
-  const base = {
-    accountId: ctx.account.id,
-    fromAddress: send.from.address,
-    to: send.to.map((r) => r.address),
-    subject: rendered.subject,
-    template: send.template.name,
-    tags: send.tags,
-    sandbox: send.sandbox,
-  };
+async function commitSend(deps: Deps, ctx: RequestContext, body: Body, claim: Claim | null): Promise<SendResult> {
   try {
     const committed = await deps.commits.run((tx) => {
       const now = deps.clock.now();
       if (claim) assertClaimHeld(tx, claim);
       const sender = loadSender(deps, ctx);
+      // (3) whether the account, and for a sub-account its parent, may send at all.
       assertMaySend(sender, now);
+      // (4) whether the paying account has credit.
       assertCredit(sender, deps.config, now);
+      // (5) the body and the message it renders; a send with more recipients than the quota has left is refused once
+      // they are known (a sandbox send runs this check too, though it is not counted).
+      if (!body.ok) throw body.error;
+      const { send, rendered } = body;
+      const base = logEntryOf(ctx, body);
       assertQuotaFor(sender, send.to.length, now);
-      // A suppression added while this send waited for the commit still refuses it.
+      // (6) the from-domain.
+      const domainKeyId = checkFromDomain(deps, ctx.account, send);
+      // (7) the suppression lists, the parent's too for a sub-account.
       checkSuppressions(deps, sender, send);
       const id = newId(now);
       const q = statements(deps.db);
@@ -249,7 +266,7 @@ async function commitSend(deps: Deps, ctx: RequestContext, send: SendRequest, re
     if (err instanceof ApiError) throw err;
     // The queue could not take the message: log the send as failed, answer 502.
     deps.logger.error('send.queue_failed', { accountId: ctx.account.id, err });
-    logFailedSend(deps, base);
+    if (body.ok) logFailedSend(deps, logEntryOf(ctx, body));
     throw new ApiError('send_failed', 'The mail server did not accept the message; nothing was sent. Retry later.');
   }
 }
