@@ -1,5 +1,6 @@
 import { createPollLoop } from '../server/poll-loop.js';
-import { eq } from 'drizzle-orm';
+import { eq, sql } from 'drizzle-orm';
+import { definePrepared } from '../db/prepared.js';
 import { newWorkerId } from '../db/leases.js';
 import { domainKeys, emails } from '../db/schema/index.js';
 import { openDomainPrivateKey } from '../server/core/dkim-keys.js';
@@ -45,6 +46,11 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   pollMs: 1000,
   timeouts: DEFAULT_CLIENT_TIMEOUTS,
 };
+
+/** An email's whole `to` list (its To header), read once per message built. */
+const statements = definePrepared((db) => ({
+  recipientsOf: db.select({ to: emails.to }).from(emails).where(eq(emails.id, sql.placeholder('id'))).prepare(),
+}));
 
 /** A claimed recipient in the engine, with whoever waits for it to be finished (recorded, released or abandoned). */
 interface Job extends Claimed {
@@ -115,7 +121,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
     if (!entry) {
       // Everything, the reads too, inside the promise: a failure defers that recipient, it never stops the engine.
       const ready = Promise.resolve().then(async () => {
-        const to = deps.db.select({ to: emails.to }).from(emails).where(eq(emails.id, job.message.id)).get()?.to ?? [job.recipient.recipient];
+        const to = statements(deps.db).recipientsOf.get({ id: job.message.id })?.to ?? [job.recipient.recipient];
         const message = await signer.build(job.message, to, signingKey(job.message.domainKeyId), new Date(deps.clock.now()));
         return { message, to };
       });
