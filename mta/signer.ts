@@ -50,16 +50,17 @@ interface Thread {
   inFlight: number;
 }
 
-export function createSigner(options: { threads?: number; onCrash?: (err: Error) => void } = {}) {
+export function createSigner(options: { threads?: number; onCrash?: (err: Error) => void; workerUrl?: URL } = {}) {
   const size = options.threads ?? signerThreads();
   const threads: (Thread | null)[] = Array.from({ length: size }, () => null);
-  const waiting = new Map<number, { thread: Thread; resolve: (raw: Buffer) => void; reject: (err: Error) => void }>();
+  /** Every request not yet answered, with the thread it went to (null while it waits for this turn's batch). */
+  const waiting = new Map<number, { thread: Thread | null; resolve: (raw: Buffer) => void; reject: (err: Error) => void }>();
   let queued: { request: SignRequest; key: SigningKey & { id: string } }[] = [];
   let nextId = 0;
   let flushScheduled = false;
 
   function start(index: number): Thread {
-    const worker = new Worker(workerFile(), { resourceLimits: SIGNER_HEAP });
+    const worker = new Worker(options.workerUrl ?? workerFile(), { resourceLimits: SIGNER_HEAP });
     const thread: Thread = { worker, keys: new Set(), inFlight: 0 };
     worker.on('message', (replies: SignReply[]) => {
       for (const reply of replies) {
@@ -128,7 +129,7 @@ export function createSigner(options: { threads?: number; onCrash?: (err: Error)
     build(message: OutboundMessageRow, to: string[], key: SigningKey & { id: string }, signTime: Date): Promise<Buffer> {
       const id = nextId++;
       return new Promise<Buffer>((resolve, reject) => {
-        waiting.set(id, { thread: null as unknown as Thread, resolve, reject });
+        waiting.set(id, { thread: null, resolve, reject });
         queued.push({ request: { id, message, to, keyId: key.id, signTime: signTime.getTime() }, key });
         if (!flushScheduled) {
           flushScheduled = true;
