@@ -84,8 +84,10 @@ export function openDatabase(dataDir: string, opts: { mustExist?: boolean } = {}
  * Runs `fn` (its own writes, or one transaction) with synchronous=NORMAL: its commit reaches the write-ahead log
  * without an fsync on the event loop. Only for writes that may be lost in a power failure without harm, because the
  * state they leave behind is recomputed: the delivery queue's leases (a lost lease is claimed again; a lost release
- * runs out). A later synced commit (every acknowledged write: the group commit, synchronous=FULL) makes them durable
- * with it. The connection is back at FULL afterwards.
+ * runs out) and the idempotency claims (a lost claim went with its request, which the client retries; a lost
+ * release lapses). A later synced commit (every acknowledged write: the group commit, synchronous=FULL) makes them
+ * durable with it, since an fsync of the log covers every frame written before it. The connection is back at FULL
+ * afterwards. Never inside an open transaction.
  */
 export function unsynced<T>(db: Db, fn: () => T): T {
   const sqlite = clientOf(db);

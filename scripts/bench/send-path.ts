@@ -16,7 +16,7 @@ import { createLogger } from '../../server/logger.js';
 /**
  * The CPU cost of one POST /emails in-process, without sockets or a load generator: the service's Hono app called
  * directly (`app.request`), `CONCURRENCY` requests in flight so that the group commit batches as it does under load,
- * for sandbox and queued sends, then a bare Hono route parsing the same JSON body. Prints µs per request and the
+ * for sandbox and queued sends (and queued with an Idempotency-Key), then a bare Hono route parsing the same JSON body. Prints µs per request and the
  * ratios; run it under `node --cpu-prof` to see where a send's time goes (scripts/bench/README.md).
  * Run: npm run build && node dist/scripts/bench/send-path.js   (env BENCH_REQUESTS, default 6000)
  */
@@ -68,9 +68,12 @@ async function main(): Promise<void> {
       template: { name: 'receipt', receiptNumber: `R-${i}`, paidOn: '2026-11-21', paymentMethod: 'Visa 4242', total: '$42.00' },
       sandbox,
     });
-  const post = (sandbox: boolean) => (i: number) => {
+  let round = 0;
+  const post = (sandbox: boolean, idempotent = false) => (i: number) => {
     const s = senders[Math.floor(i / 900)]!;
-    return Promise.resolve(app.request('/api/v1/emails', { method: 'POST', headers: { authorization: `Bearer ${s.key}`, 'content-type': 'application/json' }, body: body(i, sandbox, s.domain) }));
+    const headers: Record<string, string> = { authorization: `Bearer ${s.key}`, 'content-type': 'application/json' };
+    if (idempotent) headers['idempotency-key'] = `bench-${round}-${i}`;
+    return Promise.resolve(app.request('/api/v1/emails', { method: 'POST', headers, body: body(i, sandbox, s.domain) }));
   };
 
   const bare = new Hono().post('/bare', async (c) => {
@@ -82,10 +85,13 @@ async function main(): Promise<void> {
   await timeRequests(postBare); // warm-up
   const sandbox = await timeRequests(post(true));
   const queued = await timeRequests(post(false));
+  round++;
+  const idempotent = await timeRequests(post(false, true));
   const baseline = await timeRequests(postBare);
   console.log(`POST /emails in-process, ${total} requests each, ${CONCURRENCY} in flight (Node ${process.version}); the delivery engine is not running`);
   console.log(`  sandbox            ${sandbox.toFixed(0)} µs per request`);
   console.log(`  queued             ${queued.toFixed(0)} µs per request`);
+  console.log(`  queued, with an Idempotency-Key  ${idempotent.toFixed(0)} µs per request`);
   console.log(`  bare Hono JSON     ${baseline.toFixed(0)} µs per request`);
   console.log(`  ratio to bare: sandbox ${(baseline / sandbox).toFixed(2)}, queued ${(baseline / queued).toFixed(2)}`);
   deps.store.close();

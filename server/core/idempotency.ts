@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import { and, eq } from 'drizzle-orm';
-import type { Db } from '../../db/client.js';
+import { and, eq, sql } from 'drizzle-orm';
+import { type Db, unsynced } from '../../db/client.js';
+import { definePrepared } from '../../db/prepared.js';
 import { idempotencyKeys } from '../../db/schema/index.js';
 import { ApiError } from '../errors.js';
 import { sha256Hex } from '../secrets.js';
@@ -30,23 +31,54 @@ export function validateIdempotencyKey(header: string | undefined): string | nul
  * Claims `key` for this request atomically, before any work: a settled answer for the same body within 24 h is
  * replayed, another body is a mismatch, a running claim younger than 15 s is in progress, anything older is free.
  */
+const p = sql.placeholder;
+const byKey = and(eq(idempotencyKeys.accountId, p('accountId')), eq(idempotencyKeys.key, p('key')));
+
+/** The statements of every send that carries a key, compiled once (they run on the root connection). */
+const statements = definePrepared((db) => ({
+  find: db.select().from(idempotencyKeys).where(byKey).prepare(),
+  claim: db
+    .insert(idempotencyKeys)
+    .values({ accountId: p('accountId'), key: p('key'), fingerprint: p('fingerprint'), claimToken: p('token'), state: 'running', response: null, claimedAt: p('now'), completedAt: null })
+    .onConflictDoUpdate({
+      target: [idempotencyKeys.accountId, idempotencyKeys.key],
+      set: { fingerprint: sql`excluded.fingerprint`, claimToken: sql`excluded.claim_token`, state: 'running', response: null, claimedAt: sql`excluded.claimed_at`, completedAt: null },
+    })
+    .prepare(),
+  holder: db.select({ token: idempotencyKeys.claimToken, state: idempotencyKeys.state }).from(idempotencyKeys).where(byKey).prepare(),
+  // The answer as the column's JSON text, as drizzle writes it (a placeholder passes through unencoded).
+  settle: db
+    .update(idempotencyKeys)
+    .set({ state: 'done', response: sql`${p('response')}`, completedAt: sql`${p('now')}` })
+    .where(and(byKey, eq(idempotencyKeys.claimToken, p('token'))))
+    .prepare(),
+  release: db
+    .delete(idempotencyKeys)
+    .where(and(byKey, eq(idempotencyKeys.claimToken, p('token')), eq(idempotencyKeys.state, 'running')))
+    .prepare(),
+}));
+
 export function claimIdempotencyKey(db: Db, accountId: string, key: string, rawBody: Buffer, now: number): ClaimResult {
   const fingerprint = sha256Hex(rawBody);
-  return db.transaction((tx) => {
-    const row = tx.select().from(idempotencyKeys).where(and(eq(idempotencyKeys.accountId, accountId), eq(idempotencyKeys.key, key))).get();
-    const live =
-      row !== undefined &&
-      (row.state === 'done' ? now - (row.completedAt ?? row.claimedAt) < IDEMPOTENCY_WINDOW_MS : now - row.claimedAt < CLAIM_RELEASE_MS);
-    if (row && live) {
-      if (row.fingerprint !== fingerprint) throw new ApiError('idempotency_mismatch', 'This Idempotency-Key was already used with a different request body.');
-      if (row.state === 'running') throw new ApiError('idempotency_in_progress', 'A request with this Idempotency-Key is still running; retry shortly.');
-      return { kind: 'replay', response: row.response } as const;
-    }
-    const token = randomUUID();
-    const values = { accountId, key, fingerprint, claimToken: token, state: 'running' as const, response: null, claimedAt: now, completedAt: null };
-    tx.insert(idempotencyKeys).values(values).onConflictDoUpdate({ target: [idempotencyKeys.accountId, idempotencyKeys.key], set: values }).run();
-    return { kind: 'claimed', claim: { accountId, key, token } } as const;
-  });
+  const q = statements(db);
+  // Without an fsync of its own: the send's group commit that follows makes it durable with the send (an fsync
+  // covers every frame written before it); lost in a power failure with its request, it is claimed again by the retry.
+  return unsynced(db, () =>
+    db.transaction(() => {
+      const row = q.find.get({ accountId, key });
+      const live =
+        row !== undefined &&
+        (row.state === 'done' ? now - (row.completedAt ?? row.claimedAt) < IDEMPOTENCY_WINDOW_MS : now - row.claimedAt < CLAIM_RELEASE_MS);
+      if (row && live) {
+        if (row.fingerprint !== fingerprint) throw new ApiError('idempotency_mismatch', 'This Idempotency-Key was already used with a different request body.');
+        if (row.state === 'running') throw new ApiError('idempotency_in_progress', 'A request with this Idempotency-Key is still running; retry shortly.');
+        return { kind: 'replay', response: row.response } as const;
+      }
+      const token = randomUUID();
+      q.claim.run({ accountId, key, fingerprint, token, now });
+      return { kind: 'claimed', claim: { accountId, key, token } } as const;
+    }),
+  );
 }
 
 /**
@@ -55,11 +87,7 @@ export function claimIdempotencyKey(db: Db, accountId: string, key: string, rawB
  * transaction rolls back) and the other request's claim is left alone.
  */
 export function assertClaimHeld(db: Db, claim: Claim): void {
-  const row = db
-    .select({ token: idempotencyKeys.claimToken, state: idempotencyKeys.state })
-    .from(idempotencyKeys)
-    .where(and(eq(idempotencyKeys.accountId, claim.accountId), eq(idempotencyKeys.key, claim.key)))
-    .get();
+  const row = statements(db).holder.get({ accountId: claim.accountId, key: claim.key });
   if (!row || row.token !== claim.token || row.state !== 'running') {
     throw new ApiError('idempotency_in_progress', 'Another request with this Idempotency-Key took it over while this one stalled; nothing was sent. Retry to see its answer.');
   }
@@ -67,15 +95,11 @@ export function assertClaimHeld(db: Db, claim: Claim): void {
 
 /** Stores the settled 200 answer, inside the send's own transaction (after assertClaimHeld, so the claim is ours). */
 export function settleClaim(db: Db, claim: Claim, response: unknown, now: number): void {
-  db.update(idempotencyKeys)
-    .set({ state: 'done', response, completedAt: now })
-    .where(and(eq(idempotencyKeys.accountId, claim.accountId), eq(idempotencyKeys.key, claim.key), eq(idempotencyKeys.claimToken, claim.token)))
-    .run();
+  statements(db).settle.run({ accountId: claim.accountId, key: claim.key, token: claim.token, response: JSON.stringify(response), now });
 }
 
 /** Any answer but a 200 frees the key, so a retry is a fresh attempt. */
 export function releaseClaim(db: Db, claim: Claim): void {
-  db.delete(idempotencyKeys)
-    .where(and(eq(idempotencyKeys.accountId, claim.accountId), eq(idempotencyKeys.key, claim.key), eq(idempotencyKeys.claimToken, claim.token), eq(idempotencyKeys.state, 'running')))
-    .run();
+  // Without an fsync: lost in a power failure, the claim lapses after CLAIM_RELEASE_MS instead.
+  unsynced(db, () => statements(db).release.run({ accountId: claim.accountId, key: claim.key, token: claim.token }));
 }
