@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { freePort } from '../lib/free-port.js';
 import { SmtpSink } from '../lib/smtp-sink.js';
+import { stop } from './spawn.js';
 
 /**
  * Postfix's programs as benchmark peers (Debian's `postfix` package): `smtp-sink`, `smtp-source`, and a private Postfix
@@ -65,7 +66,7 @@ export async function startPostfixSink(path: string): Promise<BenchSink> {
     port,
     delivered: () => times.length,
     times: () => times,
-    stop: () => stopChild(child),
+    stop: () => stop(child),
   };
 }
 
@@ -88,14 +89,6 @@ export async function startBenchSink(): Promise<BenchSink> {
   if (path) return startPostfixSink(path);
   if (process.env.BENCH_SINK !== 'node') console.warn('warning: Postfix smtp-sink not found (apt-get install postfix); delivering to the Node sink in this process instead');
   return startNodeSink();
-}
-
-export function stopChild(child: ChildProcess): Promise<void> {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) return resolve();
-    child.once('exit', () => resolve());
-    child.kill('SIGTERM');
-  });
 }
 
 /** smtp-source: `messages` messages of `bytes` bytes over `sessions` parallel sessions; resolves when it exits. */

@@ -31,9 +31,10 @@ export async function spawnListening(script: string, env: Record<string, string>
   return { child, port };
 }
 
+/** SIGTERM, resolved once the child has exited (at once if it already has, by exit or by a signal). */
 export function stop(child: ChildProcess): Promise<void> {
   return new Promise((resolve) => {
-    if (child.exitCode !== null) return resolve();
+    if (child.exitCode !== null || child.signalCode !== null) return resolve();
     child.once('exit', () => resolve());
     child.kill('SIGTERM');
   });

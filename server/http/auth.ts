@@ -29,9 +29,10 @@ const unknownKey = () => new ApiError('invalid_key', 'Missing or unknown API key
 export function guard(deps: Deps, scope: Scope, header: AccountHeaderMode = 'accepted'): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
     const secret = BEARER.exec(c.req.header('authorization') ?? '')?.[1];
-    const stamp = keyStamp(deps.db);
     const found = secret === undefined ? undefined : findLiveKey(deps.db, secret);
     if (secret === undefined || !found) throw unknownKey();
+    // Taken in the same turn as the lookup: nothing can stop the key between the two.
+    const stamp = keyStamp(deps.db);
     const { key, account: keyAccount } = found;
     const now = deps.clock.now();
 
