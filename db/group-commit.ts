@@ -8,9 +8,7 @@ interface Job<T> {
   reject: (err: unknown) => void;
 }
 
-/** How long the first write of a batch waits for company before the batch commits. */
-export const GATHER_MS = 2;
-/** A batch this large commits at once. */
+/** A batch this large commits at once, even while a flush is under way. */
 export const MAX_BATCH = 256;
 
 /** Makes every WAL frame written so far durable (fdatasync of the -wal file). */
@@ -44,6 +42,7 @@ export function walSyncOf(databasePath: string): WalSync & { close(): Promise<vo
 export function createDurabilityBarrier(sync: WalSync) {
   let inFlight = false;
   let waiting: { resolve: () => void; reject: (err: unknown) => void }[] = [];
+  let idle: (() => void)[] = [];
   const start = () => {
     const batch = waiting;
     waiting = [];
@@ -57,7 +56,10 @@ export function createDurabilityBarrier(sync: WalSync) {
       },
     ).finally(() => {
       inFlight = false;
-      if (waiting.length > 0) start();
+      const ready = idle;
+      idle = [];
+      for (const f of ready) f();
+      if (waiting.length > 0 && !inFlight) start();
     });
   };
   return {
@@ -67,12 +69,19 @@ export function createDurabilityBarrier(sync: WalSync) {
         if (!inFlight) start();
       });
     },
+    /** Runs `f` once no flush is under way: at once, or when the current one ends (before the next starts). */
+    whenIdle(f: () => void): void {
+      if (inFlight) idle.push(f);
+      else f();
+    },
   };
 }
 
 /**
- * Group commit: writes submitted within GATHER_MS of each other share one transaction, and transactions share
- * fsyncs. Each write runs in its own savepoint: one that throws rolls back alone and rejects its own promise; if the
+ * Group commit: writes share one transaction, and transactions share fsyncs. A write submitted while no flush is
+ * under way commits with the others of the same turn of the event loop, at once; one submitted while a flush is under
+ * way waits for its end (it could not be acknowledged before the next flush anyway), so every write that arrives
+ * during a flush commits in one batch and the next flush starts at once. No timer: a lone write waits for nobody. Each write runs in its own savepoint: one that throws rolls back alone and rejects its own promise; if the
  * commit itself fails, every write of the batch is rejected. A promise resolves only after its write is durable.
  *
  * The connection runs synchronous=FULL, which fsyncs the WAL inside COMMIT and so blocks the event loop for the
@@ -92,7 +101,7 @@ export function createGroupCommit(store: { db: Db; sqlite: Database.Database }, 
     rollback: sqlite.prepare('ROLLBACK TO group_commit_job'),
   };
   let pending: Job<unknown>[] = [];
-  let timer: NodeJS.Timeout | null = null;
+  let scheduled = false;
 
   const runJob = (job: Job<unknown>): { ok: true; value: unknown } | { ok: false; err: unknown } => {
     q.savepoint.run();
@@ -109,9 +118,9 @@ export function createGroupCommit(store: { db: Db; sqlite: Database.Database }, 
   const commitBatch = sqlite.transaction((jobs: Job<unknown>[]) => jobs.map(runJob));
 
   const flush = () => {
-    if (timer) clearTimeout(timer);
-    timer = null;
+    scheduled = false;
     const jobs = pending;
+    if (jobs.length === 0) return;
     pending = [];
     let outcomes: ReturnType<typeof runJob>[];
     setSynchronous('NORMAL');
@@ -138,7 +147,11 @@ export function createGroupCommit(store: { db: Db; sqlite: Database.Database }, 
       return new Promise<T>((resolve, reject) => {
         pending.push({ fn, resolve, reject } as Job<unknown>);
         if (pending.length >= MAX_BATCH) flush();
-        else if (!timer) timer = setTimeout(flush, GATHER_MS);
+        else if (!scheduled) {
+          scheduled = true;
+          // The rest of this turn's writes join first; then the batch commits, or waits for the flush under way.
+          setImmediate(() => barrier.whenIdle(flush));
+        }
       });
     },
   };

@@ -66,20 +66,38 @@ describe('a write resolves only once the WAL is flushed after its commit', () =>
     expect(wal.calls).toHaveLength(1);
   });
 
-  it('a flush already under way when a batch commits does not count for it: the next one does', async () => {
+  it('a write that comes during a flush commits when it ends, with every other such write, and waits for the next flush', async () => {
     const wal = manualSync();
     const commits = createGroupCommit(store, wal.sync);
     const first = commits.run((db) => db.run(sql`insert into probe (n) values (1)`));
     await expect.poll(() => wal.calls.length).toBe(1);
     const second = commits.run((db) => db.run(sql`insert into probe (n) values (2)`));
-    await expect.poll(() => rows()).toEqual([1, 2]);
-    // The first flush ends: only the write committed before it started is durable.
+    await new Promise((r) => setImmediate(r));
+    const third = commits.run((db) => db.run(sql`insert into probe (n) values (3)`));
+    // Held, not committed, while the flush runs: it could not count for them.
+    expect(await settled(second)).toBe('pending');
+    expect(rows()).toEqual([1]);
+    // The flush ends: only the write committed before it started is durable; the two held ones commit together
+    // and the next flush starts at once.
     wal.calls[0]!.resolve();
     expect(await settled(first)).toBe('resolved');
-    expect(await settled(second)).toBe('pending');
     await expect.poll(() => wal.calls.length).toBe(2);
+    expect(rows()).toEqual([1, 2, 3]);
+    expect(await settled(second)).toBe('pending');
+    expect(await settled(third)).toBe('pending');
     wal.calls[1]!.resolve();
     expect(await settled(second)).toBe('resolved');
+    expect(await settled(third)).toBe('resolved');
+    expect(wal.calls).toHaveLength(2);
+  });
+
+  it('a lone write commits and flushes at once: no timer holds it', async () => {
+    const wal = manualSync();
+    const commits = createGroupCommit(store, wal.sync);
+    void commits.run((db) => db.run(sql`insert into probe (n) values (1)`));
+    await new Promise((r) => setImmediate(r));
+    expect(rows()).toEqual([1]);
+    expect(wal.calls).toHaveLength(1);
   });
 
   it('a failed flush rejects the writes waiting on it (never acknowledged)', async () => {
