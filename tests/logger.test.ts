@@ -1,23 +1,46 @@
 import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { describe, expect, it } from 'vitest';
-import { createLogger, stdoutBatched } from '../server/logger.js';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { LOG_FLUSH_BYTES, LOG_FLUSH_MS, createLogger, stdoutBatched } from '../server/logger.js';
 
-/** The service's stdout logger (server/logger.ts): one write per turn of the event loop, nothing lost at exit. */
+/** The service's stdout logger (server/logger.ts): one write per LOG_FLUSH_MS at most, nothing lost at exit. */
 describe('stdoutBatched', () => {
-  it('writes the lines of one turn together, in order, once the turn is over', async () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('writes the lines that came within LOG_FLUSH_MS together, in order, once that time is over', () => {
+    vi.useFakeTimers();
     const writes: string[] = [];
     const logger = createLogger('info', stdoutBatched({ write: (chunk: string) => writes.push(chunk) }));
     logger.info('one', { n: 1 });
+    vi.advanceTimersByTime(LOG_FLUSH_MS - 1);
     logger.warn('two');
     logger.debug('below the level');
     expect(writes).toEqual([]);
-    await new Promise((r) => setImmediate(r));
+    vi.advanceTimersByTime(1);
     expect(writes).toHaveLength(1);
     expect(writes[0]!.split('\n').filter(Boolean).map((l) => JSON.parse(l).event)).toEqual(['one', 'two']);
     logger.error('three');
-    await new Promise((r) => setImmediate(r));
+    expect(writes).toHaveLength(1);
+    vi.advanceTimersByTime(LOG_FLUSH_MS);
     expect(writes).toHaveLength(2);
+  });
+
+  it('writes at once when LOG_FLUSH_BYTES are held', () => {
+    vi.useFakeTimers();
+    const writes: string[] = [];
+    const logger = createLogger('info', stdoutBatched({ write: (chunk: string) => writes.push(chunk) }));
+    const filler = 'x'.repeat(1000);
+    let n = 0;
+    // 200 lines of ~1 KB are three times the bound: a logger that only writes on its timer has written nothing.
+    while (writes.length === 0 && n < 200) logger.info('filler', { n: n++, filler });
+    expect(writes).toHaveLength(1);
+    // Written by the line that took it over the bound, not before it, and without any time passing.
+    const lines = writes[0]!.split('\n').filter(Boolean);
+    expect(lines).toHaveLength(n);
+    expect(writes[0]!.length).toBeGreaterThanOrEqual(LOG_FLUSH_BYTES);
+    expect(writes[0]!.length - lines.at(-1)!.length - 1).toBeLessThan(LOG_FLUSH_BYTES);
   });
 
   it('writes what it holds when the process exits at once, and when it dies of an uncaught error', () => {

@@ -1,8 +1,9 @@
-import { type Placeholder, type SQL, and, asc, count, eq, inArray, isNull, lte, sql } from 'drizzle-orm';
-import type { Db } from '../../db/client.js';
+import { and, asc, count, eq, inArray, isNull, lte, sql } from 'drizzle-orm';
+import type { Statement } from 'better-sqlite3';
+import { type Db, clientOf } from '../../db/client.js';
 import type { CustomerWrite } from '../../db/customer/writes.js';
 import { definePrepared } from '../../db/prepared.js';
-import { type CustomerDbWriteRow, accounts, customerDbWrites } from '../../db/schema/index.js';
+import { type CustomerDbWriteRow, customerDbWrites } from '../../db/schema/index.js';
 import { DAY_MS } from '../clock.js';
 import { newId } from '../ids.js';
 import { decryptSecret, encryptSecret, openBytes, sealBytes } from '../secrets.js';
@@ -22,21 +23,15 @@ export const DATA_TRIES = DATA_RETRY_GAPS_MS.length + 1;
 const p = sql.placeholder;
 
 const statements = definePrepared((db) => ({
-  owner: db.select({ owner: databaseOwnerSql(p('id')) }).from(accounts).where(eq(accounts.id, p('id'))).prepare(),
-  insert: db
-    .insert(customerDbWrites)
-    .values({
-      id: p('id'),
-      databaseAccountId: p('databaseAccountId'),
-      accountId: p('accountId'),
-      kind: p('kind'),
-      payloadSealed: p('payloadSealed'),
-      rawSealed: p('rawSealed'),
-      spoolId: p('spoolId'),
-      nextAttemptAt: p('now'),
-      createdAt: p('now'),
-    })
-    .prepare(),
+  // The two statements every queued write runs (each received message, each email and event the writer carries):
+  // plain SQL compiled once, without drizzle's mapping.
+  owner: clientOf(db)
+    .prepare(`select ${OWNER_SQL} from (select ? as account_id) d`)
+    .pluck() as Statement<[string], string | null>,
+  insert: clientOf(db).prepare(
+    `insert into customer_db_writes (id, database_account_id, account_id, kind, payload_sealed, raw_sealed, spool_id, next_attempt_at, created_at)
+     values (@id, @databaseAccountId, @accountId, @kind, @payloadSealed, @rawSealed, @spoolId, @now, @now)`,
+  ) as Statement<[{ id: string; databaseAccountId: string; accountId: string; kind: string; payloadSealed: string; rawSealed: Buffer | null; spoolId: string | null; now: number }], void>,
   pending: db
     .select({ n: count() })
     .from(customerDbWrites)
@@ -52,19 +47,16 @@ const statements = definePrepared((db) => ({
 }));
 
 /**
- * The account whose database receives the writes of the account `accountId` names (its own, else its parent's), as
- * one SQL expression: a placeholder, or a qualified column of an outer query (drizzle writes columns unqualified
- * inside sql``, which a correlated subquery would read as its own). Null when neither has a database.
+ * The account whose database receives the writes of the account `d.account_id` names (its own, else its parent's), as
+ * plain SQL over an outer query's `d` (a domain): null when neither has a database.
  */
-export function databaseOwnerSql(accountId: SQL | Placeholder): SQL<string | null> {
-  return sql<string | null>`coalesce(
-    (select own.account_id from customer_databases own where own.account_id = ${accountId}),
-    (select up.account_id from accounts a join customer_databases up on up.account_id = a.parent_id where a.id = ${accountId}))`;
-}
+export const OWNER_SQL = `coalesce(
+    (select own.account_id from customer_databases own where own.account_id = d.account_id),
+    (select up.account_id from accounts a join customer_databases up on up.account_id = a.parent_id where a.id = d.account_id))`;
 
 /** The account whose database receives this account's writes (its own, else its parent's), or null when neither has one. */
 export function databaseOwnerOf(db: Db, accountId: string): string | null {
-  return statements(db).owner.get({ id: accountId })?.owner ?? null;
+  return statements(db).owner.get(accountId) ?? null;
 }
 
 const sealContext = (id: string) => `customer-db-write:${id}`;
