@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createGroupCommit } from '../db/group-commit.js';
 import {
   breakQueue,
   connectSockets,
@@ -178,25 +179,71 @@ describe('the key itself: 1 to 255 characters', () => {
   });
 });
 
+/** A WAL flush the test holds until `release()`; after that, flushes end at once. */
+function heldWal() {
+  const held: (() => void)[] = [];
+  let holding = true;
+  return {
+    held,
+    sync: () => (holding ? new Promise<void>((resolve) => held.push(resolve)) : Promise.resolve()),
+    release(): void {
+      holding = false;
+      for (const flushed of held) flushed();
+    },
+  };
+}
+
 describe('in progress', () => {
+  it('a replay of an answer committed but not yet on disk waits for the flush that makes it durable', async () => {
+    const s = await newSender(service);
+    const body = receipt(s.from, ['ann@example.net']);
+    const wal = heldWal();
+    const real = service.deps.commits;
+    service.deps.commits = createGroupCommit(service.deps.store, wal.sync);
+    try {
+      const first = sendEmail(service, s.key, body, withKey('durable-replay'));
+      // Committed (the answer is in the idempotency row), its flush held: not acknowledged.
+      await expect.poll(() => wal.held.length).toBe(1);
+      let replayed = false;
+      const replay: ReturnType<typeof sendEmail> = sendEmail(service, s.key, body, withKey("durable-replay")).then((r) => {
+        replayed = true;
+        return r;
+      });
+      await new Promise((r) => setTimeout(r, 100));
+      expect(replayed).toBe(false);
+      wal.release();
+      const [a, b] = await Promise.all([first, replay]);
+      expect(a.status).toBe(200);
+      expect(b.status).toBe(200);
+      expect(b.headers.get('idempotent-replayed')).toBe('true');
+      expect(b.body).toEqual(a.body);
+    } finally {
+      service.deps.commits = real;
+    }
+  });
+
   it('two identical requests at once: one 200, one 409 idempotency_in_progress, one email and one queued message', async () => {
     const s = await newSender(service);
     const body = receipt(s.from, ['ann@example.net', 'bob@example.net']);
     const opts = { headers: { authorization: `Bearer ${s.key}`, 'content-type': 'application/json', 'Idempotency-Key': 'concurrent-1' }, body: JSON.stringify(body) };
     const sockets = await connectSockets(service, 2);
-    // The service gathers a send's commit for ~2 ms; holding that timer keeps the first request running while the
-    // second arrives, so the outcome does not depend on how the two are scheduled.
-    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    // A flush of the WAL this test holds is under way, so the first request's commit waits for its end: that request
+    // is still in progress when the second arrives, however the two are scheduled.
+    const wal = heldWal();
+    const real = service.deps.commits;
+    service.deps.commits = createGroupCommit(service.deps.store, wal.sync);
     let answers: RawResponse[];
     try {
+      void service.deps.commits.run(() => undefined);
+      await expect.poll(() => wal.held.length).toBe(1);
       const pending = sockets.map((socket) => rawRequest(service, 'POST', '/emails', { ...opts, socket }));
       const early = await Promise.race(pending);
       expect(early.status).toBe(409);
       expect(early.body).toEqual({ error: { code: 'idempotency_in_progress', message: expect.any(String) } });
-      vi.advanceTimersByTime(50);
+      wal.release();
       answers = await Promise.all(pending);
     } finally {
-      vi.useRealTimers();
+      service.deps.commits = real;
       for (const socket of sockets) socket.destroy();
     }
     expect(answers.map((a) => a.status).sort()).toEqual([200, 409]);

@@ -50,7 +50,12 @@ export async function sendEmail({ deps, ctx, rawBody, idempotencyKey }: SendInpu
   let claim: Claim | null = null;
   if (idempotencyKey !== null) {
     const claimed = claimIdempotencyKey(deps.db, ctx.account.id, idempotencyKey, rawBody, deps.clock.now());
-    if (claimed.kind === 'replay') return { result: claimed.response as SendResult, replayed: true };
+    if (claimed.kind === 'replay') {
+      // The answer it repeats may be committed and not yet on disk (its send still waits for the flush): a replay
+      // acknowledges it too, so it waits for a flush after it (an empty write of the group commit resolves only then).
+      await deps.commits.run(() => undefined);
+      return { result: claimed.response as SendResult, replayed: true };
+    }
     claim = claimed.claim;
   }
   try {
