@@ -81,8 +81,9 @@ export function createDurabilityBarrier(sync: WalSync) {
  * Group commit: writes share one transaction, and transactions share fsyncs. A write submitted while no flush is
  * under way commits with the others of the same turn of the event loop, at once; one submitted while a flush is under
  * way waits for its end (it could not be acknowledged before the next flush anyway), so every write that arrives
- * during a flush commits in one batch and the next flush starts at once. No timer: a lone write waits for nobody. Each write runs in its own savepoint: one that throws rolls back alone and rejects its own promise; if the
- * commit itself fails, every write of the batch is rejected. A promise resolves only after its write is durable.
+ * during a flush commits in one batch and the next flush starts at once. No timer: a lone write waits for nobody.
+ * Each write runs in its own savepoint: one that throws rolls back alone and rejects its own promise; if the commit
+ * itself fails, every write of the batch is rejected. A promise resolves only after its write is durable.
  *
  * The connection runs synchronous=FULL, which fsyncs the WAL inside COMMIT and so blocks the event loop for the
  * disk's flush. A batch instead commits with synchronous=NORMAL (the frames reach the WAL, unsynced) and waits for

@@ -205,7 +205,7 @@ describe('in progress', () => {
       // Committed (the answer is in the idempotency row), its flush held: not acknowledged.
       await expect.poll(() => wal.held.length).toBe(1);
       let replayed = false;
-      const replay: ReturnType<typeof sendEmail> = sendEmail(service, s.key, body, withKey("durable-replay")).then((r) => {
+      const replay = sendEmail(service, s.key, body, withKey('durable-replay')).then((r) => {
         replayed = true;
         return r;
       });
