@@ -16,3 +16,4 @@ export * from './customer-db-writes.js';
 export * from './captured-messages.js';
 export * from './dashboard-sessions.js';
 export * from './webhook-attempts.js';
+export * from './change-counters.js';

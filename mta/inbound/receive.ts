@@ -76,19 +76,20 @@ export function createLineEndingCheck() {
   let bad = false;
   return {
     feed(chunk: Buffer): void {
-      if (bad) return;
-      for (let i = 0; i < chunk.length; i++) {
-        const c = chunk[i]!;
-        if (previousCr && c !== 0x0a) {
-          bad = true;
-          return;
-        }
-        if (c === 0x0a && !previousCr) {
-          bad = true;
-          return;
-        }
-        previousCr = c === 0x0d;
+      if (bad || chunk.length === 0) return;
+      // Searched with indexOf (native, a few calls a line) rather than byte by byte in JavaScript.
+      let from = 0;
+      if (previousCr) {
+        if (chunk[0] !== 0x0a) return void (bad = true);
+        from = 1;
       }
+      for (let i = chunk.indexOf(0x0a, from); i !== -1; i = chunk.indexOf(0x0a, i + 1)) {
+        if (i === 0 || chunk[i - 1] !== 0x0d) return void (bad = true);
+      }
+      for (let i = chunk.indexOf(0x0d, from); i !== -1 && i < chunk.length - 1; i = chunk.indexOf(0x0d, i + 1)) {
+        if (chunk[i + 1] !== 0x0a) return void (bad = true);
+      }
+      previousCr = chunk[chunk.length - 1] === 0x0d;
     },
     /** True once a bare CR or LF was seen (a CR left dangling at the end counts too). */
     get bad(): boolean {

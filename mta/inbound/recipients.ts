@@ -37,7 +37,46 @@ const statements = definePrepared((db) => ({
     )
     .raw() as Statement<[string], [string, string, string | null]>,
   email: db.select({ id: emails.id, to: emails.to }).from(emails).where(and(eq(emails.id, p('id')), eq(emails.sandbox, false))).prepare(),
+  changes: clientOf(db).prepare(`select n from change_counters where name = 'recipients'`).pluck() as Statement<[], number>,
 }));
+
+/** Where a customer's domain's mail goes: the account owning it and the account whose database holds it. */
+type Receiving = { accountId: string; owner: string } | null;
+
+/** Domains judged at most this many; a cache grown past it (a client trying made-up names) starts again. */
+export const RECEIVING_CACHE_DOMAINS = 10_000;
+
+/**
+ * What domainsNamed decided per domain name, kept while the `recipients` change counter stands still: triggers raise
+ * it whenever a domain, an account's parent or a customer database changes, whoever writes (db/schema/change-counters.ts).
+ * Every RCPT then costs one counter read instead of the query and the parse of the domain's record status.
+ */
+const receivingCaches = new WeakMap<Db, { stamp: number; domains: Map<string, Receiving> }>();
+
+/** How many domains the RCPT check holds decisions for (for tests). */
+export function receivingCacheSize(db: Db): number {
+  return receivingCaches.get(db)?.domains.size ?? 0;
+}
+
+function receivingDomain(db: Db, name: string, relay: boolean): Receiving {
+  let cache = receivingCaches.get(db);
+  if (!cache) receivingCaches.set(db, (cache = { stamp: -1, domains: new Map() }));
+  const stamp = statements(db).changes.get()!;
+  if (stamp !== cache.stamp || cache.domains.size >= RECEIVING_CACHE_DOMAINS) {
+    cache.domains.clear();
+    cache.stamp = stamp;
+  }
+  const known = cache.domains.get(name);
+  if (known !== undefined) return known;
+  let receiving: Receiving = null;
+  for (const [accountId, recordStatus, owner] of statements(db).domainsNamed.all(name)) {
+    if (!deriveFlags(JSON.parse(recordStatus) as Record<RecordKind, RecordStatus>, relay).receiving) continue;
+    receiving = owner === null ? null : { accountId, owner };
+    break;
+  }
+  cache.domains.set(name, receiving);
+  return receiving;
+}
 
 function splitAddress(address: string): { local: string; domain: string } | null {
   const at = address.lastIndexOf('@');
@@ -60,13 +99,7 @@ export function judgeRecipient(deps: { db: Db; config: Config; secretKey: Buffer
   }
   // Mail for a customer's domain needs somewhere to go: without the secret key no database can be read.
   if (!deps.secretKey) return { kind: 'refused' };
-  const relay = deps.config.smtpRelayUrl !== null;
-  let receiving: { accountId: string; owner: string | null } | undefined;
-  for (const [accountId, recordStatus, owner] of statements(deps.db).domainsNamed.all(parts.domain)) {
-    if (!deriveFlags(JSON.parse(recordStatus) as Record<RecordKind, RecordStatus>, relay).receiving) continue;
-    receiving = { accountId, owner };
-    break;
-  }
-  if (!receiving || receiving.owner === null) return { kind: 'refused' };
+  const receiving = receivingDomain(deps.db, parts.domain, deps.config.smtpRelayUrl !== null);
+  if (!receiving) return { kind: 'refused' };
   return { kind: 'mailbox', address: `${parts.local}@${parts.domain}`, accountId: receiving.accountId };
 }

@@ -1,0 +1,16 @@
+import { integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
+
+/**
+ * Counters that triggers (db/migrations/0014_change_counters.sql) raise whenever the rows a cache reads change,
+ * whoever writes them (this process, the CLI, an operator's sqlite3). A cache keeps its answers while its counter
+ * stands still; reading one counter costs far less than the queries it saves.
+ *
+ * `recipients`: what decides whether a customer's domain receives mail and where it goes (a domain's name, account
+ * and record status; an account's parent; which accounts have a database), read by the inbound RCPT check.
+ */
+export const changeCounters = sqliteTable('change_counters', {
+  name: text('name').primaryKey(),
+  n: integer('n').notNull().default(0),
+});
+
+export type ChangeCounterRow = typeof changeCounters.$inferSelect;
