@@ -301,6 +301,24 @@ it('a domain switched to not receiving after RCPT stores nothing at DATA', async
   }
 });
 
+it('a domain switched to not receiving while its message streams stores nothing: the storing transaction judges again', async () => {
+  const domain = uniqueDomain('flip-data');
+  const id = await connectDomain(service, sender.key, domain);
+  const { client } = await RawSmtp.connect(port);
+  try {
+    await client.envelope('someone@example.org', [`x@${domain}`]);
+    expect(await client.command('DATA')).toMatch(/^354 /);
+    // DATA has begun (smtp-server called onData before its 354): only the storing transaction can still see this.
+    setDomainState(service, id, 'ownership');
+    client.write('Subject: late\r\n\r\nbody\r\n.\r\n');
+    expect(await client.reply()).toMatch(/^250 /);
+    expect(service.deps.db.select().from(customerDbWrites).all()).toEqual([]);
+    expect(spoolFiles()).toEqual([]);
+  } finally {
+    client.close();
+  }
+});
+
 it('counts what it accepts and refuses in /metrics, by stage and code', async () => {
   const scrape = async () => parsePrometheusText(await (await fetch(`${service.url}/metrics`)).text());
   const before = await scrape();

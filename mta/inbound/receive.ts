@@ -7,7 +7,7 @@ import { newId } from '../../server/ids.js';
 import { createCollector } from '../../server/memory.js';
 import { writeOutcome } from '../outcomes.js';
 import { parseVerp } from '../verp.js';
-import type { Recipient } from './recipients.js';
+import { type Recipient, judgeRecipient } from './recipients.js';
 import { type InboundReport, parseReport } from './reports.js';
 import { createSpoolWriter } from './spool.js';
 
@@ -161,7 +161,12 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
     queued = await deps.commits.run(() => {
       let stored = 0;
       const byAccount = new Map<string, string[]>();
-      for (const m of mailboxes) byAccount.set(m.accountId, [...(byAccount.get(m.accountId) ?? []), m.address]);
+      // Judged again here, in the transaction that stores the message: a domain, or a database, removed since RCPT no
+      // longer receives (and the read costs little inside a transaction).
+      for (const m of mailboxes) {
+        const current = judgeRecipient(deps, m.address);
+        if (current.kind === 'mailbox') byAccount.set(current.accountId, [...(byAccount.get(current.accountId) ?? []), current.address]);
+      }
       for (const [accountId, toAddresses] of byAccount) {
         const written = queueCustomerDbWrite(
           deps,

@@ -1,7 +1,7 @@
 import type { AddressInfo } from 'node:net';
 import { SMTPServer, type SMTPServerSession } from 'smtp-server';
 import type { Deps } from '../../server/deps.js';
-import { judgeRecipient } from './recipients.js';
+import { type Recipient, judgeRecipient } from './recipients.js';
 import { SmtpReply, receiveMessage } from './receive.js';
 
 /**
@@ -38,6 +38,9 @@ const reply = (code: number, message: string) => new SmtpReply(code, message);
 export function createInboundServer(deps: Deps, tls: { key: string; cert: string }, options: Partial<InboundOptions> = {}) {
   const opts: InboundOptions = { ...DEFAULT_INBOUND_OPTIONS, ...options };
   const perAddress = new Map<string, number>();
+  // What the RCPT check decided for each accepted recipient (smtp-server keeps the address object in the envelope),
+  // so DATA does not judge again: the transaction that stores the message does (receiveMessage).
+  const judgedAtRcpt = new WeakMap<object, Recipient>();
   const sessionTimers = new Map<string, NodeJS.Timeout>();
 
   const server: SMTPServer = new SMTPServer({
@@ -98,12 +101,13 @@ export function createInboundServer(deps: Deps, tls: { key: string; cert: string
         deps.metrics.inboundRefused('rcpt', 550);
         return callback(reply(550, '5.7.1 Relaying denied: this server does not accept mail for that address'));
       }
+      judgedAtRcpt.set(address, judged);
       callback();
     },
 
     onData(stream, session: SMTPServerSession, callback) {
-      // Judged again at the end of DATA: a domain or database removed meanwhile no longer receives.
-      const recipients = session.envelope.rcptTo.map((r) => judgeRecipient(deps, r.address)).filter((r) => r.kind !== 'refused');
+      // Judged again in the transaction that stores the message: a domain or database removed meanwhile no longer receives.
+      const recipients = session.envelope.rcptTo.map((r) => judgedAtRcpt.get(r) ?? judgeRecipient(deps, r.address)).filter((r) => r.kind !== 'refused');
       const mailFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
       receiveMessage(deps, stream, { mailFrom, recipients, remoteAddress: session.remoteAddress, helo: session.hostNameAppearsAs ?? '' }).then(
         (received) => {
