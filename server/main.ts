@@ -6,6 +6,7 @@ import { createPrivateDir, type DataDirLock, DataDirLockedError, lockDataDir, se
 import { CAPTURE_LIMIT } from '../mta/capture-store.js';
 import { createDeliveryEngine } from '../mta/delivery-engine.js';
 import { createDeps } from './deps.js';
+import { startCheckpointer } from '../db/checkpointer.js';
 import { listenHttp } from './http/serve.js';
 import { createWebhookDispatcher } from './webhooks/dispatcher.js';
 import { createCustomerDbWriter } from './customer-db/writer.js';
@@ -47,6 +48,8 @@ async function main(): Promise<void> {
   }
 
   const deps = createDeps(config, systemClock, logger);
+  // WAL checkpoints on a thread of their own, not inside a COMMIT on the event loop (db/checkpointer.ts).
+  const checkpointer = startCheckpointer(deps.store.sqlite, logger);
   deps.metrics.collectProcessMetrics();
   const hostnameProblem = mailHostnameProblem(config.mailHostname);
   if (hostnameProblem) {
@@ -100,6 +103,7 @@ async function main(): Promise<void> {
     await webhooks.stop();
     await customerDb.stop();
     flushUsage();
+    await checkpointer.stop();
     deps.store.close();
     lock.release();
     logger.info('process.stopped', { signal });

@@ -1,6 +1,6 @@
 import type { MiddlewareHandler } from 'hono';
 import { findSubAccount } from '../core/accounts.js';
-import { findLiveKey, keyStamp } from '../core/keys.js';
+import { findLiveKey, findLiveKeyStamped, keyStamp } from '../core/keys.js';
 import { type Scope, isScope } from '../core/scopes.js';
 import type { Deps } from '../deps.js';
 import { ApiError } from '../errors.js';
@@ -29,10 +29,10 @@ const unknownKey = () => new ApiError('invalid_key', 'Missing or unknown API key
 export function guard(deps: Deps, scope: Scope, header: AccountHeaderMode = 'accepted'): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
     const secret = BEARER.exec(c.req.header('authorization') ?? '')?.[1];
-    const found = secret === undefined ? undefined : findLiveKey(deps.db, secret);
-    if (secret === undefined || !found) throw unknownKey();
-    // Taken in the same turn as the lookup: nothing can stop the key between the two.
-    const stamp = keyStamp(deps.db);
+    if (secret === undefined) throw unknownKey();
+    // The stamp is read with the key, in one read transaction: nothing can stop the key between the two.
+    const { found, stamp } = findLiveKeyStamped(deps.db, secret);
+    if (!found) throw unknownKey();
     const { key, account: keyAccount } = found;
     const now = deps.clock.now();
 

@@ -1,0 +1,73 @@
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import type Database from 'better-sqlite3';
+import type { Logger } from '../server/logger.js';
+
+/**
+ * WAL checkpoints off the event loop. SQLite checkpoints on the committing connection once the log passes
+ * `wal_autocheckpoint` pages: inside a COMMIT on the event loop, copying a thousand pages and fsyncing the log and
+ * the database file (5-15 ms under load, every hundred-odd sends or a few hundred received messages). While the
+ * checkpoint thread runs, it does that work on its own connection every CHECKPOINT_EVERY_MS, PASSIVE (never waiting
+ * for the writer, never blocking it), and the event loop's connection checkpoints itself only past
+ * FALLBACK_AUTOCHECKPOINT_PAGES: the log stays bounded if the thread falls behind or dies. Checkpoints are as safe
+ * from any connection: SQLite fsyncs the log before copying and the database file before the log is reused.
+ */
+
+export const CHECKPOINT_EVERY_MS = 100;
+/** The event loop's connection checkpoints itself past this many log pages while the thread runs (SQLite's default: 1000). */
+export const FALLBACK_AUTOCHECKPOINT_PAGES = 20_000;
+export const DEFAULT_AUTOCHECKPOINT_PAGES = 1000;
+
+function workerFile(): URL {
+  const here = new URL('./checkpoint-worker.js', import.meta.url);
+  if (existsSync(fileURLToPath(here))) return here;
+  return new URL('../dist/db/checkpoint-worker.js', import.meta.url);
+}
+
+export interface Checkpointer {
+  /** Whether the thread is running (false once stopped, or after it died). */
+  readonly running: boolean;
+  /** Stops the thread after its checkpoint in progress; the connection checkpoints itself again as before. */
+  stop(): Promise<void>;
+}
+
+export function startCheckpointer(
+  sqlite: Database.Database,
+  logger: Logger,
+  options: { everyMs?: number; workerUrl?: URL } = {},
+): Checkpointer {
+  const worker = new Worker(options.workerUrl ?? workerFile(), { workerData: { path: sqlite.name, everyMs: options.everyMs ?? CHECKPOINT_EVERY_MS } });
+  // Never what keeps the process alive.
+  worker.unref();
+  let running = true;
+  let stopped: (() => void) | null = null;
+  sqlite.pragma(`wal_autocheckpoint = ${FALLBACK_AUTOCHECKPOINT_PAGES}`);
+  const fallBack = () => {
+    if (!running) return;
+    running = false;
+    if (sqlite.open) sqlite.pragma(`wal_autocheckpoint = ${DEFAULT_AUTOCHECKPOINT_PAGES}`);
+  };
+  worker.on('message', (m: { error?: string; stopped?: boolean }) => {
+    if (m.error) logger.warn('db.checkpoint_failed', { message: m.error });
+  });
+  worker.on('error', (err) => logger.error('db.checkpoint_thread_failed', { err }));
+  worker.on('exit', (code) => {
+    if (running && !stopped) logger.error('db.checkpoint_thread_exited', { code, message: 'WAL checkpoints are back on the event loop' });
+    fallBack();
+    stopped?.();
+  });
+  return {
+    get running() {
+      return running;
+    },
+    stop() {
+      if (!running) return Promise.resolve();
+      const done = new Promise<void>((resolve) => (stopped = resolve));
+      // Held until it has closed its connection: the process must not end under it.
+      worker.ref();
+      worker.postMessage('stop');
+      return done;
+    },
+  };
+}
