@@ -19,6 +19,8 @@ export const CHECKPOINT_EVERY_MS = 100;
 export const FALLBACK_AUTOCHECKPOINT_PAGES = 20_000;
 export const DEFAULT_AUTOCHECKPOINT_PAGES = 1000;
 
+const CHECKPOINT_HEAP = { maxYoungGenerationSizeMb: 1, maxOldGenerationSizeMb: 16 };
+
 function workerFile(): URL {
   const here = new URL('./checkpoint-worker.js', import.meta.url);
   if (existsSync(fileURLToPath(here))) return here;
@@ -37,7 +39,11 @@ export function startCheckpointer(
   logger: Logger,
   options: { everyMs?: number; workerUrl?: URL } = {},
 ): Checkpointer {
-  const worker = new Worker(options.workerUrl ?? workerFile(), { workerData: { path: sqlite.name, everyMs: options.everyMs ?? CHECKPOINT_EVERY_MS } });
+  const worker = new Worker(options.workerUrl ?? workerFile(), {
+    workerData: { path: sqlite.name, everyMs: options.everyMs ?? CHECKPOINT_EVERY_MS },
+    // It allocates next to nothing: a small heap keeps its share of the resident set small.
+    resourceLimits: CHECKPOINT_HEAP,
+  });
   // Never what keeps the process alive.
   worker.unref();
   let running = true;
