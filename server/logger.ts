@@ -28,7 +28,7 @@ export const LOG_FLUSH_BYTES = 64 * 1024;
  * costs the server tens of microseconds; a busy server logs a line per SMTP message, per request, per delivery.
  * Whatever is held is written before the process exits, however it exits (an uncaught error's line included).
  */
-export function stdoutBatched(out: { write(chunk: string): unknown } = process.stdout): (line: string) => void {
+export function stdoutBatched(out: { write(chunk: string): unknown } = process.stdout): ((line: string) => void) & { flush(): void } {
   let held: string[] = [];
   let bytes = 0;
   let timer: NodeJS.Timeout | null = null;
@@ -42,12 +42,14 @@ export function stdoutBatched(out: { write(chunk: string): unknown } = process.s
     out.write(text);
   };
   process.on('exit', flush);
-  return (line) => {
+  const write = (line: string) => {
     held.push(line);
     bytes += line.length;
     if (bytes >= LOG_FLUSH_BYTES) flush();
     else if (!timer) timer = setTimeout(flush, LOG_FLUSH_MS).unref();
   };
+  // Writes what is held now: for a line that must be out before something else is said (main's start line).
+  return Object.assign(write, { flush });
 }
 
 export function createLogger(level: LogLevel, write: (line: string) => void = stdoutBatched()): Logger {

@@ -12,7 +12,7 @@ import { createWebhookDispatcher } from './webhooks/dispatcher.js';
 import { createCustomerDbWriter } from './customer-db/writer.js';
 import { type InboundServer, createInboundServer } from '../mta/inbound/server.js';
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
-import { createLogger } from './logger.js';
+import { createLogger, stdoutBatched } from './logger.js';
 import { STARTED_EVENT, type StartedMessage, startLine } from './start-line.js';
 
 const KEY_USAGE_FLUSH_MS = 10_000;
@@ -28,7 +28,8 @@ async function main(): Promise<void> {
     }
     throw err;
   }
-  const logger = createLogger(config.logLevel);
+  const stdout = stdoutBatched();
+  const logger = createLogger(config.logLevel, stdout);
 
   // One server per DATA_DIR, before anything in it is read or written; the kernel drops the lock when we die.
   createPrivateDir(config.dataDir);
@@ -155,8 +156,9 @@ async function main(): Promise<void> {
   // A parent that started this process with an IPC channel (npm run dev) learns the same, whatever LOG_LEVEL says.
   if (process.send) {
     const started: StartedMessage = { event: STARTED_EVENT, httpPort: http.port, smtpPort };
-    // After the logger's write of this turn, so the parent prints below the start line.
-    setImmediate(() => process.send?.(started));
+    // Only once the start line is out (the logger holds lines up to 10 ms), so the parent prints below it.
+    stdout.flush();
+    process.send(started);
   }
 }
 

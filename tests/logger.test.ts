@@ -43,6 +43,21 @@ describe('stdoutBatched', () => {
     expect(writes[0]!.length - lines.at(-1)!.length - 1).toBeLessThan(LOG_FLUSH_BYTES);
   });
 
+  it('flush() writes what it holds at once (main flushes its start line before telling npm run dev it started)', () => {
+    vi.useFakeTimers();
+    const writes: string[] = [];
+    const write = stdoutBatched({ write: (chunk: string) => writes.push(chunk) });
+    const logger = createLogger('info', write);
+    logger.info('server.started');
+    expect(writes).toEqual([]);
+    write.flush();
+    expect(writes.map((w) => JSON.parse(w).event)).toEqual(['server.started']);
+    // Nothing held, nothing written; the timer it cancelled writes nothing twice.
+    write.flush();
+    vi.advanceTimersByTime(LOG_FLUSH_MS);
+    expect(writes).toHaveLength(1);
+  });
+
   it('writes what it holds when the process exits at once, and when it dies of an uncaught error', () => {
     const logger = fileURLToPath(new URL('../dist/server/logger.js', import.meta.url));
     const run = (body: string) => {
