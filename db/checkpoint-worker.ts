@@ -27,6 +27,5 @@ parentPort!.on('message', (message: unknown) => {
   if (message !== 'stop') return;
   clearInterval(timer);
   db.close();
-  parentPort!.postMessage({ stopped: true });
   parentPort!.close();
 });

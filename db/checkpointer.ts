@@ -54,7 +54,7 @@ export function startCheckpointer(
     running = false;
     if (sqlite.open) sqlite.pragma(`wal_autocheckpoint = ${DEFAULT_AUTOCHECKPOINT_PAGES}`);
   };
-  worker.on('message', (m: { error?: string; stopped?: boolean }) => {
+  worker.on('message', (m: { error?: string }) => {
     if (m.error) logger.warn('db.checkpoint_failed', { message: m.error });
   });
   worker.on('error', (err) => logger.error('db.checkpoint_thread_failed', { err }));

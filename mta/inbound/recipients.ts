@@ -28,8 +28,8 @@ export const FEEDBACK_LOCAL_PART = 'fbl';
 const p = sql.placeholder;
 
 const statements = definePrepared((db) => ({
-  // With the account whose database would hold the mail, in one query: every RCPT runs it (twice: at RCPT and at the
-  // end of DATA), so it is plain SQL, compiled once, its rows read as arrays rather than mapped through drizzle.
+  // With the account whose database would hold the mail, in one query, plain SQL compiled once, its rows read as
+  // arrays rather than mapped through drizzle; run once per domain while the change counter stands still.
   domainsNamed: clientOf(db)
     .prepare(
       `select d.account_id, d.record_status, ${OWNER_SQL} as owner
