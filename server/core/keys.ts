@@ -80,13 +80,19 @@ export function keyStamp(db: Db): string {
 
 /**
  * The key and the stamp it was found under, read in one read transaction: outside a transaction every statement takes
- * and drops SQLite's WAL read lock (two fcntl calls on the -shm file), so the pair costs one lock instead of two.
+ * and drops SQLite's WAL read lock (two fcntl calls on the -shm file), so the pair costs one lock instead of two. An
+ * unknown key (a 401) reads no stamp.
  */
 export function findLiveKeyStamped(db: Db, secret: string): { found: ReturnType<typeof findLiveKey>; stamp: string } {
   return readKeyTogether(db)(secret);
 }
 
-const readKeyTogether = definePrepared((db) => clientOf(db).transaction((secret: string) => ({ found: findLiveKey(db, secret), stamp: keyStamp(db) })));
+const readKeyTogether = definePrepared((db) =>
+  clientOf(db).transaction((secret: string) => {
+    const found = findLiveKey(db, secret);
+    return { found, stamp: found ? keyStamp(db) : '' };
+  }),
+);
 
 export function findLiveKey(db: Db, secret: string): { key: ApiKeyRow; account: AccountRow } | undefined {
   if (!KEY_FORMAT.test(secret)) return undefined;
