@@ -85,6 +85,20 @@ export function createMetrics(db: Db, clock: Clock): Metrics {
   const registry = new Registry();
   const registers = [registry];
 
+  // The queue is read once per scrape (it scans every queued recipient): prom-client calls each metric's collect() in
+  // one synchronous pass, so the read is shared by the gauges of that pass and dropped after it.
+  let scraped: { at: number; queue: OutboundQueue } | null = null;
+  const queueAtScrape = (): { at: number; queue: OutboundQueue } => {
+    if (!scraped) {
+      const at = clock.now();
+      scraped = { at, queue: readOutboundQueue(db, at) };
+      queueMicrotask(() => {
+        scraped = null;
+      });
+    }
+    return scraped;
+  };
+
   const http = new Counter({
     name: 'mailstead_http_requests_total',
     help: 'HTTP requests answered, by method, route pattern and status',
@@ -98,7 +112,7 @@ export function createMetrics(db: Db, clock: Clock): Metrics {
     labelNames: ['state'] as const,
     registers,
     collect() {
-      const queue = readOutboundQueue(db, clock.now());
+      const { queue } = queueAtScrape();
       this.set({ state: 'due' }, queue.due);
       this.set({ state: 'sending' }, queue.sending);
       this.set({ state: 'deferred' }, queue.deferred);
@@ -110,9 +124,8 @@ export function createMetrics(db: Db, clock: Clock): Metrics {
     help: 'Age of the oldest recipient still in the outbound queue, from its send; 0 when the queue is empty',
     registers,
     collect() {
-      const now = clock.now();
-      const { oldestCreatedAt } = readOutboundQueue(db, now);
-      this.set(oldestCreatedAt === null ? 0 : Math.max(0, (now - oldestCreatedAt) / 1000));
+      const { at, queue } = queueAtScrape();
+      this.set(queue.oldestCreatedAt === null ? 0 : Math.max(0, (at - queue.oldestCreatedAt) / 1000));
     },
   });
 

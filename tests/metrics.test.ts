@@ -346,6 +346,33 @@ describe('createMetrics', () => {
     expect(LATENCY_BUCKETS_SECONDS.at(-1)).toBe(5 * 86_400);
   });
 
+  it('a scrape reads the outbound queue once for both queue gauges, and the next scrape reads it afresh', async () => {
+    const { service } = rig;
+    const { db } = service.deps;
+    let queueReads = 0;
+    // The registry's own view of the database: every read passes here; the queue's are the ones on outbound_recipients.
+    const counted = Object.create(db) as typeof db;
+    counted.get = ((query: Parameters<typeof db.get>[0]) => {
+      if (JSON.stringify(query).includes('outbound_recipients')) queueReads++;
+      return db.get(query);
+    }) as typeof db.get;
+    const metrics = createMetrics(counted, service.clock);
+    const sender = await newSender(service);
+    await send(sender, 'ana@example.net');
+    service.clock.advance(12_000);
+
+    const first = parsePrometheusText(await metrics.registry.metrics());
+    expect(queueReads).toBe(1);
+    expect(sampleValue(first, 'mailstead_outbound_queue_depth', { state: 'due' })).toBe(1);
+    expect(sampleValue(first, 'mailstead_outbound_queue_oldest_age_seconds')).toBe(12);
+
+    await deliver();
+    const second = parsePrometheusText(await metrics.registry.metrics());
+    expect(queueReads).toBe(2);
+    expect(sampleValue(second, 'mailstead_outbound_queue_depth', { state: 'due' })).toBe(0);
+    expect(sampleValue(second, 'mailstead_outbound_queue_oldest_age_seconds')).toBe(0);
+  });
+
   it('a gauge read that fails answers 500 in the envelope, with a request id', async () => {
     const service = await startService();
     try {
