@@ -7,7 +7,7 @@ import { PG_TEST_CA_FILE, startPostgres } from '../lib/postgres.js';
 import { type BenchRig, startBenchRig } from './rig.js';
 import { findPostfixTool, startNodeSink, startPostfixSink, waitForPort } from './postfix.js';
 import { freePort } from '../lib/free-port.js';
-import { cpuSeconds, peakRssMb, percentile } from '../lib/proc.js';
+import { cpuSeconds, machineCpu, peakRssMb, percentile, threadCpu } from '../lib/proc.js';
 
 /**
  * Inbound SMTP (issue 12): concurrent SMTP sessions for a fixed time, ~5 KB messages for a customer's receiving
@@ -295,8 +295,11 @@ async function measureMailstead(load: Load) {
     await reader.connect();
     const countRows = async () => Number((await reader.query<{ n: string }>('select count(*) as n from service.inbound')).rows[0]!.n);
     const cpuAtStart = cpuSeconds(rig.pid);
+    const threadsAtStart = threadCpu(rig.pid);
+    const machineAtStart = machineCpu();
     const result = await load(smtpPort, RECEIVING_DOMAIN);
     const cpuOfLoad = cpuSeconds(rig.pid) - cpuAtStart;
+    const split = cpuSplit(rig.pid, threadsAtStart, machineAtStart);
     // The writer deletes a batch's outbox rows (up to 500) once all are written, so `pending` lags the rows.
     const rowsAtLoadEnd = await countRows();
     const drainStarted = performance.now();
@@ -315,7 +318,7 @@ async function measureMailstead(load: Load) {
     try {
       const rows = await countRows();
       const verdicts = (await reader.query<{ v: string; n: string }>("select concat_ws('/', spf, dkim, dmarc) as v, count(*) as n from service.inbound group by 1 order by 2 desc")).rows;
-      return { result, logged, drainSeconds, backlog, rowsAtLoadEnd, status, rss, rows, verdicts, cpuOfLoad, cpuOfAll };
+      return { result, logged, drainSeconds, backlog, rowsAtLoadEnd, status, rss, rows, verdicts, cpuOfLoad, cpuOfAll, split };
     } finally {
       await reader.end();
     }
@@ -323,6 +326,26 @@ async function measureMailstead(load: Load) {
     await rig?.close();
     await postgres.stop();
   }
+}
+
+/**
+ * The service's CPU during the load by thread: its event loop (the thread whose id is the process's), the parse
+ * thread (the one running below the process's priority, mta/inbound/parse-worker.ts), and the rest (the checkpoint
+ * thread, libuv's pool with the fsyncs, V8's collector); and the whole machine's busy and idle time.
+ */
+function cpuSplit(pid: number, before: ReturnType<typeof threadCpu>, machineBefore: ReturnType<typeof machineCpu>) {
+  const after = threadCpu(pid);
+  const machine = machineCpu();
+  let eventLoop = 0;
+  let parse = 0;
+  let other = 0;
+  for (const [tid, t] of after) {
+    const used = t.seconds - (before.get(tid)?.seconds ?? 0);
+    if (tid === pid) eventLoop += used;
+    else if (t.nice > 0) parse += used;
+    else other += used;
+  }
+  return { eventLoop, parse, other, machineBusy: machine.busy - machineBefore.busy, machineIdle: machine.idle - machineBefore.idle };
 }
 
 async function main(): Promise<void> {
@@ -336,7 +359,7 @@ async function main(): Promise<void> {
     return sourcePath ? runSmtpSource(sourcePath, spec) : runNodeGenerator(spec);
   };
 
-  const { result, logged, drainSeconds, backlog, rowsAtLoadEnd, status, rss, rows, verdicts, cpuOfLoad, cpuOfAll } = await measureMailstead(load);
+  const { result, logged, drainSeconds, backlog, rowsAtLoadEnd, status, rss, rows, verdicts, cpuOfLoad, cpuOfAll, split } = await measureMailstead(load);
 
   const baselineSink = sinkPath ? await startPostfixSink(sinkPath) : await startNodeSink();
   const baseline = await load(baselineSink.port, RECEIVING_DOMAIN).finally(() => baselineSink.stop());
@@ -355,6 +378,10 @@ async function main(): Promise<void> {
   console.log(`  refused or failed        ${counts(result.failures)} (service log: received ${logged.received}, refused ${counts(logged.refused)}, aborted ${logged.aborted})`);
   console.log(`  peak RSS of the service  ${rss.toFixed(0)} MB (load and drain)`);
   console.log(`  service CPU              ${cpuOfLoad.toFixed(1)} s during the load, ${cpuOfAll.toFixed(1)} s with the drain: ${((cpuOfAll * 1000) / Math.max(1, rows)).toFixed(2)} s per 1,000 messages received and written`);
+  const core = (seconds: number) => (seconds / result.seconds).toFixed(2);
+  console.log(
+    `  where the CPU went       during the load, in cores: the event loop ${core(split.eventLoop)}, the parse thread ${core(split.parse)}, the service's other threads ${core(split.other)}; the whole machine ${core(split.machineBusy)} busy, ${core(split.machineIdle)} idle (load generator and Postgres included)`,
+  );
   console.log(`  rows in service.inbound  ${rows}, accepted ${result.accepted}, logged received ${logged.received}: ${durable ? 'every accepted message written' : 'MISMATCH'}`);
   console.log(`  writer drain time        ${drainSeconds.toFixed(2)} s after the load ended, until GET /database said pending 0 (${status.pending}${status.lastError ? `, last error ${status.lastError}` : ''})`);
   console.log(`  writer                   ${rowsAtLoadEnd} rows written during the load (${backlog} outbox writes pending), ${rows - rowsAtLoadEnd} after it: ${((rows - rowsAtLoadEnd) / drainSeconds).toFixed(0)} rows/s alone, ${(rows / (result.seconds + drainSeconds)).toFixed(0)} rows/s overall`);
