@@ -1,5 +1,4 @@
 import { mkdtempSync, rmSync } from 'node:fs';
-import { Agent, request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -13,6 +12,7 @@ import { createTopLevelAccount } from '../../server/core/accounts.js';
 import { insertKey } from '../../server/core/keys.js';
 import { SCOPES } from '../../server/core/scopes.js';
 import { TestDnsServer } from '../lib/dns-server.js';
+import { createHttpPoster } from '../lib/http-poster.js';
 import { type BenchSink, startBenchSink } from './postfix.js';
 import { serviceNodeFlags, spawnListening, stop } from './spawn.js';
 import { cpuSeconds, peakRssMb, percentile } from '../lib/proc.js';
@@ -99,20 +99,13 @@ export async function startBenchRig(extraEnv: Record<string, string> = {}, given
 }
 
 /** Keep-alive POSTs of JSON bodies from up to `concurrency` sockets; each resolves with the status. */
+/**
+ * The API clients of the delivery benchmarks: `concurrency` keep-alive connections through the lean client of
+ * scripts/lib/http-poster.ts, so the load generator takes as little of the machine's CPU as `smtp-source` does on
+ * Postfix's side.
+ */
 export function createPoster(url: string, headers: Record<string, string>, concurrency: number) {
-  const agent = new Agent({ keepAlive: true, maxSockets: concurrency });
-  return {
-    post: (payload: string) =>
-      new Promise<number>((resolve, reject) => {
-        const req = request(url, { method: 'POST', agent, headers: { ...headers, 'content-length': Buffer.byteLength(payload) } }, (res) => {
-          res.resume();
-          res.on('end', () => resolve(res.statusCode ?? 0));
-        });
-        req.on('error', reject);
-        req.end(payload);
-      }),
-    close: () => agent.destroy(),
-  };
+  return createHttpPoster(url, { 'content-type': 'application/json', ...headers }, concurrency);
 }
 
 /** A ~5 KB notification send to customer<i>@example.net. */
@@ -150,6 +143,8 @@ export interface DeliveryFigures {
   p50: number;
   p99: number;
   cpuPer1000: number;
+  /** This process's CPU meanwhile (the API clients and the sink's polling) per 1000 messages. */
+  loadCpuPer1000: number;
   peakRssMb: number;
 }
 
@@ -164,12 +159,14 @@ export async function measureDelivery(rig: BenchRig, headers: Record<string, str
   const before = sink.delivered();
   const sentAt: number[] = [];
   const cpu0 = cpuSeconds(pid);
+  const own0 = process.cpuUsage();
   const started = Date.now();
   const refused = await postAll(poster.post, total, concurrency, benchSendBody, () => sentAt.push(Date.now()));
   const accepted = Date.now();
   const deadline = Date.now() + 300_000;
   while (sink.delivered() - before < total - refused && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
   const cpu = cpuSeconds(pid) - cpu0;
+  const own = process.cpuUsage(own0);
   poster.close();
   const times = sink.times().slice(before);
   const finished = Math.max(...times);
@@ -185,6 +182,7 @@ export async function measureDelivery(rig: BenchRig, headers: Record<string, str
     p50: percentile(latencies, 50),
     p99: percentile(latencies, 99),
     cpuPer1000: (cpu / Math.max(1, times.length)) * 1000,
+    loadCpuPer1000: ((own.user + own.system) / 1e6 / Math.max(1, times.length)) * 1000,
     peakRssMb: peakRssMb(pid),
   };
 }

@@ -18,7 +18,8 @@ import { createLogger } from '../../server/logger.js';
  * directly (`app.request`), `CONCURRENCY` requests in flight so that the group commit batches as it does under load,
  * for sandbox and queued sends (and queued with an Idempotency-Key), then a bare Hono route parsing the same JSON body. Prints µs per request and the
  * ratios; run it under `node --cpu-prof` to see where a send's time goes (scripts/bench/README.md).
- * Run: npm run build && node dist/scripts/bench/send-path.js   (env BENCH_REQUESTS, default 6000)
+ * Run: npm run build && node dist/scripts/bench/send-path.js   (env BENCH_REQUESTS, default 6000; BENCH_ONLY=sandbox, queued
+ * or idempotent runs that phase alone)
  */
 const total = Number(process.env.BENCH_REQUESTS ?? 6000);
 const CONCURRENCY = 32;
@@ -82,11 +83,14 @@ async function main(): Promise<void> {
   });
   const postBare = (i: number) => Promise.resolve(bare.request('/bare', { method: 'POST', headers: { 'content-type': 'application/json' }, body: body(i, true, 'bench.example') }));
 
+  // BENCH_ONLY=sandbox (or queued, idempotent) runs that phase alone, for a profile of it.
+  const only = process.env.BENCH_ONLY;
+  const phase = async (name: string, send: (i: number) => Promise<Response>) => (only === undefined || only === name ? timeRequests(send) : NaN);
   await timeRequests(postBare); // warm-up
-  const sandbox = await timeRequests(post(true));
-  const queued = await timeRequests(post(false));
+  const sandbox = await phase('sandbox', post(true));
+  const queued = await phase('queued', post(false));
   round++;
-  const idempotent = await timeRequests(post(false, true));
+  const idempotent = await phase('idempotent', post(false, true));
   const baseline = await timeRequests(postBare);
   console.log(`POST /emails in-process, ${total} requests each, ${CONCURRENCY} in flight (Node ${process.version}); the delivery engine is not running`);
   console.log(`  sandbox            ${sandbox.toFixed(0)} µs per request`);

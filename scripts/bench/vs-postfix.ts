@@ -1,5 +1,5 @@
 import { findPostfixTool, runSmtpSource, startBenchSink, startPrivatePostfix, type BenchSink } from './postfix.js';
-import { measureDelivery, startBenchRig } from './rig.js';
+import { type DeliveryFigures, measureDelivery, startBenchRig } from './rig.js';
 
 /**
  * Mailstead against Postfix on the same machine, in the same run, into the same Postfix `smtp-sink`: a private Postfix
@@ -45,7 +45,7 @@ async function postfixRate(postfix: string, source: string, sink: BenchSink): Pr
   }
 }
 
-async function mailsteadRate(sink: BenchSink): Promise<{ rate: number; cpuPer1000: number; peakRssMb: number; p99: number }> {
+async function mailsteadRate(sink: BenchSink): Promise<DeliveryFigures> {
   const rig = await startBenchRig({}, sink);
   try {
     const { headers } = await rig.newSender('Bench', 'bench.example');
@@ -75,7 +75,7 @@ async function main(): Promise<void> {
       const ratio = ours.rate / theirs;
       if (ratio >= TARGET) met++;
       console.log(
-        `run ${run}: Postfix ${theirs.toFixed(0)} messages/s, Mailstead ${ours.rate.toFixed(0)} messages/s (DKIM-signed; CPU ${ours.cpuPer1000.toFixed(2)} s per 1000, peak RSS ${ours.peakRssMb.toFixed(0)} MB, p99 send-to-delivered ${ours.p99} ms): ratio ${ratio.toFixed(2)}`,
+        `run ${run}: Postfix ${theirs.toFixed(0)} messages/s, Mailstead ${ours.rate.toFixed(0)} messages/s (DKIM-signed; CPU ${ours.cpuPer1000.toFixed(2)} s per 1000 (API clients ${ours.loadCpuPer1000.toFixed(2)}), peak RSS ${ours.peakRssMb.toFixed(0)} MB, p99 send-to-delivered ${ours.p99} ms): ratio ${ratio.toFixed(2)}`,
       );
     } finally {
       await sink.stop();
