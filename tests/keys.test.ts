@@ -2,9 +2,11 @@ import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
+import Database from 'better-sqlite3';
 import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { apiKeys } from '../db/schema/index.js';
+import { databasePath } from '../db/client.js';
+import { accounts, apiKeys } from '../db/schema/index.js';
 import type { Scope } from '../server/core/scopes.js';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
 import { expectDocumented } from './helpers/openapi.js';
@@ -452,6 +454,41 @@ describe('DELETE /keys/{id}', () => {
     expect(res.body).toBeNull();
     expectError(await service.api('GET', '/account', { key: doomed.key }), 401, 'invalid_key');
     expect((await listKeys(key)).data.find((k) => k.id === doomed.id)!.revokedAt).toBe(iso(service.clock.now()));
+  });
+
+  // The guard skips the lookup of a key it has found before while no key can have stopped working (core/keys.ts);
+  // a change made by another connection to the database (the operator's CLI, sqlite3) must end that at once.
+  it.each([
+    ['revokes the key', (other: Database.Database, keyId: string, _accountId: string) => other.prepare('update api_keys set revoked_at = ? where id = ?').run(Date.now(), keyId)],
+    ['deletes the key', (other: Database.Database, keyId: string) => other.prepare('delete from api_keys where id = ?').run(keyId)],
+    ['deletes the account', (other: Database.Database, _keyId: string, accountId: string) => other.prepare('delete from accounts where id = ?').run(accountId)],
+  ])('another connection that %s: the key used a moment ago is 401 invalid_key on its next request', async (_what, change) => {
+    const { key, account } = service.newAccount();
+    const used = await mint(key, { name: 'used' });
+    for (let i = 0; i < 3; i++) expect((await service.api('GET', '/account', { key: used.key })).status).toBe(200);
+    const other = new Database(databasePath(service.dataDir));
+    try {
+      other.pragma('busy_timeout = 5000');
+      other.pragma('foreign_keys = ON');
+      change(other, used.id, account.id);
+    } finally {
+      other.close();
+    }
+    expectError(await service.api('GET', '/account', { key: used.key }), 401, 'invalid_key');
+  });
+
+  it('a key in use keeps working while other keys are minted and revoked, and its account is read afresh', async () => {
+    const { key, account } = service.newAccount();
+    const before = await service.api('GET', '/account', { key });
+    const other = await mint(key, { name: 'other' });
+    expect((await service.api('DELETE', `/keys/${other.id}`, { key })).status).toBe(204);
+    expect((await service.api('GET', '/account', { key })).status).toBe(200);
+    // Changed on the service's own connection, which does not move SQLite's data_version.
+    service.deps.db.update(accounts).set({ name: 'Renamed' }).where(eq(accounts.id, account.id)).run();
+    const after = await service.api('GET', '/account', { key });
+    expect(after.status).toBe(200);
+    expect((before.body as { name: string }).name).not.toBe('Renamed');
+    expect((after.body as { name: string }).name).toBe('Renamed');
   });
 
   it('204 also when already revoked; revokedAt keeps the first revocation’s time', async () => {

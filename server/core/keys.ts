@@ -56,6 +56,7 @@ const statements = definePrepared((db) => ({
     .innerJoin(accounts, eq(accounts.id, apiKeys.accountId))
     .where(eq(apiKeys.keyHash, sql.placeholder('hash')))
     .prepare(),
+  accountById: db.select().from(accounts).where(eq(accounts.id, sql.placeholder('id'))).prepare(),
 }));
 
 /** Keys made unusable by this process (revoked, or their account deleted): a count that only grows. */
@@ -79,9 +80,19 @@ export function keyStamp(db: Db): string {
 }
 
 /**
+ * The live keys this process has found, by the SHA-256 of their secret (never the secret itself), each with the stamp
+ * it was found under. Under the same stamp no key has stopped working, and nothing else of a key row that the guard
+ * reads changes (its scopes are fixed when it is minted), so a known key skips its lookup; its account is read
+ * afresh on every request, because its credits and counters change with every send. Bounded: past the limit the map
+ * starts over.
+ */
+const knownKeys = definePrepared(() => new Map<string, { key: ApiKeyRow; stamp: string }>());
+const KNOWN_KEYS_MAX = 10_000;
+
+/**
  * The key and the stamp it was found under, read in one read transaction: outside a transaction every statement takes
- * and drops SQLite's WAL read lock (two fcntl calls on the -shm file), so the pair costs one lock instead of two. An
- * unknown key (a 401) reads no stamp.
+ * and drops SQLite's WAL read lock (two fcntl calls on the -shm file), so the reads share one lock, and nothing can
+ * stop the key between them.
  */
 export function findLiveKeyStamped(db: Db, secret: string): { found: ReturnType<typeof findLiveKey>; stamp: string } {
   return readKeyTogether(db)(secret);
@@ -89,14 +100,30 @@ export function findLiveKeyStamped(db: Db, secret: string): { found: ReturnType<
 
 const readKeyTogether = definePrepared((db) =>
   clientOf(db).transaction((secret: string) => {
-    const found = findLiveKey(db, secret);
-    return { found, stamp: found ? keyStamp(db) : '' };
+    if (!KEY_FORMAT.test(secret)) return { found: undefined, stamp: '' };
+    const hash = sha256Hex(secret);
+    const stamp = keyStamp(db);
+    const known = knownKeys(db);
+    const cached = known.get(hash);
+    if (cached?.stamp === stamp) {
+      const account = statements(db).accountById.get({ id: cached.key.accountId });
+      if (account) return { found: { key: cached.key, account }, stamp };
+    }
+    const found = liveKeyByHash(db, hash);
+    if (found) {
+      if (known.size >= KNOWN_KEYS_MAX) known.clear();
+      known.set(hash, { key: found.key, stamp });
+    }
+    return { found, stamp };
   }),
 );
 
 export function findLiveKey(db: Db, secret: string): { key: ApiKeyRow; account: AccountRow } | undefined {
-  if (!KEY_FORMAT.test(secret)) return undefined;
-  const found = statements(db).keyByHash.get({ hash: sha256Hex(secret) });
+  return KEY_FORMAT.test(secret) ? liveKeyByHash(db, sha256Hex(secret)) : undefined;
+}
+
+function liveKeyByHash(db: Db, hash: string): { key: ApiKeyRow; account: AccountRow } | undefined {
+  const found = statements(db).keyByHash.get({ hash });
   return found && found.key.revokedAt === null ? found : undefined;
 }
 
