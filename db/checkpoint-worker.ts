@@ -4,7 +4,9 @@ import Database from 'better-sqlite3';
 /**
  * The checkpoint thread (db/checkpointer.ts): its own connection to the service's database, copying the write-ahead
  * log into the database file with PASSIVE checkpoints (never blocking the event loop's connection, which writes on)
- * every `everyMs`. Posts each failure ({ error }).
+ * every `everyMs`. Posts each failure ({ error }). Between checkpoints it answers reads ({ id, sql, params }: one
+ * read-only statement, its first row back as { id, row } or { id, readError }), so a long scan never holds the event
+ * loop.
  */
 
 const { path, everyMs } = workerData as { path: string; everyMs: number };
@@ -23,9 +25,31 @@ const timer = setInterval(() => {
   }
 }, everyMs);
 
+/** The reads' statements, compiled once each (a handful: the /metrics gauges'). */
+const statements = new Map<string, Database.Statement>();
+
+function read(sql: string, params: Record<string, unknown>): unknown {
+  let statement = statements.get(sql);
+  if (!statement) {
+    statement = db.prepare(sql);
+    // Only reads: this connection is the checkpoint's, and nothing here may write.
+    if (!statement.readonly || !statement.reader) throw new Error('only a read-only statement that returns rows may run on the checkpoint thread');
+    statements.set(sql, statement);
+  }
+  return statement.get(params);
+}
+
 parentPort!.on('message', (message: unknown) => {
-  if (message !== 'stop') return;
-  clearInterval(timer);
-  db.close();
-  parentPort!.close();
+  if (message === 'stop') {
+    clearInterval(timer);
+    db.close();
+    parentPort!.close();
+    return;
+  }
+  const { id, sql, params } = message as { id: number; sql: string; params: Record<string, unknown> };
+  try {
+    parentPort!.postMessage({ id, row: read(sql, params) });
+  } catch (err) {
+    parentPort!.postMessage({ id, readError: err instanceof Error ? err.message : String(err) });
+  }
 });

@@ -32,6 +32,13 @@ export interface Checkpointer {
   readonly running: boolean;
   /** Stops the thread after its checkpoint in progress; the connection checkpoints itself again as before. */
   stop(): Promise<void>;
+  /**
+   * Runs one read-only statement on the thread's own connection and resolves with its first row: for a scan that
+   * would otherwise hold the event loop (the /metrics gauges over a large queue). It reads the last committed state,
+   * as any other connection would. Rejects when the thread is not running (or dies meanwhile), and for a statement
+   * that writes.
+   */
+  read<Row>(sql: string, params?: Record<string, unknown>): Promise<Row | undefined>;
 }
 
 export function startCheckpointer(
@@ -54,18 +61,38 @@ export function startCheckpointer(
     running = false;
     if (sqlite.open) sqlite.pragma(`wal_autocheckpoint = ${DEFAULT_AUTOCHECKPOINT_PAGES}`);
   };
-  worker.on('message', (m: { error?: string }) => {
+  let nextRead = 0;
+  const reads = new Map<number, { resolve: (row: unknown) => void; reject: (err: Error) => void }>();
+  const failReads = (why: string) => {
+    for (const r of reads.values()) r.reject(new Error(why));
+    reads.clear();
+  };
+  worker.on('message', (m: { error?: string; id?: number; row?: unknown; readError?: string }) => {
     if (m.error) logger.warn('db.checkpoint_failed', { message: m.error });
+    if (m.id === undefined) return;
+    const pending = reads.get(m.id);
+    reads.delete(m.id);
+    if (m.readError !== undefined) pending?.reject(new Error(m.readError));
+    else pending?.resolve(m.row);
   });
   worker.on('error', (err) => logger.error('db.checkpoint_thread_failed', { err }));
   worker.on('exit', (code) => {
     if (running && !stopped) logger.error('db.checkpoint_thread_exited', { code, message: 'WAL checkpoints are back on the event loop' });
     fallBack();
+    failReads('the checkpoint thread has stopped');
     stopped?.();
   });
   return {
     get running() {
       return running;
+    },
+    read<Row>(sql: string, params: Record<string, unknown> = {}) {
+      if (!running || stopped) return Promise.reject(new Error('the checkpoint thread is not running'));
+      const id = nextRead++;
+      return new Promise<Row | undefined>((resolve, reject) => {
+        reads.set(id, { resolve: resolve as (row: unknown) => void, reject });
+        worker.postMessage({ id, sql, params });
+      });
     },
     stop() {
       if (!running) return Promise.resolve();

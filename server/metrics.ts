@@ -1,6 +1,5 @@
-import { sql } from 'drizzle-orm';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { Db } from '../db/client.js';
+import { type Db, clientOf } from '../db/client.js';
 import type { Clock } from './clock.js';
 
 /**
@@ -45,6 +44,8 @@ export interface Metrics {
   inboundRefused(stage: InboundStage, code: number): void;
   /** Adds the process's own metrics (CPU, memory, event loop, GC): once, from main, never per test service. */
   collectProcessMetrics(): void;
+  /** Runs the scanning reads of later scrapes through `reader` (main: the checkpoint thread's connection). */
+  readWith(reader: ScrapeReader): void;
 }
 
 /** An SMTP reply code as a label: three digits, else `other` (the label set stays bounded). */
@@ -62,36 +63,80 @@ export interface OutboundQueue {
   oldestCreatedAt: number | null;
 }
 
-/**
- * Reads the outbound queue: what the delivery engine still has to attempt. The `/metrics` gauges and the dashboard's
- * overview both read it here, so they always agree.
- */
+/** The queue's state at `@now`, in one pass over the queued recipients (outbound_recipients_due_idx, then each row). */
+export const OUTBOUND_QUEUE_SQL = `
+  select
+    sum(locked_until > @now) as sending,
+    sum((locked_until is null or locked_until <= @now) and next_attempt_at <= @now) as due,
+    sum((locked_until is null or locked_until <= @now) and next_attempt_at > @now) as deferred,
+    min(created_at) as oldest
+  from outbound_recipients where status = 'queued'`;
+
+/** The customer-database writes waiting (outside the set-aside ones): customer_db_writes_pending_idx alone. */
+export const PENDING_WRITES_SQL = 'select count(*) as n from customer_db_writes where set_aside_at is null';
+
+interface QueueRow {
+  due: number | null;
+  sending: number | null;
+  deferred: number | null;
+  oldest: number | null;
+}
+
+const queueOf = (row: QueueRow | undefined): OutboundQueue => ({ due: row?.due ?? 0, sending: row?.sending ?? 0, deferred: row?.deferred ?? 0, oldestCreatedAt: row?.oldest ?? null });
+
+/** Reads the outbound queue, what the delivery engine still has to attempt, on `db`'s connection. */
 export function readOutboundQueue(db: Db, now: number): OutboundQueue {
-  const row = db.get<{ due: number | null; sending: number | null; deferred: number | null; oldest: number | null }>(sql`
-    select
-      sum(locked_until > ${now}) as sending,
-      sum((locked_until is null or locked_until <= ${now}) and next_attempt_at <= ${now}) as due,
-      sum((locked_until is null or locked_until <= ${now}) and next_attempt_at > ${now}) as deferred,
-      min(created_at) as oldest
-    from outbound_recipients where status = 'queued'`);
-  return { due: row?.due ?? 0, sending: row?.sending ?? 0, deferred: row?.deferred ?? 0, oldestCreatedAt: row?.oldest ?? null };
+  return queueOf(clientOf(db).prepare(OUTBOUND_QUEUE_SQL).get({ now }) as QueueRow | undefined);
+}
+
+/**
+ * Where the gauges that scan run their reads (`sql`, named parameters, the first row back). By default on the event
+ * loop's connection; from main, on the checkpoint thread's own connection (db/checkpointer.ts `read`), so that a
+ * scrape over half a million queued recipients (~280 ms of scanning) does not hold every request, delivery and SMTP
+ * session meanwhile.
+ */
+export type ScrapeReader = <Row>(sql: string, params: Record<string, unknown>) => Row | undefined | Promise<Row | undefined>;
+
+/** Reads on `db`'s own connection, on the event loop. */
+export const readOn =
+  (db: Db): ScrapeReader =>
+  <Row>(sql: string, params: Record<string, unknown>) =>
+    clientOf(db).prepare(sql).get(params) as Row | undefined;
+
+/**
+ * Reads on a thread's connection while it runs (`thread.read`), else, or if it dies during the read, on `db`'s
+ * connection: a scrape always answers.
+ */
+export function readOffThread(thread: { readonly running: boolean; read<Row>(sql: string, params: Record<string, unknown>): Promise<Row | undefined> }, db: Db): ScrapeReader {
+  const here = readOn(db);
+  return async <Row>(sql: string, params: Record<string, unknown>) => {
+    if (!thread.running) return here<Row>(sql, params);
+    try {
+      return await thread.read<Row>(sql, params);
+    } catch (err) {
+      if (thread.running) throw err;
+      return here<Row>(sql, params);
+    }
+  };
 }
 
 /**
  * Builds the registry. The queue gauges read SQLite when scraped (their `collect`), so they are true at that moment
- * and cost nothing between scrapes; the counters move where the thing happens.
+ * and cost nothing between scrapes; the counters move where the thing happens. `readWith` moves the scanning reads
+ * of later scrapes elsewhere (main: the checkpoint thread).
  */
-export function createMetrics(db: Db, clock: Clock): Metrics {
+export function createMetrics(db: Db, clock: Clock, reader: ScrapeReader = readOn(db)): Metrics {
   const registry = new Registry();
   const registers = [registry];
+  let read = reader;
 
-  // The queue is read once per scrape (it scans every queued recipient): prom-client calls each metric's collect() in
-  // one synchronous pass, so the read is shared by the gauges of that pass and dropped after it.
-  let scraped: { at: number; queue: OutboundQueue } | null = null;
-  const queueAtScrape = (): { at: number; queue: OutboundQueue } => {
+  // The queue is read once per scrape (it scans every queued recipient): prom-client starts each metric's collect()
+  // in one synchronous pass, so the read is shared by the gauges of that pass and dropped after it.
+  let scraped: { at: number; queue: Promise<OutboundQueue> } | null = null;
+  const queueAtScrape = (): { at: number; queue: Promise<OutboundQueue> } => {
     if (!scraped) {
       const at = clock.now();
-      scraped = { at, queue: readOutboundQueue(db, at) };
+      scraped = { at, queue: Promise.resolve(read<QueueRow>(OUTBOUND_QUEUE_SQL, { now: at })).then(queueOf) };
       queueMicrotask(() => {
         scraped = null;
       });
@@ -111,8 +156,8 @@ export function createMetrics(db: Db, clock: Clock): Metrics {
     help: 'Recipients waiting in the outbound queue: due (ready to send), sending (leased to a worker), deferred (waiting for a retry)',
     labelNames: ['state'] as const,
     registers,
-    collect() {
-      const { queue } = queueAtScrape();
+    async collect() {
+      const queue = await queueAtScrape().queue;
       this.set({ state: 'due' }, queue.due);
       this.set({ state: 'sending' }, queue.sending);
       this.set({ state: 'deferred' }, queue.deferred);
@@ -123,8 +168,9 @@ export function createMetrics(db: Db, clock: Clock): Metrics {
     name: 'mailstead_outbound_queue_oldest_age_seconds',
     help: 'Age of the oldest recipient still in the outbound queue, from its send; 0 when the queue is empty',
     registers,
-    collect() {
-      const { at, queue } = queueAtScrape();
+    async collect() {
+      const { at, queue: reading } = queueAtScrape();
+      const queue = await reading;
       this.set(queue.oldestCreatedAt === null ? 0 : Math.max(0, (at - queue.oldestCreatedAt) / 1000));
     },
   });
@@ -157,8 +203,8 @@ export function createMetrics(db: Db, clock: Clock): Metrics {
     name: 'mailstead_customer_db_writes_pending',
     help: "Writes waiting in the outbox for customers' databases (not counting those set aside)",
     registers,
-    collect() {
-      const row = db.get<{ n: number }>(sql`select count(*) as n from customer_db_writes where set_aside_at is null`);
+    async collect() {
+      const row = await read<{ n: number }>(PENDING_WRITES_SQL, {});
       this.set(row?.n ?? 0);
     },
   });
@@ -174,6 +220,9 @@ export function createMetrics(db: Db, clock: Clock): Metrics {
   let processMetrics = false;
   return {
     registry,
+    readWith(next) {
+      read = next;
+    },
     httpRequest: (method, route, status) => http.inc({ method, route, status: String(status) }),
     deliveryOutcome: (status) => outcomes.inc({ status }),
     deliveryLatency: (status, seconds) => latency.observe({ status }, Math.max(0, seconds)),

@@ -98,3 +98,27 @@ it('a thread that dies hands the checkpoints back to the connection, and says so
   expect(autocheckpoint()).toBe(DEFAULT_AUTOCHECKPOINT_PAGES);
   expect(logger.entries.map((r) => r.event)).toContain('db.checkpoint_thread_exited');
 });
+
+it('reads on its own connection: the committed rows, read-only statements only, and nothing once stopped or dead', async () => {
+  const checkpointer = startCheckpointer(store.sqlite, createMemoryLogger(), { everyMs: 60_000 });
+  try {
+    write(3);
+    expect(await checkpointer.read<{ n: number }>('select count(*) as n from filler where id > @after', { after: 1 })).toEqual({ n: 2 });
+    // A transaction the event loop's connection has not committed is not seen.
+    store.sqlite.exec('begin immediate');
+    store.sqlite.prepare('insert into filler (body) values (?)').run(Buffer.alloc(10));
+    expect(await checkpointer.read<{ n: number }>('select count(*) as n from filler')).toEqual({ n: 3 });
+    store.sqlite.exec('commit');
+    expect(await checkpointer.read<{ n: number }>('select count(*) as n from filler')).toEqual({ n: 4 });
+    expect(await checkpointer.read('select body from filler where id = -1')).toBeUndefined();
+    await expect(checkpointer.read('delete from filler')).rejects.toThrow(/read-only/);
+    await expect(checkpointer.read('select * from no_such_table')).rejects.toThrow(/no such table/);
+    expect(store.sqlite.prepare('select count(*) as n from filler').get()).toEqual({ n: 4 });
+  } finally {
+    await checkpointer.stop();
+  }
+  await expect(checkpointer.read('select 1')).rejects.toThrow(/not running/);
+
+  const dying = startCheckpointer(store.sqlite, createMemoryLogger(), { workerUrl: new URL('data:text/javascript,setTimeout(() => process.exit(3), 50)') });
+  await expect(dying.read('select 1')).rejects.toThrow(/stopped/);
+});

@@ -2,11 +2,13 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { eq, inArray, sql } from 'drizzle-orm';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { startCheckpointer } from '../db/checkpointer.js';
+import { clientOf } from '../db/client.js';
 import { customerDbWrites, outboundRecipients, webhookDeliveries } from '../db/schema/index.js';
 import { createDeliveryEngine } from '../mta/delivery-engine.js';
 import { claimDueRecipients } from '../mta/delivery-queue.js';
 import { ConfigError, loadConfig } from '../server/config.js';
-import { LATENCY_BUCKETS_SECONDS, createMetrics } from '../server/metrics.js';
+import { LATENCY_BUCKETS_SECONDS, type ScrapeReader, createMetrics, readOffThread, readOn } from '../server/metrics.js';
 import { metricsTokenMatches } from '../server/routes/metrics.js';
 import { createWebhookDispatcher } from '../server/webhooks/dispatcher.js';
 import { storeDatabaseRow } from './helpers/customer-db.js';
@@ -350,13 +352,13 @@ describe('createMetrics', () => {
     const { service } = rig;
     const { db } = service.deps;
     let queueReads = 0;
-    // The registry's own view of the database: every read passes here; the queue's are the ones on outbound_recipients.
-    const counted = Object.create(db) as typeof db;
-    counted.get = ((query: Parameters<typeof db.get>[0]) => {
-      if (JSON.stringify(query).includes('outbound_recipients')) queueReads++;
-      return db.get(query);
-    }) as typeof db.get;
-    const metrics = createMetrics(counted, service.clock);
+    // Every scanning read of a scrape passes through the reader; the queue's are the ones on outbound_recipients.
+    const here = readOn(db);
+    const counting: ScrapeReader = (query, params) => {
+      if (query.includes('outbound_recipients')) queueReads++;
+      return here(query, params);
+    };
+    const metrics = createMetrics(db, service.clock, counting);
     const sender = await newSender(service);
     await send(sender, 'ana@example.net');
     service.clock.advance(12_000);
@@ -371,6 +373,44 @@ describe('createMetrics', () => {
     expect(queueReads).toBe(2);
     expect(sampleValue(second, 'mailstead_outbound_queue_depth', { state: 'due' })).toBe(0);
     expect(sampleValue(second, 'mailstead_outbound_queue_oldest_age_seconds')).toBe(0);
+  });
+
+  it("main's scrapes scan on the checkpoint thread's connection, never the event loop's; with the thread stopped, on the event loop's", async () => {
+    const { service } = rig;
+    const { db } = service.deps;
+    const thread = startCheckpointer(service.deps.store.sqlite, service.logger);
+    // The event loop's connection, as the reader sees it, refuses every statement while the thread runs.
+    let refusing = true;
+    const guarded = Object.create(db) as typeof db & { $client: unknown };
+    const realClient = clientOf(db);
+    Object.defineProperty(guarded, '$client', {
+      get: () => {
+        if (refusing) throw new Error('a scrape read ran on the event loop');
+        return realClient;
+      },
+    });
+    try {
+      const metrics = createMetrics(db, service.clock);
+      metrics.readWith(readOffThread(thread, guarded));
+      const sender = await newSender(service);
+      await send(sender, ['ana@example.net', 'ben@example.net']);
+      const [writesBefore] = db.all<{ n: number }>(sql`select count(*) as n from customer_db_writes where set_aside_at is null`);
+      service.clock.advance(7_000);
+
+      const onThread = parsePrometheusText(await metrics.registry.metrics());
+      expect(sampleValue(onThread, 'mailstead_outbound_queue_depth', { state: 'due' })).toBe(2);
+      expect(sampleValue(onThread, 'mailstead_outbound_queue_oldest_age_seconds')).toBe(7);
+      expect(sampleValue(onThread, 'mailstead_customer_db_writes_pending')).toBe(writesBefore!.n);
+
+      await thread.stop();
+      refusing = false;
+      await deliver();
+      const afterStop = parsePrometheusText(await metrics.registry.metrics());
+      expect(sampleValue(afterStop, 'mailstead_outbound_queue_depth', { state: 'due' })).toBe(0);
+      expect(sampleValue(afterStop, 'mailstead_outbound_queue_oldest_age_seconds')).toBe(0);
+    } finally {
+      await thread.stop();
+    }
   });
 
   it('a gauge read that fails answers 500 in the envelope, with a request id', async () => {
