@@ -14,6 +14,8 @@ const db = new Database(path, { fileMustExist: true });
 db.pragma('busy_timeout = 1000');
 // The checkpoint fsyncs the log before it copies and the database file after it: frames are never lost to a crash.
 db.pragma('synchronous = FULL');
+// It writes nothing (a checkpoint is no write of data): the reads it answers cannot either, whatever their SQL.
+db.pragma('query_only = 1');
 // This connection never checkpoints on its own commits (it makes none); only here, on the timer.
 const checkpoint = db.prepare('PRAGMA wal_checkpoint(PASSIVE)');
 

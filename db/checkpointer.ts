@@ -28,7 +28,7 @@ function workerFile(): URL {
 }
 
 export interface Checkpointer {
-  /** Whether the thread is running (false once stopped, or after it died). */
+  /** Whether the thread is running (false once asked to stop, or after it died). */
   readonly running: boolean;
   /** Stops the thread after its checkpoint in progress; the connection checkpoints itself again as before. */
   stop(): Promise<void>;
@@ -36,7 +36,8 @@ export interface Checkpointer {
    * Runs one read-only statement on the thread's own connection and resolves with its first row: for a scan that
    * would otherwise hold the event loop (the /metrics gauges over a large queue). It reads the last committed state,
    * as any other connection would. Rejects when the thread is not running (or dies meanwhile), and for a statement
-   * that writes.
+   * that writes. The thread compiles each distinct `sql` once and keeps it: pass constant SQL, never text built per
+   * call.
    */
   read<Row>(sql: string, params?: Record<string, unknown>): Promise<Row | undefined>;
 }
@@ -55,6 +56,7 @@ export function startCheckpointer(
   worker.unref();
   let running = true;
   let stopped: (() => void) | null = null;
+  let stopping: Promise<void> | null = null;
   sqlite.pragma(`wal_autocheckpoint = ${FALLBACK_AUTOCHECKPOINT_PAGES}`);
   const fallBack = () => {
     if (!running) return;
@@ -67,11 +69,18 @@ export function startCheckpointer(
     for (const r of reads.values()) r.reject(new Error(why));
     reads.clear();
   };
+  // Unref'd while idle; a read waiting for its answer holds the process, as any other pending I/O would.
+  const holdWhileReading = () => {
+    if (stopped) return;
+    if (reads.size > 0) worker.ref();
+    else worker.unref();
+  };
   worker.on('message', (m: { error?: string; id?: number; row?: unknown; readError?: string }) => {
     if (m.error) logger.warn('db.checkpoint_failed', { message: m.error });
     if (m.id === undefined) return;
     const pending = reads.get(m.id);
     reads.delete(m.id);
+    holdWhileReading();
     if (m.readError !== undefined) pending?.reject(new Error(m.readError));
     else pending?.resolve(m.row);
   });
@@ -84,23 +93,26 @@ export function startCheckpointer(
   });
   return {
     get running() {
-      return running;
+      return running && !stopped;
     },
     read<Row>(sql: string, params: Record<string, unknown> = {}) {
       if (!running || stopped) return Promise.reject(new Error('the checkpoint thread is not running'));
       const id = nextRead++;
       return new Promise<Row | undefined>((resolve, reject) => {
         reads.set(id, { resolve: resolve as (row: unknown) => void, reject });
+        holdWhileReading();
         worker.postMessage({ id, sql, params });
       });
     },
     stop() {
       if (!running) return Promise.resolve();
-      const done = new Promise<void>((resolve) => (stopped = resolve));
-      // Held until it has closed its connection: the process must not end under it.
-      worker.ref();
-      worker.postMessage('stop');
-      return done;
+      stopping ??= new Promise<void>((resolve) => {
+        stopped = resolve;
+        // Held until it has closed its connection: the process must not end under it.
+        worker.ref();
+        worker.postMessage('stop');
+      });
+      return stopping;
     },
   };
 }

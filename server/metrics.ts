@@ -44,8 +44,16 @@ export interface Metrics {
   inboundRefused(stage: InboundStage, code: number): void;
   /** Adds the process's own metrics (CPU, memory, event loop, GC): once, from main, never per test service. */
   collectProcessMetrics(): void;
-  /** Runs the scanning reads of later scrapes through `reader` (main: the checkpoint thread's connection). */
+  /**
+   * Runs the scanning reads of later scrapes and of `outboundQueue` through `reader` (main: the checkpoint thread's
+   * connection, which exists only once the deps are built).
+   */
   readWith(reader: ScrapeReader): void;
+  /**
+   * The outbound queue, what the delivery engine still has to attempt, read as the gauges read it (the dashboard's
+   * overview shows it, so the two always agree), and the time it was read at.
+   */
+  outboundQueue(): Promise<{ at: number; queue: OutboundQueue }>;
 }
 
 /** An SMTP reply code as a label: three digits, else `other` (the label set stays bounded). */
@@ -84,15 +92,10 @@ interface QueueRow {
 
 const queueOf = (row: QueueRow | undefined): OutboundQueue => ({ due: row?.due ?? 0, sending: row?.sending ?? 0, deferred: row?.deferred ?? 0, oldestCreatedAt: row?.oldest ?? null });
 
-/** Reads the outbound queue, what the delivery engine still has to attempt, on `db`'s connection. */
-export function readOutboundQueue(db: Db, now: number): OutboundQueue {
-  return queueOf(clientOf(db).prepare(OUTBOUND_QUEUE_SQL).get({ now }) as QueueRow | undefined);
-}
-
 /**
  * Where the gauges that scan run their reads (`sql`, named parameters, the first row back). By default on the event
  * loop's connection; from main, on the checkpoint thread's own connection (db/checkpointer.ts `read`), so that a
- * scrape over half a million queued recipients (~280 ms of scanning) does not hold every request, delivery and SMTP
+ * scrape over half a million queued recipients (~200 ms of scanning) does not hold every request, delivery and SMTP
  * session meanwhile.
  */
 export type ScrapeReader = <Row>(sql: string, params: Record<string, unknown>) => Row | undefined | Promise<Row | undefined>;
@@ -130,18 +133,23 @@ export function createMetrics(db: Db, clock: Clock, reader: ScrapeReader = readO
   const registers = [registry];
   let read = reader;
 
-  // The queue is read once per scrape (it scans every queued recipient): prom-client starts each metric's collect()
-  // in one synchronous pass, so the read is shared by the gauges of that pass and dropped after it.
-  let scraped: { at: number; queue: Promise<OutboundQueue> } | null = null;
-  const queueAtScrape = (): { at: number; queue: Promise<OutboundQueue> } => {
-    if (!scraped) {
+  // The queue is read once at a time (it scans every queued recipient): the gauges of one scrape, overlapping scrapes
+  // (two Prometheus servers) and the dashboard's overview share the read under way; the next one after it reads afresh.
+  let reading: { at: number; queue: Promise<OutboundQueue> } | null = null;
+  const queueNow = (): { at: number; queue: Promise<OutboundQueue> } => {
+    if (!reading) {
       const at = clock.now();
-      scraped = { at, queue: Promise.resolve(read<QueueRow>(OUTBOUND_QUEUE_SQL, { now: at })).then(queueOf) };
-      queueMicrotask(() => {
-        scraped = null;
-      });
+      const queue = Promise.resolve()
+        .then(() => read<QueueRow>(OUTBOUND_QUEUE_SQL, { now: at }))
+        .then(queueOf);
+      const current = { at, queue };
+      const done = () => {
+        if (reading === current) reading = null;
+      };
+      queue.then(done, done);
+      reading = current;
     }
-    return scraped;
+    return reading;
   };
 
   const http = new Counter({
@@ -157,7 +165,7 @@ export function createMetrics(db: Db, clock: Clock, reader: ScrapeReader = readO
     labelNames: ['state'] as const,
     registers,
     async collect() {
-      const queue = await queueAtScrape().queue;
+      const queue = await queueNow().queue;
       this.set({ state: 'due' }, queue.due);
       this.set({ state: 'sending' }, queue.sending);
       this.set({ state: 'deferred' }, queue.deferred);
@@ -169,8 +177,8 @@ export function createMetrics(db: Db, clock: Clock, reader: ScrapeReader = readO
     help: 'Age of the oldest recipient still in the outbound queue, from its send; 0 when the queue is empty',
     registers,
     async collect() {
-      const { at, queue: reading } = queueAtScrape();
-      const queue = await reading;
+      const { at, queue: pending } = queueNow();
+      const queue = await pending;
       this.set(queue.oldestCreatedAt === null ? 0 : Math.max(0, (at - queue.oldestCreatedAt) / 1000));
     },
   });
@@ -222,6 +230,10 @@ export function createMetrics(db: Db, clock: Clock, reader: ScrapeReader = readO
     registry,
     readWith(next) {
       read = next;
+    },
+    async outboundQueue() {
+      const { at, queue } = queueNow();
+      return { at, queue: await queue };
     },
     httpRequest: (method, route, status) => http.inc({ method, route, status: String(status) }),
     deliveryOutcome: (status) => outcomes.inc({ status }),

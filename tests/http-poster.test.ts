@@ -75,12 +75,45 @@ describe('the benchmarks’ HTTP poster', () => {
     poster.close();
   });
 
+  it('close() rejects the request in flight and the queued ones; an answer nobody asked for drops its connection', async () => {
+    const silent = createTcpServer(() => undefined); // takes requests, never answers
+    const port = await listen(silent);
+    const poster = createHttpPoster(`http://127.0.0.1:${port}/x`, {}, 1);
+    const inFlight = poster.post('{}');
+    const queued = poster.post('{}');
+    await new Promise((r) => setTimeout(r, 20));
+    poster.close();
+    await expect(inFlight).rejects.toThrow(/closed/);
+    await expect(queued).rejects.toThrow(/closed/);
+
+    // The server answers each request, then sends a second, unasked answer on the same connection after a moment.
+    let connections = 0;
+    const chatty = createTcpServer((socket) => {
+      connections++;
+      socket.on('data', () => {
+        socket.write('HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n');
+        setTimeout(() => socket.writable && socket.write('HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n'), 10);
+      });
+    });
+    const chattyPort = await listen(chatty);
+    const other = createHttpPoster(`http://127.0.0.1:${chattyPort}/x`, {}, 1);
+    expect(await other.post('{}')).toBe(200);
+    await new Promise((r) => setTimeout(r, 40));
+    expect(await other.post('{}')).toBe(200);
+    expect(connections).toBe(2);
+    other.close();
+  });
+
   it('parses response heads and chunked bodies split anywhere', () => {
     expect(parseResponseHead('HTTP/1.1 429 Too Many Requests\r\nContent-Length: 12\r\nConnection: keep-alive')).toEqual({ status: 429, length: 12, close: false });
     expect(parseResponseHead('HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nconnection: close')).toEqual({ status: 200, length: 'chunked', close: true });
     expect(parseResponseHead('HTTP/1.1 204 No Content\r\nDate: x')).toEqual({ status: 204, length: 0, close: false });
     expect(() => parseResponseHead('HTTP/1.1 200 OK\r\nDate: x')).toThrow(/without Content-Length/);
     expect(() => parseResponseHead('SSH-2.0-OpenSSH')).toThrow(/not an HTTP/);
+    expect(parseResponseHead('HTTP/1.0 200 OK\r\nContent-Length: 0')).toEqual({ status: 200, length: 0, close: true });
+    expect(parseResponseHead('HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0')).toEqual({ status: 200, length: 0, close: false });
+    expect(() => parseResponseHead('HTTP/1.1 100 Continue')).toThrow(/interim/);
+    expect(() => createHttpPoster('https://127.0.0.1:1/x', {}, 1)).toThrow(/plain HTTP/);
     const body = Buffer.from('5\r\nhello\r\n0\r\n\r\n');
     for (let cut = 0; cut < body.length; cut++) expect(chunkedEnd(body.subarray(0, cut), 0)).toBe(-1);
     expect(chunkedEnd(body, 0)).toBe(body.length);

@@ -375,6 +375,39 @@ describe('createMetrics', () => {
     expect(sampleValue(second, 'mailstead_outbound_queue_oldest_age_seconds')).toBe(0);
   });
 
+  it('overlapping scrapes share the queue read under way; the one after it reads afresh', async () => {
+    const { service } = rig;
+    const here = readOn(service.deps.db);
+    let queueReads = 0;
+    let release: () => void = () => undefined;
+    // A slow read, as a scan of a large queue on the checkpoint thread is: answered when the test says.
+    const slow: ScrapeReader = async (query, params) => {
+      if (!query.includes('outbound_recipients')) return here(query, params);
+      queueReads++;
+      await new Promise<void>((resolve) => (release = resolve));
+      return here(query, params);
+    };
+    const metrics = createMetrics(service.deps.db, service.clock, slow);
+    await send(await newSender(service), 'ana@example.net');
+    const first = metrics.registry.metrics();
+    // The second scrape and the overview start while the first one's read is still under way.
+    await new Promise((r) => setTimeout(r, 10));
+    const second = metrics.registry.metrics();
+    const overview = metrics.outboundQueue();
+    await new Promise((r) => setTimeout(r, 20));
+    expect(queueReads).toBe(1);
+    release();
+    const [a, b, o] = await Promise.all([first, second, overview]);
+    expect(sampleValue(parsePrometheusText(a), 'mailstead_outbound_queue_depth', { state: 'due' })).toBe(1);
+    expect(sampleValue(parsePrometheusText(b), 'mailstead_outbound_queue_depth', { state: 'due' })).toBe(1);
+    expect(o.queue.due).toBe(1);
+    const third = metrics.registry.metrics();
+    await new Promise((r) => setTimeout(r, 20));
+    release();
+    await third;
+    expect(queueReads).toBe(2);
+  });
+
   it("main's scrapes scan on the checkpoint thread's connection, never the event loop's; with the thread stopped, on the event loop's", async () => {
     const { service } = rig;
     const { db } = service.deps;
@@ -390,7 +423,7 @@ describe('createMetrics', () => {
       },
     });
     try {
-      const metrics = createMetrics(db, service.clock);
+      const metrics = createMetrics(guarded, service.clock);
       metrics.readWith(readOffThread(thread, guarded));
       const sender = await newSender(service);
       await send(sender, ['ana@example.net', 'ben@example.net']);

@@ -1,6 +1,5 @@
 import { Hono } from 'hono';
 import type { Deps } from '../../server/deps.js';
-import { readOutboundQueue } from '../../server/metrics.js';
 import type { DashEnv } from '../env.js';
 import { troubledAccounts, troubledDatabases, troubledWebhooks } from '../queries/attention.js';
 import { VOLUME_DAYS, dailyVolume } from '../queries/mail-volume.js';
@@ -10,10 +9,10 @@ import { VolumeChart, VolumeTable } from '../views/volume-chart.js';
 
 /** GET /dashboard: mail flow over the last 30 days, the outbound queue, and what needs the operator's eye. */
 export function overviewPages(deps: Deps) {
-  return new Hono<DashEnv>().get('/', (c) => {
-    const now = deps.clock.now();
+  return new Hono<DashEnv>().get('/', async (c) => {
+    // The queue's scan runs where the /metrics gauges' do (off the event loop in the server), at the same moment.
+    const { at: now, queue } = await deps.metrics.outboundQueue();
     const days = dailyVolume(deps.db, now);
-    const queue = readOutboundQueue(deps.db, now);
     return render(
       deps,
       c,

@@ -1,5 +1,5 @@
 import type { Child, FC } from 'hono/jsx';
-import type { readOutboundQueue } from '../../server/metrics.js';
+import type { OutboundQueue } from '../../server/metrics.js';
 import { formatAge, plural } from '../format.js';
 import { type AccountTrouble, type Capped, type DatabaseTrouble, NEAR_QUOTA_SHARE } from '../queries/attention.js';
 import { type EndpointSummary, healthReason } from '../queries/webhooks.js';
@@ -9,7 +9,7 @@ import { HealthBadge, endpointPath } from './webhooks.js';
 
 /** The overview's panels: the outbound queue, and what needs the operator's eye (each list capped, with a count). */
 
-export const QueuePanel: FC<{ queue: ReturnType<typeof readOutboundQueue>; now: number }> = ({ queue, now }) => {
+export const QueuePanel: FC<{ queue: OutboundQueue; now: number }> = ({ queue, now }) => {
   const depth = queue.due + queue.sending + queue.deferred;
   return (
     <section class="panel" aria-labelledby="queue-heading" id="queue">

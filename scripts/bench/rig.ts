@@ -98,7 +98,6 @@ export async function startBenchRig(extraEnv: Record<string, string> = {}, given
   };
 }
 
-/** Keep-alive POSTs of JSON bodies from up to `concurrency` sockets; each resolves with the status. */
 /**
  * The API clients of the delivery benchmarks: `concurrency` keep-alive connections through the lean client of
  * scripts/lib/http-poster.ts, so the load generator takes as little of the machine's CPU as `smtp-source` does on

@@ -93,11 +93,14 @@ async function main(): Promise<void> {
   const idempotent = await phase('idempotent', post(false, true));
   const baseline = await timeRequests(postBare);
   console.log(`POST /emails in-process, ${total} requests each, ${CONCURRENCY} in flight (Node ${process.version}); the delivery engine is not running`);
-  console.log(`  sandbox            ${sandbox.toFixed(0)} µs per request`);
-  console.log(`  queued             ${queued.toFixed(0)} µs per request`);
-  console.log(`  queued, with an Idempotency-Key  ${idempotent.toFixed(0)} µs per request`);
-  console.log(`  bare Hono JSON     ${baseline.toFixed(0)} µs per request`);
-  console.log(`  ratio to bare: sandbox ${(baseline / sandbox).toFixed(2)}, queued ${(baseline / queued).toFixed(2)}`);
+  // A phase BENCH_ONLY skipped prints '-'.
+  const us = (v: number) => (Number.isNaN(v) ? '-' : `${v.toFixed(0)} µs per request`);
+  const ratio = (v: number) => (Number.isNaN(v) ? '-' : (baseline / v).toFixed(2));
+  console.log(`  sandbox            ${us(sandbox)}`);
+  console.log(`  queued             ${us(queued)}`);
+  console.log(`  queued, with an Idempotency-Key  ${us(idempotent)}`);
+  console.log(`  bare Hono JSON     ${us(baseline)}`);
+  console.log(`  ratio to bare: sandbox ${ratio(sandbox)}, queued ${ratio(queued)}`);
   deps.store.close();
   rmSync(dataDir, { recursive: true, force: true });
 }

@@ -4,8 +4,8 @@ import { type Socket, connect } from 'node:net';
  * A lean HTTP/1.1 keep-alive client for benchmarks: POSTs a JSON payload over one of `concurrency` plain sockets and
  * resolves with the status code once the whole response has arrived. It writes each request as one string and reads
  * only the status line, Content-Length or chunked framing and Connection: close; no request or response objects, no
- * header maps, no streams. It costs the load generator about a fifth of what node:http's client does per request,
- * as Postfix's `smtp-source` is lean on the other side of `bench:vs-postfix` (scripts/bench/README.md).
+ * header maps, no streams. It costs the benchmark's process about half of what node:http's client did per request
+ * (scripts/bench/README.md, "Session 11"), as Postfix's `smtp-source` is lean on the other side of `bench:vs-postfix`.
  */
 export interface HttpPoster {
   post(payload: string): Promise<number>;
@@ -21,14 +21,18 @@ const HEADER_END = Buffer.from('\r\n\r\n');
 
 /** The framing of one response, read from its head. */
 export function parseResponseHead(head: string): { status: number; length: number | 'chunked'; close: boolean } {
-  const status = Number(/^HTTP\/1\.[01] (\d{3})/.exec(head)?.[1]);
-  if (!Number.isInteger(status)) throw new Error(`not an HTTP/1.x response: ${JSON.stringify(head.slice(0, 40))}`);
+  const line = /^HTTP\/1\.([01]) (\d{3})/.exec(head);
+  if (!line) throw new Error(`not an HTTP/1.x response: ${JSON.stringify(head.slice(0, 40))}`);
+  const status = Number(line[2]);
+  // Nothing here asks for an interim answer (no Expect: 100-continue), so one is a server's error.
+  if (status < 200) throw new Error(`an interim response (${status}) was not asked for`);
   const lower = head.toLowerCase();
-  const close = /\r\nconnection: *close/.test(lower);
+  // HTTP/1.1 keeps the connection unless told otherwise; HTTP/1.0 closes it unless told otherwise.
+  const close = line[1] === '1' ? /\r\nconnection: *close/.test(lower) : !/\r\nconnection: *keep-alive/.test(lower);
   if (/\r\ntransfer-encoding: *chunked/.test(lower)) return { status, length: 'chunked', close };
   const length = /\r\ncontent-length: *(\d+)/.exec(lower)?.[1];
-  // 204, 304 and 1xx carry no body; any other response without a length would end with the connection.
-  if (length === undefined && !(status === 204 || status === 304 || status < 200)) throw new Error(`response ${status} without Content-Length or chunked framing`);
+  // 204 and 304 carry no body; any other response without a length would end with the connection.
+  if (length === undefined && !(status === 204 || status === 304)) throw new Error(`response ${status} without Content-Length or chunked framing`);
   return { status, length: Number(length ?? 0), close };
 }
 
@@ -63,6 +67,7 @@ interface Connection {
 
 export function createHttpPoster(url: string, headers: Record<string, string>, concurrency: number): HttpPoster {
   const target = new URL(url);
+  if (target.protocol !== 'http:') throw new Error(`the benchmarks' poster speaks plain HTTP only, not ${target.protocol}`);
   const port = Number(target.port || 80);
   const fixedHead =
     `POST ${target.pathname}${target.search} HTTP/1.1\r\nHost: ${target.host}\r\n` +
@@ -89,6 +94,7 @@ export function createHttpPoster(url: string, headers: Record<string, string>, c
   };
 
   const onData = (conn: Connection, chunk: Buffer) => {
+    if (conn.current === null) throw new Error('the server answered a request that was not sent');
     conn.pending = conn.pending.length === 0 ? chunk : Buffer.concat([conn.pending, chunk]);
     const buf = conn.pending;
     const headEnd = buf.indexOf(HEADER_END);
@@ -149,8 +155,15 @@ export function createHttpPoster(url: string, headers: Record<string, string>, c
       }),
     close: () => {
       closed = true;
-      for (const conn of open) drop(conn);
+      const gone = new Error('poster closed');
+      for (const conn of [...open]) {
+        const w = conn.current;
+        conn.current = null;
+        drop(conn);
+        w?.reject(gone);
+      }
       idle.length = 0;
+      for (const { waiter } of queue.splice(0)) waiter.reject(gone);
     },
   };
 }

@@ -48,7 +48,7 @@ function keyView(deps: Pick<Deps, 'keyUsage'>, row: ApiKeyRow): KeyView {
   };
 }
 
-/** The live key with this full secret and the account that owns it, looked up by the SHA-256 of the secret. */
+/** A key with the account that owns it, by the SHA-256 of its secret; an account by id (the guard's hot path). */
 const statements = definePrepared((db) => ({
   keyByHash: db
     .select({ key: apiKeys, account: accounts })
@@ -83,11 +83,20 @@ export function keyStamp(db: Db): string {
  * The live keys this process has found, by the SHA-256 of their secret (never the secret itself), each with the stamp
  * it was found under. Under the same stamp no key has stopped working, and nothing else of a key row that the guard
  * reads changes (its scopes are fixed when it is minted), so a known key skips its lookup; its account is read
- * afresh on every request, because its credits and counters change with every send. Bounded: past the limit the map
- * starts over.
+ * afresh on every request, because its credits and counters change with every send. Bounded: past the limit the key
+ * found longest ago makes room.
  */
-const knownKeys = definePrepared(() => new Map<string, { key: ApiKeyRow; stamp: string }>());
+const knownKeysByDb = new WeakMap<Db, Map<string, { key: ApiKeyRow; stamp: string }>>();
 const KNOWN_KEYS_MAX = 10_000;
+
+function knownKeys(db: Db): Map<string, { key: ApiKeyRow; stamp: string }> {
+  let known = knownKeysByDb.get(db);
+  if (!known) {
+    known = new Map();
+    knownKeysByDb.set(db, known);
+  }
+  return known;
+}
 
 /**
  * The key and the stamp it was found under, read in one read transaction: outside a transaction every statement takes
@@ -109,9 +118,10 @@ const readKeyTogether = definePrepared((db) =>
       const account = statements(db).accountById.get({ id: cached.key.accountId });
       if (account) return { found: { key: cached.key, account }, stamp };
     }
-    const found = liveKeyByHash(db, hash);
+    const found = findLiveKeyByHash(db, hash);
+    known.delete(hash);
     if (found) {
-      if (known.size >= KNOWN_KEYS_MAX) known.clear();
+      if (known.size >= KNOWN_KEYS_MAX) known.delete(known.keys().next().value!);
       known.set(hash, { key: found.key, stamp });
     }
     return { found, stamp };
@@ -119,10 +129,10 @@ const readKeyTogether = definePrepared((db) =>
 );
 
 export function findLiveKey(db: Db, secret: string): { key: ApiKeyRow; account: AccountRow } | undefined {
-  return KEY_FORMAT.test(secret) ? liveKeyByHash(db, sha256Hex(secret)) : undefined;
+  return KEY_FORMAT.test(secret) ? findLiveKeyByHash(db, sha256Hex(secret)) : undefined;
 }
 
-function liveKeyByHash(db: Db, hash: string): { key: ApiKeyRow; account: AccountRow } | undefined {
+function findLiveKeyByHash(db: Db, hash: string): { key: ApiKeyRow; account: AccountRow } | undefined {
   const found = statements(db).keyByHash.get({ hash });
   return found && found.key.revokedAt === null ? found : undefined;
 }
