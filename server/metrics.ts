@@ -71,7 +71,11 @@ export interface OutboundQueue {
   oldestCreatedAt: number | null;
 }
 
-/** The queue's state at `@now`, in one pass over the queued recipients (outbound_recipients_due_idx, then each row). */
+/**
+ * The queue's state at `@now`, in one pass over the queued recipients (outbound_recipients_due_idx, then each row).
+ * The scanning reads are SQL text rather than drizzle's builder because the text crosses to the checkpoint thread's
+ * connection (`ScrapeReader`).
+ */
 export const OUTBOUND_QUEUE_SQL = `
   select
     sum(locked_until > @now) as sending,
