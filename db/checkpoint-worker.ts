@@ -4,9 +4,9 @@ import Database from 'better-sqlite3';
 /**
  * The checkpoint thread (db/checkpointer.ts): its own connection to the service's database, copying the write-ahead
  * log into the database file with PASSIVE checkpoints (never blocking the event loop's connection, which writes on)
- * every `everyMs`. Posts each failure ({ error }). Between checkpoints it answers reads ({ id, sql, params }: one
- * read-only statement, its first row back as { id, row } or { id, readError }), so a long scan never holds the event
- * loop.
+ * every `everyMs`. Posts each failure ({ error }). Between checkpoints it answers reads ({ id, sql, params, all }: one
+ * read-only statement, its first row or all its rows back as { id, row } or { id, readError }), so a long scan never
+ * holds the event loop.
  */
 
 const { path, everyMs } = workerData as { path: string; everyMs: number };
@@ -30,7 +30,7 @@ const timer = setInterval(() => {
 /** The reads' statements, compiled once each (a handful: the /metrics gauges'). */
 const statements = new Map<string, Database.Statement>();
 
-function read(sql: string, params: Record<string, unknown>): unknown {
+function read(sql: string, params: Record<string, unknown>, all: boolean): unknown {
   let statement = statements.get(sql);
   if (!statement) {
     statement = db.prepare(sql);
@@ -38,7 +38,7 @@ function read(sql: string, params: Record<string, unknown>): unknown {
     if (!statement.readonly || !statement.reader) throw new Error('only a read-only statement that returns rows may run on the checkpoint thread');
     statements.set(sql, statement);
   }
-  return statement.get(params);
+  return all ? statement.all(params) : statement.get(params);
 }
 
 parentPort!.on('message', (message: unknown) => {
@@ -48,9 +48,9 @@ parentPort!.on('message', (message: unknown) => {
     parentPort!.close();
     return;
   }
-  const { id, sql, params } = message as { id: number; sql: string; params: Record<string, unknown> };
+  const { id, sql, params, all } = message as { id: number; sql: string; params: Record<string, unknown>; all: boolean };
   try {
-    parentPort!.postMessage({ id, row: read(sql, params) });
+    parentPort!.postMessage({ id, row: read(sql, params, all) });
   } catch (err) {
     parentPort!.postMessage({ id, readError: err instanceof Error ? err.message : String(err) });
   }

@@ -40,6 +40,8 @@ export interface Checkpointer {
    * call.
    */
   read<Row>(sql: string, params?: Record<string, unknown>): Promise<Row | undefined>;
+  /** As `read`, every row. */
+  readAll<Row>(sql: string, params?: Record<string, unknown>): Promise<Row[]>;
 }
 
 export function startCheckpointer(
@@ -75,6 +77,15 @@ export function startCheckpointer(
     if (reads.size > 0) worker.ref();
     else worker.unref();
   };
+  const ask = (sql: string, params: Record<string, unknown>, all: boolean): Promise<unknown> => {
+    if (!running || stopped) return Promise.reject(new Error('the checkpoint thread is not running'));
+    const id = nextRead++;
+    return new Promise<unknown>((resolve, reject) => {
+      reads.set(id, { resolve, reject });
+      holdWhileReading();
+      worker.postMessage({ id, sql, params, all });
+    });
+  };
   worker.on('message', (m: { error?: string; id?: number; row?: unknown; readError?: string }) => {
     if (m.error) logger.warn('db.checkpoint_failed', { message: m.error });
     if (m.id === undefined) return;
@@ -96,13 +107,10 @@ export function startCheckpointer(
       return running && !stopped;
     },
     read<Row>(sql: string, params: Record<string, unknown> = {}) {
-      if (!running || stopped) return Promise.reject(new Error('the checkpoint thread is not running'));
-      const id = nextRead++;
-      return new Promise<Row | undefined>((resolve, reject) => {
-        reads.set(id, { resolve: resolve as (row: unknown) => void, reject });
-        holdWhileReading();
-        worker.postMessage({ id, sql, params });
-      });
+      return ask(sql, params, false) as Promise<Row | undefined>;
+    },
+    readAll<Row>(sql: string, params: Record<string, unknown> = {}) {
+      return ask(sql, params, true) as Promise<Row[]>;
     },
     stop() {
       if (!running) return Promise.resolve();

@@ -10,6 +10,7 @@ import { createRateLimiter, type RateLimiter } from './core/rate-limit.js';
 import { createResolver, type DnsResolver } from './dns/resolver.js';
 import type { Logger } from './logger.js';
 import { createMetrics, type Metrics } from './metrics.js';
+import { type Scans, scansOn } from './scans.js';
 
 /** Everything with a side effect, built once in main (or a test) and passed down. */
 export interface Deps {
@@ -32,6 +33,11 @@ export interface Deps {
   /** Called after customer-database writes are durably queued; main points it at the writer. */
   onCustomerDbQueued: () => void;
   rateLimiter: RateLimiter;
+  /**
+   * Where reads that walk many rows run (the /metrics gauges, the dashboard's chart): the event loop's connection,
+   * until main points them at the checkpoint thread's (server/scans.ts).
+   */
+  scans: Scans;
   /** The operator's counters and gauges (`GET /metrics`), one registry per Deps. */
   metrics: Metrics;
 }
@@ -63,7 +69,7 @@ export function resolveSecretKey(config: Config): Buffer | null {
 
 export function createDeps(config: Config, clock: Clock, logger: Logger): Deps {
   const store = openDatabase(config.dataDir);
-  return {
+  const deps: Deps = {
     config,
     db: store.db,
     store,
@@ -77,6 +83,9 @@ export function createDeps(config: Config, clock: Clock, logger: Logger): Deps {
     onWebhookQueued: () => undefined,
     onCustomerDbQueued: () => undefined,
     rateLimiter: createRateLimiter(clock, { perKey: config.rateLimitPerKey, perAccount: config.rateLimitPerAccount }),
-    metrics: createMetrics(store.db, clock),
+    scans: scansOn(store.db),
+    // The gauges ask for `deps.scans` at each scrape: main may have moved them since.
+    metrics: createMetrics(clock, () => deps.scans),
   };
+  return deps;
 }

@@ -13,7 +13,7 @@ import { createCustomerDbWriter } from './customer-db/writer.js';
 import { type InboundServer, createInboundServer } from '../mta/inbound/server.js';
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
 import { createLogger, stdoutBatched } from './logger.js';
-import { readOffThread } from './metrics.js';
+import { scansOffThread } from './scans.js';
 import { STARTED_EVENT, type StartedMessage, startLine } from './start-line.js';
 
 const KEY_USAGE_FLUSH_MS = 10_000;
@@ -52,8 +52,8 @@ async function main(): Promise<void> {
   const deps = createDeps(config, systemClock, logger);
   // WAL checkpoints on a thread of their own, not inside a COMMIT on the event loop (db/checkpointer.ts).
   const checkpointer = startCheckpointer(deps.store.sqlite, logger);
-  // The /metrics gauges' scans run on that thread's connection, not on the event loop (server/metrics.ts).
-  deps.metrics.readWith(readOffThread(checkpointer, deps.db));
+  // The reads that walk many rows (the /metrics gauges, the dashboard's chart) run on that thread's connection.
+  deps.scans = scansOffThread(checkpointer, deps.db);
   deps.metrics.collectProcessMetrics();
   const hostnameProblem = mailHostnameProblem(config.mailHostname);
   if (hostnameProblem) {

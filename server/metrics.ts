@@ -1,6 +1,6 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import { type Db, clientOf } from '../db/client.js';
 import type { Clock } from './clock.js';
+import type { Scans } from './scans.js';
 
 /**
  * The operator's counters and gauges, served by `GET /metrics` in the Prometheus text format. One registry per
@@ -45,11 +45,6 @@ export interface Metrics {
   /** Adds the process's own metrics (CPU, memory, event loop, GC): once, from main, never per test service. */
   collectProcessMetrics(): void;
   /**
-   * Runs the scanning reads of later scrapes and of `outboundQueue` through `reader` (main: the checkpoint thread's
-   * connection, which exists only once the deps are built).
-   */
-  readWith(reader: ScrapeReader): void;
-  /**
    * The outbound queue, what the delivery engine still has to attempt, read as the gauges read it (the dashboard's
    * overview shows it, so the two always agree), and the time it was read at.
    */
@@ -71,11 +66,7 @@ export interface OutboundQueue {
   oldestCreatedAt: number | null;
 }
 
-/**
- * The queue's state at `@now`, in one pass over the queued recipients (outbound_recipients_due_idx, then each row).
- * The scanning reads are SQL text rather than drizzle's builder because the text crosses to the checkpoint thread's
- * connection (`ScrapeReader`).
- */
+/** The queue's state at `@now`, in one pass over the queued recipients (outbound_recipients_due_idx, then each row). */
 export const OUTBOUND_QUEUE_SQL = `
   select
     sum(locked_until > @now) as sending,
@@ -97,45 +88,13 @@ interface QueueRow {
 const queueOf = (row: QueueRow | undefined): OutboundQueue => ({ due: row?.due ?? 0, sending: row?.sending ?? 0, deferred: row?.deferred ?? 0, oldestCreatedAt: row?.oldest ?? null });
 
 /**
- * Where the gauges that scan run their reads (`sql`, named parameters, the first row back). By default on the event
- * loop's connection; from main, on the checkpoint thread's own connection (db/checkpointer.ts `read`), so that a
- * scrape over half a million queued recipients (~200 ms of scanning) does not hold every request, delivery and SMTP
- * session meanwhile.
- */
-export type ScrapeReader = <Row>(sql: string, params: Record<string, unknown>) => Row | undefined | Promise<Row | undefined>;
-
-/** Reads on `db`'s own connection, on the event loop. */
-export const readOn =
-  (db: Db): ScrapeReader =>
-  <Row>(sql: string, params: Record<string, unknown>) =>
-    clientOf(db).prepare(sql).get(params) as Row | undefined;
-
-/**
- * Reads on a thread's connection while it runs (`thread.read`), else, or if it dies during the read, on `db`'s
- * connection: a scrape always answers.
- */
-export function readOffThread(thread: { readonly running: boolean; read<Row>(sql: string, params: Record<string, unknown>): Promise<Row | undefined> }, db: Db): ScrapeReader {
-  const here = readOn(db);
-  return async <Row>(sql: string, params: Record<string, unknown>) => {
-    if (!thread.running) return here<Row>(sql, params);
-    try {
-      return await thread.read<Row>(sql, params);
-    } catch (err) {
-      if (thread.running) throw err;
-      return here<Row>(sql, params);
-    }
-  };
-}
-
-/**
  * Builds the registry. The queue gauges read SQLite when scraped (their `collect`), so they are true at that moment
- * and cost nothing between scrapes; the counters move where the thing happens. `readWith` moves the scanning reads
- * of later scrapes elsewhere (main: the checkpoint thread).
+ * and cost nothing between scrapes; the counters move where the thing happens. The scanning reads go through
+ * `scans()`, asked at each scrape: main moves them off the event loop once the checkpoint thread runs (server/scans.ts).
  */
-export function createMetrics(db: Db, clock: Clock, reader: ScrapeReader = readOn(db)): Metrics {
+export function createMetrics(clock: Clock, scans: () => Scans): Metrics {
   const registry = new Registry();
   const registers = [registry];
-  let read = reader;
 
   // The queue is read once at a time (it scans every queued recipient): the gauges of one scrape, overlapping scrapes
   // (two Prometheus servers) and the dashboard's overview share the read under way; the next one after it reads afresh.
@@ -144,7 +103,7 @@ export function createMetrics(db: Db, clock: Clock, reader: ScrapeReader = readO
     if (!reading) {
       const at = clock.now();
       const queue = Promise.resolve()
-        .then(() => read<QueueRow>(OUTBOUND_QUEUE_SQL, { now: at }))
+        .then(() => scans().first<QueueRow>(OUTBOUND_QUEUE_SQL, { now: at }))
         .then(queueOf);
       const current = { at, queue };
       const done = () => {
@@ -216,7 +175,7 @@ export function createMetrics(db: Db, clock: Clock, reader: ScrapeReader = readO
     help: "Writes waiting in the outbox for customers' databases (not counting those set aside)",
     registers,
     async collect() {
-      const row = await read<{ n: number }>(PENDING_WRITES_SQL, {});
+      const row = await scans().first<{ n: number }>(PENDING_WRITES_SQL);
       this.set(row?.n ?? 0);
     },
   });
@@ -232,9 +191,6 @@ export function createMetrics(db: Db, clock: Clock, reader: ScrapeReader = readO
   let processMetrics = false;
   return {
     registry,
-    readWith(next) {
-      read = next;
-    },
     async outboundQueue() {
       const { at, queue } = queueNow();
       return { at, queue: await queue };

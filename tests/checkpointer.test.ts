@@ -111,6 +111,9 @@ it('reads on its own connection: the committed rows, read-only statements only, 
     store.sqlite.exec('commit');
     expect(await checkpointer.read<{ n: number }>('select count(*) as n from filler')).toEqual({ n: 4 });
     expect(await checkpointer.read('select body from filler where id = -1')).toBeUndefined();
+    expect(await checkpointer.readAll<{ id: number }>('select id from filler where id > @after order by id', { after: 2 })).toEqual([{ id: 3 }, { id: 4 }]);
+    expect(await checkpointer.readAll('select id from filler where id < 0')).toEqual([]);
+    await expect(checkpointer.readAll('delete from filler returning id')).rejects.toThrow(/read-only|readonly/);
     await expect(checkpointer.read('delete from filler')).rejects.toThrow(/read-only|readonly/);
     await expect(checkpointer.read('delete from filler returning id')).rejects.toThrow(/read-only|readonly/);
     await expect(checkpointer.read('select * from no_such_table')).rejects.toThrow(/no such table/);

@@ -1,10 +1,12 @@
 import { eq } from 'drizzle-orm';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startCheckpointer } from '../db/checkpointer.js';
 import { customerDatabases, webhookEndpoints } from '../db/schema/index.js';
 import { createDeliveryEngine, type DeliveryEngine } from '../mta/delivery-engine.js';
 import { SIMULATOR_DOMAIN } from '../mta/simulator.js';
 import { setDailyQuota } from '../server/core/accounts.js';
+import { scansOffThread } from '../server/scans.js';
 import { expectAccessible, horizontalOverflow, launchBrowser, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
 import { storeDatabaseRow } from './helpers/customer-db.js';
 import { adminTokenFor, dashboardClient } from './helpers/dashboard.js';
@@ -166,6 +168,37 @@ describe('the overview', () => {
       expect(html).toContain('All clear: no account has used 80% of today');
       expect(html).toContain('<div class="value" id="queue-oldest">none</div>');
     } finally {
+      await quiet.close();
+    }
+  });
+
+  it("reads the chart and the queue where deps.scans says: in the server, the checkpoint thread's connection, not the event loop's", async () => {
+    const quiet = await startService({ DELIVERY_MODE: 'capture' });
+    const thread = startCheckpointer(quiet.deps.store.sqlite, quiet.logger);
+    try {
+      const s = await newSender(quiet, { name: 'Chart shop' });
+      const res = await quiet.api('POST', '/emails', { key: s.key, body: receipt(s.from, ['ana@example.net', 'ben@example.net']) });
+      expect(res.status).toBe(200);
+      // The event loop's connection, as the scans see it, refuses every statement.
+      const refusing = Object.create(quiet.deps.db) as typeof quiet.deps.db;
+      Object.defineProperty(refusing, '$client', {
+        get: () => {
+          throw new Error('a scan ran on the event loop');
+        },
+      });
+      const offLoop = scansOffThread(thread, refusing);
+      const seen: string[] = [];
+      quiet.deps.scans = {
+        first: (query, params) => (seen.push(query), offLoop.first(query, params)),
+        all: (query, params) => (seen.push(query), offLoop.all(query, params)),
+      };
+      const html = await (await (await dashboardClient(quiet)).get('/dashboard')).text();
+      const today = new Date(quiet.clock.now()).toISOString().slice(0, 10);
+      expect(html).toMatch(new RegExp(`<tr data-day="${today}"><th scope="row">${today}</th><td class="num" data-series="sent">2</td>`));
+      expect(html).toMatch(/<div class="value" id="queue-depth">2<\/div>/);
+      for (const table of ['emails', 'email_events', 'outbound_recipients']) expect(seen.some((q) => new RegExp(`from ${table}\\b`).test(q))).toBe(true);
+    } finally {
+      await thread.stop();
       await quiet.close();
     }
   });

@@ -8,7 +8,8 @@ import { customerDbWrites, outboundRecipients, webhookDeliveries } from '../db/s
 import { createDeliveryEngine } from '../mta/delivery-engine.js';
 import { claimDueRecipients } from '../mta/delivery-queue.js';
 import { ConfigError, loadConfig } from '../server/config.js';
-import { LATENCY_BUCKETS_SECONDS, type ScrapeReader, createMetrics, readOffThread, readOn } from '../server/metrics.js';
+import { LATENCY_BUCKETS_SECONDS, createMetrics } from '../server/metrics.js';
+import { type Scans, scansOffThread, scansOn } from '../server/scans.js';
 import { metricsTokenMatches } from '../server/routes/metrics.js';
 import { createWebhookDispatcher } from '../server/webhooks/dispatcher.js';
 import { storeDatabaseRow } from './helpers/customer-db.js';
@@ -334,9 +335,9 @@ describe('METRICS_TOKEN', () => {
 
 describe('createMetrics', () => {
   it('one registry per instance: two side by side neither collide nor share a count', async () => {
-    const { db } = rig.service.deps;
-    const a = createMetrics(db, rig.service.clock);
-    const b = createMetrics(db, rig.service.clock);
+    const scans = scansOn(rig.service.deps.db);
+    const a = createMetrics(rig.service.clock, () => scans);
+    const b = createMetrics(rig.service.clock, () => scans);
     a.deliveryOutcome('complained');
     a.deliveryLatency('delivered', 7_200);
     const textA = parsePrometheusText(await a.registry.metrics());
@@ -352,13 +353,16 @@ describe('createMetrics', () => {
     const { service } = rig;
     const { db } = service.deps;
     let queueReads = 0;
-    // Every scanning read of a scrape passes through the reader; the queue's are the ones on outbound_recipients.
-    const here = readOn(db);
-    const counting: ScrapeReader = (query, params) => {
-      if (query.includes('outbound_recipients')) queueReads++;
-      return here(query, params);
+    // Every scanning read of a scrape passes through deps.scans; the queue's are the ones on outbound_recipients.
+    const here = scansOn(db);
+    const counting: Scans = {
+      first: (query, params) => {
+        if (query.includes('outbound_recipients')) queueReads++;
+        return here.first(query, params);
+      },
+      all: here.all,
     };
-    const metrics = createMetrics(db, service.clock, counting);
+    const metrics = createMetrics(service.clock, () => counting);
     const sender = await newSender(service);
     await send(sender, 'ana@example.net');
     service.clock.advance(12_000);
@@ -377,17 +381,20 @@ describe('createMetrics', () => {
 
   it('overlapping scrapes share the queue read under way; the one after it reads afresh', async () => {
     const { service } = rig;
-    const here = readOn(service.deps.db);
+    const here = scansOn(service.deps.db);
     let queueReads = 0;
     let release: () => void = () => undefined;
     // A slow read, as a scan of a large queue on the checkpoint thread is: answered when the test says.
-    const slow: ScrapeReader = async (query, params) => {
-      if (!query.includes('outbound_recipients')) return here(query, params);
-      queueReads++;
-      await new Promise<void>((resolve) => (release = resolve));
-      return here(query, params);
+    const slow: Scans = {
+      first: async (query, params) => {
+        if (!query.includes('outbound_recipients')) return here.first(query, params);
+        queueReads++;
+        await new Promise<void>((resolve) => (release = resolve));
+        return here.first(query, params);
+      },
+      all: here.all,
     };
-    const metrics = createMetrics(service.deps.db, service.clock, slow);
+    const metrics = createMetrics(service.clock, () => slow);
     await send(await newSender(service), 'ana@example.net');
     const first = metrics.registry.metrics();
     // The second scrape and the overview start while the first one's read is still under way.
@@ -423,8 +430,8 @@ describe('createMetrics', () => {
       },
     });
     try {
-      const metrics = createMetrics(guarded, service.clock);
-      metrics.readWith(readOffThread(thread, guarded));
+      const offLoop = scansOffThread(thread, guarded);
+      const metrics = createMetrics(service.clock, () => offLoop);
       const sender = await newSender(service);
       await send(sender, ['ana@example.net', 'ben@example.net']);
       const [writesBefore] = db.all<{ n: number }>(sql`select count(*) as n from customer_db_writes where set_aside_at is null`);

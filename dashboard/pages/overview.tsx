@@ -10,9 +10,9 @@ import { VolumeChart, VolumeTable } from '../views/volume-chart.js';
 /** GET /dashboard: mail flow over the last 30 days, the outbound queue, and what needs the operator's eye. */
 export function overviewPages(deps: Deps) {
   return new Hono<DashEnv>().get('/', async (c) => {
-    // The queue's scan runs where the /metrics gauges' do (off the event loop in the server), at the same moment.
+    // The queue's scan is the /metrics gauges' own; both reads run where deps.scans says (off the event loop).
     const { at: now, queue } = await deps.metrics.outboundQueue();
-    const days = dailyVolume(deps.db, now);
+    const days = await dailyVolume(deps.scans, now);
     return render(
       deps,
       c,
