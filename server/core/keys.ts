@@ -86,17 +86,8 @@ export function keyStamp(db: Db): string {
  * afresh on every request, because its credits and counters change with every send. Bounded: past the limit the key
  * found longest ago makes room.
  */
-const knownKeysByDb = new WeakMap<Db, Map<string, { key: ApiKeyRow; stamp: string }>>();
+const knownKeys = definePrepared(() => new Map<string, { key: ApiKeyRow; stamp: string }>());
 const KNOWN_KEYS_MAX = 10_000;
-
-function knownKeys(db: Db): Map<string, { key: ApiKeyRow; stamp: string }> {
-  let known = knownKeysByDb.get(db);
-  if (!known) {
-    known = new Map();
-    knownKeysByDb.set(db, known);
-  }
-  return known;
-}
 
 /**
  * The key and the stamp it was found under, read in one read transaction: outside a transaction every statement takes
