@@ -92,7 +92,7 @@ const KNOWN_KEYS_MAX = 10_000;
 /**
  * The key and the stamp it was found under, read in one read transaction: outside a transaction every statement takes
  * and drops SQLite's WAL read lock (two fcntl calls on the -shm file), so the reads share one lock, and nothing can
- * stop the key between them.
+ * stop the key between them. An unknown key (a 401) reads no stamp.
  */
 export function findLiveKeyStamped(db: Db, secret: string): { found: ReturnType<typeof findLiveKey>; stamp: string } {
   return readKeyTogether(db)(secret);
@@ -102,19 +102,20 @@ const readKeyTogether = definePrepared((db) =>
   clientOf(db).transaction((secret: string) => {
     if (!KEY_FORMAT.test(secret)) return { found: undefined, stamp: '' };
     const hash = sha256Hex(secret);
-    const stamp = keyStamp(db);
     const known = knownKeys(db);
     const cached = known.get(hash);
-    if (cached?.stamp === stamp) {
-      const account = statements(db).accountById.get({ id: cached.key.accountId });
+    if (cached) {
+      const stamp = keyStamp(db);
+      const account = cached.stamp === stamp ? statements(db).accountById.get({ id: cached.key.accountId }) : undefined;
       if (account) return { found: { key: cached.key, account }, stamp };
+      known.delete(hash);
     }
     const found = findLiveKeyByHash(db, hash);
-    known.delete(hash);
-    if (found) {
-      if (known.size >= KNOWN_KEYS_MAX) known.delete(known.keys().next().value!);
-      known.set(hash, { key: found.key, stamp });
-    }
+    // An unknown key (a 401) reads no stamp: traffic without a key costs one indexed read.
+    if (!found) return { found, stamp: '' };
+    const stamp = keyStamp(db);
+    if (known.size >= KNOWN_KEYS_MAX) known.delete(known.keys().next().value!);
+    known.set(hash, { key: found.key, stamp });
     return { found, stamp };
   }),
 );
