@@ -185,6 +185,22 @@ Remote Server returned '550 5.1.10 RESOLVER.ADR.RecipientNotFound; Recipient not
     expect(suppressionOf(sender.account.id, 'dee@example.net')).toMatchObject({ reason: 'bounce' });
   });
 
+  it('a report sent again records nothing more: one bounce counted per recipient, a delay only when it says something new', async () => {
+    const endpoint = seedEndpoint(service, sender.account.id, ['email.bounced', 'email.deferred']);
+    const id = sentEmail(sender.account.id, ['jo@example.net']);
+    const bounce = postfixDsn(id, 0, 'jo@example.net', 'failed', '5.1.1', '550 5.1.1 User unknown');
+    const delay = postfixDsn(id, 0, 'jo@example.net', 'delayed', '4.4.1', '421 4.4.1 Connection timed out');
+    for (const report of [delay, delay, bounce, bounce, bounce]) expect(await deliverRaw('', verpAddress(id, 0, HOST), report)).toMatch(/^250 /);
+    expect(await deliverRaw('', verpAddress(id, 0, HOST), postfixDsn(id, 0, 'jo@example.net', 'delayed', '4.2.2', '452 4.2.2 Mailbox full'))).toMatch(/^250 /);
+    expect(eventsOf(id).map((e) => [e.status, e.dsn])).toEqual([
+      ['deferred', '4.4.1'],
+      ['bounced', '5.1.1'],
+      ['deferred', '4.2.2'],
+    ]);
+    expect(account(sender.account.id).totalBounced).toBe(1);
+    expect(hooks(endpoint).map((h) => h.eventType)).toEqual(['email.deferred', 'email.bounced', 'email.deferred']);
+  });
+
   it('a VERP address of no sent email is refused at RCPT; a bounce that does not parse is accepted and records nothing', async () => {
     const { client } = await RawSmtp.connect(port);
     try {
@@ -277,6 +293,18 @@ Your receipt body.
     expect(await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, arf({ returnPath: 'someone@else.example', messageId: `${id}@${HOST}`, to: 'hal@example.net' }))).toMatch(/^250 /);
     expect(eventsOf(id).map((e) => [e.recipient, e.status])).toEqual([['hal@example.net', 'complained']]);
     expect(account(sender.account.id).totalComplained).toBe(1);
+  });
+
+  it('a complaint replayed ten times is recorded and counted once: a forged report cannot push the account over the breaker', async () => {
+    const endpoint = seedEndpoint(service, sender.account.id, ['email.complained']);
+    // Enough recipients sent that one complaint stays under the breaker's rate, ten would not.
+    service.deps.db.update(accounts).set({ totalSent: 2000 }).where(eq(accounts.id, sender.account.id)).run();
+    const id = sentEmail(sender.account.id, ['kim@example.net', 'lee@example.net']);
+    const report = arf({ returnPath: 'someone@else.example', messageId: `${id}@${HOST}`, to: 'lee@example.net' });
+    for (let i = 0; i < 10; i++) expect(await deliverRaw('anyone@attacker.example', `fbl@${HOST}`, report)).toMatch(/^250 /);
+    expect(eventsOf(id).map((e) => [e.recipient, e.status])).toEqual([['lee@example.net', 'complained']]);
+    expect(account(sender.account.id)).toMatchObject({ totalComplained: 1, suspendedBy: null });
+    expect(hooks(endpoint)).toHaveLength(1);
   });
 
   it('a report that is not abuse records nothing', async () => {

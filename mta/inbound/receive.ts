@@ -1,6 +1,6 @@
 import type { Readable } from 'node:stream';
-import { eq } from 'drizzle-orm';
-import { emails } from '../../db/schema/index.js';
+import { and, eq } from 'drizzle-orm';
+import { emailEvents, emails } from '../../db/schema/index.js';
 import { queueCustomerDbWrite } from '../../server/customer-db/outbox.js';
 import type { Deps } from '../../server/deps.js';
 import { newId } from '../../server/ids.js';
@@ -241,6 +241,18 @@ function recipientOf(email: SentEmail, named: string | null, index: number | nul
 }
 
 /**
+ * Whether a report would repeat an outcome the recipient already has. Anyone can send a report, and send it again: a
+ * recipient knows the Message-ID and the other addresses of the email, and could replay one complaint or bounce until
+ * the reputation breaker suspends the account. So a recipient's bounce and complaint are recorded (and counted) once
+ * each, and a delay report only when it says something new (its status code and diagnostic).
+ */
+function alreadyReported(deps: Pick<Deps, 'db'>, emailId: string, recipient: string, status: 'bounced' | 'deferred' | 'complained', dsn: string, detail: string): boolean {
+  const same = and(eq(emailEvents.emailId, emailId), eq(emailEvents.recipient, recipient), eq(emailEvents.status, status));
+  const where = status === 'deferred' ? and(same, eq(emailEvents.dsn, dsn), eq(emailEvents.detail, detail)) : same;
+  return deps.db.select({ id: emailEvents.id }).from(emailEvents).where(where).limit(1).get() !== undefined;
+}
+
+/**
  * The events a report records, inside the receiving transaction: per failed or delayed recipient of a DSN a
  * `bounced` (suppressing when 5.x.x) or `deferred` event; for an ARF `abuse` report a `complained` event with its
  * suppression and counter. Each through the engine's own writeOutcome, so webhooks, the customer database and the
@@ -257,6 +269,10 @@ function recordReport(deps: Deps, report: Exclude<InboundReport, null>, arrivedA
   let webhooks = 0;
   let written = 0;
   const record = (recipient: string, status: 'bounced' | 'deferred' | 'complained', dsn: string, detail: string) => {
+    if (alreadyReported(deps, email.id, recipient, status, dsn, detail)) {
+      deps.logger.info('inbound.report_repeated', { emailId: email.id, status });
+      return;
+    }
     const out = writeOutcome(deps, { emailId: email.id, accountId: email.accountId, recipient, status, dsn, detail, occurredAt: now });
     events++;
     webhooks += out.webhooks;
