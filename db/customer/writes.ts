@@ -147,7 +147,7 @@ async function runWrites(client: ClientBase, writes: readonly CustomerWrite[]): 
       status: e.status,
       created_at: iso(e.createdAt),
     }));
-    await client.query(STATEMENTS.email, [JSON.stringify(rows)]);
+    await client.query(STATEMENTS.email, [jsonbText(rows)]);
   }
   if (events.length > 0) {
     const rows = events.map((e) => ({
@@ -159,12 +159,12 @@ async function runWrites(client: ClientBase, writes: readonly CustomerWrite[]): 
       detail: e.detail,
       occurred_at: iso(e.occurredAt),
     }));
-    await client.query(STATEMENTS.event, [JSON.stringify(rows)]);
+    await client.query(STATEMENTS.event, [jsonbText(rows)]);
     const stamps = events.flatMap((e) => {
       const col = TIMESTAMP_OF_STATUS[e.status];
       return col ? [{ email_id: e.emailId, col, at: iso(e.occurredAt) }] : [];
     });
-    if (stamps.length > 0) await client.query(STATEMENTS.timestamps, [JSON.stringify(stamps)]);
+    if (stamps.length > 0) await client.query(STATEMENTS.timestamps, [jsonbText(stamps)]);
   }
   if (inbound.length > 0) {
     const rows = inbound.map((m) => ({
@@ -183,13 +183,28 @@ async function runWrites(client: ClientBase, writes: readonly CustomerWrite[]): 
       dmarc: m.dmarc,
       received_at: iso(m.receivedAt),
     }));
-    await client.query(STATEMENTS.inbound, [JSON.stringify(rows)]);
+    await client.query(STATEMENTS.inbound, [jsonbText(rows)]);
     const files = inbound.flatMap((m) =>
       m.attachments.map((a) => ({ id: a.id, inbound_id: m.id, filename: a.filename, content_type: a.contentType, size: a.size, content: a.contentBase64 })),
     );
-    if (files.length > 0) await client.query(STATEMENTS.attachments, [JSON.stringify(files)]);
+    if (files.length > 0) await client.query(STATEMENTS.attachments, [jsonbText(files)]);
   }
 }
+
+/**
+ * The rows as JSON text for a `jsonb` parameter. Postgres refuses a NUL (`\u0000`) and an unpaired UTF-16 surrogate
+ * in jsonb, which JSON.stringify writes as escapes (a paired one stays a raw character): such a string would get its
+ * write set aside as refused for its data, so each becomes U+FFFD instead. The second pass only runs when the text has
+ * such an escape (or a backslash and `ud8`-`udf` that merely look like one).
+ */
+export function jsonbText(value: unknown): string {
+  const text = JSON.stringify(value);
+  if (!text.includes('\\u0000') && !/\\ud[89a-f]/i.test(text)) return text;
+  return JSON.stringify(value, (_key, v: unknown) => (typeof v === 'string' ? wellFormed(v).replace(/\0/g, '\ufffd') : v));
+}
+
+/** `s` with every unpaired surrogate replaced by U+FFFD (String.prototype.toWellFormed, Node 20 has it; lib ES2024 types it). */
+const wellFormed = (s: string): string => (s as string & { toWellFormed(): string }).toWellFormed();
 
 /** A write refused by the database for its own content: which one, and the database's message. */
 export interface RefusedWrite {

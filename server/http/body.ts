@@ -8,6 +8,9 @@ import { assertJsonTextDepth } from './validate.js';
 /** Bodies of this size or more are refused (api.md: "Request body is 1 MB or more"). */
 export const MAX_BODY_BYTES = 1024 * 1024;
 
+/** Strict: bytes that are not UTF-8 throw rather than become U+FFFD (a leading byte order mark is dropped). */
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
 const tooLarge = () => new ApiError('body_too_large', 'The request body must be under 1 MB.');
 
 /** After a refusal the rest of a body is read and dropped (so the connection stays usable), up to this much more. */
@@ -77,11 +80,18 @@ export async function readRequestBody(c: Context<AppEnv>): Promise<Buffer> {
 }
 
 /**
- * The body as JSON; anything that does not parse is `400 invalid_json`, and JSON nested past MAX_JSON_DEPTH is
- * `422 invalid_request` naming the field, refused before it is parsed.
+ * The body as JSON; anything that does not parse is `400 invalid_json` (bytes that are not UTF-8 too, whatever
+ * charset the Content-Type names: JSON is UTF-8, RFC 8259 section 8.1, and a lenient decode would store U+FFFD in
+ * place of what the client sent), and JSON nested past MAX_JSON_DEPTH is `422 invalid_request` naming the field,
+ * refused before it is parsed.
  */
 export function jsonBody(raw: Buffer): unknown {
-  const text = raw.toString('utf8');
+  let text: string;
+  try {
+    text = utf8.decode(raw);
+  } catch {
+    throw new ApiError('invalid_json', 'The request body is not valid UTF-8; JSON must be sent as UTF-8.');
+  }
   if (text.trim() === '') throw new ApiError('invalid_json', 'The request body is empty; send a JSON object.');
   assertJsonTextDepth(text);
   try {

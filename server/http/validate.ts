@@ -56,7 +56,8 @@ function segment(level: { key: string | null; index: number }): string {
 }
 
 /**
- * One iterative pass over a parsed value: a `__proto__` key anywhere is refused (JSON.parse makes it an ordinary own
+ * One iterative pass over a parsed value: a string holding a NUL or an unpaired surrogate is refused (isText), a
+ * `__proto__` key anywhere is refused (JSON.parse makes it an ordinary own
  * key, but copying it into a new object, as validation does, sets the prototype instead: the field would vanish
  * silently), and so is nesting past MAX_JSON_DEPTH. An explicit stack, so no input can overflow the call stack; each
  * entry points at its parent, so a path is only built for the refusal and the pass stays linear in the value's size.
@@ -73,6 +74,9 @@ function assertPlainValue(value: unknown): void {
     for (let e = entry; e?.parent; e = e.parent) path.push(e.key);
     return path.reverse();
   };
+  const badText = (entry: Entry | null, last?: string) =>
+    new ApiError('invalid_request', `${pathOf(entry, last).join('.') || 'body'}: must not contain a NUL character or an unpaired UTF-16 surrogate`);
+  if (typeof value === 'string' && !isText(value)) throw badText(null);
   const stack: Entry[] = [{ value, depth: 1, key: '', parent: null }];
   while (stack.length > 0) {
     const entry = stack.pop()!;
@@ -83,10 +87,20 @@ function assertPlainValue(value: unknown): void {
     for (let i = keys.length - 1; i >= 0; i--) {
       const key = keys[i]!;
       if (key === '__proto__') throw new ApiError('invalid_request', `${pathOf(entry, key).join('.')}: is not an allowed field name`);
+      if (!isText(key)) throw badText(entry, '?');
       const child = children[key];
       if (typeof child === 'object' && child !== null) stack.push({ value: child, depth: entry.depth + 1, key, parent: entry });
+      else if (typeof child === 'string' && !isText(child)) throw badText(entry, key);
     }
   }
+}
+
+/**
+ * Text a field may hold: no NUL (no mail header or body may carry one, and Postgres text cannot) and no unpaired
+ * UTF-16 surrogate (a JSON `\ud800` escape: no UTF-8 can encode it, so it could only be changed, silently).
+ */
+function isText(s: string): boolean {
+  return !s.includes('\0') && (s as string & { isWellFormed(): boolean }).isWellFormed();
 }
 
 /** How a wrong-type field is described: by the type it must have, never by the value it was given. */
