@@ -10,7 +10,7 @@ import { expectDocumented } from './helpers/openapi.js';
 import { NOT_CONNECTED, storeDatabaseRow } from './helpers/customer-db.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { startPostgres, type TestPostgres } from './helpers/postgres.js';
-import { expectError, newSender, receipt } from './helpers/sending.js';
+import { expectError, newSender, newSubSender, receipt } from './helpers/sending.js';
 import { startService, type ApiResponse, type TestService } from './helpers/service.js';
 
 /**
@@ -557,6 +557,33 @@ describe('a sub-account', () => {
     expectError(await service.api('DELETE', '/database', { key, account: sub }), 404, 'database_not_connected');
     expect(await status(service, key)).toEqual(parent.body);
     expect(await status(service, key, sub)).toEqual(parent.body);
+  });
+
+  it('with a key of its own, sees that its parent’s database works and its own writes waiting, never where it is or its last error; cannot test it', async () => {
+    const sender = await newSender(service);
+    const sub = await newSubSender(service, sender.key);
+    // The key a parent hands its customer: the sub-account's own.
+    const minted = await service.api('POST', '/keys', { key: sender.key, account: sub.id, body: { name: 'customer', scopes: ['emails:send', 'database:read', 'database:write'] } });
+    expect(minted.status, JSON.stringify(minted.body)).toBe(201);
+    const subKey = minted.body.key as string;
+    const parent = await connect(service, sender.key, urlOf('db.pg.test'));
+    expect(parent.status).toBe(200);
+    // The parent's write waits, then one of the sub-account's.
+    expect((await service.api('POST', '/emails', { key: sender.key, body: receipt(sender.from) })).status).toBe(200);
+    expect((await service.api('POST', '/emails', { key: subKey, body: receipt(sub.from) })).status).toBe(200);
+    service.deps.db.update(customerDatabases).set({ lastError: 'could not connect to db.pg.test as the parent' }).where(eq(customerDatabases.accountId, sender.account.id)).run();
+    const seen = await service.api('GET', '/database', { key: subKey });
+    expect(seen.status).toBe(200);
+    expectDocumented(seen);
+    const full = await status(service, sender.key);
+    expect(full).toMatchObject({ host: 'db.pg.test', lastError: 'could not connect to db.pg.test as the parent', pending: 2 });
+    expect(seen.body).toEqual({ ...full, host: null, port: null, database: null, user: null, lastError: null, pending: 1 });
+    // The parent's own key acting for the sub-account sees it all, as before.
+    expect(await status(service, sender.key, sub.id)).toEqual(full);
+    const updatedAt = storedRow(service, sender.account.id)!.updatedAt;
+    service.clock.advance(5000);
+    expectError(await service.api('POST', '/database/test', { key: subKey }), 404, 'database_not_connected');
+    expect(storedRow(service, sender.account.id)).toMatchObject({ lastError: 'could not connect to db.pg.test as the parent', updatedAt });
   });
 
   it('tests its parent’s database with POST /database/test', async () => {

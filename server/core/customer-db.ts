@@ -4,7 +4,7 @@ import { describeTarget, parseCustomerDbUrl } from '../../db/customer/url.js';
 import { type CustomerDatabaseRow, customerDatabases } from '../../db/schema/index.js';
 import { iso, isoOrNull } from '../clock.js';
 import { connectAndMigrate, targetOf, urlContext } from '../customer-db/connection.js';
-import { databaseOwnerOf, dropWritesOf, pendingWrites } from '../customer-db/outbox.js';
+import { databaseOwnerOf, dropWritesOf, pendingWrites, pendingWritesOf } from '../customer-db/outbox.js';
 import { markTested, markUnreachable } from '../customer-db/status.js';
 import type { Deps } from '../deps.js';
 import { ApiError } from '../errors.js';
@@ -71,16 +71,40 @@ function rowOf(deps: Pick<Deps, 'db'>, owner: string): CustomerDatabaseRow | und
   return deps.db.select().from(customerDatabases).where(eq(customerDatabases.accountId, owner)).get();
 }
 
-/** The database the acting account's mail goes to: its own, else its parent's. */
-function effectiveRow(deps: Pick<Deps, 'db'>, ctx: RequestContext): CustomerDatabaseRow | undefined {
+/**
+ * A parent's database as one of its sub-accounts' own keys sees it (the keys a parent hands its customers): that it is
+ * connected and whether it works, and how many of the sub-account's own writes wait, never where the parent's database
+ * is (host, port, name, user) or what went wrong with it (its last error names hosts and users), nor the writes of the
+ * parent and its other sub-accounts.
+ */
+function inheritedStatusOf(deps: Pick<Deps, 'db'>, row: CustomerDatabaseRow, accountId: string): DatabaseStatus {
+  return {
+    ...statusOf(deps, row),
+    host: null,
+    port: null,
+    database: null,
+    user: null,
+    lastError: null,
+    pending: pendingWritesOf(deps.db, row.accountId, accountId),
+  };
+}
+
+/**
+ * The database the acting account's mail goes to (its own, else its parent's), and whether the asker holds it: the
+ * account's own database, or the parent's asked with the parent's own key (X-Service-Account). A sub-account's own key
+ * does not hold its parent's database.
+ */
+function effectiveRow(deps: Pick<Deps, 'db'>, ctx: RequestContext): { row: CustomerDatabaseRow; held: boolean } | undefined {
   const owner = databaseOwnerOf(deps.db, ctx.account.id);
-  return owner === null ? undefined : rowOf(deps, owner);
+  const row = owner === null ? undefined : rowOf(deps, owner);
+  return row && { row, held: owner === ctx.account.id || owner === ctx.keyAccount.id };
 }
 
 /** GET /database: the status of the database this account's mail is written to (its own, else its parent's). */
 export function getDatabaseStatus({ deps, ctx }: { deps: Deps; ctx: RequestContext }): DatabaseStatus {
-  const row = effectiveRow(deps, ctx);
-  return row ? statusOf(deps, row) : NOT_CONNECTED;
+  const found = effectiveRow(deps, ctx);
+  if (!found) return NOT_CONNECTED;
+  return found.held ? statusOf(deps, found.row) : inheritedStatusOf(deps, found.row, ctx.account.id);
 }
 
 /**
@@ -122,12 +146,15 @@ export async function connectDatabase({ deps, ctx, input }: { deps: Deps; ctx: R
 }
 
 /**
- * POST /database/test: connects to the stored URL now (the account's, else its parent's) and answers the fresh status;
+ * POST /database/test: connects to the stored URL now (the account's, else its parent's when the parent's key asks)
+ * and answers the fresh status;
  * a failure is recorded in the status (state, lastError) and answered as 422 blocked_host or database_unreachable.
  */
 export async function testDatabase({ deps, ctx }: { deps: Deps; ctx: RequestContext }): Promise<DatabaseStatus> {
-  const row = effectiveRow(deps, ctx);
-  if (!row) throw new ApiError('database_not_connected', 'No database is set on this account.');
+  const found = effectiveRow(deps, ctx);
+  // A sub-account's own key cannot make the service connect to its parent's database, nor record the result there.
+  if (!found?.held) throw new ApiError('database_not_connected', 'No database is set on this account.');
+  const { row } = found;
   let result;
   try {
     // With SECRET_KEY=off (a restart without the key) the sealed URL cannot be opened: a failure like any other.

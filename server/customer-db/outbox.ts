@@ -37,6 +37,11 @@ const statements = definePrepared((db) => ({
     .from(customerDbWrites)
     .where(and(eq(customerDbWrites.databaseAccountId, p('owner')), isNull(customerDbWrites.setAsideAt)))
     .prepare(),
+  pendingOf: db
+    .select({ n: count() })
+    .from(customerDbWrites)
+    .where(and(eq(customerDbWrites.databaseAccountId, p('owner')), eq(customerDbWrites.accountId, p('accountId')), isNull(customerDbWrites.setAsideAt)))
+    .prepare(),
   due: db
     .select()
     .from(customerDbWrites)
@@ -136,6 +141,11 @@ export function dueWrites(db: Db, owner: string, now: number, limit: number): Cu
 /** Writes waiting for a database (api.md: `pending`); those set aside do not wait. */
 export function pendingWrites(db: Db, owner: string): number {
   return statements(db).pending.get({ owner })?.n ?? 0;
+}
+
+/** Of those, the writes of one account's own mail (a sub-account's, in its parent's database). */
+export function pendingWritesOf(db: Db, owner: string, accountId: string): number {
+  return statements(db).pendingOf.get({ owner, accountId })?.n ?? 0;
 }
 
 /** The written ones go: their content no longer stays in the service. */
