@@ -4,7 +4,7 @@ import { type Db, unsynced } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { idempotencyKeys } from '../../db/schema/index.js';
 import { ApiError } from '../errors.js';
-import { sha256Hex } from '../secrets.js';
+import { constantTimeEqual, sha256Hex } from '../secrets.js';
 
 /** Idempotency rules of api.md for POST /emails, per acting account. */
 export const IDEMPOTENCY_WINDOW_MS = 24 * 3_600_000;
@@ -70,7 +70,8 @@ export function claimIdempotencyKey(db: Db, accountId: string, key: string, rawB
         row !== undefined &&
         (row.state === 'done' ? now - (row.completedAt ?? row.claimedAt) < IDEMPOTENCY_WINDOW_MS : now - row.claimedAt < CLAIM_RELEASE_MS);
       if (row && live) {
-        if (row.fingerprint !== fingerprint) throw new ApiError('idempotency_mismatch', 'This Idempotency-Key was already used with a different request body.');
+        // Compared in constant time, as every digest the service holds is (a request cannot time its way to another's).
+        if (!constantTimeEqual(row.fingerprint, fingerprint)) throw new ApiError('idempotency_mismatch', 'This Idempotency-Key was already used with a different request body.');
         if (row.state === 'running') throw new ApiError('idempotency_in_progress', 'A request with this Idempotency-Key is still running; retry shortly.');
         return { kind: 'replay', response: row.response } as const;
       }
