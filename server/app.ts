@@ -7,6 +7,7 @@ import { dashboardApp } from '../dashboard/app.js';
 import type { Deps } from './deps.js';
 import { ApiError } from './errors.js';
 import { accessLog } from './http/access-log.js';
+import { refuseDotSegments } from './http/dot-segments.js';
 import { RequestAbortedError } from './http/body.js';
 import type { AppEnv } from './http/env.js';
 import { accountRoutes } from './routes/accounts.js';
@@ -61,6 +62,7 @@ export function createApp(deps: Deps) {
 
   const app = new Hono<AppEnv>();
   app.use(accessLog(deps));
+  app.use(refuseDotSegments());
   // The delivery mode too, so a probe or a person can tell a capturing (development) server from one that delivers.
   app.get('/healthz', (c) => {
     const deliveryMode = deps.config.deliveryMode;

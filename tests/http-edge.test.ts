@@ -458,3 +458,40 @@ describe('header and body timeouts', () => {
     expect(res.status).toBe(200);
   });
 });
+
+describe('a path with a dot segment', () => {
+  /** One request with its target exactly as written (no URL parsing on the way out). */
+  async function asWritten(method: string, target: string) {
+    const conn = await openRaw(service);
+    conn.write(`${method} ${target} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ${key}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n`);
+    expect(await conn.until(() => conn.response() !== null, 5000)).toBe(true);
+    return conn.response()!;
+  }
+
+  it.each([
+    ['GET', '/api/v1/emails/%2E%2E'],
+    ['GET', '/api/v1/domains/..'],
+    ['GET', '/api/v1/accounts/%2e%2E?limit=1'],
+    ['GET', '/api/v1/webhooks/.%2e'],
+    ['DELETE', '/api/v1/domains/%2E%2E'],
+    ['DELETE', '/api/v1/keys/..'],
+    ['POST', '/api/v1/webhooks/../test'],
+    ['GET', '/api/v1/./emails'],
+  ])('%s %s is 404 not_found naming the path as written, never another endpoint', async (method, target) => {
+    const res = await asWritten(method, target);
+    expect(res.status).toBe(404);
+    expect(res.body).toEqual({ error: { code: 'not_found', message: `No endpoint ${method} ${target.split('?')[0]}.` } });
+  });
+
+  it('a backslash, which URL parsing would read as a slash, is refused before any route', async () => {
+    const res = await asWritten('GET', '/api/v1/emails\\..');
+    expect(res.status).toBe(400);
+    expect((res.body as { error: { code: string } }).error.code).toBe('invalid_request');
+  });
+
+  it('dots inside a segment are no dot segment: an id with dots is looked up as one', async () => {
+    const res = await asWritten('GET', '/api/v1/emails/a..b');
+    expect(res.status).toBe(404);
+    expect((res.body as { error: { code: string } }).error.code).toBe('email_not_found');
+  });
+});
