@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
 import { and, eq } from 'drizzle-orm';
 import { emailEvents, outboundRecipients } from '../db/schema/index.js';
+import type { Db } from '../db/client.js';
 import { createDeliveryEngine } from '../mta/delivery-engine.js';
 import { FAST_TIMEOUTS, type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import { newSender, receipt, recipients } from './helpers/sending.js';
@@ -47,7 +48,8 @@ it('records each recipient’s outcome before the next RCPT TO on the same conne
   };
 
   const commits = service.deps.commits;
-  service.deps.commits = { run: (fn) => new Promise((resolve) => setTimeout(resolve, 300)).then(() => commits.run(fn)) };
+  // Every other member of the group commit kept: only run is slowed.
+  service.deps.commits = { ...commits, run: <T>(fn: (db: Db) => T) => new Promise((resolve) => setTimeout(resolve, 300)).then(() => commits.run(fn)) };
   try {
     // One connection for the destination, so the four transactions follow each other on it.
     expect(await createDeliveryEngine(service.deps, { timeouts: FAST_TIMEOUTS, perDomain: 1 }).runOnce()).toBe(4);

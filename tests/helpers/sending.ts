@@ -17,6 +17,7 @@ import {
   type RecordKind,
   type RecordStatus,
 } from '../../db/schema/index.js';
+import type { Db } from '../../db/client.js';
 import { newId } from '../../server/ids.js';
 import type { Scope } from '../../server/core/scopes.js';
 import type { ApiResponse, TestService } from './service.js';
@@ -290,8 +291,10 @@ export function gateCommits(service: TestService, hold: number): CommitGate {
       w.resolve();
     }
   };
+  // Every other member of the group commit kept: only run is held.
   service.deps.commits = {
-    run<T>(fn: Parameters<typeof original.run<T>>[0]): Promise<T> {
+    ...original,
+    run<T>(fn: (db: Db) => T): Promise<T> {
       if (held.length >= hold) return original.run(fn);
       const wait = new Promise<void>((resolve) => held.push(resolve));
       notify();
