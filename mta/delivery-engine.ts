@@ -265,7 +265,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
           if (!(await record(job, unprepared(err)))) return 'done';
           continue;
         }
-        const result = await session.send(verpAddress(job.message.id, index, deps.config.mailHostname), job.recipient.recipient, message);
+        const result = await session.send(verpAddress(job.message.id, index, deps.config.mailHostname, deps.secretKey), job.recipient.recipient, message);
         if (result.connectionLost) {
           await session.close();
           session = null;

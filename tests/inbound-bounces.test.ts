@@ -92,7 +92,7 @@ const hooks = (endpointId: string) => service.deps.db.select().from(webhookDeliv
 function postfixDsn(emailId: string, index: number, recipient: string, action: 'failed' | 'delayed', status: string, diagnostic: string): string {
   return `Return-Path: <>
 From: MAILER-DAEMON@mail.example.net (Mail Delivery System)
-To: ${verpAddress(emailId, index, HOST)}
+To: ${verpAddress(emailId, index, HOST, service.deps.secretKey)}
 Subject: Undelivered Mail Returned to Sender
 Date: Sun, 22 Nov 2026 10:00:00 +0000
 Message-ID: <20261122100000.AB12@mail.example.net>
@@ -129,7 +129,7 @@ Diagnostic-Code: smtp; ${diagnostic}
 Content-Description: Undelivered Message Headers
 Content-Type: text/rfc822-headers
 
-Return-Path: <${verpAddress(emailId, index, HOST)}>
+Return-Path: <${verpAddress(emailId, index, HOST, service.deps.secretKey)}>
 From: ${sender.from}
 To: ${recipient}
 Subject: Your receipt
@@ -143,7 +143,7 @@ describe('a DSN at a VERP address', () => {
     const sub = await newSubSender(service, sender.key);
     const endpoint = seedEndpoint(service, sub.id, ['email.bounced']);
     const id = sentEmail(sub.id, ['ann@example.net', 'bob@example.net']);
-    const reply = await deliverRaw('', verpAddress(id, 1, HOST), postfixDsn(id, 1, 'bob@example.net', 'failed', '5.1.1', '550 5.1.1 <bob@example.net>: Recipient address rejected: User unknown'));
+    const reply = await deliverRaw('', verpAddress(id, 1, HOST, service.deps.secretKey), postfixDsn(id, 1, 'bob@example.net', 'failed', '5.1.1', '550 5.1.1 <bob@example.net>: Recipient address rejected: User unknown'));
     expect(reply).toMatch(/^250 /);
     expect(eventsOf(id)).toEqual([{ recipient: 'bob@example.net', status: 'bounced', dsn: '5.1.1', detail: '550 5.1.1 <bob@example.net>: Recipient address rejected: User unknown' }]);
     expect(email(id).bouncedAt).toBe(service.clock.now());
@@ -156,7 +156,7 @@ describe('a DSN at a VERP address', () => {
 
   it('Action: delayed with 4.x.x records deferred and suppresses nothing', async () => {
     const id = sentEmail(sender.account.id, ['cy@example.net']);
-    expect(await deliverRaw('', verpAddress(id, 0, HOST), postfixDsn(id, 0, 'cy@example.net', 'delayed', '4.4.1', '421 4.4.1 Connection timed out'))).toMatch(/^250 /);
+    expect(await deliverRaw('', verpAddress(id, 0, HOST, service.deps.secretKey), postfixDsn(id, 0, 'cy@example.net', 'delayed', '4.4.1', '421 4.4.1 Connection timed out'))).toMatch(/^250 /);
     expect(eventsOf(id)).toEqual([{ recipient: 'cy@example.net', status: 'deferred', dsn: '4.4.1', detail: '421 4.4.1 Connection timed out' }]);
     expect(email(id).bouncedAt).toBeNull();
     expect(suppressionOf(sender.account.id, 'cy@example.net')).toBeUndefined();
@@ -166,7 +166,7 @@ describe('a DSN at a VERP address', () => {
   it('an Exchange-style notice with only X-Failed-Recipients records bounced', async () => {
     const id = sentEmail(sender.account.id, ['dee@example.net']);
     const notice = `From: postmaster@outlook.example
-To: ${verpAddress(id, 0, HOST)}
+To: ${verpAddress(id, 0, HOST, service.deps.secretKey)}
 Subject: Undeliverable: Your receipt
 X-Failed-Recipients: dee@example.net
 Content-Type: text/plain; charset=us-ascii
@@ -178,7 +178,7 @@ The email address you entered couldn't be found.
 
 Diagnostic information for administrators:
 Remote Server returned '550 5.1.10 RESOLVER.ADR.RecipientNotFound; Recipient not found by SMTP address lookup'`;
-    expect(await deliverRaw('', verpAddress(id, 0, HOST), notice)).toMatch(/^250 /);
+    expect(await deliverRaw('', verpAddress(id, 0, HOST, service.deps.secretKey), notice)).toMatch(/^250 /);
     const [event] = eventsOf(id);
     expect(event).toMatchObject({ recipient: 'dee@example.net', status: 'bounced' });
     expect(event!.dsn).toMatch(/^5\./);
@@ -190,8 +190,8 @@ Remote Server returned '550 5.1.10 RESOLVER.ADR.RecipientNotFound; Recipient not
     const id = sentEmail(sender.account.id, ['jo@example.net']);
     const bounce = postfixDsn(id, 0, 'jo@example.net', 'failed', '5.1.1', '550 5.1.1 User unknown');
     const delay = postfixDsn(id, 0, 'jo@example.net', 'delayed', '4.4.1', '421 4.4.1 Connection timed out');
-    for (const report of [delay, delay, bounce, bounce, bounce]) expect(await deliverRaw('', verpAddress(id, 0, HOST), report)).toMatch(/^250 /);
-    expect(await deliverRaw('', verpAddress(id, 0, HOST), postfixDsn(id, 0, 'jo@example.net', 'delayed', '4.2.2', '452 4.2.2 Mailbox full'))).toMatch(/^250 /);
+    for (const report of [delay, delay, bounce, bounce, bounce]) expect(await deliverRaw('', verpAddress(id, 0, HOST, service.deps.secretKey), report)).toMatch(/^250 /);
+    expect(await deliverRaw('', verpAddress(id, 0, HOST, service.deps.secretKey), postfixDsn(id, 0, 'jo@example.net', 'delayed', '4.2.2', '452 4.2.2 Mailbox full'))).toMatch(/^250 /);
     expect(eventsOf(id).map((e) => [e.status, e.dsn])).toEqual([
       ['deferred', '4.4.1'],
       ['bounced', '5.1.1'],
@@ -204,13 +204,13 @@ Remote Server returned '550 5.1.10 RESOLVER.ADR.RecipientNotFound; Recipient not
   it('a VERP address of no sent email is refused at RCPT; a bounce that does not parse is accepted and records nothing', async () => {
     const { client } = await RawSmtp.connect(port);
     try {
-      const replies = await client.envelope('', [verpAddress(newId(Date.now()), 0, HOST)]);
+      const replies = await client.envelope('', [verpAddress(newId(Date.now()), 0, HOST, service.deps.secretKey)]);
       expect(replies[2]).toMatch(/^550 5\.7\.1 /);
     } finally {
       client.close();
     }
     const id = sentEmail(sender.account.id, ['eve@example.net']);
-    expect(await deliverRaw('', verpAddress(id, 0, HOST), 'Subject: out of office\n\nI am away until Monday.')).toMatch(/^250 /);
+    expect(await deliverRaw('', verpAddress(id, 0, HOST, service.deps.secretKey), 'Subject: out of office\n\nI am away until Monday.')).toMatch(/^250 /);
     expect(eventsOf(id)).toEqual([]);
   });
 });
@@ -263,7 +263,7 @@ Your receipt body.
     const sub = await newSubSender(service, sender.key);
     const endpoint = seedEndpoint(service, sub.id, ['email.complained']);
     const id = sentEmail(sub.id, ['fay@example.net', 'gus@example.net']);
-    const reply = await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, arf({ returnPath: verpAddress(id, 1, HOST), messageId: `${id}@${HOST}`, to: 'gus@example.net' }));
+    const reply = await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, arf({ returnPath: verpAddress(id, 1, HOST, service.deps.secretKey), messageId: `${id}@${HOST}`, to: 'gus@example.net' }));
     expect(reply).toMatch(/^250 /);
     expect(eventsOf(id)).toEqual([{ recipient: 'gus@example.net', status: 'complained', dsn: expect.any(String), detail: expect.stringMatching(/complaint/i) }]);
     expect(email(id).complainedAt).toBe(service.clock.now());
@@ -300,16 +300,36 @@ Your receipt body.
     // Enough recipients sent that one complaint stays under the breaker's rate, ten would not.
     service.deps.db.update(accounts).set({ totalSent: 2000 }).where(eq(accounts.id, sender.account.id)).run();
     const id = sentEmail(sender.account.id, ['kim@example.net', 'lee@example.net']);
-    const report = arf({ returnPath: 'someone@else.example', messageId: `${id}@${HOST}`, to: 'lee@example.net' });
+    const report = arf({ returnPath: verpAddress(id, 1, HOST, service.deps.secretKey), messageId: `${id}@${HOST}`, to: 'lee@example.net' });
     for (let i = 0; i < 10; i++) expect(await deliverRaw('anyone@attacker.example', `fbl@${HOST}`, report)).toMatch(/^250 /);
     expect(eventsOf(id).map((e) => [e.recipient, e.status])).toEqual([['lee@example.net', 'complained']]);
     expect(account(sender.account.id)).toMatchObject({ totalComplained: 1, suspendedBy: null });
     expect(hooks(endpoint)).toHaveLength(1);
   });
 
+  it('one recipient cannot complain or bounce in another’s name: the VERP decides, and the Message-ID alone names nobody of several', async () => {
+    const id = sentEmail(sender.account.id, ['mo@example.net', 'ned@example.net']);
+    const mine = verpAddress(id, 0, HOST, service.deps.secretKey);
+    const forged = mine.replace(`.0.`, `.1.`);
+    // Another recipient's address, written from one's own: refused at RCPT, and not read in a report.
+    const { client } = await RawSmtp.connect(port);
+    try {
+      expect((await client.envelope('', [forged]))[2]).toMatch(/^550 5\.7\.1 /);
+    } finally {
+      client.close();
+    }
+    expect(await deliverRaw('x@attacker.example', `fbl@${HOST}`, arf({ returnPath: forged, messageId: `${id}@${HOST}`, to: 'ned@example.net' }))).toMatch(/^250 /);
+    expect(await deliverRaw('x@attacker.example', `fbl@${HOST}`, arf({ returnPath: 'someone@else.example', messageId: `${id}@${HOST}`, to: 'ned@example.net' }))).toMatch(/^250 /);
+    // At one's own VERP address, a report naming the other recipient is about one's own copy.
+    expect(await deliverRaw('', mine, postfixDsn(id, 0, 'ned@example.net', 'failed', '5.1.1', '550 5.1.1 User unknown'))).toMatch(/^250 /);
+    expect(eventsOf(id).map((e) => [e.recipient, e.status])).toEqual([['mo@example.net', 'bounced']]);
+    expect(suppressionOf(sender.account.id, 'ned@example.net')).toBeUndefined();
+    expect(account(sender.account.id)).toMatchObject({ totalComplained: 0, totalBounced: 1 });
+  });
+
   it('a report that is not abuse records nothing', async () => {
     const id = sentEmail(sender.account.id, ['ivy@example.net']);
-    expect(await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, arf({ returnPath: verpAddress(id, 0, HOST), messageId: `${id}@${HOST}`, to: 'ivy@example.net' }, 'not-spam'))).toMatch(/^250 /);
+    expect(await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, arf({ returnPath: verpAddress(id, 0, HOST, service.deps.secretKey), messageId: `${id}@${HOST}`, to: 'ivy@example.net' }, 'not-spam'))).toMatch(/^250 /);
     expect(eventsOf(id)).toEqual([]);
   });
 });

@@ -1,47 +1,72 @@
+import { createHmac, randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { parseVerp, verpAddress } from '../mta/verp.js';
 
 /**
- * The envelope sender of decisions.md section 3: `bounce+<email id hex>.<index in to>@<MAIL_HOSTNAME>`, from which the
- * email and the recipient can be recovered when an asynchronous bounce or complaint comes back.
+ * The envelope sender of decisions.md section 3 (a VERP address from which the email and the recipient can be
+ * recovered): `bounce+<email id hex>.<index in to>.<tag>@<MAIL_HOSTNAME>`, the tag an HMAC under the secret key, so a
+ * recipient cannot write another recipient's address (nor anyone a made-up one); without a secret key, no tag.
  */
 
 const HOST = 'mx.mailstead.test';
 const ID = '0195f3c2-7a10-7cde-8f00-1234567890ab';
+const KEY = Buffer.alloc(32, 7);
+const OTHER_KEY = Buffer.alloc(32, 8);
+const tag = (key: Buffer, hexAndIndex: string) => createHmac('sha256', key).update(`verp:${hexAndIndex}`).digest('hex').slice(0, 10);
 
 describe('VERP addresses', () => {
-  it('names the email (its id as 32 hex digits) and the recipient index on MAIL_HOSTNAME', () => {
-    expect(verpAddress(ID, 0, HOST)).toBe('bounce+0195f3c27a107cde8f001234567890ab.0@mx.mailstead.test');
-    expect(verpAddress(ID, 49, HOST)).toBe('bounce+0195f3c27a107cde8f001234567890ab.49@mx.mailstead.test');
+  it('names the email (its id as 32 hex digits), the recipient index and its tag on MAIL_HOSTNAME', () => {
+    expect(verpAddress(ID, 0, HOST, KEY)).toBe(`bounce+0195f3c27a107cde8f001234567890ab.0.${tag(KEY, '0195f3c27a107cde8f001234567890ab.0')}@mx.mailstead.test`);
+    expect(verpAddress(ID, 49, HOST, KEY)).toMatch(/^bounce\+0195f3c27a107cde8f001234567890ab\.49\.[0-9a-f]{10}@mx\.mailstead\.test$/);
+    expect(verpAddress(ID, 0, HOST, KEY)).not.toBe(verpAddress(ID, 0, HOST, OTHER_KEY));
+  });
+
+  it('without a secret key, no tag', () => {
+    expect(verpAddress(ID, 0, HOST, null)).toBe('bounce+0195f3c27a107cde8f001234567890ab.0@mx.mailstead.test');
+    expect(parseVerp(verpAddress(ID, 3, HOST, null), HOST, null)).toEqual({ emailId: ID, recipientIndex: 3 });
   });
 
   it.each([0, 1, 7, 10, 25, 49])('round-trips recipient index %i', (index) => {
-    const address = verpAddress(ID, index, HOST);
-    expect(parseVerp(address, HOST)).toEqual({ emailId: ID, recipientIndex: index });
+    expect(parseVerp(verpAddress(ID, index, HOST, KEY), HOST, KEY)).toEqual({ emailId: ID, recipientIndex: index });
   });
 
   it('round-trips many generated ids', () => {
     for (let i = 0; i < 200; i++) {
+      const key = randomBytes(32);
       const hex = Array.from({ length: 32 }, () => '0123456789abcdef'[Math.floor(Math.random() * 16)]).join('');
       const id = `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
       const index = i % 50;
-      expect(parseVerp(verpAddress(id, index, HOST), HOST)).toEqual({ emailId: id, recipientIndex: index });
+      expect(parseVerp(verpAddress(id, index, HOST, key), HOST, key)).toEqual({ emailId: id, recipientIndex: index });
     }
   });
 
   it('reads an address whose case a remote server changed', () => {
-    expect(parseVerp(verpAddress(ID, 3, HOST).toUpperCase(), HOST)).toEqual({ emailId: ID, recipientIndex: 3 });
+    expect(parseVerp(verpAddress(ID, 3, HOST, KEY).toUpperCase(), HOST, KEY)).toEqual({ emailId: ID, recipientIndex: 3 });
+  });
+
+  it('refuses another recipient’s address written from one’s own: the index changed, the tag kept', () => {
+    const mine = verpAddress(ID, 0, HOST, KEY);
+    expect(parseVerp(mine.replace('.0.', '.1.'), HOST, KEY)).toBeNull();
+    expect(parseVerp(mine.replace('.0.', '.1.'), HOST, null)).toBeNull();
   });
 
   it.each([
-    ['another host', `bounce+0195f3c27a107cde8f001234567890ab.0@mx.other.test`],
-    ['no index', `bounce+0195f3c27a107cde8f001234567890ab@${HOST}`],
+    ['no tag, on a server with a key', `bounce+0195f3c27a107cde8f001234567890ab.0@${HOST}`],
+    ['a tag of another key', verpAddress(ID, 0, HOST, OTHER_KEY)],
+    ['a short tag', verpAddress(ID, 0, HOST, KEY).replace(/\.([0-9a-f]{10})@/, (_m, t: string) => `.${t.slice(0, 9)}@`)],
+    ['a long tag', verpAddress(ID, 0, HOST, KEY).replace('@', '0@')],
+    ['another host', verpAddress(ID, 0, 'mx.other.test', KEY)],
+    ['no index', `bounce+0195f3c27a107cde8f001234567890ab.${tag(KEY, '0195f3c27a107cde8f001234567890ab.0')}@${HOST}`],
     ['a short id', `bounce+0195f3c27a107cde.0@${HOST}`],
     ['not hex', `bounce+0195f3c27a107cde8f001234567890zz.0@${HOST}`],
     ['another local part', `postmaster@${HOST}`],
     ['no plus', `bounce0195f3c27a107cde8f001234567890ab.0@${HOST}`],
     ['empty', ''],
   ])('refuses %s', (_, address) => {
-    expect(parseVerp(address, HOST)).toBeNull();
+    expect(parseVerp(address, HOST, KEY)).toBeNull();
+  });
+
+  it('a server without a key refuses a tagged address', () => {
+    expect(parseVerp(verpAddress(ID, 0, HOST, KEY), HOST, null)).toBeNull();
   });
 });

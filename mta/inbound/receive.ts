@@ -214,12 +214,12 @@ const findEmail = (deps: Pick<Deps, 'db'>, id: string): SentEmail | undefined =>
   deps.db.select({ id: emails.id, accountId: emails.accountId, to: emails.to }).from(emails).where(eq(emails.id, id)).get();
 
 /** The email a report is about: the VERP address it came to, else the reported message's return path, else its Message-ID. */
-function reportedEmail(deps: Pick<Deps, 'db' | 'config'>, report: Exclude<InboundReport, null>, arrivedAt: Recipient[]): { email: SentEmail; index: number | null } | null {
+function reportedEmail(deps: Pick<Deps, 'db' | 'config' | 'secretKey'>, report: Exclude<InboundReport, null>, arrivedAt: Recipient[]): { email: SentEmail; index: number | null } | null {
   const host = deps.config.mailHostname;
   const candidates: { emailId: string; recipientIndex: number | null }[] = [];
   for (const r of arrivedAt) if (r.kind === 'bounce') candidates.push({ emailId: r.emailId, recipientIndex: r.recipientIndex });
   for (const path of [report.originalReturnPath, report.kind === 'arf' ? report.originalMailFrom : null]) {
-    const verp = path ? parseVerp(path.replace(/^<|>$/g, ''), host) : null;
+    const verp = path ? parseVerp(path.replace(/^<|>$/g, ''), host, deps.secretKey) : null;
     if (verp) candidates.push(verp);
   }
   const messageId = report.originalMessageId ? new RegExp(`^<?([0-9a-f-]{36})@${host.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}>?$`, 'i').exec(report.originalMessageId.trim()) : null;
@@ -231,11 +231,14 @@ function reportedEmail(deps: Pick<Deps, 'db' | 'config'>, report: Exclude<Inboun
   return null;
 }
 
-/** The recipient of `email` a report names (case-insensitive), else the one its VERP address names. */
-function recipientOf(email: SentEmail, named: string | null, index: number | null): string | null {
-  const lower = named?.toLowerCase();
-  const found = lower ? email.to.find((t) => t.toLowerCase() === lower) : undefined;
-  if (found) return found;
+/**
+ * The recipient a report is about. A VERP address (signed, so each recipient holds only its own) decides: whatever
+ * address the report names, it can only be about that recipient's copy (a forwarded address it names is not in `to`
+ * anyway). Matched through the Message-ID alone, which every recipient of the email sees, only an email to one
+ * recipient has a recipient the report can be about: naming another address of a message to several would let one
+ * recipient bounce or complain in another's name, so such a report records nothing.
+ */
+function recipientOf(email: SentEmail, index: number | null): string | null {
   if (index !== null) return email.to[index] ?? null;
   return email.to.length === 1 ? email.to[0]! : null;
 }
@@ -253,8 +256,8 @@ function alreadyReported(deps: Pick<Deps, 'db'>, emailId: string, recipient: str
 }
 
 /**
- * The events a report records, inside the receiving transaction: per failed or delayed recipient of a DSN a
- * `bounced` (suppressing when 5.x.x) or `deferred` event; for an ARF `abuse` report a `complained` event with its
+ * The events a report records, inside the receiving transaction, on the recipient whose copy it reports: per failed
+ * or delayed block of a DSN a `bounced` (suppressing when 5.x.x) or `deferred` event; for an ARF `abuse` report a `complained` event with its
  * suppression and counter. Each through the engine's own writeOutcome, so webhooks, the customer database and the
  * reputation breaker see them like any other outcome.
  */
@@ -265,10 +268,16 @@ function recordReport(deps: Deps, report: Exclude<InboundReport, null>, arrivedA
     return { events: 0, webhooks: 0, written: 0 };
   }
   const { email, index } = target;
+  const recipient = recipientOf(email, index);
+  if (!recipient) {
+    deps.logger.info('inbound.report_unmatched', { kind: report.kind, emailId: email.id, reason: 'several recipients, no VERP address' });
+    return { events: 0, webhooks: 0, written: 0 };
+  }
   let events = 0;
   let webhooks = 0;
   let written = 0;
-  const record = (recipient: string, status: 'bounced' | 'deferred' | 'complained', dsn: string, detail: string) => {
+  // Every block of a DSN is about the one recipient whose copy it reports (recipientOf); repeats record nothing.
+  const record = (status: 'bounced' | 'deferred' | 'complained', dsn: string, detail: string) => {
     if (alreadyReported(deps, email.id, recipient, status, dsn, detail)) {
       deps.logger.info('inbound.report_repeated', { emailId: email.id, status });
       return;
@@ -282,13 +291,10 @@ function recordReport(deps: Deps, report: Exclude<InboundReport, null>, arrivedA
     for (const r of report.recipients) {
       const action = r.action.toLowerCase();
       if (action !== 'failed' && action !== 'delayed') continue;
-      const recipient = recipientOf(email, r.recipient, index);
-      if (!recipient) continue;
-      record(recipient, action === 'delayed' ? 'deferred' : 'bounced', r.status, r.diagnostic || `Action: ${action}`);
+      record(action === 'delayed' ? 'deferred' : 'bounced', r.status, r.diagnostic || `Action: ${action}`);
     }
   } else if (report.feedbackType === 'abuse') {
-    const recipient = recipientOf(email, report.recipient, index);
-    if (recipient) record(recipient, 'complained', '5.7.1', 'Complaint (feedback report: abuse)');
+    record('complained', '5.7.1', 'Complaint (feedback report: abuse)');
   }
   return { events, webhooks, written };
 }

@@ -91,7 +91,7 @@ export function judgeRecipient(deps: { db: Db; config: Config; secretKey: Buffer
   const host = deps.config.mailHostname.toLowerCase();
   if (parts.domain === host) {
     if (parts.local.toLowerCase() === FEEDBACK_LOCAL_PART) return { kind: 'feedback', address: address.toLowerCase() };
-    const verp = parseVerp(address, host);
+    const verp = parseVerp(address, host, deps.secretKey);
     if (!verp) return { kind: 'refused' };
     const email = statements(deps.db).email.get({ id: verp.emailId });
     if (!email || verp.recipientIndex >= email.to.length) return { kind: 'refused' };
