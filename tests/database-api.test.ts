@@ -584,6 +584,11 @@ describe('a sub-account', () => {
     service.clock.advance(5000);
     expectError(await service.api('POST', '/database/test', { key: subKey }), 404, 'database_not_connected');
     expect(storedRow(service, sender.account.id)).toMatchObject({ lastError: 'could not connect to db.pg.test as the parent', updatedAt });
+    // Its own database, connected with its own key, it sees whole.
+    const own = await connect(service, subKey, urlOf('localhost', { database: 'second' }));
+    expect(own.status, JSON.stringify(own.body)).toBe(200);
+    expect(own.body).toMatchObject({ host: 'localhost', database: 'second' });
+    expect(await status(service, subKey)).toEqual(own.body);
   });
 
   it('tests its parent’s database with POST /database/test', async () => {

@@ -111,7 +111,7 @@ describe('one SMTP transaction per recipient', () => {
     for (const r of sink.received) {
       expect(r.to).toHaveLength(1);
       expect(r.from).toMatch(/^bounce\+[0-9a-f]{32}\.\d+\.[0-9a-f]{10}@mx\.mailstead\.test$/);
-      expect(parseVerp(r.from, HOST, service.deps.secretKey)).toEqual({ emailId: id, recipientIndex: to.indexOf(r.to[0]!) });
+      expect(parseVerp(r.from, HOST, service.deps.secretKey)).toEqual({ emailId: id, recipientIndex: to.indexOf(r.to[0]!), signed: true });
     }
     expect(sink.received.map((r) => r.to[0]).sort()).toEqual([...to].sort());
 

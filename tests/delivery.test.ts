@@ -54,7 +54,7 @@ describe('delivery to the recipient MX', () => {
 
     // One transaction per recipient, each with its own VERP envelope sender on MAIL_HOSTNAME.
     expect(sink.received.every((r) => r.to.length === 1)).toBe(true);
-    expect(sink.received.map((r) => r.from)).toEqual(expect.arrayContaining([expect.stringMatching(/^bounce\+[0-9a-f]{32}\.[01]@mx\.mailstead\.test$/)]));
+    expect(sink.received.map((r) => r.from)).toEqual(expect.arrayContaining([expect.stringMatching(/^bounce\+[0-9a-f]{32}\.[01]\.[0-9a-f]{10}@mx\.mailstead\.test$/)]));
 
     const raw = sink.received[0]!.raw;
     expect(raw.toString('latin1')).not.toMatch(/[^\r]\n|\r(?!\n)/);

@@ -1,6 +1,7 @@
 import { and, eq } from 'drizzle-orm';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { accounts, customerDbWrites, emailEvents, emails, suppressions, webhookDeliveries } from '../db/schema/index.js';
+import { MAX_DEFERRED_EVENTS, reportIsNews } from '../mta/inbound/receive.js';
 import { type InboundServer, createInboundServer } from '../mta/inbound/server.js';
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
 import { verpAddress } from '../mta/verp.js';
@@ -185,20 +186,66 @@ Remote Server returned '550 5.1.10 RESOLVER.ADR.RecipientNotFound; Recipient not
     expect(suppressionOf(sender.account.id, 'dee@example.net')).toMatchObject({ reason: 'bounce' });
   });
 
-  it('a report sent again records nothing more: one bounce counted per recipient, a delay only when it says something new', async () => {
+  it('a report sent again records nothing more: one bounce counted per recipient, a delay only when its code is new and before any bounce', async () => {
     const endpoint = seedEndpoint(service, sender.account.id, ['email.bounced', 'email.deferred']);
     const id = sentEmail(sender.account.id, ['jo@example.net']);
-    const bounce = postfixDsn(id, 0, 'jo@example.net', 'failed', '5.1.1', '550 5.1.1 User unknown');
-    const delay = postfixDsn(id, 0, 'jo@example.net', 'delayed', '4.4.1', '421 4.4.1 Connection timed out');
-    for (const report of [delay, delay, bounce, bounce, bounce]) expect(await deliverRaw('', verpAddress(id, 0, HOST, service.deps.secretKey), report)).toMatch(/^250 /);
-    expect(await deliverRaw('', verpAddress(id, 0, HOST, service.deps.secretKey), postfixDsn(id, 0, 'jo@example.net', 'delayed', '4.2.2', '452 4.2.2 Mailbox full'))).toMatch(/^250 /);
+    const at = verpAddress(id, 0, HOST, service.deps.secretKey);
+    const dsn = (action: 'failed' | 'delayed', status: string, diagnostic: string) => postfixDsn(id, 0, 'jo@example.net', action, status, diagnostic);
+    for (const report of [
+      dsn('delayed', '4.4.1', '421 4.4.1 Connection timed out'),
+      dsn('delayed', '4.4.1', '421 4.4.1 Timed out again, said differently'),
+      dsn('delayed', '4.2.2', '452 4.2.2 Mailbox full'),
+      dsn('failed', '5.1.1', '550 5.1.1 User unknown'),
+      dsn('failed', '5.1.1', '550 5.1.1 User unknown'),
+      dsn('failed', '5.2.1', '550 5.2.1 Disabled, said differently'),
+      dsn('delayed', '4.7.0', '450 4.7.0 After the bounce'),
+    ]) {
+      expect(await deliverRaw('', at, report)).toMatch(/^250 /);
+    }
     expect(eventsOf(id).map((e) => [e.status, e.dsn])).toEqual([
       ['deferred', '4.4.1'],
-      ['bounced', '5.1.1'],
       ['deferred', '4.2.2'],
+      ['bounced', '5.1.1'],
     ]);
     expect(account(sender.account.id).totalBounced).toBe(1);
-    expect(hooks(endpoint).map((h) => h.eventType)).toEqual(['email.deferred', 'email.bounced', 'email.deferred']);
+    expect(hooks(endpoint).map((h) => h.eventType)).toEqual(['email.deferred', 'email.deferred', 'email.bounced']);
+  });
+
+  it('a 5.x.x bounce after one that did not suppress (a 4.x.x failure) is recorded, suppresses and counts', async () => {
+    const id = sentEmail(sender.account.id, ['kai@example.net']);
+    const at = verpAddress(id, 0, HOST, service.deps.secretKey);
+    expect(await deliverRaw('', at, postfixDsn(id, 0, 'kai@example.net', 'failed', '4.4.7', '4.4.7 Delivery time expired'))).toMatch(/^250 /);
+    expect(suppressionOf(sender.account.id, 'kai@example.net')).toBeUndefined();
+    expect(await deliverRaw('', at, postfixDsn(id, 0, 'kai@example.net', 'failed', '5.1.1', '550 5.1.1 User unknown'))).toMatch(/^250 /);
+    expect(eventsOf(id).map((e) => [e.status, e.dsn])).toEqual([
+      ['bounced', '4.4.7'],
+      ['bounced', '5.1.1'],
+    ]);
+    expect(suppressionOf(sender.account.id, 'kai@example.net')).toMatchObject({ reason: 'bounce' });
+    expect(account(sender.account.id).totalBounced).toBe(1);
+  });
+
+  it('a DSN of many blocks records one event, its most severe: a 5.x.x failure over a 4.x.x one over a delay', async () => {
+    const id = sentEmail(sender.account.id, ['lu@example.net']);
+    const block = (action: string, status: string) => `Final-Recipient: rfc822; lu@example.net\nAction: ${action}\nStatus: ${status}\nDiagnostic-Code: smtp; ${status} block`;
+    const blocks = [block('delayed', '4.4.1'), block('failed', '4.2.2'), block('failed', '5.1.1'), ...Array.from({ length: 50 }, () => block('delayed', '4.4.2'))].join('\n\n');
+    const report = postfixDsn(id, 0, 'lu@example.net', 'failed', '5.0.0', 'x').replace(/Final-Recipient: [^]*?Diagnostic-Code: smtp; x/, blocks);
+    expect(await deliverRaw('', verpAddress(id, 0, HOST, service.deps.secretKey), report)).toMatch(/^250 /);
+    expect(eventsOf(id).map((e) => [e.status, e.dsn])).toEqual([['bounced', '5.1.1']]);
+  });
+
+  it('an untagged VERP address (mail sent by an earlier version) is taken for an email to one recipient, refused for one to several', async () => {
+    const legacy = (id: string, index: number) => `bounce+${id.replace(/-/g, '')}.${index}@${HOST}`;
+    const single = sentEmail(sender.account.id, ['ola@example.net']);
+    expect(await deliverRaw('', legacy(single, 0), postfixDsn(single, 0, 'ola@example.net', 'failed', '5.1.1', '550 5.1.1 User unknown'))).toMatch(/^250 /);
+    expect(eventsOf(single).map((e) => [e.recipient, e.status])).toEqual([['ola@example.net', 'bounced']]);
+    const several = sentEmail(sender.account.id, ['pia@example.net', 'quin@example.net']);
+    const { client } = await RawSmtp.connect(port);
+    try {
+      expect((await client.envelope('', [legacy(several, 1)]))[2]).toMatch(/^550 5\.7\.1 /);
+    } finally {
+      client.close();
+    }
   });
 
   it('a VERP address of no sent email is refused at RCPT; a bounce that does not parse is accepted and records nothing', async () => {
@@ -362,5 +409,25 @@ describe('a database outage during DATA', () => {
       await client.end();
     }
     expect((await service.api('GET', '/database', { key: sender.key })).body.pending).toBe(0);
+  });
+});
+
+describe('reportIsNews: what a report adds to a recipient’s events', () => {
+  const ev = (status: string, dsn: string) => ({ status, dsn });
+  it.each([
+    ['a first complaint', [], 'complained', '5.7.1', true],
+    ['a second complaint', [ev('complained', '5.7.1')], 'complained', '5.7.1', false],
+    ['a bounce after a delivery', [ev('delivered', '2.0.0')], 'bounced', '5.1.1', true],
+    ['a second 5.x.x bounce', [ev('bounced', '5.1.1')], 'bounced', '5.2.2', false],
+    ['a 5.x.x bounce after the 4.4.7 give-up', [ev('bounced', '4.4.7')], 'bounced', '5.1.1', true],
+    ['a 4.x.x failure after any bounce', [ev('bounced', '4.4.7')], 'bounced', '4.2.2', false],
+    ['a delay with a new code', [ev('deferred', '4.4.1')], 'deferred', '4.2.2', true],
+    ['a delay with a code seen', [ev('deferred', '4.4.1')], 'deferred', '4.4.1', false],
+    ['a delay after a bounce', [ev('bounced', '5.1.1')], 'deferred', '4.2.2', false],
+    ['a delay after a complaint', [ev('complained', '5.7.1')], 'deferred', '4.2.2', false],
+    [`a delay after ${MAX_DEFERRED_EVENTS - 1} deferrals`, Array.from({ length: MAX_DEFERRED_EVENTS - 1 }, (_, i) => ev('deferred', `4.0.${i}`)), 'deferred', '4.9.9', true],
+    [`a delay after ${MAX_DEFERRED_EVENTS} deferrals`, Array.from({ length: MAX_DEFERRED_EVENTS }, (_, i) => ev('deferred', `4.0.${i}`)), 'deferred', '4.9.9', false],
+  ] as const)('%s: %s', (_name, earlier, status, dsn, news) => {
+    expect(reportIsNews(earlier, status, dsn)).toBe(news);
   });
 });

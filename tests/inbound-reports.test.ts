@@ -369,7 +369,7 @@ describe('RFC 3464 delivery status notifications', () => {
     const report = parse(postfixBounce());
     expect(report).toEqual(POSTFIX_EXPECTED);
     // The Return-Path is what the caller hands to parseVerp.
-    expect(parseVerp(report!.originalReturnPath!, HOST, null)).toEqual({ emailId: EMAIL_ID, recipientIndex: 0 });
+    expect(parseVerp(report!.originalReturnPath!, HOST, null)).toEqual({ emailId: EMAIL_ID, recipientIndex: 0, signed: false });
   });
 
   it('reads a delay warning: action delayed, its 4.x.x status, the X-Postfix diagnostic unfolded', () => {
@@ -613,7 +613,7 @@ describe('RFC 5965 feedback reports', () => {
   it('reads a complaint about a Mailstead message: the VERP Return-Path and Message-ID of the returned message', () => {
     const report = parse(mailsteadComplaint());
     expect(report).toEqual({ kind: 'arf', feedbackType: 'abuse', recipient: 'user@example.com', originalMailFrom: VERP, originalMessageId: ORIGINAL_ID, originalReturnPath: VERP });
-    expect(parseVerp(report!.originalReturnPath!, HOST, null)).toEqual({ emailId: EMAIL_ID, recipientIndex: 0 });
+    expect(parseVerp(report!.originalReturnPath!, HOST, null)).toEqual({ emailId: EMAIL_ID, recipientIndex: 0, signed: false });
   });
 
   it('without Original-Rcpt-To: the To of the returned message; RFC 5965 B.1 "<Undisclosed Recipients>" is none', () => {

@@ -88,6 +88,10 @@ describe("the writer's JSON for jsonb", () => {
   it('turns a NUL and an unpaired surrogate into U+FFFD, and leaves everything else as JSON.stringify writes it', () => {
     const rows = [{ subject: 'a\u0000b', html: 'x\ud800y', text: '🧾 \\u0000 literally', tags: { k: 'v\udfff' } }];
     expect(JSON.parse(jsonbText(rows))).toEqual([{ subject: 'a\ufffdb', html: 'x\ufffdy', text: '🧾 \\u0000 literally', tags: { k: 'v\ufffd' } }]);
+    // Object keys too: a received message's header name can hold a NUL.
+    expect(JSON.parse(jsonbText([{ headers: { 'x-fo\u0000o': ['bar'], 'x-\ud800': ['baz\u0000'] }, n: null, list: [1, 'a\u0000'] }]))).toEqual([
+      { headers: { 'x-fo\ufffdo': ['bar'], 'x-\ufffd': ['baz\ufffd'] }, n: null, list: [1, 'a\ufffd'] },
+    ]);
     const plain = [{ subject: 'Your receipt', text: 'a backslash \\ and 🧾', n: 1 }];
     expect(jsonbText(plain)).toBe(JSON.stringify(plain));
   });

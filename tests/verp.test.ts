@@ -1,6 +1,6 @@
 import { createHmac, randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { parseVerp, verpAddress } from '../mta/verp.js';
+import { parseVerp, verpAddress, verpTrusted } from '../mta/verp.js';
 
 /**
  * The envelope sender of decisions.md section 3 (a VERP address from which the email and the recipient can be
@@ -23,11 +23,11 @@ describe('VERP addresses', () => {
 
   it('without a secret key, no tag', () => {
     expect(verpAddress(ID, 0, HOST, null)).toBe('bounce+0195f3c27a107cde8f001234567890ab.0@mx.mailstead.test');
-    expect(parseVerp(verpAddress(ID, 3, HOST, null), HOST, null)).toEqual({ emailId: ID, recipientIndex: 3 });
+    expect(parseVerp(verpAddress(ID, 3, HOST, null), HOST, null)).toEqual({ emailId: ID, recipientIndex: 3, signed: false });
   });
 
   it.each([0, 1, 7, 10, 25, 49])('round-trips recipient index %i', (index) => {
-    expect(parseVerp(verpAddress(ID, index, HOST, KEY), HOST, KEY)).toEqual({ emailId: ID, recipientIndex: index });
+    expect(parseVerp(verpAddress(ID, index, HOST, KEY), HOST, KEY)).toEqual({ emailId: ID, recipientIndex: index, signed: true });
   });
 
   it('round-trips many generated ids', () => {
@@ -36,12 +36,12 @@ describe('VERP addresses', () => {
       const hex = Array.from({ length: 32 }, () => '0123456789abcdef'[Math.floor(Math.random() * 16)]).join('');
       const id = `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
       const index = i % 50;
-      expect(parseVerp(verpAddress(id, index, HOST, key), HOST, key)).toEqual({ emailId: id, recipientIndex: index });
+      expect(parseVerp(verpAddress(id, index, HOST, key), HOST, key)).toEqual({ emailId: id, recipientIndex: index, signed: true });
     }
   });
 
   it('reads an address whose case a remote server changed', () => {
-    expect(parseVerp(verpAddress(ID, 3, HOST, KEY).toUpperCase(), HOST, KEY)).toEqual({ emailId: ID, recipientIndex: 3 });
+    expect(parseVerp(verpAddress(ID, 3, HOST, KEY).toUpperCase(), HOST, KEY)).toEqual({ emailId: ID, recipientIndex: 3, signed: true });
   });
 
   it('refuses another recipient’s address written from one’s own: the index changed, the tag kept', () => {
@@ -51,7 +51,6 @@ describe('VERP addresses', () => {
   });
 
   it.each([
-    ['no tag, on a server with a key', `bounce+0195f3c27a107cde8f001234567890ab.0@${HOST}`],
     ['a tag of another key', verpAddress(ID, 0, HOST, OTHER_KEY)],
     ['a short tag', verpAddress(ID, 0, HOST, KEY).replace(/\.([0-9a-f]{10})@/, (_m, t: string) => `.${t.slice(0, 9)}@`)],
     ['a long tag', verpAddress(ID, 0, HOST, KEY).replace('@', '0@')],
@@ -64,6 +63,15 @@ describe('VERP addresses', () => {
     ['empty', ''],
   ])('refuses %s', (_, address) => {
     expect(parseVerp(address, HOST, KEY)).toBeNull();
+  });
+
+  it('an address without a tag (an earlier version\'s) is read as unsigned, trusted only for an email to one recipient or without a key', () => {
+    const legacy = parseVerp(`bounce+0195f3c27a107cde8f001234567890ab.1@${HOST}`, HOST, KEY)!;
+    expect(legacy).toEqual({ emailId: ID, recipientIndex: 1, signed: false });
+    expect(verpTrusted(legacy, 1, KEY)).toBe(true);
+    expect(verpTrusted(legacy, 2, KEY)).toBe(false);
+    expect(verpTrusted(legacy, 2, null)).toBe(true);
+    expect(verpTrusted(parseVerp(verpAddress(ID, 1, HOST, KEY), HOST, KEY)!, 2, KEY)).toBe(true);
   });
 
   it('a server without a key refuses a tagged address', () => {

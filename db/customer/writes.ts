@@ -200,11 +200,23 @@ async function runWrites(client: ClientBase, writes: readonly CustomerWrite[]): 
 export function jsonbText(value: unknown): string {
   const text = JSON.stringify(value);
   if (!text.includes('\\u0000') && !/\\ud[89a-f]/i.test(text)) return text;
-  return JSON.stringify(value, (_key, v: unknown) => (typeof v === 'string' ? wellFormed(v).replace(/\0/g, '\ufffd') : v));
+  return JSON.stringify(jsonbSafe(value));
 }
 
-/** `s` with every unpaired surrogate replaced by U+FFFD (String.prototype.toWellFormed, Node 20 has it; lib ES2024 types it). */
-const wellFormed = (s: string): string => (s as string & { toWellFormed(): string }).toWellFormed();
+/** `s` with every NUL and unpaired surrogate replaced by U+FFFD (toWellFormed: Node 20 has it, lib ES2024 types it). */
+const jsonbString = (s: string): string => (s as string & { toWellFormed(): string }).toWellFormed().replace(/\0/g, '\ufffd');
+
+/** A copy of a JSON value with its strings and its object keys (a header name can hold a NUL) made jsonb-safe. */
+function jsonbSafe(value: unknown): unknown {
+  if (typeof value === 'string') return jsonbString(value);
+  if (Array.isArray(value)) return value.map(jsonbSafe);
+  if (value === null || typeof value !== 'object') return value;
+  const json = (value as { toJSON?: () => unknown }).toJSON;
+  if (typeof json === 'function') return jsonbSafe(json.call(value));
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value)) out[jsonbString(k)] = jsonbSafe(v);
+  return out;
+}
 
 /** A write refused by the database for its own content: which one, and the database's message. */
 export interface RefusedWrite {

@@ -6,7 +6,7 @@ import type { Deps } from '../../server/deps.js';
 import { newId } from '../../server/ids.js';
 import { createCollector } from '../../server/memory.js';
 import { writeOutcome } from '../outcomes.js';
-import { parseVerp } from '../verp.js';
+import { type Verp, parseVerp, verpTrusted } from '../verp.js';
 import { type Recipient, judgeRecipient } from './recipients.js';
 import { type InboundReport, parseReport } from './reports.js';
 import { createSpoolWriter } from './spool.js';
@@ -216,17 +216,18 @@ const findEmail = (deps: Pick<Deps, 'db'>, id: string): SentEmail | undefined =>
 /** The email a report is about: the VERP address it came to, else the reported message's return path, else its Message-ID. */
 function reportedEmail(deps: Pick<Deps, 'db' | 'config' | 'secretKey'>, report: Exclude<InboundReport, null>, arrivedAt: Recipient[]): { email: SentEmail; index: number | null } | null {
   const host = deps.config.mailHostname;
-  const candidates: { emailId: string; recipientIndex: number | null }[] = [];
+  const candidates: { emailId: string; recipientIndex: number | null; verp?: Verp }[] = [];
+  // The address it came to was judged at RCPT (recipients.ts), a VERP address quoted in it is judged here.
   for (const r of arrivedAt) if (r.kind === 'bounce') candidates.push({ emailId: r.emailId, recipientIndex: r.recipientIndex });
   for (const path of [report.originalReturnPath, report.kind === 'arf' ? report.originalMailFrom : null]) {
     const verp = path ? parseVerp(path.replace(/^<|>$/g, ''), host, deps.secretKey) : null;
-    if (verp) candidates.push(verp);
+    if (verp) candidates.push({ emailId: verp.emailId, recipientIndex: verp.recipientIndex, verp });
   }
   const messageId = report.originalMessageId ? new RegExp(`^<?([0-9a-f-]{36})@${host.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}>?$`, 'i').exec(report.originalMessageId.trim()) : null;
   if (messageId) candidates.push({ emailId: messageId[1]!.toLowerCase(), recipientIndex: null });
   for (const c of candidates) {
     const email = findEmail(deps, c.emailId);
-    if (email) return { email, index: c.recipientIndex };
+    if (email && (!c.verp || verpTrusted(c.verp, email.to.length, deps.secretKey))) return { email, index: c.recipientIndex };
   }
   return null;
 }
@@ -243,23 +244,48 @@ function recipientOf(email: SentEmail, index: number | null): string | null {
   return email.to.length === 1 ? email.to[0]! : null;
 }
 
+/** Delay reports recorded for one recipient at most, counting the engine's own deferrals. */
+export const MAX_DEFERRED_EVENTS = 10;
+
+type ReportStatus = 'bounced' | 'deferred' | 'complained';
+
 /**
- * Whether a report would repeat an outcome the recipient already has. Anyone can send a report, and send it again: a
- * recipient knows the Message-ID and the other addresses of the email, and could replay one complaint or bounce until
- * the reputation breaker suspends the account. So a recipient's bounce and complaint are recorded (and counted) once
- * each, and a delay report only when it says something new (its status code and diagnostic).
+ * Whether a report says something the recipient's events do not already say. Anyone can send a report, and send it
+ * again: a replayed complaint or bounce would count until the reputation breaker suspends the account, a stream of
+ * delay reports would flood the account's webhooks. So a complaint is recorded once; a bounce once, or once more when
+ * a 5.x.x one follows one that did not suppress (a 4.x.x failure, the engine's 4.4.7 give-up); a delay only before
+ * any bounce or complaint, when its status code is new, and while the recipient has fewer than MAX_DEFERRED_EVENTS
+ * deferrals.
  */
-function alreadyReported(deps: Pick<Deps, 'db'>, emailId: string, recipient: string, status: 'bounced' | 'deferred' | 'complained', dsn: string, detail: string): boolean {
-  const same = and(eq(emailEvents.emailId, emailId), eq(emailEvents.recipient, recipient), eq(emailEvents.status, status));
-  const where = status === 'deferred' ? and(same, eq(emailEvents.dsn, dsn), eq(emailEvents.detail, detail)) : same;
-  return deps.db.select({ id: emailEvents.id }).from(emailEvents).where(where).limit(1).get() !== undefined;
+export function reportIsNews(earlier: readonly { status: string; dsn: string }[], status: ReportStatus, dsn: string): boolean {
+  const of = (s: string) => earlier.filter((e) => e.status === s);
+  if (status === 'complained') return of('complained').length === 0;
+  if (status === 'bounced') return dsn.startsWith('5.') ? !of('bounced').some((e) => e.dsn.startsWith('5.')) : of('bounced').length === 0;
+  const deferred = of('deferred');
+  return of('bounced').length === 0 && of('complained').length === 0 && deferred.length < MAX_DEFERRED_EVENTS && !deferred.some((e) => e.dsn === dsn);
+}
+
+const recipientEvents = (deps: Pick<Deps, 'db'>, emailId: string, recipient: string) =>
+  deps.db
+    .select({ status: emailEvents.status, dsn: emailEvents.dsn })
+    .from(emailEvents)
+    .where(and(eq(emailEvents.emailId, emailId), eq(emailEvents.recipient, recipient)))
+    .all();
+
+/**
+ * The block of a DSN that speaks for its recipient: every block is about the one copy its VERP address names, so one
+ * event is recorded, the most severe: a 5.x.x failure, else any failure, else a delay.
+ */
+function decisiveBlock<B extends { action: string; status: string }>(blocks: readonly B[]): B | null {
+  const failed = blocks.filter((b) => b.action.toLowerCase() === 'failed');
+  return failed.find((b) => b.status.startsWith('5.')) ?? failed[0] ?? blocks.find((b) => b.action.toLowerCase() === 'delayed') ?? null;
 }
 
 /**
- * The events a report records, inside the receiving transaction, on the recipient whose copy it reports: per failed
- * or delayed block of a DSN a `bounced` (suppressing when 5.x.x) or `deferred` event; for an ARF `abuse` report a `complained` event with its
- * suppression and counter. Each through the engine's own writeOutcome, so webhooks, the customer database and the
- * reputation breaker see them like any other outcome.
+ * The event a report records, inside the receiving transaction, on the recipient whose copy it reports (when it is
+ * news: reportIsNews): for a DSN its decisive block's `bounced` (suppressing when 5.x.x) or `deferred`; for an ARF
+ * `abuse` report a `complained` event with its suppression and counter. Through the engine's own writeOutcome, so
+ * webhooks, the customer database and the reputation breaker see it like any other outcome.
  */
 function recordReport(deps: Deps, report: Exclude<InboundReport, null>, arrivedAt: Recipient[], now: number): { events: number; webhooks: number; written: number } {
   const target = reportedEmail(deps, report, arrivedAt);
@@ -273,28 +299,19 @@ function recordReport(deps: Deps, report: Exclude<InboundReport, null>, arrivedA
     deps.logger.info('inbound.report_unmatched', { kind: report.kind, emailId: email.id, reason: 'several recipients, no VERP address' });
     return { events: 0, webhooks: 0, written: 0 };
   }
-  let events = 0;
-  let webhooks = 0;
-  let written = 0;
-  // Every block of a DSN is about the one recipient whose copy it reports (recipientOf); repeats record nothing.
-  const record = (status: 'bounced' | 'deferred' | 'complained', dsn: string, detail: string) => {
-    if (alreadyReported(deps, email.id, recipient, status, dsn, detail)) {
-      deps.logger.info('inbound.report_repeated', { emailId: email.id, status });
-      return;
-    }
-    const out = writeOutcome(deps, { emailId: email.id, accountId: email.accountId, recipient, status, dsn, detail, occurredAt: now });
-    events++;
-    webhooks += out.webhooks;
-    if (out.written) written++;
-  };
-  if (report.kind === 'dsn') {
-    for (const r of report.recipients) {
-      const action = r.action.toLowerCase();
-      if (action !== 'failed' && action !== 'delayed') continue;
-      record(action === 'delayed' ? 'deferred' : 'bounced', r.status, r.diagnostic || `Action: ${action}`);
-    }
-  } else if (report.feedbackType === 'abuse') {
-    record('complained', '5.7.1', 'Complaint (feedback report: abuse)');
+  // A DSN's blocks are all about the one copy; an ARF report other than abuse says nothing about a delivery.
+  const block = report.kind === 'dsn' ? decisiveBlock(report.recipients) : null;
+  const said: { status: ReportStatus; dsn: string; detail: string } | null =
+    report.kind === 'dsn'
+      ? block && { status: block.action.toLowerCase() === 'delayed' ? 'deferred' : 'bounced', dsn: block.status, detail: block.diagnostic || `Action: ${block.action.toLowerCase()}` }
+      : report.feedbackType === 'abuse'
+        ? { status: 'complained', dsn: '5.7.1', detail: 'Complaint (feedback report: abuse)' }
+        : null;
+  if (!said) return { events: 0, webhooks: 0, written: 0 };
+  if (!reportIsNews(recipientEvents(deps, email.id, recipient), said.status, said.dsn)) {
+    deps.logger.info('inbound.report_repeated', { emailId: email.id, status: said.status, dsn: said.dsn });
+    return { events: 0, webhooks: 0, written: 0 };
   }
-  return { events, webhooks, written };
+  const out = writeOutcome(deps, { emailId: email.id, accountId: email.accountId, recipient, ...said, occurredAt: now });
+  return { events: 1, webhooks: out.webhooks, written: out.written ? 1 : 0 };
 }

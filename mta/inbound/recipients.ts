@@ -6,7 +6,7 @@ import { type RecordKind, type RecordStatus, emails } from '../../db/schema/inde
 import { deriveFlags } from '../../server/core/domain-checks.js';
 import type { Config } from '../../server/config.js';
 import { OWNER_SQL } from '../../server/customer-db/outbox.js';
-import { parseVerp } from '../verp.js';
+import { parseVerp, verpTrusted } from '../verp.js';
 
 /**
  * Who an inbound RCPT TO is for (issue 12, point 2). There are no mailboxes: every local part of a receiving domain
@@ -94,8 +94,8 @@ export function judgeRecipient(deps: { db: Db; config: Config; secretKey: Buffer
     const verp = parseVerp(address, host, deps.secretKey);
     if (!verp) return { kind: 'refused' };
     const email = statements(deps.db).email.get({ id: verp.emailId });
-    if (!email || verp.recipientIndex >= email.to.length) return { kind: 'refused' };
-    return { kind: 'bounce', address: address.toLowerCase(), ...verp };
+    if (!email || verp.recipientIndex >= email.to.length || !verpTrusted(verp, email.to.length, deps.secretKey)) return { kind: 'refused' };
+    return { kind: 'bounce', address: address.toLowerCase(), emailId: verp.emailId, recipientIndex: verp.recipientIndex };
   }
   // Mail for a customer's domain needs somewhere to go: without the secret key no database can be read.
   if (!deps.secretKey) return { kind: 'refused' };

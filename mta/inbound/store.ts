@@ -133,7 +133,7 @@ function headersOf(lines: readonly { key: string; line: string }[]): Record<stri
   const out: Record<string, string[]> = {};
   for (const { key, line } of lines) {
     const value = clean(line.slice(line.indexOf(':') + 1).replace(/\r?\n[ \t]+/g, ' ').trim());
-    (out[key] ??= []).push(value);
+    (out[clean(key)] ??= []).push(value);
   }
   return out;
 }

@@ -50,7 +50,7 @@ const NOT_CONNECTED: DatabaseStatus = {
   pending: 0,
 };
 
-function statusOf(deps: Pick<Deps, 'db'>, row: CustomerDatabaseRow): DatabaseStatus {
+function statusOf(deps: Pick<Deps, 'db'>, row: CustomerDatabaseRow, pending = pendingWrites(deps.db, row.accountId)): DatabaseStatus {
   return {
     connected: true,
     host: row.host,
@@ -63,7 +63,7 @@ function statusOf(deps: Pick<Deps, 'db'>, row: CustomerDatabaseRow): DatabaseSta
     lastOkAt: isoOrNull(row.lastOkAt),
     lastError: row.lastError,
     updatedAt: iso(row.updatedAt),
-    pending: pendingWrites(deps.db, row.accountId),
+    pending,
   };
 }
 
@@ -78,15 +78,7 @@ function rowOf(deps: Pick<Deps, 'db'>, owner: string): CustomerDatabaseRow | und
  * parent and its other sub-accounts.
  */
 function inheritedStatusOf(deps: Pick<Deps, 'db'>, row: CustomerDatabaseRow, accountId: string): DatabaseStatus {
-  return {
-    ...statusOf(deps, row),
-    host: null,
-    port: null,
-    database: null,
-    user: null,
-    lastError: null,
-    pending: pendingWritesOf(deps.db, row.accountId, accountId),
-  };
+  return { ...statusOf(deps, row, pendingWritesOf(deps.db, row.accountId, accountId)), host: null, port: null, database: null, user: null, lastError: null };
 }
 
 /**
@@ -153,7 +145,8 @@ export async function connectDatabase({ deps, ctx, input }: { deps: Deps; ctx: R
 export async function testDatabase({ deps, ctx }: { deps: Deps; ctx: RequestContext }): Promise<DatabaseStatus> {
   const found = effectiveRow(deps, ctx);
   // A sub-account's own key cannot make the service connect to its parent's database, nor record the result there.
-  if (!found?.held) throw new ApiError('database_not_connected', 'No database is set on this account.');
+  if (!found) throw new ApiError('database_not_connected', 'No database is set on this account.');
+  if (!found.held) throw new ApiError('database_not_connected', "No database is set on this account: its mail goes to its parent account's, which only the parent's key can test.");
   const { row } = found;
   let result;
   try {
