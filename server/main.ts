@@ -68,7 +68,7 @@ async function main(): Promise<void> {
     });
   }
   if (config.allowPrivateTargets) logger.warn('config.allow_private_targets', { message: 'ALLOW_PRIVATE_TARGETS is set: private and loopback targets are allowed. For development and tests only.' });
-  if (!deps.secretKey) logger.warn('config.secret_key_off', { message: 'SECRET_KEY=off: webhooks and customer databases cannot be configured.' });
+  if (!deps.secretKey) logger.warn('config.secret_key_off', { message: 'SECRET_KEY=off: webhooks and customer databases cannot be configured, and bounce (VERP) addresses are not signed.' });
 
   const { generated } = ensureAdminToken(deps.db, config.adminToken);
   if (generated) logger.info('admin_token.generated', { token: generated, message: 'Dashboard admin token; shown once. Reset with: npm run cli -- admin-token reset' });
