@@ -1,6 +1,38 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { serve } from '@hono/node-server';
+import Database from 'better-sqlite3';
+import { drizzle } from 'drizzle-orm/better-sqlite3';
 import { Hono } from 'hono';
+import { createGroupCommit, walSyncOf } from '../../db/group-commit.js';
 
-/** The baseline: a bare Hono route on @hono/node-server answering a small JSON body. */
-const app = new Hono().post('/bare', (c) => c.json({ id: '019a0000-0000-7000-8000-000000000000', sandbox: true }));
+/**
+ * The baseline of issue 15: a bare Hono route on @hono/node-server that parses the JSON body it is sent (the same
+ * body as the sends) and answers a small JSON body. With BARE_DURABLE=1, the floor under a send instead: the same
+ * route also writes the body as one row through the service's group commit and answers once the WAL is fdatasynced
+ * (what "durable before the 200" costs at the least, with no key, no check and no other row).
+ */
+const durable = process.env.BARE_DURABLE === '1';
+let store: ((body: string) => Promise<void>) | null = null;
+if (durable) {
+  const dir = mkdtempSync(join(tmpdir(), 'mailstead-bare-'));
+  const sqlite = new Database(join(dir, 'bare.db'));
+  sqlite.pragma('journal_mode = WAL');
+  sqlite.pragma('synchronous = FULL');
+  sqlite.exec('create table sends (id integer primary key, body text not null, created_at integer not null)');
+  const insert = sqlite.prepare('insert into sends (body, created_at) values (?, ?)');
+  const commits = createGroupCommit({ db: drizzle(sqlite) as never, sqlite }, walSyncOf(join(dir, 'bare.db')));
+  store = (body) => commits.run(() => void insert.run(body, Date.now()));
+  process.on('SIGTERM', () => {
+    rmSync(dir, { recursive: true, force: true });
+    process.exit(0);
+  });
+}
+
+const app = new Hono().post('/bare', async (c) => {
+  const body: unknown = await c.req.json();
+  if (store) await store(JSON.stringify(body));
+  return c.json({ id: '019a0000-0000-7000-8000-000000000000', sandbox: true });
+});
 serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, (info) => process.stdout.write(`${JSON.stringify({ event: 'http.listening', port: info.port })}\n`));

@@ -17,7 +17,8 @@ import { serviceNodeFlags, spawnListening, stop } from './spawn.js';
 
 /**
  * POST /emails under load: sandbox sends, and real sends queued (durably) to a verified domain, from `CONCURRENCY`
- * keep-alive clients for `SECONDS` each; then a bare Hono route in the same run, for the ratio.
+ * keep-alive clients for `SECONDS` each; then a bare Hono route parsing the same body in the same run, for the ratio;
+ * then the floor under a send, the bare route writing the body as one row through the group commit before it answers.
  * Run: npm run bench:send-api   (env BENCH_SECONDS, BENCH_CONCURRENCY, BENCH_ONLY)
  */
 const seconds = Number(process.env.BENCH_SECONDS ?? 10);
@@ -103,8 +104,16 @@ async function main(): Promise<void> {
   console.log(formatLoad('bare Hono JSON route', baseline));
   await stop(bare.child);
 
+  // The floor under a send: the bare route writing the body as one durable row (group commit, WAL fdatasync).
+  const floor = await spawnListening(join(here, 'bare-hono.js'), { BARE_DURABLE: '1' });
+  const floorUrl = `http://127.0.0.1:${floor.port}/bare`;
+  await runLoad({ url: floorUrl, method: 'POST', headers: { 'content-type': 'application/json' }, body: send(true), concurrency, seconds: 1 });
+  const durableFloor = await runLoad({ url: floorUrl, method: 'POST', headers: { 'content-type': 'application/json' }, body: send(true), concurrency, seconds });
+  console.log(formatLoad('bare route + one durable row', durableFloor));
+  await stop(floor.child);
+
   const ratio = (r: typeof baseline | null) => (r ? (r.rps / baseline.rps).toFixed(2) : '-');
-  console.log(`ratio to bare Hono: sandbox ${ratio(sandbox)}, queued ${ratio(queued)}`);
+  console.log(`ratio to bare Hono: sandbox ${ratio(sandbox)}, queued ${ratio(queued)}; the floor (one durable row) ${ratio(durableFloor)}`);
   console.log(`(the delivery engine delivered ${sink.received.length} of the queued messages to the local sink meanwhile)`);
   await sink.stop();
   await dns.stop();
