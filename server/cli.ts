@@ -177,7 +177,8 @@ function runCommand(store: Store, config: Config, command: string, opts: Options
     case 'credits grant': {
       const amount = integer('amount', required(opts, 'amount'), OPERATOR_NUMBER_MIN.amount)!;
       const row = account();
-      if (row.parentId !== null) throw new UsageError('credits are granted to the top-level account; a sub-account\'s sends are paid by its parent');
+      // The arguments are well formed; the account is the wrong kind: a refusal (exit 1), not a usage error.
+      if (row.parentId !== null) throw new Error('credits are granted to the top-level account; a sub-account\'s sends are paid by its parent');
       return view(grantCredits(deps, row.id, amount));
     }
     case 'keys create': {

@@ -33,16 +33,18 @@ async function main(): Promise<void> {
   const logger = createLogger(config.logLevel, stdout);
 
   // One server per DATA_DIR, before anything in it is read or written; the kernel drops the lock when we die.
-  createPrivateDir(config.dataDir);
   let lock: DataDirLock;
   try {
+    createPrivateDir(config.dataDir);
     lock = lockDataDir(config.dataDir);
   } catch (err) {
     if (err instanceof DataDirLockedError) {
       process.stderr.write(`mailstead: ${err.message}\n`);
       process.exit(1);
     }
-    throw err;
+    // A path that is a file, under a file, or somewhere this user cannot write: one line naming the variable.
+    process.stderr.write(`mailstead: invalid configuration: DATA_DIR (${config.dataDir}) cannot be used: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
   }
   const tightened = securePrivateDataDir(config.dataDir);
   if (tightened.length > 0) {
@@ -71,7 +73,11 @@ async function main(): Promise<void> {
   if (!deps.secretKey) logger.warn('config.secret_key_off', { message: 'SECRET_KEY=off: webhooks and customer databases cannot be configured, and bounce (VERP) addresses are not signed.' });
 
   const { generated } = ensureAdminToken(deps.db, config.adminToken);
-  if (generated) logger.info('admin_token.generated', { token: generated, message: 'Dashboard admin token; shown once. Reset with: npm run cli -- admin-token reset' });
+  // Written whatever LOG_LEVEL says: it is shown once, and without it nobody signs in to the dashboard.
+  if (generated) {
+    const line = { time: new Date().toISOString(), level: 'info', event: 'admin_token.generated', token: generated, message: 'Dashboard admin token; shown once. Reset with: npm run cli -- admin-token reset' };
+    stdout(`${JSON.stringify(line)}\n`);
+  }
 
   const engine = createDeliveryEngine(deps);
   deps.onQueued = engine.poke;

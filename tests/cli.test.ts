@@ -345,6 +345,13 @@ describe('the other commands (node dist/server/cli.js)', () => {
     expect((await api('GET', '/account', created.key)).body.credits.balance).toBe(before.balance + 5);
   });
 
+  it('credits grant to a sub-account is refused with exit 1 and one line (well-formed arguments: no usage text)', async () => {
+    const sub = await api('POST', '/accounts', created.key, { name: 'Customer Three' });
+    const res = await cliFails('credits', 'grant', '--account', sub.body.id, '--amount', '5');
+    expect(res.code).toBe(1);
+    expect(res.stderr).toBe("mailstead: credits are granted to the top-level account; a sub-account's sends are paid by its parent\n");
+  });
+
   it('keys create prints the mint response, and the key holds only the scopes asked for', async () => {
     const out = await cliOk<MintBody>('keys', 'create', '--account', created.account.id, '--name', 'ci', '--scopes', 'emails:send,emails:read');
     expect(Object.keys(out).sort()).toEqual(['createdAt', 'id', 'key', 'name', 'prefix', 'scopes']);

@@ -321,6 +321,41 @@ describe('the server process with a bad value', () => {
     expect(stdout).toBe('');
     expect(existsSync(join(dataDir, 'mailstead.db'))).toBe(false);
   });
+
+  /** Runs the server with `env` until it exits or prints `until` on stdout (then stops it): its code, stdout, stderr. */
+  async function runServer(env: Record<string, string>, until?: string) {
+    const child = spawn(process.execPath, ['dist/server/main.js'], { cwd: ROOT, env: { PATH: process.env.PATH ?? '', MAIL_HOSTNAME: 'mx.mailstead.test', HTTP_HOST: '127.0.0.1', HTTP_PORT: '0', SMTP_PORT: '0', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (c: Buffer) => {
+      stdout += c.toString();
+      if (until && stdout.includes(until)) child.kill('SIGTERM');
+    });
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
+    const code = await new Promise<number | null>((resolve) => child.on('close', (c) => resolve(c)));
+    clearTimeout(timer);
+    return { code, stdout, stderr };
+  }
+
+  it.each([
+    ['a regular file', (dir: string) => (writeFileSync(join(dir, '..', 'file'), 'x'), join(dir, '..', 'file'))],
+    ['under a regular file', (dir: string) => (writeFileSync(join(dir, '..', 'file'), 'x'), join(dir, '..', 'file', 'data'))],
+  ])('DATA_DIR that is %s: exit 1, one line on stderr naming DATA_DIR, no stack', async (_name, make) => {
+    const { code, stdout, stderr } = await runServer({ DATA_DIR: make(dataDir) });
+    expect(code).toBe(1);
+    const lines = stderr.split('\n').filter((l) => l !== '');
+    expect(lines, stderr).toHaveLength(1);
+    expect(lines[0]).toMatch(/^mailstead: invalid configuration: DATA_DIR \(.+\) cannot be used: /);
+    expect(stdout).toBe('');
+  });
+
+  it('the admin token is printed on the first start whatever LOG_LEVEL says (here error), and nothing else at info', async () => {
+    const { stdout } = await runServer({ DATA_DIR: dataDir, LOG_LEVEL: 'error' }, 'admin_token.generated');
+    const lines = stdout.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as { event: string; token?: string });
+    expect(lines.map((l) => l.event)).toEqual(['admin_token.generated']);
+    expect(lines[0]!.token).toMatch(/^\S{20,}$/);
+  });
 });
 
 describe('resolveSecretKey', () => {
