@@ -2,10 +2,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { serve } from '@hono/node-server';
-import Database from 'better-sqlite3';
-import { drizzle } from 'drizzle-orm/better-sqlite3';
 import { Hono } from 'hono';
-import { createGroupCommit, walSyncOf } from '../../db/group-commit.js';
+import { durableRows } from './durable-rows.js';
 
 /**
  * The baseline of issue 15: a bare Hono route on @hono/node-server that parses the JSON body it is sent (the same
@@ -17,13 +15,7 @@ const durable = process.env.BARE_DURABLE === '1';
 let store: ((body: string) => Promise<void>) | null = null;
 if (durable) {
   const dir = mkdtempSync(join(tmpdir(), 'mailstead-bare-'));
-  const sqlite = new Database(join(dir, 'bare.db'));
-  sqlite.pragma('journal_mode = WAL');
-  sqlite.pragma('synchronous = FULL');
-  sqlite.exec('create table sends (id integer primary key, body text not null, created_at integer not null)');
-  const insert = sqlite.prepare('insert into sends (body, created_at) values (?, ?)');
-  const commits = createGroupCommit({ db: drizzle(sqlite) as never, sqlite }, walSyncOf(join(dir, 'bare.db')));
-  store = (body) => commits.run(() => void insert.run(body, Date.now()));
+  store = durableRows(dir);
   process.on('SIGTERM', () => {
     rmSync(dir, { recursive: true, force: true });
     process.exit(0);

@@ -5,13 +5,12 @@ import { open } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import Database from 'better-sqlite3';
-import { drizzle } from 'drizzle-orm/better-sqlite3';
 import { SMTPServer } from 'smtp-server';
-import { createDurabilityBarrier, createGroupCommit, walSyncOf } from '../../db/group-commit.js';
+import { createDurabilityBarrier } from '../../db/group-commit.js';
 import { sealBytes } from '../../server/secrets.js';
 import { freePort } from '../lib/free-port.js';
 import { cpuSeconds } from '../lib/proc.js';
+import { durableRows } from './durable-rows.js';
 import { findPostfixTool, startNodeSink, startPostfixSink, waitForPort } from './postfix.js';
 import { RECEIVING_DOMAIN, SENDER_DOMAIN, runLoad } from './smtp-load.js';
 import { stop } from './spawn.js';
@@ -44,13 +43,7 @@ async function serve(mode: Mode, port: number): Promise<void> {
   const key = randomBytes(32);
   let store: (body: Buffer) => Promise<void> = async () => undefined;
   if (mode === 'sqlite' || mode === 'sealed-sqlite') {
-    const sqlite = new Database(join(dir, 'floor.db'));
-    sqlite.pragma('journal_mode = WAL');
-    sqlite.pragma('synchronous = FULL');
-    sqlite.exec('create table messages (id integer primary key, body blob not null, received_at integer not null)');
-    const insert = sqlite.prepare('insert into messages (body, received_at) values (?, ?)');
-    const commits = createGroupCommit({ db: drizzle(sqlite) as never, sqlite }, walSyncOf(join(dir, 'floor.db')));
-    store = (body) => commits.run(() => void insert.run(body, Date.now()));
+    store = durableRows(dir);
   } else if (mode === 'sealed-file') {
     const file = await open(join(dir, 'spool.log'), 'a');
     let batch: Buffer[] = [];
