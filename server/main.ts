@@ -14,6 +14,7 @@ import { type InboundServer, createInboundServer } from '../mta/inbound/server.j
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
 import { createLogger, stdoutBatched } from './logger.js';
 import { scansOffThread } from './scans.js';
+import { runStopSteps } from './shutdown.js';
 import { STARTED_EVENT, type StartedMessage, startLine } from './start-line.js';
 
 const KEY_USAGE_FLUSH_MS = 10_000;
@@ -106,18 +107,23 @@ async function main(): Promise<void> {
     stopping = true;
     logger.info('process.stopping', { signal });
     clearInterval(flushTimer);
-    await http?.close();
-    await inbound?.close();
-    await engine.stop();
-    // After the engine: its last outcomes may have queued deliveries, which wait in the database for the next start.
-    await webhooks.stop();
-    await customerDb.stop();
-    flushUsage();
-    await checkpointer.stop();
-    deps.store.close();
-    lock.release();
-    logger.info('process.stopped', { signal });
-    process.exit(0);
+    const ok = await runStopSteps(
+      [
+        ['http', () => http?.close()],
+        ['inbound', () => inbound?.close()],
+        ['delivery engine', () => engine.stop()],
+        // After the engine: its last outcomes may have queued deliveries, which wait in the database for the next start.
+        ['webhooks', () => webhooks.stop()],
+        ['customer databases', () => customerDb.stop()],
+        ['key usage', () => flushUsage()],
+        ['checkpointer', () => checkpointer.stop()],
+        ['database', () => deps.store.close()],
+        ['lock', () => lock.release()],
+      ],
+      logger,
+    );
+    logger.info('process.stopped', { signal, ...(ok ? {} : { failed: true }) });
+    process.exit(ok ? 0 : 1);
   };
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   process.on('SIGINT', () => void shutdown('SIGINT'));
