@@ -18,7 +18,9 @@ import { serviceNodeFlags, spawnListening, stop } from './spawn.js';
 /**
  * POST /emails under load: sandbox sends, and real sends queued (durably) to a verified domain, from `CONCURRENCY`
  * keep-alive clients for `SECONDS` each; then a bare Hono route parsing the same body in the same run, for the ratio;
- * then the floor under a send, the bare route writing the body as one row through the group commit before it answers.
+ * then the floors under a send: the bare route writing the body as one row through the group commit before it answers,
+ * and a sandbox send with every check served from memory (send-floor.ts) on the service's database, its log row in the
+ * service's indexed table and in an unindexed one.
  * Run: npm run bench:send-api   (env BENCH_SECONDS, BENCH_CONCURRENCY, BENCH_ONLY)
  */
 const seconds = Number(process.env.BENCH_SECONDS ?? 10);
@@ -112,8 +114,25 @@ async function main(): Promise<void> {
   console.log(formatLoad('bare route + one durable row', durableFloor));
   await stop(floor.child);
 
+  // The floors under a sandbox send: its checks served from memory, its body validated and rendered, its log row
+  // durable in the service's indexed table, or in a table with no index.
+  const memorySend = async (log: 'emails' | 'plain') => {
+    const floor = await spawnListening(join(here, 'send-floor.js'), { BENCH_DATA_DIR: dataDir, SEND_FLOOR_LOG: log });
+    const url = `http://127.0.0.1:${floor.port}/emails`;
+    await runLoad({ url, method: 'POST', headers, vary, body: send(true), concurrency, seconds: 1 });
+    const result = await runLoad({ url, method: 'POST', headers, vary, body: send(true), concurrency, seconds });
+    console.log(formatLoad(`sandbox send from memory, ${log === 'emails' ? 'indexed log' : 'unindexed log'}`, result));
+    await stop(floor.child);
+    return result;
+  };
+  const memoryIndexed = await memorySend('emails');
+  const memoryPlain = await memorySend('plain');
+
   const ratio = (r: typeof baseline | null) => (r ? (r.rps / baseline.rps).toFixed(2) : '-');
-  console.log(`ratio to bare Hono: sandbox ${ratio(sandbox)}, queued ${ratio(queued)}; the floor (one durable row) ${ratio(durableFloor)}`);
+  console.log(`ratio to bare Hono: sandbox ${ratio(sandbox)}, queued ${ratio(queued)}`);
+  console.log(
+    `  the floors: one durable row ${ratio(durableFloor)}; a sandbox send served from memory (send-floor.ts) ${ratio(memoryIndexed)} with the service's indexed log row, ${ratio(memoryPlain)} with an unindexed one`,
+  );
   console.log(`(the delivery engine delivered ${sink.received.length} of the queued messages to the local sink meanwhile)`);
   await sink.stop();
   await dns.stop();

@@ -1,0 +1,126 @@
+import { createHash } from 'node:crypto';
+import { serve } from '@hono/node-server';
+import { Hono } from 'hono';
+import { openDatabase } from '../../db/client.js';
+import { createGroupCommit } from '../../db/group-commit.js';
+import { ApiError } from '../../server/errors.js';
+import { jsonBody } from '../../server/http/body.js';
+import { parseInput } from '../../server/http/validate.js';
+import { newId } from '../../server/ids.js';
+import { SANDBOX_LIMIT } from '../../server/core/sending.js';
+import { renderSend, sendRequestSchema, toSendRequest } from '../../server/core/send-request.js';
+
+/**
+ * The floor under a sandbox send (issue 15's 0.5 target), for bench:send-api: the least `POST /emails` with
+ * `sandbox: true` must do, with every read served from memory, as a send path redesigned around memory would:
+ *
+ * - the key: the SHA-256 of the bearer secret looked up in a Map (keys loaded from the benchmark's own database, as
+ *   stored: hashes only), its scope checked; a per-key request count (the rate limit);
+ * - the account's state (suspended, daily quota, credit) from memory;
+ * - the body through the service's own validation and template rendering (send-request.ts, http/validate.ts);
+ * - the from-domain and the suppression lists as Map and Set lookups, the sandbox count per account in memory;
+ * - the send's log row (the service's `emails` table, its indexes; or, with SEND_FLOOR_LOG=plain, a table with no
+ *   index) written through the service's group commit, the 200 answered once the WAL is fdatasynced.
+ *
+ * Nothing else: no idempotency, no access log, no metrics, no event loop shared with a delivery engine, no view of
+ * another connection's changes (a real one would have to see keys revoked and accounts suspended by the CLI). Its
+ * rate against the bare route (bare-hono.ts) in the same run is what any design of the send path can hope for on the
+ * machine. Run by send-api.ts after the service stopped, on the service's data directory (BENCH_DATA_DIR).
+ */
+
+const dataDir = process.env.BENCH_DATA_DIR;
+if (!dataDir) throw new Error('BENCH_DATA_DIR: the data directory of the service the benchmark ran');
+const store = openDatabase(dataDir, { mustExist: true });
+const commits = createGroupCommit(store, store.syncWal);
+
+interface MemoryAccount {
+  suspended: boolean;
+  dailyQuota: number;
+  sentToday: number;
+  credits: number;
+  sandboxSends: number;
+}
+
+const keys = new Map<string, { accountId: string; scopes: string[]; requests: number }>();
+for (const row of store.sqlite.prepare('select key_hash, account_id, scopes from api_keys where revoked_at is null').all() as { key_hash: string; account_id: string; scopes: string }[]) {
+  keys.set(row.key_hash, { accountId: row.account_id, scopes: JSON.parse(row.scopes) as string[], requests: 0 });
+}
+const accounts = new Map<string, MemoryAccount>();
+for (const row of store.sqlite.prepare('select id, suspended_by, daily_quota, sent_today_count, credits_balance from accounts').all() as {
+  id: string;
+  suspended_by: string | null;
+  daily_quota: number;
+  sent_today_count: number;
+  credits_balance: number;
+}[]) {
+  accounts.set(row.id, { suspended: row.suspended_by !== null, dailyQuota: row.daily_quota, sentToday: row.sent_today_count, credits: row.credits_balance, sandboxSends: 0 });
+}
+const domains = new Map<string, boolean>();
+for (const row of store.sqlite.prepare('select account_id, name, record_status from domains').all() as { account_id: string; name: string; record_status: string }[]) {
+  const status = JSON.parse(row.record_status) as Record<string, string>;
+  domains.set(`${row.account_id} ${row.name}`, status.ownership === 'published' && status.spf === 'published' && status.signing === 'published');
+}
+const suppressed = new Set<string>();
+for (const row of store.sqlite.prepare('select account_id, address from suppressions').all() as { account_id: string; address: string }[]) {
+  suppressed.add(`${row.account_id} ${row.address.toLowerCase()}`);
+}
+
+/**
+ * `emails` (default): the service's table, with the indexes GET /emails needs. `plain` (SEND_FLOOR_LOG=plain): the same
+ * columns in a table with no index but its integer key, the cheapest a durable row of a send can be: a bound no
+ * design that keeps the send log queryable reaches.
+ */
+const plain = process.env.SEND_FLOOR_LOG === 'plain';
+if (plain) {
+  store.sqlite.exec(
+    'create table if not exists floor_log (seq integer primary key, id text not null, account_id text not null, from_address text not null, "to" text not null, subject text not null, template text not null, status text not null, tags text, sandbox integer not null, created_at integer not null)',
+  );
+}
+const insertEmail = store.sqlite.prepare(
+  `insert into ${plain ? 'floor_log' : 'emails'} (id, account_id, from_address, "to", subject, template, status, tags, sandbox, created_at) values (?, ?, ?, ?, ?, ?, ?, ?, 1, ?)`,
+);
+const RATE_LIMIT = 100_000_000;
+
+const app = new Hono();
+app.onError((err, c) => {
+  if (err instanceof ApiError) return c.json({ error: { code: err.code, message: err.message } }, err.status as 400);
+  return c.json({ error: { code: 'internal', message: String(err) } }, 500);
+});
+app.post('/emails', async (c) => {
+  // (1) the key and its scope, and the rate limit.
+  const secret = c.req.header('authorization')?.replace(/^Bearer /, '') ?? '';
+  const key = keys.get(createHash('sha256').update(secret).digest('hex'));
+  if (!key) throw new ApiError('invalid_key', 'The API key is not valid.');
+  if (!key.scopes.includes('emails:send')) throw new ApiError('insufficient_scope', 'The key lacks emails:send.');
+  if (++key.requests > RATE_LIMIT) throw new ApiError('rate_limited', 'Too many requests.');
+  // (3), (4) the account's state.
+  const account = accounts.get(key.accountId)!;
+  if (account.suspended) throw new ApiError('suspended', 'The account is suspended.');
+  if (account.sentToday >= account.dailyQuota) throw new ApiError('quota_exceeded', 'Daily quota reached.');
+  if (account.credits <= 0) throw new ApiError('no_credits', 'No credits.');
+  // (5) the body, rendered.
+  const raw = Buffer.from(await c.req.arrayBuffer());
+  const send = toSendRequest(parseInput(sendRequestSchema, jsonBody(raw)));
+  const rendered = renderSend(send);
+  // (6), (7) the from-domain, the suppression list; the sandbox count.
+  const verified = domains.get(`${key.accountId} ${send.from.domain}`);
+  if (verified === undefined) throw new ApiError('domain_not_yours', 'Not your domain.');
+  if (!verified) throw new ApiError('domain_not_ready', 'The domain is not verified.');
+  for (const r of send.to) if (suppressed.has(`${key.accountId} ${r.address.toLowerCase()}`)) throw new ApiError('recipient_suppressed', 'A recipient is suppressed.');
+  if (!send.sandbox) throw new ApiError('invalid_request', 'This floor takes sandbox sends only.');
+  if (account.sandboxSends >= SANDBOX_LIMIT) throw new ApiError('sandbox_limit', 'Sandbox limit reached.');
+  account.sandboxSends++;
+  // The log row, durable before the answer.
+  const now = Date.now();
+  const id = newId(now);
+  await commits.run(() =>
+    insertEmail.run(id, key.accountId, send.from.address, JSON.stringify(send.to.map((r) => r.address)), rendered.subject, send.template.name, 'sandboxed', send.tags ? JSON.stringify(send.tags) : null, now),
+  );
+  return c.json({ id, sandbox: true });
+});
+
+serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, (info) => process.stdout.write(`${JSON.stringify({ event: 'http.listening', port: info.port })}\n`));
+process.on('SIGTERM', () => {
+  store.close();
+  process.exit(0);
+});
