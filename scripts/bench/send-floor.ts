@@ -11,18 +11,17 @@ import { SANDBOX_LIMIT } from '../../server/core/sending.js';
 import { renderSend, sendRequestSchema, toSendRequest } from '../../server/core/send-request.js';
 
 /**
- * The floor under a sandbox send (issue 15's 0.5 target), for bench:send-api: the least `POST /emails` with
- * `sandbox: true` must do, with every read served from memory, as a send path redesigned around memory would:
+ * The floor under a send (issue 15's targets: sandbox 0.5, queued 0.3 of a bare route), for bench:send-api: the least
+ * `POST /emails` must do, with every read served from memory, as a send path redesigned around memory would:
  *
  * - the key: the SHA-256 of the bearer secret looked up in a Map (keys loaded from the benchmark's own database, as
  *   stored: hashes only), its scope checked; a per-key request count (the rate limit);
  * - the account's state (suspended, daily quota, credit) from memory;
  * - the body through the service's own validation and template rendering (send-request.ts, http/validate.ts);
  * - the from-domain and the suppression lists as Map and Set lookups, the sandbox count per account in memory;
- * - the send's log row (the service's `emails` table, its indexes; or, with SEND_FLOOR_LOG=plain, a table with no
- *   index) written through the service's group commit, the 200 answered once the WAL is fdatasynced.
+ * - the send's rows (below) written through the service's group commit, the 200 answered once the WAL is fdatasynced.
  *
- * Nothing else: no idempotency, no access log, no metrics, no event loop shared with a delivery engine, no view of
+ * Nothing else: no idempotency, no access log, no metrics, no delivery (a queued send's rows wait), no view of
  * another connection's changes (a real one would have to see keys revoked and accounts suspended by the CLI). Its
  * rate against the bare route (bare-hono.ts) in the same run is what any design of the send path can hope for on the
  * machine. Run by send-api.ts after the service stopped, on the service's data directory (BENCH_DATA_DIR).
@@ -55,10 +54,10 @@ for (const row of store.sqlite.prepare('select id, suspended_by, daily_quota, se
 }[]) {
   accounts.set(row.id, { suspended: row.suspended_by !== null, dailyQuota: row.daily_quota, sentToday: row.sent_today_count, credits: row.credits_balance, sandboxSends: 0 });
 }
-const domains = new Map<string, boolean>();
-for (const row of store.sqlite.prepare('select account_id, name, record_status from domains').all() as { account_id: string; name: string; record_status: string }[]) {
+const domains = new Map<string, { ready: boolean; keyId: string }>();
+for (const row of store.sqlite.prepare('select account_id, name, record_status, key_id from domains').all() as { account_id: string; name: string; record_status: string; key_id: string }[]) {
   const status = JSON.parse(row.record_status) as Record<string, string>;
-  domains.set(`${row.account_id} ${row.name}`, status.ownership === 'published' && status.spf === 'published' && status.signing === 'published');
+  domains.set(`${row.account_id} ${row.name}`, { ready: status.ownership === 'published' && status.spf === 'published' && status.signing === 'published', keyId: row.key_id });
 }
 const suppressed = new Set<string>();
 for (const row of store.sqlite.prepare('select account_id, address from suppressions').all() as { account_id: string; address: string }[]) {
@@ -66,19 +65,30 @@ for (const row of store.sqlite.prepare('select account_id, address from suppress
 }
 
 /**
- * `emails` (default): the service's table, with the indexes GET /emails needs. `plain` (SEND_FLOOR_LOG=plain): the same
- * columns in a table with no index but its integer key, the cheapest a durable row of a send can be: a bound no
- * design that keeps the send log queryable reaches.
+ * `emails` (default): the service's tables, with the indexes the API and the delivery engine need: a sandbox send's log
+ * row; a queued send's log row, its rendered message and a queue row per recipient. `plain` (SEND_FLOOR_LOG=plain):
+ * one row in a table with no index but its integer key, holding the log columns and, for a queued send, the rendered
+ * message and the recipients: the cheapest a durable send can be, a bound no design that keeps sends queryable and
+ * deliverable reaches.
  */
 const plain = process.env.SEND_FLOOR_LOG === 'plain';
 if (plain) {
   store.sqlite.exec(
-    'create table if not exists floor_log (seq integer primary key, id text not null, account_id text not null, from_address text not null, "to" text not null, subject text not null, template text not null, status text not null, tags text, sandbox integer not null, created_at integer not null)',
+    'create table if not exists floor_log (seq integer primary key, id text not null, account_id text not null, from_address text not null, "to" text not null, subject text not null, template text not null, status text not null, tags text, sandbox integer not null, html text, text text, created_at integer not null)',
   );
 }
-const insertEmail = store.sqlite.prepare(
-  `insert into ${plain ? 'floor_log' : 'emails'} (id, account_id, from_address, "to", subject, template, status, tags, sandbox, created_at) values (?, ?, ?, ?, ?, ?, ?, ?, 1, ?)`,
-);
+const q = {
+  insertLog: store.sqlite.prepare(
+    `insert into ${plain ? 'floor_log' : 'emails'} (id, account_id, from_address, "to", subject, template, status, tags, sandbox, created_at${plain ? ', html, text' : ''}) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?${plain ? ', ?, ?' : ''})`,
+  ),
+  insertMessage: store.sqlite.prepare(
+    'insert into outbound_messages (id, account_id, domain_key_id, from_header, from_address, reply_to_header, message_id, subject, html, text, created_at, expires_at) values (?, ?, ?, ?, ?, null, ?, ?, ?, ?, ?, ?)',
+  ),
+  insertRecipient: store.sqlite.prepare(
+    "insert into outbound_recipients (id, message_id, account_id, recipient, recipient_domain, status, next_attempt_at, created_at) values (?, ?, ?, ?, ?, 'queued', ?, ?)",
+  ),
+};
+const DELIVERY_WINDOW_MS = 7 * 24 * 3600 * 1000;
 const RATE_LIMIT = 100_000_000;
 
 const app = new Hono();
@@ -102,21 +112,32 @@ app.post('/emails', async (c) => {
   const raw = Buffer.from(await c.req.arrayBuffer());
   const send = toSendRequest(parseInput(sendRequestSchema, jsonBody(raw)));
   const rendered = renderSend(send);
-  // (6), (7) the from-domain, the suppression list; the sandbox count.
-  const verified = domains.get(`${key.accountId} ${send.from.domain}`);
-  if (verified === undefined) throw new ApiError('domain_not_yours', 'Not your domain.');
-  if (!verified) throw new ApiError('domain_not_ready', 'The domain is not verified.');
+  // (6), (7) the from-domain, the suppression list.
+  const domain = domains.get(`${key.accountId} ${send.from.domain}`);
+  if (domain === undefined) throw new ApiError('domain_not_yours', 'Not your domain.');
+  if (!domain.ready) throw new ApiError('domain_not_ready', 'The domain is not verified.');
   for (const r of send.to) if (suppressed.has(`${key.accountId} ${r.address.toLowerCase()}`)) throw new ApiError('recipient_suppressed', 'A recipient is suppressed.');
-  if (!send.sandbox) throw new ApiError('invalid_request', 'This floor takes sandbox sends only.');
-  if (account.sandboxSends >= SANDBOX_LIMIT) throw new ApiError('sandbox_limit', 'Sandbox limit reached.');
-  account.sandboxSends++;
-  // The log row, durable before the answer.
+  if (send.sandbox && account.sandboxSends >= SANDBOX_LIMIT) throw new ApiError('sandbox_limit', 'Sandbox limit reached.');
+  if (!send.sandbox && account.sentToday + send.to.length > account.dailyQuota) throw new ApiError('quota_exceeded', 'Daily quota reached.');
+  // The rows, durable before the answer.
   const now = Date.now();
   const id = newId(now);
-  await commits.run(() =>
-    insertEmail.run(id, key.accountId, send.from.address, JSON.stringify(send.to.map((r) => r.address)), rendered.subject, send.template.name, 'sandboxed', send.tags ? JSON.stringify(send.tags) : null, now),
-  );
-  return c.json({ id, sandbox: true });
+  const to = JSON.stringify(send.to.map((r) => r.address));
+  const tags = send.tags ? JSON.stringify(send.tags) : null;
+  const status = send.sandbox ? 'sandboxed' : 'sent';
+  await commits.run(() => {
+    const content = plain && !send.sandbox ? [rendered.html, rendered.text] : plain ? [null, null] : [];
+    q.insertLog.run(id, key.accountId, send.from.address, to, rendered.subject, send.template.name, status, tags, send.sandbox ? 1 : 0, now, ...content);
+    if (send.sandbox || plain) return;
+    q.insertMessage.run(id, key.accountId, domain.keyId, send.from.address, send.from.address, `<${id}@floor.bench.test>`, rendered.subject, rendered.html, rendered.text, now, now + DELIVERY_WINDOW_MS);
+    for (const r of send.to) q.insertRecipient.run(newId(now), id, key.accountId, r.address, r.domain, now, now);
+  });
+  if (send.sandbox) account.sandboxSends++;
+  else {
+    account.sentToday += send.to.length;
+    account.credits -= send.to.length;
+  }
+  return c.json({ id, sandbox: send.sandbox });
 });
 
 serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, (info) => process.stdout.write(`${JSON.stringify({ event: 'http.listening', port: info.port })}\n`));
