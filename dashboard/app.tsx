@@ -67,6 +67,7 @@ export function dashboardApp(deps: Deps) {
     if (err instanceof ApiError && err.status < 500) {
       return c.html(<ErrorPage status={err.status} title={err.status === 404 ? 'Not found' : 'Cannot do that'} message={err.message} />, err.status as 400);
     }
+    deps.storeHealth.note(err);
     const requestId = c.var.requestId ?? 'unknown';
     deps.logger.error('dashboard.unhandled_error', { requestId, method: c.req.method, path: c.req.path, err });
     return c.html(<ErrorPage status={500} title="Something went wrong" message={`The dashboard could not show this page; request id ${requestId}. The service log has the details.`} />, 500);

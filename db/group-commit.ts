@@ -91,7 +91,13 @@ export function createDurabilityBarrier(sync: WalSync) {
  * guarantee (nothing is acknowledged before it is on disk), without the event loop waiting for the disk. Every other
  * transaction on the connection still commits with FULL.
  */
-export function createGroupCommit(store: { db: Db; sqlite: Database.Database }, sync: WalSync): GroupCommit {
+export function createGroupCommit(
+  store: { db: Db; sqlite: Database.Database },
+  sync: WalSync,
+  /** Hears every failure (a write that threw, refusals included; a commit; a flush), e.g. to watch the store's health. */
+  opts: { onFailure?: (err: unknown) => void } = {},
+): GroupCommit {
+  const onFailure = opts.onFailure ?? (() => undefined);
   const { db, sqlite } = store;
   const barrier = createDurabilityBarrier(sync);
   // PRAGMA synchronous takes effect when the statement is compiled, not when a prepared one runs again: exec it.
@@ -111,6 +117,7 @@ export function createGroupCommit(store: { db: Db; sqlite: Database.Database }, 
       q.release.run();
       return { ok: true, value };
     } catch (err) {
+      onFailure(err);
       q.rollback.run();
       q.release.run();
       return { ok: false, err };
@@ -128,13 +135,14 @@ export function createGroupCommit(store: { db: Db; sqlite: Database.Database }, 
     try {
       outcomes = commitBatch.immediate(jobs);
     } catch (err) {
+      onFailure(err);
       for (const job of jobs) job.reject(err);
       return;
     } finally {
       setSynchronous('FULL');
     }
     const done = barrier.durable();
-    done.catch(() => undefined); // each write that waits on it hears of a failed flush itself
+    done.catch(onFailure); // each write that waits on it hears of a failed flush itself
     jobs.forEach((job, i) => {
       const o = outcomes[i]!;
       // A rolled-back write left nothing to make durable.

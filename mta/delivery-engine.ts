@@ -98,7 +98,14 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
   const held = new Set<string>();
 
   let stopping = false;
-  const loop = createPollLoop({ intervalMs: opts.pollMs, tick: () => tick(), onError: (err) => deps.logger.error('delivery.claim_failed', { err }) });
+  const loop = createPollLoop({
+    intervalMs: opts.pollMs,
+    tick: () => tick(),
+    onError: (err) => {
+      deps.storeHealth.note(err);
+      deps.logger.error('delivery.claim_failed', { err });
+    },
+  });
   let renewTimer: NodeJS.Timeout | null = null;
 
   /** The from-domain's key, decrypted and parsed once and kept for every later message. */
@@ -175,7 +182,10 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
   function startLane(w: DomainWork): void {
     w.lanes++;
     const done = lane(w)
-      .catch((err: unknown) => deps.logger.error('delivery.lane_failed', { domain: w.domain, accountId: w.account, err }))
+      .catch((err: unknown) => {
+        deps.storeHealth.note(err);
+        deps.logger.error('delivery.lane_failed', { domain: w.domain, accountId: w.account, err });
+      })
       .finally(() => {
         lanesDone.delete(done);
         w.lanes--;
@@ -194,6 +204,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
       return true;
     } catch (err) {
       // Left claimed but no longer renewed: the lease runs out and the recipient is tried again.
+      // (A failure on the store was noted for /healthz by the group commit.)
       deps.logger.error('delivery.record_failed', { recipientId: job.recipient.id, err });
       job.finish();
       return false;
@@ -384,6 +395,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
         try {
           renewLeases(deps.db, worker, [...held], deps.clock.now() + opts.leaseMs);
         } catch (err) {
+          deps.storeHealth.note(err);
           deps.logger.error('delivery.lease_renewal_failed', { err });
         }
       }, Math.max(1000, Math.floor(opts.leaseMs / 3)));

@@ -44,18 +44,6 @@ export function allowedMethods(routes: readonly { method: string; path: string }
   };
 }
 
-/** How long /healthz answers 503 after a request failed on the database's storage. */
-export const STORE_FAULT_WINDOW_MS = 60_000;
-
-/**
- * SQLite's codes for a store that cannot be trusted or written: a damaged file, not a database, an I/O error, a full
- * disk, a file it cannot open. Constraint and busy errors are about one request, not the store.
- */
-export function storeFaultOf(err: unknown): boolean {
-  const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && /^SQLITE_(CORRUPT|NOTADB|IOERR|FULL|CANTOPEN)/.test(code);
-}
-
 /** The HTTP surface: `/api/v1`, `GET /healthz`, `GET /metrics`, the dashboard, and one envelope for every API error. */
 export function createApp(deps: Deps) {
   // No middleware before the routes but the access log, which only wraps next() and reads nothing of the request: a
@@ -76,14 +64,13 @@ export function createApp(deps: Deps) {
   app.use(accessLog(deps));
   app.use(refuseDotSegments());
   // The delivery mode too, so a probe or a person can tell a capturing (development) server from one that delivers.
-  // The last request that failed on the database's storage itself (storeFaultOf): /healthz answers 503 for a while
-  // after one, since `select 1` never reads the file and a damaged file fails only the requests that read it.
-  let storeFaultAt: number | null = null;
+  // 503 too for a while after any part of the service failed on the store itself (server/store-health.ts): `select 1`
+  // never reads the file, and a damaged file fails only the work that reads it.
   app.get('/healthz', (c) => {
     const deliveryMode = deps.config.deliveryMode;
     try {
       deps.db.get(sql`select 1`);
-      if (storeFaultAt !== null && deps.clock.now() - storeFaultAt < STORE_FAULT_WINDOW_MS) return c.json({ status: 'unavailable', deliveryMode }, 503);
+      if (deps.storeHealth.faulty()) return c.json({ status: 'unavailable', deliveryMode }, 503);
       return c.json({ status: 'ok', deliveryMode });
     } catch (err) {
       deps.logger.error('healthz.failed', { err });
@@ -121,7 +108,7 @@ export function createApp(deps: Deps) {
       deps.logger.debug('http.request_aborted', { method: c.req.method, path: c.req.path });
       return c.json({ error: { code: 'invalid_request', message: err.message } }, 400);
     }
-    if (storeFaultOf(err)) storeFaultAt = deps.clock.now();
+    deps.storeHealth.note(err);
     // The access log's id, so the answer, this line and the request's line name the same request.
     const requestId = c.var.requestId ?? randomUUID();
     deps.logger.error('http.unhandled_error', { requestId, method: c.req.method, path: c.req.path, err });

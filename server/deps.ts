@@ -11,6 +11,7 @@ import { createResolver, type DnsResolver } from './dns/resolver.js';
 import type { Logger } from './logger.js';
 import { createMetrics, type Metrics } from './metrics.js';
 import { type Scans, scansOn } from './scans.js';
+import { createStoreHealth, type StoreHealth } from './store-health.js';
 
 /** Everything with a side effect, built once in main (or a test) and passed down. */
 export interface Deps {
@@ -40,6 +41,8 @@ export interface Deps {
   scans: Scans;
   /** The operator's counters and gauges (`GET /metrics`), one registry per Deps. */
   metrics: Metrics;
+  /** Failures on the store itself, from every part of the service, for /healthz (server/store-health.ts). */
+  storeHealth: StoreHealth;
 }
 
 /**
@@ -69,11 +72,12 @@ export function resolveSecretKey(config: Config): Buffer | null {
 
 export function createDeps(config: Config, clock: Clock, logger: Logger): Deps {
   const store = openDatabase(config.dataDir);
+  const storeHealth = createStoreHealth(clock);
   const deps: Deps = {
     config,
     db: store.db,
     store,
-    commits: createGroupCommit(store, store.syncWal),
+    commits: createGroupCommit(store, store.syncWal, { onFailure: storeHealth.note }),
     clock,
     logger,
     resolver: createResolver({ servers: config.dnsServers }),
@@ -86,6 +90,7 @@ export function createDeps(config: Config, clock: Clock, logger: Logger): Deps {
     scans: scansOn(store.db),
     // The gauges ask for `deps.scans` at each scrape: main may have moved them since.
     metrics: createMetrics(clock, () => deps.scans),
+    storeHealth,
   };
   return deps;
 }

@@ -153,6 +153,28 @@ describe('the batch', () => {
   });
 });
 
+describe('onFailure', () => {
+  it('hears a write that threw, and a flush that failed once per batch; not the writes that succeeded', async () => {
+    const wal = manualSync();
+    const heard: unknown[] = [];
+    const commits = createGroupCommit(store, wal.sync, { onFailure: (err) => heard.push(err) });
+    const refused = new Error('refused');
+    const ok = commits.run((db) => db.run(sql`insert into probe (n) values (1)`));
+    const bad = commits.run(() => {
+      throw refused;
+    });
+    const also = commits.run((db) => db.run(sql`insert into probe (n) values (2)`));
+    await expect(bad).rejects.toBe(refused);
+    expect(heard).toEqual([refused]);
+    await expect.poll(() => wal.calls.length).toBe(1);
+    const eio = Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' });
+    wal.calls[0]!.reject(eio);
+    await expect(ok).rejects.toBe(eio);
+    await expect(also).rejects.toBe(eio);
+    expect(heard).toEqual([refused, eio]);
+  });
+});
+
 describe('the durability barrier', () => {
   it('runs one flush at a time and starts the next for the calls made meanwhile', async () => {
     const wal = manualSync();

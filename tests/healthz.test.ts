@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { STORE_FAULT_WINDOW_MS, storeFaultOf } from '../server/app.js';
+import { STORE_FAULT_WINDOW_MS, storeFaultOf } from '../server/store-health.js';
 import { startService, type TestService } from './helpers/service.js';
 
 /**
@@ -50,7 +50,11 @@ describe('GET /healthz', () => {
   });
 
   it('which codes are the store’s', () => {
-    for (const code of ['SQLITE_CORRUPT', 'SQLITE_CORRUPT_INDEX', 'SQLITE_NOTADB', 'SQLITE_IOERR_FSYNC', 'SQLITE_FULL', 'SQLITE_CANTOPEN']) expect(storeFaultOf({ code })).toBe(true);
-    for (const err of [{ code: 'SQLITE_CONSTRAINT_TRIGGER' }, { code: 'SQLITE_BUSY' }, new Error('x'), null, 'SQLITE_CORRUPT']) expect(storeFaultOf(err)).toBe(false);
+    for (const code of ['SQLITE_CORRUPT', 'SQLITE_CORRUPT_INDEX', 'SQLITE_NOTADB', 'SQLITE_IOERR_FSYNC', 'SQLITE_FULL', 'SQLITE_CANTOPEN', 'EIO', 'ENOSPC', 'EROFS', 'EDQUOT']) {
+      expect(storeFaultOf({ code }), code).toBe(true);
+    }
+    for (const err of [{ code: 'SQLITE_CONSTRAINT_TRIGGER' }, { code: 'SQLITE_BUSY' }, { code: 'ECONNRESET' }, { code: 'EIOX' }, new Error('x'), null, 'SQLITE_CORRUPT']) {
+      expect(storeFaultOf(err)).toBe(false);
+    }
   });
 });

@@ -193,6 +193,7 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
     });
   } catch (err) {
     spool?.discard();
+    deps.storeHealth.note(err);
     deps.logger.error('inbound.store_failed', { id, err });
     throw new SmtpReply(451, '4.3.0 The message could not be stored; try again later');
   }

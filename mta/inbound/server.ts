@@ -92,6 +92,7 @@ export function createInboundServer(deps: Deps, tls: { key: string; cert: string
       try {
         judged = judgeRecipient(deps, address.address);
       } catch (err) {
+        deps.storeHealth.note(err);
         deps.logger.error('inbound.rcpt_failed', { err });
         deps.metrics.inboundRefused('rcpt', 451);
         return callback(reply(451, '4.3.0 Temporary failure; try again later'));

@@ -93,7 +93,14 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
   /** Set by runOnce (tests) while it drives the writer without the loop. */
   let driving = false;
   let stopping = false;
-  const loop = createPollLoop({ intervalMs: opts.intervalMs, tick: () => void claim(), onError: (err) => deps.logger.error('customer_db.claim_failed', { err }) });
+  const loop = createPollLoop({
+    intervalMs: opts.intervalMs,
+    tick: () => void claim(),
+    onError: (err) => {
+      deps.storeHealth.note(err);
+      deps.logger.error('customer_db.claim_failed', { err });
+    },
+  });
 
   function closePool(owner: string): void {
     const entry = pools.get(owner);

@@ -102,7 +102,14 @@ export function createWebhookDispatcher(deps: Deps, options: Partial<DispatcherO
   const byAccount = new Map<string, number>();
   const posts = new Set<Promise<void>>();
 
-  const loop = createPollLoop({ intervalMs: opts.intervalMs, tick: () => void claim(), onError: (err) => deps.logger.error('webhook.claim_failed', { err }) });
+  const loop = createPollLoop({
+    intervalMs: opts.intervalMs,
+    tick: () => void claim(),
+    onError: (err) => {
+      deps.storeHealth.note(err);
+      deps.logger.error('webhook.claim_failed', { err });
+    },
+  });
 
   async function deliver({ delivery, endpoint }: ClaimedWebhook): Promise<void> {
     const slot = await slots.acquire(endpoint.accountId, endpoint.id);
@@ -136,6 +143,7 @@ export function createWebhookDispatcher(deps: Deps, options: Partial<DispatcherO
     } catch (err) {
       // The attempt could not be written: the delivery keeps its lease, and is tried again once it runs out (never
       // at once, which would post to the receiver in a loop while the database refuses writes).
+      deps.storeHealth.note(err);
       deps.logger.error('webhook.record_failed', { deliveryId: delivery.id, endpointId: endpoint.id, err });
     } finally {
       slot.release();

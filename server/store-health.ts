@@ -1,0 +1,42 @@
+import type { Clock } from './clock.js';
+
+/**
+ * Whether the service's own store can be trusted, for /healthz: `select 1` never reads the database file, and a
+ * damaged page, a full disk or a failing device fails only the work that touches it. So every part of the service
+ * that writes or reads the store (API requests, the group commit, the delivery engine, the webhook dispatcher, the
+ * customer-database writer, inbound SMTP) hands its failures to `note`; /healthz answers 503 for STORE_FAULT_WINDOW_MS
+ * after the last one that was the store's.
+ */
+
+/** How long /healthz answers 503 after a failure on the store. */
+export const STORE_FAULT_WINDOW_MS = 60_000;
+
+/**
+ * SQLite's codes for a store that cannot be trusted or written (a damaged file, not a database, an I/O error, a full
+ * disk, a file it cannot open), and the system's for a write or flush of DATA_DIR that failed (the WAL's fdatasync,
+ * the inbound spool). Constraint and busy errors, refusals and network errors are about one piece of work, not the
+ * store.
+ */
+export function storeFaultOf(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && /^(SQLITE_(CORRUPT|NOTADB|IOERR|FULL|CANTOPEN)|EIO$|ENOSPC$|EROFS$|EDQUOT$)/.test(code);
+}
+
+export interface StoreHealth {
+  /** Any failure; only the store's count. */
+  note(err: unknown): void;
+  /** True within STORE_FAULT_WINDOW_MS of the last failure on the store. */
+  faulty(): boolean;
+}
+
+export function createStoreHealth(clock: Clock): StoreHealth {
+  let faultAt: number | null = null;
+  return {
+    note(err) {
+      if (storeFaultOf(err)) faultAt = clock.now();
+    },
+    faulty() {
+      return faultAt !== null && clock.now() - faultAt < STORE_FAULT_WINDOW_MS;
+    },
+  };
+}
