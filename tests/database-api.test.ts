@@ -2,7 +2,11 @@ import { connect as connectTcp, createServer, type Server, type Socket } from 'n
 import { eq } from 'drizzle-orm';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
-import { customerDatabases } from '../db/schema/index.js';
+import { accounts, customerDatabases } from '../db/schema/index.js';
+import { findAccount } from '../server/core/accounts.js';
+import type { RequestContext } from '../server/core/context.js';
+import { connectDatabase } from '../server/core/customer-db.js';
+import { SCOPES } from '../server/core/scopes.js';
 import { urlContext } from '../server/customer-db/connection.js';
 import { decryptSecret } from '../server/secrets.js';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
@@ -547,6 +551,17 @@ describe('a sub-account', () => {
     expect((await service.api('DELETE', '/database', { key, account: sub })).status).toBe(204);
     expect(await status(service, key, sub)).toEqual(parent.body);
     expect(await status(service, key)).toEqual(parent.body);
+  });
+
+  it('deleted by its parent while its database was being connected: 404 account_not_found, nothing stored', async () => {
+    const { account, key } = service.newAccount();
+    const sub = await newSub(service, key);
+    const ctx: RequestContext = { keyId: 'parent-key', keyAccount: account, scopes: SCOPES, account: findAccount(service.deps.db, sub)!, viaHeader: true };
+    const pending = connectDatabase({ deps: service.deps, ctx, input: { url: urlOf('db.pg.test') } });
+    // The call is past its first await (the connection to Postgres): the parent deletes the sub-account now.
+    service.deps.db.delete(accounts).where(eq(accounts.id, sub)).run();
+    await expect(pending).rejects.toMatchObject({ code: 'account_not_found', status: 404 });
+    expect(service.deps.db.select().from(customerDatabases).where(eq(customerDatabases.accountId, sub)).get()).toBeUndefined();
   });
 
   it('using its parent’s database gets 404 database_not_connected on DELETE, and the parent’s database stays', async () => {

@@ -69,6 +69,15 @@ export function findAccount(db: Db, id: string): AccountRow | undefined {
   return statements(db).byId.get({ id });
 }
 
+/**
+ * For a write after an await (key generation, a DNS lookup, a database probe): the account may have been deleted
+ * meanwhile (a sub-account, by its parent), and the rows written for it would fail their foreign key. 404
+ * account_not_found, as for a request that came after the deletion. Run it in the write's transaction.
+ */
+export function assertAccountExists(db: Db, id: string): void {
+  if (!findAccount(db, id)) throw new ApiError('account_not_found', 'The account was deleted while this request was under way.');
+}
+
 /** A sub-account of `parentId`, or undefined: a foreign id and an unknown id look the same. */
 export function findSubAccount(db: Db, parentId: string, id: string): AccountRow | undefined {
   return statements(db).subById.get({ id, parentId });

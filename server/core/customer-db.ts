@@ -10,6 +10,7 @@ import type { Deps } from '../deps.js';
 import { ApiError } from '../errors.js';
 import { newId } from '../ids.js';
 import { encryptSecret } from '../secrets.js';
+import { assertAccountExists } from './accounts.js';
 import type { RequestContext } from './context.js';
 
 /** The Database endpoints (api.md, Database; decisions.md section 8): the rules, without HTTP. */
@@ -131,7 +132,10 @@ export async function connectDatabase({ deps, ctx, input }: { deps: Deps; ctx: R
     createdAt: now,
   };
   const { accountId: _key, createdAt: _created, ...replace } = row;
-  deps.db.insert(customerDatabases).values(row).onConflictDoUpdate({ target: customerDatabases.accountId, set: replace }).run();
+  deps.db.transaction((tx) => {
+    assertAccountExists(tx, accountId);
+    tx.insert(customerDatabases).values(row).onConflictDoUpdate({ target: customerDatabases.accountId, set: replace }).run();
+  });
   deps.logger.info('customer_db.connected', { accountId, host: target.host, port: target.port, database: target.database, sslMode: target.sslMode, schemaVersion: result.schemaVersion });
   deps.onCustomerDbQueued();
   return statusOf(deps, rowOf(deps, accountId) ?? row);

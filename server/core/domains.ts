@@ -6,6 +6,7 @@ import { DAY_MS, iso } from '../clock.js';
 import type { Deps } from '../deps.js';
 import { ApiError, notFound } from '../errors.js';
 import { newId } from '../ids.js';
+import { assertAccountExists } from './accounts.js';
 import type { PageRequest, RequestContext } from './context.js';
 import { createDomainKeys } from './dkim-keys.js';
 import {
@@ -138,6 +139,7 @@ export async function createDomain({ deps, ctx, input }: { deps: Deps; ctx: Requ
   const now = deps.clock.now();
   // Key generation awaited: everything checked before it is checked again with the insert, in one transaction.
   const row = deps.db.transaction((tx) => {
+    assertAccountExists(tx, accountId);
     checkAccountRoom(tx, accountId, name);
     const expired = claimName(tx, accountId, name, now);
     if (!key) {

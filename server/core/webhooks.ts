@@ -10,6 +10,7 @@ import { encryptSecret } from '../secrets.js';
 import { type PingResult, pingEndpoint } from '../webhooks/dispatcher.js';
 import { newWebhookSecret } from '../webhooks/signing.js';
 import { checkWebhookUrl } from '../webhooks/target.js';
+import { assertAccountExists } from './accounts.js';
 import type { PageRequest, RequestContext } from './context.js';
 
 /** Webhook endpoints and their deliveries (api.md, Webhooks): the rules, without HTTP. */
@@ -117,6 +118,7 @@ export async function createWebhook({ deps, ctx, input }: { deps: Deps; ctx: Req
     createdAt: now,
   };
   deps.db.transaction((tx) => {
+    assertAccountExists(tx, ctx.account.id);
     const n = tx.select({ n: count() }).from(webhookEndpoints).where(eq(webhookEndpoints.accountId, ctx.account.id)).get()?.n ?? 0;
     if (n >= MAX_ENDPOINTS) throw new ApiError('too_many_endpoints', `This account already has ${MAX_ENDPOINTS} webhook endpoints; delete one first.`);
     tx.insert(webhookEndpoints).values(row).run();

@@ -1,0 +1,66 @@
+import { eq } from 'drizzle-orm';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { accounts, domainKeys, domains, webhookEndpoints } from '../db/schema/index.js';
+import { findAccount } from '../server/core/accounts.js';
+import type { RequestContext } from '../server/core/context.js';
+import { createDomain } from '../server/core/domains.js';
+import { SCOPES } from '../server/core/scopes.js';
+import { createWebhook } from '../server/core/webhooks.js';
+import { TestDnsServer } from './helpers/dns-server.js';
+import { expectError } from './helpers/sending.js';
+import { startService, type TestService } from './helpers/service.js';
+
+/**
+ * A request that awaits before it writes (a domain's DKIM key generated, a webhook URL's host resolved) for a
+ * sub-account its parent deletes meanwhile: 404 account_not_found, as for a request that came after the deletion,
+ * and nothing written; never a 500 from a row failing its foreign key. (POST /database: tests/database-api.test.ts.)
+ */
+
+let dns: TestDnsServer;
+let service: TestService;
+
+beforeAll(async () => {
+  dns = await TestDnsServer.start();
+  service = await startService({ DNS_SERVERS: dns.address });
+  dns.add('hooks.meanwhile.test', { type: 'A', address: '93.184.216.34' });
+});
+afterAll(async () => {
+  await service?.close();
+  await dns?.stop();
+});
+
+/** A sub-account, and the context of its parent's key acting for it (X-Service-Account). */
+async function subAccount(): Promise<{ id: string; ctx: RequestContext; key: string }> {
+  const { account, key } = service.newAccount();
+  const res = await service.api('POST', '/accounts', { key, body: { name: 'Shop' } });
+  expect(res.status).toBe(201);
+  const id = res.body.id as string;
+  return { id, key, ctx: { keyId: 'parent-key', keyAccount: account, scopes: SCOPES, account: findAccount(service.deps.db, id)!, viaHeader: true } };
+}
+
+const deleteAccount = (id: string) => service.deps.db.delete(accounts).where(eq(accounts.id, id)).run();
+
+describe('the acting account deleted while the request awaited', () => {
+  it('POST /domains (the DKIM key being generated)', async () => {
+    const sub = await subAccount();
+    const pending = createDomain({ deps: service.deps, ctx: sub.ctx, input: { name: 'meanwhile.example' } });
+    deleteAccount(sub.id);
+    await expect(pending).rejects.toMatchObject({ code: 'account_not_found', status: 404 });
+    expect(service.deps.db.select().from(domains).where(eq(domains.accountId, sub.id)).all()).toEqual([]);
+    expect(service.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, sub.id)).all()).toEqual([]);
+  });
+
+  it('POST /webhooks (the URL’s host being resolved)', async () => {
+    const sub = await subAccount();
+    const pending = createWebhook({ deps: service.deps, ctx: sub.ctx, input: { url: 'https://hooks.meanwhile.test/in', events: ['email.delivered'] } });
+    deleteAccount(sub.id);
+    await expect(pending).rejects.toMatchObject({ code: 'account_not_found', status: 404 });
+    expect(service.deps.db.select().from(webhookEndpoints).where(eq(webhookEndpoints.accountId, sub.id)).all()).toEqual([]);
+  });
+
+  it('over HTTP, the same answer as a request that came after the deletion', async () => {
+    const sub = await subAccount();
+    deleteAccount(sub.id);
+    expectError(await service.api('POST', '/domains', { key: sub.key, account: sub.id, body: { name: 'after.example' } }), 404, 'account_not_found');
+  });
+});
