@@ -350,6 +350,21 @@ describe('webhook dispatcher', () => {
     expect(logger.entries).toContainEqual(expect.objectContaining({ event: 'webhook.attempt_dropped', endpointId: endpoint.id }));
   });
 
+  it('an endpoint deleted while its test ping is in flight: 404 webhook_not_found, nothing written back', async () => {
+    const { deps, logger } = service;
+    const { account } = service.newAccount();
+    const { endpoint } = addEndpoint(account.id, receiver.url('/ping-deleted'));
+    // The receiver answers 200, after the endpoint (and its deliveries) were deleted.
+    const post: PostWebhook = async () => {
+      deps.db.delete(webhookEndpoints).where(eq(webhookEndpoints.id, endpoint.id)).run();
+      return { delivered: true, status: 200, error: null };
+    };
+    await expect(pingEndpoint(deps, endpointRow(endpoint.id), { post })).rejects.toMatchObject({ code: 'webhook_not_found', status: 404 });
+    expect(deliveriesOf(endpoint.id)).toEqual([]);
+    expect(deps.db.select().from(webhookAttempts).all().filter((a) => !delivery(a.deliveryId))).toEqual([]);
+    expect(logger.entries).toContainEqual(expect.objectContaining({ event: 'webhook.attempt_dropped', endpointId: endpoint.id, type: 'ping' }));
+  });
+
   it("an account whose endpoints stall 10 s per post never delays another account's delivery", { timeout: 40_000 }, async () => {
     const { deps } = service;
     const slow = await HttpsReceiver.start();

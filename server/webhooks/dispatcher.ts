@@ -245,15 +245,22 @@ export async function pingEndpoint(deps: Deps, endpoint: WebhookEndpointRow, opt
   deps.db.insert(webhookDeliveries).values(row).run();
   const attempt = await attemptDelivery(deps, endpoint, row, options.post ?? postWebhook, options.timeoutMs ?? WEBHOOK_TIMEOUT_MS);
   const at = deps.clock.now();
-  const reenabled = deps.db.transaction(() => {
-    deps.db
+  const recorded = deps.db.transaction(() => {
+    const changed = deps.db
       .update(webhookDeliveries)
       .set({ attempts: 1, lastStatus: attempt.status, lastError: attempt.delivered ? null : attempt.error, deliveredAt: attempt.delivered ? at : null })
       .where(eq(webhookDeliveries.id, row.id))
-      .run();
+      .run().changes;
+    // The endpoint was deleted while the ping was posted (its deliveries with it): nothing to write back.
+    if (changed === 0) return null;
     recordAttemptHistory(deps.db, row.id, 1, attempt, at);
-    return attempt.delivered ? reenableWebhookEndpoint(deps.db, endpoint.id, at) : false;
+    return { reenabled: attempt.delivered ? reenableWebhookEndpoint(deps.db, endpoint.id, at) : false };
   });
+  if (!recorded) {
+    deps.logger.info('webhook.attempt_dropped', { endpointId: endpoint.id, accountId: endpoint.accountId, deliveryId: row.id, type: 'ping' });
+    throw new ApiError('webhook_not_found', 'The webhook endpoint was deleted while its test ping was under way.');
+  }
+  const { reenabled } = recorded;
   deps.logger.info('webhook.ping', { endpointId: endpoint.id, accountId: endpoint.accountId, deliveryId: row.id, delivered: attempt.delivered, status: attempt.status, error: attempt.error });
   if (reenabled) {
     deps.logger.info('webhook.endpoint_reenabled', { endpointId: endpoint.id, accountId: endpoint.accountId, by: 'ping' });
