@@ -76,9 +76,6 @@ describe('POST /webhooks', () => {
     ['a user name', 'https://user@hooks.webhooks.test/x'],
     ['credentials', 'https://user:pass@hooks.webhooks.test/x'],
     ['a password alone', 'https://:pass@hooks.webhooks.test/x'],
-    ['2001 characters', `https://hooks.webhooks.test/${'a'.repeat(2001 - 'https://hooks.webhooks.test/'.length)}`],
-    ['not a URL', 'hooks.webhooks.test'],
-    ['empty', ''],
     ['a host that resolves to loopback', 'https://inside.webhooks.test/x'],
     ['a host with one private address among public ones', 'https://mixed.webhooks.test/x'],
     ['a host that does not resolve', 'https://nowhere.webhooks.test/x'],
@@ -93,6 +90,29 @@ describe('POST /webhooks', () => {
     const res = await create(key, { url, events: ['email.delivered'] });
     expectError(res, 422, 'invalid_url');
     expectDocumented(res);
+  });
+
+  // The body's schema (format uri, 1 to 2000 characters) before the service's rules: 422 invalid_request naming url.
+  it.each([
+    ['2001 characters', `https://hooks.webhooks.test/${'a'.repeat(2001 - 'https://hooks.webhooks.test/'.length)}`],
+    ['not a URI', 'hooks.webhooks.test'],
+    ['empty', ''],
+    ['a space in the path', 'https://hooks.webhooks.test/a b'],
+    ['a non-ASCII path (an IRI, not a URI)', `https://hooks.webhooks.test/${'é'.repeat(1900)}`],
+    ['a control character', 'https://hooks.webhooks.test/a\tb'],
+  ])('refuses %s with 422 invalid_request', async (_, url) => {
+    const { key } = service.newAccount();
+    const res = await create(key, { url, events: ['email.delivered'] });
+    expectError(res, 422, 'invalid_request');
+    expect(res.body.error.message).toMatch(/^url: /);
+    expectDocumented(res);
+  });
+
+  it('repeated events are dropped, however many: 51 of one type is one', async () => {
+    const { key } = service.newAccount();
+    const res = await create(key, { url: `${PUBLIC}/repeats`, events: [...Array(51).fill('email.delivered'), 'ping', 'ping'] });
+    expect(res.status, JSON.stringify(res.body)).toBe(201);
+    expect(res.body.events).toEqual(['email.delivered', 'ping']);
   });
 
   it('accepts exactly 2000 characters', async () => {

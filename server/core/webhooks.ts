@@ -9,7 +9,7 @@ import { newId } from '../ids.js';
 import { encryptSecret } from '../secrets.js';
 import { type PingResult, pingEndpoint } from '../webhooks/dispatcher.js';
 import { newWebhookSecret } from '../webhooks/signing.js';
-import { checkWebhookUrl } from '../webhooks/target.js';
+import { MAX_WEBHOOK_URL_LENGTH, checkWebhookUrl, isAbsoluteUri } from '../webhooks/target.js';
 import { assertAccountExists } from './accounts.js';
 import type { PageRequest, RequestContext } from './context.js';
 
@@ -20,9 +20,15 @@ export const MAX_ENDPOINTS = 20;
 export const PING_COOLDOWN_MS = 10_000;
 
 export const createWebhookInput = z.strictObject({
-  // Its form (https, no credentials, 1 to MAX_WEBHOOK_URL_LENGTH characters) is judged by parseWebhookUrl: 422 invalid_url.
-  url: z.string(),
-  events: z.array(z.enum(WEBHOOK_EVENT_TYPES)).min(1, 'must name at least one event type').max(50),
+  // The schema's `format uri, 1 to 2000 characters` here (422 invalid_request); https, no credentials and a public host
+  // are the service's rules, judged by checkWebhookUrl (422 invalid_url).
+  url: z
+    .string()
+    .min(1, `must be 1 to ${MAX_WEBHOOK_URL_LENGTH} characters`)
+    .max(MAX_WEBHOOK_URL_LENGTH, `must be 1 to ${MAX_WEBHOOK_URL_LENGTH} characters`)
+    .refine(isAbsoluteUri, 'must be an absolute URI (such as https://hooks.example.com/mailstead), with no spaces, and non-ASCII characters percent-encoded'),
+  // No maximum: repeats are dropped, so the list is never longer than the event types.
+  events: z.array(z.enum(WEBHOOK_EVENT_TYPES)).min(1, 'must name at least one event type'),
 });
 
 export interface WebhookEndpointView {
@@ -102,6 +108,8 @@ export const secretContext = (endpointId: string) => `webhook:${endpointId}`;
 export async function createWebhook({ deps, ctx, input }: { deps: Deps; ctx: RequestContext; input: z.output<typeof createWebhookInput> }): Promise<WebhookEndpointView & { secret: string }> {
   if (!deps.secretKey) throw new ApiError('not_configured', 'This server cannot store secrets (SECRET_KEY=off), so no webhook signing secret can be kept.');
   const url = await checkWebhookUrl(deps, input.url);
+  // What is stored and answered is the URL as parsed (host lower-cased, a `'` in the query percent-encoded...).
+  if (url.href.length > MAX_WEBHOOK_URL_LENGTH) throw new ApiError('invalid_request', `url: must be 1 to ${MAX_WEBHOOK_URL_LENGTH} characters once normalized (${url.href.length})`);
   const now = deps.clock.now();
   const id = newId(now);
   const secret = newWebhookSecret();

@@ -6,6 +6,18 @@ import { ApiError } from '../errors.js';
 export const MAX_WEBHOOK_URL_LENGTH = 2000;
 
 /**
+ * RFC 3986's characters for a URI (unreserved, reserved, and `%` of a percent-encoded octet), after a scheme: the
+ * `format uri` of api.md. No space, no control character, nothing beyond ASCII (an IRI's characters are written
+ * percent-encoded, a host as punycode), so the URL the service stores and posts to is the one the client sent.
+ */
+const URI_SYNTAX = /^[A-Za-z][A-Za-z0-9+.-]*:[A-Za-z0-9\-._~:/?#[\]@!$&'()*+,;=%]*$/;
+
+/** The form the body's `url` must have before any rule of the service is applied (else 422 invalid_request). */
+export function isAbsoluteUri(raw: string): boolean {
+  return URI_SYNTAX.test(raw) && URL.canParse(raw);
+}
+
+/**
  * A webhook URL as the API accepts it: https, no user or password, 1 to 2000 characters, a host. The WHATWG parser
  * rewrites odd IPv4 spellings (`0x7f000001`, `2130706433`, `0177.1`) to the dotted address they mean, and IPv6
  * literals to their compressed form, so resolveTarget judges the address itself, never its spelling.
