@@ -232,6 +232,10 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
     })));
     const rest = await service.api('GET', `/webhooks/${ids[0]}/deliveries?limit=2&cursor=${encodeURIComponent(page.body.nextCursor)}`, { key });
     expect(rest.body.data.map((d: { id: string }) => d.id)).toEqual([deliveries[0]]);
+    // That cursor belongs to the first endpoint's list: on another endpoint's, 400 invalid_request.
+    const other = await service.api('GET', `/webhooks/${ids[1]}/deliveries?cursor=${encodeURIComponent(page.body.nextCursor)}`, { key });
+    expectError(other, 400, 'invalid_request');
+    expectDocumented(other);
   });
 
   it.each(['limit=0', 'limit=101', 'limit=abc', 'cursor=nope'])('answers 400 invalid_request (not 422) for %s on both lists', async (query) => {

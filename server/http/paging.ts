@@ -28,8 +28,8 @@ function sign(key: Buffer, body: string): string {
 }
 
 /** `<body>.<mac>`, the body base64url JSON: the client can read it but not make one up. */
-function encodeCursor(key: Buffer, list: string, accountId: string, lastId: string): string {
-  const body: CursorBody = { l: list, a: accountId, k: lastId };
+function encodeCursor(key: Buffer, list: string, scope: string, lastId: string): string {
+  const body: CursorBody = { l: list, a: scope, k: lastId };
   const encoded = Buffer.from(JSON.stringify(body)).toString('base64url');
   return `${encoded}.${sign(key, encoded)}`;
 }
@@ -48,10 +48,11 @@ function decodeCursor(key: Buffer, cursor: string): CursorBody | null {
 }
 
 /**
- * Reads `limit` and `cursor`; a cursor is valid only if this server signed it, and only for the list and account
- * that issued it.
+ * Reads `limit` and `cursor`; a cursor is valid only if this server signed it, and only for the list and scope that
+ * issued it. The scope is the acting account's id, and for a list under one resource (an endpoint's deliveries)
+ * `listScope(account, resource)`: a cursor of one endpoint's list is no cursor of another's.
  */
-export function readPage(db: Db, list: ListDef, accountId: string, query: { limit?: string | undefined; cursor?: string | undefined }): PageRequest {
+export function readPage(db: Db, list: ListDef, scope: string, query: { limit?: string | undefined; cursor?: string | undefined }): PageRequest {
   let limit = DEFAULT_LIMIT;
   if (query.limit !== undefined) {
     if (!/^\d{1,3}$/.test(query.limit) || Number(query.limit) < 1 || Number(query.limit) > MAX_LIMIT) {
@@ -62,7 +63,7 @@ export function readPage(db: Db, list: ListDef, accountId: string, query: { limi
   let after: string | null = null;
   if (query.cursor !== undefined) {
     const c = decodeCursor(cursorKey(db), query.cursor);
-    if (!c || c.l !== list.name || c.a !== accountId || !isUuid(c.k)) {
+    if (!c || c.l !== list.name || c.a !== scope || !isUuid(c.k)) {
       throw new ApiError(list.badCursor.code, `cursor: was not issued by this list (${list.name})`, { status: list.badCursor.status });
     }
     after = c.k;
@@ -81,7 +82,7 @@ export const PAGE_BYTE_BUDGET = 1024 * 1024;
  * one at a time: the page ends at `limit` rows or before a row that would take its JSON past PAGE_BYTE_BUDGET,
  * and `nextCursor` then points after its last row. An array works; a lazy iterable is read no further than needed.
  */
-export function toPage<T extends { id: string }>(db: Db, list: ListDef, accountId: string, page: PageRequest, rows: Iterable<T>): { data: T[]; nextCursor: string | null } {
+export function toPage<T extends { id: string }>(db: Db, list: ListDef, scope: string, page: PageRequest, rows: Iterable<T>): { data: T[]; nextCursor: string | null } {
   const data: T[] = [];
   let bytes = 0;
   let more = false;
@@ -99,7 +100,12 @@ export function toPage<T extends { id: string }>(db: Db, list: ListDef, accountI
     bytes += size;
   }
   const last = data[data.length - 1];
-  return { data, nextCursor: more && last ? encodeCursor(cursorKey(db), list.name, accountId, last.id) : null };
+  return { data, nextCursor: more && last ? encodeCursor(cursorKey(db), list.name, scope, last.id) : null };
+}
+
+/** The scope of a list under one resource of the account (readPage). */
+export function listScope(accountId: string, resourceId: string): string {
+  return `${accountId}/${resourceId}`;
 }
 
 const standard = (name: string): ListDef => ({

@@ -4,7 +4,7 @@ import type { Deps } from '../deps.js';
 import { guard } from '../http/auth.js';
 import { jsonBody } from '../http/body.js';
 import type { AppEnv } from '../http/env.js';
-import { LISTS, readPage, toPage } from '../http/paging.js';
+import { LISTS, listScope, readPage, toPage } from '../http/paging.js';
 import { parseInput } from '../http/validate.js';
 
 export function webhookRoutes(deps: Deps) {
@@ -26,7 +26,10 @@ export function webhookRoutes(deps: Deps) {
     .post('/webhooks/:id/test', guard(deps, 'webhooks:write'), async (c) => c.json(await testWebhook({ deps, ctx: c.var.auth, id: c.req.param('id') })))
     .get('/webhooks/:id/deliveries', guard(deps, 'webhooks:read'), (c) => {
       const ctx = c.var.auth;
-      const page = readPage(deps.db, LISTS.webhookDeliveries, ctx.account.id, c.req.query());
-      return c.json(toPage(deps.db, LISTS.webhookDeliveries, ctx.account.id, page, listDeliveries({ deps, ctx, id: c.req.param('id'), page })));
+      const id = c.req.param('id');
+      // The cursor of one endpoint's deliveries is refused on another's.
+      const scope = listScope(ctx.account.id, id);
+      const page = readPage(deps.db, LISTS.webhookDeliveries, scope, c.req.query());
+      return c.json(toPage(deps.db, LISTS.webhookDeliveries, scope, page, listDeliveries({ deps, ctx, id, page })));
     });
 }
