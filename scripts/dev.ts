@@ -1,17 +1,18 @@
 import { spawn } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { and, asc, eq, isNull } from 'drizzle-orm';
-import { openDatabase } from '../db/client.js';
+import { and, asc, count, eq, isNull } from 'drizzle-orm';
+import { hasDatabase, openDatabase } from '../db/client.js';
 import { createPrivateDir, PRIVATE_FILE_MODE } from '../db/data-dir.js';
-import { accounts, domains } from '../db/schema/index.js';
+import { accounts, domains, outboundRecipients } from '../db/schema/index.js';
 import { SIMULATOR_DOMAIN } from '../mta/simulator.js';
 import { systemClock } from '../server/clock.js';
 import { type Config, ConfigError, loadConfig } from '../server/config.js';
 import { STARTED_EVENT, type StartedMessage } from '../server/start-line.js';
 import { createTopLevelAccount } from '../server/core/accounts.js';
+import { adminTokenHash } from '../server/core/admin-token.js';
 import { deriveFlags } from '../server/core/domain-checks.js';
 import { findLiveKey, insertKey } from '../server/core/keys.js';
 import { SCOPES } from '../server/core/scopes.js';
@@ -79,8 +80,10 @@ export function ensureDevAccount(config: Config): DevAccount {
 /**
  * The dashboard's admin token: ADMIN_TOKEN when set, else the one in DATA_DIR/dev-admin-token (made on the first run).
  * The server gets it as ADMIN_TOKEN, so npm run dev can print it every time (npm start prints a generated one once).
+ * Null for a DATA_DIR that already has a token of its own (an `npm start` data directory): that one is kept, never
+ * replaced unasked.
  */
-export function devAdminToken(config: Config, env: NodeJS.ProcessEnv): string {
+export function devAdminToken(config: Config, env: NodeJS.ProcessEnv): string | null {
   if (env.ADMIN_TOKEN) return env.ADMIN_TOKEN;
   createPrivateDir(config.dataDir);
   const path = join(config.dataDir, ADMIN_TOKEN_FILE);
@@ -90,9 +93,31 @@ export function devAdminToken(config: Config, env: NodeJS.ProcessEnv): string {
   } catch {
     // none yet
   }
+  if (hasDatabase(config.dataDir)) {
+    const store = openDatabase(config.dataDir);
+    try {
+      if (adminTokenHash(store.db) !== null) return null;
+    } finally {
+      store.close();
+    }
+  }
   const token = `msa_${randomBase62(40)}`;
   writeFileSync(path, `${token}\n`, { mode: PRIVATE_FILE_MODE });
   return token;
+}
+
+/**
+ * Recipients a DATA_DIR that npm run dev did not make (no dev-key) still has queued for delivery: capture mode would
+ * record them delivered without sending them, so npm run dev refuses such a directory.
+ */
+export function queuedForDelivery(config: Config): number {
+  if (!hasDatabase(config.dataDir) || existsSync(join(config.dataDir, KEY_FILE))) return 0;
+  const store = openDatabase(config.dataDir);
+  try {
+    return store.db.select({ n: count() }).from(outboundRecipients).where(eq(outboundRecipients.status, 'queued')).get()?.n ?? 0;
+  } finally {
+    store.close();
+  }
 }
 
 /** Whether the account already sends from DEV_DOMAIN (an earlier run's paste): the commands then skip connecting it. */
@@ -108,11 +133,11 @@ export function apiBase(host: string, port: number): string {
 }
 
 /** What is printed once the server listens: the key and the commands to paste. */
-export function tryItText(config: Config, dev: DevAccount, api: string, adminToken: string): string {
+export function tryItText(config: Config, dev: DevAccount, api: string, adminToken: string | null): string {
   const head = [
     '',
     `Mailstead is running in capture mode: no mail leaves this machine. DATA_DIR is ${config.dataDir}.`,
-    `Dashboard: ${api.replace(/\/api\/v1$/, '/dashboard')} (admin token ${adminToken}); captured mail is under Captured mail.`,
+    `Dashboard: ${api.replace(/\/api\/v1$/, '/dashboard')} (${adminToken ? `admin token ${adminToken}` : "this DATA_DIR's own admin token; npm run cli -- admin-token reset prints a new one"}); captured mail is under Captured mail.`,
   ];
   if (dev.kind === 'existing') {
     return [
@@ -173,9 +198,16 @@ function main(): void {
     }
     throw err;
   }
+  const queued = queuedForDelivery(config);
+  if (queued > 0) {
+    process.stderr.write(
+      `mailstead dev: ${config.dataDir} holds ${queued} recipients queued for delivery; npm run dev runs DELIVERY_MODE=capture, which would record them delivered without sending them: use npm start on it, or another DATA_DIR\n`,
+    );
+    process.exit(2);
+  }
   const dev = ensureDevAccount(config);
   const adminToken = devAdminToken(config, env);
-  env.ADMIN_TOKEN = adminToken;
+  if (adminToken) env.ADMIN_TOKEN = adminToken;
   const serverMain = fileURLToPath(new URL('../server/main.js', import.meta.url));
   // The server's logs go straight to the terminal; it tells this process where it listens over IPC, whatever LOG_LEVEL.
   const child = spawn(process.execPath, [serverMain], { env, stdio: ['inherit', 'inherit', 'inherit', 'ipc'] });

@@ -134,19 +134,22 @@ export const configSchema = z.object({
     .describe('Optional smarthost, `smtp://` or `smtps://user:pass@host:port`; when set all outbound mail goes through it'),
   ALLOW_PRIVATE_TARGETS: bool(false).describe('Allow webhook, database and MX targets on loopback/private addresses (development and tests only)'),
   WEBHOOK_INTERVAL_MS: positiveInt(60000).describe('Webhook dispatcher period in milliseconds'),
-  ADMIN_TOKEN: z.string().min(16).optional().describe('Dashboard sign-in token (only its hash is stored)'),
+  ADMIN_TOKEN: z.string().min(16, 'must be at least 16 characters').optional().describe('Dashboard sign-in token, at least 16 characters (only its hash is stored)'),
   METRICS_TOKEN: z
     .string()
-    .min(16)
+    .min(16, 'must be at least 16 characters')
     .optional()
-    .describe('When set, `GET /metrics` answers only `Authorization: Bearer <METRICS_TOKEN>` (401 otherwise); unset, it is open'),
+    .describe('When set (at least 16 characters), `GET /metrics` answers only `Authorization: Bearer <METRICS_TOKEN>` (401 otherwise); unset, it is open'),
   DEFAULT_DAILY_QUOTA: positiveInt(10000).describe('Daily quota (recipients) of a new account or sub-account'),
   TRIAL_DAYS: positiveInt(14, 0).describe('Length of the free trial of a new top-level account, in days'),
   GRACE_DAYS: positiveInt(3, 0).describe('Days of the grace window after credits run out'),
   GRACE_EMAILS: positiveInt(100, 0).describe('Sends allowed in the grace window after credits run out'),
   RATE_LIMIT_PER_KEY: positiveInt(60).describe('API requests per minute allowed for one key'),
   RATE_LIMIT_PER_ACCOUNT: positiveInt(600).describe('API requests per minute allowed across all keys of one account'),
-  LOG_LEVEL: z.enum(LOG_LEVELS).default('info').describe('Structured JSON logs on stdout: debug, info, warn or error'),
+  LOG_LEVEL: z
+    .enum(LOG_LEVELS, { error: `must be one of ${LOG_LEVELS.join(', ')} (lower case)` })
+    .default('info')
+    .describe('Structured JSON logs on stdout: debug, info, warn or error (lower case)'),
 });
 
 type RawConfig = z.output<typeof configSchema>;

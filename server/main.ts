@@ -1,3 +1,5 @@
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { API_BASE, createApp } from './app.js';
 import { systemClock } from './clock.js';
 import { ConfigError, loadConfig, mailHostnameProblem } from './config.js';
@@ -14,6 +16,7 @@ import { type InboundServer, createInboundServer } from '../mta/inbound/server.j
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
 import { createLogger, stdoutBatched } from './logger.js';
 import { scansOffThread } from './scans.js';
+import { checkSecretKey } from './secret-key-check.js';
 import { runStopSteps } from './shutdown.js';
 import { STARTED_EVENT, type StartedMessage, startLine } from './start-line.js';
 
@@ -53,6 +56,15 @@ async function main(): Promise<void> {
   }
 
   const deps = createDeps(config, systemClock, logger);
+  const keyCheck = checkSecretKey(deps.db, deps.secretKey);
+  if (keyCheck.kind === 'mismatch') {
+    const where = config.secretKey.mode === 'given' ? 'SECRET_KEY' : `SECRET_KEY (read from ${join(config.dataDir, 'secret.key')})`;
+    const fileToo = config.secretKey.mode === 'given' && existsSync(join(config.dataDir, 'secret.key')) ? `; ${join(config.dataDir, 'secret.key')} holds the key generated at the first start` : '';
+    process.stderr.write(
+      `mailstead: invalid configuration: ${where} is not the key DATA_DIR's secrets were sealed with (it cannot open ${keyCheck.what}): start with that key${fileToo}\n`,
+    );
+    process.exit(1);
+  }
   // WAL checkpoints on a thread of their own, not inside a COMMIT on the event loop (db/checkpointer.ts).
   const checkpointer = startCheckpointer(deps.store.sqlite, logger);
   // The reads that walk many rows (the /metrics gauges, the dashboard's chart) run on that thread's connection.
@@ -71,7 +83,13 @@ async function main(): Promise<void> {
     });
   }
   if (config.allowPrivateTargets) logger.warn('config.allow_private_targets', { message: 'ALLOW_PRIVATE_TARGETS is set: private and loopback targets are allowed. For development and tests only.' });
-  if (!deps.secretKey) logger.warn('config.secret_key_off', { message: 'SECRET_KEY=off: webhooks and customer databases cannot be configured, and bounce (VERP) addresses are not signed.' });
+  if (keyCheck.kind === 'off') {
+    const { dkimKeys, webhookSecrets, databaseUrls } = keyCheck.sealed;
+    const stored = dkimKeys + webhookSecrets + databaseUrls > 0 ? ` DATA_DIR holds secrets sealed with a key (${dkimKeys} DKIM keys, ${webhookSecrets} webhook secrets, ${databaseUrls} database URLs) that stay unreadable: mail from those domains is not sent and those webhooks and databases fail.` : '';
+    logger.warn('config.secret_key_off', {
+      message: `SECRET_KEY=off: no domain can be connected (its DKIM key cannot be kept), so nothing can be sent; webhooks and customer databases cannot be configured; bounce (VERP) addresses are not signed.${stored}`,
+    });
+  }
 
   const { generated } = ensureAdminToken(deps.db, config.adminToken);
   // Written whatever LOG_LEVEL says: it is shown once, and without it nobody signs in to the dashboard.
@@ -133,7 +151,13 @@ async function main(): Promise<void> {
   engine.start();
   webhooks.start();
   customerDb.start();
-  const listening = await listenHttp(createApp(deps), config.httpHost, config.httpPort, { logger });
+  const listening = await listenHttp(createApp(deps), config.httpHost, config.httpPort, { logger }).catch((err: unknown) => {
+    // A port in use or an address not on this machine: one line naming the variables (the listen error's own words).
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code !== 'EADDRINUSE' && code !== 'EADDRNOTAVAIL' && code !== 'EACCES') throw err;
+    process.stderr.write(`mailstead: invalid configuration: HTTP_HOST and HTTP_PORT (${config.httpHost} port ${config.httpPort}) cannot be listened on: ${(err as Error).message}\n`);
+    process.exit(1);
+  });
   if (stopping) {
     await listening.close();
     return;

@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { type AddressInfo, createServer } from 'node:net';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -348,6 +349,34 @@ describe('the server process with a bad value', () => {
     expect(lines, stderr).toHaveLength(1);
     expect(lines[0]).toMatch(/^mailstead: invalid configuration: DATA_DIR \(.+\) cannot be used: /);
     expect(stdout).toBe('');
+  });
+
+  it('an HTTP_PORT in use: exit 1, one line naming HTTP_HOST and HTTP_PORT', async () => {
+    const busy = createServer();
+    await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));
+    const port = (busy.address() as AddressInfo).port;
+    try {
+      const { code, stderr } = await runServer({ DATA_DIR: dataDir, HTTP_PORT: String(port) });
+      expect(code).toBe(1);
+      const lines = stderr.split('\n').filter((l) => l !== '');
+      expect(lines, stderr).toHaveLength(1);
+      expect(lines[0]).toBe(`mailstead: invalid configuration: HTTP_HOST and HTTP_PORT (127.0.0.1 port ${port}) cannot be listened on: listen EADDRINUSE: address already in use 127.0.0.1:${port}`);
+    } finally {
+      await new Promise<void>((resolve) => busy.close(() => resolve()));
+    }
+  });
+
+  it('a SECRET_KEY that is not the key DATA_DIR was started with: exit 1, one line naming SECRET_KEY and the generated file; the right key starts', async () => {
+    // The first start generates DATA_DIR/secret.key and records a value sealed with it.
+    expect((await runServer({ DATA_DIR: dataDir }, 'http.listening')).stdout).toContain('http.listening');
+    const other = await runServer({ DATA_DIR: dataDir, SECRET_KEY: 'cd'.repeat(32) });
+    expect(other.code).toBe(1);
+    const lines = other.stderr.split('\n').filter((l) => l !== '');
+    expect(lines, other.stderr).toHaveLength(1);
+    expect(lines[0]).toMatch(/^mailstead: invalid configuration: SECRET_KEY is not the key DATA_DIR's secrets were sealed with .*secret\.key holds the key generated at the first start$/);
+    // The generated key itself, given as SECRET_KEY, is the right one.
+    const generated = readFileSync(join(dataDir, 'secret.key'), 'utf8').trim();
+    expect((await runServer({ DATA_DIR: dataDir, SECRET_KEY: generated }, 'http.listening')).stdout).toContain('http.listening');
   });
 
   it('the admin token is printed on the first start whatever LOG_LEVEL says (here error), and nothing else at info', async () => {

@@ -1,11 +1,16 @@
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { dkimVerify } from 'mailauth/lib/dkim/verify.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DEV_DATA_DIR, DEV_SMTP_PORT, apiBase, devEnvironment } from '../scripts/dev.js';
+import { openDatabase } from '../db/client.js';
+import { DEV_DATA_DIR, DEV_SMTP_PORT, apiBase, devAdminToken, devEnvironment, queuedForDelivery } from '../scripts/dev.js';
+import { loadConfig } from '../server/config.js';
+import { adminTokenHash, ensureAdminToken } from '../server/core/admin-token.js';
+import { newSender, receipt, sendEmail } from './helpers/sending.js';
+import { startService } from './helpers/service.js';
 import { postSignIn } from './helpers/dashboard.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { HttpsReceiver } from './helpers/https-receiver.js';
@@ -236,5 +241,51 @@ describe('npm run dev', () => {
     expect(apiBase('::', 8080)).toBe('http://localhost:8080/api/v1');
     expect(apiBase('::1', 8080)).toBe('http://[::1]:8080/api/v1');
     expect(apiBase('127.0.0.1', 1)).toBe('http://127.0.0.1:1/api/v1');
+  });
+});
+
+describe('npm run dev on a data directory npm start made', () => {
+  it('keeps its admin token: none is generated or passed, the stored one stays', () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'mailstead-dev-'));
+    dirs.push(dataDir);
+    const store = openDatabase(dataDir);
+    const { generated } = ensureAdminToken(store.db, null);
+    const before = adminTokenHash(store.db);
+    store.close();
+    expect(generated).toMatch(/^msa_/);
+    const config = loadConfig({ DATA_DIR: dataDir });
+    expect(devAdminToken(config, {})).toBeNull();
+    expect(existsSync(join(dataDir, 'dev-admin-token'))).toBe(false);
+    const after = openDatabase(dataDir);
+    expect(adminTokenHash(after.db)).toBe(before);
+    after.close();
+    // An ADMIN_TOKEN given is still used as given.
+    expect(devAdminToken(config, { ADMIN_TOKEN: 'a-token-of-sixteen-or-more' })).toBe('a-token-of-sixteen-or-more');
+  });
+
+  it('a fresh data directory gets a dev token, the same on every run', () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'mailstead-dev-'));
+    dirs.push(dataDir);
+    const config = loadConfig({ DATA_DIR: dataDir });
+    const first = devAdminToken(config, {});
+    expect(first).toMatch(/^msa_\w{40}$/);
+    expect(devAdminToken(config, {})).toBe(first);
+  });
+
+  it('refuses one with mail queued for delivery (capture mode would record it delivered unsent), not a dev one', async () => {
+    const service = await startService();
+    try {
+      const sender = await newSender(service);
+      expect((await sendEmail(service, sender.key, receipt(sender.from, ['a@example.net', 'b@example.net']))).status).toBe(200);
+      const config = loadConfig({ DATA_DIR: service.dataDir });
+      expect(queuedForDelivery(config)).toBe(2);
+      writeFileSync(join(service.dataDir, 'dev-key'), 'ms_x\n');
+      expect(queuedForDelivery(config)).toBe(0);
+    } finally {
+      await service.close();
+    }
+    const empty = mkdtempSync(join(tmpdir(), 'mailstead-dev-'));
+    dirs.push(empty);
+    expect(queuedForDelivery(loadConfig({ DATA_DIR: empty }))).toBe(0);
   });
 });

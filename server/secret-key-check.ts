@@ -1,0 +1,58 @@
+import { eq, sql } from 'drizzle-orm';
+import type { Db } from '../db/client.js';
+import { customerDatabases, domainKeys, settings, webhookEndpoints } from '../db/schema/index.js';
+import { decryptSecret, encryptSecret } from './secrets.js';
+
+/**
+ * Whether the secret key this start was given is the one DATA_DIR's secrets were sealed with. A different key (a
+ * SECRET_KEY set after the first start, beside the generated DATA_DIR/secret.key; a data directory moved without its
+ * key) would open nothing: every send would fail to sign and wait days before it bounced, every webhook post and
+ * customer-database write would fail. So the start stops instead, naming the variable. A value sealed with the key
+ * is kept in `settings` to recognise it on later starts; data from before it existed is recognised by a sealed secret
+ * of each kind, when there is one.
+ */
+
+const CHECK_SETTING = 'secret_key_check';
+const CHECK_CONTEXT = 'secret-key-check';
+const CHECK_PLAINTEXT = 'mailstead secret key';
+
+export type SecretKeyCheck =
+  | { kind: 'ok' }
+  /** `what` names the stored secret the key could not open. */
+  | { kind: 'mismatch'; what: string }
+  /** SECRET_KEY=off: how many stored secrets it leaves unreadable. */
+  | { kind: 'off'; sealed: { dkimKeys: number; webhookSecrets: number; databaseUrls: number } };
+
+/** One stored secret of each kind, with the context it was sealed under (server/core/dkim-keys.ts, webhooks.ts, customer-db/connection.ts). */
+function sampleSecrets(db: Db): { what: string; sealed: string; context: string }[] {
+  const samples: { what: string; sealed: string; context: string }[] = [];
+  const key = db.select({ accountId: domainKeys.accountId, name: domainKeys.name, sealed: domainKeys.dkimPrivateKeySealed }).from(domainKeys).limit(1).get();
+  if (key) samples.push({ what: `the DKIM key of ${key.name}`, sealed: key.sealed, context: `dkim:${key.accountId}:${key.name}` });
+  const hook = db.select({ id: webhookEndpoints.id, sealed: webhookEndpoints.secretSealed }).from(webhookEndpoints).limit(1).get();
+  if (hook) samples.push({ what: `the signing secret of webhook ${hook.id}`, sealed: hook.sealed, context: `webhook:${hook.id}` });
+  const database = db.select({ accountId: customerDatabases.accountId, sealed: customerDatabases.urlSealed }).from(customerDatabases).limit(1).get();
+  if (database) samples.push({ what: `the database URL of account ${database.accountId}`, sealed: database.sealed, context: `customer-db:${database.accountId}` });
+  return samples;
+}
+
+const opens = (key: Buffer, sealed: string, context: string): boolean => {
+  try {
+    decryptSecret(key, sealed, context);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+/** Checks `key` against DATA_DIR's secrets, and on a first start with a key (or the first since this check) records it. */
+export function checkSecretKey(db: Db, key: Buffer | null): SecretKeyCheck {
+  if (key === null) {
+    const count = (table: typeof domainKeys | typeof webhookEndpoints | typeof customerDatabases) => db.select({ n: sql<number>`count(*)` }).from(table).get()?.n ?? 0;
+    return { kind: 'off', sealed: { dkimKeys: count(domainKeys), webhookSecrets: count(webhookEndpoints), databaseUrls: count(customerDatabases) } };
+  }
+  const recorded = db.select({ value: settings.value }).from(settings).where(eq(settings.key, CHECK_SETTING)).get();
+  if (recorded) return opens(key, recorded.value, CHECK_CONTEXT) ? { kind: 'ok' } : { kind: 'mismatch', what: 'the check value recorded at an earlier start' };
+  for (const s of sampleSecrets(db)) if (!opens(key, s.sealed, s.context)) return { kind: 'mismatch', what: s.what };
+  db.insert(settings).values({ key: CHECK_SETTING, value: encryptSecret(key, CHECK_PLAINTEXT, CHECK_CONTEXT) }).onConflictDoNothing().run();
+  return { kind: 'ok' };
+}
