@@ -91,7 +91,7 @@ function required(opts: Options, name: 'name' | 'account' | 'reason' | 'amount' 
 function integer(name: string, value: string | undefined, min: number): number | undefined {
   if (value === undefined) return undefined;
   const n = readOperatorNumber(value, min);
-  if (n === null) throw new UsageError(`--${name} must be an integer >= ${min}`);
+  if (n === null) throw new UsageError(`--${name} must be an integer from ${min} to ${Number.MAX_SAFE_INTEGER}`);
   return n;
 }
 

@@ -618,6 +618,14 @@ describe('CLI errors: non-zero exit, message on stderr, nothing on stdout', () =
     expect(res.stderr).toContain('credits');
   });
 
+  it('a number out of range says the range (too large as well as too small): usage error, exit 2', async () => {
+    for (const value of ['0', '99999999999999999999']) {
+      const res = await cliFails('accounts', 'create', '--name', 'Range', '--daily-quota', value);
+      expect(res.code, res.stderr).toBe(2);
+      expect(res.stderr).toContain(`--daily-quota must be an integer from 1 to ${Number.MAX_SAFE_INTEGER}`);
+    }
+  });
+
   it.each([
     ['accounts set-quota', ['accounts', 'set-quota', '--daily-quota', '5']],
     ['accounts suspend', ['accounts', 'suspend', '--reason', 'A reason long enough.']],
