@@ -239,19 +239,35 @@ export function isDataError(err: unknown): boolean {
 export const DATA_ERROR_CLASSES: ReadonlySet<string> = new Set(['22', '23', '54']);
 
 /**
+ * The account's database was replaced by a new URL or deleted while a batch was on its way to the old one: the batch
+ * is rolled back there, and its writes stay queued for whatever the account's database is now.
+ */
+export class TargetChangedError extends Error {
+  override name = 'TargetChangedError';
+  constructor() {
+    super('the database was replaced or deleted while the batch was written');
+  }
+}
+
+/**
  * Applies writes in one transaction. When the database refuses the batch for a data reason, each write is applied
  * alone under a savepoint, so only the writes at fault are refused and every other one still lands in this same
  * transaction. Resolves with the refused ones (none when all landed); any other error rejects (nothing committed).
  */
-export async function applyWrites(client: ClientBase, writes: readonly CustomerWrite[]): Promise<RefusedWrite[]> {
+export async function applyWrites(client: ClientBase, writes: readonly CustomerWrite[], opts: { stillTarget?: () => boolean } = {}): Promise<RefusedWrite[]> {
   if (writes.length === 0) return [];
+  /** Just before each commit: the writes go nowhere if their database was replaced or deleted meanwhile. */
+  const commit = async () => {
+    if (opts.stillTarget && !opts.stillTarget()) throw new TargetChangedError();
+    await client.query('commit');
+  };
   await client.query('begin');
   try {
     await client.query('savepoint batch');
     try {
       await runWrites(client, writes);
       await client.query('release savepoint batch');
-      await client.query('commit');
+      await commit();
       return [];
     } catch (err) {
       if (!isDataError(err)) throw err;
@@ -269,7 +285,7 @@ export async function applyWrites(client: ClientBase, writes: readonly CustomerW
         refused.push({ index, error: err as Error });
       }
     }
-    await client.query('commit');
+    await commit();
     return refused;
   } catch (err) {
     await client.query('rollback').catch(() => undefined);

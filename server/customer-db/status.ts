@@ -73,3 +73,8 @@ export function markUnreachable(db: Db, owner: string, connectionId: string, mes
 export function noteSetAside(db: Db, owner: string, message: string, now: number): void {
   db.update(customerDatabases).set({ lastError: message, lastErrorKind: 'data', updatedAt: now }).where(eq(customerDatabases.accountId, owner)).run();
 }
+
+/** Whether `connectionId` is still the owner's database (not replaced by a new URL, nor deleted). */
+export function isCurrentConnection(db: Db, owner: string, connectionId: string): boolean {
+  return db.select({ id: customerDatabases.connectionId }).from(customerDatabases).where(eq(customerDatabases.accountId, owner)).get()?.id === connectionId;
+}

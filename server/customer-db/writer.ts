@@ -3,7 +3,7 @@ import { and, eq, gt, lte, sql } from 'drizzle-orm';
 import { classifyConnectError, openCustomerPool } from '../../db/customer/connect.js';
 import { migrateCustomerDb } from '../../db/customer/schema.js';
 import { definePrepared } from '../../db/prepared.js';
-import { type CustomerWrite, type InboundWrite, applyWrites, isDataError } from '../../db/customer/writes.js';
+import { type CustomerWrite, type InboundWrite, TargetChangedError, applyWrites, isDataError } from '../../db/customer/writes.js';
 import { ParserStoppedError, createInboundParser } from '../../mta/inbound/parser.js';
 import { SpoolError, applySpooledInbound } from '../../mta/inbound/store.js';
 import { spoolPath, sweepSpool } from '../../mta/inbound/spool.js';
@@ -13,7 +13,7 @@ import type { Deps } from '../deps.js';
 import { createPollLoop } from '../poll-loop.js';
 import { configsFor, targetOf } from './connection.js';
 import { type OpenedWrite, type SpooledInboundWrite, deleteWrites, dropExpiredWrites, dueWrites, isSpooled, openWrite, recordRefusedWrite, spoolReferenced } from './outbox.js';
-import { markReached, markUnreachable, noteSetAside } from './status.js';
+import { isCurrentConnection, markReached, markUnreachable, noteSetAside } from './status.js';
 
 /**
  * The customer-database writer: takes the outbox's waiting writes of each connected database, oldest first, in
@@ -75,6 +75,15 @@ export function withinBudget(rows: readonly CustomerDbWriteRow[], budget: number
   return taken;
 }
 
+/**
+ * A statement the database cancelled for its statement_timeout (SQLSTATE 57014), or a query the client gave up on
+ * (pg's query_timeout): the batch was too slow for the database as it is now, not refused.
+ */
+export function isTimeout(err: unknown): boolean {
+  const e = err as { code?: unknown; message?: unknown } | null;
+  return e?.code === '57014' || (typeof e?.message === 'string' && /^Query read timeout$/.test(e.message));
+}
+
 export const DEFAULT_WRITER_OPTIONS: WriterOptions = { intervalMs: 1000, batchSize: 500, maxDatabases: 8, poolMax: 2 };
 
 interface PoolEntry {
@@ -89,6 +98,8 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
   const parser = createInboundParser(deps, opts.parserWorkerUrl ? { workerUrl: opts.parserWorkerUrl } : {});
   /** Databases with a run in flight. */
   const busy = new Set<string>();
+  /** Batch sizes below opts.batchSize, by database, after a batch timed out (halved; doubled back as batches land). */
+  const batchLimits = new Map<string, number>();
   const runs = new Set<Promise<void>>();
   /** Set by runOnce (tests) while it drives the writer without the loop. */
   let driving = false;
@@ -109,7 +120,7 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
     entry.pool.end().catch(() => undefined);
   }
 
-  /** The pool of a database's current URL, opened on its first checked address; a replaced URL's pool is closed. */
+  /** The pool of a database's current URL, opened on the first checked address that connects; a replaced URL's pool is closed. */
   async function poolFor(db: CustomerDatabaseRow): Promise<PoolEntry | string> {
     const known = pools.get(db.accountId);
     if (known && known.connectionId === db.connectionId) return known;
@@ -123,9 +134,24 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
     }
     const reached = await configsFor(deps, target);
     if (!reached.ok) return reached.message;
-    const entry: PoolEntry = { connectionId: db.connectionId, pool: openCustomerPool(reached.configs[0]!, { max: opts.poolMax, logger: deps.logger }), migrated: false };
-    pools.set(db.accountId, entry);
-    return entry;
+    // Each checked address in turn while the failure is at the network, as POST /database connects.
+    let failure = 'could not connect';
+    for (const config of reached.configs) {
+      const pool = openCustomerPool(config, { max: opts.poolMax, logger: deps.logger });
+      try {
+        (await pool.connect()).release();
+      } catch (err) {
+        pool.end().catch(() => undefined);
+        const { stage, message } = classifyConnectError(err);
+        failure = stage === 'other' ? `could not connect: ${err instanceof Error ? err.message : String(err)}` : message;
+        if (stage === 'connect') continue;
+        return failure;
+      }
+      const entry: PoolEntry = { connectionId: db.connectionId, pool, migrated: false };
+      pools.set(db.accountId, entry);
+      return entry;
+    }
+    return failure;
   }
 
   function failed(db: CustomerDatabaseRow, message: string): void {
@@ -146,9 +172,10 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
     const refused = new Map<string, { error: string; final: boolean }>();
     const landedSpools: string[] = [];
     let run: { row: OpenedWrite['row']; write: CustomerWrite }[] = [];
+    const stillTarget = () => isCurrentConnection(deps.db, db.accountId, db.connectionId);
     const flushRun = async () => {
       if (run.length === 0) return;
-      for (const r of await applyWrites(client, run.map((o) => o.write))) refused.set(run[r.index]!.row.id, { error: r.error.message, final: false });
+      for (const r of await applyWrites(client, run.map((o) => o.write), { stillTarget })) refused.set(run[r.index]!.row.id, { error: r.error.message, final: false });
       run = [];
     };
     // Small received messages are parsed up front, several at once (their DNS checks overlap), into rows the batch
@@ -165,6 +192,7 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
         run.push({ row: o.row, write: inline });
       } else if (isSpooled(o.write)) {
         await flushRun();
+        if (!stillTarget()) throw new TargetChangedError();
         try {
           await applySpooledInbound(client, deps, o.write);
           // Gone from the outbox as soon as it landed: `pending` follows the messages one by one, and a crash later
@@ -234,16 +262,29 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
         if (version !== db.schemaVersion) deps.db.update(customerDatabases).set({ schemaVersion: version }).where(eq(customerDatabases.accountId, db.accountId)).run();
       }
       while (loop.running || driving || stopping) {
-        const fetched = dueWrites(deps.db, db.accountId, deps.clock.now(), opts.batchSize);
+        // A URL replaced or deleted meanwhile: its writes are the new database's (the next run opens it), or dropped.
+        if (!isCurrentConnection(deps.db, db.accountId, db.connectionId)) throw new TargetChangedError();
+        const limit = batchLimits.get(db.accountId) ?? opts.batchSize;
+        const fetched = dueWrites(deps.db, db.accountId, deps.clock.now(), limit);
         if (fetched.length === 0) break;
         // A batch of small received messages is held parsed at once: its sealed size is bounded too.
         const rows = withinBudget(fetched, BATCH_PAYLOAD_BYTES);
         await writeBatch(client, db, rows.map((row) => openWrite(deps.secretKey!, row)));
-        if ((fetched.length < opts.batchSize && rows.length === fetched.length) || stopping) break;
+        // A smaller batch landed after a timeout: the next may be larger again.
+        if (limit < opts.batchSize) batchLimits.set(db.accountId, Math.min(opts.batchSize, limit * 2));
+        if ((fetched.length < limit && rows.length === fetched.length) || stopping) break;
       }
     } catch (err) {
-      broken = err instanceof Error ? err : new Error(String(err));
-      failed(db, describe(err));
+      if (err instanceof TargetChangedError) {
+        deps.logger.info('customer_db.target_changed', { accountId: db.accountId, message: err.message });
+        loop.poke();
+      } else {
+        broken = err instanceof Error ? err : new Error(String(err));
+        // A batch the database could not take within the statement timeout would time out again as it is: the next
+        // attempt takes half as many writes, down to one.
+        if (isTimeout(err)) batchLimits.set(db.accountId, Math.max(1, Math.floor((batchLimits.get(db.accountId) ?? opts.batchSize) / 2)));
+        failed(db, describe(err));
+      }
     } finally {
       client.release(broken);
     }

@@ -1,0 +1,161 @@
+import type pg from 'pg';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { customerDbWrites, outboundRecipients } from '../db/schema/index.js';
+import { RECONNECT_GAPS_MS } from '../server/customer-db/status.js';
+import { type CustomerDbWriter, createCustomerDbWriter } from '../server/customer-db/writer.js';
+import { type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
+import { type TestPostgres, startPostgres } from './helpers/postgres.js';
+import { type Sender, newSender, receipt } from './helpers/sending.js';
+
+/**
+ * Where the customer-database writer sends a write, against a real Postgres: to the account's database as it is when
+ * the write commits there (a URL replaced or deleted while a batch is on its way to the old one leaves nothing there
+ * and the rest goes to the new one); through each of the host's addresses in turn, as POST /database connects; and in
+ * smaller batches after one timed out, so a slow database still drains its backlog.
+ */
+
+let rig: DeliveryRig;
+let pgServer: TestPostgres;
+let writer: CustomerDbWriter;
+let databases = 0;
+
+beforeAll(async () => {
+  [rig, pgServer] = await Promise.all([startDeliveryRig(), startPostgres({ certificate: 'trusted' })]);
+}, 120_000);
+afterAll(async () => {
+  await stopDeliveryRig(rig);
+  await pgServer?.stop();
+});
+beforeEach(() => {
+  rig.service.deps.db.delete(outboundRecipients).run();
+  rig.service.deps.db.delete(customerDbWrites).run();
+  resetDeliveryRig(rig);
+});
+afterEach(async () => {
+  await writer?.stop();
+});
+
+/** A new, empty database on the test server; its URL through `host`. */
+async function freshDatabase(host = 'localhost'): Promise<{ name: string; url: string }> {
+  const name = `target${++databases}`;
+  await pgServer.admin(`create database ${name}`);
+  return { name, url: pgServer.url(host).replace(new RegExp(`/${pgServer.database}$`), `/${name}`) };
+}
+
+async function query(database: string, sql: string, params: unknown[] = []): Promise<pg.QueryResult> {
+  const client = await pgServer.connect(database);
+  try {
+    return await client.query(sql, params);
+  } finally {
+    await client.end();
+  }
+}
+
+const landed = async (database: string, ids: string[]) =>
+  (await query(database, 'select id from service.emails where id = any($1) order by id', [ids])).rows.map((r: { id: string }) => r.id);
+
+async function send(s: Sender): Promise<string> {
+  const res = await rig.service.api('POST', '/emails', { key: s.key, body: receipt(s.from, 'ann@example.net') });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  return res.body.id as string;
+}
+
+async function connect(s: Sender, url: string): Promise<void> {
+  const res = await rig.service.api('POST', '/database', { key: s.key, body: { url } });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+}
+
+/** The customer holds a lock on service.emails in `database`; resolves with its session once the writer's insert waits on it. */
+async function holdEmailsLock(database: string): Promise<pg.Client> {
+  const locker = await pgServer.connect(database);
+  await locker.query('begin');
+  await locker.query('lock table service.emails in access exclusive mode');
+  for (let i = 0; i < 200; i++) {
+    const waiting = await query(database, `select 1 from pg_stat_activity where datname = $1 and wait_event_type = 'Lock' and pid <> $2`, [database, (locker as unknown as { processID: number }).processID]);
+    if (waiting.rowCount) return locker;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error('the writer never waited on the lock');
+}
+
+describe('a database replaced or deleted while a batch is on its way to it', () => {
+  it('a new URL: the batch in flight is not committed in the old database; it and everything after go to the new one', async () => {
+    writer = createCustomerDbWriter(rig.service.deps, { batchSize: 1 });
+    const s = await newSender(rig.service, { name: 'Replaced' });
+    const [before, after] = [await freshDatabase(), await freshDatabase()];
+    await connect(s, before.url);
+    const queued = [await send(s), await send(s), await send(s)];
+    const running = writer.runOnce();
+    const locker = await holdEmailsLock(before.name);
+    await connect(s, after.url);
+    const later = await send(s);
+    await locker.query('commit');
+    await locker.end();
+    await running;
+    await writer.runOnce();
+    expect(await landed(before.name, [...queued, later])).toEqual([]);
+    expect(await landed(after.name, [...queued, later])).toEqual([...queued, later].sort());
+    expect(rig.service.logger.entries).toContainEqual(expect.objectContaining({ event: 'customer_db.target_changed' }));
+  });
+
+  it('DELETE /database: the batch in flight is not committed there, and mail after a new POST goes to the new database', async () => {
+    writer = createCustomerDbWriter(rig.service.deps, { batchSize: 1 });
+    const s = await newSender(rig.service, { name: 'Deleted' });
+    const [forgotten, next] = [await freshDatabase(), await freshDatabase()];
+    await connect(s, forgotten.url);
+    const queued = [await send(s), await send(s)];
+    const running = writer.runOnce();
+    const locker = await holdEmailsLock(forgotten.name);
+    expect((await rig.service.api('DELETE', '/database', { key: s.key })).status).toBe(204);
+    await connect(s, next.url);
+    const later = await send(s);
+    await locker.query('commit');
+    await locker.end();
+    await running;
+    await writer.runOnce();
+    expect(await landed(forgotten.name, [...queued, later])).toEqual([]);
+    // The writes queued before DELETE were dropped with it (README); the later one is the new database's.
+    expect(await landed(next.name, [...queued, later])).toEqual([later]);
+  });
+});
+
+describe('the host’s addresses', () => {
+  it('the first address down: the writer reaches the database through the next, as POST /database did', async () => {
+    writer = createCustomerDbWriter(rig.service.deps);
+    // db.pg.test: 127.0.0.2 first (nothing listens there), then 127.0.0.1 (the Postgres).
+    rig.dns.add('db.pg.test', { type: 'A', address: '127.0.0.2' });
+    rig.dns.add('db.pg.test', { type: 'A', address: '127.0.0.1' });
+    const s = await newSender(rig.service, { name: 'TwoAddresses' });
+    const database = await freshDatabase('db.pg.test');
+    await connect(s, database.url);
+    const id = await send(s);
+    await writer.runOnce();
+    const status = (await rig.service.api('GET', '/database', { key: s.key })).body;
+    expect({ state: status.state, lastError: status.lastError, landed: await landed(database.name, [id]) }).toEqual({ state: 'connected', lastError: null, landed: [id] });
+  });
+});
+
+describe('a batch that timed out', () => {
+  it('is tried again in halves until it lands: the backlog drains', async () => {
+    writer = createCustomerDbWriter(rig.service.deps);
+    const s = await newSender(rig.service, { name: 'Slow' });
+    const database = await freshDatabase();
+    await connect(s, database.url);
+    // The customer's database takes at most 10 rows a statement in time: more are cancelled as its statement_timeout does.
+    await query(
+      database.name,
+      `create function slow() returns trigger language plpgsql as $$ begin
+         if (select count(*) from new_rows) > 10 then raise exception 'canceling statement due to statement timeout' using errcode = 'query_canceled'; end if;
+         return null; end $$;
+       create trigger slow after insert on service.emails referencing new table as new_rows for each statement execute function slow();`,
+    );
+    const ids: string[] = [];
+    for (let i = 0; i < 40; i++) ids.push(await send(s));
+    for (let attempt = 0; attempt < 20 && (await landed(database.name, ids)).length < ids.length; attempt++) {
+      await writer.runOnce();
+      rig.service.clock.advance(RECONNECT_GAPS_MS.at(-1)!);
+    }
+    expect(await landed(database.name, ids)).toEqual([...ids].sort());
+    expect((await rig.service.api('GET', '/database', { key: s.key })).body).toMatchObject({ state: 'connected', pending: 0 });
+  });
+});
