@@ -21,6 +21,7 @@ export const BASIC_CODE_CLASSES: readonly { pattern: RegExp; status: Outcome; ds
 /** Failures without a reply: each is temporary, with the DSN of RFC 3463 that names it. */
 export const FAILURES: readonly { match: RegExp; dsn: string; detail: string }[] = [
   { match: /^(ECONNREFUSED)$/, dsn: '4.4.1', detail: 'connection refused' },
+  { match: /^(EHOSTUNREACH|ENETUNREACH|EHOSTDOWN|ENETDOWN)$/, dsn: '4.4.1', detail: 'host or network unreachable' },
   { match: /^(ETIMEDOUT|ETIMEOUT|ECONNECTION_TIMEOUT|EGREETING)$/, dsn: '4.4.1', detail: 'no answer from host' },
   { match: /^(ECONNRESET|EPIPE|ECLOSED|EPROTOCOL|ESOCKET|ECONNECTION)$/, dsn: '4.4.2', detail: 'connection dropped' },
   { match: /^(EDNS|ENOTFOUND|ESERVFAIL|EDNS_TIMEOUT)$/, dsn: '4.4.3', detail: 'DNS lookup failed' },

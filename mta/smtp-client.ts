@@ -77,22 +77,36 @@ export function connectionOptions(address: string, target: Target, opts: ClientO
   };
 }
 
+/**
+ * A failure while the TLS handshake of STARTTLS was under way (the server closed, reset or went silent after its 220):
+ * nodemailer reports the socket's own error (ECONNRESET, a timeout), which is a TLS negotiation failure all the same.
+ */
+export class UpgradeFailed extends Error {
+  readonly code = 'ETLS';
+  constructor(readonly original: NodemailerError) {
+    super(`during the TLS handshake: ${original.message}`);
+  }
+}
+
 function connectTo(address: string, target: Target, opts: ClientOptions, plain: boolean): Promise<SMTPConnection> {
   return new Promise((resolve, reject) => {
     const conn = new SMTPConnection(connectionOptions(address, target, opts, plain));
     let settled = false;
+    // nodemailer's `upgrading` is true from the 220 to STARTTLS until the handshake is done.
+    const failedWith = (err: NodemailerError) => ((conn as unknown as { upgrading?: boolean }).upgrading ? new UpgradeFailed(err) : err);
     conn.once('error', (err: NodemailerError) => {
       if (!settled) {
         settled = true;
-        reject(err);
+        reject(failedWith(err));
       }
     });
     conn.connect((err?: Error) => {
       // A connection closed before the greeting reports here, not through 'error'.
       if (err) {
         settled = true;
+        const failure = failedWith(err as NodemailerError);
         conn.close();
-        return reject(err);
+        return reject(failure);
       }
       const done = () => {
         settled = true;

@@ -147,7 +147,14 @@ interface RawReceived {
  * "220 Ready" and then replies to the client's TLS hello with bytes that are no TLS record and closes. A client that
  * does not ask for STARTTLS gets plain SMTP (EHLO, MAIL, RCPT, DATA, RSET, QUIT) and its messages are recorded.
  */
-async function startRawSmtpServer(opts: { starttls: 'broken' | 'none'; greeting?: string; onRset?: 'ok' | 'silent' | 'close'; refuseRcpt?: string[] }) {
+async function startRawSmtpServer(opts: {
+  starttls: 'broken' | 'none';
+  /** How a broken TLS handshake breaks: bytes that are no TLS record (default), the connection closed or reset, or no answer. */
+  tlsBreak?: 'garbage' | 'fin' | 'rst' | 'silent';
+  greeting?: string;
+  onRset?: 'ok' | 'silent' | 'close';
+  refuseRcpt?: string[];
+}) {
   const state = { starttls: 0, rsets: 0, received: [] as RawReceived[] };
   const tcp = await startTcpServer((socket) => {
     let buf = '';
@@ -160,9 +167,12 @@ async function startRawSmtpServer(opts: { starttls: 'broken' | 'none'; greeting?
     socket.on('data', (chunk: Buffer) => {
       if (mode === 'closed') return;
       if (mode === 'tls') {
-        // The client's TLS hello: answered with plain text, and the connection ends.
+        // The client's TLS hello: answered with plain text and the connection ended, or closed, reset, or ignored.
         mode = 'closed';
-        socket.end('this is not a TLS record\r\n');
+        const how = opts.tlsBreak ?? 'garbage';
+        if (how === 'garbage') socket.end('this is not a TLS record\r\n');
+        else if (how === 'fin') socket.end();
+        else if (how === 'rst') socket.resetAndDestroy();
         return;
       }
       buf += chunk.toString('latin1');
@@ -431,8 +441,13 @@ describe('partial DNS failure', () => {
 });
 
 describe('STARTTLS that fails', () => {
-  it('delivers to an MX in plain text on a second connection when the TLS upgrade fails', async () => {
-    const breaker = await startRawSmtpServer({ starttls: 'broken' });
+  it.each([
+    ['answered with bytes that are no TLS record', 'garbage'],
+    ['closed during the handshake', 'fin'],
+    ['reset during the handshake', 'rst'],
+    ['never answered (the handshake times out)', 'silent'],
+  ] as const)('delivers to an MX in plain text on a second connection when the TLS upgrade is %s', async (_, tlsBreak) => {
+    const breaker = await startRawSmtpServer({ starttls: 'broken', tlsBreak });
     const svc = await serviceFor(breaker.port);
     routeToLoopback('tls-broken.example');
     const s = await newSender(svc);

@@ -65,6 +65,8 @@ describe('classifyReply', () => {
 describe('classifyFailure', () => {
   const cases: { code: string | undefined; dsn: string }[] = [
     { code: 'ECONNREFUSED', dsn: '4.4.1' },
+    { code: 'EHOSTUNREACH', dsn: '4.4.1' },
+    { code: 'ENETUNREACH', dsn: '4.4.1' },
     { code: 'ETIMEDOUT', dsn: '4.4.1' },
     { code: 'EGREETING', dsn: '4.4.1' },
     { code: 'ECONNRESET', dsn: '4.4.2' },
