@@ -6,7 +6,7 @@ import { domainKeys, emails } from '../db/schema/index.js';
 import { openDomainPrivateKey } from '../server/core/dkim-keys.js';
 import type { Deps } from '../server/deps.js';
 import { CAPTURED, sealCapture } from './capture-store.js';
-import { type Claimed, claimDueRecipients, releaseDeadLeases, releaseRecipients, renewLeases } from './delivery-queue.js';
+import { type Claimed, claimDueRecipients, releaseDeadLeases, releaseRecipients, renewLeases, stillHeld } from './delivery-queue.js';
 import type { Classified } from './dsn.js';
 import { type SigningKey, prepareSigningKey } from './dkim.js';
 import { type Slot, createFairSlots } from './fair-slots.js';
@@ -266,6 +266,12 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
         }
         const job = w.jobs.shift();
         if (!job) return 'done';
+        // Its account deleted since the claim (the rows went with it): nothing to send, nothing to record.
+        if (!stillHeld(deps.db, worker, job.recipient.id)) {
+          deps.logger.info('delivery.recipient_gone', { recipientId: job.recipient.id, accountId: w.account });
+          job.finish();
+          continue;
+        }
         let message: Buffer;
         let index: number;
         try {

@@ -31,6 +31,12 @@ const statements = definePrepared((db) => ({
     )
     .returning()
     .prepare(),
+  /** Whether this worker still holds the recipient's lease (it is gone when its account was deleted). */
+  held: db
+    .select({ id: outboundRecipients.id })
+    .from(outboundRecipients)
+    .where(and(eq(outboundRecipients.id, p('id')), eq(outboundRecipients.lockedBy, p('worker'))))
+    .prepare(),
   /** The claimed recipients' messages, by id. */
   messages: db
     .select()
@@ -99,6 +105,14 @@ export function claimDueRecipients(
 }
 
 /** Gives claimed recipients back without an attempt (shutdown before they were tried). */
+/**
+ * Whether the recipient is still queued under this worker's lease, just before its message goes out: a recipient whose
+ * account was deleted meanwhile (its rows cascade away) is not sent.
+ */
+export function stillHeld(db: Db, worker: string, id: string): boolean {
+  return statements(db).held.get({ id, worker }) !== undefined;
+}
+
 export function releaseRecipients(db: Db, worker: string, ids: string[]): void {
   if (ids.length === 0) return;
   unsynced(db, () =>
