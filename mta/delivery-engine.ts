@@ -33,6 +33,12 @@ export interface EngineOptions {
   /** Idle wait between claims when nothing is due (real time; due-ness itself reads the injected clock). */
   pollMs: number;
   timeouts: Omit<ClientOptions, 'name'>;
+  /**
+   * How long stop() waits for the transactions in flight (a server may take up to ten minutes to answer the end of
+   * data): past it, stop() returns and the process may exit; those recipients stay leased and are tried again after
+   * the next start, as after a crash.
+   */
+  stopGraceMs: number;
 }
 
 export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
@@ -45,6 +51,7 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   leaseMs: 2 * 60_000,
   pollMs: 1000,
   timeouts: DEFAULT_CLIENT_TIMEOUTS,
+  stopGraceMs: 10_000,
 };
 
 /** An email's whole `to` list (its To header), read once per message built. */
@@ -416,7 +423,18 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
       await loop.stop();
       slots.cancelAll();
       releaseWaiting();
-      while (lanesDone.size > 0) await Promise.all([...lanesDone]);
+      const settled = (async () => {
+        while (lanesDone.size > 0) await Promise.all([...lanesDone]);
+      })();
+      let grace: NodeJS.Timeout | undefined;
+      const abandoned = await Promise.race([settled.then(() => false), new Promise<boolean>((resolve) => (grace = setTimeout(() => resolve(true), opts.stopGraceMs)))]);
+      clearTimeout(grace);
+      if (abandoned) {
+        deps.logger.warn('delivery.stop_abandoned', {
+          recipients: held.size,
+          message: `replies still awaited after ${opts.stopGraceMs} ms: those recipients stay leased and are tried again after the next start`,
+        });
+      }
       releaseWaiting();
       if (renewTimer) clearInterval(renewTimer);
       await signer.close();

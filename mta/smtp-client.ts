@@ -13,7 +13,13 @@ export interface ClientOptions {
   socketTimeoutMs: number;
 }
 
-export const DEFAULT_CLIENT_TIMEOUTS = { connectTimeoutMs: 30_000, greetingTimeoutMs: 30_000, socketTimeoutMs: 120_000 };
+/**
+ * RFC 5321 4.5.3.2's minimums, as Postfix sets them (smtp_connect_timeout 30 s, smtp_helo_timeout 300 s,
+ * smtp_data_done_timeout 600 s): a server may take five minutes to greet and ten to answer the end of data (a
+ * content scanner). Giving up sooner defers a message the server may yet accept, which is then sent twice.
+ * nodemailer's socket timeout is one idle bound for every step, so it is the longest of them.
+ */
+export const DEFAULT_CLIENT_TIMEOUTS = { connectTimeoutMs: 30_000, greetingTimeoutMs: 5 * 60_000, socketTimeoutMs: 10 * 60_000 };
 
 /** One SMTP connection to a destination, reused for one recipient transaction after another. */
 export interface SmtpSession {
