@@ -99,4 +99,18 @@ describe('the service schema', () => {
       expect((await c.query('select count(*)::int as n from service.events')).rows[0].n).toBe(1);
     });
   });
+
+  it('creates again a table the customer dropped, keeping the others and their rows', async () => {
+    const db = await freshDatabase();
+    await withClient(db, async (c) => {
+      await migrateCustomerDb(c);
+      await c.query(`insert into service.emails (id, account_id, from_address, to_addresses, subject, html, text, template, status, created_at) values (gen_random_uuid(), gen_random_uuid(), 'a@example.com', '{b@example.net}', 's', 'h', 't', 'receipt', 'sent', now())`);
+      await c.query('drop table service.events');
+      expect(await migrateCustomerDb(c)).toBe(CUSTOMER_SCHEMA_VERSION);
+      expect((await c.query(`select to_regclass('service.events') as t`)).rows[0].t).toBe('service.events');
+      expect(await columnsOf(c, 'events')).toMatchObject({ email_id: 'uuid', occurred_at: 'timestamp with time zone' });
+      expect((await c.query('select count(*)::int as n from service.emails')).rows[0].n).toBe(1);
+      expect((await c.query('select count(*)::int as n from service.schema_migrations')).rows[0].n).toBe(CUSTOMER_MIGRATIONS.length);
+    });
+  });
 });

@@ -5,10 +5,19 @@ import type { ClientBase } from 'pg';
  * section 8), as versioned migrations: data, applied in order, each once. `schemaVersion` in the database status is
  * the highest version applied. Content lives only there; the service keeps addresses, status and timestamps.
  */
-export const CUSTOMER_MIGRATIONS: readonly { version: number; name: string; sql: string }[] = [
+export const CUSTOMER_MIGRATIONS: readonly {
+  version: number;
+  name: string;
+  /** The tables it creates, and whether its SQL may run again over a schema that has some of them (`if not exists`). */
+  tables: readonly string[];
+  repeatable: boolean;
+  sql: string;
+}[] = [
   {
     version: 1,
     name: 'emails, events, inbound, attachments',
+    tables: ['service.emails', 'service.events', 'service.inbound', 'service.attachments'],
+    repeatable: true,
     sql: `
       create table if not exists service.emails (
         id uuid primary key,
@@ -81,8 +90,9 @@ const MIGRATION_LOCK = 0x6d61696c; // "mail"
 
 /**
  * Creates schema `service` and applies every migration not yet applied, each in its own transaction with its version
- * recorded in `service.schema_migrations`, under an advisory lock. Returns the schema version now in place. A
- * database already at a newer version (a newer service wrote it) is left alone and reported as it is.
+ * recorded in `service.schema_migrations`, under an advisory lock, and runs an applied one again when a table it
+ * creates is gone. Returns the schema version now in place. A database already at a newer version (a newer service
+ * wrote it) is left alone and reported as it is.
  */
 export async function migrateCustomerDb(client: ClientBase): Promise<number> {
   await client.query('select pg_advisory_lock($1)', [MIGRATION_LOCK]);
@@ -106,6 +116,14 @@ export async function migrateCustomerDb(client: ClientBase): Promise<number> {
         await client.query('rollback');
         throw err;
       }
+    }
+    // A table the customer dropped since (by hand, or a restore that missed it): its migration runs again, so a
+    // reconnect or a test repairs the schema instead of answering 200 over writes that will fail for seven days.
+    for (const m of CUSTOMER_MIGRATIONS) {
+      if (!applied.has(m.version) || !m.repeatable) continue;
+      const missing = await client.query<{ t: string }>('select t from unnest($1::text[]) as t where to_regclass(t) is null', [m.tables]);
+      if (missing.rowCount === 0) continue;
+      await client.query(m.sql);
     }
     const current = await client.query<{ v: number | null }>('select max(version) as v from service.schema_migrations');
     return current.rows[0]?.v ?? 0;
