@@ -93,6 +93,17 @@ describe('applyWrites', () => {
     expect(Number((await client.query('select count(*) as n from service.emails where id = $1', [e.id])).rows[0].n)).toBe(1);
   });
 
+  it('an email that lands after its events (refused once, written on a retry) takes their timestamps', async () => {
+    const e = email();
+    await applyWrites(client, [event(e.id, 'delivered', T0 + 3000), event(e.id, 'delivered', T0 + 1000, 'b@example.net'), event(e.id, 'complained', T0 + 9000)]);
+    expect(await emailRow(e.id)).toBeUndefined();
+    await applyWrites(client, [e]);
+    const row = await emailRow(e.id);
+    expect(row.delivered_at.toISOString()).toBe(new Date(T0 + 1000).toISOString());
+    expect(row.complained_at.toISOString()).toBe(new Date(T0 + 9000).toISOString());
+    expect(row.bounced_at).toBeNull();
+  });
+
   it('a deferral keeps no timestamp; a complaint sets complained_at', async () => {
     const e = email();
     await applyWrites(client, [e, event(e.id, 'deferred', T0 + 10), event(e.id, 'complained', T0 + 20)]);

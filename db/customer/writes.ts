@@ -86,9 +86,14 @@ const TIMESTAMP_OF_STATUS: Readonly<Record<EventWrite['status'], 'delivered_at' 
  * (`on conflict do nothing`): a write's content never changes, so its second application has nothing to add.
  */
 const STATEMENTS = {
+  // An email written after some of its events (it was refused once and landed on a retry) takes their timestamps.
   email: `
-    insert into service.emails (id, account_id, from_address, to_addresses, subject, html, text, template, tags, status, created_at)
-    select id, account_id, from_address, to_addresses, subject, html, text, template, tags, status, created_at
+    insert into service.emails (id, account_id, from_address, to_addresses, subject, html, text, template, tags, status, created_at,
+      delivered_at, bounced_at, complained_at)
+    select x.id, x.account_id, x.from_address, x.to_addresses, x.subject, x.html, x.text, x.template, x.tags, x.status, x.created_at,
+      (select min(e.occurred_at) from service.events e where e.email_id = x.id and e.status = 'delivered'),
+      (select min(e.occurred_at) from service.events e where e.email_id = x.id and e.status = 'bounced'),
+      (select min(e.occurred_at) from service.events e where e.email_id = x.id and e.status = 'complained')
     from jsonb_to_recordset($1::jsonb) as x(id uuid, account_id uuid, from_address text, to_addresses text[], subject text, html text,
       text text, template text, tags jsonb, status text, created_at timestamptz)
     on conflict (id) do nothing`,
