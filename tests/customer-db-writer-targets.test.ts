@@ -1,6 +1,8 @@
+import { eq } from 'drizzle-orm';
 import type pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { customerDbWrites, outboundRecipients } from '../db/schema/index.js';
+import { DATA_RETRY_GAPS_MS } from '../server/customer-db/outbox.js';
 import { RECONNECT_GAPS_MS } from '../server/customer-db/status.js';
 import { type CustomerDbWriter, createCustomerDbWriter } from '../server/customer-db/writer.js';
 import { type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
@@ -157,5 +159,32 @@ describe('a batch that timed out', () => {
     }
     expect(await landed(database.name, ids)).toEqual([...ids].sort());
     expect((await rig.service.api('GET', '/database', { key: s.key })).body).toMatchObject({ state: 'connected', pending: 0 });
+  });
+});
+
+describe('writes set aside for their data', () => {
+  it('are tried again after a successful POST /database/test, once the customer fixed the schema', async () => {
+    writer = createCustomerDbWriter(rig.service.deps);
+    const s = await newSender(rig.service, { name: 'SetAside' });
+    const database = await freshDatabase();
+    await connect(s, database.url);
+    // The customer adds a column no write fills: every email is refused for its data.
+    await query(database.name, 'alter table service.emails add column note text not null');
+    const id = await send(s);
+    for (const gap of [0, ...DATA_RETRY_GAPS_MS]) {
+      rig.service.clock.advance(gap);
+      await writer.runOnce();
+    }
+    const outbox = () => rig.service.deps.db.select().from(customerDbWrites).where(eq(customerDbWrites.accountId, s.account.id)).all();
+    expect(outbox().filter((w) => w.kind === 'email')).toEqual([expect.objectContaining({ setAsideAt: expect.any(Number) })]);
+    expect((await rig.service.api('GET', '/database', { key: s.key })).body).toMatchObject({ pending: 0, lastError: expect.stringMatching(/set aside/) });
+    expect(await landed(database.name, [id])).toEqual([]);
+
+    await query(database.name, 'alter table service.emails drop column note');
+    expect((await rig.service.api('POST', '/database/test', { key: s.key })).status).toBe(200);
+    expect(rig.service.logger.entries).toContainEqual(expect.objectContaining({ event: 'customer_db.set_aside_requeued', count: 1 }));
+    await writer.runOnce();
+    expect(await landed(database.name, [id])).toEqual([id]);
+    expect(outbox().filter((w) => w.kind === 'email')).toEqual([]);
   });
 });

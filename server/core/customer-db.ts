@@ -4,7 +4,7 @@ import { describeTarget, parseCustomerDbUrl } from '../../db/customer/url.js';
 import { type CustomerDatabaseRow, customerDatabases } from '../../db/schema/index.js';
 import { iso, isoOrNull } from '../clock.js';
 import { connectAndMigrate, targetOf, urlContext } from '../customer-db/connection.js';
-import { databaseOwnerOf, dropWritesOf, pendingWrites, pendingWritesOf } from '../customer-db/outbox.js';
+import { databaseOwnerOf, dropWritesOf, pendingWrites, pendingWritesOf, requeueSetAside } from '../customer-db/outbox.js';
 import { markTested, markUnreachable } from '../customer-db/status.js';
 import type { Deps } from '../deps.js';
 import { ApiError } from '../errors.js';
@@ -132,10 +132,13 @@ export async function connectDatabase({ deps, ctx, input }: { deps: Deps; ctx: R
     createdAt: now,
   };
   const { accountId: _key, createdAt: _created, ...replace } = row;
-  deps.db.transaction((tx) => {
+  const requeued = deps.db.transaction((tx) => {
     assertAccountExists(tx, accountId);
     tx.insert(customerDatabases).values(row).onConflictDoUpdate({ target: customerDatabases.accountId, set: replace }).run();
+    // Writes set aside for what the old database refused get their chance in the new one.
+    return requeueSetAside(tx, accountId, now);
   });
+  if (requeued > 0) deps.logger.info('customer_db.set_aside_requeued', { accountId, count: requeued });
   deps.logger.info('customer_db.connected', { accountId, host: target.host, port: target.port, database: target.database, sslMode: target.sslMode, schemaVersion: result.schemaVersion });
   deps.onCustomerDbQueued();
   return statusOf(deps, rowOf(deps, accountId) ?? row);
@@ -167,6 +170,9 @@ export async function testDatabase({ deps, ctx }: { deps: Deps; ctx: RequestCont
     throw new ApiError('database_unreachable', `The database could not be used: ${result.message}.`);
   }
   markTested(deps.db, row.accountId, row.connectionId, now, result.schemaVersion);
+  // The database works now: writes it refused and that were set aside are tried again (set aside again if still refused).
+  const requeued = requeueSetAside(deps.db, row.accountId, now);
+  if (requeued > 0) deps.logger.info('customer_db.set_aside_requeued', { accountId: row.accountId, count: requeued });
   // Waiting writes go now rather than after the writer's next gap.
   deps.onCustomerDbQueued();
   return statusOf(deps, rowOf(deps, row.accountId) ?? row);

@@ -1,4 +1,4 @@
-import { and, asc, count, eq, inArray, isNull, lte, sql } from 'drizzle-orm';
+import { and, asc, count, eq, inArray, isNotNull, isNull, lte, sql } from 'drizzle-orm';
 import type { Statement } from 'better-sqlite3';
 import { type Db, clientOf } from '../../db/client.js';
 import type { CustomerWrite } from '../../db/customer/writes.js';
@@ -166,6 +166,19 @@ export function recordRefusedWrite(db: Db, row: CustomerDbWriteRow, error: strin
     .where(eq(customerDbWrites.id, row.id))
     .run();
   return gap === undefined;
+}
+
+/**
+ * The database's set-aside writes back in line, due now, with their tries counted afresh: after a successful
+ * POST /database/test or a reconnect (the customer fixed what refused them). Still refused, they are set aside again
+ * after the same gaps, and the error is the database's last error again. Returns how many.
+ */
+export function requeueSetAside(db: Db, owner: string, now: number): number {
+  return db
+    .update(customerDbWrites)
+    .set({ setAsideAt: null, attempts: 0, nextAttemptAt: now })
+    .where(and(eq(customerDbWrites.databaseAccountId, owner), isNotNull(customerDbWrites.setAsideAt)))
+    .run().changes;
 }
 
 /** Drops every write older than the retention window; the count per database, for the log. */
