@@ -131,15 +131,21 @@ export function createGroupCommit(
     if (jobs.length === 0) return;
     pending = [];
     let outcomes: ReturnType<typeof runJob>[];
-    setSynchronous('NORMAL');
     try {
+      setSynchronous('NORMAL');
       outcomes = commitBatch.immediate(jobs);
     } catch (err) {
+      // The commit failed, or the connection is closed (a write that came after the store closed, at a stop): every
+      // write of the batch is refused, none is thrown out of this callback of the event loop.
       onFailure(err);
       for (const job of jobs) job.reject(err);
       return;
     } finally {
-      setSynchronous('FULL');
+      try {
+        setSynchronous('FULL');
+      } catch (err) {
+        onFailure(err);
+      }
     }
     const done = barrier.durable();
     done.catch(onFailure); // each write that waits on it hears of a failed flush itself

@@ -175,6 +175,20 @@ describe('onFailure', () => {
   });
 });
 
+describe('a write after the store closed', () => {
+  it('is refused through its promise, never thrown out of the event loop', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'mailstead-group-commit-'));
+    try {
+      const other = openDatabase(dir);
+      const commits = createGroupCommit(other, async () => undefined);
+      other.sqlite.close();
+      await expect(commits.run(() => undefined)).rejects.toThrow(/not open/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('the durability barrier', () => {
   it('runs one flush at a time and starts the next for the calls made meanwhile', async () => {
     const wal = manualSync();
