@@ -1,5 +1,3 @@
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
 import { API_BASE, createApp } from './app.js';
 import { systemClock } from './clock.js';
 import { ConfigError, loadConfig, mailHostnameProblem } from './config.js';
@@ -16,7 +14,7 @@ import { type InboundServer, createInboundServer } from '../mta/inbound/server.j
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
 import { createLogger, stdoutBatched } from './logger.js';
 import { scansOffThread } from './scans.js';
-import { checkSecretKey } from './secret-key-check.js';
+import { checkSecretKey, keyOffWarning, mismatchLine } from './secret-key-check.js';
 import { runStopSteps } from './shutdown.js';
 import { STARTED_EVENT, type StartedMessage, startLine } from './start-line.js';
 
@@ -58,11 +56,7 @@ async function main(): Promise<void> {
   const deps = createDeps(config, systemClock, logger);
   const keyCheck = checkSecretKey(deps.db, deps.secretKey);
   if (keyCheck.kind === 'mismatch') {
-    const where = config.secretKey.mode === 'given' ? 'SECRET_KEY' : `SECRET_KEY (read from ${join(config.dataDir, 'secret.key')})`;
-    const fileToo = config.secretKey.mode === 'given' && existsSync(join(config.dataDir, 'secret.key')) ? `; ${join(config.dataDir, 'secret.key')} holds the key generated at the first start` : '';
-    process.stderr.write(
-      `mailstead: invalid configuration: ${where} is not the key DATA_DIR's secrets were sealed with (it cannot open ${keyCheck.what}): start with that key${fileToo}\n`,
-    );
+    process.stderr.write(`${mismatchLine(config, keyCheck.what)}\n`);
     process.exit(1);
   }
   // WAL checkpoints on a thread of their own, not inside a COMMIT on the event loop (db/checkpointer.ts).
@@ -83,13 +77,7 @@ async function main(): Promise<void> {
     });
   }
   if (config.allowPrivateTargets) logger.warn('config.allow_private_targets', { message: 'ALLOW_PRIVATE_TARGETS is set: private and loopback targets are allowed. For development and tests only.' });
-  if (keyCheck.kind === 'off') {
-    const { dkimKeys, webhookSecrets, databaseUrls } = keyCheck.sealed;
-    const stored = dkimKeys + webhookSecrets + databaseUrls > 0 ? ` DATA_DIR holds secrets sealed with a key (${dkimKeys} DKIM keys, ${webhookSecrets} webhook secrets, ${databaseUrls} database URLs) that stay unreadable: mail from those domains is not sent and those webhooks and databases fail.` : '';
-    logger.warn('config.secret_key_off', {
-      message: `SECRET_KEY=off: no domain can be connected (its DKIM key cannot be kept), so nothing can be sent; webhooks and customer databases cannot be configured; bounce (VERP) addresses are not signed.${stored}`,
-    });
-  }
+  if (keyCheck.kind === 'off') logger.warn('config.secret_key_off', { message: keyOffWarning(keyCheck.sealed) });
 
   const { generated } = ensureAdminToken(deps.db, config.adminToken);
   // Written whatever LOG_LEVEL says: it is shown once, and without it nobody signs in to the dashboard.

@@ -1,6 +1,9 @@
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { eq, sql } from 'drizzle-orm';
 import type { Db } from '../db/client.js';
 import { customerDatabases, domainKeys, settings, webhookEndpoints } from '../db/schema/index.js';
+import type { Config } from './config.js';
 import { decryptSecret, encryptSecret } from './secrets.js';
 
 /**
@@ -55,4 +58,22 @@ export function checkSecretKey(db: Db, key: Buffer | null): SecretKeyCheck {
   for (const s of sampleSecrets(db)) if (!opens(key, s.sealed, s.context)) return { kind: 'mismatch', what: s.what };
   db.insert(settings).values({ key: CHECK_SETTING, value: encryptSecret(key, CHECK_PLAINTEXT, CHECK_CONTEXT) }).onConflictDoNothing().run();
   return { kind: 'ok' };
+}
+
+/** The start's one line on stderr for a mismatch: which key was used, and where the right one may be. */
+export function mismatchLine(config: Pick<Config, 'secretKey' | 'dataDir'>, what: string): string {
+  const file = join(config.dataDir, 'secret.key');
+  const where = config.secretKey.mode === 'given' ? 'SECRET_KEY' : `SECRET_KEY (read from ${file})`;
+  const fileToo = config.secretKey.mode === 'given' && existsSync(file) ? `; ${file} holds the key generated at the first start` : '';
+  return `mailstead: invalid configuration: ${where} is not the key DATA_DIR's secrets were sealed with (it cannot open ${what}): start with that key${fileToo}`;
+}
+
+/** The start's warning for SECRET_KEY=off: what cannot work, and the stored secrets it leaves unreadable. */
+export function keyOffWarning(sealed: { dkimKeys: number; webhookSecrets: number; databaseUrls: number }): string {
+  const { dkimKeys, webhookSecrets, databaseUrls } = sealed;
+  const stored =
+    dkimKeys + webhookSecrets + databaseUrls > 0
+      ? ` DATA_DIR holds secrets sealed with a key (${dkimKeys} DKIM keys, ${webhookSecrets} webhook secrets, ${databaseUrls} database URLs) that stay unreadable: mail from those domains is not sent and those webhooks and databases fail.`
+      : '';
+  return `SECRET_KEY=off: no domain can be connected (its DKIM key cannot be kept), so nothing can be sent; webhooks and customer databases cannot be configured; bounce (VERP) addresses are not signed.${stored}`;
 }

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type Store, openDatabase } from '../db/client.js';
 import { accounts, customerDatabases, domainKeys, settings, webhookEndpoints } from '../db/schema/index.js';
-import { checkSecretKey } from '../server/secret-key-check.js';
+import { checkSecretKey, keyOffWarning } from '../server/secret-key-check.js';
 import { encryptSecret } from '../server/secrets.js';
 
 /**
@@ -57,5 +57,12 @@ describe('checkSecretKey', () => {
     expect(checkSecretKey(store.db, null)).toEqual({ kind: 'off', sealed: { dkimKeys: 0, webhookSecrets: 1, databaseUrls: 0 } });
     expect(recorded()).toHaveLength(0);
     expect(store.db.select().from(customerDatabases).all()).toHaveLength(0);
+  });
+});
+
+describe('keyOffWarning', () => {
+  it('says nothing can be sent, and counts the stored secrets left unreadable when there are any', () => {
+    expect(keyOffWarning({ dkimKeys: 0, webhookSecrets: 0, databaseUrls: 0 })).toMatch(/^SECRET_KEY=off: no domain can be connected .* nothing can be sent; .*not signed\.$/);
+    expect(keyOffWarning({ dkimKeys: 2, webhookSecrets: 1, databaseUrls: 0 })).toContain('(2 DKIM keys, 1 webhook secrets, 0 database URLs) that stay unreadable');
   });
 });
