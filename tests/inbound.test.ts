@@ -1,5 +1,6 @@
 import { existsSync, readdirSync } from 'node:fs';
 import { connect as tlsConnect } from 'node:tls';
+import { domainToASCII } from 'node:url';
 import { eq } from 'drizzle-orm';
 import nodemailer from 'nodemailer';
 import pg from 'pg';
@@ -159,6 +160,22 @@ describe('refused at RCPT, all alike: 550 5.7.1', () => {
       expect(refusals.every((r) => r.startsWith('550 5.7.1 '))).toBe(true);
       expect(new Set(refusals).size).toBe(1);
       expect(await client.command('DATA')).toMatch(/^503 /);
+    } finally {
+      client.close();
+    }
+  });
+});
+
+describe('accepted at RCPT', () => {
+  it('a receiving domain with a non-ASCII name, however the client writes it: punycode, Unicode, upper case', async () => {
+    const unicode = `bücher-${process.pid}.example.com`;
+    await connectDomain(service, sender.key, unicode);
+    const ascii = domainToASCII(unicode);
+    expect(ascii).toMatch(/^xn--/);
+    const { client } = await RawSmtp.connect(port);
+    try {
+      const replies = await client.envelope('someone@example.org', [`info@${ascii}`, `info2@${unicode}`, `info3@${ascii.toUpperCase()}`]);
+      expect(replies.slice(2), JSON.stringify(replies)).toEqual([expect.stringMatching(/^250 /), expect.stringMatching(/^250 /), expect.stringMatching(/^250 /)]);
     } finally {
       client.close();
     }

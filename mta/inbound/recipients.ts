@@ -1,3 +1,4 @@
+import { domainToASCII } from 'node:url';
 import type { Statement } from 'better-sqlite3';
 import { and, eq, sql } from 'drizzle-orm';
 import { type Db, clientOf } from '../../db/client.js';
@@ -78,10 +79,17 @@ function receivingDomain(db: Db, name: string, relay: boolean): Receiving {
   return receiving;
 }
 
+/**
+ * The local part, and the domain as domains are stored (lower-case, an IDN as punycode): smtp-server hands RCPT
+ * domains over in Unicode (it decodes `xn--` labels itself), so `bücher.example` and `xn--bcher-kva.example` must meet
+ * the same stored name. A domain that is no valid name is refused.
+ */
 function splitAddress(address: string): { local: string; domain: string } | null {
   const at = address.lastIndexOf('@');
   if (at <= 0 || at === address.length - 1) return null;
-  return { local: address.slice(0, at), domain: address.slice(at + 1).toLowerCase().replace(/\.$/, '') };
+  const domain = domainToASCII(address.slice(at + 1).replace(/\.$/, '')).toLowerCase();
+  if (domain === '') return null;
+  return { local: address.slice(0, at), domain };
 }
 
 export function judgeRecipient(deps: { db: Db; config: Config; secretKey: Buffer | null }, raw: string): Recipient {
