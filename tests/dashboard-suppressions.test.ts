@@ -183,4 +183,13 @@ describe('the suppressions page over HTTP', () => {
     const res = await http.post('/dashboard/suppressions', { account: account.id, address: 'back@example.org', back: 'https://evil.example/dashboard/suppressions?q=x' });
     expect(res.headers.get('location')).toBe('/dashboard/suppressions?q=x');
   });
+
+  it.each(['http://[', '//[', 'http://a b/'])('a back field that is no URL (%s) goes back to the plain list, never a 500', async (back) => {
+    const { account } = rig.service.newAccount({ name: 'Tampered Co' });
+    for (const path of ['/dashboard/suppressions', '/dashboard/suppressions/remove']) {
+      const res = await http.post(path, { account: account.id, address: 'tampered@example.org', back });
+      expect(res.status).toBe(303);
+      expect(res.headers.get('location')).toBe('/dashboard/suppressions');
+    }
+  });
 });

@@ -15,7 +15,8 @@ const current = '/dashboard/suppressions' as const;
 
 /** The list a form came from (its `back` field), rebuilt from the list's own parameters only: never another page. */
 function backTo(back: string): string {
-  const params = new URL(back, 'http://dashboard.invalid').searchParams;
+  // Only its query is read; a value that is no URL at all (a tampered form) goes back to the plain list.
+  const params = URL.canParse(back, 'http://dashboard.invalid') ? new URL(back, 'http://dashboard.invalid').searchParams : new URLSearchParams();
   return withQuery(current, { account: params.get('account'), q: params.get('q') });
 }
 
