@@ -110,21 +110,27 @@ export function hasCsrfToken(c: Context<DashEnv>, form: Record<string, string>, 
   return given !== '' && constantTimeEqual(given, expected);
 }
 
-/** A fixed-window count per client address. */
+/**
+ * A sliding window per client address: the times of its last `attempts` attempts, so no 15 minutes (whenever they
+ * start) ever hold more than `attempts` of them (a fixed window let twice as many through across its boundary).
+ */
 export function createAttemptLimiter(clock: Clock, limit: { attempts: number; windowMs: number } = SIGN_IN_LIMIT) {
-  const windows = new Map<string, { start: number; count: number }>();
+  const recent = new Map<string, number[]>();
+  const live = (times: number[], now: number) => times.filter((t) => t + limit.windowMs > now);
   return {
     /** Counts one attempt; returns the seconds to wait when it is over the limit (and then it does not count). */
     take(address: string): { ok: true } | { ok: false; retryAfterSeconds: number } {
       const now = clock.now();
-      if (windows.size > 10_000) for (const [a, w] of windows) if (w.start + limit.windowMs <= now) windows.delete(a);
-      let w = windows.get(address);
-      if (!w || w.start + limit.windowMs <= now) {
-        w = { start: now, count: 0 };
-        windows.set(address, w);
+      if (recent.size > 10_000) {
+        for (const [a, times] of recent) if (live(times, now).length === 0) recent.delete(a);
       }
-      if (w.count >= limit.attempts) return { ok: false, retryAfterSeconds: Math.max(1, Math.ceil((w.start + limit.windowMs - now) / 1000)) };
-      w.count++;
+      const times = live(recent.get(address) ?? [], now);
+      if (times.length >= limit.attempts) {
+        recent.set(address, times);
+        return { ok: false, retryAfterSeconds: Math.max(1, Math.ceil((times[0]! + limit.windowMs - now) / 1000)) };
+      }
+      times.push(now);
+      recent.set(address, times);
       return { ok: true };
     },
   };

@@ -155,6 +155,23 @@ describe('dashboard sign-in rules over HTTP', () => {
     }
   });
 
+  it('counts attempts over any 15 minutes, not per fixed window: no more than the limit across a window’s end', async () => {
+    const limited = await startService();
+    try {
+      expect((await postSignIn(limited.url, 'wrong-at-the-start')).status).toBe(401);
+      limited.clock.advance(SIGN_IN_LIMIT.windowMs - 1000);
+      const statuses: number[] = [];
+      for (let i = 0; i < SIGN_IN_LIMIT.attempts - 1; i++) statuses.push((await postSignIn(limited.url, `wrong-late-${i}`)).status);
+      // The first attempt's 15 minutes end: it no longer counts, the other nine still do.
+      limited.clock.advance(2000);
+      for (let i = 0; i < SIGN_IN_LIMIT.attempts; i++) statuses.push((await postSignIn(limited.url, `wrong-after-${i}`)).status);
+      expect(statuses.filter((s) => s === 401)).toHaveLength(SIGN_IN_LIMIT.attempts);
+      expect(statuses.filter((s) => s === 429)).toHaveLength(SIGN_IN_LIMIT.attempts - 1);
+    } finally {
+      await limited.close();
+    }
+  });
+
   it('sets the cookie Secure when the request came over https (a TLS proxy in front)', async () => {
     const res = await postSignIn(service.url, token, { 'x-forwarded-proto': 'https' });
     expect(res.status).toBe(303);
