@@ -181,6 +181,16 @@ describe('dashboard sign-in rules over HTTP', () => {
     expect(cookie).toMatch(/; SameSite=Strict/);
   });
 
+  it('counts the idle time from the last request, whenever it came (even seconds after the one before)', async () => {
+    const client = await dashboardClient(service, token);
+    service.clock.advance(59_000);
+    expect((await client.get('/dashboard/accounts')).status).toBe(200);
+    service.clock.advance(SESSION_POLICY.idleMs - 30_000);
+    expect((await client.get('/dashboard/accounts')).status).toBe(200);
+    service.clock.advance(SESSION_POLICY.idleMs);
+    expect((await client.get('/dashboard/accounts')).status).toBe(303);
+  });
+
   it('ends a session after SESSION_POLICY.idleMs without a request, but not while it is used', async () => {
     const client = await dashboardClient(service, token);
     service.clock.advance(SESSION_POLICY.idleMs - 1000);
