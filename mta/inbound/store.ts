@@ -30,6 +30,22 @@ export class SpoolError extends Error {
   override name = 'SpoolError';
 }
 
+/**
+ * mailparser cannot parse the message (mailsplit's limits: a header section over 1 MB, more than 1000 MIME parts).
+ * It was accepted and is durable, so it is not refused now: it is stored as received (UNPARSABLE_ATTACHMENT).
+ */
+export class UnparsableMessage extends Error {
+  override name = 'UnparsableMessage';
+}
+
+/** How a message mailparser cannot parse reaches the customer: its envelope, and its bytes whole as one attachment. */
+export const UNPARSABLE_ATTACHMENT = { filename: 'message.eml', contentType: 'message/rfc822' } as const;
+
+/** The parsed fields of a message that could not be parsed: the envelope sender, nothing read from its content. */
+function unparsedFields(mailFrom: string): ParsedMessage {
+  return { fromAddress: clean(mailFrom), subject: '', headers: {}, text: null, html: null, messageId: null };
+}
+
 /** Postgres text cannot hold NUL: a message is not refused for one, it is shown as U+FFFD. */
 const clean = (s: string) => s.replace(/\u0000/g, '\ufffd');
 
@@ -201,10 +217,17 @@ async function parseMessage(
   source.pipe(parser);
   let text: string | null = null;
   let html: string | null = null;
+  /** An attachment's consumer failed (the customer's database): its own error, not the parser's. */
+  let sinkFailure: { err: unknown } | null = null;
   try {
     for await (const part of parser as AsyncIterable<AttachmentStream | MessageText>) {
       if (part.type === 'attachment') {
-        await onAttachment({ filename: part.filename ? clean(part.filename) : null, contentType: part.contentType || 'application/octet-stream', content: part.content as unknown as NodeJS.ReadableStream });
+        try {
+          await onAttachment({ filename: part.filename ? clean(part.filename) : null, contentType: part.contentType || 'application/octet-stream', content: part.content as unknown as NodeJS.ReadableStream });
+        } catch (err) {
+          sinkFailure = { err };
+          throw err;
+        }
         part.release();
       } else if (part.type === 'text') {
         text = typeof part.text === 'string' ? clean(part.text) : null;
@@ -213,7 +236,8 @@ async function parseMessage(
     }
   } catch (err) {
     if (sourceFailure) throw new SpoolError(`the spooled message could not be read: ${(sourceFailure as Error).message}`);
-    throw err;
+    if (sinkFailure) throw (sinkFailure as { err: unknown }).err;
+    throw new UnparsableMessage(err instanceof Error ? err.message : String(err));
   }
   if (sourceFailure) throw new SpoolError(`the spooled message could not be read: ${(sourceFailure as Error).message}`);
   const from = headers.get('from') as { value?: { address?: string }[] } | undefined;
@@ -243,13 +267,21 @@ export async function parseInlineInbound(deps: ParseDeps, w: SpooledInboundWrite
   if (w.raw === undefined) throw new SpoolError('the write does not hold its message');
   const raw = Buffer.from(w.raw.buffer, w.raw.byteOffset, w.raw.byteLength);
   const verdicts = await verdictsOf(deps, raw, w);
-  const attachments: AttachmentWrite[] = [];
-  const parsed = await parseMessage(Readable.from([raw]), w.mailFrom, async (part) => {
-    const chunks: Buffer[] = [];
-    for await (const chunk of part.content as AsyncIterable<Buffer>) chunks.push(chunk);
-    const content = Buffer.concat(chunks);
-    attachments.push({ id: attachmentId(w.id, attachments.length), filename: part.filename, contentType: part.contentType, contentBase64: content.toString('base64'), size: content.length });
-  });
+  let attachments: AttachmentWrite[] = [];
+  let parsed: ParsedMessage;
+  try {
+    parsed = await parseMessage(Readable.from([raw]), w.mailFrom, async (part) => {
+      const chunks: Buffer[] = [];
+      for await (const chunk of part.content as AsyncIterable<Buffer>) chunks.push(chunk);
+      const content = Buffer.concat(chunks);
+      attachments.push({ id: attachmentId(w.id, attachments.length), filename: part.filename, contentType: part.contentType, contentBase64: content.toString('base64'), size: content.length });
+    });
+  } catch (err) {
+    if (!(err instanceof UnparsableMessage)) throw err;
+    deps.logger.warn('inbound.unparsable', { id: w.id, accountId: w.accountId, reason: err.message });
+    parsed = unparsedFields(w.mailFrom);
+    attachments = [{ id: attachmentId(w.id, 0), ...UNPARSABLE_ATTACHMENT, contentBase64: raw.toString('base64'), size: raw.length }];
+  }
   return {
     kind: 'inbound',
     id: w.id,
@@ -301,14 +333,28 @@ export async function applySpooledInbound(client: ClientBase, deps: Pick<Deps, '
 
   await client.query('begin');
   try {
-    const attachments: ParsedAttachment[] = [];
-    const parsed = await parseMessage(open(), w.mailFrom, async (part) => {
-      // The chunk table only for a message with attachments: creating it costs more than the rest of a small message.
-      if (attachments.length === 0) await client.query('create temp table mailstead_chunks (attachment_id uuid not null, n integer not null, bytes bytea not null) on commit drop');
-      const id = attachmentId(w.id, attachments.length);
-      const size = await spoolAttachment(client, id, part.content);
-      attachments.push({ id, filename: part.filename, contentType: part.contentType, size });
-    });
+    let attachments: ParsedAttachment[] = [];
+    // The chunk table only for a message with attachments: creating it costs more than the rest of a small message.
+    const chunkTable = () => client.query('create temp table mailstead_chunks (attachment_id uuid not null, n integer not null, bytes bytea not null) on commit drop');
+    let parsed: ParsedMessage;
+    try {
+      parsed = await parseMessage(open(), w.mailFrom, async (part) => {
+        if (attachments.length === 0) await chunkTable();
+        const id = attachmentId(w.id, attachments.length);
+        const size = await spoolAttachment(client, id, part.content);
+        attachments.push({ id, filename: part.filename, contentType: part.contentType, size });
+      });
+    } catch (err) {
+      if (!(err instanceof UnparsableMessage)) throw err;
+      // What the parse wrote so far goes; the message goes in whole, streamed from the spool as one attachment.
+      deps.logger.warn('inbound.unparsable', { id: w.id, accountId: w.accountId, reason: err.message });
+      await client.query('rollback');
+      await client.query('begin');
+      await chunkTable();
+      const id = attachmentId(w.id, 0);
+      attachments = [{ id, ...UNPARSABLE_ATTACHMENT, size: await spoolAttachment(client, id, open()) }];
+      parsed = unparsedFields(w.mailFrom);
+    }
     const inserted = await client.query(
       `insert into service.inbound (id, account_id, from_address, to_addresses, subject, headers, text, html, message_id, size, spf, dkim, dmarc, received_at)
        values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) on conflict (id) do nothing returning id`,
