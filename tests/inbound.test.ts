@@ -302,11 +302,12 @@ describe('the session', () => {
 });
 
 // The transaction that stores the message judges its recipients once more: a domain switched off after RCPT, or even
-// after DATA began (smtp-server calls onData before its 354), stores nothing.
+// after DATA began (smtp-server calls onData before its 354), stores nothing, and the message is refused (550), as
+// RCPT would refuse it now: 250 only for what was kept.
 it.each([
   ['after RCPT', 'rcpt'],
   ['after DATA began', 'data'],
-] as const)('a domain switched to not receiving %s stores nothing', async (_when, at) => {
+] as const)('a domain switched to not receiving %s stores nothing and is refused', async (_when, at) => {
   const domain = uniqueDomain(`flip-${at}`);
   const id = await connectDomain(service, sender.key, domain);
   const { client } = await RawSmtp.connect(port);
@@ -316,7 +317,7 @@ it.each([
     expect(await client.command('DATA')).toMatch(/^354 /);
     if (at === 'data') setDomainState(service, id, 'ownership');
     client.write('Subject: late\r\n\r\nbody\r\n.\r\n');
-    expect(await client.reply()).toMatch(/^250 /);
+    expect(await client.reply()).toMatch(/^550 5\.7\.1 /);
     expect(service.deps.db.select().from(customerDbWrites).all()).toEqual([]);
     expect(spoolFiles()).toEqual([]);
   } finally {

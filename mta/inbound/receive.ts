@@ -198,6 +198,11 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
     throw new SmtpReply(451, '4.3.0 The message could not be stored; try again later');
   }
   if (spool && queued.stored === 0) spool.discard();
+  // Every mailbox it was for stopped receiving between RCPT and now, and it carries no report: nothing was kept, so
+  // it is refused as RCPT would refuse it now, never answered 250.
+  if (mailboxes.length > 0 && queued.stored === 0 && reports.length === 0) {
+    throw new SmtpReply(550, '5.7.1 Relaying denied: this server does not accept mail for that address');
+  }
   // Pokes only once the commit is durable: the writer and the dispatcher never see a write that could still roll back.
   if (queued.stored > 0 || queued.written > 0) deps.onCustomerDbQueued();
   if (queued.webhooks > 0) deps.onWebhookQueued();
