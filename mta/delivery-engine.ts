@@ -16,6 +16,7 @@ import { type Target, createRouter } from './routing.js';
 import { SIMULATED_COMPLAINT, simulateAttempt } from './simulator.js';
 import { type ClientOptions, DEFAULT_CLIENT_TIMEOUTS, SessionFailure, type SmtpSession, openSession } from './smtp-client.js';
 import { verpAddress } from './verp.js';
+import { logFailure } from '../server/store-health.js';
 
 export interface EngineOptions {
   /** Open SMTP connections at most, overall. */
@@ -108,10 +109,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
   const loop = createPollLoop({
     intervalMs: opts.pollMs,
     tick: () => tick(),
-    onError: (err) => {
-      deps.storeHealth.note(err);
-      deps.logger.error('delivery.claim_failed', { err });
-    },
+    onError: (err) => logFailure(deps, 'delivery.claim_failed', err),
   });
   let renewTimer: NodeJS.Timeout | null = null;
 
@@ -189,10 +187,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
   function startLane(w: DomainWork): void {
     w.lanes++;
     const done = lane(w)
-      .catch((err: unknown) => {
-        deps.storeHealth.note(err);
-        deps.logger.error('delivery.lane_failed', { domain: w.domain, accountId: w.account, err });
-      })
+      .catch((err: unknown) => logFailure(deps, 'delivery.lane_failed', err, { domain: w.domain, accountId: w.account }))
       .finally(() => {
         lanesDone.delete(done);
         w.lanes--;
@@ -408,8 +403,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
         try {
           renewLeases(deps.db, worker, [...held], deps.clock.now() + opts.leaseMs);
         } catch (err) {
-          deps.storeHealth.note(err);
-          deps.logger.error('delivery.lease_renewal_failed', { err });
+          logFailure(deps, 'delivery.lease_renewal_failed', err);
         }
       }, Math.max(1000, Math.floor(opts.leaseMs / 3)));
       renewTimer.unref();

@@ -4,6 +4,9 @@ import { eq, sql } from 'drizzle-orm';
 import type { Db } from '../db/client.js';
 import { customerDatabases, domainKeys, settings, webhookEndpoints } from '../db/schema/index.js';
 import type { Config } from './config.js';
+import { sealContext } from './core/dkim-keys.js';
+import { secretContext } from './core/webhooks.js';
+import { urlContext } from './customer-db/connection.js';
 import { decryptSecret, encryptSecret } from './secrets.js';
 
 /**
@@ -26,15 +29,15 @@ export type SecretKeyCheck =
   /** SECRET_KEY=off: how many stored secrets it leaves unreadable. */
   | { kind: 'off'; sealed: { dkimKeys: number; webhookSecrets: number; databaseUrls: number } };
 
-/** One stored secret of each kind, with the context it was sealed under (server/core/dkim-keys.ts, webhooks.ts, customer-db/connection.ts). */
+/** One stored secret of each kind, with the context it was sealed under. */
 function sampleSecrets(db: Db): { what: string; sealed: string; context: string }[] {
   const samples: { what: string; sealed: string; context: string }[] = [];
   const key = db.select({ accountId: domainKeys.accountId, name: domainKeys.name, sealed: domainKeys.dkimPrivateKeySealed }).from(domainKeys).limit(1).get();
-  if (key) samples.push({ what: `the DKIM key of ${key.name}`, sealed: key.sealed, context: `dkim:${key.accountId}:${key.name}` });
+  if (key) samples.push({ what: `the DKIM key of ${key.name}`, sealed: key.sealed, context: sealContext(key.accountId, key.name) });
   const hook = db.select({ id: webhookEndpoints.id, sealed: webhookEndpoints.secretSealed }).from(webhookEndpoints).limit(1).get();
-  if (hook) samples.push({ what: `the signing secret of webhook ${hook.id}`, sealed: hook.sealed, context: `webhook:${hook.id}` });
+  if (hook) samples.push({ what: `the signing secret of webhook ${hook.id}`, sealed: hook.sealed, context: secretContext(hook.id) });
   const database = db.select({ accountId: customerDatabases.accountId, sealed: customerDatabases.urlSealed }).from(customerDatabases).limit(1).get();
-  if (database) samples.push({ what: `the database URL of account ${database.accountId}`, sealed: database.sealed, context: `customer-db:${database.accountId}` });
+  if (database) samples.push({ what: `the database URL of account ${database.accountId}`, sealed: database.sealed, context: urlContext(database.accountId) });
   return samples;
 }
 

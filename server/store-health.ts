@@ -1,4 +1,5 @@
 import type { Clock } from './clock.js';
+import type { LogFields, Logger } from './logger.js';
 
 /**
  * Whether the service's own store can be trusted, for /healthz: `select 1` never reads the database file, and a
@@ -39,4 +40,10 @@ export function createStoreHealth(clock: Clock): StoreHealth {
       return faultAt !== null && clock.now() - faultAt < STORE_FAULT_WINDOW_MS;
     },
   };
+}
+
+/** A failure of work no request waits for: noted for /healthz (when it is the store's) and logged as `event`. */
+export function logFailure(deps: { storeHealth: StoreHealth; logger: Logger }, event: string, err: unknown, fields: LogFields = {}): void {
+  deps.storeHealth.note(err);
+  deps.logger.error(event, { ...fields, err });
 }

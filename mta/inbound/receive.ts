@@ -10,6 +10,7 @@ import { type Verp, parseVerp, verpTrusted } from '../verp.js';
 import { type Recipient, judgeRecipient } from './recipients.js';
 import { type InboundReport, parseReport } from './reports.js';
 import { createSpoolWriter } from './spool.js';
+import { logFailure } from '../../server/store-health.js';
 
 /**
  * One received message, from the DATA stream to durable (issue 12, points 3 and 5): checked for bare CR and LF as it
@@ -193,8 +194,7 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
     });
   } catch (err) {
     spool?.discard();
-    deps.storeHealth.note(err);
-    deps.logger.error('inbound.store_failed', { id, err });
+    logFailure(deps, 'inbound.store_failed', err, { id });
     throw new SmtpReply(451, '4.3.0 The message could not be stored; try again later');
   }
   if (spool && queued.stored === 0) spool.discard();

@@ -3,6 +3,7 @@ import { SMTPServer, type SMTPServerSession } from 'smtp-server';
 import type { Deps } from '../../server/deps.js';
 import { type Recipient, judgeRecipient } from './recipients.js';
 import { SmtpReply, receiveMessage } from './receive.js';
+import { logFailure } from '../../server/store-health.js';
 
 /**
  * Inbound SMTP on SMTP_HOST:SMTP_PORT (issue 12, point 1): smtp-server with the banner and EHLO name MAIL_HOSTNAME,
@@ -92,8 +93,7 @@ export function createInboundServer(deps: Deps, tls: { key: string; cert: string
       try {
         judged = judgeRecipient(deps, address.address);
       } catch (err) {
-        deps.storeHealth.note(err);
-        deps.logger.error('inbound.rcpt_failed', { err });
+        logFailure(deps, 'inbound.rcpt_failed', err);
         deps.metrics.inboundRefused('rcpt', 451);
         return callback(reply(451, '4.3.0 Temporary failure; try again later'));
       }

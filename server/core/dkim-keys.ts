@@ -11,7 +11,7 @@ export interface NewDomainKeys {
   privateKeySealed: string;
 }
 
-const sealContext = (accountId: string, name: string) => `dkim:${accountId}:${name}`;
+export const sealContext = (accountId: string, name: string) => `dkim:${accountId}:${name}`;
 
 /**
  * What a new domain publishes: an ownership token of 160 random bits, a selector, and a fresh RSA-2048 pair whose

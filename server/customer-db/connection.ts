@@ -35,6 +35,16 @@ export function targetOf(secretKey: Buffer, row: Pick<CustomerDatabaseRow, 'acco
   return parseCustomerDbUrl(decryptSecret(secretKey, row.urlSealed, urlContext(row.accountId)).toString('utf8'));
 }
 
+/**
+ * Why a connection could not be opened, as the status says it; `atNetwork` when the next checked address may do
+ * better. An error the server sends during the handshake that is none of the known ones (too many connections, the
+ * server starting up or shutting down) is still a failure to connect.
+ */
+export function connectFailure(err: unknown): { atNetwork: boolean; message: string } {
+  const { stage, message } = classifyConnectError(err);
+  return { atNetwork: stage === 'connect', message: stage === 'other' ? `could not connect: ${err instanceof Error ? err.message : String(err)}` : message };
+}
+
 export type ConnectResult = { ok: true; schemaVersion: number } | { ok: false; blocked: boolean; message: string };
 
 /**
@@ -53,11 +63,9 @@ export async function connectAndMigrate(deps: Pick<Deps, 'resolver' | 'config' |
       try {
         await client.connect();
       } catch (err) {
-        const { stage, message } = classifyConnectError(err);
-        // An error the server sends during the handshake that is none of the known ones (too many connections, the
-        // server starting up or shutting down) is still a failure to connect.
-        failure = stage === 'other' ? `could not connect: ${err instanceof Error ? err.message : String(err)}` : message;
-        if (stage === 'connect') continue;
+        const { atNetwork, message } = connectFailure(err);
+        failure = message;
+        if (atNetwork) continue;
         return { ok: false, blocked: false, message: failure };
       }
       try {

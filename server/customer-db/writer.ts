@@ -11,9 +11,10 @@ import { rmSync } from 'node:fs';
 import { type CustomerDatabaseRow, type CustomerDbWriteRow, customerDatabases } from '../../db/schema/index.js';
 import type { Deps } from '../deps.js';
 import { createPollLoop } from '../poll-loop.js';
-import { configsFor, targetOf } from './connection.js';
+import { configsFor, connectFailure, targetOf } from './connection.js';
 import { type OpenedWrite, type SpooledInboundWrite, deleteWrites, dropExpiredWrites, dueWrites, isSpooled, openWrite, recordRefusedWrite, spoolReferenced } from './outbox.js';
 import { isCurrentConnection, markReached, markUnreachable, noteSetAside } from './status.js';
+import { logFailure } from '../store-health.js';
 
 /**
  * The customer-database writer: takes the outbox's waiting writes of each connected database, oldest first, in
@@ -81,7 +82,7 @@ export function withinBudget(rows: readonly CustomerDbWriteRow[], budget: number
  */
 export function isTimeout(err: unknown): boolean {
   const e = err as { code?: unknown; message?: unknown } | null;
-  return e?.code === '57014' || (typeof e?.message === 'string' && /^Query read timeout$/.test(e.message));
+  return e?.code === '57014' || e?.message === 'Query read timeout';
 }
 
 export const DEFAULT_WRITER_OPTIONS: WriterOptions = { intervalMs: 1000, batchSize: 500, maxDatabases: 8, poolMax: 2 };
@@ -107,10 +108,7 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
   const loop = createPollLoop({
     intervalMs: opts.intervalMs,
     tick: () => void claim(),
-    onError: (err) => {
-      deps.storeHealth.note(err);
-      deps.logger.error('customer_db.claim_failed', { err });
-    },
+    onError: (err) => logFailure(deps, 'customer_db.claim_failed', err),
   });
 
   function closePool(owner: string): void {
@@ -142,9 +140,9 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
         (await pool.connect()).release();
       } catch (err) {
         pool.end().catch(() => undefined);
-        const { stage, message } = classifyConnectError(err);
-        failure = stage === 'other' ? `could not connect: ${err instanceof Error ? err.message : String(err)}` : message;
-        if (stage === 'connect') continue;
+        const { atNetwork, message } = connectFailure(err);
+        failure = message;
+        if (atNetwork) continue;
         return failure;
       }
       const entry: PoolEntry = { connectionId: db.connectionId, pool, migrated: false };

@@ -8,6 +8,7 @@ import { newId } from '../ids.js';
 import { decryptSecret } from '../secrets.js';
 import { createFairSlots } from '../../mta/fair-slots.js';
 import { createPollLoop } from '../poll-loop.js';
+import { logFailure } from '../store-health.js';
 import { WEBHOOK_TIMEOUT_MS, postWebhook } from './http-client.js';
 import { signedHeaders } from './signing.js';
 import {
@@ -105,10 +106,7 @@ export function createWebhookDispatcher(deps: Deps, options: Partial<DispatcherO
   const loop = createPollLoop({
     intervalMs: opts.intervalMs,
     tick: () => void claim(),
-    onError: (err) => {
-      deps.storeHealth.note(err);
-      deps.logger.error('webhook.claim_failed', { err });
-    },
+    onError: (err) => logFailure(deps, 'webhook.claim_failed', err),
   });
 
   async function deliver({ delivery, endpoint }: ClaimedWebhook): Promise<void> {
@@ -143,8 +141,7 @@ export function createWebhookDispatcher(deps: Deps, options: Partial<DispatcherO
     } catch (err) {
       // The attempt could not be written: the delivery keeps its lease, and is tried again once it runs out (never
       // at once, which would post to the receiver in a loop while the database refuses writes).
-      deps.storeHealth.note(err);
-      deps.logger.error('webhook.record_failed', { deliveryId: delivery.id, endpointId: endpoint.id, err });
+      logFailure(deps, 'webhook.record_failed', err, { deliveryId: delivery.id, endpointId: endpoint.id });
     } finally {
       slot.release();
     }
