@@ -1,5 +1,6 @@
 import type { Context, MiddlewareHandler } from 'hono';
 import type { Clock } from '../server/clock.js';
+import { ApiError } from '../server/errors.js';
 import { readRequestBody } from '../server/http/body.js';
 import type { AppEnv } from '../server/http/env.js';
 import { constantTimeEqual } from '../server/secrets.js';
@@ -91,14 +92,19 @@ export function isCrossSite(c: Context<DashEnv>): boolean {
   return host !== (c.req.header('host') ?? new URL(c.req.url).host) && host !== forwarded;
 }
 
-/** A POST's urlencoded form, at most MAX_FORM_BYTES; anything else is an empty form. */
+const formTooLarge = () => new ApiError('body_too_large', `This form is larger than the dashboard takes (${MAX_FORM_BYTES / 1024} KB); nothing was changed.`);
+
+/**
+ * A POST's urlencoded form; any other body is an empty form. One over MAX_FORM_BYTES is refused (413, the dashboard's
+ * error page), before the CSRF check could take its missing token for a forged request.
+ */
 export async function readForm(c: Context<DashEnv>): Promise<Record<string, string>> {
   const type = c.req.header('content-type') ?? '';
   if (!type.startsWith('application/x-www-form-urlencoded')) return {};
   const declared = Number(c.req.header('content-length') ?? 0);
-  if (declared > MAX_FORM_BYTES) return {};
+  if (declared > MAX_FORM_BYTES) throw formTooLarge();
   const raw = await readRequestBody(c as unknown as Context<AppEnv>);
-  if (raw.length > MAX_FORM_BYTES) return {};
+  if (raw.length > MAX_FORM_BYTES) throw formTooLarge();
   const form: Record<string, string> = {};
   for (const [k, v] of new URLSearchParams(raw.toString('utf8'))) if (!(k in form)) form[k] = v;
   return form;

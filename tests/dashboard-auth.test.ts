@@ -2,7 +2,7 @@ import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { resetAdminToken } from '../server/core/admin-token.js';
 import { SESSION_POLICY } from '../dashboard/session.js';
-import { SIGN_IN_LIMIT } from '../dashboard/security.js';
+import { MAX_FORM_BYTES, SIGN_IN_LIMIT } from '../dashboard/security.js';
 import { expectAccessible, horizontalOverflow, launchBrowser, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
 import { adminTokenFor, dashboardClient, postSignIn, signInForm } from './helpers/dashboard.js';
 import { type TestService, startService } from './helpers/service.js';
@@ -247,6 +247,21 @@ describe('CSRF and headers', () => {
     const ok = await client.post('/dashboard/sign-out');
     expect(ok.status).toBe(303);
     expect((await client.get('/dashboard')).status).toBe(303);
+  });
+
+  it('answers a form over the size limit with 413, not the CSRF refusal, and does nothing', async () => {
+    const client = await dashboardClient(service, token);
+    const big = await client.post('/dashboard/suppressions', { account: '', address: 'x'.repeat(MAX_FORM_BYTES) });
+    expect(big.status).toBe(413);
+    expect(await big.text()).toContain('64 KB');
+    const signIn = await fetch(`${service.url}/dashboard/sign-in`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded', origin: service.url },
+      body: new URLSearchParams({ token: 'x'.repeat(MAX_FORM_BYTES) }),
+    });
+    expect(signIn.status).toBe(413);
+    // The session is untouched and a form within the limit still works.
+    expect((await client.get('/dashboard')).status).toBe(200);
   });
 
   it("accepts its own forms behind a TLS proxy that rewrites Host (X-Forwarded-Host, or the browser's Sec-Fetch-Site)", async () => {
