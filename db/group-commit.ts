@@ -8,6 +8,20 @@ interface Job<T> {
   reject: (err: unknown) => void;
 }
 
+/**
+ * A write that committed but whose flush failed (the WAL's fdatasync: EIO...): its effects are in the database the
+ * service reads, and on disk unless the device lost them, so the write neither failed nor is known durable. Carries
+ * the flush's error `code`, so the store's health counts it like the error itself.
+ */
+export class FlushFailedError extends Error {
+  override name = 'FlushFailedError';
+  readonly code: unknown;
+  constructor(override readonly cause: unknown) {
+    super(`committed, but the flush to disk failed: ${cause instanceof Error ? cause.message : String(cause)}`);
+    this.code = (cause as { code?: unknown } | null)?.code;
+  }
+}
+
 /** A batch this large commits at once, even while a flush is under way. */
 export const MAX_BATCH = 256;
 
@@ -152,7 +166,7 @@ export function createGroupCommit(
     jobs.forEach((job, i) => {
       const o = outcomes[i]!;
       // A rolled-back write left nothing to make durable.
-      if (o.ok) done.then(() => job.resolve(o.value), job.reject);
+      if (o.ok) done.then(() => job.resolve(o.value), (err: unknown) => job.reject(new FlushFailedError(err)));
       else job.reject(o.err);
     });
   };
@@ -178,6 +192,9 @@ export function createGroupCommit(
  * reporting the literal's missing member) as soon as a member was added here.
  */
 export interface GroupCommit {
-  /** Runs `fn` in the next batch's transaction; resolves once the batch is durable (rejects if `fn` or the commit fails). */
+  /**
+   * Runs `fn` in the next batch's transaction; resolves once the batch is durable. Rejects with what `fn` threw, or
+   * the commit's error (nothing was written), or a FlushFailedError (written, durability unknown).
+   */
   run<T>(fn: (db: Db) => T): Promise<T>;
 }

@@ -193,6 +193,37 @@ function heldWal() {
   };
 }
 
+describe('a send committed whose flush failed', () => {
+  it('answers 500 internal_error saying it may go out, logs no second row, keeps it queued, and a retry under the same key learns the answer', async () => {
+    const s = await newSender(service);
+    const body = receipt(s.from, ['flush-failed@example.net']);
+    const real = service.deps.commits;
+    // SQLite committed the batch; the disk refused the WAL's fdatasync (EIO).
+    service.deps.commits = createGroupCommit(service.deps.store, async () => {
+      throw Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' });
+    });
+    let res: Awaited<ReturnType<typeof sendEmail>>;
+    try {
+      res = await sendEmail(service, s.key, body, withKey('flush-failed'));
+    } finally {
+      service.deps.commits = real;
+    }
+    // Not 502 send_failed ("nothing was sent"): the send is in the queue and will go out unless the disk lost it.
+    expectError(res, 500, 'internal_error');
+    expect(res.body.error.message).toMatch(/may still be sent/);
+    const rows = emailRows(service, s.account.id);
+    expect(rows.map((r) => r.status)).toEqual(['sent']);
+    expect(outboundMessagesOf(service, s.account.id).map((m) => m.id)).toEqual([rows[0]!.id]);
+    // The same key, once the disk flushes again, replays the answer the send settled with.
+    const retry = await sendEmail(service, s.key, body, withKey('flush-failed'));
+    expect(retry.status).toBe(200);
+    expect(retry.headers.get('idempotent-replayed')).toBe('true');
+    expect(retry.body).toMatchObject({ id: rows[0]!.id, sandbox: false });
+    expect(emailRows(service, s.account.id)).toHaveLength(1);
+    expect(service.deps.storeHealth.faulty()).toBe(true);
+  });
+});
+
 describe('in progress', () => {
   it('a replay of an answer committed but not yet on disk waits for the flush that makes it durable', async () => {
     const s = await newSender(service);

@@ -1,5 +1,6 @@
 import { and, count, eq, gt, sql } from 'drizzle-orm';
 import { definePrepared } from '../../db/prepared.js';
+import { FlushFailedError } from '../../db/group-commit.js';
 import { DELIVERY_WINDOW_MS } from '../../mta/retry-schedule.js';
 import { isAlwaysSuppressed, isSimulatorDomain } from '../../mta/simulator.js';
 import { type AccountRow, domainKeys, domains, emails, outboundMessages, outboundRecipients } from '../../db/schema/index.js';
@@ -21,6 +22,7 @@ import { suppressedRecipients } from './suppressions.js';
 import type { Rendered } from './templates.js';
 import { tripBreakerIfPaused } from './reputation.js';
 import { queueCustomerDbWrite } from '../customer-db/outbox.js';
+import { logFailure } from '../store-health.js';
 
 /** POST /emails as the seven checks of api.md, one named step each, in the spec's order; then the queue. */
 
@@ -269,6 +271,15 @@ async function commitSend(deps: Deps, ctx: RequestContext, body: Body, claim: Cl
     return committed.result;
   } catch (err) {
     if (err instanceof ApiError) throw err;
+    // Committed, the disk did not confirm it: the send is queued (and its idempotent answer settled), so it is
+    // neither logged failed nor answered 502 ("nothing was sent"). A retry under the same key replays its answer.
+    if (err instanceof FlushFailedError) {
+      logFailure(deps, 'send.unconfirmed', err, { accountId: ctx.account.id });
+      throw new ApiError(
+        'internal_error',
+        'The send was queued but the disk did not confirm it was stored: it may still be sent. Retry with the same Idempotency-Key to get its answer, or look for it in GET /emails before sending again.',
+      );
+    }
     // The queue could not take the message: log the send as failed, answer 502.
     deps.logger.error('send.queue_failed', { accountId: ctx.account.id, err });
     if (body.ok) logFailedSend(deps, logEntryOf(ctx, body));
