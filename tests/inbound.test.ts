@@ -7,6 +7,8 @@ import pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { listenCustomerDb } from '../db/customer/connect.js';
 import { customerDbWrites } from '../db/schema/index.js';
+import { type GroupCommit, createGroupCommit } from '../db/group-commit.js';
+import { INLINE_BYTES } from '../mta/inbound/receive.js';
 import { type InboundServer, createInboundServer } from '../mta/inbound/server.js';
 import { spoolDir } from '../mta/inbound/spool.js';
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
@@ -244,6 +246,61 @@ describe('refused in DATA, nothing kept', () => {
       expect(replies[102]).toMatch(/^452 /);
     } finally {
       client.close();
+    }
+  });
+});
+
+describe('a failure to store answers 451, never 250', () => {
+  /** A second server on the same service, its messages up to 1 MB (so one can go to the spool), committing through `commits`. */
+  async function serverCommittingThrough(commits: GroupCommit) {
+    const deps = { ...service.deps, commits, config: { ...service.deps.config, smtpMaxMessageBytes: 1_000_000 } };
+    const server = createInboundServer(deps, loadOrCreateSmtpTls(service.deps.config));
+    return { server, port: await server.listen('127.0.0.1', 0) };
+  }
+  async function send(toPort: number, body: string): Promise<string> {
+    const { client } = await RawSmtp.connect(toPort);
+    try {
+      await client.envelope('someone@example.org', [`support@${sender.domain}`]);
+      expect(await client.command('DATA')).toMatch(/^354 /);
+      client.write(`Subject: stored?\r\n\r\n${body}\r\n.\r\n`);
+      return await client.reply();
+    } finally {
+      client.close();
+    }
+  }
+  const large = `${'y'.repeat(998)}\r\n`.repeat(Math.ceil((INLINE_BYTES + 10_000) / 1000));
+
+  it('a commit that fails (a full disk) is 451 4.3.0 and keeps nothing, in the outbox or the spool', async () => {
+    const full = Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' });
+    const { server, port: failing } = await serverCommittingThrough({ run: () => Promise.reject(full) });
+    try {
+      expect(await send(failing, 'small')).toMatch(/^451 4\.3\.0 /);
+      expect(await send(failing, large)).toMatch(/^451 4\.3\.0 /);
+      expect(service.deps.db.select().from(customerDbWrites).all()).toEqual([]);
+      expect(spoolFiles()).toEqual([]);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('a commit whose flush fails is 451 too; what it committed stays whole, a spooled message with its file', async () => {
+    const eio = Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' });
+    const { server, port: failing } = await serverCommittingThrough(
+      createGroupCommit(service.deps.store, () => Promise.reject(eio)),
+    );
+    try {
+      expect(await send(failing, large)).toMatch(/^451 4\.3\.0 /);
+      // The row is committed (the sender's retry may bring a second copy: never none), and the file it names is there.
+      const rows = service.deps.db.select().from(customerDbWrites).all();
+      expect(rows).toHaveLength(1);
+      expect(rows[0]!.spoolId).not.toBeNull();
+      expect(spoolFiles()).toHaveLength(1);
+      await writer.runOnce();
+      const stored = await customer.query("select count(*)::int as n from service.inbound where subject = 'stored?'");
+      expect(stored.rows[0].n).toBe(1);
+    } finally {
+      await server.close();
+      await customer.query("delete from service.inbound where subject = 'stored?'");
     }
   });
 });

@@ -11,6 +11,7 @@ import { type Recipient, judgeRecipient } from './recipients.js';
 import { type InboundReport, parseReport } from './reports.js';
 import { createSpoolWriter } from './spool.js';
 import { logFailure } from '../../server/store-health.js';
+import { FlushFailedError } from '../../db/group-commit.js';
 
 /**
  * One received message, from the DATA stream to durable (issue 12, points 3 and 5): checked for bare CR and LF as it
@@ -193,7 +194,8 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
       return { stored, ...recorded };
     });
   } catch (err) {
-    spool?.discard();
+    // Committed but not known durable: its outbox rows name the spool file, which stays (the 451 may bring a copy).
+    if (!(err instanceof FlushFailedError)) spool?.discard();
     logFailure(deps, 'inbound.store_failed', err, { id });
     throw new SmtpReply(451, '4.3.0 The message could not be stored; try again later');
   }
