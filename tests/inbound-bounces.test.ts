@@ -304,6 +304,28 @@ Your receipt body.
 --part1_13d.2e68ed54_boundary--`;
   }
 
+  it.each(['sandboxed', 'failed'] as const)('quoting a %s send (which has no events, api.md Email) records nothing, by Message-ID or by VERP address', async (status) => {
+    const id = sentEmail(sender.account.id, ['ivy@example.net']);
+    service.deps.db.update(emails).set({ status, sandbox: status === 'sandboxed' }).where(eq(emails.id, id)).run();
+    const before = account(sender.account.id).totalComplained;
+    const byMessageId = arf({ returnPath: 'someone@elsewhere.example', messageId: `${id}@${HOST}`, to: 'ivy@example.net' });
+    expect(await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, byMessageId)).toMatch(/^250 /);
+    const byVerp = arf({ returnPath: verpAddress(id, 0, HOST, service.deps.secretKey), messageId: 'other@elsewhere.example', to: 'ivy@example.net' });
+    expect(await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, byVerp)).toMatch(/^250 /);
+    expect(eventsOf(id)).toEqual([]);
+    expect(email(id).complainedAt).toBeNull();
+    expect(suppressionOf(sender.account.id, 'ivy@example.net')).toBeUndefined();
+    expect(account(sender.account.id).totalComplained).toBe(before);
+    // Nor is its VERP address a recipient the server takes mail for.
+    const { client } = await RawSmtp.connect(port);
+    try {
+      const replies = await client.envelope('mailer-daemon@elsewhere.example', [verpAddress(id, 0, HOST, service.deps.secretKey)]);
+      expect(replies[2]).toMatch(/^550 5\.7\.1 /);
+    } finally {
+      client.close();
+    }
+  });
+
   it('records complained, complainedAt, the complaint suppression on both lists, totalComplained, the webhook, and the customer database event', async () => {
     const connected = await service.api('POST', '/database', { key: sender.key, body: { url: pgServer.url('localhost') } });
     expect(connected.status, JSON.stringify(connected.body)).toBe(200);

@@ -218,8 +218,13 @@ interface SentEmail {
   to: string[];
 }
 
+/** A send that went out: a sandboxed or failed one has no events (api.md, Email), whatever a report quotes. */
 const findEmail = (deps: Pick<Deps, 'db'>, id: string): SentEmail | undefined =>
-  deps.db.select({ id: emails.id, accountId: emails.accountId, to: emails.to }).from(emails).where(eq(emails.id, id)).get();
+  deps.db
+    .select({ id: emails.id, accountId: emails.accountId, to: emails.to })
+    .from(emails)
+    .where(and(eq(emails.id, id), eq(emails.status, 'sent')))
+    .get();
 
 /** The email a report is about: the VERP address it came to, else the reported message's return path, else its Message-ID. */
 function reportedEmail(deps: Pick<Deps, 'db' | 'config' | 'secretKey'>, report: Exclude<InboundReport, null>, arrivedAt: Recipient[]): { email: SentEmail; index: number | null } | null {

@@ -37,7 +37,8 @@ const statements = definePrepared((db) => ({
        from domains d where d.name = ? order by d.id`,
     )
     .raw() as Statement<[string], [string, string, string | null]>,
-  email: db.select({ id: emails.id, to: emails.to }).from(emails).where(and(eq(emails.id, p('id')), eq(emails.sandbox, false))).prepare(),
+  // Only a send that went out has bounce addresses (a sandboxed or failed one has no events: api.md, Email).
+  email: db.select({ id: emails.id, to: emails.to }).from(emails).where(and(eq(emails.id, p('id')), eq(emails.status, 'sent'))).prepare(),
   changes: clientOf(db).prepare(`select n from change_counters where name = 'recipients'`).pluck() as Statement<[], number>,
 }));
 
