@@ -371,6 +371,13 @@ describe('the other commands (node dist/server/cli.js)', () => {
     expect(listed.body.data.find((k) => k.id === out.id)).toMatchObject({ name: 'ci', prefix: out.prefix, revokedAt: null });
   });
 
+  it('keys create names each scope once, however often --scopes repeats it, as POST /keys does', async () => {
+    const out = await cliOk<MintBody>('keys', 'create', '--account', created.account.id, '--name', 'twice', '--scopes', 'emails:send,emails:send, emails:send');
+    expect(out.scopes).toEqual(['emails:send']);
+    const listed = await api<{ data: KeyBody[] }>('GET', '/keys', created.key);
+    expect(listed.body.data.find((k) => k.id === out.id)?.scopes).toEqual(['emails:send']);
+  });
+
   it('keys create without --scopes gives all 14 scopes', async () => {
     const out = await cliOk<MintBody>('keys', 'create', '--account', created.account.id, '--name', 'everything');
     expect(out.scopes).toHaveLength(14);

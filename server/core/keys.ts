@@ -159,7 +159,8 @@ export function insertKey(
         name: input.name,
         prefix: secret.slice(0, 11),
         keyHash: sha256Hex(secret),
-        scopes: [...input.scopes],
+        // Each scope once, whoever mints (the API, the CLI, the dashboard).
+        scopes: [...new Set(input.scopes)],
         createdAt: now,
       })
       .returning()

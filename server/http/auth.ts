@@ -58,8 +58,14 @@ export function guard(deps: Deps, scope: Scope, header: AccountHeaderMode = 'acc
     }
 
     const rawBody = await readRequestBody(c);
-    // Looked up again only if a key may have stopped working meanwhile (core/keys.ts keyStamp).
-    if (keyStamp(deps.db) !== stamp && !findLiveKey(deps.db, secret)) throw new ApiError('invalid_key', 'The API key was revoked while the request was in flight.');
+    // Looked up again only if a key may have stopped working meanwhile (core/keys.ts keyStamp), which deleting an
+    // account also moves: the sub-account the header names too, so no write is made for one deleted meanwhile.
+    if (keyStamp(deps.db) !== stamp) {
+      if (!findLiveKey(deps.db, secret)) throw new ApiError('invalid_key', 'The API key was revoked while the request was in flight.');
+      if (headerValue !== undefined && !findSubAccount(deps.db, keyAccount.id, headerValue.trim())) {
+        throw new ApiError('account_not_found', `The sub-account ${headerValue.trim()} was deleted while the request was in flight.`);
+      }
+    }
     c.set('rawBody', rawBody);
     c.set('auth', { keyId: key.id, keyAccount, scopes, account, viaHeader: headerValue !== undefined });
     await next();
