@@ -38,10 +38,17 @@ export function rfc5322Date(ms: number): string {
 
 const PRINTABLE_HEADER = /^[\x20-\x7e]*$/;
 
-/** A Subject header: the text as it is when it is printable ASCII, else RFC 2047 encoded words; folded. */
+/** The longest word a folded line holds: a continuation line is a space and the word, within 78 characters. */
+const FOLDABLE_WORD = 77;
+
+/**
+ * A Subject header: the text as it is when it is printable ASCII in words that fold, else RFC 2047 encoded words
+ * (which split anywhere: a 998-character receipt number must not make a line past RFC 5322's 998); folded.
+ */
 export function subjectHeader(subject: string): string {
   const oneLine = subject.replace(/\r\n|\r|\n/g, ' ');
-  return foldHeader('Subject', PRINTABLE_HEADER.test(oneLine) ? oneLine : encodeWords(oneLine));
+  const plain = PRINTABLE_HEADER.test(oneLine) && oneLine.split(' ').every((word) => word.length <= FOLDABLE_WORD);
+  return foldHeader('Subject', plain ? oneLine : encodeWords(oneLine));
 }
 
 /** Printable ASCII (and tabs) in lines of at most 76 characters: sent as it is. */

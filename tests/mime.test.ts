@@ -61,6 +61,18 @@ describe('headers', () => {
     expect(subjectHeader('Status\nupdate')).toBe('Subject: Status update\r\n');
     expect(subjectHeader('Grüße')).toMatch(/^Subject: =\?UTF-8\?B\?[A-Za-z0-9+/=]+\?=\r\n$/);
   });
+
+  it('encodes a subject with a word too long to fold, so no line comes near the 998 of RFC 5322, and it reads back whole', async () => {
+    // The longest subjects a send takes (templates.ts: 998 characters for a subject's variable), without spaces.
+    for (const subject of ['x'.repeat(998), `Receipt ${'7'.repeat(990)}`, `Your sign-in link ${'a'.repeat(80)} expires`]) {
+      const header = subjectHeader(subject);
+      for (const line of header.split('\r\n').slice(0, -1)) expect(line.length).toBeLessThanOrEqual(86);
+      const parsed = await simpleParser(`${header}From: a@example.org\r\n\r\nbody\r\n`);
+      expect(parsed.subject).toBe(subject);
+    }
+    // Words that fold stay as they are.
+    expect(subjectHeader(`Order ${'7'.repeat(76)} shipped`)).toBe(`Subject: Order\r\n ${'7'.repeat(76)}\r\n shipped\r\n`);
+  });
 });
 
 describe('buildMime', () => {

@@ -159,6 +159,13 @@ describe('tags: at most 10, key 1-40 of [A-Za-z0-9_-], value up to 256 character
     expect(list.body.data[0]).toMatchObject({ id: res.body.id, tags });
   });
 
+  it('a value is counted in characters (code points): 256 emoji are accepted, 257 are 422', async () => {
+    const res = await send(receipt(s.from, 'ann@example.net', { tags: { note: '😀'.repeat(256) } }));
+    expectOk(res);
+    expect((await service.api('GET', `/emails/${res.body.id}`, { key: s.key })).body.tags).toEqual({ note: '😀'.repeat(256) });
+    await expectRefused(receipt(s.from, 'ann@example.net', { tags: { note: '😀'.repeat(257) } }), 'tags');
+  });
+
   it('10 entries are accepted, 11 are 422 naming tags', async () => {
     expectOk(await send(receipt(s.from, 'ann@example.net', { tags: tenTags })));
     await expectRefused(receipt(s.from, 'ann@example.net', { tags: { ...tenTags, eleventh: 'x' } }), 'tags');

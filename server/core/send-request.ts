@@ -95,12 +95,21 @@ function isHttpUrl(value: string): boolean {
   }
 }
 
+/** Code points in `text`, counting no further than a limit needs. */
+function codePoints(text: string): number {
+  if (text.length <= MAX_TAG_VALUE) return text.length;
+  let n = 0;
+  for (const _ of text) n++;
+  return n;
+}
+
 const tags = z.record(z.string(), z.string()).superRefine((t, ctx) => {
   const keys = Object.keys(t);
   if (keys.length > MAX_TAGS) ctx.addIssue({ code: 'custom', message: `must have at most ${MAX_TAGS} entries` });
   for (const key of keys) {
     if (!/^[A-Za-z0-9_-]{1,40}$/.test(key)) ctx.addIssue({ code: 'custom', path: [fieldName(key)], message: 'tag names are 1 to 40 of A-Z a-z 0-9 _ -' });
-    else if (t[key]!.length > MAX_TAG_VALUE) ctx.addIssue({ code: 'custom', path: [key], message: `must be at most ${MAX_TAG_VALUE} characters` });
+    // Characters are code points, as for every other length the API states (an emoji is one, not two).
+    else if (codePoints(t[key]!) > MAX_TAG_VALUE) ctx.addIssue({ code: 'custom', path: [key], message: `must be at most ${MAX_TAG_VALUE} characters` });
   }
 });
 
