@@ -156,6 +156,22 @@ describe('tiers', () => {
     expectError(await service.api('POST', '/emails', { key: s.key, body: receipt(s.from, 'next@example.net') }), 403, 'suspended', sending.suspendedReason);
   });
 
+  it('once the operator lifts it, a send does not trip it again (sends only lower the rates); a new bounce does', async () => {
+    const s = await newSender(service);
+    await bounceUpTo({ key: s.key, from: s.from }, s.account.id, 11);
+    expect(accountRow(service, s.account.id).suspendedBy).toBe('breaker');
+    unsuspendByOperator(service.deps, s.account.id);
+    // Still graded paused (11 of 101 after this send), and sending, as the operator decided.
+    await sendAndDeliver({ key: s.key, from: s.from }, addresses(1, 'example.net'));
+    expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 101, tier: 'paused', suspended: false });
+    await sendAndDeliver({ key: s.key, from: s.from }, addresses(1, 'example.net'));
+    expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 102, tier: 'paused', suspended: false });
+    // New evidence while paused: the breaker trips again.
+    await sendAndDeliver({ key: s.key, from: s.from }, addresses(1, 'bounce.example'));
+    expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 103, totalBounced: 12, suspended: true });
+    expect(accountRow(service, s.account.id).suspendedBy).toBe('breaker');
+  });
+
   it('does not trip the breaker on deferrals', async () => {
     const s = await newSender(service);
     updateAccount(service, s.account.id, { totalSent: 80 });

@@ -12,12 +12,16 @@ export function breakerReason(a: Pick<AccountRow, 'totalSent' | 'totalBounced' |
 
 /**
  * The reputation breaker: an account whose own rates grade as paused is suspended, with a reason naming them. Looked
- * at whenever a counter moves: a bounce or complaint, and a send (grading starts at the 50th recipient, so a send can
- * be what reaches `paused`). An account already suspended, by anyone, is left as it is.
+ * at whenever a counter moves: a bounce or complaint, and a send of `sentNow` counted recipients. A send only lowers
+ * the rates, so it trips the breaker only when grading starts with it (the 50th recipient can be what reaches
+ * `paused`), never for an account already graded paused before it: one the operator let send again after the breaker
+ * stopped it (decisions.md section 4: only the operator lifts that) stays lifted until a new bounce or complaint. An
+ * account already suspended, by anyone, is left as it is.
  */
-export function tripBreakerIfPaused(deps: Pick<Deps, 'db' | 'logger'>, accountId: string, now: number): void {
+export function tripBreakerIfPaused(deps: Pick<Deps, 'db' | 'logger'>, accountId: string, now: number, sentNow = 0): void {
   const row = findAccount(deps.db, accountId);
   if (!row || row.suspendedBy !== null || gradeTier(row) !== 'paused') return;
+  if (sentNow > 0 && gradeTier({ ...row, totalSent: row.totalSent - sentNow }) === 'paused') return;
   const reason = breakerReason(row);
   deps.db.update(accounts).set({ suspendedBy: 'breaker', suspendedReason: reason, suspendedAt: now }).where(eq(accounts.id, accountId)).run();
   deps.logger.warn('account.breaker_tripped', { accountId, reason });

@@ -260,8 +260,10 @@ async function commitSend(deps: Deps, ctx: RequestContext, body: Body, claim: Cl
         for (const r of send.to) {
           q.insertRecipient.run({ id: newId(now), messageId: id, accountId: ctx.account.id, recipient: r.address, recipientDomain: r.domain, nextAttemptAt: now, createdAt: now });
         }
-        countRecipients(deps.db, sender, send.to.length, now, send.to.filter((r) => !isSimulatorDomain(r.domain)).length);
-        tripBreakerIfPaused(deps, sender.acting.id, now);
+        const reputed = send.to.filter((r) => !isSimulatorDomain(r.domain)).length;
+        countRecipients(deps.db, sender, send.to.length, now, reputed);
+        // Only a send that moved the account's own counters can be what reaches `paused`.
+        if (reputed > 0) tripBreakerIfPaused(deps, sender.acting.id, now, reputed);
         result = withWarning({ id, sandbox: false }, chargeSend(deps.db, payerOf(sender), deps.config, now));
       }
       if (claim) settleClaim(tx, claim, result, now);
