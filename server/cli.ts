@@ -196,6 +196,8 @@ function runCommand(store: Store, config: Config, command: string, opts: Options
     case 'database status':
       return databaseStatusOf(deps, account().id);
     case 'admin-token reset':
+      // The server puts ADMIN_TOKEN's hash back at every start: a token printed here would stop at the next one.
+      if (config.adminToken !== null) throw new Error('ADMIN_TOKEN is set, and every start of the server signs in with it: change ADMIN_TOKEN and restart the server instead');
       return { token: resetAdminToken(store.db) };
     default:
       throw new UsageError(`unknown command "${command}"`);

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { postSignIn } from './helpers/dashboard.js';
 
 /**
  * The operator contract of decisions.md section 1, end to end: the CLI and the server as separate real processes on
@@ -391,6 +392,16 @@ describe('the other commands (node dist/server/cli.js)', () => {
     expect(out.token.length).toBeGreaterThanOrEqual(16);
     const again = await cliOk<{ token: string }>('admin-token', 'reset');
     expect(again.token).not.toBe(out.token);
+  });
+
+  it('admin-token reset is refused while ADMIN_TOKEN is set (each start puts that token back), and changes nothing', async () => {
+    const reset = await cliOk<{ token: string }>('admin-token', 'reset');
+    const res = await run(process.execPath, ['dist/server/cli.js', 'admin-token', 'reset'], 60_000, { ADMIN_TOKEN: 'an-operator-chosen-token' });
+    expect(res.code).toBe(1);
+    expect(res.stdout).toBe('');
+    expect(res.stderr).toMatch(/ADMIN_TOKEN is set/);
+    // The token the last reset printed is still the one that signs in.
+    expect((await postSignIn(origin, reset.token)).status).toBe(303);
   });
 });
 
