@@ -114,9 +114,11 @@ export function parseMailbox(input: string): Parsed<Mailbox> {
   if (/[<>]/.test(addr)) return { ok: false, reason: NOT_ONE_MAILBOX };
   if (name !== null) {
     if (/[\r\n\u2028\u2029]/.test(name)) return { ok: false, reason: 'must not contain line breaks' };
-    if (name.includes(',')) return { ok: false, reason: 'must be exactly one mailbox (no comma)' };
+    // Checked in compatibility form too: a full-width or small comma, at sign or bracket (＠ ﹫ ， ＜) reads as one.
+    const folded = name.normalize('NFKC');
+    if (name.includes(',') || folded.includes(',')) return { ok: false, reason: 'must be exactly one mailbox (no comma)' };
     // What is left of an encoded word after decoding (one encoded twice) would be decoded by the next reader.
-    if (/[<>"@]|[\x00-\x1f\x7f]/.test(name) || new RegExp(ENCODED_WORD.source).test(name)) return { ok: false, reason: NOT_ONE_MAILBOX };
+    if (/[<>"@]|[\x00-\x1f\x7f]/.test(name) || /[<>"@]/.test(folded) || new RegExp(ENCODED_WORD.source).test(name)) return { ok: false, reason: NOT_ONE_MAILBOX };
     if ([...name].length > MAX_DISPLAY_NAME) return { ok: false, reason: `display name must be at most ${MAX_DISPLAY_NAME} characters` };
   }
   const parsed = parseAddress(addr);
