@@ -82,6 +82,15 @@ describe('to: one address, or an array of 1 to 50', () => {
     expectError(refused, 422, 'invalid_request', /\bto\b/);
   });
 
+  it('an address of 254 characters is accepted, 255 (more than SMTP carries, RFC 5321) is 422 naming to', async () => {
+    // 64 + 1 + labels of 59 and dots, then `.net`: every label valid, only the length differs.
+    const at = (n: number) => `${'a'.repeat(64)}@${'b'.repeat(59)}.${'c'.repeat(59)}.${'d'.repeat(59)}.${'e'.repeat(n - 65 - 180 - 4)}.net`;
+    expect(at(254)).toHaveLength(254);
+    expectOk(await send(receipt(s.from, at(254))));
+    await expectRefused(receipt(s.from, at(255)), 'to');
+    await expectRefused(receipt(s.from, 'ok@example.net', { replyTo: at(255) }), 'replyTo');
+  });
+
   it('an empty array is 422 naming to', async () => {
     await expectRefused(receipt(s.from, []), 'to');
   });

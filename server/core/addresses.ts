@@ -20,7 +20,7 @@ export interface Mailbox {
   name: string | null;
 }
 
-/** A bare address: dot-atom local part of at most 64 characters, a domain of at least two valid labels. */
+/** A bare address: dot-atom local part of at most 64 characters, a domain of at least two valid labels, 254 in all. */
 export function parseAddress(input: string): Parsed<{ address: string; domain: string }> {
   const s = input.trim();
   if (/[\r\n]/.test(s)) return { ok: false, reason: 'must not contain line breaks' };
@@ -33,8 +33,14 @@ export function parseAddress(input: string): Parsed<{ address: string; domain: s
   if (domain === '' || domain.length > 253 || labels.length < 2 || !labels.every((l) => LABEL.test(l)) || /^\d+$/.test(labels[labels.length - 1]!)) {
     return { ok: false, reason: 'must be an email address on a valid domain' };
   }
-  return { ok: true, value: { address: `${local}@${domain}`, domain } };
+  const address = `${local}@${domain}`;
+  // A path is at most 256 octets with its brackets (RFC 5321 4.5.3.1.3): a longer address can only bounce.
+  if (address.length > MAX_ADDRESS) return { ok: false, reason: `must be an email address of at most ${MAX_ADDRESS} characters` };
+  return { ok: true, value: { address, domain } };
 }
+
+/** The longest address SMTP carries (RFC 5321: a 256-octet path, less its angle brackets). */
+export const MAX_ADDRESS = 254;
 
 /** An RFC 2047 encoded word: `=?charset?B|Q?text?=` (the charset may carry an RFC 2231 `*language`). */
 const ENCODED_WORD = /=\?([^?\s]+)\?([BbQq])\?([^?\s]*)\?=/g;
