@@ -48,6 +48,9 @@ export function dashboardApp(deps: Deps) {
     c.set('session', session);
     if (c.req.method !== 'GET' && c.req.method !== 'HEAD') {
       const form = await readForm(c);
+      // The session may have ended while the body arrived (signed out elsewhere, the admin token reset): the request
+      // is then one of an ended session, whatever it carries.
+      if (!findSession(deps, token!)) return c.redirect('/dashboard/sign-in?expired', 303);
       if (isCrossSite(c) || !hasCsrfToken(c, form, session.csrfToken)) {
         deps.logger.warn('dashboard.csrf_refused', { method: c.req.method, path: c.req.path });
         return c.html(<ErrorPage status={403} title="Refused" message="This request did not come from a dashboard page of this site, or its page is too old. Go back, reload the page and try again." />, 403);

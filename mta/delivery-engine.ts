@@ -268,12 +268,6 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
         }
         const job = w.jobs.shift();
         if (!job) return 'done';
-        // Its account deleted since the claim (the rows went with it): nothing to send, nothing to record.
-        if (!stillHeld(deps.db, worker, job.recipient.id)) {
-          deps.logger.info('delivery.recipient_gone', { recipientId: job.recipient.id, accountId: w.account });
-          job.finish();
-          continue;
-        }
         let message: Buffer;
         let index: number;
         try {
@@ -284,6 +278,9 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
           if (!(await record(job, unprepared(err)))) return 'done';
           continue;
         }
+        // Its account deleted since the claim (the rows went with it): nothing to send, nothing to record. Checked
+        // here, after the build's wait, with nothing awaited before the transaction starts.
+        if (gone(job, w.account)) continue;
         const result = await session.send(verpAddress(job.message.id, index, deps.config.mailHostname, deps.secretKey), job.recipient.recipient, message);
         if (result.connectionLost) {
           await session.close();
@@ -327,6 +324,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
         if (!(await record(job, unprepared(err)))) return;
         continue;
       }
+      if (gone(job, w.account)) continue;
       let outcome = CAPTURED;
       if (kind === 'simulator') {
         const reply = simulateAttempt(job.recipient.recipient, job.recipient.attempts);
@@ -335,6 +333,14 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
       }
       if (!(await record(job, outcome, extras))) return;
     }
+  }
+
+  /** True (and the job finished, logged) when the recipient's rows are gone: its account was deleted since the claim. */
+  function gone(job: Job, accountId: string): boolean {
+    if (stillHeld(deps.db, worker, job.recipient.id)) return false;
+    deps.logger.info('delivery.recipient_gone', { recipientId: job.recipient.id, accountId });
+    job.finish();
+    return true;
   }
 
   function capture(job: Claimed, message: Buffer) {

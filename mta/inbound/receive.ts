@@ -190,7 +190,9 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
         );
         if (written) stored++;
       }
-      const recorded = report ? recordReport(deps, report, reports, now) : { events: 0, webhooks: 0, written: 0 };
+      // Dated when it is recorded, not when its DATA began (a slow report would land behind events an API consumer
+      // has already read past with GET /events?since=).
+      const recorded = report ? recordReport(deps, report, reports, deps.clock.now()) : { events: 0, webhooks: 0, written: 0 };
       return { stored, ...recorded };
     });
   } catch (err) {

@@ -5,7 +5,7 @@ import { type CustomerDatabaseRow, customerDatabases } from '../../db/schema/ind
 import { iso, isoOrNull } from '../clock.js';
 import { connectAndMigrate, targetOf, urlContext } from '../customer-db/connection.js';
 import { databaseOwnerOf, dropWritesOf, pendingWrites, pendingWritesOf, requeueSetAside } from '../customer-db/outbox.js';
-import { markTested, markUnreachable } from '../customer-db/status.js';
+import { isCurrentConnection, markTested, markUnreachable } from '../customer-db/status.js';
 import type { Deps } from '../deps.js';
 import { ApiError } from '../errors.js';
 import { newId } from '../ids.js';
@@ -164,6 +164,13 @@ export async function testDatabase({ deps, ctx }: { deps: Deps; ctx: RequestCont
     result = { ok: false as const, blocked: false, message: 'the stored URL could not be read with the server\'s secret key; connect the database again' };
   }
   const now = deps.clock.now();
+  // Deleted while the test connected: gone, as for a test asked after the delete. Replaced meanwhile: the result is
+  // about a database that is no longer the account's, so it is recorded nowhere and the new one's status answers.
+  if (!isCurrentConnection(deps.db, row.accountId, row.connectionId)) {
+    const current = rowOf(deps, row.accountId);
+    if (!current) throw new ApiError('database_not_connected', 'No database is set on this account: it was deleted while the test connected.');
+    return statusOf(deps, current);
+  }
   if (!result.ok) {
     markUnreachable(deps.db, row.accountId, row.connectionId, result.message, now);
     if (result.blocked) throw new ApiError('blocked_host', result.message);
