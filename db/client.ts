@@ -67,6 +67,11 @@ export function openDatabase(dataDir: string, opts: { mustExist?: boolean } = {}
   sqlite.pragma('foreign_keys = ON');
   sqlite.pragma('busy_timeout = 5000');
   const db = drizzle(sqlite, { schema });
+  // Every transaction begins IMMEDIATE (it takes the write lock at once) rather than DEFERRED: a deferred one that
+  // reads, then writes after another connection (the CLI, run beside the server) committed, fails SQLITE_BUSY_SNAPSHOT
+  // at once, which no busy timeout retries. Taken at BEGIN, the lock is waited for like any other.
+  const deferred = db.transaction.bind(db);
+  db.transaction = ((fn, config) => deferred(fn, { behavior: 'immediate', ...config })) as typeof db.transaction;
   migrate(db, { migrationsFolder: migrationsFolder() });
   const syncWal = walSyncOf(path);
   return {

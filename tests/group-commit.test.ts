@@ -211,3 +211,31 @@ describe('the durability barrier', () => {
     expect(await settled(c)).toBe('resolved');
   });
 });
+
+describe('a transaction beside another connection (the CLI, run while the server works)', () => {
+  it('takes the write lock when it begins, so a write committed elsewhere between its read and its write never fails it', async () => {
+    const Database = (await import('better-sqlite3')).default;
+    const cli = new Database(join(dataDir, 'mailstead.db'));
+    // The other connection does not wait here: in one thread, a wait could only time out.
+    cli.pragma('busy_timeout = 0');
+    try {
+      let cliWrite: unknown = null;
+      const n = store.db.transaction((tx) => {
+        const before = tx.all<{ n: number }>(sql`select count(*) as n from probe`)[0]!.n;
+        try {
+          cli.prepare('insert into probe (n) values (100)').run();
+        } catch (err) {
+          cliWrite = err;
+        }
+        tx.run(sql`insert into probe (n) values (${before + 1})`);
+        return before + 1;
+      });
+      // The server's transaction committed; the other connection was the one kept out (it retries in its own time).
+      expect(n).toBe(1);
+      expect(cliWrite).toMatchObject({ code: 'SQLITE_BUSY' });
+      expect(rows()).toEqual([1]);
+    } finally {
+      cli.close();
+    }
+  });
+});
