@@ -31,9 +31,10 @@ export function redirectWithFlash(deps: Deps, c: Context<DashEnv>, to: string, f
 export type Outcome = Flash & { to?: string };
 
 /**
- * Ends a form's POST (POST, redirect, GET). A refusal by a domain function (a 4xx ApiError: bad input, a limit, a
- * conflict, an unknown row) goes back to `back` as an error flash with its message (in the page's words, when
- * `refused` gives them), having changed nothing; anything else is a bug, answered with the 500 page.
+ * Ends a form's POST (POST, redirect, GET). A refusal by a domain function (an ApiError: bad input, a limit, a
+ * conflict, an unknown row, a server that cannot keep secrets) goes back to `back` as an error flash with its message
+ * (in the page's words, when `refused` gives them), having changed nothing; anything else (an internal_error, any
+ * other exception) is a bug, answered with the 500 page.
  */
 export async function formAction(
   deps: Deps,
@@ -46,7 +47,7 @@ export async function formAction(
   try {
     outcome = await run();
   } catch (err) {
-    if (!(err instanceof ApiError) || err.status >= 500) throw err;
+    if (!(err instanceof ApiError) || err.code === 'internal_error') throw err;
     outcome = { kind: 'error', message: refused(err.message) };
   }
   const { to, ...flash } = outcome;

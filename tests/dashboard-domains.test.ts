@@ -196,15 +196,17 @@ describe('domains over HTTP', () => {
     const { account, key } = service.newAccount({ name: 'Connect Co' });
     await service.api('POST', '/domains', { key, body: { name: 'taken.example.com' } });
     const before = domainCount();
-    expect(await refusalOf(client, '/dashboard/domains', { accountId: account.id, name: 'not a domain' }, '/dashboard/domains')).toMatch(/^name: /);
+    // Back to the connect form of the account it was for (the account page's link opens it so).
+    const backTo = (id: string) => `/dashboard/domains?account=${id}#connect`;
+    expect(await refusalOf(client, '/dashboard/domains', { accountId: account.id, name: 'not a domain' }, backTo(account.id))).toMatch(/^name: /);
     expect(await refusalOf(client, '/dashboard/domains', { accountId: '', name: 'fine.example.com' }, '/dashboard/domains')).toBe('Choose the account the domain belongs to.');
     expect(await refusalOf(client, '/dashboard/domains', { accountId: 'x', name: 'fine.example.com' }, '/dashboard/domains')).toBe('Choose the account the domain belongs to.');
-    expect(await refusalOf(client, '/dashboard/domains', { accountId: account.id, name: 'taken.example.com' }, '/dashboard/domains')).toBe(
+    expect(await refusalOf(client, '/dashboard/domains', { accountId: account.id, name: 'taken.example.com' }, backTo(account.id))).toBe(
       'The domain taken.example.com is already connected to this account.',
     );
     // Another account's fresh claim: refused without saying who holds it, as the API refuses it.
     const other = service.newAccount({ name: 'Other Co' });
-    expect(await refusalOf(client, '/dashboard/domains', { accountId: other.account.id, name: 'taken.example.com' }, '/dashboard/domains')).toBe(
+    expect(await refusalOf(client, '/dashboard/domains', { accountId: other.account.id, name: 'taken.example.com' }, backTo(other.account.id))).toBe(
       'The domain taken.example.com cannot be connected to this account.',
     );
     expect(domainCount()).toBe(before);

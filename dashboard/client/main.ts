@@ -22,18 +22,22 @@ function copyFrom(button: HTMLElement): void {
       if (name !== null) button.setAttribute('aria-label', name);
     }, 1500);
   };
-  navigator.clipboard?.writeText(text).then(
-    () => done('Copied'),
-    () => {
-      // No clipboard permission (plain http, say): select the text so the user can copy it.
-      const range = document.createRange();
-      range.selectNodeContents(target);
-      const selection = window.getSelection();
-      selection?.removeAllRanges();
-      selection?.addRange(range);
-      done('Selected');
-    },
-  );
+  // No clipboard (a page over plain http at a host name is not a secure context: navigator.clipboard is missing) or
+  // no permission: the text is selected so the user can copy it.
+  const select = () => {
+    if (target instanceof HTMLInputElement || target instanceof HTMLTextAreaElement) {
+      target.select();
+      return done('Selected');
+    }
+    const range = document.createRange();
+    range.selectNodeContents(target);
+    const selection = window.getSelection();
+    selection?.removeAllRanges();
+    selection?.addRange(range);
+    done('Selected');
+  };
+  if (!(navigator.clipboard as Clipboard | undefined)) return select();
+  navigator.clipboard.writeText(text).then(() => done('Copied'), select);
 }
 
 document.addEventListener('click', (event) => {

@@ -35,15 +35,17 @@ export function domainPages(deps: Deps) {
     );
   });
 
-  app.post('/domains', (c) =>
-    formAction(deps, c, current, async () => {
-      const account = accountById(deps.db, field(c, 'accountId'));
+  app.post('/domains', (c) => {
+    const account = accountById(deps.db, field(c, 'accountId'));
+    // A refusal goes back to the connect form of the account it was for, as the account page's link opened it.
+    const back = account ? `${withQuery(current, { account: account.id })}#connect` : current;
+    return formAction(deps, c, back, async () => {
       if (!account) refuse('Choose the account the domain belongs to.');
       const input = parseInput(createDomainInput, { name: field(c, 'name') }, 'form');
       const domain = await createDomain({ deps, ctx: operatorContext(account), input });
       return { kind: 'ok', message: `Connected ${domain.name} to ${account.name}. Publish the records below, then verify.`, to: `${current}/${domain.id}` };
-    }),
-  );
+    });
+  });
 
   app.get('/domains/:id', (c) => {
     const id = c.req.param('id');

@@ -1,6 +1,7 @@
 import { Hono } from 'hono';
 import type { Deps } from '../../server/deps.js';
 import type { DashEnv } from '../env.js';
+import { requireAccount } from '../on-behalf.js';
 import { accountChoices } from '../queries/accounts.js';
 import { emailTrail } from '../queries/email-trail.js';
 import { readPageLink } from '../queries/id-pages.js';
@@ -18,6 +19,8 @@ export function emailPages(deps: Deps) {
     .get('/emails', (c) => {
       const query = c.req.query();
       const { filter, errors } = parseSendLogQuery(query);
+      // An account that does not exist (or was deleted) is the 404 page, as on every other list.
+      if (filter.account !== null) requireAccount(deps.db, filter.account);
       const link = readPageLink((n) => c.req.query(n));
       const values = Object.fromEntries(FILTER_FIELDS.map((f) => [f, query[f] ?? ''])) as FilterValues;
       const page = errors.length === 0 ? listSendLog(deps.db, filter, link) : null;

@@ -13,7 +13,8 @@ const SIGN_IN_COOKIE = 'mailstead_sign_in';
 
 /** Where to go after signing in: only a dashboard path of this site. */
 export function safeNext(next: string | undefined): string {
-  return next && /^\/dashboard(\/[A-Za-z0-9/_.?=&%-]*)?$/.test(next) && !next.includes('..') ? next : '/dashboard';
+  // `+` too: a browser writes a space in a GET form's query as one (a search for "Globex Mail").
+  return next && /^\/dashboard(\/[A-Za-z0-9/_.?=&%+-]*)?$/.test(next) && !next.includes('..') ? next : '/dashboard';
 }
 
 function SignInPage(props: { formToken: string; next: string; message?: { kind: 'ok' | 'error'; text: string } }) {

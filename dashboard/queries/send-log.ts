@@ -4,6 +4,7 @@ import type { Db } from '../../db/client.js';
 import { EMAIL_STATUSES, type EmailStatus, accounts, emails } from '../../db/schema/index.js';
 import { DAY_MS } from '../../server/clock.js';
 import { type EmailView, emailView } from '../../server/core/emails.js';
+import { addressKey } from '../../server/core/addresses.js';
 import { isUuid } from '../../server/ids.js';
 import { ID_CLOCK_SLACK_MS, idFloor } from './id-time.js';
 import { type IdPage, PAGE_SIZE, type PageLink, pageByIds } from './id-pages.js';
@@ -56,7 +57,8 @@ export function parseSendLogQuery(query: Record<string, string>): { filter: Send
     status: q.status ?? null,
     from: q.from ?? null,
     until: q.to === undefined ? null : q.to + DAY_MS,
-    recipient: q.recipient?.toLowerCase() ?? null,
+    // Keyed as a recipient is stored (an IDN domain as punycode), so the address as it was sent finds it.
+    recipient: q.recipient === undefined ? null : addressKey(q.recipient),
   };
   if (filter.from !== null && filter.until !== null && filter.until <= filter.from) {
     return { filter: none, errors: ['To date: must be on or after the from date.'] };

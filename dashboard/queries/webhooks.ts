@@ -47,19 +47,31 @@ export interface EndpointSummary {
   view: WebhookEndpointView;
   accountId: string;
   accountName: string;
-  /** The newest delivered post (a ping included): the receiver answered 2xx then. */
+  /** The latest delivered post (a ping included): the receiver answered 2xx then. */
   lastDeliveredAt: number | null;
-  /** The newest failed answer of an email event while the endpoint is failing or off (pings never count). */
+  /** The latest failed answer of an email event while the endpoint is failing or off (pings never count). */
   lastError: string | null;
 }
 
-// Correlated subqueries over the (endpoint_id, id) index, newest first: each stops at its first match. The last
-// error is looked for only while failures are being counted, so a healthy endpoint's long history is never walked.
-const lastDeliveredAt = sql<number | null>`(select d.delivered_at from webhook_deliveries d
-  where d.endpoint_id = ${webhookEndpoints.id} and d.delivered_at is not null order by d.id desc limit 1)`;
+/**
+ * How many of an endpoint's newest deliveries the two summaries look at. A retry can succeed or fail hours after
+ * deliveries made since (retries never hold back later ones), so the newest delivery is not the latest answer: the
+ * latest answer among this many is, unless this many newer ones were answered since, which then are just as recent.
+ */
+const RECENT_DELIVERIES = 200;
+
+// Over the (endpoint_id, id) index, newest first, RECENT_DELIVERIES at most. The last error is looked for only while
+// failures are being counted, so a healthy endpoint's history is never walked; its attempts (in the order they were
+// made) say which failure came last.
+const lastDeliveredAt = sql<number | null>`(select max(r.delivered_at) from (select d.delivered_at from webhook_deliveries d
+  where d.endpoint_id = ${webhookEndpoints.id} and d.delivered_at is not null order by d.id desc limit ${RECENT_DELIVERIES}) r)`;
 const lastError = sql<string | null>`case when ${webhookEndpoints.failureCount} > 0 or ${webhookEndpoints.active} = 0 then
+  coalesce((select a.error from webhook_attempts a join (select d.id from webhook_deliveries d
+     where d.endpoint_id = ${webhookEndpoints.id} and d.event_type <> 'ping' and d.last_error is not null
+     order by d.id desc limit ${RECENT_DELIVERIES}) r on a.delivery_id = r.id
+   where a.delivered = 0 and a.error is not null order by a.seq desc limit 1),
   (select d.last_error from webhook_deliveries d
-   where d.endpoint_id = ${webhookEndpoints.id} and d.event_type <> 'ping' and d.last_error is not null order by d.id desc limit 1) end`;
+   where d.endpoint_id = ${webhookEndpoints.id} and d.event_type <> 'ping' and d.last_error is not null order by d.id desc limit 1)) end`;
 
 const summaryColumns = { endpoint: webhookEndpoints, accountName: accounts.name, lastDeliveredAt, lastError };
 

@@ -17,7 +17,7 @@ export const AddSuppressionForm: FC<{ accounts: AccountChoice[]; accountId: stri
         <input type="hidden" name="back" value={back} />
         <div class="field">
           <label for="add-account">Account</label>
-          <AccountSelect id="add-account" choices={accounts} selected={accountId} required />
+          <AccountSelect id="add-account" choices={accounts} selected={accountId} blank={accountId === undefined ? 'Choose an account' : undefined} required />
         </div>
         <div class="field">
           <label for="add-address">Address</label>

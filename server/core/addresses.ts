@@ -39,6 +39,15 @@ export function parseAddress(input: string): Parsed<{ address: string; domain: s
   return { ok: true, value: { address, domain } };
 }
 
+/**
+ * How an address is compared: as a send's recipient is stored (IDN domain as punycode), lower-cased. Text that is not
+ * an address is only trimmed and lower-cased, so a lookup of it simply finds nothing.
+ */
+export function addressKey(address: string): string {
+  const parsed = parseAddress(address);
+  return (parsed.ok ? parsed.value.address : address.trim()).toLowerCase();
+}
+
 /** The longest address SMTP carries (RFC 5321: a 256-octet path, less its angle brackets). */
 export const MAX_ADDRESS = 254;
 

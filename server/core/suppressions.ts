@@ -7,7 +7,7 @@ import { iso } from '../clock.js';
 import type { Deps } from '../deps.js';
 import { ApiError } from '../errors.js';
 import { newId } from '../ids.js';
-import { parseAddress } from './addresses.js';
+import { addressKey, parseAddress } from './addresses.js';
 import type { PageRequest, RequestContext } from './context.js';
 
 export interface SuppressionView {
@@ -18,14 +18,8 @@ export interface SuppressionView {
   createdAt: string;
 }
 
-/**
- * How an address is keyed on the list: as a send's recipient is (IDN domain as punycode), lower-cased. Text that is
- * not an address is only trimmed and lower-cased, so a lookup of it simply finds nothing.
- */
-export function suppressionKey(address: string): string {
-  const parsed = parseAddress(address);
-  return (parsed.ok ? parsed.value.address : address.trim()).toLowerCase();
-}
+/** How an address is keyed on the list: as a send's recipient is (addresses.ts addressKey). */
+export const suppressionKey = addressKey;
 
 export const suppressionFilter = z.strictObject({
   address: z
