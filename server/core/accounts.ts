@@ -182,6 +182,11 @@ export function deleteSubAccount({ deps, ctx, id }: { deps: Deps; ctx: RequestCo
  * rates still grade as paused; one placed by the operator or the reputation breaker is a matter for support.
  */
 export function setSuspensionByApi({ deps, ctx, id, input }: { deps: Deps; ctx: RequestContext; id: string; input: z.output<typeof suspendInput> }): AccountView {
+  // One transaction: an operator's suspension committed by the CLI between the read and the write is never overwritten.
+  return deps.db.transaction(() => setSuspension(deps, ctx, id, input));
+}
+
+function setSuspension(deps: Deps, ctx: RequestContext, id: string, input: z.output<typeof suspendInput>): AccountView {
   const row = requireSubAccount(deps, ctx, id);
   const lockedBy = row.suspendedBy !== null && row.suspendedBy !== 'api' ? row.suspendedBy : null;
   if (lockedBy) {
