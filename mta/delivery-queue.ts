@@ -54,6 +54,16 @@ const statements = definePrepared((db) => ({
       select id from a where id is not null`,
     )
     .pluck(),
+  /**
+   * Whether an account's sending is paused: suspended (by its parent's key, the operator or the reputation breaker),
+   * or its parent is. Its queued mail waits, unclaimed, until the suspension is lifted.
+   */
+  paused: clientOf(db)
+    .prepare(
+      `select 1 from accounts a left join accounts parent on parent.id = a.parent_id
+       where a.id = ? and (a.suspended_by is not null or parent.suspended_by is not null)`,
+    )
+    .pluck(),
   /** An account's earliest due recipients. */
   due: clientOf(db)
     .prepare(
@@ -71,8 +81,9 @@ export interface ClaimShares {
 }
 
 /**
- * Leases up to `limit` due recipients to `worker` until `now + leaseMs`, accounts in turn within their shares. A lease
- * that expired (its holder died or hung) is claimed again.
+ * Leases up to `limit` due recipients to `worker` until `now + leaseMs`, accounts in turn within their shares, none of
+ * an account whose sending is paused (it or its parent suspended). A lease that expired (its holder died or hung) is
+ * claimed again.
  */
 export function claimDueRecipients(
   db: Db,
@@ -85,7 +96,7 @@ export function claimDueRecipients(
   const q = statements(db);
   // The lease is not worth an fsync: lost in a power failure, the recipient is claimed again.
   const rows = unsynced(db, () => db.transaction(() => {
-    const accounts = q.accounts.all() as string[];
+    const accounts = (q.accounts.all() as string[]).filter((account) => q.paused.get(account) === undefined);
     const perAccount = accounts.map((account) => {
       const room = Math.min(limit, shares.room[account] ?? shares.perAccount);
       return room <= 0 ? [] : (q.due.all({ account, now, room }) as string[]);

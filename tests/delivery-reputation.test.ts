@@ -1,7 +1,8 @@
+import { and, eq } from 'drizzle-orm';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { outboundRecipients } from '../db/schema/index.js';
 import type { DeliveryEngine } from '../mta/delivery-engine.js';
-import { unsuspendByOperator } from '../server/core/accounts.js';
+import { suspendByOperator, unsuspendByOperator } from '../server/core/accounts.js';
 import { resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import type { TestDnsServer } from './helpers/dns-server.js';
 import { accountRow, expectError, getAccount, newSender, newSubSender, receipt, updateAccount } from './helpers/sending.js';
@@ -207,3 +208,33 @@ describe('the breaker on a sub-account', () => {
     expect((await getAccount(service, parent.key, sub.id)).sending.suspended).toBe(false);
   });
 });
+
+describe('mail queued by an account whose sending is paused', () => {
+  const delivered = (to: string[]) => sink.received.flatMap((m) => m.to).filter((a) => to.includes(a));
+
+  it('waits while the account (or its parent) is suspended, and goes out once the suspension is lifted; other accounts are not held up', async () => {
+    const paused = await newSender(service);
+    const sub = await newSubSender(service, paused.key);
+    const other = await newSender(service);
+    const own = addresses(2, 'example.net');
+    const subs = addresses(1, 'example.net');
+    const others = addresses(1, 'example.net');
+    for (const [actor, to] of [[{ key: paused.key, from: paused.from }, own], [{ key: paused.key, from: sub.from, account: sub.id }, subs], [{ key: other.key, from: other.from }, others]] as const) {
+      const res = await service.api('POST', '/emails', { key: actor.key, account: 'account' in actor ? actor.account : undefined, body: receipt(actor.from, [...to]) });
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+    }
+    // Suspended after these were queued (the operator here; the breaker and the API suspend the same way).
+    suspendByOperator(service.deps, paused.account.id, 'Complaints under review');
+    await engine.runOnce();
+    expect(delivered(others)).toEqual(others);
+    expect(delivered([...own, ...subs])).toEqual([]);
+    expect(queuedCount(paused.account.id) + queuedCount(sub.id)).toBe(3);
+
+    unsuspendByOperator(service.deps, paused.account.id);
+    await engine.runOnce();
+    expect(delivered([...own, ...subs]).sort()).toEqual([...own, ...subs].sort());
+  });
+});
+
+const queuedCount = (accountId: string) =>
+  service.deps.db.select().from(outboundRecipients).where(and(eq(outboundRecipients.accountId, accountId), eq(outboundRecipients.status, 'queued'))).all().length;
