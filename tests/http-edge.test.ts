@@ -3,7 +3,9 @@ import { performance } from 'node:perf_hooks';
 import Database from 'better-sqlite3';
 import { type Socket, connect } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { Hono } from 'hono';
 import { createApp } from '../server/app.js';
+import { listenHttp } from '../server/http/serve.js';
 import { SCOPES } from '../server/core/scopes.js';
 import { insertKey } from '../server/core/keys.js';
 import { startService, type TestService } from './helpers/service.js';
@@ -456,6 +458,45 @@ describe('header and body timeouts', () => {
   it('a request sent in time is served', async () => {
     const res = await slow.api('GET', '/account', { key: slowKey });
     expect(res.status).toBe(200);
+  });
+
+  it('a client that stops reading its answers (pipelined, sent in time) loses its connection once writing to it stalls', async () => {
+    // One connection per address: the stalled one must give its place back for the next request to be served.
+    const capped = await startService({}, { http: { maxConnectionsPerAddress: 1, headersTimeoutMs: 300, requestTimeoutMs: 800, keepAliveTimeoutMs: 300, timeoutCheckIntervalMs: 50 } });
+    const hog: Socket = connect({ host: '127.0.0.1', port: Number(new URL(capped.url).port) });
+    try {
+      await new Promise<void>((resolve) => hog.once('connect', () => resolve()));
+      hog.on('error', () => undefined);
+      hog.pause(); // never reads: the answers fill the socket's buffers
+      hog.write('GET /api/v1/openapi.json HTTP/1.1\r\nHost: x\r\n\r\n'.repeat(400));
+      const started = performance.now();
+      let status: number | string = 'refused';
+      while (status !== 200 && performance.now() - started < 6_000) {
+        await new Promise((r) => setTimeout(r, 200));
+        status = await fetch(`${capped.url}/healthz`).then((r) => r.status, () => 'refused');
+      }
+      expect(status).toBe(200);
+      // About the request timeout after its last progress, not the keep-alive or header timeouts.
+      expect(performance.now() - started).toBeLessThan(4_000);
+    } finally {
+      hog.destroy();
+      await capped.close();
+    }
+  }, 15_000);
+
+  it('a slow handler is not a stall: an answer that takes longer than the request timeout still arrives', async () => {
+    const app = new Hono().get('/slow', async (c) => {
+      await new Promise((r) => setTimeout(r, 1_500));
+      return c.json({ ok: true });
+    });
+    const http = await listenHttp(app as unknown as Parameters<typeof listenHttp>[0], '127.0.0.1', 0, { headersTimeoutMs: 300, requestTimeoutMs: 800, keepAliveTimeoutMs: 300, timeoutCheckIntervalMs: 50 });
+    try {
+      const res = await fetch(`http://127.0.0.1:${http.port}/slow`);
+      expect(res.status).toBe(200);
+      expect(await res.json()).toEqual({ ok: true });
+    } finally {
+      await http.close();
+    }
   });
 });
 

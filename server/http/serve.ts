@@ -74,6 +74,30 @@ export async function listenHttp(
     listener,
   );
 
+  // A client that stops reading its answers (a slow read: pipelined requests, all sent in time) would hold its
+  // connection, and its place under the caps, forever: node's timeouts cover what arrives and idle keep-alives, not
+  // what is written. So a connection with output waiting that has written nothing for the request timeout is closed;
+  // one whose handler is still working has no output waiting and is left to the handler's own bounds.
+  const stallMs = options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS;
+  const writing = new Map<Socket, { written: number; since: number }>();
+  const stallCheck = setInterval(() => {
+    const now = Date.now();
+    for (const [socket, last] of writing) {
+      if (socket.writableLength === 0 || socket.bytesWritten !== last.written) {
+        writing.set(socket, { written: socket.bytesWritten, since: now });
+      } else if (now - last.since >= stallMs) {
+        options.logger?.debug('http.connection_stalled', { remoteAddress: socket.remoteAddress });
+        socket.destroy();
+      }
+    }
+  }, Math.min(options.timeoutCheckIntervalMs ?? TIMEOUT_CHECK_INTERVAL_MS, stallMs));
+  stallCheck.unref();
+  server.on('connection', (socket: Socket) => {
+    writing.set(socket, { written: 0, since: Date.now() });
+    socket.once('close', () => writing.delete(socket));
+  });
+  server.once('close', () => clearInterval(stallCheck));
+
   // The caps: node closes a connection past maxConnections before it is handed over; the per-address count is ours.
   server.maxConnections = options.maxConnections ?? MAX_CONNECTIONS;
   server.on('drop', (data?: { remoteAddress?: string }) => options.logger?.debug('http.connection_refused', { reason: 'max_connections', remoteAddress: data?.remoteAddress }));
