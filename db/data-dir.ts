@@ -1,4 +1,5 @@
-import { chmodSync, closeSync, lstatSync, mkdirSync, openSync, readdirSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { chmodSync, closeSync, fsyncSync, linkSync, lstatSync, mkdirSync, openSync, readdirSync, rmSync, truncateSync, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import Database from 'better-sqlite3';
 
@@ -32,6 +33,39 @@ export function createPrivateDir(dir: string): void {
 /** Creates `path` empty with mode 0600 when missing (an existing file is left as it is). */
 export function createPrivateFile(path: string): void {
   closeSync(openSync(path, 'a', PRIVATE_FILE_MODE));
+}
+
+/** Makes the entries of `dir` (a file created, renamed or linked in it) durable: an fsync of the directory. */
+export function fsyncDir(dir: string): void {
+  const fd = openSync(dir, 'r');
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * Creates `path` holding `content` (0600), whole or not at all, and durably: written to a temporary file beside it,
+ * fsynced, linked to its name (so an existing file is never replaced: EEXIST, as `wx` gives), then the directory
+ * fsynced. A crash or a full disk at any point leaves either no file or the whole one, never an empty or torn one.
+ */
+export function createFileDurably(path: string, content: string): void {
+  const temporary = `${path}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
+  try {
+    const fd = openSync(temporary, 'wx', PRIVATE_FILE_MODE);
+    try {
+      const bytes = Buffer.from(content);
+      for (let at = 0; at < bytes.length; ) at += writeSync(fd, bytes, at);
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    linkSync(temporary, path);
+  } finally {
+    rmSync(temporary, { force: true });
+  }
+  fsyncDir(dirname(path));
 }
 
 function tighten(path: string, wanted: number, changes: PermissionChange[]): void {
@@ -86,6 +120,19 @@ export interface DataDirLock {
  * SQLITE_BUSY at once, which becomes DataDirLockedError. The CLI does not take it, so it runs beside the server.
  */
 export function lockDataDir(dir: string, pid = process.pid, now = Date.now()): DataDirLock {
+  try {
+    return takeLock(dir, pid, now);
+  } catch (err) {
+    // A lock file torn by a crash during its first write (its pages half written): its content is only informative,
+    // so it is emptied, which makes it a new empty database, and taken again. A live server's lock is never broken
+    // so: its process still holds the lock itself, and the next try meets it (DataDirLockedError).
+    if (!/^SQLITE_(CORRUPT|NOTADB)/.test(String((err as { code?: unknown }).code))) throw err;
+    truncateSync(join(dir, SERVER_LOCK_FILE), 0);
+    return takeLock(dir, pid, now);
+  }
+}
+
+function takeLock(dir: string, pid: number, now: number): DataDirLock {
   const path = join(dir, SERVER_LOCK_FILE);
   createPrivateFile(path);
   const db = new Database(path, { timeout: 0 });

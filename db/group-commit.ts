@@ -22,6 +22,30 @@ export class FlushFailedError extends Error {
   }
 }
 
+/** The WAL's file could not be opened for its flush: nothing was flushed, nothing lost; the next flush tries again. */
+export class WalOpenError extends Error {
+  override name = 'WalOpenError';
+  readonly code: unknown;
+  constructor(override readonly cause: unknown) {
+    super(`the write-ahead log could not be opened for its flush: ${cause instanceof Error ? cause.message : String(cause)}`);
+    this.code = (cause as { code?: unknown } | null)?.code;
+  }
+}
+
+/**
+ * The store after a flush of the WAL failed: Linux reports a writeback error once and may have dropped the pages, so
+ * frames written before it may never reach the disk, and SQLite's recovery would then stop there and drop every later
+ * one. No write is taken, and none acknowledged, until a restart recovers from what the disk really holds.
+ */
+export class StoreUnsafeError extends Error {
+  override name = 'StoreUnsafeError';
+  readonly code: unknown;
+  constructor(override readonly cause: unknown) {
+    super(`the store stopped taking writes after a flush to disk failed (${cause instanceof Error ? cause.message : String(cause)}); restart the service`);
+    this.code = (cause as { code?: unknown } | null)?.code ?? 'EIO';
+  }
+}
+
 /** A batch this large commits at once, even while a flush is under way. */
 export const MAX_BATCH = 256;
 
@@ -37,8 +61,17 @@ export type WalSync = () => Promise<void>;
 export function walSyncOf(databasePath: string): WalSync & { close(): Promise<void> } {
   let handle: ReturnType<typeof open> | null = null;
   const sync = async () => {
-    handle ??= open(`${databasePath}-wal`, 'r');
-    await (await handle).datasync();
+    const opening = (handle ??= open(`${databasePath}-wal`, 'r'));
+    let fileHandle: Awaited<typeof opening>;
+    try {
+      fileHandle = await opening;
+    } catch (err) {
+      // Opened again at the next flush (too many open files passes): the frames are still in the page cache, and
+      // a later fdatasync of the file covers them.
+      if (handle === opening) handle = null;
+      throw new WalOpenError(err);
+    }
+    await fileHandle.datasync();
   };
   return Object.assign(sync, {
     async close(): Promise<void> {
@@ -108,10 +141,22 @@ export function createDurabilityBarrier(sync: WalSync) {
 export function createGroupCommit(
   store: { db: Db; sqlite: Database.Database },
   sync: WalSync,
-  /** Hears every failure (a write that threw, refusals included; a commit; a flush), e.g. to watch the store's health. */
-  opts: { onFailure?: (err: unknown) => void } = {},
+  opts: {
+    /** Hears every failure (a write that threw, refusals included; a commit; a flush), e.g. to watch the store's health. */
+    onFailure?: (err: unknown) => void;
+    /** Hears, once, the flush failure after which no write is taken (StoreUnsafeError), e.g. to close the store to writes. */
+    onUnsafe?: (err: unknown) => void;
+  } = {},
 ): GroupCommit {
   const onFailure = opts.onFailure ?? (() => undefined);
+  /** The failed flush that made the store unsafe (a WAL that could not be opened does not: nothing was flushed). */
+  let unsafe: unknown = null;
+  const flushFailed = (err: unknown) => {
+    onFailure(err);
+    if (unsafe !== null || err instanceof WalOpenError) return;
+    unsafe = err;
+    opts.onUnsafe?.(err);
+  };
   const { db, sqlite } = store;
   const barrier = createDurabilityBarrier(sync);
   // PRAGMA synchronous takes effect when the statement is compiled, not when a prepared one runs again: exec it.
@@ -162,17 +207,19 @@ export function createGroupCommit(
       }
     }
     const done = barrier.durable();
-    done.catch(onFailure); // each write that waits on it hears of a failed flush itself
+    done.catch(flushFailed); // each write that waits on it hears of a failed flush itself
     jobs.forEach((job, i) => {
       const o = outcomes[i]!;
-      // A rolled-back write left nothing to make durable.
-      if (o.ok) done.then(() => job.resolve(o.value), (err: unknown) => job.reject(new FlushFailedError(err)));
+      // A rolled-back write left nothing to make durable. One whose frames follow a failed flush is not known to be
+      // on disk, whatever a later flush says.
+      if (o.ok) done.then(() => (unsafe === null ? job.resolve(o.value) : job.reject(new FlushFailedError(unsafe))), (err: unknown) => job.reject(new FlushFailedError(err)));
       else job.reject(o.err);
     });
   };
 
   return {
     run<T>(fn: (db: Db) => T): Promise<T> {
+      if (unsafe !== null) return Promise.reject(new StoreUnsafeError(unsafe));
       return new Promise<T>((resolve, reject) => {
         pending.push({ fn, resolve, reject } as Job<unknown>);
         if (pending.length >= MAX_BATCH) flush();

@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { openDatabase, type Db, type Store } from '../db/client.js';
+import { createFileDurably } from '../db/data-dir.js';
 import { createGroupCommit, type GroupCommit } from '../db/group-commit.js';
 import type { Clock } from './clock.js';
 import type { Config } from './config.js';
@@ -61,7 +62,8 @@ export function resolveSecretKey(config: Config): Buffer | null {
   }
   const key = randomBytes(32);
   try {
-    writeFileSync(path, `${key.toString('hex')}\n`, { mode: 0o600, flag: 'wx' });
+    // Whole and on disk before anything is sealed with it: an empty or lost key would leave every secret unreadable.
+    createFileDurably(path, `${key.toString('hex')}\n`);
   } catch (err) {
     // Another process (the CLI beside the server) wrote it first: use that one.
     if ((err as NodeJS.ErrnoException).code === 'EEXIST') return resolveSecretKey(config);
@@ -77,7 +79,16 @@ export function createDeps(config: Config, clock: Clock, logger: Logger): Deps {
     config,
     db: store.db,
     store,
-    commits: createGroupCommit(store, store.syncWal, { onFailure: storeHealth.note }),
+    commits: createGroupCommit(store, store.syncWal, {
+      onFailure: storeHealth.note,
+      // After a failed flush of the WAL no write anywhere on the connection is safe to acknowledge: every one is
+      // refused (query_only) and /healthz stays 503 until a restart recovers from what the disk holds.
+      onUnsafe: (err) => {
+        storeHealth.markUnsafe(err);
+        store.sqlite.pragma('query_only = 1');
+        logger.error('store.unsafe', { err, message: 'A flush of the database to disk failed: writes are refused until the service is restarted. Check the disk.' });
+      },
+    }),
     clock,
     logger,
     resolver: createResolver({ servers: config.dnsServers }),

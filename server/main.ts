@@ -1,3 +1,4 @@
+import { writeSync } from 'node:fs';
 import { API_BASE, createApp } from './app.js';
 import { systemClock } from './clock.js';
 import { ConfigError, loadConfig, mailHostnameProblem } from './config.js';
@@ -79,12 +80,13 @@ async function main(): Promise<void> {
   if (config.allowPrivateTargets) logger.warn('config.allow_private_targets', { message: 'ALLOW_PRIVATE_TARGETS is set: private and loopback targets are allowed. For development and tests only.' });
   if (keyCheck.kind === 'off') logger.warn('config.secret_key_off', { message: keyOffWarning(keyCheck.sealed) });
 
-  const { generated } = ensureAdminToken(deps.db, config.adminToken);
-  // Written whatever LOG_LEVEL says: it is shown once, and without it nobody signs in to the dashboard.
-  if (generated) {
-    const line = { time: new Date().toISOString(), level: 'info', event: 'admin_token.generated', token: generated, message: 'Dashboard admin token; shown once. Reset with: npm run cli -- admin-token reset' };
-    stdout(`${JSON.stringify(line)}\n`);
-  }
+  // Written whatever LOG_LEVEL says, and on stdout before the token is stored (synchronously, behind the lines held
+  // so far): it is shown once, and without it nobody signs in to the dashboard.
+  ensureAdminToken(deps.db, config.adminToken, (token) => {
+    const line = { time: new Date().toISOString(), level: 'info', event: 'admin_token.generated', token, message: 'Dashboard admin token; shown once. Reset with: npm run cli -- admin-token reset' };
+    stdout.flush();
+    writeSync(1, `${JSON.stringify(line)}\n`);
+  });
 
   const engine = createDeliveryEngine(deps);
   deps.onQueued = engine.poke;

@@ -14,30 +14,36 @@ export const STORE_FAULT_WINDOW_MS = 60_000;
 
 /**
  * SQLite's codes for a store that cannot be trusted or written (a damaged file, not a database, an I/O error, a full
- * disk, a file it cannot open), and the system's for a write or flush of DATA_DIR that failed (the WAL's fdatasync,
- * the inbound spool). Constraint and busy errors, refusals and network errors are about one piece of work, not the
+ * disk, a file it cannot open, a connection closed to writes after a failed flush), and the system's for a write or
+ * flush of DATA_DIR that failed (the WAL's fdatasync, the inbound spool). Constraint and busy errors, refusals and network errors are about one piece of work, not the
  * store.
  */
 export function storeFaultOf(err: unknown): boolean {
   const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && /^(SQLITE_(CORRUPT|NOTADB|IOERR|FULL|CANTOPEN)|EIO$|ENOSPC$|EROFS$|EDQUOT$)/.test(code);
+  return typeof code === 'string' && /^(SQLITE_(CORRUPT|NOTADB|IOERR|FULL|CANTOPEN|READONLY)|EIO$|ENOSPC$|EROFS$|EDQUOT$)/.test(code);
 }
 
 export interface StoreHealth {
   /** Any failure; only the store's count. */
   note(err: unknown): void;
-  /** True within STORE_FAULT_WINDOW_MS of the last failure on the store. */
+  /** The store takes no more writes (a flush of its WAL failed): faulty until the process restarts. */
+  markUnsafe(err: unknown): void;
+  /** True within STORE_FAULT_WINDOW_MS of the last failure on the store, and for good once it is unsafe. */
   faulty(): boolean;
 }
 
 export function createStoreHealth(clock: Clock): StoreHealth {
   let faultAt: number | null = null;
+  let unsafe = false;
   return {
     note(err) {
       if (storeFaultOf(err)) faultAt = clock.now();
     },
+    markUnsafe() {
+      unsafe = true;
+    },
     faulty() {
-      return faultAt !== null && clock.now() - faultAt < STORE_FAULT_WINDOW_MS;
+      return unsafe || (faultAt !== null && clock.now() - faultAt < STORE_FAULT_WINDOW_MS);
     },
   };
 }

@@ -131,13 +131,20 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
   let size = 0;
   const lineEnds = createLineEndingCheck();
   const collector = createCollector();
+  /** A write to the spool that failed (a full disk): the rest is drained and the answer is 451. */
+  let spoolFailure: unknown = null;
   try {
     for await (const chunk of stream as AsyncIterable<Buffer>) {
       size += chunk.length;
       collector.streamed(chunk.length);
       lineEnds.feed(chunk);
-      if (lineEnds.bad || stream.sizeExceeded) continue; // drained, never kept
-      spool?.append(chunk);
+      if (lineEnds.bad || stream.sizeExceeded || spoolFailure !== null) continue; // drained, never kept
+      try {
+        spool?.append(chunk);
+      } catch (err) {
+        spoolFailure = err;
+        continue;
+      }
       if (reports.length > 0 && headBytes < REPORT_BYTES) {
         head.push(chunk);
         headBytes += chunk.length;
@@ -146,6 +153,11 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
   } catch (err) {
     spool?.discard();
     throw err;
+  }
+  if (spoolFailure !== null) {
+    spool?.discard();
+    logFailure(deps, 'inbound.store_failed', spoolFailure, { id });
+    throw new SmtpReply(451, '4.3.0 The message could not be stored; try again later');
   }
   if (stream.sizeExceeded) {
     spool?.discard();

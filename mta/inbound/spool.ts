@@ -1,7 +1,8 @@
 import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
 import { closeSync, createReadStream, fsyncSync, mkdirSync, openSync, readdirSync, rmSync, statSync, writeSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { Readable, Transform } from 'node:stream';
+import { fsyncDir } from '../../db/data-dir.js';
 
 /**
  * The inbound spool: a received message held on disk, sealed with the secret key, from the end of DATA until the
@@ -38,7 +39,10 @@ function seal(key: Buffer, id: string, index: number, plain: Buffer, last: boole
  * once it returns, the message is durable. `discard()` removes the file (a refused or interrupted message).
  */
 export function createSpoolWriter(dataDir: string, key: Buffer, id: string) {
-  mkdirSync(spoolDir(dataDir), { recursive: true, mode: 0o700 });
+  const dir = spoolDir(dataDir);
+  // Directories made now are entries of their parents: durable before any file in them is acknowledged.
+  const made = mkdirSync(dir, { recursive: true, mode: 0o700 });
+  if (made !== undefined) for (let d = dir; d !== dirname(made); d = dirname(d)) fsyncDir(dirname(d));
   const path = spoolPath(dataDir, id);
   const fd = openSync(path, 'wx', 0o600);
   let index = 0;
@@ -52,12 +56,13 @@ export function createSpoolWriter(dataDir: string, key: Buffer, id: string) {
     append(chunk: Buffer): void {
       for (let at = 0; at < chunk.length; at += SPOOL_CHUNK) writeSync(fd, seal(key, id, index++, chunk.subarray(at, at + SPOOL_CHUNK), false));
     },
-    /** Seals the end record, fsyncs and closes: once it returns, the message is durable. */
+    /** Seals the end record, fsyncs and closes, then fsyncs the directory (the file's name): once it returns, the message is durable. */
     finish(): void {
       writeSync(fd, seal(key, id, index++, Buffer.alloc(0), true));
       fsyncSync(fd);
       closeSync(fd);
       closed = true;
+      fsyncDir(dir);
     },
     discard(): void {
       if (!closed) {

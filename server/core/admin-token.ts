@@ -24,15 +24,20 @@ export function resetAdminToken(db: Db): string {
 
 /**
  * At start: ADMIN_TOKEN, when set, replaces the stored hash; otherwise a token is generated once, on first start,
- * and returned so main can print it that one time.
+ * handed to `show` (main prints it, that one time) and only then stored: a start killed between the two stores
+ * nothing, and the next start shows another, where the other order would keep a token nobody ever saw.
  */
-export function ensureAdminToken(db: Db, configured: string | null): { generated: string | null } {
+export function ensureAdminToken(db: Db, configured: string | null, show: (token: string) => void = () => undefined): { generated: string | null } {
   if (configured !== null) {
     storeHash(db, configured);
     return { generated: null };
   }
   const existing = db.select().from(settings).where(eq(settings.key, HASH_KEY)).get();
-  return { generated: existing ? null : resetAdminToken(db) };
+  if (existing) return { generated: null };
+  const token = `msa_${randomBase62(40)}`;
+  show(token);
+  storeHash(db, token);
+  return { generated: token };
 }
 
 export function adminTokenHash(db: Db): string | null {
