@@ -22,12 +22,7 @@ export interface SuppressionView {
 export const suppressionKey = addressKey;
 
 export const suppressionFilter = z.strictObject({
-  address: z
-    .string()
-    .transform((s) => s.trim())
-    .pipe(z.string().min(1, 'must be 1 to 320 characters').max(320, 'must be 1 to 320 characters'))
-    .transform(suppressionKey)
-    .optional(),
+  address: z.string().trim().min(1, 'must be 1 to 320 characters').max(320, 'must be 1 to 320 characters').transform(suppressionKey).optional(),
   limit: z.string().optional(),
   cursor: z.string().optional(),
 });

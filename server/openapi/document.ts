@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { SCOPES } from '../core/scopes.js';
 import { TEMPLATES, VARIABLE_LIMITS } from '../core/templates.js';
+import { MAX_TAGS, MAX_TAG_VALUE } from '../core/send-request.js';
 import { ERROR_STATUS, type ErrorCode } from '../errors.js';
 import { ACCOUNT_HEADER } from '../http/auth.js';
 import { DEFAULT_LIMIT, MAX_LIMIT } from '../http/paging.js';
@@ -93,7 +94,9 @@ const CONVERSION = {
   target: 'draft-2020-12',
   io: 'input',
   override: ({ jsonSchema }: { jsonSchema: { format?: string; pattern?: string; minimum?: number; maximum?: number } }) => {
-    if (jsonSchema.format !== undefined) delete jsonSchema.pattern;
+    // A date-time keeps zod's pattern: JSON Schema's format takes more (a lower-case t or z, a space, +0100) than
+    // the service does.
+    if (jsonSchema.format !== undefined && jsonSchema.format !== 'date-time') delete jsonSchema.pattern;
     // z.int() bounds itself to the safe integers: no bound a client needs to read.
     if (jsonSchema.maximum === Number.MAX_SAFE_INTEGER) delete jsonSchema.maximum;
     if (jsonSchema.minimum === Number.MIN_SAFE_INTEGER) delete jsonSchema.minimum;
@@ -155,6 +158,22 @@ function annotateRequests(components: Record<string, Json>): void {
     })),
   };
   Object.assign(at(components, ['SendEmailRequest', 'properties', 'from']), { description: 'One mailbox: a bare address, or a display name of up to 80 characters and an address in angle brackets.' });
+  at(components, ['SendEmailRequest', 'properties']).tags = {
+    description: `Up to ${MAX_TAGS} tags: names of 1 to 40 of A-Z a-z 0-9 _ -, values up to ${MAX_TAG_VALUE} characters. Returned on the Email.`,
+    type: 'object',
+    maxProperties: MAX_TAGS,
+    propertyNames: { pattern: '^[A-Za-z0-9_-]{1,40}$' },
+    additionalProperties: { type: 'string', maxLength: MAX_TAG_VALUE },
+  };
+  // Names are trimmed before their length is checked: blank or too short once trimmed is refused.
+  Object.assign(at(components, ['MintKeyRequest', 'properties', 'name']), { pattern: '\\S', description: 'Spaces around it are trimmed; 1 to 60 characters left.' });
+  Object.assign(at(components, ['CreateSubAccountRequest', 'properties', 'name']), { pattern: '\\S.*\\S', description: 'Spaces around it are trimmed; 2 to 80 characters left.' });
+  // A refinement: reason is required when suspended is true.
+  Object.assign(at(components, ['SuspendSubAccountRequest']), {
+    if: { properties: { suspended: { const: true } }, required: ['suspended'] },
+    then: { required: ['reason'] },
+    description: '`reason` is required when `suspended` is true; it becomes the message of every refused send.',
+  });
   Object.assign(at(components, ['MintKeyRequest', 'properties', 'scopes']), { description: "A subset of the minting key's scopes; all of them when left out." });
   Object.assign(at(components, ['MintKeyRequest', 'properties', 'scopes', 'items']), { enum: [...SCOPES] });
   Object.assign(at(components, ['CreateWebhookRequest', 'properties', 'url']), {
