@@ -27,6 +27,8 @@ import { randomBase62 } from '../server/secrets.js';
 
 export const DEV_DATA_DIR = './data-dev';
 export const DEV_SMTP_PORT = '2525';
+/** Where npm run dev listens unless HTTP_HOST or SMTP_HOST is set: this machine only. */
+export const DEV_HOST = '127.0.0.1';
 export const DEV_ACCOUNT_NAME = 'Dev';
 /** The credits of the first account: a development server never runs into the trial's end. */
 export const DEV_CREDITS = 100_000;
@@ -36,13 +38,19 @@ const KEY_FILE = 'dev-key';
 /** The dashboard's admin token of npm run dev, kept like the key (0600) so each run prints the same one. */
 const ADMIN_TOKEN_FILE = 'dev-admin-token';
 
-/** The environment the server runs with: capture mode, the dev DATA_DIR and SMTP port unless set. */
+/**
+ * The environment the server runs with: capture mode, the dev DATA_DIR and SMTP port unless set, and loopback unless
+ * HTTP_HOST or SMTP_HOST says otherwise: a dev server prints a key holding every scope and the dashboard's token, and
+ * is reachable from this machine only.
+ */
 export function devEnvironment(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
   return {
     ...env,
     DELIVERY_MODE: 'capture',
     DATA_DIR: env.DATA_DIR || DEV_DATA_DIR,
     SMTP_PORT: env.SMTP_PORT || DEV_SMTP_PORT,
+    HTTP_HOST: env.HTTP_HOST || DEV_HOST,
+    SMTP_HOST: env.SMTP_HOST || DEV_HOST,
   };
 }
 
@@ -137,7 +145,7 @@ export function tryItText(config: Config, dev: DevAccount, api: string, adminTok
   const head = [
     '',
     `Mailstead is running in capture mode: no mail leaves this machine. DATA_DIR is ${config.dataDir}.`,
-    `Dashboard: ${api.replace(/\/api\/v1$/, '/dashboard')} (${adminToken ? `admin token ${adminToken}` : "this DATA_DIR's own admin token; npm run cli -- admin-token reset prints a new one"}); captured mail is under Captured mail.`,
+    `Dashboard: ${api.replace(/\/api\/v1$/, '/dashboard')} (${adminToken ? `admin token ${adminToken}` : "this DATA_DIR's own admin token; DATA_DIR=<it> npm run -s cli -- admin-token reset prints a new one"}); captured mail is under Captured mail.`,
   ];
   if (dev.kind === 'existing') {
     return [

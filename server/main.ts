@@ -83,7 +83,7 @@ async function main(): Promise<void> {
   // Written whatever LOG_LEVEL says, and on stdout before the token is stored (synchronously, behind the lines held
   // so far): it is shown once, and without it nobody signs in to the dashboard.
   ensureAdminToken(deps.db, config.adminToken, (token) => {
-    const line = { time: new Date().toISOString(), level: 'info', event: 'admin_token.generated', token, message: 'Dashboard admin token; shown once. Reset with: npm run cli -- admin-token reset' };
+    const line = { time: new Date().toISOString(), level: 'info', event: 'admin_token.generated', token, message: 'Dashboard admin token; shown once. Reset with: npm run -s cli -- admin-token reset (with this DATA_DIR)' };
     stdout.flush();
     writeSync(1, `${JSON.stringify(line)}\n`);
   });

@@ -233,9 +233,12 @@ describe('npm run dev', () => {
     expect(run.stdout()).toContain('npm run dev always runs DELIVERY_MODE=capture');
   });
 
-  it('its defaults: ./data-dev and SMTP port 2525 unless set, capture always; every other variable as given', () => {
+  it('its defaults: ./data-dev, SMTP port 2525 and loopback unless set, capture always; every other variable as given', () => {
     expect(devEnvironment({ HTTP_PORT: '9090' })).toMatchObject({ DELIVERY_MODE: 'capture', DATA_DIR: DEV_DATA_DIR, SMTP_PORT: DEV_SMTP_PORT, HTTP_PORT: '9090' });
     expect(devEnvironment({ DATA_DIR: '/srv/dev', SMTP_PORT: '0' })).toMatchObject({ DATA_DIR: '/srv/dev', SMTP_PORT: '0' });
+    // This machine only, unless told otherwise: it prints a key holding every scope and the dashboard's token.
+    expect(devEnvironment({})).toMatchObject({ HTTP_HOST: '127.0.0.1', SMTP_HOST: '127.0.0.1' });
+    expect(devEnvironment({ HTTP_HOST: '0.0.0.0', SMTP_HOST: '::' })).toMatchObject({ HTTP_HOST: '0.0.0.0', SMTP_HOST: '::' });
     expect(DEV_DATA_DIR).toBe('./data-dev');
     expect(apiBase('0.0.0.0', 8080)).toBe('http://localhost:8080/api/v1');
     expect(apiBase('::', 8080)).toBe('http://localhost:8080/api/v1');

@@ -35,7 +35,7 @@ function SignInPage(props: { formToken: string; next: string; message?: { kind: 
               <label for="token">Admin token</label>
               <input id="token" name="token" type="password" autocomplete="current-password" required autofocus />
               <span class="hint">
-                Printed once on the first start, or set with ADMIN_TOKEN. <code>npm run cli -- admin-token reset</code> issues a new one.
+                Printed once on the first start, or set with ADMIN_TOKEN. <code>npm run -s cli -- admin-token reset</code>, run with the server's <code>DATA_DIR</code>, issues a new one.
               </span>
             </div>
             <p>
