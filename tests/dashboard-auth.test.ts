@@ -1,3 +1,6 @@
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { fileURLToPath } from 'node:url';
 import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { resetAdminToken } from '../server/core/admin-token.js';
@@ -6,6 +9,8 @@ import { MAX_FORM_BYTES, SIGN_IN_LIMIT } from '../dashboard/security.js';
 import { expectAccessible, horizontalOverflow, launchBrowser, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
 import { adminTokenFor, dashboardClient, postSignIn, signInForm } from './helpers/dashboard.js';
 import { type TestService, startService } from './helpers/service.js';
+
+const execFileAsync = promisify(execFile);
 
 let service: TestService;
 let browser: Browser;
@@ -307,5 +312,27 @@ describe('CSRF and headers', () => {
     }
     expect((await fetch(`${service.url}/dashboard/assets/manifest.json`)).status).toBe(404);
     expect((await fetch(`${service.url}/dashboard/assets/..%2Fpackage.json`)).status).toBe(404);
+  });
+
+  it('keeps serving its assets while dist/ is built again beside it (each CLI run builds first)', { timeout: 60_000 }, async () => {
+    const html = await (await fetch(`${service.url}/dashboard/sign-in`)).text();
+    const assets = [...html.matchAll(/(?:src|href)="(\/dashboard\/assets\/[^"]+)"/g)].map((m) => m[1]!);
+    const statuses = new Map<number, number>();
+    let building = true;
+    const rebuild = (async () => {
+      for (let i = 0; i < 3; i++) {
+        // Not spawnSync: the requests go on, in this same process, while the build runs.
+        await execFileAsync(process.execPath, ['dist/scripts/build-dashboard.js'], { cwd: fileURLToPath(new URL('..', import.meta.url)) });
+      }
+      building = false;
+    })();
+    while (building) {
+      for (const asset of assets) {
+        const status = (await fetch(`${service.url}${asset}`)).status;
+        statuses.set(status, (statuses.get(status) ?? 0) + 1);
+      }
+    }
+    await rebuild;
+    expect([...statuses.keys()]).toEqual([200]);
   });
 });
