@@ -1,6 +1,6 @@
 import { isIP } from 'node:net';
 import { describe, expect, it } from 'vitest';
-import { RESERVED_RANGES, isReservedAddress } from '../server/core/ip-ranges.js';
+import { RESERVED_RANGES, clientKey, isReservedAddress } from '../server/core/ip-ranges.js';
 
 /**
  * The reserved address table (loopback, private, link-local, shared, documentation, multicast and other special
@@ -140,5 +140,27 @@ describe('reserved address ranges', () => {
 
   it.each(['', 'localhost', 'example.com', '300.1.1.1', '1.2.3'])('refuses %j, which is not an address at all', (ip) => {
     expect(isReservedAddress(ip)).toBe(true);
+  });
+});
+
+describe('clientKey: what per-client limits count by', () => {
+  it.each([
+    ['192.0.2.7', '192.0.2.7'],
+    ['::ffff:192.0.2.7', '192.0.2.7'],
+    ['::ffff:c000:207', '192.0.2.7'],
+    ['2001:db8:1:2:aaaa:bbbb:cccc:dddd', '2001:db8:1:2::/64'],
+    ['2001:db8:1:2::1', '2001:db8:1:2::/64'],
+    ['2001:0DB8:0001:0002:0:0:0:ffff', '2001:db8:1:2::/64'],
+    ['2001:db8::', '2001:db8:0:0::/64'],
+    ['::1', '0:0:0:0::/64'],
+    ['fe80::1%eth0', 'fe80:0:0:0::/64'],
+    ['unknown', 'unknown'],
+  ])('%s counts as %s', (address, key) => {
+    expect(clientKey(address)).toBe(key);
+  });
+
+  it('two addresses of one /64 are one client; of two /64s, two', () => {
+    expect(clientKey('2001:db8:1:2::a')).toBe(clientKey('2001:db8:1:2:ffff::b'));
+    expect(clientKey('2001:db8:1:2::a')).not.toBe(clientKey('2001:db8:1:3::a'));
   });
 });

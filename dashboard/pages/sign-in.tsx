@@ -6,6 +6,7 @@ import type { DashEnv } from '../env.js';
 import { clientAddress, createAttemptLimiter, isCrossSite, isHttps, readForm } from '../security.js';
 import { closeSession, findSession, isAdminToken, openSession } from '../session.js';
 import { Document } from '../ui.js';
+import { clientKey } from '../../server/core/ip-ranges.js';
 
 export const SESSION_COOKIE = 'mailstead_session';
 /** The sign-in form's double-submit value (a sign-in cannot be forged from another site either). */
@@ -74,7 +75,8 @@ export function signInRoutes(deps: Deps) {
       if (isCrossSite(c) || expected === '' || !constantTimeEqual(fields._sign_in ?? '', expected)) {
         return form(c, 403, next, { kind: 'error', text: 'This sign-in form came from elsewhere or has expired. Try again.' });
       }
-      const allowed = limiter.take(clientAddress(c));
+      // An IPv6 client by its /64 (server/core/ip-ranges.ts clientKey).
+      const allowed = limiter.take(clientKey(clientAddress(c)));
       if (!allowed.ok) {
         c.header('Retry-After', String(allowed.retryAfterSeconds));
         deps.logger.warn('dashboard.sign_in_limited', { remoteAddress: clientAddress(c) });

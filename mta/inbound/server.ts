@@ -4,6 +4,7 @@ import type { Deps } from '../../server/deps.js';
 import { type Recipient, judgeRecipient } from './recipients.js';
 import { SmtpReply, receiveMessage } from './receive.js';
 import { logFailure } from '../../server/store-health.js';
+import { clientKey } from '../../server/core/ip-ranges.js';
 
 /**
  * Inbound SMTP on SMTP_HOST:SMTP_PORT (issue 12, point 1): smtp-server with the banner and EHLO name MAIL_HOSTNAME,
@@ -62,8 +63,10 @@ export function createInboundServer(deps: Deps, tls: { key: string; cert: string
     logger: false,
 
     onConnect(session, callback) {
-      const n = (perAddress.get(session.remoteAddress) ?? 0) + 1;
-      perAddress.set(session.remoteAddress, n);
+      // An IPv6 client by its /64 (server/core/ip-ranges.ts clientKey).
+      const client = clientKey(session.remoteAddress);
+      const n = (perAddress.get(client) ?? 0) + 1;
+      perAddress.set(client, n);
       if (n > opts.maxPerAddress) {
         deps.metrics.inboundRefused('connect', 421);
         return callback(reply(421, '4.7.0 Too many connections from your address; try again later'));
@@ -81,9 +84,10 @@ export function createInboundServer(deps: Deps, tls: { key: string; cert: string
     },
 
     onClose(session) {
-      const n = (perAddress.get(session.remoteAddress) ?? 1) - 1;
-      if (n <= 0) perAddress.delete(session.remoteAddress);
-      else perAddress.set(session.remoteAddress, n);
+      const client = clientKey(session.remoteAddress);
+      const n = (perAddress.get(client) ?? 1) - 1;
+      if (n <= 0) perAddress.delete(client);
+      else perAddress.set(client, n);
       clearTimeout(sessionTimers.get(session.id));
       sessionTimers.delete(session.id);
     },

@@ -107,3 +107,19 @@ export function isReservedAddress(ip: string): boolean {
   if (mapped) return blocked.ipv4.check(mapped, 'ipv4');
   return blocked.ipv6.check(ip, 'ipv6');
 }
+
+/**
+ * What per-client limits count by: an IPv4 address (an IPv4-mapped IPv6 one as the IPv4 it carries) as it is, an
+ * IPv6 address by its /64, which one host or subscriber is usually given whole: counted per address, a /64 would
+ * hand one client 2^64 budgets. Anything else (not an IP address) as it is.
+ */
+export function clientKey(address: string): string {
+  const family = isIP(address);
+  if (family !== 6) return address;
+  const mapped = mappedIpv4(address);
+  if (mapped) return mapped;
+  const b = ipv6Bytes(address.split('%')[0]!);
+  if (!b) return address;
+  const groups = Array.from({ length: 4 }, (_, i) => ((b[i * 2]! << 8) | b[i * 2 + 1]!).toString(16));
+  return `${groups.join(':')}::/64`;
+}

@@ -3,6 +3,7 @@ import { type IncomingMessage, type Server, type ServerResponse, createServer } 
 import { RequestError, getRequestListener } from '@hono/node-server';
 import type { App } from '../app.js';
 import type { Logger } from '../logger.js';
+import { clientKey } from '../core/ip-ranges.js';
 
 /** Open connections the server accepts in all; one more is closed at once. */
 export const MAX_CONNECTIONS = 1024;
@@ -104,7 +105,8 @@ export async function listenHttp(
   const perAddressCap = options.maxConnectionsPerAddress ?? MAX_CONNECTIONS_PER_ADDRESS;
   const perAddress = new Map<string, number>();
   server.on('connection', (socket: Socket) => {
-    const address = socket.remoteAddress ?? '';
+    // An IPv6 client by its /64 (server/core/ip-ranges.ts clientKey).
+    const address = clientKey(socket.remoteAddress ?? '');
     const open = perAddress.get(address) ?? 0;
     if (open >= perAddressCap) {
       options.logger?.debug('http.connection_refused', { reason: 'max_connections_per_address', remoteAddress: address });
