@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { chmodSync, closeSync, fsyncSync, linkSync, lstatSync, mkdirSync, openSync, readdirSync, rmSync, truncateSync, writeSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import Database from 'better-sqlite3';
 
 /**
@@ -51,21 +51,54 @@ export function fsyncDir(dir: string): void {
  * fsynced. A crash or a full disk at any point leaves either no file or the whole one, never an empty or torn one.
  */
 export function createFileDurably(path: string, content: string): void {
+  removeDeadTemporaries(path);
   const temporary = `${path}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
   try {
-    const fd = openSync(temporary, 'wx', PRIVATE_FILE_MODE);
+    writeDurably(temporary, content);
     try {
-      const bytes = Buffer.from(content);
-      for (let at = 0; at < bytes.length; ) at += writeSync(fd, bytes, at);
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
+      linkSync(temporary, path);
+    } catch (err) {
+      // A file system without hard links (some bind mounts): written in place, still fsynced, never replacing one.
+      if (!NO_LINKS.has(String((err as NodeJS.ErrnoException).code))) throw err;
+      writeDurably(path, content);
     }
-    linkSync(temporary, path);
   } finally {
     rmSync(temporary, { force: true });
   }
   fsyncDir(dirname(path));
+}
+
+const NO_LINKS = new Set(['EPERM', 'ENOTSUP', 'EOPNOTSUPP', 'ENOSYS', 'EXDEV']);
+
+/** Creates `path` (never an existing one) holding `content`, 0600, fsynced. */
+function writeDurably(path: string, content: string): void {
+  const fd = openSync(path, 'wx', PRIVATE_FILE_MODE);
+  try {
+    const bytes = Buffer.from(content);
+    for (let at = 0; at < bytes.length; ) at += writeSync(fd, bytes, at);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** The temporary files of createFileDurably left by a process that died before removing them (a key's copy, say). */
+function removeDeadTemporaries(path: string): void {
+  const prefix = `${basename(path)}.`;
+  for (const name of readdirSync(dirname(path))) {
+    const pid = new RegExp(`^${prefix.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}(\\d+)\\.[0-9a-f]+\\.tmp$`).exec(name)?.[1];
+    if (pid === undefined || isAlive(Number(pid))) continue;
+    rmSync(join(dirname(path), name), { force: true });
+  }
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }
 
 function tighten(path: string, wanted: number, changes: PermissionChange[]): void {

@@ -275,11 +275,13 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
           message = ready.message;
           index = Math.max(0, ready.to.indexOf(job.recipient.recipient));
         } catch (err) {
+          // A build that failed because the account was deleted meanwhile (its domain key went with it): gone too.
+          if (gone(job, w.account)) continue;
           if (!(await record(job, unprepared(err)))) return 'done';
           continue;
         }
         // Its account deleted since the claim (the rows went with it): nothing to send, nothing to record. Checked
-        // here, after the build's wait, with nothing awaited before the transaction starts.
+        // here, after the build's wait, just before the SMTP transaction begins.
         if (gone(job, w.account)) continue;
         const result = await session.send(verpAddress(job.message.id, index, deps.config.mailHostname, deps.secretKey), job.recipient.recipient, message);
         if (result.connectionLost) {
@@ -321,6 +323,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
         const { message } = await messageOf(job).ready;
         extras = { capture: deps.config.deliveryMode === 'capture' ? capture(job, message) : null };
       } catch (err) {
+        if (gone(job, w.account)) continue;
         if (!(await record(job, unprepared(err)))) return;
         continue;
       }

@@ -43,7 +43,11 @@ const statements = definePrepared((db) => ({
     .from(outboundMessages)
     .where(sql`${outboundMessages.id} in (select value from json_each(${p('ids')}))`)
     .prepare(),
-  /** The accounts with queued mail: a skip-scan of outbound_recipients_account_due_idx, one step per account. */
+  /**
+   * The accounts with queued mail (a skip-scan of outbound_recipients_account_due_idx, one step per account) whose
+   * sending is not paused: neither the account nor its parent suspended. A paused account's mail waits, unclaimed,
+   * until the suspension is lifted.
+   */
   accounts: clientOf(db)
     .prepare(
       `with recursive a(id) as (
@@ -51,17 +55,9 @@ const statements = definePrepared((db) => ({
         union all
         select (select min(account_id) from outbound_recipients where status = 'queued' and account_id > a.id) from a where a.id is not null
       )
-      select id from a where id is not null`,
-    )
-    .pluck(),
-  /**
-   * Whether an account's sending is paused: suspended (by its parent's key, the operator or the reputation breaker),
-   * or its parent is. Its queued mail waits, unclaimed, until the suspension is lifted.
-   */
-  paused: clientOf(db)
-    .prepare(
-      `select 1 from accounts a left join accounts parent on parent.id = a.parent_id
-       where a.id = ? and (a.suspended_by is not null or parent.suspended_by is not null)`,
+      select id from a where id is not null
+        and not exists (select 1 from accounts x left join accounts parent on parent.id = x.parent_id
+                        where x.id = a.id and (x.suspended_by is not null or parent.suspended_by is not null))`,
     )
     .pluck(),
   /** An account's earliest due recipients. */
@@ -96,7 +92,7 @@ export function claimDueRecipients(
   const q = statements(db);
   // The lease is not worth an fsync: lost in a power failure, the recipient is claimed again.
   const rows = unsynced(db, () => db.transaction(() => {
-    const accounts = (q.accounts.all() as string[]).filter((account) => q.paused.get(account) === undefined);
+    const accounts = q.accounts.all() as string[];
     const perAccount = accounts.map((account) => {
       const room = Math.min(limit, shares.room[account] ?? shares.perAccount);
       return room <= 0 ? [] : (q.due.all({ account, now, room }) as string[]);

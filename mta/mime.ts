@@ -5,7 +5,8 @@ import { encodeWords } from '../server/core/addresses.js';
  * The MIME of an outbound message, written directly: a header section of ASCII lines folded within 78 characters,
  * then multipart/alternative with the text and the html, each part 7bit when it is printable ASCII in short lines and
  * quoted-printable otherwise. Every line ends CRLF and none is longer than 78 characters (quoted-printable's 76
- * included), so the message needs no further encoding on any SMTP path.
+ * included), but where a header's first line holds its name and a first word that cannot be broken, so the message
+ * needs no further encoding on any SMTP path.
  */
 
 /** Every line break as CRLF: no bare CR or LF reaches the wire. */

@@ -30,6 +30,8 @@ export interface StoreHealth {
   markUnsafe(err: unknown): void;
   /** True within STORE_FAULT_WINDOW_MS of the last failure on the store, and for good once it is unsafe. */
   faulty(): boolean;
+  /** True once the store takes no more writes (markUnsafe). */
+  unsafe(): boolean;
 }
 
 export function createStoreHealth(clock: Clock): StoreHealth {
@@ -44,6 +46,9 @@ export function createStoreHealth(clock: Clock): StoreHealth {
     },
     faulty() {
       return unsafe || (faultAt !== null && clock.now() - faultAt < STORE_FAULT_WINDOW_MS);
+    },
+    unsafe() {
+      return unsafe;
     },
   };
 }

@@ -172,6 +172,31 @@ describe('fsync of files and their directories', () => {
   });
 });
 
+describe('the generated secret key, elsewhere', () => {
+  const configOf = (dataDir: string) => loadConfig({ DATA_DIR: dataDir, HTTP_PORT: '0', SMTP_PORT: '0', MAIL_HOSTNAME: 'mx.mailstead.test' });
+
+  it('on a file system without hard links (link fails EPERM) it is still created, whole', () => {
+    const dataDir = newDir('no-links');
+    patch(fs, 'linkSync', () => (() => {
+      throw Object.assign(new Error('EPERM: operation not permitted, link'), { code: 'EPERM' });
+    }) as typeof fs.linkSync);
+    const key = resolveSecretKey(configOf(dataDir));
+    expect(readFileSync(join(dataDir, 'secret.key'), 'utf8').trim()).toBe(key!.toString('hex'));
+    expect(fs.readdirSync(dataDir).filter((n) => n.endsWith('.tmp'))).toEqual([]);
+  });
+
+  it('a temporary copy left by a process that died is removed; one of a live process is left alone', () => {
+    const dataDir = newDir('leftover');
+    const dead = join(dataDir, 'secret.key.999999999.abcdef012345.tmp');
+    const live = join(dataDir, `secret.key.${process.pid}.0123456789ab.tmp`);
+    writeFileSync(dead, 'a copy of an old key');
+    writeFileSync(live, 'being written now');
+    resolveSecretKey(configOf(dataDir));
+    expect(fs.existsSync(dead)).toBe(false);
+    expect(fs.existsSync(live)).toBe(true);
+  });
+});
+
 describe('full disk', () => {
   it('ENOSPC while writing secret.key on the first start leaves no file that stops every later start', () => {
     const dataDir = newDir('secret-enospc');
@@ -306,10 +331,14 @@ describe('the service after a failed flush of its WAL', () => {
       },
     );
     try {
-      // Committed, not known to be on disk: said so (README, Sending: Durability).
-      expect(await sendEmail(service, s.key, receipt(s.from, 'during@example.net'))).toMatchObject({ status: 500, body: { error: { code: 'internal_error' } } });
-      // Nothing after it is taken: not through the group commit (a send), not elsewhere on the connection (a key).
+      // Committed, not known to be on disk: said so (README, Sending: Durability), with or without a key.
+      const during = await sendEmail(service, s.key, receipt(s.from, 'during@example.net'), { headers: { 'Idempotency-Key': 'during' } });
+      expect(during).toMatchObject({ status: 500, body: { error: { code: 'internal_error', message: expect.stringMatching(/may still be sent/) } } });
+      // Nothing after it is taken: not through the group commit (a send, with a key or without), not elsewhere on the
+      // connection (a key).
       expect(await sendEmail(service, s.key, receipt(s.from, 'after@example.net'))).toMatchObject({ status: 502, body: { error: { code: 'send_failed' } } });
+      expect(await sendEmail(service, s.key, receipt(s.from, 'after@example.net'), { headers: { 'Idempotency-Key': 'after' } })).toMatchObject({ status: 502, body: { error: { code: 'send_failed' } } });
+      expect(await sendEmail(service, s.key, receipt(s.from, 'during@example.net'), { headers: { 'Idempotency-Key': 'during' } })).toMatchObject({ status: 502, body: { error: { code: 'send_failed' } } });
       expect((await service.api('POST', '/keys', { key: s.key, body: { name: 'later' } })).status).toBe(500);
       // Reads go on.
       expect((await service.api('GET', '/emails', { key: s.key })).status).toBe(200);

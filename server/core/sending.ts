@@ -46,8 +46,13 @@ interface SendInput {
   idempotencyKey: string | null;
 }
 
+/** The answer while the store takes no writes (a flush of its WAL failed): nothing can be queued until a restart. */
+const storeClosed = () =>
+  new ApiError('send_failed', 'The mail server cannot take messages now (its store stopped taking writes after a disk failure; it takes them again once restarted); nothing was sent. Retry later.');
+
 export async function sendEmail({ deps, ctx, rawBody, idempotencyKey }: SendInput): Promise<SendOutcome> {
   // (1) key, scope and account header: the route's guard has run.
+  if (deps.storeHealth.unsafe()) throw storeClosed();
   // (2) the Idempotency-Key.
   let claim: Claim | null = null;
   if (idempotencyKey !== null) {
@@ -69,7 +74,15 @@ export async function sendEmail({ deps, ctx, rawBody, idempotencyKey }: SendInpu
     if (!result.sandbox) deps.onQueued();
     return { result, replayed: false };
   } catch (err) {
-    if (claim) releaseClaim(deps.db, claim);
+    // A send committed but not known durable settled its claim in that commit: there is nothing to release. A release
+    // that fails (the store closed to writes meanwhile) never hides the answer; the claim lapses after 15 s.
+    if (claim && !(err instanceof ApiError && err.code === 'internal_error')) {
+      try {
+        releaseClaim(deps.db, claim);
+      } catch (releaseErr) {
+        logFailure(deps, 'send.claim_release_failed', releaseErr, { accountId: ctx.account.id });
+      }
+    }
     throw err;
   }
 }
@@ -279,7 +292,7 @@ async function commitSend(deps: Deps, ctx: RequestContext, body: Body, claim: Cl
       logFailure(deps, 'send.unconfirmed', err, { accountId: ctx.account.id });
       throw new ApiError(
         'internal_error',
-        'The send was queued but the disk did not confirm it was stored: it may still be sent. Retry with the same Idempotency-Key to get its answer, or look for it in GET /emails before sending again.',
+        'The send was queued but the disk did not confirm it was stored: it may still be sent. Once the service has been restarted, retry with the same Idempotency-Key to get its answer, or look for it in GET /emails before sending again.',
       );
     }
     // The queue could not take the message: log the send as failed, answer 502.

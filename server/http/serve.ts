@@ -15,6 +15,8 @@ export const HEADERS_TIMEOUT_MS = 10_000;
 export const REQUEST_TIMEOUT_MS = 30_000;
 /** How long an idle keep-alive connection is kept for its next request. */
 export const KEEP_ALIVE_TIMEOUT_MS = 5_000;
+/** The slowest reader a large answer waits for beyond the request timeout before its connection counts as stalled. */
+const MIN_DRAIN_BYTES_PER_SECOND = 64 * 1024;
 /** How often node looks for requests past those timeouts (its own default, 30 s, would stretch a 10 s limit to 40). */
 const TIMEOUT_CHECK_INTERVAL_MS = 1_000;
 
@@ -77,16 +79,22 @@ export async function listenHttp(
 
   // A client that stops reading its answers (a slow read: pipelined requests, all sent in time) would hold its
   // connection, and its place under the caps, forever: node's timeouts cover what arrives and idle keep-alives, not
-  // what is written. So a connection with output waiting that has written nothing for the request timeout is closed;
-  // one whose handler is still working has no output waiting and is left to the handler's own bounds.
+  // what is written. So a connection with output waiting that has not moved for the request timeout is closed; one
+  // whose handler is still working has no output waiting and is left to the handler's own bounds. Progress is what
+  // is left to hand to the kernel shrinking (libuv's write queue: one large write drains through it) or new output;
+  // the kernel takes it in bursts, so a large answer waiting is given time in proportion to its size as well.
   const stallMs = options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS;
-  const writing = new Map<Socket, { written: number; since: number }>();
+  const pendingOf = (socket: Socket) => socket.writableLength + ((socket as Socket & { _handle?: { writeQueueSize?: number } | null })._handle?.writeQueueSize ?? 0);
+  const writing = new Map<Socket, { written: number; pending: number; since: number }>();
   const stallCheck = setInterval(() => {
     const now = Date.now();
     for (const [socket, last] of writing) {
-      if (socket.writableLength === 0 || socket.bytesWritten !== last.written) {
-        writing.set(socket, { written: socket.bytesWritten, since: now });
-      } else if (now - last.since >= stallMs) {
+      const pending = pendingOf(socket);
+      if (socket.writableLength === 0 || socket.bytesWritten !== last.written || pending < last.pending) {
+        last.written = socket.bytesWritten;
+        last.pending = pending;
+        last.since = now;
+      } else if (now - last.since >= stallMs + (last.pending * 1000) / MIN_DRAIN_BYTES_PER_SECOND) {
         options.logger?.debug('http.connection_stalled', { remoteAddress: socket.remoteAddress });
         socket.destroy();
       }
@@ -94,7 +102,7 @@ export async function listenHttp(
   }, Math.min(options.timeoutCheckIntervalMs ?? TIMEOUT_CHECK_INTERVAL_MS, stallMs));
   stallCheck.unref();
   server.on('connection', (socket: Socket) => {
-    writing.set(socket, { written: 0, since: Date.now() });
+    writing.set(socket, { written: 0, pending: 0, since: Date.now() });
     socket.once('close', () => writing.delete(socket));
   });
   server.once('close', () => clearInterval(stallCheck));
