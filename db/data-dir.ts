@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { chmodSync, closeSync, fsyncSync, linkSync, lstatSync, mkdirSync, openSync, readdirSync, rmSync, truncateSync, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import Database from 'better-sqlite3';
+import { processAlive } from './leases.js';
 
 /**
  * DATA_DIR holds queued message content (sign-in links), the cursor signing key and the secret key: the directory
@@ -87,19 +88,11 @@ function removeDeadTemporaries(path: string): void {
   const prefix = `${basename(path)}.`;
   for (const name of readdirSync(dirname(path))) {
     const pid = new RegExp(`^${prefix.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}(\\d+)\\.[0-9a-f]+\\.tmp$`).exec(name)?.[1];
-    if (pid === undefined || isAlive(Number(pid))) continue;
+    if (pid === undefined || processAlive(Number(pid))) continue;
     rmSync(join(dirname(path), name), { force: true });
   }
 }
 
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
 
 function tighten(path: string, wanted: number, changes: PermissionChange[]): void {
   const mode = lstatSync(path).mode & 0o777;

@@ -16,7 +16,8 @@ function holderProcess(worker: string): { host: string; pid: number } | null {
   return m ? { host: m[1]!, pid: Number(m[2]) } : null;
 }
 
-function processAlive(pid: number): boolean {
+/** Whether a process with this pid runs on this host (one of another user's counts: EPERM). */
+export function processAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;

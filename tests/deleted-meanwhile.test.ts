@@ -1,5 +1,4 @@
 import { eq } from 'drizzle-orm';
-import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { accounts, domainKeys, domains, webhookEndpoints } from '../db/schema/index.js';
 import { findAccount } from '../server/core/accounts.js';
@@ -9,6 +8,7 @@ import { SCOPES } from '../server/core/scopes.js';
 import { createWebhook } from '../server/core/webhooks.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { expectError } from './helpers/sending.js';
+import { sendInHalves } from './helpers/split-body.js';
 import { startService, type TestService } from './helpers/service.js';
 
 /**
@@ -66,31 +66,6 @@ describe('the acting account deleted while the request awaited', () => {
   });
 });
 
-/**
- * Sends `method path` with a JSON body in two halves, running `meanwhile` once the first half is in (the guard has
- * passed and waits for the body), then the rest.
- */
-async function inFlight(method: string, path: string, headers: Record<string, string>, body: unknown, meanwhile: () => Promise<void>): Promise<{ status: number; body: any }> {
-  const url = new URL(`${service.base}${path}`);
-  const req = request({ host: url.hostname, port: url.port, path: url.pathname, method, headers: { ...headers, 'content-type': 'application/json', 'transfer-encoding': 'chunked' } });
-  const answer = new Promise<{ status: number; body: any }>((resolve, reject) => {
-    req.on('error', reject);
-    req.on('response', (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (chunk: string) => (text += chunk));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) }));
-    });
-  });
-  const text = JSON.stringify(body);
-  const half = Math.floor(text.length / 2);
-  await new Promise<void>((resolve, reject) => req.write(text.slice(0, half), (err) => (err ? reject(err) : resolve())));
-  await new Promise((r) => setTimeout(r, 50));
-  await meanwhile();
-  req.end(text.slice(half));
-  return answer;
-}
-
 describe('the sub-account of X-Service-Account deleted while the body arrived', () => {
   const cases: [string, string, Record<string, string>, unknown][] = [
     ['POST /keys', '/keys', {}, { name: 'minted meanwhile' }],
@@ -99,10 +74,11 @@ describe('the sub-account of X-Service-Account deleted while the body arrived', 
   ];
   it.each(cases)('%s: 404 account_not_found, nothing written', async (_name, path, extra, body) => {
     const sub = await subAccount();
-    const res = await inFlight('POST', path, { authorization: `Bearer ${sub.key}`, 'x-service-account': sub.id, ...extra }, body, async () => {
+    const headers = { authorization: `Bearer ${sub.key}`, 'x-service-account': sub.id, 'content-type': 'application/json', ...extra };
+    const res = await sendInHalves(service.base, { method: 'POST', path, headers, body: JSON.stringify(body) }, async () => {
       expect((await service.api('DELETE', `/accounts/${sub.id}`, { key: sub.key })).status).toBe(204);
     });
-    expect(res).toEqual({ status: 404, body: { error: { code: 'account_not_found', message: expect.any(String) } } });
+    expect({ status: res.status, body: JSON.parse(res.text) }).toEqual({ status: 404, body: { error: { code: 'account_not_found', message: expect.any(String) } } });
     expect(findAccount(service.deps.db, sub.id)).toBeUndefined();
   });
 });

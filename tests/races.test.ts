@@ -1,4 +1,3 @@
-import { request } from 'node:http';
 import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { accounts, emails } from '../db/schema/index.js';
@@ -20,6 +19,7 @@ import { RawSmtp } from './helpers/raw-smtp.js';
 import { newSender, newSubSender, receipt } from './helpers/sending.js';
 import { type TestService, startService } from './helpers/service.js';
 import { SmtpSink } from './helpers/smtp-sink.js';
+import { sendInHalves } from './helpers/split-body.js';
 
 /**
  * Interleavings, each forced deterministically (a held signing build, a request body split in two, a half-sent DATA,
@@ -84,44 +84,14 @@ async function until(cond: () => boolean, timeoutMs = 10_000): Promise<void> {
   }
 }
 
-/**
- * A request whose body arrives in two halves: `meanwhile` runs once the first half is in (the headers have been
- * judged and the server waits for the rest), then the rest is sent.
- */
-async function splitBody(
-  path: string,
-  headers: Record<string, string>,
-  body: string,
-  meanwhile: () => Promise<void> | void,
-): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; text: string }> {
-  const url = new URL(`${service.url}${path}`);
-  const req = request({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { ...headers, 'transfer-encoding': 'chunked' } });
-  const answer = new Promise<{ status: number; headers: Record<string, string | string[] | undefined>; text: string }>((resolve, reject) => {
-    req.on('error', reject);
-    req.on('response', (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (c: string) => (text += c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text }));
-    });
-  });
-  const half = Math.floor(body.length / 2);
-  await new Promise<void>((resolve, reject) => req.write(body.slice(0, half), (err) => (err ? reject(err) : resolve())));
-  await sleep(100);
-  await meanwhile();
-  req.end(body.slice(half));
-  return answer;
-}
-
 describe('dashboard: a session ended while a POST form was still arriving', () => {
   it('an admin-token reset (every session ends) before the form body is in: the action does not run, the request goes to sign-in', async () => {
     const client = await dashboardClient(service);
     const { account } = service.newAccount({ name: 'Grantee', credits: 5 });
     const form = new URLSearchParams({ _csrf: client.csrf, amount: '1000' }).toString();
-    const res = await splitBody(
-      `/dashboard/accounts/${account.id}/credits`,
-      { 'content-type': 'application/x-www-form-urlencoded', cookie: client.cookie, origin: service.url },
-      form,
+    const res = await sendInHalves(
+      service.url,
+      { method: 'POST', path: `/dashboard/accounts/${account.id}/credits`, headers: { 'content-type': 'application/x-www-form-urlencoded', cookie: client.cookie, origin: service.url }, body: form },
       () => {
         // What `npm run -s cli -- admin-token reset` does (README: "signs every session out").
         resetAdminToken(service.deps.db);
