@@ -16,8 +16,11 @@ function storeHash(db: Db, token: string): void {
 }
 
 /** A fresh dashboard token; only its hash is kept. */
+/** A fresh dashboard admin token. */
+const newAdminToken = () => `msa_${randomBase62(40)}`;
+
 export function resetAdminToken(db: Db): string {
-  const token = `msa_${randomBase62(40)}`;
+  const token = newAdminToken();
   storeHash(db, token);
   return token;
 }
@@ -34,7 +37,7 @@ export function ensureAdminToken(db: Db, configured: string | null, show: (token
   }
   const existing = db.select().from(settings).where(eq(settings.key, HASH_KEY)).get();
   if (existing) return { generated: null };
-  const token = `msa_${randomBase62(40)}`;
+  const token = newAdminToken();
   show(token);
   storeHash(db, token);
   return { generated: token };
