@@ -12,7 +12,7 @@ import { createResolver, type DnsResolver } from './dns/resolver.js';
 import type { Logger } from './logger.js';
 import { createMetrics, type Metrics } from './metrics.js';
 import { type Scans, scansOn } from './scans.js';
-import { createStoreHealth, type StoreHealth } from './store-health.js';
+import { createStoreHealth, isFlushFailure, type StoreHealth } from './store-health.js';
 
 /** Everything with a side effect, built once in main (or a test) and passed down. */
 export interface Deps {
@@ -75,20 +75,26 @@ export function resolveSecretKey(config: Config): Buffer | null {
 export function createDeps(config: Config, clock: Clock, logger: Logger): Deps {
   const store = openDatabase(config.dataDir);
   const storeHealth = createStoreHealth(clock);
+  // After a failed flush of the WAL no write anywhere on the connection is safe to acknowledge: every one is refused
+  // (query_only) and /healthz stays 503 until a restart recovers from what the disk holds.
+  const closeToWrites = (err: unknown) => {
+    if (storeHealth.unsafe()) return;
+    storeHealth.markUnsafe(err);
+    store.sqlite.pragma('query_only = 1');
+    logger.error('store.unsafe', { err, message: 'A flush of the database to disk failed: writes are refused until the service is restarted. Check the disk.' });
+  };
+  // The group commit's own flush failing says so (onUnsafe); SQLite's fsync inside a commit of any other write
+  // (synchronous=FULL) failing is the same loss, and reaches the store's health as its error.
+  const note = storeHealth.note;
+  storeHealth.note = (err) => {
+    note(err);
+    if (isFlushFailure(err)) closeToWrites(err);
+  };
   const deps: Deps = {
     config,
     db: store.db,
     store,
-    commits: createGroupCommit(store, store.syncWal, {
-      onFailure: storeHealth.note,
-      // After a failed flush of the WAL no write anywhere on the connection is safe to acknowledge: every one is
-      // refused (query_only) and /healthz stays 503 until a restart recovers from what the disk holds.
-      onUnsafe: (err) => {
-        storeHealth.markUnsafe(err);
-        store.sqlite.pragma('query_only = 1');
-        logger.error('store.unsafe', { err, message: 'A flush of the database to disk failed: writes are refused until the service is restarted. Check the disk.' });
-      },
-    }),
+    commits: createGroupCommit(store, store.syncWal, { onFailure: storeHealth.note, onUnsafe: closeToWrites }),
     clock,
     logger,
     resolver: createResolver({ servers: config.dnsServers }),

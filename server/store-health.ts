@@ -23,6 +23,12 @@ export function storeFaultOf(err: unknown): boolean {
   return typeof code === 'string' && /^(SQLITE_(CORRUPT|NOTADB|IOERR|FULL|CANTOPEN|READONLY)|EIO$|ENOSPC$|EROFS$|EDQUOT$)/.test(code);
 }
 
+/** SQLite's own fsync of the database or its WAL failed (inside a commit with synchronous=FULL). */
+export function isFlushFailure(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return code === 'SQLITE_IOERR_FSYNC' || code === 'SQLITE_IOERR_DIR_FSYNC';
+}
+
 export interface StoreHealth {
   /** Any failure; only the store's count. */
   note(err: unknown): void;

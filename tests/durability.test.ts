@@ -350,3 +350,28 @@ describe('the service after a failed flush of its WAL', () => {
     }
   });
 });
+
+describe("SQLite's own fsync failing in a commit outside the group commit", () => {
+  it('closes the store to writes as a failed flush of the group commit does', { timeout: 30_000 }, async () => {
+    const service = await startService();
+    try {
+      const s = await newSender(service);
+      // What the API's error handler hands on when a write of its own (a key, a domain: synchronous=FULL) fails there.
+      service.deps.storeHealth.note(Object.assign(new Error('disk I/O error'), { code: 'SQLITE_IOERR_FSYNC' }));
+      expect(service.deps.storeHealth.unsafe()).toBe(true);
+      expect(await sendEmail(service, s.key, receipt(s.from, 'after@example.net'))).toMatchObject({ status: 502, body: { error: { code: 'send_failed' } } });
+      expect((await service.api('POST', '/keys', { key: s.key, body: { name: 'later' } })).status).toBe(500);
+      expect((await fetch(`${service.url}/healthz`)).status).toBe(503);
+      // Any other failure on the store only opens the fault window.
+      const other = await startService();
+      try {
+        other.deps.storeHealth.note(Object.assign(new Error('disk I/O error'), { code: 'SQLITE_IOERR_WRITE' }));
+        expect(other.deps.storeHealth.unsafe()).toBe(false);
+      } finally {
+        await other.close();
+      }
+    } finally {
+      await service.close();
+    }
+  });
+});
