@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { chmodSync, closeSync, fsyncSync, linkSync, lstatSync, mkdirSync, openSync, readdirSync, rmSync, truncateSync, writeSync } from 'node:fs';
+import { chmodSync, close, closeSync, fsync, fsyncSync, linkSync, lstatSync, mkdirSync, open, openSync, readdirSync, rmSync, truncateSync, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import Database from 'better-sqlite3';
 import { processAlive } from './leases.js';
@@ -43,6 +43,21 @@ export function fsyncDir(dir: string): void {
     fsyncSync(fd);
   } finally {
     closeSync(fd);
+  }
+}
+
+/** An fsync of `fd` on libuv's thread pool: the event loop goes on while the disk writes. */
+export function fsyncOffLoop(fd: number): Promise<void> {
+  return new Promise((resolve, reject) => fsync(fd, (err) => (err ? reject(err) : resolve())));
+}
+
+/** fsyncDir on libuv's thread pool. */
+export async function fsyncDirOffLoop(dir: string): Promise<void> {
+  const fd = await new Promise<number>((resolve, reject) => open(dir, 'r', (err, opened) => (err ? reject(err) : resolve(opened))));
+  try {
+    await fsyncOffLoop(fd);
+  } finally {
+    await new Promise<void>((resolve) => close(fd, () => resolve()));
   }
 }
 

@@ -56,22 +56,42 @@ function patch<T extends object, K extends keyof T>(obj: T, name: K, make: (orig
   syncBuiltinESMExports();
 }
 
-/** Records which paths were opened and which of them were fsynced (sync API: fsyncSync, fdatasyncSync). */
+/**
+ * Records which paths were opened and which of them were fsynced, by fsyncSync and fdatasyncSync (`onLoop`: the
+ * event loop waits for the disk) or by the callback API on libuv's thread pool (`offLoop`); `synced` is both.
+ */
 function recordFsyncs() {
   const fdPath = new Map<number, string>();
   const synced: string[] = [];
+  const onLoop: string[] = [];
+  const offLoop: string[] = [];
   patch(fs, 'openSync', (orig) => ((path: fs.PathLike, ...rest: unknown[]) => {
     const fd = (orig as (...a: unknown[]) => number)(path, ...rest);
     fdPath.set(fd, resolve(String(path)));
     return fd;
   }) as typeof fs.openSync);
+  patch(fs, 'open', (orig) => ((path: fs.PathLike, ...rest: unknown[]) => {
+    const callback = rest.pop() as (err: Error | null, fd: number) => void;
+    return (orig as (...a: unknown[]) => void)(path, ...rest, (err: Error | null, fd: number) => {
+      if (!err) fdPath.set(fd, resolve(String(path)));
+      callback(err, fd);
+    });
+  }) as typeof fs.open);
   for (const name of ['fsyncSync', 'fdatasyncSync'] as const) {
     patch(fs, name, (orig) => ((fd: number) => {
       synced.push(fdPath.get(fd) ?? `fd:${fd}`);
+      onLoop.push(fdPath.get(fd) ?? `fd:${fd}`);
       return (orig as (fd: number) => void)(fd);
     }) as typeof fs.fsyncSync);
   }
-  return { synced };
+  for (const name of ['fsync', 'fdatasync'] as const) {
+    patch(fs, name, (orig) => ((fd: number, callback: (err: Error | null) => void) => {
+      synced.push(fdPath.get(fd) ?? `fd:${fd}`);
+      offLoop.push(fdPath.get(fd) ?? `fd:${fd}`);
+      return (orig as (fd: number, cb: (err: Error | null) => void) => void)(fd, callback);
+    }) as typeof fs.fsync);
+  }
+  return { synced, onLoop, offLoop };
 }
 
 /** A preload for the real process: `body` runs before main, with `fs` and `syncBuiltinESMExports` in scope. */
@@ -146,16 +166,27 @@ syncBuiltinESMExports();`);
 });
 
 describe('fsync of files and their directories', () => {
-  it('a spool file is durable in its directory (the directory fsynced) once finish() returns, before the 250', () => {
+  it('a spool file is durable in its directory (the directory fsynced) once finish() resolves, before the 250', async () => {
     const dataDir = newDir('spool-dir');
     const { synced } = recordFsyncs();
     const writer = createSpoolWriter(dataDir, Buffer.alloc(32, 7), 'msg-1');
     writer.append(Buffer.from('Subject: x\r\n\r\nbody\r\n'));
-    writer.finish();
+    await writer.finish();
     // The file itself is fsynced...
     expect(synced).toContain(resolve(writer.path));
     // ...but its new directory entry is not: a power loss after the 250 can lose the file its outbox row names.
     expect(synced).toContain(resolve(spoolDir(dataDir)));
+  });
+
+  it("a spool file's fsyncs run off the event loop: a large message's flush never stalls the other sessions", async () => {
+    const dataDir = newDir('spool-off-loop');
+    createSpoolWriter(dataDir, Buffer.alloc(32, 7), 'msg-0').discard(); // the directories made, once
+    const { onLoop, offLoop } = recordFsyncs();
+    const writer = createSpoolWriter(dataDir, Buffer.alloc(32, 7), 'msg-1');
+    writer.append(Buffer.alloc(1024 * 1024, 'x'));
+    await writer.finish();
+    expect(offLoop).toEqual([resolve(writer.path), resolve(spoolDir(dataDir))]);
+    expect(onLoop).toEqual([]);
   });
 
   it('the generated secret key is fsynced, with DATA_DIR, before anything is sealed with it', () => {

@@ -42,9 +42,9 @@ function createMessageHolder(dataDir: string, key: Buffer, id: string) {
       chunks = [];
     },
     /** Durable (the spool file fsynced), or the bytes to seal into the outbox. */
-    finish(): { spoolId: string; raw: null } | { spoolId: null; raw: Buffer } {
+    async finish(): Promise<{ spoolId: string; raw: null } | { spoolId: null; raw: Buffer }> {
       if (spool) {
-        spool.finish();
+        await spool.finish();
         return { spoolId: id, raw: null };
       }
       return { spoolId: null, raw: Buffer.concat(chunks) };
@@ -170,7 +170,7 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
   const report = reports.length > 0 ? parseReport(Buffer.concat(head)) : null;
   let queued: { stored: number; events: number; webhooks: number; written: number };
   try {
-    const held = spool?.finish();
+    const held = await spool?.finish();
     const raw = held?.raw ?? undefined;
     queued = await deps.commits.run(() => {
       let stored = 0;

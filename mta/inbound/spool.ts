@@ -1,8 +1,8 @@
 import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
-import { closeSync, createReadStream, fsyncSync, mkdirSync, openSync, readdirSync, rmSync, statSync, writeSync } from 'node:fs';
+import { closeSync, createReadStream, mkdirSync, openSync, readdirSync, rmSync, statSync, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { Readable, Transform } from 'node:stream';
-import { fsyncDir } from '../../db/data-dir.js';
+import { fsyncDir, fsyncDirOffLoop, fsyncOffLoop } from '../../db/data-dir.js';
 
 /**
  * The inbound spool: a received message held on disk, sealed with the secret key, from the end of DATA until the
@@ -36,7 +36,7 @@ function seal(key: Buffer, id: string, index: number, plain: Buffer, last: boole
 
 /**
  * A writer that seals what it is given into the spool file of `id`. `finish()` writes the end record and fsyncs:
- * once it returns, the message is durable. `discard()` removes the file (a refused or interrupted message).
+ * once it resolves, the message is durable. `discard()` removes the file (a refused or interrupted message).
  */
 export function createSpoolWriter(dataDir: string, key: Buffer, id: string) {
   const dir = spoolDir(dataDir);
@@ -56,13 +56,20 @@ export function createSpoolWriter(dataDir: string, key: Buffer, id: string) {
     append(chunk: Buffer): void {
       for (let at = 0; at < chunk.length; at += SPOOL_CHUNK) writeSync(fd, seal(key, id, index++, chunk.subarray(at, at + SPOOL_CHUNK), false));
     },
-    /** Seals the end record, fsyncs and closes, then fsyncs the directory (the file's name): once it returns, the message is durable. */
-    finish(): void {
+    /**
+     * Seals the end record, fsyncs and closes, then fsyncs the directory (the file's name): once it resolves, the
+     * message is durable. Both fsyncs run on libuv's thread pool: flushing tens of megabytes takes the disk a while,
+     * and the event loop serves every other session meanwhile.
+     */
+    async finish(): Promise<void> {
       writeSync(fd, seal(key, id, index++, Buffer.alloc(0), true));
-      fsyncSync(fd);
-      closeSync(fd);
-      closed = true;
-      fsyncDir(dir);
+      try {
+        await fsyncOffLoop(fd);
+      } finally {
+        closeSync(fd);
+        closed = true;
+      }
+      await fsyncDirOffLoop(dir);
     },
     discard(): void {
       if (!closed) {
