@@ -1,7 +1,9 @@
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { and, eq } from 'drizzle-orm';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { accounts, customerDbWrites, emailEvents, emails, suppressions, webhookDeliveries } from '../db/schema/index.js';
-import { MAX_DEFERRED_EVENTS, reportIsNews } from '../mta/inbound/receive.js';
+import { MAX_DEFERRED_EVENTS, REPORT_BYTES, reportIsNews } from '../mta/inbound/receive.js';
 import { type InboundServer, createInboundServer } from '../mta/inbound/server.js';
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
 import { verpAddress } from '../mta/verp.js';
@@ -32,6 +34,8 @@ let inbound: InboundServer;
 let port: number;
 let sender: Sender;
 const uncaught = vi.fn();
+// gc() for the memory test: a fresh context picks up the flag.
+setFlagsFromString('--expose-gc');
 
 beforeAll(async () => {
   process.on('uncaughtException', uncaught);
@@ -259,6 +263,44 @@ Remote Server returned '550 5.1.10 RESOLVER.ADR.RecipientNotFound; Recipient not
     const id = sentEmail(sender.account.id, ['eve@example.net']);
     expect(await deliverRaw('', verpAddress(id, 0, HOST, service.deps.secretKey), 'Subject: out of office\n\nI am away until Monday.')).toMatch(/^250 /);
     expect(eventsOf(id)).toEqual([]);
+  });
+
+  it('a DSN that returns the whole original message (1 MB of it after the report) still records the bounce', async () => {
+    const id = sentEmail(sender.account.id, ['gus@example.net']);
+    const dsn = postfixDsn(id, 0, 'gus@example.net', 'failed', '5.1.1', '550 5.1.1 User unknown').replace(
+      /--B1\.1763805600\/mail\.example\.net--$/,
+      `--B1.1763805600/mail.example.net\nContent-Type: message/rfc822\n\nFrom: ${sender.from}\nSubject: Your receipt\n\n${'0123456789'.repeat(7).concat('\n').repeat(15_000)}\n--B1.1763805600/mail.example.net--`,
+    );
+    expect(dsn.length).toBeGreaterThan(REPORT_BYTES * 4);
+    expect(await deliverRaw('', verpAddress(id, 0, HOST, service.deps.secretKey), dsn)).toMatch(/^250 /);
+    expect(eventsOf(id)).toMatchObject([{ recipient: 'gus@example.net', status: 'bounced', dsn: '5.1.1' }]);
+  });
+
+  it('a report is held in memory only to its first REPORT_BYTES: sessions sending 2 MB reports at once hold a few MB, not 2 MB each', { timeout: 60_000 }, async () => {
+    // What anyone may do: fbl@ takes mail from every client, up to the cap on concurrent clients.
+    const gc = runInNewContext('gc') as () => void;
+    const sessions = await Promise.all(
+      Array.from({ length: 16 }, async () => {
+        const { client } = await RawSmtp.connect(port);
+        expect((await client.envelope('feedback@mailbox.example', [`fbl@${HOST}`]))[2]).toMatch(/^250 /);
+        expect(await client.command('DATA')).toMatch(/^354 /);
+        return client;
+      }),
+    );
+    gc();
+    const before = process.memoryUsage().arrayBuffers;
+    const report = `Subject: abuse report\r\nContent-Type: text/plain\r\n\r\n${'x'.repeat(998).concat('\r\n').repeat(2100)}`;
+    for (const c of sessions) c.write(report);
+    // Every byte handed to the server and read by it (the sockets drained, the server's reads done).
+    for (let i = 0; i < 200 && sessions.some((c) => c.socket.writableLength > 0); i++) await new Promise((r) => setTimeout(r, 20));
+    await new Promise((r) => setTimeout(r, 500));
+    gc();
+    const held = process.memoryUsage().arrayBuffers - before;
+    // 16 × 2 MB would be 32 MB; 16 × 256 KB (and a chunk read past it each) is about 5.
+    expect(held).toBeLessThan(8 * 1024 * 1024);
+    for (const c of sessions) c.write('\r\n.\r\n');
+    for (const c of sessions) expect(await c.reply()).toMatch(/^250 /);
+    for (const c of sessions) c.close();
   });
 });
 

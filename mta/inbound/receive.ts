@@ -56,8 +56,13 @@ function createMessageHolder(dataDir: string, key: Buffer, id: string) {
   };
 }
 
-/** What of a report is read: DSNs and ARF reports say what they have to say near the top. */
-export const REPORT_BYTES = 2 * 1024 * 1024;
+/**
+ * What of a report is read: DSNs and ARF reports say what they have to say near the top (the human-readable part,
+ * then the machine-readable one, then the returned headers or message, whose rest is not needed). Held in memory
+ * per session, and anyone may send a report (fbl@ takes mail from everyone): 256 KB across the cap on concurrent
+ * clients stays tens of megabytes.
+ */
+export const REPORT_BYTES = 256 * 1024;
 
 /** An SMTP reply for the transaction: smtp-server sends `responseCode` and the message. */
 export class SmtpReply extends Error {
