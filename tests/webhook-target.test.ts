@@ -3,7 +3,7 @@ import { loadConfig } from '../server/config.js';
 import { RESERVED_RANGES } from '../server/core/ip-ranges.js';
 import { createResolver } from '../server/dns/resolver.js';
 import { ApiError } from '../server/errors.js';
-import { MAX_WEBHOOK_URL_LENGTH, checkWebhookUrl, parseWebhookUrl, resolveTarget } from '../server/webhooks/target.js';
+import { MAX_WEBHOOK_URL_LENGTH, checkWebhookUrl, isAbsoluteUri, parseWebhookUrl, resolveTarget } from '../server/webhooks/target.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 
 /**
@@ -55,6 +55,26 @@ const REFUSED = { status: 422, code: 'invalid_url' };
 
 /** The URL of an address: IPv6 in brackets. */
 const urlOf = (ip: string) => (ip.includes(':') ? `https://[${ip}]/hook` : `https://${ip}/hook`);
+
+describe('isAbsoluteUri: RFC 3986, as `format uri`', () => {
+  it.each([
+    'https://hooks.webhooks.test',
+    'https://hooks.webhooks.test:8443/',
+    'https://hooks.webhooks.test/a%20b/c;d=e/~f_g.h-i?x=1&y=2/3?z#frag/?@:',
+    "https://hooks.webhooks.test/!$&'()*+,=",
+    'https://[2606:4700::1111]:443/hook',
+    'https://user@hooks.webhooks.test/',
+  ])('accepts %s', (url) => {
+    expect(isAbsoluteUri(url)).toBe(true);
+  });
+
+  it.each(['https://hooks.webhooks.test/%zz', 'https://hooks.webhooks.test/%4', 'https://hooks.webhooks.test/a[b]', 'https://hooks.webhooks.test/?q=[1]', 'https://hooks.webhooks.test/x#a#b', 'https://hooks.webhooks.test/a b', 'https://ho^st.test/', '//hooks.webhooks.test/'])(
+    'refuses %s',
+    (url) => {
+      expect(isAbsoluteUri(url)).toBe(false);
+    },
+  );
+});
 
 describe('parseWebhookUrl refuses', () => {
   const long = `https://example.com/${'a'.repeat(MAX_WEBHOOK_URL_LENGTH - 'https://example.com/'.length + 1)}`;

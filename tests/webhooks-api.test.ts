@@ -100,6 +100,11 @@ describe('POST /webhooks', () => {
     ['a space in the path', 'https://hooks.webhooks.test/a b'],
     ['a non-ASCII path (an IRI, not a URI)', `https://hooks.webhooks.test/${'é'.repeat(1900)}`],
     ['a control character', 'https://hooks.webhooks.test/a\tb'],
+    // RFC 3986 (and the API document's `format uri`): % only as %HH, [ ] only around an IP literal host, one #.
+    ['a % not followed by two hex digits', 'https://hooks.webhooks.test/%zz'],
+    ['a % at the end', 'https://hooks.webhooks.test/a%'],
+    ['brackets in the path', 'https://hooks.webhooks.test/a[b]'],
+    ['two fragments', 'https://hooks.webhooks.test/x#a#b'],
   ])('refuses %s with 422 invalid_request', async (_, url) => {
     const { key } = service.newAccount();
     const res = await create(key, { url, events: ['email.delivered'] });

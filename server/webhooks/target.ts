@@ -6,11 +6,25 @@ import { ApiError } from '../errors.js';
 export const MAX_WEBHOOK_URL_LENGTH = 2000;
 
 /**
- * RFC 3986's characters for a URI (unreserved, reserved, and `%` of a percent-encoded octet), after a scheme: the
- * `format uri` of api.md. No space, no control character, nothing beyond ASCII (an IRI's characters are written
- * percent-encoded, a host as punycode), so the URL the service stores and posts to is the one the client sent.
+ * The `format uri` of api.md: RFC 3986's URI grammar. No space, no control character, nothing beyond ASCII (an IRI's
+ * characters are written percent-encoded, a host as punycode), `%` only as a percent-encoded octet, brackets only
+ * around an IP literal host, one `#`: so the URL the service stores and posts to is the one the client sent, and
+ * what the API document's schema (ajv's `uri`) accepts.
  */
-const URI_SYNTAX = /^[A-Za-z][A-Za-z0-9+.-]*:[A-Za-z0-9\-._~:/?#[\]@!$&'()*+,;=%]*$/;
+const PCT_ENCODED = '%[0-9A-Fa-f]{2}';
+const UNRESERVED = 'A-Za-z0-9\\-._~';
+const SUB_DELIMS = "!$&'()*+,;=";
+const PCHAR = `(?:[${UNRESERVED}${SUB_DELIMS}:@]|${PCT_ENCODED})`;
+const USERINFO = `(?:[${UNRESERVED}${SUB_DELIMS}:]|${PCT_ENCODED})*`;
+/** An IPv6 address (its exact form is left to the URL parser) or an IPvFuture, in brackets. */
+const IP_LITERAL = `\\[(?:[0-9A-Fa-f:.]+|[vV][0-9A-Fa-f]+\\.[${UNRESERVED}${SUB_DELIMS}:]+)\\]`;
+const REG_NAME = `(?:[${UNRESERVED}${SUB_DELIMS}]|${PCT_ENCODED})*`;
+const AUTHORITY = `(?:${USERINFO}@)?(?:${IP_LITERAL}|${REG_NAME})(?::[0-9]*)?`;
+const PATH_ABEMPTY = `(?:/${PCHAR}*)*`;
+const HIER_PART = `(?://${AUTHORITY}${PATH_ABEMPTY}|/(?:${PCHAR}+${PATH_ABEMPTY})?|${PCHAR}+${PATH_ABEMPTY}|)`;
+const QUERY_OR_FRAGMENT = `(?:${PCHAR}|[/?])*`;
+/** RFC 3986's URI: scheme ":" hier-part [ "?" query ] [ "#" fragment ], its components as its ABNF has them. */
+const URI_SYNTAX = new RegExp(`^[A-Za-z][A-Za-z0-9+.-]*:${HIER_PART}(?:\\?${QUERY_OR_FRAGMENT})?(?:#${QUERY_OR_FRAGMENT})?$`);
 
 /** The form the body's `url` must have before any rule of the service is applied (else 422 invalid_request). */
 export function isAbsoluteUri(raw: string): boolean {
