@@ -155,6 +155,21 @@ describe('POST /webhooks/{id}/test', () => {
     expect((await service.api('GET', `/webhooks/${endpoint.id}`, { key: s.key })).body).toMatchObject({ active: true, failureCount: 0, disabledAt: null });
   });
 
+  it('a delivered ping ends the failure run of an endpoint that is still on (README: any delivered post resets failureCount)', async () => {
+    const { service } = rig;
+    const s = await newSender(service);
+    const endpoint = await newEndpoint(s.key, ['email.delivered']);
+    service.deps.db.update(webhookEndpoints).set({ failureCount: 9 }).where(eq(webhookEndpoints.id, endpoint.id)).run();
+    receiver.enqueue({ status: 503 });
+    expect((await service.api('POST', `/webhooks/${endpoint.id}/test`, { key: s.key })).body).toMatchObject({ delivered: false });
+    // A failed ping is never counted...
+    expect((await service.api('GET', `/webhooks/${endpoint.id}`, { key: s.key })).body).toMatchObject({ active: true, failureCount: 9 });
+    service.clock.advance(10_001);
+    expect((await service.api('POST', `/webhooks/${endpoint.id}/test`, { key: s.key })).body).toMatchObject({ delivered: true });
+    // ...and a delivered one shows the endpoint answering: one more failed post must not switch it off.
+    expect((await service.api('GET', `/webhooks/${endpoint.id}`, { key: s.key })).body).toMatchObject({ active: true, failureCount: 0 });
+  });
+
   it('answers 404 webhook_not_found for another account’s endpoint', async () => {
     const a = await newSender(rig.service);
     const b = await newSender(rig.service);

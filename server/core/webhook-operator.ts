@@ -19,7 +19,7 @@ export function listAccountWebhooks(db: Db, accountId: string): WebhookEndpointV
  */
 export function enableWebhook(db: Db, id: string, now: number): WebhookEndpointView {
   const row = db.transaction(() => {
-    if (!reenableWebhookEndpoint(db, id, now)) db.update(webhookEndpoints).set({ failureCount: 0 }).where(eq(webhookEndpoints.id, id)).run();
+    reenableWebhookEndpoint(db, id, now);
     return db.select().from(webhookEndpoints).where(eq(webhookEndpoints.id, id)).get();
   });
   if (!row) throw new ApiError('webhook_not_found', `No webhook endpoint ${id}.`);

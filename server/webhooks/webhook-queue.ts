@@ -166,7 +166,7 @@ export function releaseWebhookDeliveries(db: Db, worker: string, ids?: string[])
 /**
  * Switches an endpoint back on (a successful ping, or the operator): active, no failures, and its waiting deliveries
  * due now, so they resume at once in event order instead of at whatever retry time each had reached. False when it was
- * already on.
+ * already on; its run of failures still ends (a delivered post resets failureCount, a ping's as any other).
  */
 export function reenableWebhookEndpoint(db: Db, endpointId: string, now: number): boolean {
   return db.transaction(() => {
@@ -175,7 +175,10 @@ export function reenableWebhookEndpoint(db: Db, endpointId: string, now: number)
       .set({ active: true, disabledAt: null, failureCount: 0 })
       .where(and(eq(webhookEndpoints.id, endpointId), eq(webhookEndpoints.active, false)))
       .run().changes;
-    if (changed === 0) return false;
+    if (changed === 0) {
+      db.update(webhookEndpoints).set({ failureCount: 0 }).where(eq(webhookEndpoints.id, endpointId)).run();
+      return false;
+    }
     db.update(webhookDeliveries)
       .set({ nextAttemptAt: now })
       .where(and(eq(webhookDeliveries.endpointId, endpointId), sql`${webhookDeliveries.nextAttemptAt} > ${now}`))
