@@ -609,11 +609,13 @@ describe('a sub-account', () => {
   it('tests its parent’s database with POST /database/test', async () => {
     const { key, account } = service.newAccount();
     const sub = await newSub(service, key);
-    expect((await connect(service, key, urlOf('db.pg.test'))).status).toBe(200);
+    const connected = await connect(service, key, urlOf('db.pg.test'));
+    expect(connected.status).toBe(200);
     service.clock.advance(5000);
     const res = await service.api('POST', '/database/test', { key, account: sub });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    expect(res.body).toEqual(connectedStatus(service));
+    // Fresh: lastOkAt now; updatedAt stays, since neither the state nor the error changed.
+    expect(res.body).toEqual(connectedStatus(service, { updatedAt: connected.body.updatedAt }));
     expect(storedRow(service, account.id)!.lastOkAt).toBe(service.clock.now());
   });
 });

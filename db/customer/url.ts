@@ -179,8 +179,13 @@ export function parseCustomerDbUrl(raw: string): CustomerDbTarget {
   }
   if (!/^[A-Za-z]+:\/\//.test(raw)) throw invalid('The URL must start with postgresql:// or postgres:// followed by the host.');
   if (raw.includes('#')) throw invalid('The URL must not have a #fragment.');
-  // The query first, from the text itself: `postgresql://@/db?host=/tmp` is refused for its `host`, by name.
+  // The query first, from the text itself: `postgresql://@/db?host=/tmp` is refused for its `host`, by name. A `?`
+  // before the host's `@` is in the user name or password (unencoded), whose text must never be read as parameters
+  // and echoed.
   const q = raw.indexOf('?');
+  if (q !== -1 && raw.includes('@', q)) {
+    throw invalid('The URL has a ? before the @ that ends its user name and password: percent-encode ?, @, / and # there (%3F, %40, %2F, %23).');
+  }
   const params = parseQuery(q === -1 ? '' : raw.slice(q));
   const authority = raw.slice(raw.indexOf('//') + 2).split(/[/?]/, 1)[0] ?? '';
   if (authority.slice(authority.lastIndexOf('@') + 1) === '') throw invalid('The URL has no host.');

@@ -268,6 +268,10 @@ export async function applyWrites(client: ClientBase, writes: readonly CustomerW
   };
   await client.query('begin');
   try {
+    // A constraint the customer declared deferrable would otherwise be checked at COMMIT, where a refused write can no
+    // longer be told from the others (the savepoints are gone with the transaction): checked at each statement, it is
+    // isolated like any other refusal.
+    await client.query('set constraints all immediate');
     await client.query('savepoint batch');
     try {
       await runWrites(client, writes);

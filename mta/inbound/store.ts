@@ -6,7 +6,7 @@ import { dkimVerify, dmarc, spf } from 'mailauth';
 import { parseHeaders } from 'mailauth/lib/tools.js';
 import addressparser from 'nodemailer/lib/addressparser';
 import type { ClientBase } from 'pg';
-import { type AttachmentWrite, INBOUND_CHANNEL, type InboundWrite } from '../../db/customer/writes.js';
+import { type AttachmentWrite, INBOUND_CHANNEL, type InboundWrite, TargetChangedError } from '../../db/customer/writes.js';
 import type { SpooledInboundWrite } from '../../server/customer-db/outbox.js';
 import type { Config } from '../../server/config.js';
 import type { Deps } from '../../server/deps.js';
@@ -298,9 +298,15 @@ export async function parseInlineInbound(deps: ParseDeps, w: SpooledInboundWrite
 /**
  * Applies one spooled inbound write (a message past the inline size, in its spool file) on `client`, in its own
  * transaction, the attachments streamed to Postgres a chunk at a time. Throws SpoolError when the spool cannot be
- * read, the database's error when it refuses.
+ * read, the database's error when it refuses, and TargetChangedError (nothing committed) when `stillTarget` says,
+ * just before the commit, that the database was replaced or deleted while the message was written.
  */
-export async function applySpooledInbound(client: ClientBase, deps: Pick<Deps, 'config' | 'resolver' | 'logger' | 'secretKey'>, w: SpooledInboundWrite): Promise<void> {
+export async function applySpooledInbound(
+  client: ClientBase,
+  deps: Pick<Deps, 'config' | 'resolver' | 'logger' | 'secretKey'>,
+  w: SpooledInboundWrite,
+  opts: { stillTarget?: () => boolean } = {},
+): Promise<void> {
   const key = deps.secretKey;
   if (!key) throw new SpoolError('no secret key to open the spooled message');
   const raw = w.raw ?? null;
@@ -386,6 +392,7 @@ export async function applySpooledInbound(client: ClientBase, deps: Pick<Deps, '
       // Sent by Postgres at commit, the id alone (payloads are capped at 8000 bytes).
       await client.query('select pg_notify($1, $2)', [INBOUND_CHANNEL, w.id]);
     }
+    if (opts.stillTarget && !opts.stillTarget()) throw new TargetChangedError();
     await client.query('commit');
   } catch (err) {
     await client.query('rollback').catch(() => undefined);

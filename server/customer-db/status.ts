@@ -24,15 +24,16 @@ export function reconnectGap(failures: number): number {
 const row = (owner: string, connectionId: string) => and(eq(customerDatabases.accountId, owner), eq(customerDatabases.connectionId, connectionId));
 
 /**
- * The database was reached (a write landed, or a test connected): `connected`, lastOkAt now, due again at once. A
- * connection error is cleared; an error about a set-aside write stays visible. updatedAt moves when the state or the
- * error changes.
+ * The writer reached the database (a batch was answered): `connected`, due again at once; lastOkAt now when a write
+ * of it `landed` (a batch whose every write was refused for its data moves it not). A connection error is cleared; an
+ * error about a set-aside write stays visible. updatedAt moves when the state or the error changes.
  */
-export function markReached(db: Db, owner: string, connectionId: string, now: number, schemaVersion?: number): void {
+export function markReached(db: Db, owner: string, connectionId: string, now: number, opts: { landed: boolean; schemaVersion?: number }): void {
+  const { landed, schemaVersion } = opts;
   db.update(customerDatabases)
     .set({
       state: 'connected',
-      lastOkAt: now,
+      ...(landed ? { lastOkAt: now } : {}),
       failures: 0,
       nextAttemptAt: now,
       updatedAt: sql`case when ${customerDatabases.state} <> 'connected' or ${customerDatabases.lastErrorKind} = 'connection' then ${now} else ${customerDatabases.updatedAt} end`,
@@ -47,7 +48,16 @@ export function markReached(db: Db, owner: string, connectionId: string, now: nu
 /** A test connection succeeded: as markReached, and the last error of any kind is cleared (the status is fresh). */
 export function markTested(db: Db, owner: string, connectionId: string, now: number, schemaVersion: number): void {
   db.update(customerDatabases)
-    .set({ state: 'connected', lastOkAt: now, failures: 0, nextAttemptAt: now, lastError: null, lastErrorKind: null, schemaVersion, updatedAt: now })
+    .set({
+      state: 'connected',
+      lastOkAt: now,
+      failures: 0,
+      nextAttemptAt: now,
+      lastError: null,
+      lastErrorKind: null,
+      schemaVersion,
+      updatedAt: sql`case when ${customerDatabases.state} <> 'connected' or ${customerDatabases.lastError} is not null then ${now} else ${customerDatabases.updatedAt} end`,
+    })
     .where(row(owner, connectionId))
     .run();
 }
@@ -58,11 +68,16 @@ export function markTested(db: Db, owner: string, connectionId: string, now: num
  */
 export function markUnreachable(db: Db, owner: string, connectionId: string, message: string, now: number): { changed: boolean; failures: number } {
   return db.transaction(() => {
-    const before = db.select({ state: customerDatabases.state, failures: customerDatabases.failures }).from(customerDatabases).where(row(owner, connectionId)).get();
+    const before = db
+      .select({ state: customerDatabases.state, failures: customerDatabases.failures, lastError: customerDatabases.lastError })
+      .from(customerDatabases)
+      .where(row(owner, connectionId))
+      .get();
     if (!before) return { changed: false, failures: 0 };
     const failures = before.failures + 1;
+    const moved = before.state !== 'unreachable' || before.lastError !== message;
     db.update(customerDatabases)
-      .set({ state: 'unreachable', failures, lastError: message, lastErrorKind: 'connection', nextAttemptAt: now + reconnectGap(failures), updatedAt: now })
+      .set({ state: 'unreachable', failures, lastError: message, lastErrorKind: 'connection', nextAttemptAt: now + reconnectGap(failures), ...(moved ? { updatedAt: now } : {}) })
       .where(row(owner, connectionId))
       .run();
     return { changed: before.state !== 'unreachable', failures };
@@ -71,7 +86,10 @@ export function markUnreachable(db: Db, owner: string, connectionId: string, mes
 
 /** A write was set aside for its data: its error becomes the database's last error, the state is untouched. */
 export function noteSetAside(db: Db, owner: string, message: string, now: number): void {
-  db.update(customerDatabases).set({ lastError: message, lastErrorKind: 'data', updatedAt: now }).where(eq(customerDatabases.accountId, owner)).run();
+  db.update(customerDatabases)
+    .set({ lastError: message, lastErrorKind: 'data', updatedAt: sql`case when ${customerDatabases.lastError} is ${message} then ${customerDatabases.updatedAt} else ${now} end` })
+    .where(eq(customerDatabases.accountId, owner))
+    .run();
 }
 
 /** Whether `connectionId` is still the owner's database (not replaced by a new URL, nor deleted). */

@@ -192,7 +192,7 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
         await flushRun();
         if (!stillTarget()) throw new TargetChangedError();
         try {
-          await applySpooledInbound(client, deps, o.write);
+          await applySpooledInbound(client, deps, o.write, { stillTarget });
           // Gone from the outbox as soon as it landed: `pending` follows the messages one by one, and a crash later
           // in the batch does not parse this one again.
           deleteWrites(deps.db, [o.row.id]);
@@ -220,7 +220,7 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
           noteSetAside(deps.db, db.accountId, `A queued ${o.row.kind} write was set aside after the database refused it: ${r.error}`, now);
         } else deps.logger.warn('customer_db.write_refused', fields);
       }
-      markReached(deps.db, db.accountId, db.connectionId, now);
+      markReached(deps.db, db.accountId, db.connectionId, now, { landed: opened.some((o) => !refused.has(o.row.id)) });
     });
     for (const spool of landedSpools) {
       if (!spoolReferenced(deps.db, spool)) rmSync(spoolPath(deps.config.dataDir, spool), { force: true });

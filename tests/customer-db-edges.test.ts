@@ -1,0 +1,216 @@
+import type pg from 'pg';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { customerDbWrites, outboundRecipients } from '../db/schema/index.js';
+import { createSpoolWriter } from '../mta/inbound/spool.js';
+import { queueCustomerDbWrite } from '../server/customer-db/outbox.js';
+import { RECONNECT_GAPS_MS } from '../server/customer-db/status.js';
+import { type CustomerDbWriter, createCustomerDbWriter } from '../server/customer-db/writer.js';
+import { newId } from '../server/ids.js';
+import { type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
+import { type TestPostgres, startPostgres } from './helpers/postgres.js';
+import { type Sender, newSender, receipt } from './helpers/sending.js';
+
+/**
+ * The customer database at its edges (found by an audit, each watched failing before its fix): a refusal raised at
+ * COMMIT (a deferrable constraint), a spooled message whose database is replaced or deleted while it is written, a
+ * password the URL's error message must never echo, and when `updatedAt` and `lastOkAt` move.
+ */
+
+let rig: DeliveryRig;
+let pgServer: TestPostgres;
+let writer: CustomerDbWriter | undefined;
+let databases = 0;
+
+beforeAll(async () => {
+  [rig, pgServer] = await Promise.all([startDeliveryRig(), startPostgres({ certificate: 'trusted' })]);
+}, 120_000);
+afterAll(async () => {
+  await stopDeliveryRig(rig);
+  await pgServer?.stop();
+});
+beforeEach(() => {
+  rig.service.deps.db.delete(outboundRecipients).run();
+  rig.service.deps.db.delete(customerDbWrites).run();
+  resetDeliveryRig(rig);
+});
+afterEach(async () => {
+  await writer?.stop();
+  writer = undefined;
+});
+
+async function freshDatabase(): Promise<{ name: string; url: string }> {
+  const name = `audit${++databases}`;
+  await pgServer.admin(`create database ${name}`);
+  return { name, url: pgServer.url('localhost').replace(new RegExp(`/${pgServer.database}$`), `/${name}`) };
+}
+async function query(database: string, sql: string, params: unknown[] = []): Promise<pg.QueryResult> {
+  const client = await pgServer.connect(database);
+  try {
+    return await client.query(sql, params);
+  } finally {
+    await client.end();
+  }
+}
+async function send(s: Sender): Promise<string> {
+  const res = await rig.service.api('POST', '/emails', { key: s.key, body: receipt(s.from, 'ann@example.net') });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  return res.body.id as string;
+}
+async function connect(s: Sender, url: string) {
+  const res = await rig.service.api('POST', '/database', { key: s.key, body: { url } });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  return res.body;
+}
+const status = async (s: Sender) => (await rig.service.api('GET', '/database', { key: s.key })).body;
+
+/** A received message spooled to a file (as one over 256 KB is) and queued for the account's database. */
+async function queueSpooledInbound(s: Sender): Promise<string> {
+  const now = rig.service.clock.now();
+  const spoolId = newId(now);
+  const spool = createSpoolWriter(rig.service.deps.config.dataDir, rig.service.deps.secretKey!, spoolId);
+  const raw = Buffer.from(`From: ann@example.net\r\nTo: support@${s.domain}\r\nSubject: big\r\n\r\n${'x'.repeat(1000)}\r\n`);
+  spool.append(raw);
+  await spool.finish();
+  const id = newId(now);
+  rig.service.deps.db.transaction(() => {
+    queueCustomerDbWrite(rig.service.deps, s.account.id, { kind: 'inbound', id, spoolId, accountId: s.account.id, toAddresses: [`support@${s.domain}`], mailFrom: 'ann@example.net', remoteAddress: '127.0.0.1', helo: 'client.example', receivedAt: now, size: raw.length }, now);
+  });
+  return id;
+}
+
+/** The customer locks service.inbound in `database`, then `start` runs the writer; resolves once the writer waits on that lock. */
+async function underInboundLock(database: string, start: () => Promise<unknown>): Promise<{ locker: pg.Client; running: Promise<unknown> }> {
+  const locker = await pgServer.connect(database);
+  await locker.query('begin');
+  await locker.query('lock table service.inbound in access exclusive mode');
+  const running = start();
+  const pid = (locker as unknown as { processID: number }).processID;
+  for (let i = 0; i < 200; i++) {
+    if ((await query(database, `select 1 from pg_stat_activity where datname = $1 and wait_event_type = 'Lock' and pid <> $2`, [database, pid])).rowCount) return { locker, running };
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error('the writer never waited on the lock');
+}
+
+describe('a write refused by a constraint checked at COMMIT (deferrable, class 23)', () => {
+  it('is isolated like any data refusal: the writes behind it land and the database stays connected', async () => {
+    writer = createCustomerDbWriter(rig.service.deps);
+    const s = await newSender(rig.service, { name: 'Deferred' });
+    const db = await freshDatabase();
+    await connect(s, db.url);
+    await query(db.name, 'alter table service.events add constraint events_email_fk foreign key (email_id) references service.emails (id) deferrable initially deferred');
+    const now = rig.service.clock.now();
+    // An outcome of an email this database never got (sent before it was connected), then an ordinary send.
+    rig.service.deps.db.transaction(() => {
+      queueCustomerDbWrite(rig.service.deps, s.account.id, { kind: 'event', id: newId(now), emailId: newId(now), recipient: 'ann@example.net', status: 'delivered', dsn: '2.0.0', detail: '250 ok', occurredAt: now }, now);
+    });
+    const id = await send(s);
+    for (let i = 0; i < 4; i++) {
+      await writer.runOnce();
+      rig.service.clock.advance(RECONNECT_GAPS_MS.at(-1)!);
+    }
+    const st = await status(s);
+    const landed = (await query(db.name, 'select id from service.emails where id = $1', [id])).rows.map((r) => r.id);
+    // Before: landed [], state 'unreachable', lastError 'ROLLBACK TO SAVEPOINT can only be used in transaction blocks
+    // (25P01)', at every retry: nothing behind it landed until the 7-day drop.
+    expect({ landed, state: st.state, lastError: st.lastError }).toMatchObject({ landed: [id], state: 'connected' });
+  });
+});
+
+describe('a spooled received message on its way to a database replaced or deleted meanwhile', () => {
+  it('replaced: not committed in the old database; it goes to the new one', async () => {
+    writer = createCustomerDbWriter(rig.service.deps);
+    const s = await newSender(rig.service, { name: 'SpoolReplaced' });
+    const [before, after] = [await freshDatabase(), await freshDatabase()];
+    await connect(s, before.url);
+    const inboundId = await queueSpooledInbound(s);
+    const w = writer;
+    const { locker: held, running } = await underInboundLock(before.name, () => w.runOnce());
+    await connect(s, after.url);
+    await held.query('commit');
+    await held.end();
+    await running;
+    await writer.runOnce();
+    const inOld = (await query(before.name, 'select 1 from service.inbound where id = $1', [inboundId])).rowCount;
+    const inNew = (await query(after.name, 'select 1 from service.inbound where id = $1', [inboundId])).rowCount;
+    // Before: { inOld: 1, inNew: 0 } and the outbox row gone: the new database never got the message.
+    expect({ inOld, inNew }).toEqual({ inOld: 0, inNew: 1 });
+  });
+
+  it('deleted: nothing is written to the forgotten database', async () => {
+    writer = createCustomerDbWriter(rig.service.deps);
+    const s = await newSender(rig.service, { name: 'SpoolDeleted' });
+    const forgotten = await freshDatabase();
+    await connect(s, forgotten.url);
+    const inboundId = await queueSpooledInbound(s);
+    const w = writer;
+    const { locker: held, running } = await underInboundLock(forgotten.name, () => w.runOnce());
+    expect((await rig.service.api('DELETE', '/database', { key: s.key })).status).toBe(204);
+    await held.query('commit');
+    await held.end();
+    await running;
+    // Before: 1 (the message landed in the database the account had deleted).
+    expect((await query(forgotten.name, 'select 1 from service.inbound where id = $1', [inboundId])).rowCount).toBe(0);
+  });
+});
+
+describe('POST /database with an invalid URL', () => {
+  it('never echoes a part of the password in the error message', async () => {
+    const s = await newSender(rig.service, { name: 'Echo' });
+    // A password with an unencoded "?" and "=" (as base64 padding has), pasted as is.
+    const res = await rig.service.api('POST', '/database', { key: s.key, body: { url: 'postgresql://app:Zx9?Tr0ub4dor3=@db.example.com/app' } });
+    expect(res.status).toBe(422);
+    expect(res.body.error.code).toBe('invalid_url');
+    // It answered 'The URL parameter `Tr0ub4dor3` is not allowed. Only sslmode is accepted.'
+    expect(res.body.error.message).not.toContain('Tr0ub4dor3');
+    expect(res.body.error.message).toMatch(/percent-encode/);
+  });
+});
+
+describe('updatedAt (README: moves when the URL, the state or the last error changes)', () => {
+  it('does not move on a successful POST /database/test that changes none of them', async () => {
+    const s = await newSender(rig.service, { name: 'UpdTest' });
+    const db = await freshDatabase();
+    const connected = await connect(s, db.url);
+    rig.service.clock.advance(60_000);
+    const tested = await rig.service.api('POST', '/database/test', { key: s.key });
+    expect(tested.status).toBe(200);
+    expect({ state: tested.body.state, lastError: tested.body.lastError }).toEqual({ state: 'connected', lastError: null });
+    expect(tested.body.updatedAt).toBe(connected.updatedAt);
+  });
+
+  it('does not move at each failed writer attempt when the state and the error stay the same', async () => {
+    writer = createCustomerDbWriter(rig.service.deps);
+    const s = await newSender(rig.service, { name: 'UpdWriter' });
+    const db = await freshDatabase();
+    await connect(s, db.url);
+    await pgServer.admin(`alter database ${db.name} with allow_connections false`);
+    try {
+      await send(s);
+      await writer.runOnce();
+      const first = await status(s);
+      rig.service.clock.advance(RECONNECT_GAPS_MS[0]!);
+      await writer.runOnce();
+      const second = await status(s);
+      expect({ state: second.state, lastError: second.lastError }).toEqual({ state: 'unreachable', lastError: first.lastError });
+      expect(second.updatedAt).toBe(first.updatedAt);
+    } finally {
+      await pgServer.admin(`alter database ${db.name} with allow_connections true`);
+    }
+  });
+});
+
+describe('lastOkAt (README: moves at each write that lands or successful test)', () => {
+  it('does not move when the only write of a batch is refused for its data', async () => {
+    writer = createCustomerDbWriter(rig.service.deps);
+    const s = await newSender(rig.service, { name: 'OkAt' });
+    const db = await freshDatabase();
+    const connected = await connect(s, db.url);
+    await query(db.name, 'alter table service.emails add column note text not null');
+    rig.service.clock.advance(60_000);
+    await send(s);
+    await writer.runOnce();
+    expect((await query(db.name, 'select count(*)::int as n from service.emails')).rows[0].n).toBe(0);
+    expect((await status(s)).lastOkAt).toBe(connected.lastOkAt);
+  });
+});
