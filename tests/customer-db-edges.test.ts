@@ -214,3 +214,27 @@ describe('lastOkAt (README: moves at each write that lands or successful test)',
     expect((await status(s)).lastOkAt).toBe(connected.lastOkAt);
   });
 });
+
+describe('a least-privilege role', () => {
+  it('whose DBA made the schema and its tables and granted it only USAGE and the rows connects, and its writes land', async () => {
+    writer = createCustomerDbWriter(rig.service.deps);
+    const db = await freshDatabase();
+    // The DBA: schema and tables made by a role with every right (the first connect), then a role for the app.
+    await connect(await newSender(rig.service, { name: 'Dba' }), db.url);
+    const role = `app_${db.name}`;
+    await query(db.name, `create role ${role} login password 'least-${db.name}'`);
+    await query(db.name, `grant usage on schema service to ${role}`);
+    await query(db.name, `grant select, insert, update, delete on all tables in schema service to ${role}`);
+    const url = new URL(db.url);
+    url.username = role;
+    url.password = `least-${db.name}`;
+    const s = await newSender(rig.service, { name: 'LeastPrivilege' });
+    const res = await rig.service.api('POST', '/database', { key: s.key, body: { url: url.toString() } });
+    // It answered 422 database_unreachable: `create table if not exists` asks for CREATE on the schema even when the
+    // table is there.
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const id = await send(s);
+    await writer.runOnce();
+    expect((await query(db.name, 'select id from service.emails where id = $1', [id])).rowCount).toBe(1);
+  });
+});

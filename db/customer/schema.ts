@@ -101,9 +101,13 @@ export async function migrateCustomerDb(client: ClientBase): Promise<number> {
     // a least-privilege role whose DBA created `service` for it has no such right.
     const exists = await client.query("select 1 from pg_namespace where nspname = 'service'");
     if (exists.rowCount === 0) await client.query('create schema service');
-    await client.query(
-      'create table if not exists service.schema_migrations (version integer primary key, name text not null, applied_at timestamptz not null default now())',
-    );
+    // Likewise the table: `create table if not exists` asks for CREATE on the schema even when the table is there.
+    const recorded = await client.query("select to_regclass('service.schema_migrations') is not null as present");
+    if (recorded.rows[0]?.present !== true) {
+      await client.query(
+        'create table if not exists service.schema_migrations (version integer primary key, name text not null, applied_at timestamptz not null default now())',
+      );
+    }
     const applied = new Set((await client.query<{ version: number }>('select version from service.schema_migrations')).rows.map((r) => r.version));
     for (const m of CUSTOMER_MIGRATIONS) {
       if (applied.has(m.version)) continue;
