@@ -1,7 +1,9 @@
 import type pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { customerDbWrites, outboundRecipients } from '../db/schema/index.js';
+import { parseCustomerDbUrl } from '../db/customer/url.js';
 import { createSpoolWriter } from '../mta/inbound/spool.js';
+import { MAX_DB_ADDRESSES, configsFor } from '../server/customer-db/connection.js';
 import { queueCustomerDbWrite } from '../server/customer-db/outbox.js';
 import { RECONNECT_GAPS_MS } from '../server/customer-db/status.js';
 import { type CustomerDbWriter, createCustomerDbWriter } from '../server/customer-db/writer.js';
@@ -236,5 +238,24 @@ describe('a least-privilege role', () => {
     const id = await send(s);
     await writer.runOnce();
     expect((await query(db.name, 'select id from service.emails where id = $1', [id])).rowCount).toBe(1);
+  });
+});
+
+describe('a database host with several addresses', () => {
+  it('falls back to the next address when one refuses the connection', async () => {
+    // 127.0.0.2 has nothing on Postgres's port (ECONNREFUSED); 127.0.0.1 is the server, whose certificate names db.pg.test.
+    rig.dns.add('db.pg.test', { type: 'A', address: '127.0.0.2' });
+    rig.dns.add('db.pg.test', { type: 'A', address: '127.0.0.1' });
+    const s = await newSender(rig.service, { name: 'Fallback' });
+    const db = await freshDatabase();
+    const res = await rig.service.api('POST', '/database', { key: s.key, body: { url: db.url.replace('@localhost:', '@db.pg.test:') } });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+  });
+
+  it('is tried at its first 3 addresses only: a connect waits at most 3 connect timeouts, not one per address', async () => {
+    expect(MAX_DB_ADDRESSES).toBe(3);
+    for (let i = 11; i <= 18; i++) rig.dns.add('many.pg.test', { type: 'A', address: `127.0.0.${i}` });
+    const reached = await configsFor(rig.service.deps, parseCustomerDbUrl('postgresql://app:pw@many.pg.test/app'));
+    expect(reached.ok && reached.configs.map((c) => c.host)).toEqual(['127.0.0.11', '127.0.0.12', '127.0.0.13']);
   });
 });

@@ -20,12 +20,18 @@ export const PG_BOUNDS = {
 
 export type Reached = { ok: true; configs: CustomerPgConfig[] } | { ok: false; blocked: boolean; message: string };
 
-/** The pg configs to try, one per checked address (IPv4 first), or why there are none. */
+/**
+ * Addresses of one host tried in turn, at most: each may take the whole connect timeout, and a name with dozens of
+ * unroutable addresses would otherwise hold `POST /database`, or one of the writer's connections, for minutes.
+ */
+export const MAX_DB_ADDRESSES = 3;
+
+/** The pg configs to try, one per checked address (IPv4 first, the first MAX_DB_ADDRESSES), or why there are none. */
 export async function configsFor(deps: Pick<Deps, 'resolver' | 'config'>, target: CustomerDbTarget): Promise<Reached> {
   const check = await resolveCustomerDbHost(deps, target.host);
   if (check.kind === 'blocked') return { ok: false, blocked: true, message: 'The database host resolves to a private, loopback or reserved address.' };
   if (check.kind === 'dns_error') return { ok: false, blocked: false, message: `could not connect: the host name does not resolve (${check.reason})` };
-  return { ok: true, configs: check.addresses.map((address) => pgClientConfig(target, address, PG_BOUNDS)) };
+  return { ok: true, configs: check.addresses.slice(0, MAX_DB_ADDRESSES).map((address) => pgClientConfig(target, address, PG_BOUNDS)) };
 }
 
 /** The URL sealed in a row, opened and parsed again (it was checked when stored). */
