@@ -91,6 +91,8 @@ describe('parseWebhookUrl refuses', () => {
     ['not a URL', 'example.com/hook'],
     ['a relative path', '/hook'],
     ['a zone index', 'https://[fe80::1%25eth0]/'],
+    ['port 0, where nothing can listen', 'https://example.com:0/hook'],
+    ['port 0 written long', 'https://example.com:00000/hook'],
   ];
   it.each(cases)('%s', async (_why, raw) => {
     expect(() => parseWebhookUrl(raw)).toThrow(ApiError);

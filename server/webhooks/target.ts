@@ -48,6 +48,8 @@ export function parseWebhookUrl(raw: string): URL {
   if (url.protocol !== 'https:') throw new ApiError('invalid_url', 'The URL must use https.');
   if (url.username !== '' || url.password !== '') throw new ApiError('invalid_url', 'The URL must not carry a user name or password.');
   if (url.hostname === '' || url.hostname === '.') throw new ApiError('invalid_url', 'The URL has no host.');
+  // The WHATWG parser keeps 1 to 65535 and turns the default 443 into ''; 0 is no port anything listens on.
+  if (url.port === '0') throw new ApiError('invalid_url', 'The URL port must be 1 to 65535.');
   return url;
 }
 
