@@ -1,4 +1,4 @@
-import { isIP } from 'node:net';
+import { type Socket, connect, isIP } from 'node:net';
 import SMTPConnection from 'nodemailer/lib/smtp-connection';
 import type { NodemailerError } from 'nodemailer/lib/errors';
 import { type Classified, TLS_FAILED_DSN, classifyFailure, classifyReply } from './dsn.js';
@@ -76,7 +76,10 @@ export function connectionOptions(address: string, target: Target, opts: ClientO
     ignoreTLS: plain && !guarded,
     // SNI carries a host name only (RFC 6066): a relay given by IP address gets none (and Node warns, DEP0123).
     tls: { rejectUnauthorized: guarded, ...(isIP(target.host.replace(/^\[|\]$/g, '')) === 0 ? { servername: target.host } : {}) },
-    connectionTimeout: opts.connectTimeoutMs,
+    // The socket arrives connected (openSocket, within connectTimeoutMs). nodemailer counts the greeting and a STARTTLS
+    // handshake against its connectionTimeout too, so that is the greeting's time here, or a slow greeter would be
+    // dropped at the connect timeout.
+    connectionTimeout: opts.greetingTimeoutMs,
     greetingTimeout: opts.greetingTimeoutMs,
     socketTimeout: opts.socketTimeoutMs,
     logger: false,
@@ -94,9 +97,32 @@ export class UpgradeFailed extends Error {
   }
 }
 
-function connectTo(address: string, target: Target, opts: ClientOptions, plain: boolean): Promise<SMTPConnection> {
+/**
+ * The TCP connection to `address`, given up after `timeoutMs` (the connect timeout: a host that never answers the
+ * handshake holds a slot that long). The greeting's own wait starts once it is open.
+ */
+function openSocket(address: string, port: number, timeoutMs: number): Promise<Socket> {
   return new Promise((resolve, reject) => {
-    const conn = new SMTPConnection(connectionOptions(address, target, opts, plain));
+    const socket = connect({ host: address, port });
+    const fail = (err: Error) => {
+      clearTimeout(timer);
+      socket.destroy();
+      reject(err);
+    };
+    const timer = setTimeout(() => fail(Object.assign(new Error(`connection timeout (${timeoutMs} ms)`), { code: 'ETIMEDOUT' })), timeoutMs);
+    socket.once('error', fail);
+    socket.once('connect', () => {
+      clearTimeout(timer);
+      socket.off('error', fail);
+      resolve(socket);
+    });
+  });
+}
+
+async function connectTo(address: string, target: Target, opts: ClientOptions, plain: boolean): Promise<SMTPConnection> {
+  const socket = await openSocket(address, target.port, opts.connectTimeoutMs);
+  return new Promise((resolve, reject) => {
+    const conn = new SMTPConnection({ ...connectionOptions(address, target, opts, plain), connection: socket });
     let settled = false;
     // nodemailer's `upgrading` is true from the 220 to STARTTLS until the handshake is done.
     const failedWith = (err: NodemailerError) => ((conn as unknown as { upgrading?: boolean }).upgrading ? new UpgradeFailed(err) : err);

@@ -1,6 +1,7 @@
+import { type AddressInfo, type Socket, createServer } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import type { Target } from '../mta/routing.js';
-import { connectionOptions } from '../mta/smtp-client.js';
+import { SessionFailure, connectionOptions, openSession } from '../mta/smtp-client.js';
 
 /**
  * How the SMTP client is told to connect. SNI carries a host name only (RFC 6066 section 3): given an IP address,
@@ -22,5 +23,56 @@ describe('SMTP connection options', () => {
       servername: 'smtp.relay.example',
       rejectUnauthorized: true,
     });
+  });
+});
+
+/** A server that accepts at once and greets after `delayMs` (a greylisting or overloaded MX), or never (`null`). */
+async function slowGreeter(delayMs: number | null): Promise<{ port: number; close: () => Promise<void> }> {
+  const sockets = new Set<Socket>();
+  const server = createServer((socket) => {
+    sockets.add(socket);
+    socket.on('error', () => undefined);
+    const timer = delayMs === null ? null : setTimeout(() => socket.write('220 slow.test ESMTP\r\n'), delayMs);
+    socket.on('close', () => timer && clearTimeout(timer));
+    socket.on('data', (c: Buffer) => {
+      if (/^EHLO/i.test(c.toString())) socket.write('250 slow.test\r\n');
+      else if (/^QUIT/i.test(c.toString())) socket.end('221 bye\r\n');
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    port: (server.address() as AddressInfo).port,
+    close: async () => {
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+describe('timeouts: the connect timeout bounds the TCP connect only, the greeting has its own', () => {
+  const scaled = { name: 'mx.mailstead.test', connectTimeoutMs: 300, greetingTimeoutMs: 1500, socketTimeoutMs: 1500 };
+  const local = (port: number): Target => ({ host: 'slow.test', addresses: ['127.0.0.1'], port, secure: false, auth: null, relay: false });
+
+  it('a greeting that comes after the connect timeout, within the greeting timeout, opens the session', async () => {
+    const server = await slowGreeter(700);
+    try {
+      const session = await openSession([local(server.port)], scaled);
+      await session.close();
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('a greeting that never comes defers 4.4.1 once the greeting timeout has passed, not before', async () => {
+    const server = await slowGreeter(null);
+    try {
+      const started = Date.now();
+      const failure = await openSession([local(server.port)], scaled).catch((e: unknown) => e);
+      expect(failure).toBeInstanceOf(SessionFailure);
+      expect((failure as SessionFailure).outcome).toMatchObject({ status: 'deferred', dsn: '4.4.1' });
+      expect(Date.now() - started).toBeGreaterThanOrEqual(1400);
+    } finally {
+      await server.close();
+    }
   });
 });
