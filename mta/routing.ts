@@ -65,7 +65,12 @@ export async function resolveRoute(domain: string, deps: { config: Config; resol
   if (mx.status === 'unknown') return defer('4.4.3', `DNS lookup of the MX of ${domain} failed: ${mx.reason}`);
   let hosts: string[];
   if (mx.status === 'found') {
-    const records = [...mx.records].sort((a, b) => a.priority - b.priority);
+    // Most preferred first; hosts of equal preference in a random order (RFC 5321 5.1), so the first attempts spread
+    // over them.
+    const records = mx.records
+      .map((r) => ({ r, tiebreak: Math.random() }))
+      .sort((a, b) => a.r.priority - b.r.priority || a.tiebreak - b.tiebreak)
+      .map(({ r }) => r);
     const named = records.filter((r) => r.exchange.replace(/\.$/, '') !== '');
     if (named.length === 0) return bounce('5.1.10', `${domain} does not accept mail (null MX)`);
     hosts = named.map((r) => r.exchange.replace(/\.$/, '').toLowerCase());
@@ -86,9 +91,10 @@ export async function resolveRoute(domain: string, deps: { config: Config; resol
     const host = hosts[i]!;
     const all = [...(a.status === 'found' ? a.records : []), ...(aaaa.status === 'found' ? aaaa.records : [])];
     for (const l of [a, aaaa]) if (l.status === 'found' && l.ttl !== undefined) ttls.push(l.ttl);
-    // A host is only known to have no address when both lookups answered: one that failed may hold it.
-    if (all.length === 0 && (a.status === 'unknown' || aaaa.status === 'unknown')) dnsFailed = true;
     const allowed = config.allowPrivateTargets ? all : all.filter((ip) => !isReservedAddress(ip));
+    // A host is only known to have no usable address when both lookups answered: one that failed may hold it (an A
+    // record that is private says nothing of a AAAA lookup that timed out).
+    if (allowed.length === 0 && (a.status === 'unknown' || aaaa.status === 'unknown')) dnsFailed = true;
     refused += all.length - allowed.length;
     if (allowed.length > 0) targets.push({ host, addresses: allowed, port: config.smtpDeliveryPort, secure: false, auth: null, relay: false });
   });

@@ -175,6 +175,22 @@ describe('MX routing', () => {
     expect(sink.deliveredTo()).toEqual(['a@pref.example']);
   });
 
+  it('spreads the first attempt over MX hosts of equal preference (RFC 5321 5.1: randomized), the less preferred after them', async () => {
+    dns.add('equal.example', { type: 'MX', priority: 10, exchange: 'mx1.equal.example' });
+    dns.add('equal.example', { type: 'MX', priority: 10, exchange: 'mx2.equal.example' });
+    dns.add('equal.example', { type: 'MX', priority: 20, exchange: 'backup.equal.example' });
+    for (const host of ['mx1', 'mx2', 'backup']) dns.add(`${host}.equal.example`, { type: 'A', address: '127.0.0.1' });
+    const orders = new Set<string>();
+    for (let i = 0; i < 40; i++) {
+      const route = await resolveRoute('equal.example', open.deps);
+      if (route.kind !== 'targets') throw new Error(JSON.stringify(route));
+      expect(route.targets[2]!.host).toBe('backup.equal.example');
+      orders.add(route.targets.map((t) => t.host).join(' '));
+    }
+    // Both orders of the equal pair (each run's chance of missing one: 2^-39).
+    expect([...orders].sort()).toEqual(['mx1.equal.example mx2.equal.example backup.equal.example', 'mx2.equal.example mx1.equal.example backup.equal.example']);
+  });
+
   it('falls back to the next MX host when the preferred one refuses the connection', async () => {
     dns.add('fallback.example', { type: 'MX', priority: 10, exchange: 'down.fallback.example' });
     dns.add('fallback.example', { type: 'MX', priority: 20, exchange: 'up.fallback.example' });
@@ -246,6 +262,19 @@ describe('private and reserved targets', () => {
     expect(ev).toEqual([expect.objectContaining({ recipient: 'i@inside.example', status: 'bounced', dsn: '5.4.4' })]);
     expect(sink.connections).toBe(0);
     expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
+  it('defers 4.4.3, never bounces, a host whose A record is private and whose AAAA lookup timed out (it may hold a public one)', async () => {
+    dns.add('partial.example', { type: 'MX', priority: 10, exchange: 'mx.partial.example' });
+    dns.add('mx.partial.example', { type: 'A', address: '10.0.0.5' });
+    dns.silence('mx.partial.example', 'AAAA');
+    const { s, events: ev } = await deliverOne(strict, 'p@partial.example');
+    expect(ev).toEqual([expect.objectContaining({ status: 'deferred', dsn: '4.4.3' })]);
+    expect(await suppressed(strict, s, 'p@partial.example')).toEqual([]);
+    // The same for a domain without MX whose own AAAA lookup failed.
+    dns.add('partial2.example', { type: 'A', address: '10.0.0.6' });
+    dns.silence('partial2.example', 'AAAA');
+    expect(await resolveRoute('partial2.example', strict.deps)).toMatchObject({ kind: 'fail', outcome: { status: 'deferred', dsn: '4.4.3' } });
   });
 
   it('bounces 5.4.4 a domain without MX whose own address is loopback (IPv4 and IPv6)', async () => {
