@@ -219,14 +219,25 @@ async function parseMessage(
   let html: string | null = null;
   /** An attachment's consumer failed (the customer's database): its own error, not the parser's. */
   let sinkFailure: { err: unknown } | null = null;
+  // The parser can fail while an attachment is being read (past mailsplit's 1000 parts, say), leaving that stream
+  // open forever: it is ended with the parser's error, and the message is unparsable, not the consumer at fault.
+  let parserFailure: Error | null = null;
+  let reading: Readable | null = null;
+  parser.on('error', (err: Error) => {
+    parserFailure ??= err;
+    reading?.destroy(err);
+  });
   try {
     for await (const part of parser as AsyncIterable<AttachmentStream | MessageText>) {
       if (part.type === 'attachment') {
+        reading = part.content as unknown as Readable;
         try {
           await onAttachment({ filename: part.filename ? clean(part.filename) : null, contentType: part.contentType || 'application/octet-stream', content: part.content as unknown as NodeJS.ReadableStream });
         } catch (err) {
-          sinkFailure = { err };
+          if (!parserFailure) sinkFailure = { err };
           throw err;
+        } finally {
+          reading = null;
         }
         part.release();
       } else if (part.type === 'text') {
@@ -237,7 +248,8 @@ async function parseMessage(
   } catch (err) {
     if (sourceFailure) throw new SpoolError(`the spooled message could not be read: ${(sourceFailure as Error).message}`);
     if (sinkFailure) throw (sinkFailure as { err: unknown }).err;
-    throw new UnparsableMessage(err instanceof Error ? err.message : String(err));
+    const cause = parserFailure ?? err;
+    throw new UnparsableMessage(cause instanceof Error ? cause.message : String(cause));
   }
   if (sourceFailure) throw new SpoolError(`the spooled message could not be read: ${(sourceFailure as Error).message}`);
   const from = headers.get('from') as { value?: { address?: string }[] } | undefined;
