@@ -95,19 +95,38 @@ function headerBlock(source: MessageSource): Promise<Buffer> {
 }
 
 /**
+ * DKIM keys looked up per received message, at most. Each lookup may take the resolver's whole timeout, mailauth makes
+ * them one after another, and a message may carry hundreds of signatures: past this many, a signature's key lookup
+ * fails at once (its result is temperror), so one message cannot hold its account's writes for minutes.
+ */
+export const MAX_DKIM_KEY_LOOKUPS = 5;
+
+type MailauthResolver = ReturnType<typeof mailauthResolver>;
+
+function withLookupLimit(resolve: MailauthResolver, limit: number): MailauthResolver {
+  let made = 0;
+  return (name, type) => {
+    if (made >= limit) return Promise.reject(Object.assign(new Error(`not looked up: over ${limit} DKIM key lookups for one message`), { code: 'ESERVFAIL' }));
+    made++;
+    return resolve(name, type);
+  };
+}
+
+/**
  * SPF, DKIM (the first signature's result, `none` when unsigned) and DMARC results, or nulls when they cannot be had:
  * what mailauth's `authenticate` answers without ARC and BIMI, composed from its parts so that a message without a
  * DKIM-Signature is not read through a DKIM verifier (most of authenticate's cost for a small message).
  * tests/inbound-verdicts.test.ts holds it to authenticate's answers.
  */
 export async function verdictsOf(deps: ParseDeps, message: MessageSource, w: Pick<SpooledInboundWrite, 'remoteAddress' | 'helo' | 'mailFrom'>): Promise<Verdicts> {
-  const resolver = mailauthResolver(deps.resolver) as never;
+  const lookup = mailauthResolver(deps.resolver);
+  const resolver = lookup as never;
   try {
     const headers = parseHeaders(await headerBlock(message)).parsed;
     let dkim: Awaited<ReturnType<typeof dkimVerify>> | null = null;
     let headerFrom: string[];
     if (headers.some((h) => h.key === 'dkim-signature')) {
-      dkim = await dkimVerify(Buffer.isBuffer(message) ? message : message(), { resolver, sender: w.mailFrom });
+      dkim = await dkimVerify(Buffer.isBuffer(message) ? message : message(), { resolver: withLookupLimit(lookup, MAX_DKIM_KEY_LOOKUPS) as never, sender: w.mailFrom });
       headerFrom = dkim.headerFrom;
     } else {
       headerFrom = headers
