@@ -163,10 +163,27 @@ export async function verdictsOf(deps: ParseDeps, message: MessageSource, w: Pic
   }
 }
 
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * A header line as sent: mailparser hands its bytes over one character each (latin1). UTF-8 (RFC 6532, which the
+ * server's SMTPUTF8 invites) is read as UTF-8; bytes that are not UTF-8 (a legacy 8-bit charset) stay one character
+ * each, as before.
+ */
+function headerText(line: string): string {
+  if (!/[\u0080-\u00ff]/.test(line)) return line;
+  try {
+    return strictUtf8.decode(Buffer.from(line, 'latin1'));
+  } catch {
+    return line;
+  }
+}
+
 /** The header lines as name (lower case) to the values in order, unfolded. */
 function headersOf(lines: readonly { key: string; line: string }[]): Record<string, string[]> {
   const out: Record<string, string[]> = {};
-  for (const { key, line } of lines) {
+  for (const { key, line: raw } of lines) {
+    const line = headerText(raw);
     const value = clean(line.slice(line.indexOf(':') + 1).replace(/\r?\n[ \t]+/g, ' ').trim());
     (out[clean(key)] ??= []).push(value);
   }
