@@ -44,10 +44,18 @@ export function createInboundServer(deps: Deps, tls: { key: string; cert: string
   // so DATA does not judge again: the transaction that stores the message does (receiveMessage).
   const judgedAtRcpt = new WeakMap<object, Recipient>();
   const sessionTimers = new Map<string, NodeJS.Timeout>();
+  /** smtp-server's connection of a session (its own objects: only the fields read here). */
+  const connectionOf = (id: string) => {
+    for (const c of (server as unknown as { connections: Set<{ id: string; close(): void; _socket: { bytesRead: number } }> }).connections) {
+      if (c.id === id) return c;
+    }
+    return undefined;
+  };
 
   const server: SMTPServer = new SMTPServer({
     name: deps.config.mailHostname,
-    banner: 'Mailstead ESMTP',
+    // smtp-server writes `220 <name> ESMTP <banner>`.
+    banner: 'Mailstead',
     key: tls.key,
     cert: tls.cert,
     size: deps.config.smtpMaxMessageBytes,
@@ -71,14 +79,16 @@ export function createInboundServer(deps: Deps, tls: { key: string; cert: string
         deps.metrics.inboundRefused('connect', 421);
         return callback(reply(421, '4.7.0 Too many connections from your address; try again later'));
       }
+      // Called before the banner: any byte already here was sent before it. smtp-server refuses a whole command line
+      // sent early, but not the start of one whose line end is held back until after the banner.
+      if ((connectionOf(session.id)?._socket.bytesRead ?? 0) > 0) {
+        deps.metrics.inboundRefused('connect', 421);
+        return callback(reply(421, '4.7.0 You talked before the greeting; closing'));
+      }
       // A session that outlives its bound is closed, whatever it is doing.
       sessionTimers.set(
         session.id,
-        setTimeout(() => {
-          for (const connection of (server as unknown as { connections: Set<{ id: string; close(): void }> }).connections) {
-            if (connection.id === session.id) connection.close();
-          }
-        }, opts.maxSessionMs).unref(),
+        setTimeout(() => connectionOf(session.id)?.close(), opts.maxSessionMs).unref(),
       );
       callback();
     },
