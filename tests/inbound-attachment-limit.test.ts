@@ -74,7 +74,7 @@ it('a small message with 1000 attachment parts is stored (as message.eml), and t
     writer.runOnce().then(() => 'finished'),
     new Promise((resolve) => setTimeout(() => resolve('still running after 10 s'), 10_000)),
   ]);
-  // Shutdown (writer.stop) waits for the run, and closes the parse thread only after it: it never returns either.
+  // Shutdown (writer.stop) waits for the run, and closes the parse thread only after it: it never returned either.
   const stopped = await Promise.race([
     writer.stop().then(() => 'stopped'),
     new Promise((resolve) => setTimeout(() => resolve('stop still waiting after 5 s'), 5_000)),

@@ -36,7 +36,7 @@ it('bytes of a command sent before the banner are refused with 421 and the conne
     const banner = await client.reply();
     client.write('\r\n');
     const answer = await client.reply();
-    // Expected: 421 (at the banner or for the command) and a closed connection; got 220 banner, then 250 to the EHLO.
+    // 421 (for the bytes before the banner) and a closed connection; it was the 220 banner, then 250 to the EHLO.
     expect([banner, answer].some((r) => r.startsWith('421 ')), JSON.stringify([banner, answer])).toBe(true);
     expect(await client.closedByServer(2000)).toBe(true);
   } finally {
