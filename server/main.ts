@@ -6,6 +6,7 @@ import { ensureAdminToken } from './core/admin-token.js';
 import { createPrivateDir, type DataDirLock, DataDirLockedError, lockDataDir, securePrivateDataDir } from '../db/data-dir.js';
 import { CAPTURE_LIMIT } from '../mta/capture-store.js';
 import { createDeliveryEngine } from '../mta/delivery-engine.js';
+import { releaseDeadClaims } from './core/idempotency.js';
 import { createDeps } from './deps.js';
 import { startCheckpointer } from '../db/checkpointer.js';
 import { listenHttp } from './http/serve.js';
@@ -87,6 +88,9 @@ async function main(): Promise<void> {
     stdout.flush();
     writeSync(1, `${JSON.stringify(line)}\n`);
   });
+
+  const deadClaims = releaseDeadClaims(deps.db);
+  if (deadClaims > 0) logger.info('idempotency.dead_claims_released', { count: deadClaims });
 
   const engine = createDeliveryEngine(deps);
   deps.onQueued = engine.poke;

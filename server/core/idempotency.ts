@@ -99,6 +99,15 @@ export function settleClaim(db: Db, claim: Claim, response: unknown, now: number
   statements(db).settle.run({ accountId: claim.accountId, key: claim.key, token: claim.token, response: JSON.stringify(response), now });
 }
 
+/**
+ * At start, under the data directory's lock: every running claim belongs to a request of a process that is gone (it
+ * was killed before its send committed), so each is freed, and a retry after a crash is a fresh attempt at once
+ * instead of `409 idempotency_in_progress` until CLAIM_RELEASE_MS passes. Returns how many.
+ */
+export function releaseDeadClaims(db: Db): number {
+  return db.delete(idempotencyKeys).where(eq(idempotencyKeys.state, 'running')).run().changes;
+}
+
 /** Any answer but a 200 frees the key, so a retry is a fresh attempt. */
 export function releaseClaim(db: Db, claim: Claim): void {
   // Without an fsync: lost in a power failure, the claim lapses after CLAIM_RELEASE_MS instead.

@@ -148,6 +148,16 @@ export async function listenHttp(
     socket.end(rawAnswer('400 Bad Request', 'invalid_request', 'CONNECT is not supported: this is not a proxy.'));
   });
 
+  // Once stopping, every answer closes its connection: a client that sends again at once on a kept-alive connection
+  // keeps it busy, never idle, and the stop would wait for it for ever.
+  let closing = false;
+  const answering = new Set<ServerResponse>();
+  server.on('request', (_req: IncomingMessage, res: ServerResponse) => {
+    if (closing) res.shouldKeepAlive = false;
+    answering.add(res);
+    res.once('close', () => answering.delete(res));
+  });
+
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => {
@@ -160,6 +170,8 @@ export async function listenHttp(
     port: (server.address() as AddressInfo).port,
     close: () =>
       new Promise<void>((resolve) => {
+        closing = true;
+        for (const res of answering) res.shouldKeepAlive = false;
         server.close(() => resolve());
         server.closeIdleConnections();
       }),
