@@ -1,4 +1,5 @@
 import { type Socket, connect, isIP } from 'node:net';
+import { type ConnectionOptions, connect as tlsConnect } from 'node:tls';
 import SMTPConnection from 'nodemailer/lib/smtp-connection';
 import type { NodemailerError } from 'nodemailer/lib/errors';
 import { type Classified, TLS_FAILED_DSN, classifyFailure, classifyReply } from './dsn.js';
@@ -98,12 +99,13 @@ export class UpgradeFailed extends Error {
 }
 
 /**
- * The TCP connection to `address`, given up after `timeoutMs` (the connect timeout: a host that never answers the
- * handshake holds a slot that long). The greeting's own wait starts once it is open.
+ * The connection to `address`, given up after `timeoutMs` (the connect timeout: a host that never answers holds a
+ * slot that long): TCP, or TLS from the start for an implicit-TLS relay (`tlsOptions`), whose handshake is part of
+ * connecting. The greeting's own wait starts once it is open.
  */
-function openSocket(address: string, port: number, timeoutMs: number): Promise<Socket> {
+function openSocket(address: string, port: number, tlsOptions: ConnectionOptions | null, timeoutMs: number): Promise<Socket> {
   return new Promise((resolve, reject) => {
-    const socket = connect({ host: address, port });
+    const socket = tlsOptions ? tlsConnect({ ...tlsOptions, host: address, port }) : connect({ host: address, port });
     const fail = (err: Error) => {
       clearTimeout(timer);
       socket.destroy();
@@ -111,7 +113,7 @@ function openSocket(address: string, port: number, timeoutMs: number): Promise<S
     };
     const timer = setTimeout(() => fail(Object.assign(new Error(`connection timeout (${timeoutMs} ms)`), { code: 'ETIMEDOUT' })), timeoutMs);
     socket.once('error', fail);
-    socket.once('connect', () => {
+    socket.once(tlsOptions ? 'secureConnect' : 'connect', () => {
       clearTimeout(timer);
       socket.off('error', fail);
       resolve(socket);
@@ -120,9 +122,10 @@ function openSocket(address: string, port: number, timeoutMs: number): Promise<S
 }
 
 async function connectTo(address: string, target: Target, opts: ClientOptions, plain: boolean): Promise<SMTPConnection> {
-  const socket = await openSocket(address, target.port, opts.connectTimeoutMs);
+  const options = connectionOptions(address, target, opts, plain);
+  const socket = await openSocket(address, target.port, target.secure ? (options.tls ?? {}) : null, opts.connectTimeoutMs);
   return new Promise((resolve, reject) => {
-    const conn = new SMTPConnection({ ...connectionOptions(address, target, opts, plain), connection: socket });
+    const conn = new SMTPConnection({ ...options, connection: socket, secured: target.secure });
     let settled = false;
     // nodemailer's `upgrading` is true from the 220 to STARTTLS until the handshake is done.
     const failedWith = (err: NodemailerError) => ((conn as unknown as { upgrading?: boolean }).upgrading ? new UpgradeFailed(err) : err);
@@ -193,8 +196,9 @@ export async function openSession(targets: Target[], opts: ClientOptions): Promi
   const attempts: ConnectAttempt[] = [];
   for (const target of targets) {
     for (const address of target.addresses) {
-      // A failed STARTTLS upgrade is retried once in plain text (MX only; never with relay credentials).
-      for (const plain of target.auth ? [false] : [false, true]) {
+      // A failed STARTTLS upgrade is retried once in plain text (MX only; never with relay credentials, and never
+      // where TLS is the connection itself).
+      for (const plain of target.auth || target.secure ? [false] : [false, true]) {
         try {
           const conn = await connectTo(address, target, opts, plain);
           return sessionOf(conn, opts, target.relay);

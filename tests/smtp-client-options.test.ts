@@ -1,6 +1,9 @@
+import { generateKeyPairSync } from 'node:crypto';
 import { type AddressInfo, type Socket, createServer } from 'node:net';
+import { SMTPServer } from 'smtp-server';
 import { describe, expect, it } from 'vitest';
 import type { Target } from '../mta/routing.js';
+import { selfSignedCertificate } from '../mta/inbound/tls.js';
 import { SessionFailure, connectionOptions, openSession } from '../mta/smtp-client.js';
 
 /**
@@ -60,6 +63,51 @@ describe('timeouts: the connect timeout bounds the TCP connect only, the greetin
       await session.close();
     } finally {
       await server.close();
+    }
+  });
+
+  it('an implicit-TLS relay (smtps) that never completes its handshake is given up at the connect timeout, once, 4.4.1', async () => {
+    // Accepts the connection and says nothing: the client's TLS ClientHello goes unanswered.
+    const server = await slowGreeter(null);
+    try {
+      const started = Date.now();
+      const failure = await openSession([{ ...local(server.port), secure: true, relay: true }], scaled).catch((e: unknown) => e);
+      expect(failure).toBeInstanceOf(SessionFailure);
+      expect((failure as SessionFailure).outcome).toMatchObject({ status: 'deferred', dsn: '4.4.1' });
+      expect((failure as SessionFailure).attempts).toHaveLength(1);
+      expect(Date.now() - started).toBeLessThan(1000);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('an implicit-TLS relay (smtps) that answers: TLS from the first byte, the message delivered over it', async () => {
+    const keys = generateKeyPairSync('rsa', { modulusLength: 2048 });
+    const received: string[] = [];
+    const server = new SMTPServer({
+      secure: true,
+      key: keys.privateKey.export({ type: 'pkcs8', format: 'pem' }),
+      cert: selfSignedCertificate('relay.test', keys),
+      authOptional: true,
+      logger: false,
+      onData(stream, session, done) {
+        stream.resume();
+        stream.on('end', () => {
+          received.push(`${session.secure} ${session.envelope.rcptTo.map((r) => r.address).join(',')}`);
+          done();
+        });
+      },
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
+    try {
+      const port = (server.server.address() as AddressInfo).port;
+      const session = await openSession([{ ...local(port), host: 'relay.test', secure: true, relay: true }], scaled);
+      const sent = await session.send('bounce@mx.mailstead.test', 'ann@example.net', Buffer.from('Subject: hi\r\n\r\nhello\r\n'));
+      expect(sent.outcome).toMatchObject({ status: 'delivered' });
+      await session.close();
+      expect(received).toEqual(['true ann@example.net']);
+    } finally {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
     }
   });
 
