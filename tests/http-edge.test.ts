@@ -523,6 +523,25 @@ describe('header and body timeouts', () => {
   });
 });
 
+describe('stopping the HTTP server', () => {
+  it('a client that sent half a request does not hold the stop: its connection is closed after the grace', async () => {
+    const app = new Hono().get('/', (c) => c.json({ ok: true }));
+    const http = await listenHttp(app as unknown as Parameters<typeof listenHttp>[0], '127.0.0.1', 0, { closeGraceMs: 300 });
+    const socket = connect({ host: '127.0.0.1', port: http.port });
+    socket.on('error', () => undefined);
+    await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+    // The headers never end: node's header timeout is not enforced once the server is closing.
+    socket.write('GET / HTTP/1.1\r\nHost: a\r\n');
+    await new Promise((r) => setTimeout(r, 50));
+    const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+    const started = performance.now();
+    const stopped = await Promise.race([http.close().then(() => 'stopped'), new Promise((r) => setTimeout(() => r('still waiting after 5 s'), 5_000))]);
+    expect(stopped).toBe('stopped');
+    expect(performance.now() - started).toBeGreaterThanOrEqual(250);
+    await closed;
+  });
+});
+
 describe('a path with a dot segment', () => {
   /** One request with its target exactly as written (no URL parsing on the way out). */
   async function asWritten(method: string, target: string) {

@@ -15,6 +15,8 @@ export const HEADERS_TIMEOUT_MS = 10_000;
 export const REQUEST_TIMEOUT_MS = 30_000;
 /** How long an idle keep-alive connection is kept for its next request. */
 export const KEEP_ALIVE_TIMEOUT_MS = 5_000;
+/** close(): answers in flight get this long (the engine's stop waits as long for its replies). */
+export const CLOSE_GRACE_MS = 10_000;
 /** The slowest reader a large answer waits for beyond the request timeout before its connection counts as stalled. */
 const MIN_DRAIN_BYTES_PER_SECOND = 64 * 1024;
 /** How often node looks for requests past those timeouts (its own default, 30 s, would stretch a 10 s limit to 40). */
@@ -27,6 +29,8 @@ export interface HttpServerOptions {
   requestTimeoutMs?: number;
   keepAliveTimeoutMs?: number;
   timeoutCheckIntervalMs?: number;
+  /** How long close() lets connections busy with a request finish before closing them whatever they do. */
+  closeGraceMs?: number;
   /** Where refused connections are noted (debug level); none when omitted. */
   logger?: Logger;
 }
@@ -172,7 +176,14 @@ export async function listenHttp(
       new Promise<void>((resolve) => {
         closing = true;
         for (const res of answering) res.shouldKeepAlive = false;
-        server.close(() => resolve());
+        // Node stops enforcing the header and request timeouts once closing: a client that sent half a request would
+        // hold the stop for ever.
+        const force = setTimeout(() => server.closeAllConnections(), options.closeGraceMs ?? CLOSE_GRACE_MS);
+        force.unref();
+        server.close(() => {
+          clearTimeout(force);
+          resolve();
+        });
         server.closeIdleConnections();
       }),
   };
