@@ -183,7 +183,9 @@ export function parseCustomerDbUrl(raw: string): CustomerDbTarget {
   // before the host's `@` is in the user name or password (unencoded), whose text must never be read as parameters
   // and echoed.
   const q = raw.indexOf('?');
-  if (q !== -1 && raw.includes('@', q)) {
+  const at = q === -1 ? -1 : raw.indexOf('@', q);
+  const slash = q === -1 ? -1 : raw.indexOf('/', q);
+  if (at !== -1 && (slash === -1 || at < slash)) {
     throw invalid('The URL has a ? before the @ that ends its user name and password: percent-encode ?, @, / and # there (%3F, %40, %2F, %23).');
   }
   const params = parseQuery(q === -1 ? '' : raw.slice(q));
