@@ -89,6 +89,21 @@ describe('a message mailparser cannot parse', () => {
     expect(service.deps.db.select().from(customerDbWrites).all()).toEqual([]);
   });
 
+  it('small, failing while an attachment is read (its 1000th part): stored as message.eml, and the writer finishes its run and stops', async () => {
+    // The attachment's stream was left open when the parser failed: the parse never finished, the account's writes
+    // waited behind it for ever (a restart met the same write first), and so did the graceful stop.
+    const parts = Array.from({ length: 1000 }, (_, i) => `--b\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=a${i}.bin\r\n\r\nx\r\n`).join('');
+    const message = `Subject: many-attachments\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary="b"\r\n\r\n${parts}--b--`;
+    expect(message.length).toBeLessThan(INLINE_BYTES);
+    expect(await send(`x@${sender.domain}`, message)).toMatch(/^250 /);
+    const within = (p: Promise<unknown>, ms: number, done: string) => Promise.race([p.then(() => done), new Promise((r) => setTimeout(() => r(`still waiting after ${ms} ms`), ms))]);
+    expect(await within(writer.runOnce(), 10_000, 'finished')).toBe('finished');
+    expect(await within(writer.stop(), 5_000, 'stopped')).toBe('stopped');
+    const rows = await inboundRow('many-attachments');
+    expect(rows).toHaveLength(1);
+    expect(rows[0]).toMatchObject({ subject: '', filename: UNPARSABLE_ATTACHMENT.filename, content_type: UNPARSABLE_ATTACHMENT.contentType });
+  }, 30_000);
+
   it('large, with a header section over 1 MB: stored whole, and the mail after it is not held up', async () => {
     const filler = Array.from({ length: 1300 }, (_, i) => `X-Filler-${i}: ${'y'.repeat(900)}`).join('\r\n');
     const message = `Subject: huge-header\r\n${filler}\r\n\r\nbody`;
