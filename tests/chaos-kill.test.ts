@@ -544,12 +544,23 @@ describe('chaos: SIGKILL at random moments, restarts on the same DATA_DIR', () =
     // machine: the sink and the watcher of the exit share this test's event loop). Each repeat is charged to that
     // kill; at most one per open connection (64) a kill.
     const LATE_ARRIVAL_MS = 1000;
+    /** The kill a repeat is due to: the first to die after the first arrival, else the last whose death came just before it. */
+    const killBetween = (first: number, second: number): number => {
+      const eligible = (x: KillRecord) => x.mode !== 'startup' && x.exitAt <= second;
+      const after = kills.findIndex((x) => eligible(x) && x.exitAt >= first);
+      if (after >= 0) return after;
+      let late = -1;
+      kills.forEach((x, i) => {
+        if (eligible(x) && first <= x.exitAt + LATE_ARRIVAL_MS) late = i;
+      });
+      return late;
+    };
     const perKill = new Map<number, number>();
     const times = new Map<string, number[]>();
     for (const x of sink.arrivedAt) times.set(x.to, [...(times.get(x.to) ?? []), x.at]);
     for (const [r, ts] of times) {
       for (let i = 1; i < ts.length; i++) {
-        const k = kills.findIndex((x) => x.mode !== 'startup' && ts[i - 1]! <= x.exitAt + LATE_ARRIVAL_MS && x.exitAt <= ts[i]!);
+        const k = killBetween(ts[i - 1]!, ts[i]!);
         if (k < 0) problems.push(`${r} arrived again at +${ts[i]! - ts[i - 1]!} ms with no kill in between`);
         else perKill.set(k, (perKill.get(k) ?? 0) + 1);
       }
@@ -563,7 +574,7 @@ describe('chaos: SIGKILL at random moments, restarts on the same DATA_DIR', () =
     for (const [r, ts] of times) {
       const acc = acceptedTimes.get(r) ?? [];
       for (let i = 1; i < ts.length; i++) {
-        const k = kills.find((x) => x.mode !== 'startup' && ts[i - 1]! <= x.exitAt + LATE_ARRIVAL_MS && x.exitAt <= ts[i]!);
+        const k = kills[killBetween(ts[i - 1]!, ts[i]!)];
         const answered = k ? acc.find((t) => t >= ts[i - 1]! && t < k.at) : undefined;
         if (k && answered !== undefined) {
           after250++;
