@@ -4,7 +4,7 @@ import { customerDbWrites, outboundRecipients } from '../db/schema/index.js';
 import { parseCustomerDbUrl } from '../db/customer/url.js';
 import { createSpoolWriter } from '../mta/inbound/spool.js';
 import { MAX_DB_ADDRESSES, configsFor } from '../server/customer-db/connection.js';
-import { queueCustomerDbWrite } from '../server/customer-db/outbox.js';
+import { DATA_RETRY_GAPS_MS, queueCustomerDbWrite } from '../server/customer-db/outbox.js';
 import { RECONNECT_GAPS_MS } from '../server/customer-db/status.js';
 import { type CustomerDbWriter, createCustomerDbWriter } from '../server/customer-db/writer.js';
 import { newId } from '../server/ids.js';
@@ -199,6 +199,32 @@ describe('updatedAt (README: moves when the URL, the state or the last error cha
     } finally {
       await pgServer.admin(`alter database ${db.name} with allow_connections true`);
     }
+  });
+});
+
+describe('updatedAt when writes are set aside', () => {
+  it('moves when a set-aside write brings a new error, not when the next one brings the same', async () => {
+    writer = createCustomerDbWriter(rig.service.deps);
+    const s = await newSender(rig.service, { name: 'UpdAside' });
+    const db = await freshDatabase();
+    await connect(s, db.url);
+    await query(db.name, 'alter table service.emails add column note text not null');
+    /** One send, refused at each try until set aside (DATA_RETRY_GAPS_MS), a minute later. */
+    const setAside = async () => {
+      rig.service.clock.advance(60_000);
+      await send(s);
+      await writer!.runOnce();
+      for (const gap of DATA_RETRY_GAPS_MS) {
+        rig.service.clock.advance(gap);
+        await writer!.runOnce();
+      }
+      return status(s);
+    };
+    const first = await setAside();
+    expect(first.lastError).toMatch(/set aside.*note/);
+    const second = await setAside();
+    expect(second.lastError).toBe(first.lastError);
+    expect(second.updatedAt).toBe(first.updatedAt);
   });
 });
 
