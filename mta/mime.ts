@@ -48,7 +48,8 @@ const FOLDABLE_WORD = 77;
  */
 export function subjectHeader(subject: string): string {
   const oneLine = subject.replace(/\r\n|\r|\n/g, ' ');
-  const plain = PRINTABLE_HEADER.test(oneLine) && oneLine.split(' ').every((word) => word.length <= FOLDABLE_WORD);
+  // Text shaped like an encoded word (`=?...?=`) would be decoded by the reader into something else: encoded, it reads as sent.
+  const plain = PRINTABLE_HEADER.test(oneLine) && !oneLine.includes('=?') && oneLine.split(' ').every((word) => word.length <= FOLDABLE_WORD);
   return foldHeader('Subject', plain ? oneLine : encodeWords(oneLine));
 }
 

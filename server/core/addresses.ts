@@ -51,10 +51,18 @@ export function addressKey(address: string): string {
 /** The longest address SMTP carries (RFC 5321: a 256-octet path, less its angle brackets). */
 export const MAX_ADDRESS = 254;
 
-/** An RFC 2047 encoded word: `=?charset?B|Q?text?=` (the charset may carry an RFC 2231 `*language`). */
-const ENCODED_WORD = /=\?([^?\s]+)\?([BbQq])\?([^?\s]*)\?=/g;
+/**
+ * An RFC 2047 encoded word: `=?charset?B|Q?text?=` (the charset may carry an RFC 2231 `*language`). Its text is taken
+ * up to the next `?` whatever it holds, as mail clients' decoders (libmime) take it: one with a space inside is still
+ * decoded by them, so it is judged (and refused, being invalid) rather than passed through as plain text.
+ */
+const ENCODED_WORD = /=\?([^?\s]+)\?([BbQq])\?([^?]*)\?=/g;
 /** Whitespace between two encoded words is not shown (RFC 2047 section 6.2). */
-const BETWEEN_ENCODED_WORDS = /(=\?[^?\s]+\?[BbQq]\?[^?\s]*\?=)\s+(?==\?[^?\s]+\?[BbQq]\?[^?\s]*\?=)/g;
+const BETWEEN_ENCODED_WORDS = /(=\?[^?\s]+\?[BbQq]\?[^?]*\?=)\s+(?==\?[^?\s]+\?[BbQq]\?[^?]*\?=)/g;
+/** Line breaks beyond CR and LF: NEL and the Unicode line and paragraph separators. */
+const OTHER_LINE_BREAKS = /[\u0085\u2028\u2029]/;
+/** Control characters (C0, DEL, C1) and the bidi embedding, override and isolate controls, which reorder what follows. */
+const CONTROLS = /[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]/;
 
 function decodeWordBytes(encoding: string, data: string): Buffer | null {
   if (encoding === 'B' || encoding === 'b') {
@@ -128,12 +136,12 @@ export function parseMailbox(input: string): Parsed<Mailbox> {
   }
   if (/[<>]/.test(addr)) return { ok: false, reason: NOT_ONE_MAILBOX };
   if (name !== null) {
-    if (/[\r\n\u2028\u2029]/.test(name)) return { ok: false, reason: 'must not contain line breaks' };
+    if (/[\r\n]/.test(name) || OTHER_LINE_BREAKS.test(name)) return { ok: false, reason: 'must not contain line breaks' };
     // Checked in compatibility form too: a full-width or small comma, at sign or bracket (＠ ﹫ ， ＜) reads as one.
     const folded = name.normalize('NFKC');
     if (name.includes(',') || folded.includes(',')) return { ok: false, reason: 'must be exactly one mailbox (no comma)' };
     // What is left of an encoded word after decoding (one encoded twice) would be decoded by the next reader.
-    if (/[<>"@]|[\x00-\x1f\x7f]/.test(name) || /[<>"@]/.test(folded) || new RegExp(ENCODED_WORD.source).test(name)) return { ok: false, reason: NOT_ONE_MAILBOX };
+    if (/[<>"@]/.test(name) || CONTROLS.test(name) || /[<>"@]/.test(folded) || new RegExp(ENCODED_WORD.source).test(name)) return { ok: false, reason: NOT_ONE_MAILBOX };
     if ([...name].length > MAX_DISPLAY_NAME) return { ok: false, reason: `display name must be at most ${MAX_DISPLAY_NAME} characters` };
   }
   const parsed = parseAddress(addr);
