@@ -22,18 +22,30 @@ const port = (d: number, min: 0 | 1 = 0) =>
       return n;
     });
 
-const positiveInt = (d: number, min = 1) =>
+const positiveInt = (d: number, min = 1, max = Number.MAX_SAFE_INTEGER) =>
   z
     .string()
     .default(String(d))
     .transform((v, ctx) => {
       const n = Number(v);
-      if (!/^\d+$/.test(v.trim()) || !Number.isSafeInteger(n) || n < min) {
-        ctx.addIssue({ code: 'custom', message: `must be an integer >= ${min}, got "${v}"` });
+      if (!/^\d+$/.test(v.trim()) || !Number.isSafeInteger(n) || n < min || n > max) {
+        const range = max === Number.MAX_SAFE_INTEGER ? `>= ${min}` : `from ${min} to ${max}`;
+        ctx.addIssue({ code: 'custom', message: `must be an integer ${range}, got "${v}"` });
         return z.NEVER;
       }
       return n;
     });
+
+/** The longest timer Node keeps (a longer one fires after 1 ms). */
+const MAX_TIMER_MS = 2_147_483_647;
+/** Days a date may lie ahead (a trial, a grace window): a hundred years stays a date JavaScript can hold. */
+const MAX_DAYS = 36_500;
+
+/** A secret given in the environment: no whitespace (a trailing newline from a mounted file would never match). */
+const token = z
+  .string()
+  .min(16, 'must be at least 16 characters')
+  .regex(/^\S+$/, 'must not contain whitespace (a trailing newline from a file?)');
 
 const bool = (d: boolean) =>
   z
@@ -47,11 +59,14 @@ const bool = (d: boolean) =>
       return z.NEVER;
     });
 
-const hostName = z
+const HOST_NAME = /^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/;
+const hostName = z.string().trim().toLowerCase().regex(HOST_NAME, 'must be a host name');
+/** A domain name that need not be a host's: labels may hold `_` (an SPF include target such as `_spf.example.com`). */
+const domainName = z
   .string()
   .trim()
   .toLowerCase()
-  .regex(/^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/, 'must be a host name');
+  .regex(/^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9])?)(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9])?)*$/, 'must be a domain name');
 
 /** A listening address: an IPv4 or IPv6 address, or `localhost`; a name would be resolved, and could move. */
 const listenAddress = (d: string) =>
@@ -101,18 +116,21 @@ export const DELIVERY_MODES = ['direct', 'capture'] as const;
 export type DeliveryMode = (typeof DELIVERY_MODES)[number];
 
 export const configSchema = z.object({
-  DATA_DIR: z.string().min(1).default('./data').describe('SQLite database, generated secret key, spool'),
+  DATA_DIR: z.string().regex(/\S/, 'must not be empty or blank').default('./data').describe('SQLite database, generated secret key, spool'),
   HTTP_HOST: listenAddress('0.0.0.0').describe('Address the HTTP API, dashboard and /healthz listen on'),
   HTTP_PORT: port(8080).describe('Port of the HTTP API (`/api/v1`), the dashboard (`/dashboard`) and `GET /healthz`'),
   SMTP_HOST: listenAddress('0.0.0.0').describe('Address inbound SMTP listens on'),
   SMTP_PORT: port(25).describe('Inbound SMTP port; `0` turns inbound off'),
-  MAIL_HOSTNAME: hostName
-    .default(hostname().toLowerCase())
+  // The machine's name when unset, judged like a given one (a zod default skips the checks).
+  MAIL_HOSTNAME: z
+    .string()
+    .default(hostname())
+    .pipe(hostName)
     .describe('Banner and EHLO name, MX target, bounce (VERP) domain. Production must set it to a public fully qualified name (a warning at start says when it is not)'),
   SMTP_TLS_CERT: z.string().min(1).optional().describe('PEM certificate file for STARTTLS on inbound SMTP'),
   SMTP_TLS_KEY: z.string().min(1).optional().describe('PEM private key file matching SMTP_TLS_CERT'),
   SMTP_MAX_MESSAGE_BYTES: positiveInt(26214400).describe('Largest inbound message, advertised in SIZE and enforced with 552'),
-  SPF_DOMAIN: hostName.optional().describe('What customers `include:` in their SPF record'),
+  SPF_DOMAIN: domainName.optional().describe('What customers `include:` in their SPF record: a domain name (`_spf.example.com` is one)'),
   SECRET_KEY: z
     .string()
     .optional()
@@ -131,18 +149,16 @@ export const configSchema = z.object({
   SMTP_RELAY_URL: z
     .string()
     .optional()
-    .describe('Optional smarthost, `smtp://` or `smtps://user:pass@host:port`; when set all outbound mail goes through it'),
+    .describe('Optional smarthost, `smtp://` or `smtps://user:pass@host:port` (port 587, or 465 for smtps, when none; nothing after the port); when set all outbound mail goes through it'),
   ALLOW_PRIVATE_TARGETS: bool(false).describe('Allow webhook, database and MX targets on loopback/private addresses (development and tests only)'),
-  WEBHOOK_INTERVAL_MS: positiveInt(60000).describe('Webhook dispatcher period in milliseconds'),
-  ADMIN_TOKEN: z.string().min(16, 'must be at least 16 characters').optional().describe('Dashboard sign-in token, at least 16 characters (only its hash is stored)'),
-  METRICS_TOKEN: z
-    .string()
-    .min(16, 'must be at least 16 characters')
+  WEBHOOK_INTERVAL_MS: positiveInt(60000, 1, MAX_TIMER_MS).describe('Webhook dispatcher period in milliseconds (at most 2147483647)'),
+  ADMIN_TOKEN: token.optional().describe('Dashboard sign-in token, at least 16 characters, no whitespace (only its hash is stored)'),
+  METRICS_TOKEN: token
     .optional()
-    .describe('When set (at least 16 characters), `GET /metrics` answers only `Authorization: Bearer <METRICS_TOKEN>` (401 otherwise); unset, it is open'),
+    .describe('When set (at least 16 characters, no whitespace), `GET /metrics` answers only `Authorization: Bearer <METRICS_TOKEN>` (401 otherwise); unset, it is open'),
   DEFAULT_DAILY_QUOTA: positiveInt(10000).describe('Daily quota (recipients) of a new account or sub-account'),
-  TRIAL_DAYS: positiveInt(14, 0).describe('Length of the free trial of a new top-level account, in days'),
-  GRACE_DAYS: positiveInt(3, 0).describe('Days of the grace window after credits run out'),
+  TRIAL_DAYS: positiveInt(14, 0, MAX_DAYS).describe('Length of the free trial of a new top-level account, in days (0 to 36500)'),
+  GRACE_DAYS: positiveInt(3, 0, MAX_DAYS).describe('Days of the grace window after credits run out (0 to 36500)'),
   GRACE_EMAILS: positiveInt(100, 0).describe('Sends allowed in the grace window after credits run out'),
   RATE_LIMIT_PER_KEY: positiveInt(60).describe('API requests per minute allowed for one key'),
   RATE_LIMIT_PER_ACCOUNT: positiveInt(600).describe('API requests per minute allowed across all keys of one account'),
@@ -245,12 +261,14 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     try {
       const u = new URL(input.SMTP_RELAY_URL);
       if ((u.protocol !== 'smtp:' && u.protocol !== 'smtps:') || !u.hostname) throw new Error('scheme');
+      // Nothing the relay would ignore, and a port something can listen on.
+      if (u.port === '0' || (u.pathname !== '' && u.pathname !== '/') || u.search !== '' || u.hash !== '') throw new Error('form');
       // The credentials are percent-decoded at delivery: a malformed escape must stop the start, not every delivery.
       decodeURIComponent(u.username);
       decodeURIComponent(u.password);
       smtpRelayUrl = u;
     } catch {
-      problems.push('SMTP_RELAY_URL must be smtp:// or smtps:// with a host, its credentials percent-encoded');
+      problems.push('SMTP_RELAY_URL must be smtp:// or smtps:// with a host and an optional port (1 to 65535; 587, or 465 for smtps, when none), nothing after it, its credentials percent-encoded');
     }
   }
 

@@ -4,7 +4,7 @@ import { type AddressInfo, createServer } from 'node:net';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { configTable } from '../scripts/config-table.js';
 import { ConfigError, loadConfig, mailHostnameProblem } from '../server/config.js';
 import { resolveSecretKey } from '../server/deps.js';
@@ -58,6 +58,27 @@ describe('defaults (decisions.md section 1)', () => {
   it('MAIL_HOSTNAME defaults to the machine hostname, SPF_DOMAIN to MAIL_HOSTNAME', () => {
     expect(config.mailHostname).toBe(hostname().toLowerCase());
     expect(config.spfDomain).toBe(config.mailHostname);
+  });
+
+  it('an unset MAIL_HOSTNAME is the machine name, judged like a given one', async () => {
+    vi.resetModules();
+    vi.doMock('node:os', async (original) => ({ ...(await original<typeof import('node:os')>()), hostname: () => 'My_Box' }));
+    try {
+      const { loadConfig: load } = await import('../server/config.js');
+      expect(() => load({})).toThrow(/MAIL_HOSTNAME/);
+      expect(load({ MAIL_HOSTNAME: 'mx.example.net' }).mailHostname).toBe('mx.example.net');
+    } finally {
+      vi.doUnmock('node:os');
+      vi.resetModules();
+    }
+  });
+
+  it('SPF_DOMAIN takes an underscore label, the usual form of an include target', () => {
+    expect(loadConfig({ MAIL_HOSTNAME: 'mx.example.net', SPF_DOMAIN: '_spf.example.net' }).spfDomain).toBe('_spf.example.net');
+  });
+
+  it('the largest accepted values: a century of trial or grace, the longest timer', () => {
+    expect(loadConfig({ TRIAL_DAYS: '36500', GRACE_DAYS: '36500', WEBHOOK_INTERVAL_MS: '2147483647' })).toMatchObject({ trialDays: 36500, graceDays: 36500, webhookIntervalMs: 2147483647 });
   });
 
   it('SPF_DOMAIN follows a configured MAIL_HOSTNAME, and can be set on its own', () => {
@@ -191,6 +212,16 @@ describe('a bad value throws ConfigError: one line naming the variable', () => {
     ['ALLOW_PRIVATE_TARGETS', 'maybe'],
     ['MAIL_HOSTNAME', 'not a host!'],
     ['RATE_LIMIT_PER_KEY', '0'],
+    // From the operator audit: values that started and then misbehaved.
+    ['TRIAL_DAYS', '100000000'],
+    ['GRACE_DAYS', '9007199254740991'],
+    ['WEBHOOK_INTERVAL_MS', '2147483648'],
+    ['METRICS_TOKEN', 'abcdefghijklmnop1234\n'],
+    ['METRICS_TOKEN', 'my metrics token 2024'],
+    ['ADMIN_TOKEN', 'abcdefghijklmnop1234\n'],
+    ['DATA_DIR', '   '],
+    ['SMTP_RELAY_URL', 'smtp://relay.example.net:0'],
+    ['SMTP_RELAY_URL', 'smtp://relay.example.net/path?x=1'],
   ])('%s=%s', (name, value) => {
     const err = configError({ [name]: value });
     expect(err.message).toContain(name);
