@@ -9,6 +9,7 @@ import { RECONNECT_GAPS_MS } from '../server/customer-db/status.js';
 import { type CustomerDbWriter, createCustomerDbWriter } from '../server/customer-db/writer.js';
 import { newId } from '../server/ids.js';
 import { type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
+import { scratchDatabases } from './helpers/customer-db.js';
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 import { type Sender, newSender, receipt } from './helpers/sending.js';
 
@@ -21,10 +22,11 @@ import { type Sender, newSender, receipt } from './helpers/sending.js';
 let rig: DeliveryRig;
 let pgServer: TestPostgres;
 let writer: CustomerDbWriter | undefined;
-let databases = 0;
+let scratch: ReturnType<typeof scratchDatabases>;
 
 beforeAll(async () => {
   [rig, pgServer] = await Promise.all([startDeliveryRig(), startPostgres({ certificate: 'trusted' })]);
+  scratch = scratchDatabases(pgServer, 'audit');
 }, 120_000);
 afterAll(async () => {
   await stopDeliveryRig(rig);
@@ -40,19 +42,6 @@ afterEach(async () => {
   writer = undefined;
 });
 
-async function freshDatabase(): Promise<{ name: string; url: string }> {
-  const name = `audit${++databases}`;
-  await pgServer.admin(`create database ${name}`);
-  return { name, url: pgServer.url('localhost').replace(new RegExp(`/${pgServer.database}$`), `/${name}`) };
-}
-async function query(database: string, sql: string, params: unknown[] = []): Promise<pg.QueryResult> {
-  const client = await pgServer.connect(database);
-  try {
-    return await client.query(sql, params);
-  } finally {
-    await client.end();
-  }
-}
 async function send(s: Sender): Promise<string> {
   const res = await rig.service.api('POST', '/emails', { key: s.key, body: receipt(s.from, 'ann@example.net') });
   expect(res.status, JSON.stringify(res.body)).toBe(200);
@@ -88,7 +77,7 @@ async function underInboundLock(database: string, start: () => Promise<unknown>)
   const running = start();
   const pid = (locker as unknown as { processID: number }).processID;
   for (let i = 0; i < 200; i++) {
-    if ((await query(database, `select 1 from pg_stat_activity where datname = $1 and wait_event_type = 'Lock' and pid <> $2`, [database, pid])).rowCount) return { locker, running };
+    if ((await scratch.query(database, `select 1 from pg_stat_activity where datname = $1 and wait_event_type = 'Lock' and pid <> $2`, [database, pid])).rowCount) return { locker, running };
     await new Promise((r) => setTimeout(r, 50));
   }
   throw new Error('the writer never waited on the lock');
@@ -98,9 +87,9 @@ describe('a write refused by a constraint checked at COMMIT (deferrable, class 2
   it('is isolated like any data refusal: the writes behind it land and the database stays connected', async () => {
     writer = createCustomerDbWriter(rig.service.deps);
     const s = await newSender(rig.service, { name: 'Deferred' });
-    const db = await freshDatabase();
+    const db = await scratch.fresh();
     await connect(s, db.url);
-    await query(db.name, 'alter table service.events add constraint events_email_fk foreign key (email_id) references service.emails (id) deferrable initially deferred');
+    await scratch.query(db.name, 'alter table service.events add constraint events_email_fk foreign key (email_id) references service.emails (id) deferrable initially deferred');
     const now = rig.service.clock.now();
     // An outcome of an email this database never got (sent before it was connected), then an ordinary send.
     rig.service.deps.db.transaction(() => {
@@ -112,7 +101,7 @@ describe('a write refused by a constraint checked at COMMIT (deferrable, class 2
       rig.service.clock.advance(RECONNECT_GAPS_MS.at(-1)!);
     }
     const st = await status(s);
-    const landed = (await query(db.name, 'select id from service.emails where id = $1', [id])).rows.map((r) => r.id);
+    const landed = (await scratch.query(db.name, 'select id from service.emails where id = $1', [id])).rows.map((r) => r.id);
     // Before: landed [], state 'unreachable', lastError 'ROLLBACK TO SAVEPOINT can only be used in transaction blocks
     // (25P01)', at every retry: nothing behind it landed until the 7-day drop.
     expect({ landed, state: st.state, lastError: st.lastError }).toMatchObject({ landed: [id], state: 'connected' });
@@ -123,7 +112,7 @@ describe('a spooled received message on its way to a database replaced or delete
   it('replaced: not committed in the old database; it goes to the new one', async () => {
     writer = createCustomerDbWriter(rig.service.deps);
     const s = await newSender(rig.service, { name: 'SpoolReplaced' });
-    const [before, after] = [await freshDatabase(), await freshDatabase()];
+    const [before, after] = [await scratch.fresh(), await scratch.fresh()];
     await connect(s, before.url);
     const inboundId = await queueSpooledInbound(s);
     const w = writer;
@@ -133,8 +122,8 @@ describe('a spooled received message on its way to a database replaced or delete
     await held.end();
     await running;
     await writer.runOnce();
-    const inOld = (await query(before.name, 'select 1 from service.inbound where id = $1', [inboundId])).rowCount;
-    const inNew = (await query(after.name, 'select 1 from service.inbound where id = $1', [inboundId])).rowCount;
+    const inOld = (await scratch.query(before.name, 'select 1 from service.inbound where id = $1', [inboundId])).rowCount;
+    const inNew = (await scratch.query(after.name, 'select 1 from service.inbound where id = $1', [inboundId])).rowCount;
     // Before: { inOld: 1, inNew: 0 } and the outbox row gone: the new database never got the message.
     expect({ inOld, inNew }).toEqual({ inOld: 0, inNew: 1 });
   });
@@ -142,7 +131,7 @@ describe('a spooled received message on its way to a database replaced or delete
   it('deleted: nothing is written to the forgotten database', async () => {
     writer = createCustomerDbWriter(rig.service.deps);
     const s = await newSender(rig.service, { name: 'SpoolDeleted' });
-    const forgotten = await freshDatabase();
+    const forgotten = await scratch.fresh();
     await connect(s, forgotten.url);
     const inboundId = await queueSpooledInbound(s);
     const w = writer;
@@ -152,7 +141,7 @@ describe('a spooled received message on its way to a database replaced or delete
     await held.end();
     await running;
     // Before: 1 (the message landed in the database the account had deleted).
-    expect((await query(forgotten.name, 'select 1 from service.inbound where id = $1', [inboundId])).rowCount).toBe(0);
+    expect((await scratch.query(forgotten.name, 'select 1 from service.inbound where id = $1', [inboundId])).rowCount).toBe(0);
   });
 });
 
@@ -172,7 +161,7 @@ describe('POST /database with an invalid URL', () => {
 describe('updatedAt (README: moves when the URL, the state or the last error changes)', () => {
   it('does not move on a successful POST /database/test that changes none of them', async () => {
     const s = await newSender(rig.service, { name: 'UpdTest' });
-    const db = await freshDatabase();
+    const db = await scratch.fresh();
     const connected = await connect(s, db.url);
     rig.service.clock.advance(60_000);
     const tested = await rig.service.api('POST', '/database/test', { key: s.key });
@@ -184,7 +173,7 @@ describe('updatedAt (README: moves when the URL, the state or the last error cha
   it('does not move at each failed writer attempt when the state and the error stay the same', async () => {
     writer = createCustomerDbWriter(rig.service.deps);
     const s = await newSender(rig.service, { name: 'UpdWriter' });
-    const db = await freshDatabase();
+    const db = await scratch.fresh();
     await connect(s, db.url);
     await pgServer.admin(`alter database ${db.name} with allow_connections false`);
     try {
@@ -206,9 +195,9 @@ describe('updatedAt when writes are set aside', () => {
   it('moves when a set-aside write brings a new error, not when the next one brings the same', async () => {
     writer = createCustomerDbWriter(rig.service.deps);
     const s = await newSender(rig.service, { name: 'UpdAside' });
-    const db = await freshDatabase();
+    const db = await scratch.fresh();
     await connect(s, db.url);
-    await query(db.name, 'alter table service.emails add column note text not null');
+    await scratch.query(db.name, 'alter table service.emails add column note text not null');
     /** One send, refused at each try until set aside (DATA_RETRY_GAPS_MS), a minute later. */
     const setAside = async () => {
       rig.service.clock.advance(60_000);
@@ -232,13 +221,13 @@ describe('lastOkAt (README: moves at each write that lands or successful test)',
   it('does not move when the only write of a batch is refused for its data', async () => {
     writer = createCustomerDbWriter(rig.service.deps);
     const s = await newSender(rig.service, { name: 'OkAt' });
-    const db = await freshDatabase();
+    const db = await scratch.fresh();
     const connected = await connect(s, db.url);
-    await query(db.name, 'alter table service.emails add column note text not null');
+    await scratch.query(db.name, 'alter table service.emails add column note text not null');
     rig.service.clock.advance(60_000);
     await send(s);
     await writer.runOnce();
-    expect((await query(db.name, 'select count(*)::int as n from service.emails')).rows[0].n).toBe(0);
+    expect((await scratch.query(db.name, 'select count(*)::int as n from service.emails')).rows[0].n).toBe(0);
     expect((await status(s)).lastOkAt).toBe(connected.lastOkAt);
   });
 });
@@ -246,13 +235,13 @@ describe('lastOkAt (README: moves at each write that lands or successful test)',
 describe('a least-privilege role', () => {
   it('whose DBA made the schema and its tables and granted it only USAGE and the rows connects, and its writes land', async () => {
     writer = createCustomerDbWriter(rig.service.deps);
-    const db = await freshDatabase();
+    const db = await scratch.fresh();
     // The DBA: schema and tables made by a role with every right (the first connect), then a role for the app.
     await connect(await newSender(rig.service, { name: 'Dba' }), db.url);
     const role = `app_${db.name}`;
-    await query(db.name, `create role ${role} login password 'least-${db.name}'`);
-    await query(db.name, `grant usage on schema service to ${role}`);
-    await query(db.name, `grant select, insert, update, delete on all tables in schema service to ${role}`);
+    await scratch.query(db.name, `create role ${role} login password 'least-${db.name}'`);
+    await scratch.query(db.name, `grant usage on schema service to ${role}`);
+    await scratch.query(db.name, `grant select, insert, update, delete on all tables in schema service to ${role}`);
     const url = new URL(db.url);
     url.username = role;
     url.password = `least-${db.name}`;
@@ -263,7 +252,7 @@ describe('a least-privilege role', () => {
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     const id = await send(s);
     await writer.runOnce();
-    expect((await query(db.name, 'select id from service.emails where id = $1', [id])).rowCount).toBe(1);
+    expect((await scratch.query(db.name, 'select id from service.emails where id = $1', [id])).rowCount).toBe(1);
   });
 });
 
@@ -273,7 +262,7 @@ describe('a database host with several addresses', () => {
     rig.dns.add('db.pg.test', { type: 'A', address: '127.0.0.2' });
     rig.dns.add('db.pg.test', { type: 'A', address: '127.0.0.1' });
     const s = await newSender(rig.service, { name: 'Fallback' });
-    const db = await freshDatabase();
+    const db = await scratch.fresh();
     const res = await rig.service.api('POST', '/database', { key: s.key, body: { url: db.url.replace('@localhost:', '@db.pg.test:') } });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
   });

@@ -6,6 +6,7 @@ import { DATA_RETRY_GAPS_MS } from '../server/customer-db/outbox.js';
 import { RECONNECT_GAPS_MS } from '../server/customer-db/status.js';
 import { type CustomerDbWriter, createCustomerDbWriter } from '../server/customer-db/writer.js';
 import { type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
+import { scratchDatabases } from './helpers/customer-db.js';
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 import { type Sender, newSender, receipt } from './helpers/sending.js';
 
@@ -19,10 +20,11 @@ import { type Sender, newSender, receipt } from './helpers/sending.js';
 let rig: DeliveryRig;
 let pgServer: TestPostgres;
 let writer: CustomerDbWriter;
-let databases = 0;
+let scratch: ReturnType<typeof scratchDatabases>;
 
 beforeAll(async () => {
   [rig, pgServer] = await Promise.all([startDeliveryRig(), startPostgres({ certificate: 'trusted' })]);
+  scratch = scratchDatabases(pgServer, 'target');
 }, 120_000);
 afterAll(async () => {
   await stopDeliveryRig(rig);
@@ -37,24 +39,8 @@ afterEach(async () => {
   await writer?.stop();
 });
 
-/** A new, empty database on the test server; its URL through `host`. */
-async function freshDatabase(host = 'localhost'): Promise<{ name: string; url: string }> {
-  const name = `target${++databases}`;
-  await pgServer.admin(`create database ${name}`);
-  return { name, url: pgServer.url(host).replace(new RegExp(`/${pgServer.database}$`), `/${name}`) };
-}
-
-async function query(database: string, sql: string, params: unknown[] = []): Promise<pg.QueryResult> {
-  const client = await pgServer.connect(database);
-  try {
-    return await client.query(sql, params);
-  } finally {
-    await client.end();
-  }
-}
-
 const landed = async (database: string, ids: string[]) =>
-  (await query(database, 'select id from service.emails where id = any($1) order by id', [ids])).rows.map((r: { id: string }) => r.id);
+  (await scratch.query(database, 'select id from service.emails where id = any($1) order by id', [ids])).rows.map((r: { id: string }) => r.id);
 
 async function send(s: Sender): Promise<string> {
   const res = await rig.service.api('POST', '/emails', { key: s.key, body: receipt(s.from, 'ann@example.net') });
@@ -73,7 +59,7 @@ async function holdEmailsLock(database: string): Promise<pg.Client> {
   await locker.query('begin');
   await locker.query('lock table service.emails in access exclusive mode');
   for (let i = 0; i < 200; i++) {
-    const waiting = await query(database, `select 1 from pg_stat_activity where datname = $1 and wait_event_type = 'Lock' and pid <> $2`, [database, (locker as unknown as { processID: number }).processID]);
+    const waiting = await scratch.query(database, `select 1 from pg_stat_activity where datname = $1 and wait_event_type = 'Lock' and pid <> $2`, [database, (locker as unknown as { processID: number }).processID]);
     if (waiting.rowCount) return locker;
     await new Promise((r) => setTimeout(r, 50));
   }
@@ -84,7 +70,7 @@ describe('a database replaced or deleted while a batch is on its way to it', () 
   it('a new URL: the batch in flight is not committed in the old database; it and everything after go to the new one', async () => {
     writer = createCustomerDbWriter(rig.service.deps, { batchSize: 1 });
     const s = await newSender(rig.service, { name: 'Replaced' });
-    const [before, after] = [await freshDatabase(), await freshDatabase()];
+    const [before, after] = [await scratch.fresh(), await scratch.fresh()];
     await connect(s, before.url);
     const queued = [await send(s), await send(s), await send(s)];
     const running = writer.runOnce();
@@ -103,7 +89,7 @@ describe('a database replaced or deleted while a batch is on its way to it', () 
   it('DELETE /database: the batch in flight is not committed there, and mail after a new POST goes to the new database', async () => {
     writer = createCustomerDbWriter(rig.service.deps, { batchSize: 1 });
     const s = await newSender(rig.service, { name: 'Deleted' });
-    const [forgotten, next] = [await freshDatabase(), await freshDatabase()];
+    const [forgotten, next] = [await scratch.fresh(), await scratch.fresh()];
     await connect(s, forgotten.url);
     const queued = [await send(s), await send(s)];
     const running = writer.runOnce();
@@ -128,7 +114,7 @@ describe('the host’s addresses', () => {
     rig.dns.add('db.pg.test', { type: 'A', address: '127.0.0.2' });
     rig.dns.add('db.pg.test', { type: 'A', address: '127.0.0.1' });
     const s = await newSender(rig.service, { name: 'TwoAddresses' });
-    const database = await freshDatabase('db.pg.test');
+    const database = await scratch.fresh('db.pg.test');
     await connect(s, database.url);
     const id = await send(s);
     await writer.runOnce();
@@ -141,10 +127,10 @@ describe('a batch that timed out', () => {
   it('is tried again in halves until it lands: the backlog drains', async () => {
     writer = createCustomerDbWriter(rig.service.deps);
     const s = await newSender(rig.service, { name: 'Slow' });
-    const database = await freshDatabase();
+    const database = await scratch.fresh();
     await connect(s, database.url);
     // The customer's database takes at most 10 rows a statement in time: more are cancelled as its statement_timeout does.
-    await query(
+    await scratch.query(
       database.name,
       `create function slow() returns trigger language plpgsql as $$ begin
          if (select count(*) from new_rows) > 10 then raise exception 'canceling statement due to statement timeout' using errcode = 'query_canceled'; end if;
@@ -166,10 +152,10 @@ describe('writes set aside for their data', () => {
   it('are tried again after a successful POST /database/test, once the customer fixed the schema', async () => {
     writer = createCustomerDbWriter(rig.service.deps);
     const s = await newSender(rig.service, { name: 'SetAside' });
-    const database = await freshDatabase();
+    const database = await scratch.fresh();
     await connect(s, database.url);
     // The customer adds a column no write fills: every email is refused for its data.
-    await query(database.name, 'alter table service.emails add column note text not null');
+    await scratch.query(database.name, 'alter table service.emails add column note text not null');
     const id = await send(s);
     for (const gap of [0, ...DATA_RETRY_GAPS_MS]) {
       rig.service.clock.advance(gap);
@@ -180,7 +166,7 @@ describe('writes set aside for their data', () => {
     expect((await rig.service.api('GET', '/database', { key: s.key })).body).toMatchObject({ pending: 0, lastError: expect.stringMatching(/set aside/) });
     expect(await landed(database.name, [id])).toEqual([]);
 
-    await query(database.name, 'alter table service.emails drop column note');
+    await scratch.query(database.name, 'alter table service.emails drop column note');
     expect((await rig.service.api('POST', '/database/test', { key: s.key })).status).toBe(200);
     expect(rig.service.logger.entries).toContainEqual(expect.objectContaining({ event: 'customer_db.set_aside_requeued', count: 1 }));
     await writer.runOnce();

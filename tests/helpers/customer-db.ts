@@ -3,6 +3,8 @@ import { customerDatabases } from '../../db/schema/index.js';
 import { urlContext } from '../../server/customer-db/connection.js';
 import { newId } from '../../server/ids.js';
 import { encryptSecret } from '../../server/secrets.js';
+import type pg from 'pg';
+import type { TestPostgres } from './postgres.js';
 import type { TestService } from './service.js';
 
 /** GET /database with no database set (api.md: `connected` false, the rest empty). */
@@ -45,4 +47,25 @@ export function storeDatabaseRow(service: TestService, accountId: string, url: s
       createdAt: now,
     })
     .run();
+}
+
+/** New empty databases on a test Postgres (named `prefix` and a count), and one-off queries in any database. */
+export function scratchDatabases(pgServer: TestPostgres, prefix: string) {
+  let made = 0;
+  return {
+    /** A new, empty database; its URL through `host`. */
+    async fresh(host = 'localhost'): Promise<{ name: string; url: string }> {
+      const name = `${prefix}${++made}`;
+      await pgServer.admin(`create database ${name}`);
+      return { name, url: pgServer.url(host).replace(new RegExp(`/${pgServer.database}$`), `/${name}`) };
+    },
+    async query(database: string, sql: string, params: unknown[] = []): Promise<pg.QueryResult> {
+      const client = await pgServer.connect(database);
+      try {
+        return await client.query(sql, params);
+      } finally {
+        await client.end();
+      }
+    },
+  };
 }
