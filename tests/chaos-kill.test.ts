@@ -2,9 +2,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { SMTPServer } from 'smtp-server';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TestDnsServer } from './helpers/dns-server.js';
+import { SmtpSink } from './helpers/smtp-sink.js';
 import {
   type ServiceProcess,
   ROOT,
@@ -49,54 +49,15 @@ function prng(seed: number) {
 }
 const rnd = prng(SEED);
 
-/** An SMTP sink that records each message when its data has arrived (before its 250) and when it answered 250. */
-class RecordingSink {
-  arrivals: string[] = [];
-  accepted: string[] = [];
-  /** When each recipient's data had fully arrived, and when the sink answered it 250, in order. */
-  arrivedAt: { to: string; at: number }[] = [];
-  acceptedAt: { to: string; at: number }[] = [];
-  port = 0;
-  private server: SMTPServer;
-  constructor() {
-    this.server = new SMTPServer({
-      authOptional: true,
-      disabledCommands: ['AUTH'],
-      hideSTARTTLS: true,
-      logger: false,
-      onData: (stream, session, done) => {
-        stream.resume();
-        stream.on('end', () => {
-          const to = session.envelope.rcptTo.map((r) => r.address.toLowerCase());
-          this.arrivals.push(...to);
-          for (const t of to) this.arrivedAt.push({ to: t, at: Date.now() });
-          // A few milliseconds before the 250, so kills land between the data and its reply, and between the reply
-          // and the outcome's commit.
-          setTimeout(() => {
-            this.accepted.push(...to);
-            for (const t of to) this.acceptedAt.push({ to: t, at: Date.now() });
-            done();
-          }, Math.floor(Math.random() * 8));
-        });
-      },
-    });
-    this.server.on('error', () => undefined);
-  }
-  async listen(): Promise<this> {
-    await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', () => resolve()));
-    const address = this.server.server.address();
-    this.port = typeof address === 'object' && address ? address.port : 0;
-    return this;
-  }
-  static counts(list: string[]): Map<string, number> {
-    const m = new Map<string, number>();
-    for (const a of list) m.set(a, (m.get(a) ?? 0) + 1);
-    return m;
-  }
-  stop(): Promise<void> {
-    return new Promise((resolve) => this.server.close(() => resolve()));
-  }
+/** How often each address occurs in `list`. */
+function counts(list: string[]): Map<string, number> {
+  const m = new Map<string, number>();
+  for (const a of list) m.set(a, (m.get(a) ?? 0) + 1);
+  return m;
 }
+
+/** When each recipient's data had fully arrived at the sink (before its 250), in order; the 250s are `sink.received`. */
+const arrivedAt: { to: string; at: number }[] = [];
 
 type Client = 'A' | 'A1' | 'B';
 
@@ -130,7 +91,7 @@ interface KillRecord {
 }
 
 let dns: TestDnsServer;
-let sink: RecordingSink;
+let sink: SmtpSink;
 let dataDir: string;
 const dataDirs: string[] = [];
 
@@ -194,7 +155,14 @@ async function killDuringStartup(dir: string, ms: number): Promise<string> {
 
 beforeAll(async () => {
   dns = await TestDnsServer.start();
-  sink = await new RecordingSink().listen();
+  sink = await SmtpSink.start();
+  sink.keepRaw = false;
+  // A few milliseconds before each 250, so kills land between the data and its reply, and between the reply and the
+  // outcome's commit.
+  sink.data = (to) => {
+    for (const t of to) arrivedAt.push({ to: t.toLowerCase(), at: Date.now() });
+    return new Promise((resolve) => setTimeout(() => resolve('accept'), Math.floor(Math.random() * 8)));
+  };
   for (const d of RCPT_DOMAINS) dns.add(d, { type: 'MX', priority: 10, exchange: 'mx.chaos-rcpt.example' });
   dns.add('mx.chaos-rcpt.example', { type: 'A', address: '127.0.0.1' });
 });
@@ -332,7 +300,7 @@ describe('chaos: SIGKILL at random moments, restarts on the same DATA_DIR', () =
       void p.exited.then(() => (dead = true));
       const mode = rnd.pick(['sends', 'sends', 'delivery', 'delivery', 'sigterm', 'sigterm-clean'] as const);
       const started = Date.now();
-      const arrivalsAtStart = sink.arrivals.length;
+      const arrivalsAtStart = arrivedAt.length;
 
       // Retries of answers lost in earlier rounds (same key, same body), and a few replays of answered keyed sends.
       const retries = sends.filter((s) => s.outstanding);
@@ -362,13 +330,13 @@ describe('chaos: SIGKILL at random moments, restarts on the same DATA_DIR', () =
       } else if (mode === 'delivery') {
         const want = arrivalsAtStart + rnd.int(5, 60);
         const end = Date.now() + 4000;
-        while (sink.arrivals.length < want && Date.now() < end) await new Promise((r) => setImmediate(r));
+        while (arrivedAt.length < want && Date.now() < end) await new Promise((r) => setImmediate(r));
       } else {
         await new Promise((r) => setTimeout(r, rnd.int(200, 1000)));
       }
       record.atMs = Date.now() - started;
       record.at = Date.now();
-      record.sinkArrivalsBefore = sink.arrivals.length - arrivalsAtStart;
+      record.sinkArrivalsBefore = arrivedAt.length - arrivalsAtStart;
       if (mode === 'sigterm-clean') {
         // A graceful stop left to finish: exit 0, its clients drained first as a load balancer would (a stop under a
         // steady stream of requests: tests/shutdown-under-load.test.ts).
@@ -428,8 +396,9 @@ describe('chaos: SIGKILL at random moments, restarts on the same DATA_DIR', () =
         if (res.status !== 200) missing.push(`send ${s.n} id ${id}: ${res.status}`);
       }
     }
-    const views: Record<Client, any> = { A: null, A1: null, B: null };
-    for (const c of Object.keys(auth) as Client[]) views[c] = (await request(proc.base, auth[c].key, 'GET', '/account', { headers: auth[c].headers })).body;
+    type AccountView = { sending: { sentToday: number }; credits: { totalUsed: number } };
+    const views = {} as Record<Client, AccountView>;
+    for (const c of Object.keys(auth) as Client[]) views[c] = (await request(proc.base, auth[c].key, 'GET', '/account', { headers: auth[c].headers })).body as AccountView;
 
     proc.child.kill('SIGTERM');
     const lastExit = await exitOf(proc, 20_000);
@@ -445,7 +414,9 @@ describe('chaos: SIGKILL at random moments, restarts on the same DATA_DIR', () =
     let leftMessages: number;
     let runningClaims: { key: string }[];
     let doneClaims: { key: string; response: string }[];
-    let accountsRows: Record<string, any>;
+    /** The counters of an account row that the checks compare. */
+    type AccountCounters = { id: string; credits_balance: number; credits_total_used: number; sent_today_count: number; total_sent: number };
+    let accountsRows: Record<string, AccountCounters>;
     try {
       integrity = db.pragma('integrity_check', { simple: true });
       fkProblems = db.pragma('foreign_key_check') as unknown[];
@@ -455,7 +426,8 @@ describe('chaos: SIGKILL at random moments, restarts on the same DATA_DIR', () =
       leftMessages = (db.prepare('SELECT count(*) AS n FROM outbound_messages').get() as { n: number }).n;
       runningClaims = db.prepare("SELECT key FROM idempotency_keys WHERE state = 'running'").all() as typeof runningClaims;
       doneClaims = db.prepare("SELECT key, response FROM idempotency_keys WHERE state = 'done'").all() as typeof doneClaims;
-      accountsRows = Object.fromEntries((db.prepare('SELECT * FROM accounts').all() as any[]).map((r) => [r.id, r]));
+      const rows = db.prepare('SELECT id, credits_balance, credits_total_used, sent_today_count, total_sent FROM accounts').all() as AccountCounters[];
+      accountsRows = Object.fromEntries(rows.map((r) => [r.id, r]));
     } finally {
       db.close();
     }
@@ -488,8 +460,8 @@ describe('chaos: SIGKILL at random moments, restarts on the same DATA_DIR', () =
     const sent = emailsRows.filter((e) => e.status === 'sent');
     const deliveredEvents = new Map<string, number>();
     for (const ev of events) if (ev.status === 'delivered') deliveredEvents.set(`${ev.email_id} ${ev.recipient}`, (deliveredEvents.get(`${ev.email_id} ${ev.recipient}`) ?? 0) + 1);
-    const arrivals = RecordingSink.counts(sink.arrivals);
-    const accepted = RecordingSink.counts(sink.accepted);
+    const arrivals = counts(arrivedAt.map((x) => x.to));
+    const accepted = counts(sink.received.flatMap((r) => r.to.map((to) => to.toLowerCase())));
     const expectedAtSink = new Set<string>();
     for (const e of sent) {
       for (const r of JSON.parse(e.to) as string[]) {
@@ -516,9 +488,9 @@ describe('chaos: SIGKILL at random moments, restarts on the same DATA_DIR', () =
       sent.filter((e) => e.account_id === acct).reduce((n, e) => n + (JSON.parse(e.to) as string[]).filter(f).length, 0);
     const notSim = (addr: string) => !addr.endsWith('@simulator.mailstead.test');
     const emailsOf = (acct: string) => sent.filter((e) => e.account_id === acct).length;
-    const A = accountsRows[a.accountId];
-    const A1 = accountsRows[a1Id];
-    const B = accountsRows[b.accountId];
+    const A = accountsRows[a.accountId]!;
+    const A1 = accountsRows[a1Id]!;
+    const B = accountsRows[b.accountId]!;
     const counters = {
       'A credits used': [A.credits_total_used, emailsOf(a.accountId) + emailsOf(a1Id)],
       'A credits balance': [A.credits_balance, 100000 - emailsOf(a.accountId) - emailsOf(a1Id)],
@@ -557,7 +529,7 @@ describe('chaos: SIGKILL at random moments, restarts on the same DATA_DIR', () =
     };
     const perKill = new Map<number, number>();
     const times = new Map<string, number[]>();
-    for (const x of sink.arrivedAt) times.set(x.to, [...(times.get(x.to) ?? []), x.at]);
+    for (const x of arrivedAt) times.set(x.to, [...(times.get(x.to) ?? []), x.at]);
     for (const [r, ts] of times) {
       for (let i = 1; i < ts.length; i++) {
         const k = killBetween(ts[i - 1]!, ts[i]!);
@@ -567,7 +539,7 @@ describe('chaos: SIGKILL at random moments, restarts on the same DATA_DIR', () =
     }
     // The documented case, a 250 the killed process had received (answered before the kill) and not yet committed.
     const acceptedTimes = new Map<string, number[]>();
-    for (const x of sink.acceptedAt) acceptedTimes.set(x.to, [...(acceptedTimes.get(x.to) ?? []), x.at]);
+    for (const x of sink.received.flatMap((r) => r.to.map((to) => ({ to: to.toLowerCase(), at: r.at })))) acceptedTimes.set(x.to, [...(acceptedTimes.get(x.to) ?? []), x.at]);
     let after250 = 0;
     /** For each of those, how long before the kill the sink had answered 250. */
     const gaps: number[] = [];
