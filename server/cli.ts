@@ -36,7 +36,8 @@ class UsageError extends Error {}
 const USAGE = `usage: mailstead <command> [options]
 
 Works on the database in DATA_DIR (default ./data), which the server creates on its first start; it can run beside
-the running server. Prints JSON on stdout; errors go to stderr (exit 1, or 2 for a usage error).
+the running server. Prints JSON on stdout; errors go to stderr (exit 1, or 2 for a usage error: an unknown command or
+option, an option the command does not take, a missing or refused value).
 
   help, --help                  this text
   --version                     the version
@@ -53,19 +54,23 @@ the running server. Prints JSON on stdout; errors go to stderr (exit 1, or 2 for
   database status --account ID  the account's customer database: state, last error, writes waiting (never the URL)
   admin-token reset`;
 
-const COMMANDS = [
-  'accounts create',
-  'accounts list',
-  'accounts set-quota',
-  'accounts suspend',
-  'accounts unsuspend',
-  'credits grant',
-  'keys create',
-  'webhooks list',
-  'webhooks enable',
-  'database status',
-  'admin-token reset',
-];
+/** Each command and the options it takes: any other option is a usage error, never silently ignored. */
+const COMMANDS: Record<string, readonly OptionName[]> = {
+  'accounts create': ['name', 'credits', 'daily-quota'],
+  'accounts list': [],
+  'accounts set-quota': ['account', 'daily-quota'],
+  'accounts suspend': ['account', 'reason'],
+  'accounts unsuspend': ['account'],
+  'credits grant': ['account', 'amount'],
+  'keys create': ['account', 'name', 'scopes'],
+  'webhooks list': ['account'],
+  'webhooks enable': ['webhook'],
+  'database status': ['account'],
+  'admin-token reset': [],
+};
+
+/** Options every command takes. */
+const GLOBAL_OPTIONS: readonly OptionName[] = ['help', 'version'];
 
 const OPTIONS = {
   name: { type: 'string' },
@@ -80,6 +85,8 @@ const OPTIONS = {
   version: { type: 'boolean' },
 } as const;
 
+type OptionName = keyof typeof OPTIONS;
+
 type Options = { [K in keyof typeof OPTIONS]?: (typeof OPTIONS)[K]['type'] extends 'boolean' ? boolean : string };
 
 function required(opts: Options, name: 'name' | 'account' | 'reason' | 'amount' | 'daily-quota' | 'webhook'): string {
@@ -93,6 +100,16 @@ function integer(name: string, value: string | undefined, min: number): number |
   const n = readOperatorNumber(value, min);
   if (n === null) throw new UsageError(`--${name} must be an integer from ${min} to ${Number.MAX_SAFE_INTEGER}`);
   return n;
+}
+
+/** An option's value judged by the API's own schema; a value it refuses is a usage error (exit 2), as a bad number is. */
+function optionInput<S extends Parameters<typeof parseInput>[0]>(schema: S, value: unknown, where: string): ReturnType<typeof parseInput<S>> {
+  try {
+    return parseInput(schema, value, where);
+  } catch (err) {
+    if (err instanceof ApiError) throw new UsageError(err.message);
+    throw err;
+  }
 }
 
 function parseCommandLine(argv: string[]): { command: string; opts: Options } {
@@ -121,7 +138,10 @@ function runCli(argv: string[], env: Record<string, string | undefined> = proces
   if (opts.version) return { text: packageVersion() };
   if (command === '') throw new UsageError('');
 
-  if (!COMMANDS.includes(command)) throw new UsageError(`unknown command "${command}"`);
+  const takes = COMMANDS[command];
+  if (!Object.hasOwn(COMMANDS, command) || takes === undefined) throw new UsageError(`unknown command "${command}"`);
+  const stray = (Object.keys(opts) as OptionName[]).find((o) => !takes.includes(o) && !GLOBAL_OPTIONS.includes(o));
+  if (stray !== undefined) throw new UsageError(`${command} does not take --${stray}`);
 
   const config = loadConfig(env);
   // Never a new, empty database: a DATA_DIR without one is the wrong directory, or a server never started.
@@ -153,7 +173,7 @@ function runCommand(store: Store, config: Config, command: string, opts: Options
 
   switch (command) {
     case 'accounts create': {
-      const name = parseInput(accountNameSchema, required(opts, 'name'), 'name');
+      const name = optionInput(accountNameSchema, required(opts, 'name'), '--name');
       const row = createTopLevelAccount(deps, {
         name,
         credits: integer('credits', opts.credits, OPERATOR_NUMBER_MIN.credits),
@@ -169,7 +189,7 @@ function runCommand(store: Store, config: Config, command: string, opts: Options
       return view(setDailyQuota(deps, account().id, quota));
     }
     case 'accounts suspend': {
-      const reason = parseInput(operatorSuspensionReasonSchema, required(opts, 'reason'), 'reason');
+      const reason = optionInput(operatorSuspensionReasonSchema, required(opts, 'reason'), '--reason');
       return view(suspendByOperator(deps, account().id, reason));
     }
     case 'accounts unsuspend':
@@ -184,9 +204,10 @@ function runCommand(store: Store, config: Config, command: string, opts: Options
     case 'keys create': {
       const row = account();
       const scopes = opts.scopes?.split(',').map((s) => s.trim()).filter(Boolean);
+      if (scopes?.length === 0) throw new UsageError(`--scopes names at least one scope: ${SCOPES.join(', ')}`);
       const unknown = scopes?.find((s) => !isScope(s));
       if (unknown !== undefined) throw new UsageError(`unknown scope "${unknown}"; scopes are ${SCOPES.join(', ')}`);
-      const input = parseInput(mintKeyInput, { name: required(opts, 'name'), scopes }, 'options');
+      const input = optionInput(mintKeyInput, { name: required(opts, 'name'), scopes }, 'options');
       return insertKey(deps, { accountId: row.id, name: input.name, scopes: (input.scopes ?? SCOPES).filter(isScope) });
     }
     case 'webhooks list':

@@ -661,6 +661,26 @@ describe('CLI errors: non-zero exit, message on stderr, nothing on stdout', () =
     expect(res.stderr).toContain('mail:everything');
   });
 
+  it('a usage error exits 2 whatever the option: an empty or unknown scope, an option the command does not take, a refused value', async () => {
+    const id = created.account.id;
+    const cases: [string[], string][] = [
+      [['keys', 'create', '--account', id, '--name', 'ci', '--scopes', ''], '--scopes names at least one scope'],
+      [['keys', 'create', '--account', id, '--name', 'ci', '--scopes', ' , '], '--scopes names at least one scope'],
+      [['keys', 'create', '--account', id, '--name', 'ci', '--scopes', 'bogus'], 'unknown scope "bogus"'],
+      [['keys', 'create', '--account', id, '--name', 'x'.repeat(500)], 'name'],
+      [['accounts', 'list', '--name', 'Acme'], 'accounts list does not take --name'],
+      [['accounts', 'unsuspend', '--account', id, '--reason', 'A reason long enough.'], 'accounts unsuspend does not take --reason'],
+      [['admin-token', 'reset', '--account', id], 'admin-token reset does not take --account'],
+      [['accounts', 'create', '--name', '   '], '--name'],
+      [['accounts', 'suspend', '--account', id, '--reason', 'x'.repeat(5000)], '--reason'],
+    ];
+    for (const [args, message] of cases) {
+      const res = await cliFails(...args);
+      expect(res.code, `${args.join(' ')}: ${res.stderr}`).toBe(2);
+      expect(res.stderr).toContain(message);
+    }
+  });
+
   it('keys create without --name', async () => {
     await cliFails('keys', 'create', '--account', created.account.id);
   });
