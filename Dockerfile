@@ -25,6 +25,6 @@ VOLUME ["/data"]
 EXPOSE 8080 25
 USER node
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
-  CMD ["node", "-e", "fetch('http://127.0.0.1:'+(process.env.HTTP_PORT||8080)+'/healthz').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
+  CMD ["node", "dist/server/healthcheck.js"]
 # What `npm start` runs after its build step.
 CMD ["node", "--max-semi-space-size=4", "dist/server/main.js"]

@@ -72,7 +72,7 @@ describe('Dockerfile', () => {
     const cmd = runtimeStage.find((l) => l.startsWith('CMD '));
     expect(cmd).toBeDefined();
     expect((JSON.parse(cmd!.slice(4)) as string[]).join(' ')).toBe(pkg.scripts.start);
-    expect(runtimeStage.some((l) => l.startsWith('HEALTHCHECK ') && l.includes('/healthz'))).toBe(true);
+    expect(runtimeStage.some((l) => l.startsWith('HEALTHCHECK ') && l.includes('dist/server/healthcheck.js'))).toBe(true);
   });
 });
 
