@@ -81,6 +81,10 @@ async function main(): Promise<void> {
   if (config.allowPrivateTargets) logger.warn('config.allow_private_targets', { message: 'ALLOW_PRIVATE_TARGETS is set: private and loopback targets are allowed. For development and tests only.' });
   if (keyCheck.kind === 'off') logger.warn('config.secret_key_off', { message: keyOffWarning(keyCheck.sealed) });
 
+  // STARTTLS's pair before anything starts or listens: a bad SMTP_TLS_CERT or SMTP_TLS_KEY stops the start before
+  // /healthz ever answers, before the engine claims any mail, and before a first start's admin token is shown.
+  const smtpTls = config.smtpPort !== 0 ? loadOrCreateSmtpTls(config) : null;
+
   // Written whatever LOG_LEVEL says, and on stdout before the token is stored (synchronously, behind the lines held
   // so far): it is shown once, and without it nobody signs in to the dashboard.
   ensureAdminToken(deps.db, config.adminToken, (token) => {
@@ -161,10 +165,9 @@ async function main(): Promise<void> {
 
   // Inbound SMTP (SMTP_PORT=0 turns it off): mail for customers' receiving domains, bounces and complaints.
   let smtpPort: number | null = null;
-  if (config.smtpPort !== 0) {
-    const tls = loadOrCreateSmtpTls(config);
-    if (tls.source === 'generated') logger.info('smtp.tls_generated', { message: 'A self-signed STARTTLS certificate was generated into DATA_DIR; set SMTP_TLS_CERT and SMTP_TLS_KEY for a trusted one.' });
-    const server = createInboundServer(deps, tls);
+  if (smtpTls !== null) {
+    if (smtpTls.source === 'generated') logger.info('smtp.tls_generated', { message: 'A self-signed STARTTLS certificate was generated into DATA_DIR; set SMTP_TLS_CERT and SMTP_TLS_KEY for a trusted one.' });
+    const server = createInboundServer(deps, smtpTls);
     try {
       const port = await server.listen(config.smtpHost, config.smtpPort);
       if (stopping) {

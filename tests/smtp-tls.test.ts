@@ -8,6 +8,8 @@ import { connect, createServer } from 'node:tls';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadOrCreateSmtpTls, selfSignedCertificate, type TlsPair } from '../mta/inbound/tls.js';
+import { freePort } from '../scripts/lib/free-port.js';
+import { ROOT, processEnv } from './helpers/service-process.js';
 
 /**
  * STARTTLS's key and certificate (decisions.md section 1): SMTP_TLS_CERT and SMTP_TLS_KEY when set, else a self-signed
@@ -383,4 +385,29 @@ describe('loadOrCreateSmtpTls', () => {
       rmSync(encrypted);
     });
   });
+});
+
+describe('a bad configured pair stops the start before anything listens', () => {
+  it('exits 1 naming the variable, without ever answering /healthz or showing an admin token', async () => {
+    const dir = freshDir();
+    const keyPath = join(dir, 'key.pem');
+    writeFileSync(keyPath, keys.privateKey.export({ type: 'pkcs8', format: 'pem' }));
+    const smtpPort = await freePort();
+    // SMTP_TLS_CERT names the key file: readable, so the config module passes it; it holds no certificate.
+    const env = processEnv(join(dir, 'data'), { SMTP_PORT: String(smtpPort), SMTP_HOST: '127.0.0.1', SMTP_TLS_CERT: keyPath, SMTP_TLS_KEY: keyPath });
+    const child = spawn(process.execPath, ['dist/server/main.js'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+    expect(code, stderr).toBe(1);
+    expect(stderr).toContain(`SMTP_TLS_CERT: ${keyPath} holds no PEM certificate`);
+    const events = stdout
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => (JSON.parse(l) as { event: string }).event);
+    expect(events).not.toContain('http.listening');
+    expect(events).not.toContain('admin_token.generated');
+  }, 30_000);
 });
