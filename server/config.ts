@@ -138,7 +138,7 @@ export const configSchema = z.object({
   DNS_SERVERS: z
     .string()
     .optional()
-    .describe('Comma list of `ip` or `ip:port` resolvers for domain checks and MX lookups'),
+    .describe('Comma list of `ip` or `ip:port` resolvers for domain checks and MX lookups; an IPv6 resolver with a port is bracketed, `[::1]:5353` (`::1:53` is an address, port 53)'),
   DELIVERY_MODE: z
     .enum(DELIVERY_MODES, { error: (issue) => `must be direct or capture, got "${String(issue.input)}"` })
     .default('direct')

@@ -121,6 +121,8 @@ describe('values that parse', () => {
       { host: '2001:db8::53', port: 53 },
       { host: '::1', port: 5353 },
     ]);
+    // As the README's table says: without brackets the last group is part of the address, never a port.
+    expect(loadConfig({ DNS_SERVERS: '::1:53' }).dnsServers).toEqual([{ host: '::1:53', port: 53 }]);
   });
 
   it('HTTP_HOST and SMTP_HOST take IPv4, IPv6 and localhost', () => {
