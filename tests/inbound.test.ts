@@ -382,6 +382,42 @@ it.each([
   }
 });
 
+// SMTP has one answer for the whole message: when some of its recipients stop receiving between RCPT and the end of
+// DATA, a 250 would drop their copies unsaid. It is deferred whole (nothing kept), and the retry hears 550 for those
+// at RCPT and stores the rest.
+it('a message some of whose recipients stopped receiving since RCPT is deferred whole, and its retry stores the rest', async () => {
+  const staying = uniqueDomain('stays');
+  const leaving = uniqueDomain('leaves');
+  await connectDomain(service, sender.key, staying);
+  const leavingId = await connectDomain(service, sender.key, leaving);
+  const { client } = await RawSmtp.connect(port);
+  try {
+    const replies = await client.envelope('someone@example.org', [`a@${staying}`, `b@${leaving}`]);
+    expect(replies.slice(-2)).toEqual([expect.stringMatching(/^250 /), expect.stringMatching(/^250 /)]);
+    setDomainState(service, leavingId, 'ownership');
+    expect(await client.command('DATA')).toMatch(/^354 /);
+    client.write('Subject: partly gone\r\n\r\nbody\r\n.\r\n');
+    expect(await client.reply()).toMatch(/^451 4\.3\.0 /);
+    expect(service.deps.db.select().from(customerDbWrites).all()).toEqual([]);
+    expect(spoolFiles()).toEqual([]);
+
+    // The client's retry of the same message.
+    expect(await client.command('MAIL FROM:<someone@example.org>')).toMatch(/^250 /);
+    expect(await client.command(`RCPT TO:<a@${staying}>`)).toMatch(/^250 /);
+    expect(await client.command(`RCPT TO:<b@${leaving}>`)).toMatch(/^550 5\.7\.1 /);
+    expect(await client.command('DATA')).toMatch(/^354 /);
+    client.write('Subject: partly gone\r\n\r\nbody\r\n.\r\n');
+    expect(await client.reply()).toMatch(/^250 /);
+  } finally {
+    client.close();
+  }
+  const stored = service.deps.db.select().from(customerDbWrites).all();
+  expect(stored).toHaveLength(1);
+  await writer.runOnce();
+  const { rows } = await customer.query('select to_addresses from service.inbound where subject = $1', ['partly gone']);
+  expect(rows).toEqual([{ to_addresses: [`a@${staying}`] }]);
+});
+
 it('counts what it accepts and refuses in /metrics, by stage and code', async () => {
   const scrape = async () => parsePrometheusText(await (await fetch(`${service.url}/metrics`)).text());
   const before = await scrape();

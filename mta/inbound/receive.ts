@@ -105,6 +105,13 @@ export function createLineEndingCheck() {
   };
 }
 
+/** Thrown inside the storing transaction when some of the message's mailboxes no longer receive: it rolls back. */
+class RecipientsChanged extends Error {
+  constructor(readonly gone: number) {
+    super(`${gone} recipient(s) stopped receiving since RCPT`);
+  }
+}
+
 export interface Envelope {
   mailFrom: string;
   recipients: Recipient[];
@@ -182,10 +189,16 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
       const byAccount = new Map<string, string[]>();
       // Judged again here, in the transaction that stores the message: a domain, or a database, removed since RCPT no
       // longer receives (and the read costs little inside a transaction).
+      let gone = 0;
       for (const m of mailboxes) {
         const current = judgeRecipient(deps, m.address);
         if (current.kind === 'mailbox') byAccount.set(current.accountId, [...(byAccount.get(current.accountId) ?? []), current.address]);
+        else gone++;
       }
+      // Some of its mailboxes stopped receiving, not all (or it also carries a report): a 250 would drop their copies
+      // unsaid, and SMTP has one answer for the whole message. Nothing is kept (the savepoint rolls back); the retry
+      // hears 550 for those at RCPT, and the rest is stored then.
+      if (gone > 0 && (gone < mailboxes.length || reports.length > 0)) throw new RecipientsChanged(gone);
       for (const [accountId, toAddresses] of byAccount) {
         const written = queueCustomerDbWrite(
           deps,
@@ -213,6 +226,11 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
       return { stored, ...recorded };
     });
   } catch (err) {
+    if (err instanceof RecipientsChanged) {
+      spool?.discard();
+      deps.logger.info('inbound.recipients_changed', { id, recipients: mailboxes.length, gone: err.gone });
+      throw new SmtpReply(451, '4.3.0 A recipient stopped receiving mail here during the transaction; try again');
+    }
     // Committed but not known durable: its outbox rows name the spool file, which stays (the 451 may bring a copy).
     if (!(err instanceof FlushFailedError)) spool?.discard();
     logFailure(deps, 'inbound.store_failed', err, { id });
