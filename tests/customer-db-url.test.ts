@@ -11,6 +11,7 @@ import {
   SSL_MODES,
   describeTarget,
   parseCustomerDbUrl,
+  parseGivenCustomerDbUrl,
   pgClientConfig,
   resolveCustomerDbHost,
   sslModeOf,
@@ -32,7 +33,7 @@ const SECRET = 'S3cr3t-pa55';
 /** What parseCustomerDbUrl makes of a URL: the target, or the status, code and message it throws. */
 function judge(raw: string): CustomerDbTarget | { status: number; code: string; message: string } {
   try {
-    return parseCustomerDbUrl(raw);
+    return parseGivenCustomerDbUrl(raw);
   } catch (err) {
     if (!(err instanceof ApiError)) throw err;
     return { status: err.status, code: err.code, message: err.message };
@@ -49,6 +50,9 @@ const REFUSED: [string, string, string][] = [
   ['the empty string', '', 'empty'],
   ['not a URL', 'db.example.com:5432/app', 'postgresql://'],
   ['another scheme', `mysql://u:${SECRET}@db.example.com/app`, 'postgresql://'],
+  // api.md: invalid_url for a URL that is not postgresql://; the message says what to write instead.
+  ['postgres:', `postgres://u:${SECRET}@db.example.com/app`, 'write it as postgresql://'],
+  ['POSTGRES: in capitals', `POSTGRES://u:${SECRET}@db.example.com/app`, 'write it as postgresql://'],
   ['https', `https://u:${SECRET}@db.example.com/app`, 'postgresql://'],
   ['a socket: scheme', `socket:/var/run/postgresql/.s.PGSQL.5432`, 'Unix'],
   ['a unix: scheme', `unix:/var/run/postgresql?db=app`, 'Unix'],
@@ -119,7 +123,11 @@ const REFUSED: [string, string, string][] = [
   ].map((q): [string, string, string] => [`?${q}`, `postgresql://u:${SECRET}@db.example.com/app?sslmode=require&${q}`, `\`${q.split('=')[0]}\``]),
 ];
 
-describe('parseCustomerDbUrl refuses', () => {
+it('a postgres:// URL stored before POST /database refused that scheme still connects: the stored form is read leniently', () => {
+  expect(parseCustomerDbUrl(`postgres://u:${SECRET}@db.example.com/app`)).toEqual(T({}));
+});
+
+describe('parseGivenCustomerDbUrl refuses', () => {
   it.each(REFUSED)('%s', (_why, raw, named) => {
     const got = judge(raw);
     expect(got).toMatchObject({ status: 422, code: 'invalid_url' });
@@ -149,7 +157,6 @@ const T = (over: Partial<CustomerDbTarget>): CustomerDbTarget => ({
 
 const ACCEPTED: [string, string, CustomerDbTarget][] = [
   ['the plain form', `postgresql://u:${SECRET}@db.example.com/app`, T({})],
-  ['postgres:', `postgres://u:${SECRET}@db.example.com/app`, T({})],
   ['a scheme in capitals', `PostgreSQL://u:${SECRET}@db.example.com/app`, T({})],
   ['a port', `postgresql://u:${SECRET}@db.example.com:6543/app`, T({ port: 6543 })],
   ['port 1', `postgresql://u:${SECRET}@db.example.com:1/app`, T({ port: 1 })],
@@ -255,8 +262,8 @@ describe('parsing reads no file and opens no connection', () => {
     const dnsSpies = [vi.spyOn(dns, 'lookup'), vi.spyOn(dns, 'resolve'), vi.spyOn(dns.promises, 'lookup')];
     const netSpies = [vi.spyOn(net, 'connect'), vi.spyOn(net, 'createConnection'), vi.spyOn(net.Socket.prototype, 'connect')];
     syncBuiltinESMExports();
-    for (const [, raw] of REFUSED) expect(() => parseCustomerDbUrl(raw)).toThrow(ApiError);
-    for (const [, raw] of ACCEPTED) parseCustomerDbUrl(raw);
+    for (const [, raw] of REFUSED) expect(() => parseGivenCustomerDbUrl(raw)).toThrow(ApiError);
+    for (const [, raw] of ACCEPTED) parseGivenCustomerDbUrl(raw);
     for (const spy of [...fsSpies, ...promiseSpies, ...dnsSpies, ...netSpies]) expect(spy).not.toHaveBeenCalled();
   });
 

@@ -225,10 +225,11 @@ describe('POST /database: connected', () => {
     expect(res.body).toEqual(connectedStatus(service, { sslMode }));
   });
 
-  it('accepts postgres:// as well, an IP-literal host (verified against the address the certificate carries) and localhost', async () => {
+  it('refuses postgres:// (api.md: not postgresql:// is 422 invalid_url) and accepts an IP-literal host (verified against the address the certificate carries) and localhost', async () => {
     const { key } = service.newAccount();
     const viaScheme = await connect(service, key, urlOf('db.pg.test').replace(/^postgresql:/, 'postgres:'));
-    expect(viaScheme.status, JSON.stringify(viaScheme.body)).toBe(200);
+    expectError(viaScheme, 422, 'invalid_url');
+    expect(viaScheme.body.error.message).toContain('write it as postgresql://');
     for (const host of ['127.0.0.1', 'localhost']) {
       const res = await connect(service, key, urlOf(host));
       expect(res.status, JSON.stringify(res.body)).toBe(200);

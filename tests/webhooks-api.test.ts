@@ -270,4 +270,5 @@ describe('auth on the Webhooks endpoints', () => {
   runCommonAuthTests(() => service, { method: 'GET', path: someEndpoint, scope: 'webhooks:read' });
   runCommonAuthTests(() => service, { method: 'DELETE', path: someEndpoint, scope: 'webhooks:write' });
   runCommonAuthTests(() => service, { method: 'GET', path: async (ctx) => `${await someEndpoint(ctx)}/deliveries`, scope: 'webhooks:read' });
+  runCommonAuthTests(() => service, { method: 'POST', path: async (ctx) => `${await someEndpoint(ctx)}/test`, scope: 'webhooks:write' });
 });

@@ -164,7 +164,19 @@ export function sslModeOf(value: string | undefined): SslMode {
 }
 
 /**
- * `postgresql://user[:password]@host[:port][/database][?sslmode=...]` (or `postgres://`) into a target, or
+ * A URL given to `POST /database`: api.md's `postgresql://` only (422 invalid_url for `postgres://`, which libpq reads
+ * the same, with a message that says so), then parsed as below.
+ */
+export function parseGivenCustomerDbUrl(raw: string): CustomerDbTarget {
+  if (typeof raw === 'string' && /^postgres:/i.test(raw)) {
+    throw invalid('The URL must start with postgresql:// (a postgres:// URL means the same: write it as postgresql://).');
+  }
+  return parseCustomerDbUrl(raw);
+}
+
+/**
+ * `postgresql://user[:password]@host[:port][/database][?sslmode=...]` into a target (`postgres://` too: a URL stored
+ * before `POST /database` took only `postgresql://` still connects), or
  * `422 invalid_url` whose message names the part at fault and never the password. Pure: no filesystem, no network, no
  * environment.
  */
@@ -175,9 +187,9 @@ export function parseCustomerDbUrl(raw: string): CustomerDbTarget {
   if (CONTROL.test(raw)) throw invalid('The URL contains spaces or control characters.');
   const scheme = /^([A-Za-z][A-Za-z0-9+.-]*):/.exec(raw)?.[1]?.toLowerCase();
   if (scheme !== 'postgresql' && scheme !== 'postgres') {
-    throw invalid('The URL must start with postgresql:// or postgres:// (Unix sockets and other schemes are not accepted).');
+    throw invalid('The URL must start with postgresql:// (Unix sockets and other schemes are not accepted).');
   }
-  if (!/^[A-Za-z]+:\/\//.test(raw)) throw invalid('The URL must start with postgresql:// or postgres:// followed by the host.');
+  if (!/^[A-Za-z]+:\/\//.test(raw)) throw invalid('The URL must start with postgresql:// followed by the host.');
   if (raw.includes('#')) throw invalid('The URL must not have a #fragment.');
   // The query first, from the text itself: `postgresql://@/db?host=/tmp` is refused for its `host`, by name. A `?`
   // before the host's `@` is in the user name or password (unencoded), whose text must never be read as parameters

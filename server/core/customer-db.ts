@@ -1,6 +1,6 @@
 import { eq } from 'drizzle-orm';
 import { z } from 'zod';
-import { describeTarget, parseCustomerDbUrl } from '../../db/customer/url.js';
+import { describeTarget, parseGivenCustomerDbUrl } from '../../db/customer/url.js';
 import { type CustomerDatabaseRow, customerDatabases } from '../../db/schema/index.js';
 import { iso, isoOrNull } from '../clock.js';
 import { connectAndMigrate, targetOf, urlContext } from '../customer-db/connection.js';
@@ -16,7 +16,7 @@ import type { RequestContext } from './context.js';
 /** The Database endpoints (api.md, Database; decisions.md section 8): the rules, without HTTP. */
 
 export const connectDatabaseInput = z.strictObject({
-  // Its form is judged by parseCustomerDbUrl: 422 invalid_url, naming the part at fault.
+  // Its form is judged by parseGivenCustomerDbUrl: 422 invalid_url, naming the part at fault.
   url: z.string(),
 });
 
@@ -108,7 +108,7 @@ export function getDatabaseStatus({ deps, ctx }: { deps: Deps; ctx: RequestConte
  */
 export async function connectDatabase({ deps, ctx, input }: { deps: Deps; ctx: RequestContext; input: z.output<typeof connectDatabaseInput> }): Promise<DatabaseStatus> {
   if (!deps.secretKey) throw new ApiError('not_configured', 'This server cannot store secrets (SECRET_KEY=off), so no database URL can be kept.');
-  const target = parseCustomerDbUrl(input.url);
+  const target = parseGivenCustomerDbUrl(input.url);
   const result = await connectAndMigrate(deps, target);
   if (!result.ok) {
     if (result.blocked) throw new ApiError('blocked_host', result.message);
