@@ -218,7 +218,8 @@ describe('dashboard sign-in rules over HTTP', () => {
   });
 
   it('never redirects off the dashboard after sign-in', async () => {
-    for (const next of ['https://evil.example/', '//evil.example/dashboard', '/dashboard/../api/v1/account', '/api/v1']) {
+    const encodedDots = ['/dashboard/%2e%2e/api/v1/account', '/dashboard/.%2e/metrics', '/dashboard/%2E%2E/healthz', '/dashboard/%2e./healthz'];
+    for (const next of ['https://evil.example/', '//evil.example/dashboard', '/dashboard/../api/v1/account', '/api/v1', ...encodedDots]) {
       const form = await signInForm(service.url);
       const res = await fetch(`${service.url}/dashboard/sign-in`, {
         method: 'POST',
@@ -229,6 +230,19 @@ describe('dashboard sign-in rules over HTTP', () => {
       expect(res.status).toBe(303);
       expect(res.headers.get('location')).toBe('/dashboard');
     }
+  });
+});
+
+describe('the redirect of a signed-in operator to next', () => {
+  it('stays on the dashboard for a link whose next holds a percent-encoded dot segment', async () => {
+    const client = await dashboardClient(service, token);
+    for (const next of ['/dashboard/%2e%2e/healthz', '/dashboard/.%2e/metrics', '/dashboard/%2E%2E/api/v1/account']) {
+      const res = await client.get(`/dashboard/sign-in?next=${encodeURIComponent(next)}`);
+      expect(res.status).toBe(303);
+      expect(res.headers.get('location'), next).toBe('/dashboard');
+    }
+    const kept = await client.get(`/dashboard/sign-in?next=${encodeURIComponent('/dashboard/emails?status=bounced&q=a+b')}`);
+    expect(kept.headers.get('location')).toBe('/dashboard/emails?status=bounced&q=a+b');
   });
 });
 

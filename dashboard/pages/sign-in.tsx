@@ -15,7 +15,11 @@ const SIGN_IN_COOKIE = 'mailstead_sign_in';
 /** Where to go after signing in: only a dashboard path of this site. */
 export function safeNext(next: string | undefined): string {
   // `+` too: a browser writes a space in a GET form's query as one (a search for "Globex Mail").
-  return next && /^\/dashboard(\/[A-Za-z0-9/_.?=&%+-]*)?$/.test(next) && !next.includes('..') ? next : '/dashboard';
+  if (!next || !/^\/dashboard(\/[A-Za-z0-9/_.?=&%+-]*)?$/.test(next) || next.includes('..')) return '/dashboard';
+  // A browser resolves dot segments, percent-encoded ones too (`/dashboard/%2e%2e/metrics` is `/metrics`): the path
+  // must read the same once resolved.
+  const path = next.split('?', 1)[0];
+  return new URL(next, 'http://dashboard.invalid').pathname === path ? next : '/dashboard';
 }
 
 function SignInPage(props: { formToken: string; next: string; message?: { kind: 'ok' | 'error'; text: string } }) {
