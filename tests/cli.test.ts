@@ -672,6 +672,7 @@ describe('CLI errors: non-zero exit, message on stderr, nothing on stdout', () =
       [['accounts', 'unsuspend', '--account', id, '--reason', 'A reason long enough.'], 'accounts unsuspend does not take --reason'],
       [['admin-token', 'reset', '--account', id], 'admin-token reset does not take --account'],
       [['accounts', 'create', '--name', '   '], '--name'],
+      [['accounts', 'create', '--name', 'Acme\u202e Shop'], '--name: must not contain control characters'],
       [['accounts', 'suspend', '--account', id, '--reason', 'x'.repeat(5000)], '--reason'],
     ];
     for (const [args, message] of cases) {

@@ -84,6 +84,33 @@ describe('a NUL or an unpaired surrogate in a string', () => {
   });
 });
 
+/**
+ * Names and reasons are shown to people (the operator's dashboard, a refused send's message): a bidi override or
+ * isolate control in one reorders the text drawn after it (the dashboard's own words), and a control character or
+ * line separator is not text there. Refused at the door, on every way in (API, CLI, dashboard forms share the schema).
+ */
+describe('controls in a name or a reason', () => {
+  const hidden = ['\u202e', '\u202a', '\u2066', '\u2069', '\u0085', '\u009b', '\u0007', '\u2028', '\u000b'];
+
+  it.each(hidden.map((c) => [JSON.stringify(c), c]))('%s in a key name, a sub-account name or a suspension reason is 422 invalid_request naming the field', async (_shown, c) => {
+    expectError(await service.api('POST', '/keys', { key: s.key, body: { name: `Acme${c} key` } }), 422, 'invalid_request', /^name: .*bidi/);
+    expectError(await service.api('POST', '/accounts', { key: s.key, body: { name: `Acme${c} Shop` } }), 422, 'invalid_request', /^name: .*bidi/);
+    const sub = await service.api('POST', '/accounts', { key: s.key, body: { name: 'A customer' } });
+    expect(sub.status).toBe(201);
+    const suspend = await service.api('POST', `/accounts/${sub.body.id}/suspend`, { key: s.key, body: { suspended: true, reason: `Unpaid invoices${c} for March` } });
+    expectError(suspend, 422, 'invalid_request', /^reason: .*bidi/);
+  });
+
+  it('right-to-left text itself is a name, and a reason may run over lines', async () => {
+    const rtl = await service.api('POST', '/accounts', { key: s.key, body: { name: 'متجر أكمي' } });
+    expect(rtl.status, JSON.stringify(rtl.body)).toBe(201);
+    expect(rtl.body.name).toBe('متجر أكمي');
+    expect((await service.api('POST', '/keys', { key: s.key, body: { name: 'מפתח ראשי' } })).status).toBe(201);
+    const suspend = await service.api('POST', `/accounts/${rtl.body.id}/suspend`, { key: s.key, body: { suspended: true, reason: 'Unpaid invoices:\n\tMarch\r\n\tApril' } });
+    expect(suspend.status, JSON.stringify(suspend.body)).toBe(200);
+  });
+});
+
 describe("the writer's JSON for jsonb", () => {
   it('turns a NUL and an unpaired surrogate into U+FFFD, and leaves everything else as JSON.stringify writes it', () => {
     const rows = [{ subject: 'a\u0000b', html: 'x\ud800y', text: '🧾 \\u0000 literally', tags: { k: 'v\udfff' } }];

@@ -92,7 +92,7 @@ export const MessageFacts: FC<{ entry: CapturedEntry; others: string[] }> = ({ e
     </dd>
     <dt>Account</dt>
     <dd>
-      {entry.accountName} <code class="muted">{entry.accountId}</code>
+      <bdi>{entry.accountName}</bdi> <code class="muted">{entry.accountId}</code>
     </dd>
     <dt>From</dt>
     <dd>{entry.from}</dd>

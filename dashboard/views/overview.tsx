@@ -85,7 +85,7 @@ export const WebhooksPanel: FC<{ troubled: Capped<EndpointSummary> }> = ({ troub
           <a href={endpointPath(endpoint.view.id)}>{endpoint.view.url}</a>
         </div>
         <div class="why">
-          {endpoint.accountName}: {healthReason(endpoint.view, endpoint.lastError)}
+          <bdi>{endpoint.accountName}</bdi>: {healthReason(endpoint.view, endpoint.lastError)}
         </div>
       </li>
     )}
@@ -109,7 +109,7 @@ export const DatabasesPanel: FC<{ troubled: Capped<DatabaseTrouble> }> = ({ trou
         <div class="row">
           {status.state === 'unreachable' ? <Badge tone="bad">unreachable</Badge> : <Badge tone="warn">writes waiting</Badge>}
           <a href={status.state === 'unreachable' ? '/dashboard/database?state=unreachable' : '/dashboard/database'}>
-            {accountName}: {status.database} on {status.host}
+            <bdi>{accountName}</bdi>: {status.database} on {status.host}
           </a>
         </div>
         <div class="why">

@@ -88,7 +88,7 @@ export const EndpointFacts: FC<{ endpoint: EndpointSummary & { pending: number }
           </dd>
           <dt>Account</dt>
           <dd>
-            {endpoint.accountName} <span class="muted">({endpoint.accountId})</span>
+            <bdi>{endpoint.accountName}</bdi> <span class="muted">({endpoint.accountId})</span>
           </dd>
           <dt>Events</dt>
           <dd>{v.events.join(', ')}</dd>
@@ -173,7 +173,7 @@ export const DeliveryFacts: FC<{ endpoint: EndpointSummary; d: DeliverySummary; 
       <dl class="facts">
         <dt>Endpoint</dt>
         <dd>
-          <a href={endpointPath(endpoint.view.id)}>{endpoint.view.url}</a> <span class="muted">({endpoint.accountName})</span>
+          <a href={endpointPath(endpoint.view.id)}>{endpoint.view.url}</a> <span class="muted">(<bdi>{endpoint.accountName}</bdi>)</span>
         </dd>
         <dt>Event</dt>
         <dd>{d.view.eventType}</dd>

@@ -1,5 +1,6 @@
 import { and, desc, eq, isNull, lt, sql } from 'drizzle-orm';
 import { z } from 'zod';
+import { PROSE_MESSAGE, isProse, labelSchema } from './text-rules.js';
 import type { Db } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { type AccountRow, accounts } from '../../db/schema/index.js';
@@ -34,15 +35,15 @@ export interface AccountView {
   credits: CreditsView;
 }
 
-export const accountNameSchema = z.string().trim().min(2, 'must be 2 to 80 characters').max(80, 'must be 2 to 80 characters');
+export const accountNameSchema = labelSchema(2, 80);
 /** Kept verbatim: it is the exact message of every refused send. */
-export const suspensionReasonSchema = z.string().min(15, 'must be 15 to 500 characters').max(500, 'must be 15 to 500 characters');
+export const suspensionReasonSchema = z.string().min(15, 'must be 15 to 500 characters').max(500, 'must be 15 to 500 characters').refine(isProse, PROSE_MESSAGE);
 
 /**
  * The operator's own inputs (CLI and dashboard), looser than the customer's: a reason of any length up to 500 (the
  * 15-character floor is for the API), and whole numbers at least these.
  */
-export const operatorSuspensionReasonSchema = z.string().trim().min(1, 'must not be empty').max(500, 'must be at most 500 characters');
+export const operatorSuspensionReasonSchema = z.string().trim().min(1, 'must not be empty').max(500, 'must be at most 500 characters').refine(isProse, PROSE_MESSAGE);
 export const OPERATOR_NUMBER_MIN = { credits: 0, dailyQuota: 1, amount: 1 } as const;
 
 /** An operator's number as typed: decimal digits only, a safe integer, at least `min`; null when it is not. */

@@ -1,4 +1,5 @@
 import { domainToASCII } from 'node:url';
+import { HIDDEN_CONTROLS } from './text-rules.js';
 
 /**
  * Mail addresses as the send request carries them (decisions.md section 2). A recipient is a bare address; `from`
@@ -61,8 +62,6 @@ const ENCODED_WORD = /=\?([^?\s]+)\?([BbQq])\?([^?]*)\?=/g;
 const BETWEEN_ENCODED_WORDS = /(=\?[^?\s]+\?[BbQq]\?[^?]*\?=)\s+(?==\?[^?\s]+\?[BbQq]\?[^?]*\?=)/g;
 /** Line breaks beyond CR and LF: NEL and the Unicode line and paragraph separators. */
 const OTHER_LINE_BREAKS = /[\u0085\u2028\u2029]/;
-/** Control characters (C0, DEL, C1) and the bidi embedding, override and isolate controls, which reorder what follows. */
-const CONTROLS = /[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]/;
 
 function decodeWordBytes(encoding: string, data: string): Buffer | null {
   if (encoding === 'B' || encoding === 'b') {
@@ -141,7 +140,7 @@ export function parseMailbox(input: string): Parsed<Mailbox> {
     const folded = name.normalize('NFKC');
     if (name.includes(',') || folded.includes(',')) return { ok: false, reason: 'must be exactly one mailbox (no comma)' };
     // What is left of an encoded word after decoding (one encoded twice) would be decoded by the next reader.
-    if (/[<>"@]/.test(name) || CONTROLS.test(name) || /[<>"@]/.test(folded) || new RegExp(ENCODED_WORD.source).test(name)) return { ok: false, reason: NOT_ONE_MAILBOX };
+    if (/[<>"@]/.test(name) || HIDDEN_CONTROLS.test(name) || /[<>"@]/.test(folded) || new RegExp(ENCODED_WORD.source).test(name)) return { ok: false, reason: NOT_ONE_MAILBOX };
     if ([...name].length > MAX_DISPLAY_NAME) return { ok: false, reason: `display name must be at most ${MAX_DISPLAY_NAME} characters` };
   }
   const parsed = parseAddress(addr);

@@ -1,5 +1,6 @@
 import { and, desc, eq, isNull, lt, sql } from 'drizzle-orm';
 import { z } from 'zod';
+import { labelSchema } from './text-rules.js';
 import { type Db, clientOf } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { type AccountRow, type ApiKeyRow, accounts, apiKeys } from '../../db/schema/index.js';
@@ -29,7 +30,7 @@ export interface KeyView {
 export type MintedKeyView = Pick<KeyView, 'id' | 'name' | 'prefix' | 'scopes' | 'createdAt'> & { key: string };
 
 export const mintKeyInput = z.strictObject({
-  name: z.string().trim().min(1, 'must be 1 to 60 characters').max(60, 'must be 1 to 60 characters'),
+  name: labelSchema(1, 60),
   scopes: z
     .array(z.string().refine(isScope, { message: `must be one of ${SCOPES.join(', ')}` }))
     .min(1, 'must name at least one scope')
