@@ -1,4 +1,4 @@
-import { existsSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
@@ -51,6 +51,32 @@ export class DatabaseMissingError extends Error {
   }
 }
 
+/** DATA_DIR's database was migrated by a newer Mailstead: this build does not know its tables, and must not write them. */
+export class DatabaseTooNewError extends Error {
+  override name = 'DatabaseTooNewError';
+  constructor(readonly path: string, newest: Date, known: Date) {
+    super(
+      `${path} was migrated by a newer Mailstead (its newest migration is from ${newest.toISOString()}, this version knows migrations up to ${known.toISOString()}): ` +
+        'start that version or a newer one; a downgrade is not supported (restore the copy of DATA_DIR taken before the upgrade)',
+    );
+  }
+}
+
+/**
+ * Refuses a database whose newest applied migration this build does not have. drizzle's migrator only applies the
+ * journal's migrations newer than the database's newest, so an older build would otherwise start and write rows
+ * without the columns the newer one added (a row it cannot see again once upgraded).
+ */
+function refuseNewerDatabase(sqlite: Database.Database, path: string, folder: string): void {
+  const table = sqlite.prepare("select 1 from sqlite_master where type = 'table' and name = '__drizzle_migrations'").get();
+  if (!table) return;
+  const row = sqlite.prepare('select max(created_at) as newest from __drizzle_migrations').get() as { newest: number | null };
+  if (row.newest === null) return;
+  const journal = JSON.parse(readFileSync(join(folder, 'meta', '_journal.json'), 'utf8')) as { entries: { when: number }[] };
+  const known = Math.max(...journal.entries.map((e) => e.when));
+  if (Number(row.newest) > known) throw new DatabaseTooNewError(path, new Date(Number(row.newest)), new Date(known));
+}
+
 /**
  * Opens DATA_DIR/mailstead.db in WAL mode with synchronous=FULL, because a 200 or a 250 is only answered after a
  * commit, and applies pending migrations. A missing directory is created 0700 and a missing database file 0600 (its
@@ -72,7 +98,14 @@ export function openDatabase(dataDir: string, opts: { mustExist?: boolean } = {}
   // at once, which no busy timeout retries. Taken at BEGIN, the lock is waited for like any other.
   const deferred = db.transaction.bind(db);
   db.transaction = ((fn, config) => deferred(fn, { behavior: 'immediate', ...config })) as typeof db.transaction;
-  migrate(db, { migrationsFolder: migrationsFolder() });
+  const folder = migrationsFolder();
+  try {
+    refuseNewerDatabase(sqlite, path, folder);
+  } catch (err) {
+    sqlite.close();
+    throw err;
+  }
+  migrate(db, { migrationsFolder: folder });
   const syncWal = walSyncOf(path);
   return {
     db,
