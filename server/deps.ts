@@ -13,6 +13,7 @@ import type { Logger } from './logger.js';
 import { createMetrics, type Metrics } from './metrics.js';
 import { type Scans, scansOn } from './scans.js';
 import { createStoreHealth, isFlushFailure, type StoreHealth } from './store-health.js';
+import { holdsSealedSecrets } from './secret-key-check.js';
 
 /** Everything with a side effect, built once in main (or a test) and passed down. */
 export interface Deps {
@@ -46,10 +47,15 @@ export interface Deps {
   storeHealth: StoreHealth;
 }
 
+/** DATA_DIR/secret.key is gone while secrets sealed with it remain: the start stops instead of generating another. */
+export class SecretKeyLostError extends Error {
+  override name = 'SecretKeyLostError';
+}
+
 /**
  * SECRET_KEY as decided: given, `off`, or read from DATA_DIR/secret.key, generated there (mode 0600) on first start.
  */
-export function resolveSecretKey(config: Config): Buffer | null {
+export function resolveSecretKey(config: Config, opts: { mayGenerate?: boolean } = {}): Buffer | null {
   if (config.secretKey.mode === 'off') return null;
   if (config.secretKey.mode === 'given') return config.secretKey.key;
   const path = join(config.dataDir, 'secret.key');
@@ -60,13 +66,16 @@ export function resolveSecretKey(config: Config): Buffer | null {
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
   }
+  if (opts.mayGenerate === false) {
+    throw new SecretKeyLostError(`${path} is missing, and DATA_DIR holds secrets sealed with a key (DKIM keys, webhook secrets or database URLs): put that key back in ${path}, or set SECRET_KEY to it; a new key would open none of them`);
+  }
   const key = randomBytes(32);
   try {
     // Whole and on disk before anything is sealed with it: an empty or lost key would leave every secret unreadable.
     createFileDurably(path, `${key.toString('hex')}\n`);
   } catch (err) {
     // Another process (the CLI beside the server) wrote it first: use that one.
-    if ((err as NodeJS.ErrnoException).code === 'EEXIST') return resolveSecretKey(config);
+    if ((err as NodeJS.ErrnoException).code === 'EEXIST') return resolveSecretKey(config, opts);
     throw err;
   }
   return key;
@@ -98,7 +107,8 @@ export function createDeps(config: Config, clock: Clock, logger: Logger): Deps {
     clock,
     logger,
     resolver: createResolver({ servers: config.dnsServers }),
-    secretKey: resolveSecretKey(config),
+    // Generated only on a first start: DATA_DIR holding secrets sealed with a key and no key file is a lost key.
+    secretKey: resolveSecretKey(config, { mayGenerate: !holdsSealedSecrets(store.db) }),
     keyUsage: createKeyUsage(),
     onQueued: () => undefined,
     onWebhookQueued: () => undefined,

@@ -58,7 +58,7 @@ async function main(): Promise<void> {
   const deps = createDeps(config, systemClock, logger);
   const keyCheck = checkSecretKey(deps.db, deps.secretKey);
   if (keyCheck.kind === 'mismatch') {
-    process.stderr.write(`${mismatchLine(config, keyCheck.what)}\n`);
+    process.stderr.write(`${mismatchLine(deps.db, config, keyCheck.what)}\n`);
     process.exit(1);
   }
   // WAL checkpoints on a thread of their own, not inside a COMMIT on the event loop (db/checkpointer.ts).

@@ -1,4 +1,4 @@
-import { existsSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { eq, sql } from 'drizzle-orm';
 import type { Db } from '../db/client.js';
@@ -50,24 +50,53 @@ const opens = (key: Buffer, sealed: string, context: string): boolean => {
   }
 };
 
+const recordedCheck = (db: Db) => db.select({ value: settings.value }).from(settings).where(eq(settings.key, CHECK_SETTING)).get();
+
+/** What `key` cannot open of DATA_DIR's secrets (the recorded check value, else a sample of each kind), or null. */
+function firstUnopened(db: Db, key: Buffer): string | null {
+  const recorded = recordedCheck(db);
+  if (recorded) return opens(key, recorded.value, CHECK_CONTEXT) ? null : 'the check value recorded at an earlier start';
+  for (const s of sampleSecrets(db)) if (!opens(key, s.sealed, s.context)) return s.what;
+  return null;
+}
+
+/**
+ * Whether DATA_DIR holds anything sealed with a key: then a missing DATA_DIR/secret.key is a lost key, not a first
+ * start, and a new one generated in its place would open none of it.
+ */
+export function holdsSealedSecrets(db: Db): boolean {
+  return recordedCheck(db) !== undefined || sampleSecrets(db).length > 0;
+}
+
 /** Checks `key` against DATA_DIR's secrets, and on a first start with a key (or the first since this check) records it. */
 export function checkSecretKey(db: Db, key: Buffer | null): SecretKeyCheck {
   if (key === null) {
     const count = (table: typeof domainKeys | typeof webhookEndpoints | typeof customerDatabases) => db.select({ n: sql<number>`count(*)` }).from(table).get()?.n ?? 0;
     return { kind: 'off', sealed: { dkimKeys: count(domainKeys), webhookSecrets: count(webhookEndpoints), databaseUrls: count(customerDatabases) } };
   }
-  const recorded = db.select({ value: settings.value }).from(settings).where(eq(settings.key, CHECK_SETTING)).get();
-  if (recorded) return opens(key, recorded.value, CHECK_CONTEXT) ? { kind: 'ok' } : { kind: 'mismatch', what: 'the check value recorded at an earlier start' };
-  for (const s of sampleSecrets(db)) if (!opens(key, s.sealed, s.context)) return { kind: 'mismatch', what: s.what };
+  const what = firstUnopened(db, key);
+  if (what !== null) return { kind: 'mismatch', what };
   db.insert(settings).values({ key: CHECK_SETTING, value: encryptSecret(key, CHECK_PLAINTEXT, CHECK_CONTEXT) }).onConflictDoNothing().run();
   return { kind: 'ok' };
 }
 
-/** The start's one line on stderr for a mismatch: which key was used, and where the right one may be. */
-export function mismatchLine(config: Pick<Config, 'secretKey' | 'dataDir'>, what: string): string {
+/** The key in DATA_DIR/secret.key, when it holds one (read only: never generated here). */
+function fileKey(dataDir: string): Buffer | null {
+  try {
+    const text = readFileSync(join(dataDir, 'secret.key'), 'utf8').trim();
+    return /^[0-9a-f]{64}$/i.test(text) ? Buffer.from(text, 'hex') : null;
+  } catch {
+    return null;
+  }
+}
+
+/** The start's one line on stderr for a mismatch: which key was used, and where the right one is when it is known. */
+export function mismatchLine(db: Db, config: Pick<Config, 'secretKey' | 'dataDir'>, what: string): string {
   const file = join(config.dataDir, 'secret.key');
   const where = config.secretKey.mode === 'given' ? 'SECRET_KEY' : `SECRET_KEY (read from ${file})`;
-  const fileToo = config.secretKey.mode === 'given' && existsSync(file) ? `; ${file} holds the key generated at the first start` : '';
+  // Named only when it is the right key: a file left by some other start would send the operator the wrong way.
+  const inFile = config.secretKey.mode === 'given' ? fileKey(config.dataDir) : null;
+  const fileToo = inFile !== null && firstUnopened(db, inFile) === null ? `; ${file} holds it (unset SECRET_KEY to use it)` : '';
   return `mailstead: invalid configuration: ${where} is not the key DATA_DIR's secrets were sealed with (it cannot open ${what}): start with that key${fileToo}`;
 }
 

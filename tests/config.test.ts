@@ -406,10 +406,34 @@ describe('the server process with a bad value', () => {
     expect(other.code).toBe(1);
     const lines = other.stderr.split('\n').filter((l) => l !== '');
     expect(lines, other.stderr).toHaveLength(1);
-    expect(lines[0]).toMatch(/^mailstead: invalid configuration: SECRET_KEY is not the key DATA_DIR's secrets were sealed with .*secret\.key holds the key generated at the first start$/);
+    expect(lines[0]).toMatch(/^mailstead: invalid configuration: SECRET_KEY is not the key DATA_DIR's secrets were sealed with .*secret\.key holds it \(unset SECRET_KEY to use it\)$/);
     // The generated key itself, given as SECRET_KEY, is the right one.
     const generated = readFileSync(join(dataDir, 'secret.key'), 'utf8').trim();
     expect((await runServer({ DATA_DIR: dataDir, SECRET_KEY: generated }, 'http.listening')).stdout).toContain('http.listening');
+  });
+
+  it('a DATA_DIR started with SECRET_KEY, then without it: exit 1 naming the missing file, and no new key generated in its place', async () => {
+    const given = 'ab'.repeat(32);
+    expect((await runServer({ DATA_DIR: dataDir, SECRET_KEY: given }, 'http.listening')).stdout).toContain('http.listening');
+    const without = await runServer({ DATA_DIR: dataDir });
+    expect(without.code).toBe(1);
+    const lines = without.stderr.split('\n').filter((l) => l !== '');
+    expect(lines, without.stderr).toHaveLength(1);
+    expect(lines[0]).toContain(`${join(dataDir, 'secret.key')} is missing, and DATA_DIR holds secrets sealed with a key`);
+    expect(existsSync(join(dataDir, 'secret.key'))).toBe(false);
+    // A wrong key then names no file: there is none that holds the right one.
+    const wrong = await runServer({ DATA_DIR: dataDir, SECRET_KEY: 'cd'.repeat(32) });
+    expect(wrong.code).toBe(1);
+    expect(wrong.stderr).toMatch(/^mailstead: invalid configuration: SECRET_KEY is not the key DATA_DIR's secrets were sealed with .*: start with that key\n$/);
+    expect((await runServer({ DATA_DIR: dataDir, SECRET_KEY: given }, 'http.listening')).stdout).toContain('http.listening');
+  });
+
+  it('a secret.key that is not the right key is not named as the one to use', async () => {
+    expect((await runServer({ DATA_DIR: dataDir, SECRET_KEY: 'ab'.repeat(32) }, 'http.listening')).stdout).toContain('http.listening');
+    writeFileSync(join(dataDir, 'secret.key'), `${'ef'.repeat(32)}\n`, { mode: 0o600 });
+    const wrong = await runServer({ DATA_DIR: dataDir, SECRET_KEY: 'cd'.repeat(32) });
+    expect(wrong.code).toBe(1);
+    expect(wrong.stderr).not.toContain('secret.key');
   });
 
   it('the admin token is printed on the first start whatever LOG_LEVEL says (here error), and nothing else at info', async () => {
