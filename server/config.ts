@@ -29,8 +29,7 @@ const positiveInt = (d: number, min = 1, max = Number.MAX_SAFE_INTEGER) =>
     .transform((v, ctx) => {
       const n = Number(v);
       if (!/^\d+$/.test(v.trim()) || !Number.isSafeInteger(n) || n < min || n > max) {
-        const range = max === Number.MAX_SAFE_INTEGER ? `>= ${min}` : `from ${min} to ${max}`;
-        ctx.addIssue({ code: 'custom', message: `must be an integer ${range}, got "${v}"` });
+        ctx.addIssue({ code: 'custom', message: `must be an integer from ${min} to ${max}, got "${v}"` });
         return z.NEVER;
       }
       return n;
@@ -60,13 +59,25 @@ const bool = (d: boolean) =>
     });
 
 const HOST_NAME = /^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/;
-const hostName = z.string().trim().toLowerCase().regex(HOST_NAME, 'must be a host name');
 /** A domain name that need not be a host's: labels may hold `_` (an SPF include target such as `_spf.example.com`). */
-const domainName = z
-  .string()
-  .trim()
-  .toLowerCase()
-  .regex(/^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9])?)(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9])?)*$/, 'must be a domain name');
+const DOMAIN_NAME = /^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9])?)(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9])?)*$/;
+
+/** A name matching `pattern` once trimmed and lower-cased; refused naming the value, as every other variable is. */
+const nameMatching = (pattern: RegExp, what: string) =>
+  z.string().transform((v, ctx) => {
+    const s = v.trim().toLowerCase();
+    if (pattern.test(s)) return s;
+    ctx.addIssue({ code: 'custom', message: `must be ${what} (letters, digits and hyphens in dot-separated labels of at most 63, no trailing dot), got "${v}"` });
+    return z.NEVER;
+  });
+const hostName = nameMatching(HOST_NAME, 'a host name');
+const domainName = nameMatching(DOMAIN_NAME, 'a domain name (labels may also hold _)');
+
+/** MAIL_HOSTNAME when unset: the machine's name, or `localhost` when that is no host name (`My_Box`); the start warns. */
+export function defaultMailHostname(machine: string = hostname()): string {
+  const name = machine.trim().toLowerCase();
+  return HOST_NAME.test(name) ? name : 'localhost';
+}
 
 /** A listening address: an IPv4 or IPv6 address, or `localhost`; a name would be resolved, and could move. */
 const listenAddress = (d: string) =>
@@ -122,10 +133,8 @@ export const configSchema = z.object({
   SMTP_HOST: listenAddress('0.0.0.0').describe('Address inbound SMTP listens on'),
   SMTP_PORT: port(25).describe('Inbound SMTP port; `0` turns inbound off'),
   // The machine's name when unset, judged like a given one (a zod default skips the checks).
-  MAIL_HOSTNAME: z
-    .string()
-    .default(hostname())
-    .pipe(hostName)
+  MAIL_HOSTNAME: hostName
+    .optional()
     .describe('Banner and EHLO name, MX target, bounce (VERP) domain. Production must set it to a public fully qualified name (a warning at start says when it is not)'),
   SMTP_TLS_CERT: z.string().min(1).optional().describe('PEM certificate file for STARTTLS on inbound SMTP'),
   SMTP_TLS_KEY: z.string().min(1).optional().describe('PEM private key file matching SMTP_TLS_CERT'),
@@ -291,11 +300,11 @@ function toConfig(raw: RawConfig, secretKey: Config['secretKey'], dnsServers: Dn
     httpPort: raw.HTTP_PORT,
     smtpHost: raw.SMTP_HOST,
     smtpPort: raw.SMTP_PORT,
-    mailHostname: raw.MAIL_HOSTNAME,
+    mailHostname: raw.MAIL_HOSTNAME ?? defaultMailHostname(),
     smtpTlsCert: raw.SMTP_TLS_CERT ?? null,
     smtpTlsKey: raw.SMTP_TLS_KEY ?? null,
     smtpMaxMessageBytes: raw.SMTP_MAX_MESSAGE_BYTES,
-    spfDomain: raw.SPF_DOMAIN ?? raw.MAIL_HOSTNAME,
+    spfDomain: raw.SPF_DOMAIN ?? raw.MAIL_HOSTNAME ?? defaultMailHostname(),
     secretKey,
     dnsServers,
     deliveryMode: raw.DELIVERY_MODE,
@@ -339,7 +348,7 @@ export function mailHostnameProblem(name: string): string | null {
 /** Rows of the README's configuration table, straight from the schema. */
 export function describeConfig(): { name: string; default: string; meaning: string }[] {
   const defaults: Record<string, string> = {
-    MAIL_HOSTNAME: "the machine's hostname",
+    MAIL_HOSTNAME: "the machine's hostname (`localhost` when that is not a host name)",
     SPF_DOMAIN: 'MAIL_HOSTNAME',
     SECRET_KEY: 'generated into `DATA_DIR/secret.key`',
     SMTP_TLS_CERT: 'generated self-signed pair',

@@ -60,17 +60,32 @@ describe('defaults (decisions.md section 1)', () => {
     expect(config.spfDomain).toBe(config.mailHostname);
   });
 
-  it('an unset MAIL_HOSTNAME is the machine name, judged like a given one', async () => {
+  it('an unset MAIL_HOSTNAME is the machine name when that is a host name, else localhost (the start warns)', async () => {
     vi.resetModules();
     vi.doMock('node:os', async (original) => ({ ...(await original<typeof import('node:os')>()), hostname: () => 'My_Box' }));
     try {
-      const { loadConfig: load } = await import('../server/config.js');
-      expect(() => load({})).toThrow(/MAIL_HOSTNAME/);
+      const { loadConfig: load, mailHostnameProblem } = await import('../server/config.js');
+      expect(load({})).toMatchObject({ mailHostname: 'localhost', spfDomain: 'localhost' });
+      expect(mailHostnameProblem('localhost')).toContain('not a fully qualified name');
       expect(load({ MAIL_HOSTNAME: 'mx.example.net' }).mailHostname).toBe('mx.example.net');
     } finally {
       vi.doUnmock('node:os');
       vi.resetModules();
     }
+  });
+
+  it('a refused name or number says the value it got and what it must be', () => {
+    const problem = (env: Record<string, string>) => {
+      try {
+        loadConfig(env);
+      } catch (err) {
+        return (err as Error).message;
+      }
+      throw new Error('accepted');
+    };
+    expect(problem({ MAIL_HOSTNAME: 'mail.example.com.' })).toContain('MAIL_HOSTNAME must be a host name (letters, digits and hyphens in dot-separated labels of at most 63, no trailing dot), got "mail.example.com."');
+    expect(problem({ SPF_DOMAIN: '_spf.example.com.' })).toContain('got "_spf.example.com."');
+    expect(problem({ GRACE_EMAILS: '99999999999999999' })).toContain(`GRACE_EMAILS must be an integer from 0 to ${Number.MAX_SAFE_INTEGER}, got "99999999999999999"`);
   });
 
   it('SPF_DOMAIN takes an underscore label, the usual form of an include target', () => {
