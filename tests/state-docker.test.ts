@@ -1,5 +1,6 @@
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
@@ -121,4 +122,22 @@ describe('.dockerignore', () => {
     expect(needed).toContain('db/migrations/meta/_journal.json');
     expect(needed.filter((p) => ignoredBy(patterns, p))).toEqual([]);
   });
+});
+
+describe('the CLI in the image', () => {
+  it('runs as `npm run -s cli` from a production install (no TypeScript to build with), as the start line tells the operator', async () => {
+    // The image's /app: package.json, the built dist and the production dependencies only (npm prune --omit=dev).
+    const app = mkdtempSync(join(tmpdir(), 'ms-image-'));
+    copyFileSync(join(ROOT, 'package.json'), join(app, 'package.json'));
+    symlinkSync(join(ROOT, 'dist'), join(app, 'dist'));
+    symlinkSync(join(ROOT, 'db'), join(app, 'db'));
+    mkdirSync(join(app, 'node_modules'));
+    for (const entry of readdirSync(join(ROOT, 'node_modules'))) {
+      if (entry === 'typescript' || entry === '.bin') continue;
+      symlinkSync(join(ROOT, 'node_modules', entry), join(app, 'node_modules', entry));
+    }
+    const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string };
+    const out = execFileSync('npm', ['run', '-s', 'cli', '--', '--version'], { cwd: app, encoding: 'utf8', env: { ...process.env, DATA_DIR: join(app, 'data') } });
+    expect(out).toBe(`${pkg.version}\n`);
+  }, 60_000);
 });
