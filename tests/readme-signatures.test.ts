@@ -154,12 +154,15 @@ describe('the Python snippet', () => {
     // Headers reach Flask and Django as latin-1 text: a forger's non-ASCII signature must be refused, not raise.
     const t = good['webhook-timestamp'];
     const nonAscii = { ...good, 'x-service-signature': `t=${t},v1=\u00e9`, 'webhook-signature': 'v1,\u00e9' };
+    // A timestamp longer than Python's int() takes (4,300 digits) must be refused, not raise.
+    const longTimestamp = { ...good, 'x-service-signature': `t=${'1'.repeat(5000)},v1=00`, 'webhook-timestamp': '1'.repeat(5000) };
     const cases = [
       { headers: good, body },
       { headers: good, body: body.replace('5.1.1', '5.1.2') },
       { headers: forged, body },
       { headers: old, body },
       { headers: nonAscii, body },
+      { headers: longTimestamp, body },
     ].map((c) => ({ headers: c.headers, body: Buffer.from(c.body).toString('base64') }));
     const driver = `
 import base64, json, sys
@@ -174,6 +177,7 @@ print(json.dumps(results))
     expect(run.status, run.stderr).toBe(0);
     expect(JSON.parse(run.stdout)).toEqual([
       [true, true],
+      [false, false],
       [false, false],
       [false, false],
       [false, false],
