@@ -183,7 +183,7 @@ async function main(): Promise<void> {
         host: config.smtpHost,
         port: config.smtpPort,
         code: (err as NodeJS.ErrnoException).code,
-        message: `Inbound SMTP is off: could not listen on ${config.smtpHost}:${config.smtpPort}. Ports below 1024 need root or CAP_NET_BIND_SERVICE; set SMTP_PORT to another port (forwarded from 25), or SMTP_PORT=0 to run without inbound mail.`,
+        message: smtpListenFailure(config.smtpHost, config.smtpPort, (err as NodeJS.ErrnoException).code),
       });
     }
   }
@@ -196,6 +196,18 @@ async function main(): Promise<void> {
     stdout.flush();
     process.send(started);
   }
+}
+
+/** What to do when inbound SMTP cannot listen, by the listen error's code. */
+const SMTP_LISTEN_HINTS: Record<string, string> = {
+  EACCES: 'Ports below 1024 need root or CAP_NET_BIND_SERVICE; set SMTP_PORT to another port (forwarded from 25)',
+  EADDRINUSE: "Another process listens on that port (another Mailstead, or the machine's own mail server such as Postfix or Exim); stop it, or set SMTP_PORT to another port",
+  EADDRNOTAVAIL: 'SMTP_HOST is not an address of this machine; set it to one (0.0.0.0 listens on all)',
+};
+
+function smtpListenFailure(host: string, port: number, code: string | undefined): string {
+  const hint = (code !== undefined && SMTP_LISTEN_HINTS[code]) || 'Check SMTP_HOST and SMTP_PORT';
+  return `Inbound SMTP is off: could not listen on ${host}:${port} (${code ?? 'error'}). ${hint}; or SMTP_PORT=0 to run without inbound mail.`;
 }
 
 main().catch((err: unknown) => {

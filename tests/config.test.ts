@@ -399,6 +399,25 @@ describe('the server process with a bad value', () => {
     expect(stdout).toBe('');
   });
 
+  it('an SMTP_PORT in use: the API runs, and one error line says another process holds the port (not privileges)', async () => {
+    const busy = createServer();
+    await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));
+    const port = (busy.address() as AddressInfo).port;
+    try {
+      const { stdout } = await runServer({ DATA_DIR: dataDir, SMTP_HOST: '127.0.0.1', SMTP_PORT: String(port) }, 'server.started');
+      const lines = stdout.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as { event: string; code?: string; message?: string });
+      const failed = lines.filter((l) => l.event === 'smtp.listen_failed');
+      expect(failed).toHaveLength(1);
+      expect(failed[0]).toMatchObject({ code: 'EADDRINUSE' });
+      expect(failed[0]!.message).toContain(`could not listen on 127.0.0.1:${port} (EADDRINUSE). Another process listens on that port`);
+      expect(failed[0]!.message).not.toContain('root');
+      expect(lines.filter((l) => l.event === 'inbound.server_error')).toEqual([]);
+      expect(lines.some((l) => l.event === 'http.listening')).toBe(true);
+    } finally {
+      await new Promise<void>((resolve) => busy.close(() => resolve()));
+    }
+  });
+
   it('an HTTP_PORT in use: exit 1, one line naming HTTP_HOST and HTTP_PORT', async () => {
     const busy = createServer();
     await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));

@@ -144,10 +144,13 @@ export function createInboundServer(deps: Deps, tls: { key: string; cert: string
       );
     },
   });
-  // A client resetting its connection is routine on port 25; anything else is worth a warning.
-  server.on('error', (err: NodeJS.ErrnoException) =>
-    (err.code === 'ECONNRESET' || err.code === 'EPIPE' ? deps.logger.debug : deps.logger.warn)('inbound.server_error', { code: err.code, message: err.message }),
-  );
+  // A client resetting its connection is routine on port 25; anything else is worth a warning. A failure to listen
+  // is the caller's to report (smtp.listen_failed), once.
+  let listening = false;
+  server.on('error', (err: NodeJS.ErrnoException) => {
+    if (!listening) return;
+    (err.code === 'ECONNRESET' || err.code === 'EPIPE' ? deps.logger.debug : deps.logger.warn)('inbound.server_error', { code: err.code, message: err.message });
+  });
 
   return {
     server,
@@ -156,6 +159,7 @@ export function createInboundServer(deps: Deps, tls: { key: string; cert: string
       return new Promise((resolve, reject) => {
         server.server.once('error', reject);
         server.listen(port, host, () => {
+          listening = true;
           server.server.off('error', reject);
           resolve((server.server.address() as AddressInfo).port);
         });
