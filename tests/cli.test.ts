@@ -346,6 +346,21 @@ describe('the other commands (node dist/server/cli.js)', () => {
     expect((await api('GET', '/account', created.key)).body.credits.balance).toBe(before.balance + 5);
   });
 
+  it('credits grant past 2^53 - 1 is refused (exit 1) and changes nothing, rather than adding nothing', async () => {
+    const acct = await cliOk<{ account: AccountBody }>('accounts', 'create', '--name', 'Big spender');
+    const id = acct.account.id;
+    const max = Number.MAX_SAFE_INTEGER;
+    expect((await cliOk<AccountBody>('credits', 'grant', '--account', id, '--amount', '1000')).credits).toMatchObject({ balance: 1000, totalPurchased: 1000 });
+    const over = await cliFails('credits', 'grant', '--account', id, '--amount', String(max - 999));
+    expect(over.code).toBe(1);
+    expect(over.stderr).toBe(`mailstead: The grant would take the account's credits past ${max}.\n`);
+    const exact = await cliOk<AccountBody>('credits', 'grant', '--account', id, '--amount', String(max - 1000));
+    expect(exact.credits).toMatchObject({ balance: max, totalPurchased: max });
+    expect((await cliFails('credits', 'grant', '--account', id, '--amount', '1')).code).toBe(1);
+    const list = await cliOk<{ data: AccountBody[] }>('accounts', 'list');
+    expect(list.data.find((a) => a.id === id)!.credits).toMatchObject({ balance: max, totalPurchased: max });
+  });
+
   it('credits grant to a sub-account is refused with exit 1 and one line (well-formed arguments: no usage text)', async () => {
     const sub = await api('POST', '/accounts', created.key, { name: 'Customer Three' });
     const res = await cliFails('credits', 'grant', '--account', sub.body.id, '--amount', '5');

@@ -235,7 +235,7 @@ export function setDailyQuota(deps: Pick<Deps, 'db'>, id: string, dailyQuota: nu
 
 /** Adds purchased credits; the account is back to `ok` and a later run-out opens a fresh grace window. */
 export function grantCredits(deps: Pick<Deps, 'db'>, id: string, amount: number): AccountRow | undefined {
-  return deps.db
+  const granted = deps.db
     .update(accounts)
     .set({
       creditsBalance: sql`${accounts.creditsBalance} + ${amount}`,
@@ -243,7 +243,19 @@ export function grantCredits(deps: Pick<Deps, 'db'>, id: string, amount: number)
       graceStartedAt: null,
       graceEmailsUsed: 0,
     })
-    .where(and(eq(accounts.id, id), isNull(accounts.parentId)))
+    // Counts stay whole numbers JavaScript holds exactly: past 2^53 - 1 a further grant would add nothing.
+    .where(
+      and(
+        eq(accounts.id, id),
+        isNull(accounts.parentId),
+        sql`${accounts.creditsBalance} <= ${Number.MAX_SAFE_INTEGER - amount}`,
+        sql`${accounts.creditsTotalPurchased} <= ${Number.MAX_SAFE_INTEGER - amount}`,
+      ),
+    )
     .returning()
     .get();
+  if (granted === undefined && findAccount(deps.db, id)?.parentId === null) {
+    throw new ApiError('invalid_request', `The grant would take the account's credits past ${Number.MAX_SAFE_INTEGER}.`);
+  }
+  return granted;
 }
