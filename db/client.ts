@@ -47,7 +47,7 @@ export function hasDatabase(dataDir: string): boolean {
 export class DatabaseMissingError extends Error {
   override name = 'DatabaseMissingError';
   constructor(readonly path: string) {
-    super(`no database at ${path}: the server creates it on its first start (npm start); point DATA_DIR at the server's`);
+    super(`no database at ${path}: the server creates it on its first start (npm start); point DATA_DIR at the server's data directory`);
   }
 }
 

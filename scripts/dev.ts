@@ -209,7 +209,7 @@ function main(): void {
   const queued = queuedForDelivery(config);
   if (queued > 0) {
     process.stderr.write(
-      `mailstead dev: ${config.dataDir} holds ${queued} recipients queued for delivery; npm run dev runs DELIVERY_MODE=capture, which would record them delivered without sending them: use npm start on it, or another DATA_DIR\n`,
+      `mailstead dev: ${config.dataDir} holds ${queued} ${queued === 1 ? 'recipient' : 'recipients'} queued for delivery; npm run dev runs DELIVERY_MODE=capture, which would record them delivered without sending them: use npm start on it, or another DATA_DIR\n`,
     );
     process.exit(2);
   }
