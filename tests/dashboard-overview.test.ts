@@ -209,7 +209,7 @@ describe('the overview', () => {
     // No writer runs here: the send's content write waits in the outbox.
     await send(s.key, s.from, ['bo@example.net']);
     const html = await (await (await dashboardClient(service, token)).get('/dashboard')).text();
-    expect(html).toContain('<span class="badge warn">writes waiting</span><a href="/dashboard/database">Waiting shop: mail on db.waiting.example</a>');
+    expect(html).toContain('<span class="badge warn">writes waiting</span><a href="/dashboard/database"><bdi>Waiting shop</bdi>: mail on db.waiting.example</a>');
     expect(html).toContain('1 write waiting');
   });
 
