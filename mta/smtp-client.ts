@@ -54,6 +54,27 @@ function outcomeOfError(err: NodemailerError, relay: boolean): Omit<SendResult, 
   return { outcome: classifyFailure(failureCode(err), relay ? 'the relay' : err.message), connectionLost: true };
 }
 
+/** RFC 3207 and RFC 4954: "530 Must issue a STARTTLS command first", "530 Authentication required". */
+const SESSION_REFUSAL_CODE = 530;
+
+/**
+ * A refusal that speaks of the session, not the recipient, is deferred, never bounced (a bounce suppresses the
+ * address): a 530 wherever it comes, and in a plain-text session opened after a failed TLS handshake (`plainAfterTls`)
+ * a 5xx to MAIL FROM or a 5.7.x (security or policy) refusal, which is how a server that requires TLS refuses plain
+ * text. Its text is kept.
+ */
+export function sessionLevel(result: Omit<SendResult, 'notSent'>, err: NodemailerError, plainAfterTls: boolean): Omit<SendResult, 'notSent'> {
+  if (result.outcome.status !== 'bounced') return result;
+  const rejected = err.rejectedErrors?.[0] ?? err;
+  if (rejected.responseCode === SESSION_REFUSAL_CODE) {
+    return { ...result, outcome: { ...result.outcome, status: 'deferred', dsn: plainAfterTls ? TLS_FAILED_DSN : result.outcome.dsn.replace(/^5/, '4') } };
+  }
+  if (plainAfterTls && (rejected.command === 'MAIL FROM' || result.outcome.dsn.startsWith('5.7.'))) {
+    return { ...result, outcome: { ...result.outcome, status: 'deferred', dsn: TLS_FAILED_DSN } };
+  }
+  return result;
+}
+
 /** The most specific code of a failure: nodemailer wraps socket and TLS errors (ESOCKET) around the original one. */
 function failureCode(err: NodemailerError): string | undefined {
   return err.originalCode ?? err.code;
@@ -201,7 +222,7 @@ export async function openSession(targets: Target[], opts: ClientOptions): Promi
       for (const plain of target.auth || target.secure ? [false] : [false, true]) {
         try {
           const conn = await connectTo(address, target, opts, plain);
-          return sessionOf(conn, opts, target.relay);
+          return sessionOf(conn, opts, target.relay, plain);
         } catch (err) {
           const e = err as NodemailerError;
           attempts.push({ host: target.host, address, port: target.port, error: `${e.code ?? ''} ${e.response ?? e.message}`.trim() });
@@ -223,7 +244,8 @@ export class SessionFailure extends Error {
   }
 }
 
-function sessionOf(conn: SMTPConnection, opts: ClientOptions, relay: boolean): SmtpSession {
+/** `plainAfterTls`: the session is the plain-text retry of one whose STARTTLS handshake failed. */
+function sessionOf(conn: SMTPConnection, opts: ClientOptions, relay: boolean, plainAfterTls: boolean): SmtpSession {
   let alive = true;
   let ended = false;
   /** A transaction was left open (a refusal before its DATA completed): RSET before the next one. */
@@ -271,13 +293,16 @@ function sessionOf(conn: SMTPConnection, opts: ClientOptions, relay: boolean): S
       return new Promise((resolve) => {
         conn.send({ from, to: [to] }, message, (err, info) => {
           if (err) {
-            const result = outcomeOfError(err as NodemailerError, relay);
+            const result = sessionLevel(outcomeOfError(err as NodemailerError, relay), err as NodemailerError, plainAfterTls);
             if (result.connectionLost) alive = false;
             return resolve({ ...result, notSent: false });
           }
           if (!info || !info.accepted.includes(to)) {
             const rejected = info?.rejectedErrors?.[0];
-            return resolve({ ...(rejected ? outcomeOfError(rejected, relay) : { outcome: classifyReply(450, '450 4.0.0 recipient not accepted'), connectionLost: false }), notSent: false });
+            return resolve({
+              ...(rejected ? sessionLevel(outcomeOfError(rejected, relay), rejected, plainAfterTls) : { outcome: classifyReply(450, '450 4.0.0 recipient not accepted'), connectionLost: false }),
+              notSent: false,
+            });
           }
           dirty = false;
           resolve({ outcome: classifyReply(replyCode(info.response), info.response), connectionLost: false, notSent: false });

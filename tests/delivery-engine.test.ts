@@ -154,6 +154,10 @@ async function startRawSmtpServer(opts: {
   greeting?: string;
   onRset?: 'ok' | 'silent' | 'close';
   refuseRcpt?: string[];
+  /** The reply to every MAIL FROM (a server that requires TLS refusing plain text: 530), instead of 250. */
+  mailReply?: string;
+  /** The reply to every RCPT TO not in refuseRcpt, instead of 250. */
+  rcptReply?: string;
 }) {
   const state = { starttls: 0, rsets: 0, received: [] as RawReceived[] };
   const tcp = await startTcpServer((socket) => {
@@ -205,11 +209,19 @@ async function startRawSmtpServer(opts: {
           reply('220 2.0.0 Ready to start TLS');
           return;
         } else if (upper.startsWith('MAIL FROM:')) {
+          if (opts.mailReply) {
+            reply(opts.mailReply);
+            continue;
+          }
           from = address(line);
           reply('250 2.1.0 Ok');
         } else if (upper.startsWith('RCPT TO:')) {
           if (opts.refuseRcpt?.includes(address(line))) {
             reply('550 5.1.1 No such user');
+            continue;
+          }
+          if (opts.rcptReply) {
+            reply(opts.rcptReply);
             continue;
           }
           to.push(address(line));
@@ -462,6 +474,38 @@ describe('STARTTLS that fails', () => {
     expect(breaker.state.received).toHaveLength(1);
     expect(breaker.state.received[0]).toMatchObject({ to: ['r@tls-broken.example'] });
     expect(breaker.state.received[0]!.data).toMatch(/^DKIM-Signature:/im);
+  });
+
+  // A refusal of the plain-text session is no verdict on the recipient: a bounce would suppress a good address.
+  it.each([
+    ['530 to MAIL FROM after a failed handshake', { starttls: 'broken', mailReply: '530 5.7.0 Must issue a STARTTLS command first' }, '4.7.5'],
+    ['a 5xx to MAIL FROM after a failed handshake', { starttls: 'broken', mailReply: '554 5.5.1 Plain text is not accepted here' }, '4.7.5'],
+    ['a 5.7.x to RCPT after a failed handshake', { starttls: 'broken', rcptReply: '550 5.7.1 TLS is required for this recipient' }, '4.7.5'],
+    ['530 to MAIL FROM from a server that offers no STARTTLS', { starttls: 'none', mailReply: '530 5.7.0 Must issue a STARTTLS command first' }, '4.7.0'],
+  ] as const)('defers (never bounces or suppresses) %s', async (_, server, dsn) => {
+    const breaker = await startRawSmtpServer(server);
+    const svc = await serviceFor(breaker.port);
+    routeToLoopback('tls-required.example');
+    const s = await newSender(svc);
+    const id = await send(svc, s, 'r@tls-required.example');
+
+    expect(await engineFor(svc).runOnce()).toBe(1);
+
+    expect(await events(svc, s, id)).toEqual([expect.objectContaining({ recipient: 'r@tls-required.example', status: 'deferred', dsn })]);
+    expect((await svc.api('GET', '/suppressions', { key: s.key })).body.data).toEqual([]);
+    expect(breaker.state.received).toHaveLength(0);
+  });
+
+  it('still bounces a refusal of the recipient itself in a plain-text session after a failed handshake', async () => {
+    const breaker = await startRawSmtpServer({ starttls: 'broken', refuseRcpt: ['gone@tls-fallback.example'] });
+    const svc = await serviceFor(breaker.port);
+    routeToLoopback('tls-fallback.example');
+    const s = await newSender(svc);
+    const id = await send(svc, s, 'gone@tls-fallback.example');
+
+    expect(await engineFor(svc).runOnce()).toBe(1);
+
+    expect(await events(svc, s, id)).toEqual([expect.objectContaining({ recipient: 'gone@tls-fallback.example', status: 'bounced', dsn: '5.1.1' })]);
   });
 
   it('defers 4.7.5 and sends nothing to a relay with credentials that does not offer STARTTLS', async () => {
