@@ -47,6 +47,23 @@ describe('the bare CR and LF check of DATA', () => {
     for (let cut = 0; cut <= all.length; cut++) expect(check([all.slice(0, cut), all.slice(cut)])).toBe(bad);
   });
 
+  it('a chunk ending in the CR of a CRLF is no bare CR yet: sawBare stays false after every chunk of CRLF lines, cut anywhere', () => {
+    const all = bytes('a\r\nb\r\n.\r\n');
+    for (let cut = 0; cut <= all.length; cut++) {
+      const lineEnds = createLineEndingCheck();
+      for (const c of [all.slice(0, cut), all.slice(cut)]) {
+        lineEnds.feed(Buffer.from(c));
+        expect(lineEnds.sawBare, `cut at ${cut}`).toBe(false);
+      }
+      expect(lineEnds.bad).toBe(false);
+    }
+    const dangling = createLineEndingCheck();
+    dangling.feed(Buffer.from('a\r'));
+    expect([dangling.sawBare, dangling.bad]).toEqual([false, true]);
+    dangling.feed(Buffer.from('b'));
+    expect([dangling.sawBare, dangling.bad]).toEqual([true, true]);
+  });
+
   it('agrees with the byte-by-byte rule on any bytes cut into any chunks', () => {
     const byte = fc.constantFrom(0x0d, 0x0a, 0x2e, 0x61);
     fc.assert(

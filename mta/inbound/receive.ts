@@ -98,7 +98,14 @@ export function createLineEndingCheck() {
       }
       previousCr = chunk[chunk.length - 1] === 0x0d;
     },
-    /** True once a bare CR or LF was seen (a CR left dangling at the end counts too). */
+    /**
+     * True once a bare CR or LF was seen, whatever follows: what comes after it is not kept. A chunk that ends in
+     * the CR of a CRLF whose LF opens the next chunk is not one yet (TCP splits a line end anywhere).
+     */
+    get sawBare(): boolean {
+      return bad;
+    },
+    /** The verdict once the data has ended: a bare CR or LF was seen, or a CR was left dangling at the very end. */
     get bad(): boolean {
       return bad || previousCr;
     },
@@ -150,7 +157,7 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
       size += chunk.length;
       collector.streamed(chunk.length);
       lineEnds.feed(chunk);
-      if (lineEnds.bad || stream.sizeExceeded || spoolFailure !== null) continue; // drained, never kept
+      if (lineEnds.sawBare || stream.sizeExceeded || spoolFailure !== null) continue; // drained, never kept
       try {
         spool?.append(chunk);
       } catch (err) {
