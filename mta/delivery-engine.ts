@@ -23,6 +23,12 @@ export interface EngineOptions {
   maxConnections: number;
   /** Open SMTP connections at most per destination domain, whatever the accounts. */
   perDomain: number;
+  /**
+   * Recipients waiting per connection before another one to the same destination is opened: the recipients of an
+   * email share a connection (decisions.md section 3), and a backlog still gets up to `perDomain`. A connection opened
+   * for a queue that the others drain meanwhile is only a handshake and a QUIT, and counts against the server's limit.
+   */
+  recipientsPerLane: number;
   /** Open SMTP connections at most for one account, so others always find a free one (fairness). */
   perAccount: number;
   /** Recipients claimed at once, and held (claimed, not yet finished) at most. */
@@ -46,6 +52,7 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   // Postfix's default concurrency to one destination is 20; one account takes at most a third of all connections.
   maxConnections: 64,
   perDomain: 20,
+  recipientsPerLane: 4,
   perAccount: 20,
   batchSize: 200,
   perAccountHeld: 100,
@@ -179,7 +186,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
             work.set(key, w);
           }
           w.jobs.push(job);
-          if (w.lanes < opts.perDomain && w.lanes < w.jobs.length) startLane(w);
+          if (w.lanes < opts.perDomain && w.jobs.length > w.lanes * opts.recipientsPerLane) startLane(w);
         }),
     );
   }

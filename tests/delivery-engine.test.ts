@@ -749,6 +749,35 @@ describe('the background loop', () => {
   });
 });
 
+describe('connections to one destination', () => {
+  // decisions.md section 3: recipients of one domain share a connection. A lane per recipient opened connections
+  // that the first one had drained by the time they were up: a handshake and a QUIT each, against the server's
+  // limit on concurrent connections (found against a real Postfix).
+  it('carries the recipients of one email to one domain over one connection, and opens more only for a backlog', async () => {
+    const counting = await SmtpSink.start();
+    cleanups.push(() => counting.stop());
+    const svc = await serviceFor(counting.port);
+    routeToLoopback('shared.example');
+    const s = await newSender(svc);
+    const four = recipients(4, 'shared.example');
+    const id = await send(svc, s, four);
+
+    expect(await engineFor(svc).runOnce()).toBe(4);
+
+    expect(counting.connections).toBe(1);
+    expect((await events(svc, s, id)).map((e) => e.status)).toEqual(['delivered', 'delivered', 'delivered', 'delivered']);
+
+    const many = recipients(40, 'backlog.shared.example');
+    routeToLoopback('backlog.shared.example');
+    await send(svc, s, many);
+    expect(await engineFor(svc).runOnce()).toBe(40);
+    // Forty waiting: more than one connection, at most one for every four recipients.
+    expect(counting.connections - 1).toBeGreaterThan(1);
+    expect(counting.connections - 1).toBeLessThanOrEqual(10);
+    expect(counting.deliveredTo().filter((r) => r.endsWith('@backlog.shared.example')).sort()).toEqual([...many].sort());
+  });
+});
+
 describe('the connection limit', () => {
   it('never holds more than maxConnections connections at once, across many destinations', async () => {
     const domains = Array.from({ length: 5 }, (_, i) => `d${i + 1}.limit.example`);
