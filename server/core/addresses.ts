@@ -160,14 +160,15 @@ export function formatMailbox(m: Mailbox): string {
 }
 
 /**
- * RFC 2047 B-encoded words of at most 75 characters each (45 bytes of UTF-8 make 60 of base64, plus `=?UTF-8?B?` and
- * `?=`), split between characters, never inside one, so each decodes alone.
+ * RFC 2047 B-encoded words of at most 64 characters each (39 bytes of UTF-8 make 52 of base64, plus `=?UTF-8?B?` and
+ * `?=`), split between characters, never inside one, so each decodes alone. Short enough that the first one fits
+ * beside its header's name (`Reply-To: `) within RFC 2047's 76 characters a line.
  */
 export function encodeWords(text: string): string {
   const words: string[] = [];
   let chunk = '';
   for (const ch of text) {
-    if (Buffer.byteLength(chunk + ch) > 45) {
+    if (Buffer.byteLength(chunk + ch) > 39) {
       words.push(chunk);
       chunk = '';
     }
