@@ -2,7 +2,7 @@ import { eq } from 'drizzle-orm';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCheckpointer } from '../db/checkpointer.js';
-import { customerDatabases, webhookEndpoints } from '../db/schema/index.js';
+import { accounts, customerDatabases, webhookEndpoints } from '../db/schema/index.js';
 import { createDeliveryEngine, type DeliveryEngine } from '../mta/delivery-engine.js';
 import { SIMULATOR_DOMAIN } from '../mta/simulator.js';
 import { setDailyQuota } from '../server/core/accounts.js';
@@ -221,5 +221,45 @@ describe('the overview', () => {
     expect(html).toContain(`<a href="/dashboard/captured/${captured}?recipient=alice%40example.net">Open the captured message of alice@example.net</a>`);
     // The capture store's outcome, as GET /emails/{id} lists it.
     expect(html).toContain('<code class="reply">captured</code>');
+  });
+});
+
+/**
+ * A tenant's name is drawn isolated (`<bdi>`) where the dashboard's own words follow it on a line: a name holding a
+ * bidi override (the API refuses one now, tests/input-text.test.ts, but a database may hold one from before) must not
+ * reverse the service's explanation drawn after it.
+ */
+describe('a name holding a bidi override', () => {
+  it("does not reverse the overview's explanation that follows it", async () => {
+    const { key } = service.newAccount({ name: 'Parent Co' });
+    const sub = await service.api('POST', '/accounts', { key, body: { name: 'Acme Shop' } });
+    expect(sub.status, JSON.stringify(sub.body)).toBe(201);
+    service.deps.db.update(accounts).set({ name: 'Acme Shop\u202e' }).where(eq(accounts.id, sub.body.id)).run();
+    seedEndpoint(service, sub.body.id, ['email.delivered'], { active: false });
+    const page = await newPage(browser);
+    try {
+      await signIn(page, service.url, token);
+      const why = page.locator('#webhooks .why', { hasText: 'Acme Shop' });
+      expect(await why.count()).toBe(1);
+      // Where the words "Switched" and "off" are drawn: in reading order, "Switched" is left of "off".
+      // Run in the page (the tests are compiled without the DOM's types, hence `any`).
+      const x = (await why.evaluate((el: any) => {
+        const doc = (globalThis as any).document;
+        const walker = doc.createTreeWalker(el, 4 /* NodeFilter.SHOW_TEXT */);
+        let node: any;
+        while ((node = walker.nextNode()) && !node.textContent.includes('Switched off'));
+        const at = (word: string) => {
+          const r = doc.createRange();
+          const i = node.textContent.indexOf(word);
+          r.setStart(node, i);
+          r.setEnd(node, i + word.length);
+          return r.getBoundingClientRect().left as number;
+        };
+        return { switched: at('Switched'), off: at(' off ') };
+      })) as { switched: number; off: number };
+      expect(x.switched, 'the words after the name are drawn right-to-left (reversed)').toBeLessThan(x.off);
+    } finally {
+      await page.context().close();
+    }
   });
 });
