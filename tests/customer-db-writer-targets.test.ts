@@ -53,14 +53,19 @@ async function connect(s: Sender, url: string): Promise<void> {
   expect(res.status, JSON.stringify(res.body)).toBe(200);
 }
 
-/** The customer holds a lock on service.emails in `database`; resolves with its session once the writer's insert waits on it. */
-async function holdEmailsLock(database: string): Promise<pg.Client> {
+/**
+ * The customer holds a lock on service.emails in `database`, then `start` runs the writer; resolves with the locking
+ * session and the writer's run once its first insert waits on the lock. Taken before the writer starts, so no batch
+ * can commit there before the test changes the target (one did, now and then, when the writer started first).
+ */
+async function holdEmailsLock(database: string, start: () => Promise<unknown>): Promise<{ locker: pg.Client; running: Promise<unknown> }> {
   const locker = await pgServer.connect(database);
   await locker.query('begin');
   await locker.query('lock table service.emails in access exclusive mode');
+  const running = start();
   for (let i = 0; i < 200; i++) {
     const waiting = await scratch.query(database, `select 1 from pg_stat_activity where datname = $1 and wait_event_type = 'Lock' and pid <> $2`, [database, (locker as unknown as { processID: number }).processID]);
-    if (waiting.rowCount) return locker;
+    if (waiting.rowCount) return { locker, running };
     await new Promise((r) => setTimeout(r, 50));
   }
   throw new Error('the writer never waited on the lock');
@@ -73,8 +78,7 @@ describe('a database replaced or deleted while a batch is on its way to it', () 
     const [before, after] = [await scratch.fresh(), await scratch.fresh()];
     await connect(s, before.url);
     const queued = [await send(s), await send(s), await send(s)];
-    const running = writer.runOnce();
-    const locker = await holdEmailsLock(before.name);
+    const { locker, running } = await holdEmailsLock(before.name, () => writer.runOnce());
     await connect(s, after.url);
     const later = await send(s);
     await locker.query('commit');
@@ -92,8 +96,7 @@ describe('a database replaced or deleted while a batch is on its way to it', () 
     const [forgotten, next] = [await scratch.fresh(), await scratch.fresh()];
     await connect(s, forgotten.url);
     const queued = [await send(s), await send(s)];
-    const running = writer.runOnce();
-    const locker = await holdEmailsLock(forgotten.name);
+    const { locker, running } = await holdEmailsLock(forgotten.name, () => writer.runOnce());
     expect((await rig.service.api('DELETE', '/database', { key: s.key })).status).toBe(204);
     await connect(s, next.url);
     const later = await send(s);
