@@ -63,7 +63,7 @@ const SESSION_REFUSAL_CODE = 530;
  * a 5xx to MAIL FROM or a 5.7.x (security or policy) refusal, which is how a server that requires TLS refuses plain
  * text. Its text is kept.
  */
-export function sessionLevel(result: Omit<SendResult, 'notSent'>, err: NodemailerError, plainAfterTls: boolean): Omit<SendResult, 'notSent'> {
+function sessionLevel(result: Omit<SendResult, 'notSent'>, err: NodemailerError, plainAfterTls: boolean): Omit<SendResult, 'notSent'> {
   if (result.outcome.status !== 'bounced') return result;
   const rejected = err.rejectedErrors?.[0] ?? err;
   if (rejected.responseCode === SESSION_REFUSAL_CODE) {

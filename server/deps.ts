@@ -47,11 +47,6 @@ export interface Deps {
   storeHealth: StoreHealth;
 }
 
-/** DATA_DIR/secret.key is gone while secrets sealed with it remain: the start stops instead of generating another. */
-export class SecretKeyLostError extends Error {
-  override name = 'SecretKeyLostError';
-}
-
 /**
  * SECRET_KEY as decided: given, `off`, or read from DATA_DIR/secret.key, generated there (mode 0600) on first start.
  */
@@ -66,8 +61,9 @@ export function resolveSecretKey(config: Config, opts: { mayGenerate?: boolean }
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
   }
+  // The key file is gone while secrets sealed with it remain: the start stops instead of generating another.
   if (opts.mayGenerate === false) {
-    throw new SecretKeyLostError(`${path} is missing, and DATA_DIR holds secrets sealed with a key (DKIM keys, webhook secrets or database URLs): put that key back in ${path}, or set SECRET_KEY to it; a new key would open none of them`);
+    throw new Error(`${path} is missing, and DATA_DIR holds secrets sealed with a key (DKIM keys, webhook secrets or database URLs): put that key back in ${path}, or set SECRET_KEY to it; a new key would open none of them`);
   }
   const key = randomBytes(32);
   try {

@@ -224,6 +224,15 @@ describe('the overview', () => {
   });
 });
 
+/** The few parts of the DOM the check below uses in the page (the tests are compiled without the DOM's types). */
+interface PageText {
+  textContent: string;
+}
+interface PageDocument {
+  createTreeWalker(root: unknown, whatToShow: number): { nextNode(): PageText | null };
+  createRange(): { setStart(node: PageText, offset: number): void; setEnd(node: PageText, offset: number): void; getBoundingClientRect(): { left: number } };
+}
+
 /**
  * A tenant's name is drawn isolated (`<bdi>`) where the dashboard's own words follow it on a line: a name holding a
  * bidi override (the API refuses one now, tests/input-text.test.ts, but a database may hold one from before) must not
@@ -242,21 +251,22 @@ describe('a name holding a bidi override', () => {
       const why = page.locator('#webhooks .why', { hasText: 'Acme Shop' });
       expect(await why.count()).toBe(1);
       // Where the words "Switched" and "off" are drawn: in reading order, "Switched" is left of "off".
-      // Run in the page (the tests are compiled without the DOM's types, hence `any`).
-      const x = (await why.evaluate((el: any) => {
-        const doc = (globalThis as any).document;
+      // Run in the page, on the parts of the DOM typed above.
+      const x = await why.evaluate((el) => {
+        const doc = (el as unknown as { ownerDocument: PageDocument }).ownerDocument;
         const walker = doc.createTreeWalker(el, 4 /* NodeFilter.SHOW_TEXT */);
-        let node: any;
-        while ((node = walker.nextNode()) && !node.textContent.includes('Switched off'));
+        let node = walker.nextNode();
+        while (node && !node.textContent.includes('Switched off')) node = walker.nextNode();
+        const text = node!;
         const at = (word: string) => {
           const r = doc.createRange();
-          const i = node.textContent.indexOf(word);
-          r.setStart(node, i);
-          r.setEnd(node, i + word.length);
-          return r.getBoundingClientRect().left as number;
+          const i = text.textContent.indexOf(word);
+          r.setStart(text, i);
+          r.setEnd(text, i + word.length);
+          return r.getBoundingClientRect().left;
         };
         return { switched: at('Switched'), off: at(' off ') };
-      })) as { switched: number; off: number };
+      });
       expect(x.switched, 'the words after the name are drawn right-to-left (reversed)').toBeLessThan(x.off);
     } finally {
       await page.context().close();
