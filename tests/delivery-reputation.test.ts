@@ -12,7 +12,7 @@ import type { SmtpSink } from './helpers/smtp-sink.js';
 /**
  * Reputation (decisions.md section 4; issue 5, item 6): totalSent counts the recipients of the account's own sends,
  * totalBounced its 5.x.x bounces; once 50 have been sent the tier is graded from the lifetime rates (paused at 10%
- * bounces, throttled at 5%, warning at 2%); throttled cuts effectiveQuota to a tenth; reaching paused suspends the
+ * bounces, throttled at 5%, warning at 2%, each with a minimum count: 10 bounces to pause, 5 for the others); throttled cuts effectiveQuota to a tenth; reaching paused suspends the
  * account by the reputation breaker, with a reason naming the rates, which the API cannot lift. The counters are
  * moved close to each threshold in the database and the last steps made by real bounces from an SMTP sink.
  */
@@ -91,12 +91,19 @@ describe('tiers', () => {
   it('grades nothing before 50 recipients have been sent, then grades at once', async () => {
     const s = await newSender(service);
     const actor = { key: s.key, from: s.from };
-    // 4 bounces of 49: 8%, but not yet graded.
-    await bounceUpTo(actor, s.account.id, 4, 49);
-    expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 49, totalBounced: 4, tier: 'healthy', suspended: false });
-    // The 50th recipient, another bounce: 10% of 50, paused.
+    // 9 bounces of 49: 18%, but not yet graded.
+    await bounceUpTo(actor, s.account.id, 9, 49);
+    expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 49, totalBounced: 9, tier: 'healthy', suspended: false });
+    // The 50th recipient, another bounce: 10 of 50 (20%, and the 10 bounces paused needs), paused.
     await sendAndDeliver(actor, addresses(1, 'bounce.example'));
-    expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 50, totalBounced: 5, tier: 'paused', suspended: true });
+    expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 50, totalBounced: 10, tier: 'paused', suspended: true });
+  });
+
+  it('needs 10 bounces to pause and 5 to throttle (decisions.md section 13): 5 bounced of 50 is throttled, not suspended', async () => {
+    const s = await newSender(service);
+    await bounceUpTo({ key: s.key, from: s.from }, s.account.id, 5, 50);
+    expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 50, totalBounced: 5, tier: 'throttled', suspended: false });
+    expect(accountRow(service, s.account.id).suspendedBy).toBeNull();
   });
 
   it('moves healthy → warning at 2% → throttled at 5% (a tenth of the quota) → paused at 10% (suspended by the breaker)', async () => {
@@ -104,24 +111,24 @@ describe('tiers', () => {
     const actor = { key: s.key, from: s.from };
     updateAccount(service, s.account.id, { dailyQuota: 1234 });
 
-    await bounceUpTo(actor, s.account.id, 1);
-    expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 100, totalBounced: 1, tier: 'healthy', dailyQuota: 1234, effectiveQuota: 1234 });
+    await bounceUpTo(actor, s.account.id, 4, 250);
+    expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 250, totalBounced: 4, tier: 'healthy', dailyQuota: 1234, effectiveQuota: 1234 });
 
-    await bounceUpTo(actor, s.account.id, 1);
-    expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 100, totalBounced: 2, tier: 'warning', effectiveQuota: 1234, suspended: false });
+    await bounceUpTo(actor, s.account.id, 1, 250);
+    expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 250, totalBounced: 5, tier: 'warning', effectiveQuota: 1234, suspended: false });
 
-    await bounceUpTo(actor, s.account.id, 3);
+    await bounceUpTo(actor, s.account.id, 8, 250);
     let sending = (await getAccount(service, s.key)).sending;
-    expect(sending).toMatchObject({ totalSent: 100, totalBounced: 5, tier: 'throttled', dailyQuota: 1234, effectiveQuota: 123, suspended: false });
+    expect(sending).toMatchObject({ totalSent: 250, totalBounced: 13, tier: 'throttled', dailyQuota: 1234, effectiveQuota: 123, suspended: false });
     // The cut quota is the one enforced.
     const day = new Date(service.clock.now()).toISOString().slice(0, 10);
     updateAccount(service, s.account.id, { sentTodayDay: day, sentTodayCount: 123 });
     expectError(await service.api('POST', '/emails', { key: s.key, body: receipt(s.from, 'one-more@example.net') }), 429, 'quota_exceeded');
     updateAccount(service, s.account.id, { sentTodayCount: 0 });
 
-    await bounceUpTo(actor, s.account.id, 5);
+    await bounceUpTo(actor, s.account.id, 12, 250);
     sending = (await getAccount(service, s.key)).sending;
-    expect(sending).toMatchObject({ totalSent: 100, totalBounced: 10, tier: 'paused', suspended: true });
+    expect(sending).toMatchObject({ totalSent: 250, totalBounced: 25, tier: 'paused', suspended: true });
     const reason: string = sending.suspendedReason;
     expect(reason).toMatch(/bounce/i);
     expect(reason).toMatch(/complaint/i);

@@ -9,15 +9,22 @@ import { isUuid, newId } from '../server/ids.js';
  * The policy tables of decisions.md section 4 (tiers, quota, credits) and the id rule of section 1, as tables.
  */
 
-describe('gradeTier: paused >= 10% / 0.5%, throttled >= 5% / 0.1%, warning >= 2% / 0.05%, graded from 50 sent', () => {
+describe('gradeTier: paused >= 10% (10 bounces) / 0.5% (3 complaints), throttled and warning >= 5% / 0.1% and >= 2% / 0.05% (5 bounces / 2 complaints), graded from 50 sent', () => {
   const cases: [string, number, number, number, Tier][] = [
     // label, totalSent, totalBounced, totalComplained, tier
     ['nothing sent', 0, 0, 0, 'healthy'],
     ['49 sent, all bounced: not graded yet', 49, 49, 0, 'healthy'],
     ['49 sent, all complained: not graded yet', 49, 0, 49, 'healthy'],
     ['50 sent, clean', 50, 0, 0, 'healthy'],
-    ['50 sent, 5 bounced (10%)', 50, 5, 0, 'paused'],
-    ['50 sent, 1 complaint (2%)', 50, 0, 1, 'paused'],
+    ['50 sent, 5 bounced (10%): under 10 bounces, throttled', 50, 5, 0, 'throttled'],
+    ['50 sent, 4 bounced (8%): under 5 bounces, healthy', 50, 4, 0, 'healthy'],
+    ['100 sent, 10 bounced (10%): paused', 100, 10, 0, 'paused'],
+    ['100 sent, 9 bounced (9%): throttled', 100, 9, 0, 'throttled'],
+    ['51 sent, 1 complaint (1.96%): one report grades nothing', 51, 0, 1, 'healthy'],
+    ['50 sent, 2 complaints (4%): throttled, under 3 complaints', 50, 0, 2, 'throttled'],
+    ['50 sent, 3 complaints (6%): paused', 50, 0, 3, 'paused'],
+    ['600 sent, 3 complaints (0.5%): paused', 600, 0, 3, 'paused'],
+    ['10000 sent, 4 bounced, 1 complaint: under every count', 10000, 4, 1, 'healthy'],
 
     ['bounce 10% exactly', 1000, 100, 0, 'paused'],
     ['bounce 100%', 1000, 1000, 0, 'paused'],
@@ -33,8 +40,9 @@ describe('gradeTier: paused >= 10% / 0.5%, throttled >= 5% / 0.1%, warning >= 2%
     ['complaint 0.09%', 10000, 0, 9, 'warning'],
     ['complaint 0.05% exactly', 10000, 0, 5, 'warning'],
     ['complaint 0.04%', 10000, 0, 4, 'healthy'],
-    ['complaint 0.05% at 2000 sent', 2000, 0, 1, 'warning'],
-    ['complaint just under 0.05% at 2001 sent', 2001, 0, 1, 'healthy'],
+    ['complaint 0.05% at 4000 sent', 4000, 0, 2, 'warning'],
+    ['complaint just under 0.05% at 4001 sent', 4001, 0, 2, 'healthy'],
+    ['complaint 0.05% at 2000 sent, but 1 complaint', 2000, 0, 1, 'healthy'],
 
     ['the worse of the two decides: warning bounce, paused complaint', 10000, 200, 50, 'paused'],
     ['the worse of the two decides: paused bounce, healthy complaint', 10000, 1000, 0, 'paused'],

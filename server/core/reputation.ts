@@ -7,7 +7,7 @@ import { gradeTier } from './tiers.js';
 /** The reason the reputation breaker writes when it suspends an account. */
 export function breakerReason(a: Pick<AccountRow, 'totalSent' | 'totalBounced' | 'totalComplained'>): string {
   const pct = (n: number) => `${((n / a.totalSent) * 100).toFixed(2)}%`;
-  return `Sending paused automatically by the reputation breaker: bounce rate ${pct(a.totalBounced)} and complaint rate ${pct(a.totalComplained)} over ${a.totalSent} recipients reached the paused tier (10% bounces or 0.5% complaints).`;
+  return `Sending paused automatically by the reputation breaker: bounce rate ${pct(a.totalBounced)} (${a.totalBounced} bounced) and complaint rate ${pct(a.totalComplained)} (${a.totalComplained} complained) over ${a.totalSent} recipients reached the paused tier (10% bounces with at least 10 bounced, or 0.5% complaints with at least 3).`;
 }
 
 /**
