@@ -59,6 +59,8 @@ it('a 25 MB message with a 24 MB attachment: received and written, the peak RSS 
     // Warm the paths once with a small message, so the measure is of the large one, not of code loading.
     const transport = nodemailer.createTransport({ host: '127.0.0.1', port: smtpPort, secure: false, tls: { rejectUnauthorized: false } });
     await transport.sendMail({ from: 'sender@example.org', to: 'warm@large-shop.example.com', subject: 'warm up', text: 'x', attachments: [{ filename: 'a.txt', content: 'a' }] });
+    // And one past INLINE_BYTES, so the thread that parses large messages one at a time has started (and stays).
+    await transport.sendMail({ from: 'sender@example.org', to: 'warm@large-shop.example.com', subject: 'warm up, spooled', text: 'x', attachments: [{ filename: 'b.txt', content: 'b'.repeat(400 * 1024) }] });
     await waitForPending(proc, key, 0);
     const before = memoryOf(proc.child.pid!);
 

@@ -1,5 +1,5 @@
 import { expect, it } from 'vitest';
-import { parseInlineInbound } from '../mta/inbound/store.js';
+import { parseInlineInbound } from '../mta/inbound/parse-message.js';
 import { createMemoryLogger } from '../server/logger.js';
 
 /**

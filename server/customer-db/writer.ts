@@ -5,7 +5,8 @@ import { migrateCustomerDb } from '../../db/customer/schema.js';
 import { definePrepared } from '../../db/prepared.js';
 import { type CustomerWrite, type InboundWrite, TargetChangedError, applyWrites, isDataError } from '../../db/customer/writes.js';
 import { ParserStoppedError, createInboundParser } from '../../mta/inbound/parser.js';
-import { SpoolError, applySpooledInbound } from '../../mta/inbound/store.js';
+import { applySpooledInbound } from '../../mta/inbound/store.js';
+import { SpoolError } from '../../mta/inbound/parse-message.js';
 import { spoolPath, sweepSpool } from '../../mta/inbound/spool.js';
 import { rmSync } from 'node:fs';
 import { type CustomerDatabaseRow, type CustomerDbWriteRow, customerDatabases } from '../../db/schema/index.js';
@@ -192,13 +193,14 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
         await flushRun();
         if (!stillTarget()) throw new TargetChangedError();
         try {
-          await applySpooledInbound(client, deps, o.write, { stillTarget });
+          await applySpooledInbound(client, deps, (w) => parser.parseSpooled(w), o.write, { stillTarget });
           // Gone from the outbox as soon as it landed: `pending` follows the messages one by one, and a crash later
           // in the batch does not parse this one again.
           deleteWrites(deps.db, [o.row.id]);
           if (o.write.spoolId !== null) landedSpools.push(o.write.spoolId);
         } catch (err) {
-          if (!(err instanceof SpoolError) && !isDataError(err)) throw err;
+          // The parse thread stopped with it (or crashed on it): tried again after the data-refusal gaps.
+          if (!(err instanceof SpoolError) && !(err instanceof ParserStoppedError) && !isDataError(err)) throw err;
           refused.set(o.row.id, { error: (err as Error).message, final: err instanceof SpoolError });
         }
       } else run.push({ row: o.row, write: o.write });
