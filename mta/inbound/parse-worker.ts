@@ -39,7 +39,10 @@ try {
 // message that prints them, and they would go out on stdout between the structured log's lines. Nothing here prints.
 for (const method of ['log', 'info', 'warn', 'error', 'debug', 'trace'] as const) console[method] = () => undefined;
 
+// Counted from 1 at once (0 is a thread still loading), so a message that holds the thread from its first parse on
+// is seen to.
 const beat = new Int32Array(settings.beat);
+Atomics.store(beat, 0, 1);
 setInterval(() => Atomics.add(beat, 0, 1), BEAT_MS);
 
 const forward = (level: keyof Logger) => (event: string, fields: LogFields = {}) => port.postMessage({ log: { level, event, fields } } satisfies ParseReply);
