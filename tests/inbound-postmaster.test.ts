@@ -1,6 +1,7 @@
 import { asc, count, eq } from 'drizzle-orm';
 import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
+import { clientOf } from '../db/client.js';
 import { customerDbWrites, operatorMessages } from '../db/schema/index.js';
 import {
   HEADER_FIELD_CHARS,
@@ -196,6 +197,28 @@ describe('a message to postmaster', () => {
     const { raw } = open(row!.id);
     expect(raw.length).toBe(OPERATOR_MESSAGE_BYTES);
     expect(raw.toString('latin1').startsWith('Subject: large\r\n\r\n0123456789abcdef')).toBe(true);
+  });
+
+  it('that cannot be kept is 451, never 250, and its customer’s copy is not kept either (one commit)', async () => {
+    const sqlite = clientOf(service.deps.db);
+    // A store refusing the write inside the commit, as a full disk would (a trigger: no store fault to recover from).
+    sqlite.exec(`create trigger operator_messages_refused before insert on operator_messages begin select raise(abort, 'no room for operator mail'); end`);
+    try {
+      const { client } = await RawSmtp.connect(port);
+      try {
+        const replies = await client.envelope('x@remote.example', [`postmaster@${HOST}`, `support@${sender.domain}`]);
+        expect(replies.slice(2)).toEqual([expect.stringMatching(/^250 /), expect.stringMatching(/^250 /)]);
+        expect(await client.command('DATA')).toMatch(/^354 /);
+        client.write('Subject: not kept\r\n\r\nbody\r\n.\r\n');
+        expect(await client.reply()).toMatch(/^451 4\.3\.0 /);
+      } finally {
+        client.close();
+      }
+    } finally {
+      sqlite.exec('drop trigger operator_messages_refused');
+    }
+    expect(kept()).toEqual([]);
+    expect(service.deps.db.select({ n: count() }).from(customerDbWrites).get()!.n).toBe(0);
   });
 
   it('with a bare line end is refused 550 5.6.0 and nothing is kept, as for any address', async () => {
