@@ -15,6 +15,7 @@ export const NAV = [
   { href: '/dashboard/webhooks', label: 'Webhooks' },
   { href: '/dashboard/suppressions', label: 'Suppressions' },
   { href: '/dashboard/database', label: 'Database' },
+  { href: '/dashboard/postmaster', label: 'Postmaster mail' },
 ] as const;
 
 export type NavHref = (typeof NAV)[number]['href'];

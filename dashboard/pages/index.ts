@@ -7,6 +7,7 @@ import { databasePages } from './database.js';
 import { domainPages } from './domains.js';
 import { emailPages } from './emails.js';
 import { overviewPages } from './overview.js';
+import { postmasterPages } from './postmaster.js';
 import { suppressionPages } from './suppressions.js';
 import { webhookPages } from './webhooks.js';
 
@@ -20,4 +21,5 @@ export const PAGE_MODULES: ReadonlyArray<(deps: Deps) => Hono<DashEnv>> = [
   webhookPages,
   suppressionPages,
   databasePages,
+  postmasterPages,
 ];

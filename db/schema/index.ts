@@ -17,3 +17,4 @@ export * from './captured-messages.js';
 export * from './dashboard-sessions.js';
 export * from './webhook-attempts.js';
 export * from './change-counters.js';
+export * from './operator-messages.js';

@@ -10,14 +10,16 @@ import { type Verp, parseVerp, verpTrusted } from '../verp.js';
 import { type Recipient, judgeRecipient } from './recipients.js';
 import { type InboundReport, parseReport } from './reports.js';
 import { createSpoolWriter } from './spool.js';
+import { createOperatorHolder, prepareOperatorMessage, storeOperatorMessage } from './operator-mail.js';
 import { logFailure } from '../../server/store-health.js';
 import { FlushFailedError } from '../../db/group-commit.js';
 
 /**
  * One received message, from the DATA stream to durable (issue 12, points 3 and 5): checked for bare CR and LF as it
  * streams, sealed into the spool when it is for customers' domains, kept (its first REPORT_BYTES) in memory when it
- * is a bounce or complaint report; then, in one durable commit, a customer-database write per account it is for and
- * the events its reports record. Only then is the answer 250; a failure to store is 451 and stores nothing.
+ * is a bounce or complaint report, kept (its first bytes) for the operator when it is for postmaster@ or abuse@; then,
+ * in one durable commit, a customer-database write per account it is for, the events its reports record and the
+ * operator's copy. Only then is the answer 250; a failure to store is 451 and stores nothing.
  */
 
 /**
@@ -133,6 +135,8 @@ export interface Received {
   stored: number;
   /** Events recorded from the reports it carried. */
   events: number;
+  /** Whether it was kept for the operator (postmaster@, abuse@). */
+  operator: boolean;
 }
 
 /**
@@ -144,6 +148,8 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
   const id = newId(now);
   const mailboxes = envelope.recipients.filter((r): r is Extract<Recipient, { kind: 'mailbox' }> => r.kind === 'mailbox');
   const reports = envelope.recipients.filter((r) => r.kind === 'bounce' || r.kind === 'feedback');
+  const operators = [...new Set(envelope.recipients.flatMap((r) => (r.kind === 'operator' ? [r.address] : [])))];
+  const operatorCopy = operators.length > 0 ? createOperatorHolder() : null;
   const spool = mailboxes.length > 0 && deps.secretKey ? createMessageHolder(deps.config.dataDir, deps.secretKey, id) : null;
   const head: Buffer[] = [];
   let headBytes = 0;
@@ -164,6 +170,7 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
         spoolFailure = err;
         continue;
       }
+      operatorCopy?.append(chunk);
       if (reports.length > 0 && headBytes < REPORT_BYTES) {
         head.push(chunk);
         headBytes += chunk.length;
@@ -191,6 +198,8 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
   try {
     const held = await spool?.finish();
     const raw = held?.raw ?? undefined;
+    const { mailFrom, remoteAddress, helo } = envelope;
+    const forOperator = operatorCopy && deps.secretKey ? prepareOperatorMessage(deps.secretKey, { id, recipients: operators, mailFrom, remoteAddress, helo, size, receivedAt: now, ...operatorCopy.take() }) : null;
     queued = await deps.commits.run(() => {
       let stored = 0;
       const byAccount = new Map<string, string[]>();
@@ -202,10 +211,10 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
         if (current.kind === 'mailbox') byAccount.set(current.accountId, [...(byAccount.get(current.accountId) ?? []), current.address]);
         else gone++;
       }
-      // Some of its mailboxes stopped receiving, not all (or it also carries a report): a 250 would drop their copies
-      // unsaid, and SMTP has one answer for the whole message. Nothing is kept (the savepoint rolls back); the retry
-      // hears 550 for those at RCPT, and the rest is stored then.
-      if (gone > 0 && (gone < mailboxes.length || reports.length > 0)) throw new RecipientsChanged(gone);
+      // Some of its mailboxes stopped receiving, not all (or it also carries a report, or is for the operator too): a
+      // 250 would drop their copies unsaid, and SMTP has one answer for the whole message. Nothing is kept (the
+      // savepoint rolls back); the retry hears 550 for those at RCPT, and the rest is stored then.
+      if (gone > 0 && (gone < mailboxes.length || reports.length > 0 || operators.length > 0)) throw new RecipientsChanged(gone);
       for (const [accountId, toAddresses] of byAccount) {
         const written = queueCustomerDbWrite(
           deps,
@@ -230,6 +239,7 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
       // Dated when it is recorded, not when its DATA began (a slow report would land behind events an API consumer
       // has already read past with GET /events?since=).
       const recorded = report ? recordReport(deps, report, reports, deps.clock.now()) : { events: 0, webhooks: 0, written: 0 };
+      if (forOperator) storeOperatorMessage(deps.db, forOperator);
       return { stored, ...recorded };
     });
   } catch (err) {
@@ -246,14 +256,14 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
   if (spool && queued.stored === 0) spool.discard();
   // Every mailbox it was for stopped receiving between RCPT and now, and it carries no report: nothing was kept, so
   // it is refused as RCPT would refuse it now, never answered 250.
-  if (mailboxes.length > 0 && queued.stored === 0 && reports.length === 0) {
+  if (mailboxes.length > 0 && queued.stored === 0 && reports.length === 0 && operators.length === 0) {
     throw new SmtpReply(550, '5.7.1 Relaying denied: this server does not accept mail for that address');
   }
   // Pokes only once the commit is durable: the writer and the dispatcher never see a write that could still roll back.
   if (queued.stored > 0 || queued.written > 0) deps.onCustomerDbQueued();
   if (queued.webhooks > 0) deps.onWebhookQueued();
   if (reports.length > 0 && !report) deps.logger.info('inbound.report_unparsed', { id, recipients: reports.length });
-  return { id, size, stored: queued.stored, events: queued.events };
+  return { id, size, stored: queued.stored, events: queued.events, operator: operators.length > 0 };
 }
 
 interface SentEmail {

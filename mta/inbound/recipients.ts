@@ -13,18 +13,24 @@ import { parseVerp, verpTrusted } from '../verp.js';
  * Who an inbound RCPT TO is for (issue 12, point 2). There are no mailboxes: every local part of a receiving domain
  * is accepted, for the account that owns the domain, when it (or its parent) has a customer database to hold the
  * mail. The VERP addresses of sent mail take asynchronous bounces and complaints, `fbl@MAIL_HOSTNAME` takes feedback
- * loop reports. Anything else is refused, the same way whether the domain is unknown, known but not receiving, or an
- * account without a database: the server is never a relay and tells nothing about what it hosts.
+ * loop reports, `postmaster@` and `abuse@` MAIL_HOSTNAME (and a bare `postmaster`) take mail for the operator
+ * (decisions.md section 13; only with a secret key to seal it). Anything else is refused, the same way whether the
+ * domain is unknown, known but not receiving, or an account without a database: the server is never a relay and
+ * tells nothing about what it hosts.
  */
 
 export type Recipient =
   | { kind: 'mailbox'; address: string; accountId: string }
   | { kind: 'bounce'; address: string; emailId: string; recipientIndex: number }
   | { kind: 'feedback'; address: string }
+  | { kind: 'operator'; address: string }
   | { kind: 'refused' };
 
 /** The local part feedback loops are pointed at, on MAIL_HOSTNAME. */
 export const FEEDBACK_LOCAL_PART = 'fbl';
+
+/** The local parts, on MAIL_HOSTNAME, whose mail is the operator's (RFC 5321 4.5.1, RFC 2142); any case. */
+export const OPERATOR_LOCAL_PARTS: readonly string[] = ['postmaster', 'abuse'];
 
 const p = sql.placeholder;
 
@@ -95,11 +101,15 @@ function splitAddress(address: string): { local: string; domain: string } | null
 
 export function judgeRecipient(deps: { db: Db; config: Config; secretKey: Buffer | null }, raw: string): Recipient {
   const address = raw.trim();
-  const parts = splitAddress(address);
-  if (!parts) return { kind: 'refused' };
   const host = deps.config.mailHostname.toLowerCase();
+  // RFC 5321 4.1.1.3: `RCPT TO:<postmaster>`, with no domain, is the server's own postmaster (smtp-server lets it by).
+  const parts = address.toLowerCase() === 'postmaster' ? { local: address, domain: host } : splitAddress(address);
+  if (!parts) return { kind: 'refused' };
   if (parts.domain === host) {
-    if (parts.local.toLowerCase() === FEEDBACK_LOCAL_PART) return { kind: 'feedback', address: address.toLowerCase() };
+    const local = parts.local.toLowerCase();
+    if (local === FEEDBACK_LOCAL_PART) return { kind: 'feedback', address: address.toLowerCase() };
+    // Kept sealed or not at all: without the secret key the server stores no message (as for customers' domains).
+    if (OPERATOR_LOCAL_PARTS.includes(local)) return deps.secretKey ? { kind: 'operator', address: `${local}@${host}` } : { kind: 'refused' };
     const verp = parseVerp(address, host, deps.secretKey);
     if (!verp) return { kind: 'refused' };
     const email = statements(deps.db).email.get({ id: verp.emailId });

@@ -127,7 +127,7 @@ export function createInboundServer(deps: Deps, tls: { key: string; cert: string
       receiveMessage(deps, stream, { mailFrom, recipients, remoteAddress: session.remoteAddress, helo: session.hostNameAppearsAs ?? '' }).then(
         (received) => {
           deps.metrics.inboundAccepted();
-          deps.logger.info('inbound.received', { id: received.id, size: received.size, stored: received.stored, events: received.events, remoteAddress: session.remoteAddress });
+          deps.logger.info('inbound.received', { id: received.id, size: received.size, stored: received.stored, events: received.events, operator: received.operator, remoteAddress: session.remoteAddress });
           callback(null, `2.0.0 Ok: queued as ${received.id}`);
         },
         (err: unknown) => {
