@@ -376,7 +376,8 @@ export async function applySpooledInbound(
     counted.on('close', () => source.destroy());
     return source.pipe(counted);
   };
-  const done = await client.query('select 1 from service.inbound where id = $1', [w.id]);
+  // Reads of the customer's tables are bounded (decisions.md section 13): service.inbound may be a view of theirs.
+  const done = await client.query('select 1 from service.inbound where id = $1 limit 1', [w.id]);
   if (done.rowCount !== 0) return;
   let verdicts: Verdicts;
   try {
@@ -409,9 +410,13 @@ export async function applySpooledInbound(
       attachments = [{ id, ...UNPARSABLE_ATTACHMENT, size: await spoolAttachment(client, id, open()) }];
       parsed = unparsedFields(w.mailFrom);
     }
+    // A rule of the customer's can make RETURNING answer any number of rows: one is read back.
     const inserted = await client.query(
-      `insert into service.inbound (id, account_id, from_address, to_addresses, subject, headers, text, html, message_id, size, spf, dkim, dmarc, received_at)
-       values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) on conflict (id) do nothing returning id`,
+      `with ins as (
+         insert into service.inbound (id, account_id, from_address, to_addresses, subject, headers, text, html, message_id, size, spf, dkim, dmarc, received_at)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) on conflict (id) do nothing returning id
+       )
+       select 1 from ins limit 1`,
       [
         w.id,
         w.accountId,
@@ -438,7 +443,7 @@ export async function applySpooledInbound(
         );
       }
       // Sent by Postgres at commit, the id alone (payloads are capped at 8000 bytes).
-      await client.query('select pg_notify($1, $2)', [INBOUND_CHANNEL, w.id]);
+      await client.query('select pg_catalog.pg_notify($1, $2)', [INBOUND_CHANNEL, w.id]);
     }
     if (opts.stillTarget && !opts.stillTarget()) throw new TargetChangedError();
     await client.query('commit');
