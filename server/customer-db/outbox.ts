@@ -182,7 +182,11 @@ export function requeueSetAside(db: Db, owner: string, now: number): number {
     .run().changes;
 }
 
-/** Drops every write older than the retention window; the count per database, for the log. */
+/**
+ * Drops every write queued at least the retention window ago: by `created_at`, which nothing moves, so a write
+ * retried or set aside and put back in line (its `next_attempt_at` later) still goes seven days after it was queued.
+ * The count per database, for the log, is taken in the same transaction as the delete, with the same condition.
+ */
 export function dropExpiredWrites(db: Db, now: number): Map<string, number> {
   const cutoff = now - WRITE_RETENTION_MS;
   return db.transaction(() => {
