@@ -1,6 +1,7 @@
 import pg from 'pg';
 import type { ClientConfig, Notification, PoolClient } from 'pg';
 import type { Logger } from '../../server/logger.js';
+import { cutErrorText } from './error-text.js';
 
 /**
  * Connections to a customer's Postgres. A customer database is a peer that may vanish at any moment, and node-postgres
@@ -93,7 +94,10 @@ function errorShape(err: unknown): ErrorShape {
   return { message: String(err) };
 }
 
-/** A failure's stage and a message fit for `422 database_unreachable` ("could not connect: connection refused"). */
+/**
+ * A failure's stage and a message fit for `422 database_unreachable` ("could not connect: connection refused"), at most
+ * MAX_ERROR_TEXT characters: the server's words and a certificate's names are the customer's (error-text.ts).
+ */
 export function classifyConnectError(err: unknown): { stage: FailureStage; message: string } {
   const e = errorShape(err);
   for (const rule of FAILURE_RULES) {
@@ -103,15 +107,15 @@ export function classifyConnectError(err: unknown): { stage: FailureStage; messa
       // Node's TLS errors say what is wrong in their own words (which name, which issuer), the server's login errors
       // which user or database; network errors would only add an address, and pg's own messages nothing.
       const detail = rule.says === '' ? e.message : rule.stage === 'login' ? `${rule.says} (${e.message})` : rule.says;
-      return { stage: rule.stage, message: `${STAGE_PREFIX[rule.stage]}: ${detail}` };
+      return { stage: rule.stage, message: cutErrorText(`${STAGE_PREFIX[rule.stage]}: ${detail}`) };
     }
   }
-  return { stage: 'other', message: `${STAGE_PREFIX.other}: ${e.message}` };
+  return { stage: 'other', message: cutErrorText(`${STAGE_PREFIX.other}: ${e.message}`) };
 }
 
 function logError(logger: Logger, event: string, err: unknown, fields: Record<string, unknown> = {}): void {
   const e = errorShape(err);
-  logger.warn(event, { ...fields, code: e.code, message: e.message, stage: classifyConnectError(err).stage });
+  logger.warn(event, { ...fields, code: e.code === undefined ? undefined : cutErrorText(e.code, 20), message: cutErrorText(e.message), stage: classifyConnectError(err).stage });
 }
 
 /**
@@ -142,7 +146,8 @@ export async function probeCustomerDb(config: ClientConfig, logger: Logger, opti
     return { ok: true };
   } catch (err) {
     const { stage, message } = classifyConnectError(err);
-    logger.info('customer_db.probe_failed', { stage, message, code: errorShape(err).code });
+    const code = errorShape(err).code;
+    logger.info('customer_db.probe_failed', { stage, message, code: code === undefined ? undefined : cutErrorText(code, 20) });
     return { ok: false, stage, message };
   } finally {
     await client.end().catch(() => undefined);

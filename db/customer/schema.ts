@@ -3,7 +3,8 @@ import type { ClientBase } from 'pg';
 /**
  * The `service` schema in a customer's own Postgres (api.md, Tables written to the customer database; decisions.md
  * section 8), as versioned migrations: data, applied in order, each once. `schemaVersion` in the database status is
- * the highest version applied. Content lives only there; the service keeps addresses, status and timestamps.
+ * the highest version this service knows and has applied. Content lives only there; the service keeps addresses,
+ * status and timestamps.
  */
 export const CUSTOMER_MIGRATIONS: readonly {
   version: number;
@@ -91,24 +92,30 @@ const MIGRATION_LOCK = 0x6d61696c; // "mail"
 /**
  * Creates schema `service` and applies every migration not yet applied, each in its own transaction with its version
  * recorded in `service.schema_migrations`, under an advisory lock, and runs an applied one again when a table it
- * creates is gone. Returns the schema version now in place. A database already at a newer version (a newer service
- * wrote it) is left alone and reported as it is.
+ * creates is gone. Returns the schema version now in place, which is this service's: the known versions it finds
+ * recorded and those it applies, never a number read from the table (a database a newer service migrated further is
+ * left alone, and reported at the version this service knows).
+ *
+ * The customer owns `service.schema_migrations` and may have made it anything (a view over millions of rows): every
+ * read here returns at most a row per known migration, of values the service sent (decisions.md section 13), and each
+ * statement is bounded by the connection's statement_timeout. Catalog functions are named with their schema, so a
+ * search_path the customer set cannot put a function of theirs in their place.
  */
 export async function migrateCustomerDb(client: ClientBase): Promise<number> {
-  await client.query('select pg_advisory_lock($1)', [MIGRATION_LOCK]);
+  await client.query('select pg_catalog.pg_advisory_lock($1)', [MIGRATION_LOCK]);
   try {
     // Only when missing: `create schema if not exists` needs CREATE on the database even when the schema exists, and
     // a least-privilege role whose DBA created `service` for it has no such right.
-    const exists = await client.query("select 1 from pg_namespace where nspname = 'service'");
+    const exists = await client.query("select 1 from pg_catalog.pg_namespace where nspname = 'service' limit 1");
     if (exists.rowCount === 0) await client.query('create schema service');
     // Likewise the table: `create table if not exists` asks for CREATE on the schema even when the table is there.
-    const recorded = await client.query("select to_regclass('service.schema_migrations') is not null as present");
+    const recorded = await client.query("select pg_catalog.to_regclass('service.schema_migrations') is not null as present limit 1");
     if (recorded.rows[0]?.present !== true) {
       await client.query(
         'create table if not exists service.schema_migrations (version integer primary key, name text not null, applied_at timestamptz not null default now())',
       );
     }
-    const applied = new Set((await client.query<{ version: number }>('select version from service.schema_migrations')).rows.map((r) => r.version));
+    const applied = await appliedVersions(client);
     for (const m of CUSTOMER_MIGRATIONS) {
       if (applied.has(m.version)) continue;
       await client.query('begin');
@@ -125,13 +132,34 @@ export async function migrateCustomerDb(client: ClientBase): Promise<number> {
     // reconnect or a test repairs the schema instead of answering 200 over writes that will fail for seven days.
     for (const m of CUSTOMER_MIGRATIONS) {
       if (!applied.has(m.version) || !m.repeatable) continue;
-      const missing = await client.query<{ t: string }>('select t from unnest($1::text[]) as t where to_regclass(t) is null', [m.tables]);
+      const missing = await client.query<{ t: string }>(
+        'select t from pg_catalog.unnest($1::text[]) as t where pg_catalog.to_regclass(t) is null limit $2',
+        [m.tables, m.tables.length],
+      );
       if (missing.rowCount === 0) continue;
       await client.query(m.sql);
     }
-    const current = await client.query<{ v: number | null }>('select max(version) as v from service.schema_migrations');
-    return current.rows[0]?.v ?? 0;
+    // Every known migration is now recorded: found so, or applied above.
+    return CUSTOMER_SCHEMA_VERSION;
   } finally {
-    await client.query('select pg_advisory_unlock($1)', [MIGRATION_LOCK]);
+    await client.query('select pg_catalog.pg_advisory_unlock($1)', [MIGRATION_LOCK]);
   }
+}
+
+/**
+ * Which of this service's migrations `service.schema_migrations` records: the known versions are sent and those found
+ * come back, so the answer is at most a row per known migration whatever the table holds (a view over generate_series
+ * of millions of rows answered millions of rows when the table itself was read). Each version is looked for with a
+ * limit of its own (a lateral join), so the search stops at its first match: as `exists`, Postgres chose to hash the
+ * whole view first.
+ */
+async function appliedVersions(client: ClientBase): Promise<Set<number>> {
+  const known = CUSTOMER_MIGRATIONS.map((m) => m.version);
+  const found = await client.query<{ version: number }>(
+    `select k.version from pg_catalog.unnest($1::integer[]) as k(version)
+     cross join lateral (select 1 from service.schema_migrations s where s.version = k.version limit 1) as recorded
+     limit $2`,
+    [known, known.length],
+  );
+  return new Set(found.rows.map((r) => Number(r.version)).filter((v) => known.includes(v)));
 }

@@ -115,7 +115,8 @@ const STATEMENTS = {
       group by email_id
     ) u
     where m.id = u.email_id`,
-  // The notification is sent by Postgres at commit, and only for a message this statement inserted.
+  // The notification is sent by Postgres at commit, and only for a message this statement inserted. A rule the
+  // customer put on service.inbound can make RETURNING answer any number of rows: at most one a message is read back.
   inbound: `
     with ins as (
       insert into service.inbound (id, account_id, from_address, to_addresses, subject, headers, text, html, message_id, size, spf, dkim, dmarc, received_at)
@@ -125,7 +126,7 @@ const STATEMENTS = {
       on conflict (id) do nothing
       returning id
     )
-    select pg_notify('${INBOUND_CHANNEL}', id::text) from ins order by id`,
+    select pg_catalog.pg_notify('${INBOUND_CHANNEL}', id::text) from ins order by id limit $2`,
   attachments: `
     insert into service.attachments (id, inbound_id, filename, content_type, size, content)
     select id, inbound_id, filename, content_type, size, decode(content, 'base64')
@@ -188,7 +189,7 @@ async function runWrites(client: ClientBase, writes: readonly CustomerWrite[]): 
       dmarc: m.dmarc,
       received_at: iso(m.receivedAt),
     }));
-    await client.query(STATEMENTS.inbound, [jsonbText(rows)]);
+    await client.query(STATEMENTS.inbound, [jsonbText(rows), rows.length]);
     const files = inbound.flatMap((m) =>
       m.attachments.map((a) => ({ id: a.id, inbound_id: m.id, filename: a.filename, content_type: a.contentType, size: a.size, content: a.contentBase64 })),
     );

@@ -68,7 +68,8 @@ export async function applySpooledInbound(
 ): Promise<void> {
   const key = deps.secretKey;
   if (!key) throw new SpoolError('no secret key to open the spooled message');
-  const done = await client.query('select 1 from service.inbound where id = $1', [w.id]);
+  // Reads of the customer's tables are bounded (decisions.md section 13): service.inbound may be a view of theirs.
+  const done = await client.query('select 1 from service.inbound where id = $1 limit 1', [w.id]);
   if (done.rowCount !== 0) return;
   const events = parse(w);
   try {
@@ -126,9 +127,13 @@ async function writeSpooled(
         throw new SpoolError(event.spoolFailed);
       }
     }
+    // A rule of the customer's can make RETURNING answer any number of rows: one is read back.
     const inserted = await client.query(
-      `insert into service.inbound (id, account_id, from_address, to_addresses, subject, headers, text, html, message_id, size, spf, dkim, dmarc, received_at)
-       values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) on conflict (id) do nothing returning id`,
+      `with ins as (
+         insert into service.inbound (id, account_id, from_address, to_addresses, subject, headers, text, html, message_id, size, spf, dkim, dmarc, received_at)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) on conflict (id) do nothing returning id
+       )
+       select 1 from ins limit 1`,
       [
         w.id,
         w.accountId,
@@ -155,7 +160,7 @@ async function writeSpooled(
         );
       }
       // Sent by Postgres at commit, the id alone (payloads are capped at 8000 bytes).
-      await client.query('select pg_notify($1, $2)', [INBOUND_CHANNEL, w.id]);
+      await client.query('select pg_catalog.pg_notify($1, $2)', [INBOUND_CHANNEL, w.id]);
     }
     if (opts.stillTarget && !opts.stillTarget()) throw new TargetChangedError();
     await client.query('commit');

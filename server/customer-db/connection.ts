@@ -1,5 +1,6 @@
 import pg from 'pg';
 import { CUSTOMER_DB_LIMITS, boundedClientConfig, classifyConnectError } from '../../db/customer/connect.js';
+import { cutErrorText, customerErrorText } from '../../db/customer/error-text.js';
 import { migrateCustomerDb } from '../../db/customer/schema.js';
 import { type CustomerDbTarget, type CustomerPgConfig, parseCustomerDbUrl, pgClientConfig, resolveCustomerDbHost } from '../../db/customer/url.js';
 import type { CustomerDatabaseRow } from '../../db/schema/index.js';
@@ -48,7 +49,7 @@ export function targetOf(secretKey: Buffer, row: Pick<CustomerDatabaseRow, 'acco
  */
 export function connectFailure(err: unknown): { atNetwork: boolean; message: string } {
   const { stage, message } = classifyConnectError(err);
-  return { atNetwork: stage === 'connect', message: stage === 'other' ? `could not connect: ${err instanceof Error ? err.message : String(err)}` : message };
+  return { atNetwork: stage === 'connect', message: stage === 'other' ? customerErrorText(err, { prefix: 'could not connect: ' }) : message };
 }
 
 export type ConnectResult = { ok: true; schemaVersion: number } | { ok: false; blocked: boolean; message: string };
@@ -64,7 +65,7 @@ export async function connectAndMigrate(deps: Pick<Deps, 'resolver' | 'config' |
   let failure = 'could not connect';
   for (const config of reached.configs) {
     const client = new pg.Client(boundedClientConfig(config));
-    client.on('error', (err) => deps.logger.warn('customer_db.connect_error', { host: target.host, message: err.message }));
+    client.on('error', (err) => deps.logger.warn('customer_db.connect_error', { host: target.host, message: cutErrorText(err.message) }));
     try {
       try {
         await client.connect();
@@ -77,7 +78,7 @@ export async function connectAndMigrate(deps: Pick<Deps, 'resolver' | 'config' |
       try {
         return { ok: true, schemaVersion: await migrateCustomerDb(client) };
       } catch (err) {
-        return { ok: false, blocked: false, message: `creating the schema failed: ${err instanceof Error ? err.message : String(err)}` };
+        return { ok: false, blocked: false, message: customerErrorText(err, { prefix: 'creating the schema failed: ' }) };
       }
     } finally {
       await client.end().catch(() => undefined);

@@ -2,6 +2,7 @@ import { and, asc, count, eq, inArray, isNotNull, isNull, lte, sql } from 'drizz
 import type { Statement } from 'better-sqlite3';
 import { type Db, clientOf } from '../../db/client.js';
 import type { CustomerWrite } from '../../db/customer/writes.js';
+import { cutErrorText } from '../../db/customer/error-text.js';
 import { definePrepared } from '../../db/prepared.js';
 import { type CustomerDbWriteRow, customerDbWrites } from '../../db/schema/index.js';
 import { DAY_MS } from '../clock.js';
@@ -162,7 +163,7 @@ export function recordRefusedWrite(db: Db, row: CustomerDbWriteRow, error: strin
   // A final refusal (a write that cannot even be opened will never land) is set aside at once.
   const gap = options.final ? undefined : DATA_RETRY_GAPS_MS[attempts - 1];
   db.update(customerDbWrites)
-    .set(gap === undefined ? { attempts, lastError: error, setAsideAt: now } : { attempts, lastError: error, nextAttemptAt: now + gap })
+    .set(gap === undefined ? { attempts, lastError: cutErrorText(error), setAsideAt: now } : { attempts, lastError: cutErrorText(error), nextAttemptAt: now + gap })
     .where(eq(customerDbWrites.id, row.id))
     .run();
   return gap === undefined;
@@ -181,7 +182,11 @@ export function requeueSetAside(db: Db, owner: string, now: number): number {
     .run().changes;
 }
 
-/** Drops every write older than the retention window; the count per database, for the log. */
+/**
+ * Drops every write queued at least the retention window ago: by `created_at`, which nothing moves, so a write
+ * retried or set aside and put back in line (its `next_attempt_at` later) still goes seven days after it was queued.
+ * The count per database, for the log, is taken in the same transaction as the delete, with the same condition.
+ */
 export function dropExpiredWrites(db: Db, now: number): Map<string, number> {
   const cutoff = now - WRITE_RETENTION_MS;
   return db.transaction(() => {

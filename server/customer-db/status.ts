@@ -1,6 +1,7 @@
 import { and, eq, sql } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import { customerDatabases } from '../../db/schema/index.js';
+import { cutErrorText } from '../../db/customer/error-text.js';
 
 /**
  * A connected database's state as the writer and the endpoints see it (api.md, Database status): `connected` until a
@@ -63,10 +64,12 @@ export function markTested(db: Db, owner: string, connectionId: string, now: num
 }
 
 /**
- * The database could not be reached: `unreachable`, the error, and the next attempt after the gap of this many
- * failures in a row. Returns whether the state changed (the writer logs the turn once).
+ * The database could not be reached: `unreachable`, the error (cut to MAX_ERROR_TEXT characters: the database wrote
+ * it), and the next attempt after the gap of this many failures in a row. Returns whether the state changed (the
+ * writer logs the turn once).
  */
-export function markUnreachable(db: Db, owner: string, connectionId: string, message: string, now: number): { changed: boolean; failures: number } {
+export function markUnreachable(db: Db, owner: string, connectionId: string, error: string, now: number): { changed: boolean; failures: number } {
+  const message = cutErrorText(error);
   return db.transaction(() => {
     const before = db
       .select({ state: customerDatabases.state, failures: customerDatabases.failures, lastError: customerDatabases.lastError })
@@ -84,8 +87,9 @@ export function markUnreachable(db: Db, owner: string, connectionId: string, mes
   });
 }
 
-/** A write was set aside for its data: its error becomes the database's last error, the state is untouched. */
-export function noteSetAside(db: Db, owner: string, message: string, now: number): void {
+/** A write was set aside for its data: its error (cut) becomes the database's last error, the state is untouched. */
+export function noteSetAside(db: Db, owner: string, error: string, now: number): void {
+  const message = cutErrorText(error);
   db.update(customerDatabases)
     .set({ lastError: message, lastErrorKind: 'data', updatedAt: sql`case when ${customerDatabases.lastError} is ${message} then ${customerDatabases.updatedAt} else ${now} end` })
     .where(eq(customerDatabases.accountId, owner))

@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { and, eq, gt, lte, sql } from 'drizzle-orm';
 import { classifyConnectError, openCustomerPool } from '../../db/customer/connect.js';
+import { cutErrorText, customerErrorText } from '../../db/customer/error-text.js';
 import { migrateCustomerDb } from '../../db/customer/schema.js';
 import { definePrepared } from '../../db/prepared.js';
 import { type CustomerWrite, type InboundWrite, TargetChangedError, applyWrites, isDataError } from '../../db/customer/writes.js';
@@ -215,11 +216,13 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
       for (const o of opened) {
         const r = refused.get(o.row.id);
         if (r === undefined) continue;
-        const setAside = recordRefusedWrite(deps.db, o.row, r.error, now, { final: r.final });
-        const fields = { accountId: db.accountId, writeId: o.row.id, kind: o.row.kind, error: r.error };
+        // The database's words (a trigger's message can be megabytes): cut before they are kept or logged.
+        const error = cutErrorText(r.error);
+        const setAside = recordRefusedWrite(deps.db, o.row, error, now, { final: r.final });
+        const fields = { accountId: db.accountId, writeId: o.row.id, kind: o.row.kind, error };
         if (setAside) {
           deps.logger.error('customer_db.write_set_aside', fields);
-          noteSetAside(deps.db, db.accountId, `A queued ${o.row.kind} write was set aside after the database refused it: ${r.error}`, now);
+          noteSetAside(deps.db, db.accountId, `A queued ${o.row.kind} write was set aside after the database refused it: ${error}`, now);
         } else deps.logger.warn('customer_db.write_refused', fields);
       }
       markReached(deps.db, db.accountId, db.connectionId, now, { landed: opened.some((o) => !refused.has(o.row.id)) });
@@ -400,11 +403,9 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
 
 export type CustomerDbWriter = ReturnType<typeof createCustomerDbWriter>;
 
-/** A failure as the status shows it: the stage and reason of a connection error, else the database's message. */
+/** A failure as the status shows it: the stage and reason of a connection error, else the database's message (cut). */
 function describe(err: unknown): string {
   const classified = classifyConnectError(err);
   if (classified.stage !== 'other') return classified.message;
-  const message = err instanceof Error ? err.message : String(err);
-  const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === 'string' ? `${message} (${code})` : message;
+  return customerErrorText(err, { withCode: true });
 }
