@@ -71,6 +71,38 @@ const nameMatching = (pattern: RegExp, what: string) =>
     return z.NEVER;
   });
 const hostName = nameMatching(HOST_NAME, 'a host name');
+
+/**
+ * The mailbox providers whose feedback loops send ARF complaints (RFC 6449), each signing them with DKIM for its
+ * domain: the default trusted FBL_REPORTERS. An operator enrolled with others names them.
+ */
+export const DEFAULT_FBL_REPORTERS = [
+  'yahoo.com',
+  'aol.com',
+  'hotmail.com',
+  'outlook.com',
+  'comcast.net',
+  'fastmail.com',
+  'messagingengine.com',
+  'zoho.com',
+  'mail.ru',
+  'yandex.ru',
+  'yandex.net',
+  'gmx.net',
+  'web.de',
+  'seznam.cz',
+  'emailsrvr.com',
+  'returnpath.net',
+] as const;
+
+/** A comma list of domain names, lower-cased; empty: none. */
+const domainList = z.string().transform((v, ctx) => {
+  const names = v.split(',').map((n) => n.trim().toLowerCase()).filter(Boolean);
+  const bad = names.find((n) => !DOMAIN_NAME.test(n));
+  if (bad === undefined) return names;
+  ctx.addIssue({ code: 'custom', message: `must be a comma list of domain names, got "${bad}"` });
+  return z.NEVER;
+});
 const domainName = nameMatching(DOMAIN_NAME, 'a domain name (labels may also hold _)');
 
 /** MAIL_HOSTNAME when unset: the machine's name, or `localhost` when that is no host name (`My_Box`); the start warns. */
@@ -140,6 +172,11 @@ export const configSchema = z.object({
   SMTP_TLS_KEY: z.string().min(1).optional().describe('PEM private key file matching SMTP_TLS_CERT'),
   SMTP_MAX_MESSAGE_BYTES: positiveInt(26214400).describe('Largest inbound message, advertised in SIZE and enforced with 552'),
   SPF_DOMAIN: domainName.optional().describe('What customers `include:` in their SPF record: a domain name (`_spf.example.com` is one)'),
+  FBL_REPORTERS: domainList
+    .optional()
+    .describe(
+      `Comma list of the domains whose DKIM-signed ARF complaints at \`fbl@MAIL_HOSTNAME\` are acted on (a signing domain counts for itself and its subdomains); empty: none. Unset: ${DEFAULT_FBL_REPORTERS.join(', ')}`,
+    ),
   SECRET_KEY: z
     .string()
     .optional()
@@ -192,6 +229,8 @@ export interface Config {
   smtpTlsKey: string | null;
   smtpMaxMessageBytes: number;
   spfDomain: string;
+  /** Domains whose DKIM signature makes a feedback-loop complaint trusted (decisions.md section 13). */
+  fblReporters: readonly string[];
   /** Unset (generate or read DATA_DIR/secret.key), 'off', or the decoded 32 bytes. */
   secretKey: { mode: 'file' } | { mode: 'off' } | { mode: 'given'; key: Buffer };
   dnsServers: DnsServer[] | null;
@@ -305,6 +344,7 @@ function toConfig(raw: RawConfig, secretKey: Config['secretKey'], dnsServers: Dn
     smtpTlsKey: raw.SMTP_TLS_KEY ?? null,
     smtpMaxMessageBytes: raw.SMTP_MAX_MESSAGE_BYTES,
     spfDomain: raw.SPF_DOMAIN ?? raw.MAIL_HOSTNAME ?? defaultMailHostname(),
+    fblReporters: raw.FBL_REPORTERS ?? DEFAULT_FBL_REPORTERS,
     secretKey,
     dnsServers,
     deliveryMode: raw.DELIVERY_MODE,

@@ -12,6 +12,7 @@ import { startCheckpointer } from '../db/checkpointer.js';
 import { listenHttp } from './http/serve.js';
 import { createWebhookDispatcher } from './webhooks/dispatcher.js';
 import { createCustomerDbWriter } from './customer-db/writer.js';
+import { createInboundParser } from '../mta/inbound/parser.js';
 import { type InboundServer, createInboundServer } from '../mta/inbound/server.js';
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
 import { createLogger, stdoutBatched } from './logger.js';
@@ -100,7 +101,9 @@ async function main(): Promise<void> {
   deps.onQueued = engine.poke;
   const webhooks = createWebhookDispatcher(deps);
   deps.onWebhookQueued = webhooks.poke;
-  const customerDb = createCustomerDbWriter(deps);
+  // One set of parse threads: the writer's parse of received mail, and the inbound server's check of reports.
+  const parser = createInboundParser(deps);
+  const customerDb = createCustomerDbWriter(deps, { parser });
   deps.onCustomerDbQueued = customerDb.poke;
 
   const flushUsage = () => {
@@ -131,6 +134,8 @@ async function main(): Promise<void> {
         // After the engine: its last outcomes may have queued deliveries, which wait in the database for the next start.
         ['webhooks', () => webhooks.stop()],
         ['customer databases', () => customerDb.stop()],
+        // After the inbound server and the writer, the two that use its threads.
+        ['parse threads', () => parser.close()],
         ['key usage', () => flushUsage()],
         ['checkpointer', () => checkpointer.stop()],
         ['database', () => deps.store.close()],
@@ -167,7 +172,7 @@ async function main(): Promise<void> {
   let smtpPort: number | null = null;
   if (smtpTls !== null) {
     if (smtpTls.source === 'generated') logger.info('smtp.tls_generated', { message: 'A self-signed STARTTLS certificate was generated into DATA_DIR; set SMTP_TLS_CERT and SMTP_TLS_KEY for a trusted one.' });
-    const server = createInboundServer(deps, smtpTls);
+    const server = createInboundServer(deps, smtpTls, { checks: parser });
     try {
       const port = await server.listen(config.smtpHost, config.smtpPort);
       if (stopping) {

@@ -6,7 +6,7 @@ import { createResolver } from '../../server/dns/resolver.js';
 import type { LogFields, Logger } from '../../server/logger.js';
 import { parseInlineInbound, parseSpooled, spooledSource } from './parse-message.js';
 import { BEAT_MS, PARSE_CONCURRENCY, type ParseJob, type ParseOutcome, type ParseReply, type ParseRequest, type ParserSettings } from './parser.js';
-import type { ParseDeps } from './verdicts.js';
+import { type ParseDeps, passingSigners } from './verdicts.js';
 
 /**
  * A parse thread (mta/inbound/parser.ts): mailauth's checks and mailparser's parse of received messages, off the
@@ -92,6 +92,10 @@ port.on('message', async (msg: ParseRequest) => {
     return go?.();
   }
   if ('spooled' in msg) return streamSpooled(msg.id, msg.spooled);
+  if ('signersOf' in msg) {
+    const raw = Buffer.from(msg.signersOf.buffer, msg.signersOf.byteOffset, msg.signersOf.byteLength);
+    return port.postMessage({ id: msg.id, signers: await passingSigners(deps, raw) } satisfies ParseReply);
+  }
   const outcomes: ParseOutcome[] = new Array(msg.jobs.length);
   let next = 0;
   const lane = async () => {

@@ -143,7 +143,12 @@ export interface Received {
  * Reads the DATA stream to its end and makes the message durable; resolves with what was stored, or rejects with
  * the SmtpReply to send (a client gone mid-DATA rejects too, and nothing stays).
  */
-export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceeded?: boolean }, envelope: Envelope): Promise<Received> {
+/** What a report is trusted by: the domains whose DKIM signatures of a message pass (checked in a parse thread). */
+export interface ReportChecks {
+  signersOf(raw: Buffer): Promise<string[]>;
+}
+
+export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceeded?: boolean }, envelope: Envelope, checks: ReportChecks): Promise<Received> {
   const now = deps.clock.now();
   const id = newId(now);
   const mailboxes = envelope.recipients.filter((r): r is Extract<Recipient, { kind: 'mailbox' }> => r.kind === 'mailbox');
@@ -193,7 +198,8 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
     spool?.discard();
     throw new SmtpReply(550, '5.6.0 Bare CR or LF in the message data is not accepted; lines must end with CRLF');
   }
-  const report = reports.length > 0 ? parseReport(Buffer.concat(head)) : null;
+  const reportBytes = reports.length > 0 ? Buffer.concat(head) : null;
+  const report = reportBytes ? await trustedReport(deps, parseReport(reportBytes), reports, reportBytes, size, checks) : null;
   let queued: { stored: number; events: number; webhooks: number; written: number };
   try {
     const held = await spool?.finish();
@@ -264,6 +270,39 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
   if (queued.webhooks > 0) deps.onWebhookQueued();
   if (reports.length > 0 && !report) deps.logger.info('inbound.report_unparsed', { id, recipients: reports.length });
   return { id, size, stored: queued.stored, events: queued.events, operator: operators.length > 0 };
+}
+
+/** Whether `domain` is one of `reporters` or a subdomain of one. */
+export function isFblReporter(domain: string, reporters: readonly string[]): boolean {
+  const d = domain.toLowerCase().replace(/\.$/, '');
+  return reporters.some((r) => d === r || d.endsWith(`.${r}`));
+}
+
+/**
+ * The report, when it can be trusted (decisions.md section 13), else null and a log line saying why. Anyone can send
+ * mail to fbl@ and to a VERP address they were sent: a delivery report (DSN) is read only at a VERP address (signed,
+ * so it can only be about that recipient's copy), never at fbl@; a complaint (ARF `abuse`) only when it passes DKIM
+ * for one of FBL_REPORTERS (the feedback loops sign their reports), wherever it arrives. A complaint is checked whole:
+ * one past REPORT_BYTES cannot be, and is not trusted.
+ */
+async function trustedReport(deps: Deps, report: InboundReport, arrivedAt: Recipient[], raw: Buffer, size: number, checks: ReportChecks): Promise<InboundReport> {
+  if (!report) return null;
+  if (report.kind === 'dsn') {
+    if (arrivedAt.some((r) => r.kind === 'bounce')) return report;
+    deps.logger.info('inbound.report_ignored', { kind: report.kind, reason: 'a delivery report is read only at a VERP address' });
+    return null;
+  }
+  // Other feedback types record nothing whoever sends them.
+  if (report.feedbackType !== 'abuse') return report;
+  const signers = size <= raw.length ? await checks.signersOf(raw) : [];
+  const reporter = signers.find((d) => isFblReporter(d, deps.config.fblReporters));
+  if (reporter) return report;
+  deps.logger.warn('inbound.report_unauthenticated', {
+    kind: report.kind,
+    signedBy: signers.slice(0, 5),
+    reason: size > raw.length ? `a complaint over ${REPORT_BYTES} bytes cannot be checked` : signers.length > 0 ? 'not signed by a domain of FBL_REPORTERS' : 'no DKIM signature passes',
+  });
+  return null;
 }
 
 interface SentEmail {

@@ -2,7 +2,8 @@ import type { AddressInfo } from 'node:net';
 import { SMTPServer, type SMTPServerSession } from 'smtp-server';
 import type { Deps } from '../../server/deps.js';
 import { type Recipient, judgeRecipient } from './recipients.js';
-import { SmtpReply, receiveMessage } from './receive.js';
+import { type ReportChecks, SmtpReply, receiveMessage } from './receive.js';
+import { createInboundParser } from './parser.js';
 import { logFailure } from '../../server/store-health.js';
 import { clientKey } from '../../server/core/ip-ranges.js';
 
@@ -37,8 +38,14 @@ export const DEFAULT_INBOUND_OPTIONS: InboundOptions = {
 
 const reply = (code: number, message: string) => new SmtpReply(code, message);
 
-export function createInboundServer(deps: Deps, tls: { key: string; cert: string }, options: Partial<InboundOptions> = {}) {
+/**
+ * The inbound SMTP server. `checks` (main passes the inbound parser's) checks the DKIM signatures of reports in a
+ * parse thread; without it the server starts a parser of its own, closed with it.
+ */
+export function createInboundServer(deps: Deps, tls: { key: string; cert: string }, options: Partial<InboundOptions> & { checks?: ReportChecks } = {}) {
   const opts: InboundOptions = { ...DEFAULT_INBOUND_OPTIONS, ...options };
+  const ownParser = options.checks ? null : createInboundParser(deps);
+  const checks: ReportChecks = options.checks ?? ownParser!;
   const perAddress = new Map<string, number>();
   // What the RCPT check decided for each accepted recipient (smtp-server keeps the address object in the envelope),
   // so DATA does not judge again: the transaction that stores the message does (receiveMessage).
@@ -124,7 +131,7 @@ export function createInboundServer(deps: Deps, tls: { key: string; cert: string
       // Judged again in the transaction that stores the message: a domain or database removed meanwhile no longer receives.
       const recipients = session.envelope.rcptTo.map((r) => judgedAtRcpt.get(r) ?? judgeRecipient(deps, r.address)).filter((r) => r.kind !== 'refused');
       const mailFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
-      receiveMessage(deps, stream, { mailFrom, recipients, remoteAddress: session.remoteAddress, helo: session.hostNameAppearsAs ?? '' }).then(
+      receiveMessage(deps, stream, { mailFrom, recipients, remoteAddress: session.remoteAddress, helo: session.hostNameAppearsAs ?? '' }, checks).then(
         (received) => {
           deps.metrics.inboundAccepted();
           deps.logger.info('inbound.received', { id: received.id, size: received.size, stored: received.stored, events: received.events, operator: received.operator, remoteAddress: session.remoteAddress });
@@ -165,8 +172,9 @@ export function createInboundServer(deps: Deps, tls: { key: string; cert: string
         });
       });
     },
-    close(): Promise<void> {
-      return new Promise((resolve) => server.close(() => resolve()));
+    async close(): Promise<void> {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await ownParser?.close();
     },
   };
 }

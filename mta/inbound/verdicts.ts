@@ -147,3 +147,26 @@ async function checkMessage(deps: ParseDeps, message: MessageSource, w: Pick<Spo
     return NO_VERDICTS;
   }
 }
+
+/**
+ * The domains whose DKIM signatures of `raw` pass (lower-cased), within AUTH_LIMITS and `budgetMs`: nothing past
+ * them. What a feedback-loop complaint is trusted by (receive.ts).
+ */
+export async function passingSigners(deps: ParseDeps, raw: Buffer, budgetMs = VERDICT_BUDGET_MS): Promise<string[]> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<string[]>((resolve) => (timer = setTimeout(() => resolve([]), budgetMs)));
+  const check = async (): Promise<string[]> => {
+    const scan = scanHeaderBlock(await headerBlock(raw, AUTH_LIMITS.headerBytes));
+    if (!scan.within || scan.dkimSignatures === 0) return [];
+    const dkim = await dkimVerify(raw, { resolver: withLookupLimit(mailauthResolver(deps.resolver), MAX_DKIM_KEY_LOOKUPS) as never });
+    return dkim.results.filter((r) => r.status?.result === 'pass' && r.signingDomain).map((r) => String(r.signingDomain).toLowerCase());
+  };
+  try {
+    return await Promise.race([check(), late]);
+  } catch (err) {
+    deps.logger.warn('inbound.authenticate_failed', { err });
+    return [];
+  } finally {
+    clearTimeout(timer);
+  }
+}

@@ -5,7 +5,7 @@ import { cutErrorText, customerErrorText } from '../../db/customer/error-text.js
 import { migrateCustomerDb } from '../../db/customer/schema.js';
 import { definePrepared } from '../../db/prepared.js';
 import { type CustomerWrite, type InboundWrite, TargetChangedError, applyWrites, isDataError } from '../../db/customer/writes.js';
-import { ParserStoppedError, createInboundParser } from '../../mta/inbound/parser.js';
+import { type InboundParser, ParserStoppedError, createInboundParser } from '../../mta/inbound/parser.js';
 import { applySpooledInbound } from '../../mta/inbound/store.js';
 import { SpoolError } from '../../mta/inbound/parse-message.js';
 import { spoolPath, sweepSpool } from '../../mta/inbound/spool.js';
@@ -38,6 +38,8 @@ export interface WriterOptions {
   poolMax: number;
   /** The parse thread's script (tests start one that dies); the built mta/inbound/parse-worker.js otherwise. */
   parserWorkerUrl?: URL;
+  /** The parse threads to use (main shares them with the inbound server, and closes them); else the writer's own. */
+  parser?: InboundParser;
 }
 
 /** The sealed size of one batch's writes (small received messages make most of it). */
@@ -98,7 +100,7 @@ interface PoolEntry {
 export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOptions> = {}) {
   const opts: WriterOptions = { ...DEFAULT_WRITER_OPTIONS, ...options };
   const pools = new Map<string, PoolEntry>();
-  const parser = createInboundParser(deps, opts.parserWorkerUrl ? { workerUrl: opts.parserWorkerUrl } : {});
+  const parser = opts.parser ?? createInboundParser(deps, opts.parserWorkerUrl ? { workerUrl: opts.parserWorkerUrl } : {});
   /** Databases with a run in flight. */
   const busy = new Set<string>();
   /** Batch sizes below opts.batchSize, by database, after a batch timed out (halved; doubled back as batches land). */
@@ -395,7 +397,7 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
       while (runs.size > 0) await Promise.all([...runs]);
       await Promise.all([...pools.values()].map((e) => e.pool.end().catch(() => undefined)));
       pools.clear();
-      await parser.close();
+      if (!opts.parser) await parser.close();
       stopping = false;
     },
   };
