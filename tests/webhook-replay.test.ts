@@ -257,7 +257,7 @@ describe('recovery: a receiver that lost every attempt gets the outcome again by
     let receiverUp = false;
     const post: PostWebhook = async (_deps, _url, headers, body) => {
       // Only this endpoint's posts are looked at (deliveries queued by the tests above share the service).
-      if (deliveriesOf(endpoint).some((r) => r.id === headers['x-service-delivery'])) posts.push({ headers, body });
+      if (deliveriesOf(endpoint).some((r) => r.id === headers['X-Service-Delivery'])) posts.push({ headers, body });
       return receiverUp ? { delivered: true, status: 200, error: null } : { delivered: false, status: 503, error: 'HTTP 503' };
     };
     const dispatcher = createWebhookDispatcher(service.deps, { post });
@@ -286,9 +286,9 @@ describe('recovery: a receiver that lost every attempt gets the outcome again by
     expect(parsed.type).toBe('email.bounced');
     expect(parsed.data).toEqual(first.data);
     expect(parsed.data).toEqual({ messageId: email, recipient: 'gone@example.net', status: 'bounced', dsn: '5.1.1', detail: event.detail, occurredAt: isoAt(occurredAt), from: 'alerts@example.com', tags: { plan: 'pro' } });
-    expect(replayed.headers['x-service-delivery']).toBe(parsed.id);
+    expect(replayed.headers['X-Service-Delivery']).toBe(parsed.id);
     // The spec's signature, checked with independent code.
-    const sig = /^t=(\d+),v1=([0-9a-f]{64})$/.exec(replayed.headers['x-service-signature']!);
+    const sig = /^t=(\d+),v1=([0-9a-f]{64})$/.exec(replayed.headers['X-Service-Signature']!);
     expect(sig).not.toBeNull();
     const expected = createHmac('sha256', secret).update(`${sig![1]}.${replayed.body}`).digest();
     expect(timingSafeEqual(expected, Buffer.from(sig![2]!, 'hex'))).toBe(true);
