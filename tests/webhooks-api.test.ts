@@ -1,11 +1,13 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { eq } from 'drizzle-orm';
-import { webhookDeliveries, webhookEndpoints } from '../db/schema/index.js';
+import { count, eq } from 'drizzle-orm';
+import { webhookAttempts, webhookDeliveries, webhookEndpoints } from '../db/schema/index.js';
+import { DELETE_CHUNK_ROWS } from '../server/core/webhooks.js';
 import { newId } from '../server/ids.js';
 import { decryptSecret } from '../server/secrets.js';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
 import { expectDocumented } from './helpers/openapi.js';
 import { TestDnsServer } from './helpers/dns-server.js';
+import { watchLoopStalls } from './helpers/loop-stall.js';
 import { expectError } from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
 
@@ -202,6 +204,59 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
     expect(service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, id)).all()).toEqual([]);
     expectError(await service.api('GET', `/webhooks/${id}`, { key }), 404, 'webhook_not_found');
   });
+
+  it('deletes an endpoint with 30,000 deliveries without holding the event loop past 50 ms: switched off first, then its deliveries in chunks', async () => {
+    const { key, account } = service.newAccount();
+    const id = (await create(key, { url: PUBLIC, events: ['email.delivered'] })).body.id as string;
+    // 10,000 pending and 20,000 delivered, each of those with its attempt: history is kept until the endpoint goes.
+    const now = service.clock.now();
+    const sqlite = service.deps.store.sqlite;
+    const delivery = sqlite.prepare(
+      "insert into webhook_deliveries (id, endpoint_id, account_id, event_type, data, attempts, delivered_at, next_attempt_at, created_at) values (?, ?, ?, 'email.delivered', '{}', ?, ?, ?, ?)",
+    );
+    const attempt = sqlite.prepare('insert into webhook_attempts (delivery_id, attempt, attempted_at, status, delivered) values (?, 1, ?, 200, 1)');
+    sqlite.transaction(() => {
+      for (let i = 0; i < 30_000; i++) {
+        const deliveryId = newId(now);
+        const delivered = i >= 10_000;
+        delivery.run(deliveryId, id, account.id, delivered ? 1 : 0, delivered ? now : null, delivered ? null : now, now);
+        if (delivered) attempt.run(deliveryId, now);
+      }
+    })();
+    const deliveries = () => service.deps.db.select({ n: count() }).from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, id)).get()!.n;
+    expect(deliveries()).toBe(30_000);
+    const attemptsBefore = service.deps.db.select({ n: count() }).from(webhookAttempts).get()!.n;
+
+    // Whether the endpoint was still on as each of the deletion's transactions began.
+    const commits = service.deps.commits;
+    const onAtEachStep: boolean[] = [];
+    service.deps.commits = {
+      run: (fn) =>
+        commits.run((db) => {
+          onAtEachStep.push(db.select({ active: webhookEndpoints.active }).from(webhookEndpoints).where(eq(webhookEndpoints.id, id)).get()?.active ?? false);
+          return fn(db);
+        }),
+    };
+    // The longest the loop was held, not counting time the machine's other processes had the CPU (see loop-stall.ts).
+    const stalls = watchLoopStalls();
+    let res;
+    try {
+      res = await service.api('DELETE', `/webhooks/${id}`, { key });
+    } finally {
+      service.deps.commits = commits;
+    }
+    const seen = stalls.stop();
+    expect(res.status).toBe(204);
+    expect(seen.longestMs, JSON.stringify(seen)).toBeLessThan(50);
+
+    expect(deliveries()).toBe(0);
+    expect(service.deps.db.select({ n: count() }).from(webhookAttempts).get()!.n).toBe(attemptsBefore - 20_000);
+    expectError(await service.api('GET', `/webhooks/${id}`, { key }), 404, 'webhook_not_found');
+    // Switched off (nothing more is claimed for it) before any of its deliveries went; then one chunk per transaction.
+    expect(onAtEachStep[0]).toBe(true);
+    expect(onAtEachStep.slice(1).every((on) => !on)).toBe(true);
+    expect(onAtEachStep.length).toBeGreaterThan(30_000 / DELETE_CHUNK_ROWS);
+  }, 60_000);
 
   it('lists endpoints and deliveries newest first, keyset-paged', async () => {
     const { key, account } = service.newAccount();
