@@ -3,6 +3,7 @@ import { asc, eq } from 'drizzle-orm';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { webhookDeliveries } from '../db/schema/index.js';
+import { MAX_PENDING_PER_ENDPOINT } from '../server/core/webhook-replay.js';
 import { newId } from '../server/ids.js';
 import { createWebhookDispatcher } from '../server/webhooks/dispatcher.js';
 import { expectAccessible, flashText, horizontalOverflow, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
@@ -313,6 +314,37 @@ describe('the webhook pages over HTTP', () => {
     const after = deliveriesOf(endpoint.id);
     expect(after).toHaveLength(3);
     expect(JSON.parse(after[2]!.data)).toEqual(JSON.parse(after[1]!.data));
+  });
+
+  it('refuses a replay past the endpoint’s 10,000 pending deliveries as the API does, with the 409’s message, and queues nothing', async () => {
+    const s = await newSender(rig.service, { name: 'Backlog Co' });
+    const endpoint = await newEndpoint(s.key, '/backlog');
+    await sendAndDeliver(s, 'backlog@example.net');
+    expect(await dispatch()).toBe(1);
+    const [delivered] = deliveriesOf(endpoint.id);
+    // A receiver that has not taken anything for a while: 10,000 waiting for their retry.
+    const now = rig.service.clock.now();
+    const waiting = Array.from({ length: MAX_PENDING_PER_ENDPOINT }, () => ({
+      id: newId(now),
+      endpointId: endpoint.id,
+      accountId: s.account.id,
+      eventType: 'email.delivered' as const,
+      data: '{}',
+      attempts: 1,
+      nextAttemptAt: now + 60_000,
+      createdAt: now,
+    }));
+    rig.service.deps.db.transaction((tx) => {
+      for (let i = 0; i < waiting.length; i += 500) tx.insert(webhookDeliveries).values(waiting.slice(i, i + 500)).run();
+    });
+
+    const res = await http.post(`/dashboard/webhooks/${endpoint.id}/deliveries/${delivered!.id}/replay`);
+    expect(res.status).toBe(303);
+    expect(res.headers.get('location')).toBe(`/dashboard/webhooks/${endpoint.id}/deliveries/${delivered!.id}`);
+    const page = await http.follow(res);
+    expect(page).toContain('role="alert"');
+    expect(page).toContain(`${MAX_PENDING_PER_ENDPOINT} deliveries are pending for this endpoint and this replay would add 1`);
+    expect(deliveriesOf(endpoint.id)).toHaveLength(MAX_PENDING_PER_ENDPOINT + 1);
   });
 
   it('answers a ping’s replay and a second ping within ten seconds with an error flash', async () => {

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { newWebhookSecret, signedHeaders } from '../server/webhooks/signing.js';
+import { newWebhookSecret, signedHeaders as signedHeadersOnTheWire } from '../server/webhooks/signing.js';
 
 /**
  * The README's "Verifying webhook signatures" snippets, run as written: the Node one as a real receiver process, the
@@ -24,6 +24,13 @@ function snippet(heading: string, lang: string): string {
   expect(open).toBeGreaterThan(at);
   return README.slice(open + lang.length + 5, close + 1);
 }
+
+/**
+ * The headers of a post as a receiver's framework hands them to the snippet: Node's `req.headers` and Flask's
+ * `request.headers` look names up case-insensitively, and the drivers below index them lower-case.
+ */
+const signedHeaders = (...args: Parameters<typeof signedHeadersOnTheWire>): Record<string, string> =>
+  Object.fromEntries(Object.entries(signedHeadersOnTheWire(...args)).map(([name, value]) => [name.toLowerCase(), value]));
 
 const secret = newWebhookSecret();
 const otherSecret = newWebhookSecret();

@@ -145,6 +145,30 @@ describe('webhook dispatcher', () => {
     expect(receiver.requests).toHaveLength(1);
   });
 
+  it('sends the X-Service headers spelled as api.md writes them, as a case-sensitive receiver (PHP getallheaders()) reads them', async () => {
+    const { deps } = service;
+    const { account } = service.newAccount();
+    const { endpoint } = addEndpoint(account.id, receiver.url('/spelling'));
+    const row = newDelivery(endpoint);
+    insert(row);
+    expect(await createWebhookDispatcher(deps).runOnce()).toBe(1);
+    const req = receiver.requests[0]!;
+    // The names exactly as they came on the wire (rawHeaders keeps the sender's case; headers lower-cases them).
+    const names = req.rawHeaders.filter((_, i) => i % 2 === 0);
+    const onTheWire = (name: string) => names.filter((n) => n.toLowerCase() === name.toLowerCase());
+    expect(onTheWire('X-Service-Delivery')).toEqual(['X-Service-Delivery']);
+    expect(onTheWire('X-Service-Event')).toEqual(['X-Service-Event']);
+    expect(onTheWire('X-Service-Signature')).toEqual(['X-Service-Signature']);
+    // What getallheaders() returns under Apache: each name as sent, looked up case-sensitively.
+    const all = new Map<string, string>();
+    for (let i = 0; i < req.rawHeaders.length; i += 2) all.set(req.rawHeaders[i]!, req.rawHeaders[i + 1]!);
+    expect(all.get('X-Service-Delivery')).toBe(row.id);
+    expect(all.get('X-Service-Event')).toBe('email.delivered');
+    expect(all.get('X-Service-Signature')).toMatch(/^t=\d+,v1=[0-9a-f]{64}$/);
+    // The Standard Webhooks headers keep that specification's spelling.
+    expect(onTheWire('webhook-id')).toEqual(['webhook-id']);
+  });
+
   it('retries on the schedule (1 min, 5 min, 30 min, 2 h, 12 h from the previous attempt), then the delivery is final', async () => {
     const { clock, deps } = service;
     const { account } = service.newAccount();

@@ -52,20 +52,22 @@ describe('signed headers', () => {
   const headers = signedHeaders(secret, delivery, t, body);
 
   it('carries the spec headers and the Standard Webhooks headers', () => {
-    expect(headers['content-type']).toBe('application/json');
-    expect(headers['x-service-delivery']).toBe(delivery.id);
-    expect(headers['x-service-event']).toBe('email.delivered');
-    expect(headers['x-service-signature']).toMatch(new RegExp(`^t=${t},v1=[0-9a-f]{64}$`));
+    // Spelled as they go on the wire: X-Service-* as api.md writes them (decisions.md 7), webhook-* as Standard Webhooks.
+    expect(Object.keys(headers)).toEqual(['Content-Type', 'X-Service-Delivery', 'X-Service-Event', 'X-Service-Signature', 'webhook-id', 'webhook-timestamp', 'webhook-signature']);
+    expect(headers['Content-Type']).toBe('application/json');
+    expect(headers['X-Service-Delivery']).toBe(delivery.id);
+    expect(headers['X-Service-Event']).toBe('email.delivered');
+    expect(headers['X-Service-Signature']).toMatch(new RegExp(`^t=${t},v1=[0-9a-f]{64}$`));
     expect(headers['webhook-id']).toBe(delivery.id);
     expect(headers['webhook-timestamp']).toBe(String(t));
     expect(headers['webhook-signature']).toMatch(/^v1,[A-Za-z0-9+/]{43}=$/);
   });
 
   it('X-Service-Signature verifies with independent HMAC code, keyed with the whole secret string', () => {
-    expect(verifyServiceSignature(secret, headers['x-service-signature']!, body)).toBe(true);
+    expect(verifyServiceSignature(secret, headers['X-Service-Signature']!, body)).toBe(true);
     // Keyed with the decoded bytes instead, it would not verify.
     const wrongKey = createHmac('sha256', Buffer.from(secret.slice(6), 'base64')).update(`${t}.${body}`).digest('hex');
-    expect(headers['x-service-signature']).not.toBe(`t=${t},v1=${wrongKey}`);
+    expect(headers['X-Service-Signature']).not.toBe(`t=${t},v1=${wrongKey}`);
   });
 
   it('the Standard Webhooks headers verify with the standardwebhooks package unchanged', () => {
@@ -76,20 +78,20 @@ describe('signed headers', () => {
   it('a tampered body fails both', () => {
     const tampered = body.replace('delivered"', 'bounced"');
     expect(tampered).not.toBe(body);
-    expect(verifyServiceSignature(secret, headers['x-service-signature']!, tampered)).toBe(false);
+    expect(verifyServiceSignature(secret, headers['X-Service-Signature']!, tampered)).toBe(false);
     expect(() => new Webhook(secret).verify(tampered, headers)).toThrow(/No matching signature/);
   });
 
   it('a tampered timestamp fails both', () => {
     const later = String(t + 1);
-    const serviceHeader = headers['x-service-signature']!.replace(`t=${t}`, `t=${later}`);
+    const serviceHeader = headers['X-Service-Signature']!.replace(`t=${t}`, `t=${later}`);
     expect(verifyServiceSignature(secret, serviceHeader, body)).toBe(false);
     expect(() => new Webhook(secret).verify(body, { ...headers, 'webhook-timestamp': later })).toThrow(/No matching signature/);
   });
 
   it('another secret fails both', () => {
     const other = newWebhookSecret();
-    expect(verifyServiceSignature(other, headers['x-service-signature']!, body)).toBe(false);
+    expect(verifyServiceSignature(other, headers['X-Service-Signature']!, body)).toBe(false);
     expect(() => new Webhook(other).verify(body, headers)).toThrow(/No matching signature/);
   });
 

@@ -1,12 +1,19 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { eq } from 'drizzle-orm';
-import { webhookDeliveries, webhookEndpoints } from '../db/schema/index.js';
+import { count, eq } from 'drizzle-orm';
+import { webhookAttempts, webhookDeliveries, webhookEndpoints } from '../db/schema/index.js';
+import { DELETE_CHUNK_ROWS } from '../server/core/webhooks.js';
 import { newId } from '../server/ids.js';
 import { decryptSecret } from '../server/secrets.js';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
 import { expectDocumented } from './helpers/openapi.js';
 import { TestDnsServer } from './helpers/dns-server.js';
+import { watchLoopStalls } from './helpers/loop-stall.js';
 import { expectError } from './helpers/sending.js';
+import { createAccountWithCli, processApi, processEnv, runningProcesses, startServiceProcess } from './helpers/service-process.js';
 import { startService, type TestService } from './helpers/service.js';
 
 /**
@@ -26,6 +33,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  for (const child of runningProcesses) child.kill('SIGKILL');
   await service.close();
   await dns.stop();
 });
@@ -203,6 +211,59 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
     expectError(await service.api('GET', `/webhooks/${id}`, { key }), 404, 'webhook_not_found');
   });
 
+  it('deletes an endpoint with 30,000 deliveries without holding the event loop past 50 ms: switched off first, then its deliveries in chunks', async () => {
+    const { key, account } = service.newAccount();
+    const id = (await create(key, { url: PUBLIC, events: ['email.delivered'] })).body.id as string;
+    // 10,000 pending and 20,000 delivered, each of those with its attempt: history is kept until the endpoint goes.
+    const now = service.clock.now();
+    const sqlite = service.deps.store.sqlite;
+    const delivery = sqlite.prepare(
+      "insert into webhook_deliveries (id, endpoint_id, account_id, event_type, data, attempts, delivered_at, next_attempt_at, created_at) values (?, ?, ?, 'email.delivered', '{}', ?, ?, ?, ?)",
+    );
+    const attempt = sqlite.prepare('insert into webhook_attempts (delivery_id, attempt, attempted_at, status, delivered) values (?, 1, ?, 200, 1)');
+    sqlite.transaction(() => {
+      for (let i = 0; i < 30_000; i++) {
+        const deliveryId = newId(now);
+        const delivered = i >= 10_000;
+        delivery.run(deliveryId, id, account.id, delivered ? 1 : 0, delivered ? now : null, delivered ? null : now, now);
+        if (delivered) attempt.run(deliveryId, now);
+      }
+    })();
+    const deliveries = () => service.deps.db.select({ n: count() }).from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, id)).get()!.n;
+    expect(deliveries()).toBe(30_000);
+    const attemptsBefore = service.deps.db.select({ n: count() }).from(webhookAttempts).get()!.n;
+
+    // Whether the endpoint was still on as each of the deletion's transactions began.
+    const commits = service.deps.commits;
+    const onAtEachStep: boolean[] = [];
+    service.deps.commits = {
+      run: (fn) =>
+        commits.run((db) => {
+          onAtEachStep.push(db.select({ active: webhookEndpoints.active }).from(webhookEndpoints).where(eq(webhookEndpoints.id, id)).get()?.active ?? false);
+          return fn(db);
+        }),
+    };
+    // The longest the loop was held, not counting time the machine's other processes had the CPU (see loop-stall.ts).
+    const stalls = watchLoopStalls();
+    let res;
+    try {
+      res = await service.api('DELETE', `/webhooks/${id}`, { key });
+    } finally {
+      service.deps.commits = commits;
+    }
+    const seen = stalls.stop();
+    expect(res.status).toBe(204);
+    expect(seen.longestMs, JSON.stringify(seen)).toBeLessThan(50);
+
+    expect(deliveries()).toBe(0);
+    expect(service.deps.db.select({ n: count() }).from(webhookAttempts).get()!.n).toBe(attemptsBefore - 20_000);
+    expectError(await service.api('GET', `/webhooks/${id}`, { key }), 404, 'webhook_not_found');
+    // Switched off (nothing more is claimed for it) before any of its deliveries went; then one chunk per transaction.
+    expect(onAtEachStep[0]).toBe(true);
+    expect(onAtEachStep.slice(1).every((on) => !on)).toBe(true);
+    expect(onAtEachStep.length).toBeGreaterThan(30_000 / DELETE_CHUNK_ROWS);
+  }, 60_000);
+
   it('lists endpoints and deliveries newest first, keyset-paged', async () => {
     const { key, account } = service.newAccount();
     const ids: string[] = [];
@@ -260,6 +321,63 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
     expect(domains.body.nextCursor).toEqual(expect.any(String));
     expectError(await service.api('GET', `/webhooks?cursor=${encodeURIComponent(domains.body.nextCursor)}`, { key }), 400, 'invalid_request');
   });
+});
+
+describe('a process killed while it deletes an endpoint', () => {
+  it('leaves the endpoint switched off with part of its deliveries (the DELETE unanswered); repeating the DELETE finishes it', async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'mailstead-delete-kill-'));
+    const env = processEnv(dataDir);
+    let file: Database.Database | undefined;
+    try {
+      let proc = await startServiceProcess(env);
+      const { accountId, key } = await createAccountWithCli(env, 'Killed mid-delete');
+      const created = await processApi(proc, key, 'POST', '/webhooks', { url: 'https://127.0.0.1:9/hook', events: ['email.delivered'] });
+      expect(created.status, JSON.stringify(created.body)).toBe(201);
+      const id = created.body.id as string;
+
+      // 30,000 delivered deliveries, written beside the running server (none is due, so none is posted meanwhile).
+      file = new Database(join(dataDir, 'mailstead.db'));
+      file.pragma('busy_timeout = 5000');
+      const now = Date.now();
+      const insert = file.prepare(
+        "insert into webhook_deliveries (id, endpoint_id, account_id, event_type, data, attempts, delivered_at, created_at) values (?, ?, ?, 'email.delivered', '{}', 1, ?, ?)",
+      );
+      file.transaction(() => {
+        for (let i = 0; i < 30_000; i++) insert.run(newId(now), id, accountId, now, now);
+      })();
+      const left = file.prepare('select count(*) as n from webhook_deliveries where endpoint_id = ?');
+      const deliveries = () => (left.get(id) as { n: number }).n;
+      const endpointRow = file.prepare('select active, disabled_at as disabledAt from webhook_endpoints where id = ?');
+
+      const answer = processApi(proc, key, 'DELETE', `/webhooks/${id}`).then(
+        (res) => `answered ${res.status}`,
+        () => 'no answer',
+      );
+      while (deliveries() === 30_000) await new Promise((r) => setTimeout(r, 2));
+      proc.child.kill('SIGKILL');
+      await proc.exited;
+      expect(await answer).toBe('no answer');
+
+      // Switched off before the first delivery went: nothing more is posted to it, even across the restart.
+      expect(endpointRow.get(id)).toEqual({ active: 0, disabledAt: expect.any(Number) });
+      const remaining = deliveries();
+      expect(remaining).toBeGreaterThan(0);
+      expect(remaining % DELETE_CHUNK_ROWS).toBe(0);
+
+      proc = await startServiceProcess(env);
+      const got = await processApi(proc, key, 'GET', `/webhooks/${id}`);
+      expect(got.body).toMatchObject({ id, active: false });
+      expect((await processApi(proc, key, 'DELETE', `/webhooks/${id}`)).status).toBe(204);
+      expect(deliveries()).toBe(0);
+      expect(endpointRow.get(id)).toBeUndefined();
+      expect((await processApi(proc, key, 'GET', `/webhooks/${id}`)).status).toBe(404);
+      proc.child.kill('SIGKILL');
+      await proc.exited;
+    } finally {
+      file?.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  }, 90_000);
 });
 
 describe('auth on the Webhooks endpoints', () => {

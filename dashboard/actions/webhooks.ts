@@ -42,16 +42,17 @@ function isEmailEventType(t: string): t is EmailEventType {
 /**
  * Replays the one outcome a delivery carried, through the API's replay: the window is the outcome's millisecond, the
  * type its event type, narrowed to its email and recipient. The replay builds the post afresh from the recorded
- * outcome (a new delivery id, due now), exactly as POST /webhooks/{id}/replay does.
+ * outcome (a new delivery id, due now), exactly as POST /webhooks/{id}/replay does, under the same cap on what an
+ * endpoint may have pending (its `limit_reached` refusal is flashed).
  */
-export function replayDelivery(deps: Deps, endpoint: EndpointSummary, row: WebhookDeliveryRow): Outcome {
+export async function replayDelivery(deps: Deps, endpoint: EndpointSummary, row: WebhookDeliveryRow): Promise<Outcome> {
   if (!isEmailEventType(row.eventType)) return { kind: 'error', message: 'A test ping is never replayed; send a new test ping instead.' };
   const data = JSON.parse(row.data) as { messageId?: unknown; recipient?: unknown; occurredAt?: unknown };
   const since = typeof data.occurredAt === 'string' ? Date.parse(data.occurredAt) : Number.NaN;
   if (typeof data.messageId !== 'string' || typeof data.recipient !== 'string' || Number.isNaN(since)) {
     return { kind: 'error', message: 'This delivery does not name the outcome it carried, so it cannot be replayed.' };
   }
-  const { queued } = replayWebhook({
+  const { queued } = await replayWebhook({
     deps,
     ctx: actForAccount(deps.db, endpoint.accountId),
     endpointId: endpoint.view.id,

@@ -85,8 +85,8 @@ export function webhookPages(deps: Deps) {
       const endpoint = requireEndpointSummary(deps.db, c.req.param('id'));
       const delivery = requireDelivery(deps.db, endpoint.view, c.req.param('deliveryId'), deps.clock.now());
       // A queued replay is a new delivery, listed first on the endpoint's page; a refusal stays on this delivery.
-      return formAction(deps, c, deliveryPath(endpoint.view.id, delivery.view.id), () => {
-        const outcome = replayDelivery(deps, endpoint, delivery.row);
+      return formAction(deps, c, deliveryPath(endpoint.view.id, delivery.view.id), async () => {
+        const outcome = await replayDelivery(deps, endpoint, delivery.row);
         return outcome.kind === 'ok' ? { ...outcome, to: endpointPath(endpoint.view.id) } : outcome;
       });
     });

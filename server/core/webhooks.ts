@@ -160,13 +160,42 @@ export function getWebhook({ deps, ctx, id }: { deps: Deps; ctx: RequestContext;
   return endpointView(requireEndpoint(deps, ctx, id));
 }
 
-/** DELETE /webhooks/{id}: the endpoint and every delivery queued or kept for it (cascade), at once. */
-export function deleteWebhook({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): void {
+/**
+ * Deliveries (with their attempts) deleted per transaction when an endpoint is deleted: an endpoint keeps its
+ * delivered history until then, so it may hold far more than the pending cap, and one statement for all of them would
+ * hold the event loop for as long as it takes.
+ */
+export const DELETE_CHUNK_ROWS = 250;
+
+/** Deletes up to `limit` of the endpoint's deliveries, oldest first (their attempts go with them); how many. */
+function deleteDeliveryChunk(db: Db, endpointId: string, limit: number): number {
+  return db.run(sql`
+    delete from webhook_deliveries where id in (
+      select id from webhook_deliveries where endpoint_id = ${endpointId} order by id limit ${limit}
+    )`).changes;
+}
+
+/**
+ * DELETE /webhooks/{id}: the endpoint and every delivery queued or kept for it. First the endpoint is switched off,
+ * so nothing more is posted to it from now on; then its deliveries go DELETE_CHUNK_ROWS at a time, each chunk its own
+ * transaction of the group commit, the event loop free between them; the chunk that finds the last of them deletes
+ * the endpoint too. The 204 comes once that is on disk. A process that stops before then leaves the endpoint
+ * switched off with part of its deliveries: the DELETE was not answered, and repeating it finishes the job.
+ */
+export async function deleteWebhook({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): Promise<void> {
   const row = requireEndpoint(deps, ctx, id);
-  deps.db.transaction((tx) => {
-    tx.delete(webhookDeliveries).where(eq(webhookDeliveries.endpointId, row.id)).run();
-    tx.delete(webhookEndpoints).where(eq(webhookEndpoints.id, row.id)).run();
+  const now = deps.clock.now();
+  await deps.commits.run((db) => {
+    db.update(webhookEndpoints).set({ active: false, disabledAt: row.disabledAt ?? now }).where(eq(webhookEndpoints.id, row.id)).run();
   });
+  for (;;) {
+    const done = await deps.commits.run((db) => {
+      if (deleteDeliveryChunk(db, row.id, DELETE_CHUNK_ROWS) === DELETE_CHUNK_ROWS) return false;
+      db.delete(webhookEndpoints).where(eq(webhookEndpoints.id, row.id)).run();
+      return true;
+    });
+    if (done) return;
+  }
 }
 
 /**

@@ -424,12 +424,16 @@ export const OPERATIONS: Operation[] = [
     tag: 'Webhooks',
     summary: 'Queue again the outcomes of a time window',
     description:
-      'Fresh deliveries (new ids, due now) of the acting account\'s outcomes that occurred in [since, until), oldest first, with the data the original posts had. `events` defaults to the email event types the endpoint subscribes to. A window of more than 10,000 outcomes is refused whole.',
+      'Fresh deliveries (new ids, due now) of the acting account\'s outcomes that occurred in [since, until), oldest first, with the data the original posts had. `events` defaults to the email event types the endpoint subscribes to. A window of more than 10,000 outcomes is refused whole, and so is a replay that would leave more than 10,000 deliveries pending at the endpoint. Answered once every delivery is queued.',
     auth: { scope: 'webhooks:write', accountHeader: 'accepted' },
     pathParams: ID,
     body: replayInput,
     answers: [{ status: 200, description: 'How many deliveries were queued.', body: r.replayResult }],
-    errors: ['webhook_not_found', { code: 'invalid_request', when: 'A bad field, until not after since, or more than 10,000 outcomes in the window.' }],
+    errors: [
+      'webhook_not_found',
+      { code: 'invalid_request', when: 'A bad field, until not after since, or more than 10,000 outcomes in the window.' },
+      { code: 'limit_reached', when: 'The endpoint would have more than 10,000 deliveries pending; the message says how many are.' },
+    ],
   },
 
   // Events.

@@ -17,8 +17,8 @@ export function eventRoutes(deps: Deps) {
       const page = readPage(deps.db, LISTS.events, ctx.account.id, filter);
       return c.json(toPage(deps.db, LISTS.events, ctx.account.id, page, listEvents({ deps, ctx, page, filter })));
     })
-    .post('/webhooks/:id/replay', guard(deps, 'webhooks:write'), (c) => {
+    .post('/webhooks/:id/replay', guard(deps, 'webhooks:write'), async (c) => {
       const input = parseInput(replayInput, jsonBody(c.var.rawBody));
-      return c.json(replayWebhook({ deps, ctx: c.var.auth, endpointId: c.req.param('id'), input }));
+      return c.json(await replayWebhook({ deps, ctx: c.var.auth, endpointId: c.req.param('id'), input }));
     });
 }

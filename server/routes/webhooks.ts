@@ -19,8 +19,8 @@ export function webhookRoutes(deps: Deps) {
       return c.json(await createWebhook({ deps, ctx: c.var.auth, input }), 201);
     })
     .get('/webhooks/:id', guard(deps, 'webhooks:read'), (c) => c.json(getWebhook({ deps, ctx: c.var.auth, id: c.req.param('id') })))
-    .delete('/webhooks/:id', guard(deps, 'webhooks:write'), (c) => {
-      deleteWebhook({ deps, ctx: c.var.auth, id: c.req.param('id') });
+    .delete('/webhooks/:id', guard(deps, 'webhooks:write'), async (c) => {
+      await deleteWebhook({ deps, ctx: c.var.auth, id: c.req.param('id') });
       return c.body(null, 204);
     })
     .post('/webhooks/:id/test', guard(deps, 'webhooks:write'), async (c) => c.json(await testWebhook({ deps, ctx: c.var.auth, id: c.req.param('id') })))

@@ -77,9 +77,10 @@ const statements = definePrepared((db) => ({
 
 /**
  * Writes one webhook delivery per endpoint of the account subscribed to the outcome's event type, active or switched
- * off (a disabled endpoint's deliveries wait for it). Runs inside the transaction that records the outcome, so an
- * outcome is never recorded without its deliveries, nor a delivery written for an outcome that was not. Returns how
- * many were written. `db` is the root database: the statements run on its connection, inside the open transaction.
+ * off (a disabled endpoint's deliveries wait for it), however many are already pending: the cap on pending deliveries
+ * refuses replays only (core/webhook-replay.ts), never a new outcome. Runs inside the transaction that records the
+ * outcome, so an outcome is never recorded without its deliveries, nor a delivery written for an outcome that was not.
+ * Returns how many were written. `db` is the root database: the statements run on its connection, inside the open transaction.
  */
 export function fanOutOutcome(
   db: Db,

@@ -77,7 +77,8 @@ function postTo(url: URL, address: string, headers: Record<string, string>, body
       path: `${url.pathname}${url.search}`,
       // SNI carries a host name only (RFC 6066); the certificate is checked against `servername`, else `host`.
       ...(isIP(host) === 0 ? { servername: host } : {}),
-      headers: { 'user-agent': 'Mailstead-Webhooks', ...headers, host: url.host, 'content-length': String(Buffer.byteLength(body)) },
+      // Names go on the wire as spelled here (see signedHeaders).
+      headers: { 'User-Agent': 'Mailstead-Webhooks', ...headers, Host: url.host, 'Content-Length': String(Buffer.byteLength(body)) },
       agent: false,
       rejectUnauthorized: true,
     });

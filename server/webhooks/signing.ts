@@ -17,7 +17,10 @@ function standardKey(secret: string): Buffer {
 /**
  * The headers of one post of `body` (the exact bytes sent): the spec's `X-Service-*` headers, whose signature is keyed
  * with the whole secret string (as Stripe does), and the Standard Webhooks `webhook-*` headers, keyed with the decoded
- * secret, so receivers can verify with the `standardwebhooks` or `svix` libraries unchanged.
+ * secret, so receivers can verify with the `standardwebhooks` or `svix` libraries unchanged. The names are spelled as
+ * they go on the wire (node:http sends a name as given): `X-Service-*` as api.md writes them, since receivers that look
+ * headers up case-sensitively (PHP's getallheaders()) find them only so (decisions.md 7); `webhook-*` as the Standard
+ * Webhooks specification writes them.
  */
 export function signedHeaders(
   secret: string,
@@ -29,10 +32,10 @@ export function signedHeaders(
   const serviceSignature = createHmac('sha256', Buffer.from(secret, 'utf8')).update(`${t}.${body}`, 'utf8').digest('hex');
   const standardSignature = createHmac('sha256', standardKey(secret)).update(`${delivery.id}.${t}.${body}`, 'utf8').digest('base64');
   return {
-    'content-type': 'application/json',
-    'x-service-delivery': delivery.id,
-    'x-service-event': delivery.type,
-    'x-service-signature': `t=${t},v1=${serviceSignature}`,
+    'Content-Type': 'application/json',
+    'X-Service-Delivery': delivery.id,
+    'X-Service-Event': delivery.type,
+    'X-Service-Signature': `t=${t},v1=${serviceSignature}`,
     'webhook-id': delivery.id,
     'webhook-timestamp': t,
     'webhook-signature': `v1,${standardSignature}`,

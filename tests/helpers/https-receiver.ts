@@ -31,6 +31,8 @@ export interface ReceivedRequest {
   /** Path and query, as sent. */
   path: string;
   headers: IncomingHttpHeaders;
+  /** Names and values as they came on the wire, alternating: node:http's rawHeaders keeps the sender's spelling. */
+  rawHeaders: string[];
   /** The raw body, byte for byte (signatures are checked over it). */
   body: Buffer;
   /** Wall-clock arrival time of the complete request (Date.now()). */
@@ -156,6 +158,7 @@ export class HttpsReceiver {
         method: req.method ?? '',
         path: req.url ?? '',
         headers: req.headers,
+        rawHeaders: req.rawHeaders,
         body: Buffer.concat(chunks),
         at: Date.now(),
         servername: typeof servername === 'string' && servername !== '' ? servername : null,
