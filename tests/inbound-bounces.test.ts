@@ -10,6 +10,7 @@ import { verpAddress } from '../mta/verp.js';
 import { createCustomerDbWriter } from '../server/customer-db/writer.js';
 import { newId } from '../server/ids.js';
 import { TestDnsServer } from './helpers/dns-server.js';
+import { fblReporter } from './helpers/fbl.js';
 import { seedEndpoint } from './helpers/outcomes.js';
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 import { RawSmtp } from './helpers/raw-smtp.js';
@@ -33,6 +34,8 @@ let service: TestService;
 let inbound: InboundServer;
 let port: number;
 let sender: Sender;
+let reporter: ReturnType<typeof fblReporter>;
+let stranger: ReturnType<typeof fblReporter>;
 const uncaught = vi.fn();
 // gc() for the memory test: a fresh context picks up the flag.
 setFlagsFromString('--expose-gc');
@@ -41,7 +44,10 @@ beforeAll(async () => {
   process.on('uncaughtException', uncaught);
   process.on('unhandledRejection', uncaught);
   [dns, pgServer] = await Promise.all([TestDnsServer.start(), startPostgres({ certificate: 'trusted' })]);
-  service = await startService({ DNS_SERVERS: dns.address, ALLOW_PRIVATE_TARGETS: 'true', MAIL_HOSTNAME: HOST });
+  service = await startService({ DNS_SERVERS: dns.address, ALLOW_PRIVATE_TARGETS: 'true', MAIL_HOSTNAME: HOST, FBL_REPORTERS: 'mailbox.example' });
+  // A feedback loop's reports are signed by a subdomain of the trusted domain, as Yahoo's are by arf.mail.yahoo.com's.
+  reporter = fblReporter(dns, 'feedback.mailbox.example');
+  stranger = fblReporter(dns, 'attacker.example');
   inbound = createInboundServer(service.deps, loadOrCreateSmtpTls(service.deps.config));
   port = await inbound.listen('127.0.0.1', 0);
 }, 120_000);
@@ -346,13 +352,16 @@ Your receipt body.
 --part1_13d.2e68ed54_boundary--`;
   }
 
+  /** A report as the trusted feedback loop sends it: signed with its DKIM key. */
+  const signedArf = (original: Parameters<typeof arf>[0], feedbackType?: string) => reporter.sign(arf(original, feedbackType));
+
   it.each(['sandboxed', 'failed'] as const)('quoting a %s send (which has no events, api.md Email) records nothing, by Message-ID or by VERP address', async (status) => {
     const id = sentEmail(sender.account.id, ['ivy@example.net']);
     service.deps.db.update(emails).set({ status, sandbox: status === 'sandboxed' }).where(eq(emails.id, id)).run();
     const before = account(sender.account.id).totalComplained;
-    const byMessageId = arf({ returnPath: 'someone@elsewhere.example', messageId: `${id}@${HOST}`, to: 'ivy@example.net' });
+    const byMessageId = await signedArf({ returnPath: 'someone@elsewhere.example', messageId: `${id}@${HOST}`, to: 'ivy@example.net' });
     expect(await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, byMessageId)).toMatch(/^250 /);
-    const byVerp = arf({ returnPath: verpAddress(id, 0, HOST, service.deps.secretKey), messageId: 'other@elsewhere.example', to: 'ivy@example.net' });
+    const byVerp = await signedArf({ returnPath: verpAddress(id, 0, HOST, service.deps.secretKey), messageId: 'other@elsewhere.example', to: 'ivy@example.net' });
     expect(await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, byVerp)).toMatch(/^250 /);
     expect(eventsOf(id)).toEqual([]);
     expect(email(id).complainedAt).toBeNull();
@@ -374,7 +383,7 @@ Your receipt body.
     const sub = await newSubSender(service, sender.key);
     const endpoint = seedEndpoint(service, sub.id, ['email.complained']);
     const id = sentEmail(sub.id, ['fay@example.net', 'gus@example.net']);
-    const reply = await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, arf({ returnPath: verpAddress(id, 1, HOST, service.deps.secretKey), messageId: `${id}@${HOST}`, to: 'gus@example.net' }));
+    const reply = await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, await signedArf({ returnPath: verpAddress(id, 1, HOST, service.deps.secretKey), messageId: `${id}@${HOST}`, to: 'gus@example.net' }));
     expect(reply).toMatch(/^250 /);
     expect(eventsOf(id)).toEqual([{ recipient: 'gus@example.net', status: 'complained', dsn: expect.any(String), detail: expect.stringMatching(/complaint/i) }]);
     expect(email(id).complainedAt).toBe(service.clock.now());
@@ -401,7 +410,7 @@ Your receipt body.
 
   it('matched through the Message-ID when the return path is not a VERP address', async () => {
     const id = sentEmail(sender.account.id, ['hal@example.net']);
-    expect(await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, arf({ returnPath: 'someone@else.example', messageId: `${id}@${HOST}`, to: 'hal@example.net' }))).toMatch(/^250 /);
+    expect(await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, await signedArf({ returnPath: 'someone@else.example', messageId: `${id}@${HOST}`, to: 'hal@example.net' }))).toMatch(/^250 /);
     expect(eventsOf(id).map((e) => [e.recipient, e.status])).toEqual([['hal@example.net', 'complained']]);
     expect(account(sender.account.id).totalComplained).toBe(1);
   });
@@ -411,7 +420,7 @@ Your receipt body.
     // Enough recipients sent that one complaint stays under the breaker's rate, ten would not.
     service.deps.db.update(accounts).set({ totalSent: 2000 }).where(eq(accounts.id, sender.account.id)).run();
     const id = sentEmail(sender.account.id, ['kim@example.net', 'lee@example.net']);
-    const report = arf({ returnPath: verpAddress(id, 1, HOST, service.deps.secretKey), messageId: `${id}@${HOST}`, to: 'lee@example.net' });
+    const report = await signedArf({ returnPath: verpAddress(id, 1, HOST, service.deps.secretKey), messageId: `${id}@${HOST}`, to: 'lee@example.net' });
     for (let i = 0; i < 10; i++) expect(await deliverRaw('anyone@attacker.example', `fbl@${HOST}`, report)).toMatch(/^250 /);
     expect(eventsOf(id).map((e) => [e.recipient, e.status])).toEqual([['lee@example.net', 'complained']]);
     expect(account(sender.account.id)).toMatchObject({ totalComplained: 1, suspendedBy: null });
@@ -429,8 +438,8 @@ Your receipt body.
     } finally {
       client.close();
     }
-    expect(await deliverRaw('x@attacker.example', `fbl@${HOST}`, arf({ returnPath: forged, messageId: `${id}@${HOST}`, to: 'ned@example.net' }))).toMatch(/^250 /);
-    expect(await deliverRaw('x@attacker.example', `fbl@${HOST}`, arf({ returnPath: 'someone@else.example', messageId: `${id}@${HOST}`, to: 'ned@example.net' }))).toMatch(/^250 /);
+    expect(await deliverRaw('x@attacker.example', `fbl@${HOST}`, await signedArf({ returnPath: forged, messageId: `${id}@${HOST}`, to: 'ned@example.net' }))).toMatch(/^250 /);
+    expect(await deliverRaw('x@attacker.example', `fbl@${HOST}`, await signedArf({ returnPath: 'someone@else.example', messageId: `${id}@${HOST}`, to: 'ned@example.net' }))).toMatch(/^250 /);
     // At one's own VERP address, a report naming the other recipient is about one's own copy.
     expect(await deliverRaw('', mine, postfixDsn(id, 0, 'ned@example.net', 'failed', '5.1.1', '550 5.1.1 User unknown'))).toMatch(/^250 /);
     expect(eventsOf(id).map((e) => [e.recipient, e.status])).toEqual([['mo@example.net', 'bounced']]);
@@ -440,8 +449,66 @@ Your receipt body.
 
   it('a report that is not abuse records nothing', async () => {
     const id = sentEmail(sender.account.id, ['ivy@example.net']);
-    expect(await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, arf({ returnPath: verpAddress(id, 0, HOST, service.deps.secretKey), messageId: `${id}@${HOST}`, to: 'ivy@example.net' }, 'not-spam'))).toMatch(/^250 /);
+    expect(await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, await signedArf({ returnPath: verpAddress(id, 0, HOST, service.deps.secretKey), messageId: `${id}@${HOST}`, to: 'ivy@example.net' }, 'not-spam'))).toMatch(/^250 /);
     expect(eventsOf(id)).toEqual([]);
+  });
+});
+
+describe('forged reports (decisions.md section 13): with 51 recipients sent, one report cannot suspend the account', () => {
+  /** An account that has sent 51 recipients, one of them the email a report will name. */
+  function fiftyOneSent(): string {
+    service.deps.db.update(accounts).set({ totalSent: 51 }).where(eq(accounts.id, sender.account.id)).run();
+    return sentEmail(sender.account.id, ['pat@example.net']);
+  }
+  function expectNothingChanged(id: string): void {
+    expect(eventsOf(id)).toEqual([]);
+    expect(email(id)).toMatchObject({ complainedAt: null, bouncedAt: null });
+    expect(suppressionOf(sender.account.id, 'pat@example.net')).toBeUndefined();
+    expect(account(sender.account.id)).toMatchObject({ totalSent: 51, totalBounced: 0, totalComplained: 0, suspendedBy: null });
+  }
+  const complaint = (id: string) =>
+    `From: feedback@mailbox.example\nTo: fbl@${HOST}\nSubject: complaint\nMIME-Version: 1.0\nContent-Type: multipart/report; report-type=feedback-report; boundary="b"\n\n--b\nContent-Type: text/plain\n\nAn abuse report.\n--b\nContent-Type: message/feedback-report\n\nFeedback-Type: abuse\nVersion: 1\nOriginal-Rcpt-To: <pat@example.net>\n\n--b\nContent-Type: text/rfc822-headers\n\nFrom: <${sender.from}>\nTo: <pat@example.net>\nMessage-ID: <${id}@${HOST}>\n\n--b--`;
+  const logged = (event: string) => service.logger.entries.filter((e) => e.event === event);
+
+  it('an unsigned complaint at fbl@, quoting only the Message-ID of a one-recipient email, changes nothing', async () => {
+    const id = fiftyOneSent();
+    const before = logged('inbound.report_unauthenticated').length;
+    expect(await deliverRaw('anyone@attacker.example', `fbl@${HOST}`, complaint(id))).toMatch(/^250 /);
+    expectNothingChanged(id);
+    expect(logged('inbound.report_unauthenticated').slice(before)).toEqual([expect.objectContaining({ kind: 'arf', reason: 'no DKIM signature passes' })]);
+  });
+
+  it('a complaint signed by a domain outside FBL_REPORTERS (with a key that verifies) changes nothing', async () => {
+    const id = fiftyOneSent();
+    const before = logged('inbound.report_unauthenticated').length;
+    expect(await deliverRaw('anyone@attacker.example', `fbl@${HOST}`, await stranger.sign(complaint(id)))).toMatch(/^250 /);
+    expectNothingChanged(id);
+    expect(logged('inbound.report_unauthenticated').slice(before)).toEqual([expect.objectContaining({ signedBy: ['attacker.example'], reason: 'not signed by a domain of FBL_REPORTERS' })]);
+  });
+
+  it("a trusted reporter's signature over another message (the report altered after signing) does not pass", async () => {
+    const id = fiftyOneSent();
+    const genuine = await reporter.sign(complaint(sentEmail(sender.account.id, ['quinn@example.net'])));
+    const altered = genuine.replace(/Message-ID: <[^>]+>/, `Message-ID: <${id}@${HOST}>`);
+    expect(await deliverRaw('anyone@attacker.example', `fbl@${HOST}`, altered)).toMatch(/^250 /);
+    expectNothingChanged(id);
+  });
+
+  it('a DSN sent to fbl@ (a 5.x.x bounce quoting the VERP address) changes nothing: delivery reports are read at VERP addresses only', async () => {
+    const id = fiftyOneSent();
+    const before = logged('inbound.report_ignored').length;
+    expect(await deliverRaw('', `fbl@${HOST}`, postfixDsn(id, 0, 'pat@example.net', 'failed', '5.1.1', '550 5.1.1 User unknown'))).toMatch(/^250 /);
+    expectNothingChanged(id);
+    expect(logged('inbound.report_ignored').slice(before)).toEqual([expect.objectContaining({ kind: 'dsn' })]);
+  });
+
+  it('one genuine complaint is recorded, and at 51 sent it does not suspend (paused needs 3 complaints)', async () => {
+    const id = fiftyOneSent();
+    expect(await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, await reporter.sign(complaint(id)))).toMatch(/^250 /);
+    expect(eventsOf(id).map((e) => [e.recipient, e.status])).toEqual([['pat@example.net', 'complained']]);
+    expect(account(sender.account.id)).toMatchObject({ totalSent: 51, totalComplained: 1, suspendedBy: null });
+    const view = await service.api('GET', '/account', { key: sender.key });
+    expect(view.body.sending).toMatchObject({ tier: 'healthy', suspended: false });
   });
 });
 
