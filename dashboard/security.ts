@@ -123,6 +123,7 @@ export function hasCsrfToken(c: Context<DashEnv>, form: Record<string, string>, 
 /**
  * A sliding window per client address: the times of its last `attempts` failed attempts, so no 15 minutes (whenever
  * they start) ever hold more than `attempts` of them (a fixed window let twice as many through across its boundary).
+ * Measured on the monotonic clock: a step of the wall clock neither stretches nor ends the window.
  */
 export function createAttemptLimiter(clock: Clock, limit: { attempts: number; windowMs: number } = SIGN_IN_LIMIT) {
   const recent = new Map<string, number[]>();
@@ -130,7 +131,7 @@ export function createAttemptLimiter(clock: Clock, limit: { attempts: number; wi
   return {
     /** Counts one failed attempt; returns the seconds to wait when it is over the limit (and then it does not count). */
     take(address: string): { ok: true } | { ok: false; retryAfterSeconds: number } {
-      const now = clock.now();
+      const now = clock.monotonic();
       if (recent.size > 10_000) {
         for (const [a, times] of recent) if (live(times, now).length === 0) recent.delete(a);
       }

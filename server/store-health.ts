@@ -45,13 +45,13 @@ export function createStoreHealth(clock: Clock): StoreHealth {
   let unsafe = false;
   return {
     note(err) {
-      if (storeFaultOf(err)) faultAt = clock.now();
+      if (storeFaultOf(err)) faultAt = clock.monotonic();
     },
     markUnsafe() {
       unsafe = true;
     },
     faulty() {
-      return unsafe || (faultAt !== null && clock.now() - faultAt < STORE_FAULT_WINDOW_MS);
+      return unsafe || (faultAt !== null && clock.monotonic() - faultAt < STORE_FAULT_WINDOW_MS);
     },
     unsafe() {
       return unsafe;

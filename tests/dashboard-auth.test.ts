@@ -174,6 +174,22 @@ describe('dashboard sign-in rules over HTTP', () => {
     }
   });
 
+  it('measures the window on the monotonic clock: a wall clock stepped an hour either way neither holds nor lifts the limit', async () => {
+    const limited = await startService();
+    try {
+      for (let i = 0; i < SIGN_IN_LIMIT.attempts; i++) expect((await postSignIn(limited.url, 'wrong')).status).toBe(401);
+      // Forward: the window has not passed for all that.
+      limited.clock.stepWall(3_600_000);
+      expect((await postSignIn(limited.url, 'wrong')).status).toBe(429);
+      // Back: the window ends after its 15 minutes, not an hour and 15 minutes.
+      limited.clock.stepWall(-2 * 3_600_000);
+      limited.clock.advance(SIGN_IN_LIMIT.windowMs);
+      expect((await postSignIn(limited.url, 'wrong')).status).toBe(401);
+    } finally {
+      await limited.close();
+    }
+  });
+
   it('counts attempts over any 15 minutes, not per fixed window: no more than the limit across a window’s end', async () => {
     const limited = await startService();
     try {

@@ -4,7 +4,7 @@ import { FlushFailedError } from '../../db/group-commit.js';
 import { DELIVERY_WINDOW_MS } from '../../mta/retry-schedule.js';
 import { isAlwaysSuppressed, isSimulatorDomain } from '../../mta/simulator.js';
 import { type AccountRow, domainKeys, domains, emails, outboundMessages, outboundRecipients } from '../../db/schema/index.js';
-import { DAY_MS } from '../clock.js';
+import { DAY_MS, leaseNow } from '../clock.js';
 import type { Deps } from '../deps.js';
 import { ApiError } from '../errors.js';
 import { jsonBody } from '../http/body.js';
@@ -56,7 +56,7 @@ export async function sendEmail({ deps, ctx, rawBody, idempotencyKey }: SendInpu
   // (2) the Idempotency-Key.
   let claim: Claim | null = null;
   if (idempotencyKey !== null) {
-    const claimed = claimIdempotencyKey(deps.db, ctx.account.id, idempotencyKey, rawBody, deps.clock.now());
+    const claimed = claimIdempotencyKey(deps.db, ctx.account.id, idempotencyKey, rawBody, deps.clock.now(), leaseNow(deps.clock));
     if (claimed.kind === 'replay') {
       // The answer it repeats may be committed and not yet on disk (its send still waits for the flush): a replay
       // acknowledges it too, so it waits for a flush after it (an empty write of the group commit resolves only then).
