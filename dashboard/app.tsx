@@ -2,6 +2,7 @@ import { Hono } from 'hono';
 import { getCookie } from 'hono/cookie';
 import type { Deps } from '../server/deps.js';
 import { ApiError } from '../server/errors.js';
+import { storeFaultOf, storeUnavailable } from '../server/store-health.js';
 import { assetRoutes } from './assets.js';
 import type { DashEnv } from './env.js';
 import { SESSION_COOKIE, signInRoutes, signOutRoutes } from './pages/sign-in.js';
@@ -71,6 +72,11 @@ export function dashboardApp(deps: Deps) {
       return c.html(<ErrorPage status={err.status} title={err.status === 404 ? 'Not found' : 'Cannot do that'} message={err.message} />, err.status as 400);
     }
     deps.storeHealth.note(err);
+    const unavailable = storeUnavailable(err, { closed: deps.storeHealth.unsafe() && storeFaultOf(err) });
+    if (unavailable) {
+      deps.logger.error('dashboard.store_unavailable', { method: c.req.method, path: c.req.path, err });
+      return c.html(<ErrorPage status={503} title="Storage unavailable" message={unavailable.message} />, 503);
+    }
     const requestId = c.var.requestId ?? 'unknown';
     deps.logger.error('dashboard.unhandled_error', { requestId, method: c.req.method, path: c.req.path, err });
     return c.html(<ErrorPage status={500} title="Something went wrong" message={`The dashboard could not show this page; request id ${requestId}. The service log has the details.`} />, 500);

@@ -48,7 +48,11 @@ export const CAPTURED_HTML_HEADERS: Record<string, string> = {
   'Cache-Control': 'no-store',
 };
 
-/** Sign-in attempts allowed from one client address in a window; beyond them, 429 until the window moves. */
+/**
+ * Wrong tokens allowed from one client address in a window; beyond them a wrong token is answered 429 until the window
+ * moves. The right token always signs in, limited or not: behind a reverse proxy every client shares one address,
+ * and a limit that refused the right token too would let anyone lock the operator out.
+ */
 export const SIGN_IN_LIMIT = { attempts: 10, windowMs: 15 * 60_000 } as const;
 
 /** The largest form body a dashboard page takes. */
@@ -117,16 +121,17 @@ export function hasCsrfToken(c: Context<DashEnv>, form: Record<string, string>, 
 }
 
 /**
- * A sliding window per client address: the times of its last `attempts` attempts, so no 15 minutes (whenever they
- * start) ever hold more than `attempts` of them (a fixed window let twice as many through across its boundary).
+ * A sliding window per client address: the times of its last `attempts` failed attempts, so no 15 minutes (whenever
+ * they start) ever hold more than `attempts` of them (a fixed window let twice as many through across its boundary).
+ * Measured on the monotonic clock: a step of the wall clock neither stretches nor ends the window.
  */
 export function createAttemptLimiter(clock: Clock, limit: { attempts: number; windowMs: number } = SIGN_IN_LIMIT) {
   const recent = new Map<string, number[]>();
   const live = (times: number[], now: number) => times.filter((t) => t + limit.windowMs > now);
   return {
-    /** Counts one attempt; returns the seconds to wait when it is over the limit (and then it does not count). */
+    /** Counts one failed attempt; returns the seconds to wait when it is over the limit (and then it does not count). */
     take(address: string): { ok: true } | { ok: false; retryAfterSeconds: number } {
-      const now = clock.now();
+      const now = clock.monotonic();
       if (recent.size > 10_000) {
         for (const [a, times] of recent) if (live(times, now).length === 0) recent.delete(a);
       }

@@ -4,6 +4,7 @@ import { dashboardSessions } from '../db/schema/index.js';
 import { adminTokenHash } from '../server/core/admin-token.js';
 import type { Deps } from '../server/deps.js';
 import { constantTimeEqual, randomBase62, sha256Hex } from '../server/secrets.js';
+import { storeFaultOf } from '../server/store-health.js';
 
 /** Sign-in, sessions and flash messages of the dashboard. Policy first, as data. */
 export const SESSION_POLICY = {
@@ -57,8 +58,15 @@ export function findSession(deps: Pick<Deps, 'db' | 'clock'>, token: string): Se
     return null;
   }
   // Every request counts from its own time (an operator's page views are few). Without an fsync: a touch lost in a
-  // power failure only ends the session a little sooner.
-  if (now > row.lastSeenAt) unsynced(deps.db, () => deps.db.update(dashboardSessions).set({ lastSeenAt: now }).where(eq(dashboardSessions.tokenHash, tokenHash)).run());
+  // power failure only ends the session a little sooner; so does one the storage could not take (a full disk), and
+  // the page is still shown (a read never fails for a write of its own).
+  if (now > row.lastSeenAt) {
+    try {
+      unsynced(deps.db, () => deps.db.update(dashboardSessions).set({ lastSeenAt: now }).where(eq(dashboardSessions.tokenHash, tokenHash)).run());
+    } catch (err) {
+      if (!storeFaultOf(err)) throw err;
+    }
+  }
   return { tokenHash, csrfToken: row.csrfToken };
 }
 

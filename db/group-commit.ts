@@ -177,6 +177,10 @@ export function createGroupCommit(
       return { ok: true, value };
     } catch (err) {
       onFailure(err);
+      // A full disk (SQLITE_FULL) or an I/O error may make SQLite roll back the whole transaction, savepoint and all:
+      // then the batch is lost, and every write of it is refused with this error, the store's own (ROLLBACK TO would
+      // fail with "no such savepoint", hiding the cause).
+      if (!sqlite.inTransaction) throw err;
       q.rollback.run();
       q.release.run();
       return { ok: false, err };

@@ -6,7 +6,7 @@ import { domainKeys, emails } from '../db/schema/index.js';
 import { openDomainPrivateKey } from '../server/core/dkim-keys.js';
 import type { Deps } from '../server/deps.js';
 import { CAPTURED, sealCapture } from './capture-store.js';
-import { type Claimed, claimDueRecipients, releaseDeadLeases, releaseRecipients, renewLeases, stillHeld } from './delivery-queue.js';
+import { type Claimed, capForeignLeases, claimDueRecipients, releaseDeadLeases, releaseRecipients, renewLeases, stillHeld } from './delivery-queue.js';
 import type { Classified } from './dsn.js';
 import { type SigningKey, prepareSigningKey } from './dkim.js';
 import { type Slot, createFairSlots } from './fair-slots.js';
@@ -17,6 +17,7 @@ import { SIMULATED_COMPLAINT, simulateAttempt } from './simulator.js';
 import { type ClientOptions, DEFAULT_CLIENT_TIMEOUTS, SessionFailure, type SmtpSession, openSession } from './smtp-client.js';
 import { verpAddress } from './verp.js';
 import { logFailure } from '../server/store-health.js';
+import { leaseNow } from '../server/clock.js';
 
 export interface EngineOptions {
   /** Open SMTP connections at most, overall. */
@@ -372,7 +373,8 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
     finishedSinceClaim = 0;
     const room: Record<string, number> = {};
     for (const [account, n] of heldByAccount) room[account] = Math.max(0, opts.perAccountHeld - n);
-    return adopt(claimDueRecipients(deps.db, worker, deps.clock.now(), opts.leaseMs, limit, { perAccount: opts.perAccountHeld, room }));
+    // Due by the wall clock (the schedule is stored as times of day); leases on the process's steady timeline.
+    return adopt(claimDueRecipients(deps.db, worker, deps.clock.now(), opts.leaseMs, limit, { perAccount: opts.perAccountHeld, room }, leaseNow(deps.clock)));
   }
 
   /** Claims everything due now (by the injected clock, up to `batchSize`) and resolves when each is finished. */
@@ -414,10 +416,12 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
       if (loop.running) return;
       const released = releaseDeadLeases(deps.db, worker);
       if (released > 0) deps.logger.warn('delivery.leases_released', { released });
+      const capped = capForeignLeases(deps.db, worker, leaseNow(deps.clock), opts.leaseMs);
+      if (capped > 0) deps.logger.warn('delivery.leases_capped', { capped });
       stopping = false;
       renewTimer = setInterval(() => {
         try {
-          renewLeases(deps.db, worker, [...held], deps.clock.now() + opts.leaseMs);
+          renewLeases(deps.db, worker, [...held], leaseNow(deps.clock) + opts.leaseMs);
         } catch (err) {
           logFailure(deps, 'delivery.lease_renewal_failed', err);
         }

@@ -27,7 +27,7 @@ const statements = definePrepared((db) => ({
     // By primary key: the unary + keeps SQLite from scanning the status index instead (a whole backlog).
     .where(
       sql`${outboundRecipients.id} in (select value from json_each(${p('ids')})) and +${outboundRecipients.status} = 'queued'
-          and (${outboundRecipients.lockedUntil} is null or ${outboundRecipients.lockedUntil} <= ${p('now')})`,
+          and (${outboundRecipients.lockedUntil} is null or ${outboundRecipients.lockedUntil} <= ${p('leaseNow')})`,
     )
     .returning()
     .prepare(),
@@ -64,7 +64,7 @@ const statements = definePrepared((db) => ({
   due: clientOf(db)
     .prepare(
       `select id from outbound_recipients indexed by outbound_recipients_account_due_idx
-       where status = 'queued' and account_id = @account and next_attempt_at <= @now and (locked_until is null or locked_until <= @now)
+       where status = 'queued' and account_id = @account and next_attempt_at <= @now and (locked_until is null or locked_until <= @leaseNow)
        order by next_attempt_at, id limit @room`,
     )
     .pluck(),
@@ -77,9 +77,10 @@ export interface ClaimShares {
 }
 
 /**
- * Leases up to `limit` due recipients to `worker` until `now + leaseMs`, accounts in turn within their shares, none of
- * an account whose sending is paused (it or its parent suspended). A lease that expired (its holder died or hung) is
- * claimed again.
+ * Leases up to `limit` due recipients to `worker` until `leaseNow + leaseMs`, accounts in turn within their shares,
+ * none of an account whose sending is paused (it or its parent suspended). A lease that expired (its holder died or
+ * hung) is claimed again. `now` (the wall clock) says what is due; `leaseNow` (server/clock.ts leaseNow, the engine's
+ * steady timeline) writes and judges the leases; the two differ only after a step of the wall clock.
  */
 export function claimDueRecipients(
   db: Db,
@@ -88,6 +89,7 @@ export function claimDueRecipients(
   leaseMs: number,
   limit: number,
   shares: ClaimShares = { perAccount: limit, room: {} },
+  leaseNow: number = now,
 ): Claimed[] {
   const q = statements(db);
   // The lease is not worth an fsync: lost in a power failure, the recipient is claimed again.
@@ -95,13 +97,13 @@ export function claimDueRecipients(
     const accounts = q.accounts.all() as string[];
     const perAccount = accounts.map((account) => {
       const room = Math.min(limit, shares.room[account] ?? shares.perAccount);
-      return room <= 0 ? [] : (q.due.all({ account, now, room }) as string[]);
+      return room <= 0 ? [] : (q.due.all({ account, now, leaseNow, room }) as string[]);
     });
     const ids: string[] = [];
     for (let turn = 0; ids.length < limit && perAccount.some((list) => turn < list.length); turn++) {
       for (const list of perAccount) if (turn < list.length && ids.length < limit) ids.push(list[turn]!);
     }
-    return ids.length === 0 ? [] : q.lease.all({ worker, until: now + leaseMs, now, ids: JSON.stringify(ids) });
+    return ids.length === 0 ? [] : q.lease.all({ worker, until: leaseNow + leaseMs, leaseNow, ids: JSON.stringify(ids) });
   }));
   if (rows.length === 0) return [];
   const messages = new Map(q.messages.all({ ids: JSON.stringify([...new Set(rows.map((r) => r.messageId))]) }).map((m) => [m.id, m]));
@@ -162,4 +164,17 @@ export function releaseDeadLeases(db: Db, worker: string, host = hostname()): nu
       .run().changes;
   }
   return released;
+}
+
+/**
+ * At start, after releaseDeadLeases: a lease of another worker that reaches further than one term from now was written
+ * before the wall clock stepped back (a holder renews to at most one term ahead), so it is cut to one term from now
+ * on this process's timeline (`leaseNow`): it still runs out after at most its term, never after the size of the step.
+ */
+export function capForeignLeases(db: Db, worker: string, leaseNow: number, leaseMs: number): number {
+  return db
+    .update(outboundRecipients)
+    .set({ lockedUntil: leaseNow + leaseMs })
+    .where(and(isNotNull(outboundRecipients.lockedBy), sql`${outboundRecipients.lockedBy} <> ${worker}`, sql`${outboundRecipients.lockedUntil} > ${leaseNow + leaseMs}`))
+    .run().changes;
 }

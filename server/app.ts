@@ -6,6 +6,7 @@ import { TrieRouter } from 'hono/router/trie-router';
 import { dashboardApp } from '../dashboard/app.js';
 import type { Deps } from './deps.js';
 import { ApiError } from './errors.js';
+import { storeFaultOf, storeUnavailable } from './store-health.js';
 import { accessLog } from './http/access-log.js';
 import { refuseDotSegments } from './http/dot-segments.js';
 import { RequestAbortedError } from './http/body.js';
@@ -109,6 +110,12 @@ export function createApp(deps: Deps) {
       return c.json({ error: { code: 'invalid_request', message: err.message } }, 400);
     }
     deps.storeHealth.note(err);
+    // The store failed under a change (a full disk): 503 naming the cause, not a 500 (decisions.md section 13).
+    const unavailable = storeUnavailable(err, { closed: deps.storeHealth.unsafe() && storeFaultOf(err) });
+    if (unavailable) {
+      deps.logger.error('http.store_unavailable', { method: c.req.method, path: c.req.path, err });
+      return c.json(unavailable.toBody(), 503);
+    }
     // The access log's id, so the answer, this line and the request's line name the same request.
     const requestId = c.var.requestId ?? randomUUID();
     deps.logger.error('http.unhandled_error', { requestId, method: c.req.method, path: c.req.path, err });

@@ -37,6 +37,12 @@ export const ERROR_STATUS = {
   send_failed: 502,
   not_configured: 503,
   /**
+   * Decided in decisions.md section 13, not (yet) in api.md's table: the service's storage failed (a full disk), so
+   * the request could not be recorded; the message names the cause. Never `send_failed`, which says the mail server
+   * refused the message.
+   */
+  unavailable: 503,
+  /**
    * Outside api.md's table, which has no code for it: a known path asked with a method it does not serve (with an
    * `Allow` header listing the ones it does).
    */

@@ -1,5 +1,5 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { Clock } from './clock.js';
+import { type Clock, leaseNow } from './clock.js';
 import type { Scans } from './scans.js';
 
 /**
@@ -66,12 +66,15 @@ export interface OutboundQueue {
   oldestCreatedAt: number | null;
 }
 
-/** The queue's state at `@now`, in one pass over the queued recipients (outbound_recipients_due_idx, then each row). */
+/**
+ * The queue's state at `@now` (leases judged at `@leaseNow`, the engine's timeline: server/clock.ts leaseNow), in one
+ * pass over the queued recipients (outbound_recipients_due_idx, then each row).
+ */
 export const OUTBOUND_QUEUE_SQL = `
   select
-    sum(locked_until > @now) as sending,
-    sum((locked_until is null or locked_until <= @now) and next_attempt_at <= @now) as due,
-    sum((locked_until is null or locked_until <= @now) and next_attempt_at > @now) as deferred,
+    sum(locked_until > @leaseNow) as sending,
+    sum((locked_until is null or locked_until <= @leaseNow) and next_attempt_at <= @now) as due,
+    sum((locked_until is null or locked_until <= @leaseNow) and next_attempt_at > @now) as deferred,
     min(created_at) as oldest
   from outbound_recipients where status = 'queued'`;
 
@@ -103,7 +106,7 @@ export function createMetrics(clock: Clock, scans: () => Scans): Metrics {
     if (!reading) {
       const at = clock.now();
       const queue = Promise.resolve()
-        .then(() => scans().first<QueueRow>(OUTBOUND_QUEUE_SQL, { now: at }))
+        .then(() => scans().first<QueueRow>(OUTBOUND_QUEUE_SQL, { now: at, leaseNow: leaseNow(clock) }))
         .then(queueOf);
       const current = { at, queue };
       const done = () => {

@@ -1,4 +1,5 @@
 import type { Clock } from './clock.js';
+import { ApiError } from './errors.js';
 import type { LogFields, Logger } from './logger.js';
 
 /**
@@ -19,8 +20,37 @@ export const STORE_FAULT_WINDOW_MS = 60_000;
  * store.
  */
 export function storeFaultOf(err: unknown): boolean {
-  const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && /^(SQLITE_(CORRUPT|NOTADB|IOERR|FULL|CANTOPEN|READONLY)|EIO$|ENOSPC$|EROFS$|EDQUOT$)/.test(code);
+  return /^(SQLITE_(CORRUPT|NOTADB|IOERR|FULL|CANTOPEN|READONLY)|EIO$|ENOSPC$|EROFS$|EDQUOT$)/.test(codeOf(err));
+}
+
+/** The error's code, or its cause's (drizzle wraps SQLite's errors of a `db.run(sql...)` in a DrizzleError). */
+function codeOf(err: unknown): string {
+  const e = err as { code?: unknown; cause?: { code?: unknown } } | null;
+  const code = e?.code ?? e?.cause?.code;
+  return typeof code === 'string' ? code : '';
+}
+
+/** What failed, in the operator's words, by the code of a store fault (the first that matches). */
+const STORE_FAULT_CAUSES: readonly (readonly [RegExp, string])[] = [
+  [/^(SQLITE_FULL|ENOSPC$|EDQUOT$)/, 'its storage is full (no space left for DATA_DIR)'],
+  [/^(SQLITE_READONLY|EROFS$)/, 'its storage is read-only'],
+  [/^(SQLITE_CORRUPT|SQLITE_NOTADB)/, 'its database file is damaged'],
+  [/^SQLITE_CANTOPEN/, 'its database file cannot be opened'],
+  [/^(SQLITE_IOERR|EIO$)/, 'its storage failed to read or write (an I/O error)'],
+];
+
+const CLOSED_CAUSE = 'its storage stopped taking writes after a write to disk failed (it takes them again once the service is restarted)';
+
+/**
+ * The answer to a request that could not be recorded because the store failed (decisions.md section 13): 503
+ * `unavailable` naming the cause; `outcome` says what that left (a send: nothing was sent). Null when `err` is not
+ * the store's, unless the store is closed to writes (`closed`), which is the cause whatever the error says.
+ */
+export function storeUnavailable(err: unknown, opts: { closed?: boolean; outcome?: string } = {}): ApiError | null {
+  const code = codeOf(err);
+  const cause = opts.closed ? CLOSED_CAUSE : storeFaultOf(err) ? (STORE_FAULT_CAUSES.find(([pattern]) => pattern.test(code))?.[1] ?? 'its storage failed') : null;
+  if (cause === null) return null;
+  return new ApiError('unavailable', `The service could not record this request: ${cause}.${opts.outcome ? ` ${opts.outcome}.` : ''} Retry later.`);
 }
 
 /** SQLite's own fsync of the database or its WAL failed (inside a commit with synchronous=FULL). */
@@ -45,13 +75,13 @@ export function createStoreHealth(clock: Clock): StoreHealth {
   let unsafe = false;
   return {
     note(err) {
-      if (storeFaultOf(err)) faultAt = clock.now();
+      if (storeFaultOf(err)) faultAt = clock.monotonic();
     },
     markUnsafe() {
       unsafe = true;
     },
     faulty() {
-      return unsafe || (faultAt !== null && clock.now() - faultAt < STORE_FAULT_WINDOW_MS);
+      return unsafe || (faultAt !== null && clock.monotonic() - faultAt < STORE_FAULT_WINDOW_MS);
     },
     unsafe() {
       return unsafe;

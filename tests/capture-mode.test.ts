@@ -184,6 +184,23 @@ describe('the captured message', () => {
   });
 });
 
+describe('the capture store by itself (mta/capture-store.ts)', () => {
+  it('refuses another account’s capture: read for any account but the one that sent it, it gives nothing', () => {
+    const owner = capture.newAccount({ name: 'Capture owner' }).account;
+    const other = capture.newAccount({ name: 'Capture stranger' }).account;
+    const db = capture.deps.db;
+    const key = capture.deps.secretKey!;
+    const at = capture.clock.now();
+    const emailId = newId(at);
+    db.insert(emails).values({ id: emailId, accountId: owner.id, fromAddress: 'a@shop.test', to: ['dee@example.net'], subject: 's', template: 'notification', status: 'sent', sandbox: false, createdAt: at }).run();
+    storeCapture(db, sealCapture(key, { emailId, accountId: owner.id, recipient: 'dee@example.net', message: Buffer.from('the owner’s message\r\n'), capturedAt: at }));
+    // The store's own check, with no route before it: the right email id and recipient are not enough.
+    expect(readCapture(db, key, { accountId: other.id, emailId, recipient: 'dee@example.net' })).toBeNull();
+    expect(readCapture(db, key, { accountId: other.id, emailId, recipient: 'DEE@example.net' })).toBeNull();
+    expect(readCapture(db, key, { accountId: owner.id, emailId, recipient: 'dee@example.net' })?.toString()).toBe('the owner’s message\r\n');
+  });
+});
+
 describe('GET /emails/{id}/message', () => {
   runCommonAuthTests(() => capture, { method: 'GET', path: '/emails/01a00000-0000-7000-8000-000000000000/message?recipient=a@example.net', scope: 'emails:read' });
 

@@ -147,16 +147,44 @@ describe('dashboard sign-in rules over HTTP', () => {
     expect(otherOrigin.headers.getSetCookie().some((c) => c.startsWith('mailstead_session='))).toBe(false);
   });
 
-  it('limits sign-in attempts per client address, then lets it try again after the window', async () => {
+  const signsIn = (res: Response) => res.status === 303 && res.headers.getSetCookie().some((c) => c.startsWith('mailstead_session='));
+
+  it('the right token signs in at once after 10 wrong ones from its address; further wrong ones are 429 until the window moves', async () => {
+    // Behind a reverse proxy every client comes from the proxy's address: whoever sends wrong tokens from it must not
+    // lock the operator out (decisions.md section 13).
     const limited = await startService();
     const right = adminTokenFor(limited);
     try {
       for (let i = 0; i < SIGN_IN_LIMIT.attempts; i++) expect((await postSignIn(limited.url, 'wrong')).status).toBe(401);
-      const refused = await postSignIn(limited.url, right);
+      expect(signsIn(await postSignIn(limited.url, right))).toBe(true);
+      const refused = await postSignIn(limited.url, 'wrong');
       expect(refused.status).toBe(429);
       expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+      expect(await refused.text()).toContain('Too many wrong tokens from your address.');
+      expect(limited.logger.entries.some((e) => e.event === 'dashboard.sign_in_limited')).toBe(true);
+      // Still the right token signs in, as often as it is given, while wrong ones stay refused unread.
+      expect(signsIn(await postSignIn(limited.url, right))).toBe(true);
+      expect((await postSignIn(limited.url, 'wrong')).status).toBe(429);
+      limited.clock.advance(SIGN_IN_LIMIT.windowMs - 1000);
+      expect((await postSignIn(limited.url, 'wrong')).status).toBe(429);
+      limited.clock.advance(1000);
+      expect((await postSignIn(limited.url, 'wrong')).status).toBe(401);
+    } finally {
+      await limited.close();
+    }
+  });
+
+  it('measures the window on the monotonic clock: a wall clock stepped an hour either way neither holds nor lifts the limit', async () => {
+    const limited = await startService();
+    try {
+      for (let i = 0; i < SIGN_IN_LIMIT.attempts; i++) expect((await postSignIn(limited.url, 'wrong')).status).toBe(401);
+      // Forward: the window has not passed for all that.
+      limited.clock.stepWall(3_600_000);
+      expect((await postSignIn(limited.url, 'wrong')).status).toBe(429);
+      // Back: the window ends after its 15 minutes, not an hour and 15 minutes.
+      limited.clock.stepWall(-2 * 3_600_000);
       limited.clock.advance(SIGN_IN_LIMIT.windowMs);
-      expect((await postSignIn(limited.url, right)).status).toBe(303);
+      expect((await postSignIn(limited.url, 'wrong')).status).toBe(401);
     } finally {
       await limited.close();
     }

@@ -6,7 +6,8 @@ import { eq } from 'drizzle-orm';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { type OutboundRecipientRow, outboundRecipients } from '../db/schema/index.js';
 import { createDeliveryEngine, type EngineOptions } from '../mta/delivery-engine.js';
-import { claimDueRecipients, releaseDeadLeases, renewLeases } from '../mta/delivery-queue.js';
+import { capForeignLeases, claimDueRecipients, releaseDeadLeases, renewLeases } from '../mta/delivery-queue.js';
+import { leaseNow } from '../server/clock.js';
 import { FAST_TIMEOUTS, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import type { TestDnsServer } from './helpers/dns-server.js';
 import { newSender, queued, receipt, recipients, type Sender } from './helpers/sending.js';
@@ -645,6 +646,56 @@ describe('leases on the durable queue', () => {
     // Past the first lease: every row but the renewed one is free again.
     const c = claimDueRecipients(service.deps.db, 'host-c:1:c', t0 + LEASE + 1, LEASE, 10);
     expect(ids(c)).toEqual([all[1]!, all[2]!, all[3]!].sort());
+  });
+
+  it('runs a lease out after its term on the engine’s steady timeline: a wall clock stepped an hour either way neither ends it early nor holds it an hour longer', async () => {
+    routeToLoopback('lease.example');
+    const [id] = await queueRows(1);
+    // Due whatever the wall clock says (the retry schedule itself is kept in wall-clock time).
+    service.deps.db.update(outboundRecipients).set({ nextAttemptAt: 0 }).where(eq(outboundRecipients.id, id!)).run();
+    const engine = engineFor(service);
+    // Another worker's lease, as this process times them.
+    expect(claimDueRecipients(service.deps.db, 'other-host:1:x', service.clock.now(), LEASE, 1, undefined, leaseNow(service.clock))).toHaveLength(1);
+    try {
+      service.clock.stepWall(3_600_000);
+      expect(await engine.runOnce()).toBe(0);
+      service.clock.stepWall(-2 * 3_600_000);
+      service.clock.advance(LEASE - 1);
+      expect(await engine.runOnce()).toBe(0);
+      service.clock.advance(1);
+      expect(await engine.runOnce()).toBe(1);
+      expect(sink.received).toHaveLength(1);
+    } finally {
+      service.clock.stepWall(3_600_000);
+    }
+  });
+
+  it('cuts at start a foreign lease reaching further than one term (written before the wall clock stepped back) to one term from now', async () => {
+    const all = await queueRows(3);
+    const t0 = service.clock.now();
+    // Written an hour ahead of this clock (the clock has since stepped back), by this worker and by another host; and
+    // one written on this clock.
+    const [own] = claimDueRecipients(service.deps.db, 'host-self:1:self', t0 + 3_600_000, LEASE, 1);
+    const [ahead] = claimDueRecipients(service.deps.db, 'other-host:1:ahead', t0 + 3_600_000, LEASE, 1);
+    const [near] = claimDueRecipients(service.deps.db, 'other-host:1:near', t0, LEASE, 1);
+    expect([ahead, near, own].map((c) => c!.recipient.id).sort()).toEqual([...all].sort());
+
+    expect(capForeignLeases(service.deps.db, 'host-self:1:self', t0 + 1000, LEASE)).toBe(1);
+    expect(row(service, ahead!.recipient.id)).toMatchObject({ lockedBy: 'other-host:1:ahead', lockedUntil: t0 + 1000 + LEASE });
+    expect(row(service, near!.recipient.id)).toMatchObject({ lockedBy: 'other-host:1:near', lockedUntil: t0 + LEASE });
+    expect(row(service, own!.recipient.id)).toMatchObject({ lockedBy: 'host-self:1:self', lockedUntil: t0 + 3_600_000 + LEASE });
+    // So it runs out one term later, not an hour and a term later.
+    expect(ids(claimDueRecipients(service.deps.db, 'host-x:1:x', t0 + 1000 + LEASE, LEASE, 10))).toEqual([ahead!.recipient.id, near!.recipient.id].sort());
+  });
+
+  it('the engine cuts such leases when it starts', async () => {
+    const [id] = await queueRows(1);
+    claimDueRecipients(service.deps.db, 'other-host:1:ahead', service.clock.now() + 3_600_000, LEASE, 1);
+    const engine = engineFor(service, { leaseMs: LEASE });
+    engine.start();
+    await engine.stop();
+    expect(service.logger.entries).toContainEqual(expect.objectContaining({ event: 'delivery.leases_capped', capped: 1 }));
+    expect(row(service, id!)).toMatchObject({ lockedBy: 'other-host:1:ahead', lockedUntil: leaseNow(service.clock) + LEASE });
   });
 
   it('releases at start the rows of dead workers on this host and of an earlier run under this pid, and no others', async () => {

@@ -4,6 +4,7 @@ import { outboundRecipients } from '../db/schema/index.js';
 import type { DeliveryEngine } from '../mta/delivery-engine.js';
 import { DELIVERY_WINDOW_MS } from '../mta/retry-schedule.js';
 import { parseVerp } from '../mta/verp.js';
+import { parsePrometheusText, sampleValueOrZero } from './helpers/prometheus-text.js';
 import { resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import type { TestDnsServer } from './helpers/dns-server.js';
 import { accountRow, newSender, newSubSender, receipt } from './helpers/sending.js';
@@ -356,6 +357,40 @@ describe('deferrals and retries', () => {
     // Nothing is left to try.
     service.clock.advance(7 * 24 * 60 * MIN);
     expect(await engine.runOnce()).toBe(0);
+  });
+
+  it('a recipient that uses up its retries adds exactly one latency sample, under bounced: the five days from send to give-up', async () => {
+    const latency = async () => {
+      const families = parsePrometheusText(await service.deps.metrics.registry.metrics());
+      const of = (status: string, suffix: string, labels: Record<string, string> = {}) => sampleValueOrZero(families, `mailstead_delivery_latency_seconds_${suffix}`, { status, ...labels });
+      return {
+        bounced: of('bounced', 'count'),
+        bouncedSum: of('bounced', 'sum'),
+        bouncedWithinFiveDays: of('bounced', 'bucket', { le: String(DELIVERY_WINDOW_MS / 1000) }),
+        bouncedWithinADay: of('bounced', 'bucket', { le: '86400' }),
+        delivered: of('delivered', 'count'),
+      };
+    };
+    const s = await newSender(service);
+    sink.rcpt = () => ({ code: 452, message: '4.2.2 Mailbox full' });
+    const before = await latency();
+    const id = await send(s, 'full@example.net');
+    // A deferral is no final outcome: no sample.
+    expect(await engine.runOnce()).toBe(1);
+    expect(await latency()).toEqual(before);
+    service.clock.set(queueRow(id, 'full@example.net')!.nextAttemptAt);
+    await runToFinal(id, 'full@example.net');
+    expect((await email(s.key, id)).events.at(-1)).toMatchObject({ status: 'bounced', dsn: '4.4.7' });
+    const after = await latency();
+    expect(after.bounced - before.bounced).toBe(1);
+    expect(after.bouncedSum - before.bouncedSum).toBe(DELIVERY_WINDOW_MS / 1000);
+    expect(after.bouncedWithinFiveDays - before.bouncedWithinFiveDays).toBe(1);
+    expect(after.bouncedWithinADay - before.bouncedWithinADay).toBe(0);
+    expect(after.delivered).toBe(before.delivered);
+    // Nothing is left to try, and nothing more is counted.
+    service.clock.advance(7 * 24 * 60 * MIN);
+    expect(await engine.runOnce()).toBe(0);
+    expect(await latency()).toEqual(after);
   });
 
   it('bounces 4.4.7 after 5 days of refused connections', async () => {

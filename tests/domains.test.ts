@@ -435,7 +435,7 @@ describe('GET /domains', () => {
       service.clock.advance(1000);
     }
     // One more within the same millisecond as the last: order still follows creation.
-    service.clock.advance(-1000);
+    service.clock.stepWall(-1000);
     created.push(await createDomain(service, key));
     const newestFirst = created.map((d) => d.id).reverse();
 

@@ -366,11 +366,12 @@ describe('the service after a failed flush of its WAL', () => {
       const during = await sendEmail(service, s.key, receipt(s.from, 'during@example.net'), { headers: { 'Idempotency-Key': 'during' } });
       expect(during).toMatchObject({ status: 500, body: { error: { code: 'internal_error', message: expect.stringMatching(/may still be sent/) } } });
       // Nothing after it is taken: not through the group commit (a send, with a key or without), not elsewhere on the
-      // connection (a key).
-      expect(await sendEmail(service, s.key, receipt(s.from, 'after@example.net'))).toMatchObject({ status: 502, body: { error: { code: 'send_failed' } } });
-      expect(await sendEmail(service, s.key, receipt(s.from, 'after@example.net'), { headers: { 'Idempotency-Key': 'after' } })).toMatchObject({ status: 502, body: { error: { code: 'send_failed' } } });
-      expect(await sendEmail(service, s.key, receipt(s.from, 'during@example.net'), { headers: { 'Idempotency-Key': 'during' } })).toMatchObject({ status: 502, body: { error: { code: 'send_failed' } } });
-      expect((await service.api('POST', '/keys', { key: s.key, body: { name: 'later' } })).status).toBe(500);
+      // connection (a key). Each is 503 unavailable naming the cause (decisions.md section 13), not 502 send_failed.
+      const closed = { status: 503, body: { error: { code: 'unavailable', message: expect.stringMatching(/stopped taking writes after a write to disk failed/) } } };
+      expect(await sendEmail(service, s.key, receipt(s.from, 'after@example.net'))).toMatchObject(closed);
+      expect(await sendEmail(service, s.key, receipt(s.from, 'after@example.net'), { headers: { 'Idempotency-Key': 'after' } })).toMatchObject(closed);
+      expect(await sendEmail(service, s.key, receipt(s.from, 'during@example.net'), { headers: { 'Idempotency-Key': 'during' } })).toMatchObject(closed);
+      expect(await service.api('POST', '/keys', { key: s.key, body: { name: 'later' } })).toMatchObject(closed);
       // Reads go on.
       expect((await service.api('GET', '/emails', { key: s.key })).status).toBe(200);
       service.clock.advance(10 * 60_000);
@@ -390,8 +391,9 @@ describe("SQLite's own fsync failing in a commit outside the group commit", () =
       // What the API's error handler hands on when a write of its own (a key, a domain: synchronous=FULL) fails there.
       service.deps.storeHealth.note(Object.assign(new Error('disk I/O error'), { code: 'SQLITE_IOERR_FSYNC' }));
       expect(service.deps.storeHealth.unsafe()).toBe(true);
-      expect(await sendEmail(service, s.key, receipt(s.from, 'after@example.net'))).toMatchObject({ status: 502, body: { error: { code: 'send_failed' } } });
-      expect((await service.api('POST', '/keys', { key: s.key, body: { name: 'later' } })).status).toBe(500);
+      const closed = { status: 503, body: { error: { code: 'unavailable', message: expect.stringMatching(/stopped taking writes/) } } };
+      expect(await sendEmail(service, s.key, receipt(s.from, 'after@example.net'))).toMatchObject(closed);
+      expect(await service.api('POST', '/keys', { key: s.key, body: { name: 'later' } })).toMatchObject(closed);
       expect((await fetch(`${service.url}/healthz`)).status).toBe(503);
       // Any other failure on the store only opens the fault window.
       const other = await startService();

@@ -134,6 +134,32 @@ describe('the batch', () => {
     expect(rows()).toEqual([1, 3]);
   });
 
+  it('a write that fills the disk (SQLite then rolls back the whole transaction) fails every write of the batch with SQLITE_FULL', async () => {
+    const wal = manualSync();
+    const heard: unknown[] = [];
+    const commits = createGroupCommit(store, wal.sync, { onFailure: (err) => heard.push(err) });
+    store.sqlite.exec('create table blobs (b blob)');
+    // The disk is full: no page beyond the database's present size.
+    const pages = store.sqlite.pragma('page_count', { simple: true }) as number;
+    store.sqlite.pragma(`max_page_count = ${pages}`);
+    const insert = (query: string) => () => store.sqlite.prepare(query).run();
+    const writes = [insert('insert into probe (n) values (1)'), insert('insert into blobs (b) values (zeroblob(100000))'), insert('insert into probe (n) values (2)')].map((fn) => commits.run(fn));
+    const outcomes = await Promise.allSettled(writes);
+    // Not "no such savepoint" from the ROLLBACK TO that SQLite's own rollback left nothing for.
+    expect(outcomes.map((o) => o.status === 'rejected' && (o.reason as { code?: string }).code)).toEqual(['SQLITE_FULL', 'SQLITE_FULL', 'SQLITE_FULL']);
+    expect(heard.length).toBeGreaterThan(0);
+    expect(heard.every((e) => (e as { code?: string }).code === 'SQLITE_FULL')).toBe(true);
+    expect(store.sqlite.inTransaction).toBe(false);
+    expect(rows()).toEqual([]);
+    // Once there is room again, writes commit as before.
+    store.sqlite.pragma('max_page_count = 4294967294');
+    const later = commits.run((db) => db.run(sql`insert into probe (n) values (3)`));
+    await expect.poll(() => wal.calls.length).toBe(1);
+    wal.calls[0]!.resolve();
+    await later;
+    expect(rows()).toEqual([3]);
+  });
+
   it('commits with synchronous=NORMAL and puts FULL back for every other transaction', async () => {
     expect(synchronous()).toBe(2);
     let during: unknown;

@@ -84,6 +84,28 @@ describe('the API with the default limits (60 per key, 600 per account)', () => 
     expectRateLimited(await service.api('GET', '/account', { key }));
   });
 
+  it('measures the window on the monotonic clock: a wall clock stepped back an hour does not shut the key out for an hour', async () => {
+    const { key } = service.newAccount({ name: 'Clock step back' });
+    await spend(service, key, 60);
+    service.clock.stepWall(-3_600_000);
+    // The refusal still counts down from the requests' own minute, not from an hour and a minute.
+    expect(expectRateLimited(await service.api('GET', '/account', { key }))).toBe(60);
+    service.clock.advance(MINUTE);
+    await spend(service, key, 60);
+    expectRateLimited(await service.api('GET', '/account', { key }));
+  });
+
+  it('and a wall clock stepped forward an hour does not end the window early', async () => {
+    const { key } = service.newAccount({ name: 'Clock step forward' });
+    await spend(service, key, 60);
+    service.clock.stepWall(3_600_000);
+    expect(expectRateLimited(await service.api('GET', '/account', { key }))).toBe(60);
+    service.clock.advance(MINUTE - 1);
+    expectRateLimited(await service.api('GET', '/account', { key }));
+    service.clock.advance(1);
+    await spend(service, key, 60);
+  });
+
   it('all endpoints count together', async () => {
     const { key } = service.newAccount({ name: 'Mixed' });
     for (let i = 0; i < 30; i++) {
@@ -327,10 +349,10 @@ describe('createRateLimiter', () => {
   it('retryAfterSeconds is whole seconds rounded up, never 0', () => {
     const { clock, limiter } = setup(1, 100);
     limiter.take('k', 'a');
-    clock.advance(59_999);
-    expect(limiter.take('k', 'a')).toEqual({ ok: false, scope: 'key', retryAfterSeconds: 1 });
-    clock.advance(-58_500);
+    clock.advance(1_500);
     expect(limiter.take('k', 'a')).toEqual({ ok: false, scope: 'key', retryAfterSeconds: 59 });
+    clock.advance(58_499);
+    expect(limiter.take('k', 'a')).toEqual({ ok: false, scope: 'key', retryAfterSeconds: 1 });
   });
 
   it('a refused request is not counted, on the key or on the account', () => {

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGroupCommit } from '../db/group-commit.js';
+import { leaseNow } from '../server/clock.js';
 import {
   breakQueue,
   connectSockets,
@@ -321,6 +322,24 @@ describe('in progress', () => {
     const replay = await sendEmail(service, s.key, body, withKey('lost-1'));
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
     expect(replay.body).toEqual(res.body);
+  });
+});
+
+describe('the 15 s of a claim on the monotonic clock', () => {
+  it('a claim nobody answered is released 15 s on even when the wall clock stepped back an hour meanwhile', async () => {
+    const s = await newSender(service);
+    const body = receipt(s.from);
+    insertRunningClaim(service, s.account.id, 'lost-step', body, leaseNow(service.clock));
+    service.clock.stepWall(-3_600_000);
+    try {
+      expectError(await sendEmail(service, s.key, body, withKey('lost-step')), 409, 'idempotency_in_progress');
+      service.clock.advance(14_999);
+      expectError(await sendEmail(service, s.key, body, withKey('lost-step')), 409, 'idempotency_in_progress');
+      service.clock.advance(2);
+      expectOk(await sendEmail(service, s.key, body, withKey('lost-step')));
+    } finally {
+      service.clock.stepWall(3_600_000);
+    }
   });
 });
 

@@ -5,6 +5,7 @@ import { asc, eq } from 'drizzle-orm';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type WebhookDeliveryRow, type WebhookEndpointRow, type WebhookEventType, webhookAttempts, webhookDeliveries, webhookEndpoints } from '../db/schema/index.js';
+import { leaseNow } from '../server/clock.js';
 import { newId } from '../server/ids.js';
 import { encryptSecret } from '../server/secrets.js';
 import { type PostWebhook, createWebhookDispatcher, pingEndpoint, webhookPostBody } from '../server/webhooks/dispatcher.js';
@@ -320,6 +321,44 @@ describe('webhook dispatcher', () => {
     clock.advance(2 * MIN);
     expect(await dispatcher.runOnce()).toBe(2);
     expect(deliveryIds(receiver.requests)).toEqual([first.id, second.id]);
+  });
+
+  it('judges leases on its steady timeline: a wall clock stepped an hour either way neither ends a live lease nor holds it an hour longer', async () => {
+    const { clock, deps } = service;
+    const { account } = service.newAccount();
+    const { endpoint } = addEndpoint(account.id, receiver.url('/stepped'));
+    // Due whatever the wall clock says; leased by another worker for 2 minutes on this process's timeline.
+    const row = newDelivery(endpoint, { nextAttemptAt: 0, lockedBy: 'elsewhere:1:abcdef02', lockedUntil: leaseNow(clock) + 2 * MIN });
+    insert(row);
+    const dispatcher = createWebhookDispatcher(deps);
+    try {
+      clock.stepWall(3_600_000);
+      expect(await dispatcher.runOnce()).toBe(0);
+      clock.stepWall(-2 * 3_600_000);
+      clock.advance(2 * MIN - 1);
+      expect(await dispatcher.runOnce()).toBe(0);
+      clock.advance(1);
+      expect(await dispatcher.runOnce()).toBe(1);
+      expect(deliveryIds(receiver.requests)).toEqual([row.id]);
+    } finally {
+      clock.stepWall(3_600_000);
+    }
+  });
+
+  it('at start, cuts another worker’s lease that reaches an hour ahead (written before the clock stepped back) to one term', async () => {
+    const { clock, deps, logger } = service;
+    const { account } = service.newAccount();
+    const { endpoint } = addEndpoint(account.id, receiver.url('/ahead'));
+    const row = newDelivery(endpoint, { lockedBy: 'elsewhere:1:abcdef03', lockedUntil: clock.now() + 3_600_000 + 2 * MIN });
+    insert(row);
+    const dispatcher = createWebhookDispatcher(deps);
+    dispatcher.start();
+    await dispatcher.stop();
+    expect(logger.entries).toContainEqual(expect.objectContaining({ event: 'webhook.leases_capped', capped: 1 }));
+    expect(delivery(row.id).lockedUntil).toBeLessThanOrEqual(leaseNow(clock) + 2 * MIN);
+    clock.advance(2 * MIN);
+    expect(await createWebhookDispatcher(deps).runOnce()).toBe(1);
+    expect(deliveryIds(receiver.requests)).toEqual([row.id]);
   });
 
   it('at start, releases the leases of a dead process of this host at once', async () => {

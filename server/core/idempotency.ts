@@ -58,7 +58,12 @@ const statements = definePrepared((db) => ({
     .prepare(),
 }));
 
-export function claimIdempotencyKey(db: Db, accountId: string, key: string, rawBody: Buffer, now: number): ClaimResult {
+/**
+ * `now` (the wall clock) judges the 24-hour window of a settled answer; `leaseNow` (server/clock.ts leaseNow) writes and
+ * judges the 15 s of a running claim, which is a lease: a step of the wall clock neither holds a lost claim for the
+ * size of the step nor frees a running one early.
+ */
+export function claimIdempotencyKey(db: Db, accountId: string, key: string, rawBody: Buffer, now: number, leaseNow: number = now): ClaimResult {
   const fingerprint = sha256Hex(rawBody);
   const q = statements(db);
   // Without an fsync of its own: the send's group commit that follows makes it durable with the send (an fsync
@@ -68,7 +73,7 @@ export function claimIdempotencyKey(db: Db, accountId: string, key: string, rawB
       const row = q.find.get({ accountId, key });
       const live =
         row !== undefined &&
-        (row.state === 'done' ? now - (row.completedAt ?? row.claimedAt) < IDEMPOTENCY_WINDOW_MS : now - row.claimedAt < CLAIM_RELEASE_MS);
+        (row.state === 'done' ? now - (row.completedAt ?? row.claimedAt) < IDEMPOTENCY_WINDOW_MS : leaseNow - row.claimedAt < CLAIM_RELEASE_MS);
       if (row && live) {
         // Compared in constant time, as every digest the service holds is (a request cannot time its way to another's).
         if (!constantTimeEqual(row.fingerprint, fingerprint)) throw new ApiError('idempotency_mismatch', 'This Idempotency-Key was already used with a different request body.');
@@ -76,7 +81,7 @@ export function claimIdempotencyKey(db: Db, accountId: string, key: string, rawB
         return { kind: 'replay', response: row.response } as const;
       }
       const token = randomUUID();
-      q.claim.run({ accountId, key, fingerprint, token, now });
+      q.claim.run({ accountId, key, fingerprint, token, now: leaseNow });
       return { kind: 'claimed', claim: { accountId, key, token } } as const;
     }),
   );

@@ -31,7 +31,8 @@ export type RateDecision = { ok: true } | { ok: false; retryAfterSeconds: number
 
 /**
  * Exact sliding-window limits: at most `perKey` requests from one key and `perAccount` from all keys of one
- * account in any 60 seconds. A refused request does not count.
+ * account in any 60 seconds. A refused request does not count. The window is measured on the monotonic clock: a step
+ * of the wall clock neither shuts a key out for the size of the step nor lets a burst through.
  */
 export function createRateLimiter(clock: Clock, limits: { perKey: number; perAccount: number }) {
   const windows = new Map<string, SlidingWindow>();
@@ -53,7 +54,7 @@ export function createRateLimiter(clock: Clock, limits: { perKey: number; perAcc
 
   return {
     take(keyId: string, accountId: string): RateDecision {
-      const now = clock.now();
+      const now = clock.monotonic();
       sweep(now);
       const key = windowFor(`k:${keyId}`);
       const account = windowFor(`a:${accountId}`);

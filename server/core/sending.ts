@@ -4,7 +4,7 @@ import { FlushFailedError } from '../../db/group-commit.js';
 import { DELIVERY_WINDOW_MS } from '../../mta/retry-schedule.js';
 import { isAlwaysSuppressed, isSimulatorDomain } from '../../mta/simulator.js';
 import { type AccountRow, domainKeys, domains, emails, outboundMessages, outboundRecipients } from '../../db/schema/index.js';
-import { DAY_MS } from '../clock.js';
+import { DAY_MS, leaseNow } from '../clock.js';
 import type { Deps } from '../deps.js';
 import { ApiError } from '../errors.js';
 import { jsonBody } from '../http/body.js';
@@ -22,7 +22,7 @@ import { suppressedRecipients } from './suppressions.js';
 import type { Rendered } from './templates.js';
 import { tripBreakerIfPaused } from './reputation.js';
 import { queueCustomerDbWrite } from '../customer-db/outbox.js';
-import { logFailure } from '../store-health.js';
+import { logFailure, storeFaultOf, storeUnavailable } from '../store-health.js';
 
 /** POST /emails as the seven checks of api.md, one named step each, in the spec's order; then the queue. */
 
@@ -47,8 +47,9 @@ interface SendInput {
 }
 
 /** The answer while the store takes no writes (a flush of its WAL failed): nothing can be queued until a restart. */
-const storeClosed = () =>
-  new ApiError('send_failed', 'The mail server cannot take messages now (its store stopped taking writes after a disk failure; it takes them again once restarted); nothing was sent. Retry later.');
+const storeClosed = () => storeUnavailable(null, { closed: true, outcome: NOTHING_SENT })!;
+
+const NOTHING_SENT = 'Nothing was sent';
 
 export async function sendEmail({ deps, ctx, rawBody, idempotencyKey }: SendInput): Promise<SendOutcome> {
   // (1) key, scope and account header: the route's guard has run.
@@ -56,7 +57,12 @@ export async function sendEmail({ deps, ctx, rawBody, idempotencyKey }: SendInpu
   // (2) the Idempotency-Key.
   let claim: Claim | null = null;
   if (idempotencyKey !== null) {
-    const claimed = claimIdempotencyKey(deps.db, ctx.account.id, idempotencyKey, rawBody, deps.clock.now());
+    let claimed;
+    try {
+      claimed = claimIdempotencyKey(deps.db, ctx.account.id, idempotencyKey, rawBody, deps.clock.now(), leaseNow(deps.clock));
+    } catch (err) {
+      throw unrecorded(deps, ctx, err) ?? err;
+    }
     if (claimed.kind === 'replay') {
       // The answer it repeats may be committed and not yet on disk (its send still waits for the flush): a replay
       // acknowledges it too, so it waits for a flush after it (an empty write of the group commit resolves only then).
@@ -295,11 +301,25 @@ async function commitSend(deps: Deps, ctx: RequestContext, body: Body, claim: Cl
         'The send was queued but the disk did not confirm it was stored: it may still be sent. Once the service has been restarted, retry with the same Idempotency-Key to get its answer, or look for it in GET /emails before sending again.',
       );
     }
+    // The store failed (a full disk): the transaction rolled back, so nothing of the send is recorded, and no failed
+    // send can be logged either.
+    const unavailable = unrecorded(deps, ctx, err);
+    if (unavailable) throw unavailable;
     // The queue could not take the message: log the send as failed, answer 502.
     deps.logger.error('send.queue_failed', { accountId: ctx.account.id, err });
     if (body.ok) logFailedSend(deps, logEntryOf(ctx, body));
     throw new ApiError('send_failed', 'The mail server did not accept the message; nothing was sent. Retry later.');
   }
+}
+
+/**
+ * A send the store could not record (a full disk): 503 naming the cause (decisions.md section 13), never 502
+ * send_failed, which says the mail server did not accept the message. Null when the failure was not the store's.
+ */
+function unrecorded(deps: Deps, ctx: RequestContext, err: unknown): ApiError | null {
+  const unavailable = storeUnavailable(err, { closed: deps.storeHealth.unsafe() && storeFaultOf(err), outcome: NOTHING_SENT });
+  if (unavailable) logFailure(deps, 'send.store_failed', err, { accountId: ctx.account.id });
+  return unavailable;
 }
 
 function withWarning(result: SendResult, warning: Warning | undefined): SendResult {

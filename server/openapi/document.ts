@@ -56,6 +56,7 @@ const ERROR_CONDITIONS: Record<ErrorCode, string> = {
   internal_error: 'An unexpected failure; the message carries a request id, the cause is only logged.',
   send_failed: "The service's mail server did not accept the message; the send is logged `failed`.",
   not_configured: 'The server cannot store secrets.',
+  unavailable: "The service's storage failed (a full disk, say), so the request could not be recorded; the message names the cause. For a send, nothing was sent. Retry later.",
   method_not_allowed: 'The path is served, not with this method; Allow lists the methods it takes.',
 };
 
@@ -207,7 +208,10 @@ function errorsOf(op: Operation): ErrorEntry[] {
     cases.push({ code: op.list.badLimit.code, status: op.list.badLimit.status, when: `limit is not an integer from 1 to ${MAX_LIMIT}.` });
     cases.push({ code: op.list.badCursor.code, status: op.list.badCursor.status, when: 'The cursor was not issued by this list for this account.' });
   }
-  cases.push(...op.errors, 'internal_error');
+  cases.push(...op.errors);
+  // A change the store could not record (decisions.md section 13); a read never writes.
+  if (op.method !== 'get') cases.push('unavailable');
+  cases.push('internal_error');
 
   const entries: ErrorEntry[] = [];
   for (const c of cases) {

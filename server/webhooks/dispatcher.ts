@@ -1,6 +1,6 @@
 import { eq } from 'drizzle-orm';
 import { type WebhookDeliveryRow, type WebhookEndpointRow, webhookDeliveries } from '../../db/schema/index.js';
-import { iso } from '../clock.js';
+import { iso, leaseNow } from '../clock.js';
 import { newWorkerId } from '../../db/leases.js';
 import type { Deps } from '../deps.js';
 import { ApiError } from '../errors.js';
@@ -14,6 +14,7 @@ import { signedHeaders } from './signing.js';
 import {
   type ClaimedWebhook,
   type WebhookAttempt,
+  capForeignWebhookLeases,
   claimDueWebhookDeliveries,
   recordAttemptHistory,
   recordWebhookAttempt,
@@ -149,11 +150,14 @@ export function createWebhookDispatcher(deps: Deps, options: Partial<DispatcherO
 
   /** Claims what fits now and starts its posts; returns them. */
   function claim(): Promise<void>[] {
-    const claimed = claimDueWebhookDeliveries(deps.db, worker, deps.clock.now(), opts.leaseMs, {
-      total: opts.maxInFlight - busy.size,
-      perAccount: (accountId) => opts.perAccount - (byAccount.get(accountId) ?? 0),
-      busyEndpoints: busy,
-    });
+    const claimed = claimDueWebhookDeliveries(
+      deps.db,
+      worker,
+      deps.clock.now(),
+      opts.leaseMs,
+      { total: opts.maxInFlight - busy.size, perAccount: (accountId) => opts.perAccount - (byAccount.get(accountId) ?? 0), busyEndpoints: busy },
+      leaseNow(deps.clock),
+    );
     return claimed.map((job) => {
       const account = job.endpoint.accountId;
       busy.add(job.endpoint.id);
@@ -192,6 +196,8 @@ export function createWebhookDispatcher(deps: Deps, options: Partial<DispatcherO
       if (loop.running) return;
       const released = releaseDeadWebhookLeases(deps.db, worker);
       if (released > 0) deps.logger.warn('webhook.leases_released', { released });
+      const capped = capForeignWebhookLeases(deps.db, worker, leaseNow(deps.clock), opts.leaseMs);
+      if (capped > 0) deps.logger.warn('webhook.leases_capped', { capped });
       loop.start();
     },
     /** Something was queued (an outcome, a re-enabled endpoint): look now instead of at the next interval. */

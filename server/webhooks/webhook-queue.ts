@@ -32,26 +32,26 @@ const statements = definePrepared((db) => ({
     .set({ lockedBy: sql`${p('worker')}`, lockedUntil: sql`${p('until')}` })
     .where(
       sql`${webhookDeliveries.id} in (select value from json_each(${p('ids')})) and ${webhookDeliveries.nextAttemptAt} <= ${p('now')}
-          and (${webhookDeliveries.lockedUntil} is null or ${webhookDeliveries.lockedUntil} <= ${p('now')})`,
+          and (${webhookDeliveries.lockedUntil} is null or ${webhookDeliveries.lockedUntil} <= ${p('leaseNow')})`,
     )
     .returning()
     .prepare(),
 }));
 
 /**
- * Leases, until `now + leaseMs`, the earliest due delivery of each active endpoint that has none in flight (that
+ * Leases, until `leaseNow + leaseMs`, the earliest due delivery of each active endpoint that has none in flight (that
  * delivery under a live lease, or an endpoint busy in this process), accounts in turn within their room. The candidates
  * are read from the pending index only, so neither delivered history nor a switched-off endpoint's backlog costs
- * anything.
+ * anything. `now` (the wall clock) says what is due; `leaseNow` (server/clock.ts leaseNow) writes and judges leases.
  */
-export function claimDueWebhookDeliveries(db: Db, worker: string, now: number, leaseMs: number, room: WebhookClaimRoom): ClaimedWebhook[] {
+export function claimDueWebhookDeliveries(db: Db, worker: string, now: number, leaseMs: number, room: WebhookClaimRoom, leaseNow: number = now): ClaimedWebhook[] {
   if (room.total <= 0) return [];
   const rows = db.transaction(() => {
     // Each active endpoint's earliest due delivery, from the pending index: the cost follows the number of active
     // endpoints, not the backlog (a switched-off endpoint's rows are never read). Busy: that delivery is leased.
     const candidates = db.all<{ id: string; endpointId: string; accountId: string; busy: number }>(sql`
       select c.id as id, c.endpointId as endpointId, c.accountId as accountId,
-             coalesce((select locked_until from webhook_deliveries where id = c.id), 0) > ${now} as busy
+             coalesce((select locked_until from webhook_deliveries where id = c.id), 0) > ${leaseNow} as busy
       from (
         select e.id as endpointId, e.account_id as accountId,
                (select d.id from webhook_deliveries d indexed by webhook_deliveries_pending_idx
@@ -75,7 +75,7 @@ export function claimDueWebhookDeliveries(db: Db, worker: string, now: number, l
     for (let turn = 0; ids.length < room.total && lists.some((l) => turn < l.length); turn++) {
       for (const list of lists) if (turn < list.length && ids.length < room.total) ids.push(list[turn]!);
     }
-    return ids.length === 0 ? [] : statements(db).lease.all({ worker, until: now + leaseMs, now, ids: JSON.stringify(ids) });
+    return ids.length === 0 ? [] : statements(db).lease.all({ worker, until: leaseNow + leaseMs, now, leaseNow, ids: JSON.stringify(ids) });
   });
   if (rows.length === 0) return [];
   const endpoints = new Map(
@@ -208,4 +208,13 @@ export function releaseDeadWebhookLeases(db: Db, worker: string, host = hostname
       .run().changes;
   }
   return released;
+}
+
+/** At start, after releaseDeadWebhookLeases: another worker's lease cut to one term from now, as the mail queue's capForeignLeases. */
+export function capForeignWebhookLeases(db: Db, worker: string, leaseNow: number, leaseMs: number): number {
+  return db
+    .update(webhookDeliveries)
+    .set({ lockedUntil: leaseNow + leaseMs })
+    .where(and(isNotNull(webhookDeliveries.lockedBy), sql`${webhookDeliveries.lockedBy} <> ${worker}`, sql`${webhookDeliveries.lockedUntil} > ${leaseNow + leaseMs}`))
+    .run().changes;
 }

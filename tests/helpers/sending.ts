@@ -183,7 +183,10 @@ export function idempotencyRow(service: TestService, accountId: string, key: str
   return service.deps.db.select().from(idempotencyKeys).where(and(eq(idempotencyKeys.accountId, accountId), eq(idempotencyKeys.key, key))).get();
 }
 
-/** Makes the durable queue refuse every insert, as a full disk would. */
+/**
+ * Makes the durable queue refuse every insert (a trigger's abort, not a failure of the store: a full disk is
+ * `503 unavailable`, tests/full-disk.test.ts).
+ */
 export function breakQueue(service: TestService): () => void {
   service.deps.store.sqlite.exec("CREATE TRIGGER refuse_queue BEFORE INSERT ON outbound_recipients BEGIN SELECT RAISE(ABORT, 'disk full'); END");
   return () => service.deps.store.sqlite.exec('DROP TRIGGER refuse_queue');
