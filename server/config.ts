@@ -175,7 +175,7 @@ export const configSchema = z.object({
   FBL_REPORTERS: domainList
     .optional()
     .describe(
-      `Comma list of the domains whose DKIM-signed ARF complaints at \`fbl@MAIL_HOSTNAME\` are acted on (a signing domain counts for itself and its subdomains); empty: none. Unset: ${DEFAULT_FBL_REPORTERS.join(', ')}`,
+      `Comma list of the domains whose DKIM-signed ARF complaints are acted on (a signing domain counts for itself and its subdomains); empty: none. Unset: ${DEFAULT_FBL_REPORTERS.join(', ')}`,
     ),
   SECRET_KEY: z
     .string()
@@ -390,6 +390,7 @@ export function describeConfig(): { name: string; default: string; meaning: stri
   const defaults: Record<string, string> = {
     MAIL_HOSTNAME: "the machine's hostname (`localhost` when that is not a host name)",
     SPF_DOMAIN: 'MAIL_HOSTNAME',
+    FBL_REPORTERS: 'the feedback loops named in the meaning',
     SECRET_KEY: 'generated into `DATA_DIR/secret.key`',
     SMTP_TLS_CERT: 'generated self-signed pair',
     SMTP_TLS_KEY: 'generated self-signed pair',
