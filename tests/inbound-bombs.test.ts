@@ -108,7 +108,7 @@ describe('the parse threads: a message that holds its thread', () => {
   const stalling = new URL('./fixtures/workers/stalling-parser.mjs', import.meta.url);
   const parserDeps = () => ({ config: loadConfig({ DATA_DIR: dataDir, DNS_SERVERS: dns.address, MAIL_HOSTNAME: 'mx.mailstead.test' }), logger: createMemoryLogger(), secretKey: key });
   let n = 0;
-  function write(subject: string, extra = ''): SpooledInboundWrite {
+  function inboundWrite(subject: string, extra = ''): SpooledInboundWrite {
     const raw = `From: Orders <orders@sender.example>\r\nTo: <support@shop.example>\r\nSubject: ${subject}\r\n\r\nHello ${extra}\r\n`;
     return {
       kind: 'inbound',
@@ -130,7 +130,7 @@ describe('the parse threads: a message that holds its thread', () => {
     const parser = createInboundParser(deps, { workerUrl: stalling, stallMs: 300 });
     try {
       // The held thread is stopped after 300 ms of its CPU; unstopped, this would wait for ever (the test's timeout).
-      const [before, withChecks, always, after] = await parser.parseAll([write('before'), write('held with checks', 'HOLD-WITH-CHECKS'), write('held always', 'HOLD-ALWAYS'), write('after')]);
+      const [before, withChecks, always, after] = await parser.parseAll([inboundWrite('before'), inboundWrite('held with checks', 'HOLD-WITH-CHECKS'), inboundWrite('held always', 'HOLD-ALWAYS'), inboundWrite('after')]);
       for (const [row, subject] of [
         [before, 'before'],
         [after, 'after'],
@@ -150,11 +150,34 @@ describe('the parse threads: a message that holds its thread', () => {
         ].sort(),
       );
       // The parser goes on: the next batch is parsed in a new thread.
-      expect(await parser.parseAll([write('next')])).toEqual([expect.objectContaining({ subject: 'next', spf: 'pass' })]);
+      expect(await parser.parseAll([inboundWrite('next')])).toEqual([expect.objectContaining({ subject: 'next', spf: 'pass' })]);
     } finally {
       await parser.close();
     }
   }, 90_000);
+
+  it("mailauth's console.log lines (a signature's l= past the body) do not reach stdout, where the JSON log lines go", async () => {
+    const deps = parserDeps();
+    const parser = createInboundParser(deps);
+    const written: string[] = [];
+    const original = process.stdout.write.bind(process.stdout);
+    process.stdout.write = ((chunk: string | Uint8Array, ...rest: never[]) => {
+      written.push(String(chunk));
+      return original(chunk, ...rest);
+    }) as typeof process.stdout.write;
+    try {
+      const signed = inboundWrite('l= past the body');
+      const raw = Buffer.concat([Buffer.from('DKIM-Signature: v=1; a=rsa-sha256; c=simple/simple; d=sender.example; s=k; l=99999; h=from; bh=AAAA; b=AAAA\r\n'), signed.raw!]);
+      const [row] = await parser.parseAll([{ ...signed, raw, size: raw.length }]);
+      expect(row).toMatchObject({ subject: 'l= past the body', dkim: expect.any(String) });
+      // The thread's stdout reaches this one's asynchronously.
+      await new Promise((r) => setTimeout(r, 200));
+    } finally {
+      process.stdout.write = original;
+      await parser.close();
+    }
+    expect(written.join('')).not.toContain('EXPECTING');
+  }, 30_000);
 
   it('a large message held before its verdicts is streamed again without them', async () => {
     const deps = parserDeps();
@@ -165,7 +188,7 @@ describe('the parse threads: a message that holds its thread', () => {
       const body = `From: a@sender.example\r\nSubject: large and held\r\nContent-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\nhi\r\n--b\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=big.bin\r\n\r\n${'z'.repeat(600_000)}\r\n--b--\r\n`;
       spool.append(Buffer.from(body));
       await spool.finish();
-      const w: SpooledInboundWrite = { ...write('unused'), id, spoolId: id, raw: undefined, mailFrom: 'HOLD-WITH-CHECKS@sender.example', size: body.length };
+      const w: SpooledInboundWrite = { ...inboundWrite('unused'), id, spoolId: id, raw: undefined, mailFrom: 'HOLD-WITH-CHECKS@sender.example', size: body.length };
       const events = [];
       for await (const event of parser.parseSpooled(w)) events.push('chunk' in event ? { chunk: event.chunk.byteLength } : event);
       expect(events[0]).toEqual({ verdicts: { spf: null, dkim: null, dmarc: null } });
