@@ -5,7 +5,7 @@ import { cachingResolver } from '../../server/dns/cache.js';
 import { createResolver } from '../../server/dns/resolver.js';
 import type { LogFields, Logger } from '../../server/logger.js';
 import { parseInlineInbound, parseSpooled, spooledSource } from './parse-message.js';
-import { BEAT_MS, PARSE_CONCURRENCY, type ParseJob, type ParseOutcome, type ParseReply, type ParseRequest, type ParserSettings } from './parser.js';
+import { BEAT_MS, PARSE_CONCURRENCY, type ParseJob, type ParseOutcome, type ParseReply, type ParseRequest, type ParserSettings } from './parse-thread.js';
 import { type ParseDeps, passingSigners } from './verdicts.js';
 
 /**
