@@ -1,4 +1,5 @@
 import type { FC } from 'hono/jsx';
+import { AttachmentsSection, HeadersSection, RawSourceSection } from './message-sections.js';
 import { CAPTURE_LIMIT } from '../../mta/capture-store.js';
 import { formatCount } from '../format.js';
 import type { CapturedEntry } from '../queries/captured.js';
@@ -175,49 +176,8 @@ export const PartsSections: FC<{ entry: CapturedEntry; parts: MessageParts; raw:
         </pre>
       )}
     </section>
-    {parts.attachments.length > 0 && (
-      <section aria-labelledby="attachments">
-        <h2 id="attachments">Attachments</h2>
-        <ul>
-          {parts.attachments.map((a) => (
-            <li>
-              {a.filename} <span class="muted">({a.contentType}, {formatCount(a.size)} bytes)</span>
-            </li>
-          ))}
-        </ul>
-      </section>
-    )}
-    <section aria-labelledby="headers">
-      <h2 id="headers">Headers</h2>
-      <div class="table-wrap">
-        <table class="message-headers">
-          <thead>
-            <tr>
-              <th scope="col">Header</th>
-              <th scope="col">Value</th>
-            </tr>
-          </thead>
-          <tbody>
-            {parts.headers.map((h) => (
-              <tr>
-                <th scope="row">{h.name}</th>
-                <td>{h.value}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      </div>
-    </section>
-    <section aria-labelledby="raw-source">
-      <h2 id="raw-source">Raw source</h2>
-      <p>
-        <a class="button secondary" href={capturedPath(entry.emailId, entry.recipient, '/raw')} download>
-          Download .eml
-        </a>
-      </p>
-      <pre tabindex={0} aria-labelledby="raw-source" class="raw-source">
-        {raw}
-      </pre>
-    </section>
+    <AttachmentsSection attachments={parts.attachments} />
+    <HeadersSection headers={parts.headers} />
+    <RawSourceSection download={capturedPath(entry.emailId, entry.recipient, '/raw')} raw={raw} />
   </>
 );

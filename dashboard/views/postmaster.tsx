@@ -1,4 +1,5 @@
 import type { FC } from 'hono/jsx';
+import { AttachmentsSection, HeadersSection, RawSourceSection } from './message-sections.js';
 import { OPERATOR_MAIL_LIMIT, OPERATOR_MESSAGE_BYTES, type OperatorMessageSummary } from '../../mta/inbound/operator-mail.js';
 import { formatCount } from '../format.js';
 import type { MessageParts } from '../queries/captured-message.js';
@@ -88,51 +89,8 @@ export const PostmasterParts: FC<{ entry: OperatorMessageSummary; parts: Message
         </pre>
       )}
     </section>
-    {parts !== null && parts.attachments.length > 0 && (
-      <section aria-labelledby="attachments">
-        <h2 id="attachments">Attachments</h2>
-        <ul>
-          {parts.attachments.map((a) => (
-            <li>
-              <bdi>{a.filename}</bdi> <span class="muted">({a.contentType}, {formatCount(a.size)} bytes)</span>
-            </li>
-          ))}
-        </ul>
-      </section>
-    )}
-    {parts !== null && (
-      <section aria-labelledby="headers">
-        <h2 id="headers">Headers</h2>
-        <div class="table-wrap">
-          <table class="message-headers">
-            <thead>
-              <tr>
-                <th scope="col">Header</th>
-                <th scope="col">Value</th>
-              </tr>
-            </thead>
-            <tbody>
-              {parts.headers.map((h) => (
-                <tr>
-                  <th scope="row">{h.name}</th>
-                  <td>{h.value}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
-      </section>
-    )}
-    <section aria-labelledby="raw-source">
-      <h2 id="raw-source">Raw source</h2>
-      <p>
-        <a class="button secondary" href={postmasterPath(entry.id, '/raw')} download>
-          Download .eml
-        </a>
-      </p>
-      <pre tabindex={0} aria-labelledby="raw-source" class="raw-source">
-        {raw}
-      </pre>
-    </section>
+    {parts !== null && <AttachmentsSection attachments={parts.attachments} />}
+    {parts !== null && <HeadersSection headers={parts.headers} />}
+    <RawSourceSection download={postmasterPath(entry.id, '/raw')} raw={raw} />
   </>
 );
