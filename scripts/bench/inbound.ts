@@ -148,7 +148,7 @@ async function main(): Promise<void> {
   console.log(`  service CPU              ${cpuOfLoad.toFixed(1)} s during the load, ${cpuOfAll.toFixed(1)} s with the drain: ${((cpuOfAll * 1000) / Math.max(1, rows)).toFixed(2)} s per 1,000 messages received and written`);
   const core = (seconds: number) => (seconds / result.seconds).toFixed(2);
   console.log(
-    `  where the CPU went       during the load, in cores: the event loop ${core(split.eventLoop)}, the parse thread ${core(split.parse)}, the service's other threads ${core(split.other)}; the whole machine ${core(split.machineBusy)} busy, ${core(split.machineIdle)} idle (load generator and Postgres included)`,
+    `  where the CPU went       during the load, in cores: the event loop ${core(split.eventLoop)}, the parse threads ${core(split.parse)}, the service's other threads ${core(split.other)}; the whole machine ${core(split.machineBusy)} busy, ${core(split.machineIdle)} idle (load generator and Postgres included)`,
   );
   console.log(`  rows in service.inbound  ${rows}, accepted ${result.accepted}, logged received ${logged.received}: ${durable ? 'every accepted message written' : 'MISMATCH'}`);
   console.log(`  writer drain time        ${drainSeconds.toFixed(2)} s after the load ended, until GET /database said pending 0 (${status.pending}${status.lastError ? `, last error ${status.lastError}` : ''})`);
