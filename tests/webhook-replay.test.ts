@@ -1,8 +1,4 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import { and, asc, count, eq, isNotNull } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -16,7 +12,8 @@ import { newWebhookSecret } from '../server/webhooks/signing.js';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
 import { watchLoopStalls } from './helpers/loop-stall.js';
 import { seedEmail, seedEndpoint, seedEvent, seedManyEvents, type SeededEvent } from './helpers/outcomes.js';
-import { createAccountWithCli, processApi, processEnv, runningProcesses, startServiceProcess } from './helpers/service-process.js';
+import { processApi, runningProcesses, startServiceProcess } from './helpers/service-process.js';
+import { killMidRequest, processWithEndpoint } from './helpers/webhook-process.js';
 import { startService, type TestService } from './helpers/service.js';
 
 /**
@@ -483,19 +480,11 @@ describe('an endpoint deleted while its replay is written', () => {
 
 describe('a process killed mid-replay', () => {
   it('keeps the chunks already on disk (the window’s oldest outcomes, due, counted by the cap after a restart); the replay was never answered', async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), 'mailstead-replay-kill-'));
-    const env = processEnv(dataDir);
-    let file: Database.Database | undefined;
+    const started = await processWithEndpoint('Killed mid-replay');
+    const { env, accountId, key, endpointId, file } = started;
+    let proc = started.proc;
     try {
-      let proc = await startServiceProcess(env);
-      const { accountId, key } = await createAccountWithCli(env, 'Killed mid-replay');
-      const created = await processApi(proc, key, 'POST', '/webhooks', { url: 'https://127.0.0.1:9/hook', events: ['email.delivered'] });
-      expect(created.status, JSON.stringify(created.body)).toBe(201);
-      const endpointId = created.body.id as string;
-
       // The outcomes, written beside the running server as the mail engine writes them.
-      file = new Database(join(dataDir, 'mailstead.db'));
-      file.pragma('busy_timeout = 5000');
       const db = drizzle(file, { schema });
       const start = Date.now() - 3_600_000;
       const emailId = newId(start);
@@ -508,14 +497,7 @@ describe('a process killed mid-replay', () => {
       const written = () => (queuedNow.get(endpointId) as { n: number }).n;
 
       const body = { since: new Date(start).toISOString(), until: new Date(start + MAX_REPLAY_EVENTS).toISOString() };
-      const answer = processApi(proc, key, 'POST', `/webhooks/${endpointId}/replay`, body).then(
-        (res) => `answered ${res.status}`,
-        () => 'no answer',
-      );
-      while (written() === 0) await new Promise((r) => setTimeout(r, 2));
-      proc.child.kill('SIGKILL');
-      await proc.exited;
-      expect(await answer).toBe('no answer');
+      expect(await killMidRequest(proc, processApi(proc, key, 'POST', `/webhooks/${endpointId}/replay`, body), () => written() > 0)).toBe('no answer');
 
       const rows = file.prepare('select data, next_attempt_at as nextAttemptAt from webhook_deliveries where endpoint_id = ? order by id').all(endpointId) as { data: string; nextAttemptAt: number | null }[];
       expect(rows.length).toBeGreaterThan(0);
@@ -534,8 +516,7 @@ describe('a process killed mid-replay', () => {
       proc.child.kill('SIGKILL');
       await proc.exited;
     } finally {
-      file?.close();
-      rmSync(dataDir, { recursive: true, force: true });
+      started.close();
     }
   }, 90_000);
 });

@@ -1,7 +1,3 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { count, eq } from 'drizzle-orm';
 import { webhookAttempts, webhookDeliveries, webhookEndpoints } from '../db/schema/index.js';
@@ -13,7 +9,8 @@ import { expectDocumented } from './helpers/openapi.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { watchLoopStalls } from './helpers/loop-stall.js';
 import { expectError } from './helpers/sending.js';
-import { createAccountWithCli, processApi, processEnv, runningProcesses, startServiceProcess } from './helpers/service-process.js';
+import { processApi, runningProcesses, startServiceProcess } from './helpers/service-process.js';
+import { killMidRequest, processWithEndpoint } from './helpers/webhook-process.js';
 import { startService, type TestService } from './helpers/service.js';
 
 /**
@@ -325,19 +322,11 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
 
 describe('a process killed while it deletes an endpoint', () => {
   it('leaves the endpoint switched off with part of its deliveries (the DELETE unanswered); repeating the DELETE finishes it', async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), 'mailstead-delete-kill-'));
-    const env = processEnv(dataDir);
-    let file: Database.Database | undefined;
+    const started = await processWithEndpoint('Killed mid-delete');
+    const { env, accountId, key, endpointId: id, file } = started;
+    let proc = started.proc;
     try {
-      let proc = await startServiceProcess(env);
-      const { accountId, key } = await createAccountWithCli(env, 'Killed mid-delete');
-      const created = await processApi(proc, key, 'POST', '/webhooks', { url: 'https://127.0.0.1:9/hook', events: ['email.delivered'] });
-      expect(created.status, JSON.stringify(created.body)).toBe(201);
-      const id = created.body.id as string;
-
       // 30,000 delivered deliveries, written beside the running server (none is due, so none is posted meanwhile).
-      file = new Database(join(dataDir, 'mailstead.db'));
-      file.pragma('busy_timeout = 5000');
       const now = Date.now();
       const insert = file.prepare(
         "insert into webhook_deliveries (id, endpoint_id, account_id, event_type, data, attempts, delivered_at, created_at) values (?, ?, ?, 'email.delivered', '{}', 1, ?, ?)",
@@ -349,14 +338,7 @@ describe('a process killed while it deletes an endpoint', () => {
       const deliveries = () => (left.get(id) as { n: number }).n;
       const endpointRow = file.prepare('select active, disabled_at as disabledAt from webhook_endpoints where id = ?');
 
-      const answer = processApi(proc, key, 'DELETE', `/webhooks/${id}`).then(
-        (res) => `answered ${res.status}`,
-        () => 'no answer',
-      );
-      while (deliveries() === 30_000) await new Promise((r) => setTimeout(r, 2));
-      proc.child.kill('SIGKILL');
-      await proc.exited;
-      expect(await answer).toBe('no answer');
+      expect(await killMidRequest(proc, processApi(proc, key, 'DELETE', `/webhooks/${id}`), () => deliveries() < 30_000)).toBe('no answer');
 
       // Switched off before the first delivery went: nothing more is posted to it, even across the restart.
       expect(endpointRow.get(id)).toEqual({ active: 0, disabledAt: expect.any(Number) });
@@ -374,8 +356,7 @@ describe('a process killed while it deletes an endpoint', () => {
       proc.child.kill('SIGKILL');
       await proc.exited;
     } finally {
-      file?.close();
-      rmSync(dataDir, { recursive: true, force: true });
+      started.close();
     }
   }, 90_000);
 });
