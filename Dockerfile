@@ -25,6 +25,6 @@ VOLUME ["/data"]
 EXPOSE 8080 25
 USER node
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
-  CMD ["node", "dist/server/healthcheck.js"]
+  CMD ["node", "dist/server/app/healthcheck.js"]
 # What `npm start` runs after its build step.
-CMD ["node", "--max-semi-space-size=4", "dist/server/main.js"]
+CMD ["node", "--max-semi-space-size=4", "dist/server/app/main.js"]

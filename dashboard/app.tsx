@@ -1,8 +1,8 @@
 import { Hono } from 'hono';
 import { getCookie } from 'hono/cookie';
-import type { Deps } from '../server/deps.js';
-import { ApiError } from '../server/errors.js';
-import { storeFaultOf, storeUnavailable } from '../server/store-health.js';
+import type { Deps } from '../server/app/deps.js';
+import { ApiError } from '../server/shared/errors.js';
+import { storeFaultOf, storeUnavailable } from '../server/shared/store-health.js';
 import { assetRoutes } from './assets.js';
 import type { DashEnv } from './env.js';
 import { SESSION_COOKIE, signInRoutes, signOutRoutes } from './pages/sign-in.js';

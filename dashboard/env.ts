@@ -1,4 +1,4 @@
-import type { AppEnv } from '../server/http/env.js';
+import type { AppEnv } from '../server/api/http/env.js';
 import type { Session } from './session.js';
 
 /** The app's variables, plus what the dashboard's middleware sets for its pages. */

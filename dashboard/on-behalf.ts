@@ -3,8 +3,8 @@ import type { AccountRow } from '../db/schema/index.js';
 import { findAccount } from '../server/core/accounts.js';
 import type { RequestContext } from '../server/core/context.js';
 import { SCOPES } from '../server/core/scopes.js';
-import { ApiError } from '../server/errors.js';
-import { isUuid } from '../server/ids.js';
+import { ApiError } from '../server/shared/errors.js';
+import { isUuid } from '../server/shared/ids.js';
 
 /**
  * The dashboard acts as the operator on behalf of any account: the API's domain functions take a RequestContext, so

@@ -1,7 +1,7 @@
 import type { Context } from 'hono';
 import type { Child } from 'hono/jsx';
-import type { Deps } from '../server/deps.js';
-import { ApiError } from '../server/errors.js';
+import type { Deps } from '../server/app/deps.js';
+import { ApiError } from '../server/shared/errors.js';
 import type { DashEnv } from './env.js';
 import { type Flash, setFlash, takeFlash } from './session.js';
 import { type NavHref, Page } from './ui.js';

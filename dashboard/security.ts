@@ -1,9 +1,9 @@
 import type { Context, MiddlewareHandler } from 'hono';
-import type { Clock } from '../server/clock.js';
-import { ApiError } from '../server/errors.js';
-import { readRequestBody } from '../server/http/body.js';
-import type { AppEnv } from '../server/http/env.js';
-import { constantTimeEqual } from '../server/secrets.js';
+import type { Clock } from '../server/shared/clock.js';
+import { ApiError } from '../server/shared/errors.js';
+import { readRequestBody } from '../server/api/http/body.js';
+import type { AppEnv } from '../server/api/http/env.js';
+import { constantTimeEqual } from '../server/shared/secrets.js';
 import type { DashEnv } from './env.js';
 
 /**

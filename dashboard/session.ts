@@ -2,9 +2,9 @@ import { eq, lt, or } from 'drizzle-orm';
 import { type Db, unsynced } from '../db/client.js';
 import { dashboardSessions } from '../db/schema/index.js';
 import { adminTokenHash } from '../server/core/admin-token.js';
-import type { Deps } from '../server/deps.js';
-import { constantTimeEqual, randomBase62, sha256Hex } from '../server/secrets.js';
-import { storeFaultOf } from '../server/store-health.js';
+import type { Deps } from '../server/app/deps.js';
+import { constantTimeEqual, randomBase62, sha256Hex } from '../server/shared/secrets.js';
+import { storeFaultOf } from '../server/shared/store-health.js';
 
 /** Sign-in, sessions and flash messages of the dashboard. Policy first, as data. */
 export const SESSION_POLICY = {

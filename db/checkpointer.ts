@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import type Database from 'better-sqlite3';
-import type { Logger } from '../server/logger.js';
+import type { Logger } from '../server/shared/logger.js';
 
 /**
  * WAL checkpoints off the event loop. SQLite checkpoints on the committing connection once the log passes

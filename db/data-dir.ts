@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { chmodSync, close, closeSync, fsync, fsyncSync, linkSync, lstatSync, mkdirSync, open, openSync, readdirSync, rmSync, truncateSync, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import Database from 'better-sqlite3';
-import { processAlive } from './leases.js';
+import { processAlive } from '../server/queues/leases.js';
 
 /**
  * DATA_DIR holds queued message content (sign-in links), the cursor signing key and the secret key: the directory

@@ -1,23 +1,23 @@
-import { createPollLoop } from '../server/poll-loop.js';
+import { createPollLoop } from '../server/queues/poll-loop.js';
 import { eq, sql } from 'drizzle-orm';
 import { definePrepared } from '../db/prepared.js';
-import { newWorkerId } from '../db/leases.js';
+import { newWorkerId } from '../server/queues/leases.js';
 import { domainKeys, emails } from '../db/schema/index.js';
 import { openDomainPrivateKey } from '../server/core/dkim-keys.js';
-import type { Deps } from '../server/deps.js';
-import { CAPTURED, sealCapture } from './capture-store.js';
+import type { Deps } from '../server/app/deps.js';
+import { CAPTURED, sealCapture } from '../server/core/capture-store.js';
 import { type Claimed, capForeignLeases, claimDueRecipients, releaseDeadLeases, releaseRecipients, renewLeases, stillHeld } from './delivery-queue.js';
-import type { Classified } from './dsn.js';
+import type { Classified } from '../server/core/dsn.js';
 import { type SigningKey, prepareSigningKey } from './dkim.js';
-import { type Slot, createFairSlots } from './fair-slots.js';
+import { type Slot, createFairSlots } from '../server/queues/fair-slots.js';
 import { type Signer, createSigner } from './signer.js';
-import { type AttemptExtras, recordOutcome } from './outcomes.js';
+import { type AttemptExtras, recordOutcome } from '../server/core/outcomes.js';
 import { type Target, createRouter } from './routing.js';
-import { SIMULATED_COMPLAINT, simulateAttempt } from './simulator.js';
+import { SIMULATED_COMPLAINT, simulateAttempt } from '../server/core/simulator.js';
 import { type ClientOptions, DEFAULT_CLIENT_TIMEOUTS, SessionFailure, type SmtpSession, openSession } from './smtp-client.js';
 import { verpAddress } from './verp.js';
-import { logFailure } from '../server/store-health.js';
-import { leaseNow } from '../server/clock.js';
+import { logFailure } from '../server/shared/store-health.js';
+import { leaseNow } from '../server/shared/clock.js';
 
 export interface EngineOptions {
   /** Open SMTP connections at most, overall. */

@@ -1,7 +1,7 @@
 import { hostname } from 'node:os';
 import { and, eq, inArray, isNotNull, sql } from 'drizzle-orm';
 import { type Db, clientOf, unsynced } from '../db/client.js';
-import { isDeadHolder } from '../db/leases.js';
+import { isDeadHolder } from '../server/queues/leases.js';
 import { definePrepared } from '../db/prepared.js';
 import { type OutboundMessageRow, type OutboundRecipientRow, outboundMessages, outboundRecipients } from '../db/schema/index.js';
 
@@ -79,7 +79,7 @@ export interface ClaimShares {
 /**
  * Leases up to `limit` due recipients to `worker` until `leaseNow + leaseMs`, accounts in turn within their shares,
  * none of an account whose sending is paused (it or its parent suspended). A lease that expired (its holder died or
- * hung) is claimed again. `now` (the wall clock) says what is due; `leaseNow` (server/clock.ts leaseNow, the engine's
+ * hung) is claimed again. `now` (the wall clock) says what is due; `leaseNow` (server/shared/clock.ts leaseNow, the engine's
  * steady timeline) writes and judges the leases; the two differ only after a step of the wall clock.
  */
 export function claimDueRecipients(

@@ -1,8 +1,8 @@
-import type { Config } from '../server/config.js';
-import { isReservedAddress } from '../server/core/ip-ranges.js';
-import type { DnsResolver } from '../server/dns/resolver.js';
-import type { Classified } from './dsn.js';
-import { isSimulatorDomain } from './simulator.js';
+import type { Config } from '../server/shared/config.js';
+import { isReservedAddress } from '../server/shared/ip-ranges.js';
+import type { DnsResolver } from '../server/shared/dns/resolver.js';
+import type { Classified } from '../server/core/dsn.js';
+import { isSimulatorDomain } from '../server/core/simulator.js';
 
 /** One host to try: the name (for TLS SNI and logs) and the addresses it resolved to, best first. */
 export interface Target {
@@ -18,7 +18,7 @@ export interface Target {
 
 /**
  * Where a destination's mail goes: SMTP targets, an outcome without any attempt (a routing failure), or a transport
- * that never opens a connection: the capture store (DELIVERY_MODE=capture) or the mailbox simulator (mta/simulator.ts).
+ * that never opens a connection: the capture store (DELIVERY_MODE=capture) or the mailbox simulator (server/core/simulator.ts).
  */
 export type Route =
   | { kind: 'targets'; targets: Target[]; /** Seconds the route may be reused (address TTLs). */ ttl?: number }

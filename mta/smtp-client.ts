@@ -2,7 +2,7 @@ import { type Socket, connect, isIP } from 'node:net';
 import { type ConnectionOptions, connect as tlsConnect } from 'node:tls';
 import SMTPConnection from 'nodemailer/lib/smtp-connection';
 import type { NodemailerError } from 'nodemailer/lib/errors';
-import { type Classified, TLS_FAILED_DSN, classifyFailure, classifyReply } from './dsn.js';
+import { type Classified, TLS_FAILED_DSN, classifyFailure, classifyReply } from '../server/core/dsn.js';
 import type { Target } from './routing.js';
 
 export interface ClientOptions {

@@ -1,4 +1,4 @@
-import { describeConfig } from '../server/config.js';
+import { describeConfig } from '../server/shared/config.js';
 
 /** Prints the README's configuration table, generated from the config schema so the two cannot drift. */
 export function configTable(): string {

@@ -7,16 +7,16 @@ import { and, asc, count, eq, isNull } from 'drizzle-orm';
 import { hasDatabase, openDatabase } from '../db/client.js';
 import { createPrivateDir, PRIVATE_FILE_MODE } from '../db/data-dir.js';
 import { accounts, domains, outboundRecipients } from '../db/schema/index.js';
-import { SIMULATOR_DOMAIN } from '../mta/simulator.js';
-import { systemClock } from '../server/clock.js';
-import { type Config, ConfigError, loadConfig } from '../server/config.js';
-import { STARTED_EVENT, type StartedMessage } from '../server/start-line.js';
+import { SIMULATOR_DOMAIN } from '../server/core/simulator.js';
+import { systemClock } from '../server/shared/clock.js';
+import { type Config, ConfigError, loadConfig } from '../server/shared/config.js';
+import { STARTED_EVENT, type StartedMessage } from '../server/app/start-line.js';
 import { createTopLevelAccount } from '../server/core/accounts.js';
 import { adminTokenHash } from '../server/core/admin-token.js';
 import { deriveFlags } from '../server/core/domain-checks.js';
 import { findLiveKey, insertKey } from '../server/core/keys.js';
 import { SCOPES } from '../server/core/scopes.js';
-import { randomBase62 } from '../server/secrets.js';
+import { randomBase62 } from '../server/shared/secrets.js';
 
 /**
  * `npm run dev`: the service in capture mode (nothing leaves the machine) on its own DATA_DIR (`./data-dev` unless
@@ -189,7 +189,7 @@ export function tryItText(config: Config, dev: DevAccount, api: string, adminTok
   ].join('\n');
 }
 
-/** Runs the server (`node dist/server/main.js`) with the dev environment, printing the commands once it listens. */
+/** Runs the server (`node dist/server/app/main.js`) with the dev environment, printing the commands once it listens. */
 function main(): void {
   if (process.env.DELIVERY_MODE && process.env.DELIVERY_MODE !== 'capture') {
     process.stderr.write(`mailstead dev: npm run dev always runs DELIVERY_MODE=capture (got "${process.env.DELIVERY_MODE}"); use npm start for direct delivery\n`);
@@ -216,7 +216,7 @@ function main(): void {
   const dev = ensureDevAccount(config);
   const adminToken = devAdminToken(config, env);
   if (adminToken) env.ADMIN_TOKEN = adminToken;
-  const serverMain = fileURLToPath(new URL('../server/main.js', import.meta.url));
+  const serverMain = fileURLToPath(new URL('../server/app/main.js', import.meta.url));
   // The server's logs go straight to the terminal; it tells this process where it listens over IPC, whatever LOG_LEVEL.
   const child = spawn(process.execPath, [serverMain], { env, stdio: ['inherit', 'inherit', 'inherit', 'ipc'] });
   for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => child.kill(signal));

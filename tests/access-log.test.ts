@@ -1,6 +1,6 @@
 import { sql } from 'drizzle-orm';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import type { LogFields } from '../server/logger.js';
+import type { LogFields } from '../server/shared/logger.js';
 import { newSender, newSubSender, receipt } from './helpers/sending.js';
 import { type TestService, startService } from './helpers/service.js';
 

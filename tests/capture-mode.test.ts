@@ -2,10 +2,10 @@ import { and, asc, count, eq } from 'drizzle-orm';
 import { dkimVerify } from 'mailauth/lib/dkim/verify.js';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { capturedMessages, customerDbWrites, domainKeys, emails, outboundMessages, webhookDeliveries } from '../db/schema/index.js';
-import { CAPTURE_LIMIT, readCapture, sealCapture, storeCapture } from '../mta/capture-store.js';
+import { CAPTURE_LIMIT, readCapture, sealCapture, storeCapture } from '../server/core/capture-store.js';
 import { createDeliveryEngine } from '../mta/delivery-engine.js';
 import { RESERVED_TLDS, isUnderReservedTld } from '../server/core/domain-checks.js';
-import { newId } from '../server/ids.js';
+import { newId } from '../server/shared/ids.js';
 import { storeDatabaseRow } from './helpers/customer-db.js';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
 import { FAST_TIMEOUTS, resetDeliveryRig } from './helpers/delivery-rig.js';
@@ -184,7 +184,7 @@ describe('the captured message', () => {
   });
 });
 
-describe('the capture store by itself (mta/capture-store.ts)', () => {
+describe('the capture store by itself (server/core/capture-store.ts)', () => {
   it('refuses another account’s capture: read for any account but the one that sent it, it gives nothing', () => {
     const owner = capture.newAccount({ name: 'Capture owner' }).account;
     const other = capture.newAccount({ name: 'Capture stranger' }).account;

@@ -17,7 +17,7 @@ import {
 import { spawn } from 'node:child_process';
 
 /**
- * Chaos: the real process (`node dist/server/main.js`) killed with SIGKILL at random moments (during sends, during
+ * Chaos: the real process (`node dist/server/app/main.js`) killed with SIGKILL at random moments (during sends, during
  * deliveries, during start-up, during a graceful SIGTERM stop), restarted on the same DATA_DIR each time, while
  * several clients send (some with an Idempotency-Key, some to several recipients, some as a sub-account, some
  * sandboxed). Every send whose answer was lost is retried with its Idempotency-Key. At the end every invariant is
@@ -141,7 +141,7 @@ function openDb(dir: string, readonly: boolean) {
 
 /** Kills a bare spawn of the server after `ms`, whatever it was doing (start-up: keys, migrations, the lock). */
 async function killDuringStartup(dir: string, ms: number): Promise<string> {
-  const child = spawn(process.execPath, ['dist/server/main.js'], { cwd: ROOT, env: envFor(dir), stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, ['dist/server/app/main.js'], { cwd: ROOT, env: envFor(dir), stdio: ['ignore', 'pipe', 'pipe'] });
   runningProcesses.add(child as never);
   let out = '';
   child.stdout.on('data', (c: Buffer) => (out += c.toString()));

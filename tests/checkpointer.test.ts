@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, expect, it } from 'vitest';
 import { type Store, openDatabase } from '../db/client.js';
 import { DEFAULT_AUTOCHECKPOINT_PAGES, FALLBACK_AUTOCHECKPOINT_PAGES, startCheckpointer } from '../db/checkpointer.js';
-import { createMemoryLogger } from '../server/logger.js';
+import { createMemoryLogger } from '../server/shared/logger.js';
 
 /**
  * The checkpoint thread copies the write-ahead log into the database file while the event loop's connection writes

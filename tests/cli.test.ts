@@ -75,8 +75,8 @@ function run(command: string, args: string[], timeoutMs = 60_000, extraEnv: Reco
   });
 }
 
-/** `node dist/server/cli.js ...`, what `npm run cli` runs once built. */
-const cli = (...args: string[]) => run(process.execPath, ['dist/server/cli.js', ...args]);
+/** `node dist/server/app/cli.js ...`, what `npm run cli` runs once built. */
+const cli = (...args: string[]) => run(process.execPath, ['dist/server/app/cli.js', ...args]);
 
 /** A CLI success: exit 0 and stdout that is one JSON document and nothing else. */
 async function cliOk<T>(...args: string[]): Promise<T> {
@@ -133,7 +133,7 @@ class ServerProcess {
   }
 
   static start(): ServerProcess {
-    const child = spawn(process.execPath, ['dist/server/main.js'], {
+    const child = spawn(process.execPath, ['dist/server/app/main.js'], {
       cwd: ROOT,
       env: env({ HTTP_PORT: '0', HTTP_HOST: '127.0.0.1', SMTP_PORT: '0' }),
       stdio: ['pipe', 'pipe', 'pipe'],
@@ -262,7 +262,7 @@ describe('first run', () => {
   });
 });
 
-describe('the other commands (node dist/server/cli.js)', () => {
+describe('the other commands (node dist/server/app/cli.js)', () => {
   it('accounts list prints { data: [Account] } with the account', async () => {
     const out = await cliOk<{ data: AccountBody[] }>('accounts', 'list');
     expect(Object.keys(out)).toEqual(['data']);
@@ -411,7 +411,7 @@ describe('the other commands (node dist/server/cli.js)', () => {
 
   it('admin-token reset is refused while ADMIN_TOKEN is set (each start puts that token back), and changes nothing', async () => {
     const reset = await cliOk<{ token: string }>('admin-token', 'reset');
-    const res = await run(process.execPath, ['dist/server/cli.js', 'admin-token', 'reset'], 60_000, { ADMIN_TOKEN: 'an-operator-chosen-token' });
+    const res = await run(process.execPath, ['dist/server/app/cli.js', 'admin-token', 'reset'], 60_000, { ADMIN_TOKEN: 'an-operator-chosen-token' });
     expect(res.code).toBe(1);
     expect(res.stdout).toBe('');
     expect(res.stderr).toMatch(/ADMIN_TOKEN is set/);
@@ -611,7 +611,7 @@ describe('help and version: stdout, exit 0, no database needed', () => {
   const emptyDir = () => join(dataDir, '..', 'no-database');
 
   it.each([[['--help']], [['help']], [['-h']], [['accounts', 'list', '--help']]])('%j prints the usage on stdout and exits 0', async (args) => {
-    const res = await run(process.execPath, ['dist/server/cli.js', ...args], 60_000, { DATA_DIR: emptyDir() });
+    const res = await run(process.execPath, ['dist/server/app/cli.js', ...args], 60_000, { DATA_DIR: emptyDir() });
     expect(res.code, res.stderr).toBe(0);
     expect(res.stderr).toBe('');
     expect(res.stdout).toMatch(/^usage: mailstead <command>/);
@@ -620,7 +620,7 @@ describe('help and version: stdout, exit 0, no database needed', () => {
 
   it('--version prints the version of package.json and exits 0', async () => {
     const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string };
-    const res = await run(process.execPath, ['dist/server/cli.js', '--version'], 60_000, { DATA_DIR: emptyDir() });
+    const res = await run(process.execPath, ['dist/server/app/cli.js', '--version'], 60_000, { DATA_DIR: emptyDir() });
     expect(res.code, res.stderr).toBe(0);
     expect(res.stderr).toBe('');
     expect(res.stdout).toBe(`${pkg.version}\n`);
@@ -707,7 +707,7 @@ describe('CLI errors: non-zero exit, message on stderr, nothing on stdout', () =
 
   it('a bad configuration value', async () => {
     const res = await new Promise<Run>((resolve) => {
-      const child = spawn(process.execPath, ['dist/server/cli.js', 'accounts', 'list'], {
+      const child = spawn(process.execPath, ['dist/server/app/cli.js', 'accounts', 'list'], {
         cwd: ROOT,
         env: env({ LOG_LEVEL: 'loud' }),
         stdio: ['ignore', 'pipe', 'pipe'],

@@ -6,9 +6,9 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { configTable } from '../scripts/config-table.js';
-import { ConfigError, loadConfig, mailHostnameProblem } from '../server/config.js';
-import { resolveSecretKey } from '../server/deps.js';
-import { decryptSecret, encryptSecret } from '../server/secrets.js';
+import { ConfigError, loadConfig, mailHostnameProblem } from '../server/shared/config.js';
+import { resolveSecretKey } from '../server/app/deps.js';
+import { decryptSecret, encryptSecret } from '../server/shared/secrets.js';
 
 /**
  * The operator contract of decisions.md section 1: every variable's default, a bad value stopping the start with one
@@ -64,7 +64,7 @@ describe('defaults (decisions.md section 1)', () => {
     vi.resetModules();
     vi.doMock('node:os', async (original) => ({ ...(await original<typeof import('node:os')>()), hostname: () => 'My_Box' }));
     try {
-      const { loadConfig: load, mailHostnameProblem } = await import('../server/config.js');
+      const { loadConfig: load, mailHostnameProblem } = await import('../server/shared/config.js');
       expect(load({})).toMatchObject({ mailHostname: 'localhost', spfDomain: 'localhost' });
       expect(mailHostnameProblem('localhost')).toContain('not a fully qualified name');
       expect(load({ MAIL_HOSTNAME: 'mx.example.net' }).mailHostname).toBe('mx.example.net');
@@ -351,7 +351,7 @@ describe('the server process with a bad value', () => {
   });
 
   it('HTTP_PORT=abc: non-zero exit, exactly one line on stderr naming HTTP_PORT, nothing started', async () => {
-    const child = spawn(process.execPath, ['dist/server/main.js'], {
+    const child = spawn(process.execPath, ['dist/server/app/main.js'], {
       cwd: ROOT,
       env: { PATH: process.env.PATH ?? '', DATA_DIR: dataDir, HTTP_PORT: 'abc', MAIL_HOSTNAME: 'mx.mailstead.test' },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -373,7 +373,7 @@ describe('the server process with a bad value', () => {
 
   /** Runs the server with `env` until it exits or prints `until` on stdout (then stops it): its code, stdout, stderr. */
   async function runServer(env: Record<string, string>, until?: string) {
-    const child = spawn(process.execPath, ['dist/server/main.js'], { cwd: ROOT, env: { PATH: process.env.PATH ?? '', MAIL_HOSTNAME: 'mx.mailstead.test', HTTP_HOST: '127.0.0.1', HTTP_PORT: '0', SMTP_PORT: '0', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['dist/server/app/main.js'], { cwd: ROOT, env: { PATH: process.env.PATH ?? '', MAIL_HOSTNAME: 'mx.mailstead.test', HTTP_HOST: '127.0.0.1', HTTP_PORT: '0', SMTP_PORT: '0', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (c: Buffer) => {

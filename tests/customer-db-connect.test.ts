@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import type { ClientConfig, Notification } from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { classifyConnectError, listenCustomerDb, openCustomerPool, probeCustomerDb } from '../db/customer/connect.js';
-import { createMemoryLogger } from '../server/logger.js';
+import { createMemoryLogger } from '../server/shared/logger.js';
 import { PG_TEST_CA, PG_TEST_CA_FILE, startPostgres, type TestPostgres } from './helpers/postgres.js';
 
 /**
@@ -39,7 +39,7 @@ afterEach(() => {
   expect(calls, 'uncaught exceptions or unhandled rejections').toBe(0);
 });
 
-/** What db/customer/url.ts hands over for a verify-mode URL: the checked address as host, the name as servername. */
+/** What server/customer-db/url.ts hands over for a verify-mode URL: the checked address as host, the name as servername. */
 function config(over: Partial<ClientConfig> & { servername?: string; verify?: boolean } = {}): ClientConfig {
   const { servername = 'db.pg.test', verify = true, ...rest } = over;
   return {
@@ -95,7 +95,7 @@ describe('probeCustomerDb: TLS', () => {
   it('verify trusts the test CA through NODE_EXTRA_CA_CERTS, as the service does (dist/, a fresh process)', async () => {
     const script = `
       import { probeCustomerDb } from './dist/db/customer/connect.js';
-      import { createMemoryLogger } from './dist/server/logger.js';
+      import { createMemoryLogger } from './dist/server/shared/logger.js';
       const result = await probeCustomerDb(JSON.parse(process.argv[1]), createMemoryLogger());
       process.stdout.write(JSON.stringify(result));`;
     const root = fileURLToPath(new URL('..', import.meta.url));

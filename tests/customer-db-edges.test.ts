@@ -1,13 +1,13 @@
 import type pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { customerDbWrites, outboundRecipients } from '../db/schema/index.js';
-import { parseCustomerDbUrl } from '../db/customer/url.js';
-import { createSpoolWriter } from '../mta/inbound/spool.js';
+import { parseCustomerDbUrl } from '../server/customer-db/url.js';
+import { createSpoolWriter } from '../db/inbound-spool.js';
 import { MAX_DB_ADDRESSES, configsFor } from '../server/customer-db/connection.js';
-import { DATA_RETRY_GAPS_MS, queueCustomerDbWrite } from '../server/customer-db/outbox.js';
-import { RECONNECT_GAPS_MS } from '../server/customer-db/status.js';
+import { DATA_RETRY_GAPS_MS, queueCustomerDbWrite } from '../server/core/customer-db-outbox.js';
+import { RECONNECT_GAPS_MS } from '../server/core/customer-db-status.js';
 import { type CustomerDbWriter, createCustomerDbWriter } from '../server/customer-db/writer.js';
-import { newId } from '../server/ids.js';
+import { newId } from '../server/shared/ids.js';
 import { type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import { scratchDatabases } from './helpers/customer-db.js';
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';

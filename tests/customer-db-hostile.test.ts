@@ -5,9 +5,9 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { MAX_ERROR_TEXT, cutErrorText } from '../db/customer/error-text.js';
 import { CUSTOMER_SCHEMA_VERSION } from '../db/customer/schema.js';
 import { customerDbWrites } from '../db/schema/index.js';
-import { queueCustomerDbWrite } from '../server/customer-db/outbox.js';
+import { queueCustomerDbWrite } from '../server/core/customer-db-outbox.js';
 import { type CustomerDbWriter, createCustomerDbWriter } from '../server/customer-db/writer.js';
-import { newId } from '../server/ids.js';
+import { newId } from '../server/shared/ids.js';
 import { scratchDatabases } from './helpers/customer-db.js';
 import { type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';

@@ -1,7 +1,7 @@
 import { eq } from 'drizzle-orm';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { customerDatabases, customerDbWrites } from '../db/schema/index.js';
-import { DATA_RETRY_GAPS_MS, WRITE_RETENTION_MS } from '../server/customer-db/outbox.js';
+import { DATA_RETRY_GAPS_MS, WRITE_RETENTION_MS } from '../server/core/customer-db-outbox.js';
 import { type CustomerDbWriter, createCustomerDbWriter } from '../server/customer-db/writer.js';
 import { freePort } from '../scripts/lib/free-port.js';
 import { scratchDatabases, storeDatabaseRow } from './helpers/customer-db.js';

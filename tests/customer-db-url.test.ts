@@ -16,10 +16,10 @@ import {
   resolveCustomerDbHost,
   sslModeOf,
   type CustomerDbTarget,
-} from '../db/customer/url.js';
-import { loadConfig } from '../server/config.js';
-import { createResolver } from '../server/dns/resolver.js';
-import { ApiError } from '../server/errors.js';
+} from '../server/customer-db/url.js';
+import { loadConfig } from '../server/shared/config.js';
+import { createResolver } from '../server/shared/dns/resolver.js';
+import { ApiError } from '../server/shared/errors.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 
 /**

@@ -3,8 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listenCustomerDb } from '../db/customer/connect.js';
 import { migrateCustomerDb } from '../db/customer/schema.js';
 import { type EmailWrite, type EventWrite, type InboundWrite, applyWrites, isDataError, writeInbound } from '../db/customer/writes.js';
-import { newId } from '../server/ids.js';
-import { createMemoryLogger } from '../server/logger.js';
+import { newId } from '../server/shared/ids.js';
+import { createMemoryLogger } from '../server/shared/logger.js';
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 
 /**

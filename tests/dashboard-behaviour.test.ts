@@ -1,7 +1,7 @@
 import { chromium } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { webhookDeliveries } from '../db/schema/index.js';
-import { newId } from '../server/ids.js';
+import { newId } from '../server/shared/ids.js';
 import { chromiumPath, newPage, signIn } from './helpers/browser.js';
 import { type DashboardClient, adminTokenFor, dashboardClient } from './helpers/dashboard.js';
 import { seedEndpoint } from './helpers/outcomes.js';

@@ -4,7 +4,7 @@ import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { webhookDeliveries } from '../db/schema/index.js';
 import { MAX_PENDING_PER_ENDPOINT } from '../server/core/webhook-replay.js';
-import { newId } from '../server/ids.js';
+import { newId } from '../server/shared/ids.js';
 import { createWebhookDispatcher } from '../server/webhooks/dispatcher.js';
 import { expectAccessible, flashText, horizontalOverflow, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
 import { type DashboardClient, openDashboard } from './helpers/dashboard.js';

@@ -8,7 +8,7 @@ import type { RequestContext } from '../server/core/context.js';
 import { connectDatabase } from '../server/core/customer-db.js';
 import { SCOPES } from '../server/core/scopes.js';
 import { urlContext } from '../server/customer-db/connection.js';
-import { decryptSecret } from '../server/secrets.js';
+import { decryptSecret } from '../server/shared/secrets.js';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
 import { expectDocumented } from './helpers/openapi.js';
 import { NOT_CONNECTED, storeDatabaseRow } from './helpers/customer-db.js';

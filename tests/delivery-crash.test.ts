@@ -11,7 +11,7 @@ import { type ServiceProcess, connectSendingDomain, createAccountWithCli, proces
 
 /**
  * Crash safety and shutdown of the real process (decisions.md section 3; issue 5, items 7 and 8): `node
- * dist/server/main.js` delivers to an SMTP sink on loopback; killed with SIGKILL mid-delivery and started again on
+ * dist/server/app/main.js` delivers to an SMTP sink on loopback; killed with SIGKILL mid-delivery and started again on
  * the same DATA_DIR it delivers every accepted recipient, and the only recipients that arrive twice are ones whose
  * reply the killed process never recorded. On SIGTERM it stops and exits 0, idle or busy.
  */

@@ -7,7 +7,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { type OutboundRecipientRow, outboundRecipients } from '../db/schema/index.js';
 import { createDeliveryEngine, type EngineOptions } from '../mta/delivery-engine.js';
 import { capForeignLeases, claimDueRecipients, releaseDeadLeases, renewLeases } from '../mta/delivery-queue.js';
-import { leaseNow } from '../server/clock.js';
+import { leaseNow } from '../server/shared/clock.js';
 import { FAST_TIMEOUTS, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import type { TestDnsServer } from './helpers/dns-server.js';
 import { newSender, queued, receipt, recipients, type Sender } from './helpers/sending.js';

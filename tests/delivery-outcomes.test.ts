@@ -2,7 +2,7 @@ import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { outboundRecipients } from '../db/schema/index.js';
 import type { DeliveryEngine } from '../mta/delivery-engine.js';
-import { DELIVERY_WINDOW_MS } from '../mta/retry-schedule.js';
+import { DELIVERY_WINDOW_MS } from '../server/core/delivery-schedule.js';
 import { parseVerp } from '../mta/verp.js';
 import { parsePrometheusText, sampleValueOrZero } from './helpers/prometheus-text.js';
 import { resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';

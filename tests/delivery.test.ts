@@ -3,7 +3,7 @@ import { dkimVerify } from 'mailauth/lib/dkim/verify.js';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { accounts, domainKeys, outboundRecipients, suppressions } from '../db/schema/index.js';
 import type { DeliveryEngine } from '../mta/delivery-engine.js';
-import { RETRY_GAPS_MS } from '../mta/retry-schedule.js';
+import { RETRY_GAPS_MS } from '../server/core/delivery-schedule.js';
 import { resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import type { TestDnsServer } from './helpers/dns-server.js';
 import { connectDomain } from './helpers/sending.js';

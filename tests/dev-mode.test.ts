@@ -7,7 +7,7 @@ import { dkimVerify } from 'mailauth/lib/dkim/verify.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDatabase } from '../db/client.js';
 import { DEV_DATA_DIR, DEV_SMTP_PORT, apiBase, devAdminToken, devEnvironment, queuedForDelivery } from '../scripts/dev.js';
-import { loadConfig } from '../server/config.js';
+import { loadConfig } from '../server/shared/config.js';
 import { adminTokenHash, ensureAdminToken } from '../server/core/admin-token.js';
 import { newSender, receipt, sendEmail } from './helpers/sending.js';
 import { startService } from './helpers/service.js';

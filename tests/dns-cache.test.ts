@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { cachingResolver } from '../server/dns/cache.js';
-import type { DnsResolver, Lookup } from '../server/dns/resolver.js';
+import { cachingResolver } from '../server/shared/dns/cache.js';
+import type { DnsResolver, Lookup } from '../server/shared/dns/resolver.js';
 
-/** The inbound checks' DNS cache (server/dns/cache.ts), over a resolver that counts the questions it is asked. */
+/** The inbound checks' DNS cache (server/shared/dns/cache.ts), over a resolver that counts the questions it is asked. */
 function countingResolver(answers: Record<string, Lookup<unknown>>) {
   const asked: string[] = [];
   const answer = (type: string) => async (name: string) => {

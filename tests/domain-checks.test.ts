@@ -2,7 +2,7 @@ import { generateKeyPairSync } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import type { CheckValue, RecordKind, RecordStatus } from '../db/schema/index.js';
 import { checkMx, checkOwnership, checkSigning, checkSpf, deriveFlags, nextRecordStatus, type DomainFlags } from '../server/core/domain-checks.js';
-import type { Lookup, MxRecord } from '../server/dns/resolver.js';
+import type { Lookup, MxRecord } from '../server/shared/dns/resolver.js';
 
 /**
  * The checks read DNS answers as DNS means them (issue 3, item 4; decisions.md section 5): a TXT record's strings

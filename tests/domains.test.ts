@@ -2,7 +2,7 @@ import { createPublicKey } from 'node:crypto';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { eq } from 'drizzle-orm';
 import { domainKeys, domains, emails, outboundMessages } from '../db/schema/index.js';
-import { DAY_MS } from '../server/clock.js';
+import { DAY_MS } from '../server/shared/clock.js';
 import { KEPT_DOMAIN_KEYS } from '../server/core/domains.js';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
 import { expectDocumented } from './helpers/openapi.js';

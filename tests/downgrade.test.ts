@@ -53,11 +53,11 @@ describe('a database migrated by a newer version', () => {
   it('stops the server at start (exit 1, one line, nothing listening) and the CLI (exit 1)', async () => {
     const dir = migratedByNewerVersion();
     const env = processEnv(dir);
-    const server = await run(['dist/server/main.js'], env);
+    const server = await run(['dist/server/app/main.js'], env);
     expect(server.code, server.stderr).toBe(1);
     expect(server.stderr).toContain('was migrated by a newer Mailstead');
     expect(server.stdout).not.toContain('http.listening');
-    const cli = await run(['dist/server/cli.js', 'accounts', 'list'], env);
+    const cli = await run(['dist/server/app/cli.js', 'accounts', 'list'], env);
     expect(cli.code, cli.stderr).toBe(1);
     expect(cli.stderr).toContain('downgrade is not supported');
     expect(cli.stdout).toBe('');

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { BASIC_CODE_CLASSES, FAILURES, classifyFailure, classifyReply } from '../mta/dsn.js';
+import { BASIC_CODE_CLASSES, FAILURES, classifyFailure, classifyReply } from '../server/core/dsn.js';
 
 /**
  * DSN classification (decisions.md section 3) as a table: the outcome follows the basic reply code's class, the DSN is

@@ -10,10 +10,10 @@ import { clientOf, openDatabase } from '../db/client.js';
 import { lockDataDir } from '../db/data-dir.js';
 import { FlushFailedError, createGroupCommit, walSyncOf } from '../db/group-commit.js';
 import { createInboundServer } from '../mta/inbound/server.js';
-import { createSpoolWriter, spoolDir } from '../mta/inbound/spool.js';
+import { createSpoolWriter, spoolDir } from '../db/inbound-spool.js';
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
-import { loadConfig } from '../server/config.js';
-import { resolveSecretKey } from '../server/deps.js';
+import { loadConfig } from '../server/shared/config.js';
+import { resolveSecretKey } from '../server/app/deps.js';
 import { processEnv, runningProcesses, startServiceProcess } from './helpers/service-process.js';
 import { startService } from './helpers/service.js';
 import { newSender, receipt, sendEmail } from './helpers/sending.js';
@@ -23,7 +23,7 @@ import { freePort } from '../scripts/lib/free-port.js';
  * Crash safety and full disks at the edges: the first start (server.lock, secret.key, the admin token), the fsyncs
  * of files and of the directories naming them, ENOSPC, and the WAL's flush (a descriptor that could not be opened is
  * opened again; after a failed fdatasync no later write is acknowledged). Crashes are real (SIGKILL of
- * `node dist/server/main.js` at a chosen point, through a preload that watches one fs call or one stdout write),
+ * `node dist/server/app/main.js` at a chosen point, through a preload that watches one fs call or one stdout write),
  * crafted (the on-disk state such a crash leaves), or failures injected into the fs calls of the code under test.
  */
 

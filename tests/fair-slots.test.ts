@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { type Slot, createFairSlots } from '../mta/fair-slots.js';
+import { type Slot, createFairSlots } from '../server/queues/fair-slots.js';
 
 /**
  * The connection slots of the mail engine, without sockets: the three bounds (in all, per account, per destination),

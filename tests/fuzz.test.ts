@@ -3,7 +3,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { webhookDeliveries, webhookEndpoints } from '../db/schema/index.js';
 import { PING_COOLDOWN_MS } from '../server/core/webhooks.js';
-import { ERROR_STATUS } from '../server/errors.js';
+import { ERROR_STATUS } from '../server/shared/errors.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { HttpsReceiver } from './helpers/https-receiver.js';
 import { seedEmail, seedEndpoint, seedEvent } from './helpers/outcomes.js';

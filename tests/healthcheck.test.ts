@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { healthzUrl } from '../server/healthcheck.js';
+import { healthzUrl } from '../server/app/healthcheck.js';
 import { ROOT, processEnv, runningProcesses, startServiceProcess } from './helpers/service-process.js';
 
 /**

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { DeliveryEngine } from '../mta/delivery-engine.js';
-import { STORE_FAULT_WINDOW_MS } from '../server/store-health.js';
+import { STORE_FAULT_WINDOW_MS } from '../server/shared/store-health.js';
 import { resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import type { TestDnsServer } from './helpers/dns-server.js';
 import { newSender, receipt, sendEmail } from './helpers/sending.js';

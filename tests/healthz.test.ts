@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { STORE_FAULT_WINDOW_MS, storeFaultOf } from '../server/store-health.js';
+import { STORE_FAULT_WINDOW_MS, storeFaultOf } from '../server/shared/store-health.js';
 import { startService, type TestService } from './helpers/service.js';
 
 /**

@@ -1,9 +1,9 @@
 import { performance } from 'node:perf_hooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { ApiError } from '../server/errors.js';
-import { jsonBody } from '../server/http/body.js';
-import { MAX_JSON_DEPTH, parseInput } from '../server/http/validate.js';
+import { ApiError } from '../server/shared/errors.js';
+import { jsonBody } from '../server/api/http/body.js';
+import { MAX_JSON_DEPTH, parseInput } from '../server/api/http/validate.js';
 import { startService, type TestService } from './helpers/service.js';
 
 /**

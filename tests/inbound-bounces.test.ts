@@ -8,7 +8,7 @@ import { type InboundServer, createInboundServer } from '../mta/inbound/server.j
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
 import { verpAddress } from '../mta/verp.js';
 import { createCustomerDbWriter } from '../server/customer-db/writer.js';
-import { newId } from '../server/ids.js';
+import { newId } from '../server/shared/ids.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { fblReporter } from './helpers/fbl.js';
 import { seedEndpoint } from './helpers/outcomes.js';

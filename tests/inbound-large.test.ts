@@ -109,7 +109,7 @@ it('a 25 MB message with a 24 MB attachment: received and written, the peak RSS 
       await client.end();
     }
     // The peak resident set over the whole receive and write, against the peak before it. Measured here: 6-7 MiB for
-    // this 25 MiB message (52 MiB without the collections of server/memory.ts; a path that buffers the message whole,
+    // this 25 MiB message (52 MiB without the collections of server/shared/memory.ts; a path that buffers the message whole,
     // as mailparser's quoted-printable decoding of a text attachment does, 176 MiB).
     const grewBy = after.peak - Math.max(before.peak, before.now);
     expect(grewBy, `peak RSS grew by ${(grewBy / MIB).toFixed(1)} MiB (before: peak ${(before.peak / MIB).toFixed(0)} MiB, now ${(before.now / MIB).toFixed(0)} MiB)`).toBeLessThan(raw.length / 2);

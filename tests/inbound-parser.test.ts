@@ -1,14 +1,14 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import { getPriority } from 'node:os';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { PARSE_NICE, ParserStoppedError, createInboundParser } from '../mta/inbound/parser.js';
-import type { SpooledInboundWrite } from '../server/customer-db/outbox.js';
-import { loadConfig } from '../server/config.js';
-import { createMemoryLogger } from '../server/logger.js';
+import { PARSE_NICE, ParserStoppedError, createInboundParser } from '../server/customer-db/inbound/parser.js';
+import type { SpooledInboundWrite } from '../server/core/customer-db-outbox.js';
+import { loadConfig } from '../server/shared/config.js';
+import { createMemoryLogger } from '../server/shared/logger.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 
 /**
- * The inbound parse thread (mta/inbound/parser.ts): small received messages are checked and parsed off the event
+ * The inbound parse thread (server/customer-db/inbound/parser.ts): small received messages are checked and parsed off the event
  * loop, in a worker thread at a lower priority, with the SPF and DMARC lookups of one sender shared; a thread that
  * dies fails the parses it held and the next parse starts a new one.
  */

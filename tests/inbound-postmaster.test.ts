@@ -13,11 +13,11 @@ import {
   prepareOperatorMessage,
   readOperatorMessage,
   storeOperatorMessage,
-} from '../mta/inbound/operator-mail.js';
+} from '../server/core/operator-mail.js';
 import { judgeRecipient } from '../mta/inbound/recipients.js';
 import { type InboundServer, createInboundServer } from '../mta/inbound/server.js';
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
-import { newId } from '../server/ids.js';
+import { newId } from '../server/shared/ids.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 import { RawSmtp } from './helpers/raw-smtp.js';

@@ -5,7 +5,7 @@ import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type Store, clientOf, databasePath, openDatabase } from '../db/client.js';
 import { RECEIVING_CACHE_DOMAINS, judgeRecipient, receivingCacheSize } from '../mta/inbound/recipients.js';
-import { loadConfig } from '../server/config.js';
+import { loadConfig } from '../server/shared/config.js';
 
 /**
  * The RCPT check keeps what it decided per domain while the `recipients` change counter stands still (triggers raise it

@@ -3,7 +3,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { customerDbWrites, customerDatabases } from '../db/schema/index.js';
 import { type InboundServer, createInboundServer } from '../mta/inbound/server.js';
 import { INLINE_BYTES } from '../mta/inbound/receive.js';
-import { UNPARSABLE_ATTACHMENT } from '../mta/inbound/parse-message.js';
+import { UNPARSABLE_ATTACHMENT } from '../server/customer-db/inbound/parse-message.js';
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
 import { type CustomerDbWriter, createCustomerDbWriter } from '../server/customer-db/writer.js';
 import { TestDnsServer } from './helpers/dns-server.js';

@@ -1,6 +1,6 @@
 import { expect, it } from 'vitest';
-import { parseInlineInbound } from '../mta/inbound/parse-message.js';
-import { createMemoryLogger } from '../server/logger.js';
+import { parseInlineInbound } from '../server/customer-db/inbound/parse-message.js';
+import { createMemoryLogger } from '../server/shared/logger.js';
 
 /**
  * `service.inbound.headers` keeps header values as sent. mailparser hands header lines over a byte a character, so

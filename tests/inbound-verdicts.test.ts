@@ -2,13 +2,13 @@ import { generateKeyPairSync } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { authenticate, dkimSign } from 'mailauth';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type ParseDeps, verdictsOf } from '../mta/inbound/verdicts.js';
-import { createResolver, mailauthResolver } from '../server/dns/resolver.js';
-import { createMemoryLogger } from '../server/logger.js';
+import { type ParseDeps, verdictsOf } from '../server/customer-db/inbound/verdicts.js';
+import { createResolver, mailauthResolver } from '../server/shared/dns/resolver.js';
+import { createMemoryLogger } from '../server/shared/logger.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 
 /**
- * The inbound verdicts (mta/inbound/verdicts.ts verdictsOf) are mailauth's `authenticate` without ARC and BIMI, composed
+ * The inbound verdicts (server/customer-db/inbound/verdicts.ts verdictsOf) are mailauth's `authenticate` without ARC and BIMI, composed
  * from its parts so an unsigned message skips the DKIM verifier: here each case is checked against authenticate's own
  * answer for the same message, envelope and DNS.
  */

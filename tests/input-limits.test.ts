@@ -2,9 +2,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { emails } from '../db/schema/index.js';
 import { assertRenderedSize, MAX_MAILBOX_INPUT, MAX_RECIPIENT_INPUT, MAX_TAG_VALUE } from '../server/core/send-request.js';
 import { MAX_RENDERED_BYTES, TEMPLATES, VARIABLE_LIMITS, type VariableDef } from '../server/core/templates.js';
-import { ApiError } from '../server/errors.js';
-import { newId } from '../server/ids.js';
-import { LISTS, PAGE_BYTE_BUDGET, toPage } from '../server/http/paging.js';
+import { ApiError } from '../server/shared/errors.js';
+import { newId } from '../server/shared/ids.js';
+import { LISTS, PAGE_BYTE_BUDGET, toPage } from '../server/api/http/paging.js';
 import { emailRows, expectError, expectOk, newSender, queued, type Sender, sendEmail } from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
 

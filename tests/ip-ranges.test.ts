@@ -1,6 +1,6 @@
 import { isIP } from 'node:net';
 import { describe, expect, it } from 'vitest';
-import { RESERVED_RANGES, clientKey, isReservedAddress } from '../server/core/ip-ranges.js';
+import { RESERVED_RANGES, clientKey, isReservedAddress } from '../server/shared/ip-ranges.js';
 
 /**
  * The reserved address table (loopback, private, link-local, shared, documentation, multicast and other special

@@ -1,9 +1,9 @@
 import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { LOG_FLUSH_BYTES, LOG_FLUSH_MS, createLogger, stdoutBatched } from '../server/logger.js';
+import { LOG_FLUSH_BYTES, LOG_FLUSH_MS, createLogger, stdoutBatched } from '../server/shared/logger.js';
 
-/** The service's stdout logger (server/logger.ts): one write per LOG_FLUSH_MS at most, nothing lost at exit. */
+/** The service's stdout logger (server/shared/logger.ts): one write per LOG_FLUSH_MS at most, nothing lost at exit. */
 describe('stdoutBatched', () => {
   afterEach(() => {
     vi.useRealTimers();
@@ -59,7 +59,7 @@ describe('stdoutBatched', () => {
   });
 
   it('writes what it holds when the process exits at once, and when it dies of an uncaught error', () => {
-    const logger = fileURLToPath(new URL('../dist/server/logger.js', import.meta.url));
+    const logger = fileURLToPath(new URL('../dist/server/shared/logger.js', import.meta.url));
     const run = (body: string) => {
       try {
         return execFileSync(process.execPath, ['--input-type=module', '-e', `import { createLogger } from ${JSON.stringify(logger)}; const log = createLogger('info'); ${body}`], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });

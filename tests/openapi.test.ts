@@ -1,10 +1,10 @@
 import { Validator } from '@seriousme/openapi-schema-validator';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WEBHOOK_EVENT_TYPES } from '../db/schema/index.js';
-import { API_BASE, createApp } from '../server/app.js';
+import { API_BASE, createApp } from '../server/app/http-app.js';
 import { SCOPES, type Scope } from '../server/core/scopes.js';
-import { ERROR_STATUS } from '../server/errors.js';
-import { LISTS } from '../server/http/paging.js';
+import { ERROR_STATUS } from '../server/shared/errors.js';
+import { LISTS } from '../server/api/http/paging.js';
 import { apiDocument, documentedPath, expectDocumented } from './helpers/openapi.js';
 import { startService, type TestService } from './helpers/service.js';
 

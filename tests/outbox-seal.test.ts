@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { customerDbWrites } from '../db/schema/index.js';
-import { type SpooledInboundWrite, openWrite, queueCustomerDbWrite } from '../server/customer-db/outbox.js';
-import { encryptSecret, openBytes, sealBytes } from '../server/secrets.js';
+import { type SpooledInboundWrite, openWrite, queueCustomerDbWrite } from '../server/core/customer-db-outbox.js';
+import { encryptSecret, openBytes, sealBytes } from '../server/shared/secrets.js';
 import { withinBudget } from '../server/customer-db/writer.js';
 import { storeDatabaseRow } from './helpers/customer-db.js';
 import { type TestService, startService } from './helpers/service.js';

@@ -2,8 +2,8 @@ import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDatabase } from '../db/client.js';
 import { settings } from '../db/schema/index.js';
-import { ApiError } from '../server/errors.js';
-import { LISTS, readPage, toPage, type ListDef } from '../server/http/paging.js';
+import { ApiError } from '../server/shared/errors.js';
+import { LISTS, readPage, toPage, type ListDef } from '../server/api/http/paging.js';
 import { startService, type TestService } from './helpers/service.js';
 
 /**

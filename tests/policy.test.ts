@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { DAY_MS } from '../server/clock.js';
+import { DAY_MS } from '../server/shared/clock.js';
 import { type CreditPolicy, type CreditRecord, creditStatus } from '../server/core/credits.js';
 import { effectiveQuota, sentToday } from '../server/core/quota.js';
 import { type Tier, gradeTier } from '../server/core/tiers.js';
-import { isUuid, newId } from '../server/ids.js';
+import { isUuid, newId } from '../server/shared/ids.js';
 
 /**
  * The policy tables of decisions.md section 4 (tiers, quota, credits) and the id rule of section 1, as tables.

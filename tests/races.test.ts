@@ -10,7 +10,7 @@ import { findAccount } from '../server/core/accounts.js';
 import type { RequestContext } from '../server/core/context.js';
 import { deleteDatabase, testDatabase } from '../server/core/customer-db.js';
 import { SCOPES } from '../server/core/scopes.js';
-import { newId } from '../server/ids.js';
+import { newId } from '../server/shared/ids.js';
 import { dashboardClient } from './helpers/dashboard.js';
 import { FAST_TIMEOUTS } from './helpers/delivery-rig.js';
 import { TestDnsServer } from './helpers/dns-server.js';

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { API_BASE, createApp } from '../server/app.js';
-import { loadConfig } from '../server/config.js';
+import { API_BASE, createApp } from '../server/app/http-app.js';
+import { loadConfig } from '../server/shared/config.js';
 import { createRateLimiter } from '../server/core/rate-limit.js';
 import { SCOPES, type Scope } from '../server/core/scopes.js';
 import { FakeClock } from './helpers/clock.js';

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { newWebhookSecret, signedHeaders as signedHeadersOnTheWire } from '../server/webhooks/signing.js';
+import { newWebhookSecret, signedHeaders as signedHeadersOnTheWire } from '../server/core/webhook-signing.js';
 
 /**
  * The README's "Verifying webhook signatures" snippets, run as written: the Node one as a real receiver process, the

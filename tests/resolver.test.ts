@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createResolver, type DnsResolver } from '../server/dns/resolver.js';
+import { createResolver, type DnsResolver } from '../server/shared/dns/resolver.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 
 let dns: TestDnsServer;

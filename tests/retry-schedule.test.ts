@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { DELIVERY_WINDOW_MS, RETRY_GAPS_MS, nextAttemptAt } from '../mta/retry-schedule.js';
+import { DELIVERY_WINDOW_MS, RETRY_GAPS_MS, nextAttemptAt } from '../server/core/delivery-schedule.js';
 
 /**
  * The retry schedule of decisions.md section 3 as data: after the 1st, 2nd, ... deferred attempt the next try comes

@@ -4,11 +4,11 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type Store, openDatabase } from '../db/client.js';
 import { accounts, customerDatabases, domainKeys, settings, webhookEndpoints } from '../db/schema/index.js';
-import { checkSecretKey, keyOffWarning } from '../server/secret-key-check.js';
-import { encryptSecret } from '../server/secrets.js';
+import { checkSecretKey, keyOffWarning } from '../server/app/secret-key-check.js';
+import { encryptSecret } from '../server/shared/secrets.js';
 
 /**
- * The start's check of the secret key against DATA_DIR's secrets (server/secret-key-check.ts): a key is recorded on
+ * The start's check of the secret key against DATA_DIR's secrets (server/app/secret-key-check.ts): a key is recorded on
  * the first start, and a later start with another key is a mismatch; data from before the record is judged by a
  * sealed secret of each kind; SECRET_KEY=off counts what it leaves unreadable. (The exit line: tests/config.test.ts.)
  */

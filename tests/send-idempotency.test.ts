@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGroupCommit } from '../db/group-commit.js';
-import { leaseNow } from '../server/clock.js';
+import { leaseNow } from '../server/shared/clock.js';
 import {
   breakQueue,
   connectSockets,

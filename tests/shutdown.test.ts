@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { createMemoryLogger } from '../server/logger.js';
-import { runStopSteps } from '../server/shutdown.js';
+import { createMemoryLogger } from '../server/shared/logger.js';
+import { runStopSteps } from '../server/app/shutdown.js';
 
 /**
- * The server's stop (server/main.ts): every step runs to its end even when one before it fails (a database damaged
+ * The server's stop (server/app/main.ts): every step runs to its end even when one before it fails (a database damaged
  * under the running server fails the steps that write to it, yet the lock must be released and the process exit),
  * each failure one `process.stop_failed` line naming its step, nothing thrown.
  */

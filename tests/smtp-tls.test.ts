@@ -395,7 +395,7 @@ describe('a bad configured pair stops the start before anything listens', () => 
     const smtpPort = await freePort();
     // SMTP_TLS_CERT names the key file: readable, so the config module passes it; it holds no certificate.
     const env = processEnv(join(dir, 'data'), { SMTP_PORT: String(smtpPort), SMTP_HOST: '127.0.0.1', SMTP_TLS_CERT: keyPath, SMTP_TLS_KEY: keyPath });
-    const child = spawn(process.execPath, ['dist/server/main.js'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['dist/server/app/main.js'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));

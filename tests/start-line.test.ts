@@ -3,8 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { freePort } from '../scripts/lib/free-port.js';
-import { loadConfig, mailHostnameProblem } from '../server/config.js';
-import { listenUrl, startLine } from '../server/start-line.js';
+import { loadConfig, mailHostnameProblem } from '../server/shared/config.js';
+import { listenUrl, startLine } from '../server/app/start-line.js';
 import { parsePrometheusText, sampleValue } from './helpers/prometheus-text.js';
 import { processEnv, runningProcesses, startServiceProcess } from './helpers/service-process.js';
 

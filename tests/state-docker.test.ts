@@ -64,7 +64,7 @@ describe('Dockerfile', () => {
     expect(instructions.join('\n')).not.toMatch(/setcap|libcap|cap_net_bind_service|getcap/i);
   });
 
-  it('runs as the unprivileged node user, the same commands as the README and CI: npm ci, npm run build, node dist/server/main.js', () => {
+  it('runs as the unprivileged node user, the same commands as the README and CI: npm ci, npm run build, node dist/server/app/main.js', () => {
     const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
     const runs = instructions.filter((l) => l.startsWith('RUN ')).join('\n');
     expect(runs).toContain('npm ci');
@@ -73,7 +73,7 @@ describe('Dockerfile', () => {
     const cmd = runtimeStage.find((l) => l.startsWith('CMD '));
     expect(cmd).toBeDefined();
     expect((JSON.parse(cmd!.slice(4)) as string[]).join(' ')).toBe(pkg.scripts.start);
-    expect(runtimeStage.some((l) => l.startsWith('HEALTHCHECK ') && l.includes('dist/server/healthcheck.js'))).toBe(true);
+    expect(runtimeStage.some((l) => l.startsWith('HEALTHCHECK ') && l.includes('dist/server/app/healthcheck.js'))).toBe(true);
   });
 });
 
@@ -107,7 +107,7 @@ describe('.dockerignore', () => {
     '.env',
     '.env.production',
     'deploy/.env.local',
-    'dist/server/main.js',
+    'dist/server/app/main.js',
     'node_modules/hono/package.json',
     'coverage/index.html',
     '.git/HEAD',

@@ -7,8 +7,8 @@ import Database from 'better-sqlite3';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 
 /**
- * DATA_DIR as the operator finds it (issue 9, points 8, 9 and 13), on real processes: `node dist/server/main.js`
- * and `node dist/server/cli.js`, each started under umask 022 so that nothing is private by accident.
+ * DATA_DIR as the operator finds it (issue 9, points 8, 9 and 13), on real processes: `node dist/server/app/main.js`
+ * and `node dist/server/app/cli.js`, each started under umask 022 so that nothing is private by accident.
  */
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -79,7 +79,7 @@ class Server {
   }
 
   static start(dataDir: string, extra: Record<string, string> = {}): Server {
-    return new Server(spawnNode('dist/server/main.js', [], env(dataDir, extra)));
+    return new Server(spawnNode('dist/server/app/main.js', [], env(dataDir, extra)));
   }
 
   /** Resolves with the base URL once http.listening is logged; fails if the process exits first. */
@@ -108,7 +108,7 @@ class Server {
 
 function runCli(dataDir: string, args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawnNode('dist/server/cli.js', args, env(dataDir));
+    const child = spawnNode('dist/server/app/cli.js', args, env(dataDir));
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));

@@ -5,12 +5,12 @@ import { asc, eq } from 'drizzle-orm';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type WebhookDeliveryRow, type WebhookEndpointRow, type WebhookEventType, webhookAttempts, webhookDeliveries, webhookEndpoints } from '../db/schema/index.js';
-import { leaseNow } from '../server/clock.js';
-import { newId } from '../server/ids.js';
-import { encryptSecret } from '../server/secrets.js';
+import { leaseNow } from '../server/shared/clock.js';
+import { newId } from '../server/shared/ids.js';
+import { encryptSecret } from '../server/shared/secrets.js';
 import { type PostWebhook, createWebhookDispatcher, pingEndpoint, webhookPostBody } from '../server/webhooks/dispatcher.js';
 import { postWebhook } from '../server/webhooks/http-client.js';
-import { newWebhookSecret } from '../server/webhooks/signing.js';
+import { newWebhookSecret } from '../server/core/webhook-signing.js';
 import { HttpsReceiver, type ReceivedRequest } from './helpers/https-receiver.js';
 import { type TestService, startService } from './helpers/service.js';
 

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { eq } from 'drizzle-orm';
 import { emailEvents, outboundRecipients, webhookDeliveries, webhookEndpoints, type WebhookEventType } from '../db/schema/index.js';
 import { createDeliveryEngine } from '../mta/delivery-engine.js';
-import { newId } from '../server/ids.js';
+import { newId } from '../server/shared/ids.js';
 import { FAST_TIMEOUTS, type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import { newSender, newSubSender, receipt } from './helpers/sending.js';
 

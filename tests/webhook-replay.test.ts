@@ -5,10 +5,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as schema from '../db/schema/index.js';
 import { emailEvents, emails, webhookDeliveries, webhookEndpoints } from '../db/schema/index.js';
 import { MAX_PENDING_PER_ENDPOINT, MAX_REPLAY_EVENTS, REPLAY_CHUNK_ROWS } from '../server/core/webhook-replay.js';
-import { newId } from '../server/ids.js';
+import { newId } from '../server/shared/ids.js';
 import { createWebhookDispatcher, type PostWebhook } from '../server/webhooks/dispatcher.js';
-import { fanOutOutcome } from '../server/webhooks/fanout.js';
-import { newWebhookSecret } from '../server/webhooks/signing.js';
+import { fanOutOutcome } from '../server/core/webhook-fanout.js';
+import { newWebhookSecret } from '../server/core/webhook-signing.js';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
 import { watchLoopStalls } from './helpers/loop-stall.js';
 import { seedEmail, seedEndpoint, seedEvent, seedManyEvents, type SeededEvent } from './helpers/outcomes.js';
@@ -255,7 +255,7 @@ describe('recovery: a receiver that lost every attempt gets the outcome again by
     const endpoint = seedEndpoint(service, account.id, ['email.bounced'], { secret });
     const email = seedEmail(service, account.id, { from: 'alerts@example.com', tags: { plan: 'pro' } });
     const occurredAt = service.clock.now();
-    // The outcome and its fan-out in one transaction, as mta/outcomes.ts records them.
+    // The outcome and its fan-out in one transaction, as server/core/outcomes.ts records them.
     const event = service.deps.db.transaction(() => {
       const e = seedEvent(service, email, 'bounced', occurredAt, 'gone@example.net');
       fanOutOutcome(service.deps.db, { accountId: account.id, emailId: email, recipient: e.recipient, status: e.status, dsn: e.dsn, detail: e.detail, occurredAt });

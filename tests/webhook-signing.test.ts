@@ -1,8 +1,8 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
 import { describe, expect, it } from 'vitest';
-import { newWebhookSecret, signedHeaders } from '../server/webhooks/signing.js';
-import { WEBHOOK_MAX_ATTEMPTS, WEBHOOK_RETRY_GAPS_MS, nextWebhookAttemptAt } from '../server/webhooks/retry-schedule.js';
+import { newWebhookSecret, signedHeaders } from '../server/core/webhook-signing.js';
+import { WEBHOOK_MAX_ATTEMPTS, WEBHOOK_RETRY_GAPS_MS, nextWebhookAttemptAt } from '../server/core/webhook-schedule.js';
 
 /**
  * Webhook signatures as a receiver checks them: the spec's X-Service-Signature with independent code (createHmac and

@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../server/config.js';
-import { RESERVED_RANGES } from '../server/core/ip-ranges.js';
-import { createResolver } from '../server/dns/resolver.js';
-import { ApiError } from '../server/errors.js';
+import { loadConfig } from '../server/shared/config.js';
+import { RESERVED_RANGES } from '../server/shared/ip-ranges.js';
+import { createResolver } from '../server/shared/dns/resolver.js';
+import { ApiError } from '../server/shared/errors.js';
 import { MAX_WEBHOOK_URL_LENGTH, checkWebhookUrl, isAbsoluteUri, parseWebhookUrl, resolveTarget } from '../server/webhooks/target.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 

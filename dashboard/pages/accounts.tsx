@@ -19,9 +19,9 @@ import {
 import { listDomains } from '../../server/core/domains.js';
 import { insertKey, listKeys, mintKeyInput, revokeKey } from '../../server/core/keys.js';
 import { SCOPES, isScope } from '../../server/core/scopes.js';
-import type { Deps } from '../../server/deps.js';
-import { ApiError } from '../../server/errors.js';
-import { parseInput } from '../../server/http/validate.js';
+import type { Deps } from '../../server/app/deps.js';
+import { ApiError } from '../../server/shared/errors.js';
+import { parseInput } from '../../server/api/http/validate.js';
 import type { DashEnv } from '../env.js';
 import { formatCount } from '../format.js';
 import { operatorContext, requireAccount } from '../on-behalf.js';

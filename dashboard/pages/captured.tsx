@@ -1,6 +1,6 @@
 import { Hono } from 'hono';
-import type { Deps } from '../../server/deps.js';
-import { ApiError } from '../../server/errors.js';
+import type { Deps } from '../../server/app/deps.js';
+import { ApiError } from '../../server/shared/errors.js';
 import type { DashEnv } from '../env.js';
 import { capturedRecipientsOf, countCaptured, listCaptured } from '../queries/captured.js';
 import { dkimVerdictOf, openCaptured, partsOf } from '../queries/captured-message.js';

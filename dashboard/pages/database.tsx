@@ -1,8 +1,8 @@
 import { Hono } from 'hono';
 import { CUSTOMER_DB_STATES, type CustomerDbState } from '../../db/schema/index.js';
 import { testDatabase } from '../../server/core/customer-db.js';
-import type { Deps } from '../../server/deps.js';
-import { isUuid } from '../../server/ids.js';
+import type { Deps } from '../../server/app/deps.js';
+import { isUuid } from '../../server/shared/ids.js';
 import type { DashEnv } from '../env.js';
 import { formatCount, plural } from '../format.js';
 import { operatorContext, requireAccount } from '../on-behalf.js';

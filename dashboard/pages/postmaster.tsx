@@ -1,8 +1,8 @@
 import { Hono } from 'hono';
-import { readOperatorMessage } from '../../mta/inbound/operator-mail.js';
-import type { Deps } from '../../server/deps.js';
-import { ApiError } from '../../server/errors.js';
-import { isUuid } from '../../server/ids.js';
+import { readOperatorMessage } from '../../server/core/operator-mail.js';
+import type { Deps } from '../../server/app/deps.js';
+import { ApiError } from '../../server/shared/errors.js';
+import { isUuid } from '../../server/shared/ids.js';
 import type { DashEnv } from '../env.js';
 import { type MessageParts, partsOf } from '../queries/captured-message.js';
 import { countOperatorMessages, listOperatorMessages } from '../queries/postmaster.js';

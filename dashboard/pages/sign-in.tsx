@@ -1,12 +1,12 @@
 import { type Context, Hono } from 'hono';
 import { deleteCookie, getCookie, setCookie } from 'hono/cookie';
-import type { Deps } from '../../server/deps.js';
-import { constantTimeEqual, randomBase62 } from '../../server/secrets.js';
+import type { Deps } from '../../server/app/deps.js';
+import { constantTimeEqual, randomBase62 } from '../../server/shared/secrets.js';
 import type { DashEnv } from '../env.js';
 import { clientAddress, createAttemptLimiter, isCrossSite, isHttps, readForm } from '../security.js';
 import { closeSession, findSession, isAdminToken, openSession } from '../session.js';
 import { Document } from '../ui.js';
-import { clientKey } from '../../server/core/ip-ranges.js';
+import { clientKey } from '../../server/shared/ip-ranges.js';
 
 export const SESSION_COOKIE = 'mailstead_session';
 /** The sign-in form's double-submit value (a sign-in cannot be forged from another site either). */
@@ -81,7 +81,7 @@ export function signInRoutes(deps: Deps) {
       }
       // The right token always signs in, however many wrong ones came from its address (behind a proxy, every
       // client's): checking it costs one hash. Only wrong tokens are counted and limited, per address (an IPv6 client
-      // by its /64, server/core/ip-ranges.ts clientKey). Guessing is hopeless whatever the limit: a generated token
+      // by its /64, server/shared/ip-ranges.ts clientKey). Guessing is hopeless whatever the limit: a generated token
       // holds 238 random bits (server/core/admin-token.ts).
       if (!isAdminToken(deps.db, fields.token ?? '')) {
         const counted = limiter.take(clientKey(clientAddress(c)));

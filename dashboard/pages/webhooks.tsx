@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import { deliveryAttempts } from '../../server/core/webhooks.js';
-import type { Deps } from '../../server/deps.js';
-import { ApiError } from '../../server/errors.js';
+import type { Deps } from '../../server/app/deps.js';
+import { ApiError } from '../../server/shared/errors.js';
 import { reenableEndpoint, replayDelivery, sendTestPing } from '../actions/webhooks.js';
 import type { DashEnv } from '../env.js';
 import { accountFilter } from '../on-behalf.js';

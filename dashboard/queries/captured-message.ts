@@ -1,9 +1,9 @@
 import { dkimVerify } from 'mailauth';
 import { simpleParser } from 'mailparser';
 import { capturedMessageQuery, getCapturedMessage } from '../../server/core/emails.js';
-import type { Deps } from '../../server/deps.js';
-import { mailauthResolver } from '../../server/dns/resolver.js';
-import { ApiError } from '../../server/errors.js';
+import type { Deps } from '../../server/app/deps.js';
+import { mailauthResolver } from '../../server/shared/dns/resolver.js';
+import { ApiError } from '../../server/shared/errors.js';
 import { actForAccount } from '../on-behalf.js';
 import { type CapturedEntry, findCaptured } from './captured.js';
 

@@ -14,11 +14,11 @@ import {
 } from '../../db/schema/index.js';
 import { type EmailView, type EventView, getEmail } from '../../server/core/emails.js';
 import { type WebhookDeliveryView, deliveryView } from '../../server/core/webhooks.js';
-import { WRITE_RETENTION_MS, databaseOwnerOf, openWrite } from '../../server/customer-db/outbox.js';
-import type { Deps } from '../../server/deps.js';
-import { ApiError } from '../../server/errors.js';
-import { isUuid } from '../../server/ids.js';
-import type { OutcomeEventData } from '../../server/webhooks/fanout.js';
+import { WRITE_RETENTION_MS, databaseOwnerOf, openWrite } from '../../server/core/customer-db-outbox.js';
+import type { Deps } from '../../server/app/deps.js';
+import { ApiError } from '../../server/shared/errors.js';
+import { isUuid } from '../../server/shared/ids.js';
+import type { OutcomeEventData } from '../../server/core/webhook-fanout.js';
 import { idFloor } from './id-time.js';
 import { type DeliveryState, stateOf } from './webhooks.js';
 import { operatorContext } from '../on-behalf.js';
@@ -114,11 +114,11 @@ function queuedRecipients(db: Db, emailId: string): QueuedRecipient[] {
     .all();
 }
 
-/** How long after its outcome a fan-out delivery's id can sort (it is made from the outcome's time, server/ids.ts). */
+/** How long after its outcome a fan-out delivery's id can sort (it is made from the outcome's time, server/shared/ids.ts). */
 const FANOUT_WINDOW_MS = 60_000;
 
 /**
- * The deliveries the fan-out wrote for this email's outcomes (server/webhooks/fanout.ts: in the outcome's transaction,
+ * The deliveries the fan-out wrote for this email's outcomes (server/core/webhook-fanout.ts: in the outcome's transaction,
  * with an id made from the outcome's time), found per outcome time in each endpoint's (endpoint, id) index and kept
  * when their post names this email. Replays queued later by an operator are listed with their endpoint.
  * Each delivery's full attempt history is on its own page (the webhooks section).
@@ -165,7 +165,7 @@ function capturedRecipients(deps: Deps, emailId: string): Set<string> {
 
 /**
  * The email's writes to its customer database: the content write queued with the send and one write per outcome.
- * A write waits in the outbox (server/customer-db/outbox.ts) until the database has it, and is deleted then; one the
+ * A write waits in the outbox (server/core/customer-db-outbox.ts) until the database has it, and is deleted then; one the
  * database refused for its data is set aside. So a write still there is pending or failed, and one no longer there
  * was written (or, past the retention window, possibly dropped unwritten). The outbox keeps no email id in the clear:
  * the writes made at this email's times are opened and matched by what they carry.

@@ -1,7 +1,7 @@
 import { type SQL, asc, desc, gt, lt } from 'drizzle-orm';
 import type { SQLiteColumn } from 'drizzle-orm/sqlite-core';
-import { ApiError } from '../../server/errors.js';
-import { isUuid } from '../../server/ids.js';
+import { ApiError } from '../../server/shared/errors.js';
+import { isUuid } from '../../server/shared/ids.js';
 
 /**
  * Keyset pages over time-ordered ids (UUIDv7), newest first, for the dashboard's lists: a page link names the id it

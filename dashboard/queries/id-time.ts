@@ -1,5 +1,5 @@
 /**
- * Time ranges over UUIDv7 ids (server/ids.ts). An id made at `ms` carries max(ms, the process's last id time) in its
+ * Time ranges over UUIDv7 ids (server/shared/ids.ts). An id made at `ms` carries max(ms, the process's last id time) in its
  * first 48 bits, so it never sorts before the smallest id of its own millisecond: `id >= idFloor(t)` keeps every row
  * made at or after `t`, read as a range of the primary key instead of a scan of a timestamp nobody indexed.
  */

@@ -1,6 +1,6 @@
 import { EVENT_STATUSES, type EventStatus } from '../../db/schema/index.js';
-import { DAY_MS, utcDay } from '../../server/clock.js';
-import type { Scans } from '../../server/scans.js';
+import { DAY_MS, utcDay } from '../../server/shared/clock.js';
+import type { Scans } from '../../db/scans.js';
 import { idFloor } from './id-time.js';
 
 /** The overview chart's series, in the legend's order: what was sent, then each outcome api.md records. */

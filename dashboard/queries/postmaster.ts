@@ -1,12 +1,12 @@
 import { count, desc, getTableColumns, lt } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import { operatorMessages } from '../../db/schema/index.js';
-import type { OperatorMessageSummary } from '../../mta/inbound/operator-mail.js';
+import type { OperatorMessageSummary } from '../../server/core/operator-mail.js';
 import { PAGE_SIZE } from './id-pages.js';
 
 /**
  * The operator's own mail (postmaster@ and abuse@ MAIL_HOSTNAME) for the dashboard's list: what the store keeps beside
- * the sealed bytes, newest first; a message is opened only through mta/inbound/operator-mail.ts readOperatorMessage.
+ * the sealed bytes, newest first; a message is opened only through server/core/operator-mail.ts readOperatorMessage.
  */
 
 const { messageSealed: _sealed, ...summaryColumns } = getTableColumns(operatorMessages);

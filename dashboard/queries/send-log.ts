@@ -2,10 +2,10 @@ import { and, eq, gte, lt, sql } from 'drizzle-orm';
 import { z } from 'zod';
 import type { Db } from '../../db/client.js';
 import { EMAIL_STATUSES, type EmailStatus, accounts, emails } from '../../db/schema/index.js';
-import { DAY_MS } from '../../server/clock.js';
+import { DAY_MS } from '../../server/shared/clock.js';
 import { type EmailView, emailView } from '../../server/core/emails.js';
 import { addressKey } from '../../server/core/addresses.js';
-import { isUuid } from '../../server/ids.js';
+import { isUuid } from '../../server/shared/ids.js';
 import { ID_CLOCK_SLACK_MS, idFloor } from './id-time.js';
 import { type IdPage, PAGE_SIZE, type PageLink, pageByIds } from './id-pages.js';
 

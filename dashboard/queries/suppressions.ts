@@ -2,7 +2,7 @@ import { and, eq, sql } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import { type SuppressionReason, accounts, emailEvents, suppressions } from '../../db/schema/index.js';
 import { type SuppressionView, suppressionKey, suppressionView } from '../../server/core/suppressions.js';
-import { ApiError } from '../../server/errors.js';
+import { ApiError } from '../../server/shared/errors.js';
 import type { BadgeTone } from '../ui.js';
 import { type IdPage, PAGE_SIZE, type PageLink, pageByIds } from './id-pages.js';
 import { idFloor } from './id-time.js';
@@ -73,7 +73,7 @@ export function listAllSuppressions(db: Db, filter: SuppressionFilter, link: Pag
 
 /**
  * The email of the outcome that listed an address: the engine writes the event and the suppression in one
- * transaction, both at the outcome's time (mta/outcomes.ts writeOutcome), on the account's list and its parent's.
+ * transaction, both at the outcome's time (server/core/outcomes.ts writeOutcome), on the account's list and its parent's.
  * So the event is the account's or a sub-account's, of that recipient and status, at the entry's creation time; its
  * id is no earlier than that time (idFloor), which bounds the walk of the account index.
  */

@@ -2,9 +2,9 @@ import { type SQL, and, count, eq, gt, isNotNull, sql } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import { type WebhookDeliveryRow, type WebhookEndpointRow, accounts, webhookDeliveries, webhookEndpoints } from '../../db/schema/index.js';
 import { type WebhookDeliveryView, type WebhookEndpointView, deliveryView, endpointView } from '../../server/core/webhooks.js';
-import { ApiError } from '../../server/errors.js';
-import { isUuid } from '../../server/ids.js';
-import { WEBHOOK_DISABLE_AFTER_FAILURES } from '../../server/webhooks/retry-schedule.js';
+import { ApiError } from '../../server/shared/errors.js';
+import { isUuid } from '../../server/shared/ids.js';
+import { WEBHOOK_DISABLE_AFTER_FAILURES } from '../../server/core/webhook-schedule.js';
 import type { BadgeTone } from '../ui.js';
 import { type IdPage, PAGE_SIZE, type PageLink, pageByIds } from './id-pages.js';
 

@@ -3,7 +3,7 @@ import type { SuspendedBy } from '../../db/schema/index.js';
 import type { AccountView } from '../../server/core/accounts.js';
 import type { CreditState } from '../../server/core/credits.js';
 import type { Tier } from '../../server/core/tiers.js';
-import type { Config } from '../../server/config.js';
+import type { Config } from '../../server/shared/config.js';
 import type { AccountListRow } from '../queries/accounts.js';
 import { formatCount } from '../format.js';
 import { Badge, type BadgeTone, CsrfField, Dash, DataTable, Pager, Time } from '../ui.js';

@@ -1,6 +1,6 @@
 import type { FC } from 'hono/jsx';
 import { AttachmentsSection, HeadersSection, RawSourceSection } from './message-sections.js';
-import { CAPTURE_LIMIT } from '../../mta/capture-store.js';
+import { CAPTURE_LIMIT } from '../../server/core/capture-store.js';
 import { formatCount } from '../format.js';
 import type { CapturedEntry } from '../queries/captured.js';
 import type { DkimVerdict, MessageParts } from '../queries/captured-message.js';

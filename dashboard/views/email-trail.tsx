@@ -1,5 +1,5 @@
 import type { FC } from 'hono/jsx';
-import type { DeliveryMode } from '../../server/config.js';
+import type { DeliveryMode } from '../../server/shared/config.js';
 import type { EventView } from '../../server/core/emails.js';
 import type { CausedDelivery, EmailTrail, QueuedRecipient, WriteItem, WriteState } from '../queries/email-trail.js';
 import { plural } from '../format.js';

@@ -1,5 +1,5 @@
 import type { Child, FC } from 'hono/jsx';
-import type { OutboundQueue } from '../../server/metrics.js';
+import type { OutboundQueue } from '../../server/shared/metrics.js';
 import { formatAge, plural } from '../format.js';
 import { type AccountTrouble, type Capped, type DatabaseTrouble, NEAR_QUOTA_SHARE } from '../queries/attention.js';
 import { type EndpointSummary, healthReason } from '../queries/webhooks.js';

@@ -1,6 +1,6 @@
 import type { FC } from 'hono/jsx';
 import { AttachmentsSection, HeadersSection, RawSourceSection } from './message-sections.js';
-import { OPERATOR_MAIL_LIMIT, OPERATOR_MESSAGE_BYTES, type OperatorMessageSummary } from '../../mta/inbound/operator-mail.js';
+import { OPERATOR_MAIL_LIMIT, OPERATOR_MESSAGE_BYTES, type OperatorMessageSummary } from '../../server/core/operator-mail.js';
 import { formatCount } from '../format.js';
 import type { MessageParts } from '../queries/captured-message.js';
 import { DataTable, Time } from '../ui.js';

@@ -2,7 +2,7 @@ import type { FC } from 'hono/jsx';
 import type { WebhookDeliveryRow } from '../../db/schema/index.js';
 import type { WebhookAttemptView } from '../../server/core/webhooks.js';
 import { webhookPostBody } from '../../server/webhooks/dispatcher.js';
-import { WEBHOOK_MAX_ATTEMPTS } from '../../server/webhooks/retry-schedule.js';
+import { WEBHOOK_MAX_ATTEMPTS } from '../../server/core/webhook-schedule.js';
 import type { AccountChoice } from '../queries/accounts.js';
 import { DELIVERY_STATES, type DeliveryState, type DeliverySummary, ENDPOINT_HEALTH, type EndpointHealth, type EndpointSummary, healthOf, healthReason } from '../queries/webhooks.js';
 import { AccountSelect, Badge, Copyable, Dash, DataTable, PostButton, Time } from '../ui.js';

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import type { ClientConfig, Notification, PoolClient } from 'pg';
-import type { Logger } from '../../server/logger.js';
+import type { Logger } from '../../server/shared/logger.js';
 import { cutErrorText } from './error-text.js';
 
 /**

@@ -4,7 +4,7 @@ import { emails } from './emails.js';
 
 /**
  * The capture store (DELIVERY_MODE=capture): each recipient's message as it would have gone out, signed, sealed with
- * the secret key. Bounded (mta/capture-store.ts keeps the newest CAPTURE_LIMIT); goes with its email (a deleted
+ * the secret key. Bounded (server/core/capture-store.ts keeps the newest CAPTURE_LIMIT); goes with its email (a deleted
  * sub-account takes its captured mail with it).
  */
 export const capturedMessages = sqliteTable(
@@ -21,7 +21,7 @@ export const capturedMessages = sqliteTable(
     accountId: text('account_id').notNull(),
     /** Lower-cased (a send's recipients are distinct lower-cased), as GET /emails/{id}/message?recipient= looks it up. */
     recipient: text('recipient').notNull(),
-    /** The RFC 5322 bytes, sealed (server/secrets.ts sealBytes, context `captured:<emailId>:<recipient>`). */
+    /** The RFC 5322 bytes, sealed (server/shared/secrets.ts sealBytes, context `captured:<emailId>:<recipient>`). */
     messageSealed: blob('message_sealed', { mode: 'buffer' }).notNull(),
     /** When it was captured: its latest attempt (a recipient is kept once; a later attempt replaces its copy). */
     createdAt: createdAtColumn(),

@@ -18,7 +18,7 @@ export const customerDatabases = sqliteTable('customer_databases', {
     .references(() => accounts.id, { onDelete: 'cascade' }),
   /** A fresh id for each URL connected: the writer's pool of an older URL is closed when it changes. */
   connectionId: text('connection_id').notNull(),
-  /** The whole URL, sealed (server/secrets.ts) with context `customer-db:<accountId>`; never returned. */
+  /** The whole URL, sealed (server/shared/secrets.ts) with context `customer-db:<accountId>`; never returned. */
   urlSealed: text('url_sealed').notNull(),
   host: text('host').notNull(),
   port: integer('port').notNull(),

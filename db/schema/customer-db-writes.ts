@@ -24,7 +24,7 @@ export const customerDbWrites = sqliteTable(
     kind: text('kind', { enum: CUSTOMER_DB_WRITE_KINDS }).$type<CustomerDbWriteKind>().notNull(),
     /** The write's content as JSON, sealed with the secret key (context `customer-db-write:<id>`). */
     payloadSealed: text('payload_sealed').notNull(),
-    /** A small received message's bytes, sealed apart from the JSON (server/secrets.ts sealBytes, context `customer-db-write-raw:<id>`). */
+    /** A small received message's bytes, sealed apart from the JSON (server/shared/secrets.ts sealBytes, context `customer-db-write-raw:<id>`). */
     rawSealed: blob('raw_sealed', { mode: 'buffer' }),
     /** Tries the customer database refused for a data reason (a connection failure is not counted here). */
     attempts: integer('attempts').notNull().default(0),
@@ -32,7 +32,7 @@ export const customerDbWrites = sqliteTable(
     /** Set once refused for a data reason too often: kept out of the way, never blocking the writes behind it. */
     setAsideAt: timestampColumn('set_aside_at'),
     lastError: text('last_error'),
-    /** A received message's spool file (mta/inbound/spool.ts), for the inbound writes that read it; not a secret. */
+    /** A received message's spool file (db/inbound-spool.ts), for the inbound writes that read it; not a secret. */
     spoolId: text('spool_id'),
     createdAt: createdAtColumn(),
   },

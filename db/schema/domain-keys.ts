@@ -19,7 +19,7 @@ export const domainKeys = sqliteTable(
     selector: text('selector').notNull(),
     /** base64 of the DER SubjectPublicKeyInfo, as published in `p=`. */
     dkimPublicKey: text('dkim_public_key').notNull(),
-    /** PKCS#8 PEM sealed with the server's secret key (server/secrets.ts). */
+    /** PKCS#8 PEM sealed with the server's secret key (server/shared/secrets.ts). */
     dkimPrivateKeySealed: text('dkim_private_key_sealed').notNull(),
     createdAt: createdAtColumn(),
     /** When its domain was deleted; null while a domain uses it. Orders the pruning of kept keys. */

@@ -3,7 +3,7 @@ import { blob, integer, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlit
 /**
  * Mail for the operator: what arrives at `postmaster@` and `abuse@` MAIL_HOSTNAME (RFC 5321 4.5.1, RFC 2142), which is
  * no customer's mail. Its first bytes sealed with the secret key, the basics for a list beside them. Bounded
- * (mta/inbound/operator-mail.ts keeps the newest OPERATOR_MAIL_LIMIT, each cut to OPERATOR_MESSAGE_BYTES).
+ * (server/core/operator-mail.ts keeps the newest OPERATOR_MAIL_LIMIT, each cut to OPERATOR_MESSAGE_BYTES).
  */
 export const operatorMessages = sqliteTable(
   'operator_messages',
@@ -26,7 +26,7 @@ export const operatorMessages = sqliteTable(
     size: integer('size').notNull(),
     /** Whether only the first OPERATOR_MESSAGE_BYTES of it are kept. */
     truncated: integer('truncated', { mode: 'boolean' }).notNull(),
-    /** The kept bytes, sealed (server/secrets.ts sealBytes, context `operator-message:<id>`). */
+    /** The kept bytes, sealed (server/shared/secrets.ts sealBytes, context `operator-message:<id>`). */
     messageSealed: blob('message_sealed', { mode: 'buffer' }).notNull(),
     receivedAt: integer('received_at').notNull(),
   },

@@ -1,17 +1,17 @@
 import type { Readable } from 'node:stream';
 import { and, eq } from 'drizzle-orm';
 import { emailEvents, emails } from '../../db/schema/index.js';
-import { queueCustomerDbWrite } from '../../server/customer-db/outbox.js';
-import type { Deps } from '../../server/deps.js';
-import { newId } from '../../server/ids.js';
-import { createCollector } from '../../server/memory.js';
-import { writeOutcome } from '../outcomes.js';
+import { queueCustomerDbWrite } from '../../server/core/customer-db-outbox.js';
+import type { Deps } from '../../server/app/deps.js';
+import { newId } from '../../server/shared/ids.js';
+import { createCollector } from '../../server/shared/memory.js';
+import { writeOutcome } from '../../server/core/outcomes.js';
 import { type Verp, parseVerp, verpTrusted } from '../verp.js';
 import { type Recipient, judgeRecipient } from './recipients.js';
 import { type InboundReport, parseReport } from './reports.js';
-import { createSpoolWriter } from './spool.js';
-import { createOperatorHolder, prepareOperatorMessage, storeOperatorMessage } from './operator-mail.js';
-import { logFailure } from '../../server/store-health.js';
+import { createSpoolWriter } from '../../db/inbound-spool.js';
+import { createOperatorHolder, prepareOperatorMessage, storeOperatorMessage } from '../../server/core/operator-mail.js';
+import { logFailure } from '../../server/shared/store-health.js';
 import { FlushFailedError } from '../../db/group-commit.js';
 
 /**

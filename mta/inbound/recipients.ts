@@ -5,8 +5,8 @@ import { type Db, clientOf } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { type RecordKind, type RecordStatus, emails } from '../../db/schema/index.js';
 import { deriveFlags } from '../../server/core/domain-checks.js';
-import type { Config } from '../../server/config.js';
-import { OWNER_SQL } from '../../server/customer-db/outbox.js';
+import type { Config } from '../../server/shared/config.js';
+import { OWNER_SQL } from '../../server/core/customer-db-outbox.js';
 import { parseVerp, verpTrusted } from '../verp.js';
 
 /**

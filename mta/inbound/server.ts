@@ -1,11 +1,11 @@
 import type { AddressInfo } from 'node:net';
 import { SMTPServer, type SMTPServerSession } from 'smtp-server';
-import type { Deps } from '../../server/deps.js';
+import type { Deps } from '../../server/app/deps.js';
 import { type Recipient, judgeRecipient } from './recipients.js';
 import { type ReportChecks, SmtpReply, receiveMessage } from './receive.js';
-import { createInboundParser } from './parser.js';
-import { logFailure } from '../../server/store-health.js';
-import { clientKey } from '../../server/core/ip-ranges.js';
+import { createInboundParser } from '../../server/customer-db/inbound/parser.js';
+import { logFailure } from '../../server/shared/store-health.js';
+import { clientKey } from '../../server/shared/ip-ranges.js';
 
 /**
  * Inbound SMTP on SMTP_HOST:SMTP_PORT (issue 12, point 1): smtp-server with the banner and EHLO name MAIL_HOSTNAME,
@@ -78,7 +78,7 @@ export function createInboundServer(deps: Deps, tls: { key: string; cert: string
     logger: false,
 
     onConnect(session, callback) {
-      // An IPv6 client by its /64 (server/core/ip-ranges.ts clientKey).
+      // An IPv6 client by its /64 (server/shared/ip-ranges.ts clientKey).
       const client = clientKey(session.remoteAddress);
       const n = (perAddress.get(client) ?? 0) + 1;
       perAddress.set(client, n);

@@ -10,7 +10,7 @@ import { MailParser } from 'mailparser';
 import pg from 'pg';
 import { SMTPServer } from 'smtp-server';
 import { createDurabilityBarrier } from '../../db/group-commit.js';
-import { sealBytes } from '../../server/secrets.js';
+import { sealBytes } from '../../server/shared/secrets.js';
 import { freePort } from '../lib/free-port.js';
 import { startPostgres } from '../lib/postgres.js';
 import { cpuSeconds } from '../lib/proc.js';
@@ -26,7 +26,7 @@ import { stop } from './spawn.js';
  * - `discard`: smtp-server reads the message and answers 250 (the protocol layer alone);
  * - `sqlite`: each message inserted as a 5 KB BLOB through the service's group commit, 250 once the WAL is fdatasynced
  *   (db/group-commit.ts: the store the service uses, shared commits and flushes);
- * - `sealed-sqlite`: the same, the message sealed first (AES-256-GCM, server/secrets.ts sealBytes), as the service
+ * - `sealed-sqlite`: the same, the message sealed first (AES-256-GCM, server/shared/secrets.ts sealBytes), as the service
  *   must hold it;
  * - `sealed-file`: sealed, appended to one file (a `writev` per batch) and fdatasynced, no SQLite: what an
  *   append-only spool would cost instead;

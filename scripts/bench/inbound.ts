@@ -98,7 +98,7 @@ async function measureMailstead(load: Load) {
 
 /**
  * The service's CPU during the load by thread: its event loop (the thread whose id is the process's), the parse
- * threads (those running below the process's priority, mta/inbound/parse-worker.ts), and the rest (the checkpoint
+ * threads (those running below the process's priority, server/customer-db/inbound/parse-worker.ts), and the rest (the checkpoint
  * thread, libuv's pool with the fsyncs, V8's collector); and the whole machine's busy and idle time.
  */
 function cpuSplit(pid: number, before: ReturnType<typeof threadCpu>, machineBefore: ReturnType<typeof machineCpu>) {

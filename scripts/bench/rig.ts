@@ -6,8 +6,8 @@ import type { ChildProcess } from 'node:child_process';
 import { eq } from 'drizzle-orm';
 import { openDatabase } from '../../db/client.js';
 import { domains } from '../../db/schema/index.js';
-import { systemClock } from '../../server/clock.js';
-import { loadConfig } from '../../server/config.js';
+import { systemClock } from '../../server/shared/clock.js';
+import { loadConfig } from '../../server/shared/config.js';
 import { createTopLevelAccount } from '../../server/core/accounts.js';
 import { insertKey } from '../../server/core/keys.js';
 import { SCOPES } from '../../server/core/scopes.js';
@@ -18,7 +18,7 @@ import { serviceNodeFlags, spawnListening, stop } from './spawn.js';
 import { cpuSeconds, peakRssMb, percentile } from '../lib/proc.js';
 
 /**
- * What the end-to-end benchmarks run against: the built service (`dist/server/main.js`) in its own process with a
+ * What the end-to-end benchmarks run against: the built service (`dist/server/app/main.js`) in its own process with a
  * fresh DATA_DIR and the limits lifted, a DNS server whose `example.net` MX is a local SMTP sink, and senders made as
  * the operator would (an account, a key, a domain marked verified).
  */

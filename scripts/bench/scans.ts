@@ -3,16 +3,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startCheckpointer } from '../../db/checkpointer.js';
 import { openDatabase } from '../../db/client.js';
-import { createMemoryLogger } from '../../server/logger.js';
+import { createMemoryLogger } from '../../server/shared/logger.js';
 import { dailyVolume } from '../../dashboard/queries/mail-volume.js';
-import { DAY_MS, systemClock } from '../../server/clock.js';
-import { newId } from '../../server/ids.js';
-import { type Metrics, createMetrics } from '../../server/metrics.js';
-import { type Scans, scansOffThread, scansOn } from '../../server/scans.js';
+import { DAY_MS, systemClock } from '../../server/shared/clock.js';
+import { newId } from '../../server/shared/ids.js';
+import { type Metrics, createMetrics } from '../../server/shared/metrics.js';
+import { type Scans, scansOffThread, scansOn } from '../../db/scans.js';
 
 /**
  * The reads that walk many rows, on the event loop's connection and on the checkpoint thread's (what main does,
- * server/scans.ts): a /metrics scrape over N queued recipients (`BENCH_QUEUED`, default 500,000), and the dashboard's
+ * db/scans.ts): a /metrics scrape over N queued recipients (`BENCH_QUEUED`, default 500,000), and the dashboard's
  * 30-day chart over M sends and as many outcomes (`BENCH_SENDS`, default 1,000,000), all written straight into a
  * fresh database. Prints how long each took and how long the event loop was held meanwhile (the longest gap between
  * ticks of a 1 ms timer).

@@ -3,10 +3,10 @@ import { serve } from '@hono/node-server';
 import { Hono } from 'hono';
 import { openDatabase } from '../../db/client.js';
 import { createGroupCommit } from '../../db/group-commit.js';
-import { ApiError } from '../../server/errors.js';
-import { jsonBody } from '../../server/http/body.js';
-import { parseInput } from '../../server/http/validate.js';
-import { newId } from '../../server/ids.js';
+import { ApiError } from '../../server/shared/errors.js';
+import { jsonBody } from '../../server/api/http/body.js';
+import { parseInput } from '../../server/api/http/validate.js';
+import { newId } from '../../server/shared/ids.js';
 import { SANDBOX_LIMIT } from '../../server/core/sending.js';
 import { renderSend, sendRequestSchema, toSendRequest } from '../../server/core/send-request.js';
 

@@ -4,14 +4,14 @@ import { join } from 'node:path';
 import { eq } from 'drizzle-orm';
 import { Hono } from 'hono';
 import { domains } from '../../db/schema/index.js';
-import { createApp } from '../../server/app.js';
-import { systemClock } from '../../server/clock.js';
-import { loadConfig } from '../../server/config.js';
+import { createApp } from '../../server/app/http-app.js';
+import { systemClock } from '../../server/shared/clock.js';
+import { loadConfig } from '../../server/shared/config.js';
 import { createTopLevelAccount } from '../../server/core/accounts.js';
 import { insertKey } from '../../server/core/keys.js';
 import { SCOPES } from '../../server/core/scopes.js';
-import { createDeps } from '../../server/deps.js';
-import { createLogger } from '../../server/logger.js';
+import { createDeps } from '../../server/app/deps.js';
+import { createLogger } from '../../server/shared/logger.js';
 
 /**
  * The CPU cost of one POST /emails in-process, without sockets or a load generator: the service's Hono app called

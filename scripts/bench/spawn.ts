@@ -3,13 +3,13 @@ import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 
 /**
- * The flags `npm start` (and the Docker image) give node before dist/server/main.js, read from package.json, so the
+ * The flags `npm start` (and the Docker image) give node before dist/server/app/main.js, read from package.json, so the
  * benchmarks run the service as production does.
  */
 export function serviceNodeFlags(): string[] {
   const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { scripts: { start: string } };
   const m = /^node((?: --\S+)*) dist\/server\/main\.js$/.exec(pkg.scripts.start);
-  if (!m) throw new Error(`package.json start is not "node [flags] dist/server/main.js": ${pkg.scripts.start}`);
+  if (!m) throw new Error(`package.json start is not "node [flags] dist/server/app/main.js": ${pkg.scripts.start}`);
   return m[1]!.split(' ').filter(Boolean);
 }
 

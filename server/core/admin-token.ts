@@ -1,7 +1,7 @@
 import { eq } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import { dashboardSessions, settings } from '../../db/schema/index.js';
-import { randomBase62, sha256Hex } from '../secrets.js';
+import { randomBase62, sha256Hex } from '../shared/secrets.js';
 
 const HASH_KEY = 'admin_token_sha256';
 

@@ -1,4 +1,4 @@
-import { DAY_MS, isoOrNull } from '../clock.js';
+import { DAY_MS, isoOrNull } from '../shared/clock.js';
 
 /** Credit policy of decisions.md section 4, from config. */
 export interface CreditPolicy {

@@ -1,15 +1,15 @@
 import { eq } from 'drizzle-orm';
 import { z } from 'zod';
-import { describeTarget, parseGivenCustomerDbUrl } from '../../db/customer/url.js';
+import { describeTarget, parseGivenCustomerDbUrl } from '../customer-db/url.js';
 import { type CustomerDatabaseRow, customerDatabases } from '../../db/schema/index.js';
-import { iso, isoOrNull } from '../clock.js';
+import { iso, isoOrNull } from '../shared/clock.js';
 import { connectAndMigrate, targetOf, urlContext } from '../customer-db/connection.js';
-import { databaseOwnerOf, dropWritesOf, pendingWrites, pendingWritesOf, requeueSetAside } from '../customer-db/outbox.js';
-import { isCurrentConnection, markTested, markUnreachable } from '../customer-db/status.js';
-import type { Deps } from '../deps.js';
-import { ApiError } from '../errors.js';
-import { newId } from '../ids.js';
-import { encryptSecret } from '../secrets.js';
+import { databaseOwnerOf, dropWritesOf, pendingWrites, pendingWritesOf, requeueSetAside } from './customer-db-outbox.js';
+import { isCurrentConnection, markTested, markUnreachable } from './customer-db-status.js';
+import type { Deps } from '../app/deps.js';
+import { ApiError } from '../shared/errors.js';
+import { newId } from '../shared/ids.js';
+import { encryptSecret } from '../shared/secrets.js';
 import { assertAccountExists } from './accounts.js';
 import type { RequestContext } from './context.js';
 

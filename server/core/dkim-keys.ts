@@ -1,6 +1,6 @@
 import { generateKeyPair, randomBytes } from 'node:crypto';
 import { promisify } from 'node:util';
-import { decryptSecret, encryptSecret } from '../secrets.js';
+import { decryptSecret, encryptSecret } from '../shared/secrets.js';
 
 const generateRsa = promisify(generateKeyPair);
 

@@ -1,5 +1,5 @@
 import type { CheckValue, RecordKind, RecordStatus } from '../../db/schema/index.js';
-import type { Lookup, MxRecord } from '../dns/resolver.js';
+import type { Lookup, MxRecord } from '../shared/dns/resolver.js';
 
 /**
  * Reading DNS answers as DNS means them: a TXT record's character-strings joined, names compared case-insensitively

@@ -1,9 +1,9 @@
 import { and, desc, eq, gte, lt } from 'drizzle-orm';
 import { z } from 'zod';
 import { type EventStatus, emailEvents } from '../../db/schema/index.js';
-import { iso } from '../clock.js';
-import type { Deps } from '../deps.js';
-import { OUTCOME_EVENT_TYPES } from '../webhooks/fanout.js';
+import { iso } from '../shared/clock.js';
+import type { Deps } from '../app/deps.js';
+import { OUTCOME_EVENT_TYPES } from './webhook-fanout.js';
 import type { PageRequest, RequestContext } from './context.js';
 
 /** The event type of each recorded outcome: the fan-out's table, so GET /events and the posts name them alike. */

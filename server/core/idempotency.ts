@@ -3,8 +3,8 @@ import { and, eq, sql } from 'drizzle-orm';
 import { type Db, unsynced } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { idempotencyKeys } from '../../db/schema/index.js';
-import { ApiError } from '../errors.js';
-import { constantTimeEqual, sha256Hex } from '../secrets.js';
+import { ApiError } from '../shared/errors.js';
+import { constantTimeEqual, sha256Hex } from '../shared/secrets.js';
 
 /** Idempotency rules of api.md for POST /emails, per acting account. */
 export const IDEMPOTENCY_WINDOW_MS = 24 * 3_600_000;
@@ -59,7 +59,7 @@ const statements = definePrepared((db) => ({
 }));
 
 /**
- * `now` (the wall clock) judges the 24-hour window of a settled answer; `leaseNow` (server/clock.ts leaseNow) writes and
+ * `now` (the wall clock) judges the 24-hour window of a settled answer; `leaseNow` (server/shared/clock.ts leaseNow) writes and
  * judges the 15 s of a running claim, which is a lease: a step of the wall clock neither holds a lost claim for the
  * size of the step nor frees a running one early.
  */

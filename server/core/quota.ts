@@ -1,4 +1,4 @@
-import { utcDay } from '../clock.js';
+import { utcDay } from '../shared/clock.js';
 import type { Tier } from './tiers.js';
 
 /** Recipients counted today (UTC); a count stored for an earlier day reads as zero. */

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ApiError } from '../errors.js';
+import { ApiError } from '../shared/errors.js';
 import { type Mailbox, parseAddress, parseMailbox } from './addresses.js';
 import { MAX_RENDERED_BYTES, type Rendered, TEMPLATES, type Vars, findTemplate, renderTemplate, renderedBytes, variableTooLong } from './templates.js';
 

@@ -1,15 +1,15 @@
 import { and, count, eq, gt, sql } from 'drizzle-orm';
 import { definePrepared } from '../../db/prepared.js';
 import { FlushFailedError } from '../../db/group-commit.js';
-import { DELIVERY_WINDOW_MS } from '../../mta/retry-schedule.js';
-import { isAlwaysSuppressed, isSimulatorDomain } from '../../mta/simulator.js';
+import { DELIVERY_WINDOW_MS } from './delivery-schedule.js';
+import { isAlwaysSuppressed, isSimulatorDomain } from './simulator.js';
 import { type AccountRow, domainKeys, domains, emails, outboundMessages, outboundRecipients } from '../../db/schema/index.js';
-import { DAY_MS, leaseNow } from '../clock.js';
-import type { Deps } from '../deps.js';
-import { ApiError } from '../errors.js';
-import { jsonBody } from '../http/body.js';
-import { parseInput } from '../http/validate.js';
-import { newId } from '../ids.js';
+import { DAY_MS, leaseNow } from '../shared/clock.js';
+import type { Deps } from '../app/deps.js';
+import { ApiError } from '../shared/errors.js';
+import { jsonBody } from '../api/http/body.js';
+import { parseInput } from '../api/http/validate.js';
+import { newId } from '../shared/ids.js';
 import { findAccount } from './accounts.js';
 import { formatMailbox } from './addresses.js';
 import type { RequestContext } from './context.js';
@@ -21,8 +21,8 @@ import { type Sender, type Warning, assertCredit, assertMaySend, assertQuotaFor,
 import { suppressedRecipients } from './suppressions.js';
 import type { Rendered } from './templates.js';
 import { tripBreakerIfPaused } from './reputation.js';
-import { queueCustomerDbWrite } from '../customer-db/outbox.js';
-import { logFailure, storeFaultOf, storeUnavailable } from '../store-health.js';
+import { queueCustomerDbWrite } from './customer-db-outbox.js';
+import { logFailure, storeFaultOf, storeUnavailable } from '../shared/store-health.js';
 
 /** POST /emails as the seven checks of api.md, one named step each, in the spec's order; then the queue. */
 

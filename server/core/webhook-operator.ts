@@ -1,7 +1,7 @@
 import { desc, eq } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import { webhookEndpoints } from '../../db/schema/index.js';
-import { ApiError } from '../errors.js';
+import { ApiError } from '../shared/errors.js';
 import { reenableWebhookEndpoint } from '../webhooks/webhook-queue.js';
 import { endpointView, type WebhookEndpointView } from './webhooks.js';
 

@@ -3,10 +3,10 @@ import { z } from 'zod';
 import type { Db } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { emailEvents, emails, webhookDeliveries, webhookEndpoints } from '../../db/schema/index.js';
-import type { Deps } from '../deps.js';
-import { ApiError } from '../errors.js';
-import { newId } from '../ids.js';
-import { outcomeEventData } from '../webhooks/fanout.js';
+import type { Deps } from '../app/deps.js';
+import { ApiError } from '../shared/errors.js';
+import { newId } from '../shared/ids.js';
+import { outcomeEventData } from './webhook-fanout.js';
 import type { RequestContext } from './context.js';
 import { type EmailEventType, EMAIL_EVENT_TYPES, EVENT_TYPE_OF_STATUS, emailEventType, isoDateTime, statusOfEventType } from './events.js';
 
@@ -78,7 +78,7 @@ interface ReplayScope {
 
 /**
  * The smallest id an outcome that occurred at or after `ms` can have: an outcome's id is made from its occurredAt
- * (mta/outcomes.ts, newId(occurredAt)), and newId never goes back in time, so the walk starts there instead of at the
+ * (server/core/outcomes.ts, newId(occurredAt)), and newId never goes back in time, so the walk starts there instead of at the
  * account's first outcome. The id is a UUIDv7, its first 48 bits the milliseconds: the bare prefix sorts first.
  */
 function idFloor(ms: number): string {

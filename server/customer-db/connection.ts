@@ -2,15 +2,15 @@ import pg from 'pg';
 import { CUSTOMER_DB_LIMITS, boundedClientConfig, classifyConnectError } from '../../db/customer/connect.js';
 import { cutErrorText, customerErrorText } from '../../db/customer/error-text.js';
 import { migrateCustomerDb } from '../../db/customer/schema.js';
-import { type CustomerDbTarget, type CustomerPgConfig, parseCustomerDbUrl, pgClientConfig, resolveCustomerDbHost } from '../../db/customer/url.js';
+import { type CustomerDbTarget, type CustomerPgConfig, parseCustomerDbUrl, pgClientConfig, resolveCustomerDbHost } from './url.js';
 import type { CustomerDatabaseRow } from '../../db/schema/index.js';
-import type { Deps } from '../deps.js';
-import { decryptSecret } from '../secrets.js';
+import type { Deps } from '../app/deps.js';
+import { decryptSecret } from '../shared/secrets.js';
 
 /**
  * From a customer's URL to a checked connection: the host resolved through the service's resolver and refused when
  * any address is private, loopback or reserved (ALLOW_PRIVATE_TARGETS lifts that), then pg configured field by field
- * for the checked address (db/customer/url.ts), with every step bounded.
+ * for the checked address (server/customer-db/url.ts), with every step bounded.
  */
 
 export const PG_BOUNDS = {

@@ -5,18 +5,18 @@ import { cutErrorText, customerErrorText } from '../../db/customer/error-text.js
 import { migrateCustomerDb } from '../../db/customer/schema.js';
 import { definePrepared } from '../../db/prepared.js';
 import { type CustomerWrite, type InboundWrite, TargetChangedError, applyWrites, isDataError } from '../../db/customer/writes.js';
-import { type InboundParser, ParserStoppedError, createInboundParser } from '../../mta/inbound/parser.js';
-import { applySpooledInbound } from '../../mta/inbound/store.js';
-import { SpoolError } from '../../mta/inbound/parse-message.js';
-import { spoolPath, sweepSpool } from '../../mta/inbound/spool.js';
+import { type InboundParser, ParserStoppedError, createInboundParser } from './inbound/parser.js';
+import { applySpooledInbound } from './inbound/store.js';
+import { SpoolError } from './inbound/parse-message.js';
+import { spoolPath, sweepSpool } from '../../db/inbound-spool.js';
 import { rmSync } from 'node:fs';
 import { type CustomerDatabaseRow, type CustomerDbWriteRow, customerDatabases } from '../../db/schema/index.js';
-import type { Deps } from '../deps.js';
-import { createPollLoop } from '../poll-loop.js';
+import type { Deps } from '../app/deps.js';
+import { createPollLoop } from '../queues/poll-loop.js';
 import { configsFor, connectFailure, targetOf } from './connection.js';
-import { type OpenedWrite, type SpooledInboundWrite, deleteWrites, dropExpiredWrites, dueWrites, isSpooled, openWrite, recordRefusedWrite, spoolReferenced } from './outbox.js';
-import { isCurrentConnection, markReached, markUnreachable, noteSetAside } from './status.js';
-import { logFailure } from '../store-health.js';
+import { type OpenedWrite, type SpooledInboundWrite, deleteWrites, dropExpiredWrites, dueWrites, isSpooled, openWrite, recordRefusedWrite, spoolReferenced } from '../core/customer-db-outbox.js';
+import { isCurrentConnection, markReached, markUnreachable, noteSetAside } from '../core/customer-db-status.js';
+import { logFailure } from '../shared/store-health.js';
 
 /**
  * The customer-database writer: takes the outbox's waiting writes of each connected database, oldest first, in
@@ -166,7 +166,7 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
 
   /**
    * Writes a batch's opened writes in order: runs of emails, events and small received messages as one statement set
-   * (db/customer/writes.ts), each large received message on its own from its spool file (mta/inbound/store.ts).
+   * (db/customer/writes.ts), each large received message on its own from its spool file (server/customer-db/inbound/store.ts).
    * Deletes what landed, records what was refused, and removes the spool files nothing reads any more.
    */
   async function writeBatch(client: pg.PoolClient, db: CustomerDatabaseRow, opened: OpenedWrite[]): Promise<void> {
@@ -234,7 +234,7 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
     }
   }
 
-  /** The small received messages of a batch parsed (in the parse thread, mta/inbound/parser.ts); an Error for one that cannot be. */
+  /** The small received messages of a batch parsed (in the parse thread, server/customer-db/inbound/parser.ts); an Error for one that cannot be. */
   async function parseInlineAll(opened: OpenedWrite[]): Promise<Map<string, InboundWrite | Error>> {
     const todo = opened.filter((o) => o.write !== null && isSpooled(o.write) && o.write.raw !== undefined);
     let results: (InboundWrite | Error)[];

@@ -1,16 +1,16 @@
 import { eq } from 'drizzle-orm';
 import { type WebhookDeliveryRow, type WebhookEndpointRow, webhookDeliveries } from '../../db/schema/index.js';
-import { iso, leaseNow } from '../clock.js';
-import { newWorkerId } from '../../db/leases.js';
-import type { Deps } from '../deps.js';
-import { ApiError } from '../errors.js';
-import { newId } from '../ids.js';
-import { decryptSecret } from '../secrets.js';
-import { createFairSlots } from '../../mta/fair-slots.js';
-import { createPollLoop } from '../poll-loop.js';
-import { logFailure } from '../store-health.js';
+import { iso, leaseNow } from '../shared/clock.js';
+import { newWorkerId } from '../queues/leases.js';
+import type { Deps } from '../app/deps.js';
+import { ApiError } from '../shared/errors.js';
+import { newId } from '../shared/ids.js';
+import { decryptSecret } from '../shared/secrets.js';
+import { createFairSlots } from '../queues/fair-slots.js';
+import { createPollLoop } from '../queues/poll-loop.js';
+import { logFailure } from '../shared/store-health.js';
 import { WEBHOOK_TIMEOUT_MS, postWebhook } from './http-client.js';
-import { signedHeaders } from './signing.js';
+import { signedHeaders } from '../core/webhook-signing.js';
 import {
   type ClaimedWebhook,
   type WebhookAttempt,

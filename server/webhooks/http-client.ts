@@ -1,7 +1,7 @@
 import { request } from 'node:https';
 import { isIP } from 'node:net';
-import type { Deps } from '../deps.js';
-import { ApiError } from '../errors.js';
+import type { Deps } from '../app/deps.js';
+import { ApiError } from '../shared/errors.js';
 import { parseWebhookUrl, resolveTarget, targetHost } from './target.js';
 
 /** A post that has no response headers this long after it started is a failure (`timeout`). */

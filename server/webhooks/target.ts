@@ -1,7 +1,7 @@
 import { isIP } from 'node:net';
-import { isReservedAddress } from '../core/ip-ranges.js';
-import type { Deps } from '../deps.js';
-import { ApiError } from '../errors.js';
+import { isReservedAddress } from '../shared/ip-ranges.js';
+import type { Deps } from '../app/deps.js';
+import { ApiError } from '../shared/errors.js';
 
 export const MAX_WEBHOOK_URL_LENGTH = 2000;
 

@@ -1,10 +1,10 @@
 import { hostname } from 'node:os';
 import { and, eq, inArray, isNotNull, sql } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
-import { isDeadHolder } from '../../db/leases.js';
+import { isDeadHolder } from '../queues/leases.js';
 import { definePrepared } from '../../db/prepared.js';
 import { type WebhookDeliveryRow, type WebhookEndpointRow, webhookAttempts, webhookDeliveries, webhookEndpoints } from '../../db/schema/index.js';
-import { WEBHOOK_DISABLE_AFTER_FAILURES, nextWebhookAttemptAt } from './retry-schedule.js';
+import { WEBHOOK_DISABLE_AFTER_FAILURES, nextWebhookAttemptAt } from '../core/webhook-schedule.js';
 
 /**
  * The webhook delivery queue (webhook_deliveries): rows claimed with a lease, one UPDATE ... RETURNING, attempted,
@@ -42,7 +42,7 @@ const statements = definePrepared((db) => ({
  * Leases, until `leaseNow + leaseMs`, the earliest due delivery of each active endpoint that has none in flight (that
  * delivery under a live lease, or an endpoint busy in this process), accounts in turn within their room. The candidates
  * are read from the pending index only, so neither delivered history nor a switched-off endpoint's backlog costs
- * anything. `now` (the wall clock) says what is due; `leaseNow` (server/clock.ts leaseNow) writes and judges leases.
+ * anything. `now` (the wall clock) says what is due; `leaseNow` (server/shared/clock.ts leaseNow) writes and judges leases.
  */
 export function claimDueWebhookDeliveries(db: Db, worker: string, now: number, leaseMs: number, room: WebhookClaimRoom, leaseNow: number = now): ClaimedWebhook[] {
   if (room.total <= 0) return [];

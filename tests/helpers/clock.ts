@@ -1,4 +1,4 @@
-import type { Clock } from '../../server/clock.js';
+import type { Clock } from '../../server/shared/clock.js';
 
 /**
  * A clock the test moves by hand. `advance` and `set` move both readings, the wall clock and the monotonic one;

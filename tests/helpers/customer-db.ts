@@ -1,8 +1,8 @@
-import { describeTarget, parseCustomerDbUrl } from '../../db/customer/url.js';
+import { describeTarget, parseCustomerDbUrl } from '../../server/customer-db/url.js';
 import { customerDatabases } from '../../db/schema/index.js';
 import { urlContext } from '../../server/customer-db/connection.js';
-import { newId } from '../../server/ids.js';
-import { encryptSecret } from '../../server/secrets.js';
+import { newId } from '../../server/shared/ids.js';
+import { encryptSecret } from '../../server/shared/secrets.js';
 import type pg from 'pg';
 import type { TestPostgres } from './postgres.js';
 import type { TestService } from './service.js';

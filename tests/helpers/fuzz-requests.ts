@@ -328,7 +328,7 @@ const replayBody = (times: string[]) => {
 };
 
 /**
- * Database URLs: the working one, its near misses (each refused by one rule of db/customer/url.ts, or failing at one
+ * Database URLs: the working one, its near misses (each refused by one rule of server/customer-db/url.ts, or failing at one
  * step: a closed port, a wrong password, a missing database, a name that does not resolve), and junk. Every host is
  * on loopback or a test name, so nothing is ever asked of the internet and every failure is answered at once.
  */

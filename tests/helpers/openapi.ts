@@ -1,8 +1,8 @@
 import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
 import { expect } from 'vitest';
-import { API_BASE } from '../../server/app.js';
-import { buildOpenApiDocument } from '../../server/openapi/document.js';
+import { API_BASE } from '../../server/app/http-app.js';
+import { buildOpenApiDocument } from '../../server/api/openapi/document.js';
 import type { ApiResponse } from './service.js';
 
 /**

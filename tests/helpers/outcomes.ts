@@ -1,8 +1,8 @@
 import { eq } from 'drizzle-orm';
 import { type EventStatus, emailEvents, emails, webhookEndpoints, type WebhookEventType } from '../../db/schema/index.js';
 import { secretContext } from '../../server/core/webhooks.js';
-import { newId } from '../../server/ids.js';
-import { encryptSecret } from '../../server/secrets.js';
+import { newId } from '../../server/shared/ids.js';
+import { encryptSecret } from '../../server/shared/secrets.js';
 import type { TestService } from './service.js';
 
 /**

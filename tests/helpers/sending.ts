@@ -18,7 +18,7 @@ import {
   type RecordStatus,
 } from '../../db/schema/index.js';
 import type { Db } from '../../db/client.js';
-import { newId } from '../../server/ids.js';
+import { newId } from '../../server/shared/ids.js';
 import type { Scope } from '../../server/core/scopes.js';
 import type { ApiResponse, TestService } from './service.js';
 

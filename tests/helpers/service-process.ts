@@ -6,7 +6,7 @@ import Database from 'better-sqlite3';
 import { expect } from 'vitest';
 
 /**
- * The real service as an operator runs it: `node dist/server/main.js` (built by the global setup) in a child process
+ * The real service as an operator runs it: `node dist/server/app/main.js` (built by the global setup) in a child process
  * on a data directory, and the CLI beside it. For the tests that kill it (-9), stop it, or restart it.
  */
 
@@ -50,13 +50,13 @@ export function processEnv(dataDir: string, extra: Record<string, string> = {}):
   };
 }
 
-/** Starts `node dist/server/main.js` with `env` and resolves once it logs http.listening. */
+/** Starts `node dist/server/app/main.js` with `env` and resolves once it logs http.listening. */
 export function startServiceProcess(
   env: Record<string, string>,
   opts: { deadlineMs?: number; onListening?: (child: ChildProcessWithoutNullStreams) => void } = {},
 ): Promise<ServiceProcess> {
   const deadlineMs = opts.deadlineMs ?? 20_000;
-  const child = spawn(process.execPath, ['dist/server/main.js'], { cwd: ROOT, env, stdio: ['pipe', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, ['dist/server/app/main.js'], { cwd: ROOT, env, stdio: ['pipe', 'pipe', 'pipe'] });
   runningProcesses.add(child);
   const logs: string[] = [];
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
@@ -100,10 +100,10 @@ export function startServiceProcess(
   });
 }
 
-/** `node dist/server/cli.js accounts create` on the process's data directory: the operator's account id and key. */
+/** `node dist/server/app/cli.js accounts create` on the process's data directory: the operator's account id and key. */
 export function createAccountWithCli(env: Record<string, string>, name: string): Promise<{ accountId: string; key: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['dist/server/cli.js', 'accounts', 'create', '--name', name, '--credits', '100000'], {
+    const child = spawn(process.execPath, ['dist/server/app/cli.js', 'accounts', 'create', '--name', name, '--credits', '100000'], {
       cwd: ROOT,
       env,
       stdio: ['ignore', 'pipe', 'pipe'],

@@ -1,14 +1,14 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { API_BASE, createApp } from '../../server/app.js';
-import { loadConfig } from '../../server/config.js';
+import { API_BASE, createApp } from '../../server/app/http-app.js';
+import { loadConfig } from '../../server/shared/config.js';
 import { createTopLevelAccount } from '../../server/core/accounts.js';
 import { insertKey } from '../../server/core/keys.js';
 import { SCOPES, type Scope } from '../../server/core/scopes.js';
-import { createDeps, type Deps } from '../../server/deps.js';
-import { type HttpServerOptions, listenHttp } from '../../server/http/serve.js';
-import { createMemoryLogger } from '../../server/logger.js';
+import { createDeps, type Deps } from '../../server/app/deps.js';
+import { type HttpServerOptions, listenHttp } from '../../server/api/http/serve.js';
+import { createMemoryLogger } from '../../server/shared/logger.js';
 import type { AccountRow } from '../../db/schema/index.js';
 import { FakeClock } from './clock.js';
 

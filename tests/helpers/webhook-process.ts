@@ -6,7 +6,7 @@ import { expect } from 'vitest';
 import { createAccountWithCli, processApi, processEnv, startServiceProcess } from './service-process.js';
 
 /**
- * A real server process (dist/server/main.js) on a fresh DATA_DIR with an account and one webhook endpoint, and its
+ * A real server process (dist/server/app/main.js) on a fresh DATA_DIR with an account and one webhook endpoint, and its
  * database file opened beside it (busy_timeout set), for tests that kill the process mid-request.
  */
 export async function processWithEndpoint(accountName: string) {

@@ -1,0 +1,73 @@
+import type { MiddlewareHandler } from 'hono';
+import { findSubAccount } from '../../core/accounts.js';
+import { findLiveKey, findLiveKeyStamped, keyStamp } from '../../core/keys.js';
+import { type Scope, isScope } from '../../core/scopes.js';
+import type { Deps } from '../../app/deps.js';
+import { ApiError } from '../../shared/errors.js';
+import { readRequestBody } from './body.js';
+import type { AppEnv } from './env.js';
+
+export const ACCOUNT_HEADER = 'X-Service-Account';
+
+/**
+ * How an endpoint treats X-Service-Account: `accepted` (act for the sub-account), `refused` (the endpoint is marked
+ * "no account header": a valid header is refused), `passed` (accepted here, refused by the endpoint's own rule).
+ */
+export type AccountHeaderMode = 'accepted' | 'refused' | 'passed';
+
+const BEARER = /^Bearer +(\S+) *$/i;
+
+const unknownKey = () => new ApiError('invalid_key', 'Missing or unknown API key: send Authorization: Bearer <API_KEY>.');
+
+/**
+ * The first checks of every endpoint, in the spec's order, all from the headers: the key (401), the rate limits
+ * (429), the endpoint's one scope (403), then the account header (404, identical for a foreign and an unknown id).
+ * Only then is the body read (413), so nobody without a key can make the service hold a body; and since a body can
+ * take a while to arrive, the key is looked up again once it has, if any key may have stopped working meanwhile: a
+ * key revoked meanwhile is `401 invalid_key`.
+ */
+export function guard(deps: Deps, scope: Scope, header: AccountHeaderMode = 'accepted'): MiddlewareHandler<AppEnv> {
+  return async (c, next) => {
+    const secret = BEARER.exec(c.req.header('authorization') ?? '')?.[1];
+    if (secret === undefined) throw unknownKey();
+    // The stamp is read with the key, in one read transaction: nothing can stop the key between the two.
+    const { found, stamp } = findLiveKeyStamped(deps.db, secret);
+    if (!found) throw unknownKey();
+    const { key, account: keyAccount } = found;
+    const now = deps.clock.now();
+
+    const rate = deps.rateLimiter.take(key.id, keyAccount.id);
+    if (!rate.ok) {
+      const limit = rate.scope === 'key' ? `${deps.config.rateLimitPerKey} requests a minute from this key` : `${deps.config.rateLimitPerAccount} requests a minute from this account's keys`;
+      throw new ApiError('rate_limited', `Rate limit reached: over ${limit}. Retry in ${rate.retryAfterSeconds} s.`, {
+        headers: { 'Retry-After': String(rate.retryAfterSeconds) },
+      });
+    }
+    deps.keyUsage.touch(key.id, now);
+
+    const scopes = key.scopes.filter(isScope);
+    if (!scopes.includes(scope)) throw new ApiError('insufficient_scope', `This key lacks the scope ${scope}.`);
+
+    let account = keyAccount;
+    const headerValue = c.req.header(ACCOUNT_HEADER);
+    if (headerValue !== undefined) {
+      const sub = findSubAccount(deps.db, keyAccount.id, headerValue.trim());
+      if (!sub) throw new ApiError('account_not_found', `No sub-account ${headerValue.trim()} under this key's account.`);
+      if (header === 'refused') throw new ApiError('invalid_request', `${ACCOUNT_HEADER}: is not accepted on this endpoint; send it without the header.`);
+      account = sub;
+    }
+
+    const rawBody = await readRequestBody(c);
+    // Looked up again only if a key may have stopped working meanwhile (core/keys.ts keyStamp), which deleting an
+    // account also moves: the sub-account the header names too, so no write is made for one deleted meanwhile.
+    if (keyStamp(deps.db) !== stamp) {
+      if (!findLiveKey(deps.db, secret)) throw new ApiError('invalid_key', 'The API key was revoked while the request was in flight.');
+      if (headerValue !== undefined && !findSubAccount(deps.db, keyAccount.id, headerValue.trim())) {
+        throw new ApiError('account_not_found', `The sub-account ${headerValue.trim()} was deleted while the request was in flight.`);
+      }
+    }
+    c.set('rawBody', rawBody);
+    c.set('auth', { keyId: key.id, keyAccount, scopes, account, viaHeader: headerValue !== undefined });
+    await next();
+  };
+}

@@ -1,0 +1,375 @@
+import { z } from 'zod';
+import { SCOPES } from '../../core/scopes.js';
+import { TEMPLATES, VARIABLE_LIMITS } from '../../core/templates.js';
+import { MAX_TAGS, MAX_TAG_VALUE } from '../../core/send-request.js';
+import { ERROR_STATUS, type ErrorCode } from '../../shared/errors.js';
+import { ACCOUNT_HEADER } from '../http/auth.js';
+import { DEFAULT_LIMIT, MAX_LIMIT } from '../http/paging.js';
+import { OUTCOME_EVENT_TYPES } from '../../core/webhook-fanout.js';
+import { MAX_WEBHOOK_URL_LENGTH } from '../../webhooks/target.js';
+import { type ErrorCase, OPERATIONS, type Operation } from './operations.js';
+import * as resources from './resources.js';
+
+/**
+ * The OpenAPI 3.1 document of /api/v1, built from the operations table and the zod schemas: the request schemas the
+ * routes validate with and the resources they answer, converted by zod's own `z.toJSONSchema` (JSON Schema 2020-12,
+ * OpenAPI 3.1's dialect). Pure: the same for every server, built once per process.
+ */
+
+type Json = Record<string, unknown>;
+
+/** api.md's conditions, one per code: a response lists those of its codes the endpoint can give. */
+const ERROR_CONDITIONS: Record<ErrorCode, string> = {
+  invalid_json: 'The body could not be parsed as JSON.',
+  invalid_idempotency_key: 'Idempotency-Key sent but empty or longer than 255 characters.',
+  invalid_key: 'Missing or unknown key, or a revoked one.',
+  no_credits: 'The paying account has no credits and its grace window has closed.',
+  insufficient_scope: "The key lacks the endpoint's scope.",
+  suspended: 'Sending is paused on the acting account or on its parent; the message is the reason.',
+  domain_not_yours: 'The from-address is on a domain this account has not connected.',
+  domain_not_ready: 'The domain is connected but ownership is not verified or sending is not enabled.',
+  account_not_found: `${ACCOUNT_HEADER} names something that is not a sub-account of the key's account (identical for a foreign and an unknown id).`,
+  not_found: 'No such object on this account.',
+  email_not_found: 'No email with that id on this account.',
+  webhook_not_found: 'No webhook endpoint with that id on this account.',
+  database_not_connected: 'No database is set on this account.',
+  idempotency_in_progress: 'The first request with this Idempotency-Key is still running.',
+  domain_exists: 'The domain is already on this account.',
+  domain_unavailable: 'The name is claimed elsewhere.',
+  domain_limit: 'The account already has 20 domains.',
+  domain_in_use: 'The domain still has active mailboxes.',
+  conflict: "The request conflicts with the account's state.",
+  limit_reached: 'A count limit of the account is reached.',
+  body_too_large: 'The request body is 1 MB (1,048,576 bytes) or more.',
+  invalid_request: 'The body or query failed validation; the message names the first failing field.',
+  invalid_cursor: 'The cursor was not issued by this list for this account.',
+  recipient_suppressed: 'One or more recipients are suppressed; nothing is sent; the message names them.',
+  idempotency_mismatch: 'The Idempotency-Key was already used with a different body.',
+  invalid_url: 'The URL is not acceptable; the message says why.',
+  too_many_endpoints: 'The account already has 20 webhook endpoints.',
+  blocked_host: 'The host resolves to a private, loopback or reserved address.',
+  database_unreachable: 'Could not connect, log in or create the schema; the message says which.',
+  rate_limited: "Over the requests a minute allowed from the key (60) or from all the account's keys (600); Retry-After says when to retry.",
+  quota_exceeded: 'The daily quota of the account or its parent is used up; it resets at midnight UTC.',
+  sandbox_limit: '1000 sandbox sends in the last 24 hours.',
+  ping_cooldown: 'A test ping was sent to the endpoint in the last ten seconds; Retry-After says when to retry.',
+  internal_error: 'An unexpected failure; the message carries a request id, the cause is only logged.',
+  send_failed: "The service's mail server did not accept the message; the send is logged `failed`.",
+  not_configured: 'The server cannot store secrets.',
+  unavailable: "The service's storage failed (a full disk, say), so the request could not be recorded; the message names the cause. For a send, nothing was sent. Retry later.",
+  method_not_allowed: 'The path is served, not with this method; Allow lists the methods it takes.',
+};
+
+const ACCOUNT_HEADER_NOTE = {
+  accepted: `Optional: act for this sub-account of the key's account.`,
+  refused: `Not accepted here: this endpoint always acts for the key's own account. An id that is not a sub-account is 404 account_not_found; a sub-account's id is 422 invalid_request.`,
+  passed: `Not accepted here: an id that is not a sub-account is 404 account_not_found; a sub-account's id is 409 conflict (a sub-account cannot open a sub-account).`,
+} as const;
+
+const pascal = (name: string) => name.replace(/(^|[-_ ])(\w)/g, (_m, _sep, c: string) => c.toUpperCase());
+
+/** Every zod schema the document names: each resource (by its export's name) and each request body (by its operation). */
+function componentRegistry(): { registry: z.core.$ZodRegistry<{ id: string }>; idOf: (schema: z.ZodType) => string } {
+  const registry = z.registry<{ id: string }>();
+  for (const [name, value] of Object.entries(resources)) {
+    if (value instanceof z.ZodType) registry.add(value, { id: pascal(name) });
+  }
+  for (const op of OPERATIONS) {
+    if (op.body) registry.add(op.body, { id: `${pascal(op.operationId)}Request` });
+  }
+  const idOf = (schema: z.ZodType) => {
+    const id = registry.get(schema)?.id;
+    if (!id) throw new Error('a schema of the API document is not a component');
+    return id;
+  };
+  return { registry, idOf };
+}
+
+const ref = (id: string) => ({ $ref: `#/components/schemas/${id}` });
+
+/**
+ * How zod schemas become JSON Schema here: 2020-12, requests as the client sends them (`io: 'input'`: a transform's
+ * input side); a string with a `format` (date-time, uuid) keeps the format and drops zod's long equivalent pattern.
+ */
+const CONVERSION = {
+  target: 'draft-2020-12',
+  io: 'input',
+  override: ({ jsonSchema }: { jsonSchema: { format?: string; pattern?: string; minimum?: number; maximum?: number } }) => {
+    // A date-time keeps zod's pattern: JSON Schema's format takes more (a lower-case t or z, a space, +0100) than
+    // the service does.
+    if (jsonSchema.format !== undefined && jsonSchema.format !== 'date-time') delete jsonSchema.pattern;
+    // z.int() bounds itself to the safe integers: no bound a client needs to read.
+    if (jsonSchema.maximum === Number.MAX_SAFE_INTEGER) delete jsonSchema.maximum;
+    if (jsonSchema.minimum === Number.MIN_SAFE_INTEGER) delete jsonSchema.minimum;
+  },
+} as const;
+
+/** The components, converted from zod: request bodies as the client sends them (`io: 'input'`), resources as sent. */
+function convertComponents(registry: z.core.$ZodRegistry<{ id: string }>): Record<string, Json> {
+  const { schemas } = z.toJSONSchema(registry, { ...CONVERSION, uri: (id) => `#/components/schemas/${id}` });
+  if ('__shared' in schemas) throw new Error('the API document has schemas no component names');
+  const components: Record<string, Json> = {};
+  for (const [id, schema] of Object.entries(schemas)) {
+    // Each component is a subschema of the document, not a resource of its own.
+    const { $schema: _schema, $id: _id, ...rest } = schema as Json;
+    components[id] = rest;
+  }
+  return components;
+}
+
+/** `doc[path]`, which must exist: a renamed field fails the build of the document instead of losing its note. */
+function at(doc: Json, path: string[]): Json {
+  let node: unknown = doc;
+  for (const key of path) {
+    node = typeof node === 'object' && node !== null ? (node as Json)[key] : undefined;
+    if (node === undefined) throw new Error(`API document: no ${path.join('.')}`);
+  }
+  return node as Json;
+}
+
+/**
+ * What JSON Schema cannot learn from a zod transform or refinement, said here once: `to` takes one address as well
+ * as a list (zod's preprocess step), a template's variables follow from its name (the templates table, which the
+ * send's refinement checks), scopes and webhook URLs are checked by refinements.
+ */
+function annotateRequests(components: Record<string, Json>): void {
+  const send = at(components, ['SendEmailRequest', 'properties']);
+  const recipients = send.to as Json;
+  send.to = {
+    description: 'One recipient address, or 1 to 50 (de-duplicated, compared lower-cased).',
+    anyOf: [{ type: 'string', maxLength: (at(recipients, ['items']) as Json).maxLength }, recipients],
+  };
+  send.template = {
+    description: "`name` plus that template's string variables (GET /templates lists them). Values are HTML-escaped in the html part.",
+    oneOf: Object.entries(TEMPLATES).map(([name, def]) => ({
+      type: 'object',
+      title: name,
+      properties: {
+        name: { const: name },
+        ...Object.fromEntries(
+          Object.entries(def.variables).map(([variable, spec]) => {
+            const limit = VARIABLE_LIMITS[spec.limit];
+            const what = spec.kind === 'url' ? 'An http or https URL. ' : '';
+            return [variable, { type: 'string', maxLength: limit.max, description: `${what}At most ${limit.max} ${limit.unit === 'bytes' ? 'bytes of UTF-8' : 'characters'}.` }];
+          }),
+        ),
+      },
+      required: ['name', ...Object.entries(def.variables).filter(([, spec]) => spec.required).map(([variable]) => variable)],
+      additionalProperties: false,
+    })),
+  };
+  Object.assign(at(components, ['SendEmailRequest', 'properties', 'from']), { description: 'One mailbox: a bare address, or a display name of up to 80 characters and an address in angle brackets.' });
+  at(components, ['SendEmailRequest', 'properties']).tags = {
+    description: `Up to ${MAX_TAGS} tags: names of 1 to 40 of A-Z a-z 0-9 _ -, values up to ${MAX_TAG_VALUE} characters. Returned on the Email.`,
+    type: 'object',
+    maxProperties: MAX_TAGS,
+    propertyNames: { pattern: '^[A-Za-z0-9_-]{1,40}$' },
+    additionalProperties: { type: 'string', maxLength: MAX_TAG_VALUE },
+  };
+  // Names are trimmed before their length is checked: blank or too short once trimmed is refused.
+  Object.assign(at(components, ['MintKeyRequest', 'properties', 'name']), { pattern: '\\S', description: 'Spaces around it are trimmed; 1 to 60 characters left.' });
+  Object.assign(at(components, ['CreateSubAccountRequest', 'properties', 'name']), { pattern: '\\S.*\\S', description: 'Spaces around it are trimmed; 2 to 80 characters left.' });
+  // A refinement: reason is required when suspended is true.
+  Object.assign(at(components, ['SuspendSubAccountRequest']), {
+    if: { properties: { suspended: { const: true } }, required: ['suspended'] },
+    then: { required: ['reason'] },
+    description: '`reason` is required when `suspended` is true; it becomes the message of every refused send.',
+  });
+  Object.assign(at(components, ['MintKeyRequest', 'properties', 'scopes']), { description: "A subset of the minting key's scopes; all of them when left out." });
+  Object.assign(at(components, ['MintKeyRequest', 'properties', 'scopes', 'items']), { enum: [...SCOPES] });
+  Object.assign(at(components, ['CreateWebhookRequest', 'properties', 'url']), {
+    minLength: 1,
+    maxLength: MAX_WEBHOOK_URL_LENGTH,
+    format: 'uri',
+    description: 'https only, without user or password, its host resolving to public addresses only.',
+  });
+  Object.assign(at(components, ['CreateDomainRequest', 'properties', 'name']), { description: 'A bare domain: no scheme, path, port or trailing dot needed (it is lower-cased, IDN as punycode).' });
+  Object.assign(at(components, ['ConnectDatabaseRequest', 'properties', 'url']), { format: 'uri', description: 'postgresql://user:password@host:5432/dbname, over TLS; only `sslmode` may be a query parameter.' });
+  Object.assign(at(components, ['RenderTemplateRequest']), { description: "A send's `template` object without `name`: the variables of the template named in the path." });
+}
+
+interface ErrorEntry {
+  code: ErrorCode;
+  status: number;
+  when: string[];
+}
+
+/** The errors an operation answers: its own, and the ones its key, account header, body and list bring. */
+function errorsOf(op: Operation): ErrorEntry[] {
+  const cases: ErrorCase[] = [];
+  if (op.auth) {
+    cases.push('invalid_key', 'rate_limited', 'insufficient_scope', 'account_not_found');
+    if (op.auth.accountHeader === 'refused') cases.push({ code: 'invalid_request', when: `${ACCOUNT_HEADER} names a sub-account: not accepted here.` });
+    if (op.auth.accountHeader === 'passed') cases.push({ code: 'conflict', when: `${ACCOUNT_HEADER} sent: a sub-account cannot open a sub-account.` });
+    if (op.method !== 'get') cases.push('body_too_large');
+  }
+  if (op.body) cases.push('invalid_json', 'invalid_request');
+  if (op.list) {
+    cases.push({ code: op.list.badLimit.code, status: op.list.badLimit.status, when: `limit is not an integer from 1 to ${MAX_LIMIT}.` });
+    cases.push({ code: op.list.badCursor.code, status: op.list.badCursor.status, when: 'The cursor was not issued by this list for this account.' });
+  }
+  cases.push(...op.errors);
+  // A change the store could not record (decisions.md section 13); a read never writes.
+  if (op.method !== 'get') cases.push('unavailable');
+  cases.push('internal_error');
+
+  const entries: ErrorEntry[] = [];
+  for (const c of cases) {
+    const { code, status = ERROR_STATUS[typeof c === 'string' ? c : c.code], when } = typeof c === 'string' ? { code: c } : c;
+    const text = when ?? ERROR_CONDITIONS[code];
+    const found = entries.find((e) => e.code === code && e.status === status);
+    if (found) {
+      if (!found.when.includes(text)) found.when.push(text);
+    } else entries.push({ code, status, when: [text] });
+  }
+  return entries;
+}
+
+const RETRY_AFTER = { description: 'Seconds to wait before retrying (with rate_limited and ping_cooldown).', schema: { type: 'string', pattern: '^[0-9]+$' } };
+
+/** One response per status: an error envelope whose `code` is one of the codes the endpoint gives at that status. */
+function errorResponses(op: Operation): Record<string, Json> {
+  const byStatus = new Map<number, ErrorEntry[]>();
+  for (const e of errorsOf(op)) byStatus.set(e.status, [...(byStatus.get(e.status) ?? []), e]);
+  const responses: Record<string, Json> = {};
+  for (const [status, entries] of [...byStatus].sort(([a], [b]) => a - b)) {
+    const codes = entries.map((e) => e.code);
+    responses[String(status)] = {
+      description: entries.map((e) => `\`${e.code}\`: ${e.when.join(' ')}`).join('\n\n'),
+      ...(codes.includes('rate_limited') || codes.includes('ping_cooldown') ? { headers: { 'Retry-After': RETRY_AFTER } } : {}),
+      // The envelope, its code narrowed to this endpoint's codes at this status.
+      content: { 'application/json': { schema: { ...ref('ErrorBody'), properties: { error: { properties: { code: { enum: codes } } } } } } },
+    };
+  }
+  return responses;
+}
+
+/** The query parameters of a list (limit, cursor) and of the schema its route validates the query with. */
+function queryParameters(op: Operation): Json[] {
+  const params: Json[] = [];
+  if (op.query) {
+    const schema = z.toJSONSchema(op.query, CONVERSION) as Json;
+    const required = new Set((schema.required as string[] | undefined) ?? []);
+    for (const [name, property] of Object.entries(schema.properties as Record<string, Json>)) {
+      if (op.list && (name === 'limit' || name === 'cursor')) continue;
+      const description = op.queryNotes?.[name];
+      params.push({ name, in: 'query', required: required.has(name), ...(description ? { description } : {}), schema: property });
+    }
+  }
+  if (op.list) {
+    params.push(
+      { name: 'limit', in: 'query', required: false, description: 'Page size.', schema: { type: 'integer', minimum: 1, maximum: MAX_LIMIT, default: DEFAULT_LIMIT } },
+      { name: 'cursor', in: 'query', required: false, description: 'The nextCursor of the previous page.', schema: { type: 'string' } },
+    );
+  }
+  return params;
+}
+
+function operationObject(op: Operation, idOf: (schema: z.ZodType) => string): Json {
+  const parameters: Json[] = [
+    ...Object.entries(op.pathParams ?? {}).map(([name, description]) => ({ name, in: 'path', required: true, description, schema: { type: 'string' } })),
+    ...(op.auth ? [{ name: ACCOUNT_HEADER, in: 'header', required: false, description: ACCOUNT_HEADER_NOTE[op.auth.accountHeader], schema: { type: 'string' } }] : []),
+    ...Object.entries(op.requestHeaders ?? {}).map(([name, h]) => ({ name, in: 'header', required: false, ...h })),
+    ...queryParameters(op),
+  ];
+  const responses: Record<string, Json> = {};
+  for (const answer of op.answers) {
+    responses[String(answer.status)] = {
+      description: answer.description,
+      ...(answer.headers ? { headers: answer.headers } : {}),
+      ...(answer.status === 204
+        ? {}
+        : answer.raw
+          ? { content: { [answer.raw.mediaType]: { schema: { type: 'string', description: answer.raw.description } } } }
+          : { content: { 'application/json': { schema: answer.body ? ref(idOf(answer.body)) : { type: 'object' } } } }),
+    };
+  }
+  Object.assign(responses, errorResponses(op));
+  const scopeLine = op.auth ? `Scope: \`${op.auth.scope}\`.` : 'No key needed.';
+  return {
+    operationId: op.operationId,
+    tags: [op.tag],
+    summary: op.summary,
+    description: [scopeLine, op.description].filter(Boolean).join('\n\n'),
+    security: op.auth ? [{ apiKey: [op.auth.scope] }] : [],
+    ...(parameters.length > 0 ? { parameters } : {}),
+    ...(op.body ? { requestBody: { required: true, content: { 'application/json': { schema: ref(idOf(op.body)) } } } } : {}),
+    responses,
+  };
+}
+
+const WEBHOOK_HEADERS: [string, string][] = [
+  ['X-Service-Delivery', 'The delivery id (the body\'s `id`): drop one already handled.'],
+  ['X-Service-Event', 'The event type (the body\'s `type`).'],
+  ['X-Service-Signature', '`t=<unix seconds>,v1=<hex>`: HMAC-SHA256 of `<t>.<raw body>`, keyed with the whole secret string.'],
+  ['webhook-id', 'Standard Webhooks: the delivery id.'],
+  ['webhook-timestamp', 'Standard Webhooks: the same `t`.'],
+  ['webhook-signature', 'Standard Webhooks: `v1,<base64>`, HMAC-SHA256 of `<id>.<t>.<raw body>` keyed with the bytes base64-decoded from after `whsec_`.'],
+];
+
+const WEBHOOK_RESPONSES = {
+  '2XX': { description: 'Delivered: any 2xx within 10 seconds. The body is never read; redirects are not followed.' },
+  default: { description: 'Anything else, or no answer within 10 seconds, is a failure: retried after 1 min, 5 min, 30 min, 2 h and 12 h (6 attempts); 10 consecutive failures switch the endpoint off.' },
+};
+
+/** The posts a registered endpoint receives, one per event type. */
+function webhooks(): Record<string, Json> {
+  const parameters = WEBHOOK_HEADERS.map(([name, description]) => ({ name, in: 'header', required: true, description, schema: { type: 'string' } }));
+  const post = (type: string, summary: string, schema: Json) => ({
+    post: { operationId: `${type.replace(/\W/g, '_')}_webhook`, tags: ['Webhooks'], summary, parameters, requestBody: { required: true, content: { 'application/json': { schema } } }, responses: WEBHOOK_RESPONSES },
+  });
+  const entries = Object.entries(OUTCOME_EVENT_TYPES).map(([status, type]) => [
+    type,
+    post(type, `An outcome recorded as ${status}`, {
+      allOf: [ref('EmailEventPost'), { properties: { type: { const: type }, data: { properties: { status: { const: status } } } } }],
+    }),
+  ]);
+  return Object.fromEntries([...entries, ['ping', post('ping', 'The ping of POST /webhooks/{id}/test; never retried', ref('PingPost'))]]);
+}
+
+const DESCRIPTION = `Mailstead's HTTP API: send email from your own domains and follow what became of it.
+
+Every endpoint but this document and the index needs \`Authorization: Bearer <API_KEY>\` and exactly one scope (each operation's \`security\` names it). \`${ACCOUNT_HEADER}: <sub-account id>\` acts for a sub-account of the key's account where accepted. Checks run in this order: key (401), rate limits (429), scope (403), account header (404), then the body (413: 1 MB or more), then the endpoint's own.
+
+Every error is \`{ "error": { "code", "message" } }\`: clients branch on \`code\`. Unknown fields in a body are \`422 invalid_request\` naming them. An unknown path is \`404 not_found\`; a known path asked with a method it does not serve is \`405 method_not_allowed\` with an \`Allow\` header.
+
+Lists are keyset-paged: \`limit\` (1 to ${MAX_LIMIT}, default ${DEFAULT_LIMIT}) and \`cursor\`; they answer \`{ data, nextCursor }\`, nextCursor null on the last page.`;
+
+const TAGS: [string, string][] = [
+  ['Emails', 'Sending and the send log.'],
+  ['Templates', 'The built-in templates a send names.'],
+  ['Events', 'Recorded delivery outcomes.'],
+  ['Domains', 'Sending domains and their DNS records.'],
+  ['Accounts', 'The account and its sub-accounts.'],
+  ['Keys', 'API keys and their scopes.'],
+  ['Webhooks', 'Signed posts of delivery outcomes.'],
+  ['Suppressions', 'Addresses the account will not send to.'],
+  ['Database', 'The customer-owned Postgres that receives message content and outcomes.'],
+  ['API', 'This document and the index.'],
+];
+
+/** The OpenAPI 3.1 document of the API under `base` (`/api/v1`). */
+export function buildOpenApiDocument(base: string): Json {
+  const { registry, idOf } = componentRegistry();
+  const schemas = convertComponents(registry);
+  annotateRequests(schemas);
+  const paths: Record<string, Record<string, Json>> = {};
+  for (const op of OPERATIONS) {
+    (paths[op.path] ??= {})[op.method] = operationObject(op, idOf);
+  }
+  return {
+    openapi: '3.1.0',
+    info: { title: 'Mailstead API', version: 'v1', description: DESCRIPTION },
+    jsonSchemaDialect: 'https://json-schema.org/draft/2020-12/schema',
+    servers: [{ url: base }],
+    tags: TAGS.map(([name, description]) => ({ name, description })),
+    paths,
+    webhooks: webhooks(),
+    components: {
+      schemas,
+      securitySchemes: {
+        apiKey: { type: 'http', scheme: 'bearer', description: 'An API key (`ms_` and 40 letters and digits), created by POST /keys or the operator CLI; the scopes it holds decide what it may call.' },
+      },
+    },
+  };
+}

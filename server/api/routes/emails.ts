@@ -1,0 +1,31 @@
+import { Hono } from 'hono';
+import { capturedMessageQuery, emailFilter, getCapturedMessage, getEmail, listEmails } from '../../core/emails.js';
+import { validateIdempotencyKey } from '../../core/idempotency.js';
+import { sendEmail } from '../../core/sending.js';
+import type { Deps } from '../../app/deps.js';
+import { guard } from '../http/auth.js';
+import type { AppEnv } from '../http/env.js';
+import { LISTS, readPage, toPage } from '../http/paging.js';
+import { parseInput } from '../http/validate.js';
+
+export function emailRoutes(deps: Deps) {
+  return new Hono<AppEnv>()
+    .post('/emails', guard(deps, 'emails:send'), async (c) => {
+      const idempotencyKey = validateIdempotencyKey(c.req.header('idempotency-key'));
+      const { result, replayed } = await sendEmail({ deps, ctx: c.var.auth, rawBody: c.var.rawBody, idempotencyKey });
+      if (replayed) c.header('Idempotent-Replayed', 'true');
+      return c.json(result);
+    })
+    .get('/emails', guard(deps, 'emails:read'), (c) => {
+      const ctx = c.var.auth;
+      const filter = parseInput(emailFilter, c.req.query(), 'query');
+      const page = readPage(deps.db, LISTS.emails, ctx.account.id, filter);
+      return c.json(toPage(deps.db, LISTS.emails, ctx.account.id, page, listEmails({ deps, ctx, page, filter })));
+    })
+    .get('/emails/:id', guard(deps, 'emails:read'), (c) => c.json(getEmail({ deps, ctx: c.var.auth, id: c.req.param('id') })))
+    .get('/emails/:id/message', guard(deps, 'emails:read'), (c) => {
+      const { recipient } = parseInput(capturedMessageQuery, c.req.query(), 'query');
+      const message = getCapturedMessage({ deps, ctx: c.var.auth, id: c.req.param('id'), recipient });
+      return c.body(new Uint8Array(message), 200, { 'Content-Type': 'message/rfc822' });
+    });
+}

@@ -1,0 +1,27 @@
+import { Hono } from 'hono';
+import { addSuppression, addSuppressionInput, listSuppressions, removeSuppression, suppressionFilter } from '../../core/suppressions.js';
+import type { Deps } from '../../app/deps.js';
+import { guard } from '../http/auth.js';
+import { jsonBody } from '../http/body.js';
+import type { AppEnv } from '../http/env.js';
+import { LISTS, readPage, toPage } from '../http/paging.js';
+import { parseInput } from '../http/validate.js';
+
+export function suppressionRoutes(deps: Deps) {
+  return new Hono<AppEnv>()
+    .get('/suppressions', guard(deps, 'suppressions:read'), (c) => {
+      const ctx = c.var.auth;
+      const filter = parseInput(suppressionFilter, c.req.query(), 'query');
+      const page = readPage(deps.db, LISTS.suppressions, ctx.account.id, filter);
+      return c.json(toPage(deps.db, LISTS.suppressions, ctx.account.id, page, listSuppressions({ deps, ctx, page, address: filter.address })));
+    })
+    .post('/suppressions', guard(deps, 'suppressions:write'), (c) => {
+      const { address } = parseInput(addSuppressionInput, jsonBody(c.var.rawBody));
+      const { entry, created } = addSuppression({ deps, ctx: c.var.auth, address });
+      return c.json(entry, created ? 201 : 200);
+    })
+    .delete('/suppressions/:address', guard(deps, 'suppressions:write'), (c) => {
+      removeSuppression({ deps, ctx: c.var.auth, address: c.req.param('address') });
+      return c.body(null, 204);
+    });
+}

@@ -1,0 +1,119 @@
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { openDatabase, type Db, type Store } from '../../db/client.js';
+import { createFileDurably } from '../../db/data-dir.js';
+import { createGroupCommit, type GroupCommit } from '../../db/group-commit.js';
+import type { Clock } from '../shared/clock.js';
+import type { Config } from '../shared/config.js';
+import { createKeyUsage, type KeyUsage } from '../core/key-usage.js';
+import { createRateLimiter, type RateLimiter } from '../core/rate-limit.js';
+import { createResolver, type DnsResolver } from '../shared/dns/resolver.js';
+import type { Logger } from '../shared/logger.js';
+import { createMetrics, type Metrics } from '../shared/metrics.js';
+import { type Scans, scansOn } from '../../db/scans.js';
+import { createStoreHealth, isFlushFailure, type StoreHealth } from '../shared/store-health.js';
+import { holdsSealedSecrets } from './secret-key-check.js';
+
+/** Everything with a side effect, built once in main (or a test) and passed down. */
+export interface Deps {
+  config: Config;
+  db: Db;
+  store: Store;
+  /** Durable writes that acknowledge a request (a send): batched, one commit for many. */
+  commits: GroupCommit;
+  clock: Clock;
+  logger: Logger;
+  /** Every DNS read (domain checks, MX routing) goes through it; it honours DNS_SERVERS. */
+  resolver: DnsResolver;
+  /** The key that seals stored secrets; null when SECRET_KEY=off. */
+  secretKey: Buffer | null;
+  keyUsage: KeyUsage;
+  /** Called after a send is durably queued; main points it at the delivery engine so delivery starts at once. */
+  onQueued: () => void;
+  /** Called after webhook deliveries are durably queued; main points it at the webhook dispatcher. */
+  onWebhookQueued: () => void;
+  /** Called after customer-database writes are durably queued; main points it at the writer. */
+  onCustomerDbQueued: () => void;
+  rateLimiter: RateLimiter;
+  /**
+   * Where reads that walk many rows run (the /metrics gauges, the dashboard's chart): the event loop's connection,
+   * until main points them at the checkpoint thread's (db/scans.ts).
+   */
+  scans: Scans;
+  /** The operator's counters and gauges (`GET /metrics`), one registry per Deps. */
+  metrics: Metrics;
+  /** Failures on the store itself, from every part of the service, for /healthz (server/shared/store-health.ts). */
+  storeHealth: StoreHealth;
+}
+
+/**
+ * SECRET_KEY as decided: given, `off`, or read from DATA_DIR/secret.key, generated there (mode 0600) on first start.
+ */
+export function resolveSecretKey(config: Config, opts: { mayGenerate?: boolean } = {}): Buffer | null {
+  if (config.secretKey.mode === 'off') return null;
+  if (config.secretKey.mode === 'given') return config.secretKey.key;
+  const path = join(config.dataDir, 'secret.key');
+  try {
+    const text = readFileSync(path, 'utf8').trim();
+    if (!/^[0-9a-f]{64}$/i.test(text)) throw new Error(`${path} does not hold 32 bytes of hex`);
+    return Buffer.from(text, 'hex');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  }
+  // The key file is gone while secrets sealed with it remain: the start stops instead of generating another.
+  if (opts.mayGenerate === false) {
+    throw new Error(`${path} is missing, and DATA_DIR holds secrets sealed with a key (DKIM keys, webhook secrets or database URLs): put that key back in ${path}, or set SECRET_KEY to it; a new key would open none of them`);
+  }
+  const key = randomBytes(32);
+  try {
+    // Whole and on disk before anything is sealed with it: an empty or lost key would leave every secret unreadable.
+    createFileDurably(path, `${key.toString('hex')}\n`);
+  } catch (err) {
+    // Another process (the CLI beside the server) wrote it first: use that one.
+    if ((err as NodeJS.ErrnoException).code === 'EEXIST') return resolveSecretKey(config, opts);
+    throw err;
+  }
+  return key;
+}
+
+export function createDeps(config: Config, clock: Clock, logger: Logger): Deps {
+  const store = openDatabase(config.dataDir);
+  const storeHealth = createStoreHealth(clock);
+  // After a failed flush of the WAL no write anywhere on the connection is safe to acknowledge: every one is refused
+  // (query_only) and /healthz stays 503 until a restart recovers from what the disk holds.
+  const closeToWrites = (err: unknown) => {
+    if (storeHealth.unsafe()) return;
+    storeHealth.markUnsafe(err);
+    store.sqlite.pragma('query_only = 1');
+    logger.error('store.unsafe', { err, message: 'A flush of the database to disk failed: writes are refused until the service is restarted. Check the disk.' });
+  };
+  // The group commit's own flush failing says so (onUnsafe); SQLite's fsync inside a commit of any other write
+  // (synchronous=FULL) failing is the same loss, and reaches the store's health as its error.
+  const note = storeHealth.note;
+  storeHealth.note = (err) => {
+    note(err);
+    if (isFlushFailure(err)) closeToWrites(err);
+  };
+  const deps: Deps = {
+    config,
+    db: store.db,
+    store,
+    commits: createGroupCommit(store, store.syncWal, { onFailure: storeHealth.note, onUnsafe: closeToWrites }),
+    clock,
+    logger,
+    resolver: createResolver({ servers: config.dnsServers }),
+    // Generated only on a first start: DATA_DIR holding secrets sealed with a key and no key file is a lost key.
+    secretKey: resolveSecretKey(config, { mayGenerate: !holdsSealedSecrets(store.db) }),
+    keyUsage: createKeyUsage(),
+    onQueued: () => undefined,
+    onWebhookQueued: () => undefined,
+    onCustomerDbQueued: () => undefined,
+    rateLimiter: createRateLimiter(clock, { perKey: config.rateLimitPerKey, perAccount: config.rateLimitPerAccount }),
+    scans: scansOn(store.db),
+    // The gauges ask for `deps.scans` at each scrape: main may have moved them since.
+    metrics: createMetrics(clock, () => deps.scans),
+    storeHealth,
+  };
+  return deps;
+}

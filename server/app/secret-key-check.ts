@@ -1,0 +1,111 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { eq, sql } from 'drizzle-orm';
+import type { Db } from '../../db/client.js';
+import { customerDatabases, domainKeys, settings, webhookEndpoints } from '../../db/schema/index.js';
+import type { Config } from '../shared/config.js';
+import { sealContext } from '../core/dkim-keys.js';
+import { secretContext } from '../core/webhooks.js';
+import { urlContext } from '../customer-db/connection.js';
+import { decryptSecret, encryptSecret } from '../shared/secrets.js';
+
+/**
+ * Whether the secret key this start was given is the one DATA_DIR's secrets were sealed with. A different key (a
+ * SECRET_KEY set after the first start, beside the generated DATA_DIR/secret.key; a data directory moved without its
+ * key) would open nothing: every send would fail to sign and wait days before it bounced, every webhook post and
+ * customer-database write would fail. So the start stops instead, naming the variable. A value sealed with the key
+ * is kept in `settings` to recognise it on later starts; data from before it existed is recognised by a sealed secret
+ * of each kind, when there is one.
+ */
+
+const CHECK_SETTING = 'secret_key_check';
+const CHECK_CONTEXT = 'secret-key-check';
+const CHECK_PLAINTEXT = 'mailstead secret key';
+
+export type SecretKeyCheck =
+  | { kind: 'ok' }
+  /** `what` names the stored secret the key could not open. */
+  | { kind: 'mismatch'; what: string }
+  /** SECRET_KEY=off: how many stored secrets it leaves unreadable. */
+  | { kind: 'off'; sealed: { dkimKeys: number; webhookSecrets: number; databaseUrls: number } };
+
+/** One stored secret of each kind, with the context it was sealed under. */
+function sampleSecrets(db: Db): { what: string; sealed: string; context: string }[] {
+  const samples: { what: string; sealed: string; context: string }[] = [];
+  const key = db.select({ accountId: domainKeys.accountId, name: domainKeys.name, sealed: domainKeys.dkimPrivateKeySealed }).from(domainKeys).limit(1).get();
+  if (key) samples.push({ what: `the DKIM key of ${key.name}`, sealed: key.sealed, context: sealContext(key.accountId, key.name) });
+  const hook = db.select({ id: webhookEndpoints.id, sealed: webhookEndpoints.secretSealed }).from(webhookEndpoints).limit(1).get();
+  if (hook) samples.push({ what: `the signing secret of webhook ${hook.id}`, sealed: hook.sealed, context: secretContext(hook.id) });
+  const database = db.select({ accountId: customerDatabases.accountId, sealed: customerDatabases.urlSealed }).from(customerDatabases).limit(1).get();
+  if (database) samples.push({ what: `the database URL of account ${database.accountId}`, sealed: database.sealed, context: urlContext(database.accountId) });
+  return samples;
+}
+
+const opens = (key: Buffer, sealed: string, context: string): boolean => {
+  try {
+    decryptSecret(key, sealed, context);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+const recordedCheck = (db: Db) => db.select({ value: settings.value }).from(settings).where(eq(settings.key, CHECK_SETTING)).get();
+
+/** What `key` cannot open of DATA_DIR's secrets (the recorded check value, else a sample of each kind), or null. */
+function firstUnopened(db: Db, key: Buffer): string | null {
+  const recorded = recordedCheck(db);
+  if (recorded) return opens(key, recorded.value, CHECK_CONTEXT) ? null : 'the check value recorded at an earlier start';
+  for (const s of sampleSecrets(db)) if (!opens(key, s.sealed, s.context)) return s.what;
+  return null;
+}
+
+/**
+ * Whether DATA_DIR holds anything sealed with a key: then a missing DATA_DIR/secret.key is a lost key, not a first
+ * start, and a new one generated in its place would open none of it.
+ */
+export function holdsSealedSecrets(db: Db): boolean {
+  return recordedCheck(db) !== undefined || sampleSecrets(db).length > 0;
+}
+
+/** Checks `key` against DATA_DIR's secrets, and on a first start with a key (or the first since this check) records it. */
+export function checkSecretKey(db: Db, key: Buffer | null): SecretKeyCheck {
+  if (key === null) {
+    const count = (table: typeof domainKeys | typeof webhookEndpoints | typeof customerDatabases) => db.select({ n: sql<number>`count(*)` }).from(table).get()?.n ?? 0;
+    return { kind: 'off', sealed: { dkimKeys: count(domainKeys), webhookSecrets: count(webhookEndpoints), databaseUrls: count(customerDatabases) } };
+  }
+  const what = firstUnopened(db, key);
+  if (what !== null) return { kind: 'mismatch', what };
+  db.insert(settings).values({ key: CHECK_SETTING, value: encryptSecret(key, CHECK_PLAINTEXT, CHECK_CONTEXT) }).onConflictDoNothing().run();
+  return { kind: 'ok' };
+}
+
+/** The key in DATA_DIR/secret.key, when it holds one (read only: never generated here). */
+function fileKey(dataDir: string): Buffer | null {
+  try {
+    const text = readFileSync(join(dataDir, 'secret.key'), 'utf8').trim();
+    return /^[0-9a-f]{64}$/i.test(text) ? Buffer.from(text, 'hex') : null;
+  } catch {
+    return null;
+  }
+}
+
+/** The start's one line on stderr for a mismatch: which key was used, and where the right one is when it is known. */
+export function mismatchLine(db: Db, config: Pick<Config, 'secretKey' | 'dataDir'>, what: string): string {
+  const file = join(config.dataDir, 'secret.key');
+  const where = config.secretKey.mode === 'given' ? 'SECRET_KEY' : `SECRET_KEY (read from ${file})`;
+  // Named only when it is the right key: a file left by some other start would send the operator the wrong way.
+  const inFile = config.secretKey.mode === 'given' ? fileKey(config.dataDir) : null;
+  const fileToo = inFile !== null && firstUnopened(db, inFile) === null ? `; ${file} holds it (unset SECRET_KEY to use it)` : '';
+  return `mailstead: invalid configuration: ${where} is not the key DATA_DIR's secrets were sealed with (it cannot open ${what}): start with that key${fileToo}`;
+}
+
+/** The start's warning for SECRET_KEY=off: what cannot work, and the stored secrets it leaves unreadable. */
+export function keyOffWarning(sealed: { dkimKeys: number; webhookSecrets: number; databaseUrls: number }): string {
+  const { dkimKeys, webhookSecrets, databaseUrls } = sealed;
+  const stored =
+    dkimKeys + webhookSecrets + databaseUrls > 0
+      ? ` DATA_DIR holds secrets sealed with a key (${dkimKeys} DKIM keys, ${webhookSecrets} webhook secrets, ${databaseUrls} database URLs) that stay unreadable: mail from those domains is not sent and those webhooks and databases fail.`
+      : '';
+  return `SECRET_KEY=off: no domain can be connected (its DKIM key cannot be kept), so nothing can be sent; webhooks and customer databases cannot be configured; bounce (VERP) addresses are not signed.${stored}`;
+}

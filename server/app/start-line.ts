@@ -1,0 +1,35 @@
+import { isIP } from 'node:net';
+import type { Config } from '../shared/config.js';
+
+/** `scheme://host:port`, an IPv6 host in brackets. */
+export function listenUrl(scheme: 'http' | 'smtp', host: string, port: number): string {
+  return `${scheme}://${isIP(host) === 6 ? `[${host}]` : host}:${port}`;
+}
+
+/**
+ * The fields of the `server.started` line, logged once everything listens: where (HTTP, and SMTP when it listens),
+ * the state directory, how mail leaves (DELIVERY_MODE, and the relay named without its credentials) and the name the
+ * server goes by.
+ */
+export function startLine(config: Config, listening: { httpPort: number; smtpPort: number | null }): Record<string, unknown> {
+  // In capture mode nothing leaves, through a relay or otherwise.
+  const relay = config.deliveryMode === 'direct' ? config.smtpRelayUrl : null;
+  return {
+    http: listenUrl('http', config.httpHost, listening.httpPort),
+    smtp: listening.smtpPort === null ? null : listenUrl('smtp', config.smtpHost, listening.smtpPort),
+    dataDir: config.dataDir,
+    deliveryMode: config.deliveryMode,
+    relay: relay ? `${relay.protocol}//${relay.host}` : null,
+    mailHostname: config.mailHostname,
+    metrics: config.metricsToken === null ? 'open' : 'token',
+  };
+}
+
+/** What the server sends its parent over IPC once everything listens, when started with one (`npm run dev`). */
+export const STARTED_EVENT = 'server.started';
+
+export interface StartedMessage {
+  event: typeof STARTED_EVENT;
+  httpPort: number;
+  smtpPort: number | null;
+}

@@ -1,0 +1,169 @@
+import { and, eq, isNull, sql } from 'drizzle-orm';
+import { accounts, emailEvents, emails, outboundMessages, outboundRecipients } from '../../db/schema/index.js';
+import { definePrepared } from '../../db/prepared.js';
+import type { Deps } from '../app/deps.js';
+import { findAccount } from './accounts.js';
+import { tripBreakerIfPaused } from './reputation.js';
+import { suppress } from './suppressions.js';
+import { newId } from '../shared/ids.js';
+import { type OutcomeStatus, fanOutOutcome } from './webhook-fanout.js';
+import { queueCustomerDbWrite } from './customer-db-outbox.js';
+import { type Capture, storeCapture } from './capture-store.js';
+import type { Claimed } from '../../mta/delivery-queue.js';
+import type { Classified } from './dsn.js';
+import { nextAttemptAt } from './delivery-schedule.js';
+import { isSimulatorAddress } from './simulator.js';
+
+export interface Recorded {
+  status: 'delivered' | 'bounced' | 'deferred';
+  dsn: string;
+  detail: string;
+  nextAttemptAt: number | null;
+}
+
+/** What else an attempt leaves, written in the same transaction as its outcome. */
+export interface AttemptExtras {
+  /** The message as it would have gone out (DELIVERY_MODE=capture), kept in the capture store. */
+  capture?: Capture | null;
+  /** A complaint that follows the delivery (the mailbox simulator's complaint@): recorded as the inbound ARF one is. */
+  complaint?: { dsn: string; detail: string } | null;
+}
+
+/**
+ * Records one attempt's outcome for one recipient, durably, before the engine takes its next step: the
+ * event, the queue row (done, or due again on the retry schedule, or bounced 4.4.7 once 5 days have passed), the
+ * Email's first deliveredAt/bouncedAt, and for a 5.x.x bounce the suppression (the account's list and its parent's)
+ * and the reputation counters, tripping the breaker when they grade as paused. With `extras`, in the same
+ * transaction, the captured message and a complaint after the delivery.
+ */
+export async function recordOutcome(
+  deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'commits' | 'onWebhookQueued' | 'secretKey' | 'onCustomerDbQueued' | 'metrics'>,
+  job: Claimed,
+  outcome: Classified,
+  extras: AttemptExtras = {},
+): Promise<Recorded> {
+  const { db, clock } = deps;
+  const now = clock.now();
+  const attempts = job.recipient.attempts + 1;
+  let recorded: Recorded = { ...outcome, nextAttemptAt: null };
+  if (outcome.status === 'deferred') {
+    const next = nextAttemptAt(attempts, now, job.message.expiresAt);
+    recorded =
+      next === null
+        ? { status: 'bounced', dsn: '4.4.7', detail: `Delivery gave up 5 days after the send; last reply: ${outcome.detail}`, nextAttemptAt: null }
+        : { ...outcome, nextAttemptAt: next };
+  }
+  // Through the group commit: outcomes of concurrent connections share one fsync, and the caller's next step waits
+  // until this one is durable.
+  const complaint = recorded.status === 'delivered' ? (extras.complaint ?? null) : null;
+  const queued = await deps.commits.run(() => {
+    const q = statements(db);
+    const of = { emailId: job.message.id, accountId: job.message.accountId, recipient: job.recipient.recipient, occurredAt: now };
+    if (extras.capture) storeCapture(db, extras.capture);
+    const written = writeOutcome(deps, { ...of, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail });
+    if (complaint) {
+      const complained = writeOutcome(deps, { ...of, status: 'complained', ...complaint });
+      written.webhooks += complained.webhooks;
+      written.written ||= complained.written;
+    }
+    q.updateRecipient.run({ id: job.recipient.id, status: recorded.status === 'deferred' ? 'queued' : recorded.status, attempts, nextAttemptAt: recorded.nextAttemptAt ?? now });
+    // Once every recipient has its final outcome the content is no longer needed: it goes.
+    if ((q.openRecipients.get({ messageId: job.message.id })?.n ?? 0) === 0) q.deleteMessage.run({ id: job.message.id });
+    return written;
+  });
+  if (queued.webhooks > 0) deps.onWebhookQueued();
+  if (queued.written) deps.onCustomerDbQueued();
+  if (recorded.status !== 'deferred') deps.metrics.deliveryLatency(recorded.status, (now - job.message.createdAt) / 1000);
+  deps.logger.info(`delivery.${recorded.status}`, { emailId: job.message.id, recipient: job.recipient.recipient, dsn: recorded.dsn, detail: recorded.detail, attempts });
+  if (complaint) deps.logger.info('delivery.complained', { emailId: job.message.id, recipient: job.recipient.recipient, dsn: complaint.dsn, detail: complaint.detail });
+  return recorded;
+}
+
+export interface OutcomeToRecord {
+  emailId: string;
+  accountId: string;
+  recipient: string;
+  status: OutcomeStatus;
+  dsn: string;
+  detail: string;
+  occurredAt: number;
+}
+
+/** What suppresses: a 5.x.x bounce (not a 4.4.7 give-up) and every complaint, each under its own reason and counter. */
+const SUPPRESSING: Readonly<Record<OutcomeStatus, ((dsn: string) => boolean) | null>> = {
+  bounced: (dsn) => dsn.startsWith('5.'),
+  complained: () => true,
+  delivered: null,
+  deferred: null,
+};
+
+/**
+ * The writes of one recorded outcome, inside the caller's transaction (the engine's reply, or an asynchronous bounce
+ * or complaint received on inbound SMTP): the event, its webhook deliveries, the customer database's copy, the
+ * email's first deliveredAt/bouncedAt/complainedAt, and for a 5.x.x bounce or a complaint the suppression on the
+ * account's list and its parent's, the reputation counter and the breaker (never for a mailbox simulator address:
+ * the simulator does not count toward reputation). Returns what was queued, so the caller can poke the dispatcher and
+ * the writer once the transaction is durable.
+ */
+export function writeOutcome(deps: Pick<Deps, 'db' | 'logger' | 'secretKey' | 'metrics'>, o: OutcomeToRecord): { webhooks: number; written: boolean } {
+  const { db } = deps;
+  const q = statements(db);
+  const eventId = newId(o.occurredAt);
+  q.insertEvent.run({ id: eventId, emailId: o.emailId, accountId: o.accountId, recipient: o.recipient, status: o.status, dsn: o.dsn, detail: o.detail, occurredAt: o.occurredAt });
+  // The account's webhook deliveries of this outcome, in the same transaction: no event is lost between the two.
+  const webhooks = fanOutOutcome(db, o);
+  // And the customer database's copy of the event, in the same transaction.
+  const written = queueCustomerDbWrite(
+    deps,
+    o.accountId,
+    { kind: 'event', id: eventId, emailId: o.emailId, recipient: o.recipient, status: o.status, dsn: o.dsn, detail: o.detail, occurredAt: o.occurredAt },
+    o.occurredAt,
+  );
+  if (o.status === 'delivered') q.firstDelivered.run({ id: o.emailId, now: o.occurredAt });
+  if (o.status === 'bounced') q.firstBounced.run({ id: o.emailId, now: o.occurredAt });
+  if (o.status === 'complained') q.firstComplained.run({ id: o.emailId, now: o.occurredAt });
+  if (SUPPRESSING[o.status]?.(o.dsn)) {
+    const account = findAccount(db, o.accountId);
+    if (account) {
+      const reason = o.status === 'complained' ? 'complaint' : 'bounce';
+      for (const id of [account.id, account.parentId]) {
+        if (id) suppress(db, id, o.recipient, reason, o.detail, o.occurredAt);
+      }
+      if (!isSimulatorAddress(o.recipient)) {
+        if (o.status === 'complained') q.countComplaint.run({ id: account.id });
+        else q.countBounce.run({ id: account.id });
+        tripBreakerIfPaused(deps, account.id, o.occurredAt);
+      }
+    }
+  }
+  // Counted here, the one place every outcome is written (the engine's and inbound's); a transaction that then fails
+  // to commit has counted one outcome that the retried attempt counts again.
+  deps.metrics.deliveryOutcome(o.status);
+  return { webhooks, written };
+}
+
+const p = sql.placeholder;
+
+/** The writes of one outcome, compiled once per database (they run on the root connection, inside the commit). */
+const statements = definePrepared((db) => ({
+  insertEvent: db
+    .insert(emailEvents)
+    .values({ id: p('id'), emailId: p('emailId'), accountId: p('accountId'), recipient: p('recipient'), status: p('status'), dsn: p('dsn'), detail: p('detail'), occurredAt: p('occurredAt') })
+    .prepare(),
+  updateRecipient: db
+    .update(outboundRecipients)
+    .set({ status: sql`${p('status')}`, attempts: sql`${p('attempts')}`, nextAttemptAt: sql`${p('nextAttemptAt')}`, lockedBy: null, lockedUntil: null })
+    .where(eq(outboundRecipients.id, p('id')))
+    .prepare(),
+  firstDelivered: db.update(emails).set({ deliveredAt: sql`${p('now')}` }).where(and(eq(emails.id, p('id')), isNull(emails.deliveredAt))).prepare(),
+  firstBounced: db.update(emails).set({ bouncedAt: sql`${p('now')}` }).where(and(eq(emails.id, p('id')), isNull(emails.bouncedAt))).prepare(),
+  firstComplained: db.update(emails).set({ complainedAt: sql`${p('now')}` }).where(and(eq(emails.id, p('id')), isNull(emails.complainedAt))).prepare(),
+  countBounce: db.update(accounts).set({ totalBounced: sql`${accounts.totalBounced} + 1` }).where(eq(accounts.id, p('id'))).prepare(),
+  countComplaint: db.update(accounts).set({ totalComplained: sql`${accounts.totalComplained} + 1` }).where(eq(accounts.id, p('id'))).prepare(),
+  openRecipients: db
+    .select({ n: sql<number>`count(*)` })
+    .from(outboundRecipients)
+    .where(and(eq(outboundRecipients.messageId, p('messageId')), eq(outboundRecipients.status, 'queued')))
+    .prepare(),
+  deleteMessage: db.delete(outboundMessages).where(eq(outboundMessages.id, p('id'))).prepare(),
+}));
