@@ -7,7 +7,7 @@ import { findAccount } from '../server/core/accounts.js';
 import type { RequestContext } from '../server/core/context.js';
 import { connectDatabase } from '../server/core/customer-db.js';
 import { SCOPES } from '../server/core/scopes.js';
-import { urlContext } from '../server/customer-db/connection.js';
+import { SEAL_CONTEXTS } from '../server/shared/seal-contexts.js';
 import { decryptSecret } from '../server/shared/secrets.js';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
 import { expectDocumented } from './helpers/openapi.js';
@@ -208,7 +208,7 @@ describe('POST /database: connected', () => {
     const row = storedRow(service, account.id)!;
     expect(row.urlSealed).not.toContain(pgServer.password);
     expect(row.urlSealed).not.toContain(pgServer.user);
-    expect(decryptSecret(service.deps.secretKey!, row.urlSealed, urlContext(account.id)).toString('utf8')).toBe(url);
+    expect(decryptSecret(service.deps.secretKey!, row.urlSealed, SEAL_CONTEXTS.customerDbUrl(account.id)).toString('utf8')).toBe(url);
   });
 
   it.each([
@@ -253,7 +253,7 @@ describe('POST /database: connected', () => {
 
     const second = storedRow(service, account.id)!;
     expect(second.connectionId).not.toBe(first.connectionId);
-    expect(decryptSecret(service.deps.secretKey!, second.urlSealed, urlContext(account.id)).toString('utf8')).toBe(secondUrl);
+    expect(decryptSecret(service.deps.secretKey!, second.urlSealed, SEAL_CONTEXTS.customerDbUrl(account.id)).toString('utf8')).toBe(secondUrl);
     expect(await serviceTables('second')).toEqual(expect.arrayContaining(['attachments', 'emails', 'events', 'inbound']));
     // The first database is left as it is.
     expect(await serviceTables(pgServer.database)).toEqual(expect.arrayContaining(['attachments', 'emails', 'events', 'inbound', 'schema_migrations']));

@@ -4,9 +4,7 @@ import { eq, sql } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import { customerDatabases, domainKeys, settings, webhookEndpoints } from '../../db/schema/index.js';
 import type { Config } from '../shared/config.js';
-import { sealContext } from '../core/dkim-keys.js';
-import { secretContext } from '../core/webhooks.js';
-import { urlContext } from '../customer-db/connection.js';
+import { SEAL_CONTEXTS } from '../shared/seal-contexts.js';
 import { decryptSecret, encryptSecret } from '../shared/secrets.js';
 
 /**
@@ -33,11 +31,11 @@ export type SecretKeyCheck =
 function sampleSecrets(db: Db): { what: string; sealed: string; context: string }[] {
   const samples: { what: string; sealed: string; context: string }[] = [];
   const key = db.select({ accountId: domainKeys.accountId, name: domainKeys.name, sealed: domainKeys.dkimPrivateKeySealed }).from(domainKeys).limit(1).get();
-  if (key) samples.push({ what: `the DKIM key of ${key.name}`, sealed: key.sealed, context: sealContext(key.accountId, key.name) });
+  if (key) samples.push({ what: `the DKIM key of ${key.name}`, sealed: key.sealed, context: SEAL_CONTEXTS.dkimKey(key.accountId, key.name) });
   const hook = db.select({ id: webhookEndpoints.id, sealed: webhookEndpoints.secretSealed }).from(webhookEndpoints).limit(1).get();
-  if (hook) samples.push({ what: `the signing secret of webhook ${hook.id}`, sealed: hook.sealed, context: secretContext(hook.id) });
+  if (hook) samples.push({ what: `the signing secret of webhook ${hook.id}`, sealed: hook.sealed, context: SEAL_CONTEXTS.webhookSecret(hook.id) });
   const database = db.select({ accountId: customerDatabases.accountId, sealed: customerDatabases.urlSealed }).from(customerDatabases).limit(1).get();
-  if (database) samples.push({ what: `the database URL of account ${database.accountId}`, sealed: database.sealed, context: urlContext(database.accountId) });
+  if (database) samples.push({ what: `the database URL of account ${database.accountId}`, sealed: database.sealed, context: SEAL_CONTEXTS.customerDbUrl(database.accountId) });
   return samples;
 }
 

@@ -3,6 +3,7 @@ import type { Db } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { capturedMessages } from '../../db/schema/index.js';
 import { openBytes, sealBytes } from '../shared/secrets.js';
+import { SEAL_CONTEXTS } from '../shared/seal-contexts.js';
 import type { Classified } from './dsn.js';
 
 /**
@@ -24,12 +25,11 @@ export interface Capture {
   capturedAt: number;
 }
 
-const context = (emailId: string, recipient: string) => `captured:${emailId}:${recipient}`;
 
 /** Seals `message` (outside any transaction: the cipher is the slow part). */
 export function sealCapture(secretKey: Buffer, c: { emailId: string; accountId: string; recipient: string; message: Buffer; capturedAt: number }): Capture {
   const recipient = c.recipient.toLowerCase();
-  return { emailId: c.emailId, accountId: c.accountId, recipient, sealed: sealBytes(secretKey, c.message, context(c.emailId, recipient)), capturedAt: c.capturedAt };
+  return { emailId: c.emailId, accountId: c.accountId, recipient, sealed: sealBytes(secretKey, c.message, SEAL_CONTEXTS.captured(c.emailId, recipient)), capturedAt: c.capturedAt };
 }
 
 const p = sql.placeholder;
@@ -68,7 +68,7 @@ export function storeCapture(db: Db, capture: Capture): void {
 export function readCapture(db: Db, secretKey: Buffer | null, q: { accountId: string; emailId: string; recipient: string }): Buffer | null {
   const row = statements(db).read.get({ ...q, recipient: q.recipient.toLowerCase() });
   if (!row || !secretKey) return null;
-  return openBytes(secretKey, row.sealed, context(q.emailId, row.recipient));
+  return openBytes(secretKey, row.sealed, SEAL_CONTEXTS.captured(q.emailId, row.recipient));
 }
 
 /** The outcome of every captured recipient. */

@@ -8,6 +8,7 @@ import { type CustomerDbWriteRow, customerDbWrites } from '../../db/schema/index
 import { DAY_MS } from '../shared/clock.js';
 import { newId } from '../shared/ids.js';
 import { decryptSecret, encryptSecret, openBytes, sealBytes } from '../shared/secrets.js';
+import { SEAL_CONTEXTS } from '../shared/seal-contexts.js';
 
 /**
  * The outbox of the customer-database writer (decisions.md section 8): each write is queued in the same SQLite
@@ -65,8 +66,6 @@ export function databaseOwnerOf(db: Db, accountId: string): string | null {
   return statements(db).owner.get(accountId) ?? null;
 }
 
-const sealContext = (id: string) => `customer-db-write:${id}`;
-const rawContext = (id: string) => `customer-db-write-raw:${id}`;
 
 /**
  * Queues one write for the database of `accountId` (or its parent's); call it inside the transaction that records
@@ -85,8 +84,8 @@ export function queueCustomerDbWrite(deps: { db: Db; secretKey: Buffer | null },
     databaseAccountId: owner,
     accountId,
     kind: write.kind,
-    payloadSealed: encryptSecret(deps.secretKey, JSON.stringify(content), sealContext(id)),
-    rawSealed: raw ? sealBytes(deps.secretKey, raw, rawContext(id)) : null,
+    payloadSealed: encryptSecret(deps.secretKey, JSON.stringify(content), SEAL_CONTEXTS.customerDbWrite(id)),
+    rawSealed: raw ? sealBytes(deps.secretKey, raw, SEAL_CONTEXTS.customerDbWriteRaw(id)) : null,
     spoolId: 'spoolId' in write ? write.spoolId : null,
     now,
   });
@@ -124,8 +123,8 @@ export type OpenedWrite = { row: CustomerDbWriteRow; write: QueuedWrite } | { ro
 
 export function openWrite(secretKey: Buffer, row: CustomerDbWriteRow): OpenedWrite {
   try {
-    const write = JSON.parse(decryptSecret(secretKey, row.payloadSealed, sealContext(row.id)).toString('utf8')) as QueuedWrite & { raw?: Buffer | string };
-    if (row.rawSealed) write.raw = openBytes(secretKey, row.rawSealed, rawContext(row.id));
+    const write = JSON.parse(decryptSecret(secretKey, row.payloadSealed, SEAL_CONTEXTS.customerDbWrite(row.id)).toString('utf8')) as QueuedWrite & { raw?: Buffer | string };
+    if (row.rawSealed) write.raw = openBytes(secretKey, row.rawSealed, SEAL_CONTEXTS.customerDbWriteRaw(row.id));
     // Queued by a version that kept the bytes inside the JSON, as base64.
     else if (typeof write.raw === 'string') write.raw = Buffer.from(write.raw, 'base64');
     return { row, write: write as QueuedWrite };

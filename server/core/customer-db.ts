@@ -3,13 +3,14 @@ import { z } from 'zod';
 import { describeTarget, parseGivenCustomerDbUrl } from '../customer-db/url.js';
 import { type CustomerDatabaseRow, customerDatabases } from '../../db/schema/index.js';
 import { iso, isoOrNull } from '../shared/clock.js';
-import { connectAndMigrate, targetOf, urlContext } from '../customer-db/connection.js';
+import { connectAndMigrate, targetOf } from '../customer-db/connection.js';
 import { databaseOwnerOf, dropWritesOf, pendingWrites, pendingWritesOf, requeueSetAside } from './customer-db-outbox.js';
 import { isCurrentConnection, markTested, markUnreachable } from './customer-db-status.js';
 import type { Deps } from '../app/deps.js';
 import { ApiError } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
 import { encryptSecret } from '../shared/secrets.js';
+import { SEAL_CONTEXTS } from '../shared/seal-contexts.js';
 import { assertAccountExists } from './accounts.js';
 import type { RequestContext } from './context.js';
 
@@ -119,7 +120,7 @@ export async function connectDatabase({ deps, ctx, input }: { deps: Deps; ctx: R
   const row: CustomerDatabaseRow = {
     accountId,
     connectionId: newId(now),
-    urlSealed: encryptSecret(deps.secretKey, input.url, urlContext(accountId)),
+    urlSealed: encryptSecret(deps.secretKey, input.url, SEAL_CONTEXTS.customerDbUrl(accountId)),
     ...describeTarget(target),
     state: 'connected',
     schemaVersion: result.schemaVersion,

@@ -1,6 +1,7 @@
 import { generateKeyPair, randomBytes } from 'node:crypto';
 import { promisify } from 'node:util';
 import { decryptSecret, encryptSecret } from '../shared/secrets.js';
+import { SEAL_CONTEXTS } from '../shared/seal-contexts.js';
 
 const generateRsa = promisify(generateKeyPair);
 
@@ -11,7 +12,6 @@ export interface NewDomainKeys {
   privateKeySealed: string;
 }
 
-export const sealContext = (accountId: string, name: string) => `dkim:${accountId}:${name}`;
 
 /**
  * What a new domain publishes: an ownership token of 160 random bits, a selector, and a fresh RSA-2048 pair whose
@@ -27,11 +27,11 @@ export async function createDomainKeys(secretKey: Buffer, accountId: string, nam
     token: randomBytes(20).toString('hex'),
     selector: `ms${randomBytes(4).toString('hex')}`,
     publicKey: publicKey.toString('base64'),
-    privateKeySealed: encryptSecret(secretKey, privateKey, sealContext(accountId, name)),
+    privateKeySealed: encryptSecret(secretKey, privateKey, SEAL_CONTEXTS.dkimKey(accountId, name)),
   };
 }
 
 /** The PKCS#8 PEM private key of a domain, for signing. */
 export function openDomainPrivateKey(secretKey: Buffer, key: { accountId: string; name: string; dkimPrivateKeySealed: string }): string {
-  return decryptSecret(secretKey, key.dkimPrivateKeySealed, sealContext(key.accountId, key.name)).toString('utf8');
+  return decryptSecret(secretKey, key.dkimPrivateKeySealed, SEAL_CONTEXTS.dkimKey(key.accountId, key.name)).toString('utf8');
 }

@@ -3,6 +3,7 @@ import type { Db } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { operatorMessages } from '../../db/schema/index.js';
 import { openBytes, sealBytes } from '../shared/secrets.js';
+import { SEAL_CONTEXTS } from '../shared/seal-contexts.js';
 
 /**
  * Mail for the operator (decisions.md section 13): `postmaster@` and `abuse@` MAIL_HOSTNAME take mail from anyone
@@ -60,7 +61,6 @@ export interface OperatorMessage {
   receivedAt: number;
 }
 
-const sealContext = (id: string) => `operator-message:${id}`;
 
 /** Seals the kept bytes and reads From and Subject (outside any transaction: the cipher is the slow part). */
 export function prepareOperatorMessage(
@@ -78,7 +78,7 @@ export function prepareOperatorMessage(
     helo: m.helo,
     size: m.size,
     truncated: m.truncated,
-    sealed: sealBytes(secretKey, m.raw, sealContext(m.id)),
+    sealed: sealBytes(secretKey, m.raw, SEAL_CONTEXTS.operatorMessage(m.id)),
     receivedAt: m.receivedAt,
   };
 }
@@ -124,7 +124,7 @@ export function readOperatorMessage(db: Db, secretKey: Buffer | null, id: string
   const row = statements(db).read.get({ id });
   if (!row || !secretKey) return null;
   const { messageSealed, ...entry } = row;
-  return { entry, raw: openBytes(secretKey, messageSealed, sealContext(row.id)) };
+  return { entry, raw: openBytes(secretKey, messageSealed, SEAL_CONTEXTS.operatorMessage(row.id)) };
 }
 
 /**

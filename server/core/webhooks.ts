@@ -7,6 +7,7 @@ import type { Deps } from '../app/deps.js';
 import { ApiError } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
 import { encryptSecret } from '../shared/secrets.js';
+import { SEAL_CONTEXTS } from '../shared/seal-contexts.js';
 import { type PingResult, pingEndpoint } from '../webhooks/dispatcher.js';
 import { newWebhookSecret } from './webhook-signing.js';
 import { MAX_WEBHOOK_URL_LENGTH, checkWebhookUrl, isAbsoluteUri } from '../webhooks/target.js';
@@ -98,7 +99,6 @@ export function deliveryAttempts(db: Db, deliveryId: string): WebhookAttemptView
 }
 
 /** The associated data sealing an endpoint's secret: a sealed secret copied onto another endpoint does not open. */
-export const secretContext = (endpointId: string) => `webhook:${endpointId}`;
 
 /**
  * POST /webhooks: the body's rules (422 invalid_request), a server that can keep a secret (503 not_configured), an
@@ -118,7 +118,7 @@ export async function createWebhook({ deps, ctx, input }: { deps: Deps; ctx: Req
     accountId: ctx.account.id,
     url: url.href,
     events: [...new Set(input.events)],
-    secretSealed: encryptSecret(deps.secretKey, secret, secretContext(id)),
+    secretSealed: encryptSecret(deps.secretKey, secret, SEAL_CONTEXTS.webhookSecret(id)),
     active: true,
     failureCount: 0,
     disabledAt: null,

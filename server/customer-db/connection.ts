@@ -6,6 +6,7 @@ import { type CustomerDbTarget, type CustomerPgConfig, parseCustomerDbUrl, pgCli
 import type { CustomerDatabaseRow } from '../../db/schema/index.js';
 import type { Deps } from '../app/deps.js';
 import { decryptSecret } from '../shared/secrets.js';
+import { SEAL_CONTEXTS } from '../shared/seal-contexts.js';
 
 /**
  * From a customer's URL to a checked connection: the host resolved through the service's resolver and refused when
@@ -36,10 +37,9 @@ export async function configsFor(deps: Pick<Deps, 'resolver' | 'config'>, target
 }
 
 /** The URL sealed in a row, opened and parsed again (it was checked when stored). */
-export const urlContext = (accountId: string) => `customer-db:${accountId}`;
 
 export function targetOf(secretKey: Buffer, row: Pick<CustomerDatabaseRow, 'accountId' | 'urlSealed'>): CustomerDbTarget {
-  return parseCustomerDbUrl(decryptSecret(secretKey, row.urlSealed, urlContext(row.accountId)).toString('utf8'));
+  return parseCustomerDbUrl(decryptSecret(secretKey, row.urlSealed, SEAL_CONTEXTS.customerDbUrl(row.accountId)).toString('utf8'));
 }
 
 /**

@@ -6,6 +6,7 @@ import type { Deps } from '../app/deps.js';
 import { ApiError } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
 import { decryptSecret } from '../shared/secrets.js';
+import { SEAL_CONTEXTS } from '../shared/seal-contexts.js';
 import { createFairSlots } from '../queues/fair-slots.js';
 import { createPollLoop } from '../queues/poll-loop.js';
 import { logFailure } from '../shared/store-health.js';
@@ -64,7 +65,7 @@ export function webhookPostBody(row: WebhookDeliveryRow): string {
 function endpointSecret(deps: Pick<Deps, 'secretKey'>, endpoint: WebhookEndpointRow): string | null {
   if (!deps.secretKey) return null;
   try {
-    return decryptSecret(deps.secretKey, endpoint.secretSealed, `webhook:${endpoint.id}`).toString('utf8');
+    return decryptSecret(deps.secretKey, endpoint.secretSealed, SEAL_CONTEXTS.webhookSecret(endpoint.id)).toString('utf8');
   } catch {
     return null;
   }

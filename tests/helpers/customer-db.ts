@@ -1,6 +1,6 @@
 import { describeTarget, parseCustomerDbUrl } from '../../server/customer-db/url.js';
 import { customerDatabases } from '../../db/schema/index.js';
-import { urlContext } from '../../server/customer-db/connection.js';
+import { SEAL_CONTEXTS } from '../../server/shared/seal-contexts.js';
 import { newId } from '../../server/shared/ids.js';
 import { encryptSecret } from '../../server/shared/secrets.js';
 import type pg from 'pg';
@@ -34,7 +34,7 @@ export function storeDatabaseRow(service: TestService, accountId: string, url: s
     .values({
       accountId,
       connectionId: newId(now),
-      urlSealed: encryptSecret(sealWith, url, urlContext(accountId)),
+      urlSealed: encryptSecret(sealWith, url, SEAL_CONTEXTS.customerDbUrl(accountId)),
       ...describeTarget(parseCustomerDbUrl(url)),
       state: 'connected',
       schemaVersion: 1,

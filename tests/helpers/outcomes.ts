@@ -1,6 +1,6 @@
 import { eq } from 'drizzle-orm';
 import { type EventStatus, emailEvents, emails, webhookEndpoints, type WebhookEventType } from '../../db/schema/index.js';
-import { secretContext } from '../../server/core/webhooks.js';
+import { SEAL_CONTEXTS } from '../../server/shared/seal-contexts.js';
 import { newId } from '../../server/shared/ids.js';
 import { encryptSecret } from '../../server/shared/secrets.js';
 import type { TestService } from './service.js';
@@ -65,7 +65,7 @@ export function seedEndpoint(service: TestService, accountId: string, events: We
   const now = service.clock.now();
   const id = newId(now);
   const key = service.deps.secretKey;
-  const secretSealed = opts.secret !== undefined && key ? encryptSecret(key, opts.secret, secretContext(id)) : 'sealed';
+  const secretSealed = opts.secret !== undefined && key ? encryptSecret(key, opts.secret, SEAL_CONTEXTS.webhookSecret(id)) : 'sealed';
   service.deps.db
     .insert(webhookEndpoints)
     .values({ id, accountId, url: 'https://hooks.example.com/in', events, secretSealed, active: opts.active ?? true, disabledAt: opts.active === false ? now : null, failureCount: opts.active === false ? 10 : 0, createdAt: now })
