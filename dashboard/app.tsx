@@ -1,6 +1,6 @@
 import { Hono } from 'hono';
 import { getCookie } from 'hono/cookie';
-import type { Deps } from '../server/app/deps.js';
+import type { Deps } from '../server/core/deps.js';
 import { ApiError } from '../server/shared/errors.js';
 import { storeFaultOf, storeUnavailable } from '../server/shared/store-health.js';
 import { assetRoutes } from './assets.js';

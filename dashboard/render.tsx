@@ -1,6 +1,6 @@
 import type { Context } from 'hono';
 import type { Child } from 'hono/jsx';
-import type { Deps } from '../server/app/deps.js';
+import type { Deps } from '../server/core/deps.js';
 import { ApiError } from '../server/shared/errors.js';
 import type { DashEnv } from './env.js';
 import { type Flash, setFlash, takeFlash } from './session.js';

@@ -2,7 +2,7 @@ import { eq, lt, or } from 'drizzle-orm';
 import { type Db, unsynced } from '../db/client.js';
 import { dashboardSessions } from '../db/schema/index.js';
 import { adminTokenHash } from '../server/core/admin-token.js';
-import type { Deps } from '../server/app/deps.js';
+import type { Deps } from '../server/core/deps.js';
 import { constantTimeEqual, randomBase62, sha256Hex } from '../server/shared/secrets.js';
 import { storeFaultOf } from '../server/shared/store-health.js';
 

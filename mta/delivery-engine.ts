@@ -4,7 +4,7 @@ import { definePrepared } from '../db/prepared.js';
 import { newWorkerId } from '../server/queues/leases.js';
 import { domainKeys, emails } from '../db/schema/index.js';
 import { openDomainPrivateKey } from '../server/core/dkim-keys.js';
-import type { Deps } from '../server/app/deps.js';
+import type { Deps } from '../server/core/deps.js';
 import { CAPTURED, sealCapture } from '../server/core/capture-store.js';
 import { type Claimed, capForeignLeases, claimDueRecipients, releaseDeadLeases, releaseRecipients, renewLeases, stillHeld } from './delivery-queue.js';
 import type { Classified } from '../server/core/dsn.js';

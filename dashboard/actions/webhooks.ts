@@ -3,7 +3,7 @@ import { EMAIL_EVENT_TYPES, type EmailEventType } from '../../server/core/events
 import { enableWebhook } from '../../server/core/webhook-operator.js';
 import { replayWebhook } from '../../server/core/webhook-replay.js';
 import { testWebhook } from '../../server/core/webhooks.js';
-import type { Deps } from '../../server/app/deps.js';
+import type { Deps } from '../../server/core/deps.js';
 import { actForAccount } from '../on-behalf.js';
 import type { EndpointSummary } from '../queries/webhooks.js';
 import type { Outcome } from '../render.js';

@@ -19,7 +19,7 @@ import {
 import { listDomains } from '../../server/core/domains.js';
 import { insertKey, listKeys, mintKeyInput, revokeKey } from '../../server/core/keys.js';
 import { SCOPES, isScope } from '../../server/core/scopes.js';
-import type { Deps } from '../../server/app/deps.js';
+import type { Deps } from '../../server/core/deps.js';
 import { ApiError } from '../../server/shared/errors.js';
 import { parseInput } from '../../server/api/http/validate.js';
 import type { DashEnv } from '../env.js';

@@ -1,5 +1,5 @@
 import { Hono } from 'hono';
-import type { Deps } from '../../server/app/deps.js';
+import type { Deps } from '../../server/core/deps.js';
 import { ApiError } from '../../server/shared/errors.js';
 import type { DashEnv } from '../env.js';
 import { capturedRecipientsOf, countCaptured, listCaptured } from '../queries/captured.js';

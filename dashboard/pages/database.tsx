@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import { CUSTOMER_DB_STATES, type CustomerDbState } from '../../db/schema/index.js';
 import { testDatabase } from '../../server/core/customer-db.js';
-import type { Deps } from '../../server/app/deps.js';
+import type { Deps } from '../../server/core/deps.js';
 import { isUuid } from '../../server/shared/ids.js';
 import type { DashEnv } from '../env.js';
 import { formatCount, plural } from '../format.js';

@@ -1,6 +1,6 @@
 import { Hono } from 'hono';
 import { createDomain, createDomainInput, deleteDomain, getDomain, verifyDomain } from '../../server/core/domains.js';
-import type { Deps } from '../../server/app/deps.js';
+import type { Deps } from '../../server/core/deps.js';
 import { parseInput } from '../../server/api/http/validate.js';
 import type { DashEnv } from '../env.js';
 import { accountById, accountFilter, operatorContext } from '../on-behalf.js';

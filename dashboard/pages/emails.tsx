@@ -1,5 +1,5 @@
 import { Hono } from 'hono';
-import type { Deps } from '../../server/app/deps.js';
+import type { Deps } from '../../server/core/deps.js';
 import type { DashEnv } from '../env.js';
 import { requireAccount } from '../on-behalf.js';
 import { accountChoices } from '../queries/accounts.js';

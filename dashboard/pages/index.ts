@@ -1,5 +1,5 @@
 import type { Hono } from 'hono';
-import type { Deps } from '../../server/app/deps.js';
+import type { Deps } from '../../server/core/deps.js';
 import type { DashEnv } from '../env.js';
 import { accountPages } from './accounts.js';
 import { capturedPages } from './captured.js';

@@ -1,5 +1,5 @@
 import { Hono } from 'hono';
-import type { Deps } from '../../server/app/deps.js';
+import type { Deps } from '../../server/core/deps.js';
 import type { DashEnv } from '../env.js';
 import { troubledAccounts, troubledDatabases, troubledWebhooks } from '../queries/attention.js';
 import { VOLUME_DAYS, dailyVolume } from '../queries/mail-volume.js';

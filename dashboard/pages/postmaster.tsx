@@ -1,6 +1,6 @@
 import { Hono } from 'hono';
 import { readOperatorMessage } from '../../server/core/operator-mail.js';
-import type { Deps } from '../../server/app/deps.js';
+import type { Deps } from '../../server/core/deps.js';
 import { ApiError } from '../../server/shared/errors.js';
 import { isUuid } from '../../server/shared/ids.js';
 import type { DashEnv } from '../env.js';

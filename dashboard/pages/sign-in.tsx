@@ -1,6 +1,6 @@
 import { type Context, Hono } from 'hono';
 import { deleteCookie, getCookie, setCookie } from 'hono/cookie';
-import type { Deps } from '../../server/app/deps.js';
+import type { Deps } from '../../server/core/deps.js';
 import { constantTimeEqual, randomBase62 } from '../../server/shared/secrets.js';
 import type { DashEnv } from '../env.js';
 import { clientAddress, createAttemptLimiter, isCrossSite, isHttps, readForm } from '../security.js';

@@ -1,6 +1,6 @@
 import { Hono } from 'hono';
 import { addSuppression, addSuppressionInput, removeSuppression } from '../../server/core/suppressions.js';
-import type { Deps } from '../../server/app/deps.js';
+import type { Deps } from '../../server/core/deps.js';
 import { parseInput } from '../../server/api/http/validate.js';
 import type { DashEnv } from '../env.js';
 import { accountFilter, actForAccount } from '../on-behalf.js';

@@ -1,6 +1,6 @@
 import { Hono } from 'hono';
 import { deliveryAttempts } from '../../server/core/webhooks.js';
-import type { Deps } from '../../server/app/deps.js';
+import type { Deps } from '../../server/core/deps.js';
 import { ApiError } from '../../server/shared/errors.js';
 import { reenableEndpoint, replayDelivery, sendTestPing } from '../actions/webhooks.js';
 import type { DashEnv } from '../env.js';

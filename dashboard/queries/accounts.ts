@@ -3,7 +3,7 @@ import { alias } from 'drizzle-orm/sqlite-core';
 import type { Db } from '../../db/client.js';
 import { type AccountRow, accounts } from '../../db/schema/index.js';
 import { type AccountView, accountView } from '../../server/core/accounts.js';
-import type { Deps } from '../../server/app/deps.js';
+import type { Deps } from '../../server/core/deps.js';
 import { type IdPage, PAGE_SIZE, type PageLink, likePattern, pageByIds } from './id-pages.js';
 
 /**

@@ -5,7 +5,7 @@ import { type AccountView, accountView } from '../../server/core/accounts.js';
 import { TIER_MIN_SENT } from '../../server/core/tiers.js';
 import { type DatabaseStatus, databaseStatusOf } from '../../server/core/customer-db.js';
 import { utcDay } from '../../server/shared/clock.js';
-import type { Deps } from '../../server/app/deps.js';
+import type { Deps } from '../../server/core/deps.js';
 import { ENDPOINT_HEALTH, type EndpointSummary, listEndpoints } from './webhooks.js';
 
 /** What the overview lists as needing the operator's eye: each list capped, with the full count beside it. */

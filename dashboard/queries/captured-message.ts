@@ -1,7 +1,7 @@
 import { dkimVerify } from 'mailauth';
 import { simpleParser } from 'mailparser';
 import { capturedMessageQuery, getCapturedMessage } from '../../server/core/emails.js';
-import type { Deps } from '../../server/app/deps.js';
+import type { Deps } from '../../server/core/deps.js';
 import { mailauthResolver } from '../../server/shared/dns/resolver.js';
 import { ApiError } from '../../server/shared/errors.js';
 import { actForAccount } from '../on-behalf.js';

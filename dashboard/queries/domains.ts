@@ -2,7 +2,7 @@ import { type SQL, and, eq, sql } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import { type AccountRow, type CheckValue, type RecordKind, accounts, domainKeys, domains } from '../../db/schema/index.js';
 import { type DomainView, domainView } from '../../server/core/domains.js';
-import type { Deps } from '../../server/app/deps.js';
+import type { Deps } from '../../server/core/deps.js';
 import { ApiError } from '../../server/shared/errors.js';
 import { type IdPage, PAGE_SIZE, type PageLink, likePattern, pageByIds } from './id-pages.js';
 

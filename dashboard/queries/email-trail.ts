@@ -15,7 +15,7 @@ import {
 import { type EmailView, type EventView, getEmail } from '../../server/core/emails.js';
 import { type WebhookDeliveryView, deliveryView } from '../../server/core/webhooks.js';
 import { WRITE_RETENTION_MS, databaseOwnerOf, openWrite } from '../../server/core/customer-db-outbox.js';
-import type { Deps } from '../../server/app/deps.js';
+import type { Deps } from '../../server/core/deps.js';
 import { ApiError } from '../../server/shared/errors.js';
 import { isUuid } from '../../server/shared/ids.js';
 import type { OutcomeEventData } from '../../server/core/webhook-fanout.js';

@@ -2,7 +2,7 @@ import type { Readable } from 'node:stream';
 import { and, eq } from 'drizzle-orm';
 import { emailEvents, emails } from '../../db/schema/index.js';
 import { queueCustomerDbWrite } from '../../server/core/customer-db-outbox.js';
-import type { Deps } from '../../server/app/deps.js';
+import type { Deps } from '../../server/core/deps.js';
 import { newId } from '../../server/shared/ids.js';
 import { createCollector } from '../../server/shared/memory.js';
 import { writeOutcome } from '../../server/core/outcomes.js';

@@ -1,6 +1,6 @@
 import type { AddressInfo } from 'node:net';
 import { SMTPServer, type SMTPServerSession } from 'smtp-server';
-import type { Deps } from '../../server/app/deps.js';
+import type { Deps } from '../../server/core/deps.js';
 import { type Recipient, judgeRecipient } from './recipients.js';
 import { type ReportChecks, SmtpReply, receiveMessage } from './receive.js';
 import { createInboundParser } from '../../server/customer-db/inbound/parser.js';

@@ -1,9 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { openDatabase, type Db, type Store } from '../../db/client.js';
+import { openDatabase } from '../../db/client.js';
+import type { Deps } from '../core/deps.js';
 import { createFileDurably } from '../../db/data-dir.js';
-import { createGroupCommit, type GroupCommit } from '../../db/group-commit.js';
+import { createGroupCommit } from '../../db/group-commit.js';
 import type { Clock } from '../shared/clock.js';
 import type { Config } from '../shared/config.js';
 import { createKeyUsage, type KeyUsage } from '../core/key-usage.js';
@@ -14,38 +15,6 @@ import { createMetrics, type Metrics } from '../shared/metrics.js';
 import { type Scans, scansOn } from '../../db/scans.js';
 import { createStoreHealth, isFlushFailure, type StoreHealth } from '../shared/store-health.js';
 import { holdsSealedSecrets } from './secret-key-check.js';
-
-/** Everything with a side effect, built once in main (or a test) and passed down. */
-export interface Deps {
-  config: Config;
-  db: Db;
-  store: Store;
-  /** Durable writes that acknowledge a request (a send): batched, one commit for many. */
-  commits: GroupCommit;
-  clock: Clock;
-  logger: Logger;
-  /** Every DNS read (domain checks, MX routing) goes through it; it honours DNS_SERVERS. */
-  resolver: DnsResolver;
-  /** The key that seals stored secrets; null when SECRET_KEY=off. */
-  secretKey: Buffer | null;
-  keyUsage: KeyUsage;
-  /** Called after a send is durably queued; main points it at the delivery engine so delivery starts at once. */
-  onQueued: () => void;
-  /** Called after webhook deliveries are durably queued; main points it at the webhook dispatcher. */
-  onWebhookQueued: () => void;
-  /** Called after customer-database writes are durably queued; main points it at the writer. */
-  onCustomerDbQueued: () => void;
-  rateLimiter: RateLimiter;
-  /**
-   * Where reads that walk many rows run (the /metrics gauges, the dashboard's chart): the event loop's connection,
-   * until main points them at the checkpoint thread's (db/scans.ts).
-   */
-  scans: Scans;
-  /** The operator's counters and gauges (`GET /metrics`), one registry per Deps. */
-  metrics: Metrics;
-  /** Failures on the store itself, from every part of the service, for /healthz (server/shared/store-health.ts). */
-  storeHealth: StoreHealth;
-}
 
 /**
  * SECRET_KEY as decided: given, `off`, or read from DATA_DIR/secret.key, generated there (mode 0600) on first start.

@@ -4,7 +4,7 @@ import { Hono } from 'hono';
 import { HTTPException } from 'hono/http-exception';
 import { TrieRouter } from 'hono/router/trie-router';
 import { dashboardApp } from '../../dashboard/app.js';
-import type { Deps } from './deps.js';
+import type { Deps } from '../core/deps.js';
 import { ApiError } from '../shared/errors.js';
 import { storeFaultOf, storeUnavailable } from '../shared/store-health.js';
 import { accessLog } from '../api/http/access-log.js';

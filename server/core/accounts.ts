@@ -5,7 +5,7 @@ import type { Db } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { type AccountRow, accounts } from '../../db/schema/index.js';
 import { DAY_MS, iso } from '../shared/clock.js';
-import type { Deps } from '../app/deps.js';
+import type { Deps } from './deps.js';
 import { ApiError, notFound } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
 import type { PageRequest, RequestContext } from './context.js';

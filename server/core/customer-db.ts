@@ -6,7 +6,7 @@ import { iso, isoOrNull } from '../shared/clock.js';
 import { connectAndMigrate, targetOf } from '../customer-db/connection.js';
 import { databaseOwnerOf, dropWritesOf, pendingWrites, pendingWritesOf, requeueSetAside } from './customer-db-outbox.js';
 import { isCurrentConnection, markTested, markUnreachable } from './customer-db-status.js';
-import type { Deps } from '../app/deps.js';
+import type { Deps } from './deps.js';
 import { ApiError } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
 import { encryptSecret } from '../shared/secrets.js';

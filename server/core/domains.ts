@@ -3,7 +3,7 @@ import { z } from 'zod';
 import type { Db } from '../../db/client.js';
 import { type DomainKeyRow, type DomainRow, type RecordKind, type RecordStatus, domainKeys, domains, outboundMessages } from '../../db/schema/index.js';
 import { DAY_MS, iso } from '../shared/clock.js';
-import type { Deps } from '../app/deps.js';
+import type { Deps } from './deps.js';
 import { ApiError, notFound } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
 import { assertAccountExists } from './accounts.js';

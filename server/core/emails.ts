@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { EMAIL_STATUSES, type EmailRow, type EventStatus, emailEvents, emails } from '../../db/schema/index.js';
 import { readCapture } from './capture-store.js';
 import { iso, isoOrNull } from '../shared/clock.js';
-import type { Deps } from '../app/deps.js';
+import type { Deps } from './deps.js';
 import { ApiError } from '../shared/errors.js';
 import type { PageRequest, RequestContext } from './context.js';
 

@@ -2,7 +2,7 @@ import { and, desc, eq, gte, lt } from 'drizzle-orm';
 import { z } from 'zod';
 import { type EventStatus, emailEvents } from '../../db/schema/index.js';
 import { iso } from '../shared/clock.js';
-import type { Deps } from '../app/deps.js';
+import type { Deps } from './deps.js';
 import { OUTCOME_EVENT_TYPES } from './webhook-fanout.js';
 import type { PageRequest, RequestContext } from './context.js';
 

@@ -5,7 +5,7 @@ import { type Db, clientOf } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { type AccountRow, type ApiKeyRow, accounts, apiKeys } from '../../db/schema/index.js';
 import { iso, isoOrNull } from '../shared/clock.js';
-import type { Deps } from '../app/deps.js';
+import type { Deps } from './deps.js';
 import { ApiError, notFound } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
 import { randomBase62, sha256Hex } from '../shared/secrets.js';

@@ -1,7 +1,7 @@
 import { and, eq, isNull, sql } from 'drizzle-orm';
 import { accounts, emailEvents, emails, outboundMessages, outboundRecipients } from '../../db/schema/index.js';
 import { definePrepared } from '../../db/prepared.js';
-import type { Deps } from '../app/deps.js';
+import type { Deps } from './deps.js';
 import { findAccount } from './accounts.js';
 import { tripBreakerIfPaused } from './reputation.js';
 import { suppress } from './suppressions.js';

@@ -1,6 +1,6 @@
 import { eq } from 'drizzle-orm';
 import { type AccountRow, accounts } from '../../db/schema/index.js';
-import type { Deps } from '../app/deps.js';
+import type { Deps } from './deps.js';
 import { findAccount } from './accounts.js';
 import { gradeTier } from './tiers.js';
 

@@ -5,7 +5,7 @@ import { DELIVERY_WINDOW_MS } from './delivery-schedule.js';
 import { isAlwaysSuppressed, isSimulatorDomain } from './simulator.js';
 import { type AccountRow, domainKeys, domains, emails, outboundMessages, outboundRecipients } from '../../db/schema/index.js';
 import { DAY_MS, leaseNow } from '../shared/clock.js';
-import type { Deps } from '../app/deps.js';
+import type { Deps } from './deps.js';
 import { ApiError } from '../shared/errors.js';
 import { jsonBody } from '../api/http/body.js';
 import { parseInput } from '../api/http/validate.js';

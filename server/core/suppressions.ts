@@ -4,7 +4,7 @@ import type { Db } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { type SuppressionReason, type SuppressionRow, suppressions } from '../../db/schema/index.js';
 import { iso } from '../shared/clock.js';
-import type { Deps } from '../app/deps.js';
+import type { Deps } from './deps.js';
 import { ApiError } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
 import { addressKey, parseAddress } from './addresses.js';

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import type { Db } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { emailEvents, emails, webhookDeliveries, webhookEndpoints } from '../../db/schema/index.js';
-import type { Deps } from '../app/deps.js';
+import type { Deps } from './deps.js';
 import { ApiError } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
 import { outcomeEventData } from './webhook-fanout.js';

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import type { Db } from '../../db/client.js';
 import { type WebhookDeliveryRow, type WebhookEndpointRow, WEBHOOK_EVENT_TYPES, webhookAttempts, webhookDeliveries, webhookEndpoints } from '../../db/schema/index.js';
 import { iso, isoOrNull } from '../shared/clock.js';
-import type { Deps } from '../app/deps.js';
+import type { Deps } from './deps.js';
 import { ApiError } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
 import { encryptSecret } from '../shared/secrets.js';

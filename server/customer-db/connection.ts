@@ -4,7 +4,7 @@ import { cutErrorText, customerErrorText } from '../../db/customer/error-text.js
 import { migrateCustomerDb } from '../../db/customer/schema.js';
 import { type CustomerDbTarget, type CustomerPgConfig, parseCustomerDbUrl, pgClientConfig, resolveCustomerDbHost } from './url.js';
 import type { CustomerDatabaseRow } from '../../db/schema/index.js';
-import type { Deps } from '../app/deps.js';
+import type { Deps } from '../core/deps.js';
 import { decryptSecret } from '../shared/secrets.js';
 import { SEAL_CONTEXTS } from '../shared/seal-contexts.js';
 

@@ -1,6 +1,6 @@
 import { isIP } from 'node:net';
 import type { ClientConfig } from 'pg';
-import type { Deps } from '../app/deps.js';
+import type { Deps } from '../core/deps.js';
 import { ApiError } from '../shared/errors.js';
 import { resolveHost } from '../webhooks/target.js';
 

@@ -11,7 +11,7 @@ import { SpoolError } from './inbound/parse-message.js';
 import { spoolPath, sweepSpool } from '../../db/inbound-spool.js';
 import { rmSync } from 'node:fs';
 import { type CustomerDatabaseRow, type CustomerDbWriteRow, customerDatabases } from '../../db/schema/index.js';
-import type { Deps } from '../app/deps.js';
+import type { Deps } from '../core/deps.js';
 import { createPollLoop } from '../queues/poll-loop.js';
 import { configsFor, connectFailure, targetOf } from './connection.js';
 import { type OpenedWrite, type SpooledInboundWrite, deleteWrites, dropExpiredWrites, dueWrites, isSpooled, openWrite, recordRefusedWrite, spoolReferenced } from '../core/customer-db-outbox.js';

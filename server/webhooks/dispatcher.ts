@@ -2,7 +2,7 @@ import { eq } from 'drizzle-orm';
 import { type WebhookDeliveryRow, type WebhookEndpointRow, webhookDeliveries } from '../../db/schema/index.js';
 import { iso, leaseNow } from '../shared/clock.js';
 import { newWorkerId } from '../queues/leases.js';
-import type { Deps } from '../app/deps.js';
+import type { Deps } from '../core/deps.js';
 import { ApiError } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
 import { decryptSecret } from '../shared/secrets.js';

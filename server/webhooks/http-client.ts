@@ -1,6 +1,6 @@
 import { request } from 'node:https';
 import { isIP } from 'node:net';
-import type { Deps } from '../app/deps.js';
+import type { Deps } from '../core/deps.js';
 import { ApiError } from '../shared/errors.js';
 import { parseWebhookUrl, resolveTarget, targetHost } from './target.js';
 

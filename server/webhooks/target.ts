@@ -1,6 +1,6 @@
 import { isIP } from 'node:net';
 import { isReservedAddress } from '../shared/ip-ranges.js';
-import type { Deps } from '../app/deps.js';
+import type { Deps } from '../core/deps.js';
 import { ApiError } from '../shared/errors.js';
 
 export const MAX_WEBHOOK_URL_LENGTH = 2000;

@@ -3,7 +3,7 @@ import { performance } from 'node:perf_hooks';
 import type { Context, MiddlewareHandler } from 'hono';
 import { matchedRoutes } from 'hono/route';
 import type { RequestContext } from '../../core/context.js';
-import type { Deps } from '../../app/deps.js';
+import type { Deps } from '../../core/deps.js';
 import { UNMATCHED_ROUTE } from '../../shared/metrics.js';
 import type { AppEnv } from './env.js';
 

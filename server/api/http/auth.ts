@@ -2,7 +2,7 @@ import type { MiddlewareHandler } from 'hono';
 import { findSubAccount } from '../../core/accounts.js';
 import { findLiveKey, findLiveKeyStamped, keyStamp } from '../../core/keys.js';
 import { type Scope, isScope } from '../../core/scopes.js';
-import type { Deps } from '../../app/deps.js';
+import type { Deps } from '../../core/deps.js';
 import { ApiError } from '../../shared/errors.js';
 import { readRequestBody } from './body.js';
 import type { AppEnv } from './env.js';

@@ -9,7 +9,7 @@ import {
   setSuspensionByApi,
   suspendInput,
 } from '../../core/accounts.js';
-import type { Deps } from '../../app/deps.js';
+import type { Deps } from '../../core/deps.js';
 import { guard } from '../http/auth.js';
 import { jsonBody } from '../http/body.js';
 import type { AppEnv } from '../http/env.js';

@@ -1,6 +1,6 @@
 import { Hono } from 'hono';
 import { createDomain, createDomainInput, deleteDomain, getDomain, listDomains, verifyDomain } from '../../core/domains.js';
-import type { Deps } from '../../app/deps.js';
+import type { Deps } from '../../core/deps.js';
 import { guard } from '../http/auth.js';
 import { jsonBody } from '../http/body.js';
 import type { AppEnv } from '../http/env.js';

@@ -2,7 +2,7 @@ import { Hono } from 'hono';
 import { capturedMessageQuery, emailFilter, getCapturedMessage, getEmail, listEmails } from '../../core/emails.js';
 import { validateIdempotencyKey } from '../../core/idempotency.js';
 import { sendEmail } from '../../core/sending.js';
-import type { Deps } from '../../app/deps.js';
+import type { Deps } from '../../core/deps.js';
 import { guard } from '../http/auth.js';
 import type { AppEnv } from '../http/env.js';
 import { LISTS, readPage, toPage } from '../http/paging.js';

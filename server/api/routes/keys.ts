@@ -1,6 +1,6 @@
 import { Hono } from 'hono';
 import { listKeys, mintKey, mintKeyInput, revokeKey } from '../../core/keys.js';
-import type { Deps } from '../../app/deps.js';
+import type { Deps } from '../../core/deps.js';
 import { guard } from '../http/auth.js';
 import { jsonBody } from '../http/body.js';
 import type { AppEnv } from '../http/env.js';

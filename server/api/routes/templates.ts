@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import { templateVariablesInput } from '../../core/send-request.js';
 import { listTemplates, renderPreview } from '../../core/template-catalog.js';
-import type { Deps } from '../../app/deps.js';
+import type { Deps } from '../../core/deps.js';
 import { guard } from '../http/auth.js';
 import { jsonBody } from '../http/body.js';
 import type { AppEnv } from '../http/env.js';

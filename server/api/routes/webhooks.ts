@@ -1,6 +1,6 @@
 import { Hono } from 'hono';
 import { createWebhook, createWebhookInput, deleteWebhook, getWebhook, listDeliveries, listWebhooks, testWebhook } from '../../core/webhooks.js';
-import type { Deps } from '../../app/deps.js';
+import type { Deps } from '../../core/deps.js';
 import { guard } from '../http/auth.js';
 import { jsonBody } from '../http/body.js';
 import type { AppEnv } from '../http/env.js';

@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { InboundWrite } from '../../../db/customer/writes.js';
 import type { SpooledInboundWrite } from '../../core/customer-db-outbox.js';
-import type { Deps } from '../../app/deps.js';
+import type { Deps } from '../../core/deps.js';
 import { type SpooledEvent, rawOf, unparsableInbound } from './parse-message.js';
 import {
   PARSE_NICE,

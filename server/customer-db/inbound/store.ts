@@ -1,7 +1,7 @@
 import type { ClientBase } from 'pg';
 import { INBOUND_CHANNEL, TargetChangedError } from '../../../db/customer/writes.js';
 import type { SpooledInboundWrite } from '../../core/customer-db-outbox.js';
-import type { Deps } from '../../app/deps.js';
+import type { Deps } from '../../core/deps.js';
 import { createCollector } from '../../shared/memory.js';
 import { ATTACHMENT_CHUNK, type ParsedMessage, SpoolError, type SpooledEvent, UNPARSABLE_ATTACHMENT, attachmentId, spooledSource, unparsedFields } from './parse-message.js';
 import type { Verdicts } from './verdicts.js';
