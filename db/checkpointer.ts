@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import type Database from 'better-sqlite3';
-import type { Logger } from '../server/shared/logger.js';
+import type { DbLogger } from './log.js';
 
 /**
  * WAL checkpoints off the event loop. SQLite checkpoints on the committing connection once the log passes
@@ -46,7 +46,7 @@ export interface Checkpointer {
 
 export function startCheckpointer(
   sqlite: Database.Database,
-  logger: Logger,
+  logger: DbLogger,
   options: { everyMs?: number; workerUrl?: URL } = {},
 ): Checkpointer {
   const worker = new Worker(options.workerUrl ?? workerFile(), {

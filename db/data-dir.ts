@@ -2,7 +2,6 @@ import { randomBytes } from 'node:crypto';
 import { chmodSync, close, closeSync, fsync, fsyncSync, linkSync, lstatSync, mkdirSync, open, openSync, readdirSync, rmSync, truncateSync, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import Database from 'better-sqlite3';
-import { processAlive } from '../server/queues/leases.js';
 
 /**
  * DATA_DIR holds queued message content (sign-in links), the cursor signing key and the secret key: the directory
@@ -193,4 +192,14 @@ function takeLock(dir: string, pid: number, now: number): DataDirLock {
     throw err;
   }
   return { path, release: () => db.close() };
+}
+
+/** Whether a process with this pid runs on this host (one of another user's counts: EPERM). */
+export function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }

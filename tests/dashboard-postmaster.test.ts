@@ -5,7 +5,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PAGE_SIZE } from '../dashboard/queries/id-pages.js';
 import { operatorMessages } from '../db/schema/index.js';
 import { prepareOperatorMessage, readOperatorMessage, storeOperatorMessage } from '../server/core/operator-mail.js';
-import { type InboundServer, createInboundServer } from '../mta/inbound/server.js';
+import type { InboundServer } from '../mta/inbound/server.js';
+import { inboundServerFor } from './helpers/inbound-server.js';
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
 import { newId } from '../server/shared/ids.js';
 import { expectAccessible, horizontalOverflow, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
@@ -41,7 +42,7 @@ beforeAll(async () => {
   await new Promise<void>((resolve) => pixel.listen(0, '127.0.0.1', resolve));
   pixelPort = (pixel.address() as { port: number }).port;
   service = await startService({ MAIL_HOSTNAME: HOST });
-  inbound = createInboundServer(service.deps, loadOrCreateSmtpTls(service.deps.config));
+  inbound = inboundServerFor(service.deps, loadOrCreateSmtpTls(service.deps.config));
   smtpPort = await inbound.listen('127.0.0.1', 0);
   ({ browser, token, client } = await openDashboard(service));
 });

@@ -5,7 +5,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } 
 import { accounts, customerDatabases } from '../db/schema/index.js';
 import { findAccount } from '../server/core/accounts.js';
 import type { RequestContext } from '../server/core/context.js';
-import { connectDatabase } from '../server/core/customer-db.js';
+import { connectDatabase } from '../server/customer-db/operations.js';
 import { SCOPES } from '../server/core/scopes.js';
 import { SEAL_CONTEXTS } from '../server/shared/seal-contexts.js';
 import { decryptSecret } from '../server/shared/secrets.js';

@@ -9,7 +9,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { clientOf, openDatabase } from '../db/client.js';
 import { lockDataDir } from '../db/data-dir.js';
 import { FlushFailedError, createGroupCommit, walSyncOf } from '../db/group-commit.js';
-import { createInboundServer } from '../mta/inbound/server.js';
+import { inboundServerFor } from './helpers/inbound-server.js';
 import { createSpoolWriter, spoolDir } from '../db/inbound-spool.js';
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
 import { loadConfig } from '../server/shared/config.js';
@@ -248,7 +248,7 @@ describe('full disk', () => {
   it('ENOSPC while spooling a large inbound message answers 451 and marks the store unhealthy (/healthz 503)', { timeout: 30_000 }, async () => {
     const service = await startService();
     const smtpPort = await freePort();
-    const inbound = createInboundServer(service.deps, loadOrCreateSmtpTls(service.deps.config));
+    const inbound = inboundServerFor(service.deps, loadOrCreateSmtpTls(service.deps.config));
     try {
       await inbound.listen('127.0.0.1', smtpPort);
       const { account } = service.newAccount();

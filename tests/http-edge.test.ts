@@ -5,7 +5,7 @@ import { type Socket, connect } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Hono } from 'hono';
 import { createApp } from '../server/app/http-app.js';
-import { listenHttp } from '../server/api/http/serve.js';
+import { listenHttp } from '../server/app/http-serve.js';
 import { SCOPES } from '../server/core/scopes.js';
 import { insertKey } from '../server/core/keys.js';
 import { startService, type TestService } from './helpers/service.js';

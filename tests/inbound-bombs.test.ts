@@ -8,7 +8,8 @@ import { AUTH_LIMITS, scanHeaderBlock } from '../server/customer-db/inbound/auth
 import { UNPARSABLE_ATTACHMENT } from '../server/customer-db/inbound/parse-message.js';
 import { createInboundParser } from '../server/customer-db/inbound/parser.js';
 import { INLINE_BYTES } from '../mta/inbound/receive.js';
-import { type InboundServer, createInboundServer } from '../mta/inbound/server.js';
+import type { InboundServer } from '../mta/inbound/server.js';
+import { inboundServerFor } from './helpers/inbound-server.js';
 import { createSpoolWriter } from '../db/inbound-spool.js';
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
 import { verdictsOf } from '../server/customer-db/inbound/verdicts.js';
@@ -218,7 +219,7 @@ describe('the bombs over SMTP, into the customer databases', () => {
   beforeAll(async () => {
     [dns, pgServer] = await Promise.all([TestDnsServer.start(), startPostgres({ certificate: 'trusted' })]);
     service = await startService({ DNS_SERVERS: dns.address, ALLOW_PRIVATE_TARGETS: 'true' });
-    inbound = createInboundServer(service.deps, loadOrCreateSmtpTls(service.deps.config));
+    inbound = inboundServerFor(service.deps, loadOrCreateSmtpTls(service.deps.config));
     port = await inbound.listen('127.0.0.1', 0);
     const scratch = scratchDatabases(pgServer, 'bombs_');
     [target, other] = [await newSender(service), await newSender(service)];

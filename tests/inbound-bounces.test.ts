@@ -4,7 +4,8 @@ import { and, eq } from 'drizzle-orm';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { accounts, customerDbWrites, emailEvents, emails, suppressions, webhookDeliveries } from '../db/schema/index.js';
 import { MAX_DEFERRED_EVENTS, REPORT_BYTES, reportIsNews } from '../mta/inbound/receive.js';
-import { type InboundServer, createInboundServer } from '../mta/inbound/server.js';
+import type { InboundServer } from '../mta/inbound/server.js';
+import { inboundServerFor } from './helpers/inbound-server.js';
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
 import { verpAddress } from '../mta/verp.js';
 import { createCustomerDbWriter } from '../server/customer-db/writer.js';
@@ -48,7 +49,7 @@ beforeAll(async () => {
   // A feedback loop's reports are signed by a subdomain of the trusted domain, as Yahoo's are by arf.mail.yahoo.com's.
   reporter = fblReporter(dns, 'feedback.mailbox.example');
   stranger = fblReporter(dns, 'attacker.example');
-  inbound = createInboundServer(service.deps, loadOrCreateSmtpTls(service.deps.config));
+  inbound = inboundServerFor(service.deps, loadOrCreateSmtpTls(service.deps.config));
   port = await inbound.listen('127.0.0.1', 0);
 }, 120_000);
 

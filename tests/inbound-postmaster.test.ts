@@ -15,7 +15,8 @@ import {
   storeOperatorMessage,
 } from '../server/core/operator-mail.js';
 import { judgeRecipient } from '../mta/inbound/recipients.js';
-import { type InboundServer, createInboundServer } from '../mta/inbound/server.js';
+import type { InboundServer } from '../mta/inbound/server.js';
+import { inboundServerFor } from './helpers/inbound-server.js';
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
 import { newId } from '../server/shared/ids.js';
 import { TestDnsServer } from './helpers/dns-server.js';
@@ -47,7 +48,7 @@ beforeAll(async () => {
   process.on('unhandledRejection', uncaught);
   [dns, pgServer] = await Promise.all([TestDnsServer.start(), startPostgres({ certificate: 'trusted' })]);
   service = await startService({ DNS_SERVERS: dns.address, ALLOW_PRIVATE_TARGETS: 'true', MAIL_HOSTNAME: HOST });
-  inbound = createInboundServer(service.deps, loadOrCreateSmtpTls(service.deps.config));
+  inbound = inboundServerFor(service.deps, loadOrCreateSmtpTls(service.deps.config));
   port = await inbound.listen('127.0.0.1', 0);
   sender = await newSender(service);
   const connected = await service.api('POST', '/database', { key: sender.key, body: { url: pgServer.url('localhost') } });

@@ -1,7 +1,8 @@
 import type pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { customerDbWrites, customerDatabases } from '../db/schema/index.js';
-import { type InboundServer, createInboundServer } from '../mta/inbound/server.js';
+import type { InboundServer } from '../mta/inbound/server.js';
+import { inboundServerFor } from './helpers/inbound-server.js';
 import { INLINE_BYTES } from '../mta/inbound/receive.js';
 import { UNPARSABLE_ATTACHMENT } from '../server/customer-db/inbound/parse-message.js';
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
@@ -31,7 +32,7 @@ let sender: Sender;
 beforeAll(async () => {
   [dns, pgServer] = await Promise.all([TestDnsServer.start(), startPostgres({ certificate: 'trusted' })]);
   service = await startService({ DNS_SERVERS: dns.address, ALLOW_PRIVATE_TARGETS: 'true' });
-  inbound = createInboundServer(service.deps, loadOrCreateSmtpTls(service.deps.config));
+  inbound = inboundServerFor(service.deps, loadOrCreateSmtpTls(service.deps.config));
   port = await inbound.listen('127.0.0.1', 0);
   sender = await newSender(service);
   expect((await service.api('POST', '/database', { key: sender.key, body: { url: pgServer.url('localhost') } })).status).toBe(200);

@@ -9,7 +9,8 @@ import { listenCustomerDb } from '../db/customer/connect.js';
 import { customerDbWrites } from '../db/schema/index.js';
 import { type GroupCommit, createGroupCommit } from '../db/group-commit.js';
 import { INLINE_BYTES } from '../mta/inbound/receive.js';
-import { type InboundServer, createInboundServer } from '../mta/inbound/server.js';
+import type { InboundServer } from '../mta/inbound/server.js';
+import { inboundServerFor } from './helpers/inbound-server.js';
 import { spoolDir } from '../db/inbound-spool.js';
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
 import { type CustomerDbWriter, createCustomerDbWriter } from '../server/customer-db/writer.js';
@@ -45,7 +46,7 @@ beforeAll(async () => {
   process.on('unhandledRejection', uncaught);
   [dns, pgServer] = await Promise.all([TestDnsServer.start(), startPostgres({ certificate: 'trusted' })]);
   service = await startService({ DNS_SERVERS: dns.address, ALLOW_PRIVATE_TARGETS: 'true', SMTP_MAX_MESSAGE_BYTES: String(MAX_BYTES) });
-  inbound = createInboundServer(service.deps, loadOrCreateSmtpTls(service.deps.config));
+  inbound = inboundServerFor(service.deps, loadOrCreateSmtpTls(service.deps.config));
   port = await inbound.listen('127.0.0.1', 0);
   sender = await newSender(service);
   const connected = await service.api('POST', '/database', { key: sender.key, body: { url: pgServer.url('localhost') } });
@@ -254,7 +255,7 @@ describe('a failure to store answers 451, never 250', () => {
   /** A second server on the same service, its messages up to 1 MB (so one can go to the spool), committing through `commits`. */
   async function serverCommittingThrough(commits: GroupCommit) {
     const deps = { ...service.deps, commits, config: { ...service.deps.config, smtpMaxMessageBytes: 1_000_000 } };
-    const server = createInboundServer(deps, loadOrCreateSmtpTls(service.deps.config));
+    const server = inboundServerFor(deps, loadOrCreateSmtpTls(service.deps.config));
     return { server, port: await server.listen('127.0.0.1', 0) };
   }
   async function send(toPort: number, body: string): Promise<string> {

@@ -2,13 +2,15 @@ import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { accounts, emails } from '../db/schema/index.js';
 import { createDeliveryEngine } from '../mta/delivery-engine.js';
-import { type InboundServer, createInboundServer } from '../mta/inbound/server.js';
+import type { InboundServer } from '../mta/inbound/server.js';
+import { inboundServerFor } from './helpers/inbound-server.js';
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
 import { verpAddress } from '../mta/verp.js';
 import { resetAdminToken } from '../server/core/admin-token.js';
 import { findAccount } from '../server/core/accounts.js';
 import type { RequestContext } from '../server/core/context.js';
-import { deleteDatabase, testDatabase } from '../server/core/customer-db.js';
+import { deleteDatabase } from '../server/core/customer-db.js';
+import { testDatabase } from '../server/customer-db/operations.js';
 import { SCOPES } from '../server/core/scopes.js';
 import { newId } from '../server/shared/ids.js';
 import { dashboardClient } from './helpers/dashboard.js';
@@ -63,7 +65,7 @@ beforeAll(async () => {
   dns.add('mx.example.net', { type: 'A', address: '127.0.0.1' });
   dns.add('db.pg.test', { type: 'A', address: '127.0.0.1' });
   service = await startService({ DNS_SERVERS: dns.address, SMTP_DELIVERY_PORT: String(sink.port), ALLOW_PRIVATE_TARGETS: 'true', MAIL_HOSTNAME: HOST });
-  inbound = createInboundServer(service.deps, loadOrCreateSmtpTls(service.deps.config));
+  inbound = inboundServerFor(service.deps, loadOrCreateSmtpTls(service.deps.config));
   inboundPort = await inbound.listen('127.0.0.1', 0);
 }, 120_000);
 

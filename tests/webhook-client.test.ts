@@ -7,7 +7,7 @@ import { loadConfig } from '../server/shared/config.js';
 import { createResolver } from '../server/shared/dns/resolver.js';
 import { createMemoryLogger } from '../server/shared/logger.js';
 import { ERROR_CODE_TABLE, WEBHOOK_TIMEOUT_MS, classifyPostError, postWebhook } from '../server/webhooks/http-client.js';
-import { parseWebhookUrl, resolveTarget } from '../server/webhooks/target.js';
+import { parseWebhookUrl, resolveTarget } from '../server/core/webhook-url.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { HttpsReceiver, TEST_CA_FILE } from './helpers/https-receiver.js';
 

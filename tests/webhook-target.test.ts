@@ -3,7 +3,7 @@ import { loadConfig } from '../server/shared/config.js';
 import { RESERVED_RANGES } from '../server/shared/ip-ranges.js';
 import { createResolver } from '../server/shared/dns/resolver.js';
 import { ApiError } from '../server/shared/errors.js';
-import { MAX_WEBHOOK_URL_LENGTH, checkWebhookUrl, isAbsoluteUri, parseWebhookUrl, resolveTarget } from '../server/webhooks/target.js';
+import { MAX_WEBHOOK_URL_LENGTH, checkWebhookUrl, isAbsoluteUri, parseWebhookUrl, resolveTarget } from '../server/core/webhook-url.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 
 /**

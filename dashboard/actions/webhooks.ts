@@ -2,7 +2,7 @@ import type { WebhookDeliveryRow } from '../../db/schema/index.js';
 import { EMAIL_EVENT_TYPES, type EmailEventType } from '../../server/core/events.js';
 import { enableWebhook } from '../../server/core/webhook-operator.js';
 import { replayWebhook } from '../../server/core/webhook-replay.js';
-import { testWebhook } from '../../server/core/webhooks.js';
+import { testWebhook } from '../../server/webhooks/test-webhook.js';
 import type { Deps } from '../../server/core/deps.js';
 import { actForAccount } from '../on-behalf.js';
 import type { EndpointSummary } from '../queries/webhooks.js';

@@ -1,6 +1,6 @@
 import { Hono } from 'hono';
 import { CUSTOMER_DB_STATES, type CustomerDbState } from '../../db/schema/index.js';
-import { testDatabase } from '../../server/core/customer-db.js';
+import { testDatabase } from '../../server/customer-db/operations.js';
 import type { Deps } from '../../server/core/deps.js';
 import { isUuid } from '../../server/shared/ids.js';
 import type { DashEnv } from '../env.js';

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import type { ClientConfig, Notification, PoolClient } from 'pg';
-import type { Logger } from '../../server/shared/logger.js';
+import type { DbLogger } from '../log.js';
 import { cutErrorText } from './error-text.js';
 
 /**
@@ -113,7 +113,7 @@ export function classifyConnectError(err: unknown): { stage: FailureStage; messa
   return { stage: 'other', message: cutErrorText(`${STAGE_PREFIX.other}: ${e.message}`) };
 }
 
-function logError(logger: Logger, event: string, err: unknown, fields: Record<string, unknown> = {}): void {
+function logError(logger: DbLogger, event: string, err: unknown, fields: Record<string, unknown> = {}): void {
   const e = errorShape(err);
   logger.warn(event, { ...fields, code: e.code === undefined ? undefined : cutErrorText(e.code, 20), message: cutErrorText(e.message), stage: classifyConnectError(err).stage });
 }
@@ -123,7 +123,7 @@ function logError(logger: Logger, event: string, err: unknown, fields: Record<st
  * server vanished) and every handed-out client's 'error' are logged as `customer_db.pool_error`; the next query then
  * fails with an error of its own, which the caller handles.
  */
-export function openCustomerPool(config: ClientConfig, options: { max?: number; logger: Logger } & ConnectOptions): pg.Pool {
+export function openCustomerPool(config: ClientConfig, options: { max?: number; logger: DbLogger } & ConnectOptions): pg.Pool {
   const pool = new pg.Pool({
     ...boundedClientConfig(config, options),
     max: options.max ?? CUSTOMER_DB_LIMITS.poolMax,
@@ -137,7 +137,7 @@ export function openCustomerPool(config: ClientConfig, options: { max?: number; 
 }
 
 /** One connection, `select 1`, closed: `{ ok: true }` or the stage that failed and a message for the caller. */
-export async function probeCustomerDb(config: ClientConfig, logger: Logger, options: ConnectOptions = {}): Promise<ProbeResult> {
+export async function probeCustomerDb(config: ClientConfig, logger: DbLogger, options: ConnectOptions = {}): Promise<ProbeResult> {
   const client = new pg.Client(boundedClientConfig(config, options));
   client.on('error', (err) => logError(logger, 'customer_db.probe_error', err));
   try {
@@ -170,7 +170,7 @@ export async function listenCustomerDb(
   config: ClientConfig,
   channel: string,
   onNotify: (notification: Notification) => void,
-  logger: Logger,
+  logger: DbLogger,
   options: ConnectOptions = {},
 ): Promise<CustomerListener> {
   const client = new pg.Client(boundedClientConfig({ ...config, query_timeout: undefined }, options));

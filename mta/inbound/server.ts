@@ -3,7 +3,6 @@ import { SMTPServer, type SMTPServerSession } from 'smtp-server';
 import type { Deps } from '../../server/core/deps.js';
 import { type Recipient, judgeRecipient } from './recipients.js';
 import { type ReportChecks, SmtpReply, receiveMessage } from './receive.js';
-import { createInboundParser } from '../../server/customer-db/inbound/parser.js';
 import { logFailure } from '../../server/shared/store-health.js';
 import { clientKey } from '../../server/shared/ip-ranges.js';
 
@@ -39,13 +38,12 @@ export const DEFAULT_INBOUND_OPTIONS: InboundOptions = {
 const reply = (code: number, message: string) => new SmtpReply(code, message);
 
 /**
- * The inbound SMTP server. `checks` (main passes the inbound parser's) checks the DKIM signatures of reports in a
- * parse thread; without it the server starts a parser of its own, closed with it.
+ * The inbound SMTP server. `checks` (the composition root passes the inbound parser's) checks the DKIM signatures of
+ * reports in a parse thread; its owner closes it after the server.
  */
-export function createInboundServer(deps: Deps, tls: { key: string; cert: string }, options: Partial<InboundOptions> & { checks?: ReportChecks } = {}) {
+export function createInboundServer(deps: Deps, tls: { key: string; cert: string }, options: Partial<InboundOptions> & { checks: ReportChecks }) {
   const opts: InboundOptions = { ...DEFAULT_INBOUND_OPTIONS, ...options };
-  const ownParser = options.checks ? null : createInboundParser(deps);
-  const checks: ReportChecks = options.checks ?? ownParser!;
+  const checks: ReportChecks = options.checks;
   const perAddress = new Map<string, number>();
   // What the RCPT check decided for each accepted recipient (smtp-server keeps the address object in the envelope),
   // so DATA does not judge again: the transaction that stores the message does (receiveMessage).
@@ -174,7 +172,6 @@ export function createInboundServer(deps: Deps, tls: { key: string; cert: string
     },
     async close(): Promise<void> {
       await new Promise<void>((resolve) => server.close(() => resolve()));
-      await ownParser?.close();
     },
   };
 }

@@ -9,7 +9,7 @@ import { createDeliveryEngine } from '../../mta/delivery-engine.js';
 import { releaseDeadClaims } from '../core/idempotency.js';
 import { createDeps } from './deps.js';
 import { startCheckpointer } from '../../db/checkpointer.js';
-import { listenHttp } from '../api/http/serve.js';
+import { listenHttp } from './http-serve.js';
 import { createWebhookDispatcher } from '../webhooks/dispatcher.js';
 import { createCustomerDbWriter } from '../customer-db/writer.js';
 import { createInboundParser } from '../customer-db/inbound/parser.js';

@@ -8,9 +8,8 @@ import { ApiError } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
 import { encryptSecret } from '../shared/secrets.js';
 import { SEAL_CONTEXTS } from '../shared/seal-contexts.js';
-import { type PingResult, pingEndpoint } from '../webhooks/dispatcher.js';
 import { newWebhookSecret } from './webhook-signing.js';
-import { MAX_WEBHOOK_URL_LENGTH, checkWebhookUrl, isAbsoluteUri } from '../webhooks/target.js';
+import { MAX_WEBHOOK_URL_LENGTH, checkWebhookUrl, isAbsoluteUri } from './webhook-url.js';
 import { assertAccountExists } from './accounts.js';
 import type { PageRequest, RequestContext } from './context.js';
 
@@ -199,11 +198,10 @@ export async function deleteWebhook({ deps, ctx, id }: { deps: Deps; ctx: Reques
 }
 
 /**
- * POST /webhooks/{id}/test: one ping per endpoint every ten seconds (429 ping_cooldown, with Retry-After), taken
- * atomically so two tests at once cannot both post; then the ping is posted and its answer awaited (at most the
- * 10 s receiver timeout). A successful ping switches a disabled endpoint back on.
+ * The cooldown of POST /webhooks/{id}/test: one ping per endpoint every ten seconds (429 ping_cooldown, with
+ * Retry-After), taken atomically so two tests at once cannot both post. Answers the endpoint with its new lastPingAt.
  */
-export async function testWebhook({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): Promise<PingResult> {
+export function takePingSlot({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): WebhookEndpointRow {
   const row = requireEndpoint(deps, ctx, id);
   const now = deps.clock.now();
   const taken = deps.db
@@ -216,7 +214,7 @@ export async function testWebhook({ deps, ctx, id }: { deps: Deps; ctx: RequestC
     const retryAfter = Math.max(1, Math.ceil((last + PING_COOLDOWN_MS - now) / 1000));
     throw new ApiError('ping_cooldown', `A test ping was sent to this endpoint in the last ten seconds; retry in ${retryAfter} s.`, { headers: { 'Retry-After': String(retryAfter) } });
   }
-  return pingEndpoint(deps, { ...row, lastPingAt: now });
+  return { ...row, lastPingAt: now };
 }
 
 export function listDeliveries({ deps, ctx, id, page }: { deps: Deps; ctx: RequestContext; id: string; page: PageRequest }): WebhookDeliveryView[] {

@@ -2,7 +2,7 @@ import { isIP } from 'node:net';
 import type { ClientConfig } from 'pg';
 import type { Deps } from '../core/deps.js';
 import { ApiError } from '../shared/errors.js';
-import { resolveHost } from '../webhooks/target.js';
+import { resolveHost } from '../shared/egress.js';
 
 /**
  * A customer database URL is untrusted input (issue 11, decisions section 8). It is parsed here, every part judged by
@@ -231,7 +231,7 @@ export function describeTarget(t: CustomerDbTarget): { host: string; port: numbe
 export type CustomerDbHostCheck = { kind: 'ok'; addresses: string[] } | { kind: 'blocked' } | { kind: 'dns_error'; reason: string };
 
 /**
- * The addresses a customer database connection may go to: the webhook rules (server/webhooks/target.ts resolveTarget)
+ * The addresses a customer database connection may go to: the webhook rules (server/core/webhook-url.ts resolveTarget)
  * applied to the parsed host: an IP literal as is, `localhost` names loopback, A and AAAA through deps.resolver, blocked
  * if any address is reserved unless ALLOW_PRIVATE_TARGETS.
  */

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
+import { processAlive } from '../../db/data-dir.js';
 
 /**
  * The lease holders of the queues (outbound recipients, webhook deliveries): each worker leases rows under an id
@@ -14,16 +15,6 @@ export function newWorkerId(): string {
 function holderProcess(worker: string): { host: string; pid: number } | null {
   const m = /^(.*):(\d+):[^:]+$/.exec(worker);
   return m ? { host: m[1]!, pid: Number(m[2]) } : null;
-}
-
-/** Whether a process with this pid runs on this host (one of another user's counts: EPERM). */
-export function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 /**

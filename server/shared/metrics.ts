@@ -1,6 +1,5 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { type Clock, leaseNow } from './clock.js';
-import type { Scans } from '../../db/scans.js';
 
 /**
  * The operator's counters and gauges, served by `GET /metrics` in the Prometheus text format. One registry per
@@ -95,7 +94,12 @@ const queueOf = (row: QueueRow | undefined): OutboundQueue => ({ due: row?.due ?
  * and cost nothing between scrapes; the counters move where the thing happens. The scanning reads go through
  * `scans()`, asked at each scrape: main moves them off the event loop once the checkpoint thread runs (db/scans.ts).
  */
-export function createMetrics(clock: Clock, scans: () => Scans): Metrics {
+/** Where the gauges' reads that walk many rows run (db/scans.ts's Scans is one). */
+export interface GaugeReads {
+  first<Row>(sql: string, params?: Record<string, unknown>): Promise<Row | undefined>;
+}
+
+export function createMetrics(clock: Clock, scans: () => GaugeReads): Metrics {
   const registry = new Registry();
   const registers = [registry];
 

@@ -2,7 +2,7 @@ import { request } from 'node:https';
 import { isIP } from 'node:net';
 import type { Deps } from '../core/deps.js';
 import { ApiError } from '../shared/errors.js';
-import { parseWebhookUrl, resolveTarget, targetHost } from './target.js';
+import { parseWebhookUrl, resolveTarget, targetHost } from '../core/webhook-url.js';
 
 /** A post that has no response headers this long after it started is a failure (`timeout`). */
 export const WEBHOOK_TIMEOUT_MS = 10_000;

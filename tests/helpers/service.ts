@@ -8,7 +8,7 @@ import { insertKey } from '../../server/core/keys.js';
 import { SCOPES, type Scope } from '../../server/core/scopes.js';
 import type { Deps } from '../../server/core/deps.js';
 import { createDeps } from '../../server/app/deps.js';
-import { type HttpServerOptions, listenHttp } from '../../server/api/http/serve.js';
+import { type HttpServerOptions, listenHttp } from '../../server/app/http-serve.js';
 import { createMemoryLogger } from '../../server/shared/logger.js';
 import type { AccountRow } from '../../db/schema/index.js';
 import { FakeClock } from './clock.js';

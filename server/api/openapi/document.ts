@@ -6,7 +6,7 @@ import { ERROR_STATUS, type ErrorCode } from '../../shared/errors.js';
 import { ACCOUNT_HEADER } from '../http/auth.js';
 import { DEFAULT_LIMIT, MAX_LIMIT } from '../http/paging.js';
 import { OUTCOME_EVENT_TYPES } from '../../core/webhook-fanout.js';
-import { MAX_WEBHOOK_URL_LENGTH } from '../../webhooks/target.js';
+import { MAX_WEBHOOK_URL_LENGTH } from '../../core/webhook-url.js';
 import { type ErrorCase, OPERATIONS, type Operation } from './operations.js';
 import * as resources from './resources.js';
 

@@ -1,5 +1,6 @@
 import { Hono } from 'hono';
-import { connectDatabase, connectDatabaseInput, deleteDatabase, getDatabaseStatus, testDatabase } from '../../core/customer-db.js';
+import { connectDatabaseInput, deleteDatabase, getDatabaseStatus } from '../../core/customer-db.js';
+import { connectDatabase, testDatabase } from '../../customer-db/operations.js';
 import type { Deps } from '../../core/deps.js';
 import { guard } from '../http/auth.js';
 import { jsonBody } from '../http/body.js';

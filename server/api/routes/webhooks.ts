@@ -1,5 +1,6 @@
 import { Hono } from 'hono';
-import { createWebhook, createWebhookInput, deleteWebhook, getWebhook, listDeliveries, listWebhooks, testWebhook } from '../../core/webhooks.js';
+import { createWebhook, createWebhookInput, deleteWebhook, getWebhook, listDeliveries, listWebhooks } from '../../core/webhooks.js';
+import { testWebhook } from '../../webhooks/test-webhook.js';
 import type { Deps } from '../../core/deps.js';
 import { guard } from '../http/auth.js';
 import { jsonBody } from '../http/body.js';

@@ -1,9 +1,9 @@
 import type { AddressInfo, Socket } from 'node:net';
 import { type IncomingMessage, type Server, type ServerResponse, createServer } from 'node:http';
 import { RequestError, getRequestListener } from '@hono/node-server';
-import type { App } from '../../app/http-app.js';
-import type { Logger } from '../../shared/logger.js';
-import { clientKey } from '../../shared/ip-ranges.js';
+import type { App } from './http-app.js';
+import type { Logger } from '../shared/logger.js';
+import { clientKey } from '../shared/ip-ranges.js';
 
 /** Open connections the server accepts in all; one more is closed at once. */
 export const MAX_CONNECTIONS = 1024;

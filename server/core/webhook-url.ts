@@ -1,6 +1,6 @@
 import { isIP } from 'node:net';
-import { isReservedAddress } from '../shared/ip-ranges.js';
-import type { Deps } from '../core/deps.js';
+import { type TargetCheck, resolveHost } from '../shared/egress.js';
+import type { Deps } from './deps.js';
 import { ApiError } from '../shared/errors.js';
 
 export const MAX_WEBHOOK_URL_LENGTH = 2000;
@@ -53,11 +53,6 @@ export function parseWebhookUrl(raw: string): URL {
   return url;
 }
 
-export type TargetCheck =
-  | { kind: 'ok'; addresses: string[] }
-  | { kind: 'blocked'; address: string }
-  | { kind: 'dns_error'; reason: string };
-
 /** The host of a URL as an address or a DNS name: IPv6 brackets and a final root dot removed. */
 export function targetHost(url: URL): string {
   const host = url.hostname.replace(/^\[(.*)\]$/, '$1');
@@ -65,43 +60,14 @@ export function targetHost(url: URL): string {
 }
 
 /**
- * Names that mean loopback whatever DNS says (RFC 6761 section 6.3: `localhost` and every name under it): answered
- * here, never asked of a resolver that might not know the rule.
- */
-const LOOPBACK_NAMES = /(^|\.)localhost$/;
-
-/**
  * The addresses a webhook post may go to: an IP-literal host as is, else the A and AAAA answers through deps.resolver
  * (DNS_SERVERS). `blocked` when ANY address is reserved, since a name with one public and one private answer would let
  * the connection land on the private one; `dns_error` when nothing resolves. ALLOW_PRIVATE_TARGETS lifts the block.
  */
+export type { TargetCheck };
+
 export function resolveTarget(deps: Pick<Deps, 'resolver' | 'config'>, url: URL): Promise<TargetCheck> {
   return resolveHost(deps, targetHost(url));
-}
-
-/**
- * The same rules for a bare host (an address without brackets, or a lower-cased DNS name): every outbound connection
- * to a customer-given host (webhooks, customer databases) is checked here.
- */
-export async function resolveHost(deps: Pick<Deps, 'resolver' | 'config'>, host: string): Promise<TargetCheck> {
-  let addresses: string[];
-  if (isIP(host) !== 0) addresses = [host];
-  else if (LOOPBACK_NAMES.test(host)) addresses = ['127.0.0.1', '::1'];
-  else {
-    const [a, aaaa] = await Promise.all([deps.resolver.a(host), deps.resolver.aaaa(host)]);
-    // IPv4 first: the order connections are tried in.
-    addresses = [...(a.status === 'found' ? a.records : []), ...(aaaa.status === 'found' ? aaaa.records : [])];
-    if (addresses.length === 0) {
-      const why = [a, aaaa].find((l) => l.status === 'unknown');
-      const reason = why?.status === 'unknown' ? why.reason : a.status === 'missing' && a.nxdomain ? 'nxdomain' : 'no_address';
-      return { kind: 'dns_error', reason };
-    }
-  }
-  if (!deps.config.allowPrivateTargets) {
-    const reserved = addresses.find((ip) => isReservedAddress(ip));
-    if (reserved !== undefined) return { kind: 'blocked', address: reserved };
-  }
-  return { kind: 'ok', addresses: [...new Set(addresses)] };
 }
 
 /**
