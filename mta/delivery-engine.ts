@@ -26,7 +26,7 @@ export interface EngineOptions {
   perDomain: number;
   /**
    * Recipients waiting per connection before another one to the same destination is opened: the recipients of an
-   * email share a connection (decisions.md section 3), and a backlog still gets up to `perDomain`. A connection opened
+   * email share a connection (docs/api/decisions.md section 3), and a backlog still gets up to `perDomain`. A connection opened
    * for a queue that the others drain meanwhile is only a handshake and a QUIT, and counts against the server's limit.
    */
   recipientsPerLane: number;

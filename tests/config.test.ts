@@ -11,7 +11,7 @@ import { resolveSecretKey } from '../server/app/deps.js';
 import { decryptSecret, encryptSecret } from '../server/shared/secrets.js';
 
 /**
- * The operator contract of decisions.md section 1: every variable's default, a bad value stopping the start with one
+ * The operator contract of docs/api/decisions.md section 1: every variable's default, a bad value stopping the start with one
  * line naming the variable, the secret key (given, generated into DATA_DIR, or off), and the documented table
  * (docs/operating/configuration.md).
  */
@@ -28,7 +28,7 @@ function configError(env: Record<string, string>): ConfigError {
   throw new Error(`loadConfig accepted ${JSON.stringify(env)}`);
 }
 
-describe('defaults (decisions.md section 1)', () => {
+describe('defaults (docs/api/decisions.md section 1)', () => {
   const config = loadConfig({});
 
   it.each([
@@ -589,7 +589,7 @@ describe('docs/operating/configuration.md', () => {
     expect(readme).toContain(configTable());
   });
 
-  it('the table lists every variable of decisions.md section 1', () => {
+  it('the table lists every variable of docs/api/decisions.md section 1', () => {
     const table = configTable();
     for (const name of [
       'DATA_DIR',

@@ -13,7 +13,7 @@ import { HttpsReceiver, type ReceivedRequest } from './helpers/https-receiver.js
 import { newSender, receipt, type Sender } from './helpers/sending.js';
 
 /**
- * The dashboard's webhook pages (issue 14) against the real service, a real SMTP sink and DNS server (the outcomes
+ * The dashboard's webhook pages against the real service, a real SMTP sink and DNS server (the outcomes
  * come from real deliveries) and a real HTTPS receiver: a delivery's failed attempt, its payload, its replay, a test
  * ping, and an endpoint the service switched off, re-enabled by the operator.
  */

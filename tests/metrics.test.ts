@@ -20,7 +20,7 @@ import { type Sender, newSender } from './helpers/sending.js';
 import { type TestService, startService } from './helpers/service.js';
 
 /**
- * `GET /metrics` (issue 13, point 6): the Prometheus text format, read with a strict parser, its gauges read from the
+ * `GET /metrics`: the Prometheus text format, read with a strict parser, its gauges read from the
  * database at the scrape and its counters moving with real sends delivered to an SMTP sink on loopback and webhooks
  * posted to an HTTPS receiver; METRICS_TOKEN; labels that never name a recipient, a domain or an account.
  */
