@@ -6,7 +6,7 @@ import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 /**
  * The `service` schema in a customer's Postgres, against a real Postgres: created on first
  * connect, versioned, applied once however often or concurrently it runs, with the columns and indexes
- * docs/api/contract.md names; a database already at a newer version is left as it is (and reported at the version this service knows).
+ * docs/api/behaviour.md names; a database already at a newer version is left as it is (and reported at the version this service knows).
  */
 
 let server: TestPostgres;
@@ -45,7 +45,7 @@ const columnsOf = (c: pg.Client, table: string) =>
     .then((r) => Object.fromEntries(r.rows.map((row) => [row.column_name, row.data_type])));
 
 describe('the service schema', () => {
-  it('is created with every table and column the issue names, at the current version', async () => {
+  it('is created with every table and column docs/api/behaviour.md names, at the current version', async () => {
     const db = await freshDatabase();
     await withClient(db, async (c) => {
       expect(await migrateCustomerDb(c)).toBe(CUSTOMER_SCHEMA_VERSION);

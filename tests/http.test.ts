@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startService, type TestService } from './helpers/service.js';
 
 /**
- * The HTTP surface against docs/api/contract.md (Errors, Limits) and STYLE.md (Errors): one envelope for every error, including
+ * The HTTP surface against docs/api/contract.md (Errors, Limits): one envelope for every error, including
  * the ones raised before any route runs (unknown path, a method the path does not serve, a request line Node cannot
  * parse) and an unexpected failure, whose internal message never reaches the caller. The edge (auth before the
  * body, connection caps and timeouts, nesting depth) is in http-edge.test.ts and http-depth.test.ts.
