@@ -5,8 +5,8 @@ export type ScanParams = Record<string, unknown>;
 /**
  * Where the reads that walk many rows run: the /metrics gauges over the outbound queue, the dashboard's 30-day chart.
  * On the event loop's connection they would hold every request, delivery and SMTP session for as long as they take
- * (a scrape over 500,000 queued recipients ~200 ms, the chart over a million sends ~600 ms); main points them at the
- * WAL checkpoint thread's own connection (db/checkpointer.ts `read`). Plain SQL text with named parameters, not
+ * (a scrape over 500,000 queued recipients ~200 ms, the chart over a million sends ~600 ms); the server puts them on
+ * the WAL checkpoint thread's own connection when it builds its dependencies (db/checkpointer.ts `read`). Plain SQL text with named parameters, not
  * drizzle's builder, because the text crosses to that thread. Read-only statements only.
  */
 export interface Scans {
@@ -16,7 +16,7 @@ export interface Scans {
   all<Row>(sql: string, params?: ScanParams): Promise<Row[]>;
 }
 
-/** On `db`'s own connection, on the event loop (tests, and the server until main moves them). */
+/** On `db`'s own connection, on the event loop (tests and tools; the server puts them on the checkpoint thread's). */
 export function scansOn(db: Db): Scans {
   return {
     first: async <Row>(sql: string, params: ScanParams = {}) => clientOf(db).prepare(sql).get(params) as Row | undefined,

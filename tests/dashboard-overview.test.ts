@@ -1,7 +1,7 @@
 import { eq } from 'drizzle-orm';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startCheckpointer } from '../db/checkpointer.js';
+import { type Checkpointer, startCheckpointer } from '../db/checkpointer.js';
 import { accounts, customerDatabases, webhookEndpoints } from '../db/schema/index.js';
 import { createDeliveryEngine, type DeliveryEngine } from '../mta/delivery-engine.js';
 import { SIMULATOR_DOMAIN } from '../server/core/simulator.js';
@@ -173,32 +173,39 @@ describe('the overview', () => {
   });
 
   it("reads the chart and the queue where deps.scans says: in the server, the checkpoint thread's connection, not the event loop's", async () => {
-    const quiet = await startService({ DELIVERY_MODE: 'capture' });
-    const thread = startCheckpointer(quiet.deps.store.sqlite, quiet.logger);
+    let thread: Checkpointer | undefined;
+    const seen: string[] = [];
+    const quiet = await startService(
+      { DELIVERY_MODE: 'capture' },
+      {
+        scans: (store, logger) => {
+          thread = startCheckpointer(store.sqlite, logger);
+          // The event loop's connection, as the scans see it, refuses every statement.
+          const refusing = Object.create(store.db) as typeof store.db;
+          Object.defineProperty(refusing, '$client', {
+            get: () => {
+              throw new Error('a scan ran on the event loop');
+            },
+          });
+          const offLoop = scansOffThread(thread, refusing);
+          return {
+            first: (query, params) => (seen.push(query), offLoop.first(query, params)),
+            all: (query, params) => (seen.push(query), offLoop.all(query, params)),
+          };
+        },
+      },
+    );
     try {
       const s = await newSender(quiet, { name: 'Chart shop' });
       const res = await quiet.api('POST', '/emails', { key: s.key, body: receipt(s.from, ['ana@example.net', 'ben@example.net']) });
       expect(res.status).toBe(200);
-      // The event loop's connection, as the scans see it, refuses every statement.
-      const refusing = Object.create(quiet.deps.db) as typeof quiet.deps.db;
-      Object.defineProperty(refusing, '$client', {
-        get: () => {
-          throw new Error('a scan ran on the event loop');
-        },
-      });
-      const offLoop = scansOffThread(thread, refusing);
-      const seen: string[] = [];
-      quiet.deps.scans = {
-        first: (query, params) => (seen.push(query), offLoop.first(query, params)),
-        all: (query, params) => (seen.push(query), offLoop.all(query, params)),
-      };
       const html = await (await (await dashboardClient(quiet)).get('/dashboard')).text();
       const today = new Date(quiet.clock.now()).toISOString().slice(0, 10);
       expect(html).toMatch(new RegExp(`<tr data-day="${today}"><th scope="row">${today}</th><td class="num" data-series="sent">2</td>`));
       expect(html).toMatch(/<div class="value" id="queue-depth">2<\/div>/);
       for (const table of ['emails', 'email_events', 'outbound_recipients']) expect(seen.some((q) => new RegExp(`from ${table}\\b`).test(q))).toBe(true);
     } finally {
-      await thread.stop();
+      await thread?.stop();
       await quiet.close();
     }
   });

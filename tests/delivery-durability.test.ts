@@ -5,6 +5,7 @@ import type { Db } from '../db/client.js';
 import { createDeliveryEngine } from '../mta/delivery-engine.js';
 import { FAST_TIMEOUTS, type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import { newSender, receipt, recipients } from './helpers/sending.js';
+import { replaceDep } from './helpers/replace-dep.js';
 
 /**
  * Crash safety's first rule (docs/api/decisions.md section 3, docs/api/behaviour.md "Crash safety"): one recipient's outcome is durable before
@@ -49,12 +50,12 @@ it('records each recipient’s outcome before the next RCPT TO on the same conne
 
   const commits = service.deps.commits;
   // Every other member of the group commit kept: only run is slowed.
-  service.deps.commits = { ...commits, run: <T>(fn: (db: Db) => T) => new Promise((resolve) => setTimeout(resolve, 300)).then(() => commits.run(fn)) };
+  replaceDep(service.deps, 'commits', { ...commits, run: <T>(fn: (db: Db) => T) => new Promise((resolve) => setTimeout(resolve, 300)).then(() => commits.run(fn)) });
   try {
     // One connection for the destination, so the four transactions follow each other on it.
     expect(await createDeliveryEngine(service.deps, { timeouts: FAST_TIMEOUTS, perDomain: 1 }).runOnce()).toBe(4);
   } finally {
-    service.deps.commits = commits;
+    replaceDep(service.deps, 'commits', commits);
   }
 
   expect(new Set(sink.received.map((r) => r.session)).size).toBe(1);

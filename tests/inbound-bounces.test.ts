@@ -3,7 +3,7 @@ import { runInNewContext } from 'node:vm';
 import { and, eq } from 'drizzle-orm';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { accounts, customerDbWrites, emailEvents, emails, suppressions, webhookDeliveries } from '../db/schema/index.js';
-import { MAX_DEFERRED_EVENTS, REPORT_BYTES, reportIsNews } from '../mta/inbound/receive.js';
+import { MAX_DEFERRED_EVENTS, REPORT_BYTES, reportIsNews } from '../mta/inbound/report-matching.js';
 import type { InboundServer } from '../mta/inbound/server.js';
 import { inboundServerFor } from './helpers/inbound-server.js';
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';

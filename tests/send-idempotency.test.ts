@@ -23,6 +23,7 @@ import {
   setDomainState,
 } from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
+import { replaceDep } from './helpers/replace-dep.js';
 
 /**
  * Idempotency rules of docs/api/contract.md for POST /emails (Errors; Limits; docs/api/decisions.md section 2): same key and
@@ -200,14 +201,14 @@ describe('a send committed whose flush failed', () => {
     const body = receipt(s.from, ['flush-failed@example.net']);
     const real = service.deps.commits;
     // SQLite committed the batch; the disk refused the WAL's fdatasync (EIO).
-    service.deps.commits = createGroupCommit(service.deps.store, async () => {
+    replaceDep(service.deps, 'commits', createGroupCommit(service.deps.store, async () => {
       throw Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' });
-    });
+    }));
     let res: Awaited<ReturnType<typeof sendEmail>>;
     try {
       res = await sendEmail(service, s.key, body, withKey('flush-failed'));
     } finally {
-      service.deps.commits = real;
+      replaceDep(service.deps, 'commits', real);
     }
     // Not 502 send_failed ("nothing was sent"): the send is in the queue and will go out unless the disk lost it.
     expectError(res, 500, 'internal_error');
@@ -231,7 +232,7 @@ describe('in progress', () => {
     const body = receipt(s.from, ['ann@example.net']);
     const wal = heldWal();
     const real = service.deps.commits;
-    service.deps.commits = createGroupCommit(service.deps.store, wal.sync);
+    replaceDep(service.deps, 'commits', createGroupCommit(service.deps.store, wal.sync));
     try {
       const first = sendEmail(service, s.key, body, withKey('durable-replay'));
       // Committed (the answer is in the idempotency row), its flush held: not acknowledged.
@@ -250,7 +251,7 @@ describe('in progress', () => {
       expect(b.headers.get('idempotent-replayed')).toBe('true');
       expect(b.body).toEqual(a.body);
     } finally {
-      service.deps.commits = real;
+      replaceDep(service.deps, 'commits', real);
     }
   });
 
@@ -263,7 +264,7 @@ describe('in progress', () => {
     // is still in progress when the second arrives, however the two are scheduled.
     const wal = heldWal();
     const real = service.deps.commits;
-    service.deps.commits = createGroupCommit(service.deps.store, wal.sync);
+    replaceDep(service.deps, 'commits', createGroupCommit(service.deps.store, wal.sync));
     let answers: RawResponse[];
     try {
       void service.deps.commits.run(() => undefined);
@@ -275,7 +276,7 @@ describe('in progress', () => {
       wal.release();
       answers = await Promise.all(pending);
     } finally {
-      service.deps.commits = real;
+      replaceDep(service.deps, 'commits', real);
       for (const socket of sockets) socket.destroy();
     }
     expect(answers.map((a) => a.status).sort()).toEqual([200, 409]);

@@ -12,6 +12,7 @@ import { expectError } from './helpers/sending.js';
 import { processApi, runningProcesses, startServiceProcess } from './helpers/service-process.js';
 import { killMidRequest, processWithEndpoint } from './helpers/webhook-process.js';
 import { startService, type TestService } from './helpers/service.js';
+import { replaceDep } from './helpers/replace-dep.js';
 
 /**
  * The Webhooks endpoints of docs/api/contract.md: create (the secret once, sealed at rest), list, get, delete with its deliveries,
@@ -233,20 +234,20 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
     // Whether the endpoint was still on as each of the deletion's transactions began.
     const commits = service.deps.commits;
     const onAtEachStep: boolean[] = [];
-    service.deps.commits = {
+    replaceDep(service.deps, 'commits', {
       run: (fn) =>
         commits.run((db) => {
           onAtEachStep.push(db.select({ active: webhookEndpoints.active }).from(webhookEndpoints).where(eq(webhookEndpoints.id, id)).get()?.active ?? false);
           return fn(db);
         }),
-    };
+    });
     // The longest the loop was held, not counting time the machine's other processes had the CPU (see loop-stall.ts).
     const stalls = watchLoopStalls();
     let res;
     try {
       res = await service.api('DELETE', `/webhooks/${id}`, { key });
     } finally {
-      service.deps.commits = commits;
+      replaceDep(service.deps, 'commits', commits);
     }
     const seen = stalls.stop();
     expect(res.status).toBe(204);

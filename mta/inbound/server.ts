@@ -2,7 +2,8 @@ import type { AddressInfo } from 'node:net';
 import { SMTPServer, type SMTPServerSession } from 'smtp-server';
 import type { Deps } from '../../server/core/deps.js';
 import { type Recipient, judgeRecipient } from './recipients.js';
-import { type ReportChecks, SmtpReply, receiveMessage } from './receive.js';
+import type { ReportChecks } from './report-matching.js';
+import { SmtpReply, receiveMessage } from './receive.js';
 import { logFailure } from '../../server/shared/store-health.js';
 import { clientKey } from '../../server/shared/ip-ranges.js';
 

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { openDatabase } from '../../db/client.js';
+import { openDatabase, type Store } from '../../db/client.js';
 import type { Deps } from '../core/deps.js';
 import { createFileDurably } from '../../db/data-dir.js';
 import { createGroupCommit } from '../../db/group-commit.js';
@@ -13,7 +13,7 @@ import { createResolver, type DnsResolver } from '../shared/dns/resolver.js';
 import type { Logger } from '../shared/logger.js';
 import { createMetrics, type Metrics } from '../shared/metrics.js';
 import { type Scans, scansOn } from '../../db/scans.js';
-import { createStoreHealth, isFlushFailure, type StoreHealth } from '../shared/store-health.js';
+import { createStoreHealth, type StoreHealth } from '../shared/store-health.js';
 import { holdsSealedSecrets } from './secret-key-check.js';
 
 /**
@@ -46,9 +46,21 @@ export function resolveSecretKey(config: Config, opts: { mayGenerate?: boolean }
   return key;
 }
 
-export function createDeps(config: Config, clock: Clock, logger: Logger): Deps {
-  const store = openDatabase(config.dataDir);
-  const storeHealth = createStoreHealth(clock);
+/** What the start decides before the dependencies are built; a test or a tool leaves them to createDeps. */
+export interface DepsOptions {
+  /** The store, opened already (main reads the secret key's state from it first); else opened in DATA_DIR. */
+  store?: Store;
+  /** The secret key, resolved already (main checks it against the store first); else resolved here. */
+  secretKey?: Buffer | null;
+  /**
+   * Where reads that walk many rows run (db/scans.ts): main puts them on the WAL checkpoint thread's connection; else
+   * the store's own connection, on the event loop.
+   */
+  scans?: Scans;
+}
+
+export function createDeps(config: Config, clock: Clock, logger: Logger, options: DepsOptions = {}): Deps {
+  const store = options.store ?? openDatabase(config.dataDir);
   // After a failed flush of the WAL no write anywhere on the connection is safe to acknowledge: every one is refused
   // (query_only) and /healthz stays 503 until a restart recovers from what the disk holds.
   const closeToWrites = (err: unknown) => {
@@ -58,13 +70,10 @@ export function createDeps(config: Config, clock: Clock, logger: Logger): Deps {
     logger.error('store.unsafe', { err, message: 'A flush of the database to disk failed: writes are refused until the service is restarted. Check the disk.' });
   };
   // The group commit's own flush failing says so (onUnsafe); SQLite's fsync inside a commit of any other write
-  // (synchronous=FULL) failing is the same loss, and reaches the store's health as its error.
-  const note = storeHealth.note;
-  storeHealth.note = (err) => {
-    note(err);
-    if (isFlushFailure(err)) closeToWrites(err);
-  };
-  const deps: Deps = {
+  // (synchronous=FULL) failing is the same loss, and reaches the store's health as its error (onFlushFailure).
+  const storeHealth = createStoreHealth(clock, { onFlushFailure: closeToWrites });
+  const scans = options.scans ?? scansOn(store.db);
+  return {
     config,
     db: store.db,
     store,
@@ -73,16 +82,14 @@ export function createDeps(config: Config, clock: Clock, logger: Logger): Deps {
     logger,
     resolver: createResolver({ servers: config.dnsServers }),
     // Generated only on a first start: DATA_DIR holding secrets sealed with a key and no key file is a lost key.
-    secretKey: resolveSecretKey(config, { mayGenerate: !holdsSealedSecrets(store.db) }),
+    secretKey: options.secretKey !== undefined ? options.secretKey : resolveSecretKey(config, { mayGenerate: !holdsSealedSecrets(store.db) }),
     keyUsage: createKeyUsage(),
     onQueued: () => undefined,
     onWebhookQueued: () => undefined,
     onCustomerDbQueued: () => undefined,
     rateLimiter: createRateLimiter(clock, { perKey: config.rateLimitPerKey, perAccount: config.rateLimitPerAccount }),
-    scans: scansOn(store.db),
-    // The gauges ask for `deps.scans` at each scrape: main may have moved them since.
-    metrics: createMetrics(clock, () => deps.scans),
+    scans,
+    metrics: createMetrics(clock, () => scans),
     storeHealth,
   };
-  return deps;
 }

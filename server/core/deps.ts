@@ -10,34 +10,37 @@ import type { StoreHealth } from '../shared/store-health.js';
 import type { KeyUsage } from './key-usage.js';
 import type { RateLimiter } from './rate-limit.js';
 
-/** Everything with a side effect, built once in main (or a test) and passed down. */
+/**
+ * Everything with a side effect, built once in main (or a test) and passed down; read-only once built, but for the
+ * three wake-ups main points at the workers after it builds them.
+ */
 export interface Deps {
-  config: Config;
-  db: Db;
-  store: Store;
+  readonly config: Config;
+  readonly db: Db;
+  readonly store: Store;
   /** Durable writes that acknowledge a request (a send): batched, one commit for many. */
-  commits: GroupCommit;
-  clock: Clock;
-  logger: Logger;
+  readonly commits: GroupCommit;
+  readonly clock: Clock;
+  readonly logger: Logger;
   /** Every DNS read (domain checks, MX routing) goes through it; it honours DNS_SERVERS. */
-  resolver: DnsResolver;
+  readonly resolver: DnsResolver;
   /** The key that seals stored secrets; null when SECRET_KEY=off. */
-  secretKey: Buffer | null;
-  keyUsage: KeyUsage;
+  readonly secretKey: Buffer | null;
+  readonly keyUsage: KeyUsage;
   /** Called after a send is durably queued; main points it at the delivery engine so delivery starts at once. */
   onQueued: () => void;
   /** Called after webhook deliveries are durably queued; main points it at the webhook dispatcher. */
   onWebhookQueued: () => void;
   /** Called after customer-database writes are durably queued; main points it at the writer. */
   onCustomerDbQueued: () => void;
-  rateLimiter: RateLimiter;
+  readonly rateLimiter: RateLimiter;
   /**
-   * Where reads that walk many rows run (the /metrics gauges, the dashboard's chart): the event loop's connection,
-   * until main points them at the checkpoint thread's (db/scans.ts).
+   * Where reads that walk many rows run (the /metrics gauges, the dashboard's chart): in the server the checkpoint
+   * thread's connection, decided when the dependencies are built; else the event loop's (db/scans.ts).
    */
-  scans: Scans;
+  readonly scans: Scans;
   /** The operator's counters and gauges (`GET /metrics`), one registry per Deps. */
-  metrics: Metrics;
+  readonly metrics: Metrics;
   /** Failures on the store itself, from every part of the service, for /healthz (server/shared/store-health.ts). */
-  storeHealth: StoreHealth;
+  readonly storeHealth: StoreHealth;
 }

@@ -7,15 +7,13 @@ import { type AccountRow, domainKeys, domains, emails, outboundMessages, outboun
 import { DAY_MS, leaseNow } from '../shared/clock.js';
 import type { Deps } from './deps.js';
 import { ApiError } from '../shared/errors.js';
-import { jsonBody } from '../api/http/body.js';
-import { parseInput } from '../api/http/validate.js';
 import { newId } from '../shared/ids.js';
 import { findAccount } from './accounts.js';
 import { formatMailbox } from './addresses.js';
 import type { RequestContext } from './context.js';
 import { deriveFlags } from './domain-checks.js';
 import { type Claim, assertClaimHeld, claimIdempotencyKey, releaseClaim, settleClaim } from './idempotency.js';
-import { type SendRequest, renderSend, sendRequestSchema, toSendRequest } from './send-request.js';
+import { type SendRequest, renderSend } from './send-request.js';
 import { creditStatus } from './credits.js';
 import { type Sender, type Warning, assertCredit, assertMaySend, assertQuotaFor, chargeSend, countRecipients, creditWarning, payerOf } from './sending-policy.js';
 import { suppressedRecipients } from './suppressions.js';
@@ -39,10 +37,18 @@ export interface SendOutcome {
   replayed: boolean;
 }
 
+/**
+ * The send request as the edge read it from the body, or the refusal its reading gave (invalid JSON, an invalid
+ * field): the core gives that verdict at check 5, in its turn, not when the body was read.
+ */
+export type ParsedSend = { ok: true; value: SendRequest } | { ok: false; error: ApiError };
+
 interface SendInput {
   deps: Deps;
   ctx: RequestContext;
+  /** The body's bytes as sent: the Idempotency-Key's fingerprint. */
   rawBody: Buffer;
+  body: ParsedSend;
   idempotencyKey: string | null;
 }
 
@@ -51,7 +57,7 @@ const storeClosed = () => storeUnavailable(null, { closed: true, outcome: NOTHIN
 
 const NOTHING_SENT = 'Nothing was sent';
 
-export async function sendEmail({ deps, ctx, rawBody, idempotencyKey }: SendInput): Promise<SendOutcome> {
+export async function sendEmail({ deps, ctx, rawBody, body: parsed, idempotencyKey }: SendInput): Promise<SendOutcome> {
   // (1) key, scope and account header: the route's guard has run.
   if (deps.storeHealth.unsafe()) throw storeClosed();
   // (2) the Idempotency-Key.
@@ -72,9 +78,9 @@ export async function sendEmail({ deps, ctx, rawBody, idempotencyKey }: SendInpu
     claim = claimed.claim;
   }
   try {
-    // (5) is worked out here, outside the commit (CPU only: the body parsed, the message rendered); its verdict is
-    // given in its turn, inside the commit, after (3) and (4).
-    const body = readBody(rawBody);
+    // (5) is worked out here, outside the commit (CPU only: the message rendered; the edge parsed the body); its
+    // verdict is given in its turn, inside the commit, after (3) and (4).
+    const body = renderBody(parsed);
     // (3), (4), (5), (6), (7) in order, in one transaction of the group commit, on fresh rows.
     const result = await commitSend(deps, ctx, body, claim);
     if (!result.sandbox) deps.onQueued();
@@ -100,16 +106,13 @@ function loadSender(deps: Deps, ctx: RequestContext): Sender {
   return { acting, parent };
 }
 
-function parseBody(rawBody: Buffer): SendRequest {
-  return toSendRequest(parseInput(sendRequestSchema, jsonBody(rawBody)));
-}
-
 /** The body, and the message it renders (bounded in size), or the refusal of check 5 to give in its turn. */
 type Body = { ok: true; send: SendRequest; rendered: Rendered } | { ok: false; error: ApiError };
 
-function readBody(rawBody: Buffer): Body {
+function renderBody(parsed: ParsedSend): Body {
+  if (!parsed.ok) return parsed;
   try {
-    const send = parseBody(rawBody);
+    const send = parsed.value;
     return { ok: true, send, rendered: renderSend(send) };
   } catch (err) {
     // Anything but a refusal is a fault of ours: a 500 now, not a verdict later.

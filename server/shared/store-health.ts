@@ -70,12 +70,18 @@ export interface StoreHealth {
   unsafe(): boolean;
 }
 
-export function createStoreHealth(clock: Clock): StoreHealth {
+export interface StoreHealthOptions {
+  /** Called after `note` is handed a failed flush of SQLite's (isFlushFailure): the store can no longer take writes. */
+  onFlushFailure?: (err: unknown) => void;
+}
+
+export function createStoreHealth(clock: Clock, options: StoreHealthOptions = {}): StoreHealth {
   let faultAt: number | null = null;
   let unsafe = false;
   return {
     note(err) {
       if (storeFaultOf(err)) faultAt = clock.monotonic();
+      if (options.onFlushFailure && isFlushFailure(err)) options.onFlushFailure(err);
     },
     markUnsafe() {
       unsafe = true;

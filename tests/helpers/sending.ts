@@ -21,6 +21,7 @@ import type { Db } from '../../db/client.js';
 import { newId } from '../../server/shared/ids.js';
 import type { Scope } from '../../server/core/scopes.js';
 import type { ApiResponse, TestService } from './service.js';
+import { replaceDep } from './replace-dep.js';
 
 /**
  * Sending fixtures: an account with a domain that may send (records marked as DNS would show them, no resolver
@@ -295,7 +296,7 @@ export function gateCommits(service: TestService, hold: number): CommitGate {
     }
   };
   // Every other member of the group commit kept: only run is held.
-  service.deps.commits = {
+  replaceDep(service.deps, 'commits', {
     ...original,
     run<T>(fn: (db: Db) => T): Promise<T> {
       if (held.length >= hold) return original.run(fn);
@@ -303,14 +304,14 @@ export function gateCommits(service: TestService, hold: number): CommitGate {
       notify();
       return wait.then(() => original.run(fn));
     },
-  };
+  });
   return {
     arrived: (n) => new Promise<void>((resolve) => {
       watchers.push({ n, resolve });
       notify();
     }),
     release() {
-      service.deps.commits = original;
+      replaceDep(service.deps, 'commits', original);
       for (const go of held) go();
     },
   };

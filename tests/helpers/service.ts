@@ -8,6 +8,8 @@ import { insertKey } from '../../server/core/keys.js';
 import { SCOPES, type Scope } from '../../server/core/scopes.js';
 import type { Deps } from '../../server/core/deps.js';
 import { createDeps } from '../../server/app/deps.js';
+import { openDatabase, type Store } from '../../db/client.js';
+import type { Scans } from '../../db/scans.js';
 import { type HttpServerOptions, listenHttp } from '../../server/app/http-serve.js';
 import { createMemoryLogger } from '../../server/shared/logger.js';
 import type { AccountRow } from '../../db/schema/index.js';
@@ -52,7 +54,10 @@ export interface TestService {
  * at once from 127.0.0.1 (fetch opens new connections while the server still counts the closing ones). `http` sets
  * the server's connection caps and timeouts (the production defaults otherwise).
  */
-export async function startService(env: Record<string, string> = {}, opts: { http?: Omit<HttpServerOptions, 'logger'> } = {}): Promise<TestService> {
+export async function startService(
+  env: Record<string, string> = {},
+  opts: { http?: Omit<HttpServerOptions, 'logger'>; scans?: (store: Store, logger: ReturnType<typeof createMemoryLogger>) => Scans } = {},
+): Promise<TestService> {
   const dataDir = mkdtempSync(join(tmpdir(), 'mailstead-test-'));
   const config = loadConfig({
     DATA_DIR: dataDir,
@@ -67,7 +72,9 @@ export async function startService(env: Record<string, string> = {}, opts: { htt
   });
   const clock = new FakeClock();
   const logger = createMemoryLogger();
-  const deps = createDeps(config, clock, logger);
+  // `scans` puts the reads that walk many rows where a test says, as main puts them on the checkpoint thread.
+  const store = opts.scans ? openDatabase(config.dataDir) : undefined;
+  const deps = createDeps(config, clock, logger, store && opts.scans ? { store, scans: opts.scans(store, logger) } : {});
   const http = await listenHttp(createApp(deps), '127.0.0.1', 0, { maxConnectionsPerAddress: 1024, ...opts.http, logger });
   const url = `http://127.0.0.1:${http.port}`;
   const base = `${url}${API_BASE}`;

@@ -150,7 +150,7 @@ async function checkMessage(deps: ParseDeps, message: MessageSource, w: Pick<Spo
 
 /**
  * The domains whose DKIM signatures of `raw` pass (lower-cased), within AUTH_LIMITS and `budgetMs`: nothing past
- * them. What a feedback-loop complaint is trusted by (receive.ts).
+ * them. What a feedback-loop complaint is trusted by (report-matching.ts).
  */
 export async function passingSigners(deps: ParseDeps, raw: Buffer, budgetMs = VERDICT_BUDGET_MS): Promise<string[]> {
   let timer: NodeJS.Timeout | undefined;
