@@ -31,7 +31,6 @@ export function reenableEndpoint(deps: Deps, endpoint: EndpointSummary): Outcome
   enableWebhook(deps.db, endpoint.view.id, deps.clock.now());
   if (!wasOff) return { kind: 'ok', message: 'The endpoint was already on; its failure count is reset.' };
   deps.logger.info('webhook.endpoint_reenabled', { endpointId: endpoint.view.id, accountId: endpoint.accountId, by: 'operator' });
-  deps.onWebhookQueued();
   return { kind: 'ok', message: 'The endpoint is switched back on; its waiting deliveries go out now.' };
 }
 

@@ -75,9 +75,6 @@ export function createDeps(config: Config, clock: Clock, logger: Logger): Deps {
     // Generated only on a first start: DATA_DIR holding secrets sealed with a key and no key file is a lost key.
     secretKey: resolveSecretKey(config, { mayGenerate: !holdsSealedSecrets(store.db) }),
     keyUsage: createKeyUsage(),
-    onQueued: () => undefined,
-    onWebhookQueued: () => undefined,
-    onCustomerDbQueued: () => undefined,
     rateLimiter: createRateLimiter(clock, { perKey: config.rateLimitPerKey, perAccount: config.rateLimitPerAccount }),
     scans: scansOn(store.db),
     // The gauges ask for `deps.scans` at each scrape: main may have moved them since.

@@ -24,12 +24,6 @@ export interface Deps {
   /** The key that seals stored secrets; null when SECRET_KEY=off. */
   secretKey: Buffer | null;
   keyUsage: KeyUsage;
-  /** Called after a send is durably queued; main points it at the delivery engine so delivery starts at once. */
-  onQueued: () => void;
-  /** Called after webhook deliveries are durably queued; main points it at the webhook dispatcher. */
-  onWebhookQueued: () => void;
-  /** Called after customer-database writes are durably queued; main points it at the writer. */
-  onCustomerDbQueued: () => void;
   rateLimiter: RateLimiter;
   /**
    * Where reads that walk many rows run (the /metrics gauges, the dashboard's chart): the event loop's connection,
