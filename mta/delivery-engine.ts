@@ -1,23 +1,19 @@
 import { createPollLoop } from '../server/queues/poll-loop.js';
-import { eq, sql } from 'drizzle-orm';
-import { definePrepared } from '../db/prepared.js';
 import { newWorkerId } from '../server/queues/leases.js';
-import { domainKeys, emails } from '../db/schema/index.js';
-import { openDomainPrivateKey } from '../server/core/dkim-keys.js';
 import type { Deps } from '../server/core/deps.js';
-import { CAPTURED, sealCapture } from '../server/core/capture-store.js';
-import { type Claimed, capForeignLeases, claimDueRecipients, releaseDeadLeases, releaseRecipients, renewLeases, stillHeld } from './delivery-queue.js';
-import type { Classified } from '../server/core/dsn.js';
-import { type SigningKey, prepareSigningKey } from './dkim.js';
-import { type Slot, createFairSlots } from '../server/queues/fair-slots.js';
+import { type Claimed, capForeignLeases, claimDueRecipients, releaseDeadLeases, releaseRecipients, renewLeases } from './delivery-queue.js';
+import { createFairSlots } from '../server/queues/fair-slots.js';
 import { type Signer, createSigner } from './signer.js';
-import { type AttemptExtras, recordOutcome } from '../server/core/outcomes.js';
-import { type Target, createRouter } from './routing.js';
-import { SIMULATED_COMPLAINT, simulateAttempt } from '../server/core/simulator.js';
-import { type ClientOptions, DEFAULT_CLIENT_TIMEOUTS, SessionFailure, type SmtpSession, openSession } from './smtp-client.js';
-import { verpAddress } from './verp.js';
+import { createRouter } from './routing.js';
+import { type ClientOptions, DEFAULT_CLIENT_TIMEOUTS } from './smtp-client.js';
 import { logFailure } from '../server/shared/store-health.js';
 import { leaseNow } from '../server/shared/clock.js';
+import type { Job } from './outbound/domain-work.js';
+import { createLanes } from './outbound/lanes.js';
+import { createMessageCache } from './outbound/message-cache.js';
+import { createOutcomeRecording } from './outbound/outcome-recording.js';
+import { createSigningKeyCache } from './outbound/signing-keys.js';
+import { createTransports } from './outbound/transports.js';
 
 export interface EngineOptions {
   /** Open SMTP connections at most, overall. */
@@ -26,7 +22,7 @@ export interface EngineOptions {
   perDomain: number;
   /**
    * Recipients waiting per connection before another one to the same destination is opened: the recipients of an
-   * email share a connection (decisions.md section 3), and a backlog still gets up to `perDomain`. A connection opened
+   * email share a connection (docs/api/decisions.md section 3), and a backlog still gets up to `perDomain`. A connection opened
    * for a queue that the others drain meanwhile is only a handshake and a QUIT, and counts against the server's limit.
    */
   recipientsPerLane: number;
@@ -63,30 +59,6 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   stopGraceMs: 10_000,
 };
 
-/** An email's whole `to` list (its To header), read once per message built. */
-const statements = definePrepared((db) => ({
-  recipientsOf: db.select({ to: emails.to }).from(emails).where(eq(emails.id, sql.placeholder('id'))).prepare(),
-}));
-
-/** A claimed recipient in the engine, with whoever waits for it to be finished (recorded, released or abandoned). */
-interface Job extends Claimed {
-  finish: () => void;
-}
-
-/**
- * The work of one account for one destination domain: its recipients waiting for a connection, and the connections
- * (lanes) serving them. Accounts never share a lane, so each connection slot belongs to one account (fairness).
- */
-interface DomainWork {
-  key: string;
-  account: string;
-  domain: string;
-  jobs: Job[];
-  lanes: number;
-  /** Lanes with an open connection, or opening one. */
-  live: number;
-}
-
 /**
  * The outbound engine. Claimed recipients wait in a queue per account and destination domain; each queue is served by
  * lanes (connections), each taking the queue's next recipient for its own SMTP transaction and recording the outcome
@@ -99,20 +71,14 @@ interface DomainWork {
 export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions> = {}) {
   const opts = { ...DEFAULT_ENGINE_OPTIONS, ...options };
   const worker = newWorkerId();
-  const slots = createFairSlots({ total: opts.maxConnections, perAccount: opts.perAccount, perDestination: opts.perDomain });
-  const router = createRouter(deps);
+
+  // The queue plumbing's state: the recipients held (claimed, not yet finished), the poll loop, stopping.
   /** Recipients held per account (claimed, not yet finished). */
   const heldByAccount = new Map<string, number>();
   /** Recipients finished since the last claim: a claim waits until enough room is worth a query. */
   let finishedSinceClaim = 0;
-  const keys = new Map<string, SigningKey & { id: string }>();
-  const signer: Signer = createSigner({ onCrash: (err) => deps.logger.error('delivery.signer_failed', { err }) });
-  const clientOpts: ClientOptions = { name: deps.config.mailHostname, ...opts.timeouts };
-  const work = new Map<string, DomainWork>();
-  const lanesDone = new Set<Promise<void>>();
   /** Claimed and not yet finished: the claims this engine renews. */
   const held = new Set<string>();
-
   let stopping = false;
   const loop = createPollLoop({
     intervalMs: opts.pollMs,
@@ -121,37 +87,27 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
   });
   let renewTimer: NodeJS.Timeout | null = null;
 
-  /** The from-domain's key, decrypted and parsed once and kept for every later message. */
-  function signingKey(domainKeyId: string): SigningKey & { id: string } {
-    const cached = keys.get(domainKeyId);
-    if (cached) return cached;
-    const row = deps.db.select().from(domainKeys).where(eq(domainKeys.id, domainKeyId)).get();
-    if (!row) throw new Error(`domain key ${domainKeyId} not found`);
-    if (!deps.secretKey) throw new Error('SECRET_KEY=off: DKIM keys cannot be opened');
-    const key = { id: domainKeyId, ...prepareSigningKey(row.name, row.selector, openDomainPrivateKey(deps.secretKey, row)) };
-    keys.set(domainKeyId, key);
-    return key;
-  }
+  // The parts: connection slots, routes, the signing thread and the messages it builds, outcomes, transports, lanes.
+  const isStopping = () => stopping;
+  const slots = createFairSlots({ total: opts.maxConnections, perAccount: opts.perAccount, perDestination: opts.perDomain });
+  const router = createRouter(deps);
+  const signingKeys = createSigningKeyCache(deps);
+  const signer: Signer = createSigner({ onCrash: (err) => deps.logger.error('delivery.signer_failed', { err }) });
+  const messages = createMessageCache(deps, { signer, signingKey: signingKeys.open });
+  const outcomes = createOutcomeRecording(deps, { worker, isStopping });
+  const transports = createTransports(deps, { slots, messages, outcomes, isStopping, timeouts: opts.timeouts });
+  const lanes = createLanes(deps, {
+    router,
+    slots,
+    transports,
+    outcomes,
+    isStopping,
+    poke: () => loop.poke(),
+    perDomain: opts.perDomain,
+    recipientsPerLane: opts.recipientsPerLane,
+  });
 
-  /** The message of an email, built and signed (in the signer's thread) once for all its recipients while any of them is held. */
-  const built = new Map<string, { ready: Promise<{ message: Buffer; to: string[] }>; users: number }>();
-
-  function messageOf(job: Claimed): { ready: Promise<{ message: Buffer; to: string[] }>; users: number } {
-    let entry = built.get(job.message.id);
-    if (!entry) {
-      // Everything, the reads too, inside the promise: a failure defers that recipient, it never stops the engine.
-      const ready = Promise.resolve().then(async () => {
-        const to = statements(deps.db).recipientsOf.get({ id: job.message.id })?.to ?? [job.recipient.recipient];
-        const message = await signer.build(job.message, to, signingKey(job.message.domainKeyId), new Date(deps.clock.now()));
-        return { message, to };
-      });
-      ready.catch(() => undefined);
-      entry = { ready, users: 0 };
-      built.set(job.message.id, entry);
-    }
-    return entry;
-  }
-
+  // The queue plumbing: adopt what is claimed, claim, tick, give back, start, stop, poke.
   function adopt(claimed: Claimed[]): Promise<void>[] {
     // A recipient this engine still holds (its lease lapsed, say, while the loop was stalled) is not taken twice.
     return claimed.filter((c) => !held.has(c.recipient.id)).map(
@@ -160,7 +116,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
           const account = c.message.accountId;
           held.add(c.recipient.id);
           heldByAccount.set(account, (heldByAccount.get(account) ?? 0) + 1);
-          messageOf(c).users++;
+          messages.retain(c);
           let finished = false;
           const job: Job = {
             ...c,
@@ -171,200 +127,16 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
               const n = (heldByAccount.get(account) ?? 1) - 1;
               if (n === 0) heldByAccount.delete(account);
               else heldByAccount.set(account, n);
-              const entry = built.get(c.message.id);
-              if (entry && --entry.users === 0) built.delete(c.message.id);
+              messages.release(c.message.id);
               resolve();
               // Room for a useful claim again (a quarter of the batch, or everything): claim now, not at the poll.
               finishedSinceClaim++;
               if (finishedSinceClaim >= opts.batchSize / 4 || held.size === 0) loop.poke();
             },
           };
-          const domain = c.recipient.recipientDomain;
-          const key = `${account} ${domain}`;
-          let w = work.get(key);
-          if (!w) {
-            w = { key, account, domain, jobs: [], lanes: 0, live: 0 };
-            work.set(key, w);
-          }
-          w.jobs.push(job);
-          if (w.lanes < opts.perDomain && w.jobs.length > w.lanes * opts.recipientsPerLane) startLane(w);
+          lanes.enqueue(job);
         }),
     );
-  }
-
-  function startLane(w: DomainWork): void {
-    w.lanes++;
-    const done = lane(w)
-      .catch((err: unknown) => logFailure(deps, 'delivery.lane_failed', err, { domain: w.domain, accountId: w.account }))
-      .finally(() => {
-        lanesDone.delete(done);
-        w.lanes--;
-        if (w.jobs.length > 0 && w.lanes === 0 && !stopping) startLane(w);
-        else if (w.jobs.length === 0 && w.lanes === 0 && work.get(w.key) === w) work.delete(w.key);
-        loop.poke();
-      });
-    lanesDone.add(done);
-  }
-
-  /** Records an outcome; false when it could not be written (the lane stops: nothing may happen before it is). */
-  async function record(job: Job, outcome: Classified, extras?: AttemptExtras): Promise<boolean> {
-    try {
-      await recordOutcome(deps, job, outcome, extras);
-      job.finish();
-      return true;
-    } catch (err) {
-      // Left claimed but no longer renewed: the lease runs out and the recipient is tried again.
-      // (A failure on the store was noted for /healthz by the group commit.)
-      deps.logger.error('delivery.record_failed', { recipientId: job.recipient.id, err });
-      job.finish();
-      return false;
-    }
-  }
-
-  /** Gives every queued recipient of the domain the same outcome (a routing failure, or no host reachable). */
-  async function recordAll(w: DomainWork, outcome: Classified): Promise<void> {
-    while (w.jobs.length > 0 && !stopping) {
-      if (!(await record(w.jobs.shift()!, outcome))) return;
-    }
-  }
-
-  /**
-   * One connection's worth of work for an account's destination: the route first (holding no slot), then a slot in
-   * turn, then the queue's recipients one transaction each, until none is left, or until another account that holds
-   * fewer slots waits for this one: then the slot is given back and asked for again, behind it.
-   */
-  async function lane(w: DomainWork): Promise<void> {
-    const route = await router.route(w.domain);
-    if (route.kind === 'fail') {
-      // Another lane holds a connection to this domain: its recipients stay with it.
-      if (w.live > 0) return;
-      return await recordAll(w, route.outcome);
-    }
-    if (route.kind === 'capture' || route.kind === 'simulator') return await deliverLocally(w, route.kind);
-    while (w.jobs.length > 0 && !stopping) {
-      const slot = await slots.acquire(w.account, w.domain);
-      if (!slot) return;
-      try {
-        if ((await serve(w, route.targets, slot)) === 'done') return;
-      } finally {
-        slot.release();
-      }
-    }
-  }
-
-  /** Delivers the queue's recipients over one slot; 'yield' when the slot should go to another account first. */
-  async function serve(w: DomainWork, targets: Target[], slot: Slot): Promise<'done' | 'yield'> {
-    let session: SmtpSession | null = null;
-    try {
-      while (w.jobs.length > 0 && !stopping) {
-        if (!session) {
-          w.live++;
-          try {
-            session = await openSession(targets, clientOpts);
-          } catch (err) {
-            w.live--;
-            if (err instanceof SessionFailure && err.attempts.length > 0) {
-              // The full story (addresses, error text) goes to the log; tenants read the classified outcome.
-              deps.logger.warn('delivery.connect_failed', { domain: w.domain, accountId: w.account, attempts: err.attempts });
-            }
-            // Another lane is delivering to this domain, or may be about to: leave the recipients to it. Otherwise
-            // none can be reached now.
-            if (w.live > 0) return 'done';
-            await recordAll(w, err instanceof SessionFailure ? err.outcome : failure(err));
-            return 'done';
-          }
-        }
-        const job = w.jobs.shift();
-        if (!job) return 'done';
-        let message: Buffer;
-        let index: number;
-        try {
-          const ready = await messageOf(job).ready;
-          message = ready.message;
-          index = Math.max(0, ready.to.indexOf(job.recipient.recipient));
-        } catch (err) {
-          // A build that failed because the account was deleted meanwhile (its domain key went with it): gone too.
-          if (gone(job, w.account)) continue;
-          if (!(await record(job, unprepared(err)))) return 'done';
-          continue;
-        }
-        // Its account deleted since the claim (the rows went with it): nothing to send, nothing to record. Checked
-        // here, after the build's wait, just before the SMTP transaction begins.
-        if (gone(job, w.account)) continue;
-        const result = await session.send(verpAddress(job.message.id, index, deps.config.mailHostname, deps.secretKey), job.recipient.recipient, message);
-        if (result.connectionLost) {
-          await session.close();
-          session = null;
-          w.live--;
-        }
-        if (result.notSent) {
-          // The connection had closed before this recipient's transaction began: not an attempt. Back to the queue,
-          // and a new connection for it.
-          w.jobs.unshift(job);
-          continue;
-        }
-        // The outcome is durable before anything else happens on this connection (or any other).
-        if (!(await record(job, result.outcome))) return 'done';
-        if (w.jobs.length > 0 && slots.shouldYield(slot)) return 'yield';
-      }
-      return 'done';
-    } finally {
-      // The slot is released by the caller after this: only once the connection is really closed.
-      if (session) {
-        await session.close();
-        w.live--;
-      }
-    }
-  }
-
-  /**
-   * The transports that open no connection, so take no slot: the capture store (every recipient delivered, `2.0.0`
-   * `captured`) and the mailbox simulator (its table's reply to this attempt, a complaint after complaint@'s
-   * delivery). Each message is built and signed exactly as for SMTP; in capture mode it is kept, the simulator's too,
-   * in the transaction that records its outcome.
-   */
-  async function deliverLocally(w: DomainWork, kind: 'capture' | 'simulator'): Promise<void> {
-    while (w.jobs.length > 0 && !stopping) {
-      const job = w.jobs.shift()!;
-      let extras: AttemptExtras;
-      try {
-        const { message } = await messageOf(job).ready;
-        extras = { capture: deps.config.deliveryMode === 'capture' ? capture(job, message) : null };
-      } catch (err) {
-        if (gone(job, w.account)) continue;
-        if (!(await record(job, unprepared(err)))) return;
-        continue;
-      }
-      if (gone(job, w.account)) continue;
-      let outcome = CAPTURED;
-      if (kind === 'simulator') {
-        const reply = simulateAttempt(job.recipient.recipient, job.recipient.attempts);
-        outcome = reply.outcome;
-        if (reply.complains) extras.complaint = SIMULATED_COMPLAINT;
-      }
-      if (!(await record(job, outcome, extras))) return;
-    }
-  }
-
-  /** True (and the job finished, logged) when the recipient's rows are gone: its account was deleted since the claim. */
-  function gone(job: Job, accountId: string): boolean {
-    if (stillHeld(deps.db, worker, job.recipient.id)) return false;
-    deps.logger.info('delivery.recipient_gone', { recipientId: job.recipient.id, accountId });
-    job.finish();
-    return true;
-  }
-
-  function capture(job: Claimed, message: Buffer) {
-    if (!deps.secretKey) throw new Error('SECRET_KEY=off: captured mail cannot be sealed');
-    return sealCapture(deps.secretKey, { emailId: job.message.id, accountId: job.message.accountId, recipient: job.recipient.recipient, message, capturedAt: deps.clock.now() });
-  }
-
-  function unprepared(err: unknown): Classified {
-    return { status: 'deferred', dsn: '4.3.0', detail: `message could not be prepared: ${(err as Error).message}` };
-  }
-
-  function failure(err: unknown): Classified {
-    return { status: 'deferred', dsn: '4.4.0', detail: err instanceof Error ? err.message : String(err) };
   }
 
   /** Claims what is due, up to the room left; returns how many recipients were claimed and their completions. */
@@ -398,11 +170,10 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
 
   /** Gives back every recipient still waiting for a connection (shutdown). */
   function releaseWaiting(): void {
-    for (const w of work.values()) {
-      const jobs = w.jobs.splice(0);
+    lanes.drainWaiting((jobs) => {
       releaseRecipients(deps.db, worker, jobs.map((j) => j.recipient.id));
       for (const job of jobs) job.finish();
-    }
+    });
   }
 
   return {
@@ -437,9 +208,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
       await loop.stop();
       slots.cancelAll();
       releaseWaiting();
-      const settled = (async () => {
-        while (lanesDone.size > 0) await Promise.all([...lanesDone]);
-      })();
+      const settled = lanes.settle();
       let grace: NodeJS.Timeout | undefined;
       const abandoned = await Promise.race([settled.then(() => false), new Promise<boolean>((resolve) => (grace = setTimeout(() => resolve(true), opts.stopGraceMs)))]);
       clearTimeout(grace);

@@ -33,7 +33,7 @@ const bounce = (dsn: string, detail: string): Route => ({ kind: 'fail', outcome:
 const defer = (dsn: string, detail: string): Route => ({ kind: 'fail', outcome: { status: 'deferred', dsn, detail } });
 
 /**
- * Where mail for `domain` goes (decisions.md section 3): the mailbox simulator for its domain, in every mode; the
+ * Where mail for `domain` goes (docs/api/decisions.md section 3): the mailbox simulator for its domain, in every mode; the
  * capture store for everything else in DELIVERY_MODE=capture (no DNS, no connection, the relay unused); else the relay
  * when SMTP_RELAY_URL is set, or the domain's MX hosts by preference, or its own A/AAAA when it has no MX. A null MX
  * or a name that does not exist bounces; a DNS failure defers; addresses in reserved ranges are refused unless

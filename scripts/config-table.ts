@@ -1,6 +1,6 @@
 import { describeConfig } from '../server/shared/config.js';
 
-/** Prints the README's configuration table, generated from the config schema so the two cannot drift. */
+/** Prints the configuration table of docs/operating/configuration.md, generated from the config schema so the two cannot drift. */
 export function configTable(): string {
   const rows = describeConfig().map((r) => `| \`${r.name}\` | ${r.default} | ${r.meaning.replace(/\|/g, '\\|')} |`);
   return ['| variable | default | meaning |', '|---|---|---|', ...rows].join('\n');

@@ -5,7 +5,7 @@ import { newSender, newSubSender, receipt } from './helpers/sending.js';
 import { type TestService, startService } from './helpers/service.js';
 
 /**
- * The access log (issue 13, point 6): one `http.request` line per request, after its answer, with the method, the
+ * The access log: one `http.request` line per request, after its answer, with the method, the
  * route pattern, the status, the duration, a request id and the acting account; for errors (401, 404, 405, 422, 500)
  * as for successes; never a header, a key, a token, a body or the raw path.
  */

@@ -6,8 +6,8 @@ import { expectDocumented } from './helpers/openapi.js';
 import { startService, type ApiResponse, type TestService } from './helpers/service.js';
 
 /**
- * Accounts and sub-accounts against api.md (Account resource, Sub-account suspension, Accounts endpoints, Errors,
- * Limits, paging) and decisions.md sections 1 and 4 (default quota, credit policy).
+ * Accounts and sub-accounts against docs/api/contract.md (Account resource, Sub-account suspension, Accounts endpoints, Errors,
+ * Limits, paging) and docs/api/decisions.md sections 1 and 4 (default quota, credit policy).
  */
 
 interface AccountBody {
@@ -40,7 +40,7 @@ interface AccountBody {
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 const DAY = 86_400_000;
-/** decisions.md section 1 defaults. */
+/** docs/api/decisions.md section 1 defaults. */
 const DEFAULT_DAILY_QUOTA = 10_000;
 const TRIAL_DAYS = 14;
 const GRACE_DAYS = 3;
@@ -64,7 +64,7 @@ function expectError(res: ApiResponse, status: number, code: string): void {
   expectDocumented(res);
 }
 
-/** Every field of the Account resource, with its type from api.md. */
+/** Every field of the Account resource, with its type from docs/api/contract.md. */
 function expectAccountShape(a: AccountBody): void {
   expect(Object.keys(a).sort()).toEqual(['createdAt', 'credits', 'id', 'name', 'parentId', 'sending']);
   expect(a.id).toMatch(UUID);
@@ -118,7 +118,7 @@ function setAccountRow(id: string, values: Partial<typeof accounts.$inferInsert>
   service.deps.db.update(accounts).set(values).where(eq(accounts.id, id)).run();
 }
 
-/** Counters whose lifetime bounce rate (10%) grades as `paused` (decisions.md section 4). */
+/** Counters whose lifetime bounce rate (10%) grades as `paused` (docs/api/decisions.md section 4). */
 const PAUSED_COUNTERS = { totalSent: 100, totalBounced: 10, totalComplained: 0 };
 
 const subPath = async ({ service: svc, key }: { service: TestService; key: string }) => {
@@ -198,7 +198,7 @@ describe('GET /account', () => {
   });
 });
 
-describe('credits of an account (decisions.md section 4)', () => {
+describe('credits of an account (docs/api/decisions.md section 4)', () => {
   it('a new top-level account without credits is on trial until createdAt + 14 days, nothing bought or used', async () => {
     const { key } = service.newAccount();
     const a = await ownAccount(key);

@@ -18,7 +18,7 @@ import { startService, type TestService } from './helpers/service.js';
 import { SmtpSink } from './helpers/smtp-sink.js';
 
 /**
- * DELIVERY_MODE=capture (issue 13, point 1): the engine builds and signs every message as it would send it, keeps it
+ * DELIVERY_MODE=capture: the engine builds and signs every message as it would send it, keeps it
  * in the capture store and records it `delivered` `2.0.0` `captured` through the usual outcome path, and never opens a
  * connection: an SMTP sink standing for port 25 (SMTP_DELIVERY_PORT, and SMTP_RELAY_URL) counts none, while the same
  * sends in direct mode reach it. Reserved-TLD domains verify without DNS in capture mode only.

@@ -556,9 +556,9 @@ describe('chaos: SIGKILL at random moments, restarts on the same DATA_DIR', () =
         }
       }
     }
-    // A graceful stop left to finish leaves nothing to send twice (README: "a restart delivers the rest with no duplicate").
+    // A graceful stop left to finish leaves nothing to send twice: a restart delivers the rest with no duplicate.
     for (const [k, n] of perKill) if (kills[k]!.mode === 'sigterm-clean') problems.push(`kill ${k} (a graceful stop that exited ${kills[k]!.exit}): ${n} duplicates`);
-    // api.md: 409 idempotency_in_progress only while the first request is in flight; after a restart none is.
+    // docs/api/contract.md: 409 idempotency_in_progress only while the first request is in flight; after a restart none is.
     for (const s of sends) if (s.staleInProgress > 0) problems.push(`send ${s.n} (key ${s.key}): ${s.staleInProgress} × 409 idempotency_in_progress from a process started after the first attempt died`);
     for (const [k, n] of perKill) if (n > 64) problems.push(`kill ${k}: ${n} duplicates, more than the open connections`);
     const stale = sends.filter((s) => s.staleInProgress > 0).length;

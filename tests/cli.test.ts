@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { postSignIn } from './helpers/dashboard.js';
 
 /**
- * The operator contract of decisions.md section 1, end to end: the CLI and the server as separate real processes on
+ * The operator contract of docs/api/decisions.md section 1, end to end: the CLI and the server as separate real processes on
  * one temporary DATA_DIR, the CLI's JSON on stdout and errors on stderr, the server's JSON log lines, and the API
  * answering with what the CLI wrote.
  */
@@ -420,7 +420,7 @@ describe('the other commands (node dist/server/app/cli.js)', () => {
   });
 });
 
-describe('webhooks commands (issue 10 point 8)', () => {
+describe('webhooks commands', () => {
   interface EndpointBody {
     id: string;
     url: string;
@@ -544,7 +544,7 @@ describe('webhooks commands (issue 10 point 8)', () => {
   });
 });
 
-describe('database status (issue 11 point 6)', () => {
+describe('database status', () => {
   const PASSWORD = 'pw-that-must-never-be-printed';
 
   /** A connected database and waiting writes, as POST /database and the writer's outbox store them. */

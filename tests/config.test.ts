@@ -11,8 +11,9 @@ import { resolveSecretKey } from '../server/app/deps.js';
 import { decryptSecret, encryptSecret } from '../server/shared/secrets.js';
 
 /**
- * The operator contract of decisions.md section 1: every variable's default, a bad value stopping the start with one
- * line naming the variable, the secret key (given, generated into DATA_DIR, or off), and the README's table.
+ * The operator contract of docs/api/decisions.md section 1: every variable's default, a bad value stopping the start with one
+ * line naming the variable, the secret key (given, generated into DATA_DIR, or off), and the documented table
+ * (docs/operating/configuration.md).
  */
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -27,7 +28,7 @@ function configError(env: Record<string, string>): ConfigError {
   throw new Error(`loadConfig accepted ${JSON.stringify(env)}`);
 }
 
-describe('defaults (decisions.md section 1)', () => {
+describe('defaults (docs/api/decisions.md section 1)', () => {
   const config = loadConfig({});
 
   it.each([
@@ -136,7 +137,7 @@ describe('values that parse', () => {
       { host: '2001:db8::53', port: 53 },
       { host: '::1', port: 5353 },
     ]);
-    // As the README's table says: without brackets the last group is part of the address, never a port.
+    // As the configuration table says: without brackets the last group is part of the address, never a port.
     expect(loadConfig({ DNS_SERVERS: '::1:53' }).dnsServers).toEqual([{ host: '::1:53', port: 53 }]);
   });
 
@@ -582,13 +583,13 @@ describe('encryptSecret / decryptSecret', () => {
   });
 });
 
-describe('README', () => {
+describe('docs/operating/configuration.md', () => {
   it('contains the configuration table generated from the schema (npm run -s docs:config)', () => {
-    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+    const readme = readFileSync(join(ROOT, 'docs/operating/configuration.md'), 'utf8');
     expect(readme).toContain(configTable());
   });
 
-  it('the table lists every variable of decisions.md section 1', () => {
+  it('the table lists every variable of docs/api/decisions.md section 1', () => {
     const table = configTable();
     for (const name of [
       'DATA_DIR',

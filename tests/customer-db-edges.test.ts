@@ -158,7 +158,7 @@ describe('POST /database with an invalid URL', () => {
   });
 });
 
-describe('updatedAt (README: moves when the URL, the state or the last error changes)', () => {
+describe('updatedAt (docs/api/behaviour.md: moves when the URL, the state or the last error changes)', () => {
   it('does not move on a successful POST /database/test that changes none of them', async () => {
     const s = await newSender(rig.service, { name: 'UpdTest' });
     const db = await scratch.fresh();
@@ -217,7 +217,7 @@ describe('updatedAt when writes are set aside', () => {
   });
 });
 
-describe('lastOkAt (README: moves at each write that lands or successful test)', () => {
+describe('lastOkAt (docs/api/behaviour.md: moves at each write that lands or successful test)', () => {
   it('does not move when the only write of a batch is refused for its data', async () => {
     writer = createCustomerDbWriter(rig.service.deps);
     const s = await newSender(rig.service, { name: 'OkAt' });

@@ -15,7 +15,7 @@ import { type Sender, newSender, receipt } from './helpers/sending.js';
 import { createAccountWithCli, processApi, processEnv, runningProcesses, startServiceProcess } from './helpers/service-process.js';
 
 /**
- * A customer's database is an untrusted peer (issue 31, point 4; decisions.md section 13), against a real Postgres:
+ * A customer's database is an untrusted peer (docs/api/decisions.md section 13), against a real Postgres:
  * its `service.schema_migrations` made a view over eight million rows leaves the service's memory where it was and
  * `schemaVersion` at the version the service knows; a trigger raising a 2 MB message leaves at most 1,000 characters
  * of it in `lastError` and in each log line; a statement the customer makes slow is cut by statement_timeout, which
@@ -181,7 +181,7 @@ describe('schema_migrations made a view over eight million rows', () => {
       probing = false;
       await probes;
       const grewMb = proc.child.exitCode === null && proc.child.signalCode === null ? (kb('VmHWM') - before) / 1024 : Number.POSITIVE_INFINITY;
-      // With the table read row by row: 8.6 s of stalled /healthz and +640 MB in the report (issue 31).
+      // With the table read row by row: 8.6 s of stalled /healthz and +640 MB in the report.
       expect({ grewMb: grewMb < 50, took: took < 5_000, slowestHealthz: slowest < 1_000, unanswered }).toEqual({ grewMb: true, took: true, slowestHealthz: true, unanswered: 0 });
       expect(tested.status, JSON.stringify(tested.body)).toBe(200);
       expect(tested.body.schemaVersion).toBe(CUSTOMER_SCHEMA_VERSION);

@@ -17,7 +17,7 @@ import {
 import { SmtpSink } from './helpers/smtp-sink.js';
 
 /**
- * The customer database with the real process (issue 11, tests): `node dist/server/app/main.js` writes to a real Postgres
+ * The customer database with the real process: `node dist/server/app/main.js` writes to a real Postgres
  * with TLS, verified by name (`db.pg.test` through the test DNS server, the test CA trusted through
  * NODE_EXTRA_CA_CERTS). The Postgres is killed under the writer's idle pool: the service stays up and answers
  * /healthz; mail sent and delivered meanwhile waits (`pending` grows, `state` unreachable); the service is killed -9

@@ -10,7 +10,7 @@ import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 import { DAY, type Sender, newSender, receipt } from './helpers/sending.js';
 
 /**
- * The outbox's seven-day drop (issue 31, point 10a; decisions.md section 8: "retried with growing gaps for 7 days"),
+ * The outbox's seven-day drop (docs/api/decisions.md section 8: "retried with growing gaps for 7 days"),
  * against a real Postgres and the fake clock: a write is dropped seven days after it was queued, also when its next
  * attempt moved later (refused and retried, or set aside and put back in line by POST /database/test); and the count
  * logged and shown in `lastError` is the number of rows removed, logged once.

@@ -4,9 +4,9 @@ import { CUSTOMER_MIGRATIONS, CUSTOMER_SCHEMA_VERSION, migrateCustomerDb } from 
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 
 /**
- * The `service` schema in a customer's Postgres (issue 11, point 3), against a real Postgres: created on first
- * connect, versioned, applied once however often or concurrently it runs, with the columns and indexes the issue
- * names; a database already at a newer version is left as it is (and reported at the version this service knows).
+ * The `service` schema in a customer's Postgres, against a real Postgres: created on first
+ * connect, versioned, applied once however often or concurrently it runs, with the columns and indexes
+ * docs/api/behaviour.md names; a database already at a newer version is left as it is (and reported at the version this service knows).
  */
 
 let server: TestPostgres;
@@ -45,7 +45,7 @@ const columnsOf = (c: pg.Client, table: string) =>
     .then((r) => Object.fromEntries(r.rows.map((row) => [row.column_name, row.data_type])));
 
 describe('the service schema', () => {
-  it('is created with every table and column the issue names, at the current version', async () => {
+  it('is created with every table and column docs/api/behaviour.md names, at the current version', async () => {
     const db = await freshDatabase();
     await withClient(db, async (c) => {
       expect(await migrateCustomerDb(c)).toBe(CUSTOMER_SCHEMA_VERSION);
@@ -84,7 +84,7 @@ describe('the service schema', () => {
     await withClient(db, async (c) => {
       await migrateCustomerDb(c);
       await c.query(`insert into service.schema_migrations (version, name) values (99, 'from the future')`);
-      // The table is the customer's: what it says past the versions this service applies is not reported (issue 31).
+      // The table is the customer's: what it says past the versions this service applies is not reported.
       expect(await migrateCustomerDb(c)).toBe(CUSTOMER_SCHEMA_VERSION);
       const versions = (await c.query<{ version: number }>('select version from service.schema_migrations order by version')).rows.map((r) => r.version);
       expect(versions).toEqual([...CUSTOMER_MIGRATIONS.map((m) => m.version), 99]);

@@ -23,7 +23,7 @@ import { ApiError } from '../server/shared/errors.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 
 /**
- * The customer database URL as untrusted input (issue 11 point 2, decisions section 8): what parseCustomerDbUrl refuses
+ * The customer database URL as untrusted input (docs/api/decisions.md section 8): what parseCustomerDbUrl refuses
  * and accepts as tables, the sslmode mapping as a table, that parsing reads no file and opens no connection, that the
  * pg config leaves nothing for pg to fill from PG* variables or ~/.pgpass, and the host check through a test DNS server.
  */
@@ -50,7 +50,7 @@ const REFUSED: [string, string, string][] = [
   ['the empty string', '', 'empty'],
   ['not a URL', 'db.example.com:5432/app', 'postgresql://'],
   ['another scheme', `mysql://u:${SECRET}@db.example.com/app`, 'postgresql://'],
-  // api.md: invalid_url for a URL that is not postgresql://; the message says what to write instead.
+  // docs/api/contract.md: invalid_url for a URL that is not postgresql://; the message says what to write instead.
   ['postgres:', `postgres://u:${SECRET}@db.example.com/app`, 'write it as postgresql://'],
   ['POSTGRES: in capitals', `POSTGRES://u:${SECRET}@db.example.com/app`, 'write it as postgresql://'],
   ['https', `https://u:${SECRET}@db.example.com/app`, 'postgresql://'],
@@ -234,7 +234,7 @@ describe('sslmode', () => {
     }
   });
 
-  it('the table is the decisions section 8 table', () => {
+  it('the table is the docs/api/decisions.md section 8 table', () => {
     expect(SSL_MODES).toEqual({
       verify: 'verify',
       require: 'verify',

@@ -105,7 +105,7 @@ describe('a database replaced or deleted while a batch is on its way to it', () 
     await running;
     await writer.runOnce();
     expect(await landed(forgotten.name, [...queued, later])).toEqual([]);
-    // The writes queued before DELETE were dropped with it (README); the later one is the new database's.
+    // The writes queued before DELETE were dropped with it (docs/api/behaviour.md); the later one is the new database's.
     expect(await landed(next.name, [...queued, later])).toEqual([later]);
   });
 });

@@ -14,7 +14,7 @@ import { DAY, type Sender, newSender, newSubSender, receipt } from './helpers/se
 import { NOT_CONNECTED } from './helpers/customer-db.js';
 
 /**
- * The customer-database writer (issue 11, point 4) in the service, against a real Postgres with TLS verified through
+ * The customer-database writer in the service, against a real Postgres with TLS verified through
  * the test CA: every non-sandbox send's content and every outcome reach the customer's `service` schema through the
  * outbox, written in the send's or the outcome's own transaction and sealed; an outage turns the state unreachable
  * and `pending` grows, then everything arrives once and in order; a write refused for its data is set aside after its

@@ -8,7 +8,7 @@ import { createMemoryLogger } from '../server/shared/logger.js';
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 
 /**
- * The writes to a customer's `service` schema against a real Postgres (issue 11, points 4 and 5): batches applied in
+ * The writes to a customer's `service` schema against a real Postgres: batches applied in
  * one transaction with idempotent statements (applied twice, nothing duplicates; events in any order, the email's
  * timestamps are the earliest and never move back), a write refused for its data isolated from the rest of its
  * batch, and the inbound helper's message, attachments and notification.

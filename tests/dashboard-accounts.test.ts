@@ -12,7 +12,7 @@ import { type DashboardClient, UUID, openDashboard, refusalOf } from './helpers/
 import { type TestService, startService } from './helpers/service.js';
 
 /**
- * The dashboard's accounts pages (issue 14: list and search, create, grant credits, set quota, suspend and lift,
+ * The dashboard's accounts pages (list and search, create, grant credits, set quota, suspend and lift,
  * sub-accounts, keys shown once and revoked), driven in Chromium against the real service, and checked through the
  * API they must agree with.
  */

@@ -151,7 +151,7 @@ describe('dashboard sign-in rules over HTTP', () => {
 
   it('the right token signs in at once after 10 wrong ones from its address; further wrong ones are 429 until the window moves', async () => {
     // Behind a reverse proxy every client comes from the proxy's address: whoever sends wrong tokens from it must not
-    // lock the operator out (decisions.md section 13).
+    // lock the operator out (docs/api/decisions.md section 13).
     const limited = await startService();
     const right = adminTokenFor(limited);
     try {

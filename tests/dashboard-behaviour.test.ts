@@ -9,7 +9,7 @@ import { newSender, receipt, sendEmail } from './helpers/sending.js';
 import { type TestService, startService } from './helpers/service.js';
 
 /**
- * The dashboard behaving as the API and its own README say, where it once did not: copy buttons over plain http at a
+ * The dashboard behaving as the API and its own docs (docs/operating/dashboard.md) say, where it once did not: copy buttons over plain http at a
  * host name, the send log's account filter and IDN recipient search, a refused domain connection returning to its
  * account, the add-suppression form making the operator choose, an endpoint's latest answer, sign-in returning to a
  * searched page, and a server that cannot keep secrets refusing with a flash rather than the 500 page.
@@ -31,7 +31,7 @@ afterAll(async () => {
 const flashOf = (html: string) => /<div class="flash (ok|error)" role="(?:alert|status)"><div>([^<]*)<\/div>/.exec(html);
 
 describe('dashboard behaviour', () => {
-  it('copy buttons work on a plain-http address that is not localhost (the README\'s http://<host>:8080/dashboard)', async () => {
+  it('copy buttons work on a plain-http address that is not localhost (docs/operating/dashboard.md\'s http://<host>:8080/dashboard)', async () => {
     const { account } = service.newAccount({ name: 'Copy Co' });
     const port = new URL(service.url).port;
     // The operator's browser reaches the server by its host name over http: not a secure context, so

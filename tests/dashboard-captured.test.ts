@@ -15,7 +15,7 @@ import { type Sender, newSender } from './helpers/sending.js';
 import { type TestService, startService } from './helpers/service.js';
 
 /**
- * Captured mail in the dashboard (issue 14): a service in capture mode, sends through the API captured by the real
+ * Captured mail in the dashboard: a service in capture mode, sends through the API captured by the real
  * delivery engine, then the list and one message in Chromium: headers, text part, the HTML part in a sandboxed frame
  * (a script in it does not run, an external image is not fetched), the DKIM verdict against the test DNS server's
  * key, the raw source and its download. Over HTTP: the frame's own policy, 404s, search, paging, and a server that

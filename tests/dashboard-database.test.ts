@@ -15,7 +15,7 @@ import { type Sender, newSender, receipt } from './helpers/sending.js';
 import { type TestService, startService } from './helpers/service.js';
 
 /**
- * The Database page (issue 14) against a real Postgres with TLS: an account's database connected through the API, seen
+ * The Database page against a real Postgres with TLS: an account's database connected through the API, seen
  * connected; the server killed, a send's write waiting, the writer failing: the page shows the outage, the pending
  * write and the last error, and its Test button (the API's testDatabase) reports the failure; the server back, the
  * writer drains and the page shows it. Over HTTP: CSRF, 404s, paging and the state filter, and no password anywhere.

@@ -8,7 +8,7 @@ import { TestDnsServer } from './helpers/dns-server.js';
 import { type TestService, startService } from './helpers/service.js';
 
 /**
- * The dashboard's domains pages (issue 14: the records to publish with copy buttons, "verify now" showing each check,
+ * The dashboard's domains pages (the records to publish with copy buttons, "verify now" showing each check,
  * status badges), in Chromium against the real service reading a real DNS server on loopback (DNS_SERVERS), the
  * way tests/domains.test.ts checks the API.
  */

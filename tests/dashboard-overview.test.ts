@@ -15,7 +15,7 @@ import { DAY, newSender, receipt, updateAccount, useQuota } from './helpers/send
 import { type TestService, startService } from './helpers/service.js';
 
 /**
- * The overview (issue 14): mail flow per UTC day over the last 30 days, from real sends through the API and real
+ * The overview: mail flow per UTC day over the last 30 days, from real sends through the API and real
  * outcomes recorded by the delivery engine (capture mode, with the mailbox simulator's bounce@, defer@ and
  * complaint@), the clock moved day by day; the outbound queue; and the endpoints, databases and accounts that need
  * the operator. The service captures its mail, so an email's page links to its captured messages.

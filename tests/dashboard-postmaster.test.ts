@@ -15,7 +15,7 @@ import { RawSmtp } from './helpers/raw-smtp.js';
 import { type TestService, startService } from './helpers/service.js';
 
 /**
- * Postmaster mail in the dashboard (issue 31 point 6, decisions.md section 13): a message sent over real SMTP to
+ * Postmaster mail in the dashboard (docs/api/decisions.md section 13): a message sent over real SMTP to
  * postmaster@MAIL_HOSTNAME, written by a hostile stranger (markup in its Subject, From and text, an HTML part with a
  * script and a tracking image), is listed and opened in Chromium as text: nothing of it runs, nothing is fetched, and
  * the page is the dashboard's own (navigation, policy, sign-in). Over HTTP: escaping, the download, 404s, paging.

@@ -13,7 +13,7 @@ import { HttpsReceiver } from './helpers/https-receiver.js';
 import { DAY, newSender, receipt } from './helpers/sending.js';
 
 /**
- * The send log (issue 14): an email sent through the API, delivered by the real engine to a loopback SMTP sink (one
+ * The send log: an email sent through the API, delivered by the real engine to a loopback SMTP sink (one
  * recipient refused with 550), found in the browser by its recipient, and followed to its timeline with the sink's
  * replies and the webhook posts its outcomes caused; then the filters, paging and bad input over HTTP.
  */

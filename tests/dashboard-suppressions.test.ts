@@ -9,7 +9,7 @@ import { type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig }
 import { newSender, newSubSender, receipt } from './helpers/sending.js';
 
 /**
- * The dashboard's suppressions page (issue 14): every account's list, searched and filtered; an address added and
+ * The dashboard's suppressions page: every account's list, searched and filtered; an address added and
  * removed through the functions POST and DELETE /suppressions call, so the API sees exactly what the page did. The
  * bounces come from real deliveries refused by the SMTP sink.
  */

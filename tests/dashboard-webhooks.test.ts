@@ -14,7 +14,7 @@ import { onQueueMarked } from '../db/queue-wake.js';
 import { newSender, receipt, type Sender } from './helpers/sending.js';
 
 /**
- * The dashboard's webhook pages (issue 14) against the real service, a real SMTP sink and DNS server (the outcomes
+ * The dashboard's webhook pages against the real service, a real SMTP sink and DNS server (the outcomes
  * come from real deliveries) and a real HTTPS receiver: a delivery's failed attempt, its payload, its replay, a test
  * ping, and an endpoint the service switched off, re-enabled by the operator.
  */

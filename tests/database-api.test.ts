@@ -18,7 +18,7 @@ import { expectError, newSender, newSubSender, receipt } from './helpers/sending
 import { startService, type ApiResponse, type TestService } from './helpers/service.js';
 
 /**
- * The Database endpoints of api.md (GET/POST/DELETE /database, POST /database/test) against a real Postgres with TLS:
+ * The Database endpoints of docs/api/contract.md (GET/POST/DELETE /database, POST /database/test) against a real Postgres with TLS:
  * the status with and without a database, a sub-account seeing its parent's, the URL rules and the host check refusing
  * before any connection is made, the step a failed connection names (connect, TLS, login, schema), the URL stored
  * sealed and replaced on a second connect, a test of a vanished server, and every error the spec names, status and code.
@@ -225,7 +225,7 @@ describe('POST /database: connected', () => {
     expect(res.body).toEqual(connectedStatus(service, { sslMode }));
   });
 
-  it('refuses postgres:// (api.md: not postgresql:// is 422 invalid_url) and accepts an IP-literal host (verified against the address the certificate carries) and localhost', async () => {
+  it('refuses postgres:// (docs/api/contract.md: not postgresql:// is 422 invalid_url) and accepts an IP-literal host (verified against the address the certificate carries) and localhost', async () => {
     const { key } = service.newAccount();
     const viaScheme = await connect(service, key, urlOf('db.pg.test').replace(/^postgresql:/, 'postgres:'));
     expectError(viaScheme, 422, 'invalid_url');

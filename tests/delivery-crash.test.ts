@@ -10,7 +10,7 @@ import { HttpsReceiver, TEST_CA_FILE } from './helpers/https-receiver.js';
 import { type ServiceProcess, connectSendingDomain, createAccountWithCli, processApi, processEnv, runningProcesses, startServiceProcess } from './helpers/service-process.js';
 
 /**
- * Crash safety and shutdown of the real process (decisions.md section 3; issue 5, items 7 and 8): `node
+ * Crash safety and shutdown of the real process (docs/api/decisions.md section 3): `node
  * dist/server/app/main.js` delivers to an SMTP sink on loopback; killed with SIGKILL mid-delivery and started again on
  * the same DATA_DIR it delivers every accepted recipient, and the only recipients that arrive twice are ones whose
  * reply the killed process never recorded. On SIGTERM it stops and exits 0, idle or busy.

@@ -7,7 +7,7 @@ import { type DeliveryRig, FAST_TIMEOUTS, resetDeliveryRig, startDeliveryRig, st
 import { newSender, newSubSender, receipt } from './helpers/sending.js';
 
 /**
- * Transactions in flight while the world changes: a sub-account deleted (api.md, DELETE /accounts/{id}: everything
+ * Transactions in flight while the world changes: a sub-account deleted (docs/api/contract.md, DELETE /accounts/{id}: everything
  * under it, no undo) has its recipients the engine had already claimed left unsent, each checked just before its
  * transaction, so at most the one in flight goes out; a stop waits for a slow server's reply only so long. And the
  * client's timeouts are RFC 5321's, so a slow content scanner is not given up on (and its mail sent twice).

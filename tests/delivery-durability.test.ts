@@ -7,7 +7,7 @@ import { FAST_TIMEOUTS, type DeliveryRig, resetDeliveryRig, startDeliveryRig, st
 import { newSender, receipt, recipients } from './helpers/sending.js';
 
 /**
- * Crash safety's first rule (decisions.md section 3, README "Crash safety"): one recipient's outcome is durable before
+ * Crash safety's first rule (docs/api/decisions.md section 3, docs/api/behaviour.md "Crash safety"): one recipient's outcome is durable before
  * the next transaction starts on the same connection. Every commit is held back 300 ms; when the sink sees the next
  * RCPT TO on the connection, the previous recipient must already be recorded.
  */

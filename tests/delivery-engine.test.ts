@@ -15,7 +15,7 @@ import { startService, type TestService } from './helpers/service.js';
 import { SmtpSink } from './helpers/smtp-sink.js';
 
 /**
- * The delivery engine itself (decisions.md section 3), end to end against SMTP peers and a DNS server on loopback:
+ * The delivery engine itself (docs/api/decisions.md section 3), end to end against SMTP peers and a DNS server on loopback:
  * lanes of one destination that fail to connect while another delivers, a connection closed by a 421 and replaced,
  * an outcome that cannot be written, partial DNS failures, a STARTTLS upgrade that fails (plain text for an MX, never
  * for a relay with credentials), the leases of the durable queue, step timeouts, a slow destination beside a fast one,
@@ -801,7 +801,7 @@ describe('the background loop', () => {
 });
 
 describe('connections to one destination', () => {
-  // decisions.md section 3: recipients of one domain share a connection. A lane per recipient opened connections
+  // docs/api/decisions.md section 3: recipients of one domain share a connection. A lane per recipient opened connections
   // that the first one had drained by the time they were up: a handshake and a QUIT each, against the server's
   // limit on concurrent connections (found against a real Postfix).
   it('carries the recipients of one email to one domain over one connection, and opens more only for a backlog', async () => {

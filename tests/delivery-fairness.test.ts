@@ -10,7 +10,7 @@ import type { TestService } from './helpers/service.js';
 import type { SinkAnswer, SmtpSink } from './helpers/smtp-sink.js';
 
 /**
- * Fairness between tenants (issue 9, point 1), measured in real time against a tarpit SMTP sink and a silent DNS
+ * Fairness between tenants, measured in real time against a tarpit SMTP sink and a silent DNS
  * server on loopback, with the engine's own loop and its default limits (DEFAULT_ENGINE_OPTIONS: 64 connections, 20
  * per destination, 20 per account): whatever one account sends to slow or broken destinations, another account's message to a healthy MX
  * is delivered within 5 seconds.

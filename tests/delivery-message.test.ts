@@ -11,7 +11,7 @@ import type { TestService } from './helpers/service.js';
 import type { SmtpSink } from './helpers/smtp-sink.js';
 
 /**
- * The message as it reaches the recipient's server (issue 5, item 4): Message-ID, Date, the rebuilt From, Reply-To
+ * The message as it reaches the recipient's server: Message-ID, Date, the rebuilt From, Reply-To
  * when given, MIME-Version, multipart/alternative text and html, no bare CR or LF anywhere, and a DKIM signature
  * (rsa-sha256, relaxed/relaxed, the from-domain's selector) that mailauth's verifier accepts against the Signing
  * record the test DNS server publishes, body hash included.

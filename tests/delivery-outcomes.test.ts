@@ -12,7 +12,7 @@ import type { TestService } from './helpers/service.js';
 import type { SmtpSink } from './helpers/smtp-sink.js';
 
 /**
- * Outcomes of delivery (decisions.md sections 2 and 3), against a real SMTP sink on loopback reached through MX
+ * Outcomes of delivery (docs/api/decisions.md sections 2 and 3), against a real SMTP sink on loopback reached through MX
  * records of a test DNS server: one transaction per recipient with its own VERP sender, one event per recipient per
  * attempt carrying the DSN and the server's own reply text, 2xx delivered, 5xx bounced (a 5.x.x bounce suppresses on
  * the acting account and its parent), 4xx and connection failures deferred and retried on the schedule counted from

@@ -10,7 +10,7 @@ import type { TestService } from './helpers/service.js';
 import type { SmtpSink } from './helpers/smtp-sink.js';
 
 /**
- * Reputation (decisions.md section 4; issue 5, item 6): totalSent counts the recipients of the account's own sends,
+ * Reputation (docs/api/decisions.md section 4): totalSent counts the recipients of the account's own sends,
  * totalBounced its 5.x.x bounces; once 50 have been sent the tier is graded from the lifetime rates (paused at 10%
  * bounces, throttled at 5%, warning at 2%, each with a minimum count: 10 bounces to pause, 5 for the others); throttled cuts effectiveQuota to a tenth; reaching paused suspends the
  * account by the reputation breaker, with a reason naming the rates, which the API cannot lift. The counters are
@@ -99,7 +99,7 @@ describe('tiers', () => {
     expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 50, totalBounced: 10, tier: 'paused', suspended: true });
   });
 
-  it('needs 10 bounces to pause and 5 to throttle (decisions.md section 13): 5 bounced of 50 is throttled, not suspended', async () => {
+  it('needs 10 bounces to pause and 5 to throttle (docs/api/decisions.md section 13): 5 bounced of 50 is throttled, not suspended', async () => {
     const s = await newSender(service);
     await bounceUpTo({ key: s.key, from: s.from }, s.account.id, 5, 50);
     expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 50, totalBounced: 5, tier: 'throttled', suspended: false });

@@ -10,7 +10,7 @@ import { newSender, receipt, type Sender } from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
 
 /**
- * Where outbound mail goes (decisions.md section 3; issue 5, items 2 and 3): MX records by preference through the
+ * Where outbound mail goes (docs/api/decisions.md section 3): MX records by preference through the
  * test DNS server, else the domain's own address; a null MX bounces 5.1.10, a name that does not exist 5.1.2, a DNS
  * timeout or failure defers 4.4.3; a host that resolves only to loopback, private or reserved addresses is refused
  * (5.4.4, no connection made) unless ALLOW_PRIVATE_TARGETS is set; with SMTP_RELAY_URL everything goes to the relay.

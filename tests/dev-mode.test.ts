@@ -18,7 +18,7 @@ import { ROOT, processEnv } from './helpers/service-process.js';
 import { SmtpSink } from './helpers/smtp-sink.js';
 
 /**
- * The README's try-it path, end to end (issue 13, "Tests that must exist"): `npm run dev` spawned as a real process,
+ * The try-it path of docs/getting-started.md, end to end: `npm run dev` spawned as a real process,
  * its printed key used to connect shop.test, verify it, send a receipt to a real-looking recipient and to each
  * simulator address, then read the events, the webhook posts and the captured message, whose DKIM signature mailauth
  * verifies against the domain's stored public key. The recipient's MX is an SMTP sink on loopback (DNS_SERVERS and

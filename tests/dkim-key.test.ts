@@ -9,7 +9,7 @@ import { TestDnsServer } from './helpers/dns-server.js';
 import { startService, type TestService } from './helpers/service.js';
 
 /**
- * The DKIM key POST /domains makes is a real one (issue 3, "Tests that must exist"): the private half, stored sealed,
+ * The DKIM key POST /domains makes is a real one: the private half, stored sealed,
  * signs a message that mailauth verifies against the Signing record as the test DNS server serves it.
  */
 

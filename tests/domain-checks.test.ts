@@ -5,7 +5,7 @@ import { checkMx, checkOwnership, checkSigning, checkSpf, deriveFlags, nextRecor
 import type { Lookup, MxRecord } from '../server/shared/dns/resolver.js';
 
 /**
- * The checks read DNS answers as DNS means them (issue 3, item 4; decisions.md section 5): a TXT record's strings
+ * The checks read DNS answers as DNS means them (docs/api/decisions.md section 5): a TXT record's strings
  * joined, names case-insensitive and with or without the trailing dot, SPF matched by its include: among other
  * mechanisms. Each is a table: what the resolver answered, what the check makes of it.
  */

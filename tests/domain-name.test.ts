@@ -3,7 +3,7 @@ import { normalizeDomainName } from '../server/core/domain-name.js';
 import { startService, type TestService } from './helpers/service.js';
 
 /**
- * Name rules (decisions.md section 5; issue 3, item 2): trimmed, lower-cased, trailing dot removed, IDN to punycode;
+ * Name rules (docs/api/decisions.md section 5): trimmed, lower-cased, trailing dot removed, IDN to punycode;
  * a scheme, path, port, user info, IP address, single label or malformed label is `422 invalid_request`. Each row is
  * checked through POST /domains and against normalizeDomainName itself.
  */

@@ -10,7 +10,7 @@ import { TestDnsServer } from './helpers/dns-server.js';
 import { startService, type ApiResponse, type RequestOptions, type TestService } from './helpers/service.js';
 
 /**
- * Domains against api.md (Domain resource, Domain transitions, Domains endpoints, Errors, Limits) and decisions.md
+ * Domains against docs/api/contract.md (Domain resource, Domain transitions, Domains endpoints, Errors, Limits) and docs/api/decisions.md
  * section 5, with a real DNS server on loopback that the service reads through DNS_SERVERS.
  */
 
@@ -309,7 +309,7 @@ describe('POST /domains', () => {
   });
 
   describe('the 7-day rule: an unverified claim older than 7 days is cleared when another account claims the name', () => {
-    it('still holds at exactly 7 days (“more than 7 days”, api.md Limits)', async () => {
+    it('still holds at exactly 7 days (“more than 7 days”, docs/api/contract.md Limits)', async () => {
       const old = service.newAccount();
       const name = freshName();
       const held = await createDomain(service, old.key, name);

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { BASIC_CODE_CLASSES, FAILURES, classifyFailure, classifyReply } from '../server/core/dsn.js';
 
 /**
- * DSN classification (decisions.md section 3) as a table: the outcome follows the basic reply code's class, the DSN is
+ * DSN classification (docs/api/decisions.md section 3) as a table: the outcome follows the basic reply code's class, the DSN is
  * the reply's enhanced code when it has one of the same class, else derived from the basic code (2.0.0, 4.0.0,
  * 5.0.0), and the detail is the server's own reply text. A failure with no reply at all is always deferred.
  */

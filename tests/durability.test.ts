@@ -283,7 +283,7 @@ describe('full disk', () => {
           (e: { responseCode?: number }) => e,
         );
       expect(err?.responseCode).toBe(451);
-      // README, Logs and metrics: /healthz answers 503 for a minute after inbound SMTP failed on its store, full disk
+      // docs/operating/logs-and-metrics.md: /healthz answers 503 for a minute after inbound SMTP failed on its store, full disk
       // (ENOSPC) of DATA_DIR included. Current code: logged at info as `inbound.aborted`, the store never noted.
       expect(service.deps.storeHealth.faulty()).toBe(true);
       const health = await fetch(`${service.url}/healthz`);
@@ -362,11 +362,11 @@ describe('the service after a failed flush of its WAL', () => {
       },
     );
     try {
-      // Committed, not known to be on disk: said so (README, Sending: Durability), with or without a key.
+      // Committed, not known to be on disk: said so (docs/api/behaviour.md, Sending: Durability), with or without a key.
       const during = await sendEmail(service, s.key, receipt(s.from, 'during@example.net'), { headers: { 'Idempotency-Key': 'during' } });
       expect(during).toMatchObject({ status: 500, body: { error: { code: 'internal_error', message: expect.stringMatching(/may still be sent/) } } });
       // Nothing after it is taken: not through the group commit (a send, with a key or without), not elsewhere on the
-      // connection (a key). Each is 503 unavailable naming the cause (decisions.md section 13), not 502 send_failed.
+      // connection (a key). Each is 503 unavailable naming the cause (docs/api/decisions.md section 13), not 502 send_failed.
       const closed = { status: 503, body: { error: { code: 'unavailable', message: expect.stringMatching(/stopped taking writes after a write to disk failed/) } } };
       expect(await sendEmail(service, s.key, receipt(s.from, 'after@example.net'))).toMatchObject(closed);
       expect(await sendEmail(service, s.key, receipt(s.from, 'after@example.net'), { headers: { 'Idempotency-Key': 'after' } })).toMatchObject(closed);

@@ -5,7 +5,7 @@ import { seedEmail, seedEvent, type SeededEvent } from './helpers/outcomes.js';
 import { startService, type ApiResponse, type TestService } from './helpers/service.js';
 
 /**
- * GET /events (issue 10 point 7): every recorded outcome of the acting account, newest first, keyset-paged, with
+ * GET /events: every recorded outcome of the acting account, newest first, keyset-paged, with
  * `since` and `type`, so a consumer can reconcile after an outage without webhooks.
  */
 

@@ -7,7 +7,7 @@ import { emailRows, expectError, expectOk, getAccount, idempotencyRow, newSender
 import { startService, type TestService } from './helpers/service.js';
 
 /**
- * When the service's storage fails (decisions.md section 13): a request that could not be recorded answers
+ * When the service's storage fails (docs/api/decisions.md section 13): a request that could not be recorded answers
  * `503 unavailable` naming the cause, never `502 send_failed` (which says the mail server refused the message), and
  * leaves nothing half-recorded; reads never write, so they answer on a full disk too. The full disk is SQLite's own:
  * `max_page_count` held at the database's size makes every write that needs another page fail with SQLITE_FULL, as

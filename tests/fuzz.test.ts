@@ -14,11 +14,11 @@ import { startService, type TestService } from './helpers/service.js';
 import { startPostgres, type TestPostgres } from './helpers/postgres.js';
 
 /**
- * Issue 9 point 19: a property-based fuzz of every endpoint that takes a body, a query or an id, over real HTTP
+ * A property-based fuzz of every endpoint that takes a body, a query or an id, over real HTTP
  * against the real service. Whatever a client sends (well-shaped requests that reach the deep paths, or wrong types,
  * missing and extra fields, nesting 10,000 deep, bodies just under 1 MB, lone surrogates, NUL, `__proto__` keys,
  * bytes that are not JSON or not UTF-8), the service answers a 2xx, or a 4xx in exactly the error envelope with a code
- * of api.md, within ANSWER_WITHIN_MS; never a 5xx. A fixed seed and FUZZ_RUNS cases per endpoint (FUZZ_RUNS=5000 for
+ * of docs/api/contract.md, within ANSWER_WITHIN_MS; never a 5xx. A fixed seed and FUZZ_RUNS cases per endpoint (FUZZ_RUNS=5000 for
  * a long run; FUZZ_SEED to explore other cases).
  */
 

@@ -39,7 +39,7 @@ describe('GET /healthz', () => {
   });
 
   it('after a request failed on the storage: 503 unavailable for the window, then healthy again', async () => {
-    // The request itself could not be recorded: 503 unavailable naming the cause (decisions.md section 13).
+    // The request itself could not be recorded: 503 unavailable naming the cause (docs/api/decisions.md section 13).
     const failed = await suppress('corrupt@example.net');
     expect(failed.status).toBe(503);
     expect(failed.body.error).toEqual({ code: 'unavailable', message: 'The service could not record this request: its database file is damaged. Retry later.' });

@@ -7,7 +7,7 @@ import { MAX_JSON_DEPTH, parseInput } from '../server/api/http/validate.js';
 import { startService, type TestService } from './helpers/service.js';
 
 /**
- * Issue 9, point 3: any JSON body answers 400 or 422, never 500, in time linear in its size. Nesting is limited to
+ * Any JSON body answers 400 or 422, never 500, in time linear in its size. Nesting is limited to
  * MAX_JSON_DEPTH (32) levels, the body object being level 1: the text is scanned before JSON.parse sees it, and
  * parseInput's one iterative pass (which also refuses `__proto__` keys) holds the same limit for any parsed value.
  */

@@ -11,7 +11,7 @@ import { insertKey } from '../server/core/keys.js';
 import { startService, type TestService } from './helpers/service.js';
 
 /**
- * Issue 9, points 3 and 4, at the HTTP edge, over raw sockets where a client library would hide what happens: every
+ * The HTTP edge, over raw sockets where a client library would hide what happens: every
  * answer is in the error envelope (no Host, refusals node or the adaptor make on their own, 405 with Allow); the key,
  * rate limits, scope and account header are checked from the headers before any body byte is read, and the key once
  * more after the body; connection caps; header and body timeouts; an aborted upload is a debug event.

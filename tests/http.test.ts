@@ -4,9 +4,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startService, type TestService } from './helpers/service.js';
 
 /**
- * The HTTP surface against api.md (Errors, Limits) and STYLE.md (Errors): one envelope for every error, including
+ * The HTTP surface against docs/api/contract.md (Errors, Limits): one envelope for every error, including
  * the ones raised before any route runs (unknown path, a method the path does not serve, a request line Node cannot
- * parse) and an unexpected failure, whose internal message never reaches the caller. Issue 9's edge (auth before the
+ * parse) and an unexpected failure, whose internal message never reaches the caller. The edge (auth before the
  * body, connection caps and timeouts, nesting depth) is in http-edge.test.ts and http-depth.test.ts.
  */
 
@@ -24,7 +24,7 @@ afterAll(async () => {
   await service?.close();
 });
 
-/** Asserts the error envelope of api.md: exactly `{ error: { code, message } }`, served as JSON. */
+/** Asserts the error envelope of docs/api/contract.md: exactly `{ error: { code, message } }`, served as JSON. */
 function expectEnvelope(res: { status: number; headers: Headers | Record<string, unknown>; body: unknown }, status: number | number[], code?: string): void {
   const statuses = Array.isArray(status) ? status : [status];
   expect(statuses, JSON.stringify(res.body)).toContain(res.status);

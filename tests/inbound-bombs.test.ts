@@ -27,7 +27,7 @@ import { type Sender, newSender } from './helpers/sending.js';
 import { type TestService, startService } from './helpers/service.js';
 
 /**
- * Issue 31, point 1: one small message from anyone could hold the service. mailauth's header parser is quadratic in
+ * One small message from anyone could hold the service. mailauth's header parser is quadratic in
  * folded lines (70,000 of them, 280 KB, froze /healthz for 39 s), its DKIM verifier hashes the body once per distinct
  * `l=` (2,000 signatures on 2.2 MB: a minute), large messages were checked on the event loop, and small ones shared
  * one thread, where a 240 KB bomb held another account's mail back 32 s. Now what reaches mailauth is bounded

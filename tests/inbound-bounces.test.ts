@@ -19,7 +19,7 @@ import { type Sender, newSender, newSubSender } from './helpers/sending.js';
 import { type TestService, startService } from './helpers/service.js';
 
 /**
- * Asynchronous bounces and complaints received on inbound SMTP (issue 12, point 5), built from the RFC examples: a
+ * Asynchronous bounces and complaints received on inbound SMTP, built from the RFC examples: a
  * Postfix DSN (RFC 3464) and an Exchange-style notice with only X-Failed-Recipients at the VERP address of a sent
  * email record `bounced` (5.x.x: suppressed on the account's and the parent's lists, counted) or `deferred`
  * (`Action: delayed`) events on the right recipient; an ARF report (RFC 5965) at fbl@MAIL_HOSTNAME records
@@ -356,7 +356,7 @@ Your receipt body.
   /** A report as the trusted feedback loop sends it: signed with its DKIM key. */
   const signedArf = (original: Parameters<typeof arf>[0], feedbackType?: string) => reporter.sign(arf(original, feedbackType));
 
-  it.each(['sandboxed', 'failed'] as const)('quoting a %s send (which has no events, api.md Email) records nothing, by Message-ID or by VERP address', async (status) => {
+  it.each(['sandboxed', 'failed'] as const)('quoting a %s send (which has no events, docs/api/contract.md Email) records nothing, by Message-ID or by VERP address', async (status) => {
     const id = sentEmail(sender.account.id, ['ivy@example.net']);
     service.deps.db.update(emails).set({ status, sandbox: status === 'sandboxed' }).where(eq(emails.id, id)).run();
     const before = account(sender.account.id).totalComplained;
@@ -455,7 +455,7 @@ Your receipt body.
   });
 });
 
-describe('forged reports (decisions.md section 13): with 51 recipients sent, one report cannot suspend the account', () => {
+describe('forged reports (docs/api/decisions.md section 13): with 51 recipients sent, one report cannot suspend the account', () => {
   /** An account that has sent 51 recipients, one of them the email a report will name. */
   function fiftyOneSent(): string {
     service.deps.db.update(accounts).set({ totalSent: 51 }).where(eq(accounts.id, sender.account.id)).run();

@@ -6,7 +6,7 @@ import { createMemoryLogger } from '../server/shared/logger.js';
 /**
  * verdicts.ts verdictsOf hands every DKIM-Signature of a received message to mailauth's dkimVerify, which resolves each
  * signature's key one after another, with no cap on the number of signatures; failed lookups are never cached
- * (README: "failures are never kept") and each may take the resolver's 3 s bound (server/shared/dns/resolver.ts). So one
+ * (docs/api/behaviour.md: "failures are never kept") and each may take the resolver's 3 s bound (server/shared/dns/resolver.ts). So one
  * small message (here 43 KB: 300 signatures, each for a subdomain of one zone whose DNS is slow) holds the parse of its batch,
  * and every later customer-database write of the account, for 300 × the lookup time: 15 minutes with an
  * unresponsive name server. Here each lookup takes 100 ms and the verdicts take 30 s.

@@ -10,7 +10,7 @@ import { connectSendingDomain, createAccountWithCli, processApi, processEnv, run
 import { freePort } from '../scripts/lib/free-port.js';
 
 /**
- * Issue 12: a 25 MB message with a 24 MB attachment is received by the real process (SMTP to the spool, durable
+ * A 25 MB message with a 24 MB attachment is received by the real process (SMTP to the spool, durable
  * before the 250) and written (parsed from the spool, the attachment sent to Postgres a chunk at a time) with the
  * process's peak RSS growing by less than half the message size: nothing along the way holds the message whole.
  */

@@ -26,7 +26,7 @@ import { type Sender, connectDomain, newSender, uniqueDomain } from './helpers/s
 import { type TestService, startService } from './helpers/service.js';
 
 /**
- * Mail for the operator (issue 31 point 6, decisions.md section 13) over real SMTP: `postmaster@` and `abuse@`
+ * Mail for the operator (docs/api/decisions.md section 13) over real SMTP: `postmaster@` and `abuse@`
  * MAIL_HOSTNAME, in any case, and a bare `postmaster` (RFC 5321 4.5.1 and 4.1.1.3, RFC 2142) are accepted and the
  * message is kept, sealed, in `operator_messages` before the 250; every other local part of MAIL_HOSTNAME is still
  * refused (no relay). What is kept is bounded: the first OPERATOR_MESSAGE_BYTES of a message, the newest

@@ -6,13 +6,13 @@ import { RawSmtp } from './helpers/raw-smtp.js';
 import { type TestService, startService } from './helpers/service.js';
 
 /**
- * Issue 12 point 6 / README (Inbound SMTP): "A client that talks before the banner ... gets 421 and is disconnected".
+ * docs/api/behaviour.md (Inbound SMTP): "A client that talks before the banner ... gets 421 and is disconnected".
  * smtp-server only checks whole command lines when it dispatches them: a client that sends its command before the
  * banner but holds back the line end until after it is served normally (a pre-greeting talker goes undetected).
  */
 
 /**
- * Issue 12, point 6: commands sent before the banner are refused and the connection closed. smtp-server refuses a
+ * Commands sent before the banner are refused and the connection closed. smtp-server refuses a
  * whole command line sent early; the start of one whose CRLF is held back until after the banner got a normal 250.
  */
 

@@ -4,7 +4,7 @@ import { LIMITS, parseReport, type InboundReport } from '../mta/inbound/reports.
 import { parseVerp, verpAddress } from '../mta/verp.js';
 
 /**
- * Asynchronous bounces and complaints (decisions.md section 3) as they arrive at inbound SMTP: RFC 3464 delivery
+ * Asynchronous bounces and complaints (docs/api/decisions.md section 3) as they arrive at inbound SMTP: RFC 3464 delivery
  * status notifications, Exim and Exchange notices that only set X-Failed-Recipients, and RFC 5965 feedback reports.
  * The messages are built here from the examples of RFC 3464 appendix D and RFC 5965 appendix B, with the layouts
  * Postfix, Exim, Gmail and Yahoo use, and with Mailstead's VERP envelope sender where the original comes back.

@@ -23,7 +23,7 @@ import { type Sender, connectDomain, newSender, newSubSender, setDomainState, un
 import { type TestService, startService } from './helpers/service.js';
 
 /**
- * Inbound SMTP (issue 12) against the real server on port 0 and a real Postgres with TLS: a message sent with
+ * Inbound SMTP against the real server on port 0 and a real Postgres with TLS: a message sent with
  * nodemailer to a customer's receiving domain lands parsed in `service.inbound` and `service.attachments`, with a
  * notification, through the spool and the customer-database writer; recipients the server does not receive for are
  * refused alike at RCPT; bare line ends and oversized messages are refused and leave nothing behind.

@@ -9,7 +9,7 @@ import { emailRows, expectError, expectOk, newSender, queued, type Sender, sendE
 import { startService, type TestService } from './helpers/service.js';
 
 /**
- * Input bounded everywhere (issue 9, point 2): every template variable has a declared limit in the templates table
+ * Input bounded everywhere: every template variable has a declared limit in the templates table
  * (a subject-like line 998 characters, a link 8192 characters, body text 100 KB of UTF-8), the rendered message at
  * most 1 MB, `from`/`replyTo`/`to` bounded as given, tag values 256; each limit tested at its boundary. And list
  * answers bounded in bytes: a page stops before a row that would take it past PAGE_BYTE_BUDGET, even over rows

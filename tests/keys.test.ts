@@ -13,7 +13,7 @@ import { expectDocumented } from './helpers/openapi.js';
 import { startService, type ApiResponse, type TestService } from './helpers/service.js';
 
 /**
- * API keys against api.md (Key resource, Keys endpoints, Authentication, Errors, Limits, paging) and decisions.md
+ * API keys against docs/api/contract.md (Key resource, Keys endpoints, Authentication, Errors, Limits, paging) and docs/api/decisions.md
  * section 1 (key format and prefix).
  */
 
@@ -36,7 +36,7 @@ interface MintedBody {
   key: string;
 }
 
-/** The 14 scopes of api.md, Authentication 3, written out from the spec rather than imported. */
+/** The 14 scopes of docs/api/contract.md, Authentication 3, written out from the spec rather than imported. */
 const ALL_SCOPES = [
   'emails:send',
   'emails:read',

@@ -50,8 +50,8 @@ async function sendAndRead(body: Record<string, unknown>) {
   return { id, raw, mail: await simpleParser(raw), logged };
 }
 
-describe('From display name: an encoded word hiding an address (README, Sending, "from and replyTo")', () => {
-  // README: "RFC 2047 encoded words in it ... are decoded first and the rules apply to the decoded text, so
+describe('From display name: an encoded word hiding an address (docs/api/behaviour.md, Sending, "from and replyTo")', () => {
+  // docs/api/behaviour.md: "RFC 2047 encoded words in it ... are decoded first and the rules apply to the decoded text, so
   // `=?utf-8?b?...?=` hiding `support@paypal.com <security@paypal.com>` is refused".
   // The service's ENCODED_WORD regex ([^?\s]*) skipped a word with whitespace in its encoded text; mailparser
   // (libmime, [^?]*) decodes it.
@@ -70,7 +70,7 @@ describe('From display name: an encoded word hiding an address (README, Sending,
 
 });
 
-describe('From display name: a line break (README: "A comma anywhere (even quoted), a second address or a line break is refused")', () => {
+describe('From display name: a line break (docs/api/behaviour.md: "A comma anywhere (even quoted), a second address or a line break is refused")', () => {
   it('refuses U+0085 NEXT LINE as it refuses U+2028/U+2029', async () => {
     const control = await service.api('POST', '/emails', { key: s.key, body: { from: `Bob\u2028Evil <${s.from}>`, to: TO, template: { name: 'welcome' }, sandbox: true } });
     expect(control.status).toBe(422);
@@ -93,7 +93,7 @@ describe('From display name: a line break (README: "A comma anywhere (even quote
   });
 });
 
-describe('link variables (README: "link variables (`resetUrl`, `url`) must be http or https URLs")', () => {
+describe('link variables (docs/api/behaviour.md: "link variables (`resetUrl`, `url`) must be http or https URLs")', () => {
   // new URL() strips tabs/newlines and percent-encodes spaces, so this parses; the raw value is rendered.
   const url = 'https://bank.example/signin \n\nYour account is locked. Call +1 555 0100 to unlock it.';
 

@@ -20,7 +20,7 @@ import { type Sender, newSender } from './helpers/sending.js';
 import { type TestService, startService } from './helpers/service.js';
 
 /**
- * `GET /metrics` (issue 13, point 6): the Prometheus text format, read with a strict parser, its gauges read from the
+ * `GET /metrics`: the Prometheus text format, read with a strict parser, its gauges read from the
  * database at the scrape and its counters moving with real sends delivered to an SMTP sink on loopback and webhooks
  * posted to an HTTPS receiver; METRICS_TOKEN; labels that never name a recipient, a domain or an account.
  */
@@ -263,9 +263,9 @@ describe('GET /metrics: the families an operator scrapes', () => {
   });
 });
 
-describe('README', () => {
+describe('docs/operating/logs-and-metrics.md', () => {
   it("the metrics table names every family /metrics serves, and nothing else", async () => {
-    const readme = readFileSync(fileURLToPath(new URL('../README.md', import.meta.url)), 'utf8');
+    const readme = readFileSync(fileURLToPath(new URL('../docs/operating/logs-and-metrics.md', import.meta.url)), 'utf8');
     const documented = new Set([...readme.matchAll(/^\| `(mailstead_[a-z_]+)` \|/gm)].map((m) => m[1]));
     const served = [...(await scrape(rig.service)).keys()].filter((name) => name.startsWith('mailstead_'));
     expect([...documented].sort()).toEqual(served.sort());

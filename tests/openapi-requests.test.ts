@@ -6,10 +6,10 @@ import { newSender, newSubSender, receipt, type Sender } from './helpers/sending
 import { startService, type TestService } from './helpers/service.js';
 
 /**
- * The API document (GET /api/v1/openapi.json) against api.md and the service's answers, where requests are
+ * The API document (GET /api/v1/openapi.json) against docs/api/contract.md and the service's answers, where requests are
  * concerned: what the service refuses, the document does not call valid (a suspension without its reason, the
  * suppressions filter's bounds, the tags rules, names blank once trimmed, date-times the service does not take), and
- * each error code api.md names for an endpoint is in its responses.
+ * each error code docs/api/contract.md names for an endpoint is in its responses.
  */
 
 type Json = Record<string, any>;
@@ -41,11 +41,11 @@ afterAll(async () => {
 });
 
 describe('request schemas say what the service refuses', () => {
-  it('POST /accounts/{id}/suspend: reason is required when suspended is true (api.md), in the document as in the service', async () => {
+  it('POST /accounts/{id}/suspend: reason is required when suspended is true (docs/api/contract.md), in the document as in the service', async () => {
     const sub = await newSubSender(service, s.key);
     const body = { suspended: true };
     const res = await service.api('POST', `/accounts/${sub.id}/suspend`, { key: s.key, body });
-    // The service follows api.md ...
+    // The service follows docs/api/contract.md ...
     expect(res.status).toBe(422);
     expect(res.body.error.code).toBe('invalid_request');
     // ... the document calls the same body valid.
@@ -54,7 +54,7 @@ describe('request schemas say what the service refuses', () => {
     expect(validComponent('SuspendSubAccountRequest', { suspended: false })).toBe(true);
   });
 
-  it('GET /suppressions: the address query parameter carries api.md\'s bounds, 1 to 320 characters', async () => {
+  it('GET /suppressions: the address query parameter carries docs/api/contract.md\'s bounds, 1 to 320 characters', async () => {
     const long = 'a'.repeat(321);
     const refused = await service.api('GET', `/suppressions?address=${long}`, { key: s.key });
     expect(refused.status).toBe(422);
@@ -106,7 +106,7 @@ describe('request schemas say what the service refuses', () => {
   });
 });
 
-describe('error codes api.md names per endpoint', () => {
+describe('error codes docs/api/contract.md names per endpoint', () => {
   it('DELETE /domains/{id}: the document lists 409 domain_in_use', () => {
     const op = apiDocument.paths['/domains/{id}'].delete as Json;
     const conflict = op.responses['409'] as Json | undefined;

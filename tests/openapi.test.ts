@@ -9,7 +9,7 @@ import { apiDocument, documentedPath, expectDocumented } from './helpers/openapi
 import { startService, type TestService } from './helpers/service.js';
 
 /**
- * The API document (issue 13 point 4): OpenAPI 3.1 at GET /api/v1/openapi.json, served without a key, generated from
+ * The API document: OpenAPI 3.1 at GET /api/v1/openapi.json, served without a key, generated from
  * the schemas the routes validate with. It names every route the app serves and nothing else, each operation's scope
  * is the one the route's guard asks for, and it is a valid OpenAPI 3.1 document.
  */
@@ -34,7 +34,7 @@ const operations = (): { method: string; path: string; op: Json }[] =>
       .map(([method, op]) => ({ method: method.toUpperCase(), path, op: op as Json })),
   );
 
-/** Routes outside /api/v1, which the API document does not describe (api.md does not list them). */
+/** Routes outside /api/v1, which the API document does not describe (docs/api/contract.md does not list them). */
 const OUTSIDE_THE_API = new Set(['GET /healthz', 'GET /metrics']);
 
 describe('GET /api/v1/openapi.json and GET /api/v1', () => {
@@ -142,7 +142,7 @@ describe("each operation's documented scope is the one the route asks for", () =
 });
 
 describe('error responses', () => {
-  it('every documented error code is one of api.md (or the two the README adds) at its status, lists aside', () => {
+  it('every documented error code is one of docs/api/contract.md (or the two docs/api/behaviour.md adds) at its status, lists aside', () => {
     const listOverrides = new Set(Object.values(LISTS).flatMap((l) => [`${l.badLimit.status} ${l.badLimit.code}`, `${l.badCursor.status} ${l.badCursor.code}`]));
     for (const { method, path, op } of operations()) {
       for (const [status, response] of Object.entries(op.responses as Record<string, Json>)) {

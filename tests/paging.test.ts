@@ -7,7 +7,7 @@ import { LISTS, readPage, toPage, type ListDef } from '../server/api/http/paging
 import { startService, type TestService } from './helpers/service.js';
 
 /**
- * Keyset paging against api.md (Endpoints, list conventions): `limit` 1 to 100, default 25; `nextCursor` passed back
+ * Keyset paging against docs/api/contract.md (Endpoints, list conventions): `limit` 1 to 100, default 25; `nextCursor` passed back
  * as `cursor`, null on the last page; rows added during a walk do not shift pages. Walked on GET /accounts and
  * GET /keys.
  */
@@ -249,7 +249,7 @@ describe('cursors are signed by the server: a made-up or altered one is refused 
   });
 });
 
-describe('readPage on the webhook lists: a bad limit or cursor is 400 invalid_request (api.md, not 422)', () => {
+describe('readPage on the webhook lists: a bad limit or cursor is 400 invalid_request (docs/api/contract.md, not 422)', () => {
   const accountId = '01a00000-0000-7000-8000-0000000000bb';
   const lastId = '01a00000-0000-7000-8000-000000000003';
   const rows = [{ id: lastId }, { id: '01a00000-0000-7000-8000-000000000004' }];

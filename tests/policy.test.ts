@@ -6,7 +6,7 @@ import { type Tier, gradeTier } from '../server/core/tiers.js';
 import { isUuid, newId } from '../server/shared/ids.js';
 
 /**
- * The policy tables of decisions.md section 4 (tiers, quota, credits) and the id rule of section 1, as tables.
+ * The policy tables of docs/api/decisions.md section 4 (tiers, quota, credits) and the id rule of section 1, as tables.
  */
 
 describe('gradeTier: paused >= 10% (10 bounces) / 0.5% (3 complaints), throttled and warning >= 5% / 0.1% and >= 2% / 0.05% (5 bounces / 2 complaints), graded from 50 sent', () => {

@@ -25,7 +25,7 @@ import { sendInHalves } from './helpers/split-body.js';
 
 /**
  * Interleavings, each forced deterministically (a held signing build, a request body split in two, a half-sent DATA,
- * a delete between a call and its first await), and what the README and api.md promise for each: a sub-account
+ * a delete between a call and its first await), and what docs/api/behaviour.md and docs/api/contract.md promise for each: a sub-account
  * deleted while its message was built is not sent; a dashboard session ended while a form's body arrived changes
  * nothing; an inbound report is dated when it is recorded, so GET /events?since= finds it; POST /database/test for a
  * database deleted meanwhile is 404 database_not_connected.
@@ -95,7 +95,7 @@ describe('dashboard: a session ended while a POST form was still arriving', () =
       service.url,
       { method: 'POST', path: `/dashboard/accounts/${account.id}/credits`, headers: { 'content-type': 'application/x-www-form-urlencoded', cookie: client.cookie, origin: service.url }, body: form },
       () => {
-        // What `npm run -s cli -- admin-token reset` does (README: "signs every session out").
+        // What `npm run -s cli -- admin-token reset` does (docs/operating/dashboard.md: "signs every session out").
         resetAdminToken(service.deps.db);
       },
     );
@@ -106,7 +106,7 @@ describe('dashboard: a session ended while a POST form was still arriving', () =
 });
 
 describe('delivery engine: a sub-account deleted while its message was being built and signed', () => {
-  it('is not sent (README: "A recipient whose account was deleted after the engine claimed it is not sent")', async () => {
+  it('is not sent (docs/api/behaviour.md: "A recipient whose account was deleted after the engine claimed it is not sent")', async () => {
     const parent = await newSender(service);
     const sub = await newSubSender(service, parent.key);
     const res = await service.api('POST', '/emails', { key: parent.key, account: sub.id, body: receipt(sub.from, 'signed-late@example.net') });
@@ -162,7 +162,7 @@ Diagnostic-Code: smtp; 550 5.1.1 <${recipient}>: User unknown
 `.replace(/\r?\n/g, '\r\n');
   }
 
-  it('is dated when it is recorded: a consumer following the README recipe (since=<last seen occurredAt>) sees it', async () => {
+  it('is dated when it is recorded: a consumer following the recipe of docs/api/behaviour.md (since=<last seen occurredAt>) sees it', async () => {
     const sender = await newSender(service);
     const sentEmail = (to: string) => {
       const id = newId(service.clock.now());
@@ -202,7 +202,7 @@ Diagnostic-Code: smtp; 550 5.1.1 <${recipient}>: User unknown
     expect(await a.reply()).toMatch(/^250 /);
     a.close();
 
-    // README, Event feed: "walk GET /events?since=<last seen occurredAt> and skip ids already handled".
+    // docs/api/behaviour.md, Event feed: "walk GET /events?since=<last seen occurredAt> and skip ids already handled".
     const next = await service.api('GET', `/events?since=${encodeURIComponent(lastSeen)}`, { key: sender.key });
     expect(next.status).toBe(200);
     expect(next.body.data.map((e: { emailId: string }) => e.emailId)).toContain(slow);

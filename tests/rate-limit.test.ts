@@ -7,7 +7,7 @@ import { FakeClock } from './helpers/clock.js';
 import { startService, type ApiResponse, type TestService } from './helpers/service.js';
 
 /**
- * Rate limits against api.md (Limits, Errors: "Over 60 requests a minute from the key, or 600 a minute from all the
+ * Rate limits against docs/api/contract.md (Limits, Errors: "Over 60 requests a minute from the key, or 600 a minute from all the
  * account's keys", on all endpoints together) with the fake clock: no test waits for a window to pass.
  */
 

@@ -8,17 +8,17 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newWebhookSecret, signedHeaders as signedHeadersOnTheWire } from '../server/core/webhook-signing.js';
 
 /**
- * The README's "Verifying webhook signatures" snippets, run as written: the Node one as a real receiver process, the
+ * The snippets of docs/api/webhook-signatures.md ("Verifying webhook signatures"), run as written: the Node one as a real receiver process, the
  * Python one as functions, against posts signed by the service's own signedHeaders.
  */
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const README = readFileSync(join(ROOT, 'README.md'), 'utf8');
+const README = readFileSync(join(ROOT, 'docs/api/webhook-signatures.md'), 'utf8');
 
 /** The first fenced block of `lang` after `heading`. */
 function snippet(heading: string, lang: string): string {
   const at = README.indexOf(`\n${heading}\n`);
-  expect(at, `README has no "${heading}"`).toBeGreaterThan(0);
+  expect(at, `docs/api/webhook-signatures.md has no "${heading}"`).toBeGreaterThan(0);
   const open = README.indexOf(`\n\`\`\`${lang}\n`, at);
   const close = README.indexOf('\n```\n', open + 1);
   expect(open).toBeGreaterThan(at);
@@ -66,7 +66,7 @@ describe('the Node snippet, as a receiver process', () => {
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'mailstead-readme-'));
     const file = join(dir, 'receiver.mjs');
-    writeFileSync(file, snippet('### Node (node:crypto)', 'js'));
+    writeFileSync(file, snippet('## Node (node:crypto)', 'js'));
     const port = await freePort();
     url = `http://127.0.0.1:${port}/hook`;
     child = spawn(process.execPath, [file], { env: { PATH: process.env.PATH ?? '', PORT: String(port), WEBHOOK_SECRET: secret }, stdio: ['ignore', 'ignore', 'pipe'] });
@@ -119,7 +119,7 @@ describe('the Node snippet, each function on its own', () => {
   it('verifyServiceSignature and verifyStandardSignature each accept the service\'s post and refuse a changed or re-serialised body, a wrong secret, an old timestamp', () => {
     const dir = mkdtempSync(join(tmpdir(), 'mailstead-readme-'));
     try {
-      writeFileSync(join(dir, 'receiver.mjs'), snippet('### Node (node:crypto)', 'js'));
+      writeFileSync(join(dir, 'receiver.mjs'), snippet('## Node (node:crypto)', 'js'));
       const good = signedHeaders(secret, delivery, now(), body);
       const cases = [
         { headers: good, body },
@@ -180,7 +180,7 @@ for case in json.load(sys.stdin):
     results.append([verify_service_signature(${JSON.stringify(secret)}, h["x-service-signature"], raw), verify_standard_signature(${JSON.stringify(secret)}, h, raw)])
 print(json.dumps(results))
 `;
-    const run = spawnSync('python3', ['-c', snippet('### Python (hmac, hashlib)', 'python') + driver], { input: JSON.stringify(cases), encoding: 'utf8' });
+    const run = spawnSync('python3', ['-c', snippet('## Python (hmac, hashlib)', 'python') + driver], { input: JSON.stringify(cases), encoding: 'utf8' });
     expect(run.status, run.stderr).toBe(0);
     expect(JSON.parse(run.stdout)).toEqual([
       [true, true],

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { DELIVERY_WINDOW_MS, RETRY_GAPS_MS, nextAttemptAt } from '../server/core/delivery-schedule.js';
 
 /**
- * The retry schedule of decisions.md section 3 as data: after the 1st, 2nd, ... deferred attempt the next try comes
+ * The retry schedule of docs/api/decisions.md section 3 as data: after the 1st, 2nd, ... deferred attempt the next try comes
  * 5, 10, 20, 40, 80 minutes later, then every 2 hours, counted from the attempt; never past 5 days after the send
  * (the last try lands on the window's end), and none once the window has closed.
  */

@@ -3,7 +3,7 @@ import { expectError, expectOk, newSender, queued, receipt, recipients, type Sen
 import { startService, type TestService } from './helpers/service.js';
 
 /**
- * The send request (api.md, Send request; decisions.md section 2; issue 4, item 3): `to` as one address or 1 to 50,
+ * The send request (docs/api/contract.md, Send request; docs/api/decisions.md section 2): `to` as one address or 1 to 50,
  * de-duplicated; `replyTo`; `tags`; `sandbox`; the six built-in templates with their variables, rendering subject,
  * html and text with values HTML-escaped; an unknown field or variable refused naming it. Every refusal is
  * `422 invalid_request` (or `400 invalid_json`) and queues nothing.

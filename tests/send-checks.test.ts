@@ -29,7 +29,7 @@ import { expectDocumented } from './helpers/openapi.js';
 import { startService, type ApiResponse, type TestService } from './helpers/service.js';
 
 /**
- * POST /emails (api.md, Emails; issue 4, items 1, 4, 6 and 8): a send from a verified domain is queued durably before
+ * POST /emails (docs/api/contract.md, Emails): a send from a verified domain is queued durably before
  * the 200; the from-domain check; the seven checks in the spec's order, each adjacent pair refused by the earlier one;
  * a sandbox send running every check; and a queue that cannot take the message answering 502.
  */
@@ -223,9 +223,9 @@ describe('502 send_failed: the queue cannot take the message', () => {
 });
 
 /**
- * api.md: "(1) the key, its scope and the account header; (2) the Idempotency-Key; (3) whether the account may send at
+ * docs/api/contract.md: "(1) the key, its scope and the account header; (2) the Idempotency-Key; (3) whether the account may send at
  * all (suspended, or over its daily quota), and for a sub-account whether its parent may; (4) whether the paying
- * account has credit; (5) the body; (6) the from-domain; (7) the suppression list". decisions.md section 2: after step
+ * account has credit; (5) the body; (6) the from-domain; (7) the suppression list". docs/api/decisions.md section 2: after step
  * 5, more recipients than the quota has left is also quota_exceeded. Then the sandbox limit. Each request below fails
  * two adjacent checks; the earlier one answers.
  */
@@ -383,7 +383,7 @@ describe('the check order: a request failing two adjacent checks gets the earlie
   });
 });
 
-/** api.md: "When true every check runs"; decisions.md section 2: "A sandbox send runs every check." */
+/** docs/api/contract.md: "When true every check runs"; docs/api/decisions.md section 2: "A sandbox send runs every check." */
 describe('a sandbox send runs every check', () => {
   const REASON = 'Paused while we review a spike in complaints.';
   const cases: [string, (s: Awaited<ReturnType<typeof newSender>>) => Promise<Record<string, unknown>> | Record<string, unknown>, number, string][] = [

@@ -24,7 +24,7 @@ import {
 import { startService, type TestService } from './helpers/service.js';
 
 /**
- * Checks 3 and 4 of POST /emails with decisions.md section 4 (issue 4, items 5 and 6): the daily quota counts
+ * Checks 3 and 4 of POST /emails with docs/api/decisions.md section 4: the daily quota counts
  * recipients per UTC day on the acting account and its parent, a tenth while throttled; credits go trial → ok →
  * grace → exhausted (`402 no_credits`) with the warning object, one credit per send from the paying account;
  * `403 suspended` with the reason; a sandbox send is not counted or charged; `429 sandbox_limit` after 1000 sandbox

@@ -3,11 +3,11 @@ import { connectDomain, expectError, newSender, queued, type Sender, sendEmail }
 import { startService, type TestService } from './helpers/service.js';
 
 /**
- * The `from` rules (api.md, Send request; decisions.md section 2) as a table: exactly one mailbox, a bare address or a
+ * The `from` rules (docs/api/contract.md, Send request; docs/api/decisions.md section 2) as a table: exactly one mailbox, a bare address or a
  * display name of up to 80 characters and an address in angle brackets. A comma anywhere (even quoted), a second
  * address, CR or LF, or a longer name is `422 invalid_request` naming `from`. The header that goes out is rebuilt
  * from the parsed parts (RFC 2047 for a non-ASCII name), never copied from the request. A display name given as RFC
- * 2047 encoded words is judged as a mail client shows it: decoded first (issue 9, point 5).
+ * 2047 encoded words is judged as a mail client shows it: decoded first.
  */
 
 let service: TestService;

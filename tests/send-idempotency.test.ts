@@ -25,7 +25,7 @@ import {
 import { startService, type TestService } from './helpers/service.js';
 
 /**
- * Idempotency rules of api.md for POST /emails (Errors; Limits; decisions.md section 2; issue 4, item 2): same key and
+ * Idempotency rules of docs/api/contract.md for POST /emails (Errors; Limits; docs/api/decisions.md section 2): same key and
  * body within 24 h replays the first answer with `Idempotent-Replayed: true`; another body is `422
  * idempotency_mismatch`; a running first request is `409 idempotency_in_progress` and its claim is released after
  * 15 s; the key is 1 to 255 characters; only a 200 is stored; keys are per acting account.

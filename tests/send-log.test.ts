@@ -5,7 +5,7 @@ import { breakQueue, expectError, expectOk, newSender, newSubSender, receipt, ty
 import { startService, type TestService } from './helpers/service.js';
 
 /**
- * The send log (api.md, Email and Emails endpoints; issue 4, item 9): GET /emails newest first with `status`,
+ * The send log (docs/api/contract.md, Email and Emails endpoints): GET /emails newest first with `status`,
  * `since` (zone offset or Z; at or after), keyset paging and its errors; GET /emails/{id} with every Email field and
  * `events`; `404 email_not_found` for an id not on this account.
  */

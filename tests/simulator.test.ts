@@ -15,7 +15,7 @@ import { startService, type TestService } from './helpers/service.js';
 import { SmtpSink } from './helpers/smtp-sink.js';
 
 /**
- * The mailbox simulator (issue 13, point 3): recipients at simulator.mailstead.test never touch the network, in either
+ * The mailbox simulator: recipients at simulator.mailstead.test never touch the network, in either
  * DELIVERY_MODE, and take the whole pipeline: events, webhooks, the customer database, suppressions, quota and
  * credits, but never reputation. What each address does is the table SIMULATOR_ADDRESSES; the deferral retries on the
  * retry schedule, moved by the fake clock.

@@ -4,7 +4,7 @@ import type { Target } from '../mta/routing.js';
 import { openSession } from '../mta/smtp-client.js';
 
 /**
- * The outbound client's round trips (issue 15, "SMTP PIPELINING"): where the server offers PIPELINING (RFC 2920),
+ * The outbound client's round trips: where the server offers PIPELINING (RFC 2920),
  * MAIL, RCPT and DATA leave in one write and the client waits for their replies together; where it does not, each
  * command waits for the reply to the one before. A scripted peer on loopback records which commands arrive in each
  * read before it answers them: a client that waits between commands shows up as one command per read.

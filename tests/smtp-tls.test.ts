@@ -12,7 +12,7 @@ import { freePort } from '../scripts/lib/free-port.js';
 import { ROOT, processEnv } from './helpers/service-process.js';
 
 /**
- * STARTTLS's key and certificate (decisions.md section 1): SMTP_TLS_CERT and SMTP_TLS_KEY when set, else a self-signed
+ * STARTTLS's key and certificate (docs/api/decisions.md section 1): SMTP_TLS_CERT and SMTP_TLS_KEY when set, else a self-signed
  * pair generated into DATA_DIR on first start. The certificate is checked by Node's own X.509 parser and by a real TLS
  * handshake; what Node does not expose (the keyUsage bits, which extensions are critical, which time type) by a
  * DER reader written here apart from the encoder.

@@ -9,7 +9,7 @@ import { parsePrometheusText, sampleValue } from './helpers/prometheus-text.js';
 import { processEnv, runningProcesses, startServiceProcess } from './helpers/service-process.js';
 
 /**
- * What an operator reads at start (issue 13, point 6): one `server.started` line naming the listening URLs, DATA_DIR,
+ * What an operator reads at start: one `server.started` line naming the listening URLs, DATA_DIR,
  * the delivery mode and MAIL_HOSTNAME, and the warning when MAIL_HOSTNAME is not a fully qualified name; and the real
  * process's /metrics, which adds the process's own metrics to the service's.
  */

@@ -7,7 +7,7 @@ import Database from 'better-sqlite3';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 
 /**
- * DATA_DIR as the operator finds it (issue 9, points 8, 9 and 13), on real processes: `node dist/server/app/main.js`
+ * DATA_DIR as the operator finds it, on real processes: `node dist/server/app/main.js`
  * and `node dist/server/app/cli.js`, each started under umask 022 so that nothing is private by accident.
  */
 

@@ -6,7 +6,7 @@ import { emailRows, expectError, expectOk, newSender, newSubSender, outboundMess
 import { startService, type TestService } from './helpers/service.js';
 
 /**
- * Suppressions (api.md, Suppressions and the suppression rule; decisions.md section 6; issue 4, item 7):
+ * Suppressions (docs/api/contract.md, Suppressions and the suppression rule; docs/api/decisions.md section 6):
  * POST /suppressions adds a manual entry (201, or 200 with the existing one), GET /suppressions lists newest first
  * with `address` and paging, DELETE /suppressions/{address} removes from this account's list only. A send to any
  * suppressed recipient, on the acting account's list or its parent's, is refused whole with

@@ -6,7 +6,7 @@ import { type Sender, emailRows, expectError, newSender, queued, sendEmail } fro
 import { startService, type ApiResponse, type TestService } from './helpers/service.js';
 
 /**
- * The template catalog (issue 13 point 5): GET /templates lists the built-in templates with their variables;
+ * The template catalog: GET /templates lists the built-in templates with their variables;
  * POST /templates/{name}/render answers { subject, html, text } for a send's `template` without `name`, with the
  * send's own validation, and sends nothing.
  */

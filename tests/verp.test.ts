@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { parseVerp, verpAddress, verpTrusted } from '../mta/verp.js';
 
 /**
- * The envelope sender of decisions.md section 3 (a VERP address from which the email and the recipient can be
+ * The envelope sender of docs/api/decisions.md section 3 (a VERP address from which the email and the recipient can be
  * recovered): `bounce+<email id hex>.<index in to>.<tag>@<MAIL_HOSTNAME>`, the tag an HMAC under the secret key, so a
  * recipient cannot write another recipient's address (nor anyone a made-up one); without a secret key, no tag.
  */

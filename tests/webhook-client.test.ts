@@ -12,7 +12,7 @@ import { TestDnsServer } from './helpers/dns-server.js';
 import { HttpsReceiver, TEST_CA_FILE } from './helpers/https-receiver.js';
 
 /**
- * The SSRF-safe webhook client (issue 10 points 3 and 5) against a real HTTPS receiver on loopback, whose certificate
+ * The SSRF-safe webhook client against a real HTTPS receiver on loopback, whose certificate
  * the worker trusts only through NODE_EXTRA_CA_CERTS, and names served by the test DNS server: what counts as
  * delivered, every failure as `lastError` reads it, the connection pinned to the checked address with the name in
  * SNI, the certificate check and Host, the response body never read, and a rebinding refused without connecting.

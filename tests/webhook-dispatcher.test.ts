@@ -147,7 +147,7 @@ describe('webhook dispatcher', () => {
     expect(receiver.requests).toHaveLength(1);
   });
 
-  it('sends the X-Service headers spelled as api.md writes them, as a case-sensitive receiver (PHP getallheaders()) reads them', async () => {
+  it('sends the X-Service headers spelled as docs/api/contract.md writes them, as a case-sensitive receiver (PHP getallheaders()) reads them', async () => {
     const { deps } = service;
     const { account } = service.newAccount();
     const { endpoint } = addEndpoint(account.id, receiver.url('/spelling'));

@@ -11,7 +11,7 @@ import { apiDocument, expectDocumented, expectDocumentedWebhook } from './helper
 import { expectError, newSender, receipt } from './helpers/sending.js';
 
 /**
- * The whole path (issue 10, "Done when"): a real delivery to the SMTP sink records an outcome, the dispatcher posts it
+ * The whole path: a real delivery to the SMTP sink records an outcome, the dispatcher posts it
  * to a real HTTPS receiver (trusted through NODE_EXTRA_CA_CERTS, reached by its name through the test DNS server), and
  * both signatures verify with code that is not the service's: an HMAC written here with timingSafeEqual, and the
  * `standardwebhooks` package unchanged. Then POST /webhooks/{id}/test: the ping, its cooldown, and re-enabling.
@@ -155,7 +155,7 @@ describe('POST /webhooks/{id}/test', () => {
     expect((await service.api('GET', `/webhooks/${endpoint.id}`, { key: s.key })).body).toMatchObject({ active: true, failureCount: 0, disabledAt: null });
   });
 
-  it('a delivered ping ends the failure run of an endpoint that is still on (README: any delivered post resets failureCount)', async () => {
+  it('a delivered ping ends the failure run of an endpoint that is still on (docs/api/behaviour.md: any delivered post resets failureCount)', async () => {
     const { service } = rig;
     const s = await newSender(service);
     const endpoint = await newEndpoint(s.key, ['email.delivered']);

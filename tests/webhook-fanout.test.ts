@@ -8,7 +8,7 @@ import { FAST_TIMEOUTS, type DeliveryRig, resetDeliveryRig, startDeliveryRig, st
 import { newSender, newSubSender, receipt } from './helpers/sending.js';
 
 /**
- * The fan-out (issue 10, point 2): an outcome's webhook deliveries are written in the transaction that records it,
+ * The fan-out: an outcome's webhook deliveries are written in the transaction that records it,
  * one per endpoint of the sending account subscribed to its type, active or switched off; none for other types,
  * other accounts or a sub-account's parent; and an outcome whose deliveries cannot be written is not recorded either.
  */

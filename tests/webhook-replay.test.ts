@@ -18,9 +18,9 @@ import { killMidRequest, processWithEndpoint } from './helpers/webhook-process.j
 import { startService, type TestService } from './helpers/service.js';
 
 /**
- * POST /webhooks/{id}/replay (issue 10 point 7): fresh deliveries of the account's recorded outcomes in a window,
- * oldest first, their data exactly as the fan-out builds it, at most 10,000 (a larger window is refused whole). Issue
- * 31 point 3 (decisions.md 13): at most 10,000 deliveries pending per endpoint (409 limit_reached past it), written in
+ * POST /webhooks/{id}/replay: fresh deliveries of the account's recorded outcomes in a window,
+ * oldest first, their data exactly as the fan-out builds it, at most 10,000 (a larger window is refused whole).
+ * Bounded (docs/api/decisions.md section 13): at most 10,000 deliveries pending per endpoint (409 limit_reached past it), written in
  * chunks that never hold the event loop past 50 ms, and what a process killed mid-replay leaves.
  */
 
@@ -67,7 +67,7 @@ function accountWithHistory() {
   ];
   const from = (e: SeededEvent) => (e.emailId === plain ? 'billing@example.com' : 'alerts@example.com');
   const tags = (e: SeededEvent) => (e.emailId === tagged ? { tags: { plan: 'pro', campaign: 'march' } } : {});
-  /** The post's data the fan-out would have written for this outcome (api.md Events; decisions.md 7 for tags). */
+  /** The post's data the fan-out would have written for this outcome (docs/api/contract.md Events; docs/api/decisions.md section 7 for tags). */
   const data = (e: SeededEvent) => ({
     messageId: e.emailId,
     recipient: e.recipient,
@@ -343,7 +343,7 @@ const pendingOf = (endpointId: string) =>
 
 const ALL_TYPES = ['email.delivered', 'email.bounced', 'email.deferred', 'email.complained'] as const;
 
-describe(`at most ${MAX_PENDING_PER_ENDPOINT} deliveries pending per endpoint (decisions.md 13)`, () => {
+describe(`at most ${MAX_PENDING_PER_ENDPOINT} deliveries pending per endpoint (docs/api/decisions.md section 13)`, () => {
   it('a replay that would leave more pending is 409 limit_reached saying how many are, and queues nothing; up to the cap exactly is queued', async () => {
     const { account, key, t0 } = accountWithHistory();
     const endpoint = seedEndpoint(service, account.id, [...ALL_TYPES]);
@@ -419,7 +419,7 @@ describe(`at most ${MAX_PENDING_PER_ENDPOINT} deliveries pending per endpoint (d
 
 const HISTORY = 200_000;
 
-describe('a replay is written in chunks: the event loop is never held past 50 ms (decisions.md 13)', () => {
+describe('a replay is written in chunks: the event loop is never held past 50 ms (docs/api/decisions.md section 13)', () => {
   it(`a replay of ${MAX_REPLAY_EVENTS} from an account with ${HISTORY.toLocaleString('en-US')} more outcomes leaves the loop free between chunks of ${REPLAY_CHUNK_ROWS}, each on disk before the dispatcher is told`, async () => {
     const { account, key } = service.newAccount({ name: 'Big replay' });
     const start = service.clock.now() + 1000;

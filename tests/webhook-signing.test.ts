@@ -52,7 +52,7 @@ describe('signed headers', () => {
   const headers = signedHeaders(secret, delivery, t, body);
 
   it('carries the spec headers and the Standard Webhooks headers', () => {
-    // Spelled as they go on the wire: X-Service-* as api.md writes them (decisions.md 7), webhook-* as Standard Webhooks.
+    // Spelled as they go on the wire: X-Service-* as docs/api/contract.md writes them (docs/api/decisions.md section 7), webhook-* as Standard Webhooks.
     expect(Object.keys(headers)).toEqual(['Content-Type', 'X-Service-Delivery', 'X-Service-Event', 'X-Service-Signature', 'webhook-id', 'webhook-timestamp', 'webhook-signature']);
     expect(headers['Content-Type']).toBe('application/json');
     expect(headers['X-Service-Delivery']).toBe(delivery.id);

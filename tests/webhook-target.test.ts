@@ -7,7 +7,7 @@ import { MAX_WEBHOOK_URL_LENGTH, checkWebhookUrl, isAbsoluteUri, parseWebhookUrl
 import { TestDnsServer } from './helpers/dns-server.js';
 
 /**
- * The webhook URL rules of api.md (POST /webhooks) and decisions section 7 as a table: what parseWebhookUrl refuses,
+ * The webhook URL rules of docs/api/contract.md (POST /webhooks) and docs/api/decisions.md section 7 as a table: what parseWebhookUrl refuses,
  * what resolveTarget refuses (any reserved address, through the test DNS server for names), each a 422 invalid_url
  * through checkWebhookUrl, and what both accept. ALLOW_PRIVATE_TARGETS lifts the address rule only.
  */

@@ -14,7 +14,7 @@ import { killMidRequest, processWithEndpoint } from './helpers/webhook-process.j
 import { startService, type TestService } from './helpers/service.js';
 
 /**
- * The Webhooks endpoints of api.md: create (the secret once, sealed at rest), list, get, delete with its deliveries,
+ * The Webhooks endpoints of docs/api/contract.md: create (the secret once, sealed at rest), list, get, delete with its deliveries,
  * the deliveries list, and every error the spec names for them, status and code.
  */
 

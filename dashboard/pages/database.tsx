@@ -12,7 +12,7 @@ import { Pager, withQuery } from '../ui.js';
 import { DatabaseTable, StateFilter } from '../views/database.js';
 
 /**
- * The customer databases (api.md, Database; decisions.md section 8), one row per account that has its own: the status
+ * The customer databases (docs/api/contract.md, Database; docs/api/decisions.md section 8), one row per account that has its own: the status
  * GET /database answers (state, writes waiting, last error, last success; never the URL or its password) and a Test
  * button calling the API's own POST /database/test function, its answer shown in the flash.
  */

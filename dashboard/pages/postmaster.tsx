@@ -11,7 +11,7 @@ import { Pager, withQuery } from '../ui.js';
 import { PostmasterFacts, PostmasterNotice, PostmasterParts, PostmasterTable } from '../views/postmaster.js';
 
 /**
- * The operator's own mail (decisions.md section 13): what arrived at postmaster@ and abuse@ MAIL_HOSTNAME, newest
+ * The operator's own mail (docs/api/decisions.md section 13): what arrived at postmaster@ and abuse@ MAIL_HOSTNAME, newest
  * first, and one message: who sent it, its text, its headers and its source (downloadable). Its HTML is never
  * rendered and nothing in it is checked (mailauth never sees it): a stranger wrote it, and the page says so.
  */

@@ -3,7 +3,7 @@ import { DAY_MS, utcDay } from '../../server/shared/clock.js';
 import type { Scans } from '../../db/scans.js';
 import { idFloor } from './id-time.js';
 
-/** The overview chart's series, in the legend's order: what was sent, then each outcome api.md records. */
+/** The overview chart's series, in the legend's order: what was sent, then each outcome docs/api/contract.md records. */
 export const VOLUME_SERIES = ['sent', ...EVENT_STATUSES] as const;
 export type VolumeSeries = (typeof VOLUME_SERIES)[number];
 

@@ -10,7 +10,7 @@ import { AccountSelect, Badge, type BadgeTone, Copyable, CsrfField, DataTable, P
  * records to publish, what the last verification found, and the actions on it.
  */
 
-/** Badges for a domain's state as the API's Domain resource states it (api.md, Domain; its transitions). */
+/** Badges for a domain's state as the API's Domain resource states it (docs/api/contract.md, Domain; its transitions). */
 export const RECORD_TONE: Record<RecordStatus, BadgeTone> = { published: 'ok', pending: 'warn' };
 
 export const DomainStatusBadges: FC<{ view: DomainView }> = ({ view }) => (
@@ -127,7 +127,7 @@ export const DomainsListBody: FC<{
 /** Which record each check of verifyDomain reads. */
 export const CHECKED_RECORD: Record<RecordKind, DnsRecordView['record']> = { ownership: 'Ownership', spf: 'SPF', receiving: 'Receiving', signing: 'Signing' };
 
-/** What each check value of api.md's verify response means, as the operator reads it. */
+/** What each check value of docs/api/contract.md's verify response means, as the operator reads it. */
 export const CHECK_RESULT: Record<CheckValue, { tone: BadgeTone; found: boolean; says: string }> = {
   proven: { tone: 'ok', found: true, says: 'Found, with this domain’s token: ownership is proven.' },
   published: { tone: 'ok', found: true, says: 'Found, with the expected value.' },

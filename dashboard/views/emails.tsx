@@ -8,7 +8,7 @@ import { AccountSelect, Badge, type BadgeTone, DataTable, Time } from '../ui.js'
 
 /** The send log's pieces: an email's status badges, the filter form, the list. (One email's page: email-trail.tsx.) */
 
-/** The Email statuses of api.md and how the dashboard shows each. */
+/** The Email statuses of docs/api/contract.md and how the dashboard shows each. */
 const STATUS_TONE: Record<EmailView['status'], BadgeTone> = { sent: 'info', failed: 'bad', sandboxed: 'neutral' };
 
 /** The email's status (the API's), then the first outcomes recorded for any recipient (its *At timestamps). */

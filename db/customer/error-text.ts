@@ -1,5 +1,5 @@
 /**
- * A customer's database is an untrusted peer (decisions.md section 13): its server, its triggers and its TLS
+ * A customer's database is an untrusted peer (docs/api/decisions.md section 13): its server, its triggers and its TLS
  * certificate write the text of the errors the service sees (a trigger can raise a message of megabytes). That text
  * is cut here, by one rule, before it is logged or stored (`lastError`, a queued write's error) or answered.
  */

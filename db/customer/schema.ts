@@ -1,7 +1,7 @@
 import type { ClientBase } from 'pg';
 
 /**
- * The `service` schema in a customer's own Postgres (api.md, Tables written to the customer database; decisions.md
+ * The `service` schema in a customer's own Postgres (docs/api/contract.md, Tables written to the customer database; docs/api/decisions.md
  * section 8), as versioned migrations: data, applied in order, each once. `schemaVersion` in the database status is
  * the highest version this service knows and has applied. Content lives only there; the service keeps addresses,
  * status and timestamps.
@@ -97,7 +97,7 @@ const MIGRATION_LOCK = 0x6d61696c; // "mail"
  * left alone, and reported at the version this service knows).
  *
  * The customer owns `service.schema_migrations` and may have made it anything (a view over millions of rows): every
- * read here returns at most a row per known migration, of values the service sent (decisions.md section 13), and each
+ * read here returns at most a row per known migration, of values the service sent (docs/api/decisions.md section 13), and each
  * statement is bounded by the connection's statement_timeout. Catalog functions are named with their schema, so a
  * search_path the customer set cannot put a function of theirs in their place.
  */

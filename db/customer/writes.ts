@@ -68,7 +68,7 @@ export interface InboundWrite {
 
 export type CustomerWrite = EmailWrite | EventWrite | InboundWrite;
 
-/** The channel every received message is announced on (api.md: "a Postgres notification on channel `service`"). */
+/** The channel every received message is announced on (docs/api/contract.md: "a Postgres notification on channel `service`"). */
 export const INBOUND_CHANNEL = 'service';
 
 const iso = (ms: number) => new Date(ms).toISOString();

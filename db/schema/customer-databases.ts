@@ -9,7 +9,7 @@ export const CUSTOMER_DB_SSL_MODES = ['verify', 'no-verify'] as const;
 export const CUSTOMER_DB_ERROR_KINDS = ['connection', 'data'] as const;
 
 /**
- * An account's own Postgres (api.md, Database status; decisions.md section 8): the URL sealed with the secret key, the
+ * An account's own Postgres (docs/api/contract.md, Database status; docs/api/decisions.md section 8): the URL sealed with the secret key, the
  * parts of it the status shows (never the password), and the writer's view of it.
  */
 export const customerDatabases = sqliteTable('customer_databases', {

@@ -15,7 +15,7 @@ export const customerDbWrites = sqliteTable(
   'customer_db_writes',
   {
     id: idColumn(),
-    /** Whose database it goes to: the account's own, or its parent's (api.md: a sub-account uses its parent's). */
+    /** Whose database it goes to: the account's own, or its parent's (docs/api/contract.md: a sub-account uses its parent's). */
     databaseAccountId: text('database_account_id')
       .notNull()
       .references(() => accounts.id, { onDelete: 'cascade' }),

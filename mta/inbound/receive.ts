@@ -15,7 +15,7 @@ import { logFailure } from '../../server/shared/store-health.js';
 import { FlushFailedError } from '../../db/group-commit.js';
 
 /**
- * One received message, from the DATA stream to durable (issue 12, points 3 and 5): checked for bare CR and LF as it
+ * One received message, from the DATA stream to durable: checked for bare CR and LF as it
  * streams, sealed into the spool when it is for customers' domains, kept (its first REPORT_BYTES) in memory when it
  * is a bounce or complaint report, kept (its first bytes) for the operator when it is for postmaster@ or abuse@; then,
  * in one durable commit, a customer-database write per account it is for, the events its reports record and the
@@ -277,7 +277,7 @@ export function isFblReporter(domain: string, reporters: readonly string[]): boo
 }
 
 /**
- * The report, when it can be trusted (decisions.md section 13), else null and a log line saying why. Anyone can send
+ * The report, when it can be trusted (docs/api/decisions.md section 13), else null and a log line saying why. Anyone can send
  * mail to fbl@ and to a VERP address they were sent: a delivery report (DSN) is read only at a VERP address (signed,
  * so it can only be about that recipient's copy), never at fbl@; a complaint (ARF `abuse`) only when it passes DKIM
  * for one of FBL_REPORTERS (the feedback loops sign their reports), wherever it arrives. A complaint is checked whole:
@@ -309,7 +309,7 @@ interface SentEmail {
   to: string[];
 }
 
-/** A send that went out: a sandboxed or failed one has no events (api.md, Email), whatever a report quotes. */
+/** A send that went out: a sandboxed or failed one has no events (docs/api/contract.md, Email), whatever a report quotes. */
 const findEmail = (deps: Pick<Deps, 'db'>, id: string): SentEmail | undefined =>
   deps.db
     .select({ id: emails.id, accountId: emails.accountId, to: emails.to })

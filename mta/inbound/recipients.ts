@@ -10,11 +10,11 @@ import { OWNER_SQL } from '../../server/core/customer-db-outbox.js';
 import { parseVerp, verpTrusted } from '../verp.js';
 
 /**
- * Who an inbound RCPT TO is for (issue 12, point 2). There are no mailboxes: every local part of a receiving domain
+ * Who an inbound RCPT TO is for. There are no mailboxes: every local part of a receiving domain
  * is accepted, for the account that owns the domain, when it (or its parent) has a customer database to hold the
  * mail. The VERP addresses of sent mail take asynchronous bounces and complaints, `fbl@MAIL_HOSTNAME` takes feedback
  * loop reports, `postmaster@` and `abuse@` MAIL_HOSTNAME (and a bare `postmaster`) take mail for the operator
- * (decisions.md section 13; only with a secret key to seal it). Anything else is refused, the same way whether the
+ * (docs/api/decisions.md section 13; only with a secret key to seal it). Anything else is refused, the same way whether the
  * domain is unknown, known but not receiving, or an account without a database: the server is never a relay and
  * tells nothing about what it hosts.
  */
@@ -43,7 +43,7 @@ const statements = definePrepared((db) => ({
        from domains d where d.name = ? order by d.id`,
     )
     .raw() as Statement<[string], [string, string, string | null]>,
-  // Only a send that went out has bounce addresses (a sandboxed or failed one has no events: api.md, Email).
+  // Only a send that went out has bounce addresses (a sandboxed or failed one has no events: docs/api/contract.md, Email).
   email: db.select({ id: emails.id, to: emails.to }).from(emails).where(and(eq(emails.id, p('id')), eq(emails.status, 'sent'))).prepare(),
   changes: clientOf(db).prepare(`select n from change_counters where name = 'recipients'`).pluck() as Statement<[], number>,
 }));

@@ -1,5 +1,5 @@
 /**
- * Delivery and complaint reports read out of a received message (decisions.md section 3): RFC 3464 DSNs (and RFC 6533
+ * Delivery and complaint reports read out of a received message (docs/api/decisions.md section 3): RFC 3464 DSNs (and RFC 6533
  * global DSNs), the bare `X-Failed-Recipients` notices of Exim and Exchange, and RFC 5965 ARF complaints, so inbound
  * SMTP can record them as events of the recipient they name. Pure: bytes in, a plain value out, never a throw.
  *

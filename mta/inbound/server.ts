@@ -7,7 +7,7 @@ import { logFailure } from '../../server/shared/store-health.js';
 import { clientKey } from '../../server/shared/ip-ranges.js';
 
 /**
- * Inbound SMTP on SMTP_HOST:SMTP_PORT (issue 12, point 1): smtp-server with the banner and EHLO name MAIL_HOSTNAME,
+ * Inbound SMTP on SMTP_HOST:SMTP_PORT: smtp-server with the banner and EHLO name MAIL_HOSTNAME,
  * STARTTLS, SIZE advertised and enforced (a MAIL FROM SIZE= over it and a body that grows past it are 552), at most
  * 100 recipients (452 for the rest), no AUTH (nobody relays through it), no reverse DNS, bounded clients, connections
  * per address, idle time and session length. smtp-server itself refuses commands sent before the banner (early

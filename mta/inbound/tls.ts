@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { PRIVATE_FILE_MODE, createPrivateDir } from '../../db/data-dir.js';
 
 /**
- * The STARTTLS key and certificate of inbound SMTP (decisions.md section 1: `SMTP_TLS_CERT` and `SMTP_TLS_KEY`, or a
+ * The STARTTLS key and certificate of inbound SMTP (docs/api/decisions.md section 1: `SMTP_TLS_CERT` and `SMTP_TLS_KEY`, or a
  * self-signed pair generated into DATA_DIR on first start). The certificate is built here with a small DER encoder so
  * the service needs neither an X.509 package nor an openssl binary on the machine.
  */

@@ -6,7 +6,7 @@ import { Hono } from 'hono';
 import { durableRows } from './durable-rows.js';
 
 /**
- * The baseline of issue 15: a bare Hono route on @hono/node-server that parses the JSON body it is sent (the same
+ * The baseline the send API's targets are measured against: a bare Hono route on @hono/node-server that parses the JSON body it is sent (the same
  * body as the sends) and answers a small JSON body. With BARE_DURABLE=1, the floor under a send instead: the same
  * route also writes the body as one row through the service's group commit and answers once the WAL is fdatasynced
  * (what "durable before the 200" costs at the least, with no key, no check and no other row).

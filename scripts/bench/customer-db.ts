@@ -3,7 +3,7 @@ import { PG_TEST_CA_FILE, startPostgres } from '../lib/postgres.js';
 import { benchSendBody, createPoster, postAll, startBenchRig } from './rig.js';
 
 /**
- * The customer-database writer against the delivery engine (issue 11): N sends (~5 KB rendered) through POST /emails,
+ * The customer-database writer against the delivery engine: N sends (~5 KB rendered) through POST /emails,
  * delivered to a local sink, with a local Postgres (TLS, verified) connected as the account's database. Prints the
  * rows/s reaching service.emails and service.events, the writer's lag behind the send (emails) and behind delivery
  * (events), p50/p99 and by quarter of the run (a lag that grows quarter on quarter means the writer falls behind),

@@ -20,7 +20,7 @@ import { RECEIVING_DOMAIN, SENDER_DOMAIN, runLoad } from './smtp-load.js';
 import { stop } from './spawn.js';
 
 /**
- * The floor under bench:inbound (issue 12's target: 30% of smtp-sink's rate): the same SMTP load, in the same run,
+ * The floor under bench:inbound (its target: 30% of smtp-sink's rate): the same SMTP load, in the same run,
  * against smtp-server doing nothing but the least each acceptance needs, a step more in each mode (MODES):
  *
  * - `discard`: smtp-server reads the message and answers 250 (the protocol layer alone);

@@ -8,7 +8,7 @@ import { type LoadResult, MESSAGE_BYTES, RECEIVING_DOMAIN, SENDER_DOMAIN, runLoa
 import { cpuSeconds, machineCpu, peakRssMb, percentile, threadCpu } from '../lib/proc.js';
 
 /**
- * Inbound SMTP (issue 12): concurrent SMTP sessions for a fixed time, ~5 KB messages for a customer's receiving
+ * Inbound SMTP: concurrent SMTP sessions for a fixed time, ~5 KB messages for a customer's receiving
  * domain, each made durable before its 250 and written into a local Postgres (TLS, verified) by the customer-database
  * writer. Prints accepted messages/s, p50/p99 transaction latency (MAIL FROM sent to the 250 after the dot), refusals
  * by code, the service's peak RSS, the rows in service.inbound beside the accepted count and the writer's drain time;

@@ -11,7 +11,7 @@ import { SANDBOX_LIMIT } from '../../server/core/sending.js';
 import { renderSend, sendRequestSchema, toSendRequest } from '../../server/core/send-request.js';
 
 /**
- * The floor under a send (issue 15's targets: sandbox 0.5, queued 0.3 of a bare route), for bench:send-api: the least
+ * The floor under a send (the targets: sandbox 0.5, queued 0.3 of a bare route), for bench:send-api: the least
  * `POST /emails` must do, with every read served from memory, as a send path redesigned around memory would:
  *
  * - the key: the SHA-256 of the bearer secret looked up in a Map (keys loaded from the benchmark's own database, as

@@ -29,7 +29,7 @@ import { SCOPES, isScope } from '../core/scopes.js';
 import { ApiError } from '../shared/errors.js';
 import { parseInput } from '../api/http/validate.js';
 
-/** The operator CLI of decisions.md section 1. JSON results on stdout; errors on stderr with a non-zero exit. */
+/** The operator CLI of docs/api/decisions.md section 1. JSON results on stdout; errors on stderr with a non-zero exit. */
 
 class UsageError extends Error {}
 

@@ -110,7 +110,7 @@ export function createApp(deps: Deps) {
       return c.json({ error: { code: 'invalid_request', message: err.message } }, 400);
     }
     deps.storeHealth.note(err);
-    // The store failed under a change (a full disk): 503 naming the cause, not a 500 (decisions.md section 13).
+    // The store failed under a change (a full disk): 503 naming the cause, not a 500 (docs/api/decisions.md section 13).
     const unavailable = storeUnavailable(err, { closed: deps.storeHealth.unsafe() && storeFaultOf(err) });
     if (unavailable) {
       deps.logger.error('http.store_unavailable', { method: c.req.method, path: c.req.path, err });

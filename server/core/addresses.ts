@@ -2,7 +2,7 @@ import { domainToASCII } from 'node:url';
 import { HIDDEN_CONTROLS } from './text-rules.js';
 
 /**
- * Mail addresses as the send request carries them (decisions.md section 2). A recipient is a bare address; `from`
+ * Mail addresses as the send request carries them (docs/api/decisions.md section 2). A recipient is a bare address; `from`
  * and `replyTo` are exactly one mailbox, a bare address or a display name and an address in angle brackets.
  */
 

@@ -1,6 +1,6 @@
 import { DAY_MS, isoOrNull } from '../shared/clock.js';
 
-/** Credit policy of decisions.md section 4, from config. */
+/** Credit policy of docs/api/decisions.md section 4, from config. */
 export interface CreditPolicy {
   trialDays: number;
   graceDays: number;

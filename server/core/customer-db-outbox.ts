@@ -12,12 +12,12 @@ import { decryptSecret, encryptSecret, openBytes, sealBytes } from '../shared/se
 import { SEAL_CONTEXTS } from '../shared/seal-contexts.js';
 
 /**
- * The outbox of the customer-database writer (decisions.md section 8): each write is queued in the same SQLite
+ * The outbox of the customer-database writer (docs/api/decisions.md section 8): each write is queued in the same SQLite
  * transaction as what it records, its content sealed with the secret key, and deleted once the customer database has
  * it. While the database cannot be reached, writes wait here for up to seven days.
  */
 
-/** How long a write waits for its database before it is dropped (api.md, Limits: "Queued database writes"). */
+/** How long a write waits for its database before it is dropped (docs/api/contract.md, Limits: "Queued database writes"). */
 export const WRITE_RETENTION_MS = 7 * DAY_MS;
 /** Tries of a write the database refuses for its data before it is set aside, and the gaps between them. */
 export const DATA_RETRY_GAPS_MS: readonly number[] = [30_000, 120_000];
@@ -140,7 +140,7 @@ export function dueWrites(db: Db, owner: string, now: number, limit: number): Cu
   return statements(db).due.all({ owner, now, limit });
 }
 
-/** Writes waiting for a database (api.md: `pending`); those set aside do not wait. */
+/** Writes waiting for a database (docs/api/contract.md: `pending`); those set aside do not wait. */
 export function pendingWrites(db: Db, owner: string): number {
   return statements(db).pending.get({ owner })?.n ?? 0;
 }

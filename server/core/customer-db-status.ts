@@ -4,7 +4,7 @@ import { customerDatabases } from '../../db/schema/index.js';
 import { cutErrorText } from '../../db/customer/error-text.js';
 
 /**
- * A connected database's state as the writer and the endpoints see it (api.md, Database status): `connected` until a
+ * A connected database's state as the writer and the endpoints see it (docs/api/contract.md, Database status): `connected` until a
  * write fails for a connection reason, `unreachable` until the next success. Updates name the connection they are
  * about, so a result of a replaced URL never lands on its successor.
  */
@@ -14,7 +14,7 @@ const MINUTE = 60 * SECOND;
 
 /**
  * Gaps between the writer's attempts at an unreachable database, by connection failures in a row; the last repeats
- * until the writes are seven days old (decisions.md section 8: "retried with growing gaps for 7 days").
+ * until the writes are seven days old (docs/api/decisions.md section 8: "retried with growing gaps for 7 days").
  */
 export const RECONNECT_GAPS_MS: readonly number[] = [5 * SECOND, 15 * SECOND, 30 * SECOND, 1 * MINUTE, 2 * MINUTE, 5 * MINUTE, 10 * MINUTE, 15 * MINUTE];
 

@@ -7,14 +7,14 @@ import type { Deps } from './deps.js';
 import { ApiError } from '../shared/errors.js';
 import type { RequestContext } from './context.js';
 
-/** The Database endpoints (api.md, Database; decisions.md section 8): the rules, without HTTP. */
+/** The Database endpoints (docs/api/contract.md, Database; docs/api/decisions.md section 8): the rules, without HTTP. */
 
 export const connectDatabaseInput = z.strictObject({
   // Its form is judged by parseGivenCustomerDbUrl: 422 invalid_url, naming the part at fault.
   url: z.string(),
 });
 
-/** api.md, Database status. With no database, `connected` is false and the rest empty (null; `pending` 0). */
+/** docs/api/contract.md, Database status. With no database, `connected` is false and the rest empty (null; `pending` 0). */
 export interface DatabaseStatus {
   connected: boolean;
   host: string | null;

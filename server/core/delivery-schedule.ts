@@ -2,7 +2,7 @@ import { DAY_MS } from '../shared/clock.js';
 
 const MINUTE = 60_000;
 
-/** Gaps before the 1st, 2nd, ... retry of a deferred recipient (decisions.md section 3); the last repeats. */
+/** Gaps before the 1st, 2nd, ... retry of a deferred recipient (docs/api/decisions.md section 3); the last repeats. */
 export const RETRY_GAPS_MS: readonly number[] = [5 * MINUTE, 10 * MINUTE, 20 * MINUTE, 40 * MINUTE, 80 * MINUTE, 120 * MINUTE];
 
 /** A recipient still deferred this long after the send bounces with 4.4.7. */

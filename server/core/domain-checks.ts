@@ -84,7 +84,7 @@ export interface DomainFlags {
 }
 
 /**
- * The Domain resource's flags from what DNS showed (api.md, Domain transitions; decisions.md section 5). Ownership
+ * The Domain resource's flags from what DNS showed (docs/api/contract.md, Domain transitions; docs/api/decisions.md section 5). Ownership
  * gates everything: without it a domain neither sends nor receives, so a name's mail cannot be taken over by an
  * account that never proved it holds the name.
  */

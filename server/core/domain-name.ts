@@ -6,7 +6,7 @@ export type NameResult = { ok: true; name: string } | { ok: false; reason: strin
 const LABEL = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
 
 /**
- * A domain name as the service stores it (decisions.md section 5): trimmed, lower-cased, trailing dot removed, IDN as
+ * A domain name as the service stores it (docs/api/decisions.md section 5): trimmed, lower-cased, trailing dot removed, IDN as
  * punycode. A scheme, path, port, user info, IP address, single label or malformed label is refused with a reason.
  */
 export function normalizeDomainName(input: unknown): NameResult {

@@ -61,7 +61,7 @@ export type DomainView = DomainFlags & {
 
 const PENDING: Record<RecordKind, RecordStatus> = { ownership: 'pending', spf: 'pending', receiving: 'pending', signing: 'pending' };
 
-/** The four records to publish (decisions.md section 5), each with what the last verification found. */
+/** The four records to publish (docs/api/decisions.md section 5), each with what the last verification found. */
 export function domainRecords(deps: Pick<Deps, 'config'>, name: string, key: DomainKeyRow, status: Record<RecordKind, RecordStatus>): DnsRecordView[] {
   return [
     { record: 'Ownership', type: 'TXT', name: `_service-verify.${name}`, value: `service-verify=${key.token}`, status: status.ownership },
@@ -71,7 +71,7 @@ export function domainRecords(deps: Pick<Deps, 'config'>, name: string, key: Dom
   ];
 }
 
-/** The Domain resource of api.md (the API's, the dashboard's). */
+/** The Domain resource of docs/api/contract.md (the API's, the dashboard's). */
 export function domainView(deps: Pick<Deps, 'config'>, row: DomainRow, key: DomainKeyRow): DomainView {
   return {
     id: row.id,

@@ -1,5 +1,5 @@
 /**
- * What an SMTP reply or a failure to get one means for a recipient (decisions.md section 3), as data: the reply's
+ * What an SMTP reply or a failure to get one means for a recipient (docs/api/decisions.md section 3), as data: the reply's
  * enhanced status code when it carries one of the same class, else one derived from the basic code.
  */
 

@@ -41,7 +41,7 @@ export const emailFilter = z.strictObject({
   cursor: z.string().optional(),
 });
 
-/** The Email resource (api.md, Email): the API and the dashboard present a send log row alike. */
+/** The Email resource (docs/api/contract.md, Email): the API and the dashboard present a send log row alike. */
 export function emailView(row: EmailRow): EmailView {
   const view: EmailView = {
     id: row.id,

@@ -6,7 +6,7 @@ import { idempotencyKeys } from '../../db/schema/index.js';
 import { ApiError } from '../shared/errors.js';
 import { constantTimeEqual, sha256Hex } from '../shared/secrets.js';
 
-/** Idempotency rules of api.md for POST /emails, per acting account. */
+/** Idempotency rules of docs/api/contract.md for POST /emails, per acting account. */
 export const IDEMPOTENCY_WINDOW_MS = 24 * 3_600_000;
 export const CLAIM_RELEASE_MS = 15_000;
 export const MAX_KEY_LENGTH = 255;

@@ -6,7 +6,7 @@ import { openBytes, sealBytes } from '../shared/secrets.js';
 import { SEAL_CONTEXTS } from '../shared/seal-contexts.js';
 
 /**
- * Mail for the operator (decisions.md section 13): `postmaster@` and `abuse@` MAIL_HOSTNAME take mail from anyone
+ * Mail for the operator (docs/api/decisions.md section 13): `postmaster@` and `abuse@` MAIL_HOSTNAME take mail from anyone
  * (RFC 5321 4.5.1, RFC 2142), so what is kept is bounded: the first OPERATOR_MESSAGE_BYTES of each message, sealed
  * with the secret key like every stored message, and the newest OPERATOR_MAIL_LIMIT messages, each new one dropping
  * what falls beyond. Written in the transaction that answers 250 for it. Nothing is verified or parsed beyond a

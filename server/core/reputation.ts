@@ -15,7 +15,7 @@ export function breakerReason(a: Pick<AccountRow, 'totalSent' | 'totalBounced' |
  * at whenever a counter moves: a bounce or complaint, and a send of `sentNow` counted recipients. A send only lowers
  * the rates, so it trips the breaker only when grading starts with it (the 50th recipient can be what reaches
  * `paused`), never for an account already graded paused before it: one the operator let send again after the breaker
- * stopped it (decisions.md section 4: only the operator lifts that) stays lifted until a new bounce or complaint. An
+ * stopped it (docs/api/decisions.md section 4: only the operator lifts that) stays lifted until a new bounce or complaint. An
  * account already suspended, by anyone, is left as it is.
  */
 export function tripBreakerIfPaused(deps: Pick<Deps, 'db' | 'logger'>, accountId: string, now: number, sentNow = 0): void {

@@ -1,4 +1,4 @@
-/** The 14 scopes of api.md; each endpoint needs exactly one. */
+/** The 14 scopes of docs/api/contract.md; each endpoint needs exactly one. */
 export const SCOPES = [
   'emails:send',
   'emails:read',

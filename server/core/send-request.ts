@@ -3,7 +3,7 @@ import { ApiError } from '../shared/errors.js';
 import { type Mailbox, parseAddress, parseMailbox } from './addresses.js';
 import { MAX_RENDERED_BYTES, type Rendered, TEMPLATES, type Vars, findTemplate, renderTemplate, renderedBytes, variableTooLong } from './templates.js';
 
-/** The send request of api.md and decisions.md section 2, validated field by field in the order written. */
+/** The send request of docs/api/contract.md and docs/api/decisions.md section 2, validated field by field in the order written. */
 
 export const MAX_RECIPIENTS = 50;
 export const MAX_TAGS = 10;

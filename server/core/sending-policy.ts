@@ -8,7 +8,7 @@ import { type CreditPolicy, type CreditStatus, creditStatus } from './credits.js
 import { effectiveQuota, sentToday } from './quota.js';
 import { gradeTier } from './tiers.js';
 
-/** The account rules of a send (api.md checks 3 and 4; decisions.md section 4), as plain functions over rows. */
+/** The account rules of a send (docs/api/contract.md checks 3 and 4; docs/api/decisions.md section 4), as plain functions over rows. */
 
 export interface Sender {
   acting: AccountRow;

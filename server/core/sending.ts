@@ -25,7 +25,7 @@ import { tripBreakerIfPaused } from './reputation.js';
 import { queueCustomerDbWrite } from './customer-db-outbox.js';
 import { logFailure, storeFaultOf, storeUnavailable } from '../shared/store-health.js';
 
-/** POST /emails as the seven checks of api.md, one named step each, in the spec's order; then the queue. */
+/** POST /emails as the seven checks of docs/api/contract.md, one named step each, in the spec's order; then the queue. */
 
 export const SANDBOX_LIMIT = 1000;
 
@@ -314,7 +314,7 @@ async function commitSend(deps: Deps, ctx: RequestContext, body: Body, claim: Cl
 }
 
 /**
- * A send the store could not record (a full disk): 503 naming the cause (decisions.md section 13), never 502
+ * A send the store could not record (a full disk): 503 naming the cause (docs/api/decisions.md section 13), never 502
  * send_failed, which says the mail server did not accept the message. Null when the failure was not the store's.
  */
 function unrecorded(deps: Deps, ctx: RequestContext, err: unknown): ApiError | null {

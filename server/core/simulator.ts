@@ -12,7 +12,7 @@ import type { Classified } from './dsn.js';
 export const SIMULATOR_DOMAIN = 'simulator.mailstead.test';
 
 export interface SimulatedAddress {
-  /** What one line of the README's table says. */
+  /** What one line of the simulator's table in docs/getting-started.md says. */
   summary: string;
   /** The reply to the 1st, 2nd, ... attempt; the last one answers every later attempt. Empty: never queued. */
   replies: readonly Classified[];

@@ -41,7 +41,7 @@ export const addSuppressionInput = z.strictObject({
   }),
 });
 
-/** The Suppression resource of api.md (the API's lists and the dashboard's). */
+/** The Suppression resource of docs/api/contract.md (the API's lists and the dashboard's). */
 export function suppressionView(row: SuppressionRow): SuppressionView {
   return { id: row.id, address: row.address, reason: row.reason, detail: row.detail, createdAt: iso(row.createdAt) };
 }

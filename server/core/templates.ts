@@ -1,5 +1,5 @@
 /**
- * The built-in templates (decisions.md section 2) as data: each names its variables (required or not, plain text or
+ * The built-in templates (docs/api/decisions.md section 2) as data: each names its variables (required or not, plain text or
  * an http(s) link, and how long it may be) and renders subject, html and text. Values are HTML-escaped in html; links
  * must be http(s), so a `javascript:` URL can never reach a recipient's mail client.
  */
@@ -102,7 +102,7 @@ export const TEMPLATES: Record<string, TemplateDef> = {
   },
   welcome: {
     description: 'A welcome after sign-up, greeting the recipient by first name when one is given.',
-    // `firstName`, not `name`: the template object's `name` is the template's own (decisions.md section 2).
+    // `firstName`, not `name`: the template object's `name` is the template's own (docs/api/decisions.md section 2).
     variables: { firstName: text() },
     subject: () => 'Welcome',
     html: (_v, h) => page('Welcome', `<h1 style="font-size:20px">Welcome${h.firstName ? `, ${h.firstName}` : ''}!</h1><p>Your account is ready.</p>`),

@@ -1,4 +1,4 @@
-/** Sending tiers, graded from lifetime rates of the account's own sends (decisions.md section 4). */
+/** Sending tiers, graded from lifetime rates of the account's own sends (docs/api/decisions.md section 4). */
 export type Tier = 'healthy' | 'warning' | 'throttled' | 'paused';
 
 /** Grading starts once this many recipients have been sent to. */
@@ -6,7 +6,7 @@ export const TIER_MIN_SENT = 50;
 
 /**
  * Worst first: the first row whose bounce or complaint threshold is reached decides the tier. A rate counts only with
- * at least its row's count behind it (decisions.md section 13), so that at low volume a few reports, which anyone can
+ * at least its row's count behind it (docs/api/decisions.md section 13), so that at low volume a few reports, which anyone can
  * try to send, cannot grade an account down: 1 complaint in 50 sends is 2%, far past every complaint rate.
  */
 export const TIER_THRESHOLDS: readonly {

@@ -5,7 +5,7 @@ import { type WebhookEventType, emails, webhookDeliveries, webhookEndpoints } fr
 import { newId } from '../shared/ids.js';
 import { markQueued } from '../../db/queue-wake.js';
 
-/** The webhook event type of each recorded outcome (api.md, Events). */
+/** The webhook event type of each recorded outcome (docs/api/contract.md, Events). */
 export const OUTCOME_EVENT_TYPES = {
   delivered: 'email.delivered',
   bounced: 'email.bounced',
@@ -15,7 +15,7 @@ export const OUTCOME_EVENT_TYPES = {
 
 export type OutcomeStatus = keyof typeof OUTCOME_EVENT_TYPES;
 
-/** The `data` of an email event's post (api.md, Events; decisions.md section 7: `tags` when the send had tags). */
+/** The `data` of an email event's post (docs/api/contract.md, Events; docs/api/decisions.md section 7: `tags` when the send had tags). */
 export interface OutcomeEventData {
   /** The email's id, as `POST /emails` answered it. */
   messageId: string;

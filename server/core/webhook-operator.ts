@@ -5,7 +5,7 @@ import { ApiError } from '../shared/errors.js';
 import { reenableWebhookEndpoint } from './webhook-deliveries.js';
 import { endpointView, type WebhookEndpointView } from './webhooks.js';
 
-/** The operator's webhook commands (decisions.md section 1's CLI): no request context, no secret ever shown. */
+/** The operator's webhook commands (docs/api/decisions.md section 1's CLI): no request context, no secret ever shown. */
 
 /** Every endpoint of one account, newest first, as the API shows them. */
 export function listAccountWebhooks(db: Db, accountId: string): WebhookEndpointView[] {

@@ -25,7 +25,7 @@ export const MAX_REPLAY_EVENTS = 10_000;
 
 /**
  * At most this many deliveries may be pending (neither delivered nor final) at one endpoint once a replay is queued
- * (decisions.md 13): a replay that would pass it is refused whole with `409 limit_reached`. The fan-out of new
+ * (docs/api/decisions.md section 13): a replay that would pass it is refused whole with `409 limit_reached`. The fan-out of new
  * outcomes is never refused (an event the receiver never asked to lose would be lost); it only counts toward it.
  */
 export const MAX_PENDING_PER_ENDPOINT = 10_000;
@@ -33,7 +33,7 @@ export const MAX_PENDING_PER_ENDPOINT = 10_000;
 /**
  * Outcomes a replay queues per transaction. Each chunk is one short transaction of the group commit (about 10 ms for
  * 250 rows), and the event loop is free while it goes to disk and until the next one starts, so a replay of 10,000
- * never holds the loop past 50 ms (decisions.md 13); one transaction for all of them held it 0.4 to 0.65 s.
+ * never holds the loop past 50 ms (docs/api/decisions.md section 13); one transaction for all of them held it 0.4 to 0.65 s.
  */
 export const REPLAY_CHUNK_ROWS = 250;
 

@@ -2,8 +2,8 @@ const MINUTE = 60_000;
 const HOUR = 60 * MINUTE;
 
 /**
- * Gaps before the 2nd, 3rd, ... attempt of a webhook delivery, each counted from the previous attempt (api.md limits,
- * decisions.md 7): 1 min, 5 min, 30 min, 2 h, 12 h. Six attempts in all; a delivery that used them is final.
+ * Gaps before the 2nd, 3rd, ... attempt of a webhook delivery, each counted from the previous attempt (docs/api/contract.md limits,
+ * docs/api/decisions.md section 7): 1 min, 5 min, 30 min, 2 h, 12 h. Six attempts in all; a delivery that used them is final.
  */
 export const WEBHOOK_RETRY_GAPS_MS: readonly number[] = [1 * MINUTE, 5 * MINUTE, 30 * MINUTE, 2 * HOUR, 12 * HOUR];
 

@@ -3,7 +3,7 @@ import { createHmac, randomBytes } from 'node:crypto';
 /** The prefix of a webhook signing secret, as the Standard Webhooks specification writes it. */
 export const WEBHOOK_SECRET_PREFIX = 'whsec_';
 
-/** A new endpoint secret: `whsec_` and the standard base64 (with padding) of 32 random bytes (decisions.md 7). */
+/** A new endpoint secret: `whsec_` and the standard base64 (with padding) of 32 random bytes (docs/api/decisions.md section 7). */
 export function newWebhookSecret(): string {
   return `${WEBHOOK_SECRET_PREFIX}${randomBytes(32).toString('base64')}`;
 }
@@ -18,8 +18,8 @@ function standardKey(secret: string): Buffer {
  * The headers of one post of `body` (the exact bytes sent): the spec's `X-Service-*` headers, whose signature is keyed
  * with the whole secret string (as Stripe does), and the Standard Webhooks `webhook-*` headers, keyed with the decoded
  * secret, so receivers can verify with the `standardwebhooks` or `svix` libraries unchanged. The names are spelled as
- * they go on the wire (node:http sends a name as given): `X-Service-*` as api.md writes them, since receivers that look
- * headers up case-sensitively (PHP's getallheaders()) find them only so (decisions.md 7); `webhook-*` as the Standard
+ * they go on the wire (node:http sends a name as given): `X-Service-*` as docs/api/contract.md writes them, since receivers that look
+ * headers up case-sensitively (PHP's getallheaders()) find them only so (docs/api/decisions.md section 7); `webhook-*` as the Standard
  * Webhooks specification writes them.
  */
 export function signedHeaders(

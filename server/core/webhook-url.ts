@@ -6,7 +6,7 @@ import { ApiError } from '../shared/errors.js';
 export const MAX_WEBHOOK_URL_LENGTH = 2000;
 
 /**
- * The `format uri` of api.md: RFC 3986's URI grammar. No space, no control character, nothing beyond ASCII (an IRI's
+ * The `format uri` of docs/api/contract.md: RFC 3986's URI grammar. No space, no control character, nothing beyond ASCII (an IRI's
  * characters are written percent-encoded, a host as punycode), `%` only as a percent-encoded octet, brackets only
  * around an IP literal host, one `#`: so the URL the service stores and posts to is the one the client sent, and
  * what the API document's schema (ajv's `uri`) accepts.
@@ -71,7 +71,7 @@ export function resolveTarget(deps: Pick<Deps, 'resolver' | 'config'>, url: URL)
 }
 
 /**
- * The creation-time check of api.md in one call: parseWebhookUrl, then resolveTarget, a refusal of either being
+ * The creation-time check of docs/api/contract.md in one call: parseWebhookUrl, then resolveTarget, a refusal of either being
  * `422 invalid_url` (a blocked address or a name that does not resolve to a public host), with a message that names
  * the reason but never an address.
  */

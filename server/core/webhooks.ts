@@ -13,10 +13,10 @@ import { MAX_WEBHOOK_URL_LENGTH, checkWebhookUrl, isAbsoluteUri } from './webhoo
 import { assertAccountExists } from './accounts.js';
 import type { PageRequest, RequestContext } from './context.js';
 
-/** Webhook endpoints and their deliveries (api.md, Webhooks): the rules, without HTTP. */
+/** Webhook endpoints and their deliveries (docs/api/contract.md, Webhooks): the rules, without HTTP. */
 
 export const MAX_ENDPOINTS = 20;
-/** One test ping per endpoint in this window (api.md, Limits: "Test ping"). */
+/** One test ping per endpoint in this window (docs/api/contract.md, Limits: "Test ping"). */
 export const PING_COOLDOWN_MS = 10_000;
 
 export const createWebhookInput = z.strictObject({

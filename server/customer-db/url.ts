@@ -5,7 +5,7 @@ import { ApiError } from '../shared/errors.js';
 import { resolveHost } from '../shared/egress.js';
 
 /**
- * A customer database URL is untrusted input (issue 11, decisions section 8). It is parsed here, every part judged by
+ * A customer database URL is untrusted input (docs/api/decisions.md section 8). It is parsed here, every part judged by
  * this module, and handed to node-postgres as an explicit object: never as a connection string, never with a field
  * left for pg to fill from PG* environment variables or ~/.pgpass, never with a host pg would look up itself.
  */
@@ -164,7 +164,7 @@ export function sslModeOf(value: string | undefined): SslMode {
 }
 
 /**
- * A URL given to `POST /database`: api.md's `postgresql://` only (422 invalid_url for `postgres://`, which libpq reads
+ * A URL given to `POST /database`: docs/api/contract.md's `postgresql://` only (422 invalid_url for `postgres://`, which libpq reads
  * the same, with a message that says so), then parsed as below.
  */
 export function parseGivenCustomerDbUrl(raw: string): CustomerDbTarget {
@@ -223,7 +223,7 @@ export function parseCustomerDbUrl(raw: string): CustomerDbTarget {
   return { host, port, database, user, password, sslMode: sslModeOf(params.get('sslmode')) };
 }
 
-/** The status fields of api.md (Database status) that come from the URL: never the password. */
+/** The status fields of docs/api/contract.md (Database status) that come from the URL: never the password. */
 export function describeTarget(t: CustomerDbTarget): { host: string; port: number; database: string; user: string; sslMode: SslMode } {
   return { host: t.host, port: t.port, database: t.database, user: t.user, sslMode: t.sslMode };
 }

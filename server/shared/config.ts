@@ -5,7 +5,7 @@ import { z } from 'zod';
 
 /**
  * The one place that reads the environment. Every variable of the operator contract
- * (decisions.md section 1) plus the two rate limits is declared here, described, parsed once at start.
+ * (docs/api/decisions.md section 1) plus the two rate limits is declared here, described, parsed once at start.
  */
 
 /** A port. `min` is 1 for a port the server connects to: 0 means something only to a listener (any free port, or off). */
@@ -229,7 +229,7 @@ export interface Config {
   smtpTlsKey: string | null;
   smtpMaxMessageBytes: number;
   spfDomain: string;
-  /** Domains whose DKIM signature makes a feedback-loop complaint trusted (decisions.md section 13). */
+  /** Domains whose DKIM signature makes a feedback-loop complaint trusted (docs/api/decisions.md section 13). */
   fblReporters: readonly string[];
   /** Unset (generate or read DATA_DIR/secret.key), 'off', or the decoded 32 bytes. */
   secretKey: { mode: 'file' } | { mode: 'off' } | { mode: 'given'; key: Buffer };
@@ -385,7 +385,7 @@ export function mailHostnameProblem(name: string): string | null {
   return null;
 }
 
-/** Rows of the README's configuration table, straight from the schema. */
+/** Rows of the configuration table of docs/operating/configuration.md, straight from the schema. */
 export function describeConfig(): { name: string; default: string; meaning: string }[] {
   const defaults: Record<string, string> = {
     MAIL_HOSTNAME: "the machine's hostname (`localhost` when that is not a host name)",

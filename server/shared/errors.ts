@@ -1,4 +1,4 @@
-/** Every error code of api.md, and the only ones the API answers with (plus the one marked as outside it). */
+/** Every error code of docs/api/contract.md, and the only ones the API answers with (plus the one marked as outside it). */
 export const ERROR_STATUS = {
   invalid_json: 400,
   invalid_idempotency_key: 400,
@@ -37,13 +37,13 @@ export const ERROR_STATUS = {
   send_failed: 502,
   not_configured: 503,
   /**
-   * Decided in decisions.md section 13, not (yet) in api.md's table: the service's storage failed (a full disk), so
+   * Decided in docs/api/decisions.md section 13, not (yet) in docs/api/contract.md's table: the service's storage failed (a full disk), so
    * the request could not be recorded; the message names the cause. Never `send_failed`, which says the mail server
    * refused the message.
    */
   unavailable: 503,
   /**
-   * Outside api.md's table, which has no code for it: a known path asked with a method it does not serve (with an
+   * Outside docs/api/contract.md's table, which has no code for it: a known path asked with a method it does not serve (with an
    * `Allow` header listing the ones it does).
    */
   method_not_allowed: 405,

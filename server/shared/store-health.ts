@@ -42,7 +42,7 @@ const STORE_FAULT_CAUSES: readonly (readonly [RegExp, string])[] = [
 const CLOSED_CAUSE = 'its storage stopped taking writes after a write to disk failed (it takes them again once the service is restarted)';
 
 /**
- * The answer to a request that could not be recorded because the store failed (decisions.md section 13): 503
+ * The answer to a request that could not be recorded because the store failed (docs/api/decisions.md section 13): 503
  * `unavailable` naming the cause; `outcome` says what that left (a send: nothing was sent). Null when `err` is not
  * the store's, unless the store is closed to writes (`closed`), which is the cause whatever the error says.
  */

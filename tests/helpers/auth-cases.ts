@@ -11,7 +11,7 @@ export interface EndpointUnderTest {
 }
 
 /**
- * The standard failures every endpoint shares (api.md, Endpoints): no key, another scheme, an unknown or malformed
+ * The standard failures every endpoint shares (docs/api/contract.md, Endpoints): no key, another scheme, an unknown or malformed
  * key, a revoked key (401 invalid_key); a key without the endpoint's scope (403 insufficient_scope); a foreign or
  * unknown X-Service-Account (404 account_not_found, identical for both); a sub-account's key naming a sibling
  * sub-account, its own account or its parent (404 account_not_found: sub-accounts have no sub-accounts).

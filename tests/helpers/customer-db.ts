@@ -7,7 +7,7 @@ import type pg from 'pg';
 import type { TestPostgres } from './postgres.js';
 import type { TestService } from './service.js';
 
-/** GET /database with no database set (api.md: `connected` false, the rest empty). */
+/** GET /database with no database set (docs/api/contract.md: `connected` false, the rest empty). */
 export const NOT_CONNECTED = {
   connected: false,
   host: null,

@@ -4,7 +4,7 @@ import type { TestDnsServer } from './dns-server.js';
 
 /**
  * A feedback-loop reporter the tests control: its DKIM key published in the test DNS, and a signer for the reports it
- * sends (decisions.md section 13: a complaint at fbl@ counts only when it passes DKIM for a domain of FBL_REPORTERS).
+ * sends (docs/api/decisions.md section 13: a complaint at fbl@ counts only when it passes DKIM for a domain of FBL_REPORTERS).
  */
 export function fblReporter(dns: TestDnsServer, domain: string, selector = 'fbl') {
   const { privateKey, publicKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });

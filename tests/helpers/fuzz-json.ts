@@ -23,7 +23,7 @@ export type Json =
 /** A piece of a body: text, a unit repeated, or raw bytes. */
 export type Piece = string | { unit: string; count: number } | { bytes: number[] };
 
-/** Under 1 MB, as api.md's body limit (`server/api/http/body.ts` MAX_BODY_BYTES). */
+/** Under 1 MB, as docs/api/contract.md's body limit (`server/api/http/body.ts` MAX_BODY_BYTES). */
 export const BODY_LIMIT = 1024 * 1024;
 
 /** A plain JSON value as a tree. */

@@ -7,7 +7,7 @@ import { type Json, type Piece, badUtf8, fromValue, hostileValue, hugeString, mu
 import { cursorValue, idSegment, limitValue, pct, query, sinceValue, wtf8 } from './fuzz-url.js';
 
 /**
- * Requests for the API fuzz test, one arbitrary per endpoint, built from api.md's field lists (and the template table,
+ * Requests for the API fuzz test, one arbitrary per endpoint, built from docs/api/contract.md's field lists (and the template table,
  * so a renamed variable is followed): well-shaped ones reach the deep paths, hostile ones break every rule a client
  * can break. Each request prints as a replayable description.
  */

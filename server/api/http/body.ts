@@ -5,7 +5,7 @@ import { ApiError } from '../../shared/errors.js';
 import type { AppEnv } from './env.js';
 import { assertJsonTextDepth } from './validate.js';
 
-/** Bodies of this size or more are refused (api.md: "Request body is 1 MB or more"). */
+/** Bodies of this size or more are refused (docs/api/contract.md: "Request body is 1 MB or more"). */
 export const MAX_BODY_BYTES = 1024 * 1024;
 
 /** Strict: bytes that are not UTF-8 throw rather than become U+FFFD (a leading byte order mark is dropped). */

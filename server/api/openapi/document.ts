@@ -18,7 +18,7 @@ import * as resources from './resources.js';
 
 type Json = Record<string, unknown>;
 
-/** api.md's conditions, one per code: a response lists those of its codes the endpoint can give. */
+/** docs/api/contract.md's conditions, one per code: a response lists those of its codes the endpoint can give. */
 const ERROR_CONDITIONS: Record<ErrorCode, string> = {
   invalid_json: 'The body could not be parsed as JSON.',
   invalid_idempotency_key: 'Idempotency-Key sent but empty or longer than 255 characters.',
@@ -209,7 +209,7 @@ function errorsOf(op: Operation): ErrorEntry[] {
     cases.push({ code: op.list.badCursor.code, status: op.list.badCursor.status, when: 'The cursor was not issued by this list for this account.' });
   }
   cases.push(...op.errors);
-  // A change the store could not record (decisions.md section 13); a read never writes.
+  // A change the store could not record (docs/api/decisions.md section 13); a read never writes.
   if (op.method !== 'get') cases.push('unavailable');
   cases.push('internal_error');
 

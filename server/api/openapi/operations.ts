@@ -217,7 +217,7 @@ export const OPERATIONS: Operation[] = [
     answers: [noContent('Disconnected; reconnecting the name returns the same records.')],
     errors: [
       { code: 'not_found', when: 'No domain with that id on this account.' },
-      // api.md names it for this endpoint; this service has no mailboxes, so the condition never holds.
+      // docs/api/contract.md names it for this endpoint; this service has no mailboxes, so the condition never holds.
       { code: 'domain_in_use', when: 'Never answered by this service: there are no mailboxes (every local part of a receiving domain is accepted), so no domain is ever in use.' },
     ],
   },

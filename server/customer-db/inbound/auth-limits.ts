@@ -1,7 +1,7 @@
 import addressparser from 'nodemailer/lib/addressparser';
 
 /**
- * What of a received message reaches mailauth (decisions.md section 13; README, "Inbound: what is checked"). Anyone
+ * What of a received message reaches mailauth (docs/api/decisions.md section 13; docs/api/behaviour.md, Inbound SMTP, "What reaches mailauth"). Anyone
  * on the internet can send a message to a receiving domain, and parts of mailauth cost more than the message's size:
  * its header parser is quadratic in the folded lines of a field and in the lines of the block (70,000 folded lines,
  * 280 KB, held a thread 39 s), and its DKIM verifier hashes the whole body once per distinct canonicalization,

@@ -7,7 +7,7 @@ import { ATTACHMENT_CHUNK, type ParsedMessage, SpoolError, type SpooledEvent, UN
 import type { Verdicts } from './verdicts.js';
 
 /**
- * A large received message, from the spool into the customer's Postgres (issue 12, point 4): a parse thread
+ * A large received message, from the spool into the customer's Postgres: a parse thread
  * (parser.ts parseSpooled) checks and parses it and streams it here as events, each attachment in chunks written as
  * they come (memory stays at one chunk whatever its size); then the `service.inbound` row, its attachments and
  * `NOTIFY service, '<id>'` in one transaction. Applied twice, it writes nothing twice.
@@ -68,7 +68,7 @@ export async function applySpooledInbound(
 ): Promise<void> {
   const key = deps.secretKey;
   if (!key) throw new SpoolError('no secret key to open the spooled message');
-  // Reads of the customer's tables are bounded (decisions.md section 13): service.inbound may be a view of theirs.
+  // Reads of the customer's tables are bounded (docs/api/decisions.md section 13): service.inbound may be a view of theirs.
   const done = await client.query('select 1 from service.inbound where id = $1 limit 1', [w.id]);
   if (done.rowCount !== 0) return;
   const events = parse(w);

@@ -1,0 +1,72 @@
+import { eq, sql } from 'drizzle-orm';
+import { definePrepared } from '../../db/prepared.js';
+import { emails } from '../../db/schema/index.js';
+import type { Deps } from '../../server/core/deps.js';
+import type { Claimed } from '../delivery-queue.js';
+import type { SigningKey } from '../dkim.js';
+import type { Signer } from '../signer.js';
+
+/** An email's whole `to` list (its To header), read once per message built. */
+const statements = definePrepared((db) => ({
+  recipientsOf: db.select({ to: emails.to }).from(emails).where(eq(emails.id, sql.placeholder('id'))).prepare(),
+}));
+
+/** A message built and signed, and the email's `to` list it was built for. */
+export interface BuiltMessage {
+  message: Buffer;
+  to: string[];
+}
+
+interface Entry {
+  ready: Promise<BuiltMessage>;
+  /** The held recipients of the email that share it. */
+  users: number;
+}
+
+/** What building a message takes besides the store and the clock. */
+export interface MessageCacheParts {
+  signer: Pick<Signer, 'build'>;
+  signingKey: (domainKeyId: string) => SigningKey & { id: string };
+}
+
+/**
+ * The message of an email, built and signed (in the signer's thread) once for all its recipients while any of them is
+ * held.
+ */
+export function createMessageCache(deps: Pick<Deps, 'db' | 'clock'>, parts: MessageCacheParts) {
+  const built = new Map<string, Entry>();
+
+  function entryOf(job: Claimed): Entry {
+    let entry = built.get(job.message.id);
+    if (!entry) {
+      // Everything, the reads too, inside the promise: a failure defers that recipient, it never stops the engine.
+      const ready = Promise.resolve().then(async () => {
+        const to = statements(deps.db).recipientsOf.get({ id: job.message.id })?.to ?? [job.recipient.recipient];
+        const message = await parts.signer.build(job.message, to, parts.signingKey(job.message.domainKeyId), new Date(deps.clock.now()));
+        return { message, to };
+      });
+      ready.catch(() => undefined);
+      entry = { ready, users: 0 };
+      built.set(job.message.id, entry);
+    }
+    return entry;
+  }
+
+  return {
+    /** One more held recipient shares its email's message (whose build starts now, if it has not yet). */
+    retain(job: Claimed): void {
+      entryOf(job).users++;
+    },
+    /** A recipient of the email is finished: the message goes once none of its recipients is held. */
+    release(messageId: string): void {
+      const entry = built.get(messageId);
+      if (entry && --entry.users === 0) built.delete(messageId);
+    },
+    /** The job's message, built and signed; a rejection (the build failed) is that recipient's to record. */
+    messageOf(job: Claimed): Promise<BuiltMessage> {
+      return entryOf(job).ready;
+    },
+  };
+}
+
+export type MessageCache = ReturnType<typeof createMessageCache>;
