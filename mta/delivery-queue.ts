@@ -125,12 +125,6 @@ export function stillHeld(db: Db, worker: string, id: string): boolean {
   return leases.stillHeld(db, worker, id);
 }
 
-/** Gives claimed recipients back without an attempt (shutdown before they were tried). */
-export function releaseRecipients(db: Db, worker: string, ids: string[]): void {
-  if (ids.length === 0) return;
-  unsynced(db, () => leases.release(db, worker, ids));
-}
-
 /** Extends the leases this worker still holds, so a long delivery is never claimed twice. */
 export function renewLeases(db: Db, worker: string, ids: string[], until: number): void {
   if (ids.length === 0) return;
@@ -152,10 +146,8 @@ export function recipientQueue(db: Db): QueueStore<Claimed, RecipientClaim> {
   return {
     claim: (worker, r) => claimDueRecipients(db, worker, r.now, r.leaseMs, r.limit, r.shares, r.leaseNow),
     renew: (worker, ids, until) => renewLeases(db, worker, [...ids], until),
-    release: (worker, ids) => {
-      if (ids !== undefined && ids.length === 0) return 0;
-      return unsynced(db, () => leases.release(db, worker, ids));
-    },
+    // Claimed recipients given back without an attempt (shutdown before they were tried).
+    release: (worker, ids) => (ids !== undefined && ids.length === 0 ? 0 : unsynced(db, () => leases.release(db, worker, ids))),
     stillHeld: (worker, id) => stillHeld(db, worker, id),
     releaseDead: (worker, host) => releaseDeadLeases(db, worker, host),
     capForeign: (worker, leaseNow, leaseMs) => capForeignLeases(db, worker, leaseNow, leaseMs),

@@ -1,5 +1,4 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { onQueueMarked } from '../db/queue-wake.js';
 import { and, eq } from 'drizzle-orm';
 import { emailEvents, outboundRecipients } from '../db/schema/index.js';
 import { DEFAULT_ENGINE_OPTIONS, createDeliveryEngine, type DeliveryEngine, type EngineOptions } from '../mta/delivery-engine.js';
@@ -28,7 +27,6 @@ let dns: TestDnsServer;
 let sink: SmtpSink;
 let service: TestService;
 let engine: DeliveryEngine | null = null;
-let unsubscribe: () => void = () => undefined;
 /** Releases every reply the tarpit still holds (and makes it answer at once from then on). */
 let openTarpit: () => void = () => undefined;
 
@@ -48,13 +46,11 @@ afterEach(async () => {
   openTarpit();
   dns.clear();
   await engine?.stop();
-  unsubscribe();
   engine = null;
 });
 
 function startEngine(options: Partial<EngineOptions> = {}): DeliveryEngine {
   const e = createDeliveryEngine(service.deps, { timeouts: PATIENT_TIMEOUTS, ...options });
-  unsubscribe = onQueueMarked(service.deps.db, 'recipients', e.poke);
   e.start();
   engine = e;
   return e;

@@ -4,7 +4,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { onQueueMarked } from '../db/queue-wake.js';
 import { AUTH_LIMITS, scanHeaderBlock } from '../server/customer-db/inbound/auth-limits.js';
 import { UNPARSABLE_ATTACHMENT } from '../server/customer-db/inbound/parse-message.js';
 import { createInboundParser } from '../server/customer-db/inbound/parser.js';
@@ -231,7 +230,6 @@ describe('the bombs over SMTP, into the customer databases', () => {
     }
     [targetDb, otherDb] = customers as [pg.Client, pg.Client];
     writer = createCustomerDbWriter(service.deps);
-    onQueueMarked(service.deps.db, 'customer-db', () => writer.poke());
     writer.start();
   }, 120_000);
   afterAll(async () => {

@@ -24,7 +24,8 @@ export async function sendTestPing(deps: Deps, endpoint: EndpointSummary): Promi
 
 /**
  * The CLI's `webhooks enable`: on, no failures, its waiting deliveries due now. Unlike the CLI (another process),
- * the dashboard runs beside the dispatcher, so it tells it to look now, as a successful ping does.
+ * the dashboard runs beside the dispatcher, which the re-enable's mark (db/queue-wake.ts) wakes at once, as a
+ * successful ping's does.
  */
 export function reenableEndpoint(deps: Deps, endpoint: EndpointSummary): Outcome {
   const wasOff = !endpoint.view.active;

@@ -17,7 +17,6 @@ import { type InboundServer, createInboundServer } from '../../mta/inbound/serve
 import { loadOrCreateSmtpTls } from '../../mta/inbound/tls.js';
 import { createLogger, stdoutBatched } from '../shared/logger.js';
 import { scansOffThread } from '../../db/scans.js';
-import { onQueueMarked } from '../../db/queue-wake.js';
 import { checkSecretKey, keyOffWarning, mismatchLine } from './secret-key-check.js';
 import { runStopSteps } from './shutdown.js';
 import { STARTED_EVENT, type StartedMessage, startLine } from './start-line.js';
@@ -99,12 +98,10 @@ async function main(): Promise<void> {
   if (deadClaims > 0) logger.info('idempotency.dead_claims_released', { count: deadClaims });
 
   const engine = createDeliveryEngine(deps);
-  onQueueMarked(deps.db, 'recipients', engine.poke);
   const webhooks = createWebhookDispatcher(deps);
   // One set of parse threads: the writer's parse of received mail, and the inbound server's check of reports.
   const parser = createInboundParser(deps);
   const customerDb = createCustomerDbWriter(deps, { parser });
-  onQueueMarked(deps.db, 'customer-db', customerDb.poke);
 
   const flushUsage = () => {
     try {
