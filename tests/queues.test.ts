@@ -162,11 +162,12 @@ describe('the wake after a durable commit', () => {
 describe('the runner', () => {
   it('wakes on its queue’s marks only while it runs, and its stop waits for the work in flight within its grace', async () => {
     let passes = 0;
-    let finish = () => undefined as void;
+    let finish: () => void = () => undefined;
     const runner = createRunner({
       intervalMs: 60_000,
       tick: () => {
         passes++;
+        return false;
       },
       onError: (err) => {
         throw err;

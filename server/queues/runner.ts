@@ -12,7 +12,7 @@ export interface RunnerOptions {
   /** How often the loop looks for due work when nothing wakes it. */
   intervalMs: number;
   /** One pass: claims what fits and starts its work (through `track`); true when it filled its room (run again now). */
-  tick: () => boolean | void;
+  tick: () => boolean | undefined;
   /** A pass's error (a claim that failed): logged by the queue; the loop goes on. */
   onError: (err: unknown) => void;
   /** The queue whose producers' marks wake the loop while it runs. */
