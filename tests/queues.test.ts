@@ -8,7 +8,7 @@ import { type Store, openDatabase } from '../db/client.js';
 import { createGroupCommit } from '../db/group-commit.js';
 import { markQueued, onQueueMarked } from '../db/queue-wake.js';
 import { sqliteLeases } from '../server/queues/lease-table.js';
-import { createRunner } from '../server/queues/runner.js';
+import { createQueueWorker, createRunner } from '../server/queues/runner.js';
 import { takeInTurns } from '../server/queues/turns.js';
 
 /**
@@ -190,5 +190,39 @@ describe('the runner', () => {
     expect(passes).toBe(2);
     finish();
     await expect.poll(() => runner.inFlight).toBe(0);
+  });
+});
+
+describe('a queue worker: what it claims and what one attempt is', () => {
+  it('claims within its room (maxInFlight less the attempts in flight) and runs until nothing is due', async () => {
+    const due = ['a', 'b', 'c', 'd', 'e'];
+    const rooms: number[] = [];
+    const attempted: string[] = [];
+    let inFlight = 0;
+    let most = 0;
+    const worker = createQueueWorker<string>({
+      intervalMs: 60_000,
+      maxInFlight: 2,
+      onError: (err) => {
+        throw err;
+      },
+      claim: (room) => {
+        rooms.push(room);
+        return room <= 0 ? [] : due.splice(0, room);
+      },
+      attempt: async (job) => {
+        inFlight++;
+        most = Math.max(most, inFlight);
+        await new Promise((r) => setTimeout(r, job === 'a' ? 30 : 5));
+        attempted.push(job);
+        inFlight--;
+      },
+    });
+    expect(await worker.runOnce()).toBe(5);
+    expect(attempted.sort()).toEqual(['a', 'b', 'c', 'd', 'e']);
+    expect(most).toBe(2);
+    expect(rooms[0]).toBe(2);
+    expect(Math.max(...rooms)).toBe(2);
+    expect(worker.inFlight).toBe(0);
   });
 });
