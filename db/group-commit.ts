@@ -1,6 +1,7 @@
 import { open } from 'node:fs/promises';
 import type Database from 'better-sqlite3';
 import type { Db } from './client.js';
+import { type QueueName, collectMarks, wakeMarked } from './queue-wake.js';
 
 interface Job<T> {
   fn: (db: Db) => T;
@@ -169,11 +170,14 @@ export function createGroupCommit(
   let pending: Job<unknown>[] = [];
   let scheduled = false;
 
+  /** The queues marked by the jobs of the batch being committed (db/queue-wake.ts): woken once it is durable. */
+  let marked = new Set<QueueName>();
   const runJob = (job: Job<unknown>): { ok: true; value: unknown } | { ok: false; err: unknown } => {
     q.savepoint.run();
     try {
-      const value = job.fn(db);
+      const { value, marks } = collectMarks(db, () => job.fn(db));
       q.release.run();
+      for (const m of marks) marked.add(m);
       return { ok: true, value };
     } catch (err) {
       onFailure(err);
@@ -194,6 +198,7 @@ export function createGroupCommit(
     if (jobs.length === 0) return;
     pending = [];
     let outcomes: ReturnType<typeof runJob>[];
+    marked = new Set();
     try {
       setSynchronous('NORMAL');
       outcomes = commitBatch.immediate(jobs);
@@ -212,6 +217,9 @@ export function createGroupCommit(
     }
     const done = barrier.durable();
     done.catch(flushFailed); // each write that waits on it hears of a failed flush itself
+    // The workers of the queues this batch marked wake once it is durable, before any of its writers goes on.
+    const wake = marked;
+    if (wake.size > 0) done.then(() => unsafe === null && wakeMarked(db, wake), () => undefined);
     jobs.forEach((job, i) => {
       const o = outcomes[i]!;
       // A rolled-back write left nothing to make durable. One whose frames follow a failed flush is not known to be

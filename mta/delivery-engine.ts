@@ -1,7 +1,7 @@
-import { createPollLoop } from '../server/queues/poll-loop.js';
+import { createRunner } from '../server/queues/runner.js';
 import { newWorkerId } from '../server/queues/leases.js';
 import type { Deps } from '../server/core/deps.js';
-import { type Claimed, capForeignLeases, claimDueRecipients, releaseDeadLeases, releaseRecipients, renewLeases } from './delivery-queue.js';
+import { type Claimed, recipientQueue } from './delivery-queue.js';
 import { createFairSlots } from '../server/queues/fair-slots.js';
 import { type Signer, createSigner } from './signer.js';
 import { createRouter } from './routing.js';
@@ -72,7 +72,10 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
   const opts = { ...DEFAULT_ENGINE_OPTIONS, ...options };
   const worker = newWorkerId();
 
-  // The queue plumbing's state: the recipients held (claimed, not yet finished), the poll loop, stopping.
+  const queue = recipientQueue(deps.db);
+
+  // The queue's state: the recipients held (claimed, not yet finished), stopping. The loop, the lanes in flight, the
+  // lease renewal, start, stop and wake are the runner's (server/queues/runner.ts).
   /** Recipients held per account (claimed, not yet finished). */
   const heldByAccount = new Map<string, number>();
   /** Recipients finished since the last claim: a claim waits until enough room is worth a query. */
@@ -80,12 +83,37 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
   /** Claimed and not yet finished: the claims this engine renews. */
   const held = new Set<string>();
   let stopping = false;
-  const loop = createPollLoop({
+  const runner = createRunner({
     intervalMs: opts.pollMs,
     tick: () => tick(),
     onError: (err) => logFailure(deps, 'delivery.claim_failed', err),
+    wake: { db: deps.db, queue: 'recipients' },
+    // Leases of earlier runs whose process is gone are released first; a lease of a process that may still be
+    // running is left to run out.
+    onStart: () => {
+      const released = queue.releaseDead(worker);
+      if (released > 0) deps.logger.warn('delivery.leases_released', { released });
+      const capped = queue.capForeign(worker, leaseNow(deps.clock), opts.leaseMs);
+      if (capped > 0) deps.logger.warn('delivery.leases_capped', { capped });
+      stopping = false;
+    },
+    every: {
+      ms: Math.max(1000, Math.floor(opts.leaseMs / 3)),
+      run: () => {
+        try {
+          queue.renew(worker, [...held], leaseNow(deps.clock) + opts.leaseMs);
+        } catch (err) {
+          logFailure(deps, 'delivery.lease_renewal_failed', err);
+        }
+      },
+    },
+    // No new connection waits: the recipients not yet in a transaction go back.
+    drain: () => {
+      slots.cancelAll();
+      releaseWaiting();
+    },
+    stopGraceMs: opts.stopGraceMs,
   });
-  let renewTimer: NodeJS.Timeout | null = null;
 
   // The parts: connection slots, routes, the signing thread and the messages it builds, outcomes, transports, lanes.
   const isStopping = () => stopping;
@@ -102,12 +130,12 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
     transports,
     outcomes,
     isStopping,
-    poke: () => loop.poke(),
+    track: (lane) => void runner.track(lane),
     perDomain: opts.perDomain,
     recipientsPerLane: opts.recipientsPerLane,
   });
 
-  // The queue plumbing: adopt what is claimed, claim, tick, give back, start, stop, poke.
+  // What the queue says: adopt what is claimed, claim, tick, give back.
   function adopt(claimed: Claimed[]): Promise<void>[] {
     // A recipient this engine still holds (its lease lapsed, say, while the loop was stalled) is not taken twice.
     return claimed.filter((c) => !held.has(c.recipient.id)).map(
@@ -131,7 +159,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
               resolve();
               // Room for a useful claim again (a quarter of the batch, or everything): claim now, not at the poll.
               finishedSinceClaim++;
-              if (finishedSinceClaim >= opts.batchSize / 4 || held.size === 0) loop.poke();
+              if (finishedSinceClaim >= opts.batchSize / 4 || held.size === 0) runner.wake();
             },
           };
           lanes.enqueue(job);
@@ -146,7 +174,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
     const room: Record<string, number> = {};
     for (const [account, n] of heldByAccount) room[account] = Math.max(0, opts.perAccountHeld - n);
     // Due by the wall clock (the schedule is stored as times of day); leases on the process's steady timeline.
-    return adopt(claimDueRecipients(deps.db, worker, deps.clock.now(), opts.leaseMs, limit, { perAccount: opts.perAccountHeld, room }, leaseNow(deps.clock)));
+    return adopt(queue.claim(worker, { now: deps.clock.now(), leaseNow: leaseNow(deps.clock), leaseMs: opts.leaseMs, limit, shares: { perAccount: opts.perAccountHeld, room } }));
   }
 
   /** Claims everything due now (by the injected clock, up to `batchSize`) and resolves when each is finished. */
@@ -171,7 +199,7 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
   /** Gives back every recipient still waiting for a connection (shutdown). */
   function releaseWaiting(): void {
     lanes.drainWaiting((jobs) => {
-      releaseRecipients(deps.db, worker, jobs.map((j) => j.recipient.id));
+      queue.release(worker, jobs.map((j) => j.recipient.id));
       for (const job of jobs) job.finish();
     });
   }
@@ -179,39 +207,14 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
   return {
     worker,
     runOnce,
-    /**
-     * Starts the loop (from main). Leases of earlier runs whose process is gone are released first; a lease of a
-     * process that may still be running is left to run out.
-     */
-    start(): void {
-      if (loop.running) return;
-      const released = releaseDeadLeases(deps.db, worker);
-      if (released > 0) deps.logger.warn('delivery.leases_released', { released });
-      const capped = capForeignLeases(deps.db, worker, leaseNow(deps.clock), opts.leaseMs);
-      if (capped > 0) deps.logger.warn('delivery.leases_capped', { capped });
-      stopping = false;
-      renewTimer = setInterval(() => {
-        try {
-          renewLeases(deps.db, worker, [...held], leaseNow(deps.clock) + opts.leaseMs);
-        } catch (err) {
-          logFailure(deps, 'delivery.lease_renewal_failed', err);
-        }
-      }, Math.max(1000, Math.floor(opts.leaseMs / 3)));
-      renewTimer.unref();
-      loop.start();
-    },
-    /** Something was queued: claim now instead of at the next poll. */
-    poke: loop.poke,
+    /** Starts the loop (from main), woken by every durable commit that queues recipients. */
+    start: runner.start,
+    /** Claims now instead of at the next poll. */
+    poke: runner.wake,
     /** Stops claiming; lets in-flight transactions finish, gives waiting recipients back; resolves when idle. */
     async stop(): Promise<void> {
       stopping = true;
-      await loop.stop();
-      slots.cancelAll();
-      releaseWaiting();
-      const settled = lanes.settle();
-      let grace: NodeJS.Timeout | undefined;
-      const abandoned = await Promise.race([settled.then(() => false), new Promise<boolean>((resolve) => (grace = setTimeout(() => resolve(true), opts.stopGraceMs)))]);
-      clearTimeout(grace);
+      const { abandoned } = await runner.stop();
       if (abandoned) {
         deps.logger.warn('delivery.stop_abandoned', {
           recipients: held.size,
@@ -219,7 +222,6 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
         });
       }
       releaseWaiting();
-      if (renewTimer) clearInterval(renewTimer);
       await signer.close();
     },
   };

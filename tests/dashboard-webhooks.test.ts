@@ -10,6 +10,7 @@ import { expectAccessible, flashText, horizontalOverflow, newPage, pageProblems,
 import { type DashboardClient, openDashboard } from './helpers/dashboard.js';
 import { type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import { HttpsReceiver, type ReceivedRequest } from './helpers/https-receiver.js';
+import { onQueueMarked } from '../db/queue-wake.js';
 import { newSender, receipt, type Sender } from './helpers/sending.js';
 
 /**
@@ -167,11 +168,10 @@ describe('the webhook pages in the browser', () => {
 
     receiver.respond({ status: 200 });
     let pokes = 0;
-    const onWebhookQueued = service.deps.onWebhookQueued;
-    service.deps.onWebhookQueued = () => pokes++;
+    const unsubscribe = onQueueMarked(service.deps.db, 'webhooks', () => pokes++);
     page.once('dialog', (d) => void d.accept());
     await page.getByRole('button', { name: 'Re-enable' }).click();
-    await page.waitForURL(`**/dashboard/webhooks/${endpoint.id}`).finally(() => (service.deps.onWebhookQueued = onWebhookQueued));
+    await page.waitForURL(`**/dashboard/webhooks/${endpoint.id}`).finally(unsubscribe);
     // The dispatcher beside the dashboard is told to look now, as after a successful ping.
     expect(pokes).toBe(1);
     expect(await flashText(page)).toContain('switched back on');

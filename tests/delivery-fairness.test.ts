@@ -51,7 +51,6 @@ afterEach(async () => {
 
 function startEngine(options: Partial<EngineOptions> = {}): DeliveryEngine {
   const e = createDeliveryEngine(service.deps, { timeouts: PATIENT_TIMEOUTS, ...options });
-  service.deps.onQueued = e.poke;
   e.start();
   engine = e;
   return e;

@@ -230,7 +230,6 @@ describe('the bombs over SMTP, into the customer databases', () => {
     }
     [targetDb, otherDb] = customers as [pg.Client, pg.Client];
     writer = createCustomerDbWriter(service.deps);
-    service.deps.onCustomerDbQueued = () => writer.poke();
     writer.start();
   }, 120_000);
   afterAll(async () => {

@@ -4,6 +4,7 @@ import { hostname } from 'node:os';
 import { asc, eq } from 'drizzle-orm';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { onQueueMarked } from '../db/queue-wake.js';
 import { type WebhookDeliveryRow, type WebhookEndpointRow, type WebhookEventType, webhookAttempts, webhookDeliveries, webhookEndpoints } from '../db/schema/index.js';
 import { leaseNow } from '../server/shared/clock.js';
 import { newId } from '../server/shared/ids.js';
@@ -268,9 +269,8 @@ describe('webhook dispatcher', () => {
     receiver.respond({ status: 204 });
     clock.set(t0 + 40_000); // before the first ten's retry time: they resume at once all the same
     let pokes = 0;
-    const onWebhookQueued = deps.onWebhookQueued;
-    deps.onWebhookQueued = () => pokes++;
-    const ok = await pingEndpoint(deps, endpointRow(endpoint.id)).finally(() => (deps.onWebhookQueued = onWebhookQueued));
+    const unsubscribe = onQueueMarked(deps.db, 'webhooks', () => pokes++);
+    const ok = await pingEndpoint(deps, endpointRow(endpoint.id)).finally(unsubscribe);
     expect(ok).toMatchObject({ delivered: true, status: 204, error: null });
     expect(pokes).toBe(1); // the dispatcher looks at once instead of at its next interval
     expect(endpointRow(endpoint.id)).toMatchObject({ active: true, failureCount: 0, disabledAt: null });

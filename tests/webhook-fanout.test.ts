@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { onQueueMarked } from '../db/queue-wake.js';
 import { eq } from 'drizzle-orm';
 import { emailEvents, outboundRecipients, webhookDeliveries, webhookEndpoints, type WebhookEventType } from '../db/schema/index.js';
 import { createDeliveryEngine } from '../mta/delivery-engine.js';
@@ -53,7 +54,7 @@ describe('webhook fan-out of recorded outcomes', () => {
     const bouncesOnly = endpoint(s.account.id, ['email.bounced']);
     const foreign = endpoint(other.account.id, ['email.delivered']);
     let queued = 0;
-    rig.service.deps.onWebhookQueued = () => queued++;
+    onQueueMarked(rig.service.deps.db, 'webhooks', () => queued++);
 
     const id = await sendAndDeliver(s.key, s.from, 'ann@example.net', { tags: { order: 'A-7' } });
 

@@ -2,6 +2,7 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 import { and, asc, count, eq, isNotNull } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { onQueueMarked } from '../db/queue-wake.js';
 import * as schema from '../db/schema/index.js';
 import { emailEvents, emails, webhookDeliveries, webhookEndpoints } from '../db/schema/index.js';
 import { MAX_PENDING_PER_ENDPOINT, MAX_REPLAY_EVENTS, REPLAY_CHUNK_ROWS } from '../server/core/webhook-replay.js';
@@ -28,9 +29,9 @@ let pokes = 0;
 
 beforeAll(async () => {
   service = await startService();
-  service.deps.onWebhookQueued = () => {
+  onQueueMarked(service.deps.db, 'webhooks', () => {
     pokes += 1;
-  };
+  });
 });
 afterAll(async () => {
   for (const child of runningProcesses) child.kill('SIGKILL');
@@ -457,19 +458,17 @@ describe('an endpoint deleted while its replay is written', () => {
     seedManyEvents(service, seedEmail(service, account.id), 3 * REPLAY_CHUNK_ROWS, start);
     const endpoint = seedEndpoint(service, account.id, ['email.delivered']);
     await afterLongSeed();
-    const poke = service.deps.onWebhookQueued;
     let chunks = 0;
-    service.deps.onWebhookQueued = () => {
-      poke();
+    const unsubscribe = onQueueMarked(service.deps.db, 'webhooks', () => {
       chunks += 1;
       // The first chunk is on disk: the endpoint goes, as DELETE /webhooks/{id} ends, its deliveries with it.
       service.deps.db.delete(webhookEndpoints).where(eq(webhookEndpoints.id, endpoint)).run();
-    };
+    });
     let res;
     try {
       res = await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body: { since: isoAt(start), until: isoAt(start + 3 * REPLAY_CHUNK_ROWS) } });
     } finally {
-      service.deps.onWebhookQueued = poke;
+      unsubscribe();
     }
     expectError(res, 404, 'webhook_not_found');
     expect(res.body.error.message).toContain('deleted while its replay was being queued');

@@ -24,14 +24,14 @@ export async function sendTestPing(deps: Deps, endpoint: EndpointSummary): Promi
 
 /**
  * The CLI's `webhooks enable`: on, no failures, its waiting deliveries due now. Unlike the CLI (another process),
- * the dashboard runs beside the dispatcher, so it tells it to look now, as a successful ping does.
+ * the dashboard runs beside the dispatcher, which the re-enable's mark (db/queue-wake.ts) wakes at once, as a
+ * successful ping's does.
  */
 export function reenableEndpoint(deps: Deps, endpoint: EndpointSummary): Outcome {
   const wasOff = !endpoint.view.active;
   enableWebhook(deps.db, endpoint.view.id, deps.clock.now());
   if (!wasOff) return { kind: 'ok', message: 'The endpoint was already on; its failure count is reset.' };
   deps.logger.info('webhook.endpoint_reenabled', { endpointId: endpoint.view.id, accountId: endpoint.accountId, by: 'operator' });
-  deps.onWebhookQueued();
   return { kind: 'ok', message: 'The endpoint is switched back on; its waiting deliveries go out now.' };
 }
 

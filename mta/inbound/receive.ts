@@ -250,8 +250,6 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
     throw new SmtpReply(550, '5.7.1 Relaying denied: this server does not accept mail for that address');
   }
   // Pokes only once the commit is durable: the writer and the dispatcher never see a write that could still roll back.
-  if (queued.stored > 0 || queued.written > 0) deps.onCustomerDbQueued();
-  if (queued.webhooks > 0) deps.onWebhookQueued();
   if (reports.length > 0 && !report) deps.logger.info('inbound.report_unparsed', { id, recipients: reports.length });
   return { id, size, stored: queued.stored, events: queued.events, operator: operators.length > 0 };
 }

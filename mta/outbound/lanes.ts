@@ -13,8 +13,8 @@ export interface LaneParts {
   transports: Transports;
   outcomes: Pick<OutcomeRecording, 'recordAll'>;
   isStopping: () => boolean;
-  /** A lane ended: room for a claim, perhaps. */
-  poke: () => void;
+  /** Tracks a lane until it ends (the engine's runner: its stop waits for it, and its end wakes a claim). */
+  track: (lane: Promise<void>) => void;
   /** Open SMTP connections at most per destination domain (lanes per queue). */
   perDomain: number;
   /** Recipients waiting per lane before another lane to the same destination is started. */
@@ -29,7 +29,6 @@ export interface LaneParts {
 export function createLanes(deps: Pick<Deps, 'logger' | 'storeHealth'>, parts: LaneParts) {
   const { router, slots, transports, outcomes, isStopping } = parts;
   const work = new Map<string, DomainWork>();
-  const lanesDone = new Set<Promise<void>>();
 
   /** Queues a claimed recipient for its account's destination, with a new lane when the queue's backlog asks for one. */
   function enqueue(job: Job): void {
@@ -47,16 +46,15 @@ export function createLanes(deps: Pick<Deps, 'logger' | 'storeHealth'>, parts: L
 
   function startLane(w: DomainWork): void {
     w.lanes++;
-    const done = lane(w)
-      .catch((err: unknown) => logFailure(deps, 'delivery.lane_failed', err, { domain: w.domain, accountId: w.account }))
-      .finally(() => {
-        lanesDone.delete(done);
-        w.lanes--;
-        if (w.jobs.length > 0 && w.lanes === 0 && !isStopping()) startLane(w);
-        else if (w.jobs.length === 0 && w.lanes === 0 && work.get(w.key) === w) work.delete(w.key);
-        parts.poke();
-      });
-    lanesDone.add(done);
+    parts.track(
+      lane(w)
+        .catch((err: unknown) => logFailure(deps, 'delivery.lane_failed', err, { domain: w.domain, accountId: w.account }))
+        .finally(() => {
+          w.lanes--;
+          if (w.jobs.length > 0 && w.lanes === 0 && !isStopping()) startLane(w);
+          else if (w.jobs.length === 0 && w.lanes === 0 && work.get(w.key) === w) work.delete(w.key);
+        }),
+    );
   }
 
   /**
@@ -88,10 +86,6 @@ export function createLanes(deps: Pick<Deps, 'logger' | 'storeHealth'>, parts: L
     /** Hands each queue's waiting recipients, taken out of it, to `take` (shutdown: they are given back). */
     drainWaiting(take: (jobs: Job[]) => void): void {
       for (const w of work.values()) take(w.jobs.splice(0));
-    },
-    /** Resolves once no lane runs (those started meanwhile included). */
-    async settle(): Promise<void> {
-      while (lanesDone.size > 0) await Promise.all([...lanesDone]);
     },
   };
 }

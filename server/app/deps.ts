@@ -84,9 +84,6 @@ export function createDeps(config: Config, clock: Clock, logger: Logger, options
     // Generated only on a first start: DATA_DIR holding secrets sealed with a key and no key file is a lost key.
     secretKey: options.secretKey !== undefined ? options.secretKey : resolveSecretKey(config, { mayGenerate: !holdsSealedSecrets(store.db) }),
     keyUsage: createKeyUsage(),
-    onQueued: () => undefined,
-    onWebhookQueued: () => undefined,
-    onCustomerDbQueued: () => undefined,
     rateLimiter: createRateLimiter(clock, { perKey: config.rateLimitPerKey, perAccount: config.rateLimitPerAccount }),
     scans,
     metrics: createMetrics(clock, () => scans),

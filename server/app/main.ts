@@ -84,16 +84,13 @@ async function main(): Promise<void> {
   announceStart(config, logger, stdout, { httpPort: http.port, smtpPort });
 }
 
-/** The workers over the durable queues, each woken by the producers through Deps once it exists. */
+/** The workers over the durable queues; each subscribes to its queue's wake (db/queue-wake.ts) when it starts. */
 function createWorkers(deps: Deps) {
   const engine = createDeliveryEngine(deps);
-  deps.onQueued = engine.poke;
   const webhooks = createWebhookDispatcher(deps);
-  deps.onWebhookQueued = webhooks.poke;
   // One set of parse threads: the writer's parse of received mail, and the inbound server's check of reports.
   const parser = createInboundParser(deps);
   const customerDb = createCustomerDbWriter(deps, { parser });
-  deps.onCustomerDbQueued = customerDb.poke;
   return { engine, webhooks, parser, customerDb };
 }
 

@@ -4,6 +4,7 @@ import { type Db, clientOf } from '../../db/client.js';
 import type { CustomerWrite } from '../../db/customer/writes.js';
 import { cutErrorText } from '../../db/customer/error-text.js';
 import { definePrepared } from '../../db/prepared.js';
+import { markQueued } from '../../db/queue-wake.js';
 import { type CustomerDbWriteRow, customerDbWrites } from '../../db/schema/index.js';
 import { DAY_MS } from '../shared/clock.js';
 import { newId } from '../shared/ids.js';
@@ -89,6 +90,7 @@ export function queueCustomerDbWrite(deps: { db: Db; secretKey: Buffer | null },
     spoolId: 'spoolId' in write ? write.spoolId : null,
     now,
   });
+  markQueued(deps.db, 'customer-db');
   return true;
 }
 

@@ -11,8 +11,8 @@ import type { KeyUsage } from './key-usage.js';
 import type { RateLimiter } from './rate-limit.js';
 
 /**
- * Everything with a side effect, built once in main (or a test) and passed down; read-only once built, but for the
- * three wake-ups main points at the workers after it builds them.
+ * Everything with a side effect, built once in the composition root (server/app/deps.ts, or a test) and passed down;
+ * read-only once built.
  */
 export interface Deps {
   readonly config: Config;
@@ -27,12 +27,6 @@ export interface Deps {
   /** The key that seals stored secrets; null when SECRET_KEY=off. */
   readonly secretKey: Buffer | null;
   readonly keyUsage: KeyUsage;
-  /** Called after a send is durably queued; main points it at the delivery engine so delivery starts at once. */
-  onQueued: () => void;
-  /** Called after webhook deliveries are durably queued; main points it at the webhook dispatcher. */
-  onWebhookQueued: () => void;
-  /** Called after customer-database writes are durably queued; main points it at the writer. */
-  onCustomerDbQueued: () => void;
   readonly rateLimiter: RateLimiter;
   /**
    * Where reads that walk many rows run (the /metrics gauges, the dashboard's chart): in the server the checkpoint

@@ -1,5 +1,5 @@
 import { and, eq, isNull, sql } from 'drizzle-orm';
-import { accounts, emailEvents, emails, outboundMessages, outboundRecipients } from '../../db/schema/index.js';
+import { type OutboundMessageRow, type OutboundRecipientRow, accounts, emailEvents, emails, outboundMessages, outboundRecipients } from '../../db/schema/index.js';
 import { definePrepared } from '../../db/prepared.js';
 import type { Deps } from './deps.js';
 import { findAccount } from './accounts.js';
@@ -9,10 +9,15 @@ import { newId } from '../shared/ids.js';
 import { type OutcomeStatus, fanOutOutcome } from './webhook-fanout.js';
 import { queueCustomerDbWrite } from './customer-db-outbox.js';
 import { type Capture, storeCapture } from './capture-store.js';
-import type { Claimed } from '../../mta/delivery-queue.js';
 import type { Classified } from './dsn.js';
 import { nextAttemptAt } from './delivery-schedule.js';
 import { isSimulatorAddress } from './simulator.js';
+
+/** A recipient leased from the outbound queue, with its message: what one delivery attempt works on. */
+export interface Claimed {
+  recipient: OutboundRecipientRow;
+  message: OutboundMessageRow;
+}
 
 export interface Recorded {
   status: 'delivered' | 'bounced' | 'deferred';
@@ -37,7 +42,7 @@ export interface AttemptExtras {
  * transaction, the captured message and a complaint after the delivery.
  */
 export async function recordOutcome(
-  deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'commits' | 'onWebhookQueued' | 'secretKey' | 'onCustomerDbQueued' | 'metrics'>,
+  deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'commits' | 'secretKey' | 'metrics'>,
   job: Claimed,
   outcome: Classified,
   extras: AttemptExtras = {},
@@ -56,7 +61,7 @@ export async function recordOutcome(
   // Through the group commit: outcomes of concurrent connections share one fsync, and the caller's next step waits
   // until this one is durable.
   const complaint = recorded.status === 'delivered' ? (extras.complaint ?? null) : null;
-  const queued = await deps.commits.run(() => {
+  await deps.commits.run(() => {
     const q = statements(db);
     const of = { emailId: job.message.id, accountId: job.message.accountId, recipient: job.recipient.recipient, occurredAt: now };
     if (extras.capture) storeCapture(db, extras.capture);
@@ -71,8 +76,6 @@ export async function recordOutcome(
     if ((q.openRecipients.get({ messageId: job.message.id })?.n ?? 0) === 0) q.deleteMessage.run({ id: job.message.id });
     return written;
   });
-  if (queued.webhooks > 0) deps.onWebhookQueued();
-  if (queued.written) deps.onCustomerDbQueued();
   if (recorded.status !== 'deferred') deps.metrics.deliveryLatency(recorded.status, (now - job.message.createdAt) / 1000);
   deps.logger.info(`delivery.${recorded.status}`, { emailId: job.message.id, recipient: job.recipient.recipient, dsn: recorded.dsn, detail: recorded.detail, attempts });
   if (complaint) deps.logger.info('delivery.complained', { emailId: job.message.id, recipient: job.recipient.recipient, dsn: complaint.dsn, detail: complaint.detail });
@@ -102,8 +105,8 @@ const SUPPRESSING: Readonly<Record<OutcomeStatus, ((dsn: string) => boolean) | n
  * or complaint received on inbound SMTP): the event, its webhook deliveries, the customer database's copy, the
  * email's first deliveredAt/bouncedAt/complainedAt, and for a 5.x.x bounce or a complaint the suppression on the
  * account's list and its parent's, the reputation counter and the breaker (never for a mailbox simulator address:
- * the simulator does not count toward reputation). Returns what was queued, so the caller can poke the dispatcher and
- * the writer once the transaction is durable.
+ * the simulator does not count toward reputation). Returns what was queued; the fan-out and the outbox marked their
+ * queues (db/queue-wake.ts), so the dispatcher and the writer wake once the transaction is durable.
  */
 export function writeOutcome(deps: Pick<Deps, 'db' | 'logger' | 'secretKey' | 'metrics'>, o: OutcomeToRecord): { webhooks: number; written: boolean } {
   const { db } = deps;

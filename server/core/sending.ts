@@ -1,6 +1,7 @@
 import { and, count, eq, gt, sql } from 'drizzle-orm';
 import { definePrepared } from '../../db/prepared.js';
 import { FlushFailedError } from '../../db/group-commit.js';
+import { markQueued } from '../../db/queue-wake.js';
 import { DELIVERY_WINDOW_MS } from './delivery-schedule.js';
 import { isAlwaysSuppressed, isSimulatorDomain } from './simulator.js';
 import { type AccountRow, domainKeys, domains, emails, outboundMessages, outboundRecipients } from '../../db/schema/index.js';
@@ -83,7 +84,6 @@ export async function sendEmail({ deps, ctx, rawBody, body: parsed, idempotencyK
     const body = renderBody(parsed);
     // (3), (4), (5), (6), (7) in order, in one transaction of the group commit, on fresh rows.
     const result = await commitSend(deps, ctx, body, claim);
-    if (!result.sandbox) deps.onQueued();
     return { result, replayed: false };
   } catch (err) {
     // A send committed but not known durable settled its claim in that commit: there is nothing to release. A release
@@ -282,6 +282,8 @@ async function commitSend(deps: Deps, ctx: RequestContext, body: Body, claim: Cl
         for (const r of send.to) {
           q.insertRecipient.run({ id: newId(now), messageId: id, accountId: ctx.account.id, recipient: r.address, recipientDomain: r.domain, nextAttemptAt: now, createdAt: now });
         }
+        // The delivery engine wakes once this batch is durable, and delivery starts at once.
+        markQueued(deps.db, 'recipients');
         const reputed = send.to.filter((r) => !isSimulatorDomain(r.domain)).length;
         countRecipients(deps.db, sender, send.to.length, now, reputed);
         // Only a send that moved the account's own counters can be what reaches `paused`.
@@ -291,7 +293,6 @@ async function commitSend(deps: Deps, ctx: RequestContext, body: Body, claim: Cl
       if (claim) settleClaim(tx, claim, result, now);
       return { result, written };
     });
-    if (committed.written) deps.onCustomerDbQueued();
     return committed.result;
   } catch (err) {
     if (err instanceof ApiError) throw err;

@@ -3,6 +3,7 @@ import type { Db } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { type WebhookEventType, emails, webhookDeliveries, webhookEndpoints } from '../../db/schema/index.js';
 import { newId } from '../shared/ids.js';
+import { markQueued } from '../../db/queue-wake.js';
 
 /** The webhook event type of each recorded outcome (docs/api/contract.md, Events). */
 export const OUTCOME_EVENT_TYPES = {
@@ -95,5 +96,6 @@ export function fanOutOutcome(
   for (const endpoint of subscribed) {
     q.insert.run({ id: newId(outcome.occurredAt), endpointId: endpoint.id, accountId: outcome.accountId, eventType: type, data, now: outcome.occurredAt });
   }
+  markQueued(db, 'webhooks');
   return subscribed.length;
 }

@@ -2,7 +2,7 @@ import { desc, eq } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import { webhookEndpoints } from '../../db/schema/index.js';
 import { ApiError } from '../shared/errors.js';
-import { reenableWebhookEndpoint } from '../webhooks/webhook-queue.js';
+import { reenableWebhookEndpoint } from './webhook-deliveries.js';
 import { endpointView, type WebhookEndpointView } from './webhooks.js';
 
 /** The operator's webhook commands (docs/api/decisions.md section 1's CLI): no request context, no secret ever shown. */

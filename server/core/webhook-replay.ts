@@ -2,6 +2,7 @@ import { type SQL, and, asc, eq, gt, gte, inArray, lt, lte, sql } from 'drizzle-
 import { z } from 'zod';
 import type { Db } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
+import { markQueued } from '../../db/queue-wake.js';
 import { emailEvents, emails, webhookDeliveries, webhookEndpoints } from '../../db/schema/index.js';
 import type { Deps } from './deps.js';
 import { ApiError } from '../shared/errors.js';
@@ -213,6 +214,7 @@ function queueReplayChunk(db: Db, scope: ReplayScope, after: string, limit: numb
     const data = outcomeEventData({ emailId: e.emailId, recipient: e.recipient, status: e.status, dsn: e.dsn, detail: e.detail, occurredAt: e.occurredAt, from, tags });
     insert.run({ id: newId(now), endpointId: scope.endpointId, accountId: scope.accountId, eventType: EVENT_TYPE_OF_STATUS[e.status], data: JSON.stringify(data), now });
   }
+  if (rows.length > 0) markQueued(db, 'webhooks');
   // A full chunk goes on after its last row; otherwise after the step's end (none: the walk is over).
   const next = rows.length === limit ? rows.at(-1)!.event.id : end;
   return { written: rows.length, next };
@@ -242,7 +244,7 @@ export async function replayWebhook({
   input,
   only,
 }: {
-  deps: Pick<Deps, 'db' | 'commits' | 'clock' | 'logger' | 'onWebhookQueued'>;
+  deps: Pick<Deps, 'db' | 'commits' | 'clock' | 'logger'>;
   ctx: RequestContext;
   endpointId: string;
   input: ReplayInput;
@@ -280,7 +282,6 @@ export async function replayWebhook({
         if (chunk === null) throw new ApiError('webhook_not_found', 'The webhook endpoint was deleted while its replay was being queued.');
         queued += chunk.written;
         after = chunk.next;
-        if (chunk.written > 0) deps.onWebhookQueued();
       }
     } finally {
       // What was counted and not found after all (an email deleted meanwhile) is no longer promised either.

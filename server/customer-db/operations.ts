@@ -1,3 +1,4 @@
+import { markQueued } from '../../db/queue-wake.js';
 import { type CustomerDatabaseRow, customerDatabases } from '../../db/schema/index.js';
 import { assertAccountExists } from '../core/accounts.js';
 import type { RequestContext } from '../core/context.js';
@@ -50,12 +51,12 @@ export async function connectDatabase({ deps, ctx, input }: { deps: Deps; ctx: R
   const requeued = deps.db.transaction((tx) => {
     assertAccountExists(tx, accountId);
     tx.insert(customerDatabases).values(row).onConflictDoUpdate({ target: customerDatabases.accountId, set: replace }).run();
-    // Writes set aside for what the old database refused get their chance in the new one.
+    // Writes set aside for what the old database refused get their chance in the new one; the writer looks at once.
+    markQueued(deps.db, 'customer-db');
     return requeueSetAside(tx, accountId, now);
   });
   if (requeued > 0) deps.logger.info('customer_db.set_aside_requeued', { accountId, count: requeued });
   deps.logger.info('customer_db.connected', { accountId, host: target.host, port: target.port, database: target.database, sslMode: target.sslMode, schemaVersion: result.schemaVersion });
-  deps.onCustomerDbQueued();
   return statusOf(deps, rowOf(deps, accountId) ?? row);
 }
 
@@ -94,9 +95,9 @@ export async function testDatabase({ deps, ctx }: { deps: Deps; ctx: RequestCont
   markTested(deps.db, row.accountId, row.connectionId, now, result.schemaVersion);
   // The database works now: writes it refused and that were set aside are tried again (set aside again if still refused).
   const requeued = requeueSetAside(deps.db, row.accountId, now);
+  // Waiting writes go now rather than after the writer's next gap (the wake follows these statements, durable when they return).
+  markQueued(deps.db, 'customer-db');
   if (requeued > 0) deps.logger.info('customer_db.set_aside_requeued', { accountId: row.accountId, count: requeued });
-  // Waiting writes go now rather than after the writer's next gap.
-  deps.onCustomerDbQueued();
   return statusOf(deps, rowOf(deps, row.accountId) ?? row);
 }
 

@@ -2,7 +2,7 @@ import { and, gt, lte, sql } from 'drizzle-orm';
 import { definePrepared } from '../../db/prepared.js';
 import { type CustomerDatabaseRow, customerDatabases } from '../../db/schema/index.js';
 import type { Deps } from '../core/deps.js';
-import { createPollLoop } from '../queues/poll-loop.js';
+import { createQueueWorker } from '../queues/runner.js';
 import { logFailure } from '../shared/store-health.js';
 import { createBatches } from './batches.js';
 import { createHousekeeping } from './housekeeping.js';
@@ -57,17 +57,32 @@ const statements = definePrepared((db) => ({
 export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOptions> = {}) {
   const opts: WriterOptions = { ...DEFAULT_WRITER_OPTIONS, ...options };
 
-  // The claim plumbing's state: the databases being written, their runs, the poll loop, driving and stopping.
+  // The queue's state: the databases being written, driving and stopping. The loop, the runs in flight, start, stop
+  // and wake are the runner's (server/queues/runner.ts).
   /** Databases with a run in flight. */
   const busy = new Set<string>();
-  const runs = new Set<Promise<void>>();
   /** Set by runOnce (tests) while it drives the writer without the loop. */
   let driving = false;
   let stopping = false;
-  const loop = createPollLoop({
+  const runner = createQueueWorker<CustomerDatabaseRow>({
     intervalMs: opts.intervalMs,
-    tick: () => void claim(),
+    maxInFlight: opts.maxDatabases,
     onError: (err) => logFailure(deps, 'customer_db.claim_failed', err),
+    wake: { db: deps.db, queue: 'customer-db' },
+    claim: (room) => claim(room),
+    // One attempt: everything due for one database, batch after batch.
+    attempt: (db) => {
+      busy.add(db.accountId);
+      return batches
+        .serve(db)
+        .catch((err: unknown) => deps.logger.error('customer_db.writer_failed', { accountId: db.accountId, err }))
+        .finally(() => busy.delete(db.accountId));
+    },
+    // A start tries every database at once: an operator restarting expects the writes to flow.
+    onStart: () => {
+      const now = deps.clock.now();
+      deps.db.update(customerDatabases).set({ nextAttemptAt: now }).where(gt(customerDatabases.nextAttemptAt, now)).run();
+    },
   });
 
   // The parts: the pools, the hand-off to the parse threads, the batches, the housekeeping.
@@ -77,13 +92,13 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
     pools,
     inbound,
     batchSize: opts.batchSize,
-    isRunning: () => loop.running || driving || stopping,
+    isRunning: () => runner.running || driving || stopping,
     isStopping: () => stopping,
-    poke: () => loop.poke(),
+    poke: () => runner.wake(),
   });
   const housekeeping = createHousekeeping(deps);
 
-  // The claim plumbing: due databases, claim, runOnce, start, stop, poke.
+  // What the queue says: which databases are due, and the claim (with the housekeeping).
   /**
    * Databases whose next attempt is due and that have a write due, not already being written. Asked on every poke
    * (after each queued write's commit), so the statement is compiled once; and not asked at all while every database
@@ -99,7 +114,7 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
   /** When the housekeeping last ran: the loop is poked after every queued write, and it need not run that often. */
   let lastHousekeeping = Number.NEGATIVE_INFINITY;
 
-  function claim(): Promise<void>[] {
+  function claim(room: number): CustomerDatabaseRow[] {
     const now = deps.clock.now();
     if (driving || now - lastHousekeeping >= opts.intervalMs) {
       lastHousekeeping = now;
@@ -107,36 +122,16 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
       pools.closeForgotten(busy);
       housekeeping.sweep();
     }
-    const room = opts.maxDatabases - busy.size;
     if (room <= 0) return [];
-    return dueDatabases(deps.clock.now())
-      .slice(0, room)
-      .map((db) => {
-        busy.add(db.accountId);
-        const run = batches.serve(db)
-          .catch((err: unknown) => deps.logger.error('customer_db.writer_failed', { accountId: db.accountId, err }))
-          .finally(() => {
-            busy.delete(db.accountId);
-            runs.delete(run);
-            loop.poke();
-          });
-        runs.add(run);
-        return run;
-      });
+    return dueDatabases(deps.clock.now()).slice(0, room);
   }
 
   /** Writes until nothing more is due now (tests drive it with a fake clock); the number of database runs made. */
   async function runOnce(): Promise<number> {
     const wasDriving = driving;
     driving = true;
-    let total = 0;
     try {
-      for (;;) {
-        const started = claim();
-        if (started.length === 0 && runs.size === 0) return total;
-        total += started.length;
-        await Promise.race(started.length > 0 ? started : [...runs]);
-      }
+      return await runner.runOnce();
     } finally {
       driving = wasDriving;
     }
@@ -144,20 +139,14 @@ export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOption
 
   return {
     runOnce,
-    /** Starts the loop (from main). A start tries every database at once: an operator restarting expects the writes to flow. */
-    start(): void {
-      if (loop.running) return;
-      const now = deps.clock.now();
-      deps.db.update(customerDatabases).set({ nextAttemptAt: now }).where(gt(customerDatabases.nextAttemptAt, now)).run();
-      loop.start();
-    },
-    /** Writes were queued: look now instead of at the next interval. */
-    poke: loop.poke,
+    /** Starts the loop (from main), woken by every durable commit that queues writes. */
+    start: runner.start,
+    /** Looks now instead of at the next interval. */
+    poke: runner.wake,
     /** Stops taking new batches, lets the batches in flight commit, and closes every pool. */
     async stop(): Promise<void> {
       stopping = true;
-      await loop.stop();
-      while (runs.size > 0) await Promise.all([...runs]);
+      await runner.stop();
       await pools.closeAll();
       await inbound.close();
       stopping = false;

@@ -8,21 +8,12 @@ import { newId } from '../shared/ids.js';
 import { decryptSecret } from '../shared/secrets.js';
 import { SEAL_CONTEXTS } from '../shared/seal-contexts.js';
 import { createFairSlots } from '../queues/fair-slots.js';
-import { createPollLoop } from '../queues/poll-loop.js';
+import { createQueueWorker } from '../queues/runner.js';
 import { logFailure } from '../shared/store-health.js';
 import { WEBHOOK_TIMEOUT_MS, postWebhook } from './http-client.js';
 import { signedHeaders } from '../core/webhook-signing.js';
-import {
-  type ClaimedWebhook,
-  type WebhookAttempt,
-  capForeignWebhookLeases,
-  claimDueWebhookDeliveries,
-  recordAttemptHistory,
-  recordWebhookAttempt,
-  reenableWebhookEndpoint,
-  releaseDeadWebhookLeases,
-  releaseWebhookDeliveries,
-} from './webhook-queue.js';
+import { type WebhookAttempt, recordAttemptHistory, recordWebhookAttempt, reenableWebhookEndpoint } from '../core/webhook-deliveries.js';
+import { type ClaimedWebhook, webhookQueue } from './webhook-queue.js';
 
 /** The HTTP client's signature (server/webhooks/http-client.ts); tests may pass another. */
 export type PostWebhook = (
@@ -98,23 +89,18 @@ async function attemptDelivery(deps: Deps, endpoint: WebhookEndpointRow, row: We
 export function createWebhookDispatcher(deps: Deps, options: Partial<DispatcherOptions> = {}) {
   const opts: DispatcherOptions = { ...DEFAULT_DISPATCHER_OPTIONS, intervalMs: deps.config.webhookIntervalMs, ...options };
   const worker = newWorkerId();
+  const queue = webhookQueue(deps.db);
   const slots = createFairSlots({ total: opts.maxInFlight, perAccount: opts.perAccount, perDestination: 1 });
   /** Endpoints with a post in flight in this process (their lease may have run out on a moved clock). */
   const busy = new Set<string>();
   /** Posts in flight per account (claimed, in a slot or waiting for one). */
   const byAccount = new Map<string, number>();
-  const posts = new Set<Promise<void>>();
 
-  const loop = createPollLoop({
-    intervalMs: opts.intervalMs,
-    tick: () => void claim(),
-    onError: (err) => logFailure(deps, 'webhook.claim_failed', err),
-  });
-
+  /** One attempt: the claimed delivery posted in its endpoint's slot, and its outcome recorded. */
   async function deliver({ delivery, endpoint }: ClaimedWebhook): Promise<void> {
     const slot = await slots.acquire(endpoint.accountId, endpoint.id);
     if (!slot) {
-      releaseWebhookDeliveries(deps.db, worker, [delivery.id]);
+      queue.release(worker, [delivery.id]);
       return;
     }
     try {
@@ -149,67 +135,54 @@ export function createWebhookDispatcher(deps: Deps, options: Partial<DispatcherO
     }
   }
 
-  /** Claims what fits now and starts its posts; returns them. */
-  function claim(): Promise<void>[] {
-    const claimed = claimDueWebhookDeliveries(
-      deps.db,
-      worker,
-      deps.clock.now(),
-      opts.leaseMs,
-      { total: opts.maxInFlight - busy.size, perAccount: (accountId) => opts.perAccount - (byAccount.get(accountId) ?? 0), busyEndpoints: busy },
-      leaseNow(deps.clock),
-    );
-    return claimed.map((job) => {
+  const runner = createQueueWorker<ClaimedWebhook>({
+    intervalMs: opts.intervalMs,
+    maxInFlight: opts.maxInFlight,
+    onError: (err) => logFailure(deps, 'webhook.claim_failed', err),
+    wake: { db: deps.db, queue: 'webhooks' },
+    claim: (room) =>
+      queue.claim(worker, {
+        now: deps.clock.now(),
+        leaseNow: leaseNow(deps.clock),
+        leaseMs: opts.leaseMs,
+        room: { total: room, perAccount: (accountId) => opts.perAccount - (byAccount.get(accountId) ?? 0), busyEndpoints: busy },
+      }),
+    // The endpoint stays busy until its post is recorded; once the attempt settles, the runner looks again: the
+    // endpoint's next delivery, or another's, may be due now.
+    attempt: (job) => {
       const account = job.endpoint.accountId;
       busy.add(job.endpoint.id);
       byAccount.set(account, (byAccount.get(account) ?? 0) + 1);
-      const done = deliver(job).finally(() => {
+      return deliver(job).finally(() => {
         busy.delete(job.endpoint.id);
         const n = (byAccount.get(account) ?? 1) - 1;
         if (n === 0) byAccount.delete(account);
         else byAccount.set(account, n);
-        posts.delete(done);
-        // The endpoint's next delivery, or another's, may be due now.
-        loop.poke();
       });
-      posts.add(done);
-      return done;
-    });
-  }
-
-  /** Claims and posts until nothing more is due (tests drive it with a fake clock); the number of posts made. */
-  async function runOnce(): Promise<number> {
-    let total = 0;
-    for (;;) {
-      const started = claim();
-      if (started.length === 0 && posts.size === 0) return total;
-      total += started.length;
-      if (started.length === 0) await Promise.race(posts);
-      else await Promise.race(started);
-    }
-  }
+    },
+    // Leases of earlier processes of this host that are gone are released first.
+    onStart: () => {
+      const released = queue.releaseDead(worker);
+      if (released > 0) deps.logger.warn('webhook.leases_released', { released });
+      const capped = queue.capForeign(worker, leaseNow(deps.clock), opts.leaseMs);
+      if (capped > 0) deps.logger.warn('webhook.leases_capped', { capped });
+    },
+    // A claimed delivery still waiting for a slot (none should: claims stay within the room) gives its lease back.
+    drain: () => slots.cancelAll(),
+  });
 
   return {
     worker,
-    runOnce,
-    /** Starts the loop (from main); leases of earlier processes of this host that are gone are released first. */
-    start(): void {
-      if (loop.running) return;
-      const released = releaseDeadWebhookLeases(deps.db, worker);
-      if (released > 0) deps.logger.warn('webhook.leases_released', { released });
-      const capped = capForeignWebhookLeases(deps.db, worker, leaseNow(deps.clock), opts.leaseMs);
-      if (capped > 0) deps.logger.warn('webhook.leases_capped', { capped });
-      loop.start();
-    },
-    /** Something was queued (an outcome, a re-enabled endpoint): look now instead of at the next interval. */
-    poke: loop.poke,
+    /** Claims and posts until nothing more is due (tests drive it with a fake clock); the number of posts made. */
+    runOnce: runner.runOnce,
+    /** Starts the loop (from main), woken by every durable commit that queues deliveries. */
+    start: runner.start,
+    /** Looks now instead of at the next interval. */
+    poke: runner.wake,
     /** Stops claiming, lets the posts in flight finish and record their attempt, and gives back any lease left. */
     async stop(): Promise<void> {
-      await loop.stop();
-      // A claimed delivery still waiting for a slot (none should: claims stay within the room) gives its lease back.
-      slots.cancelAll();
-      while (posts.size > 0) await Promise.all([...posts]);
-      releaseWebhookDeliveries(deps.db, worker);
+      await runner.stop();
+      queue.release(worker);
     },
   };
 }
@@ -266,9 +239,6 @@ export async function pingEndpoint(deps: Deps, endpoint: WebhookEndpointRow, opt
   }
   const { reenabled } = recorded;
   deps.logger.info('webhook.ping', { endpointId: endpoint.id, accountId: endpoint.accountId, deliveryId: row.id, delivered: attempt.delivered, status: attempt.status, error: attempt.error });
-  if (reenabled) {
-    deps.logger.info('webhook.endpoint_reenabled', { endpointId: endpoint.id, accountId: endpoint.accountId, by: 'ping' });
-    deps.onWebhookQueued();
-  }
+  if (reenabled) deps.logger.info('webhook.endpoint_reenabled', { endpointId: endpoint.id, accountId: endpoint.accountId, by: 'ping' });
   return { id: row.id, status: attempt.status, delivered: attempt.delivered, error: attempt.delivered ? null : attempt.error };
 }

@@ -1,0 +1,148 @@
+import { hostname } from 'node:os';
+import { type SQL, and, eq, getTableColumns, inArray, isNotNull, sql } from 'drizzle-orm';
+import type { SQLiteColumn, SQLiteTable } from 'drizzle-orm/sqlite-core';
+import type { Db } from '../../db/client.js';
+import { definePrepared } from '../../db/prepared.js';
+import { isDeadHolder } from './leases.js';
+
+/**
+ * The claim of a durable queue, as its worker sees it: lease due jobs, renew and give back the leases, and at start
+ * free what a dead process held. Every queue table has `locked_by` and `locked_until`; a row is free when it has no
+ * lease or its lease ran out, and a write from a worker that no longer holds the lease is refused.
+ *
+ * `sqliteLeases` below implements it on SQLite (one UPDATE ... RETURNING over the ids a queue's own candidate query
+ * chose). A Postgres store implements the same interface with `SELECT ... FOR UPDATE SKIP LOCKED` in the claim's
+ * transaction, so several nodes can claim from one table without waiting on each other's rows.
+ */
+export interface QueueStore<Job, Request> {
+  /** Leases to `worker` the jobs that are due now and fit `request` (the queue's room and clocks). */
+  claim(worker: string, request: Request): Job[];
+  /** Extends the leases `worker` still holds among `ids` until `until`. */
+  renew(worker: string, ids: readonly string[], until: number): void;
+  /** Gives back `worker`'s leases among `ids`, or all of them; the number given back. */
+  release(worker: string, ids?: readonly string[]): number;
+  /** Whether `worker` still holds the lease of `id` (the row may be gone). */
+  stillHeld(worker: string, id: string): boolean;
+  /** At start: the leases of holders whose process is gone (isDeadHolder) given back at once; how many. */
+  releaseDead(worker: string, host?: string): number;
+  /** At start: other holders' leases reaching past one term from `leaseNow` cut to it (a wall clock stepped back). */
+  capForeign(worker: string, leaseNow: number, leaseMs: number): number;
+}
+
+/** A queue table as the lease operations see it: the table, its id and lease columns, and what makes a row leasable. */
+export interface LeaseTable<T extends SQLiteTable> {
+  table: T;
+  id: SQLiteColumn;
+  lockedBy: SQLiteColumn;
+  lockedUntil: SQLiteColumn;
+  /**
+   * What a row must be to be leased besides free, e.g. sql`+status = 'queued'` or sql`next_attempt_at <= ${now}` with
+   * `sql.placeholder('now')`: its placeholders are given to `lease` in `params`.
+   */
+  leasable: SQL;
+}
+
+const p = sql.placeholder;
+
+/** The field name drizzle's update().set() takes for `column` of `table`. */
+function fieldOf(table: SQLiteTable, column: SQLiteColumn): string {
+  for (const [field, c] of Object.entries(getTableColumns(table))) if (c === column) return field;
+  throw new Error(`column ${column.name} is not in the table`);
+}
+
+/**
+ * The lease operations over one queue table, on SQLite, written once for every queue. None opens a transaction or
+ * changes the connection's synchronous level: a queue that takes its leases unsynced (db/client.ts unsynced) wraps
+ * the call, as it does its claim.
+ */
+export function sqliteLeases<T extends SQLiteTable>(spec: LeaseTable<T>) {
+  type Row = T['$inferSelect'];
+  const lockedBy = fieldOf(spec.table, spec.lockedBy);
+  const lockedUntil = fieldOf(spec.table, spec.lockedUntil);
+  const set = (values: { by?: unknown; until: unknown }) =>
+    (values.by === undefined ? { [lockedUntil]: values.until } : { [lockedBy]: values.by, [lockedUntil]: values.until }) as never;
+  const table = spec.table as SQLiteTable;
+  const statements = definePrepared((db) => ({
+    lease: db
+      .update(table)
+      .set(set({ by: sql`${p('worker')}`, until: sql`${p('until')}` }))
+      .where(
+        sql`${spec.id} in (select value from json_each(${p('ids')})) and ${spec.leasable}
+            and (${spec.lockedUntil} is null or ${spec.lockedUntil} <= ${p('leaseNow')})`,
+      )
+      .returning()
+      .prepare(),
+    held: db
+      .select({ id: spec.id })
+      .from(table)
+      .where(and(eq(spec.id, p('id')), eq(spec.lockedBy, p('worker'))))
+      .prepare(),
+  }));
+
+  return {
+    /**
+     * Leases to `worker` until `until` those of `ids` that are free (no lease, or one that ran out by `leaseNow`) and
+     * leasable; the rows leased. `params` carries the leasable condition's placeholders.
+     */
+    lease(db: Db, worker: string, ids: readonly string[], until: number, leaseNow: number, params: Record<string, unknown> = {}): Row[] {
+      if (ids.length === 0) return [];
+      return statements(db).lease.all({ ...params, worker, until, leaseNow, ids: JSON.stringify(ids) }) as Row[];
+    },
+
+    /** Whether `worker` still holds the lease of `id`: false once the row is gone or leased to another. */
+    stillHeld(db: Db, worker: string, id: string): boolean {
+      return statements(db).held.get({ id, worker }) !== undefined;
+    },
+
+    /** Extends the leases `worker` still holds among `ids` until `until`. */
+    renew(db: Db, worker: string, ids: readonly string[], until: number): void {
+      if (ids.length === 0) return;
+      db.update(table)
+        .set(set({ until }))
+        .where(and(eq(spec.lockedBy, worker), sql`${spec.id} in (select value from json_each(${JSON.stringify(ids)}))`))
+        .run();
+    },
+
+    /** Gives back `worker`'s leases among `ids`, or every lease it holds when `ids` is absent; how many. */
+    release(db: Db, worker: string, ids?: readonly string[]): number {
+      if (ids !== undefined && ids.length === 0) return 0;
+      const where = ids === undefined ? eq(spec.lockedBy, worker) : and(inArray(spec.id, [...ids]), eq(spec.lockedBy, worker));
+      return db.update(table).set(set({ by: null, until: null })).where(where).run().changes;
+    },
+
+    /**
+     * At start: the leases of earlier workers on this host whose process is gone (killed, or an earlier run under this
+     * same pid, as in a restarted container) are given back at once, so their rows are due again now. A lease of a
+     * process that may still run (another host, or a live pid) is left to expire.
+     */
+    releaseDead(db: Db, worker: string, host = hostname()): number {
+      const holders = db
+        .selectDistinct({ lockedBy: spec.lockedBy })
+        .from(table)
+        .where(and(isNotNull(spec.lockedBy), sql`${spec.lockedBy} <> ${worker}`))
+        .all() as { lockedBy: string | null }[];
+      let released = 0;
+      for (const { lockedBy: holder } of holders) {
+        if (!holder || !isDeadHolder(holder, worker, host)) continue;
+        released += db.update(table).set(set({ by: null, until: null })).where(eq(spec.lockedBy, holder)).run().changes;
+      }
+      return released;
+    },
+
+    /**
+     * At start, after releaseDead: a lease of another worker that reaches further than one term from now was written
+     * before the wall clock stepped back (a holder renews to at most one term ahead), so it is cut to one term from now
+     * on this process's timeline (`leaseNow`): it still runs out after at most its term, never after the size of the
+     * step.
+     */
+    capForeign(db: Db, worker: string, leaseNow: number, leaseMs: number): number {
+      return db
+        .update(table)
+        .set(set({ until: leaseNow + leaseMs }))
+        .where(and(isNotNull(spec.lockedBy), sql`${spec.lockedBy} <> ${worker}`, sql`${spec.lockedUntil} > ${leaseNow + leaseMs}`))
+        .run().changes;
+    },
+  };
+}
+
+export type SqliteLeases<T extends SQLiteTable> = ReturnType<typeof sqliteLeases<T>>;
