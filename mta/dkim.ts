@@ -94,7 +94,7 @@ function foldList(names: readonly string[], column: number): string {
   names.forEach((name, i) => {
     const piece = i === 0 ? name : `:${name}`;
     if (i > 0 && width + piece.length > 76) {
-      out += ':\r\n ' + name;
+      out += `:\r\n ${name}`;
       width = 1 + name.length;
     } else {
       out += piece;

@@ -94,21 +94,21 @@ export function quotedPrintable(crlfText: string): Buffer {
       i++;
       continue;
     }
-    let escape: boolean;
+    let encode: boolean;
     if (c === SPACE || c === TAB) {
       // Whitespace at the end of a line (or of the text) would be lost in transit.
-      escape = i + 1 === src.length || (src[i + 1] === CR && src[i + 2] === LF);
+      encode = i + 1 === src.length || (src[i + 1] === CR && src[i + 2] === LF);
     } else {
-      escape = c < 33 || c > 126 || c === EQUALS;
+      encode = c < 33 || c > 126 || c === EQUALS;
     }
-    const width = escape ? 3 : 1;
+    const width = encode ? 3 : 1;
     if (col + width > QP_WIDTH) {
       out[o++] = EQUALS;
       out[o++] = CR;
       out[o++] = LF;
       col = 0;
     }
-    if (escape) {
+    if (encode) {
       out[o++] = EQUALS;
       out[o++] = HEX[c >> 4]!;
       out[o++] = HEX[c & 15]!;

@@ -297,7 +297,7 @@ function sessionOf(conn: SMTPConnection, opts: ClientOptions, relay: boolean, pl
             if (result.connectionLost) alive = false;
             return resolve({ ...result, notSent: false });
           }
-          if (!info || !info.accepted.includes(to)) {
+          if (!info?.accepted.includes(to)) {
             const rejected = info?.rejectedErrors?.[0];
             return resolve({
               ...(rejected ? sessionLevel(outcomeOfError(rejected, relay), rejected, plainAfterTls) : { outcome: classifyReply(450, '450 4.0.0 recipient not accepted'), connectionLost: false }),

@@ -199,7 +199,7 @@ describe('parseCustomerDbUrl accepts', () => {
     const pw = 'p'.repeat(MAX_CUSTOMER_DB_URL_LENGTH - head.length - tail.length);
     expect((head + pw + tail).length).toBe(2000);
     expect(judge(head + pw + tail)).toEqual(T({ password: pw }));
-    expect(judge(head + pw + 'p' + tail)).toMatchObject({ code: 'invalid_url' });
+    expect(judge(`${head + pw}p${tail}`)).toMatchObject({ code: 'invalid_url' });
   });
 });
 

@@ -1,5 +1,5 @@
 import { eq } from 'drizzle-orm';
-import pg from 'pg';
+import type pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { customerDatabases, customerDbWrites, outboundRecipients } from '../db/schema/index.js';
 import { createDeliveryEngine } from '../mta/delivery-engine.js';

@@ -95,7 +95,7 @@ async function runToFinal(id: string, recipient: string, limit = 200): Promise<n
     times.push(service.clock.now());
     expect(await engine.runOnce()).toBeGreaterThan(0);
     const row = queueRow(id, recipient);
-    if (!row || row.status !== 'queued') return times;
+    if (row?.status !== 'queued') return times;
     service.clock.set(row.nextAttemptAt);
   }
   throw new Error(`${recipient} never reached a final outcome`);
@@ -260,7 +260,7 @@ describe('suppression after a 5.x.x bounce', () => {
 describe('deferrals and retries', () => {
   it('retries after 5, 10, 20, 40 and 80 minutes, then every 2 hours, counted from each attempt', async () => {
     const s = await newSender(service);
-    sink.rcpt = (address, attempt) => (attempt <= 8 ? { code: 451, message: `4.7.1 Greylisted, attempt ${attempt}` } : 'accept');
+    sink.rcpt = (_address, attempt) => (attempt <= 8 ? { code: 451, message: `4.7.1 Greylisted, attempt ${attempt}` } : 'accept');
     const id = await send(s, 'patient@example.net');
     const t0 = service.clock.now();
     await engine.runOnce();

@@ -3,7 +3,7 @@ import { connect as tlsConnect } from 'node:tls';
 import { domainToASCII } from 'node:url';
 import { eq } from 'drizzle-orm';
 import nodemailer from 'nodemailer';
-import pg from 'pg';
+import type pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { listenCustomerDb } from '../db/customer/connect.js';
 import { customerDbWrites } from '../db/schema/index.js';

@@ -281,7 +281,7 @@ describe('every endpoint, with RATE_LIMIT_PER_KEY=3', () => {
 
   describe('when two checks fail at once, the earlier one answers (key 401, rate 429, scope 403, account header 404)', () => {
     it.each(ENDPOINTS.map((ep) => [label(ep), ep] as const))('%s', async (_label, ep) => {
-      const { account, key } = service.newAccount({ name: 'Check order' });
+      const { account } = service.newAccount({ name: 'Check order' });
       const other = service.newAccount({ name: 'Someone else' });
       const foreignSub = await service.api('POST', '/accounts', { key: other.key, body: { name: 'Their sub' } });
       expect(foreignSub.status).toBe(201);

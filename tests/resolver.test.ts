@@ -13,7 +13,7 @@ beforeEach(() => dns.clear());
 
 describe('the resolver module against a DNS server the test controls', () => {
   it('reads TXT records as their character-strings, including long split DKIM records', async () => {
-    const long = ['v=DKIM1; k=rsa; p=' + 'A'.repeat(230), 'B'.repeat(250), 'C'.repeat(100)];
+    const long = [`v=DKIM1; k=rsa; p=${'A'.repeat(230)}`, 'B'.repeat(250), 'C'.repeat(100)];
     dns.add('sel._domainkey.example.com', { type: 'TXT', data: long });
     dns.add('example.com', { type: 'TXT', data: 'v=spf1 -all' });
     expect(await resolver.txt('sel._domainkey.example.com')).toEqual({ status: 'found', records: [long] });

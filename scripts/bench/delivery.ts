@@ -45,7 +45,7 @@ async function signingCost(): Promise<void> {
       replyToHeader: null,
       messageId: '<bench@mx.bench.test>',
       subject: 'Order shipped',
-      html: '<p>' + 'Your order has shipped. '.repeat(100) + '</p>',
+      html: `<p>${'Your order has shipped. '.repeat(100)}</p>`,
       text: 'Your order has shipped. '.repeat(100),
       createdAt: Date.now(),
       expiresAt: Date.now(),

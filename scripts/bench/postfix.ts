@@ -177,7 +177,7 @@ export async function startPrivatePostfix(postfix: string, relayPort: number, co
     maillog_file_prefixes: dir,
     syslog_name: 'postfix-bench',
   };
-  writeFileSync(join(etc, 'main.cf'), Object.entries(main).map(([k, v]) => `${k} = ${v}`).join('\n') + '\n');
+  writeFileSync(join(etc, 'main.cf'), `${Object.entries(main).map(([k, v]) => `${k} = ${v}`).join('\n')}\n`);
   writeFileSync(join(etc, 'master.cf'), `127.0.0.1:${port} inet n - n - - smtpd${MASTER_SERVICES}`);
   try {
     await runPostfix(postfix, etc, 'start');

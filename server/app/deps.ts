@@ -7,13 +7,13 @@ import { createFileDurably } from '../../db/data-dir.js';
 import { createGroupCommit } from '../../db/group-commit.js';
 import type { Clock } from '../shared/clock.js';
 import type { Config } from '../shared/config.js';
-import { createKeyUsage, type KeyUsage } from '../core/key-usage.js';
-import { createRateLimiter, type RateLimiter } from '../core/rate-limit.js';
-import { createResolver, type DnsResolver } from '../shared/dns/resolver.js';
+import { createKeyUsage, } from '../core/key-usage.js';
+import { createRateLimiter, } from '../core/rate-limit.js';
+import { createResolver, } from '../shared/dns/resolver.js';
 import type { Logger } from '../shared/logger.js';
-import { createMetrics, type Metrics } from '../shared/metrics.js';
+import { createMetrics, } from '../shared/metrics.js';
 import { type Scans, scansOn } from '../../db/scans.js';
-import { createStoreHealth, type StoreHealth } from '../shared/store-health.js';
+import { createStoreHealth, } from '../shared/store-health.js';
 import { holdsSealedSecrets } from './secret-key-check.js';
 
 /**
