@@ -54,7 +54,14 @@ export function dashboardApp(deps: Deps) {
       if (!findSession(deps, token!)) return c.redirect('/dashboard/sign-in?expired', 303);
       if (isCrossSite(c) || !hasCsrfToken(c, form, session.csrfToken)) {
         deps.logger.warn('dashboard.csrf_refused', { method: c.req.method, path: c.req.path });
-        return c.html(<ErrorPage status={403} title="Refused" message="This request did not come from a dashboard page of this site, or its page is too old. Go back, reload the page and try again." />, 403);
+        return c.html(
+          <ErrorPage
+            status={403}
+            title="Refused"
+            message="This request did not come from a dashboard page of this site, or its page is too old. Go back, reload the page and try again."
+          />,
+          403,
+        );
       }
       c.set('form', form);
     } else {
@@ -79,7 +86,14 @@ export function dashboardApp(deps: Deps) {
     }
     const requestId = c.var.requestId ?? 'unknown';
     deps.logger.error('dashboard.unhandled_error', { requestId, method: c.req.method, path: c.req.path, err });
-    return c.html(<ErrorPage status={500} title="Something went wrong" message={`The dashboard could not show this page; request id ${requestId}. The service log has the details.`} />, 500);
+    return c.html(
+      <ErrorPage
+        status={500}
+        title="Something went wrong"
+        message={`The dashboard could not show this page; request id ${requestId}. The service log has the details.`}
+      />,
+      500,
+    );
   });
   return app;
 }

@@ -43,7 +43,10 @@ export function openSession(deps: Pick<Deps, 'db' | 'clock'>): { token: string; 
     .delete(dashboardSessions)
     .where(or(lt(dashboardSessions.lastSeenAt, now - SESSION_POLICY.idleMs), lt(dashboardSessions.createdAt, now - SESSION_POLICY.absoluteMs)))
     .run();
-  deps.db.insert(dashboardSessions).values({ ...session, createdAt: now, lastSeenAt: now }).run();
+  deps.db
+    .insert(dashboardSessions)
+    .values({ ...session, createdAt: now, lastSeenAt: now })
+    .run();
   return { token, session };
 }
 
@@ -103,7 +106,11 @@ export function setFlash(deps: Pick<Deps, 'db' | 'clock'>, session: Session, fla
   for (const [key, value] of held) if (value.until <= now) held.delete(key);
   if (secret !== undefined) held.set(session.tokenHash, { secret, until: now + SECRET_HOLD_MS });
   else held.delete(session.tokenHash);
-  deps.db.update(dashboardSessions).set({ flash: JSON.stringify(stored) }).where(eq(dashboardSessions.tokenHash, session.tokenHash)).run();
+  deps.db
+    .update(dashboardSessions)
+    .set({ flash: JSON.stringify(stored) })
+    .where(eq(dashboardSessions.tokenHash, session.tokenHash))
+    .run();
 }
 
 /** The session's flash, removed as it is read (shown once). */

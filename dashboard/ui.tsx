@@ -191,7 +191,9 @@ export function DataTable<T>(props: {
 
 export type BadgeTone = 'ok' | 'warn' | 'bad' | 'info' | 'neutral';
 
-export const Badge: FC<{ tone: BadgeTone; children: Child }> = ({ tone, children }) => <span class={tone === 'neutral' ? 'badge' : `badge ${tone}`}>{children}</span>;
+export const Badge: FC<{ tone: BadgeTone; children: Child }> = ({ tone, children }) => (
+  <span class={tone === 'neutral' ? 'badge' : `badge ${tone}`}>{children}</span>
+);
 
 export const FlashMessage: FC<{ flash: Flash | null }> = ({ flash }) =>
   flash ? (
@@ -229,7 +231,13 @@ export const Time: FC<{ at: number | string | null | undefined }> = ({ at }) => 
 };
 
 /** The signed-in page frame: skip link, header with sign-out, navigation, the flash, then the page. */
-export const Page: FC<PropsWithChildren<{ title: string; current: NavHref; csrf: string; flash: Flash | null }>> = ({ title, current, csrf, flash, children }) => (
+export const Page: FC<PropsWithChildren<{ title: string; current: NavHref; csrf: string; flash: Flash | null }>> = ({
+  title,
+  current,
+  csrf,
+  flash,
+  children,
+}) => (
   <Document title={title}>
     <a class="skip-link" href="#main">
       Skip to content

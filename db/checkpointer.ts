@@ -44,11 +44,7 @@ export interface Checkpointer {
   readAll<Row>(sql: string, params?: Record<string, unknown>): Promise<Row[]>;
 }
 
-export function startCheckpointer(
-  sqlite: Database.Database,
-  logger: DbLogger,
-  options: { everyMs?: number; workerUrl?: URL } = {},
-): Checkpointer {
+export function startCheckpointer(sqlite: Database.Database, logger: DbLogger, options: { everyMs?: number; workerUrl?: URL } = {}): Checkpointer {
   const worker = new Worker(options.workerUrl ?? workerFile(), {
     workerData: { path: sqlite.name, everyMs: options.everyMs ?? CHECKPOINT_EVERY_MS },
     // It allocates next to nothing: a small heap keeps its share of the resident set small.

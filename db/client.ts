@@ -54,7 +54,11 @@ export class DatabaseMissingError extends Error {
 /** DATA_DIR's database was migrated by a newer Mailstead: this build does not know its tables, and must not write them. */
 export class DatabaseTooNewError extends Error {
   override name = 'DatabaseTooNewError';
-  constructor(readonly path: string, newest: Date, known: Date) {
+  constructor(
+    readonly path: string,
+    newest: Date,
+    known: Date,
+  ) {
     super(
       `${path} was migrated by a newer Mailstead (its newest migration is from ${newest.toISOString()}, this version knows migrations up to ${known.toISOString()}): ` +
         'start that version or a newer one; a downgrade is not supported (restore the copy of DATA_DIR taken before the upgrade)',

@@ -1,5 +1,20 @@
 import { randomBytes } from 'node:crypto';
-import { chmodSync, close, closeSync, fsync, fsyncSync, linkSync, lstatSync, mkdirSync, open, openSync, readdirSync, rmSync, truncateSync, writeSync } from 'node:fs';
+import {
+  chmodSync,
+  close,
+  closeSync,
+  fsync,
+  fsyncSync,
+  linkSync,
+  lstatSync,
+  mkdirSync,
+  open,
+  openSync,
+  readdirSync,
+  rmSync,
+  truncateSync,
+  writeSync,
+} from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import Database from 'better-sqlite3';
 
@@ -106,7 +121,6 @@ function removeDeadTemporaries(path: string): void {
     rmSync(join(dirname(path), name), { force: true });
   }
 }
-
 
 function tighten(path: string, wanted: number, changes: PermissionChange[]): void {
   const mode = lstatSync(path).mode & 0o777;

@@ -95,20 +95,22 @@ export function createDurabilityBarrier(sync: WalSync) {
     const batch = waiting;
     waiting = [];
     inFlight = true;
-    sync().then(
-      () => {
-        for (const w of batch) w.resolve();
-      },
-      (err: unknown) => {
-        for (const w of batch) w.reject(err);
-      },
-    ).finally(() => {
-      inFlight = false;
-      const ready = idle;
-      idle = [];
-      for (const f of ready) f();
-      if (waiting.length > 0 && !inFlight) start();
-    });
+    sync()
+      .then(
+        () => {
+          for (const w of batch) w.resolve();
+        },
+        (err: unknown) => {
+          for (const w of batch) w.reject(err);
+        },
+      )
+      .finally(() => {
+        inFlight = false;
+        const ready = idle;
+        idle = [];
+        for (const f of ready) f();
+        if (waiting.length > 0 && !inFlight) start();
+      });
   };
   return {
     durable(): Promise<void> {
@@ -219,12 +221,20 @@ export function createGroupCommit(
     done.catch(flushFailed); // each write that waits on it hears of a failed flush itself
     // The workers of the queues this batch marked wake once it is durable, before any of its writers goes on.
     const wake = marked;
-    if (wake.size > 0) done.then(() => unsafe === null && wakeMarked(db, wake), () => undefined);
+    if (wake.size > 0)
+      done.then(
+        () => unsafe === null && wakeMarked(db, wake),
+        () => undefined,
+      );
     jobs.forEach((job, i) => {
       const o = outcomes[i]!;
       // A rolled-back write left nothing to make durable. One whose frames follow a failed flush is not known to be
       // on disk, whatever a later flush says.
-      if (o.ok) done.then(() => (unsafe === null ? job.resolve(o.value) : job.reject(new FlushFailedError(unsafe))), (err: unknown) => job.reject(new FlushFailedError(err)));
+      if (o.ok)
+        done.then(
+          () => (unsafe === null ? job.resolve(o.value) : job.reject(new FlushFailedError(unsafe))),
+          (err: unknown) => job.reject(new FlushFailedError(err)),
+        );
       else job.reject(o.err);
     });
   };

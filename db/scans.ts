@@ -49,7 +49,15 @@ export function scansOffThread(thread: ReadingThread, db: Db): Scans {
       }
     };
   return {
-    first: <Row>(sql: string, params: ScanParams = {}) => either(() => thread.read<Row>(sql, params), () => here.first<Row>(sql, params))(),
-    all: <Row>(sql: string, params: ScanParams = {}) => either(() => thread.readAll<Row>(sql, params), () => here.all<Row>(sql, params))(),
+    first: <Row>(sql: string, params: ScanParams = {}) =>
+      either(
+        () => thread.read<Row>(sql, params),
+        () => here.first<Row>(sql, params),
+      )(),
+    all: <Row>(sql: string, params: ScanParams = {}) =>
+      either(
+        () => thread.readAll<Row>(sql, params),
+        () => here.all<Row>(sql, params),
+      )(),
   };
 }

@@ -138,33 +138,35 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
   // What the queue says: adopt what is claimed, claim, tick, give back.
   function adopt(claimed: Claimed[]): Promise<void>[] {
     // A recipient this engine still holds (its lease lapsed, say, while the loop was stalled) is not taken twice.
-    return claimed.filter((c) => !held.has(c.recipient.id)).map(
-      (c) =>
-        new Promise<void>((resolve) => {
-          const account = c.message.accountId;
-          held.add(c.recipient.id);
-          heldByAccount.set(account, (heldByAccount.get(account) ?? 0) + 1);
-          messages.retain(c);
-          let finished = false;
-          const job: Job = {
-            ...c,
-            finish: () => {
-              if (finished) return;
-              finished = true;
-              held.delete(c.recipient.id);
-              const n = (heldByAccount.get(account) ?? 1) - 1;
-              if (n === 0) heldByAccount.delete(account);
-              else heldByAccount.set(account, n);
-              messages.release(c.message.id);
-              resolve();
-              // Room for a useful claim again (a quarter of the batch, or everything): claim now, not at the poll.
-              finishedSinceClaim++;
-              if (finishedSinceClaim >= opts.batchSize / 4 || held.size === 0) runner.wake();
-            },
-          };
-          lanes.enqueue(job);
-        }),
-    );
+    return claimed
+      .filter((c) => !held.has(c.recipient.id))
+      .map(
+        (c) =>
+          new Promise<void>((resolve) => {
+            const account = c.message.accountId;
+            held.add(c.recipient.id);
+            heldByAccount.set(account, (heldByAccount.get(account) ?? 0) + 1);
+            messages.retain(c);
+            let finished = false;
+            const job: Job = {
+              ...c,
+              finish: () => {
+                if (finished) return;
+                finished = true;
+                held.delete(c.recipient.id);
+                const n = (heldByAccount.get(account) ?? 1) - 1;
+                if (n === 0) heldByAccount.delete(account);
+                else heldByAccount.set(account, n);
+                messages.release(c.message.id);
+                resolve();
+                // Room for a useful claim again (a quarter of the batch, or everything): claim now, not at the poll.
+                finishedSinceClaim++;
+                if (finishedSinceClaim >= opts.batchSize / 4 || held.size === 0) runner.wake();
+              },
+            };
+            lanes.enqueue(job);
+          }),
+      );
   }
 
   /** Claims what is due, up to the room left; returns how many recipients were claimed and their completions. */
@@ -174,7 +176,15 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
     const room: Record<string, number> = {};
     for (const [account, n] of heldByAccount) room[account] = Math.max(0, opts.perAccountHeld - n);
     // Due by the wall clock (the schedule is stored as times of day); leases on the process's steady timeline.
-    return adopt(queue.claim(worker, { now: deps.clock.now(), leaseNow: leaseNow(deps.clock), leaseMs: opts.leaseMs, limit, shares: { perAccount: opts.perAccountHeld, room } }));
+    return adopt(
+      queue.claim(worker, {
+        now: deps.clock.now(),
+        leaseNow: leaseNow(deps.clock),
+        leaseMs: opts.leaseMs,
+        limit,
+        shares: { perAccount: opts.perAccountHeld, room },
+      }),
+    );
   }
 
   /** Claims everything due now (by the injected clock, up to `batchSize`) and resolves when each is finished. */
@@ -199,7 +209,10 @@ export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions>
   /** Gives back every recipient still waiting for a connection (shutdown). */
   function releaseWaiting(): void {
     lanes.drainWaiting((jobs) => {
-      queue.release(worker, jobs.map((j) => j.recipient.id));
+      queue.release(
+        worker,
+        jobs.map((j) => j.recipient.id),
+      );
       for (const job of jobs) job.finish();
     });
   }

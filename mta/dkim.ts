@@ -24,9 +24,34 @@ export function prepareSigningKey(domain: string, selector: string, privateKeyPe
  */
 export const SIGNED_FIELDS: ReadonlySet<string> = new Set(
   [
-    'From', 'Sender', 'Reply-To', 'Subject', 'Date', 'Message-ID', 'To', 'Cc', 'MIME-Version', 'Content-Type', 'Content-Transfer-Encoding',
-    'Content-ID', 'Content-Description', 'Resent-Date', 'Resent-From', 'Resent-Sender', 'Resent-To', 'Resent-Cc', 'Resent-Message-ID',
-    'In-Reply-To', 'References', 'List-Id', 'List-Help', 'List-Unsubscribe', 'List-Subscribe', 'List-Post', 'List-Owner', 'List-Archive',
+    'From',
+    'Sender',
+    'Reply-To',
+    'Subject',
+    'Date',
+    'Message-ID',
+    'To',
+    'Cc',
+    'MIME-Version',
+    'Content-Type',
+    'Content-Transfer-Encoding',
+    'Content-ID',
+    'Content-Description',
+    'Resent-Date',
+    'Resent-From',
+    'Resent-Sender',
+    'Resent-To',
+    'Resent-Cc',
+    'Resent-Message-ID',
+    'In-Reply-To',
+    'References',
+    'List-Id',
+    'List-Help',
+    'List-Unsubscribe',
+    'List-Subscribe',
+    'List-Post',
+    'List-Owner',
+    'List-Archive',
     'BIMI-Selector',
   ].map((f) => f.toLowerCase()),
 );
@@ -78,7 +103,11 @@ export function relaxedBody(body: Buffer): Buffer {
 function relaxedHeader(field: string): string {
   const colon = field.indexOf(':');
   const name = field.slice(0, colon).trim().toLowerCase();
-  const value = field.slice(colon + 1).replace(/\r\n/g, '').replace(/[ \t]+/g, ' ').trim();
+  const value = field
+    .slice(colon + 1)
+    .replace(/\r\n/g, '')
+    .replace(/[ \t]+/g, ' ')
+    .trim();
   return `${name}:${value}\r\n`;
 }
 
@@ -111,7 +140,9 @@ function foldList(names: readonly string[], column: number): string {
 export function dkimSignature(raw: Buffer, key: SigningKey, signTime: Date): string {
   const split = raw.indexOf(HEADER_END);
   if (split < 0) throw new Error('DKIM: the message has no header/body separator');
-  const bodyHash = createHash('sha256').update(relaxedBody(raw.subarray(split + HEADER_END.length))).digest('base64');
+  const bodyHash = createHash('sha256')
+    .update(relaxedBody(raw.subarray(split + HEADER_END.length)))
+    .digest('base64');
 
   const byName = new Map<string, string[]>();
   const names: string[] = [];

@@ -21,7 +21,7 @@ export interface Target {
  * that never opens a connection: the capture store (DELIVERY_MODE=capture) or the mailbox simulator (server/core/simulator.ts).
  */
 export type Route =
-  | { kind: 'targets'; targets: Target[]; /** Seconds the route may be reused (address TTLs). */ ttl?: number }
+  | { kind: 'targets'; targets: Target[] /** Seconds the route may be reused (address TTLs). */; ttl?: number }
   | { kind: 'fail'; outcome: Classified }
   | { kind: 'capture' }
   | { kind: 'simulator' };

@@ -300,7 +300,9 @@ function sessionOf(conn: SMTPConnection, opts: ClientOptions, relay: boolean, pl
           if (!info?.accepted.includes(to)) {
             const rejected = info?.rejectedErrors?.[0];
             return resolve({
-              ...(rejected ? sessionLevel(outcomeOfError(rejected, relay), rejected, plainAfterTls) : { outcome: classifyReply(450, '450 4.0.0 recipient not accepted'), connectionLost: false }),
+              ...(rejected
+                ? sessionLevel(outcomeOfError(rejected, relay), rejected, plainAfterTls)
+                : { outcome: classifyReply(450, '450 4.0.0 recipient not accepted'), connectionLost: false }),
               notSent: false,
             });
           }

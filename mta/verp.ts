@@ -17,8 +17,7 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 /** 40 bits: guessing a tag takes about 2^39 SMTP transactions. */
 const TAG_HEX = 10;
 
-const tagOf = (key: Buffer, hex: string, index: number): string =>
-  createHmac('sha256', key).update(`verp:${hex}.${index}`).digest('hex').slice(0, TAG_HEX);
+const tagOf = (key: Buffer, hex: string, index: number): string => createHmac('sha256', key).update(`verp:${hex}.${index}`).digest('hex').slice(0, TAG_HEX);
 
 export function verpAddress(emailId: string, recipientIndex: number, mailHostname: string, key: Buffer | null): string {
   const hex = emailId.replace(/-/g, '').toLowerCase();
@@ -43,7 +42,11 @@ export function parseVerp(address: string, mailHostname: string, key: Buffer | n
     // Remote servers may change the case of a local part: compared in lower case, in constant time.
     if (!key || tag.length !== TAG_HEX || !timingSafeEqual(Buffer.from(tag), Buffer.from(tagOf(key, h, index)))) return null;
   }
-  return { emailId: `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`, recipientIndex: index, signed: tag !== undefined };
+  return {
+    emailId: `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`,
+    recipientIndex: index,
+    signed: tag !== undefined,
+  };
 }
 
 /**

@@ -73,7 +73,8 @@ export function ensureDevAccount(config: Config): DevAccount {
       // none yet
     }
     const live = saved ? findLiveKey(store.db, saved) : undefined;
-    if (saved && live) return { kind: 'key', accountId: live.account.id, key: saved, created: false, domainReady: domainReady(store.db, live.account.id, config) };
+    if (saved && live)
+      return { kind: 'key', accountId: live.account.id, key: saved, created: false, domainReady: domainReady(store.db, live.account.id, config) };
     const first = store.db.select().from(accounts).where(isNull(accounts.parentId)).orderBy(asc(accounts.id)).get();
     if (first) return { kind: 'existing', accountId: first.id };
     const account = createTopLevelAccount(deps, { name: DEV_ACCOUNT_NAME, credits: DEV_CREDITS });
@@ -130,7 +131,11 @@ export function queuedForDelivery(config: Config): number {
 
 /** Whether the account already sends from DEV_DOMAIN (an earlier run's paste): the commands then skip connecting it. */
 function domainReady(db: ReturnType<typeof openDatabase>['db'], accountId: string, config: Config): boolean {
-  const row = db.select().from(domains).where(and(eq(domains.accountId, accountId), eq(domains.name, DEV_DOMAIN))).get();
+  const row = db
+    .select()
+    .from(domains)
+    .where(and(eq(domains.accountId, accountId), eq(domains.name, DEV_DOMAIN)))
+    .get();
   return row !== undefined && deriveFlags(row.recordStatus, config.smtpRelayUrl !== null).sending;
 }
 
@@ -155,7 +160,7 @@ export function tryItText(config: Config, dev: DevAccount, api: string, adminTok
       '',
     ].join('\n');
   }
-  const json = "node -p 'JSON.parse(require(\"fs\").readFileSync(0)).id'";
+  const json = 'node -p \'JSON.parse(require("fs").readFileSync(0)).id\'';
   // The JSON sits in single quotes; each label closes them around the shell's $RUN.
   const send = JSON.stringify({
     from: `Shop <billing@${DEV_DOMAIN}>`,
@@ -180,7 +185,7 @@ export function tryItText(config: Config, dev: DevAccount, api: string, adminTok
           `DOMAIN_ID=$(curl -s -H "$AUTH" -d '{"name":"${DEV_DOMAIN}"}' $API/domains | ${json})`,
           'curl -s -X POST -H "$AUTH" $API/domains/$DOMAIN_ID/verify; echo',
         ]),
-    '# bounce@ and complaint@ end up on the suppression list: a +label per run keeps each run\'s addresses apart',
+    "# bounce@ and complaint@ end up on the suppression list: a +label per run keeps each run's addresses apart",
     'RUN=$(date +%s)',
     `ID=$(curl -s -H "$AUTH" $API/emails -d '${send}' | ${json})`,
     'sleep 1; curl -s -H "$AUTH" $API/emails/$ID; echo',
@@ -192,7 +197,9 @@ export function tryItText(config: Config, dev: DevAccount, api: string, adminTok
 /** Runs the server (`node dist/server/app/main.js`) with the dev environment, printing the commands once it listens. */
 function main(): void {
   if (process.env.DELIVERY_MODE && process.env.DELIVERY_MODE !== 'capture') {
-    process.stderr.write(`mailstead dev: npm run dev always runs DELIVERY_MODE=capture (got "${process.env.DELIVERY_MODE}"); use npm start for direct delivery\n`);
+    process.stderr.write(
+      `mailstead dev: npm run dev always runs DELIVERY_MODE=capture (got "${process.env.DELIVERY_MODE}"); use npm start for direct delivery\n`,
+    );
     process.exit(2);
   }
   const env = devEnvironment(process.env);

@@ -105,7 +105,11 @@ describe('capture mode never opens a connection', () => {
 
     const posts = capture.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpoint)).all();
     expect(posts.map((p) => [p.eventType, JSON.parse(p.data).detail]).sort()).toEqual(to.map(() => ['email.delivered', 'captured']));
-    const writes = capture.deps.db.select().from(customerDbWrites).where(and(eq(customerDbWrites.accountId, s.account.id), eq(customerDbWrites.kind, 'event'))).all();
+    const writes = capture.deps.db
+      .select()
+      .from(customerDbWrites)
+      .where(and(eq(customerDbWrites.accountId, s.account.id), eq(customerDbWrites.kind, 'event')))
+      .all();
     expect(writes).toHaveLength(3);
     expect(await metric(capture, 'delivered')).toBe(before + 3);
   });
@@ -158,10 +162,26 @@ describe('the captured message', () => {
     const key = capture.deps.secretKey!;
     const at = capture.clock.now();
     const emailId = newId(at);
-    db.insert(emails).values({ id: emailId, accountId: account.id, fromAddress: 'a@shop.test', to: [], subject: 's', template: 'notification', status: 'sent', sandbox: false, createdAt: at }).run();
+    db.insert(emails)
+      .values({
+        id: emailId,
+        accountId: account.id,
+        fromAddress: 'a@shop.test',
+        to: [],
+        subject: 's',
+        template: 'notification',
+        status: 'sent',
+        sandbox: false,
+        createdAt: at,
+      })
+      .run();
     const total = () => db.select({ n: count() }).from(capturedMessages).get()!.n;
     // Whatever other tests captured is older than these: it goes first.
-    const capture1 = (i: number) => storeCapture(db, sealCapture(key, { emailId, accountId: account.id, recipient: `r${i}@example.net`, message: Buffer.from(`message ${i}\r\n`), capturedAt: at }));
+    const capture1 = (i: number) =>
+      storeCapture(
+        db,
+        sealCapture(key, { emailId, accountId: account.id, recipient: `r${i}@example.net`, message: Buffer.from(`message ${i}\r\n`), capturedAt: at }),
+      );
     db.transaction(() => {
       for (let i = 0; i < CAPTURE_LIMIT; i++) capture1(i);
     });
@@ -192,8 +212,23 @@ describe('the capture store by itself (server/core/capture-store.ts)', () => {
     const key = capture.deps.secretKey!;
     const at = capture.clock.now();
     const emailId = newId(at);
-    db.insert(emails).values({ id: emailId, accountId: owner.id, fromAddress: 'a@shop.test', to: ['dee@example.net'], subject: 's', template: 'notification', status: 'sent', sandbox: false, createdAt: at }).run();
-    storeCapture(db, sealCapture(key, { emailId, accountId: owner.id, recipient: 'dee@example.net', message: Buffer.from('the owner’s message\r\n'), capturedAt: at }));
+    db.insert(emails)
+      .values({
+        id: emailId,
+        accountId: owner.id,
+        fromAddress: 'a@shop.test',
+        to: ['dee@example.net'],
+        subject: 's',
+        template: 'notification',
+        status: 'sent',
+        sandbox: false,
+        createdAt: at,
+      })
+      .run();
+    storeCapture(
+      db,
+      sealCapture(key, { emailId, accountId: owner.id, recipient: 'dee@example.net', message: Buffer.from('the owner’s message\r\n'), capturedAt: at }),
+    );
     // The store's own check, with no route before it: the right email id and recipient are not enough.
     expect(readCapture(db, key, { accountId: other.id, emailId, recipient: 'dee@example.net' })).toBeNull();
     expect(readCapture(db, key, { accountId: other.id, emailId, recipient: 'DEE@example.net' })).toBeNull();
@@ -202,7 +237,11 @@ describe('the capture store by itself (server/core/capture-store.ts)', () => {
 });
 
 describe('GET /emails/{id}/message', () => {
-  runCommonAuthTests(() => capture, { method: 'GET', path: '/emails/01a00000-0000-7000-8000-000000000000/message?recipient=a@example.net', scope: 'emails:read' });
+  runCommonAuthTests(() => capture, {
+    method: 'GET',
+    path: '/emails/01a00000-0000-7000-8000-000000000000/message?recipient=a@example.net',
+    scope: 'emails:read',
+  });
 
   it('answers the raw signed message as message/rfc822, for each recipient (any case of the address)', async () => {
     const s = await newSender(capture);
@@ -219,7 +258,7 @@ describe('GET /emails/{id}/message', () => {
     }
   });
 
-  it('a key with only emails:read reads it; acting for a sub-account reads the sub-account\'s mail, and only with its header', async () => {
+  it("a key with only emails:read reads it; acting for a sub-account reads the sub-account's mail, and only with its header", async () => {
     const parent = await newSender(capture);
     const sub = await capture.api('POST', '/accounts', { key: parent.key, body: { name: 'Sub shop' } });
     expect(sub.status).toBe(201);
@@ -238,7 +277,7 @@ describe('GET /emails/{id}/message', () => {
     expectDocumented(asParent);
   });
 
-  it('404 email_not_found: no such email, another account\'s email, a recipient it was not sent to, a sandboxed send', async () => {
+  it("404 email_not_found: no such email, another account's email, a recipient it was not sent to, a sandboxed send", async () => {
     const s = await newSender(capture);
     const other = await newSender(capture);
     const id = await send(capture, s.key, receipt(s.from, 'jack@example.net'));
@@ -278,7 +317,10 @@ describe('GET /emails/{id}/message', () => {
 
     // A capture left by an earlier DELIVERY_MODE=capture run of the same DATA_DIR is not shown by a server that delivers.
     const message = Buffer.from('Subject: kept from a capture run\r\n\r\nhello\r\n');
-    storeCapture(direct.deps.db, sealCapture(direct.deps.secretKey!, { emailId: id, accountId: s.account.id, recipient: 'lee@example.net', message, capturedAt: direct.clock.now() }));
+    storeCapture(
+      direct.deps.db,
+      sealCapture(direct.deps.secretKey!, { emailId: id, accountId: s.account.id, recipient: 'lee@example.net', message, capturedAt: direct.clock.now() }),
+    );
     const res = await direct.api('GET', path, { key: s.key });
     expectError(res, 404, 'email_not_found', /capture mode/);
     expectDocumented(res);
@@ -334,7 +376,11 @@ describe('reserved-TLD domains verify without DNS in capture mode only', () => {
     dns.queries = [];
     const created = await capture.api('POST', '/domains', { key, body: { name } });
     const verified = await capture.api('POST', `/domains/${created.body.id}/verify`, { key });
-    expect(verified.body).toMatchObject({ status: 'pending', sending: false, checks: { ownership: 'missing', spf: 'missing', receiving: 'missing', signing: 'missing' } });
+    expect(verified.body).toMatchObject({
+      status: 'pending',
+      sending: false,
+      checks: { ownership: 'missing', spf: 'missing', receiving: 'missing', signing: 'missing' },
+    });
     expect(dns.queries.map((q) => q.name)).toContain(`_service-verify.${name}`);
   });
 
@@ -345,7 +391,12 @@ describe('reserved-TLD domains verify without DNS in capture mode only', () => {
     const created = await direct.api('POST', '/domains', { key, body: { name } });
     const verified = await direct.api('POST', `/domains/${created.body.id}/verify`, { key });
     expect(verified.status).toBe(200);
-    expect(verified.body).toMatchObject({ status: 'pending', ownershipVerified: false, sending: false, checks: { ownership: 'missing', signing: 'missing', spf: 'missing' } });
+    expect(verified.body).toMatchObject({
+      status: 'pending',
+      ownershipVerified: false,
+      sending: false,
+      checks: { ownership: 'missing', signing: 'missing', spf: 'missing' },
+    });
     expect(dns.queries.map((q) => q.name)).toContain(`_service-verify.${name}`);
     expectError(await direct.api('POST', '/emails', { key, body: receipt(`billing@${name}`, 'ned@example.net') }), 403, 'domain_not_ready');
 

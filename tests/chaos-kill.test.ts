@@ -99,7 +99,13 @@ function envFor(dir: string): Record<string, string> {
   return processEnv(dir, { DNS_SERVERS: dns.address, SMTP_DELIVERY_PORT: String(sink.port) });
 }
 
-async function request(base: string, key: string, method: string, path: string, opts: { body?: string; headers?: Record<string, string>; timeoutMs?: number } = {}) {
+async function request(
+  base: string,
+  key: string,
+  method: string,
+  path: string,
+  opts: { body?: string; headers?: Record<string, string>; timeoutMs?: number } = {},
+) {
   const res = await fetch(`${base}${path}`, {
     method,
     headers: { authorization: `Bearer ${key}`, ...(opts.body !== undefined ? { 'content-type': 'application/json' } : {}), ...opts.headers },
@@ -113,10 +119,7 @@ async function request(base: string, key: string, method: string, path: string, 
 async function exitOf(proc: { exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }> }, ms: number) {
   let timer: NodeJS.Timeout | undefined;
   try {
-    return await Promise.race([
-      proc.exited,
-      new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no exit within ${ms} ms`)), ms))),
-    ]);
+    return await Promise.race([proc.exited, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no exit within ${ms} ms`)), ms)))]);
   } finally {
     clearTimeout(timer);
   }
@@ -145,7 +148,9 @@ async function killDuringStartup(dir: string, ms: number): Promise<string> {
   runningProcesses.add(child as never);
   let out = '';
   child.stdout.on('data', (c: Buffer) => (out += c.toString()));
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.on('exit', (code, signal) => resolve({ code, signal })),
+  );
   await new Promise((r) => setTimeout(r, ms));
   child.kill('SIGKILL');
   const e = await exited;
@@ -283,7 +288,16 @@ describe('chaos: SIGKILL at random moments, restarts on the same DATA_DIR', () =
     for (let round = 0; round < ROUNDS; round++) {
       if (round > 0) {
         // Sometimes a kill during start-up first, on the directory with its queue and claims.
-        if (rnd.next() < 0.3) kills.push({ round, mode: 'startup', atMs: 0, sinkArrivalsBefore: 0, exit: await killDuringStartup(dataDir, rnd.int(0, 1200)), at: Date.now(), exitAt: Date.now() });
+        if (rnd.next() < 0.3)
+          kills.push({
+            round,
+            mode: 'startup',
+            atMs: 0,
+            sinkArrivalsBefore: 0,
+            exit: await killDuringStartup(dataDir, rnd.int(0, 1200)),
+            at: Date.now(),
+            exitAt: Date.now(),
+          });
         try {
           proc = await startServiceProcess(env);
         } catch (err) {
@@ -398,7 +412,8 @@ describe('chaos: SIGKILL at random moments, restarts on the same DATA_DIR', () =
     }
     type AccountView = { sending: { sentToday: number }; credits: { totalUsed: number } };
     const views = {} as Record<Client, AccountView>;
-    for (const c of Object.keys(auth) as Client[]) views[c] = (await request(proc.base, auth[c].key, 'GET', '/account', { headers: auth[c].headers })).body as AccountView;
+    for (const c of Object.keys(auth) as Client[])
+      views[c] = (await request(proc.base, auth[c].key, 'GET', '/account', { headers: auth[c].headers })).body as AccountView;
 
     proc.child.kill('SIGTERM');
     const lastExit = await exitOf(proc, 20_000);
@@ -459,7 +474,8 @@ describe('chaos: SIGKILL at random moments, restarts on the same DATA_DIR', () =
     // Every recipient of every queued email has a final outcome, delivered once in the event log.
     const sent = emailsRows.filter((e) => e.status === 'sent');
     const deliveredEvents = new Map<string, number>();
-    for (const ev of events) if (ev.status === 'delivered') deliveredEvents.set(`${ev.email_id} ${ev.recipient}`, (deliveredEvents.get(`${ev.email_id} ${ev.recipient}`) ?? 0) + 1);
+    for (const ev of events)
+      if (ev.status === 'delivered') deliveredEvents.set(`${ev.email_id} ${ev.recipient}`, (deliveredEvents.get(`${ev.email_id} ${ev.recipient}`) ?? 0) + 1);
     const arrivals = counts(arrivedAt.map((x) => x.to));
     const accepted = counts(sink.received.flatMap((r) => r.to.map((to) => to.toLowerCase())));
     const expectedAtSink = new Set<string>();
@@ -541,7 +557,8 @@ describe('chaos: SIGKILL at random moments, restarts on the same DATA_DIR', () =
     }
     // The documented case, a 250 the killed process had received (answered before the kill) and not yet committed.
     const acceptedTimes = new Map<string, number[]>();
-    for (const x of sink.received.flatMap((r) => r.to.map((to) => ({ to: to.toLowerCase(), at: r.at })))) acceptedTimes.set(x.to, [...(acceptedTimes.get(x.to) ?? []), x.at]);
+    for (const x of sink.received.flatMap((r) => r.to.map((to) => ({ to: to.toLowerCase(), at: r.at }))))
+      acceptedTimes.set(x.to, [...(acceptedTimes.get(x.to) ?? []), x.at]);
     let after250 = 0;
     /** For each of those, how long before the kill the sink had answered 250. */
     const gaps: number[] = [];
@@ -557,9 +574,12 @@ describe('chaos: SIGKILL at random moments, restarts on the same DATA_DIR', () =
       }
     }
     // A graceful stop left to finish leaves nothing to send twice: a restart delivers the rest with no duplicate.
-    for (const [k, n] of perKill) if (kills[k]!.mode === 'sigterm-clean') problems.push(`kill ${k} (a graceful stop that exited ${kills[k]!.exit}): ${n} duplicates`);
+    for (const [k, n] of perKill)
+      if (kills[k]!.mode === 'sigterm-clean') problems.push(`kill ${k} (a graceful stop that exited ${kills[k]!.exit}): ${n} duplicates`);
     // docs/api/contract.md: 409 idempotency_in_progress only while the first request is in flight; after a restart none is.
-    for (const s of sends) if (s.staleInProgress > 0) problems.push(`send ${s.n} (key ${s.key}): ${s.staleInProgress} × 409 idempotency_in_progress from a process started after the first attempt died`);
+    for (const s of sends)
+      if (s.staleInProgress > 0)
+        problems.push(`send ${s.n} (key ${s.key}): ${s.staleInProgress} × 409 idempotency_in_progress from a process started after the first attempt died`);
     for (const [k, n] of perKill) if (n > 64) problems.push(`kill ${k}: ${n} duplicates, more than the open connections`);
     const stale = sends.filter((s) => s.staleInProgress > 0).length;
     const lost = sends.reduce((n, s) => n + s.others.filter((o) => o === 'lost').length, 0);

@@ -212,7 +212,11 @@ afterAll(async () => {
 
 describe('first run', () => {
   it('the CLI refuses a DATA_DIR that holds no database, naming the path, and creates nothing', async () => {
-    for (const args of [['accounts', 'list'], ['accounts', 'create', '--name', 'Acme'], ['admin-token', 'reset']]) {
+    for (const args of [
+      ['accounts', 'list'],
+      ['accounts', 'create', '--name', 'Acme'],
+      ['admin-token', 'reset'],
+    ]) {
       const res = await cli(...args);
       expect(res.code, res.stderr).toBe(1);
       expect(res.stdout).toBe('');
@@ -304,7 +308,8 @@ describe('the other commands (node dist/server/app/cli.js)', () => {
   it('accounts unsuspend lifts a suspension by the reputation breaker, which the API cannot', async () => {
     const sub = await api('POST', '/accounts', created.key, { name: 'Customer Breaker' });
     expect(sub.status, JSON.stringify(sub.body)).toBe(201);
-    const reason = 'Sending paused automatically by the reputation breaker: bounce rate 12.00% and complaint rate 0.00% over 50 recipients reached the paused tier (10% bounces or 0.5% complaints).';
+    const reason =
+      'Sending paused automatically by the reputation breaker: bounce rate 12.00% and complaint rate 0.00% over 50 recipients reached the paused tier (10% bounces or 0.5% complaints).';
     const db = new Database(join(dataDir, 'mailstead.db'));
     try {
       db.prepare("UPDATE accounts SET suspended_by = 'breaker', suspended_reason = ?, suspended_at = ? WHERE id = ?").run(reason, Date.now(), sub.body.id);
@@ -480,8 +485,24 @@ describe('webhooks commands', () => {
     const out = JSON.parse(res.stdout) as { data: EndpointBody[] };
     expect(Object.keys(out)).toEqual(['data']);
     expect(out.data).toEqual([
-      { id: newer, url: `https://hooks.example.com/${newer}`, events: ['email.bounced', 'ping'], active: false, failureCount: 10, disabledAt: '2026-03-10T12:01:01.000Z', createdAt: '2026-03-10T12:01:00.000Z' },
-      { id: older, url: `https://hooks.example.com/${older}`, events: ['email.delivered', 'email.bounced'], active: true, failureCount: 0, disabledAt: null, createdAt: '2026-03-10T12:00:00.000Z' },
+      {
+        id: newer,
+        url: `https://hooks.example.com/${newer}`,
+        events: ['email.bounced', 'ping'],
+        active: false,
+        failureCount: 10,
+        disabledAt: '2026-03-10T12:01:01.000Z',
+        createdAt: '2026-03-10T12:01:00.000Z',
+      },
+      {
+        id: older,
+        url: `https://hooks.example.com/${older}`,
+        events: ['email.delivered', 'email.bounced'],
+        active: true,
+        failureCount: 0,
+        disabledAt: null,
+        createdAt: '2026-03-10T12:00:00.000Z',
+      },
     ]);
     // Another account's endpoints are not listed; an account without any prints an empty list.
     expect(await cliOk<{ data: EndpointBody[] }>('webhooks', 'list', '--account', sub.body.id)).toEqual({ data: [] });
@@ -505,11 +526,21 @@ describe('webhooks commands', () => {
     const res = await cli('webhooks', 'enable', '--webhook', newer);
     expect(res.code, res.stderr).toBe(0);
     expect(res.stdout).not.toContain(SEALED);
-    expect(JSON.parse(res.stdout)).toEqual({ id: newer, url: `https://hooks.example.com/${newer}`, events: ['email.bounced', 'ping'], active: true, failureCount: 0, disabledAt: null, createdAt: '2026-03-10T12:01:00.000Z' });
+    expect(JSON.parse(res.stdout)).toEqual({
+      id: newer,
+      url: `https://hooks.example.com/${newer}`,
+      events: ['email.bounced', 'ping'],
+      active: true,
+      failureCount: 0,
+      disabledAt: null,
+      createdAt: '2026-03-10T12:01:00.000Z',
+    });
     expect(readEndpoint(newer)).toEqual({ active: 1, failureCount: 0, disabledAt: null });
     const ro = new Database(join(dataDir, 'mailstead.db'), { readonly: true });
     try {
-      const rows = ro.prepare('SELECT next_attempt_at AS nextAttemptAt FROM webhook_deliveries WHERE endpoint_id = ? ORDER BY id').all(newer) as { nextAttemptAt: number | null }[];
+      const rows = ro.prepare('SELECT next_attempt_at AS nextAttemptAt FROM webhook_deliveries WHERE endpoint_id = ? ORDER BY id').all(newer) as {
+        nextAttemptAt: number | null;
+      }[];
       expect(rows[0]!.nextAttemptAt).toBeGreaterThanOrEqual(before);
       expect(rows[0]!.nextAttemptAt).toBeLessThanOrEqual(Date.now());
       expect(rows[1]!.nextAttemptAt).toBeNull();
@@ -566,7 +597,7 @@ describe('database status', () => {
     }
   }
 
-  it('prints the status the API answers for the account (its own database, else its parent\'s), never the URL', async () => {
+  it("prints the status the API answers for the account (its own database, else its parent's), never the URL", async () => {
     // Recent (older writes would be dropped by the running server's writer), and not due for an hour.
     const at = Math.floor(Date.now() / 1000) * 1000 - 60_000;
     const owner = await cliOk<{ account: { id: string }; key: string }>('accounts', 'create', '--name', 'Database owner');
@@ -615,7 +646,8 @@ describe('help and version: stdout, exit 0, no database needed', () => {
     expect(res.code, res.stderr).toBe(0);
     expect(res.stderr).toBe('');
     expect(res.stdout).toMatch(/^usage: mailstead <command>/);
-    for (const command of ['accounts create', 'accounts list', 'credits grant', 'keys create', 'admin-token reset', '--version']) expect(res.stdout).toContain(command);
+    for (const command of ['accounts create', 'accounts list', 'credits grant', 'keys create', 'admin-token reset', '--version'])
+      expect(res.stdout).toContain(command);
   });
 
   it('--version prints the version of package.json and exits 0', async () => {

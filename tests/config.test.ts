@@ -84,9 +84,13 @@ describe('defaults (docs/api/decisions.md section 1)', () => {
       }
       throw new Error('accepted');
     };
-    expect(problem({ MAIL_HOSTNAME: 'mail.example.com.' })).toContain('MAIL_HOSTNAME must be a host name (letters, digits and hyphens in dot-separated labels of at most 63, no trailing dot), got "mail.example.com."');
+    expect(problem({ MAIL_HOSTNAME: 'mail.example.com.' })).toContain(
+      'MAIL_HOSTNAME must be a host name (letters, digits and hyphens in dot-separated labels of at most 63, no trailing dot), got "mail.example.com."',
+    );
     expect(problem({ SPF_DOMAIN: '_spf.example.com.' })).toContain('got "_spf.example.com."');
-    expect(problem({ GRACE_EMAILS: '99999999999999999' })).toContain(`GRACE_EMAILS must be an integer from 0 to ${Number.MAX_SAFE_INTEGER}, got "99999999999999999"`);
+    expect(problem({ GRACE_EMAILS: '99999999999999999' })).toContain(
+      `GRACE_EMAILS must be an integer from 0 to ${Number.MAX_SAFE_INTEGER}, got "99999999999999999"`,
+    );
   });
 
   it('SPF_DOMAIN takes an underscore label, the usual form of an include target', () => {
@@ -94,7 +98,11 @@ describe('defaults (docs/api/decisions.md section 1)', () => {
   });
 
   it('the largest accepted values: a century of trial or grace, the longest timer', () => {
-    expect(loadConfig({ TRIAL_DAYS: '36500', GRACE_DAYS: '36500', WEBHOOK_INTERVAL_MS: '2147483647' })).toMatchObject({ trialDays: 36500, graceDays: 36500, webhookIntervalMs: 2147483647 });
+    expect(loadConfig({ TRIAL_DAYS: '36500', GRACE_DAYS: '36500', WEBHOOK_INTERVAL_MS: '2147483647' })).toMatchObject({
+      trialDays: 36500,
+      graceDays: 36500,
+      webhookIntervalMs: 2147483647,
+    });
   });
 
   it('SPF_DOMAIN follows a configured MAIL_HOSTNAME, and can be set on its own', () => {
@@ -374,7 +382,11 @@ describe('the server process with a bad value', () => {
 
   /** Runs the server with `env` until it exits or prints `until` on stdout (then stops it): its code, stdout, stderr. */
   async function runServer(env: Record<string, string>, until?: string) {
-    const child = spawn(process.execPath, ['dist/server/app/main.js'], { cwd: ROOT, env: { PATH: process.env.PATH ?? '', MAIL_HOSTNAME: 'mx.mailstead.test', HTTP_HOST: '127.0.0.1', HTTP_PORT: '0', SMTP_PORT: '0', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['dist/server/app/main.js'], {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH ?? '', MAIL_HOSTNAME: 'mx.mailstead.test', HTTP_HOST: '127.0.0.1', HTTP_PORT: '0', SMTP_PORT: '0', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (c: Buffer) => {
@@ -406,7 +418,10 @@ describe('the server process with a bad value', () => {
     const port = (busy.address() as AddressInfo).port;
     try {
       const { stdout } = await runServer({ DATA_DIR: dataDir, SMTP_HOST: '127.0.0.1', SMTP_PORT: String(port) }, 'server.started');
-      const lines = stdout.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as { event: string; code?: string; message?: string });
+      const lines = stdout
+        .split('\n')
+        .filter((l) => l !== '')
+        .map((l) => JSON.parse(l) as { event: string; code?: string; message?: string });
       const failed = lines.filter((l) => l.event === 'smtp.listen_failed');
       expect(failed).toHaveLength(1);
       expect(failed[0]).toMatchObject({ code: 'EADDRINUSE' });
@@ -428,7 +443,9 @@ describe('the server process with a bad value', () => {
       expect(code).toBe(1);
       const lines = stderr.split('\n').filter((l) => l !== '');
       expect(lines, stderr).toHaveLength(1);
-      expect(lines[0]).toBe(`mailstead: invalid configuration: HTTP_HOST and HTTP_PORT (127.0.0.1 port ${port}) cannot be listened on: listen EADDRINUSE: address already in use 127.0.0.1:${port}`);
+      expect(lines[0]).toBe(
+        `mailstead: invalid configuration: HTTP_HOST and HTTP_PORT (127.0.0.1 port ${port}) cannot be listened on: listen EADDRINUSE: address already in use 127.0.0.1:${port}`,
+      );
     } finally {
       await new Promise<void>((resolve) => busy.close(() => resolve()));
     }
@@ -441,7 +458,9 @@ describe('the server process with a bad value', () => {
     expect(other.code).toBe(1);
     const lines = other.stderr.split('\n').filter((l) => l !== '');
     expect(lines, other.stderr).toHaveLength(1);
-    expect(lines[0]).toMatch(/^mailstead: invalid configuration: SECRET_KEY is not the key DATA_DIR's secrets were sealed with .*secret\.key holds it \(unset SECRET_KEY to use it\)$/);
+    expect(lines[0]).toMatch(
+      /^mailstead: invalid configuration: SECRET_KEY is not the key DATA_DIR's secrets were sealed with .*secret\.key holds it \(unset SECRET_KEY to use it\)$/,
+    );
     // The generated key itself, given as SECRET_KEY, is the right one.
     const generated = readFileSync(join(dataDir, 'secret.key'), 'utf8').trim();
     expect((await runServer({ DATA_DIR: dataDir, SECRET_KEY: generated }, 'http.listening')).stdout).toContain('http.listening');
@@ -473,7 +492,10 @@ describe('the server process with a bad value', () => {
 
   it('the admin token is printed on the first start whatever LOG_LEVEL says (here error), and nothing else at info', async () => {
     const { stdout } = await runServer({ DATA_DIR: dataDir, LOG_LEVEL: 'error' }, 'admin_token.generated');
-    const lines = stdout.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as { event: string; token?: string });
+    const lines = stdout
+      .split('\n')
+      .filter((l) => l !== '')
+      .map((l) => JSON.parse(l) as { event: string; token?: string });
     expect(lines.map((l) => l.event)).toEqual(['admin_token.generated']);
     expect(lines[0]!.token).toMatch(/^\S{20,}$/);
   });

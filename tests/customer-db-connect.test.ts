@@ -204,12 +204,24 @@ describe('classifyConnectError (the table)', () => {
     [withCode('The server does not support SSL connections'), 'tls', 'TLS failed: the server does not accept TLS'],
     [withCode('self-signed certificate', 'DEPTH_ZERO_SELF_SIGNED_CERT'), 'tls', 'TLS failed: self-signed certificate'],
     [withCode('unable to verify the first certificate', 'UNABLE_TO_VERIFY_LEAF_SIGNATURE'), 'tls', 'TLS failed: unable to verify the first certificate'],
-    [withCode("Hostname/IP does not match certificate's altnames", 'ERR_TLS_CERT_ALTNAME_INVALID'), 'tls', "TLS failed: Hostname/IP does not match certificate's altnames"],
+    [
+      withCode("Hostname/IP does not match certificate's altnames", 'ERR_TLS_CERT_ALTNAME_INVALID'),
+      'tls',
+      "TLS failed: Hostname/IP does not match certificate's altnames",
+    ],
     [withCode('certificate has expired', 'CERT_HAS_EXPIRED'), 'tls', 'TLS failed: certificate has expired'],
-    [withCode('password authentication failed for user "u"', '28P01'), 'login', 'login failed: password authentication failed (password authentication failed for user "u")'],
+    [
+      withCode('password authentication failed for user "u"', '28P01'),
+      'login',
+      'login failed: password authentication failed (password authentication failed for user "u")',
+    ],
     [withCode('no pg_hba.conf entry', '28000'), 'login', 'login failed: the server refused this user (no pg_hba.conf entry)'],
     [withCode('database "x" does not exist', '3D000'), 'login', 'login failed: the database does not exist (database "x" does not exist)'],
-    [withCode('SASL: SCRAM-SERVER-FIRST-MESSAGE: client password must be a non-empty string'), 'login', 'login failed: the server asks for a password and none was given (SASL: SCRAM-SERVER-FIRST-MESSAGE: client password must be a non-empty string)'],
+    [
+      withCode('SASL: SCRAM-SERVER-FIRST-MESSAGE: client password must be a non-empty string'),
+      'login',
+      'login failed: the server asks for a password and none was given (SASL: SCRAM-SERVER-FIRST-MESSAGE: client password must be a non-empty string)',
+    ],
     [withCode('relation "t" does not exist', '42P01'), 'other', 'the database answered with an error: relation "t" does not exist'],
   ])('%s', (err, stage, message) => {
     expect(classifyConnectError(err)).toEqual({ stage, message });

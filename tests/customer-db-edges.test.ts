@@ -64,7 +64,23 @@ async function queueSpooledInbound(s: Sender): Promise<string> {
   await spool.finish();
   const id = newId(now);
   rig.service.deps.db.transaction(() => {
-    queueCustomerDbWrite(rig.service.deps, s.account.id, { kind: 'inbound', id, spoolId, accountId: s.account.id, toAddresses: [`support@${s.domain}`], mailFrom: 'ann@example.net', remoteAddress: '127.0.0.1', helo: 'client.example', receivedAt: now, size: raw.length }, now);
+    queueCustomerDbWrite(
+      rig.service.deps,
+      s.account.id,
+      {
+        kind: 'inbound',
+        id,
+        spoolId,
+        accountId: s.account.id,
+        toAddresses: [`support@${s.domain}`],
+        mailFrom: 'ann@example.net',
+        remoteAddress: '127.0.0.1',
+        helo: 'client.example',
+        receivedAt: now,
+        size: raw.length,
+      },
+      now,
+    );
   });
   return id;
 }
@@ -77,7 +93,10 @@ async function underInboundLock(database: string, start: () => Promise<unknown>)
   const running = start();
   const pid = (locker as unknown as { processID: number }).processID;
   for (let i = 0; i < 200; i++) {
-    if ((await scratch.query(database, `select 1 from pg_stat_activity where datname = $1 and wait_event_type = 'Lock' and pid <> $2`, [database, pid])).rowCount) return { locker, running };
+    if (
+      (await scratch.query(database, `select 1 from pg_stat_activity where datname = $1 and wait_event_type = 'Lock' and pid <> $2`, [database, pid])).rowCount
+    )
+      return { locker, running };
     await new Promise((r) => setTimeout(r, 50));
   }
   throw new Error('the writer never waited on the lock');
@@ -89,11 +108,28 @@ describe('a write refused by a constraint checked at COMMIT (deferrable, class 2
     const s = await newSender(rig.service, { name: 'Deferred' });
     const db = await scratch.fresh();
     await connect(s, db.url);
-    await scratch.query(db.name, 'alter table service.events add constraint events_email_fk foreign key (email_id) references service.emails (id) deferrable initially deferred');
+    await scratch.query(
+      db.name,
+      'alter table service.events add constraint events_email_fk foreign key (email_id) references service.emails (id) deferrable initially deferred',
+    );
     const now = rig.service.clock.now();
     // An outcome of an email this database never got (sent before it was connected), then an ordinary send.
     rig.service.deps.db.transaction(() => {
-      queueCustomerDbWrite(rig.service.deps, s.account.id, { kind: 'event', id: newId(now), emailId: newId(now), recipient: 'ann@example.net', status: 'delivered', dsn: '2.0.0', detail: '250 ok', occurredAt: now }, now);
+      queueCustomerDbWrite(
+        rig.service.deps,
+        s.account.id,
+        {
+          kind: 'event',
+          id: newId(now),
+          emailId: newId(now),
+          recipient: 'ann@example.net',
+          status: 'delivered',
+          dsn: '2.0.0',
+          detail: '250 ok',
+          occurredAt: now,
+        },
+        now,
+      );
     });
     const id = await send(s);
     for (let i = 0; i < 4; i++) {

@@ -88,7 +88,12 @@ async function send(s: Sender): Promise<string> {
 function queueEvent(s: Sender, emailId: string): void {
   const now = rig.service.clock.now();
   rig.service.deps.db.transaction(() =>
-    queueCustomerDbWrite(rig.service.deps, s.account.id, { kind: 'event', id: newId(now), emailId, recipient: 'ann@example.net', status: 'delivered', dsn: '2.0.0', detail: '250 ok', occurredAt: now }, now),
+    queueCustomerDbWrite(
+      rig.service.deps,
+      s.account.id,
+      { kind: 'event', id: newId(now), emailId, recipient: 'ann@example.net', status: 'delivered', dsn: '2.0.0', detail: '250 ok', occurredAt: now },
+      now,
+    ),
   );
 }
 
@@ -100,7 +105,19 @@ function queueInbound(s: Sender): string {
     queueCustomerDbWrite(
       rig.service.deps,
       s.account.id,
-      { kind: 'inbound', id, spoolId: null, raw, accountId: s.account.id, toAddresses: [`support@${s.domain}`], mailFrom: 'ann@example.net', remoteAddress: '127.0.0.1', helo: 'client.example', receivedAt: now, size: raw.length },
+      {
+        kind: 'inbound',
+        id,
+        spoolId: null,
+        raw,
+        accountId: s.account.id,
+        toAddresses: [`support@${s.domain}`],
+        mailFrom: 'ann@example.net',
+        remoteAddress: '127.0.0.1',
+        helo: 'client.example',
+        receivedAt: now,
+        size: raw.length,
+      },
       now,
     ),
   );
@@ -169,7 +186,10 @@ describe('schema_migrations made a view over eight million rows', () => {
       const probes = (async () => {
         while (probing) {
           const t = Date.now();
-          const ok = await fetch(`http://127.0.0.1:${proc.port}/healthz`).then((r) => r.status === 200, () => false);
+          const ok = await fetch(`http://127.0.0.1:${proc.port}/healthz`).then(
+            (r) => r.status === 200,
+            () => false,
+          );
           if (!ok) unanswered += 1;
           slowest = Math.max(slowest, Date.now() - t);
           await new Promise((r) => setTimeout(r, 20));
@@ -182,7 +202,12 @@ describe('schema_migrations made a view over eight million rows', () => {
       await probes;
       const grewMb = proc.child.exitCode === null && proc.child.signalCode === null ? (kb('VmHWM') - before) / 1024 : Number.POSITIVE_INFINITY;
       // With the table read row by row: 8.6 s of stalled /healthz and +640 MB in the report.
-      expect({ grewMb: grewMb < 50, took: took < 5_000, slowestHealthz: slowest < 1_000, unanswered }).toEqual({ grewMb: true, took: true, slowestHealthz: true, unanswered: 0 });
+      expect({ grewMb: grewMb < 50, took: took < 5_000, slowestHealthz: slowest < 1_000, unanswered }).toEqual({
+        grewMb: true,
+        took: true,
+        slowestHealthz: true,
+        unanswered: 0,
+      });
       expect(tested.status, JSON.stringify(tested.body)).toBe(200);
       expect(tested.body.schemaVersion).toBe(CUSTOMER_SCHEMA_VERSION);
     } finally {
@@ -266,7 +291,10 @@ describe('a trigger raising a 2 MB message', () => {
     // Connected once while the schema could be made, then the migrations' record emptied under the same trigger.
     const database = await scratch.fresh();
     expect((await connect(s, database.url)).status).toBe(200);
-    await scratch.query(database.name, `delete from service.schema_migrations; ${raising('loud', 'P0001')} create trigger loud before insert on service.schema_migrations for each row execute function loud();`);
+    await scratch.query(
+      database.name,
+      `delete from service.schema_migrations; ${raising('loud', 'P0001')} create trigger loud before insert on service.schema_migrations for each row execute function loud();`,
+    );
     const tested = await rig.service.api('POST', '/database/test', { key: s.key });
     expect(tested.status).toBe(422);
     const now = await status(s);

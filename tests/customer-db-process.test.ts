@@ -98,7 +98,11 @@ describe('outage, kill -9 and recovery with the real process', () => {
     // A first send written and delivered: the writer's pool is open, then idle.
     const ids = [await send(0)];
     await until('the first send and its events written', status.bind(null, first), (s) => s.pending === 0 && sink.received.length === 2);
-    await until('the first send in the customer database', () => customerRows('select id from service.events'), (rows) => rows.length === 2);
+    await until(
+      'the first send in the customer database',
+      () => customerRows('select id from service.events'),
+      (rows) => rows.length === 2,
+    );
 
     // The Postgres vanishes under the idle pool: the process stays up.
     await pgServer.kill();
@@ -106,8 +110,16 @@ describe('outage, kill -9 and recovery with the real process', () => {
     expect(await healthz(first)).toBe(200);
 
     for (let i = 1; i <= SENDS; i++) ids.push(await send(i));
-    await until('every recipient delivered', async () => sink.received.length, (n) => n === 2 * (SENDS + 1));
-    const waiting = await until('the writes waiting, the database unreachable', status.bind(null, first), (s) => s.state === 'unreachable' && s.pending === 3 * SENDS);
+    await until(
+      'every recipient delivered',
+      async () => sink.received.length,
+      (n) => n === 2 * (SENDS + 1),
+    );
+    const waiting = await until(
+      'the writes waiting, the database unreachable',
+      status.bind(null, first),
+      (s) => s.state === 'unreachable' && s.pending === 3 * SENDS,
+    );
     expect(waiting.lastError).toMatch(/could not connect/);
     expect(await healthz(first)).toBe(200);
     expect(first.logs.some((l) => l.includes('"customer_db.unreachable"'))).toBe(true);
@@ -123,7 +135,12 @@ describe('outage, kill -9 and recovery with the real process', () => {
       const emails = await customerRows<{ id: string }>('select id from service.emails order by id');
       expect(emails.map((e) => e.id)).toEqual(ids);
       const events = await customerRows<{ email_id: string; recipient: string }>('select email_id, recipient from service.events order by email_id, recipient');
-      expect(events.map((e) => [e.email_id, e.recipient])).toEqual(ids.flatMap((id, i) => [[id, `a${i}@example.net`], [id, `b${i}@example.net`]]));
+      expect(events.map((e) => [e.email_id, e.recipient])).toEqual(
+        ids.flatMap((id, i) => [
+          [id, `a${i}@example.net`],
+          [id, `b${i}@example.net`],
+        ]),
+      );
       // In order: an event applied before its email would have found no row to stamp, and the email, written after,
       // would have no delivered_at. Every email has it.
       const delivered = await customerRows<{ n: number }>('select count(*)::int as n from service.emails where delivered_at is not null');

@@ -20,7 +20,14 @@ afterAll(async () => {
 });
 
 async function withClient<T>(database: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
-  const client = new pg.Client({ host: '127.0.0.1', port: server.port, user: server.user, password: server.password, database, ssl: { rejectUnauthorized: false } });
+  const client = new pg.Client({
+    host: '127.0.0.1',
+    port: server.port,
+    user: server.user,
+    password: server.password,
+    database,
+    ssl: { rejectUnauthorized: false },
+  });
   await client.connect();
   try {
     return await fn(client);
@@ -50,20 +57,58 @@ describe('the service schema', () => {
     await withClient(db, async (c) => {
       expect(await migrateCustomerDb(c)).toBe(CUSTOMER_SCHEMA_VERSION);
       expect(await columnsOf(c, 'emails')).toMatchObject({
-        id: 'uuid', account_id: 'uuid', from_address: 'text', to_addresses: 'ARRAY', subject: 'text', html: 'text', text: 'text', template: 'text',
-        tags: 'jsonb', status: 'text', created_at: 'timestamp with time zone', delivered_at: 'timestamp with time zone',
-        bounced_at: 'timestamp with time zone', complained_at: 'timestamp with time zone',
+        id: 'uuid',
+        account_id: 'uuid',
+        from_address: 'text',
+        to_addresses: 'ARRAY',
+        subject: 'text',
+        html: 'text',
+        text: 'text',
+        template: 'text',
+        tags: 'jsonb',
+        status: 'text',
+        created_at: 'timestamp with time zone',
+        delivered_at: 'timestamp with time zone',
+        bounced_at: 'timestamp with time zone',
+        complained_at: 'timestamp with time zone',
       });
       expect(await columnsOf(c, 'events')).toMatchObject({
-        id: 'uuid', email_id: 'uuid', recipient: 'text', status: 'text', dsn: 'text', detail: 'text', occurred_at: 'timestamp with time zone',
+        id: 'uuid',
+        email_id: 'uuid',
+        recipient: 'text',
+        status: 'text',
+        dsn: 'text',
+        detail: 'text',
+        occurred_at: 'timestamp with time zone',
       });
       expect(await columnsOf(c, 'inbound')).toMatchObject({
-        id: 'uuid', account_id: 'uuid', from_address: 'text', to_addresses: 'ARRAY', subject: 'text', headers: 'jsonb', text: 'text', html: 'text',
-        message_id: 'text', size: 'integer', spf: 'text', dkim: 'text', dmarc: 'text', received_at: 'timestamp with time zone',
+        id: 'uuid',
+        account_id: 'uuid',
+        from_address: 'text',
+        to_addresses: 'ARRAY',
+        subject: 'text',
+        headers: 'jsonb',
+        text: 'text',
+        html: 'text',
+        message_id: 'text',
+        size: 'integer',
+        spf: 'text',
+        dkim: 'text',
+        dmarc: 'text',
+        received_at: 'timestamp with time zone',
       });
-      expect(await columnsOf(c, 'attachments')).toMatchObject({ id: 'uuid', inbound_id: 'uuid', filename: 'text', content_type: 'text', size: 'integer', content: 'bytea' });
+      expect(await columnsOf(c, 'attachments')).toMatchObject({
+        id: 'uuid',
+        inbound_id: 'uuid',
+        filename: 'text',
+        content_type: 'text',
+        size: 'integer',
+        content: 'bytea',
+      });
       const indexes = (await c.query<{ indexname: string }>(`select indexname from pg_indexes where schemaname = 'service'`)).rows.map((r) => r.indexname);
-      expect(indexes).toEqual(expect.arrayContaining(['emails_created_at_idx', 'events_email_id_idx', 'inbound_received_at_idx', 'attachments_inbound_id_idx']));
+      expect(indexes).toEqual(
+        expect.arrayContaining(['emails_created_at_idx', 'events_email_id_idx', 'inbound_received_at_idx', 'attachments_inbound_id_idx']),
+      );
       const versions = (await c.query<{ version: number }>('select version from service.schema_migrations order by version')).rows.map((r) => r.version);
       expect(versions).toEqual(CUSTOMER_MIGRATIONS.map((m) => m.version));
     });
@@ -107,7 +152,9 @@ describe('the service schema', () => {
     const db = await freshDatabase();
     await withClient(db, async (c) => {
       await migrateCustomerDb(c);
-      await c.query(`insert into service.emails (id, account_id, from_address, to_addresses, subject, html, text, template, status, created_at) values (gen_random_uuid(), gen_random_uuid(), 'a@example.com', '{b@example.net}', 's', 'h', 't', 'receipt', 'sent', now())`);
+      await c.query(
+        `insert into service.emails (id, account_id, from_address, to_addresses, subject, html, text, template, status, created_at) values (gen_random_uuid(), gen_random_uuid(), 'a@example.com', '{b@example.net}', 's', 'h', 't', 'receipt', 'sent', now())`,
+      );
       await c.query('drop table service.events');
       expect(await migrateCustomerDb(c)).toBe(CUSTOMER_SCHEMA_VERSION);
       expect((await c.query(`select to_regclass('service.events') as t`)).rows[0].t).toBe('service.events');

@@ -255,9 +255,9 @@ describe('parsing reads no file and opens no connection', () => {
   });
 
   it('refuses sslrootcert=/etc/passwd and the others with fs, dns and net spied', () => {
-    const fsSpies = (
-      ['readFileSync', 'readFile', 'openSync', 'open', 'statSync', 'stat', 'existsSync', 'accessSync', 'createReadStream'] as const
-    ).map((name) => vi.spyOn(fs, name));
+    const fsSpies = (['readFileSync', 'readFile', 'openSync', 'open', 'statSync', 'stat', 'existsSync', 'accessSync', 'createReadStream'] as const).map(
+      (name) => vi.spyOn(fs, name),
+    );
     const promiseSpies = (['readFile', 'open', 'stat', 'access'] as const).map((name) => vi.spyOn(fs.promises, name));
     const dnsSpies = [vi.spyOn(dns, 'lookup'), vi.spyOn(dns, 'resolve'), vi.spyOn(dns.promises, 'lookup')];
     const netSpies = [vi.spyOn(net, 'connect'), vi.spyOn(net, 'createConnection'), vi.spyOn(net.Socket.prototype, 'connect')];

@@ -64,7 +64,10 @@ async function holdEmailsLock(database: string, start: () => Promise<unknown>): 
   await locker.query('lock table service.emails in access exclusive mode');
   const running = start();
   for (let i = 0; i < 200; i++) {
-    const waiting = await scratch.query(database, `select 1 from pg_stat_activity where datname = $1 and wait_event_type = 'Lock' and pid <> $2`, [database, (locker as unknown as { processID: number }).processID]);
+    const waiting = await scratch.query(database, `select 1 from pg_stat_activity where datname = $1 and wait_event_type = 'Lock' and pid <> $2`, [
+      database,
+      (locker as unknown as { processID: number }).processID,
+    ]);
     if (waiting.rowCount) return { locker, running };
     await new Promise((r) => setTimeout(r, 50));
   }
@@ -122,7 +125,11 @@ describe('the host’s addresses', () => {
     const id = await send(s);
     await writer.runOnce();
     const status = (await rig.service.api('GET', '/database', { key: s.key })).body;
-    expect({ state: status.state, lastError: status.lastError, landed: await landed(database.name, [id]) }).toEqual({ state: 'connected', lastError: null, landed: [id] });
+    expect({ state: status.state, lastError: status.lastError, landed: await landed(database.name, [id]) }).toEqual({
+      state: 'connected',
+      lastError: null,
+      landed: [id],
+    });
   });
 });
 

@@ -106,12 +106,21 @@ describe('writing sends and outcomes', () => {
     expect(queued).toMatchObject({ databaseAccountId: sender.account.id, accountId: sender.account.id, kind: 'email' });
     // The content is sealed with the secret key: the outbox row holds none of it in clear.
     expect(queued!.payloadSealed).not.toContain('R-1001');
-    expect(JSON.parse(decryptSecret(rig.service.deps.secretKey!, queued!.payloadSealed, `customer-db-write:${queued!.id}`).toString()).text).toContain('R-1001');
+    expect(JSON.parse(decryptSecret(rig.service.deps.secretKey!, queued!.payloadSealed, `customer-db-write:${queued!.id}`).toString()).text).toContain(
+      'R-1001',
+    );
     expect((await status(sender.key)).pending).toBe(1);
 
     await writer.runOnce();
     const row = await emailRow(id);
-    expect(row).toMatchObject({ account_id: sender.account.id, from_address: sender.from, to_addresses: ['ann@example.net', 'bob@example.net'], template: 'receipt', tags: { order: 'A-1' }, status: 'sent' });
+    expect(row).toMatchObject({
+      account_id: sender.account.id,
+      from_address: sender.from,
+      to_addresses: ['ann@example.net', 'bob@example.net'],
+      template: 'receipt',
+      tags: { order: 'A-1' },
+      status: 'sent',
+    });
     expect(row.text).toContain('R-1001');
     expect(row.html).toContain('R-1001');
     expect(row.subject).toEqual(expect.any(String));
@@ -144,14 +153,24 @@ describe('writing sends and outcomes', () => {
   it('a sub-account writes to its parent’s database, and to its own once it has one', async () => {
     const sub = await newSubSender(rig.service, sender.key);
     const viaParent = await send(sender.key, sub.from, 'ann@example.net', {}, sub.id);
-    expect(rig.service.deps.db.select().from(customerDbWrites).all().map((w) => [w.databaseAccountId, w.accountId])).toEqual([[sender.account.id, sub.id]]);
+    expect(
+      rig.service.deps.db
+        .select()
+        .from(customerDbWrites)
+        .all()
+        .map((w) => [w.databaseAccountId, w.accountId]),
+    ).toEqual([[sender.account.id, sub.id]]);
     expect(await status(sender.key, sub.id)).toMatchObject({ connected: true, host: 'localhost' });
     await writer.runOnce();
     expect((await emailRow(viaParent)).account_id).toBe(sub.id);
 
     // Its own database (here another database on the same server) takes its writes from now on.
     await pgServer.admin('create database sub_own');
-    const res = await rig.service.api('POST', '/database', { key: sender.key, account: sub.id, body: { url: pgServer.url('localhost').replace(/\/customer$/, '/sub_own') } });
+    const res = await rig.service.api('POST', '/database', {
+      key: sender.key,
+      account: sub.id,
+      body: { url: pgServer.url('localhost').replace(/\/customer$/, '/sub_own') },
+    });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     const own = await send(sender.key, sub.from, 'ann@example.net', {}, sub.id);
     await writer.runOnce();
@@ -254,7 +273,9 @@ describe('a write refused for its data', () => {
   });
 
   it('is tried a few times and set aside with its error in lastError, while the writes behind it arrive', async () => {
-    const poison = await send(sender.key, sender.from, 'ann@example.net', { template: { name: 'receipt', receiptNumber: 'POISON-1', paidOn: '2026-03-10', paymentMethod: 'Visa', total: '$1' } });
+    const poison = await send(sender.key, sender.from, 'ann@example.net', {
+      template: { name: 'receipt', receiptNumber: 'POISON-1', paidOn: '2026-03-10', paymentMethod: 'Visa', total: '$1' },
+    });
     const after = await send(sender.key, sender.from, 'bob@example.net');
     await writer.runOnce();
     expect(await emailRow(poison)).toBeUndefined();
@@ -294,7 +315,24 @@ describe('a parse thread that dies with a batch of received messages', () => {
     const inboundId = newId(now);
     const raw = Buffer.from('From: ann@example.net\r\nSubject: Where is order 7?\r\n\r\nHello\r\n');
     rig.service.deps.db.transaction(() =>
-      queueCustomerDbWrite(rig.service.deps, sender.account.id, { kind: 'inbound', id: inboundId, spoolId: null, raw, accountId: sender.account.id, toAddresses: [`support@${sender.domain}`], mailFrom: 'ann@example.net', remoteAddress: '127.0.0.1', helo: 'client.example', receivedAt: now, size: raw.length }, now),
+      queueCustomerDbWrite(
+        rig.service.deps,
+        sender.account.id,
+        {
+          kind: 'inbound',
+          id: inboundId,
+          spoolId: null,
+          raw,
+          accountId: sender.account.id,
+          toAddresses: [`support@${sender.domain}`],
+          mailFrom: 'ann@example.net',
+          remoteAddress: '127.0.0.1',
+          helo: 'client.example',
+          receivedAt: now,
+          size: raw.length,
+        },
+        now,
+      ),
     );
     const after = await send(sender.key, sender.from, 'bob@example.net');
     await writer.runOnce();

@@ -19,7 +19,14 @@ let client: pg.Client;
 
 beforeAll(async () => {
   server = await startPostgres({ certificate: 'self-signed' });
-  client = new pg.Client({ host: '127.0.0.1', port: server.port, user: server.user, password: server.password, database: server.database, ssl: { rejectUnauthorized: false } });
+  client = new pg.Client({
+    host: '127.0.0.1',
+    port: server.port,
+    user: server.user,
+    password: server.password,
+    database: server.database,
+    ssl: { rejectUnauthorized: false },
+  });
   await client.connect();
   await migrateCustomerDb(client);
 }, 120_000);
@@ -64,7 +71,12 @@ describe('applyWrites', () => {
     const bounced = event(e.id, 'bounced', T0 + 2000, 'b@example.net');
     expect(await applyWrites(client, [e, delivered, bounced])).toEqual([]);
     const row = await emailRow(e.id);
-    expect(row).toMatchObject({ account_id: ACCOUNT, from_address: 'shop@example.com', to_addresses: ['a@example.net', 'b@example.net'], subject: 'Your receipt' });
+    expect(row).toMatchObject({
+      account_id: ACCOUNT,
+      from_address: 'shop@example.com',
+      to_addresses: ['a@example.net', 'b@example.net'],
+      subject: 'Your receipt',
+    });
     expect(row).toMatchObject({ html: '<p>Thanks</p>', text: 'Thanks', template: 'receipt', tags: { order: '42' }, status: 'sent', complained_at: null });
     expect(row.created_at.toISOString()).toBe(new Date(T0).toISOString());
     expect(row.delivered_at.toISOString()).toBe(new Date(T0 + 1000).toISOString());
@@ -95,7 +107,11 @@ describe('applyWrites', () => {
 
   it('an email that lands after its events (refused once, written on a retry) takes their timestamps', async () => {
     const e = email();
-    await applyWrites(client, [event(e.id, 'delivered', T0 + 3000), event(e.id, 'delivered', T0 + 1000, 'b@example.net'), event(e.id, 'complained', T0 + 9000)]);
+    await applyWrites(client, [
+      event(e.id, 'delivered', T0 + 3000),
+      event(e.id, 'delivered', T0 + 1000, 'b@example.net'),
+      event(e.id, 'complained', T0 + 9000),
+    ]);
     expect(await emailRow(e.id)).toBeUndefined();
     await applyWrites(client, [e]);
     const row = await emailRow(e.id);
@@ -184,12 +200,19 @@ describe('writeInbound', () => {
         dkim: 'none',
         dmarc: 'fail',
         receivedAt: T0,
-        attachments: [{ id: newId(Date.now()), filename: 'a.bin', contentType: 'application/octet-stream', contentBase64: bytes.toString('base64'), size: bytes.length }],
+        attachments: [
+          { id: newId(Date.now()), filename: 'a.bin', contentType: 'application/octet-stream', contentBase64: bytes.toString('base64'), size: bytes.length },
+        ],
       };
       await writeInbound(client, message);
       await writeInbound(client, message);
       const row = (await client.query('select * from service.inbound where id = $1', [message.id])).rows[0];
-      expect(row).toMatchObject({ from_address: 'someone@example.org', to_addresses: ['support@example.com'], subject: 'Help', headers: { subject: 'Help', 'x-spam': ['no'] } });
+      expect(row).toMatchObject({
+        from_address: 'someone@example.org',
+        to_addresses: ['support@example.com'],
+        subject: 'Help',
+        headers: { subject: 'Help', 'x-spam': ['no'] },
+      });
       expect(row).toMatchObject({ text: 'Hello', html: null, message_id: '<abc@example.org>', size: 1234, spf: 'pass', dkim: 'none', dmarc: 'fail' });
       const files = (await client.query('select * from service.attachments where inbound_id = $1', [message.id])).rows;
       expect(files).toHaveLength(1);

@@ -199,12 +199,15 @@ describe('accounts over HTTP', () => {
   const accountCount = () => service.deps.db.select({ n: count() }).from(accounts).get()!.n;
   const keyCount = (accountId: string) => service.deps.db.select({ n: count() }).from(apiKeys).where(eq(apiKeys.accountId, accountId)).get()!.n;
 
-
   it('refuses bad input with an error flash (never a 500) and changes nothing', async () => {
     const before = accountCount();
     expect(await refusalOf(client, '/dashboard/accounts', { name: '' }, '/dashboard/accounts')).toBe('name: must be 2 to 80 characters');
-    expect(await refusalOf(client, '/dashboard/accounts', { name: 'Valid Name', credits: 'abc' }, '/dashboard/accounts')).toBe('credits: must be a whole number of at least 0');
-    expect(await refusalOf(client, '/dashboard/accounts', { name: 'Valid Name', dailyQuota: '0' }, '/dashboard/accounts')).toBe('dailyQuota: must be a whole number of at least 1');
+    expect(await refusalOf(client, '/dashboard/accounts', { name: 'Valid Name', credits: 'abc' }, '/dashboard/accounts')).toBe(
+      'credits: must be a whole number of at least 0',
+    );
+    expect(await refusalOf(client, '/dashboard/accounts', { name: 'Valid Name', dailyQuota: '0' }, '/dashboard/accounts')).toBe(
+      'dailyQuota: must be a whole number of at least 1',
+    );
     expect(accountCount()).toBe(before);
 
     const { account } = service.newAccount({ name: 'Bad Input Co' });
@@ -223,7 +226,7 @@ describe('accounts over HTTP', () => {
     expect(service.deps.db.select({ n: count() }).from(accounts).where(eq(accounts.parentId, account.id)).get()!.n).toBe(0);
 
     // A sub-account's credits are its parent's: refused, as the CLI refuses it.
-    const sub = (await service.api('POST', '/accounts', { key: (service.newAccount({ name: 'Parent Co' })).key, body: { name: 'Child Co' } })).body;
+    const sub = (await service.api('POST', '/accounts', { key: service.newAccount({ name: 'Parent Co' }).key, body: { name: 'Child Co' } })).body;
     expect(await refusalOf(client, `/dashboard/accounts/${sub.id}/credits`, { amount: '5' }, `/dashboard/accounts/${sub.id}`)).toContain('top-level account');
     // A key of another account cannot be revoked from this one.
     const other = service.newAccount({ name: 'Other Co' });

@@ -140,7 +140,12 @@ describe('dashboard sign-in rules over HTTP', () => {
 
   it('refuses a sign-in posted without the form cookie, or from another origin (no login CSRF)', async () => {
     const form = await signInForm(service.url);
-    const noCookie = await fetch(`${service.url}/dashboard/sign-in`, { method: 'POST', redirect: 'manual', headers: { 'content-type': 'application/x-www-form-urlencoded', origin: service.url }, body: new URLSearchParams({ _sign_in: form.value, token }) });
+    const noCookie = await fetch(`${service.url}/dashboard/sign-in`, {
+      method: 'POST',
+      redirect: 'manual',
+      headers: { 'content-type': 'application/x-www-form-urlencoded', origin: service.url },
+      body: new URLSearchParams({ _sign_in: form.value, token }),
+    });
     expect(noCookie.status).toBe(403);
     const otherOrigin = await postSignIn(service.url, token, { origin: 'http://evil.example' });
     expect(otherOrigin.status).toBe(403);
@@ -318,7 +323,11 @@ describe('CSRF and headers', () => {
     const proxied = { origin: 'https://mail.example.com', 'x-forwarded-host': 'mail.example.com', 'x-forwarded-proto': 'https' };
     const viaForwardedHost = await client.post('/dashboard/suppressions', { account: '', address: '' }, proxied);
     expect(viaForwardedHost.status).toBe(303); // past the CSRF check: the form's own error flash, not the 403 page
-    const viaFetchMetadata = await client.post('/dashboard/suppressions', { account: '', address: '' }, { origin: 'https://mail.example.com', 'sec-fetch-site': 'same-origin' });
+    const viaFetchMetadata = await client.post(
+      '/dashboard/suppressions',
+      { account: '', address: '' },
+      { origin: 'https://mail.example.com', 'sec-fetch-site': 'same-origin' },
+    );
     expect(viaFetchMetadata.status).toBe(303);
     const bare = await client.post('/dashboard/suppressions', { account: '', address: '' }, { origin: 'https://mail.example.com' });
     expect(bare.status).toBe(403);

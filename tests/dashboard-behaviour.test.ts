@@ -31,7 +31,7 @@ afterAll(async () => {
 const flashOf = (html: string) => /<div class="flash (ok|error)" role="(?:alert|status)"><div>([^<]*)<\/div>/.exec(html);
 
 describe('dashboard behaviour', () => {
-  it('copy buttons work on a plain-http address that is not localhost (docs/operating/dashboard.md\'s http://<host>:8080/dashboard)', async () => {
+  it("copy buttons work on a plain-http address that is not localhost (docs/operating/dashboard.md's http://<host>:8080/dashboard)", async () => {
     const { account } = service.newAccount({ name: 'Copy Co' });
     const port = new URL(service.url).port;
     // The operator's browser reaches the server by its host name over http: not a secure context, so
@@ -99,14 +99,36 @@ describe('dashboard behaviour', () => {
     const { account } = service.newAccount({ name: 'Retry Co' });
     const endpoint = seedEndpoint(service, account.id, ['email.delivered']);
     const t0 = service.clock.now();
-    const data = (recipient: string) => JSON.stringify({ messageId: newId(t0), recipient, status: 'delivered', dsn: '2.0.0', detail: '250 OK', occurredAt: new Date(t0).toISOString(), from: 'a@b.example' });
+    const data = (recipient: string) =>
+      JSON.stringify({
+        messageId: newId(t0),
+        recipient,
+        status: 'delivered',
+        dsn: '2.0.0',
+        detail: '250 OK',
+        occurredAt: new Date(t0).toISOString(),
+        from: 'a@b.example',
+      });
     const row = (id: string, recipient: string, attempts: number, deliveredAt: number) => ({
-      id, endpointId: endpoint, accountId: account.id, eventType: 'email.delivered' as const, data: data(recipient), attempts, lastStatus: 200, lastError: null, deliveredAt, nextAttemptAt: null, createdAt: t0,
+      id,
+      endpointId: endpoint,
+      accountId: account.id,
+      eventType: 'email.delivered' as const,
+      data: data(recipient),
+      attempts,
+      lastStatus: 200,
+      lastError: null,
+      deliveredAt,
+      nextAttemptAt: null,
+      createdAt: t0,
     });
     // A (older) failed its first attempt, B (newer) was delivered at once, A's retry succeeded 12 hours later.
     const a = newId(t0);
     const b = newId(t0);
-    service.deps.db.insert(webhookDeliveries).values([row(a, 'a@x.example', 2, t0 + 12 * 3_600_000), row(b, 'b@x.example', 1, t0 + 1_000)]).run();
+    service.deps.db
+      .insert(webhookDeliveries)
+      .values([row(a, 'a@x.example', 2, t0 + 12 * 3_600_000), row(b, 'b@x.example', 1, t0 + 1_000)])
+      .run();
     const html = await (await client.get(`/dashboard/webhooks/${endpoint}`)).text();
     const shown = /<dt>Last delivered<\/dt><dd><time datetime="([^"]+)"/.exec(html)![1];
     expect(shown).toBe(new Date(t0 + 12 * 3_600_000).toISOString());

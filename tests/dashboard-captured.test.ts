@@ -68,7 +68,11 @@ async function sendCaptured(s: Sender, to: string | string[], subject: string, b
   const id = res.body.id as string;
   if (extraHtml) {
     const queued = service.deps.db.select().from(outboundMessages).where(eq(outboundMessages.id, id)).get()!;
-    service.deps.db.update(outboundMessages).set({ html: queued.html.replace('</body>', `${extraHtml}</body>`) }).where(eq(outboundMessages.id, id)).run();
+    service.deps.db
+      .update(outboundMessages)
+      .set({ html: queued.html.replace('</body>', `${extraHtml}</body>`) })
+      .where(eq(outboundMessages.id, id))
+      .run();
   }
   await createDeliveryEngine(service.deps, { timeouts: FAST_TIMEOUTS }).runOnce();
   return id;
@@ -95,7 +99,9 @@ describe('captured mail in the browser', () => {
     shippedId = await sendCaptured(shop, 'ada@example.net', 'Your order has shipped', 'Parcel 42 is on its way.\nTrack it from your account.', hostile());
   });
 
-  it('opens a captured message: headers, text part, HTML in a sandboxed frame (no script, no network), DKIM pass, raw source', { timeout: 60_000 }, async () => {
+  it('opens a captured message: headers, text part, HTML in a sandboxed frame (no script, no network), DKIM pass, raw source', {
+    timeout: 60_000,
+  }, async () => {
     const page = await newPage(browser);
     await signIn(page, service.url, token, '/dashboard/captured');
     expect(new URL(page.url()).pathname).toBe('/dashboard/captured');
@@ -113,7 +119,11 @@ describe('captured mail in the browser', () => {
     await page.waitForLoadState('load');
     expect(await page.locator('h1').textContent()).toBe('Your order has shipped');
 
-    const header = (name: string) => page.locator('table.message-headers tr').filter({ has: page.locator('th', { hasText: new RegExp(`^${name}$`) }) }).locator('td');
+    const header = (name: string) =>
+      page
+        .locator('table.message-headers tr')
+        .filter({ has: page.locator('th', { hasText: new RegExp(`^${name}$`) }) })
+        .locator('td');
     expect(await header('Subject').textContent()).toBe('Your order has shipped');
     expect(await header('To').textContent()).toBe('ada@example.net');
     expect(await header('From').textContent()).toBe(shop.from);
@@ -249,11 +259,32 @@ describe('captured mail over HTTP', () => {
     const db = service.deps.db;
     const at = service.clock.now();
     const emailId = newId(at);
-    db.insert(emails).values({ id: emailId, accountId: shop.account.id, fromAddress: shop.from, to: [], subject: 'Paged', template: 'notification', status: 'sent', sandbox: false, createdAt: at }).run();
+    db.insert(emails)
+      .values({
+        id: emailId,
+        accountId: shop.account.id,
+        fromAddress: shop.from,
+        to: [],
+        subject: 'Paged',
+        template: 'notification',
+        status: 'sent',
+        sandbox: false,
+        createdAt: at,
+      })
+      .run();
     const total = PAGE_SIZE + 5;
     db.transaction(() => {
       for (let i = 0; i < total; i++) {
-        storeCapture(db, sealCapture(service.deps.secretKey!, { emailId, accountId: shop.account.id, recipient: `pager-${String(i).padStart(3, '0')}@example.net`, message: Buffer.from('Subject: x\r\n\r\nx\r\n'), capturedAt: at }));
+        storeCapture(
+          db,
+          sealCapture(service.deps.secretKey!, {
+            emailId,
+            accountId: shop.account.id,
+            recipient: `pager-${String(i).padStart(3, '0')}@example.net`,
+            message: Buffer.from('Subject: x\r\n\r\nx\r\n'),
+            capturedAt: at,
+          }),
+        );
       }
     });
     const recipientsOf = (html: string) => [...html.matchAll(/<td>(pager-\d+@example\.net)<\/td>/g)].map((m) => m[1]);
@@ -262,7 +293,13 @@ describe('captured mail over HTTP', () => {
     expect(recipientsOf(first)).toEqual(newest);
     const older = /href="(\/dashboard\/captured\?q=pager-&amp;before=\d+)">Older</.exec(first)![1]!.replace(/&amp;/g, '&');
     const second = await (await client.get(older)).text();
-    expect(recipientsOf(second)).toEqual(['pager-004@example.net', 'pager-003@example.net', 'pager-002@example.net', 'pager-001@example.net', 'pager-000@example.net']);
+    expect(recipientsOf(second)).toEqual([
+      'pager-004@example.net',
+      'pager-003@example.net',
+      'pager-002@example.net',
+      'pager-001@example.net',
+      'pager-000@example.net',
+    ]);
     expect(second).not.toContain('>Older<');
     expect(second).toContain('>Newest<');
   });
@@ -276,8 +313,29 @@ describe('a server that does not capture', () => {
       const db = direct.deps.db;
       const at = direct.clock.now();
       const emailId = newId(at);
-      db.insert(emails).values({ id: emailId, accountId: account.id, fromAddress: 'a@shop.example.com', to: ['old@example.net'], subject: 'Kept from before', template: 'notification', status: 'sent', sandbox: false, createdAt: at }).run();
-      storeCapture(db, sealCapture(direct.deps.secretKey!, { emailId, accountId: account.id, recipient: 'old@example.net', message: Buffer.from('Subject: Kept from before\r\n\r\nold\r\n'), capturedAt: at }));
+      db.insert(emails)
+        .values({
+          id: emailId,
+          accountId: account.id,
+          fromAddress: 'a@shop.example.com',
+          to: ['old@example.net'],
+          subject: 'Kept from before',
+          template: 'notification',
+          status: 'sent',
+          sandbox: false,
+          createdAt: at,
+        })
+        .run();
+      storeCapture(
+        db,
+        sealCapture(direct.deps.secretKey!, {
+          emailId,
+          accountId: account.id,
+          recipient: 'old@example.net',
+          message: Buffer.from('Subject: Kept from before\r\n\r\nold\r\n'),
+          capturedAt: at,
+        }),
+      );
       const c = await dashboardClient(direct);
       const list = await (await c.get('/dashboard/captured')).text();
       expect(list).toContain('This server delivers mail (<code>DELIVERY_MODE=direct</code>): it captures nothing');

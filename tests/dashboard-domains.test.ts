@@ -124,7 +124,12 @@ describe('domains in the browser', () => {
     expect(await checksShown(page)).toEqual({ Ownership: 'proven', SPF: 'published', Receiving: 'published', Signing: 'published' });
     expect(await recordStatuses(page)).toEqual({ Ownership: 'published', SPF: 'published', Receiving: 'published', Signing: 'published' });
     expect(await statusBadges(page)).toEqual(['verified', 'sending direct', 'receiving']);
-    expect((await service.api('GET', `/domains/${domainId}`, { key })).body).toMatchObject({ status: 'verified', sending: true, receiving: true, direct: true });
+    expect((await service.api('GET', `/domains/${domainId}`, { key })).body).toMatchObject({
+      status: 'verified',
+      sending: true,
+      receiving: true,
+      direct: true,
+    });
     await screenshot(page, 'domain-verified');
     await expectAccessible(page, 'domain page, verified');
 
@@ -199,8 +204,12 @@ describe('domains over HTTP', () => {
     // Back to the connect form of the account it was for (the account page's link opens it so).
     const backTo = (id: string) => `/dashboard/domains?account=${id}#connect`;
     expect(await refusalOf(client, '/dashboard/domains', { accountId: account.id, name: 'not a domain' }, backTo(account.id))).toMatch(/^name: /);
-    expect(await refusalOf(client, '/dashboard/domains', { accountId: '', name: 'fine.example.com' }, '/dashboard/domains')).toBe('Choose the account the domain belongs to.');
-    expect(await refusalOf(client, '/dashboard/domains', { accountId: 'x', name: 'fine.example.com' }, '/dashboard/domains')).toBe('Choose the account the domain belongs to.');
+    expect(await refusalOf(client, '/dashboard/domains', { accountId: '', name: 'fine.example.com' }, '/dashboard/domains')).toBe(
+      'Choose the account the domain belongs to.',
+    );
+    expect(await refusalOf(client, '/dashboard/domains', { accountId: 'x', name: 'fine.example.com' }, '/dashboard/domains')).toBe(
+      'Choose the account the domain belongs to.',
+    );
     expect(await refusalOf(client, '/dashboard/domains', { accountId: account.id, name: 'taken.example.com' }, backTo(account.id))).toBe(
       'The domain taken.example.com is already connected to this account.',
     );

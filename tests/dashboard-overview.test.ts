@@ -84,7 +84,11 @@ describe('the overview', () => {
     service.deps.db.update(webhookEndpoints).set({ failureCount: 3 }).where(eq(webhookEndpoints.id, failing)).run();
     const dbOwner = service.newAccount({ name: 'Database owner' }).account;
     storeDatabaseRow(service, dbOwner.id, 'postgresql://app:secret@db.owner.example:5432/mail');
-    service.deps.db.update(customerDatabases).set({ state: 'unreachable', lastError: 'connect ECONNREFUSED 203.0.113.7:5432' }).where(eq(customerDatabases.accountId, dbOwner.id)).run();
+    service.deps.db
+      .update(customerDatabases)
+      .set({ state: 'unreachable', lastError: 'connect ECONNREFUSED 203.0.113.7:5432' })
+      .where(eq(customerDatabases.accountId, dbOwner.id))
+      .run();
     const busy = service.newAccount({ name: 'Nearly full' }).account;
     setDailyQuota(service.deps, busy.id, 10);
     useQuota(service, busy.id, 2);
@@ -108,7 +112,9 @@ describe('the overview', () => {
     expect(await tableRow(page, '2026-02-12')).toEqual({ sent: 0, delivered: 0, bounced: 0, deferred: 0, complained: 0 });
     expect(await page.locator('#volume-table tfoot').textContent()).toBe('Total85221');
     // The chart has an accessible name saying the same, and a line per series.
-    const chart = page.getByRole('img', { name: /Mail flow per UTC day from 2026-02-12 to 2026-03-13: 8 sent, 5 delivered, 2 bounced, 2 deferred, 1 complained/ });
+    const chart = page.getByRole('img', {
+      name: /Mail flow per UTC day from 2026-02-12 to 2026-03-13: 8 sent, 5 delivered, 2 bounced, 2 deferred, 1 complained/,
+    });
     expect(await chart.count()).toBe(1);
     expect(await chart.locator('polyline').count()).toBe(5);
 
@@ -216,7 +222,9 @@ describe('the overview', () => {
     // No writer runs here: the send's content write waits in the outbox.
     await send(s.key, s.from, ['bo@example.net']);
     const html = await (await (await dashboardClient(service, token)).get('/dashboard')).text();
-    expect(html).toContain('<span class="badge warn">writes waiting</span><a href="/dashboard/database"><bdi>Waiting shop</bdi>: mail on db.waiting.example</a>');
+    expect(html).toContain(
+      '<span class="badge warn">writes waiting</span><a href="/dashboard/database"><bdi>Waiting shop</bdi>: mail on db.waiting.example</a>',
+    );
     expect(html).toContain('1 write waiting');
   });
 

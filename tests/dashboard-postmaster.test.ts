@@ -121,10 +121,16 @@ describe('postmaster mail in the browser', () => {
     await page.waitForURL((u) => u.pathname === `/dashboard/postmaster/${id}`);
     await page.waitForLoadState('load');
     expect(await page.locator('h1').textContent()).toBe(HOSTILE_SUBJECT);
-    expect(await page.locator('pre.text-part').textContent()).toContain('Your server 198.51.100.7 sent spam to our traps.\n<script>alert("text")</script> is just text here.');
+    expect(await page.locator('pre.text-part').textContent()).toContain(
+      'Your server 198.51.100.7 sent spam to our traps.\n<script>alert("text")</script> is just text here.',
+    );
     expect(await page.locator('dl.facts').textContent()).toContain('reports@isp.example');
     expect(await page.locator('dl.facts').textContent()).toContain('mail.isp.example');
-    const header = (name: string) => page.locator('table.message-headers tr').filter({ has: page.locator('th', { hasText: new RegExp(`^${name}$`) }) }).locator('td');
+    const header = (name: string) =>
+      page
+        .locator('table.message-headers tr')
+        .filter({ has: page.locator('th', { hasText: new RegExp(`^${name}$`) }) })
+        .locator('td');
     expect(await header('Subject').textContent()).toBe(HOSTILE_SUBJECT);
     expect(await page.locator('pre.raw-source').textContent()).toContain(`<img src="http://127.0.0.1:${pixelPort}/pixel" alt="">`);
     // Nothing of the message became markup: no frame, no image, no script of its own.
@@ -196,7 +202,12 @@ describe('postmaster mail over HTTP', () => {
   });
 
   it('answers the 404 page for an id it does not keep or that is no id', async () => {
-    for (const path of [`/dashboard/postmaster/${newId(service.clock.now())}`, '/dashboard/postmaster/not-an-id', `/dashboard/postmaster/${newId(service.clock.now())}/raw`, "/dashboard/postmaster/'%3Cx%3E"]) {
+    for (const path of [
+      `/dashboard/postmaster/${newId(service.clock.now())}`,
+      '/dashboard/postmaster/not-an-id',
+      `/dashboard/postmaster/${newId(service.clock.now())}/raw`,
+      "/dashboard/postmaster/'%3Cx%3E",
+    ]) {
       const res = await client.get(path);
       expect(res.status, path).toBe(404);
       expect(await res.text(), path).toContain('<h1>Not found</h1>');
@@ -210,7 +221,20 @@ describe('postmaster mail over HTTP', () => {
     db.transaction(() => {
       for (let i = 0; i < total; i++) {
         const raw = Buffer.from(`Subject: paged-${String(i).padStart(3, '0')}\r\n\r\nx\r\n`);
-        storeOperatorMessage(db, prepareOperatorMessage(service.deps.secretKey!, { id: newId(at + i), recipients: [`postmaster@${HOST}`], mailFrom: 'p@isp.example', remoteAddress: '192.0.2.1', helo: 'h', size: raw.length, raw, truncated: false, receivedAt: at + i }));
+        storeOperatorMessage(
+          db,
+          prepareOperatorMessage(service.deps.secretKey!, {
+            id: newId(at + i),
+            recipients: [`postmaster@${HOST}`],
+            mailFrom: 'p@isp.example',
+            remoteAddress: '192.0.2.1',
+            helo: 'h',
+            size: raw.length,
+            raw,
+            truncated: false,
+            receivedAt: at + i,
+          }),
+        );
       }
     });
     const subjectsOf = (html: string) => [...html.matchAll(/<bdi>(paged-\d+)<\/bdi>/g)].map((m) => m[1]);

@@ -52,7 +52,17 @@ function logEmail(accountId: string, opts: { to: string[]; status?: 'sent' | 'fa
   const id = newId(opts.at);
   rig.service.deps.db
     .insert(emails)
-    .values({ id, accountId, fromAddress: 'billing@shop.example.com', to: opts.to, subject: opts.subject ?? 'Your receipt', template: 'receipt', status: opts.status ?? 'sent', sandbox: opts.status === 'sandboxed', createdAt: opts.at })
+    .values({
+      id,
+      accountId,
+      fromAddress: 'billing@shop.example.com',
+      to: opts.to,
+      subject: opts.subject ?? 'Your receipt',
+      template: 'receipt',
+      status: opts.status ?? 'sent',
+      sandbox: opts.status === 'sandboxed',
+      createdAt: opts.at,
+    })
     .run();
   return id;
 }
@@ -64,7 +74,10 @@ describe('the send log in the browser', () => {
   it('finds an email sent through the API by its recipient and shows each recipient’s timeline, DSN and reply, and the webhook posts', async () => {
     const { service, engine, sink } = rig;
     const s = await newSender(service, { name: 'Timeline Shop' });
-    const hook = await service.api('POST', '/webhooks', { key: s.key, body: { url: `https://hooks.webhooks.test:${receiver.port}/in`, events: ['email.delivered', 'email.bounced'] } });
+    const hook = await service.api('POST', '/webhooks', {
+      key: s.key,
+      body: { url: `https://hooks.webhooks.test:${receiver.port}/in`, events: ['email.delivered', 'email.bounced'] },
+    });
     expect(hook.status, JSON.stringify(hook.body)).toBe(201);
     sink.rcpt = (address) => (address === 'gone@example.net' ? { code: 550, message: '5.1.1 No such user here' } : 'accept');
     const sent = await service.api('POST', '/emails', { key: s.key, body: receipt(s.from, ['Dana@example.net', 'gone@example.net']) });
@@ -132,7 +145,10 @@ describe('the send log in the browser', () => {
 
   it('fits a phone: the send log and an email page scroll only inside their tables', async () => {
     const s = await newSender(rig.service, { name: 'A shop with a rather long name for a narrow screen' });
-    const sent = await rig.service.api('POST', '/emails', { key: s.key, body: receipt(s.from, ['someone.with.a.long.address@example.net', 'second@example.net', 'third@example.net']) });
+    const sent = await rig.service.api('POST', '/emails', {
+      key: s.key,
+      body: receipt(s.from, ['someone.with.a.long.address@example.net', 'second@example.net', 'third@example.net']),
+    });
     await rig.engine.runOnce();
     const page = await newPage(browser, 390);
     await signIn(page, rig.service.url, token, '/dashboard/emails');
@@ -218,7 +234,8 @@ describe('the send log’s filters and pages', () => {
     const first = await (await client.get(`/dashboard/emails?account=${acct.id}`)).text();
     expect(idsOn(first)).toEqual(made.slice(0, 50));
     /** The pager's link with this label, as a path. */
-    const link = (html: string, label: string) => [...html.matchAll(/<a class="button secondary" href="([^"]+)">([^<]+)<\/a>/g)].find((m) => m[2] === label)?.[1]?.replaceAll('&amp;', '&');
+    const link = (html: string, label: string) =>
+      [...html.matchAll(/<a class="button secondary" href="([^"]+)">([^<]+)<\/a>/g)].find((m) => m[2] === label)?.[1]?.replaceAll('&amp;', '&');
     expect(link(first, 'Newer')).toBeUndefined();
     const older = link(first, 'Older')!;
     expect(older).toBe(`/dashboard/emails?account=${acct.id}&after=${made[49]}`);
@@ -241,7 +258,9 @@ describe('the send log’s filters and pages', () => {
 });
 
 describe('an email’s customer-database writes', () => {
-  it('shows each write pending while the database is away, failed once set aside with its error, written once gone from the outbox', { timeout: 60_000 }, async () => {
+  it('shows each write pending while the database is away, failed once set aside with its error, written once gone from the outbox', {
+    timeout: 60_000,
+  }, async () => {
     const { service, engine, sink } = rig;
     const s = await newSender(service, { name: 'Database shop' });
     // A database stored as POST /database leaves it; no writer runs in this test, so its writes wait in the outbox.
@@ -253,9 +272,15 @@ describe('an email’s customer-database writes', () => {
     const states = async () => {
       const html = await (await client.get(`/dashboard/emails/${sent.body.id}`)).text();
       // The two recipients' outcomes are recorded in whichever order their replies came.
-      return [...html.matchAll(/<tr data-write-state="([^"]+)"><td>([^<]+)<\/td><td class="cell-wrap">([^<]+)</g)].map((m) => `${m[2]} ${m[3]}: ${m[1]}`).sort();
+      return [...html.matchAll(/<tr data-write-state="([^"]+)"><td>([^<]+)<\/td><td class="cell-wrap">([^<]+)</g)]
+        .map((m) => `${m[2]} ${m[3]}: ${m[1]}`)
+        .sort();
     };
-    expect(await states()).toEqual(['Email content all recipients: pending', 'Outcome: bounced nobody@example.net: pending', 'Outcome: delivered kim@example.net: pending']);
+    expect(await states()).toEqual([
+      'Email content all recipients: pending',
+      'Outcome: bounced nobody@example.net: pending',
+      'Outcome: delivered kim@example.net: pending',
+    ]);
 
     const rows = service.deps.db.select().from(customerDbWrites).where(eq(customerDbWrites.accountId, s.account.id)).all();
     expect(rows).toHaveLength(3);
@@ -266,7 +291,11 @@ describe('an email’s customer-database writes', () => {
     // The writer's own steps: the content write refused for good, kim's outcome written (gone from the outbox).
     recordRefusedWrite(service.deps.db, content, 'value too long for type character varying(998)', service.clock.now(), { final: true });
     deleteWrites(service.deps.db, [kim.id]);
-    expect(await states()).toEqual(['Email content all recipients: failed', 'Outcome: bounced nobody@example.net: pending', 'Outcome: delivered kim@example.net: written']);
+    expect(await states()).toEqual([
+      'Email content all recipients: failed',
+      'Outcome: bounced nobody@example.net: pending',
+      'Outcome: delivered kim@example.net: written',
+    ]);
     const html = await (await client.get(`/dashboard/emails/${sent.body.id}`)).text();
     expect(html).toContain('last error: value too long for type character varying(998)');
     const page = await newPage(browser);

@@ -35,7 +35,6 @@ const listed = async (key: string, account?: string) => {
   return (res.body.data as { address: string; reason: string }[]).map((s) => `${s.address} ${s.reason}`);
 };
 
-
 describe('the suppressions page in the browser', () => {
   it('add and remove a suppression', async () => {
     const { service } = rig;
@@ -122,7 +121,8 @@ describe('the suppressions page over HTTP', () => {
     const { service, clock } = { service: rig.service, clock: rig.service.clock };
     const a = service.newAccount({ name: 'Search A' });
     const b = service.newAccount({ name: 'Search B' });
-    for (const addr of ['zed.one@search.test', 'zed.two@search.test', 'zedd@search.test']) suppress(service.deps.db, a.account.id, addr, 'manual', '', clock.now());
+    for (const addr of ['zed.one@search.test', 'zed.two@search.test', 'zedd@search.test'])
+      suppress(service.deps.db, a.account.id, addr, 'manual', '', clock.now());
     suppress(service.deps.db, b.account.id, 'zed.one@search.test', 'manual', '', clock.now());
     const found = async (query: string) => {
       const html = await (await http.get(`/dashboard/suppressions?${query}`)).text();
@@ -165,7 +165,9 @@ describe('the suppressions page over HTTP', () => {
     expect(await listed(key)).toEqual([]);
     // Adding twice keeps one entry and says so.
     await http.follow(await http.post('/dashboard/suppressions', { account: account.id, address: 'twice@example.org' }));
-    expect(await http.follow(await http.post('/dashboard/suppressions', { account: account.id, address: 'TWICE@example.org' }))).toContain('was already on Flash Co');
+    expect(await http.follow(await http.post('/dashboard/suppressions', { account: account.id, address: 'TWICE@example.org' }))).toContain(
+      'was already on Flash Co',
+    );
     expect(await listed(key)).toEqual(['twice@example.org manual']);
   });
 
@@ -180,7 +182,11 @@ describe('the suppressions page over HTTP', () => {
 
   it('sends a form back only to the suppressions list', async () => {
     const { account } = rig.service.newAccount({ name: 'Back Co' });
-    const res = await http.post('/dashboard/suppressions', { account: account.id, address: 'back@example.org', back: 'https://evil.example/dashboard/suppressions?q=x' });
+    const res = await http.post('/dashboard/suppressions', {
+      account: account.id,
+      address: 'back@example.org',
+      back: 'https://evil.example/dashboard/suppressions?q=x',
+    });
     expect(res.headers.get('location')).toBe('/dashboard/suppressions?q=x');
   });
 

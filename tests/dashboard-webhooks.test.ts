@@ -52,7 +52,8 @@ function verifyServiceSignature(req: ReceivedRequest, secret: string): boolean {
   return timingSafeEqual(expected, Buffer.from(m[2]!, 'hex'));
 }
 
-const bodyOf = (req: ReceivedRequest) => JSON.parse(req.body.toString('utf8')) as { id: string; type: string; createdAt: string; data: Record<string, unknown> };
+const bodyOf = (req: ReceivedRequest) =>
+  JSON.parse(req.body.toString('utf8')) as { id: string; type: string; createdAt: string; data: Record<string, unknown> };
 
 async function newEndpoint(key: string, path: string, events = ['email.delivered']) {
   const res = await rig.service.api('POST', '/webhooks', { key, body: { url: `https://hooks.webhooks.test:${receiver.port}${path}`, events } });
@@ -73,9 +74,12 @@ const dispatch = () => createWebhookDispatcher(rig.service.deps).runOnce();
 const deliveriesOf = (endpointId: string) =>
   rig.service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpointId)).orderBy(asc(webhookDeliveries.id)).all();
 
-
 /** The first (newest) delivery row of an endpoint page. */
-const firstDeliveryRow = (page: Page) => page.getByRole('table', { name: /Deliveries/ }).locator('tbody tr').first();
+const firstDeliveryRow = (page: Page) =>
+  page
+    .getByRole('table', { name: /Deliveries/ })
+    .locator('tbody tr')
+    .first();
 
 describe('the webhook pages in the browser', () => {
   it('see a webhook delivery and replay it; send a test ping', async () => {
@@ -102,7 +106,17 @@ describe('the webhook pages in the browser', () => {
     expect(await page.locator('main').textContent()).not.toContain(endpoint.secret);
     const first = firstDeliveryRow(page);
     const cells = await first.locator('td').allTextContents();
-    expect(cells).toEqual([expect.any(String), 'email.delivered', emailId, 'dana@example.net', '1', '503', 'HTTP 503', expect.stringContaining('UTC'), 'Retrying']);
+    expect(cells).toEqual([
+      expect.any(String),
+      'email.delivered',
+      emailId,
+      'dana@example.net',
+      '1',
+      '503',
+      'HTTP 503',
+      expect.stringContaining('UTC'),
+      'Retrying',
+    ]);
     expect(await first.getByRole('link', { name: emailId }).getAttribute('href')).toBe(`/dashboard/emails/${emailId}`);
     await expectAccessible(page, 'endpoint page');
 
@@ -129,7 +143,11 @@ describe('the webhook pages in the browser', () => {
     await page.reload();
     const newest = await firstDeliveryRow(page).locator('td').allTextContents();
     expect(newest).toEqual([expect.any(String), 'email.delivered', emailId, 'dana@example.net', '1', '200', '-', '-', 'Delivered']);
-    expect(await firstDeliveryRow(page).getByRole('link', { name: `delivery ${replayedId}` }).count()).toBe(1);
+    expect(
+      await firstDeliveryRow(page)
+        .getByRole('link', { name: `delivery ${replayedId}` })
+        .count(),
+    ).toBe(1);
     await screenshot(page, 'webhook-replayed');
 
     await page.getByRole('button', { name: 'Send test ping' }).click();
@@ -149,7 +167,10 @@ describe('the webhook pages in the browser', () => {
     const endpoint = await newEndpoint(s.key, '/flaky');
     receiver.respond({ status: 500 });
     // Ten outcomes, ten failed posts: the tenth consecutive failure switches the endpoint off.
-    await sendAndDeliver(s, Array.from({ length: 10 }, (_, i) => `r${i}@example.net`));
+    await sendAndDeliver(
+      s,
+      Array.from({ length: 10 }, (_, i) => `r${i}@example.net`),
+    );
     expect(await dispatch()).toBe(10);
     expect((await service.api('GET', `/webhooks/${endpoint.id}`, { key: s.key })).body).toMatchObject({ active: false, failureCount: 10 });
 
@@ -249,7 +270,18 @@ describe('the webhook pages over HTTP', () => {
     for (const id of ids) {
       rig.service.deps.db
         .insert(webhookDeliveries)
-        .values({ id, endpointId: endpoint.id, accountId: s.account.id, eventType: 'ping', data: JSON.stringify({ endpointId: endpoint.id }), attempts: 1, lastStatus: 200, deliveredAt: now, nextAttemptAt: null, createdAt: now })
+        .values({
+          id,
+          endpointId: endpoint.id,
+          accountId: s.account.id,
+          eventType: 'ping',
+          data: JSON.stringify({ endpointId: endpoint.id }),
+          attempts: 1,
+          lastStatus: 200,
+          deliveredAt: now,
+          nextAttemptAt: null,
+          createdAt: now,
+        })
         .run();
     }
     const listed = (html: string) => [...html.matchAll(/\/deliveries\/([0-9a-f-]{36})"/g)].map((m) => m[1]);
@@ -335,7 +367,10 @@ describe('the webhook pages over HTTP', () => {
       createdAt: now,
     }));
     rig.service.deps.db.transaction((tx) => {
-      for (let i = 0; i < waiting.length; i += 500) tx.insert(webhookDeliveries).values(waiting.slice(i, i + 500)).run();
+      for (let i = 0; i < waiting.length; i += 500)
+        tx.insert(webhookDeliveries)
+          .values(waiting.slice(i, i + 500))
+          .run();
     });
 
     const res = await http.post(`/dashboard/webhooks/${endpoint.id}/deliveries/${delivered!.id}/replay`);

@@ -98,7 +98,6 @@ afterEach(() => {
   expect(calls, 'uncaught exceptions or unhandled rejections').toBe(0);
 });
 
-
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
 const isoNow = (s: TestService) => new Date(s.clock.now()).toISOString();
 
@@ -109,7 +108,8 @@ const urlOf = (host: string, opts: { database?: string; query?: string; password
   return opts.user === undefined ? withPassword : withPassword.replace(`//${pgServer.user}:`, `//${opts.user}:`);
 };
 
-const connect = (s: TestService, key: string, url: string, account?: string) => s.api('POST', '/database', { key, body: { url }, ...(account ? { account } : {}) });
+const connect = (s: TestService, key: string, url: string, account?: string) =>
+  s.api('POST', '/database', { key, body: { url }, ...(account ? { account } : {}) });
 const status = async (s: TestService, key: string, account?: string) => {
   const res = await s.api('GET', '/database', { key, ...(account ? { account } : {}) });
   expect(res.status).toBe(200);
@@ -150,7 +150,14 @@ async function newSub(s: TestService, key: string, name = 'Shop'): Promise<strin
 
 /** A query on one of the test server's databases, as its owner (a client of the test, not of the service). */
 async function onCustomer<R extends pg.QueryResultRow = pg.QueryResultRow>(database: string, sql: string, params: unknown[] = []): Promise<R[]> {
-  const client = new pg.Client({ host: '127.0.0.1', port: pgServer.port, user: pgServer.user, password: pgServer.password, database, ssl: { rejectUnauthorized: false } });
+  const client = new pg.Client({
+    host: '127.0.0.1',
+    port: pgServer.port,
+    user: pgServer.user,
+    password: pgServer.password,
+    database,
+    ssl: { rejectUnauthorized: false },
+  });
   client.on('error', () => undefined);
   await client.connect();
   try {
@@ -161,7 +168,9 @@ async function onCustomer<R extends pg.QueryResultRow = pg.QueryResultRow>(datab
 }
 
 const serviceTables = async (database: string) =>
-  (await onCustomer<{ table_name: string }>(database, "select table_name from information_schema.tables where table_schema = 'service' order by 1")).map((r) => r.table_name);
+  (await onCustomer<{ table_name: string }>(database, "select table_name from information_schema.tables where table_schema = 'service' order by 1")).map(
+    (r) => r.table_name,
+  );
 
 const storedRow = (s: TestService, accountId: string) => s.deps.db.select().from(customerDatabases).where(eq(customerDatabases.accountId, accountId)).get();
 
@@ -242,7 +251,11 @@ describe('POST /database: connected', () => {
     expect((await connect(service, key, urlOf('db.pg.test'))).status).toBe(200);
     const first = storedRow(service, account.id)!;
     const marker = '01950000-0000-7000-8000-0000000000aa';
-    await onCustomer(pgServer.database, "insert into service.events (id, email_id, recipient, status, dsn, detail, occurred_at) values ($1, $1, 'a@example.net', 'delivered', '2.0.0', 'ok', now()) on conflict do nothing", [marker]);
+    await onCustomer(
+      pgServer.database,
+      "insert into service.events (id, email_id, recipient, status, dsn, detail, occurred_at) values ($1, $1, 'a@example.net', 'delivered', '2.0.0', 'ok', now()) on conflict do nothing",
+      [marker],
+    );
 
     service.clock.advance(60_000);
     const secondUrl = urlOf('db.pg.test', { database: 'second', query: 'sslmode=no-verify' });
@@ -329,7 +342,10 @@ describe('POST /database: database_unreachable names the step that failed; nothi
 
   it('a server that refuses the login for a reason of its own (too many connections): could not connect', async () => {
     await pgServer.admin("create role limited login password 'limited-pw' connection limit 0");
-    await expectUnreachable(`postgresql://limited:limited-pw@db.pg.test:${pgServer.port}/${pgServer.database}`, /^The database could not be used: could not connect: too many connections/);
+    await expectUnreachable(
+      `postgresql://limited:limited-pw@db.pg.test:${pgServer.port}/${pgServer.database}`,
+      /^The database could not be used: could not connect: too many connections/,
+    );
   });
 
   it('a user without CREATE on the database: creating the schema failed', async () => {
@@ -579,7 +595,11 @@ describe('a sub-account', () => {
     const sender = await newSender(service);
     const sub = await newSubSender(service, sender.key);
     // The key a parent hands its customer: the sub-account's own.
-    const minted = await service.api('POST', '/keys', { key: sender.key, account: sub.id, body: { name: 'customer', scopes: ['emails:send', 'database:read', 'database:write'] } });
+    const minted = await service.api('POST', '/keys', {
+      key: sender.key,
+      account: sub.id,
+      body: { name: 'customer', scopes: ['emails:send', 'database:read', 'database:write'] },
+    });
     expect(minted.status, JSON.stringify(minted.body)).toBe(201);
     const subKey = minted.body.key as string;
     const parent = await connect(service, sender.key, urlOf('db.pg.test'));
@@ -587,7 +607,11 @@ describe('a sub-account', () => {
     // The parent's write waits, then one of the sub-account's.
     expect((await service.api('POST', '/emails', { key: sender.key, body: receipt(sender.from) })).status).toBe(200);
     expect((await service.api('POST', '/emails', { key: subKey, body: receipt(sub.from) })).status).toBe(200);
-    service.deps.db.update(customerDatabases).set({ lastError: 'could not connect to db.pg.test as the parent' }).where(eq(customerDatabases.accountId, sender.account.id)).run();
+    service.deps.db
+      .update(customerDatabases)
+      .set({ lastError: 'could not connect to db.pg.test as the parent' })
+      .where(eq(customerDatabases.accountId, sender.account.id))
+      .run();
     const seen = await service.api('GET', '/database', { key: subKey });
     expect(seen.status).toBe(200);
     expectDocumented(seen);
@@ -653,7 +677,12 @@ describe('POST /database/test', () => {
     expectError(await strict.api('POST', '/database/test', { key }), 422, 'blocked_host');
     expect(counter.count).toBe(0);
     const after = await status(strict, key);
-    expect(after).toMatchObject({ connected: true, state: 'unreachable', lastError: expect.stringMatching(/private, loopback or reserved/), updatedAt: isoNow(strict) });
+    expect(after).toMatchObject({
+      connected: true,
+      state: 'unreachable',
+      lastError: expect.stringMatching(/private, loopback or reserved/),
+      updatedAt: isoNow(strict),
+    });
   });
 
   describe('a server that vanished', () => {
@@ -698,7 +727,11 @@ describe('DELETE /database', () => {
     const key = sender.key;
     expect((await connect(service, key, urlOf('db.pg.test'))).status).toBe(200);
     const marker = '01950000-0000-7000-8000-0000000000bb';
-    await onCustomer(pgServer.database, "insert into service.events (id, email_id, recipient, status, dsn, detail, occurred_at) values ($1, $1, 'b@example.net', 'bounced', '5.1.1', 'no', now()) on conflict do nothing", [marker]);
+    await onCustomer(
+      pgServer.database,
+      "insert into service.events (id, email_id, recipient, status, dsn, detail, occurred_at) values ($1, $1, 'b@example.net', 'bounced', '5.1.1', 'no', now()) on conflict do nothing",
+      [marker],
+    );
     expect((await service.api('POST', '/emails', { key, body: receipt(sender.from) })).status).toBe(200);
     expect((await status(service, key)).pending).toBe(1);
 

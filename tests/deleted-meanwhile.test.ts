@@ -70,7 +70,12 @@ describe('the sub-account of X-Service-Account deleted while the body arrived', 
   const cases: [string, string, Record<string, string>, unknown][] = [
     ['POST /keys', '/keys', {}, { name: 'minted meanwhile' }],
     ['POST /suppressions', '/suppressions', {}, { address: 'gone@example.net' }],
-    ['POST /emails with an Idempotency-Key', '/emails', { 'idempotency-key': 'order-1' }, { from: 'billing@shop.example', to: 'customer@example.net', sandbox: true, template: { name: 'receipt', total: '$1' } }],
+    [
+      'POST /emails with an Idempotency-Key',
+      '/emails',
+      { 'idempotency-key': 'order-1' },
+      { from: 'billing@shop.example', to: 'customer@example.net', sandbox: true, template: { name: 'receipt', total: '$1' } },
+    ],
   ];
   it.each(cases)('%s: 404 account_not_found, nothing written', async (_name, path, extra, body) => {
     const sub = await subAccount();
@@ -78,7 +83,10 @@ describe('the sub-account of X-Service-Account deleted while the body arrived', 
     const res = await sendInHalves(service.base, { method: 'POST', path, headers, body: JSON.stringify(body) }, async () => {
       expect((await service.api('DELETE', `/accounts/${sub.id}`, { key: sub.key })).status).toBe(204);
     });
-    expect({ status: res.status, body: JSON.parse(res.text) }).toEqual({ status: 404, body: { error: { code: 'account_not_found', message: expect.any(String) } } });
+    expect({ status: res.status, body: JSON.parse(res.text) }).toEqual({
+      status: 404,
+      body: { error: { code: 'account_not_found', message: expect.any(String) } },
+    });
     expect(findAccount(service.deps.db, sub.id)).toBeUndefined();
   });
 });

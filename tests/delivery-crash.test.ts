@@ -7,7 +7,15 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_ENGINE_OPTIONS } from '../mta/delivery-engine.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { HttpsReceiver, TEST_CA_FILE } from './helpers/https-receiver.js';
-import { type ServiceProcess, connectSendingDomain, createAccountWithCli, processApi, processEnv, runningProcesses, startServiceProcess } from './helpers/service-process.js';
+import {
+  type ServiceProcess,
+  connectSendingDomain,
+  createAccountWithCli,
+  processApi,
+  processEnv,
+  runningProcesses,
+  startServiceProcess,
+} from './helpers/service-process.js';
 
 /**
  * Crash safety and shutdown of the real process (docs/api/decisions.md section 3): `node
@@ -237,7 +245,10 @@ describe('kill -9 mid-delivery', () => {
       const res = await api(second, key, 'GET', `/emails/${id}`);
       expect(res.status).toBe(200);
       const delivered = (res.body.events as { recipient: string; status: string }[]).filter((e) => e.status === 'delivered');
-      expect(delivered.map((e) => e.recipient), id).toEqual([to]);
+      expect(
+        delivered.map((e) => e.recipient),
+        id,
+      ).toEqual([to]);
       expect(res.body.deliveredAt).not.toBeNull();
     }
 
@@ -334,7 +345,11 @@ describe('kill -9 between an outcome and its webhook post', () => {
 
       receiver.respond({ status: 200 });
       const second = await startProcess(dataDir);
-      await waitFor('the delivery to be recorded delivered', 20_000, () => read('SELECT delivered_at, attempts FROM webhook_deliveries WHERE id = ?')[0]?.delivered_at !== null);
+      await waitFor(
+        'the delivery to be recorded delivered',
+        20_000,
+        () => read('SELECT delivered_at, attempts FROM webhook_deliveries WHERE id = ?')[0]?.delivered_at !== null,
+      );
       expect(read('SELECT delivered_at, attempts FROM webhook_deliveries WHERE id = ?')).toEqual([{ delivered_at: expect.any(Number), attempts: 1 }]);
       // The receiver saw the same delivery id twice (the killed attempt and the retry) and drops the repeat by it.
       expect(receiver.requests.map((r) => r.headers['x-service-delivery'])).toEqual([deliveryId, deliveryId]);

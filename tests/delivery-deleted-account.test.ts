@@ -28,7 +28,11 @@ describe('a sub-account deleted while its mail is claimed', () => {
   it('nothing more is sent for it after the one in flight, and no outcome is written for the rest', async () => {
     const parent = await newSender(rig.service);
     const sub = await newSubSender(rig.service, parent.key);
-    const res = await rig.service.api('POST', '/emails', { key: parent.key, account: sub.id, body: receipt(sub.from, ['d1@example.net', 'd2@example.net', 'd3@example.net']) });
+    const res = await rig.service.api('POST', '/emails', {
+      key: parent.key,
+      account: sub.id,
+      body: receipt(sub.from, ['d1@example.net', 'd2@example.net', 'd3@example.net']),
+    });
     expect(res.status).toBe(200);
     // The first message's reply is held until the sub-account is deleted.
     let release!: () => void;
@@ -82,7 +86,8 @@ describe('waiting for replies', () => {
     expect(row()).toMatchObject({ status: 'queued' });
     // The reply arrives after all: the abandoned transaction still records it while the store is open.
     release();
-    const events = async () => (await rig.service.api('GET', `/emails/${res.body.id}`, { key: sender.key })).body.events.map((e: { status: string }) => e.status);
+    const events = async () =>
+      (await rig.service.api('GET', `/emails/${res.body.id}`, { key: sender.key })).body.events.map((e: { status: string }) => e.status);
     await expect.poll(events, { timeout: 5_000 }).toEqual(['delivered']);
   });
 });

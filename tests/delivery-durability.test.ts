@@ -50,7 +50,10 @@ it('records each recipient’s outcome before the next RCPT TO on the same conne
 
   const commits = service.deps.commits;
   // Every other member of the group commit kept: only run is slowed.
-  replaceDep(service.deps, 'commits', { ...commits, run: <T>(fn: (db: Db) => T) => new Promise((resolve) => setTimeout(resolve, 300)).then(() => commits.run(fn)) });
+  replaceDep(service.deps, 'commits', {
+    ...commits,
+    run: <T>(fn: (db: Db) => T) => new Promise((resolve) => setTimeout(resolve, 300)).then(() => commits.run(fn)),
+  });
   try {
     // One connection for the destination, so the four transactions follow each other on it.
     expect(await createDeliveryEngine(service.deps, { timeouts: FAST_TIMEOUTS, perDomain: 1 }).runOnce()).toBe(4);

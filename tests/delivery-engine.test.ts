@@ -198,7 +198,8 @@ async function startRawSmtpServer(opts: {
         const line = buf.slice(0, nl);
         buf = buf.slice(nl + 2);
         const upper = line.toUpperCase();
-        if (upper.startsWith('EHLO ')) reply(opts.starttls === 'broken' ? '250-breaker.test\r\n250-8BITMIME\r\n250 STARTTLS' : '250-breaker.test\r\n250 8BITMIME');
+        if (upper.startsWith('EHLO '))
+          reply(opts.starttls === 'broken' ? '250-breaker.test\r\n250-8BITMIME\r\n250 STARTTLS' : '250-breaker.test\r\n250 8BITMIME');
         else if (upper.startsWith('HELO ')) reply('250 breaker.test');
         else if (upper === 'STARTTLS' && opts.starttls === 'none') {
           state.starttls++;
@@ -582,7 +583,9 @@ describe('a refusal before any transaction', () => {
     expect(await engineFor(svc).runOnce()).toBe(1);
 
     const ev = await events(svc, s, id);
-    expect(ev).toEqual([expect.objectContaining({ recipient: 'r@refusing.example', status: 'deferred', detail: expect.stringContaining('No service for you') })]);
+    expect(ev).toEqual([
+      expect.objectContaining({ recipient: 'r@refusing.example', status: 'deferred', detail: expect.stringContaining('No service for you') }),
+    ]);
     expect(ev[0]!.dsn).toBe('4.7.1');
     expect(await suppressed(svc, s, 'r@refusing.example')).toEqual([]);
     expect(refusing.state.received).toEqual([]);
@@ -825,7 +828,12 @@ describe('connections to one destination', () => {
     // Forty waiting: more than one connection, at most one for every four recipients.
     expect(counting.connections - 1).toBeGreaterThan(1);
     expect(counting.connections - 1).toBeLessThanOrEqual(10);
-    expect(counting.deliveredTo().filter((r) => r.endsWith('@backlog.shared.example')).sort()).toEqual([...many].sort());
+    expect(
+      counting
+        .deliveredTo()
+        .filter((r) => r.endsWith('@backlog.shared.example'))
+        .sort(),
+    ).toEqual([...many].sort());
   });
 });
 

@@ -171,7 +171,11 @@ describe('fairness between accounts', () => {
     startEngine();
     const noisy = await newSender(service, { name: 'Backlogged tenant' });
     // 300 recipients, more than the 200 the engine holds at once, all for one tarpit destination.
-    for (let i = 0; i < 6; i++) await send(noisy, recipients(50, `backlog.tarpit.example`).map((r) => r.replace('user', `u${i}-`)));
+    for (let i = 0; i < 6; i++)
+      await send(
+        noisy,
+        recipients(50, `backlog.tarpit.example`).map((r) => r.replace('user', `u${i}-`)),
+      );
     await waitFor(() => sink.open >= 8, 10_000, 'the backlogged account to hold its destination’s connections');
     await sleep(300);
 

@@ -22,7 +22,6 @@ let sink: SmtpSink;
 let service: TestService;
 let engine: DeliveryEngine;
 
-
 beforeAll(async () => {
   ({ dns, sink, service, engine } = await startDeliveryRig());
 });
@@ -124,7 +123,11 @@ describe('the message sent', () => {
 
   it('rebuilds a non-ASCII display name as an RFC 2047 encoded word: the header section stays ASCII', async () => {
     const s = await newSender(service);
-    const { raw } = await sendAndDeliver(s, { from: `Zoë Café <billing@${s.domain}>`, to: 'carol@example.net', template: { name: 'notification', subject: 'Café news', body: 'Grüße' } });
+    const { raw } = await sendAndDeliver(s, {
+      from: `Zoë Café <billing@${s.domain}>`,
+      to: 'carol@example.net',
+      template: { name: 'notification', subject: 'Café news', body: 'Grüße' },
+    });
     const text = raw.toString('latin1');
     const head = text.slice(0, text.indexOf('\r\n\r\n'));
     expect(head).toMatch(/^[\x20-\x7e\r\n\t]*$/);
@@ -137,7 +140,12 @@ describe('the message sent', () => {
     const s = await newSender(service);
     const name = 'Zoë’s Café — Abrechnung & Kundenservice für alle Bestellungen (日本語)';
     const reply = 'Служба поддержки';
-    const { raw } = await sendAndDeliver(s, { from: `${name} <billing@${s.domain}>`, replyTo: `${reply} <help@example.org>`, to: 'erin@example.net', template: { name: 'welcome', firstName: 'Erin' } });
+    const { raw } = await sendAndDeliver(s, {
+      from: `${name} <billing@${s.domain}>`,
+      replyTo: `${reply} <help@example.org>`,
+      to: 'erin@example.net',
+      template: { name: 'welcome', firstName: 'Erin' },
+    });
     const text = raw.toString('latin1');
     const head = text.slice(0, text.indexOf('\r\n\r\n'));
     // Folded: the From field spans several lines, none over 78 characters.
@@ -146,7 +154,10 @@ describe('the message sent', () => {
     for (const line of fromLines) expect(line.length).toBeLessThanOrEqual(78);
     // As a strict RFC 2047 reader sees it: a phrase of bare encoded words, each decodable alone, then the address.
     const h = headersOf(raw);
-    for (const [field, shown, address] of [['from', name, `billing@${s.domain}`], ['reply-to', reply, 'help@example.org']] as const) {
+    for (const [field, shown, address] of [
+      ['from', name, `billing@${s.domain}`],
+      ['reply-to', reply, 'help@example.org'],
+    ] as const) {
       const value = h.get(field)![0]!;
       expect(value).not.toContain('"');
       const m = /^((?:=\?UTF-8\?B\?[A-Za-z0-9+/=]+\?=)(?: =\?UTF-8\?B\?[A-Za-z0-9+/=]+\?=)*) <([^<>]+)>$/.exec(value);
@@ -165,22 +176,41 @@ describe('the message sent', () => {
   it('keeps an ASCII display name quoted, and the From signed by DKIM', async () => {
     const s = await newSender(service);
     publishSigningRecord(s);
-    const { raw } = await sendAndDeliver(s, { from: `O'Brien & Sons Billing Department of a Long Company Name <billing@${s.domain}>`, to: 'fay@example.net', template: { name: 'welcome' } });
+    const { raw } = await sendAndDeliver(s, {
+      from: `O'Brien & Sons Billing Department of a Long Company Name <billing@${s.domain}>`,
+      to: 'fay@example.net',
+      template: { name: 'welcome' },
+    });
     expect(headersOf(raw).get('from')![0]).toBe(`"O'Brien & Sons Billing Department of a Long Company Name" <billing@${s.domain}>`);
     const mail = await simpleParser(raw);
     expect(mail.from?.value).toEqual([{ name: "O'Brien & Sons Billing Department of a Long Company Name", address: `billing@${s.domain}` }]);
     const result = await verify(raw);
     expect(result.results[0]?.status.result).toBe('pass');
-    expect(/\bh=([^;]+)/.exec(headersOf(raw).get('dkim-signature')![0]!)![1]!.toLowerCase().split(':').map((x) => x.trim())).toContain('from');
+    expect(
+      /\bh=([^;]+)/
+        .exec(headersOf(raw).get('dkim-signature')![0]!)![1]!
+        .toLowerCase()
+        .split(':')
+        .map((x) => x.trim()),
+    ).toContain('from');
   });
 
   it('sends no bare CR or LF anywhere, even when the variables hold them', async () => {
     const s = await newSender(service);
     const body = `line one\nline two\rline three\r\nline four\n\n${'x'.repeat(1200)}\n.\n..leading dots\n`;
-    const { raw } = await sendAndDeliver(s, { from: `billing@${s.domain}`, to: 'dave@example.net', template: { name: 'notification', subject: 'Status\nupdate', body } });
+    const { raw } = await sendAndDeliver(s, {
+      from: `billing@${s.domain}`,
+      to: 'dave@example.net',
+      template: { name: 'notification', subject: 'Status\nupdate', body },
+    });
     expect(raw.toString('latin1')).not.toMatch(BARE_CR_OR_LF);
     // Every line within the 998-character limit.
-    expect(raw.toString('latin1').split('\r\n').every((l) => l.length <= 998)).toBe(true);
+    expect(
+      raw
+        .toString('latin1')
+        .split('\r\n')
+        .every((l) => l.length <= 998),
+    ).toBe(true);
     const mail = await simpleParser(raw);
     expect(mail.text).toContain('line four');
     expect(mail.text).toContain('..leading dots');
@@ -198,7 +228,17 @@ describe('the DKIM signature', () => {
       template: { name: 'receipt', receiptNumber: 'R-1', paidOn: '2026-03-10', paymentMethod: 'Visa', total: '$1.00' },
     });
     const signature = headersOf(raw).get('dkim-signature')![0]!;
-    const tags = Object.fromEntries(signature.split(';').map((t) => t.trim().split(/=(.*)/s).map((x) => x.replace(/\s+/g, ''))).filter((t) => t[0]));
+    const tags = Object.fromEntries(
+      signature
+        .split(';')
+        .map((t) =>
+          t
+            .trim()
+            .split(/=(.*)/s)
+            .map((x) => x.replace(/\s+/g, '')),
+        )
+        .filter((t) => t[0]),
+    );
     expect(tags).toMatchObject({ v: '1', a: 'rsa-sha256', c: 'relaxed/relaxed', d: s.domain, s: selector });
     expect(tags.h!.toLowerCase().split(':')).toEqual(expect.arrayContaining(['from', 'subject', 'date', 'message-id', 'to']));
     expect(tags.bh).toMatch(/^[A-Za-z0-9+/]+=*$/);
@@ -213,7 +253,11 @@ describe('the DKIM signature', () => {
   it('fails verification once the body or a signed header is changed', async () => {
     const s = await newSender(service);
     publishSigningRecord(s);
-    const { raw } = await sendAndDeliver(s, { from: `billing@${s.domain}`, to: 'frank@example.net', template: { name: 'notification', subject: 'Hello there', body: 'The original body text.' } });
+    const { raw } = await sendAndDeliver(s, {
+      from: `billing@${s.domain}`,
+      to: 'frank@example.net',
+      template: { name: 'notification', subject: 'Hello there', body: 'The original body text.' },
+    });
     expect((await verify(raw)).results[0]?.status.result).toBe('pass');
 
     const text = raw.toString('latin1');

@@ -145,7 +145,15 @@ describe('the outcome of each recipient, from its own reply', () => {
       }
     };
     sink.data = (rcpts) => (rcpts.includes('policy@example.net') ? { code: 554, message: '5.7.1 Message rejected by content policy' } : 'accept');
-    const to = ['ok@example.net', 'unknown@example.net', 'plain@example.net', 'mixed@example.net', 'grey@example.net', 'busy@example.net', 'policy@example.net'];
+    const to = [
+      'ok@example.net',
+      'unknown@example.net',
+      'plain@example.net',
+      'mixed@example.net',
+      'grey@example.net',
+      'busy@example.net',
+      'policy@example.net',
+    ];
     const id = await send(s, to);
     await engine.runOnce();
 
@@ -153,8 +161,16 @@ describe('the outcome of each recipient, from its own reply', () => {
     expect(body.events).toHaveLength(to.length);
     const by = Object.fromEntries(body.events.map((e) => [e.recipient, e]));
     expect(by['ok@example.net']).toMatchObject({ status: 'delivered', dsn: '2.0.0' });
-    expect(by['unknown@example.net']).toMatchObject({ status: 'bounced', dsn: '5.1.1', detail: expect.stringContaining('Recipient address rejected: User unknown') });
-    expect(by['plain@example.net']).toMatchObject({ status: 'bounced', dsn: '5.0.0', detail: expect.stringContaining('Requested action not taken: mailbox unavailable') });
+    expect(by['unknown@example.net']).toMatchObject({
+      status: 'bounced',
+      dsn: '5.1.1',
+      detail: expect.stringContaining('Recipient address rejected: User unknown'),
+    });
+    expect(by['plain@example.net']).toMatchObject({
+      status: 'bounced',
+      dsn: '5.0.0',
+      detail: expect.stringContaining('Requested action not taken: mailbox unavailable'),
+    });
     expect(by['mixed@example.net']).toMatchObject({ status: 'bounced', dsn: '5.0.0', detail: expect.stringContaining('Mailbox over quota') });
     expect(by['grey@example.net']).toMatchObject({ status: 'deferred', dsn: '4.7.1', detail: expect.stringContaining('Greylisted, please try again later') });
     expect(by['busy@example.net']).toMatchObject({ status: 'deferred', dsn: '4.0.0', detail: expect.stringContaining('Too busy right now') });
@@ -225,7 +241,8 @@ describe('suppression after a 5.x.x bounce', () => {
   it('puts the address on the sub-account list and on its parent list, with the reply as the detail', async () => {
     const parent = await newSender(service);
     const sub = await newSubSender(service, parent.key);
-    sink.rcpt = (address) => (address === 'hard@example.net' ? { code: 550, message: '5.1.1 The email account that you tried to reach does not exist' } : 'accept');
+    sink.rcpt = (address) =>
+      address === 'hard@example.net' ? { code: 550, message: '5.1.1 The email account that you tried to reach does not exist' } : 'accept';
     const id = await send({ key: parent.key, from: sub.from }, ['hard@example.net', 'fine@example.net'], { account: sub.id });
     await engine.runOnce();
 
@@ -362,7 +379,8 @@ describe('deferrals and retries', () => {
   it('a recipient that uses up its retries adds exactly one latency sample, under bounced: the five days from send to give-up', async () => {
     const latency = async () => {
       const families = parsePrometheusText(await service.deps.metrics.registry.metrics());
-      const of = (status: string, suffix: string, labels: Record<string, string> = {}) => sampleValueOrZero(families, `mailstead_delivery_latency_seconds_${suffix}`, { status, ...labels });
+      const of = (status: string, suffix: string, labels: Record<string, string> = {}) =>
+        sampleValueOrZero(families, `mailstead_delivery_latency_seconds_${suffix}`, { status, ...labels });
       return {
         bounced: of('bounced', 'count'),
         bouncedSum: of('bounced', 'sum'),

@@ -17,7 +17,6 @@ import type { SmtpSink } from './helpers/smtp-sink.js';
  * moved close to each threshold in the database and the last steps made by real bounces from an SMTP sink.
  */
 
-
 let dns: TestDnsServer;
 let sink: SmtpSink;
 let service: TestService;
@@ -112,10 +111,22 @@ describe('tiers', () => {
     updateAccount(service, s.account.id, { dailyQuota: 1234 });
 
     await bounceUpTo(actor, s.account.id, 4, 250);
-    expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 250, totalBounced: 4, tier: 'healthy', dailyQuota: 1234, effectiveQuota: 1234 });
+    expect((await getAccount(service, s.key)).sending).toMatchObject({
+      totalSent: 250,
+      totalBounced: 4,
+      tier: 'healthy',
+      dailyQuota: 1234,
+      effectiveQuota: 1234,
+    });
 
     await bounceUpTo(actor, s.account.id, 1, 250);
-    expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 250, totalBounced: 5, tier: 'warning', effectiveQuota: 1234, suspended: false });
+    expect((await getAccount(service, s.key)).sending).toMatchObject({
+      totalSent: 250,
+      totalBounced: 5,
+      tier: 'warning',
+      effectiveQuota: 1234,
+      suspended: false,
+    });
 
     await bounceUpTo(actor, s.account.id, 8, 250);
     let sending = (await getAccount(service, s.key)).sending;
@@ -201,7 +212,12 @@ describe('the breaker on a sub-account', () => {
     expect(reason).toMatch(/bounce/i);
     expect(reason).toMatch(/\b10(\.0+)?\s?%/);
 
-    expectError(await service.api('POST', '/emails', { key: parent.key, account: sub.id, body: receipt(sub.from, 'later@example.net') }), 403, 'suspended', reason);
+    expectError(
+      await service.api('POST', '/emails', { key: parent.key, account: sub.id, body: receipt(sub.from, 'later@example.net') }),
+      403,
+      'suspended',
+      reason,
+    );
     expectError(await service.api('POST', `/accounts/${sub.id}/suspend`, { key: parent.key, body: { suspended: false } }), 409, 'conflict');
     expect((await getAccount(service, parent.key, sub.id)).sending).toMatchObject({ suspended: true, suspendedReason: reason });
 
@@ -226,8 +242,16 @@ describe('mail queued by an account whose sending is paused', () => {
     const own = addresses(2, 'example.net');
     const subs = addresses(1, 'example.net');
     const others = addresses(1, 'example.net');
-    for (const [actor, to] of [[{ key: paused.key, from: paused.from }, own], [{ key: paused.key, from: sub.from, account: sub.id }, subs], [{ key: other.key, from: other.from }, others]] as const) {
-      const res = await service.api('POST', '/emails', { key: actor.key, account: 'account' in actor ? actor.account : undefined, body: receipt(actor.from, [...to]) });
+    for (const [actor, to] of [
+      [{ key: paused.key, from: paused.from }, own],
+      [{ key: paused.key, from: sub.from, account: sub.id }, subs],
+      [{ key: other.key, from: other.from }, others],
+    ] as const) {
+      const res = await service.api('POST', '/emails', {
+        key: actor.key,
+        account: 'account' in actor ? actor.account : undefined,
+        body: receipt(actor.from, [...to]),
+      });
       expect(res.status, JSON.stringify(res.body)).toBe(200);
     }
     // Suspended after these were queued (the operator here; the breaker and the API suspend the same way).
@@ -244,4 +268,8 @@ describe('mail queued by an account whose sending is paused', () => {
 });
 
 const queuedCount = (accountId: string) =>
-  service.deps.db.select().from(outboundRecipients).where(and(eq(outboundRecipients.accountId, accountId), eq(outboundRecipients.status, 'queued'))).all().length;
+  service.deps.db
+    .select()
+    .from(outboundRecipients)
+    .where(and(eq(outboundRecipients.accountId, accountId), eq(outboundRecipients.status, 'queued')))
+    .all().length;

@@ -153,7 +153,11 @@ async function suppressed(service: TestService, s: Sender, address: string): Pro
 }
 
 /** One send to `to`, one engine round, the recipient's events. */
-async function deliverOne(service: TestService, to: string, engine = createDeliveryEngine(service.deps, { timeouts: FAST })): Promise<{ s: Sender; events: EmailEvent[] }> {
+async function deliverOne(
+  service: TestService,
+  to: string,
+  engine = createDeliveryEngine(service.deps, { timeouts: FAST }),
+): Promise<{ s: Sender; events: EmailEvent[] }> {
   const s = await newSender(service);
   const id = await send(service, s, to);
   await engine.runOnce();
@@ -188,7 +192,10 @@ describe('MX routing', () => {
       orders.add(route.targets.map((t) => t.host).join(' '));
     }
     // Both orders of the equal pair (each run's chance of missing one: 2^-39).
-    expect([...orders].sort()).toEqual(['mx1.equal.example mx2.equal.example backup.equal.example', 'mx2.equal.example mx1.equal.example backup.equal.example']);
+    expect([...orders].sort()).toEqual([
+      'mx1.equal.example mx2.equal.example backup.equal.example',
+      'mx2.equal.example mx1.equal.example backup.equal.example',
+    ]);
   });
 
   it('falls back to the next MX host when the preferred one refuses the connection', async () => {
@@ -330,7 +337,10 @@ describe('SMTP_RELAY_URL', () => {
     expect(route).toMatchObject({ kind: 'targets', targets: [{ host: '127.0.0.1', addresses: ['127.0.0.1'], port: sink.port, secure: false }] });
     const config = loadConfig({ DATA_DIR: relay.dataDir, SMTP_RELAY_URL: 'smtps://user%40x:p%3Ass@relay.example.com:2465' });
     const withAuth = await resolveRoute('anything.example', { config, resolver: createResolver({ servers: null }) });
-    expect(withAuth).toMatchObject({ kind: 'targets', targets: [{ host: 'relay.example.com', port: 2465, secure: true, auth: { user: 'user@x', pass: 'p:ss' } }] });
+    expect(withAuth).toMatchObject({
+      kind: 'targets',
+      targets: [{ host: 'relay.example.com', port: 2465, secure: true, auth: { user: 'user@x', pass: 'p:ss' } }],
+    });
   });
 });
 

@@ -15,7 +15,6 @@ let sink: SmtpSink;
 let service: TestService;
 let engine: DeliveryEngine;
 
-
 beforeAll(async () => {
   ({ dns, sink, service, engine } = await startDeliveryRig());
 });
@@ -54,7 +53,9 @@ describe('delivery to the recipient MX', () => {
 
     // One transaction per recipient, each with its own VERP envelope sender on MAIL_HOSTNAME.
     expect(sink.received.every((r) => r.to.length === 1)).toBe(true);
-    expect(sink.received.map((r) => r.from)).toEqual(expect.arrayContaining([expect.stringMatching(/^bounce\+[0-9a-f]{32}\.[01]\.[0-9a-f]{10}@mx\.mailstead\.test$/)]));
+    expect(sink.received.map((r) => r.from)).toEqual(
+      expect.arrayContaining([expect.stringMatching(/^bounce\+[0-9a-f]{32}\.[01]\.[0-9a-f]{10}@mx\.mailstead\.test$/)]),
+    );
 
     const raw = sink.received[0]!.raw;
     expect(raw.toString('latin1')).not.toMatch(/[^\r]\n|\r(?!\n)/);
@@ -98,8 +99,17 @@ describe('delivery to the recipient MX', () => {
     service.clock.advance(1);
     expect(await engine.runOnce()).toBe(1);
     email = await events(key, id);
-    expect(email.events.filter((e: { recipient: string }) => e.recipient === 'busy@example.net').map((e: { status: string }) => e.status)).toEqual(['deferred', 'delivered']);
-    expect(service.deps.db.select().from(outboundRecipients).all().filter((r) => r.messageId === id)).toEqual([]);
+    expect(email.events.filter((e: { recipient: string }) => e.recipient === 'busy@example.net').map((e: { status: string }) => e.status)).toEqual([
+      'deferred',
+      'delivered',
+    ]);
+    expect(
+      service.deps.db
+        .select()
+        .from(outboundRecipients)
+        .all()
+        .filter((r) => r.messageId === id),
+    ).toEqual([]);
   });
 
   it('defers on a refused connection and bounces 4.4.7 without suppression after 5 days', async () => {

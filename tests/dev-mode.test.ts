@@ -77,7 +77,9 @@ function startDev(dataDir: string, extra: Record<string, string> = {}, command: 
   child.stdout.on('data', (c: Buffer) => (out += c.toString()));
   child.stderr.on('data', (c: Buffer) => (out += c.toString()));
   // 'close', not 'exit': once every process holding npm's stdout (the dev script, the server) is gone too.
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.on('close', (code, signal) => resolve({ code, signal })));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.on('close', (code, signal) => resolve({ code, signal })),
+  );
   const run = { child, stdout: () => out, exited };
   runs.add(run);
   void exited.then(() => runs.delete(run));
@@ -113,7 +115,9 @@ function client(api: string, key: string) {
 const SIM = 'simulator.mailstead.test';
 
 describe('npm run dev', () => {
-  it('the try-it path: connect shop.test, verify, send to a customer and the simulator, read events, webhooks and the captured, DKIM-signed message', { timeout: 180_000 }, async () => {
+  it('the try-it path: connect shop.test, verify, send to a customer and the simulator, read events, webhooks and the captured, DKIM-signed message', {
+    timeout: 180_000,
+  }, async () => {
     const root = mkdtempSync(join(tmpdir(), 'mailstead-dev-'));
     dirs.push(root);
     const dataDir = join(root, 'data-dev');
@@ -140,9 +144,16 @@ describe('npm run dev', () => {
     const created = await call('POST', '/domains', { name: 'shop.test' });
     expect(created.status).toBe(201);
     const verified = await call('POST', `/domains/${created.body.id}/verify`);
-    expect(verified.body).toMatchObject({ status: 'verified', sending: true, checks: { ownership: 'proven', signing: 'published', spf: 'published', receiving: 'published' } });
+    expect(verified.body).toMatchObject({
+      status: 'verified',
+      sending: true,
+      checks: { ownership: 'proven', signing: 'published', spf: 'published', receiving: 'published' },
+    });
 
-    const hook = await call('POST', '/webhooks', { url: `https://hooks.webhooks.test:${receiver.port}/dev`, events: ['email.delivered', 'email.bounced', 'email.deferred', 'email.complained'] });
+    const hook = await call('POST', '/webhooks', {
+      url: `https://hooks.webhooks.test:${receiver.port}/dev`,
+      events: ['email.delivered', 'email.bounced', 'email.deferred', 'email.complained'],
+    });
     expect(hook.status, JSON.stringify(hook.body)).toBe(201);
 
     // The send the printed commands make (its JSON, the shell's $RUN filled in), plus defer@.
@@ -168,7 +179,10 @@ describe('npm run dev', () => {
     expect(of('customer@example.com')).toEqual([['delivered', '2.0.0', 'captured']]);
     expect(of(`delivered@${SIM}`)).toEqual([['delivered', '2.0.0', expect.stringContaining('simulator')]]);
     expect(of(`bounce+1@${SIM}`)).toEqual([['bounced', '5.1.1', expect.stringContaining('simulator')]]);
-    expect(of(`complaint+1@${SIM}`)).toEqual([['delivered', '2.0.0', expect.any(String)], ['complained', '5.7.1', expect.any(String)]]);
+    expect(of(`complaint+1@${SIM}`)).toEqual([
+      ['delivered', '2.0.0', expect.any(String)],
+      ['complained', '5.7.1', expect.any(String)],
+    ]);
     // defer@ delivers at its third attempt, 15 minutes on (the in-process tests move a clock through it).
     expect(of(`defer@${SIM}`)).toEqual([['deferred', '4.2.1', expect.any(String)]]);
 
@@ -191,7 +205,10 @@ describe('npm run dev', () => {
     expect(message.type).toBe('message/rfc822');
     expect(message.body).toContain('Subject: Your receipt R-1042');
     const db = new Database(join(dataDir, 'mailstead.db'), { readonly: true });
-    const stored = db.prepare('SELECT selector, dkim_public_key AS publicKey FROM domain_keys WHERE name = ?').get('shop.test') as { selector: string; publicKey: string };
+    const stored = db.prepare('SELECT selector, dkim_public_key AS publicKey FROM domain_keys WHERE name = ?').get('shop.test') as {
+      selector: string;
+      publicKey: string;
+    };
     db.close();
     const verdict = await dkimVerify(Buffer.from(message.body), {
       resolver: async (name: string, type: string) => {
@@ -234,7 +251,12 @@ describe('npm run dev', () => {
   });
 
   it('its defaults: ./data-dev, SMTP port 2525 and loopback unless set, capture always; every other variable as given', () => {
-    expect(devEnvironment({ HTTP_PORT: '9090' })).toMatchObject({ DELIVERY_MODE: 'capture', DATA_DIR: DEV_DATA_DIR, SMTP_PORT: DEV_SMTP_PORT, HTTP_PORT: '9090' });
+    expect(devEnvironment({ HTTP_PORT: '9090' })).toMatchObject({
+      DELIVERY_MODE: 'capture',
+      DATA_DIR: DEV_DATA_DIR,
+      SMTP_PORT: DEV_SMTP_PORT,
+      HTTP_PORT: '9090',
+    });
     expect(devEnvironment({ DATA_DIR: '/srv/dev', SMTP_PORT: '0' })).toMatchObject({ DATA_DIR: '/srv/dev', SMTP_PORT: '0' });
     // This machine only, unless told otherwise: it prints a key holding every scope and the dashboard's token.
     expect(devEnvironment({})).toMatchObject({ HTTP_HOST: '127.0.0.1', SMTP_HOST: '127.0.0.1' });

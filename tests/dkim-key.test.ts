@@ -60,7 +60,11 @@ async function connectDomain(name: string) {
   const signing = (res.body.records as RecordBody[]).find((r) => r.record === 'Signing')!;
   const selector = signing.name.slice(0, signing.name.indexOf('._domainkey.'));
   dns.add(signing.name, { type: 'TXT', data: signing.value.match(/[^]{1,255}/g)! });
-  const row = service.deps.db.select().from(domainKeys).where(and(eq(domainKeys.accountId, account.id), eq(domainKeys.name, name))).get();
+  const row = service.deps.db
+    .select()
+    .from(domainKeys)
+    .where(and(eq(domainKeys.accountId, account.id), eq(domainKeys.name, name)))
+    .get();
   if (!row) throw new Error('no domain_keys row');
   const secretKey = service.deps.secretKey;
   if (!secretKey) throw new Error('the test service has no secret key');
@@ -135,7 +139,10 @@ describe('the DKIM key of a connected domain', () => {
     const { account, row, privateKey } = await connectDomain(name);
     expect(row.dkimPrivateKeySealed).not.toContain('PRIVATE KEY');
     expect(row.dkimPrivateKeySealed).not.toContain('-----');
-    const pemBody = privateKey.split('\n').filter((l) => l && !l.startsWith('-----')).join('');
+    const pemBody = privateKey
+      .split('\n')
+      .filter((l) => l && !l.startsWith('-----'))
+      .join('');
     expect(row.dkimPrivateKeySealed).not.toContain(pemBody.slice(40, 80));
     expect(privateKey).toContain('PRIVATE KEY');
 
@@ -149,7 +156,10 @@ describe('the DKIM key of a connected domain', () => {
   it('never travels in an API answer', async () => {
     const name = 'dkim-secret.example.com';
     const { key, domain, row, privateKey } = await connectDomain(name);
-    const pemBody = privateKey.split('\n').filter((l) => l && !l.startsWith('-----')).join('');
+    const pemBody = privateKey
+      .split('\n')
+      .filter((l) => l && !l.startsWith('-----'))
+      .join('');
     const answers = [
       await service.api('GET', '/domains', { key }),
       await service.api('GET', `/domains/${domain.id}`, { key }),

@@ -23,17 +23,74 @@ const resolver = async (name: string, rrtype: string): Promise<string[][]> => {
 };
 
 const messages: [string, string][] = [
-  ['plain text', ['From: Shop <billing@shop.example.com>', 'To: a@example.net', 'Subject: Receipt', 'Date: Sun, 22 Nov 2026 10:00:00 +0000', 'Message-ID: <1@mx.test>', 'MIME-Version: 1.0', 'Content-Type: text/plain; charset=utf-8', '', 'Thanks for your order.', ''].join('\r\n')],
-  ['folded headers, trailing spaces and blank lines at the end of the body', ['From: "Shop  Billing" <billing@shop.example.com>', 'To: a@example.net,', '\tb@example.net', 'Subject:   A   long\r\n  subject ', 'Date: Sun, 22 Nov 2026 10:00:00 +0000', 'MIME-Version: 1.0', 'Content-Type: text/plain', '', 'Line  with   spaces   ', '', '', ''].join('\r\n')],
+  [
+    'plain text',
+    [
+      'From: Shop <billing@shop.example.com>',
+      'To: a@example.net',
+      'Subject: Receipt',
+      'Date: Sun, 22 Nov 2026 10:00:00 +0000',
+      'Message-ID: <1@mx.test>',
+      'MIME-Version: 1.0',
+      'Content-Type: text/plain; charset=utf-8',
+      '',
+      'Thanks for your order.',
+      '',
+    ].join('\r\n'),
+  ],
+  [
+    'folded headers, trailing spaces and blank lines at the end of the body',
+    [
+      'From: "Shop  Billing" <billing@shop.example.com>',
+      'To: a@example.net,',
+      '\tb@example.net',
+      'Subject:   A   long\r\n  subject ',
+      'Date: Sun, 22 Nov 2026 10:00:00 +0000',
+      'MIME-Version: 1.0',
+      'Content-Type: text/plain',
+      '',
+      'Line  with   spaces   ',
+      '',
+      '',
+      '',
+    ].join('\r\n'),
+  ],
   ['an empty body', ['From: billing@shop.example.com', 'To: a@example.net', 'Subject: Empty', '', ''].join('\r\n')],
-  ['multipart/alternative', ['From: billing@shop.example.com', 'To: a@example.net', 'Subject: Both', 'MIME-Version: 1.0', 'Content-Type: multipart/alternative; boundary="b1"', '', '--b1', 'Content-Type: text/plain', '', 'Text', '--b1', 'Content-Type: text/html', '', '<p>Html</p>', '--b1--', ''].join('\r\n')],
+  [
+    'multipart/alternative',
+    [
+      'From: billing@shop.example.com',
+      'To: a@example.net',
+      'Subject: Both',
+      'MIME-Version: 1.0',
+      'Content-Type: multipart/alternative; boundary="b1"',
+      '',
+      '--b1',
+      'Content-Type: text/plain',
+      '',
+      'Text',
+      '--b1',
+      'Content-Type: text/html',
+      '',
+      '<p>Html</p>',
+      '--b1--',
+      '',
+    ].join('\r\n'),
+  ],
 ];
 
 describe('the DKIM signer', () => {
   for (const [name, raw] of messages) {
     it(`signs what mailauth's signer signs (body hash, header fields), and mailauth's verifier passes it: ${name}`, async () => {
       const ours = dkimSignature(Buffer.from(raw), key, signTime);
-      const options = { signingDomain: key.domain, selector: key.selector, privateKey: pem, algorithm: 'rsa-sha256', canonicalization: 'relaxed/relaxed', signTime };
+      const options = {
+        signingDomain: key.domain,
+        selector: key.selector,
+        privateKey: pem,
+        algorithm: 'rsa-sha256',
+        canonicalization: 'relaxed/relaxed',
+        signTime,
+      };
       const theirs = await dkimSign(raw, { ...options, signatureData: [options] });
       expect(theirs.errors).toEqual([]);
       const tag = (header: string, name: string) => new RegExp(`[;\\s]${name}=([^;]*)`).exec(header.replace(/\r\n[ \t]/g, ' '))?.[1]?.replace(/\s+/g, '');

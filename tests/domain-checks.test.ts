@@ -61,7 +61,11 @@ describe('checkSpf: the domain’s one SPF record includes SPF_DOMAIN', () => {
     ['extra whitespace between terms', txt('v=spf1   ip4:1.2.3.4    include:mx.mailstead.test  -all'), 'published'],
     ['the record split across character-strings', txt(['v=spf1 ip4:1.2.3.4 include:_spf.goo', 'gle.com include:mx.mailstead.test -all']), 'published'],
     ['beside other, non-SPF TXT records', txt('google-site-verification=abc', 'v=spf1 include:mx.mailstead.test ~all', 'ms-verify=1'), 'published'],
-    ['two SPF records, both with the include (a permerror in SPF)', txt('v=spf1 include:mx.mailstead.test ~all', 'v=spf1 include:mx.mailstead.test -all'), 'missing'],
+    [
+      'two SPF records, both with the include (a permerror in SPF)',
+      txt('v=spf1 include:mx.mailstead.test ~all', 'v=spf1 include:mx.mailstead.test -all'),
+      'missing',
+    ],
     ['two SPF records, one with the include', txt('v=spf1 include:_spf.google.com ~all', 'v=spf1 include:mx.mailstead.test ~all'), 'missing'],
     ['an SPF record without the include', txt('v=spf1 include:_spf.google.com ~all'), 'missing'],
     ['no SPF record, only other TXT records', txt('google-site-verification=abc', 'include:mx.mailstead.test'), 'missing'],
@@ -110,8 +114,11 @@ describe('checkMx: an MX at the domain pointing at MAIL_HOSTNAME', () => {
 
 describe('checkSigning: <selector>._domainkey.<domain> TXT with the domain’s public key', () => {
   const spki = (bits = 2048) =>
-    generateKeyPairSync('rsa', { modulusLength: bits, publicKeyEncoding: { type: 'spki', format: 'der' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } })
-      .publicKey.toString('base64');
+    generateKeyPairSync('rsa', {
+      modulusLength: bits,
+      publicKeyEncoding: { type: 'spki', format: 'der' },
+      privateKeyEncoding: { type: 'pkcs8', format: 'pem' },
+    }).publicKey.toString('base64');
   const key = spki();
   const other = spki();
   const record = `v=DKIM1; h=sha256; k=rsa; p=${key}`;

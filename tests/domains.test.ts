@@ -175,7 +175,13 @@ describe('POST /domains', () => {
     expect(d.records.map((r) => r.record).sort()).toEqual([...KINDS].sort());
 
     const ownership = recordOf(d, 'Ownership');
-    expect(ownership).toEqual({ record: 'Ownership', type: 'TXT', name: `_service-verify.${name}`, value: expect.stringMatching(/^service-verify=\S+$/), status: 'pending' });
+    expect(ownership).toEqual({
+      record: 'Ownership',
+      type: 'TXT',
+      name: `_service-verify.${name}`,
+      value: expect.stringMatching(/^service-verify=\S+$/),
+      status: 'pending',
+    });
     expect(tokenBits(ownership.value.slice('service-verify='.length))).toBeGreaterThanOrEqual(128);
 
     expect(recordOf(d, 'SPF')).toEqual({ record: 'SPF', type: 'TXT', name, value: `v=spf1 include:${MAIL_HOST} ~all`, status: 'pending' });
@@ -212,8 +218,16 @@ describe('POST /domains', () => {
 
   it('400 invalid_json when the body is not JSON', async () => {
     const { key } = service.newAccount();
-    expectError(await call(service, 'POST', '/domains', { key, rawBody: '{"name": "x.example.com"', headers: { 'content-type': 'application/json' } }), 400, 'invalid_json');
-    expectError(await call(service, 'POST', '/domains', { key, rawBody: 'name=x.example.com', headers: { 'content-type': 'application/json' } }), 400, 'invalid_json');
+    expectError(
+      await call(service, 'POST', '/domains', { key, rawBody: '{"name": "x.example.com"', headers: { 'content-type': 'application/json' } }),
+      400,
+      'invalid_json',
+    );
+    expectError(
+      await call(service, 'POST', '/domains', { key, rawBody: 'name=x.example.com', headers: { 'content-type': 'application/json' } }),
+      400,
+      'invalid_json',
+    );
     expectError(await call(service, 'POST', '/domains', { key }), 400, 'invalid_json');
   });
 
@@ -620,10 +634,35 @@ describe('kept keys of deleted domains are bounded (KEPT_DOMAIN_KEYS per account
     const keyId = service.deps.db.select().from(domains).where(eq(domains.id, queuedDomain.id)).get()!.keyId;
     const now = service.clock.now();
     const emailId = '01a00000-0000-7000-8000-00000000f001';
-    service.deps.db.insert(emails).values({ id: emailId, accountId: account.id, fromAddress: `a@${queuedDomain.name}`, to: ['b@example.net'], subject: 's', template: 'notification', status: 'sent', sandbox: false, createdAt: now }).run();
+    service.deps.db
+      .insert(emails)
+      .values({
+        id: emailId,
+        accountId: account.id,
+        fromAddress: `a@${queuedDomain.name}`,
+        to: ['b@example.net'],
+        subject: 's',
+        template: 'notification',
+        status: 'sent',
+        sandbox: false,
+        createdAt: now,
+      })
+      .run();
     service.deps.db
       .insert(outboundMessages)
-      .values({ id: emailId, accountId: account.id, domainKeyId: keyId, fromHeader: `a@${queuedDomain.name}`, fromAddress: `a@${queuedDomain.name}`, messageId: `<m@${queuedDomain.name}>`, subject: 's', html: '<p>s</p>', text: 's', createdAt: now, expiresAt: now + 5 * DAY_MS })
+      .values({
+        id: emailId,
+        accountId: account.id,
+        domainKeyId: keyId,
+        fromHeader: `a@${queuedDomain.name}`,
+        fromAddress: `a@${queuedDomain.name}`,
+        messageId: `<m@${queuedDomain.name}>`,
+        subject: 's',
+        html: '<p>s</p>',
+        text: 's',
+        createdAt: now,
+        expiresAt: now + 5 * DAY_MS,
+      })
       .run();
     expect((await call(service, 'DELETE', `/domains/${queuedDomain.id}`, { key })).status).toBe(204);
 
@@ -702,19 +741,40 @@ describe('POST /domains/{id}/verify', () => {
       'ownership and MX: receiving',
       ['Ownership', 'Receiving'],
       { ownership: 'proven', receiving: 'published', signing: 'missing', spf: 'missing' },
-      { status: 'verified', ownershipVerified: true, sending: false, receiving: true, direct: false, records: { ...PENDING_RECORDS, Ownership: 'published', Receiving: 'published' } },
+      {
+        status: 'verified',
+        ownershipVerified: true,
+        sending: false,
+        receiving: true,
+        direct: false,
+        records: { ...PENDING_RECORDS, Ownership: 'published', Receiving: 'published' },
+      },
     ],
     [
       'ownership and DKIM without SPF: not sending',
       ['Ownership', 'Signing'],
       { ownership: 'proven', receiving: 'missing', signing: 'published', spf: 'missing' },
-      { status: 'verified', ownershipVerified: true, sending: false, receiving: false, direct: false, records: { ...PENDING_RECORDS, Ownership: 'published', Signing: 'published' } },
+      {
+        status: 'verified',
+        ownershipVerified: true,
+        sending: false,
+        receiving: false,
+        direct: false,
+        records: { ...PENDING_RECORDS, Ownership: 'published', Signing: 'published' },
+      },
     ],
     [
       'ownership and SPF without DKIM: not sending',
       ['Ownership', 'SPF'],
       { ownership: 'proven', receiving: 'missing', signing: 'missing', spf: 'published' },
-      { status: 'verified', ownershipVerified: true, sending: false, receiving: false, direct: false, records: { ...PENDING_RECORDS, Ownership: 'published', SPF: 'published' } },
+      {
+        status: 'verified',
+        ownershipVerified: true,
+        sending: false,
+        receiving: false,
+        direct: false,
+        records: { ...PENDING_RECORDS, Ownership: 'published', SPF: 'published' },
+      },
     ],
     [
       'ownership, DKIM and SPF: sending directly',
@@ -967,7 +1027,14 @@ describe('with SMTP_RELAY_URL set: the relay holds the domain', () => {
     publish(d, ['Ownership']);
     const v = await verify(relay, key, d.id);
     expect(v.checks).toEqual({ ownership: 'proven', receiving: 'missing', signing: 'missing', spf: 'missing' });
-    expect(stateOf(v)).toEqual({ status: 'verified', ownershipVerified: true, sending: true, receiving: false, direct: false, records: { ...PENDING_RECORDS, Ownership: 'published' } });
+    expect(stateOf(v)).toEqual({
+      status: 'verified',
+      ownershipVerified: true,
+      sending: true,
+      receiving: false,
+      direct: false,
+      records: { ...PENDING_RECORDS, Ownership: 'published' },
+    });
     expect(stateOf((await call(relay, 'GET', `/domains/${d.id}`, { key })).body)).toEqual(stateOf(v));
   });
 

@@ -20,7 +20,12 @@ describe('classifyReply', () => {
     { code: 550, text: '550 5.1.10 RESOLVER.ADR.RecipientNotFound; Recipient not found by SMTP address lookup', status: 'bounced', dsn: '5.1.10' },
     { code: 552, text: '552 5.2.2 Mailbox full', status: 'bounced', dsn: '5.2.2' },
     { code: 554, text: '554 Transaction failed', status: 'bounced', dsn: '5.0.0' },
-    { code: 550, text: '550-5.1.1 The email account that you tried to reach does not exist.\n550 5.1.1 https://support.google.com/mail/?p=NoSuchUser', status: 'bounced', dsn: '5.1.1' },
+    {
+      code: 550,
+      text: '550-5.1.1 The email account that you tried to reach does not exist.\n550 5.1.1 https://support.google.com/mail/?p=NoSuchUser',
+      status: 'bounced',
+      dsn: '5.1.1',
+    },
     // An enhanced code of another class than the reply's is not believed: the basic code decides.
     { code: 550, text: '550 4.2.2 mailbox over quota', status: 'bounced', dsn: '5.0.0' },
     { code: 554, text: '554 2.0.0 odd but final', status: 'bounced', dsn: '5.0.0' },
@@ -57,7 +62,9 @@ describe('classifyReply', () => {
   });
 
   it('keeps the reply text as the detail', () => {
-    expect(classifyReply(550, '550 5.1.1 <gone@example.net>: Recipient address rejected: User unknown').detail).toContain('Recipient address rejected: User unknown');
+    expect(classifyReply(550, '550 5.1.1 <gone@example.net>: Recipient address rejected: User unknown').detail).toContain(
+      'Recipient address rejected: User unknown',
+    );
     expect(classifyReply(250, 'OK').detail).toBe('OK');
   });
 });

@@ -65,31 +65,51 @@ function recordFsyncs() {
   const synced: string[] = [];
   const onLoop: string[] = [];
   const offLoop: string[] = [];
-  patch(fs, 'openSync', (orig) => ((path: fs.PathLike, ...rest: unknown[]) => {
-    const fd = (orig as (...a: unknown[]) => number)(path, ...rest);
-    fdPath.set(fd, resolve(String(path)));
-    return fd;
-  }) as typeof fs.openSync);
-  patch(fs, 'open', (orig) => ((path: fs.PathLike, ...rest: unknown[]) => {
-    const callback = rest.pop() as (err: Error | null, fd: number) => void;
-    return (orig as (...a: unknown[]) => void)(path, ...rest, (err: Error | null, fd: number) => {
-      if (!err) fdPath.set(fd, resolve(String(path)));
-      callback(err, fd);
-    });
-  }) as typeof fs.open);
+  patch(
+    fs,
+    'openSync',
+    (orig) =>
+      ((path: fs.PathLike, ...rest: unknown[]) => {
+        const fd = (orig as (...a: unknown[]) => number)(path, ...rest);
+        fdPath.set(fd, resolve(String(path)));
+        return fd;
+      }) as typeof fs.openSync,
+  );
+  patch(
+    fs,
+    'open',
+    (orig) =>
+      ((path: fs.PathLike, ...rest: unknown[]) => {
+        const callback = rest.pop() as (err: Error | null, fd: number) => void;
+        return (orig as (...a: unknown[]) => void)(path, ...rest, (err: Error | null, fd: number) => {
+          if (!err) fdPath.set(fd, resolve(String(path)));
+          callback(err, fd);
+        });
+      }) as typeof fs.open,
+  );
   for (const name of ['fsyncSync', 'fdatasyncSync'] as const) {
-    patch(fs, name, (orig) => ((fd: number) => {
-      synced.push(fdPath.get(fd) ?? `fd:${fd}`);
-      onLoop.push(fdPath.get(fd) ?? `fd:${fd}`);
-      return (orig as (fd: number) => void)(fd);
-    }) as typeof fs.fsyncSync);
+    patch(
+      fs,
+      name,
+      (orig) =>
+        ((fd: number) => {
+          synced.push(fdPath.get(fd) ?? `fd:${fd}`);
+          onLoop.push(fdPath.get(fd) ?? `fd:${fd}`);
+          return (orig as (fd: number) => void)(fd);
+        }) as typeof fs.fsyncSync,
+    );
   }
   for (const name of ['fsync', 'fdatasync'] as const) {
-    patch(fs, name, (orig) => ((fd: number, callback: (err: Error | null) => void) => {
-      synced.push(fdPath.get(fd) ?? `fd:${fd}`);
-      offLoop.push(fdPath.get(fd) ?? `fd:${fd}`);
-      return (orig as (fd: number, cb: (err: Error | null) => void) => void)(fd, callback);
-    }) as typeof fs.fsync);
+    patch(
+      fs,
+      name,
+      (orig) =>
+        ((fd: number, callback: (err: Error | null) => void) => {
+          synced.push(fdPath.get(fd) ?? `fd:${fd}`);
+          offLoop.push(fdPath.get(fd) ?? `fd:${fd}`);
+          return (orig as (fd: number, cb: (err: Error | null) => void) => void)(fd, callback);
+        }) as typeof fs.fsync,
+    );
   }
   return { synced, onLoop, offLoop };
 }
@@ -208,9 +228,14 @@ describe('the generated secret key, elsewhere', () => {
 
   it('on a file system without hard links (link fails EPERM) it is still created, whole', () => {
     const dataDir = newDir('no-links');
-    patch(fs, 'linkSync', () => (() => {
-      throw Object.assign(new Error('EPERM: operation not permitted, link'), { code: 'EPERM' });
-    }) as typeof fs.linkSync);
+    patch(
+      fs,
+      'linkSync',
+      () =>
+        (() => {
+          throw Object.assign(new Error('EPERM: operation not permitted, link'), { code: 'EPERM' });
+        }) as typeof fs.linkSync,
+    );
     const key = resolveSecretKey(configOf(dataDir));
     expect(readFileSync(join(dataDir, 'secret.key'), 'utf8').trim()).toBe(key!.toString('hex'));
     expect(fs.readdirSync(dataDir).filter((n) => n.endsWith('.tmp'))).toEqual([]);
@@ -233,10 +258,15 @@ describe('full disk', () => {
     const dataDir = newDir('secret-enospc');
     const config = loadConfig({ DATA_DIR: dataDir, HTTP_PORT: '0', SMTP_PORT: '0', MAIL_HOSTNAME: 'mx.mailstead.test' });
     let full = true;
-    patch(fs, 'writeSync', (orig) => ((fd: number, ...rest: unknown[]) => {
-      if (full) throw Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC', errno: -28, syscall: 'write' });
-      return (orig as (...a: unknown[]) => number)(fd, ...rest);
-    }) as typeof fs.writeSync);
+    patch(
+      fs,
+      'writeSync',
+      (orig) =>
+        ((fd: number, ...rest: unknown[]) => {
+          if (full) throw Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC', errno: -28, syscall: 'write' });
+          return (orig as (...a: unknown[]) => number)(fd, ...rest);
+        }) as typeof fs.writeSync,
+    );
     expect(() => resolveSecretKey(config)).toThrow(/ENOSPC/);
     full = false;
     // Space freed: the next start should generate the key. Current code: the empty file created before the failed
@@ -254,8 +284,16 @@ describe('full disk', () => {
       const { account } = service.newAccount();
       const raw = clientOf(service.deps.db);
       const receiving = JSON.stringify({ ownership: 'published', signing: 'published', spf: 'published', receiving: 'published' });
-      raw.prepare(`insert into domain_keys (id, account_id, name, token, selector, dkim_public_key, dkim_private_key_sealed, created_at) values ('key-in', ?, 'in.example.com', 't', 's', 'p', 'k', 0)`).run(account.id);
-      raw.prepare(`insert into domains (id, account_id, name, key_id, record_status, created_at, last_checked_at) values ('dom-in', ?, 'in.example.com', 'key-in', ?, 0, 0)`).run(account.id, receiving);
+      raw
+        .prepare(
+          `insert into domain_keys (id, account_id, name, token, selector, dkim_public_key, dkim_private_key_sealed, created_at) values ('key-in', ?, 'in.example.com', 't', 's', 'p', 'k', 0)`,
+        )
+        .run(account.id);
+      raw
+        .prepare(
+          `insert into domains (id, account_id, name, key_id, record_status, created_at, last_checked_at) values ('dom-in', ?, 'in.example.com', 'key-in', ?, 0, 0)`,
+        )
+        .run(account.id, receiving);
       raw
         .prepare(
           `insert into customer_databases (account_id, connection_id, url_sealed, host, port, database, user, ssl_mode, state, schema_version, failures, next_attempt_at, updated_at, created_at)
@@ -265,19 +303,33 @@ describe('full disk', () => {
       // DATA_DIR is full: every write to a spool file fails.
       const spool = resolve(spoolDir(service.dataDir));
       const fdPath = new Map<number, string>();
-      patch(fs, 'openSync', (orig) => ((path: fs.PathLike, ...rest: unknown[]) => {
-        const fd = (orig as (...a: unknown[]) => number)(path, ...rest);
-        fdPath.set(fd, resolve(String(path)));
-        return fd;
-      }) as typeof fs.openSync);
-      patch(fs, 'writeSync', (orig) => ((fd: number, ...rest: unknown[]) => {
-        if (fdPath.get(fd)?.startsWith(spool)) throw Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC', errno: -28, syscall: 'write' });
-        return (orig as (...a: unknown[]) => number)(fd, ...rest);
-      }) as typeof fs.writeSync);
+      patch(
+        fs,
+        'openSync',
+        (orig) =>
+          ((path: fs.PathLike, ...rest: unknown[]) => {
+            const fd = (orig as (...a: unknown[]) => number)(path, ...rest);
+            fdPath.set(fd, resolve(String(path)));
+            return fd;
+          }) as typeof fs.openSync,
+      );
+      patch(
+        fs,
+        'writeSync',
+        (orig) =>
+          ((fd: number, ...rest: unknown[]) => {
+            if (fdPath.get(fd)?.startsWith(spool))
+              throw Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC', errno: -28, syscall: 'write' });
+            return (orig as (...a: unknown[]) => number)(fd, ...rest);
+          }) as typeof fs.writeSync,
+      );
       const transport = nodemailer.createTransport({ host: '127.0.0.1', port: smtpPort, secure: false, ignoreTLS: true });
       const body = `${'0123456789abcdef'.repeat(4).concat('\r\n').repeat(6000)}`;
       const err = await transport
-        .sendMail({ envelope: { from: 'sender@example.org', to: ['box@in.example.com'] }, raw: `From: sender@example.org\r\nTo: box@in.example.com\r\nSubject: big\r\n\r\n${body}` })
+        .sendMail({
+          envelope: { from: 'sender@example.org', to: ['box@in.example.com'] },
+          raw: `From: sender@example.org\r\nTo: box@in.example.com\r\nSubject: big\r\n\r\n${body}`,
+        })
         .then(
           () => null,
           (e: { responseCode?: number }) => e,
@@ -300,10 +352,15 @@ describe('the WAL flush', () => {
     const dataDir = newDir('walsync');
     const store = openDatabase(dataDir);
     let fail = true;
-    patch(fsp, 'open', (orig) => (async (path: fs.PathLike, ...rest: unknown[]) => {
-      if (fail && String(path).endsWith('-wal')) throw Object.assign(new Error('EMFILE: too many open files, open'), { code: 'EMFILE' });
-      return (orig as (...a: unknown[]) => Promise<unknown>)(path, ...rest);
-    }) as typeof fsp.open);
+    patch(
+      fsp,
+      'open',
+      (orig) =>
+        (async (path: fs.PathLike, ...rest: unknown[]) => {
+          if (fail && String(path).endsWith('-wal')) throw Object.assign(new Error('EMFILE: too many open files, open'), { code: 'EMFILE' });
+          return (orig as (...a: unknown[]) => Promise<unknown>)(path, ...rest);
+        }) as typeof fsp.open,
+    );
     const sync = walSyncOf(store.sqlite.name);
     try {
       await expect(sync()).rejects.toMatchObject({ code: 'EMFILE' });
@@ -333,17 +390,18 @@ describe('the WAL flush', () => {
       expect(first).toBeInstanceOf(FlushFailedError);
       // Its frames precede the next batch's in the WAL; a hole there ends recovery at the hole, taking every later
       // frame with it. Current code acknowledges the next write as durable.
-      const second = await commits.run((db) => db.run(sql`insert into probe (n) values (2)`)).then(
-        () => 'acknowledged',
-        () => 'refused',
-      );
+      const second = await commits
+        .run((db) => db.run(sql`insert into probe (n) values (2)`))
+        .then(
+          () => 'acknowledged',
+          () => 'refused',
+        );
       expect(second).toBe('refused');
     } finally {
       store.close();
     }
   });
 });
-
 
 describe('the service after a failed flush of its WAL', () => {
   it('refuses every later write, wherever it comes from, keeps serving reads, and /healthz stays 503 until a restart', { timeout: 30_000 }, async () => {
@@ -355,11 +413,14 @@ describe('the service after a failed flush of its WAL', () => {
     const FileHandle = Object.getPrototypeOf(handle) as { datasync: () => Promise<void> };
     await handle.close();
     let failures = 1;
-    patch(FileHandle, 'datasync', (orig) =>
-      async function (this: unknown) {
-        if (failures-- > 0) throw Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' });
-        return orig.call(this);
-      },
+    patch(
+      FileHandle,
+      'datasync',
+      (orig) =>
+        async function (this: unknown) {
+          if (failures-- > 0) throw Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' });
+          return orig.call(this);
+        },
     );
     try {
       // Committed, not known to be on disk: said so (docs/api/behaviour.md, Sending: Durability), with or without a key.
@@ -367,7 +428,10 @@ describe('the service after a failed flush of its WAL', () => {
       expect(during).toMatchObject({ status: 500, body: { error: { code: 'internal_error', message: expect.stringMatching(/may still be sent/) } } });
       // Nothing after it is taken: not through the group commit (a send, with a key or without), not elsewhere on the
       // connection (a key). Each is 503 unavailable naming the cause (docs/api/decisions.md section 13), not 502 send_failed.
-      const closed = { status: 503, body: { error: { code: 'unavailable', message: expect.stringMatching(/stopped taking writes after a write to disk failed/) } } };
+      const closed = {
+        status: 503,
+        body: { error: { code: 'unavailable', message: expect.stringMatching(/stopped taking writes after a write to disk failed/) } },
+      };
       expect(await sendEmail(service, s.key, receipt(s.from, 'after@example.net'))).toMatchObject(closed);
       expect(await sendEmail(service, s.key, receipt(s.from, 'after@example.net'), { headers: { 'Idempotency-Key': 'after' } })).toMatchObject(closed);
       expect(await sendEmail(service, s.key, receipt(s.from, 'during@example.net'), { headers: { 'Idempotency-Key': 'during' } })).toMatchObject(closed);

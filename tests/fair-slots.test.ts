@@ -16,7 +16,12 @@ function request(slots: ReturnType<typeof createFairSlots>, account: string, des
     if (s) log.push(`${account}:${destination}`);
     return s;
   });
-  return { done, get slot() { return slot; } };
+  return {
+    done,
+    get slot() {
+      return slot;
+    },
+  };
 }
 
 describe('fair connection slots', () => {
@@ -46,7 +51,13 @@ describe('fair connection slots', () => {
     const requests = [request(slots, 'a', 'x', log)];
     await requests[0]!.done;
     // a queues three more before b and c ask once each.
-    requests.push(request(slots, 'a', 'x', log), request(slots, 'a', 'x', log), request(slots, 'a', 'x', log), request(slots, 'b', 'x', log), request(slots, 'c', 'x', log));
+    requests.push(
+      request(slots, 'a', 'x', log),
+      request(slots, 'a', 'x', log),
+      request(slots, 'a', 'x', log),
+      request(slots, 'b', 'x', log),
+      request(slots, 'c', 'x', log),
+    );
     await flush();
     for (let released = 0; released < 5; released++) {
       const holders = requests.filter((r) => r.slot && slots.held() > 0);

@@ -3,7 +3,18 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { settings } from '../db/schema/index.js';
 import { dashboardClient } from './helpers/dashboard.js';
 import { expectDocumented } from './helpers/openapi.js';
-import { emailRows, expectError, expectOk, getAccount, idempotencyRow, newSender, outboundMessagesOf, queuedRecipientsOf, receipt, sendEmail } from './helpers/sending.js';
+import {
+  emailRows,
+  expectError,
+  expectOk,
+  getAccount,
+  idempotencyRow,
+  newSender,
+  outboundMessagesOf,
+  queuedRecipientsOf,
+  receipt,
+  sendEmail,
+} from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
 
 /**
@@ -37,14 +48,23 @@ describe('a send while the disk is full', () => {
   it('answers 503 unavailable naming the cause, records nothing of it, and the same request goes through once there is space', async () => {
     const s = await newSender(service, { credits: 5 });
     // A message of 50 KB: its rows need pages the full disk has no room for.
-    const body = { from: s.from, to: ['ann@example.net', 'bob@example.net'], template: { name: 'notification', subject: 'Your report', body: 'line of the report\n'.repeat(2500) } };
+    const body = {
+      from: s.from,
+      to: ['ann@example.net', 'bob@example.net'],
+      template: { name: 'notification', subject: 'Your report', body: 'line of the report\n'.repeat(2500) },
+    };
     const headers = { 'Idempotency-Key': 'order-full' };
     const before = await getAccount(service, s.key);
     const freeSpace = fillDisk();
     let res;
     try {
       res = await sendEmail(service, s.key, body, { headers });
-      expectError(res, 503, 'unavailable', /^The service could not record this request: its storage is full \(no space left for DATA_DIR\)\. Nothing was sent\. Retry later\.$/);
+      expectError(
+        res,
+        503,
+        'unavailable',
+        /^The service could not record this request: its storage is full \(no space left for DATA_DIR\)\. Nothing was sent\. Retry later\.$/,
+      );
       expectDocumented(res);
       // Without a key as well.
       expectError(await sendEmail(service, s.key, body), 503, 'unavailable', /storage is full/);

@@ -98,9 +98,17 @@ beforeAll(async () => {
   const hookUrl = `https://${HOOK_HOST}:${receiver.port}/hook`;
   const made = [];
   for (let i = 0; i <= DELETABLE_ENDPOINTS; i++) {
-    made.push(await service.api('POST', '/webhooks', { key: sender.key, body: { url: hookUrl, events: i === 0 ? ['email.delivered', 'email.bounced', 'ping'] : ['email.deferred'] } }));
+    made.push(
+      await service.api('POST', '/webhooks', {
+        key: sender.key,
+        body: { url: hookUrl, events: i === 0 ? ['email.delivered', 'email.bounced', 'ping'] : ['email.deferred'] },
+      }),
+    );
   }
-  expect(made.map((r) => r.status), JSON.stringify(made.map((r) => r.body))).toEqual(made.map(() => 201));
+  expect(
+    made.map((r) => r.status),
+    JSON.stringify(made.map((r) => r.body)),
+  ).toEqual(made.map(() => 201));
   const [fixture, ...deletable] = made.map((r) => r.body.id as string) as [string, ...string[]];
   const stored = Array.from({ length: ENDPOINTS_AT_START - made.length }, () => seedEndpoint(service, sender.account.id, ['email.complained']));
   fixtureEndpoints = [fixture, ...deletable, ...stored];
@@ -197,7 +205,11 @@ async function send(req: FuzzRequest): Promise<Answer> {
   }
 }
 
-const CLIENT_ERROR_CODES = new Set(Object.entries(ERROR_STATUS).filter(([, status]) => status >= 400 && status < 500).map(([code]) => code));
+const CLIENT_ERROR_CODES = new Set(
+  Object.entries(ERROR_STATUS)
+    .filter(([, status]) => status >= 400 && status < 500)
+    .map(([code]) => code),
+);
 
 /**
  * The contract every answer keeps: a 2xx, or a 4xx in exactly `{ error: { code, message } }`; in time; never a 5xx.
@@ -217,7 +229,8 @@ function checkAnswer(a: Answer): string {
     } catch {
       throw new Error(`a ${a.status} whose body is not JSON: ${show}`);
     }
-    if (typeof body !== 'object' || body === null || Object.keys(body).join() === 'error') throw new Error(`a ${a.status} whose body is not a resource: ${show}`);
+    if (typeof body !== 'object' || body === null || Object.keys(body).join() === 'error')
+      throw new Error(`a ${a.status} whose body is not a resource: ${show}`);
     return String(a.status);
   }
   if (a.status < 400 || a.status >= 500) throw new Error(`answered ${show}`);
@@ -229,8 +242,14 @@ function checkAnswer(a: Answer): string {
   }
   const error = (body as { error?: unknown } | null)?.error as Record<string, unknown> | undefined;
   const exact =
-    typeof body === 'object' && body !== null && Object.keys(body).join() === 'error' && typeof error === 'object' && error !== null && Object.keys(error).sort().join() === 'code,message';
-  if (!exact || typeof error.code !== 'string' || typeof error.message !== 'string' || error.message === '') throw new Error(`a ${a.status} not in the error envelope: ${show}`);
+    typeof body === 'object' &&
+    body !== null &&
+    Object.keys(body).join() === 'error' &&
+    typeof error === 'object' &&
+    error !== null &&
+    Object.keys(error).sort().join() === 'code,message';
+  if (!exact || typeof error.code !== 'string' || typeof error.message !== 'string' || error.message === '')
+    throw new Error(`a ${a.status} not in the error envelope: ${show}`);
   if (!CLIENT_ERROR_CODES.has(error.code)) throw new Error(`a ${a.status} with a code that is not a 4xx code of api.md: ${show}`);
   if (!a.contentType?.startsWith('application/json')) throw new Error(`a ${a.status} served as ${a.contentType}: ${show}`);
   return `${a.status} ${error.code}`;
@@ -363,6 +382,8 @@ describe('every endpoint that takes a body, a query or an id answers 2xx, or 4xx
       .where(and(ne(webhookDeliveries.eventType, 'ping'), gt(webhookDeliveries.attempts, 0)))
       .all();
     expect(attempted).toEqual([]);
-    expect(service.deps.db.select({ id: webhookEndpoints.id }).from(webhookEndpoints).where(eq(webhookEndpoints.id, world.webhooks.fixture)).all()).toHaveLength(1);
+    expect(
+      service.deps.db.select({ id: webhookEndpoints.id }).from(webhookEndpoints).where(eq(webhookEndpoints.id, world.webhooks.fixture)).all(),
+    ).toHaveLength(1);
   });
 });

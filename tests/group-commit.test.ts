@@ -143,7 +143,11 @@ describe('the batch', () => {
     const pages = store.sqlite.pragma('page_count', { simple: true }) as number;
     store.sqlite.pragma(`max_page_count = ${pages}`);
     const insert = (query: string) => () => store.sqlite.prepare(query).run();
-    const writes = [insert('insert into probe (n) values (1)'), insert('insert into blobs (b) values (zeroblob(100000))'), insert('insert into probe (n) values (2)')].map((fn) => commits.run(fn));
+    const writes = [
+      insert('insert into probe (n) values (1)'),
+      insert('insert into blobs (b) values (zeroblob(100000))'),
+      insert('insert into probe (n) values (2)'),
+    ].map((fn) => commits.run(fn));
     const outcomes = await Promise.allSettled(writes);
     // Not "no such savepoint" from the ROLLBACK TO that SQLite's own rollback left nothing for.
     expect(outcomes.map((o) => o.status === 'rejected' && (o.reason as { code?: string }).code)).toEqual(['SQLITE_FULL', 'SQLITE_FULL', 'SQLITE_FULL']);

@@ -38,21 +38,25 @@ describe('the Dockerfile HEALTHCHECK', () => {
     expect(command!.length).toBeGreaterThan(0);
   });
 
-  it.each([['0.0.0.0'], ['127.0.0.2'], ['::1']])('finds the server listening on HTTP_HOST=%s, and fails once it stops', async (host) => {
-    const env = processEnv(mkdtempSync(join(tmpdir(), 'ms-health-')), { HTTP_HOST: host });
-    const service = await startServiceProcess(env);
-    // The container's environment names the port the server took.
-    const containerEnv = { ...env, HTTP_PORT: String(service.port) };
-    const healthy = await runHealthcheck(containerEnv);
-    expect(healthy.code, healthy.stderr).toBe(0);
+  it.each([['0.0.0.0'], ['127.0.0.2'], ['::1']])(
+    'finds the server listening on HTTP_HOST=%s, and fails once it stops',
+    async (host) => {
+      const env = processEnv(mkdtempSync(join(tmpdir(), 'ms-health-')), { HTTP_HOST: host });
+      const service = await startServiceProcess(env);
+      // The container's environment names the port the server took.
+      const containerEnv = { ...env, HTTP_PORT: String(service.port) };
+      const healthy = await runHealthcheck(containerEnv);
+      expect(healthy.code, healthy.stderr).toBe(0);
 
-    service.child.kill('SIGTERM');
-    await service.exited;
-    const down = await runHealthcheck(containerEnv);
-    expect(down.code).toBe(1);
-    expect(down.stderr).toContain('/healthz');
-    expect(down.stderr).toContain('ECONNREFUSED');
-  }, 60_000);
+      service.child.kill('SIGTERM');
+      await service.exited;
+      const down = await runHealthcheck(containerEnv);
+      expect(down.code).toBe(1);
+      expect(down.stderr).toContain('/healthz');
+      expect(down.stderr).toContain('ECONNREFUSED');
+    },
+    60_000,
+  );
 
   it('says why when the environment does not name a port it can reach', async () => {
     const env = processEnv(mkdtempSync(join(tmpdir(), 'ms-health-')), { HTTP_PORT: '0' });

@@ -42,7 +42,10 @@ describe('GET /healthz', () => {
     // The request itself could not be recorded: 503 unavailable naming the cause (docs/api/decisions.md section 13).
     const failed = await suppress('corrupt@example.net');
     expect(failed.status).toBe(503);
-    expect(failed.body.error).toEqual({ code: 'unavailable', message: 'The service could not record this request: its database file is damaged. Retry later.' });
+    expect(failed.body.error).toEqual({
+      code: 'unavailable',
+      message: 'The service could not record this request: its database file is damaged. Retry later.',
+    });
     expect(await health()).toEqual({ status: 503, body: { status: 'unavailable', deliveryMode: 'direct' } });
     service.clock.advance(STORE_FAULT_WINDOW_MS - 1);
     expect((await health()).status).toBe(503);
@@ -51,12 +54,31 @@ describe('GET /healthz', () => {
   });
 
   it('which codes are the store’s', () => {
-    for (const code of ['SQLITE_CORRUPT', 'SQLITE_CORRUPT_INDEX', 'SQLITE_NOTADB', 'SQLITE_IOERR_FSYNC', 'SQLITE_FULL', 'SQLITE_CANTOPEN', 'EIO', 'ENOSPC', 'EROFS', 'EDQUOT']) {
+    for (const code of [
+      'SQLITE_CORRUPT',
+      'SQLITE_CORRUPT_INDEX',
+      'SQLITE_NOTADB',
+      'SQLITE_IOERR_FSYNC',
+      'SQLITE_FULL',
+      'SQLITE_CANTOPEN',
+      'EIO',
+      'ENOSPC',
+      'EROFS',
+      'EDQUOT',
+    ]) {
       expect(storeFaultOf({ code }), code).toBe(true);
     }
     // drizzle's wrapping of a failed `db.run(sql...)`: the store's code is its cause's.
     expect(storeFaultOf(Object.assign(new Error('Failed to run the query'), { cause: { code: 'SQLITE_FULL' } }))).toBe(true);
-    for (const err of [{ code: 'SQLITE_CONSTRAINT_TRIGGER' }, { code: 'SQLITE_BUSY' }, { code: 'ECONNRESET' }, { code: 'EIOX' }, new Error('x'), null, 'SQLITE_CORRUPT']) {
+    for (const err of [
+      { code: 'SQLITE_CONSTRAINT_TRIGGER' },
+      { code: 'SQLITE_BUSY' },
+      { code: 'ECONNRESET' },
+      { code: 'EIOX' },
+      new Error('x'),
+      null,
+      'SQLITE_CORRUPT',
+    ]) {
       expect(storeFaultOf(err)).toBe(false);
     }
   });

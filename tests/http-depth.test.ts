@@ -50,15 +50,40 @@ describe('10,000 levels are 422 invalid_request naming where, on every endpoint 
   const A = (n: number) => Array<string>(n).fill('a');
   const cases: [label: string, path: string | (() => string), body: string, where: string][] = [
     ['POST /keys, in name (objects)', '/keys', `{"name":${nest(10_000)}}`, pathTo(['name'], 'a')],
-    ['POST /keys, in scopes after a valid entry (arrays)', '/keys', `{"name":"ci","scopes":["keys:read",${nest(10_000, 'array')}]}`, pathTo(['scopes', '1'], '0')],
+    [
+      'POST /keys, in scopes after a valid entry (arrays)',
+      '/keys',
+      `{"name":"ci","scopes":["keys:read",${nest(10_000, 'array')}]}`,
+      pathTo(['scopes', '1'], '0'),
+    ],
     ['POST /keys, in an unknown field', '/keys', `{"name":"ci","extra":${nest(10_000, 'array')}}`, pathTo(['extra'], '0')],
-    ['POST /accounts, in name (arrays and objects)', '/accounts', `{"name":${nest(10_000, 'mixed')}}`, ['name', ...Array.from({ length: 31 }, (_, i) => (i % 2 === 0 ? '0' : 'k'))].join('.')],
+    [
+      'POST /accounts, in name (arrays and objects)',
+      '/accounts',
+      `{"name":${nest(10_000, 'mixed')}}`,
+      ['name', ...Array.from({ length: 31 }, (_, i) => (i % 2 === 0 ? '0' : 'k'))].join('.'),
+    ],
     ['POST /accounts/{id}/suspend, in reason', () => `/accounts/${subId}/suspend`, `{"suspended":true,"reason":${nest(10_000)}}`, pathTo(['reason'], 'a')],
     ['POST /domains, in name', '/domains', `{"name":${nest(10_000)}}`, pathTo(['name'], 'a')],
     ['POST /suppressions, in address', '/suppressions', `{"address":${nest(10_000, 'array')}}`, pathTo(['address'], '0')],
-    ['POST /emails, in to', '/emails', `{"from":"a@example.com","to":${nest(10_000, 'array')},"template":{"name":"receipt","total":"$1"}}`, pathTo(['to'], '0')],
-    ['POST /emails, in a template variable', '/emails', `{"from":"a@example.com","to":"b@example.net","template":{"name":"receipt","total":${nest(10_000)}}}`, pathTo(['template', 'total'], 'a')],
-    ['POST /emails, in tags', '/emails', `{"from":"a@example.com","to":"b@example.net","template":{"name":"receipt","total":"$1"},"tags":{"t":${nest(10_000)}}}`, pathTo(['tags', 't'], 'a')],
+    [
+      'POST /emails, in to',
+      '/emails',
+      `{"from":"a@example.com","to":${nest(10_000, 'array')},"template":{"name":"receipt","total":"$1"}}`,
+      pathTo(['to'], '0'),
+    ],
+    [
+      'POST /emails, in a template variable',
+      '/emails',
+      `{"from":"a@example.com","to":"b@example.net","template":{"name":"receipt","total":${nest(10_000)}}}`,
+      pathTo(['template', 'total'], 'a'),
+    ],
+    [
+      'POST /emails, in tags',
+      '/emails',
+      `{"from":"a@example.com","to":"b@example.net","template":{"name":"receipt","total":"$1"},"tags":{"t":${nest(10_000)}}}`,
+      pathTo(['tags', 't'], 'a'),
+    ],
     ['a key with escapes is named decoded', '/keys', `{"na\\u006de":${nest(10_000)}}`, ['name', ...A(31)].join('.')],
   ];
   it.each(cases)('%s', async (_label, path, body, where) => {
@@ -66,7 +91,9 @@ describe('10,000 levels are 422 invalid_request naming where, on every endpoint 
   });
 
   it('the same with an Idempotency-Key on POST /emails (the body is fingerprinted first, then refused)', async () => {
-    const res = await post('/emails', `{"from":"a@example.com","to":${nest(10_000, 'array')},"template":{"name":"receipt","total":"$1"}}`, { 'Idempotency-Key': 'deep-1' });
+    const res = await post('/emails', `{"from":"a@example.com","to":${nest(10_000, 'array')},"template":{"name":"receipt","total":"$1"}}`, {
+      'Idempotency-Key': 'deep-1',
+    });
     expectTooDeep(res, pathTo(['to'], '0'));
   });
 

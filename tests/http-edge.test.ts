@@ -124,13 +124,18 @@ const guardPassed = (target: TestService, keyId: string) => () => target.deps.ke
 describe('what node and the adaptor would refuse bare is in the envelope too', () => {
   it.each([
     ['no Host on HTTP/1.1 (node refuses it)', 'GET /healthz HTTP/1.1\r\n\r\n', 400, 'invalid_request'],
-    ['no Host on an API path with a body', 'POST /api/v1/keys HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}', 400, 'invalid_request'],
+    [
+      'no Host on an API path with a body',
+      'POST /api/v1/keys HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}',
+      400,
+      'invalid_request',
+    ],
     ['no Host on HTTP/1.0 (the adaptor refuses it)', 'GET /api/v1/account HTTP/1.0\r\n\r\n', 400, 'invalid_request'],
     ['a Host that is not a host name', 'GET /healthz HTTP/1.1\r\nHost: exa mple\r\n\r\n', 400, 'invalid_request'],
     ['an Expect the server does not meet', 'POST /api/v1/keys HTTP/1.1\r\nHost: x\r\nExpect: tea\r\nContent-Length: 2\r\n\r\n', 417, 'invalid_request'],
     ['CONNECT', 'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n', 400, 'invalid_request'],
     ['a method node does not know', 'BREW /healthz HTTP/1.1\r\nHost: x\r\n\r\n', 400, 'invalid_request'],
-    ['headers over node\'s limit', `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, 431, 'invalid_request'],
+    ["headers over node's limit", `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, 431, 'invalid_request'],
   ])('%s', async (_label, payload, status, code) => {
     const { res, raw } = await exchange(payload);
     expectEnvelope(res, status, code, raw);
@@ -221,14 +226,20 @@ describe('the key and the other header checks come before the body', () => {
 
   it('a key without the scope: 403 at once', async () => {
     const { account } = service.newAccount({ name: 'Scopeless' });
-    const lacking = service.newKey(account.id, SCOPES.filter((s) => s !== 'keys:write'));
+    const lacking = service.newKey(
+      account.id,
+      SCOPES.filter((s) => s !== 'keys:write'),
+    );
     const { conn, res } = await heldUpload(service, '/api/v1/keys', { Authorization: `Bearer ${lacking}` });
     expectEnvelope(res, 403, 'insufficient_scope', conn.text());
     conn.socket.destroy();
   });
 
   it('an account header naming no sub-account: 404 at once', async () => {
-    const { conn, res } = await heldUpload(service, '/api/v1/domains', { Authorization: `Bearer ${key}`, 'X-Service-Account': '01a00000-0000-7000-8000-000000000000' });
+    const { conn, res } = await heldUpload(service, '/api/v1/domains', {
+      Authorization: `Bearer ${key}`,
+      'X-Service-Account': '01a00000-0000-7000-8000-000000000000',
+    });
     expectEnvelope(res, 404, 'account_not_found', conn.text());
     conn.socket.destroy();
   });
@@ -247,7 +258,11 @@ describe('the key and the other header checks come before the body', () => {
   });
 
   it('an unknown path or /healthz never reads a body: 404 or 405 at once', async () => {
-    for (const [path, status, code] of [['/api/v1/nope', 404, 'not_found'], ['/healthz', 405, 'method_not_allowed'], ['/nope', 404, 'not_found']] as const) {
+    for (const [path, status, code] of [
+      ['/api/v1/nope', 404, 'not_found'],
+      ['/healthz', 405, 'method_not_allowed'],
+      ['/nope', 404, 'not_found'],
+    ] as const) {
       const { conn, res } = await heldUpload(service, path, { Authorization: `Bearer ${key}` });
       expectEnvelope(res, status, code, conn.text());
       conn.socket.destroy();
@@ -270,15 +285,32 @@ describe('the key and the other header checks come before the body', () => {
 
 describe('a key revoked while its body is arriving is 401 invalid_key, and nothing is done', () => {
   it.each([
-    ['POST /accounts', '/api/v1/accounts', { name: 'Made mid-flight' }, async (t: TestService, k: string) => (await t.api('GET', '/accounts', { key: k })).body.data.map((a: { name: string }) => a.name)],
-    ['POST /suppressions', '/api/v1/suppressions', { address: 'midflight@example.net' }, async (t: TestService, k: string) => (await t.api('GET', '/suppressions', { key: k })).body.data.map((s: { address: string }) => s.address)],
-    ['POST /keys', '/api/v1/keys', { name: 'Made mid-flight' }, async (t: TestService, k: string) => (await t.api('GET', '/keys', { key: k })).body.data.map((s: { name: string }) => s.name)],
+    [
+      'POST /accounts',
+      '/api/v1/accounts',
+      { name: 'Made mid-flight' },
+      async (t: TestService, k: string) => (await t.api('GET', '/accounts', { key: k })).body.data.map((a: { name: string }) => a.name),
+    ],
+    [
+      'POST /suppressions',
+      '/api/v1/suppressions',
+      { address: 'midflight@example.net' },
+      async (t: TestService, k: string) => (await t.api('GET', '/suppressions', { key: k })).body.data.map((s: { address: string }) => s.address),
+    ],
+    [
+      'POST /keys',
+      '/api/v1/keys',
+      { name: 'Made mid-flight' },
+      async (t: TestService, k: string) => (await t.api('GET', '/keys', { key: k })).body.data.map((s: { name: string }) => s.name),
+    ],
   ])('%s', async (_label, path, body, made) => {
     const { account, key: admin } = service.newAccount({ name: 'Revoker' });
     const doomed = mintKey(service, account.id);
     const json = JSON.stringify(body);
     const conn = await openRaw(service);
-    conn.write(`POST ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${doomed.secret}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(json)}\r\n\r\n${json.slice(0, 5)}`);
+    conn.write(
+      `POST ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${doomed.secret}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(json)}\r\n\r\n${json.slice(0, 5)}`,
+    );
     expect(await conn.until(guardPassed(service, doomed.id), 3_000)).toBe(true);
 
     expect((await service.api('DELETE', `/keys/${doomed.id}`, { key: admin })).status).toBe(204);
@@ -296,7 +328,9 @@ describe('a key that stops working another way while its body is arriving is 401
   async function midFlight(path: string, secret: string, keyId: string, body: object, meanwhile: () => Promise<void> | void) {
     const json = JSON.stringify(body);
     const conn = await openRaw(service);
-    conn.write(`POST ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(json)}\r\n\r\n${json.slice(0, 5)}`);
+    conn.write(
+      `POST ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(json)}\r\n\r\n${json.slice(0, 5)}`,
+    );
     expect(await conn.until(guardPassed(service, keyId), 3_000)).toBe(true);
     await meanwhile();
     conn.write(json.slice(5));
@@ -326,9 +360,15 @@ describe('a key that stops working another way while its body is arriving is 401
     const parent = service.newAccount({ name: 'Parent' });
     const sub = (await service.api('POST', '/accounts', { key: parent.key, body: { name: 'Doomed child' } })).body as { id: string };
     const doomed = mintKey(service, sub.id);
-    const { response, text } = await midFlight('/api/v1/emails', doomed.secret, doomed.id, { from: 'a@child.example', to: 'b@example.net', template: { name: 'welcome' }, sandbox: true }, async () => {
-      expect((await service.api('DELETE', `/accounts/${sub.id}`, { key: parent.key })).status).toBe(204);
-    });
+    const { response, text } = await midFlight(
+      '/api/v1/emails',
+      doomed.secret,
+      doomed.id,
+      { from: 'a@child.example', to: 'b@example.net', template: { name: 'welcome' }, sandbox: true },
+      async () => {
+        expect((await service.api('DELETE', `/accounts/${sub.id}`, { key: parent.key })).status).toBe(204);
+      },
+    );
     expectEnvelope(response, 401, 'invalid_key', text);
   });
 });
@@ -339,7 +379,9 @@ describe('an aborted upload', () => {
     const minted = mintKey(service, account.id);
     const before = service.logger.entries.length;
     const conn = await openRaw(service);
-    conn.write(`POST /api/v1/keys HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${minted.secret}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"name":`);
+    conn.write(
+      `POST /api/v1/keys HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${minted.secret}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"name":`,
+    );
     expect(await conn.until(guardPassed(service, minted.id), 3_000)).toBe(true);
     conn.socket.destroy();
     const entries = () => service.logger.entries.slice(before);
@@ -462,7 +504,10 @@ describe('header and body timeouts', () => {
 
   it('a client that stops reading its answers (pipelined, sent in time) loses its connection once writing to it stalls', async () => {
     // One connection per address: the stalled one must give its place back for the next request to be served.
-    const capped = await startService({}, { http: { maxConnectionsPerAddress: 1, headersTimeoutMs: 300, requestTimeoutMs: 800, keepAliveTimeoutMs: 300, timeoutCheckIntervalMs: 50 } });
+    const capped = await startService(
+      {},
+      { http: { maxConnectionsPerAddress: 1, headersTimeoutMs: 300, requestTimeoutMs: 800, keepAliveTimeoutMs: 300, timeoutCheckIntervalMs: 50 } },
+    );
     const hog: Socket = connect({ host: '127.0.0.1', port: Number(new URL(capped.url).port) });
     try {
       await new Promise<void>((resolve) => hog.once('connect', () => resolve()));
@@ -473,7 +518,10 @@ describe('header and body timeouts', () => {
       let status: number | string = 'refused';
       while (status !== 200 && performance.now() - started < 12_000) {
         await new Promise((r) => setTimeout(r, 200));
-        status = await fetch(`${capped.url}/healthz`).then((r) => r.status, () => 'refused');
+        status = await fetch(`${capped.url}/healthz`).then(
+          (r) => r.status,
+          () => 'refused',
+        );
       }
       expect(status).toBe(200);
       // The request timeout after its last progress, and time for the answer waiting at 64 KB/s (the API document
@@ -488,7 +536,12 @@ describe('header and body timeouts', () => {
   it('a client reading a large answer slowly but steadily is not a stall: it gets the whole answer', { timeout: 20_000 }, async () => {
     const size = 8 * 1024 * 1024;
     const app = new Hono().get('/large', (c) => c.body(new Uint8Array(size)));
-    const http = await listenHttp(app as unknown as Parameters<typeof listenHttp>[0], '127.0.0.1', 0, { headersTimeoutMs: 300, requestTimeoutMs: 800, keepAliveTimeoutMs: 300, timeoutCheckIntervalMs: 50 });
+    const http = await listenHttp(app as unknown as Parameters<typeof listenHttp>[0], '127.0.0.1', 0, {
+      headersTimeoutMs: 300,
+      requestTimeoutMs: 800,
+      keepAliveTimeoutMs: 300,
+      timeoutCheckIntervalMs: 50,
+    });
     try {
       const socket = connect({ host: '127.0.0.1', port: http.port });
       await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
@@ -512,7 +565,12 @@ describe('header and body timeouts', () => {
       await new Promise((r) => setTimeout(r, 1_500));
       return c.json({ ok: true });
     });
-    const http = await listenHttp(app as unknown as Parameters<typeof listenHttp>[0], '127.0.0.1', 0, { headersTimeoutMs: 300, requestTimeoutMs: 800, keepAliveTimeoutMs: 300, timeoutCheckIntervalMs: 50 });
+    const http = await listenHttp(app as unknown as Parameters<typeof listenHttp>[0], '127.0.0.1', 0, {
+      headersTimeoutMs: 300,
+      requestTimeoutMs: 800,
+      keepAliveTimeoutMs: 300,
+      timeoutCheckIntervalMs: 50,
+    });
     try {
       const res = await fetch(`http://127.0.0.1:${http.port}/slow`);
       expect(res.status).toBe(200);

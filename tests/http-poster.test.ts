@@ -26,7 +26,8 @@ describe('the benchmarks’ HTTP poster', () => {
       req.on('end', () => {
         bodies.push(body);
         if (req.headers.authorization !== 'Bearer k') res.writeHead(401).end('{}');
-        else if (body.includes('"chunked"')) res.end(); // node writes Content-Length: 0
+        else if (body.includes('"chunked"'))
+          res.end(); // node writes Content-Length: 0
         else if (body.includes('"stream"')) {
           res.writeHead(202);
           res.write('{"a":');
@@ -105,7 +106,11 @@ describe('the benchmarks’ HTTP poster', () => {
   });
 
   it('parses response heads and chunked bodies split anywhere', () => {
-    expect(parseResponseHead('HTTP/1.1 429 Too Many Requests\r\nContent-Length: 12\r\nConnection: keep-alive')).toEqual({ status: 429, length: 12, close: false });
+    expect(parseResponseHead('HTTP/1.1 429 Too Many Requests\r\nContent-Length: 12\r\nConnection: keep-alive')).toEqual({
+      status: 429,
+      length: 12,
+      close: false,
+    });
     expect(parseResponseHead('HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nconnection: close')).toEqual({ status: 200, length: 'chunked', close: true });
     expect(parseResponseHead('HTTP/1.1 204 No Content\r\nDate: x')).toEqual({ status: 204, length: 0, close: false });
     expect(() => parseResponseHead('HTTP/1.1 200 OK\r\nDate: x')).toThrow(/without Content-Length/);

@@ -292,7 +292,11 @@ describe('after a 413 the connection is closed or still usable', () => {
    * request on the same connection. A server that leaves the body unread must say `Connection: close` and close;
    * one that keeps the connection must answer the second request.
    */
-  async function afterRefusal(head: string, bodyChunks: (send: (b: string | Buffer) => void) => void, rest: string | Buffer): Promise<{ first: string; second: string; closed: boolean }> {
+  async function afterRefusal(
+    head: string,
+    bodyChunks: (send: (b: string | Buffer) => void) => void,
+    rest: string | Buffer,
+  ): Promise<{ first: string; second: string; closed: boolean }> {
     const url = new URL(service.url);
     const socket = connect(Number(url.port), url.hostname);
     await new Promise<void>((resolve, reject) => {

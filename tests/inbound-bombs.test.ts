@@ -36,7 +36,10 @@ import { type TestService, startService } from './helpers/service.js';
 
 const folded = (lines: number) => `X-Folded: start\r\n${' x\r\n'.repeat(lines)}`;
 const dkimSignatures = (n: number) =>
-  Array.from({ length: n }, (_, i) => `DKIM-Signature: v=1; a=rsa-sha256; c=simple/simple; d=bomb.example; s=k${i}; l=${i + 1}; h=from; bh=AAAA; b=AAAA\r\n`).join('');
+  Array.from(
+    { length: n },
+    (_, i) => `DKIM-Signature: v=1; a=rsa-sha256; c=simple/simple; d=bomb.example; s=k${i}; l=${i + 1}; h=from; bh=AAAA; b=AAAA\r\n`,
+  ).join('');
 
 describe('scanHeaderBlock: what may reach mailauth (AUTH_LIMITS)', () => {
   const head = (fields: string) => Buffer.from(`From: Someone <someone@example.org>\r\nSubject: hi\r\n${fields}\r\n`);
@@ -50,9 +53,17 @@ describe('scanHeaderBlock: what may reach mailauth (AUTH_LIMITS)', () => {
       `header block over ${AUTH_LIMITS.headerLines} lines`,
     ],
     [`${AUTH_LIMITS.dkimSignatures} DKIM signatures`, dkimSignatures(AUTH_LIMITS.dkimSignatures).replace(/ l=\d+;/g, ''), null],
-    [`${AUTH_LIMITS.dkimSignatures + 1} DKIM signatures`, dkimSignatures(AUTH_LIMITS.dkimSignatures + 1).replace(/ l=\d+;/g, ''), `over ${AUTH_LIMITS.dkimSignatures} DKIM signatures`],
+    [
+      `${AUTH_LIMITS.dkimSignatures + 1} DKIM signatures`,
+      dkimSignatures(AUTH_LIMITS.dkimSignatures + 1).replace(/ l=\d+;/g, ''),
+      `over ${AUTH_LIMITS.dkimSignatures} DKIM signatures`,
+    ],
     [`${AUTH_LIMITS.bodyLengths} distinct l=`, dkimSignatures(AUTH_LIMITS.bodyLengths), null],
-    [`${AUTH_LIMITS.bodyLengths + 1} distinct l=`, dkimSignatures(AUTH_LIMITS.bodyLengths + 1), `over ${AUTH_LIMITS.bodyLengths} distinct DKIM body lengths (l=)`],
+    [
+      `${AUTH_LIMITS.bodyLengths + 1} distinct l=`,
+      dkimSignatures(AUTH_LIMITS.bodyLengths + 1),
+      `over ${AUTH_LIMITS.bodyLengths} distinct DKIM body lengths (l=)`,
+    ],
     ['a folded l= counts once per value', dkimSignatures(5).replace(/ l=\d+;/g, ' l=\r\n 7;'), null],
   ];
   it.each(cases)('%s', (_label, fields, reason) => {
@@ -66,12 +77,25 @@ describe('scanHeaderBlock: what may reach mailauth (AUTH_LIMITS)', () => {
   });
 
   it('finds the From addresses for DMARC when nothing is signed', () => {
-    expect(scanHeaderBlock(head('From: "B" <b@example.net>,\r\n c@example.com\r\n'))).toEqual({ within: true, dkimSignatures: 0, from: ['someone@example.org', 'b@example.net', 'c@example.com'] });
+    expect(scanHeaderBlock(head('From: "B" <b@example.net>,\r\n c@example.com\r\n'))).toEqual({
+      within: true,
+      dkimSignatures: 0,
+      from: ['someone@example.org', 'b@example.net', 'c@example.com'],
+    });
   });
 });
 
 describe('verdictsOf on the bombs: stored with DKIM and DMARC temperror, in a bounded time', () => {
-  const deps = { config: { mailHostname: 'mx.mailstead.test' }, resolver: { txt: async () => ({ status: 'nxdomain' as const }), mx: async () => ({ status: 'nxdomain' as const }), a: async () => ({ status: 'nxdomain' as const }), aaaa: async () => ({ status: 'nxdomain' as const }) } as never, logger: createMemoryLogger() };
+  const deps = {
+    config: { mailHostname: 'mx.mailstead.test' },
+    resolver: {
+      txt: async () => ({ status: 'nxdomain' as const }),
+      mx: async () => ({ status: 'nxdomain' as const }),
+      a: async () => ({ status: 'nxdomain' as const }),
+      aaaa: async () => ({ status: 'nxdomain' as const }),
+    } as never,
+    logger: createMemoryLogger(),
+  };
   const w = { remoteAddress: '192.0.2.1', helo: 'bomb.example', mailFrom: 'a@bomb.example' };
 
   it('70,000 folded lines (280 KB): mailauth is not given it', async () => {
@@ -80,7 +104,9 @@ describe('verdictsOf on the bombs: stored with DKIM and DMARC temperror, in a bo
     expect(await verdictsOf(deps, raw, w)).toMatchObject({ dkim: 'temperror', dmarc: 'temperror' });
     // Unbounded, this one message took mailauth 39 s of one thread.
     expect(performance.now() - started).toBeLessThan(5000);
-    expect(deps.logger.entries).toContainEqual(expect.objectContaining({ event: 'inbound.authenticate_limited', reason: `header block over ${AUTH_LIMITS.headerBytes} bytes` }));
+    expect(deps.logger.entries).toContainEqual(
+      expect.objectContaining({ event: 'inbound.authenticate_limited', reason: `header block over ${AUTH_LIMITS.headerBytes} bytes` }),
+    );
   });
 
   it('2,000 DKIM signatures with distinct l= on 2.2 MB', async () => {
@@ -107,7 +133,11 @@ describe('the parse threads: a message that holds its thread', () => {
   });
 
   const stalling = new URL('./fixtures/workers/stalling-parser.mjs', import.meta.url);
-  const parserDeps = () => ({ config: loadConfig({ DATA_DIR: dataDir, DNS_SERVERS: dns.address, MAIL_HOSTNAME: 'mx.mailstead.test' }), logger: createMemoryLogger(), secretKey: key });
+  const parserDeps = () => ({
+    config: loadConfig({ DATA_DIR: dataDir, DNS_SERVERS: dns.address, MAIL_HOSTNAME: 'mx.mailstead.test' }),
+    logger: createMemoryLogger(),
+    secretKey: key,
+  });
   let n = 0;
   function inboundWrite(subject: string, extra = ''): SpooledInboundWrite {
     const raw = `From: Orders <orders@sender.example>\r\nTo: <support@shop.example>\r\nSubject: ${subject}\r\n\r\nHello ${extra}\r\n`;
@@ -131,7 +161,12 @@ describe('the parse threads: a message that holds its thread', () => {
     const parser = createInboundParser(deps, { workerUrl: stalling, stallMs: 300 });
     try {
       // The held thread is stopped after 300 ms of its CPU; unstopped, this would wait for ever (the test's timeout).
-      const [before, withChecks, always, after] = await parser.parseAll([inboundWrite('before'), inboundWrite('held with checks', 'HOLD-WITH-CHECKS'), inboundWrite('held always', 'HOLD-ALWAYS'), inboundWrite('after')]);
+      const [before, withChecks, always, after] = await parser.parseAll([
+        inboundWrite('before'),
+        inboundWrite('held with checks', 'HOLD-WITH-CHECKS'),
+        inboundWrite('held always', 'HOLD-ALWAYS'),
+        inboundWrite('after'),
+      ]);
       for (const [row, subject] of [
         [before, 'before'],
         [after, 'after'],
@@ -168,7 +203,10 @@ describe('the parse threads: a message that holds its thread', () => {
     }) as typeof process.stdout.write;
     try {
       const signed = inboundWrite('l= past the body');
-      const raw = Buffer.concat([Buffer.from('DKIM-Signature: v=1; a=rsa-sha256; c=simple/simple; d=sender.example; s=k; l=99999; h=from; bh=AAAA; b=AAAA\r\n'), signed.raw!]);
+      const raw = Buffer.concat([
+        Buffer.from('DKIM-Signature: v=1; a=rsa-sha256; c=simple/simple; d=sender.example; s=k; l=99999; h=from; bh=AAAA; b=AAAA\r\n'),
+        signed.raw!,
+      ]);
       const [row] = await parser.parseAll([{ ...signed, raw, size: raw.length }]);
       expect(row).toMatchObject({ subject: 'l= past the body', dkim: expect.any(String) });
       // The thread's stdout reaches this one's asynchronously.
@@ -189,7 +227,14 @@ describe('the parse threads: a message that holds its thread', () => {
       const body = `From: a@sender.example\r\nSubject: large and held\r\nContent-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\nhi\r\n--b\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=big.bin\r\n\r\n${'z'.repeat(600_000)}\r\n--b--\r\n`;
       spool.append(Buffer.from(body));
       await spool.finish();
-      const w: SpooledInboundWrite = { ...inboundWrite('unused'), id, spoolId: id, raw: undefined, mailFrom: 'HOLD-WITH-CHECKS@sender.example', size: body.length };
+      const w: SpooledInboundWrite = {
+        ...inboundWrite('unused'),
+        id,
+        spoolId: id,
+        raw: undefined,
+        mailFrom: 'HOLD-WITH-CHECKS@sender.example',
+        size: body.length,
+      };
       const events = [];
       for await (const event of parser.parseSpooled(w)) events.push('chunk' in event ? { chunk: event.chunk.byteLength } : event);
       expect(events[0]).toEqual({ verdicts: { spf: null, dkim: null, dmarc: null } });
@@ -254,7 +299,8 @@ describe('the bombs over SMTP, into the customer databases', () => {
     }
   }
 
-  const landed = async (db: pg.Client, subject: string) => (await db.query('select subject, spf, dkim, dmarc from service.inbound where subject = $1', [subject])).rows[0];
+  const landed = async (db: pg.Client, subject: string) =>
+    (await db.query('select subject, spf, dkim, dmarc from service.inbound where subject = $1', [subject])).rows[0];
 
   it("three bombs are stored with DKIM and DMARC temperror while /healthz answers within 100 ms at p99, and another account's message lands within 5 s", async () => {
     const bombs = [

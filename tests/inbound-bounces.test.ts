@@ -76,7 +76,10 @@ afterEach(() => {
 function sentEmail(accountId: string, to: string[]): string {
   const at = service.clock.now();
   const id = newId(at);
-  service.deps.db.insert(emails).values({ id, accountId, fromAddress: sender.from, to, subject: 'Your receipt', template: 'receipt', status: 'sent', sandbox: false, createdAt: at }).run();
+  service.deps.db
+    .insert(emails)
+    .values({ id, accountId, fromAddress: sender.from, to, subject: 'Your receipt', template: 'receipt', status: 'sent', sandbox: false, createdAt: at })
+    .run();
   return id;
 }
 
@@ -94,9 +97,17 @@ async function deliverRaw(from: string, to: string, message: string): Promise<st
 }
 
 const eventsOf = (emailId: string) =>
-  service.deps.db.select({ recipient: emailEvents.recipient, status: emailEvents.status, dsn: emailEvents.dsn, detail: emailEvents.detail }).from(emailEvents).where(eq(emailEvents.emailId, emailId)).all();
+  service.deps.db
+    .select({ recipient: emailEvents.recipient, status: emailEvents.status, dsn: emailEvents.dsn, detail: emailEvents.detail })
+    .from(emailEvents)
+    .where(eq(emailEvents.emailId, emailId))
+    .all();
 const suppressionOf = (accountId: string, address: string) =>
-  service.deps.db.select().from(suppressions).where(and(eq(suppressions.accountId, accountId), eq(suppressions.address, address))).get();
+  service.deps.db
+    .select()
+    .from(suppressions)
+    .where(and(eq(suppressions.accountId, accountId), eq(suppressions.address, address)))
+    .get();
 const account = (id: string) => service.deps.db.select().from(accounts).where(eq(accounts.id, id)).get()!;
 const email = (id: string) => service.deps.db.select().from(emails).where(eq(emails.id, id)).get()!;
 const hooks = (endpointId: string) => service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpointId)).all();
@@ -155,20 +166,34 @@ describe('a DSN at a VERP address', () => {
     const sub = await newSubSender(service, sender.key);
     const endpoint = seedEndpoint(service, sub.id, ['email.bounced']);
     const id = sentEmail(sub.id, ['ann@example.net', 'bob@example.net']);
-    const reply = await deliverRaw('', verpAddress(id, 1, HOST, service.deps.secretKey), postfixDsn(id, 1, 'bob@example.net', 'failed', '5.1.1', '550 5.1.1 <bob@example.net>: Recipient address rejected: User unknown'));
+    const reply = await deliverRaw(
+      '',
+      verpAddress(id, 1, HOST, service.deps.secretKey),
+      postfixDsn(id, 1, 'bob@example.net', 'failed', '5.1.1', '550 5.1.1 <bob@example.net>: Recipient address rejected: User unknown'),
+    );
     expect(reply).toMatch(/^250 /);
-    expect(eventsOf(id)).toEqual([{ recipient: 'bob@example.net', status: 'bounced', dsn: '5.1.1', detail: '550 5.1.1 <bob@example.net>: Recipient address rejected: User unknown' }]);
+    expect(eventsOf(id)).toEqual([
+      { recipient: 'bob@example.net', status: 'bounced', dsn: '5.1.1', detail: '550 5.1.1 <bob@example.net>: Recipient address rejected: User unknown' },
+    ]);
     expect(email(id).bouncedAt).toBe(service.clock.now());
     expect(suppressionOf(sub.id, 'bob@example.net')).toMatchObject({ reason: 'bounce' });
     expect(suppressionOf(sender.account.id, 'bob@example.net')).toMatchObject({ reason: 'bounce' });
     expect(suppressionOf(sub.id, 'ann@example.net')).toBeUndefined();
     expect(account(sub.id).totalBounced).toBe(1);
-    expect(hooks(endpoint).map((h) => [h.eventType, JSON.parse(h.data).recipient, JSON.parse(h.data).dsn])).toEqual([['email.bounced', 'bob@example.net', '5.1.1']]);
+    expect(hooks(endpoint).map((h) => [h.eventType, JSON.parse(h.data).recipient, JSON.parse(h.data).dsn])).toEqual([
+      ['email.bounced', 'bob@example.net', '5.1.1'],
+    ]);
   });
 
   it('Action: delayed with 4.x.x records deferred and suppresses nothing', async () => {
     const id = sentEmail(sender.account.id, ['cy@example.net']);
-    expect(await deliverRaw('', verpAddress(id, 0, HOST, service.deps.secretKey), postfixDsn(id, 0, 'cy@example.net', 'delayed', '4.4.1', '421 4.4.1 Connection timed out'))).toMatch(/^250 /);
+    expect(
+      await deliverRaw(
+        '',
+        verpAddress(id, 0, HOST, service.deps.secretKey),
+        postfixDsn(id, 0, 'cy@example.net', 'delayed', '4.4.1', '421 4.4.1 Connection timed out'),
+      ),
+    ).toMatch(/^250 /);
     expect(eventsOf(id)).toEqual([{ recipient: 'cy@example.net', status: 'deferred', dsn: '4.4.1', detail: '421 4.4.1 Connection timed out' }]);
     expect(email(id).bouncedAt).toBeNull();
     expect(suppressionOf(sender.account.id, 'cy@example.net')).toBeUndefined();
@@ -238,8 +263,14 @@ Remote Server returned '550 5.1.10 RESOLVER.ADR.RecipientNotFound; Recipient not
 
   it('a DSN of many blocks records one event, its most severe: a 5.x.x failure over a 4.x.x one over a delay', async () => {
     const id = sentEmail(sender.account.id, ['lu@example.net']);
-    const block = (action: string, status: string) => `Final-Recipient: rfc822; lu@example.net\nAction: ${action}\nStatus: ${status}\nDiagnostic-Code: smtp; ${status} block`;
-    const blocks = [block('delayed', '4.4.1'), block('failed', '4.2.2'), block('failed', '5.1.1'), ...Array.from({ length: 50 }, () => block('delayed', '4.4.2'))].join('\n\n');
+    const block = (action: string, status: string) =>
+      `Final-Recipient: rfc822; lu@example.net\nAction: ${action}\nStatus: ${status}\nDiagnostic-Code: smtp; ${status} block`;
+    const blocks = [
+      block('delayed', '4.4.1'),
+      block('failed', '4.2.2'),
+      block('failed', '5.1.1'),
+      ...Array.from({ length: 50 }, () => block('delayed', '4.4.2')),
+    ].join('\n\n');
     const report = postfixDsn(id, 0, 'lu@example.net', 'failed', '5.0.0', 'x').replace(/Final-Recipient: [^]*?Diagnostic-Code: smtp; x/, blocks);
     expect(await deliverRaw('', verpAddress(id, 0, HOST, service.deps.secretKey), report)).toMatch(/^250 /);
     expect(eventsOf(id).map((e) => [e.status, e.dsn])).toEqual([['bounced', '5.1.1']]);
@@ -283,7 +314,9 @@ Remote Server returned '550 5.1.10 RESOLVER.ADR.RecipientNotFound; Recipient not
     expect(eventsOf(id)).toMatchObject([{ recipient: 'gus@example.net', status: 'bounced', dsn: '5.1.1' }]);
   });
 
-  it('a report is held in memory only to its first REPORT_BYTES: sessions sending 2 MB reports at once hold a few MB, not 2 MB each', { timeout: 60_000 }, async () => {
+  it('a report is held in memory only to its first REPORT_BYTES: sessions sending 2 MB reports at once hold a few MB, not 2 MB each', {
+    timeout: 60_000,
+  }, async () => {
     // What anyone may do: fbl@ takes mail from every client, up to the cap on concurrent clients.
     const gc = runInNewContext('gc') as () => void;
     const sessions = await Promise.all(
@@ -356,27 +389,38 @@ Your receipt body.
   /** A report as the trusted feedback loop sends it: signed with its DKIM key. */
   const signedArf = (original: Parameters<typeof arf>[0], feedbackType?: string) => reporter.sign(arf(original, feedbackType));
 
-  it.each(['sandboxed', 'failed'] as const)('quoting a %s send (which has no events, docs/api/contract.md Email) records nothing, by Message-ID or by VERP address', async (status) => {
-    const id = sentEmail(sender.account.id, ['ivy@example.net']);
-    service.deps.db.update(emails).set({ status, sandbox: status === 'sandboxed' }).where(eq(emails.id, id)).run();
-    const before = account(sender.account.id).totalComplained;
-    const byMessageId = await signedArf({ returnPath: 'someone@elsewhere.example', messageId: `${id}@${HOST}`, to: 'ivy@example.net' });
-    expect(await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, byMessageId)).toMatch(/^250 /);
-    const byVerp = await signedArf({ returnPath: verpAddress(id, 0, HOST, service.deps.secretKey), messageId: 'other@elsewhere.example', to: 'ivy@example.net' });
-    expect(await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, byVerp)).toMatch(/^250 /);
-    expect(eventsOf(id)).toEqual([]);
-    expect(email(id).complainedAt).toBeNull();
-    expect(suppressionOf(sender.account.id, 'ivy@example.net')).toBeUndefined();
-    expect(account(sender.account.id).totalComplained).toBe(before);
-    // Nor is its VERP address a recipient the server takes mail for.
-    const { client } = await RawSmtp.connect(port);
-    try {
-      const replies = await client.envelope('mailer-daemon@elsewhere.example', [verpAddress(id, 0, HOST, service.deps.secretKey)]);
-      expect(replies[2]).toMatch(/^550 5\.7\.1 /);
-    } finally {
-      client.close();
-    }
-  });
+  it.each(['sandboxed', 'failed'] as const)(
+    'quoting a %s send (which has no events, docs/api/contract.md Email) records nothing, by Message-ID or by VERP address',
+    async (status) => {
+      const id = sentEmail(sender.account.id, ['ivy@example.net']);
+      service.deps.db
+        .update(emails)
+        .set({ status, sandbox: status === 'sandboxed' })
+        .where(eq(emails.id, id))
+        .run();
+      const before = account(sender.account.id).totalComplained;
+      const byMessageId = await signedArf({ returnPath: 'someone@elsewhere.example', messageId: `${id}@${HOST}`, to: 'ivy@example.net' });
+      expect(await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, byMessageId)).toMatch(/^250 /);
+      const byVerp = await signedArf({
+        returnPath: verpAddress(id, 0, HOST, service.deps.secretKey),
+        messageId: 'other@elsewhere.example',
+        to: 'ivy@example.net',
+      });
+      expect(await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, byVerp)).toMatch(/^250 /);
+      expect(eventsOf(id)).toEqual([]);
+      expect(email(id).complainedAt).toBeNull();
+      expect(suppressionOf(sender.account.id, 'ivy@example.net')).toBeUndefined();
+      expect(account(sender.account.id).totalComplained).toBe(before);
+      // Nor is its VERP address a recipient the server takes mail for.
+      const { client } = await RawSmtp.connect(port);
+      try {
+        const replies = await client.envelope('mailer-daemon@elsewhere.example', [verpAddress(id, 0, HOST, service.deps.secretKey)]);
+        expect(replies[2]).toMatch(/^550 5\.7\.1 /);
+      } finally {
+        client.close();
+      }
+    },
+  );
 
   it('records complained, complainedAt, the complaint suppression on both lists, totalComplained, the webhook, and the customer database event', async () => {
     const connected = await service.api('POST', '/database', { key: sender.key, body: { url: pgServer.url('localhost') } });
@@ -384,9 +428,15 @@ Your receipt body.
     const sub = await newSubSender(service, sender.key);
     const endpoint = seedEndpoint(service, sub.id, ['email.complained']);
     const id = sentEmail(sub.id, ['fay@example.net', 'gus@example.net']);
-    const reply = await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, await signedArf({ returnPath: verpAddress(id, 1, HOST, service.deps.secretKey), messageId: `${id}@${HOST}`, to: 'gus@example.net' }));
+    const reply = await deliverRaw(
+      'feedback@mailbox.example',
+      `fbl@${HOST}`,
+      await signedArf({ returnPath: verpAddress(id, 1, HOST, service.deps.secretKey), messageId: `${id}@${HOST}`, to: 'gus@example.net' }),
+    );
     expect(reply).toMatch(/^250 /);
-    expect(eventsOf(id)).toEqual([{ recipient: 'gus@example.net', status: 'complained', dsn: expect.any(String), detail: expect.stringMatching(/complaint/i) }]);
+    expect(eventsOf(id)).toEqual([
+      { recipient: 'gus@example.net', status: 'complained', dsn: expect.any(String), detail: expect.stringMatching(/complaint/i) },
+    ]);
     expect(email(id).complainedAt).toBe(service.clock.now());
     expect(suppressionOf(sub.id, 'gus@example.net')).toMatchObject({ reason: 'complaint' });
     expect(suppressionOf(sender.account.id, 'gus@example.net')).toMatchObject({ reason: 'complaint' });
@@ -411,7 +461,13 @@ Your receipt body.
 
   it('matched through the Message-ID when the return path is not a VERP address', async () => {
     const id = sentEmail(sender.account.id, ['hal@example.net']);
-    expect(await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, await signedArf({ returnPath: 'someone@else.example', messageId: `${id}@${HOST}`, to: 'hal@example.net' }))).toMatch(/^250 /);
+    expect(
+      await deliverRaw(
+        'feedback@mailbox.example',
+        `fbl@${HOST}`,
+        await signedArf({ returnPath: 'someone@else.example', messageId: `${id}@${HOST}`, to: 'hal@example.net' }),
+      ),
+    ).toMatch(/^250 /);
     expect(eventsOf(id).map((e) => [e.recipient, e.status])).toEqual([['hal@example.net', 'complained']]);
     expect(account(sender.account.id).totalComplained).toBe(1);
   });
@@ -439,8 +495,16 @@ Your receipt body.
     } finally {
       client.close();
     }
-    expect(await deliverRaw('x@attacker.example', `fbl@${HOST}`, await signedArf({ returnPath: forged, messageId: `${id}@${HOST}`, to: 'ned@example.net' }))).toMatch(/^250 /);
-    expect(await deliverRaw('x@attacker.example', `fbl@${HOST}`, await signedArf({ returnPath: 'someone@else.example', messageId: `${id}@${HOST}`, to: 'ned@example.net' }))).toMatch(/^250 /);
+    expect(
+      await deliverRaw('x@attacker.example', `fbl@${HOST}`, await signedArf({ returnPath: forged, messageId: `${id}@${HOST}`, to: 'ned@example.net' })),
+    ).toMatch(/^250 /);
+    expect(
+      await deliverRaw(
+        'x@attacker.example',
+        `fbl@${HOST}`,
+        await signedArf({ returnPath: 'someone@else.example', messageId: `${id}@${HOST}`, to: 'ned@example.net' }),
+      ),
+    ).toMatch(/^250 /);
     // At one's own VERP address, a report naming the other recipient is about one's own copy.
     expect(await deliverRaw('', mine, postfixDsn(id, 0, 'ned@example.net', 'failed', '5.1.1', '550 5.1.1 User unknown'))).toMatch(/^250 /);
     expect(eventsOf(id).map((e) => [e.recipient, e.status])).toEqual([['mo@example.net', 'bounced']]);
@@ -450,7 +514,13 @@ Your receipt body.
 
   it('a report that is not abuse records nothing', async () => {
     const id = sentEmail(sender.account.id, ['ivy@example.net']);
-    expect(await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, await signedArf({ returnPath: verpAddress(id, 0, HOST, service.deps.secretKey), messageId: `${id}@${HOST}`, to: 'ivy@example.net' }, 'not-spam'))).toMatch(/^250 /);
+    expect(
+      await deliverRaw(
+        'feedback@mailbox.example',
+        `fbl@${HOST}`,
+        await signedArf({ returnPath: verpAddress(id, 0, HOST, service.deps.secretKey), messageId: `${id}@${HOST}`, to: 'ivy@example.net' }, 'not-spam'),
+      ),
+    ).toMatch(/^250 /);
     expect(eventsOf(id)).toEqual([]);
   });
 });
@@ -484,7 +554,9 @@ describe('forged reports (docs/api/decisions.md section 13): with 51 recipients 
     const before = logged('inbound.report_unauthenticated').length;
     expect(await deliverRaw('anyone@attacker.example', `fbl@${HOST}`, await stranger.sign(complaint(id)))).toMatch(/^250 /);
     expectNothingChanged(id);
-    expect(logged('inbound.report_unauthenticated').slice(before)).toEqual([expect.objectContaining({ signedBy: ['attacker.example'], reason: 'not signed by a domain of FBL_REPORTERS' })]);
+    expect(logged('inbound.report_unauthenticated').slice(before)).toEqual([
+      expect.objectContaining({ signedBy: ['attacker.example'], reason: 'not signed by a domain of FBL_REPORTERS' }),
+    ]);
   });
 
   it("a trusted reporter's signature over another message (the report altered after signing) does not pass", async () => {
@@ -557,8 +629,20 @@ describe('reportIsNews: what a report adds to a recipient’s events', () => {
     ['a delay with a code seen', [ev('deferred', '4.4.1')], 'deferred', '4.4.1', false],
     ['a delay after a bounce', [ev('bounced', '5.1.1')], 'deferred', '4.2.2', false],
     ['a delay after a complaint', [ev('complained', '5.7.1')], 'deferred', '4.2.2', false],
-    [`a delay after ${MAX_DEFERRED_EVENTS - 1} deferrals`, Array.from({ length: MAX_DEFERRED_EVENTS - 1 }, (_, i) => ev('deferred', `4.0.${i}`)), 'deferred', '4.9.9', true],
-    [`a delay after ${MAX_DEFERRED_EVENTS} deferrals`, Array.from({ length: MAX_DEFERRED_EVENTS }, (_, i) => ev('deferred', `4.0.${i}`)), 'deferred', '4.9.9', false],
+    [
+      `a delay after ${MAX_DEFERRED_EVENTS - 1} deferrals`,
+      Array.from({ length: MAX_DEFERRED_EVENTS - 1 }, (_, i) => ev('deferred', `4.0.${i}`)),
+      'deferred',
+      '4.9.9',
+      true,
+    ],
+    [
+      `a delay after ${MAX_DEFERRED_EVENTS} deferrals`,
+      Array.from({ length: MAX_DEFERRED_EVENTS }, (_, i) => ev('deferred', `4.0.${i}`)),
+      'deferred',
+      '4.9.9',
+      false,
+    ],
   ] as const)('%s: %s', (_name, earlier, status, dsn, news) => {
     expect(reportIsNews(earlier, status, dsn)).toBe(news);
   });

@@ -30,7 +30,10 @@ it('the verdicts of a small message with many DKIM signatures take a bounded num
   // One attacker-held zone whose name server is slow: a subdomain of it per signature.
   // The right body hash (relaxed: the body as sent here), so mailauth goes on to fetch each signature's key.
   const bh = createHash('sha256').update('body\r\n').digest('base64');
-  const signatures = Array.from({ length: 300 }, (_, i) => `DKIM-Signature: v=1; a=rsa-sha256; c=relaxed/relaxed; d=s${i}.slow-dns.example; s=k; h=from; bh=${bh}; b=AAAA\r\n`).join('');
+  const signatures = Array.from(
+    { length: 300 },
+    (_, i) => `DKIM-Signature: v=1; a=rsa-sha256; c=relaxed/relaxed; d=s${i}.slow-dns.example; s=k; h=from; bh=${bh}; b=AAAA\r\n`,
+  ).join('');
   const raw = Buffer.from(`${signatures}From: a@slow-dns.example\r\nSubject: hi\r\n\r\nbody\r\n`);
   expect(raw.length).toBeLessThan(64 * 1024);
   const started = Date.now();

@@ -33,7 +33,6 @@ afterAll(async () => {
   rmSync(dataDir, { recursive: true, force: true });
 });
 
-
 /** Peak and current resident set of a process, in bytes (Linux /proc). */
 function memoryOf(pid: number): { peak: number; now: number } {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
@@ -58,9 +57,21 @@ it('a 25 MB message with a 24 MB attachment: received and written, the peak RSS 
     const digest = createHash('sha256').update(attachment).digest('hex');
     // Warm the paths once with a small message, so the measure is of the large one, not of code loading.
     const transport = nodemailer.createTransport({ host: '127.0.0.1', port: smtpPort, secure: false, tls: { rejectUnauthorized: false } });
-    await transport.sendMail({ from: 'sender@example.org', to: 'warm@large-shop.example.com', subject: 'warm up', text: 'x', attachments: [{ filename: 'a.txt', content: 'a' }] });
+    await transport.sendMail({
+      from: 'sender@example.org',
+      to: 'warm@large-shop.example.com',
+      subject: 'warm up',
+      text: 'x',
+      attachments: [{ filename: 'a.txt', content: 'a' }],
+    });
     // And one past INLINE_BYTES, so the thread that parses large messages one at a time has started (and stays).
-    await transport.sendMail({ from: 'sender@example.org', to: 'warm@large-shop.example.com', subject: 'warm up, spooled', text: 'x', attachments: [{ filename: 'b.txt', content: 'b'.repeat(400 * 1024) }] });
+    await transport.sendMail({
+      from: 'sender@example.org',
+      to: 'warm@large-shop.example.com',
+      subject: 'warm up, spooled',
+      text: 'x',
+      attachments: [{ filename: 'b.txt', content: 'b'.repeat(400 * 1024) }],
+    });
     await waitForPending(proc, key, 0);
     const before = memoryOf(proc.child.pid!);
 
@@ -112,7 +123,10 @@ it('a 25 MB message with a 24 MB attachment: received and written, the peak RSS 
     // this 25 MiB message (52 MiB without the collections of server/shared/memory.ts; a path that buffers the message whole,
     // as mailparser's quoted-printable decoding of a text attachment does, 176 MiB).
     const grewBy = after.peak - Math.max(before.peak, before.now);
-    expect(grewBy, `peak RSS grew by ${(grewBy / MIB).toFixed(1)} MiB (before: peak ${(before.peak / MIB).toFixed(0)} MiB, now ${(before.now / MIB).toFixed(0)} MiB)`).toBeLessThan(raw.length / 2);
+    expect(
+      grewBy,
+      `peak RSS grew by ${(grewBy / MIB).toFixed(1)} MiB (before: peak ${(before.peak / MIB).toFixed(0)} MiB, now ${(before.now / MIB).toFixed(0)} MiB)`,
+    ).toBeLessThan(raw.length / 2);
   } finally {
     proc.child.kill('SIGTERM');
     await proc.exited;

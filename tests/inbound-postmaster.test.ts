@@ -100,7 +100,13 @@ describe('at RCPT', () => {
   it('postmaster@ and abuse@ MAIL_HOSTNAME in any case, and a bare postmaster, are accepted with 250', async () => {
     const { client } = await RawSmtp.connect(port);
     try {
-      const replies = await client.envelope('someone@example.org', [`postmaster@${HOST}`, `PostMaster@${HOST.toUpperCase()}`, `ABUSE@${HOST}`, 'postmaster', 'Postmaster']);
+      const replies = await client.envelope('someone@example.org', [
+        `postmaster@${HOST}`,
+        `PostMaster@${HOST.toUpperCase()}`,
+        `ABUSE@${HOST}`,
+        'postmaster',
+        'Postmaster',
+      ]);
       expect(replies.slice(2), replies.join(' | ')).toEqual(Array.from({ length: 5 }, () => expect.stringMatching(/^250 /)));
     } finally {
       client.close();
@@ -124,7 +130,10 @@ describe('at RCPT', () => {
         `postmaster@${notReceiving}`,
       ]);
       const refusals = replies.slice(2);
-      expect(refusals.every((r) => r.startsWith('550 5.7.1 ')), refusals.join(' | ')).toBe(true);
+      expect(
+        refusals.every((r) => r.startsWith('550 5.7.1 ')),
+        refusals.join(' | '),
+      ).toBe(true);
       expect(new Set(refusals).size).toBe(1);
       expect(await client.command('DATA')).toMatch(/^503 /);
     } finally {
@@ -182,7 +191,11 @@ describe('a message to postmaster', () => {
   });
 
   it('to postmaster and a customer’s mailbox: both kept, the customer’s copy for its database', async () => {
-    const reply = await deliverRaw('reporter@isp.example', [`postmaster@${HOST}`, `support@${sender.domain}`], 'From: reporter@isp.example\nSubject: both\n\nfor you both');
+    const reply = await deliverRaw(
+      'reporter@isp.example',
+      [`postmaster@${HOST}`, `support@${sender.domain}`],
+      'From: reporter@isp.example\nSubject: both\n\nfor you both',
+    );
     expect(reply).toMatch(/^250 /);
     expect(kept().map((r) => [r.recipients, r.subject])).toEqual([[[`postmaster@${HOST}`], 'both']]);
     const writes = service.deps.db.select().from(customerDbWrites).where(eq(customerDbWrites.kind, 'inbound')).all();
@@ -261,7 +274,20 @@ describe('what is kept', () => {
         const id = newId(at + i);
         ids.push(id);
         const raw = Buffer.from(`Subject: number ${i}\r\n\r\nx\r\n`);
-        storeOperatorMessage(db, prepareOperatorMessage(service.deps.secretKey!, { id, recipients: [`abuse@${HOST}`], mailFrom: '', remoteAddress: '192.0.2.1', helo: 'h', size: raw.length, raw, truncated: false, receivedAt: at + i }));
+        storeOperatorMessage(
+          db,
+          prepareOperatorMessage(service.deps.secretKey!, {
+            id,
+            recipients: [`abuse@${HOST}`],
+            mailFrom: '',
+            remoteAddress: '192.0.2.1',
+            helo: 'h',
+            size: raw.length,
+            raw,
+            truncated: false,
+            receivedAt: at + i,
+          }),
+        );
       }
     });
     const rows = kept();
@@ -276,12 +302,38 @@ describe('what is kept', () => {
     const db = service.deps.db;
     const raw = Buffer.from('Subject: sealed\r\n\r\nx\r\n');
     const id = newId(service.clock.now());
-    storeOperatorMessage(db, prepareOperatorMessage(service.deps.secretKey!, { id, recipients: [`abuse@${HOST}`], mailFrom: '', remoteAddress: '192.0.2.1', helo: 'h', size: raw.length, raw, truncated: false, receivedAt: 1 }));
+    storeOperatorMessage(
+      db,
+      prepareOperatorMessage(service.deps.secretKey!, {
+        id,
+        recipients: [`abuse@${HOST}`],
+        mailFrom: '',
+        remoteAddress: '192.0.2.1',
+        helo: 'h',
+        size: raw.length,
+        raw,
+        truncated: false,
+        receivedAt: 1,
+      }),
+    );
     expect(readOperatorMessage(db, null, id)).toBeNull();
     expect(() => readOperatorMessage(db, Buffer.alloc(32, 7), id)).toThrow();
     // Another row's sealed bytes under this id do not open (the id is bound into the seal).
     const other = newId(service.clock.now() + 1);
-    storeOperatorMessage(db, prepareOperatorMessage(service.deps.secretKey!, { id: other, recipients: [`abuse@${HOST}`], mailFrom: '', remoteAddress: '192.0.2.1', helo: 'h', size: 1, raw: Buffer.from('y'), truncated: false, receivedAt: 2 }));
+    storeOperatorMessage(
+      db,
+      prepareOperatorMessage(service.deps.secretKey!, {
+        id: other,
+        recipients: [`abuse@${HOST}`],
+        mailFrom: '',
+        remoteAddress: '192.0.2.1',
+        helo: 'h',
+        size: 1,
+        raw: Buffer.from('y'),
+        truncated: false,
+        receivedAt: 2,
+      }),
+    );
     const sealed = db.select({ s: operatorMessages.messageSealed }).from(operatorMessages).where(eq(operatorMessages.id, other)).get()!.s;
     db.update(operatorMessages).set({ messageSealed: sealed }).where(eq(operatorMessages.id, id)).run();
     expect(() => readOperatorMessage(db, service.deps.secretKey, id)).toThrow();

@@ -38,7 +38,10 @@ it('bytes of a command sent before the banner are refused with 421 and the conne
     client.write('\r\n');
     const answer = await client.reply();
     // 421 (for the bytes before the banner) and a closed connection; it was the 220 banner, then 250 to the EHLO.
-    expect([banner, answer].some((r) => r.startsWith('421 ')), JSON.stringify([banner, answer])).toBe(true);
+    expect(
+      [banner, answer].some((r) => r.startsWith('421 ')),
+      JSON.stringify([banner, answer]),
+    ).toBe(true);
     expect(await client.closedByServer(2000)).toBe(true);
   } finally {
     client.close();

@@ -35,8 +35,22 @@ function account(db: Database.Database, id: string, parentId: string | null = nu
 }
 
 function domain(db: Database.Database, id: string, accountId: string, name: string, recordStatus = RECEIVING): void {
-  run(db, `insert into domain_keys (id, account_id, name, token, selector, dkim_public_key, dkim_private_key_sealed, created_at) values (?, ?, ?, 't', 's', 'p', 'k', 0)`, `key-${id}`, accountId, name);
-  run(db, `insert into domains (id, account_id, name, key_id, record_status, created_at, last_checked_at) values (?, ?, ?, ?, ?, 0, 0)`, id, accountId, name, `key-${id}`, recordStatus);
+  run(
+    db,
+    `insert into domain_keys (id, account_id, name, token, selector, dkim_public_key, dkim_private_key_sealed, created_at) values (?, ?, ?, 't', 's', 'p', 'k', 0)`,
+    `key-${id}`,
+    accountId,
+    name,
+  );
+  run(
+    db,
+    `insert into domains (id, account_id, name, key_id, record_status, created_at, last_checked_at) values (?, ?, ?, ?, ?, 0, 0)`,
+    id,
+    accountId,
+    name,
+    `key-${id}`,
+    recordStatus,
+  );
 }
 
 function database(db: Database.Database, accountId: string): void {

@@ -74,8 +74,15 @@ const POSTFIX_BOUNDARY = '4F1A2B3C4D.1759312805/mx.example.net';
 const POSTFIX_CONTENT_TYPE = `Content-Type: multipart/report; report-type=delivery-status;\n\tboundary="${POSTFIX_BOUNDARY}"`;
 
 /** The multipart/report body of a Postfix bounce: notice, delivery report, returned headers. */
-function postfixReport(statusPart = `Content-Description: Delivery report\nContent-Type: message/delivery-status\n\n${POSTFIX_STATUS}`, returned = RETURNED_HEADERS): string {
-  return multipart(POSTFIX_BOUNDARY, [POSTFIX_NOTICE, statusPart, `Content-Description: Undelivered Message Headers\nContent-Type: text/rfc822-headers\n\n${returned}`]);
+function postfixReport(
+  statusPart = `Content-Description: Delivery report\nContent-Type: message/delivery-status\n\n${POSTFIX_STATUS}`,
+  returned = RETURNED_HEADERS,
+): string {
+  return multipart(POSTFIX_BOUNDARY, [
+    POSTFIX_NOTICE,
+    statusPart,
+    `Content-Description: Undelivered Message Headers\nContent-Type: text/rfc822-headers\n\n${returned}`,
+  ]);
 }
 
 function postfixBounce(statusPart?: string, returned?: string): string {
@@ -235,7 +242,7 @@ MIME-Version: 1.0
 Content-Type: multipart/report; boundary="000000000000cf33c605eaa776f8"; report-type=delivery-status
 
 ${multipart('000000000000cf33c605eaa776f8', [
-  "Content-Type: text/plain; charset=\"UTF-8\"\n\nAddress not found. Your message wasn't delivered to ada@example.com.\n",
+  'Content-Type: text/plain; charset="UTF-8"\n\nAddress not found. Your message wasn\'t delivered to ada@example.com.\n',
   `Content-Type: message/delivery-status
 
 Reporting-MTA: dns; mx.example.com
@@ -375,7 +382,9 @@ describe('RFC 3464 delivery status notifications', () => {
   it('reads a delay warning: action delayed, its 4.x.x status, the X-Postfix diagnostic unfolded', () => {
     expect(parse(DELAYED)).toEqual({
       kind: 'dsn',
-      recipients: [{ recipient: 'slow@example.org', action: 'delayed', status: '4.4.1', diagnostic: 'connect to mail.example.org[192.0.2.80]:25: Connection timed out' }],
+      recipients: [
+        { recipient: 'slow@example.org', action: 'delayed', status: '4.4.1', diagnostic: 'connect to mail.example.org[192.0.2.80]:25: Connection timed out' },
+      ],
       originalMessageId: ORIGINAL_ID,
       originalReturnPath: VERP,
     });
@@ -415,7 +424,12 @@ describe('RFC 3464 delivery status notifications', () => {
           diagnostic:
             "550-5.1.1 The email account that you tried to reach does not exist. Please try 550-5.1.1 double-checking the recipient's email address for typos or unnecessary spaces. 550 5.1.1",
         },
-        { recipient: 'grace@example.com', action: 'delayed', status: '4.2.2', diagnostic: '452 4.2.2 The email account that you tried to reach is over quota.' },
+        {
+          recipient: 'grace@example.com',
+          action: 'delayed',
+          status: '4.2.2',
+          diagnostic: '452 4.2.2 The email account that you tried to reach is over quota.',
+        },
       ],
       originalMessageId: ORIGINAL_ID,
       originalReturnPath: VERP,
@@ -443,39 +457,125 @@ describe('RFC 3464 delivery status notifications', () => {
       { field: 'Original-Recipient: rfc822; only-original@example.com', recipient: 'only-original@example.com' },
     ];
     it.each(cases)('$field → $recipient', ({ field, recipient }) => {
-      const report = parse(postfixBounce(`Content-Type: message/delivery-status\n\nReporting-MTA: dns; mx.example.net\n\n${field}\nAction: failed\nStatus: 5.1.1\n`));
-      expect(report?.kind === 'dsn' && report.recipients).toEqual([{ recipient, action: 'failed', status: '5.1.1', diagnostic: 'no Diagnostic-Code in the report' }]);
+      const report = parse(
+        postfixBounce(`Content-Type: message/delivery-status\n\nReporting-MTA: dns; mx.example.net\n\n${field}\nAction: failed\nStatus: 5.1.1\n`),
+      );
+      expect(report?.kind === 'dsn' && report.recipients).toEqual([
+        { recipient, action: 'failed', status: '5.1.1', diagnostic: 'no Diagnostic-Code in the report' },
+      ]);
     });
   });
 
   describe('action, status and diagnostic of a recipient block', () => {
     const cases: { name: string; fields: string; action: string; status: string; diagnostic: string }[] = [
-      { name: 'Status wins over the code in the diagnostic', fields: 'Action: failed\nStatus: 5.2.2\nDiagnostic-Code: smtp; 550 5.1.1 no such user', action: 'failed', status: '5.2.2', diagnostic: '550 5.1.1 no such user' },
-      { name: 'no Status: the first code of the diagnostic', fields: 'Action: failed\nDiagnostic-Code: smtp; 550-5.7.26 Unauthenticated email is not accepted', action: 'failed', status: '5.7.26', diagnostic: '550-5.7.26 Unauthenticated email is not accepted' },
-      { name: 'an IP address in the diagnostic is no code', fields: 'Action: failed\nDiagnostic-Code: smtp; 554 rejected by 10.5.1.1 (#5.7.1)', action: 'failed', status: '5.7.1', diagnostic: '554 rejected by 10.5.1.1 (#5.7.1)' },
-      { name: 'a malformed Status is ignored', fields: 'Action: failed\nStatus: 550\nDiagnostic-Code: smtp; 550 5.1.1 no such user', action: 'failed', status: '5.1.1', diagnostic: '550 5.1.1 no such user' },
-      { name: 'no code anywhere, failed: 5.0.0', fields: 'Action: failed\nDiagnostic-Code: smtp; 550 no such user', action: 'failed', status: '5.0.0', diagnostic: '550 no such user' },
-      { name: 'no code anywhere, delayed: 4.0.0', fields: 'Action: delayed', action: 'delayed', status: '4.0.0', diagnostic: 'no Diagnostic-Code in the report' },
-      { name: 'Action and names in capitals, a comment after the action', fields: 'ACTION: Failed (bad mailbox)\nSTATUS: 5.1.1\nDIAGNOSTIC-CODE: SMTP; 550 5.1.1 unknown', action: 'failed', status: '5.1.1', diagnostic: '550 5.1.1 unknown' },
-      { name: 'no Action: inferred from a 5.x.x status', fields: 'Status: 5.1.1', action: 'failed', status: '5.1.1', diagnostic: 'no Diagnostic-Code in the report' },
-      { name: 'no Action: inferred from a 4.x.x code in the diagnostic', fields: 'Diagnostic-Code: smtp; 452 4.2.2 over quota', action: 'delayed', status: '4.2.2', diagnostic: '452 4.2.2 over quota' },
-      { name: 'an action we do not know is returned as written, with 4.0.0 (not taken from a prototype)', fields: 'Action: constructor', action: 'constructor', status: '4.0.0', diagnostic: 'no Diagnostic-Code in the report' },
-      { name: 'a delivered recipient is returned too', fields: 'Action: delivered\nStatus: 2.0.0', action: 'delivered', status: '2.0.0', diagnostic: 'no Diagnostic-Code in the report' },
-      { name: 'a diagnostic without a type prefix', fields: 'Action: failed\nStatus: 5.1.1\nDiagnostic-Code: 550 5.1.1 RESOLVER.ADR.RecipNotFound; not found', action: 'failed', status: '5.1.1', diagnostic: '550 5.1.1 RESOLVER.ADR.RecipNotFound; not found' },
+      {
+        name: 'Status wins over the code in the diagnostic',
+        fields: 'Action: failed\nStatus: 5.2.2\nDiagnostic-Code: smtp; 550 5.1.1 no such user',
+        action: 'failed',
+        status: '5.2.2',
+        diagnostic: '550 5.1.1 no such user',
+      },
+      {
+        name: 'no Status: the first code of the diagnostic',
+        fields: 'Action: failed\nDiagnostic-Code: smtp; 550-5.7.26 Unauthenticated email is not accepted',
+        action: 'failed',
+        status: '5.7.26',
+        diagnostic: '550-5.7.26 Unauthenticated email is not accepted',
+      },
+      {
+        name: 'an IP address in the diagnostic is no code',
+        fields: 'Action: failed\nDiagnostic-Code: smtp; 554 rejected by 10.5.1.1 (#5.7.1)',
+        action: 'failed',
+        status: '5.7.1',
+        diagnostic: '554 rejected by 10.5.1.1 (#5.7.1)',
+      },
+      {
+        name: 'a malformed Status is ignored',
+        fields: 'Action: failed\nStatus: 550\nDiagnostic-Code: smtp; 550 5.1.1 no such user',
+        action: 'failed',
+        status: '5.1.1',
+        diagnostic: '550 5.1.1 no such user',
+      },
+      {
+        name: 'no code anywhere, failed: 5.0.0',
+        fields: 'Action: failed\nDiagnostic-Code: smtp; 550 no such user',
+        action: 'failed',
+        status: '5.0.0',
+        diagnostic: '550 no such user',
+      },
+      {
+        name: 'no code anywhere, delayed: 4.0.0',
+        fields: 'Action: delayed',
+        action: 'delayed',
+        status: '4.0.0',
+        diagnostic: 'no Diagnostic-Code in the report',
+      },
+      {
+        name: 'Action and names in capitals, a comment after the action',
+        fields: 'ACTION: Failed (bad mailbox)\nSTATUS: 5.1.1\nDIAGNOSTIC-CODE: SMTP; 550 5.1.1 unknown',
+        action: 'failed',
+        status: '5.1.1',
+        diagnostic: '550 5.1.1 unknown',
+      },
+      {
+        name: 'no Action: inferred from a 5.x.x status',
+        fields: 'Status: 5.1.1',
+        action: 'failed',
+        status: '5.1.1',
+        diagnostic: 'no Diagnostic-Code in the report',
+      },
+      {
+        name: 'no Action: inferred from a 4.x.x code in the diagnostic',
+        fields: 'Diagnostic-Code: smtp; 452 4.2.2 over quota',
+        action: 'delayed',
+        status: '4.2.2',
+        diagnostic: '452 4.2.2 over quota',
+      },
+      {
+        name: 'an action we do not know is returned as written, with 4.0.0 (not taken from a prototype)',
+        fields: 'Action: constructor',
+        action: 'constructor',
+        status: '4.0.0',
+        diagnostic: 'no Diagnostic-Code in the report',
+      },
+      {
+        name: 'a delivered recipient is returned too',
+        fields: 'Action: delivered\nStatus: 2.0.0',
+        action: 'delivered',
+        status: '2.0.0',
+        diagnostic: 'no Diagnostic-Code in the report',
+      },
+      {
+        name: 'a diagnostic without a type prefix',
+        fields: 'Action: failed\nStatus: 5.1.1\nDiagnostic-Code: 550 5.1.1 RESOLVER.ADR.RecipNotFound; not found',
+        action: 'failed',
+        status: '5.1.1',
+        diagnostic: '550 5.1.1 RESOLVER.ADR.RecipNotFound; not found',
+      },
     ];
     it.each(cases)('$name', ({ fields, action, status, diagnostic }) => {
-      const report = parse(postfixBounce(`Content-Type: message/delivery-status\n\nReporting-MTA: dns; mx.example.net\n\nFinal-Recipient: rfc822; user@example.com\n${fields}\n`));
+      const report = parse(
+        postfixBounce(`Content-Type: message/delivery-status\n\nReporting-MTA: dns; mx.example.net\n\nFinal-Recipient: rfc822; user@example.com\n${fields}\n`),
+      );
       expect(report?.kind === 'dsn' && report.recipients).toEqual([{ recipient: 'user@example.com', action, status, diagnostic }]);
     });
 
     it('a block with neither Action nor any code says nothing about a delivery and is left out', () => {
-      const report = parse(postfixBounce(`Content-Type: message/delivery-status\n\nReporting-MTA: dns; mx.example.net\n\nFinal-Recipient: rfc822; quiet@example.com\nRemote-MTA: dns; mx.example.com\n\n${POSTFIX_STATUS.split('\n\n')[1]}`));
+      const report = parse(
+        postfixBounce(
+          `Content-Type: message/delivery-status\n\nReporting-MTA: dns; mx.example.net\n\nFinal-Recipient: rfc822; quiet@example.com\nRemote-MTA: dns; mx.example.com\n\n${POSTFIX_STATUS.split('\n\n')[1]}`,
+        ),
+      );
       expect(report?.kind === 'dsn' && report.recipients.map((r) => r.recipient)).toEqual(['gone@example.net']);
     });
 
     it('cuts a long diagnostic at 1000 characters', () => {
       const long = 'x'.repeat(1500);
-      const report = parse(postfixBounce(`Content-Type: message/delivery-status\n\nFinal-Recipient: rfc822; user@example.com\nAction: failed\nStatus: 5.0.0\nDiagnostic-Code: smtp; 550 ${long}\n`));
+      const report = parse(
+        postfixBounce(
+          `Content-Type: message/delivery-status\n\nFinal-Recipient: rfc822; user@example.com\nAction: failed\nStatus: 5.0.0\nDiagnostic-Code: smtp; 550 ${long}\n`,
+        ),
+      );
       expect(report?.kind === 'dsn' && report.recipients[0]!.diagnostic).toBe(`550 ${long}`.slice(0, 1000));
     });
   });
@@ -500,7 +600,12 @@ describe('RFC 3464 delivery status notifications', () => {
   it('takes the envelope sender from X-Postfix-Sender when the returned headers have no Return-Path (bounced before final delivery)', () => {
     const report = parse(postfixBounce(undefined, edit(RETURNED_HEADERS, /^Return-Path: .*\n/, '')));
     expect(report).toEqual({ ...POSTFIX_EXPECTED, originalReturnPath: VERP });
-    const neither = parse(postfixBounce(`Content-Type: message/delivery-status\n\n${edit(POSTFIX_STATUS, /^X-Postfix-Sender: .*\n/m, '')}`, edit(RETURNED_HEADERS, /^Return-Path: .*\n/, '')));
+    const neither = parse(
+      postfixBounce(
+        `Content-Type: message/delivery-status\n\n${edit(POSTFIX_STATUS, /^X-Postfix-Sender: .*\n/m, '')}`,
+        edit(RETURNED_HEADERS, /^Return-Path: .*\n/, ''),
+      ),
+    );
     expect(neither).toEqual({ ...POSTFIX_EXPECTED, originalReturnPath: null });
   });
 
@@ -527,7 +632,12 @@ describe('X-Failed-Recipients without a report (Exim, Exchange)', () => {
 
   it('without a code in the body: 5.0.0 and the header named as the diagnostic', () => {
     const report = parse(edit(EXIM_NOTICE, /550 5\.1\.1 /g, '550 '));
-    expect(report?.kind === 'dsn' && report.recipients[0]).toEqual({ recipient: 'alice@example.com', action: 'failed', status: '5.0.0', diagnostic: 'X-Failed-Recipients' });
+    expect(report?.kind === 'dsn' && report.recipients[0]).toEqual({
+      recipient: 'alice@example.com',
+      action: 'failed',
+      status: '5.0.0',
+      diagnostic: 'X-Failed-Recipients',
+    });
   });
 
   it('skips the 2.x.x replies a transcript quotes', () => {
@@ -563,8 +673,15 @@ ${multipart('_000_alt_', [
   it('a report part, when there is one, wins over X-Failed-Recipients (Exim sends both); a block without an address takes the listed one', () => {
     const withHeader = edit(postfixBounce(), 'Auto-Submitted: auto-replied\n', 'Auto-Submitted: auto-replied\nX-Failed-Recipients: other@example.net\n');
     expect(parse(withHeader)).toEqual(POSTFIX_EXPECTED);
-    const unnamed = edit(postfixBounce(`Content-Type: message/delivery-status\n\nReporting-MTA: dns; mx.example.net\n\nAction: failed\nStatus: 5.0.0\n`), 'Auto-Submitted: auto-replied\n', 'Auto-Submitted: auto-replied\nX-Failed-Recipients: Listed@example.net\n');
-    expect(parse(unnamed)).toEqual({ ...POSTFIX_EXPECTED, recipients: [{ recipient: 'listed@example.net', action: 'failed', status: '5.0.0', diagnostic: 'no Diagnostic-Code in the report' }] });
+    const unnamed = edit(
+      postfixBounce(`Content-Type: message/delivery-status\n\nReporting-MTA: dns; mx.example.net\n\nAction: failed\nStatus: 5.0.0\n`),
+      'Auto-Submitted: auto-replied\n',
+      'Auto-Submitted: auto-replied\nX-Failed-Recipients: Listed@example.net\n',
+    );
+    expect(parse(unnamed)).toEqual({
+      ...POSTFIX_EXPECTED,
+      recipients: [{ recipient: 'listed@example.net', action: 'failed', status: '5.0.0', diagnostic: 'no Diagnostic-Code in the report' }],
+    });
   });
 });
 
@@ -577,14 +694,24 @@ Content-Type: multipart/report; report-type=delivery-status;
  boundary="-=Part.4863e=-"
 
 ${multipart('-=Part.4863e=-', [
-  'Content-Type: text/plain; charset=UTF-8\n\nSorry, we were unable to deliver your message to the following address.\n\n<Gone@hot.example>:\n550: 5.1.1 <gone@hot.example>: Recipient address rejected: User unknown in relay recipient table\n\n<late@example.org>:\nConnected to 192.0.2.3 but connection died. (#4.4.2)\nI\'m not going to try again; this message has been in the queue too long.\n\n--- Below this line is a copy of the message.\n',
+  "Content-Type: text/plain; charset=UTF-8\n\nSorry, we were unable to deliver your message to the following address.\n\n<Gone@hot.example>:\n550: 5.1.1 <gone@hot.example>: Recipient address rejected: User unknown in relay recipient table\n\n<late@example.org>:\nConnected to 192.0.2.3 but connection died. (#4.4.2)\nI'm not going to try again; this message has been in the queue too long.\n\n--- Below this line is a copy of the message.\n",
   `Content-Type: message/rfc822\n\n${RETURNED_HEADERS}\nHello.\n`,
 ])}`;
     const expected: InboundReport = {
       kind: 'dsn',
       recipients: [
-        { recipient: 'gone@hot.example', action: 'failed', status: '5.1.1', diagnostic: '550: 5.1.1 <gone@hot.example>: Recipient address rejected: User unknown in relay recipient table' },
-        { recipient: 'late@example.org', action: 'failed', status: '4.4.2', diagnostic: "Connected to 192.0.2.3 but connection died. (#4.4.2) I'm not going to try again; this message has been in the queue too long." },
+        {
+          recipient: 'gone@hot.example',
+          action: 'failed',
+          status: '5.1.1',
+          diagnostic: '550: 5.1.1 <gone@hot.example>: Recipient address rejected: User unknown in relay recipient table',
+        },
+        {
+          recipient: 'late@example.org',
+          action: 'failed',
+          status: '4.4.2',
+          diagnostic: "Connected to 192.0.2.3 but connection died. (#4.4.2) I'm not going to try again; this message has been in the queue too long.",
+        },
       ],
       originalMessageId: ORIGINAL_ID,
       originalReturnPath: VERP,
@@ -612,7 +739,14 @@ describe('RFC 5965 feedback reports', () => {
 
   it('reads a complaint about a Mailstead message: the VERP Return-Path and Message-ID of the returned message', () => {
     const report = parse(mailsteadComplaint());
-    expect(report).toEqual({ kind: 'arf', feedbackType: 'abuse', recipient: 'user@example.com', originalMailFrom: VERP, originalMessageId: ORIGINAL_ID, originalReturnPath: VERP });
+    expect(report).toEqual({
+      kind: 'arf',
+      feedbackType: 'abuse',
+      recipient: 'user@example.com',
+      originalMailFrom: VERP,
+      originalMessageId: ORIGINAL_ID,
+      originalReturnPath: VERP,
+    });
     expect(parseVerp(report!.originalReturnPath!, HOST, null)).toEqual({ emailId: EMAIL_ID, recipientIndex: 0, signed: false });
   });
 
@@ -623,7 +757,11 @@ describe('RFC 5965 feedback reports', () => {
 
   it("takes Hotmail's X-HmXmrOriginalRecipient before the To of the returned message", () => {
     const returned = `X-HmXmrOriginalRecipient: <Reporter@Hotmail.example>\n${RETURNED_HEADERS}`;
-    expect(parse(mailsteadComplaint({ rcptTo: null, returned }))).toMatchObject({ kind: 'arf', recipient: 'reporter@hotmail.example', originalReturnPath: VERP });
+    expect(parse(mailsteadComplaint({ rcptTo: null, returned }))).toMatchObject({
+      kind: 'arf',
+      recipient: 'reporter@hotmail.example',
+      originalReturnPath: VERP,
+    });
   });
 
   it('reads the returned message given as text/rfc822-headers', () => {
@@ -687,21 +825,34 @@ describe('MIME as it arrives', () => {
 
   it('reads a base64 returned-headers part and a 7bit status part', () => {
     const headers = Buffer.from(RETURNED_HEADERS).toString('base64').replace(/.{76}/g, '$&\n');
-    const message = edit(postfixBounce(), `Content-Type: text/rfc822-headers\n\n${RETURNED_HEADERS}`, `Content-Type: text/rfc822-headers\nContent-Transfer-Encoding: base64\n\n${headers}`);
-    expect(parse(edit(message, 'Content-Type: message/delivery-status\n', 'Content-Type: message/delivery-status\nContent-Transfer-Encoding: 7bit\n'))).toEqual(POSTFIX_EXPECTED);
+    const message = edit(
+      postfixBounce(),
+      `Content-Type: text/rfc822-headers\n\n${RETURNED_HEADERS}`,
+      `Content-Type: text/rfc822-headers\nContent-Transfer-Encoding: base64\n\n${headers}`,
+    );
+    expect(parse(edit(message, 'Content-Type: message/delivery-status\n', 'Content-Type: message/delivery-status\nContent-Transfer-Encoding: 7bit\n'))).toEqual(
+      POSTFIX_EXPECTED,
+    );
   });
 
   it('reads a report nested in multipart/mixed, as some providers forward it; a message next to the report is not the original', () => {
-    const message = `From: fbl@provider.example\nTo: ${VERP}\nSubject: Fwd: bounce\nMIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=outer\n\n${multipart('outer', [
-      'Content-Type: text/plain\n\nA report for you.\n',
-      'Content-Type: message/rfc822\n\nReturn-Path: <someone@provider.example>\nMessage-ID: <cover-note@provider.example>\n\nSee the next part.\n',
-      `${POSTFIX_CONTENT_TYPE}\n\n${postfixReport()}`,
-    ])}`;
+    const message = `From: fbl@provider.example\nTo: ${VERP}\nSubject: Fwd: bounce\nMIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=outer\n\n${multipart(
+      'outer',
+      [
+        'Content-Type: text/plain\n\nA report for you.\n',
+        'Content-Type: message/rfc822\n\nReturn-Path: <someone@provider.example>\nMessage-ID: <cover-note@provider.example>\n\nSee the next part.\n',
+        `${POSTFIX_CONTENT_TYPE}\n\n${postfixReport()}`,
+      ],
+    )}`;
     expect(parse(message)).toEqual(POSTFIX_EXPECTED);
   });
 
   it('reads odd casing and quoting of the content types, parameters and boundary', () => {
-    const upper = edit(postfixBounce(), POSTFIX_CONTENT_TYPE, `CONTENT-TYPE: Multipart/Report; Report-Type="Delivery-Status"; BOUNDARY = "${POSTFIX_BOUNDARY}" ; charset=us-ascii`);
+    const upper = edit(
+      postfixBounce(),
+      POSTFIX_CONTENT_TYPE,
+      `CONTENT-TYPE: Multipart/Report; Report-Type="Delivery-Status"; BOUNDARY = "${POSTFIX_BOUNDARY}" ; charset=us-ascii`,
+    );
     const message = edit(upper, 'Content-Type: message/delivery-status', 'content-type:MESSAGE/Delivery-Status; charset="us-ascii"');
     expect(parse(message)).toEqual(POSTFIX_EXPECTED);
     const unquoted = `From: x@example.net\nContent-Type: multipart/report; boundary=simple; report-type=delivery-status\n\n${multipart('simple', [`Content-Type: message/delivery-status\n\n${POSTFIX_STATUS}`])}`;
@@ -756,7 +907,29 @@ describe('not a report', () => {
       }),
       { numRuns: 500, seed: 3464 },
     );
-    const words = fc.constantFrom('\r\n', '\n', '--', 'Content-Type: multipart/report; boundary=b', 'Content-Type: message/delivery-status', 'Content-Transfer-Encoding: base64', 'Content-Transfer-Encoding: quoted-printable', '--b', '--b--', 'Final-Recipient: rfc822;', 'Action: failed', 'Status: 5.', ' ', '=', '<', '>', '\t', 'X-Failed-Recipients: ', 'a@b', '\u0000', '\uFFFD');
+    const words = fc.constantFrom(
+      '\r\n',
+      '\n',
+      '--',
+      'Content-Type: multipart/report; boundary=b',
+      'Content-Type: message/delivery-status',
+      'Content-Transfer-Encoding: base64',
+      'Content-Transfer-Encoding: quoted-printable',
+      '--b',
+      '--b--',
+      'Final-Recipient: rfc822;',
+      'Action: failed',
+      'Status: 5.',
+      ' ',
+      '=',
+      '<',
+      '>',
+      '\t',
+      'X-Failed-Recipients: ',
+      'a@b',
+      '\u0000',
+      '\uFFFD',
+    );
     fc.assert(
       fc.property(fc.array(words, { maxLength: 200 }), (pieces) => {
         parseReport(Buffer.from(pieces.join('')));
@@ -797,9 +970,15 @@ describe('bounded work', () => {
   });
 
   it('reads fields only from the first 256 KB of a header section', () => {
-    const padded = edit(postfixBounce(), 'Content-Type: multipart/report', `${'X-Padding: 0123456789abcdef\n'.repeat(LIMITS.fieldText / 28 + 1)}Content-Type: multipart/report`);
+    const padded = edit(
+      postfixBounce(),
+      'Content-Type: multipart/report',
+      `${'X-Padding: 0123456789abcdef\n'.repeat(LIMITS.fieldText / 28 + 1)}Content-Type: multipart/report`,
+    );
     expect(parse(padded)).toBeNull();
-    expect(parse(edit(postfixBounce(), 'Content-Type: multipart/report', `${'X-Padding: 0123456789abcdef\n'.repeat(1000)}Content-Type: multipart/report`))).toEqual(POSTFIX_EXPECTED);
+    expect(
+      parse(edit(postfixBounce(), 'Content-Type: multipart/report', `${'X-Padding: 0123456789abcdef\n'.repeat(1000)}Content-Type: multipart/report`)),
+    ).toEqual(POSTFIX_EXPECTED);
   });
 
   const hostile: [string, string][] = [
@@ -807,14 +986,32 @@ describe('bounded work', () => {
     ['3 MB of header fields', 'a:\n'.repeat(MB3 / 3)],
     ['3 MB of folded header lines', `Content-Type: multipart/report; boundary=b\n${' x;\n'.repeat(MB3 / 4)}`],
     ['3 MB of delimiters', `Content-Type: multipart/report; boundary=b\n\n${'--b\n'.repeat(MB3 / 4)}`],
-    ['3 MB of nested multipart headers', `Content-Type: multipart/mixed; boundary=b\n\n${'--b\nContent-Type: multipart/mixed; boundary=b\n\n'.repeat(MB3 / 48)}`],
-    ['3 MB of spaces in a quoted-printable status part', `Content-Type: multipart/report; boundary=b\n\n--b\nContent-Type: message/delivery-status\nContent-Transfer-Encoding: quoted-printable\n\n${' '.repeat(MB3)}=`],
-    ['3 MB of blank lines in a status part', `Content-Type: multipart/report; boundary=b\n\n--b\nContent-Type: message/delivery-status\n\n${'\n \t'.repeat(MB3 / 3)}`],
-    ['3 MB of recipient blocks', `Content-Type: multipart/report; boundary=b\n\n--b\nContent-Type: message/delivery-status\n\n${'Final-Recipient: rfc822; a@b\nAction: failed\n\n'.repeat(MB3 / 44)}`],
+    [
+      '3 MB of nested multipart headers',
+      `Content-Type: multipart/mixed; boundary=b\n\n${'--b\nContent-Type: multipart/mixed; boundary=b\n\n'.repeat(MB3 / 48)}`,
+    ],
+    [
+      '3 MB of spaces in a quoted-printable status part',
+      `Content-Type: multipart/report; boundary=b\n\n--b\nContent-Type: message/delivery-status\nContent-Transfer-Encoding: quoted-printable\n\n${' '.repeat(MB3)}=`,
+    ],
+    [
+      '3 MB of blank lines in a status part',
+      `Content-Type: multipart/report; boundary=b\n\n--b\nContent-Type: message/delivery-status\n\n${'\n \t'.repeat(MB3 / 3)}`,
+    ],
+    [
+      '3 MB of recipient blocks',
+      `Content-Type: multipart/report; boundary=b\n\n--b\nContent-Type: message/delivery-status\n\n${'Final-Recipient: rfc822; a@b\nAction: failed\n\n'.repeat(MB3 / 44)}`,
+    ],
     ['3 MB of X-Failed-Recipients', `X-Failed-Recipients: ${'a@b, '.repeat(MB3 / 5)}\n\n${'5'.repeat(MB3)}`],
     ['3 MB of parameters', `Content-Type: multipart/report; ${'a="\\'.repeat(MB3 / 4)}`],
-    ['3 MB of at signs after a bracket in a text-only report', `Content-Type: multipart/report; report-type=delivery-status; boundary=b\n\n--b\n\n<${'@'.repeat(MB3)}`],
-    ['3 MB of spaces in a Status field', `Content-Type: multipart/report; boundary=b\n\n--b\nContent-Type: message/delivery-status\n\nFinal-Recipient: rfc822; a@b\nStatus: 5.0.0 (a${' '.repeat(MB3)}b\n`],
+    [
+      '3 MB of at signs after a bracket in a text-only report',
+      `Content-Type: multipart/report; report-type=delivery-status; boundary=b\n\n--b\n\n<${'@'.repeat(MB3)}`,
+    ],
+    [
+      '3 MB of spaces in a Status field',
+      `Content-Type: multipart/report; boundary=b\n\n--b\nContent-Type: message/delivery-status\n\nFinal-Recipient: rfc822; a@b\nStatus: 5.0.0 (a${' '.repeat(MB3)}b\n`,
+    ],
     ['3 MB of codes and brackets in a notice', `X-Failed-Recipients: a@b\n\n${'(#2.0.0 <'.repeat(MB3 / 9)}`],
   ];
   it.each(hostile)('%s: returns quickly without throwing', (_name, text) => {

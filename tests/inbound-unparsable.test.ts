@@ -58,7 +58,12 @@ async function send(to: string, message: string): Promise<string> {
     const replies = await client.envelope('someone@example.org', [to]);
     expect(replies.at(-1)).toMatch(/^250 /);
     expect(await client.command('DATA')).toMatch(/^354 /);
-    client.write(`${message.split('\r\n').map((l) => (l.startsWith('.') ? `.${l}` : l)).join('\r\n')}\r\n.\r\n`);
+    client.write(
+      `${message
+        .split('\r\n')
+        .map((l) => (l.startsWith('.') ? `.${l}` : l))
+        .join('\r\n')}\r\n.\r\n`,
+    );
     return await client.reply();
   } finally {
     client.close();
@@ -85,7 +90,12 @@ describe('a message mailparser cannot parse', () => {
     await writer.runOnce();
     const rows = await inboundRow('many-parts');
     expect(rows).toHaveLength(1);
-    expect(rows[0]).toMatchObject({ subject: '', from_address: 'someone@example.org', filename: UNPARSABLE_ATTACHMENT.filename, content_type: UNPARSABLE_ATTACHMENT.contentType });
+    expect(rows[0]).toMatchObject({
+      subject: '',
+      from_address: 'someone@example.org',
+      filename: UNPARSABLE_ATTACHMENT.filename,
+      content_type: UNPARSABLE_ATTACHMENT.contentType,
+    });
     expect(rows[0].content.toString('utf8')).toContain('part 1099');
     expect(service.deps.db.select().from(customerDbWrites).all()).toEqual([]);
   });
@@ -93,11 +103,15 @@ describe('a message mailparser cannot parse', () => {
   it('small, failing while an attachment is read (its 1000th part): stored as message.eml, and the writer finishes its run and stops', async () => {
     // The attachment's stream was left open when the parser failed: the parse never finished, the account's writes
     // waited behind it for ever (a restart met the same write first), and so did the graceful stop.
-    const parts = Array.from({ length: 1000 }, (_, i) => `--b\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=a${i}.bin\r\n\r\nx\r\n`).join('');
+    const parts = Array.from(
+      { length: 1000 },
+      (_, i) => `--b\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=a${i}.bin\r\n\r\nx\r\n`,
+    ).join('');
     const message = `Subject: many-attachments\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary="b"\r\n\r\n${parts}--b--`;
     expect(message.length).toBeLessThan(INLINE_BYTES);
     expect(await send(`x@${sender.domain}`, message)).toMatch(/^250 /);
-    const within = (p: Promise<unknown>, ms: number, done: string) => Promise.race([p.then(() => done), new Promise((r) => setTimeout(() => r(`still waiting after ${ms} ms`), ms))]);
+    const within = (p: Promise<unknown>, ms: number, done: string) =>
+      Promise.race([p.then(() => done), new Promise((r) => setTimeout(() => r(`still waiting after ${ms} ms`), ms))]);
     expect(await within(writer.runOnce(), 10_000, 'finished')).toBe('finished');
     expect(await within(writer.stop(), 5_000, 'stopped')).toBe('stopped');
     const rows = await inboundRow('many-attachments');

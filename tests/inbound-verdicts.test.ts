@@ -26,16 +26,26 @@ beforeAll(async () => {
   // In character-strings of at most 255 bytes, as a DNS TXT record holds a long key.
   dns.add('sel._domainkey.sender.example', { type: 'TXT', data: `v=DKIM1; k=rsa; p=${p}`.match(/.{1,255}/g)! });
   dns.add('other.example', { type: 'TXT', data: 'v=spf1 ip4:192.0.2.20 ~all' });
-  deps = { config: { mailHostname: 'mx.mailstead.test' }, resolver: createResolver({ servers: [{ host: '127.0.0.1', port: dns.port }] }), logger: createMemoryLogger() };
+  deps = {
+    config: { mailHostname: 'mx.mailstead.test' },
+    resolver: createResolver({ servers: [{ host: '127.0.0.1', port: dns.port }] }),
+    logger: createMemoryLogger(),
+  };
 });
 afterAll(() => dns.stop());
 
-const body = (from: string) => Buffer.from([`From: ${from}`, 'To: <support@shop.example>', 'Subject: Order 1', 'Message-ID: <o1@sender.example>', '', 'Order 1 has shipped.', ''].join('\r\n'));
+const body = (from: string) =>
+  Buffer.from(
+    [`From: ${from}`, 'To: <support@shop.example>', 'Subject: Order 1', 'Message-ID: <o1@sender.example>', '', 'Order 1 has shipped.', ''].join('\r\n'),
+  );
 
 async function signed(message: Buffer): Promise<Buffer> {
   // mailauth's types ask for a single signer at the top level; its code reads signatureData (and signTime at the top:
   // without it, it reads the clock twice and a t= that moves between the reads breaks the signature, see dkim-key.test.ts).
-  const { signatures } = await dkimSign(message, { signTime: new Date(), signatureData: [{ signingDomain: 'sender.example', selector: 'sel', privateKey: pem }] } as never);
+  const { signatures } = await dkimSign(message, {
+    signTime: new Date(),
+    signatureData: [{ signingDomain: 'sender.example', selector: 'sel', privateKey: pem }],
+  } as never);
   return Buffer.concat([Buffer.from(signatures), message]);
 }
 
@@ -58,22 +68,72 @@ async function reference(raw: Buffer, w: { remoteAddress: string; helo: string; 
 }
 
 const cases: { name: string; raw: () => Promise<Buffer>; w: { remoteAddress: string; helo: string; mailFrom: string }; expected: object }[] = [
-  { name: 'unsigned, SPF pass, DMARC pass by SPF', raw: async () => body('Orders <orders@sender.example>'), w: { remoteAddress: '192.0.2.10', helo: 'mail.sender.example', mailFrom: 'orders@sender.example' }, expected: { spf: 'pass', dkim: 'none', dmarc: 'pass' } },
-  { name: 'unsigned, SPF fail, DMARC fail', raw: async () => body('orders@sender.example'), w: { remoteAddress: '198.51.100.7', helo: 'mail.sender.example', mailFrom: 'orders@sender.example' }, expected: { spf: 'fail', dkim: 'none', dmarc: 'fail' } },
-  { name: 'signed, DKIM pass aligned: DMARC pass with SPF failing', raw: () => signed(body('orders@sender.example')), w: { remoteAddress: '198.51.100.7', helo: 'x.example', mailFrom: 'bounce@other.example' }, expected: { spf: 'softfail', dkim: 'pass', dmarc: 'pass' } },
+  {
+    name: 'unsigned, SPF pass, DMARC pass by SPF',
+    raw: async () => body('Orders <orders@sender.example>'),
+    w: { remoteAddress: '192.0.2.10', helo: 'mail.sender.example', mailFrom: 'orders@sender.example' },
+    expected: { spf: 'pass', dkim: 'none', dmarc: 'pass' },
+  },
+  {
+    name: 'unsigned, SPF fail, DMARC fail',
+    raw: async () => body('orders@sender.example'),
+    w: { remoteAddress: '198.51.100.7', helo: 'mail.sender.example', mailFrom: 'orders@sender.example' },
+    expected: { spf: 'fail', dkim: 'none', dmarc: 'fail' },
+  },
+  {
+    name: 'signed, DKIM pass aligned: DMARC pass with SPF failing',
+    raw: () => signed(body('orders@sender.example')),
+    w: { remoteAddress: '198.51.100.7', helo: 'x.example', mailFrom: 'bounce@other.example' },
+    expected: { spf: 'softfail', dkim: 'pass', dmarc: 'pass' },
+  },
   {
     name: 'signed, body changed after signing: DKIM fail',
     raw: async () => Buffer.from((await signed(body('orders@sender.example'))).toString().replace('has shipped', 'was lost')),
     w: { remoteAddress: '198.51.100.7', helo: 'x.example', mailFrom: 'orders@sender.example' },
     expected: { spf: 'fail', dkim: 'neutral', dmarc: 'fail' }, // mailauth's word for a body hash that does not match
   },
-  { name: 'two From addresses: no DMARC verdict', raw: async () => body('a@sender.example, b@other.example'), w: { remoteAddress: '192.0.2.10', helo: 'mail.sender.example', mailFrom: 'orders@sender.example' }, expected: { spf: 'pass', dkim: 'none', dmarc: null } },
-  { name: 'no From header: no DMARC verdict', raw: async () => Buffer.from('Subject: none\r\n\r\nbody\r\n'), w: { remoteAddress: '192.0.2.10', helo: 'mail.sender.example', mailFrom: 'orders@sender.example' }, expected: { spf: 'pass', dkim: 'none', dmarc: null } },
-  { name: 'null sender, address-literal HELO', raw: async () => body('orders@sender.example'), w: { remoteAddress: '192.0.2.10', helo: '192.0.2.10', mailFrom: '' }, expected: { dkim: 'none' } },
-  { name: 'null sender and no HELO: SPF has only the address to go on', raw: async () => body('orders@sender.example'), w: { remoteAddress: '192.0.2.10', helo: '', mailFrom: '' }, expected: { dkim: 'none' } },
-  { name: 'null sender, HELO of a domain with SPF', raw: async () => body('orders@sender.example'), w: { remoteAddress: '198.51.100.7', helo: 'other.example', mailFrom: '' }, expected: { spf: 'softfail', dkim: 'none' } },
-  { name: 'no HELO at all', raw: async () => body('orders@sender.example'), w: { remoteAddress: '192.0.2.10', helo: '', mailFrom: 'orders@sender.example' }, expected: { spf: 'pass', dkim: 'none' } },
-  { name: 'a header block without a body', raw: async () => Buffer.from('From: orders@sender.example\r\nSubject: x\r\n'), w: { remoteAddress: '192.0.2.10', helo: 'mail.sender.example', mailFrom: 'orders@sender.example' }, expected: { spf: 'pass', dkim: 'none' } },
+  {
+    name: 'two From addresses: no DMARC verdict',
+    raw: async () => body('a@sender.example, b@other.example'),
+    w: { remoteAddress: '192.0.2.10', helo: 'mail.sender.example', mailFrom: 'orders@sender.example' },
+    expected: { spf: 'pass', dkim: 'none', dmarc: null },
+  },
+  {
+    name: 'no From header: no DMARC verdict',
+    raw: async () => Buffer.from('Subject: none\r\n\r\nbody\r\n'),
+    w: { remoteAddress: '192.0.2.10', helo: 'mail.sender.example', mailFrom: 'orders@sender.example' },
+    expected: { spf: 'pass', dkim: 'none', dmarc: null },
+  },
+  {
+    name: 'null sender, address-literal HELO',
+    raw: async () => body('orders@sender.example'),
+    w: { remoteAddress: '192.0.2.10', helo: '192.0.2.10', mailFrom: '' },
+    expected: { dkim: 'none' },
+  },
+  {
+    name: 'null sender and no HELO: SPF has only the address to go on',
+    raw: async () => body('orders@sender.example'),
+    w: { remoteAddress: '192.0.2.10', helo: '', mailFrom: '' },
+    expected: { dkim: 'none' },
+  },
+  {
+    name: 'null sender, HELO of a domain with SPF',
+    raw: async () => body('orders@sender.example'),
+    w: { remoteAddress: '198.51.100.7', helo: 'other.example', mailFrom: '' },
+    expected: { spf: 'softfail', dkim: 'none' },
+  },
+  {
+    name: 'no HELO at all',
+    raw: async () => body('orders@sender.example'),
+    w: { remoteAddress: '192.0.2.10', helo: '', mailFrom: 'orders@sender.example' },
+    expected: { spf: 'pass', dkim: 'none' },
+  },
+  {
+    name: 'a header block without a body',
+    raw: async () => Buffer.from('From: orders@sender.example\r\nSubject: x\r\n'),
+    w: { remoteAddress: '192.0.2.10', helo: 'mail.sender.example', mailFrom: 'orders@sender.example' },
+    expected: { spf: 'pass', dkim: 'none' },
+  },
 ];
 
 describe('verdictsOf answers what authenticate answers', () => {

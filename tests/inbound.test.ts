@@ -86,7 +86,14 @@ describe('a message for a customer’s receiving domain', () => {
   it('arrives parsed in service.inbound with its two attachments’ bytes, and LISTEN service receives its id', async () => {
     const seen: string[] = [];
     const listener = await listenCustomerDb(
-      { host: '127.0.0.1', port: pgServer.port, user: pgServer.user, password: pgServer.password, database: pgServer.database, ssl: { rejectUnauthorized: false } },
+      {
+        host: '127.0.0.1',
+        port: pgServer.port,
+        user: pgServer.user,
+        password: pgServer.password,
+        database: pgServer.database,
+        ssl: { rejectUnauthorized: false },
+      },
       'service',
       (n) => seen.push(n.payload ?? ''),
       createMemoryLogger(),
@@ -157,7 +164,12 @@ describe('refused at RCPT, all alike: 550 5.7.1', () => {
     await connectDomain(service, sender.key, notReceiving, { state: 'ownership' });
     const { client } = await RawSmtp.connect(port);
     try {
-      const replies = await client.envelope('someone@example.org', ['friend@gmail.example', `x@unknown-${Date.now()}.example`, `x@${notReceiving}`, `x@${noDb.domain}`]);
+      const replies = await client.envelope('someone@example.org', [
+        'friend@gmail.example',
+        `x@unknown-${Date.now()}.example`,
+        `x@${notReceiving}`,
+        `x@${noDb.domain}`,
+      ]);
       expect(replies[1]).toMatch(/^250 /);
       const refusals = replies.slice(2);
       expect(refusals.every((r) => r.startsWith('550 5.7.1 '))).toBe(true);
@@ -178,7 +190,11 @@ describe('accepted at RCPT', () => {
     const { client } = await RawSmtp.connect(port);
     try {
       const replies = await client.envelope('someone@example.org', [`info@${ascii}`, `info2@${unicode}`, `info3@${ascii.toUpperCase()}`]);
-      expect(replies.slice(2), JSON.stringify(replies)).toEqual([expect.stringMatching(/^250 /), expect.stringMatching(/^250 /), expect.stringMatching(/^250 /)]);
+      expect(replies.slice(2), JSON.stringify(replies)).toEqual([
+        expect.stringMatching(/^250 /),
+        expect.stringMatching(/^250 /),
+        expect.stringMatching(/^250 /),
+      ]);
     } finally {
       client.close();
     }
@@ -242,7 +258,10 @@ describe('refused in DATA, nothing kept', () => {
   it('at most 100 recipients: 452 for the rest', async () => {
     const { client } = await RawSmtp.connect(port);
     try {
-      const replies = await client.envelope('someone@example.org', Array.from({ length: 101 }, (_, i) => `r${i}@${sender.domain}`));
+      const replies = await client.envelope(
+        'someone@example.org',
+        Array.from({ length: 101 }, (_, i) => `r${i}@${sender.domain}`),
+      );
       expect(replies.slice(2, 102).every((r) => r.startsWith('250 '))).toBe(true);
       expect(replies[102]).toMatch(/^452 /);
     } finally {
@@ -286,9 +305,7 @@ describe('a failure to store answers 451, never 250', () => {
 
   it('a commit whose flush fails is 451 too; what it committed stays whole, a spooled message with its file', async () => {
     const eio = Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' });
-    const { server, port: failing } = await serverCommittingThrough(
-      createGroupCommit(service.deps.store, () => Promise.reject(eio)),
-    );
+    const { server, port: failing } = await serverCommittingThrough(createGroupCommit(service.deps.store, () => Promise.reject(eio)));
     try {
       expect(await send(failing, large)).toMatch(/^451 4\.3\.0 /);
       // The row is committed (the sender's retry may bring a second copy: never none), and the file it names is there.

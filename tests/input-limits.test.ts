@@ -36,7 +36,11 @@ function sized(def: VariableDef, size: number): string {
 }
 
 function templateBody(name: string, vars: Record<string, string>, extra: Record<string, unknown> = {}) {
-  const required = Object.fromEntries(Object.entries(TEMPLATES[name]!.variables).filter(([, d]) => d.required).map(([k, d]) => [k, minimal(d)]));
+  const required = Object.fromEntries(
+    Object.entries(TEMPLATES[name]!.variables)
+      .filter(([, d]) => d.required)
+      .map(([k, d]) => [k, minimal(d)]),
+  );
   return { from: s.from, to: 'customer@example.net', template: { name, ...required, ...vars }, sandbox: true, ...extra };
 }
 
@@ -59,17 +63,32 @@ describe('template variables: each bounded by its declared limit', () => {
     const at = await sendEmail(service, s.key, templateBody(name, { [variable]: sized(def, max) }));
     expectOk(at);
     const over = await sendEmail(service, s.key, templateBody(name, { [variable]: sized(def, max + 1) }));
-    expectError(over, 422, 'invalid_request', unit === 'bytes' ? `template.${variable}: must be at most 100 KB (${max} bytes of UTF-8)` : `template.${variable}: must be at most ${max} characters`);
+    expectError(
+      over,
+      422,
+      'invalid_request',
+      unit === 'bytes' ? `template.${variable}: must be at most 100 KB (${max} bytes of UTF-8)` : `template.${variable}: must be at most ${max} characters`,
+    );
   });
 
   it('a line counts characters, not UTF-16 units: 998 emoji pass, 999 are refused', async () => {
     expectOk(await sendEmail(service, s.key, templateBody('notification', { subject: '📬'.repeat(998) })));
-    expectError(await sendEmail(service, s.key, templateBody('notification', { subject: '📬'.repeat(999) })), 422, 'invalid_request', 'template.subject: must be at most 998 characters');
+    expectError(
+      await sendEmail(service, s.key, templateBody('notification', { subject: '📬'.repeat(999) })),
+      422,
+      'invalid_request',
+      'template.subject: must be at most 998 characters',
+    );
   });
 
   it('a body counts bytes of UTF-8: 51,200 two-byte characters pass, one more byte is refused', async () => {
     expectOk(await sendEmail(service, s.key, templateBody('notification', { body: 'é'.repeat(51_200) })));
-    expectError(await sendEmail(service, s.key, templateBody('notification', { body: `${'é'.repeat(51_200)}a` })), 422, 'invalid_request', /^template\.body: must be at most 100 KB/);
+    expectError(
+      await sendEmail(service, s.key, templateBody('notification', { body: `${'é'.repeat(51_200)}a` })),
+      422,
+      'invalid_request',
+      /^template\.body: must be at most 100 KB/,
+    );
   });
 
   it('the stored subject of the largest notification is its 998 characters, and nothing is stored for a refused one', async () => {
@@ -114,7 +133,10 @@ describe('the rendered message: at most 1 MB', () => {
 
   it('the largest variables the templates take render within it (escaping included)', async () => {
     // Quotes become &quot; (six bytes) in html: the worst a 100 KB body can do.
-    const res = await sendEmail(service, s.key, { ...templateBody('notification', { subject: '"'.repeat(998), body: '"'.repeat(100 * 1024) }), sandbox: false });
+    const res = await sendEmail(service, s.key, {
+      ...templateBody('notification', { subject: '"'.repeat(998), body: '"'.repeat(100 * 1024) }),
+      sandbox: false,
+    });
     expectOk(res);
   });
 });
@@ -124,22 +146,42 @@ describe('addresses and tags as given', () => {
 
   it(`from: ${MAX_MAILBOX_INPUT} characters pass, one more is 422 naming from`, async () => {
     expectOk(await sendEmail(service, s.key, { ...templateBody('welcome', {}), from: pad(`"Acme" <${s.from}>`, MAX_MAILBOX_INPUT) }));
-    expectError(await sendEmail(service, s.key, { ...templateBody('welcome', {}), from: pad(`"Acme" <${s.from}>`, MAX_MAILBOX_INPUT + 1) }), 422, 'invalid_request', `from: must be at most ${MAX_MAILBOX_INPUT} characters`);
+    expectError(
+      await sendEmail(service, s.key, { ...templateBody('welcome', {}), from: pad(`"Acme" <${s.from}>`, MAX_MAILBOX_INPUT + 1) }),
+      422,
+      'invalid_request',
+      `from: must be at most ${MAX_MAILBOX_INPUT} characters`,
+    );
   });
 
   it(`replyTo: ${MAX_MAILBOX_INPUT} characters pass, one more is 422 naming replyTo`, async () => {
     expectOk(await sendEmail(service, s.key, templateBody('welcome', {}, { replyTo: pad('help@example.org', MAX_MAILBOX_INPUT) })));
-    expectError(await sendEmail(service, s.key, templateBody('welcome', {}, { replyTo: pad('help@example.org', MAX_MAILBOX_INPUT + 1) })), 422, 'invalid_request', `replyTo: must be at most ${MAX_MAILBOX_INPUT} characters`);
+    expectError(
+      await sendEmail(service, s.key, templateBody('welcome', {}, { replyTo: pad('help@example.org', MAX_MAILBOX_INPUT + 1) })),
+      422,
+      'invalid_request',
+      `replyTo: must be at most ${MAX_MAILBOX_INPUT} characters`,
+    );
   });
 
   it(`to: a recipient of ${MAX_RECIPIENT_INPUT} characters passes, one more is 422 naming to`, async () => {
     expectOk(await sendEmail(service, s.key, templateBody('welcome', {}, { to: pad('ann@example.net', MAX_RECIPIENT_INPUT) })));
-    expectError(await sendEmail(service, s.key, templateBody('welcome', {}, { to: [pad('ann@example.net', MAX_RECIPIENT_INPUT + 1)] })), 422, 'invalid_request', `to.0: must be at most ${MAX_RECIPIENT_INPUT} characters`);
+    expectError(
+      await sendEmail(service, s.key, templateBody('welcome', {}, { to: [pad('ann@example.net', MAX_RECIPIENT_INPUT + 1)] })),
+      422,
+      'invalid_request',
+      `to.0: must be at most ${MAX_RECIPIENT_INPUT} characters`,
+    );
   });
 
   it(`a tag value of ${MAX_TAG_VALUE} characters passes, one more is 422 naming the tag`, async () => {
     expectOk(await sendEmail(service, s.key, templateBody('welcome', {}, { tags: { plan: 'v'.repeat(MAX_TAG_VALUE) } })));
-    expectError(await sendEmail(service, s.key, templateBody('welcome', {}, { tags: { plan: 'v'.repeat(MAX_TAG_VALUE + 1) } })), 422, 'invalid_request', `tags.plan: must be at most ${MAX_TAG_VALUE} characters`);
+    expectError(
+      await sendEmail(service, s.key, templateBody('welcome', {}, { tags: { plan: 'v'.repeat(MAX_TAG_VALUE + 1) } })),
+      422,
+      'invalid_request',
+      `tags.plan: must be at most ${MAX_TAG_VALUE} characters`,
+    );
   });
 });
 
@@ -150,7 +192,20 @@ describe('list answers bounded in bytes', () => {
     for (const subject of subjects) {
       const now = service.clock.now();
       const id = newId(now);
-      service.deps.db.insert(emails).values({ id, accountId, fromAddress: 'billing@example.com', to: ['customer@example.net'], subject, template: 'notification', status: 'sandboxed', sandbox: true, createdAt: now }).run();
+      service.deps.db
+        .insert(emails)
+        .values({
+          id,
+          accountId,
+          fromAddress: 'billing@example.com',
+          to: ['customer@example.net'],
+          subject,
+          template: 'notification',
+          status: 'sandboxed',
+          sandbox: true,
+          createdAt: now,
+        })
+        .run();
       ids.push(id);
       service.clock.advance(1);
     }
@@ -160,12 +215,17 @@ describe('list answers bounded in bytes', () => {
   it('GET /emails?limit=100 over rows with huge subjects answers pages under the budget, and a walk sees each row once', async () => {
     const owner = await newSender(service);
     // Twelve 300 KB subjects: three fit in 1 MiB, a fourth would not.
-    const ids = insertLogRows(owner.account.id, Array.from({ length: 12 }, (_, i) => `${i}`.padEnd(300 * 1024, 'x')));
+    const ids = insertLogRows(
+      owner.account.id,
+      Array.from({ length: 12 }, (_, i) => `${i}`.padEnd(300 * 1024, 'x')),
+    );
     const seen: string[] = [];
     let cursor: string | null = null;
     let pages = 0;
     do {
-      const res = await fetch(`${service.base}/emails?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, { headers: { authorization: `Bearer ${owner.key}` } });
+      const res = await fetch(`${service.base}/emails?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, {
+        headers: { authorization: `Bearer ${owner.key}` },
+      });
       expect(res.status).toBe(200);
       const text = await res.text();
       expect(Buffer.byteLength(text)).toBeLessThanOrEqual(PAGE_BYTE_BUDGET + 1024);

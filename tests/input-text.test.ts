@@ -59,23 +59,33 @@ describe('a NUL or an unpaired surrogate in a string', () => {
   const bad = ['a\u0000b', 'a\ud800b', 'a\udfffb', '\udc00\ud800'];
   const named = /^(.+): must not contain a NUL character or an unpaired UTF-16 surrogate$/;
 
-  it.each(bad.map((v) => [JSON.stringify(v), v]))('%s in a template variable, a tag value, a tag name: 422 naming the field, nothing sent', async (_shown, value) => {
-    const variable = await sendEmail(service, s.key, receipt(s.from, 'ann@example.net', { template: { name: 'receipt', receiptNumber: 'R-1', paidOn: '2026-03-10', paymentMethod: 'Visa', total: value } }));
-    expectError(variable, 422, 'invalid_request', named);
-    expect(variable.body.error.message).toMatch(/^template\.total: /);
-    const tag = await sendEmail(service, s.key, receipt(s.from, 'ann@example.net', { tags: { k: value } }));
-    expectError(tag, 422, 'invalid_request', /^tags\.k: /);
-    const tagName = await sendEmail(service, s.key, receipt(s.from, 'ann@example.net', { tags: { [value]: 'v' } }));
-    expectError(tagName, 422, 'invalid_request', named);
-    expect((await service.api('GET', '/emails', { key: s.key })).body.data).toHaveLength(0);
-  });
+  it.each(bad.map((v) => [JSON.stringify(v), v]))(
+    '%s in a template variable, a tag value, a tag name: 422 naming the field, nothing sent',
+    async (_shown, value) => {
+      const variable = await sendEmail(
+        service,
+        s.key,
+        receipt(s.from, 'ann@example.net', { template: { name: 'receipt', receiptNumber: 'R-1', paidOn: '2026-03-10', paymentMethod: 'Visa', total: value } }),
+      );
+      expectError(variable, 422, 'invalid_request', named);
+      expect(variable.body.error.message).toMatch(/^template\.total: /);
+      const tag = await sendEmail(service, s.key, receipt(s.from, 'ann@example.net', { tags: { k: value } }));
+      expectError(tag, 422, 'invalid_request', /^tags\.k: /);
+      const tagName = await sendEmail(service, s.key, receipt(s.from, 'ann@example.net', { tags: { [value]: 'v' } }));
+      expectError(tagName, 422, 'invalid_request', named);
+      expect((await service.api('GET', '/emails', { key: s.key })).body.data).toHaveLength(0);
+    },
+  );
 
   it('the same on other endpoints: a key name, a sub-account name, a suspension reason', async () => {
     expectError(await service.api('POST', '/keys', { key: s.key, body: { name: 'ab\u0000cd' } }), 422, 'invalid_request', /^name: /);
     expectError(await service.api('POST', '/accounts', { key: s.key, body: { name: 'sub\ud800' } }), 422, 'invalid_request', /^name: /);
     const sub = await service.api('POST', '/accounts', { key: s.key, body: { name: 'A customer' } });
     expect(sub.status).toBe(201);
-    const suspend = await service.api('POST', `/accounts/${sub.body.id}/suspend`, { key: s.key, body: { suspended: true, reason: `Unpaid ${'\u0000'.repeat(15)}` } });
+    const suspend = await service.api('POST', `/accounts/${sub.body.id}/suspend`, {
+      key: s.key,
+      body: { suspended: true, reason: `Unpaid ${'\u0000'.repeat(15)}` },
+    });
     expectError(suspend, 422, 'invalid_request', /^reason: /);
   });
 
@@ -92,21 +102,30 @@ describe('a NUL or an unpaired surrogate in a string', () => {
 describe('controls in a name or a reason', () => {
   const hidden = ['\u202e', '\u202a', '\u2066', '\u2069', '\u0085', '\u009b', '\u0007', '\u2028', '\u000b'];
 
-  it.each(hidden.map((c) => [JSON.stringify(c), c]))('%s in a key name, a sub-account name or a suspension reason is 422 invalid_request naming the field', async (_shown, c) => {
-    expectError(await service.api('POST', '/keys', { key: s.key, body: { name: `Acme${c} key` } }), 422, 'invalid_request', /^name: .*bidi/);
-    expectError(await service.api('POST', '/accounts', { key: s.key, body: { name: `Acme${c} Shop` } }), 422, 'invalid_request', /^name: .*bidi/);
-    const sub = await service.api('POST', '/accounts', { key: s.key, body: { name: 'A customer' } });
-    expect(sub.status).toBe(201);
-    const suspend = await service.api('POST', `/accounts/${sub.body.id}/suspend`, { key: s.key, body: { suspended: true, reason: `Unpaid invoices${c} for March` } });
-    expectError(suspend, 422, 'invalid_request', /^reason: .*bidi/);
-  });
+  it.each(hidden.map((c) => [JSON.stringify(c), c]))(
+    '%s in a key name, a sub-account name or a suspension reason is 422 invalid_request naming the field',
+    async (_shown, c) => {
+      expectError(await service.api('POST', '/keys', { key: s.key, body: { name: `Acme${c} key` } }), 422, 'invalid_request', /^name: .*bidi/);
+      expectError(await service.api('POST', '/accounts', { key: s.key, body: { name: `Acme${c} Shop` } }), 422, 'invalid_request', /^name: .*bidi/);
+      const sub = await service.api('POST', '/accounts', { key: s.key, body: { name: 'A customer' } });
+      expect(sub.status).toBe(201);
+      const suspend = await service.api('POST', `/accounts/${sub.body.id}/suspend`, {
+        key: s.key,
+        body: { suspended: true, reason: `Unpaid invoices${c} for March` },
+      });
+      expectError(suspend, 422, 'invalid_request', /^reason: .*bidi/);
+    },
+  );
 
   it('right-to-left text itself is a name, and a reason may run over lines', async () => {
     const rtl = await service.api('POST', '/accounts', { key: s.key, body: { name: 'متجر أكمي' } });
     expect(rtl.status, JSON.stringify(rtl.body)).toBe(201);
     expect(rtl.body.name).toBe('متجر أكمي');
     expect((await service.api('POST', '/keys', { key: s.key, body: { name: 'מפתח ראשי' } })).status).toBe(201);
-    const suspend = await service.api('POST', `/accounts/${rtl.body.id}/suspend`, { key: s.key, body: { suspended: true, reason: 'Unpaid invoices:\n\tMarch\r\n\tApril' } });
+    const suspend = await service.api('POST', `/accounts/${rtl.body.id}/suspend`, {
+      key: s.key,
+      body: { suspended: true, reason: 'Unpaid invoices:\n\tMarch\r\n\tApril' },
+    });
     expect(suspend.status, JSON.stringify(suspend.body)).toBe(200);
   });
 });

@@ -59,7 +59,19 @@ describe('reserved address ranges', () => {
     }
     // The ranges the spec names must be there.
     const cidrs = RESERVED_RANGES.map((r) => r.cidr);
-    for (const must of ['10.0.0.0/8', '127.0.0.0/8', '169.254.0.0/16', '172.16.0.0/12', '192.168.0.0/16', '100.64.0.0/10', '0.0.0.0/8', '224.0.0.0/4', '::1/128', 'fc00::/7', 'fe80::/10']) {
+    for (const must of [
+      '10.0.0.0/8',
+      '127.0.0.0/8',
+      '169.254.0.0/16',
+      '172.16.0.0/12',
+      '192.168.0.0/16',
+      '100.64.0.0/10',
+      '0.0.0.0/8',
+      '224.0.0.0/4',
+      '::1/128',
+      'fc00::/7',
+      'fe80::/10',
+    ]) {
       expect(cidrs).toContain(must);
     }
   });
@@ -67,16 +79,59 @@ describe('reserved address ranges', () => {
   // Every entry of the IANA IPv4 and IPv6 Special-Purpose Address Registries, and the deprecated IPv6 forms that
   // carry an IPv4 address or a site scope: each lies inside some row (a row may be wider than the entry).
   const IANA_SPECIAL_PURPOSE = [
-    '0.0.0.0/8', '0.0.0.0/32', '10.0.0.0/8', '100.64.0.0/10', '127.0.0.0/8', '169.254.0.0/16', '172.16.0.0/12',
-    '192.0.0.0/24', '192.0.0.0/29', '192.0.0.8/32', '192.0.0.9/32', '192.0.0.10/32', '192.0.0.170/32', '192.0.0.171/32',
-    '192.0.2.0/24', '192.31.196.0/24', '192.52.193.0/24', '192.88.99.0/24', '192.168.0.0/16', '192.175.48.0/24',
-    '198.18.0.0/15', '198.51.100.0/24', '203.0.113.0/24', '240.0.0.0/4', '255.255.255.255/32',
-    '::1/128', '::/128', '::ffff:0:0:0/96', '64:ff9b::/96', '64:ff9b:1::/48', '100::/64', '100:0:0:1::/64', '2001::/23',
-    '2001::/32', '2001:1::1/128', '2001:1::2/128', '2001:1::3/128', '2001:2::/48', '2001:3::/32', '2001:4:112::/48',
-    '2001:10::/28', '2001:20::/28', '2001:30::/28', '2001:db8::/32', '2002::/16', '2620:4f:8000::/48', '3fff::/20',
-    '5f00::/16', 'fc00::/7', 'fe80::/10',
+    '0.0.0.0/8',
+    '0.0.0.0/32',
+    '10.0.0.0/8',
+    '100.64.0.0/10',
+    '127.0.0.0/8',
+    '169.254.0.0/16',
+    '172.16.0.0/12',
+    '192.0.0.0/24',
+    '192.0.0.0/29',
+    '192.0.0.8/32',
+    '192.0.0.9/32',
+    '192.0.0.10/32',
+    '192.0.0.170/32',
+    '192.0.0.171/32',
+    '192.0.2.0/24',
+    '192.31.196.0/24',
+    '192.52.193.0/24',
+    '192.88.99.0/24',
+    '192.168.0.0/16',
+    '192.175.48.0/24',
+    '198.18.0.0/15',
+    '198.51.100.0/24',
+    '203.0.113.0/24',
+    '240.0.0.0/4',
+    '255.255.255.255/32',
+    '::1/128',
+    '::/128',
+    '::ffff:0:0:0/96',
+    '64:ff9b::/96',
+    '64:ff9b:1::/48',
+    '100::/64',
+    '100:0:0:1::/64',
+    '2001::/23',
+    '2001::/32',
+    '2001:1::1/128',
+    '2001:1::2/128',
+    '2001:1::3/128',
+    '2001:2::/48',
+    '2001:3::/32',
+    '2001:4:112::/48',
+    '2001:10::/28',
+    '2001:20::/28',
+    '2001:30::/28',
+    '2001:db8::/32',
+    '2002::/16',
+    '2620:4f:8000::/48',
+    '3fff::/20',
+    '5f00::/16',
+    'fc00::/7',
+    'fe80::/10',
     // Deprecated: IPv4-compatible (RFC 4291), site-local (RFC 3879).
-    '::/96', 'fec0::/10',
+    '::/96',
+    'fec0::/10',
   ];
   it.each(IANA_SPECIAL_PURPOSE)('the registry entry %s lies inside the table', (cidr) => {
     const [net, bitsText] = cidr.split('/') as [string, string];
@@ -85,15 +140,29 @@ describe('reserved address ranges', () => {
     const size = 1n << (width - BigInt(Number(bitsText)));
     const first = ((family === 6 ? v6ToBig(net) : v4ToBig(net)) / size) * size;
     const last = first + size - 1n;
-    expect(ranges.some((r) => r.family === family && r.first <= first && last <= r.last), cidr).toBe(true);
+    expect(
+      ranges.some((r) => r.family === family && r.first <= first && last <= r.last),
+      cidr,
+    ).toBe(true);
   });
 
-  it.each(['::127.0.0.1', '::7f00:1', '::10.0.0.1', '::8.8.8.8', '::ffff:0:127.0.0.1', '::ffff:0:8.8.8.8', 'fec0::1', 'feff::1', '4000::1', 'fe80::1%eth0', '3fff:1::1', '5f00::1', '2620:4f:8000::53'])(
-    'the IPv6 address %s (compatible, translated, site-local, unallocated or zoned) is reserved',
-    (ip) => {
-      expect(isReservedAddress(ip)).toBe(true);
-    },
-  );
+  it.each([
+    '::127.0.0.1',
+    '::7f00:1',
+    '::10.0.0.1',
+    '::8.8.8.8',
+    '::ffff:0:127.0.0.1',
+    '::ffff:0:8.8.8.8',
+    'fec0::1',
+    'feff::1',
+    '4000::1',
+    'fe80::1%eth0',
+    '3fff:1::1',
+    '5f00::1',
+    '2620:4f:8000::53',
+  ])('the IPv6 address %s (compatible, translated, site-local, unallocated or zoned) is reserved', (ip) => {
+    expect(isReservedAddress(ip)).toBe(true);
+  });
 
   it.each(ranges.filter((r) => r.family === 6).map((r) => [r.cidr, r] as const))('%s: the IPv6 addresses just outside are not reserved by it', (_, r) => {
     for (const n of [r.first - 1n, r.last + 1n]) {
@@ -117,26 +186,52 @@ describe('reserved address ranges', () => {
     }
   });
 
-  it.each(['8.8.8.8', '1.1.1.1', '9.9.9.9', '93.184.216.34', '142.250.185.78', '2606:4700::1111', '2001:4860:4860::8888', '2a00:1450:4001:80b::200e', '::ffff:8.8.8.8', '::ffff:808:808', '3000::1', '2001:200::1', '2620:4f:8001::1'])(
-    'public %s is not reserved',
-    (ip) => {
-      expect(isReservedAddress(ip)).toBe(false);
-    },
-  );
+  it.each([
+    '8.8.8.8',
+    '1.1.1.1',
+    '9.9.9.9',
+    '93.184.216.34',
+    '142.250.185.78',
+    '2606:4700::1111',
+    '2001:4860:4860::8888',
+    '2a00:1450:4001:80b::200e',
+    '::ffff:8.8.8.8',
+    '::ffff:808:808',
+    '3000::1',
+    '2001:200::1',
+    '2620:4f:8001::1',
+  ])('public %s is not reserved', (ip) => {
+    expect(isReservedAddress(ip)).toBe(false);
+  });
 
-  it.each(['127.0.0.1', '10.0.0.5', '192.168.1.1', '172.31.255.255', '169.254.169.254', '100.100.100.200', '0.0.0.0', '255.255.255.255', '::1', '::', 'fd12:3456::1', 'fe80::1'])(
-    '%s is reserved',
-    (ip) => {
-      expect(isReservedAddress(ip)).toBe(true);
-    },
-  );
+  it.each([
+    '127.0.0.1',
+    '10.0.0.5',
+    '192.168.1.1',
+    '172.31.255.255',
+    '169.254.169.254',
+    '100.100.100.200',
+    '0.0.0.0',
+    '255.255.255.255',
+    '::1',
+    '::',
+    'fd12:3456::1',
+    'fe80::1',
+  ])('%s is reserved', (ip) => {
+    expect(isReservedAddress(ip)).toBe(true);
+  });
 
-  it.each(['::ffff:127.0.0.1', '::FFFF:127.0.0.1', '::ffff:10.0.0.5', '::ffff:192.168.0.1', '::ffff:169.254.169.254', '::ffff:7f00:1', '0:0:0:0:0:ffff:7f00:1'])(
-    'the IPv4-mapped address %s is judged as the IPv4 address it holds: reserved',
-    (ip) => {
-      expect(isReservedAddress(ip)).toBe(true);
-    },
-  );
+  it.each([
+    '::ffff:127.0.0.1',
+    '::FFFF:127.0.0.1',
+    '::ffff:10.0.0.5',
+    '::ffff:192.168.0.1',
+    '::ffff:169.254.169.254',
+    '::ffff:7f00:1',
+    '0:0:0:0:0:ffff:7f00:1',
+  ])('the IPv4-mapped address %s is judged as the IPv4 address it holds: reserved', (ip) => {
+    expect(isReservedAddress(ip)).toBe(true);
+  });
 
   it.each(['', 'localhost', 'example.com', '300.1.1.1', '1.2.3'])('refuses %j, which is not an address at all', (ip) => {
     expect(isReservedAddress(ip)).toBe(true);

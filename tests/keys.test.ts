@@ -95,7 +95,11 @@ async function allKeys(key: string, account?: string): Promise<KeyBody[]> {
   const out: KeyBody[] = [];
   let cursor: string | null = null;
   do {
-    const page: { data: KeyBody[]; nextCursor: string | null } = await listKeys(key, `?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, account);
+    const page: { data: KeyBody[]; nextCursor: string | null } = await listKeys(
+      key,
+      `?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`,
+      account,
+    );
     out.push(...page.data);
     cursor = page.nextCursor;
   } while (cursor);
@@ -338,7 +342,15 @@ describe('GET /keys', () => {
     expect(page.nextCursor).toBeNull();
     expect(page.data.map((k) => k.id)).toEqual([b.id, a.id, operatorId]);
     expect(page.data[0]).toEqual({ id: b.id, name: 'second', prefix: b.prefix, scopes: b.scopes, createdAt: b.createdAt, lastUsedAt: null, revokedAt: null });
-    expect(page.data[1]).toEqual({ id: a.id, name: 'first', prefix: a.prefix, scopes: ['emails:send'], createdAt: a.createdAt, lastUsedAt: null, revokedAt: null });
+    expect(page.data[1]).toEqual({
+      id: a.id,
+      name: 'first',
+      prefix: a.prefix,
+      scopes: ['emails:send'],
+      createdAt: a.createdAt,
+      lastUsedAt: null,
+      revokedAt: null,
+    });
   });
 
   it('revoked keys are included, with revokedAt set to the time of revocation', async () => {
@@ -459,7 +471,10 @@ describe('DELETE /keys/{id}', () => {
   // The guard skips the lookup of a key it has found before while no key can have stopped working (core/keys.ts);
   // a change made by another connection to the database (the operator's CLI, sqlite3) must end that at once.
   it.each([
-    ['revokes the key', (other: Database.Database, keyId: string, _accountId: string) => other.prepare('update api_keys set revoked_at = ? where id = ?').run(Date.now(), keyId)],
+    [
+      'revokes the key',
+      (other: Database.Database, keyId: string, _accountId: string) => other.prepare('update api_keys set revoked_at = ? where id = ?').run(Date.now(), keyId),
+    ],
     ['deletes the key', (other: Database.Database, keyId: string) => other.prepare('delete from api_keys where id = ?').run(keyId)],
     ['deletes the account', (other: Database.Database, _keyId: string, accountId: string) => other.prepare('delete from accounts where id = ?').run(accountId)],
   ])('another connection that %s: the key used a moment ago is 401 invalid_key on its next request', async (_what, change) => {

@@ -11,7 +11,9 @@ describe('the layers (docs/design/layers.md)', () => {
   });
 
   it('every product folder belongs to a layer', () => {
-    const outside = productSources(ROOT).filter((f) => layerOf(f.path) === null).map((f) => f.path);
+    const outside = productSources(ROOT)
+      .filter((f) => layerOf(f.path) === null)
+      .map((f) => f.path);
     expect(outside).toEqual([]);
   });
 

@@ -20,7 +20,12 @@ describe('stdoutBatched', () => {
     expect(writes).toEqual([]);
     vi.advanceTimersByTime(1);
     expect(writes).toHaveLength(1);
-    expect(writes[0]!.split('\n').filter(Boolean).map((l) => JSON.parse(l).event)).toEqual(['one', 'two']);
+    expect(
+      writes[0]!
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l).event),
+    ).toEqual(['one', 'two']);
     logger.error('three');
     expect(writes).toHaveLength(1);
     vi.advanceTimersByTime(LOG_FLUSH_MS);
@@ -62,7 +67,11 @@ describe('stdoutBatched', () => {
     const logger = fileURLToPath(new URL('../dist/server/shared/logger.js', import.meta.url));
     const run = (body: string) => {
       try {
-        return execFileSync(process.execPath, ['--input-type=module', '-e', `import { createLogger } from ${JSON.stringify(logger)}; const log = createLogger('info'); ${body}`], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+        return execFileSync(
+          process.execPath,
+          ['--input-type=module', '-e', `import { createLogger } from ${JSON.stringify(logger)}; const log = createLogger('info'); ${body}`],
+          { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] },
+        );
       } catch (err) {
         return (err as { stdout: string }).stdout;
       }

@@ -63,18 +63,26 @@ describe('From display name: an encoded word hiding an address (docs/api/behavio
   ];
   for (const name of hidden) {
     it(`is refused: ${name}`, async () => {
-      const res = await service.api('POST', '/emails', { key: s.key, body: { from: `${name} <${s.from}>`, to: TO, template: { name: 'welcome' }, sandbox: true } });
+      const res = await service.api('POST', '/emails', {
+        key: s.key,
+        body: { from: `${name} <${s.from}>`, to: TO, template: { name: 'welcome' }, sandbox: true },
+      });
       expect(res.status, JSON.stringify(res.body)).toBe(422);
     });
   }
-
 });
 
 describe('From display name: a line break (docs/api/behaviour.md: "A comma anywhere (even quoted), a second address or a line break is refused")', () => {
   it('refuses U+0085 NEXT LINE as it refuses U+2028/U+2029', async () => {
-    const control = await service.api('POST', '/emails', { key: s.key, body: { from: `Bob\u2028Evil <${s.from}>`, to: TO, template: { name: 'welcome' }, sandbox: true } });
+    const control = await service.api('POST', '/emails', {
+      key: s.key,
+      body: { from: `Bob\u2028Evil <${s.from}>`, to: TO, template: { name: 'welcome' }, sandbox: true },
+    });
     expect(control.status).toBe(422);
-    const res = await service.api('POST', '/emails', { key: s.key, body: { from: `Bob\u0085Evil <${s.from}>`, to: TO, template: { name: 'welcome' }, sandbox: true } });
+    const res = await service.api('POST', '/emails', {
+      key: s.key,
+      body: { from: `Bob\u0085Evil <${s.from}>`, to: TO, template: { name: 'welcome' }, sandbox: true },
+    });
     expect(res.status, JSON.stringify(res.body)).toBe(422);
   });
 
@@ -83,12 +91,18 @@ describe('From display name: a line break (docs/api/behaviour.md: "A comma anywh
     ['a right-to-left override, which turns the address after it around', '\u202emoc.lapyap'],
     ['a bidi isolate', 'Bob\u2067Evil\u2069'],
   ])('refuses %s', async (_, name) => {
-    const res = await service.api('POST', '/emails', { key: s.key, body: { from: `${name} <${s.from}>`, to: TO, template: { name: 'welcome' }, sandbox: true } });
+    const res = await service.api('POST', '/emails', {
+      key: s.key,
+      body: { from: `${name} <${s.from}>`, to: TO, template: { name: 'welcome' }, sandbox: true },
+    });
     expect(res.status, JSON.stringify(res.body)).toBe(422);
   });
 
   it('still takes a name in any script, with emoji', async () => {
-    const res = await service.api('POST', '/emails', { key: s.key, body: { from: `Zoë Ünal שלום 商店 🚀 <${s.from}>`, to: TO, template: { name: 'welcome' }, sandbox: true } });
+    const res = await service.api('POST', '/emails', {
+      key: s.key,
+      body: { from: `Zoë Ünal שלום 商店 🚀 <${s.from}>`, to: TO, template: { name: 'welcome' }, sandbox: true },
+    });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
   });
 });
@@ -108,7 +122,10 @@ describe('link variables (docs/api/behaviour.md: "link variables (`resetUrl`, `u
     ['a backslash', 'https:\\\\bank.example\\signin'],
     ['a tab', 'https://bank.example/sign\tin'],
   ])('refuses %s (the URL parser would repair it; the value as given is what is rendered)', async (_, resetUrl) => {
-    const res = await service.api('POST', '/emails', { key: s.key, body: { from: s.from, to: TO, template: { name: 'password-reset', resetUrl }, sandbox: true } });
+    const res = await service.api('POST', '/emails', {
+      key: s.key,
+      body: { from: s.from, to: TO, template: { name: 'password-reset', resetUrl }, sandbox: true },
+    });
     expect(res.status, JSON.stringify(res.body)).toBe(422);
   });
 

@@ -92,7 +92,8 @@ describe('GET /metrics: the families an operator scrapes', () => {
       mailstead_inbound_refused_total: 'counter',
     });
     for (const family of families.values()) expect(family.help, family.name).toMatch(/\w/);
-    for (const status of ['delivered', 'bounced', 'deferred', 'complained']) expect(sampleValue(families, 'mailstead_delivery_outcomes_total', { status })).toBe(0);
+    for (const status of ['delivered', 'bounced', 'deferred', 'complained'])
+      expect(sampleValue(families, 'mailstead_delivery_outcomes_total', { status })).toBe(0);
     for (const outcome of ['delivered', 'failed', 'gave_up']) expect(sampleValue(families, 'mailstead_webhook_attempts_total', { outcome })).toBe(0);
     expect(sampleValue(families, 'mailstead_inbound_accepted_total')).toBe(0);
     expect(sampleValue(families, 'mailstead_customer_db_writes_pending')).toBe(0);
@@ -137,7 +138,8 @@ describe('GET /metrics: the families an operator scrapes', () => {
 
   it('a deferral and a bounce: each counted by status, the deferred recipient waits as deferred; failing webhooks count failed, then gave_up', async () => {
     const { service, sink } = rig;
-    sink.rcpt = (to) => (to.startsWith('later') ? { code: 451, message: '4.2.0 Mailbox busy' } : to.startsWith('gone') ? { code: 550, message: '5.1.1 No such user' } : 'accept');
+    sink.rcpt = (to) =>
+      to.startsWith('later') ? { code: 451, message: '4.2.0 Mailbox busy' } : to.startsWith('gone') ? { code: 550, message: '5.1.1 No such user' } : 'accept';
     const sender = await newSender(service);
     await newEndpoint(sender.key, ['email.bounced', 'email.deferred']);
     receiver.respond({ status: 500 });
@@ -168,7 +170,12 @@ describe('GET /metrics: the families an operator scrapes', () => {
     service.deps.db
       .update(webhookDeliveries)
       .set({ attempts: 5, nextAttemptAt: service.clock.now() })
-      .where(inArray(webhookDeliveries.id, rows.map((r) => r.id)))
+      .where(
+        inArray(
+          webhookDeliveries.id,
+          rows.map((r) => r.id),
+        ),
+      )
       .run();
     expect(await dispatch()).toBe(2);
     const gaveUp = await scrape(service);
@@ -264,7 +271,7 @@ describe('GET /metrics: the families an operator scrapes', () => {
 });
 
 describe('docs/operating/logs-and-metrics.md', () => {
-  it("the metrics table names every family /metrics serves, and nothing else", async () => {
+  it('the metrics table names every family /metrics serves, and nothing else', async () => {
     const readme = readFileSync(fileURLToPath(new URL('../docs/operating/logs-and-metrics.md', import.meta.url)), 'utf8');
     const documented = new Set([...readme.matchAll(/^\| `(mailstead_[a-z_]+)` \|/gm)].map((m) => m[1]));
     const served = [...(await scrape(rig.service)).keys()].filter((name) => name.startsWith('mailstead_'));

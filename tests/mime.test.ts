@@ -61,7 +61,10 @@ describe('headers', () => {
     expect(subjectHeader('Status\nupdate')).toBe('Subject: Status update\r\n');
     expect(subjectHeader('Grüße')).toMatch(/^Subject: =\?UTF-8\?B\?[A-Za-z0-9+/=]+\?=\r\n$/);
     // A long non-ASCII subject and display name: every line within RFC 2047's 76, the first one too.
-    for (const line of subjectHeader(`Votre reçu n° ${'é'.repeat(60)}`).split('\r\n').slice(0, -1)) expect(line.length, line).toBeLessThanOrEqual(76);
+    for (const line of subjectHeader(`Votre reçu n° ${'é'.repeat(60)}`)
+      .split('\r\n')
+      .slice(0, -1))
+      expect(line.length, line).toBeLessThanOrEqual(76);
   });
 
   it('encodes a subject with a word too long to fold, so no line comes near the 998 of RFC 5322, and it reads back whole', async () => {
@@ -118,7 +121,9 @@ describe('buildMime', () => {
   });
 
   it('gives every message its own boundary', () => {
-    const boundaries = new Set(Array.from({ length: 50 }, () => /boundary="([^"]+)"/.exec(buildMime({ ...base, subject: 's', text: 't', html: 'h' }).toString())![1]));
+    const boundaries = new Set(
+      Array.from({ length: 50 }, () => /boundary="([^"]+)"/.exec(buildMime({ ...base, subject: 's', text: 't', html: 'h' }).toString())![1]),
+    );
     expect(boundaries.size).toBe(50);
   });
 });

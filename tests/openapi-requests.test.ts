@@ -54,7 +54,7 @@ describe('request schemas say what the service refuses', () => {
     expect(validComponent('SuspendSubAccountRequest', { suspended: false })).toBe(true);
   });
 
-  it('GET /suppressions: the address query parameter carries docs/api/contract.md\'s bounds, 1 to 320 characters', async () => {
+  it("GET /suppressions: the address query parameter carries docs/api/contract.md's bounds, 1 to 320 characters", async () => {
     const long = 'a'.repeat(321);
     const refused = await service.api('GET', `/suppressions?address=${long}`, { key: s.key });
     expect(refused.status).toBe(422);
@@ -94,7 +94,7 @@ describe('request schemas say what the service refuses', () => {
     expect(accepted, 'bodies the service refuses that the document calls valid').toEqual([]);
   });
 
-  it('GET /emails: a since value the document\'s date-time format accepts is not refused by the service', async () => {
+  it("GET /emails: a since value the document's date-time format accepts is not refused by the service", async () => {
     const schema = parameter('/emails', 'get', 'since').schema as Json;
     const refused: string[] = [];
     for (const since of ['2026-01-01t00:00:00z', '2026-01-01 00:00:00Z', '2026-01-01T00:00:00+0100']) {

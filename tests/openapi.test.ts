@@ -45,7 +45,7 @@ describe('GET /api/v1/openapi.json and GET /api/v1', () => {
     expect(await res.json()).toEqual(apiDocument);
   });
 
-  it('an index at /api/v1 (and /api/v1/, the document\'s `/`), without a key, links the document', async () => {
+  it("an index at /api/v1 (and /api/v1/, the document's `/`), without a key, links the document", async () => {
     for (const path of ['', '/']) {
       const res = await service.api('GET', path);
       expect(res.status).toBe(200);
@@ -75,7 +75,13 @@ describe('GET /api/v1/openapi.json and GET /api/v1', () => {
 
 describe('the document names every route the app serves, and only those', () => {
   // The dashboard (HTML pages under /dashboard, tests/dashboard-*.test.ts) is not part of the API.
-  const served = () => [...new Set(createApp(service.deps).routes.filter((r) => r.method !== 'ALL' && !r.path.startsWith('/dashboard')).map((r) => `${r.method} ${r.path}`))];
+  const served = () => [
+    ...new Set(
+      createApp(service.deps)
+        .routes.filter((r) => r.method !== 'ALL' && !r.path.startsWith('/dashboard'))
+        .map((r) => `${r.method} ${r.path}`),
+    ),
+  ];
   const asTemplate = (path: string) => path.replace(/:([^/]+)/g, '{$1}');
 
   it('every route under /api/v1 is an operation of the document', () => {
@@ -92,7 +98,11 @@ describe('the document names every route the app serves, and only those', () => 
   });
 
   it('every operation of the document is a route the app serves', () => {
-    const routes = new Set(served().map((route) => route.replace(API_BASE, '').replace(/^(\w+) $/, '$1 /')).map(asTemplate));
+    const routes = new Set(
+      served()
+        .map((route) => route.replace(API_BASE, '').replace(/^(\w+) $/, '$1 /'))
+        .map(asTemplate),
+    );
     const extra = operations()
       .map(({ method, path }) => `${method} ${path}`)
       .filter((op) => !routes.has(op));
@@ -125,7 +135,12 @@ describe("each operation's documented scope is the one the route asks for", () =
     expect(op.description).toContain(`Scope: \`${scope}\`.`);
     const { account } = service.newAccount({ name: `Scope ${scope}` });
 
-    const lacking = await service.api(method, concrete(path), { key: service.newKey(account.id, SCOPES.filter((s) => s !== scope)) });
+    const lacking = await service.api(method, concrete(path), {
+      key: service.newKey(
+        account.id,
+        SCOPES.filter((s) => s !== scope),
+      ),
+    });
     expect(lacking.status, JSON.stringify(lacking.body)).toBe(403);
     expect(lacking.body.error.code).toBe('insufficient_scope');
     expectDocumented(lacking);
@@ -143,7 +158,9 @@ describe("each operation's documented scope is the one the route asks for", () =
 
 describe('error responses', () => {
   it('every documented error code is one of docs/api/contract.md (or the two docs/api/behaviour.md adds) at its status, lists aside', () => {
-    const listOverrides = new Set(Object.values(LISTS).flatMap((l) => [`${l.badLimit.status} ${l.badLimit.code}`, `${l.badCursor.status} ${l.badCursor.code}`]));
+    const listOverrides = new Set(
+      Object.values(LISTS).flatMap((l) => [`${l.badLimit.status} ${l.badLimit.code}`, `${l.badCursor.status} ${l.badCursor.code}`]),
+    );
     for (const { method, path, op } of operations()) {
       for (const [status, response] of Object.entries(op.responses as Record<string, Json>)) {
         if (Number(status) < 400) continue;

@@ -58,7 +58,11 @@ describe('a received message in the outbox', () => {
   it('a write queued in the earlier format (base64 inside the JSON) still opens', () => {
     const key = service.deps.secretKey!;
     const row = service.deps.db.select().from(customerDbWrites).all().at(-1)!;
-    const legacy = { ...row, rawSealed: null, payloadSealed: encryptSecret(key, JSON.stringify({ ...inbound(), raw: MESSAGE.toString('base64') }), `customer-db-write:${row.id}`) };
+    const legacy = {
+      ...row,
+      rawSealed: null,
+      payloadSealed: encryptSecret(key, JSON.stringify({ ...inbound(), raw: MESSAGE.toString('base64') }), `customer-db-write:${row.id}`),
+    };
     expect((openWrite(key, legacy).write as SpooledInboundWrite).raw).toEqual(MESSAGE);
   });
 

@@ -198,8 +198,8 @@ function withForgedKey(cursor: string, k: string): string {
 /** A cursor as the service used to issue them: base64url JSON of list, account and row id, unsigned. */
 const unsigned = (l: string, a: string, k: string) => Buffer.from(JSON.stringify({ l, a, k })).toString('base64url');
 
-describe('cursors are signed by the server: a made-up or altered one is refused with the list\'s own error', () => {
-  it('GET /accounts: a cursor of this list and account pointing at another account\'s sub-account is 422 invalid_request', async () => {
+describe("cursors are signed by the server: a made-up or altered one is refused with the list's own error", () => {
+  it("GET /accounts: a cursor of this list and account pointing at another account's sub-account is 422 invalid_request", async () => {
     const { account, key } = service.newAccount();
     const mine = (await createSubs(key, 3, 'Mine')).reverse();
     const other = service.newAccount();
@@ -210,7 +210,13 @@ describe('cursors are signed by the server: a made-up or altered one is refused 
     // The genuine cursor works, and keeps working when used again.
     for (let i = 0; i < 2; i++) expect((await fetchPage('/accounts', key, 5, cursor)).data.map((a) => a.id)).toEqual(mine.slice(1));
 
-    for (const forged of [withForgedKey(cursor, theirs), withForgedKey(cursor, mine[2]!), unsigned('accounts', account.id, theirs), `${cursor}x`, `${cursor}.extra`]) {
+    for (const forged of [
+      withForgedKey(cursor, theirs),
+      withForgedKey(cursor, mine[2]!),
+      unsigned('accounts', account.id, theirs),
+      `${cursor}x`,
+      `${cursor}.extra`,
+    ]) {
       const res = await service.api('GET', `/accounts?cursor=${encodeURIComponent(forged)}`, { key });
       expect(res.status, forged).toBe(422);
       expect(res.body).toEqual({ error: { code: 'invalid_request', message: expect.stringMatching(/\bcursor\b/) } });

@@ -201,7 +201,11 @@ describe('creditStatus: trial, ok, grace by days or by emails, exhausted', () =>
     });
 
     it('GRACE_EMAILS=5: the count follows it', () => {
-      expect(creditStatus(record({ graceEmailsUsed: 2 }), { ...policy, graceEmails: 5 }, freeUntil)).toEqual({ state: 'grace', graceDaysLeft: 3, graceEmailsLeft: 3 });
+      expect(creditStatus(record({ graceEmailsUsed: 2 }), { ...policy, graceEmails: 5 }, freeUntil)).toEqual({
+        state: 'grace',
+        graceDaysLeft: 3,
+        graceEmailsLeft: 3,
+      });
     });
   });
 });

@@ -24,7 +24,14 @@ describe('takeInTurns: every list’s first, then every list’s second..., up t
     { lists: [['a1', 'a2', 'a3'], ['b1']], limit: 10, taken: ['a1', 'b1', 'a2', 'a3'] },
     { lists: [['a1', 'a2', 'a3', 'a4'], ['b1', 'b2'], ['c1']], limit: 5, taken: ['a1', 'b1', 'c1', 'a2', 'b2'] },
     // A backlog first in line never keeps the others out: the limit falls within a turn.
-    { lists: [['a1', 'a2', 'a3', 'a4'], ['b1', 'b2']], limit: 3, taken: ['a1', 'b1', 'a2'] },
+    {
+      lists: [
+        ['a1', 'a2', 'a3', 'a4'],
+        ['b1', 'b2'],
+      ],
+      limit: 3,
+      taken: ['a1', 'b1', 'a2'],
+    },
     { lists: [['a1'], ['b1']], limit: 0, taken: [] },
   ];
   it.each(cases)('$lists, limit $limit', ({ lists, limit, taken }) => {
@@ -38,7 +45,13 @@ const probe = sqliteTable('probe', {
   lockedBy: text('locked_by'),
   lockedUntil: integer('locked_until'),
 });
-const leases = sqliteLeases({ table: probe, id: probe.id, lockedBy: probe.lockedBy, lockedUntil: probe.lockedUntil, leasable: sql`${probe.status} = ${sql.placeholder('status')}` });
+const leases = sqliteLeases({
+  table: probe,
+  id: probe.id,
+  lockedBy: probe.lockedBy,
+  lockedUntil: probe.lockedUntil,
+  leasable: sql`${probe.status} = ${sql.placeholder('status')}`,
+});
 
 let dataDir: string;
 let store: Store;
@@ -56,7 +69,12 @@ afterEach(() => {
 
 type ProbeRow = typeof probe.$inferSelect;
 const put = (...rows: ProbeRow[]) => store.db.insert(probe).values(rows).run();
-const row = (id: string) => store.db.select().from(probe).all().find((r) => r.id === id);
+const row = (id: string) =>
+  store.db
+    .select()
+    .from(probe)
+    .all()
+    .find((r) => r.id === id);
 const free = (id: string, status = 'queued'): ProbeRow => ({ id, status, lockedBy: null, lockedUntil: null });
 const held = (id: string, by: string, until: number, status = 'queued'): ProbeRow => ({ id, status, lockedBy: by, lockedUntil: until });
 
@@ -78,7 +96,10 @@ describe('the lease operations over a table', () => {
 
   it('leases only the ids asked for, and returns the rows as the table maps them', () => {
     put(free('a'), free('b'), free('c'));
-    expect(leases.lease(store.db, 'me', ['a', 'c', 'missing'], 10, 0, { status: 'queued' }).sort((x, y) => (x.id < y.id ? -1 : 1))).toEqual([held('a', 'me', 10), held('c', 'me', 10)]);
+    expect(leases.lease(store.db, 'me', ['a', 'c', 'missing'], 10, 0, { status: 'queued' }).sort((x, y) => (x.id < y.id ? -1 : 1))).toEqual([
+      held('a', 'me', 10),
+      held('c', 'me', 10),
+    ]);
     expect(row('b')).toEqual(free('b'));
     expect(leases.lease(store.db, 'me', [], 10, 0, { status: 'queued' })).toEqual([]);
   });

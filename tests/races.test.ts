@@ -93,7 +93,12 @@ describe('dashboard: a session ended while a POST form was still arriving', () =
     const form = new URLSearchParams({ _csrf: client.csrf, amount: '1000' }).toString();
     const res = await sendInHalves(
       service.url,
-      { method: 'POST', path: `/dashboard/accounts/${account.id}/credits`, headers: { 'content-type': 'application/x-www-form-urlencoded', cookie: client.cookie, origin: service.url }, body: form },
+      {
+        method: 'POST',
+        path: `/dashboard/accounts/${account.id}/credits`,
+        headers: { 'content-type': 'application/x-www-form-urlencoded', cookie: client.cookie, origin: service.url },
+        body: form,
+      },
       () => {
         // What `npm run -s cli -- admin-token reset` does (docs/operating/dashboard.md: "signs every session out").
         resetAdminToken(service.deps.db);
@@ -166,7 +171,20 @@ Diagnostic-Code: smtp; 550 5.1.1 <${recipient}>: User unknown
     const sender = await newSender(service);
     const sentEmail = (to: string) => {
       const id = newId(service.clock.now());
-      service.deps.db.insert(emails).values({ id, accountId: sender.account.id, fromAddress: sender.from, to: [to], subject: 's', template: 'receipt', status: 'sent', sandbox: false, createdAt: service.clock.now() }).run();
+      service.deps.db
+        .insert(emails)
+        .values({
+          id,
+          accountId: sender.account.id,
+          fromAddress: sender.from,
+          to: [to],
+          subject: 's',
+          template: 'receipt',
+          status: 'sent',
+          sandbox: false,
+          createdAt: service.clock.now(),
+        })
+        .run();
       return id;
     };
     const slow = sentEmail('slow@example.net');

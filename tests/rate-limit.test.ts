@@ -220,7 +220,13 @@ const ENDPOINTS: Endpoint[] = [
   { method: 'DELETE', route: '/domains/:id', path: `/domains/${SOME_ID}`, scope: 'domains:write' },
   { method: 'POST', route: '/domains/:id/verify', path: `/domains/${SOME_ID}/verify`, scope: 'domains:write' },
   { method: 'GET', route: '/emails', path: '/emails', scope: 'emails:read' },
-  { method: 'POST', route: '/emails', path: '/emails', scope: 'emails:send', body: { from: 'shop@shop.example.com', to: 'ann@example.net', subject: 'Hi', text: 'Hello' } },
+  {
+    method: 'POST',
+    route: '/emails',
+    path: '/emails',
+    scope: 'emails:send',
+    body: { from: 'shop@shop.example.com', to: 'ann@example.net', subject: 'Hi', text: 'Hello' },
+  },
   { method: 'GET', route: '/emails/:id', path: `/emails/${SOME_ID}`, scope: 'emails:read' },
   { method: 'GET', route: '/emails/:id/message', path: `/emails/${SOME_ID}/message?recipient=ann%40example.net`, scope: 'emails:read' },
   { method: 'GET', route: '/suppressions', path: '/suppressions', scope: 'suppressions:read' },
@@ -292,7 +298,10 @@ describe('every endpoint, with RATE_LIMIT_PER_KEY=3', () => {
       expect(unknownKey.body.error.code).toBe('invalid_key');
 
       // A key without the scope and an unknown or foreign account header: the scope answers.
-      const lacking = service.newKey(account.id, SCOPES.filter((s) => s !== ep.scope));
+      const lacking = service.newKey(
+        account.id,
+        SCOPES.filter((s) => s !== ep.scope),
+      );
       for (const header of [SOME_ID, foreignSub.body.id as string]) {
         const res = await call(ep, lacking, header);
         expect(res.status, JSON.stringify(res.body)).toBe(403);
@@ -300,7 +309,10 @@ describe('every endpoint, with RATE_LIMIT_PER_KEY=3', () => {
       }
 
       // The same key at its limit: the rate limit answers, before the scope and the header.
-      const spent = service.newKey(account.id, SCOPES.filter((s) => s !== ep.scope));
+      const spent = service.newKey(
+        account.id,
+        SCOPES.filter((s) => s !== ep.scope),
+      );
       for (let i = 0; i < LIMIT; i++) expectOk(await service.api('GET', spendPath(ep), { key: spent }));
       expectRateLimited(await call(ep, spent));
       expectRateLimited(await call(ep, spent, SOME_ID));

@@ -42,7 +42,15 @@ const body = JSON.stringify({
   id: delivery.id,
   type: delivery.type,
   createdAt: '2026-03-10T12:00:00.000Z',
-  data: { messageId: '01950000-0000-7000-8000-000000000001', recipient: 'zoë@example.net', status: 'bounced', dsn: '5.1.1', detail: '550 5.1.1 Adresse inconnue ✗', occurredAt: '2026-03-10T12:00:00.000Z', from: 'billing@example.com' },
+  data: {
+    messageId: '01950000-0000-7000-8000-000000000001',
+    recipient: 'zoë@example.net',
+    status: 'bounced',
+    dsn: '5.1.1',
+    detail: '550 5.1.1 Adresse inconnue ✗',
+    occurredAt: '2026-03-10T12:00:00.000Z',
+    from: 'billing@example.com',
+  },
 });
 
 function freePort(): Promise<number> {
@@ -69,7 +77,10 @@ describe('the Node snippet, as a receiver process', () => {
     writeFileSync(file, snippet('## Node (node:crypto)', 'js'));
     const port = await freePort();
     url = `http://127.0.0.1:${port}/hook`;
-    child = spawn(process.execPath, [file], { env: { PATH: process.env.PATH ?? '', PORT: String(port), WEBHOOK_SECRET: secret }, stdio: ['ignore', 'ignore', 'pipe'] });
+    child = spawn(process.execPath, [file], {
+      env: { PATH: process.env.PATH ?? '', PORT: String(port), WEBHOOK_SECRET: secret },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
     child.stderr?.on('data', (c: Buffer) => (stderr += c.toString()));
     for (let i = 0; ; i++) {
       try {
@@ -116,7 +127,7 @@ describe('the Node snippet, as a receiver process', () => {
 });
 
 describe('the Node snippet, each function on its own', () => {
-  it('verifyServiceSignature and verifyStandardSignature each accept the service\'s post and refuse a changed or re-serialised body, a wrong secret, an old timestamp', () => {
+  it("verifyServiceSignature and verifyStandardSignature each accept the service's post and refuse a changed or re-serialised body, a wrong secret, an old timestamp", () => {
     const dir = mkdtempSync(join(tmpdir(), 'mailstead-readme-'));
     try {
       writeFileSync(join(dir, 'receiver.mjs'), snippet('## Node (node:crypto)', 'js'));
@@ -135,7 +146,11 @@ describe('the Node snippet, each function on its own', () => {
         const out = cases.map((c) => { const raw = Buffer.from(c.body, 'base64'); return [verifyServiceSignature(process.env.WEBHOOK_SECRET, c.headers['x-service-signature'], raw), verifyStandardSignature(process.env.WEBHOOK_SECRET, c.headers, raw)]; });
         process.stdout.write(JSON.stringify(out));
         process.exit(0);`;
-      const run = spawnSync(process.execPath, ['--input-type=module', '-e', driver], { cwd: dir, encoding: 'utf8', env: { PATH: process.env.PATH ?? '', PORT: '0', WEBHOOK_SECRET: secret, CASES: JSON.stringify(cases) } });
+      const run = spawnSync(process.execPath, ['--input-type=module', '-e', driver], {
+        cwd: dir,
+        encoding: 'utf8',
+        env: { PATH: process.env.PATH ?? '', PORT: '0', WEBHOOK_SECRET: secret, CASES: JSON.stringify(cases) },
+      });
       expect(run.status, run.stderr).toBe(0);
       expect(JSON.parse(run.stdout)).toEqual([
         [true, true],

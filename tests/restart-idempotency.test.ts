@@ -21,9 +21,19 @@ it('a retry after a kill -9 is not refused as in progress', { timeout: 90_000 },
   let proc = await startServiceProcess(env);
   const { key } = await createAccountWithCli(env, 'Stale');
   await connectSendingDomain(proc, dir, key, 'stale-shop.example.com');
-  const bodyOf = (n: number) => JSON.stringify({ from: 'billing@stale-shop.example.com', to: `r${n}@example.com`, sandbox: true, template: { name: 'receipt', receiptNumber: `R-${n}`, total: '$1.00' } });
+  const bodyOf = (n: number) =>
+    JSON.stringify({
+      from: 'billing@stale-shop.example.com',
+      to: `r${n}@example.com`,
+      sandbox: true,
+      template: { name: 'receipt', receiptNumber: `R-${n}`, total: '$1.00' },
+    });
   const post = (base: string, n: number) =>
-    fetch(`${base}/emails`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'Idempotency-Key': `k-${n}` }, body: bodyOf(n) }).then(async (r) => ({ status: r.status, body: await r.json() }));
+    fetch(`${base}/emails`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'Idempotency-Key': `k-${n}` },
+      body: bodyOf(n),
+    }).then(async (r) => ({ status: r.status, body: await r.json() }));
   const runningClaims = () => {
     const db = new Database(join(dir, 'mailstead.db'), { readonly: true });
     try {

@@ -28,7 +28,12 @@ afterEach(() => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-const recorded = () => store.db.select().from(settings).all().filter((r) => r.key === 'secret_key_check');
+const recorded = () =>
+  store.db
+    .select()
+    .from(settings)
+    .all()
+    .filter((r) => r.key === 'secret_key_check');
 
 describe('checkSecretKey', () => {
   it('first start: records the key; the same key again is ok, another is a mismatch', () => {
@@ -41,8 +46,44 @@ describe('checkSecretKey', () => {
   });
 
   it.each([
-    ['a DKIM key', () => store.db.insert(domainKeys).values({ id: 'k1', accountId: 'acc-1', name: 'shop.example', token: 't', selector: 's', dkimPublicKey: 'p', dkimPrivateKeySealed: encryptSecret(A, 'pem', 'dkim:acc-1:shop.example'), createdAt: 1 }).run(), 'the DKIM key of shop.example'],
-    ['a webhook secret', () => store.db.insert(webhookEndpoints).values({ id: 'w1', accountId: 'acc-1', url: 'https://h.example/', events: ['ping'], secretSealed: encryptSecret(A, 'whsec_x', 'webhook:w1'), active: true, failureCount: 0, disabledAt: null, lastPingAt: null, createdAt: 1 }).run(), 'the signing secret of webhook w1'],
+    [
+      'a DKIM key',
+      () =>
+        store.db
+          .insert(domainKeys)
+          .values({
+            id: 'k1',
+            accountId: 'acc-1',
+            name: 'shop.example',
+            token: 't',
+            selector: 's',
+            dkimPublicKey: 'p',
+            dkimPrivateKeySealed: encryptSecret(A, 'pem', 'dkim:acc-1:shop.example'),
+            createdAt: 1,
+          })
+          .run(),
+      'the DKIM key of shop.example',
+    ],
+    [
+      'a webhook secret',
+      () =>
+        store.db
+          .insert(webhookEndpoints)
+          .values({
+            id: 'w1',
+            accountId: 'acc-1',
+            url: 'https://h.example/',
+            events: ['ping'],
+            secretSealed: encryptSecret(A, 'whsec_x', 'webhook:w1'),
+            active: true,
+            failureCount: 0,
+            disabledAt: null,
+            lastPingAt: null,
+            createdAt: 1,
+          })
+          .run(),
+      'the signing secret of webhook w1',
+    ],
   ])('data from before the record, holding %s sealed with A: B is a mismatch naming it, A is ok and recorded', (_, insert, what) => {
     insert();
     expect(checkSecretKey(store.db, B)).toEqual({ kind: 'mismatch', what });
@@ -53,7 +94,21 @@ describe('checkSecretKey', () => {
   });
 
   it('SECRET_KEY=off: counts the secrets it leaves unreadable, records nothing', () => {
-    store.db.insert(webhookEndpoints).values({ id: 'w1', accountId: 'acc-1', url: 'https://h.example/', events: ['ping'], secretSealed: encryptSecret(A, 'x', 'webhook:w1'), active: true, failureCount: 0, disabledAt: null, lastPingAt: null, createdAt: 1 }).run();
+    store.db
+      .insert(webhookEndpoints)
+      .values({
+        id: 'w1',
+        accountId: 'acc-1',
+        url: 'https://h.example/',
+        events: ['ping'],
+        secretSealed: encryptSecret(A, 'x', 'webhook:w1'),
+        active: true,
+        failureCount: 0,
+        disabledAt: null,
+        lastPingAt: null,
+        createdAt: 1,
+      })
+      .run();
     expect(checkSecretKey(store.db, null)).toEqual({ kind: 'off', sealed: { dkimKeys: 0, webhookSecrets: 1, databaseUrls: 0 } });
     expect(recorded()).toHaveLength(0);
     expect(store.db.select().from(customerDatabases).all()).toHaveLength(0);
@@ -62,7 +117,11 @@ describe('checkSecretKey', () => {
 
 describe('keyOffWarning', () => {
   it('says nothing can be sent, and counts the stored secrets left unreadable when there are any', () => {
-    expect(keyOffWarning({ dkimKeys: 0, webhookSecrets: 0, databaseUrls: 0 })).toMatch(/^SECRET_KEY=off: no domain can be connected .* nothing can be sent; .*not signed\.$/);
-    expect(keyOffWarning({ dkimKeys: 2, webhookSecrets: 1, databaseUrls: 0 })).toContain('(2 DKIM keys, 1 webhook secrets, 0 database URLs) that stay unreadable');
+    expect(keyOffWarning({ dkimKeys: 0, webhookSecrets: 0, databaseUrls: 0 })).toMatch(
+      /^SECRET_KEY=off: no domain can be connected .* nothing can be sent; .*not signed\.$/,
+    );
+    expect(keyOffWarning({ dkimKeys: 2, webhookSecrets: 1, databaseUrls: 0 })).toContain(
+      '(2 DKIM keys, 1 webhook secrets, 0 database URLs) that stay unreadable',
+    );
   });
 });

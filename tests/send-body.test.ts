@@ -185,7 +185,7 @@ describe('tags: at most 10, key 1-40 of [A-Za-z0-9_-], value up to 256 character
     ['an empty key', { '': 'v' }],
     ['a key with a dot', { 'order.id': 'v' }],
     ['a key with a space', { 'order id': 'v' }],
-    ['a key with a non-ASCII letter', { 'commandé': 'v' }],
+    ['a key with a non-ASCII letter', { commandé: 'v' }],
     ['a value of 257 characters', { plan: 'v'.repeat(257) }],
     ['a number value', { plan: 3 }],
     ['a null value', { plan: null }],
@@ -245,9 +245,12 @@ describe('templates: name plus string variables', () => {
     await expectRefused(template('invoice', { total: '$1' }), 'template.name');
   });
 
-  it.each(['constructor', 'toString', 'hasOwnProperty', 'valueOf', '__proto__'])('a template named %s (a key every object inherits) is 422 naming template.name', async (name) => {
-    await expectRefused(template(name, { total: '$1' }), 'template.name');
-  });
+  it.each(['constructor', 'toString', 'hasOwnProperty', 'valueOf', '__proto__'])(
+    'a template named %s (a key every object inherits) is 422 naming template.name',
+    async (name) => {
+      await expectRefused(template(name, { total: '$1' }), 'template.name');
+    },
+  );
 
   it.each(['constructor', 'toString', 'hasOwnProperty'])('a variable named %s is 422 naming it, not silently dropped', async (variable) => {
     await expectRefused(template('receipt', { total: '$1', [variable]: 'x' }), `template.${variable}`);

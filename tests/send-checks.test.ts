@@ -70,7 +70,11 @@ describe('a send from a verified domain', () => {
 
   it('has put one rendered message and one queued row per unique recipient in the durable queue by the time it answers', async () => {
     const s = await newSender(service, { credits: 10 });
-    const res = await sendEmail(service, s.key, receipt(`"Acme Billing" <${s.from}>`, ['ann@example.net', 'Bob@example.org', 'bob@EXAMPLE.org', 'carl@example.com', 'ann@example.net']));
+    const res = await sendEmail(
+      service,
+      s.key,
+      receipt(`"Acme Billing" <${s.from}>`, ['ann@example.net', 'Bob@example.org', 'bob@EXAMPLE.org', 'carl@example.com', 'ann@example.net']),
+    );
     expectOk(res);
     const { message, recipients: rows } = queued(service, res.body.id);
     expect(message).toMatchObject({
@@ -205,7 +209,13 @@ describe('502 send_failed: the queue cannot take the message', () => {
     const log = await service.api('GET', '/emails?status=failed', { key: s.key });
     expect(log.status).toBe(200);
     expect(log.body.data).toHaveLength(1);
-    expect(log.body.data[0]).toMatchObject({ status: 'failed', from: s.from, to: ['ann@example.net', 'bob@example.net'], sandbox: false, error: expect.any(String) });
+    expect(log.body.data[0]).toMatchObject({
+      status: 'failed',
+      from: s.from,
+      to: ['ann@example.net', 'bob@example.net'],
+      sandbox: false,
+      error: expect.any(String),
+    });
     expect(outboundMessagesOf(service, s.account.id)).toEqual([]);
     expect(queuedRecipientsOf(service, s.account.id)).toEqual([]);
     const account = await getAccount(service, s.key);
@@ -282,7 +292,11 @@ describe('the check order: a request failing two adjacent checks gets the earlie
     const first = await sendEmail(service, s.key, body, { headers: { 'Idempotency-Key': 'order-2' } });
     expectOk(first);
     suspendByOperator(service, s.account.id, REASON);
-    expectError(await sendEmail(service, s.key, receipt(s.from, 'other@example.net'), { headers: { 'Idempotency-Key': 'order-2' } }), 422, 'idempotency_mismatch');
+    expectError(
+      await sendEmail(service, s.key, receipt(s.from, 'other@example.net'), { headers: { 'Idempotency-Key': 'order-2' } }),
+      422,
+      'idempotency_mismatch',
+    );
     const replay = await sendEmail(service, s.key, body, { headers: { 'Idempotency-Key': 'order-2' } });
     expect(replay.status).toBe(200);
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
@@ -345,7 +359,11 @@ describe('the check order: a request failing two adjacent checks gets the earlie
 
   it('(5) before (6): a body that is not JSON is 400 invalid_json whatever the domain', async () => {
     const s = await newSender(service);
-    expectError(await service.api('POST', '/emails', { key: s.key, rawBody: `{"from":"billing@${uniqueDomain()}"`, headers: { 'content-type': 'application/json' } }), 400, 'invalid_json');
+    expectError(
+      await service.api('POST', '/emails', { key: s.key, rawBody: `{"from":"billing@${uniqueDomain()}"`, headers: { 'content-type': 'application/json' } }),
+      400,
+      'invalid_json',
+    );
   });
 
   it('(5) before (6): an invalid body from a domain not yours is 422 invalid_request', async () => {
@@ -418,7 +436,9 @@ describe('a sandbox send that passes every check', () => {
     const res = await sendEmail(service, s.key, receipt(s.from, recipients(2), { sandbox: true }));
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ id: expect.any(String), sandbox: true });
-    expect(emailRows(service, s.account.id).map((r) => ({ id: r.id, status: r.status, sandbox: r.sandbox }))).toEqual([{ id: res.body.id, status: 'sandboxed', sandbox: true }]);
+    expect(emailRows(service, s.account.id).map((r) => ({ id: r.id, status: r.status, sandbox: r.sandbox }))).toEqual([
+      { id: res.body.id, status: 'sandboxed', sandbox: true },
+    ]);
     expect(queued(service, res.body.id)).toEqual({ message: undefined, recipients: [] });
   });
 

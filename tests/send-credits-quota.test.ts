@@ -203,7 +203,12 @@ describe('credits: trial, ok, grace, exhausted', () => {
     const ok = answers.filter((a) => a.status === 200);
     expect(ok).toHaveLength(5);
     expect(ok.filter((a) => a.body.warning === undefined)).toHaveLength(2);
-    expect(ok.filter((a) => a.body.warning?.code === 'grace').map((a) => a.body.warning.graceEmailsLeft).sort()).toEqual([0, 1, 2]);
+    expect(
+      ok
+        .filter((a) => a.body.warning?.code === 'grace')
+        .map((a) => a.body.warning.graceEmailsLeft)
+        .sort(),
+    ).toEqual([0, 1, 2]);
     expect(answers.filter((a) => a.status === 402).map((a) => a.body.error.code)).toEqual(['no_credits', 'no_credits']);
     expect((await getAccount(service, s.key)).credits).toMatchObject({ balance: 0, state: 'exhausted', totalUsed: 2 });
     expect(outboundMessagesOf(service, s.account.id)).toHaveLength(5);
@@ -280,7 +285,10 @@ describe('credits: trial, ok, grace, exhausted', () => {
     const sub = await newSubSender(service, parent.key);
     expectOk(await sendEmail(service, parent.key, receipt(sub.from), { account: sub.id }));
     for (const left of [2, 1, 0]) {
-      expect((await sendEmail(service, parent.key, receipt(sub.from), { account: sub.id })).body.warning).toMatchObject({ code: 'grace', graceEmailsLeft: left });
+      expect((await sendEmail(service, parent.key, receipt(sub.from), { account: sub.id })).body.warning).toMatchObject({
+        code: 'grace',
+        graceEmailsLeft: left,
+      });
     }
     expectError(await sendEmail(service, parent.key, receipt(sub.from), { account: sub.id }), 402, 'no_credits');
     expectError(await sendEmail(service, parent.key, receipt(parent.from)), 402, 'no_credits');

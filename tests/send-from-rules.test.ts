@@ -78,7 +78,8 @@ describe('accepted from values and the header rebuilt from them', () => {
 });
 
 const b = (charset: string, text: string, encoding: BufferEncoding = 'utf8') => `=?${charset}?B?${Buffer.from(text, encoding).toString('base64')}?=`;
-const q = (charset: string, bytes: Buffer) => `=?${charset}?Q?${[...bytes].map((c) => (c === 0x20 ? '_' : /[A-Za-z0-9]/.test(String.fromCharCode(c)) ? String.fromCharCode(c) : `=${c.toString(16).toUpperCase().padStart(2, '0')}`)).join('')}?=`;
+const q = (charset: string, bytes: Buffer) =>
+  `=?${charset}?Q?${[...bytes].map((c) => (c === 0x20 ? '_' : /[A-Za-z0-9]/.test(String.fromCharCode(c)) ? String.fromCharCode(c) : `=${c.toString(16).toUpperCase().padStart(2, '0')}`)).join('')}?=`;
 
 describe('a display name in RFC 2047 encoded words is decoded before the rules', () => {
   const hidden = 'support@paypal.com <security@paypal.com>';
@@ -109,7 +110,12 @@ describe('a display name in RFC 2047 encoded words is decoded before the rules',
   });
 
   it('replyTo follows the same rule: an encoded word hiding an address is 422 naming replyTo', async () => {
-    const res = await sendEmail(service, s.key, { from: addr, replyTo: `${b('utf-8', hidden)} <help@example.org>`, to: 'customer@example.net', template: { name: 'receipt', total: '$5' } });
+    const res = await sendEmail(service, s.key, {
+      from: addr,
+      replyTo: `${b('utf-8', hidden)} <help@example.org>`,
+      to: 'customer@example.net',
+      template: { name: 'receipt', total: '$5' },
+    });
     expectError(res, 422, 'invalid_request');
     expect(res.body.error.message).toMatch(/^replyTo: /);
   });
@@ -140,7 +146,10 @@ describe('an internationalized domain', () => {
     expect(ascii).toMatch(/^xn--/);
     const res = await send(`Bücher <billing@bücher-${process.pid}.example>`);
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    expect(queued(service, res.body.id).message).toMatchObject({ fromAddress: `billing@${ascii}`, fromHeader: `=?UTF-8?B?${Buffer.from('Bücher').toString('base64')}?= <billing@${ascii}>` });
+    expect(queued(service, res.body.id).message).toMatchObject({
+      fromAddress: `billing@${ascii}`,
+      fromHeader: `=?UTF-8?B?${Buffer.from('Bücher').toString('base64')}?= <billing@${ascii}>`,
+    });
   });
 });
 

@@ -136,7 +136,11 @@ describe('mismatch', () => {
     const body = receipt(s.from);
     expectOk(await sendEmail(service, s.key, body, withKey('order-8')));
     const reordered = JSON.stringify({ template: body.template, to: body.to, from: body.from });
-    const res = await service.api('POST', '/emails', { key: s.key, rawBody: reordered, headers: { 'content-type': 'application/json', 'Idempotency-Key': 'order-8' } });
+    const res = await service.api('POST', '/emails', {
+      key: s.key,
+      rawBody: reordered,
+      headers: { 'content-type': 'application/json', 'Idempotency-Key': 'order-8' },
+    });
     expectError(res, 422, 'idempotency_mismatch');
   });
 
@@ -201,9 +205,13 @@ describe('a send committed whose flush failed', () => {
     const body = receipt(s.from, ['flush-failed@example.net']);
     const real = service.deps.commits;
     // SQLite committed the batch; the disk refused the WAL's fdatasync (EIO).
-    replaceDep(service.deps, 'commits', createGroupCommit(service.deps.store, async () => {
-      throw Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' });
-    }));
+    replaceDep(
+      service.deps,
+      'commits',
+      createGroupCommit(service.deps.store, async () => {
+        throw Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' });
+      }),
+    );
     let res: Awaited<ReturnType<typeof sendEmail>>;
     try {
       res = await sendEmail(service, s.key, body, withKey('flush-failed'));
@@ -258,7 +266,10 @@ describe('in progress', () => {
   it('two identical requests at once: one 200, one 409 idempotency_in_progress, one email and one queued message', async () => {
     const s = await newSender(service);
     const body = receipt(s.from, ['ann@example.net', 'bob@example.net']);
-    const opts = { headers: { authorization: `Bearer ${s.key}`, 'content-type': 'application/json', 'Idempotency-Key': 'concurrent-1' }, body: JSON.stringify(body) };
+    const opts = {
+      headers: { authorization: `Bearer ${s.key}`, 'content-type': 'application/json', 'Idempotency-Key': 'concurrent-1' },
+      body: JSON.stringify(body),
+    };
     const sockets = await connectSockets(service, 2);
     // A flush of the WAL this test holds is under way, so the first request's commit waits for its end: that request
     // is still in progress when the second arrives, however the two are scheduled.
@@ -293,9 +304,19 @@ describe('in progress', () => {
   it('two identical requests sent together over fetch send once', async () => {
     const s = await newSender(service);
     const body = receipt(s.from, 'ann@example.net');
-    const init = () => ({ method: 'POST', headers: { authorization: `Bearer ${s.key}`, 'content-type': 'application/json', 'Idempotency-Key': 'concurrent-2' }, body: JSON.stringify(body) });
+    const init = () => ({
+      method: 'POST',
+      headers: { authorization: `Bearer ${s.key}`, 'content-type': 'application/json', 'Idempotency-Key': 'concurrent-2' },
+      body: JSON.stringify(body),
+    });
     const responses = await Promise.all([fetch(`${service.base}/emails`, init()), fetch(`${service.base}/emails`, init())]);
-    const answers = await Promise.all(responses.map(async (r) => ({ status: r.status, replayed: r.headers.get('idempotent-replayed'), body: (await r.json()) as { id?: string; error?: { code: string } } })));
+    const answers = await Promise.all(
+      responses.map(async (r) => ({
+        status: r.status,
+        replayed: r.headers.get('idempotent-replayed'),
+        body: (await r.json()) as { id?: string; error?: { code: string } },
+      })),
+    );
     // Usually one finds the other running (409); if the first has already committed, the second is its replay.
     const fresh = answers.filter((a) => a.status === 200 && a.replayed === null);
     expect(fresh).toHaveLength(1);
@@ -434,7 +455,11 @@ describe('only a settled 200 is stored', () => {
 
   it('a 400 invalid_json is not stored', async () => {
     const s = await newSender(service);
-    const res = await service.api('POST', '/emails', { key: s.key, rawBody: '{', headers: { 'content-type': 'application/json', 'Idempotency-Key': 'json-1' } });
+    const res = await service.api('POST', '/emails', {
+      key: s.key,
+      rawBody: '{',
+      headers: { 'content-type': 'application/json', 'Idempotency-Key': 'json-1' },
+    });
     expectError(res, 400, 'invalid_json');
     expectOk(await sendEmail(service, s.key, receipt(s.from), withKey('json-1')));
   });
@@ -474,7 +499,11 @@ describe('only a settled 200 is stored', () => {
     const retry = await sendEmail(service, s.key, body, withKey('retry-502'));
     expectOk(retry);
     expect(retry.headers.get('idempotent-replayed')).toBeNull();
-    expect(emailRows(service, s.account.id).map((r) => r.status).sort()).toEqual(['failed', 'sent']);
+    expect(
+      emailRows(service, s.account.id)
+        .map((r) => r.status)
+        .sort(),
+    ).toEqual(['failed', 'sent']);
   });
 });
 

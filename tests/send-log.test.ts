@@ -159,7 +159,8 @@ describe('GET /emails', () => {
     const sent = await sendOk(s);
     const sandboxed = await sendOk(s, receipt(s.from, 'ann@example.net', { sandbox: true }));
     await sendFailed(s);
-    const ids = async (status: string) => (await list(s, `?status=${status}`)).body.data.map((e: { id: string; status: string }) => ({ id: e.id, status: e.status }));
+    const ids = async (status: string) =>
+      (await list(s, `?status=${status}`)).body.data.map((e: { id: string; status: string }) => ({ id: e.id, status: e.status }));
     expect(await ids('sent')).toEqual([{ id: sent, status: 'sent' }]);
     expect(await ids('sandboxed')).toEqual([{ id: sandboxed, status: 'sandboxed' }]);
     const failed = await ids('failed');

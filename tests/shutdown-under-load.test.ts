@@ -23,11 +23,20 @@ it('exits 0 promptly on SIGTERM under a steady stream of sends', { timeout: 60_0
   await connectSendingDomain(proc, dir, key, 'load-shop.example.com');
   let stop = false;
   let answered = 0;
-  const body = JSON.stringify({ from: 'billing@load-shop.example.com', to: 'x@example.com', sandbox: true, template: { name: 'receipt', receiptNumber: 'R-1', total: '$1.00' } });
+  const body = JSON.stringify({
+    from: 'billing@load-shop.example.com',
+    to: 'x@example.com',
+    sandbox: true,
+    template: { name: 'receipt', receiptNumber: 'R-1', total: '$1.00' },
+  });
   const clients = Array.from({ length: 4 }, async () => {
     while (!stop) {
       try {
-        const res = await fetch(`${proc.base}/emails`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body });
+        const res = await fetch(`${proc.base}/emails`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+          body,
+        });
         await res.text();
         answered++;
       } catch {

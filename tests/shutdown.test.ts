@@ -14,10 +14,13 @@ describe('runStopSteps', () => {
     const ok = await runStopSteps(
       [
         ['a', () => void ran.push('a')],
-        ['b', async () => {
-          await new Promise((r) => setTimeout(r, 5));
-          ran.push('b');
-        }],
+        [
+          'b',
+          async () => {
+            await new Promise((r) => setTimeout(r, 5));
+            ran.push('b');
+          },
+        ],
         ['c', () => void ran.push('c')],
       ],
       logger,
@@ -32,9 +35,12 @@ describe('runStopSteps', () => {
     const logger = createMemoryLogger();
     const ok = await runStopSteps(
       [
-        ['webhooks', () => {
-          throw Object.assign(new Error('database disk image is malformed'), { code: 'SQLITE_CORRUPT' });
-        }],
+        [
+          'webhooks',
+          () => {
+            throw Object.assign(new Error('database disk image is malformed'), { code: 'SQLITE_CORRUPT' });
+          },
+        ],
         ['checkpointer', () => Promise.reject(new Error('gone'))],
         ['lock', () => void ran.push('lock')],
       ],

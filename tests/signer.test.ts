@@ -60,11 +60,15 @@ describe('the signer', () => {
 
   it('refuses what a thread that died held, and the next request starts a new thread', async () => {
     const crashes: Error[] = [];
-    const signer = createSigner({ threads: 1, workerUrl: new URL('./fixtures/workers/crashing-signer.mjs', import.meta.url), onCrash: (err) => crashes.push(err) });
+    const signer = createSigner({
+      threads: 1,
+      workerUrl: new URL('./fixtures/workers/crashing-signer.mjs', import.meta.url),
+      onCrash: (err) => crashes.push(err),
+    });
     signers.push(signer);
-    await expect(Promise.all([signer.build(message(1), ['a@example.net'], key, signTime), signer.build(message(2), ['b@example.net'], key, signTime)])).rejects.toThrow(
-      /the signing thread stopped \(exit 4\)/,
-    );
+    await expect(
+      Promise.all([signer.build(message(1), ['a@example.net'], key, signTime), signer.build(message(2), ['b@example.net'], key, signTime)]),
+    ).rejects.toThrow(/the signing thread stopped \(exit 4\)/);
     // A new thread for the next one (which dies the same way here: proof that it was started and reached).
     await expect(signer.build(message(3), ['c@example.net'], key, signTime)).rejects.toThrow(/exit 4/);
   });

@@ -98,7 +98,12 @@ describe('the policy table', () => {
   it('only the simulator domain itself is the simulator', () => {
     expect(isSimulatorAddress(at('delivered'))).toBe(true);
     expect(isSimulatorAddress(`delivered@${SIMULATOR_DOMAIN.toUpperCase()}`)).toBe(true);
-    for (const address of ['delivered@mailstead.test', `delivered@x.${SIMULATOR_DOMAIN}`, `delivered@${SIMULATOR_DOMAIN}.example.com`, 'delivered@example.com']) {
+    for (const address of [
+      'delivered@mailstead.test',
+      `delivered@x.${SIMULATOR_DOMAIN}`,
+      `delivered@${SIMULATOR_DOMAIN}.example.com`,
+      'delivered@example.com',
+    ]) {
       expect(isSimulatorAddress(address), address).toBe(false);
     }
   });
@@ -119,33 +124,55 @@ describe('in direct mode, through the whole pipeline without the network', () =>
     expect(byRecipient(events, at('delivered'))).toEqual([['delivered', '2.0.0']]);
     expect(byRecipient(events, at('bounce'))).toEqual([['bounced', '5.1.1']]);
     expect(byRecipient(events, at('defer'))).toEqual([['deferred', '4.2.1']]);
-    expect(byRecipient(events, at('complaint'))).toEqual([['delivered', '2.0.0'], ['complained', '5.7.1']]);
+    expect(byRecipient(events, at('complaint'))).toEqual([
+      ['delivered', '2.0.0'],
+      ['complained', '5.7.1'],
+    ]);
     const email = (await direct.api('GET', `/emails/${id}`, { key: s.key })).body;
     expect(email).toMatchObject({ deliveredAt: expect.any(String), bouncedAt: expect.any(String), complainedAt: expect.any(String) });
 
     const listed = direct.deps.db.select().from(suppressions).where(eq(suppressions.accountId, s.account.id)).all();
-    expect(listed.map((r) => [r.address, r.reason]).sort()).toEqual([[at('bounce'), 'bounce'], [at('complaint'), 'complaint']]);
+    expect(listed.map((r) => [r.address, r.reason]).sort()).toEqual([
+      [at('bounce'), 'bounce'],
+      [at('complaint'), 'complaint'],
+    ]);
 
     // defer@: again at the first gap of the retry schedule (not before), deferred; delivered at the second gap.
     direct.clock.advance(RETRY_GAPS_MS[0]! - 1);
     expect(await engine.runOnce()).toBe(0);
     direct.clock.advance(1);
     expect(await engine.runOnce()).toBe(1);
-    const deferred = direct.deps.db.select().from(outboundRecipients).where(and(eq(outboundRecipients.messageId, id), eq(outboundRecipients.recipient, at('defer')))).get();
+    const deferred = direct.deps.db
+      .select()
+      .from(outboundRecipients)
+      .where(and(eq(outboundRecipients.messageId, id), eq(outboundRecipients.recipient, at('defer'))))
+      .get();
     expect(deferred).toMatchObject({ status: 'queued', attempts: 2, nextAttemptAt: sentAt + RETRY_GAPS_MS[0]! + RETRY_GAPS_MS[1]! });
     direct.clock.advance(RETRY_GAPS_MS[1]!);
     expect(await engine.runOnce()).toBe(1);
     events = await eventsOf(direct, s.key, id);
-    expect(byRecipient(events, at('defer'))).toEqual([['deferred', '4.2.1'], ['deferred', '4.2.1'], ['delivered', '2.0.0']]);
+    expect(byRecipient(events, at('defer'))).toEqual([
+      ['deferred', '4.2.1'],
+      ['deferred', '4.2.1'],
+      ['delivered', '2.0.0'],
+    ]);
     expect(direct.deps.db.select().from(outboundRecipients).where(eq(outboundRecipients.messageId, id)).all()).toEqual([]);
 
     const posts = direct.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpoint)).all();
-    const postsOf = (type: string) => posts.filter((p) => p.eventType === type).map((p) => JSON.parse(p.data).recipient as string).sort();
+    const postsOf = (type: string) =>
+      posts
+        .filter((p) => p.eventType === type)
+        .map((p) => JSON.parse(p.data).recipient as string)
+        .sort();
     expect(postsOf('email.delivered')).toEqual([at('complaint'), at('defer'), at('delivered')]);
     expect(postsOf('email.bounced')).toEqual([at('bounce')]);
     expect(postsOf('email.deferred')).toEqual([at('defer'), at('defer')]);
     expect(postsOf('email.complained')).toEqual([at('complaint')]);
-    const writes = direct.deps.db.select().from(customerDbWrites).where(and(eq(customerDbWrites.accountId, s.account.id), eq(customerDbWrites.kind, 'event'))).all();
+    const writes = direct.deps.db
+      .select()
+      .from(customerDbWrites)
+      .where(and(eq(customerDbWrites.accountId, s.account.id), eq(customerDbWrites.kind, 'event')))
+      .all();
     expect(writes).toHaveLength(events.length);
 
     expect(sink.connections).toBe(0);
@@ -157,7 +184,12 @@ describe('in direct mode, through the whole pipeline without the network', () =>
     const engine = createDeliveryEngine(direct.deps, { timeouts: FAST_TIMEOUTS });
     await send(direct, s.key, at('bounce'));
     await engine.runOnce();
-    expectError(await direct.api('POST', '/emails', { key: s.key, body: receipt(s.from, at('bounce')) }), 422, 'recipient_suppressed', new RegExp(at('bounce')));
+    expectError(
+      await direct.api('POST', '/emails', { key: s.key, body: receipt(s.from, at('bounce')) }),
+      422,
+      'recipient_suppressed',
+      new RegExp(at('bounce')),
+    );
     const again = await send(direct, s.key, at('bounce+2'));
     await engine.runOnce();
     expect(byRecipient(await eventsOf(direct, s.key, again), at('bounce+2'))).toEqual([['bounced', '5.1.1']]);
@@ -165,7 +197,11 @@ describe('in direct mode, through the whole pipeline without the network', () =>
 
   it('suppressed@ is always on the suppression list: 422 recipient_suppressed naming it, nothing queued, sandbox too', async () => {
     const s = await newSender(direct);
-    for (const body of [receipt(s.from, ['ok@example.net', at('suppressed')]), receipt(s.from, at('suppressed+7')), receipt(s.from, at('suppressed'), { sandbox: true })]) {
+    for (const body of [
+      receipt(s.from, ['ok@example.net', at('suppressed')]),
+      receipt(s.from, at('suppressed+7')),
+      receipt(s.from, at('suppressed'), { sandbox: true }),
+    ]) {
       const res = await direct.api('POST', '/emails', { key: s.key, body });
       expectError(res, 422, 'recipient_suppressed', /suppressed(\+7)?@simulator\.mailstead\.test/);
       expect(res.body.error.message).not.toContain('ok@example.net');
@@ -181,7 +217,11 @@ describe('quota and credits count; reputation does not', () => {
   it('60 simulator bounces and complaints leave totalSent, totalBounced, totalComplained at zero and the account healthy; quota and credits are used', async () => {
     const s = await newSender(direct, { credits: 10 });
     const engine = createDeliveryEngine(direct.deps, { timeouts: FAST_TIMEOUTS });
-    await send(direct, s.key, Array.from({ length: 30 }, (_, i) => at(`bounce+${i}`)));
+    await send(
+      direct,
+      s.key,
+      Array.from({ length: 30 }, (_, i) => at(`bounce+${i}`)),
+    );
     await send(direct, s.key, [...Array.from({ length: 29 }, (_, i) => at(`bounce+${30 + i}`)), at('complaint')]);
     await engine.runOnce();
     const account = await getAccount(direct, s.key);
@@ -211,7 +251,10 @@ describe('in capture mode', () => {
     const events = await eventsOf(capture, s.key, id);
     expect(byRecipient(events, at('delivered'))).toEqual([['delivered', '2.0.0']]);
     expect(byRecipient(events, at('bounce'))).toEqual([['bounced', '5.1.1']]);
-    expect(byRecipient(events, at('complaint'))).toEqual([['delivered', '2.0.0'], ['complained', '5.7.1']]);
+    expect(byRecipient(events, at('complaint'))).toEqual([
+      ['delivered', '2.0.0'],
+      ['complained', '5.7.1'],
+    ]);
     expect(events.map((e) => e.detail)).not.toContain('captured');
     expect(sink.connections).toBe(0);
 

@@ -12,7 +12,15 @@ import { SessionFailure, connectionOptions, openSession } from '../mta/smtp-clie
  */
 
 const opts = { name: 'mx.mailstead.test', connectTimeoutMs: 1000, greetingTimeoutMs: 1000, socketTimeoutMs: 1000 };
-const target = (host: string, extra: Partial<Target> = {}): Target => ({ host, addresses: ['192.0.2.10'], port: 25, secure: false, auth: null, relay: false, ...extra });
+const target = (host: string, extra: Partial<Target> = {}): Target => ({
+  host,
+  addresses: ['192.0.2.10'],
+  port: 25,
+  secure: false,
+  auth: null,
+  relay: false,
+  ...extra,
+});
 
 describe('SMTP connection options', () => {
   it.each(['127.0.0.1', '192.0.2.7', '::1', '[2001:db8::1]'])('sends no SNI servername to the IP address %s', (host) => {

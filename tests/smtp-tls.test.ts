@@ -292,7 +292,10 @@ describe('loadOrCreateSmtpTls', () => {
     // Another process that has written the key and writes the certificate 200 ms from now.
     const script = `process.stdout.write('ready\\n');
       setTimeout(() => require('node:fs').writeFileSync(process.env.CERT_PATH, process.env.CERT, { mode: 0o600 }), 200);`;
-    const writer = spawn(process.execPath, ['-e', script], { env: { ...process.env, CERT_PATH: certPath, CERT: theirs.cert }, stdio: ['ignore', 'pipe', 'inherit'] });
+    const writer = spawn(process.execPath, ['-e', script], {
+      env: { ...process.env, CERT_PATH: certPath, CERT: theirs.cert },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     const exited = new Promise((resolve) => writer.on('close', resolve));
     await new Promise((resolve) => writer.stdout.once('data', resolve));
     expect(loadOrCreateSmtpTls(generated(dir))).toEqual({ ...theirs, source: 'existing-generated' });

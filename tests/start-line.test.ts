@@ -142,7 +142,12 @@ describe('the real process at start', () => {
     const entries = () => inbound.logs.map((l) => JSON.parse(l) as Record<string, unknown>);
     for (let i = 0; i < 200 && !entries().some((e) => e.event === 'server.started'); i++) await new Promise((r) => setTimeout(r, 50));
     expect(entries().filter((e) => e.event === 'server.started')).toEqual([
-      expect.objectContaining({ http: `http://127.0.0.1:${inbound.port}`, smtp: `smtp://127.0.0.1:${port}`, mailHostname: 'mail.example.com', metrics: 'open' }),
+      expect.objectContaining({
+        http: `http://127.0.0.1:${inbound.port}`,
+        smtp: `smtp://127.0.0.1:${port}`,
+        mailHostname: 'mail.example.com',
+        metrics: 'open',
+      }),
     ]);
     expect(entries().filter((e) => e.event === 'config.mail_hostname_not_fqdn')).toEqual([]);
     inbound.child.kill('SIGTERM');

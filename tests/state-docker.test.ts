@@ -137,7 +137,11 @@ describe('the CLI in the image', () => {
       symlinkSync(join(ROOT, 'node_modules', entry), join(app, 'node_modules', entry));
     }
     const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string };
-    const out = execFileSync('npm', ['run', '-s', 'cli', '--', '--version'], { cwd: app, encoding: 'utf8', env: { ...process.env, DATA_DIR: join(app, 'data') } });
+    const out = execFileSync('npm', ['run', '-s', 'cli', '--', '--version'], {
+      cwd: app,
+      encoding: 'utf8',
+      env: { ...process.env, DATA_DIR: join(app, 'data') },
+    });
     expect(out).toBe(`${pkg.version}\n`);
   }, 60_000);
 });

@@ -39,7 +39,13 @@ describe('POST /suppressions', () => {
     const res = await add(key, 'Ann.Lee@Example.NET');
     expect(res.status).toBe(201);
     expectDocumented(res);
-    expect(res.body).toEqual({ id: expect.any(String), address: 'ann.lee@example.net', reason: 'manual', detail: expect.any(String), createdAt: new Date(service.clock.now()).toISOString() });
+    expect(res.body).toEqual({
+      id: expect.any(String),
+      address: 'ann.lee@example.net',
+      reason: 'manual',
+      detail: expect.any(String),
+      createdAt: new Date(service.clock.now()).toISOString(),
+    });
     expect(res.body.createdAt).toMatch(ISO_MS);
   });
 
@@ -72,7 +78,11 @@ describe('POST /suppressions', () => {
     const { key } = service.newAccount();
     expectError(await service.api('POST', '/suppressions', { key, body: {} }), 422, 'invalid_request', /address/);
     expectError(await service.api('POST', '/suppressions', { key, body: { address: 'bob@example.net', reason: 'bounce' } }), 422, 'invalid_request', /reason/);
-    expectError(await service.api('POST', '/suppressions', { key, rawBody: '{"address":', headers: { 'content-type': 'application/json' } }), 400, 'invalid_json');
+    expectError(
+      await service.api('POST', '/suppressions', { key, rawBody: '{"address":', headers: { 'content-type': 'application/json' } }),
+      400,
+      'invalid_json',
+    );
   });
 });
 
@@ -100,7 +110,14 @@ describe('GET /suppressions', () => {
     expectDocumented(res);
     expect(res.body.data.map((e: { address: string }) => e.address)).toEqual([...addresses].reverse());
     expect(res.body.nextCursor).toBeNull();
-    for (const e of res.body.data) expect(e).toEqual({ id: expect.any(String), address: expect.any(String), reason: 'manual', detail: expect.any(String), createdAt: expect.stringMatching(ISO_MS) });
+    for (const e of res.body.data)
+      expect(e).toEqual({
+        id: expect.any(String),
+        address: expect.any(String),
+        reason: 'manual',
+        detail: expect.any(String),
+        createdAt: expect.stringMatching(ISO_MS),
+      });
   });
 
   it('address returns only that address, compared lower-cased', async () => {
@@ -265,7 +282,9 @@ describe('a send to a suppressed recipient (check 7)', () => {
     const sub = await newSubSender(service, parent.key);
     await add(parent.key, 'on-parent@example.net');
     await add(parent.key, 'on-sub@example.net', sub.id);
-    const res = await sendEmail(service, parent.key, receipt(sub.from, ['on-parent@example.net', 'fine@example.net', 'on-sub@example.net']), { account: sub.id });
+    const res = await sendEmail(service, parent.key, receipt(sub.from, ['on-parent@example.net', 'fine@example.net', 'on-sub@example.net']), {
+      account: sub.id,
+    });
     expectError(res, 422, 'recipient_suppressed');
     expect(res.body.error.message).toContain('on-parent@example.net');
     expect(res.body.error.message).toContain('on-sub@example.net');
@@ -341,7 +360,10 @@ describe('internationalised addresses', () => {
     expect(added.body.address).toBe('joe@xn--bcher-kva.de');
     for (const form of ['joe@bücher.de', 'JOE@BÜCHER.DE', 'joe@xn--bcher-kva.de']) {
       const found = await listed(s.key, `?address=${encodeURIComponent(form)}`);
-      expect(found.body.data.map((e: { address: string }) => e.address), form).toEqual(['joe@xn--bcher-kva.de']);
+      expect(
+        found.body.data.map((e: { address: string }) => e.address),
+        form,
+      ).toEqual(['joe@xn--bcher-kva.de']);
     }
     expect((await add(s.key, 'joe@xn--bcher-kva.de')).status).toBe(200);
     expectError(await sendEmail(service, s.key, receipt(s.from, 'joe@bücher.de')), 422, 'recipient_suppressed');

@@ -54,8 +54,12 @@ describe('GET /templates', () => {
 
   it('names exactly the variables the send path accepts, from the same table', async () => {
     const res = await service.api('GET', '/templates', { key: s.key });
-    const listed = Object.fromEntries(res.body.data.map((t: { name: string; variables: { name: string; required: boolean }[] }) => [t.name, t.variables.map((v) => [v.name, v.required])]));
-    const table = Object.fromEntries(Object.entries(TEMPLATES).map(([name, def]) => [name, Object.entries(def.variables).map(([v, spec]) => [v, spec.required])]));
+    const listed = Object.fromEntries(
+      res.body.data.map((t: { name: string; variables: { name: string; required: boolean }[] }) => [t.name, t.variables.map((v) => [v.name, v.required])]),
+    );
+    const table = Object.fromEntries(
+      Object.entries(TEMPLATES).map(([name, def]) => [name, Object.entries(def.variables).map(([v, spec]) => [v, spec.required])]),
+    );
     expect(listed).toEqual(table);
   });
 
@@ -152,7 +156,13 @@ describe('POST /templates/{name}/render refuses what a send refuses, with the sa
     ['a missing required link', 'password-reset', { expiresIn: '1 hour' }, 'resetUrl', /^resetUrl: is required by the password-reset template$/],
     ['a variable over 998 characters', 'receipt', { total: long(999) }, 'total', /^total: must be at most 998 characters$/],
     ['a link over 8,192 characters', 'magic-link', { url: `https://example.com/${long(8192)}` }, 'url', /^url: must be at most 8192 characters$/],
-    ['a body over 100 KB of UTF-8', 'notification', { subject: 's', body: 'é'.repeat(51_201) }, 'body', /^body: must be at most 100 KB \(102400 bytes of UTF-8\)$/],
+    [
+      'a body over 100 KB of UTF-8',
+      'notification',
+      { subject: 's', body: 'é'.repeat(51_201) },
+      'body',
+      /^body: must be at most 100 KB \(102400 bytes of UTF-8\)$/,
+    ],
     ['a link that is not http(s)', 'verify-email', { url: 'javascript:alert(1)' }, 'url', /^url: must be an http or https URL$/],
     ['a value that is not a string', 'receipt', { total: 42 }, 'total', /^total: must be a string$/],
     ['a null value', 'receipt', { total: null }, 'total', /^total: must be a string$/],
@@ -168,19 +178,26 @@ describe('POST /templates/{name}/render refuses what a send refuses, with the sa
     expect(viaSend.body.error.message).toBe(`template.${res.body.error.message}`);
   });
 
-  it.each(['invoice', 'constructor', 'toString', '__proto__'])('an unknown template %s is 422 invalid_request naming name, as a send names template.name', async (name) => {
-    const res = await render(name, { total: '$1' });
-    expectError(res, 422, 'invalid_request', /^name: must be one of receipt, welcome, password-reset, magic-link, verify-email, notification$/);
-    const viaSend = await sendError(name, { total: '$1' });
-    expect(viaSend.body.error.message).toBe(`template.${res.body.error.message}`);
-  });
+  it.each(['invoice', 'constructor', 'toString', '__proto__'])(
+    'an unknown template %s is 422 invalid_request naming name, as a send names template.name',
+    async (name) => {
+      const res = await render(name, { total: '$1' });
+      expectError(res, 422, 'invalid_request', /^name: must be one of receipt, welcome, password-reset, magic-link, verify-email, notification$/);
+      const viaSend = await sendError(name, { total: '$1' });
+      expect(viaSend.body.error.message).toBe(`template.${res.body.error.message}`);
+    },
+  );
 
   it('name in the body is not a variable: the template is named by the path', async () => {
     expectError(await render('receipt', { name: 'welcome', total: '$1' }), 422, 'invalid_request', /^name: is not a variable of the receipt template$/);
   });
 
   it('a __proto__ key is refused, never read as the prototype', async () => {
-    const res = await service.api('POST', '/templates/receipt/render', { key: s.key, rawBody: '{"total":"$1","__proto__":{"x":"y"}}', headers: { 'content-type': 'application/json' } });
+    const res = await service.api('POST', '/templates/receipt/render', {
+      key: s.key,
+      rawBody: '{"total":"$1","__proto__":{"x":"y"}}',
+      headers: { 'content-type': 'application/json' },
+    });
     expectError(res, 422, 'invalid_request', /^__proto__: /);
   });
 

@@ -65,7 +65,7 @@ describe('VERP addresses', () => {
     expect(parseVerp(address, HOST, KEY)).toBeNull();
   });
 
-  it('an address without a tag (an earlier version\'s) is read as unsigned, trusted only for an email to one recipient or without a key', () => {
+  it("an address without a tag (an earlier version's) is read as unsigned, trusted only for an email to one recipient or without a key", () => {
     const legacy = parseVerp(`bounce+0195f3c27a107cde8f001234567890ab.1@${HOST}`, HOST, KEY)!;
     expect(legacy).toEqual({ emailId: ID, recipientIndex: 1, signed: false });
     expect(verpTrusted(legacy, 1, KEY)).toBe(true);

@@ -111,7 +111,12 @@ describe('postWebhook outcomes', () => {
     expect(req.headers.host).toBe(`${name}:${receiver.port}`);
     expect(req.servername).toBe(name);
     // The name was resolved through the test DNS server, A and AAAA, and the connection went to its address.
-    expect(dns.queries).toEqual(expect.arrayContaining([{ name, type: 'A' }, { name, type: 'AAAA' }]));
+    expect(dns.queries).toEqual(
+      expect.arrayContaining([
+        { name, type: 'A' },
+        { name, type: 'AAAA' },
+      ]),
+    );
     expect(receiver.connections).toBe(1);
     expect(deps.logger.entries).toContainEqual(expect.objectContaining({ event: 'webhook.posted', host: name, address: '127.0.0.1', status: 200 }));
   });
@@ -158,7 +163,11 @@ describe('postWebhook outcomes', () => {
   it('a 302 is a failure and is never followed', async () => {
     const name = hooksName();
     receiver.enqueue({ redirect: `https://${name}:${receiver.port}/elsewhere` });
-    expect(await postWebhook(depsFor(true), `https://${name}:${receiver.port}/hook`, HEADERS, BODY)).toEqual({ delivered: false, status: 302, error: 'HTTP 302' });
+    expect(await postWebhook(depsFor(true), `https://${name}:${receiver.port}/hook`, HEADERS, BODY)).toEqual({
+      delivered: false,
+      status: 302,
+      error: 'HTTP 302',
+    });
     // Give a follow-up request time to arrive, were one made.
     await new Promise((r) => setTimeout(r, 200));
     expect(receiver.requests.map((r) => r.path)).toEqual(['/hook']);
@@ -193,17 +202,29 @@ describe('postWebhook outcomes', () => {
 
   it('a closed port: connection_refused', async () => {
     const port = await closedPort();
-    expect(await postWebhook(depsFor(true), `https://${hooksName()}:${port}/`, HEADERS, BODY)).toEqual({ delivered: false, status: null, error: 'connection_refused' });
+    expect(await postWebhook(depsFor(true), `https://${hooksName()}:${port}/`, HEADERS, BODY)).toEqual({
+      delivered: false,
+      status: null,
+      error: 'connection_refused',
+    });
   });
 
   it('the connection closed without an answer: connection_error', async () => {
     receiver.enqueue({ close: true });
-    expect(await postWebhook(depsFor(true), `https://${hooksName()}:${receiver.port}/`, HEADERS, BODY)).toEqual({ delivered: false, status: null, error: 'connection_error' });
+    expect(await postWebhook(depsFor(true), `https://${hooksName()}:${receiver.port}/`, HEADERS, BODY)).toEqual({
+      delivered: false,
+      status: null,
+      error: 'connection_error',
+    });
     expect(receiver.requests).toHaveLength(1);
   });
 
   it('a certificate no trusted CA signed: tls_error, no request sent', async () => {
-    expect(await postWebhook(depsFor(true), `https://${hooksName()}:${untrusted.port}/`, HEADERS, BODY)).toEqual({ delivered: false, status: null, error: 'tls_error' });
+    expect(await postWebhook(depsFor(true), `https://${hooksName()}:${untrusted.port}/`, HEADERS, BODY)).toEqual({
+      delivered: false,
+      status: null,
+      error: 'tls_error',
+    });
     expect(untrusted.connections).toBe(1);
     expect(untrusted.requests).toHaveLength(0);
   });
@@ -211,7 +232,11 @@ describe('postWebhook outcomes', () => {
   it('a trusted certificate for another name: tls_error (checked against the URL name, not the IP connected to)', async () => {
     // The certificate covers 127.0.0.1 and *.webhooks.test, not hooks.elsewhere.test.
     const name = hooksName('hooks.elsewhere.test');
-    expect(await postWebhook(depsFor(true), `https://${name}:${receiver.port}/`, HEADERS, BODY)).toEqual({ delivered: false, status: null, error: 'tls_error' });
+    expect(await postWebhook(depsFor(true), `https://${name}:${receiver.port}/`, HEADERS, BODY)).toEqual({
+      delivered: false,
+      status: null,
+      error: 'tls_error',
+    });
     expect(receiver.requests).toHaveLength(0);
   });
 
@@ -219,14 +244,22 @@ describe('postWebhook outcomes', () => {
     const plain = createServer((socket) => socket.end('HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n'));
     const port = await listen(plain);
     try {
-      expect(await postWebhook(depsFor(true), `https://${hooksName()}:${port}/`, HEADERS, BODY)).toEqual({ delivered: false, status: null, error: 'tls_error' });
+      expect(await postWebhook(depsFor(true), `https://${hooksName()}:${port}/`, HEADERS, BODY)).toEqual({
+        delivered: false,
+        status: null,
+        error: 'tls_error',
+      });
     } finally {
       plain.close();
     }
   });
 
   it('a name that does not resolve: dns_error, nothing connected', async () => {
-    expect(await postWebhook(depsFor(true), `https://missing.webhooks.test:${receiver.port}/`, HEADERS, BODY)).toEqual({ delivered: false, status: null, error: 'dns_error' });
+    expect(await postWebhook(depsFor(true), `https://missing.webhooks.test:${receiver.port}/`, HEADERS, BODY)).toEqual({
+      delivered: false,
+      status: null,
+      error: 'dns_error',
+    });
     expect(receiver.connections).toBe(0);
   });
 
@@ -258,7 +291,9 @@ describe('SSRF: the address is checked at every attempt and connected to as chec
     expect(await postWebhook(deps, url, HEADERS, BODY)).toEqual({ delivered: false, status: null, error: 'blocked_host' });
     expect(receiver.connections).toBe(0);
     expect(receiver.requests).toHaveLength(0);
-    expect(deps.logger.entries).toContainEqual(expect.objectContaining({ level: 'warn', event: 'webhook.blocked_host', host: 'rebind.webhooks.test', address: '127.0.0.1' }));
+    expect(deps.logger.entries).toContainEqual(
+      expect.objectContaining({ level: 'warn', event: 'webhook.blocked_host', host: 'rebind.webhooks.test', address: '127.0.0.1' }),
+    );
   });
 
   it('rebinding through AAAA only: a private IPv6 answer beside the public A is blocked too', async () => {
@@ -272,13 +307,24 @@ describe('SSRF: the address is checked at every attempt and connected to as chec
     expect(receiver.connections).toBe(0);
   });
 
-  it.each(['127.0.0.1', '0x7f000001', '[::ffff:7f00:1]', 'localhost'])('the literal %s without ALLOW_PRIVATE_TARGETS: blocked_host, no connection', async (host) => {
-    expect(await postWebhook(depsFor(false), `https://${host}:${receiver.port}/`, HEADERS, BODY)).toEqual({ delivered: false, status: null, error: 'blocked_host' });
-    expect(receiver.connections).toBe(0);
-  });
+  it.each(['127.0.0.1', '0x7f000001', '[::ffff:7f00:1]', 'localhost'])(
+    'the literal %s without ALLOW_PRIVATE_TARGETS: blocked_host, no connection',
+    async (host) => {
+      expect(await postWebhook(depsFor(false), `https://${host}:${receiver.port}/`, HEADERS, BODY)).toEqual({
+        delivered: false,
+        status: null,
+        error: 'blocked_host',
+      });
+      expect(receiver.connections).toBe(0);
+    },
+  );
 
   it('an invalid URL is refused without connecting', async () => {
-    expect(await postWebhook(depsFor(true), `http://127.0.0.1:${receiver.port}/`, HEADERS, BODY)).toEqual({ delivered: false, status: null, error: 'invalid_url' });
+    expect(await postWebhook(depsFor(true), `http://127.0.0.1:${receiver.port}/`, HEADERS, BODY)).toEqual({
+      delivered: false,
+      status: null,
+      error: 'invalid_url',
+    });
     expect(receiver.connections).toBe(0);
   });
 
@@ -286,7 +332,11 @@ describe('SSRF: the address is checked at every attempt and connected to as chec
     // 127.0.0.2 is loopback too, with nothing listening on the receiver's port there.
     dns.add('two.webhooks.test', { type: 'A', address: '127.0.0.2' });
     dns.add('two.webhooks.test', { type: 'A', address: '127.0.0.1' });
-    expect(await postWebhook(depsFor(true), `https://two.webhooks.test:${receiver.port}/`, HEADERS, BODY)).toEqual({ delivered: true, status: 200, error: null });
+    expect(await postWebhook(depsFor(true), `https://two.webhooks.test:${receiver.port}/`, HEADERS, BODY)).toEqual({
+      delivered: true,
+      status: 200,
+      error: null,
+    });
     expect(receiver.requests).toHaveLength(1);
   });
 
@@ -300,7 +350,11 @@ describe('SSRF: the address is checked at every attempt and connected to as chec
     try {
       dns.add('two.webhooks.test', { type: 'A', address: '127.0.0.1' });
       dns.add('two.webhooks.test', { type: 'A', address: '127.0.0.2' });
-      expect(await postWebhook(depsFor(true), `https://two.webhooks.test:${untrusted.port}/`, HEADERS, BODY)).toEqual({ delivered: false, status: null, error: 'tls_error' });
+      expect(await postWebhook(depsFor(true), `https://two.webhooks.test:${untrusted.port}/`, HEADERS, BODY)).toEqual({
+        delivered: false,
+        status: null,
+        error: 'tls_error',
+      });
       expect(untrusted.connections).toBe(1);
       expect(second).toBe(0);
     } finally {

@@ -5,7 +5,14 @@ import { asc, eq } from 'drizzle-orm';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { onQueueMarked } from '../db/queue-wake.js';
-import { type WebhookDeliveryRow, type WebhookEndpointRow, type WebhookEventType, webhookAttempts, webhookDeliveries, webhookEndpoints } from '../db/schema/index.js';
+import {
+  type WebhookDeliveryRow,
+  type WebhookEndpointRow,
+  type WebhookEventType,
+  webhookAttempts,
+  webhookDeliveries,
+  webhookEndpoints,
+} from '../db/schema/index.js';
 import { leaseNow } from '../server/shared/clock.js';
 import { newId } from '../server/shared/ids.js';
 import { encryptSecret } from '../server/shared/secrets.js';
@@ -73,7 +80,15 @@ function newDelivery(endpoint: WebhookEndpointRow, fields: Partial<WebhookDelive
     endpointId: endpoint.id,
     accountId: endpoint.accountId,
     eventType: 'email.delivered' satisfies WebhookEventType,
-    data: JSON.stringify({ messageId: `m-${id}`, recipient: 'ana@example.com', status: 'delivered', dsn: '2.0.0', detail: '250 ok', occurredAt: new Date(now).toISOString(), from: 'Shop <shop@example.com>' }),
+    data: JSON.stringify({
+      messageId: `m-${id}`,
+      recipient: 'ana@example.com',
+      status: 'delivered',
+      dsn: '2.0.0',
+      detail: '250 ok',
+      occurredAt: new Date(now).toISOString(),
+      from: 'Shop <shop@example.com>',
+    }),
     attempts: 0,
     lastStatus: null,
     lastError: null,
@@ -93,7 +108,13 @@ function insert(...rows: WebhookDeliveryRow[]): void {
 const delivery = (id: string) => service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.id, id)).get()!;
 const history = (id: string) =>
   service.deps.db
-    .select({ attempt: webhookAttempts.attempt, attemptedAt: webhookAttempts.attemptedAt, status: webhookAttempts.status, error: webhookAttempts.error, delivered: webhookAttempts.delivered })
+    .select({
+      attempt: webhookAttempts.attempt,
+      attemptedAt: webhookAttempts.attemptedAt,
+      status: webhookAttempts.status,
+      error: webhookAttempts.error,
+      delivered: webhookAttempts.delivered,
+    })
     .from(webhookAttempts)
     .where(eq(webhookAttempts.deliveryId, id))
     .orderBy(asc(webhookAttempts.attempt))
@@ -141,7 +162,15 @@ describe('webhook dispatcher', () => {
     expect(verifyServiceSignature(secret, String(req.headers['x-service-signature']), req.body)).toBe(true);
     expect(new Webhook(secret).verify(req.body.toString('utf8'), req.headers as Record<string, string>)).toEqual(JSON.parse(req.body.toString('utf8')));
 
-    expect(delivery(row.id)).toMatchObject({ attempts: 1, lastStatus: 200, lastError: null, deliveredAt: clock.now(), nextAttemptAt: null, lockedBy: null, lockedUntil: null });
+    expect(delivery(row.id)).toMatchObject({
+      attempts: 1,
+      lastStatus: 200,
+      lastError: null,
+      deliveredAt: clock.now(),
+      nextAttemptAt: null,
+      lockedBy: null,
+      lockedUntil: null,
+    });
     clock.advance(HOUR);
     expect(await dispatcher.runOnce()).toBe(0);
     expect(receiver.requests).toHaveLength(1);
@@ -212,7 +241,9 @@ describe('webhook dispatcher', () => {
     }
     expect(receiver.requests).toHaveLength(6);
     // Every attempt is kept in the delivery's history (the row itself holds only the last answer).
-    expect(history(row.id)).toEqual(steps.map((step, i) => ({ attempt: i + 1, attemptedAt: attemptTimes[i], status: step.status, error: step.error, delivered: false })));
+    expect(history(row.id)).toEqual(
+      steps.map((step, i) => ({ attempt: i + 1, attemptedAt: attemptTimes[i], status: step.status, error: step.error, delivered: false })),
+    );
     clock.advance(30 * 24 * HOUR);
     expect(await dispatcher.runOnce()).toBe(0);
     expect(receiver.requests).toHaveLength(6);
@@ -258,7 +289,14 @@ describe('webhook dispatcher', () => {
     const pingReq = receiver.requests[10]!;
     expect(pingReq.headers['x-service-event']).toBe('ping');
     expect(JSON.parse(pingReq.body.toString('utf8'))).toMatchObject({ id: failed.id, type: 'ping', data: { endpointId: endpoint.id } });
-    expect(delivery(failed.id)).toMatchObject({ eventType: 'ping', attempts: 1, lastStatus: 500, lastError: 'HTTP 500', deliveredAt: null, nextAttemptAt: null });
+    expect(delivery(failed.id)).toMatchObject({
+      eventType: 'ping',
+      attempts: 1,
+      lastStatus: 500,
+      lastError: 'HTTP 500',
+      deliveredAt: null,
+      nextAttemptAt: null,
+    });
     expect(history(failed.id)).toEqual([{ attempt: 1, attemptedAt: clock.now(), status: 500, error: 'HTTP 500', delivered: false }]);
     expect(endpointRow(endpoint.id)).toMatchObject({ active: false, failureCount: 10, disabledAt: t0 });
     clock.advance(HOUR);
@@ -277,7 +315,10 @@ describe('webhook dispatcher', () => {
     expect(await dispatcher.runOnce()).toBe(12);
     expect(deliveryIds(receiver.requests.slice(12))).toEqual(ids);
     for (const id of ids) expect(delivery(id)).toMatchObject({ lastStatus: 204, deliveredAt: clock.now(), nextAttemptAt: null });
-    expect(history(ids[0]!).map((a) => [a.status, a.error, a.delivered])).toEqual([[500, 'HTTP 500', false], [204, null, true]]);
+    expect(history(ids[0]!).map((a) => [a.status, a.error, a.delivered])).toEqual([
+      [500, 'HTTP 500', false],
+      [204, null, true],
+    ]);
     expect(history(ok.id)).toEqual([{ attempt: 1, attemptedAt: clock.now(), status: 204, error: null, delivered: true }]);
   });
 
@@ -295,7 +336,10 @@ describe('webhook dispatcher', () => {
     const counting: PostWebhook = async (d, url, headers, body, options) => {
       inFlight.set(url, (inFlight.get(url) ?? 0) + 1);
       maxPerEndpoint = Math.max(maxPerEndpoint, inFlight.get(url)!);
-      maxOverall = Math.max(maxOverall, [...inFlight.values()].reduce((x, y) => x + y, 0));
+      maxOverall = Math.max(
+        maxOverall,
+        [...inFlight.values()].reduce((x, y) => x + y, 0),
+      );
       try {
         return await postWebhook(d, url, headers, body, options);
       } finally {
@@ -424,7 +468,13 @@ describe('webhook dispatcher', () => {
     };
     await expect(pingEndpoint(deps, endpointRow(endpoint.id), { post })).rejects.toMatchObject({ code: 'webhook_not_found', status: 404 });
     expect(deliveriesOf(endpoint.id)).toEqual([]);
-    expect(deps.db.select().from(webhookAttempts).all().filter((a) => !delivery(a.deliveryId))).toEqual([]);
+    expect(
+      deps.db
+        .select()
+        .from(webhookAttempts)
+        .all()
+        .filter((a) => !delivery(a.deliveryId)),
+    ).toEqual([]);
     expect(logger.entries).toContainEqual(expect.objectContaining({ event: 'webhook.attempt_dropped', endpointId: endpoint.id, type: 'ping' }));
   });
 

@@ -110,7 +110,9 @@ describe('an outcome of a real delivery reaches a real HTTPS receiver', () => {
 
     const listed = await service.api('GET', `/webhooks/${endpoint.id}/deliveries`, { key: s.key });
     expectDocumented(listed);
-    expect(listed.body.data).toEqual([expect.objectContaining({ id: row!.id, eventType: 'email.delivered', attempts: 1, lastStatus: 200, lastError: null, nextAttemptAt: null })]);
+    expect(listed.body.data).toEqual([
+      expect.objectContaining({ id: row!.id, eventType: 'email.delivered', attempts: 1, lastStatus: 200, lastError: null, nextAttemptAt: null }),
+    ]);
   });
 });
 
@@ -142,7 +144,11 @@ describe('POST /webhooks/{id}/test', () => {
     const { service } = rig;
     const s = await newSender(service);
     const endpoint = await newEndpoint(s.key, ['email.delivered']);
-    service.deps.db.update(webhookEndpoints).set({ active: false, disabledAt: service.clock.now(), failureCount: 10 }).where(eq(webhookEndpoints.id, endpoint.id)).run();
+    service.deps.db
+      .update(webhookEndpoints)
+      .set({ active: false, disabledAt: service.clock.now(), failureCount: 10 })
+      .where(eq(webhookEndpoints.id, endpoint.id))
+      .run();
 
     receiver.enqueue({ status: 503 });
     const failed = await service.api('POST', `/webhooks/${endpoint.id}/test`, { key: s.key });

@@ -31,7 +31,16 @@ function endpoint(accountId: string, events: WebhookEventType[], active = true):
   const id = newId(now);
   rig.service.deps.db
     .insert(webhookEndpoints)
-    .values({ id, accountId, url: `https://hooks.webhooks.test/${id}`, events, secretSealed: 'unused-here', active, disabledAt: active ? null : now, createdAt: now })
+    .values({
+      id,
+      accountId,
+      url: `https://hooks.webhooks.test/${id}`,
+      events,
+      secretSealed: 'unused-here',
+      active,
+      disabledAt: active ? null : now,
+      createdAt: now,
+    })
     .run();
   return id;
 }
@@ -63,7 +72,13 @@ describe('webhook fan-out of recorded outcomes', () => {
     for (const ep of [active, disabled]) {
       const rows = deliveriesOf(ep);
       expect(rows).toHaveLength(1);
-      expect(rows[0]).toMatchObject({ accountId: s.account.id, eventType: 'email.delivered', attempts: 0, nextAttemptAt: event!.occurredAt, deliveredAt: null });
+      expect(rows[0]).toMatchObject({
+        accountId: s.account.id,
+        eventType: 'email.delivered',
+        attempts: 0,
+        nextAttemptAt: event!.occurredAt,
+        deliveredAt: null,
+      });
       expect(JSON.parse(rows[0]!.data)).toEqual({
         messageId: id,
         recipient: 'ann@example.net',
@@ -110,10 +125,20 @@ describe('webhook fan-out of recorded outcomes', () => {
       const res = await rig.service.api('POST', '/emails', { key: s.key, body: receipt(s.from, 'cy@example.net') });
       expect(res.status).toBe(200);
       await createDeliveryEngine(rig.service.deps, { timeouts: FAST_TIMEOUTS }).runOnce();
-      expect(rig.service.deps.db.select().from(emailEvents).where(eq(emailEvents.emailId, res.body.id as string)).all()).toEqual([]);
+      expect(
+        rig.service.deps.db
+          .select()
+          .from(emailEvents)
+          .where(eq(emailEvents.emailId, res.body.id as string))
+          .all(),
+      ).toEqual([]);
       expect(deliveriesOf(ep)).toEqual([]);
       // The recipient is still queued (its lease runs out and it is tried again), not lost.
-      const [recipient] = rig.service.deps.db.select().from(outboundRecipients).where(eq(outboundRecipients.messageId, res.body.id as string)).all();
+      const [recipient] = rig.service.deps.db
+        .select()
+        .from(outboundRecipients)
+        .where(eq(outboundRecipients.messageId, res.body.id as string))
+        .all();
       expect(recipient?.status).toBe('queued');
     } finally {
       sqlite.exec('drop trigger refuse_deliveries');

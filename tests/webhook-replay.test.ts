@@ -82,7 +82,7 @@ function accountWithHistory() {
 }
 
 describe('POST /webhooks/{id}/replay', () => {
-  it('queues the window\'s outcomes oldest first as fresh deliveries due now, data as the fan-out builds it, answering { queued }', async () => {
+  it("queues the window's outcomes oldest first as fresh deliveries due now, data as the fan-out builds it, answering { queued }", async () => {
     const { account, key, t0, seeded, data } = accountWithHistory();
     const endpoint = seedEndpoint(service, account.id, ['email.delivered', 'email.bounced', 'email.deferred', 'email.complained']);
     service.clock.advance(10 * MINUTE);
@@ -94,10 +94,21 @@ describe('POST /webhooks/{id}/replay', () => {
     expect(pokes).toBe(before + 1);
 
     const rows = deliveriesOf(endpoint);
-    expect(rows.map((r) => ({ eventType: r.eventType, data: JSON.parse(r.data) as unknown }))).toEqual(seeded.map((e) => ({ eventType: TYPE[e.status], data: data(e) })));
+    expect(rows.map((r) => ({ eventType: r.eventType, data: JSON.parse(r.data) as unknown }))).toEqual(
+      seeded.map((e) => ({ eventType: TYPE[e.status], data: data(e) })),
+    );
     for (const r of rows) {
       expect(r.id).toMatch(UUID);
-      expect(r).toMatchObject({ accountId: account.id, attempts: 0, lastStatus: null, lastError: null, deliveredAt: null, nextAttemptAt: now, createdAt: now, lockedBy: null });
+      expect(r).toMatchObject({
+        accountId: account.id,
+        attempts: 0,
+        lastStatus: null,
+        lastError: null,
+        deliveredAt: null,
+        nextAttemptAt: now,
+        createdAt: now,
+        lockedBy: null,
+      });
     }
     // Fresh ids, not the events' own; id order (the dispatcher's event order) is oldest outcome first.
     expect(rows.map((r) => r.id)).toEqual([...rows.map((r) => r.id)].sort());
@@ -112,12 +123,18 @@ describe('POST /webhooks/{id}/replay', () => {
   it('the window is [since, until): an outcome at since is in, one at until is out', async () => {
     const { account, key, seeded, data } = accountWithHistory();
     const endpoint = seedEndpoint(service, account.id, ['email.delivered', 'email.bounced', 'email.deferred', 'email.complained']);
-    const res = await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body: { since: isoAt(seeded[1]!.occurredAt), until: isoAt(seeded[3]!.occurredAt) } });
+    const res = await service.api('POST', `/webhooks/${endpoint}/replay`, {
+      key,
+      body: { since: isoAt(seeded[1]!.occurredAt), until: isoAt(seeded[3]!.occurredAt) },
+    });
     expect(res.body).toEqual({ queued: 2 });
     expect(deliveriesOf(endpoint).map((r) => JSON.parse(r.data) as unknown)).toEqual([data(seeded[1]!), data(seeded[2]!)]);
     // With an offset instead of Z, the same instants.
     const shifted = (ms: number) => new Date(ms - 5 * 3_600_000).toISOString().replace('Z', '-05:00');
-    const same = await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body: { since: shifted(seeded[1]!.occurredAt), until: shifted(seeded[3]!.occurredAt) } });
+    const same = await service.api('POST', `/webhooks/${endpoint}/replay`, {
+      key,
+      body: { since: shifted(seeded[1]!.occurredAt), until: shifted(seeded[3]!.occurredAt) },
+    });
     expect(same.body).toEqual({ queued: 2 });
   });
 
@@ -129,7 +146,10 @@ describe('POST /webhooks/{id}/replay', () => {
     expect(deliveriesOf(endpoint).map((r) => JSON.parse(r.data) as unknown)).toEqual([data(seeded[2]!), data(seeded[4]!)]);
 
     const other = seedEndpoint(service, account.id, ['email.bounced']);
-    const explicit = await service.api('POST', `/webhooks/${other}/replay`, { key, body: { since: isoAt(t0), events: ['email.delivered', 'email.delivered'] } });
+    const explicit = await service.api('POST', `/webhooks/${other}/replay`, {
+      key,
+      body: { since: isoAt(t0), events: ['email.delivered', 'email.delivered'] },
+    });
     expect(explicit.body).toEqual({ queued: 2 });
     expect(deliveriesOf(other).map((r) => [r.eventType, JSON.parse(r.data) as unknown])).toEqual([
       ['email.delivered', data(seeded[1]!)],
@@ -151,7 +171,7 @@ describe('POST /webhooks/{id}/replay', () => {
     expect(pokes).toBe(before);
   });
 
-  it('only the acting account\'s outcomes: never another account\'s, a sub-account\'s endpoint replays the sub-account\'s own', async () => {
+  it("only the acting account's outcomes: never another account's, a sub-account's endpoint replays the sub-account's own", async () => {
     const mine = accountWithHistory();
     const other = accountWithHistory();
     const sub = await service.api('POST', '/accounts', { key: mine.key, body: { name: 'Sub' } });
@@ -161,7 +181,10 @@ describe('POST /webhooks/{id}/replay', () => {
     const subEndpoint = seedEndpoint(service, sub.body.id, ['email.delivered']);
 
     expect((await service.api('POST', `/webhooks/${endpoint}/replay`, { key: mine.key, body: { since: isoAt(mine.t0) } })).body).toEqual({ queued: 2 });
-    expect(deliveriesOf(endpoint).map((r) => (JSON.parse(r.data) as { messageId: string }).messageId)).toEqual([mine.seeded[1]!.emailId, mine.seeded[3]!.emailId]);
+    expect(deliveriesOf(endpoint).map((r) => (JSON.parse(r.data) as { messageId: string }).messageId)).toEqual([
+      mine.seeded[1]!.emailId,
+      mine.seeded[3]!.emailId,
+    ]);
     const viaHeader = await service.api('POST', `/webhooks/${subEndpoint}/replay`, { key: mine.key, account: sub.body.id, body: { since: isoAt(mine.t0) } });
     expect(viaHeader.body).toEqual({ queued: 1 });
     expect((JSON.parse(deliveriesOf(subEndpoint)[0]!.data) as { messageId: string }).messageId).toBe(subEvent.emailId);
@@ -181,12 +204,18 @@ describe('POST /webhooks/{id}/replay', () => {
     const email = seedEmail(service, account.id);
     seedManyEvents(service, email, MAX_REPLAY_EVENTS + 1, start);
     const endpoint = seedEndpoint(service, account.id, ['email.delivered']);
-    const tooMany = await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body: { since: isoAt(start) , until: isoAt(start + MAX_REPLAY_EVENTS + 1) } });
+    const tooMany = await service.api('POST', `/webhooks/${endpoint}/replay`, {
+      key,
+      body: { since: isoAt(start), until: isoAt(start + MAX_REPLAY_EVENTS + 1) },
+    });
     expectError(tooMany, 422, 'invalid_request');
     expect(tooMany.body.error.message).toContain('narrow');
     expect(deliveriesOf(endpoint)).toHaveLength(0);
 
-    const exactly = await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body: { since: isoAt(start + 1), until: isoAt(start + MAX_REPLAY_EVENTS + 1) } });
+    const exactly = await service.api('POST', `/webhooks/${endpoint}/replay`, {
+      key,
+      body: { since: isoAt(start + 1), until: isoAt(start + MAX_REPLAY_EVENTS + 1) },
+    });
     expect(exactly.status, JSON.stringify(exactly.body)).toBe(200);
     expect(exactly.body).toEqual({ queued: MAX_REPLAY_EVENTS });
     const rows = deliveriesOf(endpoint);
@@ -195,7 +224,7 @@ describe('POST /webhooks/{id}/replay', () => {
     expect((JSON.parse(rows[rows.length - 1]!.data) as { recipient: string }).recipient).toBe(`r${MAX_REPLAY_EVENTS}@example.net`);
   }, 60_000);
 
-  it('an unknown id, another account\'s endpoint, or a parent\'s endpoint asked through a sub-account is 404 webhook_not_found', async () => {
+  it("an unknown id, another account's endpoint, or a parent's endpoint asked through a sub-account is 404 webhook_not_found", async () => {
     const mine = accountWithHistory();
     const other = accountWithHistory();
     const theirs = seedEndpoint(service, other.account.id, ['email.delivered']);
@@ -213,7 +242,11 @@ describe('POST /webhooks/{id}/replay', () => {
     const { account, key } = accountWithHistory();
     const endpoint = seedEndpoint(service, account.id, ['email.delivered']);
     for (const raw of ['{"since":', 'since=2026-03-10T12:00:00Z', '']) {
-      expectError(await service.api('POST', `/webhooks/${endpoint}/replay`, { key, rawBody: raw, headers: { 'content-type': 'application/json' } }), 400, 'invalid_json');
+      expectError(
+        await service.api('POST', `/webhooks/${endpoint}/replay`, { key, rawBody: raw, headers: { 'content-type': 'application/json' } }),
+        400,
+        'invalid_json',
+      );
     }
   });
 
@@ -250,7 +283,7 @@ describe('the standard failures', () => {
 });
 
 describe('recovery: a receiver that lost every attempt gets the outcome again by replay, and finds it in GET /events', () => {
-  it('the replayed post carries the original data under a new id, signed with the endpoint\'s secret', async () => {
+  it("the replayed post carries the original data under a new id, signed with the endpoint's secret", async () => {
     const { account, key } = service.newAccount({ name: 'Recovering' });
     const secret = newWebhookSecret();
     const endpoint = seedEndpoint(service, account.id, ['email.bounced'], { secret });
@@ -259,7 +292,15 @@ describe('recovery: a receiver that lost every attempt gets the outcome again by
     // The outcome and its fan-out in one transaction, as server/core/outcomes.ts records them.
     const event = service.deps.db.transaction(() => {
       const e = seedEvent(service, email, 'bounced', occurredAt, 'gone@example.net');
-      fanOutOutcome(service.deps.db, { accountId: account.id, emailId: email, recipient: e.recipient, status: e.status, dsn: e.dsn, detail: e.detail, occurredAt });
+      fanOutOutcome(service.deps.db, {
+        accountId: account.id,
+        emailId: email,
+        recipient: e.recipient,
+        status: e.status,
+        dsn: e.dsn,
+        detail: e.detail,
+        occurredAt,
+      });
       return e;
     });
 
@@ -295,7 +336,16 @@ describe('recovery: a receiver that lost every attempt gets the outcome again by
     expect(parsed.id).not.toBe(first.id);
     expect(parsed.type).toBe('email.bounced');
     expect(parsed.data).toEqual(first.data);
-    expect(parsed.data).toEqual({ messageId: email, recipient: 'gone@example.net', status: 'bounced', dsn: '5.1.1', detail: event.detail, occurredAt: isoAt(occurredAt), from: 'alerts@example.com', tags: { plan: 'pro' } });
+    expect(parsed.data).toEqual({
+      messageId: email,
+      recipient: 'gone@example.net',
+      status: 'bounced',
+      dsn: '5.1.1',
+      detail: event.detail,
+      occurredAt: isoAt(occurredAt),
+      from: 'alerts@example.com',
+      tags: { plan: 'pro' },
+    });
     expect(replayed.headers['X-Service-Delivery']).toBe(parsed.id);
     // The spec's signature, checked with independent code.
     const sig = /^t=(\d+),v1=([0-9a-f]{64})$/.exec(replayed.headers['X-Service-Signature']!);
@@ -330,7 +380,10 @@ function seedDeliveries(endpointId: string, accountId: string, n: number, opts: 
     createdAt: now,
   }));
   service.deps.db.transaction((tx) => {
-    for (let i = 0; i < rows.length; i += 500) tx.insert(webhookDeliveries).values(rows.slice(i, i + 500)).run();
+    for (let i = 0; i < rows.length; i += 500)
+      tx.insert(webhookDeliveries)
+        .values(rows.slice(i, i + 500))
+        .run();
   });
 }
 
@@ -360,14 +413,19 @@ describe(`at most ${MAX_PENDING_PER_ENDPOINT} deliveries pending per endpoint (d
     const before = pokes;
     const over = await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body: { since: isoAt(t0) } });
     expectError(over, 409, 'limit_reached');
-    expect(over.body.error.message).toContain(`${MAX_PENDING_PER_ENDPOINT} deliveries are pending for this endpoint and this replay would add 5; at most ${MAX_PENDING_PER_ENDPOINT} may be pending`);
+    expect(over.body.error.message).toContain(
+      `${MAX_PENDING_PER_ENDPOINT} deliveries are pending for this endpoint and this replay would add 5; at most ${MAX_PENDING_PER_ENDPOINT} may be pending`,
+    );
     expect(pendingOf(endpoint)).toBe(MAX_PENDING_PER_ENDPOINT);
     expect(deliveriesOf(endpoint)).toHaveLength(MAX_PENDING_PER_ENDPOINT + 100);
     expect(pokes).toBe(before);
 
     // Once the receiver has taken five, the same replay fits again.
-    const taken = deliveriesOf(endpoint).slice(100, 105).map((r) => r.id);
-    for (const id of taken) service.deps.db.update(webhookDeliveries).set({ nextAttemptAt: null, deliveredAt: service.clock.now() }).where(eq(webhookDeliveries.id, id)).run();
+    const taken = deliveriesOf(endpoint)
+      .slice(100, 105)
+      .map((r) => r.id);
+    for (const id of taken)
+      service.deps.db.update(webhookDeliveries).set({ nextAttemptAt: null, deliveredAt: service.clock.now() }).where(eq(webhookDeliveries.id, id)).run();
     expect((await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body: { since: isoAt(t0) } })).body).toEqual({ queued: 5 });
   }, 30_000);
 
@@ -391,7 +449,15 @@ describe(`at most ${MAX_PENDING_PER_ENDPOINT} deliveries pending per endpoint (d
     const occurredAt = service.clock.now();
     const written = service.deps.db.transaction(() => {
       const e = seedEvent(service, email, 'bounced', occurredAt, 'late@example.net');
-      return fanOutOutcome(service.deps.db, { accountId: account.id, emailId: email, recipient: e.recipient, status: e.status, dsn: e.dsn, detail: e.detail, occurredAt });
+      return fanOutOutcome(service.deps.db, {
+        accountId: account.id,
+        emailId: email,
+        recipient: e.recipient,
+        status: e.status,
+        dsn: e.dsn,
+        detail: e.detail,
+        occurredAt,
+      });
     });
     expect(written).toBe(1);
     expect(pendingOf(endpoint)).toBe(MAX_PENDING_PER_ENDPOINT + 1);
@@ -430,7 +496,8 @@ describe('a replay is written in chunks: the event loop is never held past 50 ms
       "insert into email_events (id, email_id, account_id, recipient, status, dsn, detail, occurred_at) values (?, ?, ?, ?, 'delivered', '2.0.0', '250 ok', ?)",
     );
     service.deps.store.sqlite.transaction(() => {
-      for (let i = 0; i < HISTORY; i++) insert.run(newId(start + MAX_REPLAY_EVENTS + i), later, account.id, `later${i}@example.net`, start + MAX_REPLAY_EVENTS + i);
+      for (let i = 0; i < HISTORY; i++)
+        insert.run(newId(start + MAX_REPLAY_EVENTS + i), later, account.id, `later${i}@example.net`, start + MAX_REPLAY_EVENTS + i);
     })();
     const endpoint = seedEndpoint(service, account.id, ['email.delivered']);
     const before = pokes;
@@ -447,7 +514,9 @@ describe('a replay is written in chunks: the event loop is never held past 50 ms
     // The dispatcher heard of each chunk once it was on disk, so the first go out while the rest are written.
     expect(pokes - before).toBe(MAX_REPLAY_EVENTS / REPLAY_CHUNK_ROWS);
     const rows = deliveriesOf(endpoint);
-    expect(rows.map((r) => (JSON.parse(r.data) as { recipient: string }).recipient)).toEqual(Array.from({ length: MAX_REPLAY_EVENTS }, (_, i) => `r${i}@example.net`));
+    expect(rows.map((r) => (JSON.parse(r.data) as { recipient: string }).recipient)).toEqual(
+      Array.from({ length: MAX_REPLAY_EVENTS }, (_, i) => `r${i}@example.net`),
+    );
   }, 120_000);
 });
 
@@ -487,10 +556,34 @@ describe('a process killed mid-replay', () => {
       const db = drizzle(file, { schema });
       const start = Date.now() - 3_600_000;
       const emailId = newId(start);
-      db.insert(emails).values({ id: emailId, accountId, fromAddress: 'billing@example.com', to: ['a@example.net'], subject: 's', template: 'notification', status: 'sent', sandbox: false, createdAt: start }).run();
-      const events = Array.from({ length: MAX_REPLAY_EVENTS }, (_, i) => ({ id: newId(start + i), emailId, accountId, recipient: `r${i}@example.net`, status: 'delivered' as const, dsn: '2.0.0', detail: '250 ok', occurredAt: start + i }));
+      db.insert(emails)
+        .values({
+          id: emailId,
+          accountId,
+          fromAddress: 'billing@example.com',
+          to: ['a@example.net'],
+          subject: 's',
+          template: 'notification',
+          status: 'sent',
+          sandbox: false,
+          createdAt: start,
+        })
+        .run();
+      const events = Array.from({ length: MAX_REPLAY_EVENTS }, (_, i) => ({
+        id: newId(start + i),
+        emailId,
+        accountId,
+        recipient: `r${i}@example.net`,
+        status: 'delivered' as const,
+        dsn: '2.0.0',
+        detail: '250 ok',
+        occurredAt: start + i,
+      }));
       db.transaction((tx) => {
-        for (let i = 0; i < events.length; i += 500) tx.insert(emailEvents).values(events.slice(i, i + 500)).run();
+        for (let i = 0; i < events.length; i += 500)
+          tx.insert(emailEvents)
+            .values(events.slice(i, i + 500))
+            .run();
       });
       const queuedNow = file.prepare('select count(*) as n from webhook_deliveries where endpoint_id = ?');
       const written = () => (queuedNow.get(endpointId) as { n: number }).n;
@@ -498,7 +591,10 @@ describe('a process killed mid-replay', () => {
       const body = { since: new Date(start).toISOString(), until: new Date(start + MAX_REPLAY_EVENTS).toISOString() };
       expect(await killMidRequest(proc, processApi(proc, key, 'POST', `/webhooks/${endpointId}/replay`, body), () => written() > 0)).toBe('no answer');
 
-      const rows = file.prepare('select data, next_attempt_at as nextAttemptAt from webhook_deliveries where endpoint_id = ? order by id').all(endpointId) as { data: string; nextAttemptAt: number | null }[];
+      const rows = file.prepare('select data, next_attempt_at as nextAttemptAt from webhook_deliveries where endpoint_id = ? order by id').all(endpointId) as {
+        data: string;
+        nextAttemptAt: number | null;
+      }[];
       expect(rows.length).toBeGreaterThan(0);
       expect(rows.length).toBeLessThan(MAX_REPLAY_EVENTS);
       // Whole chunks, the oldest outcomes of the window in order, every one still to be posted.

@@ -53,7 +53,15 @@ describe('signed headers', () => {
 
   it('carries the spec headers and the Standard Webhooks headers', () => {
     // Spelled as they go on the wire: X-Service-* as docs/api/contract.md writes them (docs/api/decisions.md section 7), webhook-* as Standard Webhooks.
-    expect(Object.keys(headers)).toEqual(['Content-Type', 'X-Service-Delivery', 'X-Service-Event', 'X-Service-Signature', 'webhook-id', 'webhook-timestamp', 'webhook-signature']);
+    expect(Object.keys(headers)).toEqual([
+      'Content-Type',
+      'X-Service-Delivery',
+      'X-Service-Event',
+      'X-Service-Signature',
+      'webhook-id',
+      'webhook-timestamp',
+      'webhook-signature',
+    ]);
     expect(headers['Content-Type']).toBe('application/json');
     expect(headers['X-Service-Delivery']).toBe(delivery.id);
     expect(headers['X-Service-Event']).toBe('email.delivered');
@@ -66,7 +74,9 @@ describe('signed headers', () => {
   it('X-Service-Signature verifies with independent HMAC code, keyed with the whole secret string', () => {
     expect(verifyServiceSignature(secret, headers['X-Service-Signature']!, body)).toBe(true);
     // Keyed with the decoded bytes instead, it would not verify.
-    const wrongKey = createHmac('sha256', Buffer.from(secret.slice(6), 'base64')).update(`${t}.${body}`).digest('hex');
+    const wrongKey = createHmac('sha256', Buffer.from(secret.slice(6), 'base64'))
+      .update(`${t}.${body}`)
+      .digest('hex');
     expect(headers['X-Service-Signature']).not.toBe(`t=${t},v1=${wrongKey}`);
   });
 

@@ -200,7 +200,16 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
     for (const delivered of [null, now]) {
       service.deps.db
         .insert(webhookDeliveries)
-        .values({ id: newId(now), endpointId: id, accountId: account.id, eventType: 'email.delivered', data: '{}', deliveredAt: delivered, nextAttemptAt: delivered ? null : now, createdAt: now })
+        .values({
+          id: newId(now),
+          endpointId: id,
+          accountId: account.id,
+          eventType: 'email.delivered',
+          data: '{}',
+          deliveredAt: delivered,
+          nextAttemptAt: delivered ? null : now,
+          createdAt: now,
+        })
         .run();
     }
     expect((await service.api('GET', `/webhooks/${id}/deliveries`, { key })).body.data).toHaveLength(2);
@@ -277,23 +286,36 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
       const id = newId(now + i);
       service.deps.db
         .insert(webhookDeliveries)
-        .values({ id, endpointId: ids[0]!, accountId: account.id, eventType: 'email.deferred', data: '{}', attempts: i, lastStatus: 503, lastError: 'HTTP 503', nextAttemptAt: now + 60_000, createdAt: now + i })
+        .values({
+          id,
+          endpointId: ids[0]!,
+          accountId: account.id,
+          eventType: 'email.deferred',
+          data: '{}',
+          attempts: i,
+          lastStatus: 503,
+          lastError: 'HTTP 503',
+          nextAttemptAt: now + 60_000,
+          createdAt: now + i,
+        })
         .run();
       return id;
     });
     const page = await service.api('GET', `/webhooks/${ids[0]}/deliveries?limit=2`, { key });
     expect(page.status).toBe(200);
     expectDocumented(page);
-    expect(page.body.data).toEqual([3, 2].map((i) => ({
-      id: deliveries[i - 1],
-      eventType: 'email.deferred',
-      attempts: i,
-      lastStatus: 503,
-      lastError: 'HTTP 503',
-      deliveredAt: null,
-      nextAttemptAt: new Date(now + 60_000).toISOString(),
-      createdAt: new Date(now + i).toISOString(),
-    })));
+    expect(page.body.data).toEqual(
+      [3, 2].map((i) => ({
+        id: deliveries[i - 1],
+        eventType: 'email.deferred',
+        attempts: i,
+        lastStatus: 503,
+        lastError: 'HTTP 503',
+        deliveredAt: null,
+        nextAttemptAt: new Date(now + 60_000).toISOString(),
+        createdAt: new Date(now + i).toISOString(),
+      })),
+    );
     const rest = await service.api('GET', `/webhooks/${ids[0]}/deliveries?limit=2&cursor=${encodeURIComponent(page.body.nextCursor)}`, { key });
     expect(rest.body.data.map((d: { id: string }) => d.id)).toEqual([deliveries[0]]);
     // That cursor belongs to the first endpoint's list: on another endpoint's, 400 invalid_request.

@@ -57,9 +57,18 @@ export function accountPages(deps: Deps) {
 
   app.get('/accounts', (c) => {
     const q = (c.req.query('q') ?? '').slice(0, 200);
-    const page = listAccounts(deps, q, readPageLink((n) => c.req.query(n)));
+    const page = listAccounts(
+      deps,
+      q,
+      readPageLink((n) => c.req.query(n)),
+    );
     const pager = pageHrefs(page, (p) => withQuery(current, { q, ...p }));
-    return render(deps, c, { title: 'Accounts', current }, <AccountsListBody q={q} rows={page.items} pager={pager} csrf={c.var.session.csrfToken} config={deps.config} />);
+    return render(
+      deps,
+      c,
+      { title: 'Accounts', current },
+      <AccountsListBody q={q} rows={page.items} pager={pager} csrf={c.var.session.csrfToken} config={deps.config} />,
+    );
   });
 
   app.post('/accounts', (c) =>
@@ -100,7 +109,15 @@ export function accountPages(deps: Deps) {
       deps,
       c,
       { title: row.name, current },
-      <AccountPageBody view={accountView(deps, row, parent ?? undefined)} row={row} parent={parent} subAccounts={subAccounts} keys={keys} domains={domains} csrf={c.var.session.csrfToken} />,
+      <AccountPageBody
+        view={accountView(deps, row, parent ?? undefined)}
+        row={row}
+        parent={parent}
+        subAccounts={subAccounts}
+        keys={keys}
+        domains={domains}
+        csrf={c.var.session.csrfToken}
+      />,
     );
   });
 

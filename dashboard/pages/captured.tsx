@@ -41,9 +41,16 @@ export function capturedPages(deps: Deps) {
           <CapturedTable
             entries={entries}
             linked={capturing()}
-            empty={search !== '' ? `No captured message matches “${search}”.` : before !== null ? 'No older captured messages.' : 'No mail has been captured yet.'}
+            empty={
+              search !== '' ? `No captured message matches “${search}”.` : before !== null ? 'No older captured messages.' : 'No mail has been captured yet.'
+            }
           />
-          <Pager label="Captured mail pages" newer={before !== null ? href(null) : null} older={more ? href(entries[entries.length - 1]!.seq) : null} newerLabel="Newest" />
+          <Pager
+            label="Captured mail pages"
+            newer={before !== null ? href(null) : null}
+            older={more ? href(entries[entries.length - 1]!.seq) : null}
+            newerLabel="Newest"
+          />
         </>,
       );
     })

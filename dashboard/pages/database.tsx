@@ -19,7 +19,8 @@ import { DatabaseTable, StateFilter } from '../views/database.js';
 
 const current = '/dashboard/database' as const;
 
-const stateParam = (v: string | undefined): CustomerDbState | null => (CUSTOMER_DB_STATES as readonly string[]).includes(v ?? '') ? (v as CustomerDbState) : null;
+const stateParam = (v: string | undefined): CustomerDbState | null =>
+  (CUSTOMER_DB_STATES as readonly string[]).includes(v ?? '') ? (v as CustomerDbState) : null;
 /** An account id as a keyset position; anything else starts from the first page. */
 const afterParam = (v: string | undefined) => (v !== undefined && isUuid(v) ? v : null);
 
@@ -52,11 +53,16 @@ export function databasePages(deps: Deps) {
             </div>
           </div>
           <p class="muted">
-            Each account may connect its own Postgres (<code>POST /api/v1/database</code>); its sub-accounts write to it too. Writes wait in this server while their
-            database cannot be reached, tried again with growing gaps for seven days.
+            Each account may connect its own Postgres (<code>POST /api/v1/database</code>); its sub-accounts write to it too. Writes wait in this server while
+            their database cannot be reached, tried again with growing gaps for seven days.
           </p>
           <StateFilter state={state} />
-          <DatabaseTable entries={entries} csrf={c.var.session.csrfToken} back={back} empty={state ? `No database is ${state}.` : 'No account has connected a database.'} />
+          <DatabaseTable
+            entries={entries}
+            csrf={c.var.session.csrfToken}
+            back={back}
+            empty={state ? `No database is ${state}.` : 'No account has connected a database.'}
+          />
           <Pager
             label="Database pages"
             newer={after !== null ? listPath(state, null) : null}
@@ -77,7 +83,10 @@ export function databasePages(deps: Deps) {
         back,
         async () => {
           const s = await testDatabase({ deps, ctx: operatorContext(account) });
-          return { kind: 'ok', message: `The database of ${account.name} answered: ${s.state}, schema version ${s.schemaVersion}, ${plural(s.pending, 'write')} waiting.` };
+          return {
+            kind: 'ok',
+            message: `The database of ${account.name} answered: ${s.state}, schema version ${s.schemaVersion}, ${plural(s.pending, 'write')} waiting.`,
+          };
         },
         refused,
       );

@@ -25,7 +25,11 @@ export function domainPages(deps: Deps) {
     const q = (c.req.query('q') ?? '').slice(0, 253);
     const account = accountFilter(deps.db, c.req.query('account'));
     const accountId = account?.id ?? null;
-    const page = listAllDomains(deps, { accountId, search: q }, readPageLink((n) => c.req.query(n)));
+    const page = listAllDomains(
+      deps,
+      { accountId, search: q },
+      readPageLink((n) => c.req.query(n)),
+    );
     const pager = pageHrefs(page, (p) => withQuery(current, { account: accountId, q, ...p }));
     return render(
       deps,
@@ -51,7 +55,12 @@ export function domainPages(deps: Deps) {
     const id = c.req.param('id');
     const account = requireDomainAccount(deps, id);
     const view = getDomain({ deps, ctx: operatorContext(account), id });
-    return render(deps, c, { title: view.name, current }, <DomainPageBody view={view} account={account} checks={lastChecks(deps, id)} csrf={c.var.session.csrfToken} />);
+    return render(
+      deps,
+      c,
+      { title: view.name, current },
+      <DomainPageBody view={view} account={account} checks={lastChecks(deps, id)} csrf={c.var.session.csrfToken} />,
+    );
   });
 
   app.post('/domains/:id/verify', (c) => {

@@ -40,7 +40,8 @@ function SignInPage(props: { formToken: string; next: string; message?: { kind: 
               <label for="token">Admin token</label>
               <input id="token" name="token" type="password" autocomplete="current-password" required autofocus />
               <span class="hint">
-                Printed once on the first start, or set with ADMIN_TOKEN. <code>npm run -s cli -- admin-token reset</code>, run with the server's <code>DATA_DIR</code>, issues a new one.
+                Printed once on the first start, or set with ADMIN_TOKEN. <code>npm run -s cli -- admin-token reset</code>, run with the server's{' '}
+                <code>DATA_DIR</code>, issues a new one.
               </span>
             </div>
             <p>
@@ -69,7 +70,12 @@ export function signInRoutes(deps: Deps) {
     .get('/sign-in', (c) => {
       const token = getCookie(c, SESSION_COOKIE);
       if (token && findSession(deps, token)) return c.redirect(safeNext(c.req.query('next')), 303);
-      const message = c.req.query('signed-out') !== undefined ? { kind: 'ok' as const, text: 'You are signed out.' } : c.req.query('expired') !== undefined ? { kind: 'error' as const, text: 'Your session has ended; sign in again.' } : undefined;
+      const message =
+        c.req.query('signed-out') !== undefined
+          ? { kind: 'ok' as const, text: 'You are signed out.' }
+          : c.req.query('expired') !== undefined
+            ? { kind: 'error' as const, text: 'Your session has ended; sign in again.' }
+            : undefined;
       return form(c, 200, safeNext(c.req.query('next')), message);
     })
     .post('/sign-in', async (c) => {
@@ -88,7 +94,10 @@ export function signInRoutes(deps: Deps) {
         if (!counted.ok) {
           c.header('Retry-After', String(counted.retryAfterSeconds));
           deps.logger.warn('dashboard.sign_in_limited', { remoteAddress: clientAddress(c) });
-          return form(c, 429, next, { kind: 'error', text: `Too many wrong tokens from your address. Try again in ${Math.ceil(counted.retryAfterSeconds / 60)} minutes.` });
+          return form(c, 429, next, {
+            kind: 'error',
+            text: `Too many wrong tokens from your address. Try again in ${Math.ceil(counted.retryAfterSeconds / 60)} minutes.`,
+          });
         }
         deps.logger.warn('dashboard.sign_in_failed', { remoteAddress: clientAddress(c) });
         return form(c, 401, next, { kind: 'error', text: 'That token is not right.' });

@@ -25,44 +25,55 @@ function backTo(back: string): string {
  * and remove call what POST and DELETE /suppressions call, for the chosen account.
  */
 export function suppressionPages(deps: Deps) {
-  return new Hono<DashEnv>()
-    .get('/suppressions', (c) => {
-      const accountId = accountFilter(deps.db, c.req.query('account'))?.id;
-      const q = c.req.query('q') ?? '';
-      const page = listAllSuppressions(deps.db, { accountId, search: searchKey(q) }, readForwardLink((n) => c.req.query(n)));
-      const csrf = c.var.session.csrfToken;
-      const accounts = accountChoices(deps.db, accountId);
-      const back = withQuery(current, { account: accountId, q });
-      return render(
-        deps,
-        c,
-        { title: 'Suppressions', current },
-        <>
-          <AddSuppressionForm accounts={accounts} accountId={accountId} csrf={csrf} back={back} />
-          <h2>Suppressed addresses</h2>
-          <SearchForm accounts={accounts} accountId={accountId} search={q} />
-          <SuppressionTable rows={page.items} csrf={csrf} back={back} />
-          <Pager label="Suppression list pages" {...pageHrefs(page, (p) => withQuery(current, { account: accountId, q, ...p }), { forwardOnly: true })} newerLabel="First page" olderLabel="Next page" />
-        </>,
-      );
-    })
-    // The form's account is the one acted for: an unknown one, like a bad or unlisted address, is an error flash.
-    .post('/suppressions', (c) =>
-      formAction(deps, c, backTo(field(c, 'back')), () => {
-        const ctx = actForAccount(deps.db, field(c, 'account'));
-        const { address } = parseInput(addSuppressionInput, { address: field(c, 'address') });
-        const { entry, created } = addSuppression({ deps, ctx, address });
-        return created
-          ? { kind: 'ok', message: `${entry.address} is on ${ctx.account.name}'s suppression list (manual).` }
-          : { kind: 'ok', message: `${entry.address} was already on ${ctx.account.name}'s suppression list (${entry.reason}).` };
-      }),
-    )
-    .post('/suppressions/remove', (c) =>
-      formAction(deps, c, backTo(field(c, 'back')), () => {
-        const ctx = actForAccount(deps.db, field(c, 'account'));
-        const address = field(c, 'address');
-        removeSuppression({ deps, ctx, address });
-        return { kind: 'ok', message: `${address} is off ${ctx.account.name}'s suppression list: the account may send to it again.` };
-      }),
-    );
+  return (
+    new Hono<DashEnv>()
+      .get('/suppressions', (c) => {
+        const accountId = accountFilter(deps.db, c.req.query('account'))?.id;
+        const q = c.req.query('q') ?? '';
+        const page = listAllSuppressions(
+          deps.db,
+          { accountId, search: searchKey(q) },
+          readForwardLink((n) => c.req.query(n)),
+        );
+        const csrf = c.var.session.csrfToken;
+        const accounts = accountChoices(deps.db, accountId);
+        const back = withQuery(current, { account: accountId, q });
+        return render(
+          deps,
+          c,
+          { title: 'Suppressions', current },
+          <>
+            <AddSuppressionForm accounts={accounts} accountId={accountId} csrf={csrf} back={back} />
+            <h2>Suppressed addresses</h2>
+            <SearchForm accounts={accounts} accountId={accountId} search={q} />
+            <SuppressionTable rows={page.items} csrf={csrf} back={back} />
+            <Pager
+              label="Suppression list pages"
+              {...pageHrefs(page, (p) => withQuery(current, { account: accountId, q, ...p }), { forwardOnly: true })}
+              newerLabel="First page"
+              olderLabel="Next page"
+            />
+          </>,
+        );
+      })
+      // The form's account is the one acted for: an unknown one, like a bad or unlisted address, is an error flash.
+      .post('/suppressions', (c) =>
+        formAction(deps, c, backTo(field(c, 'back')), () => {
+          const ctx = actForAccount(deps.db, field(c, 'account'));
+          const { address } = parseInput(addSuppressionInput, { address: field(c, 'address') });
+          const { entry, created } = addSuppression({ deps, ctx, address });
+          return created
+            ? { kind: 'ok', message: `${entry.address} is on ${ctx.account.name}'s suppression list (manual).` }
+            : { kind: 'ok', message: `${entry.address} was already on ${ctx.account.name}'s suppression list (${entry.reason}).` };
+        }),
+      )
+      .post('/suppressions/remove', (c) =>
+        formAction(deps, c, backTo(field(c, 'back')), () => {
+          const ctx = actForAccount(deps.db, field(c, 'account'));
+          const address = field(c, 'address');
+          removeSuppression({ deps, ctx, address });
+          return { kind: 'ok', message: `${address} is off ${ctx.account.name}'s suppression list: the account may send to it again.` };
+        }),
+      )
+  );
 }

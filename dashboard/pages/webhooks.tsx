@@ -10,7 +10,17 @@ import { readForwardLink } from '../queries/id-pages.js';
 import { isEndpointHealth, listEndpointDeliveries, listEndpoints, requireDelivery, requireEndpointSummary } from '../queries/webhooks.js';
 import { formAction, render } from '../render.js';
 import { Pager, pageHrefs, withQuery } from '../ui.js';
-import { AttemptTimeline, DeliveryFacts, DeliveryTable, EndpointFacts, EndpointFilters, EndpointTable, Payload, deliveryPath, endpointPath } from '../views/webhooks.js';
+import {
+  AttemptTimeline,
+  DeliveryFacts,
+  DeliveryTable,
+  EndpointFacts,
+  EndpointFilters,
+  EndpointTable,
+  Payload,
+  deliveryPath,
+  endpointPath,
+} from '../views/webhooks.js';
 
 const current = '/dashboard/webhooks' as const;
 
@@ -24,7 +34,11 @@ export function webhookPages(deps: Deps) {
       const accountId = accountFilter(deps.db, c.req.query('account'))?.id;
       const status = c.req.query('status') || undefined;
       if (status !== undefined && !isEndpointHealth(status)) throw new ApiError('invalid_request', 'status: must be enabled, failing or disabled.');
-      const page = listEndpoints(deps.db, { accountId, health: status }, readForwardLink((n) => c.req.query(n)));
+      const page = listEndpoints(
+        deps.db,
+        { accountId, health: status },
+        readForwardLink((n) => c.req.query(n)),
+      );
       const pager = pageHrefs(page, (p) => withQuery(current, { account: accountId, status, ...p }), { forwardOnly: true });
       return render(
         deps,
@@ -39,7 +53,12 @@ export function webhookPages(deps: Deps) {
     })
     .get('/webhooks/:id', (c) => {
       const endpoint = requireEndpointSummary(deps.db, c.req.param('id'));
-      const page = listEndpointDeliveries(deps.db, endpoint.view, readForwardLink((n) => c.req.query(n)), deps.clock.now());
+      const page = listEndpointDeliveries(
+        deps.db,
+        endpoint.view,
+        readForwardLink((n) => c.req.query(n)),
+        deps.clock.now(),
+      );
       const pager = pageHrefs(page, (p) => withQuery(endpointPath(endpoint.view.id), p), { forwardOnly: true });
       return render(
         deps,

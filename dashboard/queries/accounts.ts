@@ -24,13 +24,29 @@ export interface AccountListRow {
 /** Every account, top-level and sub, newest first; `search` matches a name anywhere or an id from its start. */
 export function listAccounts(deps: Pick<Deps, 'db' | 'clock' | 'config'>, search: string, link: PageLink): IdPage<AccountListRow> {
   const q = search.trim();
-  const filter = q === '' ? undefined : or(sql`${accounts.name} LIKE ${likePattern(q, 'anywhere')} ESCAPE '\\'`, sql`${accounts.id} LIKE ${likePattern(q.toLowerCase(), 'start')} ESCAPE '\\'`);
-  const page = pageByIds(accounts.id, link, PAGE_SIZE, (r: AccountRow) => r.id, (bound, order, take) =>
-    deps.db.select().from(accounts).where(and(filter, bound)).orderBy(order).limit(take).all(),
+  const filter =
+    q === ''
+      ? undefined
+      : or(sql`${accounts.name} LIKE ${likePattern(q, 'anywhere')} ESCAPE '\\'`, sql`${accounts.id} LIKE ${likePattern(q.toLowerCase(), 'start')} ESCAPE '\\'`);
+  const page = pageByIds(
+    accounts.id,
+    link,
+    PAGE_SIZE,
+    (r: AccountRow) => r.id,
+    (bound, order, take) => deps.db.select().from(accounts).where(and(filter, bound)).orderBy(order).limit(take).all(),
   );
   const ids = page.items.map((r) => r.id);
   const parentIds = [...new Set(page.items.flatMap((r) => (r.parentId === null ? [] : [r.parentId])))];
-  const parents = new Map(parentIds.length === 0 ? [] : deps.db.select().from(accounts).where(inArray(accounts.id, parentIds)).all().map((p) => [p.id, p]));
+  const parents = new Map(
+    parentIds.length === 0
+      ? []
+      : deps.db
+          .select()
+          .from(accounts)
+          .where(inArray(accounts.id, parentIds))
+          .all()
+          .map((p) => [p.id, p]),
+  );
   const subCounts = new Map(
     ids.length === 0
       ? []
@@ -71,7 +87,13 @@ export function accountChoices(db: Db, include: string | null | undefined): Acco
     .select(choiceColumns)
     .from(accounts)
     .leftJoin(parent, eq(parent.id, accounts.parentId))
-    .orderBy(sql`coalesce(${parent.name}, ${accounts.name})`, sql`coalesce(${accounts.parentId}, ${accounts.id})`, sql`${accounts.parentId} is not null`, asc(accounts.name), asc(accounts.id))
+    .orderBy(
+      sql`coalesce(${parent.name}, ${accounts.name})`,
+      sql`coalesce(${accounts.parentId}, ${accounts.id})`,
+      sql`${accounts.parentId} is not null`,
+      asc(accounts.name),
+      asc(accounts.id),
+    )
     .limit(ACCOUNT_CHOICES)
     .all();
   if (include && !rows.some((r) => r.id === include)) {

@@ -47,7 +47,13 @@ export async function partsOf(raw: Buffer): Promise<MessageParts> {
   return {
     headers: mail.headerLines.map(({ line }) => {
       const colon = line.indexOf(':');
-      return { name: line.slice(0, colon), value: line.slice(colon + 1).replace(/\r?\n[ \t]+/g, ' ').trim() };
+      return {
+        name: line.slice(0, colon),
+        value: line
+          .slice(colon + 1)
+          .replace(/\r?\n[ \t]+/g, ' ')
+          .trim(),
+      };
     }),
     html: mail.html === false ? null : mail.html,
     text: mail.text ?? null,

@@ -36,13 +36,24 @@ export function listAllDomains(deps: Pick<Deps, 'db' | 'config'>, filter: { acco
     filter.accountId === null ? undefined : eq(domains.accountId, filter.accountId),
     q === '' ? undefined : sql`${domains.name} LIKE ${likePattern(q.toLowerCase(), 'anywhere')} ESCAPE '\\'`,
   );
-  const page = pageByIds(domains.id, link, PAGE_SIZE, (r: DomainJoinRow) => r.domain.id, (bound, order, take) => selectDomains(deps.db, and(where, bound), order, take));
+  const page = pageByIds(
+    domains.id,
+    link,
+    PAGE_SIZE,
+    (r: DomainJoinRow) => r.domain.id,
+    (bound, order, take) => selectDomains(deps.db, and(where, bound), order, take),
+  );
   return { ...page, items: page.items.map((r) => ({ view: domainView(deps, r.domain, r.key), account: r.account })) };
 }
 
 /** The account a domain belongs to (the operator acts as it), or the 404 page. */
 export function requireDomainAccount(deps: Pick<Deps, 'db'>, domainId: string): AccountRow {
-  const found = deps.db.select({ account: accounts }).from(domains).innerJoin(accounts, eq(accounts.id, domains.accountId)).where(eq(domains.id, domainId)).get();
+  const found = deps.db
+    .select({ account: accounts })
+    .from(domains)
+    .innerJoin(accounts, eq(accounts.id, domains.accountId))
+    .where(eq(domains.id, domainId))
+    .get();
   if (!found) throw new ApiError('not_found', 'There is no domain with that id.');
   return found.account;
 }

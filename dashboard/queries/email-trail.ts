@@ -107,7 +107,12 @@ export function emailTrail(deps: Deps, id: string): EmailTrail {
 /** The recipients still in the outbound queue (gone once every recipient has its final outcome). */
 function queuedRecipients(db: Db, emailId: string): QueuedRecipient[] {
   return db
-    .select({ recipient: outboundRecipients.recipient, attempts: outboundRecipients.attempts, nextAttemptAt: outboundRecipients.nextAttemptAt, lockedUntil: outboundRecipients.lockedUntil })
+    .select({
+      recipient: outboundRecipients.recipient,
+      attempts: outboundRecipients.attempts,
+      nextAttemptAt: outboundRecipients.nextAttemptAt,
+      lockedUntil: outboundRecipients.lockedUntil,
+    })
     .from(outboundRecipients)
     .where(and(eq(outboundRecipients.messageId, emailId), eq(outboundRecipients.status, 'queued')))
     .orderBy(asc(outboundRecipients.id))
@@ -151,7 +156,14 @@ function causedDeliveries(db: Db, accountId: string, emailId: string, eventTimes
       seen.add(row.id);
       const data = JSON.parse(row.data) as OutcomeEventData;
       const endpoint = byId.get(row.endpointId)!;
-      out.push({ delivery: deliveryView(row), endpointId: row.endpointId, url: endpoint.url, state: stateOf(row, endpoint.active, now), recipient: data.recipient, status: data.status });
+      out.push({
+        delivery: deliveryView(row),
+        endpointId: row.endpointId,
+        url: endpoint.url,
+        state: stateOf(row, endpoint.active, now),
+        recipient: data.recipient,
+        status: data.status,
+      });
     }
   }
   return out.sort((a, b) => (a.delivery.id < b.delivery.id ? -1 : 1));
@@ -180,7 +192,12 @@ function customerDbTrail(deps: Deps, accountId: string, emailId: string, created
 
   const items: WriteItem[] = [
     { label: 'Email content', recipient: null, at: createdAt, write: { state: 'written' } },
-    ...email.events.map((e) => ({ label: `Outcome: ${e.status}`, recipient: e.recipient, at: Date.parse(e.occurredAt), write: { state: 'written' } as WriteState })),
+    ...email.events.map((e) => ({
+      label: `Outcome: ${e.status}`,
+      recipient: e.recipient,
+      at: Date.parse(e.occurredAt),
+      write: { state: 'written' } as WriteState,
+    })),
   ];
   const times = [...new Set(items.map((i) => i.at))];
   const rows = deps.db

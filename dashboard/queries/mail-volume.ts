@@ -47,7 +47,14 @@ export async function dailyVolume(scans: Scans, now: number, days = VOLUME_DAYS)
   const firstDay = Math.floor(now / DAY_MS) - (days - 1);
   const since = firstDay * DAY_MS;
   const until = (firstDay + days) * DAY_MS;
-  const out: DayVolume[] = Array.from({ length: days }, (_, i) => ({ day: utcDay(since + i * DAY_MS), sent: 0, delivered: 0, bounced: 0, deferred: 0, complained: 0 }));
+  const out: DayVolume[] = Array.from({ length: days }, (_, i) => ({
+    day: utcDay(since + i * DAY_MS),
+    sent: 0,
+    delivered: 0,
+    bounced: 0,
+    deferred: 0,
+    complained: 0,
+  }));
   const at = (dayNumber: number) => out[dayNumber - firstDay];
   const range = { floor: idFloor(since), since, until };
 

@@ -35,7 +35,14 @@ const querySchema = z.object({
   status: z.preprocess(blankIsNull, z.enum(EMAIL_STATUSES, { error: `must be one of ${EMAIL_STATUSES.join(', ')}` }).optional()),
   from: z.preprocess(blankIsNull, utcDate.optional()),
   to: z.preprocess(blankIsNull, utcDate.optional()),
-  recipient: z.preprocess(blankIsNull, z.string().max(320, 'must be at most 320 characters').regex(/^[^\s@]+@[^\s@]+$/, 'must be one email address, such as alice@example.com').optional()),
+  recipient: z.preprocess(
+    blankIsNull,
+    z
+      .string()
+      .max(320, 'must be at most 320 characters')
+      .regex(/^[^\s@]+@[^\s@]+$/, 'must be one email address, such as alice@example.com')
+      .optional(),
+  ),
 });
 
 const FIELD_LABELS: Record<string, string> = { account: 'Account', status: 'Status', from: 'From date', to: 'To date', recipient: 'Recipient' };

@@ -53,21 +53,26 @@ export function listAllSuppressions(db: Db, filter: SuppressionFilter, link: Pag
     // LIKE wildcards to escape.
     search ? sql`substr(${suppressions.address}, 1, ${search.length}) = ${search}` : undefined,
   );
-  return pageByIds(suppressions.id, link, PAGE_SIZE, (s: SuppressionSummary) => s.view.id, (bound, order, take) =>
-    db
-      .select({ row: suppressions, accountName: accounts.name })
-      .from(suppressions)
-      .innerJoin(accounts, eq(accounts.id, suppressions.accountId))
-      .where(and(where, bound))
-      .orderBy(order)
-      .limit(take)
-      .all()
-      .map(({ row, accountName }) => ({
-        view: suppressionView(row),
-        accountId: row.accountId,
-        accountName,
-        sourceEmailId: REASONS[row.reason].outcome ? sourceEmailOf(db, row.accountId, row.address, REASONS[row.reason].outcome!, row.createdAt) : null,
-      })),
+  return pageByIds(
+    suppressions.id,
+    link,
+    PAGE_SIZE,
+    (s: SuppressionSummary) => s.view.id,
+    (bound, order, take) =>
+      db
+        .select({ row: suppressions, accountName: accounts.name })
+        .from(suppressions)
+        .innerJoin(accounts, eq(accounts.id, suppressions.accountId))
+        .where(and(where, bound))
+        .orderBy(order)
+        .limit(take)
+        .all()
+        .map(({ row, accountName }) => ({
+          view: suppressionView(row),
+          accountId: row.accountId,
+          accountName,
+          sourceEmailId: REASONS[row.reason].outcome ? sourceEmailOf(db, row.accountId, row.address, REASONS[row.reason].outcome!, row.createdAt) : null,
+        })),
   );
 }
 

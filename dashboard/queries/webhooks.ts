@@ -38,8 +38,10 @@ export function healthOf(view: WebhookEndpointView): EndpointHealth {
 /** Why an endpoint is in its state, in a sentence (null when all is well). */
 export function healthReason(view: WebhookEndpointView, lastError: string | null): string | null {
   const cause = lastError ? ` The last failure: ${lastError}.` : '';
-  if (!view.active) return `Switched off by the service after ${WEBHOOK_DISABLE_AFTER_FAILURES} consecutive failed attempts; nothing is posted until it is re-enabled or a test ping succeeds.${cause}`;
-  if (view.failureCount > 0) return `${view.failureCount} consecutive failed ${view.failureCount === 1 ? 'attempt' : 'attempts'}; at ${WEBHOOK_DISABLE_AFTER_FAILURES} the service switches it off.${cause}`;
+  if (!view.active)
+    return `Switched off by the service after ${WEBHOOK_DISABLE_AFTER_FAILURES} consecutive failed attempts; nothing is posted until it is re-enabled or a test ping succeeds.${cause}`;
+  if (view.failureCount > 0)
+    return `${view.failureCount} consecutive failed ${view.failureCount === 1 ? 'attempt' : 'attempts'}; at ${WEBHOOK_DISABLE_AFTER_FAILURES} the service switches it off.${cause}`;
   return null;
 }
 
@@ -76,7 +78,13 @@ const lastError = sql<string | null>`case when ${webhookEndpoints.failureCount} 
 const summaryColumns = { endpoint: webhookEndpoints, accountName: accounts.name, lastDeliveredAt, lastError };
 
 function toSummary(r: { endpoint: WebhookEndpointRow; accountName: string; lastDeliveredAt: number | null; lastError: string | null }): EndpointSummary {
-  return { view: endpointView(r.endpoint), accountId: r.endpoint.accountId, accountName: r.accountName, lastDeliveredAt: r.lastDeliveredAt, lastError: r.lastError };
+  return {
+    view: endpointView(r.endpoint),
+    accountId: r.endpoint.accountId,
+    accountName: r.accountName,
+    lastDeliveredAt: r.lastDeliveredAt,
+    lastError: r.lastError,
+  };
 }
 
 export interface EndpointFilter {
@@ -86,9 +94,25 @@ export interface EndpointFilter {
 
 /** Every account's endpoints, newest first, filtered by account and health, `limit` to a page. */
 export function listEndpoints(db: Db, filter: EndpointFilter, link: PageLink, limit = PAGE_SIZE): IdPage<EndpointSummary> {
-  const where = and(filter.accountId ? eq(webhookEndpoints.accountId, filter.accountId) : undefined, filter.health ? ENDPOINT_HEALTH[filter.health].where() : undefined);
-  return pageByIds(webhookEndpoints.id, link, limit, (s: EndpointSummary) => s.view.id, (bound, order, take) =>
-    db.select(summaryColumns).from(webhookEndpoints).innerJoin(accounts, eq(accounts.id, webhookEndpoints.accountId)).where(and(where, bound)).orderBy(order).limit(take).all().map(toSummary),
+  const where = and(
+    filter.accountId ? eq(webhookEndpoints.accountId, filter.accountId) : undefined,
+    filter.health ? ENDPOINT_HEALTH[filter.health].where() : undefined,
+  );
+  return pageByIds(
+    webhookEndpoints.id,
+    link,
+    limit,
+    (s: EndpointSummary) => s.view.id,
+    (bound, order, take) =>
+      db
+        .select(summaryColumns)
+        .from(webhookEndpoints)
+        .innerJoin(accounts, eq(accounts.id, webhookEndpoints.accountId))
+        .where(and(where, bound))
+        .orderBy(order)
+        .limit(take)
+        .all()
+        .map(toSummary),
   );
 }
 
@@ -99,7 +123,12 @@ export function requireEndpointSummary(db: Db, id: string): EndpointSummary & { 
     : undefined;
   if (!row) throw new ApiError('webhook_not_found', 'There is no webhook endpoint with that id.');
   // Read from the pending index: deliveries that will still be attempted (or wait for the endpoint to come back).
-  const pending = db.select({ n: count() }).from(webhookDeliveries).where(and(eq(webhookDeliveries.endpointId, id), isNotNull(webhookDeliveries.nextAttemptAt))).get()?.n ?? 0;
+  const pending =
+    db
+      .select({ n: count() })
+      .from(webhookDeliveries)
+      .where(and(eq(webhookDeliveries.endpointId, id), isNotNull(webhookDeliveries.nextAttemptAt)))
+      .get()?.n ?? 0;
   return { ...toSummary(row), pending };
 }
 
@@ -152,21 +181,32 @@ function toDelivery(row: WebhookDeliveryRow, endpointActive: boolean, now: numbe
 
 /** An endpoint's deliveries, newest first (ids are UUIDv7: id order is event order). */
 export function listEndpointDeliveries(db: Db, endpoint: WebhookEndpointView, link: PageLink, now: number): IdPage<DeliverySummary> {
-  return pageByIds(webhookDeliveries.id, link, PAGE_SIZE, (d: DeliverySummary) => d.view.id, (bound, order, take) =>
-    db
-      .select()
-      .from(webhookDeliveries)
-      .where(and(eq(webhookDeliveries.endpointId, endpoint.id), bound))
-      .orderBy(order)
-      .limit(take)
-      .all()
-      .map((r) => toDelivery(r, endpoint.active, now)),
+  return pageByIds(
+    webhookDeliveries.id,
+    link,
+    PAGE_SIZE,
+    (d: DeliverySummary) => d.view.id,
+    (bound, order, take) =>
+      db
+        .select()
+        .from(webhookDeliveries)
+        .where(and(eq(webhookDeliveries.endpointId, endpoint.id), bound))
+        .orderBy(order)
+        .limit(take)
+        .all()
+        .map((r) => toDelivery(r, endpoint.active, now)),
   );
 }
 
 /** One delivery of the given endpoint, or 404 (another endpoint's delivery too); with its stored row for the payload. */
 export function requireDelivery(db: Db, endpoint: WebhookEndpointView, id: string, now: number): DeliverySummary & { row: WebhookDeliveryRow } {
-  const row = isUuid(id) ? db.select().from(webhookDeliveries).where(and(eq(webhookDeliveries.id, id), eq(webhookDeliveries.endpointId, endpoint.id))).get() : undefined;
+  const row = isUuid(id)
+    ? db
+        .select()
+        .from(webhookDeliveries)
+        .where(and(eq(webhookDeliveries.id, id), eq(webhookDeliveries.endpointId, endpoint.id)))
+        .get()
+    : undefined;
   if (!row) throw new ApiError('not_found', 'This endpoint has no delivery with that id.');
   return { ...toDelivery(row, endpoint.active, now), row };
 }

@@ -30,7 +30,15 @@ const Facts: FC<{ view: AccountView; row: AccountRow; parent: AccountRow | null 
         <Copyable id="account-id" value={view.id} label="account id" />
       </dd>
       <dt>Kind</dt>
-      <dd>{parent ? <>Sub-account of <AccountLink id={parent.id} name={parent.name} /></> : 'Top-level account'}</dd>
+      <dd>
+        {parent ? (
+          <>
+            Sub-account of <AccountLink id={parent.id} name={parent.name} />
+          </>
+        ) : (
+          'Top-level account'
+        )}
+      </dd>
       <dt>Created</dt>
       <dd>
         <Time at={view.createdAt} />
@@ -42,7 +50,12 @@ const Facts: FC<{ view: AccountView; row: AccountRow; parent: AccountRow | null 
           <>
             {' '}
             by {SUSPENDED_BY[row.suspendedBy]}
-            {row.suspendedAt !== null && <> since <Time at={row.suspendedAt} /></>}
+            {row.suspendedAt !== null && (
+              <>
+                {' '}
+                since <Time at={row.suspendedAt} />
+              </>
+            )}
           </>
         )}
       </dd>
@@ -58,7 +71,8 @@ const Facts: FC<{ view: AccountView; row: AccountRow; parent: AccountRow | null 
       </dd>
       <dt>Sent (lifetime)</dt>
       <dd>
-        {formatCount(view.sending.totalSent)} recipients, {formatCount(view.sending.totalBounced)} bounced, {formatCount(view.sending.totalComplained)} complained
+        {formatCount(view.sending.totalSent)} recipients, {formatCount(view.sending.totalBounced)} bounced, {formatCount(view.sending.totalComplained)}{' '}
+        complained
       </dd>
       <dt>Today / quota</dt>
       <dd>

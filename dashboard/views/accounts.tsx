@@ -48,7 +48,16 @@ export const QuotaUsage: FC<{ view: AccountView }> = ({ view }) => (
   </span>
 );
 
-const ACCOUNT_COLUMNS = ['Name', 'Id', 'Status', 'Tier', 'Credits', { label: 'Today / quota', class: 'num' }, { label: 'Sub-accounts', class: 'num' }, 'Created'] as const;
+const ACCOUNT_COLUMNS = [
+  'Name',
+  'Id',
+  'Status',
+  'Tier',
+  'Credits',
+  { label: 'Today / quota', class: 'num' },
+  { label: 'Sub-accounts', class: 'num' },
+  'Created',
+] as const;
 
 export const AccountsTable: FC<{ rows: AccountListRow[]; caption: string; empty: string }> = ({ rows, caption, empty }) => (
   <DataTable

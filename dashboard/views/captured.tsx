@@ -34,13 +34,13 @@ export const ModeNotice: FC<{ capturing: boolean; kept: number }> = ({ capturing
   ) : (
     <div class="panel" role="note">
       <p>
-        <Badge tone="neutral">not capturing</Badge> This server delivers mail (<code>DELIVERY_MODE=direct</code>): it captures nothing and keeps no message content.
-        Start it with <code>DELIVERY_MODE=capture</code> (development only) to capture mail here instead of sending it.
+        <Badge tone="neutral">not capturing</Badge> This server delivers mail (<code>DELIVERY_MODE=direct</code>): it captures nothing and keeps no message
+        content. Start it with <code>DELIVERY_MODE=capture</code> (development only) to capture mail here instead of sending it.
       </p>
       {kept > 0 && (
         <p>
-          {formatCount(kept)} message{kept === 1 ? ' was' : 's were'} captured by an earlier run in capture mode: listed below, but their content opens only while the
-          server captures (as <code>GET /emails/{'{id}'}/message</code> answers).
+          {formatCount(kept)} message{kept === 1 ? ' was' : 's were'} captured by an earlier run in capture mode: listed below, but their content opens only
+          while the server captures (as <code>GET /emails/{'{id}'}/message</code> answers).
         </p>
       )}
     </div>
@@ -163,7 +163,13 @@ export const PartsSections: FC<{ entry: CapturedEntry; parts: MessageParts; raw:
       {parts.html === null ? (
         <p class="muted">This message has no HTML part.</p>
       ) : (
-        <iframe class="message-frame" sandbox="" src={capturedPath(entry.emailId, entry.recipient, '/html')} title={`HTML part of the message to ${entry.recipient}`} referrerpolicy="no-referrer"></iframe>
+        <iframe
+          class="message-frame"
+          sandbox=""
+          src={capturedPath(entry.emailId, entry.recipient, '/html')}
+          title={`HTML part of the message to ${entry.recipient}`}
+          referrerpolicy="no-referrer"
+        ></iframe>
       )}
     </section>
     <section aria-labelledby="text-part">

@@ -59,7 +59,13 @@ export const DatabaseTable: FC<{ entries: DatabaseEntry[]; csrf: string; back: R
           <Time at={s.lastOkAt} />
         </td>
         <td>
-          <PostButton action={`/dashboard/database/${accountId}/test`} csrf={csrf} label="Test" fields={back} accessibleLabel={`Test the database of ${accountName}`} />
+          <PostButton
+            action={`/dashboard/database/${accountId}/test`}
+            csrf={csrf}
+            label="Test"
+            fields={back}
+            accessibleLabel={`Test the database of ${accountName}`}
+          />
         </td>
       </tr>
     )}

@@ -75,7 +75,14 @@ export const ConnectDomainForm: FC<{ csrf: string; choices: AccountChoice[]; sel
         <div class="form-grid">
           <div class="field">
             <label for="connect-account">Account</label>
-            <AccountSelect id="connect-account" name="accountId" choices={choices} selected={selected} blank={selected === null ? 'Choose an account' : undefined} required />
+            <AccountSelect
+              id="connect-account"
+              name="accountId"
+              choices={choices}
+              selected={selected}
+              blank={selected === null ? 'Choose an account' : undefined}
+              required
+            />
           </div>
           <div class="field">
             <label for="connect-name">Domain name</label>
@@ -213,7 +220,12 @@ const Checks: FC<{ view: DomainView; checks: Record<RecordKind, CheckValue> | nu
   </section>
 );
 
-export const DomainPageBody: FC<{ view: DomainView; account: AccountRow; checks: Record<RecordKind, CheckValue> | null; csrf: string }> = ({ view, account, checks, csrf }) => (
+export const DomainPageBody: FC<{ view: DomainView; account: AccountRow; checks: Record<RecordKind, CheckValue> | null; csrf: string }> = ({
+  view,
+  account,
+  checks,
+  csrf,
+}) => (
   <>
     <p>
       <a href="/dashboard/domains">All domains</a> · account <a href={`/dashboard/accounts/${account.id}`}>{account.name}</a>

@@ -87,7 +87,10 @@ export const EmailTrailView: FC<{ trail: EmailTrail; mode: DeliveryMode }> = ({ 
       </section>
 
       <h2>Recipients</h2>
-      <p class="muted">Each recipient's attempts and outcomes in the order they happened, and the webhook posts those outcomes queued (each links to its attempts). Replays are listed on the Webhooks page.</p>
+      <p class="muted">
+        Each recipient's attempts and outcomes in the order they happened, and the webhook posts those outcomes queued (each links to its attempts). Replays are
+        listed on the Webhooks page.
+      </p>
       {recipients.map((r, i) => (
         <section class="panel recipient" aria-labelledby={`recipient-${i}`} data-recipient={r.address}>
           <h3 id={`recipient-${i}`}>{r.address}</h3>
@@ -170,7 +173,9 @@ const WebhookPosts: FC<{ deliveries: CausedDelivery[]; recipient: string }> = ({
                 </td>
                 <td class="cell-wrap">{d.url}</td>
                 <td class="num">{String(d.delivery.attempts)}</td>
-                <td class="cell-wrap">{d.delivery.lastError ?? (d.delivery.lastStatus === null ? <span class="muted">none yet</span> : `HTTP ${d.delivery.lastStatus}`)}</td>
+                <td class="cell-wrap">
+                  {d.delivery.lastError ?? (d.delivery.lastStatus === null ? <span class="muted">none yet</span> : `HTTP ${d.delivery.lastStatus}`)}
+                </td>
                 <td>
                   <DeliveryStateBadge state={d.state} />{' '}
                   {d.delivery.deliveredAt ? (
@@ -208,7 +213,11 @@ function writeDetail(w: WriteState) {
         </>
       );
     case 'failed':
-      return <>Set aside after {plural(w.attempts, 'try', 'tries')}; last error: {w.lastError ?? 'none recorded'}</>;
+      return (
+        <>
+          Set aside after {plural(w.attempts, 'try', 'tries')}; last error: {w.lastError ?? 'none recorded'}
+        </>
+      );
     case 'written':
       return <>The database has it.</>;
     case 'written-or-dropped':

@@ -56,7 +56,14 @@ export const FilterForm: FC<{ values: FilterValues; accounts: AccountChoice[] }>
       </div>
       <div class="field">
         <label for="filter-recipient">Recipient</label>
-        <input id="filter-recipient" name="recipient" type="email" value={values.recipient} placeholder="alice@example.com" aria-describedby="filter-recipient-hint" />
+        <input
+          id="filter-recipient"
+          name="recipient"
+          type="email"
+          value={values.recipient}
+          placeholder="alice@example.com"
+          aria-describedby="filter-recipient-hint"
+        />
         <span class="hint" id="filter-recipient-hint">
           The exact address, any case.
         </span>

@@ -12,7 +12,10 @@ export const AttachmentsSection: FC<{ attachments: MessageParts['attachments'] }
       <ul>
         {attachments.map((a) => (
           <li>
-            <bdi>{a.filename}</bdi> <span class="muted">({a.contentType}, {formatCount(a.size)} bytes)</span>
+            <bdi>{a.filename}</bdi>{' '}
+            <span class="muted">
+              ({a.contentType}, {formatCount(a.size)} bytes)
+            </span>
           </li>
         ))}
       </ul>

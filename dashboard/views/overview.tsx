@@ -142,8 +142,8 @@ export const AccountsPanel: FC<{ troubled: Capped<AccountTrouble> }> = ({ troubl
         </div>
         <div class="why">
           {String(view.sending.sentToday)} of {String(view.sending.effectiveQuota)} recipients today
-          {view.sending.effectiveQuota !== view.sending.dailyQuota && <> (throttled from {String(view.sending.dailyQuota)})</>}; {String(view.sending.totalBounced)} bounced and{' '}
-          {String(view.sending.totalComplained)} complained of {String(view.sending.totalSent)} sent
+          {view.sending.effectiveQuota !== view.sending.dailyQuota && <> (throttled from {String(view.sending.dailyQuota)})</>};{' '}
+          {String(view.sending.totalBounced)} bounced and {String(view.sending.totalComplained)} complained of {String(view.sending.totalSent)} sent
         </div>
       </li>
     )}

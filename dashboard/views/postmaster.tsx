@@ -14,8 +14,8 @@ export const senderOf = (m: OperatorMessageSummary): string => m.fromHeader || m
 
 export const PostmasterNotice: FC<{ hostname: string; kept: number }> = ({ hostname, kept }) => (
   <p class="panel">
-    Mail sent to <code>postmaster@{hostname}</code> and <code>abuse@{hostname}</code>: other mail servers and people write here about this
-    server's mail (RFC 5321, RFC 2142). It is yours, not a customer's. The newest {formatCount(OPERATOR_MAIL_LIMIT)} messages are kept, the first{' '}
+    Mail sent to <code>postmaster@{hostname}</code> and <code>abuse@{hostname}</code>: other mail servers and people write here about this server's mail (RFC
+    5321, RFC 2142). It is yours, not a customer's. The newest {formatCount(OPERATOR_MAIL_LIMIT)} messages are kept, the first{' '}
     {formatCount(OPERATOR_MESSAGE_BYTES / 1024)} KB of each ({formatCount(kept)} now); anyone can write to these addresses, so nothing here is verified.
   </p>
 );

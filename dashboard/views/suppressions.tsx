@@ -6,7 +6,12 @@ import { AccountSelect, Badge, CsrfField, Dash, DataTable, PostButton, Time } fr
 
 /** The suppressions page's pieces: the add form, the search form, the list with its remove buttons. */
 
-export const AddSuppressionForm: FC<{ accounts: AccountChoice[]; accountId: string | undefined; csrf: string; back: string }> = ({ accounts, accountId, csrf, back }) => (
+export const AddSuppressionForm: FC<{ accounts: AccountChoice[]; accountId: string | undefined; csrf: string; back: string }> = ({
+  accounts,
+  accountId,
+  csrf,
+  back,
+}) => (
   <section aria-labelledby="add-suppression">
     <h2 id="add-suppression">Add an address</h2>
     {accounts.length === 0 ? (
@@ -21,7 +26,16 @@ export const AddSuppressionForm: FC<{ accounts: AccountChoice[]; accountId: stri
         </div>
         <div class="field">
           <label for="add-address">Address</label>
-          <input id="add-address" name="address" type="text" inputmode="email" autocomplete="off" required maxlength={MAX_ADDRESS_INPUT} aria-describedby="add-address-hint" />
+          <input
+            id="add-address"
+            name="address"
+            type="text"
+            inputmode="email"
+            autocomplete="off"
+            required
+            maxlength={MAX_ADDRESS_INPUT}
+            aria-describedby="add-address-hint"
+          />
           <span id="add-address-hint" class="hint">
             Listed with reason "manual", as POST /suppressions does; the account then cannot send to it.
           </span>

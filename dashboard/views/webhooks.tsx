@@ -4,7 +4,16 @@ import type { WebhookAttemptView } from '../../server/core/webhooks.js';
 import { webhookPostBody } from '../../server/webhooks/dispatcher.js';
 import { WEBHOOK_MAX_ATTEMPTS } from '../../server/core/webhook-schedule.js';
 import type { AccountChoice } from '../queries/accounts.js';
-import { DELIVERY_STATES, type DeliveryState, type DeliverySummary, ENDPOINT_HEALTH, type EndpointHealth, type EndpointSummary, healthOf, healthReason } from '../queries/webhooks.js';
+import {
+  DELIVERY_STATES,
+  type DeliveryState,
+  type DeliverySummary,
+  ENDPOINT_HEALTH,
+  type EndpointHealth,
+  type EndpointSummary,
+  healthOf,
+  healthReason,
+} from '../queries/webhooks.js';
 import { AccountSelect, Badge, Copyable, Dash, DataTable, PostButton, Time } from '../ui.js';
 
 /** The webhook pages' pieces: the endpoint list, an endpoint's facts and deliveries, a delivery's detail. */
@@ -20,7 +29,11 @@ export const HealthBadge: FC<{ endpoint: EndpointSummary }> = ({ endpoint }) => 
 /** Where a delivery stands (stateOf), as a badge. */
 export const DeliveryStateBadge: FC<{ state: DeliveryState }> = ({ state }) => <Badge tone={DELIVERY_STATES[state].tone}>{DELIVERY_STATES[state].label}</Badge>;
 
-export const EndpointFilters: FC<{ accounts: AccountChoice[]; accountId: string | undefined; health: EndpointHealth | undefined }> = ({ accounts, accountId, health }) => (
+export const EndpointFilters: FC<{ accounts: AccountChoice[]; accountId: string | undefined; health: EndpointHealth | undefined }> = ({
+  accounts,
+  accountId,
+  health,
+}) => (
   <form method="get" action="/dashboard/webhooks" class="panel form-grid" aria-label="Filter endpoints">
     <div class="field">
       <label for="filter-account">Account</label>
@@ -121,7 +134,14 @@ export const EndpointFacts: FC<{ endpoint: EndpointSummary & { pending: number }
         <p class="muted">The signing secret is never shown: it was given once, when the endpoint was created.</p>
         <div class="row">
           <PostButton action={`${endpointPath(v.id)}/test`} csrf={csrf} label="Send test ping" variant="primary" />
-          {!v.active && <PostButton action={`${endpointPath(v.id)}/enable`} csrf={csrf} label="Re-enable" confirm="Switch this endpoint back on without a test ping? Its waiting deliveries go out at once." />}
+          {!v.active && (
+            <PostButton
+              action={`${endpointPath(v.id)}/enable`}
+              csrf={csrf}
+              label="Re-enable"
+              confirm="Switch this endpoint back on without a test ping? Its waiting deliveries go out at once."
+            />
+          )}
         </div>
       </div>
     </section>
@@ -134,11 +154,20 @@ function answerOf(v: DeliverySummary['view']): string {
   return v.lastError ? `${status} (${v.lastError})` : status;
 }
 
-
 export const DeliveryTable: FC<{ endpointId: string; deliveries: DeliverySummary[] }> = ({ endpointId, deliveries }) => (
   <DataTable
     caption="Deliveries to this endpoint, newest first"
-    columns={['Queued', 'Event', 'Email', 'Recipient', { label: 'Attempts', class: 'num' }, { label: 'Last status', class: 'num' }, 'Last error', 'Next attempt', 'State']}
+    columns={[
+      'Queued',
+      'Event',
+      'Email',
+      'Recipient',
+      { label: 'Attempts', class: 'num' },
+      { label: 'Last status', class: 'num' },
+      'Last error',
+      'Next attempt',
+      'State',
+    ]}
     items={deliveries}
     empty={<p class="panel muted">No deliveries yet.</p>}
     row={(d) => (
@@ -173,7 +202,10 @@ export const DeliveryFacts: FC<{ endpoint: EndpointSummary; d: DeliverySummary; 
       <dl class="facts">
         <dt>Endpoint</dt>
         <dd>
-          <a href={endpointPath(endpoint.view.id)}>{endpoint.view.url}</a> <span class="muted">(<bdi>{endpoint.accountName}</bdi>)</span>
+          <a href={endpointPath(endpoint.view.id)}>{endpoint.view.url}</a>{' '}
+          <span class="muted">
+            (<bdi>{endpoint.accountName}</bdi>)
+          </span>
         </dd>
         <dt>Event</dt>
         <dd>{d.view.eventType}</dd>
@@ -192,7 +224,13 @@ export const DeliveryFacts: FC<{ endpoint: EndpointSummary; d: DeliverySummary; 
       </dl>
       {d.emailId && (
         <div class="row">
-          <PostButton action={`${deliveryPath(endpoint.view.id, d.view.id)}/replay`} csrf={csrf} label="Replay" variant="primary" accessibleLabel="Replay this event as a new delivery" />
+          <PostButton
+            action={`${deliveryPath(endpoint.view.id, d.view.id)}/replay`}
+            csrf={csrf}
+            label="Replay"
+            variant="primary"
+            accessibleLabel="Replay this event as a new delivery"
+          />
           <span class="muted">Posts this event again, as a new delivery built from the recorded outcome.</span>
         </div>
       )}
@@ -217,11 +255,13 @@ export const AttemptTimeline: FC<{ d: DeliverySummary; attempts: WebhookAttemptV
           <li>
             Queued <Time at={v.createdAt} />
           </li>
-          {untracked > 0 && <li class="bad">{`${untracked} earlier ${untracked === 1 ? 'attempt' : 'attempts'}, made before attempt history was kept; the last answer: ${answerOf(v)}`}</li>}
+          {untracked > 0 && (
+            <li class="bad">{`${untracked} earlier ${untracked === 1 ? 'attempt' : 'attempts'}, made before attempt history was kept; the last answer: ${answerOf(v)}`}</li>
+          )}
           {attempts.map((a) => (
             <li class={a.delivered ? 'ok' : 'bad'}>
-              {`Attempt ${a.attempt}${of}: ${a.delivered ? 'delivered' : 'failed'}, ${a.error ?? (a.status === null ? 'no answer' : `HTTP ${a.status}`)}`}{' '}
-              at <Time at={a.attemptedAt} />
+              {`Attempt ${a.attempt}${of}: ${a.delivered ? 'delivered' : 'failed'}, ${a.error ?? (a.status === null ? 'no answer' : `HTTP ${a.status}`)}`} at{' '}
+              <Time at={a.attemptedAt} />
             </li>
           ))}
           {v.nextAttemptAt && (

@@ -31,7 +31,8 @@ export interface ConnectOptions {
  */
 export function boundedClientConfig(config: ClientConfig, options: ConnectOptions = {}): ClientConfig {
   const password = typeof config.password === 'string' ? config.password : '';
-  const ssl = options.ca !== undefined && typeof config.ssl === 'object' && config.ssl.rejectUnauthorized !== false ? { ...config.ssl, ca: options.ca } : config.ssl;
+  const ssl =
+    options.ca !== undefined && typeof config.ssl === 'object' && config.ssl.rejectUnauthorized !== false ? { ...config.ssl, ca: options.ca } : config.ssl;
   return {
     ...config,
     ssl: ssl ?? false,
@@ -115,7 +116,12 @@ export function classifyConnectError(err: unknown): { stage: FailureStage; messa
 
 function logError(logger: DbLogger, event: string, err: unknown, fields: Record<string, unknown> = {}): void {
   const e = errorShape(err);
-  logger.warn(event, { ...fields, code: e.code === undefined ? undefined : cutErrorText(e.code, 20), message: cutErrorText(e.message), stage: classifyConnectError(err).stage });
+  logger.warn(event, {
+    ...fields,
+    code: e.code === undefined ? undefined : cutErrorText(e.code, 20),
+    message: cutErrorText(e.message),
+    stage: classifyConnectError(err).stage,
+  });
 }
 
 /**

@@ -132,10 +132,10 @@ export async function migrateCustomerDb(client: ClientBase): Promise<number> {
     // reconnect or a test repairs the schema instead of answering 200 over writes that will fail for seven days.
     for (const m of CUSTOMER_MIGRATIONS) {
       if (!applied.has(m.version) || !m.repeatable) continue;
-      const missing = await client.query<{ t: string }>(
-        'select t from pg_catalog.unnest($1::text[]) as t where pg_catalog.to_regclass(t) is null limit $2',
-        [m.tables, m.tables.length],
-      );
+      const missing = await client.query<{ t: string }>('select t from pg_catalog.unnest($1::text[]) as t where pg_catalog.to_regclass(t) is null limit $2', [
+        m.tables,
+        m.tables.length,
+      ]);
       if (missing.rowCount === 0) continue;
       await client.query(m.sql);
     }

@@ -27,7 +27,11 @@ export const domains = sqliteTable(
     createdAt: createdAtColumn(),
     lastCheckedAt: timestampColumn('last_checked_at').notNull(),
   },
-  (t) => [uniqueIndex('domains_account_name_idx').on(t.accountId, t.name), index('domains_name_idx').on(t.name), index('domains_account_idx').on(t.accountId, t.id)],
+  (t) => [
+    uniqueIndex('domains_account_name_idx').on(t.accountId, t.name),
+    index('domains_name_idx').on(t.name),
+    index('domains_account_idx').on(t.accountId, t.id),
+  ],
 );
 
 export type DomainRow = typeof domains.$inferSelect;

@@ -189,7 +189,10 @@ export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceed
     const held = await spool?.finish();
     const raw = held?.raw ?? undefined;
     const { mailFrom, remoteAddress, helo } = envelope;
-    const forOperator = operatorCopy && deps.secretKey ? prepareOperatorMessage(deps.secretKey, { id, recipients: operators, mailFrom, remoteAddress, helo, size, receivedAt: now, ...operatorCopy.take() }) : null;
+    const forOperator =
+      operatorCopy && deps.secretKey
+        ? prepareOperatorMessage(deps.secretKey, { id, recipients: operators, mailFrom, remoteAddress, helo, size, receivedAt: now, ...operatorCopy.take() })
+        : null;
     queued = await deps.commits.run(() => {
       let stored = 0;
       const byAccount = new Map<string, string[]>();

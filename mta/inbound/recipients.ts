@@ -44,7 +44,11 @@ const statements = definePrepared((db) => ({
     )
     .raw() as Statement<[string], [string, string, string | null]>,
   // Only a send that went out has bounce addresses (a sandboxed or failed one has no events: docs/api/contract.md, Email).
-  email: db.select({ id: emails.id, to: emails.to }).from(emails).where(and(eq(emails.id, p('id')), eq(emails.status, 'sent'))).prepare(),
+  email: db
+    .select({ id: emails.id, to: emails.to })
+    .from(emails)
+    .where(and(eq(emails.id, p('id')), eq(emails.status, 'sent')))
+    .prepare(),
   changes: clientOf(db).prepare(`select n from change_counters where name = 'recipients'`).pluck() as Statement<[], number>,
 }));
 

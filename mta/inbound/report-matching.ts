@@ -38,7 +38,14 @@ export function isFblReporter(domain: string, reporters: readonly string[]): boo
  * for one of FBL_REPORTERS (the feedback loops sign their reports), wherever it arrives. A complaint is checked whole:
  * one past REPORT_BYTES cannot be, and is not trusted.
  */
-export async function trustedReport(deps: Deps, report: InboundReport, arrivedAt: Recipient[], raw: Buffer, size: number, checks: ReportChecks): Promise<InboundReport> {
+export async function trustedReport(
+  deps: Deps,
+  report: InboundReport,
+  arrivedAt: Recipient[],
+  raw: Buffer,
+  size: number,
+  checks: ReportChecks,
+): Promise<InboundReport> {
   if (!report) return null;
   if (report.kind === 'dsn') {
     if (arrivedAt.some((r) => r.kind === 'bounce')) return report;
@@ -53,7 +60,12 @@ export async function trustedReport(deps: Deps, report: InboundReport, arrivedAt
   deps.logger.warn('inbound.report_unauthenticated', {
     kind: report.kind,
     signedBy: signers.slice(0, 5),
-    reason: size > raw.length ? `a complaint over ${REPORT_BYTES} bytes cannot be checked` : signers.length > 0 ? 'not signed by a domain of FBL_REPORTERS' : 'no DKIM signature passes',
+    reason:
+      size > raw.length
+        ? `a complaint over ${REPORT_BYTES} bytes cannot be checked`
+        : signers.length > 0
+          ? 'not signed by a domain of FBL_REPORTERS'
+          : 'no DKIM signature passes',
   });
   return null;
 }
@@ -73,7 +85,11 @@ const findEmail = (deps: Pick<Deps, 'db'>, id: string): SentEmail | undefined =>
     .get();
 
 /** The email a report is about: the VERP address it came to, else the reported message's return path, else its Message-ID. */
-function reportedEmail(deps: Pick<Deps, 'db' | 'config' | 'secretKey'>, report: Exclude<InboundReport, null>, arrivedAt: Recipient[]): { email: SentEmail; index: number | null } | null {
+function reportedEmail(
+  deps: Pick<Deps, 'db' | 'config' | 'secretKey'>,
+  report: Exclude<InboundReport, null>,
+  arrivedAt: Recipient[],
+): { email: SentEmail; index: number | null } | null {
   const host = deps.config.mailHostname;
   const candidates: { emailId: string; recipientIndex: number | null; verp?: Verp }[] = [];
   // The address it came to was judged at RCPT (recipients.ts), a VERP address quoted in it is judged here.
@@ -82,7 +98,9 @@ function reportedEmail(deps: Pick<Deps, 'db' | 'config' | 'secretKey'>, report: 
     const verp = path ? parseVerp(path.replace(/^<|>$/g, ''), host, deps.secretKey) : null;
     if (verp) candidates.push({ emailId: verp.emailId, recipientIndex: verp.recipientIndex, verp });
   }
-  const messageId = report.originalMessageId ? new RegExp(`^<?([0-9a-f-]{36})@${host.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}>?$`, 'i').exec(report.originalMessageId.trim()) : null;
+  const messageId = report.originalMessageId
+    ? new RegExp(`^<?([0-9a-f-]{36})@${host.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}>?$`, 'i').exec(report.originalMessageId.trim())
+    : null;
   if (messageId) candidates.push({ emailId: messageId[1]!.toLowerCase(), recipientIndex: null });
   for (const c of candidates) {
     const email = findEmail(deps, c.emailId);
@@ -146,7 +164,12 @@ function decisiveBlock<B extends { action: string; status: string }>(blocks: rea
  * `abuse` report a `complained` event with its suppression and counter. Through the engine's own writeOutcome, so
  * webhooks, the customer database and the reputation breaker see it like any other outcome.
  */
-export function recordReport(deps: Deps, report: Exclude<InboundReport, null>, arrivedAt: Recipient[], now: number): { events: number; webhooks: number; written: number } {
+export function recordReport(
+  deps: Deps,
+  report: Exclude<InboundReport, null>,
+  arrivedAt: Recipient[],
+  now: number,
+): { events: number; webhooks: number; written: number } {
   const target = reportedEmail(deps, report, arrivedAt);
   if (!target) {
     deps.logger.info('inbound.report_unmatched', { kind: report.kind });
@@ -162,7 +185,11 @@ export function recordReport(deps: Deps, report: Exclude<InboundReport, null>, a
   const block = report.kind === 'dsn' ? decisiveBlock(report.recipients) : null;
   const said: { status: ReportStatus; dsn: string; detail: string } | null =
     report.kind === 'dsn'
-      ? block && { status: block.action.toLowerCase() === 'delayed' ? 'deferred' : 'bounced', dsn: block.status, detail: block.diagnostic || `Action: ${block.action.toLowerCase()}` }
+      ? block && {
+          status: block.action.toLowerCase() === 'delayed' ? 'deferred' : 'bounced',
+          dsn: block.status,
+          detail: block.diagnostic || `Action: ${block.action.toLowerCase()}`,
+        }
       : report.feedbackType === 'abuse'
         ? { status: 'complained', dsn: '5.7.1', detail: 'Complaint (feedback report: abuse)' }
         : null;

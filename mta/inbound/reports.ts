@@ -188,12 +188,20 @@ function readDeliveryStatus(text: string, failed: string[], perMessage: Fields):
     // A block that names no address takes the X-Failed-Recipients entry of the same position, as Exim lists them in order.
     const recipient = recipientIn(group.get('final-recipient')) ?? recipientIn(group.get('original-recipient')) ?? failed[unnamed++];
     const status = codeAtStart(group.get('status'));
-    const diagnostic = group.get('diagnostic-code')?.replace(/^[a-z][a-z0-9-]*[ \t]*;/i, '').trim();
+    const diagnostic = group
+      .get('diagnostic-code')
+      ?.replace(/^[a-z][a-z0-9-]*[ \t]*;/i, '')
+      .trim();
     const code = status ?? STATUS_IN_TEXT.exec(diagnostic ?? '')?.[1];
     const action = /^[a-z-]+/i.exec(group.get('action') ?? '')?.[0]?.toLowerCase() ?? ACTION_BY_STATUS_CLASS.get(code?.[0] ?? '');
     // With neither an Action nor a code the block says nothing about a delivery.
     if (!recipient || !action) continue;
-    const statusComment = group.get('status')?.replace(/^\s*[245]\.\d{1,3}\.\d{1,3}/, '').trim().replace(/^\(|\)$/g, '').trim();
+    const statusComment = group
+      .get('status')
+      ?.replace(/^\s*[245]\.\d{1,3}\.\d{1,3}/, '')
+      .trim()
+      .replace(/^\(|\)$/g, '')
+      .trim();
     recipients.push({
       recipient,
       action,
@@ -272,7 +280,10 @@ function textRecipients(body: string): DsnRecipient[] {
 /** The addresses of X-Failed-Recipients (comma or space separated, all such headers), lower-cased. */
 function failedRecipients(headers: Fields): string[] {
   const list = (headers.get('x-failed-recipients') ?? '').split(/[\s,;]+/);
-  return list.map((a) => a.replace(/^<|>$/g, '').toLowerCase()).filter((a) => a.includes('@')).slice(0, LIMITS.recipients);
+  return list
+    .map((a) => a.replace(/^<|>$/g, '').toLowerCase())
+    .filter((a) => a.includes('@'))
+    .slice(0, LIMITS.recipients);
 }
 
 /** The human-readable text of the message: its first text/plain part, else its first HTML part without tags. */
@@ -280,7 +291,11 @@ function bodyText(leaves: Leaf[]): string {
   const plain = leaves.find((l) => l.type === 'text/plain');
   if (plain) return decodeBody(plain.entity, LIMITS.scannedText).slice(0, LIMITS.scannedText);
   const html = leaves.find((l) => l.type === 'text/html');
-  return html ? decodeBody(html.entity, LIMITS.scannedText).slice(0, LIMITS.scannedText).replace(/<[^<>]*>/g, ' ') : '';
+  return html
+    ? decodeBody(html.entity, LIMITS.scannedText)
+        .slice(0, LIMITS.scannedText)
+        .replace(/<[^<>]*>/g, ' ')
+    : '';
 }
 
 // --- Field values ---
@@ -303,7 +318,10 @@ function addressIn(value: string | undefined): string | null {
   if (angle) address = angle[1]!;
   address = address.trim().split(/[\s,]+/)[0] ?? '';
   // RFC 6533 writes non-ASCII characters of a utf-8 address as \x{HEX}.
-  if (typed?.[1]?.toLowerCase() === 'utf-8') address = address.replace(/\\x\{([0-9a-f]{1,6})\}/gi, (all, hex: string) => (parseInt(hex, 16) <= 0x10ffff ? String.fromCodePoint(parseInt(hex, 16)) : all));
+  if (typed?.[1]?.toLowerCase() === 'utf-8')
+    address = address.replace(/\\x\{([0-9a-f]{1,6})\}/gi, (all, hex: string) =>
+      parseInt(hex, 16) <= 0x10ffff ? String.fromCodePoint(parseInt(hex, 16)) : all,
+    );
   return address || null;
 }
 
@@ -405,7 +423,10 @@ function decodeBody(entity: Entity, maxChars = Infinity): string {
   if (encoding === 'base64') return Buffer.from(body, 'base64').toString('utf8').replace(/\r\n?/g, '\n');
   if (encoding === 'quoted-printable') {
     const bytes = Buffer.from(body.replace(/=[ \t]*\n/g, ''), 'utf8').toString('latin1');
-    return Buffer.from(bytes.replace(/=([0-9a-f]{2})/gi, (_all, hex: string) => String.fromCharCode(parseInt(hex, 16))), 'latin1')
+    return Buffer.from(
+      bytes.replace(/=([0-9a-f]{2})/gi, (_all, hex: string) => String.fromCharCode(parseInt(hex, 16))),
+      'latin1',
+    )
       .toString('utf8')
       .replace(/\r\n?/g, '\n');
   }

@@ -92,10 +92,7 @@ export function createInboundServer(deps: Deps, tls: { key: string; cert: string
         return callback(reply(421, '4.7.0 You talked before the greeting; closing'));
       }
       // A session that outlives its bound is closed, whatever it is doing.
-      sessionTimers.set(
-        session.id,
-        setTimeout(() => connectionOf(session.id)?.close(), opts.maxSessionMs).unref(),
-      );
+      sessionTimers.set(session.id, setTimeout(() => connectionOf(session.id)?.close(), opts.maxSessionMs).unref());
       callback();
     },
 
@@ -133,7 +130,14 @@ export function createInboundServer(deps: Deps, tls: { key: string; cert: string
       receiveMessage(deps, stream, { mailFrom, recipients, remoteAddress: session.remoteAddress, helo: session.hostNameAppearsAs ?? '' }, checks).then(
         (received) => {
           deps.metrics.inboundAccepted();
-          deps.logger.info('inbound.received', { id: received.id, size: received.size, stored: received.stored, events: received.events, operator: received.operator, remoteAddress: session.remoteAddress });
+          deps.logger.info('inbound.received', {
+            id: received.id,
+            size: received.size,
+            stored: received.stored,
+            events: received.events,
+            operator: received.operator,
+            remoteAddress: session.remoteAddress,
+          });
           callback(null, `2.0.0 Ok: queued as ${received.id}`);
         },
         (err: unknown) => {
@@ -155,7 +159,10 @@ export function createInboundServer(deps: Deps, tls: { key: string; cert: string
   let listening = false;
   server.on('error', (err: NodeJS.ErrnoException) => {
     if (!listening) return;
-    (err.code === 'ECONNRESET' || err.code === 'EPIPE' ? deps.logger.debug : deps.logger.warn)('inbound.server_error', { code: err.code, message: err.message });
+    (err.code === 'ECONNRESET' || err.code === 'EPIPE' ? deps.logger.debug : deps.logger.warn)('inbound.server_error', {
+      code: err.code,
+      message: err.message,
+    });
   });
 
   return {

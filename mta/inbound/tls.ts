@@ -85,8 +85,7 @@ const OID = {
   serverAuth: '1.3.6.1.5.5.7.3.1',
 } as const;
 
-const extension = (id: string, critical: boolean, value: Buffer) =>
-  sequence(objectIdentifier(id), ...(critical ? [derTrue()] : []), octetString(value));
+const extension = (id: string, critical: boolean, value: Buffer) => sequence(objectIdentifier(id), ...(critical ? [derTrue()] : []), octetString(value));
 
 function toPem(label: string, der: Buffer): string {
   const lines = der.toString('base64').match(/.{1,64}/g) ?? [];

@@ -8,7 +8,11 @@ import type { Signer } from '../signer.js';
 
 /** An email's whole `to` list (its To header), read once per message built. */
 const statements = definePrepared((db) => ({
-  recipientsOf: db.select({ to: emails.to }).from(emails).where(eq(emails.id, sql.placeholder('id'))).prepare(),
+  recipientsOf: db
+    .select({ to: emails.to })
+    .from(emails)
+    .where(eq(emails.id, sql.placeholder('id')))
+    .prepare(),
 }));
 
 /** A message built and signed, and the email's `to` list it was built for. */

@@ -125,7 +125,13 @@ export function createTransports(deps: Pick<Deps, 'config' | 'logger' | 'secretK
 
   function capture(job: Claimed, message: Buffer) {
     if (!deps.secretKey) throw new Error('SECRET_KEY=off: captured mail cannot be sealed');
-    return sealCapture(deps.secretKey, { emailId: job.message.id, accountId: job.message.accountId, recipient: job.recipient.recipient, message, capturedAt: deps.clock.now() });
+    return sealCapture(deps.secretKey, {
+      emailId: job.message.id,
+      accountId: job.message.accountId,
+      recipient: job.recipient.recipient,
+      message,
+      capturedAt: deps.clock.now(),
+    });
   }
 
   return { serve, deliverLocally };

@@ -27,4 +27,6 @@ const app = new Hono().post('/bare', async (c) => {
   if (store) await store(JSON.stringify(body));
   return c.json({ id: '019a0000-0000-7000-8000-000000000000', sandbox: true });
 });
-serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, (info) => process.stdout.write(`${JSON.stringify({ event: 'http.listening', port: info.port })}\n`));
+serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, (info) =>
+  process.stdout.write(`${JSON.stringify({ event: 'http.listening', port: info.port })}\n`),
+);

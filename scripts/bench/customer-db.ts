@@ -26,7 +26,12 @@ interface Arrival {
 }
 
 /** Polls the customer database for new rows of one table (ids are UUIDv7: new rows sort after the last seen). */
-async function poll(client: pg.Client, table: 'emails' | 'events', column: 'created_at' | 'occurred_at', after: string): Promise<{ last: string; rows: Arrival[] }> {
+async function poll(
+  client: pg.Client,
+  table: 'emails' | 'events',
+  column: 'created_at' | 'occurred_at',
+  after: string,
+): Promise<{ last: string; rows: Arrival[] }> {
   const res = await client.query<{ id: string; at: Date }>(`select id, ${column} as at from service.${table} where id > $1 order by id`, [after]);
   const now = Date.now();
   return { last: res.rows.at(-1)?.id ?? after, rows: res.rows.map((r) => ({ seenAt: now, at: r.at.getTime() })) };
@@ -81,7 +86,14 @@ async function main(): Promise<void> {
   const connected = await fetch(`${rig.base}/database`, { method: 'POST', headers, body: JSON.stringify({ url: postgres.url(DB_HOST) }) });
   if (connected.status !== 200) throw new Error(`POST /database answered ${connected.status}: ${await connected.text()}`);
 
-  const reader = new pg.Client({ host: '127.0.0.1', port: postgres.port, user: postgres.user, password: postgres.password, database: postgres.database, ssl: { rejectUnauthorized: false } });
+  const reader = new pg.Client({
+    host: '127.0.0.1',
+    port: postgres.port,
+    user: postgres.user,
+    password: postgres.password,
+    database: postgres.database,
+    ssl: { rejectUnauthorized: false },
+  });
   await reader.connect();
 
   const poster = createPoster(`${rig.base}/emails`, headers, concurrency);
@@ -118,14 +130,18 @@ async function main(): Promise<void> {
   const lastDelivery = Math.max(...sink.times());
 
   console.log(`${total} sends (${failed} refused), ${concurrency} concurrent API clients, sink and Postgres on loopback (Node ${process.version})`);
-  console.log(`  delivered                ${delivered} messages, ${(delivered / ((lastDelivery - started) / 1000)).toFixed(0)} messages/s (first send to last delivery)`);
+  console.log(
+    `  delivered                ${delivered} messages, ${(delivered / ((lastDelivery - started) / 1000)).toFixed(0)} messages/s (first send to last delivery)`,
+  );
   for (const line of [...lagReport('emails', emails, started), ...lagReport('events', events, started)]) console.log(line);
   const writerSeconds = (Math.max(...emails.map((a) => a.seenAt), ...events.map((a) => a.seenAt)) - started) / 1000;
   const writerRate = (emails.length + events.length) / writerSeconds;
   const bare = await bareInserts(reader);
   const bareRate = bare.rows / bare.seconds;
   console.log(`  writer, both tables      ${writerRate.toFixed(0)} rows/s, paced by the sends and deliveries`);
-  console.log(`  bare pg batched INSERTs  ${bare.rows} rows in ${bare.seconds.toFixed(2)} s = ${bareRate.toFixed(0)} rows/s (ratio writer/bare ${(writerRate / bareRate).toFixed(2)})`);
+  console.log(
+    `  bare pg batched INSERTs  ${bare.rows} rows in ${bare.seconds.toFixed(2)} s = ${bareRate.toFixed(0)} rows/s (ratio writer/bare ${(writerRate / bareRate).toFixed(2)})`,
+  );
 
   await reader.end();
   await rig.close();

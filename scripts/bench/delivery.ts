@@ -23,7 +23,9 @@ async function endToEnd(): Promise<void> {
     console.log(`  accepted by the API in         ${f.acceptSeconds.toFixed(2)} s`);
     console.log(`  first request to last delivery ${f.seconds.toFixed(2)} s = ${f.rate.toFixed(0)} messages/s (${f.delivered} delivered)`);
     console.log(`  send-to-delivered latency      p50 ${f.p50} ms, p99 ${f.p99} ms`);
-    console.log(`  service CPU                    ${f.cpuPer1000.toFixed(2)} s per 1000 messages (the benchmark's own process: API clients and sink polling, ${f.loadCpuPer1000.toFixed(2)} s)`);
+    console.log(
+      `  service CPU                    ${f.cpuPer1000.toFixed(2)} s per 1000 messages (the benchmark's own process: API clients and sink polling, ${f.loadCpuPer1000.toFixed(2)} s)`,
+    );
     console.log(`  service peak RSS               ${f.peakRssMb.toFixed(0)} MB`);
   } finally {
     await rig.close();

@@ -150,11 +150,15 @@ function startParseThread(data: ParseThreadData): { add(raw: Buffer): void; pars
   });
   return {
     add(raw) {
-      if (batch.length === 0) setImmediate(() => {
-        const buffers = batch;
-        batch = [];
-        worker.postMessage(buffers, buffers.map((b) => b.buffer as ArrayBuffer));
-      });
+      if (batch.length === 0)
+        setImmediate(() => {
+          const buffers = batch;
+          batch = [];
+          worker.postMessage(
+            buffers,
+            buffers.map((b) => b.buffer as ArrayBuffer),
+          );
+        });
       batch.push(new Uint8Array(raw)); // a copy in a memory of its own, which moves to the thread
     },
     parsed: () => parsed,
@@ -239,7 +243,9 @@ async function main(): Promise<void> {
   const sourcePath = process.env.BENCH_GENERATOR === 'node' ? null : findPostfixTool('smtp-source');
   const sinkPath = process.env.BENCH_BASELINE === 'node' ? null : findPostfixTool('smtp-sink');
   const load = (port: number) => runLoad(sourcePath, { port, sessions, seconds, from: `orders@${SENDER_DOMAIN}`, domain: RECEIVING_DOMAIN });
-  console.log(`${sessions} SMTP sessions for ${seconds} s, ~5 KB messages, from ${sourcePath ? `smtp-source (${sourcePath})` : 'the Node generator'} (Node ${process.version})`);
+  console.log(
+    `${sessions} SMTP sessions for ${seconds} s, ~5 KB messages, from ${sourcePath ? `smtp-source (${sourcePath})` : 'the Node generator'} (Node ${process.version})`,
+  );
 
   const modes = (process.env.BENCH_MODES?.split(',') ?? Object.keys(MODES)) as Mode[];
   for (const mode of modes) if (!(mode in MODES)) throw new Error(`BENCH_MODES: no mode ${mode} (${Object.keys(MODES).join(', ')})`);
@@ -254,7 +260,9 @@ async function main(): Promise<void> {
   async function runRound(round: number): Promise<void> {
     if (postgres) {
       const client = await postgres.connect();
-      await client.query('drop table if exists inbound; create table inbound (id bigserial primary key, subject text not null, text text not null, size int not null)');
+      await client.query(
+        'drop table if exists inbound; create table inbound (id bigserial primary key, subject text not null, text text not null, size int not null)',
+      );
       await client.end();
     }
     const rates = new Map<string, { rate: number; cpu: number; accepted: number }>();
@@ -274,7 +282,9 @@ async function main(): Promise<void> {
     console.log(`round ${round}: ${sink.name} ${baseRate.toFixed(0)} messages/s`);
     for (const [mode, { rate, cpu, accepted }] of rates) {
       const alsoAccepted = accepted > rate * 1.005 ? `, ${accepted.toFixed(0)} accepted/s, the rest parsed after the load` : '';
-      console.log(`  ${mode.padEnd(14)} ${rate.toFixed(0).padStart(6)} messages/s  ratio ${(rate / baseRate).toFixed(2)}  (the process's CPU ${cpu.toFixed(0)} µs a message${alsoAccepted})`);
+      console.log(
+        `  ${mode.padEnd(14)} ${rate.toFixed(0).padStart(6)} messages/s  ratio ${(rate / baseRate).toFixed(2)}  (the process's CPU ${cpu.toFixed(0)} µs a message${alsoAccepted})`,
+      );
     }
   }
 }

@@ -20,7 +20,10 @@ import { cpuSeconds, machineCpu, peakRssMb, percentile, threadCpu } from '../lib
  */
 
 const pct = percentile;
-const counts = (c: Record<string, number>) => Object.entries(c).map(([k, v]) => `${k}: ${v}`).join(', ') || 'none';
+const counts = (c: Record<string, number>) =>
+  Object.entries(c)
+    .map(([k, v]) => `${k}: ${v}`)
+    .join(', ') || 'none';
 
 type Load = (port: number, domain: string) => Promise<LoadResult>;
 
@@ -59,7 +62,14 @@ async function measureMailstead(load: Load) {
     const connected = await fetch(`${rig.base}/database`, { method: 'POST', headers, body: JSON.stringify({ url: postgres.url('db.pg.test') }) });
     if (connected.status !== 200) throw new Error(`POST /database answered ${connected.status}: ${await connected.text()}`);
 
-    const reader = new pg.Client({ host: '127.0.0.1', port: postgres.port, user: postgres.user, password: postgres.password, database: postgres.database, ssl: { rejectUnauthorized: false } });
+    const reader = new pg.Client({
+      host: '127.0.0.1',
+      port: postgres.port,
+      user: postgres.user,
+      password: postgres.password,
+      database: postgres.database,
+      ssl: { rejectUnauthorized: false },
+    });
     await reader.connect();
     const countRows = async () => Number((await reader.query<{ n: string }>('select count(*) as n from service.inbound')).rows[0]!.n);
     const cpuAtStart = cpuSeconds(rig.pid);
@@ -85,7 +95,11 @@ async function measureMailstead(load: Load) {
 
     try {
       const rows = await countRows();
-      const verdicts = (await reader.query<{ v: string; n: string }>("select concat_ws('/', spf, dkim, dmarc) as v, count(*) as n from service.inbound group by 1 order by 2 desc")).rows;
+      const verdicts = (
+        await reader.query<{ v: string; n: string }>(
+          "select concat_ws('/', spf, dkim, dmarc) as v, count(*) as n from service.inbound group by 1 order by 2 desc",
+        )
+      ).rows;
       return { result, logged, drainSeconds, backlog, rowsAtLoadEnd, status, rss, rows, verdicts, cpuOfLoad, cpuOfAll, split };
     } finally {
       await reader.end();
@@ -138,24 +152,44 @@ async function main(): Promise<void> {
   const generator = sourcePath ? `smtp-source (${sourcePath})` : 'Node generator (worker thread, raw sockets)';
   const sinkName = baselineSink.name;
   const durable = rows === logged.received && rows >= result.accepted;
-  console.log(`${sessions} SMTP sessions for ${seconds} s, ~${MESSAGE_BYTES / 1024} KB messages, no pipelining, Postgres and sink on loopback (Node ${process.version})`);
+  console.log(
+    `${sessions} SMTP sessions for ${seconds} s, ~${MESSAGE_BYTES / 1024} KB messages, no pipelining, Postgres and sink on loopback (Node ${process.version})`,
+  );
   console.log(`  load generator           ${generator}`);
   console.log(`  Mailstead accepted       ${result.accepted} messages in ${result.seconds.toFixed(2)} s = ${rate.toFixed(0)} messages/s`);
-  if (sorted.length > 0) console.log(`  transaction latency      p50 ${pct(sorted, 50).toFixed(1)} ms, p99 ${pct(sorted, 99).toFixed(1)} ms (MAIL FROM sent to the 250 after the dot)`);
-  else console.log(`  transaction latency      not timed by smtp-source (BENCH_GENERATOR=node times it); mean from sessions x time / accepted ${((sessions * result.seconds * 1000) / Math.max(1, result.accepted)).toFixed(1)} ms`);
-  console.log(`  refused or failed        ${counts(result.failures)} (service log: received ${logged.received}, refused ${counts(logged.refused)}, aborted ${logged.aborted})`);
+  if (sorted.length > 0)
+    console.log(
+      `  transaction latency      p50 ${pct(sorted, 50).toFixed(1)} ms, p99 ${pct(sorted, 99).toFixed(1)} ms (MAIL FROM sent to the 250 after the dot)`,
+    );
+  else
+    console.log(
+      `  transaction latency      not timed by smtp-source (BENCH_GENERATOR=node times it); mean from sessions x time / accepted ${((sessions * result.seconds * 1000) / Math.max(1, result.accepted)).toFixed(1)} ms`,
+    );
+  console.log(
+    `  refused or failed        ${counts(result.failures)} (service log: received ${logged.received}, refused ${counts(logged.refused)}, aborted ${logged.aborted})`,
+  );
   console.log(`  peak RSS of the service  ${rss.toFixed(0)} MB (load and drain)`);
-  console.log(`  service CPU              ${cpuOfLoad.toFixed(1)} s during the load, ${cpuOfAll.toFixed(1)} s with the drain: ${((cpuOfAll * 1000) / Math.max(1, rows)).toFixed(2)} s per 1,000 messages received and written`);
+  console.log(
+    `  service CPU              ${cpuOfLoad.toFixed(1)} s during the load, ${cpuOfAll.toFixed(1)} s with the drain: ${((cpuOfAll * 1000) / Math.max(1, rows)).toFixed(2)} s per 1,000 messages received and written`,
+  );
   const core = (seconds: number) => (seconds / result.seconds).toFixed(2);
   console.log(
     `  where the CPU went       during the load, in cores: the event loop ${core(split.eventLoop)}, the parse threads ${core(split.parse)}, the service's other threads ${core(split.other)}; the whole machine ${core(split.machineBusy)} busy, ${core(split.machineIdle)} idle (load generator and Postgres included)`,
   );
-  console.log(`  rows in service.inbound  ${rows}, accepted ${result.accepted}, logged received ${logged.received}: ${durable ? 'every accepted message written' : 'MISMATCH'}`);
-  console.log(`  writer drain time        ${drainSeconds.toFixed(2)} s after the load ended, until GET /database said pending 0 (${status.pending}${status.lastError ? `, last error ${status.lastError}` : ''})`);
-  console.log(`  writer                   ${rowsAtLoadEnd} rows written during the load (${backlog} outbox writes pending), ${rows - rowsAtLoadEnd} after it: ${((rows - rowsAtLoadEnd) / drainSeconds).toFixed(0)} rows/s alone, ${(rows / (result.seconds + drainSeconds)).toFixed(0)} rows/s overall`);
+  console.log(
+    `  rows in service.inbound  ${rows}, accepted ${result.accepted}, logged received ${logged.received}: ${durable ? 'every accepted message written' : 'MISMATCH'}`,
+  );
+  console.log(
+    `  writer drain time        ${drainSeconds.toFixed(2)} s after the load ended, until GET /database said pending 0 (${status.pending}${status.lastError ? `, last error ${status.lastError}` : ''})`,
+  );
+  console.log(
+    `  writer                   ${rowsAtLoadEnd} rows written during the load (${backlog} outbox writes pending), ${rows - rowsAtLoadEnd} after it: ${((rows - rowsAtLoadEnd) / drainSeconds).toFixed(0)} rows/s alone, ${(rows / (result.seconds + drainSeconds)).toFixed(0)} rows/s overall`,
+  );
   console.log(`  verdicts spf/dkim/dmarc  ${verdicts.map((v) => `${v.v} ${v.n}`).join(', ')}`);
   console.log(`  baseline                 ${sinkName}`);
-  console.log(`  baseline accepted        ${baseline.accepted} messages in ${baseline.seconds.toFixed(2)} s = ${baseRate.toFixed(0)} messages/s (refused or failed: ${counts(baseline.failures)})`);
+  console.log(
+    `  baseline accepted        ${baseline.accepted} messages in ${baseline.seconds.toFixed(2)} s = ${baseRate.toFixed(0)} messages/s (refused or failed: ${counts(baseline.failures)})`,
+  );
   console.log(`  ratio Mailstead/baseline ${(rate / baseRate).toFixed(2)} (target 0.30)`);
   for (const [key, times] of logged.problems) {
     const atStop = times.filter((t) => t >= result.stoppedAt).length;

@@ -35,17 +35,14 @@ export async function runLoad(opts: {
       const body = opts.body?.();
       const t0 = performance.now();
       const headers = { ...opts.headers, ...varied, ...(body ? { 'content-length': Buffer.byteLength(body) } : {}) };
-      const req = request(
-        { agent, host: target.hostname, port: target.port, path: target.pathname, method: opts.method ?? 'GET', headers },
-        (res) => {
-          res.resume();
-          res.on('end', () => {
-            latencies.push(performance.now() - t0);
-            statuses[res.statusCode ?? 0] = (statuses[res.statusCode ?? 0] ?? 0) + 1;
-            resolve();
-          });
-        },
-      );
+      const req = request({ agent, host: target.hostname, port: target.port, path: target.pathname, method: opts.method ?? 'GET', headers }, (res) => {
+        res.resume();
+        res.on('end', () => {
+          latencies.push(performance.now() - t0);
+          statuses[res.statusCode ?? 0] = (statuses[res.statusCode ?? 0] ?? 0) + 1;
+          resolve();
+        });
+      });
       req.on('error', () => {
         errors++;
         resolve();

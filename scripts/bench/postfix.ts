@@ -87,13 +87,30 @@ export async function startNodeSink(): Promise<BenchSink> {
 export async function startBenchSink(): Promise<BenchSink> {
   const path = process.env.BENCH_SINK === 'node' ? null : findPostfixTool('smtp-sink');
   if (path) return startPostfixSink(path);
-  if (process.env.BENCH_SINK !== 'node') console.warn('warning: Postfix smtp-sink not found (apt-get install postfix); delivering to the Node sink in this process instead');
+  if (process.env.BENCH_SINK !== 'node')
+    console.warn('warning: Postfix smtp-sink not found (apt-get install postfix); delivering to the Node sink in this process instead');
   return startNodeSink();
 }
 
 /** smtp-source: `messages` messages of `bytes` bytes over `sessions` parallel sessions; resolves when it exits. */
-export function runSmtpSource(path: string, opts: { port: number; messages: number; sessions: number; bytes: number; from: string; to: string }): Promise<void> {
-  const args = ['-s', String(opts.sessions), '-m', String(opts.messages), '-l', String(opts.bytes), '-N', '-f', opts.from, '-t', opts.to, `127.0.0.1:${opts.port}`];
+export function runSmtpSource(
+  path: string,
+  opts: { port: number; messages: number; sessions: number; bytes: number; from: string; to: string },
+): Promise<void> {
+  const args = [
+    '-s',
+    String(opts.sessions),
+    '-m',
+    String(opts.messages),
+    '-l',
+    String(opts.bytes),
+    '-N',
+    '-f',
+    opts.from,
+    '-t',
+    opts.to,
+    `127.0.0.1:${opts.port}`,
+  ];
   const child = spawn(path, args, { stdio: ['ignore', 'ignore', 'inherit'] });
   return new Promise((resolve, reject) => {
     child.once('error', reject);
@@ -177,7 +194,12 @@ export async function startPrivatePostfix(postfix: string, relayPort: number, co
     maillog_file_prefixes: dir,
     syslog_name: 'postfix-bench',
   };
-  writeFileSync(join(etc, 'main.cf'), `${Object.entries(main).map(([k, v]) => `${k} = ${v}`).join('\n')}\n`);
+  writeFileSync(
+    join(etc, 'main.cf'),
+    `${Object.entries(main)
+      .map(([k, v]) => `${k} = ${v}`)
+      .join('\n')}\n`,
+  );
   writeFileSync(join(etc, 'master.cf'), `127.0.0.1:${port} inet n - n - - smtpd${MASTER_SERVICES}`);
   try {
     await runPostfix(postfix, etc, 'start');
@@ -203,7 +225,9 @@ function countFiles(path: string): number {
 }
 
 function uidOf(user: string): number {
-  const entry = readFileSync('/etc/passwd', 'utf8').split('\n').find((l) => l.startsWith(`${user}:`));
+  const entry = readFileSync('/etc/passwd', 'utf8')
+    .split('\n')
+    .find((l) => l.startsWith(`${user}:`));
   if (!entry) throw new Error(`no ${user} user (apt-get install postfix)`);
   return Number(entry.split(':')[2]);
 }

@@ -63,7 +63,10 @@ export async function startBenchRig(extraEnv: Record<string, string> = {}, given
   };
   // The database exists before the service starts, so senders can be made beside it.
   openDatabase(dataDir).close();
-  const { child, port } = await spawnListening(join(here, '../../server/main.js'), env, [...serviceNodeFlags(), ...(process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean) ?? [])]);
+  const { child, port } = await spawnListening(join(here, '../../server/main.js'), env, [
+    ...serviceNodeFlags(),
+    ...(process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean) ?? []),
+  ]);
   const base = `http://127.0.0.1:${port}/api/v1`;
   const config = loadConfig(env);
 
@@ -83,7 +86,11 @@ export async function startBenchRig(extraEnv: Record<string, string> = {}, given
         const res = await fetch(`${base}/domains`, { method: 'POST', headers, body: JSON.stringify({ name: domain }) });
         if (res.status !== 201) throw new Error(`POST /domains answered ${res.status}: ${await res.text()}`);
         const created = (await res.json()) as { id: string };
-        store.db.update(domains).set({ recordStatus: { ownership: 'published', spf: 'published', receiving: 'published', signing: 'published' } }).where(eq(domains.id, created.id)).run();
+        store.db
+          .update(domains)
+          .set({ recordStatus: { ownership: 'published', spf: 'published', receiving: 'published', signing: 'published' } })
+          .where(eq(domains.id, created.id))
+          .run();
         return { accountId: account.id, headers };
       } finally {
         store.close();
@@ -110,11 +117,21 @@ export function createPoster(url: string, headers: Record<string, string>, concu
 /** A ~5 KB notification send to customer<i>@example.net. */
 export function benchSendBody(i: number): string {
   const paragraph = 'Your order has shipped and is on its way. Track it from your account page at any time. ';
-  return JSON.stringify({ from: 'Bench <orders@bench.example>', to: `customer${i}@example.net`, template: { name: 'notification', subject: `Order ${i} shipped`, body: paragraph.repeat(24) } });
+  return JSON.stringify({
+    from: 'Bench <orders@bench.example>',
+    to: `customer${i}@example.net`,
+    template: { name: 'notification', subject: `Order ${i} shipped`, body: paragraph.repeat(24) },
+  });
 }
 
 /** Sends `total` bodies through `post` from `concurrency` clients at once (`onSend(i)` just before each); how many were not answered 200. */
-export async function postAll(post: (payload: string) => Promise<number>, total: number, concurrency: number, body: (i: number) => string, onSend?: (i: number) => void): Promise<number> {
+export async function postAll(
+  post: (payload: string) => Promise<number>,
+  total: number,
+  concurrency: number,
+  body: (i: number) => string,
+  onSend?: (i: number) => void,
+): Promise<number> {
   let next = 0;
   let failed = 0;
   await Promise.all(

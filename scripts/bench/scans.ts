@@ -66,7 +66,14 @@ async function main(): Promise<void> {
       // One in seven waits for a retry an hour from now; the rest are due, their attempt times interleaved (retries
       // reorder a real queue), so the index's order is not the table's.
       for (let i = 0; i < queued; i++) {
-        insert.run(`r${String(i).padStart(10, '0')}`, `m${i}`, `a${i % 50}`, `u${i}@example.net`, now - (i % 3) * 1000 + (i % 7 === 0 ? 3_600_000 : 0), now - i);
+        insert.run(
+          `r${String(i).padStart(10, '0')}`,
+          `m${i}`,
+          `a${i % 50}`,
+          `u${i}@example.net`,
+          now - (i % 3) * 1000 + (i % 7 === 0 ? 3_600_000 : 0),
+          now - i,
+        );
       }
     })();
     // A month of sends, each with its delivered outcome.

@@ -55,7 +55,10 @@ async function main(): Promise<void> {
   Object.assign(env, { DNS_SERVERS: dns.address, SMTP_DELIVERY_PORT: String(sink.port), ALLOW_PRIVATE_TARGETS: 'true' });
   const config = loadConfig(env);
   const store = openDatabase(dataDir);
-  const service = await spawnListening(join(here, '../../server/main.js'), env, [...serviceNodeFlags(), ...(process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean) ?? [])]);
+  const service = await spawnListening(join(here, '../../server/main.js'), env, [
+    ...serviceNodeFlags(),
+    ...(process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean) ?? []),
+  ]);
   const base = `http://127.0.0.1:${service.port}/api/v1`;
 
   // Sandbox sends are limited to 1000 a day per account: spread them over many accounts, each with its own domain.
@@ -66,7 +69,11 @@ async function main(): Promise<void> {
     const domain = `bench${i}.example`;
     const created = await fetch(`${base}/domains`, { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: JSON.stringify({ name: domain }) });
     const { id } = (await created.json()) as { id: string };
-    store.db.update(domains).set({ recordStatus: { ownership: 'published', spf: 'published', receiving: 'published', signing: 'published' } }).where(eq(domains.id, id)).run();
+    store.db
+      .update(domains)
+      .set({ recordStatus: { ownership: 'published', spf: 'published', receiving: 'published', signing: 'published' } })
+      .where(eq(domains.id, id))
+      .run();
     senders.push({ key, domain });
   }
   store.close();
@@ -110,7 +117,14 @@ async function main(): Promise<void> {
   const floor = await spawnListening(join(here, 'bare-hono.js'), { BARE_DURABLE: '1' });
   const floorUrl = `http://127.0.0.1:${floor.port}/bare`;
   await runLoad({ url: floorUrl, method: 'POST', headers: { 'content-type': 'application/json' }, body: send(true), concurrency, seconds: 1 });
-  const durableFloor = await runLoad({ url: floorUrl, method: 'POST', headers: { 'content-type': 'application/json' }, body: send(true), concurrency, seconds });
+  const durableFloor = await runLoad({
+    url: floorUrl,
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: send(true),
+    concurrency,
+    seconds,
+  });
   console.log(formatLoad('bare route + one durable row', durableFloor));
   await stop(floor.child);
 
@@ -132,8 +146,12 @@ async function main(): Promise<void> {
 
   const ratio = (r: typeof baseline | null | undefined) => (r ? (r.rps / baseline.rps).toFixed(2) : '-');
   console.log(`ratio to bare Hono: sandbox ${ratio(sandbox)}, queued ${ratio(queued)}`);
-  console.log(`  the floors (send-floor.ts): one durable row ${ratio(durableFloor)}; served from memory, with the service's indexed rows or one unindexed row:`);
-  console.log(`  sandbox ${ratio(floors.sandbox?.indexed)} or ${ratio(floors.sandbox?.plain)}, queued ${ratio(floors.queued?.indexed)} or ${ratio(floors.queued?.plain)}`);
+  console.log(
+    `  the floors (send-floor.ts): one durable row ${ratio(durableFloor)}; served from memory, with the service's indexed rows or one unindexed row:`,
+  );
+  console.log(
+    `  sandbox ${ratio(floors.sandbox?.indexed)} or ${ratio(floors.sandbox?.plain)}, queued ${ratio(floors.queued?.indexed)} or ${ratio(floors.queued?.plain)}`,
+  );
   console.log(`(the delivery engine delivered ${sink.received.length} of the queued messages to the local sink meanwhile)`);
   await sink.stop();
   await dns.stop();

@@ -41,7 +41,11 @@ interface MemoryAccount {
 }
 
 const keys = new Map<string, { accountId: string; scopes: string[]; requests: number }>();
-for (const row of store.sqlite.prepare('select key_hash, account_id, scopes from api_keys where revoked_at is null').all() as { key_hash: string; account_id: string; scopes: string }[]) {
+for (const row of store.sqlite.prepare('select key_hash, account_id, scopes from api_keys where revoked_at is null').all() as {
+  key_hash: string;
+  account_id: string;
+  scopes: string;
+}[]) {
   keys.set(row.key_hash, { accountId: row.account_id, scopes: JSON.parse(row.scopes) as string[], requests: 0 });
 }
 const accounts = new Map<string, MemoryAccount>();
@@ -52,12 +56,26 @@ for (const row of store.sqlite.prepare('select id, suspended_by, daily_quota, se
   sent_today_count: number;
   credits_balance: number;
 }[]) {
-  accounts.set(row.id, { suspended: row.suspended_by !== null, dailyQuota: row.daily_quota, sentToday: row.sent_today_count, credits: row.credits_balance, sandboxSends: 0 });
+  accounts.set(row.id, {
+    suspended: row.suspended_by !== null,
+    dailyQuota: row.daily_quota,
+    sentToday: row.sent_today_count,
+    credits: row.credits_balance,
+    sandboxSends: 0,
+  });
 }
 const domains = new Map<string, { ready: boolean; keyId: string }>();
-for (const row of store.sqlite.prepare('select account_id, name, record_status, key_id from domains').all() as { account_id: string; name: string; record_status: string; key_id: string }[]) {
+for (const row of store.sqlite.prepare('select account_id, name, record_status, key_id from domains').all() as {
+  account_id: string;
+  name: string;
+  record_status: string;
+  key_id: string;
+}[]) {
   const status = JSON.parse(row.record_status) as Record<string, string>;
-  domains.set(`${row.account_id} ${row.name}`, { ready: status.ownership === 'published' && status.spf === 'published' && status.signing === 'published', keyId: row.key_id });
+  domains.set(`${row.account_id} ${row.name}`, {
+    ready: status.ownership === 'published' && status.spf === 'published' && status.signing === 'published',
+    keyId: row.key_id,
+  });
 }
 const suppressed = new Set<string>();
 for (const row of store.sqlite.prepare('select account_id, address from suppressions').all() as { account_id: string; address: string }[]) {
@@ -116,7 +134,8 @@ app.post('/emails', async (c) => {
   const domain = domains.get(`${key.accountId} ${send.from.domain}`);
   if (domain === undefined) throw new ApiError('domain_not_yours', 'Not your domain.');
   if (!domain.ready) throw new ApiError('domain_not_ready', 'The domain is not verified.');
-  for (const r of send.to) if (suppressed.has(`${key.accountId} ${r.address.toLowerCase()}`)) throw new ApiError('recipient_suppressed', 'A recipient is suppressed.');
+  for (const r of send.to)
+    if (suppressed.has(`${key.accountId} ${r.address.toLowerCase()}`)) throw new ApiError('recipient_suppressed', 'A recipient is suppressed.');
   if (send.sandbox && account.sandboxSends >= SANDBOX_LIMIT) throw new ApiError('sandbox_limit', 'Sandbox limit reached.');
   if (!send.sandbox && account.sentToday + send.to.length > account.dailyQuota) throw new ApiError('quota_exceeded', 'Daily quota reached.');
   // The rows, durable before the answer.
@@ -129,7 +148,19 @@ app.post('/emails', async (c) => {
     const content = plain && !send.sandbox ? [rendered.html, rendered.text] : plain ? [null, null] : [];
     q.insertLog.run(id, key.accountId, send.from.address, to, rendered.subject, send.template.name, status, tags, send.sandbox ? 1 : 0, now, ...content);
     if (send.sandbox || plain) return;
-    q.insertMessage.run(id, key.accountId, domain.keyId, send.from.address, send.from.address, `<${id}@floor.bench.test>`, rendered.subject, rendered.html, rendered.text, now, now + DELIVERY_WINDOW_MS);
+    q.insertMessage.run(
+      id,
+      key.accountId,
+      domain.keyId,
+      send.from.address,
+      send.from.address,
+      `<${id}@floor.bench.test>`,
+      rendered.subject,
+      rendered.html,
+      rendered.text,
+      now,
+      now + DELIVERY_WINDOW_MS,
+    );
     for (const r of send.to) q.insertRecipient.run(newId(now), id, key.accountId, r.address, r.domain, now, now);
   });
   if (send.sandbox) account.sandboxSends++;
@@ -140,7 +171,9 @@ app.post('/emails', async (c) => {
   return c.json({ id, sandbox: send.sandbox });
 });
 
-serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, (info) => process.stdout.write(`${JSON.stringify({ event: 'http.listening', port: info.port })}\n`));
+serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, (info) =>
+  process.stdout.write(`${JSON.stringify({ event: 'http.listening', port: info.port })}\n`),
+);
 process.on('SIGTERM', () => {
   store.close();
   process.exit(0);

@@ -58,9 +58,17 @@ async function main(): Promise<void> {
     return { key, domain: `bench${i}.example` };
   });
   for (const s of senders) {
-    const res = await app.request('/api/v1/domains', { method: 'POST', headers: { authorization: `Bearer ${s.key}` }, body: JSON.stringify({ name: s.domain }) });
+    const res = await app.request('/api/v1/domains', {
+      method: 'POST',
+      headers: { authorization: `Bearer ${s.key}` },
+      body: JSON.stringify({ name: s.domain }),
+    });
     const { id } = (await res.json()) as { id: string };
-    deps.db.update(domains).set({ recordStatus: { ownership: 'published', spf: 'published', receiving: 'published', signing: 'published' } }).where(eq(domains.id, id)).run();
+    deps.db
+      .update(domains)
+      .set({ recordStatus: { ownership: 'published', spf: 'published', receiving: 'published', signing: 'published' } })
+      .where(eq(domains.id, id))
+      .run();
   }
   const body = (i: number, sandbox: boolean, domain: string) =>
     JSON.stringify({
@@ -70,18 +78,21 @@ async function main(): Promise<void> {
       sandbox,
     });
   let round = 0;
-  const post = (sandbox: boolean, idempotent = false) => (i: number) => {
-    const s = senders[Math.floor(i / 900)]!;
-    const headers: Record<string, string> = { authorization: `Bearer ${s.key}`, 'content-type': 'application/json' };
-    if (idempotent) headers['idempotency-key'] = `bench-${round}-${i}`;
-    return Promise.resolve(app.request('/api/v1/emails', { method: 'POST', headers, body: body(i, sandbox, s.domain) }));
-  };
+  const post =
+    (sandbox: boolean, idempotent = false) =>
+    (i: number) => {
+      const s = senders[Math.floor(i / 900)]!;
+      const headers: Record<string, string> = { authorization: `Bearer ${s.key}`, 'content-type': 'application/json' };
+      if (idempotent) headers['idempotency-key'] = `bench-${round}-${i}`;
+      return Promise.resolve(app.request('/api/v1/emails', { method: 'POST', headers, body: body(i, sandbox, s.domain) }));
+    };
 
   const bare = new Hono().post('/bare', async (c) => {
     await c.req.json();
     return c.json({ id: '019a0000-0000-7000-8000-000000000000', sandbox: true });
   });
-  const postBare = (i: number) => Promise.resolve(bare.request('/bare', { method: 'POST', headers: { 'content-type': 'application/json' }, body: body(i, true, 'bench.example') }));
+  const postBare = (i: number) =>
+    Promise.resolve(bare.request('/bare', { method: 'POST', headers: { 'content-type': 'application/json' }, body: body(i, true, 'bench.example') }));
 
   // BENCH_ONLY=sandbox (or queued, idempotent) runs that phase alone, for a profile of it.
   const only = process.env.BENCH_ONLY;

@@ -49,9 +49,13 @@ function message(from: string, to: string, n: number): string {
     'Hello,',
     '',
   ].join('\r\n');
-  const words = ('Your order has shipped and is on its way. You can follow the parcel from your account page at any time, ' +
+  const words = (
+    'Your order has shipped and is on its way. You can follow the parcel from your account page at any time, ' +
     'and the carrier will text you on the day it arrives. If anything is missing or damaged, reply to this message and ' +
-    'we will sort it out. Thank you for shopping with us. ').split(' ').filter(Boolean);
+    'we will sort it out. Thank you for shopping with us. '
+  )
+    .split(' ')
+    .filter(Boolean);
   const lines: string[] = [];
   let line = '';
   for (let w = 0, size = head.length + 2; size < MESSAGE_BYTES - 80; w++) {
@@ -210,7 +214,22 @@ export function runNodeGenerator(spec: LoadSpec): Promise<LoadResult> {
  * transactions.
  */
 export async function runSmtpSource(path: string, spec: LoadSpec): Promise<LoadResult> {
-  const args = ['-A', '-c', '-d', '-N', '-l', String(MESSAGE_BYTES), '-m', '100000000', '-s', String(spec.sessions), '-M', CLIENT_NAME, '-S', 'Your order has shipped'];
+  const args = [
+    '-A',
+    '-c',
+    '-d',
+    '-N',
+    '-l',
+    String(MESSAGE_BYTES),
+    '-m',
+    '100000000',
+    '-s',
+    String(spec.sessions),
+    '-M',
+    CLIENT_NAME,
+    '-S',
+    'Your order has shipped',
+  ];
   const child = spawn(path, [...args, '-f', spec.from, '-t', `user@${spec.domain}`, `127.0.0.1:${spec.port}`], { stdio: ['ignore', 'pipe', 'pipe'] });
   let answered = 0;
   let tail = '';

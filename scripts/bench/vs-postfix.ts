@@ -35,7 +35,14 @@ async function postfixRate(postfix: string, source: string, sink: BenchSink): Pr
     const inject = async (count: number) => {
       const before = sink.delivered();
       const started = Date.now();
-      await runSmtpSource(source, { port: instance.port, messages: count, sessions: SESSIONS, bytes: MESSAGE_BYTES, from: 'orders@bench.example', to: 'customer@example.net' });
+      await runSmtpSource(source, {
+        port: instance.port,
+        messages: count,
+        sessions: SESSIONS,
+        bytes: MESSAGE_BYTES,
+        from: 'orders@bench.example',
+        to: 'customer@example.net',
+      });
       await waitFor(() => sink.delivered() - before >= count && instance.queueEmpty(), 'Postfix to deliver');
       const last = sink.times()[before + count - 1]!;
       return count / ((last - started) / 1000);
@@ -67,7 +74,9 @@ async function main(): Promise<void> {
     console.error('bench:vs-postfix needs Postfix (apt-get install postfix: postfix, smtp-source, smtp-sink); nothing was measured');
     process.exit(2);
   }
-  console.log(`${total} messages of ~${MESSAGE_BYTES / 1024} KB each side, ${SESSIONS} connections to the sink, Postfix's smtp-sink on loopback (Node ${process.version})`);
+  console.log(
+    `${total} messages of ~${MESSAGE_BYTES / 1024} KB each side, ${SESSIONS} connections to the sink, Postfix's smtp-sink on loopback (Node ${process.version})`,
+  );
   let met = 0;
   for (let run = 1; run <= runs; run++) {
     const sink = await startBenchSink();

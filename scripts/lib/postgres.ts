@@ -53,7 +53,6 @@ export interface TestPostgres {
   stop(): Promise<void>;
 }
 
-
 function postgresIds(): { uid: number; gid: number } | null {
   if (process.getuid?.() !== 0) return null;
   try {
@@ -151,8 +150,7 @@ export async function startPostgres(options: { certificate: PgCertificate }): Pr
   const files = CERT_FILES[options.certificate];
   appendFileSync(
     join(dataDir, 'postgresql.conf'),
-    `\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '${dataDir}'\nssl = on\n` +
-      `ssl_cert_file = '${files.cert}'\nssl_key_file = '${files.key}'\n`,
+    `\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '${dataDir}'\nssl = on\n` + `ssl_cert_file = '${files.cert}'\nssl_key_file = '${files.key}'\n`,
   );
   let running = false;
   const start = async () => {
@@ -165,8 +163,7 @@ export async function startPostgres(options: { certificate: PgCertificate }): Pr
   };
   await start();
 
-  const adminClient = () =>
-    new pg.Client({ host: '127.0.0.1', port, user, password, database: 'postgres', ssl: false });
+  const adminClient = () => new pg.Client({ host: '127.0.0.1', port, user, password, database: 'postgres', ssl: false });
   const admin = async (sql: string) => {
     const client = adminClient();
     client.on('error', () => undefined);

@@ -103,7 +103,14 @@ export class SmtpSink {
             this.data(to),
             (answer) => {
               if (answer === 'accept') {
-                this.received.push({ from: session.envelope.mailFrom ? session.envelope.mailFrom.address : '', to, raw: Buffer.concat(chunks), secure: session.secure, at: Date.now(), session: session.id });
+                this.received.push({
+                  from: session.envelope.mailFrom ? session.envelope.mailFrom.address : '',
+                  to,
+                  raw: Buffer.concat(chunks),
+                  secure: session.secure,
+                  at: Date.now(),
+                  session: session.id,
+                });
               }
               this.reply(answer, session, done);
             },

@@ -183,7 +183,14 @@ function runCommand(store: Store, config: Config, command: string, opts: Options
       return { account: accountView(deps, row), key: key.key };
     }
     case 'accounts list':
-      return { data: store.db.select().from(accounts).orderBy(desc(accounts.id)).all().map((r) => accountView(deps, r)) };
+      return {
+        data: store.db
+          .select()
+          .from(accounts)
+          .orderBy(desc(accounts.id))
+          .all()
+          .map((r) => accountView(deps, r)),
+      };
     case 'accounts set-quota': {
       const quota = integer('daily-quota', required(opts, 'daily-quota'), OPERATOR_NUMBER_MIN.dailyQuota)!;
       return view(setDailyQuota(deps, account().id, quota));
@@ -198,12 +205,15 @@ function runCommand(store: Store, config: Config, command: string, opts: Options
       const amount = integer('amount', required(opts, 'amount'), OPERATOR_NUMBER_MIN.amount)!;
       const row = account();
       // The arguments are well formed; the account is the wrong kind: a refusal (exit 1), not a usage error.
-      if (row.parentId !== null) throw new Error('credits are granted to the top-level account; a sub-account\'s sends are paid by its parent');
+      if (row.parentId !== null) throw new Error("credits are granted to the top-level account; a sub-account's sends are paid by its parent");
       return view(grantCredits(deps, row.id, amount));
     }
     case 'keys create': {
       const row = account();
-      const scopes = opts.scopes?.split(',').map((s) => s.trim()).filter(Boolean);
+      const scopes = opts.scopes
+        ?.split(',')
+        .map((s) => s.trim())
+        .filter(Boolean);
       if (scopes?.length === 0) throw new UsageError(`--scopes names at least one scope: ${SCOPES.join(', ')}`);
       const unknown = scopes?.find((s) => !isScope(s));
       if (unknown !== undefined) throw new UsageError(`unknown scope "${unknown}"; scopes are ${SCOPES.join(', ')}`);
@@ -218,7 +228,8 @@ function runCommand(store: Store, config: Config, command: string, opts: Options
       return databaseStatusOf(deps, account().id);
     case 'admin-token reset':
       // The server puts ADMIN_TOKEN's hash back at every start: a token printed here would stop at the next one.
-      if (config.adminToken !== null) throw new Error('ADMIN_TOKEN is set, and every start of the server signs in with it: change ADMIN_TOKEN and restart the server instead');
+      if (config.adminToken !== null)
+        throw new Error('ADMIN_TOKEN is set, and every start of the server signs in with it: change ADMIN_TOKEN and restart the server instead');
       return { token: resetAdminToken(store.db) };
     default:
       throw new UsageError(`unknown command "${command}"`);

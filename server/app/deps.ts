@@ -7,13 +7,13 @@ import { createFileDurably } from '../../db/data-dir.js';
 import { createGroupCommit } from '../../db/group-commit.js';
 import type { Clock } from '../shared/clock.js';
 import type { Config } from '../shared/config.js';
-import { createKeyUsage, } from '../core/key-usage.js';
-import { createRateLimiter, } from '../core/rate-limit.js';
-import { createResolver, } from '../shared/dns/resolver.js';
+import { createKeyUsage } from '../core/key-usage.js';
+import { createRateLimiter } from '../core/rate-limit.js';
+import { createResolver } from '../shared/dns/resolver.js';
 import type { Logger } from '../shared/logger.js';
-import { createMetrics, } from '../shared/metrics.js';
+import { createMetrics } from '../shared/metrics.js';
 import { type Scans, scansOn } from '../../db/scans.js';
-import { createStoreHealth, } from '../shared/store-health.js';
+import { createStoreHealth } from '../shared/store-health.js';
 import { holdsSealedSecrets } from './secret-key-check.js';
 
 /**
@@ -32,7 +32,9 @@ export function resolveSecretKey(config: Config, opts: { mayGenerate?: boolean }
   }
   // The key file is gone while secrets sealed with it remain: the start stops instead of generating another.
   if (opts.mayGenerate === false) {
-    throw new Error(`${path} is missing, and DATA_DIR holds secrets sealed with a key (DKIM keys, webhook secrets or database URLs): put that key back in ${path}, or set SECRET_KEY to it; a new key would open none of them`);
+    throw new Error(
+      `${path} is missing, and DATA_DIR holds secrets sealed with a key (DKIM keys, webhook secrets or database URLs): put that key back in ${path}, or set SECRET_KEY to it; a new key would open none of them`,
+    );
   }
   const key = randomBytes(32);
   try {
@@ -67,7 +69,10 @@ export function createDeps(config: Config, clock: Clock, logger: Logger, options
     if (storeHealth.unsafe()) return;
     storeHealth.markUnsafe(err);
     store.sqlite.pragma('query_only = 1');
-    logger.error('store.unsafe', { err, message: 'A flush of the database to disk failed: writes are refused until the service is restarted. Check the disk.' });
+    logger.error('store.unsafe', {
+      err,
+      message: 'A flush of the database to disk failed: writes are refused until the service is restarted. Check the disk.',
+    });
   };
   // The group commit's own flush failing says so (onUnsafe); SQLite's fsync inside a commit of any other write
   // (synchronous=FULL) failing is the same loss, and reaches the store's health as its error (onFlushFailure).

@@ -88,22 +88,26 @@ export async function listenHttp(
   // is left to hand to the kernel shrinking (libuv's write queue: one large write drains through it) or new output;
   // the kernel takes it in bursts, so a large answer waiting is given time in proportion to its size as well.
   const stallMs = options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS;
-  const pendingOf = (socket: Socket) => socket.writableLength + ((socket as Socket & { _handle?: { writeQueueSize?: number } | null })._handle?.writeQueueSize ?? 0);
+  const pendingOf = (socket: Socket) =>
+    socket.writableLength + ((socket as Socket & { _handle?: { writeQueueSize?: number } | null })._handle?.writeQueueSize ?? 0);
   const writing = new Map<Socket, { written: number; pending: number; since: number }>();
-  const stallCheck = setInterval(() => {
-    const now = Date.now();
-    for (const [socket, last] of writing) {
-      const pending = pendingOf(socket);
-      if (socket.writableLength === 0 || socket.bytesWritten !== last.written || pending < last.pending) {
-        last.written = socket.bytesWritten;
-        last.pending = pending;
-        last.since = now;
-      } else if (now - last.since >= stallMs + (last.pending * 1000) / MIN_DRAIN_BYTES_PER_SECOND) {
-        options.logger?.debug('http.connection_stalled', { remoteAddress: socket.remoteAddress });
-        socket.destroy();
+  const stallCheck = setInterval(
+    () => {
+      const now = Date.now();
+      for (const [socket, last] of writing) {
+        const pending = pendingOf(socket);
+        if (socket.writableLength === 0 || socket.bytesWritten !== last.written || pending < last.pending) {
+          last.written = socket.bytesWritten;
+          last.pending = pending;
+          last.since = now;
+        } else if (now - last.since >= stallMs + (last.pending * 1000) / MIN_DRAIN_BYTES_PER_SECOND) {
+          options.logger?.debug('http.connection_stalled', { remoteAddress: socket.remoteAddress });
+          socket.destroy();
+        }
       }
-    }
-  }, Math.min(options.timeoutCheckIntervalMs ?? TIMEOUT_CHECK_INTERVAL_MS, stallMs));
+    },
+    Math.min(options.timeoutCheckIntervalMs ?? TIMEOUT_CHECK_INTERVAL_MS, stallMs),
+  );
   stallCheck.unref();
   server.on('connection', (socket: Socket) => {
     writing.set(socket, { written: 0, pending: 0, since: Date.now() });
@@ -113,7 +117,9 @@ export async function listenHttp(
 
   // The caps: node closes a connection past maxConnections before it is handed over; the per-address count is ours.
   server.maxConnections = options.maxConnections ?? MAX_CONNECTIONS;
-  server.on('drop', (data?: { remoteAddress?: string }) => options.logger?.debug('http.connection_refused', { reason: 'max_connections', remoteAddress: data?.remoteAddress }));
+  server.on('drop', (data?: { remoteAddress?: string }) =>
+    options.logger?.debug('http.connection_refused', { reason: 'max_connections', remoteAddress: data?.remoteAddress }),
+  );
   const perAddressCap = options.maxConnectionsPerAddress ?? MAX_CONNECTIONS_PER_ADDRESS;
   const perAddress = new Map<string, number>();
   server.on('connection', (socket: Socket) => {

@@ -29,9 +29,17 @@ export async function listenHttpOrExit(deps: Deps): Promise<HttpListener> {
  * user cannot bind port 25; the log says why and how); 'stopped' when a stop began while it was starting (it is
  * closed again).
  */
-export async function listenSmtp(deps: Deps, tls: TlsPair, checks: ReportChecks, stopping: () => boolean): Promise<{ server: InboundServer; port: number } | null | 'stopped'> {
+export async function listenSmtp(
+  deps: Deps,
+  tls: TlsPair,
+  checks: ReportChecks,
+  stopping: () => boolean,
+): Promise<{ server: InboundServer; port: number } | null | 'stopped'> {
   const { config, logger } = deps;
-  if (tls.source === 'generated') logger.info('smtp.tls_generated', { message: 'A self-signed STARTTLS certificate was generated into DATA_DIR; set SMTP_TLS_CERT and SMTP_TLS_KEY for a trusted one.' });
+  if (tls.source === 'generated')
+    logger.info('smtp.tls_generated', {
+      message: 'A self-signed STARTTLS certificate was generated into DATA_DIR; set SMTP_TLS_CERT and SMTP_TLS_KEY for a trusted one.',
+    });
   const server = createInboundServer(deps, tls, { checks });
   try {
     const port = await server.listen(config.smtpHost, config.smtpPort);
@@ -55,7 +63,8 @@ export async function listenSmtp(deps: Deps, tls: TlsPair, checks: ReportChecks,
 /** What to do when inbound SMTP cannot listen, by the listen error's code. */
 const SMTP_LISTEN_HINTS: Record<string, string> = {
   EACCES: 'Ports below 1024 need root or CAP_NET_BIND_SERVICE; set SMTP_PORT to another port (forwarded from 25)',
-  EADDRINUSE: "Another process listens on that port (another Mailstead, or the machine's own mail server such as Postfix or Exim); stop it, or set SMTP_PORT to another port",
+  EADDRINUSE:
+    "Another process listens on that port (another Mailstead, or the machine's own mail server such as Postfix or Exim); stop it, or set SMTP_PORT to another port",
   EADDRNOTAVAIL: 'SMTP_HOST is not an address of this machine; set it to one (0.0.0.0 listens on all)',
 };
 

@@ -35,7 +35,12 @@ function sampleSecrets(db: Db): { what: string; sealed: string; context: string 
   const hook = db.select({ id: webhookEndpoints.id, sealed: webhookEndpoints.secretSealed }).from(webhookEndpoints).limit(1).get();
   if (hook) samples.push({ what: `the signing secret of webhook ${hook.id}`, sealed: hook.sealed, context: SEAL_CONTEXTS.webhookSecret(hook.id) });
   const database = db.select({ accountId: customerDatabases.accountId, sealed: customerDatabases.urlSealed }).from(customerDatabases).limit(1).get();
-  if (database) samples.push({ what: `the database URL of account ${database.accountId}`, sealed: database.sealed, context: SEAL_CONTEXTS.customerDbUrl(database.accountId) });
+  if (database)
+    samples.push({
+      what: `the database URL of account ${database.accountId}`,
+      sealed: database.sealed,
+      context: SEAL_CONTEXTS.customerDbUrl(database.accountId),
+    });
   return samples;
 }
 
@@ -69,12 +74,16 @@ export function holdsSealedSecrets(db: Db): boolean {
 /** Checks `key` against DATA_DIR's secrets, and on a first start with a key (or the first since this check) records it. */
 export function checkSecretKey(db: Db, key: Buffer | null): SecretKeyCheck {
   if (key === null) {
-    const count = (table: typeof domainKeys | typeof webhookEndpoints | typeof customerDatabases) => db.select({ n: sql<number>`count(*)` }).from(table).get()?.n ?? 0;
+    const count = (table: typeof domainKeys | typeof webhookEndpoints | typeof customerDatabases) =>
+      db.select({ n: sql<number>`count(*)` }).from(table).get()?.n ?? 0;
     return { kind: 'off', sealed: { dkimKeys: count(domainKeys), webhookSecrets: count(webhookEndpoints), databaseUrls: count(customerDatabases) } };
   }
   const what = firstUnopened(db, key);
   if (what !== null) return { kind: 'mismatch', what };
-  db.insert(settings).values({ key: CHECK_SETTING, value: encryptSecret(key, CHECK_PLAINTEXT, CHECK_CONTEXT) }).onConflictDoNothing().run();
+  db.insert(settings)
+    .values({ key: CHECK_SETTING, value: encryptSecret(key, CHECK_PLAINTEXT, CHECK_CONTEXT) })
+    .onConflictDoNothing()
+    .run();
   return { kind: 'ok' };
 }
 

@@ -48,7 +48,11 @@ export function claimDataDir(config: Config, logger: Logger): DataDirLock {
   }
   const tightened = securePrivateDataDir(config.dataDir);
   if (tightened.length > 0) {
-    logger.warn('data_dir.permissions_tightened', { dataDir: config.dataDir, changes: tightened, message: 'DATA_DIR holds message content and keys: it is now readable by its owner only.' });
+    logger.warn('data_dir.permissions_tightened', {
+      dataDir: config.dataDir,
+      changes: tightened,
+      message: 'DATA_DIR holds message content and keys: it is now readable by its owner only.',
+    });
   }
   return lock;
 }
@@ -87,7 +91,10 @@ export function warnAtStart(config: Config, logger: Logger, keyCheck: SecretKeyC
       message: `DELIVERY_MODE=capture: no mail leaves this machine. Each recipient's signed message is kept in DATA_DIR (the newest ${CAPTURE_LIMIT}; GET /api/v1/emails/{id}/message?recipient= reads it) and recorded as delivered, and .test, .example, .invalid and .localhost domains verify without DNS. For development only: production runs DELIVERY_MODE=direct.`,
     });
   }
-  if (config.allowPrivateTargets) logger.warn('config.allow_private_targets', { message: 'ALLOW_PRIVATE_TARGETS is set: private and loopback targets are allowed. For development and tests only.' });
+  if (config.allowPrivateTargets)
+    logger.warn('config.allow_private_targets', {
+      message: 'ALLOW_PRIVATE_TARGETS is set: private and loopback targets are allowed. For development and tests only.',
+    });
   if (keyCheck.kind === 'off') logger.warn('config.secret_key_off', { message: keyOffWarning(keyCheck.sealed) });
 }
 
@@ -97,7 +104,13 @@ export function warnAtStart(config: Config, logger: Logger, keyCheck: SecretKeyC
  */
 export function showAdminTokenOnce(deps: Deps, stdout: { flush(): void }): void {
   ensureAdminToken(deps.db, deps.config.adminToken, (token) => {
-    const line = { time: new Date().toISOString(), level: 'info', event: 'admin_token.generated', token, message: 'Dashboard admin token; shown once. Reset with: npm run -s cli -- admin-token reset (with this DATA_DIR)' };
+    const line = {
+      time: new Date().toISOString(),
+      level: 'info',
+      event: 'admin_token.generated',
+      token,
+      message: 'Dashboard admin token; shown once. Reset with: npm run -s cli -- admin-token reset (with this DATA_DIR)',
+    };
     stdout.flush();
     writeSync(1, `${JSON.stringify(line)}\n`);
   });

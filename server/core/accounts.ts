@@ -37,13 +37,22 @@ export interface AccountView {
 
 export const accountNameSchema = labelSchema(2, 80);
 /** Kept verbatim: it is the exact message of every refused send. */
-export const suspensionReasonSchema = z.string().min(15, 'must be 15 to 500 characters').max(500, 'must be 15 to 500 characters').refine(isProse, PROSE_MESSAGE);
+export const suspensionReasonSchema = z
+  .string()
+  .min(15, 'must be 15 to 500 characters')
+  .max(500, 'must be 15 to 500 characters')
+  .refine(isProse, PROSE_MESSAGE);
 
 /**
  * The operator's own inputs (CLI and dashboard), looser than the customer's: a reason of any length up to 500 (the
  * 15-character floor is for the API), and whole numbers at least these.
  */
-export const operatorSuspensionReasonSchema = z.string().trim().min(1, 'must not be empty').max(500, 'must be at most 500 characters').refine(isProse, PROSE_MESSAGE);
+export const operatorSuspensionReasonSchema = z
+  .string()
+  .trim()
+  .min(1, 'must not be empty')
+  .max(500, 'must be at most 500 characters')
+  .refine(isProse, PROSE_MESSAGE);
 export const OPERATOR_NUMBER_MIN = { credits: 0, dailyQuota: 1, amount: 1 } as const;
 
 /** An operator's number as typed: decimal digits only, a safe integer, at least `min`; null when it is not. */
@@ -58,7 +67,11 @@ export const suspendInput = z
   .refine((v) => !v.suspended || v.reason !== undefined, { path: ['reason'], message: 'is required when suspended is true' });
 
 const statements = definePrepared((db) => ({
-  byId: db.select().from(accounts).where(eq(accounts.id, sql.placeholder('id'))).prepare(),
+  byId: db
+    .select()
+    .from(accounts)
+    .where(eq(accounts.id, sql.placeholder('id')))
+    .prepare(),
   subById: db
     .select()
     .from(accounts)
@@ -103,17 +116,12 @@ export function accountView(deps: Pick<Deps, 'db' | 'clock' | 'config'>, row: Ac
   };
   if (row.suspendedBy !== null) sending.suspendedReason = row.suspendedReason ?? '';
   const credits =
-    row.parentId === null
-      ? creditsView(row, status)
-      : { ...creditsView(row, { state: status.state, graceDaysLeft: 0, graceEmailsLeft: 0 }), freeUntil: null };
+    row.parentId === null ? creditsView(row, status) : { ...creditsView(row, { state: status.state, graceDaysLeft: 0, graceEmailsLeft: 0 }), freeUntil: null };
   return { id: row.id, name: row.name, parentId: row.parentId, createdAt: iso(row.createdAt), sending, credits };
 }
 
 /** A new top-level account (operator CLI): trial from now, optional purchased credits. */
-export function createTopLevelAccount(
-  deps: Pick<Deps, 'db' | 'clock' | 'config'>,
-  input: { name: string; credits?: number; dailyQuota?: number },
-): AccountRow {
+export function createTopLevelAccount(deps: Pick<Deps, 'db' | 'clock' | 'config'>, input: { name: string; credits?: number; dailyQuota?: number }): AccountRow {
   const now = deps.clock.now();
   const credits = input.credits ?? 0;
   return deps.db
@@ -182,7 +190,17 @@ export function deleteSubAccount({ deps, ctx, id }: { deps: Deps; ctx: RequestCo
  * POST /accounts/{id}/suspend. The API may place a suspension and lift one it placed, unless the sub-account's own
  * rates still grade as paused; one placed by the operator or the reputation breaker is a matter for support.
  */
-export function setSuspensionByApi({ deps, ctx, id, input }: { deps: Deps; ctx: RequestContext; id: string; input: z.output<typeof suspendInput> }): AccountView {
+export function setSuspensionByApi({
+  deps,
+  ctx,
+  id,
+  input,
+}: {
+  deps: Deps;
+  ctx: RequestContext;
+  id: string;
+  input: z.output<typeof suspendInput>;
+}): AccountView {
   // One transaction: an operator's suspension committed by the CLI between the read and the write is never overwritten.
   return deps.db.transaction(() => setSuspension(deps, ctx, id, input));
 }
@@ -191,7 +209,10 @@ function setSuspension(deps: Deps, ctx: RequestContext, id: string, input: z.out
   const row = requireSubAccount(deps, ctx, id);
   const lockedBy = row.suspendedBy !== null && row.suspendedBy !== 'api' ? row.suspendedBy : null;
   if (lockedBy) {
-    throw new ApiError('conflict', `This sub-account was suspended by ${lockedBy === 'operator' ? 'the operator' : 'the reputation breaker'}; only support can change that.`);
+    throw new ApiError(
+      'conflict',
+      `This sub-account was suspended by ${lockedBy === 'operator' ? 'the operator' : 'the reputation breaker'}; only support can change that.`,
+    );
   }
   if (!input.suspended && gradeTier(row) === 'paused') {
     throw new ApiError('conflict', "The sub-account's own bounce and complaint rates still grade as paused; sending cannot be resumed.");

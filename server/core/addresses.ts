@@ -140,7 +140,8 @@ export function parseMailbox(input: string): Parsed<Mailbox> {
     const folded = name.normalize('NFKC');
     if (name.includes(',') || folded.includes(',')) return { ok: false, reason: 'must be exactly one mailbox (no comma)' };
     // What is left of an encoded word after decoding (one encoded twice) would be decoded by the next reader.
-    if (/[<>"@]/.test(name) || HIDDEN_CONTROLS.test(name) || /[<>"@]/.test(folded) || new RegExp(ENCODED_WORD.source).test(name)) return { ok: false, reason: NOT_ONE_MAILBOX };
+    if (/[<>"@]/.test(name) || HIDDEN_CONTROLS.test(name) || /[<>"@]/.test(folded) || new RegExp(ENCODED_WORD.source).test(name))
+      return { ok: false, reason: NOT_ONE_MAILBOX };
     if ([...name].length > MAX_DISPLAY_NAME) return { ok: false, reason: `display name must be at most ${MAX_DISPLAY_NAME} characters` };
   }
   const parsed = parseAddress(addr);

@@ -25,11 +25,16 @@ export interface Capture {
   capturedAt: number;
 }
 
-
 /** Seals `message` (outside any transaction: the cipher is the slow part). */
 export function sealCapture(secretKey: Buffer, c: { emailId: string; accountId: string; recipient: string; message: Buffer; capturedAt: number }): Capture {
   const recipient = c.recipient.toLowerCase();
-  return { emailId: c.emailId, accountId: c.accountId, recipient, sealed: sealBytes(secretKey, c.message, SEAL_CONTEXTS.captured(c.emailId, recipient)), capturedAt: c.capturedAt };
+  return {
+    emailId: c.emailId,
+    accountId: c.accountId,
+    recipient,
+    sealed: sealBytes(secretKey, c.message, SEAL_CONTEXTS.captured(c.emailId, recipient)),
+    capturedAt: c.capturedAt,
+  };
 }
 
 const p = sql.placeholder;

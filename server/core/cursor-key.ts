@@ -15,7 +15,8 @@ export function cursorKey(db: Db): Buffer {
   let key = cache.get(db);
   if (!key) {
     const stored = db.select().from(settings).where(eq(settings.key, SETTING)).get();
-    if (!stored || !/^[0-9a-f]{64}$/.test(stored.value)) throw new Error(`settings.${SETTING} does not hold 32 bytes of hex (the migration that makes it did not run?)`);
+    if (!stored || !/^[0-9a-f]{64}$/.test(stored.value))
+      throw new Error(`settings.${SETTING} does not hold 32 bytes of hex (the migration that makes it did not run?)`);
     key = Buffer.from(stored.value, 'hex');
     cache.set(db, key);
   }

@@ -28,13 +28,25 @@ const p = sql.placeholder;
 const statements = definePrepared((db) => ({
   // The two statements every queued write runs (each received message, each email and event the writer carries):
   // plain SQL compiled once, without drizzle's mapping.
-  owner: clientOf(db)
-    .prepare(`select ${OWNER_SQL} from (select ? as account_id) d`)
-    .pluck() as Statement<[string], string | null>,
+  owner: clientOf(db).prepare(`select ${OWNER_SQL} from (select ? as account_id) d`).pluck() as Statement<[string], string | null>,
   insert: clientOf(db).prepare(
     `insert into customer_db_writes (id, database_account_id, account_id, kind, payload_sealed, raw_sealed, spool_id, next_attempt_at, created_at)
      values (@id, @databaseAccountId, @accountId, @kind, @payloadSealed, @rawSealed, @spoolId, @now, @now)`,
-  ) as Statement<[{ id: string; databaseAccountId: string; accountId: string; kind: string; payloadSealed: string; rawSealed: Buffer | null; spoolId: string | null; now: number }], void>,
+  ) as Statement<
+    [
+      {
+        id: string;
+        databaseAccountId: string;
+        accountId: string;
+        kind: string;
+        payloadSealed: string;
+        rawSealed: Buffer | null;
+        spoolId: string | null;
+        now: number;
+      },
+    ],
+    void
+  >,
   pending: db
     .select({ n: count() })
     .from(customerDbWrites)
@@ -66,7 +78,6 @@ export const OWNER_SQL = `coalesce(
 export function databaseOwnerOf(db: Db, accountId: string): string | null {
   return statements(db).owner.get(accountId) ?? null;
 }
-
 
 /**
  * Queues one write for the database of `accountId` (or its parent's); call it inside the transaction that records
@@ -125,7 +136,9 @@ export type OpenedWrite = { row: CustomerDbWriteRow; write: QueuedWrite } | { ro
 
 export function openWrite(secretKey: Buffer, row: CustomerDbWriteRow): OpenedWrite {
   try {
-    const write = JSON.parse(decryptSecret(secretKey, row.payloadSealed, SEAL_CONTEXTS.customerDbWrite(row.id)).toString('utf8')) as QueuedWrite & { raw?: Buffer | string };
+    const write = JSON.parse(decryptSecret(secretKey, row.payloadSealed, SEAL_CONTEXTS.customerDbWrite(row.id)).toString('utf8')) as QueuedWrite & {
+      raw?: Buffer | string;
+    };
     if (row.rawSealed) write.raw = openBytes(secretKey, row.rawSealed, SEAL_CONTEXTS.customerDbWriteRaw(row.id));
     // Queued by a version that kept the bytes inside the JSON, as base64.
     else if (typeof write.raw === 'string') write.raw = Buffer.from(write.raw, 'base64');
@@ -152,7 +165,10 @@ export function pendingWritesOf(db: Db, owner: string, accountId: string): numbe
 
 /** The written ones go: their content no longer stays in the service. */
 export function deleteWrites(db: Db, ids: readonly string[]): void {
-  for (let i = 0; i < ids.length; i += 500) db.delete(customerDbWrites).where(inArray(customerDbWrites.id, ids.slice(i, i + 500))).run();
+  for (let i = 0; i < ids.length; i += 500)
+    db.delete(customerDbWrites)
+      .where(inArray(customerDbWrites.id, ids.slice(i, i + 500)))
+      .run();
 }
 
 /**
@@ -164,7 +180,11 @@ export function recordRefusedWrite(db: Db, row: CustomerDbWriteRow, error: strin
   // A final refusal (a write that cannot even be opened will never land) is set aside at once.
   const gap = options.final ? undefined : DATA_RETRY_GAPS_MS[attempts - 1];
   db.update(customerDbWrites)
-    .set(gap === undefined ? { attempts, lastError: cutErrorText(error), setAsideAt: now } : { attempts, lastError: cutErrorText(error), nextAttemptAt: now + gap })
+    .set(
+      gap === undefined
+        ? { attempts, lastError: cutErrorText(error), setAsideAt: now }
+        : { attempts, lastError: cutErrorText(error), nextAttemptAt: now + gap },
+    )
     .where(eq(customerDbWrites.id, row.id))
     .run();
   return gap === undefined;

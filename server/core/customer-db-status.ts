@@ -80,7 +80,14 @@ export function markUnreachable(db: Db, owner: string, connectionId: string, err
     const failures = before.failures + 1;
     const moved = before.state !== 'unreachable' || before.lastError !== message;
     db.update(customerDatabases)
-      .set({ state: 'unreachable', failures, lastError: message, lastErrorKind: 'connection', nextAttemptAt: now + reconnectGap(failures), ...(moved ? { updatedAt: now } : {}) })
+      .set({
+        state: 'unreachable',
+        failures,
+        lastError: message,
+        lastErrorKind: 'connection',
+        nextAttemptAt: now + reconnectGap(failures),
+        ...(moved ? { updatedAt: now } : {}),
+      })
       .where(row(owner, connectionId))
       .run();
     return { changed: before.state !== 'unreachable', failures };
@@ -91,7 +98,11 @@ export function markUnreachable(db: Db, owner: string, connectionId: string, err
 export function noteSetAside(db: Db, owner: string, error: string, now: number): void {
   const message = cutErrorText(error);
   db.update(customerDatabases)
-    .set({ lastError: message, lastErrorKind: 'data', updatedAt: sql`case when ${customerDatabases.lastError} is ${message} then ${customerDatabases.updatedAt} else ${now} end` })
+    .set({
+      lastError: message,
+      lastErrorKind: 'data',
+      updatedAt: sql`case when ${customerDatabases.lastError} is ${message} then ${customerDatabases.updatedAt} else ${now} end`,
+    })
     .where(eq(customerDatabases.accountId, owner))
     .run();
 }

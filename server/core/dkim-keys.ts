@@ -12,7 +12,6 @@ export interface NewDomainKeys {
   privateKeySealed: string;
 }
 
-
 /**
  * What a new domain publishes: an ownership token of 160 random bits, a selector, and a fresh RSA-2048 pair whose
  * private half is sealed with the secret key at once (it is never stored or returned in the clear).

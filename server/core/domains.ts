@@ -67,7 +67,13 @@ export function domainRecords(deps: Pick<Deps, 'config'>, name: string, key: Dom
     { record: 'Ownership', type: 'TXT', name: `_service-verify.${name}`, value: `service-verify=${key.token}`, status: status.ownership },
     { record: 'SPF', type: 'TXT', name, value: `v=spf1 include:${deps.config.spfDomain} ~all`, status: status.spf },
     { record: 'Receiving', type: 'MX', name, value: `10 ${deps.config.mailHostname}`, status: status.receiving },
-    { record: 'Signing', type: 'TXT', name: `${key.selector}._domainkey.${name}`, value: `v=DKIM1; h=sha256; k=rsa; p=${key.dkimPublicKey}`, status: status.signing },
+    {
+      record: 'Signing',
+      type: 'TXT',
+      name: `${key.selector}._domainkey.${name}`,
+      value: `v=DKIM1; h=sha256; k=rsa; p=${key.dkimPublicKey}`,
+      status: status.signing,
+    },
   ];
 }
 
@@ -118,7 +124,11 @@ function claimName(db: Db, accountId: string, name: string, now: number): { id: 
 }
 
 function checkAccountRoom(db: Db, accountId: string, name: string): void {
-  const existing = db.select({ id: domains.id }).from(domains).where(and(eq(domains.accountId, accountId), eq(domains.name, name))).get();
+  const existing = db
+    .select({ id: domains.id })
+    .from(domains)
+    .where(and(eq(domains.accountId, accountId), eq(domains.name, name)))
+    .get();
   if (existing) throw new ApiError('domain_exists', `The domain ${name} is already connected to this account.`);
   const count = db.select({ n: sql<number>`count(*)` }).from(domains).where(eq(domains.accountId, accountId)).get()?.n ?? 0;
   if (count >= MAX_DOMAINS) throw new ApiError('domain_limit', `This account already has ${MAX_DOMAINS} domains.`);
@@ -130,7 +140,11 @@ export async function createDomain({ deps, ctx, input }: { deps: Deps; ctx: Requ
   const { name } = input;
   checkAccountRoom(deps.db, accountId, name);
   claimName(deps.db, accountId, name, deps.clock.now());
-  let key = deps.db.select().from(domainKeys).where(and(eq(domainKeys.accountId, accountId), eq(domainKeys.name, name))).get();
+  let key = deps.db
+    .select()
+    .from(domainKeys)
+    .where(and(eq(domainKeys.accountId, accountId), eq(domainKeys.name, name)))
+    .get();
   let fresh: Awaited<ReturnType<typeof createDomainKeys>> | null = null;
   if (!key) {
     if (!deps.secretKey) throw new ApiError('not_configured', 'The server cannot store secrets (SECRET_KEY=off), so it cannot keep a DKIM key.');
@@ -143,12 +157,25 @@ export async function createDomain({ deps, ctx, input }: { deps: Deps; ctx: Requ
     checkAccountRoom(tx, accountId, name);
     const expired = claimName(tx, accountId, name, now);
     if (!key) {
-      key = tx.select().from(domainKeys).where(and(eq(domainKeys.accountId, accountId), eq(domainKeys.name, name))).get();
+      key = tx
+        .select()
+        .from(domainKeys)
+        .where(and(eq(domainKeys.accountId, accountId), eq(domainKeys.name, name)))
+        .get();
     }
     if (!key && fresh) {
       key = tx
         .insert(domainKeys)
-        .values({ id: newId(now), accountId, name, token: fresh.token, selector: fresh.selector, dkimPublicKey: fresh.publicKey, dkimPrivateKeySealed: fresh.privateKeySealed, createdAt: now })
+        .values({
+          id: newId(now),
+          accountId,
+          name,
+          token: fresh.token,
+          selector: fresh.selector,
+          dkimPublicKey: fresh.publicKey,
+          dkimPrivateKeySealed: fresh.privateKeySealed,
+          createdAt: now,
+        })
         .returning()
         .get();
     }
@@ -161,7 +188,11 @@ export async function createDomain({ deps, ctx, input }: { deps: Deps; ctx: Requ
       tx.update(domainKeys).set({ releasedAt: now }).where(eq(domainKeys.id, claim.keyId)).run();
       pruneKeptDomainKeys(tx, claim.accountId);
     }
-    return tx.insert(domains).values({ id: newId(now), accountId, name, keyId: key.id, recordStatus: PENDING, checks: null, createdAt: now, lastCheckedAt: now }).returning().get();
+    return tx
+      .insert(domains)
+      .values({ id: newId(now), accountId, name, keyId: key.id, recordStatus: PENDING, checks: null, createdAt: now, lastCheckedAt: now })
+      .returning()
+      .get();
   });
   deps.logger.info('domain.created', { domainId: row.id, accountId, name });
   return domainView(deps, row, key!);
@@ -202,7 +233,12 @@ export function pruneKeptDomainKeys(db: Db, accountId: string): string[] {
     db
       .selectDistinct({ id: outboundMessages.domainKeyId })
       .from(outboundMessages)
-      .where(inArray(outboundMessages.domainKeyId, kept.map((k) => k.id)))
+      .where(
+        inArray(
+          outboundMessages.domainKeyId,
+          kept.map((k) => k.id),
+        ),
+      )
       .all()
       .map((r) => r.id),
   );
@@ -266,6 +302,15 @@ export async function verifyDomain({ deps, ctx, id }: { deps: Deps; ctx: Request
   if (!updated) throw notFound('domain');
   const before = deriveFlags(domain.recordStatus, deps.config.smtpRelayUrl !== null);
   const view = domainView(deps, updated, key);
-  deps.logger.info('domain.verified', { domainId: domain.id, accountId: ctx.account.id, checks, withoutDns, status: view.status, sending: view.sending, receiving: view.receiving, was: before });
+  deps.logger.info('domain.verified', {
+    domainId: domain.id,
+    accountId: ctx.account.id,
+    checks,
+    withoutDns,
+    status: view.status,
+    sending: view.sending,
+    receiving: view.receiving,
+    was: before,
+  });
   return { ...view, checks };
 }

@@ -25,7 +25,12 @@ export const FAILURES: readonly { match: RegExp; dsn: string; detail: string }[]
   { match: /^(ETIMEDOUT|ETIMEOUT|ECONNECTION_TIMEOUT|EGREETING)$/, dsn: '4.4.1', detail: 'no answer from host' },
   { match: /^(ECONNRESET|EPIPE|ECLOSED|EPROTOCOL|ESOCKET|ECONNECTION)$/, dsn: '4.4.2', detail: 'connection dropped' },
   { match: /^(EDNS|ENOTFOUND|ESERVFAIL|EDNS_TIMEOUT)$/, dsn: '4.4.3', detail: 'DNS lookup failed' },
-  { match: /^(ETLS|ERR_TLS.*|ERR_SSL.*|EPROTO|UNABLE_TO_VERIFY_LEAF_SIGNATURE|SELF_SIGNED_CERT.*|DEPTH_ZERO_SELF_SIGNED_CERT|CERT_.*|ERR_TLS_CERT_ALTNAME_INVALID)$/, dsn: '4.7.5', detail: 'TLS negotiation failed' },
+  {
+    match:
+      /^(ETLS|ERR_TLS.*|ERR_SSL.*|EPROTO|UNABLE_TO_VERIFY_LEAF_SIGNATURE|SELF_SIGNED_CERT.*|DEPTH_ZERO_SELF_SIGNED_CERT|CERT_.*|ERR_TLS_CERT_ALTNAME_INVALID)$/,
+    dsn: '4.7.5',
+    detail: 'TLS negotiation failed',
+  },
 ];
 
 /** The DSN of a failed TLS negotiation. */

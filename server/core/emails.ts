@@ -69,7 +69,17 @@ const LIST_CHUNK = 16;
  * caller (toPage) stops pulling once a page is full, by count or by bytes, so rows stored before the input limits
  * (a megabyte subject) are never all loaded at once.
  */
-export function* listEmails({ deps, ctx, page, filter }: { deps: Deps; ctx: RequestContext; page: PageRequest; filter: z.output<typeof emailFilter> }): Generator<EmailView> {
+export function* listEmails({
+  deps,
+  ctx,
+  page,
+  filter,
+}: {
+  deps: Deps;
+  ctx: RequestContext;
+  page: PageRequest;
+  filter: z.output<typeof emailFilter>;
+}): Generator<EmailView> {
   let after = page.after;
   let left = page.limit + 1;
   while (left > 0) {
@@ -96,7 +106,11 @@ export function* listEmails({ deps, ctx, page, filter }: { deps: Deps; ctx: Requ
 }
 
 function findEmail(deps: Deps, ctx: RequestContext, id: string): EmailRow {
-  const row = deps.db.select().from(emails).where(and(eq(emails.id, id), eq(emails.accountId, ctx.account.id))).get();
+  const row = deps.db
+    .select()
+    .from(emails)
+    .where(and(eq(emails.id, id), eq(emails.accountId, ctx.account.id)))
+    .get();
   if (!row) throw new ApiError('email_not_found', 'No email with that id on this account.');
   return row;
 }
@@ -115,7 +129,7 @@ export function getEmail({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; i
 }
 
 export const capturedMessageQuery = z.strictObject({
-  recipient: z.string().trim().min(1, 'must be one of the email\'s recipients').max(320, 'must be at most 320 characters'),
+  recipient: z.string().trim().min(1, "must be one of the email's recipients").max(320, 'must be at most 320 characters'),
 });
 
 /**

@@ -13,7 +13,10 @@ export type EmailEventType = (typeof OUTCOME_EVENT_TYPES)[EventStatus];
 
 export const EMAIL_EVENT_TYPES = Object.values(EVENT_TYPE_OF_STATUS) as [EmailEventType, ...EmailEventType[]];
 
-const STATUS_OF_EVENT_TYPE = Object.fromEntries(Object.entries(EVENT_TYPE_OF_STATUS).map(([status, type]) => [type, status])) as Record<EmailEventType, EventStatus>;
+const STATUS_OF_EVENT_TYPE = Object.fromEntries(Object.entries(EVENT_TYPE_OF_STATUS).map(([status, type]) => [type, status])) as Record<
+  EmailEventType,
+  EventStatus
+>;
 
 /** The status an event type stands for in email_events. */
 export function statusOfEventType(type: EmailEventType): EventStatus {
@@ -53,7 +56,17 @@ export interface EventItem {
  * occurred at or after it; `type` one event type. One query per page, read newest first from email_events_account_idx
  * (account_id, id), so a page costs the same however many outcomes the account has.
  */
-export function listEvents({ deps, ctx, page, filter }: { deps: Pick<Deps, 'db'>; ctx: RequestContext; page: PageRequest; filter: z.output<typeof eventFilter> }): EventItem[] {
+export function listEvents({
+  deps,
+  ctx,
+  page,
+  filter,
+}: {
+  deps: Pick<Deps, 'db'>;
+  ctx: RequestContext;
+  page: PageRequest;
+  filter: z.output<typeof eventFilter>;
+}): EventItem[] {
   return deps.db
     .select({ event: emailEvents })
     .from(emailEvents)
@@ -68,5 +81,14 @@ export function listEvents({ deps, ctx, page, filter }: { deps: Pick<Deps, 'db'>
     .orderBy(desc(emailEvents.id))
     .limit(page.limit + 1)
     .all()
-    .map(({ event: e }) => ({ id: e.id, type: EVENT_TYPE_OF_STATUS[e.status], emailId: e.emailId, recipient: e.recipient, status: e.status, dsn: e.dsn, detail: e.detail, occurredAt: iso(e.occurredAt) }));
+    .map(({ event: e }) => ({
+      id: e.id,
+      type: EVENT_TYPE_OF_STATUS[e.status],
+      emailId: e.emailId,
+      recipient: e.recipient,
+      status: e.status,
+      dsn: e.dsn,
+      detail: e.detail,
+      occurredAt: iso(e.occurredAt),
+    }));
 }

@@ -39,10 +39,26 @@ const statements = definePrepared((db) => ({
   find: db.select().from(idempotencyKeys).where(byKey).prepare(),
   claim: db
     .insert(idempotencyKeys)
-    .values({ accountId: p('accountId'), key: p('key'), fingerprint: p('fingerprint'), claimToken: p('token'), state: 'running', response: null, claimedAt: p('now'), completedAt: null })
+    .values({
+      accountId: p('accountId'),
+      key: p('key'),
+      fingerprint: p('fingerprint'),
+      claimToken: p('token'),
+      state: 'running',
+      response: null,
+      claimedAt: p('now'),
+      completedAt: null,
+    })
     .onConflictDoUpdate({
       target: [idempotencyKeys.accountId, idempotencyKeys.key],
-      set: { fingerprint: sql`excluded.fingerprint`, claimToken: sql`excluded.claim_token`, state: 'running', response: null, claimedAt: sql`excluded.claimed_at`, completedAt: null },
+      set: {
+        fingerprint: sql`excluded.fingerprint`,
+        claimToken: sql`excluded.claim_token`,
+        state: 'running',
+        response: null,
+        claimedAt: sql`excluded.claimed_at`,
+        completedAt: null,
+      },
     })
     .prepare(),
   holder: db.select({ token: idempotencyKeys.claimToken, state: idempotencyKeys.state }).from(idempotencyKeys).where(byKey).prepare(),
@@ -76,7 +92,8 @@ export function claimIdempotencyKey(db: Db, accountId: string, key: string, rawB
         (row.state === 'done' ? now - (row.completedAt ?? row.claimedAt) < IDEMPOTENCY_WINDOW_MS : leaseNow - row.claimedAt < CLAIM_RELEASE_MS);
       if (row && live) {
         // Compared in constant time, as every digest the service holds is (a request cannot time its way to another's).
-        if (!constantTimeEqual(row.fingerprint, fingerprint)) throw new ApiError('idempotency_mismatch', 'This Idempotency-Key was already used with a different request body.');
+        if (!constantTimeEqual(row.fingerprint, fingerprint))
+          throw new ApiError('idempotency_mismatch', 'This Idempotency-Key was already used with a different request body.');
         if (row.state === 'running') throw new ApiError('idempotency_in_progress', 'A request with this Idempotency-Key is still running; retry shortly.');
         return { kind: 'replay', response: row.response } as const;
       }
@@ -95,7 +112,10 @@ export function claimIdempotencyKey(db: Db, accountId: string, key: string, rawB
 export function assertClaimHeld(db: Db, claim: Claim): void {
   const row = statements(db).holder.get({ accountId: claim.accountId, key: claim.key });
   if (!row || row.token !== claim.token || row.state !== 'running') {
-    throw new ApiError('idempotency_in_progress', 'Another request with this Idempotency-Key took it over while this one stalled; nothing was sent. Retry to see its answer.');
+    throw new ApiError(
+      'idempotency_in_progress',
+      'Another request with this Idempotency-Key took it over while this one stalled; nothing was sent. Retry to see its answer.',
+    );
   }
 }
 

@@ -57,7 +57,11 @@ const statements = definePrepared((db) => ({
     .innerJoin(accounts, eq(accounts.id, apiKeys.accountId))
     .where(eq(apiKeys.keyHash, sql.placeholder('hash')))
     .prepare(),
-  accountById: db.select().from(accounts).where(eq(accounts.id, sql.placeholder('id'))).prepare(),
+  accountById: db
+    .select()
+    .from(accounts)
+    .where(eq(accounts.id, sql.placeholder('id')))
+    .prepare(),
 }));
 
 /** Keys made unusable by this process (revoked, or their account deleted): a count that only grows. */
@@ -131,7 +135,13 @@ function findLiveKeyByHash(db: Db, hash: string): { key: ApiKeyRow; account: Acc
 }
 
 function countLiveKeys(db: Db, accountId: string): number {
-  return db.select({ n: sql<number>`count(*)` }).from(apiKeys).where(and(eq(apiKeys.accountId, accountId), isNull(apiKeys.revokedAt))).get()?.n ?? 0;
+  return (
+    db
+      .select({ n: sql<number>`count(*)` })
+      .from(apiKeys)
+      .where(and(eq(apiKeys.accountId, accountId), isNull(apiKeys.revokedAt)))
+      .get()?.n ?? 0
+  );
 }
 
 /**
@@ -191,7 +201,11 @@ export function listKeys({ deps, ctx, page }: { deps: Deps; ctx: RequestContext;
 
 /** DELETE /keys/{id}: idempotent; the key stops working at once and stays listed with revokedAt. */
 export function revokeKey({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): void {
-  const row = deps.db.select().from(apiKeys).where(and(eq(apiKeys.id, id), eq(apiKeys.accountId, ctx.account.id))).get();
+  const row = deps.db
+    .select()
+    .from(apiKeys)
+    .where(and(eq(apiKeys.id, id), eq(apiKeys.accountId, ctx.account.id)))
+    .get();
   if (!row) throw notFound('key');
   if (row.revokedAt === null) {
     deps.db.update(apiKeys).set({ revokedAt: deps.clock.now() }).where(eq(apiKeys.id, id)).run();

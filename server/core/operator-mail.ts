@@ -61,11 +61,20 @@ export interface OperatorMessage {
   receivedAt: number;
 }
 
-
 /** Seals the kept bytes and reads From and Subject (outside any transaction: the cipher is the slow part). */
 export function prepareOperatorMessage(
   secretKey: Buffer,
-  m: { id: string; recipients: string[]; mailFrom: string; remoteAddress: string; helo: string; size: number; raw: Buffer; truncated: boolean; receivedAt: number },
+  m: {
+    id: string;
+    recipients: string[];
+    mailFrom: string;
+    remoteAddress: string;
+    helo: string;
+    size: number;
+    raw: Buffer;
+    truncated: boolean;
+    receivedAt: number;
+  },
 ): OperatorMessage {
   const { from, subject } = headerBasics(m.raw);
   return {
@@ -106,7 +115,11 @@ const statements = definePrepared((db) => ({
     .delete(operatorMessages)
     .where(sql`${operatorMessages.seq} <= (select max(${operatorMessages.seq}) from ${operatorMessages}) - ${p('limit')}`)
     .prepare(),
-  read: db.select().from(operatorMessages).where(eq(operatorMessages.id, p('id'))).prepare(),
+  read: db
+    .select()
+    .from(operatorMessages)
+    .where(eq(operatorMessages.id, p('id')))
+    .prepare(),
 }));
 
 /** Writes the message and drops the oldest beyond OPERATOR_MAIL_LIMIT; inside the caller's transaction. */
@@ -171,16 +184,21 @@ const ENCODED_WORD = /=\?([^?\s]+)\?([bBqQ])\?([^?\s]*)\?=/g;
 /** Decodes RFC 2047 encoded words (B and Q, any charset TextDecoder knows); a word it cannot decode stays as sent. */
 export function decodeEncodedWords(value: string): string {
   // Whitespace between two encoded words is not part of the text (RFC 2047 section 6.2).
-  return value.replace(/(=\?[^?\s]+\?[bBqQ]\?[^?\s]*\?=)\s+(?==\?[^?\s]+\?[bBqQ]\?[^?\s]*\?=)/g, '$1').replace(ENCODED_WORD, (word, charset: string, encoding: string, data: string) => {
-    try {
-      const bytes =
-        encoding.toLowerCase() === 'b'
-          ? Buffer.from(data, 'base64')
-          : Buffer.from(data.replace(/_/g, ' ').replace(/=([0-9a-fA-F]{2})/g, (_m, hex: string) => String.fromCharCode(parseInt(hex, 16))), 'latin1');
-      // RFC 2231 allows a language after the charset: `utf-8*en`.
-      return new TextDecoder(charset.replace(/\*.*$/, '')).decode(bytes);
-    } catch {
-      return word;
-    }
-  });
+  return value
+    .replace(/(=\?[^?\s]+\?[bBqQ]\?[^?\s]*\?=)\s+(?==\?[^?\s]+\?[bBqQ]\?[^?\s]*\?=)/g, '$1')
+    .replace(ENCODED_WORD, (word, charset: string, encoding: string, data: string) => {
+      try {
+        const bytes =
+          encoding.toLowerCase() === 'b'
+            ? Buffer.from(data, 'base64')
+            : Buffer.from(
+                data.replace(/_/g, ' ').replace(/=([0-9a-fA-F]{2})/g, (_m, hex: string) => String.fromCharCode(parseInt(hex, 16))),
+                'latin1',
+              );
+        // RFC 2231 allows a language after the charset: `utf-8*en`.
+        return new TextDecoder(charset.replace(/\*.*$/, '')).decode(bytes);
+      } catch {
+        return word;
+      }
+    });
 }

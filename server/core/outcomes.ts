@@ -1,5 +1,13 @@
 import { and, eq, isNull, sql } from 'drizzle-orm';
-import { type OutboundMessageRow, type OutboundRecipientRow, accounts, emailEvents, emails, outboundMessages, outboundRecipients } from '../../db/schema/index.js';
+import {
+  type OutboundMessageRow,
+  type OutboundRecipientRow,
+  accounts,
+  emailEvents,
+  emails,
+  outboundMessages,
+  outboundRecipients,
+} from '../../db/schema/index.js';
 import { definePrepared } from '../../db/prepared.js';
 import type { Deps } from './deps.js';
 import { findAccount } from './accounts.js';
@@ -71,14 +79,26 @@ export async function recordOutcome(
       written.webhooks += complained.webhooks;
       written.written ||= complained.written;
     }
-    q.updateRecipient.run({ id: job.recipient.id, status: recorded.status === 'deferred' ? 'queued' : recorded.status, attempts, nextAttemptAt: recorded.nextAttemptAt ?? now });
+    q.updateRecipient.run({
+      id: job.recipient.id,
+      status: recorded.status === 'deferred' ? 'queued' : recorded.status,
+      attempts,
+      nextAttemptAt: recorded.nextAttemptAt ?? now,
+    });
     // Once every recipient has its final outcome the content is no longer needed: it goes.
     if ((q.openRecipients.get({ messageId: job.message.id })?.n ?? 0) === 0) q.deleteMessage.run({ id: job.message.id });
     return written;
   });
   if (recorded.status !== 'deferred') deps.metrics.deliveryLatency(recorded.status, (now - job.message.createdAt) / 1000);
-  deps.logger.info(`delivery.${recorded.status}`, { emailId: job.message.id, recipient: job.recipient.recipient, dsn: recorded.dsn, detail: recorded.detail, attempts });
-  if (complaint) deps.logger.info('delivery.complained', { emailId: job.message.id, recipient: job.recipient.recipient, dsn: complaint.dsn, detail: complaint.detail });
+  deps.logger.info(`delivery.${recorded.status}`, {
+    emailId: job.message.id,
+    recipient: job.recipient.recipient,
+    dsn: recorded.dsn,
+    detail: recorded.detail,
+    attempts,
+  });
+  if (complaint)
+    deps.logger.info('delivery.complained', { emailId: job.message.id, recipient: job.recipient.recipient, dsn: complaint.dsn, detail: complaint.detail });
   return recorded;
 }
 
@@ -112,7 +132,16 @@ export function writeOutcome(deps: Pick<Deps, 'db' | 'logger' | 'secretKey' | 'm
   const { db } = deps;
   const q = statements(db);
   const eventId = newId(o.occurredAt);
-  q.insertEvent.run({ id: eventId, emailId: o.emailId, accountId: o.accountId, recipient: o.recipient, status: o.status, dsn: o.dsn, detail: o.detail, occurredAt: o.occurredAt });
+  q.insertEvent.run({
+    id: eventId,
+    emailId: o.emailId,
+    accountId: o.accountId,
+    recipient: o.recipient,
+    status: o.status,
+    dsn: o.dsn,
+    detail: o.detail,
+    occurredAt: o.occurredAt,
+  });
   // The account's webhook deliveries of this outcome, in the same transaction: no event is lost between the two.
   const webhooks = fanOutOutcome(db, o);
   // And the customer database's copy of the event, in the same transaction.
@@ -151,22 +180,54 @@ const p = sql.placeholder;
 const statements = definePrepared((db) => ({
   insertEvent: db
     .insert(emailEvents)
-    .values({ id: p('id'), emailId: p('emailId'), accountId: p('accountId'), recipient: p('recipient'), status: p('status'), dsn: p('dsn'), detail: p('detail'), occurredAt: p('occurredAt') })
+    .values({
+      id: p('id'),
+      emailId: p('emailId'),
+      accountId: p('accountId'),
+      recipient: p('recipient'),
+      status: p('status'),
+      dsn: p('dsn'),
+      detail: p('detail'),
+      occurredAt: p('occurredAt'),
+    })
     .prepare(),
   updateRecipient: db
     .update(outboundRecipients)
     .set({ status: sql`${p('status')}`, attempts: sql`${p('attempts')}`, nextAttemptAt: sql`${p('nextAttemptAt')}`, lockedBy: null, lockedUntil: null })
     .where(eq(outboundRecipients.id, p('id')))
     .prepare(),
-  firstDelivered: db.update(emails).set({ deliveredAt: sql`${p('now')}` }).where(and(eq(emails.id, p('id')), isNull(emails.deliveredAt))).prepare(),
-  firstBounced: db.update(emails).set({ bouncedAt: sql`${p('now')}` }).where(and(eq(emails.id, p('id')), isNull(emails.bouncedAt))).prepare(),
-  firstComplained: db.update(emails).set({ complainedAt: sql`${p('now')}` }).where(and(eq(emails.id, p('id')), isNull(emails.complainedAt))).prepare(),
-  countBounce: db.update(accounts).set({ totalBounced: sql`${accounts.totalBounced} + 1` }).where(eq(accounts.id, p('id'))).prepare(),
-  countComplaint: db.update(accounts).set({ totalComplained: sql`${accounts.totalComplained} + 1` }).where(eq(accounts.id, p('id'))).prepare(),
+  firstDelivered: db
+    .update(emails)
+    .set({ deliveredAt: sql`${p('now')}` })
+    .where(and(eq(emails.id, p('id')), isNull(emails.deliveredAt)))
+    .prepare(),
+  firstBounced: db
+    .update(emails)
+    .set({ bouncedAt: sql`${p('now')}` })
+    .where(and(eq(emails.id, p('id')), isNull(emails.bouncedAt)))
+    .prepare(),
+  firstComplained: db
+    .update(emails)
+    .set({ complainedAt: sql`${p('now')}` })
+    .where(and(eq(emails.id, p('id')), isNull(emails.complainedAt)))
+    .prepare(),
+  countBounce: db
+    .update(accounts)
+    .set({ totalBounced: sql`${accounts.totalBounced} + 1` })
+    .where(eq(accounts.id, p('id')))
+    .prepare(),
+  countComplaint: db
+    .update(accounts)
+    .set({ totalComplained: sql`${accounts.totalComplained} + 1` })
+    .where(eq(accounts.id, p('id')))
+    .prepare(),
   openRecipients: db
     .select({ n: sql<number>`count(*)` })
     .from(outboundRecipients)
     .where(and(eq(outboundRecipients.messageId, p('messageId')), eq(outboundRecipients.status, 'queued')))
     .prepare(),
-  deleteMessage: db.delete(outboundMessages).where(eq(outboundMessages.id, p('id'))).prepare(),
+  deleteMessage: db
+    .delete(outboundMessages)
+    .where(eq(outboundMessages.id, p('id')))
+    .prepare(),
 }));

@@ -16,27 +16,33 @@ export const MAX_RECIPIENT_INPUT = 320;
 /** A field name for a message: a long unknown key is cut, so an error never echoes a huge input. */
 const fieldName = (key: string): string => (key.length > 64 ? `${key.slice(0, 64)}…` : key);
 
-const mailbox = z.string().max(MAX_MAILBOX_INPUT, `must be at most ${MAX_MAILBOX_INPUT} characters`).transform((v, ctx): Mailbox => {
-  const r = parseMailbox(v);
-  if (!r.ok) {
-    ctx.addIssue({ code: 'custom', message: r.reason });
-    return z.NEVER;
-  }
-  return r.value;
-});
+const mailbox = z
+  .string()
+  .max(MAX_MAILBOX_INPUT, `must be at most ${MAX_MAILBOX_INPUT} characters`)
+  .transform((v, ctx): Mailbox => {
+    const r = parseMailbox(v);
+    if (!r.ok) {
+      ctx.addIssue({ code: 'custom', message: r.reason });
+      return z.NEVER;
+    }
+    return r.value;
+  });
 
-const recipient = z.string().max(MAX_RECIPIENT_INPUT, `must be at most ${MAX_RECIPIENT_INPUT} characters`).transform((v, ctx) => {
-  if (/[,<>]/.test(v)) {
-    ctx.addIssue({ code: 'custom', message: 'must be one bare address' });
-    return z.NEVER;
-  }
-  const r = parseAddress(v);
-  if (!r.ok) {
-    ctx.addIssue({ code: 'custom', message: r.reason });
-    return z.NEVER;
-  }
-  return r.value;
-});
+const recipient = z
+  .string()
+  .max(MAX_RECIPIENT_INPUT, `must be at most ${MAX_RECIPIENT_INPUT} characters`)
+  .transform((v, ctx) => {
+    if (/[,<>]/.test(v)) {
+      ctx.addIssue({ code: 'custom', message: 'must be one bare address' });
+      return z.NEVER;
+    }
+    const r = parseAddress(v);
+    if (!r.ok) {
+      ctx.addIssue({ code: 'custom', message: r.reason });
+      return z.NEVER;
+    }
+    return r.value;
+  });
 
 const variableValue = z.string({ error: 'must be a string' });
 
@@ -169,6 +175,9 @@ export function renderChecked(template: { name: string; vars: Vars }): Rendered 
 export function assertRenderedSize(rendered: Rendered): void {
   const size = renderedBytes(rendered);
   if (size > MAX_RENDERED_BYTES) {
-    throw new ApiError('invalid_request', `template: the rendered message (subject, html and text) must be at most 1 MB (${MAX_RENDERED_BYTES} bytes); this one is ${size} bytes`);
+    throw new ApiError(
+      'invalid_request',
+      `template: the rendered message (subject, html and text) must be at most 1 MB (${MAX_RENDERED_BYTES} bytes); this one is ${size} bytes`,
+    );
   }
 }

@@ -64,7 +64,10 @@ export function assertMaySend(s: Sender, now: number): void {
 
 /** Quota for `recipients` more today, on the account and on its parent; resets at midnight UTC. */
 export function assertQuotaFor(s: Sender, recipients: number, now: number): void {
-  for (const [row, whose] of [[s.acting, 'this account'], [s.parent, 'the parent account']] as const) {
+  for (const [row, whose] of [
+    [s.acting, 'this account'],
+    [s.parent, 'the parent account'],
+  ] as const) {
     if (!row) continue;
     const left = remainingQuota(row, now);
     if (recipients > left) {
@@ -77,7 +80,12 @@ export function assertQuotaFor(s: Sender, recipients: number, now: number): void
 /** Check 4: the paying account has credit (or is on its trial or in its grace window). */
 export function assertCredit(s: Sender, policy: CreditPolicy, now: number): void {
   if (creditStatus(payerOf(s), policy, now).state === 'exhausted') {
-    throw new ApiError('no_credits', s.parent ? 'The parent account has no credits left and its grace window has closed.' : 'This account has no credits left and its grace window has closed.');
+    throw new ApiError(
+      'no_credits',
+      s.parent
+        ? 'The parent account has no credits left and its grace window has closed.'
+        : 'This account has no credits left and its grace window has closed.',
+    );
   }
 }
 
@@ -92,7 +100,11 @@ export interface Warning {
 /** The warning a send answer carries while the paying account is on its trial or in its grace window. */
 export function creditWarning(payer: AccountRow, status: CreditStatus): Warning | undefined {
   if (status.state === 'trial') {
-    return { code: 'trial', message: 'This account is on its free trial; buy credits to keep sending after it ends.', freeUntil: iso(payer.freeUntil ?? payer.createdAt) };
+    return {
+      code: 'trial',
+      message: 'This account is on its free trial; buy credits to keep sending after it ends.',
+      freeUntil: iso(payer.freeUntil ?? payer.createdAt),
+    };
   }
   if (status.state === 'grace') {
     return {

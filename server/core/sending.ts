@@ -16,7 +16,17 @@ import { deriveFlags } from './domain-checks.js';
 import { type Claim, assertClaimHeld, claimIdempotencyKey, releaseClaim, settleClaim } from './idempotency.js';
 import { type SendRequest, renderSend } from './send-request.js';
 import { creditStatus } from './credits.js';
-import { type Sender, type Warning, assertCredit, assertMaySend, assertQuotaFor, chargeSend, countRecipients, creditWarning, payerOf } from './sending-policy.js';
+import {
+  type Sender,
+  type Warning,
+  assertCredit,
+  assertMaySend,
+  assertQuotaFor,
+  chargeSend,
+  countRecipients,
+  creditWarning,
+  payerOf,
+} from './sending-policy.js';
 import { suppressedRecipients } from './suppressions.js';
 import type { Rendered } from './templates.js';
 import { tripBreakerIfPaused } from './reputation.js';
@@ -201,8 +211,10 @@ function checkFromDomain(deps: Deps, account: AccountRow, send: SendRequest): st
   const found = statements(deps.db).domainByName.get({ accountId: account.id, name: send.from.domain });
   if (!found) throw new ApiError('domain_not_yours', `The domain ${send.from.domain} is not connected to this account.`);
   const flags = deriveFlags(found.recordStatus, deps.config.smtpRelayUrl !== null);
-  if (!flags.ownershipVerified) throw new ApiError('domain_not_ready', `The domain ${send.from.domain} is not verified yet: publish its records and call verify.`);
-  if (!flags.sending) throw new ApiError('domain_not_ready', `Sending is not enabled for ${send.from.domain}: publish its Signing and SPF records and call verify.`);
+  if (!flags.ownershipVerified)
+    throw new ApiError('domain_not_ready', `The domain ${send.from.domain} is not verified yet: publish its records and call verify.`);
+  if (!flags.sending)
+    throw new ApiError('domain_not_ready', `Sending is not enabled for ${send.from.domain}: publish its Signing and SPF records and call verify.`);
   return found.keyId;
 }
 
@@ -280,7 +292,15 @@ async function commitSend(deps: Deps, ctx: RequestContext, body: Body, claim: Cl
           now,
         );
         for (const r of send.to) {
-          q.insertRecipient.run({ id: newId(now), messageId: id, accountId: ctx.account.id, recipient: r.address, recipientDomain: r.domain, nextAttemptAt: now, createdAt: now });
+          q.insertRecipient.run({
+            id: newId(now),
+            messageId: id,
+            accountId: ctx.account.id,
+            recipient: r.address,
+            recipientDomain: r.domain,
+            nextAttemptAt: now,
+            createdAt: now,
+          });
         }
         // The delivery engine wakes once this batch is durable, and delivery starts at once.
         markQueued(deps.db, 'recipients');
@@ -333,7 +353,10 @@ function withWarning(result: SendResult, warning: Warning | undefined): SendResu
 function logFailedSend(deps: Deps, base: Omit<typeof emails.$inferInsert, 'id' | 'status' | 'createdAt'>): void {
   const now = deps.clock.now();
   try {
-    deps.db.insert(emails).values({ ...base, id: newId(now), status: 'failed', error: 'The mail server did not accept the message.', createdAt: now }).run();
+    deps.db
+      .insert(emails)
+      .values({ ...base, id: newId(now), status: 'failed', error: 'The mail server did not accept the message.', createdAt: now })
+      .run();
   } catch (err) {
     deps.logger.error('send.failed_log_failed', { err });
   }

@@ -31,14 +31,17 @@ export const suppressionFilter = z.strictObject({
 export const MAX_ADDRESS_INPUT = 320;
 
 export const addSuppressionInput = z.strictObject({
-  address: z.string().max(MAX_ADDRESS_INPUT, `must be at most ${MAX_ADDRESS_INPUT} characters`).transform((v, ctx) => {
-    const r = parseAddress(v);
-    if (!r.ok) {
-      ctx.addIssue({ code: 'custom', message: r.reason });
-      return z.NEVER;
-    }
-    return suppressionKey(r.value.address);
-  }),
+  address: z
+    .string()
+    .max(MAX_ADDRESS_INPUT, `must be at most ${MAX_ADDRESS_INPUT} characters`)
+    .transform((v, ctx) => {
+      const r = parseAddress(v);
+      if (!r.ok) {
+        ctx.addIssue({ code: 'custom', message: r.reason });
+        return z.NEVER;
+      }
+      return suppressionKey(r.value.address);
+    }),
 });
 
 /** The Suppression resource of docs/api/contract.md (the API's lists and the dashboard's). */
@@ -46,7 +49,17 @@ export function suppressionView(row: SuppressionRow): SuppressionView {
   return { id: row.id, address: row.address, reason: row.reason, detail: row.detail, createdAt: iso(row.createdAt) };
 }
 
-export function listSuppressions({ deps, ctx, page, address }: { deps: Deps; ctx: RequestContext; page: PageRequest; address?: string | undefined }): SuppressionView[] {
+export function listSuppressions({
+  deps,
+  ctx,
+  page,
+  address,
+}: {
+  deps: Deps;
+  ctx: RequestContext;
+  page: PageRequest;
+  address?: string | undefined;
+}): SuppressionView[] {
   return deps.db
     .select()
     .from(suppressions)
@@ -67,7 +80,14 @@ export function listSuppressions({ deps, ctx, page, address }: { deps: Deps; ctx
  * Lists `address` on an account unless it is already there; returns the entry and whether it is new. Used by the
  * API (manual) and by the mail engine (bounce, complaint).
  */
-export function suppress(db: Db, accountId: string, address: string, reason: SuppressionReason, detail: string, now: number): { row: SuppressionRow; created: boolean } {
+export function suppress(
+  db: Db,
+  accountId: string,
+  address: string,
+  reason: SuppressionReason,
+  detail: string,
+  now: number,
+): { row: SuppressionRow; created: boolean } {
   const lower = address.toLowerCase();
   const inserted = db
     .insert(suppressions)
@@ -76,7 +96,11 @@ export function suppress(db: Db, accountId: string, address: string, reason: Sup
     .returning()
     .get();
   if (inserted) return { row: inserted, created: true };
-  const existing = db.select().from(suppressions).where(and(eq(suppressions.accountId, accountId), eq(suppressions.address, lower))).get();
+  const existing = db
+    .select()
+    .from(suppressions)
+    .where(and(eq(suppressions.accountId, accountId), eq(suppressions.address, lower)))
+    .get();
   if (!existing) throw new Error('suppression vanished during insert');
   return { row: existing, created: false };
 }
@@ -89,7 +113,11 @@ export function addSuppression({ deps, ctx, address }: { deps: Deps; ctx: Reques
 /** DELETE /suppressions/{address}: only this account's list; a parent's list is left as it is. */
 export function removeSuppression({ deps, ctx, address }: { deps: Deps; ctx: RequestContext; address: string }): void {
   const lower = suppressionKey(address);
-  const removed = deps.db.delete(suppressions).where(and(eq(suppressions.accountId, ctx.account.id), eq(suppressions.address, lower))).returning({ id: suppressions.id }).all();
+  const removed = deps.db
+    .delete(suppressions)
+    .where(and(eq(suppressions.accountId, ctx.account.id), eq(suppressions.address, lower)))
+    .returning({ id: suppressions.id })
+    .all();
   if (removed.length === 0) throw new ApiError('not_found', `${lower} is not on this account's suppression list.`);
 }
 

@@ -81,7 +81,8 @@ const page = (title: string, body: string) =>
 const button = (href: string, label: string) =>
   `<p><a href="${href}" style="display:inline-block;padding:10px 18px;background:#2454d6;color:#fff;border-radius:4px;text-decoration:none">${label}</a></p>`;
 
-const row = (label: string, value: string | undefined) => (value === undefined ? '' : `<tr><td style="padding:4px 12px 4px 0;color:#666">${label}</td><td>${value}</td></tr>`);
+const row = (label: string, value: string | undefined) =>
+  value === undefined ? '' : `<tr><td style="padding:4px 12px 4px 0;color:#666">${label}</td><td>${value}</td></tr>`;
 const line = (label: string, value: string | undefined) => (value === undefined ? '' : `${label}: ${value}\n`);
 
 export const TEMPLATES: Record<string, TemplateDef> = {
@@ -98,7 +99,8 @@ export const TEMPLATES: Record<string, TemplateDef> = {
           row('Total', `<strong>${h.total}</strong>`) +
           '</table><p>Thank you for your payment.</p>',
       ),
-    text: (v) => `Receipt${v.receiptNumber ? ` ${v.receiptNumber}` : ''}\n\n${line('Paid on', v.paidOn)}${line('Payment method', v.paymentMethod)}Total: ${v.total}\n\nThank you for your payment.\n`,
+    text: (v) =>
+      `Receipt${v.receiptNumber ? ` ${v.receiptNumber}` : ''}\n\n${line('Paid on', v.paidOn)}${line('Payment method', v.paymentMethod)}Total: ${v.total}\n\nThank you for your payment.\n`,
   },
   welcome: {
     description: 'A welcome after sign-up, greeting the recipient by first name when one is given.',
@@ -125,7 +127,8 @@ export const TEMPLATES: Record<string, TemplateDef> = {
     description: 'A sign-in link.',
     variables: { url: url() },
     subject: () => 'Your sign-in link',
-    html: (_v, h) => page('Sign in', `<p>Use this link to sign in:</p>${button(h.url!, 'Sign in')}<p style="color:#666">If you did not ask for it, ignore this email.</p>`),
+    html: (_v, h) =>
+      page('Sign in', `<p>Use this link to sign in:</p>${button(h.url!, 'Sign in')}<p style="color:#666">If you did not ask for it, ignore this email.</p>`),
     text: (v) => `Use this link to sign in:\n\n${v.url}\n\nIf you did not ask for it, ignore this email.\n`,
   },
   'verify-email': {
@@ -155,5 +158,12 @@ export function renderTemplate(name: string, vars: Vars): Rendered {
   if (!def) throw new Error(`unknown template ${name}`);
   const escaped = Object.fromEntries(Object.entries(vars).map(([k, v]) => [k, escapeHtml(v)]));
   // A subject is one header line: line breaks in a variable become spaces.
-  return { subject: def.subject(vars).replace(/[\r\n]+/g, ' ').trim(), html: def.html(vars, escaped), text: def.text(vars) };
+  return {
+    subject: def
+      .subject(vars)
+      .replace(/[\r\n]+/g, ' ')
+      .trim(),
+    html: def.html(vars, escaped),
+    text: def.text(vars),
+  };
 }

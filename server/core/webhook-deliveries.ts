@@ -70,7 +70,16 @@ export function recordWebhookAttempt(db: Db, worker: string, delivery: WebhookDe
 
 /** One line of a delivery's attempt history (webhook_attempts), beside the update of the delivery itself. */
 export function recordAttemptHistory(db: Db, deliveryId: string, number: number, attempt: WebhookAttempt, at: number): void {
-  db.insert(webhookAttempts).values({ deliveryId, attempt: number, attemptedAt: at, status: attempt.status, error: attempt.delivered ? null : attempt.error, delivered: attempt.delivered }).run();
+  db.insert(webhookAttempts)
+    .values({
+      deliveryId,
+      attempt: number,
+      attemptedAt: at,
+      status: attempt.status,
+      error: attempt.delivered ? null : attempt.error,
+      delivered: attempt.delivered,
+    })
+    .run();
 }
 
 /**

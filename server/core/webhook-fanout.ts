@@ -61,7 +61,11 @@ const statements = definePrepared((db) => ({
     .where(eq(webhookEndpoints.accountId, p('accountId')))
     .orderBy(webhookEndpoints.id)
     .prepare(),
-  email: db.select({ fromAddress: emails.fromAddress, tags: emails.tags }).from(emails).where(eq(emails.id, p('id'))).prepare(),
+  email: db
+    .select({ fromAddress: emails.fromAddress, tags: emails.tags })
+    .from(emails)
+    .where(eq(emails.id, p('id')))
+    .prepare(),
   insert: db
     .insert(webhookDeliveries)
     .values({

@@ -16,7 +16,15 @@ const p = sql.placeholder;
 const statements = definePrepared((db) => ({
   insert: db
     .insert(webhookDeliveries)
-    .values({ id: p('id'), endpointId: p('endpointId'), accountId: p('accountId'), eventType: p('eventType'), data: p('data'), nextAttemptAt: p('now'), createdAt: p('now') })
+    .values({
+      id: p('id'),
+      endpointId: p('endpointId'),
+      accountId: p('accountId'),
+      eventType: p('eventType'),
+      data: p('data'),
+      nextAttemptAt: p('now'),
+      createdAt: p('now'),
+    })
     .prepare(),
 }));
 
@@ -211,8 +219,24 @@ function queueReplayChunk(db: Db, scope: ReplayScope, after: string, limit: numb
     .all();
   const insert = statements(db).insert;
   for (const { event: e, from, tags } of rows) {
-    const data = outcomeEventData({ emailId: e.emailId, recipient: e.recipient, status: e.status, dsn: e.dsn, detail: e.detail, occurredAt: e.occurredAt, from, tags });
-    insert.run({ id: newId(now), endpointId: scope.endpointId, accountId: scope.accountId, eventType: EVENT_TYPE_OF_STATUS[e.status], data: JSON.stringify(data), now });
+    const data = outcomeEventData({
+      emailId: e.emailId,
+      recipient: e.recipient,
+      status: e.status,
+      dsn: e.dsn,
+      detail: e.detail,
+      occurredAt: e.occurredAt,
+      from,
+      tags,
+    });
+    insert.run({
+      id: newId(now),
+      endpointId: scope.endpointId,
+      accountId: scope.accountId,
+      eventType: EVENT_TYPE_OF_STATUS[e.status],
+      data: JSON.stringify(data),
+      now,
+    });
   }
   if (rows.length > 0) markQueued(db, 'webhooks');
   // A full chunk goes on after its last row; otherwise after the step's end (none: the walk is over).

@@ -22,12 +22,7 @@ function standardKey(secret: string): Buffer {
  * headers up case-sensitively (PHP's getallheaders()) find them only so (docs/api/decisions.md section 7); `webhook-*` as the Standard
  * Webhooks specification writes them.
  */
-export function signedHeaders(
-  secret: string,
-  delivery: { id: string; type: string },
-  timestampSec: number,
-  body: string,
-): Record<string, string> {
+export function signedHeaders(secret: string, delivery: { id: string; type: string }, timestampSec: number, body: string): Record<string, string> {
   const t = String(Math.floor(timestampSec));
   const serviceSignature = createHmac('sha256', Buffer.from(secret, 'utf8')).update(`${t}.${body}`, 'utf8').digest('hex');
   const standardSignature = createHmac('sha256', standardKey(secret)).update(`${delivery.id}.${t}.${body}`, 'utf8').digest('base64');

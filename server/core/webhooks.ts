@@ -1,7 +1,14 @@
 import { and, count, desc, eq, isNull, lt, or, sql } from 'drizzle-orm';
 import { z } from 'zod';
 import type { Db } from '../../db/client.js';
-import { type WebhookDeliveryRow, type WebhookEndpointRow, WEBHOOK_EVENT_TYPES, webhookAttempts, webhookDeliveries, webhookEndpoints } from '../../db/schema/index.js';
+import {
+  type WebhookDeliveryRow,
+  type WebhookEndpointRow,
+  WEBHOOK_EVENT_TYPES,
+  webhookAttempts,
+  webhookDeliveries,
+  webhookEndpoints,
+} from '../../db/schema/index.js';
 import { iso, isoOrNull } from '../shared/clock.js';
 import type { Deps } from './deps.js';
 import { ApiError } from '../shared/errors.js';
@@ -104,11 +111,20 @@ export function deliveryAttempts(db: Db, deliveryId: string): WebhookAttemptView
  * https URL without credentials whose host resolves only to public addresses (422 invalid_url), room for one more
  * (422 too_many_endpoints). The secret is answered this once and stored sealed.
  */
-export async function createWebhook({ deps, ctx, input }: { deps: Deps; ctx: RequestContext; input: z.output<typeof createWebhookInput> }): Promise<WebhookEndpointView & { secret: string }> {
+export async function createWebhook({
+  deps,
+  ctx,
+  input,
+}: {
+  deps: Deps;
+  ctx: RequestContext;
+  input: z.output<typeof createWebhookInput>;
+}): Promise<WebhookEndpointView & { secret: string }> {
   if (!deps.secretKey) throw new ApiError('not_configured', 'This server cannot store secrets (SECRET_KEY=off), so no webhook signing secret can be kept.');
   const url = await checkWebhookUrl(deps, input.url);
   // What is stored and answered is the URL as parsed (host lower-cased, a `'` in the query percent-encoded...).
-  if (url.href.length > MAX_WEBHOOK_URL_LENGTH) throw new ApiError('invalid_request', `url: must be 1 to ${MAX_WEBHOOK_URL_LENGTH} characters once normalized (${url.href.length})`);
+  if (url.href.length > MAX_WEBHOOK_URL_LENGTH)
+    throw new ApiError('invalid_request', `url: must be 1 to ${MAX_WEBHOOK_URL_LENGTH} characters once normalized (${url.href.length})`);
   const now = deps.clock.now();
   const id = newId(now);
   const secret = newWebhookSecret();
@@ -185,7 +201,10 @@ export async function deleteWebhook({ deps, ctx, id }: { deps: Deps; ctx: Reques
   const row = requireEndpoint(deps, ctx, id);
   const now = deps.clock.now();
   await deps.commits.run((db) => {
-    db.update(webhookEndpoints).set({ active: false, disabledAt: row.disabledAt ?? now }).where(eq(webhookEndpoints.id, row.id)).run();
+    db.update(webhookEndpoints)
+      .set({ active: false, disabledAt: row.disabledAt ?? now })
+      .where(eq(webhookEndpoints.id, row.id))
+      .run();
   });
   for (;;) {
     const done = await deps.commits.run((db) => {
@@ -212,7 +231,9 @@ export function takePingSlot({ deps, ctx, id }: { deps: Deps; ctx: RequestContex
   if (taken === 0) {
     const last = deps.db.select({ at: webhookEndpoints.lastPingAt }).from(webhookEndpoints).where(eq(webhookEndpoints.id, row.id)).get()?.at ?? now;
     const retryAfter = Math.max(1, Math.ceil((last + PING_COOLDOWN_MS - now) / 1000));
-    throw new ApiError('ping_cooldown', `A test ping was sent to this endpoint in the last ten seconds; retry in ${retryAfter} s.`, { headers: { 'Retry-After': String(retryAfter) } });
+    throw new ApiError('ping_cooldown', `A test ping was sent to this endpoint in the last ten seconds; retry in ${retryAfter} s.`, {
+      headers: { 'Retry-After': String(retryAfter) },
+    });
   }
   return { ...row, lastPingAt: now };
 }

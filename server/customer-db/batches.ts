@@ -86,7 +86,12 @@ export function createBatches(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'secr
     const stillTarget = () => isCurrentConnection(deps.db, db.accountId, db.connectionId);
     const flushRun = async () => {
       if (run.length === 0) return;
-      for (const r of await applyWrites(client, run.map((o) => o.write), { stillTarget })) refused.set(run[r.index]!.row.id, { error: r.error.message, final: false });
+      for (const r of await applyWrites(
+        client,
+        run.map((o) => o.write),
+        { stillTarget },
+      ))
+        refused.set(run[r.index]!.row.id, { error: r.error.message, final: false });
       run = [];
     };
     // Small received messages are parsed up front, several at once (their DNS checks overlap), into rows the batch
@@ -158,7 +163,8 @@ export function createBatches(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'secr
       if (!entry.migrated) {
         const version = await migrateCustomerDb(client);
         entry.migrated = true;
-        if (version !== db.schemaVersion) deps.db.update(customerDatabases).set({ schemaVersion: version }).where(eq(customerDatabases.accountId, db.accountId)).run();
+        if (version !== db.schemaVersion)
+          deps.db.update(customerDatabases).set({ schemaVersion: version }).where(eq(customerDatabases.accountId, db.accountId)).run();
       }
       while (isRunning()) {
         // A URL replaced or deleted meanwhile: its writes are the new database's (the next run opens it), or dropped.
@@ -168,7 +174,11 @@ export function createBatches(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'secr
         if (fetched.length === 0) break;
         // A batch of small received messages is held parsed at once: its sealed size is bounded too.
         const rows = withinBudget(fetched, BATCH_PAYLOAD_BYTES);
-        await writeBatch(client, db, rows.map((row) => openWrite(deps.secretKey!, row)));
+        await writeBatch(
+          client,
+          db,
+          rows.map((row) => openWrite(deps.secretKey!, row)),
+        );
         // A smaller batch landed after a timeout: the next may be larger again.
         if (limit < parts.batchSize) batchLimits.set(db.accountId, Math.min(parts.batchSize, limit * 2));
         if ((fetched.length < limit && rows.length === fetched.length) || isStopping()) break;

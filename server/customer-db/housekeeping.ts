@@ -15,7 +15,11 @@ export function createHousekeeping(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 
     for (const [owner, count] of dropExpiredWrites(deps.db, now)) {
       const message = `${count} queued write${count === 1 ? ' was' : 's were'} dropped after waiting seven days for the database.`;
       deps.logger.error('customer_db.writes_dropped', { accountId: owner, count, message });
-      deps.db.update(customerDatabases).set({ lastError: message, lastErrorKind: 'connection', updatedAt: now }).where(eq(customerDatabases.accountId, owner)).run();
+      deps.db
+        .update(customerDatabases)
+        .set({ lastError: message, lastErrorKind: 'connection', updatedAt: now })
+        .where(eq(customerDatabases.accountId, owner))
+        .run();
     }
   }
 

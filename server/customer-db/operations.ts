@@ -22,7 +22,15 @@ import { describeTarget, parseGivenCustomerDbUrl } from './url.js';
  * the `service` schema created (422 database_unreachable, saying which step failed). Only then is the URL stored,
  * sealed, replacing the account's earlier one (whose database is left as it is); writes still waiting go to the new one.
  */
-export async function connectDatabase({ deps, ctx, input }: { deps: Deps; ctx: RequestContext; input: z.output<typeof connectDatabaseInput> }): Promise<DatabaseStatus> {
+export async function connectDatabase({
+  deps,
+  ctx,
+  input,
+}: {
+  deps: Deps;
+  ctx: RequestContext;
+  input: z.output<typeof connectDatabaseInput>;
+}): Promise<DatabaseStatus> {
   if (!deps.secretKey) throw new ApiError('not_configured', 'This server cannot store secrets (SECRET_KEY=off), so no database URL can be kept.');
   const target = parseGivenCustomerDbUrl(input.url);
   const result = await connectAndMigrate(deps, target);
@@ -56,7 +64,14 @@ export async function connectDatabase({ deps, ctx, input }: { deps: Deps; ctx: R
     return requeueSetAside(tx, accountId, now);
   });
   if (requeued > 0) deps.logger.info('customer_db.set_aside_requeued', { accountId, count: requeued });
-  deps.logger.info('customer_db.connected', { accountId, host: target.host, port: target.port, database: target.database, sslMode: target.sslMode, schemaVersion: result.schemaVersion });
+  deps.logger.info('customer_db.connected', {
+    accountId,
+    host: target.host,
+    port: target.port,
+    database: target.database,
+    sslMode: target.sslMode,
+    schemaVersion: result.schemaVersion,
+  });
   return statusOf(deps, rowOf(deps, accountId) ?? row);
 }
 
@@ -69,7 +84,11 @@ export async function testDatabase({ deps, ctx }: { deps: Deps; ctx: RequestCont
   const found = effectiveRow(deps, ctx);
   // A sub-account's own key cannot make the service connect to its parent's database, nor record the result there.
   if (!found) throw new ApiError('database_not_connected', 'No database is set on this account.');
-  if (!found.held) throw new ApiError('database_not_connected', "No database is set on this account: its mail goes to its parent account's, which only the parent's key can test.");
+  if (!found.held)
+    throw new ApiError(
+      'database_not_connected',
+      "No database is set on this account: its mail goes to its parent account's, which only the parent's key can test.",
+    );
   const { row } = found;
   let result;
   try {
@@ -77,7 +96,7 @@ export async function testDatabase({ deps, ctx }: { deps: Deps; ctx: RequestCont
     if (!deps.secretKey) throw new Error('no secret key');
     result = await connectAndMigrate(deps, targetOf(deps.secretKey, row));
   } catch {
-    result = { ok: false as const, blocked: false, message: 'the stored URL could not be read with the server\'s secret key; connect the database again' };
+    result = { ok: false as const, blocked: false, message: "the stored URL could not be read with the server's secret key; connect the database again" };
   }
   const now = deps.clock.now();
   // Deleted while the test connected: gone, as for a test asked after the delete. Replaced meanwhile: the result is
@@ -100,4 +119,3 @@ export async function testDatabase({ deps, ctx }: { deps: Deps; ctx: RequestCont
   if (requeued > 0) deps.logger.info('customer_db.set_aside_requeued', { accountId: row.accountId, count: requeued });
   return statusOf(deps, rowOf(deps, row.accountId) ?? row);
 }
-

@@ -107,7 +107,11 @@ export function sqliteLeases<T extends SQLiteTable>(spec: LeaseTable<T>) {
     release(db: Db, worker: string, ids?: readonly string[]): number {
       if (ids !== undefined && ids.length === 0) return 0;
       const where = ids === undefined ? eq(spec.lockedBy, worker) : and(inArray(spec.id, [...ids]), eq(spec.lockedBy, worker));
-      return db.update(table).set(set({ by: null, until: null })).where(where).run().changes;
+      return db
+        .update(table)
+        .set(set({ by: null, until: null }))
+        .where(where)
+        .run().changes;
     },
 
     /**
@@ -124,7 +128,11 @@ export function sqliteLeases<T extends SQLiteTable>(spec: LeaseTable<T>) {
       let released = 0;
       for (const { lockedBy: holder } of holders) {
         if (!holder || !isDeadHolder(holder, worker, host)) continue;
-        released += db.update(table).set(set({ by: null, until: null })).where(eq(spec.lockedBy, holder)).run().changes;
+        released += db
+          .update(table)
+          .set(set({ by: null, until: null }))
+          .where(eq(spec.lockedBy, holder))
+          .run().changes;
       }
       return released;
     },

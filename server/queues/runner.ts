@@ -42,7 +42,10 @@ export function createRunner(opts: RunnerOptions) {
       return false;
     }
     let grace: NodeJS.Timeout | undefined;
-    const abandoned = await Promise.race([settled.then(() => false), new Promise<boolean>((resolve) => (grace = setTimeout(() => resolve(true), opts.stopGraceMs)))]);
+    const abandoned = await Promise.race([
+      settled.then(() => false),
+      new Promise<boolean>((resolve) => (grace = setTimeout(() => resolve(true), opts.stopGraceMs))),
+    ]);
     clearTimeout(grace);
     return abandoned;
   }
@@ -64,13 +67,15 @@ export function createRunner(opts: RunnerOptions) {
      * next job of what it served, may be free now. The returned promise never rejects.
      */
     track(work: Promise<unknown>, options: { wakeAfter?: boolean } = {}): Promise<void> {
-      const done: Promise<void> = work.then(
-        () => undefined,
-        () => undefined,
-      ).finally(() => {
-        inFlight.delete(done);
-        if (options.wakeAfter !== false) loop.poke();
-      });
+      const done: Promise<void> = work
+        .then(
+          () => undefined,
+          () => undefined,
+        )
+        .finally(() => {
+          inFlight.delete(done);
+          if (options.wakeAfter !== false) loop.poke();
+        });
       inFlight.add(done);
       return done;
     },
@@ -139,5 +144,14 @@ export function createQueueWorker<Job>(opts: QueueWorkerOptions<Job>) {
     }
   }
 
-  return { ...runner, runOnce, get running() { return runner.running; }, get inFlight() { return runner.inFlight; } };
+  return {
+    ...runner,
+    runOnce,
+    get running() {
+      return runner.running;
+    },
+    get inFlight() {
+      return runner.inFlight;
+    },
+  };
 }

@@ -41,10 +41,7 @@ const MAX_TIMER_MS = 2_147_483_647;
 const MAX_DAYS = 36_500;
 
 /** A secret given in the environment: no whitespace (a trailing newline from a mounted file would never match). */
-const token = z
-  .string()
-  .min(16, 'must be at least 16 characters')
-  .regex(/^\S+$/, 'must not contain whitespace (a trailing newline from a file?)');
+const token = z.string().min(16, 'must be at least 16 characters').regex(/^\S+$/, 'must not contain whitespace (a trailing newline from a file?)');
 
 const bool = (d: boolean) =>
   z
@@ -67,7 +64,10 @@ const nameMatching = (pattern: RegExp, what: string) =>
   z.string().transform((v, ctx) => {
     const s = v.trim().toLowerCase();
     if (pattern.test(s)) return s;
-    ctx.addIssue({ code: 'custom', message: `must be ${what} (letters, digits and hyphens in dot-separated labels of at most 63, no trailing dot), got "${v}"` });
+    ctx.addIssue({
+      code: 'custom',
+      message: `must be ${what} (letters, digits and hyphens in dot-separated labels of at most 63, no trailing dot), got "${v}"`,
+    });
     return z.NEVER;
   });
 const hostName = nameMatching(HOST_NAME, 'a host name');
@@ -97,7 +97,10 @@ export const DEFAULT_FBL_REPORTERS = [
 
 /** A comma list of domain names, lower-cased; empty: none. */
 const domainList = z.string().transform((v, ctx) => {
-  const names = v.split(',').map((n) => n.trim().toLowerCase()).filter(Boolean);
+  const names = v
+    .split(',')
+    .map((n) => n.trim().toLowerCase())
+    .filter(Boolean);
   const bad = names.find((n) => !DOMAIN_NAME.test(n));
   if (bad === undefined) return names;
   ctx.addIssue({ code: 'custom', message: `must be a comma list of domain names, got "${bad}"` });
@@ -167,7 +170,9 @@ export const configSchema = z.object({
   // The machine's name when unset, judged like a given one (a zod default skips the checks).
   MAIL_HOSTNAME: hostName
     .optional()
-    .describe('Banner and EHLO name, MX target, bounce (VERP) domain. Production must set it to a public fully qualified name (a warning at start says when it is not)'),
+    .describe(
+      'Banner and EHLO name, MX target, bounce (VERP) domain. Production must set it to a public fully qualified name (a warning at start says when it is not)',
+    ),
   SMTP_TLS_CERT: z.string().min(1).optional().describe('PEM certificate file for STARTTLS on inbound SMTP'),
   SMTP_TLS_KEY: z.string().min(1).optional().describe('PEM private key file matching SMTP_TLS_CERT'),
   SMTP_MAX_MESSAGE_BYTES: positiveInt(26214400).describe('Largest inbound message, advertised in SIZE and enforced with 552'),
@@ -184,24 +189,30 @@ export const configSchema = z.object({
   DNS_SERVERS: z
     .string()
     .optional()
-    .describe('Comma list of `ip` or `ip:port` resolvers for domain checks and MX lookups; an IPv6 resolver with a port is bracketed, `[::1]:5353` (`::1:53` is an address, port 53)'),
+    .describe(
+      'Comma list of `ip` or `ip:port` resolvers for domain checks and MX lookups; an IPv6 resolver with a port is bracketed, `[::1]:5353` (`::1:53` is an address, port 53)',
+    ),
   DELIVERY_MODE: z
     .enum(DELIVERY_MODES, { error: (issue) => `must be direct or capture, got "${String(issue.input)}"` })
     .default('direct')
     .describe(
-      '`direct`: mail goes to each recipient\'s MX (or SMTP_RELAY_URL when set). `capture`: nothing leaves the machine; each recipient\'s signed message is kept in DATA_DIR (the newest 10,000) and recorded as delivered, and `.test`, `.example`, `.invalid` and `.localhost` domains verify without DNS (development only)',
+      "`direct`: mail goes to each recipient's MX (or SMTP_RELAY_URL when set). `capture`: nothing leaves the machine; each recipient's signed message is kept in DATA_DIR (the newest 10,000) and recorded as delivered, and `.test`, `.example`, `.invalid` and `.localhost` domains verify without DNS (development only)",
     ),
   SMTP_DELIVERY_PORT: port(25, 1).describe('Port used to reach recipient MX hosts'),
   SMTP_RELAY_URL: z
     .string()
     .optional()
-    .describe('Optional smarthost, `smtp://` or `smtps://user:pass@host:port` (port 587, or 465 for smtps, when none; nothing after the port); when set all outbound mail goes through it'),
+    .describe(
+      'Optional smarthost, `smtp://` or `smtps://user:pass@host:port` (port 587, or 465 for smtps, when none; nothing after the port); when set all outbound mail goes through it',
+    ),
   ALLOW_PRIVATE_TARGETS: bool(false).describe('Allow webhook, database and MX targets on loopback/private addresses (development and tests only)'),
   WEBHOOK_INTERVAL_MS: positiveInt(60000, 1, MAX_TIMER_MS).describe('Webhook dispatcher period in milliseconds (at most 2147483647)'),
   ADMIN_TOKEN: token.optional().describe('Dashboard sign-in token, at least 16 characters, no whitespace (only its hash is stored)'),
   METRICS_TOKEN: token
     .optional()
-    .describe('When set (at least 16 characters, no whitespace), `GET /metrics` answers only `Authorization: Bearer <METRICS_TOKEN>` (401 otherwise); unset, it is open'),
+    .describe(
+      'When set (at least 16 characters, no whitespace), `GET /metrics` answers only `Authorization: Bearer <METRICS_TOKEN>` (401 otherwise); unset, it is open',
+    ),
   DEFAULT_DAILY_QUOTA: positiveInt(10000).describe('Daily quota (recipients) of a new account or sub-account'),
   TRIAL_DAYS: positiveInt(14, 0, MAX_DAYS).describe('Length of the free trial of a new top-level account, in days (0 to 36500)'),
   GRACE_DAYS: positiveInt(3, 0, MAX_DAYS).describe('Days of the grace window after credits run out (0 to 36500)'),
@@ -297,7 +308,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
 
   let dnsServers: DnsServer[] | null = null;
   if (input.DNS_SERVERS !== undefined) {
-    const entries = input.DNS_SERVERS.split(',').map((s) => s.trim()).filter(Boolean);
+    const entries = input.DNS_SERVERS.split(',')
+      .map((s) => s.trim())
+      .filter(Boolean);
     const servers = entries.map(parseDnsServer);
     const bad = entries.find((_, i) => servers[i] === null);
     if (bad !== undefined || entries.length === 0) problems.push(`DNS_SERVERS must be a comma list of ip or ip:port, got "${bad ?? input.DNS_SERVERS}"`);
@@ -316,7 +329,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       decodeURIComponent(u.password);
       smtpRelayUrl = u;
     } catch {
-      problems.push('SMTP_RELAY_URL must be smtp:// or smtps:// with a host and an optional port (1 to 65535; 587, or 465 for smtps, when none), nothing after it, its credentials percent-encoded');
+      problems.push(
+        'SMTP_RELAY_URL must be smtp:// or smtps:// with a host and an optional port (1 to 65535; 587, or 465 for smtps, when none), nothing after it, its credentials percent-encoded',
+      );
     }
   }
 

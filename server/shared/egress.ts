@@ -14,10 +14,7 @@ export interface EgressDeps {
   config: Pick<Config, 'allowPrivateTargets'>;
 }
 
-export type TargetCheck =
-  | { kind: 'ok'; addresses: string[] }
-  | { kind: 'blocked'; address: string }
-  | { kind: 'dns_error'; reason: string };
+export type TargetCheck = { kind: 'ok'; addresses: string[] } | { kind: 'blocked'; address: string } | { kind: 'dns_error'; reason: string };
 
 /**
  * Names that mean loopback whatever DNS says (RFC 6761 section 6.3: `localhost` and every name under it): answered

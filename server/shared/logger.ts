@@ -54,20 +54,24 @@ export function stdoutBatched(out: { write(chunk: string): unknown } = process.s
 
 export function createLogger(level: LogLevel, write: (line: string) => void = stdoutBatched()): Logger {
   const min = RANK[level];
-  const log = (lvl: LogLevel) => (event: string, fields: LogFields = {}) => {
-    if (RANK[lvl] < min) return;
-    const entry: LogFields = { time: new Date().toISOString(), level: lvl, event };
-    for (const [k, v] of Object.entries(fields)) entry[k] = serialise(v);
-    write(`${JSON.stringify(entry)}\n`);
-  };
+  const log =
+    (lvl: LogLevel) =>
+    (event: string, fields: LogFields = {}) => {
+      if (RANK[lvl] < min) return;
+      const entry: LogFields = { time: new Date().toISOString(), level: lvl, event };
+      for (const [k, v] of Object.entries(fields)) entry[k] = serialise(v);
+      write(`${JSON.stringify(entry)}\n`);
+    };
   return { debug: log('debug'), info: log('info'), warn: log('warn'), error: log('error') };
 }
 
 /** A logger that keeps its entries, for tests and the CLI (whose stdout is reserved for JSON results). */
 export function createMemoryLogger(): Logger & { entries: LogFields[] } {
   const entries: LogFields[] = [];
-  const push = (level: LogLevel) => (event: string, fields: LogFields = {}) => {
-    entries.push({ level, event, ...fields });
-  };
+  const push =
+    (level: LogLevel) =>
+    (event: string, fields: LogFields = {}) => {
+      entries.push({ level, event, ...fields });
+    };
   return { entries, debug: push('debug'), info: push('info'), warn: push('warn'), error: push('error') };
 }

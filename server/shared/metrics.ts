@@ -87,7 +87,12 @@ interface QueueRow {
   oldest: number | null;
 }
 
-const queueOf = (row: QueueRow | undefined): OutboundQueue => ({ due: row?.due ?? 0, sending: row?.sending ?? 0, deferred: row?.deferred ?? 0, oldestCreatedAt: row?.oldest ?? null });
+const queueOf = (row: QueueRow | undefined): OutboundQueue => ({
+  due: row?.due ?? 0,
+  sending: row?.sending ?? 0,
+  deferred: row?.deferred ?? 0,
+  oldestCreatedAt: row?.oldest ?? null,
+});
 
 /**
  * Builds the registry. The queue gauges read SQLite when scraped (their `collect`), so they are true at that moment

@@ -48,7 +48,11 @@ const CLOSED_CAUSE = 'its storage stopped taking writes after a write to disk fa
  */
 export function storeUnavailable(err: unknown, opts: { closed?: boolean; outcome?: string } = {}): ApiError | null {
   const code = codeOf(err);
-  const cause = opts.closed ? CLOSED_CAUSE : storeFaultOf(err) ? (STORE_FAULT_CAUSES.find(([pattern]) => pattern.test(code))?.[1] ?? 'its storage failed') : null;
+  const cause = opts.closed
+    ? CLOSED_CAUSE
+    : storeFaultOf(err)
+      ? (STORE_FAULT_CAUSES.find(([pattern]) => pattern.test(code))?.[1] ?? 'its storage failed')
+      : null;
   if (cause === null) return null;
   return new ApiError('unavailable', `The service could not record this request: ${cause}.${opts.outcome ? ` ${opts.outcome}.` : ''} Retry later.`);
 }

@@ -63,7 +63,13 @@ function endpointSecret(deps: Pick<Deps, 'secretKey'>, endpoint: WebhookEndpoint
 }
 
 /** Signs and posts one delivery now; never throws (a client failure is a `connection_error` attempt). */
-async function attemptDelivery(deps: Deps, endpoint: WebhookEndpointRow, row: WebhookDeliveryRow, post: PostWebhook, timeoutMs: number): Promise<WebhookAttempt> {
+async function attemptDelivery(
+  deps: Deps,
+  endpoint: WebhookEndpointRow,
+  row: WebhookDeliveryRow,
+  post: PostWebhook,
+  timeoutMs: number,
+): Promise<WebhookAttempt> {
   const secret = endpointSecret(deps, endpoint);
   if (secret === null) {
     deps.logger.error('webhook.secret_unreadable', { endpointId: endpoint.id, deliveryId: row.id });
@@ -125,7 +131,8 @@ export function createWebhookDispatcher(deps: Deps, options: Partial<DispatcherO
           nextAttemptAt: recorded.nextAttemptAt === null ? null : iso(recorded.nextAttemptAt),
           failureCount: recorded.failureCount,
         });
-      if (recorded.disabled) deps.logger.warn('webhook.endpoint_disabled', { endpointId: endpoint.id, accountId: endpoint.accountId, failureCount: recorded.failureCount });
+      if (recorded.disabled)
+        deps.logger.warn('webhook.endpoint_disabled', { endpointId: endpoint.id, accountId: endpoint.accountId, failureCount: recorded.failureCount });
     } catch (err) {
       // The attempt could not be written: the delivery keeps its lease, and is tried again once it runs out (never
       // at once, which would post to the receiver in a loop while the database refuses writes).
@@ -238,7 +245,14 @@ export async function pingEndpoint(deps: Deps, endpoint: WebhookEndpointRow, opt
     throw new ApiError('webhook_not_found', 'The webhook endpoint was deleted while its test ping was under way.');
   }
   const { reenabled } = recorded;
-  deps.logger.info('webhook.ping', { endpointId: endpoint.id, accountId: endpoint.accountId, deliveryId: row.id, delivered: attempt.delivered, status: attempt.status, error: attempt.error });
+  deps.logger.info('webhook.ping', {
+    endpointId: endpoint.id,
+    accountId: endpoint.accountId,
+    deliveryId: row.id,
+    delivered: attempt.delivered,
+    status: attempt.status,
+    error: attempt.error,
+  });
   if (reenabled) deps.logger.info('webhook.endpoint_reenabled', { endpointId: endpoint.id, accountId: endpoint.accountId, by: 'ping' });
   return { id: row.id, status: attempt.status, delivered: attempt.delivered, error: attempt.delivered ? null : attempt.error };
 }

@@ -53,7 +53,7 @@ export function classifyPostError(code: string | undefined): PostFailure {
 
 type Attempt =
   | { kind: 'response'; status: number }
-  | { kind: 'failed'; error: PostFailure; code: string | undefined; /** True when no TCP connection was made. */ beforeConnect: boolean };
+  | { kind: 'failed'; error: PostFailure; code: string | undefined /** True when no TCP connection was made. */; beforeConnect: boolean };
 
 /**
  * One POST to one checked address: the connection goes to `address`, the host name travels in SNI (when it is a

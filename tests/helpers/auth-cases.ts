@@ -61,7 +61,10 @@ export function runCommonAuthTests(getService: () => TestService, ep: EndpointUn
 
   it(`${ep.method} ${String(ep.path)}: a key without ${ep.scope} is 403 insufficient_scope`, async () => {
     const { service, path, account } = await setup();
-    const lacking = service.newKey(account.id, SCOPES.filter((s) => s !== ep.scope));
+    const lacking = service.newKey(
+      account.id,
+      SCOPES.filter((s) => s !== ep.scope),
+    );
     expectError(await call(service, path, { key: lacking }), 403, 'insufficient_scope');
   });
 

@@ -64,7 +64,9 @@ interface AxeViolation {
  * serious or critical violation, naming each one found.
  */
 export async function expectAccessible(page: Page, label = page.url()): Promise<void> {
-  const violations = (await page.evaluate(`(async () => { ${axeSource}\n const r = await axe.run(document, { resultTypes: ['violations'] }); return r.violations.map(v => ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.map(n => ({ target: n.target })) })); })()`)) as AxeViolation[];
+  const violations = (await page.evaluate(
+    `(async () => { ${axeSource}\n const r = await axe.run(document, { resultTypes: ['violations'] }); return r.violations.map(v => ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.map(n => ({ target: n.target })) })); })()`,
+  )) as AxeViolation[];
   const serious = violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
   expect(serious.map((v) => `${label}: ${v.id} (${v.impact}) ${v.help} at ${JSON.stringify(v.nodes.map((n) => n.target))}`)).toEqual([]);
 }

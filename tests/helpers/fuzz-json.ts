@@ -30,7 +30,13 @@ export const BODY_LIMIT = 1024 * 1024;
 export function fromValue(v: unknown): Json {
   if (v === null || typeof v === 'boolean' || typeof v === 'number' || typeof v === 'string') return { t: 'lit', v };
   if (Array.isArray(v)) return { t: 'arr', items: v.map(fromValue) };
-  if (typeof v === 'object') return { t: 'obj', entries: Object.entries(v as Record<string, unknown>).filter(([, x]) => x !== undefined).map(([k, x]) => [k, fromValue(x)]) };
+  if (typeof v === 'object')
+    return {
+      t: 'obj',
+      entries: Object.entries(v as Record<string, unknown>)
+        .filter(([, x]) => x !== undefined)
+        .map(([k, x]) => [k, fromValue(x)]),
+    };
   return { t: 'lit', v: null };
 }
 

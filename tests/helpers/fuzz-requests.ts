@@ -63,7 +63,12 @@ function toJson(v: unknown): Json {
   if (v instanceof Node) return v.node;
   if (Array.isArray(v)) return { t: 'arr', items: v.map(toJson) };
   if (v !== null && typeof v === 'object') {
-    return { t: 'obj', entries: Object.entries(v as Record<string, unknown>).filter(([, x]) => x !== undefined).map(([k, x]) => [k, toJson(x)]) };
+    return {
+      t: 'obj',
+      entries: Object.entries(v as Record<string, unknown>)
+        .filter(([, x]) => x !== undefined)
+        .map(([k, x]) => [k, toJson(x)]),
+    };
   }
   return fromValue(v);
 }
@@ -90,7 +95,16 @@ const headerText = fc.string({ unit: 'grapheme-ascii', maxLength: 80 });
 const auth: fc.Arbitrary<Who> = fc.oneof(
   { arbitrary: fc.constant('key' as const), weight: 24 },
   { arbitrary: fc.constant('none' as const), weight: 1 },
-  { arbitrary: fc.oneof(headerText.map((s) => `Bearer ${s}`), headerText, fc.constantFrom('Bearer', 'Basic dXNlcjpwYXNz', 'bearer  ')).map((raw) => ({ raw })), weight: 1 },
+  {
+    arbitrary: fc
+      .oneof(
+        headerText.map((s) => `Bearer ${s}`),
+        headerText,
+        fc.constantFrom('Bearer', 'Basic dXNlcjpwYXNz', 'bearer  '),
+      )
+      .map((raw) => ({ raw })),
+    weight: 1,
+  },
 );
 
 /** Acting for the key's own account mostly; the fixture's sub-account or a made-up id now and then. */
@@ -104,7 +118,13 @@ const contentType = fc.oneof(
   { arbitrary: fc.constant({ 'content-type': 'application/json' }), weight: 12 },
   {
     arbitrary: fc
-      .constantFrom('text/plain', 'application/json; charset=utf-16', 'multipart/form-data; boundary=x', 'application/x-www-form-urlencoded', 'application/json; charset=latin1')
+      .constantFrom(
+        'text/plain',
+        'application/json; charset=utf-16',
+        'multipart/form-data; boundary=x',
+        'application/x-www-form-urlencoded',
+        'application/json; charset=latin1',
+      )
       .map((t) => ({ 'content-type': t })),
     weight: 1,
   },
@@ -114,7 +134,12 @@ const contentType = fc.oneof(
 // ---- bodies --------------------------------------------------------------------------------------------------
 
 /** Text that turns well-formed JSON into something else: cut, invalid UTF-8 inserted, a BOM, trailing garbage, UTF-16. */
-type Corruption = { kind: 'cut'; at: number } | { kind: 'insert'; at: number; bytes: number[] } | { kind: 'bom' } | { kind: 'trail'; text: string } | { kind: 'utf16' };
+type Corruption =
+  | { kind: 'cut'; at: number }
+  | { kind: 'insert'; at: number; bytes: number[] }
+  | { kind: 'bom' }
+  | { kind: 'trail'; text: string }
+  | { kind: 'utf16' };
 
 const corruption: fc.Arbitrary<Corruption> = fc.oneof(
   fc.record({ kind: fc.constant('cut' as const), at: fc.nat() }),
@@ -151,7 +176,15 @@ function bodyFor(shaped: fc.Arbitrary<unknown>, fields: readonly string[]): fc.A
     { arbitrary: tree.map((t) => toPieces(t)), weight: 5 },
     { arbitrary: fc.tuple(tree, fc.array(mutation(fields), { minLength: 1, maxLength: 3 })).map(([t, ms]) => toPieces(mutate(t, ms))), weight: 6 },
     { arbitrary: hostileValue(fields).map((t) => toPieces(t)), weight: 2 },
-    { arbitrary: fc.tuple(shaped, corruption).map(([v, c]) => corrupt(JSON.stringify(v, (_k, x: unknown) => (x instanceof Node ? 'x' : x)), c)), weight: 2 },
+    {
+      arbitrary: fc.tuple(shaped, corruption).map(([v, c]) =>
+        corrupt(
+          JSON.stringify(v, (_k, x: unknown) => (x instanceof Node ? 'x' : x)),
+          c,
+        ),
+      ),
+      weight: 2,
+    },
     { arbitrary: fc.uint8Array({ maxLength: 2048 }).map((b) => [{ bytes: [...b] }]), weight: 1 },
     { arbitrary: fc.constantFrom('', ' ', '\n', 'null', '[]', '{}', '"x"', '0').map((t) => [t]), weight: 1 },
   );
@@ -160,7 +193,11 @@ function bodyFor(shaped: fc.Arbitrary<unknown>, fields: readonly string[]): fc.A
 // ---- well-shaped values from the spec's field lists ----------------------------------------------------------
 
 const localPart = fc.stringMatching(/^[a-z0-9]{1,8}(?:[._+-][a-z0-9]{1,8}){0,2}$/);
-const displayName = fc.oneof({ arbitrary: fc.lorem({ maxCount: 3 }), weight: 3 }, { arbitrary: oddString(30), weight: 1 }, { arbitrary: oddString(90), weight: 1 });
+const displayName = fc.oneof(
+  { arbitrary: fc.lorem({ maxCount: 3 }), weight: 3 },
+  { arbitrary: oddString(30), weight: 1 },
+  { arbitrary: oddString(90), weight: 1 },
+);
 
 const mailbox = (domain: string) =>
   fc.oneof(
@@ -172,10 +209,26 @@ const mailbox = (domain: string) =>
 
 /** Recipients: plain addresses mostly (so sends get through), RFC-valid odd ones and broken ones now and then. */
 const address = fc.oneof(
-  { arbitrary: fc.tuple(localPart, fc.constantFrom('example.net', 'example.org', 'customer.example', 'b\u00fccher.example', 'mail.example.co.uk')).map(([l, d]) => `${l}@${d}`), weight: 12 },
+  {
+    arbitrary: fc
+      .tuple(localPart, fc.constantFrom('example.net', 'example.org', 'customer.example', 'b\u00fccher.example', 'mail.example.co.uk'))
+      .map(([l, d]) => `${l}@${d}`),
+    weight: 12,
+  },
   { arbitrary: fc.tuple(localPart, fc.domain()).map(([l, d]) => `${l}@${d}`), weight: 2 },
   { arbitrary: fc.emailAddress(), weight: 1 },
-  { arbitrary: fc.constantFrom('customer@example.net', 'jos\u00e9@b\u00fccher.example', 'USER@EXAMPLE.NET', 'a@[127.0.0.1]', 'x@localhost', '"a b"@example.net', 'a@b@example.net'), weight: 2 },
+  {
+    arbitrary: fc.constantFrom(
+      'customer@example.net',
+      'jos\u00e9@b\u00fccher.example',
+      'USER@EXAMPLE.NET',
+      'a@[127.0.0.1]',
+      'x@localhost',
+      '"a b"@example.net',
+      'a@b@example.net',
+    ),
+    weight: 2,
+  },
   { arbitrary: fc.tuple(oddString(12, 1), fc.domain()).map(([l, d]) => `${l}@${d}`), weight: 1 },
 );
 
@@ -188,7 +241,17 @@ const textVar = fc.oneof(
 );
 const urlVar = fc.oneof(
   { arbitrary: fc.webUrl({ withQueryParameters: true, withFragments: true }), weight: 4 },
-  { arbitrary: fc.constantFrom('javascript:alert(1)', 'http://', 'https://exa mple.com', 'mailto:x@example.net', 'https://example.com/\u202e', 'data:text/html,x'), weight: 1 },
+  {
+    arbitrary: fc.constantFrom(
+      'javascript:alert(1)',
+      'http://',
+      'https://exa mple.com',
+      'mailto:x@example.net',
+      'https://example.com/\u202e',
+      'data:text/html,x',
+    ),
+    weight: 1,
+  },
 );
 
 /** The template object of a send: a known template with its variables (each present or not), or an unknown name. */
@@ -214,7 +277,11 @@ function sendRequest(domain: string, pending: string, suppressed: string[]) {
   return fc.record(
     {
       from: fc.oneof({ arbitrary: mailbox(domain), weight: 12 }, { arbitrary: mailbox(pending), weight: 1 }),
-      to: fc.oneof({ arbitrary: to, weight: 4 }, { arbitrary: fc.array(to, { minLength: 1, maxLength: 5 }), weight: 3 }, { arbitrary: fc.array(to, { maxLength: 55 }), weight: 1 }),
+      to: fc.oneof(
+        { arbitrary: to, weight: 4 },
+        { arbitrary: fc.array(to, { minLength: 1, maxLength: 5 }), weight: 3 },
+        { arbitrary: fc.array(to, { maxLength: 55 }), weight: 1 },
+      ),
       replyTo: address,
       template,
       tags,
@@ -224,7 +291,10 @@ function sendRequest(domain: string, pending: string, suppressed: string[]) {
   );
 }
 
-const scopes = fc.oneof(fc.subarray([...SCOPES]), fc.array(fc.oneof(fc.constantFrom(...SCOPES), fc.constantFrom('emails:*', 'admin', 'EMAILS:SEND', '')), { maxLength: 16 }));
+const scopes = fc.oneof(
+  fc.subarray([...SCOPES]),
+  fc.array(fc.oneof(fc.constantFrom(...SCOPES), fc.constantFrom('emails:*', 'admin', 'EMAILS:SEND', '')), { maxLength: 16 }),
+);
 
 // ---- webhooks and events -------------------------------------------------------------------------------------
 
@@ -234,7 +304,11 @@ const scopes = fc.oneof(fc.subarray([...SCOPES]), fc.array(fc.oneof(fc.constantF
  * only the fixture endpoint is ever pinged), and URLs the rules refuse (http, credentials, no host, too long).
  */
 function webhookUrl(host: string, port: number): fc.Arbitrary<string> {
-  const path = fc.oneof(fc.constant('/hook'), fc.webPath(), fc.webSegment().map((s) => `/${s}?x=${s}#f`));
+  const path = fc.oneof(
+    fc.constant('/hook'),
+    fc.webPath(),
+    fc.webSegment().map((s) => `/${s}?x=${s}#f`),
+  );
   return fc.oneof(
     { arbitrary: path.map((p) => `https://${host}:${port}${p}`), weight: 4 },
     {
@@ -290,7 +364,10 @@ function webhookUrl(host: string, port: number): fc.Arbitrary<string> {
       ),
       weight: 2,
     },
-    { arbitrary: fc.integer({ min: 1_990, max: 2_010 }).map((n) => `https://${host}:${port}/${'a'.repeat(Math.max(0, n - `https://${host}:${port}/`.length))}`), weight: 1 },
+    {
+      arbitrary: fc.integer({ min: 1_990, max: 2_010 }).map((n) => `https://${host}:${port}/${'a'.repeat(Math.max(0, n - `https://${host}:${port}/`.length))}`),
+      weight: 1,
+    },
     { arbitrary: oddString(60), weight: 1 },
   );
 }
@@ -318,12 +395,18 @@ const eventTime = (times: string[]) => fc.oneof({ arbitrary: sinceValue, weight:
  * or any two date-times (until before since, odd spellings), each with an event type list or none.
  */
 const replayBody = (times: string[]) => {
-  const ordered = fc.tuple(fc.constantFrom(...times), fc.constantFrom(...times)).filter(([a, b]) => Date.parse(a) !== Date.parse(b)).map(([a, b]) => (Date.parse(a) < Date.parse(b) ? [a, b] : [b, a]));
+  const ordered = fc
+    .tuple(fc.constantFrom(...times), fc.constantFrom(...times))
+    .filter(([a, b]) => Date.parse(a) !== Date.parse(b))
+    .map(([a, b]) => (Date.parse(a) < Date.parse(b) ? [a, b] : [b, a]));
   const events = fc.option(eventList(EMAIL_EVENT_TYPES), { nil: undefined, freq: 2 });
   return fc.oneof(
     { arbitrary: fc.record({ since: fc.constantFrom(...times), events }), weight: 2 },
     { arbitrary: fc.record({ window: ordered, events }).map(({ window: [since, until], events }) => ({ since, until, events })), weight: 2 },
-    { arbitrary: fc.record({ since: eventTime(times), until: eventTime(times), events: eventList(EMAIL_EVENT_TYPES) }, { requiredKeys: ['since'] }), weight: 3 },
+    {
+      arbitrary: fc.record({ since: eventTime(times), until: eventTime(times), events: eventList(EMAIL_EVENT_TYPES) }, { requiredKeys: ['since'] }),
+      weight: 3,
+    },
   );
 };
 
@@ -337,7 +420,16 @@ function databaseUrl(db: FuzzWorld['database']): fc.Arbitrary<string> {
   const u = new URL(good.replace(/^postgresql:/, 'http:'));
   const auth = `${u.username}:${u.password}`;
   return fc.oneof(
-    { arbitrary: fc.constantFrom(good, `${good}?sslmode=verify-full`, `${good}?sslmode=require`, good.replace(/^postgresql:/, 'postgres:'), `${good}?sslmode=no-verify`), weight: 4 },
+    {
+      arbitrary: fc.constantFrom(
+        good,
+        `${good}?sslmode=verify-full`,
+        `${good}?sslmode=require`,
+        good.replace(/^postgresql:/, 'postgres:'),
+        `${good}?sslmode=no-verify`,
+      ),
+      weight: 4,
+    },
     {
       arbitrary: fc.constantFrom(
         `${good}?sslmode=disable`,
@@ -381,7 +473,13 @@ function databaseUrl(db: FuzzWorld['database']): fc.Arbitrary<string> {
 const get = (path: fc.Arbitrary<string>) =>
   fc.record({ path, auth, account: actingFor }).map(({ path, auth, account }) => request({ method: 'GET', path, auth, account, headers: {}, body: null }));
 
-function withBody(method: string, path: fc.Arbitrary<string>, shaped: fc.Arbitrary<unknown>, fields: readonly string[], account: fc.Arbitrary<ActingFor> = actingFor) {
+function withBody(
+  method: string,
+  path: fc.Arbitrary<string>,
+  shaped: fc.Arbitrary<unknown>,
+  fields: readonly string[],
+  account: fc.Arbitrary<ActingFor> = actingFor,
+) {
   return fc
     .record({ path, auth, account, type: contentType, body: bodyFor(shaped, fields) })
     .map(({ path, auth, account, type, body }) => request({ method, path, auth, account, headers: type, body }));
@@ -411,7 +509,12 @@ function templateRender(name: string) {
     Object.fromEntries(variables.map(([v, def]) => [v, def.kind === 'url' ? fc.webUrl() : fc.oneof(fc.lorem({ maxCount: 3 }), oddString(40))])),
     { requiredKeys: variables.filter(([, def]) => def.required).map(([v]) => v) },
   );
-  return withBody('POST', fc.constant(`/templates/${name}/render`), shaped, variables.map(([v]) => v));
+  return withBody(
+    'POST',
+    fc.constant(`/templates/${name}/render`),
+    shaped,
+    variables.map(([v]) => v),
+  );
 }
 
 /** Every endpoint that takes a body, a query or an id, each with the requests it is fuzzed with. */
@@ -423,16 +526,20 @@ export function endpoints(world: FuzzWorld): { name: string; requests: fc.Arbitr
     {
       name: 'POST /emails',
       // A send for the key's own account from its domain, or for the sub-account from the sub-account's domain.
-      requests: fc.oneof(
-        { arbitrary: sends(world, world.domain, 'self'), weight: 4 },
-        { arbitrary: sends(world, world.sub.domain, 'sub'), weight: 1 },
+      requests: fc.oneof({ arbitrary: sends(world, world.domain, 'self'), weight: 4 }, { arbitrary: sends(world, world.sub.domain, 'sub'), weight: 1 }),
+    },
+    {
+      name: 'GET /emails',
+      requests: get(
+        query({ status: fc.constantFrom('sent', 'failed', 'sandboxed', 'SENT', 'queued'), since: sinceValue, ...listQuery }).map((q) => `/emails${q}`),
       ),
     },
-    { name: 'GET /emails', requests: get(query({ status: fc.constantFrom('sent', 'failed', 'sandboxed', 'SENT', 'queued'), since: sinceValue, ...listQuery }).map((q) => `/emails${q}`)) },
     { name: 'GET /emails/{id}', requests: get(idSegment([world.ids.email]).map((id) => `/emails/${id}`)) },
     {
       name: 'GET /emails/{id}/message',
-      requests: get(fc.tuple(idSegment([world.ids.email]), query({ recipient: fc.oneof(address, oddString(40)) })).map(([id, q]) => `/emails/${id}/message${q}`)),
+      requests: get(
+        fc.tuple(idSegment([world.ids.email]), query({ recipient: fc.oneof(address, oddString(40)) })).map(([id, q]) => `/emails/${id}/message${q}`),
+      ),
     },
     { name: 'GET /templates', requests: get(fc.constant('/templates')) },
     {
@@ -440,7 +547,15 @@ export function endpoints(world: FuzzWorld): { name: string; requests: fc.Arbitr
       // Each template's own variables (the required ones present), or a name that is none.
       requests: fc.oneof(
         { arbitrary: fc.constantFrom(...Object.keys(TEMPLATES)).chain((name) => templateRender(name)), weight: 5 },
-        { arbitrary: withBody('POST', fc.constantFrom('nope', '%2e%2e', 'RECEIPT').map((name) => `/templates/${name}/render`), fc.constant({ total: '$1' }), ['total']), weight: 1 },
+        {
+          arbitrary: withBody(
+            'POST',
+            fc.constantFrom('nope', '%2e%2e', 'RECEIPT').map((name) => `/templates/${name}/render`),
+            fc.constant({ total: '$1' }),
+            ['total'],
+          ),
+          weight: 1,
+        },
       ),
     },
     { name: 'GET /domains', requests: get(query(listQuery).map((q) => `/domains${q}`)) },
@@ -453,7 +568,21 @@ export function endpoints(world: FuzzWorld): { name: string; requests: fc.Arbitr
           name: fc.oneof(
             { arbitrary: fc.domain(), weight: 6 },
             {
-              arbitrary: fc.constantFrom('EXAMPLE.COM', 'example.com.', 'https://example.com/x', 'b\u00fccher.example', 'xn--bcher-kva.example', 'localhost', '127.0.0.1', '[::1]', 'a..b', '-a.com', `${'a'.repeat(64)}.com`, '%41.com', world.domain),
+              arbitrary: fc.constantFrom(
+                'EXAMPLE.COM',
+                'example.com.',
+                'https://example.com/x',
+                'b\u00fccher.example',
+                'xn--bcher-kva.example',
+                'localhost',
+                '127.0.0.1',
+                '[::1]',
+                'a..b',
+                '-a.com',
+                `${'a'.repeat(64)}.com`,
+                '%41.com',
+                world.domain,
+              ),
               weight: 2,
             },
             { arbitrary: oddString(30), weight: 1 },
@@ -466,13 +595,26 @@ export function endpoints(world: FuzzWorld): { name: string; requests: fc.Arbitr
     {
       name: 'DELETE and verify /domains/{id}',
       requests: fc.oneof(
-        withBody('DELETE', idSegment([]).map((id) => `/domains/${id}`), fc.constant({}), []),
-        withBody('POST', idSegment([]).map((id) => `/domains/${id}/verify`), fc.constant({}), []),
+        withBody(
+          'DELETE',
+          idSegment([]).map((id) => `/domains/${id}`),
+          fc.constant({}),
+          [],
+        ),
+        withBody(
+          'POST',
+          idSegment([]).map((id) => `/domains/${id}/verify`),
+          fc.constant({}),
+          [],
+        ),
       ),
     },
     { name: 'GET /account', requests: get(fc.constant('/account')) },
     { name: 'GET /accounts', requests: get(query(listQuery).map((q) => `/accounts${q}`)) },
-    { name: 'POST /accounts', requests: withBody('POST', fc.constant('/accounts'), fc.record({ name: fc.oneof(fc.lorem({ maxCount: 4 }), oddString(90)) }), ['name']) },
+    {
+      name: 'POST /accounts',
+      requests: withBody('POST', fc.constant('/accounts'), fc.record({ name: fc.oneof(fc.lorem({ maxCount: 4 }), oddString(90)) }), ['name']),
+    },
     { name: 'GET /accounts/{id}', requests: get(idSegment(subIds).map((id) => `/accounts/${id}`)) },
     {
       name: 'POST /accounts/{id}/suspend',
@@ -484,14 +626,43 @@ export function endpoints(world: FuzzWorld): { name: string; requests: fc.Arbitr
         fc.oneof({ arbitrary: fc.constant('self' as const), weight: 6 }, { arbitrary: actingFor, weight: 1 }),
       ),
     },
-    { name: 'DELETE /accounts/{id}', requests: withBody('DELETE', idSegment([]).map((id) => `/accounts/${id}`), fc.constant({}), []) },
+    {
+      name: 'DELETE /accounts/{id}',
+      requests: withBody(
+        'DELETE',
+        idSegment([]).map((id) => `/accounts/${id}`),
+        fc.constant({}),
+        [],
+      ),
+    },
     { name: 'GET /keys', requests: get(query(listQuery).map((q) => `/keys${q}`)) },
-    { name: 'POST /keys', requests: withBody('POST', fc.constant('/keys'), fc.record({ name: fc.oneof(fc.lorem({ maxCount: 3 }), oddString(70)), scopes }, { requiredKeys: ['name'] }), ['name', 'scopes']) },
-    { name: 'DELETE /keys/{id}', requests: withBody('DELETE', idSegment([]).map((id) => `/keys/${id}`), fc.constant({}), []) },
-    { name: 'GET /suppressions', requests: get(query({ address: fc.oneof(address, oddString(40), fc.constantFrom(...world.suppressed)), ...listQuery }).map((q) => `/suppressions${q}`)) },
+    {
+      name: 'POST /keys',
+      requests: withBody(
+        'POST',
+        fc.constant('/keys'),
+        fc.record({ name: fc.oneof(fc.lorem({ maxCount: 3 }), oddString(70)), scopes }, { requiredKeys: ['name'] }),
+        ['name', 'scopes'],
+      ),
+    },
+    {
+      name: 'DELETE /keys/{id}',
+      requests: withBody(
+        'DELETE',
+        idSegment([]).map((id) => `/keys/${id}`),
+        fc.constant({}),
+        [],
+      ),
+    },
+    {
+      name: 'GET /suppressions',
+      requests: get(query({ address: fc.oneof(address, oddString(40), fc.constantFrom(...world.suppressed)), ...listQuery }).map((q) => `/suppressions${q}`)),
+    },
     {
       name: 'POST /suppressions',
-      requests: withBody('POST', fc.constant('/suppressions'), fc.record({ address: fc.oneof(address, fc.constantFrom(...world.suppressed), oddString(40)) }), ['address']),
+      requests: withBody('POST', fc.constant('/suppressions'), fc.record({ address: fc.oneof(address, fc.constantFrom(...world.suppressed), oddString(40)) }), [
+        'address',
+      ]),
     },
     {
       name: 'DELETE /suppressions/{address}',
@@ -519,7 +690,15 @@ export function endpoints(world: FuzzWorld): { name: string; requests: fc.Arbitr
       ),
     },
     { name: 'GET /webhooks/{id}', requests: get(idSegment(webhookIds).map((id) => `/webhooks/${id}`)) },
-    { name: 'DELETE /webhooks/{id}', requests: withBody('DELETE', idSegment(world.webhooks.deletable).map((id) => `/webhooks/${id}`), fc.constant({}), []) },
+    {
+      name: 'DELETE /webhooks/{id}',
+      requests: withBody(
+        'DELETE',
+        idSegment(world.webhooks.deletable).map((id) => `/webhooks/${id}`),
+        fc.constant({}),
+        [],
+      ),
+    },
     {
       name: 'POST /webhooks/{id}/test',
       // Only the fixture endpoint (the receiver on loopback) is a real id here: no other endpoint is ever pinged.
@@ -531,7 +710,10 @@ export function endpoints(world: FuzzWorld): { name: string; requests: fc.Arbitr
         fc.oneof({ arbitrary: fc.constant('self' as const), weight: 8 }, { arbitrary: actingFor, weight: 1 }),
       ),
     },
-    { name: 'GET /webhooks/{id}/deliveries', requests: get(fc.tuple(idSegment(webhookIds, 6), query(listQuery)).map(([id, q]) => `/webhooks/${id}/deliveries${q}`)) },
+    {
+      name: 'GET /webhooks/{id}/deliveries',
+      requests: get(fc.tuple(idSegment(webhookIds, 6), query(listQuery)).map(([id, q]) => `/webhooks/${id}/deliveries${q}`)),
+    },
     {
       name: 'POST /webhooks/{id}/replay',
       requests: withBody(
@@ -560,7 +742,29 @@ export function endpoints(world: FuzzWorld): { name: string; requests: fc.Arbitr
       requests: fc
         .record({
           method: fc.constantFrom('PUT', 'PATCH', 'OPTIONS', 'DELETE', 'POST', 'GET'),
-          path: fc.constantFrom('/emails', '/emails/x', '/domains', '/domains/x/verify', '/account', '/accounts', '/accounts/x/suspend', '/keys', '/keys/x', '/suppressions', '/suppressions/x', '/webhooks', '/webhooks/x', '/webhooks/x/test', '/webhooks/x/deliveries', '/webhooks/x/replay', '/events', '/database', '/database/test', '/', ''),
+          path: fc.constantFrom(
+            '/emails',
+            '/emails/x',
+            '/domains',
+            '/domains/x/verify',
+            '/account',
+            '/accounts',
+            '/accounts/x/suspend',
+            '/keys',
+            '/keys/x',
+            '/suppressions',
+            '/suppressions/x',
+            '/webhooks',
+            '/webhooks/x',
+            '/webhooks/x/test',
+            '/webhooks/x/deliveries',
+            '/webhooks/x/replay',
+            '/events',
+            '/database',
+            '/database/test',
+            '/',
+            '',
+          ),
         })
         .chain(({ method, path }) =>
           method === 'GET' ? get(fc.constant(path)) : withBody(method, fc.constant(path), fc.record({ name: fc.string() }), ['name']),

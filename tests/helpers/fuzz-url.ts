@@ -23,7 +23,8 @@ export function wtf8(s: string): number[] {
 }
 
 const unreserved = (b: number) => /[A-Za-z0-9._~-]/.test(String.fromCharCode(b));
-export const pct = (bytes: number[]) => bytes.map((b) => (unreserved(b) ? String.fromCharCode(b) : `%${b.toString(16).toUpperCase().padStart(2, '0')}`)).join('');
+export const pct = (bytes: number[]) =>
+  bytes.map((b) => (unreserved(b) ? String.fromCharCode(b) : `%${b.toString(16).toUpperCase().padStart(2, '0')}`)).join('');
 
 /** Percent-encoding gone wrong: a lone `%`, bad hex, a cut sequence, an overlong NUL, a surrogate, bytes that are not UTF-8. */
 const badEncoding = fc.constantFrom('%', '%zz', '%E0%A4%A', '%00', '%C0%80', '%ED%A0%80', '%FF', '%FE%FF', '+', '%2B', '%25', '%u0041');
@@ -32,7 +33,12 @@ const badEncoding = fc.constantFrom('%', '%zz', '%E0%A4%A', '%00', '%C0%80', '%E
 const urlText = (text: fc.Arbitrary<string>): fc.Arbitrary<string> =>
   fc.oneof(
     { arbitrary: text.map((s) => pct(wtf8(s))), weight: 6 },
-    { arbitrary: fc.array(fc.oneof(badUtf8, fc.array(fc.integer({ min: 0, max: 255 }), { maxLength: 6 })), { minLength: 1, maxLength: 4 }).map((parts) => pct(parts.flat())), weight: 1 },
+    {
+      arbitrary: fc
+        .array(fc.oneof(badUtf8, fc.array(fc.integer({ min: 0, max: 255 }), { maxLength: 6 })), { minLength: 1, maxLength: 4 })
+        .map((parts) => pct(parts.flat())),
+      weight: 1,
+    },
     { arbitrary: fc.tuple(text, badEncoding, text).map(([a, bad, b]) => `${pct(wtf8(a))}${bad}${pct(wtf8(b))}`), weight: 1 },
   );
 
@@ -57,7 +63,10 @@ export function idSegment(real: string[], realWeight = 3): fc.Arbitrary<string> 
     { arbitrary: anyId.chain(nearId), weight: 3 },
     { arbitrary: fc.uuid(), weight: 2 },
     { arbitrary: urlText(oddString(40, 1)), weight: 4 },
-    { arbitrary: fc.constantFrom('..', '.', '%2e%2e', '%2F', '%2f..%2f', '%00', 'null', 'undefined', '__proto__', 'constructor', '0', '-1', '1e308'), weight: 2 },
+    {
+      arbitrary: fc.constantFrom('..', '.', '%2e%2e', '%2F', '%2f..%2f', '%00', 'null', 'undefined', '__proto__', 'constructor', '0', '-1', '1e308'),
+      weight: 2,
+    },
     { arbitrary: longUrlText, weight: 1 },
   );
 }
@@ -73,7 +82,11 @@ export const limitValue = fc.oneof(
  */
 export function cursorValue(live: string[], real: { account: string; row: string }): fc.Arbitrary<string> {
   const forged = fc
-    .record({ l: fc.constantFrom('emails', 'domains', 'accounts', 'keys', 'suppressions', 'webhooks', 'webhook-deliveries', 'events', '__proto__'), a: fc.constantFrom(real.account, 'x'), k: fc.constantFrom(real.row, '') })
+    .record({
+      l: fc.constantFrom('emails', 'domains', 'accounts', 'keys', 'suppressions', 'webhooks', 'webhook-deliveries', 'events', '__proto__'),
+      a: fc.constantFrom(real.account, 'x'),
+      k: fc.constantFrom(real.row, ''),
+    })
     .map((body) => `${Buffer.from(JSON.stringify(body)).toString('base64url')}.${'A'.repeat(22)}`);
   return fc.oneof(
     { arbitrary: fc.constantFrom(...live), weight: 4 },
@@ -88,7 +101,17 @@ const isoDate = fc.date({ noInvalidDate: true }).map((d) => d.toISOString());
 export const sinceValue = fc.oneof(
   { arbitrary: isoDate, weight: 3 },
   {
-    arbitrary: fc.constantFrom('2026-03-10T12:00:00+05:30', '2026-03-10T12:00:00Z', '2026-03-10', '2026-13-40T99:99:99Z', '0000-01-01T00:00:00Z', '+275760-09-13T00:00:00.000Z', '-271821-04-20T00:00:00Z', '2026-03-10T12:00:00', '2026-03-10T12:00:00.123456789Z'),
+    arbitrary: fc.constantFrom(
+      '2026-03-10T12:00:00+05:30',
+      '2026-03-10T12:00:00Z',
+      '2026-03-10',
+      '2026-13-40T99:99:99Z',
+      '0000-01-01T00:00:00Z',
+      '+275760-09-13T00:00:00.000Z',
+      '-271821-04-20T00:00:00Z',
+      '2026-03-10T12:00:00',
+      '2026-03-10T12:00:00.123456789Z',
+    ),
     weight: 2,
   },
 );
@@ -99,7 +122,12 @@ export function query(params: Record<string, fc.Arbitrary<string>>): fc.Arbitrar
   const pair = fc.oneof(
     { arbitrary: fc.constantFrom(...known).chain((k) => params[k]!.map((v) => `${k}=${pct(wtf8(v))}`)), weight: 8 },
     { arbitrary: fc.tuple(fc.constantFrom(...known), urlText(oddString(30))).map(([k, v]) => `${k}=${v}`), weight: 3 },
-    { arbitrary: fc.tuple(urlText(fc.oneof(fc.constantFrom('__proto__', 'constructor', 'limit[]', 'sandbox'), oddString(10))), urlText(oddString(10))).map(([k, v]) => `${k}=${v}`), weight: 1 },
+    {
+      arbitrary: fc
+        .tuple(urlText(fc.oneof(fc.constantFrom('__proto__', 'constructor', 'limit[]', 'sandbox'), oddString(10))), urlText(oddString(10)))
+        .map(([k, v]) => `${k}=${v}`),
+      weight: 1,
+    },
     { arbitrary: fc.constantFrom(...known, '', '=', '&', '=='), weight: 1 },
     { arbitrary: fc.constantFrom(...known).chain((k) => longUrlText.map((v) => `${k}=${v}`)), weight: 1 },
   );

@@ -16,7 +16,9 @@ import { fileURLToPath } from 'node:url';
 export default function setup(): void {
   const root = fileURLToPath(new URL('../..', import.meta.url));
   // Every test CA: the webhook receivers' and the customer Postgres servers'.
-  const testCas = ['../fixtures/webhook-tls/ca.pem', '../fixtures/pg-tls/ca.pem'].map((f) => readFileSync(fileURLToPath(new URL(f, import.meta.url)), 'utf8').trimEnd());
+  const testCas = ['../fixtures/webhook-tls/ca.pem', '../fixtures/pg-tls/ca.pem'].map((f) =>
+    readFileSync(fileURLToPath(new URL(f, import.meta.url)), 'utf8').trimEnd(),
+  );
   const inherited = process.env.NODE_EXTRA_CA_CERTS;
   let extra = '';
   if (inherited) {

@@ -59,7 +59,10 @@ export function violationsIn(files: Iterable<{ path: string; source: string }>):
   const out: Violation[] = [];
   for (const { path, source } of files) {
     for (const spec of specifiersOf(source)) {
-      const target = normalize(join(dirname(path), spec)).split(sep).join('/').replace(/\.js$/, '.ts');
+      const target = normalize(join(dirname(path), spec))
+        .split(sep)
+        .join('/')
+        .replace(/\.js$/, '.ts');
       const why = ruleBroken(path, target);
       if (why) out.push({ file: path, imports: spec, why });
     }

@@ -38,7 +38,10 @@ function validatorAt(pointer: string[]): ValidateFunction {
 
 /** The document's path template a request path falls under (`/domains/0193...` is `/domains/{id}`), literal segments first. */
 export function documentedPath(path: string): string | undefined {
-  const segments = (path.split('?')[0] || '/').split('/').slice(1).map((s) => decodeURIComponent(s));
+  const segments = (path.split('?')[0] || '/')
+    .split('/')
+    .slice(1)
+    .map((s) => decodeURIComponent(s));
   let best: { template: string; literals: number } | undefined;
   for (const template of Object.keys(apiDocument.paths)) {
     const parts = template.split('/').slice(1);

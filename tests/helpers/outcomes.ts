@@ -15,7 +15,18 @@ export function seedEmail(service: TestService, accountId: string, opts: { from?
   const id = newId(at);
   service.deps.db
     .insert(emails)
-    .values({ id, accountId, fromAddress: opts.from ?? 'billing@example.com', to: ['a@example.net'], subject: 's', template: 'notification', status: 'sent', sandbox: false, tags: opts.tags ?? null, createdAt: at })
+    .values({
+      id,
+      accountId,
+      fromAddress: opts.from ?? 'billing@example.com',
+      to: ['a@example.net'],
+      subject: 's',
+      template: 'notification',
+      status: 'sent',
+      sandbox: false,
+      tags: opts.tags ?? null,
+      createdAt: at,
+    })
     .run();
   return id;
 }
@@ -54,9 +65,20 @@ export function seedEvent(service: TestService, emailId: string, status: EventSt
 /** Many outcomes of one email at once, `occurredAt` from `start` one millisecond apart (for the replay cap). */
 export function seedManyEvents(service: TestService, emailId: string, n: number, start: number): void {
   const accountId = accountOf(service, emailId);
-  const rows = Array.from({ length: n }, (_, i) => ({ id: newId(start + i), emailId, accountId, recipient: `r${i}@example.net`, status: 'delivered' as const, ...DSN.delivered, occurredAt: start + i }));
+  const rows = Array.from({ length: n }, (_, i) => ({
+    id: newId(start + i),
+    emailId,
+    accountId,
+    recipient: `r${i}@example.net`,
+    status: 'delivered' as const,
+    ...DSN.delivered,
+    occurredAt: start + i,
+  }));
   service.deps.db.transaction((tx) => {
-    for (let i = 0; i < rows.length; i += 500) tx.insert(emailEvents).values(rows.slice(i, i + 500)).run();
+    for (let i = 0; i < rows.length; i += 500)
+      tx.insert(emailEvents)
+        .values(rows.slice(i, i + 500))
+        .run();
   });
 }
 
@@ -68,7 +90,17 @@ export function seedEndpoint(service: TestService, accountId: string, events: We
   const secretSealed = opts.secret !== undefined && key ? encryptSecret(key, opts.secret, SEAL_CONTEXTS.webhookSecret(id)) : 'sealed';
   service.deps.db
     .insert(webhookEndpoints)
-    .values({ id, accountId, url: 'https://hooks.example.com/in', events, secretSealed, active: opts.active ?? true, disabledAt: opts.active === false ? now : null, failureCount: opts.active === false ? 10 : 0, createdAt: now })
+    .values({
+      id,
+      accountId,
+      url: 'https://hooks.example.com/in',
+      events,
+      secretSealed,
+      active: opts.active ?? true,
+      disabledAt: opts.active === false ? now : null,
+      failureCount: opts.active === false ? 10 : 0,
+      createdAt: now,
+    })
     .run();
   return id;
 }

@@ -94,7 +94,11 @@ function familyOf(name: string, families: Map<string, MetricFamily>): MetricFami
   return undefined;
 }
 
-const seriesKey = (s: Sample) => `${s.name}{${Object.keys(s.labels).sort().map((k) => `${k}=${JSON.stringify(s.labels[k])}`).join(',')}}`;
+const seriesKey = (s: Sample) =>
+  `${s.name}{${Object.keys(s.labels)
+    .sort()
+    .map((k) => `${k}=${JSON.stringify(s.labels[k])}`)
+    .join(',')}}`;
 
 function checkHistogram(family: MetricFamily): void {
   const groups = new Map<string, { buckets: [number, number][]; count?: number }>();

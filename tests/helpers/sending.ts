@@ -94,7 +94,12 @@ export function receipt(from: string, to: string | string[] = 'customer@example.
   return { from, to, template: { name: 'receipt', receiptNumber: 'R-1001', paidOn: '2026-03-10', paymentMethod: 'Visa 4242', total: '$42.00' }, ...extra };
 }
 
-export function sendEmail(service: TestService, key: string, body: unknown, opts: { account?: string; headers?: Record<string, string> } = {}): Promise<ApiResponse> {
+export function sendEmail(
+  service: TestService,
+  key: string,
+  body: unknown,
+  opts: { account?: string; headers?: Record<string, string> } = {},
+): Promise<ApiResponse> {
   return service.api('POST', '/emails', { key, body, account: opts.account, headers: opts.headers });
 }
 
@@ -137,7 +142,12 @@ export function outboundMessagesOf(service: TestService, accountId: string): Out
 /** The queued message of one email and its recipient rows. */
 export function queued(service: TestService, emailId: string): { message: OutboundMessageRow | undefined; recipients: OutboundRecipientRow[] } {
   const message = service.deps.db.select().from(outboundMessages).where(eq(outboundMessages.id, emailId)).get();
-  const recipients = service.deps.db.select().from(outboundRecipients).where(eq(outboundRecipients.messageId, emailId)).orderBy(asc(outboundRecipients.id)).all();
+  const recipients = service.deps.db
+    .select()
+    .from(outboundRecipients)
+    .where(eq(outboundRecipients.messageId, emailId))
+    .orderBy(asc(outboundRecipients.id))
+    .all();
   return { message, recipients };
 }
 
@@ -166,7 +176,11 @@ export function fillSandboxLog(service: TestService, accountId: string, n: numbe
     sandbox: true,
     createdAt: now,
   }));
-  for (let i = 0; i < rows.length; i += 200) service.deps.db.insert(emails).values(rows.slice(i, i + 200)).run();
+  for (let i = 0; i < rows.length; i += 200)
+    service.deps.db
+      .insert(emails)
+      .values(rows.slice(i, i + 200))
+      .run();
 }
 
 /** SHA-256 hex of the exact bytes the harness sends for `body`, as the service fingerprints an idempotent request. */
@@ -176,12 +190,25 @@ export const fingerprintOf = (body: unknown): string => createHash('sha256').upd
 export function insertRunningClaim(service: TestService, accountId: string, key: string, body: unknown, claimedAt = service.clock.now()): void {
   service.deps.db
     .insert(idempotencyKeys)
-    .values({ accountId, key, fingerprint: fingerprintOf(body), claimToken: 'held-by-a-lost-request', state: 'running', response: null, claimedAt, completedAt: null })
+    .values({
+      accountId,
+      key,
+      fingerprint: fingerprintOf(body),
+      claimToken: 'held-by-a-lost-request',
+      state: 'running',
+      response: null,
+      claimedAt,
+      completedAt: null,
+    })
     .run();
 }
 
 export function idempotencyRow(service: TestService, accountId: string, key: string) {
-  return service.deps.db.select().from(idempotencyKeys).where(and(eq(idempotencyKeys.accountId, accountId), eq(idempotencyKeys.key, key))).get();
+  return service.deps.db
+    .select()
+    .from(idempotencyKeys)
+    .where(and(eq(idempotencyKeys.accountId, accountId), eq(idempotencyKeys.key, key)))
+    .get();
 }
 
 /**
@@ -306,10 +333,11 @@ export function gateCommits(service: TestService, hold: number): CommitGate {
     },
   });
   return {
-    arrived: (n) => new Promise<void>((resolve) => {
-      watchers.push({ n, resolve });
-      notify();
-    }),
+    arrived: (n) =>
+      new Promise<void>((resolve) => {
+        watchers.push({ n, resolve });
+        notify();
+      }),
     release() {
       replaceDep(service.deps, 'commits', original);
       for (const go of held) go();

@@ -121,7 +121,13 @@ export function createAccountWithCli(env: Record<string, string>, name: string):
   });
 }
 
-export async function processApi(proc: Pick<ServiceProcess, 'base'>, key: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
+export async function processApi(
+  proc: Pick<ServiceProcess, 'base'>,
+  key: string,
+  method: string,
+  path: string,
+  body?: unknown,
+): Promise<{ status: number; body: any }> {
   const res = await fetch(`${proc.base}${path}`, {
     method,
     headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },

@@ -79,8 +79,7 @@ export async function startService(
   const url = `http://127.0.0.1:${http.port}`;
   const base = `${url}${API_BASE}`;
 
-  const newKey = (accountId: string, scopes: readonly Scope[] = SCOPES, name = 'test') =>
-    insertKey(deps, { accountId, name, scopes }).key;
+  const newKey = (accountId: string, scopes: readonly Scope[] = SCOPES, name = 'test') => insertKey(deps, { accountId, name, scopes }).key;
 
   return {
     url,

@@ -11,7 +11,13 @@ export async function sendInHalves(
   meanwhile: () => Promise<void> | void,
 ): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; text: string }> {
   const url = new URL(`${base}${request_.path}`);
-  const req = request({ host: url.hostname, port: url.port, path: url.pathname, method: request_.method, headers: { ...request_.headers, 'transfer-encoding': 'chunked' } });
+  const req = request({
+    host: url.hostname,
+    port: url.port,
+    path: url.pathname,
+    method: request_.method,
+    headers: { ...request_.headers, 'transfer-encoding': 'chunked' },
+  });
   const answer = new Promise<{ status: number; headers: Record<string, string | string[] | undefined>; text: string }>((resolve, reject) => {
     req.on('error', reject);
     req.on('response', (res) => {

@@ -44,7 +44,11 @@ export async function processWithEndpoint(accountName: string) {
  * Sends a request, kills the process with SIGKILL once `begun()` says its work has started, and tells whether the
  * request was answered (`answered <status>`) or not (`no answer`).
  */
-export async function killMidRequest(proc: Awaited<ReturnType<typeof startServiceProcess>>, request: Promise<{ status: number }>, begun: () => boolean): Promise<string> {
+export async function killMidRequest(
+  proc: Awaited<ReturnType<typeof startServiceProcess>>,
+  request: Promise<{ status: number }>,
+  begun: () => boolean,
+): Promise<string> {
   const answer = request.then(
     (res) => `answered ${res.status}`,
     () => 'no answer',

@@ -38,7 +38,10 @@ export function guard(deps: Deps, scope: Scope, header: AccountHeaderMode = 'acc
 
     const rate = deps.rateLimiter.take(key.id, keyAccount.id);
     if (!rate.ok) {
-      const limit = rate.scope === 'key' ? `${deps.config.rateLimitPerKey} requests a minute from this key` : `${deps.config.rateLimitPerAccount} requests a minute from this account's keys`;
+      const limit =
+        rate.scope === 'key'
+          ? `${deps.config.rateLimitPerKey} requests a minute from this key`
+          : `${deps.config.rateLimitPerAccount} requests a minute from this account's keys`;
       throw new ApiError('rate_limited', `Rate limit reached: over ${limit}. Retry in ${rate.retryAfterSeconds} s.`, {
         headers: { 'Retry-After': String(rate.retryAfterSeconds) },
       });

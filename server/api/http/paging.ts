@@ -82,7 +82,13 @@ export const PAGE_BYTE_BUDGET = 1024 * 1024;
  * one at a time: the page ends at `limit` rows or before a row that would take its JSON past PAGE_BYTE_BUDGET,
  * and `nextCursor` then points after its last row. An array works; a lazy iterable is read no further than needed.
  */
-export function toPage<T extends { id: string }>(db: Db, list: ListDef, scope: string, page: PageRequest, rows: Iterable<T>): { data: T[]; nextCursor: string | null } {
+export function toPage<T extends { id: string }>(
+  db: Db,
+  list: ListDef,
+  scope: string,
+  page: PageRequest,
+  rows: Iterable<T>,
+): { data: T[]; nextCursor: string | null } {
   const data: T[] = [];
   let bytes = 0;
   let more = false;

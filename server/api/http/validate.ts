@@ -7,8 +7,7 @@ import { ApiError } from '../../shared/errors.js';
  */
 export const MAX_JSON_DEPTH = 32;
 
-const tooDeep = (path: readonly string[]) =>
-  new ApiError('invalid_request', `${path.join('.') || 'body'}: is nested more than ${MAX_JSON_DEPTH} levels deep`);
+const tooDeep = (path: readonly string[]) => new ApiError('invalid_request', `${path.join('.') || 'body'}: is nested more than ${MAX_JSON_DEPTH} levels deep`);
 
 /**
  * Scans JSON text for nesting past MAX_JSON_DEPTH before it is parsed, so JSON.parse never builds a deep value (it

@@ -56,7 +56,8 @@ const ERROR_CONDITIONS: Record<ErrorCode, string> = {
   internal_error: 'An unexpected failure; the message carries a request id, the cause is only logged.',
   send_failed: "The service's mail server did not accept the message; the send is logged `failed`.",
   not_configured: 'The server cannot store secrets.',
-  unavailable: "The service's storage failed (a full disk, say), so the request could not be recorded; the message names the cause. For a send, nothing was sent. Retry later.",
+  unavailable:
+    "The service's storage failed (a full disk, say), so the request could not be recorded; the message names the cause. For a send, nothing was sent. Retry later.",
   method_not_allowed: 'The path is served, not with this method; Allow lists the methods it takes.',
 };
 
@@ -150,15 +151,25 @@ function annotateRequests(components: Record<string, Json>): void {
           Object.entries(def.variables).map(([variable, spec]) => {
             const limit = VARIABLE_LIMITS[spec.limit];
             const what = spec.kind === 'url' ? 'An http or https URL. ' : '';
-            return [variable, { type: 'string', maxLength: limit.max, description: `${what}At most ${limit.max} ${limit.unit === 'bytes' ? 'bytes of UTF-8' : 'characters'}.` }];
+            return [
+              variable,
+              { type: 'string', maxLength: limit.max, description: `${what}At most ${limit.max} ${limit.unit === 'bytes' ? 'bytes of UTF-8' : 'characters'}.` },
+            ];
           }),
         ),
       },
-      required: ['name', ...Object.entries(def.variables).filter(([, spec]) => spec.required).map(([variable]) => variable)],
+      required: [
+        'name',
+        ...Object.entries(def.variables)
+          .filter(([, spec]) => spec.required)
+          .map(([variable]) => variable),
+      ],
       additionalProperties: false,
     })),
   };
-  Object.assign(at(components, ['SendEmailRequest', 'properties', 'from']), { description: 'One mailbox: a bare address, or a display name of up to 80 characters and an address in angle brackets.' });
+  Object.assign(at(components, ['SendEmailRequest', 'properties', 'from']), {
+    description: 'One mailbox: a bare address, or a display name of up to 80 characters and an address in angle brackets.',
+  });
   at(components, ['SendEmailRequest', 'properties']).tags = {
     description: `Up to ${MAX_TAGS} tags: names of 1 to 40 of A-Z a-z 0-9 _ -, values up to ${MAX_TAG_VALUE} characters. Returned on the Email.`,
     type: 'object',
@@ -167,15 +178,23 @@ function annotateRequests(components: Record<string, Json>): void {
     additionalProperties: { type: 'string', maxLength: MAX_TAG_VALUE },
   };
   // Names are trimmed before their length is checked: blank or too short once trimmed is refused.
-  Object.assign(at(components, ['MintKeyRequest', 'properties', 'name']), { pattern: '\\S', description: 'Spaces around it are trimmed; 1 to 60 characters left.' });
-  Object.assign(at(components, ['CreateSubAccountRequest', 'properties', 'name']), { pattern: '\\S.*\\S', description: 'Spaces around it are trimmed; 2 to 80 characters left.' });
+  Object.assign(at(components, ['MintKeyRequest', 'properties', 'name']), {
+    pattern: '\\S',
+    description: 'Spaces around it are trimmed; 1 to 60 characters left.',
+  });
+  Object.assign(at(components, ['CreateSubAccountRequest', 'properties', 'name']), {
+    pattern: '\\S.*\\S',
+    description: 'Spaces around it are trimmed; 2 to 80 characters left.',
+  });
   // A refinement: reason is required when suspended is true.
   Object.assign(at(components, ['SuspendSubAccountRequest']), {
     if: { properties: { suspended: { const: true } }, required: ['suspended'] },
     then: { required: ['reason'] },
     description: '`reason` is required when `suspended` is true; it becomes the message of every refused send.',
   });
-  Object.assign(at(components, ['MintKeyRequest', 'properties', 'scopes']), { description: "A subset of the minting key's scopes; all of them when left out." });
+  Object.assign(at(components, ['MintKeyRequest', 'properties', 'scopes']), {
+    description: "A subset of the minting key's scopes; all of them when left out.",
+  });
   Object.assign(at(components, ['MintKeyRequest', 'properties', 'scopes', 'items']), { enum: [...SCOPES] });
   Object.assign(at(components, ['CreateWebhookRequest', 'properties', 'url']), {
     minLength: 1,
@@ -183,9 +202,16 @@ function annotateRequests(components: Record<string, Json>): void {
     format: 'uri',
     description: 'https only, without user or password, its host resolving to public addresses only.',
   });
-  Object.assign(at(components, ['CreateDomainRequest', 'properties', 'name']), { description: 'A bare domain: no scheme, path, port or trailing dot needed (it is lower-cased, IDN as punycode).' });
-  Object.assign(at(components, ['ConnectDatabaseRequest', 'properties', 'url']), { format: 'uri', description: 'postgresql://user:password@host:5432/dbname, over TLS; only `sslmode` may be a query parameter.' });
-  Object.assign(at(components, ['RenderTemplateRequest']), { description: "A send's `template` object without `name`: the variables of the template named in the path." });
+  Object.assign(at(components, ['CreateDomainRequest', 'properties', 'name']), {
+    description: 'A bare domain: no scheme, path, port or trailing dot needed (it is lower-cased, IDN as punycode).',
+  });
+  Object.assign(at(components, ['ConnectDatabaseRequest', 'properties', 'url']), {
+    format: 'uri',
+    description: 'postgresql://user:password@host:5432/dbname, over TLS; only `sslmode` may be a query parameter.',
+  });
+  Object.assign(at(components, ['RenderTemplateRequest']), {
+    description: "A send's `template` object without `name`: the variables of the template named in the path.",
+  });
 }
 
 interface ErrorEntry {
@@ -258,7 +284,13 @@ function queryParameters(op: Operation): Json[] {
   }
   if (op.list) {
     params.push(
-      { name: 'limit', in: 'query', required: false, description: 'Page size.', schema: { type: 'integer', minimum: 1, maximum: MAX_LIMIT, default: DEFAULT_LIMIT } },
+      {
+        name: 'limit',
+        in: 'query',
+        required: false,
+        description: 'Page size.',
+        schema: { type: 'integer', minimum: 1, maximum: MAX_LIMIT, default: DEFAULT_LIMIT },
+      },
       { name: 'cursor', in: 'query', required: false, description: 'The nextCursor of the previous page.', schema: { type: 'string' } },
     );
   }
@@ -268,7 +300,9 @@ function queryParameters(op: Operation): Json[] {
 function operationObject(op: Operation, idOf: (schema: z.ZodType) => string): Json {
   const parameters: Json[] = [
     ...Object.entries(op.pathParams ?? {}).map(([name, description]) => ({ name, in: 'path', required: true, description, schema: { type: 'string' } })),
-    ...(op.auth ? [{ name: ACCOUNT_HEADER, in: 'header', required: false, description: ACCOUNT_HEADER_NOTE[op.auth.accountHeader], schema: { type: 'string' } }] : []),
+    ...(op.auth
+      ? [{ name: ACCOUNT_HEADER, in: 'header', required: false, description: ACCOUNT_HEADER_NOTE[op.auth.accountHeader], schema: { type: 'string' } }]
+      : []),
     ...Object.entries(op.requestHeaders ?? {}).map(([name, h]) => ({ name, in: 'header', required: false, ...h })),
     ...queryParameters(op),
   ];
@@ -299,8 +333,8 @@ function operationObject(op: Operation, idOf: (schema: z.ZodType) => string): Js
 }
 
 const WEBHOOK_HEADERS: [string, string][] = [
-  ['X-Service-Delivery', 'The delivery id (the body\'s `id`): drop one already handled.'],
-  ['X-Service-Event', 'The event type (the body\'s `type`).'],
+  ['X-Service-Delivery', "The delivery id (the body's `id`): drop one already handled."],
+  ['X-Service-Event', "The event type (the body's `type`)."],
   ['X-Service-Signature', '`t=<unix seconds>,v1=<hex>`: HMAC-SHA256 of `<t>.<raw body>`, keyed with the whole secret string.'],
   ['webhook-id', 'Standard Webhooks: the delivery id.'],
   ['webhook-timestamp', 'Standard Webhooks: the same `t`.'],
@@ -309,14 +343,24 @@ const WEBHOOK_HEADERS: [string, string][] = [
 
 const WEBHOOK_RESPONSES = {
   '2XX': { description: 'Delivered: any 2xx within 10 seconds. The body is never read; redirects are not followed.' },
-  default: { description: 'Anything else, or no answer within 10 seconds, is a failure: retried after 1 min, 5 min, 30 min, 2 h and 12 h (6 attempts); 10 consecutive failures switch the endpoint off.' },
+  default: {
+    description:
+      'Anything else, or no answer within 10 seconds, is a failure: retried after 1 min, 5 min, 30 min, 2 h and 12 h (6 attempts); 10 consecutive failures switch the endpoint off.',
+  },
 };
 
 /** The posts a registered endpoint receives, one per event type. */
 function webhooks(): Record<string, Json> {
   const parameters = WEBHOOK_HEADERS.map(([name, description]) => ({ name, in: 'header', required: true, description, schema: { type: 'string' } }));
   const post = (type: string, summary: string, schema: Json) => ({
-    post: { operationId: `${type.replace(/\W/g, '_')}_webhook`, tags: ['Webhooks'], summary, parameters, requestBody: { required: true, content: { 'application/json': { schema } } }, responses: WEBHOOK_RESPONSES },
+    post: {
+      operationId: `${type.replace(/\W/g, '_')}_webhook`,
+      tags: ['Webhooks'],
+      summary,
+      parameters,
+      requestBody: { required: true, content: { 'application/json': { schema } } },
+      responses: WEBHOOK_RESPONSES,
+    },
   });
   const entries = Object.entries(OUTCOME_EVENT_TYPES).map(([status, type]) => [
     type,
@@ -368,7 +412,11 @@ export function buildOpenApiDocument(base: string): Json {
     components: {
       schemas,
       securitySchemes: {
-        apiKey: { type: 'http', scheme: 'bearer', description: 'An API key (`ms_` and 40 letters and digits), created by POST /keys or the operator CLI; the scopes it holds decide what it may call.' },
+        apiKey: {
+          type: 'http',
+          scheme: 'bearer',
+          description: 'An API key (`ms_` and 40 letters and digits), created by POST /keys or the operator CLI; the scopes it holds decide what it may call.',
+        },
       },
     },
   };

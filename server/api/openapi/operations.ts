@@ -97,7 +97,7 @@ export const OPERATIONS: Operation[] = [
     tag: 'Emails',
     summary: 'Send one message',
     description:
-      'Checks run in this order, and the first refusal answers: (1) the key, its scope and the account header; (2) the Idempotency-Key; (3) whether the account, and for a sub-account its parent, may send (suspension, daily quota); (4) whether the paying account has credit; (5) the body, then recipients beyond the quota left; (6) the from-domain; (7) the suppression lists (the parent\'s too for a sub-account); then the sandbox limit. With `sandbox: true` every check runs, the send is logged `sandboxed`, and nothing is sent, counted or charged. GET /templates lists the templates and their variables.',
+      "Checks run in this order, and the first refusal answers: (1) the key, its scope and the account header; (2) the Idempotency-Key; (3) whether the account, and for a sub-account its parent, may send (suspension, daily quota); (4) whether the paying account has credit; (5) the body, then recipients beyond the quota left; (6) the from-domain; (7) the suppression lists (the parent's too for a sub-account); then the sandbox limit. With `sandbox: true` every check runs, the send is logged `sandboxed`, and nothing is sent, counted or charged. GET /templates lists the templates and their variables.",
     auth: { scope: 'emails:send', accountHeader: 'accepted' },
     requestHeaders: {
       'Idempotency-Key': {
@@ -111,7 +111,12 @@ export const OPERATIONS: Operation[] = [
         status: 200,
         description: 'The send was logged (and queued, unless sandboxed).',
         body: r.sendResult,
-        headers: { 'Idempotent-Replayed': { description: 'Present, `true`, when this is the stored answer to an earlier request with the same key and body.', schema: { type: 'string', enum: ['true'] } } },
+        headers: {
+          'Idempotent-Replayed': {
+            description: 'Present, `true`, when this is the stored answer to an earlier request with the same key and body.',
+            schema: { type: 'string', enum: ['true'] },
+          },
+        },
       },
     ],
     errors: [
@@ -163,10 +168,15 @@ export const OPERATIONS: Operation[] = [
     auth: { scope: 'emails:read', accountHeader: 'accepted' },
     pathParams: ID,
     query: capturedMessageQuery,
-    queryNotes: { recipient: 'One of the send\'s recipients (compared case-insensitively).' },
-    answers: [{ status: 200, description: 'The message as captured.', raw: { mediaType: 'message/rfc822', description: 'The RFC 5322 message, CRLF line ends.' } }],
+    queryNotes: { recipient: "One of the send's recipients (compared case-insensitively)." },
+    answers: [
+      { status: 200, description: 'The message as captured.', raw: { mediaType: 'message/rfc822', description: 'The RFC 5322 message, CRLF line ends.' } },
+    ],
     errors: [
-      { code: 'email_not_found', when: 'No email with that id on this account, the server does not capture (DELIVERY_MODE=direct), or no message is kept for that recipient (a sandboxed send, not yet attempted, or dropped as one of the oldest).' },
+      {
+        code: 'email_not_found',
+        when: 'No email with that id on this account, the server does not capture (DELIVERY_MODE=direct), or no message is kept for that recipient (a sandboxed send, not yet attempted, or dropped as one of the oldest).',
+      },
       { code: 'invalid_request', when: '`recipient` is missing or not a string of 1 to 320 characters.' },
     ],
   },
@@ -193,7 +203,12 @@ export const OPERATIONS: Operation[] = [
     auth: { scope: 'domains:write', accountHeader: 'accepted' },
     body: createDomainInput,
     answers: [{ status: 201, description: 'The domain, every record pending.', body: r.domain }],
-    errors: ['domain_exists', { code: 'domain_unavailable', when: 'The name is claimed elsewhere (never confirmed as such).' }, 'domain_limit', { code: 'not_configured', when: 'The server cannot store secrets, so no DKIM key can be kept.' }],
+    errors: [
+      'domain_exists',
+      { code: 'domain_unavailable', when: 'The name is claimed elsewhere (never confirmed as such).' },
+      'domain_limit',
+      { code: 'not_configured', when: 'The server cannot store secrets, so no DKIM key can be kept.' },
+    ],
   },
   {
     method: 'get',
@@ -218,7 +233,10 @@ export const OPERATIONS: Operation[] = [
     errors: [
       { code: 'not_found', when: 'No domain with that id on this account.' },
       // docs/api/contract.md names it for this endpoint; this service has no mailboxes, so the condition never holds.
-      { code: 'domain_in_use', when: 'Never answered by this service: there are no mailboxes (every local part of a receiving domain is accepted), so no domain is ever in use.' },
+      {
+        code: 'domain_in_use',
+        when: 'Never answered by this service: there are no mailboxes (every local part of a receiving domain is accepted), so no domain is ever in use.',
+      },
     ],
   },
   {
@@ -264,7 +282,10 @@ export const OPERATIONS: Operation[] = [
     auth: { scope: 'accounts:write', accountHeader: 'passed' },
     body: createSubAccountInput,
     answers: [{ status: 201, description: 'The sub-account, parentId set.', body: r.account }],
-    errors: [{ code: 'conflict', when: 'A sub-account tried to open a sub-account (its key, or X-Service-Account sent).' }, { code: 'limit_reached', when: 'The account already has 200 sub-accounts.' }],
+    errors: [
+      { code: 'conflict', when: 'A sub-account tried to open a sub-account (its key, or X-Service-Account sent).' },
+      { code: 'limit_reached', when: 'The account already has 200 sub-accounts.' },
+    ],
   },
   {
     method: 'get',
@@ -323,7 +344,8 @@ export const OPERATIONS: Operation[] = [
     operationId: 'mintKey',
     tag: 'Keys',
     summary: 'Mint a key',
-    description: 'It holds at most the scopes of the minting key (all of them when `scopes` is left out). With X-Service-Account it belongs to that sub-account.',
+    description:
+      'It holds at most the scopes of the minting key (all of them when `scopes` is left out). With X-Service-Account it belongs to that sub-account.',
     auth: { scope: 'keys:write', accountHeader: 'accepted' },
     body: mintKeyInput,
     answers: [{ status: 201, description: 'The key, with the full `key` returned only here.', body: r.mintedKey }],
@@ -364,7 +386,8 @@ export const OPERATIONS: Operation[] = [
     operationId: 'createWebhook',
     tag: 'Webhooks',
     summary: 'Register a webhook endpoint',
-    description: 'The URL must be https, 1 to 2,000 characters, without credentials, and every address its host resolves to public. `events` repeats are dropped.',
+    description:
+      'The URL must be https, 1 to 2,000 characters, without credentials, and every address its host resolves to public. `events` repeats are dropped.',
     auth: { scope: 'webhooks:write', accountHeader: 'accepted' },
     body: createWebhookInput,
     answers: [{ status: 201, description: 'The endpoint, with its signing `secret` returned only here.', body: r.createdWebhookEndpoint }],
@@ -424,7 +447,7 @@ export const OPERATIONS: Operation[] = [
     tag: 'Webhooks',
     summary: 'Queue again the outcomes of a time window',
     description:
-      'Fresh deliveries (new ids, due now) of the acting account\'s outcomes that occurred in [since, until), oldest first, with the data the original posts had. `events` defaults to the email event types the endpoint subscribes to. A window of more than 10,000 outcomes is refused whole, and so is a replay that would leave more than 10,000 deliveries pending at the endpoint. Answered once every delivery is queued.',
+      "Fresh deliveries (new ids, due now) of the acting account's outcomes that occurred in [since, until), oldest first, with the data the original posts had. `events` defaults to the email event types the endpoint subscribes to. A window of more than 10,000 outcomes is refused whole, and so is a replay that would leave more than 10,000 deliveries pending at the endpoint. Answered once every delivery is queued.",
     auth: { scope: 'webhooks:write', accountHeader: 'accepted' },
     pathParams: ID,
     body: replayInput,
@@ -443,7 +466,8 @@ export const OPERATIONS: Operation[] = [
     operationId: 'listEvents',
     tag: 'Events',
     summary: 'Every recorded delivery outcome',
-    description: 'Recorded whether or not any webhook endpoint exists: walk `since=<last occurredAt seen>` to reconcile after an outage, skipping ids already handled.',
+    description:
+      'Recorded whether or not any webhook endpoint exists: walk `since=<last occurredAt seen>` to reconcile after an outage, skipping ids already handled.',
     auth: { scope: 'emails:read', accountHeader: 'accepted' },
     list: LISTS.events,
     query: eventFilter,
@@ -511,11 +535,17 @@ export const OPERATIONS: Operation[] = [
     operationId: 'connectDatabase',
     tag: 'Database',
     summary: 'Connect a Postgres',
-    description: 'A `postgresql://` URL with a host and a user, over TLS (`sslmode=disable` is refused; `no-verify` is accepted for a self-signed certificate). The service connects, creates schema `service`, then stores the URL encrypted; it is never returned.',
+    description:
+      'A `postgresql://` URL with a host and a user, over TLS (`sslmode=disable` is refused; `no-verify` is accepted for a self-signed certificate). The service connects, creates schema `service`, then stores the URL encrypted; it is never returned.',
     auth: { scope: 'database:write', accountHeader: 'accepted' },
     body: connectDatabaseInput,
     answers: [{ status: 200, description: 'The status of the connected database.', body: r.databaseStatus }],
-    errors: ['invalid_url', 'blocked_host', 'database_unreachable', { code: 'not_configured', when: 'The server cannot store secrets, so no database URL can be kept.' }],
+    errors: [
+      'invalid_url',
+      'blocked_host',
+      'database_unreachable',
+      { code: 'not_configured', when: 'The server cannot store secrets, so no database URL can be kept.' },
+    ],
   },
   {
     method: 'post',

@@ -1,5 +1,12 @@
 import { z } from 'zod';
-import { CUSTOMER_DB_SSL_MODES, CUSTOMER_DB_STATES, EMAIL_STATUSES, EVENT_STATUSES, SUPPRESSION_REASONS, WEBHOOK_EVENT_TYPES } from '../../../db/schema/index.js';
+import {
+  CUSTOMER_DB_SSL_MODES,
+  CUSTOMER_DB_STATES,
+  EMAIL_STATUSES,
+  EVENT_STATUSES,
+  SUPPRESSION_REASONS,
+  WEBHOOK_EVENT_TYPES,
+} from '../../../db/schema/index.js';
 import type { AccountView } from '../../core/accounts.js';
 import type { DatabaseStatus } from '../../core/customer-db.js';
 import type { DomainView } from '../../core/domains.js';
@@ -118,7 +125,9 @@ const checkValue = z.enum(['proven', 'published', 'missing', 'unknown']).describ
 
 export const verifiedDomain = documents<DomainView & { checks: Checks }>()(
   domain.extend({
-    checks: z.strictObject({ ownership: checkValue, spf: checkValue, receiving: checkValue, signing: checkValue }).describe('What this verification found, per record.'),
+    checks: z
+      .strictObject({ ownership: checkValue, spf: checkValue, receiving: checkValue, signing: checkValue })
+      .describe('What this verification found, per record.'),
   }),
 );
 

@@ -44,7 +44,10 @@ function bodyLengthTag(value: string): string | null {
  */
 export function scanHeaderBlock(block: Buffer): HeaderScan {
   if (block.length > AUTH_LIMITS.headerBytes) return { within: false, reason: `header block over ${AUTH_LIMITS.headerBytes} bytes` };
-  const lines = block.toString('latin1').replace(/(\r?\n)+$/, '').split(/\r?\n/);
+  const lines = block
+    .toString('latin1')
+    .replace(/(\r?\n)+$/, '')
+    .split(/\r?\n/);
   if (lines.length > AUTH_LIMITS.headerLines) return { within: false, reason: `header block over ${AUTH_LIMITS.headerLines} lines` };
   const fields: { name: string; value: string }[] = [];
   let fieldLines = 0;
@@ -64,7 +67,15 @@ export function scanHeaderBlock(block: Buffer): HeaderScan {
   if (lengths.size > AUTH_LIMITS.bodyLengths) return { within: false, reason: `over ${AUTH_LIMITS.bodyLengths} distinct DKIM body lengths (l=)` };
   const from = fields
     .filter((f) => f.name === 'from')
-    .flatMap((f) => addressparser(Buffer.from(f.value, 'latin1').toString('utf8').replace(/\r\n[ \t]/g, ' ').trim(), { flatten: true }).map((a) => a.address))
+    .flatMap((f) =>
+      addressparser(
+        Buffer.from(f.value, 'latin1')
+          .toString('utf8')
+          .replace(/\r\n[ \t]/g, ' ')
+          .trim(),
+        { flatten: true },
+      ).map((a) => a.address),
+    )
     .filter(Boolean);
   return { within: true, dkimSignatures: signatures.length, from };
 }

@@ -62,7 +62,12 @@ function headersOf(lines: readonly { key: string; line: string }[]): Record<stri
   const out: Record<string, string[]> = {};
   for (const { key, line: raw } of lines) {
     const line = headerText(raw);
-    const value = clean(line.slice(line.indexOf(':') + 1).replace(/\r?\n[ \t]+/g, ' ').trim());
+    const value = clean(
+      line
+        .slice(line.indexOf(':') + 1)
+        .replace(/\r?\n[ \t]+/g, ' ')
+        .trim(),
+    );
     (out[clean(key)] ??= []).push(value);
   }
   return out;
@@ -115,7 +120,11 @@ export async function parseMessage(
       if (part.type === 'attachment') {
         reading = part.content as unknown as Readable;
         try {
-          await onAttachment({ filename: part.filename ? clean(part.filename) : null, contentType: part.contentType || 'application/octet-stream', content: part.content as unknown as NodeJS.ReadableStream });
+          await onAttachment({
+            filename: part.filename ? clean(part.filename) : null,
+            contentType: part.contentType || 'application/octet-stream',
+            content: part.content as unknown as NodeJS.ReadableStream,
+          });
         } catch (err) {
           if (!parserFailure) sinkFailure = { err };
           throw err;
@@ -190,7 +199,13 @@ export async function parseInlineInbound(deps: ParseDeps, w: SpooledInboundWrite
       const chunks: Buffer[] = [];
       for await (const chunk of part.content as AsyncIterable<Buffer>) chunks.push(chunk);
       const content = Buffer.concat(chunks);
-      attachments.push({ id: attachmentId(w.id, attachments.length), filename: part.filename, contentType: part.contentType, contentBase64: content.toString('base64'), size: content.length });
+      attachments.push({
+        id: attachmentId(w.id, attachments.length),
+        filename: part.filename,
+        contentType: part.contentType,
+        contentBase64: content.toString('base64'),
+        size: content.length,
+      });
     });
   } catch (err) {
     if (!(err instanceof UnparsableMessage)) throw err;
@@ -250,7 +265,13 @@ export type SpooledEvent =
  * Parses a large message (thread side), handing each event to `emit`, which resolves once the writer has taken it
  * (for a chunk: written it to Postgres), so no more than one chunk is ever held.
  */
-export async function parseSpooled(deps: ParseDeps, open: () => Readable, w: SpooledInboundWrite, withVerdicts: boolean, emit: (event: SpooledEvent) => Promise<void>): Promise<void> {
+export async function parseSpooled(
+  deps: ParseDeps,
+  open: () => Readable,
+  w: SpooledInboundWrite,
+  withVerdicts: boolean,
+  emit: (event: SpooledEvent) => Promise<void>,
+): Promise<void> {
   let verdicts: Verdicts;
   try {
     verdicts = withVerdicts ? await verdictsOf(deps, open, w) : NO_VERDICTS;

@@ -182,4 +182,3 @@ export function startThread(opts: ThreadOptions, onLost: (thread: ParseThread) =
   };
   return thread;
 }
-

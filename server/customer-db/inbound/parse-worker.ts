@@ -45,7 +45,10 @@ const beat = new Int32Array(settings.beat);
 Atomics.store(beat, 0, 1);
 setInterval(() => Atomics.add(beat, 0, 1), BEAT_MS);
 
-const forward = (level: keyof Logger) => (event: string, fields: LogFields = {}) => port.postMessage({ log: { level, event, fields } } satisfies ParseReply);
+const forward =
+  (level: keyof Logger) =>
+  (event: string, fields: LogFields = {}) =>
+    port.postMessage({ log: { level, event, fields } } satisfies ParseReply);
 const logger: Logger = { debug: forward('debug'), info: forward('info'), warn: forward('warn'), error: forward('error') };
 const deps: ParseDeps = {
   config: { mailHostname: settings.mailHostname },

@@ -237,7 +237,10 @@ export function createInboundParser(
       if (writes.length === 0) return [];
       let outcomes: ParseOutcome[];
       try {
-        outcomes = await runBatch(sharedThread(), writes.map((write) => ({ write, withVerdicts: true })));
+        outcomes = await runBatch(
+          sharedThread(),
+          writes.map((write) => ({ write, withVerdicts: true })),
+        );
       } catch (err) {
         if (!(err instanceof ThreadStalled)) throw err;
         // One of the messages the thread held (of this batch or another) did not let it turn: each alone now.

@@ -3,7 +3,16 @@ import { INBOUND_CHANNEL, TargetChangedError } from '../../../db/customer/writes
 import type { SpooledInboundWrite } from '../../core/customer-db-outbox.js';
 import type { Deps } from '../../core/deps.js';
 import { createCollector } from '../../shared/memory.js';
-import { ATTACHMENT_CHUNK, type ParsedMessage, SpoolError, type SpooledEvent, UNPARSABLE_ATTACHMENT, attachmentId, spooledSource, unparsedFields } from './parse-message.js';
+import {
+  ATTACHMENT_CHUNK,
+  type ParsedMessage,
+  SpoolError,
+  type SpooledEvent,
+  UNPARSABLE_ATTACHMENT,
+  attachmentId,
+  spooledSource,
+  unparsedFields,
+} from './parse-message.js';
 import type { Verdicts } from './verdicts.js';
 
 /**
@@ -95,7 +104,8 @@ async function writeSpooled(
   try {
     let attachments: ParsedAttachment[] = [];
     // The chunk table only for a message with attachments: creating it costs more than the rest of a small message.
-    const chunkTable = () => client.query('create temp table mailstead_chunks (attachment_id uuid not null, n integer not null, bytes bytea not null) on commit drop');
+    const chunkTable = () =>
+      client.query('create temp table mailstead_chunks (attachment_id uuid not null, n integer not null, bytes bytea not null) on commit drop');
     let parsed: ParsedMessage | null = null;
     let current: { id: string; filename: string | null; contentType: string; n: number } | null = null;
     const collector = createCollector();

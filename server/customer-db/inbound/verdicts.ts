@@ -117,7 +117,10 @@ async function checkMessage(deps: ParseDeps, message: MessageSource, w: Pick<Spo
     let dkim: Awaited<ReturnType<typeof dkimVerify>> | null = null;
     let headerFrom: string[] = [];
     if (scan.within && scan.dkimSignatures > 0) {
-      dkim = await dkimVerify(Buffer.isBuffer(message) ? message : message(), { resolver: withLookupLimit(lookup, MAX_DKIM_KEY_LOOKUPS) as never, sender: w.mailFrom });
+      dkim = await dkimVerify(Buffer.isBuffer(message) ? message : message(), {
+        resolver: withLookupLimit(lookup, MAX_DKIM_KEY_LOOKUPS) as never,
+        sender: w.mailFrom,
+      });
       headerFrom = dkim.headerFrom;
     } else if (scan.within) headerFrom = scan.from;
     // As authenticate does: the IP for a missing HELO, an address literal bracketed.

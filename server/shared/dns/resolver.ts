@@ -6,7 +6,7 @@ import type { DnsServer } from '../config.js';
  * has no records of that type); or no usable answer in time (`unknown`: a timeout or a server failure, never a hang).
  */
 export type Lookup<T> =
-  | { status: 'found'; records: T[]; /** Seconds the answer may be kept (the smallest record TTL), where DNS says. */ ttl?: number }
+  | { status: 'found'; records: T[] /** Seconds the answer may be kept (the smallest record TTL), where DNS says. */; ttl?: number }
   | { status: 'missing'; nxdomain: boolean }
   | { status: 'unknown'; reason: string };
 
