@@ -16,8 +16,8 @@ export const STORE_FAULT_WINDOW_MS = 60_000;
 /**
  * SQLite's codes for a store that cannot be trusted or written (a damaged file, not a database, an I/O error, a full
  * disk, a file it cannot open, a connection closed to writes after a failed flush), and the system's for a write or
- * flush of DATA_DIR that failed (the WAL's fdatasync, the inbound spool). Constraint and busy errors, refusals and network errors are about one piece of work, not the
- * store.
+ * flush of DATA_DIR that failed (the WAL's fdatasync, the inbound spool). Constraint and busy errors, refusals and
+ * network errors are about one piece of work, not the store.
  */
 export function storeFaultOf(err: unknown): boolean {
   return /^(SQLITE_(CORRUPT|NOTADB|IOERR|FULL|CANTOPEN|READONLY)|EIO$|ENOSPC$|EROFS$|EDQUOT$)/.test(codeOf(err));

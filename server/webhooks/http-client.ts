@@ -12,7 +12,10 @@ export interface PostResult {
   delivered: boolean;
   /** The response status, when one arrived. */
   status: number | null;
-  /** Null when delivered; else `HTTP <status>`, `timeout`, `connection_refused`, `dns_error`, `tls_error`, `blocked_host`, `connection_error` (or `invalid_url`). */
+  /**
+   * Null when delivered; else `HTTP <status>`, `timeout`, `connection_refused`, `dns_error`, `tls_error`,
+   * `blocked_host`, `connection_error` (or `invalid_url`).
+   */
   error: string | null;
 }
 

@@ -29,8 +29,9 @@ import { ERROR_STATUS } from '../../shared/errors.js';
  * The resources the API answers with, as zod schemas for the API document (requests are validated by the core's own
  * schemas; these describe what comes back). Each is tied at compile time to the type the core returns: `documents<V>()`
  * accepts a schema only if every value it describes is a V, so a field the core adds, renames or retypes breaks the
- * build until it is documented. Each exported schema is a component of the document, named after its export. The route tests check the other way round: every answer validates against the document
- * (objects are closed, so an undocumented field fails there).
+ * build until it is documented. Each exported schema is a component of the document, named after its export. The
+ * route tests check the other way round: every answer validates against the document (objects are closed, so an
+ * undocumented field fails there).
  */
 
 const documents =
