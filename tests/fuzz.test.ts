@@ -250,7 +250,7 @@ function checkAnswer(a: Answer): string {
     Object.keys(error).sort().join() === 'code,message';
   if (!exact || typeof error.code !== 'string' || typeof error.message !== 'string' || error.message === '')
     throw new Error(`a ${a.status} not in the error envelope: ${show}`);
-  if (!CLIENT_ERROR_CODES.has(error.code)) throw new Error(`a ${a.status} with a code that is not a 4xx code of api.md: ${show}`);
+  if (!CLIENT_ERROR_CODES.has(error.code)) throw new Error(`a ${a.status} with a code that is not a 4xx code of docs/api/contract.md: ${show}`);
   if (!a.contentType?.startsWith('application/json')) throw new Error(`a ${a.status} served as ${a.contentType}: ${show}`);
   return `${a.status} ${error.code}`;
 }
