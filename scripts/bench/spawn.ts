@@ -8,7 +8,7 @@ import { createInterface } from 'node:readline';
  */
 export function serviceNodeFlags(): string[] {
   const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { scripts: { start: string } };
-  const m = /^node((?: --\S+)*) dist\/server\/main\.js$/.exec(pkg.scripts.start);
+  const m = /^node((?: --\S+)*) dist\/server\/app\/main\.js$/.exec(pkg.scripts.start);
   if (!m) throw new Error(`package.json start is not "node [flags] dist/server/app/main.js": ${pkg.scripts.start}`);
   return m[1]!.split(' ').filter(Boolean);
 }
