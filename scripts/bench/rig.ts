@@ -63,7 +63,7 @@ export async function startBenchRig(extraEnv: Record<string, string> = {}, given
   };
   // The database exists before the service starts, so senders can be made beside it.
   openDatabase(dataDir).close();
-  const { child, port } = await spawnListening(join(here, '../../server/main.js'), env, [
+  const { child, port } = await spawnListening(join(here, '../../server/app/main.js'), env, [
     ...serviceNodeFlags(),
     ...(process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean) ?? []),
   ]);

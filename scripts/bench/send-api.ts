@@ -55,7 +55,7 @@ async function main(): Promise<void> {
   Object.assign(env, { DNS_SERVERS: dns.address, SMTP_DELIVERY_PORT: String(sink.port), ALLOW_PRIVATE_TARGETS: 'true' });
   const config = loadConfig(env);
   const store = openDatabase(dataDir);
-  const service = await spawnListening(join(here, '../../server/main.js'), env, [
+  const service = await spawnListening(join(here, '../../server/app/main.js'), env, [
     ...serviceNodeFlags(),
     ...(process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean) ?? []),
   ]);
