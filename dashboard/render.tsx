@@ -11,7 +11,7 @@ import { type NavHref, Page } from './ui.js';
  * `redirectWithFlash` ends a form's POST (POST, redirect, GET: a reload never resubmits), and `formAction` runs the
  * change in between.
  */
-export function render(deps: Deps, c: Context<DashEnv>, page: { title: string; current: NavHref; status?: number }, body: Child) {
+export function render(deps: Pick<Deps, 'clock' | 'db'>, c: Context<DashEnv>, page: { title: string; current: NavHref; status?: number }, body: Child) {
   const session = c.var.session;
   const flash = takeFlash(deps, session);
   return c.html(
@@ -22,7 +22,7 @@ export function render(deps: Deps, c: Context<DashEnv>, page: { title: string; c
   );
 }
 
-export function redirectWithFlash(deps: Deps, c: Context<DashEnv>, to: string, flash: Flash) {
+export function redirectWithFlash(deps: Pick<Deps, 'clock' | 'db'>, c: Context<DashEnv>, to: string, flash: Flash) {
   setFlash(deps, c.var.session, flash);
   return c.redirect(to, 303);
 }
@@ -37,7 +37,7 @@ export type Outcome = Flash & { to?: string };
  * other exception) is a bug, answered with the 500 page.
  */
 export async function formAction(
-  deps: Deps,
+  deps: Pick<Deps, 'clock' | 'db'>,
   c: Context<DashEnv>,
   back: string,
   run: () => Outcome | Promise<Outcome>,

@@ -68,7 +68,10 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
  * too: each account's recipients in turn, at most `perAccountHeld` held per account. So a slow destination, a silent
  * DNS or a large backlog holds up only the mail of its own account and destination.
  */
-export function createDeliveryEngine(deps: Deps, options: Partial<EngineOptions> = {}) {
+export function createDeliveryEngine(
+  deps: Pick<Deps, 'clock' | 'commits' | 'config' | 'db' | 'logger' | 'metrics' | 'resolver' | 'secretKey' | 'storeHealth'>,
+  options: Partial<EngineOptions> = {},
+) {
   const opts = { ...DEFAULT_ENGINE_OPTIONS, ...options };
   const worker = newWorkerId();
 

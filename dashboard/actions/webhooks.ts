@@ -15,7 +15,10 @@ import type { Outcome } from '../render.js';
  */
 
 /** POST /webhooks/{id}/test for the endpoint's account: a ping now, its answer awaited (a success switches it on). */
-export async function sendTestPing(deps: Deps, endpoint: EndpointSummary): Promise<Outcome> {
+export async function sendTestPing(
+  deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger' | 'resolver' | 'secretKey'>,
+  endpoint: EndpointSummary,
+): Promise<Outcome> {
   const result = await testWebhook({ deps, ctx: actForAccount(deps.db, endpoint.accountId), id: endpoint.view.id });
   if (!result.delivered) return { kind: 'error', message: `The test ping failed: ${result.error ?? 'no answer'}.` };
   const back = endpoint.view.active ? '' : ' The endpoint is switched back on.';
@@ -27,7 +30,7 @@ export async function sendTestPing(deps: Deps, endpoint: EndpointSummary): Promi
  * the dashboard runs beside the dispatcher, which the re-enable's mark (db/queue-wake.ts) wakes at once, as a
  * successful ping's does.
  */
-export function reenableEndpoint(deps: Deps, endpoint: EndpointSummary): Outcome {
+export function reenableEndpoint(deps: Pick<Deps, 'clock' | 'db' | 'logger'>, endpoint: EndpointSummary): Outcome {
   const wasOff = !endpoint.view.active;
   enableWebhook(deps.db, endpoint.view.id, deps.clock.now());
   if (!wasOff) return { kind: 'ok', message: 'The endpoint was already on; its failure count is reset.' };
@@ -45,7 +48,11 @@ function isEmailEventType(t: string): t is EmailEventType {
  * outcome (a new delivery id, due now), exactly as POST /webhooks/{id}/replay does, under the same cap on what an
  * endpoint may have pending (its `limit_reached` refusal is flashed).
  */
-export async function replayDelivery(deps: Deps, endpoint: EndpointSummary, row: WebhookDeliveryRow): Promise<Outcome> {
+export async function replayDelivery(
+  deps: Pick<Deps, 'clock' | 'commits' | 'db' | 'logger'>,
+  endpoint: EndpointSummary,
+  row: WebhookDeliveryRow,
+): Promise<Outcome> {
   if (!isEmailEventType(row.eventType)) return { kind: 'error', message: 'A test ping is never replayed; send a new test ping instead.' };
   const data = JSON.parse(row.data) as { messageId?: unknown; recipient?: unknown; occurredAt?: unknown };
   const since = typeof data.occurredAt === 'string' ? Date.parse(data.occurredAt) : Number.NaN;

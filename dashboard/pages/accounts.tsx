@@ -52,7 +52,7 @@ function checkedScopes(form: Record<string, string>): string[] {
   return SCOPES.filter((s) => form[`scope.${s}`] !== undefined);
 }
 
-export function accountPages(deps: Deps) {
+export function accountPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUsage' | 'logger'>) {
   const app = new Hono<DashEnv>();
 
   app.get('/accounts', (c) => {

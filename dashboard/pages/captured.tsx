@@ -20,7 +20,7 @@ const current = '/dashboard/captured' as const;
 /** A keyset position from the query string, or null (an unusable one starts from the newest). */
 const seqParam = (v: string | undefined) => (v !== undefined && /^[1-9][0-9]{0,14}$/.test(v) ? Number(v) : null);
 
-export function capturedPages(deps: Deps) {
+export function capturedPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger' | 'resolver' | 'secretKey'>) {
   const capturing = () => deps.config.deliveryMode === 'capture';
 
   return new Hono<DashEnv>()

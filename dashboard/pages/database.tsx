@@ -27,7 +27,7 @@ const afterParam = (v: string | undefined) => (v !== undefined && isUuid(v) ? v 
 /** The list's address with its filter and page. */
 const listPath = (state: CustomerDbState | null, after: string | null): string => withQuery(current, { state, after });
 
-export function databasePages(deps: Deps) {
+export function databasePages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger' | 'resolver' | 'secretKey'>) {
   return new Hono<DashEnv>()
     .get('/database', (c) => {
       const state = stateParam(c.req.query('state'));

@@ -18,7 +18,7 @@ import { DomainPageBody, DomainsListBody, verifySummary } from '../views/domains
 
 const current = '/dashboard/domains' as const;
 
-export function domainPages(deps: Deps) {
+export function domainPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger' | 'resolver' | 'secretKey'>) {
   const app = new Hono<DashEnv>();
 
   app.get('/domains', (c) => {

@@ -14,7 +14,7 @@ import { FILTER_FIELDS, FilterForm, type FilterValues, SendLogTable } from '../v
 const current = '/dashboard/emails' as const;
 
 /** GET /dashboard/emails: the send log of every account, filtered and paged; GET /dashboard/emails/:id: one email's trail. */
-export function emailPages(deps: Deps) {
+export function emailPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'secretKey'>) {
   return new Hono<DashEnv>()
     .get('/emails', (c) => {
       const query = c.req.query();

@@ -8,7 +8,7 @@ import { AccountsPanel, DatabasesPanel, QueuePanel, WebhooksPanel } from '../vie
 import { VolumeChart, VolumeTable } from '../views/volume-chart.js';
 
 /** GET /dashboard: mail flow over the last 30 days, the outbound queue, and what needs the operator's eye. */
-export function overviewPages(deps: Deps) {
+export function overviewPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'metrics' | 'scans'>) {
   return new Hono<DashEnv>().get('/', async (c) => {
     // The queue's scan is the /metrics gauges' own; both reads run where deps.scans says (off the event loop).
     const { at: now, queue } = await deps.metrics.outboundQueue();

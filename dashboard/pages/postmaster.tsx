@@ -21,7 +21,7 @@ const current = '/dashboard/postmaster' as const;
 /** A keyset position from the query string, or null (an unusable one starts from the newest). */
 const seqParam = (v: string | undefined) => (v !== undefined && /^[1-9][0-9]{0,14}$/.test(v) ? Number(v) : null);
 
-export function postmasterPages(deps: Deps) {
+export function postmasterPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger' | 'secretKey'>) {
   /** The kept message of `id`; the 404 page when there is none (or no key to open it). */
   const open = (id: string) => {
     const found = isUuid(id) ? readOperatorMessage(deps.db, deps.secretKey, id.toLowerCase()) : null;

@@ -59,7 +59,7 @@ function cookieOptions(c: Context<DashEnv>, path: string) {
 }
 
 /** GET and POST /sign-in, POST /sign-out: the only dashboard pages served without a session (sign-out needs one). */
-export function signInRoutes(deps: Deps) {
+export function signInRoutes(deps: Pick<Deps, 'clock' | 'db' | 'logger'>) {
   const limiter = createAttemptLimiter(deps.clock);
   const form = (c: Context<DashEnv>, status: number, next: string, message?: { kind: 'ok' | 'error'; text: string }) => {
     const formToken = randomBase62(32);
@@ -111,7 +111,7 @@ export function signInRoutes(deps: Deps) {
 }
 
 /** POST /sign-out (behind the session and CSRF checks). */
-export function signOutRoutes(deps: Deps) {
+export function signOutRoutes(deps: Pick<Deps, 'db'>) {
   return new Hono<DashEnv>().post('/sign-out', (c) => {
     closeSession(deps.db, c.var.session);
     deleteCookie(c, SESSION_COOKIE, cookieOptions(c, '/dashboard'));

@@ -24,7 +24,7 @@ function backTo(back: string): string {
  * Suppressions: every account's list, searched by address (exact or prefix, any case) and filtered by account; add
  * and remove call what POST and DELETE /suppressions call, for the chosen account.
  */
-export function suppressionPages(deps: Deps) {
+export function suppressionPages(deps: Pick<Deps, 'clock' | 'db'>) {
   return (
     new Hono<DashEnv>()
       .get('/suppressions', (c) => {

@@ -28,7 +28,7 @@ const current = '/dashboard/webhooks' as const;
  * Webhooks: every account's endpoints (filter by account and health), an endpoint's deliveries, a delivery's payload
  * and attempts; test ping, replay and operator re-enable, each the function the API or the CLI calls.
  */
-export function webhookPages(deps: Deps) {
+export function webhookPages(deps: Pick<Deps, 'clock' | 'commits' | 'config' | 'db' | 'logger' | 'resolver' | 'secretKey'>) {
   return new Hono<DashEnv>()
     .get('/webhooks', (c) => {
       const accountId = accountFilter(deps.db, c.req.query('account'))?.id;

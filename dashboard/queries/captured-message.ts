@@ -22,7 +22,7 @@ export interface OpenedCapture {
 }
 
 /** The captured message of `recipient` for email `emailId`; a 404 page when there is none to show. */
-export function openCaptured(deps: Deps, emailId: string, recipient: string | undefined): OpenedCapture {
+export function openCaptured(deps: Pick<Deps, 'config' | 'db' | 'secretKey'>, emailId: string, recipient: string | undefined): OpenedCapture {
   const query = capturedMessageQuery.safeParse({ recipient });
   const entry = EMAIL_ID.test(emailId) && query.success ? findCaptured(deps.db, emailId, query.data.recipient) : undefined;
   if (!entry) throw new ApiError('email_not_found', 'No captured message of that recipient for that email.');

@@ -89,7 +89,7 @@ function accountOfEmail(db: Db, id: string): AccountRow {
   return row.account;
 }
 
-export function emailTrail(deps: Deps, id: string): EmailTrail {
+export function emailTrail(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'secretKey'>, id: string): EmailTrail {
   const account = accountOfEmail(deps.db, id);
   const email = getEmail({ deps, ctx: operatorContext(account), id });
   const createdAt = Date.parse(email.createdAt);
@@ -169,7 +169,7 @@ function causedDeliveries(db: Db, accountId: string, emailId: string, eventTimes
   return out.sort((a, b) => (a.delivery.id < b.delivery.id ? -1 : 1));
 }
 
-function capturedRecipients(deps: Deps, emailId: string): Set<string> {
+function capturedRecipients(deps: Pick<Deps, 'config' | 'db'>, emailId: string): Set<string> {
   if (deps.config.deliveryMode !== 'capture') return new Set();
   const rows = deps.db.select({ recipient: capturedMessages.recipient }).from(capturedMessages).where(eq(capturedMessages.emailId, emailId)).all();
   return new Set(rows.map((r) => r.recipient));
@@ -182,7 +182,13 @@ function capturedRecipients(deps: Deps, emailId: string): Set<string> {
  * was written (or, past the retention window, possibly dropped unwritten). The outbox keeps no email id in the clear:
  * the writes made at this email's times are opened and matched by what they carry.
  */
-function customerDbTrail(deps: Deps, accountId: string, emailId: string, createdAt: number, email: EmailView & { events: EventView[] }): CustomerDbTrail {
+function customerDbTrail(
+  deps: Pick<Deps, 'clock' | 'db' | 'secretKey'>,
+  accountId: string,
+  emailId: string,
+  createdAt: number,
+  email: EmailView & { events: EventView[] },
+): CustomerDbTrail {
   const empty = (none: string): CustomerDbTrail => ({ none, database: null, items: [] });
   if (email.status !== 'sent') return empty(`A ${email.status} send is not written to the customer database.`);
   if (!deps.secretKey) return empty('This server keeps no secret key (SECRET_KEY=off), so no customer database can be connected.');

@@ -132,7 +132,12 @@ export interface Received {
  * Reads the DATA stream to its end and makes the message durable; resolves with what was stored, or rejects with
  * the SmtpReply to send (a client gone mid-DATA rejects too, and nothing stays).
  */
-export async function receiveMessage(deps: Deps, stream: Readable & { sizeExceeded?: boolean }, envelope: Envelope, checks: ReportChecks): Promise<Received> {
+export async function receiveMessage(
+  deps: Pick<Deps, 'clock' | 'commits' | 'config' | 'db' | 'logger' | 'metrics' | 'secretKey' | 'storeHealth'>,
+  stream: Readable & { sizeExceeded?: boolean },
+  envelope: Envelope,
+  checks: ReportChecks,
+): Promise<Received> {
   const now = deps.clock.now();
   const id = newId(now);
   const mailboxes = envelope.recipients.filter((r): r is Extract<Recipient, { kind: 'mailbox' }> => r.kind === 'mailbox');

@@ -39,7 +39,7 @@ export function isFblReporter(domain: string, reporters: readonly string[]): boo
  * one past REPORT_BYTES cannot be, and is not trusted.
  */
 export async function trustedReport(
-  deps: Deps,
+  deps: Pick<Deps, 'config' | 'logger'>,
   report: InboundReport,
   arrivedAt: Recipient[],
   raw: Buffer,
@@ -165,7 +165,7 @@ function decisiveBlock<B extends { action: string; status: string }>(blocks: rea
  * webhooks, the customer database and the reputation breaker see it like any other outcome.
  */
 export function recordReport(
-  deps: Deps,
+  deps: Pick<Deps, 'config' | 'db' | 'logger' | 'metrics' | 'secretKey'>,
   report: Exclude<InboundReport, null>,
   arrivedAt: Recipient[],
   now: number,

@@ -42,7 +42,11 @@ const reply = (code: number, message: string) => new SmtpReply(code, message);
  * The inbound SMTP server. `checks` (the composition root passes the inbound parser's) checks the DKIM signatures of
  * reports in a parse thread; its owner closes it after the server.
  */
-export function createInboundServer(deps: Deps, tls: { key: string; cert: string }, options: Partial<InboundOptions> & { checks: ReportChecks }) {
+export function createInboundServer(
+  deps: Pick<Deps, 'clock' | 'commits' | 'config' | 'db' | 'logger' | 'metrics' | 'secretKey' | 'storeHealth'>,
+  tls: { key: string; cert: string },
+  options: Partial<InboundOptions> & { checks: ReportChecks },
+) {
   const opts: InboundOptions = { ...DEFAULT_INBOUND_OPTIONS, ...options };
   const checks: ReportChecks = options.checks;
   const perAddress = new Map<string, number>();

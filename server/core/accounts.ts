@@ -141,7 +141,15 @@ export function createTopLevelAccount(deps: Pick<Deps, 'db' | 'clock' | 'config'
 }
 
 /** POST /accounts: one level only, at most MAX_SUB_ACCOUNTS per account. */
-export function createSubAccount({ deps, ctx, input }: { deps: Deps; ctx: RequestContext; input: z.output<typeof createSubAccountInput> }): AccountView {
+export function createSubAccount({
+  deps,
+  ctx,
+  input,
+}: {
+  deps: Pick<Deps, 'clock' | 'config' | 'db'>;
+  ctx: RequestContext;
+  input: z.output<typeof createSubAccountInput>;
+}): AccountView {
   if (ctx.viaHeader) throw new ApiError('conflict', 'A sub-account cannot open a sub-account: send this request without X-Service-Account.');
   if (ctx.account.parentId !== null) throw new ApiError('conflict', 'A sub-account cannot open a sub-account: only one level is allowed.');
   const now = deps.clock.now();
@@ -157,7 +165,7 @@ export function createSubAccount({ deps, ctx, input }: { deps: Deps; ctx: Reques
   return accountView(deps, row, ctx.account);
 }
 
-export function listSubAccounts({ deps, ctx, page }: { deps: Deps; ctx: RequestContext; page: PageRequest }): AccountView[] {
+export function listSubAccounts({ deps, ctx, page }: { deps: Pick<Deps, 'clock' | 'config' | 'db'>; ctx: RequestContext; page: PageRequest }): AccountView[] {
   const rows = deps.db
     .select()
     .from(accounts)
@@ -168,18 +176,18 @@ export function listSubAccounts({ deps, ctx, page }: { deps: Deps; ctx: RequestC
   return rows.map((r) => accountView(deps, r, ctx.account));
 }
 
-function requireSubAccount(deps: Deps, ctx: RequestContext, id: string): AccountRow {
+function requireSubAccount(deps: Pick<Deps, 'db'>, ctx: RequestContext, id: string): AccountRow {
   const row = findSubAccount(deps.db, ctx.account.id, id);
   if (!row) throw notFound('sub-account');
   return row;
 }
 
-export function getSubAccount({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): AccountView {
+export function getSubAccount({ deps, ctx, id }: { deps: Pick<Deps, 'clock' | 'config' | 'db'>; ctx: RequestContext; id: string }): AccountView {
   return accountView(deps, requireSubAccount(deps, ctx, id), ctx.account);
 }
 
 /** DELETE /accounts/{id}: the row goes, and with it (by foreign key cascade) everything under it. */
-export function deleteSubAccount({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): void {
+export function deleteSubAccount({ deps, ctx, id }: { deps: Pick<Deps, 'db' | 'logger'>; ctx: RequestContext; id: string }): void {
   const row = requireSubAccount(deps, ctx, id);
   deps.db.delete(accounts).where(eq(accounts.id, row.id)).run();
   noteKeysRemoved();
@@ -196,7 +204,7 @@ export function setSuspensionByApi({
   id,
   input,
 }: {
-  deps: Deps;
+  deps: Pick<Deps, 'clock' | 'config' | 'db'>;
   ctx: RequestContext;
   id: string;
   input: z.output<typeof suspendInput>;
@@ -205,7 +213,7 @@ export function setSuspensionByApi({
   return deps.db.transaction(() => setSuspension(deps, ctx, id, input));
 }
 
-function setSuspension(deps: Deps, ctx: RequestContext, id: string, input: z.output<typeof suspendInput>): AccountView {
+function setSuspension(deps: Pick<Deps, 'clock' | 'config' | 'db'>, ctx: RequestContext, id: string, input: z.output<typeof suspendInput>): AccountView {
   const row = requireSubAccount(deps, ctx, id);
   const lockedBy = row.suspendedBy !== null && row.suspendedBy !== 'api' ? row.suspendedBy : null;
   if (lockedBy) {

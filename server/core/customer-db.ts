@@ -88,7 +88,7 @@ export function effectiveRow(deps: Pick<Deps, 'db'>, ctx: RequestContext): { row
 }
 
 /** GET /database: the status of the database this account's mail is written to (its own, else its parent's). */
-export function getDatabaseStatus({ deps, ctx }: { deps: Deps; ctx: RequestContext }): DatabaseStatus {
+export function getDatabaseStatus({ deps, ctx }: { deps: Pick<Deps, 'db'>; ctx: RequestContext }): DatabaseStatus {
   const found = effectiveRow(deps, ctx);
   if (!found) return NOT_CONNECTED;
   return found.held ? statusOf(deps, found.row) : inheritedStatusOf(deps, found.row, ctx.account.id);
@@ -98,7 +98,7 @@ export function getDatabaseStatus({ deps, ctx }: { deps: Deps; ctx: RequestConte
  * DELETE /database: the account's own database is forgotten with the writes still waiting for it (they stop); the
  * schema and rows in the customer's database stay. 404 database_not_connected when the account has none of its own.
  */
-export function deleteDatabase({ deps, ctx }: { deps: Deps; ctx: RequestContext }): void {
+export function deleteDatabase({ deps, ctx }: { deps: Pick<Deps, 'db' | 'logger'>; ctx: RequestContext }): void {
   const accountId = ctx.account.id;
   const dropped = deps.db.transaction(() => {
     const deleted = deps.db.delete(customerDatabases).where(eq(customerDatabases.accountId, accountId)).run().changes;

@@ -98,7 +98,7 @@ function findDomain(db: Db, accountId: string, id: string): { domain: DomainRow;
     .get();
 }
 
-function requireDomain(deps: Deps, ctx: RequestContext, id: string) {
+function requireDomain(deps: Pick<Deps, 'db'>, ctx: RequestContext, id: string) {
   const found = findDomain(deps.db, ctx.account.id, id);
   if (!found) throw notFound('domain');
   return found;
@@ -135,7 +135,15 @@ function checkAccountRoom(db: Db, accountId: string, name: string): void {
 }
 
 /** POST /domains. A name this account connected before gets its kept token, selector and key back. */
-export async function createDomain({ deps, ctx, input }: { deps: Deps; ctx: RequestContext; input: z.output<typeof createDomainInput> }): Promise<DomainView> {
+export async function createDomain({
+  deps,
+  ctx,
+  input,
+}: {
+  deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger' | 'secretKey'>;
+  ctx: RequestContext;
+  input: z.output<typeof createDomainInput>;
+}): Promise<DomainView> {
   const accountId = ctx.account.id;
   const { name } = input;
   checkAccountRoom(deps.db, accountId, name);
@@ -198,7 +206,7 @@ export async function createDomain({ deps, ctx, input }: { deps: Deps; ctx: Requ
   return domainView(deps, row, key!);
 }
 
-export function listDomains({ deps, ctx, page }: { deps: Deps; ctx: RequestContext; page: PageRequest }): DomainView[] {
+export function listDomains({ deps, ctx, page }: { deps: Pick<Deps, 'config' | 'db'>; ctx: RequestContext; page: PageRequest }): DomainView[] {
   return deps.db
     .select({ domain: domains, key: domainKeys })
     .from(domains)
@@ -210,7 +218,7 @@ export function listDomains({ deps, ctx, page }: { deps: Deps; ctx: RequestConte
     .map((r) => domainView(deps, r.domain, r.key));
 }
 
-export function getDomain({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): DomainView {
+export function getDomain({ deps, ctx, id }: { deps: Pick<Deps, 'config' | 'db'>; ctx: RequestContext; id: string }): DomainView {
   const { domain, key } = requireDomain(deps, ctx, id);
   return domainView(deps, domain, key);
 }
@@ -253,7 +261,7 @@ export function pruneKeptDomainKeys(db: Db, accountId: string): string[] {
  * DELETE /domains/{id}: the domain goes; its token, selector and key stay with the account for a reconnect, within
  * the KEPT_DOMAIN_KEYS bound.
  */
-export function deleteDomain({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): void {
+export function deleteDomain({ deps, ctx, id }: { deps: Pick<Deps, 'clock' | 'db' | 'logger'>; ctx: RequestContext; id: string }): void {
   const { domain } = requireDomain(deps, ctx, id);
   const now = deps.clock.now();
   const pruned = deps.db.transaction((tx) => {
@@ -265,7 +273,7 @@ export function deleteDomain({ deps, ctx, id }: { deps: Deps; ctx: RequestContex
 }
 
 /** The four records as DNS shows them now, read concurrently. */
-async function readChecks(deps: Deps, name: string, key: DomainKeyRow): Promise<Checks> {
+async function readChecks(deps: Pick<Deps, 'config' | 'resolver'>, name: string, key: DomainKeyRow): Promise<Checks> {
   const [ownership, spf, mx, signing] = await Promise.all([
     deps.resolver.txt(`_service-verify.${name}`),
     deps.resolver.txt(name),
@@ -284,7 +292,15 @@ async function readChecks(deps: Deps, name: string, key: DomainKeyRow): Promise<
  * POST /domains/{id}/verify: reads the four records now, stores what was found, answers the result. In capture mode a
  * name under a reserved TLD (shop.test) is found without asking DNS; every other name is always read from DNS.
  */
-export async function verifyDomain({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): Promise<DomainView & { checks: Checks }> {
+export async function verifyDomain({
+  deps,
+  ctx,
+  id,
+}: {
+  deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger' | 'resolver'>;
+  ctx: RequestContext;
+  id: string;
+}): Promise<DomainView & { checks: Checks }> {
   const { domain, key } = requireDomain(deps, ctx, id);
   const name = domain.name;
   const withoutDns = deps.config.deliveryMode === 'capture' && isUnderReservedTld(name);

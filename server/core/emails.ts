@@ -75,7 +75,7 @@ export function* listEmails({
   page,
   filter,
 }: {
-  deps: Deps;
+  deps: Pick<Deps, 'db'>;
   ctx: RequestContext;
   page: PageRequest;
   filter: z.output<typeof emailFilter>;
@@ -105,7 +105,7 @@ export function* listEmails({
   }
 }
 
-function findEmail(deps: Deps, ctx: RequestContext, id: string): EmailRow {
+function findEmail(deps: Pick<Deps, 'db'>, ctx: RequestContext, id: string): EmailRow {
   const row = deps.db
     .select()
     .from(emails)
@@ -116,7 +116,7 @@ function findEmail(deps: Deps, ctx: RequestContext, id: string): EmailRow {
 }
 
 /** GET /emails/{id}: the entry and its recipients' events in the order they happened. */
-export function getEmail({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): EmailView & { events: EventView[] } {
+export function getEmail({ deps, ctx, id }: { deps: Pick<Deps, 'db'>; ctx: RequestContext; id: string }): EmailView & { events: EventView[] } {
   const row = findEmail(deps, ctx, id);
   const events = deps.db
     .select()
@@ -138,7 +138,17 @@ export const capturedMessageQuery = z.strictObject({
  * capture (DELIVERY_MODE=direct), or nothing is kept for that recipient (sandboxed, not yet attempted, or dropped as
  * one of the oldest beyond the store's bound).
  */
-export function getCapturedMessage({ deps, ctx, id, recipient }: { deps: Deps; ctx: RequestContext; id: string; recipient: string }): Buffer {
+export function getCapturedMessage({
+  deps,
+  ctx,
+  id,
+  recipient,
+}: {
+  deps: Pick<Deps, 'config' | 'db' | 'secretKey'>;
+  ctx: RequestContext;
+  id: string;
+  recipient: string;
+}): Buffer {
   findEmail(deps, ctx, id);
   if (deps.config.deliveryMode !== 'capture') {
     throw new ApiError('email_not_found', 'Messages are kept only in capture mode (DELIVERY_MODE=capture); this server delivers them.');

@@ -181,14 +181,14 @@ export function insertKey(
 }
 
 /** POST /keys: scopes default to all of the minting key's and may never exceed them. */
-export function mintKey({ deps, ctx, input }: { deps: Deps; ctx: RequestContext; input: z.output<typeof mintKeyInput> }): MintedKeyView {
+export function mintKey({ deps, ctx, input }: { deps: Pick<Deps, 'clock' | 'db'>; ctx: RequestContext; input: z.output<typeof mintKeyInput> }): MintedKeyView {
   const requested = input.scopes ? [...new Set(input.scopes.filter(isScope))] : [...ctx.scopes];
   const lacking = requested.filter((s) => !ctx.scopes.includes(s));
   if (lacking.length > 0) throw new ApiError('insufficient_scope', `This key cannot grant scopes it does not hold: ${lacking.join(', ')}.`);
   return insertKey(deps, { accountId: ctx.account.id, name: input.name, scopes: requested, mintedBy: ctx.keyId });
 }
 
-export function listKeys({ deps, ctx, page }: { deps: Deps; ctx: RequestContext; page: PageRequest }): KeyView[] {
+export function listKeys({ deps, ctx, page }: { deps: Pick<Deps, 'db' | 'keyUsage'>; ctx: RequestContext; page: PageRequest }): KeyView[] {
   return deps.db
     .select()
     .from(apiKeys)
@@ -200,7 +200,7 @@ export function listKeys({ deps, ctx, page }: { deps: Deps; ctx: RequestContext;
 }
 
 /** DELETE /keys/{id}: idempotent; the key stops working at once and stays listed with revokedAt. */
-export function revokeKey({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): void {
+export function revokeKey({ deps, ctx, id }: { deps: Pick<Deps, 'clock' | 'db' | 'logger'>; ctx: RequestContext; id: string }): void {
   const row = deps.db
     .select()
     .from(apiKeys)

@@ -109,7 +109,7 @@ export async function sendEmail({ deps, ctx, rawBody, body: parsed, idempotencyK
   }
 }
 
-function loadSender(deps: Deps, ctx: RequestContext): Sender {
+function loadSender(deps: Pick<Deps, 'db'>, ctx: RequestContext): Sender {
   const acting = findAccount(deps.db, ctx.account.id);
   if (!acting) throw new ApiError('account_not_found', 'The account no longer exists.');
   const parent = acting.parentId ? (findAccount(deps.db, acting.parentId) ?? null) : null;
@@ -207,7 +207,7 @@ const statements = definePrepared((db) => ({
 }));
 
 /** The from-domain's signing key id, once the domain is this account's and ready to send. */
-function checkFromDomain(deps: Deps, account: AccountRow, send: SendRequest): string {
+function checkFromDomain(deps: Pick<Deps, 'config' | 'db'>, account: AccountRow, send: SendRequest): string {
   const found = statements(deps.db).domainByName.get({ accountId: account.id, name: send.from.domain });
   if (!found) throw new ApiError('domain_not_yours', `The domain ${send.from.domain} is not connected to this account.`);
   const flags = deriveFlags(found.recordStatus, deps.config.smtpRelayUrl !== null);
@@ -219,7 +219,7 @@ function checkFromDomain(deps: Deps, account: AccountRow, send: SendRequest): st
 }
 
 /** Check 7: the account's list and its parent's; and the mailbox simulator's suppressed@, which is always listed. */
-function checkSuppressions(deps: Deps, sender: Sender, send: SendRequest): void {
+function checkSuppressions(deps: Pick<Deps, 'db'>, sender: Sender, send: SendRequest): void {
   const ids = [sender.acting.id, ...(sender.parent ? [sender.parent.id] : [])];
   const addresses = send.to.map((r) => r.address);
   const onLists = new Set(suppressedRecipients(deps.db, ids, addresses));
@@ -227,7 +227,7 @@ function checkSuppressions(deps: Deps, sender: Sender, send: SendRequest): void 
   if (listed.length > 0) throw new ApiError('recipient_suppressed', `Suppressed recipients, nothing was sent: ${listed.join(', ')}.`);
 }
 
-function sandboxSendsToday(deps: Deps, accountId: string, now: number): number {
+function sandboxSendsToday(deps: Pick<Deps, 'db'>, accountId: string, now: number): number {
   return statements(deps.db).sandboxCount.get({ accountId, since: now - DAY_MS })?.n ?? 0;
 }
 
@@ -238,7 +238,12 @@ function sandboxSendsToday(deps: Deps, accountId: string, now: number): number {
  * entry, the queue rows, the counters, the charge and the idempotent answer. The promise resolves only once all of
  * it is durable; a refusal rolls back what the transaction had begun and writes nothing.
  */
-async function commitSend(deps: Deps, ctx: RequestContext, body: Body, claim: Claim | null): Promise<SendResult> {
+async function commitSend(
+  deps: Pick<Deps, 'clock' | 'commits' | 'config' | 'db' | 'logger' | 'secretKey' | 'storeHealth'>,
+  ctx: RequestContext,
+  body: Body,
+  claim: Claim | null,
+): Promise<SendResult> {
   try {
     const committed = await deps.commits.run((tx) => {
       const now = deps.clock.now();
@@ -340,7 +345,7 @@ async function commitSend(deps: Deps, ctx: RequestContext, body: Body, claim: Cl
  * A send the store could not record (a full disk): 503 naming the cause (docs/api/decisions.md section 13), never 502
  * send_failed, which says the mail server did not accept the message. Null when the failure was not the store's.
  */
-function unrecorded(deps: Deps, ctx: RequestContext, err: unknown): ApiError | null {
+function unrecorded(deps: Pick<Deps, 'logger' | 'storeHealth'>, ctx: RequestContext, err: unknown): ApiError | null {
   const unavailable = storeUnavailable(err, { closed: deps.storeHealth.unsafe() && storeFaultOf(err), outcome: NOTHING_SENT });
   if (unavailable) logFailure(deps, 'send.store_failed', err, { accountId: ctx.account.id });
   return unavailable;
@@ -350,7 +355,7 @@ function withWarning(result: SendResult, warning: Warning | undefined): SendResu
   return warning ? { ...result, warning } : result;
 }
 
-function logFailedSend(deps: Deps, base: Omit<typeof emails.$inferInsert, 'id' | 'status' | 'createdAt'>): void {
+function logFailedSend(deps: Pick<Deps, 'clock' | 'db' | 'logger'>, base: Omit<typeof emails.$inferInsert, 'id' | 'status' | 'createdAt'>): void {
   const now = deps.clock.now();
   try {
     deps.db

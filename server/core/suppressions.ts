@@ -55,7 +55,7 @@ export function listSuppressions({
   page,
   address,
 }: {
-  deps: Deps;
+  deps: Pick<Deps, 'db'>;
   ctx: RequestContext;
   page: PageRequest;
   address?: string | undefined;
@@ -105,13 +105,16 @@ export function suppress(
   return { row: existing, created: false };
 }
 
-export function addSuppression({ deps, ctx, address }: { deps: Deps; ctx: RequestContext; address: string }): { entry: SuppressionView; created: boolean } {
+export function addSuppression({ deps, ctx, address }: { deps: Pick<Deps, 'clock' | 'db'>; ctx: RequestContext; address: string }): {
+  entry: SuppressionView;
+  created: boolean;
+} {
   const { row, created } = suppress(deps.db, ctx.account.id, address, 'manual', '', deps.clock.now());
   return { entry: suppressionView(row), created };
 }
 
 /** DELETE /suppressions/{address}: only this account's list; a parent's list is left as it is. */
-export function removeSuppression({ deps, ctx, address }: { deps: Deps; ctx: RequestContext; address: string }): void {
+export function removeSuppression({ deps, ctx, address }: { deps: Pick<Deps, 'db'>; ctx: RequestContext; address: string }): void {
   const lower = suppressionKey(address);
   const removed = deps.db
     .delete(suppressions)

@@ -116,7 +116,7 @@ export async function createWebhook({
   ctx,
   input,
 }: {
-  deps: Deps;
+  deps: Pick<Deps, 'clock' | 'config' | 'db' | 'resolver' | 'secretKey'>;
   ctx: RequestContext;
   input: z.output<typeof createWebhookInput>;
 }): Promise<WebhookEndpointView & { secret: string }> {
@@ -149,7 +149,7 @@ export async function createWebhook({
   return { ...endpointView(row), secret };
 }
 
-export function listWebhooks({ deps, ctx, page }: { deps: Deps; ctx: RequestContext; page: PageRequest }): WebhookEndpointView[] {
+export function listWebhooks({ deps, ctx, page }: { deps: Pick<Deps, 'db'>; ctx: RequestContext; page: PageRequest }): WebhookEndpointView[] {
   return deps.db
     .select()
     .from(webhookEndpoints)
@@ -161,7 +161,7 @@ export function listWebhooks({ deps, ctx, page }: { deps: Deps; ctx: RequestCont
 }
 
 /** The acting account's endpoint, or 404 webhook_not_found (another account's looks exactly like none). */
-export function requireEndpoint(deps: Deps, ctx: RequestContext, id: string): WebhookEndpointRow {
+export function requireEndpoint(deps: Pick<Deps, 'db'>, ctx: RequestContext, id: string): WebhookEndpointRow {
   const row = deps.db
     .select()
     .from(webhookEndpoints)
@@ -171,7 +171,7 @@ export function requireEndpoint(deps: Deps, ctx: RequestContext, id: string): We
   return row;
 }
 
-export function getWebhook({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): WebhookEndpointView {
+export function getWebhook({ deps, ctx, id }: { deps: Pick<Deps, 'db'>; ctx: RequestContext; id: string }): WebhookEndpointView {
   return endpointView(requireEndpoint(deps, ctx, id));
 }
 
@@ -197,7 +197,7 @@ function deleteDeliveryChunk(db: Db, endpointId: string, limit: number): number 
  * the endpoint too. The 204 comes once that is on disk. A process that stops before then leaves the endpoint
  * switched off with part of its deliveries: the DELETE was not answered, and repeating it finishes the job.
  */
-export async function deleteWebhook({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): Promise<void> {
+export async function deleteWebhook({ deps, ctx, id }: { deps: Pick<Deps, 'clock' | 'commits' | 'db'>; ctx: RequestContext; id: string }): Promise<void> {
   const row = requireEndpoint(deps, ctx, id);
   const now = deps.clock.now();
   await deps.commits.run((db) => {
@@ -220,7 +220,7 @@ export async function deleteWebhook({ deps, ctx, id }: { deps: Deps; ctx: Reques
  * The cooldown of POST /webhooks/{id}/test: one ping per endpoint every ten seconds (429 ping_cooldown, with
  * Retry-After), taken atomically so two tests at once cannot both post. Answers the endpoint with its new lastPingAt.
  */
-export function takePingSlot({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): WebhookEndpointRow {
+export function takePingSlot({ deps, ctx, id }: { deps: Pick<Deps, 'clock' | 'db'>; ctx: RequestContext; id: string }): WebhookEndpointRow {
   const row = requireEndpoint(deps, ctx, id);
   const now = deps.clock.now();
   const taken = deps.db
@@ -238,7 +238,7 @@ export function takePingSlot({ deps, ctx, id }: { deps: Deps; ctx: RequestContex
   return { ...row, lastPingAt: now };
 }
 
-export function listDeliveries({ deps, ctx, id, page }: { deps: Deps; ctx: RequestContext; id: string; page: PageRequest }): WebhookDeliveryView[] {
+export function listDeliveries({ deps, ctx, id, page }: { deps: Pick<Deps, 'db'>; ctx: RequestContext; id: string; page: PageRequest }): WebhookDeliveryView[] {
   const endpoint = requireEndpoint(deps, ctx, id);
   return deps.db
     .select()

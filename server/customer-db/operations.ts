@@ -27,7 +27,7 @@ export async function connectDatabase({
   ctx,
   input,
 }: {
-  deps: Deps;
+  deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger' | 'resolver' | 'secretKey'>;
   ctx: RequestContext;
   input: z.output<typeof connectDatabaseInput>;
 }): Promise<DatabaseStatus> {
@@ -80,7 +80,13 @@ export async function connectDatabase({
  * and answers the fresh status;
  * a failure is recorded in the status (state, lastError) and answered as 422 blocked_host or database_unreachable.
  */
-export async function testDatabase({ deps, ctx }: { deps: Deps; ctx: RequestContext }): Promise<DatabaseStatus> {
+export async function testDatabase({
+  deps,
+  ctx,
+}: {
+  deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger' | 'resolver' | 'secretKey'>;
+  ctx: RequestContext;
+}): Promise<DatabaseStatus> {
   const found = effectiveRow(deps, ctx);
   // A sub-account's own key cannot make the service connect to its parent's database, nor record the result there.
   if (!found) throw new ApiError('database_not_connected', 'No database is set on this account.');

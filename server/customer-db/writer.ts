@@ -54,7 +54,10 @@ const statements = definePrepared((db) => ({
   databaseCount: db.select({ count: sql<number>`count(*)` }).from(customerDatabases).prepare(),
 }));
 
-export function createCustomerDbWriter(deps: Deps, options: Partial<WriterOptions> = {}) {
+export function createCustomerDbWriter(
+  deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger' | 'resolver' | 'secretKey' | 'storeHealth'>,
+  options: Partial<WriterOptions> = {},
+) {
   const opts: WriterOptions = { ...DEFAULT_WRITER_OPTIONS, ...options };
 
   // The queue's state: the databases being written, driving and stopping. The loop, the runs in flight, start, stop

@@ -64,7 +64,7 @@ function endpointSecret(deps: Pick<Deps, 'secretKey'>, endpoint: WebhookEndpoint
 
 /** Signs and posts one delivery now; never throws (a client failure is a `connection_error` attempt). */
 async function attemptDelivery(
-  deps: Deps,
+  deps: Pick<Deps, 'clock' | 'config' | 'logger' | 'resolver' | 'secretKey'>,
   endpoint: WebhookEndpointRow,
   row: WebhookDeliveryRow,
   post: PostWebhook,
@@ -92,7 +92,10 @@ async function attemptDelivery(
  * account, one delivery of an endpoint at a time. So a receiver that stalls holds only its own endpoint's slot, and an
  * account's slow receivers never hold up another account's deliveries.
  */
-export function createWebhookDispatcher(deps: Deps, options: Partial<DispatcherOptions> = {}) {
+export function createWebhookDispatcher(
+  deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger' | 'metrics' | 'resolver' | 'secretKey' | 'storeHealth'>,
+  options: Partial<DispatcherOptions> = {},
+) {
   const opts: DispatcherOptions = { ...DEFAULT_DISPATCHER_OPTIONS, intervalMs: deps.config.webhookIntervalMs, ...options };
   const worker = newWorkerId();
   const queue = webhookQueue(deps.db);
@@ -208,7 +211,11 @@ export interface PingResult {
  * answer (never retried, never counted as a failure). A successful ping switches a disabled endpoint back on, with no
  * failures, and its waiting deliveries due now so they resume in event order.
  */
-export async function pingEndpoint(deps: Deps, endpoint: WebhookEndpointRow, options: { post?: PostWebhook; timeoutMs?: number } = {}): Promise<PingResult> {
+export async function pingEndpoint(
+  deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger' | 'resolver' | 'secretKey'>,
+  endpoint: WebhookEndpointRow,
+  options: { post?: PostWebhook; timeoutMs?: number } = {},
+): Promise<PingResult> {
   if (!deps.secretKey) throw new ApiError('not_configured', 'The server cannot read webhook secrets (SECRET_KEY=off).');
   const now = deps.clock.now();
   const row: WebhookDeliveryRow = {

@@ -8,6 +8,14 @@ import { type PingResult, pingEndpoint } from './dispatcher.js';
  * posted and its answer awaited (at most the 10 s receiver timeout). A successful ping switches a disabled endpoint
  * back on.
  */
-export async function testWebhook({ deps, ctx, id }: { deps: Deps; ctx: RequestContext; id: string }): Promise<PingResult> {
+export async function testWebhook({
+  deps,
+  ctx,
+  id,
+}: {
+  deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger' | 'resolver' | 'secretKey'>;
+  ctx: RequestContext;
+  id: string;
+}): Promise<PingResult> {
   return pingEndpoint(deps, takePingSlot({ deps, ctx, id }));
 }

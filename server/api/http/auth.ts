@@ -26,7 +26,11 @@ const unknownKey = () => new ApiError('invalid_key', 'Missing or unknown API key
  * take a while to arrive, the key is looked up again once it has, if any key may have stopped working meanwhile: a
  * key revoked meanwhile is `401 invalid_key`.
  */
-export function guard(deps: Deps, scope: Scope, header: AccountHeaderMode = 'accepted'): MiddlewareHandler<AppEnv> {
+export function guard(
+  deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUsage' | 'rateLimiter'>,
+  scope: Scope,
+  header: AccountHeaderMode = 'accepted',
+): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
     const secret = BEARER.exec(c.req.header('authorization') ?? '')?.[1];
     if (secret === undefined) throw unknownKey();

@@ -16,7 +16,7 @@ import type { AppEnv } from '../http/env.js';
 import { LISTS, readPage, toPage } from '../http/paging.js';
 import { parseInput } from '../http/validate.js';
 
-export function accountRoutes(deps: Deps) {
+export function accountRoutes(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUsage' | 'logger' | 'rateLimiter'>) {
   return new Hono<AppEnv>()
     .get('/account', guard(deps, 'accounts:read'), (c) => c.json(accountView(deps, c.var.auth.account)))
     .get('/accounts', guard(deps, 'accounts:read'), (c) => {

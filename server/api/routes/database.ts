@@ -7,7 +7,7 @@ import { jsonBody } from '../http/body.js';
 import type { AppEnv } from '../http/env.js';
 import { parseInput } from '../http/validate.js';
 
-export function databaseRoutes(deps: Deps) {
+export function databaseRoutes(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUsage' | 'logger' | 'rateLimiter' | 'resolver' | 'secretKey'>) {
   return new Hono<AppEnv>()
     .get('/database', guard(deps, 'database:read'), (c) => c.json(getDatabaseStatus({ deps, ctx: c.var.auth })))
     .post('/database', guard(deps, 'database:write'), async (c) => {

@@ -7,7 +7,7 @@ import type { AppEnv } from '../http/env.js';
 import { LISTS, readPage, toPage } from '../http/paging.js';
 import { parseInput } from '../http/validate.js';
 
-export function domainRoutes(deps: Deps) {
+export function domainRoutes(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUsage' | 'logger' | 'rateLimiter' | 'resolver' | 'secretKey'>) {
   return new Hono<AppEnv>()
     .get('/domains', guard(deps, 'domains:read'), (c) => {
       const ctx = c.var.auth;

@@ -9,7 +9,7 @@ import { LISTS, readPage, toPage } from '../http/paging.js';
 import { parseInput } from '../http/validate.js';
 
 /** GET /events (the account's recorded outcomes, for reconciling without webhooks) and POST /webhooks/{id}/replay. */
-export function eventRoutes(deps: Deps) {
+export function eventRoutes(deps: Pick<Deps, 'clock' | 'commits' | 'config' | 'db' | 'keyUsage' | 'logger' | 'rateLimiter'>) {
   return new Hono<AppEnv>()
     .get('/events', guard(deps, 'emails:read'), (c) => {
       const ctx = c.var.auth;

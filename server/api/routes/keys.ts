@@ -7,7 +7,7 @@ import type { AppEnv } from '../http/env.js';
 import { LISTS, readPage, toPage } from '../http/paging.js';
 import { parseInput } from '../http/validate.js';
 
-export function keyRoutes(deps: Deps) {
+export function keyRoutes(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUsage' | 'logger' | 'rateLimiter'>) {
   return new Hono<AppEnv>()
     .get('/keys', guard(deps, 'keys:read'), (c) => {
       const ctx = c.var.auth;

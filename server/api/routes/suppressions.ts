@@ -7,7 +7,7 @@ import type { AppEnv } from '../http/env.js';
 import { LISTS, readPage, toPage } from '../http/paging.js';
 import { parseInput } from '../http/validate.js';
 
-export function suppressionRoutes(deps: Deps) {
+export function suppressionRoutes(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUsage' | 'rateLimiter'>) {
   return new Hono<AppEnv>()
     .get('/suppressions', guard(deps, 'suppressions:read'), (c) => {
       const ctx = c.var.auth;

@@ -8,7 +8,7 @@ import type { AppEnv } from '../http/env.js';
 import { parseInput } from '../http/validate.js';
 
 /** The template catalog: what a send's `template` may hold, and a render that sends nothing. */
-export function templateRoutes(deps: Deps) {
+export function templateRoutes(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUsage' | 'rateLimiter'>) {
   return new Hono<AppEnv>()
     .get('/templates', guard(deps, 'emails:send'), (c) => c.json(listTemplates()))
     .post('/templates/:name/render', guard(deps, 'emails:send'), (c) => {

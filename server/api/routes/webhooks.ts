@@ -8,7 +8,7 @@ import type { AppEnv } from '../http/env.js';
 import { LISTS, listScope, readPage, toPage } from '../http/paging.js';
 import { parseInput } from '../http/validate.js';
 
-export function webhookRoutes(deps: Deps) {
+export function webhookRoutes(deps: Pick<Deps, 'clock' | 'commits' | 'config' | 'db' | 'keyUsage' | 'logger' | 'rateLimiter' | 'resolver' | 'secretKey'>) {
   return new Hono<AppEnv>()
     .get('/webhooks', guard(deps, 'webhooks:read'), (c) => {
       const ctx = c.var.auth;
