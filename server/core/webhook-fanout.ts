@@ -103,3 +103,6 @@ export function fanOutOutcome(
   markQueued(db, 'webhooks');
   return subscribed.length;
 }
+
+/** The prepared insert of one webhook delivery (id, endpointId, accountId, eventType, data, now): the fan-out's and a replay's. */
+export const insertWebhookDelivery = (db: Db) => statements(db).insert;

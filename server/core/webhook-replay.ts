@@ -1,32 +1,14 @@
 import { type SQL, and, asc, eq, gt, gte, inArray, lt, lte, sql } from 'drizzle-orm';
 import { z } from 'zod';
 import type { Db } from '../../db/client.js';
-import { definePrepared } from '../../db/prepared.js';
 import { markQueued } from '../../db/queue-wake.js';
-import { emailEvents, emails, webhookDeliveries, webhookEndpoints } from '../../db/schema/index.js';
+import { emailEvents, emails, webhookEndpoints } from '../../db/schema/index.js';
 import type { Deps } from './deps.js';
 import { ApiError } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
-import { outcomeEventData } from './webhook-fanout.js';
+import { insertWebhookDelivery, outcomeEventData } from './webhook-fanout.js';
 import type { RequestContext } from './context.js';
 import { type EmailEventType, EMAIL_EVENT_TYPES, EVENT_TYPE_OF_STATUS, emailEventType, isoDateTime, statusOfEventType } from './events.js';
-
-const p = sql.placeholder;
-
-const statements = definePrepared((db) => ({
-  insert: db
-    .insert(webhookDeliveries)
-    .values({
-      id: p('id'),
-      endpointId: p('endpointId'),
-      accountId: p('accountId'),
-      eventType: p('eventType'),
-      data: p('data'),
-      nextAttemptAt: p('now'),
-      createdAt: p('now'),
-    })
-    .prepare(),
-}));
 
 /** One replay queues at most this many deliveries; a window holding more is refused whole (never cut silently). */
 export const MAX_REPLAY_EVENTS = 10_000;
@@ -217,7 +199,7 @@ function queueReplayChunk(db: Db, scope: ReplayScope, after: string, limit: numb
     .orderBy(asc(emailEvents.id))
     .limit(limit)
     .all();
-  const insert = statements(db).insert;
+  const insert = insertWebhookDelivery(db);
   for (const { event: e, from, tags } of rows) {
     const data = outcomeEventData({
       emailId: e.emailId,
