@@ -7,11 +7,12 @@ import { MAX_PENDING_PER_ENDPOINT } from '../server/core/webhook-replay.js';
 import { newId } from '../server/shared/ids.js';
 import { createWebhookDispatcher } from '../server/webhooks/dispatcher.js';
 import { expectAccessible, flashText, horizontalOverflow, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
-import { type DashboardClient, openDashboard } from './helpers/dashboard.js';
+import { type DashboardClient, UUID, dashboardClient, openDashboard, refusalOf } from './helpers/dashboard.js';
 import { type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import { HttpsReceiver, type ReceivedRequest } from './helpers/https-receiver.js';
 import { onQueueMarked } from '../db/queue-wake.js';
 import { newSender, receipt, type Sender } from './helpers/sending.js';
+import { startService } from './helpers/service.js';
 
 /**
  * The dashboard's webhook pages against the real service, a real SMTP sink and DNS server (the outcomes
@@ -398,5 +399,141 @@ describe('the webhook pages over HTTP', () => {
     expect(replay.headers.get('location')).toBe(`/dashboard/webhooks/${endpoint.id}/deliveries/${ping!.id}`);
     expect(await http.follow(replay)).toContain('A test ping is never replayed');
     expect(deliveriesOf(endpoint.id)).toHaveLength(1);
+  });
+});
+
+describe('adding, testing and deleting an endpoint from the dashboard', () => {
+  it('adds an endpoint for an account and shows its signing secret once; the test ping shows the answer; delete asks first', async () => {
+    const { service } = rig;
+    const s = await newSender(service, { name: 'Console Hooks Ltd' });
+    const url = `https://hooks.webhooks.test:${receiver.port}/console`;
+    const page = await newPage(browser);
+    await signIn(page, service.url, token, `/dashboard/webhooks?account=${s.account.id}`);
+    const form = page.getByRole('region', { name: 'Add an endpoint' });
+    expect(await form.getByLabel('Account').inputValue()).toBe(s.account.id);
+    await form.getByLabel('URL').fill(url);
+    await form.getByLabel('email.deferred').uncheck();
+    await form.getByRole('button', { name: 'Add endpoint' }).click();
+    await page.waitForURL(/\/dashboard\/webhooks\/[0-9a-f-]{36}$/);
+    const id = UUID.exec(new URL(page.url()).pathname)![0];
+    expect(await flashText(page, 'ok')).toContain(`Endpoint ${url} added for Console Hooks Ltd. Copy its signing secret now: it is shown only this once.`);
+    const secret = (await page.locator('#flash-secret').textContent())!;
+    expect(secret).toMatch(/^whsec_/);
+    // What the API answers for it: the account's endpoint, the events as chosen, never the secret.
+    const got = await service.api('GET', `/webhooks/${id}`, { key: s.key });
+    expect(got.status).toBe(200);
+    expect(got.body).toMatchObject({ id, url, events: ['email.delivered', 'email.bounced', 'email.complained'], active: true });
+    expect(JSON.stringify(got.body)).not.toContain(secret);
+    await expectAccessible(page, 'endpoint created');
+    await screenshot(page, 'i33-webhook-created');
+
+    // The test ping of POST /webhooks/{id}/test, signed with the secret shown; its answer is on the page.
+    await page.getByRole('button', { name: 'Send test ping' }).click();
+    await page.waitForURL(`**/dashboard/webhooks/${id}`);
+    expect(await flashText(page, 'ok')).toContain('The test ping was delivered: the receiver answered 200.');
+    expect(await page.locator('#flash-secret').count()).toBe(0);
+    expect(await page.locator('main').textContent()).not.toContain(secret);
+    const ping = receiver.requests.at(-1)!;
+    expect(verifyServiceSignature(ping, secret)).toBe(true);
+    expect(bodyOf(ping)).toMatchObject({ type: 'ping', data: { endpointId: id } });
+    await screenshot(page, 'i33-webhook-test-result');
+
+    // A failing receiver: the status it answered is shown as an error (after the ping's ten-second cooldown).
+    service.clock.advance(10_000);
+    receiver.enqueue({ status: 503 });
+    await page.getByRole('button', { name: 'Send test ping' }).click();
+    await page.waitForURL(`**/dashboard/webhooks/${id}`);
+    expect(await flashText(page, 'error')).toContain('The test ping failed: HTTP 503.');
+    await screenshot(page, 'i33-webhook-test-failed');
+
+    // Delete asks first: a dismissed question deletes nothing.
+    page.once('dialog', (d) => void d.dismiss());
+    await page.getByRole('button', { name: 'Delete endpoint' }).click();
+    expect((await service.api('GET', `/webhooks/${id}`, { key: s.key })).status).toBe(200);
+    const question = new Promise<string>((resolve) =>
+      page.once('dialog', (d) => {
+        resolve(d.message());
+        void d.accept();
+      }),
+    );
+    await page.getByRole('button', { name: 'Delete endpoint' }).click();
+    expect(await question).toContain(`Delete the endpoint ${url}?`);
+    await page.waitForURL(`**/dashboard/webhooks?account=${s.account.id}`);
+    expect(await flashText(page, 'ok')).toContain(`Endpoint ${url} deleted from Console Hooks Ltd`);
+    const gone = await service.api('GET', `/webhooks/${id}`, { key: s.key });
+    expect([gone.status, gone.body.error.code]).toEqual([404, 'webhook_not_found']);
+    expect(deliveriesOf(id)).toHaveLength(0);
+    expect(pageProblems(page)).toEqual([]);
+    await page.context().close();
+  });
+
+  it('refuses what the API refuses, with the API’s message, and adds nothing', async () => {
+    const s = await newSender(rig.service, { name: 'Refused Hooks' });
+    const back = `/dashboard/webhooks?account=${s.account.id}#create`;
+    const good = `https://hooks.webhooks.test:${receiver.port}/ok`;
+    const cases: { fields: Record<string, string>; body: unknown; code: string; status: number }[] = [
+      {
+        fields: { url: `http://hooks.webhooks.test:${receiver.port}/x`, 'event.email.delivered': 'on' },
+        body: { url: `http://hooks.webhooks.test:${receiver.port}/x`, events: ['email.delivered'] },
+        code: 'invalid_url',
+        status: 422,
+      },
+      {
+        fields: { url: 'https://user:pw@hooks.webhooks.test/x', 'event.email.delivered': 'on' },
+        body: { url: 'https://user:pw@hooks.webhooks.test/x', events: ['email.delivered'] },
+        code: 'invalid_url',
+        status: 422,
+      },
+      {
+        fields: { url: 'https://nowhere.webhooks.test/x', 'event.ping': 'on' },
+        body: { url: 'https://nowhere.webhooks.test/x', events: ['ping'] },
+        code: 'invalid_url',
+        status: 422,
+      },
+      { fields: { url: 'not a url', 'event.ping': 'on' }, body: { url: 'not a url', events: ['ping'] }, code: 'invalid_request', status: 422 },
+      { fields: { url: good }, body: { url: good, events: [] }, code: 'invalid_request', status: 422 },
+    ];
+    for (const { fields, body, code, status } of cases) {
+      const api = await rig.service.api('POST', '/webhooks', { key: s.key, body });
+      expect([api.status, api.body.error.code], JSON.stringify(body)).toEqual([status, code]);
+      const shown = await refusalOf(http, '/dashboard/webhooks', { accountId: s.account.id, ...fields }, back);
+      expect(shown.replaceAll('&#39;', "'")).toBe(api.body.error.message);
+    }
+    expect(await refusalOf(http, '/dashboard/webhooks', { url: good, 'event.ping': 'on' }, '/dashboard/webhooks#create')).toBe(
+      'Choose the account the endpoint belongs to.',
+    );
+    expect((await rig.service.api('GET', '/webhooks', { key: s.key })).body.data).toEqual([]);
+    // Twenty is the limit, as in the API.
+    for (let i = 0; i < 20; i++) await newEndpoint(s.key, `/full-${i}`);
+    const full = await refusalOf(http, '/dashboard/webhooks', { accountId: s.account.id, url: good, 'event.ping': 'on' }, back);
+    expect(full).toBe('This account already has 20 webhook endpoints; delete one first.');
+    // Without the CSRF token nothing is added.
+    expect((await http.post('/dashboard/webhooks', { accountId: s.account.id, url: good, 'event.ping': 'on', _csrf: '' })).status).toBe(403);
+    expect((await rig.service.api('GET', '/webhooks?limit=100', { key: s.key })).body.data).toHaveLength(20);
+  });
+
+  it('refuses a private target unless ALLOW_PRIVATE_TARGETS, as the API does', async () => {
+    // The rig allows private targets (its receiver is on loopback); a service with the default does not.
+    const strict = await startService({ DNS_SERVERS: rig.dns.address });
+    try {
+      const s = await newSender(strict, { name: 'Private Hooks' });
+      const client = await dashboardClient(strict);
+      const url = `https://hooks.webhooks.test:${receiver.port}/private`;
+      const api = await strict.api('POST', '/webhooks', { key: s.key, body: { url, events: ['ping'] } });
+      expect([api.status, api.body.error.code]).toEqual([422, 'invalid_url']);
+      const shown = await refusalOf(
+        client,
+        '/dashboard/webhooks',
+        { accountId: s.account.id, url, 'event.ping': 'on' },
+        `/dashboard/webhooks?account=${s.account.id}#create`,
+      );
+      expect(shown).toBe('The URL host resolves to a private, loopback or reserved address.');
+      expect(shown).toBe(api.body.error.message);
+      // The same form on the rig, which allows them, adds it.
+      const allowed = await http.post('/dashboard/webhooks', { accountId: s.account.id, url, 'event.ping': 'on' });
+      expect(allowed.status).toBe(303);
+    } finally {
+      await strict.close();
+    }
   });
 });

@@ -1,18 +1,54 @@
-import type { WebhookDeliveryRow } from '../../db/schema/index.js';
+import { WEBHOOK_EVENT_TYPES, type WebhookDeliveryRow } from '../../db/schema/index.js';
+import type { AccountRow } from '../../db/schema/index.js';
 import { EMAIL_EVENT_TYPES, type EmailEventType } from '../../server/core/events.js';
 import { enableWebhook } from '../../server/core/webhook-operator.js';
 import { replayWebhook } from '../../server/core/webhook-replay.js';
+import { createWebhook, createWebhookInput, deleteWebhook } from '../../server/core/webhooks.js';
 import { testWebhook } from '../../server/webhooks/test-webhook.js';
+import { parseInput } from '../../server/api/http/validate.js';
 import type { Deps } from '../../server/core/deps.js';
-import { actForAccount } from '../on-behalf.js';
+import { actForAccount, operatorContext } from '../on-behalf.js';
 import type { EndpointSummary } from '../queries/webhooks.js';
 import type { Outcome } from '../render.js';
+import { endpointPath } from '../views/webhooks.js';
 
 /**
  * The webhook actions of the dashboard, each the function the API or the CLI calls: the test ping of
- * POST /webhooks/{id}/test, the replay of POST /webhooks/{id}/replay, and the CLI's `webhooks enable`. Each answers
+ * POST /webhooks/{id}/test, the create of POST /webhooks, the delete of DELETE /webhooks/{id}, the replay of
+ * POST /webhooks/{id}/replay, and the CLI's `webhooks enable`. Each answers
  * the outcome to show; a refusal of the domain function (an ApiError) is left to formAction, which flashes it.
  */
+
+/** The event types the form's checkboxes name (`event.<type>`), in the order of WEBHOOK_EVENT_TYPES. */
+function checkedEvents(form: Record<string, string>): string[] {
+  return WEBHOOK_EVENT_TYPES.filter((t) => form[`event.${t}`] !== undefined);
+}
+
+/**
+ * POST /webhooks for the account: the API's body rules (createWebhookInput: 422 invalid_request), then createWebhook's
+ * own (https, no credentials, a public host unless ALLOW_PRIVATE_TARGETS: 422 invalid_url; 20 endpoints; a server
+ * that can keep secrets). The secret is flashed once, as a new key's is, on the new endpoint's page.
+ */
+export async function createEndpoint(
+  deps: Pick<Deps, 'clock' | 'config' | 'db' | 'resolver' | 'secretKey'>,
+  account: AccountRow,
+  form: Record<string, string>,
+): Promise<Outcome> {
+  const input = parseInput(createWebhookInput, { url: form.url ?? '', events: checkedEvents(form) }, 'form');
+  const endpoint = await createWebhook({ deps, ctx: operatorContext(account), input });
+  return {
+    kind: 'ok',
+    message: `Endpoint ${endpoint.url} added for ${account.name}. Copy its signing secret now: it is shown only this once.`,
+    secret: endpoint.secret,
+    to: endpointPath(endpoint.id),
+  };
+}
+
+/** DELETE /webhooks/{id}: nothing more is posted to it, and every delivery queued or kept for it goes. */
+export async function deleteEndpoint(deps: Pick<Deps, 'clock' | 'commits' | 'db'>, endpoint: EndpointSummary): Promise<Outcome> {
+  await deleteWebhook({ deps, ctx: actForAccount(deps.db, endpoint.accountId), id: endpoint.view.id });
+  return { kind: 'ok', message: `Endpoint ${endpoint.view.url} deleted from ${endpoint.accountName}, with its deliveries.` };
+}
 
 /** POST /webhooks/{id}/test for the endpoint's account: a ping now, its answer awaited (a success switches it on). */
 export async function sendTestPing(

@@ -2,13 +2,13 @@ import { Hono } from 'hono';
 import { deliveryAttempts } from '../../server/core/webhooks.js';
 import type { Deps } from '../../server/core/deps.js';
 import { ApiError } from '../../server/shared/errors.js';
-import { reenableEndpoint, replayDelivery, sendTestPing } from '../actions/webhooks.js';
+import { createEndpoint, deleteEndpoint, reenableEndpoint, replayDelivery, sendTestPing } from '../actions/webhooks.js';
 import type { DashEnv } from '../env.js';
-import { accountFilter } from '../on-behalf.js';
+import { accountById, accountFilter } from '../on-behalf.js';
 import { accountChoices } from '../queries/accounts.js';
 import { readForwardLink } from '../queries/id-pages.js';
 import { isEndpointHealth, listEndpointDeliveries, listEndpoints, requireDelivery, requireEndpointSummary } from '../queries/webhooks.js';
-import { formAction, render } from '../render.js';
+import { field, formAction, refuse, render } from '../render.js';
 import { Pager, pageHrefs, withQuery } from '../ui.js';
 import {
   AttemptTimeline,
@@ -16,6 +16,7 @@ import {
   DeliveryTable,
   EndpointFacts,
   EndpointFilters,
+  CreateEndpointForm,
   EndpointTable,
   Payload,
   deliveryPath,
@@ -26,7 +27,8 @@ const current = '/dashboard/webhooks' as const;
 
 /**
  * Webhooks: every account's endpoints (filter by account and health), an endpoint's deliveries, a delivery's payload
- * and attempts; test ping, replay and operator re-enable, each the function the API or the CLI calls.
+ * and attempts; add and delete an endpoint, test ping, replay and operator re-enable, each the function the API or
+ * the CLI calls.
  */
 export function webhookPages(deps: Pick<Deps, 'clock' | 'commits' | 'config' | 'db' | 'logger' | 'resolver' | 'secretKey'>) {
   return new Hono<DashEnv>()
@@ -48,8 +50,18 @@ export function webhookPages(deps: Pick<Deps, 'clock' | 'commits' | 'config' | '
           <EndpointFilters accounts={accountChoices(deps.db, accountId)} accountId={accountId} health={status} />
           <EndpointTable endpoints={page.items} />
           <Pager label="Endpoint list pages" {...pager} newerLabel="First page" olderLabel="Next page" />
+          <CreateEndpointForm csrf={c.var.session.csrfToken} choices={accountChoices(deps.db, accountId)} selected={accountId} />
         </>,
       );
+    })
+    .post('/webhooks', (c) => {
+      const account = accountById(deps.db, field(c, 'accountId'));
+      // A refusal goes back to the form, for the account it was for.
+      const back = `${withQuery(current, { account: account?.id })}#create`;
+      return formAction(deps, c, back, () => {
+        if (!account) refuse('Choose the account the endpoint belongs to.');
+        return createEndpoint(deps, account, c.var.form);
+      });
     })
     .get('/webhooks/:id', (c) => {
       const endpoint = requireEndpointSummary(deps.db, c.req.param('id'));
@@ -95,6 +107,13 @@ export function webhookPages(deps: Pick<Deps, 'clock' | 'commits' | 'config' | '
     .post('/webhooks/:id/test', (c) => {
       const endpoint = requireEndpointSummary(deps.db, c.req.param('id'));
       return formAction(deps, c, endpointPath(endpoint.view.id), () => sendTestPing(deps, endpoint));
+    })
+    .post('/webhooks/:id/delete', (c) => {
+      const endpoint = requireEndpointSummary(deps.db, c.req.param('id'));
+      return formAction(deps, c, endpointPath(endpoint.view.id), async () => ({
+        ...(await deleteEndpoint(deps, endpoint)),
+        to: withQuery(current, { account: endpoint.accountId }),
+      }));
     })
     .post('/webhooks/:id/enable', (c) => {
       const endpoint = requireEndpointSummary(deps.db, c.req.param('id'));

@@ -1,5 +1,5 @@
 import type { FC } from 'hono/jsx';
-import type { WebhookDeliveryRow } from '../../db/schema/index.js';
+import { WEBHOOK_EVENT_TYPES, type WebhookDeliveryRow } from '../../db/schema/index.js';
 import type { WebhookAttemptView } from '../../server/core/webhooks.js';
 import { webhookPostBody } from '../../server/webhooks/dispatcher.js';
 import { WEBHOOK_MAX_ATTEMPTS } from '../../server/core/webhook-schedule.js';
@@ -14,7 +14,7 @@ import {
   healthOf,
   healthReason,
 } from '../queries/webhooks.js';
-import { AccountSelect, Badge, Copyable, Dash, DataTable, PostButton, Time } from '../ui.js';
+import { AccountSelect, Badge, Copyable, CsrfField, Dash, DataTable, PostButton, Time } from '../ui.js';
 
 /** The webhook pages' pieces: the endpoint list, an endpoint's facts and deliveries, a delivery's detail. */
 
@@ -54,6 +54,65 @@ export const EndpointFilters: FC<{ accounts: AccountChoice[]; accountId: string 
       <button type="submit">Filter</button>
     </div>
   </form>
+);
+
+/**
+ * POST /webhooks for an account: the URL and the event types as the API takes them (the form's `event.<type>`
+ * checkboxes). The signing secret is shown once, on the page the form leads to, as a new key's is.
+ */
+export const CreateEndpointForm: FC<{ csrf: string; choices: AccountChoice[]; selected: string | undefined }> = ({ csrf, choices, selected }) => (
+  <section class="panel" aria-labelledby="create-endpoint-heading" id="create">
+    <h2 id="create-endpoint-heading">Add an endpoint</h2>
+    {choices.length === 0 ? (
+      <p class="muted">
+        Create an <a href="/dashboard/accounts">account</a> first: an endpoint belongs to an account.
+      </p>
+    ) : (
+      <form method="post" action="/dashboard/webhooks">
+        <CsrfField token={csrf} />
+        <div class="form-grid">
+          <div class="field">
+            <label for="create-account">Account</label>
+            <AccountSelect
+              id="create-account"
+              name="accountId"
+              choices={choices}
+              selected={selected}
+              blank={selected === undefined ? 'Choose an account' : undefined}
+              required
+            />
+          </div>
+          <div class="field">
+            <label for="create-url">URL</label>
+            <input
+              id="create-url"
+              name="url"
+              type="url"
+              required
+              maxlength={2000}
+              autocomplete="off"
+              placeholder="https://hooks.example.com/mailstead"
+              aria-describedby="create-url-hint"
+            />
+            <span class="hint" id="create-url-hint">
+              https only, no user name or password, a host that resolves to public addresses.
+            </span>
+          </div>
+        </div>
+        <fieldset class="scopes">
+          <legend>Events</legend>
+          {WEBHOOK_EVENT_TYPES.map((type) => (
+            <span class="scope">
+              <input type="checkbox" id={`event-${type.replace('.', '-')}`} name={`event.${type}`} value="on" checked={type !== 'ping'} />
+              <label for={`event-${type.replace('.', '-')}`}>{type}</label>
+            </span>
+          ))}
+        </fieldset>
+        <p class="hint muted">The signing secret is shown once, right after the endpoint is made: copy it into your receiver then.</p>
+        <button type="submit">Add endpoint</button>
+      </form>
+    )}
+  </section>
 );
 
 export const EndpointTable: FC<{ endpoints: EndpointSummary[] }> = ({ endpoints }) => (
@@ -131,9 +190,16 @@ export const EndpointFacts: FC<{ endpoint: EndpointSummary & { pending: number }
             <Copyable id="endpoint-id" value={v.id} label="endpoint id" />
           </dd>
         </dl>
-        <p class="muted">The signing secret is never shown: it was given once, when the endpoint was created.</p>
+        <p class="muted">The signing secret is never shown again: it was given once, when the endpoint was created.</p>
         <div class="row">
           <PostButton action={`${endpointPath(v.id)}/test`} csrf={csrf} label="Send test ping" variant="primary" />
+          <PostButton
+            action={`${endpointPath(v.id)}/delete`}
+            csrf={csrf}
+            label="Delete endpoint"
+            variant="danger"
+            confirm={`Delete the endpoint ${v.url}? Nothing more is posted to it, and every delivery queued or kept for it is deleted.`}
+          />
           {!v.active && (
             <PostButton
               action={`${endpointPath(v.id)}/enable`}
