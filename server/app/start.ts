@@ -79,7 +79,8 @@ export function openDeps(config: Config, logger: Logger): { deps: Deps; checkpoi
 
 /** What the operator should know of the configuration this start runs with (none of it stops the start). */
 export function warnAtStart(config: Config, logger: Logger, keyCheck: SecretKeyCheck): void {
-  const hostnameProblem = mailHostnameProblem(config.mailHostname);
+  // A production warning: capture mode (npm run dev) sends nothing, and its .test domains verify without DNS.
+  const hostnameProblem = config.deliveryMode === 'capture' ? null : mailHostnameProblem(config.mailHostname);
   if (hostnameProblem) {
     logger.warn('config.mail_hostname_not_fqdn', {
       mailHostname: config.mailHostname,
