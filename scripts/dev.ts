@@ -3,17 +3,16 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { and, asc, count, eq, isNull } from 'drizzle-orm';
+import { asc, count, eq, isNull } from 'drizzle-orm';
 import { hasDatabase, openDatabase } from '../db/client.js';
 import { createPrivateDir, PRIVATE_FILE_MODE } from '../db/data-dir.js';
-import { accounts, domains, outboundRecipients } from '../db/schema/index.js';
+import { accounts, outboundRecipients } from '../db/schema/index.js';
 import { SIMULATOR_DOMAIN } from '../server/core/simulator.js';
 import { systemClock } from '../server/shared/clock.js';
 import { type Config, ConfigError, loadConfig } from '../server/shared/config.js';
 import { STARTED_EVENT, type StartedMessage } from '../server/app/start-line.js';
 import { createTopLevelAccount } from '../server/core/accounts.js';
 import { adminTokenHash } from '../server/core/admin-token.js';
-import { deriveFlags } from '../server/core/domain-checks.js';
 import { findLiveKey, insertKey } from '../server/core/keys.js';
 import { SCOPES } from '../server/core/scopes.js';
 import { randomBase62 } from '../server/shared/secrets.js';
@@ -55,7 +54,7 @@ export function devEnvironment(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
 }
 
 export type DevAccount =
-  | { kind: 'key'; accountId: string; key: string; created: boolean; domainReady: boolean }
+  | { kind: 'key'; accountId: string; key: string; created: boolean }
   /** The DATA_DIR has accounts of its own and no dev key: none is minted into it unasked. */
   | { kind: 'existing'; accountId: string };
 
@@ -73,14 +72,13 @@ export function ensureDevAccount(config: Config): DevAccount {
       // none yet
     }
     const live = saved ? findLiveKey(store.db, saved) : undefined;
-    if (saved && live)
-      return { kind: 'key', accountId: live.account.id, key: saved, created: false, domainReady: domainReady(store.db, live.account.id, config) };
+    if (saved && live) return { kind: 'key', accountId: live.account.id, key: saved, created: false };
     const first = store.db.select().from(accounts).where(isNull(accounts.parentId)).orderBy(asc(accounts.id)).get();
     if (first) return { kind: 'existing', accountId: first.id };
     const account = createTopLevelAccount(deps, { name: DEV_ACCOUNT_NAME, credits: DEV_CREDITS });
     const { key } = insertKey(deps, { accountId: account.id, name: 'dev', scopes: SCOPES });
     writeFileSync(keyPath, `${key}\n`, { mode: PRIVATE_FILE_MODE });
-    return { kind: 'key', accountId: account.id, key, created: true, domainReady: false };
+    return { kind: 'key', accountId: account.id, key, created: true };
   } finally {
     store.close();
   }
@@ -129,21 +127,23 @@ export function queuedForDelivery(config: Config): number {
   }
 }
 
-/** Whether the account already sends from DEV_DOMAIN (an earlier run's paste): the commands then skip connecting it. */
-function domainReady(db: ReturnType<typeof openDatabase>['db'], accountId: string, config: Config): boolean {
-  const row = db
-    .select()
-    .from(domains)
-    .where(and(eq(domains.accountId, accountId), eq(domains.name, DEV_DOMAIN)))
-    .get();
-  return row !== undefined && deriveFlags(row.recordStatus, config.smtpRelayUrl !== null).sending;
-}
-
 /** The API base a person on this machine uses: a wildcard listening address is reached as localhost. */
 export function apiBase(host: string, port: number): string {
   const reach = host === '0.0.0.0' || host === '::' ? 'localhost' : isIP(host) === 6 ? `[${host}]` : host;
   return `http://${reach}:${port}/api/v1`;
 }
+
+/**
+ * The printed commands' reader of an answer (node, which every machine running npm run dev has; no single quote, so
+ * it sits in the shell's single quotes): the `id` of a JSON answer, or with a name the id of the item of `data` so
+ * named (nothing when none is); anything else (an error of the API, no answer at all) goes to stderr as it came,
+ * with a failing exit.
+ */
+export const ID_SCRIPT = [
+  'const b=require("fs").readFileSync(0,"utf8"),n=process.argv[1];let j;try{j=JSON.parse(b)}catch{}',
+  'const x=n&&j&&Array.isArray(j.data)?j.data.find((d)=>d.name===n)||{id:""}:j;',
+  'if(x&&typeof x.id==="string"){if(x.id)console.log(x.id)}else{console.error(b.trim()||"(no answer)");process.exit(1)}',
+].join('');
 
 /** What is printed once the server listens: the key and the commands to paste. */
 export function tryItText(config: Config, dev: DevAccount, api: string, adminToken: string | null): string {
@@ -160,8 +160,8 @@ export function tryItText(config: Config, dev: DevAccount, api: string, adminTok
       '',
     ].join('\n');
   }
-  const json = 'node -p \'JSON.parse(require("fs").readFileSync(0)).id\'';
-  // The JSON sits in single quotes; each label closes them around the shell's $RUN.
+  // Pasted twice (or after an earlier run connected shop.test), every line still works: the domain is looked up
+  // before it is created, and a refusal of the API is printed as the API answered it, never read as an id.
   const send = JSON.stringify({
     from: `Shop <billing@${DEV_DOMAIN}>`,
     to: ['customer@example.com', `delivered@${SIMULATOR_DOMAIN}`, `bounce+RUN@${SIMULATOR_DOMAIN}`, `complaint+RUN@${SIMULATOR_DOMAIN}`],
@@ -173,23 +173,22 @@ export function tryItText(config: Config, dev: DevAccount, api: string, adminTok
     '',
     `  ${dev.key}`,
     '',
-    `Paste this into a shell: it ${dev.domainReady ? '' : `connects and verifies ${DEV_DOMAIN}, `}sends a receipt to a customer (captured) and to the mailbox`,
-    'simulator (delivered, bounced, complained), then shows its events and the captured message.',
+    `Paste this into a shell (as often as you like): it connects ${DEV_DOMAIN} (or finds it, once connected) and verifies it, sends a`,
+    'receipt to a customer (captured) and to the mailbox simulator (delivered, bounced, complained), then shows its',
+    'events and the captured message. When the API refuses a step, its error is printed.',
     '',
     `KEY=${dev.key}`,
     `API=${api}`,
     'AUTH="Authorization: Bearer $KEY"',
-    ...(dev.domainReady
-      ? []
-      : [
-          `DOMAIN_ID=$(curl -s -H "$AUTH" -d '{"name":"${DEV_DOMAIN}"}' $API/domains | ${json})`,
-          'curl -s -X POST -H "$AUTH" $API/domains/$DOMAIN_ID/verify; echo',
-        ]),
+    '# ms_id prints the id in an answer (with a name: the id of the listed item so named, or nothing); else the answer itself, as an error',
+    `ms_id() { node -e '${ID_SCRIPT}' "$@"; }`,
+    `DOMAIN_ID=$(curl -sS -H "$AUTH" "$API/domains?limit=100" | ms_id ${DEV_DOMAIN}) && [ -z "$DOMAIN_ID" ] && DOMAIN_ID=$(curl -sS -H "$AUTH" -d '{"name":"${DEV_DOMAIN}"}' $API/domains | ms_id)`,
+    '[ -n "$DOMAIN_ID" ] && curl -sS -X POST -H "$AUTH" $API/domains/$DOMAIN_ID/verify; echo',
     "# bounce@ and complaint@ end up on the suppression list: a +label per run keeps each run's addresses apart",
     'RUN=$(date +%s)',
-    `ID=$(curl -s -H "$AUTH" $API/emails -d '${send}' | ${json})`,
-    'sleep 1; curl -s -H "$AUTH" $API/emails/$ID; echo',
-    'curl -s -H "$AUTH" "$API/emails/$ID/message?recipient=customer@example.com"',
+    `ID=$(curl -sS -H "$AUTH" $API/emails -d '${send}' | ms_id)`,
+    '[ -n "$ID" ] && sleep 1 && curl -sS -H "$AUTH" $API/emails/$ID; echo',
+    '[ -n "$ID" ] && curl -sS -H "$AUTH" "$API/emails/$ID/message?recipient=customer@example.com"',
     '',
   ].join('\n');
 }

@@ -114,6 +114,24 @@ function client(api: string, key: string) {
 
 const SIM = 'simulator.mailstead.test';
 
+/** The printed lines to paste: from KEY= to the last command. */
+function pasteOf(text: string): string {
+  const from = text.indexOf('\nKEY=');
+  const to = text.indexOf('\n', text.indexOf('message?recipient=customer@example.com', from));
+  return text.slice(from + 1, to);
+}
+
+/** Runs pasted lines in a shell as a person would (no `set -e`), answering what it printed, both streams in order. */
+function paste(shell: 'bash' | 'sh', lines: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(shell, ['-c', `exec 2>&1\n${lines}`], { env: { PATH: process.env.PATH ?? '' } });
+    let out = '';
+    child.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    child.on('error', reject);
+    child.on('close', () => resolve(out));
+  });
+}
+
 describe('npm run dev', () => {
   it('the try-it path: connect shop.test, verify, send to a customer and the simulator, read events, webhooks and the captured, DKIM-signed message', {
     timeout: 180_000,
@@ -125,7 +143,9 @@ describe('npm run dev', () => {
     const { key, api, text } = await printed(run);
     expect(api).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/api\/v1$/);
     expect(text).toContain('capture mode');
-    expect(text).toContain(`DOMAIN_ID=$(curl -s -H "$AUTH" -d '{"name":"shop.test"}' $API/domains`);
+    expect(text).toContain(`DOMAIN_ID=$(curl -sS -H "$AUTH" "$API/domains?limit=100" | ms_id shop.test)`);
+    // MAIL_HOSTNAME (mx.mailstead.test here, the machine's short name by default) is a production concern: no warning.
+    expect(text).not.toContain('config.mail_hostname_not_fqdn');
     // The server's own start line came first, saying the mode; the key is kept (0600) for the next run.
     expect(text).toMatch(/"event":"server\.started".*"deliveryMode":"capture"/);
     expect(text.indexOf('"server.started"')).toBeLessThan(text.indexOf('KEY='));
@@ -157,7 +177,7 @@ describe('npm run dev', () => {
     expect(hook.status, JSON.stringify(hook.body)).toBe(201);
 
     // The send the printed commands make (its JSON, the shell's $RUN filled in), plus defer@.
-    const printedSend = /\$API\/emails -d '(.+)' \| node/.exec(text)?.[1];
+    const printedSend = /\$API\/emails -d '(.+)' \| ms_id\)/.exec(text)?.[1];
     expect(printedSend).toBeDefined();
     const body = JSON.parse(printedSend!.replace(/'\$RUN'/g, '1'));
     expect(body.to).toEqual(['customer@example.com', `delivered@${SIM}`, `bounce+1@${SIM}`, `complaint+1@${SIM}`]);
@@ -229,17 +249,55 @@ describe('npm run dev', () => {
     await run.exited;
     expect(run.stdout()).toMatch(/"event":"process\.stopped","signal":"SIGINT"/);
 
-    // Again on the same DATA_DIR: the same key, printed from DATA_DIR/dev-key, and shop.test is not connected twice.
+    // Again on the same DATA_DIR: the same key, printed from DATA_DIR/dev-key, and the same commands (which find
+    // shop.test rather than connect it twice).
     const again = startDev(dataDir);
     const second = await printed(again);
     expect(second.key).toBe(key);
     expect(second.text).toContain(`(admin token ${adminToken})`);
     expect(second.text).not.toContain('Created the account');
-    expect(second.text).not.toContain('DOMAIN_ID=');
+    const samePaste = (t: string) => pasteOf(t).replace(/^API=.*$/m, 'API=');
+    expect(samePaste(second.text)).toBe(samePaste(text));
     expect((await client(second.api, key)('GET', '/domains')).body.data.map((d: { name: string }) => d.name)).toEqual(['shop.test']);
     stopGroup(again.child, 'SIGTERM');
     await again.exited;
     expect(again.stdout()).toMatch(/"event":"process\.stopped","signal":"SIGTERM"/);
+  });
+
+  it('the printed commands work on every paste, and print the API’s error when it refuses', { timeout: 180_000 }, async () => {
+    const root = mkdtempSync(join(tmpdir(), 'mailstead-dev-'));
+    dirs.push(root);
+    const run = startDev(join(root, 'data-dev'));
+    const { key, api, text } = await printed(run);
+    const lines = pasteOf(text);
+    const call = client(api, key);
+    // The first paste connects shop.test; the second and third find it (the second used to read `409 domain_exists`
+    // as an id, `undefined`, and answer `not_found`), in bash and in a POSIX sh.
+    const outputs: string[] = [];
+    for (const shell of ['bash', 'bash', 'sh'] as const) {
+      const out = await paste(shell, lines);
+      outputs.push(out);
+      expect(out, out).toContain('"status":"verified"');
+      expect(out, out).toMatch(/"status":"sent"/);
+      expect(out, out).toContain('Subject: Your receipt R-1042');
+      for (const wrong of ['undefined', 'not_found', 'domain_exists', '"error":{']) expect(out, out).not.toContain(wrong);
+    }
+    const domains = (await call('GET', '/domains')).body.data as { name: string }[];
+    expect(domains.map((d) => d.name)).toEqual(['shop.test']);
+    const sent = (await call('GET', '/emails')).body.data as { status: string }[];
+    expect(sent.map((e) => e.status)).toEqual(['sent', 'sent', 'sent']);
+
+    // A refusal is shown as the API answered it, and nothing after it runs on an id that is not one.
+    const refused = await paste('bash', lines.replace(`KEY=${key}`, 'KEY=ms_not_a_key'));
+    expect(refused).toContain('"code":"invalid_key"');
+    for (const wrong of ['undefined', 'not_found']) expect(refused, refused).not.toContain(wrong);
+    expect((await call('GET', '/emails')).body.data).toHaveLength(3);
+    // A send the API refuses (a suppressed recipient) prints its error too.
+    const suppressed = await paste('bash', lines.replace('"customer@example.com",', `"suppressed@${SIM}",`));
+    expect(suppressed).toContain('"code":"recipient_suppressed"');
+    expect(suppressed, suppressed).not.toContain('undefined');
+    stopGroup(run.child, 'SIGTERM');
+    await run.exited;
   });
 
   it('refuses another DELIVERY_MODE: npm run dev is capture mode, production is npm start', { timeout: 60_000 }, async () => {
