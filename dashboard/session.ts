@@ -24,6 +24,8 @@ export interface Flash {
   message: string;
   /** A value shown once beside the message (a new key), with a copy button. */
   secret?: string;
+  /** Where to look next (the email a test send made), linked under the message. */
+  links?: { href: string; label: string }[];
 }
 
 /** True when `given` is the admin token; compared as hashes, in constant time. */

@@ -199,6 +199,15 @@ export const FlashMessage: FC<{ flash: Flash | null }> = ({ flash }) =>
   flash ? (
     <div class={`flash ${flash.kind}`} role={flash.kind === 'error' ? 'alert' : 'status'}>
       <div>{flash.message}</div>
+      {flash.links !== undefined && flash.links.length > 0 && (
+        <ul class="flash-links">
+          {flash.links.map((l) => (
+            <li>
+              <a href={l.href}>{l.label}</a>
+            </li>
+          ))}
+        </ul>
+      )}
       {flash.secret !== undefined && (
         <div class="secret">
           <code id="flash-secret">{flash.secret}</code>

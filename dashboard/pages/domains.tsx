@@ -10,6 +10,8 @@ import { readPageLink } from '../queries/id-pages.js';
 import { field, formAction, refuse, render } from '../render.js';
 import { pageHrefs, withQuery } from '../ui.js';
 import { DomainPageBody, DomainsListBody, verifySummary } from '../views/domains.js';
+import { TestEmailSection } from '../views/test-email.js';
+import { defaultTestRecipient, testSendMode } from '../actions/test-email.js';
 
 /**
  * Domains: every account's, connect one for an account, and a domain's records, verification and removal. The
@@ -59,7 +61,10 @@ export function domainPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger
       deps,
       c,
       { title: view.name, current },
-      <DomainPageBody view={view} account={account} checks={lastChecks(deps, id)} csrf={c.var.session.csrfToken} />,
+      <>
+        <DomainPageBody view={view} account={account} checks={lastChecks(deps, id)} csrf={c.var.session.csrfToken} />
+        <TestEmailSection view={view} mode={testSendMode(view, deps.config)} to={defaultTestRecipient(deps.config)} csrf={c.var.session.csrfToken} />
+      </>,
     );
   });
 

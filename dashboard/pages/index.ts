@@ -4,6 +4,7 @@ import type { DashEnv } from '../env.js';
 import { accountPages } from './accounts.js';
 import { capturedPages } from './captured.js';
 import { databasePages } from './database.js';
+import { domainTestEmailPages } from './domain-test-email.js';
 import { domainPages } from './domains.js';
 import { emailPages } from './emails.js';
 import { overviewPages } from './overview.js';
@@ -16,6 +17,7 @@ export const PAGE_MODULES: ReadonlyArray<(deps: Deps) => Hono<DashEnv>> = [
   overviewPages,
   accountPages,
   domainPages,
+  domainTestEmailPages,
   emailPages,
   capturedPages,
   webhookPages,

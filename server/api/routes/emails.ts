@@ -37,9 +37,9 @@ export function emailRoutes(deps: Deps) {
 /**
  * The send request read from the body (JSON, then its fields), or the refusal of its reading as a value: the core
  * gives that verdict at check 5, after the checks the spec puts before it. Anything but a refusal is a fault of ours:
- * a 500 now.
+ * a 500 now. The dashboard's test email reads its body here too.
  */
-function readSendRequest(rawBody: Buffer): ParsedSend {
+export function readSendRequest(rawBody: Buffer): ParsedSend {
   try {
     return { ok: true, value: toSendRequest(parseInput(sendRequestSchema, jsonBody(rawBody))) };
   } catch (err) {
