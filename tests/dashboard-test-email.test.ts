@@ -2,7 +2,7 @@ import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createDeliveryEngine } from '../mta/delivery-engine.js';
 import { suspendByOperator } from '../server/core/accounts.js';
-import { expectAccessible, flashText, newPage, pageProblems, screenshot, signIn, submit } from './helpers/browser.js';
+import { expectAccessible, flashText, horizontalOverflow, newPage, pageProblems, screenshot, signIn, submit } from './helpers/browser.js';
 import { type DashboardClient, UUID, dashboardClient, openDashboard, refusalOf } from './helpers/dashboard.js';
 import { type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import { connectDomain, newSender, uniqueDomain } from './helpers/sending.js';
@@ -46,12 +46,15 @@ describe('a domain that can send, DELIVERY_MODE=direct', () => {
     const page = await newPage(browser);
     await signIn(page, service.url, token, `/dashboard/domains/${s.domainId}`);
     const section = page.getByRole('region', { name: 'Send a test email' });
-    expect(await section.textContent()).toContain('Sent when sent');
+    expect(await section.textContent()).toContain('will be delivered');
     expect(await section.textContent()).toContain(`sent from test@${s.domain} through the checks of POST /emails and delivered`);
     // The mailbox simulator by default: accepted without leaving this server.
     expect(await section.getByLabel('To').inputValue()).toBe(`delivered@${SIM}`);
     await expectAccessible(page, 'domain page with the test email form');
     await screenshot(page, 'i33-domain-test-email');
+    await page.setViewportSize({ width: 390, height: 844 });
+    expect(await horizontalOverflow(page)).toBe(0);
+    await page.setViewportSize({ width: 1280, height: 900 });
 
     await section.getByLabel('To').fill('dana@example.net');
     await submit(page, 'Send test email');
@@ -117,7 +120,7 @@ describe('a domain that cannot send yet', () => {
     const page = await newPage(browser);
     await signIn(page, service.url, token, `/dashboard/domains/${domainId}`);
     const section = page.getByRole('region', { name: 'Send a test email' });
-    expect(await section.textContent()).toContain('Sandboxed when sent');
+    expect(await section.textContent()).toContain('will be a sandbox send');
     expect(await section.textContent()).toContain(`${domain} cannot send yet, so the test is a sandbox send`);
     await submit(page, 'Send test email');
     const api = await service.api('POST', '/emails', {
@@ -157,7 +160,7 @@ describe('DELIVERY_MODE=capture', () => {
     const page = await newPage(capture);
     await signIn(page, service.url, captureToken, `/dashboard/domains/${created.body.id}`);
     const section = page.getByRole('region', { name: 'Send a test email' });
-    expect(await section.textContent()).toContain('Captured when sent');
+    expect(await section.textContent()).toContain('will be captured, not delivered');
     expect(await section.getByLabel('To').inputValue()).toBe('you@example.com');
     await submit(page, 'Send test email');
     expect(await flashText(page, 'ok')).toContain(

@@ -20,17 +20,17 @@ export type TestSendMode = 'send' | 'capture' | 'sandbox';
 
 export const TEST_SEND_MODES: Record<TestSendMode, { label: string; explains: (domain: string) => string }> = {
   send: {
-    label: 'Sent',
+    label: 'will be delivered',
     explains: (d) =>
       `The built-in notification template, sent from ${TEST_LOCAL_PART}@${d} through the checks of POST /emails and delivered like any send: it counts toward the account's daily quota and costs a credit.`,
   },
   capture: {
-    label: 'Captured',
+    label: 'will be captured, not delivered',
     explains: (d) =>
       `This server runs DELIVERY_MODE=capture: the built-in notification template, sent from ${TEST_LOCAL_PART}@${d} through the checks of POST /emails, is signed and kept here (Captured mail), never delivered.`,
   },
   sandbox: {
-    label: 'Sandboxed',
+    label: 'will be a sandbox send',
     explains: (d) =>
       `${d} cannot send yet, so the test is a sandbox send: every check of POST /emails runs and nothing is sent or charged. The from-domain check is one of them, so until the domain is verified the answer is the refusal your application would get.`,
   },

@@ -8,10 +8,9 @@ export const TestEmailSection: FC<{ view: DomainView; mode: TestSendMode; to: st
   <section class="panel" aria-labelledby="test-email-heading" id="test-email">
     <h2 id="test-email-heading">Send a test email</h2>
     <p>
-      <Badge tone={mode === 'send' ? 'ok' : 'info'}>{`${TEST_SEND_MODES[mode].label} when sent`}</Badge>{' '}
-      <span class="muted">{TEST_SEND_MODES[mode].explains(view.name)}</span>
+      <Badge tone={mode === 'send' ? 'ok' : 'info'}>{TEST_SEND_MODES[mode].label}</Badge> <span class="muted">{TEST_SEND_MODES[mode].explains(view.name)}</span>
     </p>
-    <form method="post" action={`/dashboard/domains/${view.id}/test-email`} class="row">
+    <form method="post" action={`/dashboard/domains/${view.id}/test-email`} class="row test-email">
       <CsrfField token={csrf} />
       <label for="test-email-to">To</label>
       {/* Plain text: the address is judged by POST /emails's rule alone, and its refusal is shown. */}
