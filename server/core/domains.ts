@@ -18,8 +18,8 @@ import {
   checkSigning,
   checkSpf,
   deriveFlags,
-  isUnderReservedTld,
   nextRecordStatus,
+  verifiesWithoutDns,
 } from './domain-checks.js';
 import { normalizeDomainName } from './domain-name.js';
 
@@ -308,7 +308,7 @@ export async function verifyDomain({
 }): Promise<DomainView & { checks: Checks }> {
   const { domain, key } = requireDomain(deps, ctx, id);
   const name = domain.name;
-  const withoutDns = deps.config.deliveryMode === 'capture' && isUnderReservedTld(name);
+  const withoutDns = verifiesWithoutDns(deps.config.deliveryMode, name);
   const checks: Checks = withoutDns ? { ...RESERVED_NAME_CHECKS } : await readChecks(deps, name, key);
   const now = deps.clock.now();
   // The domain may have been deleted or checked meanwhile: apply the checks to the row as it is now.
