@@ -74,7 +74,7 @@ const Facts: FC<{ view: AccountView; row: AccountRow; parent: AccountRow | null 
         {formatCount(view.sending.totalSent)} recipients, {formatCount(view.sending.totalBounced)} bounced, {formatCount(view.sending.totalComplained)}{' '}
         complained
       </dd>
-      <dt>Today / quota</dt>
+      <dt>Recipients today / quota</dt>
       <dd>
         <QuotaUsage view={view} />
       </dd>
