@@ -2,7 +2,7 @@ import { chromium } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { webhookDeliveries } from '../db/schema/index.js';
 import { newId } from '../server/shared/ids.js';
-import { chromiumPath, newPage, signIn } from './helpers/browser.js';
+import { chromiumPath, launchBrowser, newPage, screenshot, signIn } from './helpers/browser.js';
 import { type DashboardClient, adminTokenFor, dashboardClient } from './helpers/dashboard.js';
 import { seedEndpoint } from './helpers/outcomes.js';
 import { newSender, receipt, sendEmail } from './helpers/sending.js';
@@ -31,6 +31,61 @@ afterAll(async () => {
 const flashOf = (html: string) => /<div class="flash (ok|error)" role="(?:alert|status)"><div>([^<]*)<\/div>/.exec(html);
 
 describe('dashboard behaviour', () => {
+  it('keeps filter, search and form buttons at their natural width, on a wide screen and a phone', async () => {
+    service.newAccount({ name: 'Button Co' });
+    const forms: [string, string][] = [
+      ['/dashboard/emails', 'Filter'],
+      ['/dashboard/suppressions', 'Search'],
+      ['/dashboard/suppressions', 'Add to the list'],
+      ['/dashboard/webhooks', 'Filter'],
+      ['/dashboard/captured', 'Search'],
+      ['/dashboard/domains', 'Search'],
+      ['/dashboard/domains', 'Connect domain'],
+      ['/dashboard/accounts', 'Search'],
+      ['/dashboard/database', 'Show'],
+    ];
+    const browser = await launchBrowser();
+    const stretched: string[] = [];
+    try {
+      for (const width of [1280, 375]) {
+        const page = await newPage(browser, width);
+        await signIn(page, service.url, token);
+        for (const [path, name] of forms) {
+          await page.goto(`${service.url}${path}`);
+          const button = page.getByRole('button', { name, exact: true });
+          // The button's box against what it holds: its text's width, its padding and its border.
+          const { box, natural } = await button.evaluate((el) => {
+            type Box = { width: number };
+            const e = el as unknown as {
+              getBoundingClientRect(): Box;
+              ownerDocument: { createRange(): { selectNodeContents(n: unknown): void; getBoundingClientRect(): Box } };
+            };
+            const range = e.ownerDocument.createRange();
+            range.selectNodeContents(el);
+            const style = (globalThis as unknown as { getComputedStyle(n: unknown): Record<string, string> }).getComputedStyle(el);
+            const px = (k: string) => Number.parseFloat(style[k] ?? '0');
+            return {
+              box: e.getBoundingClientRect().width,
+              natural: range.getBoundingClientRect().width + px('paddingLeft') + px('paddingRight') + px('borderLeftWidth') + px('borderRightWidth'),
+            };
+          });
+          if (box > natural + 2) stretched.push(`${path} "${name}" at ${width} px: ${Math.round(box)} px wide for ${Math.round(natural)} px of content`);
+        }
+        if (width === 375) {
+          await page.goto(`${service.url}/dashboard/emails`);
+          await screenshot(page, 'i33-filters-375');
+        } else {
+          await page.goto(`${service.url}/dashboard/suppressions`);
+          await screenshot(page, 'i33-filters');
+        }
+        await page.context().close();
+      }
+    } finally {
+      await browser.close();
+    }
+    expect(stretched).toEqual([]);
+  }, 60_000);
+
   it("copy buttons work on a plain-http address that is not localhost (docs/operating/dashboard.md's http://<host>:8080/dashboard)", async () => {
     const { account } = service.newAccount({ name: 'Copy Co' });
     const port = new URL(service.url).port;

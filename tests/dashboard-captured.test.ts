@@ -131,6 +131,7 @@ describe('captured mail in the browser', () => {
     expect(await page.locator('pre.text-part').textContent()).toContain('Parcel 42 is on its way.\nTrack it from your account.');
     expect(await page.locator('pre.raw-source').textContent()).toMatch(/^DKIM-Signature: v=1; a=rsa-sha256;/);
     expect(await page.locator('#dkim ~ .panel .badge').first().textContent()).toBe('pass');
+    expect(await page.locator('#dkim ~ .panel .key-source').first().textContent()).toBe('(DNS)');
     expect(await page.locator('#dkim ~ .panel').textContent()).toContain(shop.domain);
 
     // The HTML part, rendered inside its frame: the content is there, the script did not run, nothing was fetched.
@@ -168,15 +169,71 @@ describe('captured mail in the browser', () => {
     await page.context().close();
   });
 
-  it('shows the verdict mailauth gives when the signing key is not published, without failing the page', { timeout: 30_000 }, async () => {
+  it('checks a signature against the key Mailstead holds when DNS has none, says so, and still fails a message altered after signing', {
+    timeout: 60_000,
+  }, async () => {
+    // The sender's key is not in DNS (as shop.test's never is under `npm run dev`): the held key verifies it.
     const unpublished = await newSender(service, { name: 'Unpublished' });
-    const id = await sendCaptured(unpublished, 'bob@example.net', 'No key in DNS', 'Hello.');
-    const res = await client.get(`/dashboard/captured/${id}?recipient=bob%40example.net`);
-    expect(res.status).toBe(200);
-    const html = await res.text();
+    const id = await sendCaptured(unpublished, 'bob@example.net', 'No key in DNS', 'Hello from the held key.');
+    const page = await newPage(browser);
+    await signIn(page, service.url, token, `/dashboard/captured/${id}?recipient=bob%40example.net`);
+    const verdict = page.locator('#dkim ~ .panel .dkim-verdicts li');
+    expect(await verdict.locator('.badge').textContent()).toBe('pass');
+    expect(await verdict.locator('.key-source').textContent()).toBe('(verified against the key Mailstead holds; DNS has none)');
+    expect(await verdict.textContent()).toContain(unpublished.domain);
+    await expectAccessible(page, 'captured message verified against the held key');
+    await screenshot(page, 'i33-captured-dkim');
+
+    // The same message with its (signed) subject changed after signing, stored as another email's capture: the held
+    // key does not verify it, and the page says fail.
+    const db = service.deps.db;
+    const secret = service.deps.secretKey!;
+    const raw = readCapture(db, secret, { accountId: unpublished.account.id, emailId: id, recipient: 'bob@example.net' })!.toString('utf8');
+    const altered = raw.replace('\r\nSubject: No key in DNS\r\n', '\r\nSubject: Pay this invoice now\r\n');
+    expect(altered).not.toBe(raw);
+    const at = service.clock.now();
+    const alteredId = newId(at);
+    db.insert(emails)
+      .values({
+        id: alteredId,
+        accountId: unpublished.account.id,
+        fromAddress: unpublished.from,
+        to: ['bob@example.net'],
+        subject: 'No key in DNS',
+        template: 'notification',
+        status: 'sent',
+        sandbox: false,
+        createdAt: at,
+      })
+      .run();
+    storeCapture(
+      db,
+      sealCapture(secret, {
+        emailId: alteredId,
+        accountId: unpublished.account.id,
+        recipient: 'bob@example.net',
+        message: Buffer.from(altered),
+        capturedAt: at,
+      }),
+    );
+    await page.goto(`${service.url}/dashboard/captured/${alteredId}?recipient=bob%40example.net`);
+    expect(await verdict.locator('.badge').textContent()).toBe('fail');
+    expect(await verdict.textContent()).toContain('(bad signature)');
+    expect(await verdict.locator('.key-source').textContent()).toBe('(verified against the key Mailstead holds; DNS has none)');
+    expect(problemsBesidesTheFrame(page)).toEqual([]);
+    await page.context().close();
+  });
+
+  it('says neutral (no key) when neither DNS nor Mailstead holds the signing key', async () => {
+    const orphan = await newSender(service, { name: 'Orphan key' });
+    const id = await sendCaptured(orphan, 'eve@example.net', 'Key gone', 'Hello.');
+    // The account no longer holds a key for that selector (as after a key change): nothing to check against.
+    service.deps.db.update(domainKeys).set({ selector: 'rotated' }).where(eq(domainKeys.accountId, orphan.account.id)).run();
+    const html = await (await client.get(`/dashboard/captured/${id}?recipient=eve%40example.net`)).text();
     const badge = /<h2 id="dkim">DKIM<\/h2><div class="panel"><ul class="plain-list dkim-verdicts"><li><span class="badge[^"]*">([a-z]+)<\/span>/.exec(html);
     expect(badge?.[1]).toBe('neutral');
-    expect(html).toContain('no key');
+    expect(html).toContain('no key in DNS, and Mailstead holds none for this domain and selector');
+    expect(html).toContain('(no key)');
   });
 });
 

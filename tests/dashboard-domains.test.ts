@@ -3,7 +3,8 @@ import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { domains } from '../db/schema/index.js';
 import { expectAccessible, horizontalOverflow, newPage, pageProblems, screenshot, signIn, submit } from './helpers/browser.js';
-import { type DashboardClient, UUID, openDashboard, refusalOf } from './helpers/dashboard.js';
+import { storeDatabaseRow } from './helpers/customer-db.js';
+import { type DashboardClient, UUID, adminTokenFor, openDashboard, refusalOf } from './helpers/dashboard.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { type TestService, startService } from './helpers/service.js';
 
@@ -115,6 +116,9 @@ describe('domains in the browser', () => {
     expect(await page.locator('.flash.error').textContent()).toContain(`Checked DNS for ${name}: 0 of 4 records found. The domain is pending.`);
     expect(await checksShown(page)).toEqual({ Ownership: 'missing', SPF: 'missing', Receiving: 'missing', Signing: 'missing' });
     expect(await page.getByRole('region', { name: 'Last verification' }).textContent()).toContain('Not found: DNS answered without this value.');
+    expect(await page.getByRole('region', { name: 'Last verification' }).textContent()).toContain(
+      'It is optional: needed only to receive mail at this domain.',
+    );
     expect(await statusBadges(page)).toEqual(['pending', 'not sending', 'not receiving']);
 
     // Published as the page shows them: every check passes, and the badges change.
@@ -122,6 +126,8 @@ describe('domains in the browser', () => {
     await submit(page, 'Verify now');
     expect(await page.locator('.flash.ok').textContent()).toContain(`Checked DNS for ${name}: 4 of 4 records found. The domain is verified.`);
     expect(await checksShown(page)).toEqual({ Ownership: 'proven', SPF: 'published', Receiving: 'published', Signing: 'published' });
+    expect(await page.getByRole('region', { name: 'Last verification' }).textContent()).toContain('Found, with the expected value.');
+    expect(await page.locator('#without-dns').count()).toBe(0);
     expect(await recordStatuses(page)).toEqual({ Ownership: 'published', SPF: 'published', Receiving: 'published', Signing: 'published' });
     expect(await statusBadges(page)).toEqual(['verified', 'sending direct', 'receiving']);
     expect((await service.api('GET', `/domains/${domainId}`, { key })).body).toMatchObject({
@@ -189,6 +195,85 @@ describe('domains in the browser', () => {
     await page.goto(`${service.url}/dashboard/domains`);
     expect(await horizontalOverflow(page)).toBe(0);
     await expectAccessible(page, 'domains list at phone width');
+    expect(pageProblems(page)).toEqual([]);
+    await page.context().close();
+  });
+});
+
+describe('a domain verified without DNS (capture mode, a reserved name) in the browser', () => {
+  let capture: TestService;
+  let captureToken: string;
+
+  beforeAll(async () => {
+    capture = await startService({ DELIVERY_MODE: 'capture' });
+    captureToken = adminTokenFor(capture);
+  });
+  afterAll(async () => {
+    await capture?.close();
+  });
+
+  it('says DNS was not looked up, marks the MX record optional with what it does, and says receiving needs a database', async () => {
+    const { account, key } = capture.newAccount({ name: 'Test Shop' });
+    const created = await capture.api('POST', '/domains', { key, body: { name: 'shop.test' } });
+    expect(created.status).toBe(201);
+    const page = await newPage(browser);
+    await signIn(page, capture.url, captureToken, `/dashboard/domains/${created.body.id}`);
+
+    // The MX record: optional, and what it does, in its own row.
+    const mxRow = page
+      .getByRole('region', { name: 'Records to publish' })
+      .getByRole('row')
+      .filter({ has: page.getByRole('rowheader', { name: 'Receiving' }) });
+    const mxNote = (await mxRow.locator('#mx-note').textContent()) ?? '';
+    expect(mxNote).toContain('Optional.');
+    expect(mxNote).toContain('Only needed to receive mail at shop.test');
+    expect(mxNote).toContain('sends all of the domain’s mail to Mailstead: it replaces the domain’s current mail host');
+    for (const other of ['Ownership', 'SPF', 'Signing']) {
+      const row = page.getByRole('row').filter({ has: page.getByRole('rowheader', { name: other, exact: true }) });
+      expect(await row.first().locator('#mx-note').count()).toBe(0);
+    }
+
+    // Verified without DNS: the flash and each check say so, never that DNS held the record.
+    await submit(page, 'Verify now');
+    expect(await page.locator('.flash.ok').textContent()).toContain(
+      'Verified shop.test without asking DNS: in capture mode, names under .test count every record as found. The domain is verified.',
+    );
+    const checks = page.getByRole('region', { name: 'Last verification' });
+    const checksText = (await checks.textContent()) ?? '';
+    expect(checksText).toContain('Verified without asking DNS');
+    expect(checksText).not.toContain('Found, with the expected value');
+    expect(checksText).not.toContain('Found, with this domain’s token');
+    expect(await checks.locator('tbody tr').count()).toBe(4);
+    for (const text of await checks.locator('tbody td.result .small').allTextContents()) {
+      expect(text).toBe('Not looked up: in capture mode, names under .test are verified without DNS, every record counted as found.');
+    }
+    expect(await page.locator('#without-dns').textContent()).toContain('names under .test are verified without asking DNS');
+    expect(await statusBadges(page)).toEqual(['verified', 'sending direct', 'receiving']);
+
+    // Receiving, but the account has no database: the page says its mail is refused, and links the Database page.
+    const note = page.locator('.receiving-note');
+    expect(await note.textContent()).toContain('shop.test is receiving, but its mail is refused until Test Shop has a database');
+    expect(await note.getByRole('link', { name: 'Database page' }).getAttribute('href')).toBe('/dashboard/database');
+    await expectAccessible(page, 'domain verified without DNS');
+    await screenshot(page, 'i33-domain-records');
+    await page.setViewportSize({ width: 390, height: 844 });
+    expect(await horizontalOverflow(page)).toBe(0);
+    await page.setViewportSize({ width: 1280, height: 900 });
+
+    // The list and the account page say it where the badge is, too.
+    await page.goto(`${capture.url}/dashboard/domains`);
+    const listRow = page.getByRole('row').filter({ has: page.getByRole('link', { name: 'shop.test' }) });
+    expect(await listRow.locator('.receiving-note').textContent()).toBe('Mail refused: no database');
+    expect(await listRow.locator('.receiving-note a').getAttribute('href')).toBe('/dashboard/database');
+    await page.goto(`${capture.url}/dashboard/accounts/${account.id}`);
+    expect(await page.getByRole('region', { name: 'Domains' }).locator('.receiving-note').textContent()).toBe('Mail refused: no database');
+
+    // Once the account has a database, nothing more to say.
+    storeDatabaseRow(capture, account.id, 'postgresql://app:secret@db.shop.example:5432/mail');
+    await page.goto(`${capture.url}/dashboard/domains/${created.body.id}`);
+    expect(await page.locator('.receiving-note').count()).toBe(0);
+    await page.goto(`${capture.url}/dashboard/domains`);
+    expect(await page.locator('.receiving-note').count()).toBe(0);
     expect(pageProblems(page)).toEqual([]);
     await page.context().close();
   });

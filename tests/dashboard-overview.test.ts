@@ -105,15 +105,33 @@ describe('the overview', () => {
     expect(await days.count()).toBe(30);
     expect(await days.first().getAttribute('data-day')).toBe('2026-03-13');
     expect(await days.last().getAttribute('data-day')).toBe('2026-02-12');
-    expect(await tableRow(page, '2026-03-10')).toEqual({ sent: 5, delivered: 3, bounced: 1, deferred: 1, complained: 1 });
-    expect(await tableRow(page, '2026-03-11')).toEqual({ sent: 0, delivered: 0, bounced: 0, deferred: 0, complained: 0 });
-    expect(await tableRow(page, '2026-03-12')).toEqual({ sent: 2, delivered: 1, bounced: 1, deferred: 1, complained: 0 });
-    expect(await tableRow(page, '2026-03-13')).toEqual({ sent: 1, delivered: 1, bounced: 0, deferred: 0, complained: 0 });
-    expect(await tableRow(page, '2026-02-12')).toEqual({ sent: 0, delivered: 0, bounced: 0, deferred: 0, complained: 0 });
-    expect(await page.locator('#volume-table tfoot').textContent()).toBe('Total85221');
+    expect(await tableRow(page, '2026-03-10')).toEqual({ emails: 2, sent: 5, delivered: 3, bounced: 1, deferred: 1, complained: 1 });
+    expect(await tableRow(page, '2026-03-11')).toEqual({ emails: 0, sent: 0, delivered: 0, bounced: 0, deferred: 0, complained: 0 });
+    expect(await tableRow(page, '2026-03-12')).toEqual({ emails: 1, sent: 2, delivered: 1, bounced: 1, deferred: 1, complained: 0 });
+    expect(await tableRow(page, '2026-03-13')).toEqual({ emails: 1, sent: 1, delivered: 1, bounced: 0, deferred: 0, complained: 0 });
+    expect(await tableRow(page, '2026-02-12')).toEqual({ emails: 0, sent: 0, delivered: 0, bounced: 0, deferred: 0, complained: 0 });
+    expect(await page.locator('#volume-table tfoot').textContent()).toBe('Total485221');
+    // Emails and recipients each labelled, each its own true count: 4 emails to 8 recipients (and the sandboxed one
+    // in neither).
+    expect(await page.locator('#volume-table thead th').allTextContents()).toEqual([
+      'Day (UTC)',
+      'Emails sent',
+      'Sent (recipients)',
+      'Delivered (recipients)',
+      'Bounced (recipients)',
+      'Deferred (recipients)',
+      'Complained (recipients)',
+    ]);
+    expect(await page.locator('.legend li').allTextContents()).toEqual([
+      'Sent (8 recipients, 4 emails)',
+      'Delivered (5 recipients)',
+      'Bounced (2 recipients)',
+      'Deferred (2 recipients)',
+      'Complained (1 recipient)',
+    ]);
     // The chart has an accessible name saying the same, and a line per series.
     const chart = page.getByRole('img', {
-      name: /Mail flow per UTC day from 2026-02-12 to 2026-03-13: 8 sent, 5 delivered, 2 bounced, 2 deferred, 1 complained/,
+      name: /Mail flow per UTC day from 2026-02-12 to 2026-03-13, in recipients: 4 emails sent to 8 recipients; 5 delivered, 2 bounced, 2 deferred, 1 complained/,
     });
     expect(await chart.count()).toBe(1);
     expect(await chart.locator('polyline').count()).toBe(5);
@@ -137,6 +155,7 @@ describe('the overview', () => {
     const accountsText = (await accounts.textContent()) ?? '';
     expect(accountsText).toContain('near quota');
     expect(accountsText).toContain('8 of 10 recipients today');
+    expect(accountsText).toContain('6 bounced and 0 complained of 100 recipients sent to');
     expect(accountsText).toContain('throttled');
     expect(accountsText).not.toContain('Half way');
     expect(await accounts.getByRole('link', { name: 'Nearly full' }).getAttribute('href')).toBe(`/dashboard/accounts/${busy.id}`);
@@ -163,20 +182,78 @@ describe('the overview', () => {
     await page.context().close();
   }, 60_000);
 
+  it('keeps the chart’s axis labels apart and readable at 375 px', async () => {
+    const page = await newPage(browser, 375);
+    await signIn(page, service.url, token);
+    const boxes = await page.locator('svg.chart text.tick').evaluateAll((els) =>
+      els
+        .map((el) => {
+          const r = (
+            el as unknown as { getBoundingClientRect(): { left: number; right: number; top: number; bottom: number; height: number } }
+          ).getBoundingClientRect();
+          return { text: (el as unknown as { textContent: string }).textContent, left: r.left, right: r.right, top: r.top, bottom: r.bottom, height: r.height };
+        })
+        .filter((b) => b.height > 0),
+    );
+    // Days along the bottom, counts up the side: at least the first and last day and the top of the scale.
+    expect(boxes.length).toBeGreaterThanOrEqual(4);
+    const overlaps: string[] = [];
+    for (let i = 0; i < boxes.length; i++) {
+      for (let j = i + 1; j < boxes.length; j++) {
+        const a = boxes[i]!;
+        const b = boxes[j]!;
+        if (a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom) overlaps.push(`${a.text} / ${b.text}`);
+      }
+    }
+    expect(overlaps).toEqual([]);
+    // Readable: drawn at least 9 px tall on the phone, not shrunk with the rest of the chart.
+    for (const b of boxes) expect(b.height, b.text).toBeGreaterThanOrEqual(9);
+    await screenshot(page, 'i33-chart-375');
+    expect(pageProblems(page)).toEqual([]);
+    await page.context().close();
+  }, 60_000);
+
   it('says all clear once nothing waits and nothing fails', async () => {
     const quiet = await startService({ DELIVERY_MODE: 'capture' });
     try {
       const client = await dashboardClient(quiet);
       const html = await (await client.get('/dashboard')).text();
       expect(html).toContain('All clear: the delivery engine has nothing left to attempt.');
-      expect(html).toContain('All clear: every endpoint is on and its last post succeeded.');
-      expect(html).toContain('All clear: every customer database is reachable and has no writes waiting.');
+      // No endpoint and no database at all: nothing to call all clear.
+      expect(html).not.toContain('All clear: every endpoint is on');
+      expect(html).not.toContain('All clear: every customer database');
+      expect(html).toContain('No customer database yet: no account has connected one.');
       expect(html).toContain('All clear: no account has used 80% of today');
       expect(html).toContain('<div class="value" id="queue-oldest">none</div>');
     } finally {
       await quiet.close();
     }
   });
+
+  it('says there is no webhook endpoint rather than all clear, and all clear once there are endpoints and none fails', async () => {
+    const quiet = await startService({ DELIVERY_MODE: 'capture' });
+    try {
+      const page = await newPage(browser);
+      await signIn(page, quiet.url, adminTokenFor(quiet));
+      const panel = page.locator('#webhooks');
+      const text = (await panel.textContent()) ?? '';
+      expect(text).toContain('No webhook endpoint yet: no account has one, so no event is posted anywhere.');
+      expect(text).not.toContain('All clear');
+      expect(await panel.getByRole('link', { name: 'Webhooks page' }).getAttribute('href')).toBe('/dashboard/webhooks');
+      await expectAccessible(page, 'overview with no endpoint');
+      await screenshot(page, 'i33-overview-no-endpoint');
+      // One healthy endpoint: now every endpoint is on, and the page may say so.
+      seedEndpoint(quiet, quiet.newAccount({ name: 'Healthy hooks' }).account.id, ['email.delivered']);
+      storeDatabaseRow(quiet, quiet.newAccount({ name: 'Healthy db' }).account.id, 'postgresql://app:secret@db.healthy.example:5432/mail');
+      await page.reload();
+      expect(await panel.textContent()).toContain('All clear: every endpoint is on and its last post succeeded.');
+      expect(await page.locator('#databases').textContent()).toContain('All clear: every customer database is reachable and has no writes waiting.');
+      expect(pageProblems(page)).toEqual([]);
+      await page.context().close();
+    } finally {
+      await quiet.close();
+    }
+  }, 60_000);
 
   it("reads the chart and the queue where deps.scans says: in the server, the checkpoint thread's connection, not the event loop's", async () => {
     let thread: Checkpointer | undefined;
@@ -207,7 +284,9 @@ describe('the overview', () => {
       expect(res.status).toBe(200);
       const html = await (await (await dashboardClient(quiet)).get('/dashboard')).text();
       const today = new Date(quiet.clock.now()).toISOString().slice(0, 10);
-      expect(html).toMatch(new RegExp(`<tr data-day="${today}"><th scope="row">${today}</th><td class="num" data-series="sent">2</td>`));
+      expect(html).toMatch(
+        new RegExp(`<tr data-day="${today}"><th scope="row">${today}</th><td class="num" data-series="emails">1</td><td class="num" data-series="sent">2</td>`),
+      );
       expect(html).toMatch(/<div class="value" id="queue-depth">2<\/div>/);
       for (const table of ['emails', 'email_events', 'outbound_recipients']) expect(seen.some((q) => new RegExp(`from ${table}\\b`).test(q))).toBe(true);
     } finally {

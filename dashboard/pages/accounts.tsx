@@ -30,6 +30,7 @@ import { PAGE_SIZE, forwardPage, readForwardLink, readPageLink } from '../querie
 import { type Outcome, field, formAction, refuse, render } from '../render.js';
 import { pageHrefs, withQuery } from '../ui.js';
 import { AccountPageBody } from '../views/account-page.js';
+import { hasDatabase } from '../queries/domains.js';
 import { AccountsListBody } from '../views/accounts.js';
 
 /**
@@ -103,7 +104,11 @@ export function accountPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUs
       subAccounts = { items: subPage.items, ...pageHrefs(subPage, (p) => `${withQuery(here, p)}#sub-accounts`, { prefix: 'subs_', forwardOnly: true }) };
     }
     const domainRows = listDomains({ deps, ctx, page: { limit: DOMAINS_ON_ACCOUNT_PAGE, after: null } });
-    const domains = { items: domainRows.slice(0, DOMAINS_ON_ACCOUNT_PAGE), more: domainRows.length > DOMAINS_ON_ACCOUNT_PAGE };
+    const domains = {
+      items: domainRows.slice(0, DOMAINS_ON_ACCOUNT_PAGE),
+      more: domainRows.length > DOMAINS_ON_ACCOUNT_PAGE,
+      hasDatabase: hasDatabase(deps.db, row.id),
+    };
 
     return render(
       deps,

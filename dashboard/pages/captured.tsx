@@ -64,7 +64,7 @@ export function capturedPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logg
         return c.redirect(capturedPath(emailId, first), 302);
       }
       const { entry, raw } = openCaptured(deps, emailId, recipient);
-      const [parts, verdict] = await Promise.all([partsOf(raw), dkimVerdictOf(deps, raw)]);
+      const [parts, verdict] = await Promise.all([partsOf(raw), dkimVerdictOf(deps, entry.accountId, raw)]);
       const others = capturedRecipientsOf(deps.db, emailId).filter((r) => r !== entry.recipient);
       return render(
         deps,

@@ -1,11 +1,12 @@
 import { Hono } from 'hono';
+import { verifiesWithoutDns } from '../../server/core/domain-checks.js';
 import { createDomain, createDomainInput, deleteDomain, getDomain, verifyDomain } from '../../server/core/domains.js';
 import type { Deps } from '../../server/core/deps.js';
 import { parseInput } from '../../server/api/http/validate.js';
 import type { DashEnv } from '../env.js';
 import { accountById, accountFilter, operatorContext } from '../on-behalf.js';
 import { accountChoices } from '../queries/accounts.js';
-import { lastChecks, listAllDomains, requireDomainAccount } from '../queries/domains.js';
+import { hasDatabase, lastChecks, listAllDomains, requireDomainAccount } from '../queries/domains.js';
 import { readPageLink } from '../queries/id-pages.js';
 import { field, formAction, refuse, render } from '../render.js';
 import { pageHrefs, withQuery } from '../ui.js';
@@ -62,7 +63,14 @@ export function domainPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger
       c,
       { title: view.name, current },
       <>
-        <DomainPageBody view={view} account={account} checks={lastChecks(deps, id)} csrf={c.var.session.csrfToken} />
+        <DomainPageBody
+          view={view}
+          account={account}
+          checks={lastChecks(deps, id)}
+          csrf={c.var.session.csrfToken}
+          withoutDns={verifiesWithoutDns(deps.config.deliveryMode, view.name)}
+          hasDatabase={hasDatabase(deps.db, account.id)}
+        />
         <TestEmailSection view={view} mode={testSendMode(view, deps.config)} to={defaultTestRecipient(deps.config)} csrf={c.var.session.csrfToken} />
       </>,
     );
@@ -73,7 +81,11 @@ export function domainPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger
     const account = requireDomainAccount(deps, id);
     return formAction(deps, c, `${current}/${id}`, async () => {
       const result = await verifyDomain({ deps, ctx: operatorContext(account), id });
-      return { kind: result.status === 'verified' ? 'ok' : 'error', message: verifySummary(result, result.checks), to: `${current}/${id}#last-check` };
+      return {
+        kind: result.status === 'verified' ? 'ok' : 'error',
+        message: verifySummary(result, result.checks, verifiesWithoutDns(deps.config.deliveryMode, result.name)),
+        to: `${current}/${id}#last-check`,
+      };
     });
   });
 

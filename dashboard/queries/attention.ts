@@ -20,9 +20,10 @@ export interface Capped<T> {
 
 /**
  * Endpoints switched off, then those failing now (consecutive failed attempts since their last success), across every
- * account: the webhooks pages' own health rule and list (ENDPOINT_HEALTH, listEndpoints), newest first within each.
+ * account: the webhooks pages' own health rule and list (ENDPOINT_HEALTH, listEndpoints), newest first within each;
+ * and how many endpoints there are at all (none is no all-clear).
  */
-export function troubledWebhooks(db: Db): Capped<EndpointSummary> {
+export function troubledWebhooks(db: Db): Capped<EndpointSummary> & { endpoints: number } {
   const items: EndpointSummary[] = [];
   let total = 0;
   for (const health of ['disabled', 'failing'] as const) {
@@ -30,7 +31,7 @@ export function troubledWebhooks(db: Db): Capped<EndpointSummary> {
     const left = ATTENTION_LIMIT - items.length;
     if (left > 0) items.push(...listEndpoints(db, { health }, { after: null, before: null }, left).items);
   }
-  return { items, total };
+  return { items, total, endpoints: db.select({ n: count() }).from(webhookEndpoints).get()?.n ?? 0 };
 }
 
 export interface DatabaseTrouble {
@@ -44,7 +45,7 @@ export interface DatabaseTrouble {
  * Customer databases the writer cannot reach, or that have writes waiting (`pending` as GET /database counts it),
  * each with the status databaseStatusOf gives, as the Database page shows it.
  */
-export function troubledDatabases(db: Db): Capped<DatabaseTrouble> {
+export function troubledDatabases(db: Db): Capped<DatabaseTrouble> & { databases: number } {
   // One seek per database in the outbox's pending index (written out: drizzle leaves columns unqualified in sql``).
   const waiting = sql`exists (select 1 from customer_db_writes w where w.database_account_id = "customer_databases"."account_id" and w.set_aside_at is null)`;
   const troubled = or(eq(customerDatabases.state, 'unreachable'), waiting);
@@ -57,7 +58,11 @@ export function troubledDatabases(db: Db): Capped<DatabaseTrouble> {
     .limit(ATTENTION_LIMIT)
     .all();
   const total = db.select({ n: count() }).from(customerDatabases).where(troubled).get()?.n ?? 0;
-  return { items: rows.map((r) => ({ ...r, status: databaseStatusOf({ db }, r.accountId) })), total };
+  return {
+    items: rows.map((r) => ({ ...r, status: databaseStatusOf({ db }, r.accountId) })),
+    total,
+    databases: db.select({ n: count() }).from(customerDatabases).get()?.n ?? 0,
+  };
 }
 
 /** Share of the day's effective quota that counts as near it. */

@@ -1,5 +1,9 @@
 import { dkimVerify } from 'mailauth';
 import { simpleParser } from 'mailparser';
+import { and, eq } from 'drizzle-orm';
+import type { Db } from '../../db/client.js';
+import { domainKeys } from '../../db/schema/index.js';
+import { dkimRecordValue } from '../../server/core/domains.js';
 import { capturedMessageQuery, getCapturedMessage } from '../../server/core/emails.js';
 import type { Deps } from '../../server/core/deps.js';
 import { mailauthResolver } from '../../server/shared/dns/resolver.js';
@@ -10,7 +14,8 @@ import { type CapturedEntry, findCaptured } from './captured.js';
 /**
  * One captured message for the operator: found in the store, opened by the API's own getCapturedMessage (its rules:
  * capture mode only, the email's own account), parsed with mailparser, and its DKIM signature checked with mailauth
- * through the service's resolver, as a receiver would check it.
+ * through the service's resolver, as a receiver would check it (or, where DNS has no key, against the key the
+ * service holds, and saying so).
  */
 
 /** A UUID as the service writes ids: anything else names no email (and never reaches a query). */
@@ -61,6 +66,15 @@ export async function partsOf(raw: Buffer): Promise<MessageParts> {
   };
 }
 
+/**
+ * Where the key a signature was checked against came from: the signing domain's DNS, as any receiver reads it; or,
+ * when DNS had none (or did not answer), the public key this server holds for that domain and selector (its
+ * domain_keys row), which is what capture mode's dev names (shop.test) are signed with and what their Signing record
+ * would publish. `none`: neither had a key. `unread`: no key was read (mailauth stops before it when the body does not
+ * match the signature's body hash).
+ */
+export type DkimKeySource = { from: 'dns' } | { from: 'held'; dns: 'none' | 'no answer' } | { from: 'none' } | { from: 'unread' };
+
 export interface DkimSignatureVerdict {
   domain: string;
   selector: string | null;
@@ -69,18 +83,62 @@ export interface DkimSignatureVerdict {
   comment: string | null;
   /** The Authentication-Results fragment mailauth would write. */
   info: string;
+  key: DkimKeySource;
 }
 
 export type DkimVerdict = { ok: true; signatures: DkimSignatureVerdict[] } | { ok: false; error: string };
 
+/** A DKIM key's DNS name (`selector._domainkey.domain`), as the key sources are kept: lower case, no trailing dot. */
+const keyName = (name: string) => name.trim().toLowerCase().replace(/\.$/, '');
+
 /**
- * The DKIM verdict of each signature of the message, from mailauth through the service's DNS resolver (the signing
- * domain's published key, as any receiver reads it). No signature is an empty list. A failure to check at all is a
- * verdict too, never an error page.
+ * The TXT answer of the public key `accountId` holds for `selector._domainkey.domain`: the Signing record's value
+ * the domain page shows (dkimRecordValue), or null when the account holds no key for that domain and selector.
  */
-export async function dkimVerdictOf(deps: Pick<Deps, 'resolver' | 'clock' | 'logger'>, raw: Buffer): Promise<DkimVerdict> {
+function heldKeyAnswer(db: Db, accountId: string, name: string): string[][] | null {
+  const at = name.indexOf('._domainkey.');
+  if (at <= 0) return null;
+  const selector = name.slice(0, at);
+  const domain = name.slice(at + '._domainkey.'.length);
+  const row = db
+    .select({ selector: domainKeys.selector, publicKey: domainKeys.dkimPublicKey })
+    .from(domainKeys)
+    .where(and(eq(domainKeys.accountId, accountId), eq(domainKeys.name, domain)))
+    .get();
+  return row && row.selector.toLowerCase() === selector ? [[dkimRecordValue(row.publicKey)]] : null;
+}
+
+/**
+ * The DKIM verdict of each signature of the message, from mailauth. The key is read through the service's DNS
+ * resolver first (the signing domain's published key, as any receiver reads it); where DNS has none or does not
+ * answer, the public key the sending account holds for that domain and selector is used instead, and each verdict
+ * says which key it was checked against. A signature that does not verify against the held key still fails. No
+ * signature is an empty list. A failure to check at all is a verdict too, never an error page.
+ */
+export async function dkimVerdictOf(deps: Pick<Deps, 'db' | 'resolver' | 'clock' | 'logger'>, accountId: string, raw: Buffer): Promise<DkimVerdict> {
+  const dns = mailauthResolver(deps.resolver);
+  const sources = new Map<string, DkimKeySource>();
+  const resolver = async (name: string, type: string): Promise<unknown[]> => {
+    const isKey = type.toUpperCase() === 'TXT' && /\._domainkey\./i.test(name);
+    if (!isKey) return dns(name, type);
+    const key = keyName(name);
+    try {
+      const answer = await dns(name, type);
+      sources.set(key, { from: 'dns' });
+      return answer;
+    } catch (err) {
+      const held = heldKeyAnswer(deps.db, accountId, key);
+      if (held === null) {
+        sources.set(key, { from: 'none' });
+        throw err;
+      }
+      const code = (err as NodeJS.ErrnoException).code;
+      sources.set(key, { from: 'held', dns: code === 'ENOTFOUND' || code === 'ENODATA' ? 'none' : 'no answer' });
+      return held;
+    }
+  };
   try {
-    const verdict = await dkimVerify(raw, { resolver: mailauthResolver(deps.resolver) as never, curTime: new Date(deps.clock.now()) });
+    const verdict = await dkimVerify(raw, { resolver: resolver as never, curTime: new Date(deps.clock.now()) });
     return {
       ok: true,
       signatures: verdict.results.map((r) => ({
@@ -89,6 +147,7 @@ export async function dkimVerdictOf(deps: Pick<Deps, 'resolver' | 'clock' | 'log
         result: String(r.status.result),
         comment: r.status.comment ?? null,
         info: r.info,
+        key: (r.selector && sources.get(keyName(`${r.selector}._domainkey.${r.signingDomain}`))) || { from: 'unread' },
       })),
     };
   } catch (err) {

@@ -1,6 +1,7 @@
 import { type SQL, and, eq, sql } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import { type AccountRow, type CheckValue, type RecordKind, accounts, domainKeys, domains } from '../../db/schema/index.js';
+import { databaseOwnerOf } from '../../server/core/customer-db-outbox.js';
 import { type DomainView, domainView } from '../../server/core/domains.js';
 import type { Deps } from '../../server/core/deps.js';
 import { ApiError } from '../../server/shared/errors.js';
@@ -14,6 +15,8 @@ import { type IdPage, PAGE_SIZE, type PageLink, likePattern, pageByIds } from '.
 export interface DomainListRow {
   view: DomainView;
   account: { id: string; name: string };
+  /** Whether the account (or its parent) has a database to hold inbound mail: without one, receiving is refused. */
+  hasDatabase: boolean;
 }
 
 function selectDomains(db: Db, where: SQL | undefined, order: SQL, take: number) {
@@ -43,7 +46,15 @@ export function listAllDomains(deps: Pick<Deps, 'db' | 'config'>, filter: { acco
     (r: DomainJoinRow) => r.domain.id,
     (bound, order, take) => selectDomains(deps.db, and(where, bound), order, take),
   );
-  return { ...page, items: page.items.map((r) => ({ view: domainView(deps, r.domain, r.key), account: r.account })) };
+  return {
+    ...page,
+    items: page.items.map((r) => ({ view: domainView(deps, r.domain, r.key), account: r.account, hasDatabase: hasDatabase(deps.db, r.account.id) })),
+  };
+}
+
+/** Whether inbound mail for `accountId`'s domains has a database to go to: its own or its parent's (databaseOwnerOf). */
+export function hasDatabase(db: Db, accountId: string): boolean {
+  return databaseOwnerOf(db, accountId) !== null;
 }
 
 /** The account a domain belongs to (the operator acts as it), or the 404 page. */

@@ -7,7 +7,7 @@ import { SCOPES } from '../../server/core/scopes.js';
 import { formatCount } from '../format.js';
 import { Badge, Copyable, CsrfField, DataTable, Pager, PostButton, Time } from '../ui.js';
 import { AccountLink, CreditsSummary, QuotaUsage, StatusBadge, SUSPENDED_BY, TierBadge } from './accounts.js';
-import { DomainStatusBadges } from './domains.js';
+import { DomainStatusBadges, ReceivingNote } from './domains.js';
 
 /** An account's page: its facts, the operator's actions on it, its sub-accounts, keys and domains. */
 
@@ -17,7 +17,7 @@ export interface AccountPageProps {
   parent: AccountRow | null;
   subAccounts: { items: AccountView[]; newer: string | null; older: string | null } | null;
   keys: { items: KeyView[]; newer: string | null; older: string | null };
-  domains: { items: DomainView[]; more: boolean };
+  domains: { items: DomainView[]; more: boolean; hasDatabase: boolean };
   csrf: string;
 }
 
@@ -74,7 +74,7 @@ const Facts: FC<{ view: AccountView; row: AccountRow; parent: AccountRow | null 
         {formatCount(view.sending.totalSent)} recipients, {formatCount(view.sending.totalBounced)} bounced, {formatCount(view.sending.totalComplained)}{' '}
         complained
       </dd>
-      <dt>Today / quota</dt>
+      <dt>Recipients today / quota</dt>
       <dd>
         <QuotaUsage view={view} />
       </dd>
@@ -288,6 +288,7 @@ const Domains: FC<{ view: AccountView; domains: AccountPageProps['domains'] }> =
         {domains.items.map((d) => (
           <li class="row">
             <a href={`/dashboard/domains/${d.id}`}>{d.name}</a> <DomainStatusBadges view={d} />
+            <ReceivingNote view={d} hasDatabase={domains.hasDatabase} accountName={view.name} short />
           </li>
         ))}
       </ul>

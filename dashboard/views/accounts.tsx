@@ -54,7 +54,7 @@ const ACCOUNT_COLUMNS = [
   'Status',
   'Tier',
   'Credits',
-  { label: 'Today / quota', class: 'num' },
+  { label: 'Recipients today / quota', class: 'num' },
   { label: 'Sub-accounts', class: 'num' },
   'Created',
 ] as const;

@@ -3,7 +3,7 @@ import { AttachmentsSection, HeadersSection, RawSourceSection } from './message-
 import { CAPTURE_LIMIT } from '../../server/core/capture-store.js';
 import { formatCount } from '../format.js';
 import type { CapturedEntry } from '../queries/captured.js';
-import type { DkimVerdict, MessageParts } from '../queries/captured-message.js';
+import type { DkimKeySource, DkimVerdict, MessageParts } from '../queries/captured-message.js';
 import { Badge, type BadgeTone, DataTable, Time } from '../ui.js';
 
 /** The pieces of the captured-mail pages (dashboard/pages/captured.tsx). */
@@ -120,6 +120,20 @@ export const MessageFacts: FC<{ entry: CapturedEntry; others: string[] }> = ({ e
   </dl>
 );
 
+/** Which key a verdict was reached with, in words (after the result: "pass (DNS)"); null when no key was read. */
+export function keySourceWords(key: DkimKeySource): string | null {
+  switch (key.from) {
+    case 'dns':
+      return 'DNS';
+    case 'held':
+      return `verified against the key Mailstead holds; DNS ${key.dns === 'none' ? 'has none' : 'did not answer'}`;
+    case 'none':
+      return 'no key in DNS, and Mailstead holds none for this domain and selector';
+    case 'unread':
+      return null;
+  }
+}
+
 export const DkimSection: FC<{ verdict: DkimVerdict }> = ({ verdict }) => (
   <section aria-labelledby="dkim">
     <h2 id="dkim">DKIM</h2>
@@ -136,7 +150,13 @@ export const DkimSection: FC<{ verdict: DkimVerdict }> = ({ verdict }) => (
         <ul class="plain-list dkim-verdicts">
           {verdict.signatures.map((s) => (
             <li>
-              <Badge tone={DKIM_TONES[s.result] ?? 'warn'}>{s.result}</Badge> signed by <strong>{s.domain}</strong>
+              <Badge tone={DKIM_TONES[s.result] ?? 'warn'}>{s.result}</Badge>{' '}
+              {keySourceWords(s.key) !== null && (
+                <>
+                  <span class="key-source">({keySourceWords(s.key)})</span>{' '}
+                </>
+              )}
+              signed by <strong>{s.domain}</strong>
               {s.selector && (
                 <>
                   {' '}
@@ -151,7 +171,11 @@ export const DkimSection: FC<{ verdict: DkimVerdict }> = ({ verdict }) => (
           ))}
         </ul>
       )}
-      <p class="muted">Checked now with mailauth against the signing domain's key as this server's DNS resolver finds it.</p>
+      <p class="muted">
+        Checked now with mailauth against the signing domain's key as this server's DNS resolver finds it. Where DNS has no key (a capture-mode name such as{' '}
+        <code>shop.test</code>, or a Signing record not yet published) it is checked against the public key Mailstead holds for that domain and selector
+        instead, the one the domain's Signing record publishes: a receiver reads DNS only, so publish that record before sending for real.
+      </p>
     </div>
   </section>
 );

@@ -21,6 +21,29 @@ export const DomainStatusBadges: FC<{ view: DomainView }> = ({ view }) => (
   </span>
 );
 
+/**
+ * Beside a `receiving` badge when the account (and its parent) has no database: inbound mail is written into the
+ * customer's own Postgres, so until one is connected the MX record brings mail that is refused at RCPT
+ * (mta/inbound/recipients.ts). `short` for the list's Status cell, the sentence for the domain's page.
+ */
+export const ReceivingNote: FC<{ view: DomainView; hasDatabase: boolean; accountName: string; short?: boolean }> = ({
+  view,
+  hasDatabase,
+  accountName,
+  short,
+}) =>
+  !view.receiving || hasDatabase ? null : short ? (
+    <p class="receiving-note small">
+      Mail refused: <a href="/dashboard/database">no database</a>
+    </p>
+  ) : (
+    <p class="receiving-note" role="note">
+      <Badge tone="warn">mail refused</Badge> {view.name} is receiving, but its mail is refused until <bdi>{accountName}</bdi> has a database: inbound mail is
+      written into the account’s own Postgres (or its parent’s), and neither has one. Connect one with <code>POST /api/v1/database</code>; connected databases
+      are listed on the <a href="/dashboard/database">Database page</a>.
+    </p>
+  );
+
 /** Each record's status, named, in the order of the records to publish. */
 export const RecordBadges: FC<{ view: DomainView }> = ({ view }) => (
   <ul class="plain row badges" aria-label={`Records of ${view.name}`}>
@@ -40,7 +63,7 @@ export const DomainsTable: FC<{ rows: DomainListRow[]; empty: string }> = ({ row
     columns={['Domain', 'Account', 'Status', 'Records', 'Created']}
     items={rows}
     empty={<p class="panel muted">{empty}</p>}
-    row={({ view, account }) => (
+    row={({ view, account, hasDatabase }) => (
       <tr>
         <td>
           <a href={`/dashboard/domains/${view.id}`}>{view.name}</a>
@@ -50,6 +73,7 @@ export const DomainsTable: FC<{ rows: DomainListRow[]; empty: string }> = ({ row
         </td>
         <td>
           <DomainStatusBadges view={view} />
+          <ReceivingNote view={view} hasDatabase={hasDatabase} accountName={account.name} short />
         </td>
         <td>
           <RecordBadges view={view} />
@@ -142,18 +166,56 @@ export const CHECK_RESULT: Record<CheckValue, { tone: BadgeTone; found: boolean;
   unknown: { tone: 'warn', found: false, says: 'No answer from DNS: the record keeps the status it had.' },
 };
 
-/** The flash after a verification: how many records were found, and where the domain stands. */
-export function verifySummary(view: DomainView, checks: Record<RecordKind, CheckValue>): string {
+/** The top-level name of a domain (`test` for shop.test), as the notes about reserved names say it. */
+const tldOf = (name: string) => name.split('.').pop() ?? name;
+
+/**
+ * What the page says a check found. A name verifyDomain checks without DNS (capture mode, a reserved TLD:
+ * verifiesWithoutDns) was not looked up at all, whatever the stored value; the MX record is optional, so its absence
+ * is no fault.
+ */
+export function checkResult(kind: RecordKind, value: CheckValue, withoutDns: string | null): { tone: BadgeTone; says: string } {
+  if (withoutDns !== null) {
+    return { tone: 'info', says: `Not looked up: in capture mode, names under .${withoutDns} are verified without DNS, every record counted as found.` };
+  }
+  if (kind === 'receiving' && value === 'missing') {
+    return { tone: 'neutral', says: `${CHECK_RESULT.missing.says} It is optional: needed only to receive mail at this domain.` };
+  }
+  return CHECK_RESULT[value];
+}
+
+/** The flash after a verification: how many records were found (or that DNS was not asked), and where the domain stands. */
+export function verifySummary(view: DomainView, checks: Record<RecordKind, CheckValue>, withoutDns = false): string {
   const values = Object.values(checks);
+  if (withoutDns) {
+    return `Verified ${view.name} without asking DNS: in capture mode, names under .${tldOf(view.name)} count every record as found. The domain is ${view.status}.`;
+  }
   const found = values.filter((v) => CHECK_RESULT[v].found).length;
   const unanswered = values.filter((v) => v === 'unknown').length;
   return `Checked DNS for ${view.name}: ${found} of ${values.length} records found${unanswered > 0 ? `, ${unanswered} without an answer` : ''}. The domain is ${view.status}.`;
 }
 
-const Records: FC<{ view: DomainView }> = ({ view }) => (
+/** Why the MX record is optional, and what publishing it does (docs/operating/dns.md, Receiving). */
+const MxNote: FC<{ name: string }> = ({ name }) => (
+  <p class="record-note small" id="mx-note">
+    <strong>Optional.</strong> Only needed to receive mail at {name} (inbound mail, replies, bounces sent to its addresses). An MX record sends all of the
+    domain’s mail to Mailstead: it replaces the domain’s current mail host, so leave it out if people read mail at {name} elsewhere. Sending needs no MX record.
+  </p>
+);
+
+const Records: FC<{ view: DomainView; withoutDns: string | null }> = ({ view, withoutDns }) => (
   <section aria-labelledby="records">
     <h2 id="records">Records to publish</h2>
-    <p class="muted">Add these at the domain’s DNS host, then verify. Each value is copied exactly as shown.</p>
+    <p class="muted">
+      Add these at the domain’s DNS host, then verify; copy each value exactly as shown. Ownership, SPF and Signing are needed to send; the MX record
+      (Receiving) is optional and takes over all of the domain’s mail.
+    </p>
+    {withoutDns !== null && (
+      <p class="panel" role="note" id="without-dns">
+        <Badge tone="info">no DNS needed</Badge> In capture mode, names under <code>.{withoutDns}</code> are verified without asking DNS (no DNS can hold them,
+        and their mail never leaves this machine): the statuses below say so, not that DNS holds these records. A real domain publishes them.
+      </p>
+    )}
     <DataTable
       class="records"
       caption={`DNS records for ${view.name}`}
@@ -168,6 +230,7 @@ const Records: FC<{ view: DomainView }> = ({ view }) => (
           </td>
           <td class="value">
             <Copyable id={`record-${i}-value`} value={r.value} label={`${r.record} record value`} />
+            {r.type === 'MX' && <MxNote name={view.name} />}
           </td>
           <td>
             <Badge tone={RECORD_TONE[r.status]}>{r.status}</Badge>
@@ -178,7 +241,7 @@ const Records: FC<{ view: DomainView }> = ({ view }) => (
   </section>
 );
 
-const Checks: FC<{ view: DomainView; checks: Record<RecordKind, CheckValue> | null }> = ({ view, checks }) => (
+const Checks: FC<{ view: DomainView; checks: Record<RecordKind, CheckValue> | null; withoutDns: string | null }> = ({ view, checks, withoutDns }) => (
   <section aria-labelledby="checks" id="last-check">
     <h2 id="checks">Last verification</h2>
     {checks === null ? (
@@ -186,7 +249,7 @@ const Checks: FC<{ view: DomainView; checks: Record<RecordKind, CheckValue> | nu
     ) : (
       <>
         <p>
-          Checked <Time at={view.lastCheckedAt} />.
+          {withoutDns !== null ? 'Verified without asking DNS' : 'Checked'} <Time at={view.lastCheckedAt} />.
         </p>
         <DataTable
           class="records"
@@ -195,7 +258,7 @@ const Checks: FC<{ view: DomainView; checks: Record<RecordKind, CheckValue> | nu
           items={Object.keys(CHECKED_RECORD) as RecordKind[]}
           row={(kind) => {
             const record = view.records.find((r) => r.record === CHECKED_RECORD[kind])!;
-            const result = CHECK_RESULT[checks[kind]];
+            const result = checkResult(kind, checks[kind], withoutDns);
             return (
               <tr>
                 <th scope="row">{record.record}</th>
@@ -220,12 +283,15 @@ const Checks: FC<{ view: DomainView; checks: Record<RecordKind, CheckValue> | nu
   </section>
 );
 
-export const DomainPageBody: FC<{ view: DomainView; account: AccountRow; checks: Record<RecordKind, CheckValue> | null; csrf: string }> = ({
-  view,
-  account,
-  checks,
-  csrf,
-}) => (
+export const DomainPageBody: FC<{
+  view: DomainView;
+  account: AccountRow;
+  checks: Record<RecordKind, CheckValue> | null;
+  csrf: string;
+  /** Whether verify skips DNS for this name (verifiesWithoutDns: capture mode, a reserved TLD). */
+  withoutDns: boolean;
+  hasDatabase: boolean;
+}> = ({ view, account, checks, csrf, withoutDns, hasDatabase }) => (
   <>
     <p>
       <a href="/dashboard/domains">All domains</a> · account <a href={`/dashboard/accounts/${account.id}`}>{account.name}</a>
@@ -243,8 +309,9 @@ export const DomainPageBody: FC<{ view: DomainView; account: AccountRow; checks:
         />
       </span>
     </div>
-    <Records view={view} />
-    <Checks view={view} checks={checks} />
+    <ReceivingNote view={view} hasDatabase={hasDatabase} accountName={account.name} />
+    <Records view={view} withoutDns={withoutDns ? tldOf(view.name) : null} />
+    <Checks view={view} checks={checks} withoutDns={withoutDns ? tldOf(view.name) : null} />
     <p class="muted small">
       Connected <Time at={view.createdAt} />.
     </p>

@@ -22,15 +22,15 @@ export const QueuePanel: FC<{ queue: OutboundQueue; now: number }> = ({ queue, n
           </div>
         </div>
         <div class="card">
-          <div class="label">Due now</div>
+          <div class="label">Recipients due now</div>
           <div class="value">{String(queue.due)}</div>
         </div>
         <div class="card">
-          <div class="label">Being sent</div>
+          <div class="label">Recipients being sent</div>
           <div class="value">{String(queue.sending)}</div>
         </div>
         <div class="card">
-          <div class="label">Waiting for a retry</div>
+          <div class="label">Recipients waiting for a retry</div>
           <div class="value">{String(queue.deferred)}</div>
         </div>
         <div class="card">
@@ -54,12 +54,23 @@ export const QueuePanel: FC<{ queue: OutboundQueue; now: number }> = ({ queue, n
  * One list of what needs the operator's eye: the all-clear sentence when nothing does; else each item (`row`, a
  * badge line and why) and how many more there are.
  */
-function AttentionPanel<T>(props: { id: string; heading: string; troubled: Capped<T>; allClear: string; row: (item: T) => Child; links: Child }) {
+function AttentionPanel<T>(props: {
+  id: string;
+  heading: string;
+  troubled: Capped<T>;
+  allClear: string;
+  /** Said instead of the all-clear when there is nothing to watch at all (no endpoint, no database). */
+  nothing?: Child;
+  row: (item: T) => Child;
+  links: Child;
+}) {
   const { troubled } = props;
   return (
     <section class="panel" aria-labelledby={`${props.id}-heading`} id={props.id}>
       <h2 id={`${props.id}-heading`}>{props.heading}</h2>
-      {troubled.total === 0 ? (
+      {troubled.total === 0 && props.nothing !== undefined ? (
+        <p class="nothing-yet">{props.nothing}</p>
+      ) : troubled.total === 0 ? (
         <p class="all-clear">{props.allClear}</p>
       ) : (
         <>
@@ -72,12 +83,20 @@ function AttentionPanel<T>(props: { id: string; heading: string; troubled: Cappe
   );
 }
 
-export const WebhooksPanel: FC<{ troubled: Capped<EndpointSummary> }> = ({ troubled }) => (
+export const WebhooksPanel: FC<{ troubled: Capped<EndpointSummary> & { endpoints: number } }> = ({ troubled }) => (
   <AttentionPanel
     id="webhooks"
     heading="Webhook endpoints failing or switched off"
     troubled={troubled}
     allClear="All clear: every endpoint is on and its last post succeeded."
+    nothing={
+      troubled.endpoints === 0 ? (
+        <>
+          No webhook endpoint yet: no account has one, so no event is posted anywhere. An account sets one up with <code>POST /api/v1/webhooks</code>; endpoints
+          are listed on the <a href="/dashboard/webhooks">Webhooks page</a>.
+        </>
+      ) : undefined
+    }
     row={(endpoint) => (
       <li>
         <div class="row">
@@ -98,12 +117,13 @@ export const WebhooksPanel: FC<{ troubled: Capped<EndpointSummary> }> = ({ troub
   />
 );
 
-export const DatabasesPanel: FC<{ troubled: Capped<DatabaseTrouble> }> = ({ troubled }) => (
+export const DatabasesPanel: FC<{ troubled: Capped<DatabaseTrouble> & { databases: number } }> = ({ troubled }) => (
   <AttentionPanel
     id="databases"
     heading="Customer databases unreachable or behind"
     troubled={troubled}
     allClear="All clear: every customer database is reachable and has no writes waiting."
+    nothing={troubled.databases === 0 ? 'No customer database yet: no account has connected one.' : undefined}
     row={({ accountName, status }) => (
       <li>
         <div class="row">
@@ -143,7 +163,8 @@ export const AccountsPanel: FC<{ troubled: Capped<AccountTrouble> }> = ({ troubl
         <div class="why">
           {String(view.sending.sentToday)} of {String(view.sending.effectiveQuota)} recipients today
           {view.sending.effectiveQuota !== view.sending.dailyQuota && <> (throttled from {String(view.sending.dailyQuota)})</>};{' '}
-          {String(view.sending.totalBounced)} bounced and {String(view.sending.totalComplained)} complained of {String(view.sending.totalSent)} sent
+          {String(view.sending.totalBounced)} bounced and {String(view.sending.totalComplained)} complained of {plural(view.sending.totalSent, 'recipient')}{' '}
+          sent to
         </div>
       </li>
     )}

@@ -1,4 +1,5 @@
 import type { CheckValue, RecordKind, RecordStatus } from '../../db/schema/index.js';
+import type { DeliveryMode } from '../shared/config.js';
 import type { Lookup, MxRecord } from '../shared/dns/resolver.js';
 
 /**
@@ -110,6 +111,11 @@ export const RESERVED_TLDS: readonly string[] = ['test', 'example', 'invalid', '
 export function isUnderReservedTld(name: string): boolean {
   const tld = name.toLowerCase().replace(/\.$/, '').split('.').pop() ?? '';
   return RESERVED_TLDS.includes(tld);
+}
+
+/** Whether a verify of `name` skips DNS: capture mode and a name under a reserved TLD (verifyDomain's rule). */
+export function verifiesWithoutDns(deliveryMode: DeliveryMode, name: string): boolean {
+  return deliveryMode === 'capture' && isUnderReservedTld(name);
 }
 
 /** What a verify of a reserved name answers in capture mode: everything found. */

@@ -18,8 +18,8 @@ import {
   checkSigning,
   checkSpf,
   deriveFlags,
-  isUnderReservedTld,
   nextRecordStatus,
+  verifiesWithoutDns,
 } from './domain-checks.js';
 import { normalizeDomainName } from './domain-name.js';
 
@@ -61,6 +61,11 @@ export type DomainView = DomainFlags & {
 
 const PENDING: Record<RecordKind, RecordStatus> = { ownership: 'pending', spf: 'pending', receiving: 'pending', signing: 'pending' };
 
+/** The Signing record's TXT value for a public key (base64 DER, as domain_keys keeps it): what the domain publishes. */
+export function dkimRecordValue(publicKey: string): string {
+  return `v=DKIM1; h=sha256; k=rsa; p=${publicKey}`;
+}
+
 /** The four records to publish (docs/api/decisions.md section 5), each with what the last verification found. */
 export function domainRecords(deps: Pick<Deps, 'config'>, name: string, key: DomainKeyRow, status: Record<RecordKind, RecordStatus>): DnsRecordView[] {
   return [
@@ -71,7 +76,7 @@ export function domainRecords(deps: Pick<Deps, 'config'>, name: string, key: Dom
       record: 'Signing',
       type: 'TXT',
       name: `${key.selector}._domainkey.${name}`,
-      value: `v=DKIM1; h=sha256; k=rsa; p=${key.dkimPublicKey}`,
+      value: dkimRecordValue(key.dkimPublicKey),
       status: status.signing,
     },
   ];
@@ -303,7 +308,7 @@ export async function verifyDomain({
 }): Promise<DomainView & { checks: Checks }> {
   const { domain, key } = requireDomain(deps, ctx, id);
   const name = domain.name;
-  const withoutDns = deps.config.deliveryMode === 'capture' && isUnderReservedTld(name);
+  const withoutDns = verifiesWithoutDns(deps.config.deliveryMode, name);
   const checks: Checks = withoutDns ? { ...RESERVED_NAME_CHECKS } : await readChecks(deps, name, key);
   const now = deps.clock.now();
   // The domain may have been deleted or checked meanwhile: apply the checks to the row as it is now.
