@@ -2,12 +2,14 @@ import { z } from 'zod';
 import { SCOPES } from '../../core/scopes.js';
 import { TEMPLATES, VARIABLE_LIMITS } from '../../core/templates.js';
 import { MAX_TAGS, MAX_TAG_VALUE } from '../../core/send-request.js';
-import { ERROR_STATUS, type ErrorCode } from '../../shared/errors.js';
+import { ApiError, ERROR_STATUS, type ErrorCode } from '../../shared/errors.js';
 import { ACCOUNT_HEADER } from '../http/auth.js';
 import { DEFAULT_LIMIT, MAX_LIMIT } from '../http/paging.js';
-import { OUTCOME_EVENT_TYPES } from '../../core/webhook-fanout.js';
+import { parseInput } from '../http/validate.js';
+import { OUTCOME_EVENT_TYPES, type OutcomeStatus } from '../../core/webhook-fanout.js';
 import { MAX_WEBHOOK_URL_LENGTH } from '../../core/webhook-url.js';
-import { type ErrorCase, OPERATIONS, type Operation } from './operations.js';
+import { ANSWER_EXAMPLES, ERROR_MESSAGES, ERROR_MESSAGES_OF, INVALID_INPUTS, REQUEST_EXAMPLES, RESOURCE_EXAMPLES, webhookPostExample } from './examples.js';
+import { type Answer, type ErrorCase, OPERATIONS, type Operation } from './operations.js';
 import * as resources from './resources.js';
 
 /**
@@ -251,6 +253,37 @@ function errorsOf(op: Operation): ErrorEntry[] {
   return entries;
 }
 
+/** The message the route's own validation gives for the operation's refused input in INVALID_INPUTS, if it has one. */
+function validationMessage(op: Operation): string | undefined {
+  const invalid = INVALID_INPUTS[op.operationId];
+  const schema = invalid?.schema ?? (invalid?.body !== undefined ? op.body : op.query);
+  if (!invalid || !schema) return undefined;
+  try {
+    parseInput(schema, invalid.body ?? invalid.query, invalid.body !== undefined ? 'body' : 'query');
+  } catch (err) {
+    if (err instanceof ApiError && err.code === 'invalid_request') return err.message;
+    throw err;
+  }
+  throw new Error(`API document: the invalid input of ${op.operationId} is accepted`);
+}
+
+/**
+ * The example message of `code` at `status` for an operation: its own wording, else what its validation, its list or
+ * its account header rule says, else the code's message.
+ */
+function errorMessage(op: Operation, code: ErrorCode, status: number): string {
+  const own = ERROR_MESSAGES_OF[op.operationId]?.[code];
+  if (own) return own;
+  if (code === 'insufficient_scope' && op.auth) return `This key lacks the scope ${op.auth.scope}.`;
+  const validation = code === 'invalid_request' && status === 422 ? validationMessage(op) : undefined;
+  if (validation) return validation;
+  if (op.list && code === 'invalid_cursor') return `cursor: was not issued by this list (${op.list.name})`;
+  if (op.list && code === op.list.badLimit.code && status === op.list.badLimit.status) return `limit: must be an integer from 1 to ${MAX_LIMIT}`;
+  if (code === 'invalid_request' && op.auth?.accountHeader === 'refused')
+    return `${ACCOUNT_HEADER}: is not accepted on this endpoint; send it without the header.`;
+  return ERROR_MESSAGES[code];
+}
+
 const RETRY_AFTER = { description: 'Seconds to wait before retrying (with rate_limited and ping_cooldown).', schema: { type: 'string', pattern: '^[0-9]+$' } };
 
 /** One response per status: an error envelope whose `code` is one of the codes the endpoint gives at that status. */
@@ -263,8 +296,15 @@ function errorResponses(op: Operation): Record<string, Json> {
     responses[String(status)] = {
       description: entries.map((e) => `\`${e.code}\`: ${e.when.join(' ')}`).join('\n\n'),
       ...(codes.includes('rate_limited') || codes.includes('ping_cooldown') ? { headers: { 'Retry-After': RETRY_AFTER } } : {}),
-      // The envelope, its code narrowed to this endpoint's codes at this status.
-      content: { 'application/json': { schema: { ...ref('ErrorBody'), properties: { error: { properties: { code: { enum: codes } } } } } } },
+      // The envelope, its code narrowed to this endpoint's codes at this status; an example of each code.
+      content: {
+        'application/json': {
+          schema: { ...ref('ErrorBody'), properties: { error: { properties: { code: { enum: codes } } } } },
+          examples: Object.fromEntries(
+            entries.map((e) => [e.code, { summary: e.when[0], value: { error: { code: e.code, message: errorMessage(op, e.code, status) } } }]),
+          ),
+        },
+      },
     };
   }
   return responses;
@@ -297,6 +337,14 @@ function queryParameters(op: Operation): Json[] {
   return params;
 }
 
+/** The example of an answer: the operation's own (ANSWER_EXAMPLES), else its resource's. */
+function answerExample(op: Operation, answer: Answer): unknown {
+  const own = ANSWER_EXAMPLES[op.operationId]?.[answer.status];
+  if (own !== undefined) return own;
+  const name = Object.entries(resources).find(([, schema]) => schema === answer.body)?.[0] as keyof typeof RESOURCE_EXAMPLES | undefined;
+  return name === undefined ? undefined : RESOURCE_EXAMPLES[name];
+}
+
 function operationObject(op: Operation, idOf: (schema: z.ZodType) => string): Json {
   const parameters: Json[] = [
     ...Object.entries(op.pathParams ?? {}).map(([name, description]) => ({ name, in: 'path', required: true, description, schema: { type: 'string' } })),
@@ -314,8 +362,8 @@ function operationObject(op: Operation, idOf: (schema: z.ZodType) => string): Js
       ...(answer.status === 204
         ? {}
         : answer.raw
-          ? { content: { [answer.raw.mediaType]: { schema: { type: 'string', description: answer.raw.description } } } }
-          : { content: { 'application/json': { schema: answer.body ? ref(idOf(answer.body)) : { type: 'object' } } } }),
+          ? { content: { [answer.raw.mediaType]: { schema: { type: 'string', description: answer.raw.description }, example: answerExample(op, answer) } } }
+          : { content: { 'application/json': { schema: answer.body ? ref(idOf(answer.body)) : { type: 'object' }, example: answerExample(op, answer) } } }),
     };
   }
   Object.assign(responses, errorResponses(op));
@@ -327,7 +375,9 @@ function operationObject(op: Operation, idOf: (schema: z.ZodType) => string): Js
     description: [scopeLine, op.description].filter(Boolean).join('\n\n'),
     security: op.auth ? [{ apiKey: [op.auth.scope] }] : [],
     ...(parameters.length > 0 ? { parameters } : {}),
-    ...(op.body ? { requestBody: { required: true, content: { 'application/json': { schema: ref(idOf(op.body)) } } } } : {}),
+    ...(op.body
+      ? { requestBody: { required: true, content: { 'application/json': { schema: ref(idOf(op.body)), example: REQUEST_EXAMPLES[op.operationId] } } } }
+      : {}),
     responses,
   };
 }
@@ -352,23 +402,27 @@ const WEBHOOK_RESPONSES = {
 /** The posts a registered endpoint receives, one per event type. */
 function webhooks(): Record<string, Json> {
   const parameters = WEBHOOK_HEADERS.map(([name, description]) => ({ name, in: 'header', required: true, description, schema: { type: 'string' } }));
-  const post = (type: string, summary: string, schema: Json) => ({
+  const post = (type: string, summary: string, schema: Json, example: unknown) => ({
     post: {
       operationId: `${type.replace(/\W/g, '_')}_webhook`,
       tags: ['Webhooks'],
       summary,
       parameters,
-      requestBody: { required: true, content: { 'application/json': { schema } } },
+      requestBody: { required: true, content: { 'application/json': { schema, example } } },
       responses: WEBHOOK_RESPONSES,
     },
   });
-  const entries = Object.entries(OUTCOME_EVENT_TYPES).map(([status, type]) => [
+  const entries = (Object.entries(OUTCOME_EVENT_TYPES) as [OutcomeStatus, string][]).map(([status, type]) => [
     type,
-    post(type, `An outcome recorded as ${status}`, {
-      allOf: [ref('EmailEventPost'), { properties: { type: { const: type }, data: { properties: { status: { const: status } } } } }],
-    }),
+    post(
+      type,
+      `An outcome recorded as ${status}`,
+      { allOf: [ref('EmailEventPost'), { properties: { type: { const: type }, data: { properties: { status: { const: status } } } } }] },
+      webhookPostExample(status),
+    ),
   ]);
-  return Object.fromEntries([...entries, ['ping', post('ping', 'The ping of POST /webhooks/{id}/test; never retried', ref('PingPost'))]]);
+  const ping = post('ping', 'The ping of POST /webhooks/{id}/test; never retried', ref('PingPost'), RESOURCE_EXAMPLES.pingPost);
+  return Object.fromEntries([...entries, ['ping', ping]]);
 }
 
 const DESCRIPTION = `Mailstead's HTTP API: send email from your own domains and follow what became of it.
