@@ -268,20 +268,28 @@ function validationMessage(op: Operation): string | undefined {
 }
 
 /**
- * The example message of `code` at `status` for an operation: its own wording, else what its validation, its list or
- * its account header rule says, else the code's message.
+ * The examples of `code` at `status` for an operation, one per way the service words it: what its validation, its
+ * list (a bad limit, a cursor of another list) or its account header rule says, and its own wording; else the code's
+ * message. The first is named after the code, the others `<code>: <what>`.
  */
-function errorMessage(op: Operation, code: ErrorCode, status: number): string {
-  const own = ERROR_MESSAGES_OF[op.operationId]?.[code];
-  if (own) return own;
-  if (code === 'insufficient_scope' && op.auth) return `This key lacks the scope ${op.auth.scope}.`;
+function errorExamples(op: Operation, code: ErrorCode, status: number, when: string): [string, Json][] {
+  const found: { what: string; message: string }[] = [];
+  if (code === 'insufficient_scope' && op.auth) found.push({ what: 'scope', message: `This key lacks the scope ${op.auth.scope}.` });
   const validation = code === 'invalid_request' && status === 422 ? validationMessage(op) : undefined;
-  if (validation) return validation;
-  if (op.list && code === 'invalid_cursor') return `cursor: was not issued by this list (${op.list.name})`;
-  if (op.list && code === op.list.badLimit.code && status === op.list.badLimit.status) return `limit: must be an integer from 1 to ${MAX_LIMIT}`;
-  if (code === 'invalid_request' && op.auth?.accountHeader === 'refused')
-    return `${ACCOUNT_HEADER}: is not accepted on this endpoint; send it without the header.`;
-  return ERROR_MESSAGES[code];
+  if (validation) found.push({ what: INVALID_INPUTS[op.operationId]?.body !== undefined ? 'body' : 'query', message: validation });
+  if (op.list && code === op.list.badLimit.code && status === op.list.badLimit.status) {
+    found.push({ what: 'limit', message: `limit: must be an integer from 1 to ${MAX_LIMIT}` });
+  }
+  if (op.list && code === op.list.badCursor.code && status === op.list.badCursor.status) {
+    found.push({ what: 'cursor', message: `cursor: was not issued by this list (${op.list.name})` });
+  }
+  if (code === 'invalid_request' && op.auth?.accountHeader === 'refused') {
+    found.push({ what: ACCOUNT_HEADER, message: `${ACCOUNT_HEADER}: is not accepted on this endpoint; send it without the header.` });
+  }
+  const own = ERROR_MESSAGES_OF[op.operationId]?.[code];
+  for (const [i, message] of (own === undefined ? [] : typeof own === 'string' ? [own] : own).entries()) found.push({ what: String(i + 1), message });
+  if (found.length === 0) found.push({ what: '', message: ERROR_MESSAGES[code] });
+  return found.map(({ what, message }, i) => [i === 0 ? code : `${code}: ${what}`, { summary: when, value: { error: { code, message } } }]);
 }
 
 const RETRY_AFTER = { description: 'Seconds to wait before retrying (with rate_limited and ping_cooldown).', schema: { type: 'string', pattern: '^[0-9]+$' } };
@@ -300,9 +308,7 @@ function errorResponses(op: Operation): Record<string, Json> {
       content: {
         'application/json': {
           schema: { ...ref('ErrorBody'), properties: { error: { properties: { code: { enum: codes } } } } },
-          examples: Object.fromEntries(
-            entries.map((e) => [e.code, { summary: e.when[0], value: { error: { code: e.code, message: errorMessage(op, e.code, status) } } }]),
-          ),
+          examples: Object.fromEntries(entries.flatMap((e) => errorExamples(op, e.code, status, e.when.join(' ')))),
         },
       },
     };

@@ -373,13 +373,6 @@ export function webhookPostExample(status: OutcomeStatus): Out<typeof r.emailEve
   return { ...post, type: OUTCOME_EVENT_TYPES[status], data: { ...post.data, status, ...OUTCOMES[status] } };
 }
 
-/** The path each operation's examples are asked at (the story's ids), for the reference page's request lines. */
-export const PATH_EXAMPLES: Record<string, string> = {
-  '{id}': ID.domain,
-  '{name}': 'receipt',
-  '{address}': 'bob%40example.net',
-};
-
 /**
  * A body each body-taking operation refuses with `422 invalid_request`: its example is the message the route's own
  * validation gives for it (so the message is the service's, not a paraphrase). A query's bad value likewise.
@@ -404,8 +397,8 @@ export const INVALID_INPUTS: Record<string, { body?: unknown; query?: Record<str
 
 /**
  * The message of each error code, in the service's wording with the story's values. An operation's own wording (a
- * resource named in a not_found, its own limit) is in ERROR_MESSAGES_OF; invalid_request and a list's refusals are
- * made from the operation (document.ts).
+ * resource named in a not_found, its own limit; several where it has several) is in ERROR_MESSAGES_OF; the messages of
+ * invalid_request, of a list's refusals and of a missing scope are made from the operation (document.ts).
  */
 export const ERROR_MESSAGES: Record<ErrorCode, string> = {
   invalid_json: 'The request body is not valid JSON.',
@@ -453,11 +446,17 @@ const NO_SUB_ACCOUNT = 'No sub-account with that id on this account.';
 const NO_DOMAIN = 'No domain with that id on this account.';
 
 /** An operation's own wording of a code, where the code's default message would name the wrong thing. */
-export const ERROR_MESSAGES_OF: Record<string, Partial<Record<ErrorCode, string>>> = {
+export const ERROR_MESSAGES_OF: Record<string, Partial<Record<ErrorCode, string | string[]>>> = {
   sendEmail: {
     unavailable: 'The service could not record this request: its storage is full (no space left for DATA_DIR). Nothing was sent. Retry later.',
   },
-  getCapturedMessage: { email_not_found: `No captured message of ${TO} for this email.` },
+  getCapturedMessage: {
+    email_not_found: [
+      'No email with that id on this account.',
+      'Messages are kept only in capture mode (DELIVERY_MODE=capture); this server delivers them.',
+      `No captured message of ${TO} for this email.`,
+    ],
+  },
   createDomain: { not_configured: 'The server cannot store secrets (SECRET_KEY=off), so it cannot keep a DKIM key.' },
   getDomain: { not_found: NO_DOMAIN },
   deleteDomain: { not_found: NO_DOMAIN },
@@ -470,7 +469,7 @@ export const ERROR_MESSAGES_OF: Record<string, Partial<Record<ErrorCode, string>
     conflict: 'This sub-account was suspended by the operator; only support can change that.',
   },
   mintKey: {
-    invalid_key: 'The API key was revoked while the request was in flight.',
+    // Besides the key's own scope (keys:write): a scope it asks to grant.
     insufficient_scope: 'This key cannot grant scopes it does not hold: webhooks:write.',
     limit_reached: 'This account already has 50 live keys; revoke one first.',
   },
