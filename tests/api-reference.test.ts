@@ -4,8 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CONTENT_SECURITY_POLICY, PAGE_HEADERS } from '../dashboard/security.js';
 import { API_BASE } from '../server/app/http-app.js';
 import { EXAMPLE_IDS } from '../server/api/openapi/examples.js';
-import { SCREENSHOT_DIR, expectAccessible, horizontalOverflow, launchBrowser, newPage, pageProblems } from './helpers/browser.js';
-import { dashboardClient } from './helpers/dashboard.js';
+import { SCREENSHOT_DIR, expectAccessible, horizontalOverflow, launchBrowser, newPage, pageProblems, signIn } from './helpers/browser.js';
+import { adminTokenFor, dashboardClient } from './helpers/dashboard.js';
 import { apiDocument } from './helpers/openapi.js';
 import { type TestService, startService } from './helpers/service.js';
 
@@ -139,10 +139,23 @@ describe('GET /docs in Chromium', () => {
     await page.context().close();
   });
 
+  it("the dashboard's navigation leads to it", async () => {
+    const page = await newPage(browser);
+    await signIn(page, service.url, adminTokenFor(service));
+    await page.getByRole('navigation', { name: 'Dashboard' }).getByRole('link', { name: 'API reference' }).click();
+    await page.waitForURL(`${service.url}/docs`);
+    expect(await page.getByRole('heading', { level: 1 }).textContent()).toBe('Mailstead API v1');
+    expect(pageProblems(page)).toEqual([]);
+    await page.context().close();
+  });
+
   it('fits a phone: nothing scrolls sideways', async () => {
     const page = await newPage(browser, 390);
     await page.goto(`${service.url}/docs#sendEmail`);
     expect(await horizontalOverflow(page)).toBe(0);
+    mkdirSync(SCREENSHOT_DIR, { recursive: true });
+    await page.screenshot({ path: `${SCREENSHOT_DIR}/api-docs-phone.png` });
+    await expectAccessible(page, '/docs at phone width');
     expect(pageProblems(page)).toEqual([]);
     await page.context().close();
   });

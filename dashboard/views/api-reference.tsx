@@ -111,7 +111,7 @@ const Example: FC<{ id: string; label: string; value: unknown }> = ({ id, label,
 
 const Fields: FC<{ caption: string; fields: ReturnType<typeof fieldsOf> }> = ({ caption, fields }) =>
   fields.length === 0 ? null : (
-    <div class="table-wrap">
+    <div class="table-wrap" tabindex={0} role="region" aria-label={caption}>
       <table class="fields">
         <caption class="visually-hidden">{caption}</caption>
         <thead>
@@ -143,7 +143,7 @@ const Parameters: FC<{ op: ReferenceOperation }> = ({ op }) => {
   return (
     <>
       <h4>Parameters</h4>
-      <div class="table-wrap">
+      <div class="table-wrap" tabindex={0} role="region" aria-label={`Parameters of ${op.method.toUpperCase()} ${op.path}`}>
         <table class="fields">
           <caption class="visually-hidden">{`Parameters of ${op.method.toUpperCase()} ${op.path}`}</caption>
           <thead>
