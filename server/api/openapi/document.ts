@@ -2,13 +2,13 @@ import { z } from 'zod';
 import { SCOPES } from '../../core/scopes.js';
 import { TEMPLATES, VARIABLE_LIMITS } from '../../core/templates.js';
 import { MAX_TAGS, MAX_TAG_VALUE } from '../../core/send-request.js';
-import { ApiError, ERROR_STATUS, type ErrorCode } from '../../shared/errors.js';
+import { ERROR_STATUS, type ErrorCode } from '../../shared/errors.js';
 import { ACCOUNT_HEADER } from '../http/auth.js';
 import { DEFAULT_LIMIT, MAX_LIMIT } from '../http/paging.js';
-import { parseInput } from '../http/validate.js';
 import { OUTCOME_EVENT_TYPES, type OutcomeStatus } from '../../core/webhook-fanout.js';
 import { MAX_WEBHOOK_URL_LENGTH } from '../../core/webhook-url.js';
-import { ANSWER_EXAMPLES, ERROR_MESSAGES, ERROR_MESSAGES_OF, INVALID_INPUTS, REQUEST_EXAMPLES, RESOURCE_EXAMPLES, webhookPostExample } from './examples.js';
+import { errorExamples } from './error-examples.js';
+import { ANSWER_EXAMPLES, REQUEST_EXAMPLES, RESOURCE_EXAMPLES, webhookPostExample } from './examples.js';
 import { type Answer, type ErrorCase, OPERATIONS, type Operation } from './operations.js';
 import * as resources from './resources.js';
 
@@ -251,45 +251,6 @@ function errorsOf(op: Operation): ErrorEntry[] {
     } else entries.push({ code, status, when: [text] });
   }
   return entries;
-}
-
-/** The message the route's own validation gives for the operation's refused input in INVALID_INPUTS, if it has one. */
-function validationMessage(op: Operation): string | undefined {
-  const invalid = INVALID_INPUTS[op.operationId];
-  const schema = invalid?.schema ?? (invalid?.body !== undefined ? op.body : op.query);
-  if (!invalid || !schema) return undefined;
-  try {
-    parseInput(schema, invalid.body ?? invalid.query, invalid.body !== undefined ? 'body' : 'query');
-  } catch (err) {
-    if (err instanceof ApiError && err.code === 'invalid_request') return err.message;
-    throw err;
-  }
-  throw new Error(`API document: the invalid input of ${op.operationId} is accepted`);
-}
-
-/**
- * The examples of `code` at `status` for an operation, one per way the service words it: what its validation, its
- * list (a bad limit, a cursor of another list) or its account header rule says, and its own wording; else the code's
- * message. The first is named after the code, the others `<code>: <what>`.
- */
-function errorExamples(op: Operation, code: ErrorCode, status: number, when: string): [string, Json][] {
-  const found: { what: string; message: string }[] = [];
-  if (code === 'insufficient_scope' && op.auth) found.push({ what: 'scope', message: `This key lacks the scope ${op.auth.scope}.` });
-  const validation = code === 'invalid_request' && status === 422 ? validationMessage(op) : undefined;
-  if (validation) found.push({ what: INVALID_INPUTS[op.operationId]?.body !== undefined ? 'body' : 'query', message: validation });
-  if (op.list && code === op.list.badLimit.code && status === op.list.badLimit.status) {
-    found.push({ what: 'limit', message: `limit: must be an integer from 1 to ${MAX_LIMIT}` });
-  }
-  if (op.list && code === op.list.badCursor.code && status === op.list.badCursor.status) {
-    found.push({ what: 'cursor', message: `cursor: was not issued by this list (${op.list.name})` });
-  }
-  if (code === 'invalid_request' && op.auth?.accountHeader === 'refused') {
-    found.push({ what: ACCOUNT_HEADER, message: `${ACCOUNT_HEADER}: is not accepted on this endpoint; send it without the header.` });
-  }
-  const own = ERROR_MESSAGES_OF[op.operationId]?.[code];
-  for (const [i, message] of (own === undefined ? [] : typeof own === 'string' ? [own] : own).entries()) found.push({ what: String(i + 1), message });
-  if (found.length === 0) found.push({ what: '', message: ERROR_MESSAGES[code] });
-  return found.map(({ what, message }, i) => [i === 0 ? code : `${code}: ${what}`, { summary: when, value: { error: { code, message } } }]);
 }
 
 const RETRY_AFTER = { description: 'Seconds to wait before retrying (with rate_limited and ping_cooldown).', schema: { type: 'string', pattern: '^[0-9]+$' } };

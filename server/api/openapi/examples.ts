@@ -1,9 +1,6 @@
 import type { z } from 'zod';
-import { templateVariablesInput } from '../../core/send-request.js';
 import { listTemplates, renderPreview } from '../../core/template-catalog.js';
-import { MAX_DOMAINS } from '../../core/domains.js';
 import { OUTCOME_EVENT_TYPES, type OutcomeStatus } from '../../core/webhook-fanout.js';
-import type { ErrorCode } from '../../shared/errors.js';
 import type * as r from './resources.js';
 
 /**
@@ -12,7 +9,7 @@ import type * as r from './resources.js';
  * names it with the same id and time. Requests are what a client sends, responses what the service answers (each typed
  * as the resource schema's output, so the compiler holds them to the resources; tests/openapi-examples.test.ts
  * validates each against its schema in the document, and each request against the route's own validation). The
- * error examples' messages are the service's own wording (ApiError's call sites) with this story's values.
+ * error examples are in error-examples.ts.
  */
 
 /** A UUIDv7 created at `at` (the service's ids: the time in the first 48 bits, so ids sort by creation). */
@@ -54,7 +51,7 @@ const ID = {
   request: 'f3b1c2d4-5e6f-4a7b-8c9d-0e1f2a3b4c5d',
 } as const;
 
-/** The ids of the story, for the reference page and the tests. */
+/** The ids of the story, for the error examples and the tests. */
 export const EXAMPLE_IDS = ID;
 
 const DOMAIN = 'shop.example';
@@ -66,13 +63,16 @@ const DKIM_PUBLIC_KEY =
 const KEY = 'ms_yf3mOp2HwFAXBcWbo8tVRIqkMRXbGdiStbSuSdV3';
 const WEBHOOK_URL = 'https://hooks.shop.example/mailstead';
 
+/** The story's names, for the error examples (error-examples.ts). */
+export const EXAMPLE_NAMES = { domain: DOMAIN, recipient: TO } as const;
+
 type Out<S extends z.ZodType> = z.output<S>;
 
 // The resources, one example each.
 
 const receiptVariables = { receiptNumber: 'R-1042', paidOn: '2 November 2026', paymentMethod: 'Visa ending 4242', total: '€48.00' };
 
-const sendRequest = {
+export const sendRequest = {
   from: `Acme Shop <${FROM}>`,
   to: TO,
   template: { name: 'receipt', ...receiptVariables },
@@ -372,125 +372,3 @@ export function webhookPostExample(status: OutcomeStatus): Out<typeof r.emailEve
   const post = RESOURCE_EXAMPLES.emailEventPost!;
   return { ...post, type: OUTCOME_EVENT_TYPES[status], data: { ...post.data, status, ...OUTCOMES[status] } };
 }
-
-/**
- * A body each body-taking operation refuses with `422 invalid_request`: its example is the message the route's own
- * validation gives for it (so the message is the service's, not a paraphrase). A query's bad value likewise.
- */
-export const INVALID_INPUTS: Record<string, { body?: unknown; query?: Record<string, string>; schema?: z.ZodType }> = {
-  sendEmail: { body: { ...sendRequest, to: 'ann@example' } },
-  listEmails: { query: { status: 'delivered' } },
-  getCapturedMessage: { query: {} },
-  createDomain: { body: { name: 'https://shop.example/' } },
-  createSubAccount: { body: { name: ' ' } },
-  suspendSubAccount: { body: { suspended: true } },
-  mintKey: { body: { name: 'Checkout server', scopes: ['emails:sends'] } },
-  createWebhook: { body: { url: 'hooks.shop.example' } },
-  replayWebhook: { body: { since: '2026-11-02' } },
-  listEvents: { query: { type: 'email.opened' } },
-  listSuppressions: { query: { address: '' } },
-  addSuppression: { body: { address: 'carol@' } },
-  connectDatabase: { body: { url: 5432 } },
-  // The route validates with the named template's own rules.
-  renderTemplate: { body: { receiptNumber: 'R-1042' }, schema: templateVariablesInput('receipt') },
-};
-
-/**
- * The message of each error code, in the service's wording with the story's values. An operation's own wording (a
- * resource named in a not_found, its own limit; several where it has several) is in ERROR_MESSAGES_OF; the messages of
- * invalid_request, of a list's refusals and of a missing scope are made from the operation (document.ts).
- */
-export const ERROR_MESSAGES: Record<ErrorCode, string> = {
-  invalid_json: 'The request body is not valid JSON.',
-  invalid_idempotency_key: 'Idempotency-Key must be 1 to 255 characters.',
-  invalid_key: 'Missing or unknown API key: send Authorization: Bearer <API_KEY>.',
-  no_credits: 'This account has no credits left and its grace window has closed.',
-  insufficient_scope: 'This key lacks the scope emails:send.',
-  suspended: 'Paused for a billing review.',
-  domain_not_yours: 'The domain news.example is not connected to this account.',
-  domain_not_ready: `The domain ${DOMAIN} is not verified yet: publish its records and call verify.`,
-  account_not_found: `No sub-account ${ID.subAccount.replace(/.{4}$/, '0000')} under this key's account.`,
-  not_found: 'No object with that id on this account.',
-  email_not_found: 'No email with that id on this account.',
-  webhook_not_found: 'No webhook endpoint with that id on this account.',
-  database_not_connected: 'No database is set on this account.',
-  idempotency_in_progress: 'A request with this Idempotency-Key is still running; retry shortly.',
-  domain_exists: `The domain ${DOMAIN} is already connected to this account.`,
-  domain_unavailable: `The domain ${DOMAIN} cannot be connected to this account.`,
-  domain_limit: `This account already has ${MAX_DOMAINS} domains.`,
-  domain_in_use: `The domain ${DOMAIN} still has active mailboxes.`,
-  conflict: 'A sub-account cannot open a sub-account: send this request without X-Service-Account.',
-  limit_reached: 'A count limit of this account is reached.',
-  body_too_large: 'The request body must be under 1 MB.',
-  invalid_request: 'body: must be a JSON object',
-  invalid_cursor: 'cursor: was not issued by this list (emails)',
-  recipient_suppressed: 'Suppressed recipients, nothing was sent: bob@example.net.',
-  idempotency_mismatch: 'This Idempotency-Key was already used with a different request body.',
-  invalid_url: 'The URL must use https.',
-  too_many_endpoints: 'This account already has 20 webhook endpoints; delete one first.',
-  blocked_host: 'The URL host resolves to a private, loopback or reserved address.',
-  database_unreachable:
-    'The database could not be used: could not log in: password authentication failed (password authentication failed for user "mailstead").',
-  rate_limited: 'Rate limit reached: over 60 requests a minute from this key. Retry in 12 s.',
-  quota_exceeded: 'The daily quota of this account has 0 recipients left today; it resets at 2026-11-03T00:00:00.000Z.',
-  sandbox_limit: '1000 sandbox sends in the last 24 hours; try again later.',
-  ping_cooldown: 'A test ping was sent to this endpoint in the last ten seconds; retry in 7 s.',
-  internal_error: `Internal error; request id ${ID.request}.`,
-  send_failed: 'The mail server did not accept the message; nothing was sent. Retry later.',
-  not_configured: 'The server cannot store secrets (SECRET_KEY=off).',
-  unavailable: 'The service could not record this request: its storage is full (no space left for DATA_DIR). Retry later.',
-  method_not_allowed: '/api/v1/domains does not take PUT; it takes GET, HEAD, POST.',
-};
-
-const NO_SUB_ACCOUNT = 'No sub-account with that id on this account.';
-const NO_DOMAIN = 'No domain with that id on this account.';
-
-/** An operation's own wording of a code, where the code's default message would name the wrong thing. */
-export const ERROR_MESSAGES_OF: Record<string, Partial<Record<ErrorCode, string | string[]>>> = {
-  sendEmail: {
-    unavailable: 'The service could not record this request: its storage is full (no space left for DATA_DIR). Nothing was sent. Retry later.',
-  },
-  getCapturedMessage: {
-    email_not_found: [
-      'No email with that id on this account.',
-      'Messages are kept only in capture mode (DELIVERY_MODE=capture); this server delivers them.',
-      `No captured message of ${TO} for this email.`,
-    ],
-  },
-  createDomain: { not_configured: 'The server cannot store secrets (SECRET_KEY=off), so it cannot keep a DKIM key.' },
-  getDomain: { not_found: NO_DOMAIN },
-  deleteDomain: { not_found: NO_DOMAIN },
-  verifyDomain: { not_found: NO_DOMAIN },
-  createSubAccount: { limit_reached: 'This account already has 200 sub-accounts.' },
-  getSubAccount: { not_found: NO_SUB_ACCOUNT },
-  deleteSubAccount: { not_found: NO_SUB_ACCOUNT },
-  suspendSubAccount: {
-    not_found: NO_SUB_ACCOUNT,
-    conflict: 'This sub-account was suspended by the operator; only support can change that.',
-  },
-  mintKey: {
-    // Besides the key's own scope (keys:write): a scope it asks to grant.
-    insufficient_scope: 'This key cannot grant scopes it does not hold: webhooks:write.',
-    limit_reached: 'This account already has 50 live keys; revoke one first.',
-  },
-  revokeKey: { not_found: 'No key with that id on this account.' },
-  createWebhook: {
-    invalid_url: 'The URL must use https.',
-    not_configured: 'This server cannot store secrets (SECRET_KEY=off), so no webhook signing secret can be kept.',
-  },
-  testWebhook: { not_configured: 'The server cannot read webhook secrets (SECRET_KEY=off).' },
-  replayWebhook: {
-    limit_reached:
-      '9840 deliveries are pending for this endpoint and this replay would add 312; at most 10000 may be pending. Replay again once the receiver has taken some of them, or narrow the window.',
-  },
-  removeSuppression: { not_found: "bob@example.net is not on this account's suppression list." },
-  connectDatabase: {
-    invalid_url: 'sslmode disable is not accepted: the connection always uses TLS (verify or no-verify).',
-    blocked_host: 'The database host resolves to a private, loopback or reserved address.',
-    not_configured: 'This server cannot store secrets (SECRET_KEY=off), so no database URL can be kept.',
-  },
-  testDatabase: {
-    blocked_host: 'The database host resolves to a private, loopback or reserved address.',
-    database_unreachable: 'The database could not be used: could not connect: timed out.',
-  },
-};
