@@ -273,6 +273,9 @@ export const Page: FC<PropsWithChildren<{ title: string; current: NavHref; csrf:
             </li>
           ))}
         </ul>
+        <p class="nav-foot">
+          <a href="/docs">API reference</a>
+        </p>
       </nav>
       <main id="main" tabindex={-1}>
         <h1>{title}</h1>

@@ -34,8 +34,11 @@ const operations = (): { method: string; path: string; op: Json }[] =>
       .map(([method, op]) => ({ method: method.toUpperCase(), path, op: op as Json })),
   );
 
-/** Routes outside /api/v1, which the API document does not describe (docs/api/contract.md does not list them). */
-const OUTSIDE_THE_API = new Set(['GET /healthz', 'GET /metrics']);
+/**
+ * Routes outside /api/v1, which the API document does not describe (docs/api/contract.md does not list them): the
+ * operator's, and the API reference (an HTML page of this document).
+ */
+const OUTSIDE_THE_API = new Set(['GET /healthz', 'GET /metrics', 'GET /docs', 'GET /docs/']);
 
 describe('GET /api/v1/openapi.json and GET /api/v1', () => {
   it('serves the document without a key, as JSON', async () => {

@@ -3,6 +3,7 @@ import { sql } from 'drizzle-orm';
 import { Hono } from 'hono';
 import { HTTPException } from 'hono/http-exception';
 import { TrieRouter } from 'hono/router/trie-router';
+import { apiReferenceApp } from '../../dashboard/api-reference.js';
 import { dashboardApp } from '../../dashboard/app.js';
 import type { Deps } from '../core/deps.js';
 import { ApiError } from '../shared/errors.js';
@@ -45,7 +46,7 @@ export function allowedMethods(routes: readonly { method: string; path: string }
   };
 }
 
-/** The HTTP surface: `/api/v1`, `GET /healthz`, `GET /metrics`, the dashboard, and one envelope for every API error. */
+/** The HTTP surface: `/api/v1`, `GET /healthz`, `GET /metrics`, the dashboard, the API reference (`/docs`), and one envelope for every API error. */
 export function createApp(deps: Deps) {
   // No middleware before the routes but the access log, which only wraps next() and reads nothing of the request: a
   // body is read only by a route's guard, once the headers have passed.
@@ -82,6 +83,9 @@ export function createApp(deps: Deps) {
   app.route(API_BASE, api);
   app.get('/dashboard/', (c) => c.redirect('/dashboard', 301));
   app.route('/dashboard', dashboardApp(deps));
+  // The API reference, built from the API document, under the dashboard's headers; public like the document.
+  app.get('/docs/', (c) => c.redirect('/docs', 301));
+  app.route('/docs', apiReferenceApp(API_BASE));
   app.route(`${API_BASE}/`, apiIndexRoute(API_BASE));
 
   let allowed: ((path: string) => string[]) | undefined;

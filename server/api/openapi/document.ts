@@ -5,9 +5,11 @@ import { MAX_TAGS, MAX_TAG_VALUE } from '../../core/send-request.js';
 import { ERROR_STATUS, type ErrorCode } from '../../shared/errors.js';
 import { ACCOUNT_HEADER } from '../http/auth.js';
 import { DEFAULT_LIMIT, MAX_LIMIT } from '../http/paging.js';
-import { OUTCOME_EVENT_TYPES } from '../../core/webhook-fanout.js';
+import { OUTCOME_EVENT_TYPES, type OutcomeStatus } from '../../core/webhook-fanout.js';
 import { MAX_WEBHOOK_URL_LENGTH } from '../../core/webhook-url.js';
-import { type ErrorCase, OPERATIONS, type Operation } from './operations.js';
+import { errorExamples } from './error-examples.js';
+import { ANSWER_EXAMPLES, REQUEST_EXAMPLES, RESOURCE_EXAMPLES, webhookPostExample } from './examples.js';
+import { type Answer, type ErrorCase, OPERATIONS, type Operation } from './operations.js';
 import * as resources from './resources.js';
 
 /**
@@ -263,8 +265,13 @@ function errorResponses(op: Operation): Record<string, Json> {
     responses[String(status)] = {
       description: entries.map((e) => `\`${e.code}\`: ${e.when.join(' ')}`).join('\n\n'),
       ...(codes.includes('rate_limited') || codes.includes('ping_cooldown') ? { headers: { 'Retry-After': RETRY_AFTER } } : {}),
-      // The envelope, its code narrowed to this endpoint's codes at this status.
-      content: { 'application/json': { schema: { ...ref('ErrorBody'), properties: { error: { properties: { code: { enum: codes } } } } } } },
+      // The envelope, its code narrowed to this endpoint's codes at this status; an example of each code.
+      content: {
+        'application/json': {
+          schema: { ...ref('ErrorBody'), properties: { error: { properties: { code: { enum: codes } } } } },
+          examples: Object.fromEntries(entries.flatMap((e) => errorExamples(op, e.code, status, e.when.join(' ')))),
+        },
+      },
     };
   }
   return responses;
@@ -297,6 +304,14 @@ function queryParameters(op: Operation): Json[] {
   return params;
 }
 
+/** The example of an answer: the operation's own (ANSWER_EXAMPLES), else its resource's. */
+function answerExample(op: Operation, answer: Answer): unknown {
+  const own = ANSWER_EXAMPLES[op.operationId]?.[answer.status];
+  if (own !== undefined) return own;
+  const name = Object.entries(resources).find(([, schema]) => schema === answer.body)?.[0] as keyof typeof RESOURCE_EXAMPLES | undefined;
+  return name === undefined ? undefined : RESOURCE_EXAMPLES[name];
+}
+
 function operationObject(op: Operation, idOf: (schema: z.ZodType) => string): Json {
   const parameters: Json[] = [
     ...Object.entries(op.pathParams ?? {}).map(([name, description]) => ({ name, in: 'path', required: true, description, schema: { type: 'string' } })),
@@ -314,8 +329,8 @@ function operationObject(op: Operation, idOf: (schema: z.ZodType) => string): Js
       ...(answer.status === 204
         ? {}
         : answer.raw
-          ? { content: { [answer.raw.mediaType]: { schema: { type: 'string', description: answer.raw.description } } } }
-          : { content: { 'application/json': { schema: answer.body ? ref(idOf(answer.body)) : { type: 'object' } } } }),
+          ? { content: { [answer.raw.mediaType]: { schema: { type: 'string', description: answer.raw.description }, example: answerExample(op, answer) } } }
+          : { content: { 'application/json': { schema: answer.body ? ref(idOf(answer.body)) : { type: 'object' }, example: answerExample(op, answer) } } }),
     };
   }
   Object.assign(responses, errorResponses(op));
@@ -327,7 +342,9 @@ function operationObject(op: Operation, idOf: (schema: z.ZodType) => string): Js
     description: [scopeLine, op.description].filter(Boolean).join('\n\n'),
     security: op.auth ? [{ apiKey: [op.auth.scope] }] : [],
     ...(parameters.length > 0 ? { parameters } : {}),
-    ...(op.body ? { requestBody: { required: true, content: { 'application/json': { schema: ref(idOf(op.body)) } } } } : {}),
+    ...(op.body
+      ? { requestBody: { required: true, content: { 'application/json': { schema: ref(idOf(op.body)), example: REQUEST_EXAMPLES[op.operationId] } } } }
+      : {}),
     responses,
   };
 }
@@ -352,23 +369,27 @@ const WEBHOOK_RESPONSES = {
 /** The posts a registered endpoint receives, one per event type. */
 function webhooks(): Record<string, Json> {
   const parameters = WEBHOOK_HEADERS.map(([name, description]) => ({ name, in: 'header', required: true, description, schema: { type: 'string' } }));
-  const post = (type: string, summary: string, schema: Json) => ({
+  const post = (type: string, summary: string, schema: Json, example: unknown) => ({
     post: {
       operationId: `${type.replace(/\W/g, '_')}_webhook`,
       tags: ['Webhooks'],
       summary,
       parameters,
-      requestBody: { required: true, content: { 'application/json': { schema } } },
+      requestBody: { required: true, content: { 'application/json': { schema, example } } },
       responses: WEBHOOK_RESPONSES,
     },
   });
-  const entries = Object.entries(OUTCOME_EVENT_TYPES).map(([status, type]) => [
+  const entries = (Object.entries(OUTCOME_EVENT_TYPES) as [OutcomeStatus, string][]).map(([status, type]) => [
     type,
-    post(type, `An outcome recorded as ${status}`, {
-      allOf: [ref('EmailEventPost'), { properties: { type: { const: type }, data: { properties: { status: { const: status } } } } }],
-    }),
+    post(
+      type,
+      `An outcome recorded as ${status}`,
+      { allOf: [ref('EmailEventPost'), { properties: { type: { const: type }, data: { properties: { status: { const: status } } } } }] },
+      webhookPostExample(status),
+    ),
   ]);
-  return Object.fromEntries([...entries, ['ping', post('ping', 'The ping of POST /webhooks/{id}/test; never retried', ref('PingPost'))]]);
+  const ping = post('ping', 'The ping of POST /webhooks/{id}/test; never retried', ref('PingPost'), RESOURCE_EXAMPLES.pingPost);
+  return Object.fromEntries([...entries, ['ping', ping]]);
 }
 
 const DESCRIPTION = `Mailstead's HTTP API: send email from your own domains and follow what became of it.
