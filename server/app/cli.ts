@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+import './runtime-guard.js';
 import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';

@@ -1,3 +1,4 @@
+import './runtime-guard.js';
 import { API_BASE } from './http-app.js';
 import type { Deps } from '../core/deps.js';
 import { createDeliveryEngine } from '../../mta/delivery-engine.js';
