@@ -10,7 +10,7 @@ import { TEMPLATES } from '../server/core/templates.js';
  */
 
 const doc = readFileSync(new URL('../docs/api/behaviour.md', import.meta.url), 'utf8');
-const bullet = /^- \*\*Templates\*\*: ([\s\S]*?)\. A variable not marked required/m.exec(doc)?.[1].replace(/\s+/g, ' ');
+const bullet = /^- \*\*Templates\*\*: ([\s\S]*?)\. A variable not marked required/m.exec(doc)?.[1]?.replace(/\s+/g, ' ');
 
 /** `receipt` (required `total`; optional `a`, `b`) -> { receipt: { required: [total], optional: [a, b] } } */
 function documented(text: string): Record<string, { required: string[]; optional: string[] }> {
