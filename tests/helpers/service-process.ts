@@ -1,4 +1,5 @@
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
@@ -50,13 +51,24 @@ export function processEnv(dataDir: string, extra: Record<string, string> = {}):
   };
 }
 
-/** Starts `node dist/server/app/main.js` with `env` and resolves once it logs http.listening. */
+/**
+ * The process exactly as `npm start` (and the image's CMD) runs it: the node flags of package.json's start script
+ * (`--max-semi-space-size=4`: on Node 24 the default young generation is larger, and a test of peak memory measures
+ * the process as production runs it), then its entry point.
+ */
+export const START_ARGS: string[] = (() => {
+  const script = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start.split(/\s+/);
+  if (script[0] !== 'node' || script.at(-1) !== 'dist/server/app/main.js') throw new Error(`npm start is not "node [flags] dist/server/app/main.js": ${script.join(' ')}`);
+  return script.slice(1);
+})();
+
+/** Starts the service as `npm start` runs it (START_ARGS) with `env` and resolves once it logs http.listening. */
 export function startServiceProcess(
   env: Record<string, string>,
   opts: { deadlineMs?: number; onListening?: (child: ChildProcessWithoutNullStreams) => void } = {},
 ): Promise<ServiceProcess> {
   const deadlineMs = opts.deadlineMs ?? 20_000;
-  const child = spawn(process.execPath, ['dist/server/app/main.js'], { cwd: ROOT, env, stdio: ['pipe', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, START_ARGS, { cwd: ROOT, env, stdio: ['pipe', 'pipe', 'pipe'] });
   runningProcesses.add(child);
   const logs: string[] = [];
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
