@@ -151,6 +151,7 @@ export function tryItText(config: Config, dev: DevAccount, api: string, adminTok
     '',
     `Mailstead is running in capture mode: no mail leaves this machine. DATA_DIR is ${config.dataDir}.`,
     `Dashboard: ${api.replace(/\/api\/v1$/, '/dashboard')} (${adminToken ? `admin token ${adminToken}` : "this DATA_DIR's own admin token; DATA_DIR=<it> npm run -s cli -- admin-token reset prints a new one"}); captured mail is under Captured mail.`,
+    `API reference: ${api.replace(/\/api\/v1$/, '/docs')} (every operation, with an example of each request and answer).`,
   ];
   if (dev.kind === 'existing') {
     return [

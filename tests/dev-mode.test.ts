@@ -159,6 +159,12 @@ describe('npm run dev', () => {
     expect(statSync(join(dataDir, 'dev-admin-token')).mode & 0o777).toBe(0o600);
     expect((await postSignIn(dashboard![1]!, adminToken)).status).toBe(303);
     expect((await postSignIn(dashboard![1]!, `${adminToken}x`)).status).toBe(401);
+    // So is the API reference, served by the dev server itself.
+    const reference = /^API reference: (\S+) /m.exec(text)?.[1];
+    expect(reference).toBe(api.replace('/api/v1', '/docs'));
+    const docs = await fetch(reference!);
+    expect(docs.status).toBe(200);
+    expect(await docs.text()).toContain('id="sendEmail"');
 
     // Connect and verify shop.test: no DNS exists for it, and none is needed in capture mode.
     const created = await call('POST', '/domains', { name: 'shop.test' });
