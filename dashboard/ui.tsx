@@ -89,6 +89,36 @@ export const AccountSelect: FC<{
   </select>
 );
 
+/**
+ * A panel whose form makes something for one account (a domain, a webhook endpoint): with no account yet it says to
+ * create one first; else the form (CSRF field included) holds `children`, which start with an AccountField.
+ */
+export const AccountFormPanel: FC<
+  PropsWithChildren<{ id: string; headingId: string; heading: string; thing: string; action: string; csrf: string; choices: AccountChoice[] }>
+> = ({ id, headingId, heading, thing, action, csrf, choices, children }) => (
+  <section class="panel" aria-labelledby={headingId} id={id}>
+    <h2 id={headingId}>{heading}</h2>
+    {choices.length === 0 ? (
+      <p class="muted">
+        Create an <a href="/dashboard/accounts">account</a> first: {thing} belongs to an account.
+      </p>
+    ) : (
+      <form method="post" action={action}>
+        <CsrfField token={csrf} />
+        {children}
+      </form>
+    )}
+  </section>
+);
+
+/** The account a form acts for: required, with a blank first choice until one is chosen. */
+export const AccountField: FC<{ id: string; choices: AccountChoice[]; selected: string | null | undefined }> = ({ id, choices, selected }) => (
+  <div class="field">
+    <label for={id}>Account</label>
+    <AccountSelect id={id} name="accountId" choices={choices} selected={selected} blank={selected == null ? 'Choose an account' : undefined} required />
+  </div>
+);
+
 /** `path` with the non-empty params as its query string. */
 export function withQuery(path: string, params: Record<string, string | null | undefined>): string {
   const query = new URLSearchParams();

@@ -3,7 +3,7 @@ import type { AccountRow, CheckValue, RecordKind, RecordStatus } from '../../db/
 import type { DnsRecordView, DomainView } from '../../server/core/domains.js';
 import type { AccountChoice } from '../queries/accounts.js';
 import type { DomainListRow } from '../queries/domains.js';
-import { AccountSelect, Badge, type BadgeTone, Copyable, CsrfField, DataTable, Pager, PostButton, Time } from '../ui.js';
+import { AccountField, AccountFormPanel, Badge, type BadgeTone, Copyable, DataTable, Pager, PostButton, Time } from '../ui.js';
 
 /**
  * The domains pages' pieces: the list across accounts with its filter and the connect form; a domain's page with the
@@ -87,41 +87,29 @@ export const DomainsTable: FC<{ rows: DomainListRow[]; empty: string }> = ({ row
 );
 
 export const ConnectDomainForm: FC<{ csrf: string; choices: AccountChoice[]; selected: string | null }> = ({ csrf, choices, selected }) => (
-  <section class="panel" aria-labelledby="connect-heading" id="connect">
-    <h2 id="connect-heading">Connect a domain</h2>
-    {choices.length === 0 ? (
-      <p class="muted">
-        Create an <a href="/dashboard/accounts">account</a> first: a domain belongs to an account.
-      </p>
-    ) : (
-      <form method="post" action="/dashboard/domains">
-        <CsrfField token={csrf} />
-        <div class="form-grid">
-          <div class="field">
-            <label for="connect-account">Account</label>
-            <AccountSelect
-              id="connect-account"
-              name="accountId"
-              choices={choices}
-              selected={selected}
-              blank={selected === null ? 'Choose an account' : undefined}
-              required
-            />
-          </div>
-          <div class="field">
-            <label for="connect-name">Domain name</label>
-            <input id="connect-name" name="name" required maxlength={253} autocomplete="off" placeholder="example.com" aria-describedby="connect-name-hint" />
-            <span class="hint" id="connect-name-hint">
-              The bare name: no scheme, no path.
-            </span>
-          </div>
-          <div>
-            <button type="submit">Connect domain</button>
-          </div>
-        </div>
-      </form>
-    )}
-  </section>
+  <AccountFormPanel
+    id="connect"
+    headingId="connect-heading"
+    heading="Connect a domain"
+    thing="a domain"
+    action="/dashboard/domains"
+    csrf={csrf}
+    choices={choices}
+  >
+    <div class="form-grid">
+      <AccountField id="connect-account" choices={choices} selected={selected} />
+      <div class="field">
+        <label for="connect-name">Domain name</label>
+        <input id="connect-name" name="name" required maxlength={253} autocomplete="off" placeholder="example.com" aria-describedby="connect-name-hint" />
+        <span class="hint" id="connect-name-hint">
+          The bare name: no scheme, no path.
+        </span>
+      </div>
+      <div>
+        <button type="submit">Connect domain</button>
+      </div>
+    </div>
+  </AccountFormPanel>
 );
 
 export const DomainFilter: FC<{ q: string; account: { id: string; name: string } | null }> = ({ q, account }) => (

@@ -14,7 +14,7 @@ import {
   healthOf,
   healthReason,
 } from '../queries/webhooks.js';
-import { AccountSelect, Badge, Copyable, CsrfField, Dash, DataTable, PostButton, Time } from '../ui.js';
+import { AccountField, AccountFormPanel, AccountSelect, Badge, Copyable, Dash, DataTable, PostButton, Time } from '../ui.js';
 
 /** The webhook pages' pieces: the endpoint list, an endpoint's facts and deliveries, a delivery's detail. */
 
@@ -61,58 +61,46 @@ export const EndpointFilters: FC<{ accounts: AccountChoice[]; accountId: string 
  * checkboxes). The signing secret is shown once, on the page the form leads to, as a new key's is.
  */
 export const CreateEndpointForm: FC<{ csrf: string; choices: AccountChoice[]; selected: string | undefined }> = ({ csrf, choices, selected }) => (
-  <section class="panel" aria-labelledby="create-endpoint-heading" id="create">
-    <h2 id="create-endpoint-heading">Add an endpoint</h2>
-    {choices.length === 0 ? (
-      <p class="muted">
-        Create an <a href="/dashboard/accounts">account</a> first: an endpoint belongs to an account.
-      </p>
-    ) : (
-      <form method="post" action="/dashboard/webhooks">
-        <CsrfField token={csrf} />
-        <div class="form-grid">
-          <div class="field">
-            <label for="create-account">Account</label>
-            <AccountSelect
-              id="create-account"
-              name="accountId"
-              choices={choices}
-              selected={selected}
-              blank={selected === undefined ? 'Choose an account' : undefined}
-              required
-            />
-          </div>
-          <div class="field">
-            <label for="create-url">URL</label>
-            <input
-              id="create-url"
-              name="url"
-              type="url"
-              required
-              maxlength={2000}
-              autocomplete="off"
-              placeholder="https://hooks.example.com/mailstead"
-              aria-describedby="create-url-hint"
-            />
-            <span class="hint" id="create-url-hint">
-              https only, no user name or password, a host that resolves to public addresses.
-            </span>
-          </div>
-        </div>
-        <fieldset class="scopes">
-          <legend>Events</legend>
-          {WEBHOOK_EVENT_TYPES.map((type) => (
-            <span class="scope">
-              <input type="checkbox" id={`event-${type.replace('.', '-')}`} name={`event.${type}`} value="on" checked={type !== 'ping'} />
-              <label for={`event-${type.replace('.', '-')}`}>{type}</label>
-            </span>
-          ))}
-        </fieldset>
-        <p class="hint muted">The signing secret is shown once, right after the endpoint is made: copy it into your receiver then.</p>
-        <button type="submit">Add endpoint</button>
-      </form>
-    )}
-  </section>
+  <AccountFormPanel
+    id="create"
+    headingId="create-endpoint-heading"
+    heading="Add an endpoint"
+    thing="an endpoint"
+    action="/dashboard/webhooks"
+    csrf={csrf}
+    choices={choices}
+  >
+    <div class="form-grid">
+      <AccountField id="create-account" choices={choices} selected={selected} />
+      <div class="field">
+        <label for="create-url">URL</label>
+        <input
+          id="create-url"
+          name="url"
+          type="url"
+          required
+          maxlength={2000}
+          autocomplete="off"
+          placeholder="https://hooks.example.com/mailstead"
+          aria-describedby="create-url-hint"
+        />
+        <span class="hint" id="create-url-hint">
+          https only, no user name or password, a host that resolves to public addresses.
+        </span>
+      </div>
+    </div>
+    <fieldset class="scopes">
+      <legend>Events</legend>
+      {WEBHOOK_EVENT_TYPES.map((type) => (
+        <span class="scope">
+          <input type="checkbox" id={`event-${type.replace('.', '-')}`} name={`event.${type}`} value="on" checked={type !== 'ping'} />
+          <label for={`event-${type.replace('.', '-')}`}>{type}</label>
+        </span>
+      ))}
+    </fieldset>
+    <p class="hint muted">The signing secret is shown once, right after the endpoint is made: copy it into your receiver then.</p>
+    <button type="submit">Add endpoint</button>
+  </AccountFormPanel>
 );
 
 export const EndpointTable: FC<{ endpoints: EndpointSummary[] }> = ({ endpoints }) => (
