@@ -58,7 +58,8 @@ export function processEnv(dataDir: string, extra: Record<string, string> = {}):
  */
 export const START_ARGS: string[] = (() => {
   const script = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start.split(/\s+/);
-  if (script[0] !== 'node' || script.at(-1) !== 'dist/server/app/main.js') throw new Error(`npm start is not "node [flags] dist/server/app/main.js": ${script.join(' ')}`);
+  if (script[0] !== 'node' || script.at(-1) !== 'dist/server/app/main.js')
+    throw new Error(`npm start is not "node [flags] dist/server/app/main.js": ${script.join(' ')}`);
   return script.slice(1);
 })();
 
