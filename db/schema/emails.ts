@@ -17,6 +17,10 @@ export const emails = sqliteTable(
     to: text('to', { mode: 'json' }).$type<string[]>().notNull(),
     subject: text('subject').notNull(),
     template: text('template').notNull(),
+    /** The own template's version sent (docs/api/decisions.md section 9); null for a built-in. */
+    templateVersion: integer('template_version'),
+    /** Each attachment's filename, type, size and SHA-256: never the bytes (docs/api/decisions.md section 9). */
+    attachments: text('attachments', { mode: 'json' }).$type<AttachmentRecord[]>(),
     status: text('status', { enum: EMAIL_STATUSES }).notNull(),
     error: text('error'),
     tags: text('tags', { mode: 'json' }).$type<Record<string, string>>(),
@@ -28,5 +32,14 @@ export const emails = sqliteTable(
   },
   (t) => [index('emails_account_idx').on(t.accountId, t.id), index('emails_account_status_idx').on(t.accountId, t.status, t.createdAt)],
 );
+
+/** What the log keeps of an attachment. */
+export interface AttachmentRecord {
+  filename: string;
+  contentType: string;
+  size: number;
+  sha256: string;
+  contentId: string | null;
+}
 
 export type EmailRow = typeof emails.$inferSelect;

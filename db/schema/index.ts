@@ -18,3 +18,4 @@ export * from './dashboard-sessions.js';
 export * from './webhook-attempts.js';
 export * from './change-counters.js';
 export * from './operator-messages.js';
+export * from './templates.js';

@@ -26,6 +26,8 @@ export const outboundMessages = sqliteTable(
     subject: text('subject').notNull(),
     html: text('html').notNull(),
     text: text('text').notNull(),
+    /** The attachments' bytes (base64) until the message is delivered, as the rest of the content. */
+    attachments: text('attachments', { mode: 'json' }).$type<OutboundAttachment[]>(),
     createdAt: createdAtColumn(),
     /** Deferred recipients bounce with 4.4.7 after this. */
     expiresAt: integer('expires_at').notNull(),
@@ -33,5 +35,13 @@ export const outboundMessages = sqliteTable(
   // Pruning a kept domain key asks whether queued mail still needs it (and the foreign key's cascade looks here).
   (t) => [index('outbound_messages_domain_key_idx').on(t.domainKeyId)],
 );
+
+/** An attachment as the message carries it: `content` is standard base64; `contentId` makes it an inline part. */
+export interface OutboundAttachment {
+  filename: string;
+  contentType: string;
+  content: string;
+  contentId: string | null;
+}
 
 export type OutboundMessageRow = typeof outboundMessages.$inferSelect;

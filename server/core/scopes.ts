@@ -1,4 +1,7 @@
-/** The 14 scopes of docs/api/contract.md; each endpoint needs exactly one. */
+/**
+ * The 14 scopes of docs/api/contract.md, and the two of docs/api/decisions.md section 9 (an account's own templates);
+ * each endpoint needs exactly one.
+ */
 export const SCOPES = [
   'emails:send',
   'emails:read',
@@ -14,6 +17,8 @@ export const SCOPES = [
   'suppressions:write',
   'database:read',
   'database:write',
+  'templates:read',
+  'templates:write',
 ] as const;
 
 export type Scope = (typeof SCOPES)[number];
