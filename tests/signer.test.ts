@@ -28,6 +28,7 @@ function message(i: number): OutboundMessageRow {
     accountId: 'a',
     domainKeyId: key.id,
     fromHeader: '"Shop" <billing@shop.example.com>',
+    attachments: null,
     fromAddress: 'billing@shop.example.com',
     replyToHeader: null,
     messageId: `<${i}@mx.test>`,

@@ -43,6 +43,7 @@ async function signingCost(): Promise<void> {
       accountId: 'a',
       domainKeyId: 'k',
       fromHeader: '"Bench" <orders@bench.example>',
+      attachments: null,
       fromAddress: 'orders@bench.example',
       replyToHeader: null,
       messageId: '<bench@mx.bench.test>',
