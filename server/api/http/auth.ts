@@ -30,6 +30,8 @@ export function guard(
   deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUsage' | 'rateLimiter'>,
   scope: Scope,
   header: AccountHeaderMode = 'accepted',
+  /** A second scope that also opens the endpoint: the template catalog's older one (docs/api/decisions.md section 9). */
+  alsoScope: Scope | null = null,
 ): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
     const secret = BEARER.exec(c.req.header('authorization') ?? '')?.[1];
@@ -53,7 +55,9 @@ export function guard(
     deps.keyUsage.touch(key.id, now);
 
     const scopes = key.scopes.filter(isScope);
-    if (!scopes.includes(scope)) throw new ApiError('insufficient_scope', `This key lacks the scope ${scope}.`);
+    if (!scopes.includes(scope) && !(alsoScope !== null && scopes.includes(alsoScope))) {
+      throw new ApiError('insufficient_scope', `This key lacks the scope ${scope}${alsoScope ? ` (or ${alsoScope})` : ''}.`);
+    }
 
     let account = keyAccount;
     const headerValue = c.req.header(ACCOUNT_HEADER);

@@ -11,6 +11,8 @@ export interface ListDef {
   name: string;
   badLimit: { status: number; code: ErrorCode };
   badCursor: { status: number; code: ErrorCode };
+  /** What a cursor's key must look like: a row id (a UUID) unless the list pages by something else. */
+  isKey?: (key: string) => boolean;
 }
 
 export const DEFAULT_LIMIT = 25;
@@ -63,7 +65,7 @@ export function readPage(db: Db, list: ListDef, scope: string, query: { limit?: 
   let after: string | null = null;
   if (query.cursor !== undefined) {
     const c = decodeCursor(cursorKey(db), query.cursor);
-    if (!c || c.l !== list.name || c.a !== scope || !isUuid(c.k)) {
+    if (!c || c.l !== list.name || c.a !== scope || !(list.isKey ?? isUuid)(c.k)) {
       throw new ApiError(list.badCursor.code, `cursor: was not issued by this list (${list.name})`, { status: list.badCursor.status });
     }
     after = c.k;
@@ -89,6 +91,18 @@ export function toPage<T extends { id: string }>(
   page: PageRequest,
   rows: Iterable<T>,
 ): { data: T[]; nextCursor: string | null } {
+  return toPageBy(db, list, scope, page, rows, (row) => row.id);
+}
+
+/** toPage for a list keyed by something other than `id` (its ListDef's `isKey` accepts what `keyOf` gives). */
+export function toPageBy<T>(
+  db: Db,
+  list: ListDef,
+  scope: string,
+  page: PageRequest,
+  rows: Iterable<T>,
+  keyOf: (row: T) => string,
+): { data: T[]; nextCursor: string | null } {
   const data: T[] = [];
   let bytes = 0;
   let more = false;
@@ -106,7 +120,7 @@ export function toPage<T extends { id: string }>(
     bytes += size;
   }
   const last = data[data.length - 1];
-  return { data, nextCursor: more && last ? encodeCursor(cursorKey(db), list.name, scope, last.id) : null };
+  return { data, nextCursor: more && last !== undefined ? encodeCursor(cursorKey(db), list.name, scope, keyOf(last)) : null };
 }
 
 /** The scope of a list under one resource of the account (readPage). */
@@ -130,4 +144,6 @@ export const LISTS = {
   webhooks: { name: 'webhooks', badLimit: { status: 400, code: 'invalid_request' }, badCursor: { status: 400, code: 'invalid_request' } },
   webhookDeliveries: { name: 'webhook-deliveries', badLimit: { status: 400, code: 'invalid_request' }, badCursor: { status: 400, code: 'invalid_request' } },
   events: standard('events'),
+  templates: { ...standard('templates'), isKey: (k: string) => /^[a-z0-9][a-z0-9-]{0,63}$/.test(k) },
+  templateVersions: { ...standard('template-versions'), isKey: (k: string) => /^[1-9][0-9]{0,9}$/.test(k) },
 } as const satisfies Record<string, ListDef>;

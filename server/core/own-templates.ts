@@ -1,0 +1,335 @@
+import { and, desc, eq, lt, lte, sql } from 'drizzle-orm';
+import type { Db } from '../../db/client.js';
+import { definePrepared } from '../../db/prepared.js';
+import { type AccountRow, type DeclaredVariable, type TemplateKind, type TemplateRow, type TemplateVersionRow, accounts, templateVersions, templates } from '../../db/schema/index.js';
+import type { Clock } from '../shared/clock.js';
+import { ApiError } from '../shared/errors.js';
+import { newId } from '../shared/ids.js';
+import { type CompiledTemplate, type Declarations, checkLayoutSource, checkTemplateSource, compileTemplate } from './template-language.js';
+import { findTemplate } from './templates.js';
+
+/**
+ * An account's own templates and layouts (docs/api/decisions.md section 9): saved as versions, looked up for a send in
+ * the acting account, then its parent, then the built-ins. The language itself (Liquid, its limits, layouts, CSS) is
+ * template-language.ts; this module keeps the rules of names, counts, versions, layouts in use and tenancy.
+ */
+
+/** The limits of section 9, as data. */
+export const OWN_TEMPLATE_LIMITS = {
+  /** Templates and layouts together, per account. */
+  templates: 100,
+  /** UTF-8 bytes of subject, html and text together. */
+  sourceBytes: 256 * 1024,
+  /** Versions kept per template; older ones are dropped. */
+  versions: 50,
+} as const;
+
+/** 1 to 64 of a-z, 0-9 and `-`, starting with a letter or a digit. */
+export const TEMPLATE_NAME = /^[a-z0-9][a-z0-9-]{0,63}$/;
+
+/** A template's source as a request gives it (validated by the route's schema). */
+export interface TemplateInput {
+  kind: TemplateKind;
+  subject: string | null;
+  html: string | null;
+  text: string | null;
+  layout: string | null;
+  variables: Declarations;
+}
+
+/** Where a template comes from, as a reader of the acting account sees it. */
+export type Origin = 'own' | 'parent';
+
+/** A saved template (or layout) with the source of its current version. */
+export interface OwnTemplate {
+  row: TemplateRow;
+  version: TemplateVersionRow;
+  origin: Origin;
+}
+
+const p = sql.placeholder;
+
+const statements = definePrepared((db) => ({
+  current: db
+    .select({ row: templates, version: templateVersions })
+    .from(templates)
+    .innerJoin(templateVersions, and(eq(templateVersions.templateId, templates.id), eq(templateVersions.version, templates.version)))
+    .where(and(eq(templates.accountId, p('accountId')), eq(templates.name, p('name'))))
+    .prepare(),
+  parentOf: db
+    .select({ parentId: accounts.parentId })
+    .from(accounts)
+    .where(eq(accounts.id, p('id')))
+    .prepare(),
+}));
+
+/** The accounts whose templates the acting account reads, nearest first: itself, then its parent. */
+function chainOf(account: Pick<AccountRow, 'id' | 'parentId'>): { id: string; origin: Origin }[] {
+  return account.parentId ? [{ id: account.id, origin: 'own' }, { id: account.parentId, origin: 'parent' }] : [{ id: account.id, origin: 'own' }];
+}
+
+function currentOf(db: Db, accountId: string, name: string): { row: TemplateRow; version: TemplateVersionRow } | undefined {
+  return statements(db).current.get({ accountId, name });
+}
+
+/** The template of this name the account reads: its own, else its parent's (built-ins are not stored). */
+export function findOwnTemplate(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, name: string): OwnTemplate | undefined {
+  for (const { id, origin } of chainOf(account)) {
+    const found = currentOf(db, id, name);
+    if (found) return { ...found, origin };
+  }
+  return undefined;
+}
+
+/** The layout a template of `ownerId` names: the owner's own, else the owner's parent's. */
+function findLayout(db: Db, ownerId: string, name: string): { row: TemplateRow; version: TemplateVersionRow } | undefined {
+  const own = currentOf(db, ownerId, name);
+  if (own) return own.row.kind === 'layout' ? own : undefined;
+  const parentId = statements(db).parentOf.get({ id: ownerId })?.parentId;
+  if (!parentId) return undefined;
+  const inherited = currentOf(db, parentId, name);
+  return inherited?.row.kind === 'layout' ? inherited : undefined;
+}
+
+export const templateNotFound = (name: string) => new ApiError('template_not_found', `No template named ${name} on this account.`);
+
+/** Every template and layout the account reads (own first, shadowing its parent's by name), sorted by name. */
+export function listOwnTemplates(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>): OwnTemplate[] {
+  const byName = new Map<string, OwnTemplate>();
+  for (const { id, origin } of chainOf(account)) {
+    const rows = db
+      .select({ row: templates, version: templateVersions })
+      .from(templates)
+      .innerJoin(templateVersions, and(eq(templateVersions.templateId, templates.id), eq(templateVersions.version, templates.version)))
+      .where(eq(templates.accountId, id))
+      .all();
+    for (const r of rows) if (!byName.has(r.row.name)) byName.set(r.row.name, { ...r, origin });
+  }
+  return [...byName.values()].sort((a, b) => (a.row.name < b.row.name ? -1 : a.row.name > b.row.name ? 1 : 0));
+}
+
+/** A template's kept versions, newest first, below `before` when given. */
+export function templateVersionsOf(db: Db, templateId: string, before: number | null, limit: number): TemplateVersionRow[] {
+  return db
+    .select()
+    .from(templateVersions)
+    .where(before === null ? eq(templateVersions.templateId, templateId) : and(eq(templateVersions.templateId, templateId), lt(templateVersions.version, before)))
+    .orderBy(desc(templateVersions.version))
+    .limit(limit)
+    .all();
+}
+
+function sourceBytes(input: Pick<TemplateInput, 'subject' | 'html' | 'text'>): number {
+  return Buffer.byteLength(input.subject ?? '', 'utf8') + Buffer.byteLength(input.html ?? '', 'utf8') + Buffer.byteLength(input.text ?? '', 'utf8');
+}
+
+/**
+ * The source checked as section 9 asks before anything is saved: the shape a kind needs, its size, the language's
+ * rules (template-language.ts), and a layout it names (one of the account's layouts, or its parent's), compiled
+ * together with it so a clash shows now and not at the first send.
+ */
+function checkSource(db: Db, accountId: string, input: TemplateInput): void {
+  const size = sourceBytes(input);
+  if (size > OWN_TEMPLATE_LIMITS.sourceBytes) {
+    throw new ApiError(
+      'invalid_template',
+      `The source (subject, html and text) must be at most 256 KB (${OWN_TEMPLATE_LIMITS.sourceBytes} bytes of UTF-8); this one is ${size} bytes.`,
+    );
+  }
+  if (input.kind === 'layout') {
+    if (input.subject !== null) throw new ApiError('invalid_request', 'subject: a layout has no subject; its templates give theirs');
+    if (input.layout !== null) throw new ApiError('invalid_request', 'layout: a layout cannot name a layout');
+    if (input.html === null) throw new ApiError('invalid_request', 'html: is required for a layout, and must hold {{ content }} once');
+    checkLayoutSource({ html: input.html, text: input.text, variables: input.variables });
+    return;
+  }
+  if (input.subject === null) throw new ApiError('invalid_request', 'subject: is required');
+  if (input.html === null && input.text === null) throw new ApiError('invalid_request', 'html: a template needs html, text or both');
+  const source = { subject: input.subject, html: input.html, text: input.text, variables: input.variables };
+  checkTemplateSource(source);
+  if (input.layout !== null) {
+    const layout = findLayout(db, accountId, input.layout);
+    if (!layout) throw new ApiError('invalid_request', `layout: no layout named ${input.layout} on this account`);
+    compileTemplate(source, layoutSourceOf(layout.version));
+  }
+}
+
+function layoutSourceOf(v: TemplateVersionRow) {
+  return { html: v.html, text: v.text, variables: v.variables };
+}
+
+function assertNotBuiltIn(name: string): void {
+  if (findTemplate(name)) throw new ApiError('template_exists', `${name} is the name of a built-in template; choose another name.`);
+}
+
+/** POST /templates: a new template (or layout) at version 1. */
+export function createTemplate(db: Db, clock: Clock, account: Pick<AccountRow, 'id'>, name: string, input: TemplateInput): OwnTemplate {
+  checkSource(db, account.id, input);
+  assertNotBuiltIn(name);
+  return db.transaction((tx) => {
+    if (currentOf(db, account.id, name)) throw new ApiError('template_exists', `A template named ${name} already exists on this account.`);
+    const [counted] = tx
+      .select({ n: sql<number>`count(*)` })
+      .from(templates)
+      .where(eq(templates.accountId, account.id))
+      .all();
+    if ((counted?.n ?? 0) >= OWN_TEMPLATE_LIMITS.templates) {
+      throw new ApiError('template_limit', `This account already has ${OWN_TEMPLATE_LIMITS.templates} templates (layouts included); delete one first.`);
+    }
+    const now = clock.now();
+    const row: TemplateRow = { id: newId(now), accountId: account.id, name, kind: input.kind, version: 1, createdAt: now, updatedAt: now };
+    tx.insert(templates).values(row).run();
+    const version = insertVersion(tx, row.id, 1, input, now);
+    return { row, version, origin: 'own' as const };
+  });
+}
+
+type Tx = Parameters<Parameters<Db['transaction']>[0]>[0];
+
+function insertVersion(tx: Tx, templateId: string, version: number, input: TemplateInput, now: number): TemplateVersionRow {
+  const row: TemplateVersionRow = {
+    templateId,
+    version,
+    subject: input.kind === 'layout' ? null : input.subject,
+    html: input.html,
+    text: input.text,
+    layout: input.kind === 'layout' ? null : input.layout,
+    variables: input.variables,
+    createdAt: now,
+  };
+  tx.insert(templateVersions).values(row).run();
+  // The newest versions are kept; an older one goes.
+  tx.delete(templateVersions)
+    .where(and(eq(templateVersions.templateId, templateId), lte(templateVersions.version, version - OWN_TEMPLATE_LIMITS.versions)))
+    .run();
+  return row;
+}
+
+/**
+ * PUT /templates/{name}: the source replaced, as a new version. Only the account's own: a built-in is read-only, and
+ * a sub-account's copy of a parent's template is made with POST under the same name.
+ */
+export function replaceTemplate(
+  db: Db,
+  clock: Clock,
+  account: Pick<AccountRow, 'id'>,
+  name: string,
+  given: Omit<TemplateInput, 'kind'> & { kind: TemplateKind | null },
+): OwnTemplate {
+  if (findTemplate(name)) throw new ApiError('conflict', `${name} is a built-in template and cannot be changed; create your own under another name.`);
+  const existing = currentOf(db, account.id, name);
+  if (!existing) throw templateNotFound(name);
+  if (given.kind !== null && existing.row.kind !== given.kind) {
+    throw new ApiError('invalid_request', `kind: ${name} is a ${existing.row.kind}; its kind cannot change (create a new one instead)`);
+  }
+  const input: TemplateInput = { ...given, kind: existing.row.kind };
+  checkSource(db, account.id, input);
+  return db.transaction((tx) => {
+    const current = currentOf(db, account.id, name);
+    if (!current) throw templateNotFound(name);
+    const now = clock.now();
+    const next = current.row.version + 1;
+    tx.update(templates).set({ version: next, updatedAt: now }).where(eq(templates.id, current.row.id)).run();
+    const version = insertVersion(tx, current.row.id, next, input, now);
+    return { row: { ...current.row, version: next, updatedAt: now }, version, origin: 'own' as const };
+  });
+}
+
+/**
+ * The templates whose current version names the layout `name` of `accountId`: the account's own, and its
+ * sub-accounts' that have no layout of that name of their own (theirs would be the one they use).
+ */
+function templatesNaming(db: Db, accountId: string, name: string): string[] {
+  const subs = db.select({ id: accounts.id }).from(accounts).where(eq(accounts.parentId, accountId)).all();
+  const users: string[] = [];
+  for (const owner of [accountId, ...subs.map((s) => s.id)]) {
+    if (owner !== accountId && currentOf(db, owner, name)) continue;
+    const rows = db
+      .select({ name: templates.name })
+      .from(templates)
+      .innerJoin(templateVersions, and(eq(templateVersions.templateId, templates.id), eq(templateVersions.version, templates.version)))
+      .where(and(eq(templates.accountId, owner), eq(templateVersions.layout, name)))
+      .orderBy(templates.name)
+      .all();
+    users.push(...rows.map((r) => (owner === accountId ? r.name : `${r.name} (sub-account ${owner})`)));
+  }
+  return users;
+}
+
+/** DELETE /templates/{name}: the template and its versions; a layout still named by templates stays (409 template_in_use). */
+export function deleteTemplate(db: Db, account: Pick<AccountRow, 'id'>, name: string): void {
+  if (findTemplate(name)) throw new ApiError('conflict', `${name} is a built-in template and cannot be deleted.`);
+  db.transaction((tx) => {
+    const existing = currentOf(db, account.id, name);
+    if (!existing) throw templateNotFound(name);
+    if (existing.row.kind === 'layout') {
+      const users = templatesNaming(db, account.id, name);
+      if (users.length > 0) {
+        throw new ApiError(
+          'template_in_use',
+          `The layout ${name} is still named by ${users.length} template${users.length === 1 ? '' : 's'}: ${users.slice(0, 10).join(', ')}${users.length > 10 ? ', …' : ''}.`,
+        );
+      }
+    }
+    tx.delete(templates).where(eq(templates.id, existing.row.id)).run();
+  });
+}
+
+/** Compiled templates by template version and layout version: a send compiles a version once. */
+const COMPILED_CACHE_SIZE = 256;
+const compiled = new Map<string, CompiledTemplate>();
+
+function compiledOf(key: string, build: () => CompiledTemplate): CompiledTemplate {
+  const hit = compiled.get(key);
+  if (hit) {
+    // Most recently used last: the oldest entry is the first the map yields.
+    compiled.delete(key);
+    compiled.set(key, hit);
+    return hit;
+  }
+  const made = build();
+  compiled.set(key, made);
+  if (compiled.size > COMPILED_CACHE_SIZE) compiled.delete(compiled.keys().next().value!);
+  return made;
+}
+
+/** An own template ready to render for a send: which version, and the variables it takes. */
+export interface ResolvedTemplate {
+  name: string;
+  version: number;
+  variables: Record<string, DeclaredVariable>;
+  compiled: CompiledTemplate;
+}
+
+/**
+ * The own template a send names, compiled (from the cache when this version was compiled before), or undefined when
+ * neither the account nor its parent has one of that name (the send then tries the built-ins). A layout removed since
+ * the template was saved (the in-use check makes that rare) renders the template without one.
+ */
+export function resolveOwnTemplate(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, name: string): ResolvedTemplate | undefined {
+  const found = findOwnTemplate(db, account, name);
+  if (!found || found.row.kind !== 'template') return undefined;
+  const v = found.version;
+  const layout = v.layout ? findLayout(db, found.row.accountId, v.layout) : undefined;
+  const key = `${found.row.id}:${v.version}:${layout ? `${layout.row.id}:${layout.version.version}` : '-'}`;
+  const made = compiledOf(key, () =>
+    compileTemplate({ subject: v.subject ?? '', html: v.html, text: v.text, variables: v.variables }, layout ? layoutSourceOf(layout.version) : null),
+  );
+  return { name, version: v.version, variables: made.variables, compiled: made };
+}
+
+/** Compiles an unsaved source for a preview (POST /templates/{name}/render with a source): nothing is stored. */
+export function compileUnsaved(db: Db, account: Pick<AccountRow, 'id'>, input: TemplateInput): CompiledTemplate {
+  checkSource(db, account.id, input);
+  if (input.kind === 'layout') {
+    return compileTemplate(
+      { subject: '', html: '<p>The content of a template goes here.</p>', text: 'The content of a template goes here.', variables: {} },
+      { html: input.html, text: input.text, variables: input.variables },
+    );
+  }
+  const layout = input.layout ? findLayout(db, account.id, input.layout) : undefined;
+  return compileTemplate(
+    { subject: input.subject ?? '', html: input.html, text: input.text, variables: input.variables },
+    layout ? layoutSourceOf(layout.version) : null,
+  );
+}
