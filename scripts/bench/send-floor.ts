@@ -8,7 +8,7 @@ import { jsonBody } from '../../server/api/http/body.js';
 import { parseInput } from '../../server/api/http/validate.js';
 import { newId } from '../../server/shared/ids.js';
 import { SANDBOX_LIMIT } from '../../server/core/sending.js';
-import { renderSend, sendRequestSchema, toSendRequest } from '../../server/core/send-request.js';
+import { renderChecked, sendRequestSchema, toSendRequest } from '../../server/core/send-request.js';
 
 /**
  * The floor under a send (the targets: sandbox 0.5, queued 0.3 of a bare route), for bench:send-api: the least
@@ -129,7 +129,7 @@ app.post('/emails', async (c) => {
   // (5) the body, rendered.
   const raw = Buffer.from(await c.req.arrayBuffer());
   const send = toSendRequest(parseInput(sendRequestSchema, jsonBody(raw)));
-  const rendered = renderSend(send);
+  const rendered = renderChecked(send.template);
   // (6), (7) the from-domain, the suppression list.
   const domain = domains.get(`${key.accountId} ${send.from.domain}`);
   if (domain === undefined) throw new ApiError('domain_not_yours', 'Not your domain.');

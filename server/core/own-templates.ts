@@ -1,7 +1,16 @@
 import { and, desc, eq, lt, lte, sql } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
-import { type AccountRow, type DeclaredVariable, type TemplateKind, type TemplateRow, type TemplateVersionRow, accounts, templateVersions, templates } from '../../db/schema/index.js';
+import {
+  type AccountRow,
+  type DeclaredVariable,
+  type TemplateKind,
+  type TemplateRow,
+  type TemplateVersionRow,
+  accounts,
+  templateVersions,
+  templates,
+} from '../../db/schema/index.js';
 import type { Clock } from '../shared/clock.js';
 import { ApiError } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
@@ -23,9 +32,6 @@ export const OWN_TEMPLATE_LIMITS = {
   /** Versions kept per template; older ones are dropped. */
   versions: 50,
 } as const;
-
-/** 1 to 64 of a-z, 0-9 and `-`, starting with a letter or a digit. */
-export const TEMPLATE_NAME = /^[a-z0-9][a-z0-9-]{0,63}$/;
 
 /** A template's source as a request gives it (validated by the route's schema). */
 export interface TemplateInput {
@@ -65,7 +71,12 @@ const statements = definePrepared((db) => ({
 
 /** The accounts whose templates the acting account reads, nearest first: itself, then its parent. */
 function chainOf(account: Pick<AccountRow, 'id' | 'parentId'>): { id: string; origin: Origin }[] {
-  return account.parentId ? [{ id: account.id, origin: 'own' }, { id: account.parentId, origin: 'parent' }] : [{ id: account.id, origin: 'own' }];
+  return account.parentId
+    ? [
+        { id: account.id, origin: 'own' },
+        { id: account.parentId, origin: 'parent' },
+      ]
+    : [{ id: account.id, origin: 'own' }];
 }
 
 function currentOf(db: Db, accountId: string, name: string): { row: TemplateRow; version: TemplateVersionRow } | undefined {
@@ -113,7 +124,9 @@ export function templateVersionsOf(db: Db, templateId: string, before: number | 
   return db
     .select()
     .from(templateVersions)
-    .where(before === null ? eq(templateVersions.templateId, templateId) : and(eq(templateVersions.templateId, templateId), lt(templateVersions.version, before)))
+    .where(
+      before === null ? eq(templateVersions.templateId, templateId) : and(eq(templateVersions.templateId, templateId), lt(templateVersions.version, before)),
+    )
     .orderBy(desc(templateVersions.version))
     .limit(limit)
     .all();
@@ -168,11 +181,7 @@ export function createTemplate(db: Db, clock: Clock, account: Pick<AccountRow, '
   assertNotBuiltIn(name);
   return db.transaction((tx) => {
     if (currentOf(db, account.id, name)) throw new ApiError('template_exists', `A template named ${name} already exists on this account.`);
-    const [counted] = tx
-      .select({ n: sql<number>`count(*)` })
-      .from(templates)
-      .where(eq(templates.accountId, account.id))
-      .all();
+    const [counted] = tx.select({ n: sql<number>`count(*)` }).from(templates).where(eq(templates.accountId, account.id)).all();
     if ((counted?.n ?? 0) >= OWN_TEMPLATE_LIMITS.templates) {
       throw new ApiError('template_limit', `This account already has ${OWN_TEMPLATE_LIMITS.templates} templates (layouts included); delete one first.`);
     }

@@ -1,7 +1,22 @@
 import { z } from 'zod';
+import type { Db } from '../../db/client.js';
+import type { AccountRow } from '../../db/schema/index.js';
+import { resolveOwnTemplate } from './own-templates.js';
+import { checkDeclaredVariables } from './template-language.js';
 import { ApiError } from '../shared/errors.js';
 import { type Mailbox, parseAddress, parseMailbox } from './addresses.js';
-import { MAX_RENDERED_BYTES, type Rendered, TEMPLATES, type Vars, findTemplate, renderTemplate, renderedBytes, variableTooLong } from './templates.js';
+import { TEMPLATE_NAME } from './template-name.js';
+import {
+  MAX_RENDERED_BYTES,
+  type Rendered,
+  TEMPLATES,
+  type TemplateDef,
+  type Vars,
+  findTemplate,
+  renderTemplate,
+  renderedBytes,
+  variableTooLong,
+} from './templates.js';
 
 /** The send request of docs/api/contract.md and docs/api/decisions.md section 2, validated field by field in the order written. */
 
@@ -48,6 +63,9 @@ const variableValue = z.string({ error: 'must be a string' });
 
 const UNKNOWN_TEMPLATE = `must be one of ${Object.keys(TEMPLATES).join(', ')}`;
 
+/** A send's template that is neither a built-in nor a name an account's own template can have. */
+export const UNKNOWN_OWN_TEMPLATE = `must be a built-in template (${Object.keys(TEMPLATES).join(', ')}) or the name of one of this account's own templates`;
+
 /**
  * The rules of a template's variables, for a send's `template` and for POST /templates/{name}/render alike: an unknown
  * template is an issue at `name`; then each given key must be a variable of the template, each required variable
@@ -59,6 +77,10 @@ function checkTemplateVariables(name: string, vars: Record<string, string>, ctx:
     ctx.addIssue({ code: 'custom', path: ['name'], message: UNKNOWN_TEMPLATE });
     return;
   }
+  checkBuiltInVariables(name, def, vars, ctx);
+}
+
+function checkBuiltInVariables(name: string, def: TemplateDef, vars: Record<string, string>, ctx: z.RefinementCtx): void {
   for (const key of Object.keys(vars)) {
     if (!Object.hasOwn(def.variables, key)) ctx.addIssue({ code: 'custom', path: [fieldName(key)], message: `is not a variable of the ${name} template` });
   }
@@ -75,11 +97,19 @@ function checkTemplateVariables(name: string, vars: Record<string, string>, ctx:
   }
 }
 
-/** A send's `template`: `name` plus the variables of that template. */
+/**
+ * A send's `template`: `name` plus the variables of that template. A built-in's variables are checked here, field by
+ * field; another name is an account's own template (docs/api/decisions.md section 9), looked up and checked by the
+ * core at check 5, since which templates exist depends on the acting account.
+ */
 const templateInput = z
   .object({ name: variableValue })
   .catchall(variableValue)
-  .superRefine(({ name, ...vars }, ctx) => checkTemplateVariables(name, vars, ctx));
+  .superRefine(({ name, ...vars }, ctx) => {
+    const def = findTemplate(name);
+    if (def) checkBuiltInVariables(name, def, vars, ctx);
+    else if (!TEMPLATE_NAME.test(name)) ctx.addIssue({ code: 'custom', path: ['name'], message: UNKNOWN_OWN_TEMPLATE });
+  });
 
 /** A flat object of string variables: a send's `template` without `name`. */
 export const templateVariables = z.object({}).catchall(variableValue);
@@ -92,7 +122,7 @@ export function templateVariablesInput(name: string) {
   return templateVariables.superRefine((vars, ctx) => checkTemplateVariables(name, vars, ctx));
 }
 
-function isHttpUrl(value: string): boolean {
+export function isHttpUrl(value: string): boolean {
   // What is rendered is the value as given: the URL parser would drop tabs and line breaks, encode spaces and read
   // `https:host` or a backslash as `https://host/`, so the value itself must already be the plain link.
   if (!/^https?:\/\//i.test(value) || /[\s\x00-\x1f\x7f-\x9f\\\u2028\u2029]/.test(value)) return false;
@@ -160,9 +190,27 @@ export function toSendRequest(parsed: z.output<typeof sendRequestSchema>): SendR
   return { from: parsed.from, to, replyTo: parsed.replyTo ?? null, template: { name, vars }, tags: parsed.tags ?? null, sandbox: parsed.sandbox ?? false };
 }
 
-/** The send's message, rendered; one over MAX_RENDERED_BYTES (subject, html and text together) is refused. */
-export function renderSend(send: SendRequest): Rendered {
-  return renderChecked(send.template);
+/** A send's message as rendered, and the version of the account's own template that rendered it (null: a built-in). */
+export interface SendContent {
+  rendered: Rendered;
+  templateVersion: number | null;
+}
+
+/**
+ * The send's message, rendered (check 5): a built-in by name, else the acting account's own template of that name,
+ * else its parent's (docs/api/decisions.md section 9), its variables checked against what it declares. One over
+ * MAX_RENDERED_BYTES (subject, html and text together) is refused.
+ */
+export function renderSend(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, send: SendRequest): SendContent {
+  const { name, vars } = send.template;
+  if (findTemplate(name)) return { rendered: renderChecked(send.template), templateVersion: null };
+  const own = resolveOwnTemplate(db, account, name);
+  if (!own) throw new ApiError('invalid_request', `template.name: ${UNKNOWN_OWN_TEMPLATE}`);
+  const issue = checkDeclaredVariables(name, own.variables, vars);
+  if (issue) throw new ApiError('invalid_request', `template.${fieldName(issue.field)}: ${issue.message}`);
+  const rendered = own.compiled.render(vars);
+  assertRenderedSize(rendered);
+  return { rendered, templateVersion: own.version };
 }
 
 /** A validated template rendered, refused when over MAX_RENDERED_BYTES (subject, html and text together). */

@@ -89,9 +89,9 @@ export async function sendEmail({ deps, ctx, rawBody, body: parsed, idempotencyK
     claim = claimed.claim;
   }
   try {
-    // (5) is worked out here, outside the commit (CPU only: the message rendered; the edge parsed the body); its
+    // (5) is worked out here, outside the commit (the template looked up, the message rendered; the edge parsed the body); its
     // verdict is given in its turn, inside the commit, after (3) and (4).
-    const body = renderBody(parsed);
+    const body = renderBody(deps, ctx, parsed);
     // (3), (4), (5), (6), (7) in order, in one transaction of the group commit, on fresh rows.
     const result = await commitSend(deps, ctx, body, claim);
     return { result, replayed: false };
@@ -117,13 +117,13 @@ function loadSender(deps: Pick<Deps, 'db'>, ctx: RequestContext): Sender {
 }
 
 /** The body, and the message it renders (bounded in size), or the refusal of check 5 to give in its turn. */
-type Body = { ok: true; send: SendRequest; rendered: Rendered } | { ok: false; error: ApiError };
+type Body = { ok: true; send: SendRequest; rendered: Rendered; templateVersion: number | null } | { ok: false; error: ApiError };
 
-function renderBody(parsed: ParsedSend): Body {
+function renderBody(deps: Pick<Deps, 'db'>, ctx: RequestContext, parsed: ParsedSend): Body {
   if (!parsed.ok) return parsed;
   try {
     const send = parsed.value;
-    return { ok: true, send, rendered: renderSend(send) };
+    return { ok: true, send, ...renderSend(deps.db, ctx.account, send) };
   } catch (err) {
     // Anything but a refusal is a fault of ours: a 500 now, not a verdict later.
     if (!(err instanceof ApiError)) throw err;
@@ -132,13 +132,14 @@ function renderBody(parsed: ParsedSend): Body {
 }
 
 /** The columns of the email's log entry that come from the request. */
-function logEntryOf(ctx: RequestContext, { send, rendered }: { send: SendRequest; rendered: Rendered }) {
+function logEntryOf(ctx: RequestContext, { send, rendered, templateVersion }: { send: SendRequest; rendered: Rendered; templateVersion: number | null }) {
   return {
     accountId: ctx.account.id,
     fromAddress: send.from.address,
     to: send.to.map((r) => r.address),
     subject: rendered.subject,
     template: send.template.name,
+    templateVersion,
     tags: send.tags,
     sandbox: send.sandbox,
   };
@@ -163,6 +164,7 @@ const statements = definePrepared((db) => ({
       to: p('to'),
       subject: p('subject'),
       template: p('template'),
+      templateVersion: p('templateVersion'),
       status: p('status'),
       tags: p('tags'),
       sandbox: p('sandbox'),

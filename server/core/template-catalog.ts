@@ -3,9 +3,18 @@ import type { AccountRow, DeclaredVariable, TemplateKind, TemplateVersionRow } f
 import { iso } from '../shared/clock.js';
 import { ApiError } from '../shared/errors.js';
 import { BUILT_IN_SOURCES } from './built-in-sources.js';
-import { type OwnTemplate, TEMPLATE_NAME, type TemplateInput, compileUnsaved, findOwnTemplate, listOwnTemplates, templateNotFound, templateVersionsOf } from './own-templates.js';
+import {
+  type OwnTemplate,
+  type TemplateInput,
+  compileUnsaved,
+  findOwnTemplate,
+  listOwnTemplates,
+  templateNotFound,
+  templateVersionsOf,
+} from './own-templates.js';
 import { assertRenderedSize, renderChecked } from './send-request.js';
 import { checkDeclaredVariables } from './template-language.js';
+import { TEMPLATE_NAME } from './template-name.js';
 import { type Rendered, TEMPLATES, VARIABLE_LIMITS, type VariableLimit, type Vars, findTemplate } from './templates.js';
 
 /**
@@ -83,6 +92,11 @@ function builtInView(name: string): TemplateView {
   };
 }
 
+/** The built-in templates as GET /templates shows them, in the order of the templates table. */
+export function builtInViews(): TemplateView[] {
+  return Object.keys(TEMPLATES).map(builtInView);
+}
+
 export function ownView(t: OwnTemplate): TemplateView {
   return {
     name: t.row.name,
@@ -102,7 +116,15 @@ export function ownView(t: OwnTemplate): TemplateView {
 }
 
 export function versionView(v: TemplateVersionRow): TemplateVersionView {
-  return { version: v.version, subject: v.subject, html: v.html, text: v.text, layout: v.layout, variables: ownVariables(v.variables), createdAt: iso(v.createdAt) };
+  return {
+    version: v.version,
+    subject: v.subject,
+    html: v.html,
+    text: v.text,
+    layout: v.layout,
+    variables: ownVariables(v.variables),
+    createdAt: iso(v.createdAt),
+  };
 }
 
 /**
@@ -111,7 +133,7 @@ export function versionView(v: TemplateVersionRow): TemplateVersionView {
  * whole and paged here.
  */
 export function listTemplateViews(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, after: string | null): TemplateView[] {
-  const views = [...Object.keys(TEMPLATES).map(builtInView), ...listOwnTemplates(db, account).map(ownView)];
+  const views = [...builtInViews(), ...listOwnTemplates(db, account).map(ownView)];
   views.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   return after === null ? views : views.filter((v) => v.name > after);
 }
@@ -161,7 +183,11 @@ export function renderPreview(db: Db, account: Pick<AccountRow, 'id' | 'parentId
   const own = findOwnTemplate(db, account, name);
   if (!own) throw templateNotFound(name);
   const v = own.version;
-  const compiled = compileUnsaved(db, { id: own.row.accountId }, { kind: own.row.kind, subject: v.subject, html: v.html, text: v.text, layout: v.layout, variables: v.variables });
+  const compiled = compileUnsaved(
+    db,
+    { id: own.row.accountId },
+    { kind: own.row.kind, subject: v.subject, html: v.html, text: v.text, layout: v.layout, variables: v.variables },
+  );
   return renderCompiled(name, compiled, req.vars);
 }
 

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { TEMPLATE_KINDS } from '../../db/schema/index.js';
-import { TEMPLATE_NAME, type TemplateInput } from './own-templates.js';
+import type { TemplateInput } from './own-templates.js';
+import { TEMPLATE_NAME } from './template-name.js';
 
 /** The bodies of POST and PUT /templates and of a preview's unsaved source (docs/api/decisions.md section 9). */
 
@@ -14,9 +15,9 @@ const declaredVariable = z.strictObject({
 });
 
 /** Declared variables: `required` defaults to false, `kind` to text (the names are the language's to check). */
-const variables = z.record(z.string(), declaredVariable).transform((v) =>
-  Object.fromEntries(Object.entries(v).map(([name, d]) => [name, { required: d.required ?? false, kind: d.kind ?? 'text' }] as const)),
-);
+const variables = z
+  .record(z.string(), declaredVariable)
+  .transform((v) => Object.fromEntries(Object.entries(v).map(([name, d]) => [name, { required: d.required ?? false, kind: d.kind ?? 'text' }] as const)));
 
 const source = {
   kind: z.enum(TEMPLATE_KINDS, { error: 'must be template or layout' }).optional(),

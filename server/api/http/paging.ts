@@ -2,6 +2,7 @@ import { createHmac } from 'node:crypto';
 import type { Db } from '../../../db/client.js';
 import type { PageRequest } from '../../core/context.js';
 import { cursorKey } from '../../core/cursor-key.js';
+import { TEMPLATE_NAME } from '../../core/template-name.js';
 import { ApiError, type ErrorCode } from '../../shared/errors.js';
 import { isUuid } from '../../shared/ids.js';
 import { constantTimeEqual } from '../../shared/secrets.js';
@@ -144,6 +145,6 @@ export const LISTS = {
   webhooks: { name: 'webhooks', badLimit: { status: 400, code: 'invalid_request' }, badCursor: { status: 400, code: 'invalid_request' } },
   webhookDeliveries: { name: 'webhook-deliveries', badLimit: { status: 400, code: 'invalid_request' }, badCursor: { status: 400, code: 'invalid_request' } },
   events: standard('events'),
-  templates: { ...standard('templates'), isKey: (k: string) => /^[a-z0-9][a-z0-9-]{0,63}$/.test(k) },
+  templates: { ...standard('templates'), isKey: (k: string) => TEMPLATE_NAME.test(k) },
   templateVersions: { ...standard('template-versions'), isKey: (k: string) => /^[1-9][0-9]{0,9}$/.test(k) },
 } as const satisfies Record<string, ListDef>;

@@ -1,5 +1,6 @@
 import type { z } from 'zod';
-import { listTemplates, renderPreview } from '../../core/template-catalog.js';
+import { renderChecked } from '../../core/send-request.js';
+import { builtInViews } from '../../core/template-catalog.js';
 import { OUTCOME_EVENT_TYPES, type OutcomeStatus } from '../../core/webhook-fanout.js';
 import type * as r from './resources.js';
 
@@ -283,8 +284,8 @@ export const RESOURCE_EXAMPLES: { [K in keyof typeof r]?: Out<(typeof r)[K]> } =
   replayResult: { queued: 312 },
   outcomeEvent,
   databaseStatus,
-  templateList: listTemplates(),
-  renderedTemplate: renderPreview('receipt', receiptVariables),
+  templatePage: { data: builtInViews(), nextCursor: null },
+  renderedTemplate: renderChecked({ name: 'receipt', vars: receiptVariables }),
   accountPage: page([subAccount], null),
   keyPage: page([key], null),
   domainPage: page([domain], null),

@@ -578,7 +578,7 @@ export const OPERATIONS: Operation[] = [
     summary: 'The built-in templates and their variables',
     description: 'A fixed list, whole (not paged).',
     auth: { scope: 'emails:send', accountHeader: 'accepted' },
-    answers: [{ status: 200, description: 'Every template.', body: r.templateList }],
+    answers: [{ status: 200, description: 'A page of templates, sorted by name.', body: r.templatePage }],
     errors: [],
   },
   {

@@ -18,7 +18,7 @@ import { SCOPES } from '../../core/scopes.js';
 import type { SendResult } from '../../core/sending.js';
 import type { Warning } from '../../core/sending-policy.js';
 import type { SuppressionView } from '../../core/suppressions.js';
-import type { TemplateView } from '../../core/template-catalog.js';
+import type { TemplateVersionView, TemplateView } from '../../core/template-catalog.js';
 import type { Rendered } from '../../core/templates.js';
 import type { WebhookDeliveryView, WebhookEndpointView } from '../../core/webhooks.js';
 import type { PingResult } from '../../webhooks/dispatcher.js';
@@ -266,23 +266,42 @@ export const databaseStatus = documents<DatabaseStatus>()(
   }),
 );
 
+const templateVariable = z.strictObject({
+  required: z.boolean(),
+  kind: z.enum(['text', 'url']).describe('`url`: must be an http or https URL, and is only placed where an attribute takes a URL.'),
+  maxLength: z.int().min(1).describe('The longest value accepted, counted in lengthUnit.'),
+  lengthUnit: z.enum(['characters', 'bytes']).describe('`characters` are code points; `bytes` are of UTF-8.'),
+});
+
 export const template = documents<TemplateView>()(
   z.strictObject({
     name: z.string().describe('What a send names in `template.name`.'),
-    description: z.string(),
-    variables: z.array(
-      z.strictObject({
-        name: z.string(),
-        required: z.boolean(),
-        kind: z.enum(['text', 'url']).describe('`url`: must be an http or https URL.'),
-        maxLength: z.int().min(1).describe('The longest value accepted, counted in lengthUnit.'),
-        lengthUnit: z.enum(['characters', 'bytes']).describe('`characters` are code points; `bytes` are of UTF-8.'),
-      }),
-    ),
+    kind: z.enum(['template', 'layout']).describe('A layout wraps the templates that name it: its html holds `{{ content }}` once.'),
+    builtIn: z.boolean().describe('A template of the service: read-only; its source is shown so it can be copied.'),
+    inherited: z.boolean().describe("The parent account's template, read-only for this sub-account, which may save its own under the same name."),
+    description: z.string().nullable().describe('What a built-in template is for; null for an own one.'),
+    subject: z.string().nullable().describe('Liquid source of the Subject; null for a layout.'),
+    html: z.string().nullable().describe('Liquid source of the html part (variables are HTML-escaped).'),
+    text: z.string().nullable().describe('Liquid source of the text part; when null, the text is generated from the html.'),
+    layout: z.string().nullable().describe('The name of the layout that wraps it, or null.'),
+    variables: z.record(z.string(), templateVariable).describe('The variables a send may give, by name.'),
+    version: z.int().min(1).nullable().describe('The current version, from 1; null for a built-in.'),
+    createdAt: z.iso.datetime().nullable(),
+    updatedAt: z.iso.datetime().nullable(),
   }),
 );
 
-export const templateList = documents<{ data: TemplateView[] }>()(z.strictObject({ data: z.array(template) }));
+export const templateVersion = documents<TemplateVersionView>()(
+  z.strictObject({
+    version: z.int().min(1),
+    subject: z.string().nullable(),
+    html: z.string().nullable(),
+    text: z.string().nullable(),
+    layout: z.string().nullable(),
+    variables: z.record(z.string(), templateVariable),
+    createdAt: z.iso.datetime(),
+  }),
+);
 
 export const renderedTemplate = documents<Rendered>()(
   z.strictObject({ subject: z.string(), html: z.string().describe('Every variable HTML-escaped.'), text: z.string() }),
@@ -306,6 +325,8 @@ export const outcomeEventPage = pageOf(outcomeEvent);
 export const suppressionPage = pageOf(suppression);
 export const webhookEndpointPage = pageOf(webhookEndpoint);
 export const webhookDeliveryPage = pageOf(webhookDelivery);
+export const templatePage = pageOf(template);
+export const templateVersionPage = pageOf(templateVersion);
 
 export const errorBody = z.strictObject({
   error: z.strictObject({
