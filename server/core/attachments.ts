@@ -293,7 +293,8 @@ export const attachmentsInput = z
   .array(z.unknown())
   .max(MAX_ATTACHMENTS, `must have at most ${MAX_ATTACHMENTS} entries`)
   .pipe(z.array(attachmentInput))
-  .superRefine((list, ctx) => {
+  // A transform runs only once every entry is valid (a refinement would see the raw input of a refused entry).
+  .transform((list, ctx) => {
     const seen = new Set<string>();
     list.forEach((a, i) => {
       if (a.contentId === null) return;
@@ -301,6 +302,7 @@ export const attachmentsInput = z
       if (seen.has(key)) ctx.addIssue({ code: 'custom', path: [i, 'contentId'], message: 'must be unique within the message' });
       seen.add(key);
     });
+    return list;
   });
 
 /** What the send log keeps of each attachment: its name, type, decoded size and the SHA-256 (hex) of its bytes. */
