@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import type { Db } from '../../db/client.js';
 import type { AccountRow } from '../../db/schema/index.js';
+import { type Attachment, attachmentsInput, checkInlineReferences } from './attachments.js';
 import { resolveOwnTemplate } from './own-templates.js';
 import { checkDeclaredVariables } from './template-language.js';
 import { ApiError } from '../shared/errors.js';
@@ -166,6 +167,7 @@ export const sendRequestSchema = z.strictObject({
   template: templateInput,
   tags: tags.optional(),
   sandbox: z.boolean().optional(),
+  attachments: attachmentsInput.optional(),
 });
 
 export interface SendRequest {
@@ -176,6 +178,8 @@ export interface SendRequest {
   template: { name: string; vars: Vars };
   tags: Record<string, string> | null;
   sandbox: boolean;
+  /** Decoded; an empty list when none were given (docs/api/decisions.md section 9). */
+  attachments: Attachment[];
 }
 
 export function toSendRequest(parsed: z.output<typeof sendRequestSchema>): SendRequest {
@@ -187,7 +191,15 @@ export function toSendRequest(parsed: z.output<typeof sendRequestSchema>): SendR
     return true;
   });
   const { name, ...vars } = parsed.template;
-  return { from: parsed.from, to, replyTo: parsed.replyTo ?? null, template: { name, vars }, tags: parsed.tags ?? null, sandbox: parsed.sandbox ?? false };
+  return {
+    from: parsed.from,
+    to,
+    replyTo: parsed.replyTo ?? null,
+    template: { name, vars },
+    tags: parsed.tags ?? null,
+    sandbox: parsed.sandbox ?? false,
+    attachments: parsed.attachments ?? [],
+  };
 }
 
 /** A send's message as rendered, and the version of the account's own template that rendered it (null: a built-in). */
@@ -202,8 +214,16 @@ export interface SendContent {
  * MAX_RENDERED_BYTES (subject, html and text together) is refused.
  */
 export function renderSend(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, send: SendRequest): SendContent {
-  const { name, vars } = send.template;
-  if (findTemplate(name)) return { rendered: renderChecked(send.template), templateVersion: null };
+  const content = renderTemplateOf(db, account, send.template);
+  // An inline part must be shown by the html it belongs to.
+  const unreferenced = checkInlineReferences(content.rendered.html, send.attachments);
+  if (unreferenced) throw new ApiError('invalid_request', `${unreferenced.field}: ${unreferenced.message}`);
+  return content;
+}
+
+function renderTemplateOf(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, template: SendRequest['template']): SendContent {
+  const { name, vars } = template;
+  if (findTemplate(name)) return { rendered: renderChecked(template), templateVersion: null };
   const own = resolveOwnTemplate(db, account, name);
   if (!own) throw new ApiError('invalid_request', `template.name: ${UNKNOWN_OWN_TEMPLATE}`);
   const issue = checkDeclaredVariables(name, own.variables, vars);
