@@ -18,6 +18,7 @@ import {
   renderedBytes,
   variableTooLong,
 } from './templates.js';
+import { isHttpUrl } from './http-url.js';
 
 /** The send request of docs/api/contract.md and docs/api/decisions.md section 2, validated field by field in the order written. */
 
@@ -121,18 +122,6 @@ export const templateVariables = z.object({}).catchall(variableValue);
  */
 export function templateVariablesInput(name: string) {
   return templateVariables.superRefine((vars, ctx) => checkTemplateVariables(name, vars, ctx));
-}
-
-export function isHttpUrl(value: string): boolean {
-  // What is rendered is the value as given: the URL parser would drop tabs and line breaks, encode spaces and read
-  // `https:host` or a backslash as `https://host/`, so the value itself must already be the plain link.
-  if (!/^https?:\/\//i.test(value) || /[\s\x00-\x1f\x7f-\x9f\\\u2028\u2029]/.test(value)) return false;
-  try {
-    const u = new URL(value);
-    return (u.protocol === 'https:' || u.protocol === 'http:') && u.hostname !== '';
-  } catch {
-    return false;
-  }
 }
 
 /** Code points in `text`, counting no further than a limit needs. */
