@@ -20,8 +20,14 @@ function cases(name: string): Vars[] {
   return [all, required];
 }
 
-/** `&#34;` and `&quot;` are the same character: the two escapers may spell it either way. */
-const sameEntities = (r: { subject: string; html: string; text: string }) => ({ ...r, html: r.html.replaceAll('&#34;', '&quot;') });
+/**
+ * The same html spelled alike: `&#34;` and `&quot;` are the same character, and Liquid's newline_to_br writes the
+ * built-in's `<br>` as `<br />` and a line break (a line box drops the white space at its start, so it shows the same).
+ */
+const sameEntities = (r: { subject: string; html: string; text: string }) => ({
+  ...r,
+  html: r.html.replaceAll('&#34;', '&quot;').replaceAll('<br />\n', '<br>'),
+});
 
 describe('the built-in templates written as Liquid', () => {
   it('cover every built-in and no other', () => {
