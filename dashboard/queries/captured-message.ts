@@ -40,7 +40,8 @@ export interface MessageParts {
   headers: { name: string; value: string }[];
   html: string | null;
   text: string | null;
-  attachments: { filename: string; contentType: string; size: number }[];
+  /** Each attachment; an inline one (a part of multipart/related or disposition inline) with its Content-ID when it has one. */
+  attachments: { filename: string; contentType: string; size: number; inline: boolean; contentId: string | null }[];
 }
 
 /**
@@ -62,7 +63,13 @@ export async function partsOf(raw: Buffer): Promise<MessageParts> {
     }),
     html: mail.html === false ? null : mail.html,
     text: mail.text ?? null,
-    attachments: mail.attachments.map((a) => ({ filename: a.filename ?? '(no name)', contentType: a.contentType, size: a.size })),
+    attachments: mail.attachments.map((a) => ({
+      filename: a.filename ?? '(no name)',
+      contentType: a.contentType,
+      size: a.size,
+      inline: a.related === true || a.contentDisposition === 'inline',
+      contentId: a.cid ?? null,
+    })),
   };
 }
 
