@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { describe, expect, it } from 'vitest';
 import { parseInput } from '../server/api/http/validate.js';
@@ -339,5 +340,35 @@ describe('inline references', () => {
   it('leaves a cid: naming no attachment alone, and needs nothing of attachments without a content id', () => {
     expect(checkInlineReferences('<img src="cid:nothing">', parse([file()]))).toBeNull();
     expect(checkInlineReferences('', [])).toBeNull();
+  });
+});
+
+describe('docs/api/attachments.md', () => {
+  const doc = readFileSync(new URL('../docs/api/attachments.md', import.meta.url), 'utf8');
+
+  it('lists exactly the refused extensions of the table', () => {
+    const section = doc.slice(doc.indexOf('## Refused file types'), doc.indexOf('## The message'));
+    const listed = section
+      .slice(section.indexOf('scripts, shortcuts'))
+      .match(/`[a-z0-9_-]+`/g)!
+      .map((e) => e.slice(1, -1));
+    expect(listed).toEqual(Object.keys(REFUSED_EXTENSIONS).sort());
+  });
+
+  it('gives each extension of the content-type table the type the code derives', () => {
+    const section = doc.slice(doc.indexOf('## Content types by extension'), doc.indexOf('## Refused file types'));
+    const rows = [...section.matchAll(/^\| ([a-z0-9, ]+) \| ([^|]+) \|$/gm)].filter((m) => m[1] !== 'Extension');
+    const documented = new Set<string>();
+    for (const [, exts, types] of rows) {
+      const list = exts!.split(', ');
+      // `odt, ods, odp` share one row: "application/vnd.oasis.opendocument.text, .spreadsheet, .presentation".
+      const names = types!.trim().split(', ');
+      list.forEach((ext, i) => {
+        const type = names.length === 1 ? names[0]! : i === 0 ? names[0]! : names[0]!.replace(/\.[a-z]+$/, names[i]!);
+        expect(contentTypeFor(`file.${ext}`), ext).toBe(type);
+        documented.add(ext);
+      });
+    }
+    expect([...documented].sort()).toEqual(Object.keys(CONTENT_TYPES).sort());
   });
 });
