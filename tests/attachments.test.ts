@@ -62,6 +62,11 @@ const refusals: [string, unknown, string][] = [
   ['right-to-left isolate', [file({ filename: 'a\u2067b.pdf' })], 'attachments.0.filename: must not contain bidirectional control characters'],
   ['a right-to-left mark', [file({ filename: 'a\u200Fb.pdf' })], 'attachments.0.filename: must not contain bidirectional control characters'],
   ['an Arabic letter mark', [file({ filename: 'a\u061Cb.pdf' })], 'attachments.0.filename: must not contain bidirectional control characters'],
+  [
+    'an RFC 2047 word hiding a refused type',
+    [file({ filename: 'x.pdf=?UTF-8?B?LmV4ZQ==?=' })],
+    'attachments.0.filename: must not contain =? (mail clients would read it as an RFC 2047 encoded word)',
+  ],
   ['a blank filename', [file({ filename: '   ' })], 'attachments.0.filename: must not be blank'],
   ['empty content', [file({ content: '' })], 'attachments.0.content: must not be empty'],
   ['content that is not a string', [file({ content: [1, 2] })], 'attachments.0.content: must be a string'],

@@ -268,6 +268,14 @@ describe('buildMime with attachments', () => {
     expect((await simpleParser(`From: a@b.example\r\nMIME-Version: 1.0\r\n${onlyName}`)).attachments[0]?.filename).toBe(longName);
   });
 
+  it('never quotes a name holding =? as it is (a reader would decode it as RFC 2047 words)', () => {
+    // The API refuses such a name (server/core/attachments.ts): readers decode the words even in an RFC 2231 value,
+    // so no encoding brings it through. The writer still never puts one in a quoted-string as it is.
+    const name = 'x.pdf=?UTF-8?B?LmV4ZQ==?=';
+    expect(filenameParams(name)).toEqual(["filename*=utf-8''x.pdf%3D%3FUTF-8%3FB%3FLmV4ZQ%3D%3D%3F%3D"]);
+    expect(nameParam(name)).toMatch(/^name="=\?UTF-8\?B\?[A-Za-z0-9+/=]+\?="$/);
+  });
+
   it('continues a long name as filename*0*, filename*1*, ... each line within 78 and each segment whole characters', () => {
     for (const name of [longName, longUnicode, '😀'.repeat(255)]) {
       const params = filenameParams(name);

@@ -186,6 +186,9 @@ const FILENAME_RULES: readonly [RegExp, string][] = [
   [/[/\\]/, 'must not contain / or \\'],
   [/[\x00-\x1f\x7f-\x9f]/, 'must not contain control characters'],
   [/[\u200e\u200f\u061c\u202a-\u202e\u2066-\u2069]/, 'must not contain bidirectional control characters'],
+  // Mail clients (and mailparser) decode RFC 2047 words in a file name however it is sent, RFC 2231 included, so
+  // `x.pdf=?UTF-8?B?LmV4ZQ==?=` would arrive as `x.pdf.exe`, past the refused types.
+  [/=\?/, 'must not contain =? (mail clients would read it as an RFC 2047 encoded word)'],
 ];
 
 const filename = z.string().superRefine((name, ctx) => {
