@@ -114,6 +114,17 @@ describe('the attachments field: refusals', () => {
     });
   }
 
+  it('counts the entries before reading any: eleven with a bad first one is refused for the count', () => {
+    const list = [file({ content: 'not base64' }), ...Array.from({ length: MAX_ATTACHMENTS }, () => file())];
+    expect(refusal(list).message).toBe('attachments: must have at most 10 entries');
+  });
+
+  it('is described entry by entry in JSON Schema as a client sends it (the OpenAPI document is written from it)', () => {
+    const schema = z.toJSONSchema(attachmentsInput, { target: 'draft-2020-12', io: 'input' }) as { items: { properties: Record<string, unknown> } };
+    expect(schema).toMatchObject({ type: 'array', maxItems: 10, items: { type: 'object', required: ['filename', 'content'], additionalProperties: false } });
+    expect(Object.keys(schema.items.properties)).toEqual(['filename', 'content', 'contentType', 'contentId']);
+  });
+
   it('never echoes the content it refuses', () => {
     const content = 'c2VjcmV0IGludm9pY2U'; // unpadded
     const { message } = refusal([file({ content })]);
