@@ -46,7 +46,8 @@ export interface MessageParts {
 
 /**
  * The parts of a message. simpleParser holds it whole in memory, which is fine here: a send is at most 1 MB of
- * rendered content (MAX_RENDERED_BYTES), so a captured message is about that size.
+ * rendered content (MAX_RENDERED_BYTES) and its attachments fit a request body under 1 MiB, so a captured message is
+ * at most about 2 MB.
  */
 export async function partsOf(raw: Buffer): Promise<MessageParts> {
   const mail = await simpleParser(raw, { skipTextToHtml: true, skipTextLinks: true });
