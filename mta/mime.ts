@@ -172,9 +172,12 @@ function percentEncoded(ch: string): string {
   return out;
 }
 
-/** A value sent as a quoted-string as it is: printable ASCII without a quote or backslash. */
+/**
+ * A value sent as a quoted-string as it is: printable ASCII without a quote or backslash, and without `=?` (clients
+ * decode RFC 2047 words inside a quoted name, so `x.pdf=?UTF-8?B?LmV4ZQ==?=` would read as `x.pdf.exe`).
+ */
 const QUOTABLE = /^[\x20-\x7e]*$/;
-const quotable = (value: string) => QUOTABLE.test(value) && !/["\\]/.test(value);
+const quotable = (value: string) => QUOTABLE.test(value) && !/["\\]/.test(value) && !value.includes('=?');
 
 /** Whether a parameter line (a leading space, then `text` and its `;`) stays within 78 characters. */
 const fits = (text: string) => 1 + text.length + 1 <= 78;

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { describe, expect, it } from 'vitest';
 import { parseInput } from '../server/api/http/validate.js';
@@ -61,6 +62,11 @@ const refusals: [string, unknown, string][] = [
   ['right-to-left isolate', [file({ filename: 'a\u2067b.pdf' })], 'attachments.0.filename: must not contain bidirectional control characters'],
   ['a right-to-left mark', [file({ filename: 'a\u200Fb.pdf' })], 'attachments.0.filename: must not contain bidirectional control characters'],
   ['an Arabic letter mark', [file({ filename: 'a\u061Cb.pdf' })], 'attachments.0.filename: must not contain bidirectional control characters'],
+  [
+    'an RFC 2047 word hiding a refused type',
+    [file({ filename: 'x.pdf=?UTF-8?B?LmV4ZQ==?=' })],
+    'attachments.0.filename: must not contain =? (mail clients would read it as an RFC 2047 encoded word)',
+  ],
   ['a blank filename', [file({ filename: '   ' })], 'attachments.0.filename: must not be blank'],
   ['empty content', [file({ content: '' })], 'attachments.0.content: must not be empty'],
   ['content that is not a string', [file({ content: [1, 2] })], 'attachments.0.content: must be a string'],
@@ -107,6 +113,17 @@ describe('the attachments field: refusals', () => {
       expect(refusal(value)).toEqual({ status: 422, code: 'invalid_request', message });
     });
   }
+
+  it('counts the entries before reading any: eleven with a bad first one is refused for the count', () => {
+    const list = [file({ content: 'not base64' }), ...Array.from({ length: MAX_ATTACHMENTS }, () => file())];
+    expect(refusal(list).message).toBe('attachments: must have at most 10 entries');
+  });
+
+  it('is described entry by entry in JSON Schema as a client sends it (the OpenAPI document is written from it)', () => {
+    const schema = z.toJSONSchema(attachmentsInput, { target: 'draft-2020-12', io: 'input' }) as { items: { properties: Record<string, unknown> } };
+    expect(schema).toMatchObject({ type: 'array', maxItems: 10, items: { type: 'object', required: ['filename', 'content'], additionalProperties: false } });
+    expect(Object.keys(schema.items.properties)).toEqual(['filename', 'content', 'contentType', 'contentId']);
+  });
 
   it('never echoes the content it refuses', () => {
     const content = 'c2VjcmV0IGludm9pY2U'; // unpadded
@@ -339,5 +356,35 @@ describe('inline references', () => {
   it('leaves a cid: naming no attachment alone, and needs nothing of attachments without a content id', () => {
     expect(checkInlineReferences('<img src="cid:nothing">', parse([file()]))).toBeNull();
     expect(checkInlineReferences('', [])).toBeNull();
+  });
+});
+
+describe('docs/api/attachments.md', () => {
+  const doc = readFileSync(new URL('../docs/api/attachments.md', import.meta.url), 'utf8');
+
+  it('lists exactly the refused extensions of the table', () => {
+    const section = doc.slice(doc.indexOf('## Refused file types'), doc.indexOf('## The message'));
+    const listed = section
+      .slice(section.indexOf('scripts, shortcuts'))
+      .match(/`[a-z0-9_-]+`/g)!
+      .map((e) => e.slice(1, -1));
+    expect(listed).toEqual(Object.keys(REFUSED_EXTENSIONS).sort());
+  });
+
+  it('gives each extension of the content-type table the type the code derives', () => {
+    const section = doc.slice(doc.indexOf('## Content types by extension'), doc.indexOf('## Refused file types'));
+    const rows = [...section.matchAll(/^\| ([a-z0-9, ]+) \| ([^|]+) \|$/gm)].filter((m) => m[1] !== 'Extension');
+    const documented = new Set<string>();
+    for (const [, exts, types] of rows) {
+      const list = exts!.split(', ');
+      // `odt, ods, odp` share one row: "application/vnd.oasis.opendocument.text, .spreadsheet, .presentation".
+      const names = types!.trim().split(', ');
+      list.forEach((ext, i) => {
+        const type = names.length === 1 ? names[0]! : i === 0 ? names[0]! : names[0]!.replace(/\.[a-z]+$/, names[i]!);
+        expect(contentTypeFor(`file.${ext}`), ext).toBe(type);
+        documented.add(ext);
+      });
+    }
+    expect([...documented].sort()).toEqual(Object.keys(CONTENT_TYPES).sort());
   });
 });

@@ -12,6 +12,7 @@ import type { OutboundAttachment } from '../../db/schema/outbound-messages.js';
 export const MAX_ATTACHMENTS = 10;
 export const MAX_FILENAME = 255;
 export const MAX_CONTENT_ID = 255;
+const TOO_MANY = `must have at most ${MAX_ATTACHMENTS} entries`;
 
 /** An attachment as validated: `content` is the decoded bytes (never empty); `contentId` makes it an inline part. */
 export interface Attachment {
@@ -186,29 +187,35 @@ const FILENAME_RULES: readonly [RegExp, string][] = [
   [/[/\\]/, 'must not contain / or \\'],
   [/[\x00-\x1f\x7f-\x9f]/, 'must not contain control characters'],
   [/[\u200e\u200f\u061c\u202a-\u202e\u2066-\u2069]/, 'must not contain bidirectional control characters'],
+  // Mail clients (and mailparser) decode RFC 2047 words in a file name however it is sent, RFC 2231 included, so
+  // `x.pdf=?UTF-8?B?LmV4ZQ==?=` would arrive as `x.pdf.exe`, past the refused types.
+  [/=\?/, 'must not contain =? (mail clients would read it as an RFC 2047 encoded word)'],
 ];
 
-const filename = z.string().superRefine((name, ctx) => {
-  const n = codePointsUpTo(name, MAX_FILENAME);
-  if (n === 0 || n > MAX_FILENAME) {
-    ctx.addIssue({ code: 'custom', message: `must be 1 to ${MAX_FILENAME} characters` });
-    return;
-  }
-  for (const [pattern, message] of FILENAME_RULES) {
-    if (pattern.test(name)) {
-      ctx.addIssue({ code: 'custom', message });
+const filename = z
+  .string()
+  .superRefine((name, ctx) => {
+    const n = codePointsUpTo(name, MAX_FILENAME);
+    if (n === 0 || n > MAX_FILENAME) {
+      ctx.addIssue({ code: 'custom', message: `must be 1 to ${MAX_FILENAME} characters` });
       return;
     }
-  }
-  if (name.trim() === '') {
-    ctx.addIssue({ code: 'custom', message: 'must not be blank' });
-    return;
-  }
-  const ext = extensionOf(name);
-  if (ext !== null && Object.hasOwn(REFUSED_EXTENSIONS, ext)) {
-    ctx.addIssue({ code: 'custom', message: `is a file type mailbox providers refuse (.${ext}, refused by ${REFUSED_EXTENSIONS[ext]})` });
-  }
-});
+    for (const [pattern, message] of FILENAME_RULES) {
+      if (pattern.test(name)) {
+        ctx.addIssue({ code: 'custom', message });
+        return;
+      }
+    }
+    if (name.trim() === '') {
+      ctx.addIssue({ code: 'custom', message: 'must not be blank' });
+      return;
+    }
+    const ext = extensionOf(name);
+    if (ext !== null && Object.hasOwn(REFUSED_EXTENSIONS, ext)) {
+      ctx.addIssue({ code: 'custom', message: `is a file type mailbox providers refuse (.${ext}, refused by ${REFUSED_EXTENSIONS[ext]})` });
+    }
+  })
+  .describe('1 to 255 characters; no `/`, `\\`, control or bidi characters, no `=?`; not a file type mailbox providers refuse (`.exe`, `.js`, ...).');
 
 const B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/';
 /** Standard base64 with its padding: whole quads, then at most one padded one. No whitespace, no URL-safe `-` `_`. */
@@ -233,14 +240,17 @@ export function base64Problem(text: string): string | null {
   return null;
 }
 
-const content = z.string().transform((text, ctx): Buffer => {
-  const problem = base64Problem(text);
-  if (problem !== null) {
-    ctx.addIssue({ code: 'custom', message: problem });
-    return z.NEVER;
-  }
-  return Buffer.from(text, 'base64');
-});
+const content = z
+  .string()
+  .transform((text, ctx): Buffer => {
+    const problem = base64Problem(text);
+    if (problem !== null) {
+      ctx.addIssue({ code: 'custom', message: problem });
+      return z.NEVER;
+    }
+    return Buffer.from(text, 'base64');
+  })
+  .describe('The file, standard base64 with its `=` padding, in one piece (no line breaks); not empty.');
 
 /** RFC 2045 token characters (no space, control or tspecial). */
 const TOKEN = "[!#$%&'*+\\-.^_`|~0-9A-Za-z]+";
@@ -257,7 +267,8 @@ const contentType = z
       ctx.addIssue({ code: 'custom', message: 'must not be a multipart or message type' });
     }
   })
-  .transform((type) => type.toLowerCase());
+  .transform((type) => type.toLowerCase())
+  .describe("A MIME type `type/subtype` without parameters; derived from the file name's extension when missing.");
 
 /**
  * A Content-ID's characters: the letters, digits and `. _ - + = @ $ ! ~ *` of a message id (RFC 5322 atext), without
@@ -265,15 +276,20 @@ const contentType = z
  */
 const CONTENT_ID = /^[A-Za-z0-9._\-+=@$!~*]+$/;
 
-const contentId = z.string().superRefine((id, ctx) => {
-  if (id.length === 0 || id.length > MAX_CONTENT_ID) {
-    ctx.addIssue({ code: 'custom', message: `must be 1 to ${MAX_CONTENT_ID} characters` });
-  } else if (/^cid:|^<.*>$/i.test(id)) {
-    ctx.addIssue({ code: 'custom', message: 'must be the id alone, without cid: or angle brackets' });
-  } else if (!CONTENT_ID.test(id)) {
-    ctx.addIssue({ code: 'custom', message: 'must be letters, digits and . _ - + = @ $ ! ~ * only' });
-  }
-});
+const contentId = z
+  .string()
+  .superRefine((id, ctx) => {
+    if (id.length === 0 || id.length > MAX_CONTENT_ID) {
+      ctx.addIssue({ code: 'custom', message: `must be 1 to ${MAX_CONTENT_ID} characters` });
+    } else if (/^cid:|^<.*>$/i.test(id)) {
+      ctx.addIssue({ code: 'custom', message: 'must be the id alone, without cid: or angle brackets' });
+    } else if (!CONTENT_ID.test(id)) {
+      ctx.addIssue({ code: 'custom', message: 'must be letters, digits and . _ - + = @ $ ! ~ * only' });
+    }
+  })
+  .describe(
+    'Makes the attachment an inline part, referenced in the html as `cid:<contentId>` (which it must be). 1 to 255 of letters, digits and `. _ - + = @ $ ! ~ *`; unique in the message.',
+  );
 
 const attachmentInput = z.strictObject({ filename, content, contentType: contentType.optional(), contentId: contentId.optional() }).transform(
   (a): Attachment => ({
@@ -290,9 +306,18 @@ const attachmentInput = z.strictObject({ filename, content, contentType: content
  * as parseInput names it.
  */
 export const attachmentsInput = z
-  .array(z.unknown())
-  .max(MAX_ATTACHMENTS, `must have at most ${MAX_ATTACHMENTS} entries`)
-  .pipe(z.array(attachmentInput))
+  .preprocess(
+    (value, ctx) => {
+      // Counted first: an eleventh entry is refused before any entry's content is read. (A preprocess, not a pipe
+      // from an array of unknowns, so the OpenAPI document, written from the input side, still shows the entries.)
+      if (Array.isArray(value) && value.length > MAX_ATTACHMENTS) {
+        ctx.addIssue({ code: 'custom', message: TOO_MANY });
+        return z.NEVER;
+      }
+      return value;
+    },
+    z.array(attachmentInput).max(MAX_ATTACHMENTS, TOO_MANY),
+  )
   // A transform runs only once every entry is valid (a refinement would see the raw input of a refused entry).
   .transform((list, ctx) => {
     const seen = new Set<string>();
@@ -303,7 +328,8 @@ export const attachmentsInput = z
       seen.add(key);
     });
     return list;
-  });
+  })
+  .describe('At most 10 files; the request body stays under 1 MiB.');
 
 /** What the send log keeps of each attachment: its name, type, decoded size and the SHA-256 (hex) of its bytes. */
 export function attachmentRecords(list: readonly Attachment[]): AttachmentRecord[] {
