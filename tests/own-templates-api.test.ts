@@ -11,11 +11,9 @@ import { type ApiResponse, type TestService, startService } from './helpers/serv
  */
 
 let service: TestService;
-let s: Sender;
 
 beforeAll(async () => {
   service = await startService();
-  s = await newSender(service, { name: 'Own templates' });
 });
 afterAll(async () => {
   await service.close();
