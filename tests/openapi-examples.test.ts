@@ -4,7 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { templateVariablesInput } from '../server/core/send-request.js';
 import { OPERATIONS } from '../server/api/openapi/operations.js';
 import { INVALID_INPUTS } from '../server/api/openapi/error-examples.js';
-import { REQUEST_EXAMPLES } from '../server/api/openapi/examples.js';
+import { MORE_REQUEST_EXAMPLES, REQUEST_EXAMPLES } from '../server/api/openapi/examples.js';
+import { renderWithSourceBody } from '../server/core/template-input.js';
 import { SCOPES } from '../server/core/scopes.js';
 import { parseInput } from '../server/api/http/validate.js';
 import { apiDocument, expectDocumented } from './helpers/openapi.js';
@@ -135,17 +136,25 @@ describe('every example is true to the document and the service', () => {
 
   it("each request example passes the route's own validation", () => {
     const refused: string[] = [];
+    const check = (label: string, schema: Parameters<typeof parseInput>[0], value: unknown) => {
+      try {
+        parseInput(schema, value);
+      } catch (err) {
+        refused.push(`${label}: ${(err as Error).message}`);
+      }
+    };
     for (const op of OPERATIONS) {
       if (!op.body) continue;
       // The render route validates with the named template's rules (the examples render `receipt`).
-      const schema = op.operationId === 'renderTemplate' ? templateVariablesInput('receipt') : op.body;
-      try {
-        parseInput(schema, REQUEST_EXAMPLES[op.operationId]);
-      } catch (err) {
-        refused.push(`${op.operationId}: ${(err as Error).message}`);
+      check(op.operationId, op.operationId === 'renderTemplate' ? templateVariablesInput('receipt') : op.body, REQUEST_EXAMPLES[op.operationId]);
+      for (const [name, { value }] of Object.entries(MORE_REQUEST_EXAMPLES[op.operationId] ?? {})) {
+        // The route reads a body whose `source` is an object as an unsaved source; other bodies as variables.
+        const withSource = typeof (value as { source?: unknown }).source === 'object';
+        check(`${op.operationId} ${name}`, withSource ? renderWithSourceBody : op.body, value);
       }
     }
     expect(refused).toEqual([]);
+    expect(Object.keys(MORE_REQUEST_EXAMPLES)).toEqual(['renderTemplate']);
   });
 
   it("ids are the service's (UUIDv7, their time from 2026), times ISO 8601 in UTC with milliseconds", () => {
@@ -200,10 +209,11 @@ describe('the error examples are what the service answers', () => {
     };
 
     expectExample(await service.api(method, path + query), 'no key');
+    // Without the operation's scope, and without the second one that opens it too where it has one.
     const lacking = await service.api(method, path + query, {
       key: service.newKey(
         account.id,
-        SCOPES.filter((s) => s !== op.auth!.scope),
+        SCOPES.filter((s) => s !== op.auth!.scope && s !== op.auth!.alsoScope),
       ),
     });
     expect(lacking.status).toBe(403);
@@ -230,6 +240,11 @@ describe('the error examples are what the service answers', () => {
       const res = await service.api(method, path + query, { key, body: REQUEST_EXAMPLES[op.operationId] });
       expect(res.status, JSON.stringify(res.body)).toBe(404);
       expectExample(res, 'an id nobody has');
+    }
+    if (op.path.includes('{name}')) {
+      const res = await service.api(method, op.path.replace('{name}', 'order-shipped'), { key, body: REQUEST_EXAMPLES[op.operationId] });
+      expect(res.status, JSON.stringify(res.body)).toBe(404);
+      expectExample(res, 'a template nobody has');
     }
     expect(seen.length).toBeGreaterThanOrEqual(2);
   });

@@ -6,9 +6,9 @@ import { type Sender, emailRows, expectError, newSender, queued, sendEmail } fro
 import { startService, type ApiResponse, type TestService } from './helpers/service.js';
 
 /**
- * The template catalog: GET /templates lists the built-in templates with their variables;
+ * The template catalog: GET /templates lists the built-in templates with their source and variables;
  * POST /templates/{name}/render answers { subject, html, text } for a send's `template` without `name`, with the
- * send's own validation, and sends nothing.
+ * send's own validation, and sends nothing. An account's own templates: tests/own-templates-api.test.ts.
  */
 
 let service: TestService;
@@ -25,37 +25,51 @@ afterAll(async () => {
 const render = (name: string, body: unknown, key = s.key) => service.api('POST', `/templates/${encodeURIComponent(name)}/render`, { key, body });
 
 describe('GET /templates', () => {
-  it('lists the six built-in templates, each with its variables: required, kind, maximum length and its unit', async () => {
+  it('lists the six built-in templates (sorted by name, as a page), each with its source and its variables: required, kind, maximum length and its unit', async () => {
     const res = await service.api('GET', '/templates', { key: s.key });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expectDocumented(res);
-    expect(res.body.data.map((t: { name: string }) => t.name)).toEqual(['receipt', 'welcome', 'password-reset', 'magic-link', 'verify-email', 'notification']);
+    expect(res.body.nextCursor).toBeNull();
+    expect(res.body.data.map((t: { name: string }) => t.name)).toEqual(['magic-link', 'notification', 'password-reset', 'receipt', 'verify-email', 'welcome']);
     const byName = Object.fromEntries(res.body.data.map((t: { name: string }) => [t.name, t]));
     expect(byName.receipt).toEqual({
       name: 'receipt',
+      kind: 'template',
+      builtIn: true,
+      inherited: false,
       description: expect.stringMatching(/receipt/),
-      variables: [
-        { name: 'receiptNumber', required: false, kind: 'text', maxLength: 998, lengthUnit: 'characters' },
-        { name: 'paidOn', required: false, kind: 'text', maxLength: 998, lengthUnit: 'characters' },
-        { name: 'paymentMethod', required: false, kind: 'text', maxLength: 998, lengthUnit: 'characters' },
-        { name: 'total', required: true, kind: 'text', maxLength: 998, lengthUnit: 'characters' },
-      ],
+      subject: expect.stringContaining('{{ receiptNumber }}'),
+      html: expect.stringContaining('{{ total }}'),
+      text: expect.stringContaining('{{ total }}'),
+      layout: null,
+      variables: {
+        receiptNumber: { required: false, kind: 'text', maxLength: 998, lengthUnit: 'characters' },
+        paidOn: { required: false, kind: 'text', maxLength: 998, lengthUnit: 'characters' },
+        paymentMethod: { required: false, kind: 'text', maxLength: 998, lengthUnit: 'characters' },
+        total: { required: true, kind: 'text', maxLength: 998, lengthUnit: 'characters' },
+      },
+      version: null,
+      createdAt: null,
+      updatedAt: null,
     });
-    expect(byName['password-reset'].variables).toEqual([
-      { name: 'resetUrl', required: true, kind: 'url', maxLength: 8192, lengthUnit: 'characters' },
-      { name: 'expiresIn', required: false, kind: 'text', maxLength: 998, lengthUnit: 'characters' },
-    ]);
-    expect(byName.notification.variables).toEqual([
-      { name: 'subject', required: true, kind: 'text', maxLength: 998, lengthUnit: 'characters' },
-      { name: 'body', required: true, kind: 'text', maxLength: 102_400, lengthUnit: 'bytes' },
-    ]);
-    expect(byName.welcome.variables).toEqual([{ name: 'firstName', required: false, kind: 'text', maxLength: 998, lengthUnit: 'characters' }]);
+    expect(byName['password-reset'].variables).toEqual({
+      resetUrl: { required: true, kind: 'url', maxLength: 8192, lengthUnit: 'characters' },
+      expiresIn: { required: false, kind: 'text', maxLength: 998, lengthUnit: 'characters' },
+    });
+    expect(byName.notification.variables).toEqual({
+      subject: { required: true, kind: 'text', maxLength: 998, lengthUnit: 'characters' },
+      body: { required: true, kind: 'text', maxLength: 102_400, lengthUnit: 'bytes' },
+    });
+    expect(byName.welcome.variables).toEqual({ firstName: { required: false, kind: 'text', maxLength: 998, lengthUnit: 'characters' } });
   });
 
   it('names exactly the variables the send path accepts, from the same table', async () => {
     const res = await service.api('GET', '/templates', { key: s.key });
     const listed = Object.fromEntries(
-      res.body.data.map((t: { name: string; variables: { name: string; required: boolean }[] }) => [t.name, t.variables.map((v) => [v.name, v.required])]),
+      res.body.data.map((t: { name: string; variables: Record<string, { required: boolean }> }) => [
+        t.name,
+        Object.entries(t.variables).map(([v, spec]) => [v, spec.required]),
+      ]),
     );
     const table = Object.fromEntries(
       Object.entries(TEMPLATES).map(([name, def]) => [name, Object.entries(def.variables).map(([v, spec]) => [v, spec.required])]),
@@ -72,11 +86,14 @@ describe('GET /templates', () => {
     expect(viaHeader.body).toEqual(own.body);
   });
 
-  it('a key with only emails:read is 403 insufficient_scope', async () => {
+  it('a key with only emails:read is 403 insufficient_scope; one with emails:send or templates:read is let in', async () => {
     const reader = service.newKey(s.account.id, ['emails:read']);
     const res = await service.api('GET', '/templates', { key: reader });
-    expectError(res, 403, 'insufficient_scope');
+    expectError(res, 403, 'insufficient_scope', 'This key lacks the scope templates:read (or emails:send).');
     expectDocumented(res);
+    for (const scope of ['emails:send', 'templates:read'] as const) {
+      expect((await service.api('GET', '/templates', { key: service.newKey(s.account.id, [scope]) })).status).toBe(200);
+    }
   });
 });
 
@@ -179,12 +196,18 @@ describe('POST /templates/{name}/render refuses what a send refuses, with the sa
   });
 
   it.each(['invoice', 'constructor', 'toString', '__proto__'])(
-    'an unknown template %s is 422 invalid_request naming name, as a send names template.name',
+    'an unknown template %s is 404 template_not_found; a send naming it is 422 invalid_request naming template.name',
     async (name) => {
       const res = await render(name, { total: '$1' });
-      expectError(res, 422, 'invalid_request', /^name: must be one of receipt, welcome, password-reset, magic-link, verify-email, notification$/);
+      expectError(res, 404, 'template_not_found', `No template named ${name} on this account.`);
+      expectDocumented(res);
       const viaSend = await sendError(name, { total: '$1' });
-      expect(viaSend.body.error.message).toBe(`template.${res.body.error.message}`);
+      expectError(
+        viaSend,
+        422,
+        'invalid_request',
+        /^template\.name: must be a built-in template \(receipt, welcome, password-reset, magic-link, verify-email, notification\) or the name of one of this account's own templates$/,
+      );
     },
   );
 
@@ -219,6 +242,22 @@ describe('POST /templates/{name}/render refuses what a send refuses, with the sa
 });
 
 describe('the standard failures', () => {
-  runCommonAuthTests(() => service, { method: 'GET', path: '/templates', scope: 'emails:send' });
-  runCommonAuthTests(() => service, { method: 'POST', path: '/templates/receipt/render', scope: 'emails:send', body: { total: '$1' } });
+  runCommonAuthTests(() => service, { method: 'GET', path: '/templates', scope: 'templates:read', alsoScope: 'emails:send' });
+  runCommonAuthTests(() => service, {
+    method: 'POST',
+    path: '/templates/receipt/render',
+    scope: 'templates:read',
+    alsoScope: 'emails:send',
+    body: { total: '$1' },
+  });
+  runCommonAuthTests(() => service, {
+    method: 'POST',
+    path: '/templates',
+    scope: 'templates:write',
+    body: { name: 'auth-case', subject: 'Hi', text: 'Hello' },
+  });
+  runCommonAuthTests(() => service, { method: 'GET', path: '/templates/receipt', scope: 'templates:read' });
+  runCommonAuthTests(() => service, { method: 'PUT', path: '/templates/order-shipped', scope: 'templates:write', body: { subject: 'Hi', text: 'Hello' } });
+  runCommonAuthTests(() => service, { method: 'DELETE', path: '/templates/order-shipped', scope: 'templates:write' });
+  runCommonAuthTests(() => service, { method: 'GET', path: '/templates/receipt/versions', scope: 'templates:read' });
 });

@@ -332,7 +332,8 @@ export function compileUnsaved(db: Db, account: Pick<AccountRow, 'id'>, input: T
   checkSource(db, account.id, input);
   if (input.kind === 'layout') {
     return compileTemplate(
-      { subject: '', html: '<p>The content of a template goes here.</p>', text: 'The content of a template goes here.', variables: {} },
+      // A template needs a subject: a layout has none, so its preview takes a sample one.
+      { subject: 'Preview', html: '<p>The content of a template goes here.</p>', text: 'The content of a template goes here.', variables: {} },
       { html: input.html, text: input.text, variables: input.variables },
     );
   }

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { TEMPLATE_KINDS } from '../../db/schema/index.js';
 import type { TemplateInput } from './own-templates.js';
+import { templateVariables } from './send-request.js';
 import { TEMPLATE_NAME } from './template-name.js';
 
 /** The bodies of POST and PUT /templates and of a preview's unsaved source (docs/api/decisions.md section 9). */
@@ -35,6 +36,16 @@ export const replaceTemplateBody = z.strictObject({ name: templateName.optional(
 
 /** An unsaved source to preview: a template's body without its name. */
 export const unsavedSourceBody = z.strictObject(source);
+
+/** A preview with an unsaved source: `{ source, variables }` (a variable is a string, so no variable is an object). */
+export const renderWithSourceBody = z.strictObject({ source: unsavedSourceBody, variables: templateVariables.optional() });
+
+/**
+ * The body of POST /templates/{name}/render, for the API document: the variables as a send's `template` holds them
+ * (without `name`), or `{ source, variables }`. The route tells the two apart by `source` being an object, and checks
+ * flat variables by the named template's own rules.
+ */
+export const renderTemplateBody = z.union([templateVariables, renderWithSourceBody]);
 
 type SourceFields = z.output<typeof unsavedSourceBody>;
 

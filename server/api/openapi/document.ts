@@ -1,5 +1,8 @@
 import { z } from 'zod';
 import { SCOPES } from '../../core/scopes.js';
+import { OWN_TEMPLATE_LIMITS } from '../../core/own-templates.js';
+import { OWN_VARIABLE_LIMIT } from '../../core/template-catalog.js';
+import { TEMPLATE_NAME } from '../../core/template-name.js';
 import { TEMPLATES, VARIABLE_LIMITS } from '../../core/templates.js';
 import { MAX_TAGS, MAX_TAG_VALUE } from '../../core/send-request.js';
 import { ERROR_STATUS, type ErrorCode } from '../../shared/errors.js';
@@ -8,7 +11,7 @@ import { DEFAULT_LIMIT, MAX_LIMIT } from '../http/paging.js';
 import { OUTCOME_EVENT_TYPES, type OutcomeStatus } from '../../core/webhook-fanout.js';
 import { MAX_WEBHOOK_URL_LENGTH } from '../../core/webhook-url.js';
 import { errorExamples } from './error-examples.js';
-import { ANSWER_EXAMPLES, REQUEST_EXAMPLES, RESOURCE_EXAMPLES, webhookPostExample } from './examples.js';
+import { ANSWER_EXAMPLES, MORE_REQUEST_EXAMPLES, REQUEST_EXAMPLES, RESOURCE_EXAMPLES, webhookPostExample } from './examples.js';
 import { type Answer, type ErrorCase, OPERATIONS, type Operation } from './operations.js';
 import * as resources from './resources.js';
 
@@ -136,6 +139,115 @@ function at(doc: Json, path: string[]): Json {
   return node as Json;
 }
 
+/** A send's `template` naming each built-in: exactly its variables, the required ones required. */
+function builtInSendTemplates(): Json[] {
+  return Object.entries(TEMPLATES).map(([name, def]) => ({
+    type: 'object',
+    title: name,
+    properties: {
+      name: { const: name },
+      ...Object.fromEntries(
+        Object.entries(def.variables).map(([variable, spec]) => {
+          const limit = VARIABLE_LIMITS[spec.limit];
+          const what = spec.kind === 'url' ? 'An http or https URL. ' : '';
+          return [
+            variable,
+            { type: 'string', maxLength: limit.max, description: `${what}At most ${limit.max} ${limit.unit === 'bytes' ? 'bytes of UTF-8' : 'characters'}.` },
+          ];
+        }),
+      ),
+    },
+    required: [
+      'name',
+      ...Object.entries(def.variables)
+        .filter(([, spec]) => spec.required)
+        .map(([variable]) => variable),
+    ],
+    additionalProperties: false,
+  }));
+}
+
+/** A send's `template` naming one of the account's own templates: its variables are the ones it declares. */
+function ownSendTemplate(): Json {
+  const text = VARIABLE_LIMITS[OWN_VARIABLE_LIMIT.text];
+  const url = VARIABLE_LIMITS[OWN_VARIABLE_LIMIT.url];
+  return {
+    type: 'object',
+    title: 'an own template',
+    description: `The variables the template (and its layout) declares, each a string: a \`text\` one at most ${text.max} ${text.unit === 'bytes' ? 'bytes of UTF-8' : 'characters'}, a \`url\` one an http or https URL of at most ${url.max} characters. A variable it does not declare, a missing required one or a bad URL is 422 invalid_request naming \`template.<variable>\`.`,
+    properties: {
+      name: {
+        type: 'string',
+        pattern: TEMPLATE_NAME.source,
+        not: { enum: Object.keys(TEMPLATES) },
+        description: "The name of one of the acting account's own templates, else of its parent's (GET /templates lists them).",
+      },
+    },
+    required: ['name'],
+    additionalProperties: { type: 'string', maxLength: text.max },
+  };
+}
+
+/**
+ * A template's source (POST /templates, and the `source` of a render): what a kind needs, which zod checks in the core
+ * (own-templates.ts) and JSON Schema says with `if`: a layout has html and no subject, a template a subject and html,
+ * text or both. On PUT a layout may leave `kind` out, so there it is said in words.
+ */
+const KIND_RULES: Json = {
+  if: { properties: { kind: { const: 'layout' } }, required: ['kind'] },
+  then: { required: ['html'], not: { required: ['subject'] }, properties: { layout: { type: 'null' } } },
+  else: { required: ['subject'], anyOf: [{ required: ['html'] }, { required: ['text'] }] },
+};
+
+/** The words shared by the fields of a template's source. */
+function annotateTemplateSource(source: Json, withRules: boolean): void {
+  const fields = at(source, ['properties']);
+  const notes: Record<string, string> = {
+    kind: '`template` (the default on create) or `layout`. A layout wraps the templates that name it; it cannot change kind.',
+    subject: 'Liquid source of the Subject: required for a template, refused for a layout.',
+    html: "Liquid source of the html part; output is HTML-escaped. A layout's holds `{{ content }}` once, where the template goes. CSS in `<style>` is inlined at render.",
+    text: 'Liquid source of the text part; when left out it is generated from the html.',
+    layout: "The name of one of the account's layouts (or its parent's) that wraps this template.",
+    variables:
+      'The variables the source may use, by name: `required` (default false) and `kind` (`text`, the default, or `url`: an http or https URL, never rendered raw). A name used in the source but not declared is 422 invalid_template.',
+  };
+  for (const [field, description] of Object.entries(notes)) Object.assign(at(fields, [field]), { description });
+  if (withRules) Object.assign(source, KIND_RULES);
+  source.description = `At most ${OWN_TEMPLATE_LIMITS.sourceBytes / 1024} KB (${OWN_TEMPLATE_LIMITS.sourceBytes} bytes of UTF-8) of subject, html and text together.`;
+}
+
+/** The template bodies: create, replace, and the render's two forms as a oneOf. */
+function annotateTemplateRequests(components: Record<string, Json>): void {
+  const create = at(components, ['CreateTemplateRequest']);
+  annotateTemplateSource(create, true);
+  Object.assign(at(create, ['properties', 'name']), {
+    description: 'What a send names: 1 to 64 of a-z, 0-9 and -, starting with a letter or a digit; unique on the account and not a built-in name.',
+  });
+  const replace = at(components, ['ReplaceTemplateRequest']);
+  annotateTemplateSource(replace, false);
+  replace.description = `${replace.description as string} The whole source of the new version: a template needs \`subject\` and \`html\`, \`text\` or both; a layout needs \`html\` and has no subject.`;
+  Object.assign(at(replace, ['properties', 'name']), { description: 'Optional; when given, the name in the path (a template is not renamed).' });
+  const render = at(components, ['RenderTemplateRequest']);
+  const [variables, withSource] = render.anyOf as [Json, Json];
+  Object.assign(variables, {
+    title: 'variables',
+    description:
+      "The variables of the saved template the path names, as a send's `template` object holds them without `name`; checked by that template's rules.",
+  });
+  Object.assign(withSource, {
+    title: 'unsaved source',
+    description: 'An unsaved source to preview under the name in the path, with sample variables.',
+  });
+  const source = at(withSource, ['properties', 'source']);
+  annotateTemplateSource(source, true);
+  Object.assign(at(withSource, ['properties', 'variables']), { description: "Sample values, checked against the source's declared variables." });
+  delete render.anyOf;
+  Object.assign(render, {
+    oneOf: [variables, withSource],
+    description: 'The variables of the saved template, or `{ source, variables }` to preview an unsaved one.',
+  });
+}
+
 /**
  * What JSON Schema cannot learn from a zod transform or refinement, said here once: `to` takes one address as well
  * as a list (zod's preprocess step), a template's variables follow from its name (the templates table, which the
@@ -149,31 +261,9 @@ function annotateRequests(components: Record<string, Json>): void {
     anyOf: [{ type: 'string', maxLength: (at(recipients, ['items']) as Json).maxLength }, recipients],
   };
   send.template = {
-    description: "`name` plus that template's string variables (GET /templates lists them). Values are HTML-escaped in the html part.",
-    oneOf: Object.entries(TEMPLATES).map(([name, def]) => ({
-      type: 'object',
-      title: name,
-      properties: {
-        name: { const: name },
-        ...Object.fromEntries(
-          Object.entries(def.variables).map(([variable, spec]) => {
-            const limit = VARIABLE_LIMITS[spec.limit];
-            const what = spec.kind === 'url' ? 'An http or https URL. ' : '';
-            return [
-              variable,
-              { type: 'string', maxLength: limit.max, description: `${what}At most ${limit.max} ${limit.unit === 'bytes' ? 'bytes of UTF-8' : 'characters'}.` },
-            ];
-          }),
-        ),
-      },
-      required: [
-        'name',
-        ...Object.entries(def.variables)
-          .filter(([, spec]) => spec.required)
-          .map(([variable]) => variable),
-      ],
-      additionalProperties: false,
-    })),
+    description:
+      "`name` plus that template's string variables (GET /templates lists them). `name` is a built-in template, or one of the acting account's own templates, else its parent's (an own template's variables are checked against its declared `variables` at check 5). Values are HTML-escaped in the html part.",
+    oneOf: [...builtInSendTemplates(), ownSendTemplate()],
   };
   Object.assign(at(components, ['SendEmailRequest', 'properties', 'from']), {
     description: 'One mailbox: a bare address, or a display name of up to 80 characters and an address in angle brackets.',
@@ -217,9 +307,7 @@ function annotateRequests(components: Record<string, Json>): void {
     format: 'uri',
     description: 'postgresql://user:password@host:5432/dbname, over TLS; only `sslmode` may be a query parameter.',
   });
-  Object.assign(at(components, ['RenderTemplateRequest']), {
-    description: "A send's `template` object without `name`: the variables of the template named in the path.",
-  });
+  annotateTemplateRequests(components);
 }
 
 interface ErrorEntry {
@@ -318,6 +406,13 @@ function answerExample(op: Operation, answer: Answer): unknown {
   return name === undefined ? undefined : RESOURCE_EXAMPLES[name];
 }
 
+/** A request body's example, or its examples when its body takes more than one form (`example` and `examples` exclude each other). */
+function requestExamples(op: Operation): Json {
+  const more = MORE_REQUEST_EXAMPLES[op.operationId];
+  if (!more) return { example: REQUEST_EXAMPLES[op.operationId] };
+  return { examples: { default: { value: REQUEST_EXAMPLES[op.operationId] }, ...more } };
+}
+
 function operationObject(op: Operation, idOf: (schema: z.ZodType) => string): Json {
   const parameters: Json[] = [
     ...Object.entries(op.pathParams ?? {}).map(([name, description]) => ({ name, in: 'path', required: true, description, schema: { type: 'string' } })),
@@ -340,17 +435,16 @@ function operationObject(op: Operation, idOf: (schema: z.ZodType) => string): Js
     };
   }
   Object.assign(responses, errorResponses(op));
-  const scopeLine = op.auth ? `Scope: \`${op.auth.scope}\`.` : 'No key needed.';
+  const scopeLine = op.auth ? `Scope: \`${op.auth.scope}\`${op.auth.alsoScope ? ` (or \`${op.auth.alsoScope}\`, which opens it too)` : ''}.` : 'No key needed.';
   return {
     operationId: op.operationId,
     tags: [op.tag],
     summary: op.summary,
     description: [scopeLine, op.description].filter(Boolean).join('\n\n'),
-    security: op.auth ? [{ apiKey: [op.auth.scope] }] : [],
+    // Alternatives: a key holding any one of them is let in.
+    security: op.auth ? [op.auth.scope, ...(op.auth.alsoScope ? [op.auth.alsoScope] : [])].map((scope) => ({ apiKey: [scope] })) : [],
     ...(parameters.length > 0 ? { parameters } : {}),
-    ...(op.body
-      ? { requestBody: { required: true, content: { 'application/json': { schema: ref(idOf(op.body)), example: REQUEST_EXAMPLES[op.operationId] } } } }
-      : {}),
+    ...(op.body ? { requestBody: { required: true, content: { 'application/json': { schema: ref(idOf(op.body)), ...requestExamples(op) } } } } : {}),
     responses,
   };
 }
@@ -400,7 +494,7 @@ function webhooks(): Record<string, Json> {
 
 const DESCRIPTION = `Mailstead's HTTP API: send email from your own domains and follow what became of it.
 
-Every endpoint but this document and the index needs \`Authorization: Bearer <API_KEY>\` and exactly one scope (each operation's \`security\` names it). \`${ACCOUNT_HEADER}: <sub-account id>\` acts for a sub-account of the key's account where accepted. Checks run in this order: key (401), rate limits (429), scope (403), account header (404), then the body (413: 1 MB or more), then the endpoint's own.
+Every endpoint but this document and the index needs \`Authorization: Bearer <API_KEY>\` and one scope (each operation's \`security\` names it; the template list and render take either \`templates:read\` or the older \`emails:send\`, as two alternatives). \`${ACCOUNT_HEADER}: <sub-account id>\` acts for a sub-account of the key's account where accepted. Checks run in this order: key (401), rate limits (429), scope (403), account header (404), then the body (413: 1 MB or more), then the endpoint's own.
 
 Every error is \`{ "error": { "code", "message" } }\`: clients branch on \`code\`. Unknown fields in a body are \`422 invalid_request\` naming them. An unknown path is \`404 not_found\`; a known path asked with a method it does not serve is \`405 method_not_allowed\` with an \`Allow\` header.
 
@@ -408,7 +502,7 @@ Lists are keyset-paged: \`limit\` (1 to ${MAX_LIMIT}, default ${DEFAULT_LIMIT}) 
 
 const TAGS: [string, string][] = [
   ['Emails', 'Sending and the send log.'],
-  ['Templates', 'The built-in templates a send names.'],
+  ['Templates', "The templates a send names: the built-in ones and the account's own templates and layouts."],
   ['Events', 'Recorded delivery outcomes.'],
   ['Domains', 'Sending domains and their DNS records.'],
   ['Accounts', 'The account and its sub-accounts.'],

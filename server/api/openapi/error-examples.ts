@@ -39,6 +39,8 @@ export const INVALID_INPUTS: Record<string, { body?: unknown; query?: Record<str
   connectDatabase: { body: { url: 5432 } },
   // The route validates with the named template's own rules.
   renderTemplate: { body: { receiptNumber: 'R-1042' }, schema: templateVariablesInput('receipt') },
+  createTemplate: { body: { name: 'Order Shipped', subject: 'Your order has shipped', text: 'It is on its way.' } },
+  replaceTemplate: { body: { kind: 'partial', subject: 'Your order has shipped', text: 'It is on its way.' } },
 };
 
 /**
@@ -79,7 +81,7 @@ export const ERROR_MESSAGES: Record<ErrorCode, string> = {
   invalid_url: 'The URL must use https.',
   too_many_endpoints: 'This account already has 20 webhook endpoints; delete one first.',
   blocked_host: 'The URL host resolves to a private, loopback or reserved address.',
-  invalid_template: 'html: line 3, column 14: the variable orderNumber is used but not declared in variables.',
+  invalid_template: 'html: line 3: the variable orderNumber is used but not declared in variables.',
   database_unreachable:
     'The database could not be used: could not log in: password authentication failed (password authentication failed for user "mailstead").',
   rate_limited: 'Rate limit reached: over 60 requests a minute from this key. Retry in 12 s.',
@@ -92,6 +94,21 @@ export const ERROR_MESSAGES: Record<ErrorCode, string> = {
   unavailable: 'The service could not record this request: its storage is full (no space left for DATA_DIR). Retry later.',
   method_not_allowed: '/api/v1/domains does not take PUT; it takes GET, HEAD, POST.',
 };
+
+/** How a source that does not compile is refused (the language module words the rest of the message). */
+const TEMPLATE_SOURCE_ERRORS = [
+  'html: line 3, column 14: output "{{ orderNumber }" not closed',
+  'html: line 3: the variable orderNumber is used but not declared in variables.',
+  'html: a layout must hold {{ content }} exactly once',
+];
+
+/** A source refused by the core's own rules before it is compiled (own-templates.ts). */
+const TEMPLATE_SOURCE_REFUSALS = [
+  'subject: is required',
+  'html: a template needs html, text or both',
+  'subject: a layout has no subject; its templates give theirs',
+  'layout: no layout named brand on this account',
+];
 
 const NO_SUB_ACCOUNT = 'No sub-account with that id on this account.';
 const NO_DOMAIN = 'No domain with that id on this account.';
@@ -135,6 +152,25 @@ export const ERROR_MESSAGES_OF: Record<string, Partial<Record<ErrorCode, string 
       '9840 deliveries are pending for this endpoint and this replay would add 312; at most 10000 may be pending. Replay again once the receiver has taken some of them, or narrow the window.',
   },
   removeSuppression: { not_found: "bob@example.net is not on this account's suppression list." },
+  createTemplate: {
+    template_exists: ['A template named order-shipped already exists on this account.', 'receipt is the name of a built-in template; choose another name.'],
+    invalid_template: TEMPLATE_SOURCE_ERRORS,
+    invalid_request: TEMPLATE_SOURCE_REFUSALS,
+  },
+  replaceTemplate: {
+    conflict: 'receipt is a built-in template and cannot be changed; create your own under another name.',
+    invalid_template: TEMPLATE_SOURCE_ERRORS,
+    invalid_request: [
+      ...TEMPLATE_SOURCE_REFUSALS,
+      'name: must be the name in the path; a template is not renamed',
+      'kind: order-shipped is a template; its kind cannot change (create a new one instead)',
+    ],
+  },
+  deleteTemplate: { conflict: 'receipt is a built-in template and cannot be deleted.' },
+  renderTemplate: {
+    invalid_template: TEMPLATE_SOURCE_ERRORS,
+    invalid_request: ['trackingUrl: is required by the order-shipped template', 'trackingUrl: must be an http or https URL'],
+  },
   connectDatabase: {
     invalid_url: 'sslmode disable is not accepted: the connection always uses TLS (verify or no-verify).',
     blocked_host: 'The database host resolves to a private, loopback or reserved address.',
@@ -167,7 +203,10 @@ function validationMessage(op: Operation): string | undefined {
  */
 export function errorExamples(op: Operation, code: ErrorCode, status: number, when: string): [string, Json][] {
   const found: { what: string; message: string }[] = [];
-  if (code === 'insufficient_scope' && op.auth) found.push({ what: 'scope', message: `This key lacks the scope ${op.auth.scope}.` });
+  if (code === 'insufficient_scope' && op.auth) {
+    const also = op.auth.alsoScope ? ` (or ${op.auth.alsoScope})` : '';
+    found.push({ what: 'scope', message: `This key lacks the scope ${op.auth.scope}${also}.` });
+  }
   const validation = code === 'invalid_request' && status === 422 ? validationMessage(op) : undefined;
   if (validation) found.push({ what: INVALID_INPUTS[op.operationId]?.body !== undefined ? 'body' : 'query', message: validation });
   if (op.list && code === op.list.badLimit.code && status === op.list.badLimit.status) {

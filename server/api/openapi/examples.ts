@@ -1,6 +1,7 @@
 import type { z } from 'zod';
 import { renderChecked } from '../../core/send-request.js';
-import { builtInViews } from '../../core/template-catalog.js';
+import type { DeclaredVariable, TemplateRow, TemplateVersionRow } from '../../../db/schema/index.js';
+import { builtInViews, ownView, versionView } from '../../core/template-catalog.js';
 import { OUTCOME_EVENT_TYPES, type OutcomeStatus } from '../../core/webhook-fanout.js';
 import type * as r from './resources.js';
 
@@ -35,6 +36,10 @@ const T = {
   webhookDelivery: '2026-11-02T14:03:29.040Z',
   delivery2: '2026-11-02T14:03:29.102Z',
   ping: '2026-11-02T15:30:00.518Z',
+  layout: '2026-10-12T09:14:03.377Z',
+  template: '2026-10-12T09:21:48.051Z',
+  templateV2: '2026-10-19T13:02:11.664Z',
+  templateV3: '2026-10-27T16:40:57.209Z',
 } as const;
 
 const ID = {
@@ -49,6 +54,8 @@ const ID = {
   webhookDelivery: uuidv7(T.webhookDelivery, '4cb52395968d8330d4'),
   delivery2: uuidv7(T.delivery2, '27f7a329cd349c2889'),
   ping: uuidv7(T.ping, 'cc8754dd12c0d7d423'),
+  layout: uuidv7(T.layout, '3e91b0c47a6d25f810'),
+  template: uuidv7(T.template, '9b27d5e0c18f43a6b2'),
   request: 'f3b1c2d4-5e6f-4a7b-8c9d-0e1f2a3b4c5d',
 } as const;
 
@@ -256,6 +263,102 @@ const databaseStatus: Out<typeof r.databaseStatus> = {
   pending: 0,
 };
 
+// An own template and its layout: Acme Shop's shipping notice in its brand.
+
+const brandVariables: Record<string, DeclaredVariable> = { unsubscribeUrl: { required: false, kind: 'url' } };
+
+const brandSource = {
+  html: [
+    '<!doctype html><html><head><meta charset="utf-8"><style>.brand { color: #0b6e4f; font-weight: 600 }</style></head>',
+    '<body><p class="brand">Acme Shop</p>',
+    '{{ content }}',
+    '{% if unsubscribeUrl %}<p><a href="{{ unsubscribeUrl }}">Unsubscribe</a></p>{% endif %}</body></html>',
+  ].join('\n'),
+  text: 'Acme Shop\n\n{{ content }}',
+};
+
+const orderVariables: Record<string, DeclaredVariable> = {
+  orderNumber: { required: true, kind: 'text' },
+  firstName: { required: false, kind: 'text' },
+  trackingUrl: { required: true, kind: 'url' },
+};
+
+/** The source of each version of order-shipped: the wording changed twice. */
+const orderSources = [
+  { subject: 'Order {{ orderNumber }} has shipped', html: '<p>Order {{ orderNumber }} has shipped: <a href="{{ trackingUrl }}">track it</a>.</p>' },
+  {
+    subject: 'Your order {{ orderNumber }} has shipped',
+    html: '<p>Hi{% if firstName %} {{ firstName }}{% endif %},</p>\n<p>Order {{ orderNumber }} has shipped: <a href="{{ trackingUrl }}">track it</a>.</p>',
+  },
+  {
+    subject: 'Your order {{ orderNumber }} is on its way',
+    html: '<p>Hi{% if firstName %} {{ firstName }}{% endif %},</p>\n<p>Order <strong>{{ orderNumber }}</strong> is on its way.</p>\n<p><a href="{{ trackingUrl }}">Track your parcel</a></p>',
+  },
+] as const;
+
+const VERSION_TIMES = [T.template, T.templateV2, T.templateV3] as const;
+
+const layoutRow: TemplateRow = {
+  id: ID.layout,
+  accountId: ID.account,
+  name: 'brand',
+  kind: 'layout',
+  version: 1,
+  createdAt: Date.parse(T.layout),
+  updatedAt: Date.parse(T.layout),
+};
+const layoutVersion: TemplateVersionRow = {
+  templateId: ID.layout,
+  version: 1,
+  subject: null,
+  ...brandSource,
+  layout: null,
+  variables: brandVariables,
+  createdAt: Date.parse(T.layout),
+};
+
+const orderVersions: TemplateVersionRow[] = orderSources.map((source, i) => ({
+  templateId: ID.template,
+  version: i + 1,
+  ...source,
+  text: null,
+  layout: 'brand',
+  variables: orderVariables,
+  createdAt: Date.parse(VERSION_TIMES[i]!),
+}));
+
+const orderRow = (version: number): TemplateRow => ({
+  id: ID.template,
+  accountId: ID.account,
+  name: 'order-shipped',
+  kind: 'template',
+  version,
+  createdAt: Date.parse(T.template),
+  updatedAt: Date.parse(VERSION_TIMES[version - 1]!),
+});
+
+/** order-shipped at a version, as the API shows it. */
+const orderShipped = (version: number): Out<typeof r.template> => ownView({ row: orderRow(version), version: orderVersions[version - 1]!, origin: 'own' });
+
+const brandLayout: Out<typeof r.template> = ownView({ row: layoutRow, version: layoutVersion, origin: 'own' });
+
+const byName = (a: { name: string }, b: { name: string }) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+
+/** A template's body as POST /templates takes it (`variables` as declared: `kind` text and `required` false are defaults). */
+const createOrderShipped = {
+  name: 'order-shipped',
+  subject: orderSources[0].subject,
+  html: orderSources[0].html,
+  layout: 'brand',
+  variables: { orderNumber: { required: true }, firstName: {}, trackingUrl: { required: true, kind: 'url' } },
+};
+
+const { name: _name, ...orderShippedSource } = createOrderShipped;
+/** PUT /templates/order-shipped: the whole source again, as version 3 has it. */
+const replaceOrderShipped = { ...orderShippedSource, subject: orderSources[2].subject, html: orderSources[2].html };
+
+const orderShippedVariables = { orderNumber: '1042', firstName: 'Ann', trackingUrl: 'https://track.example/parcels/JD014600003SE' };
+
 /** A cursor as the lists issue them: base64url JSON naming the list, the account and the last id, and a MAC. */
 const cursor = (list: string, lastId: string) =>
   `${Buffer.from(JSON.stringify({ l: list, a: ID.account, k: lastId })).toString('base64url')}.Qm9vHk1x4kR2c0FtcGxlTWFj`;
@@ -286,7 +389,10 @@ export const RESOURCE_EXAMPLES: { [K in keyof typeof r]?: Out<(typeof r)[K]> } =
   replayResult: { queued: 312 },
   outcomeEvent,
   databaseStatus,
-  templatePage: { data: builtInViews(), nextCursor: null },
+  template: orderShipped(3),
+  templateVersion: versionView(orderVersions[2]!),
+  templatePage: { data: [...builtInViews(), brandLayout, orderShipped(3)].sort(byName), nextCursor: null },
+  templateVersionPage: { data: orderVersions.map(versionView).reverse(), nextCursor: null },
   renderedTemplate: renderChecked({ name: 'receipt', vars: receiptVariables }),
   accountPage: page([subAccount], null),
   keyPage: page([key], null),
@@ -346,6 +452,7 @@ export const ANSWER_EXAMPLES: Record<string, Record<number, unknown>> = {
   getSubAccount: { 200: subAccount },
   suspendSubAccount: { 200: suspendedSubAccount },
   addSuppression: { 201: manualSuppression, 200: manualSuppression },
+  createTemplate: { 201: orderShipped(1) },
 };
 
 /** The body each operation that takes one is sent with, by operationId. */
@@ -360,6 +467,28 @@ export const REQUEST_EXAMPLES: Record<string, unknown> = {
   addSuppression: { address: 'carol@example.org' },
   connectDatabase: { url: 'postgresql://mailstead:s3cret-Pa55@db.shop.example:5432/mail?sslmode=verify-full' },
   renderTemplate: receiptVariables,
+  createTemplate: createOrderShipped,
+  replaceTemplate: replaceOrderShipped,
+};
+
+/**
+ * Further request examples of an operation whose body takes more than one form, by operationId and name (the
+ * document then lists them with REQUEST_EXAMPLES' one, named `default`).
+ */
+export const MORE_REQUEST_EXAMPLES: Record<string, Record<string, { summary: string; value: unknown }>> = {
+  renderTemplate: {
+    'unsaved source': {
+      summary: 'An unsaved template previewed in its layout, with sample variables (POST /templates/order-shipped/render).',
+      value: {
+        source: { subject: orderSources[2].subject, html: orderSources[2].html, layout: 'brand', variables: createOrderShipped.variables },
+        variables: orderShippedVariables,
+      },
+    },
+    'saved template': {
+      summary: 'The saved order-shipped template with sample variables (POST /templates/order-shipped/render).',
+      value: orderShippedVariables,
+    },
+  },
 };
 
 /** What the receiving server said, per outcome status (a complaint comes from a feedback report, not a reply). */

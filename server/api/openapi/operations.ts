@@ -6,8 +6,9 @@ import { capturedMessageQuery, emailFilter } from '../../core/emails.js';
 import { eventFilter } from '../../core/events.js';
 import { mintKeyInput } from '../../core/keys.js';
 import type { Scope } from '../../core/scopes.js';
-import { sendRequestSchema, templateVariables } from '../../core/send-request.js';
+import { sendRequestSchema } from '../../core/send-request.js';
 import { addSuppressionInput, suppressionFilter } from '../../core/suppressions.js';
+import { createTemplateBody, renderTemplateBody, replaceTemplateBody } from '../../core/template-input.js';
 import { replayInput } from '../../core/webhook-replay.js';
 import { createWebhookInput } from '../../core/webhooks.js';
 import type { ErrorCode } from '../../shared/errors.js';
@@ -37,15 +38,18 @@ export interface Answer {
 }
 
 export interface Operation {
-  method: 'get' | 'post' | 'delete';
+  method: 'get' | 'post' | 'put' | 'delete';
   /** Relative to /api/v1, in the document's form: `/domains/{id}`. */
   path: string;
   operationId: string;
   tag: string;
   summary: string;
   description?: string;
-  /** The one scope the key needs and how X-Service-Account is treated; null: served without a key. */
-  auth: { scope: Scope; accountHeader: AccountHeaderMode } | null;
+  /**
+   * The scope the key needs (or `alsoScope`, which opens the endpoint too: the template catalog's older scope) and how
+   * X-Service-Account is treated; null: served without a key.
+   */
+  auth: { scope: Scope; alsoScope?: Scope; accountHeader: AccountHeaderMode } | null;
   pathParams?: Record<string, string>;
   /** A keyset-paged list: `limit` and `cursor`, and the list's own answers to a bad one. */
   list?: ListDef;
@@ -575,11 +579,98 @@ export const OPERATIONS: Operation[] = [
     path: '/templates',
     operationId: 'listTemplates',
     tag: 'Templates',
-    summary: 'The built-in templates and their variables',
-    description: 'A fixed list, whole (not paged).',
-    auth: { scope: 'emails:send', accountHeader: 'accepted' },
+    summary: "The built-in templates and the account's own",
+    description:
+      "Every template a send can name, sorted by name: the six built-in ones (`builtIn: true`, read-only, their source shown so you can copy one), the account's own templates and layouts, and for a sub-account its parent's (`inherited: true`) unless it has its own of the same name. Keys that hold `emails:send` may list them too.",
+    auth: { scope: 'templates:read', alsoScope: 'emails:send', accountHeader: 'accepted' },
+    list: LISTS.templates,
     answers: [{ status: 200, description: 'A page of templates, sorted by name.', body: r.templatePage }],
     errors: [],
+  },
+  {
+    method: 'post',
+    path: '/templates',
+    operationId: 'createTemplate',
+    tag: 'Templates',
+    summary: 'Save a template or a layout of your own',
+    description:
+      'A template (`kind: "template"`, the default) needs `subject` and `html`, `text` or both; a layout (`kind: "layout"`) has html holding `{{ content }}` once, no subject and no layout. The source is Liquid: a variable it uses must be declared in `variables`. It is compiled now, with the layout it names, so a mistake shows here and not at the first send. At most 100 templates (layouts included) per account and 256 KB of source (subject, html and text) each.',
+    auth: { scope: 'templates:write', accountHeader: 'accepted' },
+    body: createTemplateBody,
+    answers: [{ status: 201, description: 'The template at version 1.', body: r.template }],
+    errors: [
+      { code: 'template_exists', when: 'The account already has a template (or layout) of that name.' },
+      { code: 'template_exists', when: 'The name is a built-in template.' },
+      'template_limit',
+      'invalid_template',
+      {
+        code: 'invalid_request',
+        when: "A bad field: a name that is not 1 to 64 of a-z, 0-9 and - (starting with a letter or a digit), a template without subject or without both html and text, a layout with a subject or a layout of its own or without html, a layout named that is not one of the account's (or its parent's) layouts, or a bad `variables` declaration.",
+      },
+    ],
+  },
+  {
+    method: 'get',
+    path: '/templates/{name}',
+    operationId: 'getTemplate',
+    tag: 'Templates',
+    summary: 'One template, with its current source',
+    description: "A built-in, the account's own, or (for a sub-account) its parent's, in that order of lookup.",
+    auth: { scope: 'templates:read', accountHeader: 'accepted' },
+    pathParams: { name: 'The template name.' },
+    answers: [{ status: 200, description: 'The template.', body: r.template }],
+    errors: ['template_not_found'],
+  },
+  {
+    method: 'put',
+    path: '/templates/{name}',
+    operationId: 'replaceTemplate',
+    tag: 'Templates',
+    summary: 'Replace the source of a template, as a new version',
+    description:
+      "The whole source again (a field left out is gone from the new version), checked as on create; `version` goes up by one and the newest 50 versions are kept. `name`, when given, must be the path's (a template is not renamed) and `kind`, when given, the template's. Only the account's own: a sub-account saves its own copy of a parent's template with POST under the same name.",
+    auth: { scope: 'templates:write', accountHeader: 'accepted' },
+    pathParams: { name: 'The template name.' },
+    body: replaceTemplateBody,
+    answers: [{ status: 200, description: 'The template at its new version.', body: r.template }],
+    errors: [
+      { code: 'template_not_found', when: "The account has no template of that name (a parent's template is read-only for its sub-accounts)." },
+      { code: 'conflict', when: 'The name is a built-in template, which is read-only.' },
+      'invalid_template',
+      {
+        code: 'invalid_request',
+        when: "A bad field, as on create; or a `name` other than the path's, or a `kind` other than the template's.",
+      },
+    ],
+  },
+  {
+    method: 'delete',
+    path: '/templates/{name}',
+    operationId: 'deleteTemplate',
+    tag: 'Templates',
+    summary: 'Delete a template or a layout, with its versions',
+    description: "A layout that templates still name (the account's own, or its sub-accounts' that have no layout of that name) stays until they name another.",
+    auth: { scope: 'templates:write', accountHeader: 'accepted' },
+    pathParams: { name: 'The template name.' },
+    answers: [noContent('Deleted.')],
+    errors: [
+      { code: 'template_not_found', when: "The account has no template of that name (a parent's template is read-only for its sub-accounts)." },
+      { code: 'conflict', when: 'The name is a built-in template, which cannot be deleted.' },
+      'template_in_use',
+    ],
+  },
+  {
+    method: 'get',
+    path: '/templates/{name}/versions',
+    operationId: 'listTemplateVersions',
+    tag: 'Templates',
+    summary: "A template's kept versions",
+    description: 'The newest 50 versions are kept; older ones are dropped, and version numbers are never reused. A built-in has none (an empty page).',
+    auth: { scope: 'templates:read', accountHeader: 'accepted' },
+    pathParams: { name: 'The template name.' },
+    list: LISTS.templateVersions,
+    answers: [{ status: 200, description: 'A page of versions, newest first.', body: r.templateVersionPage }],
+    errors: ['template_not_found'],
   },
   {
     method: 'post',
@@ -588,12 +679,15 @@ export const OPERATIONS: Operation[] = [
     tag: 'Templates',
     summary: 'Render a template without sending',
     description:
-      "The body is a send's `template` object without `name`. It is checked by the send's own rules (the same refusals, the field named from the body's root), and nothing is sent, logged, counted or charged. An unknown template name is `422 invalid_request` naming `name`, as a send names `template.name`.",
-    auth: { scope: 'emails:send', accountHeader: 'accepted' },
+      "Two forms of body. The variables alone, as a send's `template` object holds them without `name`: the saved template named in the path is rendered, its variables checked by the send's own rules (the same refusals, the field named from the body's root). Or `{ source, variables }`: an unsaved source (the body of POST /templates without `name`) is checked as a save would check it and rendered, for an editor's preview; the path names it, and need not be saved yet. A layout renders around a sample paragraph. Nothing is sent, stored, logged, counted or charged. Keys that hold `emails:send` may render too.",
+    auth: { scope: 'templates:read', alsoScope: 'emails:send', accountHeader: 'accepted' },
     pathParams: { name: 'A template name, as GET /templates lists them.' },
-    // The route refines this schema with the named template's rules (templateVariablesInput).
-    body: templateVariables,
+    // The route tells the two forms apart, and checks flat variables by the named template's rules (templateVariablesInput).
+    body: renderTemplateBody,
     answers: [{ status: 200, description: 'What a send of these variables would carry.', body: r.renderedTemplate }],
-    errors: [],
+    errors: [
+      { code: 'template_not_found', when: "Variables alone, and no template of that name (built-in, own or the parent's)." },
+      { code: 'invalid_template', when: 'With `source`: the source does not compile; the message says where.' },
+    ],
   },
 ];

@@ -1,10 +1,9 @@
 import { Hono } from 'hono';
-import { z } from 'zod';
 import type { Deps } from '../../core/deps.js';
 import { createTemplate, deleteTemplate, replaceTemplate } from '../../core/own-templates.js';
 import { templateVariables, templateVariablesInput } from '../../core/send-request.js';
 import { getTemplateView, listTemplateViews, listVersionViews, ownView, renderPreview } from '../../core/template-catalog.js';
-import { createTemplateBody, replaceTemplateBody, toTemplateInput, unsavedSourceBody } from '../../core/template-input.js';
+import { createTemplateBody, renderWithSourceBody, replaceTemplateBody, toTemplateInput } from '../../core/template-input.js';
 import { findTemplate } from '../../core/templates.js';
 import { ApiError } from '../../shared/errors.js';
 import { guard } from '../http/auth.js';
@@ -13,14 +12,11 @@ import type { AppEnv } from '../http/env.js';
 import { LISTS, readPage, toPageBy } from '../http/paging.js';
 import { parseInput } from '../http/validate.js';
 
-/** A preview with an unsaved source: `{ source, variables }` (a variable is a string, so no variable is an object). */
-const previewWithSource = z.strictObject({ source: unsavedSourceBody, variables: templateVariables.optional() });
-
 /** The body of a render: the variables as a send's `template` holds them, or `{ source, variables }`. */
 function readPreview(name: string, body: unknown) {
   const withSource = typeof body === 'object' && body !== null && !Array.isArray(body) && typeof (body as Record<string, unknown>).source === 'object';
   if (withSource) {
-    const parsed = parseInput(previewWithSource, body);
+    const parsed = parseInput(renderWithSourceBody, body);
     return { vars: parsed.variables ?? {}, source: toTemplateInput(parsed.source) };
   }
   // A built-in's variables are checked by its own rules, field by field, as a send checks them.
