@@ -64,7 +64,13 @@ function normaliseNewlines(value: string): string {
 export function fieldsFromSource(
   name: string,
   kind: TemplateKind,
-  source: { subject: string | null; html: string | null; text: string | null; layout: string | null; variables: Record<string, Pick<TemplateVariableView, 'required' | 'kind'>> },
+  source: {
+    subject: string | null;
+    html: string | null;
+    text: string | null;
+    layout: string | null;
+    variables: Record<string, Pick<TemplateVariableView, 'required' | 'kind'>>;
+  },
 ): EditorFields {
   return {
     name,
@@ -108,6 +114,9 @@ export function sampleValues(variables: Record<string, Pick<DeclaredVariable, 'k
   return Object.fromEntries(rows.map((v) => [v.name, v.kind === 'url' ? 'https://example.com/' : `[${v.name}]`]));
 }
 
+/** Refusals whose message names no field but which belong to one: a name taken (by the account or a built-in). */
+const FIELD_OF_CODE: Partial<Record<string, EditorField>> = { template_exists: 'name' };
+
 /** A refusal placed on the form: the field it names (or null: above the form), the line and column it gives. */
 export interface FieldError {
   field: EditorField | null;
@@ -125,7 +134,7 @@ export interface FieldError {
 export function fieldErrorOf(err: Pick<ApiError, 'code' | 'message'>): FieldError {
   const m = /^([a-z]+)(?:\.[^:\s]+)?: /.exec(err.message);
   const named = m?.[1];
-  const field = named !== undefined && (EDITOR_FIELDS as readonly string[]).includes(named) ? (named as EditorField) : null;
+  const field = named !== undefined && (EDITOR_FIELDS as readonly string[]).includes(named) ? (named as EditorField) : (FIELD_OF_CODE[err.code] ?? null);
   const at = /^[a-z.]+: line (\d+)(?:, column (\d+))?/.exec(err.message) ?? /\bline:\s?(\d+)(?:, col:\s?(\d+))?/.exec(err.message);
   return {
     field,

@@ -63,7 +63,7 @@ export function deleteOwnTemplate(deps: Pick<Deps, 'db'>, account: AccountRow, n
 /** PUT /templates/{name} with the source of a kept version: the current one becomes a version, the restored one the newest. */
 export function restoreVersion(deps: Pick<Deps, 'clock' | 'db'>, account: AccountRow, name: string, version: number): Outcome {
   const own = findOwnTemplate(deps.db, account, name);
-  if (!own || own.origin !== 'own') throw new ApiError('template_not_found', `No template named ${name} on this account.`);
+  if (own?.origin !== 'own') throw new ApiError('template_not_found', `No template named ${name} on this account.`);
   const kept = Number.isSafeInteger(version) ? templateVersionsOf(deps.db, own.row.id, version + 1, 1)[0] : undefined;
   if (!kept || kept.version !== version) throw new ApiError('not_found', `Version ${version} of ${name} is not kept (the newest 50 are).`);
   const saved = replaceTemplate(deps.db, deps.clock, account, name, {

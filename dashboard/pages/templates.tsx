@@ -106,7 +106,7 @@ export function templatePages(deps: Deps) {
   /** The account's own template of this name (not a built-in, not its parent's), or the 404 page. */
   const ownOf = (account: AccountRow, name: string): TemplateView => {
     const own = findOwnTemplate(deps.db, account, name);
-    if (!own || own.origin !== 'own') throw new ApiError('template_not_found', `No template named ${name} on ${account.name}.`);
+    if (own?.origin !== 'own') throw new ApiError('template_not_found', `No template named ${name} on ${account.name}.`);
     return ownView(own);
   };
 
@@ -220,9 +220,7 @@ export function templatePages(deps: Deps) {
     .post('/templates/:accountId/versions/:name/restore', (c) => {
       const account = requireAccount(deps.db, c.req.param('accountId'));
       const name = c.req.param('name');
-      return formAction(deps, c, `/dashboard/templates/${account.id}/versions/${name}`, () =>
-        restoreVersion(deps, account, name, Number(field(c, 'version'))),
-      );
+      return formAction(deps, c, `/dashboard/templates/${account.id}/versions/${name}`, () => restoreVersion(deps, account, name, Number(field(c, 'version'))));
     });
 }
 

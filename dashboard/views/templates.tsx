@@ -13,7 +13,13 @@ export const TemplateAccountPicker: FC<{ choices: AccountChoice[]; accountId: st
   <form method="get" action="/dashboard/templates" class="panel form-grid" aria-label="Choose an account">
     <div class="field">
       <label for="templates-account">Account</label>
-      <AccountSelect id="templates-account" choices={choices} selected={accountId} blank={accountId === undefined ? 'Choose an account' : undefined} autosubmit />
+      <AccountSelect
+        id="templates-account"
+        choices={choices}
+        selected={accountId}
+        blank={accountId === undefined ? 'Choose an account' : undefined}
+        autosubmit
+      />
     </div>
     <div class="field">
       <button type="submit">Show templates</button>
@@ -122,7 +128,7 @@ export const TemplateEditor: FC<{
           <div class="form-grid">
             <div class="field">
               <label for="name">Name</label>
-              <input id="name" name="name" type="text" required maxlength={64} pattern="[a-z0-9][a-z0-9-]*" value={fields.name} {...invalid('name', error)} />
+              <input id="name" name="name" type="text" required maxlength={64} value={fields.name} {...invalid('name', error)} />
               <span class="hint">a-z, 0-9 and -, starting with a letter or digit</span>
               <FieldMessage field="name" error={error} />
             </div>
@@ -394,7 +400,7 @@ export const VersionTable: FC<{ accountId: string; name: string; current: number
               action={`${versionsPath(accountId, name)}/restore`}
               csrf={csrf}
               label="Restore as new version"
-              accessibleLabel={`Restore version ${v.version} as a new version`}
+              accessibleLabel={`Restore as new version: version ${v.version}`}
               fields={{ version: String(v.version) }}
             />
           )}
