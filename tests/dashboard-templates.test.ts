@@ -1,8 +1,9 @@
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { expectAccessible, flashText, newPage, pageProblems, screenshot, signIn, submit } from './helpers/browser.js';
+import { expectAccessible, flashText, horizontalOverflow, newPage, pageProblems, screenshot, signIn, submit } from './helpers/browser.js';
 import { type DashboardClient, UUID, openDashboard } from './helpers/dashboard.js';
 import { newSender, newSubSender } from './helpers/sending.js';
+import { createDeliveryEngine } from '../mta/delivery-engine.js';
 import { type TestService, startService } from './helpers/service.js';
 
 /**
@@ -325,6 +326,14 @@ describe('the Templates page', () => {
     await Promise.all([page.waitForEvent('load'), page.keyboard.press('Enter')]);
     expect(await page.locator('#preview-subject').textContent()).toBe('Keys');
     await expectAccessible(page, 'editor');
+    // At a phone's width nothing scrolls sideways.
+    await page.setViewportSize({ width: 390, height: 844 });
+    const wide = await page.evaluate(
+      "[...document.querySelectorAll('main *')].filter((e) => e.getBoundingClientRect().right > document.documentElement.clientWidth).map((e) => e.tagName + '.' + e.className + '#' + e.id).slice(0, 8).join(' ')",
+    );
+    expect(await horizontalOverflow(page), String(wide)).toBe(0);
+    await page.goto(`${service.url}/dashboard/templates?account=${s.account.id}`);
+    expect(await horizontalOverflow(page)).toBe(0);
     await page.context().close();
   });
 
@@ -341,5 +350,48 @@ describe('the Templates page', () => {
     expect((await service.api('GET', '/templates/forged', { key: s.key })).status).toBe(200);
     // An unknown account is the 404 page.
     expect((await http.get('/dashboard/templates/0190a000-0000-7000-8000-000000000000/new')).status).toBe(404);
+  });
+});
+
+describe('DELIVERY_MODE=capture', () => {
+  let capture: TestService;
+  let captureBrowser: Browser;
+  let captureToken: string;
+  beforeAll(async () => {
+    capture = await startService({ DELIVERY_MODE: 'capture' });
+    ({ browser: captureBrowser, token: captureToken } = await openDashboard(capture));
+  });
+  afterAll(async () => {
+    await captureBrowser?.close();
+    await capture?.close();
+  });
+
+  it('sends the test as a normal send that is captured, and links the captured message', async () => {
+    const { key, account } = capture.newAccount({ name: 'Capture Templates' });
+    const domain = `tpl-${process.pid}.test`;
+    // A reserved name verifies without DNS in capture mode.
+    const created = await capture.api('POST', '/domains', { key, body: { name: domain } });
+    expect((await capture.api('POST', `/domains/${created.body.id}/verify`, { key })).body).toMatchObject({ sending: true });
+    const made = await capture.api('POST', '/templates', {
+      key,
+      body: { name: 'order-note', subject: 'Order for {{ who }}', html: '<p>Hi {{ who }}</p>', variables: { who: { required: true, kind: 'text' } } },
+    });
+    expect(made.status).toBe(201);
+    const page = await newPage(captureBrowser);
+    await signIn(page, capture.url, captureToken, `/dashboard/templates/${account.id}/edit/order-note`);
+    expect(await page.locator('#test').textContent()).toContain('captured here, never delivered');
+    await page.getByLabel('To', { exact: true }).fill('pat@example.org');
+    await submit(page, 'Send test');
+    const message = (await page.locator('.flash.ok > div').first().textContent())!;
+    const id = UUID.exec(message)![0];
+    expect(message).toBe(`Captured: email ${id}, order-note to pat@example.org, was signed and kept on this server (capture mode), not delivered.`);
+    const email = await capture.api('GET', `/emails/${id}`, { key });
+    expect(email.body).toMatchObject({ from: `test@${domain}`, to: ['pat@example.org'], subject: 'Order for [who]', template: 'order-note', sandbox: false });
+    await createDeliveryEngine(capture.deps).runOnce();
+    await Promise.all([page.waitForEvent('load'), page.locator('.flash').getByRole('link', { name: 'Open the captured message' }).click()]);
+    expect(new URL(page.url()).pathname).toBe(`/dashboard/captured/${id}`);
+    expect(await page.locator('main').textContent()).toContain('Order for [who]');
+    expect(pageProblems(page)).toEqual([]);
+    await page.context().close();
   });
 });
