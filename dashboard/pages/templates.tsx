@@ -113,8 +113,10 @@ export function templatePages(deps: Deps) {
   return new Hono<DashEnv>()
     .get('/templates/preview/:token', (c) => {
       const html = previews.get(c.var.session.tokenHash, c.req.param('token'));
-      if (html === undefined) throw new ApiError('not_found', 'This preview has expired: press Preview again.');
-      return c.body(html, 200, { ...CAPTURED_HTML_HEADERS, 'Content-Type': 'text/html; charset=utf-8', 'X-Frame-Options': 'SAMEORIGIN' });
+      // Answered inside the frame (so not the error page, which no frame may show), under the frame's own policy.
+      const framed = { ...CAPTURED_HTML_HEADERS, 'X-Frame-Options': 'SAMEORIGIN' };
+      if (html === undefined) return c.body('This preview has expired: press Preview again.', 404, { ...framed, 'Content-Type': 'text/plain; charset=utf-8' });
+      return c.body(html, 200, { ...framed, 'Content-Type': 'text/html; charset=utf-8' });
     })
     .get('/templates', (c) => {
       const account = accountFilter(deps.db, c.req.query('account'));
