@@ -25,17 +25,8 @@ import { accountChoices } from '../queries/accounts.js';
 import { field, formAction, redirectWithFlash, render } from '../render.js';
 import { CAPTURED_HTML_HEADERS } from '../security.js';
 import { type EditorFields, type FieldError, emptyFields, fieldErrorOf, fieldsFromForm, fieldsFromSource } from '../template-form.js';
-import {
-  DiffSection,
-  type PartDiff,
-  PreviewSection,
-  ReadOnlyTemplate,
-  TemplateAccountPicker,
-  TemplateEditor,
-  TemplateTable,
-  TemplateTools,
-  VersionTable,
-} from '../views/templates.js';
+import { DiffSection, type PartDiff, VersionTable } from '../views/template-versions.js';
+import { PreviewSection, ReadOnlyTemplate, TemplateAccountPicker, TemplateEditor, TemplateTable, TemplateTools } from '../views/templates.js';
 
 const current = '/dashboard/templates' as const;
 
@@ -210,12 +201,12 @@ export function templatePages(deps: Deps) {
           <VersionTable
             accountId={account.id}
             name={view.name}
-            current={view.version!}
+            current={view.version ?? 0}
             versions={versions}
             csrf={c.var.session.csrfToken}
             compared={chosen?.version ?? null}
           />
-          {chosen && <DiffSection from={chosen.version} to={view.version!} parts={parts} />}
+          {chosen && <DiffSection from={chosen.version} to={view.version ?? 0} parts={parts} />}
         </>,
       );
     })
