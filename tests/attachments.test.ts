@@ -3,17 +3,14 @@ import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { describe, expect, it } from 'vitest';
 import { parseInput } from '../server/api/http/validate.js';
+import { CONTENT_TYPES, REFUSED_EXTENSIONS, contentTypeFor, extensionOf } from '../server/core/attachment-types.js';
 import {
   type Attachment,
-  CONTENT_TYPES,
   MAX_ATTACHMENTS,
-  REFUSED_EXTENSIONS,
   attachmentRecords,
   attachmentsInput,
   base64Problem,
   checkInlineReferences,
-  contentTypeFor,
-  extensionOf,
   toOutbound,
 } from '../server/core/attachments.js';
 import { ApiError } from '../server/shared/errors.js';
