@@ -2,6 +2,7 @@ import { Liquid, type Template, TokenKind, Tokenizer } from 'liquidjs';
 import type { DeclaredVariable } from '../../db/schema/templates.js';
 import { ApiError } from '../shared/errors.js';
 import { isHttpUrl } from './http-url.js';
+import { type FastRender, compileFast } from './template-fast.js';
 import { HTML_TO_TEXT_OPTIONS, OUTPUT_RULES, URL_ATTRIBUTES, headName, htmlToText, inlineCss, namesIn, scanHtml, textSourceFromHtml } from './template-html.js';
 import { MAX_RENDERED_BYTES, type Rendered, type Vars, escapeHtml, variableTooLong } from './templates.js';
 
@@ -34,9 +35,10 @@ export const TEMPLATE_LIMITS = {
   renderLimit: 100,
   /**
    * liquidjs `memoryLimit`, per part: characters and array items a render may create (strings built, ranges, split
-   * results). Two million is twice the 1 MB a message may hold, and creating that many items takes ~70 ms here.
+   * results). A million is the 1 MB a message may hold, ten passes of a filter over the largest value, and creating
+   * that many items takes ~40 ms here.
    */
-  memoryLimit: 2_000_000,
+  memoryLimit: 1_000_000,
   /** Items of an array a filter may take: sorting or de-duplicating more holds the event loop too long. */
   filterArrayItems: 10_000,
   /** Blocks (if, for, case, capture...) nested in one another: the parser recurses, 10,000 would overflow its stack. */
@@ -377,22 +379,28 @@ export function compileTemplate(src: TemplateSource, layout: LayoutSource | null
       throw parseProblem(part, e);
     }
   };
-  const subjectTpl = parse('subject', textEngine, src.subject);
-  const htmlTpl = inlined === null ? null : parse('html', htmlEngine, inlined);
-  let textTpl: Template[] | null = null;
+  const names = Object.keys(variables);
+  const declared = new Set(names);
+  /** A part: rendered by concatenation when it is that simple (server/core/template-fast.ts), else by liquidjs. */
+  const part = (name: Part, engine: Liquid, source: string): Renderer => {
+    const fast = compileFast(source, declared, engine === htmlEngine);
+    return fast ? { fast } : { engine, templates: parse(name, engine, source) };
+  };
+  const subjectPart = part('subject', textEngine, src.subject);
+  const htmlPart = inlined === null ? null : part('html', htmlEngine, inlined);
+  let textPart: Renderer | null = null;
   let textFromHtml = false;
   if (given(src.text)) {
-    textTpl = parse('text', textEngine, layout && given(layout.text) ? wrapIn(layout.text, src.text) : src.text);
+    textPart = part('text', textEngine, layout && given(layout.text) ? wrapIn(layout.text, src.text) : src.text);
   } else if (inlined !== null) {
     const derived = textSourceFromHtml(inlined);
     try {
-      textTpl = derived === null ? null : textEngine.parse(derived);
+      textPart = derived === null ? null : part('text', textEngine, derived);
     } catch {
-      textTpl = null;
+      textPart = null;
     }
     textFromHtml = true;
   }
-  const names = Object.keys(variables);
 
   return {
     variables,
@@ -400,20 +408,20 @@ export function compileTemplate(src: TemplateSource, layout: LayoutSource | null
       const scope: Record<string, string> = Object.create(null);
       for (const name of names) if (Object.hasOwn(vars, name)) scope[name] = vars[name]!;
       const deadline = performance.now() + TEMPLATE_LIMITS.renderLimit;
-      const run = (engine: Liquid, tpl: Template[]): string => {
+      const run = (r: Renderer): string => {
         try {
-          const out = String(engine.renderSync(tpl, scope, { renderLimit: Math.max(1, deadline - performance.now()) }));
+          const out = 'fast' in r ? r.fast(scope) : renderLimited(r.engine, r.templates, scope, deadline);
           if (out.length > MAX_RENDERED_BYTES) throw new ApiError('invalid_request', 'template: the rendered message is larger than 1 MB');
           return out;
         } catch (e) {
           throw renderProblem(e);
         }
       };
-      const subject = run(textEngine, subjectTpl)
+      const subject = run(subjectPart)
         .replace(/[\r\n]+/g, ' ')
         .trim();
-      const html = htmlTpl ? run(htmlEngine, htmlTpl) : '';
-      let text = textTpl ? run(textEngine, textTpl) : textFromHtml ? htmlToText(html) : '';
+      const html = htmlPart ? run(htmlPart) : '';
+      let text = textPart ? run(textPart) : textFromHtml ? htmlToText(html) : '';
       if (textFromHtml)
         text = `${text
           .replace(/[ \t]+\n/g, '\n')
@@ -422,6 +430,28 @@ export function compileTemplate(src: TemplateSource, layout: LayoutSource | null
       return { subject, html, text };
     },
   };
+}
+
+type Renderer = { fast: FastRender } | { engine: Liquid; templates: Template[] };
+
+/**
+ * liquidjs's render within what is left of the render's time. Its limit is wall-clock time: when it is hit while the
+ * process got less than half of that time on a CPU (another process ran, the machine was busy), the render is tried
+ * once more, so a legitimate template is not refused because the machine paused; a hostile one burns its CPU and is
+ * refused.
+ */
+function renderLimited(engine: Liquid, templates: Template[], scope: Record<string, string>, deadline: number): string {
+  const wall0 = performance.now();
+  const cpu0 = process.cpuUsage();
+  try {
+    return String(engine.renderSync(templates, scope, { renderLimit: Math.max(1, deadline - wall0) }));
+  } catch (e) {
+    if (!/template render limit exceeded/.test(String((e as Error).message))) throw e;
+    const cpu = process.cpuUsage(cpu0);
+    const cpuMs = (cpu.user + cpu.system) / 1000;
+    if (cpuMs >= (performance.now() - wall0) / 2) throw e;
+    return String(engine.renderSync(templates, scope, { renderLimit: TEMPLATE_LIMITS.renderLimit }));
+  }
 }
 
 /** The first problem of a send's variables against the declarations, as { field, message }, or null. */
@@ -441,6 +471,12 @@ export function checkDeclaredVariables(templateName: string, decl: Declarations,
     if (spec.kind === 'url' && !isHttpUrl(value)) return { field: key, message: 'must be an http or https URL' };
   }
   return null;
+}
+
+/** One part rendered by liquidjs alone, with the engine and limits a compiled template uses (to hold the fast path against). */
+export function renderWithLiquid(html: boolean, source: string, vars: Vars): string {
+  const engine = html ? htmlEngine : textEngine;
+  return String(engine.renderSync(engine.parse(source), { ...vars }));
 }
 
 export { HTML_TO_TEXT_OPTIONS, isHttpUrl };
