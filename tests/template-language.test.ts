@@ -255,6 +255,12 @@ describe('escaping: values are data, never markup or Liquid', () => {
     expect(r.subject).toBe(`S ${value}`);
   });
 
+  const simple = compileTemplate(tpl({ subject: 'S {{ name }}', html: '<p title="{{ name }}">{{ name }}</p>', text: 'T {{ name }}' }), null);
+  it.each(hostile)('%s renders inert in a simple template (rendered without liquidjs) too', (value) => {
+    const escaped = value.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;').replace(/'/g, '&#39;');
+    expect(simple.render({ name: value })).toEqual({ subject: `S ${value}`, html: `<p title="${escaped}">${escaped}</p>`, text: `T ${value}` });
+  });
+
   it('a subject is one line', () => {
     expect(c.render({ name: ' a\r\nb\nc ' }).subject).toBe('S  a b c');
   });
@@ -359,6 +365,15 @@ describe('hostile templates: stopped by a limit, the event loop kept responsive'
     expect((error as ApiError).code).toBe('invalid_request');
     expect((error as ApiError).message).toMatch(/^template: /);
     expect(maxDelayMs).toBeLessThan(500);
+  });
+
+  it('a filter refuses an array over 10,000 items', () => {
+    const c = compileTemplate(tpl({ text: '{% assign a = (1..20000) | sort_natural %}{{ a.size }}' }), null);
+    expect(problem(() => c.render(vars))).toEqual({
+      code: 'invalid_request',
+      status: 422,
+      message: 'template: the sort_natural filter takes at most 10000 items',
+    });
   });
 
   it('10,000 nested ifs are refused at save, quickly', () => {
