@@ -16,7 +16,7 @@ export type FastRender = (scope: Readonly<Record<string, string>>) => string;
 const NAME = /^\s*([A-Za-z_][A-Za-z0-9_]*)\s*$/;
 
 /** The part as a fast renderer, or null when it uses more than literals, `{{ name }}` and `{% if name %}`/`unless`/`else`. */
-export function compileFast(source: string, names: ReadonlySet<string>, escape: boolean): FastRender | null {
+export function compileFast(source: string, names: ReadonlySet<string>, escaped: boolean): FastRender | null {
   const root: Node[] = [];
   const stack: { node: Extract<Node, { test: string }>; inElse: boolean; tag: string }[] = [];
   const target = () => {
@@ -59,7 +59,7 @@ export function compileFast(source: string, names: ReadonlySet<string>, escape: 
     } else return null;
   }
   if (stack.length > 0) return null;
-  const write = escape ? escapeHtml : (v: string) => v;
+  const write = escaped ? escapeHtml : (v: string) => v;
   return (scope) => {
     let out = '';
     const walk = (nodes: Node[]): void => {
