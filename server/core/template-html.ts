@@ -274,10 +274,13 @@ const JUICE_OPTIONS: juice.Options = {
 
 /**
  * The html source with the CSS of its <style> elements inlined into the elements' style attributes, the Liquid
- * left as written; null when some Liquid could not be kept in place (its index into the source's Liquid tokens).
+ * left as written; else the index of a Liquid token the inliner could not keep in place, or the count of elements
+ * when there are more than juice handles in a bounded time.
  */
-export function inlineCss(source: string): { html: string } | { lost: number } {
+export function inlineCss(source: string, maxElements: number): { html: string } | { lost: number } | { elements: number } {
   if (!/<style[\s>]/i.test(source)) return { html: source };
+  const elements = source.match(/<[A-Za-z]/g)?.length ?? 0;
+  if (elements > maxElements) return { elements };
   const { masked, tokens } = maskLiquid(source);
   const out = juice(masked, JUICE_OPTIONS);
   const seen = marksIn(out);

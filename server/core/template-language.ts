@@ -1,10 +1,11 @@
-import { Liquid, type Template, TokenKind, Tokenizer } from 'liquidjs';
+import { type Liquid, type Template, TokenKind, Tokenizer } from 'liquidjs';
 import type { DeclaredVariable } from '../../db/schema/templates.js';
 import { ApiError } from '../shared/errors.js';
 import { isHttpUrl } from './http-url.js';
+import { REMOVED_TAGS, TEMPLATE_LIMITS, htmlEngine, textEngine } from './template-engine.js';
 import { type FastRender, compileFast } from './template-fast.js';
 import { HTML_TO_TEXT_OPTIONS, OUTPUT_RULES, URL_ATTRIBUTES, headName, htmlToText, inlineCss, namesIn, scanHtml, textSourceFromHtml } from './template-html.js';
-import { MAX_RENDERED_BYTES, type Rendered, type Vars, escapeHtml, variableTooLong } from './templates.js';
+import { MAX_RENDERED_BYTES, type Rendered, type Vars, variableTooLong } from './templates.js';
 
 /**
  * The language of an account's own templates and layouts (docs/api/templates.md): Liquid through liquidjs, set up for
@@ -25,102 +26,9 @@ export interface LayoutSource {
   variables: Declarations;
 }
 
-/** The engine's limits (docs/api/templates.md "Limits"): one account's template cannot hold the event loop or the memory. */
-export const TEMPLATE_LIMITS = {
-  /** Source of one template (subject, html and text as UTF-8), decisions.md section 9. */
-  sourceBytes: 256 * 1024,
-  /** liquidjs `parseLimit`: characters parsed per part; a part is at most the whole source. */
-  parseLimit: 256 * 1024,
-  /** liquidjs `renderLimit`, ms, shared by the parts of one render: a send of a legitimate template takes well under 1 ms. */
-  renderLimit: 100,
-  /**
-   * liquidjs `memoryLimit`, per part: characters and array items a render may create (strings built, ranges, split
-   * results). A million is the 1 MB a message may hold, ten passes of a filter over the largest value, and creating
-   * that many items takes ~40 ms here.
-   */
-  memoryLimit: 1_000_000,
-  /** Items of an array a filter may take: sorting or de-duplicating more holds the event loop too long. */
-  filterArrayItems: 10_000,
-  /** Blocks (if, for, case, capture...) nested in one another: the parser recurses, 10,000 would overflow its stack. */
-  nesting: 50,
-  variables: 50,
-} as const;
-
 const VARIABLE_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,63}$/;
 /** The name a layout's html and text give the template's own content. */
 const CONTENT = 'content';
-
-/** Filters left out: they read properties or evaluate expressions per item, which strings never need. */
-const REMOVED_FILTERS = [
-  'where',
-  'where_exp',
-  'reject',
-  'reject_exp',
-  'group_by',
-  'group_by_exp',
-  'find',
-  'find_exp',
-  'find_index',
-  'find_index_exp',
-  'has',
-  'has_exp',
-  'map',
-];
-/** Tags left out: no file system (include, render, layout, block). */
-const REMOVED_TAGS = ['include', 'render', 'layout', 'block'];
-
-/** Markup a filter made from an escaped value (newline_to_br), written as it is. */
-class SafeHtml {
-  constructor(readonly html: string) {}
-  toString(): string {
-    return this.html;
-  }
-}
-
-type FilterThis = { context: { renderLimit: { check(now: number): void } } };
-
-function makeEngine(html: boolean): Liquid {
-  const engine = new Liquid({
-    strictFilters: true,
-    strictVariables: false,
-    ownPropertyOnly: true,
-    // No file system: an empty in-memory one, and the tags that would read it removed below.
-    templates: {},
-    dynamicPartials: false,
-    timezoneOffset: 0,
-    locale: 'en-US',
-    parseLimit: TEMPLATE_LIMITS.parseLimit,
-    renderLimit: TEMPLATE_LIMITS.renderLimit,
-    memoryLimit: TEMPLATE_LIMITS.memoryLimit,
-    ...(html ? { outputEscape: (v: unknown) => (v instanceof SafeHtml ? v.html : escapeHtml(v === null || v === undefined ? '' : String(v))) } : {}),
-  });
-  for (const tag of REMOVED_TAGS) delete engine.tags[tag];
-  for (const name of REMOVED_FILTERS) engine.unregisterFilter(name);
-  if (html) {
-    engine.unregisterFilter('raw');
-    // Every output is escaped once at the end: escaping before would show `&amp;lt;`.
-    for (const name of ['escape', 'escape_once', 'xml_escape', 'h']) engine.registerFilter(name, (v: unknown) => v);
-    engine.registerFilter('newline_to_br', (v: unknown) => new SafeHtml(escapeHtml(String(v ?? '')).replace(/\r?\n/g, '<br />\n')));
-  }
-  // Each filter checks the time left and the size of an array it is given, so no single filter runs long.
-  for (const [name, impl] of Object.entries(engine.filters)) {
-    const handler = typeof impl === 'function' ? impl : impl.handler;
-    if (!handler) continue;
-    engine.registerFilter(name, function (this: FilterThis, ...args: unknown[]) {
-      this.context.renderLimit.check(performance.now());
-      for (const a of args) {
-        if (Array.isArray(a) && a.length > TEMPLATE_LIMITS.filterArrayItems) {
-          throw new Error(`the ${name} filter takes at most ${TEMPLATE_LIMITS.filterArrayItems} items`);
-        }
-      }
-      return handler.apply(this as never, args as never);
-    });
-  }
-  return engine;
-}
-
-const htmlEngine = makeEngine(true);
-const textEngine = makeEngine(false);
 
 type Part = 'subject' | 'html' | 'text';
 
@@ -291,8 +199,13 @@ const given = (s: string | null | undefined): s is string => typeof s === 'strin
 
 /** The CSS inliner keeps every Liquid token of the html in place, or the html is refused naming the first it lost. */
 function checkInlining(html: string): string {
-  const r = inlineCss(html);
+  const r = inlineCss(html, TEMPLATE_LIMITS.inlinedElements);
   if ('html' in r) return r.html;
+  if ('elements' in r) {
+    throw invalid(
+      `html: with a <style> element, the html (with its layout) may have at most ${TEMPLATE_LIMITS.inlinedElements} elements, whose CSS is inlined when it is saved; this has ${r.elements}`,
+    );
+  }
   const tokens = new Tokenizer(html).readTopLevelTokens().filter((t) => t.kind !== TokenKind.HTML);
   const token = tokens[r.lost];
   const at = token ? ` line ${position(html, token.begin).line}:` : '';
@@ -303,6 +216,11 @@ function checkInlining(html: string): string {
 
 /** Throws ApiError('invalid_template', message) when the source does not compile or breaks a rule. */
 export function checkTemplateSource(src: TemplateSource): void {
+  checkTemplate(src, true);
+}
+
+/** The checks of a template; `inline` runs the CSS inliner on its html alone (compileTemplate inlines it with its layout). */
+function checkTemplate(src: TemplateSource, inline: boolean): void {
   checkDeclarations(src.variables);
   checkSize([src.subject, src.html, src.text]);
   if (!given(src.subject)) throw invalid('subject: is required');
@@ -310,18 +228,22 @@ export function checkTemplateSource(src: TemplateSource): void {
   checkPart('subject', src.subject, src.variables, false);
   if (given(src.html)) {
     checkPart('html', src.html, src.variables, false);
-    checkInlining(src.html);
+    if (inline) checkInlining(src.html);
   }
   if (given(src.text)) checkPart('text', src.text, src.variables, false);
 }
 
 export function checkLayoutSource(src: LayoutSource): void {
+  checkLayout(src, true);
+}
+
+function checkLayout(src: LayoutSource, inline: boolean): void {
   checkDeclarations(src.variables);
   checkSize([src.html, src.text]);
   if (!given(src.html) && !given(src.text)) throw invalid('a layout needs html, text or both');
   if (given(src.html)) {
     checkPart('html', src.html, src.variables, true);
-    checkInlining(src.html);
+    if (inline) checkInlining(src.html);
   }
   if (given(src.text)) checkPart('text', src.text, src.variables, true);
 }
@@ -366,8 +288,8 @@ function renderProblem(e: unknown): ApiError {
 
 /** Compiles a template (with its layout) once; render() reuses the parsed parts. */
 export function compileTemplate(src: TemplateSource, layout: LayoutSource | null): CompiledTemplate {
-  checkTemplateSource(src);
-  if (layout) checkLayoutSource(layout);
+  checkTemplate(src, false);
+  if (layout) checkLayout(layout, false);
   const variables = mergeDeclarations(src.variables, layout?.variables);
 
   const htmlSource = given(src.html) ? (layout && given(layout.html) ? wrapIn(layout.html, src.html) : src.html) : null;
@@ -479,4 +401,4 @@ export function renderWithLiquid(html: boolean, source: string, vars: Vars): str
   return String(engine.renderSync(engine.parse(source), { ...vars }));
 }
 
-export { HTML_TO_TEXT_OPTIONS, isHttpUrl };
+export { HTML_TO_TEXT_OPTIONS, TEMPLATE_LIMITS, isHttpUrl };
