@@ -146,6 +146,9 @@ describe('the URL rule (html only)', () => {
     ['text variable as an attribute', '<a {{ name }}>x</a>', '{{ name }} cannot be output inside an HTML tag, outside any attribute value'],
     ['text variable in <script>', '<script>\n\nvar a = {{ name }};</script>', 'html: line 3: {{ name }} cannot be output inside a <script> element'],
     ['a tag inside an HTML tag', '<td {% if note %}bgcolor="#fff"{% endif %}>', 'a Liquid tag cannot stand inside an HTML tag outside an attribute value'],
+    ['an html ending inside an attribute', '<p>x</p><a href="', 'html: the html ends at the start of the value of a URL attribute: close it'],
+    ['an html ending inside a tag', '<p>x</p><a ', 'html: the html ends inside an HTML tag, outside any attribute value: close it'],
+    ['an html ending inside a comment', '<p>x</p><!-- ', 'html: the html ends in an HTML comment: close it'],
     ['a tag inside <style>', '<style>{% if note %}p{color:red}{% endif %}</style>', 'a Liquid tag cannot stand inside a <style> element'],
   ])('%s is refused', (_what, html, message) => {
     const p = problem(() => checkTemplateSource(tpl({ html })));
@@ -288,6 +291,15 @@ describe('the text part generated from html', () => {
     expect(c.render({ name: 'Ann' }).text).toBe('Acme\n\nHi Ann\n');
   });
 
+  it('a loop between table rows (where html-to-text leaves Liquid out) still gives every row', () => {
+    const c = compileTemplate(
+      tpl({ html: '<table>{% assign rows = note | split: "," %}{% for r in rows %}<tr><td>{{ r }}</td><td>{{ name }}</td></tr>{% endfor %}</table>' }),
+      null,
+    );
+    const text = c.render({ name: 'Ann', note: 'a,b,c' }).text;
+    expect(text).toMatch(/a\s+Ann\s+b\s+Ann\s+c\s+Ann/);
+  });
+
   it('an html-only template without a layout keeps literal braces as text', () => {
     const c = compileTemplate(tpl({ html: '<p>&#123;&#123; name &#125;&#125; {{ name }}</p>' }), null);
     expect(c.render({ name: 'Ann' }).text).toBe('{{ name }} Ann\n');
@@ -338,6 +350,10 @@ describe('hostile templates: stopped by a limit, the event loop kept responsive'
     ['for with a huge limit', '{% for i in (1..900000) limit: 100000000000 %}{{ i }}{% endfor %}'],
     ['cycle a million times', '{% for i in (1..1000000) %}{% cycle "a", "b", "c" %}{% endfor %}'],
     ['tablerow a million cells', '{% tablerow i in (1..1000000) cols: 3 %}{{ i }}{% endtablerow %}'],
+    [
+      'a text part made at send from a large html',
+      '<table>{% assign rows = "a,b,c,d,e,f,g,h,i,j" | split: "," %}{% for i in (1..800) %}{% for r in rows %}<tr><td>{{ r }}</td><td>xxxxxxxxxx</td></tr>{% endfor %}{% endfor %}</table>',
+    ],
     ['output over 1 MB', '{% capture s %}{% for i in (1..10000) %}xxxxxxxxxx{% endfor %}{% endcapture %}{% for i in (1..20) %}{{ s }}{% endfor %}'],
   ];
 
@@ -398,6 +414,18 @@ describe('hostile templates: stopped by a limit, the event loop kept responsive'
     const p = problem(() => checkTemplateSource(tpl({ html: `${'{% if name %}'.repeat(10000)}x${'{% endif %}'.repeat(10000)}` })));
     expect(p.message).toBe('html: line 1: blocks are nested more than 50 deep');
     expect(performance.now() - t0).toBeLessThan(500);
+  });
+
+  it('a text part made at send from an html over 256 KB is refused, naming the way out', () => {
+    const c = compileTemplate(
+      tpl({
+        html: '<table>{% assign rows = "a,b,c,d,e,f,g,h,i,j" | split: "," %}{% for i in (1..800) %}{% for r in rows %}<tr><td>{{ r }}</td><td>xxxxxxxxxx</td></tr>{% endfor %}{% endfor %}</table>',
+      }),
+      null,
+    );
+    expect(problem(() => c.render(vars)).message).toMatch(
+      /^template: the html is over 256 KB and its text part would be made at each send .*: give the template a text part$/,
+    );
   });
 
   it('the messages name the limit', () => {

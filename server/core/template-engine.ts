@@ -29,6 +29,8 @@ export const TEMPLATE_LIMITS = {
   filterArrayItems: 10_000,
   /** Blocks (if, for, case, capture...) nested in one another: the parser recurses, 10,000 would overflow its stack. */
   nesting: 50,
+  /** Characters of html a text part is made from (html-to-text takes ~60 ms per 256 KB here). */
+  textFromHtml: 256 * 1024,
   variables: 50,
 } as const;
 

@@ -89,7 +89,7 @@ const RAW_TEXT = new Set(['script', 'style']);
  * Walks the Liquid tokens of an html part through a small HTML state machine (enough for mail: tags, quoted and
  * unquoted attributes, comments, <script> and <style>), giving each output and tag the context it stands in.
  */
-export function scanHtml(source: string): LiquidPiece[] {
+export function scanHtml(source: string): { pieces: LiquidPiece[]; ends: HtmlContext } {
   const tokens = new Tokenizer(source).readTopLevelTokens();
   let state: 'data' | 'tagName' | 'inTag' | 'attrName' | 'beforeValue' | 'dq' | 'sq' | 'uq' | 'comment' | 'raw' | 'endTag' | 'decl' = 'data';
   let tagName = '';
@@ -211,7 +211,7 @@ export function scanHtml(source: string): LiquidPiece[] {
     pieces.push({ token, kind: 'tag', name, writes: name === 'echo' || name === 'cycle' || name === 'liquid', ...where, depth });
     if (BLOCK_TAGS.has(name)) depth++;
   }
-  return pieces;
+  return { pieces, ends: context().context };
 }
 
 /** The names a Liquid expression refers to (not properties after a dot, not filter names, not string literals). */
@@ -296,6 +296,8 @@ export const HTML_TO_TEXT_OPTIONS = {
     { selector: 'img', format: 'skip' },
     { selector: 'a', options: { hideLinkHrefIfSameAsText: true } },
     ...['h1', 'h2', 'h3', 'h4', 'h5', 'h6'].map((selector) => ({ selector, options: { uppercase: false } })),
+    // Cells side by side, separated: html-to-text's default for a table that is not marked as data runs them together.
+    { selector: 'table', format: 'dataTable', options: { uppercaseHeaderCells: false, maxColumnWidth: 78 } },
   ],
 };
 

@@ -133,7 +133,11 @@ function checkContent(part: Part, source: string, templates: Template[], uses: n
 }
 
 function checkHtmlContexts(source: string, decl: Declarations, layout: boolean): void {
-  for (const piece of scanHtml(source)) {
+  const { pieces, ends } = scanHtml(source);
+  // A template's html goes into its layout's text: it must end there too, or the layout's own outputs after
+  // {{ content }} would land in a tag or an attribute they were not checked for.
+  if (ends !== 'text') throw invalid(`html: the html ends ${OUTPUT_RULES[ends].where.replace(/ \(.*\)$/, '')}: close it`);
+  for (const piece of pieces) {
     if (piece.kind === 'html') continue;
     const { line } = position(source, piece.token.begin);
     if (piece.kind === 'tag' && !piece.writes) {
@@ -315,7 +319,7 @@ export function compileTemplate(src: TemplateSource, layout: LayoutSource | null
   if (given(src.text)) {
     textPart = part('text', textEngine, layout && given(layout.text) ? wrapIn(layout.text, src.text) : src.text);
   } else if (inlined !== null) {
-    const derived = textSourceFromHtml(inlined);
+    const derived = inlined.length <= TEMPLATE_LIMITS.textFromHtml ? textSourceFromHtml(inlined) : null;
     try {
       textPart = derived === null ? null : part('text', textEngine, derived);
     } catch {
@@ -343,7 +347,7 @@ export function compileTemplate(src: TemplateSource, layout: LayoutSource | null
         .replace(/[\r\n]+/g, ' ')
         .trim();
       const html = htmlPart ? run(htmlPart) : '';
-      let text = textPart ? run(textPart) : textFromHtml ? htmlToText(html) : '';
+      let text = textPart ? run(textPart) : textFromHtml ? textAtSend(html) : '';
       if (textFromHtml)
         text = `${text
           .replace(/[ \t]+\n/g, '\n')
@@ -352,6 +356,17 @@ export function compileTemplate(src: TemplateSource, layout: LayoutSource | null
       return { subject, html, text };
     },
   };
+}
+
+/** The text part made from a rendered html, when it could not be derived at compile: bounded, as html-to-text takes ~60 ms per 256 KB here. */
+function textAtSend(html: string): string {
+  if (html.length > TEMPLATE_LIMITS.textFromHtml) {
+    throw new ApiError(
+      'invalid_request',
+      `template: the html is over ${TEMPLATE_LIMITS.textFromHtml / 1024} KB and its text part would be made at each send (a Liquid tag stands where html-to-text leaves it out, such as between table rows): give the template a text part`,
+    );
+  }
+  return htmlToText(html);
 }
 
 type Renderer = { fast: FastRender } | { engine: Liquid; templates: Template[] };
