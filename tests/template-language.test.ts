@@ -224,6 +224,16 @@ describe('layouts', () => {
     expect(r.subject).toBe('Hi Ann & <b>');
   });
 
+  it('a {{ content }} inside a comment or raw block is not where the template goes', () => {
+    const lay = layout({
+      html: '{% comment %}{{ content }}{% endcomment %}{% raw %}{{ content }}{% endraw %}<div>{{ content }}</div>',
+      text: '{% comment %}{{ content }}{% endcomment %}[{{ content }}]',
+    });
+    const r = compileTemplate(tpl({ html: '<p>{{ name }}</p>', text: 'T {{ name }}' }), lay).render({ name: 'Ann' });
+    expect(r.html).toBe('{{ content }}<div><p>Ann</p></div>');
+    expect(r.text).toBe('[T Ann]');
+  });
+
   it("the template's declaration wins on a clash, but a name the layout declares url stays a url", () => {
     const lay = layout({
       html: '<a href="{{ home }}">x</a>{{ content }}',

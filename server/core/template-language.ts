@@ -37,8 +37,12 @@ export interface CompiledTemplate {
 }
 
 /** The layout's source with its one top-level `{{ content }}` replaced by the template's source. */
-function wrapIn(layoutSource: string, content: string): string {
-  const token = new Tokenizer(layoutSource).readTopLevelTokens().find((t) => t.kind === TokenKind.Output && /^\{\{-?\s*content\s*-?\}\}$/.test(t.getText()));
+function wrapIn(engine: Liquid, layoutSource: string, content: string): string {
+  // The parsed top level, not the tokens: a `{{ content }}` inside `{% comment %}` or `{% raw %}` is a token too.
+  const token = engine
+    .parse(layoutSource)
+    .map((t) => t.token)
+    .find((t) => t.kind === TokenKind.Output && /^\{\{-?\s*content\s*-?\}\}$/.test(t.getText()));
   if (!token) return content;
   return layoutSource.slice(0, token.begin) + content + layoutSource.slice(token.end);
 }
@@ -73,7 +77,7 @@ export function compileTemplate(src: TemplateSource, layout: LayoutSource | null
   if (layout) checkLayout(layout, false);
   const variables = mergeDeclarations(src.variables, layout?.variables);
 
-  const htmlSource = given(src.html) ? (layout && given(layout.html) ? wrapIn(layout.html, src.html) : src.html) : null;
+  const htmlSource = given(src.html) ? (layout && given(layout.html) ? wrapIn(htmlEngine, layout.html, src.html) : src.html) : null;
   const inlined = htmlSource === null ? null : checkInlining(htmlSource);
   const parse = (part: Part, engine: Liquid, source: string) => {
     try {
@@ -94,7 +98,7 @@ export function compileTemplate(src: TemplateSource, layout: LayoutSource | null
   let textPart: Renderer | null = null;
   let textFromHtml = false;
   if (given(src.text)) {
-    textPart = part('text', textEngine, layout && given(layout.text) ? wrapIn(layout.text, src.text) : src.text);
+    textPart = part('text', textEngine, layout && given(layout.text) ? wrapIn(textEngine, layout.text, src.text) : src.text);
   } else if (inlined !== null) {
     const derived = inlined.length <= TEMPLATE_LIMITS.textFromHtml ? textSourceFromHtml(inlined) : null;
     try {
