@@ -134,6 +134,7 @@ describe('the URL rule (html only)', () => {
       '<a href="{{ name }}">x</a>',
       'html: line 1: the text variable name cannot start the value of href: only a variable declared with kind "url" may start a URL attribute',
     ],
+    ['text variable starting href, spaces around =', '<a href =\n "{{ name }}">x</a>', 'the text variable name cannot start the value of href'],
     ['text variable starting src (single quotes)', "<img src='{{ name }}'>", 'the text variable name cannot start the value of src'],
     ['a local starting href', '{% assign l = name %}<a href="{{ l }}">x</a>', '{{ l }} cannot start the value of href'],
     [
@@ -158,6 +159,7 @@ describe('the URL rule (html only)', () => {
 
   it.each([
     ['url variable starting href', '<a href="{{ link }}">go</a>'],
+    ['url variable starting href, spaces around =', '<a class="b" href = "{{ link }}" title = "{{ name }}">go</a>'],
     ['url variable with a filter, starting src', '<img src=" {{ link | append: "?w=2" }}">'],
     ['url variable in a conditional at the start', '<a href="{% if link %}{{ link }}{% else %}https://x.example/{% endif %}">go</a>'],
     ['text variable after a literal start', '<a href="https://x.example/u/{{ name | url_encode }}">go</a>'],
@@ -367,31 +369,44 @@ describe('hostile templates: stopped by a limit, the event loop kept responsive'
     ['output over 1 MB', '{% capture s %}{% for i in (1..10000) %}xxxxxxxxxx{% endfor %}{% endcapture %}{% for i in (1..20) %}{{ s }}{% endfor %}'],
   ];
 
-  it.each(cases)('%s ends with invalid_request within the limit, the event loop responsive', async (_what, html) => {
-    const c = compileTemplate(tpl({ html }), null);
-    const h = monitorEventLoopDelay({ resolution: 5 });
-    h.enable();
-    await nextTurn();
-    const t0 = performance.now();
-    let error: unknown;
-    // Three renders in a row, an async boundary between them, as a busy service would run them.
-    for (let i = 0; i < 3; i++) {
-      try {
-        c.render(vars);
-      } catch (e) {
-        error = e;
-      }
+  const textCases: [string, string][] = [
+    [
+      'capture doubling in the text part',
+      '{% assign s = "xxxxxxxxxx" %}{% for i in (1..40) %}{% capture s %}{{ s }}{{ s }}{% endcapture %}{% endfor %}{{ s }}',
+    ],
+    [
+      'output doubling in the text part',
+      '{% assign s = "xxxxxxxxxx" %}{% for i in (1..40) %}{% capture s %}{{ s }}{{ s }}{% endcapture %}{% endfor %}{{ s | upcase }}',
+    ],
+  ];
+  it.each([...cases.map(([w, h]) => [w, 'html', h] as const), ...textCases.map(([w, t]) => [w, 'text', t] as const)])(
+    '%s (%s) ends with invalid_request within the limit, the event loop responsive',
+    async (_what, part, source) => {
+      const c = compileTemplate(tpl({ [part]: source }), null);
+      const h = monitorEventLoopDelay({ resolution: 5 });
+      h.enable();
       await nextTurn();
-    }
-    const took = (performance.now() - t0) / 3;
-    h.disable();
-    const maxDelayMs = h.max / 1e6;
-    process.stderr.write(`hostile ${_what}: ${took.toFixed(0)} ms per render, event-loop delay max ${maxDelayMs.toFixed(0)} ms\n`);
-    expect(error).toBeInstanceOf(ApiError);
-    expect((error as ApiError).code).toBe('invalid_request');
-    expect((error as ApiError).message).toMatch(/^template: /);
-    expect(maxDelayMs).toBeLessThan(500);
-  });
+      const t0 = performance.now();
+      let error: unknown;
+      // Three renders in a row, an async boundary between them, as a busy service would run them.
+      for (let i = 0; i < 3; i++) {
+        try {
+          c.render(vars);
+        } catch (e) {
+          error = e;
+        }
+        await nextTurn();
+      }
+      const took = (performance.now() - t0) / 3;
+      h.disable();
+      const maxDelayMs = h.max / 1e6;
+      process.stderr.write(`hostile ${_what}: ${took.toFixed(0)} ms per render, event-loop delay max ${maxDelayMs.toFixed(0)} ms\n`);
+      expect(error).toBeInstanceOf(ApiError);
+      expect((error as ApiError).code).toBe('invalid_request');
+      expect((error as ApiError).message).toMatch(/^template: /);
+      expect(maxDelayMs).toBeLessThan(500);
+    },
+  );
 
   it('a template with <style> and more elements than the CSS inliner handles quickly is refused at save, quickly', () => {
     const html = `<style>p { color: red }</style>${'<p>x</p>'.repeat(1000)}`;

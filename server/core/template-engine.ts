@@ -1,5 +1,5 @@
 import { Liquid } from 'liquidjs';
-import { escapeHtml } from './templates.js';
+import { MAX_RENDERED_BYTES, escapeHtml } from './templates.js';
 
 /**
  * The two liquidjs engines of an account's own templates (docs/api/templates.md), set up for untrusted input: no file
@@ -21,10 +21,10 @@ export const TEMPLATE_LIMITS = {
   renderLimit: 100,
   /**
    * liquidjs `memoryLimit`, per part: characters and array items a render may create (strings built, ranges, split
-   * results). A million is the 1 MB a message may hold, ten passes of a filter over the largest value, and creating
-   * that many items takes ~40 ms here.
+   * results, html outputs escaped). Two million is twice the 1 MB a message may hold, and creating that many items
+   * takes ~80 ms here.
    */
-  memoryLimit: 1_000_000,
+  memoryLimit: 2_000_000,
   /** Items of an array a filter may take: sorting or de-duplicating more holds the event loop too long. */
   filterArrayItems: 10_000,
   /** Blocks (if, for, case, capture...) nested in one another: the parser recurses, 10,000 would overflow its stack. */
@@ -61,7 +61,20 @@ class SafeHtml {
   }
 }
 
-type FilterThis = { context: { renderLimit: { check(now: number): void } } };
+type FilterThis = { context: { renderLimit: { check(now: number): void }; memoryLimit: { use(n: number): void } } };
+
+/**
+ * Every output of html, escaped once. It is charged to the memory limit as liquidjs's own escape filter is, and an
+ * output over the 1 MB a message may hold is refused before it is copied: escaping a string doubled by `capture` in
+ * a loop would otherwise be one step of seconds.
+ */
+function escapeOutput(this: FilterThis, v: unknown): string {
+  if (v instanceof SafeHtml) return v.html;
+  const str = v === null || v === undefined ? '' : String(v);
+  if (str.length > MAX_RENDERED_BYTES) throw new Error('an output is larger than the 1 MB a message may hold');
+  this.context.memoryLimit.use(str.length);
+  return escapeHtml(str);
+}
 
 function makeEngine(html: boolean): Liquid {
   const engine = new Liquid({
@@ -76,7 +89,7 @@ function makeEngine(html: boolean): Liquid {
     parseLimit: TEMPLATE_LIMITS.parseLimit,
     renderLimit: TEMPLATE_LIMITS.renderLimit,
     memoryLimit: TEMPLATE_LIMITS.memoryLimit,
-    ...(html ? { outputEscape: (v: unknown) => (v instanceof SafeHtml ? v.html : escapeHtml(v === null || v === undefined ? '' : String(v))) } : {}),
+    ...(html ? { outputEscape: escapeOutput } : {}),
   });
   for (const tag of REMOVED_TAGS) delete engine.tags[tag];
   for (const name of REMOVED_FILTERS) engine.unregisterFilter(name);

@@ -91,7 +91,7 @@ const RAW_TEXT = new Set(['script', 'style']);
  */
 export function scanHtml(source: string): { pieces: LiquidPiece[]; ends: HtmlContext } {
   const tokens = new Tokenizer(source).readTopLevelTokens();
-  let state: 'data' | 'tagName' | 'inTag' | 'attrName' | 'beforeValue' | 'dq' | 'sq' | 'uq' | 'comment' | 'raw' | 'endTag' | 'decl' = 'data';
+  let state: 'data' | 'tagName' | 'inTag' | 'attrName' | 'afterName' | 'beforeValue' | 'dq' | 'sq' | 'uq' | 'comment' | 'raw' | 'endTag' | 'decl' = 'data';
   let tagName = '';
   let attrName = '';
   let rawTag = '';
@@ -161,8 +161,20 @@ export function scanHtml(source: string): { pieces: LiquidPiece[]; ends: HtmlCon
           case 'attrName':
             if (c === '=') state = 'beforeValue';
             else if (c === '>') state = RAW_TEXT.has(tagName) ? ((rawTag = tagName), 'raw') : 'data';
-            else if (/[\s/]/.test(c)) state = 'inTag';
+            else if (/\s/.test(c)) state = 'afterName';
+            else if (c === '/') state = 'inTag';
             else attrName += c.toLowerCase();
+            break;
+          case 'afterName':
+            // `href = "..."`: spaces around the `=` are allowed.
+            if (c === '=') state = 'beforeValue';
+            else if (c === '>') state = RAW_TEXT.has(tagName) ? ((rawTag = tagName), 'raw') : 'data';
+            else if (c === '/') state = 'inTag';
+            else if (!/\s/.test(c)) {
+              // A new attribute without a value before it.
+              state = 'attrName';
+              attrName = c.toLowerCase();
+            }
             break;
           case 'beforeValue':
             if (c === '"' || c === "'") {
