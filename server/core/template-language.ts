@@ -1,4 +1,4 @@
-import { type Liquid, type Template, TokenKind, Tokenizer } from 'liquidjs';
+import { type Liquid, type Template, TokenKind } from 'liquidjs';
 import type { DeclaredVariable } from '../../db/schema/templates.js';
 import { ApiError } from '../shared/errors.js';
 import { isHttpUrl } from './http-url.js';
