@@ -89,9 +89,9 @@ const RAW_TEXT = new Set(['script', 'style']);
  * Walks the Liquid tokens of an html part through a small HTML state machine (enough for mail: tags, quoted and
  * unquoted attributes, comments, <script> and <style>), giving each output and tag the context it stands in.
  */
-export function scanHtml(source: string): LiquidPiece[] {
+export function scanHtml(source: string): { pieces: LiquidPiece[]; ends: HtmlContext } {
   const tokens = new Tokenizer(source).readTopLevelTokens();
-  let state: 'data' | 'tagName' | 'inTag' | 'attrName' | 'beforeValue' | 'dq' | 'sq' | 'uq' | 'comment' | 'raw' | 'endTag' | 'decl' = 'data';
+  let state: 'data' | 'tagName' | 'inTag' | 'attrName' | 'afterName' | 'beforeValue' | 'dq' | 'sq' | 'uq' | 'comment' | 'raw' | 'endTag' | 'decl' = 'data';
   let tagName = '';
   let attrName = '';
   let rawTag = '';
@@ -161,8 +161,20 @@ export function scanHtml(source: string): LiquidPiece[] {
           case 'attrName':
             if (c === '=') state = 'beforeValue';
             else if (c === '>') state = RAW_TEXT.has(tagName) ? ((rawTag = tagName), 'raw') : 'data';
-            else if (/[\s/]/.test(c)) state = 'inTag';
+            else if (/\s/.test(c)) state = 'afterName';
+            else if (c === '/') state = 'inTag';
             else attrName += c.toLowerCase();
+            break;
+          case 'afterName':
+            // `href = "..."`: spaces around the `=` are allowed.
+            if (c === '=') state = 'beforeValue';
+            else if (c === '>') state = RAW_TEXT.has(tagName) ? ((rawTag = tagName), 'raw') : 'data';
+            else if (c === '/') state = 'inTag';
+            else if (!/\s/.test(c)) {
+              // A new attribute without a value before it.
+              state = 'attrName';
+              attrName = c.toLowerCase();
+            }
             break;
           case 'beforeValue':
             if (c === '"' || c === "'") {
@@ -211,7 +223,7 @@ export function scanHtml(source: string): LiquidPiece[] {
     pieces.push({ token, kind: 'tag', name, writes: name === 'echo' || name === 'cycle' || name === 'liquid', ...where, depth });
     if (BLOCK_TAGS.has(name)) depth++;
   }
-  return pieces;
+  return { pieces, ends: context().context };
 }
 
 /** The names a Liquid expression refers to (not properties after a dot, not filter names, not string literals). */
@@ -274,10 +286,13 @@ const JUICE_OPTIONS: juice.Options = {
 
 /**
  * The html source with the CSS of its <style> elements inlined into the elements' style attributes, the Liquid
- * left as written; null when some Liquid could not be kept in place (its index into the source's Liquid tokens).
+ * left as written; else the index of a Liquid token the inliner could not keep in place, or the count of elements
+ * when there are more than juice handles in a bounded time.
  */
-export function inlineCss(source: string): { html: string } | { lost: number } {
+export function inlineCss(source: string, maxElements: number): { html: string } | { lost: number } | { elements: number } {
   if (!/<style[\s>]/i.test(source)) return { html: source };
+  const elements = source.match(/<[A-Za-z]/g)?.length ?? 0;
+  if (elements > maxElements) return { elements };
   const { masked, tokens } = maskLiquid(source);
   const out = juice(masked, JUICE_OPTIONS);
   const seen = marksIn(out);
@@ -293,6 +308,8 @@ export const HTML_TO_TEXT_OPTIONS = {
     { selector: 'img', format: 'skip' },
     { selector: 'a', options: { hideLinkHrefIfSameAsText: true } },
     ...['h1', 'h2', 'h3', 'h4', 'h5', 'h6'].map((selector) => ({ selector, options: { uppercase: false } })),
+    // Cells side by side, separated: html-to-text's default for a table that is not marked as data runs them together.
+    { selector: 'table', format: 'dataTable', options: { uppercaseHeaderCells: false, maxColumnWidth: 78 } },
   ],
 };
 
