@@ -5,6 +5,13 @@ const counts = new Intl.NumberFormat('en-US');
 /** A count with thousands separators ("12,345"). */
 export const formatCount = (n: number): string => counts.format(n);
 
+/** A size as a person reads it: "812 bytes", "4.9 KB", "1.2 MB" (1 KB = 1,024 bytes). */
+export function formatBytes(n: number): string {
+  if (n < 1024) return n === 1 ? '1 byte' : `${formatCount(n)} bytes`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KB`;
+  return `${(n / (1024 * 1024)).toFixed(1)} MB`;
+}
+
 /** "1 recipient", "3 recipients". */
 export const plural = (n: number, one: string, many = `${one}s`) => `${formatCount(n)} ${n === 1 ? one : many}`;
 

@@ -12,6 +12,7 @@ export const NAV = [
   { href: '/dashboard/domains', label: 'Domains' },
   { href: '/dashboard/emails', label: 'Send log' },
   { href: '/dashboard/captured', label: 'Captured mail' },
+  { href: '/dashboard/templates', label: 'Templates' },
   { href: '/dashboard/webhooks', label: 'Webhooks' },
   { href: '/dashboard/suppressions', label: 'Suppressions' },
   { href: '/dashboard/database', label: 'Database' },

@@ -4,7 +4,8 @@ import { buildMime } from './mime.js';
 
 /**
  * The message as sent: From and Reply-To as the send built them (ASCII, non-ASCII names as bare RFC 2047 encoded
- * words), To, Subject, Message-ID, Date, MIME-Version, multipart/alternative text and html (mta/mime.ts), every line
+ * words), To, Subject, Message-ID, Date, MIME-Version, multipart/alternative text and html, in multipart/related with
+ * its inline parts and multipart/mixed with its attachments when it has them (mta/mime.ts), every line
  * ending CRLF; then a DKIM-Signature (rsa-sha256, relaxed/relaxed) with the domain's prepared key, timestamped
  * `signTime`. Runs in the signer's thread (mta/signer.ts).
  */
@@ -18,6 +19,7 @@ export function buildSignedMessage(msg: OutboundMessageRow, recipients: readonly
     date: msg.createdAt,
     text: msg.text,
     html: msg.html,
+    attachments: msg.attachments,
   });
   return signMessage(raw, key, signTime);
 }

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import type { OutboundAttachment } from '../db/schema/index.js';
 import { encodeWords } from '../server/core/addresses.js';
 
 /**
@@ -139,11 +140,115 @@ export interface MimeInput {
   date: number;
   text: string;
   html: string;
+  /** The queued message's attachments (server/core/attachments.ts validated them); none keeps the message as it was. */
+  attachments?: readonly OutboundAttachment[] | null;
+}
+
+/** A boundary of its own for each multipart: random, so none is a prefix of another or found in a part. */
+const newBoundary = () => `--_ms_${randomBytes(12).toString('hex')}`;
+
+/**
+ * A multipart entity: its Content-Type (with `params`, each a folded line ending `;`), a blank line, then the parts
+ * between its delimiters. The CRLF before each delimiter belongs to the delimiter (RFC 2046 section 5.1.1).
+ */
+function multipart(subtype: 'alternative' | 'related' | 'mixed', parts: readonly Buffer[][], params = ''): Buffer[] {
+  const boundary = newBoundary();
+  const out: Buffer[] = [Buffer.from(`Content-Type: multipart/${subtype};\r\n${params} boundary="${boundary}"\r\n\r\n--${boundary}\r\n`, 'ascii')];
+  parts.forEach((p, i) => {
+    if (i > 0) out.push(Buffer.from(`\r\n--${boundary}\r\n`, 'ascii'));
+    out.push(...p);
+  });
+  out.push(Buffer.from(`\r\n--${boundary}--\r\n`, 'ascii'));
+  return out;
+}
+
+/** RFC 2231 attribute characters: what a parameter value may hold unescaped (any other byte is `%XX`). */
+const ATTR_CHAR = /^[A-Za-z0-9!#$&+\-.^_`|~]$/;
+
+function percentEncoded(ch: string): string {
+  if (ATTR_CHAR.test(ch)) return ch;
+  let out = '';
+  for (const b of Buffer.from(ch, 'utf8')) out += `%${b.toString(16).toUpperCase().padStart(2, '0')}`;
+  return out;
+}
+
+/**
+ * A value sent as a quoted-string as it is: printable ASCII without a quote or backslash, and without `=?` (clients
+ * decode RFC 2047 words inside a quoted name, so `x.pdf=?UTF-8?B?LmV4ZQ==?=` would read as `x.pdf.exe`).
+ */
+const QUOTABLE = /^[\x20-\x7e]*$/;
+const quotable = (value: string) => QUOTABLE.test(value) && !/["\\]/.test(value) && !value.includes('=?');
+
+/** Whether a parameter line (a leading space, then `text` and its `;`) stays within 78 characters. */
+const fits = (text: string) => 1 + text.length + 1 <= 78;
+
+/**
+ * A Content-Disposition `filename` as parameter lines: a quoted-string when the name is printable ASCII and fits;
+ * else RFC 2231's `filename*=utf-8''` with UTF-8 percent-encoded, continued as `filename*0*=`, `filename*1*=`, ...
+ * (section 3) when one line cannot hold it, each segment ending on a whole character.
+ */
+export function filenameParams(name: string): string[] {
+  if (quotable(name) && fits(`filename="${name}"`)) return [`filename="${name}"`];
+  const encoded = [...name].map(percentEncoded);
+  const whole = `filename*=utf-8''${encoded.join('')}`;
+  if (fits(whole)) return [whole];
+  const lines: string[] = [];
+  let line = `filename*0*=utf-8''`;
+  for (const piece of encoded) {
+    if (!fits(line + piece)) {
+      lines.push(line);
+      line = `filename*${lines.length}*=`;
+    }
+    line += piece;
+  }
+  lines.push(line);
+  return lines;
+}
+
+/**
+ * The Content-Type `name` older clients read instead of RFC 2231: a quoted-string of the name when it is printable
+ * ASCII and fits, else RFC 2047 encoded words inside the quotes (what those clients decode there), folded between words.
+ */
+export function nameParam(name: string): string {
+  if (quotable(name) && fits(`name="${name}"`)) return `name="${name}"`;
+  return `name="${encodeWords(name).replace(/ /g, '\r\n ')}"`;
+}
+
+/** A header that folds after its colon when its value (one word that cannot break) does not fit beside its name. */
+function shortHeader(name: string, value: string): string {
+  return name.length + 2 + value.length <= 78 ? `${name}: ${value}` : `${name}:\r\n ${value}`;
+}
+
+/** An attachment's part: its type with `name`, base64 in lines of 76, its disposition and file name, its Content-ID. */
+function attachmentPart(a: OutboundAttachment): Buffer[] {
+  const inline = a.contentId !== null;
+  const head =
+    `${shortHeader('Content-Type', `${a.contentType};`)}\r\n ${nameParam(a.filename)}\r\n` +
+    'Content-Transfer-Encoding: base64\r\n' +
+    `Content-Disposition: ${inline ? 'inline' : 'attachment'};\r\n ${filenameParams(a.filename).join(';\r\n ')}\r\n` +
+    (inline ? `${shortHeader('Content-ID', `<${a.contentId}>`)}\r\n` : '') +
+    '\r\n';
+  const lines: string[] = [];
+  for (let i = 0; i < a.content.length; i += 76) lines.push(a.content.slice(i, i + 76));
+  return [Buffer.from(head, 'ascii'), Buffer.from(lines.join('\r\n'), 'ascii')];
+}
+
+/**
+ * The body entity: the text and html as multipart/alternative; with inline parts (a contentId), that alternative
+ * and the inline parts in multipart/related; with other attachments, that and the attachments in multipart/mixed.
+ */
+function bodyEntity(m: MimeInput): Buffer[] {
+  let entity = multipart('alternative', [part('text/plain', m.text), part('text/html', m.html)]);
+  const all = m.attachments ?? [];
+  const inline = all.filter((a) => a.contentId !== null);
+  const attached = all.filter((a) => a.contentId === null);
+  if (inline.length > 0) entity = multipart('related', [entity, ...inline.map(attachmentPart)], ' type="multipart/alternative";\r\n');
+  if (attached.length > 0) entity = multipart('mixed', [entity, ...attached.map(attachmentPart)]);
+  return entity;
 }
 
 /** The whole message, CRLF throughout, ready to sign. */
 export function buildMime(m: MimeInput): Buffer {
-  const boundary = `--_ms_${randomBytes(12).toString('hex')}`;
   const head =
     foldHeader('From', m.fromHeader) +
     (m.replyToHeader ? foldHeader('Reply-To', m.replyToHeader) : '') +
@@ -151,15 +256,6 @@ export function buildMime(m: MimeInput): Buffer {
     subjectHeader(m.subject) +
     foldHeader('Message-ID', m.messageId) +
     `Date: ${rfc5322Date(m.date)}\r\n` +
-    'MIME-Version: 1.0\r\n' +
-    `Content-Type: multipart/alternative;\r\n boundary="${boundary}"\r\n` +
-    '\r\n';
-  const delimiter = Buffer.from(`\r\n--${boundary}\r\n`, 'ascii');
-  return Buffer.concat([
-    Buffer.from(`${head}--${boundary}\r\n`, 'ascii'),
-    ...part('text/plain', m.text),
-    delimiter,
-    ...part('text/html', m.html),
-    Buffer.from(`\r\n--${boundary}--\r\n`, 'ascii'),
-  ]);
+    'MIME-Version: 1.0\r\n';
+  return Buffer.concat([Buffer.from(head, 'ascii'), ...bodyEntity(m)]);
 }

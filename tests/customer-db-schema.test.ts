@@ -52,6 +52,27 @@ const columnsOf = (c: pg.Client, table: string) =>
     .then((r) => Object.fromEntries(r.rows.map((row) => [row.column_name, row.data_type])));
 
 describe('the service schema', () => {
+  it('a database at version 1 (written before own templates) gains template_version and attachments, its rows kept', async () => {
+    const db = await freshDatabase();
+    await withClient(db, async (c) => {
+      // Version 1 as the service created it before: service.emails without the two columns.
+      await c.query('create schema service');
+      await c.query('create table service.schema_migrations (version integer primary key, name text not null, applied_at timestamptz not null default now())');
+      await c.query(CUSTOMER_MIGRATIONS[0]!.sql.replace('template_version integer,', '').replace('attachments jsonb,', ''));
+      await c.query("insert into service.schema_migrations (version, name) values (1, 'emails, events, inbound, attachments')");
+      await c.query(
+        "insert into service.emails (id, account_id, from_address, to_addresses, subject, html, text, template, status, created_at) values (gen_random_uuid(), gen_random_uuid(), 'a@b.example', '{c@d.example}', 's', 'h', 't', 'receipt', 'sent', now())",
+      );
+      expect(await columnsOf(c, 'emails')).not.toHaveProperty('template_version');
+      expect(await migrateCustomerDb(c)).toBe(CUSTOMER_SCHEMA_VERSION);
+      expect(await columnsOf(c, 'emails')).toMatchObject({ template_version: 'integer', attachments: 'jsonb' });
+      expect((await c.query('select template, template_version, attachments from service.emails')).rows).toEqual([
+        { template: 'receipt', template_version: null, attachments: null },
+      ]);
+      expect((await c.query('select version from service.schema_migrations order by version')).rows.map((r) => r.version)).toEqual([1, 2]);
+    });
+  });
+
   it('is created with every table and column docs/api/behaviour.md names, at the current version', async () => {
     const db = await freshDatabase();
     await withClient(db, async (c) => {
@@ -65,6 +86,8 @@ describe('the service schema', () => {
         html: 'text',
         text: 'text',
         template: 'text',
+        template_version: 'integer',
+        attachments: 'jsonb',
         tags: 'jsonb',
         status: 'text',
         created_at: 'timestamp with time zone',

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { eq } from 'drizzle-orm';
 import type pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
@@ -137,6 +138,33 @@ describe('writing sends and outcomes', () => {
     ]);
     expect((await emailRow(id)).delivered_at).not.toBeNull();
     expect(await status(sender.key)).toMatchObject({ state: 'connected', pending: 0, lastError: null });
+  });
+
+  it("an own template's send writes its name and version with the rendered content, and each attachment's record, never its bytes", async () => {
+    const made = await rig.service.api('POST', '/templates', {
+      key: sender.key,
+      body: { name: 'invoice', subject: 'Invoice {{ number }}', html: '<p>Invoice {{ number }} attached.</p>', variables: { number: { required: true } } },
+    });
+    expect(made.status, JSON.stringify(made.body)).toBe(201);
+    const pdf = Buffer.from('%PDF-1.4 an invoice');
+    const res = await rig.service.api('POST', '/emails', {
+      key: sender.key,
+      body: {
+        from: sender.from,
+        to: 'ann@example.net',
+        template: { name: 'invoice', number: 'INV-7' },
+        attachments: [{ filename: 'INV-7.pdf', content: pdf.toString('base64') }],
+      },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    await writer.runOnce();
+    const row = await emailRow(res.body.id as string);
+    expect(row).toMatchObject({ template: 'invoice', template_version: 1, subject: 'Invoice INV-7' });
+    expect(row.html).toContain('Invoice INV-7 attached.');
+    expect(row.attachments).toEqual([
+      { filename: 'INV-7.pdf', contentType: 'application/pdf', size: pdf.length, sha256: createHash('sha256').update(pdf).digest('hex'), contentId: null },
+    ]);
+    expect(JSON.stringify(row)).not.toContain(pdf.toString('base64'));
   });
 
   it('a bounce writes its event and bounced_at; a sandbox send writes nothing', async () => {

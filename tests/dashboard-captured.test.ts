@@ -235,6 +235,39 @@ describe('captured mail in the browser', () => {
     expect(html).toContain('no key in DNS, and Mailstead holds none for this domain and selector');
     expect(html).toContain('(no key)');
   });
+
+  it('lists a captured message’s attachments parsed from its bytes: name, type, readable size, inline parts marked with their id', {
+    timeout: 60_000,
+  }, async () => {
+    const res = await service.api('POST', '/emails', {
+      key: shop.key,
+      body: { from: shop.from, to: 'ivy@example.net', template: { name: 'notification', subject: 'Your invoice', body: 'Attached.' } },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const id = res.body.id as string;
+    // POST /emails takes `attachments` on the lead's branch: here the queued message is given them as the send stores them.
+    const attachments = [
+      { filename: 'Rechnung März 2026.pdf', contentType: 'application/pdf', content: Buffer.alloc(5000, 7).toString('base64'), contentId: null },
+      { filename: 'logo.png', contentType: 'image/png', content: Buffer.alloc(812, 1).toString('base64'), contentId: 'logo' },
+    ];
+    service.deps.db.update(outboundMessages).set({ attachments }).where(eq(outboundMessages.id, id)).run();
+    await createDeliveryEngine(service.deps, { timeouts: FAST_TIMEOUTS }).runOnce();
+
+    const page = await newPage(browser);
+    await signIn(page, service.url, token, `/dashboard/captured/${id}?recipient=ivy%40example.net`);
+    const items = page.locator('section[aria-labelledby="attachments"] li');
+    expect(await items.count()).toBe(2);
+    const inline = page.locator('section[aria-labelledby="attachments"] li[data-attachment="inline"]');
+    expect(await inline.textContent()).toBe('logo.png (image/png, 812 bytes) inline cid:logo');
+    const attached = page.locator('section[aria-labelledby="attachments"] li[data-attachment="attachment"]');
+    expect(await attached.textContent()).toBe('Rechnung März 2026.pdf (application/pdf, 4.9 KB)');
+    expect(await attached.locator('span[title]').getAttribute('title')).toBe('5,000 bytes');
+    // Signed with its attachments: the verdict still passes.
+    expect(await page.locator('#dkim ~ .panel .badge').first().textContent()).toBe('pass');
+    await expectAccessible(page, 'captured message with attachments');
+    expect(problemsBesidesTheFrame(page)).toEqual([]);
+    await page.context().close();
+  });
 });
 
 describe('captured mail over HTTP', () => {

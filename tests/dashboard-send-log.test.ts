@@ -3,6 +3,7 @@ import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { customerDbWrites, emails } from '../db/schema/index.js';
 import { type QueuedWrite, deleteWrites, openWrite, recordRefusedWrite } from '../server/core/customer-db-outbox.js';
+import { attachmentRecords } from '../server/core/attachments.js';
 import { newId } from '../server/shared/ids.js';
 import { createWebhookDispatcher } from '../server/webhooks/dispatcher.js';
 import { expectAccessible, horizontalOverflow, launchBrowser, newPage, pageProblems, screenshot, signIn } from './helpers/browser.js';
@@ -157,6 +158,46 @@ describe('the send log in the browser', () => {
       expect(await horizontalOverflow(page), path).toBe(0);
       await expectAccessible(page, `${path} at phone width`);
     }
+    expect(pageProblems(page)).toEqual([]);
+    await page.context().close();
+  }, 60_000);
+
+  it('shows what the log keeps of an email’s attachments: name, type, size, a short SHA-256 with the whole one to copy, inline parts marked', async () => {
+    const { service } = rig;
+    const s = await newSender(service, { name: 'Attachment Shop' });
+    // POST /emails takes `attachments` on the lead's branch: here the log row is written with the records a send keeps.
+    const records = attachmentRecords([
+      { filename: 'Rechnung März 2026.pdf', contentType: 'application/pdf', content: Buffer.alloc(5000, 7), contentId: null },
+      { filename: 'logo.png', contentType: 'image/png', content: Buffer.alloc(812, 1), contentId: 'logo' },
+    ]);
+    const id = logEmail(s.account.id, { to: ['ivy@example.net'], at: service.clock.now(), subject: 'Your invoice' });
+    service.deps.db.update(emails).set({ attachments: records }).where(eq(emails.id, id)).run();
+    const plain = logEmail(s.account.id, { to: ['ivy@example.net'], at: service.clock.now(), subject: 'No files' });
+
+    const page = await newPage(browser);
+    await signIn(page, service.url, token, `/dashboard/emails/${id}`);
+    const rows = page.locator('#email-attachments tbody tr');
+    expect(await rows.count()).toBe(2);
+    const [pdf, png] = records;
+    const first = rows.nth(0);
+    expect(await first.locator('td').nth(0).textContent()).toBe('Rechnung März 2026.pdf');
+    expect(await first.locator('td').nth(1).textContent()).toBe('application/pdf');
+    expect(await first.locator('td').nth(2).textContent()).toBe('4.9 KB');
+    expect(await first.locator('td').nth(2).locator('span').getAttribute('title')).toBe('5,000 bytes');
+    const short = first.locator('code[title]');
+    expect(await short.textContent()).toBe(`${pdf!.sha256.slice(0, 12)}…`);
+    expect(await short.getAttribute('title')).toBe(pdf!.sha256);
+    // The Copy button copies the whole value.
+    const copy = first.getByRole('button', { name: 'Copy the SHA-256 of Rechnung März 2026.pdf' });
+    expect(await page.locator(`#${await copy.getAttribute('data-copy')}`).textContent()).toBe(pdf!.sha256);
+    const second = rows.nth(1);
+    expect(await second.locator('td').nth(0).textContent()).toBe('logo.png inline cid:logo');
+    expect(await second.locator('td').nth(2).textContent()).toBe('812 bytes');
+    expect(await second.getAttribute('data-sha256')).toBe(png!.sha256);
+    await expectAccessible(page, 'email page with attachments');
+
+    await page.goto(`${service.url}/dashboard/emails/${plain}`);
+    expect(await page.getByRole('heading', { name: 'Attachments' }).count()).toBe(0);
     expect(pageProblems(page)).toEqual([]);
     await page.context().close();
   }, 60_000);

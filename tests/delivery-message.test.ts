@@ -2,7 +2,8 @@ import { eq } from 'drizzle-orm';
 import { simpleParser } from 'mailparser';
 import { dkimVerify } from 'mailauth/lib/dkim/verify.js';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { domainKeys } from '../db/schema/index.js';
+import { createHash } from 'node:crypto';
+import { domainKeys, outboundMessages } from '../db/schema/index.js';
 import type { DeliveryEngine } from '../mta/delivery-engine.js';
 import { resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import type { TestDnsServer } from './helpers/dns-server.js';
@@ -280,5 +281,40 @@ describe('the DKIM signature', () => {
     dns.add(`${row.selector}._domainkey.${s.domain}`, { type: 'TXT', data: `v=DKIM1; h=sha256; k=rsa; p=${wrong.dkimPublicKey}`.match(/.{1,255}/g)! });
     const { raw } = await sendAndDeliver(s, { from: `billing@${s.domain}`, to: 'gina@example.net', template: { name: 'welcome' } });
     expect((await verify(raw)).results[0]?.status.result).not.toBe('pass');
+  });
+});
+
+describe('a queued message with attachments', () => {
+  it('is delivered with them (inline part in multipart/related, the rest in multipart/mixed), its bytes intact, DKIM-signed', async () => {
+    const s = await newSender(service);
+    publishSigningRecord(s);
+    const res = await service.api('POST', '/emails', {
+      key: s.key,
+      body: { from: `billing@${s.domain}`, to: 'hana@example.net', template: { name: 'welcome' } },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const id = res.body.id as string;
+    // POST /emails takes `attachments` on the lead's branch; here the queued row is given them as the send stores them.
+    const pdf = Buffer.from(Array.from({ length: 3000 }, (_, i) => (i * 7) % 256));
+    const png = Buffer.from(Array.from({ length: 900 }, (_, i) => (i * 13) % 256));
+    const attachments = [
+      { filename: 'Rechnung März 2026.pdf', contentType: 'application/pdf', content: pdf.toString('base64'), contentId: null },
+      { filename: 'logo.png', contentType: 'image/png', content: png.toString('base64'), contentId: 'logo' },
+    ];
+    service.deps.db.update(outboundMessages).set({ attachments }).where(eq(outboundMessages.id, id)).run();
+    await engine.runOnce();
+    expect(sink.received).toHaveLength(1);
+    const raw = sink.received[0]!.raw;
+
+    expect((await verify(raw)).results[0]?.status.result).toBe('pass');
+    expect(raw.toString('latin1')).not.toMatch(BARE_CR_OR_LF);
+    expect(headersOf(raw).get('content-type')![0]).toMatch(/^multipart\/mixed;/);
+    const mail = await simpleParser(raw, { keepCidLinks: true });
+    expect(mail.text).toContain('Welcome');
+    const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+    expect(mail.attachments.map((a) => [a.filename, a.contentType, a.cid ?? null, sha(a.content)])).toEqual([
+      ['logo.png', 'image/png', 'logo', sha(png)],
+      ['Rechnung März 2026.pdf', 'application/pdf', null, sha(pdf)],
+    ]);
   });
 });

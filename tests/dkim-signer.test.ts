@@ -4,6 +4,7 @@ import { dkimVerify } from 'mailauth/lib/dkim/verify.js';
 import { describe, expect, it } from 'vitest';
 import { dkimSignature, prepareSigningKey } from '../mta/dkim.js';
 import { signMessage } from '../mta/message.js';
+import { buildMime } from '../mta/mime.js';
 
 /**
  * The signing path (mta/dkim.ts): its own relaxed canonicalization with a key parsed once. mailauth's verifier must
@@ -105,6 +106,29 @@ describe('the DKIM signer', () => {
       expect(result.results[0]?.status.result, JSON.stringify(result.results[0]?.status)).toBe('pass');
     });
   }
+
+  it('signs a message built with inline parts and attachments, and mailauth verifies it; a changed attachment byte fails', async () => {
+    const raw = buildMime({
+      fromHeader: 'Shop <billing@shop.example.com>',
+      replyToHeader: null,
+      to: ['a@example.net'],
+      subject: 'Your invoice',
+      messageId: '<3@mx.test>',
+      date: signTime.getTime(),
+      text: 'Attached.',
+      html: '<p>Attached.</p><img src="cid:logo">',
+      attachments: [
+        { filename: 'Rechnung März 2026.pdf', contentType: 'application/pdf', content: Buffer.alloc(3000, 9).toString('base64'), contentId: null },
+        { filename: 'logo.png', contentType: 'image/png', content: Buffer.alloc(300, 4).toString('base64'), contentId: 'logo' },
+      ],
+    });
+    const signed = signMessage(raw, key, signTime);
+    expect((await dkimVerify(signed, { resolver, curTime: signTime })).results[0]?.status.result).toBe('pass');
+    // One base64 character of the PDF changed (CQkJ is three 9 bytes): the body hash no longer matches.
+    const altered = Buffer.from(signed.toString('latin1').replace('CQkJCQkJ', 'CQkJCQkK'), 'latin1');
+    expect(altered.equals(signed)).toBe(false);
+    expect((await dkimVerify(altered, { resolver, curTime: signTime })).results[0]?.status.comment).toMatch(/body hash/);
+  });
 
   it('signs a body change into a failing verification', async () => {
     const signed = signMessage(Buffer.from(messages[0]![1]), key, signTime).toString().replace('Thanks', 'Thank');

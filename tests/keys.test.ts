@@ -36,7 +36,10 @@ interface MintedBody {
   key: string;
 }
 
-/** The 14 scopes of docs/api/contract.md, Authentication 3, written out from the spec rather than imported. */
+/**
+ * The 14 scopes of docs/api/contract.md, Authentication 3, and the two of docs/api/decisions.md section 9 (own
+ * templates), written out from the spec rather than imported.
+ */
 const ALL_SCOPES = [
   'emails:send',
   'emails:read',
@@ -52,6 +55,8 @@ const ALL_SCOPES = [
   'suppressions:write',
   'database:read',
   'database:write',
+  'templates:read',
+  'templates:write',
 ] as const satisfies readonly Scope[];
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -174,6 +179,19 @@ describe('POST /keys', () => {
 
     const fromFull = await mint(service.newAccount().key, { name: 'everything' });
     expect(sorted(fromFull.scopes)).toEqual(sorted(ALL_SCOPES));
+  });
+
+  it('a key made before own templates keeps the 14 scopes it had: the template catalog still answers it, writing a template does not', async () => {
+    const { account } = service.newAccount();
+    const older = service.newKey(
+      account.id,
+      ALL_SCOPES.filter((s) => !s.startsWith('templates:')),
+    );
+    expect((await service.api('GET', '/templates', { key: older })).status).toBe(200);
+    expectError(await service.api('POST', '/templates', { key: older, body: { name: 'mine', subject: 'Hi', text: 'Hello' } }), 403, 'insufficient_scope');
+    const minted = await mint(older, { name: 'from the older key' });
+    expect(minted.scopes).toHaveLength(14);
+    expect(minted.scopes).not.toContain('templates:write');
   });
 
   it('a key minted with a subset of scopes holds exactly that subset', async () => {

@@ -60,6 +60,9 @@ describe('GET /emails/{id}', () => {
       to: ['ann@example.net', 'bob@example.net'],
       subject: 'Your receipt R-1001',
       template: 'receipt',
+      // A built-in has no version; nothing was attached.
+      templateVersion: null,
+      attachments: [],
       status: 'sent',
       error: null,
       createdAt: new Date(service.clock.now()).toISOString(),

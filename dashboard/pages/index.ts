@@ -10,6 +10,7 @@ import { emailPages } from './emails.js';
 import { overviewPages } from './overview.js';
 import { postmasterPages } from './postmaster.js';
 import { suppressionPages } from './suppressions.js';
+import { templatePages } from './templates.js';
 import { webhookPages } from './webhooks.js';
 
 /** Every section's routes (paths relative to /dashboard), mounted behind the session and CSRF checks. */
@@ -21,6 +22,7 @@ export const PAGE_MODULES: ReadonlyArray<(deps: Deps) => Hono<DashEnv>> = [
   emailPages,
   capturedPages,
   webhookPages,
+  templatePages,
   suppressionPages,
   databasePages,
   postmasterPages,

@@ -40,12 +40,14 @@ export interface MessageParts {
   headers: { name: string; value: string }[];
   html: string | null;
   text: string | null;
-  attachments: { filename: string; contentType: string; size: number }[];
+  /** Each attachment; an inline one (a part of multipart/related or disposition inline) with its Content-ID when it has one. */
+  attachments: { filename: string; contentType: string; size: number; inline: boolean; contentId: string | null }[];
 }
 
 /**
  * The parts of a message. simpleParser holds it whole in memory, which is fine here: a send is at most 1 MB of
- * rendered content (MAX_RENDERED_BYTES), so a captured message is about that size.
+ * rendered content (MAX_RENDERED_BYTES) and its attachments fit a request body under 1 MiB, so a captured message is
+ * at most about 2 MB.
  */
 export async function partsOf(raw: Buffer): Promise<MessageParts> {
   const mail = await simpleParser(raw, { skipTextToHtml: true, skipTextLinks: true });
@@ -62,7 +64,13 @@ export async function partsOf(raw: Buffer): Promise<MessageParts> {
     }),
     html: mail.html === false ? null : mail.html,
     text: mail.text ?? null,
-    attachments: mail.attachments.map((a) => ({ filename: a.filename ?? '(no name)', contentType: a.contentType, size: a.size })),
+    attachments: mail.attachments.map((a) => ({
+      filename: a.filename ?? '(no name)',
+      contentType: a.contentType,
+      size: a.size,
+      inline: a.related === true || a.contentDisposition === 'inline',
+      contentId: a.cid ?? null,
+    })),
   };
 }
 

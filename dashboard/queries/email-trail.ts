@@ -2,6 +2,7 @@ import { and, asc, eq, gte, inArray, lt, sql } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import {
   type AccountRow,
+  type AttachmentRecord,
   type CustomerDatabaseRow,
   accounts,
   capturedMessages,
@@ -78,6 +79,8 @@ export interface EmailTrail {
   customerDb: CustomerDbTrail;
   /** Recipients with a captured message to open (capture mode only). */
   captured: Set<string>;
+  /** What the log keeps of the email's attachments (name, type, size, SHA-256; never the bytes). */
+  attachments: AttachmentRecord[];
 }
 
 /** The email's account, or the 404 page: an id that is no email (or no id at all) reads like an unknown one. */
@@ -101,6 +104,7 @@ export function emailTrail(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'secretK
     deliveries: causedDeliveries(deps.db, account.id, id, eventTimes, deps.clock.now()),
     customerDb: customerDbTrail(deps, account.id, id, createdAt, email),
     captured: capturedRecipients(deps, id),
+    attachments: deps.db.select({ attachments: emails.attachments }).from(emails).where(eq(emails.id, id)).get()?.attachments ?? [],
   };
 }
 

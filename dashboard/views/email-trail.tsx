@@ -1,8 +1,9 @@
 import type { FC } from 'hono/jsx';
 import type { DeliveryMode } from '../../server/shared/config.js';
 import type { EventView } from '../../server/core/emails.js';
+import type { AttachmentRecord } from '../../db/schema/index.js';
 import type { CausedDelivery, EmailTrail, QueuedRecipient, WriteItem, WriteState } from '../queries/email-trail.js';
-import { plural } from '../format.js';
+import { formatBytes, formatCount, plural } from '../format.js';
 import { Badge, type BadgeTone, Copyable, DataTable, TableRegion, Time } from '../ui.js';
 import { EmailStatusBadges, OUTCOME_TONE } from './emails.js';
 import { DatabaseStateBadge } from './database.js';
@@ -86,6 +87,8 @@ export const EmailTrailView: FC<{ trail: EmailTrail; mode: DeliveryMode }> = ({ 
         </dl>
       </section>
 
+      <AttachmentsSection attachments={trail.attachments} />
+
       <h2>Recipients</h2>
       <p class="muted">
         Each recipient's attempts and outcomes in the order they happened, and the webhook posts those outcomes queued (each links to its attempts). Replays are
@@ -108,6 +111,55 @@ export const EmailTrailView: FC<{ trail: EmailTrail; mode: DeliveryMode }> = ({ 
     </>
   );
 };
+
+/**
+ * What the log keeps of each attachment: the bytes went with the message and are not kept, so the SHA-256 is how an
+ * application matches one to its own file. Filenames are isolated (<bdi>) from the text around them.
+ */
+const AttachmentsSection: FC<{ attachments: AttachmentRecord[] }> = ({ attachments }) =>
+  attachments.length === 0 ? null : (
+    <section class="panel" aria-labelledby="attachments-heading">
+      <h2 id="attachments-heading">Attachments</h2>
+      <p class="muted">Kept in the log: each file's name, type, size and SHA-256. Its bytes went with the message and were kept only until it was delivered.</p>
+      <DataTable
+        region="Attachments of this email"
+        id="email-attachments"
+        caption="Attachments of this email"
+        columns={['File', 'Type', { label: 'Size', class: 'num' }, 'SHA-256']}
+        items={attachments}
+        row={(a: AttachmentRecord, i: number) => (
+          <tr data-sha256={a.sha256}>
+            <td class="cell-wrap">
+              <bdi>{a.filename}</bdi>
+              {a.contentId !== null && (
+                <>
+                  {' '}
+                  <Badge tone="info">inline</Badge> <code class="muted">cid:{a.contentId}</code>
+                </>
+              )}
+            </td>
+            <td class="cell-wrap">{a.contentType}</td>
+            <td class="num">
+              <span title={`${formatCount(a.size)} bytes`}>{formatBytes(a.size)}</span>
+            </td>
+            <td>
+              <span class="row">
+                <code title={a.sha256} aria-hidden="true">
+                  {a.sha256.slice(0, 12)}…
+                </code>
+                <span id={`attachment-sha256-${i}`} class="visually-hidden">
+                  {a.sha256}
+                </span>
+                <button type="button" class="secondary" data-copy={`attachment-sha256-${i}`} aria-label={`Copy the SHA-256 of ${a.filename}`}>
+                  Copy
+                </button>
+              </span>
+            </td>
+          </tr>
+        )}
+      />
+    </section>
+  );
 
 const Timeline: FC<{ events: EventView[]; queued: QueuedRecipient | null; status: string }> = ({ events, queued, status }) => (
   <>

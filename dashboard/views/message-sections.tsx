@@ -1,5 +1,6 @@
 import type { FC } from 'hono/jsx';
-import { formatCount } from '../format.js';
+import { formatBytes, formatCount } from '../format.js';
+import { Badge } from '../ui.js';
 import type { MessageParts } from '../queries/captured-message.js';
 
 /** The sections a received or captured message's page shares: its attachments, its headers and its source. */
@@ -11,11 +12,23 @@ export const AttachmentsSection: FC<{ attachments: MessageParts['attachments'] }
       <h2 id="attachments">Attachments</h2>
       <ul>
         {attachments.map((a) => (
-          <li>
+          <li data-attachment={a.inline ? 'inline' : 'attachment'}>
             <bdi>{a.filename}</bdi>{' '}
             <span class="muted">
-              ({a.contentType}, {formatCount(a.size)} bytes)
+              ({a.contentType}, <span title={`${formatCount(a.size)} bytes`}>{formatBytes(a.size)}</span>)
             </span>
+            {a.inline && (
+              <>
+                {' '}
+                <Badge tone="info">inline</Badge>
+                {a.contentId !== null && (
+                  <>
+                    {' '}
+                    <code class="muted">cid:{a.contentId}</code>
+                  </>
+                )}
+              </>
+            )}
           </li>
         ))}
       </ul>

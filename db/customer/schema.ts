@@ -29,6 +29,8 @@ export const CUSTOMER_MIGRATIONS: readonly {
         html text not null,
         text text not null,
         template text not null,
+        template_version integer,
+        attachments jsonb,
         tags jsonb,
         status text not null,
         created_at timestamptz not null,
@@ -79,6 +81,18 @@ export const CUSTOMER_MIGRATIONS: readonly {
         content bytea not null
       );
       create index if not exists attachments_inbound_id_idx on service.attachments (inbound_id);
+    `,
+  },
+  {
+    // docs/api/decisions.md section 9: the own template's version, and what was attached (never the bytes). Version 1
+    // creates these columns too, so a table it re-creates has them.
+    version: 2,
+    name: 'emails: template version, attachments',
+    tables: ['service.emails'],
+    repeatable: true,
+    sql: `
+      alter table service.emails add column if not exists template_version integer;
+      alter table service.emails add column if not exists attachments jsonb;
     `,
   },
 ];

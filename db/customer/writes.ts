@@ -1,4 +1,5 @@
 import type { ClientBase } from 'pg';
+import type { AttachmentRecord } from '../schema/index.js';
 
 /**
  * The writes the service makes to a customer's `service` schema (db/customer/schema.ts), as data, and how they are
@@ -17,6 +18,10 @@ export interface EmailWrite {
   html: string;
   text: string;
   template: string;
+  /** The own template's version (null: a built-in); absent in writes queued before own templates. */
+  templateVersion?: number | null;
+  /** Filename, type, size, SHA-256 and content id of each attachment; absent or null when none. */
+  attachments?: AttachmentRecord[] | null;
   tags: Record<string, string> | null;
   status: string;
   /** Milliseconds since the epoch, as everywhere in the service. */
@@ -88,14 +93,15 @@ const TIMESTAMP_OF_STATUS: Readonly<Record<EventWrite['status'], 'delivered_at' 
 const STATEMENTS = {
   // An email written after some of its events (it was refused once and landed on a retry) takes their timestamps.
   email: `
-    insert into service.emails (id, account_id, from_address, to_addresses, subject, html, text, template, tags, status, created_at,
-      delivered_at, bounced_at, complained_at)
-    select x.id, x.account_id, x.from_address, x.to_addresses, x.subject, x.html, x.text, x.template, x.tags, x.status, x.created_at,
+    insert into service.emails (id, account_id, from_address, to_addresses, subject, html, text, template, template_version, attachments, tags,
+      status, created_at, delivered_at, bounced_at, complained_at)
+    select x.id, x.account_id, x.from_address, x.to_addresses, x.subject, x.html, x.text, x.template, x.template_version, x.attachments, x.tags,
+      x.status, x.created_at,
       (select min(e.occurred_at) from service.events e where e.email_id = x.id and e.status = 'delivered'),
       (select min(e.occurred_at) from service.events e where e.email_id = x.id and e.status = 'bounced'),
       (select min(e.occurred_at) from service.events e where e.email_id = x.id and e.status = 'complained')
     from jsonb_to_recordset($1::jsonb) as x(id uuid, account_id uuid, from_address text, to_addresses text[], subject text, html text,
-      text text, template text, tags jsonb, status text, created_at timestamptz)
+      text text, template text, template_version integer, attachments jsonb, tags jsonb, status text, created_at timestamptz)
     on conflict (id) do nothing`,
   event: `
     insert into service.events (id, email_id, recipient, status, dsn, detail, occurred_at)
@@ -149,6 +155,8 @@ async function runWrites(client: ClientBase, writes: readonly CustomerWrite[]): 
       html: e.html,
       text: e.text,
       template: e.template,
+      template_version: e.templateVersion ?? null,
+      attachments: e.attachments && e.attachments.length > 0 ? e.attachments : null,
       tags: e.tags,
       status: e.status,
       created_at: iso(e.createdAt),

@@ -21,6 +21,8 @@ import { serviceNodeFlags, spawnListening, stop } from './spawn.js';
  * then the floors under a send: the bare route writing the body as one row through the group commit before it answers,
  * and a sandbox send with every check served from memory (send-floor.ts) on the service's database, its log row in the
  * service's indexed table and in an unindexed one.
+ * The sandbox and queued phases run twice: with the built-in receipt, and with an account's own receipt in a layout
+ * whose CSS is inlined (docs/api/decisions.md section 9), for the ratio of the two.
  * Run: npm run bench:send-api   (env BENCH_SECONDS, BENCH_CONCURRENCY, BENCH_ONLY)
  */
 const seconds = Number(process.env.BENCH_SECONDS ?? 10);
@@ -43,6 +45,32 @@ const env: Record<string, string> = {
   RATE_LIMIT_PER_ACCOUNT: '100000000',
   DEFAULT_DAILY_QUOTA: '100000000',
   LOG_LEVEL: 'info',
+};
+
+/** An account's own receipt: the built-in's wording, in a layout whose <style> is inlined at render. */
+const OWN_LAYOUT = {
+  name: 'brand',
+  kind: 'layout',
+  html:
+    '<!doctype html><html><head><meta charset="utf-8"><style>body { font-family: Helvetica, Arial, sans-serif; color: #222; } ' +
+    'h1 { font-size: 20px; } td.label { padding: 4px 12px 4px 0; color: #666; } .footer { color: #888; font-size: 12px; }</style></head>' +
+    '<body>{{ content }}<p class="footer">Bench Inc., 1 Main Street</p></body></html>',
+};
+const OWN_RECEIPT = {
+  name: 'bench-receipt',
+  layout: 'brand',
+  subject: 'Your receipt{% if receiptNumber %} {{ receiptNumber }}{% endif %}',
+  html:
+    '<h1>Receipt{% if receiptNumber %} {{ receiptNumber }}{% endif %}</h1><table>' +
+    '{% if paidOn %}<tr><td class="label">Paid on</td><td>{{ paidOn }}</td></tr>{% endif %}' +
+    '{% if paymentMethod %}<tr><td class="label">Payment method</td><td>{{ paymentMethod }}</td></tr>{% endif %}' +
+    '<tr><td class="label">Total</td><td><strong>{{ total }}</strong></td></tr></table><p>Thank you for your payment.</p>',
+  variables: {
+    receiptNumber: { kind: 'text' },
+    paidOn: { kind: 'text' },
+    paymentMethod: { kind: 'text' },
+    total: { kind: 'text', required: true },
+  },
 };
 
 async function main(): Promise<void> {
@@ -74,6 +102,11 @@ async function main(): Promise<void> {
       .set({ recordStatus: { ownership: 'published', spf: 'published', receiving: 'published', signing: 'published' } })
       .where(eq(domains.id, id))
       .run();
+    // The account's own receipt, in a layout with its brand CSS (inlined at render), for the own-template phases.
+    for (const body of [OWN_LAYOUT, OWN_RECEIPT]) {
+      const made = await fetch(`${base}/templates`, { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: JSON.stringify(body) });
+      if (made.status !== 201) throw new Error(`POST /templates answered ${made.status}: ${await made.text()}`);
+    }
     senders.push({ key, domain });
   }
   store.close();
@@ -85,25 +118,29 @@ async function main(): Promise<void> {
     current = senders[n % senders.length]!;
     return { authorization: `Bearer ${current.key}` };
   };
-  const send = (sandbox: boolean) => () =>
-    JSON.stringify({
-      from: `Bench Billing <billing@${current.domain}>`,
-      to: `customer${n++}@example.net`,
-      template: { name: 'receipt', receiptNumber: `R-${n}`, paidOn: '2026-11-21', paymentMethod: 'Visa 4242', total: '$42.00' },
-      sandbox,
-    });
+  const send =
+    (sandbox: boolean, template = 'receipt') =>
+    () =>
+      JSON.stringify({
+        from: `Bench Billing <billing@${current.domain}>`,
+        to: `customer${n++}@example.net`,
+        template: { name: template, receiptNumber: `R-${n}`, paidOn: '2026-11-21', paymentMethod: 'Visa 4242', total: '$42.00' },
+        sandbox,
+      });
 
   console.log(`POST /emails, ${concurrency} keep-alive clients, ${seconds} s each (Node ${process.version})`);
   // Warm up the JIT and the connection pool.
   await runLoad({ url: `${base}/emails`, method: 'POST', headers, vary, body: send(true), concurrency, seconds: 1 });
-  const phase = async (name: string, sandboxed: boolean) => {
-    if (only !== undefined && only !== name) return null;
-    const result = await runLoad({ url: `${base}/emails`, method: 'POST', headers, vary, body: send(sandboxed), concurrency, seconds });
-    console.log(formatLoad(`POST /emails (${name})`, result));
+  const phase = async (name: string, sandboxed: boolean, template = 'receipt') => {
+    if (only !== undefined && only !== name && only !== `own-${name}`) return null;
+    const result = await runLoad({ url: `${base}/emails`, method: 'POST', headers, vary, body: send(sandboxed, template), concurrency, seconds });
+    console.log(formatLoad(`POST /emails (${name}, ${template === 'receipt' ? 'built-in receipt' : 'own template with a layout'})`, result));
     return result;
   };
   const sandbox = await phase('sandbox', true);
+  const ownSandbox = await phase('sandbox', true, OWN_RECEIPT.name);
   const queued = await phase('queued', false);
+  const ownQueued = await phase('queued', false, OWN_RECEIPT.name);
   await stop(service.child);
 
   const bare = await spawnListening(join(here, 'bare-hono.js'), {});
@@ -151,6 +188,10 @@ async function main(): Promise<void> {
   );
   console.log(
     `  sandbox ${ratio(floors.sandbox?.indexed)} or ${ratio(floors.sandbox?.plain)}, queued ${ratio(floors.queued?.indexed)} or ${ratio(floors.queued?.plain)}`,
+  );
+  const own = (mine: typeof baseline | null, builtIn: typeof baseline | null) => (mine && builtIn ? (mine.rps / builtIn.rps).toFixed(2) : '-');
+  console.log(
+    `own template with a layout, to the built-in receipt in the same run (target at least 0.90): sandbox ${own(ownSandbox, sandbox)}, queued ${own(ownQueued, queued)}`,
   );
   console.log(`(the delivery engine delivered ${sink.received.length} of the queued messages to the local sink meanwhile)`);
   await sink.stop();

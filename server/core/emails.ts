@@ -13,6 +13,8 @@ export interface EmailView {
   to: string[];
   subject: string;
   template: string;
+  /** The version of the account's own template that was sent; null for a built-in (docs/api/decisions.md section 9). */
+  templateVersion: number | null;
   status: EmailRow['status'];
   error: string | null;
   createdAt: string;
@@ -21,6 +23,16 @@ export interface EmailView {
   complainedAt: string | null;
   sandbox: boolean;
   tags?: Record<string, string>;
+  /** What was attached (never the bytes); an empty list when nothing was. */
+  attachments: AttachmentView[];
+}
+
+export interface AttachmentView {
+  filename: string;
+  contentType: string;
+  size: number;
+  sha256: string;
+  contentId: string | null;
 }
 
 export interface EventView {
@@ -49,6 +61,7 @@ export function emailView(row: EmailRow): EmailView {
     to: row.to,
     subject: row.subject,
     template: row.template,
+    templateVersion: row.templateVersion,
     status: row.status,
     error: row.error,
     createdAt: iso(row.createdAt),
@@ -56,6 +69,7 @@ export function emailView(row: EmailRow): EmailView {
     bouncedAt: isoOrNull(row.bouncedAt),
     complainedAt: isoOrNull(row.complainedAt),
     sandbox: row.sandbox,
+    attachments: row.attachments ?? [],
   };
   if (row.tags) view.tags = row.tags;
   return view;

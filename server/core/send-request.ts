@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import type { Db } from '../../db/client.js';
 import type { AccountRow } from '../../db/schema/index.js';
+import { type Attachment, attachmentsInput, checkInlineReferences } from './attachments.js';
 import { resolveOwnTemplate } from './own-templates.js';
 import { checkDeclaredVariables } from './template-language.js';
 import { ApiError } from '../shared/errors.js';
@@ -17,6 +18,7 @@ import {
   renderedBytes,
   variableTooLong,
 } from './templates.js';
+import { isHttpUrl } from './http-url.js';
 
 /** The send request of docs/api/contract.md and docs/api/decisions.md section 2, validated field by field in the order written. */
 
@@ -122,18 +124,6 @@ export function templateVariablesInput(name: string) {
   return templateVariables.superRefine((vars, ctx) => checkTemplateVariables(name, vars, ctx));
 }
 
-export function isHttpUrl(value: string): boolean {
-  // What is rendered is the value as given: the URL parser would drop tabs and line breaks, encode spaces and read
-  // `https:host` or a backslash as `https://host/`, so the value itself must already be the plain link.
-  if (!/^https?:\/\//i.test(value) || /[\s\x00-\x1f\x7f-\x9f\\\u2028\u2029]/.test(value)) return false;
-  try {
-    const u = new URL(value);
-    return (u.protocol === 'https:' || u.protocol === 'http:') && u.hostname !== '';
-  } catch {
-    return false;
-  }
-}
-
 /** Code points in `text`, counting no further than a limit needs. */
 function codePoints(text: string): number {
   if (text.length <= MAX_TAG_VALUE) return text.length;
@@ -166,6 +156,7 @@ export const sendRequestSchema = z.strictObject({
   template: templateInput,
   tags: tags.optional(),
   sandbox: z.boolean().optional(),
+  attachments: attachmentsInput.optional(),
 });
 
 export interface SendRequest {
@@ -176,6 +167,8 @@ export interface SendRequest {
   template: { name: string; vars: Vars };
   tags: Record<string, string> | null;
   sandbox: boolean;
+  /** Decoded; an empty list when none were given (docs/api/decisions.md section 9). */
+  attachments: Attachment[];
 }
 
 export function toSendRequest(parsed: z.output<typeof sendRequestSchema>): SendRequest {
@@ -187,7 +180,15 @@ export function toSendRequest(parsed: z.output<typeof sendRequestSchema>): SendR
     return true;
   });
   const { name, ...vars } = parsed.template;
-  return { from: parsed.from, to, replyTo: parsed.replyTo ?? null, template: { name, vars }, tags: parsed.tags ?? null, sandbox: parsed.sandbox ?? false };
+  return {
+    from: parsed.from,
+    to,
+    replyTo: parsed.replyTo ?? null,
+    template: { name, vars },
+    tags: parsed.tags ?? null,
+    sandbox: parsed.sandbox ?? false,
+    attachments: parsed.attachments ?? [],
+  };
 }
 
 /** A send's message as rendered, and the version of the account's own template that rendered it (null: a built-in). */
@@ -202,8 +203,16 @@ export interface SendContent {
  * MAX_RENDERED_BYTES (subject, html and text together) is refused.
  */
 export function renderSend(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, send: SendRequest): SendContent {
-  const { name, vars } = send.template;
-  if (findTemplate(name)) return { rendered: renderChecked(send.template), templateVersion: null };
+  const content = renderTemplateOf(db, account, send.template);
+  // An inline part must be shown by the html it belongs to.
+  const unreferenced = checkInlineReferences(content.rendered.html, send.attachments);
+  if (unreferenced) throw new ApiError('invalid_request', `${unreferenced.field}: ${unreferenced.message}`);
+  return content;
+}
+
+function renderTemplateOf(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, template: SendRequest['template']): SendContent {
+  const { name, vars } = template;
+  if (findTemplate(name)) return { rendered: renderChecked(template), templateVersion: null };
   const own = resolveOwnTemplate(db, account, name);
   if (!own) throw new ApiError('invalid_request', `template.name: ${UNKNOWN_OWN_TEMPLATE}`);
   const issue = checkDeclaredVariables(name, own.variables, vars);

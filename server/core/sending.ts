@@ -16,6 +16,7 @@ import { deriveFlags } from './domain-checks.js';
 import { type Claim, assertClaimHeld, claimIdempotencyKey, releaseClaim, settleClaim } from './idempotency.js';
 import { type SendRequest, renderSend } from './send-request.js';
 import { creditStatus } from './credits.js';
+import { attachmentRecords, toOutbound } from './attachments.js';
 import {
   type Sender,
   type Warning,
@@ -140,6 +141,7 @@ function logEntryOf(ctx: RequestContext, { send, rendered, templateVersion }: { 
     subject: rendered.subject,
     template: send.template.name,
     templateVersion,
+    attachments: send.attachments.length > 0 ? attachmentRecords(send.attachments) : null,
     tags: send.tags,
     sandbox: send.sandbox,
   };
@@ -165,6 +167,7 @@ const statements = definePrepared((db) => ({
       subject: p('subject'),
       template: p('template'),
       templateVersion: p('templateVersion'),
+      attachments: p('attachments'),
       status: p('status'),
       tags: p('tags'),
       sandbox: p('sandbox'),
@@ -184,6 +187,7 @@ const statements = definePrepared((db) => ({
       subject: p('subject'),
       html: p('html'),
       text: p('text'),
+      attachments: p('attachments'),
       createdAt: p('createdAt'),
       expiresAt: p('expiresAt'),
     })
@@ -288,6 +292,7 @@ async function commitSend(
           replyToHeader: send.replyTo ? formatMailbox(send.replyTo) : null,
           messageId: `<${id}@${deps.config.mailHostname}>`,
           ...rendered,
+          attachments: send.attachments.length > 0 ? toOutbound(send.attachments) : null,
           createdAt: now,
           expiresAt: now + DELIVERY_WINDOW_MS,
         });

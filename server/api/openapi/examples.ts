@@ -180,6 +180,7 @@ const email: Out<typeof r.email> = {
   to: [TO],
   subject: 'Your receipt R-1042',
   template: 'receipt',
+  templateVersion: null,
   status: 'sent',
   error: null,
   createdAt: T.email,
@@ -188,6 +189,7 @@ const email: Out<typeof r.email> = {
   complainedAt: null,
   sandbox: false,
   tags: { order: '1042' },
+  attachments: [],
 };
 
 const DELIVERED = { dsn: '2.0.0', detail: '250 2.0.0 Ok: queued as 4QxT2J1n5Kz9' } as const;

@@ -72,6 +72,7 @@ export const email = documents<EmailView>()(
     to: z.array(z.string()).describe('Recipient addresses.'),
     subject: z.string(),
     template: z.string().describe('Template name.'),
+    templateVersion: z.int().min(1).nullable().describe("The version of the account's own template that was sent; null for a built-in."),
     status: z.enum(EMAIL_STATUSES),
     error: z.string().nullable(),
     createdAt: timestamp,
@@ -80,6 +81,17 @@ export const email = documents<EmailView>()(
     complainedAt: nullableTimestamp,
     sandbox: z.boolean(),
     tags: tags.optional(),
+    attachments: z
+      .array(
+        z.strictObject({
+          filename: z.string(),
+          contentType: z.string(),
+          size: z.int().min(0).describe('Bytes, decoded.'),
+          sha256: z.string().describe('SHA-256 of the bytes, hex.'),
+          contentId: z.string().nullable().describe('Set for an inline part referenced from html as `cid:<contentId>`.'),
+        }),
+      )
+      .describe('What was attached (never the bytes: they are kept only until delivered); empty when nothing was.'),
   }),
 );
 
