@@ -127,6 +127,18 @@ beforeAll(async () => {
   expect([ping.status, ping.body.delivered, replayed.status, replayed.body.queued]).toEqual([200, true, 200, 6]);
   pings = pingsAnswered = 1;
 
+  // An own template naming its layout, for the template endpoints (the fuzz's DELETE aims at other names).
+  const templates = { template: 'fuzz-notice', layout: 'fuzz-brand' };
+  const layout = await service.api('POST', '/templates', {
+    key: sender.key,
+    body: { name: templates.layout, kind: 'layout', html: '<div>{{ content }}</div>' },
+  });
+  const notice = await service.api('POST', '/templates', {
+    key: sender.key,
+    body: { name: templates.template, subject: 'Notice {{ n }}', html: '<p>{{ n }}</p>', layout: templates.layout, variables: { n: { required: true } } },
+  });
+  expect([layout.status, notice.status], JSON.stringify([layout.body, notice.body])).toEqual([201, 201]);
+
   const cursor = async (list: string) => {
     const res = await service.api('GET', `/${list}?limit=1`, { key: sender.key });
     expect(res.body.nextCursor, `${list}: ${JSON.stringify(res.body)}`).toEqual(expect.any(String));
@@ -147,7 +159,9 @@ beforeAll(async () => {
       webhooks: await cursor('webhooks'),
       webhookDeliveries: await cursor(`webhooks/${fixture}/deliveries`),
       events: await cursor('events'),
+      templates: await cursor('templates'),
     },
+    templates,
     webhooks: { fixture, deletable, host: HOOK_HOST, port: receiver.port },
     eventTimes,
     database: { url: pgServer.url(DB_HOST), host: DB_HOST, port: pgServer.port },
@@ -296,6 +310,8 @@ describe('every endpoint that takes a body, a query or an id answers 2xx, or 4xx
     'GET /emails/{id}',
     'GET /emails/{id}/message',
     'GET /templates',
+    'POST /templates',
+    'GET, PUT, DELETE and versions /templates/{name}',
     'POST /templates/{name}/render',
     'GET /domains',
     'POST /domains',

@@ -106,6 +106,59 @@ describe('request schemas say what the service refuses', () => {
   });
 });
 
+describe('the template requests say what the service refuses', () => {
+  it('POST /templates: what a kind needs (a subject and html or text; a layout html and no subject), in the document as in the service', async () => {
+    const { key } = service.newAccount({ name: 'Template schemas' });
+    const cases: [string, Json][] = [
+      ['a template without subject', { name: 'no-subject', text: 'Hello' }],
+      ['a template without html or text', { name: 'empty', subject: 'Hi' }],
+      ['a layout with a subject', { name: 'brand', kind: 'layout', subject: 'Hi', html: '<div>{{ content }}</div>' }],
+      ['a layout without html', { name: 'brand', kind: 'layout', text: '{{ content }}' }],
+      ['a layout naming a layout', { name: 'brand', kind: 'layout', html: '<div>{{ content }}</div>', layout: 'other' }],
+      ['a name with capitals', { name: 'Order', subject: 'Hi', text: 'Hello' }],
+    ];
+    const accepted: string[] = [];
+    for (const [label, body] of cases) {
+      const res = await service.api('POST', '/templates', { key, body });
+      expect(res.status, `${label}: ${JSON.stringify(res.body)}`).toBe(422);
+      expect(res.body.error.code, label).toBe('invalid_request');
+      if (validComponent('CreateTemplateRequest', body)) accepted.push(label);
+      // A render's source has no name (the path gives it).
+      const { name: _name, ...source } = body;
+      if (label !== 'a name with capitals' && validComponent('RenderTemplateRequest', { source })) accepted.push(`render: ${label}`);
+    }
+    expect(accepted, 'bodies the service refuses that the document calls valid').toEqual([]);
+    const good: Json[] = [
+      { name: 'shipped', subject: 'Hi', text: 'Hello' },
+      { name: 'brand', kind: 'layout', html: '<div>{{ content }}</div>', layout: null },
+    ];
+    for (const body of good) {
+      const { name: _name, ...source } = body;
+      expect(validComponent('CreateTemplateRequest', body), JSON.stringify(body)).toBe(true);
+      expect(validComponent('RenderTemplateRequest', { source }), JSON.stringify(source)).toBe(true);
+      expect((await service.api('POST', '/templates', { key, body })).status).toBe(201);
+    }
+  });
+
+  it("POST /emails: an own template's name is valid in the document; a built-in's unknown variable and a built-in name with other variables are not", async () => {
+    const send = (template: Json) => ({ ...receipt(s.from, 'ann@example.net', { sandbox: true }), template });
+    expect(validComponent('SendEmailRequest', send({ name: 'order-shipped', orderNumber: '1042' }))).toBe(true);
+    expect(validComponent('SendEmailRequest', send({ name: 'receipt', total: '$1' }))).toBe(true);
+    expect(validComponent('SendEmailRequest', send({ name: 'receipt', total: '$1', coupon: 'X' }))).toBe(false);
+    expect(validComponent('SendEmailRequest', send({ name: 'Order Shipped' }))).toBe(false);
+    expect(validComponent('SendEmailRequest', send({ name: 'order-shipped', orderNumber: 1042 }))).toBe(false);
+    const refused = await service.api('POST', '/emails', { key: s.key, body: send({ name: 'receipt', total: '$1', coupon: 'X' }) });
+    expect(refused.status).toBe(422);
+  });
+
+  it('POST /templates/{name}/render: the variables, or { source, variables }, and not both at once', () => {
+    expect(validComponent('RenderTemplateRequest', { total: '$1' })).toBe(true);
+    expect(validComponent('RenderTemplateRequest', { source: { subject: 'Hi', text: '{{ n }}', variables: { n: {} } }, variables: { n: '1' } })).toBe(true);
+    expect(validComponent('RenderTemplateRequest', { source: { subject: 'Hi', text: 'x' }, total: '$1' })).toBe(false);
+    expect(validComponent('RenderTemplateRequest', { total: 1 })).toBe(false);
+  });
+});
+
 describe('error codes docs/api/contract.md names per endpoint', () => {
   it('DELETE /domains/{id}: the document lists 409 domain_in_use', () => {
     const op = apiDocument.paths['/domains/{id}'].delete as Json;

@@ -82,6 +82,14 @@ function fieldsOf(schema: Json, components: Json): { name: string; type: string;
   }));
 }
 
+/** A body that takes one of several forms (oneOf, as the render's): each form's title and description, one paragraph each. */
+function alternativesOf(schema: Json, components: Json): string {
+  const resolved = refName(schema) ? obj(components[refName(schema)!]) : schema;
+  return list(resolved.oneOf)
+    .map((alternative) => `One of: ${text(obj(alternative).title)}. ${text(obj(alternative).description)}`)
+    .join('\n\n');
+}
+
 const pretty = (value: unknown) => (typeof value === 'string' ? value : JSON.stringify(value, null, 2));
 
 /** Each example of a media type: its name (a code, for an error) and value. */
@@ -184,15 +192,27 @@ const Operation: FC<{ op: ReferenceOperation; base: string; components: Json; we
         <code class="path">{webhook ? `${op.path} (to your endpoint)` : `${base}${op.path}`}</code>
       </h3>
       <p class="summary">{text(op.op.summary)}</p>
-      {!webhook && <p class="muted">{security.length === 0 ? 'No key needed.' : `Key scope: ${list(obj(security[0]).apiKey).map(String).join(', ')}`}</p>}
-      <Prose text={text(op.op.description).replace(/^Scope: `[^`]+`\.(\n\n)?|^No key needed\.(\n\n)?/, '')} />
+      {/* Alternatives: the template list and render take either of two scopes. */}
+      {!webhook && (
+        <p class="muted">
+          {security.length === 0
+            ? 'No key needed.'
+            : `Key scope: ${security.map((requirement) => list(obj(requirement).apiKey).map(String).join(', ')).join(' or ')}`}
+        </p>
+      )}
+      <Prose text={text(op.op.description).replace(/^Scope: `[^`]+`( \(or `[^`]+`, which opens it too\))?\.(\n\n)?|^No key needed\.(\n\n)?/, '')} />
       <Parameters op={op} />
       {op.op.requestBody !== undefined && (
         <>
           <h4>Request body</h4>
           <Fields caption={`Request body of ${op.method.toUpperCase()} ${op.path}`} fields={fieldsOf(obj(body.schema), components)} />
-          {examplesOf(body).map((e) => (
-            <Example id={`${id}-request`} label="Request example" value={e.value} />
+          <Prose text={alternativesOf(obj(body.schema), components)} />
+          {examplesOf(body).map((e, i) => (
+            <Example
+              id={i === 0 ? `${id}-request` : `${id}-request-${i + 1}`}
+              label={e.name === 'example' ? 'Request example' : `Request example: ${e.name}`}
+              value={e.value}
+            />
           ))}
         </>
       )}

@@ -22,7 +22,7 @@ export interface FuzzWorld {
   ids: { email: string; domain: string; suppression: string };
   /** Addresses on the list at the start (POST /suppressions may add them back after a delete). */
   suppressed: string[];
-  cursors: Record<'emails' | 'domains' | 'accounts' | 'keys' | 'suppressions' | 'webhooks' | 'webhookDeliveries' | 'events', string>;
+  cursors: Record<'emails' | 'domains' | 'accounts' | 'keys' | 'suppressions' | 'webhooks' | 'webhookDeliveries' | 'events' | 'templates', string>;
   webhooks: {
     /**
      * The one endpoint test pings and replays aim at (never deleted): its URL is the HTTPS receiver on loopback, so
@@ -39,6 +39,8 @@ export interface FuzzWorld {
   eventTimes: string[];
   /** A real Postgres on loopback reached by a name the test DNS server answers: `url` connects (POST /database 200). */
   database: { url: string; host: string; port: number };
+  /** The key's account's own template (naming its layout) and the layout, saved before the run. */
+  templates: { template: string; layout: string };
 }
 
 export type Who = 'key' | 'none' | { raw: string };
@@ -517,6 +519,61 @@ function templateRender(name: string) {
   );
 }
 
+/** A piece of Liquid source: plain text, the declared variable, odd text, or a fragment that does not parse. */
+const liquidPart = fc.oneof(
+  { arbitrary: fc.lorem({ maxCount: 6 }), weight: 3 },
+  {
+    arbitrary: fc.constantFrom(
+      '<p>{{ n }}</p>',
+      '<a href="{{ link }}">go</a>',
+      '{% if n %}{{ n }}{% endif %}',
+      '{% for i in (1..3) %}{{ i }}{% endfor %}',
+      '<div>{{ content }}</div>',
+      '{{ n',
+      '{% if %}',
+      '{{ undeclared }}',
+      '{% include "x" %}',
+      '{{ n | upcase | append: "x" }}',
+      '<style>p { color: red }</style><p>{{ n }}</p>',
+    ),
+    weight: 4,
+  },
+  { arbitrary: oddString(60), weight: 2 },
+);
+
+/** A template's body as POST /templates and PUT take it: mostly well-shaped, each field present or not. */
+function templateSource(layout: string) {
+  return fc.record(
+    {
+      kind: fc.constantFrom('template', 'layout', 'Layout'),
+      subject: liquidPart,
+      html: liquidPart,
+      text: liquidPart,
+      layout: fc.oneof(fc.constant(layout), fc.constant(null), fc.constantFrom('nope', 'receipt', 'Brand'), oddString(20)),
+      variables: fc.oneof(
+        fc.constant({ n: { required: true }, link: { kind: 'url' } }),
+        fc.dictionary(
+          fc.oneof(fc.constantFrom('n', 'link', 'content'), oddString(12)),
+          fc.record({ required: fc.oneof(fc.boolean(), fc.constant('yes')), kind: fc.constantFrom('text', 'url', 'number') }, { requiredKeys: [] }),
+          { maxKeys: 4 },
+        ),
+      ),
+    },
+    { requiredKeys: ['subject'] },
+  );
+}
+
+const SOURCE_FIELDS = ['name', 'kind', 'subject', 'html', 'text', 'layout', 'variables'];
+
+/** A template name in a path: the fixtures, a built-in, a name nobody has, or odd text. */
+function templateSegment(world: FuzzWorld) {
+  return fc.oneof(
+    { arbitrary: fc.constantFrom(world.templates.template, world.templates.layout, 'receipt'), weight: 4 },
+    { arbitrary: fc.stringMatching(/^[a-z0-9][a-z0-9-]{0,12}$/), weight: 2 },
+    { arbitrary: idSegment([]), weight: 2 },
+  );
+}
+
 /** Every endpoint that takes a body, a query or an id, each with the requests it is fuzzed with. */
 export function endpoints(world: FuzzWorld): { name: string; requests: fc.Arbitrary<FuzzRequest> }[] {
   const listQuery = { limit: limitValue, cursor: cursorValue(Object.values(world.cursors), { account: world.sub.id, row: world.ids.email }) };
@@ -541,7 +598,44 @@ export function endpoints(world: FuzzWorld): { name: string; requests: fc.Arbitr
         fc.tuple(idSegment([world.ids.email]), query({ recipient: fc.oneof(address, oddString(40)) })).map(([id, q]) => `/emails/${id}/message${q}`),
       ),
     },
-    { name: 'GET /templates', requests: get(fc.constant('/templates')) },
+    { name: 'GET /templates', requests: get(query(listQuery).map((q) => `/templates${q}`)) },
+    {
+      name: 'POST /templates',
+      requests: withBody(
+        'POST',
+        fc.constant('/templates'),
+        fc
+          .tuple(
+            fc.oneof(
+              { arbitrary: fc.stringMatching(/^[a-z0-9][a-z0-9-]{0,20}$/), weight: 4 },
+              { arbitrary: fc.constantFrom('receipt', world.templates.template, 'Order', '-x', 'a'.repeat(65)), weight: 1 },
+              { arbitrary: oddString(20), weight: 1 },
+            ),
+            templateSource(world.templates.layout),
+          )
+          .map(([name, source]) => ({ name, ...source })),
+        SOURCE_FIELDS,
+      ),
+    },
+    {
+      name: 'GET, PUT, DELETE and versions /templates/{name}',
+      requests: fc.oneof(
+        get(templateSegment(world).map((name) => `/templates/${name}`)),
+        get(fc.tuple(templateSegment(world), query(listQuery)).map(([name, q]) => `/templates/${name}/versions${q}`)),
+        withBody(
+          'PUT',
+          templateSegment(world).map((name) => `/templates/${name}`),
+          templateSource(world.templates.layout),
+          SOURCE_FIELDS,
+        ),
+        withBody(
+          'DELETE',
+          fc.oneof(fc.stringMatching(/^[a-z0-9][a-z0-9-]{0,20}$/), idSegment([])).map((name) => `/templates/${name}`),
+          fc.constant({}),
+          [],
+        ),
+      ),
+    },
     {
       name: 'POST /templates/{name}/render',
       // Each template's own variables (the required ones present), or a name that is none.
