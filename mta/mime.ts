@@ -234,11 +234,12 @@ function attachmentPart(a: OutboundAttachment): Buffer[] {
 }
 
 /**
- * The body entity: the text and html as multipart/alternative; with inline parts (a contentId), that alternative
+ * The body entity: the text and html as multipart/alternative (the text alone when there is no html); with inline parts (a contentId), that alternative
  * and the inline parts in multipart/related; with other attachments, that and the attachments in multipart/mixed.
  */
 function bodyEntity(m: MimeInput): Buffer[] {
-  let entity = multipart('alternative', [part('text/plain', m.text), part('text/html', m.html)]);
+  // An own template written as text alone renders no html: the message is that text part, not an empty alternative.
+  let entity = m.html === '' ? part('text/plain', m.text) : multipart('alternative', [part('text/plain', m.text), part('text/html', m.html)]);
   const all = m.attachments ?? [];
   const inline = all.filter((a) => a.contentId !== null);
   const attached = all.filter((a) => a.contentId === null);

@@ -122,6 +122,23 @@ describe('buildMime', () => {
     expect(wire.endsWith(`--${boundary}--\r\n`)).toBe(true);
   });
 
+  it('with no html (an own template written as text alone): the text part alone, no empty alternative', async () => {
+    const raw = buildMime({ ...base, subject: 'Plain', text: 'Only words.\nTwo lines.', html: '' });
+    const wire = raw.toString('latin1');
+    expect(wire).not.toContain('multipart/');
+    expect(wire).toContain('MIME-Version: 1.0\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: 7bit\r\n\r\nOnly words.\r\nTwo lines.');
+    const mail = await simpleParser(raw);
+    expect(mail.text).toBe('Only words.\nTwo lines.');
+    expect(mail.html).toBe(false);
+    // With an attachment, the text part and the file in multipart/mixed.
+    const withFile = await simpleParser(
+      buildMime({ ...base, subject: 'Plain', text: 'See the file.', html: '', attachments: [{ filename: 'a.txt', contentType: 'text/plain', content: 'aGk=', contentId: null }] }),
+    );
+    expect(withFile.text).toBe('See the file.');
+    expect(withFile.html).toBe(false);
+    expect(withFile.attachments.map((a) => [a.filename, a.content.toString()])).toEqual([['a.txt', 'hi']]);
+  });
+
   it('gives every message its own boundary', () => {
     const boundaries = new Set(
       Array.from({ length: 50 }, () => /boundary="([^"]+)"/.exec(buildMime({ ...base, subject: 's', text: 't', html: 'h' }).toString())![1]),

@@ -19,3 +19,4 @@ export * from './webhook-attempts.js';
 export * from './change-counters.js';
 export * from './operator-messages.js';
 export * from './templates.js';
+export * from './template-versions.js';

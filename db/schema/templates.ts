@@ -1,4 +1,4 @@
-import { integer, primaryKey, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
+import { integer, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
 import { accounts } from './accounts.js';
 import { createdAtColumn, idColumn } from './columns.js';
 
@@ -32,25 +32,4 @@ export const templates = sqliteTable(
   (t) => [uniqueIndex('templates_account_name_idx').on(t.accountId, t.name)],
 );
 
-/** Each version's source as saved; the newest 50 of a template are kept. */
-export const templateVersions = sqliteTable(
-  'template_versions',
-  {
-    templateId: text('template_id')
-      .notNull()
-      .references(() => templates.id, { onDelete: 'cascade' }),
-    version: integer('version').notNull(),
-    /** Null for a layout, which has no subject of its own. */
-    subject: text('subject'),
-    html: text('html'),
-    text: text('text'),
-    /** The name of one of the account's layouts, or null. */
-    layout: text('layout'),
-    variables: text('variables', { mode: 'json' }).$type<Record<string, DeclaredVariable>>().notNull(),
-    createdAt: createdAtColumn(),
-  },
-  (t) => [primaryKey({ columns: [t.templateId, t.version] })],
-);
-
 export type TemplateRow = typeof templates.$inferSelect;
-export type TemplateVersionRow = typeof templateVersions.$inferSelect;
