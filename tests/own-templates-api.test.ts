@@ -308,6 +308,23 @@ describe('PUT /templates/{name}', () => {
   });
 });
 
+describe('PUT of a layout is checked against the templates that use it', () => {
+  it('a change that would break a template using the layout is 422 invalid_template naming it; nothing is saved', async () => {
+    const key = fresh();
+    const layout = { name: 'frame', kind: 'layout', html: '<div>{{ content }}</div>' };
+    await created(key, layout);
+    // A long list: fine without CSS, past the 1,000 elements whose CSS can be inlined once the layout brings a <style>.
+    await created(key, { name: 'digest', subject: 'Digest', html: '<p>item</p>'.repeat(1100), layout: 'frame' });
+    const res = await put(key, 'frame', { ...layout, name: undefined, html: '<style>p { color: #333 }</style><div>{{ content }}</div>' });
+    expectError(res, 422, 'invalid_template', /^With this source the layout frame would break the template digest: html: with a <style> element/);
+    expect((await get(key, 'frame')).body).toMatchObject({ version: 1, html: '<div>{{ content }}</div>' });
+    // A change the template survives is saved.
+    const fine = await put(key, 'frame', { ...layout, name: undefined, html: '<section>{{ content }}</section>' });
+    expect(fine.status, JSON.stringify(fine.body)).toBe(200);
+    expect(fine.body.version).toBe(2);
+  });
+});
+
 describe('DELETE /templates/{name}', () => {
   it('deletes the template and its versions; the name can be used again from version 1', async () => {
     const key = fresh();
@@ -710,6 +727,11 @@ describe('POST /emails with an own template', () => {
   });
   const send = (template: Body, extra: Body = {}, key = sender.key, account?: string) =>
     sendEmail(service, key, { from: sender.from, to: 'ann@example.net', template, ...extra }, { account });
+
+  it('a layout named as the template of a send is 422 invalid_request saying it is a layout', async () => {
+    const res = await send({ name: 'brand' }, { sandbox: true });
+    expectError(res, 422, 'invalid_request', 'template.name: brand is a layout: send a template that names it');
+  });
 
   it('is sent as a built-in is: rendered at check 5, logged with its rendered subject and its version', async () => {
     const sandboxed = await send({ name: 'order-shipped', ...shippedVars }, { sandbox: true });

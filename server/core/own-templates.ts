@@ -233,6 +233,7 @@ export function replaceTemplate(
   }
   const input: TemplateInput = { ...given, kind: existing.row.kind };
   checkSource(db, account.id, input);
+  if (input.kind === 'layout') assertLayoutFits(account.id, name, input, templatesUsing(db, account.id, name));
   return db.transaction((tx) => {
     const current = currentOf(db, account.id, name);
     if (!current) throw templateNotFound(name);
@@ -244,25 +245,53 @@ export function replaceTemplate(
   });
 }
 
+/** A template that uses a layout, with the account it belongs to. */
+interface LayoutUser {
+  owner: string;
+  row: TemplateRow;
+  version: TemplateVersionRow;
+}
+
 /**
  * The templates whose current version names the layout `name` of `accountId`: the account's own, and its
  * sub-accounts' that have no layout of that name of their own (theirs would be the one they use).
  */
-function templatesNaming(db: Db, accountId: string, name: string): string[] {
+function templatesUsing(db: Db, accountId: string, name: string): LayoutUser[] {
   const subs = db.select({ id: accounts.id }).from(accounts).where(eq(accounts.parentId, accountId)).all();
-  const users: string[] = [];
+  const users: LayoutUser[] = [];
   for (const owner of [accountId, ...subs.map((s) => s.id)]) {
     if (owner !== accountId && currentOf(db, owner, name)) continue;
     const rows = db
-      .select({ name: templates.name })
+      .select({ row: templates, version: templateVersions })
       .from(templates)
       .innerJoin(templateVersions, and(eq(templateVersions.templateId, templates.id), eq(templateVersions.version, templates.version)))
       .where(and(eq(templates.accountId, owner), eq(templateVersions.layout, name)))
       .orderBy(templates.name)
       .all();
-    users.push(...rows.map((r) => (owner === accountId ? r.name : `${r.name} (sub-account ${owner})`)));
+    users.push(...rows.map((r) => ({ owner, ...r })));
   }
   return users;
+}
+
+const userName = (accountId: string, u: LayoutUser) => (u.owner === accountId ? u.row.name : `${u.row.name} (sub-account ${u.owner})`);
+
+/**
+ * A layout's new source compiled with each template that uses it, so a change that would break one (a variable of
+ * the layout a template declares otherwise, CSS past the element cap once put together) is refused at save, never
+ * found at a send.
+ */
+function assertLayoutFits(accountId: string, name: string, layout: TemplateInput, users: LayoutUser[]): void {
+  for (const u of users) {
+    try {
+      compileTemplate(
+        { subject: u.version.subject ?? '', html: u.version.html, text: u.version.text, variables: u.version.variables },
+        { html: layout.html, text: layout.text, variables: layout.variables },
+      );
+    } catch (err) {
+      if (!(err instanceof ApiError) || err.code !== 'invalid_template') throw err;
+      throw new ApiError('invalid_template', `With this source the layout ${name} would break the template ${userName(accountId, u)}: ${err.message}`);
+    }
+  }
 }
 
 /** DELETE /templates/{name}: the template and its versions; a layout still named by templates stays (409 template_in_use). */
@@ -272,7 +301,7 @@ export function deleteTemplate(db: Db, account: Pick<AccountRow, 'id'>, name: st
     const existing = currentOf(db, account.id, name);
     if (!existing) throw templateNotFound(name);
     if (existing.row.kind === 'layout') {
-      const users = templatesNaming(db, account.id, name);
+      const users = templatesUsing(db, account.id, name).map((u) => userName(account.id, u));
       if (users.length > 0) {
         throw new ApiError(
           'template_in_use',
@@ -317,13 +346,22 @@ export interface ResolvedTemplate {
  */
 export function resolveOwnTemplate(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, name: string): ResolvedTemplate | undefined {
   const found = findOwnTemplate(db, account, name);
-  if (!found || found.row.kind !== 'template') return undefined;
+  if (found?.row.kind !== 'template') return undefined;
   const v = found.version;
   const layout = v.layout ? findLayout(db, found.row.accountId, v.layout) : undefined;
   const key = `${found.row.id}:${v.version}:${layout ? `${layout.row.id}:${layout.version.version}` : '-'}`;
-  const made = compiledOf(key, () =>
-    compileTemplate({ subject: v.subject ?? '', html: v.html, text: v.text, variables: v.variables }, layout ? layoutSourceOf(layout.version) : null),
-  );
+  const made = compiledOf(key, () => {
+    try {
+      return compileTemplate({ subject: v.subject ?? '', html: v.html, text: v.text, variables: v.variables }, layout ? layoutSourceOf(layout.version) : null);
+    } catch (err) {
+      // A pair that compiled when each was saved and no longer does (a parent's layout changed under a sub-account's
+      // template, say): a refusal of the send's template, as POST /emails names its refusals.
+      if (err instanceof ApiError && err.code === 'invalid_template') {
+        throw new ApiError('invalid_request', `template.name: the template ${name} no longer compiles with its layout: ${err.message}`);
+      }
+      throw err;
+    }
+  });
   return { name, version: v.version, variables: made.variables, compiled: made };
 }
 

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import type { Db } from '../../db/client.js';
 import type { AccountRow } from '../../db/schema/index.js';
 import { type Attachment, attachmentsInput, checkInlineReferences } from './attachments.js';
-import { resolveOwnTemplate } from './own-templates.js';
+import { findOwnTemplate, resolveOwnTemplate } from './own-templates.js';
 import { checkDeclaredVariables } from './template-language.js';
 import { ApiError } from '../shared/errors.js';
 import { type Mailbox, parseAddress, parseMailbox } from './addresses.js';
@@ -214,7 +214,10 @@ function renderTemplateOf(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, 
   const { name, vars } = template;
   if (findTemplate(name)) return { rendered: renderChecked(template), templateVersion: null };
   const own = resolveOwnTemplate(db, account, name);
-  if (!own) throw new ApiError('invalid_request', `template.name: ${UNKNOWN_OWN_TEMPLATE}`);
+  if (!own) {
+    const layout = findOwnTemplate(db, account, name)?.row.kind === 'layout';
+    throw new ApiError('invalid_request', `template.name: ${layout ? `${name} is a layout: send a template that names it` : UNKNOWN_OWN_TEMPLATE}`);
+  }
   const issue = checkDeclaredVariables(name, own.variables, vars);
   if (issue) throw new ApiError('invalid_request', `template.${fieldName(issue.field)}: ${issue.message}`);
   const rendered = own.compiled.render(vars);
