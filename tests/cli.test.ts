@@ -399,9 +399,10 @@ describe('the other commands (node dist/server/app/cli.js)', () => {
     expect(listed.body.data.find((k) => k.id === out.id)?.scopes).toEqual(['emails:send']);
   });
 
-  it('keys create without --scopes gives all 14 scopes', async () => {
+  it('keys create without --scopes gives all 16 scopes (the contract’s 14 and templates:read, templates:write)', async () => {
     const out = await cliOk<MintBody>('keys', 'create', '--account', created.account.id, '--name', 'everything');
-    expect(out.scopes).toHaveLength(14);
+    expect(out.scopes).toHaveLength(16);
+    expect(out.scopes).toEqual(expect.arrayContaining(['templates:read', 'templates:write']));
     expect((await api('GET', '/account', out.key)).status).toBe(200);
   });
 

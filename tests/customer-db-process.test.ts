@@ -1,3 +1,4 @@
+import { CUSTOMER_SCHEMA_VERSION } from '../db/customer/schema.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -82,7 +83,14 @@ describe('outage, kill -9 and recovery with the real process', () => {
     await connectSendingDomain(first, dataDir, key, 'custdb-shop.example.com');
     const connected = await processApi(first, key, 'POST', '/database', { url: pgServer.url(DB_HOST) });
     expect(connected.status, JSON.stringify(connected.body)).toBe(200);
-    expect(connected.body).toMatchObject({ connected: true, host: DB_HOST, sslMode: 'verify', state: 'connected', schemaVersion: 1, pending: 0 });
+    expect(connected.body).toMatchObject({
+      connected: true,
+      host: DB_HOST,
+      sslMode: 'verify',
+      state: 'connected',
+      schemaVersion: CUSTOMER_SCHEMA_VERSION,
+      pending: 0,
+    });
 
     const send = async (i: number) => {
       const res = await processApi(first, key, 'POST', '/emails', {

@@ -1,3 +1,4 @@
+import { CUSTOMER_SCHEMA_VERSION } from '../db/customer/schema.js';
 import { eq } from 'drizzle-orm';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -114,7 +115,9 @@ describe('the database page in the browser', () => {
 
     await page.getByRole('button', { name: 'Test the database of Orbit Shop' }).click();
     await page.waitForURL((u) => u.pathname === '/dashboard/database');
-    expect(await page.getByRole('status').textContent()).toBe('The database of Orbit Shop answered: connected, schema version 1, 0 writes waiting.');
+    expect(await page.getByRole('status').textContent()).toBe(
+      `The database of Orbit Shop answered: connected, schema version ${CUSTOMER_SCHEMA_VERSION}, 0 writes waiting.`,
+    );
     expect(await cell(page, 'Orbit Shop', 5).textContent()).toBe(`${new Date(service.clock.now()).toISOString().replace('T', ' ').slice(0, 19)} UTC`);
     await expectAccessible(page, 'database page');
     expect(pageProblems(page)).toEqual([]);

@@ -1,3 +1,4 @@
+import { CUSTOMER_MIGRATIONS, CUSTOMER_SCHEMA_VERSION } from '../db/customer/schema.js';
 import { connect as connectTcp, createServer, type Server, type Socket } from 'node:net';
 import { eq } from 'drizzle-orm';
 import pg from 'pg';
@@ -127,7 +128,7 @@ function connectedStatus(s: TestService, over: Record<string, unknown> = {}) {
     user: pgServer.user,
     sslMode: 'verify',
     state: 'connected',
-    schemaVersion: 1,
+    schemaVersion: CUSTOMER_SCHEMA_VERSION,
     lastOkAt: isoNow(s),
     lastError: null,
     updatedAt: isoNow(s),
@@ -271,7 +272,9 @@ describe('POST /database: connected', () => {
     // The first database is left as it is.
     expect(await serviceTables(pgServer.database)).toEqual(expect.arrayContaining(['attachments', 'emails', 'events', 'inbound', 'schema_migrations']));
     expect(await onCustomer(pgServer.database, 'select id from service.events where id = $1', [marker])).toHaveLength(1);
-    expect(await onCustomer(pgServer.database, 'select version from service.schema_migrations')).toEqual([{ version: 1 }]);
+    expect(await onCustomer(pgServer.database, 'select version from service.schema_migrations order by version')).toEqual(
+      CUSTOMER_MIGRATIONS.map((m) => ({ version: m.version })),
+    );
   });
 });
 
@@ -368,7 +371,7 @@ describe('POST /database: database_unreachable names the step that failed; nothi
     const { key } = service.newAccount();
     const res = await connect(service, key, url);
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    expect(res.body).toMatchObject({ connected: true, user: 'nocreate', database: 'nocreate_db', state: 'connected', schemaVersion: 1 });
+    expect(res.body).toMatchObject({ connected: true, user: 'nocreate', database: 'nocreate_db', state: 'connected', schemaVersion: CUSTOMER_SCHEMA_VERSION });
     expect(await serviceTables('nocreate_db')).toEqual(['attachments', 'emails', 'events', 'inbound', 'schema_migrations']);
   });
 

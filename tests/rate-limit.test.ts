@@ -200,6 +200,8 @@ interface Endpoint {
   route: string;
   path: string;
   scope: Scope;
+  /** The second scope that opens the endpoint (the template catalog: decisions.md section 9). */
+  alsoScope?: Scope;
   body?: unknown;
 }
 
@@ -246,8 +248,20 @@ const ENDPOINTS: Endpoint[] = [
   { method: 'POST', route: '/database', path: '/database', scope: 'database:write', body: { url: 'postgresql://app@127.0.0.1/app' } },
   { method: 'POST', route: '/database/test', path: '/database/test', scope: 'database:write' },
   { method: 'DELETE', route: '/database', path: '/database', scope: 'database:write' },
-  { method: 'GET', route: '/templates', path: '/templates', scope: 'emails:send' },
-  { method: 'POST', route: '/templates/:name/render', path: '/templates/receipt/render', scope: 'emails:send', body: { total: '$1' } },
+  { method: 'GET', route: '/templates', path: '/templates', scope: 'templates:read', alsoScope: 'emails:send' },
+  { method: 'POST', route: '/templates', path: '/templates', scope: 'templates:write', body: { name: 'mine', subject: 'Hi', text: 'Hello' } },
+  { method: 'GET', route: '/templates/:name', path: '/templates/receipt', scope: 'templates:read' },
+  { method: 'PUT', route: '/templates/:name', path: '/templates/mine', scope: 'templates:write', body: { subject: 'Hi', text: 'Hello' } },
+  { method: 'DELETE', route: '/templates/:name', path: '/templates/mine', scope: 'templates:write' },
+  { method: 'GET', route: '/templates/:name/versions', path: '/templates/receipt/versions', scope: 'templates:read' },
+  {
+    method: 'POST',
+    route: '/templates/:name/render',
+    path: '/templates/receipt/render',
+    scope: 'templates:read',
+    alsoScope: 'emails:send',
+    body: { total: '$1' },
+  },
 ];
 
 const label = (ep: Endpoint) => `${ep.method} ${ep.route}`;
@@ -300,7 +314,7 @@ describe('every endpoint, with RATE_LIMIT_PER_KEY=3', () => {
       // A key without the scope and an unknown or foreign account header: the scope answers.
       const lacking = service.newKey(
         account.id,
-        SCOPES.filter((s) => s !== ep.scope),
+        SCOPES.filter((s) => s !== ep.scope && s !== ep.alsoScope),
       );
       for (const header of [SOME_ID, foreignSub.body.id as string]) {
         const res = await call(ep, lacking, header);
@@ -311,7 +325,7 @@ describe('every endpoint, with RATE_LIMIT_PER_KEY=3', () => {
       // The same key at its limit: the rate limit answers, before the scope and the header.
       const spent = service.newKey(
         account.id,
-        SCOPES.filter((s) => s !== ep.scope),
+        SCOPES.filter((s) => s !== ep.scope && s !== ep.alsoScope),
       );
       for (let i = 0; i < LIMIT; i++) expectOk(await service.api('GET', spendPath(ep), { key: spent }));
       expectRateLimited(await call(ep, spent));
