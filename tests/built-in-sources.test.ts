@@ -14,9 +14,14 @@ const HOSTILE = `<b>"Tom" & 'Jerry'</b>`;
 
 function cases(name: string): Vars[] {
   const vars = TEMPLATES[name]!.variables;
-  const value = (v: string, kind: string) => (kind === 'url' ? `https://example.com/${v}?a=1&b=2` : v === 'body' ? `Line one\nLine two ${HOSTILE}` : `${v} ${HOSTILE}`);
+  const value = (v: string, kind: string) =>
+    kind === 'url' ? `https://example.com/${v}?a=1&b=2` : v === 'body' ? `Line one\nLine two ${HOSTILE}` : `${v} ${HOSTILE}`;
   const all = Object.fromEntries(Object.entries(vars).map(([v, d]) => [v, value(v, d.kind)]));
-  const required = Object.fromEntries(Object.entries(vars).filter(([, d]) => d.required).map(([v, d]) => [v, value(v, d.kind)]));
+  const required = Object.fromEntries(
+    Object.entries(vars)
+      .filter(([, d]) => d.required)
+      .map(([v, d]) => [v, value(v, d.kind)]),
+  );
   return [all, required];
 }
 

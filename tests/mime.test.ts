@@ -132,7 +132,13 @@ describe('buildMime', () => {
     expect(mail.html).toBe(false);
     // With an attachment, the text part and the file in multipart/mixed.
     const withFile = await simpleParser(
-      buildMime({ ...base, subject: 'Plain', text: 'See the file.', html: '', attachments: [{ filename: 'a.txt', contentType: 'text/plain', content: 'aGk=', contentId: null }] }),
+      buildMime({
+        ...base,
+        subject: 'Plain',
+        text: 'See the file.',
+        html: '',
+        attachments: [{ filename: 'a.txt', contentType: 'text/plain', content: 'aGk=', contentId: null }],
+      }),
     );
     expect(withFile.text).toBe('See the file.');
     expect(withFile.html).toBe(false);
