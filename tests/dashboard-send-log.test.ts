@@ -165,17 +165,20 @@ describe('the send log in the browser', () => {
   it('shows what the log keeps of an email’s attachments: name, type, size, a short SHA-256 with the whole one to copy, inline parts marked', async () => {
     const { service } = rig;
     const s = await newSender(service, { name: 'Attachment Shop' });
-    // POST /emails takes `attachments` on the lead's branch: here the log row is written with the records a send keeps.
+    // The log row is written directly with the records a send keeps (tests/own-content-delivery.test.ts sends them).
     const records = attachmentRecords([
       { filename: 'Rechnung März 2026.pdf', contentType: 'application/pdf', content: Buffer.alloc(5000, 7), contentId: null },
       { filename: 'logo.png', contentType: 'image/png', content: Buffer.alloc(812, 1), contentId: 'logo' },
     ]);
     const id = logEmail(s.account.id, { to: ['ivy@example.net'], at: service.clock.now(), subject: 'Your invoice' });
-    service.deps.db.update(emails).set({ attachments: records }).where(eq(emails.id, id)).run();
+    service.deps.db.update(emails).set({ attachments: records, template: 'invoice', templateVersion: 3 }).where(eq(emails.id, id)).run();
     const plain = logEmail(s.account.id, { to: ['ivy@example.net'], at: service.clock.now(), subject: 'No files' });
 
     const page = await newPage(browser);
     await signIn(page, service.url, token, `/dashboard/emails/${id}`);
+    // An own template's send names the version sent, linked to the template's versions.
+    const version = page.getByRole('link', { name: 'invoice, version 3' });
+    expect(await version.getAttribute('href')).toBe(`/dashboard/templates/${s.account.id}/versions/invoice`);
     const rows = page.locator('#email-attachments tbody tr');
     expect(await rows.count()).toBe(2);
     const [pdf, png] = records;

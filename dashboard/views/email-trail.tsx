@@ -1,3 +1,4 @@
+import { versionsPath } from '../actions/templates.js';
 import type { FC } from 'hono/jsx';
 import type { DeliveryMode } from '../../server/shared/config.js';
 import type { EventView } from '../../server/core/emails.js';
@@ -43,7 +44,16 @@ export const EmailTrailView: FC<{ trail: EmailTrail; mode: DeliveryMode }> = ({ 
           <dt>Subject</dt>
           <dd>{email.subject}</dd>
           <dt>Template</dt>
-          <dd>{email.template}</dd>
+          <dd>
+            {email.templateVersion === null ? (
+              email.template
+            ) : (
+              // An own template: the version sent, linked to the template (its versions page shows that one).
+              <a href={versionsPath(trail.account.id, email.template)}>
+                {email.template}, version {email.templateVersion}
+              </a>
+            )}
+          </dd>
           <dt>Status</dt>
           <dd>
             <EmailStatusBadges email={email} />

@@ -67,6 +67,23 @@ const statements = definePrepared((db) => ({
     .from(accounts)
     .where(eq(accounts.id, p('id')))
     .prepare(),
+  // A send's lookups read no source: the compiled template is cached by these ids and versions.
+  head: db
+    .select({ id: templates.id, accountId: templates.accountId, kind: templates.kind, version: templates.version, layout: templateVersions.layout })
+    .from(templates)
+    .innerJoin(templateVersions, and(eq(templateVersions.templateId, templates.id), eq(templateVersions.version, templates.version)))
+    .where(and(eq(templates.accountId, p('accountId')), eq(templates.name, p('name'))))
+    .prepare(),
+  layoutHead: db
+    .select({ id: templates.id, kind: templates.kind, version: templates.version })
+    .from(templates)
+    .where(and(eq(templates.accountId, p('accountId')), eq(templates.name, p('name'))))
+    .prepare(),
+  source: db
+    .select()
+    .from(templateVersions)
+    .where(and(eq(templateVersions.templateId, p('templateId')), eq(templateVersions.version, p('version'))))
+    .prepare(),
 }));
 
 /** The accounts whose templates the acting account reads, nearest first: itself, then its parent. */
@@ -345,14 +362,22 @@ export interface ResolvedTemplate {
  * the template was saved (the in-use check makes that rare) renders the template without one.
  */
 export function resolveOwnTemplate(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, name: string): ResolvedTemplate | undefined {
-  const found = findOwnTemplate(db, account, name);
-  if (found?.row.kind !== 'template') return undefined;
-  const v = found.version;
-  const layout = v.layout ? findLayout(db, found.row.accountId, v.layout) : undefined;
-  const key = `${found.row.id}:${v.version}:${layout ? `${layout.row.id}:${layout.version.version}` : '-'}`;
+  const q = statements(db);
+  let head: { id: string; accountId: string; kind: TemplateKind; version: number; layout: string | null } | undefined;
+  for (const { id } of chainOf(account)) {
+    head = q.head.get({ accountId: id, name });
+    if (head) break;
+  }
+  if (head?.kind !== 'template') return undefined;
+  const found = head;
+  const layout = found.layout ? layoutHeadOf(db, found.accountId, found.layout) : undefined;
+  const key = `${found.id}:${found.version}:${layout ? `${layout.id}:${layout.version}` : '-'}`;
   const made = compiledOf(key, () => {
+    const v = q.source.get({ templateId: found.id, version: found.version });
+    const l = layout ? q.source.get({ templateId: layout.id, version: layout.version }) : undefined;
+    if (!v) throw new Error(`template ${found.id} has no version ${found.version}`);
     try {
-      return compileTemplate({ subject: v.subject ?? '', html: v.html, text: v.text, variables: v.variables }, layout ? layoutSourceOf(layout.version) : null);
+      return compileTemplate({ subject: v.subject ?? '', html: v.html, text: v.text, variables: v.variables }, l ? layoutSourceOf(l) : null);
     } catch (err) {
       // A pair that compiled when each was saved and no longer does (a parent's layout changed under a sub-account's
       // template, say): a refusal of the send's template, as POST /emails names its refusals.
@@ -362,7 +387,18 @@ export function resolveOwnTemplate(db: Db, account: Pick<AccountRow, 'id' | 'par
       throw err;
     }
   });
-  return { name, version: v.version, variables: made.variables, compiled: made };
+  return { name, version: found.version, variables: made.variables, compiled: made };
+}
+
+/** The layout a template of `ownerId` names, ids only: the owner's own, else the owner's parent's. */
+function layoutHeadOf(db: Db, ownerId: string, name: string): { id: string; version: number } | undefined {
+  const q = statements(db);
+  const own = q.layoutHead.get({ accountId: ownerId, name });
+  if (own) return own.kind === 'layout' ? own : undefined;
+  const parentId = q.parentOf.get({ id: ownerId })?.parentId;
+  if (!parentId) return undefined;
+  const inherited = q.layoutHead.get({ accountId: parentId, name });
+  return inherited?.kind === 'layout' ? inherited : undefined;
 }
 
 /** Compiles an unsaved source for a preview (POST /templates/{name}/render with a source): nothing is stored. */

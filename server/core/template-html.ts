@@ -1,4 +1,4 @@
-import { convert } from 'html-to-text';
+import { compile } from 'html-to-text';
 import juice from 'juice';
 import { type TopLevelToken, TokenKind, Tokenizer } from 'liquidjs';
 
@@ -313,9 +313,12 @@ export const HTML_TO_TEXT_OPTIONS = {
   ],
 };
 
+/** The converter, its options compiled once: `convert` compiles them again on every call (most of its cost on a small email). */
+const toText = compile(HTML_TO_TEXT_OPTIONS);
+
 /** Plain text from a rendered html part. */
 export function htmlToText(html: string): string {
-  return convert(html, HTML_TO_TEXT_OPTIONS);
+  return toText(html);
 }
 
 /**
@@ -326,14 +329,28 @@ export function htmlToText(html: string): string {
 export function textSourceFromHtml(source: string): string | null {
   const { masked, tokens } = maskLiquid(source);
   const text = htmlToText(masked);
+  if (keepsEveryTag(text, tokens)) return joinTagLines(restoreLiquid(text, tokens));
+  // html-to-text lays a table out as columns from its cells, and drops what stands between its rows: a `{% if %}`
+  // around a row. Laid out a row a line, cells side by side, such a tag is kept on a line of its own, which is then
+  // joined to the line after it (so a row left out leaves no blank line).
+  const rows = toTextTablesAsRows(masked);
+  if (!keepsEveryTag(rows, tokens)) return null;
+  return joinTagLines(restoreLiquid(rows, tokens));
+}
+
+/** Every tag of the source exactly once, in order; an output may be left out (an image's src) but not repeated. */
+function keepsEveryTag(text: string, tokens: readonly string[]): boolean {
   const isTag = tokens.map((t) => t.startsWith('{%'));
   const seen = marksIn(text);
-  // Every tag exactly once, in order; an output may be left out (an image's src) but not repeated.
   const tags = seen.filter((i) => isTag[i]);
   const wantTags = tokens.flatMap((_t, i) => (isTag[i] ? [i] : []));
-  if (tags.length !== wantTags.length || tags.some((t, k) => t !== wantTags[k])) return null;
-  if (new Set(seen).size !== seen.length) return null;
-  // Literal text is text, never Liquid: a `{` html-to-text decoded from an entity is written as an output of "{".
+  if (tags.length !== wantTags.length || tags.some((t, k) => t !== wantTags[k])) return false;
+  return new Set(seen).size === seen.length;
+}
+
+/** The masked text with its Liquid put back; literal text is text, never Liquid. */
+function restoreLiquid(text: string, tokens: readonly string[]): string {
+  // A `{` html-to-text decoded from an entity is written as an output of "{".
   let inRaw = false;
   let out = '';
   let last = 0;
@@ -349,3 +366,26 @@ export function textSourceFromHtml(source: string): string | null {
   out += text.slice(last).replace(/\{/g, '{{ "{" }}');
   return out;
 }
+
+/** A line holding only tags is joined to the next: it renders to nothing, and must not leave an empty line. */
+function joinTagLines(text: string): string {
+  return text.replace(/^[ \t]*((?:\{%[\s\S]*?%\}[ \t]*)+)\n/gm, '$1');
+}
+
+/** Tables a row a line, each cell followed by three spaces (trimmed at the line's end when the text is rendered). */
+const toTextTablesAsRows = compile({
+  ...HTML_TO_TEXT_OPTIONS,
+  selectors: [
+    ...HTML_TO_TEXT_OPTIONS.selectors.filter((s) => s.selector !== 'table'),
+    { selector: 'table', format: 'block' },
+    { selector: 'tr', format: 'block', options: { leadingLineBreaks: 1, trailingLineBreaks: 1 } },
+    { selector: 'td', format: 'cell' },
+    { selector: 'th', format: 'cell' },
+  ],
+  formatters: {
+    cell: (elem, walk, builder) => {
+      walk(elem.children, builder);
+      builder.addLiteral('   ');
+    },
+  },
+});

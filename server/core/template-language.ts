@@ -139,12 +139,15 @@ export function compileTemplate(src: TemplateSource, layout: LayoutSource | null
   };
 }
 
-/** The text part made from a rendered html, when it could not be derived at compile: bounded, as html-to-text takes ~60 ms per 256 KB here. */
-function textAtSend(html: string): string {
+/**
+ * The text part made from a rendered html, when it could not be derived at compile (html-to-text left a Liquid tag
+ * out even with tables laid out a row a line): bounded, as html-to-text takes ~60 ms per 256 KB here.
+ */
+export function textAtSend(html: string): string {
   if (html.length > TEMPLATE_LIMITS.textFromHtml) {
     throw new ApiError(
       'invalid_request',
-      `template: the html is over ${TEMPLATE_LIMITS.textFromHtml / 1024} KB and its text part would be made at each send (a Liquid tag stands where html-to-text leaves it out, such as between table rows): give the template a text part`,
+      `template: the html is over ${TEMPLATE_LIMITS.textFromHtml / 1024} KB and its text part would be made at each send (a Liquid tag stands where html-to-text leaves it out): give the template a text part`,
     );
   }
   return htmlToText(html);
