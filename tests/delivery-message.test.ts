@@ -1,10 +1,10 @@
 import { eq } from 'drizzle-orm';
 import { simpleParser } from 'mailparser';
-import { dkimVerify } from 'mailauth/lib/dkim/verify.js';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createHash } from 'node:crypto';
 import { domainKeys, outboundMessages } from '../db/schema/index.js';
 import type { DeliveryEngine } from '../mta/delivery-engine.js';
+import { publishSigningRecord, verifyDkim } from './helpers/dkim-check.js';
 import { resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import type { TestDnsServer } from './helpers/dns-server.js';
 import { newSender, type Sender } from './helpers/sending.js';
@@ -32,26 +32,6 @@ afterAll(() => stopDeliveryRig({ dns, sink, service }));
 beforeEach(() => {
   resetDeliveryRig({ dns, sink });
 });
-
-/** Publishes the sender's Signing record as real DNS holds a long TXT record: strings of at most 255 characters. */
-function publishSigningRecord(s: Sender): { selector: string } {
-  const row = service.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, s.account.id)).get();
-  if (!row) throw new Error('no domain key');
-  const record = `v=DKIM1; h=sha256; k=rsa; p=${row.dkimPublicKey}`;
-  dns.add(`${row.selector}._domainkey.${s.domain}`, { type: 'TXT', data: record.match(/.{1,255}/g)! });
-  return { selector: row.selector };
-}
-
-/** mailauth's verifier, reading DNS from the test server through the service's own resolver. */
-async function verify(raw: Buffer) {
-  return dkimVerify(raw, {
-    resolver: async (name: string, type: string) => {
-      const r = await service.deps.resolver.txt(name);
-      if (type !== 'TXT' || r.status !== 'found') throw Object.assign(new Error('not found'), { code: 'ENOTFOUND' });
-      return r.records;
-    },
-  });
-}
 
 async function sendAndDeliver(s: Sender, body: Record<string, unknown>): Promise<{ id: string; raw: Buffer }> {
   const res = await service.api('POST', '/emails', { key: s.key, body });
@@ -176,7 +156,7 @@ describe('the message sent', () => {
 
   it('keeps an ASCII display name quoted, and the From signed by DKIM', async () => {
     const s = await newSender(service);
-    publishSigningRecord(s);
+    publishSigningRecord(service, dns, s);
     const { raw } = await sendAndDeliver(s, {
       from: `O'Brien & Sons Billing Department of a Long Company Name <billing@${s.domain}>`,
       to: 'fay@example.net',
@@ -185,7 +165,7 @@ describe('the message sent', () => {
     expect(headersOf(raw).get('from')![0]).toBe(`"O'Brien & Sons Billing Department of a Long Company Name" <billing@${s.domain}>`);
     const mail = await simpleParser(raw);
     expect(mail.from?.value).toEqual([{ name: "O'Brien & Sons Billing Department of a Long Company Name", address: `billing@${s.domain}` }]);
-    const result = await verify(raw);
+    const result = await verifyDkim(service, raw);
     expect(result.results[0]?.status.result).toBe('pass');
     expect(
       /\bh=([^;]+)/
@@ -222,7 +202,7 @@ describe('the message sent', () => {
 describe('the DKIM signature', () => {
   it('verifies with mailauth against the published Signing record, body hash included', async () => {
     const s = await newSender(service);
-    const { selector } = publishSigningRecord(s);
+    const { selector } = publishSigningRecord(service, dns, s);
     const { raw } = await sendAndDeliver(s, {
       from: `Shop <billing@${s.domain}>`,
       to: ['erin@example.net'],
@@ -244,7 +224,7 @@ describe('the DKIM signature', () => {
     expect(tags.h!.toLowerCase().split(':')).toEqual(expect.arrayContaining(['from', 'subject', 'date', 'message-id', 'to']));
     expect(tags.bh).toMatch(/^[A-Za-z0-9+/]+=*$/);
 
-    const result = await verify(raw);
+    const result = await verifyDkim(service, raw);
     expect(result.results).toHaveLength(1);
     expect(result.results[0]?.status.result).toBe('pass');
     expect(result.results[0]?.signingDomain).toBe(s.domain);
@@ -253,24 +233,24 @@ describe('the DKIM signature', () => {
 
   it('fails verification once the body or a signed header is changed', async () => {
     const s = await newSender(service);
-    publishSigningRecord(s);
+    publishSigningRecord(service, dns, s);
     const { raw } = await sendAndDeliver(s, {
       from: `billing@${s.domain}`,
       to: 'frank@example.net',
       template: { name: 'notification', subject: 'Hello there', body: 'The original body text.' },
     });
-    expect((await verify(raw)).results[0]?.status.result).toBe('pass');
+    expect((await verifyDkim(service, raw)).results[0]?.status.result).toBe('pass');
 
     const text = raw.toString('latin1');
     const split = text.indexOf('\r\n\r\n');
     const bodyChanged = Buffer.from(text.slice(0, split) + text.slice(split).replace('original', 'ORIGINAL'), 'latin1');
     expect(bodyChanged.equals(raw)).toBe(false);
-    const bodyResult = (await verify(bodyChanged)).results[0];
+    const bodyResult = (await verifyDkim(service, bodyChanged)).results[0];
     expect(bodyResult?.status.result).not.toBe('pass');
 
     const headerChanged = Buffer.from(text.slice(0, split).replace(/^Subject: .*$/m, 'Subject: Hello there!') + text.slice(split), 'latin1');
     expect(headerChanged.equals(raw)).toBe(false);
-    expect((await verify(headerChanged)).results[0]?.status.result).not.toBe('pass');
+    expect((await verifyDkim(service, headerChanged)).results[0]?.status.result).not.toBe('pass');
   });
 
   it('does not verify against a different published key', async () => {
@@ -280,14 +260,14 @@ describe('the DKIM signature', () => {
     const wrong = service.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, other.account.id)).get()!;
     dns.add(`${row.selector}._domainkey.${s.domain}`, { type: 'TXT', data: `v=DKIM1; h=sha256; k=rsa; p=${wrong.dkimPublicKey}`.match(/.{1,255}/g)! });
     const { raw } = await sendAndDeliver(s, { from: `billing@${s.domain}`, to: 'gina@example.net', template: { name: 'welcome' } });
-    expect((await verify(raw)).results[0]?.status.result).not.toBe('pass');
+    expect((await verifyDkim(service, raw)).results[0]?.status.result).not.toBe('pass');
   });
 });
 
 describe('a queued message with attachments', () => {
   it('is delivered with them (inline part in multipart/related, the rest in multipart/mixed), its bytes intact, DKIM-signed', async () => {
     const s = await newSender(service);
-    publishSigningRecord(s);
+    publishSigningRecord(service, dns, s);
     const res = await service.api('POST', '/emails', {
       key: s.key,
       body: { from: `billing@${s.domain}`, to: 'hana@example.net', template: { name: 'welcome' } },
@@ -306,7 +286,7 @@ describe('a queued message with attachments', () => {
     expect(sink.received).toHaveLength(1);
     const raw = sink.received[0]!.raw;
 
-    expect((await verify(raw)).results[0]?.status.result).toBe('pass');
+    expect((await verifyDkim(service, raw)).results[0]?.status.result).toBe('pass');
     expect(raw.toString('latin1')).not.toMatch(BARE_CR_OR_LF);
     expect(headersOf(raw).get('content-type')![0]).toMatch(/^multipart\/mixed;/);
     const mail = await simpleParser(raw, { keepCidLinks: true });

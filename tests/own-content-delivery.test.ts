@@ -1,13 +1,13 @@
 import { createHash } from 'node:crypto';
 import { eq } from 'drizzle-orm';
 import { simpleParser } from 'mailparser';
-import { dkimVerify } from 'mailauth/lib/dkim/verify.js';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { domainKeys, outboundMessages } from '../db/schema/index.js';
+import { outboundMessages } from '../db/schema/index.js';
 import type { DeliveryEngine } from '../mta/delivery-engine.js';
+import { publishSigningRecord, verifyDkim } from './helpers/dkim-check.js';
 import { resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import type { TestDnsServer } from './helpers/dns-server.js';
-import { newSender, type Sender } from './helpers/sending.js';
+import { newSender } from './helpers/sending.js';
 import type { TestService } from './helpers/service.js';
 import type { SmtpSink } from './helpers/smtp-sink.js';
 
@@ -33,22 +33,6 @@ afterAll(() => stopDeliveryRig({ dns, sink, service }));
 beforeEach(() => {
   resetDeliveryRig({ dns, sink });
 });
-
-function publishSigningRecord(s: Sender): void {
-  const row = service.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, s.account.id)).get();
-  if (!row) throw new Error('no domain key');
-  dns.add(`${row.selector}._domainkey.${s.domain}`, { type: 'TXT', data: `v=DKIM1; h=sha256; k=rsa; p=${row.dkimPublicKey}`.match(/.{1,255}/g)! });
-}
-
-async function verify(raw: Buffer) {
-  return dkimVerify(raw, {
-    resolver: async (name: string, type: string) => {
-      const r = await service.deps.resolver.txt(name);
-      if (type !== 'TXT' || r.status !== 'found') throw Object.assign(new Error('not found'), { code: 'ENOTFOUND' });
-      return r.records;
-    },
-  });
-}
 
 const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
@@ -78,7 +62,7 @@ const TEMPLATE = {
 describe('an own template with a layout and attachments, delivered', () => {
   it('arrives signed and styled, with a text part and both attachments intact; the log keeps the version and the records', async () => {
     const s = await newSender(service);
-    publishSigningRecord(s);
+    publishSigningRecord(service, dns, s);
     expect((await service.api('POST', '/templates', { key: s.key, body: LAYOUT })).status).toBe(201);
     const created = await service.api('POST', '/templates', { key: s.key, body: TEMPLATE });
     expect(created.status, JSON.stringify(created.body)).toBe(201);
@@ -105,7 +89,7 @@ describe('an own template with a layout and attachments, delivered', () => {
     expect(sink.received).toHaveLength(1);
     const raw = sink.received[0]!.raw;
 
-    const dkim = await verify(raw);
+    const dkim = await verifyDkim(service, raw);
     expect(dkim.results.map((r: { status: { result: string } }) => r.status.result)).toEqual(['pass']);
 
     const mail = await simpleParser(raw);
