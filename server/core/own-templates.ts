@@ -1,5 +1,6 @@
 import { and, desc, eq, lt, lte, sql } from 'drizzle-orm';
-import type { Db } from '../../db/client.js';
+import type { Statement } from 'better-sqlite3';
+import { type Db, clientOf } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import {
   type AccountRow,
@@ -84,6 +85,7 @@ const statements = definePrepared((db) => ({
     .from(templateVersions)
     .where(and(eq(templateVersions.templateId, p('templateId')), eq(templateVersions.version, p('version'))))
     .prepare(),
+  changes: clientOf(db).prepare(`select n from change_counters where name = 'templates'`).pluck() as Statement<[], number>,
 }));
 
 /** The accounts whose templates the acting account reads, nearest first: itself, then its parent. */
@@ -362,17 +364,12 @@ export interface ResolvedTemplate {
  * the template was saved (the in-use check makes that rare) renders the template without one.
  */
 export function resolveOwnTemplate(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, name: string): ResolvedTemplate | undefined {
-  const q = statements(db);
-  let head: { id: string; accountId: string; kind: TemplateKind; version: number; layout: string | null } | undefined;
-  for (const { id } of chainOf(account)) {
-    head = q.head.get({ accountId: id, name });
-    if (head) break;
-  }
-  if (head?.kind !== 'template') return undefined;
-  const found = head;
-  const layout = found.layout ? layoutHeadOf(db, found.accountId, found.layout) : undefined;
+  const head = headOf(db, account, name);
+  if (!head) return undefined;
+  const { found, layout } = head;
   const key = `${found.id}:${found.version}:${layout ? `${layout.id}:${layout.version}` : '-'}`;
   const made = compiledOf(key, () => {
+    const q = statements(db);
     const v = q.source.get({ templateId: found.id, version: found.version });
     const l = layout ? q.source.get({ templateId: layout.id, version: layout.version }) : undefined;
     if (!v) throw new Error(`template ${found.id} has no version ${found.version}`);
@@ -388,6 +385,56 @@ export function resolveOwnTemplate(db: Db, account: Pick<AccountRow, 'id' | 'par
     }
   });
   return { name, version: found.version, variables: made.variables, compiled: made };
+}
+
+/** Which saved template, and which layout, a send of `name` by an account renders: ids and versions only. */
+interface Head {
+  found: { id: string; version: number };
+  layout: { id: string; version: number } | undefined;
+}
+
+/** (account, parent, name) triples whose lookup is kept at most; a cache grown past it (made-up names) starts again. */
+export const TEMPLATE_HEADS_CACHED = 10_000;
+
+/**
+ * What a send's lookup found per account, parent and name (null: no own template of that name), kept while the
+ * `templates` change counter stands still: triggers raise it whenever a template, a version or an account's parent
+ * changes, whoever writes (db/migrations/0018_templates_change_counter.sql). A send then costs one counter read
+ * instead of a join per account of the chain and one or two for the layout.
+ */
+const headCaches = new WeakMap<Db, { stamp: number; heads: Map<string, Head | null> }>();
+
+/** How many lookups the send's cache holds (for tests). */
+export function templateHeadsCached(db: Db): number {
+  return headCaches.get(db)?.heads.size ?? 0;
+}
+
+function headOf(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, name: string): Head | null {
+  let cache = headCaches.get(db);
+  if (!cache) headCaches.set(db, (cache = { stamp: -1, heads: new Map() }));
+  const stamp = statements(db).changes.get()!;
+  if (stamp !== cache.stamp || cache.heads.size >= TEMPLATE_HEADS_CACHED) {
+    cache.heads.clear();
+    cache.stamp = stamp;
+  }
+  const key = `${account.id}\n${account.parentId ?? ''}\n${name}`;
+  const known = cache.heads.get(key);
+  if (known !== undefined) return known;
+  const head = lookUpHead(db, account, name);
+  cache.heads.set(key, head);
+  return head;
+}
+
+function lookUpHead(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, name: string): Head | null {
+  const q = statements(db);
+  let head: { id: string; accountId: string; kind: TemplateKind; version: number; layout: string | null } | undefined;
+  for (const { id } of chainOf(account)) {
+    head = q.head.get({ accountId: id, name });
+    if (head) break;
+  }
+  if (head?.kind !== 'template') return null;
+  const layout = head.layout ? layoutHeadOf(db, head.accountId, head.layout) : undefined;
+  return { found: { id: head.id, version: head.version }, layout: layout ? { id: layout.id, version: layout.version } : undefined };
 }
 
 /** The layout a template of `ownerId` names, ids only: the owner's own, else the owner's parent's. */
