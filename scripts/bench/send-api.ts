@@ -12,6 +12,7 @@ import { insertKey } from '../../server/core/keys.js';
 import { SCOPES } from '../../server/core/scopes.js';
 import { TestDnsServer } from '../lib/dns-server.js';
 import { SmtpSink } from '../lib/smtp-sink.js';
+import { cpuSeconds, machineCpu } from '../lib/proc.js';
 import { formatLoad, runLoad } from './load.js';
 import { serviceNodeFlags, spawnListening, stop } from './spawn.js';
 
@@ -133,11 +134,20 @@ async function main(): Promise<void> {
   // first send of a version (about 10 ms each, CSS inlined): the phases measure sends, not those compiles.
   await runLoad({ url: `${base}/emails`, method: 'POST', headers, vary, body: send(true), concurrency, seconds: 1 });
   await runLoad({ url: `${base}/emails`, method: 'POST', headers, vary, body: send(true, OWN_RECEIPT.name), concurrency, seconds: 2 });
+  /** The service's CPU seconds and the machine's busy seconds (both cores) over a run, beside its figure. */
+  const measured = async <T extends { requests: number }>(load: () => Promise<T>) => {
+    const cpu = cpuSeconds(service.child.pid!);
+    const machine = machineCpu().busy;
+    const result = await load();
+    return { result, cpu: cpuSeconds(service.child.pid!) - cpu, machine: machineCpu().busy - machine };
+  };
+  const cpuNote = (m: { cpu: number; machine: number }, requests: number, seconds: number) =>
+    `service CPU ${((m.cpu * 1e6) / Math.max(1, requests)).toFixed(0)} µs a request, ${((100 * m.cpu) / seconds).toFixed(0)}% of a core; machine ${((100 * m.machine) / seconds).toFixed(0)}% of a core`;
   const phase = async (name: string, sandboxed: boolean) => {
     if (only !== undefined && only !== name) return null;
-    const result = await runLoad({ url: `${base}/emails`, method: 'POST', headers, vary, body: send(sandboxed), concurrency, seconds });
-    console.log(formatLoad(`POST /emails (${name})`, result));
-    return result;
+    const m = await measured(() => runLoad({ url: `${base}/emails`, method: 'POST', headers, vary, body: send(sandboxed), concurrency, seconds }));
+    console.log(`${formatLoad(`POST /emails (${name})`, m.result)}  ${cpuNote(m, m.result.requests, m.result.seconds)}`);
+    return m.result;
   };
   /**
    * The own template against the built-in receipt: ROUNDS alternating slices of each, summed, so a change in the VM's
@@ -148,25 +158,32 @@ async function main(): Promise<void> {
     if (only !== undefined && only !== name) return null;
     const ROUNDS = 4;
     const sum = { builtIn: 0, own: 0, seconds: 0 };
+    const cpu = { builtIn: { cpu: 0, machine: 0 }, own: { cpu: 0, machine: 0 } };
     for (let round = 0; round < ROUNDS; round++) {
       for (const template of ['receipt', OWN_RECEIPT.name]) {
-        const r = await runLoad({
-          url: `${base}/emails`,
-          method: 'POST',
-          headers,
-          vary,
-          body: send(sandboxed, template),
-          concurrency,
-          seconds: seconds / ROUNDS,
-        });
-        if (template === 'receipt') sum.builtIn += r.requests;
-        else sum.own += r.requests;
-        if (template === 'receipt') sum.seconds += r.seconds;
+        const m = await measured(() =>
+          runLoad({
+            url: `${base}/emails`,
+            method: 'POST',
+            headers,
+            vary,
+            body: send(sandboxed, template),
+            concurrency,
+            seconds: seconds / ROUNDS,
+          }),
+        );
+        const which = template === 'receipt' ? 'builtIn' : 'own';
+        sum[which] += m.result.requests;
+        cpu[which].cpu += m.cpu;
+        cpu[which].machine += m.machine;
+        if (template === 'receipt') sum.seconds += m.result.seconds;
       }
     }
+    console.log(`POST /emails (${name}), ${ROUNDS} alternating slices of ${seconds / ROUNDS} s:`);
     console.log(
-      `POST /emails (${name}), ${ROUNDS} alternating slices of ${seconds / ROUNDS} s: built-in receipt ${(sum.builtIn / sum.seconds).toFixed(0)} req/s, own template with a layout ${(sum.own / sum.seconds).toFixed(0)} req/s`,
+      `  built-in receipt              ${(sum.builtIn / sum.seconds).toFixed(0).padStart(5)} req/s  ${cpuNote(cpu.builtIn, sum.builtIn, sum.seconds)}`,
     );
+    console.log(`  own template with a layout    ${(sum.own / sum.seconds).toFixed(0).padStart(5)} req/s  ${cpuNote(cpu.own, sum.own, sum.seconds)}`);
     return sum.own / sum.builtIn;
   };
   const sandbox = await phase('sandbox', true);
