@@ -85,7 +85,8 @@ export function createSubmissionServer(
     cert: tls.cert,
     secure: options.secure,
     size: deps.config.submissionMaxMessageBytes,
-    rejectOversized: true,
+    // A message past SIZE is drained and answered here (552 5.3.4), never kept.
+    rejectOversized: false,
     maxClients: opts.maxClients,
     socketTimeout: opts.socketTimeoutMs,
     closeTimeout: 5_000,

@@ -169,17 +169,31 @@ export async function commitSubmission(
       recipients: submission.recipients,
       now,
     });
-    if (header.clientMessageId !== null) q.remember.run({ accountId: sender.acting.id, messageId: header.clientMessageId, emailId: id, createdAt: now });
+    if (header.clientMessageId !== null) {
+      q.remember.run({ accountId: sender.acting.id, messageId: header.clientMessageId, emailId: id, createdAt: now });
+      pruneNowAndThen(deps, now);
+    }
     return { id, duplicate: false };
   });
 }
 
-/** Forgets Message-IDs older than the de-duplication window (run with the other prunes). */
-export function pruneSubmittedMessageIds(deps: Pick<Deps, 'clock' | 'db'>): number {
+/** Forgets Message-IDs older than the de-duplication window. */
+export function pruneSubmittedMessageIds(deps: Pick<Deps, 'db'>, now: number): number {
   return deps.db
     .delete(submittedMessages)
-    .where(lt(submittedMessages.createdAt, deps.clock.now() - MESSAGE_ID_WINDOW_MS))
+    .where(lt(submittedMessages.createdAt, now - MESSAGE_ID_WINDOW_MS))
     .run().changes;
+}
+
+/** How often a submission also forgets the Message-IDs past the window (by its index on created_at). */
+const PRUNE_EVERY_MS = 60 * 60_000;
+const lastPrune = new WeakMap<object, number>();
+
+function pruneNowAndThen(deps: Pick<Deps, 'db'>, now: number): void {
+  const last = lastPrune.get(deps.db);
+  if (last !== undefined && now - last < PRUNE_EVERY_MS && now >= last) return;
+  lastPrune.set(deps.db, now);
+  pruneSubmittedMessageIds(deps, now);
 }
 
 export const newSubmissionId = (deps: Pick<Deps, 'clock'>): string => newId(deps.clock.now());
