@@ -51,6 +51,9 @@ export async function startBenchRig(extraEnv: Record<string, string> = {}, given
     HTTP_HOST: '127.0.0.1',
     HTTP_PORT: '0',
     SMTP_PORT: '0',
+    // Submission (587 and 465 by default) off unless a benchmark turns it on: ports below 1024 need root.
+    SUBMISSION_PORT: '0',
+    SUBMISSIONS_PORT: '0',
     MAIL_HOSTNAME: 'mx.bench.test',
     DNS_SERVERS: dns.address,
     SMTP_DELIVERY_PORT: String(sink.port),
