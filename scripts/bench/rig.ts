@@ -51,7 +51,6 @@ export async function startBenchRig(extraEnv: Record<string, string> = {}, given
     HTTP_HOST: '127.0.0.1',
     HTTP_PORT: '0',
     SMTP_PORT: '0',
-    // Submission (587 and 465 by default) off unless a benchmark turns it on: ports below 1024 need root.
     SUBMISSION_PORT: '0',
     SUBMISSIONS_PORT: '0',
     MAIL_HOSTNAME: 'mx.bench.test',
