@@ -113,6 +113,7 @@ describe('the bounds it shares with inbound SMTP', () => {
     expect(await client.reply()).toMatch(/^550 5\.6\.0 Bare CR or LF/);
     expect(emailRows(service, s.account.id)).toEqual([]);
     expect(queuedRecipientsOf(service, s.account.id)).toEqual([]);
+    expect(await service.deps.metrics.registry.metrics()).toMatch(/mailstead_submission_refused_total\{stage="data",code="550"\} [1-9]/);
   });
 
   it('a message past SUBMISSION_MAX_MESSAGE_BYTES is 552 5.3.4, and nothing is queued', async () => {
@@ -137,8 +138,11 @@ describe('what the header may be', () => {
     const answer = await client.reply();
     const id = /^250 2\.0\.0 Ok: queued as (\S+)$/.exec(answer)?.[1];
     expect(id, answer).toBeDefined();
+    expect(await service.deps.metrics.registry.metrics()).toMatch(/mailstead_submission_accepted_total [1-9]/);
     const raw = queued(service, id!).message!.raw!.toString('latin1');
-    expect(raw).toMatch(new RegExp(`^From: ${s.from}\\r\\nSubject: header only\\r\\nMessage-ID: <${id}@mx\\.mailstead\\.test>\\r\\nDate: [^\\r]+\\r\\n\\r\\n$`));
+    expect(raw).toMatch(
+      new RegExp(`^From: ${s.from}\\r\\nSubject: header only\\r\\nMessage-ID: <${id}@mx\\.mailstead\\.test>\\r\\nDate: [^\\r]+\\r\\n\\r\\n$`),
+    );
   });
 
   it('a header that never ends within 256 KB is 552 5.3.4', async () => {
