@@ -22,6 +22,7 @@ import {
 } from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
 import { SmtpSink } from './helpers/smtp-sink.js';
+import { startSubmission, type SubmissionRig } from './helpers/submission.js';
 import { message, SubmissionClient } from './helpers/submission-client.js';
 
 /**
@@ -39,18 +40,11 @@ import { message, SubmissionClient } from './helpers/submission-client.js';
 const MAX_BYTES = 32_768;
 const MINUTE = 60_000;
 
-interface Submission {
-  port: number;
-  securePort: number;
-  tls: { key: string; cert: string };
-  close(): Promise<void>;
-}
-
 let dns: TestDnsServer;
 let sink: SmtpSink;
 let service: TestService;
 let engine: DeliveryEngine;
-let submission: Submission;
+let submission: SubmissionRig;
 
 beforeAll(async () => {
   // The delivery rig of tests/helpers/delivery-rig.ts, with the message size limit of this file.
@@ -63,8 +57,6 @@ beforeAll(async () => {
     SUBMISSION_MAX_MESSAGE_BYTES: String(MAX_BYTES),
   });
   engine = createDeliveryEngine(service.deps, { timeouts: FAST_TIMEOUTS });
-  const helper = './helpers/submission.js';
-  const { startSubmission } = (await import(helper)) as { startSubmission: (s: TestService) => Promise<Submission> };
   submission = await startSubmission(service);
 });
 
@@ -73,7 +65,9 @@ afterAll(async () => {
   await stopDeliveryRig({ dns, sink, service });
 });
 
-beforeEach(() => {
+beforeEach(async () => {
+  // Whatever a failed test left queued is delivered now, not into the next test's sink.
+  await engine.runOnce();
   resetDeliveryRig({ dns, sink });
 });
 
@@ -624,9 +618,9 @@ describe('the user name', () => {
       ids.push(queuedId((await transaction(client, s.from, ['ada@example.net'], mail(s.from, ['ada@example.net']))).data));
       client.close();
     }
-    // And by LOGIN with an empty user name.
+    // And an empty one, by PLAIN (as Python's smtplib sends `login('', key)`).
     const { client } = await secured();
-    expect(await client.authLogin('', s.key)).toMatch(/^235 /);
+    expect(await client.authPlain('', s.key)).toMatch(/^235 /);
     ids.push(queuedId((await transaction(client, s.from, ['ada@example.net'], mail(s.from, ['ada@example.net']))).data));
     client.close();
     expect((await senderState(s)).emails.sort()).toEqual(ids.sort());
