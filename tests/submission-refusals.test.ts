@@ -361,7 +361,13 @@ describe('the lock-out after failed authentications', () => {
 });
 
 describe('the From header', () => {
-  const cases: { name: string; from: (s: Sender, other: Sender) => Promise<string | null>; text?: (domain: string) => string }[] = [
+  const cases: {
+    name: string;
+    from: (s: Sender, other: Sender) => Promise<string | null>;
+    /** A second From field, after the first. */
+    second?: (s: Sender) => string;
+    text?: (domain: string) => string;
+  }[] = [
     {
       name: 'on a domain not connected to any account',
       from: async () => `billing@${uniqueDomain('nobody')}`,
@@ -393,6 +399,7 @@ describe('the From header', () => {
     { name: 'missing', from: async () => null },
     { name: 'with two mailboxes', from: async (s) => `${s.from}, other@${s.domain}` },
     { name: 'with two mailboxes in a group', from: async (s) => `Team: ${s.from}, other@${s.domain};` },
+    { name: 'given twice', from: async (s) => s.from, second: (s) => `other@${s.domain}` },
   ];
 
   for (const c of cases) {
@@ -402,7 +409,10 @@ describe('the From header', () => {
       const from = await c.from(s, other);
       const before = await senderState(s);
       const client = await authed(s.key);
-      const msg = from === null ? message({ To: 'ada@example.net', Subject: 'Your receipt' }) : mail(from, ['ada@example.net']);
+      const msg =
+        from === null
+          ? message({ To: 'ada@example.net', Subject: 'Your receipt' })
+          : message({ From: from, To: 'ada@example.net', Subject: 'Your receipt', ...(c.second ? { from: c.second(s) } : {}) });
       const r = await transaction(client, s.from, ['ada@example.net'], msg);
       expect(r.mail).toMatch(/^250 /);
       expect(r.rcpt).toEqual([expect.stringMatching(/^250 /)]);
