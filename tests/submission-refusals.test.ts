@@ -479,14 +479,12 @@ describe('recipients', () => {
 });
 
 describe('the message size', () => {
-  it(`EHLO advertises SIZE ${MAX_BYTES}; a message over it is 552 5.3.4, declared or not, and nothing is sent`, async () => {
+  it(`EHLO advertises SIZE ${MAX_BYTES}; a message over it is 552 5.3.4 at the end of DATA, nothing sent; the session goes on`, async () => {
     const s = await newSender(service);
     const before = await senderState(s);
     const { client, ehlo } = await secured();
     expect(ehlo).toMatch(new RegExp(`^250[- ]SIZE ${MAX_BYTES}$`, 'm'));
     expect(await client.authPlain('wordpress', s.key)).toMatch(/^235 /);
-    expect(await client.command(`MAIL FROM:<${s.from}> SIZE=${MAX_BYTES + 1}`)).toMatch(/^552 5\.3\.4 /);
-
     const big = message({ From: s.from, To: 'ada@example.net', Subject: 'Too big' }, `${'x'.repeat(76)}\n`.repeat(Math.ceil(MAX_BYTES / 76) + 60));
     expect(big.length).toBeGreaterThan(MAX_BYTES);
     const r = await transaction(client, s.from, ['ada@example.net'], big);
@@ -499,6 +497,16 @@ describe('the message size', () => {
     client.close();
     await engine.runOnce();
     expect(deliveredTo()).toEqual(['ada@example.net']);
+  });
+
+  it('a MAIL FROM declaring a SIZE over it is 552 5.3.4, as the end of DATA words it; at the limit it is taken', async () => {
+    const s = await newSender(service);
+    const before = await senderState(s);
+    const client = await authed(s.key);
+    expect(await client.command(`MAIL FROM:<${s.from}> SIZE=${MAX_BYTES + 1}`)).toMatch(/^552 5\.3\.4 /);
+    expect(await client.command(`MAIL FROM:<${s.from}> SIZE=${MAX_BYTES}`)).toMatch(/^250 /);
+    client.close();
+    await expectNothingSent(s, before);
   });
 });
 
