@@ -106,12 +106,14 @@ async function authed(key: string, user = 'wordpress', from?: string): Promise<S
 }
 
 /**
- * The first reply on the way from connecting on the STARTTLS port to AUTH PLAIN that is not a step forward (220, 250,
+ * The first reply on the way from connecting on the STARTTLS port (or the implicit-TLS one) to AUTH PLAIN that is not a step forward (220, 250,
  * 235 for the AUTH): the 421 of a locked-out address may come at the banner or at any later step.
  */
-async function firstRefusal(from: string, key: string): Promise<{ reply: string; client?: SubmissionClient }> {
-  const { client, banner } = await SubmissionClient.connect(submission.port, { localAddress: from });
-  const steps = [async () => banner, () => client.command('EHLO app.example'), () => client.startTls(), () => client.command('EHLO app.example')];
+async function firstRefusal(from: string, key: string, secure = false): Promise<{ reply: string; client: SubmissionClient }> {
+  const { client, banner } = await SubmissionClient.connect(secure ? submission.securePort : submission.port, { tls: secure, localAddress: from });
+  const steps = secure
+    ? [async () => banner, () => client.command('EHLO app.example')]
+    : [async () => banner, () => client.command('EHLO app.example'), () => client.startTls(), () => client.command('EHLO app.example')];
   for (const step of steps) {
     const reply = await step();
     if (!/^(220|250)[ -]/.test(reply)) return { reply, client };
@@ -307,8 +309,10 @@ describe('the key', () => {
 });
 
 describe('the lock-out after failed authentications', () => {
+  /** A failed AUTH from `from`: every third on the implicit-TLS port (both ports count together), PLAIN and LOGIN in turn. */
   const fail = async (from: string, key: string, i: number): Promise<string> => {
-    const { client } = await secured(from);
+    const client = i % 3 === 0 ? await open({ secure: true, from }) : (await secured(from)).client;
+    if (i % 3 === 0) expect(await client.command('EHLO app.example')).toMatch(/^250[ -]/);
     const reply = i % 2 === 0 ? await client.authPlain('wordpress', `${key}x`) : await client.authLogin('wordpress', `${key}x`);
     if (reply.startsWith('535')) client.close();
     else await client.closedByServer(2000);
@@ -326,10 +330,14 @@ describe('the lock-out after failed authentications', () => {
       expect(await client.closedByServer()).toBe(true);
     }
     // Every connection from that address, a good key included.
-    for (const key of [s.key, `${s.key}x`]) {
-      const { reply, client } = await firstRefusal(locked, key);
+    for (const [key, secure] of [
+      [s.key, false],
+      [s.key, true],
+      [`${s.key}x`, false],
+    ] as const) {
+      const { reply, client } = await firstRefusal(locked, key, secure);
       expect(reply).toMatch(/^421 4\.7\.0 /);
-      expect(await client!.closedByServer()).toBe(true);
+      expect(await client.closedByServer()).toBe(true);
     }
     // Another address is not locked out.
     (await authed(s.key)).close();
@@ -339,7 +347,7 @@ describe('the lock-out after failed authentications', () => {
     {
       const { reply, client } = await firstRefusal(locked, s.key);
       expect(reply).toMatch(/^421 4\.7\.0 /);
-      expect(await client!.closedByServer()).toBe(true);
+      expect(await client.closedByServer()).toBe(true);
     }
     service.clock.advance(2000);
     const client = await authed(s.key, 'wordpress', locked);
