@@ -9,6 +9,7 @@ import { MAX_HEADER_BYTES, headerEnd, readSubmittedHeader } from '../../server/c
 import { ApiError } from '../../server/shared/errors.js';
 import { clientKey } from '../../server/shared/ip-ranges.js';
 import { logFailure } from '../../server/shared/store-health.js';
+import type { SubmissionStage } from '../../server/shared/metrics.js';
 import { SmtpReply, createLineEndingCheck } from '../inbound/receive.js';
 import { LOCKED_OUT, replyFor } from './replies.js';
 
@@ -73,7 +74,8 @@ export function createSubmissionServer(
     for (const c of (server as unknown as { connections: Set<Connection> }).connections) if (c.id === id) return c;
     return undefined;
   };
-  const refused = (stage: string, session: SMTPServerSession, err: SmtpReply) => {
+  const refused = (stage: SubmissionStage, session: SMTPServerSession, err: SmtpReply) => {
+    deps.metrics.submissionRefused(stage, err.responseCode);
     deps.logger.info('submission.refused', { stage, code: err.responseCode, message: err.message, remoteAddress: session.remoteAddress });
     return err;
   };
@@ -85,7 +87,8 @@ export function createSubmissionServer(
     cert: tls.cert,
     secure: options.secure,
     size: deps.config.submissionMaxMessageBytes,
-    rejectOversized: true,
+    // A message past SIZE is drained and answered here (552 5.3.4), never kept.
+    rejectOversized: false,
     maxClients: opts.maxClients,
     socketTimeout: opts.socketTimeoutMs,
     closeTimeout: 5_000,
@@ -166,6 +169,7 @@ export function createSubmissionServer(
       });
       receiveSubmission(deps, stream, authOf(session), recipients).then(
         (submitted) => {
+          deps.metrics.submissionAccepted();
           deps.logger.info('submission.accepted', {
             id: submitted.id,
             duplicate: submitted.duplicate,
