@@ -4,6 +4,8 @@ import { cpuSeconds, machineCpu, percentile } from '../lib/proc.js';
 import { freePort } from '../lib/free-port.js';
 import { runLoad } from './load.js';
 import { type BenchRig, benchSendBody, measureDelivery, startBenchRig } from './rig.js';
+import { spawnListening, stop } from './spawn.js';
+import { fileURLToPath } from 'node:url';
 
 /**
  * SMTP submission (issue 35) against POST /emails, side by side in one run: `CONCURRENCY` authenticated sessions on
@@ -238,6 +240,10 @@ async function main(): Promise<void> {
       `SMTP submission (STARTTLS, AUTH once a session) against POST /emails (queued), ${concurrency} sessions and ${concurrency} keep-alive clients, ~5 KB messages, ${rig.sink.name} on loopback (Node ${process.version})`,
     );
     const sessions = await Promise.all(Array.from({ length: concurrency }, () => authenticated(submissionPort, key)));
+    // The floor: bare smtp-server over STARTTLS with AUTH, draining each message (bare-submission.ts), in its own process.
+    const bare = only === 'e2e' ? null : await spawnListening(fileURLToPath(new URL('./bare-submission.js', import.meta.url)), {});
+    const bareSessions = bare ? await Promise.all(Array.from({ length: concurrency }, () => authenticated(bare.port, key))) : [];
+    const floor = { accepted: 0, seconds: 0 };
 
     // Warm-up of both paths (JIT, connections), delivered before the timed slices start.
     const warmApi = await runLoad({ url, method: 'POST', headers, body, concurrency, seconds: 1 });
@@ -285,7 +291,13 @@ async function main(): Promise<void> {
         for (const [what, count] of Object.entries(smtp.result.refused)) sums.smtp.other[what] = (sums.smtp.other[what] ?? 0) + count;
         expected += smtp.result.accepted;
         await drained(rig, expected);
+
+        const base = await submit(bareSessions, { until: performance.now() + (seconds / ROUNDS) * 1000 });
+        floor.accepted += base.accepted;
+        floor.seconds += base.seconds;
       }
+      for (const s of bareSessions) s.close();
+      if (bare) await stop(bare.child);
       sums.smtp.latencies.sort((a, b) => a - b);
       const line = (name: string, s: typeof sums.api, p99: number) =>
         `  ${name.padEnd(30)} ${(s.accepted / s.seconds).toFixed(0).padStart(6)} messages/s   p99 ${p99.toFixed(1).padStart(6)} ms   ` +
@@ -296,6 +308,12 @@ async function main(): Promise<void> {
       console.log(line('SMTP submission (587, STARTTLS)', sums.smtp, percentile(sums.smtp.latencies, 99)));
       const ratio = sums.smtp.accepted / sums.smtp.seconds / (sums.api.accepted / sums.api.seconds);
       console.log(`submission to the API's queued rate: ${ratio.toFixed(2)} (target at least ${TARGET.toFixed(2)}: ${ratio >= TARGET ? 'met' : 'not met'})`);
+      const apiRate = sums.api.accepted / sums.api.seconds;
+      const floorRate = floor.accepted / floor.seconds;
+      console.log(
+        `the floor: bare smtp-server (STARTTLS, AUTH, each message drained, nothing checked or stored) ${floorRate.toFixed(0)} messages/s, ` +
+          `${(floorRate / apiRate).toFixed(2)} of the API's queued rate; the service's submission is ${((ratio * apiRate) / floorRate).toFixed(2)} of that floor`,
+      );
     }
 
     if (only !== 'rate') {
