@@ -12,6 +12,8 @@ import { type DashboardClient, adminTokenFor, dashboardClient } from './helpers/
 import { type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import { HttpsReceiver } from './helpers/https-receiver.js';
 import { DAY, newSender, receipt } from './helpers/sending.js';
+import { startSubmission } from './helpers/submission.js';
+import nodemailer from 'nodemailer';
 
 /**
  * The send log: an email sent through the API, delivered by the real engine to a loopback SMTP sink (one
@@ -142,6 +144,47 @@ describe('the send log in the browser', () => {
     await screenshot(page, 'email-timeline');
     expect(pageProblems(page)).toEqual([]);
     await page.context().close();
+  }, 60_000);
+
+  it('a message submitted over SMTP: in the log like API mail, its page says how it came in, its timeline shows its delivery', async () => {
+    const { service, engine } = rig;
+    const s = await newSender(service, { name: 'SMTP Shop' });
+    const submission = await startSubmission(service);
+    try {
+      const transport = nodemailer.createTransport({
+        host: '127.0.0.1',
+        port: submission.port,
+        auth: { user: 'wordpress', pass: s.key },
+        tls: { rejectUnauthorized: false },
+      });
+      const info = await transport.sendMail({ from: `SMTP Shop <${s.from}>`, to: 'ruth@example.net', subject: 'Order shipped', text: 'On its way.' });
+      transport.close();
+      const id = /queued as (\S+)/.exec(info.response)?.[1];
+      expect(id, info.response).toBeDefined();
+      await engine.runOnce();
+
+      const page = await newPage(browser);
+      await signIn(page, service.url, token, '/dashboard/emails');
+      await page.getByLabel('Recipient').fill('ruth@example.net');
+      await page.getByRole('button', { name: 'Filter' }).click();
+      await page.waitForURL(/recipient=ruth/);
+      const rows = page.locator('#send-log tbody tr');
+      expect(await rows.count()).toBe(1);
+      expect(await rows.first().getAttribute('data-email-id')).toBe(id);
+      expect(await rows.first().textContent()).toContain('delivered');
+      await rows.first().getByRole('link', { name: 'Order shipped' }).click();
+      await page.waitForURL(`${service.url}/dashboard/emails/${id}`);
+      const facts = (await page.locator('dl.facts').textContent()) ?? '';
+      expect(facts).toContain('SMTP submission');
+      expect(facts).toMatch(/Template\s*none/);
+      const timeline = (await page.locator('section[data-recipient="ruth@example.net"] .timeline').textContent()) ?? '';
+      expect(timeline).toContain('delivered');
+      await expectAccessible(page, 'email page of a submitted message');
+      expect(pageProblems(page)).toEqual([]);
+      await page.context().close();
+    } finally {
+      await submission.close();
+    }
   }, 60_000);
 
   it('fits a phone: the send log and an email page scroll only inside their tables', async () => {
