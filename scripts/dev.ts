@@ -19,13 +19,17 @@ import { randomBase62 } from '../server/shared/secrets.js';
 
 /**
  * `npm run dev`: the service in capture mode (nothing leaves the machine) on its own DATA_DIR (`./data-dev` unless
- * DATA_DIR is set; inbound SMTP on 2525 unless SMTP_PORT is set; every other variable as `npm start` reads it). On
+ * DATA_DIR is set; inbound SMTP on 2525 and submission on 2587 and 2465 unless SMTP_PORT, SUBMISSION_PORT or
+ * SUBMISSIONS_PORT is set; every other variable as `npm start` reads it). On
  * a DATA_DIR without accounts it creates one with a key, keeps the key in DATA_DIR/dev-key (0600, like the secret key
  * beside it) so the next run prints it again, and prints it with commands to paste once the server listens.
  */
 
 export const DEV_DATA_DIR = './data-dev';
 export const DEV_SMTP_PORT = '2525';
+/** SMTP submission of npm run dev: STARTTLS and implicit TLS, above 1024 so no privilege is needed. */
+export const DEV_SUBMISSION_PORT = '2587';
+export const DEV_SUBMISSIONS_PORT = '2465';
 /** Where npm run dev listens unless HTTP_HOST or SMTP_HOST is set: this machine only. */
 export const DEV_HOST = '127.0.0.1';
 export const DEV_ACCOUNT_NAME = 'Dev';
@@ -48,6 +52,8 @@ export function devEnvironment(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
     DELIVERY_MODE: 'capture',
     DATA_DIR: env.DATA_DIR || DEV_DATA_DIR,
     SMTP_PORT: env.SMTP_PORT || DEV_SMTP_PORT,
+    SUBMISSION_PORT: env.SUBMISSION_PORT || DEV_SUBMISSION_PORT,
+    SUBMISSIONS_PORT: env.SUBMISSIONS_PORT || DEV_SUBMISSIONS_PORT,
     HTTP_HOST: env.HTTP_HOST || DEV_HOST,
     SMTP_HOST: env.SMTP_HOST || DEV_HOST,
   };
@@ -145,8 +151,17 @@ export const ID_SCRIPT = [
   'if(x&&typeof x.id==="string"){if(x.id)console.log(x.id)}else{console.error(b.trim()||"(no answer)");process.exit(1)}',
 ].join('');
 
+/**
+ * The command that sends through SMTP submission with the dev key (swaks, as Debian packages it): STARTTLS on the
+ * submission port, AUTH PLAIN with the key as the password. swaks does not check the self-signed certificate.
+ */
+export function swaksLine(host: string, port: number): string {
+  const reach = host === '0.0.0.0' || host === '::' ? 'localhost' : isIP(host) === 6 ? `[${host}]` : host;
+  return `swaks --server ${reach}:${port} --tls --auth PLAIN --auth-user dev --auth-password "$KEY" --from billing@${DEV_DOMAIN} --to customer@example.com --header "Subject: Hello over SMTP" --body "Sent through SMTP submission."`;
+}
+
 /** What is printed once the server listens: the key and the commands to paste. */
-export function tryItText(config: Config, dev: DevAccount, api: string, adminToken: string | null): string {
+export function tryItText(config: Config, dev: DevAccount, api: string, adminToken: string | null, submissionPort: number | null = null): string {
   const head = [
     '',
     `Mailstead is running in capture mode: no mail leaves this machine. DATA_DIR is ${config.dataDir}.`,
@@ -190,6 +205,13 @@ export function tryItText(config: Config, dev: DevAccount, api: string, adminTok
     `ID=$(curl -sS -H "$AUTH" $API/emails -d '${send}' | ms_id)`,
     '[ -n "$ID" ] && sleep 1 && curl -sS -H "$AUTH" $API/emails/$ID; echo',
     '[ -n "$ID" ] && curl -sS -H "$AUTH" "$API/emails/$ID/message?recipient=customer@example.com"',
+    ...(submissionPort === null
+      ? []
+      : [
+          '',
+          '# The same from software that speaks only SMTP: submission with the key as the password (docs/sending/smtp.md)',
+          swaksLine(config.smtpHost, submissionPort),
+        ]),
     '',
   ].join('\n');
 }
@@ -228,7 +250,8 @@ function main(): void {
   const child = spawn(process.execPath, [serverMain], { env, stdio: ['inherit', 'inherit', 'inherit', 'ipc'] });
   for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => child.kill(signal));
   child.on('message', (message: StartedMessage) => {
-    if (message?.event === STARTED_EVENT) process.stdout.write(`${tryItText(config, dev, apiBase(config.httpHost, message.httpPort), adminToken)}\n`);
+    if (message?.event === STARTED_EVENT)
+      process.stdout.write(`${tryItText(config, dev, apiBase(config.httpHost, message.httpPort), adminToken, message.submissionPort ?? null)}\n`);
   });
   child.on('exit', (code, signal) => process.exit(code ?? (signal ? 1 : 0)));
 }

@@ -135,7 +135,7 @@ class ServerProcess {
   static start(): ServerProcess {
     const child = spawn(process.execPath, ['dist/server/app/main.js'], {
       cwd: ROOT,
-      env: env({ HTTP_PORT: '0', HTTP_HOST: '127.0.0.1', SMTP_PORT: '0' }),
+      env: env({ HTTP_PORT: '0', HTTP_HOST: '127.0.0.1', SMTP_PORT: '0', SUBMISSION_PORT: '0', SUBMISSIONS_PORT: '0' }),
       stdio: ['pipe', 'pipe', 'pipe'],
     });
     return new ServerProcess(child);

@@ -384,7 +384,16 @@ describe('the server process with a bad value', () => {
   async function runServer(env: Record<string, string>, until?: string) {
     const child = spawn(process.execPath, ['dist/server/app/main.js'], {
       cwd: ROOT,
-      env: { PATH: process.env.PATH ?? '', MAIL_HOSTNAME: 'mx.mailstead.test', HTTP_HOST: '127.0.0.1', HTTP_PORT: '0', SMTP_PORT: '0', ...env },
+      env: {
+        PATH: process.env.PATH ?? '',
+        MAIL_HOSTNAME: 'mx.mailstead.test',
+        HTTP_HOST: '127.0.0.1',
+        HTTP_PORT: '0',
+        SMTP_PORT: '0',
+        SUBMISSION_PORT: '0',
+        SUBMISSIONS_PORT: '0',
+        ...env,
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let stdout = '';

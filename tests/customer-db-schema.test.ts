@@ -58,7 +58,13 @@ describe('the service schema', () => {
       // Version 1 as the service created it before: service.emails without the two columns.
       await c.query('create schema service');
       await c.query('create table service.schema_migrations (version integer primary key, name text not null, applied_at timestamptz not null default now())');
-      await c.query(CUSTOMER_MIGRATIONS[0]!.sql.replace('template_version integer,', '').replace('attachments jsonb,', ''));
+      await c.query(
+        CUSTOMER_MIGRATIONS[0]!.sql
+          .replace('template_version integer,', '')
+          .replace('attachments jsonb,', '')
+          .replace("source text not null default 'api',", '')
+          .replace('raw bytea,', ''),
+      );
       await c.query("insert into service.schema_migrations (version, name) values (1, 'emails, events, inbound, attachments')");
       await c.query(
         "insert into service.emails (id, account_id, from_address, to_addresses, subject, html, text, template, status, created_at) values (gen_random_uuid(), gen_random_uuid(), 'a@b.example', '{c@d.example}', 's', 'h', 't', 'receipt', 'sent', now())",
@@ -69,7 +75,13 @@ describe('the service schema', () => {
       expect((await c.query('select template, template_version, attachments from service.emails')).rows).toEqual([
         { template: 'receipt', template_version: null, attachments: null },
       ]);
-      expect((await c.query('select version from service.schema_migrations order by version')).rows.map((r) => r.version)).toEqual([1, 2]);
+      expect((await c.query('select version from service.schema_migrations order by version')).rows.map((r) => r.version)).toEqual([1, 2, 3]);
+      // Version 3 (SMTP submission): the row is an API send; a submitted message has no template and no rendered parts.
+      expect(await columnsOf(c, 'emails')).toMatchObject({ source: 'text', raw: 'bytea' });
+      expect((await c.query('select source, raw from service.emails')).rows).toEqual([{ source: 'api', raw: null }]);
+      await c.query(
+        "insert into service.emails (id, account_id, from_address, to_addresses, subject, html, text, template, source, raw, status, created_at) values (gen_random_uuid(), gen_random_uuid(), 'a@b.example', '{c@d.example}', 's', null, null, null, 'smtp', '\\x4869'::bytea, 'sent', now())",
+      );
     });
   });
 

@@ -60,6 +60,7 @@ describe('GET /emails/{id}', () => {
       to: ['ann@example.net', 'bob@example.net'],
       subject: 'Your receipt R-1001',
       template: 'receipt',
+      source: 'api',
       // A built-in has no version; nothing was attached.
       templateVersion: null,
       attachments: [],

@@ -27,6 +27,7 @@ function message(i: number): OutboundMessageRow {
     id: `019a0000-0000-7000-8000-${String(i).padStart(12, '0')}`,
     accountId: 'a',
     domainKeyId: key.id,
+    raw: null,
     fromHeader: '"Shop" <billing@shop.example.com>',
     attachments: null,
     fromAddress: 'billing@shop.example.com',

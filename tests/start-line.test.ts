@@ -30,9 +30,11 @@ describe('startLine', () => {
   const config = loadConfig({ DATA_DIR: '/srv/mailstead', HTTP_HOST: '127.0.0.1', SMTP_HOST: '::', MAIL_HOSTNAME: 'mail.example.com' });
 
   it('the URLs that listen, DATA_DIR, the delivery mode (direct by default), MAIL_HOSTNAME and whether /metrics wants a token', () => {
-    expect(startLine(config, { httpPort: 8080, smtpPort: 2525 })).toEqual({
+    expect(startLine(config, { httpPort: 8080, smtpPort: 2525, submissionPort: 2587, submissionsPort: null })).toEqual({
       http: 'http://127.0.0.1:8080',
       smtp: 'smtp://[::]:2525',
+      submissionPort: 2587,
+      submissionsPort: null,
       dataDir: '/srv/mailstead',
       deliveryMode: 'direct',
       relay: null,
@@ -42,12 +44,15 @@ describe('startLine', () => {
   });
 
   it('smtp null when inbound is off (or could not listen)', () => {
-    expect(startLine(config, { httpPort: 8080, smtpPort: null })).toMatchObject({ http: 'http://127.0.0.1:8080', smtp: null });
+    expect(startLine(config, { httpPort: 8080, smtpPort: null, submissionPort: null, submissionsPort: null })).toMatchObject({
+      http: 'http://127.0.0.1:8080',
+      smtp: null,
+    });
   });
 
   it('the relay by scheme, host and port only: never its credentials', () => {
     const relayed = loadConfig({ SMTP_RELAY_URL: 'smtps://apikey:s3cr%40t-pass@smtp.relay.example:465', METRICS_TOKEN: 'metrics-token-0123456789' });
-    const line = startLine(relayed, { httpPort: 1, smtpPort: null });
+    const line = startLine(relayed, { httpPort: 1, smtpPort: null, submissionPort: null, submissionsPort: null });
     expect(line).toMatchObject({ deliveryMode: 'direct', relay: 'smtps://smtp.relay.example:465', metrics: 'token' });
     const text = JSON.stringify(line);
     for (const secret of ['apikey', 's3cr', 'metrics-token']) expect(text).not.toContain(secret);
@@ -55,7 +60,10 @@ describe('startLine', () => {
 
   it('DELIVERY_MODE=capture: the mode, and no relay even when SMTP_RELAY_URL is set (nothing leaves)', () => {
     const capture = loadConfig({ DELIVERY_MODE: 'capture', SMTP_RELAY_URL: 'smtp://relay.example:587' });
-    expect(startLine(capture, { httpPort: 1, smtpPort: null })).toMatchObject({ deliveryMode: 'capture', relay: null });
+    expect(startLine(capture, { httpPort: 1, smtpPort: null, submissionPort: null, submissionsPort: null })).toMatchObject({
+      deliveryMode: 'capture',
+      relay: null,
+    });
   });
 
   it('listenUrl brackets an IPv6 address only', () => {

@@ -41,6 +41,8 @@ function env(dataDir: string, extra: Record<string, string> = {}): Record<string
     HTTP_HOST: '127.0.0.1',
     HTTP_PORT: '0',
     SMTP_PORT: '0',
+    SUBMISSION_PORT: '0',
+    SUBMISSIONS_PORT: '0',
     MAIL_HOSTNAME: 'mail.example.com',
     ...extra,
   };

@@ -45,7 +45,9 @@ export const EmailTrailView: FC<{ trail: EmailTrail; mode: DeliveryMode }> = ({ 
           <dd>{email.subject}</dd>
           <dt>Template</dt>
           <dd>
-            {email.templateVersion === null ? (
+            {email.template === null ? (
+              'none: submitted over SMTP'
+            ) : email.templateVersion === null ? (
               email.template
             ) : (
               // An own template: the version sent, linked to the template (its versions page shows that one).

@@ -32,6 +32,8 @@ export const CUSTOMER_MIGRATIONS: readonly {
         template_version integer,
         attachments jsonb,
         tags jsonb,
+        source text not null default 'api',
+        raw bytea,
         status text not null,
         created_at timestamptz not null,
         delivered_at timestamptz,
@@ -93,6 +95,21 @@ export const CUSTOMER_MIGRATIONS: readonly {
     sql: `
       alter table service.emails add column if not exists template_version integer;
       alter table service.emails add column if not exists attachments jsonb;
+    `,
+  },
+  {
+    // docs/api/decisions.md section 10: a message submitted over SMTP is kept as submitted (`raw`), with no template
+    // and no rendered parts. Version 1 creates the two columns too, so a table it re-creates has them.
+    version: 3,
+    name: 'emails: source, the submitted message',
+    tables: ['service.emails'],
+    repeatable: true,
+    sql: `
+      alter table service.emails add column if not exists source text not null default 'api';
+      alter table service.emails add column if not exists raw bytea;
+      alter table service.emails alter column template drop not null;
+      alter table service.emails alter column html drop not null;
+      alter table service.emails alter column text drop not null;
     `,
   },
 ];

@@ -15,9 +15,15 @@ export interface EmailWrite {
   fromAddress: string;
   to: string[];
   subject: string;
-  html: string;
-  text: string;
-  template: string;
+  /** The rendered parts of an API send; null for a submitted message, whose content is `raw`. */
+  html: string | null;
+  text: string | null;
+  /** The template's name; null for a submitted message. */
+  template: string | null;
+  /** `api` or `smtp` (docs/api/decisions.md section 10); absent in writes queued before SMTP submission: `api`. */
+  source?: 'api' | 'smtp';
+  /** A submitted message as submitted (Bcc removed, before signing); sealed in its own column, never in the JSON. */
+  raw?: Buffer | null;
   /** The own template's version (null: a built-in); absent in writes queued before own templates. */
   templateVersion?: number | null;
   /** Filename, type, size, SHA-256 and content id of each attachment; absent or null when none. */
@@ -94,14 +100,14 @@ const STATEMENTS = {
   // An email written after some of its events (it was refused once and landed on a retry) takes their timestamps.
   email: `
     insert into service.emails (id, account_id, from_address, to_addresses, subject, html, text, template, template_version, attachments, tags,
-      status, created_at, delivered_at, bounced_at, complained_at)
+      source, raw, status, created_at, delivered_at, bounced_at, complained_at)
     select x.id, x.account_id, x.from_address, x.to_addresses, x.subject, x.html, x.text, x.template, x.template_version, x.attachments, x.tags,
-      x.status, x.created_at,
+      x.source, decode(x.raw, 'base64'), x.status, x.created_at,
       (select min(e.occurred_at) from service.events e where e.email_id = x.id and e.status = 'delivered'),
       (select min(e.occurred_at) from service.events e where e.email_id = x.id and e.status = 'bounced'),
       (select min(e.occurred_at) from service.events e where e.email_id = x.id and e.status = 'complained')
     from jsonb_to_recordset($1::jsonb) as x(id uuid, account_id uuid, from_address text, to_addresses text[], subject text, html text,
-      text text, template text, template_version integer, attachments jsonb, tags jsonb, status text, created_at timestamptz)
+      text text, template text, template_version integer, attachments jsonb, tags jsonb, source text, raw text, status text, created_at timestamptz)
     on conflict (id) do nothing`,
   event: `
     insert into service.events (id, email_id, recipient, status, dsn, detail, occurred_at)
@@ -158,6 +164,8 @@ async function runWrites(client: ClientBase, writes: readonly CustomerWrite[]): 
       template_version: e.templateVersion ?? null,
       attachments: e.attachments && e.attachments.length > 0 ? e.attachments : null,
       tags: e.tags,
+      source: e.source ?? 'api',
+      raw: e.raw ? e.raw.toString('base64') : null,
       status: e.status,
       created_at: iso(e.createdAt),
     }));

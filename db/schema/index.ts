@@ -20,3 +20,4 @@ export * from './change-counters.js';
 export * from './operator-messages.js';
 export * from './templates.js';
 export * from './template-versions.js';
+export * from './submitted-messages.js';

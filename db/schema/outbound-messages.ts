@@ -1,4 +1,4 @@
-import { index, integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
+import { blob, index, integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
 import { accounts } from './accounts.js';
 import { createdAtColumn } from './columns.js';
 import { domainKeys } from './domain-keys.js';
@@ -28,6 +28,11 @@ export const outboundMessages = sqliteTable(
     text: text('text').notNull(),
     /** The attachments' bytes (base64) until the message is delivered, as the rest of the content. */
     attachments: text('attachments', { mode: 'json' }).$type<OutboundAttachment[]>(),
+    /**
+     * A submitted message as the client sent it (CRLF lines, `Bcc` removed, `Message-ID` and `Date` added when
+     * missing): sent as is with a DKIM-Signature prepended; `subject`, `html` and `text` are then not used to build it.
+     */
+    raw: blob('raw', { mode: 'buffer' }),
     createdAt: createdAtColumn(),
     /** Deferred recipients bounce with 4.4.7 after this. */
     expiresAt: integer('expires_at').notNull(),

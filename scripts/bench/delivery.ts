@@ -42,6 +42,7 @@ async function signingCost(): Promise<void> {
       id: '019a0000-0000-7000-8000-000000000000',
       accountId: 'a',
       domainKeyId: 'k',
+      raw: null,
       fromHeader: '"Bench" <orders@bench.example>',
       attachments: null,
       fromAddress: 'orders@bench.example',

@@ -51,6 +51,8 @@ export async function startBenchRig(extraEnv: Record<string, string> = {}, given
     HTTP_HOST: '127.0.0.1',
     HTTP_PORT: '0',
     SMTP_PORT: '0',
+    SUBMISSION_PORT: '0',
+    SUBMISSIONS_PORT: '0',
     MAIL_HOSTNAME: 'mx.bench.test',
     DNS_SERVERS: dns.address,
     SMTP_DELIVERY_PORT: String(sink.port),

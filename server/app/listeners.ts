@@ -1,12 +1,14 @@
 import type { ReportChecks } from '../../mta/inbound/report-matching.js';
 import { type InboundServer, createInboundServer } from '../../mta/inbound/server.js';
 import type { TlsPair } from '../../mta/inbound/tls.js';
+import { type SubmissionServer, createSubmissionServer } from '../../mta/submission/server.js';
+import { createAuthLockout } from '../core/submission-auth.js';
 import type { Deps } from '../core/deps.js';
 import { createApp } from './http-app.js';
 import { listenHttp } from './http-serve.js';
 import { refuseStart } from './start.js';
 
-/** The two listeners of a start: the HTTP API and dashboard, and inbound SMTP. */
+/** The listeners of a start: the HTTP API and dashboard, inbound SMTP, and SMTP submission. */
 
 export type HttpListener = Awaited<ReturnType<typeof listenHttp>>;
 
@@ -72,3 +74,50 @@ function smtpListenFailure(host: string, port: number, code: string | undefined)
   const hint = (code !== undefined && SMTP_LISTEN_HINTS[code]) || 'Check SMTP_HOST and SMTP_PORT';
   return `Inbound SMTP is off: could not listen on ${host}:${port} (${code ?? 'error'}). ${hint}; or SMTP_PORT=0 to run without inbound mail.`;
 }
+
+/**
+ * SMTP submission on SMTP_HOST: SUBMISSION_PORT (STARTTLS) and SUBMISSIONS_PORT (implicit TLS), either off at 0,
+ * sharing one AUTH lock-out. A port that cannot be listened on is logged (submission.listen_failed, with what to do)
+ * and left off; the rest runs. 'stopped' when a stop began meanwhile (what listened is closed again).
+ */
+export async function listenSubmission(
+  deps: Deps,
+  tls: TlsPair,
+  stopping: () => boolean,
+): Promise<{ servers: SubmissionServer[]; submissionPort: number | null; submissionsPort: number | null } | 'stopped'> {
+  const { config, logger } = deps;
+  const lockout = createAuthLockout(deps.clock);
+  const servers: SubmissionServer[] = [];
+  const listenOne = async (port: number, secure: boolean, variable: string): Promise<number | null> => {
+    if (port === 0) return null;
+    const server = createSubmissionServer(deps, tls, { secure, lockout });
+    try {
+      const bound = await server.listen(config.smtpHost, port);
+      servers.push(server);
+      logger.info('submission.listening', { host: config.smtpHost, port: bound, tls: secure ? 'implicit' : 'starttls' });
+      return bound;
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      logger.error('submission.listen_failed', {
+        host: config.smtpHost,
+        port,
+        code,
+        message: `SMTP submission is off on ${config.smtpHost}:${port} (${code ?? 'error'}): ${SUBMISSION_LISTEN_HINTS[code ?? ''] ?? 'check SMTP_HOST'}; or ${variable}=0 to turn it off.`,
+      });
+      return null;
+    }
+  };
+  const submissionPort = await listenOne(config.submissionPort, false, 'SUBMISSION_PORT');
+  const submissionsPort = await listenOne(config.submissionsPort, true, 'SUBMISSIONS_PORT');
+  if (stopping()) {
+    await Promise.all(servers.map((s) => s.close()));
+    return 'stopped';
+  }
+  return { servers, submissionPort, submissionsPort };
+}
+
+const SUBMISSION_LISTEN_HINTS: Record<string, string> = {
+  EACCES: 'ports below 1024 need root or CAP_NET_BIND_SERVICE; set the port to one above 1024 (forwarded from 587 or 465)',
+  EADDRINUSE: "another process listens on that port (the machine's own mail server, say); stop it, or choose another port",
+  EADDRNOTAVAIL: 'SMTP_HOST is not an address of this machine',
+};

@@ -7,7 +7,8 @@ import { createInboundParser } from '../customer-db/inbound/parser.js';
 import type { InboundServer } from '../../mta/inbound/server.js';
 import { loadOrCreateSmtpTls } from '../../mta/inbound/tls.js';
 import { createLogger, stdoutBatched } from '../shared/logger.js';
-import { type HttpListener, listenHttpOrExit, listenSmtp } from './listeners.js';
+import { type HttpListener, listenHttpOrExit, listenSmtp, listenSubmission } from './listeners.js';
+import type { SubmissionServer } from '../../mta/submission/server.js';
 import { runStopSteps, stopOnSignals } from './shutdown.js';
 import {
   announceStart,
@@ -31,20 +32,21 @@ async function main(): Promise<void> {
   warnAtStart(config, logger, keyCheck);
   // STARTTLS's pair before anything starts or listens: a bad SMTP_TLS_CERT or SMTP_TLS_KEY stops the start before
   // /healthz ever answers, before the engine claims any mail, and before a first start's admin token is shown.
-  const smtpTls = config.smtpPort !== 0 ? loadOrCreateSmtpTls(config) : null;
+  const smtpTls = config.smtpPort !== 0 || config.submissionPort !== 0 || config.submissionsPort !== 0 ? loadOrCreateSmtpTls(config) : null;
   showAdminTokenOnce(deps, stdout);
   releaseDeadIdempotencyClaims(deps);
   const workers = createWorkers(deps);
   const keyUsage = startKeyUsageFlush(deps);
 
   // Stops in this order, whatever has started by then.
-  const listening: { http?: HttpListener; inbound?: InboundServer } = {};
+  const listening: { http?: HttpListener; inbound?: InboundServer; submission?: SubmissionServer[] } = {};
   const stop = stopOnSignals(logger, () => {
     keyUsage.stopTimer();
     return runStopSteps(
       [
         ['http', () => listening.http?.close()],
         ['inbound', () => listening.inbound?.close()],
+        ['submission', async () => void (await Promise.all((listening.submission ?? []).map((s) => s.close())))],
         ['delivery engine', () => workers.engine.stop()],
         // After the engine: its last outcomes may have queued deliveries, which wait in the database for the next start.
         ['webhooks', () => workers.webhooks.stop()],
@@ -73,7 +75,7 @@ async function main(): Promise<void> {
 
   // Inbound SMTP (SMTP_PORT=0 turns it off).
   let smtpPort: number | null = null;
-  if (smtpTls !== null) {
+  if (smtpTls !== null && config.smtpPort !== 0) {
     const smtp = await listenSmtp(deps, smtpTls, workers.parser, () => stop.stopping);
     if (smtp === 'stopped') return;
     if (smtp !== null) {
@@ -81,7 +83,20 @@ async function main(): Promise<void> {
       smtpPort = smtp.port;
     }
   }
-  announceStart(config, logger, stdout, { httpPort: http.port, smtpPort });
+  // SMTP submission (SUBMISSION_PORT and SUBMISSIONS_PORT, 0 turns either off).
+  let submission: { submissionPort: number | null; submissionsPort: number | null } = { submissionPort: null, submissionsPort: null };
+  if (smtpTls !== null && (config.submissionPort !== 0 || config.submissionsPort !== 0)) {
+    const listened = await listenSubmission(deps, smtpTls, () => stop.stopping);
+    if (listened === 'stopped') return;
+    listening.submission = listened.servers;
+    submission = listened;
+  }
+  announceStart(config, logger, stdout, {
+    httpPort: http.port,
+    smtpPort,
+    submissionPort: submission.submissionPort,
+    submissionsPort: submission.submissionsPort,
+  });
 }
 
 /** The workers over the durable queues; each subscribes to its queue's wake (db/queue-wake.ts) when it starts. */

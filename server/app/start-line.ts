@@ -11,12 +11,23 @@ export function listenUrl(scheme: 'http' | 'smtp', host: string, port: number): 
  * the state directory, how mail leaves (DELIVERY_MODE, and the relay named without its credentials) and the name the
  * server goes by.
  */
-export function startLine(config: Config, listening: { httpPort: number; smtpPort: number | null }): Record<string, unknown> {
+/** What listens once a start is done: each port as bound, null when off (or when it could not listen). */
+export interface Listening {
+  httpPort: number;
+  smtpPort: number | null;
+  submissionPort: number | null;
+  submissionsPort: number | null;
+}
+
+export function startLine(config: Config, listening: Listening): Record<string, unknown> {
   // In capture mode nothing leaves, through a relay or otherwise.
   const relay = config.deliveryMode === 'direct' ? config.smtpRelayUrl : null;
   return {
     http: listenUrl('http', config.httpHost, listening.httpPort),
     smtp: listening.smtpPort === null ? null : listenUrl('smtp', config.smtpHost, listening.smtpPort),
+    // SMTP submission (docs/api/decisions.md section 10) on SMTP_HOST: the STARTTLS port and the implicit-TLS one.
+    submissionPort: listening.submissionPort,
+    submissionsPort: listening.submissionsPort,
     dataDir: config.dataDir,
     deliveryMode: config.deliveryMode,
     relay: relay ? `${relay.protocol}//${relay.host}` : null,
@@ -28,8 +39,6 @@ export function startLine(config: Config, listening: { httpPort: number; smtpPor
 /** What the server sends its parent over IPC once everything listens, when started with one (`npm run dev`). */
 export const STARTED_EVENT = 'server.started';
 
-export interface StartedMessage {
+export interface StartedMessage extends Listening {
   event: typeof STARTED_EVENT;
-  httpPort: number;
-  smtpPort: number | null;
 }

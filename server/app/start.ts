@@ -12,7 +12,7 @@ import { type Config, ConfigError, loadConfig, mailHostnameProblem } from '../sh
 import type { Logger } from '../shared/logger.js';
 import { createDeps, resolveSecretKey } from './deps.js';
 import { type SecretKeyCheck, checkSecretKey, holdsSealedSecrets, keyOffWarning, mismatchLine } from './secret-key-check.js';
-import { STARTED_EVENT, type StartedMessage, startLine } from './start-line.js';
+import { type Listening, STARTED_EVENT, type StartedMessage, startLine } from './start-line.js';
 
 /** The steps of a start before the workers run, each one idea; main calls them in order. */
 
@@ -143,7 +143,7 @@ export function startKeyUsageFlush(deps: Deps): { flush(): void; stopTimer(): vo
  * One line that says what runs, where: the operator's first look at a start. A parent that started this process
  * with an IPC channel (npm run dev) learns the same, whatever LOG_LEVEL says.
  */
-export function announceStart(config: Config, logger: Logger, stdout: { flush(): void }, listening: { httpPort: number; smtpPort: number | null }): void {
+export function announceStart(config: Config, logger: Logger, stdout: { flush(): void }, listening: Listening): void {
   logger.info('server.started', startLine(config, listening));
   if (process.send) {
     const started: StartedMessage = { event: STARTED_EVENT, ...listening };

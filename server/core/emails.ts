@@ -1,6 +1,6 @@
 import { and, asc, desc, eq, gte, lt } from 'drizzle-orm';
 import { z } from 'zod';
-import { EMAIL_STATUSES, type EmailRow, type EventStatus, emailEvents, emails } from '../../db/schema/index.js';
+import { EMAIL_SOURCES, EMAIL_STATUSES, type EmailRow, type EmailSource, type EventStatus, emailEvents, emails } from '../../db/schema/index.js';
 import { readCapture } from './capture-store.js';
 import { iso, isoOrNull } from '../shared/clock.js';
 import type { Deps } from './deps.js';
@@ -12,7 +12,10 @@ export interface EmailView {
   from: string;
   to: string[];
   subject: string;
-  template: string;
+  /** The template's name; null for a message submitted over SMTP (docs/api/decisions.md section 10). */
+  template: string | null;
+  /** How the send came in: `api` (POST /emails) or `smtp` (SMTP submission). */
+  source: EmailSource;
   /** The version of the account's own template that was sent; null for a built-in (docs/api/decisions.md section 9). */
   templateVersion: number | null;
   status: EmailRow['status'];
@@ -45,6 +48,7 @@ export interface EventView {
 
 export const emailFilter = z.strictObject({
   status: z.enum(EMAIL_STATUSES, { error: `must be one of ${EMAIL_STATUSES.join(', ')}` }).optional(),
+  source: z.enum(EMAIL_SOURCES, { error: `must be one of ${EMAIL_SOURCES.join(', ')}` }).optional(),
   since: z.iso
     .datetime({ offset: true, error: 'must be a date-time with a zone offset or Z, such as 2026-01-31T12:00:00Z' })
     .transform((s) => Date.parse(s))
@@ -60,7 +64,8 @@ export function emailView(row: EmailRow): EmailView {
     from: row.fromAddress,
     to: row.to,
     subject: row.subject,
-    template: row.template,
+    template: row.source === 'smtp' ? null : row.template,
+    source: row.source,
     templateVersion: row.templateVersion,
     status: row.status,
     error: row.error,
@@ -105,6 +110,7 @@ export function* listEmails({
         and(
           eq(emails.accountId, ctx.account.id),
           filter.status ? eq(emails.status, filter.status) : undefined,
+          filter.source ? eq(emails.source, filter.source) : undefined,
           filter.since !== undefined ? gte(emails.createdAt, filter.since) : undefined,
           after ? lt(emails.id, after) : undefined,
         ),

@@ -4,7 +4,7 @@ import { FlushFailedError } from '../../db/group-commit.js';
 import { markQueued } from '../../db/queue-wake.js';
 import { DELIVERY_WINDOW_MS } from './delivery-schedule.js';
 import { isAlwaysSuppressed, isSimulatorDomain } from './simulator.js';
-import { type AccountRow, domainKeys, domains, emails, outboundMessages, outboundRecipients } from '../../db/schema/index.js';
+import { type AccountRow, type EmailSource, domainKeys, domains, emails, outboundMessages, outboundRecipients } from '../../db/schema/index.js';
 import { DAY_MS, leaseNow } from '../shared/clock.js';
 import type { Deps } from './deps.js';
 import { ApiError } from '../shared/errors.js';
@@ -110,8 +110,9 @@ export async function sendEmail({ deps, ctx, rawBody, body: parsed, idempotencyK
   }
 }
 
-function loadSender(deps: Pick<Deps, 'db'>, ctx: RequestContext): Sender {
-  const acting = findAccount(deps.db, ctx.account.id);
+/** The acting account and its parent, read afresh (inside the send's transaction). */
+export function loadSender(deps: Pick<Deps, 'db'>, accountId: string): Sender {
+  const acting = findAccount(deps.db, accountId);
   if (!acting) throw new ApiError('account_not_found', 'The account no longer exists.');
   const parent = acting.parentId ? (findAccount(deps.db, acting.parentId) ?? null) : null;
   return { acting, parent };
@@ -166,6 +167,7 @@ const statements = definePrepared((db) => ({
       to: p('to'),
       subject: p('subject'),
       template: p('template'),
+      source: p('source'),
       templateVersion: p('templateVersion'),
       attachments: p('attachments'),
       status: p('status'),
@@ -188,6 +190,7 @@ const statements = definePrepared((db) => ({
       html: p('html'),
       text: p('text'),
       attachments: p('attachments'),
+      raw: p('raw'),
       createdAt: p('createdAt'),
       expiresAt: p('expiresAt'),
     })
@@ -213,23 +216,29 @@ const statements = definePrepared((db) => ({
 }));
 
 /** The from-domain's signing key id, once the domain is this account's and ready to send. */
-function checkFromDomain(deps: Pick<Deps, 'config' | 'db'>, account: AccountRow, send: SendRequest): string {
-  const found = statements(deps.db).domainByName.get({ accountId: account.id, name: send.from.domain });
-  if (!found) throw new ApiError('domain_not_yours', `The domain ${send.from.domain} is not connected to this account.`);
+export function checkFromDomain(deps: Pick<Deps, 'config' | 'db'>, account: Pick<AccountRow, 'id'>, domain: string): string {
+  const found = statements(deps.db).domainByName.get({ accountId: account.id, name: domain });
+  if (!found) throw new ApiError('domain_not_yours', `The domain ${domain} is not connected to this account.`);
   const flags = deriveFlags(found.recordStatus, deps.config.smtpRelayUrl !== null);
-  if (!flags.ownershipVerified)
-    throw new ApiError('domain_not_ready', `The domain ${send.from.domain} is not verified yet: publish its records and call verify.`);
-  if (!flags.sending)
-    throw new ApiError('domain_not_ready', `Sending is not enabled for ${send.from.domain}: publish its Signing and SPF records and call verify.`);
+  if (!flags.ownershipVerified) throw new ApiError('domain_not_ready', `The domain ${domain} is not verified yet: publish its records and call verify.`);
+  if (!flags.sending) throw new ApiError('domain_not_ready', `Sending is not enabled for ${domain}: publish its Signing and SPF records and call verify.`);
   return found.keyId;
+}
+
+/** The recipients on the account's suppression list or its parent's, or the simulator's suppressed@ (always listed). */
+export function listedRecipients(deps: Pick<Deps, 'db'>, sender: Sender, addresses: string[]): string[] {
+  const ids = [sender.acting.id, ...(sender.parent ? [sender.parent.id] : [])];
+  const onLists = new Set(suppressedRecipients(deps.db, ids, addresses));
+  return addresses.filter((a) => onLists.has(a) || isAlwaysSuppressed(a));
 }
 
 /** Check 7: the account's list and its parent's; and the mailbox simulator's suppressed@, which is always listed. */
 function checkSuppressions(deps: Pick<Deps, 'db'>, sender: Sender, send: SendRequest): void {
-  const ids = [sender.acting.id, ...(sender.parent ? [sender.parent.id] : [])];
-  const addresses = send.to.map((r) => r.address);
-  const onLists = new Set(suppressedRecipients(deps.db, ids, addresses));
-  const listed = addresses.filter((a) => onLists.has(a) || isAlwaysSuppressed(a));
+  const listed = listedRecipients(
+    deps,
+    sender,
+    send.to.map((r) => r.address),
+  );
   if (listed.length > 0) throw new ApiError('recipient_suppressed', `Suppressed recipients, nothing was sent: ${listed.join(', ')}.`);
 }
 
@@ -254,7 +263,7 @@ async function commitSend(
     const committed = await deps.commits.run((tx) => {
       const now = deps.clock.now();
       if (claim) assertClaimHeld(tx, claim);
-      const sender = loadSender(deps, ctx);
+      const sender = loadSender(deps, ctx.account.id);
       // (3) whether the account, and for a sub-account its parent, may send at all.
       assertMaySend(sender, now);
       // (4) whether the paying account has credit.
@@ -266,7 +275,7 @@ async function commitSend(
       const base = logEntryOf(ctx, body);
       assertQuotaFor(sender, send.to.length, now);
       // (6) the from-domain.
-      const domainKeyId = checkFromDomain(deps, ctx.account, send);
+      const domainKeyId = checkFromDomain(deps, ctx.account, send.from.domain);
       // (7) the suppression lists, the parent's too for a sub-account.
       checkSuppressions(deps, sender, send);
       const id = newId(now);
@@ -277,50 +286,30 @@ async function commitSend(
         if (sandboxSendsToday(deps, ctx.account.id, now) >= SANDBOX_LIMIT) {
           throw new ApiError('sandbox_limit', `${SANDBOX_LIMIT} sandbox sends in the last 24 hours; try again later.`);
         }
-        q.insertEmail.run({ ...base, id, status: 'sandboxed', createdAt: now });
+        q.insertEmail.run({ ...base, source: 'api', id, status: 'sandboxed', createdAt: now });
         // Not charged, but the answer still tells a trial or grace account where it stands.
         const payer = payerOf(sender);
         result = withWarning({ id, sandbox: true }, creditWarning(payer, creditStatus(payer, deps.config, now)));
       } else {
-        q.insertEmail.run({ ...base, id, status: 'sent', createdAt: now });
-        q.insertMessage.run({
+        const queued = queueSend(deps, sender, {
           id,
-          accountId: ctx.account.id,
-          domainKeyId,
-          fromHeader: formatMailbox(send.from),
-          fromAddress: send.from.address,
-          replyToHeader: send.replyTo ? formatMailbox(send.replyTo) : null,
-          messageId: `<${id}@${deps.config.mailHostname}>`,
-          ...rendered,
-          attachments: send.attachments.length > 0 ? toOutbound(send.attachments) : null,
-          createdAt: now,
-          expiresAt: now + DELIVERY_WINDOW_MS,
-        });
-        // The content goes to the customer's own database (the service keeps it only until delivered).
-        written = queueCustomerDbWrite(
-          deps,
-          ctx.account.id,
-          { kind: 'email', id, ...base, subject: rendered.subject, html: rendered.html, text: rendered.text, tags: send.tags, status: 'sent', createdAt: now },
+          log: base,
+          message: {
+            domainKeyId,
+            fromHeader: formatMailbox(send.from),
+            fromAddress: send.from.address,
+            replyToHeader: send.replyTo ? formatMailbox(send.replyTo) : null,
+            messageId: `<${id}@${deps.config.mailHostname}>`,
+            ...rendered,
+            attachments: send.attachments.length > 0 ? toOutbound(send.attachments) : null,
+            raw: null,
+          },
+          content: { html: rendered.html, text: rendered.text, raw: null },
+          recipients: send.to,
           now,
-        );
-        for (const r of send.to) {
-          q.insertRecipient.run({
-            id: newId(now),
-            messageId: id,
-            accountId: ctx.account.id,
-            recipient: r.address,
-            recipientDomain: r.domain,
-            nextAttemptAt: now,
-            createdAt: now,
-          });
-        }
-        // The delivery engine wakes once this batch is durable, and delivery starts at once.
-        markQueued(deps.db, 'recipients');
-        const reputed = send.to.filter((r) => !isSimulatorDomain(r.domain)).length;
-        countRecipients(deps.db, sender, send.to.length, now, reputed);
-        // Only a send that moved the account's own counters can be what reaches `paused`.
-        if (reputed > 0) tripBreakerIfPaused(deps, sender.acting.id, now, reputed);
-        result = withWarning({ id, sandbox: false }, chargeSend(deps.db, payerOf(sender), deps.config, now));
+        });
+        written = queued.written;
+        result = withWarning({ id, sandbox: false }, queued.warning);
       }
       if (claim) settleClaim(tx, claim, result, now);
       return { result, written };
@@ -356,6 +345,85 @@ function unrecorded(deps: Pick<Deps, 'logger' | 'storeHealth'>, ctx: RequestCont
   const unavailable = storeUnavailable(err, { closed: deps.storeHealth.unsafe() && storeFaultOf(err), outcome: NOTHING_SENT });
   if (unavailable) logFailure(deps, 'send.store_failed', err, { accountId: ctx.account.id });
   return unavailable;
+}
+
+/** A send that passed its checks, as queueSend writes it. */
+export interface AcceptedSend {
+  id: string;
+  /** The log entry's columns from the request. */
+  log: ReturnType<typeof logEntryOf> & { source?: EmailSource };
+  /** The outbound row's columns: a rendered message (subject, html, text, attachments) or a submitted one (`raw`). */
+  message: {
+    domainKeyId: string;
+    fromHeader: string;
+    fromAddress: string;
+    replyToHeader: string | null;
+    messageId: string;
+    subject: string;
+    html: string;
+    text: string;
+    attachments: ReturnType<typeof toOutbound> | null;
+    raw: Buffer | null;
+  };
+  /** What the customer's database keeps of the content. */
+  content: { html: string | null; text: string | null; raw: Buffer | null };
+  recipients: readonly { address: string; domain: string }[];
+  now: number;
+}
+
+/**
+ * A send queued, inside the transaction that checked it: the log entry (`sent`), the message and a row per recipient
+ * (the delivery engine wakes once the batch is durable), the customer-database write, the counters, the reputation
+ * breaker and the charge. The same for `POST /emails` and for SMTP submission.
+ */
+export function queueSend(
+  deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger' | 'secretKey'>,
+  sender: Sender,
+  accepted: AcceptedSend,
+): { warning: Warning | undefined; written: boolean } {
+  const { id, log, message, recipients, now } = accepted;
+  const q = statements(deps.db);
+  const source = log.source ?? 'api';
+  q.insertEmail.run({ ...log, source, id, status: 'sent', createdAt: now });
+  q.insertMessage.run({ id, accountId: log.accountId, ...message, createdAt: now, expiresAt: now + DELIVERY_WINDOW_MS });
+  // The content goes to the customer's own database (the service keeps it only until delivered).
+  const written = queueCustomerDbWrite(
+    deps,
+    log.accountId,
+    {
+      kind: 'email',
+      id,
+      ...log,
+      source,
+      template: source === 'smtp' ? null : log.template,
+      subject: log.subject,
+      html: accepted.content.html,
+      text: accepted.content.text,
+      raw: accepted.content.raw,
+      tags: log.tags,
+      status: 'sent',
+      createdAt: now,
+    },
+    now,
+  );
+  for (const r of recipients) {
+    q.insertRecipient.run({
+      id: newId(now),
+      messageId: id,
+      accountId: log.accountId,
+      recipient: r.address,
+      recipientDomain: r.domain,
+      nextAttemptAt: now,
+      createdAt: now,
+    });
+  }
+  // The delivery engine wakes once this batch is durable, and delivery starts at once.
+  markQueued(deps.db, 'recipients');
+  const reputed = recipients.filter((r) => !isSimulatorDomain(r.domain)).length;
+  countRecipients(deps.db, sender, recipients.length, now, reputed);
+  // Only a send that moved the account's own counters can be what reaches `paused`.
+  if (reputed > 0) tripBreakerIfPaused(deps, sender.acting.id, now, reputed);
+  return { warning: chargeSend(deps.db, payerOf(sender), deps.config, now), written };
 }
 
 function withWarning(result: SendResult, warning: Warning | undefined): SendResult {

@@ -136,7 +136,24 @@ const statements = definePrepared((db) => ({
       ),
     )
     .prepare(),
+  reasons: db
+    .select({ reason: suppressions.reason })
+    .from(suppressions)
+    .where(
+      and(
+        sql`${suppressions.accountId} in (select value from json_each(${sql.placeholder('accounts')}))`,
+        eq(suppressions.address, sql.placeholder('address')),
+      ),
+    )
+    .prepare(),
 }));
+
+/** Why any of `accountIds` has suppressed `address` (a reason per list it is on, nearest first), or [] when none has. */
+export function suppressionReasons(db: Db, accountIds: string[], address: string): SuppressionReason[] {
+  return statements(db)
+    .reasons.all({ accounts: JSON.stringify(accountIds), address: address.toLowerCase() })
+    .map((r) => r.reason);
+}
 
 /** The recipients (as given) that any of `accountIds` has suppressed. */
 export function suppressedRecipients(db: Db, accountIds: string[], recipients: string[]): string[] {

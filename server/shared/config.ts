@@ -176,6 +176,9 @@ export const configSchema = z.object({
   SMTP_TLS_CERT: z.string().min(1).optional().describe('PEM certificate file for STARTTLS on inbound SMTP'),
   SMTP_TLS_KEY: z.string().min(1).optional().describe('PEM private key file matching SMTP_TLS_CERT'),
   SMTP_MAX_MESSAGE_BYTES: positiveInt(26214400).describe('Largest inbound message, advertised in SIZE and enforced with 552'),
+  SUBMISSION_PORT: port(587).describe('SMTP submission with STARTTLS (an API key as the password), on SMTP_HOST; `0` turns it off'),
+  SUBMISSIONS_PORT: port(465).describe('SMTP submission over implicit TLS, on SMTP_HOST; `0` turns it off'),
+  SUBMISSION_MAX_MESSAGE_BYTES: positiveInt(10485760).describe('Largest submitted message, advertised in SIZE and enforced with 552'),
   SPF_DOMAIN: domainName.optional().describe('What customers `include:` in their SPF record: a domain name (`_spf.example.com` is one)'),
   FBL_REPORTERS: domainList
     .optional()
@@ -239,6 +242,10 @@ export interface Config {
   smtpTlsCert: string | null;
   smtpTlsKey: string | null;
   smtpMaxMessageBytes: number;
+  /** SMTP submission (docs/api/decisions.md section 10): STARTTLS and implicit-TLS ports, 0 for off. */
+  submissionPort: number;
+  submissionsPort: number;
+  submissionMaxMessageBytes: number;
   spfDomain: string;
   /** Domains whose DKIM signature makes a feedback-loop complaint trusted (docs/api/decisions.md section 13). */
   fblReporters: readonly string[];
@@ -358,6 +365,9 @@ function toConfig(raw: RawConfig, secretKey: Config['secretKey'], dnsServers: Dn
     smtpTlsCert: raw.SMTP_TLS_CERT ?? null,
     smtpTlsKey: raw.SMTP_TLS_KEY ?? null,
     smtpMaxMessageBytes: raw.SMTP_MAX_MESSAGE_BYTES,
+    submissionPort: raw.SUBMISSION_PORT,
+    submissionsPort: raw.SUBMISSIONS_PORT,
+    submissionMaxMessageBytes: raw.SUBMISSION_MAX_MESSAGE_BYTES,
     spfDomain: raw.SPF_DOMAIN ?? raw.MAIL_HOSTNAME ?? defaultMailHostname(),
     fblReporters: raw.FBL_REPORTERS ?? DEFAULT_FBL_REPORTERS,
     secretKey,

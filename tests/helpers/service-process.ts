@@ -41,6 +41,8 @@ export function processEnv(dataDir: string, extra: Record<string, string> = {}):
     HTTP_HOST: '127.0.0.1',
     HTTP_PORT: '0',
     SMTP_PORT: '0',
+    SUBMISSION_PORT: '0',
+    SUBMISSIONS_PORT: '0',
     MAIL_HOSTNAME: 'mx.mailstead.test',
     ALLOW_PRIVATE_TARGETS: 'true',
     RATE_LIMIT_PER_KEY: '100000',

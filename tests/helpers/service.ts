@@ -64,6 +64,8 @@ export async function startService(
     HTTP_HOST: '127.0.0.1',
     HTTP_PORT: '0',
     SMTP_PORT: '0',
+    SUBMISSION_PORT: '0',
+    SUBMISSIONS_PORT: '0',
     MAIL_HOSTNAME: 'mx.mailstead.test',
     RATE_LIMIT_PER_KEY: '100000',
     RATE_LIMIT_PER_ACCOUNT: '100000',

@@ -180,6 +180,7 @@ const email: Out<typeof r.email> = {
   to: [TO],
   subject: 'Your receipt R-1042',
   template: 'receipt',
+  source: 'api',
   templateVersion: null,
   status: 'sent',
   error: null,

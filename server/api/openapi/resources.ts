@@ -2,6 +2,7 @@ import { z } from 'zod';
 import {
   CUSTOMER_DB_SSL_MODES,
   CUSTOMER_DB_STATES,
+  EMAIL_SOURCES,
   EMAIL_STATUSES,
   EVENT_STATUSES,
   SUPPRESSION_REASONS,
@@ -71,7 +72,8 @@ export const email = documents<EmailView>()(
     from: z.string().describe('Sender address.'),
     to: z.array(z.string()).describe('Recipient addresses.'),
     subject: z.string(),
-    template: z.string().describe('Template name.'),
+    template: z.string().nullable().describe('Template name; null for a message submitted over SMTP.'),
+    source: z.enum(EMAIL_SOURCES).describe('How the send came in: `api` (POST /emails) or `smtp` (SMTP submission on the submission ports).'),
     templateVersion: z.int().min(1).nullable().describe("The version of the account's own template that was sent; null for a built-in."),
     status: z.enum(EMAIL_STATUSES),
     error: z.string().nullable(),

@@ -1,0 +1,185 @@
+import { and, eq, gt, lt, sql } from 'drizzle-orm';
+import { definePrepared } from '../../db/prepared.js';
+import { submittedMessages } from '../../db/schema/index.js';
+import { DAY_MS } from '../shared/clock.js';
+import { ApiError } from '../shared/errors.js';
+import { newId } from '../shared/ids.js';
+import { storeUnavailable } from '../shared/store-health.js';
+import { parseAddress } from './addresses.js';
+import { assertCredit, assertMaySend, assertQuotaFor, type Sender } from './sending-policy.js';
+import { checkFromDomain, listedRecipients, loadSender, queueSend } from './sending.js';
+import type { Deps } from './deps.js';
+import { type SubmissionAuth, assertStillAuthenticated } from './submission-auth.js';
+import type { SubmittedHeader } from './submitted-message.js';
+import { isAlwaysSuppressed } from './simulator.js';
+import { suppressionReasons } from './suppressions.js';
+
+/**
+ * A message submitted over SMTP (docs/api/decisions.md section 10), through the rules of `POST /emails` that apply to
+ * it, each where SMTP can answer it: the key, its rate limits, suspension, credits and quota at MAIL FROM (one
+ * request, one credit, per message); suppression per recipient at RCPT; the From domain, the quota for its recipients
+ * and the Message-ID seen before once the message has arrived, then queued in one durable commit, as an API send is.
+ * Each refusal is the API's ApiError; the SMTP edge words it as a reply (core/submission-replies.ts).
+ */
+
+const MESSAGE_ID_WINDOW_MS = DAY_MS;
+
+const statements = definePrepared((db) => ({
+  seen: db
+    .select({ emailId: submittedMessages.emailId })
+    .from(submittedMessages)
+    .where(
+      and(
+        eq(submittedMessages.accountId, sql.placeholder('accountId')),
+        eq(submittedMessages.messageId, sql.placeholder('messageId')),
+        gt(submittedMessages.createdAt, sql.placeholder('since')),
+      ),
+    )
+    .prepare(),
+  remember: db
+    .insert(submittedMessages)
+    .values({
+      accountId: sql.placeholder('accountId'),
+      messageId: sql.placeholder('messageId'),
+      emailId: sql.placeholder('emailId'),
+      createdAt: sql.placeholder('createdAt'),
+    })
+    // An older entry of the same Message-ID (past the window) makes way.
+    .onConflictDoUpdate({
+      target: [submittedMessages.accountId, submittedMessages.messageId],
+      set: { emailId: sql`excluded.email_id`, createdAt: sql`excluded.created_at` },
+    })
+    .prepare(),
+}));
+
+const senderOf = (deps: Pick<Deps, 'db'>, auth: SubmissionAuth): Sender => loadSender(deps, auth.actingAccountId);
+
+/**
+ * MAIL FROM: the session's key still live, one request against the key's and the account's rate limits, and the
+ * account (and its parent) neither suspended, nor out of credit, nor out of today's quota.
+ */
+export function beginSubmission(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUsage' | 'rateLimiter' | 'storeHealth'>, auth: SubmissionAuth): void {
+  if (deps.storeHealth.unsafe()) throw storeUnavailable(null, { closed: true, outcome: 'Nothing was sent' })!;
+  assertStillAuthenticated(deps, auth);
+  const rate = deps.rateLimiter.take(auth.keyId, auth.keyAccountId);
+  if (!rate.ok) {
+    const limit =
+      rate.scope === 'key'
+        ? `${deps.config.rateLimitPerKey} requests a minute from this key`
+        : `${deps.config.rateLimitPerAccount} requests a minute from this account's keys`;
+    throw new ApiError('rate_limited', `Rate limit reached: over ${limit}. Retry in ${rate.retryAfterSeconds} s.`);
+  }
+  const now = deps.clock.now();
+  deps.keyUsage.touch(auth.keyId, now);
+  const sender = senderOf(deps, auth);
+  assertMaySend(sender, now);
+  assertCredit(sender, deps.config, now);
+}
+
+/**
+ * RCPT TO (the edge refuses past MAX_RECIPIENTS): an address, not on the account's suppression list or its parent's
+ * (refused alone: the others proceed).
+ */
+export function checkSubmissionRecipient(deps: Pick<Deps, 'db'>, auth: SubmissionAuth, address: string): { address: string; domain: string } {
+  const parsed = parseAddress(address);
+  if (!parsed.ok) throw new ApiError('invalid_request', `${address}: ${parsed.reason}.`);
+  const sender = senderOf(deps, auth);
+  const ids = [sender.acting.id, ...(sender.parent ? [sender.parent.id] : [])];
+  const reasons = suppressionReasons(deps.db, ids, parsed.value.address);
+  if (reasons.length > 0 || isAlwaysSuppressed(parsed.value.address)) {
+    throw new ApiError('recipient_suppressed', `${parsed.value.address} is on the suppression list (${reasons[0] ?? 'simulator'}); not sent to it.`);
+  }
+  return parsed.value;
+}
+
+export interface Submission {
+  header: SubmittedHeader;
+  /** The message to queue: the rebuilt header and the body as submitted. */
+  raw: Buffer;
+  recipients: readonly { address: string; domain: string }[];
+  /** The email id the message takes (and its Message-ID, when the client wrote none). */
+  id: string;
+}
+
+export interface Submitted {
+  id: string;
+  /** True when the Message-ID was seen from this account in the last 24 hours: nothing was queued again. */
+  duplicate: boolean;
+}
+
+/**
+ * The message queued, once durable: checks 3 to 7 of POST /emails as they apply, on fresh rows inside the send's
+ * transaction of the group commit (so the quota or the last credit cannot be spent twice), then the log entry with
+ * `source: "smtp"`, the queue, the counters, the charge and the Message-ID remembered. A Message-ID seen from the
+ * account in the last 24 hours answers with the email it was sent as.
+ */
+export async function commitSubmission(
+  deps: Pick<Deps, 'clock' | 'commits' | 'config' | 'db' | 'logger' | 'secretKey' | 'storeHealth'>,
+  auth: SubmissionAuth,
+  submission: Submission,
+): Promise<Submitted> {
+  if (deps.storeHealth.unsafe()) throw storeUnavailable(null, { closed: true, outcome: 'Nothing was sent' })!;
+  const { header, id } = submission;
+  return deps.commits.run(() => {
+    const now = deps.clock.now();
+    const q = statements(deps.db);
+    if (header.clientMessageId !== null) {
+      const seen = q.seen.get({ accountId: auth.actingAccountId, messageId: header.clientMessageId, since: now - MESSAGE_ID_WINDOW_MS });
+      if (seen) return { id: seen.emailId, duplicate: true };
+    }
+    const sender = senderOf(deps, auth);
+    assertMaySend(sender, now);
+    assertCredit(sender, deps.config, now);
+    assertQuotaFor(sender, submission.recipients.length, now);
+    const domainKeyId = checkFromDomain(deps, sender.acting, header.from.domain);
+    // Suppressed since RCPT: refused whole, as the API refuses it; the client may send again to the others.
+    const listed = listedRecipients(
+      deps,
+      sender,
+      submission.recipients.map((r) => r.address),
+    );
+    if (listed.length > 0) throw new ApiError('recipient_suppressed', `Suppressed recipients, nothing was sent: ${listed.join(', ')}.`);
+    queueSend(deps, sender, {
+      id,
+      log: {
+        accountId: sender.acting.id,
+        fromAddress: header.from.address,
+        to: submission.recipients.map((r) => r.address),
+        subject: header.subject,
+        template: '',
+        templateVersion: null,
+        attachments: null,
+        tags: null,
+        sandbox: false,
+        source: 'smtp',
+      },
+      message: {
+        domainKeyId,
+        fromHeader: '',
+        fromAddress: header.from.address,
+        replyToHeader: null,
+        messageId: header.messageId,
+        subject: header.subject,
+        html: '',
+        text: '',
+        attachments: null,
+        raw: submission.raw,
+      },
+      content: { html: null, text: null, raw: submission.raw },
+      recipients: submission.recipients,
+      now,
+    });
+    if (header.clientMessageId !== null) q.remember.run({ accountId: sender.acting.id, messageId: header.clientMessageId, emailId: id, createdAt: now });
+    return { id, duplicate: false };
+  });
+}
+
+/** Forgets Message-IDs older than the de-duplication window (run with the other prunes). */
+export function pruneSubmittedMessageIds(deps: Pick<Deps, 'clock' | 'db'>): number {
+  return deps.db
+    .delete(submittedMessages)
+    .where(lt(submittedMessages.createdAt, deps.clock.now() - MESSAGE_ID_WINDOW_MS))
+    .run().changes;
+}
+
+export const newSubmissionId = (deps: Pick<Deps, 'clock'>): string => newId(deps.clock.now());
