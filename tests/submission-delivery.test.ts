@@ -9,7 +9,7 @@ import { type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig }
 import { publishSigningRecord, verifyDkim } from './helpers/dkim-check.js';
 import { HttpsReceiver } from './helpers/https-receiver.js';
 import { startPostgres, type TestPostgres } from './helpers/postgres.js';
-import { accountRow, DAY, emailRows, expectError, newSender, receipt, type Sender } from './helpers/sending.js';
+import { accountRow, DAY, emailRows, exhaustCredits, expectError, useQuota, newSender, receipt, type Sender } from './helpers/sending.js';
 import { startSubmission } from './helpers/submission.js';
 import {
   type Envelope,
@@ -391,6 +391,34 @@ describe('Message-ID de-duplication (decisions.md section 10)', () => {
         .sort(),
     ).toEqual([nearA, pastA, pastLater].sort());
     expect(emailRows(service, b.s.account.id).map((e) => e.id)).toEqual([nearB]);
+  });
+});
+
+describe('Message-ID de-duplication before the per-message checks', () => {
+  it('a retry of a message that spent the last quota or credit is answered with its id, not refused (as an Idempotency-Key replay is)', async () => {
+    const { service, sink, engine } = rig;
+    for (const spend of ['quota', 'credits'] as const) {
+      const { s, auth } = await prepared();
+      const to = `kai-${spend}@example.net`;
+      const messageId = `<last-${spend}-${randomBytes(6).toString('hex')}@app.example.org>`;
+      const sent = await composed({ from: s.from, to, subject: 'Last one', text: 'The last message today.', messageId });
+      const id = queuedId(await nodemailerSubmit(submission, 'starttls', auth, { from: s.from, to: [to] }, sent));
+      // That message took what was left.
+      if (spend === 'quota') useQuota(service, s.account.id, 0);
+      else exhaustCredits(service, s.account.id);
+      // A new message is refused now, as POST /emails is...
+      const fresh = await composed({ from: s.from, to, subject: 'One more', text: 'Over the limit.' });
+      await expect(nodemailerSubmit(submission, 'starttls', auth, { from: s.from, to: [to] }, fresh)).rejects.toMatchObject({
+        responseCode: spend === 'quota' ? 451 : 550,
+      });
+      // ...but the client whose reply was lost, retrying the one already queued, learns its id and nothing is sent again.
+      const retried = await nodemailerSubmit(submission, 'starttls', auth, { from: s.from, to: [to] }, sent).catch((err: { response?: string }) =>
+        String(err.response),
+      );
+      expect(retried, spend).toBe(`250 2.0.0 Ok: queued as ${id}`);
+      await engine.runOnce();
+      expect(sink.received.filter((r) => r.to[0] === to)).toHaveLength(1);
+    }
   });
 });
 
