@@ -152,6 +152,12 @@ async function expectDelivered(x: Expected): Promise<void> {
   const delivered = (email.body.events as { recipient: string; status: string }[]).filter((e) => e.status === 'delivered');
   expect(delivered.map((e) => e.recipient).sort()).toEqual([...x.envelope.to].sort());
 
+  // Nothing of the key in the log (debug level included): neither the key nor the AUTH exchange that carried it.
+  const logged = JSON.stringify(service.logger.entries);
+  for (const secret of [x.s.key, Buffer.from(`\0wordpress\0${x.s.key}`).toString('base64'), Buffer.from(x.s.key).toString('base64')]) {
+    expect(logged.includes(secret), 'the key, or the AUTH line carrying it, in the log').toBe(false);
+  }
+
   // The webhook endpoint hears of each delivery of this email.
   const before = receiver.requests.length;
   await createWebhookDispatcher(service.deps).runOnce();

@@ -158,6 +158,10 @@ describe('kill -9 between the 250 and delivery', () => {
       expect(sink.received.map((r) => [r.to, r.from.startsWith(`bounce+${id.replace(/-/g, '')}.0`)])).toEqual([[[to], true]]);
       // Held (and never answered) before the kill when it got that far, then accepted once.
       if (when === 'at-rcpt') expect(sink.attempts.get(to)).toBe(2);
+      // Nothing of the key in either process's log.
+      const logs = [...first.logs, ...second.logs].join('\n');
+      for (const secret of [key, Buffer.from(`\0app\0${key}`).toString('base64'), Buffer.from(key).toString('base64')])
+        expect(logs.includes(secret)).toBe(false);
     } finally {
       second.child.kill('SIGTERM');
       await second.exited;
