@@ -359,6 +359,21 @@ describe('Message-ID de-duplication (decisions.md section 10)', () => {
     expect(mine()).toHaveLength(1);
   });
 
+  it('the same Message-ID submitted on two connections at once is one email, sent once', async () => {
+    const { service, sink, engine } = rig;
+    const { s, auth } = await prepared();
+    const to = 'lou@example.net';
+    const sent = await withMessageId(s, `<twice-${randomBytes(6).toString('hex')}@app.example.org>`, to);
+    const replies = await Promise.all(
+      (['starttls', 'tls', 'starttls', 'tls'] as const).map((mode) => nodemailerSubmit(submission, mode, auth, { from: s.from, to: [to] }, sent)),
+    );
+    const ids = new Set(replies.map(queuedId));
+    expect(ids.size).toBe(1);
+    expect(emailRows(service, s.account.id).map((e) => e.id)).toEqual([...ids]);
+    await engine.runOnce();
+    expect(sink.received.filter((r) => r.to[0] === to)).toHaveLength(1);
+  });
+
   it('the same Message-ID from another account is a new email, and from the same account once 24 hours have passed', async () => {
     const { service, sink, engine } = rig;
     const a = await prepared();
