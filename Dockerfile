@@ -21,7 +21,7 @@ COPY --from=build --chown=node:node /app/dist ./dist
 COPY --from=build --chown=node:node /app/db/migrations ./db/migrations
 ENV NODE_ENV=production DATA_DIR=/data HTTP_PORT=8080 SMTP_PORT=25
 VOLUME ["/data"]
-EXPOSE 8080 25
+EXPOSE 8080 25 587 465
 USER node
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
   CMD ["node", "dist/server/app/healthcheck.js"]

@@ -6,7 +6,17 @@ import Database from 'better-sqlite3';
 import { dkimVerify } from 'mailauth/lib/dkim/verify.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDatabase } from '../db/client.js';
-import { DEV_DATA_DIR, DEV_SMTP_PORT, apiBase, devAdminToken, devEnvironment, queuedForDelivery } from '../scripts/dev.js';
+import {
+  DEV_DATA_DIR,
+  DEV_SMTP_PORT,
+  DEV_SUBMISSIONS_PORT,
+  DEV_SUBMISSION_PORT,
+  apiBase,
+  devAdminToken,
+  devEnvironment,
+  queuedForDelivery,
+} from '../scripts/dev.js';
+import { freePort } from '../scripts/lib/free-port.js';
 import { loadConfig } from '../server/shared/config.js';
 import { adminTokenHash, ensureAdminToken } from '../server/core/admin-token.js';
 import { newSender, receipt, sendEmail } from './helpers/sending.js';
@@ -273,7 +283,8 @@ describe('npm run dev', () => {
   it('the printed commands work on every paste, and print the API’s error when it refuses', { timeout: 180_000 }, async () => {
     const root = mkdtempSync(join(tmpdir(), 'mailstead-dev-'));
     dirs.push(root);
-    const run = startDev(join(root, 'data-dev'));
+    // SMTP submission on a port of its own (npm run dev's 2587 unless set), for the printed swaks line.
+    const run = startDev(join(root, 'data-dev'), { SUBMISSION_PORT: String(await freePort()) });
     const { key, api, text } = await printed(run);
     const lines = pasteOf(text);
     const call = client(api, key);
@@ -302,6 +313,16 @@ describe('npm run dev', () => {
     const suppressed = await paste('bash', lines.replace('"customer@example.com",', `"suppressed@${SIM}",`));
     expect(suppressed).toContain('"code":"recipient_suppressed"');
     expect(suppressed, suppressed).not.toContain('undefined');
+
+    // The printed swaks line sends through SMTP submission (STARTTLS, the key as the password), once shop.test is
+    // verified by the lines above: logged with source smtp.
+    const swaks = text.split('\n').find((l) => l.startsWith('swaks '));
+    expect(swaks, text).toBeDefined();
+    const submitted = await paste('bash', `KEY=${key}\n${swaks}`);
+    const queuedAs = /250 2\.0\.0 Ok: queued as (\S+)/.exec(submitted)?.[1];
+    expect(queuedAs, submitted).toBeDefined();
+    const viaSmtp = (await call('GET', '/emails?source=smtp')).body.data as { id: string; source: string; template: string | null }[];
+    expect(viaSmtp).toEqual([expect.objectContaining({ id: queuedAs, source: 'smtp', template: null })]);
     stopGroup(run.child, 'SIGTERM');
     await run.exited;
   });
@@ -322,6 +343,10 @@ describe('npm run dev', () => {
       HTTP_PORT: '9090',
     });
     expect(devEnvironment({ DATA_DIR: '/srv/dev', SMTP_PORT: '0' })).toMatchObject({ DATA_DIR: '/srv/dev', SMTP_PORT: '0' });
+    // SMTP submission on 2587 (STARTTLS) and 2465 (implicit TLS) unless set: above 1024, no privilege needed.
+    expect(devEnvironment({})).toMatchObject({ SUBMISSION_PORT: DEV_SUBMISSION_PORT, SUBMISSIONS_PORT: DEV_SUBMISSIONS_PORT });
+    expect([DEV_SUBMISSION_PORT, DEV_SUBMISSIONS_PORT]).toEqual(['2587', '2465']);
+    expect(devEnvironment({ SUBMISSION_PORT: '0' })).toMatchObject({ SUBMISSION_PORT: '0', SUBMISSIONS_PORT: '2465' });
     // This machine only, unless told otherwise: it prints a key holding every scope and the dashboard's token.
     expect(devEnvironment({})).toMatchObject({ HTTP_HOST: '127.0.0.1', SMTP_HOST: '127.0.0.1' });
     expect(devEnvironment({ HTTP_HOST: '0.0.0.0', SMTP_HOST: '::' })).toMatchObject({ HTTP_HOST: '0.0.0.0', SMTP_HOST: '::' });

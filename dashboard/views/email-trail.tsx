@@ -43,10 +43,12 @@ export const EmailTrailView: FC<{ trail: EmailTrail; mode: DeliveryMode }> = ({ 
           <dd>{email.to.join(', ')}</dd>
           <dt>Subject</dt>
           <dd>{email.subject}</dd>
+          <dt>Sent through</dt>
+          <dd>{email.source === 'smtp' ? 'SMTP submission' : 'the API'}</dd>
           <dt>Template</dt>
           <dd>
             {email.template === null ? (
-              'none: submitted over SMTP'
+              'none'
             ) : email.templateVersion === null ? (
               email.template
             ) : (

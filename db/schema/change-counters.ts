@@ -7,6 +7,10 @@ import { integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
  *
  * `recipients`: what decides whether a customer's domain receives mail and where it goes (a domain's name, account
  * and record status; an account's parent; which accounts have a database), read by the inbound RCPT check.
+ *
+ * `templates` (db/migrations/0018_templates_change_counter.sql): which own template and layout a send renders (a
+ * template's name, kind, account and current version; a version's layout; an account's parent), read by each send
+ * that names an own template (server/core/own-templates.ts).
  */
 export const changeCounters = sqliteTable('change_counters', {
   name: text('name').primaryKey(),

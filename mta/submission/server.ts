@@ -9,6 +9,7 @@ import { MAX_HEADER_BYTES, headerEnd, readSubmittedHeader } from '../../server/c
 import { ApiError } from '../../server/shared/errors.js';
 import { clientKey } from '../../server/shared/ip-ranges.js';
 import { logFailure } from '../../server/shared/store-health.js';
+import type { SubmissionStage } from '../../server/shared/metrics.js';
 import { SmtpReply, createLineEndingCheck } from '../inbound/receive.js';
 import { LOCKED_OUT, replyFor } from './replies.js';
 
@@ -73,7 +74,8 @@ export function createSubmissionServer(
     for (const c of (server as unknown as { connections: Set<Connection> }).connections) if (c.id === id) return c;
     return undefined;
   };
-  const refused = (stage: string, session: SMTPServerSession, err: SmtpReply) => {
+  const refused = (stage: SubmissionStage, session: SMTPServerSession, err: SmtpReply) => {
+    deps.metrics.submissionRefused(stage, err.responseCode);
     deps.logger.info('submission.refused', { stage, code: err.responseCode, message: err.message, remoteAddress: session.remoteAddress });
     return err;
   };
@@ -85,7 +87,8 @@ export function createSubmissionServer(
     cert: tls.cert,
     secure: options.secure,
     size: deps.config.submissionMaxMessageBytes,
-    rejectOversized: true,
+    // A message past SIZE is drained and answered here (552 5.3.4), never kept.
+    rejectOversized: false,
     maxClients: opts.maxClients,
     socketTimeout: opts.socketTimeoutMs,
     closeTimeout: 5_000,
@@ -105,7 +108,7 @@ export function createSubmissionServer(
       const connection = connectionOf(session.id);
       if ((connection?._socket.bytesRead ?? 0) > 0) return callback(refused('connect', session, reply(421, '4.7.0 You talked before the greeting; closing')));
       if (lockout.locked(client)) return callback(refused('connect', session, reply(421, LOCKED_OUT)));
-      if (connection) wordReplies(connection);
+      if (connection) wordReplies(connection, deps.config.submissionMaxMessageBytes);
       sessionTimers.set(session.id, setTimeout(() => connectionOf(session.id)?.close(), opts.maxSessionMs).unref());
       callback();
     },
@@ -166,6 +169,7 @@ export function createSubmissionServer(
       });
       receiveSubmission(deps, stream, authOf(session), recipients).then(
         (submitted) => {
+          deps.metrics.submissionAccepted();
           deps.logger.info('submission.accepted', {
             id: submitted.id,
             duplicate: submitted.duplicate,
@@ -210,10 +214,11 @@ export function createSubmissionServer(
 export type SubmissionServer = ReturnType<typeof createSubmissionServer>;
 
 /**
- * Two replies smtp-server words itself and section 10 words otherwise: AUTH before STARTTLS is `538 5.7.11`, and
- * EHLO before TLS offers no AUTH (RFC 4954 section 4: no plain-text password is invited).
+ * Replies smtp-server words itself and section 10 words otherwise: AUTH before STARTTLS is `538 5.7.11`; EHLO before
+ * TLS offers no AUTH (RFC 4954 section 4: no plain-text password is invited); a declared SIZE over the limit and an
+ * unknown mechanism carry their enhanced codes (`552 5.3.4`, `504 5.5.4`) like every other refusal here.
  */
-function wordReplies(connection: Connection): void {
+function wordReplies(connection: Connection, maxBytes: number): void {
   const send = connection.send.bind(connection);
   connection.send = (code, data, context) => {
     if (code === 538) return send(538, '5.7.11 Encryption required for requested authentication mechanism', context);
@@ -223,6 +228,12 @@ function wordReplies(connection: Connection): void {
         data.filter((line) => !/^AUTH\b/i.test(line)),
         context,
       );
+    // smtp-server's own wording of a MAIL FROM whose SIZE= is over the limit, and of an unknown AUTH mechanism.
+    if (code === 552 && typeof data === 'string' && data.startsWith('Error:')) {
+      return send(552, `5.3.4 Message exceeds the fixed maximum message size of ${maxBytes} bytes`, context);
+    }
+    if (code === 504 && typeof data === 'string' && data.startsWith('Error:'))
+      return send(504, '5.5.4 Unrecognized authentication type: PLAIN and LOGIN only', context);
     return send(code, data, context);
   };
 }

@@ -31,6 +31,8 @@ export interface SubmissionAuth {
   keyAccountId: string;
   /** The account the session sends for: the key's, or the sub-account named by the user name. */
   actingAccountId: string;
+  /** The acting account's parent (a sub-account's), whose suppression list also applies; null for a top-level one. */
+  parentId: string | null;
   /** The key store's stamp when the key was last found live (core/keys.ts keyStamp). */
   stamp: string;
 }
@@ -47,7 +49,7 @@ export function authenticateSubmission(deps: Pick<Deps, 'db'>, username: string,
     throw new ApiError('insufficient_scope', 'Authentication credentials invalid: this key lacks the scope emails:send.');
   }
   const acting = actingAccount(deps, found.account, username.trim());
-  return { secret: password.trim(), keyId: found.key.id, keyAccountId: found.account.id, actingAccountId: acting.id, stamp };
+  return { secret: password.trim(), keyId: found.key.id, keyAccountId: found.account.id, actingAccountId: acting.id, parentId: acting.parentId, stamp };
 }
 
 function actingAccount(deps: Pick<Deps, 'db'>, keyAccount: AccountRow, username: string): AccountRow {

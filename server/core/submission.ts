@@ -19,7 +19,7 @@ import { suppressionReasons } from './suppressions.js';
  * it, each where SMTP can answer it: the key, its rate limits, suspension, credits and quota at MAIL FROM (one
  * request, one credit, per message); suppression per recipient at RCPT; the From domain, the quota for its recipients
  * and the Message-ID seen before once the message has arrived, then queued in one durable commit, as an API send is.
- * Each refusal is the API's ApiError; the SMTP edge words it as a reply (core/submission-replies.ts).
+ * Each refusal is the API's ApiError; the SMTP edge words it as a reply (mta/submission/replies.ts).
  */
 
 const MESSAGE_ID_WINDOW_MS = DAY_MS;
@@ -83,8 +83,8 @@ export function beginSubmission(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'ke
 export function checkSubmissionRecipient(deps: Pick<Deps, 'db'>, auth: SubmissionAuth, address: string): { address: string; domain: string } {
   const parsed = parseAddress(address);
   if (!parsed.ok) throw new ApiError('invalid_request', `${address}: ${parsed.reason}.`);
-  const sender = senderOf(deps, auth);
-  const ids = [sender.acting.id, ...(sender.parent ? [sender.parent.id] : [])];
+  // The session's accounts as AUTH found them (an account's parent never changes): no account row is read per RCPT.
+  const ids = [auth.actingAccountId, ...(auth.parentId ? [auth.parentId] : [])];
   const reasons = suppressionReasons(deps.db, ids, parsed.value.address);
   if (reasons.length > 0 || isAlwaysSuppressed(parsed.value.address)) {
     throw new ApiError('recipient_suppressed', `${parsed.value.address} is on the suppression list (${reasons[0] ?? 'simulator'}); not sent to it.`);
@@ -169,17 +169,31 @@ export async function commitSubmission(
       recipients: submission.recipients,
       now,
     });
-    if (header.clientMessageId !== null) q.remember.run({ accountId: sender.acting.id, messageId: header.clientMessageId, emailId: id, createdAt: now });
+    if (header.clientMessageId !== null) {
+      q.remember.run({ accountId: sender.acting.id, messageId: header.clientMessageId, emailId: id, createdAt: now });
+      pruneNowAndThen(deps, now);
+    }
     return { id, duplicate: false };
   });
 }
 
-/** Forgets Message-IDs older than the de-duplication window (run with the other prunes). */
-export function pruneSubmittedMessageIds(deps: Pick<Deps, 'clock' | 'db'>): number {
+/** Forgets Message-IDs older than the de-duplication window. */
+export function pruneSubmittedMessageIds(deps: Pick<Deps, 'db'>, now: number): number {
   return deps.db
     .delete(submittedMessages)
-    .where(lt(submittedMessages.createdAt, deps.clock.now() - MESSAGE_ID_WINDOW_MS))
+    .where(lt(submittedMessages.createdAt, now - MESSAGE_ID_WINDOW_MS))
     .run().changes;
+}
+
+/** How often a submission also forgets the Message-IDs past the window (by its index on created_at). */
+const PRUNE_EVERY_MS = 60 * 60_000;
+const lastPrune = new WeakMap<object, number>();
+
+function pruneNowAndThen(deps: Pick<Deps, 'db'>, now: number): void {
+  const last = lastPrune.get(deps.db);
+  if (last !== undefined && now - last < PRUNE_EVERY_MS && now >= last) return;
+  lastPrune.set(deps.db, now);
+  pruneSubmittedMessageIds(deps, now);
 }
 
 export const newSubmissionId = (deps: Pick<Deps, 'clock'>): string => newId(deps.clock.now());

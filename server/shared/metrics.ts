@@ -17,6 +17,8 @@ export type WebhookMetricOutcome = (typeof WEBHOOK_OUTCOMES)[number];
 
 /** Where inbound SMTP said no: at the connection, at RCPT TO, or at the end of DATA. */
 export type InboundStage = 'connect' | 'rcpt' | 'data';
+/** Where SMTP submission refused: at connect, AUTH, MAIL FROM, RCPT or the end of DATA. */
+export type SubmissionStage = 'connect' | 'auth' | 'mail' | 'rcpt' | 'data';
 
 /**
  * Send-to-outcome buckets, in seconds: a direct delivery takes about a second, a deferred one is retried over hours,
@@ -41,6 +43,10 @@ export interface Metrics {
   inboundAccepted(): void;
   /** Inbound SMTP refused with `code` (421, 451, 550, 552...) at `stage`. */
   inboundRefused(stage: InboundStage, code: number): void;
+  /** SMTP submission queued one message (250 at the end of DATA; a de-duplicated retry too). */
+  submissionAccepted(): void;
+  /** SMTP submission refused with `code` at `stage`. */
+  submissionRefused(stage: SubmissionStage, code: number): void;
   /** Adds the process's own metrics (CPU, memory, event loop, GC): once, from main, never per test service. */
   collectProcessMetrics(): void;
   /**
@@ -200,6 +206,18 @@ export function createMetrics(clock: Clock, scans: () => GaugeReads): Metrics {
     registers,
   });
 
+  const submissionAccepted = new Counter({
+    name: 'mailstead_submission_accepted_total',
+    help: 'Messages SMTP submission queued (250 at the end of DATA)',
+    registers,
+  });
+  const submissionRefused = new Counter({
+    name: 'mailstead_submission_refused_total',
+    help: 'Refusals of SMTP submission, by stage (connect, auth, mail, rcpt, data) and reply code',
+    labelNames: ['stage', 'code'] as const,
+    registers,
+  });
+
   let processMetrics = false;
   return {
     registry,
@@ -213,6 +231,8 @@ export function createMetrics(clock: Clock, scans: () => GaugeReads): Metrics {
     webhookAttempt: (outcome) => webhooks.inc({ outcome }),
     inboundAccepted: () => inboundAccepted.inc(),
     inboundRefused: (stage, code) => inboundRefused.inc({ stage, code: codeLabel(code) }),
+    submissionAccepted: () => submissionAccepted.inc(),
+    submissionRefused: (stage, code) => submissionRefused.inc({ stage, code: codeLabel(code) }),
     collectProcessMetrics() {
       if (processMetrics) return;
       processMetrics = true;

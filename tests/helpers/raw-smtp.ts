@@ -1,4 +1,5 @@
 import { type Socket, connect } from 'node:net';
+import { connect as connectTls } from 'node:tls';
 
 /**
  * A bare SMTP client for tests that must send what no well-behaved client would (bare LF, pipelined commands, bytes
@@ -31,6 +32,30 @@ export class RawSmtp {
     const client = new RawSmtp(socket);
     const banner = opts.greet === false ? '' : await client.reply();
     return { client, banner };
+  }
+
+  /** Connects over implicit TLS (the certificate is not checked: tests run self-signed pairs) and waits for the banner. */
+  static async connectSecure(port: number): Promise<{ client: RawSmtp; banner: string }> {
+    const socket = connectTls({ port, host: '127.0.0.1', rejectUnauthorized: false });
+    await new Promise<void>((resolve, reject) => {
+      socket.once('secureConnect', () => resolve());
+      socket.once('error', reject);
+    });
+    const client = new RawSmtp(socket);
+    return { client, banner: await client.reply() };
+  }
+
+  /** STARTTLS, then the same client over the TLS socket (the certificate is not checked); throws unless 220. */
+  async startTls(): Promise<RawSmtp> {
+    const answer = await this.command('STARTTLS');
+    if (!answer.startsWith('220')) throw new Error(`STARTTLS answered ${answer}`);
+    this.socket.removeAllListeners('data');
+    const socket = connectTls({ socket: this.socket, rejectUnauthorized: false });
+    await new Promise<void>((resolve, reject) => {
+      socket.once('secureConnect', () => resolve());
+      socket.once('error', reject);
+    });
+    return new RawSmtp(socket);
   }
 
   /** The next complete reply (`250-...` lines up to the `250 ...` one), or '' once the server has closed. */

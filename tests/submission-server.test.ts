@@ -1,0 +1,219 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { submittedMessages } from '../db/schema/index.js';
+import { pruneSubmittedMessageIds } from '../server/core/submission.js';
+import { RawSmtp } from './helpers/raw-smtp.js';
+import { type Sender, emailRows, newSender, queued, queuedRecipientsOf } from './helpers/sending.js';
+import { type TestService, startService } from './helpers/service.js';
+import { type SubmissionRig, startSubmission } from './helpers/submission.js';
+
+/**
+ * The submission server's edges (docs/api/decisions.md section 10, issue 35 point 1): what EHLO offers before and
+ * after TLS, SIZE, the bounds it shares with inbound (early talkers, connections per address, idle time, bare LF), a
+ * message with no body and one whose header never ends, the key's rate limit counted per message, and nothing of a key
+ * in the logs. Refusals of the rules are tests/submission-refusals.test.ts; delivery is tests/submission-delivery.test.ts.
+ */
+
+const MAX_BYTES = 400_000;
+let service: TestService;
+let rig: SubmissionRig;
+let s: Sender;
+const open: RawSmtp[] = [];
+
+beforeAll(async () => {
+  service = await startService({ SUBMISSION_MAX_MESSAGE_BYTES: String(MAX_BYTES), RATE_LIMIT_PER_KEY: '1000' });
+  rig = await startSubmission(service, { maxPerAddress: 3, socketTimeoutMs: 400 });
+  s = await newSender(service);
+});
+
+afterAll(async () => {
+  await rig.close();
+  await service.close();
+});
+
+afterEach(() => {
+  for (const c of open.splice(0)) c.close();
+});
+
+const plain = (key: string) => Buffer.from(`\0anything\0${key}`).toString('base64');
+
+/** A client on the STARTTLS port after STARTTLS and EHLO, authenticated with `key`. */
+async function authenticated(key = s.key): Promise<RawSmtp> {
+  const { client } = await RawSmtp.connect(rig.port);
+  open.push(client);
+  await client.command('EHLO client.example');
+  const secure = await client.startTls();
+  open.push(secure);
+  await secure.command('EHLO client.example');
+  expect(await secure.command(`AUTH PLAIN ${plain(key)}`)).toMatch(/^235 /);
+  return secure;
+}
+
+describe('EHLO', () => {
+  it('on the STARTTLS port: STARTTLS and SIZE, no AUTH before TLS; AUTH PLAIN LOGIN after it', async () => {
+    const { client, banner } = await RawSmtp.connect(rig.port);
+    open.push(client);
+    expect(banner).toMatch(/^220 mx\.mailstead\.test ESMTP/);
+    const before = await client.command('EHLO client.example');
+    expect(before).toContain('STARTTLS');
+    expect(before).toContain(`SIZE ${MAX_BYTES}`);
+    expect(before).not.toMatch(/AUTH/);
+    const secure = await client.startTls();
+    open.push(secure);
+    const after = await secure.command('EHLO client.example');
+    expect(after).toMatch(/250[- ]AUTH PLAIN LOGIN/);
+    expect(after).not.toContain('STARTTLS');
+  });
+
+  it('on the implicit-TLS port: AUTH PLAIN LOGIN at once, no STARTTLS', async () => {
+    const { client } = await RawSmtp.connectSecure(rig.securePort);
+    open.push(client);
+    const ehlo = await client.command('EHLO client.example');
+    expect(ehlo).toMatch(/250[- ]AUTH PLAIN LOGIN/);
+    expect(ehlo).not.toContain('STARTTLS');
+    expect(await client.command(`AUTH PLAIN ${plain(s.key)}`)).toMatch(/^235 /);
+  });
+});
+
+describe('the bounds it shares with inbound SMTP', () => {
+  it('a client that talks before the greeting is refused 421 and closed', async () => {
+    const { client } = await RawSmtp.connect(rig.port, { greet: false });
+    open.push(client);
+    client.write('EHLO early.example\r\n');
+    // smtp-server answers a whole line sent early itself; the start of one held back is the server's own check.
+    expect(await client.reply()).toMatch(/^421 .*(You talk too soon|You talked before the greeting)/);
+    expect(await client.closedByServer()).toBe(true);
+  });
+
+  it('more connections at once from one address than the cap: 421 for the one past it', async () => {
+    const clients = [];
+    for (let i = 0; i < 3; i++) {
+      const { client, banner } = await RawSmtp.connect(rig.port);
+      open.push(client);
+      expect(banner).toMatch(/^220 /);
+      clients.push(client);
+    }
+    const { client, banner } = await RawSmtp.connect(rig.port);
+    open.push(client);
+    expect(banner).toMatch(/^421 4\.7\.0 Too many connections from your address/);
+  });
+
+  it('an idle client is told 421 and closed after the idle bound', async () => {
+    const { client } = await RawSmtp.connect(rig.port);
+    open.push(client);
+    expect(await client.reply(5_000)).toMatch(/^421 /);
+    expect(await client.closedByServer()).toBe(true);
+  });
+
+  it('a bare LF in DATA is 550 5.6.0 and nothing is queued', async () => {
+    const client = await authenticated();
+    expect(await client.command(`MAIL FROM:<${s.from}>`)).toMatch(/^250 /);
+    expect(await client.command('RCPT TO:<ada@example.net>')).toMatch(/^250 /);
+    expect(await client.command('DATA')).toMatch(/^354 /);
+    client.write(`From: ${s.from}\r\nSubject: x\r\n\r\nline one\nline two\r\n.\r\n`);
+    expect(await client.reply()).toMatch(/^550 5\.6\.0 Bare CR or LF/);
+    expect(emailRows(service, s.account.id)).toEqual([]);
+    expect(queuedRecipientsOf(service, s.account.id)).toEqual([]);
+    expect(await service.deps.metrics.registry.metrics()).toMatch(/mailstead_submission_refused_total\{stage="data",code="550"\} [1-9]/);
+  });
+
+  it('a message past SUBMISSION_MAX_MESSAGE_BYTES is 552 5.3.4, and nothing is queued', async () => {
+    const client = await authenticated();
+    expect(await client.command(`MAIL FROM:<${s.from}>`)).toMatch(/^250 /);
+    expect(await client.command('RCPT TO:<ada@example.net>')).toMatch(/^250 /);
+    expect(await client.command('DATA')).toMatch(/^354 /);
+    client.write(`From: ${s.from}\r\nSubject: big\r\n\r\n${'x'.repeat(998)}\r\n`.repeat(1 + Math.ceil(MAX_BYTES / 1000)));
+    client.write('.\r\n');
+    expect(await client.reply()).toMatch(/^552 5\.3\.4 /);
+    expect(emailRows(service, s.account.id)).toEqual([]);
+  });
+});
+
+describe('what the header may be', () => {
+  it('a message that is all header (no blank line, no body) is queued with Message-ID and Date added', async () => {
+    const client = await authenticated();
+    await client.command(`MAIL FROM:<${s.from}>`);
+    await client.command('RCPT TO:<ada@example.net>');
+    await client.command('DATA');
+    client.write(`From: ${s.from}\r\nSubject: header only\r\n.\r\n`);
+    const answer = await client.reply();
+    const id = /^250 2\.0\.0 Ok: queued as (\S+)$/.exec(answer)?.[1];
+    expect(id, answer).toBeDefined();
+    expect(await service.deps.metrics.registry.metrics()).toMatch(/mailstead_submission_accepted_total [1-9]/);
+    const raw = queued(service, id!).message!.raw!.toString('latin1');
+    expect(raw).toMatch(
+      new RegExp(`^From: ${s.from}\\r\\nSubject: header only\\r\\nMessage-ID: <${id}@mx\\.mailstead\\.test>\\r\\nDate: [^\\r]+\\r\\n\\r\\n$`),
+    );
+  });
+
+  it('a header that never ends within 256 KB is 552 5.3.4', async () => {
+    const client = await authenticated();
+    await client.command(`MAIL FROM:<${s.from}>`);
+    await client.command('RCPT TO:<ada@example.net>');
+    await client.command('DATA');
+    // 330 KB of header fields, under SIZE (400 KB).
+    client.write(`From: ${s.from}\r\n${'X-Long: y\r\n'.repeat(30_000)}.\r\n`);
+    expect(await client.reply()).toMatch(/^552 5\.3\.4 The message header exceeds 262144 bytes/);
+    expect(emailRows(service, s.account.id).map((e) => e.subject)).not.toContain('');
+  });
+});
+
+describe('the key', () => {
+  it("each message counts one request against the key's rate limit: past it, MAIL FROM is 450 4.7.1", async () => {
+    const limited = await startService({ RATE_LIMIT_PER_KEY: '2' });
+    const limitedRig = await startSubmission(limited);
+    try {
+      const sender = await newSender(limited);
+      // A key of its own: newSender's calls to the API took requests of the operator's key.
+      const key = limited.newKey(sender.account.id);
+      const { client } = await RawSmtp.connectSecure(limitedRig.securePort);
+      open.push(client);
+      await client.command('EHLO client.example');
+      expect(await client.command(`AUTH PLAIN ${plain(key)}`)).toMatch(/^235 /);
+      for (let i = 0; i < 2; i++) {
+        expect(await client.command(`MAIL FROM:<${sender.from}>`)).toMatch(/^250 /);
+        expect(await client.command('RSET')).toMatch(/^250 /);
+      }
+      expect(await client.command(`MAIL FROM:<${sender.from}>`)).toMatch(/^450 4\.7\.1 Rate limit reached: over 2 requests a minute from this key/);
+      limited.clock.advance(61_000);
+      expect(await client.command(`MAIL FROM:<${sender.from}>`)).toMatch(/^250 /);
+    } finally {
+      await limitedRig.close();
+      await limited.close();
+    }
+  });
+
+  it('never appears in a log line, whether AUTH succeeds or fails', async () => {
+    const before = service.logger.entries.length;
+    await authenticated();
+    const { client } = await RawSmtp.connectSecure(rig.securePort);
+    open.push(client);
+    await client.command('EHLO client.example');
+    const wrong = `${s.key.slice(0, -4)}abcd`;
+    expect(await client.command(`AUTH PLAIN ${plain(wrong)}`)).toMatch(/^535 5\.7\.8 /);
+    const lines = JSON.stringify(service.logger.entries.slice(before));
+    expect(lines).toContain('submission.authenticated');
+    expect(lines).toContain('submission.refused');
+    for (const secret of [s.key, wrong, s.key.slice(3, 20), plain(s.key)]) expect(lines).not.toContain(secret);
+  });
+});
+
+it('Message-IDs older than 24 hours are forgotten', () => {
+  const db = service.deps.db;
+  const now = service.clock.now();
+  const emailId = emailRows(service, s.account.id)[0]?.id;
+  expect(emailId, 'an email of an earlier test').toBeDefined();
+  db.insert(submittedMessages)
+    .values([
+      { accountId: s.account.id, messageId: '<old@client.example>', emailId: emailId!, createdAt: now - 25 * 3_600_000 },
+      { accountId: s.account.id, messageId: '<new@client.example>', emailId: emailId!, createdAt: now - 23 * 3_600_000 },
+    ])
+    .run();
+  expect(pruneSubmittedMessageIds({ db }, now)).toBe(1);
+  expect(
+    db
+      .select({ id: submittedMessages.messageId })
+      .from(submittedMessages)
+      .all()
+      .map((r) => r.id),
+  ).toContain('<new@client.example>');
+});
