@@ -519,7 +519,7 @@ describe('the message size', () => {
 });
 
 describe('the account', () => {
-  const atMail: { name: string; set: (s: Sender) => void; reply: RegExp }[] = [
+  const atData: { name: string; set: (s: Sender) => void; reply: RegExp }[] = [
     {
       name: 'over the quota',
       set: (s) => useQuota(service, s.account.id, 0),
@@ -537,13 +537,17 @@ describe('the account', () => {
     },
   ];
 
-  for (const c of atMail) {
-    it(`${c.name}: refused at MAIL FROM with its code, nothing sent`, async () => {
+  // Judged at the end of DATA, after the Message-ID (a retry of a message that spent the last credit or quota is
+  // answered with its id, as an Idempotency-Key replay is): MAIL FROM and RCPT are taken.
+  for (const c of atData) {
+    it(`${c.name}: refused at the end of DATA with its code, nothing sent`, async () => {
       const s = await newSender(service, { credits: 10 });
       c.set(s);
       const before = await senderState(s);
       const client = await authed(s.key);
-      expect(await client.command(`MAIL FROM:<${s.from}>`)).toMatch(c.reply);
+      const r = await transaction(client, s.from, ['ada@example.net'], mail(s.from, ['ada@example.net']));
+      expect(r.mail).toMatch(/^250 /);
+      expect(r.data).toMatch(c.reply);
       client.close();
       await expectNothingSent(s, before);
       // The same refusal through the API, as a control that the account is in the state meant.

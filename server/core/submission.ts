@@ -16,9 +16,10 @@ import { suppressionReasons } from './suppressions.js';
 
 /**
  * A message submitted over SMTP (docs/api/decisions.md section 10), through the rules of `POST /emails` that apply to
- * it, each where SMTP can answer it: the key, its rate limits, suspension, credits and quota at MAIL FROM (one
- * request, one credit, per message); suppression per recipient at RCPT; the From domain, the quota for its recipients
- * and the Message-ID seen before once the message has arrived, then queued in one durable commit, as an API send is.
+ * it, each where SMTP can answer it: the key and its rate limits at MAIL FROM (one request per message); suppression
+ * per recipient at RCPT; once the message has arrived, in the order of POST /emails, the Message-ID seen before (as
+ * an Idempotency-Key), suspension and quota, credits (one per message), the From domain and suppression again, then
+ * queued in one durable commit, as an API send is.
  * Each refusal is the API's ApiError; the SMTP edge words it as a reply (mta/submission/replies.ts).
  */
 
@@ -55,8 +56,10 @@ const statements = definePrepared((db) => ({
 const senderOf = (deps: Pick<Deps, 'db'>, auth: SubmissionAuth): Sender => loadSender(deps, auth.actingAccountId);
 
 /**
- * MAIL FROM: the session's key still live, one request against the key's and the account's rate limits, and the
- * account (and its parent) neither suspended, nor out of credit, nor out of today's quota.
+ * MAIL FROM: the session's key still live, and one request against the key's and the account's rate limits (check 1
+ * of POST /emails). The account's own state (suspension, quota, credits) is judged at the end of DATA, after the
+ * Message-ID: a client retrying a message whose reply it lost, after that message spent the last credit or quota,
+ * hears the id it was sent as, as a retried Idempotency-Key is answered before checks 3 and 4.
  */
 export function beginSubmission(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUsage' | 'rateLimiter' | 'storeHealth'>, auth: SubmissionAuth): void {
   if (deps.storeHealth.unsafe()) throw storeUnavailable(null, { closed: true, outcome: 'Nothing was sent' })!;
@@ -69,11 +72,7 @@ export function beginSubmission(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'ke
         : `${deps.config.rateLimitPerAccount} requests a minute from this account's keys`;
     throw new ApiError('rate_limited', `Rate limit reached: over ${limit}. Retry in ${rate.retryAfterSeconds} s.`);
   }
-  const now = deps.clock.now();
-  deps.keyUsage.touch(auth.keyId, now);
-  const sender = senderOf(deps, auth);
-  assertMaySend(sender, now);
-  assertCredit(sender, deps.config, now);
+  deps.keyUsage.touch(auth.keyId, deps.clock.now());
 }
 
 /**
