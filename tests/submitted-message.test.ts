@@ -51,6 +51,14 @@ describe('what is rebuilt', () => {
     expect(rfc5322Date(ours.now)).toBe('Sat, 28 Nov 2026 12:00:00 +0000');
   });
 
+  it('an empty Message-ID field is replaced by ours, not kept beside it', () => {
+    const r = read('From: billing@shop.example\r\nMessage-ID: \r\nSubject: Hi\r\nDate: Fri, 27 Nov 2026 10:00:00 +0000\r\n\r\n');
+    expect(r.clientMessageId).toBeNull();
+    expect(r.header.toString('latin1')).toBe(
+      `From: billing@shop.example\r\nSubject: Hi\r\nDate: Fri, 27 Nov 2026 10:00:00 +0000\r\nMessage-ID: <${ours.id}@mx.mailstead.test>\r\n\r\n`,
+    );
+  });
+
   it('a header without its blank line (a message with no body) gets one', () => {
     const r = read('From: billing@shop.example\r\nDate: Fri, 27 Nov 2026 10:00:00 +0000\r\nMessage-ID: <a@b>\r\n');
     expect(r.header.toString('latin1')).toBe('From: billing@shop.example\r\nDate: Fri, 27 Nov 2026 10:00:00 +0000\r\nMessage-ID: <a@b>\r\n\r\n');

@@ -77,9 +77,10 @@ export function readSubmittedHeader(header: Buffer, ours: { id: string; mailHost
   const parsed = parseAddress(mailbox.address);
   if (!parsed.ok) throw new ApiError('invalid_request', `From: ${parsed.reason}.`);
 
-  const kept = fields.filter((f) => nameOf(f) !== 'bcc');
-  const given = named('message-id')[0];
-  const clientMessageId = given === undefined ? null : fieldValue(given) || null;
+  const given = named('message-id').find((f) => fieldValue(f) !== '');
+  const clientMessageId = given === undefined ? null : fieldValue(given);
+  // Bcc goes; so does an empty Message-ID field, which ours replaces (a message has one Message-ID).
+  const kept = fields.filter((f) => nameOf(f) !== 'bcc' && !(nameOf(f) === 'message-id' && fieldValue(f) === ''));
   const messageId = clientMessageId ?? `<${ours.id}@${ours.mailHostname}>`;
   if (clientMessageId === null) kept.push(`Message-ID: ${messageId}\r\n`);
   if (named('date').length === 0) kept.push(`Date: ${rfc5322Date(ours.now)}\r\n`);
