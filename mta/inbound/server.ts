@@ -1,11 +1,10 @@
-import type { AddressInfo } from 'node:net';
 import { SMTPServer, type SMTPServerSession } from 'smtp-server';
 import type { Deps } from '../../server/core/deps.js';
 import { type Recipient, judgeRecipient } from './recipients.js';
 import type { ReportChecks } from './report-matching.js';
 import { SmtpReply, receiveMessage } from './receive.js';
 import { logFailure } from '../../server/shared/store-health.js';
-import { clientKey } from '../../server/shared/ip-ranges.js';
+import { createClientBounds, listenable } from '../smtp-sessions.js';
 
 /**
  * Inbound SMTP on SMTP_HOST:SMTP_PORT: smtp-server with the banner and EHLO name MAIL_HOSTNAME,
@@ -49,18 +48,10 @@ export function createInboundServer(
 ) {
   const opts: InboundOptions = { ...DEFAULT_INBOUND_OPTIONS, ...options };
   const checks: ReportChecks = options.checks;
-  const perAddress = new Map<string, number>();
   // What the RCPT check decided for each accepted recipient (smtp-server keeps the address object in the envelope),
   // so DATA does not judge again: the transaction that stores the message does (receiveMessage).
   const judgedAtRcpt = new WeakMap<object, Recipient>();
-  const sessionTimers = new Map<string, NodeJS.Timeout>();
-  /** smtp-server's connection of a session (its own objects: only the fields read here). */
-  const connectionOf = (id: string) => {
-    for (const c of (server as unknown as { connections: Set<{ id: string; close(): void; _socket: { bytesRead: number } }> }).connections) {
-      if (c.id === id) return c;
-    }
-    return undefined;
-  };
+  const bounds = createClientBounds(() => server, opts);
 
   const server: SMTPServer = new SMTPServer({
     name: deps.config.mailHostname,
@@ -81,32 +72,16 @@ export function createInboundServer(
     logger: false,
 
     onConnect(session, callback) {
-      // An IPv6 client by its /64 (server/shared/ip-ranges.ts clientKey).
-      const client = clientKey(session.remoteAddress);
-      const n = (perAddress.get(client) ?? 0) + 1;
-      perAddress.set(client, n);
-      if (n > opts.maxPerAddress) {
+      const refusal = bounds.admit(session);
+      if (refusal) {
         deps.metrics.inboundRefused('connect', 421);
-        return callback(reply(421, '4.7.0 Too many connections from your address; try again later'));
+        return callback(refusal);
       }
-      // Called before the banner: any byte already here was sent before it. smtp-server refuses a whole command line
-      // sent early, but not the start of one whose line end is held back until after the banner.
-      if ((connectionOf(session.id)?._socket.bytesRead ?? 0) > 0) {
-        deps.metrics.inboundRefused('connect', 421);
-        return callback(reply(421, '4.7.0 You talked before the greeting; closing'));
-      }
-      // A session that outlives its bound is closed, whatever it is doing.
-      sessionTimers.set(session.id, setTimeout(() => connectionOf(session.id)?.close(), opts.maxSessionMs).unref());
       callback();
     },
 
     onClose(session) {
-      const client = clientKey(session.remoteAddress);
-      const n = (perAddress.get(client) ?? 1) - 1;
-      if (n <= 0) perAddress.delete(client);
-      else perAddress.set(client, n);
-      clearTimeout(sessionTimers.get(session.id));
-      sessionTimers.delete(session.id);
+      bounds.release(session);
     },
 
     onRcptTo(address, _session, callback) {
@@ -160,32 +135,7 @@ export function createInboundServer(
   });
   // A client resetting its connection is routine on port 25; anything else is worth a warning. A failure to listen
   // is the caller's to report (smtp.listen_failed), once.
-  let listening = false;
-  server.on('error', (err: NodeJS.ErrnoException) => {
-    if (!listening) return;
-    (err.code === 'ECONNRESET' || err.code === 'EPIPE' ? deps.logger.debug : deps.logger.warn)('inbound.server_error', {
-      code: err.code,
-      message: err.message,
-    });
-  });
-
-  return {
-    server,
-    /** Listens; resolves with the port (SMTP_PORT may be 0 in tests). */
-    listen(host: string, port: number): Promise<number> {
-      return new Promise((resolve, reject) => {
-        server.server.once('error', reject);
-        server.listen(port, host, () => {
-          listening = true;
-          server.server.off('error', reject);
-          resolve((server.server.address() as AddressInfo).port);
-        });
-      });
-    },
-    async close(): Promise<void> {
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
+  return { server, ...listenable(server, deps.logger, 'inbound.server_error') };
 }
 
 export type InboundServer = ReturnType<typeof createInboundServer>;

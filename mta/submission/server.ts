@@ -1,4 +1,3 @@
-import type { AddressInfo } from 'node:net';
 import type { Readable } from 'node:stream';
 import { SMTPServer, type SMTPServerAddress, type SMTPServerSession } from 'smtp-server';
 import type { Deps } from '../../server/core/deps.js';
@@ -12,6 +11,7 @@ import { logFailure } from '../../server/shared/store-health.js';
 import type { SubmissionStage } from '../../server/shared/metrics.js';
 import { SmtpReply, createLineEndingCheck } from '../inbound/receive.js';
 import { LOCKED_OUT, replyFor } from './replies.js';
+import { type SmtpConnection, connectionOf, createClientBounds, listenable } from '../smtp-sessions.js';
 
 /**
  * SMTP submission (docs/api/decisions.md section 10): smtp-server on SUBMISSION_PORT (STARTTLS) or SUBMISSIONS_PORT
@@ -41,15 +41,6 @@ export const DEFAULT_SUBMISSION_OPTIONS: SubmissionOptions = {
 
 type SubmissionDeps = Pick<Deps, 'clock' | 'commits' | 'config' | 'db' | 'keyUsage' | 'logger' | 'metrics' | 'rateLimiter' | 'secretKey' | 'storeHealth'>;
 
-/** smtp-server's connection of a session (its own objects: only the fields used here). */
-interface Connection {
-  id: string;
-  secure: boolean;
-  close(): void;
-  send(code: number, data?: string | string[], context?: unknown): void;
-  _socket: { bytesRead: number };
-}
-
 const reply = (code: number, message: string) => new SmtpReply(code, message);
 
 /** The session's key and account, set by a successful AUTH (smtp-server keeps it as `session.user`). */
@@ -66,14 +57,9 @@ export function createSubmissionServer(
 ) {
   const opts: SubmissionOptions = { ...DEFAULT_SUBMISSION_OPTIONS, ...options };
   const { lockout } = options;
-  const perAddress = new Map<string, number>();
-  const sessionTimers = new Map<string, NodeJS.Timeout>();
+  const bounds = createClientBounds(() => server, opts);
   // Each accepted recipient as the RCPT check parsed it (smtp-server keeps the address object in the envelope).
   const judgedAtRcpt = new WeakMap<SMTPServerAddress, { address: string; domain: string }>();
-  const connectionOf = (id: string): Connection | undefined => {
-    for (const c of (server as unknown as { connections: Set<Connection> }).connections) if (c.id === id) return c;
-    return undefined;
-  };
   const refused = (stage: SubmissionStage, session: SMTPServerSession, err: SmtpReply) => {
     deps.metrics.submissionRefused(stage, err.responseCode);
     deps.logger.info('submission.refused', { stage, code: err.responseCode, message: err.message, remoteAddress: session.remoteAddress });
@@ -101,25 +87,17 @@ export function createSubmissionServer(
     logger: false,
 
     onConnect(session, callback) {
-      const client = clientKey(session.remoteAddress);
-      const n = (perAddress.get(client) ?? 0) + 1;
-      perAddress.set(client, n);
-      if (n > opts.maxPerAddress) return callback(refused('connect', session, reply(421, '4.7.0 Too many connections from your address; try again later')));
-      const connection = connectionOf(session.id);
-      if ((connection?._socket.bytesRead ?? 0) > 0) return callback(refused('connect', session, reply(421, '4.7.0 You talked before the greeting; closing')));
-      if (lockout.locked(client)) return callback(refused('connect', session, reply(421, LOCKED_OUT)));
+      const refusal = bounds.admit(session);
+      if (refusal) return callback(refused('connect', session, refusal));
+      // (onClose releases what admit counted, refused or not.)
+      if (lockout.locked(clientKey(session.remoteAddress))) return callback(refused('connect', session, reply(421, LOCKED_OUT)));
+      const connection = connectionOf(server, session.id);
       if (connection) wordReplies(connection, deps.config.submissionMaxMessageBytes);
-      sessionTimers.set(session.id, setTimeout(() => connectionOf(session.id)?.close(), opts.maxSessionMs).unref());
       callback();
     },
 
     onClose(session) {
-      const client = clientKey(session.remoteAddress);
-      const n = (perAddress.get(client) ?? 1) - 1;
-      if (n <= 0) perAddress.delete(client);
-      else perAddress.set(client, n);
-      clearTimeout(sessionTimers.get(session.id));
-      sessionTimers.delete(session.id);
+      bounds.release(session);
     },
 
     onAuth(auth, session, callback) {
@@ -183,32 +161,7 @@ export function createSubmissionServer(
       );
     },
   });
-  let listening = false;
-  server.on('error', (err: NodeJS.ErrnoException) => {
-    if (!listening) return;
-    (err.code === 'ECONNRESET' || err.code === 'EPIPE' ? deps.logger.debug : deps.logger.warn)('submission.server_error', {
-      code: err.code,
-      message: err.message,
-    });
-  });
-
-  return {
-    server,
-    /** Listens; resolves with the port (0 picks one, as tests do). */
-    listen(host: string, port: number): Promise<number> {
-      return new Promise((resolve, reject) => {
-        server.server.once('error', reject);
-        server.listen(port, host, () => {
-          listening = true;
-          server.server.off('error', reject);
-          resolve((server.server.address() as AddressInfo).port);
-        });
-      });
-    },
-    async close(): Promise<void> {
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
+  return { server, ...listenable(server, deps.logger, 'submission.server_error') };
 }
 
 export type SubmissionServer = ReturnType<typeof createSubmissionServer>;
@@ -218,7 +171,7 @@ export type SubmissionServer = ReturnType<typeof createSubmissionServer>;
  * TLS offers no AUTH (RFC 4954 section 4: no plain-text password is invited); a declared SIZE over the limit and an
  * unknown mechanism carry their enhanced codes (`552 5.3.4`, `504 5.5.4`) like every other refusal here.
  */
-function wordReplies(connection: Connection, maxBytes: number): void {
+function wordReplies(connection: SmtpConnection, maxBytes: number): void {
   const send = connection.send.bind(connection);
   connection.send = (code, data, context) => {
     if (code === 538) return send(538, '5.7.11 Encryption required for requested authentication mechanism', context);
