@@ -97,6 +97,43 @@ describe('the bounds it shares with inbound SMTP', () => {
     expect(banner).toMatch(/^421 4\.7\.0 Too many connections from your address/);
   });
 
+  it('more clients at once than maxClients: the one past it is greeted 421 and closed', async () => {
+    const small = await startSubmission(service, { maxClients: 2 });
+    const mine: RawSmtp[] = [];
+    try {
+      for (let i = 0; i < 2; i++) {
+        const { client, banner } = await RawSmtp.connect(small.port);
+        mine.push(client);
+        expect(banner).toMatch(/^220 /);
+      }
+      const { client, banner } = await RawSmtp.connect(small.port);
+      mine.push(client);
+      expect(banner).toMatch(/^421 .*Too many connected clients/);
+      expect(await client.closedByServer()).toBe(true);
+    } finally {
+      for (const c of mine) c.close();
+      await small.close();
+    }
+  });
+
+  it('a session that outlives maxSessionMs is closed, however busy it keeps', async () => {
+    const short = await startSubmission(service, { maxSessionMs: 600, socketTimeoutMs: 5_000 });
+    const { client } = await RawSmtp.connect(short.port);
+    open.push(client);
+    try {
+      const started = Date.now();
+      // A NOOP every 100 ms: never idle, and closed all the same once its 600 ms are up.
+      while (!client.closed && Date.now() - started < 5_000) {
+        client.write('NOOP\r\n');
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      expect(client.closed).toBe(true);
+      expect(Date.now() - started).toBeLessThan(3_000);
+    } finally {
+      await short.close();
+    }
+  });
+
   it('an idle client is told 421 and closed after the idle bound', async () => {
     const { client } = await RawSmtp.connect(rig.port);
     open.push(client);
