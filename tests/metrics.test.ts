@@ -90,12 +90,15 @@ describe('GET /metrics: the families an operator scrapes', () => {
       mailstead_customer_db_writes_pending: 'gauge',
       mailstead_inbound_accepted_total: 'counter',
       mailstead_inbound_refused_total: 'counter',
+      mailstead_submission_accepted_total: 'counter',
+      mailstead_submission_refused_total: 'counter',
     });
     for (const family of families.values()) expect(family.help, family.name).toMatch(/\w/);
     for (const status of ['delivered', 'bounced', 'deferred', 'complained'])
       expect(sampleValue(families, 'mailstead_delivery_outcomes_total', { status })).toBe(0);
     for (const outcome of ['delivered', 'failed', 'gave_up']) expect(sampleValue(families, 'mailstead_webhook_attempts_total', { outcome })).toBe(0);
     expect(sampleValue(families, 'mailstead_inbound_accepted_total')).toBe(0);
+    expect(sampleValue(families, 'mailstead_submission_accepted_total')).toBe(0);
     expect(sampleValue(families, 'mailstead_customer_db_writes_pending')).toBe(0);
     for (const state of ['due', 'sending', 'deferred']) expect(sampleValue(families, 'mailstead_outbound_queue_depth', { state })).toBe(0);
     expect(sampleValue(families, 'mailstead_outbound_queue_oldest_age_seconds')).toBe(0);
@@ -213,7 +216,7 @@ describe('GET /metrics: the families an operator scrapes', () => {
     service.deps.db.delete(customerDbWrites).where(eq(customerDbWrites.accountId, sender.account.id)).run();
   });
 
-  it('inbound accepted and refused, by stage and code (a code outside 200-599 is `other`)', async () => {
+  it('inbound and submission accepted and refused, by stage and code (a code outside 200-599 is `other`)', async () => {
     const { service } = rig;
     const before = await scrape(service);
     const { metrics } = service.deps;
@@ -230,6 +233,16 @@ describe('GET /metrics: the families an operator scrapes', () => {
     expect(delta(after, before, 'mailstead_inbound_refused_total', { stage: 'rcpt', code: '550' })).toBe(2);
     expect(delta(after, before, 'mailstead_inbound_refused_total', { stage: 'data', code: '552' })).toBe(1);
     expect(delta(after, before, 'mailstead_inbound_refused_total', { stage: 'data', code: 'other' })).toBe(1);
+    // SMTP submission's, by its own stages.
+    metrics.submissionAccepted();
+    metrics.submissionRefused('auth', 535);
+    metrics.submissionRefused('mail', 450);
+    metrics.submissionRefused('rcpt', 550);
+    const later = await scrape(service);
+    expect(delta(later, after, 'mailstead_submission_accepted_total')).toBe(1);
+    expect(delta(later, after, 'mailstead_submission_refused_total', { stage: 'auth', code: '535' })).toBe(1);
+    expect(delta(later, after, 'mailstead_submission_refused_total', { stage: 'mail', code: '450' })).toBe(1);
+    expect(delta(later, after, 'mailstead_submission_refused_total', { stage: 'rcpt', code: '550' })).toBe(1);
   });
 
   it('HTTP requests by route pattern and status: 401, 404 and 405 too; an unmatched path is `unmatched`, never the path', async () => {
