@@ -1,4 +1,4 @@
-import { ApiError, type ErrorCode } from '../../server/shared/errors.js';
+import type { ApiError, ErrorCode } from '../../server/shared/errors.js';
 import { AUTH_LOCKOUT } from '../../server/core/submission-auth.js';
 import { SmtpReply } from '../inbound/receive.js';
 
