@@ -1,4 +1,5 @@
 import type { Clock } from '../shared/clock.js';
+import { ApiError } from '../shared/errors.js';
 
 const WINDOW_MS = 60_000;
 
@@ -73,3 +74,17 @@ export function createRateLimiter(clock: Clock, limits: { perKey: number; perAcc
 }
 
 export type RateLimiter = ReturnType<typeof createRateLimiter>;
+
+/**
+ * A refusal of the rate limits, worded once for every way a key comes in (an API request, an SMTP submission): which
+ * limit, and when to retry (also as Retry-After, which HTTP sends).
+ */
+export function rateLimited(config: { rateLimitPerKey: number; rateLimitPerAccount: number }, refused: Extract<RateDecision, { ok: false }>): ApiError {
+  const limit =
+    refused.scope === 'key'
+      ? `${config.rateLimitPerKey} requests a minute from this key`
+      : `${config.rateLimitPerAccount} requests a minute from this account's keys`;
+  return new ApiError('rate_limited', `Rate limit reached: over ${limit}. Retry in ${refused.retryAfterSeconds} s.`, {
+    headers: { 'Retry-After': String(refused.retryAfterSeconds) },
+  });
+}

@@ -12,6 +12,7 @@ import type { Deps } from './deps.js';
 import { type SubmissionAuth, assertStillAuthenticated } from './submission-auth.js';
 import type { SubmittedHeader } from './submitted-message.js';
 import { isAlwaysSuppressed } from './simulator.js';
+import { rateLimited } from './rate-limit.js';
 import { suppressionReasons } from './suppressions.js';
 
 /**
@@ -65,13 +66,7 @@ export function beginSubmission(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'ke
   if (deps.storeHealth.unsafe()) throw storeUnavailable(null, { closed: true, outcome: 'Nothing was sent' })!;
   assertStillAuthenticated(deps, auth);
   const rate = deps.rateLimiter.take(auth.keyId, auth.keyAccountId);
-  if (!rate.ok) {
-    const limit =
-      rate.scope === 'key'
-        ? `${deps.config.rateLimitPerKey} requests a minute from this key`
-        : `${deps.config.rateLimitPerAccount} requests a minute from this account's keys`;
-    throw new ApiError('rate_limited', `Rate limit reached: over ${limit}. Retry in ${rate.retryAfterSeconds} s.`);
-  }
+  if (!rate.ok) throw rateLimited(deps.config, rate);
   deps.keyUsage.touch(auth.keyId, deps.clock.now());
 }
 

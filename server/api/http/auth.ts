@@ -1,6 +1,7 @@
 import type { MiddlewareHandler } from 'hono';
 import { findSubAccount } from '../../core/accounts.js';
 import { findLiveKey, findLiveKeyStamped, keyStamp } from '../../core/keys.js';
+import { rateLimited } from '../../core/rate-limit.js';
 import { type Scope, isScope } from '../../core/scopes.js';
 import type { Deps } from '../../core/deps.js';
 import { ApiError } from '../../shared/errors.js';
@@ -43,15 +44,7 @@ export function guard(
     const now = deps.clock.now();
 
     const rate = deps.rateLimiter.take(key.id, keyAccount.id);
-    if (!rate.ok) {
-      const limit =
-        rate.scope === 'key'
-          ? `${deps.config.rateLimitPerKey} requests a minute from this key`
-          : `${deps.config.rateLimitPerAccount} requests a minute from this account's keys`;
-      throw new ApiError('rate_limited', `Rate limit reached: over ${limit}. Retry in ${rate.retryAfterSeconds} s.`, {
-        headers: { 'Retry-After': String(rate.retryAfterSeconds) },
-      });
-    }
+    if (!rate.ok) throw rateLimited(deps.config, rate);
     deps.keyUsage.touch(key.id, now);
 
     const scopes = key.scopes.filter(isScope);
