@@ -138,6 +138,7 @@ error     unix  -       -       n       -       -       error
 retry     unix  -       -       n       -       -       error
 discard   unix  -       -       n       -       -       discard
 anvil     unix  -       -       n       -       1       anvil
+tlsmgr    unix  -       -       n       1000?   1       tlsmgr
 scache    unix  -       -       n       -       1       scache
 postlog   unix-dgram n  -       n       -       1       postlogd
 `;
@@ -153,10 +154,11 @@ export interface PrivatePostfix {
 /**
  * A Postfix of its own under a temporary folder: smtpd on a loopback port accepting from 127.0.0.0/8, every message
  * relayed to `relayPort` on 127.0.0.1 with `concurrency` connections to it (Postfix's default destination concurrency
- * is 20), TLS off on both sides, logging to a file in the folder. Postfix's master runs as root and its daemons as the
- * `postfix` user, so this needs root and the package's `postfix` user.
+ * is 20), TLS off towards the relay, logging to a file in the folder. smtpd offers STARTTLS with `tls` (a PEM pair,
+ * written into the folder readable by root only) and no TLS without it. Postfix's master runs as root and its daemons
+ * as the `postfix` user, so this needs root and the package's `postfix` user.
  */
-export async function startPrivatePostfix(postfix: string, relayPort: number, concurrency = 20): Promise<PrivatePostfix> {
+export async function startPrivatePostfix(postfix: string, relayPort: number, concurrency = 20, tls?: { key: string; cert: string }): Promise<PrivatePostfix> {
   if (process.getuid?.() !== 0) throw new Error('a private Postfix instance needs root (its master runs as root, its daemons as the postfix user)');
   const dir = mkdtempSync(join(tmpdir(), 'mailstead-postfix-'));
   // Postfix's daemons run as the postfix user and must reach the queue and data directories inside.
@@ -167,6 +169,11 @@ export async function startPrivatePostfix(postfix: string, relayPort: number, co
   for (const d of [etc, queue, data]) mkdirSync(d);
   chownSync(data, uidOf('postfix'), -1);
   const port = await freePort();
+  const tlsFiles = tls ? { key: join(etc, 'smtpd.key'), cert: join(etc, 'smtpd.crt') } : null;
+  if (tls && tlsFiles) {
+    writeFileSync(tlsFiles.key, tls.key, { mode: 0o600 });
+    writeFileSync(tlsFiles.cert, tls.cert);
+  }
   const main = {
     compatibility_level: '3.6',
     queue_directory: queue,
@@ -186,7 +193,9 @@ export async function startPrivatePostfix(postfix: string, relayPort: number, co
     default_destination_concurrency_limit: String(concurrency),
     smtp_destination_concurrency_limit: String(concurrency),
     smtp_tls_security_level: 'none',
-    smtpd_tls_security_level: 'none',
+    ...(tlsFiles
+      ? { smtpd_tls_security_level: 'may', smtpd_tls_key_file: tlsFiles.key, smtpd_tls_cert_file: tlsFiles.cert }
+      : { smtpd_tls_security_level: 'none' }),
     // smtpd would otherwise slow its clients down by a second per message while the queue is busy; a benchmark of
     // Postfix's throughput lets it take mail as fast as it can.
     in_flow_delay: '0',

@@ -6,6 +6,11 @@ import { runLoad } from './load.js';
 import { type BenchRig, benchSendBody, measureDelivery, startBenchRig } from './rig.js';
 import { spawnListening, stop } from './spawn.js';
 import { fileURLToPath } from 'node:url';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { loadOrCreateSmtpTls } from '../../mta/inbound/tls.js';
+import { findPostfixTool, runSmtpSource, startPrivatePostfix } from './postfix.js';
 
 /**
  * SMTP submission (issue 35) against POST /emails, side by side in one run: `CONCURRENCY` authenticated sessions on
@@ -15,9 +20,10 @@ import { fileURLToPath } from 'node:url';
  * delivered meanwhile. ROUNDS alternating slices of each, summed, so a change in the VM's speed falls on both; the
  * queue is drained (every accepted message at the sink) before each slice, so neither inherits the other's
  * deliveries. Accepted messages/s, p99 (MAIL FROM to the 250 after DATA; request to answer), the service's CPU per
- * message and the machine's CPU beside each. Then, unless BENCH_ONLY=rate, end to end: BENCH_MESSAGES submitted
- * and as many posted, first message to last delivery, for the delivered mail/s of each.
- * Run: npm run bench:submission   (env BENCH_SECONDS, BENCH_CONCURRENCY, BENCH_MESSAGES, BENCH_ONLY=rate|e2e)
+ * message and the machine's CPU beside each. Then, unless BENCH_ONLY=rate, end to end (endToEnd below): BENCH_MESSAGES
+ * each way, submitted, posted, and through a private Postfix relaying into the same sink (fed by smtp-source, and by
+ * the same STARTTLS sessions), for each way's delivered mail/s and its ratio to Postfix.
+ * Run: npm run bench:submission   (env BENCH_SECONDS, BENCH_CONCURRENCY, BENCH_MESSAGES, BENCH_ONLY=rate|e2e, BENCH_PEERS)
  */
 const seconds = Number(process.env.BENCH_SECONDS ?? 10);
 // The submission server takes at most 20 connections from one address (inbound's cap), and the load comes from one.
@@ -25,6 +31,7 @@ const concurrency = Number(process.env.BENCH_CONCURRENCY ?? 16);
 const total = Number(process.env.BENCH_MESSAGES ?? 2000);
 const only = process.env.BENCH_ONLY;
 const ROUNDS = 4;
+const E2E_ROUNDS = 4;
 const TARGET = 0.8;
 const SENDER_DOMAIN = 'bench.example';
 
@@ -122,49 +129,46 @@ class SmtpSession {
   }
 }
 
-/** A ~5 KB plain-text notification, CRLF line ends, lines under 78 characters, a Message-ID of its own. */
-function message(n: number): string {
+/** The body of every message: ~5 KB of text, CRLF line ends, lines under 78 characters (made once, not per message). */
+const BODY = (() => {
   const paragraph = 'Your order has shipped and is on its way. Track it from your account page at any time. ';
-  const words = paragraph.repeat(58).trim().split(' ');
   const lines: string[] = [];
   let line = '';
-  for (const word of words) {
+  for (const word of paragraph.repeat(58).trim().split(' ')) {
     if (line.length + word.length + 1 > 76) {
       lines.push(line);
       line = word;
     } else line = line ? `${line} ${word}` : word;
   }
   lines.push(line);
-  return [
-    `From: Bench <orders@${SENDER_DOMAIN}>`,
-    `To: <customer${n}@example.net>`,
-    `Subject: Order ${n} shipped`,
-    `Date: ${new Date().toUTCString().replace('GMT', '+0000')}`,
-    `Message-ID: <bench.${process.pid}.${n}.${Date.now()}@${SENDER_DOMAIN}>`,
-    'MIME-Version: 1.0',
-    'Content-Type: text/plain; charset=utf-8',
-    'Content-Transfer-Encoding: 7bit',
-    '',
-    'Hello,',
-    '',
-    ...lines,
-    '',
-  ].join('\r\n');
+  return ['Hello,', '', ...lines].join('\r\n');
+})();
+
+/** A ~5 KB plain-text notification with a Message-ID of its own, ending with DATA's terminating dot. */
+function message(n: number): string {
+  return (
+    `From: Bench <orders@${SENDER_DOMAIN}>\r\nTo: <customer${n}@example.net>\r\nSubject: Order ${n} shipped\r\n` +
+    `Date: ${new Date().toUTCString().replace('GMT', '+0000')}\r\nMessage-ID: <bench.${process.pid}.${n}.${Date.now()}@${SENDER_DOMAIN}>\r\n` +
+    `MIME-Version: 1.0\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: 7bit\r\n\r\n${BODY}\r\n.\r\n`
+  );
 }
 
 function want(reply: Reply, code: number, step: string): void {
   if (reply.code !== code) throw new Error(`${step}: expected ${code}, got ${reply.text}`);
 }
 
-/** An authenticated session on the STARTTLS port, ready for MAIL FROM. */
-async function authenticated(port: number, key: string): Promise<SmtpSession> {
+/**
+ * A session on a STARTTLS port, ready for MAIL FROM: authenticated with `key`, or (for the Postfix peer, which relays
+ * for loopback without AUTH) with none.
+ */
+async function authenticated(port: number, key: string | null): Promise<SmtpSession> {
   const s = await SmtpSession.open(port);
   want(await s.read(), 220, 'banner');
   want(await s.command('EHLO client.bench.example'), 250, 'EHLO');
   want(await s.command('STARTTLS'), 220, 'STARTTLS');
   await s.startTls();
   want(await s.command('EHLO client.bench.example'), 250, 'EHLO after STARTTLS');
-  want(await s.command(`AUTH PLAIN ${Buffer.from(`\0mailstead\0${key}`).toString('base64')}`), 235, 'AUTH');
+  if (key !== null) want(await s.command(`AUTH PLAIN ${Buffer.from(`\0mailstead\0${key}`).toString('base64')}`), 235, 'AUTH');
   return s;
 }
 
@@ -206,7 +210,7 @@ async function submit(sessions: SmtpSession[], stop: { until?: number; count?: n
           continue;
         }
         want(await s.command('DATA'), 354, 'DATA');
-        s.write(`${message(n)}.\r\n`);
+        s.write(message(n));
         const done = await s.read();
         if (done.code === 250) latencies.push(performance.now() - t);
         else refused[`DATA ${done.code}`] = (refused[`DATA ${done.code}`] ?? 0) + 1;
@@ -222,6 +226,115 @@ async function drained(rig: BenchRig, count: number): Promise<void> {
   const deadline = Date.now() + 300_000;
   while (rig.sink.delivered() < count && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
   if (rig.sink.delivered() < count) throw new Error(`the sink has ${rig.sink.delivered()} of ${count} messages after 5 minutes`);
+}
+
+type Peer = 'postfix-plain' | 'api' | 'postfix-tls' | 'smtp';
+
+const PEER_NAMES: Record<Peer, string> = {
+  'postfix-plain': 'Postfix, from smtp-source (plain SMTP)',
+  api: 'Mailstead, POST /emails',
+  'postfix-tls': 'Postfix, from the submission sessions (STARTTLS)',
+  smtp: 'Mailstead, SMTP submission (STARTTLS, AUTH)',
+};
+
+/**
+ * End to end: `total` messages each way, in E2E_ROUNDS slices of each, first message of a slice to its last delivery,
+ * summed; the order reversed every other round. Each way has its Postfix peer, relaying into the same sink in the same
+ * run: API mail's is a private Postfix fed by `smtp-source` (as bench:vs-postfix measures the API's ratio); submitted
+ * mail's is the same Postfix fed by the same STARTTLS sessions as the service (without AUTH: Postfix relays for
+ * loopback, and AUTH is once a session). Without root or Postfix, only the two Mailstead ways are measured.
+ */
+async function endToEnd(rig: BenchRig, headers: Record<string, string>, key: string, submissionPort: number): Promise<void> {
+  const per = Math.max(1, Math.floor(total / E2E_ROUNDS));
+  const postfixPath = findPostfixTool('postfix');
+  const sourcePath = findPostfixTool('smtp-source');
+  const withPostfix = postfixPath !== null && sourcePath !== null && process.getuid?.() === 0 && rig.sink.name.startsWith('smtp-sink');
+  if (!withPostfix) console.log("(no Postfix peer: it needs root and Debian's postfix package; the two Mailstead ways only)");
+  const tlsDir = mkdtempSync(join(tmpdir(), 'mailstead-bench-postfix-tls-'));
+  const pair = loadOrCreateSmtpTls({ dataDir: tlsDir, mailHostname: 'postfix.bench.test', smtpTlsCert: null, smtpTlsKey: null });
+  const postfix = withPostfix ? await startPrivatePostfix(postfixPath, rig.sink.port, concurrency, pair) : null;
+  const ours = await Promise.all(Array.from({ length: concurrency }, () => authenticated(submissionPort, key)));
+  const theirs = postfix ? await Promise.all(Array.from({ length: concurrency }, () => authenticated(postfix.port, null))) : [];
+  try {
+    const settled = async (count: number, queue: (() => boolean) | null) => {
+      const deadline = Date.now() + 300_000;
+      while ((rig.sink.delivered() < count || (queue && !queue())) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+      if (rig.sink.delivered() < count) throw new Error(`the sink has ${rig.sink.delivered()} of ${count} messages after 5 minutes`);
+    };
+    /** `n` messages one way; resolves when the sink has them all (and Postfix's queue is empty). */
+    const inject = async (peer: Peer, n: number): Promise<void> => {
+      const before = rig.sink.delivered();
+      if (peer === 'api') {
+        const f = await measureDelivery(rig, headers, n, concurrency);
+        if (f.refused > 0) throw new Error(`POST /emails refused ${f.refused}`);
+        return;
+      }
+      if (peer === 'postfix-plain') {
+        await runSmtpSource(sourcePath!, {
+          port: postfix!.port,
+          messages: n,
+          sessions: concurrency,
+          bytes: 5 * 1024,
+          from: `orders@${SENDER_DOMAIN}`,
+          to: 'customer@example.net',
+        });
+        return settled(before + n, postfix!.queueEmpty);
+      }
+      const sent = await submit(peer === 'smtp' ? ours : theirs, { count: n });
+      if (Object.keys(sent.refused).length > 0) throw new Error(`${PEER_NAMES[peer]} refused ${JSON.stringify(sent.refused)}`);
+      return settled(before + sent.accepted, peer === 'smtp' ? null : postfix!.queueEmpty);
+    };
+    // BENCH_PEERS (a comma list of the four) narrows the run, for a profile of one way.
+    const chosen = process.env.BENCH_PEERS?.split(',');
+    const peers = ((postfix ? ['postfix-plain', 'api', 'postfix-tls', 'smtp'] : ['api', 'smtp']) as Peer[]).filter((p) => !chosen || chosen.includes(p));
+    // Postfix's warm-up (Mailstead's was the rate slices', or main's one second of each).
+    if (postfix) for (const peer of ['postfix-plain', 'postfix-tls'] as const) await inject(peer, 300);
+    const sums = new Map(peers.map((p) => [p, { delivered: 0, seconds: 0, service: 0, load: 0, machine: 0 }]));
+    for (let round = 0; round < E2E_ROUNDS; round++) {
+      for (const peer of round % 2 === 0 ? peers : [...peers].reverse()) {
+        const before = rig.sink.delivered();
+        const service0 = cpuSeconds(rig.pid);
+        const load0 = process.cpuUsage();
+        const machine0 = machineCpu().busy;
+        const t0 = Date.now();
+        await inject(peer, per);
+        const times = rig.sink.times().slice(before);
+        const sum = sums.get(peer)!;
+        const load = process.cpuUsage(load0);
+        sum.delivered += times.length;
+        sum.seconds += (Math.max(...times) - t0) / 1000;
+        sum.service += cpuSeconds(rig.pid) - service0;
+        sum.load += (load.user + load.system) / 1e6;
+        sum.machine += machineCpu().busy - machine0;
+      }
+    }
+    const rate = (p: Peer) => (sums.has(p) ? sums.get(p)!.delivered / sums.get(p)!.seconds : Number.NaN);
+    console.log(
+      `end to end, ${per * E2E_ROUNDS} messages each way in ${E2E_ROUNDS} slices (order reversed every other round), first message of a slice to its last delivery, summed:`,
+    );
+    for (const peer of peers) {
+      const s = sums.get(peer)!;
+      const perMessage = (cpu: number) => `${((cpu * 1e6) / Math.max(1, s.delivered)).toFixed(0)} µs`;
+      console.log(
+        `  ${PEER_NAMES[peer].padEnd(52)} ${rate(peer).toFixed(0).padStart(6)} delivered/s   ` +
+          (peer === 'api' || peer === 'smtp' ? `service CPU ${perMessage(s.service)} a message, ` : '') +
+          `the load generator's ${perMessage(s.load)}; machine ${((100 * s.machine) / s.seconds).toFixed(0)}% of a core   (${s.delivered} delivered)`,
+      );
+    }
+    if (postfix && peers.length === 4) {
+      const api = rate('api') / rate('postfix-plain');
+      const smtp = rate('smtp') / rate('postfix-tls');
+      console.log(`API mail to Postfix (smtp-source, as bench:vs-postfix): ${api.toFixed(2)}`);
+      console.log(
+        `submitted mail to Postfix (the same STARTTLS sessions): ${smtp.toFixed(2)} (target at least API mail's ${api.toFixed(2)}: ${smtp >= api ? 'met' : 'not met'})`,
+      );
+    }
+    console.log(`submitted mail delivered to API mail delivered, directly: ${(rate('smtp') / rate('api')).toFixed(2)}`);
+  } finally {
+    for (const s of [...ours, ...theirs]) s.close();
+    await postfix?.stop();
+    rmSync(tlsDir, { recursive: true, force: true });
+  }
 }
 
 async function main(): Promise<void> {
@@ -316,36 +429,8 @@ async function main(): Promise<void> {
       );
     }
 
-    if (only !== 'rate') {
-      // End to end: `total` messages each way, first message to the sink's last, the queue empty at the start of each.
-      const before = rig.sink.delivered();
-      const sentAt: number[] = [];
-      const cpu0 = cpuSeconds(rig.pid);
-      const machine0 = machineCpu().busy;
-      const t0 = Date.now();
-      const sub = await submit(sessions, { count: total }, () => sentAt.push(Date.now()));
-      await drained(rig, before + sub.accepted);
-      const times = rig.sink.times().slice(before);
-      const smtpSeconds = (Math.max(...times) - t0) / 1000;
-      const smtpCpu = cpuSeconds(rig.pid) - cpu0;
-      const smtpMachine = machineCpu().busy - machine0;
-      const smtpLatency = times.map((t, k) => t - (sentAt[k] ?? t)).sort((a, b) => a - b);
-      for (const s of sessions) s.close();
-
-      const machine1 = machineCpu().busy;
-      const api = await measureDelivery(rig, headers, total, concurrency);
-      const apiMachine = machineCpu().busy - machine1;
-      console.log(`end to end, ${total} messages each way, first message to the last delivered:`);
-      console.log(
-        `  POST /emails                   ${api.rate.toFixed(0).padStart(6)} delivered/s   send-to-delivered p50 ${api.p50} ms, p99 ${api.p99} ms   ` +
-          `service CPU ${(api.cpuPer1000 * 1000).toFixed(0)} µs a message; machine ${((100 * apiMachine) / api.seconds).toFixed(0)}% of a core   (${api.delivered} delivered, ${api.refused} refused)`,
-      );
-      console.log(
-        `  SMTP submission                ${(times.length / smtpSeconds).toFixed(0).padStart(6)} delivered/s   send-to-delivered p50 ${percentile(smtpLatency, 50)} ms, p99 ${percentile(smtpLatency, 99)} ms   ` +
-          `service CPU ${((smtpCpu * 1e6) / Math.max(1, times.length)).toFixed(0)} µs a message; machine ${((100 * smtpMachine) / smtpSeconds).toFixed(0)}% of a core   (${times.length} delivered${Object.keys(sub.refused).length ? `, refused ${JSON.stringify(sub.refused)}` : ''})`,
-      );
-      console.log(`submitted mail delivered to API mail delivered: ${(times.length / smtpSeconds / api.rate).toFixed(2)}`);
-    } else for (const s of sessions) s.close();
+    for (const s of sessions) s.close();
+    if (only !== 'rate') await endToEnd(rig, headers, key, submissionPort);
   } finally {
     await rig.close();
   }
