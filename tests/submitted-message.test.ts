@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import addressparser from 'nodemailer/lib/addressparser';
 import { ApiError } from '../server/shared/errors.js';
 import { headerEnd, readSubmittedHeader, rfc5322Date } from '../server/core/submitted-message.js';
 
@@ -84,5 +85,36 @@ describe('what the rules read', () => {
     expect(refusal('From: a@shop.example, b@shop.example\r\n\r\n')).toBe('invalid_request: From: must be exactly one mailbox.');
     expect(refusal('From: Team: a@shop.example, b@shop.example;\r\n\r\n')).toBe('invalid_request: From: must be exactly one mailbox.');
     expect(refusal('From: Just A Name\r\n\r\n')).toMatch(/^invalid_request: From: /);
+  });
+});
+
+describe('reading the header costs what it must', () => {
+  it('a header with nothing to remove or add goes out as the very bytes that came, folding and 8-bit text included', () => {
+    const sent = Buffer.from(
+      'From: Shop <billing@shop.example>\r\nTo: ada@example.net,\r\n  bob@example.net\r\nSubject: caf\xc3\xa9\r\n' +
+        'Message-ID: <abc@client.example>\r\nDate: Fri, 27 Nov 2026 10:00:00 +0000\r\n\r\n',
+      'latin1',
+    );
+    const r = readSubmittedHeader(sent, ours);
+    expect(r.header.equals(sent)).toBe(true);
+    expect(r.from).toEqual({ address: 'billing@shop.example', domain: 'shop.example' });
+  });
+
+  it('a From read without the full address parser reads as that parser reads it', () => {
+    const froms = [
+      'billing@shop.example',
+      'Shop <billing@shop.example>',
+      'Shop<billing@Shop.Example>',
+      '<billing@shop.example>',
+      '=?UTF-8?B?w4lsaXNl?= <elise@shop.example>',
+      'Ada Lovelace Jr. <ada.lovelace+news@shop.example>',
+      '"Doe, Jane" <jane@shop.example>',
+      'jane@shop.example (Jane Doe)',
+    ];
+    for (const from of froms) {
+      const [mailbox] = addressparser(from, { flatten: true });
+      const address = mailbox!.address.toLowerCase();
+      expect(read(`From: ${from}\r\n\r\n`).from, from).toEqual({ address, domain: address.split('@')[1] });
+    }
   });
 });

@@ -59,6 +59,23 @@ export function rfc5322Date(ms: number): string {
   return new Date(ms).toUTCString().replace(/GMT$/, '+0000');
 }
 
+/** Characters that make an address or a display name more than plain (RFC 5322 specials, and `@` in a name). */
+const PLAIN_ADDRESS = /^[^\s<>"(),;:\\[\]@]+@[^\s<>"(),;:\\[\]@]+$/;
+const NAMED_ADDRESS = /^[^<>"(),;:\\[\]@]*<([^\s<>"(),;:\\[\]@]+@[^\s<>"(),;:\\[\]@]+)>$/;
+
+/**
+ * The address of a From value that is one mailbox: `a@b` or `Name <a@b>` (the name plain or RFC 2047 encoded) are read
+ * here; anything else (quotes, comments, groups, lists) by nodemailer's address parser. Null when it is not one mailbox.
+ */
+function fromAddress(value: string): string | null {
+  if (PLAIN_ADDRESS.test(value)) return value;
+  const named = NAMED_ADDRESS.exec(value);
+  if (named) return named[1]!;
+  const mailboxes = addressparser(value, { flatten: false });
+  const mailbox = mailboxes.length === 1 ? mailboxes[0] : undefined;
+  return mailbox && 'address' in mailbox && mailbox.address ? mailbox.address : null;
+}
+
 /**
  * Reads and rebuilds the header of a submitted message (`header` is its bytes up to and including the blank line, or
  * the whole message when it has no body). Refuses, with the API's words, a message whose From is missing, repeated,
@@ -66,30 +83,36 @@ export function rfc5322Date(ms: number): string {
  */
 export function readSubmittedHeader(header: Buffer, ours: { id: string; mailHostname: string; now: number }): SubmittedHeader {
   const fields = fieldsOf(header.toString('latin1'));
-  const named = (name: string) => fields.filter((f) => nameOf(f) === name);
+  const names = fields.map(nameOf);
+  const named = (name: string) => fields.filter((_f, i) => names[i] === name);
   const froms = named('from');
   if (froms.length !== 1) {
     throw new ApiError('invalid_request', froms.length === 0 ? 'From: the message has no From header.' : 'From: the message has more than one From header.');
   }
-  const mailboxes = addressparser(fieldValue(froms[0]!), { flatten: false });
-  const mailbox = mailboxes.length === 1 ? mailboxes[0] : undefined;
-  if (!mailbox || !('address' in mailbox) || !mailbox.address) throw new ApiError('invalid_request', 'From: must be exactly one mailbox.');
-  const parsed = parseAddress(mailbox.address);
+  const address = fromAddress(fieldValue(froms[0]!));
+  if (address === null) throw new ApiError('invalid_request', 'From: must be exactly one mailbox.');
+  const parsed = parseAddress(address);
   if (!parsed.ok) throw new ApiError('invalid_request', `From: ${parsed.reason}.`);
 
-  const given = named('message-id').find((f) => fieldValue(f) !== '');
-  const clientMessageId = given === undefined ? null : fieldValue(given);
-  // Bcc goes; so does an empty Message-ID field, which ours replaces (a message has one Message-ID).
-  const kept = fields.filter((f) => nameOf(f) !== 'bcc' && !(nameOf(f) === 'message-id' && fieldValue(f) === ''));
+  const ids = named('message-id').map(fieldValue);
+  const given = ids.find((v) => v !== '');
+  const clientMessageId = given ?? null;
   const messageId = clientMessageId ?? `<${ours.id}@${ours.mailHostname}>`;
-  if (clientMessageId === null) kept.push(`Message-ID: ${messageId}\r\n`);
-  if (named('date').length === 0) kept.push(`Date: ${rfc5322Date(ours.now)}\r\n`);
+  const hasDate = names.includes('date');
   const subject = named('subject')[0];
-  return {
-    header: Buffer.from(`${kept.join('')}\r\n`, 'latin1'),
+  const read = {
     from: parsed.value,
     subject: subject === undefined ? '' : decodeEncodedWords(fieldValue(subject)),
     clientMessageId,
     messageId,
   };
+  // Nothing to remove or add, and the blank line there: the header goes out as the very bytes that came.
+  if (clientMessageId !== null && hasDate && !names.includes('bcc') && !ids.includes('') && header.subarray(-4).equals(CRLF_CRLF)) {
+    return { header, ...read };
+  }
+  // Bcc goes; so does an empty Message-ID field, which ours replaces (a message has one Message-ID).
+  const kept = fields.filter((f, i) => names[i] !== 'bcc' && !(names[i] === 'message-id' && fieldValue(f) === ''));
+  if (clientMessageId === null) kept.push(`Message-ID: ${messageId}\r\n`);
+  if (!hasDate) kept.push(`Date: ${rfc5322Date(ours.now)}\r\n`);
+  return { header: Buffer.from(`${kept.join('')}\r\n`, 'latin1'), ...read };
 }
