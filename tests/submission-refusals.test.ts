@@ -1,4 +1,7 @@
+import { randomUUID } from 'node:crypto';
+import Database from 'better-sqlite3';
 import { simpleParser } from 'mailparser';
+import { databasePath } from '../db/client.js';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createDeliveryEngine, type DeliveryEngine } from '../mta/delivery-engine.js';
 import { FAST_TIMEOUTS, resetDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
@@ -165,6 +168,16 @@ async function stateOf(key: string, accountId: string, account?: string): Promis
 }
 
 const senderState = (s: Sender) => stateOf(s.key, s.account.id);
+
+/** `use` on a connection of its own to the service's database, as the CLI or an operator's sqlite3 would write. */
+function withOtherConnection<T>(use: (db: Database.Database) => T): T {
+  const db = new Database(databasePath(service.dataDir));
+  try {
+    return use(db);
+  } finally {
+    db.close();
+  }
+}
 
 /** After a delivery run, the state is `before` and the sink has received nothing. */
 async function expectNothingSent(s: Sender, before: State): Promise<void> {
@@ -463,6 +476,64 @@ describe('recipients', () => {
     const after = await senderState(s);
     expect(after.sentToday).toBe(before.sentToday + 2);
     expect(after.emails).toEqual([id, ...before.emails]);
+  });
+
+  describe('a recipient suppressed between its RCPT and the end of DATA refuses the message whole: 550 5.7.1 naming it, nothing sent', () => {
+    const cases: { name: string; suppress: (s: Sender) => Promise<void> }[] = [
+      {
+        name: 'by POST /suppressions',
+        async suppress(s) {
+          const added = await service.api('POST', '/suppressions', { key: s.key, body: { address: 'later@example.net' } });
+          expect(added.status, JSON.stringify(added.body)).toBe(201);
+        },
+      },
+      {
+        name: 'by another connection to the database (the CLI, sqlite3)',
+        async suppress(s) {
+          withOtherConnection((db) =>
+            db
+              .prepare(`insert into suppressions (id, account_id, address, reason, detail, created_at) values (?, ?, ?, 'manual', '', ?)`)
+              .run(randomUUID(), s.account.id, 'later@example.net', service.clock.now()),
+          );
+        },
+      },
+    ];
+    for (const c of cases) {
+      it(c.name, async () => {
+        const s = await newSender(service);
+        const client = await authed(s.key);
+        expect(await client.command(`MAIL FROM:<${s.from}>`)).toMatch(/^250 /);
+        expect(await client.command('RCPT TO:<ada@example.net>')).toMatch(/^250 /);
+        expect(await client.command('RCPT TO:<later@example.net>')).toMatch(/^250 /);
+        await c.suppress(s);
+        const before = await senderState(s);
+        expect(await client.data(mail(s.from, ['ada@example.net', 'later@example.net']))).toBe(
+          '550 5.7.1 Suppressed recipients, nothing was sent: later@example.net.',
+        );
+        client.close();
+        await expectNothingSent(s, before);
+      });
+    }
+
+    it('the lists are read again only when the suppressions change counter moved since the first RCPT', async () => {
+      // With the counter's insert trigger gone, a suppression written by another connection does not move it: the
+      // message goes, which shows the re-check trusts the counter (and that the cases above are caught by it).
+      const trigger = withOtherConnection(
+        (db) => db.prepare(`select sql from sqlite_master where type = 'trigger' and name = 'suppressions_changed_insert'`).pluck().get() as string,
+      );
+      withOtherConnection((db) => db.exec('drop trigger suppressions_changed_insert'));
+      try {
+        const s = await newSender(service);
+        const client = await authed(s.key);
+        expect(await client.command(`MAIL FROM:<${s.from}>`)).toMatch(/^250 /);
+        expect(await client.command('RCPT TO:<later@example.net>')).toMatch(/^250 /);
+        await cases[1]!.suppress(s);
+        queuedId(await client.data(mail(s.from, ['later@example.net'])));
+        client.close();
+      } finally {
+        withOtherConnection((db) => db.exec(trigger));
+      }
+    });
   });
 
   it('the 51st recipient is 452 4.5.3; the first 50 are accepted and receive the message', async () => {

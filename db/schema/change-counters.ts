@@ -11,6 +11,11 @@ import { integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
  * `templates` (db/migrations/0018_templates_change_counter.sql): which own template and layout a send renders (a
  * template's name, kind, account and current version; a version's layout; an account's parent), read by each send
  * that names an own template (server/core/own-templates.ts).
+ *
+ * `suppressions` (db/migrations/0020_suppressions_change_counter.sql): any account's suppression list, and accounts'
+ * parents. SMTP submission reads it with each RCPT's suppression check and again when the message is committed: a
+ * counter that stood still since the earliest RCPT means no list changed, and the re-check is skipped
+ * (server/core/submission.ts).
  */
 export const changeCounters = sqliteTable('change_counters', {
   name: text('name').primaryKey(),

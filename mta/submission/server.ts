@@ -2,7 +2,14 @@ import type { Readable } from 'node:stream';
 import { SMTPServer, type SMTPServerAddress, type SMTPServerSession } from 'smtp-server';
 import type { Deps } from '../../server/core/deps.js';
 import { MAX_RECIPIENTS } from '../../server/core/send-request.js';
-import { type Submission, beginSubmission, checkSubmissionRecipient, commitSubmission, newSubmissionId } from '../../server/core/submission.js';
+import {
+  type JudgedRecipient,
+  type Submission,
+  beginSubmission,
+  checkSubmissionRecipient,
+  commitSubmission,
+  newSubmissionId,
+} from '../../server/core/submission.js';
 import { type AuthLockout, type SubmissionAuth, authenticateSubmission } from '../../server/core/submission-auth.js';
 import { MAX_HEADER_BYTES, headerEnd, readSubmittedHeader } from '../../server/core/submitted-message.js';
 import { ApiError } from '../../server/shared/errors.js';
@@ -59,7 +66,7 @@ export function createSubmissionServer(
   const { lockout } = options;
   const bounds = createClientBounds(() => server, opts);
   // Each accepted recipient as the RCPT check parsed it (smtp-server keeps the address object in the envelope).
-  const judgedAtRcpt = new WeakMap<SMTPServerAddress, { address: string; domain: string }>();
+  const judgedAtRcpt = new WeakMap<SMTPServerAddress, JudgedRecipient>();
   const refused = (stage: SubmissionStage, session: SMTPServerSession, err: SmtpReply) => {
     deps.metrics.submissionRefused(stage, err.responseCode);
     deps.logger.info('submission.refused', { stage, code: err.responseCode, message: err.message, remoteAddress: session.remoteAddress });
@@ -207,7 +214,7 @@ async function receiveSubmission(
   deps: SubmissionDeps,
   stream: Readable & { sizeExceeded?: boolean },
   auth: SubmissionAuth,
-  recipients: { address: string; domain: string }[],
+  recipients: JudgedRecipient[],
 ): Promise<{ id: string; duplicate: boolean }> {
   const lineEnds = createLineEndingCheck();
   let head: Buffer | null = Buffer.alloc(0);

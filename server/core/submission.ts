@@ -13,7 +13,7 @@ import { type SubmissionAuth, assertStillAuthenticated } from './submission-auth
 import type { SubmittedHeader } from './submitted-message.js';
 import { isAlwaysSuppressed } from './simulator.js';
 import { rateLimited } from './rate-limit.js';
-import { suppressionReasons } from './suppressions.js';
+import { suppressionReasons, suppressionsStamp } from './suppressions.js';
 
 /**
  * A message submitted over SMTP (docs/api/decisions.md section 10), through the rules of `POST /emails` that apply to
@@ -70,27 +70,36 @@ export function beginSubmission(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'ke
   deps.keyUsage.touch(auth.keyId, deps.clock.now());
 }
 
+/** A recipient accepted at RCPT, with the `suppressions` change counter as it stood before its check. */
+export interface JudgedRecipient {
+  address: string;
+  domain: string;
+  suppressionStamp: number;
+}
+
 /**
  * RCPT TO (the edge refuses past MAX_RECIPIENTS): an address, not on the account's suppression list or its parent's
  * (refused alone: the others proceed).
  */
-export function checkSubmissionRecipient(deps: Pick<Deps, 'db'>, auth: SubmissionAuth, address: string): { address: string; domain: string } {
+export function checkSubmissionRecipient(deps: Pick<Deps, 'db'>, auth: SubmissionAuth, address: string): JudgedRecipient {
   const parsed = parseAddress(address);
   if (!parsed.ok) throw new ApiError('invalid_request', `${address}: ${parsed.reason}.`);
+  // Read before the check: a list changed after it raises the counter past this stamp.
+  const suppressionStamp = suppressionsStamp(deps.db);
   // The session's accounts as AUTH found them (an account's parent never changes): no account row is read per RCPT.
   const ids = [auth.actingAccountId, ...(auth.parentId ? [auth.parentId] : [])];
   const reasons = suppressionReasons(deps.db, ids, parsed.value.address);
   if (reasons.length > 0 || isAlwaysSuppressed(parsed.value.address)) {
     throw new ApiError('recipient_suppressed', `${parsed.value.address} is on the suppression list (${reasons[0] ?? 'simulator'}); not sent to it.`);
   }
-  return parsed.value;
+  return { ...parsed.value, suppressionStamp };
 }
 
 export interface Submission {
   header: SubmittedHeader;
   /** The message to queue: the rebuilt header and the body as submitted. */
   raw: Buffer;
-  recipients: readonly { address: string; domain: string }[];
+  recipients: readonly JudgedRecipient[];
   /** The email id the message takes (and its Message-ID, when the client wrote none). */
   id: string;
 }
@@ -126,12 +135,17 @@ export async function commitSubmission(
     assertCredit(sender, deps.config, now);
     assertQuotaFor(sender, submission.recipients.length, now);
     const domainKeyId = checkFromDomain(deps, sender.acting, header.from.domain);
-    // Suppressed since RCPT: refused whole, as the API refuses it; the client may send again to the others.
-    const listed = listedRecipients(
-      deps,
-      sender,
-      submission.recipients.map((r) => r.address),
-    );
+    // Suppressed since RCPT: refused whole, as the API refuses it; the client may send again to the others. Read
+    // again only when some list changed since the earliest RCPT's check.
+    const checkedAt = Math.min(...submission.recipients.map((r) => r.suppressionStamp));
+    const listed =
+      suppressionsStamp(deps.db) === checkedAt
+        ? []
+        : listedRecipients(
+            deps,
+            sender,
+            submission.recipients.map((r) => r.address),
+          );
     if (listed.length > 0) throw new ApiError('recipient_suppressed', `Suppressed recipients, nothing was sent: ${listed.join(', ')}.`);
     queueSend(deps, sender, {
       id,

@@ -1,6 +1,7 @@
 import { and, desc, eq, lt, sql } from 'drizzle-orm';
 import { z } from 'zod';
-import type { Db } from '../../db/client.js';
+import type { Statement } from 'better-sqlite3';
+import { type Db, clientOf } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { type SuppressionReason, type SuppressionRow, suppressions } from '../../db/schema/index.js';
 import { iso } from '../shared/clock.js';
@@ -146,7 +147,16 @@ const statements = definePrepared((db) => ({
       ),
     )
     .prepare(),
+  changes: clientOf(db).prepare(`select n from change_counters where name = 'suppressions'`).pluck() as Statement<[], number>,
 }));
+
+/**
+ * The `suppressions` change counter (db/schema/change-counters.ts): raised by triggers whenever any suppression list
+ * or an account's parent changes, whoever writes. Equal readings mean no list changed in between.
+ */
+export function suppressionsStamp(db: Db): number {
+  return statements(db).changes.get()!;
+}
 
 /** Why any of `accountIds` has suppressed `address` (a reason per list it is on, nearest first), or [] when none has. */
 export function suppressionReasons(db: Db, accountIds: string[], address: string): SuppressionReason[] {
