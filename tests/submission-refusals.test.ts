@@ -536,6 +536,27 @@ describe('recipients', () => {
     });
   });
 
+  it("a sub-account's session refuses at RCPT what its parent's list holds, naming the sub-account's own reason first when both lists hold it", async () => {
+    const parent = await newSender(service);
+    const child = await newSubSender(service, parent.key);
+    for (const address of ['parents@example.net', 'both@example.net']) {
+      const added = await service.api('POST', '/suppressions', { key: parent.key, body: { address } });
+      expect(added.status, JSON.stringify(added.body)).toBe(201);
+    }
+    withOtherConnection((db) =>
+      db
+        .prepare(`insert into suppressions (id, account_id, address, reason, detail, created_at) values (?, ?, 'both@example.net', 'complaint', '', ?)`)
+        .run(randomUUID(), child.id, service.clock.now()),
+    );
+    const client = await authed(parent.key, child.id);
+    expect(await client.command(`MAIL FROM:<${child.from}>`)).toMatch(/^250 /);
+    expect(await client.command('RCPT TO:<parents@example.net>')).toBe('550 5.7.1 parents@example.net is on the suppression list (manual); not sent to it.');
+    expect(await client.command('RCPT TO:<both@example.net>')).toBe('550 5.7.1 both@example.net is on the suppression list (complaint); not sent to it.');
+    expect(await client.command('RCPT TO:<ada@example.net>')).toMatch(/^250 /);
+    queuedId(await client.data(mail(child.from, ['ada@example.net'])));
+    client.close();
+  });
+
   it('the 51st recipient is 452 4.5.3; the first 50 are accepted and receive the message', async () => {
     const s = await newSender(service);
     const before = await senderState(s);

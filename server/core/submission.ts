@@ -1,4 +1,6 @@
-import { and, eq, gt, lt, sql } from 'drizzle-orm';
+import type { Statement } from 'better-sqlite3';
+import { lt } from 'drizzle-orm';
+import { clientOf } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { submittedMessages } from '../../db/schema/index.js';
 import { DAY_MS } from '../shared/clock.js';
@@ -26,32 +28,16 @@ import { suppressionReasons, suppressionsStamp } from './suppressions.js';
 
 const MESSAGE_ID_WINDOW_MS = DAY_MS;
 
+// Plain SQL compiled once (values plucked, not mapped through drizzle): both run for every submitted message.
 const statements = definePrepared((db) => ({
-  seen: db
-    .select({ emailId: submittedMessages.emailId })
-    .from(submittedMessages)
-    .where(
-      and(
-        eq(submittedMessages.accountId, sql.placeholder('accountId')),
-        eq(submittedMessages.messageId, sql.placeholder('messageId')),
-        gt(submittedMessages.createdAt, sql.placeholder('since')),
-      ),
-    )
-    .prepare(),
-  remember: db
-    .insert(submittedMessages)
-    .values({
-      accountId: sql.placeholder('accountId'),
-      messageId: sql.placeholder('messageId'),
-      emailId: sql.placeholder('emailId'),
-      createdAt: sql.placeholder('createdAt'),
-    })
-    // An older entry of the same Message-ID (past the window) makes way.
-    .onConflictDoUpdate({
-      target: [submittedMessages.accountId, submittedMessages.messageId],
-      set: { emailId: sql`excluded.email_id`, createdAt: sql`excluded.created_at` },
-    })
-    .prepare(),
+  seen: clientOf(db)
+    .prepare(`select email_id from submitted_messages where account_id = @accountId and message_id = @messageId and created_at > @since`)
+    .pluck() as Statement<[{ accountId: string; messageId: string; since: number }], string>,
+  // An older entry of the same Message-ID (past the window) makes way.
+  remember: clientOf(db).prepare(
+    `insert into submitted_messages (account_id, message_id, email_id, created_at) values (@accountId, @messageId, @emailId, @createdAt)
+     on conflict (account_id, message_id) do update set email_id = excluded.email_id, created_at = excluded.created_at`,
+  ) as Statement<[{ accountId: string; messageId: string; emailId: string; createdAt: number }]>,
 }));
 
 const senderOf = (deps: Pick<Deps, 'db'>, auth: SubmissionAuth): Sender => loadSender(deps, auth.actingAccountId);
@@ -87,8 +73,7 @@ export function checkSubmissionRecipient(deps: Pick<Deps, 'db'>, auth: Submissio
   // Read before the check: a list changed after it raises the counter past this stamp.
   const suppressionStamp = suppressionsStamp(deps.db);
   // The session's accounts as AUTH found them (an account's parent never changes): no account row is read per RCPT.
-  const ids = [auth.actingAccountId, ...(auth.parentId ? [auth.parentId] : [])];
-  const reasons = suppressionReasons(deps.db, ids, parsed.value.address);
+  const reasons = suppressionReasons(deps.db, { id: auth.actingAccountId, parentId: auth.parentId }, parsed.value.address);
   if (reasons.length > 0 || isAlwaysSuppressed(parsed.value.address)) {
     throw new ApiError('recipient_suppressed', `${parsed.value.address} is on the suppression list (${reasons[0] ?? 'simulator'}); not sent to it.`);
   }
@@ -128,7 +113,7 @@ export async function commitSubmission(
     const q = statements(deps.db);
     if (header.clientMessageId !== null) {
       const seen = q.seen.get({ accountId: auth.actingAccountId, messageId: header.clientMessageId, since: now - MESSAGE_ID_WINDOW_MS });
-      if (seen) return { id: seen.emailId, duplicate: true };
+      if (seen !== undefined) return { id: seen, duplicate: true };
     }
     const sender = senderOf(deps, auth);
     assertMaySend(sender, now);

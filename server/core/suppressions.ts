@@ -137,16 +137,13 @@ const statements = definePrepared((db) => ({
       ),
     )
     .prepare(),
-  reasons: db
-    .select({ reason: suppressions.reason })
-    .from(suppressions)
-    .where(
-      and(
-        sql`${suppressions.accountId} in (select value from json_each(${sql.placeholder('accounts')}))`,
-        eq(suppressions.address, sql.placeholder('address')),
-      ),
+  // Plain SQL compiled once, read as plucked values: run for every RCPT of SMTP submission.
+  reasons: clientOf(db)
+    .prepare(
+      `select reason from suppressions where address = @address and account_id in (@acting, @parent)
+       order by account_id = @acting desc`,
     )
-    .prepare(),
+    .pluck() as Statement<[{ address: string; acting: string; parent: string }], SuppressionReason>,
   changes: clientOf(db).prepare(`select n from change_counters where name = 'suppressions'`).pluck() as Statement<[], number>,
 }));
 
@@ -158,11 +155,9 @@ export function suppressionsStamp(db: Db): number {
   return statements(db).changes.get()!;
 }
 
-/** Why any of `accountIds` has suppressed `address` (a reason per list it is on, nearest first), or [] when none has. */
-export function suppressionReasons(db: Db, accountIds: string[], address: string): SuppressionReason[] {
-  return statements(db)
-    .reasons.all({ accounts: JSON.stringify(accountIds), address: address.toLowerCase() })
-    .map((r) => r.reason);
+/** Why the account or its parent has suppressed `address` (a reason per list it is on, the account's first), or [] when neither has. */
+export function suppressionReasons(db: Db, account: { id: string; parentId: string | null }, address: string): SuppressionReason[] {
+  return statements(db).reasons.all({ address: address.toLowerCase(), acting: account.id, parent: account.parentId ?? account.id });
 }
 
 /** The recipients (as given) that any of `accountIds` has suppressed. */
