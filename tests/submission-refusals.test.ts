@@ -515,7 +515,7 @@ describe('recipients', () => {
       });
     }
 
-    it('the lists are read again only when the suppressions change counter moved since the first RCPT', async () => {
+    it('the lists are read again only when the suppressions change counter moved since MAIL FROM', async () => {
       // With the counter's insert trigger gone, a suppression written by another connection does not move it: the
       // message goes, which shows the re-check trusts the counter (and that the cases above are caught by it).
       const trigger = withOtherConnection(

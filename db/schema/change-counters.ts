@@ -13,8 +13,8 @@ import { integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
  * that names an own template (server/core/own-templates.ts).
  *
  * `suppressions` (db/migrations/0020_suppressions_change_counter.sql): any account's suppression list, and accounts'
- * parents. SMTP submission reads it with each RCPT's suppression check and again when the message is committed: a
- * counter that stood still since the earliest RCPT means no list changed, and the re-check is skipped
+ * parents. SMTP submission reads it at MAIL FROM, before the RCPT checks, and again when the message is committed: a
+ * counter that stood still means no list changed, and the commit's re-check of the recipients is skipped
  * (server/core/submission.ts).
  */
 export const changeCounters = sqliteTable('change_counters', {

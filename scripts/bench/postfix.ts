@@ -92,12 +92,17 @@ export async function startBenchSink(): Promise<BenchSink> {
   return startNodeSink();
 }
 
-/** smtp-source: `messages` messages of `bytes` bytes over `sessions` parallel sessions; resolves when it exits. */
+/**
+ * smtp-source: `messages` messages of `bytes` bytes over `sessions` parallel sessions, a connection a message unless
+ * `keepSessions`; resolves when it exits.
+ */
 export function runSmtpSource(
   path: string,
-  opts: { port: number; messages: number; sessions: number; bytes: number; from: string; to: string },
+  opts: { port: number; messages: number; sessions: number; bytes: number; from: string; to: string; keepSessions?: boolean },
 ): Promise<void> {
   const args = [
+    // -d: each session sends its messages over one connection instead of a connection a message.
+    ...(opts.keepSessions ? ['-d'] : []),
     '-s',
     String(opts.sessions),
     '-m',

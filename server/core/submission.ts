@@ -42,49 +42,49 @@ const statements = definePrepared((db) => ({
 
 const senderOf = (deps: Pick<Deps, 'db'>, auth: SubmissionAuth): Sender => loadSender(deps, auth.actingAccountId);
 
+/** What MAIL FROM began a transaction with: the `suppressions` change counter, read before any of its RCPT checks. */
+export interface Begun {
+  suppressionStamp: number;
+}
+
 /**
  * MAIL FROM: the session's key still live, and one request against the key's and the account's rate limits (check 1
  * of POST /emails). The account's own state (suspension, quota, credits) is judged at the end of DATA, after the
  * Message-ID: a client retrying a message whose reply it lost, after that message spent the last credit or quota,
  * hears the id it was sent as, as a retried Idempotency-Key is answered before checks 3 and 4.
  */
-export function beginSubmission(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUsage' | 'rateLimiter' | 'storeHealth'>, auth: SubmissionAuth): void {
+export function beginSubmission(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUsage' | 'rateLimiter' | 'storeHealth'>, auth: SubmissionAuth): Begun {
   if (deps.storeHealth.unsafe()) throw storeUnavailable(null, { closed: true, outcome: 'Nothing was sent' })!;
   assertStillAuthenticated(deps, auth);
   const rate = deps.rateLimiter.take(auth.keyId, auth.keyAccountId);
   if (!rate.ok) throw rateLimited(deps.config, rate);
   deps.keyUsage.touch(auth.keyId, deps.clock.now());
-}
-
-/** A recipient accepted at RCPT, with the `suppressions` change counter as it stood before its check. */
-export interface JudgedRecipient {
-  address: string;
-  domain: string;
-  suppressionStamp: number;
+  // Read before the transaction's RCPT checks: a list changed after it raises the counter past this stamp.
+  return { suppressionStamp: suppressionsStamp(deps.db) };
 }
 
 /**
  * RCPT TO (the edge refuses past MAX_RECIPIENTS): an address, not on the account's suppression list or its parent's
  * (refused alone: the others proceed).
  */
-export function checkSubmissionRecipient(deps: Pick<Deps, 'db'>, auth: SubmissionAuth, address: string): JudgedRecipient {
+export function checkSubmissionRecipient(deps: Pick<Deps, 'db'>, auth: SubmissionAuth, address: string): { address: string; domain: string } {
   const parsed = parseAddress(address);
   if (!parsed.ok) throw new ApiError('invalid_request', `${address}: ${parsed.reason}.`);
-  // Read before the check: a list changed after it raises the counter past this stamp.
-  const suppressionStamp = suppressionsStamp(deps.db);
   // The session's accounts as AUTH found them (an account's parent never changes): no account row is read per RCPT.
   const reasons = suppressionReasons(deps.db, { id: auth.actingAccountId, parentId: auth.parentId }, parsed.value.address);
   if (reasons.length > 0 || isAlwaysSuppressed(parsed.value.address)) {
     throw new ApiError('recipient_suppressed', `${parsed.value.address} is on the suppression list (${reasons[0] ?? 'simulator'}); not sent to it.`);
   }
-  return { ...parsed.value, suppressionStamp };
+  return parsed.value;
 }
 
 export interface Submission {
   header: SubmittedHeader;
   /** The message to queue: the rebuilt header and the body as submitted. */
   raw: Buffer;
-  recipients: readonly JudgedRecipient[];
+  recipients: readonly { address: string; domain: string }[];
+  /** As MAIL FROM began the transaction. */
+  begun: Begun;
   /** The email id the message takes (and its Message-ID, when the client wrote none). */
   id: string;
 }
@@ -121,10 +121,9 @@ export async function commitSubmission(
     assertQuotaFor(sender, submission.recipients.length, now);
     const domainKeyId = checkFromDomain(deps, sender.acting, header.from.domain);
     // Suppressed since RCPT: refused whole, as the API refuses it; the client may send again to the others. Read
-    // again only when some list changed since the earliest RCPT's check.
-    const checkedAt = Math.min(...submission.recipients.map((r) => r.suppressionStamp));
+    // again only when some list changed since MAIL FROM, before the RCPT checks.
     const listed =
-      suppressionsStamp(deps.db) === checkedAt
+      suppressionsStamp(deps.db) === submission.begun.suppressionStamp
         ? []
         : listedRecipients(
             deps,
