@@ -24,6 +24,8 @@ import {
 } from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
 import { replaceDep } from './helpers/replace-dep.js';
+import { claimIdempotencyKey, settleClaim } from '../server/core/idempotency.js';
+import { ApiError } from '../server/shared/errors.js';
 
 /**
  * Idempotency rules of docs/api/contract.md for POST /emails (Errors; Limits; docs/api/decisions.md section 2): same key and
@@ -547,5 +549,34 @@ describe('per acting account', () => {
     const again = await sendEmail(service, minted.body.key, body, withKey('sub-order'));
     expect(again.headers.get('idempotent-replayed')).toBe('true');
     expect(again.body).toEqual(first.body);
+  });
+});
+
+describe('settling a claim', () => {
+  it('touches exactly this request’s running claim, or throws 409 idempotency_in_progress and changes nothing', async () => {
+    const s = await newSender(service);
+    const db = service.deps.db;
+    const now = service.clock.now();
+    const claimed = claimIdempotencyKey(db, s.account.id, 'settle-1', Buffer.from('{}'), now);
+    if (claimed.kind !== 'claimed') throw new Error('expected a fresh claim');
+    const running = idempotencyRow(service, s.account.id, 'settle-1');
+    const refusal = (f: () => void) => {
+      try {
+        f();
+      } catch (err) {
+        if (err instanceof ApiError) return `${err.status} ${err.code}`;
+        throw err;
+      }
+      return 'settled';
+    };
+    // Another request's token (the key taken over): no row is this claim's.
+    expect(refusal(() => settleClaim(db, { ...claimed.claim, token: 'someone-else' }, { id: 'x' }, now))).toBe('409 idempotency_in_progress');
+    expect(idempotencyRow(service, s.account.id, 'settle-1')).toEqual(running);
+    expect(refusal(() => settleClaim(db, claimed.claim, { id: 'mine' }, now))).toBe('settled');
+    const done = idempotencyRow(service, s.account.id, 'settle-1');
+    expect(done).toMatchObject({ state: 'done', response: { id: 'mine' } });
+    // Settled already: a second settle of the same claim touches no running row.
+    expect(refusal(() => settleClaim(db, claimed.claim, { id: 'again' }, now))).toBe('409 idempotency_in_progress');
+    expect(idempotencyRow(service, s.account.id, 'settle-1')).toEqual(done);
   });
 });

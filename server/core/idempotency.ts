@@ -66,7 +66,7 @@ const statements = definePrepared((db) => ({
   settle: db
     .update(idempotencyKeys)
     .set({ state: 'done', response: sql`${p('response')}`, completedAt: sql`${p('now')}` })
-    .where(and(byKey, eq(idempotencyKeys.claimToken, p('token'))))
+    .where(and(byKey, eq(idempotencyKeys.claimToken, p('token')), eq(idempotencyKeys.state, 'running')))
     .prepare(),
   release: db
     .delete(idempotencyKeys)
@@ -111,17 +111,24 @@ export function claimIdempotencyKey(db: Db, accountId: string, key: string, rawB
  */
 export function assertClaimHeld(db: Db, claim: Claim): void {
   const row = statements(db).holder.get({ accountId: claim.accountId, key: claim.key });
-  if (!row || row.token !== claim.token || row.state !== 'running') {
-    throw new ApiError(
-      'idempotency_in_progress',
-      'Another request with this Idempotency-Key took it over while this one stalled; nothing was sent. Retry to see its answer.',
-    );
-  }
+  if (!row || row.token !== claim.token || row.state !== 'running') throw takenOver();
 }
 
-/** Stores the settled 200 answer, inside the send's own transaction (after assertClaimHeld, so the claim is ours). */
+const takenOver = () =>
+  new ApiError(
+    'idempotency_in_progress',
+    'Another request with this Idempotency-Key took it over while this one stalled; nothing was sent. Retry to see its answer.',
+  );
+
+/**
+ * Stores the settled 200 answer, inside the send's own transaction (after assertClaimHeld). It must settle exactly
+ * this request's running claim: an update that touches no row (the key taken over or settled by another request
+ * meanwhile, which a store with more than one writer allows between the check and here) throws as assertClaimHeld
+ * does, and the send's transaction rolls back.
+ */
 export function settleClaim(db: Db, claim: Claim, response: unknown, now: number): void {
-  statements(db).settle.run({ accountId: claim.accountId, key: claim.key, token: claim.token, response: JSON.stringify(response), now });
+  const settled = statements(db).settle.run({ accountId: claim.accountId, key: claim.key, token: claim.token, response: JSON.stringify(response), now });
+  if (settled.changes !== 1) throw takenOver();
 }
 
 /**
