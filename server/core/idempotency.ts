@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { and, eq, sql } from 'drizzle-orm';
-import { type Db, unsynced } from '../../db/client.js';
+import type { Statement } from 'better-sqlite3';
+import { type Db, clientOf, unsynced } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { idempotencyKeys } from '../../db/schema/index.js';
 import { ApiError } from '../shared/errors.js';
@@ -37,30 +38,20 @@ const byKey = and(eq(idempotencyKeys.accountId, p('accountId')), eq(idempotencyK
 /** The statements of every send that carries a key, compiled once (they run on the root connection). */
 const statements = definePrepared((db) => ({
   find: db.select().from(idempotencyKeys).where(byKey).prepare(),
-  claim: db
-    .insert(idempotencyKeys)
-    .values({
-      accountId: p('accountId'),
-      key: p('key'),
-      fingerprint: p('fingerprint'),
-      claimToken: p('token'),
-      state: 'running',
-      response: null,
-      claimedAt: p('now'),
-      completedAt: null,
-    })
-    .onConflictDoUpdate({
-      target: [idempotencyKeys.accountId, idempotencyKeys.key],
-      set: {
-        fingerprint: sql`excluded.fingerprint`,
-        claimToken: sql`excluded.claim_token`,
-        state: 'running',
-        response: null,
-        claimedAt: sql`excluded.claimed_at`,
-        completedAt: null,
-      },
-    })
-    .prepare(),
+  // The claim in one statement: a new key is inserted; an existing one is taken over only when it is free (a settled
+  // answer past the 24-hour window, or a running claim past its 15 s lease), and then its row comes back. No row back
+  // means the key is live, and `find` reads why. One statement, so two requests can never both take a live key, on
+  // any engine.
+  claim: clientOf(db).prepare(
+    `insert into idempotency_keys (account_id, key, fingerprint, claim_token, state, response, claimed_at, completed_at)
+     values (@accountId, @key, @fingerprint, @token, 'running', null, @leaseNow, null)
+     on conflict (account_id, key) do update set
+       fingerprint = excluded.fingerprint, claim_token = excluded.claim_token, state = 'running', response = null,
+       claimed_at = excluded.claimed_at, completed_at = null
+     where (idempotency_keys.state = 'done' and @now - coalesce(idempotency_keys.completed_at, idempotency_keys.claimed_at) >= @window)
+        or (idempotency_keys.state = 'running' and @leaseNow - idempotency_keys.claimed_at >= @lease)
+     returning claim_token`,
+  ) as Statement<[{ accountId: string; key: string; fingerprint: string; token: string; now: number; leaseNow: number; window: number; lease: number }]>,
   holder: db.select({ token: idempotencyKeys.claimToken, state: idempotencyKeys.state }).from(idempotencyKeys).where(byKey).prepare(),
   // The answer as the column's JSON text, as drizzle writes it (a placeholder passes through unencoded).
   settle: db
@@ -84,24 +75,23 @@ export function claimIdempotencyKey(db: Db, accountId: string, key: string, rawB
   const q = statements(db);
   // Without an fsync of its own: the send's group commit that follows makes it durable with the send (an fsync
   // covers every frame written before it); lost in a power failure with its request, it is claimed again by the retry.
-  return unsynced(db, () =>
-    db.transaction(() => {
-      const row = q.find.get({ accountId, key });
-      const live =
-        row !== undefined &&
-        (row.state === 'done' ? now - (row.completedAt ?? row.claimedAt) < IDEMPOTENCY_WINDOW_MS : leaseNow - row.claimedAt < CLAIM_RELEASE_MS);
-      if (row && live) {
-        // Compared in constant time, as every digest the service holds is (a request cannot time its way to another's).
-        if (!constantTimeEqual(row.fingerprint, fingerprint))
-          throw new ApiError('idempotency_mismatch', 'This Idempotency-Key was already used with a different request body.');
-        if (row.state === 'running') throw new ApiError('idempotency_in_progress', 'A request with this Idempotency-Key is still running; retry shortly.');
-        return { kind: 'replay', response: row.response } as const;
-      }
-      const token = randomUUID();
-      q.claim.run({ accountId, key, fingerprint, token, now: leaseNow });
-      return { kind: 'claimed', claim: { accountId, key, token } } as const;
-    }),
-  );
+  return unsynced(db, () => {
+    const token = randomUUID();
+    let row: ReturnType<typeof q.find.get>;
+    // Live: a settled answer within 24 h, or a claim still running. A live claim released between the two statements
+    // (possible only where another connection writes) leaves no row: the key is claimed again.
+    for (let tries = 0; row === undefined; tries++) {
+      const claimed = q.claim.get({ accountId, key, fingerprint, token, now, leaseNow, window: IDEMPOTENCY_WINDOW_MS, lease: CLAIM_RELEASE_MS });
+      if (claimed !== undefined) return { kind: 'claimed', claim: { accountId, key, token } } as const;
+      row = q.find.get({ accountId, key });
+      if (row === undefined && tries >= 2) throw new Error('an idempotency key neither claimed nor found three times');
+    }
+    // Compared in constant time, as every digest the service holds is (a request cannot time its way to another's).
+    if (!constantTimeEqual(row.fingerprint, fingerprint))
+      throw new ApiError('idempotency_mismatch', 'This Idempotency-Key was already used with a different request body.');
+    if (row.state === 'running') throw new ApiError('idempotency_in_progress', 'A request with this Idempotency-Key is still running; retry shortly.');
+    return { kind: 'replay', response: row.response } as const;
+  });
 }
 
 /**
