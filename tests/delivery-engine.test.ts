@@ -7,6 +7,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { type OutboundRecipientRow, outboundRecipients } from '../db/schema/index.js';
 import { createDeliveryEngine, type EngineOptions } from '../mta/delivery-engine.js';
 import { capForeignLeases, claimDueRecipients, releaseDeadLeases, renewLeases } from '../mta/delivery-queue.js';
+import { recordOutcome } from '../server/core/outcomes.js';
 import { leaseNow } from '../server/shared/clock.js';
 import { FAST_TIMEOUTS, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import type { TestDnsServer } from './helpers/dns-server.js';
@@ -629,6 +630,41 @@ describe('leases on the durable queue', () => {
     const b = claimDueRecipients(service.deps.db, 'host-b:1:b', service.clock.now(), LEASE, 10);
     expect(ids(b)).toEqual([...all].sort());
     for (const id of all) expect(row(service, id)).toMatchObject({ lockedBy: 'host-b:1:b', lockedUntil: t0 + LEASE + 1 + LEASE });
+  });
+
+  it('records an outcome only from the claim that still holds the recipient: a lease taken over, or an outcome recorded since, rolls the whole outcome back', async () => {
+    const s = await newSender(service);
+    const id = await send(service, s, 'one@lease.example');
+    const [recipientId] = queued(service, id).recipients.map((r) => r.id);
+    const t0 = service.clock.now();
+    const [stale] = claimDueRecipients(service.deps.db, 'host-a:1:a', t0, LEASE, 10);
+    expect(stale?.recipient.id).toBe(recipientId);
+    const delivered = { status: 'delivered', dsn: '2.0.0', detail: '250 ok' } as const;
+
+    // The lease runs out and another holder takes the recipient: the first holder's outcome writes nothing.
+    service.clock.set(t0 + LEASE + 1);
+    const [taken] = claimDueRecipients(service.deps.db, 'host-b:1:b', service.clock.now(), LEASE, 10);
+    expect(taken?.recipient.id).toBe(recipientId);
+    expect(await recordOutcome(service.deps, stale!, delivered)).toBeNull();
+    expect(row(service, recipientId!)).toMatchObject({ status: 'queued', attempts: 0, lockedBy: 'host-b:1:b' });
+    expect(await events(service, s, id)).toEqual([]);
+
+    // The holder records a deferral: the row is free again, and a second record of that same claim writes nothing.
+    const deferred = { status: 'deferred', dsn: '4.2.0', detail: '451 try later' } as const;
+    expect(await recordOutcome(service.deps, taken!, deferred)).toMatchObject({ status: 'deferred' });
+    expect(row(service, recipientId!)).toMatchObject({ status: 'queued', attempts: 1, lockedBy: null });
+    expect(await recordOutcome(service.deps, taken!, delivered)).toBeNull();
+
+    // The same holder claims it again when it is due: its older claim (same holder, an outcome recorded since) writes nothing.
+    service.clock.set(service.clock.now() + 3_600_000);
+    const [again] = claimDueRecipients(service.deps.db, 'host-b:1:b', service.clock.now(), LEASE, 10);
+    expect(again?.recipient).toMatchObject({ id: recipientId, attempts: 1, lockedBy: 'host-b:1:b' });
+    expect(await recordOutcome(service.deps, taken!, { status: 'bounced', dsn: '5.1.1', detail: '550 no such user' })).toBeNull();
+    expect(row(service, recipientId!)).toMatchObject({ status: 'queued', attempts: 1, lockedBy: 'host-b:1:b' });
+
+    expect(await recordOutcome(service.deps, again!, delivered)).toMatchObject({ status: 'delivered' });
+    expect((await events(service, s, id)).map((e) => e.status)).toEqual(['deferred', 'delivered']);
+    expect(await suppressed(service, s, 'one@lease.example')).toEqual([]);
   });
 
   it('renews only the listed rows that the worker still holds', async () => {

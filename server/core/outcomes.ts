@@ -27,6 +27,13 @@ export interface Claimed {
   message: OutboundMessageRow;
 }
 
+/** The claim recording an outcome no longer holds its recipient (thrown inside the transaction, to roll it back). */
+class LeaseLost extends Error {
+  constructor() {
+    super('the claim no longer holds the recipient');
+  }
+}
+
 export interface Recorded {
   status: 'delivered' | 'bounced' | 'deferred';
   dsn: string;
@@ -48,13 +55,17 @@ export interface AttemptExtras {
  * Email's first deliveredAt/bouncedAt, and for a 5.x.x bounce the suppression (the account's list and its parent's)
  * and the reputation counters, tripping the breaker when they grade as paused. With `extras`, in the same
  * transaction, the captured message and a complaint after the delivery.
+ *
+ * Only the claim that made the attempt records it: the recipient's row must still carry the claim's holder and no
+ * outcome recorded since (its attempts as claimed). A claim whose lease ran out and was taken by another holder, or
+ * whose recipient was given an outcome meanwhile, records nothing at all and gets null (docs/design/queues.md).
  */
 export async function recordOutcome(
   deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'commits' | 'secretKey' | 'metrics'>,
   job: Claimed,
   outcome: Classified,
   extras: AttemptExtras = {},
-): Promise<Recorded> {
+): Promise<Recorded | null> {
   const { db, clock } = deps;
   const now = clock.now();
   const attempts = job.recipient.attempts + 1;
@@ -69,26 +80,36 @@ export async function recordOutcome(
   // Through the group commit: outcomes of concurrent connections share one fsync, and the caller's next step waits
   // until this one is durable.
   const complaint = recorded.status === 'delivered' ? (extras.complaint ?? null) : null;
-  await deps.commits.run(() => {
-    const q = statements(db);
-    const of = { emailId: job.message.id, accountId: job.message.accountId, recipient: job.recipient.recipient, occurredAt: now };
-    if (extras.capture) storeCapture(db, extras.capture);
-    const written = writeOutcome(deps, { ...of, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail });
-    if (complaint) {
-      const complained = writeOutcome(deps, { ...of, status: 'complained', ...complaint });
-      written.webhooks += complained.webhooks;
-      written.written ||= complained.written;
-    }
-    q.updateRecipient.run({
-      id: job.recipient.id,
-      status: recorded.status === 'deferred' ? 'queued' : recorded.status,
-      attempts,
-      nextAttemptAt: recorded.nextAttemptAt ?? now,
+  try {
+    await deps.commits.run(() => {
+      const q = statements(db);
+      // First the recipient, and only while this claim still holds it: else the whole outcome rolls back.
+      const updated = q.updateRecipient.run({
+        id: job.recipient.id,
+        lockedBy: job.recipient.lockedBy ?? '',
+        claimedAttempts: job.recipient.attempts,
+        status: recorded.status === 'deferred' ? 'queued' : recorded.status,
+        attempts,
+        nextAttemptAt: recorded.nextAttemptAt ?? now,
+      });
+      if (updated.changes !== 1) throw new LeaseLost();
+      const of = { emailId: job.message.id, accountId: job.message.accountId, recipient: job.recipient.recipient, occurredAt: now };
+      if (extras.capture) storeCapture(db, extras.capture);
+      const written = writeOutcome(deps, { ...of, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail });
+      if (complaint) {
+        const complained = writeOutcome(deps, { ...of, status: 'complained', ...complaint });
+        written.webhooks += complained.webhooks;
+        written.written ||= complained.written;
+      }
+      // Once every recipient has its final outcome the content is no longer needed: it goes.
+      if ((q.openRecipients.get({ messageId: job.message.id })?.n ?? 0) === 0) q.deleteMessage.run({ id: job.message.id });
+      return written;
     });
-    // Once every recipient has its final outcome the content is no longer needed: it goes.
-    if ((q.openRecipients.get({ messageId: job.message.id })?.n ?? 0) === 0) q.deleteMessage.run({ id: job.message.id });
-    return written;
-  });
+  } catch (err) {
+    if (!(err instanceof LeaseLost)) throw err;
+    deps.logger.info('delivery.lease_lost', { emailId: job.message.id, recipientId: job.recipient.id, holder: job.recipient.lockedBy });
+    return null;
+  }
   if (recorded.status !== 'deferred') deps.metrics.deliveryLatency(recorded.status, (now - job.message.createdAt) / 1000);
   deps.logger.info(`delivery.${recorded.status}`, {
     emailId: job.message.id,
@@ -194,7 +215,8 @@ const statements = definePrepared((db) => ({
   updateRecipient: db
     .update(outboundRecipients)
     .set({ status: sql`${p('status')}`, attempts: sql`${p('attempts')}`, nextAttemptAt: sql`${p('nextAttemptAt')}`, lockedBy: null, lockedUntil: null })
-    .where(eq(outboundRecipients.id, p('id')))
+    // Only while the claim that attempted it still holds it: the same holder, and no outcome recorded since the claim.
+    .where(and(eq(outboundRecipients.id, p('id')), eq(outboundRecipients.lockedBy, p('lockedBy')), eq(outboundRecipients.attempts, p('claimedAttempts'))))
     .prepare(),
   firstDelivered: db
     .update(emails)
