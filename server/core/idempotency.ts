@@ -77,15 +77,11 @@ export function claimIdempotencyKey(db: Db, accountId: string, key: string, rawB
   // covers every frame written before it); lost in a power failure with its request, it is claimed again by the retry.
   return unsynced(db, () => {
     const token = randomUUID();
-    let row: ReturnType<typeof q.find.get>;
-    // Live: a settled answer within 24 h, or a claim still running. A live claim released between the two statements
-    // (possible only where another connection writes) leaves no row: the key is claimed again.
-    for (let tries = 0; row === undefined; tries++) {
-      const claimed = q.claim.get({ accountId, key, fingerprint, token, now, leaseNow, window: IDEMPOTENCY_WINDOW_MS, lease: CLAIM_RELEASE_MS });
-      if (claimed !== undefined) return { kind: 'claimed', claim: { accountId, key, token } } as const;
-      row = q.find.get({ accountId, key });
-      if (row === undefined && tries >= 2) throw new Error('an idempotency key neither claimed nor found three times');
-    }
+    const claimed = q.claim.get({ accountId, key, fingerprint, token, now, leaseNow, window: IDEMPOTENCY_WINDOW_MS, lease: CLAIM_RELEASE_MS });
+    if (claimed !== undefined) return { kind: 'claimed', claim: { accountId, key, token } } as const;
+    // Live: a settled answer within 24 h, or a claim still running (read right after, on the same connection).
+    const row = q.find.get({ accountId, key });
+    if (row === undefined) throw new Error('an idempotency key neither claimed nor found');
     // Compared in constant time, as every digest the service holds is (a request cannot time its way to another's).
     if (!constantTimeEqual(row.fingerprint, fingerprint))
       throw new ApiError('idempotency_mismatch', 'This Idempotency-Key was already used with a different request body.');
