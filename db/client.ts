@@ -2,13 +2,28 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
-import { type BetterSQLite3Database, drizzle } from 'drizzle-orm/better-sqlite3';
+import { drizzle } from 'drizzle-orm/better-sqlite3';
+import type { SqliteRemoteDatabase } from 'drizzle-orm/sqlite-proxy';
 import { migrate } from 'drizzle-orm/better-sqlite3/migrator';
 import { createPrivateDir, createPrivateFile } from './data-dir.js';
 import { type WalSync, walSyncOf } from './group-commit.js';
 import * as schema from './schema/index.js';
 
-export type Db = BetterSQLite3Database<typeof schema>;
+type RemoteDb = SqliteRemoteDatabase<typeof schema>;
+
+/**
+ * The service's state, as every layer above db/ sees it: drizzle's query builders, every statement awaited. A
+ * statement runs in the transaction its async work was started in (`db.transaction`, a job of the group commit), and
+ * otherwise on its own; the engine under it (SQLite today) decides how.
+ */
+export interface Db extends Omit<RemoteDb, 'transaction'> {
+  /**
+   * Runs `fn` in one transaction, committed when it resolves and rolled back when it throws. `tx` is this same handle:
+   * every statement of the async work under `fn` runs in the transaction, whatever handle it is given. Inside another
+   * transaction it is a savepoint. Never hold one across an SMTP or HTTP call.
+   */
+  transaction<T>(fn: (tx: Db) => Promise<T>): Promise<T>;
+}
 
 export interface Store {
   db: Db;
@@ -131,12 +146,12 @@ export function openDatabase(dataDir: string, opts: { mustExist?: boolean } = {}
  * durable with it, since an fsync of the log covers every frame written before it. The connection is back at FULL
  * afterwards. Never inside an open transaction.
  */
-export function unsynced<T>(db: Db, fn: () => T): T {
+export async function unsynced<T>(db: Db, fn: () => Promise<T>): Promise<T> {
   const sqlite = clientOf(db);
   // PRAGMA synchronous takes effect when a statement is compiled, not when a prepared one runs again: exec it.
   sqlite.exec('PRAGMA synchronous = NORMAL');
   try {
-    return fn();
+    return await fn();
   } finally {
     sqlite.exec('PRAGMA synchronous = FULL');
   }

@@ -4,7 +4,7 @@ import type { Db } from './client.js';
 import { type QueueName, collectMarks, wakeMarked } from './queue-wake.js';
 
 interface Job<T> {
-  fn: (db: Db) => T;
+  fn: (db: Db) => T | Promise<T>;
   resolve: (value: T) => void;
   reject: (err: unknown) => void;
 }
@@ -240,7 +240,7 @@ export function createGroupCommit(
   };
 
   return {
-    run<T>(fn: (db: Db) => T): Promise<T> {
+    run<T>(fn: (db: Db) => T | Promise<T>): Promise<T> {
       if (unsafe !== null) return Promise.reject(new StoreUnsafeError(unsafe));
       return new Promise<T>((resolve, reject) => {
         pending.push({ fn, resolve, reject } as Job<unknown>);
@@ -265,5 +265,5 @@ export interface GroupCommit {
    * Runs `fn` in the next batch's transaction; resolves once the batch is durable. Rejects with what `fn` threw, or
    * the commit's error (nothing was written), or a FlushFailedError (written, durability unknown).
    */
-  run<T>(fn: (db: Db) => T): Promise<T>;
+  run<T>(fn: (db: Db) => T | Promise<T>): Promise<T>;
 }
