@@ -2,12 +2,15 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
+import type { SQL } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/better-sqlite3';
-import type { SqliteRemoteDatabase } from 'drizzle-orm/sqlite-proxy';
+import { SQLiteAsyncDialect } from 'drizzle-orm/sqlite-core';
+import { type SqliteRemoteDatabase, drizzle as drizzleProxy } from 'drizzle-orm/sqlite-proxy';
 import { migrate } from 'drizzle-orm/better-sqlite3/migrator';
 import { createPrivateDir, createPrivateFile } from './data-dir.js';
 import { type WalSync, walSyncOf } from './group-commit.js';
 import * as schema from './schema/index.js';
+import { type Method, SqliteConnection } from './sqlite-connection.js';
 
 type RemoteDb = SqliteRemoteDatabase<typeof schema>;
 
@@ -111,12 +114,6 @@ export function openDatabase(dataDir: string, opts: { mustExist?: boolean } = {}
   sqlite.pragma('synchronous = FULL');
   sqlite.pragma('foreign_keys = ON');
   sqlite.pragma('busy_timeout = 5000');
-  const db = drizzle(sqlite, { schema });
-  // Every transaction begins IMMEDIATE (it takes the write lock at once) rather than DEFERRED: a deferred one that
-  // reads, then writes after another connection (the CLI, run beside the server) committed, fails SQLITE_BUSY_SNAPSHOT
-  // at once, which no busy timeout retries. Taken at BEGIN, the lock is waited for like any other.
-  const deferred = db.transaction.bind(db);
-  db.transaction = ((fn, config) => deferred(fn, { behavior: 'immediate', ...config })) as typeof db.transaction;
   const folder = migrationsFolder();
   try {
     refuseNewerDatabase(sqlite, path, folder);
@@ -124,7 +121,8 @@ export function openDatabase(dataDir: string, opts: { mustExist?: boolean } = {}
     sqlite.close();
     throw err;
   }
-  migrate(db, { migrationsFolder: folder });
+  migrate(drizzle(sqlite), { migrationsFolder: folder });
+  const db = sqliteDb(sqlite);
   const syncWal = walSyncOf(path);
   return {
     db,
@@ -147,17 +145,51 @@ export function openDatabase(dataDir: string, opts: { mustExist?: boolean } = {}
  * afterwards. Never inside an open transaction.
  */
 export async function unsynced<T>(db: Db, fn: () => Promise<T>): Promise<T> {
-  const sqlite = clientOf(db);
-  // PRAGMA synchronous takes effect when a statement is compiled, not when a prepared one runs again: exec it.
-  sqlite.exec('PRAGMA synchronous = NORMAL');
-  try {
-    return await fn();
-  } finally {
-    sqlite.exec('PRAGMA synchronous = FULL');
-  }
+  const conn = connectionOf(db);
+  // Part of a unit already holding the connection (a transaction, a batch): its durability is the unit's.
+  if (conn.holds()) return fn();
+  return conn.hold(async () => {
+    // PRAGMA synchronous takes effect when a statement is compiled, not when a prepared one runs again: exec it.
+    conn.sqlite.exec('PRAGMA synchronous = NORMAL');
+    try {
+      return await fn();
+    } finally {
+      conn.sqlite.exec('PRAGMA synchronous = FULL');
+    }
+  });
 }
+
+const connections = new WeakMap<object, SqliteConnection>();
+
+/**
+ * The async `Db` over one better-sqlite3 connection: drizzle's proxy driver, every statement run by the connection
+ * (db/sqlite-connection.ts), so the statements of a transaction or a batch of the group commit are bound to it.
+ */
+export function sqliteDb(sqlite: Database.Database): Db {
+  const conn = new SqliteConnection(sqlite);
+  const remote = drizzleProxy((sql, params, method) => conn.run(sql, params, method) as Promise<{ rows: unknown[] }>, { schema });
+  const db = remote as unknown as Db;
+  db.transaction = (fn) => conn.transaction(() => fn(db));
+  connections.set(db, conn);
+  return db;
+}
+
+/** The connection under a Db made by sqliteDb. */
+export function connectionOf(db: Db): SqliteConnection {
+  const conn = connections.get(db);
+  if (!conn) throw new Error('not a SQLite Db made by sqliteDb');
+  return conn;
+}
+
+/** Runs plain SQL on `db`'s connection (as a statement of the caller's unit, if any): db/sql.ts. */
+export function runSql(db: Db, query: SQL, method: Method): Promise<unknown> {
+  const { sql, params } = dialect.sqlToQuery(query);
+  return connectionOf(db).run(sql, params, method);
+}
+
+const dialect = new SQLiteAsyncDialect();
 
 /** The better-sqlite3 connection under a Db: drizzle() keeps it as $client (its Db type does not name it). */
 export function clientOf(db: Db): Database.Database {
-  return (db as unknown as { $client: Database.Database }).$client;
+  return connectionOf(db).sqlite;
 }

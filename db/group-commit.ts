@@ -1,6 +1,6 @@
 import { open } from 'node:fs/promises';
 import type Database from 'better-sqlite3';
-import type { Db } from './client.js';
+import { type Db, connectionOf } from './client.js';
 import { type QueueName, collectMarks, wakeMarked } from './queue-wake.js';
 
 interface Job<T> {
@@ -161,6 +161,7 @@ export function createGroupCommit(
     opts.onUnsafe?.(err);
   };
   const { db, sqlite } = store;
+  const conn = connectionOf(db);
   const barrier = createDurabilityBarrier(sync);
   // PRAGMA synchronous takes effect when the statement is compiled, not when a prepared one runs again: exec it.
   const setSynchronous = (level: 'NORMAL' | 'FULL') => sqlite.exec(`PRAGMA synchronous = ${level}`);
@@ -174,10 +175,10 @@ export function createGroupCommit(
 
   /** The queues marked by the jobs of the batch being committed (db/queue-wake.ts): woken once it is durable. */
   let marked = new Set<QueueName>();
-  const runJob = (job: Job<unknown>): { ok: true; value: unknown } | { ok: false; err: unknown } => {
+  const runJob = async (job: Job<unknown>): Promise<{ ok: true; value: unknown } | { ok: false; err: unknown }> => {
     q.savepoint.run();
     try {
-      const { value, marks } = collectMarks(db, () => job.fn(db));
+      const { value, marks } = await collectMarks(db, () => job.fn(db));
       q.release.run();
       for (const m of marks) marked.add(m);
       return { ok: true, value };
@@ -192,30 +193,48 @@ export function createGroupCommit(
       return { ok: false, err };
     }
   };
-  const commitBatch = sqlite.transaction((jobs: Job<unknown>[]) => jobs.map(runJob));
+  /** The batch's jobs one after the other, in one transaction. */
+  const commitBatch = async (jobs: Job<unknown>[]) => {
+    sqlite.exec('BEGIN IMMEDIATE');
+    try {
+      const outcomes: Awaited<ReturnType<typeof runJob>>[] = [];
+      for (const job of jobs) outcomes.push(await runJob(job));
+      sqlite.exec('COMMIT');
+      return outcomes;
+    } catch (err) {
+      if (sqlite.inTransaction) sqlite.exec('ROLLBACK');
+      throw err;
+    }
+  };
 
-  const flush = () => {
+  const flush = async () => {
     scheduled = false;
     const jobs = pending;
     if (jobs.length === 0) return;
     pending = [];
-    let outcomes: ReturnType<typeof runJob>[];
+    let outcomes: Awaited<ReturnType<typeof runJob>>[];
     marked = new Set();
     try {
-      setSynchronous('NORMAL');
-      outcomes = commitBatch.immediate(jobs);
+      // The batch holds the connection (db/sqlite-connection.ts): a statement from outside it waits for its commit
+      // rather than joining it, and none runs with synchronous=NORMAL but the batch's.
+      outcomes = await conn.hold(async () => {
+        setSynchronous('NORMAL');
+        try {
+          return await commitBatch(jobs);
+        } finally {
+          try {
+            setSynchronous('FULL');
+          } catch (err) {
+            onFailure(err);
+          }
+        }
+      });
     } catch (err) {
       // The commit failed, or the connection is closed (a write that came after the store closed, at a stop): every
       // write of the batch is refused, none is thrown out of this callback of the event loop.
       onFailure(err);
       for (const job of jobs) job.reject(err);
       return;
-    } finally {
-      try {
-        setSynchronous('FULL');
-      } catch (err) {
-        onFailure(err);
-      }
     }
     const done = barrier.durable();
     done.catch(flushFailed); // each write that waits on it hears of a failed flush itself
@@ -244,11 +263,11 @@ export function createGroupCommit(
       if (unsafe !== null) return Promise.reject(new StoreUnsafeError(unsafe));
       return new Promise<T>((resolve, reject) => {
         pending.push({ fn, resolve, reject } as Job<unknown>);
-        if (pending.length >= MAX_BATCH) flush();
+        if (pending.length >= MAX_BATCH) void flush();
         else if (!scheduled) {
           scheduled = true;
           // The rest of this turn's writes join first; then the batch commits, or waits for the flush under way.
-          setImmediate(() => barrier.whenIdle(flush));
+          setImmediate(() => barrier.whenIdle(() => void flush()));
         }
       });
     },

@@ -2,8 +2,9 @@ import type { Db } from './client.js';
 
 /**
  * Statements of the hot paths (auth, the send pipeline), built and compiled once per database instead of once per
- * call: drizzle otherwise rebuilds the SQL and SQLite re-prepares it on every query. They run on the connection, so
- * they take part in whatever transaction is open on it; always pass the root `Db`, not a transaction handle. Also what
+ * call: drizzle otherwise rebuilds the SQL on every query. Run them with `.execute(params)`; each runs in the
+ * transaction the caller's async work is in, if any (db/sqlite-connection.ts), so the root `Db` is the one to pass
+ * (a transaction's handle is the same). Also what
  * a hot path keeps beside its statements for one database (the guard's known keys, core/keys.ts).
  */
 export function definePrepared<T>(build: (db: Db) => T): (db: Db) => T {

@@ -1,5 +1,5 @@
 import type Database from 'better-sqlite3';
-import { type Db, clientOf } from './client.js';
+import { type Db, clientOf, connectionOf } from './client.js';
 
 /**
  * The wake of the durable queues. A producer marks its queue (`markQueued`) inside the transaction that writes the
@@ -7,8 +7,9 @@ import { type Db, clientOf } from './client.js';
  * durable, so no call site pokes a worker by hand:
  * - a mark made inside a job of the group commit (db/group-commit.ts) wakes once that batch's flush of the WAL is
  *   done (nothing if the job rolled back or the batch failed);
- * - any other mark (a plain `db.transaction` or statement, synchronous=FULL: durable when it returns) wakes on the
- *   next microtask, which runs only after the synchronous better-sqlite3 transaction around the mark has returned.
+ * - a mark made inside a `db.transaction` (or another unit holding the connection: db/sqlite-connection.ts) wakes
+ *   once it has committed (synchronous=FULL: durable when COMMIT returns), nothing if it rolled back;
+ * - a mark after a statement of its own (synchronous=FULL, durable when it returns) wakes on the next microtask.
  * A wake is a hint (the worker claims what is due), so a mark of a transaction that rolled back costs one idle claim.
  * Marks of one batch or one synchronous step wake each queue once.
  */
@@ -42,6 +43,12 @@ export function markQueued(db: Db, queue: QueueName): void {
     w.job.add(queue);
     return;
   }
+  // Inside a transaction (or another unit holding the connection): once it has committed, not before.
+  const scope = connectionOf(db).current();
+  if (scope) {
+    scope.afterCommit.push(() => fire(w, [queue]));
+    return;
+  }
   if (!w.soon) {
     const soon = (w.soon = new Set());
     queueMicrotask(() => {
@@ -69,13 +76,13 @@ export function onQueueMarked(db: Db, queue: QueueName, listener: () => void): (
  * For the group commit: runs one job, and returns the marks it made, held back from the microtask wake (the caller
  * wakes them with `wakeMarked` once the batch is durable). Nothing is returned when the job throws.
  */
-export function collectMarks<T>(db: Db, fn: () => T): { value: T; marks: Set<QueueName> } {
+export async function collectMarks<T>(db: Db, fn: () => T | Promise<T>): Promise<{ value: T; marks: Set<QueueName> }> {
   const w = wakesOf(db);
   const outer = w.job;
   const marks = new Set<QueueName>();
   w.job = marks;
   try {
-    return { value: fn(), marks };
+    return { value: await fn(), marks };
   } finally {
     w.job = outer;
   }

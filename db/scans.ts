@@ -1,4 +1,4 @@
-import { type Db, clientOf } from './client.js';
+import { type Db, connectionOf } from './client.js';
 
 export type ScanParams = Record<string, unknown>;
 
@@ -19,8 +19,8 @@ export interface Scans {
 /** On `db`'s own connection, on the event loop (tests and tools; the server puts them on the checkpoint thread's). */
 export function scansOn(db: Db): Scans {
   return {
-    first: async <Row>(sql: string, params: ScanParams = {}) => clientOf(db).prepare(sql).get(params) as Row | undefined,
-    all: async <Row>(sql: string, params: ScanParams = {}) => clientOf(db).prepare(sql).all(params) as Row[],
+    first: async <Row>(sql: string, params: ScanParams = {}) => (await connectionOf(db).scan(sql, params, true)) as Row | undefined,
+    all: async <Row>(sql: string, params: ScanParams = {}) => (await connectionOf(db).scan(sql, params, false)) as Row[],
   };
 }
 

@@ -1,5 +1,5 @@
 import type { SQL } from 'drizzle-orm';
-import type { Db } from './client.js';
+import { type Db, runSql } from './client.js';
 
 /**
  * The few ways of running a statement that read the same on every engine. Product code awaits drizzle's builders
@@ -19,7 +19,9 @@ export function changes(result: unknown): number {
 }
 
 /** Rows of plain SQL (a `sql` template), as objects keyed by the column names the query gives them. */
-export declare function queryRows<T>(db: Db, query: SQL): Promise<T[]>;
+export async function queryRows<T>(db: Db, query: SQL): Promise<T[]> {
+  return (await runSql(db, query, 'objects')) as T[];
+}
 
 /** The first row of plain SQL, or undefined. */
 export async function queryRow<T>(db: Db, query: SQL): Promise<T | undefined> {
@@ -27,4 +29,6 @@ export async function queryRow<T>(db: Db, query: SQL): Promise<T | undefined> {
 }
 
 /** Runs plain SQL that returns no rows; resolves to how many rows it touched. */
-export declare function execute(db: Db, query: SQL): Promise<number>;
+export async function execute(db: Db, query: SQL): Promise<number> {
+  return changes(await runSql(db, query, 'run'));
+}
