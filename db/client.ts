@@ -10,6 +10,7 @@ import { migrate } from 'drizzle-orm/better-sqlite3/migrator';
 import { createPrivateDir, createPrivateFile } from './data-dir.js';
 import { type WalSync, walSyncOf } from './group-commit.js';
 import * as schema from './schema/index.js';
+import { pgUnitOf } from './pg/state.js';
 import { type Method, SqliteConnection } from './sqlite-connection.js';
 
 type RemoteDb = SqliteRemoteDatabase<typeof schema>;
@@ -179,6 +180,15 @@ export function connectionOf(db: Db): SqliteConnection {
   const conn = connections.get(db);
   if (!conn) throw new Error('not a SQLite Db made by sqliteDb');
   return conn;
+}
+
+/**
+ * The unit of work (a transaction, a batch of the group commit) the caller's async work runs in on `db`, whatever its
+ * engine; null outside one.
+ */
+export function unitOf(db: Db): { afterCommit: (() => void)[] } | null {
+  const pgUnit = pgUnitOf(db);
+  return pgUnit !== undefined ? pgUnit : connectionOf(db).current();
 }
 
 /** Runs plain SQL on `db`'s connection (as a statement of the caller's unit, if any): db/sql.ts. */

@@ -1,5 +1,4 @@
-import type Database from 'better-sqlite3';
-import { type Db, clientOf, connectionOf } from './client.js';
+import { type Db, unitOf } from './client.js';
 
 /**
  * The wake of the durable queues. A producer marks its queue (`markQueued`) inside the transaction that writes the
@@ -24,14 +23,13 @@ interface Wakes {
   soon: Set<QueueName> | null;
 }
 
-const byConnection = new WeakMap<Database.Database, Wakes>();
+const byDb = new WeakMap<Db, Wakes>();
 
 function wakesOf(db: Db): Wakes {
-  const sqlite = clientOf(db);
-  let w = byConnection.get(sqlite);
+  let w = byDb.get(db);
   if (!w) {
     w = { listeners: new Map(), job: null, soon: null };
-    byConnection.set(sqlite, w);
+    byDb.set(db, w);
   }
   return w;
 }
@@ -44,7 +42,7 @@ export function markQueued(db: Db, queue: QueueName): void {
     return;
   }
   // Inside a transaction (or another unit holding the connection): once it has committed, not before.
-  const scope = connectionOf(db).current();
+  const scope = unitOf(db);
   if (scope) {
     scope.afterCommit.push(() => fire(w, [queue]));
     return;

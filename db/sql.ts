@@ -1,5 +1,6 @@
 import type { SQL } from 'drizzle-orm';
 import { type Db, runSql } from './client.js';
+import { isPostgres, runPgSql } from './pg/state.js';
 
 /**
  * The few ways of running a statement that read the same on every engine. Product code awaits drizzle's builders
@@ -20,6 +21,7 @@ export function changes(result: unknown): number {
 
 /** Rows of plain SQL (a `sql` template), as objects keyed by the column names the query gives them. */
 export async function queryRows<T>(db: Db, query: SQL): Promise<T[]> {
+  if (isPostgres(db)) return (await runPgSql(db, query)).rows as T[];
   return (await runSql(db, query, 'objects')) as T[];
 }
 
@@ -30,5 +32,5 @@ export async function queryRow<T>(db: Db, query: SQL): Promise<T | undefined> {
 
 /** Runs plain SQL that returns no rows; resolves to how many rows it touched. */
 export async function execute(db: Db, query: SQL): Promise<number> {
-  return changes(await runSql(db, query, 'run'));
+  return changes(await (isPostgres(db) ? runPgSql(db, query) : runSql(db, query, 'run')));
 }

@@ -1,0 +1,220 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { SQL } from 'drizzle-orm';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import { migrate } from 'drizzle-orm/node-postgres/migrator';
+import { PgDialect } from 'drizzle-orm/pg-core';
+import pg from 'pg';
+import type { Db } from '../client.js';
+
+/**
+ * The service's state on Postgres (STATE_URL, docs/api/decisions.md section 11): the same `Db` the rest of the
+ * service uses on SQLite, over a `pg` pool. Queries are built from the SQLite schema's tables (db/schema/); the
+ * Postgres schema (db/pg/schema/) has the same names and columns, and the type parsers below give every value back
+ * as better-sqlite3 gives it (a bigint as a number, JSON as its text for the column to parse), so each table's
+ * mapping works unchanged. A transaction takes one connection of the pool for the async work under it (found by
+ * AsyncLocalStorage, as on SQLite: db/sqlite-connection.ts); any other statement runs on the pool.
+ */
+
+export interface PgTarget {
+  host: string;
+  port: number;
+  database: string;
+  user: string;
+  password: string;
+  /** false: plain TCP (loopback only, checked by the caller); else TLS, the chain and the name checked unless told. */
+  ssl: false | { rejectUnauthorized: boolean };
+}
+
+/** A unit of work on one connection: a transaction and the async work under it. */
+interface PgScope {
+  open: boolean;
+  client: pg.PoolClient;
+  savepoints: number;
+  readonly afterCommit: (() => void)[];
+}
+
+/** A database migrated by a newer Mailstead: this build does not know its tables, and must not write them. */
+export class StateTooNewError extends Error {
+  override name = 'StateTooNewError';
+}
+
+/** Held while the migrations run, so two nodes starting at once migrate one after the other. */
+const MIGRATION_LOCK = 0x4d41494c; // "MAIL"
+
+const { builtins } = pg.types;
+/** What differs from node-postgres's defaults: everything else (booleans, bytea as a Buffer, text) it reads as wanted. */
+const PARSERS: ReadonlyMap<number, (value: string) => unknown> = new Map<number, (value: string) => unknown>([
+  // 64-bit integers (ms timestamps, counters, count(*)): a number, as better-sqlite3 reads SQLite's integers.
+  [builtins.INT8, Number],
+  // sum() of bigints.
+  [builtins.NUMERIC, Number],
+  // JSON as its text: the SQLite schema's json columns parse it themselves, so a stored answer comes back as written.
+  [builtins.JSON, (v) => v],
+  [builtins.JSONB, (v) => v],
+]);
+
+function typesFor(inner?: { getTypeParser: (oid: number, format?: string) => unknown }) {
+  return {
+    getTypeParser: (oid: number, format?: string) =>
+      (format === undefined || format === 'text' ? PARSERS.get(oid) : undefined) ??
+      (inner ? inner.getTypeParser(oid, format) : pg.types.getTypeParser(oid, format as 'text')),
+  };
+}
+
+export interface PgStore {
+  readonly engine: 'postgres';
+  readonly db: Db;
+  readonly pool: pg.Pool;
+  close(): Promise<void>;
+}
+
+const dialect = new PgDialect();
+const stores = new WeakMap<object, PgUnits>();
+
+class PgUnits {
+  readonly scopes = new AsyncLocalStorage<PgScope>();
+  constructor(readonly pool: pg.Pool) {}
+
+  current(): PgScope | null {
+    const scope = this.scopes.getStore();
+    return scope?.open ? scope : null;
+  }
+
+  /** The connection a statement runs on: its transaction's, or the pool. */
+  target(): pg.Pool | pg.PoolClient {
+    return this.current()?.client ?? this.pool;
+  }
+
+  async transaction<T>(fn: () => Promise<T>): Promise<T> {
+    const outer = this.current();
+    if (outer) {
+      const name = `unit_${++outer.savepoints}`;
+      await outer.client.query(`SAVEPOINT ${name}`);
+      try {
+        const value = await fn();
+        await outer.client.query(`RELEASE SAVEPOINT ${name}`);
+        return value;
+      } catch (err) {
+        await outer.client.query(`ROLLBACK TO SAVEPOINT ${name}`);
+        throw err;
+      }
+    }
+    const client = await this.pool.connect();
+    const scope: PgScope = { open: true, client, savepoints: 0, afterCommit: [] };
+    let broken: Error | undefined;
+    try {
+      await client.query('BEGIN');
+      const value = await this.scopes.run(scope, fn);
+      scope.open = false;
+      await client.query('COMMIT');
+      for (const hook of scope.afterCommit) hook();
+      return value;
+    } catch (err) {
+      if (scope.open) {
+        scope.open = false;
+        try {
+          await client.query('ROLLBACK');
+        } catch (rollbackErr) {
+          // The connection is in no state to serve another: the pool drops it.
+          broken = rollbackErr as Error;
+        }
+      }
+      throw err;
+    } finally {
+      client.release(broken);
+    }
+  }
+}
+
+/** The unit (transaction) the caller's async work runs in on `db`, if `db` is a Postgres Db. */
+export function pgUnitOf(db: Db): { afterCommit: (() => void)[] } | null | undefined {
+  const units = stores.get(db);
+  return units ? units.current() : undefined;
+}
+
+/** Whether `db` keeps the state on Postgres. */
+export function isPostgres(db: Db): boolean {
+  return stores.has(db);
+}
+
+/** Runs plain SQL on a Postgres Db: rows as objects, or how many rows it touched. */
+export async function runPgSql(db: Db, query: SQL): Promise<pg.QueryResult> {
+  const units = stores.get(db);
+  if (!units) throw new Error('not a Postgres Db');
+  const { sql, params } = dialect.sqlToQuery(query);
+  return units.target().query({ text: sql, values: params, types: typesFor() });
+}
+
+function migrationsFolder(): string {
+  const candidates = [fileURLToPath(new URL('./migrations', import.meta.url)), fileURLToPath(new URL('../../../db/pg/migrations', import.meta.url))];
+  const found = candidates.find((p) => existsSync(join(p, 'meta', '_journal.json')));
+  if (!found) throw new Error(`Postgres migrations not found (looked in ${candidates.join(', ')})`);
+  return found;
+}
+
+/**
+ * Applies the pending migrations under an advisory lock (two nodes starting at once take turns), after refusing a
+ * database whose newest migration this build does not have.
+ */
+async function migrateState(pool: pg.Pool): Promise<void> {
+  const folder = migrationsFolder();
+  const client = await pool.connect();
+  try {
+    await client.query('select pg_advisory_lock($1)', [MIGRATION_LOCK]);
+    try {
+      const journal = JSON.parse(readFileSync(join(folder, 'meta', '_journal.json'), 'utf8')) as { entries: { when: number }[] };
+      const known = Math.max(...journal.entries.map((e) => e.when));
+      const table = await client.query<{ t: string | null }>(`select to_regclass('drizzle.__drizzle_migrations')::text as t`);
+      if (table.rows[0]?.t) {
+        const newest = await client.query<{ newest: string | null }>('select max(created_at)::text as newest from drizzle.__drizzle_migrations');
+        const at = newest.rows[0]?.newest;
+        if (at !== null && at !== undefined && Number(at) > known) {
+          throw new StateTooNewError(
+            `the state database was migrated by a newer Mailstead (its newest migration is from ${new Date(Number(at)).toISOString()}, this version knows migrations up to ${new Date(known).toISOString()}): start that version or a newer one; a downgrade is not supported`,
+          );
+        }
+      }
+      await migrate(drizzle({ client }), { migrationsFolder: folder });
+    } finally {
+      await client.query('select pg_advisory_unlock($1)', [MIGRATION_LOCK]);
+    }
+  } finally {
+    client.release();
+  }
+}
+
+/** Opens the state on Postgres: a pool, the migrations applied, and the `Db` over it. */
+export async function openPostgres(target: PgTarget, opts: { poolSize?: number } = {}): Promise<PgStore> {
+  const pool = new pg.Pool({
+    host: target.host,
+    port: target.port,
+    database: target.database,
+    user: target.user,
+    password: target.password,
+    ssl: target.ssl === false ? false : { rejectUnauthorized: target.ssl.rejectUnauthorized, servername: target.host },
+    max: opts.poolSize ?? 10,
+    application_name: 'mailstead',
+    types: typesFor(),
+  });
+  // An idle connection that drops (a restart of Postgres) is the pool's to replace, never an uncaught error.
+  pool.on('error', () => undefined);
+  try {
+    await migrateState(pool);
+  } catch (err) {
+    await pool.end();
+    throw err;
+  }
+  const units = new PgUnits(pool);
+  // drizzle runs every statement through this client: the caller's transaction's connection, else the pool.
+  const router = {
+    query: (config: pg.QueryConfig, values?: unknown[]) =>
+      units.target().query({ ...config, types: typesFor((config as { types?: { getTypeParser: (oid: number, format?: string) => unknown } }).types) }, values),
+  };
+  const db = drizzle({ client: router as unknown as pg.Pool }) as unknown as Db;
+  db.transaction = (fn) => units.transaction(() => fn(db));
+  stores.set(db, units);
+  return { engine: 'postgres', db, pool, close: () => pool.end() };
+}

@@ -1,0 +1,179 @@
+import { AsyncResource } from 'node:async_hooks';
+import { count, eq, sql } from 'drizzle-orm';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type PgStore, StateTooNewError, openPostgres } from '../db/pg/state.js';
+import { markQueued, onQueueMarked } from '../db/queue-wake.js';
+import { accounts } from '../db/schema/accounts.js';
+import { capturedMessages } from '../db/schema/captured-messages.js';
+import { emails } from '../db/schema/emails.js';
+import { changes, execute, one, queryRows } from '../db/sql.js';
+import { type TestPostgres, startPostgres } from './helpers/postgres.js';
+
+/**
+ * The state's Db on Postgres (db/pg/state.ts): the SQLite schema's tables drive drizzle's node-postgres, values come
+ * back as on SQLite (numbers, JSON, booleans, bytes), a transaction binds the async work under it to one connection,
+ * and the migrations refuse a database a newer version migrated.
+ */
+
+let server: TestPostgres;
+let store: PgStore;
+
+const target = (database: string) => ({
+  host: '127.0.0.1',
+  port: server.port,
+  database,
+  user: server.user,
+  password: server.password,
+  ssl: { rejectUnauthorized: false },
+});
+
+/** Runs `fn` as async work of its own (another request), outside the caller's transaction. */
+const elsewhere = AsyncResource.bind(<T>(fn: () => T): T => fn());
+
+beforeAll(async () => {
+  server = await startPostgres({ certificate: 'trusted' });
+  await server.admin('create database state_a');
+  store = await openPostgres(target('state_a'));
+}, 120_000);
+
+afterAll(async () => {
+  await store?.close();
+  await server?.stop();
+});
+
+const account = (id: string) => ({ id, name: id, createdAt: 1_700_000_000_000, dailyQuota: 100, creditsBalance: 5 });
+
+describe('rows written and read with the SQLite schema', () => {
+  it('numbers, JSON, booleans and bytes come back as on SQLite', async () => {
+    const { db } = store;
+    await db.insert(accounts).values(account('acc-1'));
+    await db.insert(emails).values({
+      id: 'em-1',
+      accountId: 'acc-1',
+      fromAddress: 'a@example.com',
+      to: ['b@example.com', 'c@example.com'],
+      subject: 's',
+      template: 't',
+      status: 'sent',
+      sandbox: true,
+      tags: { b: '2', a: '1' },
+      createdAt: 1_700_000_000_123,
+    });
+    const row = await one(db.select().from(emails).where(eq(emails.id, 'em-1')));
+    expect(row).toMatchObject({ to: ['b@example.com', 'c@example.com'], sandbox: true, createdAt: 1_700_000_000_123, tags: { b: '2', a: '1' } });
+    // JSON comes back as written, key order kept.
+    expect(Object.keys(row!.tags!)).toEqual(['b', 'a']);
+    const [{ n }] = (await db.select({ n: count() }).from(emails)) as [{ n: number }];
+    expect(n).toBe(1);
+    const sealed = Buffer.from([0, 1, 2, 255]);
+    await db.insert(capturedMessages).values({
+      accountId: 'acc-1',
+      emailId: 'em-1',
+      recipient: 'b@example.com',
+      messageSealed: sealed,
+      createdAt: 1,
+    });
+    const cap = await one(db.select().from(capturedMessages).where(eq(capturedMessages.emailId, 'em-1')));
+    expect(Buffer.isBuffer(cap!.messageSealed)).toBe(true);
+    expect(cap!.messageSealed.equals(sealed)).toBe(true);
+    expect(typeof cap!.seq).toBe('number');
+  });
+
+  it('a write gives how many rows it touched; plain SQL gives rows as objects', async () => {
+    const { db } = store;
+    await db.insert(accounts).values(account('acc-2'));
+    expect(
+      changes(
+        await db
+          .update(accounts)
+          .set({ creditsBalance: sql`${accounts.creditsBalance} - 1` })
+          .where(eq(accounts.id, 'acc-2')),
+      ),
+    ).toBe(1);
+    expect(changes(await db.update(accounts).set({ name: 'x' }).where(eq(accounts.id, 'nobody')))).toBe(0);
+    expect(await queryRows(db, sql`select credits_balance as "creditsBalance" from accounts where id = ${'acc-2'}`)).toEqual([{ creditsBalance: 4 }]);
+    expect(await execute(db, sql`update accounts set name = 'y' where id in ('acc-1', 'acc-2')`)).toBe(2);
+  });
+});
+
+describe('a transaction', () => {
+  it('binds the async work under it to its connection: the root handle inside it is the transaction', async () => {
+    const { db } = store;
+    await expect(
+      db.transaction(async () => {
+        await db.insert(accounts).values(account('acc-rolled-back'));
+        expect(await one(db.select().from(accounts).where(eq(accounts.id, 'acc-rolled-back')))).toBeDefined();
+        throw new Error('refused');
+      }),
+    ).rejects.toThrow('refused');
+    expect(await one(db.select().from(accounts).where(eq(accounts.id, 'acc-rolled-back')))).toBeUndefined();
+  });
+
+  it('work from elsewhere runs on another connection and does not see it before its commit', async () => {
+    const { db } = store;
+    await db.transaction(async (tx) => {
+      await tx.insert(accounts).values(account('acc-3'));
+      const seen = await elsewhere(() => one(db.select().from(accounts).where(eq(accounts.id, 'acc-3'))));
+      expect(seen).toBeUndefined();
+    });
+    expect(await one(db.select().from(accounts).where(eq(accounts.id, 'acc-3')))).toBeDefined();
+  });
+
+  it('inside a transaction is a savepoint: its failure rolls back only its own writes', async () => {
+    const { db } = store;
+    await db.transaction(async (tx) => {
+      await tx.insert(accounts).values(account('acc-4'));
+      await expect(
+        tx.transaction(async (inner) => {
+          await inner.insert(accounts).values(account('acc-5'));
+          throw new Error('inner refused');
+        }),
+      ).rejects.toThrow('inner refused');
+    });
+    const ids = (await db.select({ id: accounts.id }).from(accounts)).map((r) => r.id);
+    expect(ids).toContain('acc-4');
+    expect(ids).not.toContain('acc-5');
+  });
+
+  it('wakes a queue marked inside it once it has committed, not when it rolls back', async () => {
+    const { db } = store;
+    let woken = 0;
+    const stop = onQueueMarked(db, 'recipients', () => woken++);
+    await db.transaction(async (tx) => {
+      markQueued(tx, 'recipients');
+      await new Promise((r) => setImmediate(r));
+      expect(woken).toBe(0);
+    });
+    expect(woken).toBe(1);
+    await expect(
+      db.transaction(async (tx) => {
+        markQueued(tx, 'recipients');
+        throw new Error('refused');
+      }),
+    ).rejects.toThrow('refused');
+    await new Promise((r) => setImmediate(r));
+    expect(woken).toBe(1);
+    stop();
+  });
+});
+
+describe('the migrations', () => {
+  it('run once under their lock when two starts race, and a second start finds nothing to do', async () => {
+    await server.admin('create database state_b');
+    const [a, b] = await Promise.all([openPostgres(target('state_b')), openPostgres(target('state_b'))]);
+    await a.close();
+    await b.close();
+    const again = await openPostgres(target('state_b'));
+    const applied = await again.pool.query('select count(*)::int as n from drizzle.__drizzle_migrations');
+    expect(applied.rows[0].n).toBeGreaterThan(0);
+    await again.close();
+  });
+
+  it('refuse a database migrated by a newer version', async () => {
+    await server.admin('create database state_c');
+    const s = await openPostgres(target('state_c'));
+    await s.pool.query(`insert into drizzle.__drizzle_migrations (hash, created_at) values ('future', ${Date.now() + 365 * 86_400_000})`);
+    await s.close();
+    await expect(openPostgres(target('state_c'))).rejects.toBeInstanceOf(StateTooNewError);
+  });
+});
