@@ -286,3 +286,18 @@ export interface GroupCommit {
    */
   run<T>(fn: (db: Db) => T | Promise<T>): Promise<T>;
 }
+
+/**
+ * The group commit's contract on an engine that makes each commit durable itself (Postgres, synchronous_commit on,
+ * groups the flushes of concurrent commits on its own): each write is its own transaction, resolved once committed;
+ * the queues it marked wake after that.
+ */
+export function transactionCommits(db: Db): GroupCommit {
+  return {
+    async run<T>(fn: (db: Db) => T | Promise<T>): Promise<T> {
+      const { value, marks } = await db.transaction(() => collectMarks(db, () => fn(db)));
+      if (marks.size > 0) wakeMarked(db, marks);
+      return value;
+    },
+  };
+}

@@ -1,5 +1,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { existsSync, readFileSync } from 'node:fs';
+import { isIP } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { SQL } from 'drizzle-orm';
@@ -25,7 +26,7 @@ export interface PgTarget {
   user: string;
   password: string;
   /** false: plain TCP (loopback only, checked by the caller); else TLS, the chain and the name checked unless told. */
-  ssl: false | { rejectUnauthorized: boolean };
+  ssl: false | { rejectUnauthorized: boolean; ca?: string };
 }
 
 /** A unit of work on one connection: a transaction and the async work under it. */
@@ -186,6 +187,15 @@ async function migrateState(pool: pg.Pool): Promise<void> {
   }
 }
 
+/** Postgres 13 is the oldest the state's SQL is written for (gen_random_uuid() without an extension, among others). */
+export const OLDEST_POSTGRES = 130000;
+
+async function refuseOldServer(pool: pg.Pool): Promise<void> {
+  const { rows } = await pool.query<{ v: string }>(`select current_setting('server_version_num') as v`);
+  const version = Number(rows[0]?.v);
+  if (!(version >= OLDEST_POSTGRES)) throw new Error(`the state database runs Postgres ${rows[0]?.v}: Mailstead needs Postgres 13 or newer`);
+}
+
 /** Opens the state on Postgres: a pool, the migrations applied, and the `Db` over it. */
 export async function openPostgres(target: PgTarget, opts: { poolSize?: number } = {}): Promise<PgStore> {
   const pool = new pg.Pool({
@@ -194,7 +204,10 @@ export async function openPostgres(target: PgTarget, opts: { poolSize?: number }
     database: target.database,
     user: target.user,
     password: target.password,
-    ssl: target.ssl === false ? false : { rejectUnauthorized: target.ssl.rejectUnauthorized, servername: target.host },
+    ssl:
+      target.ssl === false
+        ? false
+        : { rejectUnauthorized: target.ssl.rejectUnauthorized, ...(target.ssl.ca ? { ca: target.ssl.ca } : {}), ...(isIP(target.host) ? {} : { servername: target.host }) },
     max: opts.poolSize ?? 10,
     application_name: 'mailstead',
     types: typesFor(),
@@ -202,6 +215,7 @@ export async function openPostgres(target: PgTarget, opts: { poolSize?: number }
   // An idle connection that drops (a restart of Postgres) is the pool's to replace, never an uncaught error.
   pool.on('error', () => undefined);
   try {
+    await refuseOldServer(pool);
     await migrateState(pool);
   } catch (err) {
     await pool.end();

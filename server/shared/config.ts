@@ -2,6 +2,7 @@ import { accessSync, constants, statSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { hostname } from 'node:os';
 import { z } from 'zod';
+import { type StateTarget, parseStateUrl } from './state-url.js';
 
 /**
  * The one place that reads the environment. Every variable of the operator contract
@@ -163,6 +164,12 @@ export type DeliveryMode = (typeof DELIVERY_MODES)[number];
 
 export const configSchema = z.object({
   DATA_DIR: z.string().regex(/\S/, 'must not be empty or blank').default('./data').describe('SQLite database, generated secret key, spool'),
+  STATE_URL: z
+    .string()
+    .optional()
+    .describe(
+      "The service's own state on Postgres 13 or newer instead of SQLite in DATA_DIR: `postgresql://user:password@host:port/database`. TLS is verified (`sslmode=verify-full`, the default; `sslrootcert=/path/ca.pem` names a CA) unless `sslmode=no-verify`; `sslmode=disable` only for a loopback host. SECRET_KEY must then be given",
+    ),
   HTTP_HOST: listenAddress('0.0.0.0').describe('Address the HTTP API, dashboard and /healthz listen on'),
   HTTP_PORT: port(8080).describe('Port of the HTTP API (`/api/v1`), the dashboard (`/dashboard`) and `GET /healthz`'),
   SMTP_HOST: listenAddress('0.0.0.0').describe('Address inbound SMTP listens on'),
@@ -251,6 +258,8 @@ export interface Config {
   fblReporters: readonly string[];
   /** Unset (generate or read DATA_DIR/secret.key), 'off', or the decoded 32 bytes. */
   secretKey: { mode: 'file' } | { mode: 'off' } | { mode: 'given'; key: Buffer };
+  /** Where the service's own state lives: SQLite in DATA_DIR (the default), or the Postgres STATE_URL names. */
+  state: { engine: 'sqlite' } | { engine: 'postgres'; target: StateTarget };
   dnsServers: DnsServer[] | null;
   /** `capture`: no outbound connection is ever opened; messages are kept in the capture store. */
   deliveryMode: DeliveryMode;
@@ -313,6 +322,17 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     }
   }
 
+  let state: Config['state'] = { engine: 'sqlite' };
+  if (input.STATE_URL !== undefined) {
+    try {
+      state = { engine: 'postgres', target: parseStateUrl(input.STATE_URL) };
+    } catch (err) {
+      problems.push(`STATE_URL ${err instanceof Error ? err.message : String(err)}`);
+    }
+    // The key cannot be generated into DATA_DIR, which holds no state then: every node must be given the same one.
+    if (input.SECRET_KEY === undefined) problems.push('SECRET_KEY must be given when STATE_URL is set (32 bytes as hex or base64, or "off")');
+  }
+
   let dnsServers: DnsServer[] | null = null;
   if (input.DNS_SERVERS !== undefined) {
     const entries = input.DNS_SERVERS.split(',')
@@ -351,10 +371,10 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   }
 
   if (problems.length > 0 || !raw) throw new ConfigError(`invalid configuration: ${problems.join('; ')}`);
-  return toConfig(raw, secretKey, dnsServers, smtpRelayUrl);
+  return toConfig(raw, secretKey, state, dnsServers, smtpRelayUrl);
 }
 
-function toConfig(raw: RawConfig, secretKey: Config['secretKey'], dnsServers: DnsServer[] | null, smtpRelayUrl: URL | null): Config {
+function toConfig(raw: RawConfig, secretKey: Config['secretKey'], state: Config['state'], dnsServers: DnsServer[] | null, smtpRelayUrl: URL | null): Config {
   return {
     dataDir: raw.DATA_DIR,
     httpHost: raw.HTTP_HOST,
@@ -371,6 +391,7 @@ function toConfig(raw: RawConfig, secretKey: Config['secretKey'], dnsServers: Dn
     spfDomain: raw.SPF_DOMAIN ?? raw.MAIL_HOSTNAME ?? defaultMailHostname(),
     fblReporters: raw.FBL_REPORTERS ?? DEFAULT_FBL_REPORTERS,
     secretKey,
+    state,
     dnsServers,
     deliveryMode: raw.DELIVERY_MODE,
     smtpDeliveryPort: raw.SMTP_DELIVERY_PORT,
@@ -422,6 +443,7 @@ export function describeConfig(): { name: string; default: string; meaning: stri
     DNS_SERVERS: "the system's",
     ADMIN_TOKEN: 'generated on first start, printed once',
     SMTP_RELAY_URL: 'unset',
+    STATE_URL: 'unset (SQLite in `DATA_DIR`)',
   };
   return Object.entries(configSchema.shape).map(([name, schema]) => {
     let dflt = defaults[name];
