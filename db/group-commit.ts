@@ -290,14 +290,10 @@ export interface GroupCommit {
 /**
  * The group commit's contract on an engine that makes each commit durable itself (Postgres, synchronous_commit on,
  * groups the flushes of concurrent commits on its own): each write is its own transaction, resolved once committed;
- * the queues it marked wake after that.
+ * the queues it marked wake after that (db/queue-wake.ts, as for any transaction).
  */
 export function transactionCommits(db: Db): GroupCommit {
   return {
-    async run<T>(fn: (db: Db) => T | Promise<T>): Promise<T> {
-      const { value, marks } = await db.transaction(() => collectMarks(db, () => fn(db)));
-      if (marks.size > 0) wakeMarked(db, marks);
-      return value;
-    },
+    run: <T>(fn: (db: Db) => T | Promise<T>): Promise<T> => db.transaction(async () => fn(db)),
   };
 }
