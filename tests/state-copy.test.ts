@@ -56,7 +56,9 @@ function fillEveryTable(store: Store): void {
       store.sqlite
         .prepare(`insert into "${t.name}" (${t.columns.map((c) => `"${c.name}"`).join(', ')}) values (${values.map(() => '?').join(', ')})`)
         .run(...values);
-      t.columns.forEach((c, k) => made.set(`${t.name}.${c.name}`, [...(made.get(`${t.name}.${c.name}`) ?? []), values[k]]));
+      t.columns.forEach((c, k) => {
+        made.set(`${t.name}.${c.name}`, [...(made.get(`${t.name}.${c.name}`) ?? []), values[k]]);
+      });
     }
   }
 }

@@ -207,7 +207,11 @@ export async function openPostgres(target: PgTarget, opts: { poolSize?: number }
     ssl:
       target.ssl === false
         ? false
-        : { rejectUnauthorized: target.ssl.rejectUnauthorized, ...(target.ssl.ca ? { ca: target.ssl.ca } : {}), ...(isIP(target.host) ? {} : { servername: target.host }) },
+        : {
+            rejectUnauthorized: target.ssl.rejectUnauthorized,
+            ...(target.ssl.ca ? { ca: target.ssl.ca } : {}),
+            ...(isIP(target.host) ? {} : { servername: target.host }),
+          },
     max: opts.poolSize ?? 10,
     application_name: 'mailstead',
     types: typesFor(),
