@@ -1,0 +1,81 @@
+import { existsSync, readdirSync } from 'node:fs';
+import { DatabaseMissingError, databasePath, hasDatabase, openDatabase } from '../../db/client.js';
+import { DataDirLockedError, lockDataDir } from '../../db/data-dir.js';
+import { spoolDir } from '../../db/inbound-spool.js';
+import { openPostgres, type PgTarget } from '../../db/pg/state.js';
+import { type CopyReport, copyState } from '../../db/state-copy.js';
+import type { Config } from '../shared/config.js';
+import { parseStateUrl, type StateTarget } from '../shared/state-url.js';
+
+/**
+ * `mailstead state copy --to postgresql://... [--dry-run]` (docs/api/decisions.md section 11, docs/operating/upgrading.md):
+ * a stopped server's DATA_DIR into an empty Postgres. It holds DATA_DIR's server lock while it runs, so a server
+ * cannot start on it meanwhile, and it refuses to run beside one.
+ */
+
+/** What node-postgres is given for a parsed STATE_URL (db/pg/state.ts). */
+export function pgTargetOf(target: StateTarget): PgTarget {
+  return {
+    host: target.host,
+    port: target.port,
+    database: target.database,
+    user: target.user,
+    password: target.password,
+    ssl: target.ssl === false ? false : { rejectUnauthorized: target.ssl.verify, ...(target.ssl.ca ? { ca: target.ssl.ca } : {}) },
+  };
+}
+
+export class StateCopyRefused extends Error {
+  override name = 'StateCopyRefused';
+}
+
+export interface StateCopyResult extends CopyReport {
+  from: string;
+  to: string;
+  /** Received messages still waiting in DATA_DIR's spool for a customer database: they stay there, read from there. */
+  spooledMessages: number;
+  next: string;
+}
+
+export async function runStateCopy(config: Config, opts: { to: string; dryRun: boolean }): Promise<StateCopyResult> {
+  let target: StateTarget;
+  try {
+    target = parseStateUrl(opts.to);
+  } catch (err) {
+    throw new StateCopyRefused(`--to ${err instanceof Error ? err.message : String(err)}`);
+  }
+  if (!hasDatabase(config.dataDir)) throw new DatabaseMissingError(databasePath(config.dataDir));
+  let lock: ReturnType<typeof lockDataDir>;
+  try {
+    lock = lockDataDir(config.dataDir);
+  } catch (err) {
+    if (err instanceof DataDirLockedError) throw new StateCopyRefused(`${err.message}: stop the server before copying its state`);
+    throw err;
+  }
+  try {
+    const source = openDatabase(config.dataDir, { mustExist: true });
+    try {
+      const pgStore = await openPostgres(pgTargetOf(target), { poolSize: 2 });
+      try {
+        const report = await copyState(source.sqlite, pgStore.pool, { dryRun: opts.dryRun });
+        const spool = spoolDir(config.dataDir);
+        const spooledMessages = existsSync(spool) ? readdirSync(spool).filter((f) => f.endsWith('.msg')).length : 0;
+        return {
+          ...report,
+          from: databasePath(config.dataDir),
+          to: target.shown,
+          spooledMessages,
+          next: opts.dryRun
+            ? 'Nothing was written. Run again without --dry-run to copy.'
+            : 'Start Mailstead with STATE_URL set to this URL and SECRET_KEY set to the key in DATA_DIR/secret.key (or the SECRET_KEY it ran with): the secrets copied are sealed with it. Keep DATA_DIR until the new server runs.',
+        };
+      } finally {
+        await pgStore.close();
+      }
+    } finally {
+      source.close();
+    }
+  } finally {
+    lock.release();
+  }
+}
