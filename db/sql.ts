@@ -1,4 +1,4 @@
-import type { SQL } from 'drizzle-orm';
+import { type SQL, type SQLWrapper, sql } from 'drizzle-orm';
 import { type Db, runSql } from './client.js';
 import { isPostgres, runPgSql } from './pg/state.js';
 
@@ -33,4 +33,45 @@ export async function queryRow<T>(db: Db, query: SQL): Promise<T | undefined> {
 /** Runs plain SQL that returns no rows; resolves to how many rows it touched. */
 export async function execute(db: Db, query: SQL): Promise<number> {
   return changes(await (isPostgres(db) ? runPgSql(db, query) : runSql(db, query, 'run')));
+}
+
+/*
+ * The few places where the engines' SQL differs, each one fragment written for both. Everything else is drizzle's
+ * builder or SQL both engines read alike.
+ */
+
+/** `column` is one of `values` (text), in one statement text whatever their number. */
+export function isOneOf(db: Db, column: SQLWrapper, values: readonly string[]): SQL {
+  return isPostgres(db) ? sql`${column} = any(${sql.param([...values])}::text[])` : sql`${column} in (select value from json_each(${JSON.stringify(values)}))`;
+}
+
+/** As isOneOf, for a prepared statement: the list is the placeholder `name`, given with listParam. */
+export function isOneOfPlaceholder(db: Db, column: SQLWrapper, name: string): SQL {
+  return isPostgres(db) ? sql`${column} = any(${sql.placeholder(name)}::text[])` : sql`${column} in (select value from json_each(${sql.placeholder(name)}))`;
+}
+
+/** The value of a list placeholder of isOneOfPlaceholder. */
+export function listParam(db: Db, values: readonly string[]): unknown {
+  return isPostgres(db) ? [...values] : JSON.stringify(values);
+}
+
+/** SQLite's `indexed by` (its planner told which index a query must use); nothing on Postgres, which plans its own. */
+export function indexedBy(db: Db, index: string): SQL {
+  return isPostgres(db) ? sql.empty() : sql.raw(` indexed by ${index}`);
+}
+
+/** `a` equals `b`, two nulls being equal. */
+export function isSame(db: Db, a: unknown, b: unknown): SQL {
+  return isPostgres(db) ? sql`${a} is not distinct from ${b}` : sql`${a} is ${b}`;
+}
+
+/** A boolean column is true (SQLite keeps a boolean as 1 or 0). */
+export function isTrue(db: Db, column: SQLWrapper): SQL {
+  return isPostgres(db) ? sql`${column}` : sql`${column} = 1`;
+}
+
+/** `column` contains `text`, ignoring case (ASCII): SQLite's LIKE, Postgres's ILIKE; `%` and `_` in `text` are literal. */
+export function containsNoCase(db: Db, column: SQLWrapper, text: string): SQL {
+  const pattern = `%${text.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+  return isPostgres(db) ? sql`${column} ilike ${pattern} escape '\\'` : sql`${column} like ${pattern} escape '\\'`;
 }

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type Database from 'better-sqlite3';
-import { getTableConfig, type SQLiteColumn, type SQLiteTable } from 'drizzle-orm/sqlite-core';
+import { is } from 'drizzle-orm';
+import { getTableConfig, type SQLiteColumn, SQLiteTable } from 'drizzle-orm/sqlite-core';
 import type pg from 'pg';
 import * as schema from './schema/index.js';
 
@@ -51,18 +52,9 @@ export class StateCopyError extends Error {
   override name = 'StateCopyError';
 }
 
-function isTable(value: unknown): value is SQLiteTable {
-  try {
-    getTableConfig(value as SQLiteTable);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 /** The state's tables, each after every table it references. */
 export function tablesInCopyOrder(): CopiedTable[] {
-  const tables = Object.values(schema).filter(isTable);
+  const tables = Object.values(schema).flatMap((value): SQLiteTable[] => (is(value, SQLiteTable) ? [value] : []));
   const byName = new Map(tables.map((t) => [getTableConfig(t).name, t]));
   const ordered: CopiedTable[] = [];
   const placed = new Set<string>();
