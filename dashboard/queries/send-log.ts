@@ -97,15 +97,14 @@ export function listSendLog(db: Db, filter: SendLogFilter, link: PageLink, limit
     link,
     limit,
     (r: SendLogRow) => r.email.id,
-    (bound, order, take) =>
-      db
+    async (bound, order, take) =>
+      (await db
         .select({ email: emails, accountName: accounts.name })
         .from(emails)
         .innerJoin(accounts, eq(accounts.id, emails.accountId))
         .where(and(where, bound))
         .orderBy(order)
-        .limit(take)
-        .all()
+        .limit(take))
         .map((r) => ({ email: emailView(r.email), accountId: r.email.accountId, accountName: r.accountName })),
   );
 }

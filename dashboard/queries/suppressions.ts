@@ -6,6 +6,7 @@ import { ApiError } from '../../server/shared/errors.js';
 import type { BadgeTone } from '../ui.js';
 import { type IdPage, PAGE_SIZE, type PageLink, pageByIds } from './id-pages.js';
 import { idFloor } from './id-time.js';
+import { one } from '../../db/sql.js';
 
 /**
  * Every account's suppression list, for the operator (the API lists one account's, and matches one address
@@ -58,20 +59,19 @@ export function listAllSuppressions(db: Db, filter: SuppressionFilter, link: Pag
     link,
     PAGE_SIZE,
     (s: SuppressionSummary) => s.view.id,
-    (bound, order, take) =>
-      db
+    async (bound, order, take) =>
+      (await db
         .select({ row: suppressions, accountName: accounts.name })
         .from(suppressions)
         .innerJoin(accounts, eq(accounts.id, suppressions.accountId))
         .where(and(where, bound))
         .orderBy(order)
-        .limit(take)
-        .all()
+        .limit(take))
         .map(({ row, accountName }) => ({
           view: suppressionView(row),
           accountId: row.accountId,
           accountName,
-          sourceEmailId: REASONS[row.reason].outcome ? sourceEmailOf(db, row.accountId, row.address, REASONS[row.reason].outcome!, row.createdAt) : null,
+          sourceEmailId: REASONS[row.reason].outcome ? await sourceEmailOf(db, row.accountId, row.address, REASONS[row.reason].outcome!, row.createdAt) : null,
         })),
   );
 }
@@ -82,8 +82,8 @@ export function listAllSuppressions(db: Db, filter: SuppressionFilter, link: Pag
  * So the event is the account's or a sub-account's, of that recipient and status, at the entry's creation time; its
  * id is no earlier than that time (idFloor), which bounds the walk of the account index.
  */
-function sourceEmailOf(db: Db, accountId: string, address: string, status: 'bounced' | 'complained', at: number): string | null {
-  const row = db
+async function sourceEmailOf(db: Db, accountId: string, address: string, status: 'bounced' | 'complained', at: number): Promise<string | null> {
+  const row = await one(db
     .select({ emailId: emailEvents.emailId })
     .from(emailEvents)
     .where(
@@ -96,7 +96,6 @@ function sourceEmailOf(db: Db, accountId: string, address: string, status: 'boun
       ),
     )
     .orderBy(emailEvents.id)
-    .limit(1)
-    .get();
+    .limit(1));
   return row?.emailId ?? null;
 }

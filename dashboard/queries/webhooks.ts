@@ -7,6 +7,7 @@ import { isUuid } from '../../server/shared/ids.js';
 import { WEBHOOK_DISABLE_AFTER_FAILURES } from '../../server/core/webhook-schedule.js';
 import type { BadgeTone } from '../ui.js';
 import { type IdPage, PAGE_SIZE, type PageLink, pageByIds } from './id-pages.js';
+import { one } from '../../db/sql.js';
 
 /**
  * Webhook endpoints and deliveries across all accounts, for the operator (the API lists one account's only). Rows
@@ -103,32 +104,30 @@ export function listEndpoints(db: Db, filter: EndpointFilter, link: PageLink, li
     link,
     limit,
     (s: EndpointSummary) => s.view.id,
-    (bound, order, take) =>
-      db
+    async (bound, order, take) =>
+      (await db
         .select(summaryColumns)
         .from(webhookEndpoints)
         .innerJoin(accounts, eq(accounts.id, webhookEndpoints.accountId))
         .where(and(where, bound))
         .orderBy(order)
-        .limit(take)
-        .all()
+        .limit(take))
         .map(toSummary),
   );
 }
 
 /** One endpoint of any account, or 404 (a malformed id too). */
-export function requireEndpointSummary(db: Db, id: string): EndpointSummary & { pending: number } {
+export async function requireEndpointSummary(db: Db, id: string): Promise<EndpointSummary & { pending: number }> {
   const row = isUuid(id)
-    ? db.select(summaryColumns).from(webhookEndpoints).innerJoin(accounts, eq(accounts.id, webhookEndpoints.accountId)).where(eq(webhookEndpoints.id, id)).get()
+    ? await one(db.select(summaryColumns).from(webhookEndpoints).innerJoin(accounts, eq(accounts.id, webhookEndpoints.accountId)).where(eq(webhookEndpoints.id, id)))
     : undefined;
   if (!row) throw new ApiError('webhook_not_found', 'There is no webhook endpoint with that id.');
   // Read from the pending index: deliveries that will still be attempted (or wait for the endpoint to come back).
   const pending =
-    db
+    (await one(db
       .select({ n: count() })
       .from(webhookDeliveries)
-      .where(and(eq(webhookDeliveries.endpointId, id), isNotNull(webhookDeliveries.nextAttemptAt)))
-      .get()?.n ?? 0;
+      .where(and(eq(webhookDeliveries.endpointId, id), isNotNull(webhookDeliveries.nextAttemptAt)))))?.n ?? 0;
   return { ...toSummary(row), pending };
 }
 
@@ -186,26 +185,24 @@ export function listEndpointDeliveries(db: Db, endpoint: WebhookEndpointView, li
     link,
     PAGE_SIZE,
     (d: DeliverySummary) => d.view.id,
-    (bound, order, take) =>
-      db
+    async (bound, order, take) =>
+      (await db
         .select()
         .from(webhookDeliveries)
         .where(and(eq(webhookDeliveries.endpointId, endpoint.id), bound))
         .orderBy(order)
-        .limit(take)
-        .all()
+        .limit(take))
         .map((r) => toDelivery(r, endpoint.active, now)),
   );
 }
 
 /** One delivery of the given endpoint, or 404 (another endpoint's delivery too); with its stored row for the payload. */
-export function requireDelivery(db: Db, endpoint: WebhookEndpointView, id: string, now: number): DeliverySummary & { row: WebhookDeliveryRow } {
+export async function requireDelivery(db: Db, endpoint: WebhookEndpointView, id: string, now: number): Promise<DeliverySummary & { row: WebhookDeliveryRow }> {
   const row = isUuid(id)
-    ? db
+    ? await one(db
         .select()
         .from(webhookDeliveries)
-        .where(and(eq(webhookDeliveries.id, id), eq(webhookDeliveries.endpointId, endpoint.id)))
-        .get()
+        .where(and(eq(webhookDeliveries.id, id), eq(webhookDeliveries.endpointId, endpoint.id))))
     : undefined;
   if (!row) throw new ApiError('not_found', 'This endpoint has no delivery with that id.');
   return { ...toDelivery(row, endpoint.active, now), row };

@@ -8,6 +8,7 @@ import { deriveFlags } from '../../server/core/domain-checks.js';
 import type { Config } from '../../server/shared/config.js';
 import { OWNER_SQL } from '../../server/core/customer-db-outbox.js';
 import { parseVerp, verpTrusted } from '../verp.js';
+import { one } from '../../db/sql.js';
 
 /**
  * Who an inbound RCPT TO is for. There are no mailboxes: every local part of a receiving domain
@@ -103,7 +104,7 @@ function splitAddress(address: string): { local: string; domain: string } | null
   return { local: address.slice(0, at), domain };
 }
 
-export function judgeRecipient(deps: { db: Db; config: Config; secretKey: Buffer | null }, raw: string): Recipient {
+export async function judgeRecipient(deps: { db: Db; config: Config; secretKey: Buffer | null }, raw: string): Promise<Recipient> {
   const address = raw.trim();
   const host = deps.config.mailHostname.toLowerCase();
   // RFC 5321 4.1.1.3: `RCPT TO:<postmaster>`, with no domain, is the server's own postmaster (smtp-server lets it by).
@@ -116,7 +117,7 @@ export function judgeRecipient(deps: { db: Db; config: Config; secretKey: Buffer
     if (OPERATOR_LOCAL_PARTS.includes(local)) return deps.secretKey ? { kind: 'operator', address: `${local}@${host}` } : { kind: 'refused' };
     const verp = parseVerp(address, host, deps.secretKey);
     if (!verp) return { kind: 'refused' };
-    const email = statements(deps.db).email.get({ id: verp.emailId });
+    const email = await one(statements(deps.db).email.execute({ id: verp.emailId }));
     if (!email || verp.recipientIndex >= email.to.length || !verpTrusted(verp, email.to.length, deps.secretKey)) return { kind: 'refused' };
     return { kind: 'bounce', address: address.toLowerCase(), emailId: verp.emailId, recipientIndex: verp.recipientIndex };
   }

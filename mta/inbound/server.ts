@@ -84,10 +84,10 @@ export function createInboundServer(
       bounds.release(session);
     },
 
-    onRcptTo(address, _session, callback) {
+    async onRcptTo(address, _session, callback) {
       let judged;
       try {
-        judged = judgeRecipient(deps, address.address);
+        judged = await judgeRecipient(deps, address.address);
       } catch (err) {
         logFailure(deps, 'inbound.rcpt_failed', err);
         deps.metrics.inboundRefused('rcpt', 451);
@@ -104,7 +104,7 @@ export function createInboundServer(
 
     onData(stream, session: SMTPServerSession, callback) {
       // Judged again in the transaction that stores the message: a domain or database removed meanwhile no longer receives.
-      const recipients = session.envelope.rcptTo.map((r) => judgedAtRcpt.get(r) ?? judgeRecipient(deps, r.address)).filter((r) => r.kind !== 'refused');
+      const recipients = session.envelope.rcptTo.map((r) => judgedAtRcpt.get(r) ?? await judgeRecipient(deps, r.address)).filter((r) => r.kind !== 'refused');
       const mailFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
       receiveMessage(deps, stream, { mailFrom, recipients, remoteAddress: session.remoteAddress, helo: session.hostNameAppearsAs ?? '' }, checks).then(
         (received) => {

@@ -220,7 +220,7 @@ async function parseThread(data: ParseThreadData): Promise<void> {
         rows = [];
         return;
       }
-      insert().catch((err: unknown) => {
+      (await insert()).catch((err: unknown) => {
         console.error(err);
         process.exit(1);
       });

@@ -10,6 +10,7 @@ import { DAY_MS } from '../shared/clock.js';
 import { newId } from '../shared/ids.js';
 import { decryptSecret, encryptSecret, openBytes, sealBytes } from '../shared/secrets.js';
 import { SEAL_CONTEXTS } from '../shared/seal-contexts.js';
+import { changes, one } from '../../db/sql.js';
 
 /**
  * The outbox of the customer-database writer (docs/api/decisions.md section 8): each write is queued in the same SQLite
@@ -149,44 +150,42 @@ export function openWrite(secretKey: Buffer, row: CustomerDbWriteRow): OpenedWri
 }
 
 /** The writes of one database that are due now, oldest first (the order they happened in). */
-export function dueWrites(db: Db, owner: string, now: number, limit: number): CustomerDbWriteRow[] {
-  return statements(db).due.all({ owner, now, limit });
+export async function dueWrites(db: Db, owner: string, now: number, limit: number): Promise<CustomerDbWriteRow[]> {
+  return await statements(db).due.execute({ owner, now, limit });
 }
 
 /** Writes waiting for a database (docs/api/contract.md: `pending`); those set aside do not wait. */
-export function pendingWrites(db: Db, owner: string): number {
-  return statements(db).pending.get({ owner })?.n ?? 0;
+export async function pendingWrites(db: Db, owner: string): Promise<number> {
+  return (await one(statements(db).pending.execute({ owner })))?.n ?? 0;
 }
 
 /** Of those, the writes of one account's own mail (a sub-account's, in its parent's database). */
-export function pendingWritesOf(db: Db, owner: string, accountId: string): number {
-  return statements(db).pendingOf.get({ owner, accountId })?.n ?? 0;
+export async function pendingWritesOf(db: Db, owner: string, accountId: string): Promise<number> {
+  return (await one(statements(db).pendingOf.execute({ owner, accountId })))?.n ?? 0;
 }
 
 /** The written ones go: their content no longer stays in the service. */
-export function deleteWrites(db: Db, ids: readonly string[]): void {
+export async function deleteWrites(db: Db, ids: readonly string[]): Promise<void> {
   for (let i = 0; i < ids.length; i += 500)
-    db.delete(customerDbWrites)
-      .where(inArray(customerDbWrites.id, ids.slice(i, i + 500)))
-      .run();
+    await db.delete(customerDbWrites)
+      .where(inArray(customerDbWrites.id, ids.slice(i, i + 500)));
 }
 
 /**
  * A write the database refused for its data: tried again after the next gap, or set aside once it has had its tries
  * (kept, out of the way of the writes behind it, until the retention window drops it). Returns whether it was set aside.
  */
-export function recordRefusedWrite(db: Db, row: CustomerDbWriteRow, error: string, now: number, options: { final?: boolean } = {}): boolean {
+export async function recordRefusedWrite(db: Db, row: CustomerDbWriteRow, error: string, now: number, options: { final?: boolean } = {}): Promise<boolean> {
   const attempts = row.attempts + 1;
   // A final refusal (a write that cannot even be opened will never land) is set aside at once.
   const gap = options.final ? undefined : DATA_RETRY_GAPS_MS[attempts - 1];
-  db.update(customerDbWrites)
+  await db.update(customerDbWrites)
     .set(
       gap === undefined
         ? { attempts, lastError: cutErrorText(error), setAsideAt: now }
         : { attempts, lastError: cutErrorText(error), nextAttemptAt: now + gap },
     )
-    .where(eq(customerDbWrites.id, row.id))
-    .run();
+    .where(eq(customerDbWrites.id, row.id));
   return gap === undefined;
 }
 
@@ -195,12 +194,11 @@ export function recordRefusedWrite(db: Db, row: CustomerDbWriteRow, error: strin
  * POST /database/test or a reconnect (the customer fixed what refused them). Still refused, they are set aside again
  * after the same gaps, and the error is the database's last error again. Returns how many.
  */
-export function requeueSetAside(db: Db, owner: string, now: number): number {
-  return db
+export async function requeueSetAside(db: Db, owner: string, now: number): Promise<number> {
+  return changes(await db
     .update(customerDbWrites)
     .set({ setAsideAt: null, attempts: 0, nextAttemptAt: now })
-    .where(and(eq(customerDbWrites.databaseAccountId, owner), isNotNull(customerDbWrites.setAsideAt)))
-    .run().changes;
+    .where(and(eq(customerDbWrites.databaseAccountId, owner), isNotNull(customerDbWrites.setAsideAt))));
 }
 
 /**
@@ -208,22 +206,22 @@ export function requeueSetAside(db: Db, owner: string, now: number): number {
  * retried or set aside and put back in line (its `next_attempt_at` later) still goes seven days after it was queued.
  * The count per database, for the log, is taken in the same transaction as the delete, with the same condition.
  */
-export function dropExpiredWrites(db: Db, now: number): Map<string, number> {
+export async function dropExpiredWrites(db: Db, now: number): Promise<Map<string, number>> {
   const cutoff = now - WRITE_RETENTION_MS;
-  return db.transaction(() => {
-    const counts = db.all<{ owner: string; n: number }>(sql`
+  return await db.transaction(async () => {
+    const counts = await db.execute(sql`
       select database_account_id as owner, count(*) as n from customer_db_writes where created_at <= ${cutoff} group by database_account_id`);
-    if (counts.length > 0) db.delete(customerDbWrites).where(lte(customerDbWrites.createdAt, cutoff)).run();
+    if (counts.length > 0) await db.delete(customerDbWrites).where(lte(customerDbWrites.createdAt, cutoff));
     return new Map(counts.map((c) => [c.owner, c.n]));
   });
 }
 
 /** Every write still queued for a database (a DELETE /database): the count removed. */
-export function dropWritesOf(db: Db, owner: string): number {
-  return db.delete(customerDbWrites).where(eq(customerDbWrites.databaseAccountId, owner)).run().changes;
+export async function dropWritesOf(db: Db, owner: string): Promise<number> {
+  return changes(await db.delete(customerDbWrites).where(eq(customerDbWrites.databaseAccountId, owner)));
 }
 
 /** Whether a queued write still reads this spool file. */
-export function spoolReferenced(db: Db, spoolId: string): boolean {
-  return db.select({ id: customerDbWrites.id }).from(customerDbWrites).where(eq(customerDbWrites.spoolId, spoolId)).limit(1).get() !== undefined;
+export async function spoolReferenced(db: Db, spoolId: string): Promise<boolean> {
+  return await one(db.select({ id: customerDbWrites.id }).from(customerDbWrites).where(eq(customerDbWrites.spoolId, spoolId)).limit(1)) !== undefined;
 }

@@ -56,7 +56,7 @@ export interface EventItem {
  * occurred at or after it; `type` one event type. One query per page, read newest first from email_events_account_idx
  * (account_id, id), so a page costs the same however many outcomes the account has.
  */
-export function listEvents({
+export async function listEvents({
   deps,
   ctx,
   page,
@@ -66,8 +66,8 @@ export function listEvents({
   ctx: RequestContext;
   page: PageRequest;
   filter: z.output<typeof eventFilter>;
-}): EventItem[] {
-  return deps.db
+}): Promise<EventItem[]> {
+  return (await deps.db
     .select({ event: emailEvents })
     .from(emailEvents)
     .where(
@@ -79,8 +79,7 @@ export function listEvents({
       ),
     )
     .orderBy(desc(emailEvents.id))
-    .limit(page.limit + 1)
-    .all()
+    .limit(page.limit + 1))
     .map(({ event: e }) => ({
       id: e.id,
       type: EVENT_TYPE_OF_STATUS[e.status],

@@ -6,6 +6,7 @@ import { definePrepared } from '../../db/prepared.js';
 import { idempotencyKeys } from '../../db/schema/index.js';
 import { ApiError } from '../shared/errors.js';
 import { constantTimeEqual, sha256Hex } from '../shared/secrets.js';
+import { changes, one } from '../../db/sql.js';
 
 /** Idempotency rules of docs/api/contract.md for POST /emails, per acting account. */
 export const IDEMPOTENCY_WINDOW_MS = 24 * 3_600_000;
@@ -70,17 +71,17 @@ const statements = definePrepared((db) => ({
  * judges the 15 s of a running claim, which is a lease: a step of the wall clock neither holds a lost claim for the
  * size of the step nor frees a running one early.
  */
-export function claimIdempotencyKey(db: Db, accountId: string, key: string, rawBody: Buffer, now: number, leaseNow: number = now): ClaimResult {
+export async function claimIdempotencyKey(db: Db, accountId: string, key: string, rawBody: Buffer, now: number, leaseNow: number = now): Promise<ClaimResult> {
   const fingerprint = sha256Hex(rawBody);
   const q = statements(db);
   // Without an fsync of its own: the send's group commit that follows makes it durable with the send (an fsync
   // covers every frame written before it); lost in a power failure with its request, it is claimed again by the retry.
-  return unsynced(db, () => {
+  return await unsynced(db, async () => {
     const token = randomUUID();
     const claimed = q.claim.get({ accountId, key, fingerprint, token, now, leaseNow, window: IDEMPOTENCY_WINDOW_MS, lease: CLAIM_RELEASE_MS });
     if (claimed !== undefined) return { kind: 'claimed', claim: { accountId, key, token } } as const;
     // Live: a settled answer within 24 h, or a claim still running (read right after, on the same connection).
-    const row = q.find.get({ accountId, key });
+    const row = await one(q.find.execute({ accountId, key }));
     if (row === undefined) throw new Error('an idempotency key neither claimed nor found');
     // Compared in constant time, as every digest the service holds is (a request cannot time its way to another's).
     if (!constantTimeEqual(row.fingerprint, fingerprint))
@@ -95,8 +96,8 @@ export function claimIdempotencyKey(db: Db, accountId: string, key: string, rawB
  * After a stall past CLAIM_RELEASE_MS another request may have taken the key; then this send is refused (its
  * transaction rolls back) and the other request's claim is left alone.
  */
-export function assertClaimHeld(db: Db, claim: Claim): void {
-  const row = statements(db).holder.get({ accountId: claim.accountId, key: claim.key });
+export async function assertClaimHeld(db: Db, claim: Claim): Promise<void> {
+  const row = await one(statements(db).holder.execute({ accountId: claim.accountId, key: claim.key }));
   if (!row || row.token !== claim.token || row.state !== 'running') throw takenOver();
 }
 
@@ -112,8 +113,8 @@ const takenOver = () =>
  * meanwhile, which a store with more than one writer allows between the check and here) throws as assertClaimHeld
  * does, and the send's transaction rolls back.
  */
-export function settleClaim(db: Db, claim: Claim, response: unknown, now: number): void {
-  const settled = statements(db).settle.run({ accountId: claim.accountId, key: claim.key, token: claim.token, response: JSON.stringify(response), now });
+export async function settleClaim(db: Db, claim: Claim, response: unknown, now: number): Promise<void> {
+  const settled = await statements(db).settle.execute({ accountId: claim.accountId, key: claim.key, token: claim.token, response: JSON.stringify(response), now });
   if (settled.changes !== 1) throw takenOver();
 }
 
@@ -122,12 +123,12 @@ export function settleClaim(db: Db, claim: Claim, response: unknown, now: number
  * was killed before its send committed), so each is freed, and a retry after a crash is a fresh attempt at once
  * instead of `409 idempotency_in_progress` until CLAIM_RELEASE_MS passes. Returns how many.
  */
-export function releaseDeadClaims(db: Db): number {
-  return db.delete(idempotencyKeys).where(eq(idempotencyKeys.state, 'running')).run().changes;
+export async function releaseDeadClaims(db: Db): Promise<number> {
+  return changes(await db.delete(idempotencyKeys).where(eq(idempotencyKeys.state, 'running')));
 }
 
 /** Any answer but a 200 frees the key, so a retry is a fresh attempt. */
-export function releaseClaim(db: Db, claim: Claim): void {
+export async function releaseClaim(db: Db, claim: Claim): Promise<void> {
   // Without an fsync: lost in a power failure, the claim lapses after CLAIM_RELEASE_MS instead.
-  unsynced(db, () => statements(db).release.run({ accountId: claim.accountId, key: claim.key, token: claim.token }));
+  await unsynced(db, async () => await statements(db).release.execute({ accountId: claim.accountId, key: claim.key, token: claim.token }));
 }

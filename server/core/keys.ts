@@ -11,6 +11,7 @@ import { newId } from '../shared/ids.js';
 import { randomBase62, sha256Hex } from '../shared/secrets.js';
 import type { PageRequest, RequestContext } from './context.js';
 import { SCOPES, type Scope, isScope } from './scopes.js';
+import { one } from '../../db/sql.js';
 
 export const MAX_LIVE_KEYS = 50;
 export const KEY_PREFIX = 'ms_';
@@ -104,18 +105,18 @@ export function findLiveKeyStamped(db: Db, secret: string): { found: ReturnType<
 }
 
 const readKeyTogether = definePrepared((db) =>
-  clientOf(db).transaction((secret: string) => {
+  clientOf(db).transaction(async (secret: string) => {
     if (!KEY_FORMAT.test(secret)) return { found: undefined, stamp: '' };
     const hash = sha256Hex(secret);
     const known = knownKeys(db);
     const cached = known.get(hash);
     if (cached) {
       const stamp = keyStamp(db);
-      const account = cached.stamp === stamp ? statements(db).accountById.get({ id: cached.key.accountId }) : undefined;
+      const account = cached.stamp === stamp ? await one(statements(db).accountById.execute({ id: cached.key.accountId })) : undefined;
       if (account) return { found: { key: cached.key, account }, stamp };
       known.delete(hash);
     }
-    const found = findLiveKeyByHash(db, hash);
+    const found = await findLiveKeyByHash(db, hash);
     // An unknown key (a 401) reads no stamp: traffic without a key costs one indexed read.
     if (!found) return { found, stamp: '' };
     const stamp = keyStamp(db);
@@ -125,22 +126,21 @@ const readKeyTogether = definePrepared((db) =>
   }),
 );
 
-export function findLiveKey(db: Db, secret: string): { key: ApiKeyRow; account: AccountRow } | undefined {
-  return KEY_FORMAT.test(secret) ? findLiveKeyByHash(db, sha256Hex(secret)) : undefined;
+export async function findLiveKey(db: Db, secret: string): Promise<{ key: ApiKeyRow; account: AccountRow } | undefined> {
+  return KEY_FORMAT.test(secret) ? await findLiveKeyByHash(db, sha256Hex(secret)) : undefined;
 }
 
-function findLiveKeyByHash(db: Db, hash: string): { key: ApiKeyRow; account: AccountRow } | undefined {
-  const found = statements(db).keyByHash.get({ hash });
+async function findLiveKeyByHash(db: Db, hash: string): Promise<{ key: ApiKeyRow; account: AccountRow } | undefined> {
+  const found = await one(statements(db).keyByHash.execute({ hash }));
   return found && found.key.revokedAt === null ? found : undefined;
 }
 
-function countLiveKeys(db: Db, accountId: string): number {
+async function countLiveKeys(db: Db, accountId: string): Promise<number> {
   return (
-    db
+    (await one(db
       .select({ n: sql<number>`count(*)` })
       .from(apiKeys)
-      .where(and(eq(apiKeys.accountId, accountId), isNull(apiKeys.revokedAt)))
-      .get()?.n ?? 0
+      .where(and(eq(apiKeys.accountId, accountId), isNull(apiKeys.revokedAt)))))?.n ?? 0
   );
 }
 
@@ -148,21 +148,21 @@ function countLiveKeys(db: Db, accountId: string): number {
  * Inserts a key for `accountId`. `mintedBy`, when given, must still be live at the moment of the insert, so a key
  * revoked while its request was in flight cannot mint.
  */
-export function insertKey(
+export async function insertKey(
   deps: Pick<Deps, 'db' | 'clock'>,
   input: { accountId: string; name: string; scopes: readonly Scope[]; mintedBy?: string },
-): MintedKeyView {
+): Promise<MintedKeyView> {
   const now = deps.clock.now();
   const secret = KEY_PREFIX + randomBase62(KEY_RANDOM_LENGTH);
-  const row = deps.db.transaction((tx) => {
+  const row = await deps.db.transaction(async (tx) => {
     if (input.mintedBy !== undefined) {
-      const minter = tx.select({ revokedAt: apiKeys.revokedAt }).from(apiKeys).where(eq(apiKeys.id, input.mintedBy)).get();
+      const minter = await one(tx.select({ revokedAt: apiKeys.revokedAt }).from(apiKeys).where(eq(apiKeys.id, input.mintedBy)));
       if (!minter || minter.revokedAt !== null) throw new ApiError('invalid_key', 'The key used for this request was revoked.');
     }
-    if (countLiveKeys(tx, input.accountId) >= MAX_LIVE_KEYS) {
+    if (await countLiveKeys(tx, input.accountId) >= MAX_LIVE_KEYS) {
       throw new ApiError('limit_reached', `This account already has ${MAX_LIVE_KEYS} live keys; revoke one first.`);
     }
-    return tx
+    return await one(tx
       .insert(apiKeys)
       .values({
         id: newId(now),
@@ -174,41 +174,38 @@ export function insertKey(
         scopes: [...new Set(input.scopes)],
         createdAt: now,
       })
-      .returning()
-      .get();
+      .returning());
   });
   return { id: row.id, name: row.name, prefix: row.prefix, scopes: row.scopes.filter(isScope), createdAt: iso(row.createdAt), key: secret };
 }
 
 /** POST /keys: scopes default to all of the minting key's and may never exceed them. */
-export function mintKey({ deps, ctx, input }: { deps: Pick<Deps, 'clock' | 'db'>; ctx: RequestContext; input: z.output<typeof mintKeyInput> }): MintedKeyView {
+export async function mintKey({ deps, ctx, input }: { deps: Pick<Deps, 'clock' | 'db'>; ctx: RequestContext; input: z.output<typeof mintKeyInput> }): Promise<MintedKeyView> {
   const requested = input.scopes ? [...new Set(input.scopes.filter(isScope))] : [...ctx.scopes];
   const lacking = requested.filter((s) => !ctx.scopes.includes(s));
   if (lacking.length > 0) throw new ApiError('insufficient_scope', `This key cannot grant scopes it does not hold: ${lacking.join(', ')}.`);
-  return insertKey(deps, { accountId: ctx.account.id, name: input.name, scopes: requested, mintedBy: ctx.keyId });
+  return await insertKey(deps, { accountId: ctx.account.id, name: input.name, scopes: requested, mintedBy: ctx.keyId });
 }
 
-export function listKeys({ deps, ctx, page }: { deps: Pick<Deps, 'db' | 'keyUsage'>; ctx: RequestContext; page: PageRequest }): KeyView[] {
-  return deps.db
+export async function listKeys({ deps, ctx, page }: { deps: Pick<Deps, 'db' | 'keyUsage'>; ctx: RequestContext; page: PageRequest }): Promise<KeyView[]> {
+  return (await deps.db
     .select()
     .from(apiKeys)
     .where(and(eq(apiKeys.accountId, ctx.account.id), page.after ? lt(apiKeys.id, page.after) : undefined))
     .orderBy(desc(apiKeys.id))
-    .limit(page.limit + 1)
-    .all()
+    .limit(page.limit + 1))
     .map((r) => keyView(deps, r));
 }
 
 /** DELETE /keys/{id}: idempotent; the key stops working at once and stays listed with revokedAt. */
-export function revokeKey({ deps, ctx, id }: { deps: Pick<Deps, 'clock' | 'db' | 'logger'>; ctx: RequestContext; id: string }): void {
-  const row = deps.db
+export async function revokeKey({ deps, ctx, id }: { deps: Pick<Deps, 'clock' | 'db' | 'logger'>; ctx: RequestContext; id: string }): Promise<void> {
+  const row = await one(deps.db
     .select()
     .from(apiKeys)
-    .where(and(eq(apiKeys.id, id), eq(apiKeys.accountId, ctx.account.id)))
-    .get();
+    .where(and(eq(apiKeys.id, id), eq(apiKeys.accountId, ctx.account.id))));
   if (!row) throw notFound('key');
   if (row.revokedAt === null) {
-    deps.db.update(apiKeys).set({ revokedAt: deps.clock.now() }).where(eq(apiKeys.id, id)).run();
+    await deps.db.update(apiKeys).set({ revokedAt: deps.clock.now() }).where(eq(apiKeys.id, id));
     noteKeysRemoved();
     deps.logger.info('key.revoked', { keyId: id, accountId: ctx.account.id, byKeyId: ctx.keyId });
   }

@@ -16,6 +16,7 @@ import type { SubmittedHeader } from './submitted-message.js';
 import { isAlwaysSuppressed } from './simulator.js';
 import { rateLimited } from './rate-limit.js';
 import { suppressionReasons, suppressionsStamp } from './suppressions.js';
+import { changes } from '../../db/sql.js';
 
 /**
  * A message submitted over SMTP (docs/api/decisions.md section 10), through the rules of `POST /emails` that apply to
@@ -40,7 +41,7 @@ const statements = definePrepared((db) => ({
   ) as Statement<[{ accountId: string; messageId: string; emailId: string; createdAt: number }]>,
 }));
 
-const senderOf = (deps: Pick<Deps, 'db'>, auth: SubmissionAuth): Sender => loadSender(deps, auth.actingAccountId);
+const senderOf = async (deps: Pick<Deps, 'db'>, auth: SubmissionAuth): Promise<Sender> => await loadSender(deps, auth.actingAccountId);
 
 /** What MAIL FROM began a transaction with: the `suppressions` change counter, read before any of its RCPT checks. */
 export interface Begun {
@@ -53,9 +54,9 @@ export interface Begun {
  * Message-ID: a client retrying a message whose reply it lost, after that message spent the last credit or quota,
  * hears the id it was sent as, as a retried Idempotency-Key is answered before checks 3 and 4.
  */
-export function beginSubmission(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUsage' | 'rateLimiter' | 'storeHealth'>, auth: SubmissionAuth): Begun {
+export async function beginSubmission(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUsage' | 'rateLimiter' | 'storeHealth'>, auth: SubmissionAuth): Promise<Begun> {
   if (deps.storeHealth.unsafe()) throw storeUnavailable(null, { closed: true, outcome: 'Nothing was sent' })!;
-  assertStillAuthenticated(deps, auth);
+  await assertStillAuthenticated(deps, auth);
   const rate = deps.rateLimiter.take(auth.keyId, auth.keyAccountId);
   if (!rate.ok) throw rateLimited(deps.config, rate);
   deps.keyUsage.touch(auth.keyId, deps.clock.now());
@@ -108,30 +109,30 @@ export async function commitSubmission(
 ): Promise<Submitted> {
   if (deps.storeHealth.unsafe()) throw storeUnavailable(null, { closed: true, outcome: 'Nothing was sent' })!;
   const { header, id } = submission;
-  return deps.commits.run(() => {
+  return deps.commits.run(async () => {
     const now = deps.clock.now();
     const q = statements(deps.db);
     if (header.clientMessageId !== null) {
       const seen = q.seen.get({ accountId: auth.actingAccountId, messageId: header.clientMessageId, since: now - MESSAGE_ID_WINDOW_MS });
       if (seen !== undefined) return { id: seen, duplicate: true };
     }
-    const sender = senderOf(deps, auth);
+    const sender = await senderOf(deps, auth);
     assertMaySend(sender, now);
     assertCredit(sender, deps.config, now);
     assertQuotaFor(sender, submission.recipients.length, now);
-    const domainKeyId = checkFromDomain(deps, sender.acting, header.from.domain);
+    const domainKeyId = await checkFromDomain(deps, sender.acting, header.from.domain);
     // Suppressed since RCPT: refused whole, as the API refuses it; the client may send again to the others. Read
     // again only when some list changed since MAIL FROM, before the RCPT checks.
     const listed =
       suppressionsStamp(deps.db) === submission.begun.suppressionStamp
         ? []
-        : listedRecipients(
+        : await listedRecipients(
             deps,
             sender,
             submission.recipients.map((r) => r.address),
           );
     if (listed.length > 0) throw new ApiError('recipient_suppressed', `Suppressed recipients, nothing was sent: ${listed.join(', ')}.`);
-    queueSend(deps, sender, {
+    await queueSend(deps, sender, {
       id,
       log: {
         accountId: sender.acting.id,
@@ -163,29 +164,28 @@ export async function commitSubmission(
     });
     if (header.clientMessageId !== null) {
       q.remember.run({ accountId: sender.acting.id, messageId: header.clientMessageId, emailId: id, createdAt: now });
-      pruneNowAndThen(deps, now);
+      await pruneNowAndThen(deps, now);
     }
     return { id, duplicate: false };
   });
 }
 
 /** Forgets Message-IDs older than the de-duplication window. */
-export function pruneSubmittedMessageIds(deps: Pick<Deps, 'db'>, now: number): number {
-  return deps.db
+export async function pruneSubmittedMessageIds(deps: Pick<Deps, 'db'>, now: number): Promise<number> {
+  return changes(await deps.db
     .delete(submittedMessages)
-    .where(lt(submittedMessages.createdAt, now - MESSAGE_ID_WINDOW_MS))
-    .run().changes;
+    .where(lt(submittedMessages.createdAt, now - MESSAGE_ID_WINDOW_MS)));
 }
 
 /** How often a submission also forgets the Message-IDs past the window (by its index on created_at). */
 const PRUNE_EVERY_MS = 60 * 60_000;
 const lastPrune = new WeakMap<object, number>();
 
-function pruneNowAndThen(deps: Pick<Deps, 'db'>, now: number): void {
+async function pruneNowAndThen(deps: Pick<Deps, 'db'>, now: number): Promise<void> {
   const last = lastPrune.get(deps.db);
   if (last !== undefined && now - last < PRUNE_EVERY_MS && now >= last) return;
   lastPrune.set(deps.db, now);
-  pruneSubmittedMessageIds(deps, now);
+  await pruneSubmittedMessageIds(deps, now);
 }
 
 export const newSubmissionId = (deps: Pick<Deps, 'clock'>): string => newId(deps.clock.now());

@@ -10,6 +10,7 @@ import { ApiError } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
 import { addressKey, parseAddress } from './addresses.js';
 import type { PageRequest, RequestContext } from './context.js';
+import { one } from '../../db/sql.js';
 
 export interface SuppressionView {
   id: string;
@@ -50,7 +51,7 @@ export function suppressionView(row: SuppressionRow): SuppressionView {
   return { id: row.id, address: row.address, reason: row.reason, detail: row.detail, createdAt: iso(row.createdAt) };
 }
 
-export function listSuppressions({
+export async function listSuppressions({
   deps,
   ctx,
   page,
@@ -60,8 +61,8 @@ export function listSuppressions({
   ctx: RequestContext;
   page: PageRequest;
   address?: string | undefined;
-}): SuppressionView[] {
-  return deps.db
+}): Promise<SuppressionView[]> {
+  return (await deps.db
     .select()
     .from(suppressions)
     .where(
@@ -72,8 +73,7 @@ export function listSuppressions({
       ),
     )
     .orderBy(desc(suppressions.id))
-    .limit(page.limit + 1)
-    .all()
+    .limit(page.limit + 1))
     .map(suppressionView);
 }
 
@@ -81,47 +81,44 @@ export function listSuppressions({
  * Lists `address` on an account unless it is already there; returns the entry and whether it is new. Used by the
  * API (manual) and by the mail engine (bounce, complaint).
  */
-export function suppress(
+export async function suppress(
   db: Db,
   accountId: string,
   address: string,
   reason: SuppressionReason,
   detail: string,
   now: number,
-): { row: SuppressionRow; created: boolean } {
+): Promise<{ row: SuppressionRow; created: boolean }> {
   const lower = address.toLowerCase();
-  const inserted = db
+  const inserted = await one(db
     .insert(suppressions)
     .values({ id: newId(now), accountId, address: lower, reason, detail, createdAt: now })
     .onConflictDoNothing()
-    .returning()
-    .get();
+    .returning());
   if (inserted) return { row: inserted, created: true };
-  const existing = db
+  const existing = await one(db
     .select()
     .from(suppressions)
-    .where(and(eq(suppressions.accountId, accountId), eq(suppressions.address, lower)))
-    .get();
+    .where(and(eq(suppressions.accountId, accountId), eq(suppressions.address, lower))));
   if (!existing) throw new Error('suppression vanished during insert');
   return { row: existing, created: false };
 }
 
-export function addSuppression({ deps, ctx, address }: { deps: Pick<Deps, 'clock' | 'db'>; ctx: RequestContext; address: string }): {
+export async function addSuppression({ deps, ctx, address }: { deps: Pick<Deps, 'clock' | 'db'>; ctx: RequestContext; address: string }): Promise<{
   entry: SuppressionView;
   created: boolean;
-} {
-  const { row, created } = suppress(deps.db, ctx.account.id, address, 'manual', '', deps.clock.now());
+}> {
+  const { row, created } = await suppress(deps.db, ctx.account.id, address, 'manual', '', deps.clock.now());
   return { entry: suppressionView(row), created };
 }
 
 /** DELETE /suppressions/{address}: only this account's list; a parent's list is left as it is. */
-export function removeSuppression({ deps, ctx, address }: { deps: Pick<Deps, 'db'>; ctx: RequestContext; address: string }): void {
+export async function removeSuppression({ deps, ctx, address }: { deps: Pick<Deps, 'db'>; ctx: RequestContext; address: string }): Promise<void> {
   const lower = suppressionKey(address);
-  const removed = deps.db
+  const removed = await deps.db
     .delete(suppressions)
     .where(and(eq(suppressions.accountId, ctx.account.id), eq(suppressions.address, lower)))
-    .returning({ id: suppressions.id })
-    .all();
+    .returning({ id: suppressions.id });
   if (removed.length === 0) throw new ApiError('not_found', `${lower} is not on this account's suppression list.`);
 }
 
@@ -161,8 +158,8 @@ export function suppressionReasons(db: Db, account: { id: string; parentId: stri
 }
 
 /** The recipients (as given) that any of `accountIds` has suppressed. */
-export function suppressedRecipients(db: Db, accountIds: string[], recipients: string[]): string[] {
-  const rows = statements(db).listed.all({ accounts: JSON.stringify(accountIds), addresses: JSON.stringify(recipients.map((r) => r.toLowerCase())) });
+export async function suppressedRecipients(db: Db, accountIds: string[], recipients: string[]): Promise<string[]> {
+  const rows = await statements(db).listed.execute({ accounts: JSON.stringify(accountIds), addresses: JSON.stringify(recipients.map((r) => r.toLowerCase())) });
   const listed = new Set(rows.map((r) => r.address));
   return recipients.filter((r) => listed.has(r.toLowerCase()));
 }

@@ -14,6 +14,7 @@ import { WEBHOOK_TIMEOUT_MS, postWebhook } from './http-client.js';
 import { signedHeaders } from '../core/webhook-signing.js';
 import { type WebhookAttempt, recordAttemptHistory, recordWebhookAttempt, reenableWebhookEndpoint } from '../core/webhook-deliveries.js';
 import { type ClaimedWebhook, webhookQueue } from './webhook-queue.js';
+import { changes } from '../../db/sql.js';
 
 /** The HTTP client's signature (server/webhooks/http-client.ts); tests may pass another. */
 export type PostWebhook = (
@@ -115,7 +116,7 @@ export function createWebhookDispatcher(
     try {
       const attempt = await attemptDelivery(deps, endpoint, delivery, opts.post, opts.timeoutMs);
       const now = deps.clock.now();
-      const recorded = recordWebhookAttempt(deps.db, worker, delivery, attempt, now);
+      const recorded = await recordWebhookAttempt(deps.db, worker, delivery, attempt, now);
       const fields = {
         deliveryId: delivery.id,
         endpointId: endpoint.id,
@@ -233,19 +234,18 @@ export async function pingEndpoint(
     lockedUntil: null,
     createdAt: now,
   };
-  deps.db.insert(webhookDeliveries).values(row).run();
+  await deps.db.insert(webhookDeliveries).values(row);
   const attempt = await attemptDelivery(deps, endpoint, row, options.post ?? postWebhook, options.timeoutMs ?? WEBHOOK_TIMEOUT_MS);
   const at = deps.clock.now();
-  const recorded = deps.db.transaction(() => {
-    const changed = deps.db
+  const recorded = await deps.db.transaction(async () => {
+    const changed = changes(await deps.db
       .update(webhookDeliveries)
       .set({ attempts: 1, lastStatus: attempt.status, lastError: attempt.delivered ? null : attempt.error, deliveredAt: attempt.delivered ? at : null })
-      .where(eq(webhookDeliveries.id, row.id))
-      .run().changes;
+      .where(eq(webhookDeliveries.id, row.id)));
     // The endpoint was deleted while the ping was posted (its deliveries with it): nothing to write back.
     if (changed === 0) return null;
-    recordAttemptHistory(deps.db, row.id, 1, attempt, at);
-    return { reenabled: attempt.delivered ? reenableWebhookEndpoint(deps.db, endpoint.id, at) : false };
+    await recordAttemptHistory(deps.db, row.id, 1, attempt, at);
+    return { reenabled: attempt.delivered ? await reenableWebhookEndpoint(deps.db, endpoint.id, at) : false };
   });
   if (!recorded) {
     deps.logger.info('webhook.attempt_dropped', { endpointId: endpoint.id, accountId: endpoint.accountId, deliveryId: row.id, type: 'ping' });

@@ -55,7 +55,7 @@ export function guard(
     let account = keyAccount;
     const headerValue = c.req.header(ACCOUNT_HEADER);
     if (headerValue !== undefined) {
-      const sub = findSubAccount(deps.db, keyAccount.id, headerValue.trim());
+      const sub = await findSubAccount(deps.db, keyAccount.id, headerValue.trim());
       if (!sub) throw new ApiError('account_not_found', `No sub-account ${headerValue.trim()} under this key's account.`);
       if (header === 'refused') throw new ApiError('invalid_request', `${ACCOUNT_HEADER}: is not accepted on this endpoint; send it without the header.`);
       account = sub;
@@ -65,8 +65,8 @@ export function guard(
     // Looked up again only if a key may have stopped working meanwhile (core/keys.ts keyStamp), which deleting an
     // account also moves: the sub-account the header names too, so no write is made for one deleted meanwhile.
     if (keyStamp(deps.db) !== stamp) {
-      if (!findLiveKey(deps.db, secret)) throw new ApiError('invalid_key', 'The API key was revoked while the request was in flight.');
-      if (headerValue !== undefined && !findSubAccount(deps.db, keyAccount.id, headerValue.trim())) {
+      if (!await findLiveKey(deps.db, secret)) throw new ApiError('invalid_key', 'The API key was revoked while the request was in flight.');
+      if (headerValue !== undefined && !await findSubAccount(deps.db, keyAccount.id, headerValue.trim())) {
         throw new ApiError('account_not_found', `The sub-account ${headerValue.trim()} was deleted while the request was in flight.`);
       }
     }
