@@ -1,10 +1,11 @@
 import { sql } from 'drizzle-orm';
-import { type Db, clientOf, unsynced } from '../db/client.js';
+import { type Db, unsynced } from '../db/client.js';
 import { definePrepared } from '../db/prepared.js';
 import { outboundMessages, outboundRecipients } from '../db/schema/index.js';
 import type { Claimed } from '../server/core/outcomes.js';
 import { type QueueStore, sqliteLeases } from '../server/queues/lease-table.js';
 import { takeInTurns } from '../server/queues/turns.js';
+import { queryRows } from '../db/sql.js';
 
 /**
  * The durable outbound queue (outbound_recipients) on the queue mechanism (server/queues/): claimed with a lease, one
@@ -38,14 +39,17 @@ const statements = definePrepared((db) => ({
     .from(outboundMessages)
     .where(sql`${outboundMessages.id} in (select value from json_each(${p('ids')}))`)
     .prepare(),
-  /**
-   * The accounts with queued mail (a skip-scan of outbound_recipients_account_due_idx, one step per account) whose
-   * sending is not paused: neither the account nor its parent suspended. A paused account's mail waits, unclaimed,
-   * until the suspension is lifted.
-   */
-  accounts: clientOf(db)
-    .prepare(
-      `with recursive a(id) as (
+}));
+
+/**
+ * The accounts with queued mail (a skip-scan of outbound_recipients_account_due_idx, one step per account) whose
+ * sending is not paused: neither the account nor its parent suspended. A paused account's mail waits, unclaimed,
+ * until the suspension is lifted.
+ */
+async function accountsWithQueuedMail(db: Db): Promise<string[]> {
+  const rows = await queryRows<{ id: string }>(
+    db,
+    sql`with recursive a(id) as (
         select (select min(account_id) from outbound_recipients where status = 'queued')
         union all
         select (select min(account_id) from outbound_recipients where status = 'queued' and account_id > a.id) from a where a.id is not null
@@ -53,17 +57,20 @@ const statements = definePrepared((db) => ({
       select id from a where id is not null
         and not exists (select 1 from accounts x left join accounts parent on parent.id = x.parent_id
                         where x.id = a.id and (x.suspended_by is not null or parent.suspended_by is not null))`,
-    )
-    .pluck(),
-  /** An account's earliest due recipients. */
-  due: clientOf(db)
-    .prepare(
-      `select id from outbound_recipients indexed by outbound_recipients_account_due_idx
-       where status = 'queued' and account_id = @account and next_attempt_at <= @now and (locked_until is null or locked_until <= @leaseNow)
-       order by next_attempt_at, id limit @room`,
-    )
-    .pluck(),
-}));
+  );
+  return rows.map((r) => r.id);
+}
+
+/** An account's earliest due recipients. */
+async function dueOf(db: Db, account: string, now: number, leaseNow: number, room: number): Promise<string[]> {
+  const rows = await queryRows<{ id: string }>(
+    db,
+    sql`select id from outbound_recipients indexed by outbound_recipients_account_due_idx
+       where status = 'queued' and account_id = ${account} and next_attempt_at <= ${now} and (locked_until is null or locked_until <= ${leaseNow})
+       order by next_attempt_at, id limit ${room}`,
+  );
+  return rows.map((r) => r.id);
+}
 
 /** How many recipients each account may still take: `room[accountId]`, else `perAccount`. */
 export interface ClaimShares {
@@ -101,11 +108,12 @@ export async function claimDueRecipients(
   const q = statements(db);
   const rows = await unsynced(db, async () =>
     await db.transaction(async () => {
-      const accounts = q.accounts.all() as string[];
-      const perAccount = accounts.map((account) => {
+      const accounts = await accountsWithQueuedMail(db);
+      const perAccount: string[][] = [];
+      for (const account of accounts) {
         const room = Math.min(limit, shares.room[account] ?? shares.perAccount);
-        return room <= 0 ? [] : (q.due.all({ account, now, leaseNow, room }) as string[]);
-      });
+        perAccount.push(room <= 0 ? [] : await dueOf(db, account, now, leaseNow, room));
+      }
       return await leases.lease(db, worker, takeInTurns(perAccount, limit), leaseNow + leaseMs, leaseNow);
     }),
   );

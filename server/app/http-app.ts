@@ -23,7 +23,7 @@ import { eventRoutes } from '../api/routes/events.js';
 import { suppressionRoutes } from '../api/routes/suppressions.js';
 import { templateRoutes } from '../api/routes/templates.js';
 import { webhookRoutes } from '../api/routes/webhooks.js';
-import { one } from '../../db/sql.js';
+import { one, queryRow } from '../../db/sql.js';
 
 export const API_BASE = '/api/v1';
 
@@ -72,7 +72,7 @@ export function createApp(deps: Deps) {
   app.get('/healthz', async (c) => {
     const deliveryMode = deps.config.deliveryMode;
     try {
-      await one(deps.db.execute(sql`select 1`));
+      await queryRow(deps.db, sql`select 1`);
       if (deps.storeHealth.faulty()) return c.json({ status: 'unavailable', deliveryMode }, 503);
       return c.json({ status: 'ok', deliveryMode });
     } catch (err) {

@@ -1,6 +1,5 @@
 import { and, asc, count, eq, inArray, isNotNull, isNull, lte, sql } from 'drizzle-orm';
-import type { Statement } from 'better-sqlite3';
-import { type Db, clientOf } from '../../db/client.js';
+import type { Db } from '../../db/client.js';
 import type { CustomerWrite } from '../../db/customer/writes.js';
 import { cutErrorText } from '../../db/customer/error-text.js';
 import { definePrepared } from '../../db/prepared.js';
@@ -10,7 +9,7 @@ import { DAY_MS } from '../shared/clock.js';
 import { newId } from '../shared/ids.js';
 import { decryptSecret, encryptSecret, openBytes, sealBytes } from '../shared/secrets.js';
 import { SEAL_CONTEXTS } from '../shared/seal-contexts.js';
-import { changes, one } from '../../db/sql.js';
+import { changes, execute, one, queryRow, queryRows } from '../../db/sql.js';
 
 /**
  * The outbox of the customer-database writer (docs/api/decisions.md section 8): each write is queued in the same SQLite
@@ -27,27 +26,6 @@ export const DATA_TRIES = DATA_RETRY_GAPS_MS.length + 1;
 const p = sql.placeholder;
 
 const statements = definePrepared((db) => ({
-  // The two statements every queued write runs (each received message, each email and event the writer carries):
-  // plain SQL compiled once, without drizzle's mapping.
-  owner: clientOf(db).prepare(`select ${OWNER_SQL} from (select ? as account_id) d`).pluck() as Statement<[string], string | null>,
-  insert: clientOf(db).prepare(
-    `insert into customer_db_writes (id, database_account_id, account_id, kind, payload_sealed, raw_sealed, spool_id, next_attempt_at, created_at)
-     values (@id, @databaseAccountId, @accountId, @kind, @payloadSealed, @rawSealed, @spoolId, @now, @now)`,
-  ) as Statement<
-    [
-      {
-        id: string;
-        databaseAccountId: string;
-        accountId: string;
-        kind: string;
-        payloadSealed: string;
-        rawSealed: Buffer | null;
-        spoolId: string | null;
-        now: number;
-      },
-    ],
-    void
-  >,
   pending: db
     .select({ n: count() })
     .from(customerDbWrites)
@@ -76,8 +54,9 @@ export const OWNER_SQL = `coalesce(
     (select up.account_id from accounts a join customer_databases up on up.account_id = a.parent_id where a.id = d.account_id))`;
 
 /** The account whose database receives this account's writes (its own, else its parent's), or null when neither has one. */
-export function databaseOwnerOf(db: Db, accountId: string): string | null {
-  return statements(db).owner.get(accountId) ?? null;
+export async function databaseOwnerOf(db: Db, accountId: string): Promise<string | null> {
+  const row = await queryRow<{ owner: string | null }>(db, sql`select ${sql.raw(OWNER_SQL)} as owner from (select ${accountId} as account_id) d`);
+  return row?.owner ?? null;
 }
 
 /**
@@ -85,23 +64,21 @@ export function databaseOwnerOf(db: Db, accountId: string): string | null {
  * what the write carries. Nothing is queued when neither account has a database, or the server keeps no secret key
  * (no database can be connected then). Returns whether a write was queued.
  */
-export function queueCustomerDbWrite(deps: { db: Db; secretKey: Buffer | null }, accountId: string, write: QueuedWrite, now: number): boolean {
+export async function queueCustomerDbWrite(deps: { db: Db; secretKey: Buffer | null }, accountId: string, write: QueuedWrite, now: number): Promise<boolean> {
   if (!deps.secretKey) return false;
-  const owner = databaseOwnerOf(deps.db, accountId);
+  const owner = await databaseOwnerOf(deps.db, accountId);
   if (owner === null) return false;
   const id = newId(now);
   // A received message's bytes are sealed as bytes, beside the JSON rather than inside it as base64.
   const { raw, ...content } = write as QueuedWrite & { raw?: Buffer };
-  statements(deps.db).insert.run({
-    id,
-    databaseAccountId: owner,
-    accountId,
-    kind: write.kind,
-    payloadSealed: encryptSecret(deps.secretKey, JSON.stringify(content), SEAL_CONTEXTS.customerDbWrite(id)),
-    rawSealed: raw ? sealBytes(deps.secretKey, raw, SEAL_CONTEXTS.customerDbWriteRaw(id)) : null,
-    spoolId: 'spoolId' in write ? write.spoolId : null,
-    now,
-  });
+  const payloadSealed = encryptSecret(deps.secretKey, JSON.stringify(content), SEAL_CONTEXTS.customerDbWrite(id));
+  const rawSealed = raw ? sealBytes(deps.secretKey, raw, SEAL_CONTEXTS.customerDbWriteRaw(id)) : null;
+  const spoolId = 'spoolId' in write ? write.spoolId : null;
+  await execute(
+    deps.db,
+    sql`insert into customer_db_writes (id, database_account_id, account_id, kind, payload_sealed, raw_sealed, spool_id, next_attempt_at, created_at)
+     values (${id}, ${owner}, ${accountId}, ${write.kind}, ${payloadSealed}, ${rawSealed}, ${spoolId}, ${now}, ${now})`,
+  );
   markQueued(deps.db, 'customer-db');
   return true;
 }
@@ -209,7 +186,7 @@ export async function requeueSetAside(db: Db, owner: string, now: number): Promi
 export async function dropExpiredWrites(db: Db, now: number): Promise<Map<string, number>> {
   const cutoff = now - WRITE_RETENTION_MS;
   return await db.transaction(async () => {
-    const counts = await db.execute(sql`
+    const counts = await queryRows<{ owner: string; n: number }>(db, sql`
       select database_account_id as owner, count(*) as n from customer_db_writes where created_at <= ${cutoff} group by database_account_id`);
     if (counts.length > 0) await db.delete(customerDbWrites).where(lte(customerDbWrites.createdAt, cutoff));
     return new Map(counts.map((c) => [c.owner, c.n]));

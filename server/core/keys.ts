@@ -1,7 +1,7 @@
 import { and, desc, eq, isNull, lt, sql } from 'drizzle-orm';
 import { z } from 'zod';
 import { labelSchema } from './text-rules.js';
-import { type Db, clientOf } from '../../db/client.js';
+import type { Db } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { type AccountRow, type ApiKeyRow, accounts, apiKeys } from '../../db/schema/index.js';
 import { iso, isoOrNull } from '../shared/clock.js';
@@ -11,7 +11,7 @@ import { newId } from '../shared/ids.js';
 import { randomBase62, sha256Hex } from '../shared/secrets.js';
 import type { PageRequest, RequestContext } from './context.js';
 import { SCOPES, type Scope, isScope } from './scopes.js';
-import { one } from '../../db/sql.js';
+import { one, queryRow } from '../../db/sql.js';
 
 export const MAX_LIVE_KEYS = 50;
 export const KEY_PREFIX = 'ms_';
@@ -73,16 +73,16 @@ export function noteKeysRemoved(): void {
   keysRemoved++;
 }
 
-const dataVersion = definePrepared((db) => clientOf(db).prepare('PRAGMA data_version').pluck());
-
 /**
  * Changes whenever a key may have stopped working: this process revoked one or deleted an account, or another
  * connection (the CLI, an operator's sqlite3) committed to the database, which SQLite's data_version tells. Equal
  * stamps mean every key that was live is still live; the request guard compares them instead of looking the key up
  * a second time once the body has arrived.
  */
-export function keyStamp(db: Db): string {
-  return `${keysRemoved}.${dataVersion(db).get() as number}`;
+export async function keyStamp(db: Db): Promise<string> {
+  const removed = keysRemoved;
+  const row = await queryRow<{ data_version: number }>(db, sql`PRAGMA data_version`);
+  return `${removed}.${row!.data_version}`;
 }
 
 /**
@@ -96,22 +96,18 @@ const knownKeys = definePrepared(() => new Map<string, { key: ApiKeyRow; stamp: 
 const KNOWN_KEYS_MAX = 10_000;
 
 /**
- * The key and the stamp it was found under, read in one read transaction: outside a transaction every statement takes
+ * The key and the stamp it was found under, read in one transaction: outside a transaction every statement takes
  * and drops SQLite's WAL read lock (two fcntl calls on the -shm file), so the reads share one lock, and nothing can
  * stop the key between them. An unknown key (a 401) reads no stamp.
  */
-export function findLiveKeyStamped(db: Db, secret: string): { found: ReturnType<typeof findLiveKey>; stamp: string } {
-  return readKeyTogether(db)(secret);
-}
-
-const readKeyTogether = definePrepared((db) =>
-  clientOf(db).transaction(async (secret: string) => {
+export async function findLiveKeyStamped(db: Db, secret: string): Promise<{ found: Awaited<ReturnType<typeof findLiveKey>>; stamp: string }> {
+  return await db.transaction(async () => {
     if (!KEY_FORMAT.test(secret)) return { found: undefined, stamp: '' };
     const hash = sha256Hex(secret);
     const known = knownKeys(db);
     const cached = known.get(hash);
     if (cached) {
-      const stamp = keyStamp(db);
+      const stamp = await keyStamp(db);
       const account = cached.stamp === stamp ? await one(statements(db).accountById.execute({ id: cached.key.accountId })) : undefined;
       if (account) return { found: { key: cached.key, account }, stamp };
       known.delete(hash);
@@ -119,12 +115,12 @@ const readKeyTogether = definePrepared((db) =>
     const found = await findLiveKeyByHash(db, hash);
     // An unknown key (a 401) reads no stamp: traffic without a key costs one indexed read.
     if (!found) return { found, stamp: '' };
-    const stamp = keyStamp(db);
+    const stamp = await keyStamp(db);
     if (known.size >= KNOWN_KEYS_MAX) known.delete(known.keys().next().value!);
     known.set(hash, { key: found.key, stamp });
     return { found, stamp };
-  }),
-);
+  });
+}
 
 export async function findLiveKey(db: Db, secret: string): Promise<{ key: ApiKeyRow; account: AccountRow } | undefined> {
   return KEY_FORMAT.test(secret) ? await findLiveKeyByHash(db, sha256Hex(secret)) : undefined;
@@ -176,7 +172,7 @@ export async function insertKey(
       })
       .returning());
   });
-  return { id: row.id, name: row.name, prefix: row.prefix, scopes: row.scopes.filter(isScope), createdAt: iso(row.createdAt), key: secret };
+  return { id: row!.id, name: row!.name, prefix: row!.prefix, scopes: row!.scopes.filter(isScope), createdAt: iso(row!.createdAt), key: secret };
 }
 
 /** POST /keys: scopes default to all of the minting key's and may never exceed them. */

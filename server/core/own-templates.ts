@@ -1,6 +1,5 @@
 import { and, desc, eq, lt, lte, sql } from 'drizzle-orm';
-import type { Statement } from 'better-sqlite3';
-import { type Db, clientOf } from '../../db/client.js';
+import type { Db } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import {
   type AccountRow,
@@ -17,7 +16,7 @@ import { ApiError } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
 import { type CompiledTemplate, type Declarations, checkLayoutSource, checkTemplateSource, compileTemplate } from './template-language.js';
 import { findTemplate } from './templates.js';
-import { one } from '../../db/sql.js';
+import { one, queryRow } from '../../db/sql.js';
 
 /**
  * An account's own templates and layouts (docs/api/decisions.md section 9): saved as versions, looked up for a send in
@@ -86,7 +85,6 @@ const statements = definePrepared((db) => ({
     .from(templateVersions)
     .where(and(eq(templateVersions.templateId, p('templateId')), eq(templateVersions.version, p('version'))))
     .prepare(),
-  changes: clientOf(db).prepare(`select n from change_counters where name = 'templates'`).pluck() as Statement<[], number>,
 }));
 
 /** The accounts whose templates the acting account reads, nearest first: itself, then its parent. */
@@ -409,7 +407,7 @@ export function templateHeadsCached(db: Db): number {
 async function headOf(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, name: string): Promise<Head | null> {
   let cache = headCaches.get(db);
   if (!cache) headCaches.set(db, (cache = { stamp: -1, heads: new Map() }));
-  const stamp = statements(db).changes.get()!;
+  const stamp = (await queryRow<{ n: number }>(db, sql`select n from change_counters where name = 'templates'`))!.n;
   if (stamp !== cache.stamp || cache.heads.size >= TEMPLATE_HEADS_CACHED) {
     cache.heads.clear();
     cache.stamp = stamp;

@@ -1,7 +1,4 @@
-import type { Statement } from 'better-sqlite3';
-import { lt } from 'drizzle-orm';
-import { clientOf } from '../../db/client.js';
-import { definePrepared } from '../../db/prepared.js';
+import { lt, sql } from 'drizzle-orm';
 import { submittedMessages } from '../../db/schema/index.js';
 import { DAY_MS } from '../shared/clock.js';
 import { ApiError } from '../shared/errors.js';
@@ -16,7 +13,7 @@ import type { SubmittedHeader } from './submitted-message.js';
 import { isAlwaysSuppressed } from './simulator.js';
 import { rateLimited } from './rate-limit.js';
 import { suppressionReasons, suppressionsStamp } from './suppressions.js';
-import { changes } from '../../db/sql.js';
+import { changes, execute, queryRow } from '../../db/sql.js';
 
 /**
  * A message submitted over SMTP (docs/api/decisions.md section 10), through the rules of `POST /emails` that apply to
@@ -29,17 +26,6 @@ import { changes } from '../../db/sql.js';
 
 const MESSAGE_ID_WINDOW_MS = DAY_MS;
 
-// Plain SQL compiled once (values plucked, not mapped through drizzle): both run for every submitted message.
-const statements = definePrepared((db) => ({
-  seen: clientOf(db)
-    .prepare(`select email_id from submitted_messages where account_id = @accountId and message_id = @messageId and created_at > @since`)
-    .pluck() as Statement<[{ accountId: string; messageId: string; since: number }], string>,
-  // An older entry of the same Message-ID (past the window) makes way.
-  remember: clientOf(db).prepare(
-    `insert into submitted_messages (account_id, message_id, email_id, created_at) values (@accountId, @messageId, @emailId, @createdAt)
-     on conflict (account_id, message_id) do update set email_id = excluded.email_id, created_at = excluded.created_at`,
-  ) as Statement<[{ accountId: string; messageId: string; emailId: string; createdAt: number }]>,
-}));
 
 const senderOf = async (deps: Pick<Deps, 'db'>, auth: SubmissionAuth): Promise<Sender> => await loadSender(deps, auth.actingAccountId);
 
@@ -111,10 +97,12 @@ export async function commitSubmission(
   const { header, id } = submission;
   return deps.commits.run(async () => {
     const now = deps.clock.now();
-    const q = statements(deps.db);
     if (header.clientMessageId !== null) {
-      const seen = q.seen.get({ accountId: auth.actingAccountId, messageId: header.clientMessageId, since: now - MESSAGE_ID_WINDOW_MS });
-      if (seen !== undefined) return { id: seen, duplicate: true };
+      const seen = await queryRow<{ emailId: string }>(
+        deps.db,
+        sql`select email_id as emailId from submitted_messages where account_id = ${auth.actingAccountId} and message_id = ${header.clientMessageId} and created_at > ${now - MESSAGE_ID_WINDOW_MS}`,
+      );
+      if (seen !== undefined) return { id: seen.emailId, duplicate: true };
     }
     const sender = await senderOf(deps, auth);
     assertMaySend(sender, now);
@@ -163,7 +151,12 @@ export async function commitSubmission(
       now,
     });
     if (header.clientMessageId !== null) {
-      q.remember.run({ accountId: sender.acting.id, messageId: header.clientMessageId, emailId: id, createdAt: now });
+      // An older entry of the same Message-ID (past the window) makes way.
+      await execute(
+        deps.db,
+        sql`insert into submitted_messages (account_id, message_id, email_id, created_at) values (${sender.acting.id}, ${header.clientMessageId}, ${id}, ${now})
+     on conflict (account_id, message_id) do update set email_id = excluded.email_id, created_at = excluded.created_at`,
+      );
       await pruneNowAndThen(deps, now);
     }
     return { id, duplicate: false };

@@ -1,7 +1,6 @@
 import { and, desc, eq, lt, sql } from 'drizzle-orm';
 import { z } from 'zod';
-import type { Statement } from 'better-sqlite3';
-import { type Db, clientOf } from '../../db/client.js';
+import type { Db } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { type SuppressionReason, type SuppressionRow, suppressions } from '../../db/schema/index.js';
 import { iso } from '../shared/clock.js';
@@ -10,7 +9,7 @@ import { ApiError } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
 import { addressKey, parseAddress } from './addresses.js';
 import type { PageRequest, RequestContext } from './context.js';
-import { one } from '../../db/sql.js';
+import { one, queryRow, queryRows } from '../../db/sql.js';
 
 export interface SuppressionView {
   id: string;
@@ -134,27 +133,27 @@ const statements = definePrepared((db) => ({
       ),
     )
     .prepare(),
-  // Plain SQL compiled once, read as plucked values: run for every RCPT of SMTP submission.
-  reasons: clientOf(db)
-    .prepare(
-      `select reason from suppressions where address = @address and account_id in (@acting, @parent)
-       order by account_id = @acting desc`,
-    )
-    .pluck() as Statement<[{ address: string; acting: string; parent: string }], SuppressionReason>,
-  changes: clientOf(db).prepare(`select n from change_counters where name = 'suppressions'`).pluck() as Statement<[], number>,
 }));
 
 /**
  * The `suppressions` change counter (db/schema/change-counters.ts): raised by triggers whenever any suppression list
  * or an account's parent changes, whoever writes. Equal readings mean no list changed in between.
  */
-export function suppressionsStamp(db: Db): number {
-  return statements(db).changes.get()!;
+export async function suppressionsStamp(db: Db): Promise<number> {
+  const row = await queryRow<{ n: number }>(db, sql`select n from change_counters where name = 'suppressions'`);
+  return row!.n;
 }
 
 /** Why the account or its parent has suppressed `address` (a reason per list it is on, the account's first), or [] when neither has. */
-export function suppressionReasons(db: Db, account: { id: string; parentId: string | null }, address: string): SuppressionReason[] {
-  return statements(db).reasons.all({ address: address.toLowerCase(), acting: account.id, parent: account.parentId ?? account.id });
+export async function suppressionReasons(db: Db, account: { id: string; parentId: string | null }, address: string): Promise<SuppressionReason[]> {
+  const acting = account.id;
+  const parent = account.parentId ?? account.id;
+  const rows = await queryRows<{ reason: SuppressionReason }>(
+    db,
+    sql`select reason from suppressions where address = ${address.toLowerCase()} and account_id in (${acting}, ${parent})
+       order by account_id = ${acting} desc`,
+  );
+  return rows.map((r) => r.reason);
 }
 
 /** The recipients (as given) that any of `accountIds` has suppressed. */

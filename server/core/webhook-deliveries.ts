@@ -3,7 +3,7 @@ import type { Db } from '../../db/client.js';
 import { markQueued } from '../../db/queue-wake.js';
 import { type WebhookDeliveryRow, webhookAttempts, webhookDeliveries, webhookEndpoints } from '../../db/schema/index.js';
 import { WEBHOOK_DISABLE_AFTER_FAILURES, nextWebhookAttemptAt } from './webhook-schedule.js';
-import { changes, one } from '../../db/sql.js';
+import { changes, one, queryRow } from '../../db/sql.js';
 
 /**
  * The rules of a webhook delivery's attempt and of its endpoint's health: what an attempt's outcome writes (the
@@ -56,7 +56,7 @@ export async function recordWebhookAttempt(db: Db, worker: string, delivery: Web
     }
     const limit = WEBHOOK_DISABLE_AFTER_FAILURES;
     // Every right-hand side reads the row as it was before this update.
-    const after = await one(db.execute(sql`
+    const after = await queryRow<{ failureCount: number; disabledAt: number | null; active: number }>(db, sql`
       update webhook_endpoints
       set failure_count = failure_count + 1,
           active = case when failure_count + 1 >= ${limit} then 0 else active end,

@@ -9,7 +9,7 @@ import { newId } from '../shared/ids.js';
 import { insertWebhookDelivery, outcomeEventData } from './webhook-fanout.js';
 import type { RequestContext } from './context.js';
 import { type EmailEventType, EMAIL_EVENT_TYPES, EVENT_TYPE_OF_STATUS, emailEventType, isoDateTime, statusOfEventType } from './events.js';
-import { one } from '../../db/sql.js';
+import { one, queryRow } from '../../db/sql.js';
 
 /** One replay queues at most this many deliveries; a window holding more is refused whole (never cut silently). */
 export const MAX_REPLAY_EVENTS = 10_000;
@@ -86,7 +86,7 @@ const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
  */
 async function scanEnd(db: Db, scope: ReplayScope, after: string): Promise<string | null> {
   return (
-    (await one(db.execute(sql`
+    (await queryRow<{ id: string }>(db, sql`
       select id from email_events where ${scope.walk} and id > ${after} order by id limit 1 offset ${REPLAY_SCAN_ROWS - 1}`)))?.id ?? null
   );
 }
@@ -102,7 +102,7 @@ async function countWindow(db: Db, scope: ReplayScope): Promise<number> {
     const end = await scanEnd(db, scope, after);
     const upTo = end === null ? sql`` : sql` and id <= ${end}`;
     count +=
-      (await one(db.execute(sql`
+      (await queryRow<{ n: number }>(db, sql`
         select count(*) as n from email_events where ${scope.walk} and id > ${after}${upTo} and ${scope.window}`)))?.n ?? 0;
     if (end === null || count > MAX_REPLAY_EVENTS) return count;
     after = end;
@@ -132,7 +132,7 @@ function addPromised(db: Db, endpointId: string, n: number): void {
 /** How many of the endpoint's deliveries are pending, counted up to `bound` at most (the count reads no further). */
 async function countPending(db: Db, endpointId: string, bound: number): Promise<number> {
   return (
-    (await one(db.execute(sql`
+    (await queryRow<{ n: number }>(db, sql`
       select count(*) as n from (
         select 1 from webhook_deliveries indexed by webhook_deliveries_pending_idx
         where endpoint_id = ${endpointId} and next_attempt_at is not null

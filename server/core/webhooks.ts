@@ -19,7 +19,7 @@ import { newWebhookSecret } from './webhook-signing.js';
 import { MAX_WEBHOOK_URL_LENGTH, checkWebhookUrl, isAbsoluteUri } from './webhook-url.js';
 import { assertAccountExists } from './accounts.js';
 import type { PageRequest, RequestContext } from './context.js';
-import { changes, one } from '../../db/sql.js';
+import { changes, execute, one } from '../../db/sql.js';
 
 /** Webhook endpoints and their deliveries (docs/api/contract.md, Webhooks): the rules, without HTTP. */
 
@@ -182,10 +182,10 @@ export const DELETE_CHUNK_ROWS = 250;
 
 /** Deletes up to `limit` of the endpoint's deliveries, oldest first (their attempts go with them); how many. */
 async function deleteDeliveryChunk(db: Db, endpointId: string, limit: number): Promise<number> {
-  return changes(await db.execute(sql`
+  return await execute(db, sql`
     delete from webhook_deliveries where id in (
       select id from webhook_deliveries where endpoint_id = ${endpointId} order by id limit ${limit}
-    )`));
+    )`);
 }
 
 /**

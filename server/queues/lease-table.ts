@@ -17,17 +17,17 @@ import { changes, one } from '../../db/sql.js';
  */
 export interface QueueStore<Job, Request> {
   /** Leases to `worker` the jobs that are due now and fit `request` (the queue's room and clocks). */
-  claim(worker: string, request: Request): Job[];
+  claim(worker: string, request: Request): Promise<Job[]>;
   /** Extends the leases `worker` still holds among `ids` until `until`. */
-  renew(worker: string, ids: readonly string[], until: number): void;
+  renew(worker: string, ids: readonly string[], until: number): Promise<void>;
   /** Gives back `worker`'s leases among `ids`, or all of them; the number given back. */
-  release(worker: string, ids?: readonly string[]): number;
+  release(worker: string, ids?: readonly string[]): Promise<number>;
   /** Whether `worker` still holds the lease of `id` (the row may be gone). */
-  stillHeld(worker: string, id: string): boolean;
+  stillHeld(worker: string, id: string): Promise<boolean>;
   /** At start: the leases of holders whose process is gone (isDeadHolder) given back at once; how many. */
-  releaseDead(worker: string, host?: string): number;
+  releaseDead(worker: string, host?: string): Promise<number>;
   /** At start: other holders' leases reaching past one term from `leaseNow` cut to it (a wall clock stepped back). */
-  capForeign(worker: string, leaseNow: number, leaseMs: number): number;
+  capForeign(worker: string, leaseNow: number, leaseMs: number): Promise<number>;
 }
 
 /** A queue table as the lease operations see it: the table, its id and lease columns, and what makes a row leasable. */

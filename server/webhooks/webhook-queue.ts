@@ -3,6 +3,7 @@ import type { Db } from '../../db/client.js';
 import { type WebhookDeliveryRow, type WebhookEndpointRow, webhookDeliveries, webhookEndpoints } from '../../db/schema/index.js';
 import { type QueueStore, sqliteLeases } from '../queues/lease-table.js';
 import { takeInTurns } from '../queues/turns.js';
+import { queryRows } from '../../db/sql.js';
 
 /**
  * The webhook delivery queue (webhook_deliveries) on the queue mechanism (server/queues/): rows claimed with a lease,
@@ -50,7 +51,7 @@ export async function claimDueWebhookDeliveries(db: Db, worker: string, { now, l
   const rows = await db.transaction(async () => {
     // Each active endpoint's earliest due delivery, from the pending index: the cost follows the number of active
     // endpoints, not the backlog (a switched-off endpoint's rows are never read). Busy: that delivery is leased.
-    const candidates = await db.execute(sql`
+    const candidates = await queryRows<{ id: string; endpointId: string; accountId: string; busy: number }>(db, sql`
       select c.id as id, c.endpointId as endpointId, c.accountId as accountId,
              coalesce((select locked_until from webhook_deliveries where id = c.id), 0) > ${leaseNow} as busy
       from (
