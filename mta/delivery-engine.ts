@@ -93,18 +93,18 @@ export function createDeliveryEngine(
     wake: { db: deps.db, queue: 'recipients' },
     // Leases of earlier runs whose process is gone are released first; a lease of a process that may still be
     // running is left to run out.
-    onStart: () => {
-      const released = queue.releaseDead(worker);
+    onStart: async () => {
+      const released = await queue.releaseDead(worker);
       if (released > 0) deps.logger.warn('delivery.leases_released', { released });
-      const capped = queue.capForeign(worker, leaseNow(deps.clock), opts.leaseMs);
+      const capped = await queue.capForeign(worker, leaseNow(deps.clock), opts.leaseMs);
       if (capped > 0) deps.logger.warn('delivery.leases_capped', { capped });
       stopping = false;
     },
     every: {
       ms: Math.max(1000, Math.floor(opts.leaseMs / 3)),
-      run: () => {
+      run: async () => {
         try {
-          queue.renew(worker, [...held], leaseNow(deps.clock) + opts.leaseMs);
+          await queue.renew(worker, [...held], leaseNow(deps.clock) + opts.leaseMs);
         } catch (err) {
           logFailure(deps, 'delivery.lease_renewal_failed', err);
         }
@@ -173,14 +173,14 @@ export function createDeliveryEngine(
   }
 
   /** Claims what is due, up to the room left; returns how many recipients were claimed and their completions. */
-  function claim(limit: number): Promise<void>[] {
+  async function claim(limit: number): Promise<void>[] {
     if (limit <= 0 || stopping) return [];
     finishedSinceClaim = 0;
     const room: Record<string, number> = {};
     for (const [account, n] of heldByAccount) room[account] = Math.max(0, opts.perAccountHeld - n);
     // Due by the wall clock (the schedule is stored as times of day); leases on the process's steady timeline.
     return adopt(
-      queue.claim(worker, {
+      await queue.claim(worker, {
         now: deps.clock.now(),
         leaseNow: leaseNow(deps.clock),
         leaseMs: opts.leaseMs,
@@ -211,8 +211,8 @@ export function createDeliveryEngine(
 
   /** Gives back every recipient still waiting for a connection (shutdown). */
   function releaseWaiting(): void {
-    lanes.drainWaiting((jobs) => {
-      queue.release(
+    lanes.drainWaiting(async (jobs) => {
+      await queue.release(
         worker,
         jobs.map((j) => j.recipient.id),
       );

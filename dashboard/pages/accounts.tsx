@@ -107,7 +107,7 @@ export function accountPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUs
     const domains = {
       items: domainRows.slice(0, DOMAINS_ON_ACCOUNT_PAGE),
       more: domainRows.length > DOMAINS_ON_ACCOUNT_PAGE,
-      hasDatabase: hasDatabase(deps.db, row.id),
+      hasDatabase: await hasDatabase(deps.db, row.id),
     };
 
     return render(

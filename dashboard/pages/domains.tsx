@@ -69,7 +69,7 @@ export function domainPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger
           checks={await lastChecks(deps, id)}
           csrf={c.var.session.csrfToken}
           withoutDns={verifiesWithoutDns(deps.config.deliveryMode, view.name)}
-          hasDatabase={hasDatabase(deps.db, account.id)}
+          hasDatabase={await hasDatabase(deps.db, account.id)}
         />
         <TestEmailSection view={view} mode={testSendMode(view, deps.config)} to={defaultTestRecipient(deps.config)} csrf={c.var.session.csrfToken} />
       </>,

@@ -48,13 +48,13 @@ export function listAllDomains(deps: Pick<Deps, 'db' | 'config'>, filter: { acco
   );
   return {
     ...page,
-    items: page.items.map((r) => ({ view: domainView(deps, r.domain, r.key), account: r.account, hasDatabase: hasDatabase(deps.db, r.account.id) })),
+    items: page.items.map((r) => ({ view: domainView(deps, r.domain, r.key), account: r.account, hasDatabase: await hasDatabase(deps.db, r.account.id) })),
   };
 }
 
 /** Whether inbound mail for `accountId`'s domains has a database to go to: its own or its parent's (databaseOwnerOf). */
-export function hasDatabase(db: Db, accountId: string): boolean {
-  return databaseOwnerOf(db, accountId) !== null;
+export async function hasDatabase(db: Db, accountId: string): Promise<boolean> {
+  return await databaseOwnerOf(db, accountId) !== null;
 }
 
 /** The account a domain belongs to (the operator acts as it), or the 404 page. */

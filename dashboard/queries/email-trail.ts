@@ -194,7 +194,7 @@ async function customerDbTrail(
   const empty = (none: string): CustomerDbTrail => ({ none, database: null, items: [] });
   if (email.status !== 'sent') return empty(`A ${email.status} send is not written to the customer database.`);
   if (!deps.secretKey) return empty('This server keeps no secret key (SECRET_KEY=off), so no customer database can be connected.');
-  const owner = databaseOwnerOf(deps.db, accountId);
+  const owner = await databaseOwnerOf(deps.db, accountId);
   const database = owner === null ? undefined : await one(deps.db.select().from(customerDatabases).where(eq(customerDatabases.accountId, owner)));
   if (!database) return empty('Neither this account nor its parent has a customer database connected.');
 

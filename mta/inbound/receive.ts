@@ -214,7 +214,7 @@ export async function receiveMessage(
       // savepoint rolls back); the retry hears 550 for those at RCPT, and the rest is stored then.
       if (gone > 0 && (gone < mailboxes.length || reports.length > 0 || operators.length > 0)) throw new RecipientsChanged(gone);
       for (const [accountId, toAddresses] of byAccount) {
-        const written = queueCustomerDbWrite(
+        const written = await queueCustomerDbWrite(
           deps,
           accountId,
           {

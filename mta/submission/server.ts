@@ -130,12 +130,12 @@ export function createSubmissionServer(
       }
     },
 
-    onRcptTo(address, session, callback) {
+    async onRcptTo(address, session, callback) {
       if (session.envelope.rcptTo.length >= MAX_RECIPIENTS) {
         return callback(refused('rcpt', session, reply(452, `4.5.3 Too many recipients: at most ${MAX_RECIPIENTS} a message`)));
       }
       try {
-        judgedAtRcpt.set(address, checkSubmissionRecipient(deps, authOf(session), address.address));
+        judgedAtRcpt.set(address, await checkSubmissionRecipient(deps, authOf(session), address.address));
         callback();
       } catch (err) {
         callback(refused('rcpt', session, replyOf(deps, err)));

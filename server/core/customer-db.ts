@@ -83,7 +83,7 @@ async function inheritedStatusOf(deps: Pick<Deps, 'db'>, row: CustomerDatabaseRo
  * does not hold its parent's database.
  */
 export async function effectiveRow(deps: Pick<Deps, 'db'>, ctx: RequestContext): Promise<{ row: CustomerDatabaseRow; held: boolean } | undefined> {
-  const owner = databaseOwnerOf(deps.db, ctx.account.id);
+  const owner = await databaseOwnerOf(deps.db, ctx.account.id);
   const row = owner === null ? undefined : await rowOf(deps, owner);
   return row && { row, held: owner === ctx.account.id || owner === ctx.keyAccount.id };
 }
@@ -111,7 +111,7 @@ export async function deleteDatabase({ deps, ctx }: { deps: Pick<Deps, 'db' | 'l
 
 /** The CLI's `database status --account ID`: the status an API call for that account would answer. */
 export async function databaseStatusOf(deps: Pick<Deps, 'db'>, accountId: string): Promise<DatabaseStatus> {
-  const owner = databaseOwnerOf(deps.db, accountId);
+  const owner = await databaseOwnerOf(deps.db, accountId);
   const row = owner === null ? undefined : await rowOf(deps, owner);
   return row ? await statusOf(deps, row) : NOT_CONNECTED;
 }

@@ -167,7 +167,7 @@ export async function writeOutcome(deps: Pick<Deps, 'db' | 'logger' | 'secretKey
   // The account's webhook deliveries of this outcome, in the same transaction: no event is lost between the two.
   const webhooks = await fanOutOutcome(db, o);
   // And the customer database's copy of the event, in the same transaction.
-  const written = queueCustomerDbWrite(
+  const written = await queueCustomerDbWrite(
     deps,
     o.accountId,
     { kind: 'event', id: eventId, emailId: o.emailId, recipient: o.recipient, status: o.status, dsn: o.dsn, detail: o.detail, occurredAt: o.occurredAt },

@@ -388,7 +388,7 @@ export async function queueSend(
   await q.insertEmail.execute({ ...log, source, id, status: 'sent', createdAt: now });
   await q.insertMessage.execute({ id, accountId: log.accountId, ...message, createdAt: now, expiresAt: now + DELIVERY_WINDOW_MS });
   // The content goes to the customer's own database (the service keeps it only until delivered).
-  const written = queueCustomerDbWrite(
+  const written = await queueCustomerDbWrite(
     deps,
     log.accountId,
     {

@@ -43,7 +43,7 @@ export interface SubmissionAuth {
  * a sub-account of the key's account.
  */
 export async function authenticateSubmission(deps: Pick<Deps, 'db'>, username: string, password: string): Promise<SubmissionAuth> {
-  const { found, stamp } = findLiveKeyStamped(deps.db, password.trim());
+  const { found, stamp } = await findLiveKeyStamped(deps.db, password.trim());
   if (!found) throw new ApiError('invalid_key', 'Authentication credentials invalid: the password must be a live API key.');
   if (!found.key.scopes.filter(isScope).includes('emails:send')) {
     throw new ApiError('insufficient_scope', 'Authentication credentials invalid: this key lacks the scope emails:send.');
@@ -64,7 +64,7 @@ async function actingAccount(deps: Pick<Deps, 'db'>, keyAccount: AccountRow, use
  * a sub-account deleted, since AUTH is refused at once. Costs a stamp read while nothing was revoked.
  */
 export async function assertStillAuthenticated(deps: Pick<Deps, 'db'>, auth: SubmissionAuth): Promise<void> {
-  const stamp = keyStamp(deps.db);
+  const stamp = await keyStamp(deps.db);
   if (stamp === auth.stamp) return;
   const found = await findLiveKey(deps.db, auth.secret);
   if (!found) throw new ApiError('invalid_key', 'The API key this session authenticated with was revoked.');

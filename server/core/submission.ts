@@ -47,18 +47,18 @@ export async function beginSubmission(deps: Pick<Deps, 'clock' | 'config' | 'db'
   if (!rate.ok) throw rateLimited(deps.config, rate);
   deps.keyUsage.touch(auth.keyId, deps.clock.now());
   // Read before the transaction's RCPT checks: a list changed after it raises the counter past this stamp.
-  return { suppressionStamp: suppressionsStamp(deps.db) };
+  return { suppressionStamp: await suppressionsStamp(deps.db) };
 }
 
 /**
  * RCPT TO (the edge refuses past MAX_RECIPIENTS): an address, not on the account's suppression list or its parent's
  * (refused alone: the others proceed).
  */
-export function checkSubmissionRecipient(deps: Pick<Deps, 'db'>, auth: SubmissionAuth, address: string): { address: string; domain: string } {
+export async function checkSubmissionRecipient(deps: Pick<Deps, 'db'>, auth: SubmissionAuth, address: string): Promise<{ address: string; domain: string }> {
   const parsed = parseAddress(address);
   if (!parsed.ok) throw new ApiError('invalid_request', `${address}: ${parsed.reason}.`);
   // The session's accounts as AUTH found them (an account's parent never changes): no account row is read per RCPT.
-  const reasons = suppressionReasons(deps.db, { id: auth.actingAccountId, parentId: auth.parentId }, parsed.value.address);
+  const reasons = await suppressionReasons(deps.db, { id: auth.actingAccountId, parentId: auth.parentId }, parsed.value.address);
   if (reasons.length > 0 || isAlwaysSuppressed(parsed.value.address)) {
     throw new ApiError('recipient_suppressed', `${parsed.value.address} is on the suppression list (${reasons[0] ?? 'simulator'}); not sent to it.`);
   }
@@ -112,7 +112,7 @@ export async function commitSubmission(
     // Suppressed since RCPT: refused whole, as the API refuses it; the client may send again to the others. Read
     // again only when some list changed since MAIL FROM, before the RCPT checks.
     const listed =
-      suppressionsStamp(deps.db) === submission.begun.suppressionStamp
+      await suppressionsStamp(deps.db) === submission.begun.suppressionStamp
         ? []
         : await listedRecipients(
             deps,

@@ -62,7 +62,7 @@ export async function recordWebhookAttempt(db: Db, worker: string, delivery: Web
           active = case when failure_count + 1 >= ${limit} then 0 else active end,
           disabled_at = case when active = 1 and failure_count + 1 >= ${limit} then ${now} else disabled_at end
       where id = ${delivery.endpointId}
-      returning failure_count as failureCount, disabled_at as disabledAt, active`));
+      returning failure_count as failureCount, disabled_at as disabledAt, active`);
     const disabled = after !== undefined && after.active === 0 && after.disabledAt === now;
     return { recorded: true, nextAttemptAt, disabled, failureCount: after?.failureCount ?? 0 };
   });

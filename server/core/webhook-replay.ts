@@ -87,7 +87,7 @@ const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
 async function scanEnd(db: Db, scope: ReplayScope, after: string): Promise<string | null> {
   return (
     (await queryRow<{ id: string }>(db, sql`
-      select id from email_events where ${scope.walk} and id > ${after} order by id limit 1 offset ${REPLAY_SCAN_ROWS - 1}`)))?.id ?? null
+      select id from email_events where ${scope.walk} and id > ${after} order by id limit 1 offset ${REPLAY_SCAN_ROWS - 1}`))?.id ?? null
   );
 }
 
@@ -103,7 +103,7 @@ async function countWindow(db: Db, scope: ReplayScope): Promise<number> {
     const upTo = end === null ? sql`` : sql` and id <= ${end}`;
     count +=
       (await queryRow<{ n: number }>(db, sql`
-        select count(*) as n from email_events where ${scope.walk} and id > ${after}${upTo} and ${scope.window}`)))?.n ?? 0;
+        select count(*) as n from email_events where ${scope.walk} and id > ${after}${upTo} and ${scope.window}`))?.n ?? 0;
     if (end === null || count > MAX_REPLAY_EVENTS) return count;
     after = end;
     await nextTurn();
@@ -137,7 +137,7 @@ async function countPending(db: Db, endpointId: string, bound: number): Promise<
         select 1 from webhook_deliveries indexed by webhook_deliveries_pending_idx
         where endpoint_id = ${endpointId} and next_attempt_at is not null
         limit ${bound}
-      )`)))?.n ?? 0
+      )`))?.n ?? 0
   );
 }
 

@@ -110,7 +110,7 @@ export function createWebhookDispatcher(
   async function deliver({ delivery, endpoint }: ClaimedWebhook): Promise<void> {
     const slot = await slots.acquire(endpoint.accountId, endpoint.id);
     if (!slot) {
-      queue.release(worker, [delivery.id]);
+      await queue.release(worker, [delivery.id]);
       return;
     }
     try {
@@ -151,8 +151,8 @@ export function createWebhookDispatcher(
     maxInFlight: opts.maxInFlight,
     onError: (err) => logFailure(deps, 'webhook.claim_failed', err),
     wake: { db: deps.db, queue: 'webhooks' },
-    claim: (room) =>
-      queue.claim(worker, {
+    claim: async (room) =>
+      await queue.claim(worker, {
         now: deps.clock.now(),
         leaseNow: leaseNow(deps.clock),
         leaseMs: opts.leaseMs,
@@ -172,10 +172,10 @@ export function createWebhookDispatcher(
       });
     },
     // Leases of earlier processes of this host that are gone are released first.
-    onStart: () => {
-      const released = queue.releaseDead(worker);
+    onStart: async () => {
+      const released = await queue.releaseDead(worker);
       if (released > 0) deps.logger.warn('webhook.leases_released', { released });
-      const capped = queue.capForeign(worker, leaseNow(deps.clock), opts.leaseMs);
+      const capped = await queue.capForeign(worker, leaseNow(deps.clock), opts.leaseMs);
       if (capped > 0) deps.logger.warn('webhook.leases_capped', { capped });
     },
     // A claimed delivery still waiting for a slot (none should: claims stay within the room) gives its lease back.
@@ -193,7 +193,7 @@ export function createWebhookDispatcher(
     /** Stops claiming, lets the posts in flight finish and record their attempt, and gives back any lease left. */
     async stop(): Promise<void> {
       await runner.stop();
-      queue.release(worker);
+      await queue.release(worker);
     },
   };
 }

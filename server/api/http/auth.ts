@@ -38,7 +38,7 @@ export function guard(
     const secret = BEARER.exec(c.req.header('authorization') ?? '')?.[1];
     if (secret === undefined) throw unknownKey();
     // The stamp is read with the key, in one read transaction: nothing can stop the key between the two.
-    const { found, stamp } = findLiveKeyStamped(deps.db, secret);
+    const { found, stamp } = await findLiveKeyStamped(deps.db, secret);
     if (!found) throw unknownKey();
     const { key, account: keyAccount } = found;
     const now = deps.clock.now();
@@ -64,7 +64,7 @@ export function guard(
     const rawBody = await readRequestBody(c);
     // Looked up again only if a key may have stopped working meanwhile (core/keys.ts keyStamp), which deleting an
     // account also moves: the sub-account the header names too, so no write is made for one deleted meanwhile.
-    if (keyStamp(deps.db) !== stamp) {
+    if (await keyStamp(deps.db) !== stamp) {
       if (!await findLiveKey(deps.db, secret)) throw new ApiError('invalid_key', 'The API key was revoked while the request was in flight.');
       if (headerValue !== undefined && !await findSubAccount(deps.db, keyAccount.id, headerValue.trim())) {
         throw new ApiError('account_not_found', `The sub-account ${headerValue.trim()} was deleted while the request was in flight.`);
