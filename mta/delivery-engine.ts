@@ -88,7 +88,7 @@ export function createDeliveryEngine(
   let stopping = false;
   const runner = createRunner({
     intervalMs: opts.pollMs,
-    tick: () => tick(),
+    tick: async () => await tick(),
     onError: (err) => logFailure(deps, 'delivery.claim_failed', err),
     wake: { db: deps.db, queue: 'recipients' },
     // Leases of earlier runs whose process is gone are released first; a lease of a process that may still be
@@ -111,9 +111,9 @@ export function createDeliveryEngine(
       },
     },
     // No new connection waits: the recipients not yet in a transaction go back.
-    drain: () => {
+    drain: async () => {
       slots.cancelAll();
-      releaseWaiting();
+      await releaseWaiting();
     },
     stopGraceMs: opts.stopGraceMs,
   });
@@ -173,7 +173,7 @@ export function createDeliveryEngine(
   }
 
   /** Claims what is due, up to the room left; returns how many recipients were claimed and their completions. */
-  async function claim(limit: number): Promise<void>[] {
+  async function claim(limit: number): Promise<Promise<void>[]> {
     if (limit <= 0 || stopping) return [];
     finishedSinceClaim = 0;
     const room: Record<string, number> = {};
@@ -202,16 +202,16 @@ export function createDeliveryEngine(
    * batch is free. It claims again at once while the claim filled the room; otherwise when poked, when half the batch
    * is done, when a lane ends, or at the poll.
    */
-  function tick(): boolean {
+  async function tick(): Promise<boolean> {
     const room = opts.batchSize - held.size;
     if (held.size !== 0 && room < opts.batchSize / 2) return false;
-    const claimed = claim(room).length;
+    const claimed = (await claim(room)).length;
     return claimed > 0 && claimed === room;
   }
 
   /** Gives back every recipient still waiting for a connection (shutdown). */
-  function releaseWaiting(): void {
-    lanes.drainWaiting(async (jobs) => {
+  async function releaseWaiting(): Promise<void> {
+    await lanes.drainWaiting(async (jobs) => {
       await queue.release(
         worker,
         jobs.map((j) => j.recipient.id),

@@ -127,7 +127,7 @@ export function accountPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUs
   });
 
   /** The account-page actions: each finds the account (unknown: the 404 page), then changes it or flashes why not. */
-  const action = (path: string, run: (row: AccountRow, form: Record<string, string>) => Outcome) =>
+  const action = (path: string, run: (row: AccountRow, form: Record<string, string>) => Outcome | Promise<Outcome>) =>
     app.post(`/accounts/:id/${path}`, async (c) => {
       const row = await requireAccount(deps.db, c.req.param('id'));
       return formAction(deps, c, `${current}/${row.id}`, () => run(row, c.var.form));

@@ -57,13 +57,12 @@ export async function listAccounts(deps: Pick<Deps, 'db' | 'clock' | 'config'>, 
           .groupBy(accounts.parentId))
           .map((r) => [r.parentId, r.n]),
   );
-  return {
-    ...page,
-    items: page.items.map((row) => {
-      const parent = row.parentId === null ? undefined : parents.get(row.parentId);
-      return { view: await accountView(deps, row, parent), parentName: parent?.name ?? null, subAccounts: subCounts.get(row.id) ?? 0 };
-    }),
-  };
+  const items: AccountListRow[] = [];
+  for (const row of page.items) {
+    const parent = row.parentId === null ? undefined : parents.get(row.parentId);
+    items.push({ view: await accountView(deps, row, parent), parentName: parent?.name ?? null, subAccounts: subCounts.get(row.id) ?? 0 });
+  }
+  return { ...page, items };
 }
 
 export interface AccountChoice {

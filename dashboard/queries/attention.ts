@@ -58,8 +58,10 @@ export async function troubledDatabases(db: Db): Promise<Capped<DatabaseTrouble>
     .orderBy(desc(eq(customerDatabases.state, 'unreachable')), asc(customerDatabases.accountId))
     .limit(ATTENTION_LIMIT);
   const total = (await one(db.select({ n: count() }).from(customerDatabases).where(troubled)))?.n ?? 0;
+  const items = [];
+  for (const r of rows) items.push({ ...r, status: await databaseStatusOf({ db }, r.accountId) });
   return {
-    items: rows.map((r) => ({ ...r, status: await databaseStatusOf({ db }, r.accountId) })),
+    items,
     total,
     databases: (await one(db.select({ n: count() }).from(customerDatabases)))?.n ?? 0,
   };

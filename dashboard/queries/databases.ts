@@ -32,7 +32,8 @@ export async function listDatabases(db: Db, q: DatabaseListQuery): Promise<{ ent
     .where(and(q.state === null ? undefined : eq(customerDatabases.state, q.state), q.after === null ? undefined : gt(customerDatabases.accountId, q.after)))
     .orderBy(asc(customerDatabases.accountId))
     .limit(PAGE_SIZE + 1);
-  const entries = rows.slice(0, PAGE_SIZE).map((r) => ({ ...r, status: await databaseStatusOf({ db }, r.accountId) }));
+  const entries: DatabaseEntry[] = [];
+  for (const r of rows.slice(0, PAGE_SIZE)) entries.push({ ...r, status: await databaseStatusOf({ db }, r.accountId) });
   return { entries, more: rows.length > PAGE_SIZE };
 }
 

@@ -30,26 +30,25 @@ async function selectDomains(db: Db, where: SQL | undefined, order: SQL, take: n
     .orderBy(order)
     .limit(take);
 }
-type DomainJoinRow = ReturnType<typeof selectDomains>[number];
+type DomainJoinRow = Awaited<ReturnType<typeof selectDomains>>[number];
 
 /** Every domain, newest first; optionally one account's, and `search` matching the domain's name anywhere. */
-export function listAllDomains(deps: Pick<Deps, 'db' | 'config'>, filter: { accountId: string | null; search: string }, link: PageLink): IdPage<DomainListRow> {
+export async function listAllDomains(deps: Pick<Deps, 'db' | 'config'>, filter: { accountId: string | null; search: string }, link: PageLink): Promise<IdPage<DomainListRow>> {
   const q = filter.search.trim();
   const where = and(
     filter.accountId === null ? undefined : eq(domains.accountId, filter.accountId),
     q === '' ? undefined : sql`${domains.name} LIKE ${likePattern(q.toLowerCase(), 'anywhere')} ESCAPE '\\'`,
   );
-  const page = pageByIds(
+  const page = await pageByIds(
     domains.id,
     link,
     PAGE_SIZE,
     (r: DomainJoinRow) => r.domain.id,
     async (bound, order, take) => await selectDomains(deps.db, and(where, bound), order, take),
   );
-  return {
-    ...page,
-    items: page.items.map((r) => ({ view: domainView(deps, r.domain, r.key), account: r.account, hasDatabase: await hasDatabase(deps.db, r.account.id) })),
-  };
+  const items: DomainListRow[] = [];
+  for (const r of page.items) items.push({ view: domainView(deps, r.domain, r.key), account: r.account, hasDatabase: await hasDatabase(deps.db, r.account.id) });
+  return { ...page, items };
 }
 
 /** Whether inbound mail for `accountId`'s domains has a database to go to: its own or its parent's (databaseOwnerOf). */

@@ -59,20 +59,25 @@ export function listAllSuppressions(db: Db, filter: SuppressionFilter, link: Pag
     link,
     PAGE_SIZE,
     (s: SuppressionSummary) => s.view.id,
-    async (bound, order, take) =>
-      (await db
+    async (bound, order, take) => {
+      const rows = await db
         .select({ row: suppressions, accountName: accounts.name })
         .from(suppressions)
         .innerJoin(accounts, eq(accounts.id, suppressions.accountId))
         .where(and(where, bound))
         .orderBy(order)
-        .limit(take))
-        .map(({ row, accountName }) => ({
+        .limit(take);
+      const summaries: SuppressionSummary[] = [];
+      for (const { row, accountName } of rows) {
+        summaries.push({
           view: suppressionView(row),
           accountId: row.accountId,
           accountName,
           sourceEmailId: REASONS[row.reason].outcome ? await sourceEmailOf(db, row.accountId, row.address, REASONS[row.reason].outcome!, row.createdAt) : null,
-        })),
+        });
+      }
+      return summaries;
+    },
   );
 }
 

@@ -104,9 +104,18 @@ export function createInboundServer(
 
     onData(stream, session: SMTPServerSession, callback) {
       // Judged again in the transaction that stores the message: a domain or database removed meanwhile no longer receives.
-      const recipients = session.envelope.rcptTo.map((r) => judgedAtRcpt.get(r) ?? await judgeRecipient(deps, r.address)).filter((r) => r.kind !== 'refused');
+      const judged = async () => {
+        const recipients = [];
+        for (const r of session.envelope.rcptTo) {
+          const recipient = judgedAtRcpt.get(r) ?? (await judgeRecipient(deps, r.address));
+          if (recipient.kind !== 'refused') recipients.push(recipient);
+        }
+        return recipients;
+      };
       const mailFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
-      receiveMessage(deps, stream, { mailFrom, recipients, remoteAddress: session.remoteAddress, helo: session.hostNameAppearsAs ?? '' }, checks).then(
+      judged()
+        .then((recipients) => receiveMessage(deps, stream, { mailFrom, recipients, remoteAddress: session.remoteAddress, helo: session.hostNameAppearsAs ?? '' }, checks))
+        .then(
         (received) => {
           deps.metrics.inboundAccepted();
           deps.logger.info('inbound.received', {

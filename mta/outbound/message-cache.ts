@@ -31,7 +31,7 @@ interface Entry {
 /** What building a message takes besides the store and the clock. */
 export interface MessageCacheParts {
   signer: Pick<Signer, 'build'>;
-  signingKey: (domainKeyId: string) => SigningKey & { id: string };
+  signingKey: (domainKeyId: string) => Promise<SigningKey & { id: string }>;
 }
 
 /**
@@ -47,7 +47,7 @@ export function createMessageCache(deps: Pick<Deps, 'db' | 'clock'>, parts: Mess
       // Everything, the reads too, inside the promise: a failure defers that recipient, it never stops the engine.
       const ready = Promise.resolve().then(async () => {
         const to = (await one(statements(deps.db).recipientsOf.execute({ id: job.message.id })))?.to ?? [job.recipient.recipient];
-        const message = await parts.signer.build(job.message, to, parts.signingKey(job.message.domainKeyId), new Date(deps.clock.now()));
+        const message = await parts.signer.build(job.message, to, await parts.signingKey(job.message.domainKeyId), new Date(deps.clock.now()));
         return { message, to };
       });
       ready.catch(() => undefined);

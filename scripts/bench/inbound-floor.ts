@@ -220,7 +220,7 @@ async function parseThread(data: ParseThreadData): Promise<void> {
         rows = [];
         return;
       }
-      (await insert()).catch((err: unknown) => {
+      insert().catch((err: unknown) => {
         console.error(err);
         process.exit(1);
       });

@@ -52,11 +52,12 @@ async function main(): Promise<void> {
   const deps = await createDeps(config, systemClock, createLogger('warn'));
   const app = createApp(deps);
   // Sandbox sends are limited to 1000 a day per account: one account per 900 of them.
-  const senders = Array.from({ length: Math.ceil(total / 900) + 1 }, async (_, i) => {
+  const senders: { key: string; domain: string }[] = [];
+  for (let i = 0; i < Math.ceil(total / 900) + 1; i++) {
     const account = await createTopLevelAccount(deps, { name: `Bench ${i}`, credits: 100_000_000 });
     const key = (await insertKey(deps, { accountId: account.id, name: 'bench', scopes: SCOPES })).key;
-    return { key, domain: `bench${i}.example` };
-  });
+    senders.push({ key, domain: `bench${i}.example` });
+  }
   for (const s of senders) {
     const res = await app.request('/api/v1/domains', {
       method: 'POST',

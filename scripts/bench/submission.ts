@@ -281,11 +281,11 @@ async function endToEnd(rig: BenchRig, headers: Record<string, string>, key: str
           to: 'customer@example.net',
           keepSessions: true,
         });
-        return await settled(before + n, postfix!.queueEmpty);
+        return settled(before + n, postfix!.queueEmpty);
       }
       const sent = await submit(peer === 'smtp' ? ours : theirs, { count: n });
       if (Object.keys(sent.refused).length > 0) throw new Error(`${PEER_NAMES[peer]} refused ${JSON.stringify(sent.refused)}`);
-      return await settled(before + sent.accepted, peer === 'smtp' ? null : postfix!.queueEmpty);
+      return settled(before + sent.accepted, peer === 'smtp' ? null : postfix!.queueEmpty);
     };
     // BENCH_PEERS (a comma list of the four) narrows the run, for a profile of one way.
     const chosen = process.env.BENCH_PEERS?.split(',');

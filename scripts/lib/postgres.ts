@@ -208,7 +208,7 @@ export async function startPostgres(options: { certificate: PgCertificate }): Pr
       await reloadAndWait('ssl_cert_file', CERT_FILES[certificate].cert);
       await reloadAndWait('ssl_key_file', CERT_FILES[certificate].key);
     },
-    setSsl: async (on) => await reloadAndWait('ssl', on ? 'on' : 'off'),
+    setSsl: (on) => reloadAndWait('ssl', on ? 'on' : 'off'),
     admin,
     connect: async (db = database) => {
       const client = new pg.Client({ host: '127.0.0.1', port, user, password, database: db, ssl: { rejectUnauthorized: false } });

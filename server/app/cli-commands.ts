@@ -182,14 +182,12 @@ async function runCommand(store: Store, config: Config, command: string, opts: O
       const key = await insertKey(deps, { accountId: row.id, name: 'operator', scopes: SCOPES });
       return { account: await accountView(deps, row), key: key.key };
     }
-    case 'accounts list':
-      return {
-        data: (await store.db
-          .select()
-          .from(accounts)
-          .orderBy(desc(accounts.id)))
-          .map((r) => await accountView(deps, r)),
-      };
+    case 'accounts list': {
+      const rows = await store.db.select().from(accounts).orderBy(desc(accounts.id));
+      const data = [];
+      for (const r of rows) data.push(await accountView(deps, r));
+      return { data };
+    }
     case 'accounts set-quota': {
       const quota = integer('daily-quota', required(opts, 'daily-quota'), OPERATOR_NUMBER_MIN.dailyQuota)!;
       return await view(await setDailyQuota(deps, (await account()).id, quota));

@@ -125,7 +125,7 @@ export async function accountView(deps: Pick<Deps, 'db' | 'clock' | 'config'>, r
 export async function createTopLevelAccount(deps: Pick<Deps, 'db' | 'clock' | 'config'>, input: { name: string; credits?: number; dailyQuota?: number }): Promise<AccountRow> {
   const now = deps.clock.now();
   const credits = input.credits ?? 0;
-  return await one(deps.db
+  return (await one(deps.db
     .insert(accounts)
     .values({
       id: newId(now),
@@ -137,7 +137,7 @@ export async function createTopLevelAccount(deps: Pick<Deps, 'db' | 'clock' | 'c
       creditsBalance: credits,
       creditsTotalPurchased: credits,
     })
-    .returning());
+    .returning()))!;
 }
 
 /** POST /accounts: one level only, at most MAX_SUB_ACCOUNTS per account. */
@@ -156,10 +156,10 @@ export async function createSubAccount({
   const row = await deps.db.transaction(async (tx) => {
     const count = (await one(tx.select({ n: sql<number>`count(*)` }).from(accounts).where(eq(accounts.parentId, ctx.account.id))))?.n ?? 0;
     if (count >= MAX_SUB_ACCOUNTS) throw new ApiError('limit_reached', `This account already has ${MAX_SUB_ACCOUNTS} sub-accounts.`);
-    return await one(tx
+    return (await one(tx
       .insert(accounts)
       .values({ id: newId(now), parentId: ctx.account.id, name: input.name, createdAt: now, dailyQuota: deps.config.defaultDailyQuota })
-      .returning());
+      .returning()))!;
   });
   return await accountView(deps, row, ctx.account);
 }
@@ -171,7 +171,9 @@ export async function listSubAccounts({ deps, ctx, page }: { deps: Pick<Deps, 'c
     .where(and(eq(accounts.parentId, ctx.account.id), page.after ? lt(accounts.id, page.after) : undefined))
     .orderBy(desc(accounts.id))
     .limit(page.limit + 1);
-  return rows.map((r) => await accountView(deps, r, ctx.account));
+  const views: AccountView[] = [];
+  for (const r of rows) views.push(await accountView(deps, r, ctx.account));
+  return views;
 }
 
 async function requireSubAccount(deps: Pick<Deps, 'db'>, ctx: RequestContext, id: string): Promise<AccountRow> {

@@ -46,7 +46,8 @@ export const NOT_CONNECTED: DatabaseStatus = {
   pending: 0,
 };
 
-export async function statusOf(deps: Pick<Deps, 'db'>, row: CustomerDatabaseRow, pending = await pendingWrites(deps.db, row.accountId)): Promise<DatabaseStatus> {
+export async function statusOf(deps: Pick<Deps, 'db'>, row: CustomerDatabaseRow, pendingGiven?: number): Promise<DatabaseStatus> {
+  const pending = pendingGiven ?? (await pendingWrites(deps.db, row.accountId));
   return {
     connected: true,
     host: row.host,

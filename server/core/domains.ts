@@ -196,10 +196,10 @@ export async function createDomain({
       await tx.update(domainKeys).set({ releasedAt: now }).where(eq(domainKeys.id, claim.keyId));
       await pruneKeptDomainKeys(tx, claim.accountId);
     }
-    return await one(tx
+    return (await one(tx
       .insert(domains)
       .values({ id: newId(now), accountId, name, keyId: key.id, recordStatus: PENDING, checks: null, createdAt: now, lastCheckedAt: now })
-      .returning());
+      .returning()))!;
   });
   deps.logger.info('domain.created', { domainId: row.id, accountId, name });
   return domainView(deps, row, key!);

@@ -89,7 +89,7 @@ const LIST_CHUNK = 16;
  * caller (toPage) stops pulling once a page is full, by count or by bytes, so rows stored before the input limits
  * (a megabyte subject) are never all loaded at once.
  */
-export function* listEmails({
+export async function* listEmails({
   deps,
   ctx,
   page,
@@ -99,7 +99,7 @@ export function* listEmails({
   ctx: RequestContext;
   page: PageRequest;
   filter: z.output<typeof emailFilter>;
-}): Generator<EmailView> {
+}): AsyncGenerator<EmailView> {
   let after = page.after;
   let left = page.limit + 1;
   while (left > 0) {

@@ -20,7 +20,7 @@ import { type Capture, storeCapture } from './capture-store.js';
 import type { Classified } from './dsn.js';
 import { nextAttemptAt } from './delivery-schedule.js';
 import { isSimulatorAddress } from './simulator.js';
-import { one } from '../../db/sql.js';
+import { changes, one } from '../../db/sql.js';
 
 /** A recipient leased from the outbound queue, with its message: what one delivery attempt works on. */
 export interface Claimed {
@@ -93,7 +93,7 @@ export async function recordOutcome(
         attempts,
         nextAttemptAt: recorded.nextAttemptAt ?? now,
       });
-      if (updated.changes !== 1) throw new LeaseLost();
+      if (changes(updated) !== 1) throw new LeaseLost();
       const of = { emailId: job.message.id, accountId: job.message.accountId, recipient: job.recipient.recipient, occurredAt: now };
       if (extras.capture) await storeCapture(db, extras.capture);
       const written = await writeOutcome(deps, { ...of, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail });

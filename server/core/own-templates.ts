@@ -331,7 +331,7 @@ export async function deleteTemplate(db: Db, account: Pick<AccountRow, 'id'>, na
 const COMPILED_CACHE_SIZE = 256;
 const compiled = new Map<string, CompiledTemplate>();
 
-function compiledOf(key: string, build: () => CompiledTemplate): CompiledTemplate {
+async function compiledOf(key: string, build: () => Promise<CompiledTemplate>): Promise<CompiledTemplate> {
   const hit = compiled.get(key);
   if (hit) {
     // Most recently used last: the oldest entry is the first the map yields.
@@ -339,7 +339,7 @@ function compiledOf(key: string, build: () => CompiledTemplate): CompiledTemplat
     compiled.set(key, hit);
     return hit;
   }
-  const made = build();
+  const made = await build();
   compiled.set(key, made);
   if (compiled.size > COMPILED_CACHE_SIZE) compiled.delete(compiled.keys().next().value!);
   return made;
@@ -363,7 +363,7 @@ export async function resolveOwnTemplate(db: Db, account: Pick<AccountRow, 'id' 
   if (!head) return undefined;
   const { found, layout } = head;
   const key = `${found.id}:${found.version}:${layout ? `${layout.id}:${layout.version}` : '-'}`;
-  const made = compiledOf(key, async () => {
+  const made = await compiledOf(key, async () => {
     const q = statements(db);
     const v = await one(q.source.execute({ templateId: found.id, version: found.version }));
     const l = layout ? await one(q.source.execute({ templateId: layout.id, version: layout.version })) : undefined;

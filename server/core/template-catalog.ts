@@ -191,7 +191,7 @@ export async function renderPreview(db: Db, account: Pick<AccountRow, 'id' | 'pa
   return renderCompiled(name, compiled, req.vars);
 }
 
-function renderCompiled(name: string, compiled: ReturnType<typeof compileUnsaved>, vars: Vars): Rendered {
+function renderCompiled(name: string, compiled: Awaited<ReturnType<typeof compileUnsaved>>, vars: Vars): Rendered {
   const issue = checkDeclaredVariables(name, compiled.variables, vars);
   if (issue) throw invalidVariable(issue);
   const rendered = compiled.render(vars);

@@ -109,7 +109,7 @@ export function createCustomerDbWriter(
    * the writer knows of is being served (each serve keeps fetching until its database has nothing due).
    */
   async function dueDatabases(now: number): Promise<CustomerDatabaseRow[]> {
-    if (busy.size > 0 && busy.size >= ((await one(statements(deps.db).databaseCount))?.count ?? 0)) return [];
+    if (busy.size > 0 && busy.size >= ((await one(statements(deps.db).databaseCount.execute()))?.count ?? 0)) return [];
     return (await statements(deps.db)
       .dueDatabases.execute({ now }))
       .filter((d) => !busy.has(d.accountId));

@@ -3,7 +3,7 @@
  * engine, the webhook dispatcher and the customer-database writer. A tick that returns true (it filled its batch)
  * runs again at once. A tick's error is handed to `onError`, never thrown: the loop goes on.
  */
-export function createPollLoop(opts: { intervalMs: number; tick: () => boolean | undefined; onError: (err: unknown) => void }) {
+export function createPollLoop(opts: { intervalMs: number; tick: () => Promise<boolean | undefined>; onError: (err: unknown) => void }) {
   let running = false;
   let wake: (() => void) | null = null;
   let done: Promise<void> = Promise.resolve();
@@ -12,7 +12,7 @@ export function createPollLoop(opts: { intervalMs: number; tick: () => boolean |
     while (running) {
       let again = false;
       try {
-        again = opts.tick() === true;
+        again = (await opts.tick()) === true;
       } catch (err) {
         opts.onError(err);
       }

@@ -179,7 +179,7 @@ export function createWebhookDispatcher(
       if (capped > 0) deps.logger.warn('webhook.leases_capped', { capped });
     },
     // A claimed delivery still waiting for a slot (none should: claims stay within the room) gives its lease back.
-    drain: () => slots.cancelAll(),
+    drain: async () => slots.cancelAll(),
   });
 
   return {

@@ -90,7 +90,7 @@ export async function toPage<T extends { id: string }>(
   list: ListDef,
   scope: string,
   page: PageRequest,
-  rows: Iterable<T>,
+  rows: Iterable<T> | AsyncIterable<T>,
 ): Promise<{ data: T[]; nextCursor: string | null }> {
   return await toPageBy(db, list, scope, page, rows, (row) => row.id);
 }
@@ -101,13 +101,13 @@ export async function toPageBy<T>(
   list: ListDef,
   scope: string,
   page: PageRequest,
-  rows: Iterable<T>,
+  rows: Iterable<T> | AsyncIterable<T>,
   keyOf: (row: T) => string,
 ): Promise<{ data: T[]; nextCursor: string | null }> {
   const data: T[] = [];
   let bytes = 0;
   let more = false;
-  for (const row of rows) {
+  for await (const row of rows) {
     if (data.length >= page.limit) {
       more = true;
       break;

@@ -276,7 +276,7 @@ export async function parseSpooled(
   try {
     verdicts = withVerdicts ? await verdictsOf(deps, open, w) : NO_VERDICTS;
   } catch (err) {
-    return await emit({ spoolFailed: `the spooled message could not be read: ${(err as Error).message}` });
+    return emit({ spoolFailed: `the spooled message could not be read: ${(err as Error).message}` });
   }
   await emit({ verdicts });
   let parsed: ParsedMessage;
@@ -306,10 +306,10 @@ export async function parseSpooled(
       await emit({ attachmentEnd: { size } });
     });
   } catch (err) {
-    if (err instanceof SpoolError) return await emit({ spoolFailed: err.message });
+    if (err instanceof SpoolError) return emit({ spoolFailed: err.message });
     if (!(err instanceof UnparsableMessage)) throw err;
     deps.logger.warn('inbound.unparsable', { id: w.id, accountId: w.accountId, reason: err.message });
-    return await emit({ unparsable: err.message });
+    return emit({ unparsable: err.message });
   }
   await emit({ parsed });
 }

@@ -165,7 +165,7 @@ export async function passingSigners(deps: ParseDeps, raw: Buffer, budgetMs = VE
     return dkim.results.filter((r) => r.status?.result === 'pass' && r.signingDomain).map((r) => String(r.signingDomain).toLowerCase());
   };
   try {
-    return await Promise.race([await check(), late]);
+    return await Promise.race([check(), late]);
   } catch (err) {
     deps.logger.warn('inbound.authenticate_failed', { err });
     return [];

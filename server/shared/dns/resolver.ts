@@ -57,7 +57,7 @@ export function createResolver(options: ResolverOptions): DnsResolver {
     const deadline = new Promise<Lookup<T>>((resolve) => {
       timer = setTimeout(() => resolve({ status: 'unknown', reason: 'timeout' }), timeoutMs);
     });
-    const answer = (await run()).then(
+    const answer = run().then(
       (records): Lookup<T> =>
         records.length > 0 ? { status: 'found', records, ...(ttlOf ? { ttl: ttlOf(records) } : {}) } : { status: 'missing', nxdomain: false },
       (err: NodeJS.ErrnoException): Lookup<T> => {
