@@ -192,7 +192,7 @@ export function createDeliveryEngine(
 
   /** Claims everything due now (by the injected clock, up to `batchSize`) and resolves when each is finished. */
   async function runOnce(): Promise<number> {
-    const finished = claim(opts.batchSize);
+    const finished = await claim(opts.batchSize);
     await Promise.all(finished);
     return finished.length;
   }
@@ -237,7 +237,7 @@ export function createDeliveryEngine(
           message: `replies still awaited after ${opts.stopGraceMs} ms: those recipients stay leased and are tried again after the next start`,
         });
       }
-      releaseWaiting();
+      await releaseWaiting();
       await signer.close();
     },
   };

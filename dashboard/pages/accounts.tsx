@@ -130,7 +130,7 @@ export function accountPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUs
   const action = (path: string, run: (row: AccountRow, form: Record<string, string>) => Outcome | Promise<Outcome>) =>
     app.post(`/accounts/:id/${path}`, async (c) => {
       const row = await requireAccount(deps.db, c.req.param('id'));
-      return formAction(deps, c, `${current}/${row.id}`, () => run(row, c.var.form));
+      return formAction(deps, c, `${current}/${row.id}`, async () => await run(row, c.var.form));
     });
 
   action('quota', async (row, form) => {

@@ -28,7 +28,7 @@ export function domainPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger
     const q = (c.req.query('q') ?? '').slice(0, 253);
     const account = await accountFilter(deps.db, c.req.query('account'));
     const accountId = account?.id ?? null;
-    const page = listAllDomains(
+    const page = await listAllDomains(
       deps,
       { accountId, search: q },
       readPageLink((n) => c.req.query(n)),

@@ -23,7 +23,7 @@ export function emailPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'secretK
       if (filter.account !== null) await requireAccount(deps.db, filter.account);
       const link = readPageLink((n) => c.req.query(n));
       const values = Object.fromEntries(FILTER_FIELDS.map((f) => [f, query[f] ?? ''])) as FilterValues;
-      const page = errors.length === 0 ? listSendLog(deps.db, filter, link) : null;
+      const page = errors.length === 0 ? await listSendLog(deps.db, filter, link) : null;
       return render(
         deps,
         c,

@@ -30,7 +30,7 @@ export function suppressionPages(deps: Pick<Deps, 'clock' | 'db'>) {
       .get('/suppressions', async (c) => {
         const accountId = (await accountFilter(deps.db, c.req.query('account')))?.id;
         const q = c.req.query('q') ?? '';
-        const page = listAllSuppressions(
+        const page = await listAllSuppressions(
           deps.db,
           { accountId, search: searchKey(q) },
           readForwardLink((n) => c.req.query(n)),

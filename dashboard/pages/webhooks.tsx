@@ -36,7 +36,7 @@ export function webhookPages(deps: Pick<Deps, 'clock' | 'commits' | 'config' | '
       const accountId = (await accountFilter(deps.db, c.req.query('account')))?.id;
       const status = c.req.query('status') || undefined;
       if (status !== undefined && !isEndpointHealth(status)) throw new ApiError('invalid_request', 'status: must be enabled, failing or disabled.');
-      const page = listEndpoints(
+      const page = await listEndpoints(
         deps.db,
         { accountId, health: status },
         readForwardLink((n) => c.req.query(n)),
@@ -65,7 +65,7 @@ export function webhookPages(deps: Pick<Deps, 'clock' | 'commits' | 'config' | '
     })
     .get('/webhooks/:id', async (c) => {
       const endpoint = await requireEndpointSummary(deps.db, c.req.param('id'));
-      const page = listEndpointDeliveries(
+      const page = await listEndpointDeliveries(
         deps.db,
         endpoint.view,
         readForwardLink((n) => c.req.query(n)),

@@ -29,7 +29,7 @@ export async function listAccounts(deps: Pick<Deps, 'db' | 'clock' | 'config'>, 
     q === ''
       ? undefined
       : or(sql`${accounts.name} LIKE ${likePattern(q, 'anywhere')} ESCAPE '\\'`, sql`${accounts.id} LIKE ${likePattern(q.toLowerCase(), 'start')} ESCAPE '\\'`);
-  const page = pageByIds(
+  const page = await pageByIds(
     accounts.id,
     link,
     PAGE_SIZE,

@@ -30,7 +30,7 @@ export async function troubledWebhooks(db: Db): Promise<Capped<EndpointSummary> 
   for (const health of ['disabled', 'failing'] as const) {
     total += (await one(db.select({ n: count() }).from(webhookEndpoints).where(ENDPOINT_HEALTH[health].where())))?.n ?? 0;
     const left = ATTENTION_LIMIT - items.length;
-    if (left > 0) items.push(...listEndpoints(db, { health }, { after: null, before: null }, left).items);
+    if (left > 0) items.push(...(await listEndpoints(db, { health }, { after: null, before: null }, left)).items);
   }
   return { items, total, endpoints: (await one(db.select({ n: count() }).from(webhookEndpoints)))?.n ?? 0 };
 }

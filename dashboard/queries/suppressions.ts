@@ -46,7 +46,7 @@ export function searchKey(text: string | undefined): string | undefined {
 }
 
 /** Every account's suppressed addresses, newest first, filtered by account and searched by address. */
-export function listAllSuppressions(db: Db, filter: SuppressionFilter, link: PageLink): IdPage<SuppressionSummary> {
+export async function listAllSuppressions(db: Db, filter: SuppressionFilter, link: PageLink): Promise<IdPage<SuppressionSummary>> {
   const search = filter.search;
   const where = and(
     filter.accountId ? eq(suppressions.accountId, filter.accountId) : undefined,
@@ -54,7 +54,7 @@ export function listAllSuppressions(db: Db, filter: SuppressionFilter, link: Pag
     // LIKE wildcards to escape.
     search ? sql`substr(${suppressions.address}, 1, ${search.length}) = ${search}` : undefined,
   );
-  return pageByIds(
+  return await pageByIds(
     suppressions.id,
     link,
     PAGE_SIZE,

@@ -94,12 +94,12 @@ export interface EndpointFilter {
 }
 
 /** Every account's endpoints, newest first, filtered by account and health, `limit` to a page. */
-export function listEndpoints(db: Db, filter: EndpointFilter, link: PageLink, limit = PAGE_SIZE): IdPage<EndpointSummary> {
+export async function listEndpoints(db: Db, filter: EndpointFilter, link: PageLink, limit = PAGE_SIZE): Promise<IdPage<EndpointSummary>> {
   const where = and(
     filter.accountId ? eq(webhookEndpoints.accountId, filter.accountId) : undefined,
     filter.health ? ENDPOINT_HEALTH[filter.health].where() : undefined,
   );
-  return pageByIds(
+  return await pageByIds(
     webhookEndpoints.id,
     link,
     limit,
@@ -179,8 +179,8 @@ function toDelivery(row: WebhookDeliveryRow, endpointActive: boolean, now: numbe
 }
 
 /** An endpoint's deliveries, newest first (ids are UUIDv7: id order is event order). */
-export function listEndpointDeliveries(db: Db, endpoint: WebhookEndpointView, link: PageLink, now: number): IdPage<DeliverySummary> {
-  return pageByIds(
+export async function listEndpointDeliveries(db: Db, endpoint: WebhookEndpointView, link: PageLink, now: number): Promise<IdPage<DeliverySummary>> {
+  return await pageByIds(
     webhookDeliveries.id,
     link,
     PAGE_SIZE,

@@ -62,9 +62,9 @@ async function main(): Promise<void> {
     );
   });
 
-  workers.engine.start();
-  workers.webhooks.start();
-  workers.customerDb.start();
+  await workers.engine.start();
+  await workers.webhooks.start();
+  await workers.customerDb.start();
   const http = await listenHttpOrExit(deps);
   if (stop.stopping) {
     await http.close();

@@ -24,10 +24,10 @@ export function createHousekeeping(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 
 
   /** Spool files no queued write reads (a crash between the file and its commit, writes dropped or deleted). */
   let lastSweep = 0;
-  function sweep(): void {
+  async function sweep(): Promise<void> {
     if (Date.now() - lastSweep < SPOOL_SWEEP_EVERY_MS) return;
     lastSweep = Date.now();
-    const removed = sweepSpool(deps.config.dataDir, Date.now(), SPOOL_ORPHAN_AFTER_MS, async (id) => await spoolReferenced(deps.db, id));
+    const removed = await sweepSpool(deps.config.dataDir, Date.now(), SPOOL_ORPHAN_AFTER_MS, async (id) => await spoolReferenced(deps.db, id));
     if (removed > 0) deps.logger.info('inbound.spool_swept', { removed });
   }
 

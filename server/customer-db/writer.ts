@@ -124,7 +124,7 @@ export function createCustomerDbWriter(
       lastHousekeeping = now;
       await housekeeping.dropExpired();
       await pools.closeForgotten(busy);
-      housekeeping.sweep();
+      await housekeeping.sweep();
     }
     if (room <= 0) return [];
     return (await dueDatabases(deps.clock.now())).slice(0, room);
