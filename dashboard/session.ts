@@ -45,9 +45,7 @@ export async function openSession(deps: Pick<Deps, 'db' | 'clock'>): Promise<{ t
   await deps.db
     .delete(dashboardSessions)
     .where(or(lt(dashboardSessions.lastSeenAt, now - SESSION_POLICY.idleMs), lt(dashboardSessions.createdAt, now - SESSION_POLICY.absoluteMs)));
-  await deps.db
-    .insert(dashboardSessions)
-    .values({ ...session, createdAt: now, lastSeenAt: now });
+  await deps.db.insert(dashboardSessions).values({ ...session, createdAt: now, lastSeenAt: now });
   return { token, session };
 }
 

@@ -106,16 +106,18 @@ export async function claimDueRecipients(
   leaseNow: number = now,
 ): Promise<Claimed[]> {
   const q = statements(db);
-  const rows = await unsynced(db, async () =>
-    await db.transaction(async () => {
-      const accounts = await accountsWithQueuedMail(db);
-      const perAccount: string[][] = [];
-      for (const account of accounts) {
-        const room = Math.min(limit, shares.room[account] ?? shares.perAccount);
-        perAccount.push(room <= 0 ? [] : await dueOf(db, account, now, leaseNow, room));
-      }
-      return await leases.lease(db, worker, takeInTurns(perAccount, limit), leaseNow + leaseMs, leaseNow);
-    }),
+  const rows = await unsynced(
+    db,
+    async () =>
+      await db.transaction(async () => {
+        const accounts = await accountsWithQueuedMail(db);
+        const perAccount: string[][] = [];
+        for (const account of accounts) {
+          const room = Math.min(limit, shares.room[account] ?? shares.perAccount);
+          perAccount.push(room <= 0 ? [] : await dueOf(db, account, now, leaseNow, room));
+        }
+        return await leases.lease(db, worker, takeInTurns(perAccount, limit), leaseNow + leaseMs, leaseNow);
+      }),
   );
   if (rows.length === 0) return [];
   const messages = new Map((await q.messages.execute({ ids: JSON.stringify([...new Set(rows.map((r) => r.messageId))]) })).map((m) => [m.id, m]));

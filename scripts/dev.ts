@@ -110,7 +110,7 @@ export async function devAdminToken(config: Config, env: NodeJS.ProcessEnv): Pro
   if (hasDatabase(config.dataDir)) {
     const store = openDatabase(config.dataDir);
     try {
-      if (await adminTokenHash(store.db) !== null) return null;
+      if ((await adminTokenHash(store.db)) !== null) return null;
     } finally {
       store.close();
     }

@@ -88,7 +88,7 @@ export function accountPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUs
 
   app.get('/accounts/:id', async (c) => {
     const row = await requireAccount(deps.db, c.req.param('id'));
-    const parent = row.parentId === null ? null : (await findAccount(deps.db, row.parentId) ?? null);
+    const parent = row.parentId === null ? null : ((await findAccount(deps.db, row.parentId)) ?? null);
     const ctx = operatorContext(row);
     const query = (n: string) => c.req.query(n);
     const here = `${current}/${row.id}`;

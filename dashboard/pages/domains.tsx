@@ -38,7 +38,14 @@ export function domainPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger
       deps,
       c,
       { title: 'Domains', current },
-      <DomainsListBody q={q} account={account} rows={page.items} pager={pager} csrf={c.var.session.csrfToken} choices={await accountChoices(deps.db, accountId)} />,
+      <DomainsListBody
+        q={q}
+        account={account}
+        rows={page.items}
+        pager={pager}
+        csrf={c.var.session.csrfToken}
+        choices={await accountChoices(deps.db, accountId)}
+      />,
     );
   });
 

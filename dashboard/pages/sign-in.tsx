@@ -69,7 +69,7 @@ export function signInRoutes(deps: Pick<Deps, 'clock' | 'db' | 'logger'>) {
   return new Hono<DashEnv>()
     .get('/sign-in', async (c) => {
       const token = getCookie(c, SESSION_COOKIE);
-      if (token && await findSession(deps, token)) return c.redirect(safeNext(c.req.query('next')), 303);
+      if (token && (await findSession(deps, token))) return c.redirect(safeNext(c.req.query('next')), 303);
       const message =
         c.req.query('signed-out') !== undefined
           ? { kind: 'ok' as const, text: 'You are signed out.' }
@@ -89,7 +89,7 @@ export function signInRoutes(deps: Pick<Deps, 'clock' | 'db' | 'logger'>) {
       // client's): checking it costs one hash. Only wrong tokens are counted and limited, per address (an IPv6 client
       // by its /64, server/shared/ip-ranges.ts clientKey). Guessing is hopeless whatever the limit: a generated token
       // holds 238 random bits (server/core/admin-token.ts).
-      if (!await isAdminToken(deps.db, fields.token ?? '')) {
+      if (!(await isAdminToken(deps.db, fields.token ?? ''))) {
         const counted = limiter.take(clientKey(clientAddress(c)));
         if (!counted.ok) {
           c.header('Retry-After', String(counted.retryAfterSeconds));

@@ -213,7 +213,12 @@ export function templatePages(deps: Deps) {
     .post('/templates/:accountId/versions/:name/restore', async (c) => {
       const account = await requireAccount(deps.db, c.req.param('accountId'));
       const name = c.req.param('name');
-      return formAction(deps, c, `/dashboard/templates/${account.id}/versions/${name}`, async () => await restoreVersion(deps, account, name, Number(field(c, 'version'))));
+      return formAction(
+        deps,
+        c,
+        `/dashboard/templates/${account.id}/versions/${name}`,
+        async () => await restoreVersion(deps, account, name, Number(field(c, 'version'))),
+      );
     });
 }
 

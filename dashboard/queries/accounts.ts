@@ -38,24 +38,13 @@ export async function listAccounts(deps: Pick<Deps, 'db' | 'clock' | 'config'>, 
   );
   const ids = page.items.map((r) => r.id);
   const parentIds = [...new Set(page.items.flatMap((r) => (r.parentId === null ? [] : [r.parentId])))];
-  const parents = new Map(
-    parentIds.length === 0
-      ? []
-      : (await deps.db
-          .select()
-          .from(accounts)
-          .where(inArray(accounts.id, parentIds)))
-          .map((p) => [p.id, p]),
-  );
+  const parents = new Map(parentIds.length === 0 ? [] : (await deps.db.select().from(accounts).where(inArray(accounts.id, parentIds))).map((p) => [p.id, p]));
   const subCounts = new Map(
     ids.length === 0
       ? []
-      : (await deps.db
-          .select({ parentId: accounts.parentId, n: count() })
-          .from(accounts)
-          .where(inArray(accounts.parentId, ids))
-          .groupBy(accounts.parentId))
-          .map((r) => [r.parentId, r.n]),
+      : (
+          await deps.db.select({ parentId: accounts.parentId, n: count() }).from(accounts).where(inArray(accounts.parentId, ids)).groupBy(accounts.parentId)
+        ).map((r) => [r.parentId, r.n]),
   );
   const items: AccountListRow[] = [];
   for (const row of page.items) {

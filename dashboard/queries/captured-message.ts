@@ -109,10 +109,12 @@ async function heldKeyAnswer(db: Db, accountId: string, name: string): Promise<s
   if (at <= 0) return null;
   const selector = name.slice(0, at);
   const domain = name.slice(at + '._domainkey.'.length);
-  const row = await one(db
-    .select({ selector: domainKeys.selector, publicKey: domainKeys.dkimPublicKey })
-    .from(domainKeys)
-    .where(and(eq(domainKeys.accountId, accountId), eq(domainKeys.name, domain))));
+  const row = await one(
+    db
+      .select({ selector: domainKeys.selector, publicKey: domainKeys.dkimPublicKey })
+      .from(domainKeys)
+      .where(and(eq(domainKeys.accountId, accountId), eq(domainKeys.name, domain))),
+  );
   return row && row.selector.toLowerCase() === selector ? [[dkimRecordValue(row.publicKey)]] : null;
 }
 

@@ -65,20 +65,23 @@ export async function countCaptured(db: Db): Promise<number> {
 
 /** The capture of one recipient of an email (recipient compared lower-cased, as the store keeps it), or undefined. */
 export async function findCaptured(db: Db, emailId: string, recipient: string): Promise<CapturedEntry | undefined> {
-  return await one(db
-    .select(entryColumns)
-    .from(capturedMessages)
-    .innerJoin(emails, eq(emails.id, capturedMessages.emailId))
-    .innerJoin(accounts, eq(accounts.id, capturedMessages.accountId))
-    .where(and(eq(capturedMessages.emailId, emailId), eq(capturedMessages.recipient, recipient.toLowerCase()))));
+  return await one(
+    db
+      .select(entryColumns)
+      .from(capturedMessages)
+      .innerJoin(emails, eq(emails.id, capturedMessages.emailId))
+      .innerJoin(accounts, eq(accounts.id, capturedMessages.accountId))
+      .where(and(eq(capturedMessages.emailId, emailId), eq(capturedMessages.recipient, recipient.toLowerCase()))),
+  );
 }
 
 /** The recipients of an email whose messages are kept, in capture order. */
 export async function capturedRecipientsOf(db: Db, emailId: string): Promise<string[]> {
-  return (await db
-    .select({ recipient: capturedMessages.recipient })
-    .from(capturedMessages)
-    .where(eq(capturedMessages.emailId, emailId))
-    .orderBy(asc(capturedMessages.seq)))
-    .map((r) => r.recipient);
+  return (
+    await db
+      .select({ recipient: capturedMessages.recipient })
+      .from(capturedMessages)
+      .where(eq(capturedMessages.emailId, emailId))
+      .orderBy(asc(capturedMessages.seq))
+  ).map((r) => r.recipient);
 }

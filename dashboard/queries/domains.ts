@@ -33,7 +33,11 @@ async function selectDomains(db: Db, where: SQL | undefined, order: SQL, take: n
 type DomainJoinRow = Awaited<ReturnType<typeof selectDomains>>[number];
 
 /** Every domain, newest first; optionally one account's, and `search` matching the domain's name anywhere. */
-export async function listAllDomains(deps: Pick<Deps, 'db' | 'config'>, filter: { accountId: string | null; search: string }, link: PageLink): Promise<IdPage<DomainListRow>> {
+export async function listAllDomains(
+  deps: Pick<Deps, 'db' | 'config'>,
+  filter: { accountId: string | null; search: string },
+  link: PageLink,
+): Promise<IdPage<DomainListRow>> {
   const q = filter.search.trim();
   const where = and(
     filter.accountId === null ? undefined : eq(domains.accountId, filter.accountId),
@@ -47,22 +51,21 @@ export async function listAllDomains(deps: Pick<Deps, 'db' | 'config'>, filter: 
     async (bound, order, take) => await selectDomains(deps.db, and(where, bound), order, take),
   );
   const items: DomainListRow[] = [];
-  for (const r of page.items) items.push({ view: domainView(deps, r.domain, r.key), account: r.account, hasDatabase: await hasDatabase(deps.db, r.account.id) });
+  for (const r of page.items)
+    items.push({ view: domainView(deps, r.domain, r.key), account: r.account, hasDatabase: await hasDatabase(deps.db, r.account.id) });
   return { ...page, items };
 }
 
 /** Whether inbound mail for `accountId`'s domains has a database to go to: its own or its parent's (databaseOwnerOf). */
 export async function hasDatabase(db: Db, accountId: string): Promise<boolean> {
-  return await databaseOwnerOf(db, accountId) !== null;
+  return (await databaseOwnerOf(db, accountId)) !== null;
 }
 
 /** The account a domain belongs to (the operator acts as it), or the 404 page. */
 export async function requireDomainAccount(deps: Pick<Deps, 'db'>, domainId: string): Promise<AccountRow> {
-  const found = await one(deps.db
-    .select({ account: accounts })
-    .from(domains)
-    .innerJoin(accounts, eq(accounts.id, domains.accountId))
-    .where(eq(domains.id, domainId)));
+  const found = await one(
+    deps.db.select({ account: accounts }).from(domains).innerJoin(accounts, eq(accounts.id, domains.accountId)).where(eq(domains.id, domainId)),
+  );
   if (!found) throw new ApiError('not_found', 'There is no domain with that id.');
   return found.account;
 }

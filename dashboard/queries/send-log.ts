@@ -98,13 +98,14 @@ export async function listSendLog(db: Db, filter: SendLogFilter, link: PageLink,
     limit,
     (r: SendLogRow) => r.email.id,
     async (bound, order, take) =>
-      (await db
-        .select({ email: emails, accountName: accounts.name })
-        .from(emails)
-        .innerJoin(accounts, eq(accounts.id, emails.accountId))
-        .where(and(where, bound))
-        .orderBy(order)
-        .limit(take))
-        .map((r) => ({ email: emailView(r.email), accountId: r.email.accountId, accountName: r.accountName })),
+      (
+        await db
+          .select({ email: emails, accountName: accounts.name })
+          .from(emails)
+          .innerJoin(accounts, eq(accounts.id, emails.accountId))
+          .where(and(where, bound))
+          .orderBy(order)
+          .limit(take)
+      ).map((r) => ({ email: emailView(r.email), accountId: r.email.accountId, accountName: r.accountName })),
   );
 }

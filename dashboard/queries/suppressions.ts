@@ -88,19 +88,21 @@ export async function listAllSuppressions(db: Db, filter: SuppressionFilter, lin
  * id is no earlier than that time (idFloor), which bounds the walk of the account index.
  */
 async function sourceEmailOf(db: Db, accountId: string, address: string, status: 'bounced' | 'complained', at: number): Promise<string | null> {
-  const row = await one(db
-    .select({ emailId: emailEvents.emailId })
-    .from(emailEvents)
-    .where(
-      and(
-        sql`${emailEvents.accountId} in (select id from accounts where id = ${accountId} or parent_id = ${accountId})`,
-        sql`${emailEvents.id} >= ${idFloor(at)}`,
-        eq(emailEvents.occurredAt, at),
-        eq(emailEvents.status, status),
-        sql`lower(${emailEvents.recipient}) = ${address}`,
-      ),
-    )
-    .orderBy(emailEvents.id)
-    .limit(1));
+  const row = await one(
+    db
+      .select({ emailId: emailEvents.emailId })
+      .from(emailEvents)
+      .where(
+        and(
+          sql`${emailEvents.accountId} in (select id from accounts where id = ${accountId} or parent_id = ${accountId})`,
+          sql`${emailEvents.id} >= ${idFloor(at)}`,
+          eq(emailEvents.occurredAt, at),
+          eq(emailEvents.status, status),
+          sql`lower(${emailEvents.recipient}) = ${address}`,
+        ),
+      )
+      .orderBy(emailEvents.id)
+      .limit(1),
+  );
   return row?.emailId ?? null;
 }

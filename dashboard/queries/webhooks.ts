@@ -105,29 +105,36 @@ export async function listEndpoints(db: Db, filter: EndpointFilter, link: PageLi
     limit,
     (s: EndpointSummary) => s.view.id,
     async (bound, order, take) =>
-      (await db
-        .select(summaryColumns)
-        .from(webhookEndpoints)
-        .innerJoin(accounts, eq(accounts.id, webhookEndpoints.accountId))
-        .where(and(where, bound))
-        .orderBy(order)
-        .limit(take))
-        .map(toSummary),
+      (
+        await db
+          .select(summaryColumns)
+          .from(webhookEndpoints)
+          .innerJoin(accounts, eq(accounts.id, webhookEndpoints.accountId))
+          .where(and(where, bound))
+          .orderBy(order)
+          .limit(take)
+      ).map(toSummary),
   );
 }
 
 /** One endpoint of any account, or 404 (a malformed id too). */
 export async function requireEndpointSummary(db: Db, id: string): Promise<EndpointSummary & { pending: number }> {
   const row = isUuid(id)
-    ? await one(db.select(summaryColumns).from(webhookEndpoints).innerJoin(accounts, eq(accounts.id, webhookEndpoints.accountId)).where(eq(webhookEndpoints.id, id)))
+    ? await one(
+        db.select(summaryColumns).from(webhookEndpoints).innerJoin(accounts, eq(accounts.id, webhookEndpoints.accountId)).where(eq(webhookEndpoints.id, id)),
+      )
     : undefined;
   if (!row) throw new ApiError('webhook_not_found', 'There is no webhook endpoint with that id.');
   // Read from the pending index: deliveries that will still be attempted (or wait for the endpoint to come back).
   const pending =
-    (await one(db
-      .select({ n: count() })
-      .from(webhookDeliveries)
-      .where(and(eq(webhookDeliveries.endpointId, id), isNotNull(webhookDeliveries.nextAttemptAt)))))?.n ?? 0;
+    (
+      await one(
+        db
+          .select({ n: count() })
+          .from(webhookDeliveries)
+          .where(and(eq(webhookDeliveries.endpointId, id), isNotNull(webhookDeliveries.nextAttemptAt))),
+      )
+    )?.n ?? 0;
   return { ...toSummary(row), pending };
 }
 
@@ -186,23 +193,26 @@ export async function listEndpointDeliveries(db: Db, endpoint: WebhookEndpointVi
     PAGE_SIZE,
     (d: DeliverySummary) => d.view.id,
     async (bound, order, take) =>
-      (await db
-        .select()
-        .from(webhookDeliveries)
-        .where(and(eq(webhookDeliveries.endpointId, endpoint.id), bound))
-        .orderBy(order)
-        .limit(take))
-        .map((r) => toDelivery(r, endpoint.active, now)),
+      (
+        await db
+          .select()
+          .from(webhookDeliveries)
+          .where(and(eq(webhookDeliveries.endpointId, endpoint.id), bound))
+          .orderBy(order)
+          .limit(take)
+      ).map((r) => toDelivery(r, endpoint.active, now)),
   );
 }
 
 /** One delivery of the given endpoint, or 404 (another endpoint's delivery too); with its stored row for the payload. */
 export async function requireDelivery(db: Db, endpoint: WebhookEndpointView, id: string, now: number): Promise<DeliverySummary & { row: WebhookDeliveryRow }> {
   const row = isUuid(id)
-    ? await one(db
-        .select()
-        .from(webhookDeliveries)
-        .where(and(eq(webhookDeliveries.id, id), eq(webhookDeliveries.endpointId, endpoint.id))))
+    ? await one(
+        db
+          .select()
+          .from(webhookDeliveries)
+          .where(and(eq(webhookDeliveries.id, id), eq(webhookDeliveries.endpointId, endpoint.id))),
+      )
     : undefined;
   if (!row) throw new ApiError('not_found', 'This endpoint has no delivery with that id.');
   return { ...toDelivery(row, endpoint.active, now), row };

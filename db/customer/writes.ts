@@ -276,7 +276,11 @@ export class TargetChangedError extends Error {
  * alone under a savepoint, so only the writes at fault are refused and every other one still lands in this same
  * transaction. Resolves with the refused ones (none when all landed); any other error rejects (nothing committed).
  */
-export async function applyWrites(client: ClientBase, writes: readonly CustomerWrite[], opts: { stillTarget?: () => Promise<boolean> } = {}): Promise<RefusedWrite[]> {
+export async function applyWrites(
+  client: ClientBase,
+  writes: readonly CustomerWrite[],
+  opts: { stillTarget?: () => Promise<boolean> } = {},
+): Promise<RefusedWrite[]> {
   if (writes.length === 0) return [];
   /** Just before each commit: the writes go nowhere if their database was replaced or deleted meanwhile. */
   const commit = async () => {

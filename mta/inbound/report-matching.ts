@@ -79,10 +79,12 @@ interface SentEmail {
 
 /** A send that went out: a sandboxed or failed one has no events (docs/api/contract.md, Email), whatever a report quotes. */
 const findEmail = async (deps: Pick<Deps, 'db'>, id: string): Promise<SentEmail | undefined> =>
-  await one(deps.db
-    .select({ id: emails.id, accountId: emails.accountId, to: emails.to })
-    .from(emails)
-    .where(and(eq(emails.id, id), eq(emails.status, 'sent'))));
+  await one(
+    deps.db
+      .select({ id: emails.id, accountId: emails.accountId, to: emails.to })
+      .from(emails)
+      .where(and(eq(emails.id, id), eq(emails.status, 'sent'))),
+  );
 
 /** The email a report is about: the VERP address it came to, else the reported message's return path, else its Message-ID. */
 async function reportedEmail(

@@ -114,32 +114,34 @@ export function createInboundServer(
       };
       const mailFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
       judged()
-        .then((recipients) => receiveMessage(deps, stream, { mailFrom, recipients, remoteAddress: session.remoteAddress, helo: session.hostNameAppearsAs ?? '' }, checks))
+        .then((recipients) =>
+          receiveMessage(deps, stream, { mailFrom, recipients, remoteAddress: session.remoteAddress, helo: session.hostNameAppearsAs ?? '' }, checks),
+        )
         .then(
-        (received) => {
-          deps.metrics.inboundAccepted();
-          deps.logger.info('inbound.received', {
-            id: received.id,
-            size: received.size,
-            stored: received.stored,
-            events: received.events,
-            operator: received.operator,
-            remoteAddress: session.remoteAddress,
-          });
-          callback(null, `2.0.0 Ok: queued as ${received.id}`);
-        },
-        (err: unknown) => {
-          if (err instanceof SmtpReply) {
-            deps.metrics.inboundRefused('data', err.responseCode);
-            deps.logger.info('inbound.refused', { code: err.responseCode, message: err.message, remoteAddress: session.remoteAddress });
-            return callback(err);
-          }
-          // The client went away mid-DATA (nobody reads the answer), or something failed: nothing was stored.
-          deps.metrics.inboundRefused('data', 451);
-          deps.logger.info('inbound.aborted', { message: err instanceof Error ? err.message : String(err), remoteAddress: session.remoteAddress });
-          callback(reply(451, '4.3.0 The message could not be stored; try again later'));
-        },
-      );
+          (received) => {
+            deps.metrics.inboundAccepted();
+            deps.logger.info('inbound.received', {
+              id: received.id,
+              size: received.size,
+              stored: received.stored,
+              events: received.events,
+              operator: received.operator,
+              remoteAddress: session.remoteAddress,
+            });
+            callback(null, `2.0.0 Ok: queued as ${received.id}`);
+          },
+          (err: unknown) => {
+            if (err instanceof SmtpReply) {
+              deps.metrics.inboundRefused('data', err.responseCode);
+              deps.logger.info('inbound.refused', { code: err.responseCode, message: err.message, remoteAddress: session.remoteAddress });
+              return callback(err);
+            }
+            // The client went away mid-DATA (nobody reads the answer), or something failed: nothing was stored.
+            deps.metrics.inboundRefused('data', 451);
+            deps.logger.info('inbound.aborted', { message: err instanceof Error ? err.message : String(err), remoteAddress: session.remoteAddress });
+            callback(reply(451, '4.3.0 The message could not be stored; try again later'));
+          },
+        );
     },
   });
   // A client resetting its connection is routine on port 25; anything else is worth a warning. A failure to listen

@@ -87,7 +87,7 @@ export async function createDeps(config: Config, clock: Clock, logger: Logger, o
     logger,
     resolver: createResolver({ servers: config.dnsServers }),
     // Generated only on a first start: DATA_DIR holding secrets sealed with a key and no key file is a lost key.
-    secretKey: options.secretKey !== undefined ? options.secretKey : resolveSecretKey(config, { mayGenerate: !await holdsSealedSecrets(store.db) }),
+    secretKey: options.secretKey !== undefined ? options.secretKey : resolveSecretKey(config, { mayGenerate: !(await holdsSealedSecrets(store.db)) }),
     keyUsage: createKeyUsage(),
     rateLimiter: createRateLimiter(clock, { perKey: config.rateLimitPerKey, perAccount: config.rateLimitPerAccount }),
     scans,

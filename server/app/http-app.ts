@@ -23,7 +23,7 @@ import { eventRoutes } from '../api/routes/events.js';
 import { suppressionRoutes } from '../api/routes/suppressions.js';
 import { templateRoutes } from '../api/routes/templates.js';
 import { webhookRoutes } from '../api/routes/webhooks.js';
-import { one, queryRow } from '../../db/sql.js';
+import { queryRow } from '../../db/sql.js';
 
 export const API_BASE = '/api/v1';
 

@@ -31,7 +31,9 @@ export type SecretKeyCheck =
 /** One stored secret of each kind, with the context it was sealed under. */
 async function sampleSecrets(db: Db): Promise<{ what: string; sealed: string; context: string }[]> {
   const samples: { what: string; sealed: string; context: string }[] = [];
-  const key = await one(db.select({ accountId: domainKeys.accountId, name: domainKeys.name, sealed: domainKeys.dkimPrivateKeySealed }).from(domainKeys).limit(1));
+  const key = await one(
+    db.select({ accountId: domainKeys.accountId, name: domainKeys.name, sealed: domainKeys.dkimPrivateKeySealed }).from(domainKeys).limit(1),
+  );
   if (key) samples.push({ what: `the DKIM key of ${key.name}`, sealed: key.sealed, context: SEAL_CONTEXTS.dkimKey(key.accountId, key.name) });
   const hook = await one(db.select({ id: webhookEndpoints.id, sealed: webhookEndpoints.secretSealed }).from(webhookEndpoints).limit(1));
   if (hook) samples.push({ what: `the signing secret of webhook ${hook.id}`, sealed: hook.sealed, context: SEAL_CONTEXTS.webhookSecret(hook.id) });
@@ -69,7 +71,7 @@ async function firstUnopened(db: Db, key: Buffer): Promise<string | null> {
  * start, and a new one generated in its place would open none of it.
  */
 export async function holdsSealedSecrets(db: Db): Promise<boolean> {
-  return await recordedCheck(db) !== undefined || (await sampleSecrets(db)).length > 0;
+  return (await recordedCheck(db)) !== undefined || (await sampleSecrets(db)).length > 0;
 }
 
 /** Checks `key` against DATA_DIR's secrets, and on a first start with a key (or the first since this check) records it. */
@@ -77,11 +79,15 @@ export async function checkSecretKey(db: Db, key: Buffer | null): Promise<Secret
   if (key === null) {
     const count = async (table: typeof domainKeys | typeof webhookEndpoints | typeof customerDatabases) =>
       (await one(db.select({ n: sql<number>`count(*)` }).from(table)))?.n ?? 0;
-    return { kind: 'off', sealed: { dkimKeys: await count(domainKeys), webhookSecrets: await count(webhookEndpoints), databaseUrls: await count(customerDatabases) } };
+    return {
+      kind: 'off',
+      sealed: { dkimKeys: await count(domainKeys), webhookSecrets: await count(webhookEndpoints), databaseUrls: await count(customerDatabases) },
+    };
   }
   const what = await firstUnopened(db, key);
   if (what !== null) return { kind: 'mismatch', what };
-  await db.insert(settings)
+  await db
+    .insert(settings)
     .values({ key: CHECK_SETTING, value: encryptSecret(key, CHECK_PLAINTEXT, CHECK_CONTEXT) })
     .onConflictDoNothing();
   return { kind: 'ok' };
@@ -103,7 +109,7 @@ export async function mismatchLine(db: Db, config: Pick<Config, 'secretKey' | 'd
   const where = config.secretKey.mode === 'given' ? 'SECRET_KEY' : `SECRET_KEY (read from ${file})`;
   // Named only when it is the right key: a file left by some other start would send the operator the wrong way.
   const inFile = config.secretKey.mode === 'given' ? fileKey(config.dataDir) : null;
-  const fileToo = inFile !== null && await firstUnopened(db, inFile) === null ? `; ${file} holds it (unset SECRET_KEY to use it)` : '';
+  const fileToo = inFile !== null && (await firstUnopened(db, inFile)) === null ? `; ${file} holds it (unset SECRET_KEY to use it)` : '';
   return `mailstead: invalid configuration: ${where} is not the key DATA_DIR's secrets were sealed with (it cannot open ${what}): start with that key${fileToo}`;
 }
 

@@ -65,7 +65,7 @@ export function claimDataDir(config: Config, logger: Logger): DataDirLock {
 export async function openDeps(config: Config, logger: Logger): Promise<{ deps: Deps; checkpointer: Checkpointer; keyCheck: SecretKeyCheck }> {
   const store = openDatabase(config.dataDir);
   // Generated only on a first start: DATA_DIR holding secrets sealed with a key and no key file is a lost key.
-  const secretKey = resolveSecretKey(config, { mayGenerate: !await holdsSealedSecrets(store.db) });
+  const secretKey = resolveSecretKey(config, { mayGenerate: !(await holdsSealedSecrets(store.db)) });
   const keyCheck = await checkSecretKey(store.db, secretKey);
   if (keyCheck.kind === 'mismatch') {
     process.stderr.write(`${await mismatchLine(store.db, config, keyCheck.what)}\n`);

@@ -90,7 +90,7 @@ export async function findAccount(db: Db, id: string): Promise<AccountRow | unde
  * account_not_found, as for a request that came after the deletion. Run it in the write's transaction.
  */
 export async function assertAccountExists(db: Db, id: string): Promise<void> {
-  if (!await findAccount(db, id)) throw new ApiError('account_not_found', 'The account was deleted while this request was under way.');
+  if (!(await findAccount(db, id))) throw new ApiError('account_not_found', 'The account was deleted while this request was under way.');
 }
 
 /** A sub-account of `parentId`, or undefined: a foreign id and an unknown id look the same. */
@@ -102,7 +102,7 @@ export async function findSubAccount(db: Db, parentId: string, id: string): Prom
 export async function accountView(deps: Pick<Deps, 'db' | 'clock' | 'config'>, row: AccountRow, parent?: AccountRow): Promise<AccountView> {
   const now = deps.clock.now();
   const tier = gradeTier(row);
-  const payer = row.parentId === null ? row : (parent ?? await findAccount(deps.db, row.parentId));
+  const payer = row.parentId === null ? row : (parent ?? (await findAccount(deps.db, row.parentId)));
   if (!payer) throw new Error(`account ${row.id} has no parent row`);
   const status = creditStatus(payer, deps.config, now);
   const sending: AccountView['sending'] = {
@@ -122,22 +122,27 @@ export async function accountView(deps: Pick<Deps, 'db' | 'clock' | 'config'>, r
 }
 
 /** A new top-level account (operator CLI): trial from now, optional purchased credits. */
-export async function createTopLevelAccount(deps: Pick<Deps, 'db' | 'clock' | 'config'>, input: { name: string; credits?: number; dailyQuota?: number }): Promise<AccountRow> {
+export async function createTopLevelAccount(
+  deps: Pick<Deps, 'db' | 'clock' | 'config'>,
+  input: { name: string; credits?: number; dailyQuota?: number },
+): Promise<AccountRow> {
   const now = deps.clock.now();
   const credits = input.credits ?? 0;
-  return (await one(deps.db
-    .insert(accounts)
-    .values({
-      id: newId(now),
-      parentId: null,
-      name: input.name,
-      createdAt: now,
-      dailyQuota: input.dailyQuota ?? deps.config.defaultDailyQuota,
-      freeUntil: now + deps.config.trialDays * DAY_MS,
-      creditsBalance: credits,
-      creditsTotalPurchased: credits,
-    })
-    .returning()))!;
+  return (await one(
+    deps.db
+      .insert(accounts)
+      .values({
+        id: newId(now),
+        parentId: null,
+        name: input.name,
+        createdAt: now,
+        dailyQuota: input.dailyQuota ?? deps.config.defaultDailyQuota,
+        freeUntil: now + deps.config.trialDays * DAY_MS,
+        creditsBalance: credits,
+        creditsTotalPurchased: credits,
+      })
+      .returning(),
+  ))!;
 }
 
 /** POST /accounts: one level only, at most MAX_SUB_ACCOUNTS per account. */
@@ -156,15 +161,25 @@ export async function createSubAccount({
   const row = await deps.db.transaction(async (tx) => {
     const count = (await one(tx.select({ n: sql<number>`count(*)` }).from(accounts).where(eq(accounts.parentId, ctx.account.id))))?.n ?? 0;
     if (count >= MAX_SUB_ACCOUNTS) throw new ApiError('limit_reached', `This account already has ${MAX_SUB_ACCOUNTS} sub-accounts.`);
-    return (await one(tx
-      .insert(accounts)
-      .values({ id: newId(now), parentId: ctx.account.id, name: input.name, createdAt: now, dailyQuota: deps.config.defaultDailyQuota })
-      .returning()))!;
+    return (await one(
+      tx
+        .insert(accounts)
+        .values({ id: newId(now), parentId: ctx.account.id, name: input.name, createdAt: now, dailyQuota: deps.config.defaultDailyQuota })
+        .returning(),
+    ))!;
   });
   return await accountView(deps, row, ctx.account);
 }
 
-export async function listSubAccounts({ deps, ctx, page }: { deps: Pick<Deps, 'clock' | 'config' | 'db'>; ctx: RequestContext; page: PageRequest }): Promise<AccountView[]> {
+export async function listSubAccounts({
+  deps,
+  ctx,
+  page,
+}: {
+  deps: Pick<Deps, 'clock' | 'config' | 'db'>;
+  ctx: RequestContext;
+  page: PageRequest;
+}): Promise<AccountView[]> {
   const rows = await deps.db
     .select()
     .from(accounts)
@@ -213,7 +228,12 @@ export async function setSuspensionByApi({
   return await deps.db.transaction(async () => await setSuspension(deps, ctx, id, input));
 }
 
-async function setSuspension(deps: Pick<Deps, 'clock' | 'config' | 'db'>, ctx: RequestContext, id: string, input: z.output<typeof suspendInput>): Promise<AccountView> {
+async function setSuspension(
+  deps: Pick<Deps, 'clock' | 'config' | 'db'>,
+  ctx: RequestContext,
+  id: string,
+  input: z.output<typeof suspendInput>,
+): Promise<AccountView> {
   const row = await requireSubAccount(deps, ctx, id);
   const lockedBy = row.suspendedBy !== null && row.suspendedBy !== 'api' ? row.suspendedBy : null;
   if (lockedBy) {
@@ -227,11 +247,13 @@ async function setSuspension(deps: Pick<Deps, 'clock' | 'config' | 'db'>, ctx: R
   }
   let updated: AccountRow | undefined;
   if (input.suspended) {
-    updated = await one(deps.db
-      .update(accounts)
-      .set({ suspendedBy: 'api', suspendedReason: input.reason ?? '', suspendedAt: row.suspendedAt ?? deps.clock.now() })
-      .where(eq(accounts.id, row.id))
-      .returning());
+    updated = await one(
+      deps.db
+        .update(accounts)
+        .set({ suspendedBy: 'api', suspendedReason: input.reason ?? '', suspendedAt: row.suspendedAt ?? deps.clock.now() })
+        .where(eq(accounts.id, row.id))
+        .returning(),
+    );
   } else if (row.suspendedBy === 'api') {
     updated = await liftSuspension(deps.db, row.id);
   }
@@ -244,11 +266,9 @@ async function liftSuspension(db: Db, id: string): Promise<AccountRow | undefine
 
 /** Operator: a suspension the API cannot lift. */
 export async function suspendByOperator(deps: Pick<Deps, 'db' | 'clock'>, id: string, reason: string): Promise<AccountRow | undefined> {
-  return await one(deps.db
-    .update(accounts)
-    .set({ suspendedBy: 'operator', suspendedReason: reason, suspendedAt: deps.clock.now() })
-    .where(eq(accounts.id, id))
-    .returning());
+  return await one(
+    deps.db.update(accounts).set({ suspendedBy: 'operator', suspendedReason: reason, suspendedAt: deps.clock.now() }).where(eq(accounts.id, id)).returning(),
+  );
 }
 
 /** Operator: lifts any suspension, whoever placed it. */
@@ -262,24 +282,26 @@ export async function setDailyQuota(deps: Pick<Deps, 'db'>, id: string, dailyQuo
 
 /** Adds purchased credits; the account is back to `ok` and a later run-out opens a fresh grace window. */
 export async function grantCredits(deps: Pick<Deps, 'db'>, id: string, amount: number): Promise<AccountRow | undefined> {
-  const granted = await one(deps.db
-    .update(accounts)
-    .set({
-      creditsBalance: sql`${accounts.creditsBalance} + ${amount}`,
-      creditsTotalPurchased: sql`${accounts.creditsTotalPurchased} + ${amount}`,
-      graceStartedAt: null,
-      graceEmailsUsed: 0,
-    })
-    // Counts stay whole numbers JavaScript holds exactly: past 2^53 - 1 a further grant would add nothing.
-    .where(
-      and(
-        eq(accounts.id, id),
-        isNull(accounts.parentId),
-        sql`${accounts.creditsBalance} <= ${Number.MAX_SAFE_INTEGER - amount}`,
-        sql`${accounts.creditsTotalPurchased} <= ${Number.MAX_SAFE_INTEGER - amount}`,
-      ),
-    )
-    .returning());
+  const granted = await one(
+    deps.db
+      .update(accounts)
+      .set({
+        creditsBalance: sql`${accounts.creditsBalance} + ${amount}`,
+        creditsTotalPurchased: sql`${accounts.creditsTotalPurchased} + ${amount}`,
+        graceStartedAt: null,
+        graceEmailsUsed: 0,
+      })
+      // Counts stay whole numbers JavaScript holds exactly: past 2^53 - 1 a further grant would add nothing.
+      .where(
+        and(
+          eq(accounts.id, id),
+          isNull(accounts.parentId),
+          sql`${accounts.creditsBalance} <= ${Number.MAX_SAFE_INTEGER - amount}`,
+          sql`${accounts.creditsTotalPurchased} <= ${Number.MAX_SAFE_INTEGER - amount}`,
+        ),
+      )
+      .returning(),
+  );
   if (granted === undefined && (await findAccount(deps.db, id))?.parentId === null) {
     throw new ApiError('invalid_request', `The grant would take the account's credits past ${Number.MAX_SAFE_INTEGER}.`);
   }

@@ -31,7 +31,11 @@ export async function resetAdminToken(db: Db): Promise<string> {
  * handed to `show` (main prints it, that one time) and only then stored: a start killed between the two stores
  * nothing, and the next start shows another, where the other order would keep a token nobody ever saw.
  */
-export async function ensureAdminToken(db: Db, configured: string | null, show: (token: string) => void = () => undefined): Promise<{ generated: string | null }> {
+export async function ensureAdminToken(
+  db: Db,
+  configured: string | null,
+  show: (token: string) => void = () => undefined,
+): Promise<{ generated: string | null }> {
   if (configured !== null) {
     await storeHash(db, configured);
     return { generated: null };

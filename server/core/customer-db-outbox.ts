@@ -143,9 +143,7 @@ export async function pendingWritesOf(db: Db, owner: string, accountId: string):
 
 /** The written ones go: their content no longer stays in the service. */
 export async function deleteWrites(db: Db, ids: readonly string[]): Promise<void> {
-  for (let i = 0; i < ids.length; i += 500)
-    await db.delete(customerDbWrites)
-      .where(inArray(customerDbWrites.id, ids.slice(i, i + 500)));
+  for (let i = 0; i < ids.length; i += 500) await db.delete(customerDbWrites).where(inArray(customerDbWrites.id, ids.slice(i, i + 500)));
 }
 
 /**
@@ -156,7 +154,8 @@ export async function recordRefusedWrite(db: Db, row: CustomerDbWriteRow, error:
   const attempts = row.attempts + 1;
   // A final refusal (a write that cannot even be opened will never land) is set aside at once.
   const gap = options.final ? undefined : DATA_RETRY_GAPS_MS[attempts - 1];
-  await db.update(customerDbWrites)
+  await db
+    .update(customerDbWrites)
     .set(
       gap === undefined
         ? { attempts, lastError: cutErrorText(error), setAsideAt: now }
@@ -172,10 +171,12 @@ export async function recordRefusedWrite(db: Db, row: CustomerDbWriteRow, error:
  * after the same gaps, and the error is the database's last error again. Returns how many.
  */
 export async function requeueSetAside(db: Db, owner: string, now: number): Promise<number> {
-  return changes(await db
-    .update(customerDbWrites)
-    .set({ setAsideAt: null, attempts: 0, nextAttemptAt: now })
-    .where(and(eq(customerDbWrites.databaseAccountId, owner), isNotNull(customerDbWrites.setAsideAt))));
+  return changes(
+    await db
+      .update(customerDbWrites)
+      .set({ setAsideAt: null, attempts: 0, nextAttemptAt: now })
+      .where(and(eq(customerDbWrites.databaseAccountId, owner), isNotNull(customerDbWrites.setAsideAt))),
+  );
 }
 
 /**
@@ -186,8 +187,11 @@ export async function requeueSetAside(db: Db, owner: string, now: number): Promi
 export async function dropExpiredWrites(db: Db, now: number): Promise<Map<string, number>> {
   const cutoff = now - WRITE_RETENTION_MS;
   return await db.transaction(async () => {
-    const counts = await queryRows<{ owner: string; n: number }>(db, sql`
-      select database_account_id as owner, count(*) as n from customer_db_writes where created_at <= ${cutoff} group by database_account_id`);
+    const counts = await queryRows<{ owner: string; n: number }>(
+      db,
+      sql`
+      select database_account_id as owner, count(*) as n from customer_db_writes where created_at <= ${cutoff} group by database_account_id`,
+    );
     if (counts.length > 0) await db.delete(customerDbWrites).where(lte(customerDbWrites.createdAt, cutoff));
     return new Map(counts.map((c) => [c.owner, c.n]));
   });
@@ -200,5 +204,5 @@ export async function dropWritesOf(db: Db, owner: string): Promise<number> {
 
 /** Whether a queued write still reads this spool file. */
 export async function spoolReferenced(db: Db, spoolId: string): Promise<boolean> {
-  return await one(db.select({ id: customerDbWrites.id }).from(customerDbWrites).where(eq(customerDbWrites.spoolId, spoolId)).limit(1)) !== undefined;
+  return (await one(db.select({ id: customerDbWrites.id }).from(customerDbWrites).where(eq(customerDbWrites.spoolId, spoolId)).limit(1))) !== undefined;
 }

@@ -32,7 +32,8 @@ const row = (owner: string, connectionId: string) => and(eq(customerDatabases.ac
  */
 export async function markReached(db: Db, owner: string, connectionId: string, now: number, opts: { landed: boolean; schemaVersion?: number }): Promise<void> {
   const { landed, schemaVersion } = opts;
-  await db.update(customerDatabases)
+  await db
+    .update(customerDatabases)
     .set({
       state: 'connected',
       ...(landed ? { lastOkAt: now } : {}),
@@ -48,7 +49,8 @@ export async function markReached(db: Db, owner: string, connectionId: string, n
 
 /** A test connection succeeded: as markReached, and the last error of any kind is cleared (the status is fresh). */
 export async function markTested(db: Db, owner: string, connectionId: string, now: number, schemaVersion: number): Promise<void> {
-  await db.update(customerDatabases)
+  await db
+    .update(customerDatabases)
     .set({
       state: 'connected',
       lastOkAt: now,
@@ -67,17 +69,26 @@ export async function markTested(db: Db, owner: string, connectionId: string, no
  * it), and the next attempt after the gap of this many failures in a row. Returns whether the state changed (the
  * writer logs the turn once).
  */
-export async function markUnreachable(db: Db, owner: string, connectionId: string, error: string, now: number): Promise<{ changed: boolean; failures: number }> {
+export async function markUnreachable(
+  db: Db,
+  owner: string,
+  connectionId: string,
+  error: string,
+  now: number,
+): Promise<{ changed: boolean; failures: number }> {
   const message = cutErrorText(error);
   return await db.transaction(async () => {
-    const before = await one(db
-      .select({ state: customerDatabases.state, failures: customerDatabases.failures, lastError: customerDatabases.lastError })
-      .from(customerDatabases)
-      .where(row(owner, connectionId)));
+    const before = await one(
+      db
+        .select({ state: customerDatabases.state, failures: customerDatabases.failures, lastError: customerDatabases.lastError })
+        .from(customerDatabases)
+        .where(row(owner, connectionId)),
+    );
     if (!before) return { changed: false, failures: 0 };
     const failures = before.failures + 1;
     const moved = before.state !== 'unreachable' || before.lastError !== message;
-    await db.update(customerDatabases)
+    await db
+      .update(customerDatabases)
       .set({
         state: 'unreachable',
         failures,
@@ -94,7 +105,8 @@ export async function markUnreachable(db: Db, owner: string, connectionId: strin
 /** A write was set aside for its data: its error (cut) becomes the database's last error, the state is untouched. */
 export async function noteSetAside(db: Db, owner: string, error: string, now: number): Promise<void> {
   const message = cutErrorText(error);
-  await db.update(customerDatabases)
+  await db
+    .update(customerDatabases)
     .set({
       lastError: message,
       lastErrorKind: 'data',
@@ -105,5 +117,7 @@ export async function noteSetAside(db: Db, owner: string, error: string, now: nu
 
 /** Whether `connectionId` is still the owner's database (not replaced by a new URL, nor deleted). */
 export async function isCurrentConnection(db: Db, owner: string, connectionId: string): Promise<boolean> {
-  return (await one(db.select({ id: customerDatabases.connectionId }).from(customerDatabases).where(eq(customerDatabases.accountId, owner))))?.id === connectionId;
+  return (
+    (await one(db.select({ id: customerDatabases.connectionId }).from(customerDatabases).where(eq(customerDatabases.accountId, owner))))?.id === connectionId
+  );
 }

@@ -75,7 +75,14 @@ export async function rowOf(deps: Pick<Deps, 'db'>, owner: string): Promise<Cust
  * parent and its other sub-accounts.
  */
 async function inheritedStatusOf(deps: Pick<Deps, 'db'>, row: CustomerDatabaseRow, accountId: string): Promise<DatabaseStatus> {
-  return { ...await statusOf(deps, row, await pendingWritesOf(deps.db, row.accountId, accountId)), host: null, port: null, database: null, user: null, lastError: null };
+  return {
+    ...(await statusOf(deps, row, await pendingWritesOf(deps.db, row.accountId, accountId))),
+    host: null,
+    port: null,
+    database: null,
+    user: null,
+    lastError: null,
+  };
 }
 
 /**

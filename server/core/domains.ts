@@ -96,11 +96,13 @@ export function domainView(deps: Pick<Deps, 'config'>, row: DomainRow, key: Doma
 }
 
 async function findDomain(db: Db, accountId: string, id: string): Promise<{ domain: DomainRow; key: DomainKeyRow } | undefined> {
-  return await one(db
-    .select({ domain: domains, key: domainKeys })
-    .from(domains)
-    .innerJoin(domainKeys, eq(domainKeys.id, domains.keyId))
-    .where(and(eq(domains.id, id), eq(domains.accountId, accountId))));
+  return await one(
+    db
+      .select({ domain: domains, key: domainKeys })
+      .from(domains)
+      .innerJoin(domainKeys, eq(domainKeys.id, domains.keyId))
+      .where(and(eq(domains.id, id), eq(domains.accountId, accountId))),
+  );
 }
 
 async function requireDomain(deps: Pick<Deps, 'db'>, ctx: RequestContext, id: string) {
@@ -128,10 +130,12 @@ async function claimName(db: Db, accountId: string, name: string, now: number): 
 }
 
 async function checkAccountRoom(db: Db, accountId: string, name: string): Promise<void> {
-  const existing = await one(db
-    .select({ id: domains.id })
-    .from(domains)
-    .where(and(eq(domains.accountId, accountId), eq(domains.name, name))));
+  const existing = await one(
+    db
+      .select({ id: domains.id })
+      .from(domains)
+      .where(and(eq(domains.accountId, accountId), eq(domains.name, name))),
+  );
   if (existing) throw new ApiError('domain_exists', `The domain ${name} is already connected to this account.`);
   const count = (await one(db.select({ n: sql<number>`count(*)` }).from(domains).where(eq(domains.accountId, accountId))))?.n ?? 0;
   if (count >= MAX_DOMAINS) throw new ApiError('domain_limit', `This account already has ${MAX_DOMAINS} domains.`);
@@ -151,10 +155,12 @@ export async function createDomain({
   const { name } = input;
   await checkAccountRoom(deps.db, accountId, name);
   await claimName(deps.db, accountId, name, deps.clock.now());
-  let key = await one(deps.db
-    .select()
-    .from(domainKeys)
-    .where(and(eq(domainKeys.accountId, accountId), eq(domainKeys.name, name))));
+  let key = await one(
+    deps.db
+      .select()
+      .from(domainKeys)
+      .where(and(eq(domainKeys.accountId, accountId), eq(domainKeys.name, name))),
+  );
   let fresh: Awaited<ReturnType<typeof createDomainKeys>> | null = null;
   if (!key) {
     if (!deps.secretKey) throw new ApiError('not_configured', 'The server cannot store secrets (SECRET_KEY=off), so it cannot keep a DKIM key.');
@@ -167,28 +173,32 @@ export async function createDomain({
     await checkAccountRoom(tx, accountId, name);
     const expired = await claimName(tx, accountId, name, now);
     if (!key) {
-      key = await one(tx
-        .select()
-        .from(domainKeys)
-        .where(and(eq(domainKeys.accountId, accountId), eq(domainKeys.name, name))));
+      key = await one(
+        tx
+          .select()
+          .from(domainKeys)
+          .where(and(eq(domainKeys.accountId, accountId), eq(domainKeys.name, name))),
+      );
     }
     if (!key && fresh) {
-      key = await one(tx
-        .insert(domainKeys)
-        .values({
-          id: newId(now),
-          accountId,
-          name,
-          token: fresh.token,
-          selector: fresh.selector,
-          dkimPublicKey: fresh.publicKey,
-          dkimPrivateKeySealed: fresh.privateKeySealed,
-          createdAt: now,
-        })
-        .returning());
+      key = await one(
+        tx
+          .insert(domainKeys)
+          .values({
+            id: newId(now),
+            accountId,
+            name,
+            token: fresh.token,
+            selector: fresh.selector,
+            dkimPublicKey: fresh.publicKey,
+            dkimPrivateKeySealed: fresh.privateKeySealed,
+            createdAt: now,
+          })
+          .returning(),
+      );
     }
     if (!key) throw new Error('domain key missing after creation');
-    if (key.releasedAt !== null) key = await one(tx.update(domainKeys).set({ releasedAt: null }).where(eq(domainKeys.id, key.id)).returning()) ?? key;
+    if (key.releasedAt !== null) key = (await one(tx.update(domainKeys).set({ releasedAt: null }).where(eq(domainKeys.id, key.id)).returning())) ?? key;
     // Only now, with every check passed, are other accounts' expired claims cleared: their keys are kept like a
     // deleted domain's, within the same bound.
     for (const claim of expired) {
@@ -196,24 +206,27 @@ export async function createDomain({
       await tx.update(domainKeys).set({ releasedAt: now }).where(eq(domainKeys.id, claim.keyId));
       await pruneKeptDomainKeys(tx, claim.accountId);
     }
-    return (await one(tx
-      .insert(domains)
-      .values({ id: newId(now), accountId, name, keyId: key.id, recordStatus: PENDING, checks: null, createdAt: now, lastCheckedAt: now })
-      .returning()))!;
+    return (await one(
+      tx
+        .insert(domains)
+        .values({ id: newId(now), accountId, name, keyId: key.id, recordStatus: PENDING, checks: null, createdAt: now, lastCheckedAt: now })
+        .returning(),
+    ))!;
   });
   deps.logger.info('domain.created', { domainId: row.id, accountId, name });
   return domainView(deps, row, key!);
 }
 
 export async function listDomains({ deps, ctx, page }: { deps: Pick<Deps, 'config' | 'db'>; ctx: RequestContext; page: PageRequest }): Promise<DomainView[]> {
-  return (await deps.db
-    .select({ domain: domains, key: domainKeys })
-    .from(domains)
-    .innerJoin(domainKeys, eq(domainKeys.id, domains.keyId))
-    .where(and(eq(domains.accountId, ctx.account.id), page.after ? lt(domains.id, page.after) : undefined))
-    .orderBy(desc(domains.id))
-    .limit(page.limit + 1))
-    .map((r) => domainView(deps, r.domain, r.key));
+  return (
+    await deps.db
+      .select({ domain: domains, key: domainKeys })
+      .from(domains)
+      .innerJoin(domainKeys, eq(domainKeys.id, domains.keyId))
+      .where(and(eq(domains.accountId, ctx.account.id), page.after ? lt(domains.id, page.after) : undefined))
+      .orderBy(desc(domains.id))
+      .limit(page.limit + 1)
+  ).map((r) => domainView(deps, r.domain, r.key));
 }
 
 export async function getDomain({ deps, ctx, id }: { deps: Pick<Deps, 'config' | 'db'>; ctx: RequestContext; id: string }): Promise<DomainView> {
@@ -235,16 +248,17 @@ export async function pruneKeptDomainKeys(db: Db, accountId: string): Promise<st
     .orderBy(desc(sql`coalesce(${domainKeys.releasedAt}, ${domainKeys.createdAt})`), desc(domainKeys.id));
   if (kept.length <= KEPT_DOMAIN_KEYS) return [];
   const queued = new Set(
-    (await db
-      .selectDistinct({ id: outboundMessages.domainKeyId })
-      .from(outboundMessages)
-      .where(
-        inArray(
-          outboundMessages.domainKeyId,
-          kept.map((k) => k.id),
-        ),
-      ))
-      .map((r) => r.id),
+    (
+      await db
+        .selectDistinct({ id: outboundMessages.domainKeyId })
+        .from(outboundMessages)
+        .where(
+          inArray(
+            outboundMessages.domainKeyId,
+            kept.map((k) => k.id),
+          ),
+        )
+    ).map((r) => r.id),
   );
   // Keys queued mail still needs count toward the bound but always stay: the others released longest ago make room.
   let room = KEPT_DOMAIN_KEYS - queued.size;

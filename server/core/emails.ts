@@ -126,10 +126,12 @@ export async function* listEmails({
 }
 
 async function findEmail(deps: Pick<Deps, 'db'>, ctx: RequestContext, id: string): Promise<EmailRow> {
-  const row = await one(deps.db
-    .select()
-    .from(emails)
-    .where(and(eq(emails.id, id), eq(emails.accountId, ctx.account.id))));
+  const row = await one(
+    deps.db
+      .select()
+      .from(emails)
+      .where(and(eq(emails.id, id), eq(emails.accountId, ctx.account.id))),
+  );
   if (!row) throw new ApiError('email_not_found', 'No email with that id on this account.');
   return row;
 }
@@ -137,12 +139,13 @@ async function findEmail(deps: Pick<Deps, 'db'>, ctx: RequestContext, id: string
 /** GET /emails/{id}: the entry and its recipients' events in the order they happened. */
 export async function getEmail({ deps, ctx, id }: { deps: Pick<Deps, 'db'>; ctx: RequestContext; id: string }): Promise<EmailView & { events: EventView[] }> {
   const row = await findEmail(deps, ctx, id);
-  const events = (await deps.db
-    .select()
-    .from(emailEvents)
-    .where(eq(emailEvents.emailId, id))
-    .orderBy(asc(emailEvents.id)))
-    .map((e) => ({ recipient: e.recipient, status: e.status, dsn: e.dsn, detail: e.detail, occurredAt: iso(e.occurredAt) }));
+  const events = (await deps.db.select().from(emailEvents).where(eq(emailEvents.emailId, id)).orderBy(asc(emailEvents.id))).map((e) => ({
+    recipient: e.recipient,
+    status: e.status,
+    dsn: e.dsn,
+    detail: e.detail,
+    occurredAt: iso(e.occurredAt),
+  }));
   return { ...emailView(row), events };
 }
 

@@ -67,27 +67,28 @@ export async function listEvents({
   page: PageRequest;
   filter: z.output<typeof eventFilter>;
 }): Promise<EventItem[]> {
-  return (await deps.db
-    .select({ event: emailEvents })
-    .from(emailEvents)
-    .where(
-      and(
-        eq(emailEvents.accountId, ctx.account.id),
-        filter.type ? eq(emailEvents.status, statusOfEventType(filter.type)) : undefined,
-        filter.since !== undefined ? gte(emailEvents.occurredAt, filter.since) : undefined,
-        page.after ? lt(emailEvents.id, page.after) : undefined,
-      ),
-    )
-    .orderBy(desc(emailEvents.id))
-    .limit(page.limit + 1))
-    .map(({ event: e }) => ({
-      id: e.id,
-      type: EVENT_TYPE_OF_STATUS[e.status],
-      emailId: e.emailId,
-      recipient: e.recipient,
-      status: e.status,
-      dsn: e.dsn,
-      detail: e.detail,
-      occurredAt: iso(e.occurredAt),
-    }));
+  return (
+    await deps.db
+      .select({ event: emailEvents })
+      .from(emailEvents)
+      .where(
+        and(
+          eq(emailEvents.accountId, ctx.account.id),
+          filter.type ? eq(emailEvents.status, statusOfEventType(filter.type)) : undefined,
+          filter.since !== undefined ? gte(emailEvents.occurredAt, filter.since) : undefined,
+          page.after ? lt(emailEvents.id, page.after) : undefined,
+        ),
+      )
+      .orderBy(desc(emailEvents.id))
+      .limit(page.limit + 1)
+  ).map(({ event: e }) => ({
+    id: e.id,
+    type: EVENT_TYPE_OF_STATUS[e.status],
+    emailId: e.emailId,
+    recipient: e.recipient,
+    status: e.status,
+    dsn: e.dsn,
+    detail: e.detail,
+    occurredAt: iso(e.occurredAt),
+  }));
 }

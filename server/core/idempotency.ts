@@ -113,7 +113,13 @@ const takenOver = () =>
  * does, and the send's transaction rolls back.
  */
 export async function settleClaim(db: Db, claim: Claim, response: unknown, now: number): Promise<void> {
-  const settled = await statements(db).settle.execute({ accountId: claim.accountId, key: claim.key, token: claim.token, response: JSON.stringify(response), now });
+  const settled = await statements(db).settle.execute({
+    accountId: claim.accountId,
+    key: claim.key,
+    token: claim.token,
+    response: JSON.stringify(response),
+    now,
+  });
   if (changes(settled) !== 1) throw takenOver();
 }
 

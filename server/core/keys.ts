@@ -133,10 +133,14 @@ async function findLiveKeyByHash(db: Db, hash: string): Promise<{ key: ApiKeyRow
 
 async function countLiveKeys(db: Db, accountId: string): Promise<number> {
   return (
-    (await one(db
-      .select({ n: sql<number>`count(*)` })
-      .from(apiKeys)
-      .where(and(eq(apiKeys.accountId, accountId), isNull(apiKeys.revokedAt)))))?.n ?? 0
+    (
+      await one(
+        db
+          .select({ n: sql<number>`count(*)` })
+          .from(apiKeys)
+          .where(and(eq(apiKeys.accountId, accountId), isNull(apiKeys.revokedAt))),
+      )
+    )?.n ?? 0
   );
 }
 
@@ -155,28 +159,38 @@ export async function insertKey(
       const minter = await one(tx.select({ revokedAt: apiKeys.revokedAt }).from(apiKeys).where(eq(apiKeys.id, input.mintedBy)));
       if (!minter || minter.revokedAt !== null) throw new ApiError('invalid_key', 'The key used for this request was revoked.');
     }
-    if (await countLiveKeys(tx, input.accountId) >= MAX_LIVE_KEYS) {
+    if ((await countLiveKeys(tx, input.accountId)) >= MAX_LIVE_KEYS) {
       throw new ApiError('limit_reached', `This account already has ${MAX_LIVE_KEYS} live keys; revoke one first.`);
     }
-    return await one(tx
-      .insert(apiKeys)
-      .values({
-        id: newId(now),
-        accountId: input.accountId,
-        name: input.name,
-        prefix: secret.slice(0, 11),
-        keyHash: sha256Hex(secret),
-        // Each scope once, whoever mints (the API, the CLI, the dashboard).
-        scopes: [...new Set(input.scopes)],
-        createdAt: now,
-      })
-      .returning());
+    return await one(
+      tx
+        .insert(apiKeys)
+        .values({
+          id: newId(now),
+          accountId: input.accountId,
+          name: input.name,
+          prefix: secret.slice(0, 11),
+          keyHash: sha256Hex(secret),
+          // Each scope once, whoever mints (the API, the CLI, the dashboard).
+          scopes: [...new Set(input.scopes)],
+          createdAt: now,
+        })
+        .returning(),
+    );
   });
   return { id: row!.id, name: row!.name, prefix: row!.prefix, scopes: row!.scopes.filter(isScope), createdAt: iso(row!.createdAt), key: secret };
 }
 
 /** POST /keys: scopes default to all of the minting key's and may never exceed them. */
-export async function mintKey({ deps, ctx, input }: { deps: Pick<Deps, 'clock' | 'db'>; ctx: RequestContext; input: z.output<typeof mintKeyInput> }): Promise<MintedKeyView> {
+export async function mintKey({
+  deps,
+  ctx,
+  input,
+}: {
+  deps: Pick<Deps, 'clock' | 'db'>;
+  ctx: RequestContext;
+  input: z.output<typeof mintKeyInput>;
+}): Promise<MintedKeyView> {
   const requested = input.scopes ? [...new Set(input.scopes.filter(isScope))] : [...ctx.scopes];
   const lacking = requested.filter((s) => !ctx.scopes.includes(s));
   if (lacking.length > 0) throw new ApiError('insufficient_scope', `This key cannot grant scopes it does not hold: ${lacking.join(', ')}.`);
@@ -184,21 +198,24 @@ export async function mintKey({ deps, ctx, input }: { deps: Pick<Deps, 'clock' |
 }
 
 export async function listKeys({ deps, ctx, page }: { deps: Pick<Deps, 'db' | 'keyUsage'>; ctx: RequestContext; page: PageRequest }): Promise<KeyView[]> {
-  return (await deps.db
-    .select()
-    .from(apiKeys)
-    .where(and(eq(apiKeys.accountId, ctx.account.id), page.after ? lt(apiKeys.id, page.after) : undefined))
-    .orderBy(desc(apiKeys.id))
-    .limit(page.limit + 1))
-    .map((r) => keyView(deps, r));
+  return (
+    await deps.db
+      .select()
+      .from(apiKeys)
+      .where(and(eq(apiKeys.accountId, ctx.account.id), page.after ? lt(apiKeys.id, page.after) : undefined))
+      .orderBy(desc(apiKeys.id))
+      .limit(page.limit + 1)
+  ).map((r) => keyView(deps, r));
 }
 
 /** DELETE /keys/{id}: idempotent; the key stops working at once and stays listed with revokedAt. */
 export async function revokeKey({ deps, ctx, id }: { deps: Pick<Deps, 'clock' | 'db' | 'logger'>; ctx: RequestContext; id: string }): Promise<void> {
-  const row = await one(deps.db
-    .select()
-    .from(apiKeys)
-    .where(and(eq(apiKeys.id, id), eq(apiKeys.accountId, ctx.account.id))));
+  const row = await one(
+    deps.db
+      .select()
+      .from(apiKeys)
+      .where(and(eq(apiKeys.id, id), eq(apiKeys.accountId, ctx.account.id))),
+  );
   if (!row) throw notFound('key');
   if (row.revokedAt === null) {
     await deps.db.update(apiKeys).set({ revokedAt: deps.clock.now() }).where(eq(apiKeys.id, id));

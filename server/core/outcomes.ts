@@ -150,7 +150,10 @@ const SUPPRESSING: Readonly<Record<OutcomeStatus, ((dsn: string) => boolean) | n
  * the simulator does not count toward reputation). Returns what was queued; the fan-out and the outbox marked their
  * queues (db/queue-wake.ts), so the dispatcher and the writer wake once the transaction is durable.
  */
-export async function writeOutcome(deps: Pick<Deps, 'db' | 'logger' | 'secretKey' | 'metrics'>, o: OutcomeToRecord): Promise<{ webhooks: number; written: boolean }> {
+export async function writeOutcome(
+  deps: Pick<Deps, 'db' | 'logger' | 'secretKey' | 'metrics'>,
+  o: OutcomeToRecord,
+): Promise<{ webhooks: number; written: boolean }> {
   const { db } = deps;
   const q = statements(db);
   const eventId = newId(o.occurredAt);

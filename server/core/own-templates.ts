@@ -224,7 +224,8 @@ async function insertVersion(tx: Tx, templateId: string, version: number, input:
   };
   await tx.insert(templateVersions).values(row);
   // The newest versions are kept; an older one goes.
-  await tx.delete(templateVersions)
+  await tx
+    .delete(templateVersions)
     .where(and(eq(templateVersions.templateId, templateId), lte(templateVersions.version, version - OWN_TEMPLATE_LIMITS.versions)));
   return row;
 }
@@ -275,7 +276,7 @@ async function templatesUsing(db: Db, accountId: string, name: string): Promise<
   const subs = await db.select({ id: accounts.id }).from(accounts).where(eq(accounts.parentId, accountId));
   const users: LayoutUser[] = [];
   for (const owner of [accountId, ...subs.map((s) => s.id)]) {
-    if (owner !== accountId && await currentOf(db, owner, name)) continue;
+    if (owner !== accountId && (await currentOf(db, owner, name))) continue;
     const rows = await db
       .select({ row: templates, version: templateVersions })
       .from(templates)

@@ -115,7 +115,7 @@ export async function sendEmail({ deps, ctx, rawBody, body: parsed, idempotencyK
 export async function loadSender(deps: Pick<Deps, 'db'>, accountId: string): Promise<Sender> {
   const acting = await findAccount(deps.db, accountId);
   if (!acting) throw new ApiError('account_not_found', 'The account no longer exists.');
-  const parent = acting.parentId ? (await findAccount(deps.db, acting.parentId) ?? null) : null;
+  const parent = acting.parentId ? ((await findAccount(deps.db, acting.parentId)) ?? null) : null;
   return { acting, parent };
 }
 
@@ -126,7 +126,7 @@ async function renderBody(deps: Pick<Deps, 'db'>, ctx: RequestContext, parsed: P
   if (!parsed.ok) return parsed;
   try {
     const send = parsed.value;
-    return { ok: true, send, ...await renderSend(deps.db, ctx.account, send) };
+    return { ok: true, send, ...(await renderSend(deps.db, ctx.account, send)) };
   } catch (err) {
     // Anything but a refusal is a fault of ours: a 500 now, not a verdict later.
     if (!(err instanceof ApiError)) throw err;
@@ -284,7 +284,7 @@ async function commitSend(
       let result: SendResult;
       let written = false;
       if (send.sandbox) {
-        if (await sandboxSendsToday(deps, ctx.account.id, now) >= SANDBOX_LIMIT) {
+        if ((await sandboxSendsToday(deps, ctx.account.id, now)) >= SANDBOX_LIMIT) {
           throw new ApiError('sandbox_limit', `${SANDBOX_LIMIT} sandbox sends in the last 24 hours; try again later.`);
         }
         await q.insertEmail.execute({ ...base, source: 'api', id, status: 'sandboxed', createdAt: now });
@@ -431,12 +431,13 @@ function withWarning(result: SendResult, warning: Warning | undefined): SendResu
   return warning ? { ...result, warning } : result;
 }
 
-async function logFailedSend(deps: Pick<Deps, 'clock' | 'db' | 'logger'>, base: Omit<typeof emails.$inferInsert, 'id' | 'status' | 'createdAt'>): Promise<void> {
+async function logFailedSend(
+  deps: Pick<Deps, 'clock' | 'db' | 'logger'>,
+  base: Omit<typeof emails.$inferInsert, 'id' | 'status' | 'createdAt'>,
+): Promise<void> {
   const now = deps.clock.now();
   try {
-    await deps.db
-      .insert(emails)
-      .values({ ...base, id: newId(now), status: 'failed', error: 'The mail server did not accept the message.', createdAt: now });
+    await deps.db.insert(emails).values({ ...base, id: newId(now), status: 'failed', error: 'The mail server did not accept the message.', createdAt: now });
   } catch (err) {
     deps.logger.error('send.failed_log_failed', { err });
   }

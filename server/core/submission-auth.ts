@@ -68,7 +68,7 @@ export async function assertStillAuthenticated(deps: Pick<Deps, 'db'>, auth: Sub
   if (stamp === auth.stamp) return;
   const found = await findLiveKey(deps.db, auth.secret);
   if (!found) throw new ApiError('invalid_key', 'The API key this session authenticated with was revoked.');
-  if (auth.actingAccountId !== auth.keyAccountId && !await findSubAccount(deps.db, auth.keyAccountId, auth.actingAccountId)) {
+  if (auth.actingAccountId !== auth.keyAccountId && !(await findSubAccount(deps.db, auth.keyAccountId, auth.actingAccountId))) {
     throw new ApiError('account_not_found', 'The sub-account this session sends for was deleted.');
   }
   auth.stamp = stamp;

@@ -26,7 +26,6 @@ import { changes, execute, queryRow } from '../../db/sql.js';
 
 const MESSAGE_ID_WINDOW_MS = DAY_MS;
 
-
 const senderOf = async (deps: Pick<Deps, 'db'>, auth: SubmissionAuth): Promise<Sender> => await loadSender(deps, auth.actingAccountId);
 
 /** What MAIL FROM began a transaction with: the `suppressions` change counter, read before any of its RCPT checks. */
@@ -40,7 +39,10 @@ export interface Begun {
  * Message-ID: a client retrying a message whose reply it lost, after that message spent the last credit or quota,
  * hears the id it was sent as, as a retried Idempotency-Key is answered before checks 3 and 4.
  */
-export async function beginSubmission(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUsage' | 'rateLimiter' | 'storeHealth'>, auth: SubmissionAuth): Promise<Begun> {
+export async function beginSubmission(
+  deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUsage' | 'rateLimiter' | 'storeHealth'>,
+  auth: SubmissionAuth,
+): Promise<Begun> {
   if (deps.storeHealth.unsafe()) throw storeUnavailable(null, { closed: true, outcome: 'Nothing was sent' })!;
   await assertStillAuthenticated(deps, auth);
   const rate = deps.rateLimiter.take(auth.keyId, auth.keyAccountId);
@@ -112,7 +114,7 @@ export async function commitSubmission(
     // Suppressed since RCPT: refused whole, as the API refuses it; the client may send again to the others. Read
     // again only when some list changed since MAIL FROM, before the RCPT checks.
     const listed =
-      await suppressionsStamp(deps.db) === submission.begun.suppressionStamp
+      (await suppressionsStamp(deps.db)) === submission.begun.suppressionStamp
         ? []
         : await listedRecipients(
             deps,
@@ -165,9 +167,7 @@ export async function commitSubmission(
 
 /** Forgets Message-IDs older than the de-duplication window. */
 export async function pruneSubmittedMessageIds(deps: Pick<Deps, 'db'>, now: number): Promise<number> {
-  return changes(await deps.db
-    .delete(submittedMessages)
-    .where(lt(submittedMessages.createdAt, now - MESSAGE_ID_WINDOW_MS)));
+  return changes(await deps.db.delete(submittedMessages).where(lt(submittedMessages.createdAt, now - MESSAGE_ID_WINDOW_MS)));
 }
 
 /** How often a submission also forgets the Message-IDs past the window (by its index on created_at). */

@@ -61,19 +61,20 @@ export async function listSuppressions({
   page: PageRequest;
   address?: string | undefined;
 }): Promise<SuppressionView[]> {
-  return (await deps.db
-    .select()
-    .from(suppressions)
-    .where(
-      and(
-        eq(suppressions.accountId, ctx.account.id),
-        address !== undefined ? eq(suppressions.address, address) : undefined,
-        page.after ? lt(suppressions.id, page.after) : undefined,
-      ),
-    )
-    .orderBy(desc(suppressions.id))
-    .limit(page.limit + 1))
-    .map(suppressionView);
+  return (
+    await deps.db
+      .select()
+      .from(suppressions)
+      .where(
+        and(
+          eq(suppressions.accountId, ctx.account.id),
+          address !== undefined ? eq(suppressions.address, address) : undefined,
+          page.after ? lt(suppressions.id, page.after) : undefined,
+        ),
+      )
+      .orderBy(desc(suppressions.id))
+      .limit(page.limit + 1)
+  ).map(suppressionView);
 }
 
 /**
@@ -89,16 +90,20 @@ export async function suppress(
   now: number,
 ): Promise<{ row: SuppressionRow; created: boolean }> {
   const lower = address.toLowerCase();
-  const inserted = await one(db
-    .insert(suppressions)
-    .values({ id: newId(now), accountId, address: lower, reason, detail, createdAt: now })
-    .onConflictDoNothing()
-    .returning());
+  const inserted = await one(
+    db
+      .insert(suppressions)
+      .values({ id: newId(now), accountId, address: lower, reason, detail, createdAt: now })
+      .onConflictDoNothing()
+      .returning(),
+  );
   if (inserted) return { row: inserted, created: true };
-  const existing = await one(db
-    .select()
-    .from(suppressions)
-    .where(and(eq(suppressions.accountId, accountId), eq(suppressions.address, lower))));
+  const existing = await one(
+    db
+      .select()
+      .from(suppressions)
+      .where(and(eq(suppressions.accountId, accountId), eq(suppressions.address, lower))),
+  );
   if (!existing) throw new Error('suppression vanished during insert');
   return { row: existing, created: false };
 }

@@ -99,7 +99,14 @@ export async function fanOutOutcome(
   const email = await one(q.email.execute({ id: outcome.emailId }));
   const data = JSON.stringify(outcomeEventData({ ...outcome, from: email?.fromAddress ?? '', tags: email?.tags ?? null }));
   for (const endpoint of subscribed) {
-    await q.insert.execute({ id: newId(outcome.occurredAt), endpointId: endpoint.id, accountId: outcome.accountId, eventType: type, data, now: outcome.occurredAt });
+    await q.insert.execute({
+      id: newId(outcome.occurredAt),
+      endpointId: endpoint.id,
+      accountId: outcome.accountId,
+      eventType: type,
+      data,
+      now: outcome.occurredAt,
+    });
   }
   markQueued(db, 'webhooks');
   return subscribed.length;

@@ -86,8 +86,13 @@ const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
  */
 async function scanEnd(db: Db, scope: ReplayScope, after: string): Promise<string | null> {
   return (
-    (await queryRow<{ id: string }>(db, sql`
-      select id from email_events where ${scope.walk} and id > ${after} order by id limit 1 offset ${REPLAY_SCAN_ROWS - 1}`))?.id ?? null
+    (
+      await queryRow<{ id: string }>(
+        db,
+        sql`
+      select id from email_events where ${scope.walk} and id > ${after} order by id limit 1 offset ${REPLAY_SCAN_ROWS - 1}`,
+      )
+    )?.id ?? null
   );
 }
 
@@ -102,8 +107,13 @@ async function countWindow(db: Db, scope: ReplayScope): Promise<number> {
     const end = await scanEnd(db, scope, after);
     const upTo = end === null ? sql`` : sql` and id <= ${end}`;
     count +=
-      (await queryRow<{ n: number }>(db, sql`
-        select count(*) as n from email_events where ${scope.walk} and id > ${after}${upTo} and ${scope.window}`))?.n ?? 0;
+      (
+        await queryRow<{ n: number }>(
+          db,
+          sql`
+        select count(*) as n from email_events where ${scope.walk} and id > ${after}${upTo} and ${scope.window}`,
+        )
+      )?.n ?? 0;
     if (end === null || count > MAX_REPLAY_EVENTS) return count;
     after = end;
     await nextTurn();
@@ -132,12 +142,17 @@ function addPromised(db: Db, endpointId: string, n: number): void {
 /** How many of the endpoint's deliveries are pending, counted up to `bound` at most (the count reads no further). */
 async function countPending(db: Db, endpointId: string, bound: number): Promise<number> {
   return (
-    (await queryRow<{ n: number }>(db, sql`
+    (
+      await queryRow<{ n: number }>(
+        db,
+        sql`
       select count(*) as n from (
         select 1 from webhook_deliveries indexed by webhook_deliveries_pending_idx
         where endpoint_id = ${endpointId} and next_attempt_at is not null
         limit ${bound}
-      )`))?.n ?? 0
+      )`,
+      )
+    )?.n ?? 0
   );
 }
 
@@ -145,11 +160,20 @@ async function countPending(db: Db, endpointId: string, bound: number): Promise<
  * The acting account's endpoint (404 webhook_not_found) and what a replay of it queues; null when the endpoint
  * subscribes to no email event type and `events` names none.
  */
-async function replayScope(db: Db, ctx: RequestContext, endpointId: string, input: ReplayInput, until: number, only: ReplayMatch | undefined): Promise<ReplayScope | null> {
-  const endpoint = await one(db
-    .select({ id: webhookEndpoints.id, events: webhookEndpoints.events })
-    .from(webhookEndpoints)
-    .where(and(eq(webhookEndpoints.id, endpointId), eq(webhookEndpoints.accountId, ctx.account.id))));
+async function replayScope(
+  db: Db,
+  ctx: RequestContext,
+  endpointId: string,
+  input: ReplayInput,
+  until: number,
+  only: ReplayMatch | undefined,
+): Promise<ReplayScope | null> {
+  const endpoint = await one(
+    db
+      .select({ id: webhookEndpoints.id, events: webhookEndpoints.events })
+      .from(webhookEndpoints)
+      .where(and(eq(webhookEndpoints.id, endpointId), eq(webhookEndpoints.accountId, ctx.account.id))),
+  );
   if (!endpoint) throw new ApiError('webhook_not_found', 'No webhook endpoint with that id on this account.');
   const types: EmailEventType[] = input.events ?? EMAIL_EVENT_TYPES.filter((t) => endpoint.events.includes(t));
   if (types.length === 0) return null;
@@ -171,7 +195,7 @@ async function replayScope(db: Db, ctx: RequestContext, endpointId: string, inpu
  * replay stays within MAX_PENDING_PER_ENDPOINT, else 409 limit_reached, its message saying how many are pending.
  */
 async function promiseWithinCap(db: Db, endpointId: string, count: number): Promise<void> {
-  const pending = await countPending(db, endpointId, MAX_PENDING_PER_ENDPOINT + 1) + (promisedTo(db).get(endpointId) ?? 0);
+  const pending = (await countPending(db, endpointId, MAX_PENDING_PER_ENDPOINT + 1)) + (promisedTo(db).get(endpointId) ?? 0);
   if (pending + count > MAX_PENDING_PER_ENDPOINT) {
     const howMany = pending > MAX_PENDING_PER_ENDPOINT ? `More than ${MAX_PENDING_PER_ENDPOINT}` : String(pending);
     throw new ApiError(
@@ -187,7 +211,13 @@ async function promiseWithinCap(db: Db, endpointId: string, count: number): Prom
  * first) among the next REPLAY_SCAN_ROWS of the walk, at most `limit` of them, each queued as a fresh delivery due
  * now. Answers how many, and where the next chunk starts; null when the endpoint is gone.
  */
-async function queueReplayChunk(db: Db, scope: ReplayScope, after: string, limit: number, now: number): Promise<{ written: number; next: string | null } | null> {
+async function queueReplayChunk(
+  db: Db,
+  scope: ReplayScope,
+  after: string,
+  limit: number,
+  now: number,
+): Promise<{ written: number; next: string | null } | null> {
   const endpoint = await one(db.select({ id: webhookEndpoints.id }).from(webhookEndpoints).where(eq(webhookEndpoints.id, scope.endpointId)));
   if (!endpoint) return null;
   const end = await scanEnd(db, scope, after);

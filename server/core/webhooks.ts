@@ -96,12 +96,13 @@ export interface WebhookAttemptView {
 
 /** A delivery's attempts, first to last (webhook_attempts; the delivery row keeps only the last answer). */
 export async function deliveryAttempts(db: Db, deliveryId: string): Promise<WebhookAttemptView[]> {
-  return (await db
-    .select()
-    .from(webhookAttempts)
-    .where(eq(webhookAttempts.deliveryId, deliveryId))
-    .orderBy(webhookAttempts.attempt))
-    .map((a) => ({ attempt: a.attempt, attemptedAt: iso(a.attemptedAt), status: a.status, error: a.error, delivered: a.delivered }));
+  return (await db.select().from(webhookAttempts).where(eq(webhookAttempts.deliveryId, deliveryId)).orderBy(webhookAttempts.attempt)).map((a) => ({
+    attempt: a.attempt,
+    attemptedAt: iso(a.attemptedAt),
+    status: a.status,
+    error: a.error,
+    delivered: a.delivered,
+  }));
 }
 
 /** The associated data sealing an endpoint's secret: a sealed secret copied onto another endpoint does not open. */
@@ -150,21 +151,24 @@ export async function createWebhook({
 }
 
 export async function listWebhooks({ deps, ctx, page }: { deps: Pick<Deps, 'db'>; ctx: RequestContext; page: PageRequest }): Promise<WebhookEndpointView[]> {
-  return (await deps.db
-    .select()
-    .from(webhookEndpoints)
-    .where(and(eq(webhookEndpoints.accountId, ctx.account.id), page.after ? lt(webhookEndpoints.id, page.after) : undefined))
-    .orderBy(desc(webhookEndpoints.id))
-    .limit(page.limit + 1))
-    .map(endpointView);
+  return (
+    await deps.db
+      .select()
+      .from(webhookEndpoints)
+      .where(and(eq(webhookEndpoints.accountId, ctx.account.id), page.after ? lt(webhookEndpoints.id, page.after) : undefined))
+      .orderBy(desc(webhookEndpoints.id))
+      .limit(page.limit + 1)
+  ).map(endpointView);
 }
 
 /** The acting account's endpoint, or 404 webhook_not_found (another account's looks exactly like none). */
 export async function requireEndpoint(deps: Pick<Deps, 'db'>, ctx: RequestContext, id: string): Promise<WebhookEndpointRow> {
-  const row = await one(deps.db
-    .select()
-    .from(webhookEndpoints)
-    .where(and(eq(webhookEndpoints.id, id), eq(webhookEndpoints.accountId, ctx.account.id))));
+  const row = await one(
+    deps.db
+      .select()
+      .from(webhookEndpoints)
+      .where(and(eq(webhookEndpoints.id, id), eq(webhookEndpoints.accountId, ctx.account.id))),
+  );
   if (!row) throw new ApiError('webhook_not_found', 'No webhook endpoint with that id on this account.');
   return row;
 }
@@ -182,10 +186,13 @@ export const DELETE_CHUNK_ROWS = 250;
 
 /** Deletes up to `limit` of the endpoint's deliveries, oldest first (their attempts go with them); how many. */
 async function deleteDeliveryChunk(db: Db, endpointId: string, limit: number): Promise<number> {
-  return await execute(db, sql`
+  return await execute(
+    db,
+    sql`
     delete from webhook_deliveries where id in (
       select id from webhook_deliveries where endpoint_id = ${endpointId} order by id limit ${limit}
-    )`);
+    )`,
+  );
 }
 
 /**
@@ -199,13 +206,14 @@ export async function deleteWebhook({ deps, ctx, id }: { deps: Pick<Deps, 'clock
   const row = await requireEndpoint(deps, ctx, id);
   const now = deps.clock.now();
   await deps.commits.run(async (db) => {
-    await db.update(webhookEndpoints)
+    await db
+      .update(webhookEndpoints)
       .set({ active: false, disabledAt: row.disabledAt ?? now })
       .where(eq(webhookEndpoints.id, row.id));
   });
   for (;;) {
     const done = await deps.commits.run(async (db) => {
-      if (await deleteDeliveryChunk(db, row.id, DELETE_CHUNK_ROWS) === DELETE_CHUNK_ROWS) return false;
+      if ((await deleteDeliveryChunk(db, row.id, DELETE_CHUNK_ROWS)) === DELETE_CHUNK_ROWS) return false;
       await db.delete(webhookEndpoints).where(eq(webhookEndpoints.id, row.id));
       return true;
     });
@@ -220,10 +228,12 @@ export async function deleteWebhook({ deps, ctx, id }: { deps: Pick<Deps, 'clock
 export async function takePingSlot({ deps, ctx, id }: { deps: Pick<Deps, 'clock' | 'db'>; ctx: RequestContext; id: string }): Promise<WebhookEndpointRow> {
   const row = await requireEndpoint(deps, ctx, id);
   const now = deps.clock.now();
-  const taken = changes(await deps.db
-    .update(webhookEndpoints)
-    .set({ lastPingAt: now })
-    .where(and(eq(webhookEndpoints.id, row.id), or(isNull(webhookEndpoints.lastPingAt), sql`${webhookEndpoints.lastPingAt} <= ${now - PING_COOLDOWN_MS}`))));
+  const taken = changes(
+    await deps.db
+      .update(webhookEndpoints)
+      .set({ lastPingAt: now })
+      .where(and(eq(webhookEndpoints.id, row.id), or(isNull(webhookEndpoints.lastPingAt), sql`${webhookEndpoints.lastPingAt} <= ${now - PING_COOLDOWN_MS}`))),
+  );
   if (taken === 0) {
     const last = (await one(deps.db.select({ at: webhookEndpoints.lastPingAt }).from(webhookEndpoints).where(eq(webhookEndpoints.id, row.id))))?.at ?? now;
     const retryAfter = Math.max(1, Math.ceil((last + PING_COOLDOWN_MS - now) / 1000));
@@ -234,13 +244,24 @@ export async function takePingSlot({ deps, ctx, id }: { deps: Pick<Deps, 'clock'
   return { ...row, lastPingAt: now };
 }
 
-export async function listDeliveries({ deps, ctx, id, page }: { deps: Pick<Deps, 'db'>; ctx: RequestContext; id: string; page: PageRequest }): Promise<WebhookDeliveryView[]> {
+export async function listDeliveries({
+  deps,
+  ctx,
+  id,
+  page,
+}: {
+  deps: Pick<Deps, 'db'>;
+  ctx: RequestContext;
+  id: string;
+  page: PageRequest;
+}): Promise<WebhookDeliveryView[]> {
   const endpoint = await requireEndpoint(deps, ctx, id);
-  return (await deps.db
-    .select()
-    .from(webhookDeliveries)
-    .where(and(eq(webhookDeliveries.endpointId, endpoint.id), page.after ? lt(webhookDeliveries.id, page.after) : undefined))
-    .orderBy(desc(webhookDeliveries.id))
-    .limit(page.limit + 1))
-    .map(deliveryView);
+  return (
+    await deps.db
+      .select()
+      .from(webhookDeliveries)
+      .where(and(eq(webhookDeliveries.endpointId, endpoint.id), page.after ? lt(webhookDeliveries.id, page.after) : undefined))
+      .orderBy(desc(webhookDeliveries.id))
+      .limit(page.limit + 1)
+  ).map(deliveryView);
 }

@@ -108,7 +108,7 @@ export function createBatches(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'secr
         run.push({ row: o.row, write: inline });
       } else if (isSpooled(o.write)) {
         await flushRun();
-        if (!await stillTarget()) throw new TargetChangedError();
+        if (!(await stillTarget())) throw new TargetChangedError();
         try {
           await inbound.applySpooled(client, o.write, { stillTarget });
           // Gone from the outbox as soon as it landed: `pending` follows the messages one by one, and a crash later
@@ -144,7 +144,7 @@ export function createBatches(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'secr
       await markReached(deps.db, db.accountId, db.connectionId, now, { landed: opened.some((o) => !refused.has(o.row.id)) });
     });
     for (const spool of landedSpools) {
-      if (!await spoolReferenced(deps.db, spool)) rmSync(spoolPath(deps.config.dataDir, spool), { force: true });
+      if (!(await spoolReferenced(deps.db, spool))) rmSync(spoolPath(deps.config.dataDir, spool), { force: true });
     }
   }
 
@@ -168,7 +168,7 @@ export function createBatches(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'secr
       }
       while (isRunning()) {
         // A URL replaced or deleted meanwhile: its writes are the new database's (the next run opens it), or dropped.
-        if (!await isCurrentConnection(deps.db, db.accountId, db.connectionId)) throw new TargetChangedError();
+        if (!(await isCurrentConnection(deps.db, db.accountId, db.connectionId))) throw new TargetChangedError();
         const limit = batchLimits.get(db.accountId) ?? parts.batchSize;
         const fetched = await dueWrites(deps.db, db.accountId, deps.clock.now(), limit);
         if (fetched.length === 0) break;

@@ -72,7 +72,7 @@ export async function connectDatabase({
     sslMode: target.sslMode,
     schemaVersion: result.schemaVersion,
   });
-  return await statusOf(deps, await rowOf(deps, accountId) ?? row);
+  return await statusOf(deps, (await rowOf(deps, accountId)) ?? row);
 }
 
 /**
@@ -107,7 +107,7 @@ export async function testDatabase({
   const now = deps.clock.now();
   // Deleted while the test connected: gone, as for a test asked after the delete. Replaced meanwhile: the result is
   // about a database that is no longer the account's, so it is recorded nowhere and the new one's status answers.
-  if (!await isCurrentConnection(deps.db, row.accountId, row.connectionId)) {
+  if (!(await isCurrentConnection(deps.db, row.accountId, row.connectionId))) {
     const current = await rowOf(deps, row.accountId);
     if (!current) throw new ApiError('database_not_connected', 'No database is set on this account: it was deleted while the test connected.');
     return await statusOf(deps, current);
@@ -123,5 +123,5 @@ export async function testDatabase({
   // Waiting writes go now rather than after the writer's next gap (the wake follows these statements, durable when they return).
   markQueued(deps.db, 'customer-db');
   if (requeued > 0) deps.logger.info('customer_db.set_aside_requeued', { accountId: row.accountId, count: requeued });
-  return await statusOf(deps, await rowOf(deps, row.accountId) ?? row);
+  return await statusOf(deps, (await rowOf(deps, row.accountId)) ?? row);
 }

@@ -110,9 +110,7 @@ export function createCustomerDbWriter(
    */
   async function dueDatabases(now: number): Promise<CustomerDatabaseRow[]> {
     if (busy.size > 0 && busy.size >= ((await one(statements(deps.db).databaseCount.execute()))?.count ?? 0)) return [];
-    return (await statements(deps.db)
-      .dueDatabases.execute({ now }))
-      .filter((d) => !busy.has(d.accountId));
+    return (await statements(deps.db).dueDatabases.execute({ now })).filter((d) => !busy.has(d.accountId));
   }
 
   /** When the housekeeping last ran: the loop is poked after every queued write, and it need not run that often. */

@@ -87,18 +87,19 @@ export function sqliteLeases<T extends SQLiteTable>(spec: LeaseTable<T>) {
      */
     async lease(db: Db, worker: string, ids: readonly string[], until: number, leaseNow: number, params: Record<string, unknown> = {}): Promise<Row[]> {
       if (ids.length === 0) return [];
-      return await statements(db).lease.execute({ ...params, worker, until, leaseNow, ids: JSON.stringify(ids) }) as Row[];
+      return (await statements(db).lease.execute({ ...params, worker, until, leaseNow, ids: JSON.stringify(ids) })) as Row[];
     },
 
     /** Whether `worker` still holds the lease of `id`: false once the row is gone or leased to another. */
     async stillHeld(db: Db, worker: string, id: string): Promise<boolean> {
-      return await one(statements(db).held.execute({ id, worker })) !== undefined;
+      return (await one(statements(db).held.execute({ id, worker }))) !== undefined;
     },
 
     /** Extends the leases `worker` still holds among `ids` until `until`. */
     async renew(db: Db, worker: string, ids: readonly string[], until: number): Promise<void> {
       if (ids.length === 0) return;
-      await db.update(table)
+      await db
+        .update(table)
         .set(set({ until }))
         .where(and(eq(spec.lockedBy, worker), sql`${spec.id} in (select value from json_each(${JSON.stringify(ids)}))`));
     },
@@ -107,10 +108,12 @@ export function sqliteLeases<T extends SQLiteTable>(spec: LeaseTable<T>) {
     async release(db: Db, worker: string, ids?: readonly string[]): Promise<number> {
       if (ids !== undefined && ids.length === 0) return 0;
       const where = ids === undefined ? eq(spec.lockedBy, worker) : and(inArray(spec.id, [...ids]), eq(spec.lockedBy, worker));
-      return changes(await db
-        .update(table)
-        .set(set({ by: null, until: null }))
-        .where(where));
+      return changes(
+        await db
+          .update(table)
+          .set(set({ by: null, until: null }))
+          .where(where),
+      );
     },
 
     /**
@@ -119,17 +122,19 @@ export function sqliteLeases<T extends SQLiteTable>(spec: LeaseTable<T>) {
      * process that may still run (another host, or a live pid) is left to expire.
      */
     async releaseDead(db: Db, worker: string, host = hostname()): Promise<number> {
-      const holders = await db
+      const holders = (await db
         .selectDistinct({ lockedBy: spec.lockedBy })
         .from(table)
-        .where(and(isNotNull(spec.lockedBy), sql`${spec.lockedBy} <> ${worker}`)) as { lockedBy: string | null }[];
+        .where(and(isNotNull(spec.lockedBy), sql`${spec.lockedBy} <> ${worker}`))) as { lockedBy: string | null }[];
       let released = 0;
       for (const { lockedBy: holder } of holders) {
         if (!holder || !isDeadHolder(holder, worker, host)) continue;
-        released += changes(await db
-          .update(table)
-          .set(set({ by: null, until: null }))
-          .where(eq(spec.lockedBy, holder)));
+        released += changes(
+          await db
+            .update(table)
+            .set(set({ by: null, until: null }))
+            .where(eq(spec.lockedBy, holder)),
+        );
       }
       return released;
     },
@@ -141,10 +146,12 @@ export function sqliteLeases<T extends SQLiteTable>(spec: LeaseTable<T>) {
      * step.
      */
     async capForeign(db: Db, worker: string, leaseNow: number, leaseMs: number): Promise<number> {
-      return changes(await db
-        .update(table)
-        .set(set({ until: leaseNow + leaseMs }))
-        .where(and(isNotNull(spec.lockedBy), sql`${spec.lockedBy} <> ${worker}`, sql`${spec.lockedUntil} > ${leaseNow + leaseMs}`)));
+      return changes(
+        await db
+          .update(table)
+          .set(set({ until: leaseNow + leaseMs }))
+          .where(and(isNotNull(spec.lockedBy), sql`${spec.lockedBy} <> ${worker}`, sql`${spec.lockedUntil} > ${leaseNow + leaseMs}`)),
+      );
     },
   };
 }

@@ -129,7 +129,8 @@ export function createQueueWorker<Job>(opts: QueueWorkerOptions<Job>) {
   const runner: Runner = createRunner({
     ...opts,
     tick: async () => {
-      await pass();
+      // The attempts it starts are tracked by the runner, not waited for here.
+      void (await pass());
       return undefined;
     },
   });

@@ -238,10 +238,12 @@ export async function pingEndpoint(
   const attempt = await attemptDelivery(deps, endpoint, row, options.post ?? postWebhook, options.timeoutMs ?? WEBHOOK_TIMEOUT_MS);
   const at = deps.clock.now();
   const recorded = await deps.db.transaction(async () => {
-    const changed = changes(await deps.db
-      .update(webhookDeliveries)
-      .set({ attempts: 1, lastStatus: attempt.status, lastError: attempt.delivered ? null : attempt.error, deliveredAt: attempt.delivered ? at : null })
-      .where(eq(webhookDeliveries.id, row.id)));
+    const changed = changes(
+      await deps.db
+        .update(webhookDeliveries)
+        .set({ attempts: 1, lastStatus: attempt.status, lastError: attempt.delivered ? null : attempt.error, deliveredAt: attempt.delivered ? at : null })
+        .where(eq(webhookDeliveries.id, row.id)),
+    );
     // The endpoint was deleted while the ping was posted (its deliveries with it): nothing to write back.
     if (changed === 0) return null;
     await recordAttemptHistory(deps.db, row.id, 1, attempt, at);

@@ -51,7 +51,9 @@ export async function claimDueWebhookDeliveries(db: Db, worker: string, { now, l
   const rows = await db.transaction(async () => {
     // Each active endpoint's earliest due delivery, from the pending index: the cost follows the number of active
     // endpoints, not the backlog (a switched-off endpoint's rows are never read). Busy: that delivery is leased.
-    const candidates = await queryRows<{ id: string; endpointId: string; accountId: string; busy: number }>(db, sql`
+    const candidates = await queryRows<{ id: string; endpointId: string; accountId: string; busy: number }>(
+      db,
+      sql`
       select c.id as id, c.endpointId as endpointId, c.accountId as accountId,
              coalesce((select locked_until from webhook_deliveries where id = c.id), 0) > ${leaseNow} as busy
       from (
@@ -63,7 +65,8 @@ export async function claimDueWebhookDeliveries(db: Db, worker: string, { now, l
         where e.active = 1
       ) c
       where c.id is not null
-      order by c.id`);
+      order by c.id`,
+    );
     // Oldest first within an account; accounts in turn (each one's first, then each one's second...).
     const byAccount = new Map<string, string[]>();
     for (const c of candidates) {
@@ -76,11 +79,12 @@ export async function claimDueWebhookDeliveries(db: Db, worker: string, { now, l
   });
   if (rows.length === 0) return [];
   const endpoints = new Map(
-    (await db
-      .select()
-      .from(webhookEndpoints)
-      .where(inArray(webhookEndpoints.id, [...new Set(rows.map((r) => r.endpointId))])))
-      .map((e) => [e.id, e]),
+    (
+      await db
+        .select()
+        .from(webhookEndpoints)
+        .where(inArray(webhookEndpoints.id, [...new Set(rows.map((r) => r.endpointId))]))
+    ).map((e) => [e.id, e]),
   );
   rows.sort((a, b) => (a.id < b.id ? -1 : 1));
   return rows.flatMap((delivery) => {

@@ -64,9 +64,9 @@ export function guard(
     const rawBody = await readRequestBody(c);
     // Looked up again only if a key may have stopped working meanwhile (core/keys.ts keyStamp), which deleting an
     // account also moves: the sub-account the header names too, so no write is made for one deleted meanwhile.
-    if (await keyStamp(deps.db) !== stamp) {
-      if (!await findLiveKey(deps.db, secret)) throw new ApiError('invalid_key', 'The API key was revoked while the request was in flight.');
-      if (headerValue !== undefined && !await findSubAccount(deps.db, keyAccount.id, headerValue.trim())) {
+    if ((await keyStamp(deps.db)) !== stamp) {
+      if (!(await findLiveKey(deps.db, secret))) throw new ApiError('invalid_key', 'The API key was revoked while the request was in flight.');
+      if (headerValue !== undefined && !(await findSubAccount(deps.db, keyAccount.id, headerValue.trim()))) {
         throw new ApiError('account_not_found', `The sub-account ${headerValue.trim()} was deleted while the request was in flight.`);
       }
     }
