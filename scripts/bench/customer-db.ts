@@ -103,7 +103,7 @@ async function main(): Promise<void> {
   const emails: Arrival[] = [];
   const events: Arrival[] = [];
   let polling = true;
-  const poller = await (async () => {
+  const poller = (async () => {
     let lastEmail = '00000000-0000-0000-0000-000000000000';
     let lastEvent = lastEmail;
     while (polling) {

@@ -126,7 +126,7 @@ export async function releaseDeadIdempotencyClaims(deps: Deps): Promise<void> {
 const KEY_USAGE_FLUSH_MS = 10_000;
 
 /** The keys' last-used times, written every KEY_USAGE_FLUSH_MS; `flush` writes them now (the stop's last word). */
-export function startKeyUsageFlush(deps: Deps): { flush(): void; stopTimer(): void } {
+export function startKeyUsageFlush(deps: Deps): { flush(): Promise<void>; stopTimer(): void } {
   const flush = async () => {
     try {
       await deps.keyUsage.flush(deps.db);

@@ -190,20 +190,23 @@ async function replayScope(
 }
 
 /**
- * The cap, checked in one synchronous step with the promise of the replay's rows: what is pending at the endpoint
- * (counted up to one past the cap, however long its backlog), plus what other replays have promised it, plus this
- * replay stays within MAX_PENDING_PER_ENDPOINT, else 409 limit_reached, its message saying how many are pending.
+ * The cap, checked in one transaction with the promise of the replay's rows (no chunk of another replay commits its
+ * rows and takes back its promise in between): what is pending at the endpoint (counted up to one past the cap,
+ * however long its backlog), plus what other replays have promised it, plus this replay stays within
+ * MAX_PENDING_PER_ENDPOINT, else 409 limit_reached, its message saying how many are pending.
  */
 async function promiseWithinCap(db: Db, endpointId: string, count: number): Promise<void> {
-  const pending = (await countPending(db, endpointId, MAX_PENDING_PER_ENDPOINT + 1)) + (promisedTo(db).get(endpointId) ?? 0);
-  if (pending + count > MAX_PENDING_PER_ENDPOINT) {
-    const howMany = pending > MAX_PENDING_PER_ENDPOINT ? `More than ${MAX_PENDING_PER_ENDPOINT}` : String(pending);
-    throw new ApiError(
-      'limit_reached',
-      `${howMany} deliveries are pending for this endpoint and this replay would add ${count}; at most ${MAX_PENDING_PER_ENDPOINT} may be pending. Replay again once the receiver has taken some of them, or narrow the window.`,
-    );
-  }
-  addPromised(db, endpointId, count);
+  await db.transaction(async () => {
+    const pending = (await countPending(db, endpointId, MAX_PENDING_PER_ENDPOINT + 1)) + (promisedTo(db).get(endpointId) ?? 0);
+    if (pending + count > MAX_PENDING_PER_ENDPOINT) {
+      const howMany = pending > MAX_PENDING_PER_ENDPOINT ? `More than ${MAX_PENDING_PER_ENDPOINT}` : String(pending);
+      throw new ApiError(
+        'limit_reached',
+        `${howMany} deliveries are pending for this endpoint and this replay would add ${count}; at most ${MAX_PENDING_PER_ENDPOINT} may be pending. Replay again once the receiver has taken some of them, or narrow the window.`,
+      );
+    }
+    addPromised(db, endpointId, count);
+  });
 }
 
 /**
@@ -308,7 +311,7 @@ export async function replayWebhook({
         const limit = Math.min(REPLAY_CHUNK_ROWS, unwritten);
         const chunk = await deps.commits.run(async (db) => {
           const done = await queueReplayChunk(db, scope, from, limit, now);
-          // In the same synchronous step as the rows: from here the pending count sees them (or the endpoint is gone).
+          // In the same transaction as the rows: from its commit the pending count sees them (or the endpoint is gone).
           const settled = done === null ? unwritten : done.written;
           unwritten -= settled;
           addPromised(deps.db, scope.endpointId, -settled);
