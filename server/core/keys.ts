@@ -96,9 +96,9 @@ const knownKeys = definePrepared(() => new Map<string, { key: ApiKeyRow; stamp: 
 const KNOWN_KEYS_MAX = 10_000;
 
 /**
- * The key and the stamp it was found under, read in one transaction: outside a transaction every statement takes
- * and drops SQLite's WAL read lock (two fcntl calls on the -shm file), so the reads share one lock, and nothing can
- * stop the key between them. An unknown key (a 401) reads no stamp.
+ * The key and the stamp it was found under, read in one transaction, so nothing can stop the key between the reads
+ * (on SQLite they also share one lock instead of each taking and dropping the WAL read lock). An unknown key (a 401)
+ * reads no stamp.
  */
 export async function findLiveKeyStamped(db: Db, secret: string): Promise<{ found: Awaited<ReturnType<typeof findLiveKey>>; stamp: string }> {
   return await db.transaction(async () => {
