@@ -84,7 +84,8 @@ async function receivingDomain(db: Db, name: string, relay: boolean): Promise<Re
     receiving = owner === null ? null : { accountId, owner };
     break;
   }
-  cache.domains.set(name, receiving);
+  // Kept only while the counter it was read under stands (another RCPT may have seen it move meanwhile).
+  if (cache.stamp === stamp) cache.domains.set(name, receiving);
   return receiving;
 }
 

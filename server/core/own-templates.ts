@@ -417,7 +417,8 @@ async function headOf(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, name
   const known = cache.heads.get(key);
   if (known !== undefined) return known;
   const head = await lookUpHead(db, account, name);
-  cache.heads.set(key, head);
+  // Kept only while the counter it was read under stands (another lookup may have seen it move meanwhile).
+  if (cache.stamp === stamp) cache.heads.set(key, head);
   return head;
 }
 
