@@ -84,7 +84,7 @@ export function templatePages(deps: Deps) {
     const fields = fieldsFromForm(c.var.form);
     if (existing) fields.name = existing.name;
     try {
-      if (field(c, 'intent') === 'preview') return editorPage(c, account, existing, fields, { preview: await previewTemplate(deps, account, fields) });
+      if (field(c, 'intent') === 'preview') return await editorPage(c, account, existing, fields, { preview: await previewTemplate(deps, account, fields) });
       const saved = await saveTemplate(deps, account, existing ? existing.name : null, fields);
       const what = saved.version.version === 1 ? 'Saved' : `Saved as version ${saved.version.version}`;
       return await redirectWithFlash(deps, c, templatePath(account.id, saved.row.name), { kind: 'ok', message: `${what}: ${saved.row.name}.` });
