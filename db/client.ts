@@ -10,7 +10,7 @@ import { migrate } from 'drizzle-orm/better-sqlite3/migrator';
 import { createPrivateDir, createPrivateFile } from './data-dir.js';
 import { type WalSync, walSyncOf } from './group-commit.js';
 import * as schema from './schema/index.js';
-import { pgUnitOf } from './pg/state.js';
+import { type PgStore, pgUnitOf } from './pg/state.js';
 import { type Method, SqliteConnection } from './sqlite-connection.js';
 
 type RemoteDb = SqliteRemoteDatabase<typeof schema>;
@@ -29,13 +29,18 @@ export interface Db extends Omit<RemoteDb, 'transaction'> {
   transaction<T>(fn: (tx: Db) => Promise<T>): Promise<T>;
 }
 
-export interface Store {
+/** The state on SQLite in DATA_DIR (openDatabase). */
+export interface SqliteStore {
+  readonly engine: 'sqlite';
   db: Db;
   sqlite: Database.Database;
   /** Flushes the write-ahead log to disk off the event loop (the group commit's durability: db/group-commit.ts). */
   syncWal: WalSync;
   close(): void;
 }
+
+/** Where the service's state lives: SQLite in DATA_DIR (the default), or Postgres (STATE_URL, db/pg/state.ts). */
+export type Store = SqliteStore | PgStore;
 
 /** The checked-in migrations, beside this file in the source tree and two levels up from dist/db. */
 function migrationsFolder(): string {
@@ -105,7 +110,7 @@ function refuseNewerDatabase(sqlite: Database.Database, path: string, folder: st
  * commit, and applies pending migrations. A missing directory is created 0700 and a missing database file 0600 (its
  * -wal and -shm follow its mode), unless `mustExist`, which refuses with DatabaseMissingError instead.
  */
-export function openDatabase(dataDir: string, opts: { mustExist?: boolean } = {}): Store {
+export function openDatabase(dataDir: string, opts: { mustExist?: boolean } = {}): SqliteStore {
   const path = databasePath(dataDir);
   if (opts.mustExist && !hasDatabase(dataDir)) throw new DatabaseMissingError(path);
   createPrivateDir(dataDir);
@@ -126,6 +131,7 @@ export function openDatabase(dataDir: string, opts: { mustExist?: boolean } = {}
   const db = sqliteDb(sqlite);
   const syncWal = walSyncOf(path);
   return {
+    engine: 'sqlite',
     db,
     sqlite,
     syncWal,

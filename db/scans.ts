@@ -1,4 +1,6 @@
+import { sql } from 'drizzle-orm';
 import { type Db, connectionOf } from './client.js';
+import { isPostgres, runPgSql } from './pg/state.js';
 
 export type ScanParams = Record<string, unknown>;
 
@@ -18,6 +20,27 @@ export interface Scans {
 
 /** On `db`'s own connection, on the event loop (tests and tools; the server puts them on the checkpoint thread's). */
 export function scansOn(db: Db): Scans {
+  if (isPostgres(db)) {
+    // Postgres numbers its parameters: each @name becomes $n, in the order they first appear.
+    const run = async <Row>(text: string, params: ScanParams): Promise<Row[]> => {
+      const names: string[] = [];
+      const numbered = text.replace(/@([A-Za-z_][A-Za-z0-9_]*)/g, (_, name: string) => {
+        const at = names.indexOf(name);
+        return `$${at >= 0 ? at + 1 : names.push(name)}`;
+      });
+      return (
+        await runPgSql(
+          db,
+          sql.raw(numbered),
+          names.map((n) => params[n]),
+        )
+      ).rows as Row[];
+    };
+    return {
+      first: async <Row>(text: string, params: ScanParams = {}) => (await run<Row>(text, params))[0],
+      all: <Row>(text: string, params: ScanParams = {}) => run<Row>(text, params),
+    };
+  }
   return {
     first: async <Row>(sql: string, params: ScanParams = {}) => (await connectionOf(db).scan(sql, params, true)) as Row | undefined,
     all: async <Row>(sql: string, params: ScanParams = {}) => (await connectionOf(db).scan(sql, params, false)) as Row[],

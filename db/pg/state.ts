@@ -141,12 +141,12 @@ export function isPostgres(db: Db): boolean {
   return stores.has(db);
 }
 
-/** Runs plain SQL on a Postgres Db: rows as objects, or how many rows it touched. */
-export async function runPgSql(db: Db, query: SQL): Promise<pg.QueryResult> {
+/** Runs plain SQL on a Postgres Db: rows as objects, or how many rows it touched; `values` for text numbering its own. */
+export async function runPgSql(db: Db, query: SQL, values?: unknown[]): Promise<pg.QueryResult> {
   const units = stores.get(db);
   if (!units) throw new Error('not a Postgres Db');
   const { sql, params } = dialect.sqlToQuery(query);
-  return units.target().query({ text: sql, values: params, types: typesFor() });
+  return units.target().query({ text: sql, values: values ?? params, types: typesFor() });
 }
 
 function migrationsFolder(): string {

@@ -1,10 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { openDatabase, type Store } from '../../db/client.js';
+import type { SqliteStore, Store } from '../../db/client.js';
+import type { PgStore } from '../../db/pg/state.js';
 import type { Deps } from '../core/deps.js';
 import { createFileDurably } from '../../db/data-dir.js';
-import { createGroupCommit } from '../../db/group-commit.js';
+import { createGroupCommit, type GroupCommit, transactionCommits } from '../../db/group-commit.js';
 import type { Clock } from '../shared/clock.js';
 import type { Config } from '../shared/config.js';
 import { createKeyUsage } from '../core/key-usage.js';
@@ -13,8 +14,9 @@ import { createResolver } from '../shared/dns/resolver.js';
 import type { Logger } from '../shared/logger.js';
 import { createMetrics } from '../shared/metrics.js';
 import { type Scans, scansOn } from '../../db/scans.js';
-import { createStoreHealth } from '../shared/store-health.js';
+import { createStoreHealth, type StoreHealth } from '../shared/store-health.js';
 import { holdsSealedSecrets } from './secret-key-check.js';
+import { openStore } from './state.js';
 
 /**
  * SECRET_KEY as decided: given, `off`, or read from DATA_DIR/secret.key, generated there (mode 0600) on first start.
@@ -48,6 +50,32 @@ export function resolveSecretKey(config: Config, opts: { mayGenerate?: boolean }
   return key;
 }
 
+/**
+ * SQLite's durability: the group commit (one fsync for many writes), and the store's health. After a failed flush of
+ * the WAL no write anywhere on the connection is safe to acknowledge: every one is refused (query_only) and /healthz
+ * stays 503 until a restart recovers from what the disk holds.
+ */
+function sqliteDurability(store: SqliteStore, clock: Clock, logger: Logger): { storeHealth: StoreHealth; commits: GroupCommit } {
+  const closeToWrites = (err: unknown) => {
+    if (storeHealth.unsafe()) return;
+    storeHealth.markUnsafe(err);
+    store.sqlite.pragma('query_only = 1');
+    logger.error('store.unsafe', {
+      err,
+      message: 'A flush of the database to disk failed: writes are refused until the service is restarted. Check the disk.',
+    });
+  };
+  // The group commit's own flush failing says so (onUnsafe); SQLite's fsync inside a commit of any other write
+  // (synchronous=FULL) failing is the same loss, and reaches the store's health as its error (onFlushFailure).
+  const storeHealth = createStoreHealth(clock, { onFlushFailure: closeToWrites });
+  return { storeHealth, commits: createGroupCommit(store, store.syncWal, { onFailure: storeHealth.note, onUnsafe: closeToWrites }) };
+}
+
+/** Postgres's: each acknowledged write its own transaction, durable at its commit (Postgres groups the flushes). */
+function postgresDurability(store: PgStore, clock: Clock): { storeHealth: StoreHealth; commits: GroupCommit } {
+  return { storeHealth: createStoreHealth(clock), commits: transactionCommits(store.db) };
+}
+
 /** What the start decides before the dependencies are built; a test or a tool leaves them to createDeps. */
 export interface DepsOptions {
   /** The store, opened already (main reads the secret key's state from it first); else opened in DATA_DIR. */
@@ -62,27 +90,14 @@ export interface DepsOptions {
 }
 
 export async function createDeps(config: Config, clock: Clock, logger: Logger, options: DepsOptions = {}): Promise<Deps> {
-  const store = options.store ?? openDatabase(config.dataDir);
-  // After a failed flush of the WAL no write anywhere on the connection is safe to acknowledge: every one is refused
-  // (query_only) and /healthz stays 503 until a restart recovers from what the disk holds.
-  const closeToWrites = (err: unknown) => {
-    if (storeHealth.unsafe()) return;
-    storeHealth.markUnsafe(err);
-    store.sqlite.pragma('query_only = 1');
-    logger.error('store.unsafe', {
-      err,
-      message: 'A flush of the database to disk failed: writes are refused until the service is restarted. Check the disk.',
-    });
-  };
-  // The group commit's own flush failing says so (onUnsafe); SQLite's fsync inside a commit of any other write
-  // (synchronous=FULL) failing is the same loss, and reaches the store's health as its error (onFlushFailure).
-  const storeHealth = createStoreHealth(clock, { onFlushFailure: closeToWrites });
+  const store = options.store ?? (await openStore(config));
+  const { storeHealth, commits } = store.engine === 'sqlite' ? sqliteDurability(store, clock, logger) : postgresDurability(store, clock);
   const scans = options.scans ?? scansOn(store.db);
   return {
     config,
     db: store.db,
     store,
-    commits: createGroupCommit(store, store.syncWal, { onFailure: storeHealth.note, onUnsafe: closeToWrites }),
+    commits,
     clock,
     logger,
     resolver: createResolver({ servers: config.dnsServers }),
@@ -91,7 +106,11 @@ export async function createDeps(config: Config, clock: Clock, logger: Logger, o
     keyUsage: createKeyUsage(),
     rateLimiter: createRateLimiter(clock, { perKey: config.rateLimitPerKey, perAccount: config.rateLimitPerAccount }),
     scans,
-    metrics: createMetrics(clock, () => scans),
+    metrics: createMetrics(
+      clock,
+      () => scans,
+      store.engine === 'postgres' ? { statePool: () => ({ total: store.pool.totalCount, idle: store.pool.idleCount, waiting: store.pool.waitingCount }) } : {},
+    ),
     storeHealth,
   };
 }

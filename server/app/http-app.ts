@@ -71,13 +71,15 @@ export function createApp(deps: Deps) {
   // never reads the file, and a damaged file fails only the work that reads it.
   app.get('/healthz', async (c) => {
     const deliveryMode = deps.config.deliveryMode;
+    // Where the state lives (docs/api/decisions.md section 11): `sqlite` in DATA_DIR, or `postgres` (STATE_URL).
+    const state = deps.store.engine;
     try {
       await queryRow(deps.db, sql`select 1`);
-      if (deps.storeHealth.faulty()) return c.json({ status: 'unavailable', deliveryMode }, 503);
-      return c.json({ status: 'ok', deliveryMode });
+      if (deps.storeHealth.faulty()) return c.json({ status: 'unavailable', deliveryMode, state }, 503);
+      return c.json({ status: 'ok', deliveryMode, state });
     } catch (err) {
       deps.logger.error('healthz.failed', { err });
-      return c.json({ status: 'unavailable', deliveryMode }, 503);
+      return c.json({ status: 'unavailable', deliveryMode, state }, 503);
     }
   });
   app.route('/', metricsRoutes(deps));

@@ -54,7 +54,7 @@ async function main(): Promise<void> {
         // After the inbound server and the writer, the two that use its threads.
         ['parse threads', () => workers.parser.close()],
         ['key usage', () => keyUsage.flush()],
-        ['checkpointer', () => checkpointer.stop()],
+        ['checkpointer', () => checkpointer?.stop()],
         ['database', () => deps.store.close()],
         ['lock', () => lock.release()],
       ],

@@ -8,7 +8,7 @@ export function listenUrl(scheme: 'http' | 'smtp', host: string, port: number): 
 
 /**
  * The fields of the `server.started` line, logged once everything listens: where (HTTP, and SMTP when it listens),
- * the state directory, how mail leaves (DELIVERY_MODE, and the relay named without its credentials) and the name the
+ * the state directory and where the state lives, how mail leaves (DELIVERY_MODE, and the relay named without its credentials) and the name the
  * server goes by.
  */
 /** What listens once a start is done: each port as bound, null when off (or when it could not listen). */
@@ -29,6 +29,9 @@ export function startLine(config: Config, listening: Listening): Record<string, 
     submissionPort: listening.submissionPort,
     submissionsPort: listening.submissionsPort,
     dataDir: config.dataDir,
+    // Where the state lives: `sqlite` (in DATA_DIR) or `postgres`, with STATE_URL as stateUrl (its password hidden).
+    state: config.state.engine,
+    ...(config.state.engine === 'postgres' ? { stateUrl: config.state.target.shown } : {}),
     deliveryMode: config.deliveryMode,
     relay: relay ? `${relay.protocol}//${relay.host}` : null,
     mailHostname: config.mailHostname,

@@ -1,5 +1,5 @@
 import { writeSync } from 'node:fs';
-import { openDatabase } from '../../db/client.js';
+import type { Store } from '../../db/client.js';
 import { type Checkpointer, startCheckpointer } from '../../db/checkpointer.js';
 import { createPrivateDir, type DataDirLock, DataDirLockedError, lockDataDir, securePrivateDataDir } from '../../db/data-dir.js';
 import { scansOffThread } from '../../db/scans.js';
@@ -11,6 +11,7 @@ import { systemClock } from '../shared/clock.js';
 import { type Config, ConfigError, loadConfig, mailHostnameProblem } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
 import { createDeps, resolveSecretKey } from './deps.js';
+import { openStore } from './state.js';
 import { type SecretKeyCheck, checkSecretKey, holdsSealedSecrets, keyOffWarning, mismatchLine } from './secret-key-check.js';
 import { type Listening, STARTED_EVENT, type StartedMessage, startLine } from './start-line.js';
 
@@ -58,12 +59,20 @@ export function claimDataDir(config: Config, logger: Logger): DataDirLock {
 }
 
 /**
- * Every dependency, built once: the store; the secret key, which must open what the store holds (else the start
- * stops, before anything else runs); the WAL checkpoint thread, on whose connection the reads that walk many rows
- * (the /metrics gauges, the dashboard's chart) run (db/checkpointer.ts); then the rest (createDeps).
+ * Every dependency, built once: the store (SQLite in DATA_DIR, or the Postgres of STATE_URL); the secret key, which
+ * must open what the store holds (else the start stops, before anything else runs); on SQLite the WAL checkpoint
+ * thread, on whose connection the reads that walk many rows (the /metrics gauges, the dashboard's chart) run
+ * (db/checkpointer.ts); then the rest (createDeps).
  */
-export async function openDeps(config: Config, logger: Logger): Promise<{ deps: Deps; checkpointer: Checkpointer; keyCheck: SecretKeyCheck }> {
-  const store = openDatabase(config.dataDir);
+export async function openDeps(config: Config, logger: Logger): Promise<{ deps: Deps; checkpointer: Checkpointer | null; keyCheck: SecretKeyCheck }> {
+  let store: Store;
+  try {
+    store = await openStore(config);
+  } catch (err) {
+    if (config.state.engine === 'postgres')
+      refuseStart(`the state database of STATE_URL (${config.state.target.shown}) cannot be used: ${err instanceof Error ? err.message : String(err)}`);
+    throw err;
+  }
   // Generated only on a first start: DATA_DIR holding secrets sealed with a key and no key file is a lost key.
   const secretKey = resolveSecretKey(config, { mayGenerate: !(await holdsSealedSecrets(store.db)) });
   const keyCheck = await checkSecretKey(store.db, secretKey);
@@ -71,6 +80,7 @@ export async function openDeps(config: Config, logger: Logger): Promise<{ deps: 
     process.stderr.write(`${await mismatchLine(store.db, config, keyCheck.what)}\n`);
     process.exit(1);
   }
+  if (store.engine === 'postgres') return { deps: await createDeps(config, systemClock, logger, { store, secretKey }), checkpointer: null, keyCheck };
   // WAL checkpoints on a thread of their own, not inside a COMMIT on the event loop.
   const checkpointer = startCheckpointer(store.sqlite, logger);
   const deps = await createDeps(config, systemClock, logger, { store, secretKey, scans: scansOffThread(checkpointer, store.db) });

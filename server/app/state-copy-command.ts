@@ -2,28 +2,17 @@ import { existsSync, readdirSync } from 'node:fs';
 import { DatabaseMissingError, databasePath, hasDatabase, openDatabase } from '../../db/client.js';
 import { DataDirLockedError, lockDataDir } from '../../db/data-dir.js';
 import { spoolDir } from '../../db/inbound-spool.js';
-import { openPostgres, type PgTarget } from '../../db/pg/state.js';
+import { openPostgres } from '../../db/pg/state.js';
 import { type CopyReport, copyState } from '../../db/state-copy.js';
 import type { Config } from '../shared/config.js';
 import { parseStateUrl, type StateTarget } from '../shared/state-url.js';
+import { pgTargetOf } from './state.js';
 
 /**
  * `mailstead state copy --to postgresql://... [--dry-run]` (docs/api/decisions.md section 11, docs/operating/upgrading.md):
  * a stopped server's DATA_DIR into an empty Postgres. It holds DATA_DIR's server lock while it runs, so a server
  * cannot start on it meanwhile, and it refuses to run beside one.
  */
-
-/** What node-postgres is given for a parsed STATE_URL (db/pg/state.ts). */
-export function pgTargetOf(target: StateTarget): PgTarget {
-  return {
-    host: target.host,
-    port: target.port,
-    database: target.database,
-    user: target.user,
-    password: target.password,
-    ssl: target.ssl === false ? false : { rejectUnauthorized: target.ssl.verify, ...(target.ssl.ca ? { ca: target.ssl.ca } : {}) },
-  };
-}
 
 export class StateCopyRefused extends Error {
   override name = 'StateCopyRefused';

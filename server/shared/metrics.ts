@@ -77,9 +77,9 @@ export interface OutboundQueue {
  */
 export const OUTBOUND_QUEUE_SQL = `
   select
-    sum(locked_until > @leaseNow) as sending,
-    sum((locked_until is null or locked_until <= @leaseNow) and next_attempt_at <= @now) as due,
-    sum((locked_until is null or locked_until <= @leaseNow) and next_attempt_at > @now) as deferred,
+    sum(case when locked_until > @leaseNow then 1 else 0 end) as sending,
+    sum(case when (locked_until is null or locked_until <= @leaseNow) and next_attempt_at <= @now then 1 else 0 end) as due,
+    sum(case when (locked_until is null or locked_until <= @leaseNow) and next_attempt_at > @now then 1 else 0 end) as deferred,
     min(created_at) as oldest
   from outbound_recipients where status = 'queued'`;
 
@@ -110,9 +110,32 @@ export interface GaugeReads {
   first<Row>(sql: string, params?: Record<string, unknown>): Promise<Row | undefined>;
 }
 
-export function createMetrics(clock: Clock, scans: () => GaugeReads): Metrics {
+/** The connections of the state's Postgres pool (STATE_URL): open, of which idle, and requests waiting for one. */
+export interface PoolCounts {
+  total: number;
+  idle: number;
+  waiting: number;
+}
+
+export function createMetrics(clock: Clock, scans: () => GaugeReads, opts: { statePool?: () => PoolCounts } = {}): Metrics {
   const registry = new Registry();
   const registers = [registry];
+
+  const statePool = opts.statePool;
+  if (statePool) {
+    new Gauge({
+      name: 'mailstead_state_pool_connections',
+      help: "Connections of the pool to the state's Postgres (STATE_URL): total open, idle, and waiting (requests queued for a connection)",
+      labelNames: ['state'] as const,
+      registers,
+      collect() {
+        const counts = statePool();
+        this.set({ state: 'total' }, counts.total);
+        this.set({ state: 'idle' }, counts.idle);
+        this.set({ state: 'waiting' }, counts.waiting);
+      },
+    });
+  }
 
   // The queue is read once at a time (it scans every queued recipient): the gauges of one scrape, overlapping scrapes
   // (two Prometheus servers) and the dashboard's overview share the read under way; the next one after it reads afresh.
