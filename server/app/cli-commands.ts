@@ -27,6 +27,8 @@ import { insertKey, mintKeyInput } from '../core/keys.js';
 import { enableWebhook, listAccountWebhooks } from '../core/webhook-operator.js';
 import { SCOPES, isScope } from '../core/scopes.js';
 import { ApiError } from '../shared/errors.js';
+import { runStateCopy, StateCopyRefused } from './state-copy-command.js';
+import { openStore } from './state.js';
 import { parseInput } from '../api/http/validate.js';
 
 /** The operator CLI of docs/api/decisions.md section 1. JSON results on stdout; errors on stderr with a non-zero exit. */
@@ -35,8 +37,8 @@ class UsageError extends Error {}
 
 const USAGE = `usage: mailstead <command> [options]
 
-Works on the database in DATA_DIR (default ./data), which the server creates on its first start; it can run beside
-the running server. Prints JSON on stdout; errors go to stderr (exit 1, or 2 for a usage error: an unknown command or
+Works on the server's state: the database in DATA_DIR (default ./data), which the server creates on its first
+start, or the Postgres of STATE_URL when it is set; it can run beside the running server. Prints JSON on stdout; errors go to stderr (exit 1, or 2 for a usage error: an unknown command or
 option, an option the command does not take, a missing or refused value).
 
   help, --help                  this text
@@ -52,7 +54,9 @@ option, an option the command does not take, a missing or refused value).
   webhooks list --account ID    the account's webhook endpoints (never their secrets)
   webhooks enable --webhook ID  switch an endpoint back on without a test ping
   database status --account ID  the account's customer database: state, last error, writes waiting (never the URL)
-  admin-token reset`;
+  admin-token reset
+  state copy --to postgresql://... [--dry-run]
+                                a STOPPED server's DATA_DIR into an empty Postgres, every table counted and compared`;
 
 /** Each command and the options it takes: any other option is a usage error, never silently ignored. */
 const COMMANDS: Record<string, readonly OptionName[]> = {
@@ -67,6 +71,7 @@ const COMMANDS: Record<string, readonly OptionName[]> = {
   'webhooks enable': ['webhook'],
   'database status': ['account'],
   'admin-token reset': [],
+  'state copy': ['to', 'dry-run'],
 };
 
 /** Options every command takes. */
@@ -81,6 +86,8 @@ const OPTIONS = {
   amount: { type: 'string' },
   scopes: { type: 'string' },
   webhook: { type: 'string' },
+  to: { type: 'string' },
+  'dry-run': { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
   version: { type: 'boolean' },
 } as const;
@@ -89,7 +96,7 @@ type OptionName = keyof typeof OPTIONS;
 
 type Options = { [K in keyof typeof OPTIONS]?: (typeof OPTIONS)[K]['type'] extends 'boolean' ? boolean : string };
 
-function required(opts: Options, name: 'name' | 'account' | 'reason' | 'amount' | 'daily-quota' | 'webhook'): string {
+function required(opts: Options, name: 'name' | 'account' | 'reason' | 'amount' | 'daily-quota' | 'webhook' | 'to'): string {
   const v = opts[name];
   if (v === undefined || v === '') throw new UsageError(`--${name} is required`);
   return v;
@@ -144,6 +151,23 @@ async function runCli(argv: string[], env: Record<string, string | undefined> = 
   if (stray !== undefined) throw new UsageError(`${command} does not take --${stray}`);
 
   const config = loadConfig(env);
+  if (command === 'state copy') {
+    if (config.state.engine === 'postgres') throw new Error('state copy reads DATA_DIR: run it without STATE_URL set (the target is --to)');
+    try {
+      return { result: await runStateCopy(config, { to: required(opts, 'to'), dryRun: opts['dry-run'] === true }) };
+    } catch (err) {
+      if (err instanceof StateCopyRefused) throw new UsageError(err.message);
+      throw err;
+    }
+  }
+  if (config.state.engine === 'postgres') {
+    const store = await openStore(config);
+    try {
+      return { result: await runCommand(store, config, command, opts) };
+    } finally {
+      await store.close();
+    }
+  }
   // Never a new, empty database: a DATA_DIR without one is the wrong directory, or a server never started.
   if (!hasDatabase(config.dataDir)) throw new DatabaseMissingError(databasePath(config.dataDir));
   // The same files as the server's, under the same rules: tightened before they are opened.

@@ -14,6 +14,7 @@ import { pgTargetOf } from './state.js';
  * cannot start on it meanwhile, and it refuses to run beside one.
  */
 
+/** `--to` is not a STATE_URL this version takes (a usage error of the command line). */
 export class StateCopyRefused extends Error {
   override name = 'StateCopyRefused';
 }
@@ -38,7 +39,7 @@ export async function runStateCopy(config: Config, opts: { to: string; dryRun: b
   try {
     lock = lockDataDir(config.dataDir);
   } catch (err) {
-    if (err instanceof DataDirLockedError) throw new StateCopyRefused(`${err.message}: stop the server before copying its state`);
+    if (err instanceof DataDirLockedError) throw new Error(`${err.message}: stop the server before copying its state`);
     throw err;
   }
   try {
