@@ -197,6 +197,25 @@ export function unitOf(db: Db): { afterCommit: (() => void)[] } | null {
   return pgUnit !== undefined ? pgUnit : connectionOf(db).current();
 }
 
+/**
+ * Runs `fn`, reads only, as one unit: on SQLite one read transaction holding the connection (its statements share
+ * one WAL read lock instead of each taking and dropping it, and see one snapshot); on Postgres the statements run on
+ * the pool as they come, each seeing what is committed when it runs.
+ */
+export async function readUnit<T>(db: Db, fn: () => Promise<T>): Promise<T> {
+  if (pgUnitOf(db) !== undefined) return fn();
+  const conn = connectionOf(db);
+  if (conn.holds()) return fn();
+  return conn.hold(async () => {
+    conn.sqlite.exec('BEGIN');
+    try {
+      return await fn();
+    } finally {
+      if (conn.sqlite.inTransaction) conn.sqlite.exec('COMMIT');
+    }
+  });
+}
+
 /** Runs plain SQL on `db`'s connection (as a statement of the caller's unit, if any): db/sql.ts. */
 export function runSql(db: Db, query: SQL, method: Method): Promise<unknown> {
   const { sql, params } = dialect.sqlToQuery(query);

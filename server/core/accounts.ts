@@ -10,7 +10,6 @@ import { ApiError, notFound } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
 import type { PageRequest, RequestContext } from './context.js';
 import { type CreditsView, creditStatus, creditsView } from './credits.js';
-import { noteKeysRemoved } from './keys.js';
 import { effectiveQuota, sentToday } from './quota.js';
 import { type Tier, gradeTier } from './tiers.js';
 import { one } from '../../db/sql.js';
@@ -205,7 +204,6 @@ export async function getSubAccount({ deps, ctx, id }: { deps: Pick<Deps, 'clock
 export async function deleteSubAccount({ deps, ctx, id }: { deps: Pick<Deps, 'db' | 'logger'>; ctx: RequestContext; id: string }): Promise<void> {
   const row = await requireSubAccount(deps, ctx, id);
   await deps.db.delete(accounts).where(eq(accounts.id, row.id));
-  noteKeysRemoved();
   deps.logger.info('account.deleted', { accountId: row.id, parentId: ctx.account.id });
 }
 

@@ -1,9 +1,9 @@
 import { and, desc, eq, isNull, lt, sql } from 'drizzle-orm';
 import { z } from 'zod';
 import { labelSchema } from './text-rules.js';
-import type { Db } from '../../db/client.js';
+import { type Db, readUnit } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
-import { type AccountRow, type ApiKeyRow, accounts, apiKeys } from '../../db/schema/index.js';
+import { type AccountRow, type ApiKeyRow, accounts, apiKeys, changeCounters } from '../../db/schema/index.js';
 import { iso, isoOrNull } from '../shared/clock.js';
 import type { Deps } from './deps.js';
 import { ApiError, notFound } from '../shared/errors.js';
@@ -11,7 +11,7 @@ import { newId } from '../shared/ids.js';
 import { randomBase62, sha256Hex } from '../shared/secrets.js';
 import type { PageRequest, RequestContext } from './context.js';
 import { SCOPES, type Scope, isScope } from './scopes.js';
-import { one, queryRow } from '../../db/sql.js';
+import { one } from '../../db/sql.js';
 
 export const MAX_LIVE_KEYS = 50;
 export const KEY_PREFIX = 'ms_';
@@ -63,26 +63,18 @@ const statements = definePrepared((db) => ({
     .from(accounts)
     .where(eq(accounts.id, sql.placeholder('id')))
     .prepare(),
+  keysCounter: db.select({ n: changeCounters.n }).from(changeCounters).where(eq(changeCounters.name, 'keys')).prepare(),
 }));
 
-/** Keys made unusable by this process (revoked, or their account deleted): a count that only grows. */
-let keysRemoved = 0;
-
-/** A key of this process stopped working (revoked, or its account deleted). */
-export function noteKeysRemoved(): void {
-  keysRemoved++;
-}
-
 /**
- * Changes whenever a key may have stopped working: this process revoked one or deleted an account, or another
- * connection (the CLI, an operator's sqlite3) committed to the database, which SQLite's data_version tells. Equal
- * stamps mean every key that was live is still live; the request guard compares them instead of looking the key up
- * a second time once the body has arrived.
+ * Changes whenever a key may have stopped working (revoked, or deleted with its account), by this process or any
+ * other (the CLI, another node): the `keys` change counter, raised by triggers on api_keys (db/migrations/0021, and
+ * its Postgres twin). Equal stamps mean every key that was live is still live; the request guard compares them
+ * instead of looking the key up a second time once the body has arrived.
  */
 export async function keyStamp(db: Db): Promise<string> {
-  const removed = keysRemoved;
-  const row = await queryRow<{ data_version: number }>(db, sql`PRAGMA data_version`);
-  return `${removed}.${row!.data_version}`;
+  const row = await one(statements(db).keysCounter.execute());
+  return String(row?.n ?? 0);
 }
 
 /**
@@ -96,26 +88,24 @@ const knownKeys = definePrepared(() => new Map<string, { key: ApiKeyRow; stamp: 
 const KNOWN_KEYS_MAX = 10_000;
 
 /**
- * The key and the stamp it was found under, read in one transaction, so nothing can stop the key between the reads
- * (on SQLite they also share one lock instead of each taking and dropping the WAL read lock). An unknown key (a 401)
- * reads no stamp.
+ * The key and the stamp it was found under. The stamp is read before the key: a key that stops working after it
+ * moves the stamp, so a key found live is never kept under a stamp that already counts its end, on either engine.
+ * On SQLite the reads share one read transaction (db/client.ts readUnit).
  */
 export async function findLiveKeyStamped(db: Db, secret: string): Promise<{ found: Awaited<ReturnType<typeof findLiveKey>>; stamp: string }> {
-  return await db.transaction(async () => {
-    if (!KEY_FORMAT.test(secret)) return { found: undefined, stamp: '' };
+  if (!KEY_FORMAT.test(secret)) return { found: undefined, stamp: '' };
+  return await readUnit(db, async () => {
     const hash = sha256Hex(secret);
     const known = knownKeys(db);
+    const stamp = await keyStamp(db);
     const cached = known.get(hash);
     if (cached) {
-      const stamp = await keyStamp(db);
       const account = cached.stamp === stamp ? await one(statements(db).accountById.execute({ id: cached.key.accountId })) : undefined;
       if (account) return { found: { key: cached.key, account }, stamp };
       known.delete(hash);
     }
     const found = await findLiveKeyByHash(db, hash);
-    // An unknown key (a 401) reads no stamp: traffic without a key costs one indexed read.
     if (!found) return { found, stamp: '' };
-    const stamp = await keyStamp(db);
     if (known.size >= KNOWN_KEYS_MAX) known.delete(known.keys().next().value!);
     known.set(hash, { key: found.key, stamp });
     return { found, stamp };
@@ -219,7 +209,6 @@ export async function revokeKey({ deps, ctx, id }: { deps: Pick<Deps, 'clock' | 
   if (!row) throw notFound('key');
   if (row.revokedAt === null) {
     await deps.db.update(apiKeys).set({ revokedAt: deps.clock.now() }).where(eq(apiKeys.id, id));
-    noteKeysRemoved();
     deps.logger.info('key.revoked', { keyId: id, accountId: ctx.account.id, byKeyId: ctx.keyId });
   }
 }
