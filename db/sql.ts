@@ -70,6 +70,11 @@ export function isTrue(db: Db, column: SQLWrapper): SQL {
   return isPostgres(db) ? sql`${column}` : sql`${column} = 1`;
 }
 
+/** A boolean as a value to write in SQL text: SQLite's 1 or 0, Postgres's true or false. */
+export function boolValue(db: Db, value: boolean): SQL {
+  return sql.raw(isPostgres(db) ? String(value) : value ? '1' : '0');
+}
+
 /** `column` contains `text`, ignoring case (ASCII): SQLite's LIKE, Postgres's ILIKE; `%` and `_` in `text` are literal. */
 export function containsNoCase(db: Db, column: SQLWrapper, text: string): SQL {
   const pattern = `%${text.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;

@@ -5,7 +5,8 @@ import { outboundMessages, outboundRecipients } from '../db/schema/index.js';
 import type { Claimed } from '../server/core/outcomes.js';
 import { type QueueStore, sqliteLeases } from '../server/queues/lease-table.js';
 import { takeInTurns } from '../server/queues/turns.js';
-import { queryRows } from '../db/sql.js';
+import { isPostgres } from '../db/pg/state.js';
+import { indexedBy, isOneOfPlaceholder, listParam, queryRows } from '../db/sql.js';
 
 /**
  * The durable outbound queue (outbound_recipients) on the queue mechanism (server/queues/): claimed with a lease, one
@@ -15,15 +16,17 @@ import { queryRows } from '../db/sql.js';
 
 export type { Claimed };
 
-const p = sql.placeholder;
 
-/** A recipient is leased only while it is queued. By primary key: the unary + keeps SQLite from scanning the status index instead (a whole backlog). */
+/**
+ * A recipient is leased only while it is queued. By primary key: on SQLite the unary + keeps the planner from scanning
+ * the status index instead (a whole backlog); Postgres has no unary + on text, nor the need.
+ */
 const leases = sqliteLeases({
   table: outboundRecipients,
   id: outboundRecipients.id,
   lockedBy: outboundRecipients.lockedBy,
   lockedUntil: outboundRecipients.lockedUntil,
-  leasable: sql`+${outboundRecipients.status} = 'queued'`,
+  leasable: (db) => (isPostgres(db) ? sql`${outboundRecipients.status} = 'queued'` : sql`+${outboundRecipients.status} = 'queued'`),
 });
 
 /**
@@ -37,7 +40,7 @@ const statements = definePrepared((db) => ({
   messages: db
     .select()
     .from(outboundMessages)
-    .where(sql`${outboundMessages.id} in (select value from json_each(${p('ids')}))`)
+    .where(isOneOfPlaceholder(db, outboundMessages.id, 'ids'))
     .prepare(),
 }));
 
@@ -65,7 +68,7 @@ async function accountsWithQueuedMail(db: Db): Promise<string[]> {
 async function dueOf(db: Db, account: string, now: number, leaseNow: number, room: number): Promise<string[]> {
   const rows = await queryRows<{ id: string }>(
     db,
-    sql`select id from outbound_recipients indexed by outbound_recipients_account_due_idx
+    sql`select id from outbound_recipients${indexedBy(db, 'outbound_recipients_account_due_idx')}
        where status = 'queued' and account_id = ${account} and next_attempt_at <= ${now} and (locked_until is null or locked_until <= ${leaseNow})
        order by next_attempt_at, id limit ${room}`,
   );
@@ -120,7 +123,7 @@ export async function claimDueRecipients(
       }),
   );
   if (rows.length === 0) return [];
-  const messages = new Map((await q.messages.execute({ ids: JSON.stringify([...new Set(rows.map((r) => r.messageId))]) })).map((m) => [m.id, m]));
+  const messages = new Map((await q.messages.execute({ ids: listParam(db, [...new Set(rows.map((r) => r.messageId))]) })).map((m) => [m.id, m]));
   return rows.flatMap((recipient) => {
     const message = messages.get(recipient.messageId);
     return message ? [{ recipient, message }] : [];

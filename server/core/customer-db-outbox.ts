@@ -55,7 +55,7 @@ export const OWNER_SQL = `coalesce(
 
 /** The account whose database receives this account's writes (its own, else its parent's), or null when neither has one. */
 export async function databaseOwnerOf(db: Db, accountId: string): Promise<string | null> {
-  const row = await queryRow<{ owner: string | null }>(db, sql`select ${sql.raw(OWNER_SQL)} as owner from (select ${accountId} as account_id) d`);
+  const row = await queryRow<{ owner: string | null }>(db, sql`select ${sql.raw(OWNER_SQL)} as owner from (select cast(${accountId} as text) as account_id) d`);
   return row?.owner ?? null;
 }
 

@@ -2,7 +2,7 @@ import { and, eq, sql } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import { customerDatabases } from '../../db/schema/index.js';
 import { cutErrorText } from '../../db/customer/error-text.js';
-import { one } from '../../db/sql.js';
+import { isSame, one } from '../../db/sql.js';
 
 /**
  * A connected database's state as the writer and the endpoints see it (docs/api/contract.md, Database status): `connected` until a
@@ -110,7 +110,7 @@ export async function noteSetAside(db: Db, owner: string, error: string, now: nu
     .set({
       lastError: message,
       lastErrorKind: 'data',
-      updatedAt: sql`case when ${customerDatabases.lastError} is ${message} then ${customerDatabases.updatedAt} else ${now} end`,
+      updatedAt: sql`case when ${isSame(db, customerDatabases.lastError, message)} then ${customerDatabases.updatedAt} else ${now} end`,
     })
     .where(eq(customerDatabases.accountId, owner));
 }

@@ -102,7 +102,7 @@ export async function commitSubmission(
     if (header.clientMessageId !== null) {
       const seen = await queryRow<{ emailId: string }>(
         deps.db,
-        sql`select email_id as emailId from submitted_messages where account_id = ${auth.actingAccountId} and message_id = ${header.clientMessageId} and created_at > ${now - MESSAGE_ID_WINDOW_MS}`,
+        sql`select email_id as "emailId" from submitted_messages where account_id = ${auth.actingAccountId} and message_id = ${header.clientMessageId} and created_at > ${now - MESSAGE_ID_WINDOW_MS}`,
       );
       if (seen !== undefined) return { id: seen.emailId, duplicate: true };
     }

@@ -9,7 +9,7 @@ import { ApiError } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
 import { addressKey, parseAddress } from './addresses.js';
 import type { PageRequest, RequestContext } from './context.js';
-import { one, queryRow, queryRows } from '../../db/sql.js';
+import { isOneOfPlaceholder, listParam, one, queryRow, queryRows } from '../../db/sql.js';
 
 export interface SuppressionView {
   id: string;
@@ -126,17 +126,12 @@ export async function removeSuppression({ deps, ctx, address }: { deps: Pick<Dep
   if (removed.length === 0) throw new ApiError('not_found', `${lower} is not on this account's suppression list.`);
 }
 
-// Lists travel as JSON arrays so one compiled statement serves any number of accounts and recipients.
+// Lists travel as one parameter (db/sql.ts) so one compiled statement serves any number of accounts and recipients.
 const statements = definePrepared((db) => ({
   listed: db
     .select({ address: suppressions.address })
     .from(suppressions)
-    .where(
-      and(
-        sql`${suppressions.accountId} in (select value from json_each(${sql.placeholder('accounts')}))`,
-        sql`${suppressions.address} in (select value from json_each(${sql.placeholder('addresses')}))`,
-      ),
-    )
+    .where(and(isOneOfPlaceholder(db, suppressions.accountId, 'accounts'), isOneOfPlaceholder(db, suppressions.address, 'addresses')))
     .prepare(),
 }));
 
@@ -163,7 +158,13 @@ export async function suppressionReasons(db: Db, account: { id: string; parentId
 
 /** The recipients (as given) that any of `accountIds` has suppressed. */
 export async function suppressedRecipients(db: Db, accountIds: string[], recipients: string[]): Promise<string[]> {
-  const rows = await statements(db).listed.execute({ accounts: JSON.stringify(accountIds), addresses: JSON.stringify(recipients.map((r) => r.toLowerCase())) });
+  const rows = await statements(db).listed.execute({
+    accounts: listParam(db, accountIds),
+    addresses: listParam(
+      db,
+      recipients.map((r) => r.toLowerCase()),
+    ),
+  });
   const listed = new Set(rows.map((r) => r.address));
   return recipients.filter((r) => listed.has(r.toLowerCase()));
 }

@@ -3,7 +3,7 @@ import type { Db } from '../../db/client.js';
 import { markQueued } from '../../db/queue-wake.js';
 import { type WebhookDeliveryRow, webhookAttempts, webhookDeliveries, webhookEndpoints } from '../../db/schema/index.js';
 import { WEBHOOK_DISABLE_AFTER_FAILURES, nextWebhookAttemptAt } from './webhook-schedule.js';
-import { changes, queryRow } from '../../db/sql.js';
+import { boolValue, changes, isTrue, queryRow } from '../../db/sql.js';
 
 /**
  * The rules of a webhook delivery's attempt and of its endpoint's health: what an attempt's outcome writes (the
@@ -64,17 +64,18 @@ export async function recordWebhookAttempt(
     }
     const limit = WEBHOOK_DISABLE_AFTER_FAILURES;
     // Every right-hand side reads the row as it was before this update.
-    const after = await queryRow<{ failureCount: number; disabledAt: number | null; active: number }>(
+    const after = await queryRow<{ failureCount: number; disabledAt: number | null; active: number | boolean }>(
       db,
       sql`
       update webhook_endpoints
       set failure_count = failure_count + 1,
-          active = case when failure_count + 1 >= ${limit} then 0 else active end,
-          disabled_at = case when active = 1 and failure_count + 1 >= ${limit} then ${now} else disabled_at end
+          active = case when failure_count + 1 >= ${limit} then ${boolValue(db, false)} else active end,
+          disabled_at = case when ${isTrue(db, sql.raw('active'))} and failure_count + 1 >= ${limit} then ${now} else disabled_at end
       where id = ${delivery.endpointId}
-      returning failure_count as failureCount, disabled_at as disabledAt, active`,
+      returning failure_count as "failureCount", disabled_at as "disabledAt", active`,
     );
-    const disabled = after !== undefined && after.active === 0 && after.disabledAt === now;
+    // `active` as each engine keeps a boolean: 0 or false.
+    const disabled = after !== undefined && !after.active && after.disabledAt === now;
     return { recorded: true, nextAttemptAt, disabled, failureCount: after?.failureCount ?? 0 };
   });
 }

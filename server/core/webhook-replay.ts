@@ -9,7 +9,7 @@ import { newId } from '../shared/ids.js';
 import { insertWebhookDelivery, outcomeEventData } from './webhook-fanout.js';
 import type { RequestContext } from './context.js';
 import { type EmailEventType, EMAIL_EVENT_TYPES, EVENT_TYPE_OF_STATUS, emailEventType, isoDateTime, statusOfEventType } from './events.js';
-import { one, queryRow } from '../../db/sql.js';
+import { indexedBy, one, queryRow } from '../../db/sql.js';
 
 /** One replay queues at most this many deliveries; a window holding more is refused whole (never cut silently). */
 export const MAX_REPLAY_EVENTS = 10_000;
@@ -147,7 +147,7 @@ async function countPending(db: Db, endpointId: string, bound: number): Promise<
         db,
         sql`
       select count(*) as n from (
-        select 1 from webhook_deliveries indexed by webhook_deliveries_pending_idx
+        select 1 from webhook_deliveries${indexedBy(db, 'webhook_deliveries_pending_idx')}
         where endpoint_id = ${endpointId} and next_attempt_at is not null
         limit ${bound}
       )`,

@@ -9,7 +9,7 @@ import { createHousekeeping } from './housekeeping.js';
 import { createInboundHandoff } from './inbound-handoff.js';
 import type { InboundParser } from './inbound/parser.js';
 import { createPools } from './pools.js';
-import { one } from '../../db/sql.js';
+import { indexedBy, one } from '../../db/sql.js';
 
 export { isTimeout, withinBudget } from './batches.js';
 
@@ -46,7 +46,7 @@ const statements = definePrepared((db) => ({
     .where(
       and(
         lte(customerDatabases.nextAttemptAt, sql.placeholder('now')),
-        sql`exists (select 1 from customer_db_writes w indexed by customer_db_writes_pending_idx
+        sql`exists (select 1 from customer_db_writes w${indexedBy(db, 'customer_db_writes_pending_idx')}
                     where w.database_account_id = ${customerDatabases.accountId} and w.set_aside_at is null and w.next_attempt_at <= ${sql.placeholder('now')})`,
       ),
     )

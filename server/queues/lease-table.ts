@@ -4,7 +4,7 @@ import type { SQLiteColumn, SQLiteTable } from 'drizzle-orm/sqlite-core';
 import type { Db } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { isDeadHolder } from './leases.js';
-import { changes, one } from '../../db/sql.js';
+import { changes, isOneOf, isOneOfPlaceholder, listParam, one } from '../../db/sql.js';
 
 /**
  * The claim of a durable queue, as its worker sees it: lease due jobs, renew and give back the leases, and at start
@@ -40,7 +40,7 @@ export interface LeaseTable<T extends SQLiteTable> {
    * What a row must be to be leased besides free, e.g. sql`+status = 'queued'` or sql`next_attempt_at <= ${now}` with
    * `sql.placeholder('now')`: its placeholders are given to `lease` in `params`.
    */
-  leasable: SQL;
+  leasable: SQL | ((db: Db) => SQL);
 }
 
 const p = sql.placeholder;
@@ -52,7 +52,7 @@ function fieldOf(table: SQLiteTable, column: SQLiteColumn): string {
 }
 
 /**
- * The lease operations over one queue table, on SQLite, written once for every queue. None opens a transaction or
+ * The lease operations over one queue table, written once for every queue and both engines. None opens a transaction or
  * changes the connection's synchronous level: a queue that takes its leases unsynced (db/client.ts unsynced) wraps
  * the call, as it does its claim.
  */
@@ -68,7 +68,7 @@ export function sqliteLeases<T extends SQLiteTable>(spec: LeaseTable<T>) {
       .update(table)
       .set(set({ by: sql`${p('worker')}`, until: sql`${p('until')}` }))
       .where(
-        sql`${spec.id} in (select value from json_each(${p('ids')})) and ${spec.leasable}
+        sql`${isOneOfPlaceholder(db, spec.id, 'ids')} and ${typeof spec.leasable === 'function' ? spec.leasable(db) : spec.leasable}
             and (${spec.lockedUntil} is null or ${spec.lockedUntil} <= ${p('leaseNow')})`,
       )
       .returning()
@@ -87,7 +87,7 @@ export function sqliteLeases<T extends SQLiteTable>(spec: LeaseTable<T>) {
      */
     async lease(db: Db, worker: string, ids: readonly string[], until: number, leaseNow: number, params: Record<string, unknown> = {}): Promise<Row[]> {
       if (ids.length === 0) return [];
-      return (await statements(db).lease.execute({ ...params, worker, until, leaseNow, ids: JSON.stringify(ids) })) as Row[];
+      return (await statements(db).lease.execute({ ...params, worker, until, leaseNow, ids: listParam(db, ids) })) as Row[];
     },
 
     /** Whether `worker` still holds the lease of `id`: false once the row is gone or leased to another. */
@@ -101,7 +101,7 @@ export function sqliteLeases<T extends SQLiteTable>(spec: LeaseTable<T>) {
       await db
         .update(table)
         .set(set({ until }))
-        .where(and(eq(spec.lockedBy, worker), sql`${spec.id} in (select value from json_each(${JSON.stringify(ids)}))`));
+        .where(and(eq(spec.lockedBy, worker), isOneOf(db, spec.id, ids)));
     },
 
     /** Gives back `worker`'s leases among `ids`, or every lease it holds when `ids` is absent; how many. */

@@ -3,7 +3,7 @@ import type { Db } from '../../db/client.js';
 import { type WebhookDeliveryRow, type WebhookEndpointRow, webhookDeliveries, webhookEndpoints } from '../../db/schema/index.js';
 import { type QueueStore, sqliteLeases } from '../queues/lease-table.js';
 import { takeInTurns } from '../queues/turns.js';
-import { queryRows } from '../../db/sql.js';
+import { indexedBy, isTrue, queryRows } from '../../db/sql.js';
 
 /**
  * The webhook delivery queue (webhook_deliveries) on the queue mechanism (server/queues/): rows claimed with a lease,
@@ -54,15 +54,15 @@ export async function claimDueWebhookDeliveries(db: Db, worker: string, { now, l
     const candidates = await queryRows<{ id: string; endpointId: string; accountId: string; busy: number }>(
       db,
       sql`
-      select c.id as id, c.endpointId as endpointId, c.accountId as accountId,
+      select c.id as id, c."endpointId" as "endpointId", c."accountId" as "accountId",
              coalesce((select locked_until from webhook_deliveries where id = c.id), 0) > ${leaseNow} as busy
       from (
-        select e.id as endpointId, e.account_id as accountId,
-               (select d.id from webhook_deliveries d indexed by webhook_deliveries_pending_idx
+        select e.id as "endpointId", e.account_id as "accountId",
+               (select d.id from webhook_deliveries d${indexedBy(db, 'webhook_deliveries_pending_idx')}
                 where d.endpoint_id = e.id and d.next_attempt_at is not null and d.next_attempt_at <= ${now}
                 order by d.id limit 1) as id
         from webhook_endpoints e
-        where e.active = 1
+        where ${isTrue(db, sql.raw('e.active'))}
       ) c
       where c.id is not null
       order by c.id`,
