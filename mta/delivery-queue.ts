@@ -16,7 +16,6 @@ import { indexedBy, isOneOfPlaceholder, listParam, queryRows } from '../db/sql.j
 
 export type { Claimed };
 
-
 /**
  * A recipient is leased only while it is queued. By primary key: on SQLite the unary + keeps the planner from scanning
  * the status index instead (a whole backlog); Postgres has no unary + on text, nor the need.
