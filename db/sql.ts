@@ -1,4 +1,5 @@
 import { type SQL, type SQLWrapper, sql } from 'drizzle-orm';
+import type { SQLiteColumn, SQLiteTable } from 'drizzle-orm/sqlite-core';
 import { type Db, runSql } from './client.js';
 import { isPostgres, runPgSql } from './pg/state.js';
 
@@ -68,6 +69,34 @@ export function isSame(db: Db, a: unknown, b: unknown): SQL {
 /** A boolean column is true (SQLite keeps a boolean as 1 or 0). */
 export function isTrue(db: Db, column: SQLWrapper): SQL {
   return isPostgres(db) ? sql`${column}` : sql`${column} = 1`;
+}
+
+/**
+ * A select whose rows the caller's transaction then holds until it ends (`FOR UPDATE`), so a rule that reads them
+ * before it writes (credits, quota, the last recipient of a message) cannot be raced by another transaction on
+ * Postgres. On SQLite nothing is added: a transaction there holds the connection and the database's write lock from
+ * its first statement (db/sqlite-connection.ts). Lock rows of one table in one order (by id) to never deadlock.
+ */
+export function forUpdate<Q extends PromiseLike<unknown>>(db: Db, query: Q): Q {
+  if (!isPostgres(db)) return query;
+  // drizzle's Postgres select has `for`; the query is typed with the SQLite schema's builder, which has not.
+  return (query as unknown as { for(strength: 'update'): Q }).for('update');
+}
+
+/**
+ * Locks rows of `table` by id for the rest of the caller's transaction (in id order), where that takes a statement:
+ * Postgres. On SQLite the transaction already holds the whole database, and nothing is run.
+ */
+export async function lockRows(db: Db, table: SQLiteTable, id: SQLiteColumn, ids: readonly string[]): Promise<void> {
+  if (!isPostgres(db) || ids.length === 0) return;
+  await forUpdate(
+    db,
+    db
+      .select({ id })
+      .from(table)
+      .where(isOneOf(db, id, ids))
+      .orderBy(id),
+  );
 }
 
 /** A boolean as a value to write in SQL text: SQLite's 1 or 0, Postgres's true or false. */

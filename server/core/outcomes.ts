@@ -20,7 +20,7 @@ import { type Capture, storeCapture } from './capture-store.js';
 import type { Classified } from './dsn.js';
 import { nextAttemptAt } from './delivery-schedule.js';
 import { isSimulatorAddress } from './simulator.js';
-import { changes, one } from '../../db/sql.js';
+import { changes, lockRows, one } from '../../db/sql.js';
 
 /** A recipient leased from the outbound queue, with its message: what one delivery attempt works on. */
 export interface Claimed {
@@ -84,7 +84,10 @@ export async function recordOutcome(
   try {
     await deps.commits.run(async () => {
       const q = statements(db);
-      // First the recipient, and only while this claim still holds it: else the whole outcome rolls back.
+      // The message first: outcomes of one message take turns, so the last one to close a recipient sees the others
+      // closed and deletes the content (on Postgres; on SQLite every transaction takes turns).
+      await lockRows(db, outboundMessages, outboundMessages.id, [job.message.id]);
+      // Then the recipient, and only while this claim still holds it: else the whole outcome rolls back.
       const updated = await q.updateRecipient.execute({
         id: job.recipient.id,
         lockedBy: job.recipient.lockedBy ?? '',

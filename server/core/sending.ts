@@ -1,15 +1,14 @@
-import { and, count, eq, gt, sql } from 'drizzle-orm';
+import { and, asc, count, eq, gt, or, sql } from 'drizzle-orm';
 import { definePrepared } from '../../db/prepared.js';
 import { FlushFailedError } from '../../db/group-commit.js';
 import { markQueued } from '../../db/queue-wake.js';
 import { DELIVERY_WINDOW_MS } from './delivery-schedule.js';
 import { isAlwaysSuppressed, isSimulatorDomain } from './simulator.js';
-import { type AccountRow, type EmailSource, domainKeys, domains, emails, outboundMessages, outboundRecipients } from '../../db/schema/index.js';
+import { type AccountRow, type EmailSource, accounts, domainKeys, domains, emails, outboundMessages, outboundRecipients } from '../../db/schema/index.js';
 import { DAY_MS, leaseNow } from '../shared/clock.js';
 import type { Deps } from './deps.js';
 import { ApiError } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
-import { findAccount } from './accounts.js';
 import { formatMailbox } from './addresses.js';
 import type { RequestContext } from './context.js';
 import { deriveFlags } from './domain-checks.js';
@@ -33,7 +32,7 @@ import type { Rendered } from './templates.js';
 import { tripBreakerIfPaused } from './reputation.js';
 import { queueCustomerDbWrite } from './customer-db-outbox.js';
 import { logFailure, storeFaultOf, storeUnavailable } from '../shared/store-health.js';
-import { one } from '../../db/sql.js';
+import { forUpdate, one } from '../../db/sql.js';
 
 /** POST /emails as the seven checks of docs/api/contract.md, one named step each, in the spec's order; then the queue. */
 
@@ -111,11 +110,15 @@ export async function sendEmail({ deps, ctx, rawBody, body: parsed, idempotencyK
   }
 }
 
-/** The acting account and its parent, read afresh (inside the send's transaction). */
+/**
+ * The acting account and its parent, read afresh inside the send's transaction and held by it to its end (rows locked
+ * in id order on Postgres: db/sql.ts forUpdate), so no other send spends the same last credit or quota slot meanwhile.
+ */
 export async function loadSender(deps: Pick<Deps, 'db'>, accountId: string): Promise<Sender> {
-  const acting = await findAccount(deps.db, accountId);
+  const rows = await statements(deps.db).sender.execute({ id: accountId });
+  const acting = rows.find((a) => a.id === accountId);
   if (!acting) throw new ApiError('account_not_found', 'The account no longer exists.');
-  const parent = acting.parentId ? ((await findAccount(deps.db, acting.parentId)) ?? null) : null;
+  const parent = acting.parentId ? (rows.find((a) => a.id === acting.parentId) ?? null) : null;
   return { acting, parent };
 }
 
@@ -152,6 +155,15 @@ function logEntryOf(ctx: RequestContext, { send, rendered, templateVersion }: { 
 const p = sql.placeholder;
 
 const statements = definePrepared((db) => ({
+  // The acting account and its parent in one read, in id order: locked in that order on Postgres.
+  sender: forUpdate(
+    db,
+    db
+      .select()
+      .from(accounts)
+      .where(or(eq(accounts.id, p('id')), eq(accounts.id, sql`(select a.parent_id from accounts a where a.id = ${p('id')})`)))
+      .orderBy(asc(accounts.id)),
+  ).prepare(),
   // Only what the check reads: the key row holds the sealed private key, which a send never needs.
   domainByName: db
     .select({ recordStatus: domains.recordStatus, keyId: domainKeys.id })

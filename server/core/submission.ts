@@ -99,6 +99,9 @@ export async function commitSubmission(
   const { header, id } = submission;
   return deps.commits.run(async () => {
     const now = deps.clock.now();
+    // The account rows first, held to the commit (locked on Postgres): two submissions of one Message-ID take turns,
+    // so the second sees the first's and is answered as its duplicate, and credits and quota are spent once.
+    const sender = await senderOf(deps, auth);
     if (header.clientMessageId !== null) {
       const seen = await queryRow<{ emailId: string }>(
         deps.db,
@@ -106,7 +109,6 @@ export async function commitSubmission(
       );
       if (seen !== undefined) return { id: seen.emailId, duplicate: true };
     }
-    const sender = await senderOf(deps, auth);
     assertMaySend(sender, now);
     assertCredit(sender, deps.config, now);
     assertQuotaFor(sender, submission.recipients.length, now);
