@@ -99,6 +99,16 @@ export async function lockRows(db: Db, table: SQLiteTable, id: SQLiteColumn, ids
   );
 }
 
+/**
+ * Holds `key` (a name no unique index can guard, such as a domain name several accounts may claim) for the rest of
+ * the caller's transaction, against every other transaction holding it: an advisory lock on Postgres. On SQLite the
+ * transaction already holds the whole database, and nothing is run.
+ */
+export async function lockKey(db: Db, key: string): Promise<void> {
+  if (!isPostgres(db)) return;
+  await runPgSql(db, sql`select pg_advisory_xact_lock(hashtext(${key}))`);
+}
+
 /** A boolean as a value to write in SQL text: SQLite's 1 or 0, Postgres's true or false. */
 export function boolValue(db: Db, value: boolean): SQL {
   return sql.raw(isPostgres(db) ? String(value) : value ? '1' : '0');

@@ -5,7 +5,7 @@ import { writeOutcome } from '../../server/core/outcomes.js';
 import { type Verp, parseVerp, verpTrusted } from '../verp.js';
 import type { Recipient } from './recipients.js';
 import type { InboundReport } from './reports.js';
-import { one } from '../../db/sql.js';
+import { lockRows, one } from '../../db/sql.js';
 
 /**
  * Bounce and complaint reports that arrive by SMTP, once received (receive.ts holds their first REPORT_BYTES and
@@ -195,6 +195,9 @@ export async function recordReport(
         ? { status: 'complained', dsn: '5.7.1', detail: 'Complaint (feedback report: abuse)' }
         : null;
   if (!said) return { events: 0, webhooks: 0, written: 0 };
+  // The email held (on Postgres) from the read of its events to the write of this one: two copies of one report
+  // arriving at once record it once.
+  await lockRows(deps.db, emails, emails.id, [email.id]);
   if (!reportIsNews(await recipientEvents(deps, email.id, recipient), said.status, said.dsn)) {
     deps.logger.info('inbound.report_repeated', { emailId: email.id, status: said.status, dsn: said.dsn });
     return { events: 0, webhooks: 0, written: 0 };

@@ -12,7 +12,7 @@ import type { PageRequest, RequestContext } from './context.js';
 import { type CreditsView, creditStatus, creditsView } from './credits.js';
 import { effectiveQuota, sentToday } from './quota.js';
 import { type Tier, gradeTier } from './tiers.js';
-import { one } from '../../db/sql.js';
+import { lockRows, one } from '../../db/sql.js';
 
 export const MAX_SUB_ACCOUNTS = 200;
 
@@ -158,6 +158,8 @@ export async function createSubAccount({
   if (ctx.account.parentId !== null) throw new ApiError('conflict', 'A sub-account cannot open a sub-account: only one level is allowed.');
   const now = deps.clock.now();
   const row = await deps.db.transaction(async (tx) => {
+    // The parent held first (on Postgres): two creations at once cannot both pass the count.
+    await lockRows(tx, accounts, accounts.id, [ctx.account.id]);
     const count = (await one(tx.select({ n: sql<number>`count(*)` }).from(accounts).where(eq(accounts.parentId, ctx.account.id))))?.n ?? 0;
     if (count >= MAX_SUB_ACCOUNTS) throw new ApiError('limit_reached', `This account already has ${MAX_SUB_ACCOUNTS} sub-accounts.`);
     return (await one(
@@ -223,7 +225,11 @@ export async function setSuspensionByApi({
   input: z.output<typeof suspendInput>;
 }): Promise<AccountView> {
   // One transaction: an operator's suspension committed by the CLI between the read and the write is never overwritten.
-  return await deps.db.transaction(async () => await setSuspension(deps, ctx, id, input));
+  return await deps.db.transaction(async () => {
+    // The sub-account held (on Postgres) from its read to its write.
+    await lockRows(deps.db, accounts, accounts.id, [id]);
+    return await setSuspension(deps, ctx, id, input);
+  });
 }
 
 async function setSuspension(

@@ -2,7 +2,7 @@ import { and, eq, sql } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import { customerDatabases } from '../../db/schema/index.js';
 import { cutErrorText } from '../../db/customer/error-text.js';
-import { isSame, one } from '../../db/sql.js';
+import { forUpdate, isSame, one } from '../../db/sql.js';
 
 /**
  * A connected database's state as the writer and the endpoints see it (docs/api/contract.md, Database status): `connected` until a
@@ -79,10 +79,13 @@ export async function markUnreachable(
   const message = cutErrorText(error);
   return await db.transaction(async () => {
     const before = await one(
-      db
-        .select({ state: customerDatabases.state, failures: customerDatabases.failures, lastError: customerDatabases.lastError })
-        .from(customerDatabases)
-        .where(row(owner, connectionId)),
+      forUpdate(
+        db,
+        db
+          .select({ state: customerDatabases.state, failures: customerDatabases.failures, lastError: customerDatabases.lastError })
+          .from(customerDatabases)
+          .where(row(owner, connectionId)),
+      ),
     );
     if (!before) return { changed: false, failures: 0 };
     const failures = before.failures + 1;

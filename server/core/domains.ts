@@ -1,7 +1,16 @@
 import { and, desc, eq, inArray, isNull, lt, ne, sql } from 'drizzle-orm';
 import { z } from 'zod';
 import type { Db } from '../../db/client.js';
-import { type DomainKeyRow, type DomainRow, type RecordKind, type RecordStatus, domainKeys, domains, outboundMessages } from '../../db/schema/index.js';
+import {
+  accounts,
+  type DomainKeyRow,
+  type DomainRow,
+  type RecordKind,
+  type RecordStatus,
+  domainKeys,
+  domains,
+  outboundMessages,
+} from '../../db/schema/index.js';
 import { DAY_MS, iso } from '../shared/clock.js';
 import type { Deps } from './deps.js';
 import { ApiError, notFound } from '../shared/errors.js';
@@ -22,7 +31,7 @@ import {
   verifiesWithoutDns,
 } from './domain-checks.js';
 import { normalizeDomainName } from './domain-name.js';
-import { one } from '../../db/sql.js';
+import { forUpdate, lockKey, lockRows, one } from '../../db/sql.js';
 
 export const MAX_DOMAINS = 20;
 /** An unverified claim keeps the name from other accounts until it is more than this old. */
@@ -170,6 +179,9 @@ export async function createDomain({
   // Key generation awaited: everything checked before it is checked again with the insert, in one transaction.
   const row = await deps.db.transaction(async (tx) => {
     await assertAccountExists(tx, accountId);
+    // On Postgres: the account held (its count of domains), and the name, which other accounts may claim at once.
+    await lockRows(tx, accounts, accounts.id, [accountId]);
+    await lockKey(tx, `domain:${name}`);
     await checkAccountRoom(tx, accountId, name);
     const expired = await claimName(tx, accountId, name, now);
     if (!key) {
@@ -318,7 +330,7 @@ export async function verifyDomain({
   const now = deps.clock.now();
   // The domain may have been deleted or checked meanwhile: apply the checks to the row as it is now.
   const updated = await deps.db.transaction(async (tx) => {
-    const current = await one(tx.select().from(domains).where(eq(domains.id, domain.id)));
+    const current = await one(forUpdate(tx, tx.select().from(domains).where(eq(domains.id, domain.id))));
     if (!current) return undefined;
     const recordStatus = Object.fromEntries(
       (Object.keys(checks) as RecordKind[]).map((k) => [k, nextRecordStatus(current.recordStatus[k], checks[k])]),

@@ -11,7 +11,7 @@ import { newId } from '../shared/ids.js';
 import { randomBase62, sha256Hex } from '../shared/secrets.js';
 import type { PageRequest, RequestContext } from './context.js';
 import { SCOPES, type Scope, isScope } from './scopes.js';
-import { one } from '../../db/sql.js';
+import { lockRows, one } from '../../db/sql.js';
 
 export const MAX_LIVE_KEYS = 50;
 export const KEY_PREFIX = 'ms_';
@@ -145,6 +145,8 @@ export async function insertKey(
   const now = deps.clock.now();
   const secret = KEY_PREFIX + randomBase62(KEY_RANDOM_LENGTH);
   const row = await deps.db.transaction(async (tx) => {
+    // The account held first (on Postgres): two mints at once cannot both pass the count of live keys.
+    await lockRows(tx, accounts, accounts.id, [input.accountId]);
     if (input.mintedBy !== undefined) {
       const minter = await one(tx.select({ revokedAt: apiKeys.revokedAt }).from(apiKeys).where(eq(apiKeys.id, input.mintedBy)));
       if (!minter || minter.revokedAt !== null) throw new ApiError('invalid_key', 'The key used for this request was revoked.');

@@ -16,7 +16,7 @@ import { ApiError } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
 import { type CompiledTemplate, type Declarations, checkLayoutSource, checkTemplateSource, compileTemplate } from './template-language.js';
 import { findTemplate } from './templates.js';
-import { one, queryRow } from '../../db/sql.js';
+import { lockRows, one, queryRow } from '../../db/sql.js';
 
 /**
  * An account's own templates and layouts (docs/api/decisions.md section 9): saved as versions, looked up for a send in
@@ -196,6 +196,8 @@ export async function createTemplate(db: Db, clock: Clock, account: Pick<Account
   await checkSource(db, account.id, input);
   assertNotBuiltIn(name);
   return await db.transaction(async (tx) => {
+    // The account held (on Postgres): its count of templates, and the name, cannot be raced.
+    await lockRows(tx, accounts, accounts.id, [account.id]);
     if (await currentOf(db, account.id, name)) throw new ApiError('template_exists', `A template named ${name} already exists on this account.`);
     const [counted] = await tx.select({ n: sql<number>`count(*)` }).from(templates).where(eq(templates.accountId, account.id));
     if ((counted?.n ?? 0) >= OWN_TEMPLATE_LIMITS.templates) {
@@ -251,6 +253,8 @@ export async function replaceTemplate(
   await checkSource(db, account.id, input);
   if (input.kind === 'layout') assertLayoutFits(account.id, name, input, await templatesUsing(db, account.id, name));
   return await db.transaction(async (tx) => {
+    // The account held (on Postgres): one new version at a time, and no layout deleted under it meanwhile.
+    await lockRows(tx, accounts, accounts.id, [account.id]);
     const current = await currentOf(db, account.id, name);
     if (!current) throw templateNotFound(name);
     const now = clock.now();
@@ -313,6 +317,8 @@ function assertLayoutFits(accountId: string, name: string, layout: TemplateInput
 export async function deleteTemplate(db: Db, account: Pick<AccountRow, 'id'>, name: string): Promise<void> {
   if (findTemplate(name)) throw new ApiError('conflict', `${name} is a built-in template and cannot be deleted.`);
   await db.transaction(async (tx) => {
+    // The account held (on Postgres): no template names this layout meanwhile.
+    await lockRows(tx, accounts, accounts.id, [account.id]);
     const existing = await currentOf(db, account.id, name);
     if (!existing) throw templateNotFound(name);
     if (existing.row.kind === 'layout') {

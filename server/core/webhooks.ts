@@ -5,6 +5,7 @@ import {
   type WebhookDeliveryRow,
   type WebhookEndpointRow,
   WEBHOOK_EVENT_TYPES,
+  accounts,
   webhookAttempts,
   webhookDeliveries,
   webhookEndpoints,
@@ -19,7 +20,7 @@ import { newWebhookSecret } from './webhook-signing.js';
 import { MAX_WEBHOOK_URL_LENGTH, checkWebhookUrl, isAbsoluteUri } from './webhook-url.js';
 import { assertAccountExists } from './accounts.js';
 import type { PageRequest, RequestContext } from './context.js';
-import { changes, execute, one } from '../../db/sql.js';
+import { changes, execute, lockRows, one } from '../../db/sql.js';
 
 /** Webhook endpoints and their deliveries (docs/api/contract.md, Webhooks): the rules, without HTTP. */
 
@@ -143,6 +144,8 @@ export async function createWebhook({
   };
   await deps.db.transaction(async (tx) => {
     await assertAccountExists(tx, ctx.account.id);
+    // The account held (on Postgres): two creations at once cannot both pass the count of endpoints.
+    await lockRows(tx, accounts, accounts.id, [ctx.account.id]);
     const n = (await one(tx.select({ n: count() }).from(webhookEndpoints).where(eq(webhookEndpoints.accountId, ctx.account.id))))?.n ?? 0;
     if (n >= MAX_ENDPOINTS) throw new ApiError('too_many_endpoints', `This account already has ${MAX_ENDPOINTS} webhook endpoints; delete one first.`);
     await tx.insert(webhookEndpoints).values(row);
