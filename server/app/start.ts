@@ -107,6 +107,11 @@ export function warnAtStart(config: Config, logger: Logger, keyCheck: SecretKeyC
       message: 'ALLOW_PRIVATE_TARGETS is set: private and loopback targets are allowed. For development and tests only.',
     });
   if (keyCheck.kind === 'off') logger.warn('config.secret_key_off', { message: keyOffWarning(keyCheck.sealed) });
+  if (config.state.engine === 'postgres' && config.state.target.ssl !== false && !config.state.target.ssl.verify) {
+    logger.warn('config.state_tls_unverified', {
+      message: `STATE_URL has sslmode=no-verify: the connection to ${config.state.target.host} is encrypted, but its certificate is not checked, so anyone on the path can pose as the database. Use sslmode=verify-full (with sslrootcert=/path/ca.pem for a private CA).`,
+    });
+  }
 }
 
 /**
