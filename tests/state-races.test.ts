@@ -1,0 +1,110 @@
+import { eq } from 'drizzle-orm';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { accounts, emails } from '../db/schema/index.js';
+import { accountRow, expectError, newSender, receipt, sendEmail, updateAccount } from './helpers/sending.js';
+import { startService, type TestService } from './helpers/service.js';
+import { type TestPostgres, startPostgres } from './helpers/postgres.js';
+
+/**
+ * Credits, quota and idempotency stay exact under concurrent requests (docs/api/decisions.md section 11): each rule is
+ * raced by requests sent at once, on SQLite and on a real Postgres with TLS, where the sends run side by side on the
+ * pool's connections and only the rows they lock keep them apart (server/core/sending.ts loadSender, db/sql.ts
+ * forUpdate).
+ */
+
+const AT_ONCE = 8;
+const KEY = 'ab'.repeat(32);
+/** No trial and no grace: a send costs a credit from the first, and none is allowed without one. */
+const POLICY = { TRIAL_DAYS: '0', GRACE_EMAILS: '0', GRACE_DAYS: '0', DEFAULT_DAILY_QUOTA: '1000' };
+
+let postgres: TestPostgres;
+const services: Record<'sqlite' | 'postgres', TestService | null> = { sqlite: null, postgres: null };
+
+beforeAll(async () => {
+  postgres = await startPostgres({ certificate: 'trusted' });
+  await postgres.admin('create database races');
+  services.sqlite = await startService({ ...POLICY });
+  services.postgres = await startService({
+    ...POLICY,
+    STATE_URL: `postgresql://${postgres.user}:${postgres.password}@localhost:${postgres.port}/races?sslmode=verify-full`,
+    SECRET_KEY: KEY,
+  });
+}, 120_000);
+
+afterAll(async () => {
+  await services.sqlite?.close();
+  await services.postgres?.close();
+  await postgres?.stop();
+});
+
+const sendsAtOnce = (service: TestService, key: string, bodies: unknown[], headers: Record<string, string> = {}) =>
+  Promise.all(bodies.map((body) => sendEmail(service, key, body, { headers })));
+
+const emailCount = async (service: TestService, accountId: string) =>
+  (await service.deps.db.select({ id: emails.id }).from(emails).where(eq(emails.accountId, accountId))).length;
+
+describe.each(['sqlite', 'postgres'] as const)('on %s', (engine) => {
+  const service = () => services[engine]!;
+
+  it('the last credit is spent once: of sends at once, one is sent and every other is 402 no_credits', async () => {
+    for (let round = 0; round < 3; round++) {
+      const s = await newSender(service(), { credits: 1 });
+      expect((await accountRow(service(), s.account.id)).creditsBalance).toBe(1);
+      const answers = await sendsAtOnce(
+        service(),
+        s.key,
+        Array.from({ length: AT_ONCE }, (_, i) => receipt(s.from, `buyer${i}@example.net`)),
+      );
+      const sent = answers.filter((a) => a.status === 200);
+      expect(sent, JSON.stringify(answers.map((a) => a.body))).toHaveLength(1);
+      for (const refused of answers.filter((a) => a.status !== 200)) expectError(refused, 402, 'no_credits');
+      const row = await accountRow(service(), s.account.id);
+      expect(row.creditsBalance).toBe(0);
+      expect(row.creditsTotalUsed).toBe(1);
+      expect(await emailCount(service(), s.account.id)).toBe(1);
+    }
+  });
+
+  it('the daily quota is spent exactly: quota 3, sends at once of one recipient each, three sent', async () => {
+    for (let round = 0; round < 3; round++) {
+      const s = await newSender(service(), { credits: 100 });
+      await updateAccount(service(), s.account.id, { dailyQuota: 3 });
+      const answers = await sendsAtOnce(
+        service(),
+        s.key,
+        Array.from({ length: AT_ONCE }, (_, i) => receipt(s.from, `buyer${i}@example.net`)),
+      );
+      expect(
+        answers.filter((a) => a.status === 200),
+        JSON.stringify(answers.map((a) => a.body)),
+      ).toHaveLength(3);
+      for (const refused of answers.filter((a) => a.status !== 200)) expectError(refused, 429, 'quota_exceeded');
+      const row = await accountRow(service(), s.account.id);
+      expect(row.sentTodayCount).toBe(3);
+      expect(row.creditsBalance).toBe(97);
+      expect(await emailCount(service(), s.account.id)).toBe(3);
+    }
+  });
+
+  it('one Idempotency-Key sent at once: one email; every other answer is its replay or 409 idempotency_in_progress', async () => {
+    for (let round = 0; round < 3; round++) {
+      const s = await newSender(service(), { credits: 100 });
+      const body = receipt(s.from, 'buyer@example.net');
+      const answers = await sendsAtOnce(
+        service(),
+        s.key,
+        Array.from({ length: AT_ONCE }, () => body),
+        { 'idempotency-key': `order-${round}` },
+      );
+      const sent = answers.filter((a) => a.status === 200);
+      expect(sent.length, JSON.stringify(answers.map((a) => a.body))).toBeGreaterThanOrEqual(1);
+      // Every 200 is the one send (the first, or its replay).
+      expect(new Set(sent.map((a) => a.body.id)).size).toBe(1);
+      for (const busy of answers.filter((a) => a.status !== 200)) expectError(busy, 409, 'idempotency_in_progress');
+      expect(await emailCount(service(), s.account.id)).toBe(1);
+      const row = await accountRow(service(), s.account.id);
+      expect(row.creditsTotalUsed).toBe(1);
+      expect((await service().deps.db.select().from(accounts).where(eq(accounts.id, s.account.id)))[0]?.sentTodayCount).toBe(1);
+    }
+  });
+});
