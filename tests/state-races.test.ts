@@ -1,6 +1,8 @@
 import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { accounts, emails } from '../db/schema/index.js';
+import { accounts, emails, outboundMessages } from '../db/schema/index.js';
+import { claimDueRecipients } from '../mta/delivery-queue.js';
+import { recordOutcome } from '../server/core/outcomes.js';
 import { accountRow, expectError, newSender, receipt, sendEmail, updateAccount } from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';
@@ -105,6 +107,22 @@ describe.each(['sqlite', 'postgres'] as const)('on %s', (engine) => {
       const row = await accountRow(service(), s.account.id);
       expect(row.creditsTotalUsed).toBe(1);
       expect((await service().deps.db.select().from(accounts).where(eq(accounts.id, s.account.id)))[0]?.sentTodayCount).toBe(1);
+    }
+  });
+
+  it('two recipients of one message given their outcomes at once: the last one closed deletes the content', async () => {
+    for (let round = 0; round < 3; round++) {
+      const s = await newSender(service(), { credits: 100 });
+      const sent = await sendEmail(service(), s.key, receipt(s.from, ['one@example.net', 'two@example.net']));
+      expect(sent.status).toBe(200);
+      const jobs = await claimDueRecipients(service().deps.db, `host-race:${round}:a`, service().clock.now(), 60_000, 10);
+      const ours = jobs.filter((j) => j.message.id && j.recipient.accountId === s.account.id);
+      expect(ours).toHaveLength(2);
+      const delivered = { status: 'delivered', dsn: '2.0.0', detail: '250 ok' } as const;
+      const recorded = await Promise.all(ours.map((job) => recordOutcome(service().deps, job, delivered)));
+      expect(recorded.map((r) => r?.status)).toEqual(['delivered', 'delivered']);
+      const left = await service().deps.db.select({ id: outboundMessages.id }).from(outboundMessages).where(eq(outboundMessages.id, ours[0]!.message.id));
+      expect(left).toEqual([]);
     }
   });
 });
