@@ -3,6 +3,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { LogFields } from '../server/shared/logger.js';
 import { newSender, newSubSender, receipt } from './helpers/sending.js';
 import { type TestService, startService } from './helpers/service.js';
+import { execute } from '../db/sql.js';
 
 /**
  * The access log: one `http.request` line per request, after its answer, with the method, the
@@ -103,12 +104,12 @@ describe('http.request: one line per request', () => {
   });
 
   it('500: logged at the status, with the id the answer and the error line give', async () => {
-    service.deps.db.run(sql`alter table customer_db_writes rename to customer_db_writes_gone`);
+    await execute(service.deps.db, sql`alter table customer_db_writes rename to customer_db_writes_gone`);
     let res: Response;
     try {
       res = await fetch(`${service.url}/metrics`);
     } finally {
-      service.deps.db.run(sql`alter table customer_db_writes_gone rename to customer_db_writes`);
+      await execute(service.deps.db, sql`alter table customer_db_writes_gone rename to customer_db_writes`);
     }
     expect(res.status).toBe(500);
     const body = (await res.json()) as { error: { message: string } };

@@ -114,8 +114,8 @@ async function suspend(key: string, id: string, body: unknown): Promise<ApiRespo
 }
 
 /** Sets an account's stored state directly: counters, or a suspension the API did not place. */
-function setAccountRow(id: string, values: Partial<typeof accounts.$inferInsert>): void {
-  service.deps.db.update(accounts).set(values).where(eq(accounts.id, id)).run();
+async function setAccountRow(id: string, values: Partial<typeof accounts.$inferInsert>): Promise<void> {
+  await service.deps.db.update(accounts).set(values).where(eq(accounts.id, id));
 }
 
 /** Counters whose lifetime bounce rate (10%) grades as `paused` (docs/api/decisions.md section 4). */
@@ -531,10 +531,10 @@ describe('DELETE /accounts/{id}', () => {
 
     expectError(await service.api('GET', '/account', { key: subKey }), 401, 'invalid_key');
     const db = service.deps.db;
-    expect(db.select().from(accounts).where(eq(accounts.id, sub.id)).all()).toEqual([]);
-    expect(db.select().from(apiKeys).where(eq(apiKeys.accountId, sub.id)).all()).toEqual([]);
-    expect(db.select().from(domains).where(eq(domains.accountId, sub.id)).all()).toEqual([]);
-    expect(db.select().from(suppressions).where(eq(suppressions.accountId, sub.id)).all()).toEqual([]);
+    expect(await db.select().from(accounts).where(eq(accounts.id, sub.id))).toEqual([]);
+    expect(await db.select().from(apiKeys).where(eq(apiKeys.accountId, sub.id))).toEqual([]);
+    expect(await db.select().from(domains).where(eq(domains.accountId, sub.id))).toEqual([]);
+    expect(await db.select().from(suppressions).where(eq(suppressions.accountId, sub.id))).toEqual([]);
     // The parent and its own key are untouched.
     expect((await service.api('GET', '/account', { key })).status).toBe(200);
   });
@@ -648,7 +648,7 @@ describe('POST /accounts/{id}/suspend', () => {
       const { key } = service.newAccount();
       const sub = await createSub(key);
       const reason = `Suspended by the ${by} pending a support review.`;
-      setAccountRow(sub.id, { suspendedBy: by, suspendedReason: reason, suspendedAt: service.clock.now() });
+      await setAccountRow(sub.id, { suspendedBy: by, suspendedReason: reason, suspendedAt: service.clock.now() });
       expectError(await suspend(key, sub.id, { suspended: false }), 409, 'conflict');
       expect((await getSub(key, sub.id)).sending).toMatchObject({ suspended: true, suspendedReason: reason });
     });
@@ -658,13 +658,13 @@ describe('POST /accounts/{id}/suspend', () => {
     const { key } = service.newAccount();
     const sub = await createSub(key);
     expect((await suspend(key, sub.id, { suspended: true, reason: REASON })).status).toBe(200);
-    setAccountRow(sub.id, PAUSED_COUNTERS);
+    await setAccountRow(sub.id, PAUSED_COUNTERS);
     expect((await getSub(key, sub.id)).sending.tier).toBe('paused');
 
     expectError(await suspend(key, sub.id, { suspended: false }), 409, 'conflict');
     expect((await getSub(key, sub.id)).sending).toMatchObject({ suspended: true, suspendedReason: REASON });
 
-    setAccountRow(sub.id, { totalSent: 1000, totalBounced: 10, totalComplained: 0 });
+    await setAccountRow(sub.id, { totalSent: 1000, totalBounced: 10, totalComplained: 0 });
     const lifted = await suspend(key, sub.id, { suspended: false });
     expect(lifted.status, JSON.stringify(lifted.body)).toBe(200);
     expect(lifted.body.sending.suspended).toBe(false);
@@ -674,7 +674,7 @@ describe('POST /accounts/{id}/suspend', () => {
   it('409 conflict for a lift in any state while the own rates still grade as paused', async () => {
     const { key } = service.newAccount();
     const sub = await createSub(key);
-    setAccountRow(sub.id, PAUSED_COUNTERS);
+    await setAccountRow(sub.id, PAUSED_COUNTERS);
     expectError(await suspend(key, sub.id, { suspended: false }), 409, 'conflict');
   });
 
@@ -682,7 +682,7 @@ describe('POST /accounts/{id}/suspend', () => {
     const { account, key } = service.newAccount();
     const sub = await createSub(key);
     expect((await suspend(key, sub.id, { suspended: true, reason: REASON })).status).toBe(200);
-    setAccountRow(account.id, PAUSED_COUNTERS);
+    await setAccountRow(account.id, PAUSED_COUNTERS);
     const res = await suspend(key, sub.id, { suspended: false });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(res.body.sending.suspended).toBe(false);

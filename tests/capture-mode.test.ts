@@ -16,6 +16,7 @@ import { parsePrometheusText, sampleValue } from './helpers/prometheus-text.js';
 import { connectDomain, expectError, newSender, receipt, uniqueDomain } from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
 import { SmtpSink } from './helpers/smtp-sink.js';
+import { one } from '../db/sql.js';
 
 /**
  * DELIVERY_MODE=capture: the engine builds and signs every message as it would send it, keeps it
@@ -84,8 +85,8 @@ describe('capture mode never opens a connection', () => {
 
   it('capture: no connection to the sink and no DNS for recipients; every recipient delivered 2.0.0 `captured`, with webhooks, database writes and metrics as usual', async () => {
     const s = await newSender(capture);
-    const endpoint = seedEndpoint(capture, s.account.id, ['email.delivered']);
-    storeDatabaseRow(capture, s.account.id, 'postgresql://app:secret@db.example.com:5432/app');
+    const endpoint = await seedEndpoint(capture, s.account.id, ['email.delivered']);
+    await storeDatabaseRow(capture, s.account.id, 'postgresql://app:secret@db.example.com:5432/app');
     const before = await metric(capture, 'delivered');
     dns.queries = [];
     const to = ['alice@example.net', 'bob@nowhere.example', 'carol@gmail.com'];
@@ -97,19 +98,18 @@ describe('capture mode never opens a connection', () => {
     expect(dns.queries).toEqual([]);
     const got = await events(capture, s.key, id);
     expect(got.map((e) => [e.recipient, e.status, e.dsn, e.detail]).sort()).toEqual(to.map((r) => [r, 'delivered', '2.0.0', 'captured']).sort());
-    const email = capture.deps.db.select().from(emails).where(eq(emails.id, id)).get()!;
+    const email = (await one(capture.deps.db.select().from(emails).where(eq(emails.id, id))))!;
     expect(email.deliveredAt).toBe(capture.clock.now());
     // Done with, like any delivered message: the queued content is gone, the capture stays.
-    expect(capture.deps.db.select().from(outboundMessages).where(eq(outboundMessages.id, id)).all()).toEqual([]);
-    expect(capture.deps.db.select({ n: count() }).from(capturedMessages).where(eq(capturedMessages.emailId, id)).get()!.n).toBe(3);
+    expect(await capture.deps.db.select().from(outboundMessages).where(eq(outboundMessages.id, id))).toEqual([]);
+    expect((await one(capture.deps.db.select({ n: count() }).from(capturedMessages).where(eq(capturedMessages.emailId, id))))!.n).toBe(3);
 
-    const posts = capture.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpoint)).all();
+    const posts = await capture.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpoint));
     expect(posts.map((p) => [p.eventType, JSON.parse(p.data).detail]).sort()).toEqual(to.map(() => ['email.delivered', 'captured']));
-    const writes = capture.deps.db
+    const writes = await capture.deps.db
       .select()
       .from(customerDbWrites)
-      .where(and(eq(customerDbWrites.accountId, s.account.id), eq(customerDbWrites.kind, 'event')))
-      .all();
+      .where(and(eq(customerDbWrites.accountId, s.account.id), eq(customerDbWrites.kind, 'event')));
     expect(writes).toHaveLength(3);
     expect(await metric(capture, 'delivered')).toBe(before + 3);
   });
@@ -137,7 +137,7 @@ describe('the captured message', () => {
     expect(text).toContain(`Message-ID: <${id}@mx.mailstead.test>`);
     expect(text).toContain('Subject: Your receipt R-1001');
 
-    const key = capture.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, s.account.id)).get()!;
+    const key = (await one(capture.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, s.account.id))))!;
     const verdict = await dkimVerify(raw, {
       resolver: async (name: string, type: string) => {
         if (type === 'TXT' && name === `${key.selector}._domainkey.${s.domain}`) return [[`v=DKIM1; h=sha256; k=rsa; p=${key.dkimPublicKey}`]];
@@ -148,7 +148,7 @@ describe('the captured message', () => {
     expect(verdict.results[0]?.signingDomain).toBe(s.domain);
 
     // At rest it is sealed with the secret key: neither the subject nor the recipient is readable in the row.
-    const rows = capture.deps.db.select().from(capturedMessages).where(eq(capturedMessages.emailId, id)).orderBy(asc(capturedMessages.recipient)).all();
+    const rows = await capture.deps.db.select().from(capturedMessages).where(eq(capturedMessages.emailId, id)).orderBy(asc(capturedMessages.recipient));
     expect(rows.map((r) => r.recipient)).toEqual(['erin@example.net', 'frank@example.net']);
     for (const row of rows) {
       expect(row.messageSealed.toString('latin1')).not.toContain('Your receipt');
@@ -156,75 +156,71 @@ describe('the captured message', () => {
     }
   });
 
-  it(`the store keeps the newest ${CAPTURE_LIMIT}: each new capture drops the oldest beyond; a recipient captured again is replaced in place`, () => {
+  it(`the store keeps the newest ${CAPTURE_LIMIT}: each new capture drops the oldest beyond; a recipient captured again is replaced in place`, async () => {
     const { account } = capture.newAccount({ name: 'Bound' });
     const db = capture.deps.db;
     const key = capture.deps.secretKey!;
     const at = capture.clock.now();
     const emailId = newId(at);
-    db.insert(emails)
-      .values({
-        id: emailId,
-        accountId: account.id,
-        fromAddress: 'a@shop.test',
-        to: [],
-        subject: 's',
-        template: 'notification',
-        status: 'sent',
-        sandbox: false,
-        createdAt: at,
-      })
-      .run();
-    const total = () => db.select({ n: count() }).from(capturedMessages).get()!.n;
+    await db.insert(emails).values({
+      id: emailId,
+      accountId: account.id,
+      fromAddress: 'a@shop.test',
+      to: [],
+      subject: 's',
+      template: 'notification',
+      status: 'sent',
+      sandbox: false,
+      createdAt: at,
+    });
+    const total = async () => (await one(db.select({ n: count() }).from(capturedMessages)))!.n;
     // Whatever other tests captured is older than these: it goes first.
     const capture1 = (i: number) =>
       storeCapture(
         db,
         sealCapture(key, { emailId, accountId: account.id, recipient: `r${i}@example.net`, message: Buffer.from(`message ${i}\r\n`), capturedAt: at }),
       );
-    db.transaction(() => {
+    await db.transaction(async () => {
       for (let i = 0; i < CAPTURE_LIMIT; i++) capture1(i);
     });
-    expect(total()).toBe(CAPTURE_LIMIT);
+    expect(await total()).toBe(CAPTURE_LIMIT);
     const read = (i: number) => readCapture(db, key, { accountId: account.id, emailId, recipient: `r${i}@example.net` })?.toString();
     expect(read(0)).toBe('message 0\r\n');
 
-    db.transaction(() => {
+    await db.transaction(async () => {
       for (let i = CAPTURE_LIMIT; i < CAPTURE_LIMIT + 5; i++) capture1(i);
     });
-    expect(total()).toBe(CAPTURE_LIMIT);
+    expect(await total()).toBe(CAPTURE_LIMIT);
     expect([0, 1, 2, 3, 4].map(read)).toEqual([undefined, undefined, undefined, undefined, undefined]);
     expect(read(5)).toBe('message 5\r\n');
     expect(read(CAPTURE_LIMIT + 4)).toBe(`message ${CAPTURE_LIMIT + 4}\r\n`);
 
     storeCapture(db, sealCapture(key, { emailId, accountId: account.id, recipient: 'R5@example.net', message: Buffer.from('again\r\n'), capturedAt: at }));
-    expect(total()).toBe(CAPTURE_LIMIT);
+    expect(await total()).toBe(CAPTURE_LIMIT);
     expect(read(5)).toBe('again\r\n');
     expect(read(6)).toBe('message 6\r\n');
   });
 });
 
 describe('the capture store by itself (server/core/capture-store.ts)', () => {
-  it('refuses another account’s capture: read for any account but the one that sent it, it gives nothing', () => {
+  it('refuses another account’s capture: read for any account but the one that sent it, it gives nothing', async () => {
     const owner = capture.newAccount({ name: 'Capture owner' }).account;
     const other = capture.newAccount({ name: 'Capture stranger' }).account;
     const db = capture.deps.db;
     const key = capture.deps.secretKey!;
     const at = capture.clock.now();
     const emailId = newId(at);
-    db.insert(emails)
-      .values({
-        id: emailId,
-        accountId: owner.id,
-        fromAddress: 'a@shop.test',
-        to: ['dee@example.net'],
-        subject: 's',
-        template: 'notification',
-        status: 'sent',
-        sandbox: false,
-        createdAt: at,
-      })
-      .run();
+    await db.insert(emails).values({
+      id: emailId,
+      accountId: owner.id,
+      fromAddress: 'a@shop.test',
+      to: ['dee@example.net'],
+      subject: 's',
+      template: 'notification',
+      status: 'sent',
+      sandbox: false,
+      createdAt: at,
+    });
     storeCapture(
       db,
       sealCapture(key, { emailId, accountId: owner.id, recipient: 'dee@example.net', message: Buffer.from('the owner’s message\r\n'), capturedAt: at }),
@@ -311,7 +307,7 @@ describe('GET /emails/{id}/message', () => {
     const id = await send(direct, s.key, receipt(s.from, 'lee@example.net'));
     await engineOf(direct).runOnce();
     expect((await events(direct, s.key, id))[0]).toMatchObject({ status: 'delivered' });
-    expect(direct.deps.db.select({ n: count() }).from(capturedMessages).get()!.n).toBe(0);
+    expect((await one(direct.deps.db.select({ n: count() }).from(capturedMessages)))!.n).toBe(0);
     const path = `/emails/${id}/message?recipient=lee@example.net`;
     expectError(await direct.api('GET', path, { key: s.key }), 404, 'email_not_found', /capture mode/);
 

@@ -32,9 +32,9 @@ afterAll(async () => {
   await stopDeliveryRig(rig);
   await pgServer?.stop();
 });
-beforeEach(() => {
-  rig.service.deps.db.delete(outboundRecipients).run();
-  rig.service.deps.db.delete(customerDbWrites).run();
+beforeEach(async () => {
+  await rig.service.deps.db.delete(outboundRecipients);
+  await rig.service.deps.db.delete(customerDbWrites);
   resetDeliveryRig(rig);
 });
 afterEach(async () => {
@@ -63,7 +63,7 @@ async function queueSpooledInbound(s: Sender): Promise<string> {
   spool.append(raw);
   await spool.finish();
   const id = newId(now);
-  rig.service.deps.db.transaction(() => {
+  await rig.service.deps.db.transaction(async () => {
     queueCustomerDbWrite(
       rig.service.deps,
       s.account.id,
@@ -114,7 +114,7 @@ describe('a write refused by a constraint checked at COMMIT (deferrable, class 2
     );
     const now = rig.service.clock.now();
     // An outcome of an email this database never got (sent before it was connected), then an ordinary send.
-    rig.service.deps.db.transaction(() => {
+    await rig.service.deps.db.transaction(async () => {
       queueCustomerDbWrite(
         rig.service.deps,
         s.account.id,

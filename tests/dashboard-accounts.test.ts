@@ -10,6 +10,7 @@ import { PAGE_SIZE } from '../dashboard/queries/id-pages.js';
 import { expectAccessible, flashText, horizontalOverflow, newPage, pageProblems, screenshot, signIn, submit } from './helpers/browser.js';
 import { type DashboardClient, UUID, openDashboard, refusalOf } from './helpers/dashboard.js';
 import { type TestService, startService } from './helpers/service.js';
+import { one } from '../db/sql.js';
 
 /**
  * The dashboard's accounts pages (list and search, create, grant credits, set quota, suspend and lift,
@@ -83,7 +84,7 @@ describe('accounts in the browser', () => {
 
     const keyRow = page.getByRole('row').filter({ hasText: 'ci-deploy' });
     expect(await keyRow.textContent()).toContain(secret.slice(0, 11));
-    const stored = service.deps.db.select().from(apiKeys).where(eq(apiKeys.accountId, accountId)).all();
+    const stored = await service.deps.db.select().from(apiKeys).where(eq(apiKeys.accountId, accountId));
     expect(stored).toHaveLength(1);
     expect(stored[0]!.scopes).toEqual(SCOPES.filter((s) => s !== 'webhooks:write'));
     expect(JSON.stringify(stored)).not.toContain(secret);
@@ -196,11 +197,11 @@ describe('accounts in the browser', () => {
 });
 
 describe('accounts over HTTP', () => {
-  const accountCount = () => service.deps.db.select({ n: count() }).from(accounts).get()!.n;
-  const keyCount = (accountId: string) => service.deps.db.select({ n: count() }).from(apiKeys).where(eq(apiKeys.accountId, accountId)).get()!.n;
+  const accountCount = async () => (await one(service.deps.db.select({ n: count() }).from(accounts)))!.n;
+  const keyCount = async (accountId: string) => (await one(service.deps.db.select({ n: count() }).from(apiKeys).where(eq(apiKeys.accountId, accountId))))!.n;
 
   it('refuses bad input with an error flash (never a 500) and changes nothing', async () => {
-    const before = accountCount();
+    const before = await accountCount();
     expect(await refusalOf(client, '/dashboard/accounts', { name: '' }, '/dashboard/accounts')).toBe('name: must be 2 to 80 characters');
     expect(await refusalOf(client, '/dashboard/accounts', { name: 'Valid Name', credits: 'abc' }, '/dashboard/accounts')).toBe(
       'credits: must be a whole number of at least 0',
@@ -208,7 +209,7 @@ describe('accounts over HTTP', () => {
     expect(await refusalOf(client, '/dashboard/accounts', { name: 'Valid Name', dailyQuota: '0' }, '/dashboard/accounts')).toBe(
       'dailyQuota: must be a whole number of at least 1',
     );
-    expect(accountCount()).toBe(before);
+    expect(await accountCount()).toBe(before);
 
     const { account } = service.newAccount({ name: 'Bad Input Co' });
     const page = `/dashboard/accounts/${account.id}`;
@@ -222,15 +223,15 @@ describe('accounts over HTTP', () => {
     expect(await refusalOf(client, `${page}/keys`, { name: 'no scopes' }, page)).toBe('scopes: must name at least one scope');
     const row = findAccount(service.deps.db, account.id)!;
     expect(row).toMatchObject({ dailyQuota: service.deps.config.defaultDailyQuota, creditsBalance: 0, creditsTotalPurchased: 0, suspendedBy: null });
-    expect(keyCount(account.id)).toBe(1); // the helper's own key, nothing more
-    expect(service.deps.db.select({ n: count() }).from(accounts).where(eq(accounts.parentId, account.id)).get()!.n).toBe(0);
+    expect(await keyCount(account.id)).toBe(1); // the helper's own key, nothing more
+    expect((await one(service.deps.db.select({ n: count() }).from(accounts).where(eq(accounts.parentId, account.id))))!.n).toBe(0);
 
     // A sub-account's credits are its parent's: refused, as the CLI refuses it.
     const sub = (await service.api('POST', '/accounts', { key: service.newAccount({ name: 'Parent Co' }).key, body: { name: 'Child Co' } })).body;
     expect(await refusalOf(client, `/dashboard/accounts/${sub.id}/credits`, { amount: '5' }, `/dashboard/accounts/${sub.id}`)).toContain('top-level account');
     // A key of another account cannot be revoked from this one.
     const other = service.newAccount({ name: 'Other Co' });
-    const otherKey = service.deps.db.select().from(apiKeys).where(eq(apiKeys.accountId, other.account.id)).get()!;
+    const otherKey = (await one(service.deps.db.select().from(apiKeys).where(eq(apiKeys.accountId, other.account.id))))!;
     expect(await refusalOf(client, `${page}/keys/${otherKey.id}/revoke`, {}, page)).toBe('No key with that id on this account.');
     expect((await service.api('GET', '/account', { key: other.key })).status).toBe(200);
   });
@@ -251,14 +252,14 @@ describe('accounts over HTTP', () => {
 
   it('refuses a key-creating POST without the CSRF token (403) and mints nothing', async () => {
     const { account } = service.newAccount({ name: 'Csrf Co' });
-    const before = keyCount(account.id);
+    const before = await keyCount(account.id);
     const fields = { name: 'sneaky', 'scope.emails:send': 'on' };
     expect((await client.post(`/dashboard/accounts/${account.id}/keys`, { ...fields, _csrf: '' })).status).toBe(403);
     expect((await client.post(`/dashboard/accounts/${account.id}/keys`, fields, { origin: 'http://evil.example' })).status).toBe(403);
-    expect(keyCount(account.id)).toBe(before);
+    expect(await keyCount(account.id)).toBe(before);
     // The same form with the token does mint: the 403 was the token, not the form.
     expect((await client.post(`/dashboard/accounts/${account.id}/keys`, fields)).status).toBe(303);
-    expect(keyCount(account.id)).toBe(before + 1);
+    expect(await keyCount(account.id)).toBe(before + 1);
   });
 
   it('pages the list newest first, and keeps the search across pages', async () => {
@@ -280,7 +281,7 @@ describe('accounts over HTTP', () => {
   it("pages an account's keys as GET /keys does, revoked ones included", async () => {
     const { account } = service.newAccount({ name: 'Many Keys' });
     for (let i = 1; i < 50; i++) service.newKey(account.id, SCOPES, `key ${String(i).padStart(2, '0')}`);
-    service.deps.db.update(apiKeys).set({ revokedAt: service.clock.now() }).where(eq(apiKeys.accountId, account.id)).run();
+    await service.deps.db.update(apiKeys).set({ revokedAt: service.clock.now() }).where(eq(apiKeys.accountId, account.id));
     for (let i = 50; i < 60; i++) service.newKey(account.id, SCOPES, `key ${i}`);
     const keyNames = (html: string) => [...html.matchAll(/<tr><td>(key \d+|operator)<\/td>/g)].map((m) => m[1]!);
     const first = await (await client.get(`/dashboard/accounts/${account.id}`)).text();

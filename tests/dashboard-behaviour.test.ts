@@ -152,7 +152,7 @@ describe('dashboard behaviour', () => {
 
   it("an endpoint's Last delivered is the latest 2xx, also when an older delivery's retry succeeded after a newer one", async () => {
     const { account } = service.newAccount({ name: 'Retry Co' });
-    const endpoint = seedEndpoint(service, account.id, ['email.delivered']);
+    const endpoint = await seedEndpoint(service, account.id, ['email.delivered']);
     const t0 = service.clock.now();
     const data = (recipient: string) =>
       JSON.stringify({
@@ -180,10 +180,7 @@ describe('dashboard behaviour', () => {
     // A (older) failed its first attempt, B (newer) was delivered at once, A's retry succeeded 12 hours later.
     const a = newId(t0);
     const b = newId(t0);
-    service.deps.db
-      .insert(webhookDeliveries)
-      .values([row(a, 'a@x.example', 2, t0 + 12 * 3_600_000), row(b, 'b@x.example', 1, t0 + 1_000)])
-      .run();
+    await service.deps.db.insert(webhookDeliveries).values([row(a, 'a@x.example', 2, t0 + 12 * 3_600_000), row(b, 'b@x.example', 1, t0 + 1_000)]);
     const html = await (await client.get(`/dashboard/webhooks/${endpoint}`)).text();
     const shown = /<dt>Last delivered<\/dt><dd><time datetime="([^"]+)"/.exec(html)![1];
     expect(shown).toBe(new Date(t0 + 12 * 3_600_000).toISOString());

@@ -7,6 +7,7 @@ import { storeDatabaseRow } from './helpers/customer-db.js';
 import { type DashboardClient, UUID, adminTokenFor, openDashboard, refusalOf } from './helpers/dashboard.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { type TestService, startService } from './helpers/service.js';
+import { one } from '../db/sql.js';
 
 /**
  * The dashboard's domains pages (the records to publish with copy buttons, "verify now" showing each check,
@@ -269,7 +270,7 @@ describe('a domain verified without DNS (capture mode, a reserved name) in the b
     expect(await page.getByRole('region', { name: 'Domains' }).locator('.receiving-note').textContent()).toBe('Mail refused: no database');
 
     // Once the account has a database, nothing more to say.
-    storeDatabaseRow(capture, account.id, 'postgresql://app:secret@db.shop.example:5432/mail');
+    await storeDatabaseRow(capture, account.id, 'postgresql://app:secret@db.shop.example:5432/mail');
     await page.goto(`${capture.url}/dashboard/domains/${created.body.id}`);
     expect(await page.locator('.receiving-note').count()).toBe(0);
     await page.goto(`${capture.url}/dashboard/domains`);
@@ -280,12 +281,12 @@ describe('a domain verified without DNS (capture mode, a reserved name) in the b
 });
 
 describe('domains over HTTP', () => {
-  const domainCount = () => service.deps.db.select({ n: count() }).from(domains).get()!.n;
+  const domainCount = async () => (await one(service.deps.db.select({ n: count() }).from(domains)))!.n;
 
   it('refuses a bad connection with the API error message as a flash, creating nothing', async () => {
     const { account, key } = service.newAccount({ name: 'Connect Co' });
     await service.api('POST', '/domains', { key, body: { name: 'taken.example.com' } });
-    const before = domainCount();
+    const before = await domainCount();
     // Back to the connect form of the account it was for (the account page's link opens it so).
     const backTo = (id: string) => `/dashboard/domains?account=${id}#connect`;
     expect(await refusalOf(client, '/dashboard/domains', { accountId: account.id, name: 'not a domain' }, backTo(account.id))).toMatch(/^name: /);
@@ -303,7 +304,7 @@ describe('domains over HTTP', () => {
     expect(await refusalOf(client, '/dashboard/domains', { accountId: other.account.id, name: 'taken.example.com' }, backTo(other.account.id))).toBe(
       'The domain taken.example.com cannot be connected to this account.',
     );
-    expect(domainCount()).toBe(before);
+    expect(await domainCount()).toBe(before);
   });
 
   it('answers the 404 page for unknown domains and accounts', async () => {
@@ -321,13 +322,13 @@ describe('domains over HTTP', () => {
 
   it('refuses a POST without the CSRF token (403): nothing connected, verified or deleted', async () => {
     const { account, key } = service.newAccount({ name: 'Csrf Domains' });
-    const before = domainCount();
+    const before = await domainCount();
     expect((await client.post('/dashboard/domains', { accountId: account.id, name: 'csrf.example.com', _csrf: '' })).status).toBe(403);
-    expect(domainCount()).toBe(before);
+    expect(await domainCount()).toBe(before);
     const created = await service.api('POST', '/domains', { key, body: { name: 'kept.example.com' } });
     expect((await client.post(`/dashboard/domains/${created.body.id}/delete`, { _csrf: '' })).status).toBe(403);
     expect((await client.post(`/dashboard/domains/${created.body.id}/verify`, {}, { origin: 'http://evil.example' })).status).toBe(403);
-    const row = service.deps.db.select().from(domains).where(eq(domains.id, created.body.id)).get()!;
+    const row = (await one(service.deps.db.select().from(domains).where(eq(domains.id, created.body.id))))!;
     expect(row.checks).toBeNull();
   });
 

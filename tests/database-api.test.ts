@@ -17,6 +17,7 @@ import { TestDnsServer } from './helpers/dns-server.js';
 import { startPostgres, type TestPostgres } from './helpers/postgres.js';
 import { expectError, newSender, newSubSender, receipt } from './helpers/sending.js';
 import { startService, type ApiResponse, type TestService } from './helpers/service.js';
+import { one } from '../db/sql.js';
 
 /**
  * The Database endpoints of docs/api/contract.md (GET/POST/DELETE /database, POST /database/test) against a real Postgres with TLS:
@@ -173,7 +174,8 @@ const serviceTables = async (database: string) =>
     (r) => r.table_name,
   );
 
-const storedRow = (s: TestService, accountId: string) => s.deps.db.select().from(customerDatabases).where(eq(customerDatabases.accountId, accountId)).get();
+const storedRow = async (s: TestService, accountId: string) =>
+  await one(s.deps.db.select().from(customerDatabases).where(eq(customerDatabases.accountId, accountId)));
 
 describe('GET /database', () => {
   it('answers 200 with connected false and every other field empty when no database is set', async () => {
@@ -215,7 +217,7 @@ describe('POST /database: connected', () => {
     expectNoPassword(service, res);
 
     expect(await serviceTables(pgServer.database)).toEqual(expect.arrayContaining(['attachments', 'emails', 'events', 'inbound', 'schema_migrations']));
-    const row = storedRow(service, account.id)!;
+    const row = (await storedRow(service, account.id))!;
     expect(row.urlSealed).not.toContain(pgServer.password);
     expect(row.urlSealed).not.toContain(pgServer.user);
     expect(decryptSecret(service.deps.secretKey!, row.urlSealed, SEAL_CONTEXTS.customerDbUrl(account.id)).toString('utf8')).toBe(url);
@@ -250,7 +252,7 @@ describe('POST /database: connected', () => {
   it('connecting again replaces the stored URL; the old database keeps its schema and rows', async () => {
     const { key, account } = service.newAccount();
     expect((await connect(service, key, urlOf('db.pg.test'))).status).toBe(200);
-    const first = storedRow(service, account.id)!;
+    const first = (await storedRow(service, account.id))!;
     const marker = '01950000-0000-7000-8000-0000000000aa';
     await onCustomer(
       pgServer.database,
@@ -265,7 +267,7 @@ describe('POST /database: connected', () => {
     expect(res.body).toEqual(connectedStatus(service, { database: 'second', sslMode: 'no-verify' }));
     expect(await status(service, key)).toEqual(res.body);
 
-    const second = storedRow(service, account.id)!;
+    const second = (await storedRow(service, account.id))!;
     expect(second.connectionId).not.toBe(first.connectionId);
     expect(decryptSecret(service.deps.secretKey!, second.urlSealed, SEAL_CONTEXTS.customerDbUrl(account.id)).toString('utf8')).toBe(secondUrl);
     expect(await serviceTables('second')).toEqual(expect.arrayContaining(['attachments', 'emails', 'events', 'inbound']));
@@ -287,7 +289,7 @@ describe('POST /database: database_unreachable names the step that failed; nothi
     expectDocumented(res);
     expectNoPassword(service, res);
     expect(await status(service, key)).toEqual(NOT_CONNECTED);
-    expect(storedRow(service, account.id)).toBeUndefined();
+    expect(await storedRow(service, account.id)).toBeUndefined();
     return res;
   }
 
@@ -459,7 +461,7 @@ describe('POST /database: refused before any connection', () => {
     expect(res.body.error.message).not.toContain(SECRET);
     expect(counter.count).toBe(0);
     expect(await status(service, key)).toEqual(NOT_CONNECTED);
-    expect(storedRow(service, account.id)).toBeUndefined();
+    expect(await storedRow(service, account.id)).toBeUndefined();
   });
 
   it.each([
@@ -478,7 +480,7 @@ describe('POST /database: refused before any connection', () => {
     expect(res.body.error.message).not.toContain(SECRET);
     expect(counter.count).toBe(0);
     expect(await status(strict, key)).toEqual(NOT_CONNECTED);
-    expect(storedRow(strict, account.id)).toBeUndefined();
+    expect(await storedRow(strict, account.id)).toBeUndefined();
   });
 
   it('the test database itself is blocked_host without ALLOW_PRIVATE_TARGETS (the same URL connects with it)', async () => {
@@ -521,7 +523,7 @@ describe('POST /database: a server that cannot store secrets', () => {
     expectError(await connect(off, key, `postgresql://u:p@127.0.0.1:${counter.port}/db`), 503, 'not_configured');
     expectError(await connect(off, key, urlOf('db.pg.test')), 503, 'not_configured');
     expect(counter.count).toBe(0);
-    expect(storedRow(off, account.id)).toBeUndefined();
+    expect(await storedRow(off, account.id)).toBeUndefined();
     expect(await status(off, key)).toEqual(NOT_CONNECTED);
   });
 
@@ -544,7 +546,7 @@ describe('POST /database/test on a server restarted with SECRET_KEY=off', () => 
     const { key, account } = off.newAccount();
     const url = `postgresql://u:p@db.pg.test:${counter.port}/db`;
     // Sealed by an earlier run with a key this one does not have.
-    storeDatabaseRow(off, account.id, url, Buffer.alloc(32, 7));
+    await storeDatabaseRow(off, account.id, url, Buffer.alloc(32, 7));
     expectError(await off.api('POST', '/database/test', { key }), 422, 'database_unreachable', /secret key/);
     expect(counter.count).toBe(0);
     expect(await status(off, key)).toMatchObject({ connected: true, state: 'unreachable', lastError: expect.stringMatching(/secret key/) });
@@ -579,9 +581,9 @@ describe('a sub-account', () => {
     const ctx: RequestContext = { keyId: 'parent-key', keyAccount: account, scopes: SCOPES, account: findAccount(service.deps.db, sub)!, viaHeader: true };
     const pending = connectDatabase({ deps: service.deps, ctx, input: { url: urlOf('db.pg.test') } });
     // The call is past its first await (the connection to Postgres): the parent deletes the sub-account now.
-    service.deps.db.delete(accounts).where(eq(accounts.id, sub)).run();
+    await service.deps.db.delete(accounts).where(eq(accounts.id, sub));
     await expect(pending).rejects.toMatchObject({ code: 'account_not_found', status: 404 });
-    expect(service.deps.db.select().from(customerDatabases).where(eq(customerDatabases.accountId, sub)).get()).toBeUndefined();
+    expect(await one(service.deps.db.select().from(customerDatabases).where(eq(customerDatabases.accountId, sub)))).toBeUndefined();
   });
 
   it('using its parent’s database gets 404 database_not_connected on DELETE, and the parent’s database stays', async () => {
@@ -610,11 +612,10 @@ describe('a sub-account', () => {
     // The parent's write waits, then one of the sub-account's.
     expect((await service.api('POST', '/emails', { key: sender.key, body: receipt(sender.from) })).status).toBe(200);
     expect((await service.api('POST', '/emails', { key: subKey, body: receipt(sub.from) })).status).toBe(200);
-    service.deps.db
+    await service.deps.db
       .update(customerDatabases)
       .set({ lastError: 'could not connect to db.pg.test as the parent' })
-      .where(eq(customerDatabases.accountId, sender.account.id))
-      .run();
+      .where(eq(customerDatabases.accountId, sender.account.id));
     const seen = await service.api('GET', '/database', { key: subKey });
     expect(seen.status).toBe(200);
     expectDocumented(seen);
@@ -623,10 +624,10 @@ describe('a sub-account', () => {
     expect(seen.body).toEqual({ ...full, host: null, port: null, database: null, user: null, lastError: null, pending: 1 });
     // The parent's own key acting for the sub-account sees it all, as before.
     expect(await status(service, sender.key, sub.id)).toEqual(full);
-    const updatedAt = storedRow(service, sender.account.id)!.updatedAt;
+    const updatedAt = (await storedRow(service, sender.account.id))!.updatedAt;
     service.clock.advance(5000);
     expectError(await service.api('POST', '/database/test', { key: subKey }), 404, 'database_not_connected');
-    expect(storedRow(service, sender.account.id)).toMatchObject({ lastError: 'could not connect to db.pg.test as the parent', updatedAt });
+    expect(await storedRow(service, sender.account.id)).toMatchObject({ lastError: 'could not connect to db.pg.test as the parent', updatedAt });
     // Its own database, connected with its own key, it sees whole.
     const own = await connect(service, subKey, urlOf('localhost', { database: 'second' }));
     expect(own.status, JSON.stringify(own.body)).toBe(200);
@@ -644,7 +645,7 @@ describe('a sub-account', () => {
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     // Fresh: lastOkAt now; updatedAt stays, since neither the state nor the error changed.
     expect(res.body).toEqual(connectedStatus(service, { updatedAt: connected.body.updatedAt }));
-    expect(storedRow(service, account.id)!.lastOkAt).toBe(service.clock.now());
+    expect((await storedRow(service, account.id))!.lastOkAt).toBe(service.clock.now());
   });
 });
 
@@ -675,7 +676,7 @@ describe('POST /database/test', () => {
     // Stored while the host was allowed (e.g. before ALLOW_PRIVATE_TARGETS was turned off, or its DNS changed).
     const { key, account } = strict.newAccount();
     const url = `postgresql://u:p@db.pg.test:${counter.port}/db`;
-    storeDatabaseRow(strict, account.id, url);
+    await storeDatabaseRow(strict, account.id, url);
     strict.clock.advance(1000);
     expectError(await strict.api('POST', '/database/test', { key }), 422, 'blocked_host');
     expect(counter.count).toBe(0);
@@ -742,7 +743,7 @@ describe('DELETE /database', () => {
     expect(res.status).toBe(204);
     expect(res.body).toBeNull();
     expect(await status(service, key)).toEqual(NOT_CONNECTED);
-    expect(storedRow(service, sender.account.id)).toBeUndefined();
+    expect(await storedRow(service, sender.account.id)).toBeUndefined();
     expectError(await service.api('POST', '/database/test', { key }), 404, 'database_not_connected');
     expectError(await service.api('DELETE', '/database', { key }), 404, 'database_not_connected');
 
@@ -770,6 +771,6 @@ describe('standard failures', () => {
     expectError(await service.api('POST', '/database/test', { key: reader }), 403, 'insufficient_scope');
     expectError(await service.api('DELETE', '/database', { key: reader }), 403, 'insufficient_scope');
     expectError(await service.api('GET', '/database', { key: writer }), 403, 'insufficient_scope');
-    expect(storedRow(service, account.id)).toBeUndefined();
+    expect(await storedRow(service, account.id)).toBeUndefined();
   });
 });

@@ -6,6 +6,7 @@ import { createDeliveryEngine } from '../mta/delivery-engine.js';
 import { FAST_TIMEOUTS, type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import { newSender, receipt, recipients } from './helpers/sending.js';
 import { replaceDep } from './helpers/replace-dep.js';
+import { one } from '../db/sql.js';
 
 /**
  * Crash safety's first rule (docs/api/decisions.md section 3, docs/api/behaviour.md "Crash safety"): one recipient's outcome is durable before
@@ -21,8 +22,8 @@ beforeAll(async () => {
 
 afterAll(() => stopDeliveryRig(rig));
 
-beforeEach(() => {
-  rig.service.deps.db.delete(outboundRecipients).run();
+beforeEach(async () => {
+  await rig.service.deps.db.delete(outboundRecipients);
   resetDeliveryRig(rig);
 });
 
@@ -34,16 +35,17 @@ it('records each recipient’s outcome before the next RCPT TO on the same conne
   expect(res.status).toBe(200);
   const emailId = res.body.id as string;
 
-  const recorded = (recipient: string) =>
-    service.deps.db
-      .select()
-      .from(emailEvents)
-      .where(and(eq(emailEvents.emailId, emailId), eq(emailEvents.recipient, recipient)))
-      .get() !== undefined;
+  const recorded = async (recipient: string) =>
+    (await one(
+      service.deps.db
+        .select()
+        .from(emailEvents)
+        .where(and(eq(emailEvents.emailId, emailId), eq(emailEvents.recipient, recipient))),
+    )) !== undefined;
   const seenBeforeRcpt: [string, boolean][] = [];
   let previous: string | null = null;
-  sink.rcpt = (address) => {
-    if (previous) seenBeforeRcpt.push([previous, recorded(previous)]);
+  sink.rcpt = async (address) => {
+    if (previous) seenBeforeRcpt.push([previous, await recorded(previous)]);
     previous = address;
     return 'accept';
   };

@@ -7,6 +7,7 @@ import type { TestDnsServer } from './helpers/dns-server.js';
 import { newSender, receipt, recipients, type Sender } from './helpers/sending.js';
 import type { TestService } from './helpers/service.js';
 import type { SinkAnswer, SmtpSink } from './helpers/smtp-sink.js';
+import { one } from '../db/sql.js';
 
 /**
  * Fairness between tenants, measured in real time against a tarpit SMTP sink and a silent DNS
@@ -36,8 +37,8 @@ beforeAll(async () => {
 
 afterAll(() => stopDeliveryRig({ dns, sink, service }));
 
-beforeEach(() => {
-  service.deps.db.delete(outboundRecipients).run();
+beforeEach(async () => {
+  await service.deps.db.delete(outboundRecipients);
   resetDeliveryRig({ dns, sink });
   sink.resetConnections();
 });
@@ -91,13 +92,14 @@ async function send(s: Sender, to: string[]): Promise<string> {
   return res.body.id as string;
 }
 
-function delivered(emailId: string): boolean {
+async function delivered(emailId: string): Promise<boolean> {
   return (
-    service.deps.db
-      .select()
-      .from(emailEvents)
-      .where(and(eq(emailEvents.emailId, emailId), eq(emailEvents.status, 'delivered')))
-      .get() !== undefined
+    (await one(
+      service.deps.db
+        .select()
+        .from(emailEvents)
+        .where(and(eq(emailEvents.emailId, emailId), eq(emailEvents.status, 'delivered'))),
+    )) !== undefined
   );
 }
 
@@ -152,14 +154,9 @@ describe('fairness between accounts', () => {
     // Resolution is bounded (the hosts are looked up at once, not one after another) and shared by the recipients
     // of a domain: all 64 are deferred 4.4.3 within seconds, and each silent host was asked about a few times, not
     // once per recipient.
-    const deferred = () =>
-      service.deps.db
-        .select()
-        .from(emailEvents)
-        .all()
-        .filter((e) => ids.includes(e.emailId) && e.status === 'deferred');
-    await waitFor(() => deferred().length === 64, 15_000, 'the 64 recipients of the silent domains to be deferred');
-    expect(new Set(deferred().map((e) => e.dsn))).toEqual(new Set(['4.4.3']));
+    const deferred = async () => (await service.deps.db.select().from(emailEvents)).filter((e) => ids.includes(e.emailId) && e.status === 'deferred');
+    await waitFor(async () => (await deferred()).length === 64, 15_000, 'the 64 recipients of the silent domains to be deferred');
+    expect(new Set((await deferred()).map((e) => e.dsn))).toEqual(new Set(['4.4.3']));
     const asked = dns.queries.filter((q) => q.name === 'mx7.d2.silent.example' && q.type === 'A').length;
     expect(asked).toBeGreaterThan(0);
     expect(asked).toBeLessThanOrEqual(3);

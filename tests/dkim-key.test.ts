@@ -7,6 +7,7 @@ import { domainKeys } from '../db/schema/index.js';
 import { openDomainPrivateKey } from '../server/core/dkim-keys.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { startService, type TestService } from './helpers/service.js';
+import { one } from '../db/sql.js';
 
 /**
  * The DKIM key POST /domains makes is a real one: the private half, stored sealed,
@@ -60,11 +61,12 @@ async function connectDomain(name: string) {
   const signing = (res.body.records as RecordBody[]).find((r) => r.record === 'Signing')!;
   const selector = signing.name.slice(0, signing.name.indexOf('._domainkey.'));
   dns.add(signing.name, { type: 'TXT', data: signing.value.match(/[^]{1,255}/g)! });
-  const row = service.deps.db
-    .select()
-    .from(domainKeys)
-    .where(and(eq(domainKeys.accountId, account.id), eq(domainKeys.name, name)))
-    .get();
+  const row = await one(
+    service.deps.db
+      .select()
+      .from(domainKeys)
+      .where(and(eq(domainKeys.accountId, account.id), eq(domainKeys.name, name))),
+  );
   if (!row) throw new Error('no domain_keys row');
   const secretKey = service.deps.secretKey;
   if (!secretKey) throw new Error('the test service has no secret key');

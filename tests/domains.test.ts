@@ -8,6 +8,7 @@ import { runCommonAuthTests } from './helpers/auth-cases.js';
 import { expectDocumented } from './helpers/openapi.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { startService, type ApiResponse, type RequestOptions, type TestService } from './helpers/service.js';
+import { one } from '../db/sql.js';
 
 /**
  * Domains against docs/api/contract.md (Domain resource, Domain transitions, Domains endpoints, Errors, Limits) and docs/api/decisions.md
@@ -588,8 +589,8 @@ describe('DELETE /domains/{id}', () => {
 });
 
 describe('kept keys of deleted domains are bounded (KEPT_DOMAIN_KEYS per account)', () => {
-  const keyIdsOf = (accountId: string) =>
-    service.deps.db.select({ id: domainKeys.id, name: domainKeys.name }).from(domainKeys).where(eq(domainKeys.accountId, accountId)).all();
+  const keyIdsOf = async (accountId: string) =>
+    await service.deps.db.select({ id: domainKeys.id, name: domainKeys.name }).from(domainKeys).where(eq(domainKeys.accountId, accountId));
   const pick = (d: DomainBody) => d.records.map(({ record, type, name: n, value }) => ({ record, type, name: n, value }));
 
   /** `n` create/delete cycles, each with a name never used before, one second apart. */
@@ -607,13 +608,13 @@ describe('kept keys of deleted domains are bounded (KEPT_DOMAIN_KEYS per account
     const longHeld = await createDomain(service, key, freshName('long'));
     await cycles(key, 30);
     // The live domain's key plus the 20 kept keys released most recently.
-    expect(keyIdsOf(account.id)).toHaveLength(KEPT_DOMAIN_KEYS + 1);
+    expect(await keyIdsOf(account.id)).toHaveLength(KEPT_DOMAIN_KEYS + 1);
 
     // Its key is the oldest of all by creation, the newest by release: pruning goes by release, so it stays.
     service.clock.advance(1000);
     expect((await call(service, 'DELETE', `/domains/${longHeld.id}`, { key })).status).toBe(204);
-    expect(keyIdsOf(account.id)).toHaveLength(KEPT_DOMAIN_KEYS);
-    expect(keyIdsOf(account.id).map((k) => k.name)).toContain(longHeld.name);
+    expect(await keyIdsOf(account.id)).toHaveLength(KEPT_DOMAIN_KEYS);
+    expect((await keyIdsOf(account.id)).map((k) => k.name)).toContain(longHeld.name);
     const again = await createDomain(service, key, longHeld.name);
     expect(pick(again)).toEqual(pick(longHeld));
   }, 120_000);
@@ -631,51 +632,45 @@ describe('kept keys of deleted domains are bounded (KEPT_DOMAIN_KEYS per account
   it('a key that queued mail still signs with survives pruning, and goes once the mail has gone', async () => {
     const { account, key } = service.newAccount();
     const queuedDomain = await createDomain(service, key, freshName('queued'));
-    const keyId = service.deps.db.select().from(domains).where(eq(domains.id, queuedDomain.id)).get()!.keyId;
+    const keyId = (await one(service.deps.db.select().from(domains).where(eq(domains.id, queuedDomain.id))))!.keyId;
     const now = service.clock.now();
     const emailId = '01a00000-0000-7000-8000-00000000f001';
-    service.deps.db
-      .insert(emails)
-      .values({
-        id: emailId,
-        accountId: account.id,
-        fromAddress: `a@${queuedDomain.name}`,
-        to: ['b@example.net'],
-        subject: 's',
-        template: 'notification',
-        status: 'sent',
-        sandbox: false,
-        createdAt: now,
-      })
-      .run();
-    service.deps.db
-      .insert(outboundMessages)
-      .values({
-        id: emailId,
-        accountId: account.id,
-        domainKeyId: keyId,
-        fromHeader: `a@${queuedDomain.name}`,
-        fromAddress: `a@${queuedDomain.name}`,
-        messageId: `<m@${queuedDomain.name}>`,
-        subject: 's',
-        html: '<p>s</p>',
-        text: 's',
-        createdAt: now,
-        expiresAt: now + 5 * DAY_MS,
-      })
-      .run();
+    await service.deps.db.insert(emails).values({
+      id: emailId,
+      accountId: account.id,
+      fromAddress: `a@${queuedDomain.name}`,
+      to: ['b@example.net'],
+      subject: 's',
+      template: 'notification',
+      status: 'sent',
+      sandbox: false,
+      createdAt: now,
+    });
+    await service.deps.db.insert(outboundMessages).values({
+      id: emailId,
+      accountId: account.id,
+      domainKeyId: keyId,
+      fromHeader: `a@${queuedDomain.name}`,
+      fromAddress: `a@${queuedDomain.name}`,
+      messageId: `<m@${queuedDomain.name}>`,
+      subject: 's',
+      html: '<p>s</p>',
+      text: 's',
+      createdAt: now,
+      expiresAt: now + 5 * DAY_MS,
+    });
     expect((await call(service, 'DELETE', `/domains/${queuedDomain.id}`, { key })).status).toBe(204);
 
     await cycles(key, 25);
-    const kept = keyIdsOf(account.id).map((k) => k.id);
+    const kept = (await keyIdsOf(account.id)).map((k) => k.id);
     expect(kept).toContain(keyId);
     expect(kept).toHaveLength(KEPT_DOMAIN_KEYS);
-    expect(service.deps.db.select().from(outboundMessages).where(eq(outboundMessages.id, emailId)).get()).toBeDefined();
+    expect(await one(service.deps.db.select().from(outboundMessages).where(eq(outboundMessages.id, emailId)))).toBeDefined();
 
-    service.deps.db.delete(outboundMessages).where(eq(outboundMessages.id, emailId)).run();
+    await service.deps.db.delete(outboundMessages).where(eq(outboundMessages.id, emailId));
     await cycles(key, 1);
-    expect(keyIdsOf(account.id).map((k) => k.id)).not.toContain(keyId);
-    expect(keyIdsOf(account.id)).toHaveLength(KEPT_DOMAIN_KEYS);
+    expect((await keyIdsOf(account.id)).map((k) => k.id)).not.toContain(keyId);
+    expect(await keyIdsOf(account.id)).toHaveLength(KEPT_DOMAIN_KEYS);
   }, 120_000);
 });
 

@@ -18,6 +18,7 @@ import { processEnv, runningProcesses, startServiceProcess } from './helpers/ser
 import { startService } from './helpers/service.js';
 import { newSender, receipt, sendEmail } from './helpers/sending.js';
 import { freePort } from '../scripts/lib/free-port.js';
+import { execute } from '../db/sql.js';
 
 /**
  * Crash safety and full disks at the edges: the first start (server.lock, secret.key, the admin token), the fsyncs
@@ -386,12 +387,12 @@ describe('the WAL flush', () => {
     };
     const commits = createGroupCommit(store, sync);
     try {
-      const first = await commits.run((db) => db.run(sql`insert into probe (n) values (1)`)).catch((e: unknown) => e);
+      const first = await commits.run(async (db) => await execute(db, sql`insert into probe (n) values (1)`)).catch((e: unknown) => e);
       expect(first).toBeInstanceOf(FlushFailedError);
       // Its frames precede the next batch's in the WAL; a hole there ends recovery at the hole, taking every later
       // frame with it. Current code acknowledges the next write as durable.
       const second = await commits
-        .run((db) => db.run(sql`insert into probe (n) values (2)`))
+        .run(async (db) => await execute(db, sql`insert into probe (n) values (2)`))
         .then(
           () => 'acknowledged',
           () => 'refused',

@@ -115,10 +115,10 @@ beforeAll(async () => {
   const now = service.clock.now();
   const eventTimes: string[] = [new Date(now - 24 * 60 * 60_000).toISOString()];
   const statuses = ['delivered', 'bounced', 'deferred', 'complained'] as const;
-  const emailId = seedEmail(service, sender.account.id, { from: sender.from, at: now - 60 * 60_000 });
+  const emailId = await seedEmail(service, sender.account.id, { from: sender.from, at: now - 60 * 60_000 });
   for (let i = 0; i < 12; i++) {
     const at = now - (12 - i) * 60_000;
-    seedEvent(service, emailId, statuses[i % statuses.length]!, at, `r${i}@example.net`);
+    await seedEvent(service, emailId, statuses[i % statuses.length]!, at, `r${i}@example.net`);
     if (i % 3 === 0) eventTimes.push(new Date(at).toISOString(), new Date(at).toISOString().replace('Z', '+00:00'));
   }
   eventTimes.push(new Date(now).toISOString(), new Date(now + 60_000).toISOString());
@@ -180,8 +180,8 @@ afterAll(async () => {
  * too_many_endpoints that says so), so later creations can succeed again. None of them has a delivery (only the
  * fixture endpoint is ever pinged or replayed to).
  */
-function clearFuzzEndpoints(): void {
-  service.deps.db.delete(webhookEndpoints).where(notInArray(webhookEndpoints.id, fixtureEndpoints)).run();
+async function clearFuzzEndpoints(): Promise<void> {
+  await service.deps.db.delete(webhookEndpoints).where(notInArray(webhookEndpoints.id, fixtureEndpoints));
 }
 
 interface Answer {
@@ -355,7 +355,7 @@ describe('every endpoint that takes a body, a query or an id answers 2xx, or 4xx
             slowest.set(name, Math.max(slowest.get(name) ?? 0, Math.round(answer.ms)));
             const outcome = checkAnswer(answer);
             count(name, outcome);
-            if (outcome === '422 too_many_endpoints') clearFuzzEndpoints();
+            if (outcome === '422 too_many_endpoints') await clearFuzzEndpoints();
           }),
           { seed: SEED, numRuns: runsOf(name), interruptAfterTimeLimit: PROPERTY_TIME_LIMIT_MS, markInterruptAsFailure: true },
         );
@@ -389,17 +389,16 @@ describe('every endpoint that takes a body, a query or an id answers 2xx, or 4xx
     expect(service.logger.entries.filter((e) => e.level === 'error')).toEqual([]);
   });
 
-  it('nothing was posted but the test pings: each answered ping reached the receiver once, no delivery was attempted', () => {
+  it('nothing was posted but the test pings: each answered ping reached the receiver once, no delivery was attempted', async () => {
     expect(pings).toBeGreaterThan(1);
     expect(receiver.requests.map((r) => r.headers['x-service-event'])).toEqual(Array.from({ length: pingsAnswered }, () => 'ping'));
-    const attempted = service.deps.db
+    const attempted = await service.deps.db
       .select({ id: webhookDeliveries.id })
       .from(webhookDeliveries)
-      .where(and(ne(webhookDeliveries.eventType, 'ping'), gt(webhookDeliveries.attempts, 0)))
-      .all();
+      .where(and(ne(webhookDeliveries.eventType, 'ping'), gt(webhookDeliveries.attempts, 0)));
     expect(attempted).toEqual([]);
     expect(
-      service.deps.db.select({ id: webhookEndpoints.id }).from(webhookEndpoints).where(eq(webhookEndpoints.id, world.webhooks.fixture)).all(),
+      await service.deps.db.select({ id: webhookEndpoints.id }).from(webhookEndpoints).where(eq(webhookEndpoints.id, world.webhooks.fixture)),
     ).toHaveLength(1);
   });
 });

@@ -92,13 +92,13 @@ describe('template variables: each bounded by its declared limit', () => {
   });
 
   it('the stored subject of the largest notification is its 998 characters, and nothing is stored for a refused one', async () => {
-    const before = emailRows(service, s.account.id).length;
+    const before = (await emailRows(service, s.account.id)).length;
     const subject = 's'.repeat(998);
     const res = await sendEmail(service, s.key, { ...templateBody('notification', { subject, body: 'b' }), sandbox: false });
     expectOk(res);
-    expect(queued(service, res.body.id).message!.subject).toBe(subject);
+    expect((await queued(service, res.body.id)).message!.subject).toBe(subject);
     expectError(await sendEmail(service, s.key, templateBody('notification', { subject: `${subject}s`, body: 'b' })), 422, 'invalid_request');
-    expect(emailRows(service, s.account.id)).toHaveLength(before + 1);
+    expect(await emailRows(service, s.account.id)).toHaveLength(before + 1);
   });
 
   it('a refusal never echoes a huge unknown variable or tag name', async () => {
@@ -187,25 +187,22 @@ describe('addresses and tags as given', () => {
 
 describe('list answers bounded in bytes', () => {
   /** Log entries written straight to the database, as rows stored before the input limits could be. */
-  function insertLogRows(accountId: string, subjects: string[]): string[] {
+  async function insertLogRows(accountId: string, subjects: string[]): Promise<string[]> {
     const ids: string[] = [];
     for (const subject of subjects) {
       const now = service.clock.now();
       const id = newId(now);
-      service.deps.db
-        .insert(emails)
-        .values({
-          id,
-          accountId,
-          fromAddress: 'billing@example.com',
-          to: ['customer@example.net'],
-          subject,
-          template: 'notification',
-          status: 'sandboxed',
-          sandbox: true,
-          createdAt: now,
-        })
-        .run();
+      await service.deps.db.insert(emails).values({
+        id,
+        accountId,
+        fromAddress: 'billing@example.com',
+        to: ['customer@example.net'],
+        subject,
+        template: 'notification',
+        status: 'sandboxed',
+        sandbox: true,
+        createdAt: now,
+      });
       ids.push(id);
       service.clock.advance(1);
     }
@@ -215,7 +212,7 @@ describe('list answers bounded in bytes', () => {
   it('GET /emails?limit=100 over rows with huge subjects answers pages under the budget, and a walk sees each row once', async () => {
     const owner = await newSender(service);
     // Twelve 300 KB subjects: three fit in 1 MiB, a fourth would not.
-    const ids = insertLogRows(
+    const ids = await insertLogRows(
       owner.account.id,
       Array.from({ length: 12 }, (_, i) => `${i}`.padEnd(300 * 1024, 'x')),
     );
@@ -241,7 +238,7 @@ describe('list answers bounded in bytes', () => {
 
   it('a row larger than the whole budget is a page of its own: a page always has a row', async () => {
     const owner = await newSender(service);
-    const ids = insertLogRows(owner.account.id, ['small one', 'h'.repeat(PAGE_BYTE_BUDGET + 10), 'small two']);
+    const ids = await insertLogRows(owner.account.id, ['small one', 'h'.repeat(PAGE_BYTE_BUDGET + 10), 'small two']);
     const first = await service.api('GET', '/emails?limit=100', { key: owner.key });
     expect(first.status).toBe(200);
     expect(first.body.data.map((e: { id: string }) => e.id)).toEqual([ids[2]]);

@@ -11,6 +11,7 @@ import type { Scope } from '../server/core/scopes.js';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
 import { expectDocumented } from './helpers/openapi.js';
 import { startService, type ApiResponse, type TestService } from './helpers/service.js';
+import { one } from '../db/sql.js';
 
 /**
  * API keys against docs/api/contract.md (Key resource, Keys endpoints, Authentication, Errors, Limits, paging) and docs/api/decisions.md
@@ -334,7 +335,7 @@ describe('POST /keys', () => {
   it('only a SHA-256 hash of the key is stored: key_hash is its hex digest and nothing in the database holds the key', async () => {
     const { key } = service.newAccount();
     const minted = await mint(key, { name: 'hashed' });
-    const row = service.deps.db.select().from(apiKeys).where(eq(apiKeys.id, minted.id)).get()!;
+    const row = (await one(service.deps.db.select().from(apiKeys).where(eq(apiKeys.id, minted.id))))!;
     expect(row.keyHash).toBe(sha256Hex(minted.key));
     const secretPart = minted.key.slice(11);
     for (const value of Object.values(row)) expect(JSON.stringify(value)).not.toContain(secretPart);
@@ -517,7 +518,7 @@ describe('DELETE /keys/{id}', () => {
     expect((await service.api('DELETE', `/keys/${other.id}`, { key })).status).toBe(204);
     expect((await service.api('GET', '/account', { key })).status).toBe(200);
     // Changed on the service's own connection, which does not move SQLite's data_version.
-    service.deps.db.update(accounts).set({ name: 'Renamed' }).where(eq(accounts.id, account.id)).run();
+    await service.deps.db.update(accounts).set({ name: 'Renamed' }).where(eq(accounts.id, account.id));
     const after = await service.api('GET', '/account', { key });
     expect(after.status).toBe(200);
     expect((before.body as { name: string }).name).not.toBe('Renamed');

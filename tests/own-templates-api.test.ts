@@ -530,7 +530,7 @@ describe('POST /templates/{name}/render', () => {
     // No text part given: one is made from the html.
     expect(res.body.text).toContain('1042');
     expect(res.body.text).not.toContain('<b>');
-    expect(emailRows(service, account.id)).toEqual([]);
+    expect(await emailRows(service, account.id)).toEqual([]);
   });
 
   it('refuses variables as a send would: undeclared, a missing required one, a link that is not http(s)', async () => {
@@ -738,11 +738,11 @@ describe('POST /emails with an own template', () => {
     expect(sandboxed.status, JSON.stringify(sandboxed.body)).toBe(200);
     const logged = await service.api('GET', `/emails/${sandboxed.body.id}`, { key: sender.key });
     expect(logged.body).toMatchObject({ subject: 'Order 1042 has shipped', template: 'order-shipped', status: 'sandboxed' });
-    expect(emailRows(service, sender.account.id).find((r) => r.id === sandboxed.body.id)?.templateVersion).toBe(1);
+    expect((await emailRows(service, sender.account.id)).find((r) => r.id === sandboxed.body.id)?.templateVersion).toBe(1);
 
     const sent = await send({ name: 'order-shipped', ...shippedVars, firstName: 'Ann & Bob' });
     expect(sent.status, JSON.stringify(sent.body)).toBe(200);
-    const message = queued(service, sent.body.id).message!;
+    const message = (await queued(service, sent.body.id)).message!;
     expect(message.subject).toBe('Order 1042 has shipped');
     expect(message.html).toContain('Acme Shop');
     expect(message.html).toContain('Ann &amp; Bob');
@@ -755,7 +755,7 @@ describe('POST /emails with an own template', () => {
     expect((await put(sender.key, 'order-shipped', shipped({ name: undefined, layout: 'brand', subject: 'Shipped: {{ orderNumber }}' }))).status).toBe(200);
     const next = await send({ name: 'order-shipped', ...shippedVars }, { sandbox: true });
     expect((await service.api('GET', `/emails/${next.body.id}`, { key: sender.key })).body.subject).toBe('Shipped: 1042');
-    expect(emailRows(service, sender.account.id).find((r) => r.id === next.body.id)?.templateVersion).toBe(2);
+    expect((await emailRows(service, sender.account.id)).find((r) => r.id === next.body.id)?.templateVersion).toBe(2);
   });
 
   it.each([
@@ -764,11 +764,11 @@ describe('POST /emails with an own template', () => {
     ['a url that is not http(s)', { ...shippedVars, trackingUrl: 'javascript:alert(1)' }, /^template\.trackingUrl: must be an http or https URL$/],
     ['a value that is not a string', { ...shippedVars, orderNumber: 1042 }, /^template\.orderNumber: must be a string$/],
   ])('%s is 422 invalid_request naming template.<variable>, nothing logged', async (_label, vars, message) => {
-    const before = emailRows(service, sender.account.id).length;
+    const before = (await emailRows(service, sender.account.id)).length;
     const res = await send({ name: 'order-shipped', ...vars }, { sandbox: true });
     expectError(res, 422, 'invalid_request', message);
     expectDocumented(res);
-    expect(emailRows(service, sender.account.id)).toHaveLength(before);
+    expect(await emailRows(service, sender.account.id)).toHaveLength(before);
   });
 
   it('a layout is not a template a send can name', async () => {

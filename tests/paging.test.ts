@@ -5,6 +5,7 @@ import { settings } from '../db/schema/index.js';
 import { ApiError } from '../server/shared/errors.js';
 import { LISTS, readPage, toPage, type ListDef } from '../server/api/http/paging.js';
 import { startService, type TestService } from './helpers/service.js';
+import { one } from '../db/sql.js';
 
 /**
  * Keyset paging against docs/api/contract.md (Endpoints, list conventions): `limit` 1 to 100, default 25; `nextCursor` passed back
@@ -238,17 +239,17 @@ describe("cursors are signed by the server: a made-up or altered one is refused 
     expect(res.body.error.code).toBe('invalid_cursor');
   });
 
-  it('the key is made once, kept in settings, and signs alike for another connection to the same database', () => {
+  it('the key is made once, kept in settings, and signs alike for another connection to the same database', async () => {
     const accountId = '01a00000-0000-7000-8000-0000000000aa';
     const rows = [{ id: '01a00000-0000-7000-8000-000000000002' }, { id: '01a00000-0000-7000-8000-000000000001' }];
     const { nextCursor } = toPage(service.deps.db, LISTS.keys, accountId, { limit: 1, after: null }, rows);
     expect(nextCursor).toEqual(expect.any(String));
-    const stored = service.deps.db.select().from(settings).where(eq(settings.key, 'cursor_hmac_key')).get();
+    const stored = await one(service.deps.db.select().from(settings).where(eq(settings.key, 'cursor_hmac_key')));
     expect(stored?.value).toMatch(/^[0-9a-f]{64}$/);
     const second = openDatabase(service.dataDir);
     try {
       expect(readPage(second.db, LISTS.keys, accountId, { cursor: nextCursor! })).toEqual({ limit: 25, after: rows[0]!.id });
-      expect(second.db.select().from(settings).where(eq(settings.key, 'cursor_hmac_key')).get()).toEqual(stored);
+      expect(await one(second.db.select().from(settings).where(eq(settings.key, 'cursor_hmac_key')))).toEqual(stored);
     } finally {
       second.close();
     }

@@ -22,6 +22,7 @@ import { newSender, newSubSender, receipt } from './helpers/sending.js';
 import { type TestService, startService } from './helpers/service.js';
 import { SmtpSink } from './helpers/smtp-sink.js';
 import { sendInHalves } from './helpers/split-body.js';
+import { one } from '../db/sql.js';
 
 /**
  * Interleavings, each forced deterministically (a held signing build, a request body split in two, a half-sent DATA,
@@ -169,26 +170,23 @@ Diagnostic-Code: smtp; 550 5.1.1 <${recipient}>: User unknown
 
   it('is dated when it is recorded: a consumer following the recipe of docs/api/behaviour.md (since=<last seen occurredAt>) sees it', async () => {
     const sender = await newSender(service);
-    const sentEmail = (to: string) => {
+    const sentEmail = async (to: string) => {
       const id = newId(service.clock.now());
-      service.deps.db
-        .insert(emails)
-        .values({
-          id,
-          accountId: sender.account.id,
-          fromAddress: sender.from,
-          to: [to],
-          subject: 's',
-          template: 'receipt',
-          status: 'sent',
-          sandbox: false,
-          createdAt: service.clock.now(),
-        })
-        .run();
+      await service.deps.db.insert(emails).values({
+        id,
+        accountId: sender.account.id,
+        fromAddress: sender.from,
+        to: [to],
+        subject: 's',
+        template: 'receipt',
+        status: 'sent',
+        sandbox: false,
+        createdAt: service.clock.now(),
+      });
       return id;
     };
-    const slow = sentEmail('slow@example.net');
-    const fast = sentEmail('fast@example.net');
+    const slow = await sentEmail('slow@example.net');
+    const fast = await sentEmail('fast@example.net');
 
     // A slow client starts sending the first bounce (a large DSN, a slow link)...
     const { client: a } = await RawSmtp.connect(inboundPort);
@@ -250,6 +248,6 @@ describe('POST /database/test: the database deleted while the test connected', (
     );
     expect((await service.api('GET', '/database', { key })).body.connected).toBe(false);
     expect(outcome).toEqual({ ok: false, code: 'database_not_connected' });
-    expect(service.deps.db.select().from(accounts).where(eq(accounts.id, account.id)).get()).toBeDefined();
+    expect(await one(service.deps.db.select().from(accounts).where(eq(accounts.id, account.id)))).toBeDefined();
   });
 });

@@ -254,8 +254,8 @@ describe('a send to a suppressed recipient (check 7)', () => {
     expect(res.body.error.message).toContain('ann@example.net');
     expect(res.body.error.message).toContain('bob@example.net');
     expect(res.body.error.message).not.toContain('carl@example.net');
-    expect(emailRows(service, s.account.id).filter((r) => r.status === 'sent')).toEqual([]);
-    expect(outboundMessagesOf(service, s.account.id)).toEqual([]);
+    expect((await emailRows(service, s.account.id)).filter((r) => r.status === 'sent')).toEqual([]);
+    expect(await outboundMessagesOf(service, s.account.id)).toEqual([]);
     expect((await service.api('GET', '/account', { key: s.key })).body.sending.sentToday).toBe(0);
   });
 
@@ -274,7 +274,7 @@ describe('a send to a suppressed recipient (check 7)', () => {
     const res = await sendEmail(service, parent.key, receipt(sub.from, ['frank@example.net', 'gina@example.net']), { account: sub.id });
     expectError(res, 422, 'recipient_suppressed');
     expect(res.body.error.message).toContain('frank@example.net');
-    expect(outboundMessagesOf(service, sub.id)).toEqual([]);
+    expect(await outboundMessagesOf(service, sub.id)).toEqual([]);
   });
 
   it('names recipients from both lists at once', async () => {
@@ -327,7 +327,7 @@ describe('a send to a suppressed recipient (check 7)', () => {
     const s = await newSender(service);
     await add(s.key, 'lee@example.net');
     expectError(await sendEmail(service, s.key, receipt(s.from, 'lee@example.net', { sandbox: true })), 422, 'recipient_suppressed');
-    expect(emailRows(service, s.account.id).filter((r) => r.status === 'sandboxed')).toEqual([]);
+    expect((await emailRows(service, s.account.id)).filter((r) => r.status === 'sandboxed')).toEqual([]);
   });
 
   it('a suppression added while the send waits for its commit still refuses it: nothing is queued', async () => {
@@ -347,8 +347,8 @@ describe('a send to a suppressed recipient (check 7)', () => {
     } finally {
       commits.run = run;
     }
-    expect(emailRows(service, s.account.id).filter((r) => r.status === 'sent')).toEqual([]);
-    expect(outboundMessagesOf(service, s.account.id)).toEqual([]);
+    expect((await emailRows(service, s.account.id)).filter((r) => r.status === 'sent')).toEqual([]);
+    expect(await outboundMessagesOf(service, s.account.id)).toEqual([]);
   });
 });
 

@@ -13,6 +13,7 @@ import { processApi, runningProcesses, startServiceProcess } from './helpers/ser
 import { killMidRequest, processWithEndpoint } from './helpers/webhook-process.js';
 import { startService, type TestService } from './helpers/service.js';
 import { replaceDep } from './helpers/replace-dep.js';
+import { one } from '../db/sql.js';
 
 /**
  * The Webhooks endpoints of docs/api/contract.md: create (the secret once, sealed at rest), list, get, delete with its deliveries,
@@ -62,7 +63,7 @@ describe('POST /webhooks', () => {
       createdAt: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/),
       secret: expect.stringMatching(/^whsec_[A-Za-z0-9+/]{43}=$/),
     });
-    const row = service.deps.db.select().from(webhookEndpoints).where(eq(webhookEndpoints.id, res.body.id)).get()!;
+    const row = (await one(service.deps.db.select().from(webhookEndpoints).where(eq(webhookEndpoints.id, res.body.id))))!;
     expect(row.secretSealed).not.toContain(res.body.secret.slice(6));
     expect(decryptSecret(service.deps.secretKey!, row.secretSealed, `webhook:${row.id}`).toString('utf8')).toBe(res.body.secret);
 
@@ -198,23 +199,20 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
     const id = (await create(key, { url: PUBLIC, events: ['email.delivered'] })).body.id as string;
     const now = service.clock.now();
     for (const delivered of [null, now]) {
-      service.deps.db
-        .insert(webhookDeliveries)
-        .values({
-          id: newId(now),
-          endpointId: id,
-          accountId: account.id,
-          eventType: 'email.delivered',
-          data: '{}',
-          deliveredAt: delivered,
-          nextAttemptAt: delivered ? null : now,
-          createdAt: now,
-        })
-        .run();
+      await service.deps.db.insert(webhookDeliveries).values({
+        id: newId(now),
+        endpointId: id,
+        accountId: account.id,
+        eventType: 'email.delivered',
+        data: '{}',
+        deliveredAt: delivered,
+        nextAttemptAt: delivered ? null : now,
+        createdAt: now,
+      });
     }
     expect((await service.api('GET', `/webhooks/${id}/deliveries`, { key })).body.data).toHaveLength(2);
     expect((await service.api('DELETE', `/webhooks/${id}`, { key })).status).toBe(204);
-    expect(service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, id)).all()).toEqual([]);
+    expect(await service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, id))).toEqual([]);
     expectError(await service.api('GET', `/webhooks/${id}`, { key }), 404, 'webhook_not_found');
   });
 
@@ -236,17 +234,19 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
         if (delivered) attempt.run(deliveryId, now);
       }
     })();
-    const deliveries = () => service.deps.db.select({ n: count() }).from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, id)).get()!.n;
-    expect(deliveries()).toBe(30_000);
-    const attemptsBefore = service.deps.db.select({ n: count() }).from(webhookAttempts).get()!.n;
+    const deliveries = async () => (await one(service.deps.db.select({ n: count() }).from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, id))))!.n;
+    expect(await deliveries()).toBe(30_000);
+    const attemptsBefore = (await one(service.deps.db.select({ n: count() }).from(webhookAttempts)))!.n;
 
     // Whether the endpoint was still on as each of the deletion's transactions began.
     const commits = service.deps.commits;
     const onAtEachStep: boolean[] = [];
     replaceDep(service.deps, 'commits', {
       run: (fn) =>
-        commits.run((db) => {
-          onAtEachStep.push(db.select({ active: webhookEndpoints.active }).from(webhookEndpoints).where(eq(webhookEndpoints.id, id)).get()?.active ?? false);
+        commits.run(async (db) => {
+          onAtEachStep.push(
+            (await one(db.select({ active: webhookEndpoints.active }).from(webhookEndpoints).where(eq(webhookEndpoints.id, id))))?.active ?? false,
+          );
           return fn(db);
         }),
     });
@@ -262,8 +262,8 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
     expect(res.status).toBe(204);
     expect(seen.longestMs, JSON.stringify(seen)).toBeLessThan(50);
 
-    expect(deliveries()).toBe(0);
-    expect(service.deps.db.select({ n: count() }).from(webhookAttempts).get()!.n).toBe(attemptsBefore - 20_000);
+    expect(await deliveries()).toBe(0);
+    expect((await one(service.deps.db.select({ n: count() }).from(webhookAttempts)))!.n).toBe(attemptsBefore - 20_000);
     expectError(await service.api('GET', `/webhooks/${id}`, { key }), 404, 'webhook_not_found');
     // Switched off (nothing more is claimed for it) before any of its deliveries went; then one chunk per transaction.
     expect(onAtEachStep[0]).toBe(true);
@@ -282,23 +282,20 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
     expect(second.body.data.map((e: { id: string }) => e.id)).toEqual(ids.slice(0, 2).reverse());
 
     const now = service.clock.now();
-    const deliveries = [1, 2, 3].map((i) => {
+    const deliveries = [1, 2, 3].map(async (i) => {
       const id = newId(now + i);
-      service.deps.db
-        .insert(webhookDeliveries)
-        .values({
-          id,
-          endpointId: ids[0]!,
-          accountId: account.id,
-          eventType: 'email.deferred',
-          data: '{}',
-          attempts: i,
-          lastStatus: 503,
-          lastError: 'HTTP 503',
-          nextAttemptAt: now + 60_000,
-          createdAt: now + i,
-        })
-        .run();
+      await service.deps.db.insert(webhookDeliveries).values({
+        id,
+        endpointId: ids[0]!,
+        accountId: account.id,
+        eventType: 'email.deferred',
+        data: '{}',
+        attempts: i,
+        lastStatus: 503,
+        lastError: 'HTTP 503',
+        nextAttemptAt: now + 60_000,
+        createdAt: now + i,
+      });
       return id;
     });
     const page = await service.api('GET', `/webhooks/${ids[0]}/deliveries?limit=2`, { key });
