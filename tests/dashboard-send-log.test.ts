@@ -313,7 +313,9 @@ describe('the send log’s filters and pages', () => {
     const { service } = rig;
     const acct = service.newAccount({ name: 'Busy shop' }).account;
     const start = service.clock.now();
-    const made = Array.from({ length: 62 }, (_, i) => logEmail(acct.id, { to: [`r${i}@example.net`], at: start + i * 1000 })).reverse();
+    const made: string[] = [];
+    for (let i = 0; i < 62; i++) made.push(await logEmail(acct.id, { to: [`r${i}@example.net`], at: start + i * 1000 }));
+    made.reverse();
     const client = await signedIn();
     const first = await (await client.get(`/dashboard/emails?account=${acct.id}`)).text();
     expect(idsOn(first)).toEqual(made.slice(0, 50));

@@ -6,6 +6,7 @@ import { createDeliveryEngine } from '../mta/delivery-engine.js';
 import { FAST_TIMEOUTS, type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import { newSender, receipt, recipients } from './helpers/sending.js';
 import { replaceDep } from './helpers/replace-dep.js';
+import type { SinkAnswer } from './helpers/smtp-sink.js';
 import { one } from '../db/sql.js';
 
 /**
@@ -44,7 +45,7 @@ it('records each recipient’s outcome before the next RCPT TO on the same conne
     )) !== undefined;
   const seenBeforeRcpt: [string, boolean][] = [];
   let previous: string | null = null;
-  sink.rcpt = async (address) => {
+  sink.rcpt = async (address): Promise<SinkAnswer> => {
     if (previous) seenBeforeRcpt.push([previous, await recorded(previous)]);
     previous = address;
     return 'accept';
@@ -54,7 +55,7 @@ it('records each recipient’s outcome before the next RCPT TO on the same conne
   // Every other member of the group commit kept: only run is slowed.
   replaceDep(service.deps, 'commits', {
     ...commits,
-    run: <T>(fn: (db: Db) => T) => new Promise((resolve) => setTimeout(resolve, 300)).then(() => commits.run(fn)),
+    run: <T>(fn: (db: Db) => T | Promise<T>) => new Promise((resolve) => setTimeout(resolve, 300)).then(() => commits.run(fn)),
   });
   try {
     // One connection for the destination, so the four transactions follow each other on it.

@@ -110,7 +110,8 @@ beforeAll(async () => {
     JSON.stringify(made.map((r) => r.body)),
   ).toEqual(made.map(() => 201));
   const [fixture, ...deletable] = made.map((r) => r.body.id as string) as [string, ...string[]];
-  const stored = Array.from({ length: ENDPOINTS_AT_START - made.length }, () => seedEndpoint(service, sender.account.id, ['email.complained']));
+  const stored: string[] = [];
+  for (let i = made.length; i < ENDPOINTS_AT_START; i++) stored.push(await seedEndpoint(service, sender.account.id, ['email.complained']));
   fixtureEndpoints = [fixture, ...deletable, ...stored];
   const now = service.clock.now();
   const eventTimes: string[] = [new Date(now - 24 * 60 * 60_000).toISOString()];

@@ -1,4 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { count } from 'drizzle-orm';
+import { outboundMessages } from '../db/schema/index.js';
+import { one } from '../db/sql.js';
 import { connectDomain, expectError, newSender, queued, type Sender, sendEmail } from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
 
@@ -199,9 +202,9 @@ describe('refused from values: 422 invalid_request naming from', () => {
   });
 
   it('nothing refused was queued', async () => {
-    const before = service.deps.store.sqlite.prepare('select count(*) as n from outbound_messages').get() as { n: number };
+    const before = (await one(service.deps.db.select({ n: count() }).from(outboundMessages)))!;
     expectError(await send(`${addr}\r\nBcc: x@evil.com`), 422, 'invalid_request');
-    const after = service.deps.store.sqlite.prepare('select count(*) as n from outbound_messages').get() as { n: number };
+    const after = (await one(service.deps.db.select({ n: count() }).from(outboundMessages)))!;
     expect(after.n).toBe(before.n);
   });
 });

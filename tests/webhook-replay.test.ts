@@ -489,13 +489,19 @@ describe('a replay is written in chunks: the event loop is never held past 50 ms
     await seedManyEvents(service, await seedEmail(service, account.id), MAX_REPLAY_EVENTS, start);
     // Later outcomes of the account, outside the window: counting the window walks them too (in steps).
     const later = await seedEmail(service, account.id);
-    const insert = service.deps.store.sqlite.prepare(
-      "insert into email_events (id, email_id, account_id, recipient, status, dsn, detail, occurred_at) values (?, ?, ?, ?, 'delivered', '2.0.0', '250 ok', ?)",
-    );
-    service.deps.store.sqlite.transaction(() => {
-      for (let i = 0; i < HISTORY; i++)
-        insert.run(newId(start + MAX_REPLAY_EVENTS + i), later, account.id, `later${i}@example.net`, start + MAX_REPLAY_EVENTS + i);
-    })();
+    const history = Array.from({ length: HISTORY }, (_, i) => ({
+      id: newId(start + MAX_REPLAY_EVENTS + i),
+      emailId: later,
+      accountId: account.id,
+      recipient: `later${i}@example.net`,
+      status: 'delivered' as const,
+      dsn: '2.0.0',
+      detail: '250 ok',
+      occurredAt: start + MAX_REPLAY_EVENTS + i,
+    }));
+    await service.deps.db.transaction(async (tx) => {
+      for (let i = 0; i < history.length; i += 500) await tx.insert(emailEvents).values(history.slice(i, i + 500));
+    });
     const endpoint = await seedEndpoint(service, account.id, ['email.delivered']);
     const before = pokes;
     await afterLongSeed();
@@ -553,17 +559,19 @@ describe('a process killed mid-replay', () => {
       const db = drizzle(file, { schema });
       const start = Date.now() - 3_600_000;
       const emailId = newId(start);
-      await db.insert(emails).values({
-        id: emailId,
-        accountId,
-        fromAddress: 'billing@example.com',
-        to: ['a@example.net'],
-        subject: 's',
-        template: 'notification',
-        status: 'sent',
-        sandbox: false,
-        createdAt: start,
-      });
+      db.insert(emails)
+        .values({
+          id: emailId,
+          accountId,
+          fromAddress: 'billing@example.com',
+          to: ['a@example.net'],
+          subject: 's',
+          template: 'notification',
+          status: 'sent',
+          sandbox: false,
+          createdAt: start,
+        })
+        .run();
       const events = Array.from({ length: MAX_REPLAY_EVENTS }, (_, i) => ({
         id: newId(start + i),
         emailId,
@@ -574,8 +582,11 @@ describe('a process killed mid-replay', () => {
         detail: '250 ok',
         occurredAt: start + i,
       }));
-      db.transaction(async (tx) => {
-        for (let i = 0; i < events.length; i += 500) await tx.insert(emailEvents).values(events.slice(i, i + 500));
+      db.transaction((tx) => {
+        for (let i = 0; i < events.length; i += 500)
+          tx.insert(emailEvents)
+            .values(events.slice(i, i + 500))
+            .run();
       });
       const queuedNow = file.prepare('select count(*) as n from webhook_deliveries where endpoint_id = ?');
       const written = () => (queuedNow.get(endpointId) as { n: number }).n;

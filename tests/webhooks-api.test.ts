@@ -221,19 +221,28 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
     const id = (await create(key, { url: PUBLIC, events: ['email.delivered'] })).body.id as string;
     // 10,000 pending and 20,000 delivered, each of those with its attempt: history is kept until the endpoint goes.
     const now = service.clock.now();
-    const sqlite = service.deps.store.sqlite;
-    const delivery = sqlite.prepare(
-      "insert into webhook_deliveries (id, endpoint_id, account_id, event_type, data, attempts, delivered_at, next_attempt_at, created_at) values (?, ?, ?, 'email.delivered', '{}', ?, ?, ?, ?)",
-    );
-    const attempt = sqlite.prepare('insert into webhook_attempts (delivery_id, attempt, attempted_at, status, delivered) values (?, 1, ?, 200, 1)');
-    sqlite.transaction(() => {
-      for (let i = 0; i < 30_000; i++) {
-        const deliveryId = newId(now);
-        const delivered = i >= 10_000;
-        delivery.run(deliveryId, id, account.id, delivered ? 1 : 0, delivered ? now : null, delivered ? null : now, now);
-        if (delivered) attempt.run(deliveryId, now);
-      }
-    })();
+    const deliveryRows: (typeof webhookDeliveries.$inferInsert)[] = [];
+    const attemptRows: (typeof webhookAttempts.$inferInsert)[] = [];
+    for (let i = 0; i < 30_000; i++) {
+      const deliveryId = newId(now);
+      const delivered = i >= 10_000;
+      deliveryRows.push({
+        id: deliveryId,
+        endpointId: id,
+        accountId: account.id,
+        eventType: 'email.delivered',
+        data: '{}',
+        attempts: delivered ? 1 : 0,
+        deliveredAt: delivered ? now : null,
+        nextAttemptAt: delivered ? null : now,
+        createdAt: now,
+      });
+      if (delivered) attemptRows.push({ deliveryId, attempt: 1, attemptedAt: now, status: 200, delivered: true });
+    }
+    await service.deps.db.transaction(async (tx) => {
+      for (let i = 0; i < deliveryRows.length; i += 500) await tx.insert(webhookDeliveries).values(deliveryRows.slice(i, i + 500));
+      for (let i = 0; i < attemptRows.length; i += 500) await tx.insert(webhookAttempts).values(attemptRows.slice(i, i + 500));
+    });
     const deliveries = async () => (await one(service.deps.db.select({ n: count() }).from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, id))))!.n;
     expect(await deliveries()).toBe(30_000);
     const attemptsBefore = (await one(service.deps.db.select({ n: count() }).from(webhookAttempts)))!.n;
@@ -282,7 +291,8 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
     expect(second.body.data.map((e: { id: string }) => e.id)).toEqual(ids.slice(0, 2).reverse());
 
     const now = service.clock.now();
-    const deliveries = [1, 2, 3].map(async (i) => {
+    const deliveries: string[] = [];
+    for (const i of [1, 2, 3]) {
       const id = newId(now + i);
       await service.deps.db.insert(webhookDeliveries).values({
         id,
@@ -296,8 +306,8 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
         nextAttemptAt: now + 60_000,
         createdAt: now + i,
       });
-      return id;
-    });
+      deliveries.push(id);
+    }
     const page = await service.api('GET', `/webhooks/${ids[0]}/deliveries?limit=2`, { key });
     expect(page.status).toBe(200);
     expectDocumented(page);

@@ -319,7 +319,7 @@ export function gateCommits(service: TestService, hold: number): CommitGate {
   // Every other member of the group commit kept: only run is held.
   replaceDep(service.deps, 'commits', {
     ...original,
-    run<T>(fn: (db: Db) => T): Promise<T> {
+    run<T>(fn: (db: Db) => T | Promise<T>): Promise<T> {
       if (held.length >= hold) return original.run(fn);
       const wait = new Promise<void>((resolve) => held.push(resolve));
       notify();
