@@ -34,7 +34,7 @@ function onlyLine(from = 0): LogFields {
 
 describe('http.request: one line per request', () => {
   it('a success: method, route pattern, status, duration, request id and the acting account, and nothing else', async () => {
-    const { account, key } = service.newAccount();
+    const { account, key } = await service.newAccount();
     expect((await service.api('GET', '/account', { key })).status).toBe(200);
     const line = onlyLine();
     expect(Object.keys(line).sort()).toEqual(['accountId', 'durationMs', 'event', 'level', 'method', 'requestId', 'route', 'status']);
@@ -46,7 +46,7 @@ describe('http.request: one line per request', () => {
   });
 
   it('each request its own id', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     await service.api('GET', '/account', { key });
     await service.api('GET', '/account', { key });
     const [a, b] = requestLines();
@@ -69,7 +69,7 @@ describe('http.request: one line per request', () => {
   });
 
   it('acting for a sub-account: its id', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await newSubSender(service, key);
     service.logger.entries.length = 0;
     expect((await service.api('GET', '/account', { key, account: sub.id })).status).toBe(200);
@@ -133,7 +133,7 @@ describe('never a key, a token or a header value', () => {
   it('no Authorization value, key, account header value or body in any line, whatever the answer', async () => {
     const sender = await newSender(service);
     const sub = await newSubSender(service, sender.key);
-    const revoked = service.newKey(sender.account.id);
+    const revoked = await service.newKey(sender.account.id);
     const list = await service.api('GET', '/keys', { key: sender.key });
     const revokedId = (list.body.data as { id: string; prefix: string }[]).find((k) => revoked.startsWith(k.prefix))!.id;
     expect((await service.api('DELETE', `/keys/${revokedId}`, { key: sender.key })).status).toBe(204);

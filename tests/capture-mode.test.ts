@@ -157,7 +157,7 @@ describe('the captured message', () => {
   });
 
   it(`the store keeps the newest ${CAPTURE_LIMIT}: each new capture drops the oldest beyond; a recipient captured again is replaced in place`, async () => {
-    const { account } = capture.newAccount({ name: 'Bound' });
+    const { account } = await capture.newAccount({ name: 'Bound' });
     const db = capture.deps.db;
     const key = capture.deps.secretKey!;
     const at = capture.clock.now();
@@ -204,8 +204,8 @@ describe('the captured message', () => {
 
 describe('the capture store by itself (server/core/capture-store.ts)', () => {
   it('refuses another account’s capture: read for any account but the one that sent it, it gives nothing', async () => {
-    const owner = capture.newAccount({ name: 'Capture owner' }).account;
-    const other = capture.newAccount({ name: 'Capture stranger' }).account;
+    const owner = (await capture.newAccount({ name: 'Capture owner' })).account;
+    const other = (await capture.newAccount({ name: 'Capture stranger' })).account;
     const db = capture.deps.db;
     const key = capture.deps.secretKey!;
     const at = capture.clock.now();
@@ -263,7 +263,7 @@ describe('GET /emails/{id}/message', () => {
     const res = await capture.api('POST', '/emails', { key: parent.key, account: sub.body.id, body: receipt(`orders@${subDomain}`, 'ivy@example.net') });
     expect(res.status).toBe(200);
     await engineOf(capture).runOnce();
-    const reader = capture.newKey(parent.account.id, ['emails:read']);
+    const reader = await capture.newKey(parent.account.id, ['emails:read']);
     const path = `/emails/${res.body.id}/message?recipient=ivy@example.net`;
     const asSub = await capture.api('GET', path, { key: reader, account: sub.body.id });
     expect(asSub.status).toBe(200);
@@ -343,7 +343,7 @@ describe('reserved-TLD domains verify without DNS in capture mode only', () => {
   });
 
   it('capture: a .test, .example, .invalid and .localhost domain verifies with every record published, DNS never asked; then sends', async () => {
-    const { key } = capture.newAccount({ name: 'Local shop' });
+    const { key } = await capture.newAccount({ name: 'Local shop' });
     for (const name of [`shop-${process.pid}.test`, `shop-${process.pid}.example`, `shop-${process.pid}.invalid`, `shop-${process.pid}.localhost`]) {
       dns.queries = [];
       const created = await capture.api('POST', '/domains', { key, body: { name } });
@@ -367,7 +367,7 @@ describe('reserved-TLD domains verify without DNS in capture mode only', () => {
   });
 
   it('capture: any other name is still read from DNS', async () => {
-    const { key } = capture.newAccount({ name: 'Real shop' });
+    const { key } = await capture.newAccount({ name: 'Real shop' });
     const name = uniqueDomain('real');
     dns.queries = [];
     const created = await capture.api('POST', '/domains', { key, body: { name } });
@@ -381,7 +381,7 @@ describe('reserved-TLD domains verify without DNS in capture mode only', () => {
   });
 
   it('direct: a .test name is read from DNS like any other, so without records it stays pending and cannot send', async () => {
-    const { key } = direct.newAccount({ name: 'Direct shop' });
+    const { key } = await direct.newAccount({ name: 'Direct shop' });
     const name = `shop-${process.pid}-direct.test`;
     dns.queries = [];
     const created = await direct.api('POST', '/domains', { key, body: { name } });

@@ -43,7 +43,7 @@ const sendBody = { from: 'billing@nowhere.example', to: 'someone@example.org', s
 
 describe('accounts in the browser', () => {
   it('creates an account and a key: the key is shown once, works against the API, and stops when revoked', async () => {
-    service.newAccount({ name: 'Existing Co', credits: 10 });
+    await service.newAccount({ name: 'Existing Co', credits: 10 });
     const page = await signedInPage('/dashboard/accounts');
     expect(await page.getByRole('heading', { level: 1 }).textContent()).toBe('Accounts');
     await expectAccessible(page, 'accounts list');
@@ -118,7 +118,7 @@ describe('accounts in the browser', () => {
   });
 
   it('grants credits, sets the quota, suspends (the API refuses sends with the reason) and lifts; opens a sub-account', async () => {
-    const { account, key } = service.newAccount({ name: 'Initech' });
+    const { account, key } = await service.newAccount({ name: 'Initech' });
     const page = await signedInPage(`/dashboard/accounts/${account.id}`);
 
     await page.getByLabel('Credits to grant').fill('250');
@@ -183,8 +183,8 @@ describe('accounts in the browser', () => {
   });
 
   it('shows the account page at phone width without scrolling sideways', async () => {
-    const { account } = service.newAccount({ name: 'Phone Width Co' });
-    service.newKey(account.id, SCOPES, 'phone-key');
+    const { account } = await service.newAccount({ name: 'Phone Width Co' });
+    await service.newKey(account.id, SCOPES, 'phone-key');
     const page = await signedInPage(`/dashboard/accounts/${account.id}`, 390);
     expect(await horizontalOverflow(page)).toBe(0);
     await screenshot(page, 'account-phone');
@@ -211,7 +211,7 @@ describe('accounts over HTTP', () => {
     );
     expect(await accountCount()).toBe(before);
 
-    const { account } = service.newAccount({ name: 'Bad Input Co' });
+    const { account } = await service.newAccount({ name: 'Bad Input Co' });
     const page = `/dashboard/accounts/${account.id}`;
     expect(await refusalOf(client, `${page}/quota`, { dailyQuota: '-1' }, page)).toBe('dailyQuota: must be a whole number of at least 1');
     expect(await refusalOf(client, `${page}/quota`, { dailyQuota: '1.5' }, page)).toContain('dailyQuota');
@@ -227,10 +227,10 @@ describe('accounts over HTTP', () => {
     expect((await one(service.deps.db.select({ n: count() }).from(accounts).where(eq(accounts.parentId, account.id))))!.n).toBe(0);
 
     // A sub-account's credits are its parent's: refused, as the CLI refuses it.
-    const sub = (await service.api('POST', '/accounts', { key: service.newAccount({ name: 'Parent Co' }).key, body: { name: 'Child Co' } })).body;
+    const sub = (await service.api('POST', '/accounts', { key: (await service.newAccount({ name: 'Parent Co' })).key, body: { name: 'Child Co' } })).body;
     expect(await refusalOf(client, `/dashboard/accounts/${sub.id}/credits`, { amount: '5' }, `/dashboard/accounts/${sub.id}`)).toContain('top-level account');
     // A key of another account cannot be revoked from this one.
-    const other = service.newAccount({ name: 'Other Co' });
+    const other = await service.newAccount({ name: 'Other Co' });
     const otherKey = (await one(service.deps.db.select().from(apiKeys).where(eq(apiKeys.accountId, other.account.id))))!;
     expect(await refusalOf(client, `${page}/keys/${otherKey.id}/revoke`, {}, page)).toBe('No key with that id on this account.');
     expect((await service.api('GET', '/account', { key: other.key })).status).toBe(200);
@@ -251,7 +251,7 @@ describe('accounts over HTTP', () => {
   });
 
   it('refuses a key-creating POST without the CSRF token (403) and mints nothing', async () => {
-    const { account } = service.newAccount({ name: 'Csrf Co' });
+    const { account } = await service.newAccount({ name: 'Csrf Co' });
     const before = await keyCount(account.id);
     const fields = { name: 'sneaky', 'scope.emails:send': 'on' };
     expect((await client.post(`/dashboard/accounts/${account.id}/keys`, { ...fields, _csrf: '' })).status).toBe(403);
@@ -279,10 +279,10 @@ describe('accounts over HTTP', () => {
   });
 
   it("pages an account's keys as GET /keys does, revoked ones included", async () => {
-    const { account } = service.newAccount({ name: 'Many Keys' });
-    for (let i = 1; i < 50; i++) service.newKey(account.id, SCOPES, `key ${String(i).padStart(2, '0')}`);
+    const { account } = await service.newAccount({ name: 'Many Keys' });
+    for (let i = 1; i < 50; i++) await service.newKey(account.id, SCOPES, `key ${String(i).padStart(2, '0')}`);
     await service.deps.db.update(apiKeys).set({ revokedAt: service.clock.now() }).where(eq(apiKeys.accountId, account.id));
-    for (let i = 50; i < 60; i++) service.newKey(account.id, SCOPES, `key ${i}`);
+    for (let i = 50; i < 60; i++) await service.newKey(account.id, SCOPES, `key ${i}`);
     const keyNames = (html: string) => [...html.matchAll(/<tr><td>(key \d+|operator)<\/td>/g)].map((m) => m[1]!);
     const first = await (await client.get(`/dashboard/accounts/${account.id}`)).text();
     expect(keyNames(first)).toHaveLength(50);

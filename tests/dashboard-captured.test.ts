@@ -395,7 +395,7 @@ describe('a server that does not capture', () => {
   it('says so plainly, lists what an earlier capture run kept, and opens none of it (as the API answers)', async () => {
     const direct = await startService();
     try {
-      const { account } = direct.newAccount({ name: 'Earlier' });
+      const { account } = await direct.newAccount({ name: 'Earlier' });
       const db = direct.deps.db;
       const at = direct.clock.now();
       const emailId = newId(at);

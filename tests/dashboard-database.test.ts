@@ -145,7 +145,7 @@ describe('the database page over HTTP', () => {
   });
 
   it('refuses a Test without the CSRF token (403) and tests nothing', async () => {
-    const { account } = service.newAccount({ name: 'Guarded' });
+    const { account } = await service.newAccount({ name: 'Guarded' });
     await storeDatabaseRow(service, account.id, 'postgresql://app:secret@db.pg.test:1/app');
     const before = await stored(account.id);
     const res = await client.post(`/dashboard/database/${account.id}/test`, { _csrf: '' });
@@ -161,7 +161,7 @@ describe('the database page over HTTP', () => {
     const unknown = await client.post(`/dashboard/database/${newId(service.clock.now())}/test`);
     expect(unknown.status).toBe(404);
     expect(await unknown.text()).toContain('<h1>Not found</h1>');
-    const { account } = service.newAccount({ name: 'No Database' });
+    const { account } = await service.newAccount({ name: 'No Database' });
     const res = await client.post(`/dashboard/database/${account.id}/test`, { state: 'unreachable' });
     expect(res.status).toBe(303);
     expect(res.headers.get('location')).toBe('/dashboard/database?state=unreachable');
@@ -175,7 +175,7 @@ describe('the database page over HTTP', () => {
     expect(unreachable).not.toContain('Orbit Shop');
 
     for (let i = 0; i < PAGE_SIZE + 3; i++) {
-      const { account } = service.newAccount({ name: `Paged ${i}` });
+      const { account } = await service.newAccount({ name: `Paged ${i}` });
       await storeDatabaseRow(service, account.id, `postgresql://app:secret@db${i}.example.com:5432/app`);
     }
     const total = (await service.deps.db.select().from(customerDatabases)).length;

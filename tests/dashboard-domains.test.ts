@@ -75,7 +75,7 @@ const statusBadges = (page: Page) => page.locator('main > .panel .badges .badge'
 
 describe('domains in the browser', () => {
   it('connects a domain, shows its records with copy buttons, verifies it against the test DNS server, and deletes it', async () => {
-    const { account, key } = service.newAccount({ name: 'Umbrella' });
+    const { account, key } = await service.newAccount({ name: 'Umbrella' });
     const name = 'umbrella-mail.example.com';
     const page = await newPage(browser);
     await signIn(page, service.url, token, '/dashboard/domains');
@@ -170,7 +170,7 @@ describe('domains in the browser', () => {
   });
 
   it('keeps a domain when the confirmation is dismissed', async () => {
-    const { key } = service.newAccount({ name: 'Careful Co' });
+    const { key } = await service.newAccount({ name: 'Careful Co' });
     const created = await service.api('POST', '/domains', { key, body: { name: 'careful.example.com' } });
     const page = await newPage(browser);
     await signIn(page, service.url, token, `/dashboard/domains/${created.body.id}`);
@@ -186,7 +186,7 @@ describe('domains in the browser', () => {
   });
 
   it('shows the domains list and a domain page at phone width without scrolling sideways', async () => {
-    const { key } = service.newAccount({ name: 'Narrow Co' });
+    const { key } = await service.newAccount({ name: 'Narrow Co' });
     const created = await service.api('POST', '/domains', { key, body: { name: 'narrow.example.com' } });
     const page = await newPage(browser, 390);
     await signIn(page, service.url, token, `/dashboard/domains/${created.body.id}`);
@@ -207,14 +207,14 @@ describe('a domain verified without DNS (capture mode, a reserved name) in the b
 
   beforeAll(async () => {
     capture = await startService({ DELIVERY_MODE: 'capture' });
-    captureToken = adminTokenFor(capture);
+    captureToken = await adminTokenFor(capture);
   });
   afterAll(async () => {
     await capture?.close();
   });
 
   it('says DNS was not looked up, marks the MX record optional with what it does, and says receiving needs a database', async () => {
-    const { account, key } = capture.newAccount({ name: 'Test Shop' });
+    const { account, key } = await capture.newAccount({ name: 'Test Shop' });
     const created = await capture.api('POST', '/domains', { key, body: { name: 'shop.test' } });
     expect(created.status).toBe(201);
     const page = await newPage(browser);
@@ -284,7 +284,7 @@ describe('domains over HTTP', () => {
   const domainCount = async () => (await one(service.deps.db.select({ n: count() }).from(domains)))!.n;
 
   it('refuses a bad connection with the API error message as a flash, creating nothing', async () => {
-    const { account, key } = service.newAccount({ name: 'Connect Co' });
+    const { account, key } = await service.newAccount({ name: 'Connect Co' });
     await service.api('POST', '/domains', { key, body: { name: 'taken.example.com' } });
     const before = await domainCount();
     // Back to the connect form of the account it was for (the account page's link opens it so).
@@ -300,7 +300,7 @@ describe('domains over HTTP', () => {
       'The domain taken.example.com is already connected to this account.',
     );
     // Another account's fresh claim: refused without saying who holds it, as the API refuses it.
-    const other = service.newAccount({ name: 'Other Co' });
+    const other = await service.newAccount({ name: 'Other Co' });
     expect(await refusalOf(client, '/dashboard/domains', { accountId: other.account.id, name: 'taken.example.com' }, backTo(other.account.id))).toBe(
       'The domain taken.example.com cannot be connected to this account.',
     );
@@ -321,7 +321,7 @@ describe('domains over HTTP', () => {
   });
 
   it('refuses a POST without the CSRF token (403): nothing connected, verified or deleted', async () => {
-    const { account, key } = service.newAccount({ name: 'Csrf Domains' });
+    const { account, key } = await service.newAccount({ name: 'Csrf Domains' });
     const before = await domainCount();
     expect((await client.post('/dashboard/domains', { accountId: account.id, name: 'csrf.example.com', _csrf: '' })).status).toBe(403);
     expect(await domainCount()).toBe(before);
@@ -333,8 +333,8 @@ describe('domains over HTTP', () => {
   });
 
   it('filters the list by account', async () => {
-    const a = service.newAccount({ name: 'Filter A' });
-    const b = service.newAccount({ name: 'Filter B' });
+    const a = await service.newAccount({ name: 'Filter A' });
+    const b = await service.newAccount({ name: 'Filter B' });
     await service.api('POST', '/domains', { key: a.key, body: { name: 'a-only.example.com' } });
     await service.api('POST', '/domains', { key: b.key, body: { name: 'b-only.example.com' } });
     const html = await (await client.get(`/dashboard/domains?account=${a.account.id}`)).text();

@@ -32,7 +32,7 @@ const sim = (local: string) => `${local}@${SIMULATOR_DOMAIN}`;
 beforeAll(async () => {
   service = await startService({ DELIVERY_MODE: 'capture' });
   engine = createDeliveryEngine(service.deps);
-  token = adminTokenFor(service);
+  token = await adminTokenFor(service);
   browser = await launchBrowser();
 });
 afterAll(async () => {
@@ -78,23 +78,23 @@ describe('the overview', () => {
 
     // What needs the operator: a switched-off endpoint and a failing one, an unreachable database, an account at 80%
     // of its quota and one throttled by its bounce rate; and one at half its quota, which is fine.
-    const hooks = service.newAccount({ name: 'Hook owner' }).account;
+    const hooks = (await service.newAccount({ name: 'Hook owner' })).account;
     const disabled = await seedEndpoint(service, hooks.id, ['email.delivered'], { active: false });
     const failing = await seedEndpoint(service, hooks.id, ['email.bounced']);
     await service.deps.db.update(webhookEndpoints).set({ failureCount: 3 }).where(eq(webhookEndpoints.id, failing));
-    const dbOwner = service.newAccount({ name: 'Database owner' }).account;
+    const dbOwner = (await service.newAccount({ name: 'Database owner' })).account;
     await storeDatabaseRow(service, dbOwner.id, 'postgresql://app:secret@db.owner.example:5432/mail');
     await service.deps.db
       .update(customerDatabases)
       .set({ state: 'unreachable', lastError: 'connect ECONNREFUSED 203.0.113.7:5432' })
       .where(eq(customerDatabases.accountId, dbOwner.id));
-    const busy = service.newAccount({ name: 'Nearly full' }).account;
+    const busy = (await service.newAccount({ name: 'Nearly full' })).account;
     setDailyQuota(service.deps, busy.id, 10);
     await useQuota(service, busy.id, 2);
-    const calm = service.newAccount({ name: 'Half way' }).account;
+    const calm = (await service.newAccount({ name: 'Half way' })).account;
     setDailyQuota(service.deps, calm.id, 10);
     await useQuota(service, calm.id, 5);
-    const bouncy = service.newAccount({ name: 'Bouncy' }).account;
+    const bouncy = (await service.newAccount({ name: 'Bouncy' })).account;
     await updateAccount(service, bouncy.id, { totalSent: 100, totalBounced: 6 });
 
     const page = await newPage(browser);
@@ -233,7 +233,7 @@ describe('the overview', () => {
     const quiet = await startService({ DELIVERY_MODE: 'capture' });
     try {
       const page = await newPage(browser);
-      await signIn(page, quiet.url, adminTokenFor(quiet));
+      await signIn(page, quiet.url, await adminTokenFor(quiet));
       const panel = page.locator('#webhooks');
       const text = (await panel.textContent()) ?? '';
       expect(text).toContain('No webhook endpoint yet: no account has one, so no event is posted anywhere.');
@@ -242,8 +242,8 @@ describe('the overview', () => {
       await expectAccessible(page, 'overview with no endpoint');
       await screenshot(page, 'i33-overview-no-endpoint');
       // One healthy endpoint: now every endpoint is on, and the page may say so.
-      await seedEndpoint(quiet, quiet.newAccount({ name: 'Healthy hooks' }).account.id, ['email.delivered']);
-      await storeDatabaseRow(quiet, quiet.newAccount({ name: 'Healthy db' }).account.id, 'postgresql://app:secret@db.healthy.example:5432/mail');
+      await seedEndpoint(quiet, (await quiet.newAccount({ name: 'Healthy hooks' })).account.id, ['email.delivered']);
+      await storeDatabaseRow(quiet, (await quiet.newAccount({ name: 'Healthy db' })).account.id, 'postgresql://app:secret@db.healthy.example:5432/mail');
       await page.reload();
       expect(await panel.textContent()).toContain('All clear: every endpoint is on and its last post succeeded.');
       expect(await page.locator('#databases').textContent()).toContain('All clear: every customer database is reachable and has no writes waiting.');
@@ -333,7 +333,7 @@ interface PageDocument {
  */
 describe('a name holding a bidi override', () => {
   it("does not reverse the overview's explanation that follows it", async () => {
-    const { key } = service.newAccount({ name: 'Parent Co' });
+    const { key } = await service.newAccount({ name: 'Parent Co' });
     const sub = await service.api('POST', '/accounts', { key, body: { name: 'Acme Shop' } });
     expect(sub.status, JSON.stringify(sub.body)).toBe(201);
     await service.deps.db.update(accounts).set({ name: 'Acme Shop\u202e' }).where(eq(accounts.id, sub.body.id));

@@ -32,7 +32,7 @@ beforeAll(async () => {
   rig = await startDeliveryRig();
   receiver = await HttpsReceiver.start();
   receiver.respond({ status: 200 });
-  token = adminTokenFor(rig.service);
+  token = await adminTokenFor(rig.service);
   browser = await launchBrowser();
 });
 
@@ -249,8 +249,8 @@ describe('the send log in the browser', () => {
 describe('the send log’s filters and pages', () => {
   it('narrows by account, status, UTC day range and recipient (exact, any case)', async () => {
     const { service } = rig;
-    const a = service.newAccount({ name: 'Filter A' }).account;
-    const b = service.newAccount({ name: 'Filter B' }).account;
+    const a = (await service.newAccount({ name: 'Filter A' })).account;
+    const b = (await service.newAccount({ name: 'Filter B' })).account;
     const day = Date.parse('2026-03-10T00:00:00Z');
     service.clock.set(day + 3 * DAY + 12 * 3_600_000);
     const a1 = await logEmail(a.id, { to: ['Ann@example.net', 'bob@example.net'], at: day + 3_600_000 });
@@ -311,7 +311,7 @@ describe('the send log’s filters and pages', () => {
 
   it('pages newest first, 50 to a page, keeping the filters', async () => {
     const { service } = rig;
-    const acct = service.newAccount({ name: 'Busy shop' }).account;
+    const acct = (await service.newAccount({ name: 'Busy shop' })).account;
     const start = service.clock.now();
     const made: string[] = [];
     for (let i = 0; i < 62; i++) made.push(await logEmail(acct.id, { to: [`r${i}@example.net`], at: start + i * 1000 }));

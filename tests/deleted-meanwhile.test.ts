@@ -32,7 +32,7 @@ afterAll(async () => {
 
 /** A sub-account, and the context of its parent's key acting for it (X-Service-Account). */
 async function subAccount(): Promise<{ id: string; ctx: RequestContext; key: string }> {
-  const { account, key } = service.newAccount();
+  const { account, key } = await service.newAccount();
   const res = await service.api('POST', '/accounts', { key, body: { name: 'Shop' } });
   expect(res.status).toBe(201);
   const id = res.body.id as string;

@@ -25,7 +25,7 @@ beforeEach(() => {
 });
 
 async function sender(opts: { credits?: number } = {}) {
-  const { account, key } = service.newAccount({ credits: opts.credits ?? 100 });
+  const { account, key } = await service.newAccount({ credits: opts.credits ?? 100 });
   const name = `shop-${Math.random().toString(36).slice(2, 8)}.example.com`;
   await connectDomain(service, key, name);
   return { account, key, name };

@@ -55,7 +55,7 @@ const message = (domain: string, body = 'Hello,\r\n\r\nthis message is signed wi
 
 /** Connects a domain, publishes its Signing record split into 255-octet strings, and opens the stored private key. */
 async function connectDomain(name: string) {
-  const { account, key } = service.newAccount();
+  const { account, key } = await service.newAccount();
   const res = await service.api('POST', '/domains', { key, body: { name } });
   expect(res.status).toBe(201);
   const signing = (res.body.records as RecordBody[]).find((r) => r.record === 'Signing')!;
@@ -150,7 +150,7 @@ describe('the DKIM key of a connected domain', () => {
 
     expect(() => openDomainPrivateKey(Buffer.alloc(32, 7), row)).toThrow();
     expect(() => openDomainPrivateKey(service.deps.secretKey!, { ...row, name: 'other.example.com' })).toThrow();
-    const other = service.newAccount().account;
+    const other = (await service.newAccount()).account;
     expect(other.id).not.toBe(account.id);
     expect(() => openDomainPrivateKey(service.deps.secretKey!, { ...row, accountId: other.id })).toThrow();
   });

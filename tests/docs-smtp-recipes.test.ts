@@ -103,7 +103,7 @@ beforeEach(() => {
 async function sender(): Promise<Sender & { smtpKey: string }> {
   const s = await newSender(service);
   await publishSigningRecord(service, dns, s);
-  return { ...s, smtpKey: service.newKey(s.account.id, ['emails:send'], 'smtp') };
+  return { ...s, smtpKey: await service.newKey(s.account.id, ['emails:send'], 'smtp') };
 }
 
 const placeholders = (s: Sender & { smtpKey: string }, port: number, documentedPort: '587' | '465') =>

@@ -282,7 +282,7 @@ describe('full disk', () => {
     const inbound = inboundServerFor(service.deps, loadOrCreateSmtpTls(service.deps.config));
     try {
       await inbound.listen('127.0.0.1', smtpPort);
-      const { account } = service.newAccount();
+      const { account } = await service.newAccount();
       const raw = clientOf(service.deps.db);
       const receiving = JSON.stringify({ ownership: 'published', signing: 'published', spf: 'published', receiving: 'published' });
       raw

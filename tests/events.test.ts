@@ -41,7 +41,7 @@ const expectError = (res: ApiResponse, status: number, code: string) => {
 
 /** An account with outcomes of two emails at one-minute steps, oldest first as seeded. */
 async function accountWithHistory() {
-  const { account, key } = service.newAccount({ name: 'Events' });
+  const { account, key } = await service.newAccount({ name: 'Events' });
   const t0 = service.clock.now();
   const a = await seedEmail(service, account.id);
   const b = await seedEmail(service, account.id);
@@ -82,7 +82,7 @@ describe('GET /events', () => {
   });
 
   it('an account with no outcomes gets an empty page', async () => {
-    const { key } = service.newAccount({ name: 'Quiet' });
+    const { key } = await service.newAccount({ name: 'Quiet' });
     const res = await service.api('GET', '/events', { key });
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ data: [], nextCursor: null });

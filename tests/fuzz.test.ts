@@ -89,7 +89,7 @@ beforeAll(async () => {
   for (let i = 0; i < 2; i++) sent.push(await sendEmail(service, sender.key, receipt(sender.from, `r${i}@example.net`, { sandbox: true })));
   const suppressed = [];
   for (const address of SUPPRESSED) suppressed.push(await service.api('POST', '/suppressions', { key: sender.key, body: { address } }));
-  service.newKey(sender.account.id, undefined, 'second');
+  await service.newKey(sender.account.id, undefined, 'second');
   const secondDomain = await service.api('POST', '/domains', { key: sender.key, body: { name: `second-${sender.domain}` } });
   expect([...sent, ...suppressed, secondDomain].map((r) => r.status)).toEqual([200, 200, ...SUPPRESSED.map(() => 201), 201]);
 

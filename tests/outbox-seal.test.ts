@@ -18,7 +18,7 @@ const MESSAGE = Buffer.from('Subject: Where is my order 4471?\r\n\r\nHello, the 
 
 beforeAll(async () => {
   service = await startService();
-  accountId = service.newAccount().account.id;
+  accountId = (await service.newAccount()).account.id;
   await storeDatabaseRow(service, accountId, 'postgres://u:p@db.example:5432/app?sslmode=verify-full');
 });
 afterAll(() => service.close());

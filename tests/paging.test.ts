@@ -85,7 +85,7 @@ const chunk = <T>(xs: T[], size: number): T[][] => Array.from({ length: Math.cei
 
 describe('GET /accounts: a keyset walk', () => {
   it('over 60 sub-accounts with limit 7 while more are created between fetches: each of the 60 once, in place, none of the new ones', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const originals = await createSubs(key, 60, 'Original');
     const newestFirst = [...originals].reverse();
     const added: string[] = [];
@@ -113,7 +113,7 @@ describe('GET /accounts: a keyset walk', () => {
   });
 
   it('a list of exactly two full pages: the second page is the last, with nextCursor null, and no empty third page', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const ids = (await createSubs(key, 14, 'Sub')).reverse();
     const pages = await walk('/accounts', key, 7);
     expect(pages.map((p) => p.data.map((a) => a.id))).toEqual([ids.slice(0, 7), ids.slice(7)]);
@@ -121,7 +121,7 @@ describe('GET /accounts: a keyset walk', () => {
   });
 
   it('keeps going when the row under the cursor is deleted mid-walk: the rest follows, nothing repeated', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const ids = (await createSubs(key, 12, 'Sub')).reverse();
     const first = await fetchPage('/accounts', key, 5, null);
     expect(first.data.map((a) => a.id)).toEqual(ids.slice(0, 5));
@@ -133,7 +133,7 @@ describe('GET /accounts: a keyset walk', () => {
   });
 
   it('the default page is 25; limit 100 takes up to 100', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const ids = (await createSubs(key, 30, 'Sub')).reverse();
     const byDefault = await fetchPage('/accounts', key, null, null);
     expect(byDefault.data.map((a) => a.id)).toEqual(ids.slice(0, 25));
@@ -146,7 +146,7 @@ describe('GET /accounts: a keyset walk', () => {
   });
 
   it('limit 1 walks one row at a time', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const ids = (await createSubs(key, 3, 'Sub')).reverse();
     const pages = await walk('/accounts', key, 1);
     expect(pages.map((p) => p.data.map((a) => a.id))).toEqual(ids.map((id) => [id]));
@@ -155,7 +155,7 @@ describe('GET /accounts: a keyset walk', () => {
 
 describe('GET /keys: a keyset walk', () => {
   it('over 41 keys with limit 7 while keys are minted and revoked between fetches: each once, in place, revoked ones included', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const operatorKeyId = (await fetchPage('/keys', key, 1, null)).data[0]!.id;
     const minted: string[] = [];
     for (let i = 0; i < 40; i++) {
@@ -201,9 +201,9 @@ const unsigned = (l: string, a: string, k: string) => Buffer.from(JSON.stringify
 
 describe("cursors are signed by the server: a made-up or altered one is refused with the list's own error", () => {
   it("GET /accounts: a cursor of this list and account pointing at another account's sub-account is 422 invalid_request", async () => {
-    const { account, key } = service.newAccount();
+    const { account, key } = await service.newAccount();
     const mine = (await createSubs(key, 3, 'Mine')).reverse();
-    const other = service.newAccount();
+    const other = await service.newAccount();
     const theirs = await createSub(other.key, 'Theirs');
 
     const first = await fetchPage('/accounts', key, 1, null);
@@ -225,7 +225,7 @@ describe("cursors are signed by the server: a made-up or altered one is refused 
   });
 
   it('GET /suppressions: an altered cursor is 422 invalid_cursor', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     for (const address of ['a@example.net', 'b@example.net', 'c@example.net']) {
       expect((await service.api('POST', '/suppressions', { key, body: { address } })).status).toBe(201);
       service.clock.advance(1);

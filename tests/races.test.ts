@@ -90,7 +90,7 @@ async function until(cond: () => boolean, timeoutMs = 10_000): Promise<void> {
 describe('dashboard: a session ended while a POST form was still arriving', () => {
   it('an admin-token reset (every session ends) before the form body is in: the action does not run, the request goes to sign-in', async () => {
     const client = await dashboardClient(service);
-    const { account } = service.newAccount({ name: 'Grantee', credits: 5 });
+    const { account } = await service.newAccount({ name: 'Grantee', credits: 5 });
     const form = new URLSearchParams({ _csrf: client.csrf, amount: '1000' }).toString();
     const res = await sendInHalves(
       service.url,
@@ -235,7 +235,7 @@ describe('POST /database/test: the database deleted while the test connected', (
   });
 
   it('answers 404 database_not_connected, never a fresh "connected" status of a database that is gone', async () => {
-    const { account, key } = service.newAccount();
+    const { account, key } = await service.newAccount();
     const res = await service.api('POST', '/database', { key, body: { url: pgServer.url('db.pg.test') } });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     const ctx: RequestContext = { keyId: 'k', keyAccount: account, scopes: SCOPES, account: findAccount(service.deps.db, account.id)!, viaHeader: false };

@@ -137,14 +137,14 @@ describe('the from-domain (check 6)', () => {
   });
 
   it('a connected domain whose ownership is not proven is 403 domain_not_ready', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const domain = uniqueDomain();
     await connectDomain(service, key, domain, { state: 'pending' });
     expectError(await sendEmail(service, key, receipt(`billing@${domain}`)), 403, 'domain_not_ready');
   });
 
   it('a domain with ownership proven but sending not on (no Signing and SPF) is 403 domain_not_ready', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const domain = uniqueDomain();
     await connectDomain(service, key, domain, { state: 'ownership' });
     expectError(await sendEmail(service, key, receipt(`billing@${domain}`)), 403, 'domain_not_ready');
@@ -160,7 +160,7 @@ describe('the from-domain (check 6)', () => {
   });
 
   it('a refused domain queues nothing', async () => {
-    const { account, key } = service.newAccount();
+    const { account, key } = await service.newAccount();
     const domain = uniqueDomain();
     await connectDomain(service, key, domain, { state: 'ownership' });
     expectError(await sendEmail(service, key, receipt(`billing@${domain}`)), 403, 'domain_not_ready');
@@ -255,7 +255,7 @@ describe('the check order: a request failing two adjacent checks gets the earlie
 
   it('(1) before (2): a key without emails:send and a 256-character Idempotency-Key is 403 insufficient_scope', async () => {
     const s = await newSender(service);
-    const readOnly = service.newKey(s.account.id, ['emails:read']);
+    const readOnly = await service.newKey(s.account.id, ['emails:read']);
     expectError(await sendEmail(service, readOnly, receipt(s.from), { headers: { 'Idempotency-Key': LONG_KEY } }), 403, 'insufficient_scope');
   });
 

@@ -201,7 +201,7 @@ describe('the key', () => {
     try {
       const sender = await newSender(limited);
       // A key of its own: newSender's calls to the API took requests of the operator's key.
-      const key = limited.newKey(sender.account.id);
+      const key = await limited.newKey(sender.account.id);
       const { client } = await RawSmtp.connectSecure(limitedRig.securePort);
       open.push(client);
       await client.command('EHLO client.example');

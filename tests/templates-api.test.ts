@@ -87,12 +87,12 @@ describe('GET /templates', () => {
   });
 
   it('a key with only emails:read is 403 insufficient_scope; one with emails:send or templates:read is let in', async () => {
-    const reader = service.newKey(s.account.id, ['emails:read']);
+    const reader = await service.newKey(s.account.id, ['emails:read']);
     const res = await service.api('GET', '/templates', { key: reader });
     expectError(res, 403, 'insufficient_scope', 'This key lacks the scope templates:read (or emails:send).');
     expectDocumented(res);
     for (const scope of ['emails:send', 'templates:read'] as const) {
-      expect((await service.api('GET', '/templates', { key: service.newKey(s.account.id, [scope]) })).status).toBe(200);
+      expect((await service.api('GET', '/templates', { key: await service.newKey(s.account.id, [scope]) })).status).toBe(200);
     }
   });
 });

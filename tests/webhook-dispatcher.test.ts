@@ -140,7 +140,7 @@ describe('webhook dispatcher', () => {
   it('posts a due delivery as { id, type, createdAt, data } with both signatures, and records it delivered once', async () => {
     const { clock, deps } = service;
     clock.set(Date.now()); // standardwebhooks checks the timestamp against the real clock
-    const { account } = service.newAccount();
+    const { account } = await service.newAccount();
     const { endpoint, secret } = await addEndpoint(account.id, receiver.url('/signed'));
     const row = newDelivery(endpoint);
     await insert(row);
@@ -182,7 +182,7 @@ describe('webhook dispatcher', () => {
 
   it('sends the X-Service headers spelled as docs/api/contract.md writes them, as a case-sensitive receiver (PHP getallheaders()) reads them', async () => {
     const { deps } = service;
-    const { account } = service.newAccount();
+    const { account } = await service.newAccount();
     const { endpoint } = await addEndpoint(account.id, receiver.url('/spelling'));
     const row = newDelivery(endpoint);
     await insert(row);
@@ -206,7 +206,7 @@ describe('webhook dispatcher', () => {
 
   it('retries on the schedule (1 min, 5 min, 30 min, 2 h, 12 h from the previous attempt), then the delivery is final', async () => {
     const { clock, deps } = service;
-    const { account } = service.newAccount();
+    const { account } = await service.newAccount();
     const { endpoint } = await addEndpoint(account.id, receiver.url('/retry'));
     const row = newDelivery(endpoint);
     await insert(row);
@@ -257,7 +257,7 @@ describe('webhook dispatcher', () => {
 
   it('a delivered post resets the failure count', async () => {
     const { deps } = service;
-    const { account } = service.newAccount();
+    const { account } = await service.newAccount();
     const { endpoint } = await addEndpoint(account.id, receiver.url('/reset'), { failureCount: 7 });
     await insert(newDelivery(endpoint));
     expect(await createWebhookDispatcher(deps).runOnce()).toBe(1);
@@ -266,7 +266,7 @@ describe('webhook dispatcher', () => {
 
   it('10 consecutive failures switch the endpoint off; its deliveries wait; a failed ping changes nothing; a good one switches it on and they go out in event order', async () => {
     const { clock, deps, logger } = service;
-    const { account } = service.newAccount();
+    const { account } = await service.newAccount();
     const { endpoint } = await addEndpoint(account.id, receiver.url('/flaky'));
     const rows = Array.from({ length: 12 }, () => newDelivery(endpoint));
     // Written in reverse: the order that counts is the id (event) order.
@@ -328,7 +328,7 @@ describe('webhook dispatcher', () => {
 
   it('posts one delivery of an endpoint at a time, in event order, while other endpoints go out beside it', async () => {
     const { deps } = service;
-    const { account } = service.newAccount();
+    const { account } = await service.newAccount();
     const a = (await addEndpoint(account.id, receiver.url('/order-a'))).endpoint;
     const b = (await addEndpoint(account.id, receiver.url('/order-b'))).endpoint;
     const rows = Array.from({ length: 8 }, (_, i) => newDelivery(i % 2 === 0 ? a : b));
@@ -359,7 +359,7 @@ describe('webhook dispatcher', () => {
 
   it("respects another worker's live lease (and the endpoint's later deliveries wait behind it); an expired lease is claimed", async () => {
     const { clock, deps } = service;
-    const { account } = service.newAccount();
+    const { account } = await service.newAccount();
     const { endpoint } = await addEndpoint(account.id, receiver.url('/leased'));
     const first = newDelivery(endpoint, { lockedBy: 'elsewhere:1:abcdef01', lockedUntil: clock.now() + 2 * MIN });
     const second = newDelivery(endpoint);
@@ -373,7 +373,7 @@ describe('webhook dispatcher', () => {
 
   it('judges leases on its steady timeline: a wall clock stepped an hour either way neither ends a live lease nor holds it an hour longer', async () => {
     const { clock, deps } = service;
-    const { account } = service.newAccount();
+    const { account } = await service.newAccount();
     const { endpoint } = await addEndpoint(account.id, receiver.url('/stepped'));
     // Due whatever the wall clock says; leased by another worker for 2 minutes on this process's timeline.
     const row = newDelivery(endpoint, { nextAttemptAt: 0, lockedBy: 'elsewhere:1:abcdef02', lockedUntil: leaseNow(clock) + 2 * MIN });
@@ -395,7 +395,7 @@ describe('webhook dispatcher', () => {
 
   it('at start, cuts another worker’s lease that reaches an hour ahead (written before the clock stepped back) to one term', async () => {
     const { clock, deps, logger } = service;
-    const { account } = service.newAccount();
+    const { account } = await service.newAccount();
     const { endpoint } = await addEndpoint(account.id, receiver.url('/ahead'));
     const row = newDelivery(endpoint, { lockedBy: 'elsewhere:1:abcdef03', lockedUntil: clock.now() + 3_600_000 + 2 * MIN });
     await insert(row);
@@ -411,7 +411,7 @@ describe('webhook dispatcher', () => {
 
   it('at start, releases the leases of a dead process of this host at once', async () => {
     const { clock, deps, logger } = service;
-    const { account } = service.newAccount();
+    const { account } = await service.newAccount();
     const { endpoint } = await addEndpoint(account.id, receiver.url('/dead'));
     const deadPid = spawnSync(process.execPath, ['-e', '']).pid;
     const row = newDelivery(endpoint, { lockedBy: `${hostname()}:${deadPid}:deadbeef`, lockedUntil: clock.now() + 2 * MIN });
@@ -430,7 +430,7 @@ describe('webhook dispatcher', () => {
 
   it('stop() lets a post in flight finish and record its attempt, and leaves no lease', async () => {
     const { deps } = service;
-    const { account } = service.newAccount();
+    const { account } = await service.newAccount();
     const { endpoint } = await addEndpoint(account.id, receiver.url('/stopping'));
     const rows = [newDelivery(endpoint), newDelivery(endpoint)];
     await insert(...rows);
@@ -448,7 +448,7 @@ describe('webhook dispatcher', () => {
 
   it('an endpoint deleted while its post is in flight: the attempt is dropped, nothing is written back', async () => {
     const { deps, logger } = service;
-    const { account } = service.newAccount();
+    const { account } = await service.newAccount();
     const { endpoint } = await addEndpoint(account.id, receiver.url('/deleted'));
     await insert(newDelivery(endpoint));
     receiver.respond({ stallMs: 200 });
@@ -463,7 +463,7 @@ describe('webhook dispatcher', () => {
 
   it('an endpoint deleted while its test ping is in flight: 404 webhook_not_found, nothing written back', async () => {
     const { deps, logger } = service;
-    const { account } = service.newAccount();
+    const { account } = await service.newAccount();
     const { endpoint } = await addEndpoint(account.id, receiver.url('/ping-deleted'));
     // The receiver answers 200, after the endpoint (and its deliveries) were deleted.
     const post: PostWebhook = async () => {
@@ -485,7 +485,7 @@ describe('webhook dispatcher', () => {
     const dispatcher = createWebhookDispatcher(deps, { intervalMs: 60_000 });
     try {
       // Account A: 16 endpoints (as many as the dispatcher's slots in all), two deliveries each, all stalling.
-      const a = service.newAccount({ name: 'Stalling' }).account;
+      const a = (await service.newAccount({ name: 'Stalling' })).account;
       for (let i = 0; i < 16; i++) {
         const { endpoint } = await addEndpoint(a.id, slow.url(`/stall-${i}`));
         await insert(newDelivery(endpoint), newDelivery(endpoint));
@@ -497,7 +497,7 @@ describe('webhook dispatcher', () => {
       expect(slow.requests).toHaveLength(4);
 
       // Account B's delivery arrives while A's posts stall.
-      const b = service.newAccount({ name: 'Healthy' }).account;
+      const b = (await service.newAccount({ name: 'Healthy' })).account;
       const { endpoint } = await addEndpoint(b.id, receiver.url('/healthy'));
       const row = newDelivery(endpoint);
       await insert(row);

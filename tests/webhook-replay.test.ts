@@ -55,7 +55,7 @@ const isoAt = (ms: number) => new Date(ms).toISOString();
 
 /** An account with two emails (one tagged) and five outcomes a minute apart, starting a minute after t0 (ten minutes ago). */
 async function accountWithHistory() {
-  const { account, key } = service.newAccount({ name: 'Replay' });
+  const { account, key } = await service.newAccount({ name: 'Replay' });
   const t0 = service.clock.now() - 10 * MINUTE;
   const plain = await seedEmail(service, account.id, { from: 'billing@example.com' });
   const tagged = await seedEmail(service, account.id, { from: 'alerts@example.com', tags: { plan: 'pro', campaign: 'march' } });
@@ -200,7 +200,7 @@ describe('POST /webhooks/{id}/replay', () => {
   });
 
   it(`queues exactly ${MAX_REPLAY_EVENTS}; one more is 422 invalid_request telling to narrow the window, and nothing is queued`, async () => {
-    const { account, key } = service.newAccount({ name: 'Busy' });
+    const { account, key } = await service.newAccount({ name: 'Busy' });
     const start = service.clock.now() + 1000;
     const email = await seedEmail(service, account.id);
     await seedManyEvents(service, email, MAX_REPLAY_EVENTS + 1, start);
@@ -285,7 +285,7 @@ describe('the standard failures', () => {
 
 describe('recovery: a receiver that lost every attempt gets the outcome again by replay, and finds it in GET /events', () => {
   it("the replayed post carries the original data under a new id, signed with the endpoint's secret", async () => {
-    const { account, key } = service.newAccount({ name: 'Recovering' });
+    const { account, key } = await service.newAccount({ name: 'Recovering' });
     const secret = newWebhookSecret();
     const endpoint = await seedEndpoint(service, account.id, ['email.bounced'], { secret });
     const email = await seedEmail(service, account.id, { from: 'alerts@example.com', tags: { plan: 'pro' } });
@@ -464,7 +464,7 @@ describe(`at most ${MAX_PENDING_PER_ENDPOINT} deliveries pending per endpoint (d
   }, 30_000);
 
   it('two replays at once cannot pass it together: one is queued, the other refused', async () => {
-    const { account, key } = service.newAccount({ name: 'Twice at once' });
+    const { account, key } = await service.newAccount({ name: 'Twice at once' });
     const start = service.clock.now() + 1000;
     await seedManyEvents(service, await seedEmail(service, account.id), 6000, start);
     const endpoint = await seedEndpoint(service, account.id, ['email.delivered']);
@@ -484,7 +484,7 @@ const HISTORY = 200_000;
 
 describe('a replay is written in chunks: the event loop is never held past 50 ms (docs/api/decisions.md section 13)', () => {
   it(`a replay of ${MAX_REPLAY_EVENTS} from an account with ${HISTORY.toLocaleString('en-US')} more outcomes leaves the loop free between chunks of ${REPLAY_CHUNK_ROWS}, each on disk before the dispatcher is told`, async () => {
-    const { account, key } = service.newAccount({ name: 'Big replay' });
+    const { account, key } = await service.newAccount({ name: 'Big replay' });
     const start = service.clock.now() + 1000;
     await seedManyEvents(service, await seedEmail(service, account.id), MAX_REPLAY_EVENTS, start);
     // Later outcomes of the account, outside the window: counting the window walks them too (in steps).
@@ -525,7 +525,7 @@ describe('a replay is written in chunks: the event loop is never held past 50 ms
 
 describe('an endpoint deleted while its replay is written', () => {
   it('ends the replay with 404 webhook_not_found; its deliveries went with it', async () => {
-    const { account, key } = service.newAccount({ name: 'Deleted meanwhile' });
+    const { account, key } = await service.newAccount({ name: 'Deleted meanwhile' });
     const start = service.clock.now() + 1000;
     await seedManyEvents(service, await seedEmail(service, account.id), 3 * REPLAY_CHUNK_ROWS, start);
     const endpoint = await seedEndpoint(service, account.id, ['email.delivered']);

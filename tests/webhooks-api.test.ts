@@ -49,7 +49,7 @@ const create = (key: string, body: unknown, account?: string) => service.api('PO
 
 describe('POST /webhooks', () => {
   it('answers 201 with the endpoint and its secret once; repeated events are dropped; the secret is stored sealed', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const res = await create(key, { url: PUBLIC, events: ['email.delivered', 'email.bounced', 'email.delivered'] });
     expect(res.status, JSON.stringify(res.body)).toBe(201);
     expectDocumented(res);
@@ -93,7 +93,7 @@ describe('POST /webhooks', () => {
     ['IPv4-compatible loopback', 'https://[::127.0.0.1]/x'],
     ['the metadata address', 'https://169.254.169.254/latest'],
   ])('refuses %s with 422 invalid_url', async (_, url) => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const res = await create(key, { url, events: ['email.delivered'] });
     expectError(res, 422, 'invalid_url');
     expectDocumented(res);
@@ -113,7 +113,7 @@ describe('POST /webhooks', () => {
     ['brackets in the path', 'https://hooks.webhooks.test/a[b]'],
     ['two fragments', 'https://hooks.webhooks.test/x#a#b'],
   ])('refuses %s with 422 invalid_request', async (_, url) => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const res = await create(key, { url, events: ['email.delivered'] });
     expectError(res, 422, 'invalid_request');
     expect(res.body.error.message).toMatch(/^url: /);
@@ -121,14 +121,14 @@ describe('POST /webhooks', () => {
   });
 
   it('repeated events are dropped, however many: 51 of one type is one', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const res = await create(key, { url: `${PUBLIC}/repeats`, events: [...Array(51).fill('email.delivered'), 'ping', 'ping'] });
     expect(res.status, JSON.stringify(res.body)).toBe(201);
     expect(res.body.events).toEqual(['email.delivered', 'ping']);
   });
 
   it('accepts exactly 2000 characters', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const url = `${PUBLIC}/${'a'.repeat(2000 - PUBLIC.length - 1)}`;
     expect(url).toHaveLength(2000);
     expect((await create(key, { url, events: ['ping'] })).status).toBe(201);
@@ -142,27 +142,27 @@ describe('POST /webhooks', () => {
     ['a url that is not a string', { url: 42, events: ['ping'] }],
     ['an unknown field', { url: PUBLIC, events: ['ping'], secret: 'mine' }],
   ])('refuses %s with 422 invalid_request', async (_, body) => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     expectError(await create(key, body), 422, 'invalid_request');
   });
 
   it('refuses a body that is not JSON with 400 invalid_json', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     expectError(await service.api('POST', '/webhooks', { key, rawBody: '{"url":' }), 400, 'invalid_json');
   });
 
   it('refuses the 21st endpoint with 422 too_many_endpoints, per account', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     for (let i = 0; i < 20; i++) expect((await create(key, { url: `${PUBLIC}/${i}`, events: ['ping'] })).status).toBe(201);
     expectError(await create(key, { url: `${PUBLIC}/21`, events: ['ping'] }), 422, 'too_many_endpoints');
-    const other = service.newAccount();
+    const other = await service.newAccount();
     expect((await create(other.key, { url: PUBLIC, events: ['ping'] })).status).toBe(201);
   });
 
   it('answers 503 not_configured when the server cannot store secrets', async () => {
     const off = await startService({ DNS_SERVERS: dns.address, SECRET_KEY: 'off' });
     try {
-      const { key } = off.newAccount();
+      const { key } = await off.newAccount();
       expectError(await off.api('POST', '/webhooks', { key, body: { url: PUBLIC, events: ['ping'] } }), 503, 'not_configured');
     } finally {
       await off.close();
@@ -170,7 +170,7 @@ describe('POST /webhooks', () => {
   });
 
   it('creates a sub-account’s endpoint with the account header; the parent does not see it', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await service.api('POST', '/accounts', { key, body: { name: 'Sub with hooks' } });
     const res = await create(key, { url: PUBLIC, events: ['email.bounced'] }, sub.body.id);
     expect(res.status).toBe(201);
@@ -181,8 +181,8 @@ describe('POST /webhooks', () => {
 
 describe('GET, DELETE /webhooks/{id} and the lists', () => {
   it('answers 404 webhook_not_found for an unknown id, another account’s endpoint, and after delete', async () => {
-    const a = service.newAccount();
-    const b = service.newAccount();
+    const a = await service.newAccount();
+    const b = await service.newAccount();
     const theirs = (await create(b.key, { url: PUBLIC, events: ['ping'] })).body.id as string;
     for (const method of ['GET', 'DELETE']) {
       expectError(await service.api(method, `/webhooks/${theirs}`, { key: a.key }), 404, 'webhook_not_found');
@@ -195,7 +195,7 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
   });
 
   it('deletes an endpoint and every delivery queued or kept for it, at once', async () => {
-    const { key, account } = service.newAccount();
+    const { key, account } = await service.newAccount();
     const id = (await create(key, { url: PUBLIC, events: ['email.delivered'] })).body.id as string;
     const now = service.clock.now();
     for (const delivered of [null, now]) {
@@ -217,7 +217,7 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
   });
 
   it('deletes an endpoint with 30,000 deliveries without holding the event loop past 50 ms: switched off first, then its deliveries in chunks', async () => {
-    const { key, account } = service.newAccount();
+    const { key, account } = await service.newAccount();
     const id = (await create(key, { url: PUBLIC, events: ['email.delivered'] })).body.id as string;
     // 10,000 pending and 20,000 delivered, each of those with its attempt: history is kept until the endpoint goes.
     const now = service.clock.now();
@@ -281,7 +281,7 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
   }, 60_000);
 
   it('lists endpoints and deliveries newest first, keyset-paged', async () => {
-    const { key, account } = service.newAccount();
+    const { key, account } = await service.newAccount();
     const ids: string[] = [];
     for (let i = 0; i < 5; i++) ids.push((await create(key, { url: `${PUBLIC}/${i}`, events: ['ping'] })).body.id);
     const first = await service.api('GET', '/webhooks?limit=3', { key });
@@ -332,7 +332,7 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
   });
 
   it.each(['limit=0', 'limit=101', 'limit=abc', 'cursor=nope'])('answers 400 invalid_request (not 422) for %s on both lists', async (query) => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const id = (await create(key, { url: PUBLIC, events: ['ping'] })).body.id as string;
     for (const path of [`/webhooks?${query}`, `/webhooks/${id}/deliveries?${query}`]) {
       const res = await service.api('GET', path, { key });
@@ -342,7 +342,7 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
   });
 
   it('refuses another list’s cursor with 400 invalid_request', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     for (let i = 0; i < 2; i++) await service.api('POST', '/domains', { key, body: { name: `d${i}-${Date.now()}.example.com` } });
     const domains = await service.api('GET', '/domains?limit=1', { key });
     expect(domains.body.nextCursor).toEqual(expect.any(String));

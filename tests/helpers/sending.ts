@@ -67,7 +67,7 @@ export interface Sender {
 
 /** A new top-level account with a domain that may send. */
 export async function newSender(service: TestService, opts: { name?: string; credits?: number; scopes?: readonly Scope[] } = {}): Promise<Sender> {
-  const { account, key } = service.newAccount(opts);
+  const { account, key } = await service.newAccount(opts);
   const domain = uniqueDomain();
   const domainId = await connectDomain(service, key, domain);
   return { account, key, domain, domainId, from: `billing@${domain}` };
