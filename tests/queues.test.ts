@@ -103,7 +103,7 @@ describe('the lease operations over a table', () => {
     await put(held('a', 'me', 10), held('b', 'me', 10), held('c', 'other', 10));
     leases.renew(store.db, 'me', ['a', 'c'], 99);
     expect([(await row('a'))!.lockedUntil, (await row('b'))!.lockedUntil, (await row('c'))!.lockedUntil]).toEqual([99, 10, 10]);
-    expect(['a', 'c', 'missing'].map((id) => leases.stillHeld(store.db, 'me', id))).toEqual([true, false, false]);
+    expect(await Promise.all(['a', 'c', 'missing'].map((id) => leases.stillHeld(store.db, 'me', id)))).toEqual([true, false, false]);
     expect(leases.release(store.db, 'me', ['a', 'c'])).toBe(1);
     expect([await row('a'), await row('c')]).toEqual([free('a'), held('c', 'other', 10)]);
     expect(leases.release(store.db, 'me', [])).toBe(0);

@@ -556,9 +556,9 @@ describe('settling a claim', () => {
     const claimed = claimIdempotencyKey(db, s.account.id, 'settle-1', Buffer.from('{}'), now);
     if (claimed.kind !== 'claimed') throw new Error('expected a fresh claim');
     const running = await idempotencyRow(service, s.account.id, 'settle-1');
-    const refusal = (f: () => void) => {
+    const refusal = async (f: () => unknown) => {
       try {
-        f();
+        await f();
       } catch (err) {
         if (err instanceof ApiError) return `${err.status} ${err.code}`;
         throw err;
@@ -566,13 +566,13 @@ describe('settling a claim', () => {
       return 'settled';
     };
     // Another request's token (the key taken over): no row is this claim's.
-    expect(refusal(() => settleClaim(db, { ...claimed.claim, token: 'someone-else' }, { id: 'x' }, now))).toBe('409 idempotency_in_progress');
+    expect(await refusal(() => settleClaim(db, { ...claimed.claim, token: 'someone-else' }, { id: 'x' }, now))).toBe('409 idempotency_in_progress');
     expect(await idempotencyRow(service, s.account.id, 'settle-1')).toEqual(running);
-    expect(refusal(() => settleClaim(db, claimed.claim, { id: 'mine' }, now))).toBe('settled');
+    expect(await refusal(() => settleClaim(db, claimed.claim, { id: 'mine' }, now))).toBe('settled');
     const done = await idempotencyRow(service, s.account.id, 'settle-1');
     expect(done).toMatchObject({ state: 'done', response: { id: 'mine' } });
     // Settled already: a second settle of the same claim touches no running row.
-    expect(refusal(() => settleClaim(db, claimed.claim, { id: 'again' }, now))).toBe('409 idempotency_in_progress');
+    expect(await refusal(() => settleClaim(db, claimed.claim, { id: 'again' }, now))).toBe('409 idempotency_in_progress');
     expect(await idempotencyRow(service, s.account.id, 'settle-1')).toEqual(done);
   });
 });
