@@ -40,7 +40,7 @@ export function dashboardApp(deps: Deps) {
 
   app.use(async (c, next) => {
     const token = getCookie(c, SESSION_COOKIE);
-    const session = token ? findSession(deps, token) : null;
+    const session = token ? await findSession(deps, token) : null;
     if (!session) {
       const expired = token ? 'expired&' : '';
       const next = c.req.method === 'GET' ? `?${expired}next=${encodeURIComponent(c.req.path + (new URL(c.req.url).search || ''))}` : token ? '?expired' : '';
@@ -51,7 +51,7 @@ export function dashboardApp(deps: Deps) {
       const form = await readForm(c);
       // The session may have ended while the body arrived (signed out elsewhere, the admin token reset): the request
       // is then one of an ended session, whatever it carries.
-      if (!findSession(deps, token!)) return c.redirect('/dashboard/sign-in?expired', 303);
+      if (!(await findSession(deps, token!))) return c.redirect('/dashboard/sign-in?expired', 303);
       if (isCrossSite(c) || !hasCsrfToken(c, form, session.csrfToken)) {
         deps.logger.warn('dashboard.csrf_refused', { method: c.req.method, path: c.req.path });
         return c.html(

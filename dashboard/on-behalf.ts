@@ -21,23 +21,23 @@ export function operatorContext(account: AccountRow): RequestContext {
 }
 
 /** The account with this id, or undefined: an id that is not a UUID reads like an unknown one (and is never queried). */
-export function accountById(db: Db, id: string): AccountRow | undefined {
-  return isUuid(id) ? findAccount(db, id) : undefined;
+export async function accountById(db: Db, id: string): Promise<AccountRow | undefined> {
+  return isUuid(id) ? await findAccount(db, id) : undefined;
 }
 
 /** The account with this id, or the 404 page. */
-export function requireAccount(db: Db, id: string): AccountRow {
-  const row = accountById(db, id);
+export async function requireAccount(db: Db, id: string): Promise<AccountRow> {
+  const row = await accountById(db, id);
   if (!row) throw new ApiError('account_not_found', 'There is no account with that id.');
   return row;
 }
 
 /** The operator's context for the account with this id (a form's or a row's), or the 404 page. */
-export function actForAccount(db: Db, accountId: string): RequestContext {
-  return operatorContext(requireAccount(db, accountId));
+export async function actForAccount(db: Db, accountId: string): Promise<RequestContext> {
+  return operatorContext(await requireAccount(db, accountId));
 }
 
 /** A list's optional account filter from its query string: absent or empty is none; anything else must be an account. */
-export function accountFilter(db: Db, value: string | undefined): AccountRow | null {
-  return value === undefined || value === '' ? null : requireAccount(db, value);
+export async function accountFilter(db: Db, value: string | undefined): Promise<AccountRow | null> {
+  return value === undefined || value === '' ? null : await requireAccount(db, value);
 }

@@ -11,9 +11,9 @@ import { type NavHref, Page } from './ui.js';
  * `redirectWithFlash` ends a form's POST (POST, redirect, GET: a reload never resubmits), and `formAction` runs the
  * change in between.
  */
-export function render(deps: Pick<Deps, 'clock' | 'db'>, c: Context<DashEnv>, page: { title: string; current: NavHref; status?: number }, body: Child) {
+export async function render(deps: Pick<Deps, 'clock' | 'db'>, c: Context<DashEnv>, page: { title: string; current: NavHref; status?: number }, body: Child) {
   const session = c.var.session;
-  const flash = takeFlash(deps, session);
+  const flash = await takeFlash(deps, session);
   return c.html(
     <Page title={page.title} current={page.current} csrf={session.csrfToken} flash={flash}>
       {body}
@@ -22,8 +22,8 @@ export function render(deps: Pick<Deps, 'clock' | 'db'>, c: Context<DashEnv>, pa
   );
 }
 
-export function redirectWithFlash(deps: Pick<Deps, 'clock' | 'db'>, c: Context<DashEnv>, to: string, flash: Flash) {
-  setFlash(deps, c.var.session, flash);
+export async function redirectWithFlash(deps: Pick<Deps, 'clock' | 'db'>, c: Context<DashEnv>, to: string, flash: Flash) {
+  await setFlash(deps, c.var.session, flash);
   return c.redirect(to, 303);
 }
 
@@ -51,7 +51,7 @@ export async function formAction(
     outcome = { kind: 'error', message: refused(err.message) };
   }
   const { to, ...flash } = outcome;
-  return redirectWithFlash(deps, c, to ?? back, flash);
+  return await redirectWithFlash(deps, c, to ?? back, flash);
 }
 
 /** A refusal of the dashboard's own input checks, shown like a domain function's. */

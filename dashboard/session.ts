@@ -5,6 +5,7 @@ import { adminTokenHash } from '../server/core/admin-token.js';
 import type { Deps } from '../server/core/deps.js';
 import { constantTimeEqual, randomBase62, sha256Hex } from '../server/shared/secrets.js';
 import { storeFaultOf } from '../server/shared/store-health.js';
+import { one } from '../db/sql.js';
 
 /** Sign-in, sessions and flash messages of the dashboard. Policy first, as data. */
 export const SESSION_POLICY = {
@@ -29,37 +30,33 @@ export interface Flash {
 }
 
 /** True when `given` is the admin token; compared as hashes, in constant time. */
-export function isAdminToken(db: Db, given: string): boolean {
-  const stored = adminTokenHash(db);
+export async function isAdminToken(db: Db, given: string): Promise<boolean> {
+  const stored = await adminTokenHash(db);
   if (stored === null) return false;
   return constantTimeEqual(sha256Hex(given), stored);
 }
 
 /** A new session; returns the cookie's token (its only copy) and the session. */
-export function openSession(deps: Pick<Deps, 'db' | 'clock'>): { token: string; session: Session } {
+export async function openSession(deps: Pick<Deps, 'db' | 'clock'>): Promise<{ token: string; session: Session }> {
   const now = deps.clock.now();
   const token = randomBase62(43);
   const session = { tokenHash: sha256Hex(token), csrfToken: randomBase62(32) };
   // Expired sessions go whenever someone signs in: the table stays as small as the sessions alive.
-  deps.db
+  await deps.db
     .delete(dashboardSessions)
-    .where(or(lt(dashboardSessions.lastSeenAt, now - SESSION_POLICY.idleMs), lt(dashboardSessions.createdAt, now - SESSION_POLICY.absoluteMs)))
-    .run();
-  deps.db
-    .insert(dashboardSessions)
-    .values({ ...session, createdAt: now, lastSeenAt: now })
-    .run();
+    .where(or(lt(dashboardSessions.lastSeenAt, now - SESSION_POLICY.idleMs), lt(dashboardSessions.createdAt, now - SESSION_POLICY.absoluteMs)));
+  await deps.db.insert(dashboardSessions).values({ ...session, createdAt: now, lastSeenAt: now });
   return { token, session };
 }
 
 /** The live session a cookie token names, touched; null when there is none or it has expired (then it is removed). */
-export function findSession(deps: Pick<Deps, 'db' | 'clock'>, token: string): Session | null {
+export async function findSession(deps: Pick<Deps, 'db' | 'clock'>, token: string): Promise<Session | null> {
   const now = deps.clock.now();
   const tokenHash = sha256Hex(token);
-  const row = deps.db.select().from(dashboardSessions).where(eq(dashboardSessions.tokenHash, tokenHash)).get();
+  const row = await one(deps.db.select().from(dashboardSessions).where(eq(dashboardSessions.tokenHash, tokenHash)));
   if (!row) return null;
   if (row.lastSeenAt + SESSION_POLICY.idleMs <= now || row.createdAt + SESSION_POLICY.absoluteMs <= now) {
-    deps.db.delete(dashboardSessions).where(eq(dashboardSessions.tokenHash, tokenHash)).run();
+    await deps.db.delete(dashboardSessions).where(eq(dashboardSessions.tokenHash, tokenHash));
     return null;
   }
   // Every request counts from its own time (an operator's page views are few). Without an fsync: a touch lost in a
@@ -67,7 +64,7 @@ export function findSession(deps: Pick<Deps, 'db' | 'clock'>, token: string): Se
   // the page is still shown (a read never fails for a write of its own).
   if (now > row.lastSeenAt) {
     try {
-      unsynced(deps.db, () => deps.db.update(dashboardSessions).set({ lastSeenAt: now }).where(eq(dashboardSessions.tokenHash, tokenHash)).run());
+      await unsynced(deps.db, async () => await deps.db.update(dashboardSessions).set({ lastSeenAt: now }).where(eq(dashboardSessions.tokenHash, tokenHash)));
     } catch (err) {
       if (!storeFaultOf(err)) throw err;
     }
@@ -75,13 +72,13 @@ export function findSession(deps: Pick<Deps, 'db' | 'clock'>, token: string): Se
   return { tokenHash, csrfToken: row.csrfToken };
 }
 
-export function closeSession(db: Db, session: Session): void {
-  db.delete(dashboardSessions).where(eq(dashboardSessions.tokenHash, session.tokenHash)).run();
+export async function closeSession(db: Db, session: Session): Promise<void> {
+  await db.delete(dashboardSessions).where(eq(dashboardSessions.tokenHash, session.tokenHash));
 }
 
 /** Every session ends (the admin token was reset). */
-export function closeAllSessions(db: Db): void {
-  db.delete(dashboardSessions).run();
+export async function closeAllSessions(db: Db): Promise<void> {
+  await db.delete(dashboardSessions);
 }
 
 /**
@@ -101,26 +98,25 @@ function secretsOf(db: Db): Map<string, { secret: string; until: number }> {
   return held;
 }
 
-export function setFlash(deps: Pick<Deps, 'db' | 'clock'>, session: Session, flash: Flash): void {
+export async function setFlash(deps: Pick<Deps, 'db' | 'clock'>, session: Session, flash: Flash): Promise<void> {
   const { secret, ...stored } = flash;
   const held = secretsOf(deps.db);
   const now = deps.clock.now();
   for (const [key, value] of held) if (value.until <= now) held.delete(key);
   if (secret !== undefined) held.set(session.tokenHash, { secret, until: now + SECRET_HOLD_MS });
   else held.delete(session.tokenHash);
-  deps.db
+  await deps.db
     .update(dashboardSessions)
     .set({ flash: JSON.stringify(stored) })
-    .where(eq(dashboardSessions.tokenHash, session.tokenHash))
-    .run();
+    .where(eq(dashboardSessions.tokenHash, session.tokenHash));
 }
 
 /** The session's flash, removed as it is read (shown once). */
-export function takeFlash(deps: Pick<Deps, 'db' | 'clock'>, session: Session): Flash | null {
+export async function takeFlash(deps: Pick<Deps, 'db' | 'clock'>, session: Session): Promise<Flash | null> {
   const where = eq(dashboardSessions.tokenHash, session.tokenHash);
-  const row = deps.db.select({ flash: dashboardSessions.flash }).from(dashboardSessions).where(where).get();
+  const row = await one(deps.db.select({ flash: dashboardSessions.flash }).from(dashboardSessions).where(where));
   if (!row?.flash) return null;
-  deps.db.update(dashboardSessions).set({ flash: null }).where(where).run();
+  await deps.db.update(dashboardSessions).set({ flash: null }).where(where);
   const flash = JSON.parse(row.flash) as Flash;
   const held = secretsOf(deps.db).get(session.tokenHash);
   secretsOf(deps.db).delete(session.tokenHash);

@@ -119,7 +119,7 @@ export function readSpool(path: string, key: Buffer, id: string): Readable {
 }
 
 /** Removes spool files older than `olderThanMs` that `isReferenced` does not claim (a crash between file and commit). */
-export function sweepSpool(dataDir: string, now: number, olderThanMs: number, isReferenced: (id: string) => boolean): number {
+export async function sweepSpool(dataDir: string, now: number, olderThanMs: number, isReferenced: (id: string) => Promise<boolean>): Promise<number> {
   let removed = 0;
   let names: string[];
   try {
@@ -131,7 +131,7 @@ export function sweepSpool(dataDir: string, now: number, olderThanMs: number, is
     const id = name.replace(/\.msg$/, '');
     const path = join(spoolDir(dataDir), name);
     try {
-      if (now - statSync(path).mtimeMs < olderThanMs || isReferenced(id)) continue;
+      if (now - statSync(path).mtimeMs < olderThanMs || (await isReferenced(id))) continue;
       rmSync(path, { force: true });
       removed++;
     } catch {

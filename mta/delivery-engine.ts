@@ -88,32 +88,32 @@ export function createDeliveryEngine(
   let stopping = false;
   const runner = createRunner({
     intervalMs: opts.pollMs,
-    tick: () => tick(),
+    tick: async () => await tick(),
     onError: (err) => logFailure(deps, 'delivery.claim_failed', err),
     wake: { db: deps.db, queue: 'recipients' },
     // Leases of earlier runs whose process is gone are released first; a lease of a process that may still be
     // running is left to run out.
-    onStart: () => {
-      const released = queue.releaseDead(worker);
+    onStart: async () => {
+      const released = await queue.releaseDead(worker);
       if (released > 0) deps.logger.warn('delivery.leases_released', { released });
-      const capped = queue.capForeign(worker, leaseNow(deps.clock), opts.leaseMs);
+      const capped = await queue.capForeign(worker, leaseNow(deps.clock), opts.leaseMs);
       if (capped > 0) deps.logger.warn('delivery.leases_capped', { capped });
       stopping = false;
     },
     every: {
       ms: Math.max(1000, Math.floor(opts.leaseMs / 3)),
-      run: () => {
+      run: async () => {
         try {
-          queue.renew(worker, [...held], leaseNow(deps.clock) + opts.leaseMs);
+          await queue.renew(worker, [...held], leaseNow(deps.clock) + opts.leaseMs);
         } catch (err) {
           logFailure(deps, 'delivery.lease_renewal_failed', err);
         }
       },
     },
     // No new connection waits: the recipients not yet in a transaction go back.
-    drain: () => {
+    drain: async () => {
       slots.cancelAll();
-      releaseWaiting();
+      await releaseWaiting();
     },
     stopGraceMs: opts.stopGraceMs,
   });
@@ -173,14 +173,14 @@ export function createDeliveryEngine(
   }
 
   /** Claims what is due, up to the room left; returns how many recipients were claimed and their completions. */
-  function claim(limit: number): Promise<void>[] {
+  async function claim(limit: number): Promise<Promise<void>[]> {
     if (limit <= 0 || stopping) return [];
     finishedSinceClaim = 0;
     const room: Record<string, number> = {};
     for (const [account, n] of heldByAccount) room[account] = Math.max(0, opts.perAccountHeld - n);
     // Due by the wall clock (the schedule is stored as times of day); leases on the process's steady timeline.
     return adopt(
-      queue.claim(worker, {
+      await queue.claim(worker, {
         now: deps.clock.now(),
         leaseNow: leaseNow(deps.clock),
         leaseMs: opts.leaseMs,
@@ -192,7 +192,7 @@ export function createDeliveryEngine(
 
   /** Claims everything due now (by the injected clock, up to `batchSize`) and resolves when each is finished. */
   async function runOnce(): Promise<number> {
-    const finished = claim(opts.batchSize);
+    const finished = await claim(opts.batchSize);
     await Promise.all(finished);
     return finished.length;
   }
@@ -202,17 +202,17 @@ export function createDeliveryEngine(
    * batch is free. It claims again at once while the claim filled the room; otherwise when poked, when half the batch
    * is done, when a lane ends, or at the poll.
    */
-  function tick(): boolean {
+  async function tick(): Promise<boolean> {
     const room = opts.batchSize - held.size;
     if (held.size !== 0 && room < opts.batchSize / 2) return false;
-    const claimed = claim(room).length;
+    const claimed = (await claim(room)).length;
     return claimed > 0 && claimed === room;
   }
 
   /** Gives back every recipient still waiting for a connection (shutdown). */
-  function releaseWaiting(): void {
-    lanes.drainWaiting((jobs) => {
-      queue.release(
+  async function releaseWaiting(): Promise<void> {
+    await lanes.drainWaiting(async (jobs) => {
+      await queue.release(
         worker,
         jobs.map((j) => j.recipient.id),
       );
@@ -237,7 +237,7 @@ export function createDeliveryEngine(
           message: `replies still awaited after ${opts.stopGraceMs} ms: those recipients stay leased and are tried again after the next start`,
         });
       }
-      releaseWaiting();
+      await releaseWaiting();
       await signer.close();
     },
   };

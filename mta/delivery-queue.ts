@@ -1,10 +1,11 @@
 import { sql } from 'drizzle-orm';
-import { type Db, clientOf, unsynced } from '../db/client.js';
+import { type Db, unsynced } from '../db/client.js';
 import { definePrepared } from '../db/prepared.js';
 import { outboundMessages, outboundRecipients } from '../db/schema/index.js';
 import type { Claimed } from '../server/core/outcomes.js';
 import { type QueueStore, sqliteLeases } from '../server/queues/lease-table.js';
 import { takeInTurns } from '../server/queues/turns.js';
+import { queryRows } from '../db/sql.js';
 
 /**
  * The durable outbound queue (outbound_recipients) on the queue mechanism (server/queues/): claimed with a lease, one
@@ -38,14 +39,17 @@ const statements = definePrepared((db) => ({
     .from(outboundMessages)
     .where(sql`${outboundMessages.id} in (select value from json_each(${p('ids')}))`)
     .prepare(),
-  /**
-   * The accounts with queued mail (a skip-scan of outbound_recipients_account_due_idx, one step per account) whose
-   * sending is not paused: neither the account nor its parent suspended. A paused account's mail waits, unclaimed,
-   * until the suspension is lifted.
-   */
-  accounts: clientOf(db)
-    .prepare(
-      `with recursive a(id) as (
+}));
+
+/**
+ * The accounts with queued mail (a skip-scan of outbound_recipients_account_due_idx, one step per account) whose
+ * sending is not paused: neither the account nor its parent suspended. A paused account's mail waits, unclaimed,
+ * until the suspension is lifted.
+ */
+async function accountsWithQueuedMail(db: Db): Promise<string[]> {
+  const rows = await queryRows<{ id: string }>(
+    db,
+    sql`with recursive a(id) as (
         select (select min(account_id) from outbound_recipients where status = 'queued')
         union all
         select (select min(account_id) from outbound_recipients where status = 'queued' and account_id > a.id) from a where a.id is not null
@@ -53,17 +57,20 @@ const statements = definePrepared((db) => ({
       select id from a where id is not null
         and not exists (select 1 from accounts x left join accounts parent on parent.id = x.parent_id
                         where x.id = a.id and (x.suspended_by is not null or parent.suspended_by is not null))`,
-    )
-    .pluck(),
-  /** An account's earliest due recipients. */
-  due: clientOf(db)
-    .prepare(
-      `select id from outbound_recipients indexed by outbound_recipients_account_due_idx
-       where status = 'queued' and account_id = @account and next_attempt_at <= @now and (locked_until is null or locked_until <= @leaseNow)
-       order by next_attempt_at, id limit @room`,
-    )
-    .pluck(),
-}));
+  );
+  return rows.map((r) => r.id);
+}
+
+/** An account's earliest due recipients. */
+async function dueOf(db: Db, account: string, now: number, leaseNow: number, room: number): Promise<string[]> {
+  const rows = await queryRows<{ id: string }>(
+    db,
+    sql`select id from outbound_recipients indexed by outbound_recipients_account_due_idx
+       where status = 'queued' and account_id = ${account} and next_attempt_at <= ${now} and (locked_until is null or locked_until <= ${leaseNow})
+       order by next_attempt_at, id limit ${room}`,
+  );
+  return rows.map((r) => r.id);
+}
 
 /** How many recipients each account may still take: `room[accountId]`, else `perAccount`. */
 export interface ClaimShares {
@@ -89,7 +96,7 @@ export interface RecipientClaim {
  * none of an account whose sending is paused (it or its parent suspended). A lease that expired (its holder died or
  * hung) is claimed again.
  */
-export function claimDueRecipients(
+export async function claimDueRecipients(
   db: Db,
   worker: string,
   now: number,
@@ -97,20 +104,23 @@ export function claimDueRecipients(
   limit: number,
   shares: ClaimShares = { perAccount: limit, room: {} },
   leaseNow: number = now,
-): Claimed[] {
+): Promise<Claimed[]> {
   const q = statements(db);
-  const rows = unsynced(db, () =>
-    db.transaction(() => {
-      const accounts = q.accounts.all() as string[];
-      const perAccount = accounts.map((account) => {
-        const room = Math.min(limit, shares.room[account] ?? shares.perAccount);
-        return room <= 0 ? [] : (q.due.all({ account, now, leaseNow, room }) as string[]);
-      });
-      return leases.lease(db, worker, takeInTurns(perAccount, limit), leaseNow + leaseMs, leaseNow);
-    }),
+  const rows = await unsynced(
+    db,
+    async () =>
+      await db.transaction(async () => {
+        const accounts = await accountsWithQueuedMail(db);
+        const perAccount: string[][] = [];
+        for (const account of accounts) {
+          const room = Math.min(limit, shares.room[account] ?? shares.perAccount);
+          perAccount.push(room <= 0 ? [] : await dueOf(db, account, now, leaseNow, room));
+        }
+        return await leases.lease(db, worker, takeInTurns(perAccount, limit), leaseNow + leaseMs, leaseNow);
+      }),
   );
   if (rows.length === 0) return [];
-  const messages = new Map(q.messages.all({ ids: JSON.stringify([...new Set(rows.map((r) => r.messageId))]) }).map((m) => [m.id, m]));
+  const messages = new Map((await q.messages.execute({ ids: JSON.stringify([...new Set(rows.map((r) => r.messageId))]) })).map((m) => [m.id, m]));
   return rows.flatMap((recipient) => {
     const message = messages.get(recipient.messageId);
     return message ? [{ recipient, message }] : [];
@@ -121,35 +131,35 @@ export function claimDueRecipients(
  * Whether the recipient is still queued under this worker's lease, just before its message goes out: a recipient whose
  * account was deleted meanwhile (its rows cascade away) is not sent.
  */
-export function stillHeld(db: Db, worker: string, id: string): boolean {
-  return leases.stillHeld(db, worker, id);
+export async function stillHeld(db: Db, worker: string, id: string): Promise<boolean> {
+  return await leases.stillHeld(db, worker, id);
 }
 
 /** Extends the leases this worker still holds, so a long delivery is never claimed twice. */
-export function renewLeases(db: Db, worker: string, ids: string[], until: number): void {
+export async function renewLeases(db: Db, worker: string, ids: string[], until: number): Promise<void> {
   if (ids.length === 0) return;
-  unsynced(db, () => leases.renew(db, worker, ids, until));
+  await unsynced(db, async () => await leases.renew(db, worker, ids, until));
 }
 
 /** At start: the leases of earlier workers on this host whose process is gone are released (server/queues/lease-table.ts). */
-export function releaseDeadLeases(db: Db, worker: string, host?: string): number {
-  return leases.releaseDead(db, worker, host);
+export async function releaseDeadLeases(db: Db, worker: string, host?: string): Promise<number> {
+  return await leases.releaseDead(db, worker, host);
 }
 
 /** At start, after releaseDeadLeases: another worker's lease cut to one term from now (a wall clock stepped back). */
-export function capForeignLeases(db: Db, worker: string, leaseNow: number, leaseMs: number): number {
-  return leases.capForeign(db, worker, leaseNow, leaseMs);
+export async function capForeignLeases(db: Db, worker: string, leaseNow: number, leaseMs: number): Promise<number> {
+  return await leases.capForeign(db, worker, leaseNow, leaseMs);
 }
 
 /** The outbound queue's store on SQLite (server/queues/lease-table.ts QueueStore). */
 export function recipientQueue(db: Db): QueueStore<Claimed, RecipientClaim> {
   return {
-    claim: (worker, r) => claimDueRecipients(db, worker, r.now, r.leaseMs, r.limit, r.shares, r.leaseNow),
-    renew: (worker, ids, until) => renewLeases(db, worker, [...ids], until),
+    claim: async (worker, r) => await claimDueRecipients(db, worker, r.now, r.leaseMs, r.limit, r.shares, r.leaseNow),
+    renew: async (worker, ids, until) => await renewLeases(db, worker, [...ids], until),
     // Claimed recipients given back without an attempt (shutdown before they were tried).
-    release: (worker, ids) => (ids !== undefined && ids.length === 0 ? 0 : unsynced(db, () => leases.release(db, worker, ids))),
-    stillHeld: (worker, id) => stillHeld(db, worker, id),
-    releaseDead: (worker, host) => releaseDeadLeases(db, worker, host),
-    capForeign: (worker, leaseNow, leaseMs) => capForeignLeases(db, worker, leaseNow, leaseMs),
+    release: async (worker, ids) => (ids !== undefined && ids.length === 0 ? 0 : await unsynced(db, async () => await leases.release(db, worker, ids))),
+    stillHeld: async (worker, id) => await stillHeld(db, worker, id),
+    releaseDead: async (worker, host) => await releaseDeadLeases(db, worker, host),
+    capForeign: async (worker, leaseNow, leaseMs) => await capForeignLeases(db, worker, leaseNow, leaseMs),
   };
 }

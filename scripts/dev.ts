@@ -16,6 +16,7 @@ import { adminTokenHash } from '../server/core/admin-token.js';
 import { findLiveKey, insertKey } from '../server/core/keys.js';
 import { SCOPES } from '../server/core/scopes.js';
 import { randomBase62 } from '../server/shared/secrets.js';
+import { one } from '../db/sql.js';
 
 /**
  * `npm run dev`: the service in capture mode (nothing leaves the machine) on its own DATA_DIR (`./data-dev` unless
@@ -65,7 +66,7 @@ export type DevAccount =
   | { kind: 'existing'; accountId: string };
 
 /** The first account and its key: created on an empty DATA_DIR, read back from DATA_DIR/dev-key afterwards. */
-export function ensureDevAccount(config: Config): DevAccount {
+export async function ensureDevAccount(config: Config): Promise<DevAccount> {
   createPrivateDir(config.dataDir);
   const store = openDatabase(config.dataDir);
   try {
@@ -77,12 +78,12 @@ export function ensureDevAccount(config: Config): DevAccount {
     } catch {
       // none yet
     }
-    const live = saved ? findLiveKey(store.db, saved) : undefined;
+    const live = saved ? await findLiveKey(store.db, saved) : undefined;
     if (saved && live) return { kind: 'key', accountId: live.account.id, key: saved, created: false };
-    const first = store.db.select().from(accounts).where(isNull(accounts.parentId)).orderBy(asc(accounts.id)).get();
+    const first = await one(store.db.select().from(accounts).where(isNull(accounts.parentId)).orderBy(asc(accounts.id)));
     if (first) return { kind: 'existing', accountId: first.id };
-    const account = createTopLevelAccount(deps, { name: DEV_ACCOUNT_NAME, credits: DEV_CREDITS });
-    const { key } = insertKey(deps, { accountId: account.id, name: 'dev', scopes: SCOPES });
+    const account = await createTopLevelAccount(deps, { name: DEV_ACCOUNT_NAME, credits: DEV_CREDITS });
+    const { key } = await insertKey(deps, { accountId: account.id, name: 'dev', scopes: SCOPES });
     writeFileSync(keyPath, `${key}\n`, { mode: PRIVATE_FILE_MODE });
     return { kind: 'key', accountId: account.id, key, created: true };
   } finally {
@@ -96,7 +97,7 @@ export function ensureDevAccount(config: Config): DevAccount {
  * Null for a DATA_DIR that already has a token of its own (an `npm start` data directory): that one is kept, never
  * replaced unasked.
  */
-export function devAdminToken(config: Config, env: NodeJS.ProcessEnv): string | null {
+export async function devAdminToken(config: Config, env: NodeJS.ProcessEnv): Promise<string | null> {
   if (env.ADMIN_TOKEN) return env.ADMIN_TOKEN;
   createPrivateDir(config.dataDir);
   const path = join(config.dataDir, ADMIN_TOKEN_FILE);
@@ -109,7 +110,7 @@ export function devAdminToken(config: Config, env: NodeJS.ProcessEnv): string | 
   if (hasDatabase(config.dataDir)) {
     const store = openDatabase(config.dataDir);
     try {
-      if (adminTokenHash(store.db) !== null) return null;
+      if ((await adminTokenHash(store.db)) !== null) return null;
     } finally {
       store.close();
     }
@@ -123,11 +124,11 @@ export function devAdminToken(config: Config, env: NodeJS.ProcessEnv): string | 
  * Recipients a DATA_DIR that npm run dev did not make (no dev-key) still has queued for delivery: capture mode would
  * record them delivered without sending them, so npm run dev refuses such a directory.
  */
-export function queuedForDelivery(config: Config): number {
+export async function queuedForDelivery(config: Config): Promise<number> {
   if (!hasDatabase(config.dataDir) || existsSync(join(config.dataDir, KEY_FILE))) return 0;
   const store = openDatabase(config.dataDir);
   try {
-    return store.db.select({ n: count() }).from(outboundRecipients).where(eq(outboundRecipients.status, 'queued')).get()?.n ?? 0;
+    return (await one(store.db.select({ n: count() }).from(outboundRecipients).where(eq(outboundRecipients.status, 'queued'))))?.n ?? 0;
   } finally {
     store.close();
   }
@@ -217,7 +218,7 @@ export function tryItText(config: Config, dev: DevAccount, api: string, adminTok
 }
 
 /** Runs the server (`node dist/server/app/main.js`) with the dev environment, printing the commands once it listens. */
-function main(): void {
+async function main(): Promise<void> {
   if (process.env.DELIVERY_MODE && process.env.DELIVERY_MODE !== 'capture') {
     process.stderr.write(
       `mailstead dev: npm run dev always runs DELIVERY_MODE=capture (got "${process.env.DELIVERY_MODE}"); use npm start for direct delivery\n`,
@@ -235,15 +236,15 @@ function main(): void {
     }
     throw err;
   }
-  const queued = queuedForDelivery(config);
+  const queued = await queuedForDelivery(config);
   if (queued > 0) {
     process.stderr.write(
       `mailstead dev: ${config.dataDir} holds ${queued} ${queued === 1 ? 'recipient' : 'recipients'} queued for delivery; npm run dev runs DELIVERY_MODE=capture, which would record them delivered without sending them: use npm start on it, or another DATA_DIR\n`,
     );
     process.exit(2);
   }
-  const dev = ensureDevAccount(config);
-  const adminToken = devAdminToken(config, env);
+  const dev = await ensureDevAccount(config);
+  const adminToken = await devAdminToken(config, env);
   if (adminToken) env.ADMIN_TOKEN = adminToken;
   const serverMain = fileURLToPath(new URL('../server/app/main.js', import.meta.url));
   // The server's logs go straight to the terminal; it tells this process where it listens over IPC, whatever LOG_LEVEL.
@@ -256,4 +257,4 @@ function main(): void {
   child.on('exit', (code, signal) => process.exit(code ?? (signal ? 1 : 0)));
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) main();
+if (import.meta.url === `file://${process.argv[1]}`) await main();

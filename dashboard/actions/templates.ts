@@ -34,39 +34,39 @@ function checkedBody(fields: EditorFields, withName: boolean) {
 }
 
 /** POST /templates (`existing` null) or PUT /templates/{existing}: the saved template, or the API's refusal thrown. */
-export function saveTemplate(deps: Pick<Deps, 'clock' | 'db'>, account: AccountRow, existing: string | null, fields: EditorFields): OwnTemplate {
+export async function saveTemplate(deps: Pick<Deps, 'clock' | 'db'>, account: AccountRow, existing: string | null, fields: EditorFields): Promise<OwnTemplate> {
   if (existing === null) {
     const body = parseInput(createTemplateBody, checkedBody(fields, true), 'form');
     const given = toTemplateInput(body);
-    return createTemplate(deps.db, deps.clock, account, body.name, { ...given, kind: given.kind ?? 'template' });
+    return await createTemplate(deps.db, deps.clock, account, body.name, { ...given, kind: given.kind ?? 'template' });
   }
   const body = parseInput(replaceTemplateBody, checkedBody(fields, false), 'form');
-  return replaceTemplate(deps.db, deps.clock, account, existing, toTemplateInput(body));
+  return await replaceTemplate(deps.db, deps.clock, account, existing, toTemplateInput(body));
 }
 
 /** The name a preview renders under: the typed one, or a stand-in while the name is blank or not yet valid. */
 const PREVIEW_NAME = 'preview';
 
 /** POST /templates/{name}/render with the unsaved source and a sample value per declared variable. */
-export function previewTemplate(deps: Pick<Deps, 'db'>, account: AccountRow, fields: EditorFields): Rendered {
+export async function previewTemplate(deps: Pick<Deps, 'db'>, account: AccountRow, fields: EditorFields): Promise<Rendered> {
   const body = parseInput(createTemplateBody, checkedBody({ ...fields, name: PREVIEW_NAME }, true), 'form');
   const { name: _name, ...source } = body;
-  return renderPreview(deps.db, account, PREVIEW_NAME, { vars: sampleValues(fields.variables), source: toTemplateInput(source) });
+  return await renderPreview(deps.db, account, PREVIEW_NAME, { vars: sampleValues(fields.variables), source: toTemplateInput(source) });
 }
 
 /** DELETE /templates/{name}; a layout still named answers 409 template_in_use, flashed with its message. */
-export function deleteOwnTemplate(deps: Pick<Deps, 'db'>, account: AccountRow, name: string): Outcome {
-  deleteTemplate(deps.db, account, name);
+export async function deleteOwnTemplate(deps: Pick<Deps, 'db'>, account: AccountRow, name: string): Promise<Outcome> {
+  await deleteTemplate(deps.db, account, name);
   return { kind: 'ok', message: `Deleted ${name} and its versions from ${account.name}.`, to: templatesPath(account.id) };
 }
 
 /** PUT /templates/{name} with the source of a kept version: the current one becomes a version, the restored one the newest. */
-export function restoreVersion(deps: Pick<Deps, 'clock' | 'db'>, account: AccountRow, name: string, version: number): Outcome {
-  const own = findOwnTemplate(deps.db, account, name);
+export async function restoreVersion(deps: Pick<Deps, 'clock' | 'db'>, account: AccountRow, name: string, version: number): Promise<Outcome> {
+  const own = await findOwnTemplate(deps.db, account, name);
   if (own?.origin !== 'own') throw new ApiError('template_not_found', `No template named ${name} on this account.`);
-  const kept = Number.isSafeInteger(version) ? templateVersionsOf(deps.db, own.row.id, version + 1, 1)[0] : undefined;
+  const kept = Number.isSafeInteger(version) ? (await templateVersionsOf(deps.db, own.row.id, version + 1, 1))[0] : undefined;
   if (!kept || kept.version !== version) throw new ApiError('not_found', `Version ${version} of ${name} is not kept (the newest 50 are).`);
-  const saved = replaceTemplate(deps.db, deps.clock, account, name, {
+  const saved = await replaceTemplate(deps.db, deps.clock, account, name, {
     kind: null,
     subject: kept.subject,
     html: kept.html,
@@ -85,8 +85,8 @@ export function templateTestMode(config: Pick<Config, 'deliveryMode'>): Template
 }
 
 /** The sender a test send offers: test@ the account's first domain that may send (else its first domain). */
-export function defaultTestSender(deps: Pick<Deps, 'config' | 'db'>, account: AccountRow): string {
-  const domains = listDomains({ deps, ctx: operatorContext(account), page: { after: null, limit: 50 } });
+export async function defaultTestSender(deps: Pick<Deps, 'config' | 'db'>, account: AccountRow): Promise<string> {
+  const domains = await listDomains({ deps, ctx: operatorContext(account), page: { after: null, limit: 50 } });
   const domain = domains.find((d) => d.sending) ?? domains[0];
   return domain ? `test@${domain.name}` : '';
 }
@@ -108,7 +108,7 @@ export function templateTestRequest(view: Pick<TemplateView, 'name' | 'variables
  * is captured. The email's id is linked.
  */
 export async function sendTemplateTest(deps: Deps, account: AccountRow, name: string, from: string, to: string): Promise<Outcome> {
-  const view = getTemplateView(deps.db, account, name);
+  const view = await getTemplateView(deps.db, account, name);
   if (view.kind === 'layout') throw new ApiError('invalid_request', 'A layout is not sent on its own: send a template that names it.');
   const mode = templateTestMode(deps.config);
   const rawBody = Buffer.from(JSON.stringify(templateTestRequest(view, from, to, mode)));

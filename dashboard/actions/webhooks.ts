@@ -46,7 +46,7 @@ export async function createEndpoint(
 
 /** DELETE /webhooks/{id}: nothing more is posted to it, and every delivery queued or kept for it goes. */
 export async function deleteEndpoint(deps: Pick<Deps, 'clock' | 'commits' | 'db'>, endpoint: EndpointSummary): Promise<Outcome> {
-  await deleteWebhook({ deps, ctx: actForAccount(deps.db, endpoint.accountId), id: endpoint.view.id });
+  await deleteWebhook({ deps, ctx: await actForAccount(deps.db, endpoint.accountId), id: endpoint.view.id });
   return { kind: 'ok', message: `Endpoint ${endpoint.view.url} deleted from ${endpoint.accountName}, with its deliveries.` };
 }
 
@@ -55,7 +55,7 @@ export async function sendTestPing(
   deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger' | 'resolver' | 'secretKey'>,
   endpoint: EndpointSummary,
 ): Promise<Outcome> {
-  const result = await testWebhook({ deps, ctx: actForAccount(deps.db, endpoint.accountId), id: endpoint.view.id });
+  const result = await testWebhook({ deps, ctx: await actForAccount(deps.db, endpoint.accountId), id: endpoint.view.id });
   if (!result.delivered) return { kind: 'error', message: `The test ping failed: ${result.error ?? 'no answer'}.` };
   const back = endpoint.view.active ? '' : ' The endpoint is switched back on.';
   return { kind: 'ok', message: `The test ping was delivered: the receiver answered ${result.status}.${back}` };
@@ -66,9 +66,9 @@ export async function sendTestPing(
  * the dashboard runs beside the dispatcher, which the re-enable's mark (db/queue-wake.ts) wakes at once, as a
  * successful ping's does.
  */
-export function reenableEndpoint(deps: Pick<Deps, 'clock' | 'db' | 'logger'>, endpoint: EndpointSummary): Outcome {
+export async function reenableEndpoint(deps: Pick<Deps, 'clock' | 'db' | 'logger'>, endpoint: EndpointSummary): Promise<Outcome> {
   const wasOff = !endpoint.view.active;
-  enableWebhook(deps.db, endpoint.view.id, deps.clock.now());
+  await enableWebhook(deps.db, endpoint.view.id, deps.clock.now());
   if (!wasOff) return { kind: 'ok', message: 'The endpoint was already on; its failure count is reset.' };
   deps.logger.info('webhook.endpoint_reenabled', { endpointId: endpoint.view.id, accountId: endpoint.accountId, by: 'operator' });
   return { kind: 'ok', message: 'The endpoint is switched back on; its waiting deliveries go out now.' };
@@ -97,7 +97,7 @@ export async function replayDelivery(
   }
   const { queued } = await replayWebhook({
     deps,
-    ctx: actForAccount(deps.db, endpoint.accountId),
+    ctx: await actForAccount(deps.db, endpoint.accountId),
     endpointId: endpoint.view.id,
     input: { since, until: since + 1, events: [row.eventType] },
     only: { emailId: data.messageId, recipient: data.recipient },

@@ -56,9 +56,9 @@ function checkedScopes(form: Record<string, string>): string[] {
 export function accountPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUsage' | 'logger'>) {
   const app = new Hono<DashEnv>();
 
-  app.get('/accounts', (c) => {
+  app.get('/accounts', async (c) => {
     const q = (c.req.query('q') ?? '').slice(0, 200);
-    const page = listAccounts(
+    const page = await listAccounts(
       deps,
       q,
       readPageLink((n) => c.req.query(n)),
@@ -73,11 +73,11 @@ export function accountPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUs
   });
 
   app.post('/accounts', (c) =>
-    formAction(deps, c, current, () => {
+    formAction(deps, c, current, async () => {
       const name = parseInput(accountNameSchema, field(c, 'name'), 'name');
       const credits = field(c, 'credits').trim();
       const quota = field(c, 'dailyQuota').trim();
-      const row = createTopLevelAccount(deps, {
+      const row = await createTopLevelAccount(deps, {
         name,
         credits: credits === '' ? undefined : operatorNumber(credits, 'credits', OPERATOR_NUMBER_MIN.credits),
         dailyQuota: quota === '' ? undefined : operatorNumber(quota, 'dailyQuota', OPERATOR_NUMBER_MIN.dailyQuota),
@@ -86,28 +86,28 @@ export function accountPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUs
     }),
   );
 
-  app.get('/accounts/:id', (c) => {
-    const row = requireAccount(deps.db, c.req.param('id'));
-    const parent = row.parentId === null ? null : (findAccount(deps.db, row.parentId) ?? null);
+  app.get('/accounts/:id', async (c) => {
+    const row = await requireAccount(deps.db, c.req.param('id'));
+    const parent = row.parentId === null ? null : ((await findAccount(deps.db, row.parentId)) ?? null);
     const ctx = operatorContext(row);
     const query = (n: string) => c.req.query(n);
     const here = `${current}/${row.id}`;
 
     // The key and sub-account lists are the API's, which walk forward only: their pagers link back to the newest page.
     const keysAfter = readForwardLink(query, 'keys_').after;
-    const keyPage = forwardPage(listKeys({ deps, ctx, page: { limit: PAGE_SIZE, after: keysAfter } }), PAGE_SIZE, keysAfter, (k) => k.id);
+    const keyPage = forwardPage(await listKeys({ deps, ctx, page: { limit: PAGE_SIZE, after: keysAfter } }), PAGE_SIZE, keysAfter, (k) => k.id);
     const keys = { items: keyPage.items, ...pageHrefs(keyPage, (p) => `${withQuery(here, p)}#keys`, { prefix: 'keys_', forwardOnly: true }) };
     let subAccounts = null;
     if (row.parentId === null) {
       const subsAfter = readForwardLink(query, 'subs_').after;
-      const subPage = forwardPage(listSubAccounts({ deps, ctx, page: { limit: PAGE_SIZE, after: subsAfter } }), PAGE_SIZE, subsAfter, (s) => s.id);
+      const subPage = forwardPage(await listSubAccounts({ deps, ctx, page: { limit: PAGE_SIZE, after: subsAfter } }), PAGE_SIZE, subsAfter, (s) => s.id);
       subAccounts = { items: subPage.items, ...pageHrefs(subPage, (p) => `${withQuery(here, p)}#sub-accounts`, { prefix: 'subs_', forwardOnly: true }) };
     }
-    const domainRows = listDomains({ deps, ctx, page: { limit: DOMAINS_ON_ACCOUNT_PAGE, after: null } });
+    const domainRows = await listDomains({ deps, ctx, page: { limit: DOMAINS_ON_ACCOUNT_PAGE, after: null } });
     const domains = {
       items: domainRows.slice(0, DOMAINS_ON_ACCOUNT_PAGE),
       more: domainRows.length > DOMAINS_ON_ACCOUNT_PAGE,
-      hasDatabase: hasDatabase(deps.db, row.id),
+      hasDatabase: await hasDatabase(deps.db, row.id),
     };
 
     return render(
@@ -115,7 +115,7 @@ export function accountPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUs
       c,
       { title: row.name, current },
       <AccountPageBody
-        view={accountView(deps, row, parent ?? undefined)}
+        view={await accountView(deps, row, parent ?? undefined)}
         row={row}
         parent={parent}
         subAccounts={subAccounts}
@@ -127,54 +127,54 @@ export function accountPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUs
   });
 
   /** The account-page actions: each finds the account (unknown: the 404 page), then changes it or flashes why not. */
-  const action = (path: string, run: (row: AccountRow, form: Record<string, string>) => Outcome) =>
-    app.post(`/accounts/:id/${path}`, (c) => {
-      const row = requireAccount(deps.db, c.req.param('id'));
-      return formAction(deps, c, `${current}/${row.id}`, () => run(row, c.var.form));
+  const action = (path: string, run: (row: AccountRow, form: Record<string, string>) => Outcome | Promise<Outcome>) =>
+    app.post(`/accounts/:id/${path}`, async (c) => {
+      const row = await requireAccount(deps.db, c.req.param('id'));
+      return formAction(deps, c, `${current}/${row.id}`, async () => await run(row, c.var.form));
     });
 
-  action('quota', (row, form) => {
+  action('quota', async (row, form) => {
     const quota = operatorNumber(form.dailyQuota ?? '', 'dailyQuota', OPERATOR_NUMBER_MIN.dailyQuota);
-    setDailyQuota(deps, row.id, quota);
+    await setDailyQuota(deps, row.id, quota);
     return { kind: 'ok', message: `Daily quota set to ${formatCount(quota)}.` };
   });
 
-  action('credits', (row, form) => {
+  action('credits', async (row, form) => {
     if (row.parentId !== null) refuse("Credits are granted to the top-level account: a sub-account's sends are paid by its parent.");
     const amount = operatorNumber(form.amount ?? '', 'amount', OPERATOR_NUMBER_MIN.amount);
-    const updated = grantCredits(deps, row.id, amount);
+    const updated = await grantCredits(deps, row.id, amount);
     if (!updated) throw new ApiError('not_found', 'The account no longer exists.');
     return { kind: 'ok', message: `Granted ${formatCount(amount)} credits; the balance is now ${formatCount(updated.creditsBalance)}.` };
   });
 
-  action('suspend', (row, form) => {
+  action('suspend', async (row, form) => {
     const reason = parseInput(operatorSuspensionReasonSchema, form.reason ?? '', 'reason');
-    suspendByOperator(deps, row.id, reason);
+    await suspendByOperator(deps, row.id, reason);
     return { kind: 'ok', message: `${row.name} is suspended: every send is refused with your reason.` };
   });
 
-  action('unsuspend', (row) => {
-    unsuspendByOperator(deps, row.id);
+  action('unsuspend', async (row) => {
+    await unsuspendByOperator(deps, row.id);
     return { kind: 'ok', message: `${row.name} may send again.` };
   });
 
-  action('sub-accounts', (row, form) => {
+  action('sub-accounts', async (row, form) => {
     const input = parseInput(createSubAccountInput, { name: form.name ?? '' }, 'form');
-    const sub = createSubAccount({ deps, ctx: operatorContext(row), input });
+    const sub = await createSubAccount({ deps, ctx: operatorContext(row), input });
     return { kind: 'ok', message: `Sub-account ${sub.name} created.` };
   });
 
-  action('keys', (row, form) => {
+  action('keys', async (row, form) => {
     // The CLI's `keys create`: the API's input rules (mintKeyInput), minted by the operator (insertKey).
     const input = parseInput(mintKeyInput, { name: form.name ?? '', scopes: checkedScopes(form) }, 'form');
-    const key = insertKey(deps, { accountId: row.id, name: input.name, scopes: (input.scopes ?? SCOPES).filter(isScope) });
+    const key = await insertKey(deps, { accountId: row.id, name: input.name, scopes: (input.scopes ?? SCOPES).filter(isScope) });
     return { kind: 'ok', message: `Key ${key.name} created. Copy it now: it is shown only this once.`, secret: key.key };
   });
 
-  app.post('/accounts/:id/keys/:keyId/revoke', (c) => {
-    const row = requireAccount(deps.db, c.req.param('id'));
-    return formAction(deps, c, `${current}/${row.id}`, () => {
-      revokeKey({ deps, ctx: operatorContext(row), id: c.req.param('keyId') });
+  app.post('/accounts/:id/keys/:keyId/revoke', async (c) => {
+    const row = await requireAccount(deps.db, c.req.param('id'));
+    return formAction(deps, c, `${current}/${row.id}`, async () => {
+      await revokeKey({ deps, ctx: operatorContext(row), id: c.req.param('keyId') });
       return { kind: 'ok', message: 'Key revoked: it stopped working at once.' };
     });
   });

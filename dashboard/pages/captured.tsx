@@ -24,11 +24,11 @@ export function capturedPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logg
   const capturing = () => deps.config.deliveryMode === 'capture';
 
   return new Hono<DashEnv>()
-    .get('/captured', (c) => {
+    .get('/captured', async (c) => {
       const search = (c.req.query('q') ?? '').trim().slice(0, 320);
       const before = seqParam(c.req.query('before'));
-      const { entries, more } = listCaptured(deps.db, { search, before });
-      const kept = countCaptured(deps.db);
+      const { entries, more } = await listCaptured(deps.db, { search, before });
+      const kept = await countCaptured(deps.db);
       // Keyset by the store's seq: "Newest" back to the first page, "Older" on from the last row shown.
       const href = (from: number | null) => withQuery(current, { q: search, before: from === null ? null : String(from) });
       return render(
@@ -59,13 +59,13 @@ export function capturedPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logg
       const recipient = c.req.query('recipient');
       if (recipient === undefined) {
         // A link to the email alone opens its first captured recipient.
-        const first = capturedRecipientsOf(deps.db, emailId)[0];
+        const first = (await capturedRecipientsOf(deps.db, emailId))[0];
         if (first === undefined) throw new ApiError('email_not_found', 'No captured message for that email.');
         return c.redirect(capturedPath(emailId, first), 302);
       }
-      const { entry, raw } = openCaptured(deps, emailId, recipient);
+      const { entry, raw } = await openCaptured(deps, emailId, recipient);
       const [parts, verdict] = await Promise.all([partsOf(raw), dkimVerdictOf(deps, entry.accountId, raw)]);
-      const others = capturedRecipientsOf(deps.db, emailId).filter((r) => r !== entry.recipient);
+      const others = (await capturedRecipientsOf(deps.db, emailId)).filter((r) => r !== entry.recipient);
       return render(
         deps,
         c,
@@ -81,15 +81,15 @@ export function capturedPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logg
       );
     })
     .get('/captured/:emailId/html', async (c) => {
-      const { raw } = openCaptured(deps, c.req.param('emailId'), c.req.query('recipient'));
+      const { raw } = await openCaptured(deps, c.req.param('emailId'), c.req.query('recipient'));
       const { html } = await partsOf(raw);
       if (html === null) throw new ApiError('not_found', 'This message has no HTML part.');
       // Its own headers, set before the dashboard's (which fill in only what is missing): framed by our pages only,
       // never DENY; the policy's `sandbox` keeps scripts off even if the page is opened outside its frame.
       return c.body(html, 200, { ...CAPTURED_HTML_HEADERS, 'Content-Type': 'text/html; charset=utf-8', 'X-Frame-Options': 'SAMEORIGIN' });
     })
-    .get('/captured/:emailId/raw', (c) => {
-      const { entry, raw } = openCaptured(deps, c.req.param('emailId'), c.req.query('recipient'));
+    .get('/captured/:emailId/raw', async (c) => {
+      const { entry, raw } = await openCaptured(deps, c.req.param('emailId'), c.req.query('recipient'));
       const filename = `${entry.emailId}-${entry.recipient.replace(/[^A-Za-z0-9._@-]/g, '_')}.eml`;
       return c.body(new Uint8Array(raw), 200, { 'Content-Type': 'message/rfc822', 'Content-Disposition': `attachment; filename="${filename}"` });
     });

@@ -29,11 +29,11 @@ const listPath = (state: CustomerDbState | null, after: string | null): string =
 
 export function databasePages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger' | 'resolver' | 'secretKey'>) {
   return new Hono<DashEnv>()
-    .get('/database', (c) => {
+    .get('/database', async (c) => {
       const state = stateParam(c.req.query('state'));
       const after = afterParam(c.req.query('after'));
-      const { entries, more } = listDatabases(deps.db, { state, after });
-      const counts = countDatabases(deps.db);
+      const { entries, more } = await listDatabases(deps.db, { state, after });
+      const counts = await countDatabases(deps.db);
       const back: Record<string, string> = {};
       if (state) back.state = state;
       if (after) back.after = after;
@@ -73,8 +73,8 @@ export function databasePages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logg
         </>,
       );
     })
-    .post('/database/:accountId/test', (c) => {
-      const account = requireAccount(deps.db, c.req.param('accountId'));
+    .post('/database/:accountId/test', async (c) => {
+      const account = await requireAccount(deps.db, c.req.param('accountId'));
       const back = listPath(stateParam(field(c, 'state')), afterParam(field(c, 'after')));
       const refused = (message: string) => `Testing the database of ${account.name} failed: ${message}`;
       return formAction(

@@ -9,10 +9,10 @@ import { field, formAction } from '../render.js';
 
 /** The domain page's test email (its section is views/test-email.tsx): sent as the domain's account, the outcome flashed. */
 export function domainTestEmailPages(deps: Deps) {
-  return new Hono<DashEnv>().post('/domains/:id/test-email', (c) => {
+  return new Hono<DashEnv>().post('/domains/:id/test-email', async (c) => {
     const id = c.req.param('id');
-    const account = requireDomainAccount(deps, id);
-    const view = getDomain({ deps, ctx: operatorContext(account), id });
+    const account = await requireDomainAccount(deps, id);
+    const view = await getDomain({ deps, ctx: operatorContext(account), id });
     return formAction(deps, c, `/dashboard/domains/${id}#test-email`, () => sendTestEmail(deps, account, view, field(c, 'to')));
   });
 }

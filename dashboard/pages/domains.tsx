@@ -24,11 +24,11 @@ const current = '/dashboard/domains' as const;
 export function domainPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger' | 'resolver' | 'secretKey'>) {
   const app = new Hono<DashEnv>();
 
-  app.get('/domains', (c) => {
+  app.get('/domains', async (c) => {
     const q = (c.req.query('q') ?? '').slice(0, 253);
-    const account = accountFilter(deps.db, c.req.query('account'));
+    const account = await accountFilter(deps.db, c.req.query('account'));
     const accountId = account?.id ?? null;
-    const page = listAllDomains(
+    const page = await listAllDomains(
       deps,
       { accountId, search: q },
       readPageLink((n) => c.req.query(n)),
@@ -38,12 +38,19 @@ export function domainPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger
       deps,
       c,
       { title: 'Domains', current },
-      <DomainsListBody q={q} account={account} rows={page.items} pager={pager} csrf={c.var.session.csrfToken} choices={accountChoices(deps.db, accountId)} />,
+      <DomainsListBody
+        q={q}
+        account={account}
+        rows={page.items}
+        pager={pager}
+        csrf={c.var.session.csrfToken}
+        choices={await accountChoices(deps.db, accountId)}
+      />,
     );
   });
 
-  app.post('/domains', (c) => {
-    const account = accountById(deps.db, field(c, 'accountId'));
+  app.post('/domains', async (c) => {
+    const account = await accountById(deps.db, field(c, 'accountId'));
     // A refusal goes back to the connect form of the account it was for, as the account page's link opened it.
     const back = account ? `${withQuery(current, { account: account.id })}#connect` : current;
     return formAction(deps, c, back, async () => {
@@ -54,10 +61,10 @@ export function domainPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger
     });
   });
 
-  app.get('/domains/:id', (c) => {
+  app.get('/domains/:id', async (c) => {
     const id = c.req.param('id');
-    const account = requireDomainAccount(deps, id);
-    const view = getDomain({ deps, ctx: operatorContext(account), id });
+    const account = await requireDomainAccount(deps, id);
+    const view = await getDomain({ deps, ctx: operatorContext(account), id });
     return render(
       deps,
       c,
@@ -66,19 +73,19 @@ export function domainPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger
         <DomainPageBody
           view={view}
           account={account}
-          checks={lastChecks(deps, id)}
+          checks={await lastChecks(deps, id)}
           csrf={c.var.session.csrfToken}
           withoutDns={verifiesWithoutDns(deps.config.deliveryMode, view.name)}
-          hasDatabase={hasDatabase(deps.db, account.id)}
+          hasDatabase={await hasDatabase(deps.db, account.id)}
         />
         <TestEmailSection view={view} mode={testSendMode(view, deps.config)} to={defaultTestRecipient(deps.config)} csrf={c.var.session.csrfToken} />
       </>,
     );
   });
 
-  app.post('/domains/:id/verify', (c) => {
+  app.post('/domains/:id/verify', async (c) => {
     const id = c.req.param('id');
-    const account = requireDomainAccount(deps, id);
+    const account = await requireDomainAccount(deps, id);
     return formAction(deps, c, `${current}/${id}`, async () => {
       const result = await verifyDomain({ deps, ctx: operatorContext(account), id });
       return {
@@ -89,12 +96,12 @@ export function domainPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger
     });
   });
 
-  app.post('/domains/:id/delete', (c) => {
+  app.post('/domains/:id/delete', async (c) => {
     const id = c.req.param('id');
-    const account = requireDomainAccount(deps, id);
-    return formAction(deps, c, `${current}/${id}`, () => {
-      const { name } = getDomain({ deps, ctx: operatorContext(account), id });
-      deleteDomain({ deps, ctx: operatorContext(account), id });
+    const account = await requireDomainAccount(deps, id);
+    return formAction(deps, c, `${current}/${id}`, async () => {
+      const { name } = await getDomain({ deps, ctx: operatorContext(account), id });
+      await deleteDomain({ deps, ctx: operatorContext(account), id });
       return { kind: 'ok', message: `Deleted ${name} from ${account.name}.`, to: withQuery(current, { account: account.id }) };
     });
   });

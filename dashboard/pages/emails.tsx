@@ -16,20 +16,20 @@ const current = '/dashboard/emails' as const;
 /** GET /dashboard/emails: the send log of every account, filtered and paged; GET /dashboard/emails/:id: one email's trail. */
 export function emailPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'secretKey'>) {
   return new Hono<DashEnv>()
-    .get('/emails', (c) => {
+    .get('/emails', async (c) => {
       const query = c.req.query();
       const { filter, errors } = parseSendLogQuery(query);
       // An account that does not exist (or was deleted) is the 404 page, as on every other list.
-      if (filter.account !== null) requireAccount(deps.db, filter.account);
+      if (filter.account !== null) await requireAccount(deps.db, filter.account);
       const link = readPageLink((n) => c.req.query(n));
       const values = Object.fromEntries(FILTER_FIELDS.map((f) => [f, query[f] ?? ''])) as FilterValues;
-      const page = errors.length === 0 ? listSendLog(deps.db, filter, link) : null;
+      const page = errors.length === 0 ? await listSendLog(deps.db, filter, link) : null;
       return render(
         deps,
         c,
         { title: 'Send log', current, status: errors.length > 0 ? 400 : 200 },
         <>
-          <FilterForm values={values} accounts={accountChoices(deps.db, filter.account)} />
+          <FilterForm values={values} accounts={await accountChoices(deps.db, filter.account)} />
           {errors.length > 0 && (
             <div class="flash error" role="alert">
               <div>The send log cannot be filtered like that:</div>
@@ -45,8 +45,8 @@ export function emailPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'secretK
         </>,
       );
     })
-    .get('/emails/:id', (c) => {
-      const trail = emailTrail(deps, c.req.param('id'));
+    .get('/emails/:id', async (c) => {
+      const trail = await emailTrail(deps, c.req.param('id'));
       const subject = trail.email.subject.length > 60 ? `${trail.email.subject.slice(0, 60)}…` : trail.email.subject;
       return render(deps, c, { title: `Email: ${subject}`, current }, <EmailTrailView trail={trail} mode={deps.config.deliveryMode} />);
     });

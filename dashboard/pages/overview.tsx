@@ -24,9 +24,9 @@ export function overviewPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'metr
           <VolumeTable days={days} />
         </section>
         <QueuePanel queue={queue} now={now} />
-        <WebhooksPanel troubled={troubledWebhooks(deps.db)} />
-        <DatabasesPanel troubled={troubledDatabases(deps.db)} />
-        <AccountsPanel troubled={troubledAccounts(deps)} />
+        <WebhooksPanel troubled={await troubledWebhooks(deps.db)} />
+        <DatabasesPanel troubled={await troubledDatabases(deps.db)} />
+        <AccountsPanel troubled={await troubledAccounts(deps)} />
       </>,
     );
   });

@@ -23,22 +23,22 @@ const seqParam = (v: string | undefined) => (v !== undefined && /^[1-9][0-9]{0,1
 
 export function postmasterPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger' | 'secretKey'>) {
   /** The kept message of `id`; the 404 page when there is none (or no key to open it). */
-  const open = (id: string) => {
-    const found = isUuid(id) ? readOperatorMessage(deps.db, deps.secretKey, id.toLowerCase()) : null;
+  const open = async (id: string) => {
+    const found = isUuid(id) ? await readOperatorMessage(deps.db, deps.secretKey, id.toLowerCase()) : null;
     if (!found) throw new ApiError('not_found', 'No message to postmaster or abuse by that id is kept.');
     return found;
   };
 
   return new Hono<DashEnv>()
-    .get('/postmaster', (c) => {
+    .get('/postmaster', async (c) => {
       const before = seqParam(c.req.query('before'));
-      const { entries, more } = listOperatorMessages(deps.db, before);
+      const { entries, more } = await listOperatorMessages(deps.db, before);
       return render(
         deps,
         c,
         { title: 'Postmaster mail', current },
         <>
-          <PostmasterNotice hostname={deps.config.mailHostname} kept={countOperatorMessages(deps.db)} />
+          <PostmasterNotice hostname={deps.config.mailHostname} kept={await countOperatorMessages(deps.db)} />
           <PostmasterTable entries={entries} empty={before !== null ? 'No older messages.' : 'No mail has come to postmaster or abuse yet.'} />
           <Pager
             label="Postmaster mail pages"
@@ -50,7 +50,7 @@ export function postmasterPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'lo
       );
     })
     .get('/postmaster/:id', async (c) => {
-      const { entry, raw } = open(c.req.param('id'));
+      const { entry, raw } = await open(c.req.param('id'));
       // At most OPERATOR_MESSAGE_BYTES (mailparser's own limits on parts and depth hold too): a message it cannot
       // parse is shown as its source.
       let parts: MessageParts | null = null;
@@ -73,8 +73,8 @@ export function postmasterPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'lo
         </>,
       );
     })
-    .get('/postmaster/:id/raw', (c) => {
-      const { entry, raw } = open(c.req.param('id'));
+    .get('/postmaster/:id/raw', async (c) => {
+      const { entry, raw } = await open(c.req.param('id'));
       return c.body(new Uint8Array(raw), 200, { 'Content-Type': 'message/rfc822', 'Content-Disposition': `attachment; filename="postmaster-${entry.id}.eml"` });
     });
 }

@@ -67,9 +67,9 @@ export function signInRoutes(deps: Pick<Deps, 'clock' | 'db' | 'logger'>) {
     return c.html(<SignInPage formToken={formToken} next={next} message={message} />, status as 200);
   };
   return new Hono<DashEnv>()
-    .get('/sign-in', (c) => {
+    .get('/sign-in', async (c) => {
       const token = getCookie(c, SESSION_COOKIE);
-      if (token && findSession(deps, token)) return c.redirect(safeNext(c.req.query('next')), 303);
+      if (token && (await findSession(deps, token))) return c.redirect(safeNext(c.req.query('next')), 303);
       const message =
         c.req.query('signed-out') !== undefined
           ? { kind: 'ok' as const, text: 'You are signed out.' }
@@ -89,7 +89,7 @@ export function signInRoutes(deps: Pick<Deps, 'clock' | 'db' | 'logger'>) {
       // client's): checking it costs one hash. Only wrong tokens are counted and limited, per address (an IPv6 client
       // by its /64, server/shared/ip-ranges.ts clientKey). Guessing is hopeless whatever the limit: a generated token
       // holds 238 random bits (server/core/admin-token.ts).
-      if (!isAdminToken(deps.db, fields.token ?? '')) {
+      if (!(await isAdminToken(deps.db, fields.token ?? ''))) {
         const counted = limiter.take(clientKey(clientAddress(c)));
         if (!counted.ok) {
           c.header('Retry-After', String(counted.retryAfterSeconds));
@@ -102,7 +102,7 @@ export function signInRoutes(deps: Pick<Deps, 'clock' | 'db' | 'logger'>) {
         deps.logger.warn('dashboard.sign_in_failed', { remoteAddress: clientAddress(c) });
         return form(c, 401, next, { kind: 'error', text: 'That token is not right.' });
       }
-      const { token } = openSession(deps);
+      const { token } = await openSession(deps);
       deleteCookie(c, SIGN_IN_COOKIE, cookieOptions(c, '/dashboard/sign-in'));
       setCookie(c, SESSION_COOKIE, token, cookieOptions(c, '/dashboard'));
       deps.logger.info('dashboard.signed_in', { remoteAddress: clientAddress(c) });
@@ -112,8 +112,8 @@ export function signInRoutes(deps: Pick<Deps, 'clock' | 'db' | 'logger'>) {
 
 /** POST /sign-out (behind the session and CSRF checks). */
 export function signOutRoutes(deps: Pick<Deps, 'db'>) {
-  return new Hono<DashEnv>().post('/sign-out', (c) => {
-    closeSession(deps.db, c.var.session);
+  return new Hono<DashEnv>().post('/sign-out', async (c) => {
+    await closeSession(deps.db, c.var.session);
     deleteCookie(c, SESSION_COOKIE, cookieOptions(c, '/dashboard'));
     return c.redirect('/dashboard/sign-in?signed-out', 303);
   });

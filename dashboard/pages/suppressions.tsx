@@ -27,16 +27,16 @@ function backTo(back: string): string {
 export function suppressionPages(deps: Pick<Deps, 'clock' | 'db'>) {
   return (
     new Hono<DashEnv>()
-      .get('/suppressions', (c) => {
-        const accountId = accountFilter(deps.db, c.req.query('account'))?.id;
+      .get('/suppressions', async (c) => {
+        const accountId = (await accountFilter(deps.db, c.req.query('account')))?.id;
         const q = c.req.query('q') ?? '';
-        const page = listAllSuppressions(
+        const page = await listAllSuppressions(
           deps.db,
           { accountId, search: searchKey(q) },
           readForwardLink((n) => c.req.query(n)),
         );
         const csrf = c.var.session.csrfToken;
-        const accounts = accountChoices(deps.db, accountId);
+        const accounts = await accountChoices(deps.db, accountId);
         const back = withQuery(current, { account: accountId, q });
         return render(
           deps,
@@ -58,20 +58,20 @@ export function suppressionPages(deps: Pick<Deps, 'clock' | 'db'>) {
       })
       // The form's account is the one acted for: an unknown one, like a bad or unlisted address, is an error flash.
       .post('/suppressions', (c) =>
-        formAction(deps, c, backTo(field(c, 'back')), () => {
-          const ctx = actForAccount(deps.db, field(c, 'account'));
+        formAction(deps, c, backTo(field(c, 'back')), async () => {
+          const ctx = await actForAccount(deps.db, field(c, 'account'));
           const { address } = parseInput(addSuppressionInput, { address: field(c, 'address') });
-          const { entry, created } = addSuppression({ deps, ctx, address });
+          const { entry, created } = await addSuppression({ deps, ctx, address });
           return created
             ? { kind: 'ok', message: `${entry.address} is on ${ctx.account.name}'s suppression list (manual).` }
             : { kind: 'ok', message: `${entry.address} was already on ${ctx.account.name}'s suppression list (${entry.reason}).` };
         }),
       )
       .post('/suppressions/remove', (c) =>
-        formAction(deps, c, backTo(field(c, 'back')), () => {
-          const ctx = actForAccount(deps.db, field(c, 'account'));
+        formAction(deps, c, backTo(field(c, 'back')), async () => {
+          const ctx = await actForAccount(deps.db, field(c, 'account'));
           const address = field(c, 'address');
-          removeSuppression({ deps, ctx, address });
+          await removeSuppression({ deps, ctx, address });
           return { kind: 'ok', message: `${address} is off ${ctx.account.name}'s suppression list: the account may send to it again.` };
         }),
       )

@@ -42,10 +42,10 @@ const VERSION_PAGE = 50;
 export function templatePages(deps: Deps) {
   const previews = createPreviewStore(deps.clock);
 
-  const layoutsOf = (account: AccountRow) => listOwnTemplates(deps.db, account).flatMap((t) => (t.row.kind === 'layout' ? [t.row.name] : []));
+  const layoutsOf = async (account: AccountRow) => (await listOwnTemplates(deps.db, account)).flatMap((t) => (t.row.kind === 'layout' ? [t.row.name] : []));
 
   /** The editor page, with what was typed, where a refusal belongs, and a preview when one was rendered. */
-  const editorPage = (
+  const editorPage = async (
     c: Context<DashEnv>,
     account: AccountRow,
     existing: TemplateView | null,
@@ -64,14 +64,14 @@ export function templatePages(deps: Deps) {
           <a href={templatesPath(account.id)}>All templates of {account.name}</a>
         </p>
         {preview && <PreviewSection rendered={preview} frameSrc={frameSrc} />}
-        <TemplateEditor accountId={account.id} existing={existing} fields={fields} error={extra.error ?? null} layouts={layoutsOf(account)} csrf={csrf} />
+        <TemplateEditor accountId={account.id} existing={existing} fields={fields} error={extra.error ?? null} layouts={await layoutsOf(account)} csrf={csrf} />
         {existing && (
           <TemplateTools
             accountId={account.id}
             view={existing}
             csrf={csrf}
             mode={templateTestMode(deps.config)}
-            from={defaultTestSender(deps, account)}
+            from={await defaultTestSender(deps, account)}
             to="you@example.com"
           />
         )}
@@ -80,14 +80,14 @@ export function templatePages(deps: Deps) {
   };
 
   /** Preview or save the posted form; a refusal (an ApiError) goes back to the editor with the form as typed. */
-  const editorPost = (c: Context<DashEnv>, account: AccountRow, existing: TemplateView | null) => {
+  const editorPost = async (c: Context<DashEnv>, account: AccountRow, existing: TemplateView | null) => {
     const fields = fieldsFromForm(c.var.form);
     if (existing) fields.name = existing.name;
     try {
-      if (field(c, 'intent') === 'preview') return editorPage(c, account, existing, fields, { preview: previewTemplate(deps, account, fields) });
-      const saved = saveTemplate(deps, account, existing ? existing.name : null, fields);
+      if (field(c, 'intent') === 'preview') return await editorPage(c, account, existing, fields, { preview: await previewTemplate(deps, account, fields) });
+      const saved = await saveTemplate(deps, account, existing ? existing.name : null, fields);
       const what = saved.version.version === 1 ? 'Saved' : `Saved as version ${saved.version.version}`;
-      return redirectWithFlash(deps, c, templatePath(account.id, saved.row.name), { kind: 'ok', message: `${what}: ${saved.row.name}.` });
+      return await redirectWithFlash(deps, c, templatePath(account.id, saved.row.name), { kind: 'ok', message: `${what}: ${saved.row.name}.` });
     } catch (err) {
       if (!(err instanceof ApiError) || err.code === 'internal_error') throw err;
       return editorPage(c, account, existing, fields, { error: fieldErrorOf(err), status: err.status });
@@ -95,8 +95,8 @@ export function templatePages(deps: Deps) {
   };
 
   /** The account's own template of this name (not a built-in, not its parent's), or the 404 page. */
-  const ownOf = (account: AccountRow, name: string): TemplateView => {
-    const own = findOwnTemplate(deps.db, account, name);
+  const ownOf = async (account: AccountRow, name: string): Promise<TemplateView> => {
+    const own = await findOwnTemplate(deps.db, account, name);
     if (own?.origin !== 'own') throw new ApiError('template_not_found', `No template named ${name} on ${account.name}.`);
     return ownView(own);
   };
@@ -109,9 +109,9 @@ export function templatePages(deps: Deps) {
       if (html === undefined) return c.body('This preview has expired: press Preview again.', 404, { ...framed, 'Content-Type': 'text/plain; charset=utf-8' });
       return c.body(html, 200, { ...framed, 'Content-Type': 'text/html; charset=utf-8' });
     })
-    .get('/templates', (c) => {
-      const account = accountFilter(deps.db, c.req.query('account'));
-      const choices = accountChoices(deps.db, account?.id);
+    .get('/templates', async (c) => {
+      const account = await accountFilter(deps.db, c.req.query('account'));
+      const choices = await accountChoices(deps.db, account?.id);
       return render(
         deps,
         c,
@@ -127,25 +127,25 @@ export function templatePages(deps: Deps) {
                   New template
                 </a>
               </p>
-              <TemplateTable accountId={account.id} views={listTemplateViews(deps.db, account, null)} />
+              <TemplateTable accountId={account.id} views={await listTemplateViews(deps.db, account, null)} />
             </>
           )}
         </>,
       );
     })
-    .get('/templates/:accountId/new', (c) => {
-      const account = requireAccount(deps.db, c.req.param('accountId'));
+    .get('/templates/:accountId/new', async (c) => {
+      const account = await requireAccount(deps.db, c.req.param('accountId'));
       const from = c.req.query('from');
       if (from === undefined) return editorPage(c, account, null, emptyFields());
       // Duplicate: a built-in as <name>-copy; a parent's under its own name (the copy then wins for this account).
-      const source = getTemplateView(deps.db, account, from);
+      const source = await getTemplateView(deps.db, account, from);
       const name = source.builtIn ? `${source.name}-copy` : source.name;
       return editorPage(c, account, null, fieldsFromSource(name, source.kind, source));
     })
-    .post('/templates/:accountId/new', (c) => editorPost(c, requireAccount(deps.db, c.req.param('accountId')), null))
-    .get('/templates/:accountId/edit/:name', (c) => {
-      const account = requireAccount(deps.db, c.req.param('accountId'));
-      const view = getTemplateView(deps.db, account, c.req.param('name'));
+    .post('/templates/:accountId/new', async (c) => editorPost(c, await requireAccount(deps.db, c.req.param('accountId')), null))
+    .get('/templates/:accountId/edit/:name', async (c) => {
+      const account = await requireAccount(deps.db, c.req.param('accountId'));
+      const view = await getTemplateView(deps.db, account, c.req.param('name'));
       if (view.builtIn || view.inherited) {
         return render(
           deps,
@@ -161,24 +161,24 @@ export function templatePages(deps: Deps) {
       }
       return editorPage(c, account, view, fieldsFromSource(view.name, view.kind, view));
     })
-    .post('/templates/:accountId/edit/:name', (c) => {
-      const account = requireAccount(deps.db, c.req.param('accountId'));
-      return editorPost(c, account, ownOf(account, c.req.param('name')));
+    .post('/templates/:accountId/edit/:name', async (c) => {
+      const account = await requireAccount(deps.db, c.req.param('accountId'));
+      return editorPost(c, account, await ownOf(account, c.req.param('name')));
     })
-    .post('/templates/:accountId/delete/:name', (c) => {
-      const account = requireAccount(deps.db, c.req.param('accountId'));
+    .post('/templates/:accountId/delete/:name', async (c) => {
+      const account = await requireAccount(deps.db, c.req.param('accountId'));
       const name = c.req.param('name');
-      return formAction(deps, c, templatePath(account.id, name), () => deleteOwnTemplate(deps, account, name));
+      return formAction(deps, c, templatePath(account.id, name), async () => await deleteOwnTemplate(deps, account, name));
     })
-    .post('/templates/:accountId/test/:name', (c) => {
-      const account = requireAccount(deps.db, c.req.param('accountId'));
+    .post('/templates/:accountId/test/:name', async (c) => {
+      const account = await requireAccount(deps.db, c.req.param('accountId'));
       const name = c.req.param('name');
       return formAction(deps, c, `${templatePath(account.id, name)}#test`, () => sendTemplateTest(deps, account, name, field(c, 'from'), field(c, 'to')));
     })
-    .get('/templates/:accountId/versions/:name', (c) => {
-      const account = requireAccount(deps.db, c.req.param('accountId'));
-      const view = ownOf(account, c.req.param('name'));
-      const versions = listVersionViews(deps.db, account, view.name, null, VERSION_PAGE);
+    .get('/templates/:accountId/versions/:name', async (c) => {
+      const account = await requireAccount(deps.db, c.req.param('accountId'));
+      const view = await ownOf(account, c.req.param('name'));
+      const versions = await listVersionViews(deps.db, account, view.name, null, VERSION_PAGE);
       const compare = Number(c.req.query('compare') ?? Number.NaN);
       const chosen = versions.find((v) => v.version === compare && v.version !== view.version) ?? null;
       const parts: PartDiff[] = chosen
@@ -210,10 +210,15 @@ export function templatePages(deps: Deps) {
         </>,
       );
     })
-    .post('/templates/:accountId/versions/:name/restore', (c) => {
-      const account = requireAccount(deps.db, c.req.param('accountId'));
+    .post('/templates/:accountId/versions/:name/restore', async (c) => {
+      const account = await requireAccount(deps.db, c.req.param('accountId'));
       const name = c.req.param('name');
-      return formAction(deps, c, `/dashboard/templates/${account.id}/versions/${name}`, () => restoreVersion(deps, account, name, Number(field(c, 'version'))));
+      return formAction(
+        deps,
+        c,
+        `/dashboard/templates/${account.id}/versions/${name}`,
+        async () => await restoreVersion(deps, account, name, Number(field(c, 'version'))),
+      );
     });
 }
 

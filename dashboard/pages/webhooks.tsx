@@ -32,11 +32,11 @@ const current = '/dashboard/webhooks' as const;
  */
 export function webhookPages(deps: Pick<Deps, 'clock' | 'commits' | 'config' | 'db' | 'logger' | 'resolver' | 'secretKey'>) {
   return new Hono<DashEnv>()
-    .get('/webhooks', (c) => {
-      const accountId = accountFilter(deps.db, c.req.query('account'))?.id;
+    .get('/webhooks', async (c) => {
+      const accountId = (await accountFilter(deps.db, c.req.query('account')))?.id;
       const status = c.req.query('status') || undefined;
       if (status !== undefined && !isEndpointHealth(status)) throw new ApiError('invalid_request', 'status: must be enabled, failing or disabled.');
-      const page = listEndpoints(
+      const page = await listEndpoints(
         deps.db,
         { accountId, health: status },
         readForwardLink((n) => c.req.query(n)),
@@ -47,15 +47,15 @@ export function webhookPages(deps: Pick<Deps, 'clock' | 'commits' | 'config' | '
         c,
         { title: 'Webhooks', current },
         <>
-          <EndpointFilters accounts={accountChoices(deps.db, accountId)} accountId={accountId} health={status} />
+          <EndpointFilters accounts={await accountChoices(deps.db, accountId)} accountId={accountId} health={status} />
           <EndpointTable endpoints={page.items} />
           <Pager label="Endpoint list pages" {...pager} newerLabel="First page" olderLabel="Next page" />
-          <CreateEndpointForm csrf={c.var.session.csrfToken} choices={accountChoices(deps.db, accountId)} selected={accountId} />
+          <CreateEndpointForm csrf={c.var.session.csrfToken} choices={await accountChoices(deps.db, accountId)} selected={accountId} />
         </>,
       );
     })
-    .post('/webhooks', (c) => {
-      const account = accountById(deps.db, field(c, 'accountId'));
+    .post('/webhooks', async (c) => {
+      const account = await accountById(deps.db, field(c, 'accountId'));
       // A refusal goes back to the form, for the account it was for.
       const back = `${withQuery(current, { account: account?.id })}#create`;
       return formAction(deps, c, back, () => {
@@ -63,9 +63,9 @@ export function webhookPages(deps: Pick<Deps, 'clock' | 'commits' | 'config' | '
         return createEndpoint(deps, account, c.var.form);
       });
     })
-    .get('/webhooks/:id', (c) => {
-      const endpoint = requireEndpointSummary(deps.db, c.req.param('id'));
-      const page = listEndpointDeliveries(
+    .get('/webhooks/:id', async (c) => {
+      const endpoint = await requireEndpointSummary(deps.db, c.req.param('id'));
+      const page = await listEndpointDeliveries(
         deps.db,
         endpoint.view,
         readForwardLink((n) => c.req.query(n)),
@@ -87,9 +87,9 @@ export function webhookPages(deps: Pick<Deps, 'clock' | 'commits' | 'config' | '
         </>,
       );
     })
-    .get('/webhooks/:id/deliveries/:deliveryId', (c) => {
-      const endpoint = requireEndpointSummary(deps.db, c.req.param('id'));
-      const delivery = requireDelivery(deps.db, endpoint.view, c.req.param('deliveryId'), deps.clock.now());
+    .get('/webhooks/:id/deliveries/:deliveryId', async (c) => {
+      const endpoint = await requireEndpointSummary(deps.db, c.req.param('id'));
+      const delivery = await requireDelivery(deps.db, endpoint.view, c.req.param('deliveryId'), deps.clock.now());
       return render(
         deps,
         c,
@@ -99,29 +99,29 @@ export function webhookPages(deps: Pick<Deps, 'clock' | 'commits' | 'config' | '
             <a href={endpointPath(endpoint.view.id)}>Back to the endpoint</a>
           </p>
           <DeliveryFacts endpoint={endpoint} d={delivery} csrf={c.var.session.csrfToken} />
-          <AttemptTimeline d={delivery} attempts={deliveryAttempts(deps.db, delivery.view.id)} />
+          <AttemptTimeline d={delivery} attempts={await deliveryAttempts(deps.db, delivery.view.id)} />
           <Payload row={delivery.row} />
         </>,
       );
     })
-    .post('/webhooks/:id/test', (c) => {
-      const endpoint = requireEndpointSummary(deps.db, c.req.param('id'));
+    .post('/webhooks/:id/test', async (c) => {
+      const endpoint = await requireEndpointSummary(deps.db, c.req.param('id'));
       return formAction(deps, c, endpointPath(endpoint.view.id), () => sendTestPing(deps, endpoint));
     })
-    .post('/webhooks/:id/delete', (c) => {
-      const endpoint = requireEndpointSummary(deps.db, c.req.param('id'));
+    .post('/webhooks/:id/delete', async (c) => {
+      const endpoint = await requireEndpointSummary(deps.db, c.req.param('id'));
       return formAction(deps, c, endpointPath(endpoint.view.id), async () => ({
         ...(await deleteEndpoint(deps, endpoint)),
         to: withQuery(current, { account: endpoint.accountId }),
       }));
     })
-    .post('/webhooks/:id/enable', (c) => {
-      const endpoint = requireEndpointSummary(deps.db, c.req.param('id'));
-      return formAction(deps, c, endpointPath(endpoint.view.id), () => reenableEndpoint(deps, endpoint));
+    .post('/webhooks/:id/enable', async (c) => {
+      const endpoint = await requireEndpointSummary(deps.db, c.req.param('id'));
+      return formAction(deps, c, endpointPath(endpoint.view.id), async () => await reenableEndpoint(deps, endpoint));
     })
-    .post('/webhooks/:id/deliveries/:deliveryId/replay', (c) => {
-      const endpoint = requireEndpointSummary(deps.db, c.req.param('id'));
-      const delivery = requireDelivery(deps.db, endpoint.view, c.req.param('deliveryId'), deps.clock.now());
+    .post('/webhooks/:id/deliveries/:deliveryId/replay', async (c) => {
+      const endpoint = await requireEndpointSummary(deps.db, c.req.param('id'));
+      const delivery = await requireDelivery(deps.db, endpoint.view, c.req.param('deliveryId'), deps.clock.now());
       // A queued replay is a new delivery, listed first on the endpoint's page; a refusal stays on this delivery.
       return formAction(deps, c, deliveryPath(endpoint.view.id, delivery.view.id), async () => {
         const outcome = await replayDelivery(deps, endpoint, delivery.row);

@@ -5,6 +5,7 @@ import { type AccountRow, accounts } from '../../db/schema/index.js';
 import { type AccountView, accountView } from '../../server/core/accounts.js';
 import type { Deps } from '../../server/core/deps.js';
 import { type IdPage, PAGE_SIZE, type PageLink, likePattern, pageByIds } from './id-pages.js';
+import { one } from '../../db/sql.js';
 
 /**
  * What the accounts pages read across every account (the API sees one account at a time), and the choices of every
@@ -22,49 +23,35 @@ export interface AccountListRow {
 }
 
 /** Every account, top-level and sub, newest first; `search` matches a name anywhere or an id from its start. */
-export function listAccounts(deps: Pick<Deps, 'db' | 'clock' | 'config'>, search: string, link: PageLink): IdPage<AccountListRow> {
+export async function listAccounts(deps: Pick<Deps, 'db' | 'clock' | 'config'>, search: string, link: PageLink): Promise<IdPage<AccountListRow>> {
   const q = search.trim();
   const filter =
     q === ''
       ? undefined
       : or(sql`${accounts.name} LIKE ${likePattern(q, 'anywhere')} ESCAPE '\\'`, sql`${accounts.id} LIKE ${likePattern(q.toLowerCase(), 'start')} ESCAPE '\\'`);
-  const page = pageByIds(
+  const page = await pageByIds(
     accounts.id,
     link,
     PAGE_SIZE,
     (r: AccountRow) => r.id,
-    (bound, order, take) => deps.db.select().from(accounts).where(and(filter, bound)).orderBy(order).limit(take).all(),
+    async (bound, order, take) => await deps.db.select().from(accounts).where(and(filter, bound)).orderBy(order).limit(take),
   );
   const ids = page.items.map((r) => r.id);
   const parentIds = [...new Set(page.items.flatMap((r) => (r.parentId === null ? [] : [r.parentId])))];
-  const parents = new Map(
-    parentIds.length === 0
-      ? []
-      : deps.db
-          .select()
-          .from(accounts)
-          .where(inArray(accounts.id, parentIds))
-          .all()
-          .map((p) => [p.id, p]),
-  );
+  const parents = new Map(parentIds.length === 0 ? [] : (await deps.db.select().from(accounts).where(inArray(accounts.id, parentIds))).map((p) => [p.id, p]));
   const subCounts = new Map(
     ids.length === 0
       ? []
-      : deps.db
-          .select({ parentId: accounts.parentId, n: count() })
-          .from(accounts)
-          .where(inArray(accounts.parentId, ids))
-          .groupBy(accounts.parentId)
-          .all()
-          .map((r) => [r.parentId, r.n]),
+      : (
+          await deps.db.select({ parentId: accounts.parentId, n: count() }).from(accounts).where(inArray(accounts.parentId, ids)).groupBy(accounts.parentId)
+        ).map((r) => [r.parentId, r.n]),
   );
-  return {
-    ...page,
-    items: page.items.map((row) => {
-      const parent = row.parentId === null ? undefined : parents.get(row.parentId);
-      return { view: accountView(deps, row, parent), parentName: parent?.name ?? null, subAccounts: subCounts.get(row.id) ?? 0 };
-    }),
-  };
+  const items: AccountListRow[] = [];
+  for (const row of page.items) {
+    const parent = row.parentId === null ? undefined : parents.get(row.parentId);
+    items.push({ view: await accountView(deps, row, parent), parentName: parent?.name ?? null, subAccounts: subCounts.get(row.id) ?? 0 });
+  }
+  return { ...page, items };
 }
 
 export interface AccountChoice {
@@ -82,8 +69,8 @@ const choiceColumns = { id: accounts.id, name: accounts.name, parentName: parent
  * connect-domain forms): top-level accounts by name, each followed by its sub-accounts by name; at most
  * ACCOUNT_CHOICES of them, plus `include` (the account the page is about) wherever it is not among those.
  */
-export function accountChoices(db: Db, include: string | null | undefined): AccountChoice[] {
-  const rows = db
+export async function accountChoices(db: Db, include: string | null | undefined): Promise<AccountChoice[]> {
+  const rows = await db
     .select(choiceColumns)
     .from(accounts)
     .leftJoin(parent, eq(parent.id, accounts.parentId))
@@ -94,16 +81,15 @@ export function accountChoices(db: Db, include: string | null | undefined): Acco
       asc(accounts.name),
       asc(accounts.id),
     )
-    .limit(ACCOUNT_CHOICES)
-    .all();
+    .limit(ACCOUNT_CHOICES);
   if (include && !rows.some((r) => r.id === include)) {
-    const row = db.select(choiceColumns).from(accounts).leftJoin(parent, eq(parent.id, accounts.parentId)).where(eq(accounts.id, include)).get();
+    const row = await one(db.select(choiceColumns).from(accounts).leftJoin(parent, eq(parent.id, accounts.parentId)).where(eq(accounts.id, include)));
     if (row) rows.unshift(row);
   }
   return rows;
 }
 
 /** How many accounts there are (the list's heading says it). */
-export function countAccounts(deps: Pick<Deps, 'db'>): number {
-  return deps.db.select({ n: count() }).from(accounts).get()?.n ?? 0;
+export async function countAccounts(deps: Pick<Deps, 'db'>): Promise<number> {
+  return (await one(deps.db.select({ n: count() }).from(accounts)))?.n ?? 0;
 }

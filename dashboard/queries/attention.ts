@@ -7,6 +7,7 @@ import { type DatabaseStatus, databaseStatusOf } from '../../server/core/custome
 import { utcDay } from '../../server/shared/clock.js';
 import type { Deps } from '../../server/core/deps.js';
 import { ENDPOINT_HEALTH, type EndpointSummary, listEndpoints } from './webhooks.js';
+import { one } from '../../db/sql.js';
 
 /** What the overview lists as needing the operator's eye: each list capped, with the full count beside it. */
 
@@ -23,15 +24,15 @@ export interface Capped<T> {
  * account: the webhooks pages' own health rule and list (ENDPOINT_HEALTH, listEndpoints), newest first within each;
  * and how many endpoints there are at all (none is no all-clear).
  */
-export function troubledWebhooks(db: Db): Capped<EndpointSummary> & { endpoints: number } {
+export async function troubledWebhooks(db: Db): Promise<Capped<EndpointSummary> & { endpoints: number }> {
   const items: EndpointSummary[] = [];
   let total = 0;
   for (const health of ['disabled', 'failing'] as const) {
-    total += db.select({ n: count() }).from(webhookEndpoints).where(ENDPOINT_HEALTH[health].where()).get()?.n ?? 0;
+    total += (await one(db.select({ n: count() }).from(webhookEndpoints).where(ENDPOINT_HEALTH[health].where())))?.n ?? 0;
     const left = ATTENTION_LIMIT - items.length;
-    if (left > 0) items.push(...listEndpoints(db, { health }, { after: null, before: null }, left).items);
+    if (left > 0) items.push(...(await listEndpoints(db, { health }, { after: null, before: null }, left)).items);
   }
-  return { items, total, endpoints: db.select({ n: count() }).from(webhookEndpoints).get()?.n ?? 0 };
+  return { items, total, endpoints: (await one(db.select({ n: count() }).from(webhookEndpoints)))?.n ?? 0 };
 }
 
 export interface DatabaseTrouble {
@@ -45,23 +46,24 @@ export interface DatabaseTrouble {
  * Customer databases the writer cannot reach, or that have writes waiting (`pending` as GET /database counts it),
  * each with the status databaseStatusOf gives, as the Database page shows it.
  */
-export function troubledDatabases(db: Db): Capped<DatabaseTrouble> & { databases: number } {
+export async function troubledDatabases(db: Db): Promise<Capped<DatabaseTrouble> & { databases: number }> {
   // One seek per database in the outbox's pending index (written out: drizzle leaves columns unqualified in sql``).
   const waiting = sql`exists (select 1 from customer_db_writes w where w.database_account_id = "customer_databases"."account_id" and w.set_aside_at is null)`;
   const troubled = or(eq(customerDatabases.state, 'unreachable'), waiting);
-  const rows = db
+  const rows = await db
     .select({ accountId: customerDatabases.accountId, accountName: accounts.name })
     .from(customerDatabases)
     .innerJoin(accounts, eq(accounts.id, customerDatabases.accountId))
     .where(troubled)
     .orderBy(desc(eq(customerDatabases.state, 'unreachable')), asc(customerDatabases.accountId))
-    .limit(ATTENTION_LIMIT)
-    .all();
-  const total = db.select({ n: count() }).from(customerDatabases).where(troubled).get()?.n ?? 0;
+    .limit(ATTENTION_LIMIT);
+  const total = (await one(db.select({ n: count() }).from(customerDatabases).where(troubled)))?.n ?? 0;
+  const items = [];
+  for (const r of rows) items.push({ ...r, status: await databaseStatusOf({ db }, r.accountId) });
   return {
-    items: rows.map((r) => ({ ...r, status: databaseStatusOf({ db }, r.accountId) })),
+    items,
     total,
-    databases: db.select({ n: count() }).from(customerDatabases).get()?.n ?? 0,
+    databases: (await one(db.select({ n: count() }).from(customerDatabases)))?.n ?? 0,
   };
 }
 
@@ -79,17 +81,16 @@ export interface AccountTrouble {
  * by the Account resource itself (accountView: sentToday, effectiveQuota and the tier graded by tiers.ts). Only
  * accounts that counted recipients today or have reached the grading minimum can be either, so only those are read.
  */
-export function troubledAccounts(deps: Pick<Deps, 'db' | 'clock' | 'config'>): Capped<AccountTrouble> {
+export async function troubledAccounts(deps: Pick<Deps, 'db' | 'clock' | 'config'>): Promise<Capped<AccountTrouble>> {
   const today = utcDay(deps.clock.now());
-  const candidates = deps.db
+  const candidates = await deps.db
     .select()
     .from(accounts)
     .where(or(eq(accounts.sentTodayDay, today), sql`${accounts.totalSent} >= ${TIER_MIN_SENT}`))
-    .orderBy(asc(accounts.name), asc(accounts.id))
-    .all();
+    .orderBy(asc(accounts.name), asc(accounts.id));
   const troubled: AccountTrouble[] = [];
   for (const row of candidates) {
-    const view = accountView(deps, row);
+    const view = await accountView(deps, row);
     const { sentToday, effectiveQuota, tier } = view.sending;
     const nearQuota = sentToday > 0 && sentToday >= NEAR_QUOTA_SHARE * effectiveQuota;
     const badTier = tier !== 'healthy';

@@ -10,6 +10,7 @@ import { mailauthResolver } from '../../server/shared/dns/resolver.js';
 import { ApiError } from '../../server/shared/errors.js';
 import { actForAccount } from '../on-behalf.js';
 import { type CapturedEntry, findCaptured } from './captured.js';
+import { one } from '../../db/sql.js';
 
 /**
  * One captured message for the operator: found in the store, opened by the API's own getCapturedMessage (its rules:
@@ -27,12 +28,12 @@ export interface OpenedCapture {
 }
 
 /** The captured message of `recipient` for email `emailId`; a 404 page when there is none to show. */
-export function openCaptured(deps: Pick<Deps, 'config' | 'db' | 'secretKey'>, emailId: string, recipient: string | undefined): OpenedCapture {
+export async function openCaptured(deps: Pick<Deps, 'config' | 'db' | 'secretKey'>, emailId: string, recipient: string | undefined): Promise<OpenedCapture> {
   const query = capturedMessageQuery.safeParse({ recipient });
-  const entry = EMAIL_ID.test(emailId) && query.success ? findCaptured(deps.db, emailId, query.data.recipient) : undefined;
+  const entry = EMAIL_ID.test(emailId) && query.success ? await findCaptured(deps.db, emailId, query.data.recipient) : undefined;
   if (!entry) throw new ApiError('email_not_found', 'No captured message of that recipient for that email.');
-  const ctx = actForAccount(deps.db, entry.accountId);
-  return { entry, raw: getCapturedMessage({ deps, ctx, id: emailId, recipient: entry.recipient }) };
+  const ctx = await actForAccount(deps.db, entry.accountId);
+  return { entry, raw: await getCapturedMessage({ deps, ctx, id: emailId, recipient: entry.recipient }) };
 }
 
 export interface MessageParts {
@@ -103,16 +104,17 @@ const keyName = (name: string) => name.trim().toLowerCase().replace(/\.$/, '');
  * The TXT answer of the public key `accountId` holds for `selector._domainkey.domain`: the Signing record's value
  * the domain page shows (dkimRecordValue), or null when the account holds no key for that domain and selector.
  */
-function heldKeyAnswer(db: Db, accountId: string, name: string): string[][] | null {
+async function heldKeyAnswer(db: Db, accountId: string, name: string): Promise<string[][] | null> {
   const at = name.indexOf('._domainkey.');
   if (at <= 0) return null;
   const selector = name.slice(0, at);
   const domain = name.slice(at + '._domainkey.'.length);
-  const row = db
-    .select({ selector: domainKeys.selector, publicKey: domainKeys.dkimPublicKey })
-    .from(domainKeys)
-    .where(and(eq(domainKeys.accountId, accountId), eq(domainKeys.name, domain)))
-    .get();
+  const row = await one(
+    db
+      .select({ selector: domainKeys.selector, publicKey: domainKeys.dkimPublicKey })
+      .from(domainKeys)
+      .where(and(eq(domainKeys.accountId, accountId), eq(domainKeys.name, domain))),
+  );
   return row && row.selector.toLowerCase() === selector ? [[dkimRecordValue(row.publicKey)]] : null;
 }
 
@@ -135,7 +137,7 @@ export async function dkimVerdictOf(deps: Pick<Deps, 'db' | 'resolver' | 'clock'
       sources.set(key, { from: 'dns' });
       return answer;
     } catch (err) {
-      const held = heldKeyAnswer(deps.db, accountId, key);
+      const held = await heldKeyAnswer(deps.db, accountId, key);
       if (held === null) {
         sources.set(key, { from: 'none' });
         throw err;

@@ -2,6 +2,7 @@ import { and, asc, count, desc, eq, lt, or, sql } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import { accounts, capturedMessages, emails } from '../../db/schema/index.js';
 import { PAGE_SIZE, likePattern } from './id-pages.js';
+import { one } from '../../db/sql.js';
 
 /**
  * The capture store across every account, for the operator (the API shows one account's copies, one at a time): what
@@ -39,9 +40,9 @@ const entryColumns = {
 };
 
 /** One page of captures, newest first, and whether older ones follow. */
-export function listCaptured(db: Db, q: CapturedListQuery): { entries: CapturedEntry[]; more: boolean } {
+export async function listCaptured(db: Db, q: CapturedListQuery): Promise<{ entries: CapturedEntry[]; more: boolean }> {
   const pattern = q.search === '' ? null : likePattern(q.search, 'anywhere');
-  const rows = db
+  const rows = await db
     .select(entryColumns)
     .from(capturedMessages)
     .innerJoin(emails, eq(emails.id, capturedMessages.emailId))
@@ -53,34 +54,34 @@ export function listCaptured(db: Db, q: CapturedListQuery): { entries: CapturedE
       ),
     )
     .orderBy(desc(capturedMessages.seq))
-    .limit(PAGE_SIZE + 1)
-    .all();
+    .limit(PAGE_SIZE + 1);
   return { entries: rows.slice(0, PAGE_SIZE), more: rows.length > PAGE_SIZE };
 }
 
 /** How many messages the store holds (at most CAPTURE_LIMIT, so a count is cheap). */
-export function countCaptured(db: Db): number {
-  return db.select({ n: count() }).from(capturedMessages).get()?.n ?? 0;
+export async function countCaptured(db: Db): Promise<number> {
+  return (await one(db.select({ n: count() }).from(capturedMessages)))?.n ?? 0;
 }
 
 /** The capture of one recipient of an email (recipient compared lower-cased, as the store keeps it), or undefined. */
-export function findCaptured(db: Db, emailId: string, recipient: string): CapturedEntry | undefined {
-  return db
-    .select(entryColumns)
-    .from(capturedMessages)
-    .innerJoin(emails, eq(emails.id, capturedMessages.emailId))
-    .innerJoin(accounts, eq(accounts.id, capturedMessages.accountId))
-    .where(and(eq(capturedMessages.emailId, emailId), eq(capturedMessages.recipient, recipient.toLowerCase())))
-    .get();
+export async function findCaptured(db: Db, emailId: string, recipient: string): Promise<CapturedEntry | undefined> {
+  return await one(
+    db
+      .select(entryColumns)
+      .from(capturedMessages)
+      .innerJoin(emails, eq(emails.id, capturedMessages.emailId))
+      .innerJoin(accounts, eq(accounts.id, capturedMessages.accountId))
+      .where(and(eq(capturedMessages.emailId, emailId), eq(capturedMessages.recipient, recipient.toLowerCase()))),
+  );
 }
 
 /** The recipients of an email whose messages are kept, in capture order. */
-export function capturedRecipientsOf(db: Db, emailId: string): string[] {
-  return db
-    .select({ recipient: capturedMessages.recipient })
-    .from(capturedMessages)
-    .where(eq(capturedMessages.emailId, emailId))
-    .orderBy(asc(capturedMessages.seq))
-    .all()
-    .map((r) => r.recipient);
+export async function capturedRecipientsOf(db: Db, emailId: string): Promise<string[]> {
+  return (
+    await db
+      .select({ recipient: capturedMessages.recipient })
+      .from(capturedMessages)
+      .where(eq(capturedMessages.emailId, emailId))
+      .orderBy(asc(capturedMessages.seq))
+  ).map((r) => r.recipient);
 }

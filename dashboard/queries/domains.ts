@@ -6,6 +6,7 @@ import { type DomainView, domainView } from '../../server/core/domains.js';
 import type { Deps } from '../../server/core/deps.js';
 import { ApiError } from '../../server/shared/errors.js';
 import { type IdPage, PAGE_SIZE, type PageLink, likePattern, pageByIds } from './id-pages.js';
+import { one } from '../../db/sql.js';
 
 /**
  * What the domains pages read across every account. Each row is presented with the API's domainView, so a status or
@@ -19,57 +20,57 @@ export interface DomainListRow {
   hasDatabase: boolean;
 }
 
-function selectDomains(db: Db, where: SQL | undefined, order: SQL, take: number) {
-  return db
+async function selectDomains(db: Db, where: SQL | undefined, order: SQL, take: number) {
+  return await db
     .select({ domain: domains, key: domainKeys, account: { id: accounts.id, name: accounts.name } })
     .from(domains)
     .innerJoin(domainKeys, eq(domainKeys.id, domains.keyId))
     .innerJoin(accounts, eq(accounts.id, domains.accountId))
     .where(where)
     .orderBy(order)
-    .limit(take)
-    .all();
+    .limit(take);
 }
-type DomainJoinRow = ReturnType<typeof selectDomains>[number];
+type DomainJoinRow = Awaited<ReturnType<typeof selectDomains>>[number];
 
 /** Every domain, newest first; optionally one account's, and `search` matching the domain's name anywhere. */
-export function listAllDomains(deps: Pick<Deps, 'db' | 'config'>, filter: { accountId: string | null; search: string }, link: PageLink): IdPage<DomainListRow> {
+export async function listAllDomains(
+  deps: Pick<Deps, 'db' | 'config'>,
+  filter: { accountId: string | null; search: string },
+  link: PageLink,
+): Promise<IdPage<DomainListRow>> {
   const q = filter.search.trim();
   const where = and(
     filter.accountId === null ? undefined : eq(domains.accountId, filter.accountId),
     q === '' ? undefined : sql`${domains.name} LIKE ${likePattern(q.toLowerCase(), 'anywhere')} ESCAPE '\\'`,
   );
-  const page = pageByIds(
+  const page = await pageByIds(
     domains.id,
     link,
     PAGE_SIZE,
     (r: DomainJoinRow) => r.domain.id,
-    (bound, order, take) => selectDomains(deps.db, and(where, bound), order, take),
+    async (bound, order, take) => await selectDomains(deps.db, and(where, bound), order, take),
   );
-  return {
-    ...page,
-    items: page.items.map((r) => ({ view: domainView(deps, r.domain, r.key), account: r.account, hasDatabase: hasDatabase(deps.db, r.account.id) })),
-  };
+  const items: DomainListRow[] = [];
+  for (const r of page.items)
+    items.push({ view: domainView(deps, r.domain, r.key), account: r.account, hasDatabase: await hasDatabase(deps.db, r.account.id) });
+  return { ...page, items };
 }
 
 /** Whether inbound mail for `accountId`'s domains has a database to go to: its own or its parent's (databaseOwnerOf). */
-export function hasDatabase(db: Db, accountId: string): boolean {
-  return databaseOwnerOf(db, accountId) !== null;
+export async function hasDatabase(db: Db, accountId: string): Promise<boolean> {
+  return (await databaseOwnerOf(db, accountId)) !== null;
 }
 
 /** The account a domain belongs to (the operator acts as it), or the 404 page. */
-export function requireDomainAccount(deps: Pick<Deps, 'db'>, domainId: string): AccountRow {
-  const found = deps.db
-    .select({ account: accounts })
-    .from(domains)
-    .innerJoin(accounts, eq(accounts.id, domains.accountId))
-    .where(eq(domains.id, domainId))
-    .get();
+export async function requireDomainAccount(deps: Pick<Deps, 'db'>, domainId: string): Promise<AccountRow> {
+  const found = await one(
+    deps.db.select({ account: accounts }).from(domains).innerJoin(accounts, eq(accounts.id, domains.accountId)).where(eq(domains.id, domainId)),
+  );
   if (!found) throw new ApiError('not_found', 'There is no domain with that id.');
   return found.account;
 }
 
 /** What the last "verify" found for each record (stored by verifyDomain), or null before the first. */
-export function lastChecks(deps: Pick<Deps, 'db'>, domainId: string): Record<RecordKind, CheckValue> | null {
-  return deps.db.select({ checks: domains.checks }).from(domains).where(eq(domains.id, domainId)).get()?.checks ?? null;
+export async function lastChecks(deps: Pick<Deps, 'db'>, domainId: string): Promise<Record<RecordKind, CheckValue> | null> {
+  return (await one(deps.db.select({ checks: domains.checks }).from(domains).where(eq(domains.id, domainId))))?.checks ?? null;
 }

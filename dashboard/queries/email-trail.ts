@@ -23,6 +23,7 @@ import type { OutcomeEventData } from '../../server/core/webhook-fanout.js';
 import { idFloor } from './id-time.js';
 import { type DeliveryState, stateOf } from './webhooks.js';
 import { operatorContext } from '../on-behalf.js';
+import { one } from '../../db/sql.js';
 
 /**
  * Everything the dashboard shows about one email: the API's own answer (getEmail, as GET /emails/{id} gives it), what
@@ -84,33 +85,33 @@ export interface EmailTrail {
 }
 
 /** The email's account, or the 404 page: an id that is no email (or no id at all) reads like an unknown one. */
-function accountOfEmail(db: Db, id: string): AccountRow {
+async function accountOfEmail(db: Db, id: string): Promise<AccountRow> {
   const row = isUuid(id)
-    ? db.select({ account: accounts }).from(emails).innerJoin(accounts, eq(accounts.id, emails.accountId)).where(eq(emails.id, id)).get()
+    ? await one(db.select({ account: accounts }).from(emails).innerJoin(accounts, eq(accounts.id, emails.accountId)).where(eq(emails.id, id)))
     : undefined;
   if (!row) throw new ApiError('email_not_found', 'There is no email with that id in the send log.');
   return row.account;
 }
 
-export function emailTrail(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'secretKey'>, id: string): EmailTrail {
-  const account = accountOfEmail(deps.db, id);
-  const email = getEmail({ deps, ctx: operatorContext(account), id });
+export async function emailTrail(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'secretKey'>, id: string): Promise<EmailTrail> {
+  const account = await accountOfEmail(deps.db, id);
+  const email = await getEmail({ deps, ctx: operatorContext(account), id });
   const createdAt = Date.parse(email.createdAt);
   const eventTimes = [...new Set(email.events.map((e) => Date.parse(e.occurredAt)))];
   return {
     email,
     account,
-    queued: queuedRecipients(deps.db, id),
-    deliveries: causedDeliveries(deps.db, account.id, id, eventTimes, deps.clock.now()),
-    customerDb: customerDbTrail(deps, account.id, id, createdAt, email),
-    captured: capturedRecipients(deps, id),
-    attachments: deps.db.select({ attachments: emails.attachments }).from(emails).where(eq(emails.id, id)).get()?.attachments ?? [],
+    queued: await queuedRecipients(deps.db, id),
+    deliveries: await causedDeliveries(deps.db, account.id, id, eventTimes, deps.clock.now()),
+    customerDb: await customerDbTrail(deps, account.id, id, createdAt, email),
+    captured: await capturedRecipients(deps, id),
+    attachments: (await one(deps.db.select({ attachments: emails.attachments }).from(emails).where(eq(emails.id, id))))?.attachments ?? [],
   };
 }
 
 /** The recipients still in the outbound queue (gone once every recipient has its final outcome). */
-function queuedRecipients(db: Db, emailId: string): QueuedRecipient[] {
-  return db
+async function queuedRecipients(db: Db, emailId: string): Promise<QueuedRecipient[]> {
+  return await db
     .select({
       recipient: outboundRecipients.recipient,
       attempts: outboundRecipients.attempts,
@@ -119,8 +120,7 @@ function queuedRecipients(db: Db, emailId: string): QueuedRecipient[] {
     })
     .from(outboundRecipients)
     .where(and(eq(outboundRecipients.messageId, emailId), eq(outboundRecipients.status, 'queued')))
-    .orderBy(asc(outboundRecipients.id))
-    .all();
+    .orderBy(asc(outboundRecipients.id));
 }
 
 /** How long after its outcome a fan-out delivery's id can sort (it is made from the outcome's time, server/shared/ids.ts). */
@@ -132,18 +132,17 @@ const FANOUT_WINDOW_MS = 60_000;
  * when their post names this email. Replays queued later by an operator are listed with their endpoint.
  * Each delivery's full attempt history is on its own page (the webhooks section).
  */
-function causedDeliveries(db: Db, accountId: string, emailId: string, eventTimes: number[], now: number): CausedDelivery[] {
-  const endpoints = db
+async function causedDeliveries(db: Db, accountId: string, emailId: string, eventTimes: number[], now: number): Promise<CausedDelivery[]> {
+  const endpoints = await db
     .select({ id: webhookEndpoints.id, url: webhookEndpoints.url, active: webhookEndpoints.active })
     .from(webhookEndpoints)
-    .where(eq(webhookEndpoints.accountId, accountId))
-    .all();
+    .where(eq(webhookEndpoints.accountId, accountId));
   if (endpoints.length === 0) return [];
   const byId = new Map(endpoints.map((e) => [e.id, e]));
   const seen = new Set<string>();
   const out: CausedDelivery[] = [];
   for (const at of eventTimes) {
-    const rows = db
+    const rows = await db
       .select()
       .from(webhookDeliveries)
       .where(
@@ -153,8 +152,7 @@ function causedDeliveries(db: Db, accountId: string, emailId: string, eventTimes
           lt(webhookDeliveries.id, idFloor(at + FANOUT_WINDOW_MS)),
           sql`json_extract(${webhookDeliveries.data}, '$.messageId') = ${emailId}`,
         ),
-      )
-      .all();
+      );
     for (const row of rows) {
       if (seen.has(row.id)) continue;
       seen.add(row.id);
@@ -173,9 +171,9 @@ function causedDeliveries(db: Db, accountId: string, emailId: string, eventTimes
   return out.sort((a, b) => (a.delivery.id < b.delivery.id ? -1 : 1));
 }
 
-function capturedRecipients(deps: Pick<Deps, 'config' | 'db'>, emailId: string): Set<string> {
+async function capturedRecipients(deps: Pick<Deps, 'config' | 'db'>, emailId: string): Promise<Set<string>> {
   if (deps.config.deliveryMode !== 'capture') return new Set();
-  const rows = deps.db.select({ recipient: capturedMessages.recipient }).from(capturedMessages).where(eq(capturedMessages.emailId, emailId)).all();
+  const rows = await deps.db.select({ recipient: capturedMessages.recipient }).from(capturedMessages).where(eq(capturedMessages.emailId, emailId));
   return new Set(rows.map((r) => r.recipient));
 }
 
@@ -186,18 +184,18 @@ function capturedRecipients(deps: Pick<Deps, 'config' | 'db'>, emailId: string):
  * was written (or, past the retention window, possibly dropped unwritten). The outbox keeps no email id in the clear:
  * the writes made at this email's times are opened and matched by what they carry.
  */
-function customerDbTrail(
+async function customerDbTrail(
   deps: Pick<Deps, 'clock' | 'db' | 'secretKey'>,
   accountId: string,
   emailId: string,
   createdAt: number,
   email: EmailView & { events: EventView[] },
-): CustomerDbTrail {
+): Promise<CustomerDbTrail> {
   const empty = (none: string): CustomerDbTrail => ({ none, database: null, items: [] });
   if (email.status !== 'sent') return empty(`A ${email.status} send is not written to the customer database.`);
   if (!deps.secretKey) return empty('This server keeps no secret key (SECRET_KEY=off), so no customer database can be connected.');
-  const owner = databaseOwnerOf(deps.db, accountId);
-  const database = owner === null ? undefined : deps.db.select().from(customerDatabases).where(eq(customerDatabases.accountId, owner)).get();
+  const owner = await databaseOwnerOf(deps.db, accountId);
+  const database = owner === null ? undefined : await one(deps.db.select().from(customerDatabases).where(eq(customerDatabases.accountId, owner)));
   if (!database) return empty('Neither this account nor its parent has a customer database connected.');
 
   const items: WriteItem[] = [
@@ -210,12 +208,11 @@ function customerDbTrail(
     })),
   ];
   const times = [...new Set(items.map((i) => i.at))];
-  const rows = deps.db
+  const rows = await deps.db
     .select()
     .from(customerDbWrites)
     .where(and(eq(customerDbWrites.accountId, accountId), inArray(customerDbWrites.createdAt, times)))
-    .orderBy(asc(customerDbWrites.id))
-    .all();
+    .orderBy(asc(customerDbWrites.id));
   const claimed = new Set<WriteItem>();
   for (const row of rows) {
     const opened = openWrite(deps.secretKey, row);

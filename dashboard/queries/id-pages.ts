@@ -56,19 +56,19 @@ export function forwardPage<R>(rows: R[], limit: number, after: string | null, i
  * One page of at most `limit` rows. `select` runs the list's own query with the keyset bound (AND it with the
  * filters), the order and how many rows to take; it gets one row more than a page to learn whether another follows.
  */
-export function pageByIds<R>(
+export async function pageByIds<R>(
   id: SQLiteColumn,
   link: PageLink,
   limit: number,
   idOf: (row: R) => string,
-  select: (bound: SQL | undefined, order: SQL, take: number) => R[],
-): IdPage<R> {
+  select: (bound: SQL | undefined, order: SQL, take: number) => Promise<R[]>,
+): Promise<IdPage<R>> {
   if (link.before !== null) {
-    const rows = select(gt(id, link.before), asc(id), limit + 1);
+    const rows = await select(gt(id, link.before), asc(id), limit + 1);
     const items = rows.slice(0, limit).reverse();
     return { items, newer: rows.length > limit && items[0] ? idOf(items[0]) : null, older: items.length > 0 ? idOf(items[items.length - 1]!) : link.before };
   }
-  return forwardPage(select(link.after !== null ? lt(id, link.after) : undefined, desc(id), limit + 1), limit, link.after, idOf);
+  return forwardPage(await select(link.after !== null ? lt(id, link.after) : undefined, desc(id), limit + 1), limit, link.after, idOf);
 }
 
 /** A LIKE pattern matching `text` anywhere or at the start, its own % and _ taken literally (use with ESCAPE '\'). */

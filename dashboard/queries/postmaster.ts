@@ -3,6 +3,7 @@ import type { Db } from '../../db/client.js';
 import { operatorMessages } from '../../db/schema/index.js';
 import type { OperatorMessageSummary } from '../../server/core/operator-mail.js';
 import { PAGE_SIZE } from './id-pages.js';
+import { one } from '../../db/sql.js';
 
 /**
  * The operator's own mail (postmaster@ and abuse@ MAIL_HOSTNAME) for the dashboard's list: what the store keeps beside
@@ -12,18 +13,17 @@ import { PAGE_SIZE } from './id-pages.js';
 const { messageSealed: _sealed, ...summaryColumns } = getTableColumns(operatorMessages);
 
 /** One page of kept messages, newest first (keyset: only those before `before`), and whether older ones follow. */
-export function listOperatorMessages(db: Db, before: number | null): { entries: OperatorMessageSummary[]; more: boolean } {
-  const rows = db
+export async function listOperatorMessages(db: Db, before: number | null): Promise<{ entries: OperatorMessageSummary[]; more: boolean }> {
+  const rows = await db
     .select(summaryColumns)
     .from(operatorMessages)
     .where(before === null ? undefined : lt(operatorMessages.seq, before))
     .orderBy(desc(operatorMessages.seq))
-    .limit(PAGE_SIZE + 1)
-    .all();
+    .limit(PAGE_SIZE + 1);
   return { entries: rows.slice(0, PAGE_SIZE), more: rows.length > PAGE_SIZE };
 }
 
 /** How many messages are kept (at most OPERATOR_MAIL_LIMIT, so a count is cheap). */
-export function countOperatorMessages(db: Db): number {
-  return db.select({ n: count() }).from(operatorMessages).get()?.n ?? 0;
+export async function countOperatorMessages(db: Db): Promise<number> {
+  return (await one(db.select({ n: count() }).from(operatorMessages)))?.n ?? 0;
 }

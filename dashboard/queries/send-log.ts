@@ -84,7 +84,7 @@ export interface SendLogRow {
  * status means what GET /emails/{id} says). An account narrows it to emails_account_idx, dates to a range of the
  * primary key (UUIDv7, id-time.ts); a recipient is matched inside each email's recipient list.
  */
-export function listSendLog(db: Db, filter: SendLogFilter, link: PageLink, limit = PAGE_SIZE): IdPage<SendLogRow> {
+export async function listSendLog(db: Db, filter: SendLogFilter, link: PageLink, limit = PAGE_SIZE): Promise<IdPage<SendLogRow>> {
   const where = and(
     filter.account ? eq(emails.accountId, filter.account) : undefined,
     filter.status ? eq(emails.status, filter.status) : undefined,
@@ -92,20 +92,20 @@ export function listSendLog(db: Db, filter: SendLogFilter, link: PageLink, limit
     filter.until !== null ? and(lt(emails.id, idFloor(filter.until + ID_CLOCK_SLACK_MS)), lt(emails.createdAt, filter.until)) : undefined,
     filter.recipient ? sql`exists (select 1 from json_each("emails"."to") where lower(json_each.value) = ${filter.recipient})` : undefined,
   );
-  return pageByIds(
+  return await pageByIds(
     emails.id,
     link,
     limit,
     (r: SendLogRow) => r.email.id,
-    (bound, order, take) =>
-      db
-        .select({ email: emails, accountName: accounts.name })
-        .from(emails)
-        .innerJoin(accounts, eq(accounts.id, emails.accountId))
-        .where(and(where, bound))
-        .orderBy(order)
-        .limit(take)
-        .all()
-        .map((r) => ({ email: emailView(r.email), accountId: r.email.accountId, accountName: r.accountName })),
+    async (bound, order, take) =>
+      (
+        await db
+          .select({ email: emails, accountName: accounts.name })
+          .from(emails)
+          .innerJoin(accounts, eq(accounts.id, emails.accountId))
+          .where(and(where, bound))
+          .orderBy(order)
+          .limit(take)
+      ).map((r) => ({ email: emailView(r.email), accountId: r.email.accountId, accountName: r.accountName })),
   );
 }

@@ -6,6 +6,7 @@ import { ApiError } from '../../server/shared/errors.js';
 import type { BadgeTone } from '../ui.js';
 import { type IdPage, PAGE_SIZE, type PageLink, pageByIds } from './id-pages.js';
 import { idFloor } from './id-time.js';
+import { one } from '../../db/sql.js';
 
 /**
  * Every account's suppression list, for the operator (the API lists one account's, and matches one address
@@ -45,7 +46,7 @@ export function searchKey(text: string | undefined): string | undefined {
 }
 
 /** Every account's suppressed addresses, newest first, filtered by account and searched by address. */
-export function listAllSuppressions(db: Db, filter: SuppressionFilter, link: PageLink): IdPage<SuppressionSummary> {
+export async function listAllSuppressions(db: Db, filter: SuppressionFilter, link: PageLink): Promise<IdPage<SuppressionSummary>> {
   const search = filter.search;
   const where = and(
     filter.accountId ? eq(suppressions.accountId, filter.accountId) : undefined,
@@ -53,26 +54,30 @@ export function listAllSuppressions(db: Db, filter: SuppressionFilter, link: Pag
     // LIKE wildcards to escape.
     search ? sql`substr(${suppressions.address}, 1, ${search.length}) = ${search}` : undefined,
   );
-  return pageByIds(
+  return await pageByIds(
     suppressions.id,
     link,
     PAGE_SIZE,
     (s: SuppressionSummary) => s.view.id,
-    (bound, order, take) =>
-      db
+    async (bound, order, take) => {
+      const rows = await db
         .select({ row: suppressions, accountName: accounts.name })
         .from(suppressions)
         .innerJoin(accounts, eq(accounts.id, suppressions.accountId))
         .where(and(where, bound))
         .orderBy(order)
-        .limit(take)
-        .all()
-        .map(({ row, accountName }) => ({
+        .limit(take);
+      const summaries: SuppressionSummary[] = [];
+      for (const { row, accountName } of rows) {
+        summaries.push({
           view: suppressionView(row),
           accountId: row.accountId,
           accountName,
-          sourceEmailId: REASONS[row.reason].outcome ? sourceEmailOf(db, row.accountId, row.address, REASONS[row.reason].outcome!, row.createdAt) : null,
-        })),
+          sourceEmailId: REASONS[row.reason].outcome ? await sourceEmailOf(db, row.accountId, row.address, REASONS[row.reason].outcome!, row.createdAt) : null,
+        });
+      }
+      return summaries;
+    },
   );
 }
 
@@ -82,21 +87,22 @@ export function listAllSuppressions(db: Db, filter: SuppressionFilter, link: Pag
  * So the event is the account's or a sub-account's, of that recipient and status, at the entry's creation time; its
  * id is no earlier than that time (idFloor), which bounds the walk of the account index.
  */
-function sourceEmailOf(db: Db, accountId: string, address: string, status: 'bounced' | 'complained', at: number): string | null {
-  const row = db
-    .select({ emailId: emailEvents.emailId })
-    .from(emailEvents)
-    .where(
-      and(
-        sql`${emailEvents.accountId} in (select id from accounts where id = ${accountId} or parent_id = ${accountId})`,
-        sql`${emailEvents.id} >= ${idFloor(at)}`,
-        eq(emailEvents.occurredAt, at),
-        eq(emailEvents.status, status),
-        sql`lower(${emailEvents.recipient}) = ${address}`,
-      ),
-    )
-    .orderBy(emailEvents.id)
-    .limit(1)
-    .get();
+async function sourceEmailOf(db: Db, accountId: string, address: string, status: 'bounced' | 'complained', at: number): Promise<string | null> {
+  const row = await one(
+    db
+      .select({ emailId: emailEvents.emailId })
+      .from(emailEvents)
+      .where(
+        and(
+          sql`${emailEvents.accountId} in (select id from accounts where id = ${accountId} or parent_id = ${accountId})`,
+          sql`${emailEvents.id} >= ${idFloor(at)}`,
+          eq(emailEvents.occurredAt, at),
+          eq(emailEvents.status, status),
+          sql`lower(${emailEvents.recipient}) = ${address}`,
+        ),
+      )
+      .orderBy(emailEvents.id)
+      .limit(1),
+  );
   return row?.emailId ?? null;
 }

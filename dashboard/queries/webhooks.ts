@@ -7,6 +7,7 @@ import { isUuid } from '../../server/shared/ids.js';
 import { WEBHOOK_DISABLE_AFTER_FAILURES } from '../../server/core/webhook-schedule.js';
 import type { BadgeTone } from '../ui.js';
 import { type IdPage, PAGE_SIZE, type PageLink, pageByIds } from './id-pages.js';
+import { one } from '../../db/sql.js';
 
 /**
  * Webhook endpoints and deliveries across all accounts, for the operator (the API lists one account's only). Rows
@@ -93,42 +94,47 @@ export interface EndpointFilter {
 }
 
 /** Every account's endpoints, newest first, filtered by account and health, `limit` to a page. */
-export function listEndpoints(db: Db, filter: EndpointFilter, link: PageLink, limit = PAGE_SIZE): IdPage<EndpointSummary> {
+export async function listEndpoints(db: Db, filter: EndpointFilter, link: PageLink, limit = PAGE_SIZE): Promise<IdPage<EndpointSummary>> {
   const where = and(
     filter.accountId ? eq(webhookEndpoints.accountId, filter.accountId) : undefined,
     filter.health ? ENDPOINT_HEALTH[filter.health].where() : undefined,
   );
-  return pageByIds(
+  return await pageByIds(
     webhookEndpoints.id,
     link,
     limit,
     (s: EndpointSummary) => s.view.id,
-    (bound, order, take) =>
-      db
-        .select(summaryColumns)
-        .from(webhookEndpoints)
-        .innerJoin(accounts, eq(accounts.id, webhookEndpoints.accountId))
-        .where(and(where, bound))
-        .orderBy(order)
-        .limit(take)
-        .all()
-        .map(toSummary),
+    async (bound, order, take) =>
+      (
+        await db
+          .select(summaryColumns)
+          .from(webhookEndpoints)
+          .innerJoin(accounts, eq(accounts.id, webhookEndpoints.accountId))
+          .where(and(where, bound))
+          .orderBy(order)
+          .limit(take)
+      ).map(toSummary),
   );
 }
 
 /** One endpoint of any account, or 404 (a malformed id too). */
-export function requireEndpointSummary(db: Db, id: string): EndpointSummary & { pending: number } {
+export async function requireEndpointSummary(db: Db, id: string): Promise<EndpointSummary & { pending: number }> {
   const row = isUuid(id)
-    ? db.select(summaryColumns).from(webhookEndpoints).innerJoin(accounts, eq(accounts.id, webhookEndpoints.accountId)).where(eq(webhookEndpoints.id, id)).get()
+    ? await one(
+        db.select(summaryColumns).from(webhookEndpoints).innerJoin(accounts, eq(accounts.id, webhookEndpoints.accountId)).where(eq(webhookEndpoints.id, id)),
+      )
     : undefined;
   if (!row) throw new ApiError('webhook_not_found', 'There is no webhook endpoint with that id.');
   // Read from the pending index: deliveries that will still be attempted (or wait for the endpoint to come back).
   const pending =
-    db
-      .select({ n: count() })
-      .from(webhookDeliveries)
-      .where(and(eq(webhookDeliveries.endpointId, id), isNotNull(webhookDeliveries.nextAttemptAt)))
-      .get()?.n ?? 0;
+    (
+      await one(
+        db
+          .select({ n: count() })
+          .from(webhookDeliveries)
+          .where(and(eq(webhookDeliveries.endpointId, id), isNotNull(webhookDeliveries.nextAttemptAt))),
+      )
+    )?.n ?? 0;
   return { ...toSummary(row), pending };
 }
 
@@ -180,32 +186,33 @@ function toDelivery(row: WebhookDeliveryRow, endpointActive: boolean, now: numbe
 }
 
 /** An endpoint's deliveries, newest first (ids are UUIDv7: id order is event order). */
-export function listEndpointDeliveries(db: Db, endpoint: WebhookEndpointView, link: PageLink, now: number): IdPage<DeliverySummary> {
-  return pageByIds(
+export async function listEndpointDeliveries(db: Db, endpoint: WebhookEndpointView, link: PageLink, now: number): Promise<IdPage<DeliverySummary>> {
+  return await pageByIds(
     webhookDeliveries.id,
     link,
     PAGE_SIZE,
     (d: DeliverySummary) => d.view.id,
-    (bound, order, take) =>
-      db
-        .select()
-        .from(webhookDeliveries)
-        .where(and(eq(webhookDeliveries.endpointId, endpoint.id), bound))
-        .orderBy(order)
-        .limit(take)
-        .all()
-        .map((r) => toDelivery(r, endpoint.active, now)),
+    async (bound, order, take) =>
+      (
+        await db
+          .select()
+          .from(webhookDeliveries)
+          .where(and(eq(webhookDeliveries.endpointId, endpoint.id), bound))
+          .orderBy(order)
+          .limit(take)
+      ).map((r) => toDelivery(r, endpoint.active, now)),
   );
 }
 
 /** One delivery of the given endpoint, or 404 (another endpoint's delivery too); with its stored row for the payload. */
-export function requireDelivery(db: Db, endpoint: WebhookEndpointView, id: string, now: number): DeliverySummary & { row: WebhookDeliveryRow } {
+export async function requireDelivery(db: Db, endpoint: WebhookEndpointView, id: string, now: number): Promise<DeliverySummary & { row: WebhookDeliveryRow }> {
   const row = isUuid(id)
-    ? db
-        .select()
-        .from(webhookDeliveries)
-        .where(and(eq(webhookDeliveries.id, id), eq(webhookDeliveries.endpointId, endpoint.id)))
-        .get()
+    ? await one(
+        db
+          .select()
+          .from(webhookDeliveries)
+          .where(and(eq(webhookDeliveries.id, id), eq(webhookDeliveries.endpointId, endpoint.id))),
+      )
     : undefined;
   if (!row) throw new ApiError('not_found', 'This endpoint has no delivery with that id.');
   return { ...toDelivery(row, endpoint.active, now), row };

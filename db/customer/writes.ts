@@ -276,11 +276,15 @@ export class TargetChangedError extends Error {
  * alone under a savepoint, so only the writes at fault are refused and every other one still lands in this same
  * transaction. Resolves with the refused ones (none when all landed); any other error rejects (nothing committed).
  */
-export async function applyWrites(client: ClientBase, writes: readonly CustomerWrite[], opts: { stillTarget?: () => boolean } = {}): Promise<RefusedWrite[]> {
+export async function applyWrites(
+  client: ClientBase,
+  writes: readonly CustomerWrite[],
+  opts: { stillTarget?: () => Promise<boolean> } = {},
+): Promise<RefusedWrite[]> {
   if (writes.length === 0) return [];
   /** Just before each commit: the writes go nowhere if their database was replaced or deleted meanwhile. */
   const commit = async () => {
-    if (opts.stillTarget && !opts.stillTarget()) throw new TargetChangedError();
+    if (opts.stillTarget && !(await opts.stillTarget())) throw new TargetChangedError();
     await client.query('commit');
   };
   await client.query('begin');

@@ -198,14 +198,14 @@ export async function receiveMessage(
       operatorCopy && deps.secretKey
         ? prepareOperatorMessage(deps.secretKey, { id, recipients: operators, mailFrom, remoteAddress, helo, size, receivedAt: now, ...operatorCopy.take() })
         : null;
-    queued = await deps.commits.run(() => {
+    queued = await deps.commits.run(async () => {
       let stored = 0;
       const byAccount = new Map<string, string[]>();
       // Judged again here, in the transaction that stores the message: a domain, or a database, removed since RCPT no
       // longer receives (and the read costs little inside a transaction).
       let gone = 0;
       for (const m of mailboxes) {
-        const current = judgeRecipient(deps, m.address);
+        const current = await judgeRecipient(deps, m.address);
         if (current.kind === 'mailbox') byAccount.set(current.accountId, [...(byAccount.get(current.accountId) ?? []), current.address]);
         else gone++;
       }
@@ -214,7 +214,7 @@ export async function receiveMessage(
       // savepoint rolls back); the retry hears 550 for those at RCPT, and the rest is stored then.
       if (gone > 0 && (gone < mailboxes.length || reports.length > 0 || operators.length > 0)) throw new RecipientsChanged(gone);
       for (const [accountId, toAddresses] of byAccount) {
-        const written = queueCustomerDbWrite(
+        const written = await queueCustomerDbWrite(
           deps,
           accountId,
           {
@@ -236,8 +236,8 @@ export async function receiveMessage(
       }
       // Dated when it is recorded, not when its DATA began (a slow report would land behind events an API consumer
       // has already read past with GET /events?since=).
-      const recorded = report ? recordReport(deps, report, reports, deps.clock.now()) : { events: 0, webhooks: 0, written: 0 };
-      if (forOperator) storeOperatorMessage(deps.db, forOperator);
+      const recorded = report ? await recordReport(deps, report, reports, deps.clock.now()) : { events: 0, webhooks: 0, written: 0 };
+      if (forOperator) await storeOperatorMessage(deps.db, forOperator);
       return { stored, ...recorded };
     });
   } catch (err) {

@@ -1,13 +1,13 @@
 import { domainToASCII } from 'node:url';
-import type { Statement } from 'better-sqlite3';
 import { and, eq, sql } from 'drizzle-orm';
-import { type Db, clientOf } from '../../db/client.js';
+import type { Db } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { type RecordKind, type RecordStatus, emails } from '../../db/schema/index.js';
 import { deriveFlags } from '../../server/core/domain-checks.js';
 import type { Config } from '../../server/shared/config.js';
 import { OWNER_SQL } from '../../server/core/customer-db-outbox.js';
 import { parseVerp, verpTrusted } from '../verp.js';
+import { one, queryRow, queryRows } from '../../db/sql.js';
 
 /**
  * Who an inbound RCPT TO is for. There are no mailboxes: every local part of a receiving domain
@@ -35,21 +35,12 @@ export const OPERATOR_LOCAL_PARTS: readonly string[] = ['postmaster', 'abuse'];
 const p = sql.placeholder;
 
 const statements = definePrepared((db) => ({
-  // With the account whose database would hold the mail, in one query, plain SQL compiled once, its rows read as
-  // arrays rather than mapped through drizzle; run once per domain while the change counter stands still.
-  domainsNamed: clientOf(db)
-    .prepare(
-      `select d.account_id, d.record_status, ${OWNER_SQL} as owner
-       from domains d where d.name = ? order by d.id`,
-    )
-    .raw() as Statement<[string], [string, string, string | null]>,
   // Only a send that went out has bounce addresses (a sandboxed or failed one has no events: docs/api/contract.md, Email).
   email: db
     .select({ id: emails.id, to: emails.to })
     .from(emails)
     .where(and(eq(emails.id, p('id')), eq(emails.status, 'sent')))
     .prepare(),
-  changes: clientOf(db).prepare(`select n from change_counters where name = 'recipients'`).pluck() as Statement<[], number>,
 }));
 
 /** Where a customer's domain's mail goes: the account owning it and the account whose database holds it. */
@@ -70,10 +61,10 @@ export function receivingCacheSize(db: Db): number {
   return receivingCaches.get(db)?.domains.size ?? 0;
 }
 
-function receivingDomain(db: Db, name: string, relay: boolean): Receiving {
+async function receivingDomain(db: Db, name: string, relay: boolean): Promise<Receiving> {
   let cache = receivingCaches.get(db);
   if (!cache) receivingCaches.set(db, (cache = { stamp: -1, domains: new Map() }));
-  const stamp = statements(db).changes.get()!;
+  const stamp = (await queryRow<{ n: number }>(db, sql`select n from change_counters where name = 'recipients'`))!.n;
   if (stamp !== cache.stamp || cache.domains.size >= RECEIVING_CACHE_DOMAINS) {
     cache.domains.clear();
     cache.stamp = stamp;
@@ -81,12 +72,20 @@ function receivingDomain(db: Db, name: string, relay: boolean): Receiving {
   const known = cache.domains.get(name);
   if (known !== undefined) return known;
   let receiving: Receiving = null;
-  for (const [accountId, recordStatus, owner] of statements(db).domainsNamed.all(name)) {
+  // With the account whose database would hold the mail, in one query; run once per domain while the change counter
+  // stands still.
+  const named = await queryRows<{ account_id: string; record_status: string; owner: string | null }>(
+    db,
+    sql`select d.account_id, d.record_status, ${sql.raw(OWNER_SQL)} as owner
+       from domains d where d.name = ${name} order by d.id`,
+  );
+  for (const { account_id: accountId, record_status: recordStatus, owner } of named) {
     if (!deriveFlags(JSON.parse(recordStatus) as Record<RecordKind, RecordStatus>, relay).receiving) continue;
     receiving = owner === null ? null : { accountId, owner };
     break;
   }
-  cache.domains.set(name, receiving);
+  // Kept only while the counter it was read under stands (another RCPT may have seen it move meanwhile).
+  if (cache.stamp === stamp) cache.domains.set(name, receiving);
   return receiving;
 }
 
@@ -103,7 +102,7 @@ function splitAddress(address: string): { local: string; domain: string } | null
   return { local: address.slice(0, at), domain };
 }
 
-export function judgeRecipient(deps: { db: Db; config: Config; secretKey: Buffer | null }, raw: string): Recipient {
+export async function judgeRecipient(deps: { db: Db; config: Config; secretKey: Buffer | null }, raw: string): Promise<Recipient> {
   const address = raw.trim();
   const host = deps.config.mailHostname.toLowerCase();
   // RFC 5321 4.1.1.3: `RCPT TO:<postmaster>`, with no domain, is the server's own postmaster (smtp-server lets it by).
@@ -116,13 +115,13 @@ export function judgeRecipient(deps: { db: Db; config: Config; secretKey: Buffer
     if (OPERATOR_LOCAL_PARTS.includes(local)) return deps.secretKey ? { kind: 'operator', address: `${local}@${host}` } : { kind: 'refused' };
     const verp = parseVerp(address, host, deps.secretKey);
     if (!verp) return { kind: 'refused' };
-    const email = statements(deps.db).email.get({ id: verp.emailId });
+    const email = await one(statements(deps.db).email.execute({ id: verp.emailId }));
     if (!email || verp.recipientIndex >= email.to.length || !verpTrusted(verp, email.to.length, deps.secretKey)) return { kind: 'refused' };
     return { kind: 'bounce', address: address.toLowerCase(), emailId: verp.emailId, recipientIndex: verp.recipientIndex };
   }
   // Mail for a customer's domain needs somewhere to go: without the secret key no database can be read.
   if (!deps.secretKey) return { kind: 'refused' };
-  const receiving = receivingDomain(deps.db, parts.domain, deps.config.smtpRelayUrl !== null);
+  const receiving = await receivingDomain(deps.db, parts.domain, deps.config.smtpRelayUrl !== null);
   if (!receiving) return { kind: 'refused' };
   return { kind: 'mailbox', address: `${parts.local}@${parts.domain}`, accountId: receiving.accountId };
 }

@@ -5,6 +5,7 @@ import { writeOutcome } from '../../server/core/outcomes.js';
 import { type Verp, parseVerp, verpTrusted } from '../verp.js';
 import type { Recipient } from './recipients.js';
 import type { InboundReport } from './reports.js';
+import { one } from '../../db/sql.js';
 
 /**
  * Bounce and complaint reports that arrive by SMTP, once received (receive.ts holds their first REPORT_BYTES and
@@ -77,19 +78,20 @@ interface SentEmail {
 }
 
 /** A send that went out: a sandboxed or failed one has no events (docs/api/contract.md, Email), whatever a report quotes. */
-const findEmail = (deps: Pick<Deps, 'db'>, id: string): SentEmail | undefined =>
-  deps.db
-    .select({ id: emails.id, accountId: emails.accountId, to: emails.to })
-    .from(emails)
-    .where(and(eq(emails.id, id), eq(emails.status, 'sent')))
-    .get();
+const findEmail = async (deps: Pick<Deps, 'db'>, id: string): Promise<SentEmail | undefined> =>
+  await one(
+    deps.db
+      .select({ id: emails.id, accountId: emails.accountId, to: emails.to })
+      .from(emails)
+      .where(and(eq(emails.id, id), eq(emails.status, 'sent'))),
+  );
 
 /** The email a report is about: the VERP address it came to, else the reported message's return path, else its Message-ID. */
-function reportedEmail(
+async function reportedEmail(
   deps: Pick<Deps, 'db' | 'config' | 'secretKey'>,
   report: Exclude<InboundReport, null>,
   arrivedAt: Recipient[],
-): { email: SentEmail; index: number | null } | null {
+): Promise<{ email: SentEmail; index: number | null } | null> {
   const host = deps.config.mailHostname;
   const candidates: { emailId: string; recipientIndex: number | null; verp?: Verp }[] = [];
   // The address it came to was judged at RCPT (recipients.ts), a VERP address quoted in it is judged here.
@@ -103,7 +105,7 @@ function reportedEmail(
     : null;
   if (messageId) candidates.push({ emailId: messageId[1]!.toLowerCase(), recipientIndex: null });
   for (const c of candidates) {
-    const email = findEmail(deps, c.emailId);
+    const email = await findEmail(deps, c.emailId);
     if (email && (!c.verp || verpTrusted(c.verp, email.to.length, deps.secretKey))) return { email, index: c.recipientIndex };
   }
   return null;
@@ -142,12 +144,11 @@ export function reportIsNews(earlier: readonly { status: string; dsn: string }[]
   return of('bounced').length === 0 && of('complained').length === 0 && deferred.length < MAX_DEFERRED_EVENTS && !deferred.some((e) => e.dsn === dsn);
 }
 
-const recipientEvents = (deps: Pick<Deps, 'db'>, emailId: string, recipient: string) =>
-  deps.db
+const recipientEvents = async (deps: Pick<Deps, 'db'>, emailId: string, recipient: string) =>
+  await deps.db
     .select({ status: emailEvents.status, dsn: emailEvents.dsn })
     .from(emailEvents)
-    .where(and(eq(emailEvents.emailId, emailId), eq(emailEvents.recipient, recipient)))
-    .all();
+    .where(and(eq(emailEvents.emailId, emailId), eq(emailEvents.recipient, recipient)));
 
 /**
  * The block of a DSN that speaks for its recipient: every block is about the one copy its VERP address names, so one
@@ -164,13 +165,13 @@ function decisiveBlock<B extends { action: string; status: string }>(blocks: rea
  * `abuse` report a `complained` event with its suppression and counter. Through the engine's own writeOutcome, so
  * webhooks, the customer database and the reputation breaker see it like any other outcome.
  */
-export function recordReport(
+export async function recordReport(
   deps: Pick<Deps, 'config' | 'db' | 'logger' | 'metrics' | 'secretKey'>,
   report: Exclude<InboundReport, null>,
   arrivedAt: Recipient[],
   now: number,
-): { events: number; webhooks: number; written: number } {
-  const target = reportedEmail(deps, report, arrivedAt);
+): Promise<{ events: number; webhooks: number; written: number }> {
+  const target = await reportedEmail(deps, report, arrivedAt);
   if (!target) {
     deps.logger.info('inbound.report_unmatched', { kind: report.kind });
     return { events: 0, webhooks: 0, written: 0 };
@@ -194,10 +195,10 @@ export function recordReport(
         ? { status: 'complained', dsn: '5.7.1', detail: 'Complaint (feedback report: abuse)' }
         : null;
   if (!said) return { events: 0, webhooks: 0, written: 0 };
-  if (!reportIsNews(recipientEvents(deps, email.id, recipient), said.status, said.dsn)) {
+  if (!reportIsNews(await recipientEvents(deps, email.id, recipient), said.status, said.dsn)) {
     deps.logger.info('inbound.report_repeated', { emailId: email.id, status: said.status, dsn: said.dsn });
     return { events: 0, webhooks: 0, written: 0 };
   }
-  const out = writeOutcome(deps, { emailId: email.id, accountId: email.accountId, recipient, ...said, occurredAt: now });
+  const out = await writeOutcome(deps, { emailId: email.id, accountId: email.accountId, recipient, ...said, occurredAt: now });
   return { events: 1, webhooks: out.webhooks, written: out.written ? 1 : 0 };
 }

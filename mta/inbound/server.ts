@@ -84,10 +84,10 @@ export function createInboundServer(
       bounds.release(session);
     },
 
-    onRcptTo(address, _session, callback) {
+    async onRcptTo(address, _session, callback) {
       let judged;
       try {
-        judged = judgeRecipient(deps, address.address);
+        judged = await judgeRecipient(deps, address.address);
       } catch (err) {
         logFailure(deps, 'inbound.rcpt_failed', err);
         deps.metrics.inboundRefused('rcpt', 451);
@@ -104,33 +104,44 @@ export function createInboundServer(
 
     onData(stream, session: SMTPServerSession, callback) {
       // Judged again in the transaction that stores the message: a domain or database removed meanwhile no longer receives.
-      const recipients = session.envelope.rcptTo.map((r) => judgedAtRcpt.get(r) ?? judgeRecipient(deps, r.address)).filter((r) => r.kind !== 'refused');
+      const judged = async () => {
+        const recipients = [];
+        for (const r of session.envelope.rcptTo) {
+          const recipient = judgedAtRcpt.get(r) ?? (await judgeRecipient(deps, r.address));
+          if (recipient.kind !== 'refused') recipients.push(recipient);
+        }
+        return recipients;
+      };
       const mailFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
-      receiveMessage(deps, stream, { mailFrom, recipients, remoteAddress: session.remoteAddress, helo: session.hostNameAppearsAs ?? '' }, checks).then(
-        (received) => {
-          deps.metrics.inboundAccepted();
-          deps.logger.info('inbound.received', {
-            id: received.id,
-            size: received.size,
-            stored: received.stored,
-            events: received.events,
-            operator: received.operator,
-            remoteAddress: session.remoteAddress,
-          });
-          callback(null, `2.0.0 Ok: queued as ${received.id}`);
-        },
-        (err: unknown) => {
-          if (err instanceof SmtpReply) {
-            deps.metrics.inboundRefused('data', err.responseCode);
-            deps.logger.info('inbound.refused', { code: err.responseCode, message: err.message, remoteAddress: session.remoteAddress });
-            return callback(err);
-          }
-          // The client went away mid-DATA (nobody reads the answer), or something failed: nothing was stored.
-          deps.metrics.inboundRefused('data', 451);
-          deps.logger.info('inbound.aborted', { message: err instanceof Error ? err.message : String(err), remoteAddress: session.remoteAddress });
-          callback(reply(451, '4.3.0 The message could not be stored; try again later'));
-        },
-      );
+      judged()
+        .then((recipients) =>
+          receiveMessage(deps, stream, { mailFrom, recipients, remoteAddress: session.remoteAddress, helo: session.hostNameAppearsAs ?? '' }, checks),
+        )
+        .then(
+          (received) => {
+            deps.metrics.inboundAccepted();
+            deps.logger.info('inbound.received', {
+              id: received.id,
+              size: received.size,
+              stored: received.stored,
+              events: received.events,
+              operator: received.operator,
+              remoteAddress: session.remoteAddress,
+            });
+            callback(null, `2.0.0 Ok: queued as ${received.id}`);
+          },
+          (err: unknown) => {
+            if (err instanceof SmtpReply) {
+              deps.metrics.inboundRefused('data', err.responseCode);
+              deps.logger.info('inbound.refused', { code: err.responseCode, message: err.message, remoteAddress: session.remoteAddress });
+              return callback(err);
+            }
+            // The client went away mid-DATA (nobody reads the answer), or something failed: nothing was stored.
+            deps.metrics.inboundRefused('data', 451);
+            deps.logger.info('inbound.aborted', { message: err instanceof Error ? err.message : String(err), remoteAddress: session.remoteAddress });
+            callback(reply(451, '4.3.0 The message could not be stored; try again later'));
+          },
+        );
     },
   });
   // A client resetting its connection is routine on port 25; anything else is worth a warning. A failure to listen

@@ -84,8 +84,8 @@ export function createLanes(deps: Pick<Deps, 'logger' | 'storeHealth'>, parts: L
   return {
     enqueue,
     /** Hands each queue's waiting recipients, taken out of it, to `take` (shutdown: they are given back). */
-    drainWaiting(take: (jobs: Job[]) => void): void {
-      for (const w of work.values()) take(w.jobs.splice(0));
+    async drainWaiting(take: (jobs: Job[]) => Promise<void>): Promise<void> {
+      for (const w of work.values()) await take(w.jobs.splice(0));
     },
   };
 }

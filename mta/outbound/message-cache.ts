@@ -5,6 +5,7 @@ import type { Deps } from '../../server/core/deps.js';
 import type { Claimed } from '../delivery-queue.js';
 import type { SigningKey } from '../dkim.js';
 import type { Signer } from '../signer.js';
+import { one } from '../../db/sql.js';
 
 /** An email's whole `to` list (its To header), read once per message built. */
 const statements = definePrepared((db) => ({
@@ -30,7 +31,7 @@ interface Entry {
 /** What building a message takes besides the store and the clock. */
 export interface MessageCacheParts {
   signer: Pick<Signer, 'build'>;
-  signingKey: (domainKeyId: string) => SigningKey & { id: string };
+  signingKey: (domainKeyId: string) => Promise<SigningKey & { id: string }>;
 }
 
 /**
@@ -45,8 +46,8 @@ export function createMessageCache(deps: Pick<Deps, 'db' | 'clock'>, parts: Mess
     if (!entry) {
       // Everything, the reads too, inside the promise: a failure defers that recipient, it never stops the engine.
       const ready = Promise.resolve().then(async () => {
-        const to = statements(deps.db).recipientsOf.get({ id: job.message.id })?.to ?? [job.recipient.recipient];
-        const message = await parts.signer.build(job.message, to, parts.signingKey(job.message.domainKeyId), new Date(deps.clock.now()));
+        const to = (await one(statements(deps.db).recipientsOf.execute({ id: job.message.id })))?.to ?? [job.recipient.recipient];
+        const message = await parts.signer.build(job.message, to, await parts.signingKey(job.message.domainKeyId), new Date(deps.clock.now()));
         return { message, to };
       });
       ready.catch(() => undefined);

@@ -44,8 +44,8 @@ export function createOutcomeRecording(deps: RecordingDeps, parts: { worker: str
   }
 
   /** True (and the job finished, logged) when the recipient's rows are gone: its account was deleted since the claim. */
-  function gone(job: Job, accountId: string): boolean {
-    if (stillHeld(deps.db, parts.worker, job.recipient.id)) return false;
+  async function gone(job: Job, accountId: string): Promise<boolean> {
+    if (await stillHeld(deps.db, parts.worker, job.recipient.id)) return false;
     deps.logger.info('delivery.recipient_gone', { recipientId: job.recipient.id, accountId });
     job.finish();
     return true;

@@ -61,13 +61,13 @@ export function createTransports(deps: Pick<Deps, 'config' | 'logger' | 'secretK
           index = Math.max(0, ready.to.indexOf(job.recipient.recipient));
         } catch (err) {
           // A build that failed because the account was deleted meanwhile (its domain key went with it): gone too.
-          if (gone(job, w.account)) continue;
+          if (await gone(job, w.account)) continue;
           if (!(await record(job, unprepared(err)))) return 'done';
           continue;
         }
         // Its account deleted since the claim (the rows went with it): nothing to send, nothing to record. Checked
         // here, after the build's wait, just before the SMTP transaction begins.
-        if (gone(job, w.account)) continue;
+        if (await gone(job, w.account)) continue;
         const result = await session.send(verpAddress(job.message.id, index, deps.config.mailHostname, deps.secretKey), job.recipient.recipient, message);
         if (result.connectionLost) {
           await session.close();
@@ -108,11 +108,11 @@ export function createTransports(deps: Pick<Deps, 'config' | 'logger' | 'secretK
         const { message } = await messages.messageOf(job);
         extras = { capture: deps.config.deliveryMode === 'capture' ? capture(job, message) : null };
       } catch (err) {
-        if (gone(job, w.account)) continue;
+        if (await gone(job, w.account)) continue;
         if (!(await record(job, unprepared(err)))) return;
         continue;
       }
-      if (gone(job, w.account)) continue;
+      if (await gone(job, w.account)) continue;
       let outcome = CAPTURED;
       if (kind === 'simulator') {
         const reply = simulateAttempt(job.recipient.recipient, job.recipient.attempts);

@@ -102,11 +102,11 @@ export function createSubmissionServer(
       bounds.release(session);
     },
 
-    onAuth(auth, session, callback) {
+    async onAuth(auth, session, callback) {
       const client = clientKey(session.remoteAddress);
       if (lockout.locked(client)) return callback(refused('auth', session, reply(421, LOCKED_OUT)));
       try {
-        const user = authenticateSubmission(deps, auth.username ?? '', auth.password ?? '');
+        const user = await authenticateSubmission(deps, auth.username ?? '', auth.password ?? '');
         deps.logger.info('submission.authenticated', { keyId: user.keyId, accountId: user.actingAccountId, remoteAddress: session.remoteAddress });
         // smtp-server types `user` loosely; the session keeps the key and account for each message.
         return callback(null, { user: user as unknown as string });
@@ -121,21 +121,21 @@ export function createSubmissionServer(
       }
     },
 
-    onMailFrom(_address, session, callback) {
+    async onMailFrom(_address, session, callback) {
       try {
-        begunAt.set(session, beginSubmission(deps, authOf(session)));
+        begunAt.set(session, await beginSubmission(deps, authOf(session)));
         callback();
       } catch (err) {
         callback(refused('mail', session, replyOf(deps, err)));
       }
     },
 
-    onRcptTo(address, session, callback) {
+    async onRcptTo(address, session, callback) {
       if (session.envelope.rcptTo.length >= MAX_RECIPIENTS) {
         return callback(refused('rcpt', session, reply(452, `4.5.3 Too many recipients: at most ${MAX_RECIPIENTS} a message`)));
       }
       try {
-        judgedAtRcpt.set(address, checkSubmissionRecipient(deps, authOf(session), address.address));
+        judgedAtRcpt.set(address, await checkSubmissionRecipient(deps, authOf(session), address.address));
         callback();
       } catch (err) {
         callback(refused('rcpt', session, replyOf(deps, err)));

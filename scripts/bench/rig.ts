@@ -82,17 +82,16 @@ export async function startBenchRig(extraEnv: Record<string, string> = {}, given
     async newSender(name, domain) {
       const store = openDatabase(dataDir);
       try {
-        const account = createTopLevelAccount({ db: store.db, clock: systemClock, config }, { name, credits: 100_000_000 });
-        const key = insertKey({ db: store.db, clock: systemClock }, { accountId: account.id, name: 'bench', scopes: SCOPES }).key;
+        const account = await createTopLevelAccount({ db: store.db, clock: systemClock, config }, { name, credits: 100_000_000 });
+        const key = (await insertKey({ db: store.db, clock: systemClock }, { accountId: account.id, name: 'bench', scopes: SCOPES })).key;
         const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
         const res = await fetch(`${base}/domains`, { method: 'POST', headers, body: JSON.stringify({ name: domain }) });
         if (res.status !== 201) throw new Error(`POST /domains answered ${res.status}: ${await res.text()}`);
         const created = (await res.json()) as { id: string };
-        store.db
+        await store.db
           .update(domains)
           .set({ recordStatus: { ownership: 'published', spf: 'published', receiving: 'published', signing: 'published' } })
-          .where(eq(domains.id, created.id))
-          .run();
+          .where(eq(domains.id, created.id));
         return { accountId: account.id, headers };
       } finally {
         store.close();

@@ -95,16 +95,15 @@ async function main(): Promise<void> {
   // Sandbox sends are limited to 1000 a day per account: spread them over many accounts, each with its own domain.
   const senders: { key: string; domain: string }[] = [];
   for (let i = 0; i < ACCOUNTS; i++) {
-    const account = createTopLevelAccount({ db: store.db, clock: systemClock, config }, { name: `Bench ${i}`, credits: 100_000_000 });
-    const key = insertKey({ db: store.db, clock: systemClock }, { accountId: account.id, name: 'bench', scopes: SCOPES }).key;
+    const account = await createTopLevelAccount({ db: store.db, clock: systemClock, config }, { name: `Bench ${i}`, credits: 100_000_000 });
+    const key = (await insertKey({ db: store.db, clock: systemClock }, { accountId: account.id, name: 'bench', scopes: SCOPES })).key;
     const domain = `bench${i}.example`;
     const created = await fetch(`${base}/domains`, { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: JSON.stringify({ name: domain }) });
     const { id } = (await created.json()) as { id: string };
-    store.db
+    await store.db
       .update(domains)
       .set({ recordStatus: { ownership: 'published', spf: 'published', receiving: 'published', signing: 'published' } })
-      .where(eq(domains.id, id))
-      .run();
+      .where(eq(domains.id, id));
     // The account's own receipt, in a layout with its brand CSS (inlined at render), for the own-template phases.
     for (const body of [OWN_LAYOUT, OWN_RECEIPT]) {
       const made = await fetch(`${base}/templates`, { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: JSON.stringify(body) });

@@ -49,14 +49,15 @@ async function main(): Promise<void> {
     DEFAULT_DAILY_QUOTA: '100000000',
     LOG_LEVEL: 'warn',
   });
-  const deps = createDeps(config, systemClock, createLogger('warn'));
+  const deps = await createDeps(config, systemClock, createLogger('warn'));
   const app = createApp(deps);
   // Sandbox sends are limited to 1000 a day per account: one account per 900 of them.
-  const senders = Array.from({ length: Math.ceil(total / 900) + 1 }, (_, i) => {
-    const account = createTopLevelAccount(deps, { name: `Bench ${i}`, credits: 100_000_000 });
-    const key = insertKey(deps, { accountId: account.id, name: 'bench', scopes: SCOPES }).key;
-    return { key, domain: `bench${i}.example` };
-  });
+  const senders: { key: string; domain: string }[] = [];
+  for (let i = 0; i < Math.ceil(total / 900) + 1; i++) {
+    const account = await createTopLevelAccount(deps, { name: `Bench ${i}`, credits: 100_000_000 });
+    const key = (await insertKey(deps, { accountId: account.id, name: 'bench', scopes: SCOPES })).key;
+    senders.push({ key, domain: `bench${i}.example` });
+  }
   for (const s of senders) {
     const res = await app.request('/api/v1/domains', {
       method: 'POST',
@@ -64,11 +65,10 @@ async function main(): Promise<void> {
       body: JSON.stringify({ name: s.domain }),
     });
     const { id } = (await res.json()) as { id: string };
-    deps.db
+    await deps.db
       .update(domains)
       .set({ recordStatus: { ownership: 'published', spf: 'published', receiving: 'published', signing: 'published' } })
-      .where(eq(domains.id, id))
-      .run();
+      .where(eq(domains.id, id));
   }
   const body = (i: number, sandbox: boolean, domain: string) =>
     JSON.stringify({

@@ -132,7 +132,7 @@ function packageVersion(): string {
 /** What the command line asks for: text to print as is (help, version), or a command's JSON result. */
 type Outcome = { text: string } | { result: unknown };
 
-function runCli(argv: string[], env: Record<string, string | undefined> = process.env): Outcome {
+async function runCli(argv: string[], env: Record<string, string | undefined> = process.env): Promise<Outcome> {
   const { command, opts } = parseCommandLine(argv);
   if (opts.help || command === 'help') return { text: USAGE };
   if (opts.version) return { text: packageVersion() };
@@ -152,64 +152,61 @@ function runCli(argv: string[], env: Record<string, string | undefined> = proces
   }
   const store = openDatabase(config.dataDir, { mustExist: true });
   try {
-    return { result: runCommand(store, config, command, opts) };
+    return { result: await runCommand(store, config, command, opts) };
   } finally {
     store.close();
   }
 }
 
-function runCommand(store: Store, config: Config, command: string, opts: Options): unknown {
+async function runCommand(store: Store, config: Config, command: string, opts: Options): Promise<unknown> {
   const deps = { db: store.db, clock: systemClock, config };
-  const account = (): AccountRow => {
+  const account = async (): Promise<AccountRow> => {
     const id = required(opts, 'account');
-    const row = findAccount(store.db, id);
+    const row = await findAccount(store.db, id);
     if (!row) throw new ApiError('not_found', `No account ${id}.`);
     return row;
   };
-  const view = (row: AccountRow | undefined) => {
+  const view = async (row: AccountRow | undefined) => {
     if (!row) throw new ApiError('not_found', 'The account no longer exists.');
-    return accountView(deps, row);
+    return await accountView(deps, row);
   };
 
   switch (command) {
     case 'accounts create': {
       const name = optionInput(accountNameSchema, required(opts, 'name'), '--name');
-      const row = createTopLevelAccount(deps, {
+      const row = await createTopLevelAccount(deps, {
         name,
         credits: integer('credits', opts.credits, OPERATOR_NUMBER_MIN.credits),
         dailyQuota: integer('daily-quota', opts['daily-quota'], OPERATOR_NUMBER_MIN.dailyQuota),
       });
-      const key = insertKey(deps, { accountId: row.id, name: 'operator', scopes: SCOPES });
-      return { account: accountView(deps, row), key: key.key };
+      const key = await insertKey(deps, { accountId: row.id, name: 'operator', scopes: SCOPES });
+      return { account: await accountView(deps, row), key: key.key };
     }
-    case 'accounts list':
-      return {
-        data: store.db
-          .select()
-          .from(accounts)
-          .orderBy(desc(accounts.id))
-          .all()
-          .map((r) => accountView(deps, r)),
-      };
+    case 'accounts list': {
+      const rows = await store.db.select().from(accounts).orderBy(desc(accounts.id));
+      const data = [];
+      for (const r of rows) data.push(await accountView(deps, r));
+      return { data };
+    }
     case 'accounts set-quota': {
       const quota = integer('daily-quota', required(opts, 'daily-quota'), OPERATOR_NUMBER_MIN.dailyQuota)!;
-      return view(setDailyQuota(deps, account().id, quota));
+      return await view(await setDailyQuota(deps, (await account()).id, quota));
     }
     case 'accounts suspend': {
       const reason = optionInput(operatorSuspensionReasonSchema, required(opts, 'reason'), '--reason');
-      return view(suspendByOperator(deps, account().id, reason));
+      return await view(await suspendByOperator(deps, (await account()).id, reason));
     }
     case 'accounts unsuspend':
-      return view(unsuspendByOperator(deps, account().id));
+      return await view(await unsuspendByOperator(deps, (await account()).id));
     case 'credits grant': {
       const amount = integer('amount', required(opts, 'amount'), OPERATOR_NUMBER_MIN.amount)!;
-      const row = account();
+      const row = await account();
       // The arguments are well formed; the account is the wrong kind: a refusal (exit 1), not a usage error.
       if (row.parentId !== null) throw new Error("credits are granted to the top-level account; a sub-account's sends are paid by its parent");
-      return view(grantCredits(deps, row.id, amount));
+      return await view(await grantCredits(deps, row.id, amount));
     }
     case 'keys create': {
-      const row = account();
+      const row = await account();
       const scopes = opts.scopes
         ?.split(',')
         .map((s) => s.trim())
@@ -218,27 +215,27 @@ function runCommand(store: Store, config: Config, command: string, opts: Options
       const unknown = scopes?.find((s) => !isScope(s));
       if (unknown !== undefined) throw new UsageError(`unknown scope "${unknown}"; scopes are ${SCOPES.join(', ')}`);
       const input = optionInput(mintKeyInput, { name: required(opts, 'name'), scopes }, 'options');
-      return insertKey(deps, { accountId: row.id, name: input.name, scopes: (input.scopes ?? SCOPES).filter(isScope) });
+      return await insertKey(deps, { accountId: row.id, name: input.name, scopes: (input.scopes ?? SCOPES).filter(isScope) });
     }
     case 'webhooks list':
-      return { data: listAccountWebhooks(store.db, account().id) };
+      return { data: await listAccountWebhooks(store.db, (await account()).id) };
     case 'webhooks enable':
-      return enableWebhook(store.db, required(opts, 'webhook'), deps.clock.now());
+      return await enableWebhook(store.db, required(opts, 'webhook'), deps.clock.now());
     case 'database status':
-      return databaseStatusOf(deps, account().id);
+      return await databaseStatusOf(deps, (await account()).id);
     case 'admin-token reset':
       // The server puts ADMIN_TOKEN's hash back at every start: a token printed here would stop at the next one.
       if (config.adminToken !== null)
         throw new Error('ADMIN_TOKEN is set, and every start of the server signs in with it: change ADMIN_TOKEN and restart the server instead');
-      return { token: resetAdminToken(store.db) };
+      return { token: await resetAdminToken(store.db) };
     default:
       throw new UsageError(`unknown command "${command}"`);
   }
 }
 
-function main(): void {
+async function main(): Promise<void> {
   try {
-    const outcome = runCli(process.argv.slice(2));
+    const outcome = await runCli(process.argv.slice(2));
     process.stdout.write('text' in outcome ? `${outcome.text}\n` : `${JSON.stringify(outcome.result, null, 2)}\n`);
   } catch (err) {
     if (err instanceof UsageError) {
@@ -250,4 +247,4 @@ function main(): void {
   }
 }
 
-main();
+await main();

@@ -61,7 +61,7 @@ export interface DepsOptions {
   scans?: Scans;
 }
 
-export function createDeps(config: Config, clock: Clock, logger: Logger, options: DepsOptions = {}): Deps {
+export async function createDeps(config: Config, clock: Clock, logger: Logger, options: DepsOptions = {}): Promise<Deps> {
   const store = options.store ?? openDatabase(config.dataDir);
   // After a failed flush of the WAL no write anywhere on the connection is safe to acknowledge: every one is refused
   // (query_only) and /healthz stays 503 until a restart recovers from what the disk holds.
@@ -87,7 +87,7 @@ export function createDeps(config: Config, clock: Clock, logger: Logger, options
     logger,
     resolver: createResolver({ servers: config.dnsServers }),
     // Generated only on a first start: DATA_DIR holding secrets sealed with a key and no key file is a lost key.
-    secretKey: options.secretKey !== undefined ? options.secretKey : resolveSecretKey(config, { mayGenerate: !holdsSealedSecrets(store.db) }),
+    secretKey: options.secretKey !== undefined ? options.secretKey : resolveSecretKey(config, { mayGenerate: !(await holdsSealedSecrets(store.db)) }),
     keyUsage: createKeyUsage(),
     rateLimiter: createRateLimiter(clock, { perKey: config.rateLimitPerKey, perAccount: config.rateLimitPerAccount }),
     scans,

@@ -23,6 +23,7 @@ import { eventRoutes } from '../api/routes/events.js';
 import { suppressionRoutes } from '../api/routes/suppressions.js';
 import { templateRoutes } from '../api/routes/templates.js';
 import { webhookRoutes } from '../api/routes/webhooks.js';
+import { queryRow } from '../../db/sql.js';
 
 export const API_BASE = '/api/v1';
 
@@ -68,10 +69,10 @@ export function createApp(deps: Deps) {
   // The delivery mode too, so a probe or a person can tell a capturing (development) server from one that delivers.
   // 503 too for a while after any part of the service failed on the store itself (server/shared/store-health.ts): `select 1`
   // never reads the file, and a damaged file fails only the work that reads it.
-  app.get('/healthz', (c) => {
+  app.get('/healthz', async (c) => {
     const deliveryMode = deps.config.deliveryMode;
     try {
-      deps.db.get(sql`select 1`);
+      await queryRow(deps.db, sql`select 1`);
       if (deps.storeHealth.faulty()) return c.json({ status: 'unavailable', deliveryMode }, 503);
       return c.json({ status: 'ok', deliveryMode });
     } catch (err) {

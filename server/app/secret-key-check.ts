@@ -6,6 +6,7 @@ import { customerDatabases, domainKeys, settings, webhookEndpoints } from '../..
 import type { Config } from '../shared/config.js';
 import { SEAL_CONTEXTS } from '../shared/seal-contexts.js';
 import { decryptSecret, encryptSecret } from '../shared/secrets.js';
+import { one } from '../../db/sql.js';
 
 /**
  * Whether the secret key this start was given is the one DATA_DIR's secrets were sealed with. A different key (a
@@ -28,13 +29,15 @@ export type SecretKeyCheck =
   | { kind: 'off'; sealed: { dkimKeys: number; webhookSecrets: number; databaseUrls: number } };
 
 /** One stored secret of each kind, with the context it was sealed under. */
-function sampleSecrets(db: Db): { what: string; sealed: string; context: string }[] {
+async function sampleSecrets(db: Db): Promise<{ what: string; sealed: string; context: string }[]> {
   const samples: { what: string; sealed: string; context: string }[] = [];
-  const key = db.select({ accountId: domainKeys.accountId, name: domainKeys.name, sealed: domainKeys.dkimPrivateKeySealed }).from(domainKeys).limit(1).get();
+  const key = await one(
+    db.select({ accountId: domainKeys.accountId, name: domainKeys.name, sealed: domainKeys.dkimPrivateKeySealed }).from(domainKeys).limit(1),
+  );
   if (key) samples.push({ what: `the DKIM key of ${key.name}`, sealed: key.sealed, context: SEAL_CONTEXTS.dkimKey(key.accountId, key.name) });
-  const hook = db.select({ id: webhookEndpoints.id, sealed: webhookEndpoints.secretSealed }).from(webhookEndpoints).limit(1).get();
+  const hook = await one(db.select({ id: webhookEndpoints.id, sealed: webhookEndpoints.secretSealed }).from(webhookEndpoints).limit(1));
   if (hook) samples.push({ what: `the signing secret of webhook ${hook.id}`, sealed: hook.sealed, context: SEAL_CONTEXTS.webhookSecret(hook.id) });
-  const database = db.select({ accountId: customerDatabases.accountId, sealed: customerDatabases.urlSealed }).from(customerDatabases).limit(1).get();
+  const database = await one(db.select({ accountId: customerDatabases.accountId, sealed: customerDatabases.urlSealed }).from(customerDatabases).limit(1));
   if (database)
     samples.push({
       what: `the database URL of account ${database.accountId}`,
@@ -53,13 +56,13 @@ const opens = (key: Buffer, sealed: string, context: string): boolean => {
   }
 };
 
-const recordedCheck = (db: Db) => db.select({ value: settings.value }).from(settings).where(eq(settings.key, CHECK_SETTING)).get();
+const recordedCheck = async (db: Db) => await one(db.select({ value: settings.value }).from(settings).where(eq(settings.key, CHECK_SETTING)));
 
 /** What `key` cannot open of DATA_DIR's secrets (the recorded check value, else a sample of each kind), or null. */
-function firstUnopened(db: Db, key: Buffer): string | null {
-  const recorded = recordedCheck(db);
+async function firstUnopened(db: Db, key: Buffer): Promise<string | null> {
+  const recorded = await recordedCheck(db);
   if (recorded) return opens(key, recorded.value, CHECK_CONTEXT) ? null : 'the check value recorded at an earlier start';
-  for (const s of sampleSecrets(db)) if (!opens(key, s.sealed, s.context)) return s.what;
+  for (const s of await sampleSecrets(db)) if (!opens(key, s.sealed, s.context)) return s.what;
   return null;
 }
 
@@ -67,23 +70,26 @@ function firstUnopened(db: Db, key: Buffer): string | null {
  * Whether DATA_DIR holds anything sealed with a key: then a missing DATA_DIR/secret.key is a lost key, not a first
  * start, and a new one generated in its place would open none of it.
  */
-export function holdsSealedSecrets(db: Db): boolean {
-  return recordedCheck(db) !== undefined || sampleSecrets(db).length > 0;
+export async function holdsSealedSecrets(db: Db): Promise<boolean> {
+  return (await recordedCheck(db)) !== undefined || (await sampleSecrets(db)).length > 0;
 }
 
 /** Checks `key` against DATA_DIR's secrets, and on a first start with a key (or the first since this check) records it. */
-export function checkSecretKey(db: Db, key: Buffer | null): SecretKeyCheck {
+export async function checkSecretKey(db: Db, key: Buffer | null): Promise<SecretKeyCheck> {
   if (key === null) {
-    const count = (table: typeof domainKeys | typeof webhookEndpoints | typeof customerDatabases) =>
-      db.select({ n: sql<number>`count(*)` }).from(table).get()?.n ?? 0;
-    return { kind: 'off', sealed: { dkimKeys: count(domainKeys), webhookSecrets: count(webhookEndpoints), databaseUrls: count(customerDatabases) } };
+    const count = async (table: typeof domainKeys | typeof webhookEndpoints | typeof customerDatabases) =>
+      (await one(db.select({ n: sql<number>`count(*)` }).from(table)))?.n ?? 0;
+    return {
+      kind: 'off',
+      sealed: { dkimKeys: await count(domainKeys), webhookSecrets: await count(webhookEndpoints), databaseUrls: await count(customerDatabases) },
+    };
   }
-  const what = firstUnopened(db, key);
+  const what = await firstUnopened(db, key);
   if (what !== null) return { kind: 'mismatch', what };
-  db.insert(settings)
+  await db
+    .insert(settings)
     .values({ key: CHECK_SETTING, value: encryptSecret(key, CHECK_PLAINTEXT, CHECK_CONTEXT) })
-    .onConflictDoNothing()
-    .run();
+    .onConflictDoNothing();
   return { kind: 'ok' };
 }
 
@@ -98,12 +104,12 @@ function fileKey(dataDir: string): Buffer | null {
 }
 
 /** The start's one line on stderr for a mismatch: which key was used, and where the right one is when it is known. */
-export function mismatchLine(db: Db, config: Pick<Config, 'secretKey' | 'dataDir'>, what: string): string {
+export async function mismatchLine(db: Db, config: Pick<Config, 'secretKey' | 'dataDir'>, what: string): Promise<string> {
   const file = join(config.dataDir, 'secret.key');
   const where = config.secretKey.mode === 'given' ? 'SECRET_KEY' : `SECRET_KEY (read from ${file})`;
   // Named only when it is the right key: a file left by some other start would send the operator the wrong way.
   const inFile = config.secretKey.mode === 'given' ? fileKey(config.dataDir) : null;
-  const fileToo = inFile !== null && firstUnopened(db, inFile) === null ? `; ${file} holds it (unset SECRET_KEY to use it)` : '';
+  const fileToo = inFile !== null && (await firstUnopened(db, inFile)) === null ? `; ${file} holds it (unset SECRET_KEY to use it)` : '';
   return `mailstead: invalid configuration: ${where} is not the key DATA_DIR's secrets were sealed with (it cannot open ${what}): start with that key${fileToo}`;
 }
 

@@ -27,14 +27,14 @@ async function main(): Promise<void> {
   const stdout = stdoutBatched();
   const logger = createLogger(config.logLevel, stdout);
   const lock = claimDataDir(config, logger);
-  const { deps, checkpointer, keyCheck } = openDeps(config, logger);
+  const { deps, checkpointer, keyCheck } = await openDeps(config, logger);
   deps.metrics.collectProcessMetrics();
   warnAtStart(config, logger, keyCheck);
   // STARTTLS's pair before anything starts or listens: a bad SMTP_TLS_CERT or SMTP_TLS_KEY stops the start before
   // /healthz ever answers, before the engine claims any mail, and before a first start's admin token is shown.
   const smtpTls = config.smtpPort !== 0 || config.submissionPort !== 0 || config.submissionsPort !== 0 ? loadOrCreateSmtpTls(config) : null;
-  showAdminTokenOnce(deps, stdout);
-  releaseDeadIdempotencyClaims(deps);
+  await showAdminTokenOnce(deps, stdout);
+  await releaseDeadIdempotencyClaims(deps);
   const workers = createWorkers(deps);
   const keyUsage = startKeyUsageFlush(deps);
 
@@ -62,9 +62,9 @@ async function main(): Promise<void> {
     );
   });
 
-  workers.engine.start();
-  workers.webhooks.start();
-  workers.customerDb.start();
+  await workers.engine.start();
+  await workers.webhooks.start();
+  await workers.customerDb.start();
   const http = await listenHttpOrExit(deps);
   if (stop.stopping) {
     await http.close();

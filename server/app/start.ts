@@ -62,18 +62,18 @@ export function claimDataDir(config: Config, logger: Logger): DataDirLock {
  * stops, before anything else runs); the WAL checkpoint thread, on whose connection the reads that walk many rows
  * (the /metrics gauges, the dashboard's chart) run (db/checkpointer.ts); then the rest (createDeps).
  */
-export function openDeps(config: Config, logger: Logger): { deps: Deps; checkpointer: Checkpointer; keyCheck: SecretKeyCheck } {
+export async function openDeps(config: Config, logger: Logger): Promise<{ deps: Deps; checkpointer: Checkpointer; keyCheck: SecretKeyCheck }> {
   const store = openDatabase(config.dataDir);
   // Generated only on a first start: DATA_DIR holding secrets sealed with a key and no key file is a lost key.
-  const secretKey = resolveSecretKey(config, { mayGenerate: !holdsSealedSecrets(store.db) });
-  const keyCheck = checkSecretKey(store.db, secretKey);
+  const secretKey = resolveSecretKey(config, { mayGenerate: !(await holdsSealedSecrets(store.db)) });
+  const keyCheck = await checkSecretKey(store.db, secretKey);
   if (keyCheck.kind === 'mismatch') {
-    process.stderr.write(`${mismatchLine(store.db, config, keyCheck.what)}\n`);
+    process.stderr.write(`${await mismatchLine(store.db, config, keyCheck.what)}\n`);
     process.exit(1);
   }
   // WAL checkpoints on a thread of their own, not inside a COMMIT on the event loop.
   const checkpointer = startCheckpointer(store.sqlite, logger);
-  const deps = createDeps(config, systemClock, logger, { store, secretKey, scans: scansOffThread(checkpointer, store.db) });
+  const deps = await createDeps(config, systemClock, logger, { store, secretKey, scans: scansOffThread(checkpointer, store.db) });
   return { deps, checkpointer, keyCheck };
 }
 
@@ -103,8 +103,8 @@ export function warnAtStart(config: Config, logger: Logger, keyCheck: SecretKeyC
  * The dashboard's admin token on a first start: written whatever LOG_LEVEL says, and on stdout before the token is
  * stored (synchronously, behind the lines held so far): it is shown once, and without it nobody signs in.
  */
-export function showAdminTokenOnce(deps: Deps, stdout: { flush(): void }): void {
-  ensureAdminToken(deps.db, deps.config.adminToken, (token) => {
+export async function showAdminTokenOnce(deps: Deps, stdout: { flush(): void }): Promise<void> {
+  await ensureAdminToken(deps.db, deps.config.adminToken, (token) => {
     const line = {
       time: new Date().toISOString(),
       level: 'info',
@@ -118,18 +118,18 @@ export function showAdminTokenOnce(deps: Deps, stdout: { flush(): void }): void 
 }
 
 /** Idempotency claims a previous process held when it died: no answer will come for them. */
-export function releaseDeadIdempotencyClaims(deps: Deps): void {
-  const deadClaims = releaseDeadClaims(deps.db);
+export async function releaseDeadIdempotencyClaims(deps: Deps): Promise<void> {
+  const deadClaims = await releaseDeadClaims(deps.db);
   if (deadClaims > 0) deps.logger.info('idempotency.dead_claims_released', { count: deadClaims });
 }
 
 const KEY_USAGE_FLUSH_MS = 10_000;
 
 /** The keys' last-used times, written every KEY_USAGE_FLUSH_MS; `flush` writes them now (the stop's last word). */
-export function startKeyUsageFlush(deps: Deps): { flush(): void; stopTimer(): void } {
-  const flush = () => {
+export function startKeyUsageFlush(deps: Deps): { flush(): Promise<void>; stopTimer(): void } {
+  const flush = async () => {
     try {
-      deps.keyUsage.flush(deps.db);
+      await deps.keyUsage.flush(deps.db);
     } catch (err) {
       deps.logger.error('key_usage.flush_failed', { err });
     }

@@ -13,6 +13,7 @@ import { type CreditsView, creditStatus, creditsView } from './credits.js';
 import { noteKeysRemoved } from './keys.js';
 import { effectiveQuota, sentToday } from './quota.js';
 import { type Tier, gradeTier } from './tiers.js';
+import { one } from '../../db/sql.js';
 
 export const MAX_SUB_ACCOUNTS = 200;
 
@@ -79,8 +80,8 @@ const statements = definePrepared((db) => ({
     .prepare(),
 }));
 
-export function findAccount(db: Db, id: string): AccountRow | undefined {
-  return statements(db).byId.get({ id });
+export async function findAccount(db: Db, id: string): Promise<AccountRow | undefined> {
+  return await one(statements(db).byId.execute({ id }));
 }
 
 /**
@@ -88,20 +89,20 @@ export function findAccount(db: Db, id: string): AccountRow | undefined {
  * meanwhile (a sub-account, by its parent), and the rows written for it would fail their foreign key. 404
  * account_not_found, as for a request that came after the deletion. Run it in the write's transaction.
  */
-export function assertAccountExists(db: Db, id: string): void {
-  if (!findAccount(db, id)) throw new ApiError('account_not_found', 'The account was deleted while this request was under way.');
+export async function assertAccountExists(db: Db, id: string): Promise<void> {
+  if (!(await findAccount(db, id))) throw new ApiError('account_not_found', 'The account was deleted while this request was under way.');
 }
 
 /** A sub-account of `parentId`, or undefined: a foreign id and an unknown id look the same. */
-export function findSubAccount(db: Db, parentId: string, id: string): AccountRow | undefined {
-  return statements(db).subById.get({ id, parentId });
+export async function findSubAccount(db: Db, parentId: string, id: string): Promise<AccountRow | undefined> {
+  return await one(statements(db).subById.execute({ id, parentId }));
 }
 
 /** The Account resource. A sub-account's credits are its own zero record, in the state of the parent that pays. */
-export function accountView(deps: Pick<Deps, 'db' | 'clock' | 'config'>, row: AccountRow, parent?: AccountRow): AccountView {
+export async function accountView(deps: Pick<Deps, 'db' | 'clock' | 'config'>, row: AccountRow, parent?: AccountRow): Promise<AccountView> {
   const now = deps.clock.now();
   const tier = gradeTier(row);
-  const payer = row.parentId === null ? row : (parent ?? findAccount(deps.db, row.parentId));
+  const payer = row.parentId === null ? row : (parent ?? (await findAccount(deps.db, row.parentId)));
   if (!payer) throw new Error(`account ${row.id} has no parent row`);
   const status = creditStatus(payer, deps.config, now);
   const sending: AccountView['sending'] = {
@@ -121,27 +122,31 @@ export function accountView(deps: Pick<Deps, 'db' | 'clock' | 'config'>, row: Ac
 }
 
 /** A new top-level account (operator CLI): trial from now, optional purchased credits. */
-export function createTopLevelAccount(deps: Pick<Deps, 'db' | 'clock' | 'config'>, input: { name: string; credits?: number; dailyQuota?: number }): AccountRow {
+export async function createTopLevelAccount(
+  deps: Pick<Deps, 'db' | 'clock' | 'config'>,
+  input: { name: string; credits?: number; dailyQuota?: number },
+): Promise<AccountRow> {
   const now = deps.clock.now();
   const credits = input.credits ?? 0;
-  return deps.db
-    .insert(accounts)
-    .values({
-      id: newId(now),
-      parentId: null,
-      name: input.name,
-      createdAt: now,
-      dailyQuota: input.dailyQuota ?? deps.config.defaultDailyQuota,
-      freeUntil: now + deps.config.trialDays * DAY_MS,
-      creditsBalance: credits,
-      creditsTotalPurchased: credits,
-    })
-    .returning()
-    .get();
+  return (await one(
+    deps.db
+      .insert(accounts)
+      .values({
+        id: newId(now),
+        parentId: null,
+        name: input.name,
+        createdAt: now,
+        dailyQuota: input.dailyQuota ?? deps.config.defaultDailyQuota,
+        freeUntil: now + deps.config.trialDays * DAY_MS,
+        creditsBalance: credits,
+        creditsTotalPurchased: credits,
+      })
+      .returning(),
+  ))!;
 }
 
 /** POST /accounts: one level only, at most MAX_SUB_ACCOUNTS per account. */
-export function createSubAccount({
+export async function createSubAccount({
   deps,
   ctx,
   input,
@@ -149,47 +154,57 @@ export function createSubAccount({
   deps: Pick<Deps, 'clock' | 'config' | 'db'>;
   ctx: RequestContext;
   input: z.output<typeof createSubAccountInput>;
-}): AccountView {
+}): Promise<AccountView> {
   if (ctx.viaHeader) throw new ApiError('conflict', 'A sub-account cannot open a sub-account: send this request without X-Service-Account.');
   if (ctx.account.parentId !== null) throw new ApiError('conflict', 'A sub-account cannot open a sub-account: only one level is allowed.');
   const now = deps.clock.now();
-  const row = deps.db.transaction((tx) => {
-    const count = tx.select({ n: sql<number>`count(*)` }).from(accounts).where(eq(accounts.parentId, ctx.account.id)).get()?.n ?? 0;
+  const row = await deps.db.transaction(async (tx) => {
+    const count = (await one(tx.select({ n: sql<number>`count(*)` }).from(accounts).where(eq(accounts.parentId, ctx.account.id))))?.n ?? 0;
     if (count >= MAX_SUB_ACCOUNTS) throw new ApiError('limit_reached', `This account already has ${MAX_SUB_ACCOUNTS} sub-accounts.`);
-    return tx
-      .insert(accounts)
-      .values({ id: newId(now), parentId: ctx.account.id, name: input.name, createdAt: now, dailyQuota: deps.config.defaultDailyQuota })
-      .returning()
-      .get();
+    return (await one(
+      tx
+        .insert(accounts)
+        .values({ id: newId(now), parentId: ctx.account.id, name: input.name, createdAt: now, dailyQuota: deps.config.defaultDailyQuota })
+        .returning(),
+    ))!;
   });
-  return accountView(deps, row, ctx.account);
+  return await accountView(deps, row, ctx.account);
 }
 
-export function listSubAccounts({ deps, ctx, page }: { deps: Pick<Deps, 'clock' | 'config' | 'db'>; ctx: RequestContext; page: PageRequest }): AccountView[] {
-  const rows = deps.db
+export async function listSubAccounts({
+  deps,
+  ctx,
+  page,
+}: {
+  deps: Pick<Deps, 'clock' | 'config' | 'db'>;
+  ctx: RequestContext;
+  page: PageRequest;
+}): Promise<AccountView[]> {
+  const rows = await deps.db
     .select()
     .from(accounts)
     .where(and(eq(accounts.parentId, ctx.account.id), page.after ? lt(accounts.id, page.after) : undefined))
     .orderBy(desc(accounts.id))
-    .limit(page.limit + 1)
-    .all();
-  return rows.map((r) => accountView(deps, r, ctx.account));
+    .limit(page.limit + 1);
+  const views: AccountView[] = [];
+  for (const r of rows) views.push(await accountView(deps, r, ctx.account));
+  return views;
 }
 
-function requireSubAccount(deps: Pick<Deps, 'db'>, ctx: RequestContext, id: string): AccountRow {
-  const row = findSubAccount(deps.db, ctx.account.id, id);
+async function requireSubAccount(deps: Pick<Deps, 'db'>, ctx: RequestContext, id: string): Promise<AccountRow> {
+  const row = await findSubAccount(deps.db, ctx.account.id, id);
   if (!row) throw notFound('sub-account');
   return row;
 }
 
-export function getSubAccount({ deps, ctx, id }: { deps: Pick<Deps, 'clock' | 'config' | 'db'>; ctx: RequestContext; id: string }): AccountView {
-  return accountView(deps, requireSubAccount(deps, ctx, id), ctx.account);
+export async function getSubAccount({ deps, ctx, id }: { deps: Pick<Deps, 'clock' | 'config' | 'db'>; ctx: RequestContext; id: string }): Promise<AccountView> {
+  return await accountView(deps, await requireSubAccount(deps, ctx, id), ctx.account);
 }
 
 /** DELETE /accounts/{id}: the row goes, and with it (by foreign key cascade) everything under it. */
-export function deleteSubAccount({ deps, ctx, id }: { deps: Pick<Deps, 'db' | 'logger'>; ctx: RequestContext; id: string }): void {
-  const row = requireSubAccount(deps, ctx, id);
-  deps.db.delete(accounts).where(eq(accounts.id, row.id)).run();
+export async function deleteSubAccount({ deps, ctx, id }: { deps: Pick<Deps, 'db' | 'logger'>; ctx: RequestContext; id: string }): Promise<void> {
+  const row = await requireSubAccount(deps, ctx, id);
+  await deps.db.delete(accounts).where(eq(accounts.id, row.id));
   noteKeysRemoved();
   deps.logger.info('account.deleted', { accountId: row.id, parentId: ctx.account.id });
 }
@@ -198,7 +213,7 @@ export function deleteSubAccount({ deps, ctx, id }: { deps: Pick<Deps, 'db' | 'l
  * POST /accounts/{id}/suspend. The API may place a suspension and lift one it placed, unless the sub-account's own
  * rates still grade as paused; one placed by the operator or the reputation breaker is a matter for support.
  */
-export function setSuspensionByApi({
+export async function setSuspensionByApi({
   deps,
   ctx,
   id,
@@ -208,13 +223,18 @@ export function setSuspensionByApi({
   ctx: RequestContext;
   id: string;
   input: z.output<typeof suspendInput>;
-}): AccountView {
+}): Promise<AccountView> {
   // One transaction: an operator's suspension committed by the CLI between the read and the write is never overwritten.
-  return deps.db.transaction(() => setSuspension(deps, ctx, id, input));
+  return await deps.db.transaction(async () => await setSuspension(deps, ctx, id, input));
 }
 
-function setSuspension(deps: Pick<Deps, 'clock' | 'config' | 'db'>, ctx: RequestContext, id: string, input: z.output<typeof suspendInput>): AccountView {
-  const row = requireSubAccount(deps, ctx, id);
+async function setSuspension(
+  deps: Pick<Deps, 'clock' | 'config' | 'db'>,
+  ctx: RequestContext,
+  id: string,
+  input: z.output<typeof suspendInput>,
+): Promise<AccountView> {
+  const row = await requireSubAccount(deps, ctx, id);
   const lockedBy = row.suspendedBy !== null && row.suspendedBy !== 'api' ? row.suspendedBy : null;
   if (lockedBy) {
     throw new ApiError(
@@ -227,63 +247,62 @@ function setSuspension(deps: Pick<Deps, 'clock' | 'config' | 'db'>, ctx: Request
   }
   let updated: AccountRow | undefined;
   if (input.suspended) {
-    updated = deps.db
-      .update(accounts)
-      .set({ suspendedBy: 'api', suspendedReason: input.reason ?? '', suspendedAt: row.suspendedAt ?? deps.clock.now() })
-      .where(eq(accounts.id, row.id))
-      .returning()
-      .get();
+    updated = await one(
+      deps.db
+        .update(accounts)
+        .set({ suspendedBy: 'api', suspendedReason: input.reason ?? '', suspendedAt: row.suspendedAt ?? deps.clock.now() })
+        .where(eq(accounts.id, row.id))
+        .returning(),
+    );
   } else if (row.suspendedBy === 'api') {
-    updated = liftSuspension(deps.db, row.id);
+    updated = await liftSuspension(deps.db, row.id);
   }
-  return accountView(deps, updated ?? row, ctx.account);
+  return await accountView(deps, updated ?? row, ctx.account);
 }
 
-function liftSuspension(db: Db, id: string): AccountRow | undefined {
-  return db.update(accounts).set({ suspendedBy: null, suspendedReason: null, suspendedAt: null }).where(eq(accounts.id, id)).returning().get();
+async function liftSuspension(db: Db, id: string): Promise<AccountRow | undefined> {
+  return await one(db.update(accounts).set({ suspendedBy: null, suspendedReason: null, suspendedAt: null }).where(eq(accounts.id, id)).returning());
 }
 
 /** Operator: a suspension the API cannot lift. */
-export function suspendByOperator(deps: Pick<Deps, 'db' | 'clock'>, id: string, reason: string): AccountRow | undefined {
-  return deps.db
-    .update(accounts)
-    .set({ suspendedBy: 'operator', suspendedReason: reason, suspendedAt: deps.clock.now() })
-    .where(eq(accounts.id, id))
-    .returning()
-    .get();
+export async function suspendByOperator(deps: Pick<Deps, 'db' | 'clock'>, id: string, reason: string): Promise<AccountRow | undefined> {
+  return await one(
+    deps.db.update(accounts).set({ suspendedBy: 'operator', suspendedReason: reason, suspendedAt: deps.clock.now() }).where(eq(accounts.id, id)).returning(),
+  );
 }
 
 /** Operator: lifts any suspension, whoever placed it. */
-export function unsuspendByOperator(deps: Pick<Deps, 'db'>, id: string): AccountRow | undefined {
-  return liftSuspension(deps.db, id);
+export async function unsuspendByOperator(deps: Pick<Deps, 'db'>, id: string): Promise<AccountRow | undefined> {
+  return await liftSuspension(deps.db, id);
 }
 
-export function setDailyQuota(deps: Pick<Deps, 'db'>, id: string, dailyQuota: number): AccountRow | undefined {
-  return deps.db.update(accounts).set({ dailyQuota }).where(eq(accounts.id, id)).returning().get();
+export async function setDailyQuota(deps: Pick<Deps, 'db'>, id: string, dailyQuota: number): Promise<AccountRow | undefined> {
+  return await one(deps.db.update(accounts).set({ dailyQuota }).where(eq(accounts.id, id)).returning());
 }
 
 /** Adds purchased credits; the account is back to `ok` and a later run-out opens a fresh grace window. */
-export function grantCredits(deps: Pick<Deps, 'db'>, id: string, amount: number): AccountRow | undefined {
-  const granted = deps.db
-    .update(accounts)
-    .set({
-      creditsBalance: sql`${accounts.creditsBalance} + ${amount}`,
-      creditsTotalPurchased: sql`${accounts.creditsTotalPurchased} + ${amount}`,
-      graceStartedAt: null,
-      graceEmailsUsed: 0,
-    })
-    // Counts stay whole numbers JavaScript holds exactly: past 2^53 - 1 a further grant would add nothing.
-    .where(
-      and(
-        eq(accounts.id, id),
-        isNull(accounts.parentId),
-        sql`${accounts.creditsBalance} <= ${Number.MAX_SAFE_INTEGER - amount}`,
-        sql`${accounts.creditsTotalPurchased} <= ${Number.MAX_SAFE_INTEGER - amount}`,
-      ),
-    )
-    .returning()
-    .get();
-  if (granted === undefined && findAccount(deps.db, id)?.parentId === null) {
+export async function grantCredits(deps: Pick<Deps, 'db'>, id: string, amount: number): Promise<AccountRow | undefined> {
+  const granted = await one(
+    deps.db
+      .update(accounts)
+      .set({
+        creditsBalance: sql`${accounts.creditsBalance} + ${amount}`,
+        creditsTotalPurchased: sql`${accounts.creditsTotalPurchased} + ${amount}`,
+        graceStartedAt: null,
+        graceEmailsUsed: 0,
+      })
+      // Counts stay whole numbers JavaScript holds exactly: past 2^53 - 1 a further grant would add nothing.
+      .where(
+        and(
+          eq(accounts.id, id),
+          isNull(accounts.parentId),
+          sql`${accounts.creditsBalance} <= ${Number.MAX_SAFE_INTEGER - amount}`,
+          sql`${accounts.creditsTotalPurchased} <= ${Number.MAX_SAFE_INTEGER - amount}`,
+        ),
+      )
+      .returning(),
+  );
+  if (granted === undefined && (await findAccount(deps.db, id))?.parentId === null) {
     throw new ApiError('invalid_request', `The grant would take the account's credits past ${Number.MAX_SAFE_INTEGER}.`);
   }
   return granted;

@@ -2,16 +2,17 @@ import { eq } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import { dashboardSessions, settings } from '../../db/schema/index.js';
 import { randomBase62, sha256Hex } from '../shared/secrets.js';
+import { one } from '../../db/sql.js';
 
 const HASH_KEY = 'admin_token_sha256';
 
 /** A new token ends every dashboard session signed in with the old one. */
-function storeHash(db: Db, token: string): void {
+async function storeHash(db: Db, token: string): Promise<void> {
   const value = sha256Hex(token);
-  db.transaction((tx) => {
-    const before = tx.select().from(settings).where(eq(settings.key, HASH_KEY)).get();
-    tx.insert(settings).values({ key: HASH_KEY, value }).onConflictDoUpdate({ target: settings.key, set: { value } }).run();
-    if (before && before.value !== value) tx.delete(dashboardSessions).run();
+  await db.transaction(async (tx) => {
+    const before = await one(tx.select().from(settings).where(eq(settings.key, HASH_KEY)));
+    await tx.insert(settings).values({ key: HASH_KEY, value }).onConflictDoUpdate({ target: settings.key, set: { value } });
+    if (before && before.value !== value) await tx.delete(dashboardSessions);
   });
 }
 
@@ -19,9 +20,9 @@ function storeHash(db: Db, token: string): void {
 /** A fresh dashboard admin token. */
 const newAdminToken = () => `msa_${randomBase62(40)}`;
 
-export function resetAdminToken(db: Db): string {
+export async function resetAdminToken(db: Db): Promise<string> {
   const token = newAdminToken();
-  storeHash(db, token);
+  await storeHash(db, token);
   return token;
 }
 
@@ -30,19 +31,23 @@ export function resetAdminToken(db: Db): string {
  * handed to `show` (main prints it, that one time) and only then stored: a start killed between the two stores
  * nothing, and the next start shows another, where the other order would keep a token nobody ever saw.
  */
-export function ensureAdminToken(db: Db, configured: string | null, show: (token: string) => void = () => undefined): { generated: string | null } {
+export async function ensureAdminToken(
+  db: Db,
+  configured: string | null,
+  show: (token: string) => void = () => undefined,
+): Promise<{ generated: string | null }> {
   if (configured !== null) {
-    storeHash(db, configured);
+    await storeHash(db, configured);
     return { generated: null };
   }
-  const existing = db.select().from(settings).where(eq(settings.key, HASH_KEY)).get();
+  const existing = await one(db.select().from(settings).where(eq(settings.key, HASH_KEY)));
   if (existing) return { generated: null };
   const token = newAdminToken();
   show(token);
-  storeHash(db, token);
+  await storeHash(db, token);
   return { generated: token };
 }
 
-export function adminTokenHash(db: Db): string | null {
-  return db.select().from(settings).where(eq(settings.key, HASH_KEY)).get()?.value ?? null;
+export async function adminTokenHash(db: Db): Promise<string | null> {
+  return (await one(db.select().from(settings).where(eq(settings.key, HASH_KEY))))?.value ?? null;
 }

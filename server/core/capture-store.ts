@@ -5,6 +5,7 @@ import { capturedMessages } from '../../db/schema/index.js';
 import { openBytes, sealBytes } from '../shared/secrets.js';
 import { SEAL_CONTEXTS } from '../shared/seal-contexts.js';
 import type { Classified } from './dsn.js';
+import { one } from '../../db/sql.js';
 
 /**
  * The capture store of DELIVERY_MODE=capture: the message each recipient would have received, byte for byte as it
@@ -63,15 +64,15 @@ const statements = definePrepared((db) => ({
  * Writes a capture (a recipient's later attempt replaces its earlier copy in place) and drops the oldest beyond
  * CAPTURE_LIMIT; inside the caller's transaction.
  */
-export function storeCapture(db: Db, capture: Capture): void {
+export async function storeCapture(db: Db, capture: Capture): Promise<void> {
   const q = statements(db);
-  q.upsert.run({ ...capture });
-  q.prune.run({ limit: CAPTURE_LIMIT });
+  await q.upsert.execute({ ...capture });
+  await q.prune.execute({ limit: CAPTURE_LIMIT });
 }
 
 /** The captured message of one recipient of the account's email, or null when none is kept. */
-export function readCapture(db: Db, secretKey: Buffer | null, q: { accountId: string; emailId: string; recipient: string }): Buffer | null {
-  const row = statements(db).read.get({ ...q, recipient: q.recipient.toLowerCase() });
+export async function readCapture(db: Db, secretKey: Buffer | null, q: { accountId: string; emailId: string; recipient: string }): Promise<Buffer | null> {
+  const row = await one(statements(db).read.execute({ ...q, recipient: q.recipient.toLowerCase() }));
   if (!row || !secretKey) return null;
   return openBytes(secretKey, row.sealed, SEAL_CONTEXTS.captured(q.emailId, row.recipient));
 }

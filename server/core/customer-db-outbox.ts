@@ -1,6 +1,5 @@
 import { and, asc, count, eq, inArray, isNotNull, isNull, lte, sql } from 'drizzle-orm';
-import type { Statement } from 'better-sqlite3';
-import { type Db, clientOf } from '../../db/client.js';
+import type { Db } from '../../db/client.js';
 import type { CustomerWrite } from '../../db/customer/writes.js';
 import { cutErrorText } from '../../db/customer/error-text.js';
 import { definePrepared } from '../../db/prepared.js';
@@ -10,6 +9,7 @@ import { DAY_MS } from '../shared/clock.js';
 import { newId } from '../shared/ids.js';
 import { decryptSecret, encryptSecret, openBytes, sealBytes } from '../shared/secrets.js';
 import { SEAL_CONTEXTS } from '../shared/seal-contexts.js';
+import { changes, execute, one, queryRow, queryRows } from '../../db/sql.js';
 
 /**
  * The outbox of the customer-database writer (docs/api/decisions.md section 8): each write is queued in the same SQLite
@@ -26,27 +26,6 @@ export const DATA_TRIES = DATA_RETRY_GAPS_MS.length + 1;
 const p = sql.placeholder;
 
 const statements = definePrepared((db) => ({
-  // The two statements every queued write runs (each received message, each email and event the writer carries):
-  // plain SQL compiled once, without drizzle's mapping.
-  owner: clientOf(db).prepare(`select ${OWNER_SQL} from (select ? as account_id) d`).pluck() as Statement<[string], string | null>,
-  insert: clientOf(db).prepare(
-    `insert into customer_db_writes (id, database_account_id, account_id, kind, payload_sealed, raw_sealed, spool_id, next_attempt_at, created_at)
-     values (@id, @databaseAccountId, @accountId, @kind, @payloadSealed, @rawSealed, @spoolId, @now, @now)`,
-  ) as Statement<
-    [
-      {
-        id: string;
-        databaseAccountId: string;
-        accountId: string;
-        kind: string;
-        payloadSealed: string;
-        rawSealed: Buffer | null;
-        spoolId: string | null;
-        now: number;
-      },
-    ],
-    void
-  >,
   pending: db
     .select({ n: count() })
     .from(customerDbWrites)
@@ -75,8 +54,9 @@ export const OWNER_SQL = `coalesce(
     (select up.account_id from accounts a join customer_databases up on up.account_id = a.parent_id where a.id = d.account_id))`;
 
 /** The account whose database receives this account's writes (its own, else its parent's), or null when neither has one. */
-export function databaseOwnerOf(db: Db, accountId: string): string | null {
-  return statements(db).owner.get(accountId) ?? null;
+export async function databaseOwnerOf(db: Db, accountId: string): Promise<string | null> {
+  const row = await queryRow<{ owner: string | null }>(db, sql`select ${sql.raw(OWNER_SQL)} as owner from (select ${accountId} as account_id) d`);
+  return row?.owner ?? null;
 }
 
 /**
@@ -84,23 +64,21 @@ export function databaseOwnerOf(db: Db, accountId: string): string | null {
  * what the write carries. Nothing is queued when neither account has a database, or the server keeps no secret key
  * (no database can be connected then). Returns whether a write was queued.
  */
-export function queueCustomerDbWrite(deps: { db: Db; secretKey: Buffer | null }, accountId: string, write: QueuedWrite, now: number): boolean {
+export async function queueCustomerDbWrite(deps: { db: Db; secretKey: Buffer | null }, accountId: string, write: QueuedWrite, now: number): Promise<boolean> {
   if (!deps.secretKey) return false;
-  const owner = databaseOwnerOf(deps.db, accountId);
+  const owner = await databaseOwnerOf(deps.db, accountId);
   if (owner === null) return false;
   const id = newId(now);
   // A received message's bytes are sealed as bytes, beside the JSON rather than inside it as base64.
   const { raw, ...content } = write as QueuedWrite & { raw?: Buffer };
-  statements(deps.db).insert.run({
-    id,
-    databaseAccountId: owner,
-    accountId,
-    kind: write.kind,
-    payloadSealed: encryptSecret(deps.secretKey, JSON.stringify(content), SEAL_CONTEXTS.customerDbWrite(id)),
-    rawSealed: raw ? sealBytes(deps.secretKey, raw, SEAL_CONTEXTS.customerDbWriteRaw(id)) : null,
-    spoolId: 'spoolId' in write ? write.spoolId : null,
-    now,
-  });
+  const payloadSealed = encryptSecret(deps.secretKey, JSON.stringify(content), SEAL_CONTEXTS.customerDbWrite(id));
+  const rawSealed = raw ? sealBytes(deps.secretKey, raw, SEAL_CONTEXTS.customerDbWriteRaw(id)) : null;
+  const spoolId = 'spoolId' in write ? write.spoolId : null;
+  await execute(
+    deps.db,
+    sql`insert into customer_db_writes (id, database_account_id, account_id, kind, payload_sealed, raw_sealed, spool_id, next_attempt_at, created_at)
+     values (${id}, ${owner}, ${accountId}, ${write.kind}, ${payloadSealed}, ${rawSealed}, ${spoolId}, ${now}, ${now})`,
+  );
   markQueued(deps.db, 'customer-db');
   return true;
 }
@@ -149,44 +127,41 @@ export function openWrite(secretKey: Buffer, row: CustomerDbWriteRow): OpenedWri
 }
 
 /** The writes of one database that are due now, oldest first (the order they happened in). */
-export function dueWrites(db: Db, owner: string, now: number, limit: number): CustomerDbWriteRow[] {
-  return statements(db).due.all({ owner, now, limit });
+export async function dueWrites(db: Db, owner: string, now: number, limit: number): Promise<CustomerDbWriteRow[]> {
+  return await statements(db).due.execute({ owner, now, limit });
 }
 
 /** Writes waiting for a database (docs/api/contract.md: `pending`); those set aside do not wait. */
-export function pendingWrites(db: Db, owner: string): number {
-  return statements(db).pending.get({ owner })?.n ?? 0;
+export async function pendingWrites(db: Db, owner: string): Promise<number> {
+  return (await one(statements(db).pending.execute({ owner })))?.n ?? 0;
 }
 
 /** Of those, the writes of one account's own mail (a sub-account's, in its parent's database). */
-export function pendingWritesOf(db: Db, owner: string, accountId: string): number {
-  return statements(db).pendingOf.get({ owner, accountId })?.n ?? 0;
+export async function pendingWritesOf(db: Db, owner: string, accountId: string): Promise<number> {
+  return (await one(statements(db).pendingOf.execute({ owner, accountId })))?.n ?? 0;
 }
 
 /** The written ones go: their content no longer stays in the service. */
-export function deleteWrites(db: Db, ids: readonly string[]): void {
-  for (let i = 0; i < ids.length; i += 500)
-    db.delete(customerDbWrites)
-      .where(inArray(customerDbWrites.id, ids.slice(i, i + 500)))
-      .run();
+export async function deleteWrites(db: Db, ids: readonly string[]): Promise<void> {
+  for (let i = 0; i < ids.length; i += 500) await db.delete(customerDbWrites).where(inArray(customerDbWrites.id, ids.slice(i, i + 500)));
 }
 
 /**
  * A write the database refused for its data: tried again after the next gap, or set aside once it has had its tries
  * (kept, out of the way of the writes behind it, until the retention window drops it). Returns whether it was set aside.
  */
-export function recordRefusedWrite(db: Db, row: CustomerDbWriteRow, error: string, now: number, options: { final?: boolean } = {}): boolean {
+export async function recordRefusedWrite(db: Db, row: CustomerDbWriteRow, error: string, now: number, options: { final?: boolean } = {}): Promise<boolean> {
   const attempts = row.attempts + 1;
   // A final refusal (a write that cannot even be opened will never land) is set aside at once.
   const gap = options.final ? undefined : DATA_RETRY_GAPS_MS[attempts - 1];
-  db.update(customerDbWrites)
+  await db
+    .update(customerDbWrites)
     .set(
       gap === undefined
         ? { attempts, lastError: cutErrorText(error), setAsideAt: now }
         : { attempts, lastError: cutErrorText(error), nextAttemptAt: now + gap },
     )
-    .where(eq(customerDbWrites.id, row.id))
-    .run();
+    .where(eq(customerDbWrites.id, row.id));
   return gap === undefined;
 }
 
@@ -195,12 +170,13 @@ export function recordRefusedWrite(db: Db, row: CustomerDbWriteRow, error: strin
  * POST /database/test or a reconnect (the customer fixed what refused them). Still refused, they are set aside again
  * after the same gaps, and the error is the database's last error again. Returns how many.
  */
-export function requeueSetAside(db: Db, owner: string, now: number): number {
-  return db
-    .update(customerDbWrites)
-    .set({ setAsideAt: null, attempts: 0, nextAttemptAt: now })
-    .where(and(eq(customerDbWrites.databaseAccountId, owner), isNotNull(customerDbWrites.setAsideAt)))
-    .run().changes;
+export async function requeueSetAside(db: Db, owner: string, now: number): Promise<number> {
+  return changes(
+    await db
+      .update(customerDbWrites)
+      .set({ setAsideAt: null, attempts: 0, nextAttemptAt: now })
+      .where(and(eq(customerDbWrites.databaseAccountId, owner), isNotNull(customerDbWrites.setAsideAt))),
+  );
 }
 
 /**
@@ -208,22 +184,25 @@ export function requeueSetAside(db: Db, owner: string, now: number): number {
  * retried or set aside and put back in line (its `next_attempt_at` later) still goes seven days after it was queued.
  * The count per database, for the log, is taken in the same transaction as the delete, with the same condition.
  */
-export function dropExpiredWrites(db: Db, now: number): Map<string, number> {
+export async function dropExpiredWrites(db: Db, now: number): Promise<Map<string, number>> {
   const cutoff = now - WRITE_RETENTION_MS;
-  return db.transaction(() => {
-    const counts = db.all<{ owner: string; n: number }>(sql`
-      select database_account_id as owner, count(*) as n from customer_db_writes where created_at <= ${cutoff} group by database_account_id`);
-    if (counts.length > 0) db.delete(customerDbWrites).where(lte(customerDbWrites.createdAt, cutoff)).run();
+  return await db.transaction(async () => {
+    const counts = await queryRows<{ owner: string; n: number }>(
+      db,
+      sql`
+      select database_account_id as owner, count(*) as n from customer_db_writes where created_at <= ${cutoff} group by database_account_id`,
+    );
+    if (counts.length > 0) await db.delete(customerDbWrites).where(lte(customerDbWrites.createdAt, cutoff));
     return new Map(counts.map((c) => [c.owner, c.n]));
   });
 }
 
 /** Every write still queued for a database (a DELETE /database): the count removed. */
-export function dropWritesOf(db: Db, owner: string): number {
-  return db.delete(customerDbWrites).where(eq(customerDbWrites.databaseAccountId, owner)).run().changes;
+export async function dropWritesOf(db: Db, owner: string): Promise<number> {
+  return changes(await db.delete(customerDbWrites).where(eq(customerDbWrites.databaseAccountId, owner)));
 }
 
 /** Whether a queued write still reads this spool file. */
-export function spoolReferenced(db: Db, spoolId: string): boolean {
-  return db.select({ id: customerDbWrites.id }).from(customerDbWrites).where(eq(customerDbWrites.spoolId, spoolId)).limit(1).get() !== undefined;
+export async function spoolReferenced(db: Db, spoolId: string): Promise<boolean> {
+  return (await one(db.select({ id: customerDbWrites.id }).from(customerDbWrites).where(eq(customerDbWrites.spoolId, spoolId)).limit(1))) !== undefined;
 }

@@ -2,6 +2,7 @@ import { and, eq, sql } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import { customerDatabases } from '../../db/schema/index.js';
 import { cutErrorText } from '../../db/customer/error-text.js';
+import { one } from '../../db/sql.js';
 
 /**
  * A connected database's state as the writer and the endpoints see it (docs/api/contract.md, Database status): `connected` until a
@@ -29,9 +30,10 @@ const row = (owner: string, connectionId: string) => and(eq(customerDatabases.ac
  * of it `landed` (a batch whose every write was refused for its data moves it not). A connection error is cleared; an
  * error about a set-aside write stays visible. updatedAt moves when the state or the error changes.
  */
-export function markReached(db: Db, owner: string, connectionId: string, now: number, opts: { landed: boolean; schemaVersion?: number }): void {
+export async function markReached(db: Db, owner: string, connectionId: string, now: number, opts: { landed: boolean; schemaVersion?: number }): Promise<void> {
   const { landed, schemaVersion } = opts;
-  db.update(customerDatabases)
+  await db
+    .update(customerDatabases)
     .set({
       state: 'connected',
       ...(landed ? { lastOkAt: now } : {}),
@@ -42,13 +44,13 @@ export function markReached(db: Db, owner: string, connectionId: string, now: nu
       lastErrorKind: sql`case when ${customerDatabases.lastErrorKind} = 'connection' then null else ${customerDatabases.lastErrorKind} end`,
       ...(schemaVersion === undefined ? {} : { schemaVersion }),
     })
-    .where(row(owner, connectionId))
-    .run();
+    .where(row(owner, connectionId));
 }
 
 /** A test connection succeeded: as markReached, and the last error of any kind is cleared (the status is fresh). */
-export function markTested(db: Db, owner: string, connectionId: string, now: number, schemaVersion: number): void {
-  db.update(customerDatabases)
+export async function markTested(db: Db, owner: string, connectionId: string, now: number, schemaVersion: number): Promise<void> {
+  await db
+    .update(customerDatabases)
     .set({
       state: 'connected',
       lastOkAt: now,
@@ -59,8 +61,7 @@ export function markTested(db: Db, owner: string, connectionId: string, now: num
       schemaVersion,
       updatedAt: sql`case when ${customerDatabases.state} <> 'connected' or ${customerDatabases.lastError} is not null then ${now} else ${customerDatabases.updatedAt} end`,
     })
-    .where(row(owner, connectionId))
-    .run();
+    .where(row(owner, connectionId));
 }
 
 /**
@@ -68,18 +69,26 @@ export function markTested(db: Db, owner: string, connectionId: string, now: num
  * it), and the next attempt after the gap of this many failures in a row. Returns whether the state changed (the
  * writer logs the turn once).
  */
-export function markUnreachable(db: Db, owner: string, connectionId: string, error: string, now: number): { changed: boolean; failures: number } {
+export async function markUnreachable(
+  db: Db,
+  owner: string,
+  connectionId: string,
+  error: string,
+  now: number,
+): Promise<{ changed: boolean; failures: number }> {
   const message = cutErrorText(error);
-  return db.transaction(() => {
-    const before = db
-      .select({ state: customerDatabases.state, failures: customerDatabases.failures, lastError: customerDatabases.lastError })
-      .from(customerDatabases)
-      .where(row(owner, connectionId))
-      .get();
+  return await db.transaction(async () => {
+    const before = await one(
+      db
+        .select({ state: customerDatabases.state, failures: customerDatabases.failures, lastError: customerDatabases.lastError })
+        .from(customerDatabases)
+        .where(row(owner, connectionId)),
+    );
     if (!before) return { changed: false, failures: 0 };
     const failures = before.failures + 1;
     const moved = before.state !== 'unreachable' || before.lastError !== message;
-    db.update(customerDatabases)
+    await db
+      .update(customerDatabases)
       .set({
         state: 'unreachable',
         failures,
@@ -88,26 +97,27 @@ export function markUnreachable(db: Db, owner: string, connectionId: string, err
         nextAttemptAt: now + reconnectGap(failures),
         ...(moved ? { updatedAt: now } : {}),
       })
-      .where(row(owner, connectionId))
-      .run();
+      .where(row(owner, connectionId));
     return { changed: before.state !== 'unreachable', failures };
   });
 }
 
 /** A write was set aside for its data: its error (cut) becomes the database's last error, the state is untouched. */
-export function noteSetAside(db: Db, owner: string, error: string, now: number): void {
+export async function noteSetAside(db: Db, owner: string, error: string, now: number): Promise<void> {
   const message = cutErrorText(error);
-  db.update(customerDatabases)
+  await db
+    .update(customerDatabases)
     .set({
       lastError: message,
       lastErrorKind: 'data',
       updatedAt: sql`case when ${customerDatabases.lastError} is ${message} then ${customerDatabases.updatedAt} else ${now} end`,
     })
-    .where(eq(customerDatabases.accountId, owner))
-    .run();
+    .where(eq(customerDatabases.accountId, owner));
 }
 
 /** Whether `connectionId` is still the owner's database (not replaced by a new URL, nor deleted). */
-export function isCurrentConnection(db: Db, owner: string, connectionId: string): boolean {
-  return db.select({ id: customerDatabases.connectionId }).from(customerDatabases).where(eq(customerDatabases.accountId, owner)).get()?.id === connectionId;
+export async function isCurrentConnection(db: Db, owner: string, connectionId: string): Promise<boolean> {
+  return (
+    (await one(db.select({ id: customerDatabases.connectionId }).from(customerDatabases).where(eq(customerDatabases.accountId, owner))))?.id === connectionId
+  );
 }

@@ -6,6 +6,7 @@ import { databaseOwnerOf, dropWritesOf, pendingWrites, pendingWritesOf } from '.
 import type { Deps } from './deps.js';
 import { ApiError } from '../shared/errors.js';
 import type { RequestContext } from './context.js';
+import { changes, one } from '../../db/sql.js';
 
 /** The Database endpoints (docs/api/contract.md, Database; docs/api/decisions.md section 8): the rules, without HTTP. */
 
@@ -45,7 +46,8 @@ export const NOT_CONNECTED: DatabaseStatus = {
   pending: 0,
 };
 
-export function statusOf(deps: Pick<Deps, 'db'>, row: CustomerDatabaseRow, pending = pendingWrites(deps.db, row.accountId)): DatabaseStatus {
+export async function statusOf(deps: Pick<Deps, 'db'>, row: CustomerDatabaseRow, pendingGiven?: number): Promise<DatabaseStatus> {
+  const pending = pendingGiven ?? (await pendingWrites(deps.db, row.accountId));
   return {
     connected: true,
     host: row.host,
@@ -62,8 +64,8 @@ export function statusOf(deps: Pick<Deps, 'db'>, row: CustomerDatabaseRow, pendi
   };
 }
 
-export function rowOf(deps: Pick<Deps, 'db'>, owner: string): CustomerDatabaseRow | undefined {
-  return deps.db.select().from(customerDatabases).where(eq(customerDatabases.accountId, owner)).get();
+export async function rowOf(deps: Pick<Deps, 'db'>, owner: string): Promise<CustomerDatabaseRow | undefined> {
+  return await one(deps.db.select().from(customerDatabases).where(eq(customerDatabases.accountId, owner)));
 }
 
 /**
@@ -72,8 +74,15 @@ export function rowOf(deps: Pick<Deps, 'db'>, owner: string): CustomerDatabaseRo
  * is (host, port, name, user) or what went wrong with it (its last error names hosts and users), nor the writes of the
  * parent and its other sub-accounts.
  */
-function inheritedStatusOf(deps: Pick<Deps, 'db'>, row: CustomerDatabaseRow, accountId: string): DatabaseStatus {
-  return { ...statusOf(deps, row, pendingWritesOf(deps.db, row.accountId, accountId)), host: null, port: null, database: null, user: null, lastError: null };
+async function inheritedStatusOf(deps: Pick<Deps, 'db'>, row: CustomerDatabaseRow, accountId: string): Promise<DatabaseStatus> {
+  return {
+    ...(await statusOf(deps, row, await pendingWritesOf(deps.db, row.accountId, accountId))),
+    host: null,
+    port: null,
+    database: null,
+    user: null,
+    lastError: null,
+  };
 }
 
 /**
@@ -81,36 +90,36 @@ function inheritedStatusOf(deps: Pick<Deps, 'db'>, row: CustomerDatabaseRow, acc
  * account's own database, or the parent's asked with the parent's own key (X-Service-Account). A sub-account's own key
  * does not hold its parent's database.
  */
-export function effectiveRow(deps: Pick<Deps, 'db'>, ctx: RequestContext): { row: CustomerDatabaseRow; held: boolean } | undefined {
-  const owner = databaseOwnerOf(deps.db, ctx.account.id);
-  const row = owner === null ? undefined : rowOf(deps, owner);
+export async function effectiveRow(deps: Pick<Deps, 'db'>, ctx: RequestContext): Promise<{ row: CustomerDatabaseRow; held: boolean } | undefined> {
+  const owner = await databaseOwnerOf(deps.db, ctx.account.id);
+  const row = owner === null ? undefined : await rowOf(deps, owner);
   return row && { row, held: owner === ctx.account.id || owner === ctx.keyAccount.id };
 }
 
 /** GET /database: the status of the database this account's mail is written to (its own, else its parent's). */
-export function getDatabaseStatus({ deps, ctx }: { deps: Pick<Deps, 'db'>; ctx: RequestContext }): DatabaseStatus {
-  const found = effectiveRow(deps, ctx);
+export async function getDatabaseStatus({ deps, ctx }: { deps: Pick<Deps, 'db'>; ctx: RequestContext }): Promise<DatabaseStatus> {
+  const found = await effectiveRow(deps, ctx);
   if (!found) return NOT_CONNECTED;
-  return found.held ? statusOf(deps, found.row) : inheritedStatusOf(deps, found.row, ctx.account.id);
+  return found.held ? await statusOf(deps, found.row) : await inheritedStatusOf(deps, found.row, ctx.account.id);
 }
 
 /**
  * DELETE /database: the account's own database is forgotten with the writes still waiting for it (they stop); the
  * schema and rows in the customer's database stay. 404 database_not_connected when the account has none of its own.
  */
-export function deleteDatabase({ deps, ctx }: { deps: Pick<Deps, 'db' | 'logger'>; ctx: RequestContext }): void {
+export async function deleteDatabase({ deps, ctx }: { deps: Pick<Deps, 'db' | 'logger'>; ctx: RequestContext }): Promise<void> {
   const accountId = ctx.account.id;
-  const dropped = deps.db.transaction(() => {
-    const deleted = deps.db.delete(customerDatabases).where(eq(customerDatabases.accountId, accountId)).run().changes;
+  const dropped = await deps.db.transaction(async () => {
+    const deleted = changes(await deps.db.delete(customerDatabases).where(eq(customerDatabases.accountId, accountId)));
     if (deleted === 0) throw new ApiError('database_not_connected', 'No database is set on this account.');
-    return dropWritesOf(deps.db, accountId);
+    return await dropWritesOf(deps.db, accountId);
   });
   deps.logger.info('customer_db.deleted', { accountId, droppedWrites: dropped });
 }
 
 /** The CLI's `database status --account ID`: the status an API call for that account would answer. */
-export function databaseStatusOf(deps: Pick<Deps, 'db'>, accountId: string): DatabaseStatus {
-  const owner = databaseOwnerOf(deps.db, accountId);
-  const row = owner === null ? undefined : rowOf(deps, owner);
-  return row ? statusOf(deps, row) : NOT_CONNECTED;
+export async function databaseStatusOf(deps: Pick<Deps, 'db'>, accountId: string): Promise<DatabaseStatus> {
+  const owner = await databaseOwnerOf(deps.db, accountId);
+  const row = owner === null ? undefined : await rowOf(deps, owner);
+  return row ? await statusOf(deps, row) : NOT_CONNECTED;
 }

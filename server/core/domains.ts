@@ -22,6 +22,7 @@ import {
   verifiesWithoutDns,
 } from './domain-checks.js';
 import { normalizeDomainName } from './domain-name.js';
+import { one } from '../../db/sql.js';
 
 export const MAX_DOMAINS = 20;
 /** An unverified claim keeps the name from other accounts until it is more than this old. */
@@ -94,17 +95,18 @@ export function domainView(deps: Pick<Deps, 'config'>, row: DomainRow, key: Doma
   };
 }
 
-function findDomain(db: Db, accountId: string, id: string): { domain: DomainRow; key: DomainKeyRow } | undefined {
-  return db
-    .select({ domain: domains, key: domainKeys })
-    .from(domains)
-    .innerJoin(domainKeys, eq(domainKeys.id, domains.keyId))
-    .where(and(eq(domains.id, id), eq(domains.accountId, accountId)))
-    .get();
+async function findDomain(db: Db, accountId: string, id: string): Promise<{ domain: DomainRow; key: DomainKeyRow } | undefined> {
+  return await one(
+    db
+      .select({ domain: domains, key: domainKeys })
+      .from(domains)
+      .innerJoin(domainKeys, eq(domainKeys.id, domains.keyId))
+      .where(and(eq(domains.id, id), eq(domains.accountId, accountId))),
+  );
 }
 
-function requireDomain(deps: Pick<Deps, 'db'>, ctx: RequestContext, id: string) {
-  const found = findDomain(deps.db, ctx.account.id, id);
+async function requireDomain(deps: Pick<Deps, 'db'>, ctx: RequestContext, id: string) {
+  const found = await findDomain(deps.db, ctx.account.id, id);
   if (!found) throw notFound('domain');
   return found;
 }
@@ -115,27 +117,27 @@ function requireDomain(deps: Pick<Deps, 'db'>, ctx: RequestContext, id: string) 
  * does not restart the 7 days. Returns the expired claims of other accounts, for the caller to clear once the new
  * claim is certain to be made.
  */
-function claimName(db: Db, accountId: string, name: string, now: number): { id: string; keyId: string; accountId: string }[] {
-  const others = db
+async function claimName(db: Db, accountId: string, name: string, now: number): Promise<{ id: string; keyId: string; accountId: string }[]> {
+  const others = await db
     .select({ id: domains.id, keyId: domains.keyId, accountId: domains.accountId, recordStatus: domains.recordStatus, claimedAt: domainKeys.createdAt })
     .from(domains)
     .innerJoin(domainKeys, eq(domainKeys.id, domains.keyId))
-    .where(and(eq(domains.name, name), ne(domains.accountId, accountId)))
-    .all();
+    .where(and(eq(domains.name, name), ne(domains.accountId, accountId)));
   const held = others.some((d) => deriveFlags(d.recordStatus, false).ownershipVerified || now - d.claimedAt <= CLAIM_HOLD_MS);
   // The message never says whether, or by whom, the name is held.
   if (held) throw new ApiError('domain_unavailable', `The domain ${name} cannot be connected to this account.`);
   return others.map((d) => ({ id: d.id, keyId: d.keyId, accountId: d.accountId }));
 }
 
-function checkAccountRoom(db: Db, accountId: string, name: string): void {
-  const existing = db
-    .select({ id: domains.id })
-    .from(domains)
-    .where(and(eq(domains.accountId, accountId), eq(domains.name, name)))
-    .get();
+async function checkAccountRoom(db: Db, accountId: string, name: string): Promise<void> {
+  const existing = await one(
+    db
+      .select({ id: domains.id })
+      .from(domains)
+      .where(and(eq(domains.accountId, accountId), eq(domains.name, name))),
+  );
   if (existing) throw new ApiError('domain_exists', `The domain ${name} is already connected to this account.`);
-  const count = db.select({ n: sql<number>`count(*)` }).from(domains).where(eq(domains.accountId, accountId)).get()?.n ?? 0;
+  const count = (await one(db.select({ n: sql<number>`count(*)` }).from(domains).where(eq(domains.accountId, accountId))))?.n ?? 0;
   if (count >= MAX_DOMAINS) throw new ApiError('domain_limit', `This account already has ${MAX_DOMAINS} domains.`);
 }
 
@@ -151,13 +153,14 @@ export async function createDomain({
 }): Promise<DomainView> {
   const accountId = ctx.account.id;
   const { name } = input;
-  checkAccountRoom(deps.db, accountId, name);
-  claimName(deps.db, accountId, name, deps.clock.now());
-  let key = deps.db
-    .select()
-    .from(domainKeys)
-    .where(and(eq(domainKeys.accountId, accountId), eq(domainKeys.name, name)))
-    .get();
+  await checkAccountRoom(deps.db, accountId, name);
+  await claimName(deps.db, accountId, name, deps.clock.now());
+  let key = await one(
+    deps.db
+      .select()
+      .from(domainKeys)
+      .where(and(eq(domainKeys.accountId, accountId), eq(domainKeys.name, name))),
+  );
   let fresh: Awaited<ReturnType<typeof createDomainKeys>> | null = null;
   if (!key) {
     if (!deps.secretKey) throw new ApiError('not_configured', 'The server cannot store secrets (SECRET_KEY=off), so it cannot keep a DKIM key.');
@@ -165,66 +168,69 @@ export async function createDomain({
   }
   const now = deps.clock.now();
   // Key generation awaited: everything checked before it is checked again with the insert, in one transaction.
-  const row = deps.db.transaction((tx) => {
-    assertAccountExists(tx, accountId);
-    checkAccountRoom(tx, accountId, name);
-    const expired = claimName(tx, accountId, name, now);
+  const row = await deps.db.transaction(async (tx) => {
+    await assertAccountExists(tx, accountId);
+    await checkAccountRoom(tx, accountId, name);
+    const expired = await claimName(tx, accountId, name, now);
     if (!key) {
-      key = tx
-        .select()
-        .from(domainKeys)
-        .where(and(eq(domainKeys.accountId, accountId), eq(domainKeys.name, name)))
-        .get();
+      key = await one(
+        tx
+          .select()
+          .from(domainKeys)
+          .where(and(eq(domainKeys.accountId, accountId), eq(domainKeys.name, name))),
+      );
     }
     if (!key && fresh) {
-      key = tx
-        .insert(domainKeys)
-        .values({
-          id: newId(now),
-          accountId,
-          name,
-          token: fresh.token,
-          selector: fresh.selector,
-          dkimPublicKey: fresh.publicKey,
-          dkimPrivateKeySealed: fresh.privateKeySealed,
-          createdAt: now,
-        })
-        .returning()
-        .get();
+      key = await one(
+        tx
+          .insert(domainKeys)
+          .values({
+            id: newId(now),
+            accountId,
+            name,
+            token: fresh.token,
+            selector: fresh.selector,
+            dkimPublicKey: fresh.publicKey,
+            dkimPrivateKeySealed: fresh.privateKeySealed,
+            createdAt: now,
+          })
+          .returning(),
+      );
     }
     if (!key) throw new Error('domain key missing after creation');
-    if (key.releasedAt !== null) key = tx.update(domainKeys).set({ releasedAt: null }).where(eq(domainKeys.id, key.id)).returning().get() ?? key;
+    if (key.releasedAt !== null) key = (await one(tx.update(domainKeys).set({ releasedAt: null }).where(eq(domainKeys.id, key.id)).returning())) ?? key;
     // Only now, with every check passed, are other accounts' expired claims cleared: their keys are kept like a
     // deleted domain's, within the same bound.
     for (const claim of expired) {
-      tx.delete(domains).where(eq(domains.id, claim.id)).run();
-      tx.update(domainKeys).set({ releasedAt: now }).where(eq(domainKeys.id, claim.keyId)).run();
-      pruneKeptDomainKeys(tx, claim.accountId);
+      await tx.delete(domains).where(eq(domains.id, claim.id));
+      await tx.update(domainKeys).set({ releasedAt: now }).where(eq(domainKeys.id, claim.keyId));
+      await pruneKeptDomainKeys(tx, claim.accountId);
     }
-    return tx
-      .insert(domains)
-      .values({ id: newId(now), accountId, name, keyId: key.id, recordStatus: PENDING, checks: null, createdAt: now, lastCheckedAt: now })
-      .returning()
-      .get();
+    return (await one(
+      tx
+        .insert(domains)
+        .values({ id: newId(now), accountId, name, keyId: key.id, recordStatus: PENDING, checks: null, createdAt: now, lastCheckedAt: now })
+        .returning(),
+    ))!;
   });
   deps.logger.info('domain.created', { domainId: row.id, accountId, name });
   return domainView(deps, row, key!);
 }
 
-export function listDomains({ deps, ctx, page }: { deps: Pick<Deps, 'config' | 'db'>; ctx: RequestContext; page: PageRequest }): DomainView[] {
-  return deps.db
-    .select({ domain: domains, key: domainKeys })
-    .from(domains)
-    .innerJoin(domainKeys, eq(domainKeys.id, domains.keyId))
-    .where(and(eq(domains.accountId, ctx.account.id), page.after ? lt(domains.id, page.after) : undefined))
-    .orderBy(desc(domains.id))
-    .limit(page.limit + 1)
-    .all()
-    .map((r) => domainView(deps, r.domain, r.key));
+export async function listDomains({ deps, ctx, page }: { deps: Pick<Deps, 'config' | 'db'>; ctx: RequestContext; page: PageRequest }): Promise<DomainView[]> {
+  return (
+    await deps.db
+      .select({ domain: domains, key: domainKeys })
+      .from(domains)
+      .innerJoin(domainKeys, eq(domainKeys.id, domains.keyId))
+      .where(and(eq(domains.accountId, ctx.account.id), page.after ? lt(domains.id, page.after) : undefined))
+      .orderBy(desc(domains.id))
+      .limit(page.limit + 1)
+  ).map((r) => domainView(deps, r.domain, r.key));
 }
 
-export function getDomain({ deps, ctx, id }: { deps: Pick<Deps, 'config' | 'db'>; ctx: RequestContext; id: string }): DomainView {
-  const { domain, key } = requireDomain(deps, ctx, id);
+export async function getDomain({ deps, ctx, id }: { deps: Pick<Deps, 'config' | 'db'>; ctx: RequestContext; id: string }): Promise<DomainView> {
+  const { domain, key } = await requireDomain(deps, ctx, id);
   return domainView(deps, domain, key);
 }
 
@@ -233,32 +239,31 @@ export function getDomain({ deps, ctx, id }: { deps: Pick<Deps, 'config' | 'db'>
  * queued mail still signs with (outbound_messages.domainKeyId, which would cascade), is never a candidate.
  * Returns the ids pruned.
  */
-export function pruneKeptDomainKeys(db: Db, accountId: string): string[] {
-  const kept = db
+export async function pruneKeptDomainKeys(db: Db, accountId: string): Promise<string[]> {
+  const kept = await db
     .select({ id: domainKeys.id })
     .from(domainKeys)
     .leftJoin(domains, eq(domains.keyId, domainKeys.id))
     .where(and(eq(domainKeys.accountId, accountId), isNull(domains.id)))
-    .orderBy(desc(sql`coalesce(${domainKeys.releasedAt}, ${domainKeys.createdAt})`), desc(domainKeys.id))
-    .all();
+    .orderBy(desc(sql`coalesce(${domainKeys.releasedAt}, ${domainKeys.createdAt})`), desc(domainKeys.id));
   if (kept.length <= KEPT_DOMAIN_KEYS) return [];
   const queued = new Set(
-    db
-      .selectDistinct({ id: outboundMessages.domainKeyId })
-      .from(outboundMessages)
-      .where(
-        inArray(
-          outboundMessages.domainKeyId,
-          kept.map((k) => k.id),
-        ),
-      )
-      .all()
-      .map((r) => r.id),
+    (
+      await db
+        .selectDistinct({ id: outboundMessages.domainKeyId })
+        .from(outboundMessages)
+        .where(
+          inArray(
+            outboundMessages.domainKeyId,
+            kept.map((k) => k.id),
+          ),
+        )
+    ).map((r) => r.id),
   );
   // Keys queued mail still needs count toward the bound but always stay: the others released longest ago make room.
   let room = KEPT_DOMAIN_KEYS - queued.size;
   const prune = kept.filter((k) => !queued.has(k.id) && room-- <= 0).map((k) => k.id);
-  if (prune.length > 0) db.delete(domainKeys).where(inArray(domainKeys.id, prune)).run();
+  if (prune.length > 0) await db.delete(domainKeys).where(inArray(domainKeys.id, prune));
   return prune;
 }
 
@@ -266,13 +271,13 @@ export function pruneKeptDomainKeys(db: Db, accountId: string): string[] {
  * DELETE /domains/{id}: the domain goes; its token, selector and key stay with the account for a reconnect, within
  * the KEPT_DOMAIN_KEYS bound.
  */
-export function deleteDomain({ deps, ctx, id }: { deps: Pick<Deps, 'clock' | 'db' | 'logger'>; ctx: RequestContext; id: string }): void {
-  const { domain } = requireDomain(deps, ctx, id);
+export async function deleteDomain({ deps, ctx, id }: { deps: Pick<Deps, 'clock' | 'db' | 'logger'>; ctx: RequestContext; id: string }): Promise<void> {
+  const { domain } = await requireDomain(deps, ctx, id);
   const now = deps.clock.now();
-  const pruned = deps.db.transaction((tx) => {
-    tx.delete(domains).where(eq(domains.id, domain.id)).run();
-    tx.update(domainKeys).set({ releasedAt: now }).where(eq(domainKeys.id, domain.keyId)).run();
-    return pruneKeptDomainKeys(tx, ctx.account.id);
+  const pruned = await deps.db.transaction(async (tx) => {
+    await tx.delete(domains).where(eq(domains.id, domain.id));
+    await tx.update(domainKeys).set({ releasedAt: now }).where(eq(domainKeys.id, domain.keyId));
+    return await pruneKeptDomainKeys(tx, ctx.account.id);
   });
   deps.logger.info('domain.deleted', { domainId: domain.id, accountId: ctx.account.id, name: domain.name, keysPruned: pruned.length });
 }
@@ -306,19 +311,19 @@ export async function verifyDomain({
   ctx: RequestContext;
   id: string;
 }): Promise<DomainView & { checks: Checks }> {
-  const { domain, key } = requireDomain(deps, ctx, id);
+  const { domain, key } = await requireDomain(deps, ctx, id);
   const name = domain.name;
   const withoutDns = verifiesWithoutDns(deps.config.deliveryMode, name);
   const checks: Checks = withoutDns ? { ...RESERVED_NAME_CHECKS } : await readChecks(deps, name, key);
   const now = deps.clock.now();
   // The domain may have been deleted or checked meanwhile: apply the checks to the row as it is now.
-  const updated = deps.db.transaction((tx) => {
-    const current = tx.select().from(domains).where(eq(domains.id, domain.id)).get();
+  const updated = await deps.db.transaction(async (tx) => {
+    const current = await one(tx.select().from(domains).where(eq(domains.id, domain.id)));
     if (!current) return undefined;
     const recordStatus = Object.fromEntries(
       (Object.keys(checks) as RecordKind[]).map((k) => [k, nextRecordStatus(current.recordStatus[k], checks[k])]),
     ) as Record<RecordKind, RecordStatus>;
-    return tx.update(domains).set({ recordStatus, checks, lastCheckedAt: now }).where(eq(domains.id, domain.id)).returning().get();
+    return await one(tx.update(domains).set({ recordStatus, checks, lastCheckedAt: now }).where(eq(domains.id, domain.id)).returning());
   });
   if (!updated) throw notFound('domain');
   const before = deriveFlags(domain.recordStatus, deps.config.smtpRelayUrl !== null);

@@ -6,6 +6,7 @@ import { iso, isoOrNull } from '../shared/clock.js';
 import type { Deps } from './deps.js';
 import { ApiError } from '../shared/errors.js';
 import type { PageRequest, RequestContext } from './context.js';
+import { one } from '../../db/sql.js';
 
 export interface EmailView {
   id: string;
@@ -88,7 +89,7 @@ const LIST_CHUNK = 16;
  * caller (toPage) stops pulling once a page is full, by count or by bytes, so rows stored before the input limits
  * (a megabyte subject) are never all loaded at once.
  */
-export function* listEmails({
+export async function* listEmails({
   deps,
   ctx,
   page,
@@ -98,12 +99,12 @@ export function* listEmails({
   ctx: RequestContext;
   page: PageRequest;
   filter: z.output<typeof emailFilter>;
-}): Generator<EmailView> {
+}): AsyncGenerator<EmailView> {
   let after = page.after;
   let left = page.limit + 1;
   while (left > 0) {
     const n = Math.min(LIST_CHUNK, left);
-    const rows = deps.db
+    const rows = await deps.db
       .select()
       .from(emails)
       .where(
@@ -116,8 +117,7 @@ export function* listEmails({
         ),
       )
       .orderBy(desc(emails.id))
-      .limit(n)
-      .all();
+      .limit(n);
     for (const row of rows) yield emailView(row);
     if (rows.length < n) return;
     left -= n;
@@ -125,26 +125,27 @@ export function* listEmails({
   }
 }
 
-function findEmail(deps: Pick<Deps, 'db'>, ctx: RequestContext, id: string): EmailRow {
-  const row = deps.db
-    .select()
-    .from(emails)
-    .where(and(eq(emails.id, id), eq(emails.accountId, ctx.account.id)))
-    .get();
+async function findEmail(deps: Pick<Deps, 'db'>, ctx: RequestContext, id: string): Promise<EmailRow> {
+  const row = await one(
+    deps.db
+      .select()
+      .from(emails)
+      .where(and(eq(emails.id, id), eq(emails.accountId, ctx.account.id))),
+  );
   if (!row) throw new ApiError('email_not_found', 'No email with that id on this account.');
   return row;
 }
 
 /** GET /emails/{id}: the entry and its recipients' events in the order they happened. */
-export function getEmail({ deps, ctx, id }: { deps: Pick<Deps, 'db'>; ctx: RequestContext; id: string }): EmailView & { events: EventView[] } {
-  const row = findEmail(deps, ctx, id);
-  const events = deps.db
-    .select()
-    .from(emailEvents)
-    .where(eq(emailEvents.emailId, id))
-    .orderBy(asc(emailEvents.id))
-    .all()
-    .map((e) => ({ recipient: e.recipient, status: e.status, dsn: e.dsn, detail: e.detail, occurredAt: iso(e.occurredAt) }));
+export async function getEmail({ deps, ctx, id }: { deps: Pick<Deps, 'db'>; ctx: RequestContext; id: string }): Promise<EmailView & { events: EventView[] }> {
+  const row = await findEmail(deps, ctx, id);
+  const events = (await deps.db.select().from(emailEvents).where(eq(emailEvents.emailId, id)).orderBy(asc(emailEvents.id))).map((e) => ({
+    recipient: e.recipient,
+    status: e.status,
+    dsn: e.dsn,
+    detail: e.detail,
+    occurredAt: iso(e.occurredAt),
+  }));
   return { ...emailView(row), events };
 }
 
@@ -158,7 +159,7 @@ export const capturedMessageQuery = z.strictObject({
  * capture (DELIVERY_MODE=direct), or nothing is kept for that recipient (sandboxed, not yet attempted, or dropped as
  * one of the oldest beyond the store's bound).
  */
-export function getCapturedMessage({
+export async function getCapturedMessage({
   deps,
   ctx,
   id,
@@ -168,12 +169,12 @@ export function getCapturedMessage({
   ctx: RequestContext;
   id: string;
   recipient: string;
-}): Buffer {
-  findEmail(deps, ctx, id);
+}): Promise<Buffer> {
+  await findEmail(deps, ctx, id);
   if (deps.config.deliveryMode !== 'capture') {
     throw new ApiError('email_not_found', 'Messages are kept only in capture mode (DELIVERY_MODE=capture); this server delivers them.');
   }
-  const message = readCapture(deps.db, deps.secretKey, { accountId: ctx.account.id, emailId: id, recipient });
+  const message = await readCapture(deps.db, deps.secretKey, { accountId: ctx.account.id, emailId: id, recipient });
   if (!message) throw new ApiError('email_not_found', `No captured message of ${recipient} for this email.`);
   return message;
 }

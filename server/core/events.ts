@@ -56,7 +56,7 @@ export interface EventItem {
  * occurred at or after it; `type` one event type. One query per page, read newest first from email_events_account_idx
  * (account_id, id), so a page costs the same however many outcomes the account has.
  */
-export function listEvents({
+export async function listEvents({
   deps,
   ctx,
   page,
@@ -66,29 +66,29 @@ export function listEvents({
   ctx: RequestContext;
   page: PageRequest;
   filter: z.output<typeof eventFilter>;
-}): EventItem[] {
-  return deps.db
-    .select({ event: emailEvents })
-    .from(emailEvents)
-    .where(
-      and(
-        eq(emailEvents.accountId, ctx.account.id),
-        filter.type ? eq(emailEvents.status, statusOfEventType(filter.type)) : undefined,
-        filter.since !== undefined ? gte(emailEvents.occurredAt, filter.since) : undefined,
-        page.after ? lt(emailEvents.id, page.after) : undefined,
-      ),
-    )
-    .orderBy(desc(emailEvents.id))
-    .limit(page.limit + 1)
-    .all()
-    .map(({ event: e }) => ({
-      id: e.id,
-      type: EVENT_TYPE_OF_STATUS[e.status],
-      emailId: e.emailId,
-      recipient: e.recipient,
-      status: e.status,
-      dsn: e.dsn,
-      detail: e.detail,
-      occurredAt: iso(e.occurredAt),
-    }));
+}): Promise<EventItem[]> {
+  return (
+    await deps.db
+      .select({ event: emailEvents })
+      .from(emailEvents)
+      .where(
+        and(
+          eq(emailEvents.accountId, ctx.account.id),
+          filter.type ? eq(emailEvents.status, statusOfEventType(filter.type)) : undefined,
+          filter.since !== undefined ? gte(emailEvents.occurredAt, filter.since) : undefined,
+          page.after ? lt(emailEvents.id, page.after) : undefined,
+        ),
+      )
+      .orderBy(desc(emailEvents.id))
+      .limit(page.limit + 1)
+  ).map(({ event: e }) => ({
+    id: e.id,
+    type: EVENT_TYPE_OF_STATUS[e.status],
+    emailId: e.emailId,
+    recipient: e.recipient,
+    status: e.status,
+    dsn: e.dsn,
+    detail: e.detail,
+    occurredAt: iso(e.occurredAt),
+  }));
 }

@@ -1,11 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { and, eq, sql } from 'drizzle-orm';
-import type { Statement } from 'better-sqlite3';
-import { type Db, clientOf, unsynced } from '../../db/client.js';
+import { type Db, unsynced } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { idempotencyKeys } from '../../db/schema/index.js';
 import { ApiError } from '../shared/errors.js';
 import { constantTimeEqual, sha256Hex } from '../shared/secrets.js';
+import { changes, one, queryRow } from '../../db/sql.js';
 
 /** Idempotency rules of docs/api/contract.md for POST /emails, per acting account. */
 export const IDEMPOTENCY_WINDOW_MS = 24 * 3_600_000;
@@ -38,20 +38,6 @@ const byKey = and(eq(idempotencyKeys.accountId, p('accountId')), eq(idempotencyK
 /** The statements of every send that carries a key, compiled once (they run on the root connection). */
 const statements = definePrepared((db) => ({
   find: db.select().from(idempotencyKeys).where(byKey).prepare(),
-  // The claim in one statement: a new key is inserted; an existing one is taken over only when it is free (a settled
-  // answer past the 24-hour window, or a running claim past its 15 s lease), and then its row comes back. No row back
-  // means the key is live, and `find` reads why. One statement, so two requests can never both take a live key, on
-  // any engine.
-  claim: clientOf(db).prepare(
-    `insert into idempotency_keys (account_id, key, fingerprint, claim_token, state, response, claimed_at, completed_at)
-     values (@accountId, @key, @fingerprint, @token, 'running', null, @leaseNow, null)
-     on conflict (account_id, key) do update set
-       fingerprint = excluded.fingerprint, claim_token = excluded.claim_token, state = 'running', response = null,
-       claimed_at = excluded.claimed_at, completed_at = null
-     where (idempotency_keys.state = 'done' and @now - coalesce(idempotency_keys.completed_at, idempotency_keys.claimed_at) >= @window)
-        or (idempotency_keys.state = 'running' and @leaseNow - idempotency_keys.claimed_at >= @lease)
-     returning claim_token`,
-  ) as Statement<[{ accountId: string; key: string; fingerprint: string; token: string; now: number; leaseNow: number; window: number; lease: number }]>,
   holder: db.select({ token: idempotencyKeys.claimToken, state: idempotencyKeys.state }).from(idempotencyKeys).where(byKey).prepare(),
   // The answer as the column's JSON text, as drizzle writes it (a placeholder passes through unencoded).
   settle: db
@@ -70,17 +56,31 @@ const statements = definePrepared((db) => ({
  * judges the 15 s of a running claim, which is a lease: a step of the wall clock neither holds a lost claim for the
  * size of the step nor frees a running one early.
  */
-export function claimIdempotencyKey(db: Db, accountId: string, key: string, rawBody: Buffer, now: number, leaseNow: number = now): ClaimResult {
+export async function claimIdempotencyKey(db: Db, accountId: string, key: string, rawBody: Buffer, now: number, leaseNow: number = now): Promise<ClaimResult> {
   const fingerprint = sha256Hex(rawBody);
   const q = statements(db);
   // Without an fsync of its own: the send's group commit that follows makes it durable with the send (an fsync
   // covers every frame written before it); lost in a power failure with its request, it is claimed again by the retry.
-  return unsynced(db, () => {
+  return await unsynced(db, async () => {
     const token = randomUUID();
-    const claimed = q.claim.get({ accountId, key, fingerprint, token, now, leaseNow, window: IDEMPOTENCY_WINDOW_MS, lease: CLAIM_RELEASE_MS });
+    // The claim in one statement: a new key is inserted; an existing one is taken over only when it is free (a settled
+    // answer past the 24-hour window, or a running claim past its 15 s lease), and then its row comes back. No row back
+    // means the key is live, and `find` reads why. One statement, so two requests can never both take a live key, on
+    // any engine.
+    const claimed = await queryRow<{ claim_token: string }>(
+      db,
+      sql`insert into idempotency_keys (account_id, key, fingerprint, claim_token, state, response, claimed_at, completed_at)
+     values (${accountId}, ${key}, ${fingerprint}, ${token}, 'running', null, ${leaseNow}, null)
+     on conflict (account_id, key) do update set
+       fingerprint = excluded.fingerprint, claim_token = excluded.claim_token, state = 'running', response = null,
+       claimed_at = excluded.claimed_at, completed_at = null
+     where (idempotency_keys.state = 'done' and ${now} - coalesce(idempotency_keys.completed_at, idempotency_keys.claimed_at) >= ${IDEMPOTENCY_WINDOW_MS})
+        or (idempotency_keys.state = 'running' and ${leaseNow} - idempotency_keys.claimed_at >= ${CLAIM_RELEASE_MS})
+     returning claim_token`,
+    );
     if (claimed !== undefined) return { kind: 'claimed', claim: { accountId, key, token } } as const;
     // Live: a settled answer within 24 h, or a claim still running (read right after, on the same connection).
-    const row = q.find.get({ accountId, key });
+    const row = await one(q.find.execute({ accountId, key }));
     if (row === undefined) throw new Error('an idempotency key neither claimed nor found');
     // Compared in constant time, as every digest the service holds is (a request cannot time its way to another's).
     if (!constantTimeEqual(row.fingerprint, fingerprint))
@@ -95,8 +95,8 @@ export function claimIdempotencyKey(db: Db, accountId: string, key: string, rawB
  * After a stall past CLAIM_RELEASE_MS another request may have taken the key; then this send is refused (its
  * transaction rolls back) and the other request's claim is left alone.
  */
-export function assertClaimHeld(db: Db, claim: Claim): void {
-  const row = statements(db).holder.get({ accountId: claim.accountId, key: claim.key });
+export async function assertClaimHeld(db: Db, claim: Claim): Promise<void> {
+  const row = await one(statements(db).holder.execute({ accountId: claim.accountId, key: claim.key }));
   if (!row || row.token !== claim.token || row.state !== 'running') throw takenOver();
 }
 
@@ -112,9 +112,15 @@ const takenOver = () =>
  * meanwhile, which a store with more than one writer allows between the check and here) throws as assertClaimHeld
  * does, and the send's transaction rolls back.
  */
-export function settleClaim(db: Db, claim: Claim, response: unknown, now: number): void {
-  const settled = statements(db).settle.run({ accountId: claim.accountId, key: claim.key, token: claim.token, response: JSON.stringify(response), now });
-  if (settled.changes !== 1) throw takenOver();
+export async function settleClaim(db: Db, claim: Claim, response: unknown, now: number): Promise<void> {
+  const settled = await statements(db).settle.execute({
+    accountId: claim.accountId,
+    key: claim.key,
+    token: claim.token,
+    response: JSON.stringify(response),
+    now,
+  });
+  if (changes(settled) !== 1) throw takenOver();
 }
 
 /**
@@ -122,12 +128,12 @@ export function settleClaim(db: Db, claim: Claim, response: unknown, now: number
  * was killed before its send committed), so each is freed, and a retry after a crash is a fresh attempt at once
  * instead of `409 idempotency_in_progress` until CLAIM_RELEASE_MS passes. Returns how many.
  */
-export function releaseDeadClaims(db: Db): number {
-  return db.delete(idempotencyKeys).where(eq(idempotencyKeys.state, 'running')).run().changes;
+export async function releaseDeadClaims(db: Db): Promise<number> {
+  return changes(await db.delete(idempotencyKeys).where(eq(idempotencyKeys.state, 'running')));
 }
 
 /** Any answer but a 200 frees the key, so a retry is a fresh attempt. */
-export function releaseClaim(db: Db, claim: Claim): void {
+export async function releaseClaim(db: Db, claim: Claim): Promise<void> {
   // Without an fsync: lost in a power failure, the claim lapses after CLAIM_RELEASE_MS instead.
-  unsynced(db, () => statements(db).release.run({ accountId: claim.accountId, key: claim.key, token: claim.token }));
+  await unsynced(db, async () => await statements(db).release.execute({ accountId: claim.accountId, key: claim.key, token: claim.token }));
 }

@@ -16,12 +16,12 @@ export function createKeyUsage() {
       const p = pending.get(keyId);
       return p !== undefined && (stored === null || p > stored) ? p : stored;
     },
-    flush(db: Db): number {
+    async flush(db: Db): Promise<number> {
       if (pending.size === 0) return 0;
       const batch = [...pending];
       pending.clear();
-      db.transaction((tx) => {
-        for (const [id, at] of batch) tx.update(apiKeys).set({ lastUsedAt: at }).where(eq(apiKeys.id, id)).run();
+      await db.transaction(async (tx) => {
+        for (const [id, at] of batch) await tx.update(apiKeys).set({ lastUsedAt: at }).where(eq(apiKeys.id, id));
       });
       return batch.length;
     },

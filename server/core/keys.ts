@@ -1,7 +1,7 @@
 import { and, desc, eq, isNull, lt, sql } from 'drizzle-orm';
 import { z } from 'zod';
 import { labelSchema } from './text-rules.js';
-import { type Db, clientOf } from '../../db/client.js';
+import type { Db } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { type AccountRow, type ApiKeyRow, accounts, apiKeys } from '../../db/schema/index.js';
 import { iso, isoOrNull } from '../shared/clock.js';
@@ -11,6 +11,7 @@ import { newId } from '../shared/ids.js';
 import { randomBase62, sha256Hex } from '../shared/secrets.js';
 import type { PageRequest, RequestContext } from './context.js';
 import { SCOPES, type Scope, isScope } from './scopes.js';
+import { one, queryRow } from '../../db/sql.js';
 
 export const MAX_LIVE_KEYS = 50;
 export const KEY_PREFIX = 'ms_';
@@ -72,16 +73,16 @@ export function noteKeysRemoved(): void {
   keysRemoved++;
 }
 
-const dataVersion = definePrepared((db) => clientOf(db).prepare('PRAGMA data_version').pluck());
-
 /**
  * Changes whenever a key may have stopped working: this process revoked one or deleted an account, or another
  * connection (the CLI, an operator's sqlite3) committed to the database, which SQLite's data_version tells. Equal
  * stamps mean every key that was live is still live; the request guard compares them instead of looking the key up
  * a second time once the body has arrived.
  */
-export function keyStamp(db: Db): string {
-  return `${keysRemoved}.${dataVersion(db).get() as number}`;
+export async function keyStamp(db: Db): Promise<string> {
+  const removed = keysRemoved;
+  const row = await queryRow<{ data_version: number }>(db, sql`PRAGMA data_version`);
+  return `${removed}.${row!.data_version}`;
 }
 
 /**
@@ -95,52 +96,51 @@ const knownKeys = definePrepared(() => new Map<string, { key: ApiKeyRow; stamp: 
 const KNOWN_KEYS_MAX = 10_000;
 
 /**
- * The key and the stamp it was found under, read in one read transaction: outside a transaction every statement takes
- * and drops SQLite's WAL read lock (two fcntl calls on the -shm file), so the reads share one lock, and nothing can
- * stop the key between them. An unknown key (a 401) reads no stamp.
+ * The key and the stamp it was found under, read in one transaction, so nothing can stop the key between the reads
+ * (on SQLite they also share one lock instead of each taking and dropping the WAL read lock). An unknown key (a 401)
+ * reads no stamp.
  */
-export function findLiveKeyStamped(db: Db, secret: string): { found: ReturnType<typeof findLiveKey>; stamp: string } {
-  return readKeyTogether(db)(secret);
-}
-
-const readKeyTogether = definePrepared((db) =>
-  clientOf(db).transaction((secret: string) => {
+export async function findLiveKeyStamped(db: Db, secret: string): Promise<{ found: Awaited<ReturnType<typeof findLiveKey>>; stamp: string }> {
+  return await db.transaction(async () => {
     if (!KEY_FORMAT.test(secret)) return { found: undefined, stamp: '' };
     const hash = sha256Hex(secret);
     const known = knownKeys(db);
     const cached = known.get(hash);
     if (cached) {
-      const stamp = keyStamp(db);
-      const account = cached.stamp === stamp ? statements(db).accountById.get({ id: cached.key.accountId }) : undefined;
+      const stamp = await keyStamp(db);
+      const account = cached.stamp === stamp ? await one(statements(db).accountById.execute({ id: cached.key.accountId })) : undefined;
       if (account) return { found: { key: cached.key, account }, stamp };
       known.delete(hash);
     }
-    const found = findLiveKeyByHash(db, hash);
+    const found = await findLiveKeyByHash(db, hash);
     // An unknown key (a 401) reads no stamp: traffic without a key costs one indexed read.
     if (!found) return { found, stamp: '' };
-    const stamp = keyStamp(db);
+    const stamp = await keyStamp(db);
     if (known.size >= KNOWN_KEYS_MAX) known.delete(known.keys().next().value!);
     known.set(hash, { key: found.key, stamp });
     return { found, stamp };
-  }),
-);
-
-export function findLiveKey(db: Db, secret: string): { key: ApiKeyRow; account: AccountRow } | undefined {
-  return KEY_FORMAT.test(secret) ? findLiveKeyByHash(db, sha256Hex(secret)) : undefined;
+  });
 }
 
-function findLiveKeyByHash(db: Db, hash: string): { key: ApiKeyRow; account: AccountRow } | undefined {
-  const found = statements(db).keyByHash.get({ hash });
+export async function findLiveKey(db: Db, secret: string): Promise<{ key: ApiKeyRow; account: AccountRow } | undefined> {
+  return KEY_FORMAT.test(secret) ? await findLiveKeyByHash(db, sha256Hex(secret)) : undefined;
+}
+
+async function findLiveKeyByHash(db: Db, hash: string): Promise<{ key: ApiKeyRow; account: AccountRow } | undefined> {
+  const found = await one(statements(db).keyByHash.execute({ hash }));
   return found && found.key.revokedAt === null ? found : undefined;
 }
 
-function countLiveKeys(db: Db, accountId: string): number {
+async function countLiveKeys(db: Db, accountId: string): Promise<number> {
   return (
-    db
-      .select({ n: sql<number>`count(*)` })
-      .from(apiKeys)
-      .where(and(eq(apiKeys.accountId, accountId), isNull(apiKeys.revokedAt)))
-      .get()?.n ?? 0
+    (
+      await one(
+        db
+          .select({ n: sql<number>`count(*)` })
+          .from(apiKeys)
+          .where(and(eq(apiKeys.accountId, accountId), isNull(apiKeys.revokedAt))),
+      )
+    )?.n ?? 0
   );
 }
 
@@ -148,67 +148,77 @@ function countLiveKeys(db: Db, accountId: string): number {
  * Inserts a key for `accountId`. `mintedBy`, when given, must still be live at the moment of the insert, so a key
  * revoked while its request was in flight cannot mint.
  */
-export function insertKey(
+export async function insertKey(
   deps: Pick<Deps, 'db' | 'clock'>,
   input: { accountId: string; name: string; scopes: readonly Scope[]; mintedBy?: string },
-): MintedKeyView {
+): Promise<MintedKeyView> {
   const now = deps.clock.now();
   const secret = KEY_PREFIX + randomBase62(KEY_RANDOM_LENGTH);
-  const row = deps.db.transaction((tx) => {
+  const row = await deps.db.transaction(async (tx) => {
     if (input.mintedBy !== undefined) {
-      const minter = tx.select({ revokedAt: apiKeys.revokedAt }).from(apiKeys).where(eq(apiKeys.id, input.mintedBy)).get();
+      const minter = await one(tx.select({ revokedAt: apiKeys.revokedAt }).from(apiKeys).where(eq(apiKeys.id, input.mintedBy)));
       if (!minter || minter.revokedAt !== null) throw new ApiError('invalid_key', 'The key used for this request was revoked.');
     }
-    if (countLiveKeys(tx, input.accountId) >= MAX_LIVE_KEYS) {
+    if ((await countLiveKeys(tx, input.accountId)) >= MAX_LIVE_KEYS) {
       throw new ApiError('limit_reached', `This account already has ${MAX_LIVE_KEYS} live keys; revoke one first.`);
     }
-    return tx
-      .insert(apiKeys)
-      .values({
-        id: newId(now),
-        accountId: input.accountId,
-        name: input.name,
-        prefix: secret.slice(0, 11),
-        keyHash: sha256Hex(secret),
-        // Each scope once, whoever mints (the API, the CLI, the dashboard).
-        scopes: [...new Set(input.scopes)],
-        createdAt: now,
-      })
-      .returning()
-      .get();
+    return await one(
+      tx
+        .insert(apiKeys)
+        .values({
+          id: newId(now),
+          accountId: input.accountId,
+          name: input.name,
+          prefix: secret.slice(0, 11),
+          keyHash: sha256Hex(secret),
+          // Each scope once, whoever mints (the API, the CLI, the dashboard).
+          scopes: [...new Set(input.scopes)],
+          createdAt: now,
+        })
+        .returning(),
+    );
   });
-  return { id: row.id, name: row.name, prefix: row.prefix, scopes: row.scopes.filter(isScope), createdAt: iso(row.createdAt), key: secret };
+  return { id: row!.id, name: row!.name, prefix: row!.prefix, scopes: row!.scopes.filter(isScope), createdAt: iso(row!.createdAt), key: secret };
 }
 
 /** POST /keys: scopes default to all of the minting key's and may never exceed them. */
-export function mintKey({ deps, ctx, input }: { deps: Pick<Deps, 'clock' | 'db'>; ctx: RequestContext; input: z.output<typeof mintKeyInput> }): MintedKeyView {
+export async function mintKey({
+  deps,
+  ctx,
+  input,
+}: {
+  deps: Pick<Deps, 'clock' | 'db'>;
+  ctx: RequestContext;
+  input: z.output<typeof mintKeyInput>;
+}): Promise<MintedKeyView> {
   const requested = input.scopes ? [...new Set(input.scopes.filter(isScope))] : [...ctx.scopes];
   const lacking = requested.filter((s) => !ctx.scopes.includes(s));
   if (lacking.length > 0) throw new ApiError('insufficient_scope', `This key cannot grant scopes it does not hold: ${lacking.join(', ')}.`);
-  return insertKey(deps, { accountId: ctx.account.id, name: input.name, scopes: requested, mintedBy: ctx.keyId });
+  return await insertKey(deps, { accountId: ctx.account.id, name: input.name, scopes: requested, mintedBy: ctx.keyId });
 }
 
-export function listKeys({ deps, ctx, page }: { deps: Pick<Deps, 'db' | 'keyUsage'>; ctx: RequestContext; page: PageRequest }): KeyView[] {
-  return deps.db
-    .select()
-    .from(apiKeys)
-    .where(and(eq(apiKeys.accountId, ctx.account.id), page.after ? lt(apiKeys.id, page.after) : undefined))
-    .orderBy(desc(apiKeys.id))
-    .limit(page.limit + 1)
-    .all()
-    .map((r) => keyView(deps, r));
+export async function listKeys({ deps, ctx, page }: { deps: Pick<Deps, 'db' | 'keyUsage'>; ctx: RequestContext; page: PageRequest }): Promise<KeyView[]> {
+  return (
+    await deps.db
+      .select()
+      .from(apiKeys)
+      .where(and(eq(apiKeys.accountId, ctx.account.id), page.after ? lt(apiKeys.id, page.after) : undefined))
+      .orderBy(desc(apiKeys.id))
+      .limit(page.limit + 1)
+  ).map((r) => keyView(deps, r));
 }
 
 /** DELETE /keys/{id}: idempotent; the key stops working at once and stays listed with revokedAt. */
-export function revokeKey({ deps, ctx, id }: { deps: Pick<Deps, 'clock' | 'db' | 'logger'>; ctx: RequestContext; id: string }): void {
-  const row = deps.db
-    .select()
-    .from(apiKeys)
-    .where(and(eq(apiKeys.id, id), eq(apiKeys.accountId, ctx.account.id)))
-    .get();
+export async function revokeKey({ deps, ctx, id }: { deps: Pick<Deps, 'clock' | 'db' | 'logger'>; ctx: RequestContext; id: string }): Promise<void> {
+  const row = await one(
+    deps.db
+      .select()
+      .from(apiKeys)
+      .where(and(eq(apiKeys.id, id), eq(apiKeys.accountId, ctx.account.id))),
+  );
   if (!row) throw notFound('key');
   if (row.revokedAt === null) {
-    deps.db.update(apiKeys).set({ revokedAt: deps.clock.now() }).where(eq(apiKeys.id, id)).run();
+    await deps.db.update(apiKeys).set({ revokedAt: deps.clock.now() }).where(eq(apiKeys.id, id));
     noteKeysRemoved();
     deps.logger.info('key.revoked', { keyId: id, accountId: ctx.account.id, byKeyId: ctx.keyId });
   }

@@ -4,6 +4,7 @@ import { definePrepared } from '../../db/prepared.js';
 import { operatorMessages } from '../../db/schema/index.js';
 import { openBytes, sealBytes } from '../shared/secrets.js';
 import { SEAL_CONTEXTS } from '../shared/seal-contexts.js';
+import { one } from '../../db/sql.js';
 
 /**
  * Mail for the operator (docs/api/decisions.md section 13): `postmaster@` and `abuse@` MAIL_HOSTNAME take mail from anyone
@@ -123,18 +124,18 @@ const statements = definePrepared((db) => ({
 }));
 
 /** Writes the message and drops the oldest beyond OPERATOR_MAIL_LIMIT; inside the caller's transaction. */
-export function storeOperatorMessage(db: Db, m: OperatorMessage): void {
+export async function storeOperatorMessage(db: Db, m: OperatorMessage): Promise<void> {
   const q = statements(db);
-  q.insert.run({ ...m });
-  q.prune.run({ limit: OPERATOR_MAIL_LIMIT });
+  await q.insert.execute({ ...m });
+  await q.prune.execute({ limit: OPERATOR_MAIL_LIMIT });
 }
 
 /** What the list shows of a kept message: every column but its bytes. */
 export type OperatorMessageSummary = Omit<typeof operatorMessages.$inferSelect, 'messageSealed'>;
 
 /** A kept message and its bytes, or null when there is none by that id (or no key to open it). */
-export function readOperatorMessage(db: Db, secretKey: Buffer | null, id: string): { entry: OperatorMessageSummary; raw: Buffer } | null {
-  const row = statements(db).read.get({ id });
+export async function readOperatorMessage(db: Db, secretKey: Buffer | null, id: string): Promise<{ entry: OperatorMessageSummary; raw: Buffer } | null> {
+  const row = await one(statements(db).read.execute({ id }));
   if (!row || !secretKey) return null;
   const { messageSealed, ...entry } = row;
   return { entry, raw: openBytes(secretKey, messageSealed, SEAL_CONTEXTS.operatorMessage(row.id)) };

@@ -20,6 +20,7 @@ import { type Capture, storeCapture } from './capture-store.js';
 import type { Classified } from './dsn.js';
 import { nextAttemptAt } from './delivery-schedule.js';
 import { isSimulatorAddress } from './simulator.js';
+import { changes, one } from '../../db/sql.js';
 
 /** A recipient leased from the outbound queue, with its message: what one delivery attempt works on. */
 export interface Claimed {
@@ -81,10 +82,10 @@ export async function recordOutcome(
   // until this one is durable.
   const complaint = recorded.status === 'delivered' ? (extras.complaint ?? null) : null;
   try {
-    await deps.commits.run(() => {
+    await deps.commits.run(async () => {
       const q = statements(db);
       // First the recipient, and only while this claim still holds it: else the whole outcome rolls back.
-      const updated = q.updateRecipient.run({
+      const updated = await q.updateRecipient.execute({
         id: job.recipient.id,
         lockedBy: job.recipient.lockedBy ?? '',
         claimedAttempts: job.recipient.attempts,
@@ -92,17 +93,17 @@ export async function recordOutcome(
         attempts,
         nextAttemptAt: recorded.nextAttemptAt ?? now,
       });
-      if (updated.changes !== 1) throw new LeaseLost();
+      if (changes(updated) !== 1) throw new LeaseLost();
       const of = { emailId: job.message.id, accountId: job.message.accountId, recipient: job.recipient.recipient, occurredAt: now };
-      if (extras.capture) storeCapture(db, extras.capture);
-      const written = writeOutcome(deps, { ...of, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail });
+      if (extras.capture) await storeCapture(db, extras.capture);
+      const written = await writeOutcome(deps, { ...of, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail });
       if (complaint) {
-        const complained = writeOutcome(deps, { ...of, status: 'complained', ...complaint });
+        const complained = await writeOutcome(deps, { ...of, status: 'complained', ...complaint });
         written.webhooks += complained.webhooks;
         written.written ||= complained.written;
       }
       // Once every recipient has its final outcome the content is no longer needed: it goes.
-      if ((q.openRecipients.get({ messageId: job.message.id })?.n ?? 0) === 0) q.deleteMessage.run({ id: job.message.id });
+      if (((await one(q.openRecipients.execute({ messageId: job.message.id })))?.n ?? 0) === 0) await q.deleteMessage.execute({ id: job.message.id });
       return written;
     });
   } catch (err) {
@@ -149,11 +150,14 @@ const SUPPRESSING: Readonly<Record<OutcomeStatus, ((dsn: string) => boolean) | n
  * the simulator does not count toward reputation). Returns what was queued; the fan-out and the outbox marked their
  * queues (db/queue-wake.ts), so the dispatcher and the writer wake once the transaction is durable.
  */
-export function writeOutcome(deps: Pick<Deps, 'db' | 'logger' | 'secretKey' | 'metrics'>, o: OutcomeToRecord): { webhooks: number; written: boolean } {
+export async function writeOutcome(
+  deps: Pick<Deps, 'db' | 'logger' | 'secretKey' | 'metrics'>,
+  o: OutcomeToRecord,
+): Promise<{ webhooks: number; written: boolean }> {
   const { db } = deps;
   const q = statements(db);
   const eventId = newId(o.occurredAt);
-  q.insertEvent.run({
+  await q.insertEvent.execute({
     id: eventId,
     emailId: o.emailId,
     accountId: o.accountId,
@@ -164,28 +168,28 @@ export function writeOutcome(deps: Pick<Deps, 'db' | 'logger' | 'secretKey' | 'm
     occurredAt: o.occurredAt,
   });
   // The account's webhook deliveries of this outcome, in the same transaction: no event is lost between the two.
-  const webhooks = fanOutOutcome(db, o);
+  const webhooks = await fanOutOutcome(db, o);
   // And the customer database's copy of the event, in the same transaction.
-  const written = queueCustomerDbWrite(
+  const written = await queueCustomerDbWrite(
     deps,
     o.accountId,
     { kind: 'event', id: eventId, emailId: o.emailId, recipient: o.recipient, status: o.status, dsn: o.dsn, detail: o.detail, occurredAt: o.occurredAt },
     o.occurredAt,
   );
-  if (o.status === 'delivered') q.firstDelivered.run({ id: o.emailId, now: o.occurredAt });
-  if (o.status === 'bounced') q.firstBounced.run({ id: o.emailId, now: o.occurredAt });
-  if (o.status === 'complained') q.firstComplained.run({ id: o.emailId, now: o.occurredAt });
+  if (o.status === 'delivered') await q.firstDelivered.execute({ id: o.emailId, now: o.occurredAt });
+  if (o.status === 'bounced') await q.firstBounced.execute({ id: o.emailId, now: o.occurredAt });
+  if (o.status === 'complained') await q.firstComplained.execute({ id: o.emailId, now: o.occurredAt });
   if (SUPPRESSING[o.status]?.(o.dsn)) {
-    const account = findAccount(db, o.accountId);
+    const account = await findAccount(db, o.accountId);
     if (account) {
       const reason = o.status === 'complained' ? 'complaint' : 'bounce';
       for (const id of [account.id, account.parentId]) {
-        if (id) suppress(db, id, o.recipient, reason, o.detail, o.occurredAt);
+        if (id) await suppress(db, id, o.recipient, reason, o.detail, o.occurredAt);
       }
       if (!isSimulatorAddress(o.recipient)) {
-        if (o.status === 'complained') q.countComplaint.run({ id: account.id });
-        else q.countBounce.run({ id: account.id });
-        tripBreakerIfPaused(deps, account.id, o.occurredAt);
+        if (o.status === 'complained') await q.countComplaint.execute({ id: account.id });
+        else await q.countBounce.execute({ id: account.id });
+        await tripBreakerIfPaused(deps, account.id, o.occurredAt);
       }
     }
   }

@@ -1,6 +1,5 @@
 import { and, desc, eq, lt, lte, sql } from 'drizzle-orm';
-import type { Statement } from 'better-sqlite3';
-import { type Db, clientOf } from '../../db/client.js';
+import type { Db } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import {
   type AccountRow,
@@ -17,6 +16,7 @@ import { ApiError } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
 import { type CompiledTemplate, type Declarations, checkLayoutSource, checkTemplateSource, compileTemplate } from './template-language.js';
 import { findTemplate } from './templates.js';
+import { one, queryRow } from '../../db/sql.js';
 
 /**
  * An account's own templates and layouts (docs/api/decisions.md section 9): saved as versions, looked up for a send in
@@ -85,7 +85,6 @@ const statements = definePrepared((db) => ({
     .from(templateVersions)
     .where(and(eq(templateVersions.templateId, p('templateId')), eq(templateVersions.version, p('version'))))
     .prepare(),
-  changes: clientOf(db).prepare(`select n from change_counters where name = 'templates'`).pluck() as Statement<[], number>,
 }));
 
 /** The accounts whose templates the acting account reads, nearest first: itself, then its parent. */
@@ -98,57 +97,55 @@ function chainOf(account: Pick<AccountRow, 'id' | 'parentId'>): { id: string; or
     : [{ id: account.id, origin: 'own' }];
 }
 
-function currentOf(db: Db, accountId: string, name: string): { row: TemplateRow; version: TemplateVersionRow } | undefined {
-  return statements(db).current.get({ accountId, name });
+async function currentOf(db: Db, accountId: string, name: string): Promise<{ row: TemplateRow; version: TemplateVersionRow } | undefined> {
+  return await one(statements(db).current.execute({ accountId, name }));
 }
 
 /** The template of this name the account reads: its own, else its parent's (built-ins are not stored). */
-export function findOwnTemplate(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, name: string): OwnTemplate | undefined {
+export async function findOwnTemplate(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, name: string): Promise<OwnTemplate | undefined> {
   for (const { id, origin } of chainOf(account)) {
-    const found = currentOf(db, id, name);
+    const found = await currentOf(db, id, name);
     if (found) return { ...found, origin };
   }
   return undefined;
 }
 
 /** The layout a template of `ownerId` names: the owner's own, else the owner's parent's. */
-function findLayout(db: Db, ownerId: string, name: string): { row: TemplateRow; version: TemplateVersionRow } | undefined {
-  const own = currentOf(db, ownerId, name);
+async function findLayout(db: Db, ownerId: string, name: string): Promise<{ row: TemplateRow; version: TemplateVersionRow } | undefined> {
+  const own = await currentOf(db, ownerId, name);
   if (own) return own.row.kind === 'layout' ? own : undefined;
-  const parentId = statements(db).parentOf.get({ id: ownerId })?.parentId;
+  const parentId = (await one(statements(db).parentOf.execute({ id: ownerId })))?.parentId;
   if (!parentId) return undefined;
-  const inherited = currentOf(db, parentId, name);
+  const inherited = await currentOf(db, parentId, name);
   return inherited?.row.kind === 'layout' ? inherited : undefined;
 }
 
 export const templateNotFound = (name: string) => new ApiError('template_not_found', `No template named ${name} on this account.`);
 
 /** Every template and layout the account reads (own first, shadowing its parent's by name), sorted by name. */
-export function listOwnTemplates(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>): OwnTemplate[] {
+export async function listOwnTemplates(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>): Promise<OwnTemplate[]> {
   const byName = new Map<string, OwnTemplate>();
   for (const { id, origin } of chainOf(account)) {
-    const rows = db
+    const rows = await db
       .select({ row: templates, version: templateVersions })
       .from(templates)
       .innerJoin(templateVersions, and(eq(templateVersions.templateId, templates.id), eq(templateVersions.version, templates.version)))
-      .where(eq(templates.accountId, id))
-      .all();
+      .where(eq(templates.accountId, id));
     for (const r of rows) if (!byName.has(r.row.name)) byName.set(r.row.name, { ...r, origin });
   }
   return [...byName.values()].sort((a, b) => (a.row.name < b.row.name ? -1 : a.row.name > b.row.name ? 1 : 0));
 }
 
 /** A template's kept versions, newest first, below `before` when given. */
-export function templateVersionsOf(db: Db, templateId: string, before: number | null, limit: number): TemplateVersionRow[] {
-  return db
+export async function templateVersionsOf(db: Db, templateId: string, before: number | null, limit: number): Promise<TemplateVersionRow[]> {
+  return await db
     .select()
     .from(templateVersions)
     .where(
       before === null ? eq(templateVersions.templateId, templateId) : and(eq(templateVersions.templateId, templateId), lt(templateVersions.version, before)),
     )
     .orderBy(desc(templateVersions.version))
-    .limit(limit)
-    .all();
+    .limit(limit);
 }
 
 function sourceBytes(input: Pick<TemplateInput, 'subject' | 'html' | 'text'>): number {
@@ -160,7 +157,7 @@ function sourceBytes(input: Pick<TemplateInput, 'subject' | 'html' | 'text'>): n
  * rules (template-language.ts), and a layout it names (one of the account's layouts, or its parent's), compiled
  * together with it so a clash shows now and not at the first send.
  */
-function checkSource(db: Db, accountId: string, input: TemplateInput): void {
+async function checkSource(db: Db, accountId: string, input: TemplateInput): Promise<void> {
   const size = sourceBytes(input);
   if (size > OWN_TEMPLATE_LIMITS.sourceBytes) {
     throw new ApiError(
@@ -180,7 +177,7 @@ function checkSource(db: Db, accountId: string, input: TemplateInput): void {
   const source = { subject: input.subject, html: input.html, text: input.text, variables: input.variables };
   checkTemplateSource(source);
   if (input.layout !== null) {
-    const layout = findLayout(db, accountId, input.layout);
+    const layout = await findLayout(db, accountId, input.layout);
     if (!layout) throw new ApiError('invalid_request', `layout: no layout named ${input.layout} on this account`);
     compileTemplate(source, layoutSourceOf(layout.version));
   }
@@ -195,26 +192,26 @@ function assertNotBuiltIn(name: string): void {
 }
 
 /** POST /templates: a new template (or layout) at version 1. */
-export function createTemplate(db: Db, clock: Clock, account: Pick<AccountRow, 'id'>, name: string, input: TemplateInput): OwnTemplate {
-  checkSource(db, account.id, input);
+export async function createTemplate(db: Db, clock: Clock, account: Pick<AccountRow, 'id'>, name: string, input: TemplateInput): Promise<OwnTemplate> {
+  await checkSource(db, account.id, input);
   assertNotBuiltIn(name);
-  return db.transaction((tx) => {
-    if (currentOf(db, account.id, name)) throw new ApiError('template_exists', `A template named ${name} already exists on this account.`);
-    const [counted] = tx.select({ n: sql<number>`count(*)` }).from(templates).where(eq(templates.accountId, account.id)).all();
+  return await db.transaction(async (tx) => {
+    if (await currentOf(db, account.id, name)) throw new ApiError('template_exists', `A template named ${name} already exists on this account.`);
+    const [counted] = await tx.select({ n: sql<number>`count(*)` }).from(templates).where(eq(templates.accountId, account.id));
     if ((counted?.n ?? 0) >= OWN_TEMPLATE_LIMITS.templates) {
       throw new ApiError('template_limit', `This account already has ${OWN_TEMPLATE_LIMITS.templates} templates (layouts included); delete one first.`);
     }
     const now = clock.now();
     const row: TemplateRow = { id: newId(now), accountId: account.id, name, kind: input.kind, version: 1, createdAt: now, updatedAt: now };
-    tx.insert(templates).values(row).run();
-    const version = insertVersion(tx, row.id, 1, input, now);
+    await tx.insert(templates).values(row);
+    const version = await insertVersion(tx, row.id, 1, input, now);
     return { row, version, origin: 'own' as const };
   });
 }
 
 type Tx = Parameters<Parameters<Db['transaction']>[0]>[0];
 
-function insertVersion(tx: Tx, templateId: string, version: number, input: TemplateInput, now: number): TemplateVersionRow {
+async function insertVersion(tx: Tx, templateId: string, version: number, input: TemplateInput, now: number): Promise<TemplateVersionRow> {
   const row: TemplateVersionRow = {
     templateId,
     version,
@@ -225,11 +222,11 @@ function insertVersion(tx: Tx, templateId: string, version: number, input: Templ
     variables: input.variables,
     createdAt: now,
   };
-  tx.insert(templateVersions).values(row).run();
+  await tx.insert(templateVersions).values(row);
   // The newest versions are kept; an older one goes.
-  tx.delete(templateVersions)
-    .where(and(eq(templateVersions.templateId, templateId), lte(templateVersions.version, version - OWN_TEMPLATE_LIMITS.versions)))
-    .run();
+  await tx
+    .delete(templateVersions)
+    .where(and(eq(templateVersions.templateId, templateId), lte(templateVersions.version, version - OWN_TEMPLATE_LIMITS.versions)));
   return row;
 }
 
@@ -237,29 +234,29 @@ function insertVersion(tx: Tx, templateId: string, version: number, input: Templ
  * PUT /templates/{name}: the source replaced, as a new version. Only the account's own: a built-in is read-only, and
  * a sub-account's copy of a parent's template is made with POST under the same name.
  */
-export function replaceTemplate(
+export async function replaceTemplate(
   db: Db,
   clock: Clock,
   account: Pick<AccountRow, 'id'>,
   name: string,
   given: Omit<TemplateInput, 'kind'> & { kind: TemplateKind | null },
-): OwnTemplate {
+): Promise<OwnTemplate> {
   if (findTemplate(name)) throw new ApiError('conflict', `${name} is a built-in template and cannot be changed; create your own under another name.`);
-  const existing = currentOf(db, account.id, name);
+  const existing = await currentOf(db, account.id, name);
   if (!existing) throw templateNotFound(name);
   if (given.kind !== null && existing.row.kind !== given.kind) {
     throw new ApiError('invalid_request', `kind: ${name} is a ${existing.row.kind}; its kind cannot change (create a new one instead)`);
   }
   const input: TemplateInput = { ...given, kind: existing.row.kind };
-  checkSource(db, account.id, input);
-  if (input.kind === 'layout') assertLayoutFits(account.id, name, input, templatesUsing(db, account.id, name));
-  return db.transaction((tx) => {
-    const current = currentOf(db, account.id, name);
+  await checkSource(db, account.id, input);
+  if (input.kind === 'layout') assertLayoutFits(account.id, name, input, await templatesUsing(db, account.id, name));
+  return await db.transaction(async (tx) => {
+    const current = await currentOf(db, account.id, name);
     if (!current) throw templateNotFound(name);
     const now = clock.now();
     const next = current.row.version + 1;
-    tx.update(templates).set({ version: next, updatedAt: now }).where(eq(templates.id, current.row.id)).run();
-    const version = insertVersion(tx, current.row.id, next, input, now);
+    await tx.update(templates).set({ version: next, updatedAt: now }).where(eq(templates.id, current.row.id));
+    const version = await insertVersion(tx, current.row.id, next, input, now);
     return { row: { ...current.row, version: next, updatedAt: now }, version, origin: 'own' as const };
   });
 }
@@ -275,18 +272,17 @@ interface LayoutUser {
  * The templates whose current version names the layout `name` of `accountId`: the account's own, and its
  * sub-accounts' that have no layout of that name of their own (theirs would be the one they use).
  */
-function templatesUsing(db: Db, accountId: string, name: string): LayoutUser[] {
-  const subs = db.select({ id: accounts.id }).from(accounts).where(eq(accounts.parentId, accountId)).all();
+async function templatesUsing(db: Db, accountId: string, name: string): Promise<LayoutUser[]> {
+  const subs = await db.select({ id: accounts.id }).from(accounts).where(eq(accounts.parentId, accountId));
   const users: LayoutUser[] = [];
   for (const owner of [accountId, ...subs.map((s) => s.id)]) {
-    if (owner !== accountId && currentOf(db, owner, name)) continue;
-    const rows = db
+    if (owner !== accountId && (await currentOf(db, owner, name))) continue;
+    const rows = await db
       .select({ row: templates, version: templateVersions })
       .from(templates)
       .innerJoin(templateVersions, and(eq(templateVersions.templateId, templates.id), eq(templateVersions.version, templates.version)))
       .where(and(eq(templates.accountId, owner), eq(templateVersions.layout, name)))
-      .orderBy(templates.name)
-      .all();
+      .orderBy(templates.name);
     users.push(...rows.map((r) => ({ owner, ...r })));
   }
   return users;
@@ -314,13 +310,13 @@ function assertLayoutFits(accountId: string, name: string, layout: TemplateInput
 }
 
 /** DELETE /templates/{name}: the template and its versions; a layout still named by templates stays (409 template_in_use). */
-export function deleteTemplate(db: Db, account: Pick<AccountRow, 'id'>, name: string): void {
+export async function deleteTemplate(db: Db, account: Pick<AccountRow, 'id'>, name: string): Promise<void> {
   if (findTemplate(name)) throw new ApiError('conflict', `${name} is a built-in template and cannot be deleted.`);
-  db.transaction((tx) => {
-    const existing = currentOf(db, account.id, name);
+  await db.transaction(async (tx) => {
+    const existing = await currentOf(db, account.id, name);
     if (!existing) throw templateNotFound(name);
     if (existing.row.kind === 'layout') {
-      const users = templatesUsing(db, account.id, name).map((u) => userName(account.id, u));
+      const users = (await templatesUsing(db, account.id, name)).map((u) => userName(account.id, u));
       if (users.length > 0) {
         throw new ApiError(
           'template_in_use',
@@ -328,7 +324,7 @@ export function deleteTemplate(db: Db, account: Pick<AccountRow, 'id'>, name: st
         );
       }
     }
-    tx.delete(templates).where(eq(templates.id, existing.row.id)).run();
+    await tx.delete(templates).where(eq(templates.id, existing.row.id));
   });
 }
 
@@ -336,7 +332,7 @@ export function deleteTemplate(db: Db, account: Pick<AccountRow, 'id'>, name: st
 const COMPILED_CACHE_SIZE = 256;
 const compiled = new Map<string, CompiledTemplate>();
 
-function compiledOf(key: string, build: () => CompiledTemplate): CompiledTemplate {
+async function compiledOf(key: string, build: () => Promise<CompiledTemplate>): Promise<CompiledTemplate> {
   const hit = compiled.get(key);
   if (hit) {
     // Most recently used last: the oldest entry is the first the map yields.
@@ -344,7 +340,7 @@ function compiledOf(key: string, build: () => CompiledTemplate): CompiledTemplat
     compiled.set(key, hit);
     return hit;
   }
-  const made = build();
+  const made = await build();
   compiled.set(key, made);
   if (compiled.size > COMPILED_CACHE_SIZE) compiled.delete(compiled.keys().next().value!);
   return made;
@@ -363,15 +359,15 @@ export interface ResolvedTemplate {
  * neither the account nor its parent has one of that name (the send then tries the built-ins). A layout removed since
  * the template was saved (the in-use check makes that rare) renders the template without one.
  */
-export function resolveOwnTemplate(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, name: string): ResolvedTemplate | undefined {
-  const head = headOf(db, account, name);
+export async function resolveOwnTemplate(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, name: string): Promise<ResolvedTemplate | undefined> {
+  const head = await headOf(db, account, name);
   if (!head) return undefined;
   const { found, layout } = head;
   const key = `${found.id}:${found.version}:${layout ? `${layout.id}:${layout.version}` : '-'}`;
-  const made = compiledOf(key, () => {
+  const made = await compiledOf(key, async () => {
     const q = statements(db);
-    const v = q.source.get({ templateId: found.id, version: found.version });
-    const l = layout ? q.source.get({ templateId: layout.id, version: layout.version }) : undefined;
+    const v = await one(q.source.execute({ templateId: found.id, version: found.version }));
+    const l = layout ? await one(q.source.execute({ templateId: layout.id, version: layout.version })) : undefined;
     if (!v) throw new Error(`template ${found.id} has no version ${found.version}`);
     try {
       return compileTemplate({ subject: v.subject ?? '', html: v.html, text: v.text, variables: v.variables }, l ? layoutSourceOf(l) : null);
@@ -409,10 +405,10 @@ export function templateHeadsCached(db: Db): number {
   return headCaches.get(db)?.heads.size ?? 0;
 }
 
-function headOf(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, name: string): Head | null {
+async function headOf(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, name: string): Promise<Head | null> {
   let cache = headCaches.get(db);
   if (!cache) headCaches.set(db, (cache = { stamp: -1, heads: new Map() }));
-  const stamp = statements(db).changes.get()!;
+  const stamp = (await queryRow<{ n: number }>(db, sql`select n from change_counters where name = 'templates'`))!.n;
   if (stamp !== cache.stamp || cache.heads.size >= TEMPLATE_HEADS_CACHED) {
     cache.heads.clear();
     cache.stamp = stamp;
@@ -420,37 +416,38 @@ function headOf(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, name: stri
   const key = `${account.id}\n${account.parentId ?? ''}\n${name}`;
   const known = cache.heads.get(key);
   if (known !== undefined) return known;
-  const head = lookUpHead(db, account, name);
-  cache.heads.set(key, head);
+  const head = await lookUpHead(db, account, name);
+  // Kept only while the counter it was read under stands (another lookup may have seen it move meanwhile).
+  if (cache.stamp === stamp) cache.heads.set(key, head);
   return head;
 }
 
-function lookUpHead(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, name: string): Head | null {
+async function lookUpHead(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, name: string): Promise<Head | null> {
   const q = statements(db);
   let head: { id: string; accountId: string; kind: TemplateKind; version: number; layout: string | null } | undefined;
   for (const { id } of chainOf(account)) {
-    head = q.head.get({ accountId: id, name });
+    head = await one(q.head.execute({ accountId: id, name }));
     if (head) break;
   }
   if (head?.kind !== 'template') return null;
-  const layout = head.layout ? layoutHeadOf(db, head.accountId, head.layout) : undefined;
+  const layout = head.layout ? await layoutHeadOf(db, head.accountId, head.layout) : undefined;
   return { found: { id: head.id, version: head.version }, layout: layout ? { id: layout.id, version: layout.version } : undefined };
 }
 
 /** The layout a template of `ownerId` names, ids only: the owner's own, else the owner's parent's. */
-function layoutHeadOf(db: Db, ownerId: string, name: string): { id: string; version: number } | undefined {
+async function layoutHeadOf(db: Db, ownerId: string, name: string): Promise<{ id: string; version: number } | undefined> {
   const q = statements(db);
-  const own = q.layoutHead.get({ accountId: ownerId, name });
+  const own = await one(q.layoutHead.execute({ accountId: ownerId, name }));
   if (own) return own.kind === 'layout' ? own : undefined;
-  const parentId = q.parentOf.get({ id: ownerId })?.parentId;
+  const parentId = (await one(q.parentOf.execute({ id: ownerId })))?.parentId;
   if (!parentId) return undefined;
-  const inherited = q.layoutHead.get({ accountId: parentId, name });
+  const inherited = await one(q.layoutHead.execute({ accountId: parentId, name }));
   return inherited?.kind === 'layout' ? inherited : undefined;
 }
 
 /** Compiles an unsaved source for a preview (POST /templates/{name}/render with a source): nothing is stored. */
-export function compileUnsaved(db: Db, account: Pick<AccountRow, 'id'>, input: TemplateInput): CompiledTemplate {
-  checkSource(db, account.id, input);
+export async function compileUnsaved(db: Db, account: Pick<AccountRow, 'id'>, input: TemplateInput): Promise<CompiledTemplate> {
+  await checkSource(db, account.id, input);
   if (input.kind === 'layout') {
     return compileTemplate(
       // A template needs a subject: a layout has none, so its preview takes a sample one.
@@ -458,7 +455,7 @@ export function compileUnsaved(db: Db, account: Pick<AccountRow, 'id'>, input: T
       { html: input.html, text: input.text, variables: input.variables },
     );
   }
-  const layout = input.layout ? findLayout(db, account.id, input.layout) : undefined;
+  const layout = input.layout ? await findLayout(db, account.id, input.layout) : undefined;
   return compileTemplate(
     { subject: input.subject ?? '', html: input.html, text: input.text, variables: input.variables },
     layout ? layoutSourceOf(layout.version) : null,

@@ -18,11 +18,11 @@ export function breakerReason(a: Pick<AccountRow, 'totalSent' | 'totalBounced' |
  * stopped it (docs/api/decisions.md section 4: only the operator lifts that) stays lifted until a new bounce or complaint. An
  * account already suspended, by anyone, is left as it is.
  */
-export function tripBreakerIfPaused(deps: Pick<Deps, 'db' | 'logger'>, accountId: string, now: number, sentNow = 0): void {
-  const row = findAccount(deps.db, accountId);
+export async function tripBreakerIfPaused(deps: Pick<Deps, 'db' | 'logger'>, accountId: string, now: number, sentNow = 0): Promise<void> {
+  const row = await findAccount(deps.db, accountId);
   if (!row || row.suspendedBy !== null || gradeTier(row) !== 'paused') return;
   if (sentNow > 0 && gradeTier({ ...row, totalSent: row.totalSent - sentNow }) === 'paused') return;
   const reason = breakerReason(row);
-  deps.db.update(accounts).set({ suspendedBy: 'breaker', suspendedReason: reason, suspendedAt: now }).where(eq(accounts.id, accountId)).run();
+  await deps.db.update(accounts).set({ suspendedBy: 'breaker', suspendedReason: reason, suspendedAt: now }).where(eq(accounts.id, accountId));
   deps.logger.warn('account.breaker_tripped', { accountId, reason });
 }

@@ -202,20 +202,20 @@ export interface SendContent {
  * else its parent's (docs/api/decisions.md section 9), its variables checked against what it declares. One over
  * MAX_RENDERED_BYTES (subject, html and text together) is refused.
  */
-export function renderSend(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, send: SendRequest): SendContent {
-  const content = renderTemplateOf(db, account, send.template);
+export async function renderSend(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, send: SendRequest): Promise<SendContent> {
+  const content = await renderTemplateOf(db, account, send.template);
   // An inline part must be shown by the html it belongs to.
   const unreferenced = checkInlineReferences(content.rendered.html, send.attachments);
   if (unreferenced) throw new ApiError('invalid_request', `${unreferenced.field}: ${unreferenced.message}`);
   return content;
 }
 
-function renderTemplateOf(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, template: SendRequest['template']): SendContent {
+async function renderTemplateOf(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, template: SendRequest['template']): Promise<SendContent> {
   const { name, vars } = template;
   if (findTemplate(name)) return { rendered: renderChecked(template), templateVersion: null };
-  const own = resolveOwnTemplate(db, account, name);
+  const own = await resolveOwnTemplate(db, account, name);
   if (!own) {
-    const layout = findOwnTemplate(db, account, name)?.row.kind === 'layout';
+    const layout = (await findOwnTemplate(db, account, name))?.row.kind === 'layout';
     throw new ApiError('invalid_request', `template.name: ${layout ? `${name} is a layout: send a template that names it` : UNKNOWN_OWN_TEMPLATE}`);
   }
   const issue = checkDeclaredVariables(name, own.variables, vars);

@@ -123,16 +123,16 @@ export function creditWarning(payer: AccountRow, status: CreditStatus): Warning 
  * with a warning in the grace window. The credit rule itself is assertCredit's alone: an exhausted payer here means
  * the commit skipped it, a defect, not a `402`.
  */
-export function chargeSend(db: Db, payer: AccountRow, policy: CreditPolicy, now: number): Warning | undefined {
+export async function chargeSend(db: Db, payer: AccountRow, policy: CreditPolicy, now: number): Promise<Warning | undefined> {
   const status = creditStatus(payer, policy, now);
   switch (status.state) {
     case 'trial':
       return creditWarning(payer, status);
     case 'ok':
-      statements(db).spendCredit.run({ id: payer.id, now });
+      await statements(db).spendCredit.execute({ id: payer.id, now });
       return undefined;
     case 'grace': {
-      statements(db).spendGraceEmail.run({ id: payer.id });
+      await statements(db).spendGraceEmail.execute({ id: payer.id });
       return creditWarning(payer, { ...status, graceEmailsLeft: status.graceEmailsLeft - 1 });
     }
     case 'exhausted':
@@ -144,8 +144,8 @@ export function chargeSend(db: Db, payer: AccountRow, policy: CreditPolicy, now:
  * Counts `recipients` against today's quota of the account and of its parent, and `reputed` of them (the mailbox
  * simulator's are not) in the account's lifetime total, which the tiers grade.
  */
-export function countRecipients(db: Db, s: Sender, recipients: number, now: number, reputed = recipients): void {
+export async function countRecipients(db: Db, s: Sender, recipients: number, now: number, reputed = recipients): Promise<void> {
   const day = utcDay(now);
-  statements(db).countSent.run({ id: s.acting.id, day, n: recipients, own: reputed });
-  if (s.parent) statements(db).countSent.run({ id: s.parent.id, day, n: recipients, own: 0 });
+  await statements(db).countSent.execute({ id: s.acting.id, day, n: recipients, own: reputed });
+  if (s.parent) await statements(db).countSent.execute({ id: s.parent.id, day, n: recipients, own: 0 });
 }

@@ -33,6 +33,7 @@ import type { Rendered } from './templates.js';
 import { tripBreakerIfPaused } from './reputation.js';
 import { queueCustomerDbWrite } from './customer-db-outbox.js';
 import { logFailure, storeFaultOf, storeUnavailable } from '../shared/store-health.js';
+import { one } from '../../db/sql.js';
 
 /** POST /emails as the seven checks of docs/api/contract.md, one named step each, in the spec's order; then the queue. */
 
@@ -77,7 +78,7 @@ export async function sendEmail({ deps, ctx, rawBody, body: parsed, idempotencyK
   if (idempotencyKey !== null) {
     let claimed;
     try {
-      claimed = claimIdempotencyKey(deps.db, ctx.account.id, idempotencyKey, rawBody, deps.clock.now(), leaseNow(deps.clock));
+      claimed = await claimIdempotencyKey(deps.db, ctx.account.id, idempotencyKey, rawBody, deps.clock.now(), leaseNow(deps.clock));
     } catch (err) {
       throw unrecorded(deps, ctx, err) ?? err;
     }
@@ -92,7 +93,7 @@ export async function sendEmail({ deps, ctx, rawBody, body: parsed, idempotencyK
   try {
     // (5) is worked out here, outside the commit (the template looked up, the message rendered; the edge parsed the body); its
     // verdict is given in its turn, inside the commit, after (3) and (4).
-    const body = renderBody(deps, ctx, parsed);
+    const body = await renderBody(deps, ctx, parsed);
     // (3), (4), (5), (6), (7) in order, in one transaction of the group commit, on fresh rows.
     const result = await commitSend(deps, ctx, body, claim);
     return { result, replayed: false };
@@ -101,7 +102,7 @@ export async function sendEmail({ deps, ctx, rawBody, body: parsed, idempotencyK
     // that fails (the store closed to writes meanwhile) never hides the answer; the claim lapses after 15 s.
     if (claim && !(err instanceof ApiError && err.code === 'internal_error')) {
       try {
-        releaseClaim(deps.db, claim);
+        await releaseClaim(deps.db, claim);
       } catch (releaseErr) {
         logFailure(deps, 'send.claim_release_failed', releaseErr, { accountId: ctx.account.id });
       }
@@ -111,21 +112,21 @@ export async function sendEmail({ deps, ctx, rawBody, body: parsed, idempotencyK
 }
 
 /** The acting account and its parent, read afresh (inside the send's transaction). */
-export function loadSender(deps: Pick<Deps, 'db'>, accountId: string): Sender {
-  const acting = findAccount(deps.db, accountId);
+export async function loadSender(deps: Pick<Deps, 'db'>, accountId: string): Promise<Sender> {
+  const acting = await findAccount(deps.db, accountId);
   if (!acting) throw new ApiError('account_not_found', 'The account no longer exists.');
-  const parent = acting.parentId ? (findAccount(deps.db, acting.parentId) ?? null) : null;
+  const parent = acting.parentId ? ((await findAccount(deps.db, acting.parentId)) ?? null) : null;
   return { acting, parent };
 }
 
 /** The body, and the message it renders (bounded in size), or the refusal of check 5 to give in its turn. */
 type Body = { ok: true; send: SendRequest; rendered: Rendered; templateVersion: number | null } | { ok: false; error: ApiError };
 
-function renderBody(deps: Pick<Deps, 'db'>, ctx: RequestContext, parsed: ParsedSend): Body {
+async function renderBody(deps: Pick<Deps, 'db'>, ctx: RequestContext, parsed: ParsedSend): Promise<Body> {
   if (!parsed.ok) return parsed;
   try {
     const send = parsed.value;
-    return { ok: true, send, ...renderSend(deps.db, ctx.account, send) };
+    return { ok: true, send, ...(await renderSend(deps.db, ctx.account, send)) };
   } catch (err) {
     // Anything but a refusal is a fault of ours: a 500 now, not a verdict later.
     if (!(err instanceof ApiError)) throw err;
@@ -216,8 +217,8 @@ const statements = definePrepared((db) => ({
 }));
 
 /** The from-domain's signing key id, once the domain is this account's and ready to send. */
-export function checkFromDomain(deps: Pick<Deps, 'config' | 'db'>, account: Pick<AccountRow, 'id'>, domain: string): string {
-  const found = statements(deps.db).domainByName.get({ accountId: account.id, name: domain });
+export async function checkFromDomain(deps: Pick<Deps, 'config' | 'db'>, account: Pick<AccountRow, 'id'>, domain: string): Promise<string> {
+  const found = await one(statements(deps.db).domainByName.execute({ accountId: account.id, name: domain }));
   if (!found) throw new ApiError('domain_not_yours', `The domain ${domain} is not connected to this account.`);
   const flags = deriveFlags(found.recordStatus, deps.config.smtpRelayUrl !== null);
   if (!flags.ownershipVerified) throw new ApiError('domain_not_ready', `The domain ${domain} is not verified yet: publish its records and call verify.`);
@@ -226,15 +227,15 @@ export function checkFromDomain(deps: Pick<Deps, 'config' | 'db'>, account: Pick
 }
 
 /** The recipients on the account's suppression list or its parent's, or the simulator's suppressed@ (always listed). */
-export function listedRecipients(deps: Pick<Deps, 'db'>, sender: Sender, addresses: string[]): string[] {
+export async function listedRecipients(deps: Pick<Deps, 'db'>, sender: Sender, addresses: string[]): Promise<string[]> {
   const ids = [sender.acting.id, ...(sender.parent ? [sender.parent.id] : [])];
-  const onLists = new Set(suppressedRecipients(deps.db, ids, addresses));
+  const onLists = new Set(await suppressedRecipients(deps.db, ids, addresses));
   return addresses.filter((a) => onLists.has(a) || isAlwaysSuppressed(a));
 }
 
 /** Check 7: the account's list and its parent's; and the mailbox simulator's suppressed@, which is always listed. */
-function checkSuppressions(deps: Pick<Deps, 'db'>, sender: Sender, send: SendRequest): void {
-  const listed = listedRecipients(
+async function checkSuppressions(deps: Pick<Deps, 'db'>, sender: Sender, send: SendRequest): Promise<void> {
+  const listed = await listedRecipients(
     deps,
     sender,
     send.to.map((r) => r.address),
@@ -242,8 +243,8 @@ function checkSuppressions(deps: Pick<Deps, 'db'>, sender: Sender, send: SendReq
   if (listed.length > 0) throw new ApiError('recipient_suppressed', `Suppressed recipients, nothing was sent: ${listed.join(', ')}.`);
 }
 
-function sandboxSendsToday(deps: Pick<Deps, 'db'>, accountId: string, now: number): number {
-  return statements(deps.db).sandboxCount.get({ accountId, since: now - DAY_MS })?.n ?? 0;
+async function sandboxSendsToday(deps: Pick<Deps, 'db'>, accountId: string, now: number): Promise<number> {
+  return (await one(statements(deps.db).sandboxCount.execute({ accountId, since: now - DAY_MS })))?.n ?? 0;
 }
 
 /**
@@ -260,10 +261,10 @@ async function commitSend(
   claim: Claim | null,
 ): Promise<SendResult> {
   try {
-    const committed = await deps.commits.run((tx) => {
+    const committed = await deps.commits.run(async (tx) => {
       const now = deps.clock.now();
-      if (claim) assertClaimHeld(tx, claim);
-      const sender = loadSender(deps, ctx.account.id);
+      if (claim) await assertClaimHeld(tx, claim);
+      const sender = await loadSender(deps, ctx.account.id);
       // (3) whether the account, and for a sub-account its parent, may send at all.
       assertMaySend(sender, now);
       // (4) whether the paying account has credit.
@@ -275,23 +276,23 @@ async function commitSend(
       const base = logEntryOf(ctx, body);
       assertQuotaFor(sender, send.to.length, now);
       // (6) the from-domain.
-      const domainKeyId = checkFromDomain(deps, ctx.account, send.from.domain);
+      const domainKeyId = await checkFromDomain(deps, ctx.account, send.from.domain);
       // (7) the suppression lists, the parent's too for a sub-account.
-      checkSuppressions(deps, sender, send);
+      await checkSuppressions(deps, sender, send);
       const id = newId(now);
       const q = statements(deps.db);
       let result: SendResult;
       let written = false;
       if (send.sandbox) {
-        if (sandboxSendsToday(deps, ctx.account.id, now) >= SANDBOX_LIMIT) {
+        if ((await sandboxSendsToday(deps, ctx.account.id, now)) >= SANDBOX_LIMIT) {
           throw new ApiError('sandbox_limit', `${SANDBOX_LIMIT} sandbox sends in the last 24 hours; try again later.`);
         }
-        q.insertEmail.run({ ...base, source: 'api', id, status: 'sandboxed', createdAt: now });
+        await q.insertEmail.execute({ ...base, source: 'api', id, status: 'sandboxed', createdAt: now });
         // Not charged, but the answer still tells a trial or grace account where it stands.
         const payer = payerOf(sender);
         result = withWarning({ id, sandbox: true }, creditWarning(payer, creditStatus(payer, deps.config, now)));
       } else {
-        const queued = queueSend(deps, sender, {
+        const queued = await queueSend(deps, sender, {
           id,
           log: base,
           message: {
@@ -311,7 +312,7 @@ async function commitSend(
         written = queued.written;
         result = withWarning({ id, sandbox: false }, queued.warning);
       }
-      if (claim) settleClaim(tx, claim, result, now);
+      if (claim) await settleClaim(tx, claim, result, now);
       return { result, written };
     });
     return committed.result;
@@ -332,7 +333,7 @@ async function commitSend(
     if (unavailable) throw unavailable;
     // The queue could not take the message: log the send as failed, answer 502.
     deps.logger.error('send.queue_failed', { accountId: ctx.account.id, err });
-    if (body.ok) logFailedSend(deps, logEntryOf(ctx, body));
+    if (body.ok) await logFailedSend(deps, logEntryOf(ctx, body));
     throw new ApiError('send_failed', 'The mail server did not accept the message; nothing was sent. Retry later.');
   }
 }
@@ -376,18 +377,18 @@ export interface AcceptedSend {
  * (the delivery engine wakes once the batch is durable), the customer-database write, the counters, the reputation
  * breaker and the charge. The same for `POST /emails` and for SMTP submission.
  */
-export function queueSend(
+export async function queueSend(
   deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger' | 'secretKey'>,
   sender: Sender,
   accepted: AcceptedSend,
-): { warning: Warning | undefined; written: boolean } {
+): Promise<{ warning: Warning | undefined; written: boolean }> {
   const { id, log, message, recipients, now } = accepted;
   const q = statements(deps.db);
   const source = log.source ?? 'api';
-  q.insertEmail.run({ ...log, source, id, status: 'sent', createdAt: now });
-  q.insertMessage.run({ id, accountId: log.accountId, ...message, createdAt: now, expiresAt: now + DELIVERY_WINDOW_MS });
+  await q.insertEmail.execute({ ...log, source, id, status: 'sent', createdAt: now });
+  await q.insertMessage.execute({ id, accountId: log.accountId, ...message, createdAt: now, expiresAt: now + DELIVERY_WINDOW_MS });
   // The content goes to the customer's own database (the service keeps it only until delivered).
-  const written = queueCustomerDbWrite(
+  const written = await queueCustomerDbWrite(
     deps,
     log.accountId,
     {
@@ -407,7 +408,7 @@ export function queueSend(
     now,
   );
   for (const r of recipients) {
-    q.insertRecipient.run({
+    await q.insertRecipient.execute({
       id: newId(now),
       messageId: id,
       accountId: log.accountId,
@@ -420,23 +421,23 @@ export function queueSend(
   // The delivery engine wakes once this batch is durable, and delivery starts at once.
   markQueued(deps.db, 'recipients');
   const reputed = recipients.filter((r) => !isSimulatorDomain(r.domain)).length;
-  countRecipients(deps.db, sender, recipients.length, now, reputed);
+  await countRecipients(deps.db, sender, recipients.length, now, reputed);
   // Only a send that moved the account's own counters can be what reaches `paused`.
-  if (reputed > 0) tripBreakerIfPaused(deps, sender.acting.id, now, reputed);
-  return { warning: chargeSend(deps.db, payerOf(sender), deps.config, now), written };
+  if (reputed > 0) await tripBreakerIfPaused(deps, sender.acting.id, now, reputed);
+  return { warning: await chargeSend(deps.db, payerOf(sender), deps.config, now), written };
 }
 
 function withWarning(result: SendResult, warning: Warning | undefined): SendResult {
   return warning ? { ...result, warning } : result;
 }
 
-function logFailedSend(deps: Pick<Deps, 'clock' | 'db' | 'logger'>, base: Omit<typeof emails.$inferInsert, 'id' | 'status' | 'createdAt'>): void {
+async function logFailedSend(
+  deps: Pick<Deps, 'clock' | 'db' | 'logger'>,
+  base: Omit<typeof emails.$inferInsert, 'id' | 'status' | 'createdAt'>,
+): Promise<void> {
   const now = deps.clock.now();
   try {
-    deps.db
-      .insert(emails)
-      .values({ ...base, id: newId(now), status: 'failed', error: 'The mail server did not accept the message.', createdAt: now })
-      .run();
+    await deps.db.insert(emails).values({ ...base, id: newId(now), status: 'failed', error: 'The mail server did not accept the message.', createdAt: now });
   } catch (err) {
     deps.logger.error('send.failed_log_failed', { err });
   }

@@ -42,19 +42,19 @@ export interface SubmissionAuth {
  * revoked or malformed, `insufficient_scope` without `emails:send`, `account_not_found` for an account id that is not
  * a sub-account of the key's account.
  */
-export function authenticateSubmission(deps: Pick<Deps, 'db'>, username: string, password: string): SubmissionAuth {
-  const { found, stamp } = findLiveKeyStamped(deps.db, password.trim());
+export async function authenticateSubmission(deps: Pick<Deps, 'db'>, username: string, password: string): Promise<SubmissionAuth> {
+  const { found, stamp } = await findLiveKeyStamped(deps.db, password.trim());
   if (!found) throw new ApiError('invalid_key', 'Authentication credentials invalid: the password must be a live API key.');
   if (!found.key.scopes.filter(isScope).includes('emails:send')) {
     throw new ApiError('insufficient_scope', 'Authentication credentials invalid: this key lacks the scope emails:send.');
   }
-  const acting = actingAccount(deps, found.account, username.trim());
+  const acting = await actingAccount(deps, found.account, username.trim());
   return { secret: password.trim(), keyId: found.key.id, keyAccountId: found.account.id, actingAccountId: acting.id, parentId: acting.parentId, stamp };
 }
 
-function actingAccount(deps: Pick<Deps, 'db'>, keyAccount: AccountRow, username: string): AccountRow {
+async function actingAccount(deps: Pick<Deps, 'db'>, keyAccount: AccountRow, username: string): Promise<AccountRow> {
   if (!isUuid(username.toLowerCase()) || username.toLowerCase() === keyAccount.id) return keyAccount;
-  const sub = findSubAccount(deps.db, keyAccount.id, username.toLowerCase());
+  const sub = await findSubAccount(deps.db, keyAccount.id, username.toLowerCase());
   if (!sub) throw new ApiError('account_not_found', `Authentication credentials invalid: no sub-account ${username} under this key's account.`);
   return sub;
 }
@@ -63,12 +63,12 @@ function actingAccount(deps: Pick<Deps, 'db'>, keyAccount: AccountRow, username:
  * Whether an authenticated session's key and account still stand, checked before each message: a key revoked, or
  * a sub-account deleted, since AUTH is refused at once. Costs a stamp read while nothing was revoked.
  */
-export function assertStillAuthenticated(deps: Pick<Deps, 'db'>, auth: SubmissionAuth): void {
-  const stamp = keyStamp(deps.db);
+export async function assertStillAuthenticated(deps: Pick<Deps, 'db'>, auth: SubmissionAuth): Promise<void> {
+  const stamp = await keyStamp(deps.db);
   if (stamp === auth.stamp) return;
-  const found = findLiveKey(deps.db, auth.secret);
+  const found = await findLiveKey(deps.db, auth.secret);
   if (!found) throw new ApiError('invalid_key', 'The API key this session authenticated with was revoked.');
-  if (auth.actingAccountId !== auth.keyAccountId && !findSubAccount(deps.db, auth.keyAccountId, auth.actingAccountId)) {
+  if (auth.actingAccountId !== auth.keyAccountId && !(await findSubAccount(deps.db, auth.keyAccountId, auth.actingAccountId))) {
     throw new ApiError('account_not_found', 'The sub-account this session sends for was deleted.');
   }
   auth.stamp = stamp;

@@ -1,7 +1,4 @@
-import type { Statement } from 'better-sqlite3';
-import { lt } from 'drizzle-orm';
-import { clientOf } from '../../db/client.js';
-import { definePrepared } from '../../db/prepared.js';
+import { lt, sql } from 'drizzle-orm';
 import { submittedMessages } from '../../db/schema/index.js';
 import { DAY_MS } from '../shared/clock.js';
 import { ApiError } from '../shared/errors.js';
@@ -16,6 +13,7 @@ import type { SubmittedHeader } from './submitted-message.js';
 import { isAlwaysSuppressed } from './simulator.js';
 import { rateLimited } from './rate-limit.js';
 import { suppressionReasons, suppressionsStamp } from './suppressions.js';
+import { changes, execute, queryRow } from '../../db/sql.js';
 
 /**
  * A message submitted over SMTP (docs/api/decisions.md section 10), through the rules of `POST /emails` that apply to
@@ -28,19 +26,7 @@ import { suppressionReasons, suppressionsStamp } from './suppressions.js';
 
 const MESSAGE_ID_WINDOW_MS = DAY_MS;
 
-// Plain SQL compiled once (values plucked, not mapped through drizzle): both run for every submitted message.
-const statements = definePrepared((db) => ({
-  seen: clientOf(db)
-    .prepare(`select email_id from submitted_messages where account_id = @accountId and message_id = @messageId and created_at > @since`)
-    .pluck() as Statement<[{ accountId: string; messageId: string; since: number }], string>,
-  // An older entry of the same Message-ID (past the window) makes way.
-  remember: clientOf(db).prepare(
-    `insert into submitted_messages (account_id, message_id, email_id, created_at) values (@accountId, @messageId, @emailId, @createdAt)
-     on conflict (account_id, message_id) do update set email_id = excluded.email_id, created_at = excluded.created_at`,
-  ) as Statement<[{ accountId: string; messageId: string; emailId: string; createdAt: number }]>,
-}));
-
-const senderOf = (deps: Pick<Deps, 'db'>, auth: SubmissionAuth): Sender => loadSender(deps, auth.actingAccountId);
+const senderOf = async (deps: Pick<Deps, 'db'>, auth: SubmissionAuth): Promise<Sender> => await loadSender(deps, auth.actingAccountId);
 
 /** What MAIL FROM began a transaction with: the `suppressions` change counter, read before any of its RCPT checks. */
 export interface Begun {
@@ -53,25 +39,28 @@ export interface Begun {
  * Message-ID: a client retrying a message whose reply it lost, after that message spent the last credit or quota,
  * hears the id it was sent as, as a retried Idempotency-Key is answered before checks 3 and 4.
  */
-export function beginSubmission(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUsage' | 'rateLimiter' | 'storeHealth'>, auth: SubmissionAuth): Begun {
+export async function beginSubmission(
+  deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUsage' | 'rateLimiter' | 'storeHealth'>,
+  auth: SubmissionAuth,
+): Promise<Begun> {
   if (deps.storeHealth.unsafe()) throw storeUnavailable(null, { closed: true, outcome: 'Nothing was sent' })!;
-  assertStillAuthenticated(deps, auth);
+  await assertStillAuthenticated(deps, auth);
   const rate = deps.rateLimiter.take(auth.keyId, auth.keyAccountId);
   if (!rate.ok) throw rateLimited(deps.config, rate);
   deps.keyUsage.touch(auth.keyId, deps.clock.now());
   // Read before the transaction's RCPT checks: a list changed after it raises the counter past this stamp.
-  return { suppressionStamp: suppressionsStamp(deps.db) };
+  return { suppressionStamp: await suppressionsStamp(deps.db) };
 }
 
 /**
  * RCPT TO (the edge refuses past MAX_RECIPIENTS): an address, not on the account's suppression list or its parent's
  * (refused alone: the others proceed).
  */
-export function checkSubmissionRecipient(deps: Pick<Deps, 'db'>, auth: SubmissionAuth, address: string): { address: string; domain: string } {
+export async function checkSubmissionRecipient(deps: Pick<Deps, 'db'>, auth: SubmissionAuth, address: string): Promise<{ address: string; domain: string }> {
   const parsed = parseAddress(address);
   if (!parsed.ok) throw new ApiError('invalid_request', `${address}: ${parsed.reason}.`);
   // The session's accounts as AUTH found them (an account's parent never changes): no account row is read per RCPT.
-  const reasons = suppressionReasons(deps.db, { id: auth.actingAccountId, parentId: auth.parentId }, parsed.value.address);
+  const reasons = await suppressionReasons(deps.db, { id: auth.actingAccountId, parentId: auth.parentId }, parsed.value.address);
   if (reasons.length > 0 || isAlwaysSuppressed(parsed.value.address)) {
     throw new ApiError('recipient_suppressed', `${parsed.value.address} is on the suppression list (${reasons[0] ?? 'simulator'}); not sent to it.`);
   }
@@ -108,30 +97,32 @@ export async function commitSubmission(
 ): Promise<Submitted> {
   if (deps.storeHealth.unsafe()) throw storeUnavailable(null, { closed: true, outcome: 'Nothing was sent' })!;
   const { header, id } = submission;
-  return deps.commits.run(() => {
+  return deps.commits.run(async () => {
     const now = deps.clock.now();
-    const q = statements(deps.db);
     if (header.clientMessageId !== null) {
-      const seen = q.seen.get({ accountId: auth.actingAccountId, messageId: header.clientMessageId, since: now - MESSAGE_ID_WINDOW_MS });
-      if (seen !== undefined) return { id: seen, duplicate: true };
+      const seen = await queryRow<{ emailId: string }>(
+        deps.db,
+        sql`select email_id as emailId from submitted_messages where account_id = ${auth.actingAccountId} and message_id = ${header.clientMessageId} and created_at > ${now - MESSAGE_ID_WINDOW_MS}`,
+      );
+      if (seen !== undefined) return { id: seen.emailId, duplicate: true };
     }
-    const sender = senderOf(deps, auth);
+    const sender = await senderOf(deps, auth);
     assertMaySend(sender, now);
     assertCredit(sender, deps.config, now);
     assertQuotaFor(sender, submission.recipients.length, now);
-    const domainKeyId = checkFromDomain(deps, sender.acting, header.from.domain);
+    const domainKeyId = await checkFromDomain(deps, sender.acting, header.from.domain);
     // Suppressed since RCPT: refused whole, as the API refuses it; the client may send again to the others. Read
     // again only when some list changed since MAIL FROM, before the RCPT checks.
     const listed =
-      suppressionsStamp(deps.db) === submission.begun.suppressionStamp
+      (await suppressionsStamp(deps.db)) === submission.begun.suppressionStamp
         ? []
-        : listedRecipients(
+        : await listedRecipients(
             deps,
             sender,
             submission.recipients.map((r) => r.address),
           );
     if (listed.length > 0) throw new ApiError('recipient_suppressed', `Suppressed recipients, nothing was sent: ${listed.join(', ')}.`);
-    queueSend(deps, sender, {
+    await queueSend(deps, sender, {
       id,
       log: {
         accountId: sender.acting.id,
@@ -162,30 +153,32 @@ export async function commitSubmission(
       now,
     });
     if (header.clientMessageId !== null) {
-      q.remember.run({ accountId: sender.acting.id, messageId: header.clientMessageId, emailId: id, createdAt: now });
-      pruneNowAndThen(deps, now);
+      // An older entry of the same Message-ID (past the window) makes way.
+      await execute(
+        deps.db,
+        sql`insert into submitted_messages (account_id, message_id, email_id, created_at) values (${sender.acting.id}, ${header.clientMessageId}, ${id}, ${now})
+     on conflict (account_id, message_id) do update set email_id = excluded.email_id, created_at = excluded.created_at`,
+      );
+      await pruneNowAndThen(deps, now);
     }
     return { id, duplicate: false };
   });
 }
 
 /** Forgets Message-IDs older than the de-duplication window. */
-export function pruneSubmittedMessageIds(deps: Pick<Deps, 'db'>, now: number): number {
-  return deps.db
-    .delete(submittedMessages)
-    .where(lt(submittedMessages.createdAt, now - MESSAGE_ID_WINDOW_MS))
-    .run().changes;
+export async function pruneSubmittedMessageIds(deps: Pick<Deps, 'db'>, now: number): Promise<number> {
+  return changes(await deps.db.delete(submittedMessages).where(lt(submittedMessages.createdAt, now - MESSAGE_ID_WINDOW_MS)));
 }
 
 /** How often a submission also forgets the Message-IDs past the window (by its index on created_at). */
 const PRUNE_EVERY_MS = 60 * 60_000;
 const lastPrune = new WeakMap<object, number>();
 
-function pruneNowAndThen(deps: Pick<Deps, 'db'>, now: number): void {
+async function pruneNowAndThen(deps: Pick<Deps, 'db'>, now: number): Promise<void> {
   const last = lastPrune.get(deps.db);
   if (last !== undefined && now - last < PRUNE_EVERY_MS && now >= last) return;
   lastPrune.set(deps.db, now);
-  pruneSubmittedMessageIds(deps, now);
+  await pruneSubmittedMessageIds(deps, now);
 }
 
 export const newSubmissionId = (deps: Pick<Deps, 'clock'>): string => newId(deps.clock.now());

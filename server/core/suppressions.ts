@@ -1,7 +1,6 @@
 import { and, desc, eq, lt, sql } from 'drizzle-orm';
 import { z } from 'zod';
-import type { Statement } from 'better-sqlite3';
-import { type Db, clientOf } from '../../db/client.js';
+import type { Db } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { type SuppressionReason, type SuppressionRow, suppressions } from '../../db/schema/index.js';
 import { iso } from '../shared/clock.js';
@@ -10,6 +9,7 @@ import { ApiError } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
 import { addressKey, parseAddress } from './addresses.js';
 import type { PageRequest, RequestContext } from './context.js';
+import { one, queryRow, queryRows } from '../../db/sql.js';
 
 export interface SuppressionView {
   id: string;
@@ -50,7 +50,7 @@ export function suppressionView(row: SuppressionRow): SuppressionView {
   return { id: row.id, address: row.address, reason: row.reason, detail: row.detail, createdAt: iso(row.createdAt) };
 }
 
-export function listSuppressions({
+export async function listSuppressions({
   deps,
   ctx,
   page,
@@ -60,68 +60,69 @@ export function listSuppressions({
   ctx: RequestContext;
   page: PageRequest;
   address?: string | undefined;
-}): SuppressionView[] {
-  return deps.db
-    .select()
-    .from(suppressions)
-    .where(
-      and(
-        eq(suppressions.accountId, ctx.account.id),
-        address !== undefined ? eq(suppressions.address, address) : undefined,
-        page.after ? lt(suppressions.id, page.after) : undefined,
-      ),
-    )
-    .orderBy(desc(suppressions.id))
-    .limit(page.limit + 1)
-    .all()
-    .map(suppressionView);
+}): Promise<SuppressionView[]> {
+  return (
+    await deps.db
+      .select()
+      .from(suppressions)
+      .where(
+        and(
+          eq(suppressions.accountId, ctx.account.id),
+          address !== undefined ? eq(suppressions.address, address) : undefined,
+          page.after ? lt(suppressions.id, page.after) : undefined,
+        ),
+      )
+      .orderBy(desc(suppressions.id))
+      .limit(page.limit + 1)
+  ).map(suppressionView);
 }
 
 /**
  * Lists `address` on an account unless it is already there; returns the entry and whether it is new. Used by the
  * API (manual) and by the mail engine (bounce, complaint).
  */
-export function suppress(
+export async function suppress(
   db: Db,
   accountId: string,
   address: string,
   reason: SuppressionReason,
   detail: string,
   now: number,
-): { row: SuppressionRow; created: boolean } {
+): Promise<{ row: SuppressionRow; created: boolean }> {
   const lower = address.toLowerCase();
-  const inserted = db
-    .insert(suppressions)
-    .values({ id: newId(now), accountId, address: lower, reason, detail, createdAt: now })
-    .onConflictDoNothing()
-    .returning()
-    .get();
+  const inserted = await one(
+    db
+      .insert(suppressions)
+      .values({ id: newId(now), accountId, address: lower, reason, detail, createdAt: now })
+      .onConflictDoNothing()
+      .returning(),
+  );
   if (inserted) return { row: inserted, created: true };
-  const existing = db
-    .select()
-    .from(suppressions)
-    .where(and(eq(suppressions.accountId, accountId), eq(suppressions.address, lower)))
-    .get();
+  const existing = await one(
+    db
+      .select()
+      .from(suppressions)
+      .where(and(eq(suppressions.accountId, accountId), eq(suppressions.address, lower))),
+  );
   if (!existing) throw new Error('suppression vanished during insert');
   return { row: existing, created: false };
 }
 
-export function addSuppression({ deps, ctx, address }: { deps: Pick<Deps, 'clock' | 'db'>; ctx: RequestContext; address: string }): {
+export async function addSuppression({ deps, ctx, address }: { deps: Pick<Deps, 'clock' | 'db'>; ctx: RequestContext; address: string }): Promise<{
   entry: SuppressionView;
   created: boolean;
-} {
-  const { row, created } = suppress(deps.db, ctx.account.id, address, 'manual', '', deps.clock.now());
+}> {
+  const { row, created } = await suppress(deps.db, ctx.account.id, address, 'manual', '', deps.clock.now());
   return { entry: suppressionView(row), created };
 }
 
 /** DELETE /suppressions/{address}: only this account's list; a parent's list is left as it is. */
-export function removeSuppression({ deps, ctx, address }: { deps: Pick<Deps, 'db'>; ctx: RequestContext; address: string }): void {
+export async function removeSuppression({ deps, ctx, address }: { deps: Pick<Deps, 'db'>; ctx: RequestContext; address: string }): Promise<void> {
   const lower = suppressionKey(address);
-  const removed = deps.db
+  const removed = await deps.db
     .delete(suppressions)
     .where(and(eq(suppressions.accountId, ctx.account.id), eq(suppressions.address, lower)))
-    .returning({ id: suppressions.id })
-    .all();
+    .returning({ id: suppressions.id });
   if (removed.length === 0) throw new ApiError('not_found', `${lower} is not on this account's suppression list.`);
 }
 
@@ -137,32 +138,32 @@ const statements = definePrepared((db) => ({
       ),
     )
     .prepare(),
-  // Plain SQL compiled once, read as plucked values: run for every RCPT of SMTP submission.
-  reasons: clientOf(db)
-    .prepare(
-      `select reason from suppressions where address = @address and account_id in (@acting, @parent)
-       order by account_id = @acting desc`,
-    )
-    .pluck() as Statement<[{ address: string; acting: string; parent: string }], SuppressionReason>,
-  changes: clientOf(db).prepare(`select n from change_counters where name = 'suppressions'`).pluck() as Statement<[], number>,
 }));
 
 /**
  * The `suppressions` change counter (db/schema/change-counters.ts): raised by triggers whenever any suppression list
  * or an account's parent changes, whoever writes. Equal readings mean no list changed in between.
  */
-export function suppressionsStamp(db: Db): number {
-  return statements(db).changes.get()!;
+export async function suppressionsStamp(db: Db): Promise<number> {
+  const row = await queryRow<{ n: number }>(db, sql`select n from change_counters where name = 'suppressions'`);
+  return row!.n;
 }
 
 /** Why the account or its parent has suppressed `address` (a reason per list it is on, the account's first), or [] when neither has. */
-export function suppressionReasons(db: Db, account: { id: string; parentId: string | null }, address: string): SuppressionReason[] {
-  return statements(db).reasons.all({ address: address.toLowerCase(), acting: account.id, parent: account.parentId ?? account.id });
+export async function suppressionReasons(db: Db, account: { id: string; parentId: string | null }, address: string): Promise<SuppressionReason[]> {
+  const acting = account.id;
+  const parent = account.parentId ?? account.id;
+  const rows = await queryRows<{ reason: SuppressionReason }>(
+    db,
+    sql`select reason from suppressions where address = ${address.toLowerCase()} and account_id in (${acting}, ${parent})
+       order by account_id = ${acting} desc`,
+  );
+  return rows.map((r) => r.reason);
 }
 
 /** The recipients (as given) that any of `accountIds` has suppressed. */
-export function suppressedRecipients(db: Db, accountIds: string[], recipients: string[]): string[] {
-  const rows = statements(db).listed.all({ accounts: JSON.stringify(accountIds), addresses: JSON.stringify(recipients.map((r) => r.toLowerCase())) });
+export async function suppressedRecipients(db: Db, accountIds: string[], recipients: string[]): Promise<string[]> {
+  const rows = await statements(db).listed.execute({ accounts: JSON.stringify(accountIds), addresses: JSON.stringify(recipients.map((r) => r.toLowerCase())) });
   const listed = new Set(rows.map((r) => r.address));
   return recipients.filter((r) => listed.has(r.toLowerCase()));
 }

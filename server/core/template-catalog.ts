@@ -132,32 +132,32 @@ export function versionView(v: TemplateVersionRow): TemplateVersionView {
  * parent's that it has not shadowed; those after `after` when paging. At most 6 + 2 x 100 entries, so they are read
  * whole and paged here.
  */
-export function listTemplateViews(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, after: string | null): TemplateView[] {
-  const views = [...builtInViews(), ...listOwnTemplates(db, account).map(ownView)];
+export async function listTemplateViews(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, after: string | null): Promise<TemplateView[]> {
+  const views = [...builtInViews(), ...(await listOwnTemplates(db, account)).map(ownView)];
   views.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   return after === null ? views : views.filter((v) => v.name > after);
 }
 
 /** GET /templates/{name}: a built-in, or the account's own, or its parent's; else 404 template_not_found. */
-export function getTemplateView(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, name: string): TemplateView {
+export async function getTemplateView(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, name: string): Promise<TemplateView> {
   if (findTemplate(name)) return builtInView(name);
-  const own = findOwnTemplate(db, account, name);
+  const own = await findOwnTemplate(db, account, name);
   if (!own) throw templateNotFound(name);
   return ownView(own);
 }
 
 /** GET /templates/{name}/versions: the kept versions, newest first (a built-in has none). */
-export function listVersionViews(
+export async function listVersionViews(
   db: Db,
   account: Pick<AccountRow, 'id' | 'parentId'>,
   name: string,
   before: number | null,
   limit: number,
-): TemplateVersionView[] {
+): Promise<TemplateVersionView[]> {
   if (findTemplate(name)) return [];
-  const own = findOwnTemplate(db, account, name);
+  const own = await findOwnTemplate(db, account, name);
   if (!own) throw templateNotFound(name);
-  return templateVersionsOf(db, own.row.id, before, limit).map(versionView);
+  return (await templateVersionsOf(db, own.row.id, before, limit)).map(versionView);
 }
 
 /** A preview's request: variables, and an unsaved source when the editor has not saved yet. */
@@ -173,17 +173,17 @@ const invalidVariable = (issue: { field: string; message: string }) => new ApiEr
  * it (the same variable rules, the same size rule), or an unsaved source rendered for a preview (its name need not be
  * saved yet). A layout renders around a sample paragraph. Nothing is sent, stored, logged, counted or charged.
  */
-export function renderPreview(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, name: string, req: PreviewRequest): Rendered {
+export async function renderPreview(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, name: string, req: PreviewRequest): Promise<Rendered> {
   if (req.source) {
     if (!TEMPLATE_NAME.test(name)) throw new ApiError('invalid_request', 'name: must be 1 to 64 of a-z, 0-9 and -, starting with a letter or a digit');
-    const compiled = compileUnsaved(db, account, { ...req.source, kind: req.source.kind ?? 'template' });
+    const compiled = await compileUnsaved(db, account, { ...req.source, kind: req.source.kind ?? 'template' });
     return renderCompiled(name, compiled, req.vars);
   }
   if (findTemplate(name)) return renderChecked({ name, vars: req.vars });
-  const own = findOwnTemplate(db, account, name);
+  const own = await findOwnTemplate(db, account, name);
   if (!own) throw templateNotFound(name);
   const v = own.version;
-  const compiled = compileUnsaved(
+  const compiled = await compileUnsaved(
     db,
     { id: own.row.accountId },
     { kind: own.row.kind, subject: v.subject, html: v.html, text: v.text, layout: v.layout, variables: v.variables },
@@ -191,7 +191,7 @@ export function renderPreview(db: Db, account: Pick<AccountRow, 'id' | 'parentId
   return renderCompiled(name, compiled, req.vars);
 }
 
-function renderCompiled(name: string, compiled: ReturnType<typeof compileUnsaved>, vars: Vars): Rendered {
+function renderCompiled(name: string, compiled: Awaited<ReturnType<typeof compileUnsaved>>, vars: Vars): Rendered {
   const issue = checkDeclaredVariables(name, compiled.variables, vars);
   if (issue) throw invalidVariable(issue);
   const rendered = compiled.render(vars);

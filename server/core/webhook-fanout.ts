@@ -4,6 +4,7 @@ import { definePrepared } from '../../db/prepared.js';
 import { type WebhookEventType, emails, webhookDeliveries, webhookEndpoints } from '../../db/schema/index.js';
 import { newId } from '../shared/ids.js';
 import { markQueued } from '../../db/queue-wake.js';
+import { one } from '../../db/sql.js';
 
 /** The webhook event type of each recorded outcome (docs/api/contract.md, Events). */
 export const OUTCOME_EVENT_TYPES = {
@@ -87,18 +88,25 @@ const statements = definePrepared((db) => ({
  * outcome, so an outcome is never recorded without its deliveries, nor a delivery written for an outcome that was not.
  * Returns how many were written. `db` is the root database: the statements run on its connection, inside the open transaction.
  */
-export function fanOutOutcome(
+export async function fanOutOutcome(
   db: Db,
   outcome: { accountId: string; emailId: string; recipient: string; status: OutcomeStatus; dsn: string; detail: string; occurredAt: number },
-): number {
+): Promise<number> {
   const q = statements(db);
   const type = OUTCOME_EVENT_TYPES[outcome.status];
-  const subscribed = q.endpoints.all({ accountId: outcome.accountId }).filter((e) => e.events.includes(type));
+  const subscribed = (await q.endpoints.execute({ accountId: outcome.accountId })).filter((e) => e.events.includes(type));
   if (subscribed.length === 0) return 0;
-  const email = q.email.get({ id: outcome.emailId });
+  const email = await one(q.email.execute({ id: outcome.emailId }));
   const data = JSON.stringify(outcomeEventData({ ...outcome, from: email?.fromAddress ?? '', tags: email?.tags ?? null }));
   for (const endpoint of subscribed) {
-    q.insert.run({ id: newId(outcome.occurredAt), endpointId: endpoint.id, accountId: outcome.accountId, eventType: type, data, now: outcome.occurredAt });
+    await q.insert.execute({
+      id: newId(outcome.occurredAt),
+      endpointId: endpoint.id,
+      accountId: outcome.accountId,
+      eventType: type,
+      data,
+      now: outcome.occurredAt,
+    });
   }
   markQueued(db, 'webhooks');
   return subscribed.length;

@@ -9,6 +9,7 @@ import { newId } from '../shared/ids.js';
 import { insertWebhookDelivery, outcomeEventData } from './webhook-fanout.js';
 import type { RequestContext } from './context.js';
 import { type EmailEventType, EMAIL_EVENT_TYPES, EVENT_TYPE_OF_STATUS, emailEventType, isoDateTime, statusOfEventType } from './events.js';
+import { one, queryRow } from '../../db/sql.js';
 
 /** One replay queues at most this many deliveries; a window holding more is refused whole (never cut silently). */
 export const MAX_REPLAY_EVENTS = 10_000;
@@ -83,10 +84,15 @@ const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
  * The id of the last outcome one step from `after` looks at (REPLAY_SCAN_ROWS further along `walk`), or null when
  * fewer are left: the step reads the index only.
  */
-function scanEnd(db: Db, scope: ReplayScope, after: string): string | null {
+async function scanEnd(db: Db, scope: ReplayScope, after: string): Promise<string | null> {
   return (
-    db.get<{ id: string } | undefined>(sql`
-      select id from email_events where ${scope.walk} and id > ${after} order by id limit 1 offset ${REPLAY_SCAN_ROWS - 1}`)?.id ?? null
+    (
+      await queryRow<{ id: string }>(
+        db,
+        sql`
+      select id from email_events where ${scope.walk} and id > ${after} order by id limit 1 offset ${REPLAY_SCAN_ROWS - 1}`,
+      )
+    )?.id ?? null
   );
 }
 
@@ -98,11 +104,16 @@ async function countWindow(db: Db, scope: ReplayScope): Promise<number> {
   let count = 0;
   let after = scope.floor;
   for (;;) {
-    const end = scanEnd(db, scope, after);
+    const end = await scanEnd(db, scope, after);
     const upTo = end === null ? sql`` : sql` and id <= ${end}`;
     count +=
-      db.get<{ n: number } | undefined>(sql`
-        select count(*) as n from email_events where ${scope.walk} and id > ${after}${upTo} and ${scope.window}`)?.n ?? 0;
+      (
+        await queryRow<{ n: number }>(
+          db,
+          sql`
+        select count(*) as n from email_events where ${scope.walk} and id > ${after}${upTo} and ${scope.window}`,
+        )
+      )?.n ?? 0;
     if (end === null || count > MAX_REPLAY_EVENTS) return count;
     after = end;
     await nextTurn();
@@ -129,14 +140,19 @@ function addPromised(db: Db, endpointId: string, n: number): void {
 }
 
 /** How many of the endpoint's deliveries are pending, counted up to `bound` at most (the count reads no further). */
-function countPending(db: Db, endpointId: string, bound: number): number {
+async function countPending(db: Db, endpointId: string, bound: number): Promise<number> {
   return (
-    db.get<{ n: number } | undefined>(sql`
+    (
+      await queryRow<{ n: number }>(
+        db,
+        sql`
       select count(*) as n from (
         select 1 from webhook_deliveries indexed by webhook_deliveries_pending_idx
         where endpoint_id = ${endpointId} and next_attempt_at is not null
         limit ${bound}
-      )`)?.n ?? 0
+      )`,
+      )
+    )?.n ?? 0
   );
 }
 
@@ -144,12 +160,20 @@ function countPending(db: Db, endpointId: string, bound: number): number {
  * The acting account's endpoint (404 webhook_not_found) and what a replay of it queues; null when the endpoint
  * subscribes to no email event type and `events` names none.
  */
-function replayScope(db: Db, ctx: RequestContext, endpointId: string, input: ReplayInput, until: number, only: ReplayMatch | undefined): ReplayScope | null {
-  const endpoint = db
-    .select({ id: webhookEndpoints.id, events: webhookEndpoints.events })
-    .from(webhookEndpoints)
-    .where(and(eq(webhookEndpoints.id, endpointId), eq(webhookEndpoints.accountId, ctx.account.id)))
-    .get();
+async function replayScope(
+  db: Db,
+  ctx: RequestContext,
+  endpointId: string,
+  input: ReplayInput,
+  until: number,
+  only: ReplayMatch | undefined,
+): Promise<ReplayScope | null> {
+  const endpoint = await one(
+    db
+      .select({ id: webhookEndpoints.id, events: webhookEndpoints.events })
+      .from(webhookEndpoints)
+      .where(and(eq(webhookEndpoints.id, endpointId), eq(webhookEndpoints.accountId, ctx.account.id))),
+  );
   if (!endpoint) throw new ApiError('webhook_not_found', 'No webhook endpoint with that id on this account.');
   const types: EmailEventType[] = input.events ?? EMAIL_EVENT_TYPES.filter((t) => endpoint.events.includes(t));
   if (types.length === 0) return null;
@@ -166,20 +190,23 @@ function replayScope(db: Db, ctx: RequestContext, endpointId: string, input: Rep
 }
 
 /**
- * The cap, checked in one synchronous step with the promise of the replay's rows: what is pending at the endpoint
- * (counted up to one past the cap, however long its backlog), plus what other replays have promised it, plus this
- * replay stays within MAX_PENDING_PER_ENDPOINT, else 409 limit_reached, its message saying how many are pending.
+ * The cap, checked in one transaction with the promise of the replay's rows (no chunk of another replay commits its
+ * rows and takes back its promise in between): what is pending at the endpoint (counted up to one past the cap,
+ * however long its backlog), plus what other replays have promised it, plus this replay stays within
+ * MAX_PENDING_PER_ENDPOINT, else 409 limit_reached, its message saying how many are pending.
  */
-function promiseWithinCap(db: Db, endpointId: string, count: number): void {
-  const pending = countPending(db, endpointId, MAX_PENDING_PER_ENDPOINT + 1) + (promisedTo(db).get(endpointId) ?? 0);
-  if (pending + count > MAX_PENDING_PER_ENDPOINT) {
-    const howMany = pending > MAX_PENDING_PER_ENDPOINT ? `More than ${MAX_PENDING_PER_ENDPOINT}` : String(pending);
-    throw new ApiError(
-      'limit_reached',
-      `${howMany} deliveries are pending for this endpoint and this replay would add ${count}; at most ${MAX_PENDING_PER_ENDPOINT} may be pending. Replay again once the receiver has taken some of them, or narrow the window.`,
-    );
-  }
-  addPromised(db, endpointId, count);
+async function promiseWithinCap(db: Db, endpointId: string, count: number): Promise<void> {
+  await db.transaction(async () => {
+    const pending = (await countPending(db, endpointId, MAX_PENDING_PER_ENDPOINT + 1)) + (promisedTo(db).get(endpointId) ?? 0);
+    if (pending + count > MAX_PENDING_PER_ENDPOINT) {
+      const howMany = pending > MAX_PENDING_PER_ENDPOINT ? `More than ${MAX_PENDING_PER_ENDPOINT}` : String(pending);
+      throw new ApiError(
+        'limit_reached',
+        `${howMany} deliveries are pending for this endpoint and this replay would add ${count}; at most ${MAX_PENDING_PER_ENDPOINT} may be pending. Replay again once the receiver has taken some of them, or narrow the window.`,
+      );
+    }
+    addPromised(db, endpointId, count);
+  });
 }
 
 /**
@@ -187,18 +214,23 @@ function promiseWithinCap(db: Db, endpointId: string, count: number): void {
  * first) among the next REPLAY_SCAN_ROWS of the walk, at most `limit` of them, each queued as a fresh delivery due
  * now. Answers how many, and where the next chunk starts; null when the endpoint is gone.
  */
-function queueReplayChunk(db: Db, scope: ReplayScope, after: string, limit: number, now: number): { written: number; next: string | null } | null {
-  const endpoint = db.select({ id: webhookEndpoints.id }).from(webhookEndpoints).where(eq(webhookEndpoints.id, scope.endpointId)).get();
+async function queueReplayChunk(
+  db: Db,
+  scope: ReplayScope,
+  after: string,
+  limit: number,
+  now: number,
+): Promise<{ written: number; next: string | null } | null> {
+  const endpoint = await one(db.select({ id: webhookEndpoints.id }).from(webhookEndpoints).where(eq(webhookEndpoints.id, scope.endpointId)));
   if (!endpoint) return null;
-  const end = scanEnd(db, scope, after);
-  const rows = db
+  const end = await scanEnd(db, scope, after);
+  const rows = await db
     .select({ event: emailEvents, from: emails.fromAddress, tags: emails.tags })
     .from(emailEvents)
     .innerJoin(emails, eq(emails.id, emailEvents.emailId))
     .where(and(scope.walk, scope.window, gt(emailEvents.id, after), end === null ? undefined : lte(emailEvents.id, end)))
     .orderBy(asc(emailEvents.id))
-    .limit(limit)
-    .all();
+    .limit(limit);
   const insert = insertWebhookDelivery(db);
   for (const { event: e, from, tags } of rows) {
     const data = outcomeEventData({
@@ -211,7 +243,7 @@ function queueReplayChunk(db: Db, scope: ReplayScope, after: string, limit: numb
       from,
       tags,
     });
-    insert.run({
+    await insert.execute({
       id: newId(now),
       endpointId: scope.endpointId,
       accountId: scope.accountId,
@@ -260,7 +292,7 @@ export async function replayWebhook({
   const until = input.until ?? now;
   if (until <= input.since) throw new ApiError('invalid_request', 'until: must be later than since');
 
-  const scope = replayScope(deps.db, ctx, endpointId, input, until, only);
+  const scope = await replayScope(deps.db, ctx, endpointId, input, until, only);
   const count = scope === null ? 0 : await countWindow(deps.db, scope);
   if (count > MAX_REPLAY_EVENTS) {
     throw new ApiError(
@@ -270,16 +302,16 @@ export async function replayWebhook({
   }
   let queued = 0;
   if (scope !== null && count > 0) {
-    promiseWithinCap(deps.db, scope.endpointId, count);
+    await promiseWithinCap(deps.db, scope.endpointId, count);
     let unwritten = count;
     try {
       let after: string | null = scope.floor;
       while (unwritten > 0 && after !== null) {
         const from: string = after;
         const limit = Math.min(REPLAY_CHUNK_ROWS, unwritten);
-        const chunk = await deps.commits.run((db) => {
-          const done = queueReplayChunk(db, scope, from, limit, now);
-          // In the same synchronous step as the rows: from here the pending count sees them (or the endpoint is gone).
+        const chunk = await deps.commits.run(async (db) => {
+          const done = await queueReplayChunk(db, scope, from, limit, now);
+          // In the same transaction as the rows: from its commit the pending count sees them (or the endpoint is gone).
           const settled = done === null ? unwritten : done.written;
           unwritten -= settled;
           addPromised(deps.db, scope.endpointId, -settled);

@@ -19,6 +19,7 @@ import { newWebhookSecret } from './webhook-signing.js';
 import { MAX_WEBHOOK_URL_LENGTH, checkWebhookUrl, isAbsoluteUri } from './webhook-url.js';
 import { assertAccountExists } from './accounts.js';
 import type { PageRequest, RequestContext } from './context.js';
+import { changes, execute, one } from '../../db/sql.js';
 
 /** Webhook endpoints and their deliveries (docs/api/contract.md, Webhooks): the rules, without HTTP. */
 
@@ -94,14 +95,14 @@ export interface WebhookAttemptView {
 }
 
 /** A delivery's attempts, first to last (webhook_attempts; the delivery row keeps only the last answer). */
-export function deliveryAttempts(db: Db, deliveryId: string): WebhookAttemptView[] {
-  return db
-    .select()
-    .from(webhookAttempts)
-    .where(eq(webhookAttempts.deliveryId, deliveryId))
-    .orderBy(webhookAttempts.attempt)
-    .all()
-    .map((a) => ({ attempt: a.attempt, attemptedAt: iso(a.attemptedAt), status: a.status, error: a.error, delivered: a.delivered }));
+export async function deliveryAttempts(db: Db, deliveryId: string): Promise<WebhookAttemptView[]> {
+  return (await db.select().from(webhookAttempts).where(eq(webhookAttempts.deliveryId, deliveryId)).orderBy(webhookAttempts.attempt)).map((a) => ({
+    attempt: a.attempt,
+    attemptedAt: iso(a.attemptedAt),
+    status: a.status,
+    error: a.error,
+    delivered: a.delivered,
+  }));
 }
 
 /** The associated data sealing an endpoint's secret: a sealed secret copied onto another endpoint does not open. */
@@ -140,39 +141,40 @@ export async function createWebhook({
     lastPingAt: null,
     createdAt: now,
   };
-  deps.db.transaction((tx) => {
-    assertAccountExists(tx, ctx.account.id);
-    const n = tx.select({ n: count() }).from(webhookEndpoints).where(eq(webhookEndpoints.accountId, ctx.account.id)).get()?.n ?? 0;
+  await deps.db.transaction(async (tx) => {
+    await assertAccountExists(tx, ctx.account.id);
+    const n = (await one(tx.select({ n: count() }).from(webhookEndpoints).where(eq(webhookEndpoints.accountId, ctx.account.id))))?.n ?? 0;
     if (n >= MAX_ENDPOINTS) throw new ApiError('too_many_endpoints', `This account already has ${MAX_ENDPOINTS} webhook endpoints; delete one first.`);
-    tx.insert(webhookEndpoints).values(row).run();
+    await tx.insert(webhookEndpoints).values(row);
   });
   return { ...endpointView(row), secret };
 }
 
-export function listWebhooks({ deps, ctx, page }: { deps: Pick<Deps, 'db'>; ctx: RequestContext; page: PageRequest }): WebhookEndpointView[] {
-  return deps.db
-    .select()
-    .from(webhookEndpoints)
-    .where(and(eq(webhookEndpoints.accountId, ctx.account.id), page.after ? lt(webhookEndpoints.id, page.after) : undefined))
-    .orderBy(desc(webhookEndpoints.id))
-    .limit(page.limit + 1)
-    .all()
-    .map(endpointView);
+export async function listWebhooks({ deps, ctx, page }: { deps: Pick<Deps, 'db'>; ctx: RequestContext; page: PageRequest }): Promise<WebhookEndpointView[]> {
+  return (
+    await deps.db
+      .select()
+      .from(webhookEndpoints)
+      .where(and(eq(webhookEndpoints.accountId, ctx.account.id), page.after ? lt(webhookEndpoints.id, page.after) : undefined))
+      .orderBy(desc(webhookEndpoints.id))
+      .limit(page.limit + 1)
+  ).map(endpointView);
 }
 
 /** The acting account's endpoint, or 404 webhook_not_found (another account's looks exactly like none). */
-export function requireEndpoint(deps: Pick<Deps, 'db'>, ctx: RequestContext, id: string): WebhookEndpointRow {
-  const row = deps.db
-    .select()
-    .from(webhookEndpoints)
-    .where(and(eq(webhookEndpoints.id, id), eq(webhookEndpoints.accountId, ctx.account.id)))
-    .get();
+export async function requireEndpoint(deps: Pick<Deps, 'db'>, ctx: RequestContext, id: string): Promise<WebhookEndpointRow> {
+  const row = await one(
+    deps.db
+      .select()
+      .from(webhookEndpoints)
+      .where(and(eq(webhookEndpoints.id, id), eq(webhookEndpoints.accountId, ctx.account.id))),
+  );
   if (!row) throw new ApiError('webhook_not_found', 'No webhook endpoint with that id on this account.');
   return row;
 }
 
-export function getWebhook({ deps, ctx, id }: { deps: Pick<Deps, 'db'>; ctx: RequestContext; id: string }): WebhookEndpointView {
-  return endpointView(requireEndpoint(deps, ctx, id));
+export async function getWebhook({ deps, ctx, id }: { deps: Pick<Deps, 'db'>; ctx: RequestContext; id: string }): Promise<WebhookEndpointView> {
+  return endpointView(await requireEndpoint(deps, ctx, id));
 }
 
 /**
@@ -183,11 +185,14 @@ export function getWebhook({ deps, ctx, id }: { deps: Pick<Deps, 'db'>; ctx: Req
 export const DELETE_CHUNK_ROWS = 250;
 
 /** Deletes up to `limit` of the endpoint's deliveries, oldest first (their attempts go with them); how many. */
-function deleteDeliveryChunk(db: Db, endpointId: string, limit: number): number {
-  return db.run(sql`
+async function deleteDeliveryChunk(db: Db, endpointId: string, limit: number): Promise<number> {
+  return await execute(
+    db,
+    sql`
     delete from webhook_deliveries where id in (
       select id from webhook_deliveries where endpoint_id = ${endpointId} order by id limit ${limit}
-    )`).changes;
+    )`,
+  );
 }
 
 /**
@@ -198,18 +203,18 @@ function deleteDeliveryChunk(db: Db, endpointId: string, limit: number): number 
  * switched off with part of its deliveries: the DELETE was not answered, and repeating it finishes the job.
  */
 export async function deleteWebhook({ deps, ctx, id }: { deps: Pick<Deps, 'clock' | 'commits' | 'db'>; ctx: RequestContext; id: string }): Promise<void> {
-  const row = requireEndpoint(deps, ctx, id);
+  const row = await requireEndpoint(deps, ctx, id);
   const now = deps.clock.now();
-  await deps.commits.run((db) => {
-    db.update(webhookEndpoints)
+  await deps.commits.run(async (db) => {
+    await db
+      .update(webhookEndpoints)
       .set({ active: false, disabledAt: row.disabledAt ?? now })
-      .where(eq(webhookEndpoints.id, row.id))
-      .run();
+      .where(eq(webhookEndpoints.id, row.id));
   });
   for (;;) {
-    const done = await deps.commits.run((db) => {
-      if (deleteDeliveryChunk(db, row.id, DELETE_CHUNK_ROWS) === DELETE_CHUNK_ROWS) return false;
-      db.delete(webhookEndpoints).where(eq(webhookEndpoints.id, row.id)).run();
+    const done = await deps.commits.run(async (db) => {
+      if ((await deleteDeliveryChunk(db, row.id, DELETE_CHUNK_ROWS)) === DELETE_CHUNK_ROWS) return false;
+      await db.delete(webhookEndpoints).where(eq(webhookEndpoints.id, row.id));
       return true;
     });
     if (done) return;
@@ -220,16 +225,17 @@ export async function deleteWebhook({ deps, ctx, id }: { deps: Pick<Deps, 'clock
  * The cooldown of POST /webhooks/{id}/test: one ping per endpoint every ten seconds (429 ping_cooldown, with
  * Retry-After), taken atomically so two tests at once cannot both post. Answers the endpoint with its new lastPingAt.
  */
-export function takePingSlot({ deps, ctx, id }: { deps: Pick<Deps, 'clock' | 'db'>; ctx: RequestContext; id: string }): WebhookEndpointRow {
-  const row = requireEndpoint(deps, ctx, id);
+export async function takePingSlot({ deps, ctx, id }: { deps: Pick<Deps, 'clock' | 'db'>; ctx: RequestContext; id: string }): Promise<WebhookEndpointRow> {
+  const row = await requireEndpoint(deps, ctx, id);
   const now = deps.clock.now();
-  const taken = deps.db
-    .update(webhookEndpoints)
-    .set({ lastPingAt: now })
-    .where(and(eq(webhookEndpoints.id, row.id), or(isNull(webhookEndpoints.lastPingAt), sql`${webhookEndpoints.lastPingAt} <= ${now - PING_COOLDOWN_MS}`)))
-    .run().changes;
+  const taken = changes(
+    await deps.db
+      .update(webhookEndpoints)
+      .set({ lastPingAt: now })
+      .where(and(eq(webhookEndpoints.id, row.id), or(isNull(webhookEndpoints.lastPingAt), sql`${webhookEndpoints.lastPingAt} <= ${now - PING_COOLDOWN_MS}`))),
+  );
   if (taken === 0) {
-    const last = deps.db.select({ at: webhookEndpoints.lastPingAt }).from(webhookEndpoints).where(eq(webhookEndpoints.id, row.id)).get()?.at ?? now;
+    const last = (await one(deps.db.select({ at: webhookEndpoints.lastPingAt }).from(webhookEndpoints).where(eq(webhookEndpoints.id, row.id))))?.at ?? now;
     const retryAfter = Math.max(1, Math.ceil((last + PING_COOLDOWN_MS - now) / 1000));
     throw new ApiError('ping_cooldown', `A test ping was sent to this endpoint in the last ten seconds; retry in ${retryAfter} s.`, {
       headers: { 'Retry-After': String(retryAfter) },
@@ -238,14 +244,24 @@ export function takePingSlot({ deps, ctx, id }: { deps: Pick<Deps, 'clock' | 'db
   return { ...row, lastPingAt: now };
 }
 
-export function listDeliveries({ deps, ctx, id, page }: { deps: Pick<Deps, 'db'>; ctx: RequestContext; id: string; page: PageRequest }): WebhookDeliveryView[] {
-  const endpoint = requireEndpoint(deps, ctx, id);
-  return deps.db
-    .select()
-    .from(webhookDeliveries)
-    .where(and(eq(webhookDeliveries.endpointId, endpoint.id), page.after ? lt(webhookDeliveries.id, page.after) : undefined))
-    .orderBy(desc(webhookDeliveries.id))
-    .limit(page.limit + 1)
-    .all()
-    .map(deliveryView);
+export async function listDeliveries({
+  deps,
+  ctx,
+  id,
+  page,
+}: {
+  deps: Pick<Deps, 'db'>;
+  ctx: RequestContext;
+  id: string;
+  page: PageRequest;
+}): Promise<WebhookDeliveryView[]> {
+  const endpoint = await requireEndpoint(deps, ctx, id);
+  return (
+    await deps.db
+      .select()
+      .from(webhookDeliveries)
+      .where(and(eq(webhookDeliveries.endpointId, endpoint.id), page.after ? lt(webhookDeliveries.id, page.after) : undefined))
+      .orderBy(desc(webhookDeliveries.id))
+      .limit(page.limit + 1)
+  ).map(deliveryView);
 }

@@ -65,9 +65,9 @@ export function createBatches(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'secr
   /** Batch sizes below parts.batchSize, by database, after a batch timed out (halved; doubled back as batches land). */
   const batchLimits = new Map<string, number>();
 
-  function failed(db: CustomerDatabaseRow, message: string): void {
+  async function failed(db: CustomerDatabaseRow, message: string): Promise<void> {
     pools.closePool(db.accountId);
-    const { changed, failures } = markUnreachable(deps.db, db.accountId, db.connectionId, message, deps.clock.now());
+    const { changed, failures } = await markUnreachable(deps.db, db.accountId, db.connectionId, message, deps.clock.now());
     const fields = { accountId: db.accountId, host: db.host, message, failures };
     if (changed) deps.logger.warn('customer_db.unreachable', fields);
     else deps.logger.info('customer_db.attempt_failed', fields);
@@ -83,7 +83,7 @@ export function createBatches(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'secr
     const refused = new Map<string, { error: string; final: boolean }>();
     const landedSpools: string[] = [];
     let run: { row: OpenedWrite['row']; write: CustomerWrite }[] = [];
-    const stillTarget = () => isCurrentConnection(deps.db, db.accountId, db.connectionId);
+    const stillTarget = async () => await isCurrentConnection(deps.db, db.accountId, db.connectionId);
     const flushRun = async () => {
       if (run.length === 0) return;
       for (const r of await applyWrites(
@@ -108,12 +108,12 @@ export function createBatches(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'secr
         run.push({ row: o.row, write: inline });
       } else if (isSpooled(o.write)) {
         await flushRun();
-        if (!stillTarget()) throw new TargetChangedError();
+        if (!(await stillTarget())) throw new TargetChangedError();
         try {
           await inbound.applySpooled(client, o.write, { stillTarget });
           // Gone from the outbox as soon as it landed: `pending` follows the messages one by one, and a crash later
           // in the batch does not parse this one again.
-          deleteWrites(deps.db, [o.row.id]);
+          await deleteWrites(deps.db, [o.row.id]);
           if (o.write.spoolId !== null) landedSpools.push(o.write.spoolId);
         } catch (err) {
           // The parse thread stopped with it (or crashed on it): tried again after the data-refusal gaps.
@@ -124,8 +124,8 @@ export function createBatches(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'secr
     }
     await flushRun();
     const now = deps.clock.now();
-    deps.db.transaction(() => {
-      deleteWrites(
+    await deps.db.transaction(async () => {
+      await deleteWrites(
         deps.db,
         opened.filter((o) => !refused.has(o.row.id)).map((o) => o.row.id),
       );
@@ -134,29 +134,29 @@ export function createBatches(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'secr
         if (r === undefined) continue;
         // The database's words (a trigger's message can be megabytes): cut before they are kept or logged.
         const error = cutErrorText(r.error);
-        const setAside = recordRefusedWrite(deps.db, o.row, error, now, { final: r.final });
+        const setAside = await recordRefusedWrite(deps.db, o.row, error, now, { final: r.final });
         const fields = { accountId: db.accountId, writeId: o.row.id, kind: o.row.kind, error };
         if (setAside) {
           deps.logger.error('customer_db.write_set_aside', fields);
-          noteSetAside(deps.db, db.accountId, `A queued ${o.row.kind} write was set aside after the database refused it: ${error}`, now);
+          await noteSetAside(deps.db, db.accountId, `A queued ${o.row.kind} write was set aside after the database refused it: ${error}`, now);
         } else deps.logger.warn('customer_db.write_refused', fields);
       }
-      markReached(deps.db, db.accountId, db.connectionId, now, { landed: opened.some((o) => !refused.has(o.row.id)) });
+      await markReached(deps.db, db.accountId, db.connectionId, now, { landed: opened.some((o) => !refused.has(o.row.id)) });
     });
     for (const spool of landedSpools) {
-      if (!spoolReferenced(deps.db, spool)) rmSync(spoolPath(deps.config.dataDir, spool), { force: true });
+      if (!(await spoolReferenced(deps.db, spool))) rmSync(spoolPath(deps.config.dataDir, spool), { force: true });
     }
   }
 
   /** Writes everything due for one database, batch after batch, until none is left or the database fails. */
   async function serve(db: CustomerDatabaseRow): Promise<void> {
     const entry = await pools.poolFor(db);
-    if (typeof entry === 'string') return failed(db, entry);
+    if (typeof entry === 'string') return await failed(db, entry);
     let client: pg.PoolClient;
     try {
       client = await entry.pool.connect();
     } catch (err) {
-      return failed(db, describe(err));
+      return await failed(db, describe(err));
     }
     let broken: Error | undefined;
     try {
@@ -164,13 +164,13 @@ export function createBatches(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'secr
         const version = await migrateCustomerDb(client);
         entry.migrated = true;
         if (version !== db.schemaVersion)
-          deps.db.update(customerDatabases).set({ schemaVersion: version }).where(eq(customerDatabases.accountId, db.accountId)).run();
+          await deps.db.update(customerDatabases).set({ schemaVersion: version }).where(eq(customerDatabases.accountId, db.accountId));
       }
       while (isRunning()) {
         // A URL replaced or deleted meanwhile: its writes are the new database's (the next run opens it), or dropped.
-        if (!isCurrentConnection(deps.db, db.accountId, db.connectionId)) throw new TargetChangedError();
+        if (!(await isCurrentConnection(deps.db, db.accountId, db.connectionId))) throw new TargetChangedError();
         const limit = batchLimits.get(db.accountId) ?? parts.batchSize;
-        const fetched = dueWrites(deps.db, db.accountId, deps.clock.now(), limit);
+        const fetched = await dueWrites(deps.db, db.accountId, deps.clock.now(), limit);
         if (fetched.length === 0) break;
         // A batch of small received messages is held parsed at once: its sealed size is bounded too.
         const rows = withinBudget(fetched, BATCH_PAYLOAD_BYTES);
@@ -192,7 +192,7 @@ export function createBatches(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'secr
         // A batch the database could not take within the statement timeout would time out again as it is: the next
         // attempt takes half as many writes, down to one.
         if (isTimeout(err)) batchLimits.set(db.accountId, Math.max(1, Math.floor((batchLimits.get(db.accountId) ?? parts.batchSize) / 2)));
-        failed(db, describe(err));
+        await failed(db, describe(err));
       }
     } finally {
       client.release(broken);

@@ -10,25 +10,24 @@ const SPOOL_ORPHAN_AFTER_MS = 15 * 60_000;
 
 /** The writer's housekeeping: writes that waited seven days dropped (with the count logged), the spool swept. */
 export function createHousekeeping(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'config'>) {
-  function dropExpired(): void {
+  async function dropExpired(): Promise<void> {
     const now = deps.clock.now();
-    for (const [owner, count] of dropExpiredWrites(deps.db, now)) {
+    for (const [owner, count] of await dropExpiredWrites(deps.db, now)) {
       const message = `${count} queued write${count === 1 ? ' was' : 's were'} dropped after waiting seven days for the database.`;
       deps.logger.error('customer_db.writes_dropped', { accountId: owner, count, message });
-      deps.db
+      await deps.db
         .update(customerDatabases)
         .set({ lastError: message, lastErrorKind: 'connection', updatedAt: now })
-        .where(eq(customerDatabases.accountId, owner))
-        .run();
+        .where(eq(customerDatabases.accountId, owner));
     }
   }
 
   /** Spool files no queued write reads (a crash between the file and its commit, writes dropped or deleted). */
   let lastSweep = 0;
-  function sweep(): void {
+  async function sweep(): Promise<void> {
     if (Date.now() - lastSweep < SPOOL_SWEEP_EVERY_MS) return;
     lastSweep = Date.now();
-    const removed = sweepSpool(deps.config.dataDir, Date.now(), SPOOL_ORPHAN_AFTER_MS, (id) => spoolReferenced(deps.db, id));
+    const removed = await sweepSpool(deps.config.dataDir, Date.now(), SPOOL_ORPHAN_AFTER_MS, async (id) => await spoolReferenced(deps.db, id));
     if (removed > 0) deps.logger.info('inbound.spool_swept', { removed });
   }
 

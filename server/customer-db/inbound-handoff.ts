@@ -29,7 +29,7 @@ export function createInboundHandoff(deps: Pick<Deps, 'config' | 'logger' | 'sec
   }
 
   /** Writes a large received message into the customer's database from the events its parse streams back. */
-  function applySpooled(client: pg.PoolClient, write: SpooledInboundWrite, opts: { stillTarget: () => boolean }): Promise<void> {
+  function applySpooled(client: pg.PoolClient, write: SpooledInboundWrite, opts: { stillTarget: () => Promise<boolean> }): Promise<void> {
     return applySpooledInbound(client, deps, (w) => parser.parseSpooled(w), write, opts);
   }
 

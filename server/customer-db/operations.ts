@@ -56,12 +56,12 @@ export async function connectDatabase({
     createdAt: now,
   };
   const { accountId: _key, createdAt: _created, ...replace } = row;
-  const requeued = deps.db.transaction((tx) => {
-    assertAccountExists(tx, accountId);
-    tx.insert(customerDatabases).values(row).onConflictDoUpdate({ target: customerDatabases.accountId, set: replace }).run();
+  const requeued = await deps.db.transaction(async (tx) => {
+    await assertAccountExists(tx, accountId);
+    await tx.insert(customerDatabases).values(row).onConflictDoUpdate({ target: customerDatabases.accountId, set: replace });
     // Writes set aside for what the old database refused get their chance in the new one; the writer looks at once.
     markQueued(deps.db, 'customer-db');
-    return requeueSetAside(tx, accountId, now);
+    return await requeueSetAside(tx, accountId, now);
   });
   if (requeued > 0) deps.logger.info('customer_db.set_aside_requeued', { accountId, count: requeued });
   deps.logger.info('customer_db.connected', {
@@ -72,7 +72,7 @@ export async function connectDatabase({
     sslMode: target.sslMode,
     schemaVersion: result.schemaVersion,
   });
-  return statusOf(deps, rowOf(deps, accountId) ?? row);
+  return await statusOf(deps, (await rowOf(deps, accountId)) ?? row);
 }
 
 /**
@@ -87,7 +87,7 @@ export async function testDatabase({
   deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger' | 'resolver' | 'secretKey'>;
   ctx: RequestContext;
 }): Promise<DatabaseStatus> {
-  const found = effectiveRow(deps, ctx);
+  const found = await effectiveRow(deps, ctx);
   // A sub-account's own key cannot make the service connect to its parent's database, nor record the result there.
   if (!found) throw new ApiError('database_not_connected', 'No database is set on this account.');
   if (!found.held)
@@ -107,21 +107,21 @@ export async function testDatabase({
   const now = deps.clock.now();
   // Deleted while the test connected: gone, as for a test asked after the delete. Replaced meanwhile: the result is
   // about a database that is no longer the account's, so it is recorded nowhere and the new one's status answers.
-  if (!isCurrentConnection(deps.db, row.accountId, row.connectionId)) {
-    const current = rowOf(deps, row.accountId);
+  if (!(await isCurrentConnection(deps.db, row.accountId, row.connectionId))) {
+    const current = await rowOf(deps, row.accountId);
     if (!current) throw new ApiError('database_not_connected', 'No database is set on this account: it was deleted while the test connected.');
-    return statusOf(deps, current);
+    return await statusOf(deps, current);
   }
   if (!result.ok) {
-    markUnreachable(deps.db, row.accountId, row.connectionId, result.message, now);
+    await markUnreachable(deps.db, row.accountId, row.connectionId, result.message, now);
     if (result.blocked) throw new ApiError('blocked_host', result.message);
     throw new ApiError('database_unreachable', `The database could not be used: ${result.message}.`);
   }
-  markTested(deps.db, row.accountId, row.connectionId, now, result.schemaVersion);
+  await markTested(deps.db, row.accountId, row.connectionId, now, result.schemaVersion);
   // The database works now: writes it refused and that were set aside are tried again (set aside again if still refused).
-  const requeued = requeueSetAside(deps.db, row.accountId, now);
+  const requeued = await requeueSetAside(deps.db, row.accountId, now);
   // Waiting writes go now rather than after the writer's next gap (the wake follows these statements, durable when they return).
   markQueued(deps.db, 'customer-db');
   if (requeued > 0) deps.logger.info('customer_db.set_aside_requeued', { accountId: row.accountId, count: requeued });
-  return statusOf(deps, rowOf(deps, row.accountId) ?? row);
+  return await statusOf(deps, (await rowOf(deps, row.accountId)) ?? row);
 }

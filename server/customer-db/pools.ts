@@ -61,15 +61,9 @@ export function createPools(deps: Pick<Deps, 'db' | 'secretKey' | 'logger' | 're
   }
 
   /** Closes the pools of databases no longer connected (deleted, or replaced: poolFor handles replaced ones too), unless busy. */
-  function closeForgotten(busy: ReadonlySet<string>): void {
+  async function closeForgotten(busy: ReadonlySet<string>): Promise<void> {
     if (pools.size === 0) return;
-    const live = new Set(
-      deps.db
-        .select({ id: customerDatabases.accountId })
-        .from(customerDatabases)
-        .all()
-        .map((r) => r.id),
-    );
+    const live = new Set((await deps.db.select({ id: customerDatabases.accountId }).from(customerDatabases)).map((r) => r.id));
     for (const owner of [...pools.keys()]) if (!live.has(owner) && !busy.has(owner)) closePool(owner);
   }
 

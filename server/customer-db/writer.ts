@@ -9,6 +9,7 @@ import { createHousekeeping } from './housekeeping.js';
 import { createInboundHandoff } from './inbound-handoff.js';
 import type { InboundParser } from './inbound/parser.js';
 import { createPools } from './pools.js';
+import { one } from '../../db/sql.js';
 
 export { isTimeout, withinBudget } from './batches.js';
 
@@ -72,7 +73,7 @@ export function createCustomerDbWriter(
     maxInFlight: opts.maxDatabases,
     onError: (err) => logFailure(deps, 'customer_db.claim_failed', err),
     wake: { db: deps.db, queue: 'customer-db' },
-    claim: (room) => claim(room),
+    claim: async (room) => await claim(room),
     // One attempt: everything due for one database, batch after batch.
     attempt: (db) => {
       busy.add(db.accountId);
@@ -82,9 +83,9 @@ export function createCustomerDbWriter(
         .finally(() => busy.delete(db.accountId));
     },
     // A start tries every database at once: an operator restarting expects the writes to flow.
-    onStart: () => {
+    onStart: async () => {
       const now = deps.clock.now();
-      deps.db.update(customerDatabases).set({ nextAttemptAt: now }).where(gt(customerDatabases.nextAttemptAt, now)).run();
+      await deps.db.update(customerDatabases).set({ nextAttemptAt: now }).where(gt(customerDatabases.nextAttemptAt, now));
     },
   });
 
@@ -107,26 +108,24 @@ export function createCustomerDbWriter(
    * (after each queued write's commit), so the statement is compiled once; and not asked at all while every database
    * the writer knows of is being served (each serve keeps fetching until its database has nothing due).
    */
-  function dueDatabases(now: number): CustomerDatabaseRow[] {
-    if (busy.size > 0 && busy.size >= (statements(deps.db).databaseCount.get()?.count ?? 0)) return [];
-    return statements(deps.db)
-      .dueDatabases.all({ now })
-      .filter((d) => !busy.has(d.accountId));
+  async function dueDatabases(now: number): Promise<CustomerDatabaseRow[]> {
+    if (busy.size > 0 && busy.size >= ((await one(statements(deps.db).databaseCount.execute()))?.count ?? 0)) return [];
+    return (await statements(deps.db).dueDatabases.execute({ now })).filter((d) => !busy.has(d.accountId));
   }
 
   /** When the housekeeping last ran: the loop is poked after every queued write, and it need not run that often. */
   let lastHousekeeping = Number.NEGATIVE_INFINITY;
 
-  function claim(room: number): CustomerDatabaseRow[] {
+  async function claim(room: number): Promise<CustomerDatabaseRow[]> {
     const now = deps.clock.now();
     if (driving || now - lastHousekeeping >= opts.intervalMs) {
       lastHousekeeping = now;
-      housekeeping.dropExpired();
-      pools.closeForgotten(busy);
-      housekeeping.sweep();
+      await housekeeping.dropExpired();
+      await pools.closeForgotten(busy);
+      await housekeeping.sweep();
     }
     if (room <= 0) return [];
-    return dueDatabases(deps.clock.now()).slice(0, room);
+    return (await dueDatabases(deps.clock.now())).slice(0, room);
   }
 
   /** Writes until nothing more is due now (tests drive it with a fake clock); the number of database runs made. */

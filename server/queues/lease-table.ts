@@ -4,6 +4,7 @@ import type { SQLiteColumn, SQLiteTable } from 'drizzle-orm/sqlite-core';
 import type { Db } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { isDeadHolder } from './leases.js';
+import { changes, one } from '../../db/sql.js';
 
 /**
  * The claim of a durable queue, as its worker sees it: lease due jobs, renew and give back the leases, and at start
@@ -16,17 +17,17 @@ import { isDeadHolder } from './leases.js';
  */
 export interface QueueStore<Job, Request> {
   /** Leases to `worker` the jobs that are due now and fit `request` (the queue's room and clocks). */
-  claim(worker: string, request: Request): Job[];
+  claim(worker: string, request: Request): Promise<Job[]>;
   /** Extends the leases `worker` still holds among `ids` until `until`. */
-  renew(worker: string, ids: readonly string[], until: number): void;
+  renew(worker: string, ids: readonly string[], until: number): Promise<void>;
   /** Gives back `worker`'s leases among `ids`, or all of them; the number given back. */
-  release(worker: string, ids?: readonly string[]): number;
+  release(worker: string, ids?: readonly string[]): Promise<number>;
   /** Whether `worker` still holds the lease of `id` (the row may be gone). */
-  stillHeld(worker: string, id: string): boolean;
+  stillHeld(worker: string, id: string): Promise<boolean>;
   /** At start: the leases of holders whose process is gone (isDeadHolder) given back at once; how many. */
-  releaseDead(worker: string, host?: string): number;
+  releaseDead(worker: string, host?: string): Promise<number>;
   /** At start: other holders' leases reaching past one term from `leaseNow` cut to it (a wall clock stepped back). */
-  capForeign(worker: string, leaseNow: number, leaseMs: number): number;
+  capForeign(worker: string, leaseNow: number, leaseMs: number): Promise<number>;
 }
 
 /** A queue table as the lease operations see it: the table, its id and lease columns, and what makes a row leasable. */
@@ -84,34 +85,35 @@ export function sqliteLeases<T extends SQLiteTable>(spec: LeaseTable<T>) {
      * Leases to `worker` until `until` those of `ids` that are free (no lease, or one that ran out by `leaseNow`) and
      * leasable; the rows leased. `params` carries the leasable condition's placeholders.
      */
-    lease(db: Db, worker: string, ids: readonly string[], until: number, leaseNow: number, params: Record<string, unknown> = {}): Row[] {
+    async lease(db: Db, worker: string, ids: readonly string[], until: number, leaseNow: number, params: Record<string, unknown> = {}): Promise<Row[]> {
       if (ids.length === 0) return [];
-      return statements(db).lease.all({ ...params, worker, until, leaseNow, ids: JSON.stringify(ids) }) as Row[];
+      return (await statements(db).lease.execute({ ...params, worker, until, leaseNow, ids: JSON.stringify(ids) })) as Row[];
     },
 
     /** Whether `worker` still holds the lease of `id`: false once the row is gone or leased to another. */
-    stillHeld(db: Db, worker: string, id: string): boolean {
-      return statements(db).held.get({ id, worker }) !== undefined;
+    async stillHeld(db: Db, worker: string, id: string): Promise<boolean> {
+      return (await one(statements(db).held.execute({ id, worker }))) !== undefined;
     },
 
     /** Extends the leases `worker` still holds among `ids` until `until`. */
-    renew(db: Db, worker: string, ids: readonly string[], until: number): void {
+    async renew(db: Db, worker: string, ids: readonly string[], until: number): Promise<void> {
       if (ids.length === 0) return;
-      db.update(table)
+      await db
+        .update(table)
         .set(set({ until }))
-        .where(and(eq(spec.lockedBy, worker), sql`${spec.id} in (select value from json_each(${JSON.stringify(ids)}))`))
-        .run();
+        .where(and(eq(spec.lockedBy, worker), sql`${spec.id} in (select value from json_each(${JSON.stringify(ids)}))`));
     },
 
     /** Gives back `worker`'s leases among `ids`, or every lease it holds when `ids` is absent; how many. */
-    release(db: Db, worker: string, ids?: readonly string[]): number {
+    async release(db: Db, worker: string, ids?: readonly string[]): Promise<number> {
       if (ids !== undefined && ids.length === 0) return 0;
       const where = ids === undefined ? eq(spec.lockedBy, worker) : and(inArray(spec.id, [...ids]), eq(spec.lockedBy, worker));
-      return db
-        .update(table)
-        .set(set({ by: null, until: null }))
-        .where(where)
-        .run().changes;
+      return changes(
+        await db
+          .update(table)
+          .set(set({ by: null, until: null }))
+          .where(where),
+      );
     },
 
     /**
@@ -119,20 +121,20 @@ export function sqliteLeases<T extends SQLiteTable>(spec: LeaseTable<T>) {
      * same pid, as in a restarted container) are given back at once, so their rows are due again now. A lease of a
      * process that may still run (another host, or a live pid) is left to expire.
      */
-    releaseDead(db: Db, worker: string, host = hostname()): number {
-      const holders = db
+    async releaseDead(db: Db, worker: string, host = hostname()): Promise<number> {
+      const holders = (await db
         .selectDistinct({ lockedBy: spec.lockedBy })
         .from(table)
-        .where(and(isNotNull(spec.lockedBy), sql`${spec.lockedBy} <> ${worker}`))
-        .all() as { lockedBy: string | null }[];
+        .where(and(isNotNull(spec.lockedBy), sql`${spec.lockedBy} <> ${worker}`))) as { lockedBy: string | null }[];
       let released = 0;
       for (const { lockedBy: holder } of holders) {
         if (!holder || !isDeadHolder(holder, worker, host)) continue;
-        released += db
-          .update(table)
-          .set(set({ by: null, until: null }))
-          .where(eq(spec.lockedBy, holder))
-          .run().changes;
+        released += changes(
+          await db
+            .update(table)
+            .set(set({ by: null, until: null }))
+            .where(eq(spec.lockedBy, holder)),
+        );
       }
       return released;
     },
@@ -143,12 +145,13 @@ export function sqliteLeases<T extends SQLiteTable>(spec: LeaseTable<T>) {
      * on this process's timeline (`leaseNow`): it still runs out after at most its term, never after the size of the
      * step.
      */
-    capForeign(db: Db, worker: string, leaseNow: number, leaseMs: number): number {
-      return db
-        .update(table)
-        .set(set({ until: leaseNow + leaseMs }))
-        .where(and(isNotNull(spec.lockedBy), sql`${spec.lockedBy} <> ${worker}`, sql`${spec.lockedUntil} > ${leaseNow + leaseMs}`))
-        .run().changes;
+    async capForeign(db: Db, worker: string, leaseNow: number, leaseMs: number): Promise<number> {
+      return changes(
+        await db
+          .update(table)
+          .set(set({ until: leaseNow + leaseMs }))
+          .where(and(isNotNull(spec.lockedBy), sql`${spec.lockedBy} <> ${worker}`, sql`${spec.lockedUntil} > ${leaseNow + leaseMs}`)),
+      );
     },
   };
 }

@@ -3,20 +3,24 @@
  * engine, the webhook dispatcher and the customer-database writer. A tick that returns true (it filled its batch)
  * runs again at once. A tick's error is handed to `onError`, never thrown: the loop goes on.
  */
-export function createPollLoop(opts: { intervalMs: number; tick: () => boolean | undefined; onError: (err: unknown) => void }) {
+export function createPollLoop(opts: { intervalMs: number; tick: () => Promise<boolean | undefined>; onError: (err: unknown) => void }) {
   let running = false;
   let wake: (() => void) | null = null;
+  // Poked while a tick was running (its claim awaits the database): the next tick runs at once, as if it had been
+  // waiting.
+  let poked = false;
   let done: Promise<void> = Promise.resolve();
 
   async function loop(): Promise<void> {
     while (running) {
       let again = false;
+      poked = false;
       try {
-        again = opts.tick() === true;
+        again = (await opts.tick()) === true;
       } catch (err) {
         opts.onError(err);
       }
-      if (again) continue;
+      if (again || poked) continue;
       await new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, opts.intervalMs);
         wake = () => {
@@ -39,6 +43,7 @@ export function createPollLoop(opts: { intervalMs: number; tick: () => boolean |
     },
     /** Runs the next tick now instead of at the end of the interval. */
     poke(): void {
+      poked = true;
       wake?.();
     },
     /** Stops after the tick in progress; resolves once the loop has returned. */

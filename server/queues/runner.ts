@@ -12,17 +12,17 @@ export interface RunnerOptions {
   /** How often the loop looks for due work when nothing wakes it. */
   intervalMs: number;
   /** One pass: claims what fits and starts its work (through `track`); true when it filled its room (run again now). */
-  tick: () => boolean | undefined;
+  tick: () => Promise<boolean | undefined>;
   /** A pass's error (a claim that failed): logged by the queue; the loop goes on. */
   onError: (err: unknown) => void;
   /** The queue whose producers' marks wake the loop while it runs. */
   wake?: { db: Db; queue: QueueName };
   /** At start, before the first pass (leases of dead holders given back, say). */
-  onStart?: () => void;
+  onStart?: () => Promise<void>;
   /** Run every `everyMs` while the worker runs (the renewal of its leases). */
   every?: { ms: number; run: () => void };
   /** At stop, once no pass runs and before waiting for the work in flight: give back what has not begun. */
-  drain?: () => void;
+  drain?: () => Promise<void>;
   /** How long stop waits for the work in flight; unbounded when absent. */
   stopGraceMs?: number;
 }
@@ -80,9 +80,9 @@ export function createRunner(opts: RunnerOptions) {
       return done;
     },
     /** Starts the loop and its subscription to the queue's marks. */
-    start(): void {
+    async start(): Promise<void> {
       if (loop.running) return;
-      opts.onStart?.();
+      await opts.onStart?.();
       if (opts.wake) unsubscribe = onQueueMarked(opts.wake.db, opts.wake.queue, loop.poke);
       if (opts.every) {
         timer = setInterval(opts.every.run, opts.every.ms);
@@ -100,7 +100,7 @@ export function createRunner(opts: RunnerOptions) {
       unsubscribe?.();
       unsubscribe = null;
       await loop.stop();
-      opts.drain?.();
+      await opts.drain?.();
       const abandoned = await settle();
       if (timer) clearInterval(timer);
       timer = null;
@@ -116,7 +116,7 @@ export interface QueueWorkerOptions<Job> extends Omit<RunnerOptions, 'tick'> {
   /** Attempts in flight at most. */
   maxInFlight: number;
   /** Claims up to `room` due jobs (room = maxInFlight less the attempts in flight; none when it is 0 or less). */
-  claim: (room: number) => Job[];
+  claim: (room: number) => Promise<Job[]>;
   /** One attempt of one job; the worker tracks it until it settles (its failure is the attempt's to record). */
   attempt: (job: Job) => Promise<void>;
 }
@@ -126,18 +126,25 @@ export interface QueueWorkerOptions<Job> extends Omit<RunnerOptions, 'tick'> {
  * claims and attempts until nothing more is due.
  */
 export function createQueueWorker<Job>(opts: QueueWorkerOptions<Job>) {
-  const runner: Runner = createRunner({ ...opts, tick: () => void pass() });
+  const runner: Runner = createRunner({
+    ...opts,
+    tick: async () => {
+      // The attempts it starts are tracked by the runner, not waited for here.
+      void (await pass());
+      return undefined;
+    },
+  });
 
-  function pass(): Promise<void>[] {
+  async function pass(): Promise<Promise<void>[]> {
     // Asked even without room: a queue may do its housekeeping in its claim (it claims nothing then).
-    return opts.claim(opts.maxInFlight - runner.inFlight).map((job) => runner.track(opts.attempt(job)));
+    return (await opts.claim(opts.maxInFlight - runner.inFlight)).map((job) => runner.track(opts.attempt(job)));
   }
 
   /** Claims and attempts until nothing more is due and nothing is in flight; the number of attempts made. */
   async function runOnce(): Promise<number> {
     let total = 0;
     for (;;) {
-      const started = pass();
+      const started = await pass();
       if (started.length === 0 && runner.inFlight === 0) return total;
       total += started.length;
       await (started.length > 0 ? Promise.race(started) : runner.anySettled());

@@ -14,6 +14,7 @@ import { WEBHOOK_TIMEOUT_MS, postWebhook } from './http-client.js';
 import { signedHeaders } from '../core/webhook-signing.js';
 import { type WebhookAttempt, recordAttemptHistory, recordWebhookAttempt, reenableWebhookEndpoint } from '../core/webhook-deliveries.js';
 import { type ClaimedWebhook, webhookQueue } from './webhook-queue.js';
+import { changes } from '../../db/sql.js';
 
 /** The HTTP client's signature (server/webhooks/http-client.ts); tests may pass another. */
 export type PostWebhook = (
@@ -109,13 +110,13 @@ export function createWebhookDispatcher(
   async function deliver({ delivery, endpoint }: ClaimedWebhook): Promise<void> {
     const slot = await slots.acquire(endpoint.accountId, endpoint.id);
     if (!slot) {
-      queue.release(worker, [delivery.id]);
+      await queue.release(worker, [delivery.id]);
       return;
     }
     try {
       const attempt = await attemptDelivery(deps, endpoint, delivery, opts.post, opts.timeoutMs);
       const now = deps.clock.now();
-      const recorded = recordWebhookAttempt(deps.db, worker, delivery, attempt, now);
+      const recorded = await recordWebhookAttempt(deps.db, worker, delivery, attempt, now);
       const fields = {
         deliveryId: delivery.id,
         endpointId: endpoint.id,
@@ -150,8 +151,8 @@ export function createWebhookDispatcher(
     maxInFlight: opts.maxInFlight,
     onError: (err) => logFailure(deps, 'webhook.claim_failed', err),
     wake: { db: deps.db, queue: 'webhooks' },
-    claim: (room) =>
-      queue.claim(worker, {
+    claim: async (room) =>
+      await queue.claim(worker, {
         now: deps.clock.now(),
         leaseNow: leaseNow(deps.clock),
         leaseMs: opts.leaseMs,
@@ -171,14 +172,14 @@ export function createWebhookDispatcher(
       });
     },
     // Leases of earlier processes of this host that are gone are released first.
-    onStart: () => {
-      const released = queue.releaseDead(worker);
+    onStart: async () => {
+      const released = await queue.releaseDead(worker);
       if (released > 0) deps.logger.warn('webhook.leases_released', { released });
-      const capped = queue.capForeign(worker, leaseNow(deps.clock), opts.leaseMs);
+      const capped = await queue.capForeign(worker, leaseNow(deps.clock), opts.leaseMs);
       if (capped > 0) deps.logger.warn('webhook.leases_capped', { capped });
     },
     // A claimed delivery still waiting for a slot (none should: claims stay within the room) gives its lease back.
-    drain: () => slots.cancelAll(),
+    drain: async () => slots.cancelAll(),
   });
 
   return {
@@ -192,7 +193,7 @@ export function createWebhookDispatcher(
     /** Stops claiming, lets the posts in flight finish and record their attempt, and gives back any lease left. */
     async stop(): Promise<void> {
       await runner.stop();
-      queue.release(worker);
+      await queue.release(worker);
     },
   };
 }
@@ -233,19 +234,20 @@ export async function pingEndpoint(
     lockedUntil: null,
     createdAt: now,
   };
-  deps.db.insert(webhookDeliveries).values(row).run();
+  await deps.db.insert(webhookDeliveries).values(row);
   const attempt = await attemptDelivery(deps, endpoint, row, options.post ?? postWebhook, options.timeoutMs ?? WEBHOOK_TIMEOUT_MS);
   const at = deps.clock.now();
-  const recorded = deps.db.transaction(() => {
-    const changed = deps.db
-      .update(webhookDeliveries)
-      .set({ attempts: 1, lastStatus: attempt.status, lastError: attempt.delivered ? null : attempt.error, deliveredAt: attempt.delivered ? at : null })
-      .where(eq(webhookDeliveries.id, row.id))
-      .run().changes;
+  const recorded = await deps.db.transaction(async () => {
+    const changed = changes(
+      await deps.db
+        .update(webhookDeliveries)
+        .set({ attempts: 1, lastStatus: attempt.status, lastError: attempt.delivered ? null : attempt.error, deliveredAt: attempt.delivered ? at : null })
+        .where(eq(webhookDeliveries.id, row.id)),
+    );
     // The endpoint was deleted while the ping was posted (its deliveries with it): nothing to write back.
     if (changed === 0) return null;
-    recordAttemptHistory(deps.db, row.id, 1, attempt, at);
-    return { reenabled: attempt.delivered ? reenableWebhookEndpoint(deps.db, endpoint.id, at) : false };
+    await recordAttemptHistory(deps.db, row.id, 1, attempt, at);
+    return { reenabled: attempt.delivered ? await reenableWebhookEndpoint(deps.db, endpoint.id, at) : false };
   });
   if (!recorded) {
     deps.logger.info('webhook.attempt_dropped', { endpointId: endpoint.id, accountId: endpoint.accountId, deliveryId: row.id, type: 'ping' });

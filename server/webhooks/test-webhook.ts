@@ -17,5 +17,5 @@ export async function testWebhook({
   ctx: RequestContext;
   id: string;
 }): Promise<PingResult> {
-  return pingEndpoint(deps, takePingSlot({ deps, ctx, id }));
+  return pingEndpoint(deps, await takePingSlot({ deps, ctx, id }));
 }

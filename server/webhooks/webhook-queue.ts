@@ -3,6 +3,7 @@ import type { Db } from '../../db/client.js';
 import { type WebhookDeliveryRow, type WebhookEndpointRow, webhookDeliveries, webhookEndpoints } from '../../db/schema/index.js';
 import { type QueueStore, sqliteLeases } from '../queues/lease-table.js';
 import { takeInTurns } from '../queues/turns.js';
+import { queryRows } from '../../db/sql.js';
 
 /**
  * The webhook delivery queue (webhook_deliveries) on the queue mechanism (server/queues/): rows claimed with a lease,
@@ -45,12 +46,14 @@ const leases = sqliteLeases({
  * are read from the pending index only, so neither delivered history nor a switched-off endpoint's backlog costs
  * anything.
  */
-export function claimDueWebhookDeliveries(db: Db, worker: string, { now, leaseNow, leaseMs, room }: WebhookClaim): ClaimedWebhook[] {
+export async function claimDueWebhookDeliveries(db: Db, worker: string, { now, leaseNow, leaseMs, room }: WebhookClaim): Promise<ClaimedWebhook[]> {
   if (room.total <= 0) return [];
-  const rows = db.transaction(() => {
+  const rows = await db.transaction(async () => {
     // Each active endpoint's earliest due delivery, from the pending index: the cost follows the number of active
     // endpoints, not the backlog (a switched-off endpoint's rows are never read). Busy: that delivery is leased.
-    const candidates = db.all<{ id: string; endpointId: string; accountId: string; busy: number }>(sql`
+    const candidates = await queryRows<{ id: string; endpointId: string; accountId: string; busy: number }>(
+      db,
+      sql`
       select c.id as id, c.endpointId as endpointId, c.accountId as accountId,
              coalesce((select locked_until from webhook_deliveries where id = c.id), 0) > ${leaseNow} as busy
       from (
@@ -62,7 +65,8 @@ export function claimDueWebhookDeliveries(db: Db, worker: string, { now, leaseNo
         where e.active = 1
       ) c
       where c.id is not null
-      order by c.id`);
+      order by c.id`,
+    );
     // Oldest first within an account; accounts in turn (each one's first, then each one's second...).
     const byAccount = new Map<string, string[]>();
     for (const c of candidates) {
@@ -71,16 +75,16 @@ export function claimDueWebhookDeliveries(db: Db, worker: string, { now, leaseNo
       if (list.length < room.perAccount(c.accountId)) list.push(c.id);
       byAccount.set(c.accountId, list);
     }
-    return leases.lease(db, worker, takeInTurns([...byAccount.values()], room.total), leaseNow + leaseMs, leaseNow, { now });
+    return await leases.lease(db, worker, takeInTurns([...byAccount.values()], room.total), leaseNow + leaseMs, leaseNow, { now });
   });
   if (rows.length === 0) return [];
   const endpoints = new Map(
-    db
-      .select()
-      .from(webhookEndpoints)
-      .where(inArray(webhookEndpoints.id, [...new Set(rows.map((r) => r.endpointId))]))
-      .all()
-      .map((e) => [e.id, e]),
+    (
+      await db
+        .select()
+        .from(webhookEndpoints)
+        .where(inArray(webhookEndpoints.id, [...new Set(rows.map((r) => r.endpointId))]))
+    ).map((e) => [e.id, e]),
   );
   rows.sort((a, b) => (a.id < b.id ? -1 : 1));
   return rows.flatMap((delivery) => {
@@ -92,11 +96,11 @@ export function claimDueWebhookDeliveries(db: Db, worker: string, { now, leaseNo
 /** The webhook queue's store on SQLite (server/queues/lease-table.ts QueueStore). */
 export function webhookQueue(db: Db): QueueStore<ClaimedWebhook, WebhookClaim> {
   return {
-    claim: (worker, request) => claimDueWebhookDeliveries(db, worker, request),
-    renew: (worker, ids, until) => leases.renew(db, worker, ids, until),
-    release: (worker, ids) => leases.release(db, worker, ids),
-    stillHeld: (worker, id) => leases.stillHeld(db, worker, id),
-    releaseDead: (worker, host) => leases.releaseDead(db, worker, host),
-    capForeign: (worker, leaseNow, leaseMs) => leases.capForeign(db, worker, leaseNow, leaseMs),
+    claim: async (worker, request) => await claimDueWebhookDeliveries(db, worker, request),
+    renew: async (worker, ids, until) => await leases.renew(db, worker, ids, until),
+    release: async (worker, ids) => await leases.release(db, worker, ids),
+    stillHeld: async (worker, id) => await leases.stillHeld(db, worker, id),
+    releaseDead: async (worker, host) => await leases.releaseDead(db, worker, host),
+    capForeign: async (worker, leaseNow, leaseMs) => await leases.capForeign(db, worker, leaseNow, leaseMs),
   };
 }

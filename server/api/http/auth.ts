@@ -38,7 +38,7 @@ export function guard(
     const secret = BEARER.exec(c.req.header('authorization') ?? '')?.[1];
     if (secret === undefined) throw unknownKey();
     // The stamp is read with the key, in one read transaction: nothing can stop the key between the two.
-    const { found, stamp } = findLiveKeyStamped(deps.db, secret);
+    const { found, stamp } = await findLiveKeyStamped(deps.db, secret);
     if (!found) throw unknownKey();
     const { key, account: keyAccount } = found;
     const now = deps.clock.now();
@@ -55,7 +55,7 @@ export function guard(
     let account = keyAccount;
     const headerValue = c.req.header(ACCOUNT_HEADER);
     if (headerValue !== undefined) {
-      const sub = findSubAccount(deps.db, keyAccount.id, headerValue.trim());
+      const sub = await findSubAccount(deps.db, keyAccount.id, headerValue.trim());
       if (!sub) throw new ApiError('account_not_found', `No sub-account ${headerValue.trim()} under this key's account.`);
       if (header === 'refused') throw new ApiError('invalid_request', `${ACCOUNT_HEADER}: is not accepted on this endpoint; send it without the header.`);
       account = sub;
@@ -64,9 +64,9 @@ export function guard(
     const rawBody = await readRequestBody(c);
     // Looked up again only if a key may have stopped working meanwhile (core/keys.ts keyStamp), which deleting an
     // account also moves: the sub-account the header names too, so no write is made for one deleted meanwhile.
-    if (keyStamp(deps.db) !== stamp) {
-      if (!findLiveKey(deps.db, secret)) throw new ApiError('invalid_key', 'The API key was revoked while the request was in flight.');
-      if (headerValue !== undefined && !findSubAccount(deps.db, keyAccount.id, headerValue.trim())) {
+    if ((await keyStamp(deps.db)) !== stamp) {
+      if (!(await findLiveKey(deps.db, secret))) throw new ApiError('invalid_key', 'The API key was revoked while the request was in flight.');
+      if (headerValue !== undefined && !(await findSubAccount(deps.db, keyAccount.id, headerValue.trim()))) {
         throw new ApiError('account_not_found', `The sub-account ${headerValue.trim()} was deleted while the request was in flight.`);
       }
     }

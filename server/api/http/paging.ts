@@ -55,7 +55,7 @@ function decodeCursor(key: Buffer, cursor: string): CursorBody | null {
  * issued it. The scope is the acting account's id, and for a list under one resource (an endpoint's deliveries)
  * `listScope(account, resource)`: a cursor of one endpoint's list is no cursor of another's.
  */
-export function readPage(db: Db, list: ListDef, scope: string, query: { limit?: string | undefined; cursor?: string | undefined }): PageRequest {
+export async function readPage(db: Db, list: ListDef, scope: string, query: { limit?: string | undefined; cursor?: string | undefined }): Promise<PageRequest> {
   let limit = DEFAULT_LIMIT;
   if (query.limit !== undefined) {
     if (!/^\d{1,3}$/.test(query.limit) || Number(query.limit) < 1 || Number(query.limit) > MAX_LIMIT) {
@@ -65,7 +65,7 @@ export function readPage(db: Db, list: ListDef, scope: string, query: { limit?: 
   }
   let after: string | null = null;
   if (query.cursor !== undefined) {
-    const c = decodeCursor(cursorKey(db), query.cursor);
+    const c = decodeCursor(await cursorKey(db), query.cursor);
     if (!c || c.l !== list.name || c.a !== scope || !(list.isKey ?? isUuid)(c.k)) {
       throw new ApiError(list.badCursor.code, `cursor: was not issued by this list (${list.name})`, { status: list.badCursor.status });
     }
@@ -85,29 +85,29 @@ export const PAGE_BYTE_BUDGET = 1024 * 1024;
  * one at a time: the page ends at `limit` rows or before a row that would take its JSON past PAGE_BYTE_BUDGET,
  * and `nextCursor` then points after its last row. An array works; a lazy iterable is read no further than needed.
  */
-export function toPage<T extends { id: string }>(
+export async function toPage<T extends { id: string }>(
   db: Db,
   list: ListDef,
   scope: string,
   page: PageRequest,
-  rows: Iterable<T>,
-): { data: T[]; nextCursor: string | null } {
-  return toPageBy(db, list, scope, page, rows, (row) => row.id);
+  rows: Iterable<T> | AsyncIterable<T>,
+): Promise<{ data: T[]; nextCursor: string | null }> {
+  return await toPageBy(db, list, scope, page, rows, (row) => row.id);
 }
 
 /** toPage for a list keyed by something other than `id` (its ListDef's `isKey` accepts what `keyOf` gives). */
-export function toPageBy<T>(
+export async function toPageBy<T>(
   db: Db,
   list: ListDef,
   scope: string,
   page: PageRequest,
-  rows: Iterable<T>,
+  rows: Iterable<T> | AsyncIterable<T>,
   keyOf: (row: T) => string,
-): { data: T[]; nextCursor: string | null } {
+): Promise<{ data: T[]; nextCursor: string | null }> {
   const data: T[] = [];
   let bytes = 0;
   let more = false;
-  for (const row of rows) {
+  for await (const row of rows) {
     if (data.length >= page.limit) {
       more = true;
       break;
@@ -121,7 +121,7 @@ export function toPageBy<T>(
     bytes += size;
   }
   const last = data[data.length - 1];
-  return { data, nextCursor: more && last !== undefined ? encodeCursor(cursorKey(db), list.name, scope, keyOf(last)) : null };
+  return { data, nextCursor: more && last !== undefined ? encodeCursor(await cursorKey(db), list.name, scope, keyOf(last)) : null };
 }
 
 /** The scope of a list under one resource of the account (readPage). */

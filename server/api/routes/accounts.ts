@@ -18,23 +18,23 @@ import { parseInput } from '../http/validate.js';
 
 export function accountRoutes(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUsage' | 'logger' | 'rateLimiter'>) {
   return new Hono<AppEnv>()
-    .get('/account', guard(deps, 'accounts:read'), (c) => c.json(accountView(deps, c.var.auth.account)))
-    .get('/accounts', guard(deps, 'accounts:read'), (c) => {
+    .get('/account', guard(deps, 'accounts:read'), async (c) => c.json(await accountView(deps, c.var.auth.account)))
+    .get('/accounts', guard(deps, 'accounts:read'), async (c) => {
       const ctx = c.var.auth;
-      const page = readPage(deps.db, LISTS.accounts, ctx.account.id, c.req.query());
-      return c.json(toPage(deps.db, LISTS.accounts, ctx.account.id, page, listSubAccounts({ deps, ctx, page })));
+      const page = await readPage(deps.db, LISTS.accounts, ctx.account.id, c.req.query());
+      return c.json(await toPage(deps.db, LISTS.accounts, ctx.account.id, page, await listSubAccounts({ deps, ctx, page })));
     })
-    .post('/accounts', guard(deps, 'accounts:write', 'passed'), (c) => {
+    .post('/accounts', guard(deps, 'accounts:write', 'passed'), async (c) => {
       const input = parseInput(createSubAccountInput, jsonBody(c.var.rawBody));
-      return c.json(createSubAccount({ deps, ctx: c.var.auth, input }), 201);
+      return c.json(await createSubAccount({ deps, ctx: c.var.auth, input }), 201);
     })
-    .get('/accounts/:id', guard(deps, 'accounts:read', 'refused'), (c) => c.json(getSubAccount({ deps, ctx: c.var.auth, id: c.req.param('id') })))
-    .delete('/accounts/:id', guard(deps, 'accounts:write', 'refused'), (c) => {
-      deleteSubAccount({ deps, ctx: c.var.auth, id: c.req.param('id') });
+    .get('/accounts/:id', guard(deps, 'accounts:read', 'refused'), async (c) => c.json(await getSubAccount({ deps, ctx: c.var.auth, id: c.req.param('id') })))
+    .delete('/accounts/:id', guard(deps, 'accounts:write', 'refused'), async (c) => {
+      await deleteSubAccount({ deps, ctx: c.var.auth, id: c.req.param('id') });
       return c.body(null, 204);
     })
-    .post('/accounts/:id/suspend', guard(deps, 'accounts:write', 'refused'), (c) => {
+    .post('/accounts/:id/suspend', guard(deps, 'accounts:write', 'refused'), async (c) => {
       const input = parseInput(suspendInput, jsonBody(c.var.rawBody));
-      return c.json(setSuspensionByApi({ deps, ctx: c.var.auth, id: c.req.param('id'), input }));
+      return c.json(await setSuspensionByApi({ deps, ctx: c.var.auth, id: c.req.param('id'), input }));
     });
 }

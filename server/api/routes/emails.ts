@@ -20,16 +20,16 @@ export function emailRoutes(deps: Deps) {
       if (replayed) c.header('Idempotent-Replayed', 'true');
       return c.json(result);
     })
-    .get('/emails', guard(deps, 'emails:read'), (c) => {
+    .get('/emails', guard(deps, 'emails:read'), async (c) => {
       const ctx = c.var.auth;
       const filter = parseInput(emailFilter, c.req.query(), 'query');
-      const page = readPage(deps.db, LISTS.emails, ctx.account.id, filter);
-      return c.json(toPage(deps.db, LISTS.emails, ctx.account.id, page, listEmails({ deps, ctx, page, filter })));
+      const page = await readPage(deps.db, LISTS.emails, ctx.account.id, filter);
+      return c.json(await toPage(deps.db, LISTS.emails, ctx.account.id, page, listEmails({ deps, ctx, page, filter })));
     })
-    .get('/emails/:id', guard(deps, 'emails:read'), (c) => c.json(getEmail({ deps, ctx: c.var.auth, id: c.req.param('id') })))
-    .get('/emails/:id/message', guard(deps, 'emails:read'), (c) => {
+    .get('/emails/:id', guard(deps, 'emails:read'), async (c) => c.json(await getEmail({ deps, ctx: c.var.auth, id: c.req.param('id') })))
+    .get('/emails/:id/message', guard(deps, 'emails:read'), async (c) => {
       const { recipient } = parseInput(capturedMessageQuery, c.req.query(), 'query');
-      const message = getCapturedMessage({ deps, ctx: c.var.auth, id: c.req.param('id'), recipient });
+      const message = await getCapturedMessage({ deps, ctx: c.var.auth, id: c.req.param('id'), recipient });
       return c.body(new Uint8Array(message), 200, { 'Content-Type': 'message/rfc822' });
     });
 }

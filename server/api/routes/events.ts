@@ -11,11 +11,11 @@ import { parseInput } from '../http/validate.js';
 /** GET /events (the account's recorded outcomes, for reconciling without webhooks) and POST /webhooks/{id}/replay. */
 export function eventRoutes(deps: Pick<Deps, 'clock' | 'commits' | 'config' | 'db' | 'keyUsage' | 'logger' | 'rateLimiter'>) {
   return new Hono<AppEnv>()
-    .get('/events', guard(deps, 'emails:read'), (c) => {
+    .get('/events', guard(deps, 'emails:read'), async (c) => {
       const ctx = c.var.auth;
       const filter = parseInput(eventFilter, c.req.query(), 'query');
-      const page = readPage(deps.db, LISTS.events, ctx.account.id, filter);
-      return c.json(toPage(deps.db, LISTS.events, ctx.account.id, page, listEvents({ deps, ctx, page, filter })));
+      const page = await readPage(deps.db, LISTS.events, ctx.account.id, filter);
+      return c.json(await toPage(deps.db, LISTS.events, ctx.account.id, page, await listEvents({ deps, ctx, page, filter })));
     })
     .post('/webhooks/:id/replay', guard(deps, 'webhooks:write'), async (c) => {
       const input = parseInput(replayInput, jsonBody(c.var.rawBody));

@@ -30,40 +30,40 @@ function readPreview(name: string, body: unknown) {
  */
 export function templateRoutes(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUsage' | 'rateLimiter'>) {
   return new Hono<AppEnv>()
-    .get('/templates', guard(deps, 'templates:read', 'accepted', 'emails:send'), (c) => {
+    .get('/templates', guard(deps, 'templates:read', 'accepted', 'emails:send'), async (c) => {
       const ctx = c.var.auth;
-      const page = readPage(deps.db, LISTS.templates, ctx.account.id, c.req.query());
-      const views = listTemplateViews(deps.db, ctx.account, page.after);
-      return c.json(toPageBy(deps.db, LISTS.templates, ctx.account.id, page, views, (v) => v.name));
+      const page = await readPage(deps.db, LISTS.templates, ctx.account.id, c.req.query());
+      const views = await listTemplateViews(deps.db, ctx.account, page.after);
+      return c.json(await toPageBy(deps.db, LISTS.templates, ctx.account.id, page, views, (v) => v.name));
     })
-    .post('/templates', guard(deps, 'templates:write'), (c) => {
+    .post('/templates', guard(deps, 'templates:write'), async (c) => {
       const body = parseInput(createTemplateBody, jsonBody(c.var.rawBody));
       const given = toTemplateInput(body);
-      const saved = createTemplate(deps.db, deps.clock, c.var.auth.account, body.name, { ...given, kind: given.kind ?? 'template' });
+      const saved = await createTemplate(deps.db, deps.clock, c.var.auth.account, body.name, { ...given, kind: given.kind ?? 'template' });
       return c.json(ownView(saved), 201);
     })
-    .get('/templates/:name', guard(deps, 'templates:read'), (c) => c.json(getTemplateView(deps.db, c.var.auth.account, c.req.param('name'))))
-    .put('/templates/:name', guard(deps, 'templates:write'), (c) => {
+    .get('/templates/:name', guard(deps, 'templates:read'), async (c) => c.json(await getTemplateView(deps.db, c.var.auth.account, c.req.param('name'))))
+    .put('/templates/:name', guard(deps, 'templates:write'), async (c) => {
       const name = c.req.param('name');
       const body = parseInput(replaceTemplateBody, jsonBody(c.var.rawBody));
       if (body.name !== undefined && body.name !== name) throw new ApiError('invalid_request', 'name: must be the name in the path; a template is not renamed');
-      return c.json(ownView(replaceTemplate(deps.db, deps.clock, c.var.auth.account, name, toTemplateInput(body))));
+      return c.json(ownView(await replaceTemplate(deps.db, deps.clock, c.var.auth.account, name, toTemplateInput(body))));
     })
-    .delete('/templates/:name', guard(deps, 'templates:write'), (c) => {
-      deleteTemplate(deps.db, c.var.auth.account, c.req.param('name'));
+    .delete('/templates/:name', guard(deps, 'templates:write'), async (c) => {
+      await deleteTemplate(deps.db, c.var.auth.account, c.req.param('name'));
       return c.body(null, 204);
     })
-    .get('/templates/:name/versions', guard(deps, 'templates:read'), (c) => {
+    .get('/templates/:name/versions', guard(deps, 'templates:read'), async (c) => {
       const ctx = c.var.auth;
       const name = c.req.param('name');
       // A cursor of one template's versions is no cursor of another's.
       const scope = `${ctx.account.id}/${name}`;
-      const page = readPage(deps.db, LISTS.templateVersions, scope, c.req.query());
-      const versions = listVersionViews(deps.db, ctx.account, name, page.after === null ? null : Number(page.after), page.limit + 1);
-      return c.json(toPageBy(deps.db, LISTS.templateVersions, scope, page, versions, (v) => String(v.version)));
+      const page = await readPage(deps.db, LISTS.templateVersions, scope, c.req.query());
+      const versions = await listVersionViews(deps.db, ctx.account, name, page.after === null ? null : Number(page.after), page.limit + 1);
+      return c.json(await toPageBy(deps.db, LISTS.templateVersions, scope, page, versions, (v) => String(v.version)));
     })
-    .post('/templates/:name/render', guard(deps, 'templates:read', 'accepted', 'emails:send'), (c) => {
+    .post('/templates/:name/render', guard(deps, 'templates:read', 'accepted', 'emails:send'), async (c) => {
       const name = c.req.param('name');
-      return c.json(renderPreview(deps.db, c.var.auth.account, name, readPreview(name, jsonBody(c.var.rawBody))));
+      return c.json(await renderPreview(deps.db, c.var.auth.account, name, readPreview(name, jsonBody(c.var.rawBody))));
     });
 }

@@ -73,7 +73,7 @@ export async function applySpooledInbound(
   deps: Pick<Deps, 'config' | 'logger' | 'secretKey'>,
   parse: (w: SpooledInboundWrite) => SpooledParse,
   w: SpooledInboundWrite,
-  opts: { stillTarget?: () => boolean } = {},
+  opts: { stillTarget?: () => Promise<boolean> } = {},
 ): Promise<void> {
   const key = deps.secretKey;
   if (!key) throw new SpoolError('no secret key to open the spooled message');
@@ -98,7 +98,7 @@ async function writeSpooled(
   w: SpooledInboundWrite,
   verdicts: Verdicts,
   events: SpooledParse,
-  opts: { stillTarget?: () => boolean },
+  opts: { stillTarget?: () => Promise<boolean> },
 ): Promise<void> {
   await client.query('begin');
   try {
@@ -172,7 +172,7 @@ async function writeSpooled(
       // Sent by Postgres at commit, the id alone (payloads are capped at 8000 bytes).
       await client.query('select pg_catalog.pg_notify($1, $2)', [INBOUND_CHANNEL, w.id]);
     }
-    if (opts.stillTarget && !opts.stillTarget()) throw new TargetChangedError();
+    if (opts.stillTarget && !(await opts.stillTarget())) throw new TargetChangedError();
     await client.query('commit');
   } catch (err) {
     await client.query('rollback').catch(() => undefined);
