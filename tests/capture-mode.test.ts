@@ -128,7 +128,7 @@ describe('the captured message', () => {
     const s = await newSender(capture);
     const id = await send(capture, s.key, receipt(`Shop <${s.from}>`, ['erin@example.net', 'Frank@Example.net'], { replyTo: `help@${s.domain}` }));
     await engineOf(capture).runOnce();
-    const raw = readCapture(capture.deps.db, capture.deps.secretKey, { accountId: s.account.id, emailId: id, recipient: 'erin@example.net' })!;
+    const raw = (await readCapture(capture.deps.db, capture.deps.secretKey, { accountId: s.account.id, emailId: id, recipient: 'erin@example.net' }))!;
     const text = raw.toString('latin1');
     expect(text).toMatch(/^DKIM-Signature: /);
     expect(text).not.toMatch(/[^\r]\n|\r(?!\n)/);
@@ -181,24 +181,27 @@ describe('the captured message', () => {
         sealCapture(key, { emailId, accountId: account.id, recipient: `r${i}@example.net`, message: Buffer.from(`message ${i}\r\n`), capturedAt: at }),
       );
     await db.transaction(async () => {
-      for (let i = 0; i < CAPTURE_LIMIT; i++) capture1(i);
+      for (let i = 0; i < CAPTURE_LIMIT; i++) await capture1(i);
     });
     expect(await total()).toBe(CAPTURE_LIMIT);
-    const read = (i: number) => readCapture(db, key, { accountId: account.id, emailId, recipient: `r${i}@example.net` })?.toString();
-    expect(read(0)).toBe('message 0\r\n');
+    const read = async (i: number) => (await readCapture(db, key, { accountId: account.id, emailId, recipient: `r${i}@example.net` }))?.toString();
+    expect(await read(0)).toBe('message 0\r\n');
 
     await db.transaction(async () => {
-      for (let i = CAPTURE_LIMIT; i < CAPTURE_LIMIT + 5; i++) capture1(i);
+      for (let i = CAPTURE_LIMIT; i < CAPTURE_LIMIT + 5; i++) await capture1(i);
     });
     expect(await total()).toBe(CAPTURE_LIMIT);
     expect([0, 1, 2, 3, 4].map(read)).toEqual([undefined, undefined, undefined, undefined, undefined]);
-    expect(read(5)).toBe('message 5\r\n');
-    expect(read(CAPTURE_LIMIT + 4)).toBe(`message ${CAPTURE_LIMIT + 4}\r\n`);
+    expect(await read(5)).toBe('message 5\r\n');
+    expect(await read(CAPTURE_LIMIT + 4)).toBe(`message ${CAPTURE_LIMIT + 4}\r\n`);
 
-    storeCapture(db, sealCapture(key, { emailId, accountId: account.id, recipient: 'R5@example.net', message: Buffer.from('again\r\n'), capturedAt: at }));
+    await storeCapture(
+      db,
+      sealCapture(key, { emailId, accountId: account.id, recipient: 'R5@example.net', message: Buffer.from('again\r\n'), capturedAt: at }),
+    );
     expect(await total()).toBe(CAPTURE_LIMIT);
-    expect(read(5)).toBe('again\r\n');
-    expect(read(6)).toBe('message 6\r\n');
+    expect(await read(5)).toBe('again\r\n');
+    expect(await read(6)).toBe('message 6\r\n');
   });
 });
 
@@ -221,14 +224,14 @@ describe('the capture store by itself (server/core/capture-store.ts)', () => {
       sandbox: false,
       createdAt: at,
     });
-    storeCapture(
+    await storeCapture(
       db,
       sealCapture(key, { emailId, accountId: owner.id, recipient: 'dee@example.net', message: Buffer.from('the owner’s message\r\n'), capturedAt: at }),
     );
     // The store's own check, with no route before it: the right email id and recipient are not enough.
-    expect(readCapture(db, key, { accountId: other.id, emailId, recipient: 'dee@example.net' })).toBeNull();
-    expect(readCapture(db, key, { accountId: other.id, emailId, recipient: 'DEE@example.net' })).toBeNull();
-    expect(readCapture(db, key, { accountId: owner.id, emailId, recipient: 'dee@example.net' })?.toString()).toBe('the owner’s message\r\n');
+    expect(await readCapture(db, key, { accountId: other.id, emailId, recipient: 'dee@example.net' })).toBeNull();
+    expect(await readCapture(db, key, { accountId: other.id, emailId, recipient: 'DEE@example.net' })).toBeNull();
+    expect((await readCapture(db, key, { accountId: owner.id, emailId, recipient: 'dee@example.net' }))?.toString()).toBe('the owner’s message\r\n');
   });
 });
 
@@ -248,7 +251,7 @@ describe('GET /emails/{id}/message', () => {
       expect(res.status).toBe(200);
       expect(res.headers.get('content-type')).toBe('message/rfc822');
       expectDocumented(res);
-      const stored = readCapture(capture.deps.db, capture.deps.secretKey, { accountId: s.account.id, emailId: id, recipient })!;
+      const stored = (await readCapture(capture.deps.db, capture.deps.secretKey, { accountId: s.account.id, emailId: id, recipient }))!;
       expect(res.body).toBe(stored.toString('utf8'));
       expect(res.body).toMatch(/^DKIM-Signature: /);
     }
@@ -313,7 +316,7 @@ describe('GET /emails/{id}/message', () => {
 
     // A capture left by an earlier DELIVERY_MODE=capture run of the same DATA_DIR is not shown by a server that delivers.
     const message = Buffer.from('Subject: kept from a capture run\r\n\r\nhello\r\n');
-    storeCapture(
+    await storeCapture(
       direct.deps.db,
       sealCapture(direct.deps.secretKey!, { emailId: id, accountId: s.account.id, recipient: 'lee@example.net', message, capturedAt: direct.clock.now() }),
     );

@@ -64,7 +64,7 @@ async function queueSpooledInbound(s: Sender): Promise<string> {
   await spool.finish();
   const id = newId(now);
   await rig.service.deps.db.transaction(async () => {
-    queueCustomerDbWrite(
+    await queueCustomerDbWrite(
       rig.service.deps,
       s.account.id,
       {
@@ -115,7 +115,7 @@ describe('a write refused by a constraint checked at COMMIT (deferrable, class 2
     const now = rig.service.clock.now();
     // An outcome of an email this database never got (sent before it was connected), then an ordinary send.
     await rig.service.deps.db.transaction(async () => {
-      queueCustomerDbWrite(
+      await queueCustomerDbWrite(
         rig.service.deps,
         s.account.id,
         {

@@ -317,7 +317,7 @@ describe('a write refused for its data', () => {
     expect(s.lastError).toMatch(/set aside.*no_poison/);
     const [kept] = await rig.service.deps.db.select().from(customerDbWrites);
     expect(kept).toMatchObject({ kind: 'email', attempts: 3, setAsideAt: expect.any(Number), lastError: expect.stringMatching(/no_poison/) });
-    expect(pendingWrites(rig.service.deps.db, sender.account.id)).toBe(0);
+    expect(await pendingWrites(rig.service.deps.db, sender.account.id)).toBe(0);
     // Later writes still flow.
     const later = await send(sender.key, sender.from, 'cy@example.net');
     await writer.runOnce();

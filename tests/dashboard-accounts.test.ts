@@ -57,7 +57,7 @@ describe('accounts in the browser', () => {
     expect(await flashText(page, 'ok')).toContain('Account Globex Mail created.');
     expect(await page.getByRole('heading', { level: 1 }).textContent()).toBe('Globex Mail');
     // What the page shows is what createTopLevelAccount stored, as the API's account view presents it.
-    const row = findAccount(service.deps.db, accountId)!;
+    const row = (await findAccount(service.deps.db, accountId))!;
     expect(row).toMatchObject({ name: 'Globex Mail', parentId: null, creditsBalance: 500, dailyQuota: 2000 });
     expect(await page.locator('dl.facts').textContent()).toContain('0 / 2,000');
     await screenshot(page, 'accounts-created');
@@ -221,7 +221,7 @@ describe('accounts over HTTP', () => {
     expect(await refusalOf(client, `${page}/sub-accounts`, { name: 'x' }, page)).toBe('name: must be 2 to 80 characters');
     expect(await refusalOf(client, `${page}/keys`, { name: '', 'scope.emails:send': 'on' }, page)).toBe('name: must be 1 to 60 characters');
     expect(await refusalOf(client, `${page}/keys`, { name: 'no scopes' }, page)).toBe('scopes: must name at least one scope');
-    const row = findAccount(service.deps.db, account.id)!;
+    const row = (await findAccount(service.deps.db, account.id))!;
     expect(row).toMatchObject({ dailyQuota: service.deps.config.defaultDailyQuota, creditsBalance: 0, creditsTotalPurchased: 0, suspendedBy: null });
     expect(await keyCount(account.id)).toBe(1); // the helper's own key, nothing more
     expect((await one(service.deps.db.select({ n: count() }).from(accounts).where(eq(accounts.parentId, account.id))))!.n).toBe(0);
@@ -264,7 +264,7 @@ describe('accounts over HTTP', () => {
 
   it('pages the list newest first, and keeps the search across pages', async () => {
     const made: string[] = [];
-    for (let i = 0; i < PAGE_SIZE + 5; i++) made.push(createTopLevelAccount(service.deps, { name: `Paged ${String(i).padStart(2, '0')}` }).id);
+    for (let i = 0; i < PAGE_SIZE + 5; i++) made.push((await createTopLevelAccount(service.deps, { name: `Paged ${String(i).padStart(2, '0')}` })).id);
     const namesOn = (html: string) => [...html.matchAll(/<td><a href="\/dashboard\/accounts\/[^"]+">(Paged \d+)<\/a>/g)].map((m) => m[1]!);
     const first = await (await client.get('/dashboard/accounts?q=paged')).text();
     expect(namesOn(first)).toHaveLength(PAGE_SIZE);

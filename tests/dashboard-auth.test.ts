@@ -246,7 +246,7 @@ describe('dashboard sign-in rules over HTTP', () => {
   it('ends every session when the admin token is reset', async () => {
     const client = await dashboardClient(service, token);
     expect((await client.get('/dashboard')).status).toBe(200);
-    token = resetAdminToken(service.deps.db);
+    token = await resetAdminToken(service.deps.db);
     expect((await client.get('/dashboard')).status).toBe(303);
   });
 

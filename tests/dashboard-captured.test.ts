@@ -188,7 +188,7 @@ describe('captured mail in the browser', () => {
     // key does not verify it, and the page says fail.
     const db = service.deps.db;
     const secret = service.deps.secretKey!;
-    const raw = readCapture(db, secret, { accountId: unpublished.account.id, emailId: id, recipient: 'bob@example.net' })!.toString('utf8');
+    const raw = (await readCapture(db, secret, { accountId: unpublished.account.id, emailId: id, recipient: 'bob@example.net' }))!.toString('utf8');
     const altered = raw.replace('\r\nSubject: No key in DNS\r\n', '\r\nSubject: Pay this invoice now\r\n');
     expect(altered).not.toBe(raw);
     const at = service.clock.now();
@@ -204,7 +204,7 @@ describe('captured mail in the browser', () => {
       sandbox: false,
       createdAt: at,
     });
-    storeCapture(
+    await storeCapture(
       db,
       sealCapture(secret, {
         emailId: alteredId,
@@ -299,7 +299,7 @@ describe('captured mail over HTTP', () => {
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toBe('message/rfc822');
     expect(res.headers.get('content-disposition')).toBe(`attachment; filename="${id}-dee@example.net.eml"`);
-    const stored = readCapture(service.deps.db, service.deps.secretKey, { accountId: shop.account.id, emailId: id, recipient: 'dee@example.net' })!;
+    const stored = (await readCapture(service.deps.db, service.deps.secretKey, { accountId: shop.account.id, emailId: id, recipient: 'dee@example.net' }))!;
     expect(Buffer.from(await res.arrayBuffer()).equals(stored)).toBe(true);
   });
 
@@ -361,7 +361,7 @@ describe('captured mail over HTTP', () => {
     const total = PAGE_SIZE + 5;
     await db.transaction(async () => {
       for (let i = 0; i < total; i++) {
-        storeCapture(
+        await storeCapture(
           db,
           sealCapture(service.deps.secretKey!, {
             emailId,
@@ -410,7 +410,7 @@ describe('a server that does not capture', () => {
         sandbox: false,
         createdAt: at,
       });
-      storeCapture(
+      await storeCapture(
         db,
         sealCapture(direct.deps.secretKey!, {
           emailId,

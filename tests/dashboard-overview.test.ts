@@ -89,10 +89,10 @@ describe('the overview', () => {
       .set({ state: 'unreachable', lastError: 'connect ECONNREFUSED 203.0.113.7:5432' })
       .where(eq(customerDatabases.accountId, dbOwner.id));
     const busy = (await service.newAccount({ name: 'Nearly full' })).account;
-    setDailyQuota(service.deps, busy.id, 10);
+    await setDailyQuota(service.deps, busy.id, 10);
     await useQuota(service, busy.id, 2);
     const calm = (await service.newAccount({ name: 'Half way' })).account;
-    setDailyQuota(service.deps, calm.id, 10);
+    await setDailyQuota(service.deps, calm.id, 10);
     await useQuota(service, calm.id, 5);
     const bouncy = (await service.newAccount({ name: 'Bouncy' })).account;
     await updateAccount(service, bouncy.id, { totalSent: 100, totalBounced: 6 });

@@ -198,7 +198,7 @@ describe('postmaster mail over HTTP', () => {
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toBe('message/rfc822');
     expect(res.headers.get('content-disposition')).toBe(`attachment; filename="postmaster-${id}.eml"`);
-    const kept = readOperatorMessage(service.deps.db, service.deps.secretKey, id)!.raw;
+    const kept = (await readOperatorMessage(service.deps.db, service.deps.secretKey, id))!.raw;
     expect(Buffer.from(await res.arrayBuffer()).equals(kept)).toBe(true);
   });
 
@@ -222,7 +222,7 @@ describe('postmaster mail over HTTP', () => {
     await db.transaction(async () => {
       for (let i = 0; i < total; i++) {
         const raw = Buffer.from(`Subject: paged-${String(i).padStart(3, '0')}\r\n\r\nx\r\n`);
-        storeOperatorMessage(
+        await storeOperatorMessage(
           db,
           prepareOperatorMessage(service.deps.secretKey!, {
             id: newId(at + i),

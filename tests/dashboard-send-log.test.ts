@@ -375,8 +375,8 @@ describe('an email’s customer-database writes', () => {
     const kim = rowOf((w) => w.kind === 'event' && w.recipient === 'kim@example.net');
     const nobody = rowOf((w) => w.kind === 'event' && w.recipient === 'nobody@example.net');
     // The writer's own steps: the content write refused for good, kim's outcome written (gone from the outbox).
-    recordRefusedWrite(service.deps.db, content, 'value too long for type character varying(998)', service.clock.now(), { final: true });
-    deleteWrites(service.deps.db, [kim.id]);
+    await recordRefusedWrite(service.deps.db, content, 'value too long for type character varying(998)', service.clock.now(), { final: true });
+    await deleteWrites(service.deps.db, [kim.id]);
     expect(await states()).toEqual([
       'Email content all recipients: failed',
       'Outcome: bounced nobody@example.net: pending',
@@ -394,7 +394,7 @@ describe('an email’s customer-database writes', () => {
     // A write older than the outbox keeps them cannot be told from one written.
     service.clock.advance(8 * DAY);
     client = await signedIn();
-    deleteWrites(service.deps.db, [nobody.id]);
+    await deleteWrites(service.deps.db, [nobody.id]);
     expect(await states()).toContain('Outcome: bounced nobody@example.net: written-or-dropped');
   });
 });

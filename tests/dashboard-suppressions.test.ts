@@ -85,7 +85,7 @@ describe('the suppressions page in the browser', () => {
 
   it('fits a phone-width screen', async () => {
     const { account } = await rig.service.newAccount({ name: 'Phone Width Co' });
-    suppress(rig.service.deps.db, account.id, 'someone.with.a.rather.long.address@subdomain.example.org', 'manual', '', rig.service.clock.now());
+    await suppress(rig.service.deps.db, account.id, 'someone.with.a.rather.long.address@subdomain.example.org', 'manual', '', rig.service.clock.now());
     const page = await newPage(browser, 390);
     await signIn(page, rig.service.url, token, '/dashboard/suppressions');
     expect(await horizontalOverflow(page)).toBe(0);
@@ -122,8 +122,8 @@ describe('the suppressions page over HTTP', () => {
     const a = await service.newAccount({ name: 'Search A' });
     const b = await service.newAccount({ name: 'Search B' });
     for (const addr of ['zed.one@search.test', 'zed.two@search.test', 'zedd@search.test'])
-      suppress(service.deps.db, a.account.id, addr, 'manual', '', clock.now());
-    suppress(service.deps.db, b.account.id, 'zed.one@search.test', 'manual', '', clock.now());
+      await suppress(service.deps.db, a.account.id, addr, 'manual', '', clock.now());
+    await suppress(service.deps.db, b.account.id, 'zed.one@search.test', 'manual', '', clock.now());
     const found = async (query: string) => {
       const html = await (await http.get(`/dashboard/suppressions?${query}`)).text();
       return [...html.matchAll(/<td><code>([^<]+)<\/code><\/td><td>([^<]+)<\/td>/g)].map((m) => `${m[1]} ${m[2]}`).sort();
@@ -141,7 +141,8 @@ describe('the suppressions page over HTTP', () => {
 
   it('pages the list, 50 at a time, newest first', async () => {
     const { account } = await rig.service.newAccount({ name: 'Paged' });
-    for (let i = 0; i < 55; i++) suppress(rig.service.deps.db, account.id, `p${String(i).padStart(2, '0')}@paged.test`, 'manual', '', rig.service.clock.now());
+    for (let i = 0; i < 55; i++)
+      await suppress(rig.service.deps.db, account.id, `p${String(i).padStart(2, '0')}@paged.test`, 'manual', '', rig.service.clock.now());
     const addresses = (html: string) => [...html.matchAll(/<code>(p\d\d@paged\.test)<\/code>/g)].map((m) => m[1]);
     const first = await (await http.get(`/dashboard/suppressions?account=${account.id}`)).text();
     expect(addresses(first)).toHaveLength(50);
@@ -175,7 +176,7 @@ describe('the suppressions page over HTTP', () => {
     const { account, key } = await rig.service.newAccount({ name: 'Csrf Co' });
     expect((await http.post('/dashboard/suppressions', { _csrf: '', account: account.id, address: 'csrf@example.org' })).status).toBe(403);
     expect(await listed(key)).toEqual([]);
-    suppress(rig.service.deps.db, account.id, 'kept@example.org', 'manual', '', rig.service.clock.now());
+    await suppress(rig.service.deps.db, account.id, 'kept@example.org', 'manual', '', rig.service.clock.now());
     expect((await http.post('/dashboard/suppressions/remove', { _csrf: 'forged', account: account.id, address: 'kept@example.org' })).status).toBe(403);
     expect(await rig.service.deps.db.select().from(suppressions).where(eq(suppressions.accountId, account.id))).toHaveLength(1);
   });

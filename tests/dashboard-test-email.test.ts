@@ -98,7 +98,7 @@ describe('a domain that can send, DELIVERY_MODE=direct', () => {
       expect(htmlText(await refusalOf(http, `/dashboard/domains/${s.domainId}/test-email`, { to }, back))).toBe(refusalText(false, s.domain, api));
     }
     // Check 3 before anything else: a suspended account sends nothing, from the dashboard either.
-    suspendByOperator(service.deps, s.account.id, 'Paused while we look at a complaint.');
+    await suspendByOperator(service.deps, s.account.id, 'Paused while we look at a complaint.');
     const suspended = await service.api('POST', '/emails', { key: s.key, body: { from, to: `delivered@${SIM}`, template } });
     expect([suspended.status, suspended.body.error.code]).toEqual([403, 'suspended']);
     expect(htmlText(await refusalOf(http, `/dashboard/domains/${s.domainId}/test-email`, { to: `delivered@${SIM}` }, back))).toBe(

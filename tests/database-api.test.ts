@@ -578,7 +578,13 @@ describe('a sub-account', () => {
   it('deleted by its parent while its database was being connected: 404 account_not_found, nothing stored', async () => {
     const { account, key } = await service.newAccount();
     const sub = await newSub(service, key);
-    const ctx: RequestContext = { keyId: 'parent-key', keyAccount: account, scopes: SCOPES, account: findAccount(service.deps.db, sub)!, viaHeader: true };
+    const ctx: RequestContext = {
+      keyId: 'parent-key',
+      keyAccount: account,
+      scopes: SCOPES,
+      account: (await findAccount(service.deps.db, sub))!,
+      viaHeader: true,
+    };
     const pending = connectDatabase({ deps: service.deps, ctx, input: { url: urlOf('db.pg.test') } });
     // The call is past its first await (the connection to Postgres): the parent deletes the sub-account now.
     await service.deps.db.delete(accounts).where(eq(accounts.id, sub));

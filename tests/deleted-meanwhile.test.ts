@@ -36,7 +36,7 @@ async function subAccount(): Promise<{ id: string; ctx: RequestContext; key: str
   const res = await service.api('POST', '/accounts', { key, body: { name: 'Shop' } });
   expect(res.status).toBe(201);
   const id = res.body.id as string;
-  return { id, key, ctx: { keyId: 'parent-key', keyAccount: account, scopes: SCOPES, account: findAccount(service.deps.db, id)!, viaHeader: true } };
+  return { id, key, ctx: { keyId: 'parent-key', keyAccount: account, scopes: SCOPES, account: (await findAccount(service.deps.db, id))!, viaHeader: true } };
 }
 
 const deleteAccount = async (id: string) => await service.deps.db.delete(accounts).where(eq(accounts.id, id));
@@ -87,6 +87,6 @@ describe('the sub-account of X-Service-Account deleted while the body arrived', 
       status: 404,
       body: { error: { code: 'account_not_found', message: expect.any(String) } },
     });
-    expect(findAccount(service.deps.db, sub.id)).toBeUndefined();
+    expect(await findAccount(service.deps.db, sub.id)).toBeUndefined();
   });
 });

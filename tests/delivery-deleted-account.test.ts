@@ -77,7 +77,7 @@ describe('waiting for replies', () => {
       return new Promise<'accept'>((resolve) => (release = () => resolve('accept')));
     };
     const engine = createDeliveryEngine(rig.service.deps, { timeouts: { ...FAST_TIMEOUTS, socketTimeoutMs: 3_000 }, pollMs: 50, stopGraceMs: 300 });
-    engine.start();
+    await engine.start();
     await firstArrived;
     const started = performance.now();
     await engine.stop();

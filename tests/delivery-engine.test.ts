@@ -609,8 +609,8 @@ describe('leases on the durable queue', () => {
   it('gives two workers claiming at the same moment disjoint rows', async () => {
     const all = await queueRows(6);
     const now = service.clock.now();
-    const a = claimDueRecipients(service.deps.db, 'host-a:1:a', now, LEASE, 4);
-    const b = claimDueRecipients(service.deps.db, 'host-b:1:b', now, LEASE, 4);
+    const a = await claimDueRecipients(service.deps.db, 'host-a:1:a', now, LEASE, 4);
+    const b = await claimDueRecipients(service.deps.db, 'host-b:1:b', now, LEASE, 4);
     expect(a).toHaveLength(4);
     expect(b).toHaveLength(2);
     expect(ids(a).filter((x) => ids(b).includes(x))).toEqual([]);
@@ -622,13 +622,13 @@ describe('leases on the durable queue', () => {
   it("lets another worker claim a worker's rows only once their lease has expired", async () => {
     const all = await queueRows(3);
     const t0 = service.clock.now();
-    expect(ids(claimDueRecipients(service.deps.db, 'host-a:1:a', t0, LEASE, 10))).toEqual([...all].sort());
+    expect(ids(await claimDueRecipients(service.deps.db, 'host-a:1:a', t0, LEASE, 10))).toEqual([...all].sort());
 
     service.clock.set(t0 + LEASE - 1);
-    expect(claimDueRecipients(service.deps.db, 'host-b:1:b', service.clock.now(), LEASE, 10)).toEqual([]);
+    expect(await claimDueRecipients(service.deps.db, 'host-b:1:b', service.clock.now(), LEASE, 10)).toEqual([]);
 
     service.clock.set(t0 + LEASE + 1);
-    const b = claimDueRecipients(service.deps.db, 'host-b:1:b', service.clock.now(), LEASE, 10);
+    const b = await claimDueRecipients(service.deps.db, 'host-b:1:b', service.clock.now(), LEASE, 10);
     expect(ids(b)).toEqual([...all].sort());
     for (const id of all) expect(await row(service, id)).toMatchObject({ lockedBy: 'host-b:1:b', lockedUntil: t0 + LEASE + 1 + LEASE });
   });
@@ -638,13 +638,13 @@ describe('leases on the durable queue', () => {
     const id = await send(service, s, 'one@lease.example');
     const [recipientId] = (await queued(service, id)).recipients.map((r) => r.id);
     const t0 = service.clock.now();
-    const [stale] = claimDueRecipients(service.deps.db, 'host-a:1:a', t0, LEASE, 10);
+    const [stale] = await claimDueRecipients(service.deps.db, 'host-a:1:a', t0, LEASE, 10);
     expect(stale?.recipient.id).toBe(recipientId);
     const delivered = { status: 'delivered', dsn: '2.0.0', detail: '250 ok' } as const;
 
     // The lease runs out and another holder takes the recipient: the first holder's outcome writes nothing.
     service.clock.set(t0 + LEASE + 1);
-    const [taken] = claimDueRecipients(service.deps.db, 'host-b:1:b', service.clock.now(), LEASE, 10);
+    const [taken] = await claimDueRecipients(service.deps.db, 'host-b:1:b', service.clock.now(), LEASE, 10);
     expect(taken?.recipient.id).toBe(recipientId);
     expect(await recordOutcome(service.deps, stale!, delivered)).toBeNull();
     expect(await row(service, recipientId!)).toMatchObject({ status: 'queued', attempts: 0, lockedBy: 'host-b:1:b' });
@@ -658,7 +658,7 @@ describe('leases on the durable queue', () => {
 
     // The same holder claims it again when it is due: its older claim (same holder, an outcome recorded since) writes nothing.
     service.clock.set(service.clock.now() + 3_600_000);
-    const [again] = claimDueRecipients(service.deps.db, 'host-b:1:b', service.clock.now(), LEASE, 10);
+    const [again] = await claimDueRecipients(service.deps.db, 'host-b:1:b', service.clock.now(), LEASE, 10);
     expect(again?.recipient).toMatchObject({ id: recipientId, attempts: 1, lockedBy: 'host-b:1:b' });
     expect(await recordOutcome(service.deps, taken!, { status: 'bounced', dsn: '5.1.1', detail: '550 no such user' })).toBeNull();
     expect(await row(service, recipientId!)).toMatchObject({ status: 'queued', attempts: 1, lockedBy: 'host-b:1:b' });
@@ -671,12 +671,12 @@ describe('leases on the durable queue', () => {
   it('renews only the listed rows that the worker still holds', async () => {
     const all = await queueRows(4);
     const t0 = service.clock.now();
-    const a = ids(claimDueRecipients(service.deps.db, 'host-a:1:a', t0, LEASE, 3));
-    const b = ids(claimDueRecipients(service.deps.db, 'host-b:1:b', t0, LEASE, 3));
+    const a = ids(await claimDueRecipients(service.deps.db, 'host-a:1:a', t0, LEASE, 3));
+    const b = ids(await claimDueRecipients(service.deps.db, 'host-b:1:b', t0, LEASE, 3));
     expect(a).toEqual(all.slice(0, 3).sort());
     expect(b).toEqual([all[3]]);
 
-    renewLeases(service.deps.db, 'host-a:1:a', [all[0]!, all[3]!], t0 + 10 * LEASE);
+    await renewLeases(service.deps.db, 'host-a:1:a', [all[0]!, all[3]!], t0 + 10 * LEASE);
     expect(await row(service, all[0]!)).toMatchObject({ lockedBy: 'host-a:1:a', lockedUntil: t0 + 10 * LEASE });
     expect(await row(service, all[1]!)).toMatchObject({ lockedBy: 'host-a:1:a', lockedUntil: t0 + LEASE });
     expect(await row(service, all[2]!)).toMatchObject({ lockedBy: 'host-a:1:a', lockedUntil: t0 + LEASE });
@@ -684,7 +684,7 @@ describe('leases on the durable queue', () => {
     expect(await row(service, all[3]!)).toMatchObject({ lockedBy: 'host-b:1:b', lockedUntil: t0 + LEASE });
 
     // Past the first lease: every row but the renewed one is free again.
-    const c = claimDueRecipients(service.deps.db, 'host-c:1:c', t0 + LEASE + 1, LEASE, 10);
+    const c = await claimDueRecipients(service.deps.db, 'host-c:1:c', t0 + LEASE + 1, LEASE, 10);
     expect(ids(c)).toEqual([all[1]!, all[2]!, all[3]!].sort());
   });
 
@@ -695,7 +695,7 @@ describe('leases on the durable queue', () => {
     await service.deps.db.update(outboundRecipients).set({ nextAttemptAt: 0 }).where(eq(outboundRecipients.id, id!));
     const engine = engineFor(service);
     // Another worker's lease, as this process times them.
-    expect(claimDueRecipients(service.deps.db, 'other-host:1:x', service.clock.now(), LEASE, 1, undefined, leaseNow(service.clock))).toHaveLength(1);
+    expect(await claimDueRecipients(service.deps.db, 'other-host:1:x', service.clock.now(), LEASE, 1, undefined, leaseNow(service.clock))).toHaveLength(1);
     try {
       service.clock.stepWall(3_600_000);
       expect(await engine.runOnce()).toBe(0);
@@ -715,24 +715,26 @@ describe('leases on the durable queue', () => {
     const t0 = service.clock.now();
     // Written an hour ahead of this clock (the clock has since stepped back), by this worker and by another host; and
     // one written on this clock.
-    const [own] = claimDueRecipients(service.deps.db, 'host-self:1:self', t0 + 3_600_000, LEASE, 1);
-    const [ahead] = claimDueRecipients(service.deps.db, 'other-host:1:ahead', t0 + 3_600_000, LEASE, 1);
-    const [near] = claimDueRecipients(service.deps.db, 'other-host:1:near', t0, LEASE, 1);
+    const [own] = await claimDueRecipients(service.deps.db, 'host-self:1:self', t0 + 3_600_000, LEASE, 1);
+    const [ahead] = await claimDueRecipients(service.deps.db, 'other-host:1:ahead', t0 + 3_600_000, LEASE, 1);
+    const [near] = await claimDueRecipients(service.deps.db, 'other-host:1:near', t0, LEASE, 1);
     expect([ahead, near, own].map((c) => c!.recipient.id).sort()).toEqual([...all].sort());
 
-    expect(capForeignLeases(service.deps.db, 'host-self:1:self', t0 + 1000, LEASE)).toBe(1);
+    expect(await capForeignLeases(service.deps.db, 'host-self:1:self', t0 + 1000, LEASE)).toBe(1);
     expect(await row(service, ahead!.recipient.id)).toMatchObject({ lockedBy: 'other-host:1:ahead', lockedUntil: t0 + 1000 + LEASE });
     expect(await row(service, near!.recipient.id)).toMatchObject({ lockedBy: 'other-host:1:near', lockedUntil: t0 + LEASE });
     expect(await row(service, own!.recipient.id)).toMatchObject({ lockedBy: 'host-self:1:self', lockedUntil: t0 + 3_600_000 + LEASE });
     // So it runs out one term later, not an hour and a term later.
-    expect(ids(claimDueRecipients(service.deps.db, 'host-x:1:x', t0 + 1000 + LEASE, LEASE, 10))).toEqual([ahead!.recipient.id, near!.recipient.id].sort());
+    expect(ids(await claimDueRecipients(service.deps.db, 'host-x:1:x', t0 + 1000 + LEASE, LEASE, 10))).toEqual(
+      [ahead!.recipient.id, near!.recipient.id].sort(),
+    );
   });
 
   it('the engine cuts such leases when it starts', async () => {
     const [id] = await queueRows(1);
-    claimDueRecipients(service.deps.db, 'other-host:1:ahead', service.clock.now() + 3_600_000, LEASE, 1);
+    await claimDueRecipients(service.deps.db, 'other-host:1:ahead', service.clock.now() + 3_600_000, LEASE, 1);
     const engine = engineFor(service, { leaseMs: LEASE });
-    engine.start();
+    await engine.start();
     await engine.stop();
     expect(service.logger.entries).toContainEqual(expect.objectContaining({ event: 'delivery.leases_capped', capped: 1 }));
     expect(await row(service, id!)).toMatchObject({ lockedBy: 'other-host:1:ahead', lockedUntil: leaseNow(service.clock) + LEASE });
@@ -754,12 +756,12 @@ describe('leases on the durable queue', () => {
     const t0 = service.clock.now();
     const held: Record<string, string> = {};
     for (const [name, worker] of Object.entries(workers)) {
-      const [claimed] = claimDueRecipients(service.deps.db, worker, t0, LEASE, 1);
+      const [claimed] = await claimDueRecipients(service.deps.db, worker, t0, LEASE, 1);
       held[name] = claimed!.recipient.id;
     }
     expect(Object.values(held).sort()).toEqual([...all].sort());
 
-    expect(releaseDeadLeases(service.deps.db, workers.self)).toBe(2);
+    expect(await releaseDeadLeases(service.deps.db, workers.self)).toBe(2);
 
     expect(await row(service, held.dead!)).toMatchObject({ lockedBy: null, lockedUntil: null });
     expect(await row(service, held.earlierRun!)).toMatchObject({ lockedBy: null, lockedUntil: null });
@@ -767,7 +769,7 @@ describe('leases on the durable queue', () => {
     expect(await row(service, held.otherHost!)).toMatchObject({ lockedBy: workers.otherHost, lockedUntil: t0 + LEASE });
     expect(await row(service, held.self!)).toMatchObject({ lockedBy: workers.self, lockedUntil: t0 + LEASE });
     // The released rows are due again at once.
-    expect(ids(claimDueRecipients(service.deps.db, 'host-x:1:x', t0, LEASE, 10))).toEqual([held.dead!, held.earlierRun!].sort());
+    expect(ids(await claimDueRecipients(service.deps.db, 'host-x:1:x', t0, LEASE, 10))).toEqual([held.dead!, held.earlierRun!].sort());
   });
 });
 
@@ -817,7 +819,7 @@ describe('the background loop', () => {
     let slowId = '';
     let fastId = '';
     const delivered = async (id: string) => (await events(service, s, id)).some((e) => e.status === 'delivered');
-    engine.start();
+    await engine.start();
     try {
       slowId = await send(service, s, 'r@slow.example');
       engine.poke();

@@ -50,9 +50,9 @@ afterEach(async () => {
   engine = null;
 });
 
-function startEngine(options: Partial<EngineOptions> = {}): DeliveryEngine {
+async function startEngine(options: Partial<EngineOptions> = {}): Promise<DeliveryEngine> {
   const e = createDeliveryEngine(service.deps, { timeouts: PATIENT_TIMEOUTS, ...options });
-  e.start();
+  await e.start();
   engine = e;
   return e;
 }
@@ -119,7 +119,7 @@ describe('fairness between accounts', () => {
     for (const d of domains) {
       dns.add(d, { type: 'MX', priority: 10, exchange: 'mx.example.net' });
     }
-    startEngine();
+    await startEngine();
     const noisy = await newSender(service, { name: 'Noisy tenant' });
     for (const d of domains) await send(noisy, recipients(SHARE, d));
     // The noisy account's connections are open and each one is stuck in its tarpit, as many as it may hold.
@@ -141,7 +141,7 @@ describe('fairness between accounts', () => {
         dns.silence(`mx${h}.${d}`);
       }
     }
-    startEngine();
+    await startEngine();
     const noisy = await newSender(service, { name: 'Noisy tenant' });
     const ids: string[] = [];
     for (const d of domains) ids.push(await send(noisy, recipients(16, d)));
@@ -165,7 +165,7 @@ describe('fairness between accounts', () => {
   it('claims another account’s mail at once while one account has a backlog larger than the claim batch', { timeout: 90_000 }, async () => {
     tarpit();
     dns.add('backlog.tarpit.example', { type: 'MX', priority: 10, exchange: 'mx.example.net' });
-    startEngine();
+    await startEngine();
     const noisy = await newSender(service, { name: 'Backlogged tenant' });
     // 300 recipients, more than the 200 the engine holds at once, all for one tarpit destination.
     for (let i = 0; i < 6; i++)

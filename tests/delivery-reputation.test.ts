@@ -179,7 +179,7 @@ describe('tiers', () => {
     const s = await newSender(service);
     await bounceUpTo({ key: s.key, from: s.from }, s.account.id, 11);
     expect((await accountRow(service, s.account.id)).suspendedBy).toBe('breaker');
-    unsuspendByOperator(service.deps, s.account.id);
+    await unsuspendByOperator(service.deps, s.account.id);
     // Still graded paused (11 of 101 after this send), and sending, as the operator decided.
     await sendAndDeliver({ key: s.key, from: s.from }, addresses(1, 'example.net'));
     expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 101, tier: 'paused', suspended: false });
@@ -227,7 +227,7 @@ describe('the breaker on a sub-account', () => {
     expect(own.status, JSON.stringify(own.body)).toBe(200);
 
     // The operator can lift it.
-    unsuspendByOperator(service.deps, sub.id);
+    await unsuspendByOperator(service.deps, sub.id);
     expect((await getAccount(service, parent.key, sub.id)).sending.suspended).toBe(false);
   });
 });
@@ -255,13 +255,13 @@ describe('mail queued by an account whose sending is paused', () => {
       expect(res.status, JSON.stringify(res.body)).toBe(200);
     }
     // Suspended after these were queued (the operator here; the breaker and the API suspend the same way).
-    suspendByOperator(service.deps, paused.account.id, 'Complaints under review');
+    await suspendByOperator(service.deps, paused.account.id, 'Complaints under review');
     await engine.runOnce();
     expect(delivered(others)).toEqual(others);
     expect(delivered([...own, ...subs])).toEqual([]);
     expect((await queuedCount(paused.account.id)) + (await queuedCount(sub.id))).toBe(3);
 
-    unsuspendByOperator(service.deps, paused.account.id);
+    await unsuspendByOperator(service.deps, paused.account.id);
     await engine.runOnce();
     expect(delivered([...own, ...subs]).sort()).toEqual([...own, ...subs].sort());
   });

@@ -113,8 +113,8 @@ function expectEnvelope(res: { status: number; headers: Record<string, string>; 
 }
 
 /** A key and its id, minted as the operator would. */
-function mintKey(target: TestService, accountId: string, scopes = SCOPES) {
-  const minted = insertKey(target.deps, { accountId, name: 'edge', scopes });
+async function mintKey(target: TestService, accountId: string, scopes = SCOPES) {
+  const minted = await insertKey(target.deps, { accountId, name: 'edge', scopes });
   return { id: minted.id, secret: minted.key };
 }
 
@@ -271,7 +271,7 @@ describe('the key and the other header checks come before the body', () => {
 
   it('with every header check passed, the body is read: no answer until it is all in, then the route answers', async () => {
     const { account } = await service.newAccount({ name: 'Reader' });
-    const minted = mintKey(service, account.id);
+    const minted = await mintKey(service, account.id);
     const { conn, res } = await heldUpload(service, '/api/v1/keys', { Authorization: `Bearer ${minted.secret}` });
     expect(res, conn.text()).toBeNull();
     expect(guardPassed(service, minted.id)()).toBe(true);
@@ -305,7 +305,7 @@ describe('a key revoked while its body is arriving is 401 invalid_key, and nothi
     ],
   ])('%s', async (_label, path, body, made) => {
     const { account, key: admin } = await service.newAccount({ name: 'Revoker' });
-    const doomed = mintKey(service, account.id);
+    const doomed = await mintKey(service, account.id);
     const json = JSON.stringify(body);
     const conn = await openRaw(service);
     conn.write(
@@ -342,7 +342,7 @@ describe('a key that stops working another way while its body is arriving is 401
 
   it('revoked by another process (the CLI writes through its own connection to the database)', async () => {
     const { account, key: admin } = await service.newAccount({ name: 'Elsewhere' });
-    const doomed = mintKey(service, account.id);
+    const doomed = await mintKey(service, account.id);
     const { response, text } = await midFlight('/api/v1/suppressions', doomed.secret, doomed.id, { address: 'cli-midflight@example.net' }, () => {
       const other = new Database(join(service.dataDir, 'mailstead.db'));
       try {
@@ -359,7 +359,7 @@ describe('a key that stops working another way while its body is arriving is 401
   it('its sub-account deleted by the parent: POST /emails sends nothing', async () => {
     const parent = await service.newAccount({ name: 'Parent' });
     const sub = (await service.api('POST', '/accounts', { key: parent.key, body: { name: 'Doomed child' } })).body as { id: string };
-    const doomed = mintKey(service, sub.id);
+    const doomed = await mintKey(service, sub.id);
     const { response, text } = await midFlight(
       '/api/v1/emails',
       doomed.secret,
@@ -376,7 +376,7 @@ describe('a key that stops working another way while its body is arriving is 401
 describe('an aborted upload', () => {
   it('is a debug event http.request_aborted, not an error', async () => {
     const { account } = await service.newAccount({ name: 'Aborter' });
-    const minted = mintKey(service, account.id);
+    const minted = await mintKey(service, account.id);
     const before = service.logger.entries.length;
     const conn = await openRaw(service);
     conn.write(

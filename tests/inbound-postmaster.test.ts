@@ -95,7 +95,7 @@ async function deliverRaw(from: string, to: string[], message: string): Promise<
 }
 
 const kept = async () => await service.deps.db.select().from(operatorMessages).orderBy(asc(operatorMessages.seq));
-const open = (id: string) => readOperatorMessage(service.deps.db, service.deps.secretKey, id)!;
+const open = async (id: string) => (await readOperatorMessage(service.deps.db, service.deps.secretKey, id))!;
 
 describe('at RCPT', () => {
   it('postmaster@ and abuse@ MAIL_HOSTNAME in any case, and a bare postmaster, are accepted with 250', async () => {
@@ -142,11 +142,11 @@ describe('at RCPT', () => {
     }
   });
 
-  it('with SECRET_KEY=off nothing can be kept sealed, so postmaster is refused like any other address', () => {
+  it('with SECRET_KEY=off nothing can be kept sealed, so postmaster is refused like any other address', async () => {
     const deps = { db: service.deps.db, config: service.deps.config, secretKey: null };
-    expect(judgeRecipient(deps, `postmaster@${HOST}`)).toEqual({ kind: 'refused' });
-    expect(judgeRecipient(deps, 'postmaster')).toEqual({ kind: 'refused' });
-    expect(judgeRecipient({ ...deps, secretKey: service.deps.secretKey }, 'postmaster')).toEqual({ kind: 'operator', address: `postmaster@${HOST}` });
+    expect(await judgeRecipient(deps, `postmaster@${HOST}`)).toEqual({ kind: 'refused' });
+    expect(await judgeRecipient(deps, 'postmaster')).toEqual({ kind: 'refused' });
+    expect(await judgeRecipient({ ...deps, secretKey: service.deps.secretKey }, 'postmaster')).toEqual({ kind: 'operator', address: `postmaster@${HOST}` });
   });
 });
 
@@ -177,7 +177,7 @@ describe('a message to postmaster', () => {
     // Sealed: neither the text nor the subject is in the stored bytes.
     expect(row.messageSealed.includes('spam traps')).toBe(false);
     expect(row.messageSealed.includes('remote.example')).toBe(false);
-    const { raw } = open(row.id);
+    const { raw } = await open(row.id);
     expect(raw.length).toBe(row.size);
     expect(raw.toString('utf8')).toContain('your server 198.51.100.7 sent mail to our spam traps.');
     expect((await one(service.deps.db.select({ n: count() }).from(customerDbWrites)))!.n).toBe(0);
@@ -209,7 +209,7 @@ describe('a message to postmaster', () => {
     const [row] = await kept();
     expect(row!.truncated).toBe(true);
     expect(row!.size).toBeGreaterThan(OPERATOR_MESSAGE_BYTES * 2);
-    const { raw } = open(row!.id);
+    const { raw } = await open(row!.id);
     expect(raw.length).toBe(OPERATOR_MESSAGE_BYTES);
     expect(raw.toString('latin1').startsWith('Subject: large\r\n\r\n0123456789abcdef')).toBe(true);
   });
@@ -275,7 +275,7 @@ describe('what is kept', () => {
         const id = newId(at + i);
         ids.push(id);
         const raw = Buffer.from(`Subject: number ${i}\r\n\r\nx\r\n`);
-        storeOperatorMessage(
+        await storeOperatorMessage(
           db,
           prepareOperatorMessage(service.deps.secretKey!, {
             id,
@@ -295,15 +295,15 @@ describe('what is kept', () => {
     expect(rows).toHaveLength(OPERATOR_MAIL_LIMIT);
     expect(rows[0]!.subject).toBe('number 3');
     expect(rows.at(-1)!.subject).toBe(`number ${OPERATOR_MAIL_LIMIT + 2}`);
-    expect(readOperatorMessage(db, service.deps.secretKey, ids[2]!)).toBeNull();
-    expect(open(ids.at(-1)!).raw.toString()).toContain(`number ${OPERATOR_MAIL_LIMIT + 2}`);
+    expect(await readOperatorMessage(db, service.deps.secretKey, ids[2]!)).toBeNull();
+    expect((await open(ids.at(-1)!)).raw.toString()).toContain(`number ${OPERATOR_MAIL_LIMIT + 2}`);
   });
 
   it('opens only with the key it was sealed with, and only as the message it was sealed as', async () => {
     const db = service.deps.db;
     const raw = Buffer.from('Subject: sealed\r\n\r\nx\r\n');
     const id = newId(service.clock.now());
-    storeOperatorMessage(
+    await storeOperatorMessage(
       db,
       prepareOperatorMessage(service.deps.secretKey!, {
         id,
@@ -317,11 +317,11 @@ describe('what is kept', () => {
         receivedAt: 1,
       }),
     );
-    expect(readOperatorMessage(db, null, id)).toBeNull();
-    expect(() => readOperatorMessage(db, Buffer.alloc(32, 7), id)).toThrow();
+    expect(await readOperatorMessage(db, null, id)).toBeNull();
+    await expect(readOperatorMessage(db, Buffer.alloc(32, 7), id)).rejects.toThrow();
     // Another row's sealed bytes under this id do not open (the id is bound into the seal).
     const other = newId(service.clock.now() + 1);
-    storeOperatorMessage(
+    await storeOperatorMessage(
       db,
       prepareOperatorMessage(service.deps.secretKey!, {
         id: other,
@@ -337,7 +337,7 @@ describe('what is kept', () => {
     );
     const sealed = (await one(db.select({ s: operatorMessages.messageSealed }).from(operatorMessages).where(eq(operatorMessages.id, other))))!.s;
     await db.update(operatorMessages).set({ messageSealed: sealed }).where(eq(operatorMessages.id, id));
-    expect(() => readOperatorMessage(db, service.deps.secretKey, id)).toThrow();
+    await expect(readOperatorMessage(db, service.deps.secretKey, id)).rejects.toThrow();
   });
 });
 

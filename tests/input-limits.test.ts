@@ -248,7 +248,7 @@ describe('list answers bounded in bytes', () => {
     expect(third.body).toEqual({ data: [expect.objectContaining({ id: ids[0] })], nextCursor: null });
   });
 
-  it('toPage at the boundary: rows whose JSON makes exactly the budget share a page; one byte more moves the second row on', () => {
+  it('toPage at the boundary: rows whose JSON makes exactly the budget share a page; one byte more moves the second row on', async () => {
     const db = service.deps.db;
     const page = { limit: 100, after: null };
     const row = (id: string, bytes: number) => {
@@ -257,17 +257,17 @@ describe('list answers bounded in bytes', () => {
     };
     const ids = [newId(1), newId(2), newId(3)];
     const half = PAGE_BYTE_BUDGET / 2;
-    const exact = toPage(db, LISTS.emails, 'acct', page, [row(ids[0]!, half), row(ids[1]!, half), row(ids[2]!, 100)]);
+    const exact = await toPage(db, LISTS.emails, 'acct', page, [row(ids[0]!, half), row(ids[1]!, half), row(ids[2]!, 100)]);
     expect(exact.data.map((r) => r.id)).toEqual(ids.slice(0, 2));
     expect(exact.nextCursor).not.toBeNull();
-    const over = toPage(db, LISTS.emails, 'acct', page, [row(ids[0]!, half), row(ids[1]!, half + 1), row(ids[2]!, 100)]);
+    const over = await toPage(db, LISTS.emails, 'acct', page, [row(ids[0]!, half), row(ids[1]!, half + 1), row(ids[2]!, 100)]);
     expect(over.data.map((r) => r.id)).toEqual(ids.slice(0, 1));
     expect(over.nextCursor).not.toBeNull();
-    const all = toPage(db, LISTS.emails, 'acct', page, [row(ids[0]!, 100), row(ids[1]!, 100)]);
+    const all = await toPage(db, LISTS.emails, 'acct', page, [row(ids[0]!, 100), row(ids[1]!, 100)]);
     expect(all).toEqual({ data: [expect.objectContaining({ id: ids[0] }), expect.objectContaining({ id: ids[1] })], nextCursor: null });
   });
 
-  it('toPage reads a lazy list no further than the page needs', () => {
+  it('toPage reads a lazy list no further than the page needs', async () => {
     let pulled = 0;
     function* rows() {
       for (let i = 0; i < 1000; i++) {
@@ -275,7 +275,7 @@ describe('list answers bounded in bytes', () => {
         yield { id: newId(i), pad: 'p'.repeat(400 * 1024) };
       }
     }
-    const page = toPage(service.deps.db, LISTS.emails, 'acct', { limit: 100, after: null }, rows());
+    const page = await toPage(service.deps.db, LISTS.emails, 'acct', { limit: 100, after: null }, rows());
     expect(page.data).toHaveLength(2);
     expect(pulled).toBe(3);
   });

@@ -396,7 +396,7 @@ describe('GET /keys', () => {
     expect(before.find((k) => k.id === used.id)!.lastUsedAt).toBe(firstUse);
     expect(before.find((k) => k.id === unused.id)!.lastUsedAt).toBeNull();
 
-    service.deps.keyUsage.flush(service.deps.db);
+    await service.deps.keyUsage.flush(service.deps.db);
     const after = (await listKeys(key)).data;
     expect(after.find((k) => k.id === used.id)!.lastUsedAt).toBe(firstUse);
     expect(after.find((k) => k.id === unused.id)!.lastUsedAt).toBeNull();

@@ -190,7 +190,7 @@ describe('GET /metrics: the families an operator scrapes', () => {
     const { service } = rig;
     const sender = await newSender(service);
     await send(sender, ['ana@example.net', 'ben@example.net']);
-    expect(claimDueRecipients(service.deps.db, 'metrics-test', service.clock.now(), 60_000, 1)).toHaveLength(1);
+    expect(await claimDueRecipients(service.deps.db, 'metrics-test', service.clock.now(), 60_000, 1)).toHaveLength(1);
     const families = await scrape(service);
     expect(sampleValue(families, 'mailstead_outbound_queue_depth', { state: 'sending' })).toBe(1);
     expect(sampleValue(families, 'mailstead_outbound_queue_depth', { state: 'due' })).toBe(1);

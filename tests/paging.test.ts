@@ -242,13 +242,13 @@ describe("cursors are signed by the server: a made-up or altered one is refused 
   it('the key is made once, kept in settings, and signs alike for another connection to the same database', async () => {
     const accountId = '01a00000-0000-7000-8000-0000000000aa';
     const rows = [{ id: '01a00000-0000-7000-8000-000000000002' }, { id: '01a00000-0000-7000-8000-000000000001' }];
-    const { nextCursor } = toPage(service.deps.db, LISTS.keys, accountId, { limit: 1, after: null }, rows);
+    const { nextCursor } = await toPage(service.deps.db, LISTS.keys, accountId, { limit: 1, after: null }, rows);
     expect(nextCursor).toEqual(expect.any(String));
     const stored = await one(service.deps.db.select().from(settings).where(eq(settings.key, 'cursor_hmac_key')));
     expect(stored?.value).toMatch(/^[0-9a-f]{64}$/);
     const second = openDatabase(service.dataDir);
     try {
-      expect(readPage(second.db, LISTS.keys, accountId, { cursor: nextCursor! })).toEqual({ limit: 25, after: rows[0]!.id });
+      expect(await readPage(second.db, LISTS.keys, accountId, { cursor: nextCursor! })).toEqual({ limit: 25, after: rows[0]!.id });
       expect(await one(second.db.select().from(settings).where(eq(settings.key, 'cursor_hmac_key')))).toEqual(stored);
     } finally {
       second.close();
@@ -261,9 +261,9 @@ describe('readPage on the webhook lists: a bad limit or cursor is 400 invalid_re
   const lastId = '01a00000-0000-7000-8000-000000000003';
   const rows = [{ id: lastId }, { id: '01a00000-0000-7000-8000-000000000004' }];
 
-  function refusal(list: ListDef, query: { limit?: string; cursor?: string }): ApiError {
+  async function refusal(list: ListDef, query: { limit?: string; cursor?: string }): Promise<ApiError> {
     try {
-      readPage(service.deps.db, list, accountId, query);
+      await readPage(service.deps.db, list, accountId, query);
     } catch (err) {
       expect(err).toBeInstanceOf(ApiError);
       return err as ApiError;
@@ -274,25 +274,25 @@ describe('readPage on the webhook lists: a bad limit or cursor is 400 invalid_re
   it.each([
     ['webhooks', LISTS.webhooks],
     ['webhook deliveries', LISTS.webhookDeliveries],
-  ])('%s', (_label, list) => {
+  ])('%s', async (_label, list) => {
     for (const limit of ['0', '101', 'abc', '-1', '2.5', '']) {
-      const err = refusal(list, { limit });
+      const err = await refusal(list, { limit });
       expect([err.status, err.code], limit).toEqual([400, 'invalid_request']);
       expect(err.message).toMatch(/\blimit\b/);
     }
-    const own = toPage(service.deps.db, list, accountId, { limit: 1, after: null }, rows).nextCursor!;
-    expect(readPage(service.deps.db, list, accountId, { limit: '10', cursor: own })).toEqual({ limit: 10, after: lastId });
+    const own = (await toPage(service.deps.db, list, accountId, { limit: 1, after: null }, rows)).nextCursor!;
+    expect(await readPage(service.deps.db, list, accountId, { limit: '10', cursor: own })).toEqual({ limit: 10, after: lastId });
     const otherList = list === LISTS.webhooks ? LISTS.webhookDeliveries : LISTS.webhooks;
     const cursors = [
       'not-a-cursor',
       '',
       unsigned(list.name, accountId, lastId),
       withForgedKey(own, '01a00000-0000-7000-8000-000000000009'),
-      toPage(service.deps.db, otherList, accountId, { limit: 1, after: null }, rows).nextCursor!,
-      toPage(service.deps.db, list, '01a00000-0000-7000-8000-0000000000cc', { limit: 1, after: null }, rows).nextCursor!,
+      (await toPage(service.deps.db, otherList, accountId, { limit: 1, after: null }, rows)).nextCursor!,
+      (await toPage(service.deps.db, list, '01a00000-0000-7000-8000-0000000000cc', { limit: 1, after: null }, rows)).nextCursor!,
     ];
     for (const cursor of cursors) {
-      const err = refusal(list, { cursor });
+      const err = await refusal(list, { cursor });
       expect([err.status, err.code], cursor).toEqual([400, 'invalid_request']);
       expect(err.message).toMatch(/\bcursor\b/);
     }

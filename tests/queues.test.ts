@@ -84,30 +84,30 @@ describe('the lease operations over a table', () => {
   ];
   it.each(cases)('lease: $name is leased: $leased', async ({ row: r, leased }) => {
     await put(r);
-    const got = leases.lease(store.db, 'me', ['r'], NOW + 500, NOW, { status: 'queued' });
+    const got = await leases.lease(store.db, 'me', ['r'], NOW + 500, NOW, { status: 'queued' });
     expect(got.map((g) => g.id)).toEqual(leased ? ['r'] : []);
     expect(await row('r')).toEqual(leased ? { ...r, lockedBy: 'me', lockedUntil: NOW + 500 } : r);
   });
 
   it('leases only the ids asked for, and returns the rows as the table maps them', async () => {
     await put(free('a'), free('b'), free('c'));
-    expect(leases.lease(store.db, 'me', ['a', 'c', 'missing'], 10, 0, { status: 'queued' }).sort((x, y) => (x.id < y.id ? -1 : 1))).toEqual([
+    expect((await leases.lease(store.db, 'me', ['a', 'c', 'missing'], 10, 0, { status: 'queued' })).sort((x, y) => (x.id < y.id ? -1 : 1))).toEqual([
       held('a', 'me', 10),
       held('c', 'me', 10),
     ]);
     expect(await row('b')).toEqual(free('b'));
-    expect(leases.lease(store.db, 'me', [], 10, 0, { status: 'queued' })).toEqual([]);
+    expect(await leases.lease(store.db, 'me', [], 10, 0, { status: 'queued' })).toEqual([]);
   });
 
   it('renews, checks and releases only what the worker holds', async () => {
     await put(held('a', 'me', 10), held('b', 'me', 10), held('c', 'other', 10));
-    leases.renew(store.db, 'me', ['a', 'c'], 99);
+    await leases.renew(store.db, 'me', ['a', 'c'], 99);
     expect([(await row('a'))!.lockedUntil, (await row('b'))!.lockedUntil, (await row('c'))!.lockedUntil]).toEqual([99, 10, 10]);
     expect(await Promise.all(['a', 'c', 'missing'].map((id) => leases.stillHeld(store.db, 'me', id)))).toEqual([true, false, false]);
-    expect(leases.release(store.db, 'me', ['a', 'c'])).toBe(1);
+    expect(await leases.release(store.db, 'me', ['a', 'c'])).toBe(1);
     expect([await row('a'), await row('c')]).toEqual([free('a'), held('c', 'other', 10)]);
-    expect(leases.release(store.db, 'me', [])).toBe(0);
-    expect(leases.release(store.db, 'me')).toBe(1);
+    expect(await leases.release(store.db, 'me', [])).toBe(0);
+    expect(await leases.release(store.db, 'me')).toBe(1);
     expect(await row('b')).toEqual(free('b'));
     expect(await row('c')).toEqual(held('c', 'other', 10));
   });
@@ -120,11 +120,11 @@ describe('the lease operations over a table', () => {
       elsewhere: 'another-host:1:x', // another host's process may still run
     };
     await put(held('a', holders.earlierRun, 50), held('b', holders.live, 50), held('c', holders.elsewhere, 5_000), held('d', me, 5_000));
-    expect(leases.releaseDead(store.db, me)).toBe(1);
+    expect(await leases.releaseDead(store.db, me)).toBe(1);
     expect(await row('a')).toEqual(free('a'));
     expect(await row('b')).toEqual(held('b', holders.live, 50));
     // A foreign lease past one term from now is cut to it; this worker's own and one within the term are left alone.
-    expect(leases.capForeign(store.db, me, 1_000, 1_000)).toBe(1);
+    expect(await leases.capForeign(store.db, me, 1_000, 1_000)).toBe(1);
     expect([(await row('b'))!.lockedUntil, (await row('c'))!.lockedUntil, (await row('d'))!.lockedUntil]).toEqual([50, 2_000, 5_000]);
   });
 });
@@ -181,7 +181,7 @@ describe('the runner', () => {
     let finish: () => void = () => undefined;
     const runner = createRunner({
       intervalMs: 60_000,
-      tick: () => {
+      tick: async () => {
         passes++;
         return false;
       },
@@ -191,7 +191,7 @@ describe('the runner', () => {
       wake: { db: store.db, queue: 'recipients' },
       stopGraceMs: 50,
     });
-    runner.start();
+    await runner.start();
     await expect.poll(() => passes).toBe(1);
     markQueued(store.db, 'recipients');
     await expect.poll(() => passes).toBe(2);
@@ -222,7 +222,7 @@ describe('a queue worker: what it claims and what one attempt is', () => {
       onError: (err) => {
         throw err;
       },
-      claim: (room) => {
+      claim: async (room) => {
         rooms.push(room);
         return room <= 0 ? [] : due.splice(0, room);
       },

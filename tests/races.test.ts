@@ -100,13 +100,13 @@ describe('dashboard: a session ended while a POST form was still arriving', () =
         headers: { 'content-type': 'application/x-www-form-urlencoded', cookie: client.cookie, origin: service.url },
         body: form,
       },
-      () => {
+      async () => {
         // What `npm run -s cli -- admin-token reset` does (docs/operating/dashboard.md: "signs every session out").
-        resetAdminToken(service.deps.db);
+        await resetAdminToken(service.deps.db);
       },
     );
     // The session was gone before the request was complete: it is refused as any request of an ended session is.
-    expect(findAccount(service.deps.db, account.id)!.creditsBalance).toBe(5);
+    expect((await findAccount(service.deps.db, account.id))!.creditsBalance).toBe(5);
     expect(String(res.headers.location ?? '')).toMatch(/^\/dashboard\/sign-in/);
   });
 });
@@ -238,10 +238,16 @@ describe('POST /database/test: the database deleted while the test connected', (
     const { account, key } = await service.newAccount();
     const res = await service.api('POST', '/database', { key, body: { url: pgServer.url('db.pg.test') } });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    const ctx: RequestContext = { keyId: 'k', keyAccount: account, scopes: SCOPES, account: findAccount(service.deps.db, account.id)!, viaHeader: false };
+    const ctx: RequestContext = {
+      keyId: 'k',
+      keyAccount: account,
+      scopes: SCOPES,
+      account: (await findAccount(service.deps.db, account.id))!,
+      viaHeader: false,
+    };
     const pending = testDatabase({ deps: service.deps, ctx });
     // DELETE /database lands while the test is connecting (the webhook ping's sibling: 404 once deleted meanwhile).
-    deleteDatabase({ deps: service.deps, ctx });
+    await deleteDatabase({ deps: service.deps, ctx });
     const outcome = await pending.then(
       (status) => ({ ok: true as const, status }),
       (err: { code?: string }) => ({ ok: false as const, code: err.code }),

@@ -32,11 +32,11 @@ const recorded = async () => (await store.db.select().from(settings)).filter((r)
 
 describe('checkSecretKey', () => {
   it('first start: records the key; the same key again is ok, another is a mismatch', async () => {
-    expect(checkSecretKey(store.db, A)).toEqual({ kind: 'ok' });
+    expect(await checkSecretKey(store.db, A)).toEqual({ kind: 'ok' });
     expect(await recorded()).toHaveLength(1);
     expect((await recorded())[0]!.value).not.toContain('mailstead');
-    expect(checkSecretKey(store.db, A)).toEqual({ kind: 'ok' });
-    expect(checkSecretKey(store.db, B)).toEqual({ kind: 'mismatch', what: 'the check value recorded at an earlier start' });
+    expect(await checkSecretKey(store.db, A)).toEqual({ kind: 'ok' });
+    expect(await checkSecretKey(store.db, B)).toEqual({ kind: 'mismatch', what: 'the check value recorded at an earlier start' });
     expect(await recorded()).toHaveLength(1);
   });
 
@@ -75,11 +75,11 @@ describe('checkSecretKey', () => {
     ],
   ])('data from before the record, holding %s sealed with A: B is a mismatch naming it, A is ok and recorded', async (_, insert, what) => {
     await insert();
-    expect(checkSecretKey(store.db, B)).toEqual({ kind: 'mismatch', what });
+    expect(await checkSecretKey(store.db, B)).toEqual({ kind: 'mismatch', what });
     expect(await recorded()).toHaveLength(0);
-    expect(checkSecretKey(store.db, A)).toEqual({ kind: 'ok' });
+    expect(await checkSecretKey(store.db, A)).toEqual({ kind: 'ok' });
     expect(await recorded()).toHaveLength(1);
-    expect(checkSecretKey(store.db, B).kind).toBe('mismatch');
+    expect((await checkSecretKey(store.db, B)).kind).toBe('mismatch');
   });
 
   it('SECRET_KEY=off: counts the secrets it leaves unreadable, records nothing', async () => {
@@ -95,7 +95,7 @@ describe('checkSecretKey', () => {
       lastPingAt: null,
       createdAt: 1,
     });
-    expect(checkSecretKey(store.db, null)).toEqual({ kind: 'off', sealed: { dkimKeys: 0, webhookSecrets: 1, databaseUrls: 0 } });
+    expect(await checkSecretKey(store.db, null)).toEqual({ kind: 'off', sealed: { dkimKeys: 0, webhookSecrets: 1, databaseUrls: 0 } });
     expect(await recorded()).toHaveLength(0);
     expect(await store.db.select().from(customerDatabases)).toHaveLength(0);
   });

@@ -254,7 +254,7 @@ describe('credits: trial, ok, grace, exhausted', () => {
     const s = await newSender(service);
     await exhaustCredits(service, s.account.id);
     expectError(await sendEmail(service, s.key, receipt(s.from)), 402, 'no_credits');
-    grantCredits(service.deps, s.account.id, 10);
+    await grantCredits(service.deps, s.account.id, 10);
     const res = await sendEmail(service, s.key, receipt(s.from));
     expect(res.status).toBe(200);
     expect(res.body.warning).toBeUndefined();

@@ -553,7 +553,7 @@ describe('settling a claim', () => {
     const s = await newSender(service);
     const db = service.deps.db;
     const now = service.clock.now();
-    const claimed = claimIdempotencyKey(db, s.account.id, 'settle-1', Buffer.from('{}'), now);
+    const claimed = await claimIdempotencyKey(db, s.account.id, 'settle-1', Buffer.from('{}'), now);
     if (claimed.kind !== 'claimed') throw new Error('expected a fresh claim');
     const running = await idempotencyRow(service, s.account.id, 'settle-1');
     const refusal = async (f: () => unknown) => {

@@ -261,7 +261,7 @@ describe('in capture mode', () => {
 
     const key = (await one(capture.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, s.account.id))))!;
     for (const recipient of [at('delivered'), at('bounce'), at('complaint')]) {
-      const raw = readCapture(capture.deps.db, capture.deps.secretKey, { accountId: s.account.id, emailId: id, recipient });
+      const raw = await readCapture(capture.deps.db, capture.deps.secretKey, { accountId: s.account.id, emailId: id, recipient });
       expect(raw, recipient).not.toBeNull();
       const verdict = await dkimVerify(raw!, { resolver: async () => [[`v=DKIM1; h=sha256; k=rsa; p=${key.dkimPublicKey}`]] });
       expect(verdict.results[0]?.status.result).toBe('pass');

@@ -243,6 +243,6 @@ it('Message-IDs older than 24 hours are forgotten', async () => {
     { accountId: s.account.id, messageId: '<old@client.example>', emailId: emailId!, createdAt: now - 25 * 3_600_000 },
     { accountId: s.account.id, messageId: '<new@client.example>', emailId: emailId!, createdAt: now - 23 * 3_600_000 },
   ]);
-  expect(pruneSubmittedMessageIds({ db }, now)).toBe(1);
+  expect(await pruneSubmittedMessageIds({ db }, now)).toBe(1);
   expect((await db.select({ id: submittedMessages.messageId }).from(submittedMessages)).map((r) => r.id)).toContain('<new@client.example>');
 });

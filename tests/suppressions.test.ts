@@ -335,9 +335,9 @@ describe('a send to a suppressed recipient (check 7)', () => {
     const commits = service.deps.commits;
     const run = commits.run;
     // Between the checks and the commit: another request lists the recipient.
-    commits.run = (fn) => {
+    commits.run = async (fn) => {
       commits.run = run;
-      suppress(service.deps.db, s.account.id, 'late@example.net', 'manual', '', service.clock.now());
+      await suppress(service.deps.db, s.account.id, 'late@example.net', 'manual', '', service.clock.now());
       return run(fn);
     };
     try {

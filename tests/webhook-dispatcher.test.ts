@@ -400,7 +400,7 @@ describe('webhook dispatcher', () => {
     const row = newDelivery(endpoint, { lockedBy: 'elsewhere:1:abcdef03', lockedUntil: clock.now() + 3_600_000 + 2 * MIN });
     await insert(row);
     const dispatcher = createWebhookDispatcher(deps);
-    dispatcher.start();
+    await dispatcher.start();
     await dispatcher.stop();
     expect(logger.entries).toContainEqual(expect.objectContaining({ event: 'webhook.leases_capped', capped: 1 }));
     expect((await delivery(row.id)).lockedUntil).toBeLessThanOrEqual(leaseNow(clock) + 2 * MIN);
@@ -417,7 +417,7 @@ describe('webhook dispatcher', () => {
     const row = newDelivery(endpoint, { lockedBy: `${hostname()}:${deadPid}:deadbeef`, lockedUntil: clock.now() + 2 * MIN });
     await insert(row);
     const dispatcher = createWebhookDispatcher(deps);
-    dispatcher.start();
+    await dispatcher.start();
     try {
       await receiver.waitForRequests(1, 5000);
     } finally {
@@ -436,7 +436,7 @@ describe('webhook dispatcher', () => {
     await insert(...rows);
     receiver.respond({ stallMs: 300 });
     const dispatcher = createWebhookDispatcher(deps);
-    dispatcher.start();
+    await dispatcher.start();
     await receiver.waitForRequests(1, 5000);
     await dispatcher.stop();
     expect(await delivery(rows[0]!.id)).toMatchObject({ attempts: 1, lastStatus: 200, nextAttemptAt: null, lockedBy: null });
@@ -490,7 +490,7 @@ describe('webhook dispatcher', () => {
         const { endpoint } = await addEndpoint(a.id, slow.url(`/stall-${i}`));
         await insert(newDelivery(endpoint), newDelivery(endpoint));
       }
-      dispatcher.start();
+      await dispatcher.start();
       await slow.waitForRequests(4, 5000);
       await new Promise((resolve) => setTimeout(resolve, 200));
       // A holds its share (4 endpoints in flight), no more.

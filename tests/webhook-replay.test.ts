@@ -293,7 +293,7 @@ describe('recovery: a receiver that lost every attempt gets the outcome again by
     // The outcome and its fan-out in one transaction, as server/core/outcomes.ts records them.
     const event = await service.deps.db.transaction(async () => {
       const e = await seedEvent(service, email, 'bounced', occurredAt, 'gone@example.net');
-      fanOutOutcome(service.deps.db, {
+      await fanOutOutcome(service.deps.db, {
         accountId: account.id,
         emailId: email,
         recipient: e.recipient,

@@ -76,7 +76,7 @@ export async function startService(
   const logger = createMemoryLogger();
   // `scans` puts the reads that walk many rows where a test says, as main puts them on the checkpoint thread.
   const store = opts.scans ? openDatabase(config.dataDir) : undefined;
-  const deps = createDeps(config, clock, logger, store && opts.scans ? { store, scans: opts.scans(store, logger) } : {});
+  const deps = await createDeps(config, clock, logger, store && opts.scans ? { store, scans: opts.scans(store, logger) } : {});
   const http = await listenHttp(createApp(deps), '127.0.0.1', 0, { maxConnectionsPerAddress: 1024, ...opts.http, logger });
   const url = `http://127.0.0.1:${http.port}`;
   const base = `${url}${API_BASE}`;
