@@ -3,6 +3,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { LogFields } from '../server/shared/logger.js';
 import { newSender, newSubSender, receipt } from './helpers/sending.js';
 import { type TestService, startService } from './helpers/service.js';
+import { execute } from '../db/sql.js';
 
 /**
  * The access log: one `http.request` line per request, after its answer, with the method, the
@@ -33,7 +34,7 @@ function onlyLine(from = 0): LogFields {
 
 describe('http.request: one line per request', () => {
   it('a success: method, route pattern, status, duration, request id and the acting account, and nothing else', async () => {
-    const { account, key } = service.newAccount();
+    const { account, key } = await service.newAccount();
     expect((await service.api('GET', '/account', { key })).status).toBe(200);
     const line = onlyLine();
     expect(Object.keys(line).sort()).toEqual(['accountId', 'durationMs', 'event', 'level', 'method', 'requestId', 'route', 'status']);
@@ -45,7 +46,7 @@ describe('http.request: one line per request', () => {
   });
 
   it('each request its own id', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     await service.api('GET', '/account', { key });
     await service.api('GET', '/account', { key });
     const [a, b] = requestLines();
@@ -68,7 +69,7 @@ describe('http.request: one line per request', () => {
   });
 
   it('acting for a sub-account: its id', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await newSubSender(service, key);
     service.logger.entries.length = 0;
     expect((await service.api('GET', '/account', { key, account: sub.id })).status).toBe(200);
@@ -103,12 +104,12 @@ describe('http.request: one line per request', () => {
   });
 
   it('500: logged at the status, with the id the answer and the error line give', async () => {
-    service.deps.db.run(sql`alter table customer_db_writes rename to customer_db_writes_gone`);
+    await execute(service.deps.db, sql`alter table customer_db_writes rename to customer_db_writes_gone`);
     let res: Response;
     try {
       res = await fetch(`${service.url}/metrics`);
     } finally {
-      service.deps.db.run(sql`alter table customer_db_writes_gone rename to customer_db_writes`);
+      await execute(service.deps.db, sql`alter table customer_db_writes_gone rename to customer_db_writes`);
     }
     expect(res.status).toBe(500);
     const body = (await res.json()) as { error: { message: string } };
@@ -132,7 +133,7 @@ describe('never a key, a token or a header value', () => {
   it('no Authorization value, key, account header value or body in any line, whatever the answer', async () => {
     const sender = await newSender(service);
     const sub = await newSubSender(service, sender.key);
-    const revoked = service.newKey(sender.account.id);
+    const revoked = await service.newKey(sender.account.id);
     const list = await service.api('GET', '/keys', { key: sender.key });
     const revokedId = (list.body.data as { id: string; prefix: string }[]).find((k) => revoked.startsWith(k.prefix))!.id;
     expect((await service.api('DELETE', `/keys/${revokedId}`, { key: sender.key })).status).toBe(204);

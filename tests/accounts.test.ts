@@ -114,8 +114,8 @@ async function suspend(key: string, id: string, body: unknown): Promise<ApiRespo
 }
 
 /** Sets an account's stored state directly: counters, or a suspension the API did not place. */
-function setAccountRow(id: string, values: Partial<typeof accounts.$inferInsert>): void {
-  service.deps.db.update(accounts).set(values).where(eq(accounts.id, id)).run();
+async function setAccountRow(id: string, values: Partial<typeof accounts.$inferInsert>): Promise<void> {
+  await service.deps.db.update(accounts).set(values).where(eq(accounts.id, id));
 }
 
 /** Counters whose lifetime bounce rate (10%) grades as `paused` (docs/api/decisions.md section 4). */
@@ -143,20 +143,20 @@ describe('auth on every accounts endpoint', () => {
 
 describe('(no account header): a valid sub-account header is 422 invalid_request', () => {
   it('GET /accounts/{id}', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await createSub(key);
     expectError(await service.api('GET', `/accounts/${sub.id}`, { key, account: sub.id }), 422, 'invalid_request');
   });
 
   it('DELETE /accounts/{id}, and the sub-account stays', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await createSub(key);
     expectError(await service.api('DELETE', `/accounts/${sub.id}`, { key, account: sub.id }), 422, 'invalid_request');
     await getSub(key, sub.id);
   });
 
   it('POST /accounts/{id}/suspend, and nothing is suspended', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await createSub(key);
     const res = await service.api('POST', `/accounts/${sub.id}/suspend`, { key, account: sub.id, body: { suspended: true, reason: REASON } });
     expectError(res, 422, 'invalid_request');
@@ -166,7 +166,7 @@ describe('(no account header): a valid sub-account header is 422 invalid_request
 
 describe('GET /account', () => {
   it('200: the key’s own top-level account, every field', async () => {
-    const { account, key } = service.newAccount({ name: 'Acme Ltd' });
+    const { account, key } = await service.newAccount({ name: 'Acme Ltd' });
     const a = await ownAccount(key);
     expectAccountShape(a);
     expect(a).toMatchObject({ id: account.id, name: 'Acme Ltd', parentId: null, createdAt: iso(service.clock.now()) });
@@ -183,7 +183,7 @@ describe('GET /account', () => {
   });
 
   it('200: with X-Service-Account, the sub-account named in the header', async () => {
-    const { account, key } = service.newAccount();
+    const { account, key } = await service.newAccount();
     const sub = await createSub(key, 'Shop FR');
     const a = await ownAccount(key, sub.id);
     expectAccountShape(a);
@@ -192,15 +192,15 @@ describe('GET /account', () => {
   });
 
   it('200: a sub-account’s own key gets the sub-account, without the header', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await createSub(key);
-    expect(await ownAccount(service.newKey(sub.id))).toEqual(sub);
+    expect(await ownAccount(await service.newKey(sub.id))).toEqual(sub);
   });
 });
 
 describe('credits of an account (docs/api/decisions.md section 4)', () => {
   it('a new top-level account without credits is on trial until createdAt + 14 days, nothing bought or used', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const a = await ownAccount(key);
     expect(a.credits).toMatchObject({
       balance: 0,
@@ -212,13 +212,13 @@ describe('credits of an account (docs/api/decisions.md section 4)', () => {
   });
 
   it('a new top-level account with credits is ok, with its balance and purchase', async () => {
-    const { key } = service.newAccount({ credits: 500 });
+    const { key } = await service.newAccount({ credits: 500 });
     const a = await ownAccount(key);
     expect(a.credits).toMatchObject({ balance: 500, state: 'ok', totalPurchased: 500, totalUsed: 0 });
   });
 
   it('the trial ends at freeUntil with nothing purchased: grace (3 days, 100 emails left), then exhausted 3 days later', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const freeUntil = Date.parse((await ownAccount(key)).credits.freeUntil!);
 
     service.clock.set(freeUntil - 1);
@@ -235,17 +235,17 @@ describe('credits of an account (docs/api/decisions.md section 4)', () => {
   });
 
   it('an account with purchased credits stays ok after the trial period', async () => {
-    const { key } = service.newAccount({ credits: 10 });
+    const { key } = await service.newAccount({ credits: 10 });
     service.clock.advance((TRIAL_DAYS + GRACE_DAYS + 1) * DAY);
     expect((await ownAccount(key)).credits).toMatchObject({ state: 'ok', balance: 10 });
   });
 
   it('a sub-account’s credits stay at zero balance and mirror the state of the parent that pays', async () => {
-    const onTrial = service.newAccount();
+    const onTrial = await service.newAccount();
     const trialSub = await createSub(onTrial.key);
     expect(trialSub.credits).toMatchObject({ balance: 0, state: 'trial', totalPurchased: 0, totalUsed: 0 });
 
-    const paying = service.newAccount({ credits: 250 });
+    const paying = await service.newAccount({ credits: 250 });
     const paidSub = await createSub(paying.key);
     expect(paidSub.credits).toMatchObject({ balance: 0, state: 'ok', totalPurchased: 0, totalUsed: 0 });
 
@@ -262,7 +262,7 @@ describe('credits of an account (docs/api/decisions.md section 4)', () => {
 
 describe('POST /accounts', () => {
   it('201: the sub-account with parentId set, nothing sent yet, every Account field with its type', async () => {
-    const { account, key } = service.newAccount();
+    const { account, key } = await service.newAccount();
     const res = await service.api('POST', '/accounts', { key, body: { name: 'Shop EU' } });
     expect(res.status).toBe(201);
     const sub: AccountBody = res.body;
@@ -286,13 +286,13 @@ describe('POST /accounts', () => {
   });
 
   it('accepts names of 2 and of 80 characters', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     expect((await createSub(key, 'EU')).name).toBe('EU');
     expect((await createSub(key, 'n'.repeat(80))).name).toBe('n'.repeat(80));
   });
 
   it('counts the name in characters: 80 emoji are accepted, a single emoji is refused', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const eighty = '📬'.repeat(80);
     const ok = await service.api('POST', '/accounts', { key, body: { name: eighty } });
     expect(ok.status, JSON.stringify(ok.body)).toBe(201);
@@ -301,7 +301,7 @@ describe('POST /accounts', () => {
   });
 
   it('400 invalid_json when the body is not JSON', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const headers = { 'content-type': 'application/json' };
     expectError(await service.api('POST', '/accounts', { key, rawBody: '{"name": "Shop"', headers }), 400, 'invalid_json');
     expectError(await service.api('POST', '/accounts', { key, rawBody: 'name=Shop', headers }), 400, 'invalid_json');
@@ -309,7 +309,7 @@ describe('POST /accounts', () => {
   });
 
   it('422 invalid_request when the body fails validation, the message naming the field', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const cases: [unknown, string][] = [
       [{ name: 'E' }, 'name'],
       [{ name: 'n'.repeat(81) }, 'name'],
@@ -328,7 +328,7 @@ describe('POST /accounts', () => {
   });
 
   it('422 messages tell a wrong type from a missing field and a body that is not an object, without echoing the input', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const cases: [unknown, string][] = [
       [{ name: 42 }, 'name: must be a string'],
       [{ name: null }, 'name: must be a string'],
@@ -348,15 +348,15 @@ describe('POST /accounts', () => {
   });
 
   it('409 conflict when a sub-account’s own key tries to open a sub-account', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await createSub(key);
-    const subKey = service.newKey(sub.id);
+    const subKey = await service.newKey(sub.id);
     expectError(await service.api('POST', '/accounts', { key: subKey, body: { name: 'Grandchild' } }), 409, 'conflict');
     expect((await service.api('GET', '/accounts', { key: subKey })).body.data).toEqual([]);
   });
 
   it('409 conflict when the request carries X-Service-Account (the header must not be sent)', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await createSub(key);
     expectError(await service.api('POST', '/accounts', { key, account: sub.id, body: { name: 'Grandchild' } }), 409, 'conflict');
     expect((await service.api('GET', '/accounts', { key, account: sub.id })).body.data).toEqual([]);
@@ -364,7 +364,7 @@ describe('POST /accounts', () => {
   });
 
   it('409 limit_reached at 200 sub-accounts; deleting one makes room', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     for (let batch = 0; batch < 10; batch++) {
       const made = await Promise.all(Array.from({ length: 20 }, (_, i) => service.api('POST', '/accounts', { key, body: { name: `Sub ${batch * 20 + i}` } })));
       expect(made.map((r) => r.status)).toEqual(Array(20).fill(201));
@@ -378,28 +378,28 @@ describe('POST /accounts', () => {
   });
 
   it('the limit is per account: another account can still open sub-accounts', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     await createSub(key);
-    await createSub(service.newAccount().key);
+    await createSub((await service.newAccount()).key);
   });
 });
 
 describe('GET /accounts', () => {
   it('an account without sub-accounts gets an empty page', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const res = await service.api('GET', '/accounts', { key });
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ data: [], nextCursor: null });
   });
 
   it('200: the account’s own sub-accounts, newest first, each a full Account', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const a = await createSub(key, 'First');
     service.clock.advance(1000);
     const b = await createSub(key, 'Second');
     service.clock.advance(1000);
     const c = await createSub(key, 'Third');
-    await createSub(service.newAccount().key, 'Someone else’s');
+    await createSub((await service.newAccount()).key, 'Someone else’s');
 
     const res = await service.api('GET', '/accounts', { key });
     expect(res.status).toBe(200);
@@ -408,7 +408,7 @@ describe('GET /accounts', () => {
   });
 
   it('pages with nextCursor; passing it back as cursor gives the next page; null on the last page', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const made: AccountBody[] = [];
     for (let i = 0; i < 5; i++) made.push(await createSub(key, `Sub ${i}`));
     const newestFirst = made.map((a) => a.id).reverse();
@@ -424,7 +424,7 @@ describe('GET /accounts', () => {
   });
 
   it('with X-Service-Account, the sub-account’s own list, which is empty (one level only)', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await createSub(key);
     await createSub(key, 'Sibling');
     const res = await service.api('GET', '/accounts', { key, account: sub.id });
@@ -433,7 +433,7 @@ describe('GET /accounts', () => {
   });
 
   it('422 invalid_request for a bad limit: 0, 101, abc, -1, 2.5, empty', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     for (const limit of ['0', '101', 'abc', '-1', '2.5', '']) {
       const res = await service.api('GET', `/accounts?limit=${limit}`, { key });
       expectError(res, 422, 'invalid_request');
@@ -444,14 +444,14 @@ describe('GET /accounts', () => {
   });
 
   it('422 invalid_request for a cursor that is not one of this account’s sub-accounts', async () => {
-    const { account, key } = service.newAccount();
+    const { account, key } = await service.newAccount();
     await createSub(key, 'Sub A');
     await createSub(key, 'Sub B');
-    const other = service.newAccount();
+    const other = await service.newAccount();
     await createSub(other.key, 'Sub C');
     await createSub(other.key, 'Sub D');
     const otherAccountsCursor = (await service.api('GET', '/accounts?limit=1', { key: other.key })).body.nextCursor as string;
-    service.newKey(account.id);
+    await service.newKey(account.id);
     const ownKeysCursor = (await service.api('GET', '/keys?limit=1', { key })).body.nextCursor as string;
     expect(typeof otherAccountsCursor).toBe('string');
     expect(typeof ownKeysCursor).toBe('string');
@@ -464,7 +464,7 @@ describe('GET /accounts', () => {
   });
 
   it('422 invalid_request for the parent’s cursor while acting for its sub-account (another account’s list)', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await createSub(key);
     await createSub(key, 'Second');
     const parentCursor = (await service.api('GET', '/accounts?limit=1', { key })).body.nextCursor as string;
@@ -475,7 +475,7 @@ describe('GET /accounts', () => {
 
 describe('GET /accounts/{id}', () => {
   it('200: the sub-account', async () => {
-    const { account, key } = service.newAccount();
+    const { account, key } = await service.newAccount();
     const sub = await createSub(key, 'Shop DE');
     const res = await service.api('GET', `/accounts/${sub.id}`, { key });
     expect(res.status).toBe(200);
@@ -485,18 +485,18 @@ describe('GET /accounts/{id}', () => {
   });
 
   it('404 not_found for an unknown id, a malformed id, the key’s own account and another account’s sub-account', async () => {
-    const { account, key } = service.newAccount();
-    const theirs = await createSub(service.newAccount().key);
+    const { account, key } = await service.newAccount();
+    const theirs = await createSub((await service.newAccount()).key);
     for (const id of ['01a00000-0000-7000-8000-000000000000', 'nope', account.id, theirs.id]) {
       expectError(await service.api('GET', `/accounts/${id}`, { key }), 404, 'not_found');
     }
   });
 
   it('404 not_found for a sub-account asking about itself or a sibling with its own key', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await createSub(key);
     const sibling = await createSub(key, 'Sibling');
-    const subKey = service.newKey(sub.id);
+    const subKey = await service.newKey(sub.id);
     expectError(await service.api('GET', `/accounts/${sub.id}`, { key: subKey }), 404, 'not_found');
     expectError(await service.api('GET', `/accounts/${sibling.id}`, { key: subKey }), 404, 'not_found');
   });
@@ -504,7 +504,7 @@ describe('GET /accounts/{id}', () => {
 
 describe('DELETE /accounts/{id}', () => {
   it('204, then the sub-account is gone: GET, DELETE and suspend answer 404 not_found, the list no longer has it', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await createSub(key);
     const keep = await createSub(key, 'Keep');
     const res = await service.api('DELETE', `/accounts/${sub.id}`, { key });
@@ -518,7 +518,7 @@ describe('DELETE /accounts/{id}', () => {
   });
 
   it('deletes everything under it: its keys stop working (401 invalid_key) and its rows are gone', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await createSub(key);
     const minted = await service.api('POST', '/keys', { key, account: sub.id, body: { name: 'sub key' } });
     expect(minted.status).toBe(201);
@@ -531,17 +531,17 @@ describe('DELETE /accounts/{id}', () => {
 
     expectError(await service.api('GET', '/account', { key: subKey }), 401, 'invalid_key');
     const db = service.deps.db;
-    expect(db.select().from(accounts).where(eq(accounts.id, sub.id)).all()).toEqual([]);
-    expect(db.select().from(apiKeys).where(eq(apiKeys.accountId, sub.id)).all()).toEqual([]);
-    expect(db.select().from(domains).where(eq(domains.accountId, sub.id)).all()).toEqual([]);
-    expect(db.select().from(suppressions).where(eq(suppressions.accountId, sub.id)).all()).toEqual([]);
+    expect(await db.select().from(accounts).where(eq(accounts.id, sub.id))).toEqual([]);
+    expect(await db.select().from(apiKeys).where(eq(apiKeys.accountId, sub.id))).toEqual([]);
+    expect(await db.select().from(domains).where(eq(domains.accountId, sub.id))).toEqual([]);
+    expect(await db.select().from(suppressions).where(eq(suppressions.accountId, sub.id))).toEqual([]);
     // The parent and its own key are untouched.
     expect((await service.api('GET', '/account', { key })).status).toBe(200);
   });
 
   it('404 not_found for an unknown id, the key’s own account and another account’s sub-account, which stays', async () => {
-    const { account, key } = service.newAccount();
-    const other = service.newAccount();
+    const { account, key } = await service.newAccount();
+    const other = await service.newAccount();
     const theirs = await createSub(other.key);
     for (const id of ['01a00000-0000-7000-8000-000000000000', 'nope', account.id, theirs.id]) {
       expectError(await service.api('DELETE', `/accounts/${id}`, { key }), 404, 'not_found');
@@ -553,18 +553,18 @@ describe('DELETE /accounts/{id}', () => {
 
 describe('POST /accounts/{id}/suspend', () => {
   it('200: suspended with a reason, returned exactly in sending.suspendedReason, also to the sub-account itself', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await createSub(key);
     const res = await suspend(key, sub.id, { suspended: true, reason: REASON });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expectAccountShape(res.body);
     expect(res.body).toEqual({ ...sub, sending: { ...sub.sending, suspended: true, suspendedReason: REASON } });
     expect((await getSub(key, sub.id)).sending).toMatchObject({ suspended: true, suspendedReason: REASON });
-    expect((await ownAccount(service.newKey(sub.id))).sending).toMatchObject({ suspended: true, suspendedReason: REASON });
+    expect((await ownAccount(await service.newKey(sub.id))).sending).toMatchObject({ suspended: true, suspendedReason: REASON });
   });
 
   it('accepts a reason of exactly 15 and of exactly 500 characters', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await createSub(key);
     for (const reason of ['r'.repeat(15), 'r'.repeat(500)]) {
       const res = await suspend(key, sub.id, { suspended: true, reason });
@@ -574,7 +574,7 @@ describe('POST /accounts/{id}/suspend', () => {
   });
 
   it('keeps the reason verbatim, line breaks and surrounding spaces included', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await createSub(key);
     const reason = '  Paused: invoice 2291 is overdue.\nWrite to billing@example.com.\n';
     const res = await suspend(key, sub.id, { suspended: true, reason });
@@ -584,7 +584,7 @@ describe('POST /accounts/{id}/suspend', () => {
   });
 
   it('lift: 200 with suspended false and no suspendedReason', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await createSub(key);
     expect((await suspend(key, sub.id, { suspended: true, reason: REASON })).status).toBe(200);
     const res = await suspend(key, sub.id, { suspended: false });
@@ -595,7 +595,7 @@ describe('POST /accounts/{id}/suspend', () => {
   });
 
   it('400 invalid_json when the body is not JSON', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await createSub(key);
     const headers = { 'content-type': 'application/json' };
     const path = `/accounts/${sub.id}/suspend`;
@@ -606,7 +606,7 @@ describe('POST /accounts/{id}/suspend', () => {
   });
 
   it('422 invalid_request when the body fails validation, the message naming the field; nothing changes', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await createSub(key);
     const cases: [unknown, string][] = [
       [{ suspended: true, reason: 'r'.repeat(14) }, 'reason'],
@@ -626,7 +626,7 @@ describe('POST /accounts/{id}/suspend', () => {
   });
 
   it('counts the reason in characters: 15 emoji are accepted, 14 are refused', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await createSub(key);
     const res = await suspend(key, sub.id, { suspended: true, reason: '⛔'.repeat(7) + '📭'.repeat(8) });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
@@ -634,8 +634,8 @@ describe('POST /accounts/{id}/suspend', () => {
   });
 
   it('404 not_found for an unknown id, the key’s own account and another account’s sub-account, which stays unsuspended', async () => {
-    const { account, key } = service.newAccount();
-    const other = service.newAccount();
+    const { account, key } = await service.newAccount();
+    const other = await service.newAccount();
     const theirs = await createSub(other.key);
     for (const id of ['01a00000-0000-7000-8000-000000000000', 'nope', account.id, theirs.id]) {
       expectError(await suspend(key, id, { suspended: true, reason: REASON }), 404, 'not_found');
@@ -645,26 +645,26 @@ describe('POST /accounts/{id}/suspend', () => {
 
   for (const by of ['operator', 'breaker'] as const) {
     it(`409 conflict lifting a suspension placed by the ${by}; it stays`, async () => {
-      const { key } = service.newAccount();
+      const { key } = await service.newAccount();
       const sub = await createSub(key);
       const reason = `Suspended by the ${by} pending a support review.`;
-      setAccountRow(sub.id, { suspendedBy: by, suspendedReason: reason, suspendedAt: service.clock.now() });
+      await setAccountRow(sub.id, { suspendedBy: by, suspendedReason: reason, suspendedAt: service.clock.now() });
       expectError(await suspend(key, sub.id, { suspended: false }), 409, 'conflict');
       expect((await getSub(key, sub.id)).sending).toMatchObject({ suspended: true, suspendedReason: reason });
     });
   }
 
   it('409 conflict lifting an API suspension while the sub-account’s own rates grade as paused; lifts once they do not', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await createSub(key);
     expect((await suspend(key, sub.id, { suspended: true, reason: REASON })).status).toBe(200);
-    setAccountRow(sub.id, PAUSED_COUNTERS);
+    await setAccountRow(sub.id, PAUSED_COUNTERS);
     expect((await getSub(key, sub.id)).sending.tier).toBe('paused');
 
     expectError(await suspend(key, sub.id, { suspended: false }), 409, 'conflict');
     expect((await getSub(key, sub.id)).sending).toMatchObject({ suspended: true, suspendedReason: REASON });
 
-    setAccountRow(sub.id, { totalSent: 1000, totalBounced: 10, totalComplained: 0 });
+    await setAccountRow(sub.id, { totalSent: 1000, totalBounced: 10, totalComplained: 0 });
     const lifted = await suspend(key, sub.id, { suspended: false });
     expect(lifted.status, JSON.stringify(lifted.body)).toBe(200);
     expect(lifted.body.sending.suspended).toBe(false);
@@ -672,17 +672,17 @@ describe('POST /accounts/{id}/suspend', () => {
   });
 
   it('409 conflict for a lift in any state while the own rates still grade as paused', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await createSub(key);
-    setAccountRow(sub.id, PAUSED_COUNTERS);
+    await setAccountRow(sub.id, PAUSED_COUNTERS);
     expectError(await suspend(key, sub.id, { suspended: false }), 409, 'conflict');
   });
 
   it('the parent’s own counters do not decide: a sub-account with healthy rates lifts while the parent grades as paused', async () => {
-    const { account, key } = service.newAccount();
+    const { account, key } = await service.newAccount();
     const sub = await createSub(key);
     expect((await suspend(key, sub.id, { suspended: true, reason: REASON })).status).toBe(200);
-    setAccountRow(account.id, PAUSED_COUNTERS);
+    await setAccountRow(account.id, PAUSED_COUNTERS);
     const res = await suspend(key, sub.id, { suspended: false });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(res.body.sending.suspended).toBe(false);

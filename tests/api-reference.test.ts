@@ -141,7 +141,7 @@ describe('GET /docs in Chromium', () => {
 
   it("the dashboard's navigation leads to it", async () => {
     const page = await newPage(browser);
-    await signIn(page, service.url, adminTokenFor(service));
+    await signIn(page, service.url, await adminTokenFor(service));
     await page.getByRole('navigation', { name: 'Dashboard' }).getByRole('link', { name: 'API reference' }).click();
     await page.waitForURL(`${service.url}/docs`);
     expect(await page.getByRole('heading', { level: 1 }).textContent()).toBe('Mailstead API v1');

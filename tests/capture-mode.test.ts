@@ -16,6 +16,7 @@ import { parsePrometheusText, sampleValue } from './helpers/prometheus-text.js';
 import { connectDomain, expectError, newSender, receipt, uniqueDomain } from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
 import { SmtpSink } from './helpers/smtp-sink.js';
+import { one } from '../db/sql.js';
 
 /**
  * DELIVERY_MODE=capture: the engine builds and signs every message as it would send it, keeps it
@@ -84,8 +85,8 @@ describe('capture mode never opens a connection', () => {
 
   it('capture: no connection to the sink and no DNS for recipients; every recipient delivered 2.0.0 `captured`, with webhooks, database writes and metrics as usual', async () => {
     const s = await newSender(capture);
-    const endpoint = seedEndpoint(capture, s.account.id, ['email.delivered']);
-    storeDatabaseRow(capture, s.account.id, 'postgresql://app:secret@db.example.com:5432/app');
+    const endpoint = await seedEndpoint(capture, s.account.id, ['email.delivered']);
+    await storeDatabaseRow(capture, s.account.id, 'postgresql://app:secret@db.example.com:5432/app');
     const before = await metric(capture, 'delivered');
     dns.queries = [];
     const to = ['alice@example.net', 'bob@nowhere.example', 'carol@gmail.com'];
@@ -97,19 +98,18 @@ describe('capture mode never opens a connection', () => {
     expect(dns.queries).toEqual([]);
     const got = await events(capture, s.key, id);
     expect(got.map((e) => [e.recipient, e.status, e.dsn, e.detail]).sort()).toEqual(to.map((r) => [r, 'delivered', '2.0.0', 'captured']).sort());
-    const email = capture.deps.db.select().from(emails).where(eq(emails.id, id)).get()!;
+    const email = (await one(capture.deps.db.select().from(emails).where(eq(emails.id, id))))!;
     expect(email.deliveredAt).toBe(capture.clock.now());
     // Done with, like any delivered message: the queued content is gone, the capture stays.
-    expect(capture.deps.db.select().from(outboundMessages).where(eq(outboundMessages.id, id)).all()).toEqual([]);
-    expect(capture.deps.db.select({ n: count() }).from(capturedMessages).where(eq(capturedMessages.emailId, id)).get()!.n).toBe(3);
+    expect(await capture.deps.db.select().from(outboundMessages).where(eq(outboundMessages.id, id))).toEqual([]);
+    expect((await one(capture.deps.db.select({ n: count() }).from(capturedMessages).where(eq(capturedMessages.emailId, id))))!.n).toBe(3);
 
-    const posts = capture.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpoint)).all();
+    const posts = await capture.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpoint));
     expect(posts.map((p) => [p.eventType, JSON.parse(p.data).detail]).sort()).toEqual(to.map(() => ['email.delivered', 'captured']));
-    const writes = capture.deps.db
+    const writes = await capture.deps.db
       .select()
       .from(customerDbWrites)
-      .where(and(eq(customerDbWrites.accountId, s.account.id), eq(customerDbWrites.kind, 'event')))
-      .all();
+      .where(and(eq(customerDbWrites.accountId, s.account.id), eq(customerDbWrites.kind, 'event')));
     expect(writes).toHaveLength(3);
     expect(await metric(capture, 'delivered')).toBe(before + 3);
   });
@@ -128,7 +128,7 @@ describe('the captured message', () => {
     const s = await newSender(capture);
     const id = await send(capture, s.key, receipt(`Shop <${s.from}>`, ['erin@example.net', 'Frank@Example.net'], { replyTo: `help@${s.domain}` }));
     await engineOf(capture).runOnce();
-    const raw = readCapture(capture.deps.db, capture.deps.secretKey, { accountId: s.account.id, emailId: id, recipient: 'erin@example.net' })!;
+    const raw = (await readCapture(capture.deps.db, capture.deps.secretKey, { accountId: s.account.id, emailId: id, recipient: 'erin@example.net' }))!;
     const text = raw.toString('latin1');
     expect(text).toMatch(/^DKIM-Signature: /);
     expect(text).not.toMatch(/[^\r]\n|\r(?!\n)/);
@@ -137,7 +137,7 @@ describe('the captured message', () => {
     expect(text).toContain(`Message-ID: <${id}@mx.mailstead.test>`);
     expect(text).toContain('Subject: Your receipt R-1001');
 
-    const key = capture.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, s.account.id)).get()!;
+    const key = (await one(capture.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, s.account.id))))!;
     const verdict = await dkimVerify(raw, {
       resolver: async (name: string, type: string) => {
         if (type === 'TXT' && name === `${key.selector}._domainkey.${s.domain}`) return [[`v=DKIM1; h=sha256; k=rsa; p=${key.dkimPublicKey}`]];
@@ -148,7 +148,7 @@ describe('the captured message', () => {
     expect(verdict.results[0]?.signingDomain).toBe(s.domain);
 
     // At rest it is sealed with the secret key: neither the subject nor the recipient is readable in the row.
-    const rows = capture.deps.db.select().from(capturedMessages).where(eq(capturedMessages.emailId, id)).orderBy(asc(capturedMessages.recipient)).all();
+    const rows = await capture.deps.db.select().from(capturedMessages).where(eq(capturedMessages.emailId, id)).orderBy(asc(capturedMessages.recipient));
     expect(rows.map((r) => r.recipient)).toEqual(['erin@example.net', 'frank@example.net']);
     for (const row of rows) {
       expect(row.messageSealed.toString('latin1')).not.toContain('Your receipt');
@@ -156,83 +156,82 @@ describe('the captured message', () => {
     }
   });
 
-  it(`the store keeps the newest ${CAPTURE_LIMIT}: each new capture drops the oldest beyond; a recipient captured again is replaced in place`, () => {
-    const { account } = capture.newAccount({ name: 'Bound' });
+  it(`the store keeps the newest ${CAPTURE_LIMIT}: each new capture drops the oldest beyond; a recipient captured again is replaced in place`, async () => {
+    const { account } = await capture.newAccount({ name: 'Bound' });
     const db = capture.deps.db;
     const key = capture.deps.secretKey!;
     const at = capture.clock.now();
     const emailId = newId(at);
-    db.insert(emails)
-      .values({
-        id: emailId,
-        accountId: account.id,
-        fromAddress: 'a@shop.test',
-        to: [],
-        subject: 's',
-        template: 'notification',
-        status: 'sent',
-        sandbox: false,
-        createdAt: at,
-      })
-      .run();
-    const total = () => db.select({ n: count() }).from(capturedMessages).get()!.n;
+    await db.insert(emails).values({
+      id: emailId,
+      accountId: account.id,
+      fromAddress: 'a@shop.test',
+      to: [],
+      subject: 's',
+      template: 'notification',
+      status: 'sent',
+      sandbox: false,
+      createdAt: at,
+    });
+    const total = async () => (await one(db.select({ n: count() }).from(capturedMessages)))!.n;
     // Whatever other tests captured is older than these: it goes first.
     const capture1 = (i: number) =>
       storeCapture(
         db,
         sealCapture(key, { emailId, accountId: account.id, recipient: `r${i}@example.net`, message: Buffer.from(`message ${i}\r\n`), capturedAt: at }),
       );
-    db.transaction(() => {
-      for (let i = 0; i < CAPTURE_LIMIT; i++) capture1(i);
+    await db.transaction(async () => {
+      for (let i = 0; i < CAPTURE_LIMIT; i++) await capture1(i);
     });
-    expect(total()).toBe(CAPTURE_LIMIT);
-    const read = (i: number) => readCapture(db, key, { accountId: account.id, emailId, recipient: `r${i}@example.net` })?.toString();
-    expect(read(0)).toBe('message 0\r\n');
+    expect(await total()).toBe(CAPTURE_LIMIT);
+    const read = async (i: number) => (await readCapture(db, key, { accountId: account.id, emailId, recipient: `r${i}@example.net` }))?.toString();
+    expect(await read(0)).toBe('message 0\r\n');
 
-    db.transaction(() => {
-      for (let i = CAPTURE_LIMIT; i < CAPTURE_LIMIT + 5; i++) capture1(i);
+    await db.transaction(async () => {
+      for (let i = CAPTURE_LIMIT; i < CAPTURE_LIMIT + 5; i++) await capture1(i);
     });
-    expect(total()).toBe(CAPTURE_LIMIT);
+    expect(await total()).toBe(CAPTURE_LIMIT);
     expect([0, 1, 2, 3, 4].map(read)).toEqual([undefined, undefined, undefined, undefined, undefined]);
-    expect(read(5)).toBe('message 5\r\n');
-    expect(read(CAPTURE_LIMIT + 4)).toBe(`message ${CAPTURE_LIMIT + 4}\r\n`);
+    expect(await read(5)).toBe('message 5\r\n');
+    expect(await read(CAPTURE_LIMIT + 4)).toBe(`message ${CAPTURE_LIMIT + 4}\r\n`);
 
-    storeCapture(db, sealCapture(key, { emailId, accountId: account.id, recipient: 'R5@example.net', message: Buffer.from('again\r\n'), capturedAt: at }));
-    expect(total()).toBe(CAPTURE_LIMIT);
-    expect(read(5)).toBe('again\r\n');
-    expect(read(6)).toBe('message 6\r\n');
+    await storeCapture(
+      db,
+      sealCapture(key, { emailId, accountId: account.id, recipient: 'R5@example.net', message: Buffer.from('again\r\n'), capturedAt: at }),
+    );
+    expect(await total()).toBe(CAPTURE_LIMIT);
+    expect(await read(5)).toBe('again\r\n');
+    expect(await read(6)).toBe('message 6\r\n');
   });
 });
 
 describe('the capture store by itself (server/core/capture-store.ts)', () => {
-  it('refuses another account’s capture: read for any account but the one that sent it, it gives nothing', () => {
-    const owner = capture.newAccount({ name: 'Capture owner' }).account;
-    const other = capture.newAccount({ name: 'Capture stranger' }).account;
+  it('refuses another account’s capture: read for any account but the one that sent it, it gives nothing', async () => {
+    const owner = (await capture.newAccount({ name: 'Capture owner' })).account;
+    const other = (await capture.newAccount({ name: 'Capture stranger' })).account;
     const db = capture.deps.db;
     const key = capture.deps.secretKey!;
     const at = capture.clock.now();
     const emailId = newId(at);
-    db.insert(emails)
-      .values({
-        id: emailId,
-        accountId: owner.id,
-        fromAddress: 'a@shop.test',
-        to: ['dee@example.net'],
-        subject: 's',
-        template: 'notification',
-        status: 'sent',
-        sandbox: false,
-        createdAt: at,
-      })
-      .run();
-    storeCapture(
+    await db.insert(emails).values({
+      id: emailId,
+      accountId: owner.id,
+      fromAddress: 'a@shop.test',
+      to: ['dee@example.net'],
+      subject: 's',
+      template: 'notification',
+      status: 'sent',
+      sandbox: false,
+      createdAt: at,
+    });
+    await storeCapture(
       db,
       sealCapture(key, { emailId, accountId: owner.id, recipient: 'dee@example.net', message: Buffer.from('the owner’s message\r\n'), capturedAt: at }),
     );
     // The store's own check, with no route before it: the right email id and recipient are not enough.
-    expect(readCapture(db, key, { accountId: other.id, emailId, recipient: 'dee@example.net' })).toBeNull();
-    expect(readCapture(db, key, { accountId: other.id, emailId, recipient: 'DEE@example.net' })).toBeNull();
-    expect(readCapture(db, key, { accountId: owner.id, emailId, recipient: 'dee@example.net' })?.toString()).toBe('the owner’s message\r\n');
+    expect(await readCapture(db, key, { accountId: other.id, emailId, recipient: 'dee@example.net' })).toBeNull();
+    expect(await readCapture(db, key, { accountId: other.id, emailId, recipient: 'DEE@example.net' })).toBeNull();
+    expect((await readCapture(db, key, { accountId: owner.id, emailId, recipient: 'dee@example.net' }))?.toString()).toBe('the owner’s message\r\n');
   });
 });
 
@@ -252,7 +251,7 @@ describe('GET /emails/{id}/message', () => {
       expect(res.status).toBe(200);
       expect(res.headers.get('content-type')).toBe('message/rfc822');
       expectDocumented(res);
-      const stored = readCapture(capture.deps.db, capture.deps.secretKey, { accountId: s.account.id, emailId: id, recipient })!;
+      const stored = (await readCapture(capture.deps.db, capture.deps.secretKey, { accountId: s.account.id, emailId: id, recipient }))!;
       expect(res.body).toBe(stored.toString('utf8'));
       expect(res.body).toMatch(/^DKIM-Signature: /);
     }
@@ -267,7 +266,7 @@ describe('GET /emails/{id}/message', () => {
     const res = await capture.api('POST', '/emails', { key: parent.key, account: sub.body.id, body: receipt(`orders@${subDomain}`, 'ivy@example.net') });
     expect(res.status).toBe(200);
     await engineOf(capture).runOnce();
-    const reader = capture.newKey(parent.account.id, ['emails:read']);
+    const reader = await capture.newKey(parent.account.id, ['emails:read']);
     const path = `/emails/${res.body.id}/message?recipient=ivy@example.net`;
     const asSub = await capture.api('GET', path, { key: reader, account: sub.body.id });
     expect(asSub.status).toBe(200);
@@ -311,13 +310,13 @@ describe('GET /emails/{id}/message', () => {
     const id = await send(direct, s.key, receipt(s.from, 'lee@example.net'));
     await engineOf(direct).runOnce();
     expect((await events(direct, s.key, id))[0]).toMatchObject({ status: 'delivered' });
-    expect(direct.deps.db.select({ n: count() }).from(capturedMessages).get()!.n).toBe(0);
+    expect((await one(direct.deps.db.select({ n: count() }).from(capturedMessages)))!.n).toBe(0);
     const path = `/emails/${id}/message?recipient=lee@example.net`;
     expectError(await direct.api('GET', path, { key: s.key }), 404, 'email_not_found', /capture mode/);
 
     // A capture left by an earlier DELIVERY_MODE=capture run of the same DATA_DIR is not shown by a server that delivers.
     const message = Buffer.from('Subject: kept from a capture run\r\n\r\nhello\r\n');
-    storeCapture(
+    await storeCapture(
       direct.deps.db,
       sealCapture(direct.deps.secretKey!, { emailId: id, accountId: s.account.id, recipient: 'lee@example.net', message, capturedAt: direct.clock.now() }),
     );
@@ -347,7 +346,7 @@ describe('reserved-TLD domains verify without DNS in capture mode only', () => {
   });
 
   it('capture: a .test, .example, .invalid and .localhost domain verifies with every record published, DNS never asked; then sends', async () => {
-    const { key } = capture.newAccount({ name: 'Local shop' });
+    const { key } = await capture.newAccount({ name: 'Local shop' });
     for (const name of [`shop-${process.pid}.test`, `shop-${process.pid}.example`, `shop-${process.pid}.invalid`, `shop-${process.pid}.localhost`]) {
       dns.queries = [];
       const created = await capture.api('POST', '/domains', { key, body: { name } });
@@ -371,7 +370,7 @@ describe('reserved-TLD domains verify without DNS in capture mode only', () => {
   });
 
   it('capture: any other name is still read from DNS', async () => {
-    const { key } = capture.newAccount({ name: 'Real shop' });
+    const { key } = await capture.newAccount({ name: 'Real shop' });
     const name = uniqueDomain('real');
     dns.queries = [];
     const created = await capture.api('POST', '/domains', { key, body: { name } });
@@ -385,7 +384,7 @@ describe('reserved-TLD domains verify without DNS in capture mode only', () => {
   });
 
   it('direct: a .test name is read from DNS like any other, so without records it stays pending and cannot send', async () => {
-    const { key } = direct.newAccount({ name: 'Direct shop' });
+    const { key } = await direct.newAccount({ name: 'Direct shop' });
     const name = `shop-${process.pid}-direct.test`;
     dns.queries = [];
     const created = await direct.api('POST', '/domains', { key, body: { name } });

@@ -32,9 +32,9 @@ afterAll(async () => {
   await stopDeliveryRig(rig);
   await pgServer?.stop();
 });
-beforeEach(() => {
-  rig.service.deps.db.delete(outboundRecipients).run();
-  rig.service.deps.db.delete(customerDbWrites).run();
+beforeEach(async () => {
+  await rig.service.deps.db.delete(outboundRecipients);
+  await rig.service.deps.db.delete(customerDbWrites);
   resetDeliveryRig(rig);
 });
 afterEach(async () => {
@@ -63,8 +63,8 @@ async function queueSpooledInbound(s: Sender): Promise<string> {
   spool.append(raw);
   await spool.finish();
   const id = newId(now);
-  rig.service.deps.db.transaction(() => {
-    queueCustomerDbWrite(
+  await rig.service.deps.db.transaction(async () => {
+    await queueCustomerDbWrite(
       rig.service.deps,
       s.account.id,
       {
@@ -114,8 +114,8 @@ describe('a write refused by a constraint checked at COMMIT (deferrable, class 2
     );
     const now = rig.service.clock.now();
     // An outcome of an email this database never got (sent before it was connected), then an ordinary send.
-    rig.service.deps.db.transaction(() => {
-      queueCustomerDbWrite(
+    await rig.service.deps.db.transaction(async () => {
+      await queueCustomerDbWrite(
         rig.service.deps,
         s.account.id,
         {

@@ -40,8 +40,8 @@ afterAll(async () => {
   for (const dir of dataDirs) rmSync(dir, { recursive: true, force: true });
 });
 
-beforeEach(() => {
-  rig.service.deps.db.delete(customerDbWrites).run();
+beforeEach(async () => {
+  await rig.service.deps.db.delete(customerDbWrites);
   resetDeliveryRig(rig);
   rig.service.logger.entries.length = 0;
 });
@@ -85,9 +85,9 @@ async function send(s: Sender): Promise<string> {
   return res.body.id as string;
 }
 
-function queueEvent(s: Sender, emailId: string): void {
+async function queueEvent(s: Sender, emailId: string): Promise<void> {
   const now = rig.service.clock.now();
-  rig.service.deps.db.transaction(() =>
+  await rig.service.deps.db.transaction(async () =>
     queueCustomerDbWrite(
       rig.service.deps,
       s.account.id,
@@ -97,11 +97,11 @@ function queueEvent(s: Sender, emailId: string): void {
   );
 }
 
-function queueInbound(s: Sender): string {
+async function queueInbound(s: Sender): Promise<string> {
   const now = rig.service.clock.now();
   const id = newId(now);
   const raw = Buffer.from('From: ann@example.net\r\nSubject: Order 7\r\n\r\nHello\r\n');
-  rig.service.deps.db.transaction(() =>
+  await rig.service.deps.db.transaction(async () =>
     queueCustomerDbWrite(
       rig.service.deps,
       s.account.id,
@@ -249,14 +249,14 @@ describe('a trigger raising a 2 MB message', () => {
     );
     writer = createCustomerDbWriter(rig.service.deps);
     const emailId = await send(s);
-    queueEvent(s, emailId);
-    queueInbound(s);
+    await queueEvent(s, emailId);
+    await queueInbound(s);
     // Tried, then tried again after each gap, then set aside.
     for (const gap of [0, 30_000, 120_000]) {
       rig.service.clock.advance(gap);
       await writer.runOnce();
     }
-    const kept = rig.service.deps.db.select().from(customerDbWrites).all();
+    const kept = await rig.service.deps.db.select().from(customerDbWrites);
     expect(kept.map((w) => w.kind).sort()).toEqual(['event', 'inbound']);
     for (const w of kept) {
       expect(w.setAsideAt).not.toBeNull();

@@ -8,6 +8,7 @@ import { scratchDatabases, storeDatabaseRow } from './helpers/customer-db.js';
 import { type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 import { DAY, type Sender, newSender, receipt } from './helpers/sending.js';
+import { one } from '../db/sql.js';
 
 /**
  * The outbox's seven-day drop (docs/api/decisions.md section 8: "retried with growing gaps for 7 days"),
@@ -34,8 +35,8 @@ afterAll(async () => {
   await pgServer?.stop();
 });
 
-beforeEach(() => {
-  rig.service.deps.db.delete(customerDbWrites).run();
+beforeEach(async () => {
+  await rig.service.deps.db.delete(customerDbWrites);
   resetDeliveryRig(rig);
   rig.service.logger.entries.length = 0;
   writer = createCustomerDbWriter(rig.service.deps);
@@ -62,8 +63,9 @@ async function send(s: Sender, receiptNumber: string): Promise<string> {
   return res.body.id as string;
 }
 
-const outboxOf = (s: Sender) => rig.service.deps.db.select().from(customerDbWrites).where(eq(customerDbWrites.databaseAccountId, s.account.id)).all();
-const lastErrorOf = (s: Sender) => rig.service.deps.db.select().from(customerDatabases).where(eq(customerDatabases.accountId, s.account.id)).get()!.lastError;
+const outboxOf = async (s: Sender) => await rig.service.deps.db.select().from(customerDbWrites).where(eq(customerDbWrites.databaseAccountId, s.account.id));
+const lastErrorOf = async (s: Sender) =>
+  (await one(rig.service.deps.db.select().from(customerDatabases).where(eq(customerDatabases.accountId, s.account.id))))!.lastError;
 const dropLogs = (s: Sender) => rig.service.logger.entries.filter((e) => e.event === 'customer_db.writes_dropped' && e.accountId === s.account.id);
 
 /** Runs the writer at each gap of the data-refusal schedule, from now: the refused write is set aside at the end. */
@@ -84,16 +86,16 @@ describe('the seven days count from when a write was queued', () => {
     await writer.runOnce();
     rig.service.clock.advance(HOUR - MINUTE);
     await writer.runOnce();
-    const [waiting] = outboxOf(s);
+    const [waiting] = await outboxOf(s);
     expect(waiting).toMatchObject({ createdAt: queuedAt, attempts: 2, setAsideAt: null });
     expect(waiting!.nextAttemptAt).toBeGreaterThan(queuedAt + WRITE_RETENTION_MS);
     expect(dropLogs(s)).toEqual([]);
 
     rig.service.clock.advance(MINUTE);
     await writer.runOnce();
-    expect(outboxOf(s)).toEqual([]);
+    expect(await outboxOf(s)).toEqual([]);
     expect(dropLogs(s)).toEqual([expect.objectContaining({ count: 1 })]);
-    expect(lastErrorOf(s)).toBe('1 queued write was dropped after waiting seven days for the database.');
+    expect(await lastErrorOf(s)).toBe('1 queued write was dropped after waiting seven days for the database.');
   });
 
   it('a write set aside and put back in line by POST /database/test keeps its queued time: dropped at seven days, set aside again or not', async () => {
@@ -101,24 +103,24 @@ describe('the seven days count from when a write was queued', () => {
     const queuedAt = rig.service.clock.now();
     await send(s, 'POISON-2');
     await refuseUntilSetAside();
-    expect(outboxOf(s)).toEqual([expect.objectContaining({ setAsideAt: expect.any(Number) })]);
+    expect(await outboxOf(s)).toEqual([expect.objectContaining({ setAsideAt: expect.any(Number) })]);
 
     // Six days on the customer tests the database: the write is back in line, due now, and refused again until set aside.
     rig.service.clock.set(queuedAt + 6 * DAY);
     expect((await rig.service.api('POST', '/database/test', { key: s.key })).status).toBe(200);
-    expect(outboxOf(s)).toEqual([expect.objectContaining({ setAsideAt: null, attempts: 0, nextAttemptAt: queuedAt + 6 * DAY })]);
+    expect(await outboxOf(s)).toEqual([expect.objectContaining({ setAsideAt: null, attempts: 0, nextAttemptAt: queuedAt + 6 * DAY })]);
     await refuseUntilSetAside();
     const setAsideAt = rig.service.clock.now();
-    expect(outboxOf(s)).toEqual([expect.objectContaining({ createdAt: queuedAt, setAsideAt })]);
+    expect(await outboxOf(s)).toEqual([expect.objectContaining({ createdAt: queuedAt, setAsideAt })]);
 
     rig.service.clock.set(queuedAt + WRITE_RETENTION_MS - MINUTE);
     await writer.runOnce();
-    expect(outboxOf(s)).toHaveLength(1);
+    expect(await outboxOf(s)).toHaveLength(1);
     expect(dropLogs(s)).toEqual([]);
 
     rig.service.clock.set(queuedAt + WRITE_RETENTION_MS);
     await writer.runOnce();
-    expect(outboxOf(s)).toEqual([]);
+    expect(await outboxOf(s)).toEqual([]);
     expect(dropLogs(s)).toEqual([expect.objectContaining({ count: 1 })]);
   });
 });
@@ -128,7 +130,7 @@ describe('the dropped count', () => {
     // P's database answers and refuses the poisoned emails (set aside); Q's cannot be reached (its writes wait).
     const p = await refusingSender('CountP');
     const q = await newSender(rig.service, { name: 'CountQ' });
-    storeDatabaseRow(rig.service, q.account.id, `postgresql://app:secret@127.0.0.1:${await freePort()}/app?sslmode=no-verify`);
+    await storeDatabaseRow(rig.service, q.account.id, `postgresql://app:secret@127.0.0.1:${await freePort()}/app?sslmode=no-verify`);
     const queuedAt = rig.service.clock.now();
     await send(p, 'POISON-3');
     await send(p, 'POISON-4');
@@ -144,14 +146,14 @@ describe('the dropped count', () => {
     // Q was last tried just before the drop: its next attempt comes after it, so nothing overwrites the count shown.
     rig.service.clock.set(queuedAt + WRITE_RETENTION_MS - 1000);
     await writer.runOnce();
-    const before = { p: outboxOf(p), q: outboxOf(q) };
+    const before = { p: await outboxOf(p), q: await outboxOf(q) };
     expect(before.p.map((w) => w.setAsideAt === null)).toEqual([false, false, false]);
     expect(before.q.map((w) => w.setAsideAt === null)).toEqual([true, true, true]);
-    expect(lastErrorOf(q)).toMatch(/could not connect/);
+    expect(await lastErrorOf(q)).toMatch(/could not connect/);
 
     rig.service.clock.set(queuedAt + WRITE_RETENTION_MS);
     await writer.runOnce();
-    const after = { p: outboxOf(p), q: outboxOf(q) };
+    const after = { p: await outboxOf(p), q: await outboxOf(q) };
     // What stays is exactly the young writes.
     expect(after.p.map((w) => w.createdAt)).toEqual([queuedAt + 3 * DAY]);
     expect(after.q.map((w) => w.createdAt)).toEqual([queuedAt + 3 * DAY]);
@@ -159,10 +161,10 @@ describe('the dropped count', () => {
     expect(removed).toEqual({ p: 2, q: 2 });
     expect(dropLogs(p)).toEqual([expect.objectContaining({ level: 'error', count: removed.p })]);
     expect(dropLogs(q)).toEqual([expect.objectContaining({ level: 'error', count: removed.q })]);
-    expect(lastErrorOf(p)).toBe('2 queued writes were dropped after waiting seven days for the database.');
-    expect(lastErrorOf(q)).toBe('2 queued writes were dropped after waiting seven days for the database.');
-    expect((await rig.service.api('GET', '/database', { key: p.key })).body).toMatchObject({ lastError: lastErrorOf(p), pending: 0 });
-    expect((await rig.service.api('GET', '/database', { key: q.key })).body).toMatchObject({ lastError: lastErrorOf(q), pending: 1 });
+    expect(await lastErrorOf(p)).toBe('2 queued writes were dropped after waiting seven days for the database.');
+    expect(await lastErrorOf(q)).toBe('2 queued writes were dropped after waiting seven days for the database.');
+    expect((await rig.service.api('GET', '/database', { key: p.key })).body).toMatchObject({ lastError: await lastErrorOf(p), pending: 0 });
+    expect((await rig.service.api('GET', '/database', { key: q.key })).body).toMatchObject({ lastError: await lastErrorOf(q), pending: 1 });
 
     // Later runs find nothing more to drop, and log nothing more.
     for (let i = 0; i < 3; i++) {
@@ -170,7 +172,7 @@ describe('the dropped count', () => {
       await writer.runOnce();
     }
     expect({ p: dropLogs(p).length, q: dropLogs(q).length }).toEqual({ p: 1, q: 1 });
-    expect({ p: outboxOf(p).length, q: outboxOf(q).length }).toEqual({ p: 1, q: 1 });
+    expect({ p: (await outboxOf(p)).length, q: (await outboxOf(q)).length }).toEqual({ p: 1, q: 1 });
   });
 
   it('is logged once when the seven days are up to the millisecond', async () => {
@@ -180,7 +182,7 @@ describe('the dropped count', () => {
     await refuseUntilSetAside();
     rig.service.clock.set(queuedAt + WRITE_RETENTION_MS);
     await writer.runOnce();
-    const leftByFirstRun = outboxOf(s).length;
+    const leftByFirstRun = (await outboxOf(s)).length;
     rig.service.clock.advance(MINUTE);
     await writer.runOnce();
     // Counted and removed by the same run: a count that ran ahead of the delete would be logged again by the next.

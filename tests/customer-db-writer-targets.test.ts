@@ -30,9 +30,9 @@ afterAll(async () => {
   await stopDeliveryRig(rig);
   await pgServer?.stop();
 });
-beforeEach(() => {
-  rig.service.deps.db.delete(outboundRecipients).run();
-  rig.service.deps.db.delete(customerDbWrites).run();
+beforeEach(async () => {
+  await rig.service.deps.db.delete(outboundRecipients);
+  await rig.service.deps.db.delete(customerDbWrites);
   resetDeliveryRig(rig);
 });
 afterEach(async () => {
@@ -171,8 +171,8 @@ describe('writes set aside for their data', () => {
       rig.service.clock.advance(gap);
       await writer.runOnce();
     }
-    const outbox = () => rig.service.deps.db.select().from(customerDbWrites).where(eq(customerDbWrites.accountId, s.account.id)).all();
-    expect(outbox().filter((w) => w.kind === 'email')).toEqual([expect.objectContaining({ setAsideAt: expect.any(Number) })]);
+    const outbox = async () => await rig.service.deps.db.select().from(customerDbWrites).where(eq(customerDbWrites.accountId, s.account.id));
+    expect((await outbox()).filter((w) => w.kind === 'email')).toEqual([expect.objectContaining({ setAsideAt: expect.any(Number) })]);
     expect((await rig.service.api('GET', '/database', { key: s.key })).body).toMatchObject({ pending: 0, lastError: expect.stringMatching(/set aside/) });
     expect(await landed(database.name, [id])).toEqual([]);
 
@@ -181,6 +181,6 @@ describe('writes set aside for their data', () => {
     expect(rig.service.logger.entries).toContainEqual(expect.objectContaining({ event: 'customer_db.set_aside_requeued', count: 1 }));
     await writer.runOnce();
     expect(await landed(database.name, [id])).toEqual([id]);
-    expect(outbox().filter((w) => w.kind === 'email')).toEqual([]);
+    expect((await outbox()).filter((w) => w.kind === 'email')).toEqual([]);
   });
 });

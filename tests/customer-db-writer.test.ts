@@ -13,6 +13,7 @@ import { FAST_TIMEOUTS, type DeliveryRig, resetDeliveryRig, startDeliveryRig, st
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 import { DAY, type Sender, newSender, newSubSender, receipt } from './helpers/sending.js';
 import { NOT_CONNECTED } from './helpers/customer-db.js';
+import { one } from '../db/sql.js';
 
 /**
  * The customer-database writer in the service, against a real Postgres with TLS verified through
@@ -44,8 +45,8 @@ afterAll(async () => {
 });
 
 beforeEach(async () => {
-  rig.service.deps.db.delete(outboundRecipients).run();
-  rig.service.deps.db.delete(customerDbWrites).run();
+  await rig.service.deps.db.delete(outboundRecipients);
+  await rig.service.deps.db.delete(customerDbWrites);
   resetDeliveryRig(rig);
   writer = createCustomerDbWriter(rig.service.deps);
 });
@@ -103,7 +104,7 @@ describe('writing sends and outcomes', () => {
 
   it('a send writes its rendered content, sealed in the outbox until written; its outcome writes an event and delivered_at', async () => {
     const id = await send(sender.key, sender.from, ['ann@example.net', 'bob@example.net'], { tags: { order: 'A-1' } });
-    const [queued] = rig.service.deps.db.select().from(customerDbWrites).all();
+    const [queued] = await rig.service.deps.db.select().from(customerDbWrites);
     expect(queued).toMatchObject({ databaseAccountId: sender.account.id, accountId: sender.account.id, kind: 'email' });
     // The content is sealed with the secret key: the outbox row holds none of it in clear.
     expect(queued!.payloadSealed).not.toContain('R-1001');
@@ -126,7 +127,7 @@ describe('writing sends and outcomes', () => {
     expect(row.html).toContain('R-1001');
     expect(row.subject).toEqual(expect.any(String));
     expect(row.delivered_at).toBeNull();
-    expect(rig.service.deps.db.select().from(customerDbWrites).all()).toEqual([]);
+    expect(await rig.service.deps.db.select().from(customerDbWrites)).toEqual([]);
 
     await deliver();
     expect((await status(sender.key)).pending).toBe(2);
@@ -181,13 +182,7 @@ describe('writing sends and outcomes', () => {
   it('a sub-account writes to its parent’s database, and to its own once it has one', async () => {
     const sub = await newSubSender(rig.service, sender.key);
     const viaParent = await send(sender.key, sub.from, 'ann@example.net', {}, sub.id);
-    expect(
-      rig.service.deps.db
-        .select()
-        .from(customerDbWrites)
-        .all()
-        .map((w) => [w.databaseAccountId, w.accountId]),
-    ).toEqual([[sender.account.id, sub.id]]);
+    expect((await rig.service.deps.db.select().from(customerDbWrites)).map((w) => [w.databaseAccountId, w.accountId])).toEqual([[sender.account.id, sub.id]]);
     expect(await status(sender.key, sub.id)).toMatchObject({ connected: true, host: 'localhost' });
     await writer.runOnce();
     expect((await emailRow(viaParent)).account_id).toBe(sub.id);
@@ -215,7 +210,7 @@ describe('writing sends and outcomes', () => {
     const other = await newSender(rig.service, { name: 'No database' });
     await send(other.key, other.from, 'ann@example.net');
     await deliver();
-    expect(rig.service.deps.db.select().from(customerDbWrites).all()).toEqual([]);
+    expect(await rig.service.deps.db.select().from(customerDbWrites)).toEqual([]);
     expect(await status(other.key)).toEqual(NOT_CONNECTED);
   });
 });
@@ -241,11 +236,11 @@ describe('outage and recovery', () => {
     expect(s.lastError).toMatch(/^could not connect|connection/i);
     const failedAt = rig.service.clock.now();
     // Growing gaps: not tried again before the first gap has passed.
-    const row = () => rig.service.deps.db.select().from(customerDatabases).where(eq(customerDatabases.accountId, sender.account.id)).get()!;
-    expect(row().nextAttemptAt).toBe(failedAt + RECONNECT_GAPS_MS[0]!);
+    const row = async () => (await one(rig.service.deps.db.select().from(customerDatabases).where(eq(customerDatabases.accountId, sender.account.id))))!;
+    expect((await row()).nextAttemptAt).toBe(failedAt + RECONNECT_GAPS_MS[0]!);
     rig.service.clock.advance(RECONNECT_GAPS_MS[0]!);
     await writer.runOnce();
-    expect(row()).toMatchObject({ failures: 2, nextAttemptAt: rig.service.clock.now() + RECONNECT_GAPS_MS[1]! });
+    expect(await row()).toMatchObject({ failures: 2, nextAttemptAt: rig.service.clock.now() + RECONNECT_GAPS_MS[1]! });
     expect(rig.service.logger.entries.filter((e) => e.event === 'customer_db.unreachable' && e.accountId === sender.account.id)).toHaveLength(1);
 
     await pgServer.restart();
@@ -320,9 +315,9 @@ describe('a write refused for its data', () => {
     const s = await status(sender.key);
     expect(s).toMatchObject({ state: 'connected', pending: 0 });
     expect(s.lastError).toMatch(/set aside.*no_poison/);
-    const [kept] = rig.service.deps.db.select().from(customerDbWrites).all();
+    const [kept] = await rig.service.deps.db.select().from(customerDbWrites);
     expect(kept).toMatchObject({ kind: 'email', attempts: 3, setAsideAt: expect.any(Number), lastError: expect.stringMatching(/no_poison/) });
-    expect(pendingWrites(rig.service.deps.db, sender.account.id)).toBe(0);
+    expect(await pendingWrites(rig.service.deps.db, sender.account.id)).toBe(0);
     // Later writes still flow.
     const later = await send(sender.key, sender.from, 'cy@example.net');
     await writer.runOnce();
@@ -342,7 +337,7 @@ describe('a parse thread that dies with a batch of received messages', () => {
     const now = rig.service.clock.now();
     const inboundId = newId(now);
     const raw = Buffer.from('From: ann@example.net\r\nSubject: Where is order 7?\r\n\r\nHello\r\n');
-    rig.service.deps.db.transaction(() =>
+    await rig.service.deps.db.transaction(async () =>
       queueCustomerDbWrite(
         rig.service.deps,
         sender.account.id,
@@ -365,7 +360,7 @@ describe('a parse thread that dies with a batch of received messages', () => {
     const after = await send(sender.key, sender.from, 'bob@example.net');
     await writer.runOnce();
     expect(await emailRow(after)).toBeDefined();
-    const [waiting] = rig.service.deps.db.select().from(customerDbWrites).all();
+    const [waiting] = await rig.service.deps.db.select().from(customerDbWrites);
     expect(waiting).toMatchObject({ kind: 'inbound', attempts: 1, setAsideAt: null, lastError: expect.stringMatching(/inbound parser stopped/) });
     expect((await status(sender.key)).pending).toBe(1);
 

@@ -10,6 +10,7 @@ import { PAGE_SIZE } from '../dashboard/queries/id-pages.js';
 import { expectAccessible, flashText, horizontalOverflow, newPage, pageProblems, screenshot, signIn, submit } from './helpers/browser.js';
 import { type DashboardClient, UUID, openDashboard, refusalOf } from './helpers/dashboard.js';
 import { type TestService, startService } from './helpers/service.js';
+import { one } from '../db/sql.js';
 
 /**
  * The dashboard's accounts pages (list and search, create, grant credits, set quota, suspend and lift,
@@ -42,7 +43,7 @@ const sendBody = { from: 'billing@nowhere.example', to: 'someone@example.org', s
 
 describe('accounts in the browser', () => {
   it('creates an account and a key: the key is shown once, works against the API, and stops when revoked', async () => {
-    service.newAccount({ name: 'Existing Co', credits: 10 });
+    await service.newAccount({ name: 'Existing Co', credits: 10 });
     const page = await signedInPage('/dashboard/accounts');
     expect(await page.getByRole('heading', { level: 1 }).textContent()).toBe('Accounts');
     await expectAccessible(page, 'accounts list');
@@ -56,7 +57,7 @@ describe('accounts in the browser', () => {
     expect(await flashText(page, 'ok')).toContain('Account Globex Mail created.');
     expect(await page.getByRole('heading', { level: 1 }).textContent()).toBe('Globex Mail');
     // What the page shows is what createTopLevelAccount stored, as the API's account view presents it.
-    const row = findAccount(service.deps.db, accountId)!;
+    const row = (await findAccount(service.deps.db, accountId))!;
     expect(row).toMatchObject({ name: 'Globex Mail', parentId: null, creditsBalance: 500, dailyQuota: 2000 });
     expect(await page.locator('dl.facts').textContent()).toContain('0 / 2,000');
     await screenshot(page, 'accounts-created');
@@ -83,7 +84,7 @@ describe('accounts in the browser', () => {
 
     const keyRow = page.getByRole('row').filter({ hasText: 'ci-deploy' });
     expect(await keyRow.textContent()).toContain(secret.slice(0, 11));
-    const stored = service.deps.db.select().from(apiKeys).where(eq(apiKeys.accountId, accountId)).all();
+    const stored = await service.deps.db.select().from(apiKeys).where(eq(apiKeys.accountId, accountId));
     expect(stored).toHaveLength(1);
     expect(stored[0]!.scopes).toEqual(SCOPES.filter((s) => s !== 'webhooks:write'));
     expect(JSON.stringify(stored)).not.toContain(secret);
@@ -117,7 +118,7 @@ describe('accounts in the browser', () => {
   });
 
   it('grants credits, sets the quota, suspends (the API refuses sends with the reason) and lifts; opens a sub-account', async () => {
-    const { account, key } = service.newAccount({ name: 'Initech' });
+    const { account, key } = await service.newAccount({ name: 'Initech' });
     const page = await signedInPage(`/dashboard/accounts/${account.id}`);
 
     await page.getByLabel('Credits to grant').fill('250');
@@ -182,8 +183,8 @@ describe('accounts in the browser', () => {
   });
 
   it('shows the account page at phone width without scrolling sideways', async () => {
-    const { account } = service.newAccount({ name: 'Phone Width Co' });
-    service.newKey(account.id, SCOPES, 'phone-key');
+    const { account } = await service.newAccount({ name: 'Phone Width Co' });
+    await service.newKey(account.id, SCOPES, 'phone-key');
     const page = await signedInPage(`/dashboard/accounts/${account.id}`, 390);
     expect(await horizontalOverflow(page)).toBe(0);
     await screenshot(page, 'account-phone');
@@ -196,11 +197,11 @@ describe('accounts in the browser', () => {
 });
 
 describe('accounts over HTTP', () => {
-  const accountCount = () => service.deps.db.select({ n: count() }).from(accounts).get()!.n;
-  const keyCount = (accountId: string) => service.deps.db.select({ n: count() }).from(apiKeys).where(eq(apiKeys.accountId, accountId)).get()!.n;
+  const accountCount = async () => (await one(service.deps.db.select({ n: count() }).from(accounts)))!.n;
+  const keyCount = async (accountId: string) => (await one(service.deps.db.select({ n: count() }).from(apiKeys).where(eq(apiKeys.accountId, accountId))))!.n;
 
   it('refuses bad input with an error flash (never a 500) and changes nothing', async () => {
-    const before = accountCount();
+    const before = await accountCount();
     expect(await refusalOf(client, '/dashboard/accounts', { name: '' }, '/dashboard/accounts')).toBe('name: must be 2 to 80 characters');
     expect(await refusalOf(client, '/dashboard/accounts', { name: 'Valid Name', credits: 'abc' }, '/dashboard/accounts')).toBe(
       'credits: must be a whole number of at least 0',
@@ -208,9 +209,9 @@ describe('accounts over HTTP', () => {
     expect(await refusalOf(client, '/dashboard/accounts', { name: 'Valid Name', dailyQuota: '0' }, '/dashboard/accounts')).toBe(
       'dailyQuota: must be a whole number of at least 1',
     );
-    expect(accountCount()).toBe(before);
+    expect(await accountCount()).toBe(before);
 
-    const { account } = service.newAccount({ name: 'Bad Input Co' });
+    const { account } = await service.newAccount({ name: 'Bad Input Co' });
     const page = `/dashboard/accounts/${account.id}`;
     expect(await refusalOf(client, `${page}/quota`, { dailyQuota: '-1' }, page)).toBe('dailyQuota: must be a whole number of at least 1');
     expect(await refusalOf(client, `${page}/quota`, { dailyQuota: '1.5' }, page)).toContain('dailyQuota');
@@ -220,17 +221,17 @@ describe('accounts over HTTP', () => {
     expect(await refusalOf(client, `${page}/sub-accounts`, { name: 'x' }, page)).toBe('name: must be 2 to 80 characters');
     expect(await refusalOf(client, `${page}/keys`, { name: '', 'scope.emails:send': 'on' }, page)).toBe('name: must be 1 to 60 characters');
     expect(await refusalOf(client, `${page}/keys`, { name: 'no scopes' }, page)).toBe('scopes: must name at least one scope');
-    const row = findAccount(service.deps.db, account.id)!;
+    const row = (await findAccount(service.deps.db, account.id))!;
     expect(row).toMatchObject({ dailyQuota: service.deps.config.defaultDailyQuota, creditsBalance: 0, creditsTotalPurchased: 0, suspendedBy: null });
-    expect(keyCount(account.id)).toBe(1); // the helper's own key, nothing more
-    expect(service.deps.db.select({ n: count() }).from(accounts).where(eq(accounts.parentId, account.id)).get()!.n).toBe(0);
+    expect(await keyCount(account.id)).toBe(1); // the helper's own key, nothing more
+    expect((await one(service.deps.db.select({ n: count() }).from(accounts).where(eq(accounts.parentId, account.id))))!.n).toBe(0);
 
     // A sub-account's credits are its parent's: refused, as the CLI refuses it.
-    const sub = (await service.api('POST', '/accounts', { key: service.newAccount({ name: 'Parent Co' }).key, body: { name: 'Child Co' } })).body;
+    const sub = (await service.api('POST', '/accounts', { key: (await service.newAccount({ name: 'Parent Co' })).key, body: { name: 'Child Co' } })).body;
     expect(await refusalOf(client, `/dashboard/accounts/${sub.id}/credits`, { amount: '5' }, `/dashboard/accounts/${sub.id}`)).toContain('top-level account');
     // A key of another account cannot be revoked from this one.
-    const other = service.newAccount({ name: 'Other Co' });
-    const otherKey = service.deps.db.select().from(apiKeys).where(eq(apiKeys.accountId, other.account.id)).get()!;
+    const other = await service.newAccount({ name: 'Other Co' });
+    const otherKey = (await one(service.deps.db.select().from(apiKeys).where(eq(apiKeys.accountId, other.account.id))))!;
     expect(await refusalOf(client, `${page}/keys/${otherKey.id}/revoke`, {}, page)).toBe('No key with that id on this account.');
     expect((await service.api('GET', '/account', { key: other.key })).status).toBe(200);
   });
@@ -250,20 +251,20 @@ describe('accounts over HTTP', () => {
   });
 
   it('refuses a key-creating POST without the CSRF token (403) and mints nothing', async () => {
-    const { account } = service.newAccount({ name: 'Csrf Co' });
-    const before = keyCount(account.id);
+    const { account } = await service.newAccount({ name: 'Csrf Co' });
+    const before = await keyCount(account.id);
     const fields = { name: 'sneaky', 'scope.emails:send': 'on' };
     expect((await client.post(`/dashboard/accounts/${account.id}/keys`, { ...fields, _csrf: '' })).status).toBe(403);
     expect((await client.post(`/dashboard/accounts/${account.id}/keys`, fields, { origin: 'http://evil.example' })).status).toBe(403);
-    expect(keyCount(account.id)).toBe(before);
+    expect(await keyCount(account.id)).toBe(before);
     // The same form with the token does mint: the 403 was the token, not the form.
     expect((await client.post(`/dashboard/accounts/${account.id}/keys`, fields)).status).toBe(303);
-    expect(keyCount(account.id)).toBe(before + 1);
+    expect(await keyCount(account.id)).toBe(before + 1);
   });
 
   it('pages the list newest first, and keeps the search across pages', async () => {
     const made: string[] = [];
-    for (let i = 0; i < PAGE_SIZE + 5; i++) made.push(createTopLevelAccount(service.deps, { name: `Paged ${String(i).padStart(2, '0')}` }).id);
+    for (let i = 0; i < PAGE_SIZE + 5; i++) made.push((await createTopLevelAccount(service.deps, { name: `Paged ${String(i).padStart(2, '0')}` })).id);
     const namesOn = (html: string) => [...html.matchAll(/<td><a href="\/dashboard\/accounts\/[^"]+">(Paged \d+)<\/a>/g)].map((m) => m[1]!);
     const first = await (await client.get('/dashboard/accounts?q=paged')).text();
     expect(namesOn(first)).toHaveLength(PAGE_SIZE);
@@ -278,10 +279,10 @@ describe('accounts over HTTP', () => {
   });
 
   it("pages an account's keys as GET /keys does, revoked ones included", async () => {
-    const { account } = service.newAccount({ name: 'Many Keys' });
-    for (let i = 1; i < 50; i++) service.newKey(account.id, SCOPES, `key ${String(i).padStart(2, '0')}`);
-    service.deps.db.update(apiKeys).set({ revokedAt: service.clock.now() }).where(eq(apiKeys.accountId, account.id)).run();
-    for (let i = 50; i < 60; i++) service.newKey(account.id, SCOPES, `key ${i}`);
+    const { account } = await service.newAccount({ name: 'Many Keys' });
+    for (let i = 1; i < 50; i++) await service.newKey(account.id, SCOPES, `key ${String(i).padStart(2, '0')}`);
+    await service.deps.db.update(apiKeys).set({ revokedAt: service.clock.now() }).where(eq(apiKeys.accountId, account.id));
+    for (let i = 50; i < 60; i++) await service.newKey(account.id, SCOPES, `key ${i}`);
     const keyNames = (html: string) => [...html.matchAll(/<tr><td>(key \d+|operator)<\/td>/g)].map((m) => m[1]!);
     const first = await (await client.get(`/dashboard/accounts/${account.id}`)).text();
     expect(keyNames(first)).toHaveLength(50);

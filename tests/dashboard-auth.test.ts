@@ -18,7 +18,7 @@ let token: string;
 
 beforeAll(async () => {
   service = await startService();
-  token = adminTokenFor(service);
+  token = await adminTokenFor(service);
   browser = await launchBrowser();
 });
 // Every test signs in from 127.0.0.1: each starts in a fresh window of the per-address sign-in limit.
@@ -158,7 +158,7 @@ describe('dashboard sign-in rules over HTTP', () => {
     // Behind a reverse proxy every client comes from the proxy's address: whoever sends wrong tokens from it must not
     // lock the operator out (docs/api/decisions.md section 13).
     const limited = await startService();
-    const right = adminTokenFor(limited);
+    const right = await adminTokenFor(limited);
     try {
       for (let i = 0; i < SIGN_IN_LIMIT.attempts; i++) expect((await postSignIn(limited.url, 'wrong')).status).toBe(401);
       expect(signsIn(await postSignIn(limited.url, right))).toBe(true);
@@ -246,7 +246,7 @@ describe('dashboard sign-in rules over HTTP', () => {
   it('ends every session when the admin token is reset', async () => {
     const client = await dashboardClient(service, token);
     expect((await client.get('/dashboard')).status).toBe(200);
-    token = resetAdminToken(service.deps.db);
+    token = await resetAdminToken(service.deps.db);
     expect((await client.get('/dashboard')).status).toBe(303);
   });
 

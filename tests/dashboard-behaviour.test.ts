@@ -21,7 +21,7 @@ let token: string;
 
 beforeAll(async () => {
   service = await startService();
-  token = adminTokenFor(service);
+  token = await adminTokenFor(service);
   client = await dashboardClient(service, token);
 });
 afterAll(async () => {
@@ -32,7 +32,7 @@ const flashOf = (html: string) => /<div class="flash (ok|error)" role="(?:alert|
 
 describe('dashboard behaviour', () => {
   it('keeps filter, search and form buttons at their natural width, on a wide screen and a phone', async () => {
-    service.newAccount({ name: 'Button Co' });
+    await service.newAccount({ name: 'Button Co' });
     const forms: [string, string][] = [
       ['/dashboard/emails', 'Filter'],
       ['/dashboard/suppressions', 'Search'],
@@ -87,7 +87,7 @@ describe('dashboard behaviour', () => {
   }, 60_000);
 
   it("copy buttons work on a plain-http address that is not localhost (docs/operating/dashboard.md's http://<host>:8080/dashboard)", async () => {
-    const { account } = service.newAccount({ name: 'Copy Co' });
+    const { account } = await service.newAccount({ name: 'Copy Co' });
     const port = new URL(service.url).port;
     // The operator's browser reaches the server by its host name over http: not a secure context, so
     // navigator.clipboard does not exist there. The script's own fallback (select the text) must still run.
@@ -112,7 +112,7 @@ describe('dashboard behaviour', () => {
   });
 
   it('the send log filtered by an account that does not exist (or was deleted) is refused, like every other list, not shown as an empty "All accounts" log', async () => {
-    const parent = service.newAccount({ name: 'Parent of a deleted sub' });
+    const parent = await service.newAccount({ name: 'Parent of a deleted sub' });
     const sub = (await service.api('POST', '/accounts', { key: parent.key, body: { name: 'Deleted sub' } })).body;
     expect((await service.api('DELETE', `/accounts/${sub.id}`, { key: parent.key })).status).toBe(204);
     // The other lists' account filters answer the 404 page for it (on-behalf.ts accountFilter).
@@ -132,7 +132,7 @@ describe('dashboard behaviour', () => {
   });
 
   it('a refused domain connection goes back to the connect form of the account it was made for', async () => {
-    const { account } = service.newAccount({ name: 'Connect Again Co' });
+    const { account } = await service.newAccount({ name: 'Connect Again Co' });
     // The account page's "Connect a domain" link opens /dashboard/domains?account=<id>#connect.
     const res = await client.post('/dashboard/domains', { accountId: account.id, name: 'https://shop.example.com' });
     expect(res.status).toBe(303);
@@ -142,8 +142,8 @@ describe('dashboard behaviour', () => {
   });
 
   it('the add-suppression form does not preselect an account the operator never chose', async () => {
-    service.newAccount({ name: 'Aardvark Ltd' });
-    service.newAccount({ name: 'Zebra Ltd' });
+    await service.newAccount({ name: 'Aardvark Ltd' });
+    await service.newAccount({ name: 'Zebra Ltd' });
     const html = await (await client.get('/dashboard/suppressions')).text();
     const select = /<select id="add-account"[^>]*>([\s\S]*?)<\/select>/.exec(html)![1]!;
     // As the connect-domain form does: a blank first choice, so a required select makes the operator pick one.
@@ -151,8 +151,8 @@ describe('dashboard behaviour', () => {
   });
 
   it("an endpoint's Last delivered is the latest 2xx, also when an older delivery's retry succeeded after a newer one", async () => {
-    const { account } = service.newAccount({ name: 'Retry Co' });
-    const endpoint = seedEndpoint(service, account.id, ['email.delivered']);
+    const { account } = await service.newAccount({ name: 'Retry Co' });
+    const endpoint = await seedEndpoint(service, account.id, ['email.delivered']);
     const t0 = service.clock.now();
     const data = (recipient: string) =>
       JSON.stringify({
@@ -180,10 +180,7 @@ describe('dashboard behaviour', () => {
     // A (older) failed its first attempt, B (newer) was delivered at once, A's retry succeeded 12 hours later.
     const a = newId(t0);
     const b = newId(t0);
-    service.deps.db
-      .insert(webhookDeliveries)
-      .values([row(a, 'a@x.example', 2, t0 + 12 * 3_600_000), row(b, 'b@x.example', 1, t0 + 1_000)])
-      .run();
+    await service.deps.db.insert(webhookDeliveries).values([row(a, 'a@x.example', 2, t0 + 12 * 3_600_000), row(b, 'b@x.example', 1, t0 + 1_000)]);
     const html = await (await client.get(`/dashboard/webhooks/${endpoint}`)).text();
     const shown = /<dt>Last delivered<\/dt><dd><time datetime="([^"]+)"/.exec(html)![1];
     expect(shown).toBe(new Date(t0 + 12 * 3_600_000).toISOString());
@@ -209,7 +206,7 @@ describe('a server that cannot store secrets (SECRET_KEY=off)', () => {
   });
 
   it('connecting a domain answers an error flash saying why (the API answers 503 not_configured), not the 500 page', async () => {
-    const { account, key } = noSecrets.newAccount({ name: 'No Secrets Co' });
+    const { account, key } = await noSecrets.newAccount({ name: 'No Secrets Co' });
     const api = await noSecrets.api('POST', '/domains', { key, body: { name: 'nosecrets.example.com' } });
     expect(api.status).toBe(503);
     expect(api.body.error.code).toBe('not_configured');

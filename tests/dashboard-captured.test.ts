@@ -13,6 +13,7 @@ import { FAST_TIMEOUTS } from './helpers/delivery-rig.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { type Sender, newSender } from './helpers/sending.js';
 import { type TestService, startService } from './helpers/service.js';
+import { one } from '../db/sql.js';
 
 /**
  * Captured mail in the dashboard: a service in capture mode, sends through the API captured by the real
@@ -52,8 +53,8 @@ afterAll(async () => {
 });
 
 /** Publishes the sender's DKIM key in the test DNS, as the domain's owner would. */
-function publishKey(s: Sender): void {
-  const key = service.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, s.account.id)).get()!;
+async function publishKey(s: Sender): Promise<void> {
+  const key = (await one(service.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, s.account.id))))!;
   dns.add(`${key.selector}._domainkey.${s.domain}`, { type: 'TXT', data: `v=DKIM1; h=sha256; k=rsa; p=${key.dkimPublicKey}`.match(/.{1,255}/g)! });
 }
 
@@ -67,12 +68,11 @@ async function sendCaptured(s: Sender, to: string | string[], subject: string, b
   expect(res.status, JSON.stringify(res.body)).toBe(200);
   const id = res.body.id as string;
   if (extraHtml) {
-    const queued = service.deps.db.select().from(outboundMessages).where(eq(outboundMessages.id, id)).get()!;
-    service.deps.db
+    const queued = (await one(service.deps.db.select().from(outboundMessages).where(eq(outboundMessages.id, id))))!;
+    await service.deps.db
       .update(outboundMessages)
       .set({ html: queued.html.replace('</body>', `${extraHtml}</body>`) })
-      .where(eq(outboundMessages.id, id))
-      .run();
+      .where(eq(outboundMessages.id, id));
   }
   await createDeliveryEngine(service.deps, { timeouts: FAST_TIMEOUTS }).runOnce();
   return id;
@@ -95,7 +95,7 @@ describe('captured mail in the browser', () => {
 
   beforeAll(async () => {
     shop = await newSender(service, { name: 'Shop' });
-    publishKey(shop);
+    await publishKey(shop);
     shippedId = await sendCaptured(shop, 'ada@example.net', 'Your order has shipped', 'Parcel 42 is on its way.\nTrack it from your account.', hostile());
   });
 
@@ -188,25 +188,23 @@ describe('captured mail in the browser', () => {
     // key does not verify it, and the page says fail.
     const db = service.deps.db;
     const secret = service.deps.secretKey!;
-    const raw = readCapture(db, secret, { accountId: unpublished.account.id, emailId: id, recipient: 'bob@example.net' })!.toString('utf8');
+    const raw = (await readCapture(db, secret, { accountId: unpublished.account.id, emailId: id, recipient: 'bob@example.net' }))!.toString('utf8');
     const altered = raw.replace('\r\nSubject: No key in DNS\r\n', '\r\nSubject: Pay this invoice now\r\n');
     expect(altered).not.toBe(raw);
     const at = service.clock.now();
     const alteredId = newId(at);
-    db.insert(emails)
-      .values({
-        id: alteredId,
-        accountId: unpublished.account.id,
-        fromAddress: unpublished.from,
-        to: ['bob@example.net'],
-        subject: 'No key in DNS',
-        template: 'notification',
-        status: 'sent',
-        sandbox: false,
-        createdAt: at,
-      })
-      .run();
-    storeCapture(
+    await db.insert(emails).values({
+      id: alteredId,
+      accountId: unpublished.account.id,
+      fromAddress: unpublished.from,
+      to: ['bob@example.net'],
+      subject: 'No key in DNS',
+      template: 'notification',
+      status: 'sent',
+      sandbox: false,
+      createdAt: at,
+    });
+    await storeCapture(
       db,
       sealCapture(secret, {
         emailId: alteredId,
@@ -228,7 +226,7 @@ describe('captured mail in the browser', () => {
     const orphan = await newSender(service, { name: 'Orphan key' });
     const id = await sendCaptured(orphan, 'eve@example.net', 'Key gone', 'Hello.');
     // The account no longer holds a key for that selector (as after a key change): nothing to check against.
-    service.deps.db.update(domainKeys).set({ selector: 'rotated' }).where(eq(domainKeys.accountId, orphan.account.id)).run();
+    await service.deps.db.update(domainKeys).set({ selector: 'rotated' }).where(eq(domainKeys.accountId, orphan.account.id));
     const html = await (await client.get(`/dashboard/captured/${id}?recipient=eve%40example.net`)).text();
     const badge = /<h2 id="dkim">DKIM<\/h2><div class="panel"><ul class="plain-list dkim-verdicts"><li><span class="badge[^"]*">([a-z]+)<\/span>/.exec(html);
     expect(badge?.[1]).toBe('neutral');
@@ -250,7 +248,7 @@ describe('captured mail in the browser', () => {
       { filename: 'Rechnung März 2026.pdf', contentType: 'application/pdf', content: Buffer.alloc(5000, 7).toString('base64'), contentId: null },
       { filename: 'logo.png', contentType: 'image/png', content: Buffer.alloc(812, 1).toString('base64'), contentId: 'logo' },
     ];
-    service.deps.db.update(outboundMessages).set({ attachments }).where(eq(outboundMessages.id, id)).run();
+    await service.deps.db.update(outboundMessages).set({ attachments }).where(eq(outboundMessages.id, id));
     await createDeliveryEngine(service.deps, { timeouts: FAST_TIMEOUTS }).runOnce();
 
     const page = await newPage(browser);
@@ -276,7 +274,7 @@ describe('captured mail over HTTP', () => {
 
   beforeAll(async () => {
     shop = await newSender(service, { name: 'Headers' });
-    publishKey(shop);
+    await publishKey(shop);
     id = await sendCaptured(shop, ['cy@example.net', 'dee@example.net'], 'Invoice 7 is ready', 'See you.');
   });
 
@@ -301,7 +299,7 @@ describe('captured mail over HTTP', () => {
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toBe('message/rfc822');
     expect(res.headers.get('content-disposition')).toBe(`attachment; filename="${id}-dee@example.net.eml"`);
-    const stored = readCapture(service.deps.db, service.deps.secretKey, { accountId: shop.account.id, emailId: id, recipient: 'dee@example.net' })!;
+    const stored = (await readCapture(service.deps.db, service.deps.secretKey, { accountId: shop.account.id, emailId: id, recipient: 'dee@example.net' }))!;
     expect(Buffer.from(await res.arrayBuffer()).equals(stored)).toBe(true);
   });
 
@@ -349,23 +347,21 @@ describe('captured mail over HTTP', () => {
     const db = service.deps.db;
     const at = service.clock.now();
     const emailId = newId(at);
-    db.insert(emails)
-      .values({
-        id: emailId,
-        accountId: shop.account.id,
-        fromAddress: shop.from,
-        to: [],
-        subject: 'Paged',
-        template: 'notification',
-        status: 'sent',
-        sandbox: false,
-        createdAt: at,
-      })
-      .run();
+    await db.insert(emails).values({
+      id: emailId,
+      accountId: shop.account.id,
+      fromAddress: shop.from,
+      to: [],
+      subject: 'Paged',
+      template: 'notification',
+      status: 'sent',
+      sandbox: false,
+      createdAt: at,
+    });
     const total = PAGE_SIZE + 5;
-    db.transaction(() => {
+    await db.transaction(async () => {
       for (let i = 0; i < total; i++) {
-        storeCapture(
+        await storeCapture(
           db,
           sealCapture(service.deps.secretKey!, {
             emailId,
@@ -399,24 +395,22 @@ describe('a server that does not capture', () => {
   it('says so plainly, lists what an earlier capture run kept, and opens none of it (as the API answers)', async () => {
     const direct = await startService();
     try {
-      const { account } = direct.newAccount({ name: 'Earlier' });
+      const { account } = await direct.newAccount({ name: 'Earlier' });
       const db = direct.deps.db;
       const at = direct.clock.now();
       const emailId = newId(at);
-      db.insert(emails)
-        .values({
-          id: emailId,
-          accountId: account.id,
-          fromAddress: 'a@shop.example.com',
-          to: ['old@example.net'],
-          subject: 'Kept from before',
-          template: 'notification',
-          status: 'sent',
-          sandbox: false,
-          createdAt: at,
-        })
-        .run();
-      storeCapture(
+      await db.insert(emails).values({
+        id: emailId,
+        accountId: account.id,
+        fromAddress: 'a@shop.example.com',
+        to: ['old@example.net'],
+        subject: 'Kept from before',
+        template: 'notification',
+        status: 'sent',
+        sandbox: false,
+        createdAt: at,
+      });
+      await storeCapture(
         db,
         sealCapture(direct.deps.secretKey!, {
           emailId,

@@ -14,6 +14,7 @@ import { TestDnsServer } from './helpers/dns-server.js';
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 import { type Sender, newSender, receipt } from './helpers/sending.js';
 import { type TestService, startService } from './helpers/service.js';
+import { one } from '../db/sql.js';
 
 /**
  * The Database page against a real Postgres with TLS: an account's database connected through the API, seen
@@ -59,7 +60,7 @@ async function send(s: Sender): Promise<void> {
 
 const rowOf = (page: Page, accountName: string) => page.locator('tbody tr', { hasText: accountName });
 const cell = (page: Page, accountName: string, column: number) => rowOf(page, accountName).locator('td').nth(column);
-const stored = (accountId: string) => service.deps.db.select().from(customerDatabases).where(eq(customerDatabases.accountId, accountId)).get()!;
+const stored = async (accountId: string) => (await one(service.deps.db.select().from(customerDatabases).where(eq(customerDatabases.accountId, accountId))))!;
 
 describe('the database page in the browser', () => {
   let shop: Sender;
@@ -79,12 +80,12 @@ describe('the database page in the browser', () => {
     // The writer has a pool open on the database when it goes away.
     await send(shop);
     await writer.runOnce();
-    expect(stored(shop.account.id).state).toBe('connected');
+    expect((await stored(shop.account.id)).state).toBe('connected');
     await pgServer.kill();
     try {
       await send(shop);
       await writer.runOnce();
-      expect(stored(shop.account.id).state).toBe('unreachable');
+      expect((await stored(shop.account.id)).state).toBe('unreachable');
 
       await page.reload();
       expect(await cell(page, 'Orbit Shop', 2).textContent()).toBe('unreachable');
@@ -144,23 +145,23 @@ describe('the database page over HTTP', () => {
   });
 
   it('refuses a Test without the CSRF token (403) and tests nothing', async () => {
-    const { account } = service.newAccount({ name: 'Guarded' });
-    storeDatabaseRow(service, account.id, 'postgresql://app:secret@db.pg.test:1/app');
-    const before = stored(account.id);
+    const { account } = await service.newAccount({ name: 'Guarded' });
+    await storeDatabaseRow(service, account.id, 'postgresql://app:secret@db.pg.test:1/app');
+    const before = await stored(account.id);
     const res = await client.post(`/dashboard/database/${account.id}/test`, { _csrf: '' });
     expect(res.status).toBe(403);
-    expect(stored(account.id)).toEqual(before);
+    expect(await stored(account.id)).toEqual(before);
     // With it, the same request does test (and fails: nothing listens on port 1).
     const ok = await client.post(`/dashboard/database/${account.id}/test`);
     expect(ok.status).toBe(303);
-    expect(stored(account.id)).toMatchObject({ state: 'unreachable', failures: 1 });
+    expect(await stored(account.id)).toMatchObject({ state: 'unreachable', failures: 1 });
   });
 
   it('answers a Test of an unknown account with the 404 page, and of an account without a database with an error flash', async () => {
     const unknown = await client.post(`/dashboard/database/${newId(service.clock.now())}/test`);
     expect(unknown.status).toBe(404);
     expect(await unknown.text()).toContain('<h1>Not found</h1>');
-    const { account } = service.newAccount({ name: 'No Database' });
+    const { account } = await service.newAccount({ name: 'No Database' });
     const res = await client.post(`/dashboard/database/${account.id}/test`, { state: 'unreachable' });
     expect(res.status).toBe(303);
     expect(res.headers.get('location')).toBe('/dashboard/database?state=unreachable');
@@ -174,10 +175,10 @@ describe('the database page over HTTP', () => {
     expect(unreachable).not.toContain('Orbit Shop');
 
     for (let i = 0; i < PAGE_SIZE + 3; i++) {
-      const { account } = service.newAccount({ name: `Paged ${i}` });
-      storeDatabaseRow(service, account.id, `postgresql://app:secret@db${i}.example.com:5432/app`);
+      const { account } = await service.newAccount({ name: `Paged ${i}` });
+      await storeDatabaseRow(service, account.id, `postgresql://app:secret@db${i}.example.com:5432/app`);
     }
-    const total = service.deps.db.select().from(customerDatabases).all().length;
+    const total = (await service.deps.db.select().from(customerDatabases)).length;
     const rows = (html: string) => [...html.matchAll(/aria-label="Test the database of /g)].length;
     const first = await (await client.get('/dashboard/database')).text();
     expect(rows(first)).toBe(PAGE_SIZE);

@@ -7,6 +7,7 @@ import { storeDatabaseRow } from './helpers/customer-db.js';
 import { type DashboardClient, UUID, adminTokenFor, openDashboard, refusalOf } from './helpers/dashboard.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { type TestService, startService } from './helpers/service.js';
+import { one } from '../db/sql.js';
 
 /**
  * The dashboard's domains pages (the records to publish with copy buttons, "verify now" showing each check,
@@ -74,7 +75,7 @@ const statusBadges = (page: Page) => page.locator('main > .panel .badges .badge'
 
 describe('domains in the browser', () => {
   it('connects a domain, shows its records with copy buttons, verifies it against the test DNS server, and deletes it', async () => {
-    const { account, key } = service.newAccount({ name: 'Umbrella' });
+    const { account, key } = await service.newAccount({ name: 'Umbrella' });
     const name = 'umbrella-mail.example.com';
     const page = await newPage(browser);
     await signIn(page, service.url, token, '/dashboard/domains');
@@ -169,7 +170,7 @@ describe('domains in the browser', () => {
   });
 
   it('keeps a domain when the confirmation is dismissed', async () => {
-    const { key } = service.newAccount({ name: 'Careful Co' });
+    const { key } = await service.newAccount({ name: 'Careful Co' });
     const created = await service.api('POST', '/domains', { key, body: { name: 'careful.example.com' } });
     const page = await newPage(browser);
     await signIn(page, service.url, token, `/dashboard/domains/${created.body.id}`);
@@ -185,7 +186,7 @@ describe('domains in the browser', () => {
   });
 
   it('shows the domains list and a domain page at phone width without scrolling sideways', async () => {
-    const { key } = service.newAccount({ name: 'Narrow Co' });
+    const { key } = await service.newAccount({ name: 'Narrow Co' });
     const created = await service.api('POST', '/domains', { key, body: { name: 'narrow.example.com' } });
     const page = await newPage(browser, 390);
     await signIn(page, service.url, token, `/dashboard/domains/${created.body.id}`);
@@ -206,14 +207,14 @@ describe('a domain verified without DNS (capture mode, a reserved name) in the b
 
   beforeAll(async () => {
     capture = await startService({ DELIVERY_MODE: 'capture' });
-    captureToken = adminTokenFor(capture);
+    captureToken = await adminTokenFor(capture);
   });
   afterAll(async () => {
     await capture?.close();
   });
 
   it('says DNS was not looked up, marks the MX record optional with what it does, and says receiving needs a database', async () => {
-    const { account, key } = capture.newAccount({ name: 'Test Shop' });
+    const { account, key } = await capture.newAccount({ name: 'Test Shop' });
     const created = await capture.api('POST', '/domains', { key, body: { name: 'shop.test' } });
     expect(created.status).toBe(201);
     const page = await newPage(browser);
@@ -269,7 +270,7 @@ describe('a domain verified without DNS (capture mode, a reserved name) in the b
     expect(await page.getByRole('region', { name: 'Domains' }).locator('.receiving-note').textContent()).toBe('Mail refused: no database');
 
     // Once the account has a database, nothing more to say.
-    storeDatabaseRow(capture, account.id, 'postgresql://app:secret@db.shop.example:5432/mail');
+    await storeDatabaseRow(capture, account.id, 'postgresql://app:secret@db.shop.example:5432/mail');
     await page.goto(`${capture.url}/dashboard/domains/${created.body.id}`);
     expect(await page.locator('.receiving-note').count()).toBe(0);
     await page.goto(`${capture.url}/dashboard/domains`);
@@ -280,12 +281,12 @@ describe('a domain verified without DNS (capture mode, a reserved name) in the b
 });
 
 describe('domains over HTTP', () => {
-  const domainCount = () => service.deps.db.select({ n: count() }).from(domains).get()!.n;
+  const domainCount = async () => (await one(service.deps.db.select({ n: count() }).from(domains)))!.n;
 
   it('refuses a bad connection with the API error message as a flash, creating nothing', async () => {
-    const { account, key } = service.newAccount({ name: 'Connect Co' });
+    const { account, key } = await service.newAccount({ name: 'Connect Co' });
     await service.api('POST', '/domains', { key, body: { name: 'taken.example.com' } });
-    const before = domainCount();
+    const before = await domainCount();
     // Back to the connect form of the account it was for (the account page's link opens it so).
     const backTo = (id: string) => `/dashboard/domains?account=${id}#connect`;
     expect(await refusalOf(client, '/dashboard/domains', { accountId: account.id, name: 'not a domain' }, backTo(account.id))).toMatch(/^name: /);
@@ -299,11 +300,11 @@ describe('domains over HTTP', () => {
       'The domain taken.example.com is already connected to this account.',
     );
     // Another account's fresh claim: refused without saying who holds it, as the API refuses it.
-    const other = service.newAccount({ name: 'Other Co' });
+    const other = await service.newAccount({ name: 'Other Co' });
     expect(await refusalOf(client, '/dashboard/domains', { accountId: other.account.id, name: 'taken.example.com' }, backTo(other.account.id))).toBe(
       'The domain taken.example.com cannot be connected to this account.',
     );
-    expect(domainCount()).toBe(before);
+    expect(await domainCount()).toBe(before);
   });
 
   it('answers the 404 page for unknown domains and accounts', async () => {
@@ -320,20 +321,20 @@ describe('domains over HTTP', () => {
   });
 
   it('refuses a POST without the CSRF token (403): nothing connected, verified or deleted', async () => {
-    const { account, key } = service.newAccount({ name: 'Csrf Domains' });
-    const before = domainCount();
+    const { account, key } = await service.newAccount({ name: 'Csrf Domains' });
+    const before = await domainCount();
     expect((await client.post('/dashboard/domains', { accountId: account.id, name: 'csrf.example.com', _csrf: '' })).status).toBe(403);
-    expect(domainCount()).toBe(before);
+    expect(await domainCount()).toBe(before);
     const created = await service.api('POST', '/domains', { key, body: { name: 'kept.example.com' } });
     expect((await client.post(`/dashboard/domains/${created.body.id}/delete`, { _csrf: '' })).status).toBe(403);
     expect((await client.post(`/dashboard/domains/${created.body.id}/verify`, {}, { origin: 'http://evil.example' })).status).toBe(403);
-    const row = service.deps.db.select().from(domains).where(eq(domains.id, created.body.id)).get()!;
+    const row = (await one(service.deps.db.select().from(domains).where(eq(domains.id, created.body.id))))!;
     expect(row.checks).toBeNull();
   });
 
   it('filters the list by account', async () => {
-    const a = service.newAccount({ name: 'Filter A' });
-    const b = service.newAccount({ name: 'Filter B' });
+    const a = await service.newAccount({ name: 'Filter A' });
+    const b = await service.newAccount({ name: 'Filter B' });
     await service.api('POST', '/domains', { key: a.key, body: { name: 'a-only.example.com' } });
     await service.api('POST', '/domains', { key: b.key, body: { name: 'b-only.example.com' } });
     const html = await (await client.get(`/dashboard/domains?account=${a.account.id}`)).text();

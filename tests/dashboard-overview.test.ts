@@ -32,7 +32,7 @@ const sim = (local: string) => `${local}@${SIMULATOR_DOMAIN}`;
 beforeAll(async () => {
   service = await startService({ DELIVERY_MODE: 'capture' });
   engine = createDeliveryEngine(service.deps);
-  token = adminTokenFor(service);
+  token = await adminTokenFor(service);
   browser = await launchBrowser();
 });
 afterAll(async () => {
@@ -78,25 +78,24 @@ describe('the overview', () => {
 
     // What needs the operator: a switched-off endpoint and a failing one, an unreachable database, an account at 80%
     // of its quota and one throttled by its bounce rate; and one at half its quota, which is fine.
-    const hooks = service.newAccount({ name: 'Hook owner' }).account;
-    const disabled = seedEndpoint(service, hooks.id, ['email.delivered'], { active: false });
-    const failing = seedEndpoint(service, hooks.id, ['email.bounced']);
-    service.deps.db.update(webhookEndpoints).set({ failureCount: 3 }).where(eq(webhookEndpoints.id, failing)).run();
-    const dbOwner = service.newAccount({ name: 'Database owner' }).account;
-    storeDatabaseRow(service, dbOwner.id, 'postgresql://app:secret@db.owner.example:5432/mail');
-    service.deps.db
+    const hooks = (await service.newAccount({ name: 'Hook owner' })).account;
+    const disabled = await seedEndpoint(service, hooks.id, ['email.delivered'], { active: false });
+    const failing = await seedEndpoint(service, hooks.id, ['email.bounced']);
+    await service.deps.db.update(webhookEndpoints).set({ failureCount: 3 }).where(eq(webhookEndpoints.id, failing));
+    const dbOwner = (await service.newAccount({ name: 'Database owner' })).account;
+    await storeDatabaseRow(service, dbOwner.id, 'postgresql://app:secret@db.owner.example:5432/mail');
+    await service.deps.db
       .update(customerDatabases)
       .set({ state: 'unreachable', lastError: 'connect ECONNREFUSED 203.0.113.7:5432' })
-      .where(eq(customerDatabases.accountId, dbOwner.id))
-      .run();
-    const busy = service.newAccount({ name: 'Nearly full' }).account;
-    setDailyQuota(service.deps, busy.id, 10);
-    useQuota(service, busy.id, 2);
-    const calm = service.newAccount({ name: 'Half way' }).account;
-    setDailyQuota(service.deps, calm.id, 10);
-    useQuota(service, calm.id, 5);
-    const bouncy = service.newAccount({ name: 'Bouncy' }).account;
-    updateAccount(service, bouncy.id, { totalSent: 100, totalBounced: 6 });
+      .where(eq(customerDatabases.accountId, dbOwner.id));
+    const busy = (await service.newAccount({ name: 'Nearly full' })).account;
+    await setDailyQuota(service.deps, busy.id, 10);
+    await useQuota(service, busy.id, 2);
+    const calm = (await service.newAccount({ name: 'Half way' })).account;
+    await setDailyQuota(service.deps, calm.id, 10);
+    await useQuota(service, calm.id, 5);
+    const bouncy = (await service.newAccount({ name: 'Bouncy' })).account;
+    await updateAccount(service, bouncy.id, { totalSent: 100, totalBounced: 6 });
 
     const page = await newPage(browser);
     await signIn(page, service.url, token);
@@ -234,7 +233,7 @@ describe('the overview', () => {
     const quiet = await startService({ DELIVERY_MODE: 'capture' });
     try {
       const page = await newPage(browser);
-      await signIn(page, quiet.url, adminTokenFor(quiet));
+      await signIn(page, quiet.url, await adminTokenFor(quiet));
       const panel = page.locator('#webhooks');
       const text = (await panel.textContent()) ?? '';
       expect(text).toContain('No webhook endpoint yet: no account has one, so no event is posted anywhere.');
@@ -243,8 +242,8 @@ describe('the overview', () => {
       await expectAccessible(page, 'overview with no endpoint');
       await screenshot(page, 'i33-overview-no-endpoint');
       // One healthy endpoint: now every endpoint is on, and the page may say so.
-      seedEndpoint(quiet, quiet.newAccount({ name: 'Healthy hooks' }).account.id, ['email.delivered']);
-      storeDatabaseRow(quiet, quiet.newAccount({ name: 'Healthy db' }).account.id, 'postgresql://app:secret@db.healthy.example:5432/mail');
+      await seedEndpoint(quiet, (await quiet.newAccount({ name: 'Healthy hooks' })).account.id, ['email.delivered']);
+      await storeDatabaseRow(quiet, (await quiet.newAccount({ name: 'Healthy db' })).account.id, 'postgresql://app:secret@db.healthy.example:5432/mail');
       await page.reload();
       expect(await panel.textContent()).toContain('All clear: every endpoint is on and its last post succeeded.');
       expect(await page.locator('#databases').textContent()).toContain('All clear: every customer database is reachable and has no writes waiting.');
@@ -297,7 +296,7 @@ describe('the overview', () => {
 
   it('lists a reachable customer database with writes waiting', async () => {
     const s = await newSender(service, { name: 'Waiting shop' });
-    storeDatabaseRow(service, s.account.id, 'postgresql://app:secret@db.waiting.example:5432/mail');
+    await storeDatabaseRow(service, s.account.id, 'postgresql://app:secret@db.waiting.example:5432/mail');
     // No writer runs here: the send's content write waits in the outbox.
     await send(s.key, s.from, ['bo@example.net']);
     const html = await (await (await dashboardClient(service, token)).get('/dashboard')).text();
@@ -334,11 +333,11 @@ interface PageDocument {
  */
 describe('a name holding a bidi override', () => {
   it("does not reverse the overview's explanation that follows it", async () => {
-    const { key } = service.newAccount({ name: 'Parent Co' });
+    const { key } = await service.newAccount({ name: 'Parent Co' });
     const sub = await service.api('POST', '/accounts', { key, body: { name: 'Acme Shop' } });
     expect(sub.status, JSON.stringify(sub.body)).toBe(201);
-    service.deps.db.update(accounts).set({ name: 'Acme Shop\u202e' }).where(eq(accounts.id, sub.body.id)).run();
-    seedEndpoint(service, sub.body.id, ['email.delivered'], { active: false });
+    await service.deps.db.update(accounts).set({ name: 'Acme Shop\u202e' }).where(eq(accounts.id, sub.body.id));
+    await seedEndpoint(service, sub.body.id, ['email.delivered'], { active: false });
     const page = await newPage(browser);
     try {
       await signIn(page, service.url, token);

@@ -13,6 +13,7 @@ import { expectAccessible, horizontalOverflow, newPage, pageProblems, screenshot
 import { type DashboardClient, openDashboard } from './helpers/dashboard.js';
 import { RawSmtp } from './helpers/raw-smtp.js';
 import { type TestService, startService } from './helpers/service.js';
+import { one } from '../db/sql.js';
 
 /**
  * Postmaster mail in the dashboard (docs/api/decisions.md section 13): a message sent over real SMTP to
@@ -197,7 +198,7 @@ describe('postmaster mail over HTTP', () => {
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toBe('message/rfc822');
     expect(res.headers.get('content-disposition')).toBe(`attachment; filename="postmaster-${id}.eml"`);
-    const kept = readOperatorMessage(service.deps.db, service.deps.secretKey, id)!.raw;
+    const kept = (await readOperatorMessage(service.deps.db, service.deps.secretKey, id))!.raw;
     expect(Buffer.from(await res.arrayBuffer()).equals(kept)).toBe(true);
   });
 
@@ -218,10 +219,10 @@ describe('postmaster mail over HTTP', () => {
     const db = service.deps.db;
     const at = service.clock.now();
     const total = PAGE_SIZE + 5;
-    db.transaction(() => {
+    await db.transaction(async () => {
       for (let i = 0; i < total; i++) {
         const raw = Buffer.from(`Subject: paged-${String(i).padStart(3, '0')}\r\n\r\nx\r\n`);
-        storeOperatorMessage(
+        await storeOperatorMessage(
           db,
           prepareOperatorMessage(service.deps.secretKey!, {
             id: newId(at + i),
@@ -247,7 +248,7 @@ describe('postmaster mail over HTTP', () => {
     expect(second).toContain(HOSTILE_SUBJECT.replace('<script>', '&lt;script&gt;').replace('</script>', '&lt;/script&gt;').replace(/"/g, '&quot;'));
     expect(second).not.toContain('>Older<');
     expect(second).toContain('>Newest<');
-    const newest = db.select({ seq: operatorMessages.seq }).from(operatorMessages).orderBy(desc(operatorMessages.seq)).get()!.seq;
+    const newest = (await one(db.select({ seq: operatorMessages.seq }).from(operatorMessages).orderBy(desc(operatorMessages.seq))))!.seq;
     expect(first).toContain(`href="/dashboard/postmaster?before=${newest - PAGE_SIZE + 1}"`);
   });
 });

@@ -32,7 +32,7 @@ beforeAll(async () => {
   rig = await startDeliveryRig();
   receiver = await HttpsReceiver.start();
   receiver.respond({ status: 200 });
-  token = adminTokenFor(rig.service);
+  token = await adminTokenFor(rig.service);
   browser = await launchBrowser();
 });
 
@@ -51,22 +51,19 @@ beforeEach(() => {
 const idsOn = (html: string) => [...html.matchAll(/data-email-id="([^"]+)"/g)].map((m) => m[1]!);
 
 /** A send log row written as a send logs it, at `at`, for the filter and paging checks. */
-function logEmail(accountId: string, opts: { to: string[]; status?: 'sent' | 'failed' | 'sandboxed'; at: number; subject?: string }): string {
+async function logEmail(accountId: string, opts: { to: string[]; status?: 'sent' | 'failed' | 'sandboxed'; at: number; subject?: string }): Promise<string> {
   const id = newId(opts.at);
-  rig.service.deps.db
-    .insert(emails)
-    .values({
-      id,
-      accountId,
-      fromAddress: 'billing@shop.example.com',
-      to: opts.to,
-      subject: opts.subject ?? 'Your receipt',
-      template: 'receipt',
-      status: opts.status ?? 'sent',
-      sandbox: opts.status === 'sandboxed',
-      createdAt: opts.at,
-    })
-    .run();
+  await rig.service.deps.db.insert(emails).values({
+    id,
+    accountId,
+    fromAddress: 'billing@shop.example.com',
+    to: opts.to,
+    subject: opts.subject ?? 'Your receipt',
+    template: 'receipt',
+    status: opts.status ?? 'sent',
+    sandbox: opts.status === 'sandboxed',
+    createdAt: opts.at,
+  });
   return id;
 }
 
@@ -213,9 +210,9 @@ describe('the send log in the browser', () => {
       { filename: 'Rechnung März 2026.pdf', contentType: 'application/pdf', content: Buffer.alloc(5000, 7), contentId: null },
       { filename: 'logo.png', contentType: 'image/png', content: Buffer.alloc(812, 1), contentId: 'logo' },
     ]);
-    const id = logEmail(s.account.id, { to: ['ivy@example.net'], at: service.clock.now(), subject: 'Your invoice' });
-    service.deps.db.update(emails).set({ attachments: records, template: 'invoice', templateVersion: 3 }).where(eq(emails.id, id)).run();
-    const plain = logEmail(s.account.id, { to: ['ivy@example.net'], at: service.clock.now(), subject: 'No files' });
+    const id = await logEmail(s.account.id, { to: ['ivy@example.net'], at: service.clock.now(), subject: 'Your invoice' });
+    await service.deps.db.update(emails).set({ attachments: records, template: 'invoice', templateVersion: 3 }).where(eq(emails.id, id));
+    const plain = await logEmail(s.account.id, { to: ['ivy@example.net'], at: service.clock.now(), subject: 'No files' });
 
     const page = await newPage(browser);
     await signIn(page, service.url, token, `/dashboard/emails/${id}`);
@@ -252,14 +249,14 @@ describe('the send log in the browser', () => {
 describe('the send log’s filters and pages', () => {
   it('narrows by account, status, UTC day range and recipient (exact, any case)', async () => {
     const { service } = rig;
-    const a = service.newAccount({ name: 'Filter A' }).account;
-    const b = service.newAccount({ name: 'Filter B' }).account;
+    const a = (await service.newAccount({ name: 'Filter A' })).account;
+    const b = (await service.newAccount({ name: 'Filter B' })).account;
     const day = Date.parse('2026-03-10T00:00:00Z');
     service.clock.set(day + 3 * DAY + 12 * 3_600_000);
-    const a1 = logEmail(a.id, { to: ['Ann@example.net', 'bob@example.net'], at: day + 3_600_000 });
-    const a2 = logEmail(a.id, { to: ['carl@example.net'], status: 'sandboxed', at: day + DAY + 3_600_000 });
-    const a3 = logEmail(a.id, { to: ['ann@example.net'], status: 'failed', at: day + 2 * DAY + 3_600_000 });
-    const b1 = logEmail(b.id, { to: ['ann@example.net'], at: day + 2 * DAY + 7_200_000 });
+    const a1 = await logEmail(a.id, { to: ['Ann@example.net', 'bob@example.net'], at: day + 3_600_000 });
+    const a2 = await logEmail(a.id, { to: ['carl@example.net'], status: 'sandboxed', at: day + DAY + 3_600_000 });
+    const a3 = await logEmail(a.id, { to: ['ann@example.net'], status: 'failed', at: day + 2 * DAY + 3_600_000 });
+    const b1 = await logEmail(b.id, { to: ['ann@example.net'], at: day + 2 * DAY + 7_200_000 });
 
     const client = await signedIn();
     const ids = async (q: string) => {
@@ -314,9 +311,11 @@ describe('the send log’s filters and pages', () => {
 
   it('pages newest first, 50 to a page, keeping the filters', async () => {
     const { service } = rig;
-    const acct = service.newAccount({ name: 'Busy shop' }).account;
+    const acct = (await service.newAccount({ name: 'Busy shop' })).account;
     const start = service.clock.now();
-    const made = Array.from({ length: 62 }, (_, i) => logEmail(acct.id, { to: [`r${i}@example.net`], at: start + i * 1000 })).reverse();
+    const made: string[] = [];
+    for (let i = 0; i < 62; i++) made.push(await logEmail(acct.id, { to: [`r${i}@example.net`], at: start + i * 1000 }));
+    made.reverse();
     const client = await signedIn();
     const first = await (await client.get(`/dashboard/emails?account=${acct.id}`)).text();
     expect(idsOn(first)).toEqual(made.slice(0, 50));
@@ -351,7 +350,7 @@ describe('an email’s customer-database writes', () => {
     const { service, engine, sink } = rig;
     const s = await newSender(service, { name: 'Database shop' });
     // A database stored as POST /database leaves it; no writer runs in this test, so its writes wait in the outbox.
-    storeDatabaseRow(service, s.account.id, 'postgresql://mailstead:secret@db.shop.example:5432/shop');
+    await storeDatabaseRow(service, s.account.id, 'postgresql://mailstead:secret@db.shop.example:5432/shop');
     sink.rcpt = (address) => (address === 'nobody@example.net' ? { code: 550, message: '5.1.1 Unknown user' } : 'accept');
     const sent = await service.api('POST', '/emails', { key: s.key, body: receipt(s.from, ['kim@example.net', 'nobody@example.net']) });
     await engine.runOnce();
@@ -369,15 +368,15 @@ describe('an email’s customer-database writes', () => {
       'Outcome: delivered kim@example.net: pending',
     ]);
 
-    const rows = service.deps.db.select().from(customerDbWrites).where(eq(customerDbWrites.accountId, s.account.id)).all();
+    const rows = await service.deps.db.select().from(customerDbWrites).where(eq(customerDbWrites.accountId, s.account.id));
     expect(rows).toHaveLength(3);
     const rowOf = (what: (w: QueuedWrite) => boolean) => rows.find((r) => what(openWrite(service.deps.secretKey!, r).write!))!;
     const content = rowOf((w) => w.kind === 'email');
     const kim = rowOf((w) => w.kind === 'event' && w.recipient === 'kim@example.net');
     const nobody = rowOf((w) => w.kind === 'event' && w.recipient === 'nobody@example.net');
     // The writer's own steps: the content write refused for good, kim's outcome written (gone from the outbox).
-    recordRefusedWrite(service.deps.db, content, 'value too long for type character varying(998)', service.clock.now(), { final: true });
-    deleteWrites(service.deps.db, [kim.id]);
+    await recordRefusedWrite(service.deps.db, content, 'value too long for type character varying(998)', service.clock.now(), { final: true });
+    await deleteWrites(service.deps.db, [kim.id]);
     expect(await states()).toEqual([
       'Email content all recipients: failed',
       'Outcome: bounced nobody@example.net: pending',
@@ -395,7 +394,7 @@ describe('an email’s customer-database writes', () => {
     // A write older than the outbox keeps them cannot be told from one written.
     service.clock.advance(8 * DAY);
     client = await signedIn();
-    deleteWrites(service.deps.db, [nobody.id]);
+    await deleteWrites(service.deps.db, [nobody.id]);
     expect(await states()).toContain('Outcome: bounced nobody@example.net: written-or-dropped');
   });
 });

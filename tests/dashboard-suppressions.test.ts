@@ -38,8 +38,8 @@ const listed = async (key: string, account?: string) => {
 describe('the suppressions page in the browser', () => {
   it('add and remove a suppression', async () => {
     const { service } = rig;
-    const northwind = service.newAccount({ name: 'Northwind Traders' });
-    const contoso = service.newAccount({ name: 'Contoso' });
+    const northwind = await service.newAccount({ name: 'Northwind Traders' });
+    const contoso = await service.newAccount({ name: 'Contoso' });
     const page = await newPage(browser);
     await signIn(page, service.url, token, '/dashboard/suppressions');
 
@@ -84,8 +84,8 @@ describe('the suppressions page in the browser', () => {
   });
 
   it('fits a phone-width screen', async () => {
-    const { account } = rig.service.newAccount({ name: 'Phone Width Co' });
-    suppress(rig.service.deps.db, account.id, 'someone.with.a.rather.long.address@subdomain.example.org', 'manual', '', rig.service.clock.now());
+    const { account } = await rig.service.newAccount({ name: 'Phone Width Co' });
+    await suppress(rig.service.deps.db, account.id, 'someone.with.a.rather.long.address@subdomain.example.org', 'manual', '', rig.service.clock.now());
     const page = await newPage(browser, 390);
     await signIn(page, rig.service.url, token, '/dashboard/suppressions');
     expect(await horizontalOverflow(page)).toBe(0);
@@ -119,11 +119,11 @@ describe('the suppressions page over HTTP', () => {
 
   it('searches by address, exact or prefix in any case, and filters by account', async () => {
     const { service, clock } = { service: rig.service, clock: rig.service.clock };
-    const a = service.newAccount({ name: 'Search A' });
-    const b = service.newAccount({ name: 'Search B' });
+    const a = await service.newAccount({ name: 'Search A' });
+    const b = await service.newAccount({ name: 'Search B' });
     for (const addr of ['zed.one@search.test', 'zed.two@search.test', 'zedd@search.test'])
-      suppress(service.deps.db, a.account.id, addr, 'manual', '', clock.now());
-    suppress(service.deps.db, b.account.id, 'zed.one@search.test', 'manual', '', clock.now());
+      await suppress(service.deps.db, a.account.id, addr, 'manual', '', clock.now());
+    await suppress(service.deps.db, b.account.id, 'zed.one@search.test', 'manual', '', clock.now());
     const found = async (query: string) => {
       const html = await (await http.get(`/dashboard/suppressions?${query}`)).text();
       return [...html.matchAll(/<td><code>([^<]+)<\/code><\/td><td>([^<]+)<\/td>/g)].map((m) => `${m[1]} ${m[2]}`).sort();
@@ -140,8 +140,9 @@ describe('the suppressions page over HTTP', () => {
   });
 
   it('pages the list, 50 at a time, newest first', async () => {
-    const { account } = rig.service.newAccount({ name: 'Paged' });
-    for (let i = 0; i < 55; i++) suppress(rig.service.deps.db, account.id, `p${String(i).padStart(2, '0')}@paged.test`, 'manual', '', rig.service.clock.now());
+    const { account } = await rig.service.newAccount({ name: 'Paged' });
+    for (let i = 0; i < 55; i++)
+      await suppress(rig.service.deps.db, account.id, `p${String(i).padStart(2, '0')}@paged.test`, 'manual', '', rig.service.clock.now());
     const addresses = (html: string) => [...html.matchAll(/<code>(p\d\d@paged\.test)<\/code>/g)].map((m) => m[1]);
     const first = await (await http.get(`/dashboard/suppressions?account=${account.id}`)).text();
     expect(addresses(first)).toHaveLength(50);
@@ -154,7 +155,7 @@ describe('the suppressions page over HTTP', () => {
   });
 
   it('answers a bad address, an unknown account and an address not listed with an error flash', async () => {
-    const { account, key } = rig.service.newAccount({ name: 'Flash Co' });
+    const { account, key } = await rig.service.newAccount({ name: 'Flash Co' });
     const bad = await http.follow(await http.post('/dashboard/suppressions', { account: account.id, address: 'no at sign' }));
     expect(bad).toContain('role="alert"');
     expect(bad).toMatch(/address: /);
@@ -172,16 +173,16 @@ describe('the suppressions page over HTTP', () => {
   });
 
   it('refuses an add or a remove without the CSRF token with 403, and changes nothing', async () => {
-    const { account, key } = rig.service.newAccount({ name: 'Csrf Co' });
+    const { account, key } = await rig.service.newAccount({ name: 'Csrf Co' });
     expect((await http.post('/dashboard/suppressions', { _csrf: '', account: account.id, address: 'csrf@example.org' })).status).toBe(403);
     expect(await listed(key)).toEqual([]);
-    suppress(rig.service.deps.db, account.id, 'kept@example.org', 'manual', '', rig.service.clock.now());
+    await suppress(rig.service.deps.db, account.id, 'kept@example.org', 'manual', '', rig.service.clock.now());
     expect((await http.post('/dashboard/suppressions/remove', { _csrf: 'forged', account: account.id, address: 'kept@example.org' })).status).toBe(403);
-    expect(rig.service.deps.db.select().from(suppressions).where(eq(suppressions.accountId, account.id)).all()).toHaveLength(1);
+    expect(await rig.service.deps.db.select().from(suppressions).where(eq(suppressions.accountId, account.id))).toHaveLength(1);
   });
 
   it('sends a form back only to the suppressions list', async () => {
-    const { account } = rig.service.newAccount({ name: 'Back Co' });
+    const { account } = await rig.service.newAccount({ name: 'Back Co' });
     const res = await http.post('/dashboard/suppressions', {
       account: account.id,
       address: 'back@example.org',
@@ -191,7 +192,7 @@ describe('the suppressions page over HTTP', () => {
   });
 
   it.each(['http://[', '//[', 'http://a b/'])('a back field that is no URL (%s) goes back to the plain list, never a 500', async (back) => {
-    const { account } = rig.service.newAccount({ name: 'Tampered Co' });
+    const { account } = await rig.service.newAccount({ name: 'Tampered Co' });
     for (const path of ['/dashboard/suppressions', '/dashboard/suppressions/remove']) {
       const res = await http.post(path, { account: account.id, address: 'tampered@example.org', back });
       expect(res.status).toBe(303);

@@ -367,7 +367,7 @@ describe('DELIVERY_MODE=capture', () => {
   });
 
   it('sends the test as a normal send that is captured, and links the captured message', async () => {
-    const { key, account } = capture.newAccount({ name: 'Capture Templates' });
+    const { key, account } = await capture.newAccount({ name: 'Capture Templates' });
     const domain = `tpl-${process.pid}.test`;
     // A reserved name verifies without DNS in capture mode.
     const created = await capture.api('POST', '/domains', { key, body: { name: domain } });

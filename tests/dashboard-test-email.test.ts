@@ -98,7 +98,7 @@ describe('a domain that can send, DELIVERY_MODE=direct', () => {
       expect(htmlText(await refusalOf(http, `/dashboard/domains/${s.domainId}/test-email`, { to }, back))).toBe(refusalText(false, s.domain, api));
     }
     // Check 3 before anything else: a suspended account sends nothing, from the dashboard either.
-    suspendByOperator(service.deps, s.account.id, 'Paused while we look at a complaint.');
+    await suspendByOperator(service.deps, s.account.id, 'Paused while we look at a complaint.');
     const suspended = await service.api('POST', '/emails', { key: s.key, body: { from, to: `delivered@${SIM}`, template } });
     expect([suspended.status, suspended.body.error.code]).toEqual([403, 'suspended']);
     expect(htmlText(await refusalOf(http, `/dashboard/domains/${s.domainId}/test-email`, { to: `delivered@${SIM}` }, back))).toBe(
@@ -114,7 +114,7 @@ describe('a domain that can send, DELIVERY_MODE=direct', () => {
 describe('a domain that cannot send yet', () => {
   it('runs the test as a sandbox send, whose from-domain check answers what is missing, as POST /emails does', async () => {
     const { service } = rig;
-    const { key } = service.newAccount({ name: 'Not Yet Verified' });
+    const { key } = await service.newAccount({ name: 'Not Yet Verified' });
     const domain = uniqueDomain('pending');
     const domainId = await connectDomain(service, key, domain, { state: 'pending' });
     const page = await newPage(browser);
@@ -152,7 +152,7 @@ describe('DELIVERY_MODE=capture', () => {
   });
 
   it('captures the test email, says so, and links the captured message', async () => {
-    const { key } = service.newAccount({ name: 'Capture Shop' });
+    const { key } = await service.newAccount({ name: 'Capture Shop' });
     const domain = `shop-${process.pid}.test`;
     // A reserved name verifies without DNS in capture mode.
     const created = await service.api('POST', '/domains', { key, body: { name: domain } });

@@ -72,8 +72,8 @@ async function sendAndDeliver(s: Sender, to: string | string[]): Promise<string>
 
 const dispatch = () => createWebhookDispatcher(rig.service.deps).runOnce();
 
-const deliveriesOf = (endpointId: string) =>
-  rig.service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpointId)).orderBy(asc(webhookDeliveries.id)).all();
+const deliveriesOf = async (endpointId: string) =>
+  await rig.service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpointId)).orderBy(asc(webhookDeliveries.id));
 
 /** The first (newest) delivery row of an endpoint page. */
 const firstDeliveryRow = (page: Page) =>
@@ -202,7 +202,7 @@ describe('the webhook pages in the browser', () => {
     expect((await service.api('GET', `/webhooks/${endpoint.id}`, { key: s.key })).body).toMatchObject({ active: true, failureCount: 0, disabledAt: null });
     // Its waiting deliveries are due at once, not at their retry times.
     expect(await dispatch()).toBe(10);
-    expect(deliveriesOf(endpoint.id).every((d) => d.deliveredAt !== null)).toBe(true);
+    expect((await deliveriesOf(endpoint.id)).every((d) => d.deliveredAt !== null)).toBe(true);
     expect(pageProblems(page)).toEqual([]);
     await page.context().close();
   });
@@ -212,7 +212,7 @@ describe('the webhook pages in the browser', () => {
     const endpoint = await newEndpoint(s.key, '/phone');
     await sendAndDeliver(s, 'pat@example.net');
     expect(await dispatch()).toBe(1);
-    const [delivery] = deliveriesOf(endpoint.id);
+    const [delivery] = await deliveriesOf(endpoint.id);
     const page = await newPage(browser, 390);
     await signIn(page, rig.service.url, token, '/dashboard/webhooks');
     for (const path of ['/dashboard/webhooks', `/dashboard/webhooks/${endpoint.id}`, `/dashboard/webhooks/${endpoint.id}/deliveries/${delivery!.id}`]) {
@@ -269,21 +269,18 @@ describe('the webhook pages over HTTP', () => {
     // A delivered history, written as the dispatcher leaves it (nothing left to post).
     const ids = Array.from({ length: 55 }, () => newId(now));
     for (const id of ids) {
-      rig.service.deps.db
-        .insert(webhookDeliveries)
-        .values({
-          id,
-          endpointId: endpoint.id,
-          accountId: s.account.id,
-          eventType: 'ping',
-          data: JSON.stringify({ endpointId: endpoint.id }),
-          attempts: 1,
-          lastStatus: 200,
-          deliveredAt: now,
-          nextAttemptAt: null,
-          createdAt: now,
-        })
-        .run();
+      await rig.service.deps.db.insert(webhookDeliveries).values({
+        id,
+        endpointId: endpoint.id,
+        accountId: s.account.id,
+        eventType: 'ping',
+        data: JSON.stringify({ endpointId: endpoint.id }),
+        attempts: 1,
+        lastStatus: 200,
+        deliveredAt: now,
+        nextAttemptAt: null,
+        createdAt: now,
+      });
     }
     const listed = (html: string) => [...html.matchAll(/\/deliveries\/([0-9a-f-]{36})"/g)].map((m) => m[1]);
     const first = await (await http.get(`/dashboard/webhooks/${endpoint.id}`)).text();
@@ -299,7 +296,7 @@ describe('the webhook pages over HTTP', () => {
     const other = await newEndpoint(s.key, '/other');
     await sendAndDeliver(s, 'nf@example.net');
     await dispatch();
-    const [delivery] = deliveriesOf(mine.id);
+    const [delivery] = await deliveriesOf(mine.id);
     expect(delivery).toBeDefined();
     for (const path of [
       '/dashboard/webhooks/0190a000-0000-7000-8000-000000000000',
@@ -320,16 +317,16 @@ describe('the webhook pages over HTTP', () => {
     const endpoint = await newEndpoint(s.key, '/csrf');
     await sendAndDeliver(s, 'csrf@example.net');
     await dispatch();
-    const [delivery] = deliveriesOf(endpoint.id);
+    const [delivery] = await deliveriesOf(endpoint.id);
     const path = `/dashboard/webhooks/${endpoint.id}/deliveries/${delivery!.id}/replay`;
     const refused = await http.post(path, { _csrf: '' });
     expect(refused.status).toBe(403);
     const wrong = await http.post(path, { _csrf: `${http.csrf}x` });
     expect(wrong.status).toBe(403);
-    expect(deliveriesOf(endpoint.id)).toHaveLength(1);
+    expect(await deliveriesOf(endpoint.id)).toHaveLength(1);
     // With the token, the same request queues one.
     expect((await http.post(path)).status).toBe(303);
-    expect(deliveriesOf(endpoint.id)).toHaveLength(2);
+    expect(await deliveriesOf(endpoint.id)).toHaveLength(2);
   });
 
   it('replays exactly the delivery’s outcome, not the other recipients’ of the same moment', async () => {
@@ -338,13 +335,13 @@ describe('the webhook pages over HTTP', () => {
     // One email, two recipients, delivered in one session at the same (fake) instant.
     await sendAndDeliver(s, ['ana@example.net', 'ben@example.net']);
     expect(await dispatch()).toBe(2);
-    const [, ben] = deliveriesOf(endpoint.id).map((d) => ({ id: d.id, data: JSON.parse(d.data) as { recipient: string; occurredAt: string } }));
+    const [, ben] = (await deliveriesOf(endpoint.id)).map((d) => ({ id: d.id, data: JSON.parse(d.data) as { recipient: string; occurredAt: string } }));
     expect(ben!.data.recipient).toBe('ben@example.net');
     const res = await http.post(`/dashboard/webhooks/${endpoint.id}/deliveries/${ben!.id}/replay`);
     expect(res.status).toBe(303);
     expect(res.headers.get('location')).toBe(`/dashboard/webhooks/${endpoint.id}`);
     expect(await http.follow(res)).toContain('Replay queued a new delivery');
-    const after = deliveriesOf(endpoint.id);
+    const after = await deliveriesOf(endpoint.id);
     expect(after).toHaveLength(3);
     expect(JSON.parse(after[2]!.data)).toEqual(JSON.parse(after[1]!.data));
   });
@@ -354,7 +351,7 @@ describe('the webhook pages over HTTP', () => {
     const endpoint = await newEndpoint(s.key, '/backlog');
     await sendAndDeliver(s, 'backlog@example.net');
     expect(await dispatch()).toBe(1);
-    const [delivered] = deliveriesOf(endpoint.id);
+    const [delivered] = await deliveriesOf(endpoint.id);
     // A receiver that has not taken anything for a while: 10,000 waiting for their retry.
     const now = rig.service.clock.now();
     const waiting = Array.from({ length: MAX_PENDING_PER_ENDPOINT }, () => ({
@@ -367,11 +364,8 @@ describe('the webhook pages over HTTP', () => {
       nextAttemptAt: now + 60_000,
       createdAt: now,
     }));
-    rig.service.deps.db.transaction((tx) => {
-      for (let i = 0; i < waiting.length; i += 500)
-        tx.insert(webhookDeliveries)
-          .values(waiting.slice(i, i + 500))
-          .run();
+    await rig.service.deps.db.transaction(async (tx) => {
+      for (let i = 0; i < waiting.length; i += 500) await tx.insert(webhookDeliveries).values(waiting.slice(i, i + 500));
     });
 
     const res = await http.post(`/dashboard/webhooks/${endpoint.id}/deliveries/${delivered!.id}/replay`);
@@ -380,7 +374,7 @@ describe('the webhook pages over HTTP', () => {
     const page = await http.follow(res);
     expect(page).toContain('role="alert"');
     expect(page).toContain(`${MAX_PENDING_PER_ENDPOINT} deliveries are pending for this endpoint and this replay would add 1`);
-    expect(deliveriesOf(endpoint.id)).toHaveLength(MAX_PENDING_PER_ENDPOINT + 1);
+    expect(await deliveriesOf(endpoint.id)).toHaveLength(MAX_PENDING_PER_ENDPOINT + 1);
   });
 
   it('answers a ping’s replay and a second ping within ten seconds with an error flash', async () => {
@@ -394,11 +388,11 @@ describe('the webhook pages over HTTP', () => {
     expect(page).toContain('A test ping was sent to this endpoint in the last ten seconds');
     expect(receiver.requests).toHaveLength(1);
 
-    const [ping] = deliveriesOf(endpoint.id);
+    const [ping] = await deliveriesOf(endpoint.id);
     const replay = await http.post(`/dashboard/webhooks/${endpoint.id}/deliveries/${ping!.id}/replay`);
     expect(replay.headers.get('location')).toBe(`/dashboard/webhooks/${endpoint.id}/deliveries/${ping!.id}`);
     expect(await http.follow(replay)).toContain('A test ping is never replayed');
-    expect(deliveriesOf(endpoint.id)).toHaveLength(1);
+    expect(await deliveriesOf(endpoint.id)).toHaveLength(1);
   });
 });
 
@@ -462,7 +456,7 @@ describe('adding, testing and deleting an endpoint from the dashboard', () => {
     expect(await flashText(page, 'ok')).toContain(`Endpoint ${url} deleted from Console Hooks Ltd`);
     const gone = await service.api('GET', `/webhooks/${id}`, { key: s.key });
     expect([gone.status, gone.body.error.code]).toEqual([404, 'webhook_not_found']);
-    expect(deliveriesOf(id)).toHaveLength(0);
+    expect(await deliveriesOf(id)).toHaveLength(0);
     expect(pageProblems(page)).toEqual([]);
     await page.context().close();
   });

@@ -17,6 +17,7 @@ import { TestDnsServer } from './helpers/dns-server.js';
 import { startPostgres, type TestPostgres } from './helpers/postgres.js';
 import { expectError, newSender, newSubSender, receipt } from './helpers/sending.js';
 import { startService, type ApiResponse, type TestService } from './helpers/service.js';
+import { one } from '../db/sql.js';
 
 /**
  * The Database endpoints of docs/api/contract.md (GET/POST/DELETE /database, POST /database/test) against a real Postgres with TLS:
@@ -173,18 +174,19 @@ const serviceTables = async (database: string) =>
     (r) => r.table_name,
   );
 
-const storedRow = (s: TestService, accountId: string) => s.deps.db.select().from(customerDatabases).where(eq(customerDatabases.accountId, accountId)).get();
+const storedRow = async (s: TestService, accountId: string) =>
+  await one(s.deps.db.select().from(customerDatabases).where(eq(customerDatabases.accountId, accountId)));
 
 describe('GET /database', () => {
   it('answers 200 with connected false and every other field empty when no database is set', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const res = await service.api('GET', '/database', { key });
     expect(res.status).toBe(200);
     expect(res.body).toEqual(NOT_CONNECTED);
   });
 
   it('answers the status of the connected database, the same as POST answered', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const posted = await connect(service, key, urlOf('db.pg.test'));
     expect(posted.status, JSON.stringify(posted.body)).toBe(200);
     expect(await status(service, key)).toEqual(posted.body);
@@ -204,7 +206,7 @@ describe('GET /database', () => {
 
 describe('POST /database: connected', () => {
   it('connects, creates schema service with its tables, stores the URL sealed, and answers the status (never the password or the URL)', async () => {
-    const { key, account } = service.newAccount();
+    const { key, account } = await service.newAccount();
     const url = urlOf('db.pg.test');
     const res = await connect(service, key, url);
     expect(res.status, JSON.stringify(res.body)).toBe(200);
@@ -215,7 +217,7 @@ describe('POST /database: connected', () => {
     expectNoPassword(service, res);
 
     expect(await serviceTables(pgServer.database)).toEqual(expect.arrayContaining(['attachments', 'emails', 'events', 'inbound', 'schema_migrations']));
-    const row = storedRow(service, account.id)!;
+    const row = (await storedRow(service, account.id))!;
     expect(row.urlSealed).not.toContain(pgServer.password);
     expect(row.urlSealed).not.toContain(pgServer.user);
     expect(decryptSecret(service.deps.secretKey!, row.urlSealed, SEAL_CONTEXTS.customerDbUrl(account.id)).toString('utf8')).toBe(url);
@@ -229,14 +231,14 @@ describe('POST /database: connected', () => {
     ['sslmode=verify-full', 'sslmode=verify-full', 'verify'],
     ['sslmode=no-verify', 'sslmode=no-verify', 'no-verify'],
   ])('%s connects with sslMode %s', async (_, query, sslMode) => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const res = await connect(service, key, urlOf('db.pg.test', { query }));
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(res.body).toEqual(connectedStatus(service, { sslMode }));
   });
 
   it('refuses postgres:// (docs/api/contract.md: not postgresql:// is 422 invalid_url) and accepts an IP-literal host (verified against the address the certificate carries) and localhost', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const viaScheme = await connect(service, key, urlOf('db.pg.test').replace(/^postgresql:/, 'postgres:'));
     expectError(viaScheme, 422, 'invalid_url');
     expect(viaScheme.body.error.message).toContain('write it as postgresql://');
@@ -248,9 +250,9 @@ describe('POST /database: connected', () => {
   });
 
   it('connecting again replaces the stored URL; the old database keeps its schema and rows', async () => {
-    const { key, account } = service.newAccount();
+    const { key, account } = await service.newAccount();
     expect((await connect(service, key, urlOf('db.pg.test'))).status).toBe(200);
-    const first = storedRow(service, account.id)!;
+    const first = (await storedRow(service, account.id))!;
     const marker = '01950000-0000-7000-8000-0000000000aa';
     await onCustomer(
       pgServer.database,
@@ -265,7 +267,7 @@ describe('POST /database: connected', () => {
     expect(res.body).toEqual(connectedStatus(service, { database: 'second', sslMode: 'no-verify' }));
     expect(await status(service, key)).toEqual(res.body);
 
-    const second = storedRow(service, account.id)!;
+    const second = (await storedRow(service, account.id))!;
     expect(second.connectionId).not.toBe(first.connectionId);
     expect(decryptSecret(service.deps.secretKey!, second.urlSealed, SEAL_CONTEXTS.customerDbUrl(account.id)).toString('utf8')).toBe(secondUrl);
     expect(await serviceTables('second')).toEqual(expect.arrayContaining(['attachments', 'emails', 'events', 'inbound']));
@@ -281,13 +283,13 @@ describe('POST /database: connected', () => {
 describe('POST /database: database_unreachable names the step that failed; nothing is stored', () => {
   /** A failed connect: 422 database_unreachable with the step in the message, no password anywhere, nothing stored. */
   async function expectUnreachable(url: string, step: RegExp) {
-    const { key, account } = service.newAccount();
+    const { key, account } = await service.newAccount();
     const res = await connect(service, key, url);
     expectError(res, 422, 'database_unreachable', step);
     expectDocumented(res);
     expectNoPassword(service, res);
     expect(await status(service, key)).toEqual(NOT_CONNECTED);
-    expect(storedRow(service, account.id)).toBeUndefined();
+    expect(await storedRow(service, account.id)).toBeUndefined();
     return res;
   }
 
@@ -325,7 +327,7 @@ describe('POST /database: database_unreachable names the step that failed; nothi
       const url = (query = '') => `postgresql://${pgServer.user}:${pgServer.password}@127.0.0.2:${port}/${pgServer.database}${query}`;
       const res = await expectUnreachable(url(), /TLS failed/);
       expect(res.body.error.message).toContain('127.0.0.2');
-      const { key } = service.newAccount();
+      const { key } = await service.newAccount();
       const ok = await connect(service, key, url('?sslmode=no-verify'));
       expect(ok.status, JSON.stringify(ok.body)).toBe(200);
       expect(ok.body).toEqual(connectedStatus(service, { host: '127.0.0.2', port, sslMode: 'no-verify' }));
@@ -356,7 +358,7 @@ describe('POST /database: database_unreachable names the step that failed; nothi
     await pgServer.admin('create database nocreate_db');
     await pgServer.admin('revoke create on database nocreate_db from public');
     const url = `postgresql://nocreate:nocreate-pw@db.pg.test:${pgServer.port}/nocreate_db`;
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const res = await connect(service, key, url);
     expectError(res, 422, 'database_unreachable', /creating the schema failed/);
     expect(res.body.error.message).not.toContain('nocreate-pw');
@@ -368,7 +370,7 @@ describe('POST /database: database_unreachable names the step that failed; nothi
     // Continues the test above: nocreate still has no CREATE on its database.
     await onCustomer('nocreate_db', 'create schema service authorization nocreate');
     const url = `postgresql://nocreate:nocreate-pw@db.pg.test:${pgServer.port}/nocreate_db`;
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const res = await connect(service, key, url);
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(res.body).toMatchObject({ connected: true, user: 'nocreate', database: 'nocreate_db', state: 'connected', schemaVersion: CUSTOMER_SCHEMA_VERSION });
@@ -386,7 +388,7 @@ describe('POST /database: database_unreachable names the step that failed; nothi
     });
 
     it('connects with sslmode=no-verify', async () => {
-      const { key } = service.newAccount();
+      const { key } = await service.newAccount();
       const res = await connect(service, key, urlOf('db.pg.test', { query: 'sslmode=no-verify' }));
       expect(res.status, JSON.stringify(res.body)).toBe(200);
       expect(res.body).toEqual(connectedStatus(service, { sslMode: 'no-verify' }));
@@ -453,13 +455,13 @@ describe('POST /database: refused before any connection', () => {
   ];
 
   it.each(INVALID)('%s: 422 invalid_url naming it, no connection, nothing stored', async (_, url, says) => {
-    const { key, account } = service.newAccount();
+    const { key, account } = await service.newAccount();
     const res = await connect(service, key, url());
     expectError(res, 422, 'invalid_url', says);
     expect(res.body.error.message).not.toContain(SECRET);
     expect(counter.count).toBe(0);
     expect(await status(service, key)).toEqual(NOT_CONNECTED);
-    expect(storedRow(service, account.id)).toBeUndefined();
+    expect(await storedRow(service, account.id)).toBeUndefined();
   });
 
   it.each([
@@ -472,17 +474,17 @@ describe('POST /database: refused before any connection', () => {
     ['the metadata address', () => `postgresql://u:${SECRET}@169.254.169.254/db`],
     ['a name with one private address among public ones', () => `postgresql://u:${SECRET}@mixed.pg.test/db`],
   ])('a host at %s: 422 blocked_host without ALLOW_PRIVATE_TARGETS, no connection, nothing stored', async (_, url) => {
-    const { key, account } = strict.newAccount();
+    const { key, account } = await strict.newAccount();
     const res = await connect(strict, key, url());
     expectError(res, 422, 'blocked_host');
     expect(res.body.error.message).not.toContain(SECRET);
     expect(counter.count).toBe(0);
     expect(await status(strict, key)).toEqual(NOT_CONNECTED);
-    expect(storedRow(strict, account.id)).toBeUndefined();
+    expect(await storedRow(strict, account.id)).toBeUndefined();
   });
 
   it('the test database itself is blocked_host without ALLOW_PRIVATE_TARGETS (the same URL connects with it)', async () => {
-    const { key } = strict.newAccount();
+    const { key } = await strict.newAccount();
     expectError(await connect(strict, key, urlOf('db.pg.test')), 422, 'blocked_host');
     expect(await status(strict, key)).toEqual(NOT_CONNECTED);
   });
@@ -495,7 +497,7 @@ describe('POST /database: refused before any connection', () => {
     ['an array', [{ url: 'postgresql://u@db.example.com/db' }], /body: must be a JSON object/],
     ['a bare string', 'postgresql://u@db.example.com/db', /body: must be a JSON object/],
   ])('%s: 422 invalid_request', async (_, body, says) => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     expectError(await service.api('POST', '/database', { key, body }), 422, 'invalid_request', says);
   });
 
@@ -504,7 +506,7 @@ describe('POST /database: refused before any connection', () => {
     ['a form', 'url=postgresql://u@db.example.com/db'],
     ['empty', ''],
   ])('a body that is %s: 400 invalid_json', async (_, rawBody) => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     expectError(await service.api('POST', '/database', { key, rawBody, headers: { 'content-type': 'application/json' } }), 400, 'invalid_json');
   });
 });
@@ -517,16 +519,16 @@ describe('POST /database: a server that cannot store secrets', () => {
   afterAll(() => off?.close());
 
   it('answers 503 not_configured for a valid body, without connecting and without storing anything', async () => {
-    const { key, account } = off.newAccount();
+    const { key, account } = await off.newAccount();
     expectError(await connect(off, key, `postgresql://u:p@127.0.0.1:${counter.port}/db`), 503, 'not_configured');
     expectError(await connect(off, key, urlOf('db.pg.test')), 503, 'not_configured');
     expect(counter.count).toBe(0);
-    expect(storedRow(off, account.id)).toBeUndefined();
+    expect(await storedRow(off, account.id)).toBeUndefined();
     expect(await status(off, key)).toEqual(NOT_CONNECTED);
   });
 
   it('judges the body first: 400 invalid_json and 422 invalid_request come before 503', async () => {
-    const { key } = off.newAccount();
+    const { key } = await off.newAccount();
     expectError(await off.api('POST', '/database', { key, rawBody: '{"url":', headers: { 'content-type': 'application/json' } }), 400, 'invalid_json');
     expectError(await off.api('POST', '/database', { key, body: { url: 1 } }), 422, 'invalid_request');
     expectError(await off.api('POST', '/database', { key, body: {} }), 422, 'invalid_request');
@@ -541,10 +543,10 @@ describe('POST /database/test on a server restarted with SECRET_KEY=off', () => 
   afterAll(() => off?.close());
 
   it('answers 422 database_unreachable (the stored URL cannot be opened), records it, and connects to nothing', async () => {
-    const { key, account } = off.newAccount();
+    const { key, account } = await off.newAccount();
     const url = `postgresql://u:p@db.pg.test:${counter.port}/db`;
     // Sealed by an earlier run with a key this one does not have.
-    storeDatabaseRow(off, account.id, url, Buffer.alloc(32, 7));
+    await storeDatabaseRow(off, account.id, url, Buffer.alloc(32, 7));
     expectError(await off.api('POST', '/database/test', { key }), 422, 'database_unreachable', /secret key/);
     expect(counter.count).toBe(0);
     expect(await status(off, key)).toMatchObject({ connected: true, state: 'unreachable', lastError: expect.stringMatching(/secret key/) });
@@ -553,7 +555,7 @@ describe('POST /database/test on a server restarted with SECRET_KEY=off', () => 
 
 describe('a sub-account', () => {
   it('without its own database sees its parent’s status; with its own, its own; after deleting its own, the parent’s again', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await newSub(service, key);
     expect(await status(service, key, sub)).toEqual(NOT_CONNECTED);
 
@@ -574,18 +576,24 @@ describe('a sub-account', () => {
   });
 
   it('deleted by its parent while its database was being connected: 404 account_not_found, nothing stored', async () => {
-    const { account, key } = service.newAccount();
+    const { account, key } = await service.newAccount();
     const sub = await newSub(service, key);
-    const ctx: RequestContext = { keyId: 'parent-key', keyAccount: account, scopes: SCOPES, account: findAccount(service.deps.db, sub)!, viaHeader: true };
+    const ctx: RequestContext = {
+      keyId: 'parent-key',
+      keyAccount: account,
+      scopes: SCOPES,
+      account: (await findAccount(service.deps.db, sub))!,
+      viaHeader: true,
+    };
     const pending = connectDatabase({ deps: service.deps, ctx, input: { url: urlOf('db.pg.test') } });
     // The call is past its first await (the connection to Postgres): the parent deletes the sub-account now.
-    service.deps.db.delete(accounts).where(eq(accounts.id, sub)).run();
+    await service.deps.db.delete(accounts).where(eq(accounts.id, sub));
     await expect(pending).rejects.toMatchObject({ code: 'account_not_found', status: 404 });
-    expect(service.deps.db.select().from(customerDatabases).where(eq(customerDatabases.accountId, sub)).get()).toBeUndefined();
+    expect(await one(service.deps.db.select().from(customerDatabases).where(eq(customerDatabases.accountId, sub)))).toBeUndefined();
   });
 
   it('using its parent’s database gets 404 database_not_connected on DELETE, and the parent’s database stays', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await newSub(service, key);
     const parent = await connect(service, key, urlOf('db.pg.test'));
     expect(parent.status).toBe(200);
@@ -610,11 +618,10 @@ describe('a sub-account', () => {
     // The parent's write waits, then one of the sub-account's.
     expect((await service.api('POST', '/emails', { key: sender.key, body: receipt(sender.from) })).status).toBe(200);
     expect((await service.api('POST', '/emails', { key: subKey, body: receipt(sub.from) })).status).toBe(200);
-    service.deps.db
+    await service.deps.db
       .update(customerDatabases)
       .set({ lastError: 'could not connect to db.pg.test as the parent' })
-      .where(eq(customerDatabases.accountId, sender.account.id))
-      .run();
+      .where(eq(customerDatabases.accountId, sender.account.id));
     const seen = await service.api('GET', '/database', { key: subKey });
     expect(seen.status).toBe(200);
     expectDocumented(seen);
@@ -623,10 +630,10 @@ describe('a sub-account', () => {
     expect(seen.body).toEqual({ ...full, host: null, port: null, database: null, user: null, lastError: null, pending: 1 });
     // The parent's own key acting for the sub-account sees it all, as before.
     expect(await status(service, sender.key, sub.id)).toEqual(full);
-    const updatedAt = storedRow(service, sender.account.id)!.updatedAt;
+    const updatedAt = (await storedRow(service, sender.account.id))!.updatedAt;
     service.clock.advance(5000);
     expectError(await service.api('POST', '/database/test', { key: subKey }), 404, 'database_not_connected');
-    expect(storedRow(service, sender.account.id)).toMatchObject({ lastError: 'could not connect to db.pg.test as the parent', updatedAt });
+    expect(await storedRow(service, sender.account.id)).toMatchObject({ lastError: 'could not connect to db.pg.test as the parent', updatedAt });
     // Its own database, connected with its own key, it sees whole.
     const own = await connect(service, subKey, urlOf('localhost', { database: 'second' }));
     expect(own.status, JSON.stringify(own.body)).toBe(200);
@@ -635,7 +642,7 @@ describe('a sub-account', () => {
   });
 
   it('tests its parent’s database with POST /database/test', async () => {
-    const { key, account } = service.newAccount();
+    const { key, account } = await service.newAccount();
     const sub = await newSub(service, key);
     const connected = await connect(service, key, urlOf('db.pg.test'));
     expect(connected.status).toBe(200);
@@ -644,20 +651,20 @@ describe('a sub-account', () => {
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     // Fresh: lastOkAt now; updatedAt stays, since neither the state nor the error changed.
     expect(res.body).toEqual(connectedStatus(service, { updatedAt: connected.body.updatedAt }));
-    expect(storedRow(service, account.id)!.lastOkAt).toBe(service.clock.now());
+    expect((await storedRow(service, account.id))!.lastOkAt).toBe(service.clock.now());
   });
 });
 
 describe('POST /database/test', () => {
   it('answers 404 database_not_connected when no database is set', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const res = await service.api('POST', '/database/test', { key });
     expectError(res, 404, 'database_not_connected');
     expectDocumented(res);
   });
 
   it('connects to the stored URL and answers the fresh status', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const first = await connect(service, key, urlOf('db.pg.test'));
     expect(first.status).toBe(200);
     service.clock.advance(3_600_000);
@@ -673,9 +680,9 @@ describe('POST /database/test', () => {
 
   it('a URL that now resolves to a blocked address: 422 blocked_host, no connection, and the status shows it', async () => {
     // Stored while the host was allowed (e.g. before ALLOW_PRIVATE_TARGETS was turned off, or its DNS changed).
-    const { key, account } = strict.newAccount();
+    const { key, account } = await strict.newAccount();
     const url = `postgresql://u:p@db.pg.test:${counter.port}/db`;
-    storeDatabaseRow(strict, account.id, url);
+    await storeDatabaseRow(strict, account.id, url);
     strict.clock.advance(1000);
     expectError(await strict.api('POST', '/database/test', { key }), 422, 'blocked_host');
     expect(counter.count).toBe(0);
@@ -692,7 +699,7 @@ describe('POST /database/test', () => {
     afterAll(() => pgServer.restart(), 60_000);
 
     it('answers 422 database_unreachable and GET shows unreachable with the error; once it is back, 200 connected and the error cleared', async () => {
-      const { key } = service.newAccount();
+      const { key } = await service.newAccount();
       const first = await connect(service, key, urlOf('db.pg.test'));
       expect(first.status).toBe(200);
 
@@ -721,7 +728,7 @@ describe('POST /database/test', () => {
 
 describe('DELETE /database', () => {
   it('answers 404 database_not_connected when no database is set', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     expectError(await service.api('DELETE', '/database', { key }), 404, 'database_not_connected');
   });
 
@@ -742,7 +749,7 @@ describe('DELETE /database', () => {
     expect(res.status).toBe(204);
     expect(res.body).toBeNull();
     expect(await status(service, key)).toEqual(NOT_CONNECTED);
-    expect(storedRow(service, sender.account.id)).toBeUndefined();
+    expect(await storedRow(service, sender.account.id)).toBeUndefined();
     expectError(await service.api('POST', '/database/test', { key }), 404, 'database_not_connected');
     expectError(await service.api('DELETE', '/database', { key }), 404, 'database_not_connected');
 
@@ -762,14 +769,14 @@ describe('standard failures', () => {
   runCommonAuthTests(() => service, { method: 'DELETE', path: '/database', scope: 'database:write' });
 
   it('database:read does not allow the writing endpoints, nor database:write GET', async () => {
-    const { account } = service.newAccount();
-    const reader = service.newKey(account.id, ['database:read']);
-    const writer = service.newKey(account.id, ['database:write']);
+    const { account } = await service.newAccount();
+    const reader = await service.newKey(account.id, ['database:read']);
+    const writer = await service.newKey(account.id, ['database:write']);
     expect((await service.api('GET', '/database', { key: reader })).status).toBe(200);
     expectError(await connect(service, reader, urlOf('db.pg.test')), 403, 'insufficient_scope');
     expectError(await service.api('POST', '/database/test', { key: reader }), 403, 'insufficient_scope');
     expectError(await service.api('DELETE', '/database', { key: reader }), 403, 'insufficient_scope');
     expectError(await service.api('GET', '/database', { key: writer }), 403, 'insufficient_scope');
-    expect(storedRow(service, account.id)).toBeUndefined();
+    expect(await storedRow(service, account.id)).toBeUndefined();
   });
 });

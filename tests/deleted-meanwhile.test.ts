@@ -32,36 +32,36 @@ afterAll(async () => {
 
 /** A sub-account, and the context of its parent's key acting for it (X-Service-Account). */
 async function subAccount(): Promise<{ id: string; ctx: RequestContext; key: string }> {
-  const { account, key } = service.newAccount();
+  const { account, key } = await service.newAccount();
   const res = await service.api('POST', '/accounts', { key, body: { name: 'Shop' } });
   expect(res.status).toBe(201);
   const id = res.body.id as string;
-  return { id, key, ctx: { keyId: 'parent-key', keyAccount: account, scopes: SCOPES, account: findAccount(service.deps.db, id)!, viaHeader: true } };
+  return { id, key, ctx: { keyId: 'parent-key', keyAccount: account, scopes: SCOPES, account: (await findAccount(service.deps.db, id))!, viaHeader: true } };
 }
 
-const deleteAccount = (id: string) => service.deps.db.delete(accounts).where(eq(accounts.id, id)).run();
+const deleteAccount = async (id: string) => await service.deps.db.delete(accounts).where(eq(accounts.id, id));
 
 describe('the acting account deleted while the request awaited', () => {
   it('POST /domains (the DKIM key being generated)', async () => {
     const sub = await subAccount();
     const pending = createDomain({ deps: service.deps, ctx: sub.ctx, input: { name: 'meanwhile.example' } });
-    deleteAccount(sub.id);
+    await deleteAccount(sub.id);
     await expect(pending).rejects.toMatchObject({ code: 'account_not_found', status: 404 });
-    expect(service.deps.db.select().from(domains).where(eq(domains.accountId, sub.id)).all()).toEqual([]);
-    expect(service.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, sub.id)).all()).toEqual([]);
+    expect(await service.deps.db.select().from(domains).where(eq(domains.accountId, sub.id))).toEqual([]);
+    expect(await service.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, sub.id))).toEqual([]);
   });
 
   it('POST /webhooks (the URL’s host being resolved)', async () => {
     const sub = await subAccount();
     const pending = createWebhook({ deps: service.deps, ctx: sub.ctx, input: { url: 'https://hooks.meanwhile.test/in', events: ['email.delivered'] } });
-    deleteAccount(sub.id);
+    await deleteAccount(sub.id);
     await expect(pending).rejects.toMatchObject({ code: 'account_not_found', status: 404 });
-    expect(service.deps.db.select().from(webhookEndpoints).where(eq(webhookEndpoints.accountId, sub.id)).all()).toEqual([]);
+    expect(await service.deps.db.select().from(webhookEndpoints).where(eq(webhookEndpoints.accountId, sub.id))).toEqual([]);
   });
 
   it('over HTTP, the same answer as a request that came after the deletion', async () => {
     const sub = await subAccount();
-    deleteAccount(sub.id);
+    await deleteAccount(sub.id);
     expectError(await service.api('POST', '/domains', { key: sub.key, account: sub.id, body: { name: 'after.example' } }), 404, 'account_not_found');
   });
 });
@@ -87,6 +87,6 @@ describe('the sub-account of X-Service-Account deleted while the body arrived', 
       status: 404,
       body: { error: { code: 'account_not_found', message: expect.any(String) } },
     });
-    expect(findAccount(service.deps.db, sub.id)).toBeUndefined();
+    expect(await findAccount(service.deps.db, sub.id)).toBeUndefined();
   });
 });

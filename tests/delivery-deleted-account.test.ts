@@ -5,6 +5,7 @@ import { createDeliveryEngine } from '../mta/delivery-engine.js';
 import { DEFAULT_CLIENT_TIMEOUTS } from '../mta/smtp-client.js';
 import { type DeliveryRig, FAST_TIMEOUTS, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import { newSender, newSubSender, receipt } from './helpers/sending.js';
+import { one } from '../db/sql.js';
 
 /**
  * Transactions in flight while the world changes: a sub-account deleted (docs/api/contract.md, DELETE /accounts/{id}: everything
@@ -19,8 +20,8 @@ beforeAll(async () => {
   rig = await startDeliveryRig();
 });
 afterAll(() => stopDeliveryRig(rig));
-beforeEach(() => {
-  rig.service.deps.db.delete(outboundRecipients).run();
+beforeEach(async () => {
+  await rig.service.deps.db.delete(outboundRecipients);
   resetDeliveryRig(rig);
 });
 
@@ -76,14 +77,14 @@ describe('waiting for replies', () => {
       return new Promise<'accept'>((resolve) => (release = () => resolve('accept')));
     };
     const engine = createDeliveryEngine(rig.service.deps, { timeouts: { ...FAST_TIMEOUTS, socketTimeoutMs: 3_000 }, pollMs: 50, stopGraceMs: 300 });
-    engine.start();
+    await engine.start();
     await firstArrived;
     const started = performance.now();
     await engine.stop();
     expect(performance.now() - started).toBeLessThan(5_000);
     expect(rig.service.logger.entries).toContainEqual(expect.objectContaining({ event: 'delivery.stop_abandoned', recipients: 1 }));
-    const row = () => rig.service.deps.db.select().from(outboundRecipients).where(eq(outboundRecipients.recipient, 'slow@example.net')).get();
-    expect(row()).toMatchObject({ status: 'queued' });
+    const row = async () => await one(rig.service.deps.db.select().from(outboundRecipients).where(eq(outboundRecipients.recipient, 'slow@example.net')));
+    expect(await row()).toMatchObject({ status: 'queued' });
     // The reply arrives after all: the abandoned transaction still records it while the store is open.
     release();
     const events = async () =>

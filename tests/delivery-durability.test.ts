@@ -6,6 +6,8 @@ import { createDeliveryEngine } from '../mta/delivery-engine.js';
 import { FAST_TIMEOUTS, type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import { newSender, receipt, recipients } from './helpers/sending.js';
 import { replaceDep } from './helpers/replace-dep.js';
+import type { SinkAnswer } from './helpers/smtp-sink.js';
+import { one } from '../db/sql.js';
 
 /**
  * Crash safety's first rule (docs/api/decisions.md section 3, docs/api/behaviour.md "Crash safety"): one recipient's outcome is durable before
@@ -21,8 +23,8 @@ beforeAll(async () => {
 
 afterAll(() => stopDeliveryRig(rig));
 
-beforeEach(() => {
-  rig.service.deps.db.delete(outboundRecipients).run();
+beforeEach(async () => {
+  await rig.service.deps.db.delete(outboundRecipients);
   resetDeliveryRig(rig);
 });
 
@@ -34,16 +36,17 @@ it('records each recipient’s outcome before the next RCPT TO on the same conne
   expect(res.status).toBe(200);
   const emailId = res.body.id as string;
 
-  const recorded = (recipient: string) =>
-    service.deps.db
-      .select()
-      .from(emailEvents)
-      .where(and(eq(emailEvents.emailId, emailId), eq(emailEvents.recipient, recipient)))
-      .get() !== undefined;
+  const recorded = async (recipient: string) =>
+    (await one(
+      service.deps.db
+        .select()
+        .from(emailEvents)
+        .where(and(eq(emailEvents.emailId, emailId), eq(emailEvents.recipient, recipient))),
+    )) !== undefined;
   const seenBeforeRcpt: [string, boolean][] = [];
   let previous: string | null = null;
-  sink.rcpt = (address) => {
-    if (previous) seenBeforeRcpt.push([previous, recorded(previous)]);
+  sink.rcpt = async (address): Promise<SinkAnswer> => {
+    if (previous) seenBeforeRcpt.push([previous, await recorded(previous)]);
     previous = address;
     return 'accept';
   };
@@ -52,7 +55,7 @@ it('records each recipient’s outcome before the next RCPT TO on the same conne
   // Every other member of the group commit kept: only run is slowed.
   replaceDep(service.deps, 'commits', {
     ...commits,
-    run: <T>(fn: (db: Db) => T) => new Promise((resolve) => setTimeout(resolve, 300)).then(() => commits.run(fn)),
+    run: <T>(fn: (db: Db) => T | Promise<T>) => new Promise((resolve) => setTimeout(resolve, 300)).then(() => commits.run(fn)),
   });
   try {
     // One connection for the destination, so the four transactions follow each other on it.

@@ -14,6 +14,7 @@ import type { TestDnsServer } from './helpers/dns-server.js';
 import { newSender, queued, receipt, recipients, type Sender } from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
 import { SmtpSink } from './helpers/smtp-sink.js';
+import { one } from '../db/sql.js';
 
 /**
  * The delivery engine itself (docs/api/decisions.md section 3), end to end against SMTP peers and a DNS server on loopback:
@@ -49,7 +50,7 @@ beforeAll(async () => {
 afterAll(() => stopDeliveryRig({ dns, sink, service }));
 
 beforeEach(async () => {
-  service.deps.db.delete(outboundRecipients).run();
+  await service.deps.db.delete(outboundRecipients);
   resetDeliveryRig({ dns, sink });
   // Connections of an earlier test may still be closing: the counts start from none open.
   await waitFor(() => sink.open === 0, 5000, 'the sink to have no connection open');
@@ -89,8 +90,8 @@ async function suppressed(svc: TestService, s: Sender, address: string): Promise
   return res.body.data as unknown[];
 }
 
-function row(svc: TestService, id: string): OutboundRecipientRow | undefined {
-  return svc.deps.db.select().from(outboundRecipients).where(eq(outboundRecipients.id, id)).get();
+async function row(svc: TestService, id: string): Promise<OutboundRecipientRow | undefined> {
+  return await one(svc.deps.db.select().from(outboundRecipients).where(eq(outboundRecipients.id, id)));
 }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
@@ -274,7 +275,7 @@ describe('lanes of one destination', () => {
     expect(ev.map((e) => [e.recipient, e.status, e.dsn]).sort()).toEqual(to.map((r) => [r, 'delivered', '2.0.0']).sort());
     expect(busy.deliveredTo().sort()).toEqual([...to].sort());
     // Every recipient final: the queue holds nothing of the email any more.
-    expect(queued(svc, id).recipients).toEqual([]);
+    expect((await queued(svc, id)).recipients).toEqual([]);
   });
 
   it('moves the next recipients to a new connection after a 421, and defers only the recipient that got it', async () => {
@@ -298,7 +299,7 @@ describe('lanes of one destination', () => {
     expect(sink.connections).toBe(2);
     expect(sink.received[0]!.session).toBe(sink.received[1]!.session);
     expect(sink.attempts.get(b)).toBe(1);
-    const rows = queued(service, id).recipients;
+    const rows = (await queued(service, id)).recipients;
     expect(rows.find((r) => r.recipient === a)).toMatchObject({ status: 'queued', attempts: 1, nextAttemptAt: service.clock.now() + 5 * MIN });
     expect(rows.find((r) => r.recipient === b)).toMatchObject({ status: 'delivered', attempts: 1 });
   });
@@ -310,7 +311,7 @@ describe('an outcome that cannot be written', () => {
     const engine = engineFor(service, { leaseMs });
     const s = await newSender(service);
     const id = await send(service, s, 'once@example.net');
-    const [recipient] = queued(service, id).recipients;
+    const [recipient] = (await queued(service, id)).recipients;
     const t0 = service.clock.now();
 
     const commits = service.deps.commits;
@@ -331,7 +332,7 @@ describe('an outcome that cannot be written', () => {
     expect(calls).toBe(1);
     expect(sink.deliveredTo()).toEqual(['once@example.net']);
     expect(await events(service, s, id)).toEqual([]);
-    expect(row(service, recipient!.id)).toMatchObject({ status: 'queued', attempts: 0, lockedBy: engine.worker, lockedUntil: t0 + leaseMs });
+    expect(await row(service, recipient!.id)).toMatchObject({ status: 'queued', attempts: 0, lockedBy: engine.worker, lockedUntil: t0 + leaseMs });
     expect(service.logger.entries.some((e) => e.event === 'delivery.record_failed')).toBe(true);
 
     // Not claimed again while the lease holds, by this engine or another.
@@ -347,7 +348,7 @@ describe('an outcome that cannot be written', () => {
     expect(sink.deliveredTo()).toEqual(['once@example.net', 'once@example.net']);
     expect(await events(service, s, id)).toEqual([expect.objectContaining({ recipient: 'once@example.net', status: 'delivered', dsn: '2.0.0' })]);
     // Every recipient has its final outcome: the queued message and its rows are gone.
-    expect(queued(service, id)).toEqual({ message: undefined, recipients: [] });
+    expect(await queued(service, id)).toEqual({ message: undefined, recipients: [] });
   });
 });
 
@@ -448,7 +449,7 @@ describe('partial DNS failure', () => {
     const ev = await events(service, s, id);
     expect(ev).toEqual([expect.objectContaining({ recipient: 'r@half-dns.example', status: 'deferred', dsn: '4.4.3' })]);
     expect(await suppressed(service, s, 'r@half-dns.example')).toEqual([]);
-    expect(queued(service, id).recipients[0]).toMatchObject({ status: 'queued', nextAttemptAt: service.clock.now() + 5 * MIN });
+    expect((await queued(service, id)).recipients[0]).toMatchObject({ status: 'queued', nextAttemptAt: service.clock.now() + 5 * MIN });
     const asked = dns.queries.filter((q) => q.name === 'half-dns.example').map((q) => q.type);
     expect(asked).toEqual(expect.arrayContaining(['MX', 'A', 'AAAA']));
     expect(sink.connections).toBe(0);
@@ -600,7 +601,7 @@ describe('leases on the durable queue', () => {
   async function queueRows(n: number): Promise<string[]> {
     const s = await newSender(service);
     const id = await send(service, s, recipients(n, 'lease.example'));
-    return queued(service, id).recipients.map((r) => r.id);
+    return (await queued(service, id)).recipients.map((r) => r.id);
   }
 
   const ids = (claimed: { recipient: OutboundRecipientRow }[]) => claimed.map((c) => c.recipient.id).sort();
@@ -608,59 +609,59 @@ describe('leases on the durable queue', () => {
   it('gives two workers claiming at the same moment disjoint rows', async () => {
     const all = await queueRows(6);
     const now = service.clock.now();
-    const a = claimDueRecipients(service.deps.db, 'host-a:1:a', now, LEASE, 4);
-    const b = claimDueRecipients(service.deps.db, 'host-b:1:b', now, LEASE, 4);
+    const a = await claimDueRecipients(service.deps.db, 'host-a:1:a', now, LEASE, 4);
+    const b = await claimDueRecipients(service.deps.db, 'host-b:1:b', now, LEASE, 4);
     expect(a).toHaveLength(4);
     expect(b).toHaveLength(2);
     expect(ids(a).filter((x) => ids(b).includes(x))).toEqual([]);
     expect([...ids(a), ...ids(b)].sort()).toEqual([...all].sort());
-    for (const c of a) expect(row(service, c.recipient.id)).toMatchObject({ lockedBy: 'host-a:1:a', lockedUntil: now + LEASE });
-    for (const c of b) expect(row(service, c.recipient.id)).toMatchObject({ lockedBy: 'host-b:1:b', lockedUntil: now + LEASE });
+    for (const c of a) expect(await row(service, c.recipient.id)).toMatchObject({ lockedBy: 'host-a:1:a', lockedUntil: now + LEASE });
+    for (const c of b) expect(await row(service, c.recipient.id)).toMatchObject({ lockedBy: 'host-b:1:b', lockedUntil: now + LEASE });
   });
 
   it("lets another worker claim a worker's rows only once their lease has expired", async () => {
     const all = await queueRows(3);
     const t0 = service.clock.now();
-    expect(ids(claimDueRecipients(service.deps.db, 'host-a:1:a', t0, LEASE, 10))).toEqual([...all].sort());
+    expect(ids(await claimDueRecipients(service.deps.db, 'host-a:1:a', t0, LEASE, 10))).toEqual([...all].sort());
 
     service.clock.set(t0 + LEASE - 1);
-    expect(claimDueRecipients(service.deps.db, 'host-b:1:b', service.clock.now(), LEASE, 10)).toEqual([]);
+    expect(await claimDueRecipients(service.deps.db, 'host-b:1:b', service.clock.now(), LEASE, 10)).toEqual([]);
 
     service.clock.set(t0 + LEASE + 1);
-    const b = claimDueRecipients(service.deps.db, 'host-b:1:b', service.clock.now(), LEASE, 10);
+    const b = await claimDueRecipients(service.deps.db, 'host-b:1:b', service.clock.now(), LEASE, 10);
     expect(ids(b)).toEqual([...all].sort());
-    for (const id of all) expect(row(service, id)).toMatchObject({ lockedBy: 'host-b:1:b', lockedUntil: t0 + LEASE + 1 + LEASE });
+    for (const id of all) expect(await row(service, id)).toMatchObject({ lockedBy: 'host-b:1:b', lockedUntil: t0 + LEASE + 1 + LEASE });
   });
 
   it('records an outcome only from the claim that still holds the recipient: a lease taken over, or an outcome recorded since, rolls the whole outcome back', async () => {
     const s = await newSender(service);
     const id = await send(service, s, 'one@lease.example');
-    const [recipientId] = queued(service, id).recipients.map((r) => r.id);
+    const [recipientId] = (await queued(service, id)).recipients.map((r) => r.id);
     const t0 = service.clock.now();
-    const [stale] = claimDueRecipients(service.deps.db, 'host-a:1:a', t0, LEASE, 10);
+    const [stale] = await claimDueRecipients(service.deps.db, 'host-a:1:a', t0, LEASE, 10);
     expect(stale?.recipient.id).toBe(recipientId);
     const delivered = { status: 'delivered', dsn: '2.0.0', detail: '250 ok' } as const;
 
     // The lease runs out and another holder takes the recipient: the first holder's outcome writes nothing.
     service.clock.set(t0 + LEASE + 1);
-    const [taken] = claimDueRecipients(service.deps.db, 'host-b:1:b', service.clock.now(), LEASE, 10);
+    const [taken] = await claimDueRecipients(service.deps.db, 'host-b:1:b', service.clock.now(), LEASE, 10);
     expect(taken?.recipient.id).toBe(recipientId);
     expect(await recordOutcome(service.deps, stale!, delivered)).toBeNull();
-    expect(row(service, recipientId!)).toMatchObject({ status: 'queued', attempts: 0, lockedBy: 'host-b:1:b' });
+    expect(await row(service, recipientId!)).toMatchObject({ status: 'queued', attempts: 0, lockedBy: 'host-b:1:b' });
     expect(await events(service, s, id)).toEqual([]);
 
     // The holder records a deferral: the row is free again, and a second record of that same claim writes nothing.
     const deferred = { status: 'deferred', dsn: '4.2.0', detail: '451 try later' } as const;
     expect(await recordOutcome(service.deps, taken!, deferred)).toMatchObject({ status: 'deferred' });
-    expect(row(service, recipientId!)).toMatchObject({ status: 'queued', attempts: 1, lockedBy: null });
+    expect(await row(service, recipientId!)).toMatchObject({ status: 'queued', attempts: 1, lockedBy: null });
     expect(await recordOutcome(service.deps, taken!, delivered)).toBeNull();
 
     // The same holder claims it again when it is due: its older claim (same holder, an outcome recorded since) writes nothing.
     service.clock.set(service.clock.now() + 3_600_000);
-    const [again] = claimDueRecipients(service.deps.db, 'host-b:1:b', service.clock.now(), LEASE, 10);
+    const [again] = await claimDueRecipients(service.deps.db, 'host-b:1:b', service.clock.now(), LEASE, 10);
     expect(again?.recipient).toMatchObject({ id: recipientId, attempts: 1, lockedBy: 'host-b:1:b' });
     expect(await recordOutcome(service.deps, taken!, { status: 'bounced', dsn: '5.1.1', detail: '550 no such user' })).toBeNull();
-    expect(row(service, recipientId!)).toMatchObject({ status: 'queued', attempts: 1, lockedBy: 'host-b:1:b' });
+    expect(await row(service, recipientId!)).toMatchObject({ status: 'queued', attempts: 1, lockedBy: 'host-b:1:b' });
 
     expect(await recordOutcome(service.deps, again!, delivered)).toMatchObject({ status: 'delivered' });
     expect((await events(service, s, id)).map((e) => e.status)).toEqual(['deferred', 'delivered']);
@@ -670,20 +671,20 @@ describe('leases on the durable queue', () => {
   it('renews only the listed rows that the worker still holds', async () => {
     const all = await queueRows(4);
     const t0 = service.clock.now();
-    const a = ids(claimDueRecipients(service.deps.db, 'host-a:1:a', t0, LEASE, 3));
-    const b = ids(claimDueRecipients(service.deps.db, 'host-b:1:b', t0, LEASE, 3));
+    const a = ids(await claimDueRecipients(service.deps.db, 'host-a:1:a', t0, LEASE, 3));
+    const b = ids(await claimDueRecipients(service.deps.db, 'host-b:1:b', t0, LEASE, 3));
     expect(a).toEqual(all.slice(0, 3).sort());
     expect(b).toEqual([all[3]]);
 
-    renewLeases(service.deps.db, 'host-a:1:a', [all[0]!, all[3]!], t0 + 10 * LEASE);
-    expect(row(service, all[0]!)).toMatchObject({ lockedBy: 'host-a:1:a', lockedUntil: t0 + 10 * LEASE });
-    expect(row(service, all[1]!)).toMatchObject({ lockedBy: 'host-a:1:a', lockedUntil: t0 + LEASE });
-    expect(row(service, all[2]!)).toMatchObject({ lockedBy: 'host-a:1:a', lockedUntil: t0 + LEASE });
+    await renewLeases(service.deps.db, 'host-a:1:a', [all[0]!, all[3]!], t0 + 10 * LEASE);
+    expect(await row(service, all[0]!)).toMatchObject({ lockedBy: 'host-a:1:a', lockedUntil: t0 + 10 * LEASE });
+    expect(await row(service, all[1]!)).toMatchObject({ lockedBy: 'host-a:1:a', lockedUntil: t0 + LEASE });
+    expect(await row(service, all[2]!)).toMatchObject({ lockedBy: 'host-a:1:a', lockedUntil: t0 + LEASE });
     // Held by another worker: untouched.
-    expect(row(service, all[3]!)).toMatchObject({ lockedBy: 'host-b:1:b', lockedUntil: t0 + LEASE });
+    expect(await row(service, all[3]!)).toMatchObject({ lockedBy: 'host-b:1:b', lockedUntil: t0 + LEASE });
 
     // Past the first lease: every row but the renewed one is free again.
-    const c = claimDueRecipients(service.deps.db, 'host-c:1:c', t0 + LEASE + 1, LEASE, 10);
+    const c = await claimDueRecipients(service.deps.db, 'host-c:1:c', t0 + LEASE + 1, LEASE, 10);
     expect(ids(c)).toEqual([all[1]!, all[2]!, all[3]!].sort());
   });
 
@@ -691,10 +692,10 @@ describe('leases on the durable queue', () => {
     routeToLoopback('lease.example');
     const [id] = await queueRows(1);
     // Due whatever the wall clock says (the retry schedule itself is kept in wall-clock time).
-    service.deps.db.update(outboundRecipients).set({ nextAttemptAt: 0 }).where(eq(outboundRecipients.id, id!)).run();
+    await service.deps.db.update(outboundRecipients).set({ nextAttemptAt: 0 }).where(eq(outboundRecipients.id, id!));
     const engine = engineFor(service);
     // Another worker's lease, as this process times them.
-    expect(claimDueRecipients(service.deps.db, 'other-host:1:x', service.clock.now(), LEASE, 1, undefined, leaseNow(service.clock))).toHaveLength(1);
+    expect(await claimDueRecipients(service.deps.db, 'other-host:1:x', service.clock.now(), LEASE, 1, undefined, leaseNow(service.clock))).toHaveLength(1);
     try {
       service.clock.stepWall(3_600_000);
       expect(await engine.runOnce()).toBe(0);
@@ -714,27 +715,29 @@ describe('leases on the durable queue', () => {
     const t0 = service.clock.now();
     // Written an hour ahead of this clock (the clock has since stepped back), by this worker and by another host; and
     // one written on this clock.
-    const [own] = claimDueRecipients(service.deps.db, 'host-self:1:self', t0 + 3_600_000, LEASE, 1);
-    const [ahead] = claimDueRecipients(service.deps.db, 'other-host:1:ahead', t0 + 3_600_000, LEASE, 1);
-    const [near] = claimDueRecipients(service.deps.db, 'other-host:1:near', t0, LEASE, 1);
+    const [own] = await claimDueRecipients(service.deps.db, 'host-self:1:self', t0 + 3_600_000, LEASE, 1);
+    const [ahead] = await claimDueRecipients(service.deps.db, 'other-host:1:ahead', t0 + 3_600_000, LEASE, 1);
+    const [near] = await claimDueRecipients(service.deps.db, 'other-host:1:near', t0, LEASE, 1);
     expect([ahead, near, own].map((c) => c!.recipient.id).sort()).toEqual([...all].sort());
 
-    expect(capForeignLeases(service.deps.db, 'host-self:1:self', t0 + 1000, LEASE)).toBe(1);
-    expect(row(service, ahead!.recipient.id)).toMatchObject({ lockedBy: 'other-host:1:ahead', lockedUntil: t0 + 1000 + LEASE });
-    expect(row(service, near!.recipient.id)).toMatchObject({ lockedBy: 'other-host:1:near', lockedUntil: t0 + LEASE });
-    expect(row(service, own!.recipient.id)).toMatchObject({ lockedBy: 'host-self:1:self', lockedUntil: t0 + 3_600_000 + LEASE });
+    expect(await capForeignLeases(service.deps.db, 'host-self:1:self', t0 + 1000, LEASE)).toBe(1);
+    expect(await row(service, ahead!.recipient.id)).toMatchObject({ lockedBy: 'other-host:1:ahead', lockedUntil: t0 + 1000 + LEASE });
+    expect(await row(service, near!.recipient.id)).toMatchObject({ lockedBy: 'other-host:1:near', lockedUntil: t0 + LEASE });
+    expect(await row(service, own!.recipient.id)).toMatchObject({ lockedBy: 'host-self:1:self', lockedUntil: t0 + 3_600_000 + LEASE });
     // So it runs out one term later, not an hour and a term later.
-    expect(ids(claimDueRecipients(service.deps.db, 'host-x:1:x', t0 + 1000 + LEASE, LEASE, 10))).toEqual([ahead!.recipient.id, near!.recipient.id].sort());
+    expect(ids(await claimDueRecipients(service.deps.db, 'host-x:1:x', t0 + 1000 + LEASE, LEASE, 10))).toEqual(
+      [ahead!.recipient.id, near!.recipient.id].sort(),
+    );
   });
 
   it('the engine cuts such leases when it starts', async () => {
     const [id] = await queueRows(1);
-    claimDueRecipients(service.deps.db, 'other-host:1:ahead', service.clock.now() + 3_600_000, LEASE, 1);
+    await claimDueRecipients(service.deps.db, 'other-host:1:ahead', service.clock.now() + 3_600_000, LEASE, 1);
     const engine = engineFor(service, { leaseMs: LEASE });
-    engine.start();
+    await engine.start();
     await engine.stop();
     expect(service.logger.entries).toContainEqual(expect.objectContaining({ event: 'delivery.leases_capped', capped: 1 }));
-    expect(row(service, id!)).toMatchObject({ lockedBy: 'other-host:1:ahead', lockedUntil: leaseNow(service.clock) + LEASE });
+    expect(await row(service, id!)).toMatchObject({ lockedBy: 'other-host:1:ahead', lockedUntil: leaseNow(service.clock) + LEASE });
   });
 
   it('releases at start the rows of dead workers on this host and of an earlier run under this pid, and no others', async () => {
@@ -753,20 +756,20 @@ describe('leases on the durable queue', () => {
     const t0 = service.clock.now();
     const held: Record<string, string> = {};
     for (const [name, worker] of Object.entries(workers)) {
-      const [claimed] = claimDueRecipients(service.deps.db, worker, t0, LEASE, 1);
+      const [claimed] = await claimDueRecipients(service.deps.db, worker, t0, LEASE, 1);
       held[name] = claimed!.recipient.id;
     }
     expect(Object.values(held).sort()).toEqual([...all].sort());
 
-    expect(releaseDeadLeases(service.deps.db, workers.self)).toBe(2);
+    expect(await releaseDeadLeases(service.deps.db, workers.self)).toBe(2);
 
-    expect(row(service, held.dead!)).toMatchObject({ lockedBy: null, lockedUntil: null });
-    expect(row(service, held.earlierRun!)).toMatchObject({ lockedBy: null, lockedUntil: null });
-    expect(row(service, held.alive!)).toMatchObject({ lockedBy: workers.alive, lockedUntil: t0 + LEASE });
-    expect(row(service, held.otherHost!)).toMatchObject({ lockedBy: workers.otherHost, lockedUntil: t0 + LEASE });
-    expect(row(service, held.self!)).toMatchObject({ lockedBy: workers.self, lockedUntil: t0 + LEASE });
+    expect(await row(service, held.dead!)).toMatchObject({ lockedBy: null, lockedUntil: null });
+    expect(await row(service, held.earlierRun!)).toMatchObject({ lockedBy: null, lockedUntil: null });
+    expect(await row(service, held.alive!)).toMatchObject({ lockedBy: workers.alive, lockedUntil: t0 + LEASE });
+    expect(await row(service, held.otherHost!)).toMatchObject({ lockedBy: workers.otherHost, lockedUntil: t0 + LEASE });
+    expect(await row(service, held.self!)).toMatchObject({ lockedBy: workers.self, lockedUntil: t0 + LEASE });
     // The released rows are due again at once.
-    expect(ids(claimDueRecipients(service.deps.db, 'host-x:1:x', t0, LEASE, 10))).toEqual([held.dead!, held.earlierRun!].sort());
+    expect(ids(await claimDueRecipients(service.deps.db, 'host-x:1:x', t0, LEASE, 10))).toEqual([held.dead!, held.earlierRun!].sort());
   });
 });
 
@@ -803,7 +806,7 @@ describe('step timeouts', () => {
     expect(sink.received).toEqual([]);
     expect(elapsed).toBeGreaterThanOrEqual(SHORT_TIMEOUTS.socketTimeoutMs - 50);
     expect(elapsed).toBeLessThan(SHORT_TIMEOUTS.socketTimeoutMs + 1500);
-    expect(queued(service, id).recipients[0]).toMatchObject({ status: 'queued', nextAttemptAt: service.clock.now() + 5 * MIN });
+    expect((await queued(service, id)).recipients[0]).toMatchObject({ status: 'queued', nextAttemptAt: service.clock.now() + 5 * MIN });
   });
 });
 
@@ -816,7 +819,7 @@ describe('the background loop', () => {
     let slowId = '';
     let fastId = '';
     const delivered = async (id: string) => (await events(service, s, id)).some((e) => e.status === 'delivered');
-    engine.start();
+    await engine.start();
     try {
       slowId = await send(service, s, 'r@slow.example');
       engine.poke();

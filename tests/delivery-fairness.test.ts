@@ -7,6 +7,7 @@ import type { TestDnsServer } from './helpers/dns-server.js';
 import { newSender, receipt, recipients, type Sender } from './helpers/sending.js';
 import type { TestService } from './helpers/service.js';
 import type { SinkAnswer, SmtpSink } from './helpers/smtp-sink.js';
+import { one } from '../db/sql.js';
 
 /**
  * Fairness between tenants, measured in real time against a tarpit SMTP sink and a silent DNS
@@ -36,8 +37,8 @@ beforeAll(async () => {
 
 afterAll(() => stopDeliveryRig({ dns, sink, service }));
 
-beforeEach(() => {
-  service.deps.db.delete(outboundRecipients).run();
+beforeEach(async () => {
+  await service.deps.db.delete(outboundRecipients);
   resetDeliveryRig({ dns, sink });
   sink.resetConnections();
 });
@@ -49,9 +50,9 @@ afterEach(async () => {
   engine = null;
 });
 
-function startEngine(options: Partial<EngineOptions> = {}): DeliveryEngine {
+async function startEngine(options: Partial<EngineOptions> = {}): Promise<DeliveryEngine> {
   const e = createDeliveryEngine(service.deps, { timeouts: PATIENT_TIMEOUTS, ...options });
-  e.start();
+  await e.start();
   engine = e;
   return e;
 }
@@ -77,9 +78,9 @@ function tarpit(): void {
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
-async function waitFor(condition: () => boolean, timeoutMs: number, what: string): Promise<void> {
+async function waitFor(condition: () => boolean | Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
+  while (!(await condition())) {
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await sleep(10);
   }
@@ -91,13 +92,14 @@ async function send(s: Sender, to: string[]): Promise<string> {
   return res.body.id as string;
 }
 
-function delivered(emailId: string): boolean {
+async function delivered(emailId: string): Promise<boolean> {
   return (
-    service.deps.db
-      .select()
-      .from(emailEvents)
-      .where(and(eq(emailEvents.emailId, emailId), eq(emailEvents.status, 'delivered')))
-      .get() !== undefined
+    (await one(
+      service.deps.db
+        .select()
+        .from(emailEvents)
+        .where(and(eq(emailEvents.emailId, emailId), eq(emailEvents.status, 'delivered'))),
+    )) !== undefined
   );
 }
 
@@ -117,7 +119,7 @@ describe('fairness between accounts', () => {
     for (const d of domains) {
       dns.add(d, { type: 'MX', priority: 10, exchange: 'mx.example.net' });
     }
-    startEngine();
+    await startEngine();
     const noisy = await newSender(service, { name: 'Noisy tenant' });
     for (const d of domains) await send(noisy, recipients(SHARE, d));
     // The noisy account's connections are open and each one is stuck in its tarpit, as many as it may hold.
@@ -139,7 +141,7 @@ describe('fairness between accounts', () => {
         dns.silence(`mx${h}.${d}`);
       }
     }
-    startEngine();
+    await startEngine();
     const noisy = await newSender(service, { name: 'Noisy tenant' });
     const ids: string[] = [];
     for (const d of domains) ids.push(await send(noisy, recipients(16, d)));
@@ -152,14 +154,9 @@ describe('fairness between accounts', () => {
     // Resolution is bounded (the hosts are looked up at once, not one after another) and shared by the recipients
     // of a domain: all 64 are deferred 4.4.3 within seconds, and each silent host was asked about a few times, not
     // once per recipient.
-    const deferred = () =>
-      service.deps.db
-        .select()
-        .from(emailEvents)
-        .all()
-        .filter((e) => ids.includes(e.emailId) && e.status === 'deferred');
-    await waitFor(() => deferred().length === 64, 15_000, 'the 64 recipients of the silent domains to be deferred');
-    expect(new Set(deferred().map((e) => e.dsn))).toEqual(new Set(['4.4.3']));
+    const deferred = async () => (await service.deps.db.select().from(emailEvents)).filter((e) => ids.includes(e.emailId) && e.status === 'deferred');
+    await waitFor(async () => (await deferred()).length === 64, 15_000, 'the 64 recipients of the silent domains to be deferred');
+    expect(new Set((await deferred()).map((e) => e.dsn))).toEqual(new Set(['4.4.3']));
     const asked = dns.queries.filter((q) => q.name === 'mx7.d2.silent.example' && q.type === 'A').length;
     expect(asked).toBeGreaterThan(0);
     expect(asked).toBeLessThanOrEqual(3);
@@ -168,7 +165,7 @@ describe('fairness between accounts', () => {
   it('claims another account’s mail at once while one account has a backlog larger than the claim batch', { timeout: 90_000 }, async () => {
     tarpit();
     dns.add('backlog.tarpit.example', { type: 'MX', priority: 10, exchange: 'mx.example.net' });
-    startEngine();
+    await startEngine();
     const noisy = await newSender(service, { name: 'Backlogged tenant' });
     // 300 recipients, more than the 200 the engine holds at once, all for one tarpit destination.
     for (let i = 0; i < 6; i++)

@@ -10,6 +10,7 @@ import type { TestDnsServer } from './helpers/dns-server.js';
 import { newSender, type Sender } from './helpers/sending.js';
 import type { TestService } from './helpers/service.js';
 import type { SmtpSink } from './helpers/smtp-sink.js';
+import { one } from '../db/sql.js';
 
 /**
  * The message as it reaches the recipient's server: Message-ID, Date, the rebuilt From, Reply-To
@@ -156,7 +157,7 @@ describe('the message sent', () => {
 
   it('keeps an ASCII display name quoted, and the From signed by DKIM', async () => {
     const s = await newSender(service);
-    publishSigningRecord(service, dns, s);
+    await publishSigningRecord(service, dns, s);
     const { raw } = await sendAndDeliver(s, {
       from: `O'Brien & Sons Billing Department of a Long Company Name <billing@${s.domain}>`,
       to: 'fay@example.net',
@@ -202,7 +203,7 @@ describe('the message sent', () => {
 describe('the DKIM signature', () => {
   it('verifies with mailauth against the published Signing record, body hash included', async () => {
     const s = await newSender(service);
-    const { selector } = publishSigningRecord(service, dns, s);
+    const { selector } = await publishSigningRecord(service, dns, s);
     const { raw } = await sendAndDeliver(s, {
       from: `Shop <billing@${s.domain}>`,
       to: ['erin@example.net'],
@@ -233,7 +234,7 @@ describe('the DKIM signature', () => {
 
   it('fails verification once the body or a signed header is changed', async () => {
     const s = await newSender(service);
-    publishSigningRecord(service, dns, s);
+    await publishSigningRecord(service, dns, s);
     const { raw } = await sendAndDeliver(s, {
       from: `billing@${s.domain}`,
       to: 'frank@example.net',
@@ -256,8 +257,8 @@ describe('the DKIM signature', () => {
   it('does not verify against a different published key', async () => {
     const s = await newSender(service);
     const other = await newSender(service);
-    const row = service.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, s.account.id)).get()!;
-    const wrong = service.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, other.account.id)).get()!;
+    const row = (await one(service.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, s.account.id))))!;
+    const wrong = (await one(service.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, other.account.id))))!;
     dns.add(`${row.selector}._domainkey.${s.domain}`, { type: 'TXT', data: `v=DKIM1; h=sha256; k=rsa; p=${wrong.dkimPublicKey}`.match(/.{1,255}/g)! });
     const { raw } = await sendAndDeliver(s, { from: `billing@${s.domain}`, to: 'gina@example.net', template: { name: 'welcome' } });
     expect((await verifyDkim(service, raw)).results[0]?.status.result).not.toBe('pass');
@@ -267,7 +268,7 @@ describe('the DKIM signature', () => {
 describe('a queued message with attachments', () => {
   it('is delivered with them (inline part in multipart/related, the rest in multipart/mixed), its bytes intact, DKIM-signed', async () => {
     const s = await newSender(service);
-    publishSigningRecord(service, dns, s);
+    await publishSigningRecord(service, dns, s);
     const res = await service.api('POST', '/emails', {
       key: s.key,
       body: { from: `billing@${s.domain}`, to: 'hana@example.net', template: { name: 'welcome' } },
@@ -281,7 +282,7 @@ describe('a queued message with attachments', () => {
       { filename: 'Rechnung März 2026.pdf', contentType: 'application/pdf', content: pdf.toString('base64'), contentId: null },
       { filename: 'logo.png', contentType: 'image/png', content: png.toString('base64'), contentId: 'logo' },
     ];
-    service.deps.db.update(outboundMessages).set({ attachments }).where(eq(outboundMessages.id, id)).run();
+    await service.deps.db.update(outboundMessages).set({ attachments }).where(eq(outboundMessages.id, id));
     await engine.runOnce();
     expect(sink.received).toHaveLength(1);
     const raw = sink.received[0]!.raw;

@@ -50,9 +50,9 @@ beforeAll(async () => {
 
 afterAll(() => stopDeliveryRig({ dns, sink, service }));
 
-beforeEach(() => {
+beforeEach(async () => {
   // Each test counts the recipients a round claims: recipients an earlier test left deferred would be counted too.
-  service.deps.db.delete(outboundRecipients).run();
+  await service.deps.db.delete(outboundRecipients);
   resetDeliveryRig({ dns, sink });
   // A host that refuses: nothing listens on 127.0.0.2.
   dns.add('down.example', { type: 'MX', priority: 10, exchange: 'mx.down.example' });
@@ -73,13 +73,8 @@ async function email(key: string, id: string, account?: string): Promise<EmailBo
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
-function queueRow(id: string, recipient: string) {
-  return service.deps.db
-    .select()
-    .from(outboundRecipients)
-    .where(eq(outboundRecipients.messageId, id))
-    .all()
-    .find((r) => r.recipient === recipient);
+async function queueRow(id: string, recipient: string) {
+  return (await service.deps.db.select().from(outboundRecipients).where(eq(outboundRecipients.messageId, id))).find((r) => r.recipient === recipient);
 }
 
 async function suppressed(key: string, address: string, account?: string): Promise<{ address: string; reason: string; detail: string }[]> {
@@ -94,7 +89,7 @@ async function runToFinal(id: string, recipient: string, limit = 200): Promise<n
   for (let i = 0; i < limit; i++) {
     times.push(service.clock.now());
     expect(await engine.runOnce()).toBeGreaterThan(0);
-    const row = queueRow(id, recipient);
+    const row = await queueRow(id, recipient);
     if (row?.status !== 'queued') return times;
     service.clock.set(row.nextAttemptAt);
   }
@@ -182,11 +177,11 @@ describe('the outcome of each recipient, from its own reply', () => {
       expect(await suppressed(s.key, address)).toEqual([expect.objectContaining({ address, reason: 'bounce', detail: by[address]!.detail })]);
     }
     for (const address of ['ok@example.net', 'grey@example.net', 'busy@example.net']) expect(await suppressed(s.key, address)).toEqual([]);
-    expect(accountRow(service, s.account.id).totalBounced).toBe(4);
+    expect((await accountRow(service, s.account.id)).totalBounced).toBe(4);
 
     // The deferred ones are due again after the first gap, not before.
-    expect(queueRow(id, 'grey@example.net')).toMatchObject({ status: 'queued', nextAttemptAt: service.clock.now() + 5 * MIN });
-    expect(queueRow(id, 'busy@example.net')).toMatchObject({ status: 'queued', nextAttemptAt: service.clock.now() + 5 * MIN });
+    expect(await queueRow(id, 'grey@example.net')).toMatchObject({ status: 'queued', nextAttemptAt: service.clock.now() + 5 * MIN });
+    expect(await queueRow(id, 'busy@example.net')).toMatchObject({ status: 'queued', nextAttemptAt: service.clock.now() + 5 * MIN });
   });
 
   it('sets deliveredAt and bouncedAt to the time of the first such event of any recipient', async () => {
@@ -310,7 +305,7 @@ describe('deferrals and retries', () => {
     // The worker ran 7 minutes late for the first retry.
     service.clock.set(t0 + 12 * MIN);
     expect(await engine.runOnce()).toBe(1);
-    expect(queueRow(id, 'late@example.net')!.nextAttemptAt).toBe(t0 + 12 * MIN + 10 * MIN);
+    expect((await queueRow(id, 'late@example.net'))!.nextAttemptAt).toBe(t0 + 12 * MIN + 10 * MIN);
     service.clock.set(t0 + 22 * MIN - 1);
     expect(await engine.runOnce()).toBe(0);
     service.clock.set(t0 + 22 * MIN);
@@ -323,7 +318,7 @@ describe('deferrals and retries', () => {
     const refused = await send(s, 'someone@down.example');
     await engine.runOnce();
     expect((await email(s.key, refused)).events).toEqual([expect.objectContaining({ recipient: 'someone@down.example', status: 'deferred', dsn: '4.4.1' })]);
-    expect(queueRow(refused, 'someone@down.example')).toMatchObject({ status: 'queued', nextAttemptAt: service.clock.now() + 5 * MIN });
+    expect(await queueRow(refused, 'someone@down.example')).toMatchObject({ status: 'queued', nextAttemptAt: service.clock.now() + 5 * MIN });
 
     // The MX comes back.
     dns.drop('mx.down.example');
@@ -370,7 +365,7 @@ describe('deferrals and retries', () => {
     expect(body.bouncedAt).toBe(iso(t0 + DELIVERY_WINDOW_MS));
     expect(body.deliveredAt).toBe(iso(t0));
     expect(await suppressed(s.key, 'full@example.net')).toEqual([]);
-    expect(accountRow(service, s.account.id).totalBounced).toBe(0);
+    expect((await accountRow(service, s.account.id)).totalBounced).toBe(0);
     // Nothing is left to try.
     service.clock.advance(7 * 24 * 60 * MIN);
     expect(await engine.runOnce()).toBe(0);
@@ -396,7 +391,7 @@ describe('deferrals and retries', () => {
     // A deferral is no final outcome: no sample.
     expect(await engine.runOnce()).toBe(1);
     expect(await latency()).toEqual(before);
-    service.clock.set(queueRow(id, 'full@example.net')!.nextAttemptAt);
+    service.clock.set((await queueRow(id, 'full@example.net'))!.nextAttemptAt);
     await runToFinal(id, 'full@example.net');
     expect((await email(s.key, id)).events.at(-1)).toMatchObject({ status: 'bounced', dsn: '4.4.7' });
     const after = await latency();

@@ -28,8 +28,8 @@ beforeAll(async () => {
 
 afterAll(() => stopDeliveryRig({ dns, sink, service }));
 
-beforeEach(() => {
-  service.deps.db.delete(outboundRecipients).run();
+beforeEach(async () => {
+  await service.deps.db.delete(outboundRecipients);
   resetDeliveryRig({ dns, sink });
   // Every address at bounce.example is unknown there; everything else is accepted, except busy.example for now.
   sink.rcpt = (address) => {
@@ -58,7 +58,7 @@ async function sendAndDeliver(actor: Actor, to: string[]): Promise<void> {
 
 /** Sets totalSent so that after `bounces` more bouncing recipients the account has sent `total`, then sends them. */
 async function bounceUpTo(actor: Actor, accountId: string, bounces: number, total = 100): Promise<void> {
-  updateAccount(service, accountId, { totalSent: total - bounces });
+  await updateAccount(service, accountId, { totalSent: total - bounces });
   await sendAndDeliver(actor, addresses(bounces, 'bounce.example'));
 }
 
@@ -102,13 +102,13 @@ describe('tiers', () => {
     const s = await newSender(service);
     await bounceUpTo({ key: s.key, from: s.from }, s.account.id, 5, 50);
     expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 50, totalBounced: 5, tier: 'throttled', suspended: false });
-    expect(accountRow(service, s.account.id).suspendedBy).toBeNull();
+    expect((await accountRow(service, s.account.id)).suspendedBy).toBeNull();
   });
 
   it('moves healthy → warning at 2% → throttled at 5% (a tenth of the quota) → paused at 10% (suspended by the breaker)', async () => {
     const s = await newSender(service);
     const actor = { key: s.key, from: s.from };
-    updateAccount(service, s.account.id, { dailyQuota: 1234 });
+    await updateAccount(service, s.account.id, { dailyQuota: 1234 });
 
     await bounceUpTo(actor, s.account.id, 4, 250);
     expect((await getAccount(service, s.key)).sending).toMatchObject({
@@ -133,9 +133,9 @@ describe('tiers', () => {
     expect(sending).toMatchObject({ totalSent: 250, totalBounced: 13, tier: 'throttled', dailyQuota: 1234, effectiveQuota: 123, suspended: false });
     // The cut quota is the one enforced.
     const day = new Date(service.clock.now()).toISOString().slice(0, 10);
-    updateAccount(service, s.account.id, { sentTodayDay: day, sentTodayCount: 123 });
+    await updateAccount(service, s.account.id, { sentTodayDay: day, sentTodayCount: 123 });
     expectError(await service.api('POST', '/emails', { key: s.key, body: receipt(s.from, 'one-more@example.net') }), 429, 'quota_exceeded');
-    updateAccount(service, s.account.id, { sentTodayCount: 0 });
+    await updateAccount(service, s.account.id, { sentTodayCount: 0 });
 
     await bounceUpTo(actor, s.account.id, 12, 250);
     sending = (await getAccount(service, s.key)).sending;
@@ -144,7 +144,7 @@ describe('tiers', () => {
     expect(reason).toMatch(/bounce/i);
     expect(reason).toMatch(/complaint/i);
     expect(reason).toMatch(/\b10(\.0+)?\s?%/);
-    expect(accountRow(service, s.account.id).suspendedBy).toBe('breaker');
+    expect((await accountRow(service, s.account.id)).suspendedBy).toBe('breaker');
 
     // Every send is refused with the reason as the message.
     expectError(await service.api('POST', '/emails', { key: s.key, body: receipt(s.from, 'after@example.net') }), 403, 'suspended', reason);
@@ -153,7 +153,7 @@ describe('tiers', () => {
   it('names the rates at the moment the breaker trips on a bounce', async () => {
     const s = await newSender(service);
     // 13 bounced of 139; one more recipient (140, 9.29%: not yet paused at the send), which bounces: 14 of 140, 10%.
-    updateAccount(service, s.account.id, { totalBounced: 13 });
+    await updateAccount(service, s.account.id, { totalBounced: 13 });
     await bounceUpTo({ key: s.key, from: s.from }, s.account.id, 1, 140);
     const sending = (await getAccount(service, s.key)).sending;
     expect(sending).toMatchObject({ totalSent: 140, totalBounced: 14, tier: 'paused', suspended: true });
@@ -164,22 +164,22 @@ describe('tiers', () => {
 
   it('trips on the send that starts grading: 10 bounced of 40 is not graded, the 50th recipient makes it paused', async () => {
     const s = await newSender(service);
-    updateAccount(service, s.account.id, { totalSent: 40, totalBounced: 10 });
+    await updateAccount(service, s.account.id, { totalSent: 40, totalBounced: 10 });
     expect((await getAccount(service, s.key)).sending).toMatchObject({ tier: 'healthy', suspended: false });
     // Ten recipients that are all delivered: the send itself brings the account to 50 sent, 20% bounced.
     await sendAndDeliver({ key: s.key, from: s.from }, addresses(10, 'example.net'));
     const sending = (await getAccount(service, s.key)).sending;
     expect(sending).toMatchObject({ totalSent: 50, totalBounced: 10, tier: 'paused', suspended: true });
     expect(sending.suspendedReason).toContain('bounce rate 20.00%');
-    expect(accountRow(service, s.account.id).suspendedBy).toBe('breaker');
+    expect((await accountRow(service, s.account.id)).suspendedBy).toBe('breaker');
     expectError(await service.api('POST', '/emails', { key: s.key, body: receipt(s.from, 'next@example.net') }), 403, 'suspended', sending.suspendedReason);
   });
 
   it('once the operator lifts it, a send does not trip it again (sends only lower the rates); a new bounce does', async () => {
     const s = await newSender(service);
     await bounceUpTo({ key: s.key, from: s.from }, s.account.id, 11);
-    expect(accountRow(service, s.account.id).suspendedBy).toBe('breaker');
-    unsuspendByOperator(service.deps, s.account.id);
+    expect((await accountRow(service, s.account.id)).suspendedBy).toBe('breaker');
+    await unsuspendByOperator(service.deps, s.account.id);
     // Still graded paused (11 of 101 after this send), and sending, as the operator decided.
     await sendAndDeliver({ key: s.key, from: s.from }, addresses(1, 'example.net'));
     expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 101, tier: 'paused', suspended: false });
@@ -188,12 +188,12 @@ describe('tiers', () => {
     // New evidence while paused: the breaker trips again.
     await sendAndDeliver({ key: s.key, from: s.from }, addresses(1, 'bounce.example'));
     expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 103, totalBounced: 12, suspended: true });
-    expect(accountRow(service, s.account.id).suspendedBy).toBe('breaker');
+    expect((await accountRow(service, s.account.id)).suspendedBy).toBe('breaker');
   });
 
   it('does not trip the breaker on deferrals', async () => {
     const s = await newSender(service);
-    updateAccount(service, s.account.id, { totalSent: 80 });
+    await updateAccount(service, s.account.id, { totalSent: 80 });
     await sendAndDeliver({ key: s.key, from: s.from }, addresses(20, 'busy.example'));
     expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 100, totalBounced: 0, tier: 'healthy', suspended: false });
   });
@@ -227,7 +227,7 @@ describe('the breaker on a sub-account', () => {
     expect(own.status, JSON.stringify(own.body)).toBe(200);
 
     // The operator can lift it.
-    unsuspendByOperator(service.deps, sub.id);
+    await unsuspendByOperator(service.deps, sub.id);
     expect((await getAccount(service, parent.key, sub.id)).sending.suspended).toBe(false);
   });
 });
@@ -255,21 +255,22 @@ describe('mail queued by an account whose sending is paused', () => {
       expect(res.status, JSON.stringify(res.body)).toBe(200);
     }
     // Suspended after these were queued (the operator here; the breaker and the API suspend the same way).
-    suspendByOperator(service.deps, paused.account.id, 'Complaints under review');
+    await suspendByOperator(service.deps, paused.account.id, 'Complaints under review');
     await engine.runOnce();
     expect(delivered(others)).toEqual(others);
     expect(delivered([...own, ...subs])).toEqual([]);
-    expect(queuedCount(paused.account.id) + queuedCount(sub.id)).toBe(3);
+    expect((await queuedCount(paused.account.id)) + (await queuedCount(sub.id))).toBe(3);
 
-    unsuspendByOperator(service.deps, paused.account.id);
+    await unsuspendByOperator(service.deps, paused.account.id);
     await engine.runOnce();
     expect(delivered([...own, ...subs]).sort()).toEqual([...own, ...subs].sort());
   });
 });
 
-const queuedCount = (accountId: string) =>
-  service.deps.db
-    .select()
-    .from(outboundRecipients)
-    .where(and(eq(outboundRecipients.accountId, accountId), eq(outboundRecipients.status, 'queued')))
-    .all().length;
+const queuedCount = async (accountId: string) =>
+  (
+    await service.deps.db
+      .select()
+      .from(outboundRecipients)
+      .where(and(eq(outboundRecipients.accountId, accountId), eq(outboundRecipients.status, 'queued')))
+  ).length;

@@ -118,8 +118,8 @@ afterAll(async () => {
   await dns?.stop();
 });
 
-beforeEach(() => {
-  for (const s of [open, strict, relay]) s.deps.db.delete(outboundRecipients).run();
+beforeEach(async () => {
+  for (const s of [open, strict, relay]) await s.deps.db.delete(outboundRecipients);
   dns.clear();
   sink.reset();
   tlsSink.reset();

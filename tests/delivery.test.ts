@@ -9,6 +9,7 @@ import type { TestDnsServer } from './helpers/dns-server.js';
 import { connectDomain } from './helpers/sending.js';
 import type { TestService } from './helpers/service.js';
 import type { SmtpSink } from './helpers/smtp-sink.js';
+import { one } from '../db/sql.js';
 
 let dns: TestDnsServer;
 let sink: SmtpSink;
@@ -24,7 +25,7 @@ beforeEach(() => {
 });
 
 async function sender(opts: { credits?: number } = {}) {
-  const { account, key } = service.newAccount({ credits: opts.credits ?? 100 });
+  const { account, key } = await service.newAccount({ credits: opts.credits ?? 100 });
   const name = `shop-${Math.random().toString(36).slice(2, 8)}.example.com`;
   await connectDomain(service, key, name);
   return { account, key, name };
@@ -59,7 +60,7 @@ describe('delivery to the recipient MX', () => {
 
     const raw = sink.received[0]!.raw;
     expect(raw.toString('latin1')).not.toMatch(/[^\r]\n|\r(?!\n)/);
-    const key_ = service.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, account.id)).get()!;
+    const key_ = (await one(service.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, account.id))))!;
     // Published as real DNS holds it: a long TXT record in strings of at most 255 characters.
     const record = `v=DKIM1; h=sha256; k=rsa; p=${key_.dkimPublicKey}`;
     dns.add(`${key_.selector}._domainkey.${name}`, { type: 'TXT', data: record.match(/.{1,255}/g)! });
@@ -89,9 +90,9 @@ describe('delivery to the recipient MX', () => {
     expect(byRcpt['gone@example.net']).toMatchObject({ status: 'bounced', dsn: '5.1.1', detail: expect.stringContaining('No such user here') });
     expect(byRcpt['busy@example.net']).toMatchObject({ status: 'deferred', dsn: '4.2.1', detail: expect.stringContaining('Mailbox busy') });
     expect(email.bouncedAt).not.toBeNull();
-    const listed = service.deps.db.select().from(suppressions).where(eq(suppressions.accountId, account.id)).all();
+    const listed = await service.deps.db.select().from(suppressions).where(eq(suppressions.accountId, account.id));
     expect(listed.map((s) => [s.address, s.reason])).toEqual([['gone@example.net', 'bounce']]);
-    expect(service.deps.db.select().from(accounts).where(eq(accounts.id, account.id)).get()!.totalBounced).toBe(1);
+    expect((await one(service.deps.db.select().from(accounts).where(eq(accounts.id, account.id))))!.totalBounced).toBe(1);
 
     // Not due before the first gap.
     service.clock.advance(RETRY_GAPS_MS[0]! - 1);
@@ -103,13 +104,7 @@ describe('delivery to the recipient MX', () => {
       'deferred',
       'delivered',
     ]);
-    expect(
-      service.deps.db
-        .select()
-        .from(outboundRecipients)
-        .all()
-        .filter((r) => r.messageId === id),
-    ).toEqual([]);
+    expect((await service.deps.db.select().from(outboundRecipients)).filter((r) => r.messageId === id)).toEqual([]);
   });
 
   it('defers on a refused connection and bounces 4.4.7 without suppression after 5 days', async () => {
@@ -121,7 +116,7 @@ describe('delivery to the recipient MX', () => {
     for (;;) {
       await engine.runOnce();
       rounds++;
-      const next = service.deps.db.select().from(outboundRecipients).where(eq(outboundRecipients.messageId, id)).get();
+      const next = await one(service.deps.db.select().from(outboundRecipients).where(eq(outboundRecipients.messageId, id)));
       if (!next) break;
       service.clock.set(next.nextAttemptAt);
       if (rounds > 100) throw new Error('never expired');
@@ -131,7 +126,7 @@ describe('delivery to the recipient MX', () => {
     expect(statuses.slice(0, -1).every((s: string) => s === 'deferred')).toBe(true);
     expect(email.events.at(-1)).toMatchObject({ status: 'bounced', dsn: '4.4.7' });
     expect(email.events[0].dsn).toBe('4.4.1');
-    expect(service.deps.db.select().from(suppressions).where(eq(suppressions.accountId, account.id)).all()).toEqual([]);
+    expect(await service.deps.db.select().from(suppressions).where(eq(suppressions.accountId, account.id))).toEqual([]);
   });
 
   it('bounces a null MX with 5.1.10 and a name that does not exist with 5.1.2; defers a DNS failure', async () => {

@@ -359,31 +359,31 @@ describe('npm run dev', () => {
 });
 
 describe('npm run dev on a data directory npm start made', () => {
-  it('keeps its admin token: none is generated or passed, the stored one stays', () => {
+  it('keeps its admin token: none is generated or passed, the stored one stays', async () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'mailstead-dev-'));
     dirs.push(dataDir);
     const store = openDatabase(dataDir);
-    const { generated } = ensureAdminToken(store.db, null);
-    const before = adminTokenHash(store.db);
+    const { generated } = await ensureAdminToken(store.db, null);
+    const before = await adminTokenHash(store.db);
     store.close();
     expect(generated).toMatch(/^msa_/);
     const config = loadConfig({ DATA_DIR: dataDir });
-    expect(devAdminToken(config, {})).toBeNull();
+    expect(await devAdminToken(config, {})).toBeNull();
     expect(existsSync(join(dataDir, 'dev-admin-token'))).toBe(false);
     const after = openDatabase(dataDir);
-    expect(adminTokenHash(after.db)).toBe(before);
+    expect(await adminTokenHash(after.db)).toBe(before);
     after.close();
     // An ADMIN_TOKEN given is still used as given.
-    expect(devAdminToken(config, { ADMIN_TOKEN: 'a-token-of-sixteen-or-more' })).toBe('a-token-of-sixteen-or-more');
+    expect(await devAdminToken(config, { ADMIN_TOKEN: 'a-token-of-sixteen-or-more' })).toBe('a-token-of-sixteen-or-more');
   });
 
-  it('a fresh data directory gets a dev token, the same on every run', () => {
+  it('a fresh data directory gets a dev token, the same on every run', async () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'mailstead-dev-'));
     dirs.push(dataDir);
     const config = loadConfig({ DATA_DIR: dataDir });
-    const first = devAdminToken(config, {});
+    const first = await devAdminToken(config, {});
     expect(first).toMatch(/^msa_\w{40}$/);
-    expect(devAdminToken(config, {})).toBe(first);
+    expect(await devAdminToken(config, {})).toBe(first);
   });
 
   it('refuses one with mail queued for delivery (capture mode would record it delivered unsent), not a dev one', async () => {
@@ -392,14 +392,14 @@ describe('npm run dev on a data directory npm start made', () => {
       const sender = await newSender(service);
       expect((await sendEmail(service, sender.key, receipt(sender.from, ['a@example.net', 'b@example.net']))).status).toBe(200);
       const config = loadConfig({ DATA_DIR: service.dataDir });
-      expect(queuedForDelivery(config)).toBe(2);
+      expect(await queuedForDelivery(config)).toBe(2);
       writeFileSync(join(service.dataDir, 'dev-key'), 'ms_x\n');
-      expect(queuedForDelivery(config)).toBe(0);
+      expect(await queuedForDelivery(config)).toBe(0);
     } finally {
       await service.close();
     }
     const empty = mkdtempSync(join(tmpdir(), 'mailstead-dev-'));
     dirs.push(empty);
-    expect(queuedForDelivery(loadConfig({ DATA_DIR: empty }))).toBe(0);
+    expect(await queuedForDelivery(loadConfig({ DATA_DIR: empty }))).toBe(0);
   });
 });

@@ -7,6 +7,7 @@ import { domainKeys } from '../db/schema/index.js';
 import { openDomainPrivateKey } from '../server/core/dkim-keys.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { startService, type TestService } from './helpers/service.js';
+import { one } from '../db/sql.js';
 
 /**
  * The DKIM key POST /domains makes is a real one: the private half, stored sealed,
@@ -54,17 +55,18 @@ const message = (domain: string, body = 'Hello,\r\n\r\nthis message is signed wi
 
 /** Connects a domain, publishes its Signing record split into 255-octet strings, and opens the stored private key. */
 async function connectDomain(name: string) {
-  const { account, key } = service.newAccount();
+  const { account, key } = await service.newAccount();
   const res = await service.api('POST', '/domains', { key, body: { name } });
   expect(res.status).toBe(201);
   const signing = (res.body.records as RecordBody[]).find((r) => r.record === 'Signing')!;
   const selector = signing.name.slice(0, signing.name.indexOf('._domainkey.'));
   dns.add(signing.name, { type: 'TXT', data: signing.value.match(/[^]{1,255}/g)! });
-  const row = service.deps.db
-    .select()
-    .from(domainKeys)
-    .where(and(eq(domainKeys.accountId, account.id), eq(domainKeys.name, name)))
-    .get();
+  const row = await one(
+    service.deps.db
+      .select()
+      .from(domainKeys)
+      .where(and(eq(domainKeys.accountId, account.id), eq(domainKeys.name, name))),
+  );
   if (!row) throw new Error('no domain_keys row');
   const secretKey = service.deps.secretKey;
   if (!secretKey) throw new Error('the test service has no secret key');
@@ -148,7 +150,7 @@ describe('the DKIM key of a connected domain', () => {
 
     expect(() => openDomainPrivateKey(Buffer.alloc(32, 7), row)).toThrow();
     expect(() => openDomainPrivateKey(service.deps.secretKey!, { ...row, name: 'other.example.com' })).toThrow();
-    const other = service.newAccount().account;
+    const other = (await service.newAccount()).account;
     expect(other.id).not.toBe(account.id);
     expect(() => openDomainPrivateKey(service.deps.secretKey!, { ...row, accountId: other.id })).toThrow();
   });

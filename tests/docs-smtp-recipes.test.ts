@@ -102,8 +102,8 @@ beforeEach(() => {
 /** An account with a verified domain and its Signing record published, and a key holding only `emails:send`. */
 async function sender(): Promise<Sender & { smtpKey: string }> {
   const s = await newSender(service);
-  publishSigningRecord(service, dns, s);
-  return { ...s, smtpKey: service.newKey(s.account.id, ['emails:send'], 'smtp') };
+  await publishSigningRecord(service, dns, s);
+  return { ...s, smtpKey: await service.newKey(s.account.id, ['emails:send'], 'smtp') };
 }
 
 const placeholders = (s: Sender & { smtpKey: string }, port: number, documentedPort: '587' | '465') =>

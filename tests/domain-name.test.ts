@@ -87,7 +87,7 @@ describe('POST /domains applies the name rules', () => {
   let key: string;
   beforeAll(async () => {
     service = await startService();
-    ({ key } = service.newAccount({ name: 'Names' }));
+    ({ key } = await service.newAccount({ name: 'Names' }));
   });
   afterAll(() => service?.close());
 

@@ -8,6 +8,7 @@ import { runCommonAuthTests } from './helpers/auth-cases.js';
 import { expectDocumented } from './helpers/openapi.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 import { startService, type ApiResponse, type RequestOptions, type TestService } from './helpers/service.js';
+import { one } from '../db/sql.js';
 
 /**
  * Domains against docs/api/contract.md (Domain resource, Domain transitions, Domains endpoints, Errors, Limits) and docs/api/decisions.md
@@ -154,7 +155,7 @@ describe('auth on every domains endpoint', () => {
 
 describe('POST /domains', () => {
   it('201: the domain with every field, pending, and the four records to publish', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const name = freshName();
     const res = await call(service, 'POST', '/domains', { key, body: { name } });
     expect(res.status).toBe(201);
@@ -205,10 +206,10 @@ describe('POST /domains', () => {
   });
 
   it('gives every domain its own token, selector and key', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const a = await createDomain(service, key);
     const b = await createDomain(service, key);
-    const other = await createDomain(service, service.newAccount().key);
+    const other = await createDomain(service, (await service.newAccount()).key);
     const parts = (d: DomainBody) => [recordOf(d, 'Ownership').value, recordOf(d, 'Signing').name.split('.')[0], recordOf(d, 'Signing').value];
     const [pa, pb, po] = [parts(a), parts(b), parts(other)];
     for (let i = 0; i < 3; i++) {
@@ -217,7 +218,7 @@ describe('POST /domains', () => {
   });
 
   it('400 invalid_json when the body is not JSON', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     expectError(
       await call(service, 'POST', '/domains', { key, rawBody: '{"name": "x.example.com"', headers: { 'content-type': 'application/json' } }),
       400,
@@ -232,7 +233,7 @@ describe('POST /domains', () => {
   });
 
   it('422 invalid_request when the body fails validation, naming the field', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const missing = await call(service, 'POST', '/domains', { key, body: {} });
     expectError(missing, 422, 'invalid_request');
     expect(missing.body.error.message).toMatch(/\bname\b/);
@@ -249,7 +250,7 @@ describe('POST /domains', () => {
   });
 
   it('409 domain_exists when the name is already on this account, however it is written', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const name = freshName();
     const first = await createDomain(service, key, name);
     expectError(await call(service, 'POST', '/domains', { key, body: { name } }), 409, 'domain_exists');
@@ -259,7 +260,7 @@ describe('POST /domains', () => {
   });
 
   it('409 domain_exists for one account posting the same new name twice at once: one domain', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const name = freshName();
     const results = await Promise.all([0, 1].map(() => call(service, 'POST', '/domains', { key, body: { name } })));
     expect(results.map((r) => r.status).sort()).toEqual([201, 409]);
@@ -269,13 +270,13 @@ describe('POST /domains', () => {
 
   describe('409 domain_unavailable: the name is claimed elsewhere', () => {
     it('while another account holds it verified, however old the claim', async () => {
-      const holder = service.newAccount({ name: 'Holder Verified Ltd' });
+      const holder = await service.newAccount({ name: 'Holder Verified Ltd' });
       const name = freshName();
       const held = await createDomain(service, holder.key, name);
       publish(held, ['Ownership']);
       expect((await verify(service, holder.key, held.id)).status).toBe('verified');
       service.clock.advance(30 * DAY_MS);
-      const { key } = service.newAccount();
+      const { key } = await service.newAccount();
       const res = await call(service, 'POST', '/domains', { key, body: { name } });
       expectError(res, 409, 'domain_unavailable');
       expect(res.body.error.message).not.toContain(holder.account.id);
@@ -284,10 +285,10 @@ describe('POST /domains', () => {
     });
 
     it('while another account’s unverified claim is younger than 7 days', async () => {
-      const holder = service.newAccount({ name: 'Holder Pending Ltd' });
+      const holder = await service.newAccount({ name: 'Holder Pending Ltd' });
       const name = freshName();
       const held = await createDomain(service, holder.key, name);
-      const { key } = service.newAccount();
+      const { key } = await service.newAccount();
       const res = await call(service, 'POST', '/domains', { key, body: { name } });
       expectError(res, 409, 'domain_unavailable');
       expect(res.body.error.message).not.toContain(holder.account.id);
@@ -300,12 +301,12 @@ describe('POST /domains', () => {
     it('answers the same message whether the holder verified the name or not', async () => {
       const verifiedName = freshName('same');
       const pendingName = freshName('same');
-      const holder = service.newAccount({ name: 'Holder Same Ltd' });
+      const holder = await service.newAccount({ name: 'Holder Same Ltd' });
       const v = await createDomain(service, holder.key, verifiedName);
       publish(v, ['Ownership']);
       await verify(service, holder.key, v.id);
       await createDomain(service, holder.key, pendingName);
-      const { key } = service.newAccount();
+      const { key } = await service.newAccount();
       const a = await call(service, 'POST', '/domains', { key, body: { name: verifiedName } });
       const b = await call(service, 'POST', '/domains', { key, body: { name: pendingName } });
       expectError(a, 409, 'domain_unavailable');
@@ -315,7 +316,7 @@ describe('POST /domains', () => {
 
     it('for two accounts posting the same new name at once: exactly one gets it', async () => {
       const name = freshName();
-      const [x, y] = [service.newAccount(), service.newAccount()];
+      const [x, y] = [await service.newAccount(), await service.newAccount()];
       const results = await Promise.all([x, y].map(({ key }) => call(service, 'POST', '/domains', { key, body: { name } })));
       expect(results.map((r) => r.status).sort()).toEqual([201, 409]);
       expectError(results.find((r) => r.status === 409)!, 409, 'domain_unavailable');
@@ -324,21 +325,21 @@ describe('POST /domains', () => {
 
   describe('the 7-day rule: an unverified claim older than 7 days is cleared when another account claims the name', () => {
     it('still holds at exactly 7 days (“more than 7 days”, docs/api/contract.md Limits)', async () => {
-      const old = service.newAccount();
+      const old = await service.newAccount();
       const name = freshName();
       const held = await createDomain(service, old.key, name);
       service.clock.advance(7 * DAY_MS);
-      const { key } = service.newAccount();
+      const { key } = await service.newAccount();
       expectError(await call(service, 'POST', '/domains', { key, body: { name } }), 409, 'domain_unavailable');
       expect((await call(service, 'GET', `/domains/${held.id}`, { key: old.key })).status).toBe(200);
     });
 
     it('clears the old claim at 7 days + 1 ms: the new account gets the name with its own records, the old one loses it', async () => {
-      const old = service.newAccount();
+      const old = await service.newAccount();
       const name = freshName();
       const stale = await createDomain(service, old.key, name);
       service.clock.advance(7 * DAY_MS + 1);
-      const fresh = service.newAccount();
+      const fresh = await service.newAccount();
       const res = await call(service, 'POST', '/domains', { key: fresh.key, body: { name } });
       expect(res.status).toBe(201);
       const claimed: DomainBody = res.body;
@@ -355,7 +356,7 @@ describe('POST /domains', () => {
     });
 
     it('dates a claim from the first time the account connected the name: deleting and reconnecting does not restart the 7 days', async () => {
-      const squatter = service.newAccount();
+      const squatter = await service.newAccount();
       const name = freshName();
       let held = await createDomain(service, squatter.key, name);
       for (let day = 0; day < 3; day++) {
@@ -364,18 +365,18 @@ describe('POST /domains', () => {
         held = await createDomain(service, squatter.key, name);
       }
       // 9 days after the first claim, though the current domain row is only minutes old.
-      const { key } = service.newAccount();
+      const { key } = await service.newAccount();
       expect((await call(service, 'POST', '/domains', { key, body: { name } })).status).toBe(201);
       expectError(await call(service, 'GET', `/domains/${held.id}`, { key: squatter.key }), 404, 'not_found');
     });
 
     it('a refused claim clears nothing: the expired claim stays until a claim succeeds', async () => {
-      const old = service.newAccount();
+      const old = await service.newAccount();
       const name = freshName();
       const stale = await createDomain(service, old.key, name);
       service.clock.advance(7 * DAY_MS + 1);
       // An account at its domain limit is refused with 409 domain_limit, and the old claim is untouched.
-      const full = service.newAccount();
+      const full = await service.newAccount();
       for (let i = 0; i < 20; i++) await createDomain(service, full.key, freshName('full'));
       expectError(await call(service, 'POST', '/domains', { key: full.key, body: { name } }), 409, 'domain_limit');
       expect((await call(service, 'GET', `/domains/${stale.id}`, { key: old.key })).status).toBe(200);
@@ -384,7 +385,7 @@ describe('POST /domains', () => {
       const off = await startService({ DNS_SERVERS: dns.address, SECRET_KEY: 'off', DATA_DIR: service.deps.config.dataDir });
       off.clock.set(service.clock.now());
       try {
-        const stranger = off.newAccount();
+        const stranger = await off.newAccount();
         expectError(await call(off, 'POST', '/domains', { key: stranger.key, body: { name } }), 503, 'not_configured');
       } finally {
         await off.close();
@@ -393,7 +394,7 @@ describe('POST /domains', () => {
     });
 
     it('a claim that lost its ownership record is unverified again, and clears after 7 days', async () => {
-      const old = service.newAccount();
+      const old = await service.newAccount();
       const name = freshName();
       const held = await createDomain(service, old.key, name);
       publish(held, ['Ownership']);
@@ -401,14 +402,14 @@ describe('POST /domains', () => {
       unpublish(held, 'Ownership');
       expect((await verify(service, old.key, held.id)).status).toBe('pending');
       service.clock.advance(7 * DAY_MS + 1);
-      const { key } = service.newAccount();
+      const { key } = await service.newAccount();
       expect((await call(service, 'POST', '/domains', { key, body: { name } })).status).toBe(201);
       expectError(await call(service, 'GET', `/domains/${held.id}`, { key: old.key }), 404, 'not_found');
     });
   });
 
   it('409 domain_limit for the 21st domain; deleting one makes room', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const created: DomainBody[] = [];
     for (let i = 0; i < 18; i++) created.push(await createDomain(service, key, freshName('limit')));
     // The last two places, raced by three requests: the limit holds under concurrency.
@@ -428,21 +429,21 @@ describe('POST /domains', () => {
     expect((await call(service, 'POST', '/domains', { key, body: { name: freshName('limit') } })).status).toBe(201);
     expectError(await call(service, 'POST', '/domains', { key, body: { name: freshName('limit') } }), 409, 'domain_limit');
     // The limit is per account.
-    await createDomain(service, service.newAccount().key, freshName('limit'));
+    await createDomain(service, (await service.newAccount()).key, freshName('limit'));
   });
 });
 
 describe('GET /domains', () => {
   it('an account without domains gets an empty page', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const res = await call(service, 'GET', '/domains', { key });
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ data: [], nextCursor: null });
   });
 
   it('lists the account’s own domains, newest first, paged with nextCursor', async () => {
-    const { key } = service.newAccount();
-    await createDomain(service, service.newAccount().key); // someone else's
+    const { key } = await service.newAccount();
+    await createDomain(service, (await service.newAccount()).key); // someone else's
     const created: DomainBody[] = [];
     for (let i = 0; i < 5; i++) {
       created.push(await createDomain(service, key));
@@ -478,7 +479,7 @@ describe('GET /domains', () => {
   });
 
   it('422 invalid_request for a bad limit', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     for (const limit of ['0', '101', '-1', '1.5', 'abc', '', '1e1']) {
       const res = await call(service, 'GET', `/domains?limit=${encodeURIComponent(limit)}`, { key });
       expectError(res, 422, 'invalid_request');
@@ -489,14 +490,14 @@ describe('GET /domains', () => {
   });
 
   it('422 invalid_request for a cursor this list did not issue', async () => {
-    const { key, account } = service.newAccount();
+    const { key, account } = await service.newAccount();
     for (let i = 0; i < 2; i++) await createDomain(service, key);
-    const other = service.newAccount();
+    const other = await service.newAccount();
     for (let i = 0; i < 2; i++) await createDomain(service, other.key);
     const theirs = (await call(service, 'GET', '/domains?limit=1', { key: other.key })).body.nextCursor as string;
     expect(theirs).toEqual(expect.any(String));
-    service.newKey(account.id);
-    service.newKey(account.id);
+    await service.newKey(account.id);
+    await service.newKey(account.id);
     const keysCursor = (await call(service, 'GET', '/keys?limit=1', { key })).body.nextCursor as string;
     expect(keysCursor).toEqual(expect.any(String));
     for (const cursor of ['garbage', 'eyJ9', keysCursor, theirs]) {
@@ -509,7 +510,7 @@ describe('GET /domains', () => {
 
 describe('GET /domains/{id}', () => {
   it('200: the domain with each record’s status from the last verification', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const d = await createDomain(service, key);
     publish(d, ['Ownership', 'Receiving']);
     const verified = await verify(service, key, d.id);
@@ -522,8 +523,8 @@ describe('GET /domains/{id}', () => {
   });
 
   it('404 not_found for an unknown id, a malformed id, and another account’s domain', async () => {
-    const { key } = service.newAccount();
-    const theirs = await createDomain(service, service.newAccount().key);
+    const { key } = await service.newAccount();
+    const theirs = await createDomain(service, (await service.newAccount()).key);
     expectError(await call(service, 'GET', '/domains/01a00000-0000-7000-8000-000000000000', { key }), 404, 'not_found');
     expectError(await call(service, 'GET', '/domains/not-an-id', { key }), 404, 'not_found');
     expectError(await call(service, 'GET', `/domains/${theirs.id}`, { key }), 404, 'not_found');
@@ -532,7 +533,7 @@ describe('GET /domains/{id}', () => {
 
 describe('DELETE /domains/{id}', () => {
   it('204, then the domain is gone: GET, DELETE and verify answer 404 not_found', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const keep = await createDomain(service, key);
     const d = await createDomain(service, key);
     const res = await call(service, 'DELETE', `/domains/${d.id}`, { key });
@@ -545,8 +546,8 @@ describe('DELETE /domains/{id}', () => {
   });
 
   it('404 not_found for an unknown id and for another account’s domain, which stays', async () => {
-    const { key } = service.newAccount();
-    const owner = service.newAccount();
+    const { key } = await service.newAccount();
+    const owner = await service.newAccount();
     const theirs = await createDomain(service, owner.key);
     expectError(await call(service, 'DELETE', '/domains/01a00000-0000-7000-8000-000000000000', { key }), 404, 'not_found');
     expectError(await call(service, 'DELETE', `/domains/${theirs.id}`, { key }), 404, 'not_found');
@@ -554,19 +555,19 @@ describe('DELETE /domains/{id}', () => {
   });
 
   it('frees the name for another account at once', async () => {
-    const first = service.newAccount();
+    const first = await service.newAccount();
     const name = freshName();
     const d = await createDomain(service, first.key, name);
     publish(d, ['Ownership']);
     await verify(service, first.key, d.id);
     expect((await call(service, 'DELETE', `/domains/${d.id}`, { key: first.key })).status).toBe(204);
-    const second = await createDomain(service, service.newAccount().key, name);
+    const second = await createDomain(service, (await service.newAccount()).key, name);
     expect(recordOf(second, 'Ownership').value).not.toBe(recordOf(d, 'Ownership').value);
     expect(recordOf(second, 'Signing').value).not.toBe(recordOf(d, 'Signing').value);
   });
 
   it('keeps token, selector and key: reconnecting returns identical records and verifies at once, DNS unchanged', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const name = freshName();
     const first = await createDomain(service, key, name);
     publish(first);
@@ -588,8 +589,8 @@ describe('DELETE /domains/{id}', () => {
 });
 
 describe('kept keys of deleted domains are bounded (KEPT_DOMAIN_KEYS per account)', () => {
-  const keyIdsOf = (accountId: string) =>
-    service.deps.db.select({ id: domainKeys.id, name: domainKeys.name }).from(domainKeys).where(eq(domainKeys.accountId, accountId)).all();
+  const keyIdsOf = async (accountId: string) =>
+    await service.deps.db.select({ id: domainKeys.id, name: domainKeys.name }).from(domainKeys).where(eq(domainKeys.accountId, accountId));
   const pick = (d: DomainBody) => d.records.map(({ record, type, name: n, value }) => ({ record, type, name: n, value }));
 
   /** `n` create/delete cycles, each with a name never used before, one second apart. */
@@ -603,23 +604,23 @@ describe('kept keys of deleted domains are bounded (KEPT_DOMAIN_KEYS per account
 
   it('30 cycles with new names leave the kept keys at the bound; a long-held domain deleted after them is still kept and reused', async () => {
     expect(KEPT_DOMAIN_KEYS).toBe(20);
-    const { account, key } = service.newAccount();
+    const { account, key } = await service.newAccount();
     const longHeld = await createDomain(service, key, freshName('long'));
     await cycles(key, 30);
     // The live domain's key plus the 20 kept keys released most recently.
-    expect(keyIdsOf(account.id)).toHaveLength(KEPT_DOMAIN_KEYS + 1);
+    expect(await keyIdsOf(account.id)).toHaveLength(KEPT_DOMAIN_KEYS + 1);
 
     // Its key is the oldest of all by creation, the newest by release: pruning goes by release, so it stays.
     service.clock.advance(1000);
     expect((await call(service, 'DELETE', `/domains/${longHeld.id}`, { key })).status).toBe(204);
-    expect(keyIdsOf(account.id)).toHaveLength(KEPT_DOMAIN_KEYS);
-    expect(keyIdsOf(account.id).map((k) => k.name)).toContain(longHeld.name);
+    expect(await keyIdsOf(account.id)).toHaveLength(KEPT_DOMAIN_KEYS);
+    expect((await keyIdsOf(account.id)).map((k) => k.name)).toContain(longHeld.name);
     const again = await createDomain(service, key, longHeld.name);
     expect(pick(again)).toEqual(pick(longHeld));
   }, 120_000);
 
   it('a kept key of a recently deleted domain is reused on reconnect after many cycles', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     await cycles(key, 25);
     const recent = await createDomain(service, key, freshName('recent'));
     expect((await call(service, 'DELETE', `/domains/${recent.id}`, { key })).status).toBe(204);
@@ -629,60 +630,54 @@ describe('kept keys of deleted domains are bounded (KEPT_DOMAIN_KEYS per account
   }, 120_000);
 
   it('a key that queued mail still signs with survives pruning, and goes once the mail has gone', async () => {
-    const { account, key } = service.newAccount();
+    const { account, key } = await service.newAccount();
     const queuedDomain = await createDomain(service, key, freshName('queued'));
-    const keyId = service.deps.db.select().from(domains).where(eq(domains.id, queuedDomain.id)).get()!.keyId;
+    const keyId = (await one(service.deps.db.select().from(domains).where(eq(domains.id, queuedDomain.id))))!.keyId;
     const now = service.clock.now();
     const emailId = '01a00000-0000-7000-8000-00000000f001';
-    service.deps.db
-      .insert(emails)
-      .values({
-        id: emailId,
-        accountId: account.id,
-        fromAddress: `a@${queuedDomain.name}`,
-        to: ['b@example.net'],
-        subject: 's',
-        template: 'notification',
-        status: 'sent',
-        sandbox: false,
-        createdAt: now,
-      })
-      .run();
-    service.deps.db
-      .insert(outboundMessages)
-      .values({
-        id: emailId,
-        accountId: account.id,
-        domainKeyId: keyId,
-        fromHeader: `a@${queuedDomain.name}`,
-        fromAddress: `a@${queuedDomain.name}`,
-        messageId: `<m@${queuedDomain.name}>`,
-        subject: 's',
-        html: '<p>s</p>',
-        text: 's',
-        createdAt: now,
-        expiresAt: now + 5 * DAY_MS,
-      })
-      .run();
+    await service.deps.db.insert(emails).values({
+      id: emailId,
+      accountId: account.id,
+      fromAddress: `a@${queuedDomain.name}`,
+      to: ['b@example.net'],
+      subject: 's',
+      template: 'notification',
+      status: 'sent',
+      sandbox: false,
+      createdAt: now,
+    });
+    await service.deps.db.insert(outboundMessages).values({
+      id: emailId,
+      accountId: account.id,
+      domainKeyId: keyId,
+      fromHeader: `a@${queuedDomain.name}`,
+      fromAddress: `a@${queuedDomain.name}`,
+      messageId: `<m@${queuedDomain.name}>`,
+      subject: 's',
+      html: '<p>s</p>',
+      text: 's',
+      createdAt: now,
+      expiresAt: now + 5 * DAY_MS,
+    });
     expect((await call(service, 'DELETE', `/domains/${queuedDomain.id}`, { key })).status).toBe(204);
 
     await cycles(key, 25);
-    const kept = keyIdsOf(account.id).map((k) => k.id);
+    const kept = (await keyIdsOf(account.id)).map((k) => k.id);
     expect(kept).toContain(keyId);
     expect(kept).toHaveLength(KEPT_DOMAIN_KEYS);
-    expect(service.deps.db.select().from(outboundMessages).where(eq(outboundMessages.id, emailId)).get()).toBeDefined();
+    expect(await one(service.deps.db.select().from(outboundMessages).where(eq(outboundMessages.id, emailId)))).toBeDefined();
 
-    service.deps.db.delete(outboundMessages).where(eq(outboundMessages.id, emailId)).run();
+    await service.deps.db.delete(outboundMessages).where(eq(outboundMessages.id, emailId));
     await cycles(key, 1);
-    expect(keyIdsOf(account.id).map((k) => k.id)).not.toContain(keyId);
-    expect(keyIdsOf(account.id)).toHaveLength(KEPT_DOMAIN_KEYS);
+    expect((await keyIdsOf(account.id)).map((k) => k.id)).not.toContain(keyId);
+    expect(await keyIdsOf(account.id)).toHaveLength(KEPT_DOMAIN_KEYS);
   }, 120_000);
 });
 
 describe('POST /domains/{id}/verify', () => {
   it('404 not_found for an unknown id and for another account’s domain', async () => {
-    const { key } = service.newAccount();
-    const owner = service.newAccount();
+    const { key } = await service.newAccount();
+    const owner = await service.newAccount();
     const theirs = await createDomain(service, owner.key);
     publish(theirs);
     expectError(await call(service, 'POST', '/domains/01a00000-0000-7000-8000-000000000000/verify', { key }), 404, 'not_found');
@@ -692,7 +687,7 @@ describe('POST /domains/{id}/verify', () => {
   });
 
   it('nothing published: every check missing, still pending, lastCheckedAt set to now', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const d = await createDomain(service, key);
     service.clock.advance(60_000);
     const v = await verify(service, key, d.id);
@@ -703,7 +698,7 @@ describe('POST /domains/{id}/verify', () => {
   });
 
   it('every record published (the DKIM key split into 255-octet strings): verified, sending directly, receiving', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const d = await createDomain(service, key);
     expect(recordOf(d, 'Signing').value.length).toBeGreaterThan(255);
     publish(d);
@@ -790,7 +785,7 @@ describe('POST /domains/{id}/verify', () => {
     ],
   ];
   it.each(partial)('%s', async (_, kinds, checks, state) => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const d = await createDomain(service, key);
     publish(d, kinds);
     const v = await verify(service, key, d.id);
@@ -800,7 +795,7 @@ describe('POST /domains/{id}/verify', () => {
   });
 
   it('reads DNS as DNS means it: SPF include among other mechanisms and records, MX host in upper case with a trailing dot', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const d = await createDomain(service, key);
     publish(d, ['Ownership', 'Signing']);
     dns.add(d.name, { type: 'TXT', data: 'google-site-verification=abc123' });
@@ -813,7 +808,7 @@ describe('POST /domains/{id}/verify', () => {
   });
 
   it('an SPF record without the include, or two SPF records, is missing', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const d = await createDomain(service, key);
     publish(d, ['Ownership', 'Signing']);
     dns.add(d.name, { type: 'TXT', data: 'v=spf1 include:_spf.google.com ~all' });
@@ -832,7 +827,7 @@ describe('POST /domains/{id}/verify', () => {
   });
 
   it('a record published under another value is missing: another token, another key, another mail host', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const d = await createDomain(service, key);
     const other = await createDomain(service, key);
     // The other domain's token and key, at this domain's names.
@@ -847,7 +842,7 @@ describe('POST /domains/{id}/verify', () => {
 
   describe('withdrawal: a record found before and now gone withdraws what it granted', () => {
     async function fullyVerified() {
-      const { key } = service.newAccount();
+      const { key } = await service.newAccount();
       const d = await createDomain(service, key);
       publish(d);
       expect(stateOf(await verify(service, key, d.id))).toEqual(FULL);
@@ -911,7 +906,7 @@ describe('POST /domains/{id}/verify', () => {
 
   describe('a resolver that does not answer gives unknown, and unknown changes nothing stored', () => {
     it('a silent DNS server: every check unknown within the bound, the published records and flags stand', async () => {
-      const { key } = service.newAccount();
+      const { key } = await service.newAccount();
       const d = await createDomain(service, key);
       publish(d);
       const before = await verify(service, key, d.id);
@@ -935,7 +930,7 @@ describe('POST /domains/{id}/verify', () => {
     });
 
     it('a silent DNS server on a new domain: unknown, still pending', async () => {
-      const { key } = service.newAccount();
+      const { key } = await service.newAccount();
       const d = await createDomain(service, key);
       dns.silent = true;
       const started = performance.now();
@@ -946,7 +941,7 @@ describe('POST /domains/{id}/verify', () => {
     });
 
     it('SERVFAIL: unknown, the stored statuses stand', async () => {
-      const { key } = service.newAccount();
+      const { key } = await service.newAccount();
       const d = await createDomain(service, key);
       publish(d);
       expect(stateOf(await verify(service, key, d.id))).toEqual(FULL);
@@ -958,7 +953,7 @@ describe('POST /domains/{id}/verify', () => {
     });
 
     it('SERVFAIL on one name only: that check unknown, the others read as usual', async () => {
-      const { key } = service.newAccount();
+      const { key } = await service.newAccount();
       const d = await createDomain(service, key);
       publish(d);
       await verify(service, key, d.id);
@@ -973,7 +968,7 @@ describe('POST /domains/{id}/verify', () => {
 
 describe('sub-accounts have their own domains', () => {
   it('a domain created with X-Service-Account belongs to the sub-account, on every endpoint', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await call(service, 'POST', '/accounts', { key, body: { name: 'Sub one' } });
     expect(sub.status).toBe(201);
     const subId: string = sub.body.id;
@@ -993,7 +988,7 @@ describe('sub-accounts have their own domains', () => {
     expectError(await call(service, 'DELETE', `/domains/${d.id}`, { key }), 404, 'not_found');
 
     // A key minted for the sub-account sees the same domain without the header.
-    const subKey = service.newKey(subId);
+    const subKey = await service.newKey(subId);
     expect((await call(service, 'GET', '/domains', { key: subKey })).body.data.map((x: DomainBody) => x.id)).toEqual([d.id]);
 
     publish(d);
@@ -1016,13 +1011,13 @@ describe('with SMTP_RELAY_URL set: the relay holds the domain', () => {
   afterAll(() => relay?.close());
 
   it('a new domain does not send: ownership is not proven yet', async () => {
-    const { key } = relay.newAccount();
+    const { key } = await relay.newAccount();
     const d = await createDomain(relay, key);
     expect(stateOf(d)).toEqual({ status: 'pending', ownershipVerified: false, sending: false, receiving: false, direct: false, records: PENDING_RECORDS });
   });
 
   it('only ownership published: sending true through the relay, direct false', async () => {
-    const { key } = relay.newAccount();
+    const { key } = await relay.newAccount();
     const d = await createDomain(relay, key);
     publish(d, ['Ownership']);
     const v = await verify(relay, key, d.id);
@@ -1039,7 +1034,7 @@ describe('with SMTP_RELAY_URL set: the relay holds the domain', () => {
   });
 
   it('everything published: sending directly; ownership dropped: sending withdrawn', async () => {
-    const { key } = relay.newAccount();
+    const { key } = await relay.newAccount();
     const d = await createDomain(relay, key);
     publish(d);
     expect(stateOf(await verify(relay, key, d.id))).toEqual(FULL);
@@ -1065,7 +1060,7 @@ describe('with SPF_DOMAIN set', () => {
   afterAll(() => spf?.close());
 
   it('the SPF record includes SPF_DOMAIN, the MX still names MAIL_HOSTNAME, and verify checks for that include', async () => {
-    const { key } = spf.newAccount();
+    const { key } = await spf.newAccount();
     const d = await createDomain(spf, key);
     expect(recordOf(d, 'SPF').value).toBe('v=spf1 include:spf.mailstead.test ~all');
     expect(recordOf(d, 'Receiving').value).toBe(`10 ${MAIL_HOST}`);
@@ -1090,7 +1085,7 @@ describe('with SECRET_KEY=off', () => {
   afterAll(() => off?.close());
 
   it('POST /domains answers 503 not_configured (a DKIM key cannot be kept) and stores nothing', async () => {
-    const { key } = off.newAccount();
+    const { key } = await off.newAccount();
     expectError(await call(off, 'POST', '/domains', { key, body: { name: freshName() } }), 503, 'not_configured');
     const list = await call(off, 'GET', '/domains', { key });
     expect(list.status).toBe(200);
@@ -1098,7 +1093,7 @@ describe('with SECRET_KEY=off', () => {
   });
 
   it('validation still comes first: a bad name is 422, not 503', async () => {
-    const { key } = off.newAccount();
+    const { key } = await off.newAccount();
     expectError(await call(off, 'POST', '/domains', { key, body: { name: 'localhost' } }), 422, 'invalid_request');
   });
 });

@@ -6,7 +6,7 @@ import { basename, dirname, join, resolve } from 'node:path';
 import { sql } from 'drizzle-orm';
 import nodemailer from 'nodemailer';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { clientOf, openDatabase } from '../db/client.js';
+import { openDatabase } from '../db/client.js';
 import { lockDataDir } from '../db/data-dir.js';
 import { FlushFailedError, createGroupCommit, walSyncOf } from '../db/group-commit.js';
 import { inboundServerFor } from './helpers/inbound-server.js';
@@ -18,6 +18,7 @@ import { processEnv, runningProcesses, startServiceProcess } from './helpers/ser
 import { startService } from './helpers/service.js';
 import { newSender, receipt, sendEmail } from './helpers/sending.js';
 import { freePort } from '../scripts/lib/free-port.js';
+import { execute } from '../db/sql.js';
 
 /**
  * Crash safety and full disks at the edges: the first start (server.lock, secret.key, the admin token), the fsyncs
@@ -281,25 +282,21 @@ describe('full disk', () => {
     const inbound = inboundServerFor(service.deps, loadOrCreateSmtpTls(service.deps.config));
     try {
       await inbound.listen('127.0.0.1', smtpPort);
-      const { account } = service.newAccount();
-      const raw = clientOf(service.deps.db);
+      const { account } = await service.newAccount();
       const receiving = JSON.stringify({ ownership: 'published', signing: 'published', spf: 'published', receiving: 'published' });
-      raw
-        .prepare(
-          `insert into domain_keys (id, account_id, name, token, selector, dkim_public_key, dkim_private_key_sealed, created_at) values ('key-in', ?, 'in.example.com', 't', 's', 'p', 'k', 0)`,
-        )
-        .run(account.id);
-      raw
-        .prepare(
-          `insert into domains (id, account_id, name, key_id, record_status, created_at, last_checked_at) values ('dom-in', ?, 'in.example.com', 'key-in', ?, 0, 0)`,
-        )
-        .run(account.id, receiving);
-      raw
-        .prepare(
-          `insert into customer_databases (account_id, connection_id, url_sealed, host, port, database, user, ssl_mode, state, schema_version, failures, next_attempt_at, updated_at, created_at)
-           values (?, 'conn-in', 'x', 'h', 5432, 'd', 'u', 'require', 'connected', 1, 0, 0, 0, 0)`,
-        )
-        .run(account.id);
+      await execute(
+        service.deps.db,
+        sql`insert into domain_keys (id, account_id, name, token, selector, dkim_public_key, dkim_private_key_sealed, created_at) values ('key-in', ${account.id}, 'in.example.com', 't', 's', 'p', 'k', 0)`,
+      );
+      await execute(
+        service.deps.db,
+        sql`insert into domains (id, account_id, name, key_id, record_status, created_at, last_checked_at) values ('dom-in', ${account.id}, 'in.example.com', 'key-in', ${receiving}, 0, 0)`,
+      );
+      await execute(
+        service.deps.db,
+        sql`insert into customer_databases (account_id, connection_id, url_sealed, host, port, database, "user", ssl_mode, state, schema_version, failures, next_attempt_at, updated_at, created_at)
+           values (${account.id}, 'conn-in', 'x', 'h', 5432, 'd', 'u', 'require', 'connected', 1, 0, 0, 0, 0)`,
+      );
       // DATA_DIR is full: every write to a spool file fails.
       const spool = resolve(spoolDir(service.dataDir));
       const fdPath = new Map<number, string>();
@@ -386,12 +383,12 @@ describe('the WAL flush', () => {
     };
     const commits = createGroupCommit(store, sync);
     try {
-      const first = await commits.run((db) => db.run(sql`insert into probe (n) values (1)`)).catch((e: unknown) => e);
+      const first = await commits.run(async (db) => await execute(db, sql`insert into probe (n) values (1)`)).catch((e: unknown) => e);
       expect(first).toBeInstanceOf(FlushFailedError);
       // Its frames precede the next batch's in the WAL; a hole there ends recovery at the hole, taking every later
       // frame with it. Current code acknowledges the next write as durable.
       const second = await commits
-        .run((db) => db.run(sql`insert into probe (n) values (2)`))
+        .run(async (db) => await execute(db, sql`insert into probe (n) values (2)`))
         .then(
           () => 'acknowledged',
           () => 'refused',

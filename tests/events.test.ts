@@ -40,25 +40,25 @@ const expectError = (res: ApiResponse, status: number, code: string) => {
 };
 
 /** An account with outcomes of two emails at one-minute steps, oldest first as seeded. */
-function accountWithHistory() {
-  const { account, key } = service.newAccount({ name: 'Events' });
+async function accountWithHistory() {
+  const { account, key } = await service.newAccount({ name: 'Events' });
   const t0 = service.clock.now();
-  const a = seedEmail(service, account.id);
-  const b = seedEmail(service, account.id);
+  const a = await seedEmail(service, account.id);
+  const b = await seedEmail(service, account.id);
   const minute = 60_000;
   const seeded = [
-    seedEvent(service, a, 'deferred', t0 + 1 * minute, 'x@example.net'),
-    seedEvent(service, a, 'delivered', t0 + 2 * minute, 'y@example.net'),
-    seedEvent(service, b, 'bounced', t0 + 3 * minute, 'z@example.net'),
-    seedEvent(service, a, 'delivered', t0 + 4 * minute, 'x@example.net'),
-    seedEvent(service, b, 'complained', t0 + 5 * minute, 'w@example.net'),
+    await seedEvent(service, a, 'deferred', t0 + 1 * minute, 'x@example.net'),
+    await seedEvent(service, a, 'delivered', t0 + 2 * minute, 'y@example.net'),
+    await seedEvent(service, b, 'bounced', t0 + 3 * minute, 'z@example.net'),
+    await seedEvent(service, a, 'delivered', t0 + 4 * minute, 'x@example.net'),
+    await seedEvent(service, b, 'complained', t0 + 5 * minute, 'w@example.net'),
   ];
   return { account, key, seeded, t0, minute };
 }
 
 describe('GET /events', () => {
   it('lists every outcome of the account newest first, each { id, type, emailId, recipient, status, dsn, detail, occurredAt }', async () => {
-    const { key, seeded } = accountWithHistory();
+    const { key, seeded } = await accountWithHistory();
     const res = await service.api('GET', '/events', { key });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expectDocumented(res);
@@ -66,11 +66,11 @@ describe('GET /events', () => {
   });
 
   it('shows only the acting account: not another account, not a sub-account to its parent, a sub-account its own through the header', async () => {
-    const mine = accountWithHistory();
-    const other = accountWithHistory();
+    const mine = await accountWithHistory();
+    const other = await accountWithHistory();
     const sub = await service.api('POST', '/accounts', { key: mine.key, body: { name: 'Sub' } });
     expect(sub.status).toBe(201);
-    const subEvent = seedEvent(service, seedEmail(service, sub.body.id), 'delivered', mine.t0 + 6 * mine.minute);
+    const subEvent = await seedEvent(service, await seedEmail(service, sub.body.id), 'delivered', mine.t0 + 6 * mine.minute);
 
     const own = await service.api('GET', '/events', { key: mine.key });
     expect(own.body.data.map((e: { id: string }) => e.id)).toEqual([...mine.seeded].reverse().map((e) => e.id));
@@ -82,14 +82,14 @@ describe('GET /events', () => {
   });
 
   it('an account with no outcomes gets an empty page', async () => {
-    const { key } = service.newAccount({ name: 'Quiet' });
+    const { key } = await service.newAccount({ name: 'Quiet' });
     const res = await service.api('GET', '/events', { key });
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ data: [], nextCursor: null });
   });
 
   it('is keyset-paged: limit 2 walks every outcome once, nextCursor null on the last page; outcomes recorded during the walk do not shift it', async () => {
-    const { account, key, seeded, t0, minute } = accountWithHistory();
+    const { account, key, seeded, t0, minute } = await accountWithHistory();
     const seen: string[] = [];
     let cursor: string | null = null;
     let pages = 0;
@@ -101,7 +101,7 @@ describe('GET /events', () => {
       expect(res.body.data.length).toBeLessThanOrEqual(2);
       seen.push(...res.body.data.map((e: { id: string }) => e.id));
       cursor = res.body.nextCursor;
-      if (pages === 0) seedEvent(service, seedEmail(service, account.id), 'delivered', t0 + 9 * minute);
+      if (pages === 0) await seedEvent(service, await seedEmail(service, account.id), 'delivered', t0 + 9 * minute);
       pages += 1;
     } while (cursor !== null);
     expect(pages).toBe(3);
@@ -109,7 +109,7 @@ describe('GET /events', () => {
   });
 
   it('type keeps one event type; since keeps outcomes at or after it; both together', async () => {
-    const { key, seeded, t0, minute } = accountWithHistory();
+    const { key, seeded, t0, minute } = await accountWithHistory();
     const delivered = await service.api('GET', '/events?type=email.delivered', { key });
     expect(delivered.body.data).toEqual([seeded[3]!, seeded[1]!].map(item));
     const bounced = await service.api('GET', '/events?type=email.bounced', { key });
@@ -128,7 +128,7 @@ describe('GET /events', () => {
   });
 
   it('a filtered walk pages within the filter', async () => {
-    const { key, seeded } = accountWithHistory();
+    const { key, seeded } = await accountWithHistory();
     const first = await service.api('GET', '/events?type=email.delivered&limit=1', { key });
     expect(first.body.data).toEqual([item(seeded[3]!)]);
     expect(first.body.nextCursor).toEqual(expect.any(String));
@@ -137,13 +137,13 @@ describe('GET /events', () => {
   });
 
   it.each(['0', '101', '-1', '2.5', 'ten', ''])('limit=%j is 422 invalid_request', async (limit) => {
-    const { key } = accountWithHistory();
+    const { key } = await accountWithHistory();
     expectError(await service.api('GET', `/events?limit=${limit}`, { key }), 422, 'invalid_request');
   });
 
   it('a cursor not issued by this list for this account is 422 invalid_request: garbage, a tampered one, one of GET /emails, one of another account', async () => {
-    const mine = accountWithHistory();
-    const other = accountWithHistory();
+    const mine = await accountWithHistory();
+    const other = await accountWithHistory();
     const page = await service.api('GET', '/events?limit=1', { key: mine.key });
     const cursor = page.body.nextCursor as string;
     expect(cursor).toEqual(expect.any(String));
@@ -167,7 +167,7 @@ describe('GET /events', () => {
     ['a type without its prefix', 'type=delivered'],
     ['an unknown parameter', 'status=delivered'],
   ])('%s is 422 invalid_request naming the field', async (_name, query) => {
-    const { key } = accountWithHistory();
+    const { key } = await accountWithHistory();
     const res = await service.api('GET', `/events?${query}`, { key });
     expectError(res, 422, 'invalid_request');
     expect(res.body.error.message).toContain(query.split('=')[0]);

@@ -16,6 +16,7 @@ import {
   sendEmail,
 } from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
+import { one } from '../db/sql.js';
 
 /**
  * When the service's storage fails (docs/api/decisions.md section 13): a request that could not be recorded answers
@@ -76,13 +77,13 @@ describe('a send while the disk is full', () => {
       freeSpace();
     }
     // Nothing half-recorded: no log entry (not even a failed one), no queue rows, no counters, no charge, the key free.
-    expect(emailRows(service, s.account.id)).toEqual([]);
-    expect(outboundMessagesOf(service, s.account.id)).toEqual([]);
-    expect(queuedRecipientsOf(service, s.account.id)).toEqual([]);
+    expect(await emailRows(service, s.account.id)).toEqual([]);
+    expect(await outboundMessagesOf(service, s.account.id)).toEqual([]);
+    expect(await queuedRecipientsOf(service, s.account.id)).toEqual([]);
     const after = await getAccount(service, s.key);
     expect(after.sending).toEqual(before.sending);
     expect(after.credits).toEqual(before.credits);
-    expect(idempotencyRow(service, s.account.id, 'order-full')).toBeUndefined();
+    expect(await idempotencyRow(service, s.account.id, 'order-full')).toBeUndefined();
     expect(service.logger.entries.some((e) => e.event === 'send.store_failed')).toBe(true);
     expect(service.logger.entries.some((e) => e.event === 'send.queue_failed')).toBe(false);
     // The store's failure shows on /healthz for its window.
@@ -91,8 +92,8 @@ describe('a send while the disk is full', () => {
     const retry = await sendEmail(service, s.key, body, { headers });
     expectOk(retry);
     expect(retry.headers.get('idempotent-replayed')).toBeNull();
-    expect(emailRows(service, s.account.id).map((r) => r.status)).toEqual(['sent']);
-    expect(queuedRecipientsOf(service, s.account.id)).toHaveLength(2);
+    expect((await emailRows(service, s.account.id)).map((r) => r.status)).toEqual(['sent']);
+    expect(await queuedRecipientsOf(service, s.account.id)).toHaveLength(2);
   });
 
   it('any other change the disk cannot take is 503 unavailable too, not a 500', async () => {
@@ -118,7 +119,7 @@ describe('a send while the disk is full', () => {
 describe('reads never write', () => {
   it('the first GET /emails on a fresh database pages with a cursor while the store takes no writes at all', async () => {
     // The cursor key is made when the database is migrated, before any list asks for it.
-    expect(service.deps.db.select().from(settings).where(eq(settings.key, 'cursor_hmac_key')).get()?.value).toMatch(/^[0-9a-f]{64}$/);
+    expect((await one(service.deps.db.select().from(settings).where(eq(settings.key, 'cursor_hmac_key'))))?.value).toMatch(/^[0-9a-f]{64}$/);
     const s = await newSender(service);
     const ids: string[] = [];
     for (const to of ['a@example.net', 'b@example.net', 'c@example.net']) {

@@ -89,7 +89,7 @@ beforeAll(async () => {
   for (let i = 0; i < 2; i++) sent.push(await sendEmail(service, sender.key, receipt(sender.from, `r${i}@example.net`, { sandbox: true })));
   const suppressed = [];
   for (const address of SUPPRESSED) suppressed.push(await service.api('POST', '/suppressions', { key: sender.key, body: { address } }));
-  service.newKey(sender.account.id, undefined, 'second');
+  await service.newKey(sender.account.id, undefined, 'second');
   const secondDomain = await service.api('POST', '/domains', { key: sender.key, body: { name: `second-${sender.domain}` } });
   expect([...sent, ...suppressed, secondDomain].map((r) => r.status)).toEqual([200, 200, ...SUPPRESSED.map(() => 201), 201]);
 
@@ -110,15 +110,16 @@ beforeAll(async () => {
     JSON.stringify(made.map((r) => r.body)),
   ).toEqual(made.map(() => 201));
   const [fixture, ...deletable] = made.map((r) => r.body.id as string) as [string, ...string[]];
-  const stored = Array.from({ length: ENDPOINTS_AT_START - made.length }, () => seedEndpoint(service, sender.account.id, ['email.complained']));
+  const stored: string[] = [];
+  for (let i = made.length; i < ENDPOINTS_AT_START; i++) stored.push(await seedEndpoint(service, sender.account.id, ['email.complained']));
   fixtureEndpoints = [fixture, ...deletable, ...stored];
   const now = service.clock.now();
   const eventTimes: string[] = [new Date(now - 24 * 60 * 60_000).toISOString()];
   const statuses = ['delivered', 'bounced', 'deferred', 'complained'] as const;
-  const emailId = seedEmail(service, sender.account.id, { from: sender.from, at: now - 60 * 60_000 });
+  const emailId = await seedEmail(service, sender.account.id, { from: sender.from, at: now - 60 * 60_000 });
   for (let i = 0; i < 12; i++) {
     const at = now - (12 - i) * 60_000;
-    seedEvent(service, emailId, statuses[i % statuses.length]!, at, `r${i}@example.net`);
+    await seedEvent(service, emailId, statuses[i % statuses.length]!, at, `r${i}@example.net`);
     if (i % 3 === 0) eventTimes.push(new Date(at).toISOString(), new Date(at).toISOString().replace('Z', '+00:00'));
   }
   eventTimes.push(new Date(now).toISOString(), new Date(now + 60_000).toISOString());
@@ -180,8 +181,8 @@ afterAll(async () => {
  * too_many_endpoints that says so), so later creations can succeed again. None of them has a delivery (only the
  * fixture endpoint is ever pinged or replayed to).
  */
-function clearFuzzEndpoints(): void {
-  service.deps.db.delete(webhookEndpoints).where(notInArray(webhookEndpoints.id, fixtureEndpoints)).run();
+async function clearFuzzEndpoints(): Promise<void> {
+  await service.deps.db.delete(webhookEndpoints).where(notInArray(webhookEndpoints.id, fixtureEndpoints));
 }
 
 interface Answer {
@@ -355,7 +356,7 @@ describe('every endpoint that takes a body, a query or an id answers 2xx, or 4xx
             slowest.set(name, Math.max(slowest.get(name) ?? 0, Math.round(answer.ms)));
             const outcome = checkAnswer(answer);
             count(name, outcome);
-            if (outcome === '422 too_many_endpoints') clearFuzzEndpoints();
+            if (outcome === '422 too_many_endpoints') await clearFuzzEndpoints();
           }),
           { seed: SEED, numRuns: runsOf(name), interruptAfterTimeLimit: PROPERTY_TIME_LIMIT_MS, markInterruptAsFailure: true },
         );
@@ -389,17 +390,16 @@ describe('every endpoint that takes a body, a query or an id answers 2xx, or 4xx
     expect(service.logger.entries.filter((e) => e.level === 'error')).toEqual([]);
   });
 
-  it('nothing was posted but the test pings: each answered ping reached the receiver once, no delivery was attempted', () => {
+  it('nothing was posted but the test pings: each answered ping reached the receiver once, no delivery was attempted', async () => {
     expect(pings).toBeGreaterThan(1);
     expect(receiver.requests.map((r) => r.headers['x-service-event'])).toEqual(Array.from({ length: pingsAnswered }, () => 'ping'));
-    const attempted = service.deps.db
+    const attempted = await service.deps.db
       .select({ id: webhookDeliveries.id })
       .from(webhookDeliveries)
-      .where(and(ne(webhookDeliveries.eventType, 'ping'), gt(webhookDeliveries.attempts, 0)))
-      .all();
+      .where(and(ne(webhookDeliveries.eventType, 'ping'), gt(webhookDeliveries.attempts, 0)));
     expect(attempted).toEqual([]);
     expect(
-      service.deps.db.select({ id: webhookEndpoints.id }).from(webhookEndpoints).where(eq(webhookEndpoints.id, world.webhooks.fixture)).all(),
+      await service.deps.db.select({ id: webhookEndpoints.id }).from(webhookEndpoints).where(eq(webhookEndpoints.id, world.webhooks.fixture)),
     ).toHaveLength(1);
   });
 });

@@ -5,6 +5,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
 import { type Store, openDatabase } from '../db/client.js';
 import { FlushFailedError, createDurabilityBarrier, createGroupCommit } from '../db/group-commit.js';
+import { execute, queryRows } from '../db/sql.js';
 
 /**
  * The group commit (db/group-commit.ts): batches commit with synchronous=NORMAL and every write waits for an
@@ -53,8 +54,8 @@ describe('a write resolves only once the WAL is flushed after its commit', () =>
   it('waits for the flush, and one flush acknowledges every write committed before it', async () => {
     const wal = manualSync();
     const commits = createGroupCommit(store, wal.sync);
-    const a = commits.run((db) => db.run(sql`insert into probe (n) values (1)`));
-    const b = commits.run((db) => db.run(sql`insert into probe (n) values (2)`));
+    const a = commits.run(async (db) => await execute(db, sql`insert into probe (n) values (1)`));
+    const b = commits.run(async (db) => await execute(db, sql`insert into probe (n) values (2)`));
     await expect.poll(() => wal.calls.length).toBe(1);
     // Committed (readable on the connection), not yet acknowledged.
     expect(rows()).toEqual([1, 2]);
@@ -69,11 +70,11 @@ describe('a write resolves only once the WAL is flushed after its commit', () =>
   it('a write that comes during a flush commits when it ends, with every other such write, and waits for the next flush', async () => {
     const wal = manualSync();
     const commits = createGroupCommit(store, wal.sync);
-    const first = commits.run((db) => db.run(sql`insert into probe (n) values (1)`));
+    const first = commits.run(async (db) => await execute(db, sql`insert into probe (n) values (1)`));
     await expect.poll(() => wal.calls.length).toBe(1);
-    const second = commits.run((db) => db.run(sql`insert into probe (n) values (2)`));
+    const second = commits.run(async (db) => await execute(db, sql`insert into probe (n) values (2)`));
     await new Promise((r) => setImmediate(r));
-    const third = commits.run((db) => db.run(sql`insert into probe (n) values (3)`));
+    const third = commits.run(async (db) => await execute(db, sql`insert into probe (n) values (3)`));
     // Held, not committed, while the flush runs: it could not count for them.
     expect(await settled(second)).toBe('pending');
     expect(rows()).toEqual([1]);
@@ -94,7 +95,7 @@ describe('a write resolves only once the WAL is flushed after its commit', () =>
   it('a lone write commits and flushes at once: no timer holds it', async () => {
     const wal = manualSync();
     const commits = createGroupCommit(store, wal.sync);
-    void commits.run((db) => db.run(sql`insert into probe (n) values (1)`));
+    void commits.run(async (db) => await execute(db, sql`insert into probe (n) values (1)`));
     await new Promise((r) => setImmediate(r));
     expect(rows()).toEqual([1]);
     expect(wal.calls).toHaveLength(1);
@@ -103,7 +104,7 @@ describe('a write resolves only once the WAL is flushed after its commit', () =>
   it('a failed flush rejects the writes waiting on it (never acknowledged)', async () => {
     const wal = manualSync();
     const commits = createGroupCommit(store, wal.sync);
-    const a = commits.run((db) => db.run(sql`insert into probe (n) values (1)`));
+    const a = commits.run(async (db) => await execute(db, sql`insert into probe (n) values (1)`));
     await expect.poll(() => wal.calls.length).toBe(1);
     wal.calls[0]!.reject(new Error('EIO'));
     await expect(a).rejects.toThrow('EIO');
@@ -111,7 +112,7 @@ describe('a write resolves only once the WAL is flushed after its commit', () =>
 
   it('the real flush: fdatasync of the -wal file on the thread pool', async () => {
     const commits = createGroupCommit(store, store.syncWal);
-    const values = await Promise.all([1, 2, 3].map((n) => commits.run((db) => db.run(sql`insert into probe (n) values (${n})`).changes)));
+    const values = await Promise.all([1, 2, 3].map((n) => commits.run(async (db) => await execute(db, sql`insert into probe (n) values (${n})`))));
     expect(values).toEqual([1, 1, 1]);
     expect(rows()).toEqual([1, 2, 3]);
   });
@@ -121,12 +122,12 @@ describe('the batch', () => {
   it('a write that throws rolls back alone, at once; the others commit', async () => {
     const wal = manualSync();
     const commits = createGroupCommit(store, wal.sync);
-    const ok = commits.run((db) => db.run(sql`insert into probe (n) values (1)`));
-    const bad = commits.run((db) => {
-      db.run(sql`insert into probe (n) values (2)`);
+    const ok = commits.run(async (db) => await execute(db, sql`insert into probe (n) values (1)`));
+    const bad = commits.run(async (db) => {
+      await execute(db, sql`insert into probe (n) values (2)`);
       throw new Error('refused');
     });
-    const after = commits.run((db) => db.run(sql`insert into probe (n) values (3)`));
+    const after = commits.run(async (db) => await execute(db, sql`insert into probe (n) values (3)`));
     await expect(bad).rejects.toThrow('refused');
     await expect.poll(() => wal.calls.length).toBe(1);
     wal.calls[0]!.resolve();
@@ -157,7 +158,7 @@ describe('the batch', () => {
     expect(rows()).toEqual([]);
     // Once there is room again, writes commit as before.
     store.sqlite.pragma('max_page_count = 4294967294');
-    const later = commits.run((db) => db.run(sql`insert into probe (n) values (3)`));
+    const later = commits.run(async (db) => await execute(db, sql`insert into probe (n) values (3)`));
     await expect.poll(() => wal.calls.length).toBe(1);
     wal.calls[0]!.resolve();
     await later;
@@ -189,11 +190,11 @@ describe('onFailure', () => {
     const heard: unknown[] = [];
     const commits = createGroupCommit(store, wal.sync, { onFailure: (err) => heard.push(err) });
     const refused = new Error('refused');
-    const ok = commits.run((db) => db.run(sql`insert into probe (n) values (1)`));
+    const ok = commits.run(async (db) => await execute(db, sql`insert into probe (n) values (1)`));
     const bad = commits.run(() => {
       throw refused;
     });
-    const also = commits.run((db) => db.run(sql`insert into probe (n) values (2)`));
+    const also = commits.run(async (db) => await execute(db, sql`insert into probe (n) values (2)`));
     await expect(bad).rejects.toBe(refused);
     expect(heard).toEqual([refused]);
     await expect.poll(() => wal.calls.length).toBe(1);
@@ -250,14 +251,14 @@ describe('a transaction beside another connection (the CLI, run while the server
     cli.pragma('busy_timeout = 0');
     try {
       let cliWrite: unknown = null;
-      const n = store.db.transaction((tx) => {
-        const before = tx.all<{ n: number }>(sql`select count(*) as n from probe`)[0]!.n;
+      const n = await store.db.transaction(async (tx) => {
+        const before = (await queryRows<{ n: number }>(tx, sql`select count(*) as n from probe`))[0]!.n;
         try {
           cli.prepare('insert into probe (n) values (100)').run();
         } catch (err) {
           cliWrite = err;
         }
-        tx.run(sql`insert into probe (n) values (${before + 1})`);
+        await execute(tx, sql`insert into probe (n) values (${before + 1})`);
         return before + 1;
       });
       // The server's transaction committed; the other connection was the one kept out (it retries in its own time).

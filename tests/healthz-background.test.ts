@@ -81,7 +81,7 @@ describe('GET /healthz and failures outside requests', () => {
     expect((await sendEmail(service, sender.key, receipt(sender.from))).status).toBe(200);
     claimFaultOn = true;
     const failed = () => service.logger.entries.some((e) => e.event === 'delivery.claim_failed');
-    engine.start();
+    await engine.start();
     try {
       // The loop claims at once when started; wait (at most 5 s) for its tick to have failed.
       for (let i = 0; i < 100 && !failed(); i++) await new Promise((r) => setTimeout(r, 50));

@@ -13,7 +13,7 @@ let key: string;
 
 beforeAll(async () => {
   service = await startService();
-  key = service.newAccount({ name: 'Health' }).key;
+  key = (await service.newAccount({ name: 'Health' })).key;
   const sqlite = service.deps.store.sqlite;
   // What a damaged page would throw, from inside an insert the API makes; and a refusal about the row alone.
   sqlite.function('store_fault', () => {

@@ -18,7 +18,7 @@ let subId: string;
 
 beforeAll(async () => {
   service = await startService();
-  key = service.newAccount({ name: 'Depth' }).key;
+  key = (await service.newAccount({ name: 'Depth' })).key;
   const sub = await service.api('POST', '/accounts', { key, body: { name: 'Deep sub' } });
   expect(sub.status).toBe(201);
   subId = sub.body.id;

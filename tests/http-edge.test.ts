@@ -22,7 +22,7 @@ let key: string;
 
 beforeAll(async () => {
   service = await startService();
-  key = service.newAccount({ name: 'Edge' }).key;
+  key = (await service.newAccount({ name: 'Edge' })).key;
 });
 afterAll(async () => {
   await service?.close();
@@ -113,8 +113,8 @@ function expectEnvelope(res: { status: number; headers: Record<string, string>; 
 }
 
 /** A key and its id, minted as the operator would. */
-function mintKey(target: TestService, accountId: string, scopes = SCOPES) {
-  const minted = insertKey(target.deps, { accountId, name: 'edge', scopes });
+async function mintKey(target: TestService, accountId: string, scopes = SCOPES) {
+  const minted = await insertKey(target.deps, { accountId, name: 'edge', scopes });
   return { id: minted.id, secret: minted.key };
 }
 
@@ -225,8 +225,8 @@ describe('the key and the other header checks come before the body', () => {
   });
 
   it('a key without the scope: 403 at once', async () => {
-    const { account } = service.newAccount({ name: 'Scopeless' });
-    const lacking = service.newKey(
+    const { account } = await service.newAccount({ name: 'Scopeless' });
+    const lacking = await service.newKey(
       account.id,
       SCOPES.filter((s) => s !== 'keys:write'),
     );
@@ -247,7 +247,7 @@ describe('the key and the other header checks come before the body', () => {
   it('over the rate limit: 429 at once', async () => {
     const limited = await startService({ RATE_LIMIT_PER_KEY: '1' });
     try {
-      const own = limited.newAccount({ name: 'Limited' }).key;
+      const own = (await limited.newAccount({ name: 'Limited' })).key;
       expect((await limited.api('GET', '/account', { key: own })).status).toBe(200);
       const { conn, res } = await heldUpload(limited, '/api/v1/keys', { Authorization: `Bearer ${own}` });
       expectEnvelope(res, 429, 'rate_limited', conn.text());
@@ -270,8 +270,8 @@ describe('the key and the other header checks come before the body', () => {
   });
 
   it('with every header check passed, the body is read: no answer until it is all in, then the route answers', async () => {
-    const { account } = service.newAccount({ name: 'Reader' });
-    const minted = mintKey(service, account.id);
+    const { account } = await service.newAccount({ name: 'Reader' });
+    const minted = await mintKey(service, account.id);
     const { conn, res } = await heldUpload(service, '/api/v1/keys', { Authorization: `Bearer ${minted.secret}` });
     expect(res, conn.text()).toBeNull();
     expect(guardPassed(service, minted.id)()).toBe(true);
@@ -304,8 +304,8 @@ describe('a key revoked while its body is arriving is 401 invalid_key, and nothi
       async (t: TestService, k: string) => (await t.api('GET', '/keys', { key: k })).body.data.map((s: { name: string }) => s.name),
     ],
   ])('%s', async (_label, path, body, made) => {
-    const { account, key: admin } = service.newAccount({ name: 'Revoker' });
-    const doomed = mintKey(service, account.id);
+    const { account, key: admin } = await service.newAccount({ name: 'Revoker' });
+    const doomed = await mintKey(service, account.id);
     const json = JSON.stringify(body);
     const conn = await openRaw(service);
     conn.write(
@@ -341,8 +341,8 @@ describe('a key that stops working another way while its body is arriving is 401
   }
 
   it('revoked by another process (the CLI writes through its own connection to the database)', async () => {
-    const { account, key: admin } = service.newAccount({ name: 'Elsewhere' });
-    const doomed = mintKey(service, account.id);
+    const { account, key: admin } = await service.newAccount({ name: 'Elsewhere' });
+    const doomed = await mintKey(service, account.id);
     const { response, text } = await midFlight('/api/v1/suppressions', doomed.secret, doomed.id, { address: 'cli-midflight@example.net' }, () => {
       const other = new Database(join(service.dataDir, 'mailstead.db'));
       try {
@@ -357,9 +357,9 @@ describe('a key that stops working another way while its body is arriving is 401
   });
 
   it('its sub-account deleted by the parent: POST /emails sends nothing', async () => {
-    const parent = service.newAccount({ name: 'Parent' });
+    const parent = await service.newAccount({ name: 'Parent' });
     const sub = (await service.api('POST', '/accounts', { key: parent.key, body: { name: 'Doomed child' } })).body as { id: string };
-    const doomed = mintKey(service, sub.id);
+    const doomed = await mintKey(service, sub.id);
     const { response, text } = await midFlight(
       '/api/v1/emails',
       doomed.secret,
@@ -375,8 +375,8 @@ describe('a key that stops working another way while its body is arriving is 401
 
 describe('an aborted upload', () => {
   it('is a debug event http.request_aborted, not an error', async () => {
-    const { account } = service.newAccount({ name: 'Aborter' });
-    const minted = mintKey(service, account.id);
+    const { account } = await service.newAccount({ name: 'Aborter' });
+    const minted = await mintKey(service, account.id);
     const before = service.logger.entries.length;
     const conn = await openRaw(service);
     conn.write(
@@ -442,7 +442,7 @@ describe('header and body timeouts', () => {
   let slowKey: string;
   beforeAll(async () => {
     slow = await startService({}, { http: { headersTimeoutMs: 300, requestTimeoutMs: 800, keepAliveTimeoutMs: 300, timeoutCheckIntervalMs: 50 } });
-    slowKey = slow.newAccount({ name: 'Slow' }).key;
+    slowKey = (await slow.newAccount({ name: 'Slow' })).key;
   });
   afterAll(async () => {
     await slow?.close();

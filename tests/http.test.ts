@@ -18,7 +18,7 @@ let key: string;
 
 beforeAll(async () => {
   service = await startService();
-  key = service.newAccount({ name: 'HTTP surface' }).key;
+  key = (await service.newAccount({ name: 'HTTP surface' })).key;
 });
 afterAll(async () => {
   await service?.close();
@@ -408,7 +408,7 @@ describe('an unexpected error', () => {
 
   beforeAll(async () => {
     broken = await startService();
-    brokenKey = broken.newAccount({ name: 'Broken' }).key;
+    brokenKey = (await broken.newAccount({ name: 'Broken' })).key;
     // The database handle goes away under the running service: every query now throws inside a route.
     broken.deps.store.close();
   });

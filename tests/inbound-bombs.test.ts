@@ -275,7 +275,7 @@ describe('the bombs over SMTP, into the customer databases', () => {
     }
     [targetDb, otherDb] = customers as [pg.Client, pg.Client];
     writer = createCustomerDbWriter(service.deps);
-    writer.start();
+    await writer.start();
   }, 120_000);
   afterAll(async () => {
     await writer?.stop();

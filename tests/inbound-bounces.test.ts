@@ -17,6 +17,7 @@ import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 import { RawSmtp } from './helpers/raw-smtp.js';
 import { type Sender, newSender, newSubSender } from './helpers/sending.js';
 import { type TestService, startService } from './helpers/service.js';
+import { one } from '../db/sql.js';
 
 /**
  * Asynchronous bounces and complaints received on inbound SMTP, built from the RFC examples: a
@@ -73,13 +74,12 @@ afterEach(() => {
 });
 
 /** A sent email as the engine leaves it: in the send log, its recipients delivered. */
-function sentEmail(accountId: string, to: string[]): string {
+async function sentEmail(accountId: string, to: string[]): Promise<string> {
   const at = service.clock.now();
   const id = newId(at);
-  service.deps.db
+  await service.deps.db
     .insert(emails)
-    .values({ id, accountId, fromAddress: sender.from, to, subject: 'Your receipt', template: 'receipt', status: 'sent', sandbox: false, createdAt: at })
-    .run();
+    .values({ id, accountId, fromAddress: sender.from, to, subject: 'Your receipt', template: 'receipt', status: 'sent', sandbox: false, createdAt: at });
   return id;
 }
 
@@ -96,21 +96,21 @@ async function deliverRaw(from: string, to: string, message: string): Promise<st
   }
 }
 
-const eventsOf = (emailId: string) =>
-  service.deps.db
+const eventsOf = async (emailId: string) =>
+  await service.deps.db
     .select({ recipient: emailEvents.recipient, status: emailEvents.status, dsn: emailEvents.dsn, detail: emailEvents.detail })
     .from(emailEvents)
-    .where(eq(emailEvents.emailId, emailId))
-    .all();
-const suppressionOf = (accountId: string, address: string) =>
-  service.deps.db
-    .select()
-    .from(suppressions)
-    .where(and(eq(suppressions.accountId, accountId), eq(suppressions.address, address)))
-    .get();
-const account = (id: string) => service.deps.db.select().from(accounts).where(eq(accounts.id, id)).get()!;
-const email = (id: string) => service.deps.db.select().from(emails).where(eq(emails.id, id)).get()!;
-const hooks = (endpointId: string) => service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpointId)).all();
+    .where(eq(emailEvents.emailId, emailId));
+const suppressionOf = async (accountId: string, address: string) =>
+  await one(
+    service.deps.db
+      .select()
+      .from(suppressions)
+      .where(and(eq(suppressions.accountId, accountId), eq(suppressions.address, address))),
+  );
+const account = async (id: string) => (await one(service.deps.db.select().from(accounts).where(eq(accounts.id, id))))!;
+const email = async (id: string) => (await one(service.deps.db.select().from(emails).where(eq(emails.id, id))))!;
+const hooks = async (endpointId: string) => await service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpointId));
 
 function postfixDsn(emailId: string, index: number, recipient: string, action: 'failed' | 'delayed', status: string, diagnostic: string): string {
   return `Return-Path: <>
@@ -164,29 +164,29 @@ Message-ID: <${emailId}@${HOST}>
 describe('a DSN at a VERP address', () => {
   it('a 5.x.x failure records bounced on the right recipient, suppresses on both lists, counts it, fans out the webhook', async () => {
     const sub = await newSubSender(service, sender.key);
-    const endpoint = seedEndpoint(service, sub.id, ['email.bounced']);
-    const id = sentEmail(sub.id, ['ann@example.net', 'bob@example.net']);
+    const endpoint = await seedEndpoint(service, sub.id, ['email.bounced']);
+    const id = await sentEmail(sub.id, ['ann@example.net', 'bob@example.net']);
     const reply = await deliverRaw(
       '',
       verpAddress(id, 1, HOST, service.deps.secretKey),
       postfixDsn(id, 1, 'bob@example.net', 'failed', '5.1.1', '550 5.1.1 <bob@example.net>: Recipient address rejected: User unknown'),
     );
     expect(reply).toMatch(/^250 /);
-    expect(eventsOf(id)).toEqual([
+    expect(await eventsOf(id)).toEqual([
       { recipient: 'bob@example.net', status: 'bounced', dsn: '5.1.1', detail: '550 5.1.1 <bob@example.net>: Recipient address rejected: User unknown' },
     ]);
-    expect(email(id).bouncedAt).toBe(service.clock.now());
-    expect(suppressionOf(sub.id, 'bob@example.net')).toMatchObject({ reason: 'bounce' });
-    expect(suppressionOf(sender.account.id, 'bob@example.net')).toMatchObject({ reason: 'bounce' });
-    expect(suppressionOf(sub.id, 'ann@example.net')).toBeUndefined();
-    expect(account(sub.id).totalBounced).toBe(1);
-    expect(hooks(endpoint).map((h) => [h.eventType, JSON.parse(h.data).recipient, JSON.parse(h.data).dsn])).toEqual([
+    expect((await email(id)).bouncedAt).toBe(service.clock.now());
+    expect(await suppressionOf(sub.id, 'bob@example.net')).toMatchObject({ reason: 'bounce' });
+    expect(await suppressionOf(sender.account.id, 'bob@example.net')).toMatchObject({ reason: 'bounce' });
+    expect(await suppressionOf(sub.id, 'ann@example.net')).toBeUndefined();
+    expect((await account(sub.id)).totalBounced).toBe(1);
+    expect((await hooks(endpoint)).map((h) => [h.eventType, JSON.parse(h.data).recipient, JSON.parse(h.data).dsn])).toEqual([
       ['email.bounced', 'bob@example.net', '5.1.1'],
     ]);
   });
 
   it('Action: delayed with 4.x.x records deferred and suppresses nothing', async () => {
-    const id = sentEmail(sender.account.id, ['cy@example.net']);
+    const id = await sentEmail(sender.account.id, ['cy@example.net']);
     expect(
       await deliverRaw(
         '',
@@ -194,14 +194,14 @@ describe('a DSN at a VERP address', () => {
         postfixDsn(id, 0, 'cy@example.net', 'delayed', '4.4.1', '421 4.4.1 Connection timed out'),
       ),
     ).toMatch(/^250 /);
-    expect(eventsOf(id)).toEqual([{ recipient: 'cy@example.net', status: 'deferred', dsn: '4.4.1', detail: '421 4.4.1 Connection timed out' }]);
-    expect(email(id).bouncedAt).toBeNull();
-    expect(suppressionOf(sender.account.id, 'cy@example.net')).toBeUndefined();
-    expect(account(sender.account.id).totalBounced).toBe(0);
+    expect(await eventsOf(id)).toEqual([{ recipient: 'cy@example.net', status: 'deferred', dsn: '4.4.1', detail: '421 4.4.1 Connection timed out' }]);
+    expect((await email(id)).bouncedAt).toBeNull();
+    expect(await suppressionOf(sender.account.id, 'cy@example.net')).toBeUndefined();
+    expect((await account(sender.account.id)).totalBounced).toBe(0);
   });
 
   it('an Exchange-style notice with only X-Failed-Recipients records bounced', async () => {
-    const id = sentEmail(sender.account.id, ['dee@example.net']);
+    const id = await sentEmail(sender.account.id, ['dee@example.net']);
     const notice = `From: postmaster@outlook.example
 To: ${verpAddress(id, 0, HOST, service.deps.secretKey)}
 Subject: Undeliverable: Your receipt
@@ -216,15 +216,15 @@ The email address you entered couldn't be found.
 Diagnostic information for administrators:
 Remote Server returned '550 5.1.10 RESOLVER.ADR.RecipientNotFound; Recipient not found by SMTP address lookup'`;
     expect(await deliverRaw('', verpAddress(id, 0, HOST, service.deps.secretKey), notice)).toMatch(/^250 /);
-    const [event] = eventsOf(id);
+    const [event] = await eventsOf(id);
     expect(event).toMatchObject({ recipient: 'dee@example.net', status: 'bounced' });
     expect(event!.dsn).toMatch(/^5\./);
-    expect(suppressionOf(sender.account.id, 'dee@example.net')).toMatchObject({ reason: 'bounce' });
+    expect(await suppressionOf(sender.account.id, 'dee@example.net')).toMatchObject({ reason: 'bounce' });
   });
 
   it('a report sent again records nothing more: one bounce counted per recipient, a delay only when its code is new and before any bounce', async () => {
-    const endpoint = seedEndpoint(service, sender.account.id, ['email.bounced', 'email.deferred']);
-    const id = sentEmail(sender.account.id, ['jo@example.net']);
+    const endpoint = await seedEndpoint(service, sender.account.id, ['email.bounced', 'email.deferred']);
+    const id = await sentEmail(sender.account.id, ['jo@example.net']);
     const at = verpAddress(id, 0, HOST, service.deps.secretKey);
     const dsn = (action: 'failed' | 'delayed', status: string, diagnostic: string) => postfixDsn(id, 0, 'jo@example.net', action, status, diagnostic);
     for (const report of [
@@ -238,31 +238,31 @@ Remote Server returned '550 5.1.10 RESOLVER.ADR.RecipientNotFound; Recipient not
     ]) {
       expect(await deliverRaw('', at, report)).toMatch(/^250 /);
     }
-    expect(eventsOf(id).map((e) => [e.status, e.dsn])).toEqual([
+    expect((await eventsOf(id)).map((e) => [e.status, e.dsn])).toEqual([
       ['deferred', '4.4.1'],
       ['deferred', '4.2.2'],
       ['bounced', '5.1.1'],
     ]);
-    expect(account(sender.account.id).totalBounced).toBe(1);
-    expect(hooks(endpoint).map((h) => h.eventType)).toEqual(['email.deferred', 'email.deferred', 'email.bounced']);
+    expect((await account(sender.account.id)).totalBounced).toBe(1);
+    expect((await hooks(endpoint)).map((h) => h.eventType)).toEqual(['email.deferred', 'email.deferred', 'email.bounced']);
   });
 
   it('a 5.x.x bounce after one that did not suppress (a 4.x.x failure) is recorded, suppresses and counts', async () => {
-    const id = sentEmail(sender.account.id, ['kai@example.net']);
+    const id = await sentEmail(sender.account.id, ['kai@example.net']);
     const at = verpAddress(id, 0, HOST, service.deps.secretKey);
     expect(await deliverRaw('', at, postfixDsn(id, 0, 'kai@example.net', 'failed', '4.4.7', '4.4.7 Delivery time expired'))).toMatch(/^250 /);
-    expect(suppressionOf(sender.account.id, 'kai@example.net')).toBeUndefined();
+    expect(await suppressionOf(sender.account.id, 'kai@example.net')).toBeUndefined();
     expect(await deliverRaw('', at, postfixDsn(id, 0, 'kai@example.net', 'failed', '5.1.1', '550 5.1.1 User unknown'))).toMatch(/^250 /);
-    expect(eventsOf(id).map((e) => [e.status, e.dsn])).toEqual([
+    expect((await eventsOf(id)).map((e) => [e.status, e.dsn])).toEqual([
       ['bounced', '4.4.7'],
       ['bounced', '5.1.1'],
     ]);
-    expect(suppressionOf(sender.account.id, 'kai@example.net')).toMatchObject({ reason: 'bounce' });
-    expect(account(sender.account.id).totalBounced).toBe(1);
+    expect(await suppressionOf(sender.account.id, 'kai@example.net')).toMatchObject({ reason: 'bounce' });
+    expect((await account(sender.account.id)).totalBounced).toBe(1);
   });
 
   it('a DSN of many blocks records one event, its most severe: a 5.x.x failure over a 4.x.x one over a delay', async () => {
-    const id = sentEmail(sender.account.id, ['lu@example.net']);
+    const id = await sentEmail(sender.account.id, ['lu@example.net']);
     const block = (action: string, status: string) =>
       `Final-Recipient: rfc822; lu@example.net\nAction: ${action}\nStatus: ${status}\nDiagnostic-Code: smtp; ${status} block`;
     const blocks = [
@@ -273,15 +273,15 @@ Remote Server returned '550 5.1.10 RESOLVER.ADR.RecipientNotFound; Recipient not
     ].join('\n\n');
     const report = postfixDsn(id, 0, 'lu@example.net', 'failed', '5.0.0', 'x').replace(/Final-Recipient: [^]*?Diagnostic-Code: smtp; x/, blocks);
     expect(await deliverRaw('', verpAddress(id, 0, HOST, service.deps.secretKey), report)).toMatch(/^250 /);
-    expect(eventsOf(id).map((e) => [e.status, e.dsn])).toEqual([['bounced', '5.1.1']]);
+    expect((await eventsOf(id)).map((e) => [e.status, e.dsn])).toEqual([['bounced', '5.1.1']]);
   });
 
   it('an untagged VERP address (mail sent by an earlier version) is taken for an email to one recipient, refused for one to several', async () => {
     const legacy = (id: string, index: number) => `bounce+${id.replace(/-/g, '')}.${index}@${HOST}`;
-    const single = sentEmail(sender.account.id, ['ola@example.net']);
+    const single = await sentEmail(sender.account.id, ['ola@example.net']);
     expect(await deliverRaw('', legacy(single, 0), postfixDsn(single, 0, 'ola@example.net', 'failed', '5.1.1', '550 5.1.1 User unknown'))).toMatch(/^250 /);
-    expect(eventsOf(single).map((e) => [e.recipient, e.status])).toEqual([['ola@example.net', 'bounced']]);
-    const several = sentEmail(sender.account.id, ['pia@example.net', 'quin@example.net']);
+    expect((await eventsOf(single)).map((e) => [e.recipient, e.status])).toEqual([['ola@example.net', 'bounced']]);
+    const several = await sentEmail(sender.account.id, ['pia@example.net', 'quin@example.net']);
     const { client } = await RawSmtp.connect(port);
     try {
       expect((await client.envelope('', [legacy(several, 1)]))[2]).toMatch(/^550 5\.7\.1 /);
@@ -298,20 +298,20 @@ Remote Server returned '550 5.1.10 RESOLVER.ADR.RecipientNotFound; Recipient not
     } finally {
       client.close();
     }
-    const id = sentEmail(sender.account.id, ['eve@example.net']);
+    const id = await sentEmail(sender.account.id, ['eve@example.net']);
     expect(await deliverRaw('', verpAddress(id, 0, HOST, service.deps.secretKey), 'Subject: out of office\n\nI am away until Monday.')).toMatch(/^250 /);
-    expect(eventsOf(id)).toEqual([]);
+    expect(await eventsOf(id)).toEqual([]);
   });
 
   it('a DSN that returns the whole original message (1 MB of it after the report) still records the bounce', async () => {
-    const id = sentEmail(sender.account.id, ['gus@example.net']);
+    const id = await sentEmail(sender.account.id, ['gus@example.net']);
     const dsn = postfixDsn(id, 0, 'gus@example.net', 'failed', '5.1.1', '550 5.1.1 User unknown').replace(
       /--B1\.1763805600\/mail\.example\.net--$/,
       `--B1.1763805600/mail.example.net\nContent-Type: message/rfc822\n\nFrom: ${sender.from}\nSubject: Your receipt\n\n${'0123456789'.repeat(7).concat('\n').repeat(15_000)}\n--B1.1763805600/mail.example.net--`,
     );
     expect(dsn.length).toBeGreaterThan(REPORT_BYTES * 4);
     expect(await deliverRaw('', verpAddress(id, 0, HOST, service.deps.secretKey), dsn)).toMatch(/^250 /);
-    expect(eventsOf(id)).toMatchObject([{ recipient: 'gus@example.net', status: 'bounced', dsn: '5.1.1' }]);
+    expect(await eventsOf(id)).toMatchObject([{ recipient: 'gus@example.net', status: 'bounced', dsn: '5.1.1' }]);
   });
 
   it('a report is held in memory only to its first REPORT_BYTES: sessions sending 2 MB reports at once hold a few MB, not 2 MB each', {
@@ -392,13 +392,12 @@ Your receipt body.
   it.each(['sandboxed', 'failed'] as const)(
     'quoting a %s send (which has no events, docs/api/contract.md Email) records nothing, by Message-ID or by VERP address',
     async (status) => {
-      const id = sentEmail(sender.account.id, ['ivy@example.net']);
-      service.deps.db
+      const id = await sentEmail(sender.account.id, ['ivy@example.net']);
+      await service.deps.db
         .update(emails)
         .set({ status, sandbox: status === 'sandboxed' })
-        .where(eq(emails.id, id))
-        .run();
-      const before = account(sender.account.id).totalComplained;
+        .where(eq(emails.id, id));
+      const before = (await account(sender.account.id)).totalComplained;
       const byMessageId = await signedArf({ returnPath: 'someone@elsewhere.example', messageId: `${id}@${HOST}`, to: 'ivy@example.net' });
       expect(await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, byMessageId)).toMatch(/^250 /);
       const byVerp = await signedArf({
@@ -407,10 +406,10 @@ Your receipt body.
         to: 'ivy@example.net',
       });
       expect(await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, byVerp)).toMatch(/^250 /);
-      expect(eventsOf(id)).toEqual([]);
-      expect(email(id).complainedAt).toBeNull();
-      expect(suppressionOf(sender.account.id, 'ivy@example.net')).toBeUndefined();
-      expect(account(sender.account.id).totalComplained).toBe(before);
+      expect(await eventsOf(id)).toEqual([]);
+      expect((await email(id)).complainedAt).toBeNull();
+      expect(await suppressionOf(sender.account.id, 'ivy@example.net')).toBeUndefined();
+      expect((await account(sender.account.id)).totalComplained).toBe(before);
       // Nor is its VERP address a recipient the server takes mail for.
       const { client } = await RawSmtp.connect(port);
       try {
@@ -426,22 +425,22 @@ Your receipt body.
     const connected = await service.api('POST', '/database', { key: sender.key, body: { url: pgServer.url('localhost') } });
     expect(connected.status, JSON.stringify(connected.body)).toBe(200);
     const sub = await newSubSender(service, sender.key);
-    const endpoint = seedEndpoint(service, sub.id, ['email.complained']);
-    const id = sentEmail(sub.id, ['fay@example.net', 'gus@example.net']);
+    const endpoint = await seedEndpoint(service, sub.id, ['email.complained']);
+    const id = await sentEmail(sub.id, ['fay@example.net', 'gus@example.net']);
     const reply = await deliverRaw(
       'feedback@mailbox.example',
       `fbl@${HOST}`,
       await signedArf({ returnPath: verpAddress(id, 1, HOST, service.deps.secretKey), messageId: `${id}@${HOST}`, to: 'gus@example.net' }),
     );
     expect(reply).toMatch(/^250 /);
-    expect(eventsOf(id)).toEqual([
+    expect(await eventsOf(id)).toEqual([
       { recipient: 'gus@example.net', status: 'complained', dsn: expect.any(String), detail: expect.stringMatching(/complaint/i) },
     ]);
-    expect(email(id).complainedAt).toBe(service.clock.now());
-    expect(suppressionOf(sub.id, 'gus@example.net')).toMatchObject({ reason: 'complaint' });
-    expect(suppressionOf(sender.account.id, 'gus@example.net')).toMatchObject({ reason: 'complaint' });
-    expect(account(sub.id).totalComplained).toBe(1);
-    expect(hooks(endpoint).map((h) => [h.eventType, JSON.parse(h.data).recipient])).toEqual([['email.complained', 'gus@example.net']]);
+    expect((await email(id)).complainedAt).toBe(service.clock.now());
+    expect(await suppressionOf(sub.id, 'gus@example.net')).toMatchObject({ reason: 'complaint' });
+    expect(await suppressionOf(sender.account.id, 'gus@example.net')).toMatchObject({ reason: 'complaint' });
+    expect((await account(sub.id)).totalComplained).toBe(1);
+    expect((await hooks(endpoint)).map((h) => [h.eventType, JSON.parse(h.data).recipient])).toEqual([['email.complained', 'gus@example.net']]);
     // The account's (here the parent's) database gets the event and complained_at.
     const writer = createCustomerDbWriter(service.deps);
     try {
@@ -460,7 +459,7 @@ Your receipt body.
   });
 
   it('matched through the Message-ID when the return path is not a VERP address', async () => {
-    const id = sentEmail(sender.account.id, ['hal@example.net']);
+    const id = await sentEmail(sender.account.id, ['hal@example.net']);
     expect(
       await deliverRaw(
         'feedback@mailbox.example',
@@ -468,24 +467,24 @@ Your receipt body.
         await signedArf({ returnPath: 'someone@else.example', messageId: `${id}@${HOST}`, to: 'hal@example.net' }),
       ),
     ).toMatch(/^250 /);
-    expect(eventsOf(id).map((e) => [e.recipient, e.status])).toEqual([['hal@example.net', 'complained']]);
-    expect(account(sender.account.id).totalComplained).toBe(1);
+    expect((await eventsOf(id)).map((e) => [e.recipient, e.status])).toEqual([['hal@example.net', 'complained']]);
+    expect((await account(sender.account.id)).totalComplained).toBe(1);
   });
 
   it('a complaint replayed ten times is recorded and counted once: a forged report cannot push the account over the breaker', async () => {
-    const endpoint = seedEndpoint(service, sender.account.id, ['email.complained']);
+    const endpoint = await seedEndpoint(service, sender.account.id, ['email.complained']);
     // Enough recipients sent that one complaint stays under the breaker's rate, ten would not.
-    service.deps.db.update(accounts).set({ totalSent: 2000 }).where(eq(accounts.id, sender.account.id)).run();
-    const id = sentEmail(sender.account.id, ['kim@example.net', 'lee@example.net']);
+    await service.deps.db.update(accounts).set({ totalSent: 2000 }).where(eq(accounts.id, sender.account.id));
+    const id = await sentEmail(sender.account.id, ['kim@example.net', 'lee@example.net']);
     const report = await signedArf({ returnPath: verpAddress(id, 1, HOST, service.deps.secretKey), messageId: `${id}@${HOST}`, to: 'lee@example.net' });
     for (let i = 0; i < 10; i++) expect(await deliverRaw('anyone@attacker.example', `fbl@${HOST}`, report)).toMatch(/^250 /);
-    expect(eventsOf(id).map((e) => [e.recipient, e.status])).toEqual([['lee@example.net', 'complained']]);
-    expect(account(sender.account.id)).toMatchObject({ totalComplained: 1, suspendedBy: null });
-    expect(hooks(endpoint)).toHaveLength(1);
+    expect((await eventsOf(id)).map((e) => [e.recipient, e.status])).toEqual([['lee@example.net', 'complained']]);
+    expect(await account(sender.account.id)).toMatchObject({ totalComplained: 1, suspendedBy: null });
+    expect(await hooks(endpoint)).toHaveLength(1);
   });
 
   it('one recipient cannot complain or bounce in another’s name: the VERP decides, and the Message-ID alone names nobody of several', async () => {
-    const id = sentEmail(sender.account.id, ['mo@example.net', 'ned@example.net']);
+    const id = await sentEmail(sender.account.id, ['mo@example.net', 'ned@example.net']);
     const mine = verpAddress(id, 0, HOST, service.deps.secretKey);
     const forged = mine.replace(`.0.`, `.1.`);
     // Another recipient's address, written from one's own: refused at RCPT, and not read in a report.
@@ -507,13 +506,13 @@ Your receipt body.
     ).toMatch(/^250 /);
     // At one's own VERP address, a report naming the other recipient is about one's own copy.
     expect(await deliverRaw('', mine, postfixDsn(id, 0, 'ned@example.net', 'failed', '5.1.1', '550 5.1.1 User unknown'))).toMatch(/^250 /);
-    expect(eventsOf(id).map((e) => [e.recipient, e.status])).toEqual([['mo@example.net', 'bounced']]);
-    expect(suppressionOf(sender.account.id, 'ned@example.net')).toBeUndefined();
-    expect(account(sender.account.id)).toMatchObject({ totalComplained: 0, totalBounced: 1 });
+    expect((await eventsOf(id)).map((e) => [e.recipient, e.status])).toEqual([['mo@example.net', 'bounced']]);
+    expect(await suppressionOf(sender.account.id, 'ned@example.net')).toBeUndefined();
+    expect(await account(sender.account.id)).toMatchObject({ totalComplained: 0, totalBounced: 1 });
   });
 
   it('a report that is not abuse records nothing', async () => {
-    const id = sentEmail(sender.account.id, ['ivy@example.net']);
+    const id = await sentEmail(sender.account.id, ['ivy@example.net']);
     expect(
       await deliverRaw(
         'feedback@mailbox.example',
@@ -521,65 +520,65 @@ Your receipt body.
         await signedArf({ returnPath: verpAddress(id, 0, HOST, service.deps.secretKey), messageId: `${id}@${HOST}`, to: 'ivy@example.net' }, 'not-spam'),
       ),
     ).toMatch(/^250 /);
-    expect(eventsOf(id)).toEqual([]);
+    expect(await eventsOf(id)).toEqual([]);
   });
 });
 
 describe('forged reports (docs/api/decisions.md section 13): with 51 recipients sent, one report cannot suspend the account', () => {
   /** An account that has sent 51 recipients, one of them the email a report will name. */
-  function fiftyOneSent(): string {
-    service.deps.db.update(accounts).set({ totalSent: 51 }).where(eq(accounts.id, sender.account.id)).run();
+  async function fiftyOneSent(): Promise<string> {
+    await service.deps.db.update(accounts).set({ totalSent: 51 }).where(eq(accounts.id, sender.account.id));
     return sentEmail(sender.account.id, ['pat@example.net']);
   }
-  function expectNothingChanged(id: string): void {
-    expect(eventsOf(id)).toEqual([]);
-    expect(email(id)).toMatchObject({ complainedAt: null, bouncedAt: null });
-    expect(suppressionOf(sender.account.id, 'pat@example.net')).toBeUndefined();
-    expect(account(sender.account.id)).toMatchObject({ totalSent: 51, totalBounced: 0, totalComplained: 0, suspendedBy: null });
+  async function expectNothingChanged(id: string): Promise<void> {
+    expect(await eventsOf(id)).toEqual([]);
+    expect(await email(id)).toMatchObject({ complainedAt: null, bouncedAt: null });
+    expect(await suppressionOf(sender.account.id, 'pat@example.net')).toBeUndefined();
+    expect(await account(sender.account.id)).toMatchObject({ totalSent: 51, totalBounced: 0, totalComplained: 0, suspendedBy: null });
   }
   const complaint = (id: string) =>
     `From: feedback@mailbox.example\nTo: fbl@${HOST}\nSubject: complaint\nMIME-Version: 1.0\nContent-Type: multipart/report; report-type=feedback-report; boundary="b"\n\n--b\nContent-Type: text/plain\n\nAn abuse report.\n--b\nContent-Type: message/feedback-report\n\nFeedback-Type: abuse\nVersion: 1\nOriginal-Rcpt-To: <pat@example.net>\n\n--b\nContent-Type: text/rfc822-headers\n\nFrom: <${sender.from}>\nTo: <pat@example.net>\nMessage-ID: <${id}@${HOST}>\n\n--b--`;
   const logged = (event: string) => service.logger.entries.filter((e) => e.event === event);
 
   it('an unsigned complaint at fbl@, quoting only the Message-ID of a one-recipient email, changes nothing', async () => {
-    const id = fiftyOneSent();
+    const id = await fiftyOneSent();
     const before = logged('inbound.report_unauthenticated').length;
     expect(await deliverRaw('anyone@attacker.example', `fbl@${HOST}`, complaint(id))).toMatch(/^250 /);
-    expectNothingChanged(id);
+    await expectNothingChanged(id);
     expect(logged('inbound.report_unauthenticated').slice(before)).toEqual([expect.objectContaining({ kind: 'arf', reason: 'no DKIM signature passes' })]);
   });
 
   it('a complaint signed by a domain outside FBL_REPORTERS (with a key that verifies) changes nothing', async () => {
-    const id = fiftyOneSent();
+    const id = await fiftyOneSent();
     const before = logged('inbound.report_unauthenticated').length;
     expect(await deliverRaw('anyone@attacker.example', `fbl@${HOST}`, await stranger.sign(complaint(id)))).toMatch(/^250 /);
-    expectNothingChanged(id);
+    await expectNothingChanged(id);
     expect(logged('inbound.report_unauthenticated').slice(before)).toEqual([
       expect.objectContaining({ signedBy: ['attacker.example'], reason: 'not signed by a domain of FBL_REPORTERS' }),
     ]);
   });
 
   it("a trusted reporter's signature over another message (the report altered after signing) does not pass", async () => {
-    const id = fiftyOneSent();
-    const genuine = await reporter.sign(complaint(sentEmail(sender.account.id, ['quinn@example.net'])));
+    const id = await fiftyOneSent();
+    const genuine = await reporter.sign(complaint(await sentEmail(sender.account.id, ['quinn@example.net'])));
     const altered = genuine.replace(/Message-ID: <[^>]+>/, `Message-ID: <${id}@${HOST}>`);
     expect(await deliverRaw('anyone@attacker.example', `fbl@${HOST}`, altered)).toMatch(/^250 /);
-    expectNothingChanged(id);
+    await expectNothingChanged(id);
   });
 
   it('a DSN sent to fbl@ (a 5.x.x bounce quoting the VERP address) changes nothing: delivery reports are read at VERP addresses only', async () => {
-    const id = fiftyOneSent();
+    const id = await fiftyOneSent();
     const before = logged('inbound.report_ignored').length;
     expect(await deliverRaw('', `fbl@${HOST}`, postfixDsn(id, 0, 'pat@example.net', 'failed', '5.1.1', '550 5.1.1 User unknown'))).toMatch(/^250 /);
-    expectNothingChanged(id);
+    await expectNothingChanged(id);
     expect(logged('inbound.report_ignored').slice(before)).toEqual([expect.objectContaining({ kind: 'dsn' })]);
   });
 
   it('one genuine complaint is recorded, and at 51 sent it does not suspend (paused needs 3 complaints)', async () => {
-    const id = fiftyOneSent();
+    const id = await fiftyOneSent();
     expect(await deliverRaw('feedback@mailbox.example', `fbl@${HOST}`, await reporter.sign(complaint(id)))).toMatch(/^250 /);
-    expect(eventsOf(id).map((e) => [e.recipient, e.status])).toEqual([['pat@example.net', 'complained']]);
-    expect(account(sender.account.id)).toMatchObject({ totalSent: 51, totalComplained: 1, suspendedBy: null });
+    expect((await eventsOf(id)).map((e) => [e.recipient, e.status])).toEqual([['pat@example.net', 'complained']]);
+    expect(await account(sender.account.id)).toMatchObject({ totalSent: 51, totalComplained: 1, suspendedBy: null });
     const view = await service.api('GET', '/account', { key: sender.key });
     expect(view.body.sending).toMatchObject({ tier: 'healthy', suspended: false });
   });
@@ -589,7 +588,7 @@ describe('a database outage during DATA', () => {
   it('the message is answered 250 from the outbox and arrives once the database is back', async () => {
     const connected = await service.api('POST', '/database', { key: sender.key, body: { url: pgServer.url('localhost') } });
     expect(connected.status).toBe(200);
-    service.deps.db.delete(customerDbWrites).run();
+    await service.deps.db.delete(customerDbWrites);
     await pgServer.kill();
     let reply: string;
     try {

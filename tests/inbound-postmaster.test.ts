@@ -24,6 +24,7 @@ import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 import { RawSmtp } from './helpers/raw-smtp.js';
 import { type Sender, connectDomain, newSender, uniqueDomain } from './helpers/sending.js';
 import { type TestService, startService } from './helpers/service.js';
+import { one } from '../db/sql.js';
 
 /**
  * Mail for the operator (docs/api/decisions.md section 13) over real SMTP: `postmaster@` and `abuse@`
@@ -64,9 +65,9 @@ afterAll(async () => {
   await pgServer?.stop();
 });
 
-beforeEach(() => {
-  service.deps.db.delete(operatorMessages).run();
-  service.deps.db.delete(customerDbWrites).run();
+beforeEach(async () => {
+  await service.deps.db.delete(operatorMessages);
+  await service.deps.db.delete(customerDbWrites);
 });
 
 afterEach(() => {
@@ -93,8 +94,8 @@ async function deliverRaw(from: string, to: string[], message: string): Promise<
   }
 }
 
-const kept = () => service.deps.db.select().from(operatorMessages).orderBy(asc(operatorMessages.seq)).all();
-const open = (id: string) => readOperatorMessage(service.deps.db, service.deps.secretKey, id)!;
+const kept = async () => await service.deps.db.select().from(operatorMessages).orderBy(asc(operatorMessages.seq));
+const open = async (id: string) => (await readOperatorMessage(service.deps.db, service.deps.secretKey, id))!;
 
 describe('at RCPT', () => {
   it('postmaster@ and abuse@ MAIL_HOSTNAME in any case, and a bare postmaster, are accepted with 250', async () => {
@@ -141,11 +142,11 @@ describe('at RCPT', () => {
     }
   });
 
-  it('with SECRET_KEY=off nothing can be kept sealed, so postmaster is refused like any other address', () => {
+  it('with SECRET_KEY=off nothing can be kept sealed, so postmaster is refused like any other address', async () => {
     const deps = { db: service.deps.db, config: service.deps.config, secretKey: null };
-    expect(judgeRecipient(deps, `postmaster@${HOST}`)).toEqual({ kind: 'refused' });
-    expect(judgeRecipient(deps, 'postmaster')).toEqual({ kind: 'refused' });
-    expect(judgeRecipient({ ...deps, secretKey: service.deps.secretKey }, 'postmaster')).toEqual({ kind: 'operator', address: `postmaster@${HOST}` });
+    expect(await judgeRecipient(deps, `postmaster@${HOST}`)).toEqual({ kind: 'refused' });
+    expect(await judgeRecipient(deps, 'postmaster')).toEqual({ kind: 'refused' });
+    expect(await judgeRecipient({ ...deps, secretKey: service.deps.secretKey }, 'postmaster')).toEqual({ kind: 'operator', address: `postmaster@${HOST}` });
   });
 });
 
@@ -160,7 +161,7 @@ describe('a message to postmaster', () => {
     });
     expect(info.response).toMatch(/^250 2\.0\.0 Ok: queued as /);
     // Durable when the 250 came: read right away, no waiting.
-    const rows = kept();
+    const rows = await kept();
     expect(rows).toHaveLength(1);
     const row = rows[0]!;
     expect(info.response).toContain(row.id);
@@ -176,16 +177,16 @@ describe('a message to postmaster', () => {
     // Sealed: neither the text nor the subject is in the stored bytes.
     expect(row.messageSealed.includes('spam traps')).toBe(false);
     expect(row.messageSealed.includes('remote.example')).toBe(false);
-    const { raw } = open(row.id);
+    const { raw } = await open(row.id);
     expect(raw.length).toBe(row.size);
     expect(raw.toString('utf8')).toContain('your server 198.51.100.7 sent mail to our spam traps.');
-    expect(service.deps.db.select({ n: count() }).from(customerDbWrites).get()!.n).toBe(0);
+    expect((await one(service.deps.db.select({ n: count() }).from(customerDbWrites)))!.n).toBe(0);
     expect(service.logger.entries.find((e) => e.event === 'inbound.received' && e.id === row.id)).toMatchObject({ operator: true, stored: 0 });
   });
 
   it('to abuse@ and postmaster@ at once: one copy naming both; a null sender and no headers are kept too', async () => {
     expect(await deliverRaw('', [`abuse@${HOST}`, `postmaster@${HOST}`, 'postmaster'], 'no header at all, just text')).toMatch(/^250 /);
-    const rows = kept();
+    const rows = await kept();
     expect(rows).toHaveLength(1);
     expect(rows[0]).toMatchObject({ recipients: [`abuse@${HOST}`, `postmaster@${HOST}`], mailFrom: '', fromHeader: '', subject: '' });
   });
@@ -197,18 +198,18 @@ describe('a message to postmaster', () => {
       'From: reporter@isp.example\nSubject: both\n\nfor you both',
     );
     expect(reply).toMatch(/^250 /);
-    expect(kept().map((r) => [r.recipients, r.subject])).toEqual([[[`postmaster@${HOST}`], 'both']]);
-    const writes = service.deps.db.select().from(customerDbWrites).where(eq(customerDbWrites.kind, 'inbound')).all();
+    expect((await kept()).map((r) => [r.recipients, r.subject])).toEqual([[[`postmaster@${HOST}`], 'both']]);
+    const writes = await service.deps.db.select().from(customerDbWrites).where(eq(customerDbWrites.kind, 'inbound'));
     expect(writes.map((w) => w.accountId)).toEqual([sender.account.id]);
   });
 
   it(`past OPERATOR_MESSAGE_BYTES is accepted; its first ${OPERATOR_MESSAGE_BYTES} bytes are kept, its size counts all`, async () => {
     const body = `${'0123456789abcdef'.repeat(6).concat('\n').repeat(7000)}the end`;
     expect(await deliverRaw('big@remote.example', [`postmaster@${HOST}`], `Subject: large\n\n${body}`)).toMatch(/^250 /);
-    const [row] = kept();
+    const [row] = await kept();
     expect(row!.truncated).toBe(true);
     expect(row!.size).toBeGreaterThan(OPERATOR_MESSAGE_BYTES * 2);
-    const { raw } = open(row!.id);
+    const { raw } = await open(row!.id);
     expect(raw.length).toBe(OPERATOR_MESSAGE_BYTES);
     expect(raw.toString('latin1').startsWith('Subject: large\r\n\r\n0123456789abcdef')).toBe(true);
   });
@@ -231,8 +232,8 @@ describe('a message to postmaster', () => {
     } finally {
       sqlite.exec('drop trigger operator_messages_refused');
     }
-    expect(kept()).toEqual([]);
-    expect(service.deps.db.select({ n: count() }).from(customerDbWrites).get()!.n).toBe(0);
+    expect(await kept()).toEqual([]);
+    expect((await one(service.deps.db.select({ n: count() }).from(customerDbWrites)))!.n).toBe(0);
   });
 
   it('with a bare line end is refused 550 5.6.0 and nothing is kept, as for any address', async () => {
@@ -245,13 +246,13 @@ describe('a message to postmaster', () => {
     } finally {
       client.close();
     }
-    expect(kept()).toEqual([]);
+    expect(await kept()).toEqual([]);
   });
 
   it('with a Subject folded over 70,000 lines: accepted, its subject cut to HEADER_FIELD_CHARS, and read in one bounded pass', async () => {
     const folded = `Subject: start${'\n x'.repeat(70_000)}\nFrom: folded@remote.example\n\nbody`;
     expect(await deliverRaw('x@remote.example', [`postmaster@${HOST}`], folded)).toMatch(/^250 /);
-    const [row] = kept();
+    const [row] = await kept();
     expect(row!.subject.startsWith('start x x')).toBe(true);
     expect(row!.subject.length).toBeLessThanOrEqual(HEADER_FIELD_CHARS);
     // Past the first HEADER_SCAN_BYTES: not read.
@@ -265,16 +266,16 @@ describe('a message to postmaster', () => {
 });
 
 describe('what is kept', () => {
-  it(`is the newest OPERATOR_MAIL_LIMIT (${OPERATOR_MAIL_LIMIT}) messages: each new one drops the oldest`, () => {
+  it(`is the newest OPERATOR_MAIL_LIMIT (${OPERATOR_MAIL_LIMIT}) messages: each new one drops the oldest`, async () => {
     const db = service.deps.db;
     const at = service.clock.now();
     const ids: string[] = [];
-    db.transaction(() => {
+    await db.transaction(async () => {
       for (let i = 0; i < OPERATOR_MAIL_LIMIT + 3; i++) {
         const id = newId(at + i);
         ids.push(id);
         const raw = Buffer.from(`Subject: number ${i}\r\n\r\nx\r\n`);
-        storeOperatorMessage(
+        await storeOperatorMessage(
           db,
           prepareOperatorMessage(service.deps.secretKey!, {
             id,
@@ -290,19 +291,19 @@ describe('what is kept', () => {
         );
       }
     });
-    const rows = kept();
+    const rows = await kept();
     expect(rows).toHaveLength(OPERATOR_MAIL_LIMIT);
     expect(rows[0]!.subject).toBe('number 3');
     expect(rows.at(-1)!.subject).toBe(`number ${OPERATOR_MAIL_LIMIT + 2}`);
-    expect(readOperatorMessage(db, service.deps.secretKey, ids[2]!)).toBeNull();
-    expect(open(ids.at(-1)!).raw.toString()).toContain(`number ${OPERATOR_MAIL_LIMIT + 2}`);
+    expect(await readOperatorMessage(db, service.deps.secretKey, ids[2]!)).toBeNull();
+    expect((await open(ids.at(-1)!)).raw.toString()).toContain(`number ${OPERATOR_MAIL_LIMIT + 2}`);
   });
 
-  it('opens only with the key it was sealed with, and only as the message it was sealed as', () => {
+  it('opens only with the key it was sealed with, and only as the message it was sealed as', async () => {
     const db = service.deps.db;
     const raw = Buffer.from('Subject: sealed\r\n\r\nx\r\n');
     const id = newId(service.clock.now());
-    storeOperatorMessage(
+    await storeOperatorMessage(
       db,
       prepareOperatorMessage(service.deps.secretKey!, {
         id,
@@ -316,11 +317,11 @@ describe('what is kept', () => {
         receivedAt: 1,
       }),
     );
-    expect(readOperatorMessage(db, null, id)).toBeNull();
-    expect(() => readOperatorMessage(db, Buffer.alloc(32, 7), id)).toThrow();
+    expect(await readOperatorMessage(db, null, id)).toBeNull();
+    await expect(readOperatorMessage(db, Buffer.alloc(32, 7), id)).rejects.toThrow();
     // Another row's sealed bytes under this id do not open (the id is bound into the seal).
     const other = newId(service.clock.now() + 1);
-    storeOperatorMessage(
+    await storeOperatorMessage(
       db,
       prepareOperatorMessage(service.deps.secretKey!, {
         id: other,
@@ -334,9 +335,9 @@ describe('what is kept', () => {
         receivedAt: 2,
       }),
     );
-    const sealed = db.select({ s: operatorMessages.messageSealed }).from(operatorMessages).where(eq(operatorMessages.id, other)).get()!.s;
-    db.update(operatorMessages).set({ messageSealed: sealed }).where(eq(operatorMessages.id, id)).run();
-    expect(() => readOperatorMessage(db, service.deps.secretKey, id)).toThrow();
+    const sealed = (await one(db.select({ s: operatorMessages.messageSealed }).from(operatorMessages).where(eq(operatorMessages.id, other))))!.s;
+    await db.update(operatorMessages).set({ messageSealed: sealed }).where(eq(operatorMessages.id, id));
+    await expect(readOperatorMessage(db, service.deps.secretKey, id)).rejects.toThrow();
   });
 });
 

@@ -90,48 +90,48 @@ describe.each([
   ['this process', () => clientOf(store.db)],
   ['another connection (the CLI)', () => other],
 ])('the RCPT check sees at once a change made by %s', (_who, writer) => {
-  it('a domain that stops receiving, and starts again', () => {
-    expect(judged('x@a.example')).toEqual(mailbox('x@a.example', 'acct-a'));
+  it('a domain that stops receiving, and starts again', async () => {
+    expect(await judged('x@a.example')).toEqual(mailbox('x@a.example', 'acct-a'));
     run(writer(), `update domains set record_status = ? where id = 'dom-a'`, NOT_RECEIVING);
-    expect(judged('y@a.example')).toEqual(refused);
+    expect(await judged('y@a.example')).toEqual(refused);
     run(writer(), `update domains set record_status = ? where id = 'dom-a'`, RECEIVING);
-    expect(judged('y@a.example')).toEqual(mailbox('y@a.example', 'acct-a'));
+    expect(await judged('y@a.example')).toEqual(mailbox('y@a.example', 'acct-a'));
   });
 
-  it('a domain deleted, and added to another account', () => {
-    expect(judged('x@a.example')).toEqual(mailbox('x@a.example', 'acct-a'));
+  it('a domain deleted, and added to another account', async () => {
+    expect(await judged('x@a.example')).toEqual(mailbox('x@a.example', 'acct-a'));
     run(writer(), `delete from domains where id = 'dom-a'`);
-    expect(judged('x@a.example')).toEqual(refused);
+    expect(await judged('x@a.example')).toEqual(refused);
     account(writer(), 'acct-b');
     database(writer(), 'acct-b');
     domain(writer(), 'dom-b', 'acct-b', 'a.example');
-    expect(judged('x@a.example')).toEqual(mailbox('x@a.example', 'acct-b'));
+    expect(await judged('x@a.example')).toEqual(mailbox('x@a.example', 'acct-b'));
   });
 
-  it('a database removed, and connected again', () => {
-    expect(judged('x@a.example')).toEqual(mailbox('x@a.example', 'acct-a'));
+  it('a database removed, and connected again', async () => {
+    expect(await judged('x@a.example')).toEqual(mailbox('x@a.example', 'acct-a'));
     run(writer(), `delete from customer_databases where account_id = 'acct-a'`);
-    expect(judged('x@a.example')).toEqual(refused);
+    expect(await judged('x@a.example')).toEqual(refused);
     database(writer(), 'acct-a');
-    expect(judged('x@a.example')).toEqual(mailbox('x@a.example', 'acct-a'));
+    expect(await judged('x@a.example')).toEqual(mailbox('x@a.example', 'acct-a'));
   });
 
-  it('a sub-account receiving through its parent’s database, until the parent’s database goes, or the account does', () => {
+  it('a sub-account receiving through its parent’s database, until the parent’s database goes, or the account does', async () => {
     account(writer(), 'acct-sub', 'acct-a');
     domain(writer(), 'dom-sub', 'acct-sub', 'sub.example');
-    expect(judged('x@sub.example')).toEqual(mailbox('x@sub.example', 'acct-sub'));
+    expect(await judged('x@sub.example')).toEqual(mailbox('x@sub.example', 'acct-sub'));
     run(writer(), `delete from customer_databases where account_id = 'acct-a'`);
-    expect(judged('x@sub.example')).toEqual(refused);
+    expect(await judged('x@sub.example')).toEqual(refused);
     database(writer(), 'acct-a');
-    expect(judged('x@sub.example')).toEqual(mailbox('x@sub.example', 'acct-sub'));
+    expect(await judged('x@sub.example')).toEqual(mailbox('x@sub.example', 'acct-sub'));
     run(writer(), `delete from accounts where id = 'acct-sub'`);
-    expect(judged('x@sub.example')).toEqual(refused);
+    expect(await judged('x@sub.example')).toEqual(refused);
   });
 
-  it('an unknown domain refused, then added', () => {
-    expect(judged('x@new.example')).toEqual(refused);
+  it('an unknown domain refused, then added', async () => {
+    expect(await judged('x@new.example')).toEqual(refused);
     domain(writer(), 'dom-new', 'acct-a', 'new.example');
-    expect(judged('x@new.example')).toEqual(mailbox('x@new.example', 'acct-a'));
+    expect(await judged('x@new.example')).toEqual(mailbox('x@new.example', 'acct-a'));
   });
 });
 
@@ -146,12 +146,12 @@ it('writes that decide nothing about receiving leave the cache alone (sends upda
   expect(counter()).toBe(before + 1);
 });
 
-it('a client trying made-up names cannot grow the cache without bound: past its bound it starts again, answers unchanged', () => {
+it('a client trying made-up names cannot grow the cache without bound: past its bound it starts again, answers unchanged', async () => {
   for (let i = 0; i < RECEIVING_CACHE_DOMAINS * 2 + 10; i++) {
-    expect(judged(`x@made-up-${i}.example`)).toEqual(refused);
+    expect(await judged(`x@made-up-${i}.example`)).toEqual(refused);
     expect(receivingCacheSize(store.db)).toBeLessThanOrEqual(RECEIVING_CACHE_DOMAINS);
   }
-  expect(judged('x@a.example')).toEqual(mailbox('x@a.example', 'acct-a'));
+  expect(await judged('x@a.example')).toEqual(mailbox('x@a.example', 'acct-a'));
   run(other, `update domains set record_status = ? where id = 'dom-a'`, NOT_RECEIVING);
-  expect(judged('x@a.example')).toEqual(refused);
+  expect(await judged('x@a.example')).toEqual(refused);
 });

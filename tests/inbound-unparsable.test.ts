@@ -12,6 +12,7 @@ import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 import { RawSmtp } from './helpers/raw-smtp.js';
 import { type Sender, newSender } from './helpers/sending.js';
 import { type TestService, startService } from './helpers/service.js';
+import { one } from '../db/sql.js';
 
 /**
  * Mail that mailparser cannot parse (mailsplit's limits: a header section over 1 MB, more than 1000 MIME parts) was
@@ -45,8 +46,8 @@ afterAll(async () => {
   await dns?.stop();
   await pgServer?.stop();
 });
-beforeEach(() => {
-  service.deps.db.delete(customerDbWrites).run();
+beforeEach(async () => {
+  await service.deps.db.delete(customerDbWrites);
   writer = createCustomerDbWriter(service.deps);
 });
 afterEach(() => writer.stop());
@@ -97,7 +98,7 @@ describe('a message mailparser cannot parse', () => {
       content_type: UNPARSABLE_ATTACHMENT.contentType,
     });
     expect(rows[0].content.toString('utf8')).toContain('part 1099');
-    expect(service.deps.db.select().from(customerDbWrites).all()).toEqual([]);
+    expect(await service.deps.db.select().from(customerDbWrites)).toEqual([]);
   });
 
   it('small, failing while an attachment is read (its 1000th part): stored as message.eml, and the writer finishes its run and stops', async () => {
@@ -126,12 +127,12 @@ describe('a message mailparser cannot parse', () => {
     expect(await send(`x@${sender.domain}`, message)).toMatch(/^250 /);
     expect(await send(`y@${sender.domain}`, 'Subject: after-it\r\n\r\nhello')).toMatch(/^250 /);
     await writer.runOnce();
-    expect(service.deps.db.select().from(customerDatabases).get()).toMatchObject({ state: 'connected' });
+    expect(await one(service.deps.db.select().from(customerDatabases))).toMatchObject({ state: 'connected' });
     expect(await inboundRow('after-it')).toHaveLength(1);
     const rows = await inboundRow('X-Filler-0');
     expect(rows).toHaveLength(1);
     expect(rows[0]).toMatchObject({ subject: '', filename: UNPARSABLE_ATTACHMENT.filename });
     expect(rows[0].content.length).toBe(rows[0].size);
-    expect(service.deps.db.select().from(customerDbWrites).all()).toEqual([]);
+    expect(await service.deps.db.select().from(customerDbWrites)).toEqual([]);
   });
 });

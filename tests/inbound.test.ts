@@ -64,8 +64,8 @@ afterAll(async () => {
   await pgServer?.stop();
 });
 
-beforeEach(() => {
-  service.deps.db.delete(customerDbWrites).run();
+beforeEach(async () => {
+  await service.deps.db.delete(customerDbWrites);
   writer = createCustomerDbWriter(service.deps);
 });
 
@@ -115,7 +115,7 @@ describe('a message for a customer’s receiving domain', () => {
       expect(info.accepted).toEqual([`support@${sender.domain}`, `sales@${sender.domain}`]);
       expect(info.response).toMatch(/^250 /);
       // Durable before the 250: one customer-database write holding the message (small: no spool file), sealed.
-      const queued = service.deps.db.select().from(customerDbWrites).where(eq(customerDbWrites.kind, 'inbound')).all();
+      const queued = await service.deps.db.select().from(customerDbWrites).where(eq(customerDbWrites.kind, 'inbound'));
       expect(queued).toHaveLength(1);
       expect(queued[0]!.payloadSealed).not.toContain('order');
       expect(spoolFiles()).toEqual([]);
@@ -149,7 +149,7 @@ describe('a message for a customer’s receiving domain', () => {
       expect(files[1].content.toString()).toBe('line one\r\nline two\r\n');
       await expect.poll(() => seen, { timeout: 5000 }).toEqual([row.id]);
       // Written: the outbox row and the spool file are gone.
-      expect(service.deps.db.select().from(customerDbWrites).all()).toEqual([]);
+      expect(await service.deps.db.select().from(customerDbWrites)).toEqual([]);
       expect(spoolFiles()).toEqual([]);
     } finally {
       await listener.close();
@@ -217,7 +217,7 @@ describe('refused in DATA, nothing kept', () => {
       expect(await client.reply()).toMatch(/^550 5\.6\.0 /);
       // The smuggled MAIL FROM was message data, never a command of its own: the session is ready for a new one.
       expect(await client.command('RSET')).toMatch(/^250 /);
-      expect(service.deps.db.select().from(customerDbWrites).all()).toEqual([]);
+      expect(await service.deps.db.select().from(customerDbWrites)).toEqual([]);
       expect(spoolFiles()).toEqual([]);
     } finally {
       client.close();
@@ -236,7 +236,7 @@ describe('refused in DATA, nothing kept', () => {
       for (let i = 0; i < Math.ceil((MAX_BYTES * 2) / line.length); i++) client.write(line);
       client.write('.\r\n');
       expect(await client.reply()).toMatch(/^552 /);
-      expect(service.deps.db.select().from(customerDbWrites).all()).toEqual([]);
+      expect(await service.deps.db.select().from(customerDbWrites)).toEqual([]);
       expect(spoolFiles()).toEqual([]);
     } finally {
       client.close();
@@ -251,7 +251,7 @@ describe('refused in DATA, nothing kept', () => {
     await new Promise((r) => setTimeout(r, 100));
     client.close();
     await expect.poll(() => service.logger.entries.some((e) => e.event === 'inbound.aborted'), { timeout: 5000 }).toBe(true);
-    expect(service.deps.db.select().from(customerDbWrites).all()).toEqual([]);
+    expect(await service.deps.db.select().from(customerDbWrites)).toEqual([]);
     expect(spoolFiles()).toEqual([]);
   });
 
@@ -296,7 +296,7 @@ describe('a failure to store answers 451, never 250', () => {
     try {
       expect(await send(failing, 'small')).toMatch(/^451 4\.3\.0 /);
       expect(await send(failing, large)).toMatch(/^451 4\.3\.0 /);
-      expect(service.deps.db.select().from(customerDbWrites).all()).toEqual([]);
+      expect(await service.deps.db.select().from(customerDbWrites)).toEqual([]);
       expect(spoolFiles()).toEqual([]);
     } finally {
       await server.close();
@@ -309,7 +309,7 @@ describe('a failure to store answers 451, never 250', () => {
     try {
       expect(await send(failing, large)).toMatch(/^451 4\.3\.0 /);
       // The row is committed (the sender's retry may bring a second copy: never none), and the file it names is there.
-      const rows = service.deps.db.select().from(customerDbWrites).all();
+      const rows = await service.deps.db.select().from(customerDbWrites);
       expect(rows).toHaveLength(1);
       expect(rows[0]!.spoolId).not.toBeNull();
       expect(spoolFiles()).toHaveLength(1);
@@ -388,12 +388,12 @@ it.each([
   const { client } = await RawSmtp.connect(port);
   try {
     await client.envelope('someone@example.org', [`x@${domain}`]);
-    if (at === 'rcpt') setDomainState(service, id, 'ownership');
+    if (at === 'rcpt') await setDomainState(service, id, 'ownership');
     expect(await client.command('DATA')).toMatch(/^354 /);
-    if (at === 'data') setDomainState(service, id, 'ownership');
+    if (at === 'data') await setDomainState(service, id, 'ownership');
     client.write('Subject: late\r\n\r\nbody\r\n.\r\n');
     expect(await client.reply()).toMatch(/^550 5\.7\.1 /);
-    expect(service.deps.db.select().from(customerDbWrites).all()).toEqual([]);
+    expect(await service.deps.db.select().from(customerDbWrites)).toEqual([]);
     expect(spoolFiles()).toEqual([]);
   } finally {
     client.close();
@@ -412,11 +412,11 @@ it('a message some of whose recipients stopped receiving since RCPT is deferred 
   try {
     const replies = await client.envelope('someone@example.org', [`a@${staying}`, `b@${leaving}`]);
     expect(replies.slice(-2)).toEqual([expect.stringMatching(/^250 /), expect.stringMatching(/^250 /)]);
-    setDomainState(service, leavingId, 'ownership');
+    await setDomainState(service, leavingId, 'ownership');
     expect(await client.command('DATA')).toMatch(/^354 /);
     client.write('Subject: partly gone\r\n\r\nbody\r\n.\r\n');
     expect(await client.reply()).toMatch(/^451 4\.3\.0 /);
-    expect(service.deps.db.select().from(customerDbWrites).all()).toEqual([]);
+    expect(await service.deps.db.select().from(customerDbWrites)).toEqual([]);
     expect(spoolFiles()).toEqual([]);
 
     // The client's retry of the same message.
@@ -429,7 +429,7 @@ it('a message some of whose recipients stopped receiving since RCPT is deferred 
   } finally {
     client.close();
   }
-  const stored = service.deps.db.select().from(customerDbWrites).all();
+  const stored = await service.deps.db.select().from(customerDbWrites);
   expect(stored).toHaveLength(1);
   await writer.runOnce();
   const { rows } = await customer.query('select to_addresses from service.inbound where subject = $1', ['partly gone']);
@@ -495,7 +495,7 @@ it('a sub-account’s receiving domain is accepted through its parent’s databa
   } finally {
     client.close();
   }
-  const [queued] = service.deps.db.select().from(customerDbWrites).all();
+  const [queued] = await service.deps.db.select().from(customerDbWrites);
   expect(queued).toMatchObject({ kind: 'inbound', databaseAccountId: sender.account.id, accountId: sub.id });
   await writer.runOnce();
   const { rows } = await customer.query('select account_id, to_addresses from service.inbound where subject = $1', ['for the sub-account']);

@@ -92,13 +92,13 @@ describe('template variables: each bounded by its declared limit', () => {
   });
 
   it('the stored subject of the largest notification is its 998 characters, and nothing is stored for a refused one', async () => {
-    const before = emailRows(service, s.account.id).length;
+    const before = (await emailRows(service, s.account.id)).length;
     const subject = 's'.repeat(998);
     const res = await sendEmail(service, s.key, { ...templateBody('notification', { subject, body: 'b' }), sandbox: false });
     expectOk(res);
-    expect(queued(service, res.body.id).message!.subject).toBe(subject);
+    expect((await queued(service, res.body.id)).message!.subject).toBe(subject);
     expectError(await sendEmail(service, s.key, templateBody('notification', { subject: `${subject}s`, body: 'b' })), 422, 'invalid_request');
-    expect(emailRows(service, s.account.id)).toHaveLength(before + 1);
+    expect(await emailRows(service, s.account.id)).toHaveLength(before + 1);
   });
 
   it('a refusal never echoes a huge unknown variable or tag name', async () => {
@@ -187,25 +187,22 @@ describe('addresses and tags as given', () => {
 
 describe('list answers bounded in bytes', () => {
   /** Log entries written straight to the database, as rows stored before the input limits could be. */
-  function insertLogRows(accountId: string, subjects: string[]): string[] {
+  async function insertLogRows(accountId: string, subjects: string[]): Promise<string[]> {
     const ids: string[] = [];
     for (const subject of subjects) {
       const now = service.clock.now();
       const id = newId(now);
-      service.deps.db
-        .insert(emails)
-        .values({
-          id,
-          accountId,
-          fromAddress: 'billing@example.com',
-          to: ['customer@example.net'],
-          subject,
-          template: 'notification',
-          status: 'sandboxed',
-          sandbox: true,
-          createdAt: now,
-        })
-        .run();
+      await service.deps.db.insert(emails).values({
+        id,
+        accountId,
+        fromAddress: 'billing@example.com',
+        to: ['customer@example.net'],
+        subject,
+        template: 'notification',
+        status: 'sandboxed',
+        sandbox: true,
+        createdAt: now,
+      });
       ids.push(id);
       service.clock.advance(1);
     }
@@ -215,7 +212,7 @@ describe('list answers bounded in bytes', () => {
   it('GET /emails?limit=100 over rows with huge subjects answers pages under the budget, and a walk sees each row once', async () => {
     const owner = await newSender(service);
     // Twelve 300 KB subjects: three fit in 1 MiB, a fourth would not.
-    const ids = insertLogRows(
+    const ids = await insertLogRows(
       owner.account.id,
       Array.from({ length: 12 }, (_, i) => `${i}`.padEnd(300 * 1024, 'x')),
     );
@@ -241,7 +238,7 @@ describe('list answers bounded in bytes', () => {
 
   it('a row larger than the whole budget is a page of its own: a page always has a row', async () => {
     const owner = await newSender(service);
-    const ids = insertLogRows(owner.account.id, ['small one', 'h'.repeat(PAGE_BYTE_BUDGET + 10), 'small two']);
+    const ids = await insertLogRows(owner.account.id, ['small one', 'h'.repeat(PAGE_BYTE_BUDGET + 10), 'small two']);
     const first = await service.api('GET', '/emails?limit=100', { key: owner.key });
     expect(first.status).toBe(200);
     expect(first.body.data.map((e: { id: string }) => e.id)).toEqual([ids[2]]);
@@ -251,7 +248,7 @@ describe('list answers bounded in bytes', () => {
     expect(third.body).toEqual({ data: [expect.objectContaining({ id: ids[0] })], nextCursor: null });
   });
 
-  it('toPage at the boundary: rows whose JSON makes exactly the budget share a page; one byte more moves the second row on', () => {
+  it('toPage at the boundary: rows whose JSON makes exactly the budget share a page; one byte more moves the second row on', async () => {
     const db = service.deps.db;
     const page = { limit: 100, after: null };
     const row = (id: string, bytes: number) => {
@@ -260,17 +257,17 @@ describe('list answers bounded in bytes', () => {
     };
     const ids = [newId(1), newId(2), newId(3)];
     const half = PAGE_BYTE_BUDGET / 2;
-    const exact = toPage(db, LISTS.emails, 'acct', page, [row(ids[0]!, half), row(ids[1]!, half), row(ids[2]!, 100)]);
+    const exact = await toPage(db, LISTS.emails, 'acct', page, [row(ids[0]!, half), row(ids[1]!, half), row(ids[2]!, 100)]);
     expect(exact.data.map((r) => r.id)).toEqual(ids.slice(0, 2));
     expect(exact.nextCursor).not.toBeNull();
-    const over = toPage(db, LISTS.emails, 'acct', page, [row(ids[0]!, half), row(ids[1]!, half + 1), row(ids[2]!, 100)]);
+    const over = await toPage(db, LISTS.emails, 'acct', page, [row(ids[0]!, half), row(ids[1]!, half + 1), row(ids[2]!, 100)]);
     expect(over.data.map((r) => r.id)).toEqual(ids.slice(0, 1));
     expect(over.nextCursor).not.toBeNull();
-    const all = toPage(db, LISTS.emails, 'acct', page, [row(ids[0]!, 100), row(ids[1]!, 100)]);
+    const all = await toPage(db, LISTS.emails, 'acct', page, [row(ids[0]!, 100), row(ids[1]!, 100)]);
     expect(all).toEqual({ data: [expect.objectContaining({ id: ids[0] }), expect.objectContaining({ id: ids[1] })], nextCursor: null });
   });
 
-  it('toPage reads a lazy list no further than the page needs', () => {
+  it('toPage reads a lazy list no further than the page needs', async () => {
     let pulled = 0;
     function* rows() {
       for (let i = 0; i < 1000; i++) {
@@ -278,7 +275,7 @@ describe('list answers bounded in bytes', () => {
         yield { id: newId(i), pad: 'p'.repeat(400 * 1024) };
       }
     }
-    const page = toPage(service.deps.db, LISTS.emails, 'acct', { limit: 100, after: null }, rows());
+    const page = await toPage(service.deps.db, LISTS.emails, 'acct', { limit: 100, after: null }, rows());
     expect(page.data).toHaveLength(2);
     expect(pulled).toBe(3);
   });

@@ -11,6 +11,7 @@ import type { Scope } from '../server/core/scopes.js';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
 import { expectDocumented } from './helpers/openapi.js';
 import { startService, type ApiResponse, type TestService } from './helpers/service.js';
+import { one } from '../db/sql.js';
 
 /**
  * API keys against docs/api/contract.md (Key resource, Keys endpoints, Authentication, Errors, Limits, paging) and docs/api/decisions.md
@@ -140,7 +141,7 @@ describe('auth on every keys endpoint', () => {
 
 describe('POST /keys', () => {
   it('201: id, name, prefix, scopes, createdAt and the full key, which works at once', async () => {
-    const { account, key } = service.newAccount();
+    const { account, key } = await service.newAccount();
     const res = await service.api('POST', '/keys', { key, body: { name: 'ci deploys', scopes: ['accounts:read', 'keys:read'] } });
     expect(res.status).toBe(201);
     const minted: MintedBody = res.body;
@@ -161,29 +162,29 @@ describe('POST /keys', () => {
   });
 
   it('every key is different', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const keys = await Promise.all(Array.from({ length: 10 }, (_, i) => mint(key, { name: `k${i}` })));
     expect(new Set(keys.map((k) => k.key)).size).toBe(10);
     expect(new Set(keys.map((k) => k.id)).size).toBe(10);
   });
 
   it('scopes omitted: the new key holds all scopes of the minting key, and only those', async () => {
-    const { account } = service.newAccount();
+    const { account } = await service.newAccount();
     const held: Scope[] = ['keys:write', 'accounts:read', 'domains:read'];
-    const minting = service.newKey(account.id, held);
+    const minting = await service.newKey(account.id, held);
     const minted = await mint(minting, { name: 'inherits' });
     expect(sorted(minted.scopes)).toEqual(sorted(held));
     expect((await service.api('GET', '/account', { key: minted.key })).status).toBe(200);
     expect((await service.api('GET', '/domains', { key: minted.key })).status).toBe(200);
     expectError(await service.api('GET', '/keys', { key: minted.key }), 403, 'insufficient_scope');
 
-    const fromFull = await mint(service.newAccount().key, { name: 'everything' });
+    const fromFull = await mint((await service.newAccount()).key, { name: 'everything' });
     expect(sorted(fromFull.scopes)).toEqual(sorted(ALL_SCOPES));
   });
 
   it('a key made before own templates keeps the 14 scopes it had: the template catalog still answers it, writing a template does not', async () => {
-    const { account } = service.newAccount();
-    const older = service.newKey(
+    const { account } = await service.newAccount();
+    const older = await service.newKey(
       account.id,
       ALL_SCOPES.filter((s) => !s.startsWith('templates:')),
     );
@@ -195,7 +196,7 @@ describe('POST /keys', () => {
   });
 
   it('a key minted with a subset of scopes holds exactly that subset', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const minted = await mint(key, { name: 'read only', scopes: ['accounts:read'] });
     expect(minted.scopes).toEqual(['accounts:read']);
     expect((await service.api('GET', '/account', { key: minted.key })).status).toBe(200);
@@ -204,8 +205,8 @@ describe('POST /keys', () => {
   });
 
   it('403 insufficient_scope for a scope the minting key does not hold; no key is made', async () => {
-    const { account, key } = service.newAccount();
-    const minting = service.newKey(account.id, ['keys:write', 'keys:read', 'accounts:read']);
+    const { account, key } = await service.newAccount();
+    const minting = await service.newKey(account.id, ['keys:write', 'keys:read', 'accounts:read']);
     const before = (await allKeys(key)).length;
     for (const scopes of [['emails:send'], ['accounts:read', 'accounts:write'], [...ALL_SCOPES]]) {
       expectError(await service.api('POST', '/keys', { key: minting, body: { name: 'escalate', scopes } }), 403, 'insufficient_scope');
@@ -214,14 +215,14 @@ describe('POST /keys', () => {
   });
 
   it('accepts names of 1 and of 60 characters', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     expect((await mint(key, { name: 'k' })).name).toBe('k');
     expect((await mint(key, { name: 'k'.repeat(60) })).name).toBe('k'.repeat(60));
     expect((await mint(key, { name: '🔑'.repeat(60) })).name).toBe('🔑'.repeat(60));
   });
 
   it('400 invalid_json when the body is not JSON', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const headers = { 'content-type': 'application/json' };
     expectError(await service.api('POST', '/keys', { key, rawBody: '{"name": "ci"', headers }), 400, 'invalid_json');
     expectError(await service.api('POST', '/keys', { key, rawBody: 'name=ci', headers }), 400, 'invalid_json');
@@ -229,7 +230,7 @@ describe('POST /keys', () => {
   });
 
   it('422 invalid_request when the body fails validation, the message naming the field; no key is made', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const cases: [unknown, string][] = [
       [{ name: '' }, 'name'],
       [{ name: 'k'.repeat(61) }, 'name'],
@@ -251,7 +252,7 @@ describe('POST /keys', () => {
   });
 
   it('409 limit_reached at 50 live keys; revoked keys do not count, revoking one frees a slot', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     // The operator's key is the first live key: 49 more make 50.
     const made = await Promise.all(Array.from({ length: 49 }, (_, i) => mint(key, { name: `k${i}` })));
     expectError(await service.api('POST', '/keys', { key, body: { name: 'fifty-first' } }), 409, 'limit_reached');
@@ -263,14 +264,14 @@ describe('POST /keys', () => {
   });
 
   it('the 50 live keys are per account: a sub-account has its own 50', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     await Promise.all(Array.from({ length: 49 }, (_, i) => mint(key, { name: `k${i}` })));
     const sub = await subAccountOf(key);
     await mint(key, { name: 'for the sub-account' }, sub);
   });
 
   it('with X-Service-Account the key belongs to the sub-account and is used without the header', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await subAccountOf(key);
     const minted = await mint(key, { name: 'shop eu key' }, sub);
     expect(sorted(minted.scopes)).toEqual(sorted(ALL_SCOPES));
@@ -285,8 +286,8 @@ describe('POST /keys', () => {
   });
 
   it('401 invalid_key when the minting key is revoked while the request is in flight; no key is made', async () => {
-    const { account, key: other } = service.newAccount();
-    const minting = service.newKey(account.id, ['keys:write', 'keys:read'], 'minting');
+    const { account, key: other } = await service.newAccount();
+    const minting = await service.newKey(account.id, ['keys:write', 'keys:read'], 'minting');
     const mintingId = (await allKeys(other)).find((k) => k.name === 'minting')!.id;
 
     const url = new URL(`${service.base}/keys`);
@@ -320,7 +321,7 @@ describe('POST /keys', () => {
   });
 
   it('the full key is returned only once: never in the list', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const minted = await mint(key, { name: 'secret once' });
     const list = await service.api('GET', '/keys', { key });
     const listed = (list.body.data as KeyBody[]).find((k) => k.id === minted.id)!;
@@ -332,9 +333,9 @@ describe('POST /keys', () => {
   });
 
   it('only a SHA-256 hash of the key is stored: key_hash is its hex digest and nothing in the database holds the key', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const minted = await mint(key, { name: 'hashed' });
-    const row = service.deps.db.select().from(apiKeys).where(eq(apiKeys.id, minted.id)).get()!;
+    const row = (await one(service.deps.db.select().from(apiKeys).where(eq(apiKeys.id, minted.id))))!;
     expect(row.keyHash).toBe(sha256Hex(minted.key));
     const secretPart = minted.key.slice(11);
     for (const value of Object.values(row)) expect(JSON.stringify(value)).not.toContain(secretPart);
@@ -348,13 +349,13 @@ describe('POST /keys', () => {
 
 describe('GET /keys', () => {
   it('200: every key of the account, newest first, each with its fields; other accounts’ keys are not listed', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const operatorId = await keyIdOf(key);
     service.clock.advance(1000);
     const a = await mint(key, { name: 'first', scopes: ['emails:send'] });
     service.clock.advance(1000);
     const b = await mint(key, { name: 'second', scopes: ['emails:read', 'domains:read'] });
-    await mint(service.newAccount().key, { name: 'not mine' });
+    await mint((await service.newAccount()).key, { name: 'not mine' });
 
     const page = await listKeys(key);
     expect(page.nextCursor).toBeNull();
@@ -372,7 +373,7 @@ describe('GET /keys', () => {
   });
 
   it('revoked keys are included, with revokedAt set to the time of revocation', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const doomed = await mint(key, { name: 'doomed' });
     service.clock.advance(5000);
     const revokedAt = iso(service.clock.now());
@@ -383,7 +384,7 @@ describe('GET /keys', () => {
   });
 
   it('lastUsedAt is the time of the key’s last use, in the list at once (before any flush) and after it; null when never used', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const used = await mint(key, { name: 'used' });
     const unused = await mint(key, { name: 'unused' });
     service.clock.advance(60_000);
@@ -395,7 +396,7 @@ describe('GET /keys', () => {
     expect(before.find((k) => k.id === used.id)!.lastUsedAt).toBe(firstUse);
     expect(before.find((k) => k.id === unused.id)!.lastUsedAt).toBeNull();
 
-    service.deps.keyUsage.flush(service.deps.db);
+    await service.deps.keyUsage.flush(service.deps.db);
     const after = (await listKeys(key)).data;
     expect(after.find((k) => k.id === used.id)!.lastUsedAt).toBe(firstUse);
     expect(after.find((k) => k.id === unused.id)!.lastUsedAt).toBeNull();
@@ -407,7 +408,7 @@ describe('GET /keys', () => {
   });
 
   it('with X-Service-Account, the sub-account’s keys', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await subAccountOf(key);
     const a = await mint(key, { name: 'sub one' }, sub);
     const b = await mint(key, { name: 'sub two' }, sub);
@@ -416,7 +417,7 @@ describe('GET /keys', () => {
   });
 
   it('pages with nextCursor; null on the last page', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const operatorId = await keyIdOf(key);
     const made = [];
     for (let i = 0; i < 4; i++) made.push(await mint(key, { name: `k${i}` }));
@@ -432,7 +433,7 @@ describe('GET /keys', () => {
   });
 
   it('422 invalid_request for a bad limit: 0, 101, abc, -1, 2.5, empty', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     for (const limit of ['0', '101', 'abc', '-1', '2.5', '']) {
       const res = await service.api('GET', `/keys?limit=${limit}`, { key });
       expectError(res, 422, 'invalid_request');
@@ -443,9 +444,9 @@ describe('GET /keys', () => {
   });
 
   it('422 invalid_request for a cursor not of this account’s keys: another account’s, the accounts list’s, garbage', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     await mint(key, { name: 'second' });
-    const other = service.newAccount();
+    const other = await service.newAccount();
     await mint(other.key, { name: 'theirs' });
     const otherKeysCursor = (await listKeys(other.key, '?limit=1')).nextCursor;
     await subAccountOf(key, 'Sub one');
@@ -462,7 +463,7 @@ describe('GET /keys', () => {
   });
 
   it('422 invalid_request for the parent’s key cursor while acting for a sub-account, and the reverse', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     await mint(key, { name: 'second' });
     const sub = await subAccountOf(key);
     await mint(key, { name: 'sub one' }, sub);
@@ -476,7 +477,7 @@ describe('GET /keys', () => {
 
 describe('DELETE /keys/{id}', () => {
   it('204: the key stops working at once and stays in the list with revokedAt set', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const doomed = await mint(key, { name: 'doomed' });
     expect((await service.api('GET', '/account', { key: doomed.key })).status).toBe(200);
     const res = await service.api('DELETE', `/keys/${doomed.id}`, { key });
@@ -496,7 +497,7 @@ describe('DELETE /keys/{id}', () => {
     ['deletes the key', (other: Database.Database, keyId: string) => other.prepare('delete from api_keys where id = ?').run(keyId)],
     ['deletes the account', (other: Database.Database, _keyId: string, accountId: string) => other.prepare('delete from accounts where id = ?').run(accountId)],
   ])('another connection that %s: the key used a moment ago is 401 invalid_key on its next request', async (_what, change) => {
-    const { key, account } = service.newAccount();
+    const { key, account } = await service.newAccount();
     const used = await mint(key, { name: 'used' });
     for (let i = 0; i < 3; i++) expect((await service.api('GET', '/account', { key: used.key })).status).toBe(200);
     const other = new Database(databasePath(service.dataDir));
@@ -511,13 +512,13 @@ describe('DELETE /keys/{id}', () => {
   });
 
   it('a key in use keeps working while other keys are minted and revoked, and its account is read afresh', async () => {
-    const { key, account } = service.newAccount();
+    const { key, account } = await service.newAccount();
     const before = await service.api('GET', '/account', { key });
     const other = await mint(key, { name: 'other' });
     expect((await service.api('DELETE', `/keys/${other.id}`, { key })).status).toBe(204);
     expect((await service.api('GET', '/account', { key })).status).toBe(200);
     // Changed on the service's own connection, which does not move SQLite's data_version.
-    service.deps.db.update(accounts).set({ name: 'Renamed' }).where(eq(accounts.id, account.id)).run();
+    await service.deps.db.update(accounts).set({ name: 'Renamed' }).where(eq(accounts.id, account.id));
     const after = await service.api('GET', '/account', { key });
     expect(after.status).toBe(200);
     expect((before.body as { name: string }).name).not.toBe('Renamed');
@@ -525,7 +526,7 @@ describe('DELETE /keys/{id}', () => {
   });
 
   it('204 also when already revoked; revokedAt keeps the first revocation’s time', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const doomed = await mint(key, { name: 'doomed' });
     expect((await service.api('DELETE', `/keys/${doomed.id}`, { key })).status).toBe(204);
     const first = iso(service.clock.now());
@@ -536,7 +537,7 @@ describe('DELETE /keys/{id}', () => {
   });
 
   it('a key may revoke itself, and then gets 401 invalid_key', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const self = await mint(key, { name: 'self' });
     expect((await service.api('DELETE', `/keys/${self.id}`, { key: self.key })).status).toBe(204);
     expectError(await service.api('GET', '/keys', { key: self.key }), 401, 'invalid_key');
@@ -545,7 +546,7 @@ describe('DELETE /keys/{id}', () => {
   });
 
   it('with X-Service-Account, revokes a key of the sub-account', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await subAccountOf(key);
     const subKey = await mint(key, { name: 'sub key' }, sub);
     expect((await service.api('DELETE', `/keys/${subKey.id}`, { key, account: sub })).status).toBe(204);
@@ -553,8 +554,8 @@ describe('DELETE /keys/{id}', () => {
   });
 
   it('404 not_found for an unknown id, a malformed id, another account’s key (which keeps working) and a sub-account’s key without the header', async () => {
-    const { key } = service.newAccount();
-    const theirs = await mint(service.newAccount().key, { name: 'theirs' });
+    const { key } = await service.newAccount();
+    const theirs = await mint((await service.newAccount()).key, { name: 'theirs' });
     const sub = await subAccountOf(key);
     const subKey = await mint(key, { name: 'sub key' }, sub);
     for (const id of ['01a00000-0000-7000-8000-000000000000', 'nope', theirs.id, subKey.id]) {

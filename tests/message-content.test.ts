@@ -7,6 +7,7 @@ import { createDeliveryEngine } from '../mta/delivery-engine.js';
 import { FAST_TIMEOUTS } from './helpers/delivery-rig.js';
 import { newSender, type Sender } from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
+import { one } from '../db/sql.js';
 
 /**
  * What a hostile or careless caller puts in a send cannot change what the recipient reads (found by an audit, each
@@ -38,7 +39,7 @@ async function sendAndRead(body: Record<string, unknown>) {
   const got = await fetch(`${service.base}/emails/${id}/message?recipient=${encodeURIComponent(TO)}`, { headers: { Authorization: `Bearer ${s.key}` } });
   expect(got.status).toBe(200);
   const raw = Buffer.from(await got.arrayBuffer());
-  const key = service.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, s.account.id)).get()!;
+  const key = (await one(service.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, s.account.id))))!;
   const verdict = await dkimVerify(raw, {
     resolver: async (name: string, type: string) => {
       if (type === 'TXT' && name === `${key.selector}._domainkey.${s.domain}`) return [[`v=DKIM1; h=sha256; k=rsa; p=${key.dkimPublicKey}`]];

@@ -18,6 +18,7 @@ import { HttpsReceiver } from './helpers/https-receiver.js';
 import { type MetricFamily, parsePrometheusText, sampleValue, sampleValueOrZero } from './helpers/prometheus-text.js';
 import { type Sender, newSender } from './helpers/sending.js';
 import { type TestService, startService } from './helpers/service.js';
+import { execute, queryRows } from '../db/sql.js';
 
 /**
  * `GET /metrics`: the Prometheus text format, read with a strict parser, its gauges read from the
@@ -38,8 +39,8 @@ afterAll(async () => {
   await stopDeliveryRig(rig ?? {});
 });
 
-beforeEach(() => {
-  rig.service.deps.db.delete(outboundRecipients).run();
+beforeEach(async () => {
+  await rig.service.deps.db.delete(outboundRecipients);
   resetDeliveryRig(rig);
   rig.dns.add('hooks.webhooks.test', { type: 'A', address: '127.0.0.1' });
   receiver.reset();
@@ -168,9 +169,9 @@ describe('GET /metrics: the families an operator scrapes', () => {
     expect(delta(failed, before, 'mailstead_webhook_attempts_total', { outcome: 'gave_up' })).toBe(0);
 
     // Their sixth and last attempt, due now: it fails too, and nothing follows.
-    const rows = service.deps.db.select({ id: webhookDeliveries.id }).from(webhookDeliveries).where(eq(webhookDeliveries.accountId, sender.account.id)).all();
+    const rows = await service.deps.db.select({ id: webhookDeliveries.id }).from(webhookDeliveries).where(eq(webhookDeliveries.accountId, sender.account.id));
     expect(rows).toHaveLength(2);
-    service.deps.db
+    await service.deps.db
       .update(webhookDeliveries)
       .set({ attempts: 5, nextAttemptAt: service.clock.now() })
       .where(
@@ -178,8 +179,7 @@ describe('GET /metrics: the families an operator scrapes', () => {
           webhookDeliveries.id,
           rows.map((r) => r.id),
         ),
-      )
-      .run();
+      );
     expect(await dispatch()).toBe(2);
     const gaveUp = await scrape(service);
     expect(delta(gaveUp, failed, 'mailstead_webhook_attempts_total', { outcome: 'gave_up' })).toBe(2);
@@ -190,7 +190,7 @@ describe('GET /metrics: the families an operator scrapes', () => {
     const { service } = rig;
     const sender = await newSender(service);
     await send(sender, ['ana@example.net', 'ben@example.net']);
-    expect(claimDueRecipients(service.deps.db, 'metrics-test', service.clock.now(), 60_000, 1)).toHaveLength(1);
+    expect(await claimDueRecipients(service.deps.db, 'metrics-test', service.clock.now(), 60_000, 1)).toHaveLength(1);
     const families = await scrape(service);
     expect(sampleValue(families, 'mailstead_outbound_queue_depth', { state: 'sending' })).toBe(1);
     expect(sampleValue(families, 'mailstead_outbound_queue_depth', { state: 'due' })).toBe(1);
@@ -202,7 +202,7 @@ describe('GET /metrics: the families an operator scrapes', () => {
   it("customer-database writes pending: a send and its outcome queue one each for the account's database; set aside ones are not pending", async () => {
     const { service } = rig;
     const sender = await newSender(service);
-    storeDatabaseRow(service, sender.account.id, 'postgresql://u:p@db.example.org:5432/app');
+    await storeDatabaseRow(service, sender.account.id, 'postgresql://u:p@db.example.org:5432/app');
     const pending = async () => sampleValue(await scrape(service), 'mailstead_customer_db_writes_pending');
     const before = await pending();
 
@@ -211,9 +211,9 @@ describe('GET /metrics: the families an operator scrapes', () => {
     await deliver();
     expect(await pending()).toBe(before + 2);
 
-    service.deps.db.update(customerDbWrites).set({ setAsideAt: service.clock.now() }).where(eq(customerDbWrites.accountId, sender.account.id)).run();
+    await service.deps.db.update(customerDbWrites).set({ setAsideAt: service.clock.now() }).where(eq(customerDbWrites.accountId, sender.account.id));
     expect(await pending()).toBe(before);
-    service.deps.db.delete(customerDbWrites).where(eq(customerDbWrites.accountId, sender.account.id)).run();
+    await service.deps.db.delete(customerDbWrites).where(eq(customerDbWrites.accountId, sender.account.id));
   });
 
   it('inbound and submission accepted and refused, by stage and code (a code outside 200-599 is `other`)', async () => {
@@ -454,7 +454,7 @@ describe('createMetrics', () => {
       const metrics = createMetrics(service.clock, () => offLoop);
       const sender = await newSender(service);
       await send(sender, ['ana@example.net', 'ben@example.net']);
-      const [writesBefore] = db.all<{ n: number }>(sql`select count(*) as n from customer_db_writes where set_aside_at is null`);
+      const [writesBefore] = await queryRows<{ n: number }>(db, sql`select count(*) as n from customer_db_writes where set_aside_at is null`);
       service.clock.advance(7_000);
 
       const onThread = parsePrometheusText(await metrics.registry.metrics());
@@ -476,12 +476,12 @@ describe('createMetrics', () => {
   it('a gauge read that fails answers 500 in the envelope, with a request id', async () => {
     const service = await startService();
     try {
-      service.deps.db.run(sql`alter table customer_db_writes rename to customer_db_writes_gone`);
+      await execute(service.deps.db, sql`alter table customer_db_writes rename to customer_db_writes_gone`);
       const res = await fetch(`${service.url}/metrics`);
       expect(res.status).toBe(500);
       expect(await res.json()).toEqual({ error: { code: 'internal_error', message: expect.stringMatching(/request id [0-9a-f-]{36}/) } });
     } finally {
-      service.deps.db.run(sql`alter table customer_db_writes_gone rename to customer_db_writes`);
+      await execute(service.deps.db, sql`alter table customer_db_writes_gone rename to customer_db_writes`);
       await service.close();
     }
   });

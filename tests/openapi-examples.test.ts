@@ -195,7 +195,7 @@ describe('the error examples are what the service answers', () => {
   it.each(OPERATIONS.filter((op) => op.auth).map((op) => [`${op.method.toUpperCase()} ${op.path}`, op] as const))('%s', async (_label, op) => {
     const method = op.method.toUpperCase();
     const path = concrete(op.path);
-    const { account } = service.newAccount({ name: `Examples ${op.operationId}` });
+    const { account } = await service.newAccount({ name: `Examples ${op.operationId}` });
     // The query a route needs before it looks anything up (a captured message names its recipient).
     const query = op.operationId === 'getCapturedMessage' ? '?recipient=ann%40example.net' : '';
     const seen: string[] = [];
@@ -211,7 +211,7 @@ describe('the error examples are what the service answers', () => {
     expectExample(await service.api(method, path + query), 'no key');
     // Without the operation's scope, and without the second one that opens it too where it has one.
     const lacking = await service.api(method, path + query, {
-      key: service.newKey(
+      key: await service.newKey(
         account.id,
         SCOPES.filter((s) => s !== op.auth!.scope && s !== op.auth!.alsoScope),
       ),
@@ -219,7 +219,7 @@ describe('the error examples are what the service answers', () => {
     expect(lacking.status).toBe(403);
     expectExample(lacking, 'a key without the scope');
 
-    const key = service.newKey(account.id, SCOPES);
+    const key = await service.newKey(account.id, SCOPES);
     const invalid = INVALID_INPUTS[op.operationId];
     if (invalid?.body !== undefined) {
       const res = await service.api(method, path, { key, body: invalid.body });

@@ -108,7 +108,7 @@ describe('request schemas say what the service refuses', () => {
 
 describe('the template requests say what the service refuses', () => {
   it('POST /templates: what a kind needs (a subject and html or text; a layout html and no subject), in the document as in the service', async () => {
-    const { key } = service.newAccount({ name: 'Template schemas' });
+    const { key } = await service.newAccount({ name: 'Template schemas' });
     const cases: [string, Json][] = [
       ['a template without subject', { name: 'no-subject', text: 'Hello' }],
       ['a template without html or text', { name: 'empty', subject: 'Hi' }],

@@ -141,10 +141,10 @@ describe("each operation's documented scope is the one the route asks for", () =
     for (const scope of accepted) expect(SCOPES).toContain(scope);
     expect(op.description).toContain(`Scope: \`${accepted[0]}\``);
     if (accepted[1]) expect(op.description).toContain(`(or \`${accepted[1]}\``);
-    const { account } = service.newAccount({ name: `Scope ${accepted.join(' ')}` });
+    const { account } = await service.newAccount({ name: `Scope ${accepted.join(' ')}` });
 
     const lacking = await service.api(method, concrete(path), {
-      key: service.newKey(
+      key: await service.newKey(
         account.id,
         SCOPES.filter((s) => !accepted.includes(s)),
       ),
@@ -154,7 +154,7 @@ describe("each operation's documented scope is the one the route asks for", () =
     expectDocumented(lacking);
 
     for (const scope of accepted) {
-      const holding = await service.api(method, concrete(path), { key: service.newKey(account.id, [scope]) });
+      const holding = await service.api(method, concrete(path), { key: await service.newKey(account.id, [scope]) });
       expect(holding.body?.error?.code, `${scope}: ${JSON.stringify(holding.body)}`).not.toBe('insufficient_scope');
       expect(holding.status).not.toBe(401);
       expectDocumented(holding);

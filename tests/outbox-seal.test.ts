@@ -18,8 +18,8 @@ const MESSAGE = Buffer.from('Subject: Where is my order 4471?\r\n\r\nHello, the 
 
 beforeAll(async () => {
   service = await startService();
-  accountId = service.newAccount().account.id;
-  storeDatabaseRow(service, accountId, 'postgres://u:p@db.example:5432/app?sslmode=verify-full');
+  accountId = (await service.newAccount()).account.id;
+  await storeDatabaseRow(service, accountId, 'postgres://u:p@db.example:5432/app?sslmode=verify-full');
 });
 afterAll(() => service.close());
 
@@ -38,10 +38,10 @@ const inbound = (raw?: Buffer): SpooledInboundWrite => ({
 });
 
 describe('a received message in the outbox', () => {
-  it('is sealed as bytes beside the JSON, nothing in clear, and opens back whole', () => {
+  it('is sealed as bytes beside the JSON, nothing in clear, and opens back whole', async () => {
     const key = service.deps.secretKey!;
-    service.deps.db.transaction(() => queueCustomerDbWrite(service.deps, accountId, inbound(MESSAGE), service.clock.now()));
-    const row = service.deps.db.select().from(customerDbWrites).all().at(-1)!;
+    await service.deps.db.transaction(async () => queueCustomerDbWrite(service.deps, accountId, inbound(MESSAGE), service.clock.now()));
+    const row = (await service.deps.db.select().from(customerDbWrites)).at(-1)!;
     expect(row.rawSealed).toBeInstanceOf(Buffer);
     expect(row.rawSealed!.includes('order 4471')).toBe(false);
     expect(row.payloadSealed).not.toContain(MESSAGE.toString('base64').slice(0, 16));
@@ -55,9 +55,9 @@ describe('a received message in the outbox', () => {
     expect((opened.write as SpooledInboundWrite).raw).toEqual(MESSAGE);
   });
 
-  it('a write queued in the earlier format (base64 inside the JSON) still opens', () => {
+  it('a write queued in the earlier format (base64 inside the JSON) still opens', async () => {
     const key = service.deps.secretKey!;
-    const row = service.deps.db.select().from(customerDbWrites).all().at(-1)!;
+    const row = (await service.deps.db.select().from(customerDbWrites)).at(-1)!;
     const legacy = {
       ...row,
       rawSealed: null,

@@ -10,6 +10,7 @@ import type { TestDnsServer } from './helpers/dns-server.js';
 import { newSender } from './helpers/sending.js';
 import type { TestService } from './helpers/service.js';
 import type { SmtpSink } from './helpers/smtp-sink.js';
+import { one } from '../db/sql.js';
 
 /**
  * Issue 34's whole path, from outside: an account writes a layout with its brand CSS and a template that names it
@@ -62,7 +63,7 @@ const TEMPLATE = {
 describe('an own template with a layout and attachments, delivered', () => {
   it('arrives signed and styled, with a text part and both attachments intact; the log keeps the version and the records', async () => {
     const s = await newSender(service);
-    publishSigningRecord(service, dns, s);
+    await publishSigningRecord(service, dns, s);
     expect((await service.api('POST', '/templates', { key: s.key, body: LAYOUT })).status).toBe(201);
     const created = await service.api('POST', '/templates', { key: s.key, body: TEMPLATE });
     expect(created.status, JSON.stringify(created.body)).toBe(201);
@@ -126,6 +127,6 @@ describe('an own template with a layout and attachments, delivered', () => {
       ],
     });
     // Delivered: the service no longer holds the content, attachments included.
-    expect(service.deps.db.select().from(outboundMessages).where(eq(outboundMessages.id, id)).get()).toBeUndefined();
+    expect(await one(service.deps.db.select().from(outboundMessages).where(eq(outboundMessages.id, id)))).toBeUndefined();
   });
 });

@@ -54,8 +54,8 @@ const top = { id: 'acct-a', parentId: null };
 const sub = { id: 'acct-sub', parentId: 'acct-a' };
 
 /** What a send by `who` of `name` renders: the version and the html, or null when no own template has that name. */
-function sent(who: { id: string; parentId: string | null }, name: string): { version: number; html: string } | null {
-  const resolved = resolveOwnTemplate(store.db, who, name);
+async function sent(who: { id: string; parentId: string | null }, name: string): Promise<{ version: number; html: string } | null> {
+  const resolved = await resolveOwnTemplate(store.db, who, name);
   return resolved ? { version: resolved.version, html: resolved.compiled.render({ name: 'Ada' }).html } : null;
 }
 
@@ -76,77 +76,77 @@ afterEach(() => {
 });
 
 describe('a send sees at once what this process changed', () => {
-  it('a new version, then the template deleted', () => {
-    expect(sent(top, 'greeting')).toBeNull();
-    createTemplate(store.db, clock, top, 'greeting', template('<p>One {{ name }}</p>'));
-    expect(sent(top, 'greeting')).toMatchObject({ version: 1, html: expect.stringContaining('One Ada') });
-    replaceTemplate(store.db, clock, top, 'greeting', template('<p>Two {{ name }}</p>'));
-    expect(sent(top, 'greeting')).toMatchObject({ version: 2, html: expect.stringContaining('Two Ada') });
-    deleteTemplate(store.db, top, 'greeting');
-    expect(sent(top, 'greeting')).toBeNull();
+  it('a new version, then the template deleted', async () => {
+    expect(await sent(top, 'greeting')).toBeNull();
+    await createTemplate(store.db, clock, top, 'greeting', template('<p>One {{ name }}</p>'));
+    expect(await sent(top, 'greeting')).toMatchObject({ version: 1, html: expect.stringContaining('One Ada') });
+    await replaceTemplate(store.db, clock, top, 'greeting', template('<p>Two {{ name }}</p>'));
+    expect(await sent(top, 'greeting')).toMatchObject({ version: 2, html: expect.stringContaining('Two Ada') });
+    await deleteTemplate(store.db, top, 'greeting');
+    expect(await sent(top, 'greeting')).toBeNull();
   });
 
-  it('a layout replaced under a template that names it', () => {
-    createTemplate(store.db, clock, top, 'brand', layout('<div class="old">{{ content }}</div>'));
-    createTemplate(store.db, clock, top, 'greeting', template('<p>Hi {{ name }}</p>', 'brand'));
-    expect(sent(top, 'greeting')?.html).toContain('class="old"');
-    replaceTemplate(store.db, clock, top, 'brand', { ...layout('<div class="new">{{ content }}</div>'), kind: null });
-    expect(sent(top, 'greeting')?.html).toContain('class="new"');
+  it('a layout replaced under a template that names it', async () => {
+    await createTemplate(store.db, clock, top, 'brand', layout('<div class="old">{{ content }}</div>'));
+    await createTemplate(store.db, clock, top, 'greeting', template('<p>Hi {{ name }}</p>', 'brand'));
+    expect((await sent(top, 'greeting'))?.html).toContain('class="old"');
+    await replaceTemplate(store.db, clock, top, 'brand', { ...layout('<div class="new">{{ content }}</div>'), kind: null });
+    expect((await sent(top, 'greeting'))?.html).toContain('class="new"');
   });
 
-  it("a sub-account's copy shadows its parent's, and the parent's is back when the copy goes", () => {
-    createTemplate(store.db, clock, top, 'greeting', template('<p>Parent {{ name }}</p>'));
-    expect(sent(sub, 'greeting')?.html).toContain('Parent Ada');
-    createTemplate(store.db, clock, sub, 'greeting', template('<p>Own {{ name }}</p>'));
-    expect(sent(sub, 'greeting')?.html).toContain('Own Ada');
-    deleteTemplate(store.db, sub, 'greeting');
-    expect(sent(sub, 'greeting')?.html).toContain('Parent Ada');
+  it("a sub-account's copy shadows its parent's, and the parent's is back when the copy goes", async () => {
+    await createTemplate(store.db, clock, top, 'greeting', template('<p>Parent {{ name }}</p>'));
+    expect((await sent(sub, 'greeting'))?.html).toContain('Parent Ada');
+    await createTemplate(store.db, clock, sub, 'greeting', template('<p>Own {{ name }}</p>'));
+    expect((await sent(sub, 'greeting'))?.html).toContain('Own Ada');
+    await deleteTemplate(store.db, sub, 'greeting');
+    expect((await sent(sub, 'greeting'))?.html).toContain('Parent Ada');
   });
 
-  it("a sub-account's template in its parent's layout takes its own layout of that name once it has one", () => {
-    createTemplate(store.db, clock, top, 'brand', layout('<div class="parent">{{ content }}</div>'));
-    createTemplate(store.db, clock, sub, 'greeting', template('<p>Hi {{ name }}</p>', 'brand'));
-    expect(sent(sub, 'greeting')?.html).toContain('class="parent"');
-    createTemplate(store.db, clock, sub, 'brand', layout('<div class="own">{{ content }}</div>'));
-    expect(sent(sub, 'greeting')?.html).toContain('class="own"');
+  it("a sub-account's template in its parent's layout takes its own layout of that name once it has one", async () => {
+    await createTemplate(store.db, clock, top, 'brand', layout('<div class="parent">{{ content }}</div>'));
+    await createTemplate(store.db, clock, sub, 'greeting', template('<p>Hi {{ name }}</p>', 'brand'));
+    expect((await sent(sub, 'greeting'))?.html).toContain('class="parent"');
+    await createTemplate(store.db, clock, sub, 'brand', layout('<div class="own">{{ content }}</div>'));
+    expect((await sent(sub, 'greeting'))?.html).toContain('class="own"');
   });
 });
 
 describe('a send sees at once what another connection (the CLI, sqlite3) changed', () => {
-  beforeEach(() => {
-    createTemplate(store.db, clock, top, 'greeting', template('<p>One {{ name }}</p>'));
-    expect(sent(top, 'greeting')?.version).toBe(1);
+  beforeEach(async () => {
+    await createTemplate(store.db, clock, top, 'greeting', template('<p>One {{ name }}</p>'));
+    expect((await sent(top, 'greeting'))?.version).toBe(1);
   });
 
-  it('a version added and made current', () => {
+  it('a version added and made current', async () => {
     run(
       other,
       `insert into template_versions (template_id, version, subject, html, text, layout, variables, created_at)
        select template_id, 2, subject, '<p>Two {{ name }}</p>', text, layout, variables, created_at from template_versions where version = 1`,
     );
     run(other, `update templates set version = 2 where name = 'greeting'`);
-    expect(sent(top, 'greeting')).toMatchObject({ version: 2, html: expect.stringContaining('Two Ada') });
+    expect(await sent(top, 'greeting')).toMatchObject({ version: 2, html: expect.stringContaining('Two Ada') });
   });
 
-  it('the template deleted, with the account that owned it', () => {
+  it('the template deleted, with the account that owned it', async () => {
     run(other, `delete from templates where name = 'greeting'`);
-    expect(sent(top, 'greeting')).toBeNull();
-    createTemplate(store.db, clock, top, 'greeting', template('<p>Back {{ name }}</p>'));
-    expect(sent(top, 'greeting')?.html).toContain('Back Ada');
+    expect(await sent(top, 'greeting')).toBeNull();
+    await createTemplate(store.db, clock, top, 'greeting', template('<p>Back {{ name }}</p>'));
+    expect((await sent(top, 'greeting'))?.html).toContain('Back Ada');
     run(other, `delete from accounts where id = 'acct-a'`);
-    expect(sent(top, 'greeting')).toBeNull();
+    expect(await sent(top, 'greeting')).toBeNull();
   });
 
-  it('the template renamed', () => {
+  it('the template renamed', async () => {
     run(other, `update templates set name = 'hi-note' where name = 'greeting'`);
-    expect(sent(top, 'greeting')).toBeNull();
-    expect(sent(top, 'hi-note')?.html).toContain('One Ada');
+    expect(await sent(top, 'greeting')).toBeNull();
+    expect((await sent(top, 'hi-note'))?.html).toContain('One Ada');
   });
 });
 
-it('the lookup is served from memory while the counter stands still, and read again once it moves', () => {
-  createTemplate(store.db, clock, top, 'greeting', template('<p>One {{ name }}</p>'));
-  expect(sent(top, 'greeting')?.version).toBe(1);
+it('the lookup is served from memory while the counter stands still, and read again once it moves', async () => {
+  await createTemplate(store.db, clock, top, 'greeting', template('<p>One {{ name }}</p>'));
+  expect((await sent(top, 'greeting'))?.version).toBe(1);
   // A change the triggers cannot see (they are dropped for it): the kept lookup still answers, which shows it is kept.
   run(other, `drop trigger templates_changed_templates_update`);
   run(other, `drop trigger templates_changed_template_versions_insert`);
@@ -156,30 +156,30 @@ it('the lookup is served from memory while the counter stands still, and read ag
      select template_id, 2, subject, '<p>Two {{ name }}</p>', text, layout, variables, created_at from template_versions where version = 1`,
   );
   run(other, `update templates set version = 2 where name = 'greeting'`);
-  expect(sent(top, 'greeting')?.version).toBe(1);
+  expect((await sent(top, 'greeting'))?.version).toBe(1);
   run(other, `update change_counters set n = n + 1 where name = 'templates'`);
-  expect(sent(top, 'greeting')).toMatchObject({ version: 2, html: expect.stringContaining('Two Ada') });
+  expect(await sent(top, 'greeting')).toMatchObject({ version: 2, html: expect.stringContaining('Two Ada') });
 });
 
-it('writes that change no lookup leave the counter alone (a send updates its account every time)', () => {
+it('writes that change no lookup leave the counter alone (a send updates its account every time)', async () => {
   const counter = () => clientOf(store.db).prepare(`select n from change_counters where name = 'templates'`).pluck().get() as number;
-  createTemplate(store.db, clock, top, 'greeting', template('<p>One {{ name }}</p>'));
+  await createTemplate(store.db, clock, top, 'greeting', template('<p>One {{ name }}</p>'));
   const before = counter();
   run(other, `update accounts set total_sent = total_sent + 1, sent_today_count = sent_today_count + 1, credits_balance = 5 where id = 'acct-a'`);
   run(other, `update templates set updated_at = 5 where name = 'greeting'`);
-  expect(sent(top, 'greeting')?.version).toBe(1);
+  expect((await sent(top, 'greeting'))?.version).toBe(1);
   expect(counter()).toBe(before);
   run(other, `update accounts set parent_id = null where id = 'acct-sub'`);
   expect(counter()).toBe(before + 1);
 });
 
-it('sends naming made-up templates cannot grow the cache without bound: past its bound it starts again, answers unchanged', () => {
-  createTemplate(store.db, clock, top, 'greeting', template('<p>One {{ name }}</p>'));
+it('sends naming made-up templates cannot grow the cache without bound: past its bound it starts again, answers unchanged', async () => {
+  await createTemplate(store.db, clock, top, 'greeting', template('<p>One {{ name }}</p>'));
   for (let i = 0; i < TEMPLATE_HEADS_CACHED * 2 + 10; i++) {
-    expect(sent(top, `made-up-${i}`)).toBeNull();
+    expect(await sent(top, `made-up-${i}`)).toBeNull();
     expect(templateHeadsCached(store.db)).toBeLessThanOrEqual(TEMPLATE_HEADS_CACHED);
   }
-  expect(sent(top, 'greeting')?.version).toBe(1);
-  replaceTemplate(store.db, clock, top, 'greeting', template('<p>Two {{ name }}</p>'));
-  expect(sent(top, 'greeting')?.version).toBe(2);
+  expect((await sent(top, 'greeting'))?.version).toBe(1);
+  await replaceTemplate(store.db, clock, top, 'greeting', template('<p>Two {{ name }}</p>'));
+  expect((await sent(top, 'greeting'))?.version).toBe(2);
 });

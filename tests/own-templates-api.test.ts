@@ -33,7 +33,7 @@ const render = (key: string, name: string, body: unknown, account?: string) =>
 const list = (key: string, query = '', account?: string) => service.api('GET', `/templates${query}`, { key, account });
 
 /** A fresh account and a key holding every scope: most tests want an account of their own. */
-const fresh = (name = 'Templates') => service.newAccount({ name }).key;
+const fresh = async (name = 'Templates') => (await service.newAccount({ name })).key;
 
 /** The shipping notice: a required text, a required link and an optional text. */
 const shipped = (extra: Body = {}): Body => ({
@@ -67,7 +67,7 @@ const notFound = (name: string) => `No template named ${name} on this account.`;
 
 describe('POST /templates', () => {
   it('saves a template at version 1 and answers the template object', async () => {
-    const key = fresh();
+    const key = await fresh();
     const now = new Date(service.clock.now()).toISOString();
     const res = await created(key, shipped());
     expectDocumented(res);
@@ -96,7 +96,7 @@ describe('POST /templates', () => {
   });
 
   it('saves a layout, and a template that names it', async () => {
-    const key = fresh();
+    const key = await fresh();
     const layout = await created(key, brand());
     expectDocumented(layout);
     expect(layout.body).toMatchObject({ name: 'brand', kind: 'layout', subject: null, layout: null, version: 1, builtIn: false });
@@ -105,7 +105,7 @@ describe('POST /templates', () => {
   });
 
   it('a name the account already has is 409 template_exists, whatever its kind', async () => {
-    const key = fresh();
+    const key = await fresh();
     await created(key, shipped());
     const again = await create(key, shipped({ subject: 'Another' }));
     expectError(again, 409, 'template_exists', 'A template named order-shipped already exists on this account.');
@@ -119,14 +119,14 @@ describe('POST /templates', () => {
   it.each(['receipt', 'welcome', 'password-reset', 'magic-link', 'verify-email', 'notification'])(
     'the built-in name %s is 409 template_exists',
     async (name) => {
-      const res = await create(fresh(), shipped({ name }));
+      const res = await create(await fresh(), shipped({ name }));
       expectError(res, 409, 'template_exists', `${name} is the name of a built-in template; choose another name.`);
       expectDocumented(res);
     },
   );
 
   it('the 101st template (layouts included) is 409 template_limit; deleting one makes room', async () => {
-    const key = fresh('Template limit');
+    const key = await fresh('Template limit');
     await created(key, brand());
     for (let i = 1; i < 100; i++) await created(key, { name: `t-${i}`, subject: `Subject ${i}`, text: 'Hello' });
     const over = await create(key, { name: 't-100', subject: 'One too many', text: 'Hello' });
@@ -140,7 +140,7 @@ describe('POST /templates', () => {
 
   describe('a source that does not compile is 422 invalid_template, naming the part and the line', () => {
     it('a Liquid syntax error (with its line and column)', async () => {
-      const key = fresh();
+      const key = await fresh();
       const res = await create(key, shipped({ html: '<p>Hi</p>\n<p>Order</p>\n<p>Order {{ orderNumber </p>' }));
       expectError(res, 422, 'invalid_template', /^html: /);
       expect(res.body.error.message).toMatch(/line:? ?3/);
@@ -155,17 +155,17 @@ describe('POST /templates', () => {
     });
 
     it('a variable used but not declared names itself and its line', async () => {
-      const res = await create(fresh(), shipped({ html: '<p>Hi</p>\n<p>{{ customerName }}</p>' }));
+      const res = await create(await fresh(), shipped({ html: '<p>Hi</p>\n<p>{{ customerName }}</p>' }));
       expectError(res, 422, 'invalid_template', /^html: /);
       expect(res.body.error.message).toContain('customerName');
       expect(res.body.error.message).toMatch(/line:? ?2/);
       expectDocumented(res);
-      const inSubject = await create(fresh(), shipped({ subject: 'For {{ customerName }}' }));
+      const inSubject = await create(await fresh(), shipped({ subject: 'For {{ customerName }}' }));
       expectError(inSubject, 422, 'invalid_template', /^subject: .*customerName/);
     });
 
     it('a layout without {{ content }}, or with it twice', async () => {
-      const key = fresh();
+      const key = await fresh();
       const none = await create(key, brand({ html: '<div>Acme Shop</div>' }));
       expectError(none, 422, 'invalid_template', /^html: .*content/);
       expectDocumented(none);
@@ -178,7 +178,7 @@ describe('POST /templates', () => {
     });
 
     it('a source over 256 KB (subject, html and text together)', async () => {
-      const res = await create(fresh(), shipped({ html: `<p>{{ orderNumber }}</p>${'x'.repeat(200 * 1024)}`, text: 'y'.repeat(60 * 1024) }));
+      const res = await create(await fresh(), shipped({ html: `<p>{{ orderNumber }}</p>${'x'.repeat(200 * 1024)}`, text: 'y'.repeat(60 * 1024) }));
       expectError(res, 422, 'invalid_template', /256 KB/);
       expectDocumented(res);
     });
@@ -205,14 +205,14 @@ describe('POST /templates', () => {
   ];
 
   it.each(refused)('%s is 422 invalid_request naming the field', async (_label, body, message) => {
-    const key = fresh();
+    const key = await fresh();
     const res = await create(key, body);
     expectError(res, 422, 'invalid_request', message);
     expectDocumented(res);
   });
 
   it('a template naming a template (not a layout) as its layout is 422 invalid_request', async () => {
-    const key = fresh();
+    const key = await fresh();
     await created(key, shipped());
     expectError(await create(key, shipped({ name: 'wrapped', layout: 'order-shipped' })), 422, 'invalid_request', /^layout: /);
   });
@@ -220,7 +220,7 @@ describe('POST /templates', () => {
 
 describe('GET /templates/{name}', () => {
   it('a built-in shows its source, read-only', async () => {
-    const res = await get(fresh(), 'password-reset');
+    const res = await get(await fresh(), 'password-reset');
     expect(res.status).toBe(200);
     expectDocumented(res);
     expect(res.body).toMatchObject({
@@ -242,16 +242,16 @@ describe('GET /templates/{name}', () => {
   });
 
   it('an unknown name is 404 template_not_found', async () => {
-    const res = await get(fresh(), 'order-shipped');
+    const res = await get(await fresh(), 'order-shipped');
     expectError(res, 404, 'template_not_found', notFound('order-shipped'));
     expectDocumented(res);
-    expectError(await get(fresh(), 'Not A Name'), 404, 'template_not_found');
+    expectError(await get(await fresh(), 'Not A Name'), 404, 'template_not_found');
   });
 });
 
 describe('PUT /templates/{name}', () => {
   it('replaces the source as a new version; createdAt stays, updatedAt moves', async () => {
-    const key = fresh();
+    const key = await fresh();
     const first = await created(key, shipped());
     service.clock.advance(60_000);
     const res = await put(key, 'order-shipped', { ...shipped({ subject: 'Your order {{ orderNumber }} is on its way' }), name: undefined });
@@ -269,7 +269,7 @@ describe('PUT /templates/{name}', () => {
   });
 
   it('a layout keeps its kind when the body leaves kind out', async () => {
-    const key = fresh();
+    const key = await fresh();
     await created(key, brand());
     const res = await put(key, 'brand', { html: '<main>{{ content }}</main>' });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
@@ -277,19 +277,19 @@ describe('PUT /templates/{name}', () => {
   });
 
   it('an unknown name is 404 template_not_found', async () => {
-    const res = await put(fresh(), 'order-shipped', shipped());
+    const res = await put(await fresh(), 'order-shipped', shipped());
     expectError(res, 404, 'template_not_found', notFound('order-shipped'));
     expectDocumented(res);
   });
 
   it('a built-in is 409 conflict: read-only', async () => {
-    const res = await put(fresh(), 'receipt', { subject: 'Mine', text: 'Hello' });
+    const res = await put(await fresh(), 'receipt', { subject: 'Mine', text: 'Hello' });
     expectError(res, 409, 'conflict', /receipt is a built-in template and cannot be changed/);
     expectDocumented(res);
   });
 
   it('a kind change, a name other than the path, or a bad source is refused and the version stays', async () => {
-    const key = fresh();
+    const key = await fresh();
     await created(key, shipped());
     await created(key, brand());
     const kind = await put(key, 'order-shipped', { ...brand(), name: undefined });
@@ -310,7 +310,7 @@ describe('PUT /templates/{name}', () => {
 
 describe('PUT of a layout is checked against the templates that use it', () => {
   it('a change that would break a template using the layout is 422 invalid_template naming it; nothing is saved', async () => {
-    const key = fresh();
+    const key = await fresh();
     const layout = { name: 'frame', kind: 'layout', html: '<div>{{ content }}</div>' };
     await created(key, layout);
     // A long list: fine without CSS, past the 1,000 elements whose CSS can be inlined once the layout brings a <style>.
@@ -327,7 +327,7 @@ describe('PUT of a layout is checked against the templates that use it', () => {
 
 describe('DELETE /templates/{name}', () => {
   it('deletes the template and its versions; the name can be used again from version 1', async () => {
-    const key = fresh();
+    const key = await fresh();
     await created(key, shipped());
     expect((await put(key, 'order-shipped', shipped())).body.version).toBe(2);
     const res = await del(key, 'order-shipped');
@@ -341,13 +341,13 @@ describe('DELETE /templates/{name}', () => {
   });
 
   it('a built-in is 409 conflict', async () => {
-    const res = await del(fresh(), 'welcome');
+    const res = await del(await fresh(), 'welcome');
     expectError(res, 409, 'conflict', 'welcome is a built-in template and cannot be deleted.');
     expectDocumented(res);
   });
 
   it('a layout that templates name is 409 template_in_use, naming them; once none does, it goes', async () => {
-    const key = fresh();
+    const key = await fresh();
     await created(key, brand());
     await created(key, shipped({ layout: 'brand' }));
     await created(key, { name: 'welcome-back', subject: 'Welcome back', text: 'Hello', layout: 'brand' });
@@ -362,7 +362,7 @@ describe('DELETE /templates/{name}', () => {
   });
 
   it("a layout that a sub-account's template names is 409 template_in_use for the parent", async () => {
-    const key = fresh();
+    const key = await fresh();
     const sub = await service.api('POST', '/accounts', { key, body: { name: 'Layout user' } });
     expect(sub.status).toBe(201);
     await created(key, brand());
@@ -375,7 +375,7 @@ describe('DELETE /templates/{name}', () => {
   });
 
   it('an unknown name is 404 template_not_found', async () => {
-    const res = await del(fresh(), 'order-shipped');
+    const res = await del(await fresh(), 'order-shipped');
     expectError(res, 404, 'template_not_found', notFound('order-shipped'));
     expectDocumented(res);
   });
@@ -383,7 +383,7 @@ describe('DELETE /templates/{name}', () => {
 
 describe('GET /templates/{name}/versions', () => {
   it('the kept versions, newest first, each with its source', async () => {
-    const key = fresh();
+    const key = await fresh();
     await created(key, shipped());
     service.clock.advance(1000);
     await put(key, 'order-shipped', shipped({ subject: 'Second' }));
@@ -410,7 +410,7 @@ describe('GET /templates/{name}/versions', () => {
   });
 
   it('a built-in has none; an unknown name is 404 template_not_found', async () => {
-    const key = fresh();
+    const key = await fresh();
     const builtIn = await versions(key, 'receipt');
     expect(builtIn.status).toBe(200);
     expect(builtIn.body).toEqual({ data: [], nextCursor: null });
@@ -420,7 +420,7 @@ describe('GET /templates/{name}/versions', () => {
   });
 
   it('pages by limit and cursor; a cursor of another template, list or account is 422 invalid_request', async () => {
-    const key = fresh();
+    const key = await fresh();
     await created(key, shipped());
     await created(key, brand());
     for (let i = 0; i < 4; i++) await put(key, 'order-shipped', shipped({ subject: `v${i + 2}` }));
@@ -441,7 +441,7 @@ describe('GET /templates/{name}/versions', () => {
     expectError(await versions(key, 'order-shipped', `?cursor=${encodeURIComponent(page.body.nextCursor)}`), 422, 'invalid_request', /^cursor: /);
     expectError(await list(key, `?cursor=${cursor}`), 422, 'invalid_request', /^cursor: /);
     // The same name on another account: its cursor is not this one's.
-    const other = fresh('Other versions');
+    const other = await fresh('Other versions');
     await created(other, shipped());
     expectError(await versions(other, 'order-shipped', `?cursor=${cursor}`), 422, 'invalid_request', /^cursor: /);
     expectError(await versions(key, 'order-shipped', '?cursor=bm90LWEtY3Vyc29y'), 422, 'invalid_request', /^cursor: /);
@@ -449,7 +449,7 @@ describe('GET /templates/{name}/versions', () => {
   });
 
   it('keeps the newest 50 versions; version numbers keep counting', async () => {
-    const key = fresh('Fifty versions');
+    const key = await fresh('Fifty versions');
     await created(key, shipped());
     for (let i = 2; i <= 52; i++) {
       const res = await put(key, 'order-shipped', shipped({ subject: `Version ${i}` }));
@@ -470,7 +470,7 @@ describe('GET /templates', () => {
   const BUILT_INS = ['magic-link', 'notification', 'password-reset', 'receipt', 'verify-email', 'welcome'];
 
   it("lists the built-ins and the account's own, sorted by name, each marked", async () => {
-    const key = fresh();
+    const key = await fresh();
     await created(key, brand());
     await created(key, shipped({ layout: 'brand' }));
     const res = await list(key);
@@ -484,7 +484,7 @@ describe('GET /templates', () => {
   });
 
   it('pages by name: limit, cursor, default 25; a cursor of another account or list is 422 invalid_request', async () => {
-    const key = fresh('Paged catalog');
+    const key = await fresh('Paged catalog');
     for (let i = 0; i < 30; i++) await created(key, { name: `n-${String(i).padStart(2, '0')}`, subject: 'Hi', text: 'Hello' });
     const all = [...BUILT_INS, ...Array.from({ length: 30 }, (_, i) => `n-${String(i).padStart(2, '0')}`)].sort();
     const firstDefault = await list(key);
@@ -504,7 +504,7 @@ describe('GET /templates', () => {
     expect(seen).toEqual(all);
 
     const page = await list(key, '?limit=5');
-    const other = fresh('Other catalog');
+    const other = await fresh('Other catalog');
     const foreign = await list(other, `?cursor=${encodeURIComponent(page.body.nextCursor)}`);
     expectError(foreign, 422, 'invalid_request', /^cursor: /);
     expectDocumented(foreign);
@@ -515,7 +515,7 @@ describe('GET /templates', () => {
 
 describe('POST /templates/{name}/render', () => {
   it('renders a saved template in its layout with the variables, escaped in html, sending nothing', async () => {
-    const { account, key } = service.newAccount({ name: 'Render own' });
+    const { account, key } = await service.newAccount({ name: 'Render own' });
     await created(key, brand());
     await created(key, shipped({ layout: 'brand' }));
     const res = await render(key, 'order-shipped', { ...shippedVars, firstName: '<script>x</script>' });
@@ -530,11 +530,11 @@ describe('POST /templates/{name}/render', () => {
     // No text part given: one is made from the html.
     expect(res.body.text).toContain('1042');
     expect(res.body.text).not.toContain('<b>');
-    expect(emailRows(service, account.id)).toEqual([]);
+    expect(await emailRows(service, account.id)).toEqual([]);
   });
 
   it('refuses variables as a send would: undeclared, a missing required one, a link that is not http(s)', async () => {
-    const key = fresh();
+    const key = await fresh();
     await created(key, shipped());
     const cases: [Body, RegExp][] = [
       [{ ...shippedVars, coupon: 'X' }, /^coupon: /],
@@ -550,13 +550,13 @@ describe('POST /templates/{name}/render', () => {
   });
 
   it('an unknown name is 404 template_not_found', async () => {
-    const res = await render(fresh(), 'order-shipped', shippedVars);
+    const res = await render(await fresh(), 'order-shipped', shippedVars);
     expectError(res, 404, 'template_not_found', notFound('order-shipped'));
     expectDocumented(res);
   });
 
   it('renders an unsaved source with sample variables, storing nothing', async () => {
-    const key = fresh();
+    const key = await fresh();
     await created(key, brand());
     const { name: _name, ...source } = shipped({ layout: 'brand', subject: 'Preview {{ orderNumber }}' });
     const res = await render(key, 'order-shipped', { source, variables: shippedVars });
@@ -576,7 +576,7 @@ describe('POST /templates/{name}/render', () => {
   });
 
   it('an unsaved source is checked as a save checks it', async () => {
-    const key = fresh();
+    const key = await fresh();
     const { name: _name, ...source } = shipped();
     const broken = await render(key, 'order-shipped', { source: { ...source, html: '<p>{{ orderNumber </p>' }, variables: shippedVars });
     expectError(broken, 422, 'invalid_template', /^html: /);
@@ -611,9 +611,9 @@ describe('scopes: templates:read reads, templates:write writes, emails:send list
   };
 
   it.each(['templates:read', 'templates:write', 'emails:send', 'emails:read'] as Scope[])('a key holding only %s', async (scope) => {
-    const { account, key: owner } = service.newAccount({ name: `Scope ${scope}` });
+    const { account, key: owner } = await service.newAccount({ name: `Scope ${scope}` });
     await created(owner, shipped());
-    const key = service.newKey(account.id, [scope]);
+    const key = await service.newKey(account.id, [scope]);
     for (const [label, call, ok] of calls('order-shipped')) {
       const res = await call(key);
       expectDocumented(res);
@@ -629,9 +629,9 @@ describe('scopes: templates:read reads, templates:write writes, emails:send list
 
 describe("tenancy: another account's template answers exactly like one that does not exist", () => {
   it('GET, PUT, DELETE, versions and render are 404 template_not_found with the same message; it stays untouched', async () => {
-    const owner = fresh('Owner');
+    const owner = await fresh('Owner');
     await created(owner, shipped());
-    const other = fresh('Stranger');
+    const other = await fresh('Stranger');
     const pairs: [string, (name: string) => Promise<ApiResponse>][] = [
       ['GET', (n) => get(other, n)],
       ['PUT', (n) => put(other, n, shipped({ name: undefined }))],
@@ -654,7 +654,7 @@ describe("tenancy: another account's template answers exactly like one that does
   });
 
   it("another account's template cannot be sent, nor named as a layout: 422 invalid_request as for no template at all", async () => {
-    const owner = fresh('Owner of a layout');
+    const owner = await fresh('Owner of a layout');
     await created(owner, brand());
     await created(owner, shipped());
     const stranger = await newSender(service, { name: 'Stranger sender' });
@@ -709,7 +709,7 @@ describe("sub-accounts: their own, then the parent's, then the built-ins", () =>
   });
 
   it("a name that is neither its own nor its parent's is 404 for a sub-account too; a sibling's stays hidden", async () => {
-    const key = fresh('Family');
+    const key = await fresh('Family');
     const a = await service.api('POST', '/accounts', { key, body: { name: 'Sibling A' } });
     const b = await service.api('POST', '/accounts', { key, body: { name: 'Sibling B' } });
     await created(key, shipped(), a.body.id);
@@ -738,11 +738,11 @@ describe('POST /emails with an own template', () => {
     expect(sandboxed.status, JSON.stringify(sandboxed.body)).toBe(200);
     const logged = await service.api('GET', `/emails/${sandboxed.body.id}`, { key: sender.key });
     expect(logged.body).toMatchObject({ subject: 'Order 1042 has shipped', template: 'order-shipped', status: 'sandboxed' });
-    expect(emailRows(service, sender.account.id).find((r) => r.id === sandboxed.body.id)?.templateVersion).toBe(1);
+    expect((await emailRows(service, sender.account.id)).find((r) => r.id === sandboxed.body.id)?.templateVersion).toBe(1);
 
     const sent = await send({ name: 'order-shipped', ...shippedVars, firstName: 'Ann & Bob' });
     expect(sent.status, JSON.stringify(sent.body)).toBe(200);
-    const message = queued(service, sent.body.id).message!;
+    const message = (await queued(service, sent.body.id)).message!;
     expect(message.subject).toBe('Order 1042 has shipped');
     expect(message.html).toContain('Acme Shop');
     expect(message.html).toContain('Ann &amp; Bob');
@@ -755,7 +755,7 @@ describe('POST /emails with an own template', () => {
     expect((await put(sender.key, 'order-shipped', shipped({ name: undefined, layout: 'brand', subject: 'Shipped: {{ orderNumber }}' }))).status).toBe(200);
     const next = await send({ name: 'order-shipped', ...shippedVars }, { sandbox: true });
     expect((await service.api('GET', `/emails/${next.body.id}`, { key: sender.key })).body.subject).toBe('Shipped: 1042');
-    expect(emailRows(service, sender.account.id).find((r) => r.id === next.body.id)?.templateVersion).toBe(2);
+    expect((await emailRows(service, sender.account.id)).find((r) => r.id === next.body.id)?.templateVersion).toBe(2);
   });
 
   it.each([
@@ -764,11 +764,11 @@ describe('POST /emails with an own template', () => {
     ['a url that is not http(s)', { ...shippedVars, trackingUrl: 'javascript:alert(1)' }, /^template\.trackingUrl: must be an http or https URL$/],
     ['a value that is not a string', { ...shippedVars, orderNumber: 1042 }, /^template\.orderNumber: must be a string$/],
   ])('%s is 422 invalid_request naming template.<variable>, nothing logged', async (_label, vars, message) => {
-    const before = emailRows(service, sender.account.id).length;
+    const before = (await emailRows(service, sender.account.id)).length;
     const res = await send({ name: 'order-shipped', ...vars }, { sandbox: true });
     expectError(res, 422, 'invalid_request', message);
     expectDocumented(res);
-    expect(emailRows(service, sender.account.id)).toHaveLength(before);
+    expect(await emailRows(service, sender.account.id)).toHaveLength(before);
   });
 
   it('a layout is not a template a send can name', async () => {

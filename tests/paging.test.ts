@@ -5,6 +5,7 @@ import { settings } from '../db/schema/index.js';
 import { ApiError } from '../server/shared/errors.js';
 import { LISTS, readPage, toPage, type ListDef } from '../server/api/http/paging.js';
 import { startService, type TestService } from './helpers/service.js';
+import { one } from '../db/sql.js';
 
 /**
  * Keyset paging against docs/api/contract.md (Endpoints, list conventions): `limit` 1 to 100, default 25; `nextCursor` passed back
@@ -84,7 +85,7 @@ const chunk = <T>(xs: T[], size: number): T[][] => Array.from({ length: Math.cei
 
 describe('GET /accounts: a keyset walk', () => {
   it('over 60 sub-accounts with limit 7 while more are created between fetches: each of the 60 once, in place, none of the new ones', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const originals = await createSubs(key, 60, 'Original');
     const newestFirst = [...originals].reverse();
     const added: string[] = [];
@@ -112,7 +113,7 @@ describe('GET /accounts: a keyset walk', () => {
   });
 
   it('a list of exactly two full pages: the second page is the last, with nextCursor null, and no empty third page', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const ids = (await createSubs(key, 14, 'Sub')).reverse();
     const pages = await walk('/accounts', key, 7);
     expect(pages.map((p) => p.data.map((a) => a.id))).toEqual([ids.slice(0, 7), ids.slice(7)]);
@@ -120,7 +121,7 @@ describe('GET /accounts: a keyset walk', () => {
   });
 
   it('keeps going when the row under the cursor is deleted mid-walk: the rest follows, nothing repeated', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const ids = (await createSubs(key, 12, 'Sub')).reverse();
     const first = await fetchPage('/accounts', key, 5, null);
     expect(first.data.map((a) => a.id)).toEqual(ids.slice(0, 5));
@@ -132,7 +133,7 @@ describe('GET /accounts: a keyset walk', () => {
   });
 
   it('the default page is 25; limit 100 takes up to 100', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const ids = (await createSubs(key, 30, 'Sub')).reverse();
     const byDefault = await fetchPage('/accounts', key, null, null);
     expect(byDefault.data.map((a) => a.id)).toEqual(ids.slice(0, 25));
@@ -145,7 +146,7 @@ describe('GET /accounts: a keyset walk', () => {
   });
 
   it('limit 1 walks one row at a time', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const ids = (await createSubs(key, 3, 'Sub')).reverse();
     const pages = await walk('/accounts', key, 1);
     expect(pages.map((p) => p.data.map((a) => a.id))).toEqual(ids.map((id) => [id]));
@@ -154,7 +155,7 @@ describe('GET /accounts: a keyset walk', () => {
 
 describe('GET /keys: a keyset walk', () => {
   it('over 41 keys with limit 7 while keys are minted and revoked between fetches: each once, in place, revoked ones included', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const operatorKeyId = (await fetchPage('/keys', key, 1, null)).data[0]!.id;
     const minted: string[] = [];
     for (let i = 0; i < 40; i++) {
@@ -200,9 +201,9 @@ const unsigned = (l: string, a: string, k: string) => Buffer.from(JSON.stringify
 
 describe("cursors are signed by the server: a made-up or altered one is refused with the list's own error", () => {
   it("GET /accounts: a cursor of this list and account pointing at another account's sub-account is 422 invalid_request", async () => {
-    const { account, key } = service.newAccount();
+    const { account, key } = await service.newAccount();
     const mine = (await createSubs(key, 3, 'Mine')).reverse();
-    const other = service.newAccount();
+    const other = await service.newAccount();
     const theirs = await createSub(other.key, 'Theirs');
 
     const first = await fetchPage('/accounts', key, 1, null);
@@ -224,7 +225,7 @@ describe("cursors are signed by the server: a made-up or altered one is refused 
   });
 
   it('GET /suppressions: an altered cursor is 422 invalid_cursor', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     for (const address of ['a@example.net', 'b@example.net', 'c@example.net']) {
       expect((await service.api('POST', '/suppressions', { key, body: { address } })).status).toBe(201);
       service.clock.advance(1);
@@ -238,17 +239,17 @@ describe("cursors are signed by the server: a made-up or altered one is refused 
     expect(res.body.error.code).toBe('invalid_cursor');
   });
 
-  it('the key is made once, kept in settings, and signs alike for another connection to the same database', () => {
+  it('the key is made once, kept in settings, and signs alike for another connection to the same database', async () => {
     const accountId = '01a00000-0000-7000-8000-0000000000aa';
     const rows = [{ id: '01a00000-0000-7000-8000-000000000002' }, { id: '01a00000-0000-7000-8000-000000000001' }];
-    const { nextCursor } = toPage(service.deps.db, LISTS.keys, accountId, { limit: 1, after: null }, rows);
+    const { nextCursor } = await toPage(service.deps.db, LISTS.keys, accountId, { limit: 1, after: null }, rows);
     expect(nextCursor).toEqual(expect.any(String));
-    const stored = service.deps.db.select().from(settings).where(eq(settings.key, 'cursor_hmac_key')).get();
+    const stored = await one(service.deps.db.select().from(settings).where(eq(settings.key, 'cursor_hmac_key')));
     expect(stored?.value).toMatch(/^[0-9a-f]{64}$/);
     const second = openDatabase(service.dataDir);
     try {
-      expect(readPage(second.db, LISTS.keys, accountId, { cursor: nextCursor! })).toEqual({ limit: 25, after: rows[0]!.id });
-      expect(second.db.select().from(settings).where(eq(settings.key, 'cursor_hmac_key')).get()).toEqual(stored);
+      expect(await readPage(second.db, LISTS.keys, accountId, { cursor: nextCursor! })).toEqual({ limit: 25, after: rows[0]!.id });
+      expect(await one(second.db.select().from(settings).where(eq(settings.key, 'cursor_hmac_key')))).toEqual(stored);
     } finally {
       second.close();
     }
@@ -260,9 +261,9 @@ describe('readPage on the webhook lists: a bad limit or cursor is 400 invalid_re
   const lastId = '01a00000-0000-7000-8000-000000000003';
   const rows = [{ id: lastId }, { id: '01a00000-0000-7000-8000-000000000004' }];
 
-  function refusal(list: ListDef, query: { limit?: string; cursor?: string }): ApiError {
+  async function refusal(list: ListDef, query: { limit?: string; cursor?: string }): Promise<ApiError> {
     try {
-      readPage(service.deps.db, list, accountId, query);
+      await readPage(service.deps.db, list, accountId, query);
     } catch (err) {
       expect(err).toBeInstanceOf(ApiError);
       return err as ApiError;
@@ -273,25 +274,25 @@ describe('readPage on the webhook lists: a bad limit or cursor is 400 invalid_re
   it.each([
     ['webhooks', LISTS.webhooks],
     ['webhook deliveries', LISTS.webhookDeliveries],
-  ])('%s', (_label, list) => {
+  ])('%s', async (_label, list) => {
     for (const limit of ['0', '101', 'abc', '-1', '2.5', '']) {
-      const err = refusal(list, { limit });
+      const err = await refusal(list, { limit });
       expect([err.status, err.code], limit).toEqual([400, 'invalid_request']);
       expect(err.message).toMatch(/\blimit\b/);
     }
-    const own = toPage(service.deps.db, list, accountId, { limit: 1, after: null }, rows).nextCursor!;
-    expect(readPage(service.deps.db, list, accountId, { limit: '10', cursor: own })).toEqual({ limit: 10, after: lastId });
+    const own = (await toPage(service.deps.db, list, accountId, { limit: 1, after: null }, rows)).nextCursor!;
+    expect(await readPage(service.deps.db, list, accountId, { limit: '10', cursor: own })).toEqual({ limit: 10, after: lastId });
     const otherList = list === LISTS.webhooks ? LISTS.webhookDeliveries : LISTS.webhooks;
     const cursors = [
       'not-a-cursor',
       '',
       unsigned(list.name, accountId, lastId),
       withForgedKey(own, '01a00000-0000-7000-8000-000000000009'),
-      toPage(service.deps.db, otherList, accountId, { limit: 1, after: null }, rows).nextCursor!,
-      toPage(service.deps.db, list, '01a00000-0000-7000-8000-0000000000cc', { limit: 1, after: null }, rows).nextCursor!,
+      (await toPage(service.deps.db, otherList, accountId, { limit: 1, after: null }, rows)).nextCursor!,
+      (await toPage(service.deps.db, list, '01a00000-0000-7000-8000-0000000000cc', { limit: 1, after: null }, rows)).nextCursor!,
     ];
     for (const cursor of cursors) {
-      const err = refusal(list, { cursor });
+      const err = await refusal(list, { cursor });
       expect([err.status, err.code], cursor).toEqual([400, 'invalid_request']);
       expect(err.message).toMatch(/\bcursor\b/);
     }

@@ -68,13 +68,8 @@ afterEach(() => {
 });
 
 type ProbeRow = typeof probe.$inferSelect;
-const put = (...rows: ProbeRow[]) => store.db.insert(probe).values(rows).run();
-const row = (id: string) =>
-  store.db
-    .select()
-    .from(probe)
-    .all()
-    .find((r) => r.id === id);
+const put = async (...rows: ProbeRow[]) => await store.db.insert(probe).values(rows);
+const row = async (id: string) => (await store.db.select().from(probe)).find((r) => r.id === id);
 const free = (id: string, status = 'queued'): ProbeRow => ({ id, status, lockedBy: null, lockedUntil: null });
 const held = (id: string, by: string, until: number, status = 'queued'): ProbeRow => ({ id, status, lockedBy: by, lockedUntil: until });
 
@@ -87,50 +82,50 @@ describe('the lease operations over a table', () => {
     { name: 'a row under a live lease', row: held('r', 'other', NOW + 1), leased: false },
     { name: 'a row the queue’s condition leaves out', row: free('r', 'sent'), leased: false },
   ];
-  it.each(cases)('lease: $name is leased: $leased', ({ row: r, leased }) => {
-    put(r);
-    const got = leases.lease(store.db, 'me', ['r'], NOW + 500, NOW, { status: 'queued' });
+  it.each(cases)('lease: $name is leased: $leased', async ({ row: r, leased }) => {
+    await put(r);
+    const got = await leases.lease(store.db, 'me', ['r'], NOW + 500, NOW, { status: 'queued' });
     expect(got.map((g) => g.id)).toEqual(leased ? ['r'] : []);
-    expect(row('r')).toEqual(leased ? { ...r, lockedBy: 'me', lockedUntil: NOW + 500 } : r);
+    expect(await row('r')).toEqual(leased ? { ...r, lockedBy: 'me', lockedUntil: NOW + 500 } : r);
   });
 
-  it('leases only the ids asked for, and returns the rows as the table maps them', () => {
-    put(free('a'), free('b'), free('c'));
-    expect(leases.lease(store.db, 'me', ['a', 'c', 'missing'], 10, 0, { status: 'queued' }).sort((x, y) => (x.id < y.id ? -1 : 1))).toEqual([
+  it('leases only the ids asked for, and returns the rows as the table maps them', async () => {
+    await put(free('a'), free('b'), free('c'));
+    expect((await leases.lease(store.db, 'me', ['a', 'c', 'missing'], 10, 0, { status: 'queued' })).sort((x, y) => (x.id < y.id ? -1 : 1))).toEqual([
       held('a', 'me', 10),
       held('c', 'me', 10),
     ]);
-    expect(row('b')).toEqual(free('b'));
-    expect(leases.lease(store.db, 'me', [], 10, 0, { status: 'queued' })).toEqual([]);
+    expect(await row('b')).toEqual(free('b'));
+    expect(await leases.lease(store.db, 'me', [], 10, 0, { status: 'queued' })).toEqual([]);
   });
 
-  it('renews, checks and releases only what the worker holds', () => {
-    put(held('a', 'me', 10), held('b', 'me', 10), held('c', 'other', 10));
-    leases.renew(store.db, 'me', ['a', 'c'], 99);
-    expect([row('a')!.lockedUntil, row('b')!.lockedUntil, row('c')!.lockedUntil]).toEqual([99, 10, 10]);
-    expect(['a', 'c', 'missing'].map((id) => leases.stillHeld(store.db, 'me', id))).toEqual([true, false, false]);
-    expect(leases.release(store.db, 'me', ['a', 'c'])).toBe(1);
-    expect([row('a'), row('c')]).toEqual([free('a'), held('c', 'other', 10)]);
-    expect(leases.release(store.db, 'me', [])).toBe(0);
-    expect(leases.release(store.db, 'me')).toBe(1);
-    expect(row('b')).toEqual(free('b'));
-    expect(row('c')).toEqual(held('c', 'other', 10));
+  it('renews, checks and releases only what the worker holds', async () => {
+    await put(held('a', 'me', 10), held('b', 'me', 10), held('c', 'other', 10));
+    await leases.renew(store.db, 'me', ['a', 'c'], 99);
+    expect([(await row('a'))!.lockedUntil, (await row('b'))!.lockedUntil, (await row('c'))!.lockedUntil]).toEqual([99, 10, 10]);
+    expect(await Promise.all(['a', 'c', 'missing'].map((id) => leases.stillHeld(store.db, 'me', id)))).toEqual([true, false, false]);
+    expect(await leases.release(store.db, 'me', ['a', 'c'])).toBe(1);
+    expect([await row('a'), await row('c')]).toEqual([free('a'), held('c', 'other', 10)]);
+    expect(await leases.release(store.db, 'me', [])).toBe(0);
+    expect(await leases.release(store.db, 'me')).toBe(1);
+    expect(await row('b')).toEqual(free('b'));
+    expect(await row('c')).toEqual(held('c', 'other', 10));
   });
 
-  it('at start, releases the leases of dead holders on this host and caps the others', () => {
+  it('at start, releases the leases of dead holders on this host and caps the others', async () => {
     const me = `${hostname()}:${process.pid}:self`;
     const holders = {
       earlierRun: `${hostname()}:${process.pid}:earlier`, // an earlier run under this very pid: dead
       live: `${hostname()}:${process.ppid}:alive`, // a process that still runs
       elsewhere: 'another-host:1:x', // another host's process may still run
     };
-    put(held('a', holders.earlierRun, 50), held('b', holders.live, 50), held('c', holders.elsewhere, 5_000), held('d', me, 5_000));
-    expect(leases.releaseDead(store.db, me)).toBe(1);
-    expect(row('a')).toEqual(free('a'));
-    expect(row('b')).toEqual(held('b', holders.live, 50));
+    await put(held('a', holders.earlierRun, 50), held('b', holders.live, 50), held('c', holders.elsewhere, 5_000), held('d', me, 5_000));
+    expect(await leases.releaseDead(store.db, me)).toBe(1);
+    expect(await row('a')).toEqual(free('a'));
+    expect(await row('b')).toEqual(held('b', holders.live, 50));
     // A foreign lease past one term from now is cut to it; this worker's own and one within the term are left alone.
-    expect(leases.capForeign(store.db, me, 1_000, 1_000)).toBe(1);
-    expect([row('b')!.lockedUntil, row('c')!.lockedUntil, row('d')!.lockedUntil]).toEqual([50, 2_000, 5_000]);
+    expect(await leases.capForeign(store.db, me, 1_000, 1_000)).toBe(1);
+    expect([(await row('b'))!.lockedUntil, (await row('c'))!.lockedUntil, (await row('d'))!.lockedUntil]).toEqual([50, 2_000, 5_000]);
   });
 });
 
@@ -141,7 +136,7 @@ describe('the wake after a durable commit', () => {
     const heard: string[] = [];
     const off = onQueueMarked(store.db, 'webhooks', () => heard.push('webhooks'));
     onQueueMarked(store.db, 'recipients', () => heard.push('recipients'));
-    store.db.transaction(() => {
+    await store.db.transaction(async () => {
       markQueued(store.db, 'webhooks');
       markQueued(store.db, 'webhooks');
       markQueued(store.db, 'recipients');
@@ -186,7 +181,7 @@ describe('the runner', () => {
     let finish: () => void = () => undefined;
     const runner = createRunner({
       intervalMs: 60_000,
-      tick: () => {
+      tick: async () => {
         passes++;
         return false;
       },
@@ -196,7 +191,7 @@ describe('the runner', () => {
       wake: { db: store.db, queue: 'recipients' },
       stopGraceMs: 50,
     });
-    runner.start();
+    await runner.start();
     await expect.poll(() => passes).toBe(1);
     markQueued(store.db, 'recipients');
     await expect.poll(() => passes).toBe(2);
@@ -227,7 +222,7 @@ describe('a queue worker: what it claims and what one attempt is', () => {
       onError: (err) => {
         throw err;
       },
-      claim: (room) => {
+      claim: async (room) => {
         rooms.push(room);
         return room <= 0 ? [] : due.splice(0, room);
       },

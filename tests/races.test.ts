@@ -22,6 +22,7 @@ import { newSender, newSubSender, receipt } from './helpers/sending.js';
 import { type TestService, startService } from './helpers/service.js';
 import { SmtpSink } from './helpers/smtp-sink.js';
 import { sendInHalves } from './helpers/split-body.js';
+import { one } from '../db/sql.js';
 
 /**
  * Interleavings, each forced deterministically (a held signing build, a request body split in two, a half-sent DATA,
@@ -89,7 +90,7 @@ async function until(cond: () => boolean, timeoutMs = 10_000): Promise<void> {
 describe('dashboard: a session ended while a POST form was still arriving', () => {
   it('an admin-token reset (every session ends) before the form body is in: the action does not run, the request goes to sign-in', async () => {
     const client = await dashboardClient(service);
-    const { account } = service.newAccount({ name: 'Grantee', credits: 5 });
+    const { account } = await service.newAccount({ name: 'Grantee', credits: 5 });
     const form = new URLSearchParams({ _csrf: client.csrf, amount: '1000' }).toString();
     const res = await sendInHalves(
       service.url,
@@ -99,13 +100,13 @@ describe('dashboard: a session ended while a POST form was still arriving', () =
         headers: { 'content-type': 'application/x-www-form-urlencoded', cookie: client.cookie, origin: service.url },
         body: form,
       },
-      () => {
+      async () => {
         // What `npm run -s cli -- admin-token reset` does (docs/operating/dashboard.md: "signs every session out").
-        resetAdminToken(service.deps.db);
+        await resetAdminToken(service.deps.db);
       },
     );
     // The session was gone before the request was complete: it is refused as any request of an ended session is.
-    expect(findAccount(service.deps.db, account.id)!.creditsBalance).toBe(5);
+    expect((await findAccount(service.deps.db, account.id))!.creditsBalance).toBe(5);
     expect(String(res.headers.location ?? '')).toMatch(/^\/dashboard\/sign-in/);
   });
 });
@@ -169,26 +170,23 @@ Diagnostic-Code: smtp; 550 5.1.1 <${recipient}>: User unknown
 
   it('is dated when it is recorded: a consumer following the recipe of docs/api/behaviour.md (since=<last seen occurredAt>) sees it', async () => {
     const sender = await newSender(service);
-    const sentEmail = (to: string) => {
+    const sentEmail = async (to: string) => {
       const id = newId(service.clock.now());
-      service.deps.db
-        .insert(emails)
-        .values({
-          id,
-          accountId: sender.account.id,
-          fromAddress: sender.from,
-          to: [to],
-          subject: 's',
-          template: 'receipt',
-          status: 'sent',
-          sandbox: false,
-          createdAt: service.clock.now(),
-        })
-        .run();
+      await service.deps.db.insert(emails).values({
+        id,
+        accountId: sender.account.id,
+        fromAddress: sender.from,
+        to: [to],
+        subject: 's',
+        template: 'receipt',
+        status: 'sent',
+        sandbox: false,
+        createdAt: service.clock.now(),
+      });
       return id;
     };
-    const slow = sentEmail('slow@example.net');
-    const fast = sentEmail('fast@example.net');
+    const slow = await sentEmail('slow@example.net');
+    const fast = await sentEmail('fast@example.net');
 
     // A slow client starts sending the first bounce (a large DSN, a slow link)...
     const { client: a } = await RawSmtp.connect(inboundPort);
@@ -237,19 +235,25 @@ describe('POST /database/test: the database deleted while the test connected', (
   });
 
   it('answers 404 database_not_connected, never a fresh "connected" status of a database that is gone', async () => {
-    const { account, key } = service.newAccount();
+    const { account, key } = await service.newAccount();
     const res = await service.api('POST', '/database', { key, body: { url: pgServer.url('db.pg.test') } });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    const ctx: RequestContext = { keyId: 'k', keyAccount: account, scopes: SCOPES, account: findAccount(service.deps.db, account.id)!, viaHeader: false };
+    const ctx: RequestContext = {
+      keyId: 'k',
+      keyAccount: account,
+      scopes: SCOPES,
+      account: (await findAccount(service.deps.db, account.id))!,
+      viaHeader: false,
+    };
     const pending = testDatabase({ deps: service.deps, ctx });
     // DELETE /database lands while the test is connecting (the webhook ping's sibling: 404 once deleted meanwhile).
-    deleteDatabase({ deps: service.deps, ctx });
+    await deleteDatabase({ deps: service.deps, ctx });
     const outcome = await pending.then(
       (status) => ({ ok: true as const, status }),
       (err: { code?: string }) => ({ ok: false as const, code: err.code }),
     );
     expect((await service.api('GET', '/database', { key })).body.connected).toBe(false);
     expect(outcome).toEqual({ ok: false, code: 'database_not_connected' });
-    expect(service.deps.db.select().from(accounts).where(eq(accounts.id, account.id)).get()).toBeDefined();
+    expect(await one(service.deps.db.select().from(accounts).where(eq(accounts.id, account.id)))).toBeDefined();
   });
 });

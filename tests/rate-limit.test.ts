@@ -52,14 +52,14 @@ describe('the API with the default limits (60 per key, 600 per account)', () => 
   });
 
   it('60 requests from one key pass; the 61st is 429 rate_limited with Retry-After', async () => {
-    const { key } = service.newAccount({ name: 'Per key' });
+    const { key } = await service.newAccount({ name: 'Per key' });
     await spend(service, key, 60);
     const refused = await service.api('GET', '/account', { key });
     expect(expectRateLimited(refused)).toBe(60);
   });
 
   it('Retry-After counts down to when the oldest request leaves the window', async () => {
-    const { key } = service.newAccount({ name: 'Countdown' });
+    const { key } = await service.newAccount({ name: 'Countdown' });
     await spend(service, key, 1);
     service.clock.advance(20_000);
     await spend(service, key, 59);
@@ -74,7 +74,7 @@ describe('the API with the default limits (60 per key, 600 per account)', () => 
   });
 
   it('after 60 seconds the key works again, for a full 60 more', async () => {
-    const { key } = service.newAccount({ name: 'Window' });
+    const { key } = await service.newAccount({ name: 'Window' });
     await spend(service, key, 60);
     expectRateLimited(await service.api('GET', '/account', { key }));
     service.clock.advance(MINUTE - 1);
@@ -85,7 +85,7 @@ describe('the API with the default limits (60 per key, 600 per account)', () => 
   });
 
   it('measures the window on the monotonic clock: a wall clock stepped back an hour does not shut the key out for an hour', async () => {
-    const { key } = service.newAccount({ name: 'Clock step back' });
+    const { key } = await service.newAccount({ name: 'Clock step back' });
     await spend(service, key, 60);
     service.clock.stepWall(-3_600_000);
     // The refusal still counts down from the requests' own minute, not from an hour and a minute.
@@ -96,7 +96,7 @@ describe('the API with the default limits (60 per key, 600 per account)', () => 
   });
 
   it('and a wall clock stepped forward an hour does not end the window early', async () => {
-    const { key } = service.newAccount({ name: 'Clock step forward' });
+    const { key } = await service.newAccount({ name: 'Clock step forward' });
     await spend(service, key, 60);
     service.clock.stepWall(3_600_000);
     expect(expectRateLimited(await service.api('GET', '/account', { key }))).toBe(60);
@@ -107,7 +107,7 @@ describe('the API with the default limits (60 per key, 600 per account)', () => 
   });
 
   it('all endpoints count together', async () => {
-    const { key } = service.newAccount({ name: 'Mixed' });
+    const { key } = await service.newAccount({ name: 'Mixed' });
     for (let i = 0; i < 30; i++) {
       expectOk(await service.api('GET', '/account', { key }));
       expectOk(await service.api('GET', '/keys', { key }));
@@ -119,7 +119,7 @@ describe('the API with the default limits (60 per key, 600 per account)', () => 
   });
 
   it('a refused request does not extend the window', async () => {
-    const { key } = service.newAccount({ name: 'No extension' });
+    const { key } = await service.newAccount({ name: 'No extension' });
     await spend(service, key, 60);
     for (let t = 0; t < 5; t++) {
       service.clock.advance(10_000);
@@ -131,8 +131,8 @@ describe('the API with the default limits (60 per key, 600 per account)', () => 
   });
 
   it('one key at its limit leaves the other keys of the account working', async () => {
-    const { account, key } = service.newAccount({ name: 'Two keys' });
-    const other = service.newKey(account.id);
+    const { account, key } = await service.newAccount({ name: 'Two keys' });
+    const other = await service.newKey(account.id);
     await spend(service, key, 60);
     expectRateLimited(await service.api('GET', '/account', { key }));
     await spend(service, other, 60);
@@ -140,16 +140,17 @@ describe('the API with the default limits (60 per key, 600 per account)', () => 
   });
 
   it('600 a minute across the account: the 601st is refused even from a fresh key, another account is unaffected', async () => {
-    const { account, key: first } = service.newAccount({ name: 'Busy account' });
-    const keys = [first, ...Array.from({ length: 10 }, () => service.newKey(account.id))];
+    const { account, key: first } = await service.newAccount({ name: 'Busy account' });
+    const keys = [first];
+    for (let i = 0; i < 10; i++) keys.push(await service.newKey(account.id));
     expect(keys).toHaveLength(11);
     // 600 spread over all 11 keys, none of them at its own limit of 60.
     for (let i = 0; i < 600; i++) expectOk(await service.api('GET', i % 2 ? '/account' : '/keys', { key: keys[i % 11]! }));
     for (const k of keys) expectRateLimited(await service.api('GET', '/account', { key: k }));
-    const fresh = service.newKey(account.id);
+    const fresh = await service.newKey(account.id);
     expect(expectRateLimited(await service.api('GET', '/account', { key: fresh }))).toBe(60);
 
-    const other = service.newAccount({ name: 'Quiet neighbour' });
+    const other = await service.newAccount({ name: 'Quiet neighbour' });
     await spend(service, other.key, 60);
 
     service.clock.advance(MINUTE);
@@ -157,7 +158,7 @@ describe('the API with the default limits (60 per key, 600 per account)', () => 
   });
 
   it('a sub-account acting through the header counts against the key and its account', async () => {
-    const { key } = service.newAccount({ name: 'Parent' });
+    const { key } = await service.newAccount({ name: 'Parent' });
     const sub = await service.api('POST', '/accounts', { key, body: { name: 'Child' } });
     expect(sub.status).toBe(201);
     for (let i = 0; i < 59; i++) expectOk(await service.api('GET', '/account', { key, account: sub.body.id }));
@@ -177,7 +178,7 @@ describe('a configured limit', () => {
   });
 
   it('RATE_LIMIT_PER_KEY=5: five pass, the sixth is refused', async () => {
-    const { key } = service.newAccount({ name: 'Small key limit' });
+    const { key } = await service.newAccount({ name: 'Small key limit' });
     await spend(service, key, 5);
     expectRateLimited(await service.api('GET', '/account', { key }));
     service.clock.advance(MINUTE);
@@ -185,11 +186,11 @@ describe('a configured limit', () => {
   });
 
   it('RATE_LIMIT_PER_ACCOUNT=8: eight across two keys pass, the ninth is refused', async () => {
-    const { account, key } = service.newAccount({ name: 'Small account limit' });
-    const other = service.newKey(account.id);
+    const { account, key } = await service.newAccount({ name: 'Small account limit' });
+    const other = await service.newKey(account.id);
     await spend(service, key, 4);
     await spend(service, other, 4);
-    expectRateLimited(await service.api('GET', '/account', { key: service.newKey(account.id) }));
+    expectRateLimited(await service.api('GET', '/account', { key: await service.newKey(account.id) }));
   });
 });
 
@@ -291,7 +292,7 @@ describe('every endpoint, with RATE_LIMIT_PER_KEY=3', () => {
   });
 
   it.each(ENDPOINTS.map((ep) => [label(ep), ep] as const))('%s: a key over its limit is 429 rate_limited with Retry-After', async (_label, ep) => {
-    const { key } = service.newAccount({ name: 'Over the limit' });
+    const { key } = await service.newAccount({ name: 'Over the limit' });
     await spend(service, key, LIMIT - 1);
     // The last request within the limit reaches the endpoint itself, whatever it answers there.
     expect((await call(ep, key)).status).not.toBe(429);
@@ -301,8 +302,8 @@ describe('every endpoint, with RATE_LIMIT_PER_KEY=3', () => {
 
   describe('when two checks fail at once, the earlier one answers (key 401, rate 429, scope 403, account header 404)', () => {
     it.each(ENDPOINTS.map((ep) => [label(ep), ep] as const))('%s', async (_label, ep) => {
-      const { account } = service.newAccount({ name: 'Check order' });
-      const other = service.newAccount({ name: 'Someone else' });
+      const { account } = await service.newAccount({ name: 'Check order' });
+      const other = await service.newAccount({ name: 'Someone else' });
       const foreignSub = await service.api('POST', '/accounts', { key: other.key, body: { name: 'Their sub' } });
       expect(foreignSub.status).toBe(201);
 
@@ -312,7 +313,7 @@ describe('every endpoint, with RATE_LIMIT_PER_KEY=3', () => {
       expect(unknownKey.body.error.code).toBe('invalid_key');
 
       // A key without the scope and an unknown or foreign account header: the scope answers.
-      const lacking = service.newKey(
+      const lacking = await service.newKey(
         account.id,
         SCOPES.filter((s) => s !== ep.scope && s !== ep.alsoScope),
       );
@@ -323,7 +324,7 @@ describe('every endpoint, with RATE_LIMIT_PER_KEY=3', () => {
       }
 
       // The same key at its limit: the rate limit answers, before the scope and the header.
-      const spent = service.newKey(
+      const spent = await service.newKey(
         account.id,
         SCOPES.filter((s) => s !== ep.scope && s !== ep.alsoScope),
       );

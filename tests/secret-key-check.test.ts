@@ -18,100 +18,86 @@ const B = Buffer.alloc(32, 2);
 let dir: string;
 let store: Store;
 
-beforeEach(() => {
+beforeEach(async () => {
   dir = mkdtempSync(join(tmpdir(), 'mailstead-key-check-'));
   store = openDatabase(dir);
-  store.db.insert(accounts).values({ id: 'acc-1', name: 'Acme', dailyQuota: 1000, createdAt: 1 }).run();
+  await store.db.insert(accounts).values({ id: 'acc-1', name: 'Acme', dailyQuota: 1000, createdAt: 1 });
 });
 afterEach(() => {
   store.close();
   rmSync(dir, { recursive: true, force: true });
 });
 
-const recorded = () =>
-  store.db
-    .select()
-    .from(settings)
-    .all()
-    .filter((r) => r.key === 'secret_key_check');
+const recorded = async () => (await store.db.select().from(settings)).filter((r) => r.key === 'secret_key_check');
 
 describe('checkSecretKey', () => {
-  it('first start: records the key; the same key again is ok, another is a mismatch', () => {
-    expect(checkSecretKey(store.db, A)).toEqual({ kind: 'ok' });
-    expect(recorded()).toHaveLength(1);
-    expect(recorded()[0]!.value).not.toContain('mailstead');
-    expect(checkSecretKey(store.db, A)).toEqual({ kind: 'ok' });
-    expect(checkSecretKey(store.db, B)).toEqual({ kind: 'mismatch', what: 'the check value recorded at an earlier start' });
-    expect(recorded()).toHaveLength(1);
+  it('first start: records the key; the same key again is ok, another is a mismatch', async () => {
+    expect(await checkSecretKey(store.db, A)).toEqual({ kind: 'ok' });
+    expect(await recorded()).toHaveLength(1);
+    expect((await recorded())[0]!.value).not.toContain('mailstead');
+    expect(await checkSecretKey(store.db, A)).toEqual({ kind: 'ok' });
+    expect(await checkSecretKey(store.db, B)).toEqual({ kind: 'mismatch', what: 'the check value recorded at an earlier start' });
+    expect(await recorded()).toHaveLength(1);
   });
 
   it.each([
     [
       'a DKIM key',
-      () =>
-        store.db
-          .insert(domainKeys)
-          .values({
-            id: 'k1',
-            accountId: 'acc-1',
-            name: 'shop.example',
-            token: 't',
-            selector: 's',
-            dkimPublicKey: 'p',
-            dkimPrivateKeySealed: encryptSecret(A, 'pem', 'dkim:acc-1:shop.example'),
-            createdAt: 1,
-          })
-          .run(),
+      async () =>
+        await store.db.insert(domainKeys).values({
+          id: 'k1',
+          accountId: 'acc-1',
+          name: 'shop.example',
+          token: 't',
+          selector: 's',
+          dkimPublicKey: 'p',
+          dkimPrivateKeySealed: encryptSecret(A, 'pem', 'dkim:acc-1:shop.example'),
+          createdAt: 1,
+        }),
       'the DKIM key of shop.example',
     ],
     [
       'a webhook secret',
-      () =>
-        store.db
-          .insert(webhookEndpoints)
-          .values({
-            id: 'w1',
-            accountId: 'acc-1',
-            url: 'https://h.example/',
-            events: ['ping'],
-            secretSealed: encryptSecret(A, 'whsec_x', 'webhook:w1'),
-            active: true,
-            failureCount: 0,
-            disabledAt: null,
-            lastPingAt: null,
-            createdAt: 1,
-          })
-          .run(),
+      async () =>
+        await store.db.insert(webhookEndpoints).values({
+          id: 'w1',
+          accountId: 'acc-1',
+          url: 'https://h.example/',
+          events: ['ping'],
+          secretSealed: encryptSecret(A, 'whsec_x', 'webhook:w1'),
+          active: true,
+          failureCount: 0,
+          disabledAt: null,
+          lastPingAt: null,
+          createdAt: 1,
+        }),
       'the signing secret of webhook w1',
     ],
-  ])('data from before the record, holding %s sealed with A: B is a mismatch naming it, A is ok and recorded', (_, insert, what) => {
-    insert();
-    expect(checkSecretKey(store.db, B)).toEqual({ kind: 'mismatch', what });
-    expect(recorded()).toHaveLength(0);
-    expect(checkSecretKey(store.db, A)).toEqual({ kind: 'ok' });
-    expect(recorded()).toHaveLength(1);
-    expect(checkSecretKey(store.db, B).kind).toBe('mismatch');
+  ])('data from before the record, holding %s sealed with A: B is a mismatch naming it, A is ok and recorded', async (_, insert, what) => {
+    await insert();
+    expect(await checkSecretKey(store.db, B)).toEqual({ kind: 'mismatch', what });
+    expect(await recorded()).toHaveLength(0);
+    expect(await checkSecretKey(store.db, A)).toEqual({ kind: 'ok' });
+    expect(await recorded()).toHaveLength(1);
+    expect((await checkSecretKey(store.db, B)).kind).toBe('mismatch');
   });
 
-  it('SECRET_KEY=off: counts the secrets it leaves unreadable, records nothing', () => {
-    store.db
-      .insert(webhookEndpoints)
-      .values({
-        id: 'w1',
-        accountId: 'acc-1',
-        url: 'https://h.example/',
-        events: ['ping'],
-        secretSealed: encryptSecret(A, 'x', 'webhook:w1'),
-        active: true,
-        failureCount: 0,
-        disabledAt: null,
-        lastPingAt: null,
-        createdAt: 1,
-      })
-      .run();
-    expect(checkSecretKey(store.db, null)).toEqual({ kind: 'off', sealed: { dkimKeys: 0, webhookSecrets: 1, databaseUrls: 0 } });
-    expect(recorded()).toHaveLength(0);
-    expect(store.db.select().from(customerDatabases).all()).toHaveLength(0);
+  it('SECRET_KEY=off: counts the secrets it leaves unreadable, records nothing', async () => {
+    await store.db.insert(webhookEndpoints).values({
+      id: 'w1',
+      accountId: 'acc-1',
+      url: 'https://h.example/',
+      events: ['ping'],
+      secretSealed: encryptSecret(A, 'x', 'webhook:w1'),
+      active: true,
+      failureCount: 0,
+      disabledAt: null,
+      lastPingAt: null,
+      createdAt: 1,
+    });
+    expect(await checkSecretKey(store.db, null)).toEqual({ kind: 'off', sealed: { dkimKeys: 0, webhookSecrets: 1, databaseUrls: 0 } });
+    expect(await recorded()).toHaveLength(0);
+    expect(await store.db.select().from(customerDatabases)).toHaveLength(0);
   });
 });
 

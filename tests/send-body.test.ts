@@ -71,13 +71,13 @@ describe('to: one address, or an array of 1 to 50', () => {
   it('a string is one recipient', async () => {
     const res = await send(receipt(s.from, 'ann@example.net'));
     expectOk(res);
-    expect(queued(service, res.body.id).recipients.map((r) => r.recipient)).toEqual(['ann@example.net']);
+    expect((await queued(service, res.body.id)).recipients.map((r) => r.recipient)).toEqual(['ann@example.net']);
   });
 
   it('50 addresses are accepted, 51 are 422 naming to', async () => {
     const res = await send(receipt(s.from, recipients(50)));
     expectOk(res);
-    expect(queued(service, res.body.id).recipients).toHaveLength(50);
+    expect((await queued(service, res.body.id)).recipients).toHaveLength(50);
     const refused = await send(receipt(s.from, recipients(51)));
     expectError(refused, 422, 'invalid_request', /\bto\b/);
   });
@@ -98,7 +98,7 @@ describe('to: one address, or an array of 1 to 50', () => {
   it('duplicates, compared lower-cased, are dropped: one queued row and one log entry address each', async () => {
     const res = await send(receipt(s.from, ['Ann@Example.net', 'ann@example.net', 'ANN@EXAMPLE.NET', 'bob@example.net', 'bob@example.net']));
     expectOk(res);
-    const rows = queued(service, res.body.id).recipients.map((r) => r.recipient.toLowerCase());
+    const rows = (await queued(service, res.body.id)).recipients.map((r) => r.recipient.toLowerCase());
     expect(rows.sort()).toEqual(['ann@example.net', 'bob@example.net']);
     const email = await service.api('GET', `/emails/${res.body.id}`, { key: s.key });
     expect(email.body.to).toHaveLength(2);
@@ -133,13 +133,13 @@ describe('replyTo: one mailbox, by the rules of from', () => {
   it('is rebuilt into the queued message', async () => {
     const res = await send(receipt(s.from, 'ann@example.net', { replyTo: 'Support Team <help@example.org>' }));
     expectOk(res);
-    expect(queued(service, res.body.id).message?.replyToHeader).toBe('"Support Team" <help@example.org>');
+    expect((await queued(service, res.body.id)).message?.replyToHeader).toBe('"Support Team" <help@example.org>');
   });
 
   it('a bare address is accepted', async () => {
     const res = await send(receipt(s.from, 'ann@example.net', { replyTo: 'help@example.org' }));
     expectOk(res);
-    expect(queued(service, res.body.id).message?.replyToHeader).toBe('help@example.org');
+    expect((await queued(service, res.body.id)).message?.replyToHeader).toBe('help@example.org');
   });
 
   it.each([
@@ -217,7 +217,7 @@ describe('templates: name plus string variables', () => {
   it.each(cases)('%s with %j renders subject, html and text carrying the values', async (name, vars, shown) => {
     const res = await send(template(name, vars));
     expectOk(res);
-    const message = queued(service, res.body.id).message!;
+    const message = (await queued(service, res.body.id)).message!;
     expect(message.subject.length).toBeGreaterThan(0);
     expect(message.html).toMatch(/<html/i);
     expect(message.text.length).toBeGreaterThan(0);
@@ -232,13 +232,13 @@ describe('templates: name plus string variables', () => {
   it('the notification subject is the subject variable', async () => {
     const res = await send(template('notification', { subject: 'Your export is ready', body: 'Done.' }));
     expectOk(res);
-    expect(queued(service, res.body.id).message!.subject).toBe('Your export is ready');
+    expect((await queued(service, res.body.id)).message!.subject).toBe('Your export is ready');
   });
 
   it('a receipt’s subject carries its number', async () => {
     const res = await send(template('receipt', { receiptNumber: 'R-9', total: '$1' }));
     expectOk(res);
-    expect(queued(service, res.body.id).message!.subject).toContain('R-9');
+    expect((await queued(service, res.body.id)).message!.subject).toContain('R-9');
   });
 
   it('an unknown template name is 422 naming template.name', async () => {
@@ -326,7 +326,7 @@ describe('rendering escapes values in html', () => {
     const evil = '<script>alert("x")</script>';
     const res = await send(template('receipt', { receiptNumber: 'R-1', paymentMethod: evil, total: '<b>$1</b> & "more"' }));
     expectOk(res);
-    const message = queued(service, res.body.id).message!;
+    const message = (await queued(service, res.body.id)).message!;
     expect(message.html).not.toContain('<script>');
     expect(message.html).not.toContain('<b>$1</b>');
     expect(message.html).toContain('&lt;script&gt;');
@@ -337,7 +337,7 @@ describe('rendering escapes values in html', () => {
   it('a quote in a link cannot leave the href attribute', async () => {
     const res = await send(template('magic-link', { url: 'https://example.com/x"onmouseover="alert(1)' }));
     if (res.status === 200) {
-      const html = queued(service, res.body.id).message!.html;
+      const html = (await queued(service, res.body.id)).message!.html;
       expect(html).not.toContain('"onmouseover="');
     } else {
       expectError(res, 422, 'invalid_request');
@@ -347,7 +347,7 @@ describe('rendering escapes values in html', () => {
   it('markup in a notification body and subject is escaped in html', async () => {
     const res = await send(template('notification', { subject: '<img src=x onerror=alert(1)>', body: '<iframe src="https://evil.example"></iframe>' }));
     expectOk(res);
-    const html = queued(service, res.body.id).message!.html;
+    const html = (await queued(service, res.body.id)).message!.html;
     expect(html).not.toMatch(/<img|<iframe/);
     expect(html).toContain('&lt;iframe');
   });
@@ -355,7 +355,7 @@ describe('rendering escapes values in html', () => {
   it('a line break in a subject variable cannot add a header', async () => {
     const res = await send(template('notification', { subject: 'Hello\r\nBcc: victim@evil.example', body: 'b' }));
     if (res.status === 200) {
-      expect(queued(service, res.body.id).message!.subject).not.toMatch(/[\r\n]/);
+      expect((await queued(service, res.body.id)).message!.subject).not.toMatch(/[\r\n]/);
     } else {
       expectError(res, 422, 'invalid_request');
     }

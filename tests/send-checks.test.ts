@@ -61,7 +61,7 @@ describe('a send from a verified domain', () => {
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ id: expect.any(String), sandbox: false });
     expect(res.headers.get('idempotent-replayed')).toBeNull();
-    const rows = emailRows(service, s.account.id);
+    const rows = await emailRows(service, s.account.id);
     expect(rows.map((r) => ({ id: r.id, status: r.status, sandbox: r.sandbox }))).toEqual([{ id: res.body.id, status: 'sent', sandbox: false }]);
     const got = await service.api('GET', `/emails/${res.body.id}`, { key: s.key });
     expect(got.status).toBe(200);
@@ -76,7 +76,7 @@ describe('a send from a verified domain', () => {
       receipt(`"Acme Billing" <${s.from}>`, ['ann@example.net', 'Bob@example.org', 'bob@EXAMPLE.org', 'carl@example.com', 'ann@example.net']),
     );
     expectOk(res);
-    const { message, recipients: rows } = queued(service, res.body.id);
+    const { message, recipients: rows } = await queued(service, res.body.id);
     expect(message).toMatchObject({
       id: res.body.id,
       accountId: s.account.id,
@@ -93,8 +93,8 @@ describe('a send from a verified domain', () => {
     expect(rows.map((r) => r.recipient.toLowerCase()).sort()).toEqual(['ann@example.net', 'bob@example.org', 'carl@example.com']);
     expect(rows.map((r) => r.recipientDomain).sort()).toEqual(['example.com', 'example.net', 'example.org']);
     for (const r of rows) expect(r).toMatchObject({ status: 'queued', attempts: 0, nextAttemptAt: service.clock.now(), lockedBy: null });
-    expect(emailRows(service, s.account.id).map((r) => r.status)).toEqual(['sent']);
-    expect(outboundMessagesOf(service, s.account.id)).toHaveLength(1);
+    expect((await emailRows(service, s.account.id)).map((r) => r.status)).toEqual(['sent']);
+    expect(await outboundMessagesOf(service, s.account.id)).toHaveLength(1);
   });
 
   it('sends from an address written in upper case', async () => {
@@ -107,8 +107,8 @@ describe('a send from a verified domain', () => {
     const sub = await newSubSender(service, parent.key);
     const res = await sendEmail(service, parent.key, receipt(sub.from), { account: sub.id });
     expectOk(res);
-    expect(queued(service, res.body.id).message).toMatchObject({ accountId: sub.id, fromAddress: sub.from });
-    expect(emailRows(service, parent.account.id)).toHaveLength(0);
+    expect((await queued(service, res.body.id)).message).toMatchObject({ accountId: sub.id, fromAddress: sub.from });
+    expect(await emailRows(service, parent.account.id)).toHaveLength(0);
   });
 });
 
@@ -137,14 +137,14 @@ describe('the from-domain (check 6)', () => {
   });
 
   it('a connected domain whose ownership is not proven is 403 domain_not_ready', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const domain = uniqueDomain();
     await connectDomain(service, key, domain, { state: 'pending' });
     expectError(await sendEmail(service, key, receipt(`billing@${domain}`)), 403, 'domain_not_ready');
   });
 
   it('a domain with ownership proven but sending not on (no Signing and SPF) is 403 domain_not_ready', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const domain = uniqueDomain();
     await connectDomain(service, key, domain, { state: 'ownership' });
     expectError(await sendEmail(service, key, receipt(`billing@${domain}`)), 403, 'domain_not_ready');
@@ -153,20 +153,20 @@ describe('the from-domain (check 6)', () => {
   it('a domain that lost its records stops sending', async () => {
     const s = await newSender(service);
     expectOk(await sendEmail(service, s.key, receipt(s.from)));
-    setDomainState(service, s.domainId, 'ownership');
+    await setDomainState(service, s.domainId, 'ownership');
     expectError(await sendEmail(service, s.key, receipt(s.from)), 403, 'domain_not_ready');
-    setDomainState(service, s.domainId, 'pending');
+    await setDomainState(service, s.domainId, 'pending');
     expectError(await sendEmail(service, s.key, receipt(s.from)), 403, 'domain_not_ready');
   });
 
   it('a refused domain queues nothing', async () => {
-    const { account, key } = service.newAccount();
+    const { account, key } = await service.newAccount();
     const domain = uniqueDomain();
     await connectDomain(service, key, domain, { state: 'ownership' });
     expectError(await sendEmail(service, key, receipt(`billing@${domain}`)), 403, 'domain_not_ready');
     expectError(await sendEmail(service, key, receipt(`billing@${uniqueDomain()}`)), 403, 'domain_not_yours');
-    expect(outboundMessagesOf(service, account.id)).toEqual([]);
-    expect(emailRows(service, account.id).filter((r) => r.status === 'sent')).toEqual([]);
+    expect(await outboundMessagesOf(service, account.id)).toEqual([]);
+    expect((await emailRows(service, account.id)).filter((r) => r.status === 'sent')).toEqual([]);
   });
 });
 
@@ -216,18 +216,18 @@ describe('502 send_failed: the queue cannot take the message', () => {
       sandbox: false,
       error: expect.any(String),
     });
-    expect(outboundMessagesOf(service, s.account.id)).toEqual([]);
-    expect(queuedRecipientsOf(service, s.account.id)).toEqual([]);
+    expect(await outboundMessagesOf(service, s.account.id)).toEqual([]);
+    expect(await queuedRecipientsOf(service, s.account.id)).toEqual([]);
     const account = await getAccount(service, s.key);
     expect(account.sending).toMatchObject({ sentToday: 0, totalSent: 0 });
     expect(account.credits).toMatchObject({ balance: 5, totalUsed: 0 });
-    expect(idempotencyRow(service, s.account.id, 'order-502')).toBeUndefined();
+    expect(await idempotencyRow(service, s.account.id, 'order-502')).toBeUndefined();
 
     const retry = await sendEmail(service, s.key, body, { headers });
     expectOk(retry);
     expect(retry.headers.get('idempotent-replayed')).toBeNull();
     expect(retry.body.id).not.toBe(log.body.data[0].id);
-    expect(queued(service, retry.body.id).recipients).toHaveLength(2);
+    expect((await queued(service, retry.body.id)).recipients).toHaveLength(2);
     expect((await getAccount(service, s.key)).credits).toMatchObject({ balance: 4, totalUsed: 1 });
   });
 });
@@ -255,7 +255,7 @@ describe('the check order: a request failing two adjacent checks gets the earlie
 
   it('(1) before (2): a key without emails:send and a 256-character Idempotency-Key is 403 insufficient_scope', async () => {
     const s = await newSender(service);
-    const readOnly = service.newKey(s.account.id, ['emails:read']);
+    const readOnly = await service.newKey(s.account.id, ['emails:read']);
     expectError(await sendEmail(service, readOnly, receipt(s.from), { headers: { 'Idempotency-Key': LONG_KEY } }), 403, 'insufficient_scope');
   });
 
@@ -268,21 +268,21 @@ describe('the check order: a request failing two adjacent checks gets the earlie
 
   it('(2) before (3): a 256-character Idempotency-Key on a suspended account is 400 invalid_idempotency_key', async () => {
     const s = await newSender(service);
-    suspendByOperator(service, s.account.id, REASON);
+    await suspendByOperator(service, s.account.id, REASON);
     expectError(await sendEmail(service, s.key, receipt(s.from), { headers: { 'Idempotency-Key': LONG_KEY } }), 400, 'invalid_idempotency_key');
   });
 
   it('(2) before (3): a 256-character Idempotency-Key with the quota used up is 400 invalid_idempotency_key', async () => {
     const s = await newSender(service);
-    useQuota(service, s.account.id, 0);
+    await useQuota(service, s.account.id, 0);
     expectError(await sendEmail(service, s.key, receipt(s.from), { headers: { 'Idempotency-Key': LONG_KEY } }), 400, 'invalid_idempotency_key');
   });
 
   it('(2) before (3): a running claim on a suspended account is 409 idempotency_in_progress', async () => {
     const s = await newSender(service);
     const body = receipt(s.from);
-    insertRunningClaim(service, s.account.id, 'order-1', body);
-    suspendByOperator(service, s.account.id, REASON);
+    await insertRunningClaim(service, s.account.id, 'order-1', body);
+    await suspendByOperator(service, s.account.id, REASON);
     expectError(await sendEmail(service, s.key, body, { headers: { 'Idempotency-Key': 'order-1' } }), 409, 'idempotency_in_progress');
   });
 
@@ -291,7 +291,7 @@ describe('the check order: a request failing two adjacent checks gets the earlie
     const body = receipt(s.from);
     const first = await sendEmail(service, s.key, body, { headers: { 'Idempotency-Key': 'order-2' } });
     expectOk(first);
-    suspendByOperator(service, s.account.id, REASON);
+    await suspendByOperator(service, s.account.id, REASON);
     expectError(
       await sendEmail(service, s.key, receipt(s.from, 'other@example.net'), { headers: { 'Idempotency-Key': 'order-2' } }),
       422,
@@ -305,55 +305,55 @@ describe('the check order: a request failing two adjacent checks gets the earlie
 
   it('(3) before (4): a suspended account without credits is 403 suspended', async () => {
     const s = await newSender(service);
-    suspendByOperator(service, s.account.id, REASON);
-    exhaustCredits(service, s.account.id);
+    await suspendByOperator(service, s.account.id, REASON);
+    await exhaustCredits(service, s.account.id);
     expectError(await sendEmail(service, s.key, receipt(s.from)), 403, 'suspended', REASON);
   });
 
   it('(3) before (4): an account over its daily quota without credits is 429 quota_exceeded', async () => {
     const s = await newSender(service);
-    useQuota(service, s.account.id, 0);
-    exhaustCredits(service, s.account.id);
+    await useQuota(service, s.account.id, 0);
+    await exhaustCredits(service, s.account.id);
     expectError(await sendEmail(service, s.key, receipt(s.from)), 429, 'quota_exceeded');
   });
 
   it('(3) before (4): a sub-account whose parent is suspended and without credits is 403 suspended', async () => {
     const parent = await newSender(service);
     const sub = await newSubSender(service, parent.key);
-    suspendByOperator(service, parent.account.id, REASON);
-    exhaustCredits(service, parent.account.id);
+    await suspendByOperator(service, parent.account.id, REASON);
+    await exhaustCredits(service, parent.account.id);
     expectError(await sendEmail(service, parent.key, receipt(sub.from), { account: sub.id }), 403, 'suspended', `The parent account cannot send. ${REASON}`);
   });
 
   it('(3) before (4): a sub-account whose parent is over its quota and without credits is 429 quota_exceeded', async () => {
     const parent = await newSender(service);
     const sub = await newSubSender(service, parent.key);
-    useQuota(service, parent.account.id, 0);
-    exhaustCredits(service, parent.account.id);
+    await useQuota(service, parent.account.id, 0);
+    await exhaustCredits(service, parent.account.id);
     expectError(await sendEmail(service, parent.key, receipt(sub.from), { account: sub.id }), 429, 'quota_exceeded');
   });
 
   it('(4) before (5): no credits and a body that is not JSON is 402 no_credits', async () => {
     const s = await newSender(service);
-    exhaustCredits(service, s.account.id);
+    await exhaustCredits(service, s.account.id);
     expectError(await service.api('POST', '/emails', { key: s.key, rawBody: '{"from": ', headers: { 'content-type': 'application/json' } }), 402, 'no_credits');
   });
 
   it('(4) before (5): no credits and an invalid body is 402 no_credits', async () => {
     const s = await newSender(service);
-    exhaustCredits(service, s.account.id);
+    await exhaustCredits(service, s.account.id);
     expectError(await sendEmail(service, s.key, { ...receipt(s.from), cc: 'x@example.net' }), 402, 'no_credits');
   });
 
   it('(5) before the recipients-left check: an invalid body with more recipients than the quota has left is 422 invalid_request', async () => {
     const s = await newSender(service);
-    useQuota(service, s.account.id, 2);
+    await useQuota(service, s.account.id, 2);
     expectError(await sendEmail(service, s.key, { ...receipt(s.from, recipients(3)), cc: 'x@example.net' }), 422, 'invalid_request', /cc/);
   });
 
   it('the recipients-left check before (6): more recipients than the quota has left on a domain not yours is 429 quota_exceeded', async () => {
     const s = await newSender(service);
-    useQuota(service, s.account.id, 2);
+    await useQuota(service, s.account.id, 2);
     expectError(await sendEmail(service, s.key, receipt(`billing@${uniqueDomain()}`, recipients(3))), 429, 'quota_exceeded');
   });
 
@@ -374,7 +374,7 @@ describe('the check order: a request failing two adjacent checks gets the earlie
 
   it('(5) before (6): an invalid body from a domain not ready is 422 invalid_request', async () => {
     const s = await newSender(service);
-    setDomainState(service, s.domainId, 'ownership');
+    await setDomainState(service, s.domainId, 'ownership');
     expectError(await sendEmail(service, s.key, receipt(s.from, recipients(51))), 422, 'invalid_request', /\bto\b/);
   });
 
@@ -387,14 +387,14 @@ describe('the check order: a request failing two adjacent checks gets the earlie
   it('(6) before (7): a domain not ready and a recipient suppressed on the parent’s list is 403 domain_not_ready', async () => {
     const parent = await newSender(service);
     const sub = await newSubSender(service, parent.key);
-    setDomainState(service, sub.domainId, 'ownership');
+    await setDomainState(service, sub.domainId, 'ownership');
     expect((await service.api('POST', '/suppressions', { key: parent.key, body: { address: 'gone@example.net' } })).status).toBe(201);
     expectError(await sendEmail(service, parent.key, receipt(sub.from, 'gone@example.net'), { account: sub.id }), 403, 'domain_not_ready');
   });
 
   it('(7) before the sandbox limit: a suppressed recipient with 1000 sandbox sends in the last 24 h is 422 recipient_suppressed', async () => {
     const s = await newSender(service);
-    fillSandboxLog(service, s.account.id, 1000);
+    await fillSandboxLog(service, s.account.id, 1000);
     expectError(await sendEmail(service, s.key, receipt(s.from, 'ok@example.net', { sandbox: true })), 429, 'sandbox_limit');
     expect((await service.api('POST', '/suppressions', { key: s.key, body: { address: 'gone@example.net' } })).status).toBe(201);
     expectError(await sendEmail(service, s.key, receipt(s.from, 'gone@example.net', { sandbox: true })), 422, 'recipient_suppressed');
@@ -405,13 +405,13 @@ describe('the check order: a request failing two adjacent checks gets the earlie
 describe('a sandbox send runs every check', () => {
   const REASON = 'Paused while we review a spike in complaints.';
   const cases: [string, (s: Awaited<ReturnType<typeof newSender>>) => Promise<Record<string, unknown>> | Record<string, unknown>, number, string][] = [
-    ['a suspended account', (s) => (suspendByOperator(service, s.account.id, REASON), receipt(s.from)), 403, 'suspended'],
-    ['the daily quota used up', (s) => (useQuota(service, s.account.id, 0), receipt(s.from)), 429, 'quota_exceeded'],
-    ['more recipients than the quota has left', (s) => (useQuota(service, s.account.id, 2), receipt(s.from, recipients(3))), 429, 'quota_exceeded'],
-    ['no credits', (s) => (exhaustCredits(service, s.account.id), receipt(s.from)), 402, 'no_credits'],
+    ['a suspended account', async (s) => (await suspendByOperator(service, s.account.id, REASON), receipt(s.from)), 403, 'suspended'],
+    ['the daily quota used up', async (s) => (await useQuota(service, s.account.id, 0), receipt(s.from)), 429, 'quota_exceeded'],
+    ['more recipients than the quota has left', async (s) => (await useQuota(service, s.account.id, 2), receipt(s.from, recipients(3))), 429, 'quota_exceeded'],
+    ['no credits', async (s) => (await exhaustCredits(service, s.account.id), receipt(s.from)), 402, 'no_credits'],
     ['an invalid body', (s) => ({ ...receipt(s.from), bcc: 'x@example.net' }), 422, 'invalid_request'],
     ['a domain not yours', () => receipt(`billing@${uniqueDomain()}`), 403, 'domain_not_yours'],
-    ['a domain not ready', (s) => (setDomainState(service, s.domainId, 'ownership'), receipt(s.from)), 403, 'domain_not_ready'],
+    ['a domain not ready', async (s) => (await setDomainState(service, s.domainId, 'ownership'), receipt(s.from)), 403, 'domain_not_ready'],
     [
       'a suppressed recipient',
       async (s) => {
@@ -426,7 +426,7 @@ describe('a sandbox send runs every check', () => {
     const s = await newSender(service);
     const body = await arrange(s);
     expectError(await sendEmail(service, s.key, { ...body, sandbox: true }), status, code);
-    expect(emailRows(service, s.account.id).filter((r) => r.status === 'sandboxed')).toEqual([]);
+    expect((await emailRows(service, s.account.id)).filter((r) => r.status === 'sandboxed')).toEqual([]);
   });
 });
 
@@ -436,10 +436,10 @@ describe('a sandbox send that passes every check', () => {
     const res = await sendEmail(service, s.key, receipt(s.from, recipients(2), { sandbox: true }));
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ id: expect.any(String), sandbox: true });
-    expect(emailRows(service, s.account.id).map((r) => ({ id: r.id, status: r.status, sandbox: r.sandbox }))).toEqual([
+    expect((await emailRows(service, s.account.id)).map((r) => ({ id: r.id, status: r.status, sandbox: r.sandbox }))).toEqual([
       { id: res.body.id, status: 'sandboxed', sandbox: true },
     ]);
-    expect(queued(service, res.body.id)).toEqual({ message: undefined, recipients: [] });
+    expect(await queued(service, res.body.id)).toEqual({ message: undefined, recipients: [] });
   });
 
   it('sandbox false is an ordinary send', async () => {
@@ -447,6 +447,6 @@ describe('a sandbox send that passes every check', () => {
     const res = await sendEmail(service, s.key, receipt(s.from, 'ann@example.net', { sandbox: false }));
     expectOk(res);
     expect(res.body.sandbox).toBe(false);
-    expect(queued(service, res.body.id).recipients).toHaveLength(1);
+    expect((await queued(service, res.body.id)).recipients).toHaveLength(1);
   });
 });

@@ -62,8 +62,8 @@ describe('daily quota: recipients per UTC day', () => {
     expectOk(await sendEmail(service, s.key, receipt(s.from, recipients(5))));
     expectError(await sendEmail(service, s.key, receipt(s.from, 'one-more@example.net')), 429, 'quota_exceeded');
     expect((await getAccount(service, s.key)).sending.sentToday).toBe(5);
-    expect(emailRows(service, s.account.id)).toHaveLength(1);
-    expect(queuedRecipientsOf(service, s.account.id)).toHaveLength(5);
+    expect(await emailRows(service, s.account.id)).toHaveLength(1);
+    expect(await queuedRecipientsOf(service, s.account.id)).toHaveLength(5);
   });
 
   it('a send with more recipients than the quota has left is 429 quota_exceeded; one that fits goes', async () => {
@@ -113,7 +113,7 @@ describe('daily quota: recipients per UTC day', () => {
   it('a sub-account’s own used-up quota stops only the sub-account', async () => {
     const parent = await newSender(service);
     const sub = await newSubSender(service, parent.key);
-    updateAccount(service, sub.id, { dailyQuota: 2 });
+    await updateAccount(service, sub.id, { dailyQuota: 2 });
     expectOk(await sendEmail(service, parent.key, receipt(sub.from, recipients(2)), { account: sub.id }));
     expectError(await sendEmail(service, parent.key, receipt(sub.from, 'x@example.org'), { account: sub.id }), 429, 'quota_exceeded');
     expectOk(await sendEmail(service, parent.key, receipt(parent.from, recipients(3))));
@@ -128,12 +128,12 @@ describe('daily quota: recipients per UTC day', () => {
     expect(answers.map((a) => a.status).sort()).toEqual([200, 429]);
     expect(answers.find((a) => a.status === 429)!.body.error.code).toBe('quota_exceeded');
     expect((await getAccount(service, s.key)).sending.sentToday).toBe(3);
-    expect(queuedRecipientsOf(service, s.account.id)).toHaveLength(3);
+    expect(await queuedRecipientsOf(service, s.account.id)).toHaveLength(3);
   });
 
   it('while throttled the effective quota is a tenth of the daily quota', async () => {
     const s = await newSender(service);
-    updateAccount(service, s.account.id, { dailyQuota: 50, totalSent: 100, totalBounced: 5 });
+    await updateAccount(service, s.account.id, { dailyQuota: 50, totalSent: 100, totalBounced: 5 });
     expect((await getAccount(service, s.key)).sending).toMatchObject({ tier: 'throttled', dailyQuota: 50, effectiveQuota: 5 });
     expectError(await sendEmail(service, s.key, receipt(s.from, recipients(6))), 429, 'quota_exceeded');
     expectOk(await sendEmail(service, s.key, receipt(s.from, recipients(5))));
@@ -141,7 +141,7 @@ describe('daily quota: recipients per UTC day', () => {
 
   it('a throttled account at its effective quota gets 429 quota_exceeded', async () => {
     const s = await newSender(service);
-    updateAccount(service, s.account.id, { dailyQuota: 50, totalSent: 100, totalBounced: 8 });
+    await updateAccount(service, s.account.id, { dailyQuota: 50, totalSent: 100, totalBounced: 8 });
     expectOk(await sendEmail(service, s.key, receipt(s.from, recipients(5))));
     expect((await getAccount(service, s.key)).sending).toMatchObject({ tier: 'throttled', effectiveQuota: 5, sentToday: 5 });
     expectError(await sendEmail(service, s.key, receipt(s.from, 'one-more@example.net')), 429, 'quota_exceeded');
@@ -178,7 +178,7 @@ describe('credits: trial, ok, grace, exhausted', () => {
 
   it('when the balance runs out: GRACE_EMAILS sends with a grace warning, then 402 no_credits', async () => {
     const s = await newSender(service, { credits: 2 });
-    updateAccount(service, s.account.id, { dailyQuota: 100 });
+    await updateAccount(service, s.account.id, { dailyQuota: 100 });
     for (let i = 0; i < 2; i++) {
       const paid = await sendEmail(service, s.key, receipt(s.from));
       expect(paid.status).toBe(200);
@@ -192,13 +192,13 @@ describe('credits: trial, ok, grace, exhausted', () => {
     }
     expectError(await sendEmail(service, s.key, receipt(s.from)), 402, 'no_credits');
     expect((await getAccount(service, s.key)).credits).toMatchObject({ balance: 0, state: 'exhausted', totalUsed: 2 });
-    expect(emailRows(service, s.account.id).filter((r) => r.status === 'sent')).toHaveLength(5);
-    expect(outboundMessagesOf(service, s.account.id)).toHaveLength(5);
+    expect((await emailRows(service, s.account.id)).filter((r) => r.status === 'sent')).toHaveLength(5);
+    expect(await outboundMessagesOf(service, s.account.id)).toHaveLength(5);
   });
 
   it('sends at the same moment spend each credit and each grace email once', async () => {
     const s = await newSender(service, { credits: 2 });
-    updateAccount(service, s.account.id, { dailyQuota: 100 });
+    await updateAccount(service, s.account.id, { dailyQuota: 100 });
     const answers = await Promise.all(Array.from({ length: 7 }, (_, i) => sendEmail(service, s.key, receipt(s.from, `c${i}@example.net`))));
     const ok = answers.filter((a) => a.status === 200);
     expect(ok).toHaveLength(5);
@@ -211,7 +211,7 @@ describe('credits: trial, ok, grace, exhausted', () => {
     ).toEqual([0, 1, 2]);
     expect(answers.filter((a) => a.status === 402).map((a) => a.body.error.code)).toEqual(['no_credits', 'no_credits']);
     expect((await getAccount(service, s.key)).credits).toMatchObject({ balance: 0, state: 'exhausted', totalUsed: 2 });
-    expect(outboundMessagesOf(service, s.account.id)).toHaveLength(5);
+    expect(await outboundMessagesOf(service, s.account.id)).toHaveLength(5);
   });
 
   it('the grace window also closes after GRACE_DAYS', async () => {
@@ -252,9 +252,9 @@ describe('credits: trial, ok, grace, exhausted', () => {
 
   it('granting credits to an exhausted account returns it to ok', async () => {
     const s = await newSender(service);
-    exhaustCredits(service, s.account.id);
+    await exhaustCredits(service, s.account.id);
     expectError(await sendEmail(service, s.key, receipt(s.from)), 402, 'no_credits');
-    grantCredits(service.deps, s.account.id, 10);
+    await grantCredits(service.deps, s.account.id, 10);
     const res = await sendEmail(service, s.key, receipt(s.from));
     expect(res.status).toBe(200);
     expect(res.body.warning).toBeUndefined();
@@ -269,7 +269,7 @@ describe('credits: trial, ok, grace, exhausted', () => {
     expect(res.body.warning).toBeUndefined();
     expect((await getAccount(service, parent.key)).credits).toMatchObject({ balance: 4, state: 'ok', totalUsed: 1 });
     expect((await getAccount(service, parent.key, sub.id)).credits).toMatchObject({ balance: 0, totalPurchased: 0, totalUsed: 0 });
-    expect(accountRow(service, sub.id)).toMatchObject({ creditsBalance: 0, creditsTotalUsed: 0 });
+    expect(await accountRow(service, sub.id)).toMatchObject({ creditsBalance: 0, creditsTotalUsed: 0 });
   });
 
   it('a sub-account of a parent on its trial sends free with the parent’s trial warning', async () => {
@@ -297,7 +297,7 @@ describe('credits: trial, ok, grace, exhausted', () => {
   it('a parent without credits stops its sub-account with 402 no_credits, though the sub-account has never sent', async () => {
     const parent = await newSender(service);
     const sub = await newSubSender(service, parent.key);
-    exhaustCredits(service, parent.account.id);
+    await exhaustCredits(service, parent.account.id);
     expectError(await sendEmail(service, parent.key, receipt(sub.from), { account: sub.id }), 402, 'no_credits');
   });
 
@@ -312,19 +312,19 @@ describe('credits: trial, ok, grace, exhausted', () => {
     expect((await getAccount(service, s.key)).credits).toMatchObject({ balance: 0, state: 'grace', graceEmailsLeft: 3 });
     expectOk(await sendEmail(service, s.key, receipt(s.from, 'ann@example.net', { sandbox: true })));
     expect((await getAccount(service, s.key)).credits).toMatchObject({ balance: 0, state: 'grace', graceEmailsLeft: 3, totalUsed: 2 });
-    expect(queued(service, res.body.id)).toEqual({ message: undefined, recipients: [] });
+    expect(await queued(service, res.body.id)).toEqual({ message: undefined, recipients: [] });
   });
 });
 
 describe('credit is checked again inside the send’s commit', () => {
   /** One credit left and no grace after it (the grace emails are used up): the next send is the last. */
-  function lastCredit(accountId: string): void {
-    updateAccount(service, accountId, { creditsBalance: 1, graceEmailsUsed: 3, dailyQuota: 100 });
+  async function lastCredit(accountId: string): Promise<void> {
+    await updateAccount(service, accountId, { creditsBalance: 1, graceEmailsUsed: 3, dailyQuota: 100 });
   }
 
   it('two sends that both passed check 4 before either committed: one 200, one 402 no_credits, balance 0', async () => {
     const s = await newSender(service, { credits: 5 });
-    lastCredit(s.account.id);
+    await lastCredit(s.account.id);
     const gate = gateCommits(service, 2);
     let answers;
     try {
@@ -339,15 +339,15 @@ describe('credit is checked again inside the send’s commit', () => {
     expect(answers.map((a) => a.status).sort()).toEqual([200, 402]);
     expectError(answers.find((a) => a.status === 402)!, 402, 'no_credits', 'This account has no credits left and its grace window has closed.');
     expect(answers.find((a) => a.status === 200)!.body.warning).toBeUndefined();
-    expect(accountRow(service, s.account.id)).toMatchObject({ creditsBalance: 0, creditsTotalUsed: 1 });
+    expect(await accountRow(service, s.account.id)).toMatchObject({ creditsBalance: 0, creditsTotalUsed: 1 });
     expect((await getAccount(service, s.key)).credits).toMatchObject({ balance: 0, state: 'exhausted', totalUsed: 1 });
-    expect(emailRows(service, s.account.id).map((r) => r.status)).toEqual(['sent']);
-    expect(queuedRecipientsOf(service, s.account.id)).toHaveLength(1);
+    expect((await emailRows(service, s.account.id)).map((r) => r.status)).toEqual(['sent']);
+    expect(await queuedRecipientsOf(service, s.account.id)).toHaveLength(1);
   });
 
   it('the same through a sub-account: the parent’s last credit pays once, the other send is 402 no_credits', async () => {
     const parent = await newSender(service, { credits: 5 });
-    lastCredit(parent.account.id);
+    await lastCredit(parent.account.id);
     const sub = await newSubSender(service, parent.key);
     const gate = gateCommits(service, 2);
     let answers;
@@ -364,7 +364,7 @@ describe('credit is checked again inside the send’s commit', () => {
     }
     expect(answers.map((a) => a.status).sort()).toEqual([200, 402]);
     expect(answers.find((a) => a.status === 402)!.body.error.code).toBe('no_credits');
-    expect(accountRow(service, parent.account.id)).toMatchObject({ creditsBalance: 0, creditsTotalUsed: 1 });
+    expect(await accountRow(service, parent.account.id)).toMatchObject({ creditsBalance: 0, creditsTotalUsed: 1 });
   });
 
   it('a sandbox send whose payer ran out of credit between its check and its commit is refused too, and logs nothing', async () => {
@@ -374,19 +374,19 @@ describe('credit is checked again inside the send’s commit', () => {
     try {
       const pending = sendEmail(service, s.key, receipt(s.from, 'ann@example.net', { sandbox: true }));
       await gate.arrived(1);
-      exhaustCredits(service, s.account.id);
+      await exhaustCredits(service, s.account.id);
       gate.release();
       res = await pending;
     } finally {
       gate.release();
     }
     expectError(res, 402, 'no_credits');
-    expect(emailRows(service, s.account.id)).toEqual([]);
+    expect(await emailRows(service, s.account.id)).toEqual([]);
   });
 
   it('a sandbox send racing the last ordinary send: the one that commits second is refused', async () => {
     const s = await newSender(service, { credits: 5 });
-    lastCredit(s.account.id);
+    await lastCredit(s.account.id);
     const gate = gateCommits(service, 2);
     let answers;
     try {
@@ -401,7 +401,7 @@ describe('credit is checked again inside the send’s commit', () => {
     }
     expectOk(answers[0]!);
     expectError(answers[1]!, 402, 'no_credits');
-    expect(emailRows(service, s.account.id).map((r) => r.status)).toEqual(['sent']);
+    expect((await emailRows(service, s.account.id)).map((r) => r.status)).toEqual(['sent']);
   });
 });
 
@@ -421,15 +421,15 @@ describe('suspension: 403 suspended, the reason as the message', () => {
 
   it('an account suspended by the operator answers with the operator’s reason', async () => {
     const s = await newSender(service);
-    suspendByOperator(service, s.account.id, REASON);
+    await suspendByOperator(service, s.account.id, REASON);
     expectError(await sendEmail(service, s.key, receipt(s.from)), 403, 'suspended', REASON);
-    expect(emailRows(service, s.account.id)).toEqual([]);
+    expect(await emailRows(service, s.account.id)).toEqual([]);
   });
 
   it('a suspended parent stops its sub-accounts: the reason prefixed by “The parent account cannot send.”', async () => {
     const parent = await newSender(service);
     const sub = await newSubSender(service, parent.key);
-    suspendByOperator(service, parent.account.id, REASON);
+    await suspendByOperator(service, parent.account.id, REASON);
     expectError(await sendEmail(service, parent.key, receipt(sub.from), { account: sub.id }), 403, 'suspended', `The parent account cannot send. ${REASON}`);
     expectError(await sendEmail(service, parent.key, receipt(parent.from)), 403, 'suspended', REASON);
   });
@@ -439,7 +439,7 @@ describe('suspension: 403 suspended, the reason as the message', () => {
     const sub = await newSubSender(service, parent.key);
     const own = 'Your sub-account is paused by the shop owner.';
     expect((await service.api('POST', `/accounts/${sub.id}/suspend`, { key: parent.key, body: { suspended: true, reason: own } })).status).toBe(200);
-    suspendByOperator(service, parent.account.id, REASON);
+    await suspendByOperator(service, parent.account.id, REASON);
     expectError(await sendEmail(service, parent.key, receipt(sub.from), { account: sub.id }), 403, 'suspended', own);
   });
 });
@@ -454,7 +454,7 @@ describe('429 sandbox_limit: 1000 sandbox sends in 24 hours, per acting account'
       expect(answers.filter((a) => a.status === 200)).toHaveLength(100);
     }
     expectError(await sendEmail(service, parent.key, sandbox), 429, 'sandbox_limit');
-    expect(emailRows(service, parent.account.id).filter((r) => r.status === 'sandboxed')).toHaveLength(1000);
+    expect((await emailRows(service, parent.account.id)).filter((r) => r.status === 'sandboxed')).toHaveLength(1000);
     expectOk(await sendEmail(service, parent.key, receipt(parent.from)));
     expectOk(await sendEmail(service, parent.key, receipt(sub.from, 'ann@example.net', { sandbox: true }), { account: sub.id }));
     service.clock.advance(DAY - 1);
@@ -465,10 +465,10 @@ describe('429 sandbox_limit: 1000 sandbox sends in 24 hours, per acting account'
 
   it('sandbox sends at the same moment cannot overrun the limit together', async () => {
     const s = await newSender(service);
-    fillSandboxLog(service, s.account.id, 998);
+    await fillSandboxLog(service, s.account.id, 998);
     const answers = await Promise.all(Array.from({ length: 5 }, (_, i) => sendEmail(service, s.key, receipt(s.from, `s${i}@example.net`, { sandbox: true }))));
     expect(answers.map((a) => a.status).sort()).toEqual([200, 200, 429, 429, 429]);
     for (const a of answers.filter((x) => x.status === 429)) expect(a.body.error.code).toBe('sandbox_limit');
-    expect(emailRows(service, s.account.id).filter((r) => r.status === 'sandboxed')).toHaveLength(1000);
+    expect((await emailRows(service, s.account.id)).filter((r) => r.status === 'sandboxed')).toHaveLength(1000);
   });
 });

@@ -1,4 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { count } from 'drizzle-orm';
+import { outboundMessages } from '../db/schema/index.js';
+import { one } from '../db/sql.js';
 import { connectDomain, expectError, newSender, queued, type Sender, sendEmail } from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
 
@@ -53,7 +56,7 @@ describe('accepted from values and the header rebuilt from them', () => {
   it.each(cases)('%s', async (_, input, header) => {
     const res = await send(input());
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    expect(queued(service, res.body.id).message).toMatchObject({ fromHeader: header(), fromAddress: addr });
+    expect((await queued(service, res.body.id)).message).toMatchObject({ fromHeader: header(), fromAddress: addr });
     const email = await service.api('GET', `/emails/${res.body.id}`, { key: s.key });
     expect(email.body.from).toBe(addr);
   });
@@ -66,7 +69,7 @@ describe('accepted from values and the header rebuilt from them', () => {
   ])('%s goes out as RFC 2047 encoded words', async (_, name) => {
     const res = await send(`${name} <${addr}>`);
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    const header = queued(service, res.body.id).message!.fromHeader;
+    const header = (await queued(service, res.body.id)).message!.fromHeader;
     expect(header).toMatch(/^[\x20-\x7e]+$/);
     const m = /^(.*) <([^<>]+)>$/.exec(header);
     expect(m?.[2]).toBe(addr);
@@ -131,7 +134,7 @@ describe('a display name in RFC 2047 encoded words is decoded before the rules',
   it.each(accepted)('%s is kept as its decoded text and sent as encoded words again', async (_, input, name) => {
     const res = await send(input());
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    const header = queued(service, res.body.id).message!.fromHeader;
+    const header = (await queued(service, res.body.id)).message!.fromHeader;
     const m = /^(.*) <([^<>]+)>$/.exec(header)!;
     expect(m[2]).toBe(addr);
     if (/^[\x20-\x7e]*$/.test(name)) expect(m[1]).toBe(`"${name}"`);
@@ -146,7 +149,7 @@ describe('an internationalized domain', () => {
     expect(ascii).toMatch(/^xn--/);
     const res = await send(`Bücher <billing@bücher-${process.pid}.example>`);
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    expect(queued(service, res.body.id).message).toMatchObject({
+    expect((await queued(service, res.body.id)).message).toMatchObject({
       fromAddress: `billing@${ascii}`,
       fromHeader: `=?UTF-8?B?${Buffer.from('Bücher').toString('base64')}?= <billing@${ascii}>`,
     });
@@ -199,9 +202,9 @@ describe('refused from values: 422 invalid_request naming from', () => {
   });
 
   it('nothing refused was queued', async () => {
-    const before = service.deps.store.sqlite.prepare('select count(*) as n from outbound_messages').get() as { n: number };
+    const before = (await one(service.deps.db.select({ n: count() }).from(outboundMessages)))!;
     expectError(await send(`${addr}\r\nBcc: x@evil.com`), 422, 'invalid_request');
-    const after = service.deps.store.sqlite.prepare('select count(*) as n from outbound_messages').get() as { n: number };
+    const after = (await one(service.deps.db.select({ n: count() }).from(outboundMessages)))!;
     expect(after.n).toBe(before.n);
   });
 });

@@ -58,9 +58,9 @@ describe('replay', () => {
       expect(again.headers.get('idempotent-replayed')).toBe('true');
       expect(again.body).toEqual(first.body);
     }
-    expect(emailRows(service, s.account.id)).toHaveLength(1);
-    expect(outboundMessagesOf(service, s.account.id)).toHaveLength(1);
-    expect(queuedRecipientsOf(service, s.account.id)).toHaveLength(2);
+    expect(await emailRows(service, s.account.id)).toHaveLength(1);
+    expect(await outboundMessagesOf(service, s.account.id)).toHaveLength(1);
+    expect(await queuedRecipientsOf(service, s.account.id)).toHaveLength(2);
     const account = await getAccount(service, s.key);
     expect(account.credits).toMatchObject({ balance: 9, totalUsed: 1 });
     expect(account.sending.sentToday).toBe(2);
@@ -85,7 +85,7 @@ describe('replay', () => {
     const again = await sendEmail(service, s.key, body, withKey('sandbox-1'));
     expect(again.headers.get('idempotent-replayed')).toBe('true');
     expect(again.body).toEqual(first.body);
-    expect(emailRows(service, s.account.id)).toHaveLength(1);
+    expect(await emailRows(service, s.account.id)).toHaveLength(1);
   });
 
   it('replays within 24 hours; after 24 hours the key is a fresh attempt', async () => {
@@ -102,7 +102,7 @@ describe('replay', () => {
     expectOk(after);
     expect(after.headers.get('idempotent-replayed')).toBeNull();
     expect(after.body.id).not.toBe(first.body.id);
-    expect(emailRows(service, s.account.id)).toHaveLength(2);
+    expect(await emailRows(service, s.account.id)).toHaveLength(2);
   });
 
   it('after 24 hours another body under the old key is no mismatch', async () => {
@@ -130,7 +130,7 @@ describe('mismatch', () => {
     expectOk(await sendEmail(service, s.key, receipt(s.from, 'ann@example.net'), withKey('order-7')));
     expectError(await sendEmail(service, s.key, receipt(s.from, 'bob@example.net'), withKey('order-7')), 422, 'idempotency_mismatch');
     expectError(await sendEmail(service, s.key, receipt(s.from, 'ann@example.net', { sandbox: true }), withKey('order-7')), 422, 'idempotency_mismatch');
-    expect(emailRows(service, s.account.id)).toHaveLength(1);
+    expect(await emailRows(service, s.account.id)).toHaveLength(1);
   });
 
   it('a body that differs only in its bytes (key order, spacing) is another body', async () => {
@@ -148,7 +148,7 @@ describe('mismatch', () => {
 
   it('a running claim with another body is 422 idempotency_mismatch', async () => {
     const s = await newSender(service);
-    insertRunningClaim(service, s.account.id, 'order-9', receipt(s.from, 'ann@example.net'));
+    await insertRunningClaim(service, s.account.id, 'order-9', receipt(s.from, 'ann@example.net'));
     expectError(await sendEmail(service, s.key, receipt(s.from, 'bob@example.net'), withKey('order-9')), 422, 'idempotency_mismatch');
   });
 });
@@ -162,13 +162,13 @@ describe('the key itself: 1 to 255 characters', () => {
     });
     expect(res.status).toBe(400);
     expect(res.body).toEqual({ error: { code: 'invalid_idempotency_key', message: expect.any(String) } });
-    expect(emailRows(service, s.account.id)).toEqual([]);
+    expect(await emailRows(service, s.account.id)).toEqual([]);
   });
 
   it('256 characters is 400 invalid_idempotency_key; 255 and 1 are accepted', async () => {
     const s = await newSender(service);
     expectError(await sendEmail(service, s.key, receipt(s.from), withKey('k'.repeat(256))), 400, 'invalid_idempotency_key');
-    expect(emailRows(service, s.account.id)).toEqual([]);
+    expect(await emailRows(service, s.account.id)).toEqual([]);
     const long = await sendEmail(service, s.key, receipt(s.from), withKey('k'.repeat(255)));
     expectOk(long);
     const replay = await sendEmail(service, s.key, receipt(s.from), withKey('k'.repeat(255)));
@@ -223,15 +223,15 @@ describe('a send committed whose flush failed', () => {
     // Not 502 send_failed ("nothing was sent"): the send is in the queue and will go out unless the disk lost it.
     expectError(res, 500, 'internal_error');
     expect(res.body.error.message).toMatch(/may still be sent/);
-    const rows = emailRows(service, s.account.id);
+    const rows = await emailRows(service, s.account.id);
     expect(rows.map((r) => r.status)).toEqual(['sent']);
-    expect(outboundMessagesOf(service, s.account.id).map((m) => m.id)).toEqual([rows[0]!.id]);
+    expect((await outboundMessagesOf(service, s.account.id)).map((m) => m.id)).toEqual([rows[0]!.id]);
     // The same key, once the disk flushes again, replays the answer the send settled with.
     const retry = await sendEmail(service, s.key, body, withKey('flush-failed'));
     expect(retry.status).toBe(200);
     expect(retry.headers.get('idempotent-replayed')).toBe('true');
     expect(retry.body).toMatchObject({ id: rows[0]!.id, sandbox: false });
-    expect(emailRows(service, s.account.id)).toHaveLength(1);
+    expect(await emailRows(service, s.account.id)).toHaveLength(1);
     expect(service.deps.storeHealth.faulty()).toBe(true);
   });
 });
@@ -295,9 +295,9 @@ describe('in progress', () => {
     expect(answers.map((a) => a.status).sort()).toEqual([200, 409]);
     const ok = answers.find((a) => a.status === 200)!;
     expect(ok.headers['idempotent-replayed']).toBeUndefined();
-    expect(emailRows(service, s.account.id)).toHaveLength(1);
-    expect(outboundMessagesOf(service, s.account.id)).toHaveLength(1);
-    expect(queuedRecipientsOf(service, s.account.id)).toHaveLength(2);
+    expect(await emailRows(service, s.account.id)).toHaveLength(1);
+    expect(await outboundMessagesOf(service, s.account.id)).toHaveLength(1);
+    expect(await queuedRecipientsOf(service, s.account.id)).toHaveLength(2);
     const replay = await sendEmail(service, s.key, body, withKey('concurrent-1'));
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
     expect(replay.body).toEqual(ok.body);
@@ -326,23 +326,23 @@ describe('in progress', () => {
       if (other.status === 409) expect(other.body.error?.code).toBe('idempotency_in_progress');
       else expect(other).toEqual({ status: 200, replayed: 'true', body: fresh[0]!.body });
     }
-    expect(emailRows(service, s.account.id)).toHaveLength(1);
-    expect(queuedRecipientsOf(service, s.account.id)).toHaveLength(1);
+    expect(await emailRows(service, s.account.id)).toHaveLength(1);
+    expect(await queuedRecipientsOf(service, s.account.id)).toHaveLength(1);
   });
 
   it('a claim nobody answered is 409 until 15 s have passed, then the request goes through', async () => {
     const s = await newSender(service);
     const body = receipt(s.from);
-    insertRunningClaim(service, s.account.id, 'lost-1', body);
+    await insertRunningClaim(service, s.account.id, 'lost-1', body);
     expectError(await sendEmail(service, s.key, body, withKey('lost-1')), 409, 'idempotency_in_progress');
     service.clock.advance(14_999);
     expectError(await sendEmail(service, s.key, body, withKey('lost-1')), 409, 'idempotency_in_progress');
-    expect(emailRows(service, s.account.id)).toEqual([]);
+    expect(await emailRows(service, s.account.id)).toEqual([]);
     service.clock.advance(2);
     const res = await sendEmail(service, s.key, body, withKey('lost-1'));
     expectOk(res);
     expect(res.headers.get('idempotent-replayed')).toBeNull();
-    expect(emailRows(service, s.account.id)).toHaveLength(1);
+    expect(await emailRows(service, s.account.id)).toHaveLength(1);
     const replay = await sendEmail(service, s.key, body, withKey('lost-1'));
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
     expect(replay.body).toEqual(res.body);
@@ -353,7 +353,7 @@ describe('the 15 s of a claim on the monotonic clock', () => {
   it('a claim nobody answered is released 15 s on even when the wall clock stepped back an hour meanwhile', async () => {
     const s = await newSender(service);
     const body = receipt(s.from);
-    insertRunningClaim(service, s.account.id, 'lost-step', body, leaseNow(service.clock));
+    await insertRunningClaim(service, s.account.id, 'lost-step', body, leaseNow(service.clock));
     service.clock.stepWall(-3_600_000);
     try {
       expectError(await sendEmail(service, s.key, body, withKey('lost-step')), 409, 'idempotency_in_progress');
@@ -377,27 +377,27 @@ describe('a claim is settled only while it is still held', () => {
     let answer;
     try {
       await gate.arrived(1);
-      const claimedAt = idempotencyRow(service, s.account.id, 'stalled-1')!.claimedAt;
+      const claimedAt = (await idempotencyRow(service, s.account.id, 'stalled-1'))!.claimedAt;
       // Past the 15 s claim release, a retry takes the key over and sends.
       service.clock.advance(16_000);
       const second = await sendEmail(service, s.key, body, withKey('stalled-1'));
       expectOk(second);
       expect(second.headers.get('idempotent-replayed')).toBeNull();
-      const settled = idempotencyRow(service, s.account.id, 'stalled-1')!;
+      const settled = (await idempotencyRow(service, s.account.id, 'stalled-1'))!;
       expect(settled).toMatchObject({ state: 'done', response: second.body });
       expect(settled.claimedAt).toBe(claimedAt + 16_000);
       gate.release();
       answer = await first;
       // The stalled request's commit finds the claim no longer its own: refused, rolled back whole.
       expectError(answer, 409, 'idempotency_in_progress');
-      expect(emailRows(service, s.account.id).map((r) => r.id)).toEqual([second.body.id]);
-      expect(outboundMessagesOf(service, s.account.id).map((m) => m.id)).toEqual([second.body.id]);
-      expect(queuedRecipientsOf(service, s.account.id)).toHaveLength(2);
+      expect((await emailRows(service, s.account.id)).map((r) => r.id)).toEqual([second.body.id]);
+      expect((await outboundMessagesOf(service, s.account.id)).map((m) => m.id)).toEqual([second.body.id]);
+      expect(await queuedRecipientsOf(service, s.account.id)).toHaveLength(2);
       const account = await getAccount(service, s.key);
       expect(account.credits).toMatchObject({ balance: 9, totalUsed: 1 });
       expect(account.sending.sentToday).toBe(2);
       // The second request's settled answer is intact: a retry replays it.
-      expect(idempotencyRow(service, s.account.id, 'stalled-1')).toEqual(settled);
+      expect(await idempotencyRow(service, s.account.id, 'stalled-1')).toEqual(settled);
       const replay = await sendEmail(service, s.key, body, withKey('stalled-1'));
       expect(replay.headers.get('idempotent-replayed')).toBe('true');
       expect(replay.body).toEqual(second.body);
@@ -418,8 +418,8 @@ describe('a claim is settled only while it is still held', () => {
       expectOk(second);
       gate.release();
       expectError(await first, 409, 'idempotency_in_progress');
-      expect(emailRows(service, s.account.id).map((r) => r.id)).toEqual([second.body.id]);
-      expect(idempotencyRow(service, s.account.id, 'stalled-2')).toMatchObject({ state: 'done', response: second.body });
+      expect((await emailRows(service, s.account.id)).map((r) => r.id)).toEqual([second.body.id]);
+      expect(await idempotencyRow(service, s.account.id, 'stalled-2')).toMatchObject({ state: 'done', response: second.body });
     } finally {
       gate.release();
     }
@@ -436,7 +436,7 @@ describe('a claim is settled only while it is still held', () => {
       gate.release();
       const res = await first;
       expectOk(res);
-      expect(idempotencyRow(service, s.account.id, 'stalled-3')).toMatchObject({ state: 'done', response: res.body });
+      expect(await idempotencyRow(service, s.account.id, 'stalled-3')).toMatchObject({ state: 'done', response: res.body });
     } finally {
       gate.release();
     }
@@ -448,7 +448,7 @@ describe('only a settled 200 is stored', () => {
     const s = await newSender(service);
     const bad = { ...receipt(s.from), template: { name: 'receipt' } };
     expectError(await sendEmail(service, s.key, bad, withKey('fix-me')), 422, 'invalid_request');
-    expect(idempotencyRow(service, s.account.id, 'fix-me')).toBeUndefined();
+    expect(await idempotencyRow(service, s.account.id, 'fix-me')).toBeUndefined();
     expectError(await sendEmail(service, s.key, bad, withKey('fix-me')), 422, 'invalid_request');
     const fixed = await sendEmail(service, s.key, receipt(s.from), withKey('fix-me'));
     expectOk(fixed);
@@ -468,10 +468,10 @@ describe('only a settled 200 is stored', () => {
 
   it('a 403 is not stored: once the domain is ready the same request sends', async () => {
     const s = await newSender(service);
-    setDomainState(service, s.domainId, 'ownership');
+    await setDomainState(service, s.domainId, 'ownership');
     const body = receipt(s.from);
     expectError(await sendEmail(service, s.key, body, withKey('domain-1')), 403, 'domain_not_ready');
-    setDomainState(service, s.domainId, 'sending');
+    await setDomainState(service, s.domainId, 'sending');
     const res = await sendEmail(service, s.key, body, withKey('domain-1'));
     expectOk(res);
     expect(res.headers.get('idempotent-replayed')).toBeNull();
@@ -497,15 +497,11 @@ describe('only a settled 200 is stored', () => {
       restore();
     }
     expectError(failed, 502, 'send_failed');
-    expect(idempotencyRow(service, s.account.id, 'retry-502')).toBeUndefined();
+    expect(await idempotencyRow(service, s.account.id, 'retry-502')).toBeUndefined();
     const retry = await sendEmail(service, s.key, body, withKey('retry-502'));
     expectOk(retry);
     expect(retry.headers.get('idempotent-replayed')).toBeNull();
-    expect(
-      emailRows(service, s.account.id)
-        .map((r) => r.status)
-        .sort(),
-    ).toEqual(['failed', 'sent']);
+    expect((await emailRows(service, s.account.id)).map((r) => r.status).sort()).toEqual(['failed', 'sent']);
   });
 });
 
@@ -557,12 +553,12 @@ describe('settling a claim', () => {
     const s = await newSender(service);
     const db = service.deps.db;
     const now = service.clock.now();
-    const claimed = claimIdempotencyKey(db, s.account.id, 'settle-1', Buffer.from('{}'), now);
+    const claimed = await claimIdempotencyKey(db, s.account.id, 'settle-1', Buffer.from('{}'), now);
     if (claimed.kind !== 'claimed') throw new Error('expected a fresh claim');
-    const running = idempotencyRow(service, s.account.id, 'settle-1');
-    const refusal = (f: () => void) => {
+    const running = await idempotencyRow(service, s.account.id, 'settle-1');
+    const refusal = async (f: () => unknown) => {
       try {
-        f();
+        await f();
       } catch (err) {
         if (err instanceof ApiError) return `${err.status} ${err.code}`;
         throw err;
@@ -570,13 +566,13 @@ describe('settling a claim', () => {
       return 'settled';
     };
     // Another request's token (the key taken over): no row is this claim's.
-    expect(refusal(() => settleClaim(db, { ...claimed.claim, token: 'someone-else' }, { id: 'x' }, now))).toBe('409 idempotency_in_progress');
-    expect(idempotencyRow(service, s.account.id, 'settle-1')).toEqual(running);
-    expect(refusal(() => settleClaim(db, claimed.claim, { id: 'mine' }, now))).toBe('settled');
-    const done = idempotencyRow(service, s.account.id, 'settle-1');
+    expect(await refusal(() => settleClaim(db, { ...claimed.claim, token: 'someone-else' }, { id: 'x' }, now))).toBe('409 idempotency_in_progress');
+    expect(await idempotencyRow(service, s.account.id, 'settle-1')).toEqual(running);
+    expect(await refusal(() => settleClaim(db, claimed.claim, { id: 'mine' }, now))).toBe('settled');
+    const done = await idempotencyRow(service, s.account.id, 'settle-1');
     expect(done).toMatchObject({ state: 'done', response: { id: 'mine' } });
     // Settled already: a second settle of the same claim touches no running row.
-    expect(refusal(() => settleClaim(db, claimed.claim, { id: 'again' }, now))).toBe('409 idempotency_in_progress');
-    expect(idempotencyRow(service, s.account.id, 'settle-1')).toEqual(done);
+    expect(await refusal(() => settleClaim(db, claimed.claim, { id: 'again' }, now))).toBe('409 idempotency_in_progress');
+    expect(await idempotencyRow(service, s.account.id, 'settle-1')).toEqual(done);
   });
 });

@@ -142,7 +142,7 @@ describe('GET /emails', () => {
   });
 
   it('an account with no sends has an empty page', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const res = await service.api('GET', '/emails', { key });
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ data: [], nextCursor: null });
@@ -249,7 +249,7 @@ describe('GET /emails', () => {
     const s = await newSender(service);
     await sendOk(s);
     await sendOk(s);
-    service.newKey(s.account.id);
+    await service.newKey(s.account.id);
     const keys = await service.api('GET', '/keys?limit=1', { key: s.key });
     expect(keys.body.nextCursor).toEqual(expect.any(String));
     const other = await newSender(service);

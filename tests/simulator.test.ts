@@ -13,6 +13,7 @@ import { seedEndpoint } from './helpers/outcomes.js';
 import { accountRow, expectError, getAccount, newSender, receipt, useQuota } from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
 import { SmtpSink } from './helpers/smtp-sink.js';
+import { one } from '../db/sql.js';
 
 /**
  * The mailbox simulator: recipients at simulator.mailstead.test never touch the network, in either
@@ -112,8 +113,8 @@ describe('the policy table', () => {
 describe('in direct mode, through the whole pipeline without the network', () => {
   it('delivered@, bounce@, defer@ and complaint@: their outcomes, events, suppressions, webhooks and database writes; no connection, no DNS', async () => {
     const s = await newSender(direct);
-    const endpoint = seedEndpoint(direct, s.account.id, ['email.delivered', 'email.bounced', 'email.deferred', 'email.complained']);
-    storeDatabaseRow(direct, s.account.id, 'postgresql://app:secret@db.example.com:5432/app');
+    const endpoint = await seedEndpoint(direct, s.account.id, ['email.delivered', 'email.bounced', 'email.deferred', 'email.complained']);
+    await storeDatabaseRow(direct, s.account.id, 'postgresql://app:secret@db.example.com:5432/app');
     const engine = createDeliveryEngine(direct.deps, { timeouts: FAST_TIMEOUTS });
     const to = ['delivered', 'bounce', 'defer', 'complaint'].map(at);
     const id = await send(direct, s.key, to);
@@ -131,7 +132,7 @@ describe('in direct mode, through the whole pipeline without the network', () =>
     const email = (await direct.api('GET', `/emails/${id}`, { key: s.key })).body;
     expect(email).toMatchObject({ deliveredAt: expect.any(String), bouncedAt: expect.any(String), complainedAt: expect.any(String) });
 
-    const listed = direct.deps.db.select().from(suppressions).where(eq(suppressions.accountId, s.account.id)).all();
+    const listed = await direct.deps.db.select().from(suppressions).where(eq(suppressions.accountId, s.account.id));
     expect(listed.map((r) => [r.address, r.reason]).sort()).toEqual([
       [at('bounce'), 'bounce'],
       [at('complaint'), 'complaint'],
@@ -142,11 +143,12 @@ describe('in direct mode, through the whole pipeline without the network', () =>
     expect(await engine.runOnce()).toBe(0);
     direct.clock.advance(1);
     expect(await engine.runOnce()).toBe(1);
-    const deferred = direct.deps.db
-      .select()
-      .from(outboundRecipients)
-      .where(and(eq(outboundRecipients.messageId, id), eq(outboundRecipients.recipient, at('defer'))))
-      .get();
+    const deferred = await one(
+      direct.deps.db
+        .select()
+        .from(outboundRecipients)
+        .where(and(eq(outboundRecipients.messageId, id), eq(outboundRecipients.recipient, at('defer')))),
+    );
     expect(deferred).toMatchObject({ status: 'queued', attempts: 2, nextAttemptAt: sentAt + RETRY_GAPS_MS[0]! + RETRY_GAPS_MS[1]! });
     direct.clock.advance(RETRY_GAPS_MS[1]!);
     expect(await engine.runOnce()).toBe(1);
@@ -156,9 +158,9 @@ describe('in direct mode, through the whole pipeline without the network', () =>
       ['deferred', '4.2.1'],
       ['delivered', '2.0.0'],
     ]);
-    expect(direct.deps.db.select().from(outboundRecipients).where(eq(outboundRecipients.messageId, id)).all()).toEqual([]);
+    expect(await direct.deps.db.select().from(outboundRecipients).where(eq(outboundRecipients.messageId, id))).toEqual([]);
 
-    const posts = direct.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpoint)).all();
+    const posts = await direct.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpoint));
     const postsOf = (type: string) =>
       posts
         .filter((p) => p.eventType === type)
@@ -168,11 +170,10 @@ describe('in direct mode, through the whole pipeline without the network', () =>
     expect(postsOf('email.bounced')).toEqual([at('bounce')]);
     expect(postsOf('email.deferred')).toEqual([at('defer'), at('defer')]);
     expect(postsOf('email.complained')).toEqual([at('complaint')]);
-    const writes = direct.deps.db
+    const writes = await direct.deps.db
       .select()
       .from(customerDbWrites)
-      .where(and(eq(customerDbWrites.accountId, s.account.id), eq(customerDbWrites.kind, 'event')))
-      .all();
+      .where(and(eq(customerDbWrites.accountId, s.account.id), eq(customerDbWrites.kind, 'event')));
     expect(writes).toHaveLength(events.length);
 
     expect(sink.connections).toBe(0);
@@ -206,7 +207,7 @@ describe('in direct mode, through the whole pipeline without the network', () =>
       expectError(res, 422, 'recipient_suppressed', /suppressed(\+7)?@simulator\.mailstead\.test/);
       expect(res.body.error.message).not.toContain('ok@example.net');
     }
-    expect(direct.deps.db.select().from(outboundRecipients).where(eq(outboundRecipients.accountId, s.account.id)).all()).toEqual([]);
+    expect(await direct.deps.db.select().from(outboundRecipients).where(eq(outboundRecipients.accountId, s.account.id))).toEqual([]);
     // It is not a row of the account's list: nothing to remove, and still refused.
     expectError(await direct.api('DELETE', `/suppressions/${encodeURIComponent(at('suppressed'))}`, { key: s.key }), 404, 'not_found');
     expectError(await direct.api('POST', '/emails', { key: s.key, body: receipt(s.from, at('suppressed')) }), 422, 'recipient_suppressed');
@@ -226,8 +227,8 @@ describe('quota and credits count; reputation does not', () => {
     await engine.runOnce();
     const account = await getAccount(direct, s.key);
     expect(account.sending).toMatchObject({ tier: 'healthy', totalSent: 0, totalBounced: 0, totalComplained: 0, sentToday: 60, suspended: false });
-    expect(accountRow(direct, s.account.id).creditsBalance).toBe(8);
-    expect(direct.deps.db.select().from(suppressions).where(eq(suppressions.accountId, s.account.id)).all()).toHaveLength(60);
+    expect((await accountRow(direct, s.account.id)).creditsBalance).toBe(8);
+    expect(await direct.deps.db.select().from(suppressions).where(eq(suppressions.accountId, s.account.id))).toHaveLength(60);
 
     // A real recipient beside them counts as usual.
     await send(direct, s.key, ['real@example.net', at('delivered')]);
@@ -236,7 +237,7 @@ describe('quota and credits count; reputation does not', () => {
 
   it('a send to the simulator beyond the quota left is 429 quota_exceeded', async () => {
     const s = await newSender(direct);
-    useQuota(direct, s.account.id, 1);
+    await useQuota(direct, s.account.id, 1);
     expectError(await direct.api('POST', '/emails', { key: s.key, body: receipt(s.from, [at('delivered'), at('delivered+2')]) }), 429, 'quota_exceeded');
     await send(direct, s.key, at('delivered'));
   });
@@ -258,9 +259,9 @@ describe('in capture mode', () => {
     expect(events.map((e) => e.detail)).not.toContain('captured');
     expect(sink.connections).toBe(0);
 
-    const key = capture.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, s.account.id)).get()!;
+    const key = (await one(capture.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, s.account.id))))!;
     for (const recipient of [at('delivered'), at('bounce'), at('complaint')]) {
-      const raw = readCapture(capture.deps.db, capture.deps.secretKey, { accountId: s.account.id, emailId: id, recipient });
+      const raw = await readCapture(capture.deps.db, capture.deps.secretKey, { accountId: s.account.id, emailId: id, recipient });
       expect(raw, recipient).not.toBeNull();
       const verdict = await dkimVerify(raw!, { resolver: async () => [[`v=DKIM1; h=sha256; k=rsa; p=${key.dkimPublicKey}`]] });
       expect(verdict.results[0]?.status.result).toBe('pass');

@@ -64,7 +64,7 @@ const BLOB = Buffer.from(Array.from({ length: 2500 }, (_, i) => (i * 131 + 7) % 
 /** A sender with its Signing record published and a webhook endpoint for `email.delivered`. */
 async function prepared(): Promise<{ s: Sender; auth: { user: string; pass: string } }> {
   const s = await newSender(rig.service);
-  publishSigningRecord(rig.service, rig.dns, s);
+  await publishSigningRecord(rig.service, rig.dns, s);
   const hook = await rig.service.api('POST', '/webhooks', {
     key: s.key,
     body: { url: `https://hooks.webhooks.test:${receiver.port}/mailstead`, events: ['email.delivered'] },
@@ -331,8 +331,8 @@ describe('Message-ID de-duplication (decisions.md section 10)', () => {
     // The first attempt: the whole message and its final dot go out, then the connection drops before the reply.
     await pythonSubmit(submission, 'tls', auth, envelope, pm, { dropReply: true });
     const deadline = Date.now() + 10_000;
-    while (emailRows(service, s.account.id).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-    const logged = emailRows(service, s.account.id);
+    while ((await emailRows(service, s.account.id)).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    const logged = await emailRows(service, s.account.id);
     expect(logged, 'the message whose reply was lost is queued').toHaveLength(1);
 
     // The retry gets the id of the message already queued, and so does a third attempt over the other port.
@@ -341,7 +341,7 @@ describe('Message-ID de-duplication (decisions.md section 10)', () => {
     expect(queuedId(`250 ${retry.reply}`)).toBe(logged[0]!.id);
     const third = await pythonSubmit(submission, 'tls', auth, envelope, pm);
     expect(queuedId(`250 ${third.reply}`)).toBe(logged[0]!.id);
-    expect(emailRows(service, s.account.id)).toHaveLength(1);
+    expect(await emailRows(service, s.account.id)).toHaveLength(1);
 
     await engine.runOnce();
     await engine.runOnce();
@@ -350,7 +350,7 @@ describe('Message-ID de-duplication (decisions.md section 10)', () => {
     const email = await service.api('GET', `/emails/${logged[0]!.id}`, { key: s.key });
     expect(email.body.events.filter((e: { status: string }) => e.status === 'delivered')).toHaveLength(1);
     // One message counted: one recipient against today's quota, one sent.
-    expect(accountRow(service, s.account.id)).toMatchObject({ sentTodayCount: 1, totalSent: 1 });
+    expect(await accountRow(service, s.account.id)).toMatchObject({ sentTodayCount: 1, totalSent: 1 });
 
     // A fourth, also with nodemailer and a reply that arrives: the same id, and still nothing sent again.
     const again = await nodemailerSubmit(submission, 'starttls', auth, envelope, await withMessageId(s, messageId, to));
@@ -369,7 +369,7 @@ describe('Message-ID de-duplication (decisions.md section 10)', () => {
     );
     const ids = new Set(replies.map(queuedId));
     expect(ids.size).toBe(1);
-    expect(emailRows(service, s.account.id).map((e) => e.id)).toEqual([...ids]);
+    expect((await emailRows(service, s.account.id)).map((e) => e.id)).toEqual([...ids]);
     await engine.runOnce();
     expect(sink.received.filter((r) => r.to[0] === to)).toHaveLength(1);
   });
@@ -406,12 +406,8 @@ describe('Message-ID de-duplication (decisions.md section 10)', () => {
     expect(pastLater).not.toBe(pastA);
     await engine.runOnce();
     expect(mine().slice(3)).toEqual([verp(pastLater)]);
-    expect(
-      emailRows(service, a.s.account.id)
-        .map((e) => e.id)
-        .sort(),
-    ).toEqual([nearA, pastA, pastLater].sort());
-    expect(emailRows(service, b.s.account.id).map((e) => e.id)).toEqual([nearB]);
+    expect((await emailRows(service, a.s.account.id)).map((e) => e.id).sort()).toEqual([nearA, pastA, pastLater].sort());
+    expect((await emailRows(service, b.s.account.id)).map((e) => e.id)).toEqual([nearB]);
   });
 });
 
@@ -425,8 +421,8 @@ describe('Message-ID de-duplication before the per-message checks', () => {
       const sent = await composed({ from: s.from, to, subject: 'Last one', text: 'The last message today.', messageId });
       const id = queuedId(await nodemailerSubmit(submission, 'starttls', auth, { from: s.from, to: [to] }, sent));
       // That message took what was left.
-      if (spend === 'quota') useQuota(service, s.account.id, 0);
-      else exhaustCredits(service, s.account.id);
+      if (spend === 'quota') await useQuota(service, s.account.id, 0);
+      else await exhaustCredits(service, s.account.id);
       // A new message is refused now, as POST /emails is...
       const fresh = await composed({ from: s.from, to, subject: 'One more', text: 'Over the limit.' });
       await expect(nodemailerSubmit(submission, 'starttls', auth, { from: s.from, to: [to] }, fresh)).rejects.toMatchObject({

@@ -159,11 +159,11 @@ async function stateOf(key: string, accountId: string, account?: string): Promis
   const acc = await getAccount(service, key, account);
   return {
     emails: list.body.data.map((e: { id: string }) => e.id),
-    logged: emailRows(service, accountId).length,
+    logged: (await emailRows(service, accountId)).length,
     balance: acc.credits.balance,
     sentToday: acc.sending.sentToday,
-    queuedMessages: outboundMessagesOf(service, accountId).length,
-    queuedRecipients: queuedRecipientsOf(service, accountId).length,
+    queuedMessages: (await outboundMessagesOf(service, accountId)).length,
+    queuedRecipients: (await queuedRecipientsOf(service, accountId)).length,
   };
 }
 
@@ -652,7 +652,7 @@ describe('the account', () => {
     const client = await authed(s.key);
     expect(await client.command(`MAIL FROM:<${s.from}>`)).toMatch(/^250 /);
     expect(await client.command('RCPT TO:<ada@example.net>')).toMatch(/^250 /);
-    suspendByOperator(service, s.account.id, 'Suspended by support: unpaid invoices.');
+    await suspendByOperator(service, s.account.id, 'Suspended by support: unpaid invoices.');
     const before = await senderState(s);
     expect(await client.data(mail(s.from, ['ada@example.net']))).toMatch(/^550 5\.7\.1 Suspended by support: unpaid invoices\./);
     client.close();
@@ -661,7 +661,7 @@ describe('the account', () => {
 
   it('with fewer recipients left in the quota than RCPTs: 451 4.7.1 at the end of DATA, nothing sent; within it, accepted', async () => {
     const s = await newSender(service, { credits: 10 });
-    useQuota(service, s.account.id, 1);
+    await useQuota(service, s.account.id, 1);
     const before = await senderState(s);
     const client = await authed(s.key);
     const r = await transaction(client, s.from, ['ada@example.net', 'cy@example.net'], mail(s.from, ['ada@example.net', 'cy@example.net']));

@@ -148,8 +148,8 @@ describe('the bounds it shares with inbound SMTP', () => {
     expect(await client.command('DATA')).toMatch(/^354 /);
     client.write(`From: ${s.from}\r\nSubject: x\r\n\r\nline one\nline two\r\n.\r\n`);
     expect(await client.reply()).toMatch(/^550 5\.6\.0 Bare CR or LF/);
-    expect(emailRows(service, s.account.id)).toEqual([]);
-    expect(queuedRecipientsOf(service, s.account.id)).toEqual([]);
+    expect(await emailRows(service, s.account.id)).toEqual([]);
+    expect(await queuedRecipientsOf(service, s.account.id)).toEqual([]);
     expect(await service.deps.metrics.registry.metrics()).toMatch(/mailstead_submission_refused_total\{stage="data",code="550"\} [1-9]/);
   });
 
@@ -161,7 +161,7 @@ describe('the bounds it shares with inbound SMTP', () => {
     client.write(`From: ${s.from}\r\nSubject: big\r\n\r\n${'x'.repeat(998)}\r\n`.repeat(1 + Math.ceil(MAX_BYTES / 1000)));
     client.write('.\r\n');
     expect(await client.reply()).toMatch(/^552 5\.3\.4 /);
-    expect(emailRows(service, s.account.id)).toEqual([]);
+    expect(await emailRows(service, s.account.id)).toEqual([]);
   });
 });
 
@@ -176,7 +176,7 @@ describe('what the header may be', () => {
     const id = /^250 2\.0\.0 Ok: queued as (\S+)$/.exec(answer)?.[1];
     expect(id, answer).toBeDefined();
     expect(await service.deps.metrics.registry.metrics()).toMatch(/mailstead_submission_accepted_total [1-9]/);
-    const raw = queued(service, id!).message!.raw!.toString('latin1');
+    const raw = (await queued(service, id!)).message!.raw!.toString('latin1');
     expect(raw).toMatch(
       new RegExp(`^From: ${s.from}\\r\\nSubject: header only\\r\\nMessage-ID: <${id}@mx\\.mailstead\\.test>\\r\\nDate: [^\\r]+\\r\\n\\r\\n$`),
     );
@@ -190,7 +190,7 @@ describe('what the header may be', () => {
     // 330 KB of header fields, under SIZE (400 KB).
     client.write(`From: ${s.from}\r\n${'X-Long: y\r\n'.repeat(30_000)}.\r\n`);
     expect(await client.reply()).toMatch(/^552 5\.3\.4 The message header exceeds 262144 bytes/);
-    expect(emailRows(service, s.account.id).map((e) => e.subject)).not.toContain('');
+    expect((await emailRows(service, s.account.id)).map((e) => e.subject)).not.toContain('');
   });
 });
 
@@ -201,7 +201,7 @@ describe('the key', () => {
     try {
       const sender = await newSender(limited);
       // A key of its own: newSender's calls to the API took requests of the operator's key.
-      const key = limited.newKey(sender.account.id);
+      const key = await limited.newKey(sender.account.id);
       const { client } = await RawSmtp.connectSecure(limitedRig.securePort);
       open.push(client);
       await client.command('EHLO client.example');
@@ -234,23 +234,15 @@ describe('the key', () => {
   });
 });
 
-it('Message-IDs older than 24 hours are forgotten', () => {
+it('Message-IDs older than 24 hours are forgotten', async () => {
   const db = service.deps.db;
   const now = service.clock.now();
-  const emailId = emailRows(service, s.account.id)[0]?.id;
+  const emailId = (await emailRows(service, s.account.id))[0]?.id;
   expect(emailId, 'an email of an earlier test').toBeDefined();
-  db.insert(submittedMessages)
-    .values([
-      { accountId: s.account.id, messageId: '<old@client.example>', emailId: emailId!, createdAt: now - 25 * 3_600_000 },
-      { accountId: s.account.id, messageId: '<new@client.example>', emailId: emailId!, createdAt: now - 23 * 3_600_000 },
-    ])
-    .run();
-  expect(pruneSubmittedMessageIds({ db }, now)).toBe(1);
-  expect(
-    db
-      .select({ id: submittedMessages.messageId })
-      .from(submittedMessages)
-      .all()
-      .map((r) => r.id),
-  ).toContain('<new@client.example>');
+  await db.insert(submittedMessages).values([
+    { accountId: s.account.id, messageId: '<old@client.example>', emailId: emailId!, createdAt: now - 25 * 3_600_000 },
+    { accountId: s.account.id, messageId: '<new@client.example>', emailId: emailId!, createdAt: now - 23 * 3_600_000 },
+  ]);
+  expect(await pruneSubmittedMessageIds({ db }, now)).toBe(1);
+  expect((await db.select({ id: submittedMessages.messageId }).from(submittedMessages)).map((r) => r.id)).toContain('<new@client.example>');
 });

@@ -35,7 +35,7 @@ describe('the standard failures', () => {
 
 describe('POST /suppressions', () => {
   it('adds a manual entry, lower-cased: 201', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const res = await add(key, 'Ann.Lee@Example.NET');
     expect(res.status).toBe(201);
     expectDocumented(res);
@@ -50,7 +50,7 @@ describe('POST /suppressions', () => {
   });
 
   it('an address already listed answers 200 with the existing entry', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const first = await add(key, 'bob@example.net');
     expect(first.status).toBe(201);
     service.clock.advance(5000);
@@ -70,12 +70,12 @@ describe('POST /suppressions', () => {
     ['a number', 7],
     ['null', null],
   ])('an invalid address (%s) is 422 invalid_request', async (_, address) => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     expectError(await add(key, address), 422, 'invalid_request', /address/);
   });
 
   it('a missing address, an unknown field and a body that is not JSON are refused', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     expectError(await service.api('POST', '/suppressions', { key, body: {} }), 422, 'invalid_request', /address/);
     expectError(await service.api('POST', '/suppressions', { key, body: { address: 'bob@example.net', reason: 'bounce' } }), 422, 'invalid_request', /reason/);
     expectError(
@@ -88,7 +88,7 @@ describe('POST /suppressions', () => {
 
 describe('POST /suppressions: the address as given is bounded', () => {
   it('320 characters (spaces around the address included) are accepted; 321 are 422 invalid_request naming address', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const at = await add(key, 'ann@example.net'.padStart(320, ' '));
     expect(at.status).toBe(201);
     expect(at.body.address).toBe('ann@example.net');
@@ -99,7 +99,7 @@ describe('POST /suppressions: the address as given is bounded', () => {
 
 describe('GET /suppressions', () => {
   it('lists newest first', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const addresses = ['one@example.net', 'two@example.net', 'three@example.net'];
     for (const a of addresses) {
       expect((await add(key, a)).status).toBe(201);
@@ -121,7 +121,7 @@ describe('GET /suppressions', () => {
   });
 
   it('address returns only that address, compared lower-cased', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     await add(key, 'ann@example.net');
     await add(key, 'bob@example.net');
     const found = await listed(key, `?address=${encodeURIComponent('ANN@Example.net')}`);
@@ -132,7 +132,7 @@ describe('GET /suppressions', () => {
   });
 
   it('address of 320 characters is accepted; 321 or empty is 422 invalid_request', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const at = (n: number) => `${'a'.repeat(64)}@${'b'.repeat(n - 65 - 4)}.com`;
     expect(at(320)).toHaveLength(320);
     expect((await listed(key, `?address=${at(320)}`)).status).toBe(200);
@@ -141,7 +141,7 @@ describe('GET /suppressions', () => {
   });
 
   it('pages with nextCursor without repeats or gaps', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const addresses = Array.from({ length: 5 }, (_, i) => `p${i}@example.net`);
     for (const a of addresses) await add(key, a);
     const expected = [...addresses].reverse();
@@ -161,13 +161,13 @@ describe('GET /suppressions', () => {
   });
 
   it('a cursor from another list, another account or made up is 422 invalid_cursor', async () => {
-    const { account, key } = service.newAccount();
+    const { account, key } = await service.newAccount();
     await add(key, 'a@example.net');
     await add(key, 'b@example.net');
-    service.newKey(account.id);
+    await service.newKey(account.id);
     const keysCursor = (await service.api('GET', '/keys?limit=1', { key })).body.nextCursor;
     expect(keysCursor).toEqual(expect.any(String));
-    const other = service.newAccount();
+    const other = await service.newAccount();
     await add(other.key, 'a@example.net');
     await add(other.key, 'b@example.net');
     const theirs = (await listed(other.key, '?limit=1')).body.nextCursor;
@@ -178,7 +178,7 @@ describe('GET /suppressions', () => {
   });
 
   it('a bad limit is 422 invalid_request', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     for (const limit of ['0', '101', 'x']) {
       const res = await listed(key, `?limit=${limit}`);
       expectError(res, 422, 'invalid_request', /limit/);
@@ -189,7 +189,7 @@ describe('GET /suppressions', () => {
 
 describe('DELETE /suppressions/{address}', () => {
   it('removes a listed address (URL-encoded): 204; then 404 not_found', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     await add(key, 'ann+billing@example.net');
     await add(key, 'bob@example.net');
     const res = await remove(key, 'ann+billing@example.net');
@@ -202,20 +202,20 @@ describe('DELETE /suppressions/{address}', () => {
   });
 
   it('an address never listed is 404 not_found', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     expectError(await remove(key, 'nobody@example.net'), 404, 'not_found');
   });
 
   it('removes the entry whatever the case of the address given', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     await add(key, 'carl@example.net');
     expect((await remove(key, 'Carl@Example.NET')).status).toBe(204);
     expect((await listed(key)).body.data).toEqual([]);
   });
 
   it('removes only from the acting account’s list', async () => {
-    const a = service.newAccount();
-    const b = service.newAccount();
+    const a = await service.newAccount();
+    const b = await service.newAccount();
     await add(a.key, 'dan@example.net');
     await add(b.key, 'dan@example.net');
     expect((await remove(a.key, 'dan@example.net')).status).toBe(204);
@@ -225,7 +225,7 @@ describe('DELETE /suppressions/{address}', () => {
 
 describe('sub-accounts have their own list', () => {
   it('entries added with the account header are on the sub-account’s list only', async () => {
-    const parent = service.newAccount();
+    const parent = await service.newAccount();
     const sub = await service.api('POST', '/accounts', { key: parent.key, body: { name: 'Shop' } });
     expect((await add(parent.key, 'sub-only@example.net', sub.body.id)).status).toBe(201);
     expect((await listed(parent.key, '', sub.body.id)).body.data.map((e: { address: string }) => e.address)).toEqual(['sub-only@example.net']);
@@ -233,7 +233,7 @@ describe('sub-accounts have their own list', () => {
   });
 
   it('removing from a sub-account’s list leaves the parent’s list as it is', async () => {
-    const parent = service.newAccount();
+    const parent = await service.newAccount();
     const sub = await service.api('POST', '/accounts', { key: parent.key, body: { name: 'Shop' } });
     await add(parent.key, 'eve@example.net');
     await add(parent.key, 'eve@example.net', sub.body.id);
@@ -254,8 +254,8 @@ describe('a send to a suppressed recipient (check 7)', () => {
     expect(res.body.error.message).toContain('ann@example.net');
     expect(res.body.error.message).toContain('bob@example.net');
     expect(res.body.error.message).not.toContain('carl@example.net');
-    expect(emailRows(service, s.account.id).filter((r) => r.status === 'sent')).toEqual([]);
-    expect(outboundMessagesOf(service, s.account.id)).toEqual([]);
+    expect((await emailRows(service, s.account.id)).filter((r) => r.status === 'sent')).toEqual([]);
+    expect(await outboundMessagesOf(service, s.account.id)).toEqual([]);
     expect((await service.api('GET', '/account', { key: s.key })).body.sending.sentToday).toBe(0);
   });
 
@@ -274,7 +274,7 @@ describe('a send to a suppressed recipient (check 7)', () => {
     const res = await sendEmail(service, parent.key, receipt(sub.from, ['frank@example.net', 'gina@example.net']), { account: sub.id });
     expectError(res, 422, 'recipient_suppressed');
     expect(res.body.error.message).toContain('frank@example.net');
-    expect(outboundMessagesOf(service, sub.id)).toEqual([]);
+    expect(await outboundMessagesOf(service, sub.id)).toEqual([]);
   });
 
   it('names recipients from both lists at once', async () => {
@@ -310,7 +310,7 @@ describe('a send to a suppressed recipient (check 7)', () => {
 
   it('another account’s list does not matter', async () => {
     const s = await newSender(service);
-    const other = service.newAccount();
+    const other = await service.newAccount();
     await add(other.key, 'jo@example.net');
     expectOk(await sendEmail(service, s.key, receipt(s.from, 'jo@example.net')));
   });
@@ -327,7 +327,7 @@ describe('a send to a suppressed recipient (check 7)', () => {
     const s = await newSender(service);
     await add(s.key, 'lee@example.net');
     expectError(await sendEmail(service, s.key, receipt(s.from, 'lee@example.net', { sandbox: true })), 422, 'recipient_suppressed');
-    expect(emailRows(service, s.account.id).filter((r) => r.status === 'sandboxed')).toEqual([]);
+    expect((await emailRows(service, s.account.id)).filter((r) => r.status === 'sandboxed')).toEqual([]);
   });
 
   it('a suppression added while the send waits for its commit still refuses it: nothing is queued', async () => {
@@ -335,9 +335,9 @@ describe('a send to a suppressed recipient (check 7)', () => {
     const commits = service.deps.commits;
     const run = commits.run;
     // Between the checks and the commit: another request lists the recipient.
-    commits.run = (fn) => {
+    commits.run = async (fn) => {
       commits.run = run;
-      suppress(service.deps.db, s.account.id, 'late@example.net', 'manual', '', service.clock.now());
+      await suppress(service.deps.db, s.account.id, 'late@example.net', 'manual', '', service.clock.now());
       return run(fn);
     };
     try {
@@ -347,8 +347,8 @@ describe('a send to a suppressed recipient (check 7)', () => {
     } finally {
       commits.run = run;
     }
-    expect(emailRows(service, s.account.id).filter((r) => r.status === 'sent')).toEqual([]);
-    expect(outboundMessagesOf(service, s.account.id)).toEqual([]);
+    expect((await emailRows(service, s.account.id)).filter((r) => r.status === 'sent')).toEqual([]);
+    expect(await outboundMessagesOf(service, s.account.id)).toEqual([]);
   });
 });
 
@@ -372,7 +372,7 @@ describe('internationalised addresses', () => {
   });
 
   it('an address filter of only spaces is 422 invalid_request', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     expectError(await listed(key, '?address=%20%20'), 422, 'invalid_request', /address/);
   });
 });

@@ -87,12 +87,12 @@ describe('GET /templates', () => {
   });
 
   it('a key with only emails:read is 403 insufficient_scope; one with emails:send or templates:read is let in', async () => {
-    const reader = service.newKey(s.account.id, ['emails:read']);
+    const reader = await service.newKey(s.account.id, ['emails:read']);
     const res = await service.api('GET', '/templates', { key: reader });
     expectError(res, 403, 'insufficient_scope', 'This key lacks the scope templates:read (or emails:send).');
     expectDocumented(res);
     for (const scope of ['emails:send', 'templates:read'] as const) {
-      expect((await service.api('GET', '/templates', { key: service.newKey(s.account.id, [scope]) })).status).toBe(200);
+      expect((await service.api('GET', '/templates', { key: await service.newKey(s.account.id, [scope]) })).status).toBe(200);
     }
   });
 });
@@ -108,7 +108,7 @@ describe('POST /templates/{name}/render', () => {
     expect(res.body.text).toBe('Receipt R-77\n\nPaid on: 2026-03-10\nTotal: $42.00\n\nThank you for your payment.\n');
     expect(res.body.html).toContain('<strong>$42.00</strong>');
     expect(res.body.html).not.toContain('Payment method');
-    expect(emailRows(service, s.account.id)).toEqual([]);
+    expect(await emailRows(service, s.account.id)).toEqual([]);
     const after = await service.api('GET', '/account', { key: s.key });
     expect(after.body.sending).toEqual(before.body.sending);
     expect(after.body.credits).toEqual(before.body.credits);
@@ -120,7 +120,7 @@ describe('POST /templates/{name}/render', () => {
     expect(preview.status).toBe(200);
     const sent = await sendEmail(service, s.key, { from: s.from, to: 'ann@example.net', template: { name: 'receipt', ...vars } });
     expect(sent.status, JSON.stringify(sent.body)).toBe(200);
-    const message = queued(service, sent.body.id).message!;
+    const message = (await queued(service, sent.body.id)).message!;
     expect(preview.body).toEqual({ subject: message.subject, html: message.html, text: message.text });
   });
 

@@ -21,6 +21,7 @@ import { postWebhook } from '../server/webhooks/http-client.js';
 import { newWebhookSecret } from '../server/core/webhook-signing.js';
 import { HttpsReceiver, type ReceivedRequest } from './helpers/https-receiver.js';
 import { type TestService, startService } from './helpers/service.js';
+import { one } from '../db/sql.js';
 
 /**
  * The webhook dispatcher against a real HTTPS receiver on loopback (trusted through NODE_EXTRA_CA_CERTS), with the
@@ -45,13 +46,17 @@ afterAll(async () => {
   await service?.close();
 });
 
-afterEach(() => {
+afterEach(async () => {
   // Each test starts from an empty queue (deliveries go with their endpoints).
-  service.deps.db.delete(webhookEndpoints).run();
+  await service.deps.db.delete(webhookEndpoints);
   receiver.reset();
 });
 
-function addEndpoint(accountId: string, url: string, fields: Partial<WebhookEndpointRow> = {}): { endpoint: WebhookEndpointRow; secret: string } {
+async function addEndpoint(
+  accountId: string,
+  url: string,
+  fields: Partial<WebhookEndpointRow> = {},
+): Promise<{ endpoint: WebhookEndpointRow; secret: string }> {
   const { deps, clock } = service;
   const id = newId(clock.now());
   const secret = newWebhookSecret();
@@ -68,7 +73,7 @@ function addEndpoint(accountId: string, url: string, fields: Partial<WebhookEndp
     createdAt: clock.now(),
     ...fields,
   };
-  deps.db.insert(webhookEndpoints).values(endpoint).run();
+  await deps.db.insert(webhookEndpoints).values(endpoint);
   return { endpoint, secret };
 }
 
@@ -101,13 +106,13 @@ function newDelivery(endpoint: WebhookEndpointRow, fields: Partial<WebhookDelive
   };
 }
 
-function insert(...rows: WebhookDeliveryRow[]): void {
-  for (const row of rows) service.deps.db.insert(webhookDeliveries).values(row).run();
+async function insert(...rows: WebhookDeliveryRow[]): Promise<void> {
+  for (const row of rows) await service.deps.db.insert(webhookDeliveries).values(row);
 }
 
-const delivery = (id: string) => service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.id, id)).get()!;
-const history = (id: string) =>
-  service.deps.db
+const delivery = async (id: string) => (await one(service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.id, id))))!;
+const history = async (id: string) =>
+  await service.deps.db
     .select({
       attempt: webhookAttempts.attempt,
       attemptedAt: webhookAttempts.attemptedAt,
@@ -117,11 +122,10 @@ const history = (id: string) =>
     })
     .from(webhookAttempts)
     .where(eq(webhookAttempts.deliveryId, id))
-    .orderBy(asc(webhookAttempts.attempt))
-    .all();
-const endpointRow = (id: string) => service.deps.db.select().from(webhookEndpoints).where(eq(webhookEndpoints.id, id)).get()!;
-const deliveriesOf = (endpointId: string) =>
-  service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpointId)).orderBy(asc(webhookDeliveries.id)).all();
+    .orderBy(asc(webhookAttempts.attempt));
+const endpointRow = async (id: string) => (await one(service.deps.db.select().from(webhookEndpoints).where(eq(webhookEndpoints.id, id))))!;
+const deliveriesOf = async (endpointId: string) =>
+  await service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpointId)).orderBy(asc(webhookDeliveries.id));
 const deliveryIds = (requests: ReceivedRequest[]) => requests.map((r) => r.headers['x-service-delivery']);
 
 /** A receiver's own check of X-Service-Signature: HMAC-SHA256 of `<t>.<raw body>`, compared in constant time. */
@@ -136,10 +140,10 @@ describe('webhook dispatcher', () => {
   it('posts a due delivery as { id, type, createdAt, data } with both signatures, and records it delivered once', async () => {
     const { clock, deps } = service;
     clock.set(Date.now()); // standardwebhooks checks the timestamp against the real clock
-    const { account } = service.newAccount();
-    const { endpoint, secret } = addEndpoint(account.id, receiver.url('/signed'));
+    const { account } = await service.newAccount();
+    const { endpoint, secret } = await addEndpoint(account.id, receiver.url('/signed'));
     const row = newDelivery(endpoint);
-    insert(row);
+    await insert(row);
     const dispatcher = createWebhookDispatcher(deps);
 
     expect(await dispatcher.runOnce()).toBe(1);
@@ -162,7 +166,7 @@ describe('webhook dispatcher', () => {
     expect(verifyServiceSignature(secret, String(req.headers['x-service-signature']), req.body)).toBe(true);
     expect(new Webhook(secret).verify(req.body.toString('utf8'), req.headers as Record<string, string>)).toEqual(JSON.parse(req.body.toString('utf8')));
 
-    expect(delivery(row.id)).toMatchObject({
+    expect(await delivery(row.id)).toMatchObject({
       attempts: 1,
       lastStatus: 200,
       lastError: null,
@@ -178,10 +182,10 @@ describe('webhook dispatcher', () => {
 
   it('sends the X-Service headers spelled as docs/api/contract.md writes them, as a case-sensitive receiver (PHP getallheaders()) reads them', async () => {
     const { deps } = service;
-    const { account } = service.newAccount();
-    const { endpoint } = addEndpoint(account.id, receiver.url('/spelling'));
+    const { account } = await service.newAccount();
+    const { endpoint } = await addEndpoint(account.id, receiver.url('/spelling'));
     const row = newDelivery(endpoint);
-    insert(row);
+    await insert(row);
     expect(await createWebhookDispatcher(deps).runOnce()).toBe(1);
     const req = receiver.requests[0]!;
     // The names exactly as they came on the wire (rawHeaders keeps the sender's case; headers lower-cases them).
@@ -202,10 +206,10 @@ describe('webhook dispatcher', () => {
 
   it('retries on the schedule (1 min, 5 min, 30 min, 2 h, 12 h from the previous attempt), then the delivery is final', async () => {
     const { clock, deps } = service;
-    const { account } = service.newAccount();
-    const { endpoint } = addEndpoint(account.id, receiver.url('/retry'));
+    const { account } = await service.newAccount();
+    const { endpoint } = await addEndpoint(account.id, receiver.url('/retry'));
     const row = newDelivery(endpoint);
-    insert(row);
+    await insert(row);
     const dispatcher = createWebhookDispatcher(deps);
     // Each attempt fails its own way; the third comes 15 minutes late (the service was down), and the gap after it
     // counts from when it was made.
@@ -230,7 +234,7 @@ describe('webhook dispatcher', () => {
       const attemptAt = clock.now();
       attemptTimes.push(attemptAt);
       due = step.gap === null ? Number.NaN : attemptAt + step.gap;
-      expect(delivery(row.id)).toMatchObject({
+      expect(await delivery(row.id)).toMatchObject({
         attempts: i + 1,
         lastStatus: step.status,
         lastError: step.error,
@@ -241,32 +245,32 @@ describe('webhook dispatcher', () => {
     }
     expect(receiver.requests).toHaveLength(6);
     // Every attempt is kept in the delivery's history (the row itself holds only the last answer).
-    expect(history(row.id)).toEqual(
+    expect(await history(row.id)).toEqual(
       steps.map((step, i) => ({ attempt: i + 1, attemptedAt: attemptTimes[i], status: step.status, error: step.error, delivered: false })),
     );
     clock.advance(30 * 24 * HOUR);
     expect(await dispatcher.runOnce()).toBe(0);
     expect(receiver.requests).toHaveLength(6);
     // Six failures in a row: counted, not yet enough to switch the endpoint off.
-    expect(endpointRow(endpoint.id)).toMatchObject({ active: true, failureCount: 6, disabledAt: null });
+    expect(await endpointRow(endpoint.id)).toMatchObject({ active: true, failureCount: 6, disabledAt: null });
   });
 
   it('a delivered post resets the failure count', async () => {
     const { deps } = service;
-    const { account } = service.newAccount();
-    const { endpoint } = addEndpoint(account.id, receiver.url('/reset'), { failureCount: 7 });
-    insert(newDelivery(endpoint));
+    const { account } = await service.newAccount();
+    const { endpoint } = await addEndpoint(account.id, receiver.url('/reset'), { failureCount: 7 });
+    await insert(newDelivery(endpoint));
     expect(await createWebhookDispatcher(deps).runOnce()).toBe(1);
-    expect(endpointRow(endpoint.id)).toMatchObject({ active: true, failureCount: 0 });
+    expect(await endpointRow(endpoint.id)).toMatchObject({ active: true, failureCount: 0 });
   });
 
   it('10 consecutive failures switch the endpoint off; its deliveries wait; a failed ping changes nothing; a good one switches it on and they go out in event order', async () => {
     const { clock, deps, logger } = service;
-    const { account } = service.newAccount();
-    const { endpoint } = addEndpoint(account.id, receiver.url('/flaky'));
+    const { account } = await service.newAccount();
+    const { endpoint } = await addEndpoint(account.id, receiver.url('/flaky'));
     const rows = Array.from({ length: 12 }, () => newDelivery(endpoint));
     // Written in reverse: the order that counts is the id (event) order.
-    insert(...[...rows].reverse());
+    await insert(...[...rows].reverse());
     const ids = rows.map((r) => r.id);
     receiver.respond({ status: 500 });
     const dispatcher = createWebhookDispatcher(deps);
@@ -274,9 +278,9 @@ describe('webhook dispatcher', () => {
 
     expect(await dispatcher.runOnce()).toBe(10);
     expect(deliveryIds(receiver.requests)).toEqual(ids.slice(0, 10));
-    expect(endpointRow(endpoint.id)).toMatchObject({ active: false, failureCount: 10, disabledAt: t0 });
+    expect(await endpointRow(endpoint.id)).toMatchObject({ active: false, failureCount: 10, disabledAt: t0 });
     expect(logger.entries).toContainEqual(expect.objectContaining({ event: 'webhook.endpoint_disabled', endpointId: endpoint.id, failureCount: 10 }));
-    expect(deliveriesOf(endpoint.id).map((d) => d.attempts)).toEqual([1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0]);
+    expect((await deliveriesOf(endpoint.id)).map((d) => d.attempts)).toEqual([1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0]);
 
     // The two never tried are due, and wait while the endpoint is off.
     clock.advance(30_000);
@@ -284,12 +288,12 @@ describe('webhook dispatcher', () => {
     expect(receiver.requests).toHaveLength(10);
 
     // A ping that fails: recorded once, final, not counted; the endpoint stays off.
-    const failed = await pingEndpoint(deps, endpointRow(endpoint.id));
+    const failed = await pingEndpoint(deps, await endpointRow(endpoint.id));
     expect(failed).toMatchObject({ delivered: false, status: 500, error: 'HTTP 500' });
     const pingReq = receiver.requests[10]!;
     expect(pingReq.headers['x-service-event']).toBe('ping');
     expect(JSON.parse(pingReq.body.toString('utf8'))).toMatchObject({ id: failed.id, type: 'ping', data: { endpointId: endpoint.id } });
-    expect(delivery(failed.id)).toMatchObject({
+    expect(await delivery(failed.id)).toMatchObject({
       eventType: 'ping',
       attempts: 1,
       lastStatus: 500,
@@ -297,8 +301,8 @@ describe('webhook dispatcher', () => {
       deliveredAt: null,
       nextAttemptAt: null,
     });
-    expect(history(failed.id)).toEqual([{ attempt: 1, attemptedAt: clock.now(), status: 500, error: 'HTTP 500', delivered: false }]);
-    expect(endpointRow(endpoint.id)).toMatchObject({ active: false, failureCount: 10, disabledAt: t0 });
+    expect(await history(failed.id)).toEqual([{ attempt: 1, attemptedAt: clock.now(), status: 500, error: 'HTTP 500', delivered: false }]);
+    expect(await endpointRow(endpoint.id)).toMatchObject({ active: false, failureCount: 10, disabledAt: t0 });
     clock.advance(HOUR);
     expect(await dispatcher.runOnce()).toBe(0); // a ping is never retried, and the endpoint is still off
     expect(receiver.requests).toHaveLength(11);
@@ -308,27 +312,27 @@ describe('webhook dispatcher', () => {
     clock.set(t0 + 40_000); // before the first ten's retry time: they resume at once all the same
     let pokes = 0;
     const unsubscribe = onQueueMarked(deps.db, 'webhooks', () => pokes++);
-    const ok = await pingEndpoint(deps, endpointRow(endpoint.id)).finally(unsubscribe);
+    const ok = await pingEndpoint(deps, await endpointRow(endpoint.id)).finally(unsubscribe);
     expect(ok).toMatchObject({ delivered: true, status: 204, error: null });
     expect(pokes).toBe(1); // the dispatcher looks at once instead of at its next interval
-    expect(endpointRow(endpoint.id)).toMatchObject({ active: true, failureCount: 0, disabledAt: null });
+    expect(await endpointRow(endpoint.id)).toMatchObject({ active: true, failureCount: 0, disabledAt: null });
     expect(await dispatcher.runOnce()).toBe(12);
     expect(deliveryIds(receiver.requests.slice(12))).toEqual(ids);
-    for (const id of ids) expect(delivery(id)).toMatchObject({ lastStatus: 204, deliveredAt: clock.now(), nextAttemptAt: null });
-    expect(history(ids[0]!).map((a) => [a.status, a.error, a.delivered])).toEqual([
+    for (const id of ids) expect(await delivery(id)).toMatchObject({ lastStatus: 204, deliveredAt: clock.now(), nextAttemptAt: null });
+    expect((await history(ids[0]!)).map((a) => [a.status, a.error, a.delivered])).toEqual([
       [500, 'HTTP 500', false],
       [204, null, true],
     ]);
-    expect(history(ok.id)).toEqual([{ attempt: 1, attemptedAt: clock.now(), status: 204, error: null, delivered: true }]);
+    expect(await history(ok.id)).toEqual([{ attempt: 1, attemptedAt: clock.now(), status: 204, error: null, delivered: true }]);
   });
 
   it('posts one delivery of an endpoint at a time, in event order, while other endpoints go out beside it', async () => {
     const { deps } = service;
-    const { account } = service.newAccount();
-    const a = addEndpoint(account.id, receiver.url('/order-a')).endpoint;
-    const b = addEndpoint(account.id, receiver.url('/order-b')).endpoint;
+    const { account } = await service.newAccount();
+    const a = (await addEndpoint(account.id, receiver.url('/order-a'))).endpoint;
+    const b = (await addEndpoint(account.id, receiver.url('/order-b'))).endpoint;
     const rows = Array.from({ length: 8 }, (_, i) => newDelivery(i % 2 === 0 ? a : b));
-    insert(...[...rows].reverse());
+    await insert(...[...rows].reverse());
     receiver.respond({ stallMs: 60 });
     const inFlight = new Map<string, number>();
     let maxPerEndpoint = 0;
@@ -355,11 +359,11 @@ describe('webhook dispatcher', () => {
 
   it("respects another worker's live lease (and the endpoint's later deliveries wait behind it); an expired lease is claimed", async () => {
     const { clock, deps } = service;
-    const { account } = service.newAccount();
-    const { endpoint } = addEndpoint(account.id, receiver.url('/leased'));
+    const { account } = await service.newAccount();
+    const { endpoint } = await addEndpoint(account.id, receiver.url('/leased'));
     const first = newDelivery(endpoint, { lockedBy: 'elsewhere:1:abcdef01', lockedUntil: clock.now() + 2 * MIN });
     const second = newDelivery(endpoint);
-    insert(first, second);
+    await insert(first, second);
     const dispatcher = createWebhookDispatcher(deps);
     expect(await dispatcher.runOnce()).toBe(0);
     clock.advance(2 * MIN);
@@ -369,11 +373,11 @@ describe('webhook dispatcher', () => {
 
   it('judges leases on its steady timeline: a wall clock stepped an hour either way neither ends a live lease nor holds it an hour longer', async () => {
     const { clock, deps } = service;
-    const { account } = service.newAccount();
-    const { endpoint } = addEndpoint(account.id, receiver.url('/stepped'));
+    const { account } = await service.newAccount();
+    const { endpoint } = await addEndpoint(account.id, receiver.url('/stepped'));
     // Due whatever the wall clock says; leased by another worker for 2 minutes on this process's timeline.
     const row = newDelivery(endpoint, { nextAttemptAt: 0, lockedBy: 'elsewhere:1:abcdef02', lockedUntil: leaseNow(clock) + 2 * MIN });
-    insert(row);
+    await insert(row);
     const dispatcher = createWebhookDispatcher(deps);
     try {
       clock.stepWall(3_600_000);
@@ -391,15 +395,15 @@ describe('webhook dispatcher', () => {
 
   it('at start, cuts another worker’s lease that reaches an hour ahead (written before the clock stepped back) to one term', async () => {
     const { clock, deps, logger } = service;
-    const { account } = service.newAccount();
-    const { endpoint } = addEndpoint(account.id, receiver.url('/ahead'));
+    const { account } = await service.newAccount();
+    const { endpoint } = await addEndpoint(account.id, receiver.url('/ahead'));
     const row = newDelivery(endpoint, { lockedBy: 'elsewhere:1:abcdef03', lockedUntil: clock.now() + 3_600_000 + 2 * MIN });
-    insert(row);
+    await insert(row);
     const dispatcher = createWebhookDispatcher(deps);
-    dispatcher.start();
+    await dispatcher.start();
     await dispatcher.stop();
     expect(logger.entries).toContainEqual(expect.objectContaining({ event: 'webhook.leases_capped', capped: 1 }));
-    expect(delivery(row.id).lockedUntil).toBeLessThanOrEqual(leaseNow(clock) + 2 * MIN);
+    expect((await delivery(row.id)).lockedUntil).toBeLessThanOrEqual(leaseNow(clock) + 2 * MIN);
     clock.advance(2 * MIN);
     expect(await createWebhookDispatcher(deps).runOnce()).toBe(1);
     expect(deliveryIds(receiver.requests)).toEqual([row.id]);
@@ -407,74 +411,70 @@ describe('webhook dispatcher', () => {
 
   it('at start, releases the leases of a dead process of this host at once', async () => {
     const { clock, deps, logger } = service;
-    const { account } = service.newAccount();
-    const { endpoint } = addEndpoint(account.id, receiver.url('/dead'));
+    const { account } = await service.newAccount();
+    const { endpoint } = await addEndpoint(account.id, receiver.url('/dead'));
     const deadPid = spawnSync(process.execPath, ['-e', '']).pid;
     const row = newDelivery(endpoint, { lockedBy: `${hostname()}:${deadPid}:deadbeef`, lockedUntil: clock.now() + 2 * MIN });
-    insert(row);
+    await insert(row);
     const dispatcher = createWebhookDispatcher(deps);
-    dispatcher.start();
+    await dispatcher.start();
     try {
       await receiver.waitForRequests(1, 5000);
     } finally {
       await dispatcher.stop();
     }
     expect(deliveryIds(receiver.requests)).toEqual([row.id]);
-    expect(delivery(row.id)).toMatchObject({ attempts: 1, lastStatus: 200, lockedBy: null });
+    expect(await delivery(row.id)).toMatchObject({ attempts: 1, lastStatus: 200, lockedBy: null });
     expect(logger.entries).toContainEqual(expect.objectContaining({ event: 'webhook.leases_released', released: 1 }));
   });
 
   it('stop() lets a post in flight finish and record its attempt, and leaves no lease', async () => {
     const { deps } = service;
-    const { account } = service.newAccount();
-    const { endpoint } = addEndpoint(account.id, receiver.url('/stopping'));
+    const { account } = await service.newAccount();
+    const { endpoint } = await addEndpoint(account.id, receiver.url('/stopping'));
     const rows = [newDelivery(endpoint), newDelivery(endpoint)];
-    insert(...rows);
+    await insert(...rows);
     receiver.respond({ stallMs: 300 });
     const dispatcher = createWebhookDispatcher(deps);
-    dispatcher.start();
+    await dispatcher.start();
     await receiver.waitForRequests(1, 5000);
     await dispatcher.stop();
-    expect(delivery(rows[0]!.id)).toMatchObject({ attempts: 1, lastStatus: 200, nextAttemptAt: null, lockedBy: null });
+    expect(await delivery(rows[0]!.id)).toMatchObject({ attempts: 1, lastStatus: 200, nextAttemptAt: null, lockedBy: null });
     // The second may have gone out too, or not at all; never half-way, never left leased.
-    expect(deliveriesOf(endpoint.id).every((d) => d.lockedBy === null && d.lockedUntil === null)).toBe(true);
-    const second = delivery(rows[1]!.id);
+    expect((await deliveriesOf(endpoint.id)).every((d) => d.lockedBy === null && d.lockedUntil === null)).toBe(true);
+    const second = await delivery(rows[1]!.id);
     expect(second.attempts === 0 ? second.nextAttemptAt : second.lastStatus).toBe(second.attempts === 0 ? rows[1]!.nextAttemptAt : 200);
   });
 
   it('an endpoint deleted while its post is in flight: the attempt is dropped, nothing is written back', async () => {
     const { deps, logger } = service;
-    const { account } = service.newAccount();
-    const { endpoint } = addEndpoint(account.id, receiver.url('/deleted'));
-    insert(newDelivery(endpoint));
+    const { account } = await service.newAccount();
+    const { endpoint } = await addEndpoint(account.id, receiver.url('/deleted'));
+    await insert(newDelivery(endpoint));
     receiver.respond({ stallMs: 200 });
     const dispatcher = createWebhookDispatcher(deps);
     const run = dispatcher.runOnce();
     await receiver.waitForRequests(1, 5000);
-    deps.db.delete(webhookEndpoints).where(eq(webhookEndpoints.id, endpoint.id)).run();
+    await deps.db.delete(webhookEndpoints).where(eq(webhookEndpoints.id, endpoint.id));
     expect(await run).toBe(1);
-    expect(deliveriesOf(endpoint.id)).toEqual([]);
+    expect(await deliveriesOf(endpoint.id)).toEqual([]);
     expect(logger.entries).toContainEqual(expect.objectContaining({ event: 'webhook.attempt_dropped', endpointId: endpoint.id }));
   });
 
   it('an endpoint deleted while its test ping is in flight: 404 webhook_not_found, nothing written back', async () => {
     const { deps, logger } = service;
-    const { account } = service.newAccount();
-    const { endpoint } = addEndpoint(account.id, receiver.url('/ping-deleted'));
+    const { account } = await service.newAccount();
+    const { endpoint } = await addEndpoint(account.id, receiver.url('/ping-deleted'));
     // The receiver answers 200, after the endpoint (and its deliveries) were deleted.
     const post: PostWebhook = async () => {
-      deps.db.delete(webhookEndpoints).where(eq(webhookEndpoints.id, endpoint.id)).run();
+      await deps.db.delete(webhookEndpoints).where(eq(webhookEndpoints.id, endpoint.id));
       return { delivered: true, status: 200, error: null };
     };
-    await expect(pingEndpoint(deps, endpointRow(endpoint.id), { post })).rejects.toMatchObject({ code: 'webhook_not_found', status: 404 });
-    expect(deliveriesOf(endpoint.id)).toEqual([]);
-    expect(
-      deps.db
-        .select()
-        .from(webhookAttempts)
-        .all()
-        .filter((a) => !delivery(a.deliveryId)),
-    ).toEqual([]);
+    await expect(pingEndpoint(deps, await endpointRow(endpoint.id), { post })).rejects.toMatchObject({ code: 'webhook_not_found', status: 404 });
+    expect(await deliveriesOf(endpoint.id)).toEqual([]);
+    const orphans = [];
+    for (const a of await deps.db.select().from(webhookAttempts)) if (!(await delivery(a.deliveryId))) orphans.push(a);
+    expect(orphans).toEqual([]);
     expect(logger.entries).toContainEqual(expect.objectContaining({ event: 'webhook.attempt_dropped', endpointId: endpoint.id, type: 'ping' }));
   });
 
@@ -485,29 +485,29 @@ describe('webhook dispatcher', () => {
     const dispatcher = createWebhookDispatcher(deps, { intervalMs: 60_000 });
     try {
       // Account A: 16 endpoints (as many as the dispatcher's slots in all), two deliveries each, all stalling.
-      const a = service.newAccount({ name: 'Stalling' }).account;
+      const a = (await service.newAccount({ name: 'Stalling' })).account;
       for (let i = 0; i < 16; i++) {
-        const { endpoint } = addEndpoint(a.id, slow.url(`/stall-${i}`));
-        insert(newDelivery(endpoint), newDelivery(endpoint));
+        const { endpoint } = await addEndpoint(a.id, slow.url(`/stall-${i}`));
+        await insert(newDelivery(endpoint), newDelivery(endpoint));
       }
-      dispatcher.start();
+      await dispatcher.start();
       await slow.waitForRequests(4, 5000);
       await new Promise((resolve) => setTimeout(resolve, 200));
       // A holds its share (4 endpoints in flight), no more.
       expect(slow.requests).toHaveLength(4);
 
       // Account B's delivery arrives while A's posts stall.
-      const b = service.newAccount({ name: 'Healthy' }).account;
-      const { endpoint } = addEndpoint(b.id, receiver.url('/healthy'));
+      const b = (await service.newAccount({ name: 'Healthy' })).account;
+      const { endpoint } = await addEndpoint(b.id, receiver.url('/healthy'));
       const row = newDelivery(endpoint);
-      insert(row);
+      await insert(row);
       const queuedAt = Date.now();
       dispatcher.poke();
       const [req] = await receiver.waitForRequests(1, 5000);
       expect(req!.at - queuedAt).toBeLessThan(2000);
       expect(req!.headers['x-service-delivery']).toBe(row.id);
-      for (let i = 0; i < 50 && delivery(row.id).deliveredAt === null; i++) await new Promise((resolve) => setTimeout(resolve, 20));
-      expect(delivery(row.id)).toMatchObject({ attempts: 1, lastStatus: 200 });
+      for (let i = 0; i < 50 && (await delivery(row.id)).deliveredAt === null; i++) await new Promise((resolve) => setTimeout(resolve, 20));
+      expect(await delivery(row.id)).toMatchObject({ attempts: 1, lastStatus: 200 });
     } finally {
       // Ends A's stalled posts at once (connection_error), so stop() need not wait out the 10 s.
       await slow.close();

@@ -30,8 +30,8 @@ afterAll(async () => {
   await stopDeliveryRig(rig);
 });
 
-beforeEach(() => {
-  rig.service.deps.db.delete(outboundRecipients).run();
+beforeEach(async () => {
+  await rig.service.deps.db.delete(outboundRecipients);
   resetDeliveryRig(rig);
   rig.dns.add('hooks.webhooks.test', { type: 'A', address: '127.0.0.1' });
   receiver.respond({ status: 200 });
@@ -84,7 +84,7 @@ describe('an outcome of a real delivery reaches a real HTTPS receiver', () => {
     expect(verifyServiceSignature(tampered, endpoint.secret)).toBe(false);
     expect(() => new Webhook(endpoint.secret.slice('whsec_'.length)).verify(tampered.body.toString('utf8'), headers)).toThrow();
 
-    const [row] = service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpoint.id)).all();
+    const [row] = await service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpoint.id));
     expect(body).toEqual({
       id: row!.id,
       type: 'email.delivered',
@@ -144,11 +144,10 @@ describe('POST /webhooks/{id}/test', () => {
     const { service } = rig;
     const s = await newSender(service);
     const endpoint = await newEndpoint(s.key, ['email.delivered']);
-    service.deps.db
+    await service.deps.db
       .update(webhookEndpoints)
       .set({ active: false, disabledAt: service.clock.now(), failureCount: 10 })
-      .where(eq(webhookEndpoints.id, endpoint.id))
-      .run();
+      .where(eq(webhookEndpoints.id, endpoint.id));
 
     receiver.enqueue({ status: 503 });
     const failed = await service.api('POST', `/webhooks/${endpoint.id}/test`, { key: s.key });
@@ -165,7 +164,7 @@ describe('POST /webhooks/{id}/test', () => {
     const { service } = rig;
     const s = await newSender(service);
     const endpoint = await newEndpoint(s.key, ['email.delivered']);
-    service.deps.db.update(webhookEndpoints).set({ failureCount: 9 }).where(eq(webhookEndpoints.id, endpoint.id)).run();
+    await service.deps.db.update(webhookEndpoints).set({ failureCount: 9 }).where(eq(webhookEndpoints.id, endpoint.id));
     receiver.enqueue({ status: 503 });
     expect((await service.api('POST', `/webhooks/${endpoint.id}/test`, { key: s.key })).body).toMatchObject({ delivered: false });
     // A failed ping is never counted...

@@ -21,31 +21,29 @@ beforeAll(async () => {
 
 afterAll(() => stopDeliveryRig(rig));
 
-beforeEach(() => {
-  rig.service.deps.db.delete(outboundRecipients).run();
+beforeEach(async () => {
+  await rig.service.deps.db.delete(outboundRecipients);
   resetDeliveryRig(rig);
 });
 
-function endpoint(accountId: string, events: WebhookEventType[], active = true): string {
+async function endpoint(accountId: string, events: WebhookEventType[], active = true): Promise<string> {
   const now = rig.service.clock.now();
   const id = newId(now);
-  rig.service.deps.db
-    .insert(webhookEndpoints)
-    .values({
-      id,
-      accountId,
-      url: `https://hooks.webhooks.test/${id}`,
-      events,
-      secretSealed: 'unused-here',
-      active,
-      disabledAt: active ? null : now,
-      createdAt: now,
-    })
-    .run();
+  await rig.service.deps.db.insert(webhookEndpoints).values({
+    id,
+    accountId,
+    url: `https://hooks.webhooks.test/${id}`,
+    events,
+    secretSealed: 'unused-here',
+    active,
+    disabledAt: active ? null : now,
+    createdAt: now,
+  });
   return id;
 }
 
-const deliveriesOf = (endpointId: string) => rig.service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpointId)).all();
+const deliveriesOf = async (endpointId: string) =>
+  await rig.service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpointId));
 
 async function sendAndDeliver(key: string, from: string, to: string, extra: Record<string, unknown> = {}, account?: string): Promise<string> {
   const res = await rig.service.api('POST', '/emails', { key, body: receipt(from, to, extra), ...(account ? { account } : {}) });
@@ -58,19 +56,19 @@ describe('webhook fan-out of recorded outcomes', () => {
   it('writes one delivery per subscribed endpoint, active or switched off, with the event’s data and tags', async () => {
     const s = await newSender(rig.service);
     const other = await newSender(rig.service, { name: 'Another account' });
-    const active = endpoint(s.account.id, ['email.delivered', 'email.bounced']);
-    const disabled = endpoint(s.account.id, ['email.delivered'], false);
-    const bouncesOnly = endpoint(s.account.id, ['email.bounced']);
-    const foreign = endpoint(other.account.id, ['email.delivered']);
+    const active = await endpoint(s.account.id, ['email.delivered', 'email.bounced']);
+    const disabled = await endpoint(s.account.id, ['email.delivered'], false);
+    const bouncesOnly = await endpoint(s.account.id, ['email.bounced']);
+    const foreign = await endpoint(other.account.id, ['email.delivered']);
     let queued = 0;
     onQueueMarked(rig.service.deps.db, 'webhooks', () => queued++);
 
     const id = await sendAndDeliver(s.key, s.from, 'ann@example.net', { tags: { order: 'A-7' } });
 
-    const [event] = rig.service.deps.db.select().from(emailEvents).where(eq(emailEvents.emailId, id)).all();
+    const [event] = await rig.service.deps.db.select().from(emailEvents).where(eq(emailEvents.emailId, id));
     expect(event?.status).toBe('delivered');
     for (const ep of [active, disabled]) {
-      const rows = deliveriesOf(ep);
+      const rows = await deliveriesOf(ep);
       expect(rows).toHaveLength(1);
       expect(rows[0]).toMatchObject({
         accountId: s.account.id,
@@ -90,17 +88,17 @@ describe('webhook fan-out of recorded outcomes', () => {
         tags: { order: 'A-7' },
       });
     }
-    expect(deliveriesOf(bouncesOnly)).toEqual([]);
-    expect(deliveriesOf(foreign)).toEqual([]);
+    expect(await deliveriesOf(bouncesOnly)).toEqual([]);
+    expect(await deliveriesOf(foreign)).toEqual([]);
     expect(queued).toBe(1);
   });
 
   it('carries no tags when the send had none, and writes a bounce to the endpoints subscribed to bounces', async () => {
     const s = await newSender(rig.service);
-    const bounces = endpoint(s.account.id, ['email.bounced']);
+    const bounces = await endpoint(s.account.id, ['email.bounced']);
     rig.sink.rcpt = () => ({ code: 550, message: '5.1.1 no such user' });
     await sendAndDeliver(s.key, s.from, 'gone@example.net');
-    const rows = deliveriesOf(bounces);
+    const rows = await deliveriesOf(bounces);
     expect(rows.map((r) => r.eventType)).toEqual(['email.bounced']);
     expect(JSON.parse(rows[0]!.data)).not.toHaveProperty('tags');
     expect(JSON.parse(rows[0]!.data)).toMatchObject({ status: 'bounced', dsn: '5.1.1' });
@@ -109,16 +107,16 @@ describe('webhook fan-out of recorded outcomes', () => {
   it('sends a sub-account’s outcomes to the sub-account’s endpoints, not its parent’s', async () => {
     const parent = await newSender(rig.service);
     const sub = await newSubSender(rig.service, parent.key);
-    const parentEndpoint = endpoint(parent.account.id, ['email.delivered']);
-    const subEndpoint = endpoint(sub.id, ['email.delivered']);
+    const parentEndpoint = await endpoint(parent.account.id, ['email.delivered']);
+    const subEndpoint = await endpoint(sub.id, ['email.delivered']);
     await sendAndDeliver(parent.key, sub.from, 'bob@example.net', {}, sub.id);
-    expect(deliveriesOf(subEndpoint)).toHaveLength(1);
-    expect(deliveriesOf(parentEndpoint)).toEqual([]);
+    expect(await deliveriesOf(subEndpoint)).toHaveLength(1);
+    expect(await deliveriesOf(parentEndpoint)).toEqual([]);
   });
 
   it('records neither the outcome nor any delivery when the deliveries cannot be written', async () => {
     const s = await newSender(rig.service);
-    const ep = endpoint(s.account.id, ['email.delivered']);
+    const ep = await endpoint(s.account.id, ['email.delivered']);
     const sqlite = rig.service.deps.store.sqlite;
     sqlite.exec(`create trigger refuse_deliveries before insert on webhook_deliveries begin select raise(abort, 'refused'); end`);
     try {
@@ -126,19 +124,17 @@ describe('webhook fan-out of recorded outcomes', () => {
       expect(res.status).toBe(200);
       await createDeliveryEngine(rig.service.deps, { timeouts: FAST_TIMEOUTS }).runOnce();
       expect(
-        rig.service.deps.db
+        await rig.service.deps.db
           .select()
           .from(emailEvents)
-          .where(eq(emailEvents.emailId, res.body.id as string))
-          .all(),
+          .where(eq(emailEvents.emailId, res.body.id as string)),
       ).toEqual([]);
-      expect(deliveriesOf(ep)).toEqual([]);
+      expect(await deliveriesOf(ep)).toEqual([]);
       // The recipient is still queued (its lease runs out and it is tried again), not lost.
-      const [recipient] = rig.service.deps.db
+      const [recipient] = await rig.service.deps.db
         .select()
         .from(outboundRecipients)
-        .where(eq(outboundRecipients.messageId, res.body.id as string))
-        .all();
+        .where(eq(outboundRecipients.messageId, res.body.id as string));
       expect(recipient?.status).toBe('queued');
     } finally {
       sqlite.exec('drop trigger refuse_deliveries');

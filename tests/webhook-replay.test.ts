@@ -16,6 +16,7 @@ import { seedEmail, seedEndpoint, seedEvent, seedManyEvents, type SeededEvent } 
 import { processApi, runningProcesses, startServiceProcess } from './helpers/service-process.js';
 import { killMidRequest, processWithEndpoint } from './helpers/webhook-process.js';
 import { startService, type TestService } from './helpers/service.js';
+import { one } from '../db/sql.js';
 
 /**
  * POST /webhooks/{id}/replay: fresh deliveries of the account's recorded outcomes in a window,
@@ -47,23 +48,23 @@ const expectError = (res: { status: number; body: unknown }, status: number, cod
   expect(res.body).toEqual({ error: { code, message: expect.any(String) } });
 };
 
-const deliveriesOf = (endpointId: string) =>
-  service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpointId)).orderBy(asc(webhookDeliveries.id)).all();
+const deliveriesOf = async (endpointId: string) =>
+  await service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpointId)).orderBy(asc(webhookDeliveries.id));
 
 const isoAt = (ms: number) => new Date(ms).toISOString();
 
 /** An account with two emails (one tagged) and five outcomes a minute apart, starting a minute after t0 (ten minutes ago). */
-function accountWithHistory() {
-  const { account, key } = service.newAccount({ name: 'Replay' });
+async function accountWithHistory() {
+  const { account, key } = await service.newAccount({ name: 'Replay' });
   const t0 = service.clock.now() - 10 * MINUTE;
-  const plain = seedEmail(service, account.id, { from: 'billing@example.com' });
-  const tagged = seedEmail(service, account.id, { from: 'alerts@example.com', tags: { plan: 'pro', campaign: 'march' } });
+  const plain = await seedEmail(service, account.id, { from: 'billing@example.com' });
+  const tagged = await seedEmail(service, account.id, { from: 'alerts@example.com', tags: { plan: 'pro', campaign: 'march' } });
   const seeded = [
-    seedEvent(service, plain, 'deferred', t0 + 1 * MINUTE, 'x@example.net'),
-    seedEvent(service, plain, 'delivered', t0 + 2 * MINUTE, 'x@example.net'),
-    seedEvent(service, tagged, 'bounced', t0 + 3 * MINUTE, 'z@example.net'),
-    seedEvent(service, tagged, 'delivered', t0 + 4 * MINUTE, 'y@example.net'),
-    seedEvent(service, plain, 'complained', t0 + 5 * MINUTE, 'x@example.net'),
+    await seedEvent(service, plain, 'deferred', t0 + 1 * MINUTE, 'x@example.net'),
+    await seedEvent(service, plain, 'delivered', t0 + 2 * MINUTE, 'x@example.net'),
+    await seedEvent(service, tagged, 'bounced', t0 + 3 * MINUTE, 'z@example.net'),
+    await seedEvent(service, tagged, 'delivered', t0 + 4 * MINUTE, 'y@example.net'),
+    await seedEvent(service, plain, 'complained', t0 + 5 * MINUTE, 'x@example.net'),
   ];
   const from = (e: SeededEvent) => (e.emailId === plain ? 'billing@example.com' : 'alerts@example.com');
   const tags = (e: SeededEvent) => (e.emailId === tagged ? { tags: { plan: 'pro', campaign: 'march' } } : {});
@@ -83,8 +84,8 @@ function accountWithHistory() {
 
 describe('POST /webhooks/{id}/replay', () => {
   it("queues the window's outcomes oldest first as fresh deliveries due now, data as the fan-out builds it, answering { queued }", async () => {
-    const { account, key, t0, seeded, data } = accountWithHistory();
-    const endpoint = seedEndpoint(service, account.id, ['email.delivered', 'email.bounced', 'email.deferred', 'email.complained']);
+    const { account, key, t0, seeded, data } = await accountWithHistory();
+    const endpoint = await seedEndpoint(service, account.id, ['email.delivered', 'email.bounced', 'email.deferred', 'email.complained']);
     service.clock.advance(10 * MINUTE);
     const now = service.clock.now();
     const before = pokes;
@@ -93,7 +94,7 @@ describe('POST /webhooks/{id}/replay', () => {
     expect(res.body).toEqual({ queued: 5 });
     expect(pokes).toBe(before + 1);
 
-    const rows = deliveriesOf(endpoint);
+    const rows = await deliveriesOf(endpoint);
     expect(rows.map((r) => ({ eventType: r.eventType, data: JSON.parse(r.data) as unknown }))).toEqual(
       seeded.map((e) => ({ eventType: TYPE[e.status], data: data(e) })),
     );
@@ -117,18 +118,18 @@ describe('POST /webhooks/{id}/replay', () => {
     // A second replay queues them again: it is the receiver's way to get them once more.
     const again = await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body: { since: isoAt(t0) } });
     expect(again.body).toEqual({ queued: 5 });
-    expect(deliveriesOf(endpoint)).toHaveLength(10);
+    expect(await deliveriesOf(endpoint)).toHaveLength(10);
   });
 
   it('the window is [since, until): an outcome at since is in, one at until is out', async () => {
-    const { account, key, seeded, data } = accountWithHistory();
-    const endpoint = seedEndpoint(service, account.id, ['email.delivered', 'email.bounced', 'email.deferred', 'email.complained']);
+    const { account, key, seeded, data } = await accountWithHistory();
+    const endpoint = await seedEndpoint(service, account.id, ['email.delivered', 'email.bounced', 'email.deferred', 'email.complained']);
     const res = await service.api('POST', `/webhooks/${endpoint}/replay`, {
       key,
       body: { since: isoAt(seeded[1]!.occurredAt), until: isoAt(seeded[3]!.occurredAt) },
     });
     expect(res.body).toEqual({ queued: 2 });
-    expect(deliveriesOf(endpoint).map((r) => JSON.parse(r.data) as unknown)).toEqual([data(seeded[1]!), data(seeded[2]!)]);
+    expect((await deliveriesOf(endpoint)).map((r) => JSON.parse(r.data) as unknown)).toEqual([data(seeded[1]!), data(seeded[2]!)]);
     // With an offset instead of Z, the same instants.
     const shifted = (ms: number) => new Date(ms - 5 * 3_600_000).toISOString().replace('Z', '-05:00');
     const same = await service.api('POST', `/webhooks/${endpoint}/replay`, {
@@ -139,78 +140,78 @@ describe('POST /webhooks/{id}/replay', () => {
   });
 
   it('events defaults to the email types the endpoint subscribes to; an explicit list wins, repeats dropped', async () => {
-    const { account, key, t0, seeded, data } = accountWithHistory();
-    const endpoint = seedEndpoint(service, account.id, ['email.bounced', 'ping', 'email.complained']);
+    const { account, key, t0, seeded, data } = await accountWithHistory();
+    const endpoint = await seedEndpoint(service, account.id, ['email.bounced', 'ping', 'email.complained']);
     const byDefault = await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body: { since: isoAt(t0) } });
     expect(byDefault.body).toEqual({ queued: 2 });
-    expect(deliveriesOf(endpoint).map((r) => JSON.parse(r.data) as unknown)).toEqual([data(seeded[2]!), data(seeded[4]!)]);
+    expect((await deliveriesOf(endpoint)).map((r) => JSON.parse(r.data) as unknown)).toEqual([data(seeded[2]!), data(seeded[4]!)]);
 
-    const other = seedEndpoint(service, account.id, ['email.bounced']);
+    const other = await seedEndpoint(service, account.id, ['email.bounced']);
     const explicit = await service.api('POST', `/webhooks/${other}/replay`, {
       key,
       body: { since: isoAt(t0), events: ['email.delivered', 'email.delivered'] },
     });
     expect(explicit.body).toEqual({ queued: 2 });
-    expect(deliveriesOf(other).map((r) => [r.eventType, JSON.parse(r.data) as unknown])).toEqual([
+    expect((await deliveriesOf(other)).map((r) => [r.eventType, JSON.parse(r.data) as unknown])).toEqual([
       ['email.delivered', data(seeded[1]!)],
       ['email.delivered', data(seeded[3]!)],
     ]);
   });
 
   it('an endpoint subscribed to ping only, or an empty window, queues nothing: { queued: 0 }, no poke', async () => {
-    const { account, key, t0 } = accountWithHistory();
-    const pingOnly = seedEndpoint(service, account.id, ['ping']);
+    const { account, key, t0 } = await accountWithHistory();
+    const pingOnly = await seedEndpoint(service, account.id, ['ping']);
     const before = pokes;
     expect((await service.api('POST', `/webhooks/${pingOnly}/replay`, { key, body: { since: isoAt(t0) } })).body).toEqual({ queued: 0 });
-    const all = seedEndpoint(service, account.id, ['email.delivered']);
+    const all = await seedEndpoint(service, account.id, ['email.delivered']);
     const empty = await service.api('POST', `/webhooks/${all}/replay`, { key, body: { since: isoAt(t0 - 60 * MINUTE), until: isoAt(t0) } });
     expect(empty.status).toBe(200);
     expect(empty.body).toEqual({ queued: 0 });
-    expect(deliveriesOf(pingOnly)).toHaveLength(0);
-    expect(deliveriesOf(all)).toHaveLength(0);
+    expect(await deliveriesOf(pingOnly)).toHaveLength(0);
+    expect(await deliveriesOf(all)).toHaveLength(0);
     expect(pokes).toBe(before);
   });
 
   it("only the acting account's outcomes: never another account's, a sub-account's endpoint replays the sub-account's own", async () => {
-    const mine = accountWithHistory();
-    const other = accountWithHistory();
+    const mine = await accountWithHistory();
+    const other = await accountWithHistory();
     const sub = await service.api('POST', '/accounts', { key: mine.key, body: { name: 'Sub' } });
     expect(sub.status).toBe(201);
-    const subEvent = seedEvent(service, seedEmail(service, sub.body.id), 'delivered', mine.t0 + 6 * MINUTE);
-    const endpoint = seedEndpoint(service, mine.account.id, ['email.delivered']);
-    const subEndpoint = seedEndpoint(service, sub.body.id, ['email.delivered']);
+    const subEvent = await seedEvent(service, await seedEmail(service, sub.body.id), 'delivered', mine.t0 + 6 * MINUTE);
+    const endpoint = await seedEndpoint(service, mine.account.id, ['email.delivered']);
+    const subEndpoint = await seedEndpoint(service, sub.body.id, ['email.delivered']);
 
     expect((await service.api('POST', `/webhooks/${endpoint}/replay`, { key: mine.key, body: { since: isoAt(mine.t0) } })).body).toEqual({ queued: 2 });
-    expect(deliveriesOf(endpoint).map((r) => (JSON.parse(r.data) as { messageId: string }).messageId)).toEqual([
+    expect((await deliveriesOf(endpoint)).map((r) => (JSON.parse(r.data) as { messageId: string }).messageId)).toEqual([
       mine.seeded[1]!.emailId,
       mine.seeded[3]!.emailId,
     ]);
     const viaHeader = await service.api('POST', `/webhooks/${subEndpoint}/replay`, { key: mine.key, account: sub.body.id, body: { since: isoAt(mine.t0) } });
     expect(viaHeader.body).toEqual({ queued: 1 });
-    expect((JSON.parse(deliveriesOf(subEndpoint)[0]!.data) as { messageId: string }).messageId).toBe(subEvent.emailId);
+    expect((JSON.parse((await deliveriesOf(subEndpoint))[0]!.data) as { messageId: string }).messageId).toBe(subEvent.emailId);
     expect(other.seeded).toHaveLength(5);
   });
 
   it('a switched-off endpoint gets its replay queued; the rows wait like the rest of its queue', async () => {
-    const { account, key, t0 } = accountWithHistory();
-    const endpoint = seedEndpoint(service, account.id, ['email.delivered'], { active: false });
+    const { account, key, t0 } = await accountWithHistory();
+    const endpoint = await seedEndpoint(service, account.id, ['email.delivered'], { active: false });
     expect((await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body: { since: isoAt(t0) } })).body).toEqual({ queued: 2 });
-    expect(deliveriesOf(endpoint)).toHaveLength(2);
+    expect(await deliveriesOf(endpoint)).toHaveLength(2);
   });
 
   it(`queues exactly ${MAX_REPLAY_EVENTS}; one more is 422 invalid_request telling to narrow the window, and nothing is queued`, async () => {
-    const { account, key } = service.newAccount({ name: 'Busy' });
+    const { account, key } = await service.newAccount({ name: 'Busy' });
     const start = service.clock.now() + 1000;
-    const email = seedEmail(service, account.id);
-    seedManyEvents(service, email, MAX_REPLAY_EVENTS + 1, start);
-    const endpoint = seedEndpoint(service, account.id, ['email.delivered']);
+    const email = await seedEmail(service, account.id);
+    await seedManyEvents(service, email, MAX_REPLAY_EVENTS + 1, start);
+    const endpoint = await seedEndpoint(service, account.id, ['email.delivered']);
     const tooMany = await service.api('POST', `/webhooks/${endpoint}/replay`, {
       key,
       body: { since: isoAt(start), until: isoAt(start + MAX_REPLAY_EVENTS + 1) },
     });
     expectError(tooMany, 422, 'invalid_request');
     expect(tooMany.body.error.message).toContain('narrow');
-    expect(deliveriesOf(endpoint)).toHaveLength(0);
+    expect(await deliveriesOf(endpoint)).toHaveLength(0);
 
     const exactly = await service.api('POST', `/webhooks/${endpoint}/replay`, {
       key,
@@ -218,29 +219,29 @@ describe('POST /webhooks/{id}/replay', () => {
     });
     expect(exactly.status, JSON.stringify(exactly.body)).toBe(200);
     expect(exactly.body).toEqual({ queued: MAX_REPLAY_EVENTS });
-    const rows = deliveriesOf(endpoint);
+    const rows = await deliveriesOf(endpoint);
     expect(rows).toHaveLength(MAX_REPLAY_EVENTS);
     expect((JSON.parse(rows[0]!.data) as { recipient: string }).recipient).toBe('r1@example.net');
     expect((JSON.parse(rows[rows.length - 1]!.data) as { recipient: string }).recipient).toBe(`r${MAX_REPLAY_EVENTS}@example.net`);
   }, 60_000);
 
   it("an unknown id, another account's endpoint, or a parent's endpoint asked through a sub-account is 404 webhook_not_found", async () => {
-    const mine = accountWithHistory();
-    const other = accountWithHistory();
-    const theirs = seedEndpoint(service, other.account.id, ['email.delivered']);
+    const mine = await accountWithHistory();
+    const other = await accountWithHistory();
+    const theirs = await seedEndpoint(service, other.account.id, ['email.delivered']);
     const body = { since: isoAt(mine.t0) };
     expectError(await service.api('POST', `/webhooks/${theirs}/replay`, { key: mine.key, body }), 404, 'webhook_not_found');
     expectError(await service.api('POST', '/webhooks/01a00000-0000-7000-8000-000000000000/replay', { key: mine.key, body }), 404, 'webhook_not_found');
     expectError(await service.api('POST', '/webhooks/nope/replay', { key: mine.key, body }), 404, 'webhook_not_found');
-    const parents = seedEndpoint(service, mine.account.id, ['email.delivered']);
+    const parents = await seedEndpoint(service, mine.account.id, ['email.delivered']);
     const sub = await service.api('POST', '/accounts', { key: mine.key, body: { name: 'Sub' } });
     expectError(await service.api('POST', `/webhooks/${parents}/replay`, { key: mine.key, account: sub.body.id, body }), 404, 'webhook_not_found');
-    expect(deliveriesOf(theirs)).toHaveLength(0);
+    expect(await deliveriesOf(theirs)).toHaveLength(0);
   });
 
   it('a body that is not JSON is 400 invalid_json', async () => {
-    const { account, key } = accountWithHistory();
-    const endpoint = seedEndpoint(service, account.id, ['email.delivered']);
+    const { account, key } = await accountWithHistory();
+    const endpoint = await seedEndpoint(service, account.id, ['email.delivered']);
     for (const raw of ['{"since":', 'since=2026-03-10T12:00:00Z', '']) {
       expectError(
         await service.api('POST', `/webhooks/${endpoint}/replay`, { key, rawBody: raw, headers: { 'content-type': 'application/json' } }),
@@ -264,19 +265,19 @@ describe('POST /webhooks/{id}/replay', () => {
     ['an unknown field', { since: '2026-03-10T12:00:00Z', from: 'x' }, 'from'],
     ['a body that is not an object', ['2026-03-10T12:00:00Z'], 'body'],
   ])('%s is 422 invalid_request naming the field', async (_name, body, field) => {
-    const { account, key } = accountWithHistory();
-    const endpoint = seedEndpoint(service, account.id, ['email.delivered']);
+    const { account, key } = await accountWithHistory();
+    const endpoint = await seedEndpoint(service, account.id, ['email.delivered']);
     const res = await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body });
     expectError(res, 422, 'invalid_request');
     expect(res.body.error.message).toContain(field);
-    expect(deliveriesOf(endpoint)).toHaveLength(0);
+    expect(await deliveriesOf(endpoint)).toHaveLength(0);
   });
 });
 
 describe('the standard failures', () => {
   runCommonAuthTests(() => service, {
     method: 'POST',
-    path: ({ service: s, accountId }) => `/webhooks/${seedEndpoint(s, accountId, ['email.delivered'])}/replay`,
+    path: async ({ service: s, accountId }) => `/webhooks/${await seedEndpoint(s, accountId, ['email.delivered'])}/replay`,
     scope: 'webhooks:write',
     body: { since: '2026-03-10T12:00:00Z' },
   });
@@ -284,15 +285,15 @@ describe('the standard failures', () => {
 
 describe('recovery: a receiver that lost every attempt gets the outcome again by replay, and finds it in GET /events', () => {
   it("the replayed post carries the original data under a new id, signed with the endpoint's secret", async () => {
-    const { account, key } = service.newAccount({ name: 'Recovering' });
+    const { account, key } = await service.newAccount({ name: 'Recovering' });
     const secret = newWebhookSecret();
-    const endpoint = seedEndpoint(service, account.id, ['email.bounced'], { secret });
-    const email = seedEmail(service, account.id, { from: 'alerts@example.com', tags: { plan: 'pro' } });
+    const endpoint = await seedEndpoint(service, account.id, ['email.bounced'], { secret });
+    const email = await seedEmail(service, account.id, { from: 'alerts@example.com', tags: { plan: 'pro' } });
     const occurredAt = service.clock.now();
     // The outcome and its fan-out in one transaction, as server/core/outcomes.ts records them.
-    const event = service.deps.db.transaction(() => {
-      const e = seedEvent(service, email, 'bounced', occurredAt, 'gone@example.net');
-      fanOutOutcome(service.deps.db, {
+    const event = await service.deps.db.transaction(async () => {
+      const e = await seedEvent(service, email, 'bounced', occurredAt, 'gone@example.net');
+      await fanOutOutcome(service.deps.db, {
         accountId: account.id,
         emailId: email,
         recipient: e.recipient,
@@ -308,7 +309,7 @@ describe('recovery: a receiver that lost every attempt gets the outcome again by
     let receiverUp = false;
     const post: PostWebhook = async (_deps, _url, headers, body) => {
       // Only this endpoint's posts are looked at (deliveries queued by the tests above share the service).
-      if (deliveriesOf(endpoint).some((r) => r.id === headers['X-Service-Delivery'])) posts.push({ headers, body });
+      if ((await deliveriesOf(endpoint)).some((r) => r.id === headers['X-Service-Delivery'])) posts.push({ headers, body });
       return receiverUp ? { delivered: true, status: 200, error: null } : { delivered: false, status: 503, error: 'HTTP 503' };
     };
     const dispatcher = createWebhookDispatcher(service.deps, { post });
@@ -318,7 +319,7 @@ describe('recovery: a receiver that lost every attempt gets the outcome again by
       await dispatcher.runOnce();
     }
     expect(posts).toHaveLength(6);
-    const [original] = deliveriesOf(endpoint);
+    const [original] = await deliveriesOf(endpoint);
     expect(original).toMatchObject({ attempts: 6, nextAttemptAt: null, deliveredAt: null, lastError: 'HTTP 503' });
 
     // The receiver is back; the consumer reconciles with the event feed and asks for a replay.
@@ -352,7 +353,7 @@ describe('recovery: a receiver that lost every attempt gets the outcome again by
     expect(sig).not.toBeNull();
     const expected = createHmac('sha256', secret).update(`${sig![1]}.${replayed.body}`).digest();
     expect(timingSafeEqual(expected, Buffer.from(sig![2]!, 'hex'))).toBe(true);
-    const rows = deliveriesOf(endpoint);
+    const rows = await deliveriesOf(endpoint);
     expect(rows).toHaveLength(2);
     expect(rows[1]).toMatchObject({ id: parsed.id, attempts: 1, lastStatus: 200, nextAttemptAt: null });
     expect(rows[1]!.deliveredAt).not.toBeNull();
@@ -366,7 +367,7 @@ describe('recovery: a receiver that lost every attempt gets the outcome again by
 const afterLongSeed = () => new Promise((resolve) => setTimeout(resolve, 20));
 
 /** `n` deliveries of an endpoint as the fan-out writes them: pending (their retry an hour away) unless `delivered`. */
-function seedDeliveries(endpointId: string, accountId: string, n: number, opts: { delivered?: boolean } = {}): void {
+async function seedDeliveries(endpointId: string, accountId: string, n: number, opts: { delivered?: boolean } = {}): Promise<void> {
   const now = service.clock.now();
   const rows = Array.from({ length: n }, () => ({
     id: newId(now),
@@ -379,36 +380,34 @@ function seedDeliveries(endpointId: string, accountId: string, n: number, opts: 
     nextAttemptAt: opts.delivered ? null : now + 3_600_000,
     createdAt: now,
   }));
-  service.deps.db.transaction((tx) => {
-    for (let i = 0; i < rows.length; i += 500)
-      tx.insert(webhookDeliveries)
-        .values(rows.slice(i, i + 500))
-        .run();
+  await service.deps.db.transaction(async (tx) => {
+    for (let i = 0; i < rows.length; i += 500) await tx.insert(webhookDeliveries).values(rows.slice(i, i + 500));
   });
 }
 
-const pendingOf = (endpointId: string) =>
-  service.deps.db
-    .select({ n: count() })
-    .from(webhookDeliveries)
-    .where(and(eq(webhookDeliveries.endpointId, endpointId), isNotNull(webhookDeliveries.nextAttemptAt)))
-    .get()!.n;
+const pendingOf = async (endpointId: string) =>
+  (await one(
+    service.deps.db
+      .select({ n: count() })
+      .from(webhookDeliveries)
+      .where(and(eq(webhookDeliveries.endpointId, endpointId), isNotNull(webhookDeliveries.nextAttemptAt))),
+  ))!.n;
 
 const ALL_TYPES = ['email.delivered', 'email.bounced', 'email.deferred', 'email.complained'] as const;
 
 describe(`at most ${MAX_PENDING_PER_ENDPOINT} deliveries pending per endpoint (docs/api/decisions.md section 13)`, () => {
   it('a replay that would leave more pending is 409 limit_reached saying how many are, and queues nothing; up to the cap exactly is queued', async () => {
-    const { account, key, t0 } = accountWithHistory();
-    const endpoint = seedEndpoint(service, account.id, [...ALL_TYPES]);
-    seedDeliveries(endpoint, account.id, MAX_PENDING_PER_ENDPOINT - 5);
+    const { account, key, t0 } = await accountWithHistory();
+    const endpoint = await seedEndpoint(service, account.id, [...ALL_TYPES]);
+    await seedDeliveries(endpoint, account.id, MAX_PENDING_PER_ENDPOINT - 5);
     // Delivered (and final) deliveries are history, not pending: they do not count.
-    seedDeliveries(endpoint, account.id, 100, { delivered: true });
+    await seedDeliveries(endpoint, account.id, 100, { delivered: true });
     await afterLongSeed();
 
     const upTo = await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body: { since: isoAt(t0) } });
     expect(upTo.status, JSON.stringify(upTo.body)).toBe(200);
     expect(upTo.body).toEqual({ queued: 5 });
-    expect(pendingOf(endpoint)).toBe(MAX_PENDING_PER_ENDPOINT);
+    expect(await pendingOf(endpoint)).toBe(MAX_PENDING_PER_ENDPOINT);
 
     const before = pokes;
     const over = await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body: { since: isoAt(t0) } });
@@ -416,39 +415,37 @@ describe(`at most ${MAX_PENDING_PER_ENDPOINT} deliveries pending per endpoint (d
     expect(over.body.error.message).toContain(
       `${MAX_PENDING_PER_ENDPOINT} deliveries are pending for this endpoint and this replay would add 5; at most ${MAX_PENDING_PER_ENDPOINT} may be pending`,
     );
-    expect(pendingOf(endpoint)).toBe(MAX_PENDING_PER_ENDPOINT);
-    expect(deliveriesOf(endpoint)).toHaveLength(MAX_PENDING_PER_ENDPOINT + 100);
+    expect(await pendingOf(endpoint)).toBe(MAX_PENDING_PER_ENDPOINT);
+    expect(await deliveriesOf(endpoint)).toHaveLength(MAX_PENDING_PER_ENDPOINT + 100);
     expect(pokes).toBe(before);
 
     // Once the receiver has taken five, the same replay fits again.
-    const taken = deliveriesOf(endpoint)
-      .slice(100, 105)
-      .map((r) => r.id);
+    const taken = (await deliveriesOf(endpoint)).slice(100, 105).map((r) => r.id);
     for (const id of taken)
-      service.deps.db.update(webhookDeliveries).set({ nextAttemptAt: null, deliveredAt: service.clock.now() }).where(eq(webhookDeliveries.id, id)).run();
+      await service.deps.db.update(webhookDeliveries).set({ nextAttemptAt: null, deliveredAt: service.clock.now() }).where(eq(webhookDeliveries.id, id));
     expect((await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body: { since: isoAt(t0) } })).body).toEqual({ queued: 5 });
   }, 30_000);
 
   it('a switched-off endpoint’s waiting deliveries count as pending', async () => {
-    const { account, key, t0 } = accountWithHistory();
-    const endpoint = seedEndpoint(service, account.id, ['email.delivered'], { active: false });
-    seedDeliveries(endpoint, account.id, MAX_PENDING_PER_ENDPOINT - 1);
+    const { account, key, t0 } = await accountWithHistory();
+    const endpoint = await seedEndpoint(service, account.id, ['email.delivered'], { active: false });
+    await seedDeliveries(endpoint, account.id, MAX_PENDING_PER_ENDPOINT - 1);
     await afterLongSeed();
     const res = await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body: { since: isoAt(t0) } });
     expectError(res, 409, 'limit_reached');
     expect(res.body.error.message).toContain(`${MAX_PENDING_PER_ENDPOINT - 1} deliveries are pending for this endpoint and this replay would add 2`);
-    expect(pendingOf(endpoint)).toBe(MAX_PENDING_PER_ENDPOINT - 1);
+    expect(await pendingOf(endpoint)).toBe(MAX_PENDING_PER_ENDPOINT - 1);
   }, 30_000);
 
   it('new outcomes are never refused: the fan-out queues past the cap, and a replay is then told more than 10,000 are pending', async () => {
-    const { account, key, t0 } = accountWithHistory();
-    const endpoint = seedEndpoint(service, account.id, ['email.bounced']);
-    seedDeliveries(endpoint, account.id, MAX_PENDING_PER_ENDPOINT);
+    const { account, key, t0 } = await accountWithHistory();
+    const endpoint = await seedEndpoint(service, account.id, ['email.bounced']);
+    await seedDeliveries(endpoint, account.id, MAX_PENDING_PER_ENDPOINT);
     await afterLongSeed();
-    const email = seedEmail(service, account.id);
+    const email = await seedEmail(service, account.id);
     const occurredAt = service.clock.now();
-    const written = service.deps.db.transaction(() => {
-      const e = seedEvent(service, email, 'bounced', occurredAt, 'late@example.net');
+    const written = await service.deps.db.transaction(async () => {
+      const e = await seedEvent(service, email, 'bounced', occurredAt, 'late@example.net');
       return fanOutOutcome(service.deps.db, {
         accountId: account.id,
         emailId: email,
@@ -460,17 +457,17 @@ describe(`at most ${MAX_PENDING_PER_ENDPOINT} deliveries pending per endpoint (d
       });
     });
     expect(written).toBe(1);
-    expect(pendingOf(endpoint)).toBe(MAX_PENDING_PER_ENDPOINT + 1);
+    expect(await pendingOf(endpoint)).toBe(MAX_PENDING_PER_ENDPOINT + 1);
     const res = await service.api('POST', `/webhooks/${endpoint}/replay`, { key, body: { since: isoAt(t0) } });
     expectError(res, 409, 'limit_reached');
     expect(res.body.error.message).toContain(`More than ${MAX_PENDING_PER_ENDPOINT} deliveries are pending for this endpoint and this replay would add 1`);
   }, 30_000);
 
   it('two replays at once cannot pass it together: one is queued, the other refused', async () => {
-    const { account, key } = service.newAccount({ name: 'Twice at once' });
+    const { account, key } = await service.newAccount({ name: 'Twice at once' });
     const start = service.clock.now() + 1000;
-    seedManyEvents(service, seedEmail(service, account.id), 6000, start);
-    const endpoint = seedEndpoint(service, account.id, ['email.delivered']);
+    await seedManyEvents(service, await seedEmail(service, account.id), 6000, start);
+    const endpoint = await seedEndpoint(service, account.id, ['email.delivered']);
     await afterLongSeed();
     const body = { since: isoAt(start), until: isoAt(start + 6000) };
     const answers = await Promise.all([1, 2].map(() => service.api('POST', `/webhooks/${endpoint}/replay`, { key, body })));
@@ -479,7 +476,7 @@ describe(`at most ${MAX_PENDING_PER_ENDPOINT} deliveries pending per endpoint (d
     expectError(refused, 409, 'limit_reached');
     // The first one's rows count from the moment it was accepted, before they are written.
     expect(refused.body.error.message).toContain('6000 deliveries are pending for this endpoint and this replay would add 6000');
-    expect(pendingOf(endpoint)).toBe(6000);
+    expect(await pendingOf(endpoint)).toBe(6000);
   }, 30_000);
 });
 
@@ -487,19 +484,25 @@ const HISTORY = 200_000;
 
 describe('a replay is written in chunks: the event loop is never held past 50 ms (docs/api/decisions.md section 13)', () => {
   it(`a replay of ${MAX_REPLAY_EVENTS} from an account with ${HISTORY.toLocaleString('en-US')} more outcomes leaves the loop free between chunks of ${REPLAY_CHUNK_ROWS}, each on disk before the dispatcher is told`, async () => {
-    const { account, key } = service.newAccount({ name: 'Big replay' });
+    const { account, key } = await service.newAccount({ name: 'Big replay' });
     const start = service.clock.now() + 1000;
-    seedManyEvents(service, seedEmail(service, account.id), MAX_REPLAY_EVENTS, start);
+    await seedManyEvents(service, await seedEmail(service, account.id), MAX_REPLAY_EVENTS, start);
     // Later outcomes of the account, outside the window: counting the window walks them too (in steps).
-    const later = seedEmail(service, account.id);
-    const insert = service.deps.store.sqlite.prepare(
-      "insert into email_events (id, email_id, account_id, recipient, status, dsn, detail, occurred_at) values (?, ?, ?, ?, 'delivered', '2.0.0', '250 ok', ?)",
-    );
-    service.deps.store.sqlite.transaction(() => {
-      for (let i = 0; i < HISTORY; i++)
-        insert.run(newId(start + MAX_REPLAY_EVENTS + i), later, account.id, `later${i}@example.net`, start + MAX_REPLAY_EVENTS + i);
-    })();
-    const endpoint = seedEndpoint(service, account.id, ['email.delivered']);
+    const later = await seedEmail(service, account.id);
+    const history = Array.from({ length: HISTORY }, (_, i) => ({
+      id: newId(start + MAX_REPLAY_EVENTS + i),
+      emailId: later,
+      accountId: account.id,
+      recipient: `later${i}@example.net`,
+      status: 'delivered' as const,
+      dsn: '2.0.0',
+      detail: '250 ok',
+      occurredAt: start + MAX_REPLAY_EVENTS + i,
+    }));
+    await service.deps.db.transaction(async (tx) => {
+      for (let i = 0; i < history.length; i += 500) await tx.insert(emailEvents).values(history.slice(i, i + 500));
+    });
+    const endpoint = await seedEndpoint(service, account.id, ['email.delivered']);
     const before = pokes;
     await afterLongSeed();
 
@@ -513,7 +516,7 @@ describe('a replay is written in chunks: the event loop is never held past 50 ms
 
     // The dispatcher heard of each chunk once it was on disk, so the first go out while the rest are written.
     expect(pokes - before).toBe(MAX_REPLAY_EVENTS / REPLAY_CHUNK_ROWS);
-    const rows = deliveriesOf(endpoint);
+    const rows = await deliveriesOf(endpoint);
     expect(rows.map((r) => (JSON.parse(r.data) as { recipient: string }).recipient)).toEqual(
       Array.from({ length: MAX_REPLAY_EVENTS }, (_, i) => `r${i}@example.net`),
     );
@@ -522,16 +525,16 @@ describe('a replay is written in chunks: the event loop is never held past 50 ms
 
 describe('an endpoint deleted while its replay is written', () => {
   it('ends the replay with 404 webhook_not_found; its deliveries went with it', async () => {
-    const { account, key } = service.newAccount({ name: 'Deleted meanwhile' });
+    const { account, key } = await service.newAccount({ name: 'Deleted meanwhile' });
     const start = service.clock.now() + 1000;
-    seedManyEvents(service, seedEmail(service, account.id), 3 * REPLAY_CHUNK_ROWS, start);
-    const endpoint = seedEndpoint(service, account.id, ['email.delivered']);
+    await seedManyEvents(service, await seedEmail(service, account.id), 3 * REPLAY_CHUNK_ROWS, start);
+    const endpoint = await seedEndpoint(service, account.id, ['email.delivered']);
     await afterLongSeed();
     let chunks = 0;
-    const unsubscribe = onQueueMarked(service.deps.db, 'webhooks', () => {
+    const unsubscribe = onQueueMarked(service.deps.db, 'webhooks', async () => {
       chunks += 1;
       // The first chunk is on disk: the endpoint goes, as DELETE /webhooks/{id} ends, its deliveries with it.
-      service.deps.db.delete(webhookEndpoints).where(eq(webhookEndpoints.id, endpoint)).run();
+      await service.deps.db.delete(webhookEndpoints).where(eq(webhookEndpoints.id, endpoint));
     });
     let res;
     try {
@@ -542,7 +545,7 @@ describe('an endpoint deleted while its replay is written', () => {
     expectError(res, 404, 'webhook_not_found');
     expect(res.body.error.message).toContain('deleted while its replay was being queued');
     expect(chunks).toBe(1);
-    expect(deliveriesOf(endpoint)).toEqual([]);
+    expect(await deliveriesOf(endpoint)).toEqual([]);
   });
 });
 

@@ -13,6 +13,7 @@ import { processApi, runningProcesses, startServiceProcess } from './helpers/ser
 import { killMidRequest, processWithEndpoint } from './helpers/webhook-process.js';
 import { startService, type TestService } from './helpers/service.js';
 import { replaceDep } from './helpers/replace-dep.js';
+import { one } from '../db/sql.js';
 
 /**
  * The Webhooks endpoints of docs/api/contract.md: create (the secret once, sealed at rest), list, get, delete with its deliveries,
@@ -48,7 +49,7 @@ const create = (key: string, body: unknown, account?: string) => service.api('PO
 
 describe('POST /webhooks', () => {
   it('answers 201 with the endpoint and its secret once; repeated events are dropped; the secret is stored sealed', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const res = await create(key, { url: PUBLIC, events: ['email.delivered', 'email.bounced', 'email.delivered'] });
     expect(res.status, JSON.stringify(res.body)).toBe(201);
     expectDocumented(res);
@@ -62,7 +63,7 @@ describe('POST /webhooks', () => {
       createdAt: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/),
       secret: expect.stringMatching(/^whsec_[A-Za-z0-9+/]{43}=$/),
     });
-    const row = service.deps.db.select().from(webhookEndpoints).where(eq(webhookEndpoints.id, res.body.id)).get()!;
+    const row = (await one(service.deps.db.select().from(webhookEndpoints).where(eq(webhookEndpoints.id, res.body.id))))!;
     expect(row.secretSealed).not.toContain(res.body.secret.slice(6));
     expect(decryptSecret(service.deps.secretKey!, row.secretSealed, `webhook:${row.id}`).toString('utf8')).toBe(res.body.secret);
 
@@ -92,7 +93,7 @@ describe('POST /webhooks', () => {
     ['IPv4-compatible loopback', 'https://[::127.0.0.1]/x'],
     ['the metadata address', 'https://169.254.169.254/latest'],
   ])('refuses %s with 422 invalid_url', async (_, url) => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const res = await create(key, { url, events: ['email.delivered'] });
     expectError(res, 422, 'invalid_url');
     expectDocumented(res);
@@ -112,7 +113,7 @@ describe('POST /webhooks', () => {
     ['brackets in the path', 'https://hooks.webhooks.test/a[b]'],
     ['two fragments', 'https://hooks.webhooks.test/x#a#b'],
   ])('refuses %s with 422 invalid_request', async (_, url) => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const res = await create(key, { url, events: ['email.delivered'] });
     expectError(res, 422, 'invalid_request');
     expect(res.body.error.message).toMatch(/^url: /);
@@ -120,14 +121,14 @@ describe('POST /webhooks', () => {
   });
 
   it('repeated events are dropped, however many: 51 of one type is one', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const res = await create(key, { url: `${PUBLIC}/repeats`, events: [...Array(51).fill('email.delivered'), 'ping', 'ping'] });
     expect(res.status, JSON.stringify(res.body)).toBe(201);
     expect(res.body.events).toEqual(['email.delivered', 'ping']);
   });
 
   it('accepts exactly 2000 characters', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const url = `${PUBLIC}/${'a'.repeat(2000 - PUBLIC.length - 1)}`;
     expect(url).toHaveLength(2000);
     expect((await create(key, { url, events: ['ping'] })).status).toBe(201);
@@ -141,27 +142,27 @@ describe('POST /webhooks', () => {
     ['a url that is not a string', { url: 42, events: ['ping'] }],
     ['an unknown field', { url: PUBLIC, events: ['ping'], secret: 'mine' }],
   ])('refuses %s with 422 invalid_request', async (_, body) => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     expectError(await create(key, body), 422, 'invalid_request');
   });
 
   it('refuses a body that is not JSON with 400 invalid_json', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     expectError(await service.api('POST', '/webhooks', { key, rawBody: '{"url":' }), 400, 'invalid_json');
   });
 
   it('refuses the 21st endpoint with 422 too_many_endpoints, per account', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     for (let i = 0; i < 20; i++) expect((await create(key, { url: `${PUBLIC}/${i}`, events: ['ping'] })).status).toBe(201);
     expectError(await create(key, { url: `${PUBLIC}/21`, events: ['ping'] }), 422, 'too_many_endpoints');
-    const other = service.newAccount();
+    const other = await service.newAccount();
     expect((await create(other.key, { url: PUBLIC, events: ['ping'] })).status).toBe(201);
   });
 
   it('answers 503 not_configured when the server cannot store secrets', async () => {
     const off = await startService({ DNS_SERVERS: dns.address, SECRET_KEY: 'off' });
     try {
-      const { key } = off.newAccount();
+      const { key } = await off.newAccount();
       expectError(await off.api('POST', '/webhooks', { key, body: { url: PUBLIC, events: ['ping'] } }), 503, 'not_configured');
     } finally {
       await off.close();
@@ -169,7 +170,7 @@ describe('POST /webhooks', () => {
   });
 
   it('creates a sub-account’s endpoint with the account header; the parent does not see it', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const sub = await service.api('POST', '/accounts', { key, body: { name: 'Sub with hooks' } });
     const res = await create(key, { url: PUBLIC, events: ['email.bounced'] }, sub.body.id);
     expect(res.status).toBe(201);
@@ -180,8 +181,8 @@ describe('POST /webhooks', () => {
 
 describe('GET, DELETE /webhooks/{id} and the lists', () => {
   it('answers 404 webhook_not_found for an unknown id, another account’s endpoint, and after delete', async () => {
-    const a = service.newAccount();
-    const b = service.newAccount();
+    const a = await service.newAccount();
+    const b = await service.newAccount();
     const theirs = (await create(b.key, { url: PUBLIC, events: ['ping'] })).body.id as string;
     for (const method of ['GET', 'DELETE']) {
       expectError(await service.api(method, `/webhooks/${theirs}`, { key: a.key }), 404, 'webhook_not_found');
@@ -194,59 +195,67 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
   });
 
   it('deletes an endpoint and every delivery queued or kept for it, at once', async () => {
-    const { key, account } = service.newAccount();
+    const { key, account } = await service.newAccount();
     const id = (await create(key, { url: PUBLIC, events: ['email.delivered'] })).body.id as string;
     const now = service.clock.now();
     for (const delivered of [null, now]) {
-      service.deps.db
-        .insert(webhookDeliveries)
-        .values({
-          id: newId(now),
-          endpointId: id,
-          accountId: account.id,
-          eventType: 'email.delivered',
-          data: '{}',
-          deliveredAt: delivered,
-          nextAttemptAt: delivered ? null : now,
-          createdAt: now,
-        })
-        .run();
+      await service.deps.db.insert(webhookDeliveries).values({
+        id: newId(now),
+        endpointId: id,
+        accountId: account.id,
+        eventType: 'email.delivered',
+        data: '{}',
+        deliveredAt: delivered,
+        nextAttemptAt: delivered ? null : now,
+        createdAt: now,
+      });
     }
     expect((await service.api('GET', `/webhooks/${id}/deliveries`, { key })).body.data).toHaveLength(2);
     expect((await service.api('DELETE', `/webhooks/${id}`, { key })).status).toBe(204);
-    expect(service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, id)).all()).toEqual([]);
+    expect(await service.deps.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, id))).toEqual([]);
     expectError(await service.api('GET', `/webhooks/${id}`, { key }), 404, 'webhook_not_found');
   });
 
   it('deletes an endpoint with 30,000 deliveries without holding the event loop past 50 ms: switched off first, then its deliveries in chunks', async () => {
-    const { key, account } = service.newAccount();
+    const { key, account } = await service.newAccount();
     const id = (await create(key, { url: PUBLIC, events: ['email.delivered'] })).body.id as string;
     // 10,000 pending and 20,000 delivered, each of those with its attempt: history is kept until the endpoint goes.
     const now = service.clock.now();
-    const sqlite = service.deps.store.sqlite;
-    const delivery = sqlite.prepare(
-      "insert into webhook_deliveries (id, endpoint_id, account_id, event_type, data, attempts, delivered_at, next_attempt_at, created_at) values (?, ?, ?, 'email.delivered', '{}', ?, ?, ?, ?)",
-    );
-    const attempt = sqlite.prepare('insert into webhook_attempts (delivery_id, attempt, attempted_at, status, delivered) values (?, 1, ?, 200, 1)');
-    sqlite.transaction(() => {
-      for (let i = 0; i < 30_000; i++) {
-        const deliveryId = newId(now);
-        const delivered = i >= 10_000;
-        delivery.run(deliveryId, id, account.id, delivered ? 1 : 0, delivered ? now : null, delivered ? null : now, now);
-        if (delivered) attempt.run(deliveryId, now);
-      }
-    })();
-    const deliveries = () => service.deps.db.select({ n: count() }).from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, id)).get()!.n;
-    expect(deliveries()).toBe(30_000);
-    const attemptsBefore = service.deps.db.select({ n: count() }).from(webhookAttempts).get()!.n;
+    const deliveryRows: (typeof webhookDeliveries.$inferInsert)[] = [];
+    const attemptRows: (typeof webhookAttempts.$inferInsert)[] = [];
+    for (let i = 0; i < 30_000; i++) {
+      const deliveryId = newId(now);
+      const delivered = i >= 10_000;
+      deliveryRows.push({
+        id: deliveryId,
+        endpointId: id,
+        accountId: account.id,
+        eventType: 'email.delivered',
+        data: '{}',
+        attempts: delivered ? 1 : 0,
+        deliveredAt: delivered ? now : null,
+        nextAttemptAt: delivered ? null : now,
+        createdAt: now,
+      });
+      if (delivered) attemptRows.push({ deliveryId, attempt: 1, attemptedAt: now, status: 200, delivered: true });
+    }
+    await service.deps.db.transaction(async (tx) => {
+      for (let i = 0; i < deliveryRows.length; i += 500) await tx.insert(webhookDeliveries).values(deliveryRows.slice(i, i + 500));
+      for (let i = 0; i < attemptRows.length; i += 500) await tx.insert(webhookAttempts).values(attemptRows.slice(i, i + 500));
+    });
+    const deliveries = async () => (await one(service.deps.db.select({ n: count() }).from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, id))))!.n;
+    expect(await deliveries()).toBe(30_000);
+    const attemptsBefore = (await one(service.deps.db.select({ n: count() }).from(webhookAttempts)))!.n;
 
     // Whether the endpoint was still on as each of the deletion's transactions began.
     const commits = service.deps.commits;
     const onAtEachStep: boolean[] = [];
     replaceDep(service.deps, 'commits', {
       run: (fn) =>
-        commits.run((db) => {
-          onAtEachStep.push(db.select({ active: webhookEndpoints.active }).from(webhookEndpoints).where(eq(webhookEndpoints.id, id)).get()?.active ?? false);
+        commits.run(async (db) => {
+          onAtEachStep.push(
+            (await one(db.select({ active: webhookEndpoints.active }).from(webhookEndpoints).where(eq(webhookEndpoints.id, id))))?.active ?? false,
+          );
           return fn(db);
         }),
     });
@@ -262,8 +271,8 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
     expect(res.status).toBe(204);
     expect(seen.longestMs, JSON.stringify(seen)).toBeLessThan(50);
 
-    expect(deliveries()).toBe(0);
-    expect(service.deps.db.select({ n: count() }).from(webhookAttempts).get()!.n).toBe(attemptsBefore - 20_000);
+    expect(await deliveries()).toBe(0);
+    expect((await one(service.deps.db.select({ n: count() }).from(webhookAttempts)))!.n).toBe(attemptsBefore - 20_000);
     expectError(await service.api('GET', `/webhooks/${id}`, { key }), 404, 'webhook_not_found');
     // Switched off (nothing more is claimed for it) before any of its deliveries went; then one chunk per transaction.
     expect(onAtEachStep[0]).toBe(true);
@@ -272,7 +281,7 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
   }, 60_000);
 
   it('lists endpoints and deliveries newest first, keyset-paged', async () => {
-    const { key, account } = service.newAccount();
+    const { key, account } = await service.newAccount();
     const ids: string[] = [];
     for (let i = 0; i < 5; i++) ids.push((await create(key, { url: `${PUBLIC}/${i}`, events: ['ping'] })).body.id);
     const first = await service.api('GET', '/webhooks?limit=3', { key });
@@ -282,25 +291,23 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
     expect(second.body.data.map((e: { id: string }) => e.id)).toEqual(ids.slice(0, 2).reverse());
 
     const now = service.clock.now();
-    const deliveries = [1, 2, 3].map((i) => {
+    const deliveries: string[] = [];
+    for (const i of [1, 2, 3]) {
       const id = newId(now + i);
-      service.deps.db
-        .insert(webhookDeliveries)
-        .values({
-          id,
-          endpointId: ids[0]!,
-          accountId: account.id,
-          eventType: 'email.deferred',
-          data: '{}',
-          attempts: i,
-          lastStatus: 503,
-          lastError: 'HTTP 503',
-          nextAttemptAt: now + 60_000,
-          createdAt: now + i,
-        })
-        .run();
-      return id;
-    });
+      await service.deps.db.insert(webhookDeliveries).values({
+        id,
+        endpointId: ids[0]!,
+        accountId: account.id,
+        eventType: 'email.deferred',
+        data: '{}',
+        attempts: i,
+        lastStatus: 503,
+        lastError: 'HTTP 503',
+        nextAttemptAt: now + 60_000,
+        createdAt: now + i,
+      });
+      deliveries.push(id);
+    }
     const page = await service.api('GET', `/webhooks/${ids[0]}/deliveries?limit=2`, { key });
     expect(page.status).toBe(200);
     expectDocumented(page);
@@ -325,7 +332,7 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
   });
 
   it.each(['limit=0', 'limit=101', 'limit=abc', 'cursor=nope'])('answers 400 invalid_request (not 422) for %s on both lists', async (query) => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     const id = (await create(key, { url: PUBLIC, events: ['ping'] })).body.id as string;
     for (const path of [`/webhooks?${query}`, `/webhooks/${id}/deliveries?${query}`]) {
       const res = await service.api('GET', path, { key });
@@ -335,7 +342,7 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
   });
 
   it('refuses another list’s cursor with 400 invalid_request', async () => {
-    const { key } = service.newAccount();
+    const { key } = await service.newAccount();
     for (let i = 0; i < 2; i++) await service.api('POST', '/domains', { key, body: { name: `d${i}-${Date.now()}.example.com` } });
     const domains = await service.api('GET', '/domains?limit=1', { key });
     expect(domains.body.nextCursor).toEqual(expect.any(String));

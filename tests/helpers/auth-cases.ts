@@ -21,7 +21,7 @@ export interface EndpointUnderTest {
 export function runCommonAuthTests(getService: () => TestService, ep: EndpointUnderTest): void {
   const setup = async () => {
     const service = getService();
-    const { account, key } = service.newAccount({ name: 'Auth case' });
+    const { account, key } = await service.newAccount({ name: 'Auth case' });
     const path = typeof ep.path === 'string' ? ep.path : await ep.path({ service, accountId: account.id, key });
     return { service, account, key, path };
   };
@@ -53,7 +53,7 @@ export function runCommonAuthTests(getService: () => TestService, ep: EndpointUn
 
   it(`${ep.method} ${String(ep.path)}: a revoked key is 401 invalid_key at once`, async () => {
     const { service, path, account } = await setup();
-    const doomed = service.newKey(account.id);
+    const doomed = await service.newKey(account.id);
     const list = await service.api('GET', '/keys?limit=1', { key: doomed });
     expect(list.status).toBe(200);
     const id = list.body.data[0].id as string;
@@ -63,7 +63,7 @@ export function runCommonAuthTests(getService: () => TestService, ep: EndpointUn
 
   it(`${ep.method} ${String(ep.path)}: a key without ${ep.scope} is 403 insufficient_scope`, async () => {
     const { service, path, account } = await setup();
-    const lacking = service.newKey(
+    const lacking = await service.newKey(
       account.id,
       SCOPES.filter((s) => s !== ep.scope && s !== ep.alsoScope),
     );
@@ -72,7 +72,7 @@ export function runCommonAuthTests(getService: () => TestService, ep: EndpointUn
 
   it(`${ep.method} ${String(ep.path)}: a foreign or unknown X-Service-Account is 404 account_not_found, identically`, async () => {
     const { service, path, key } = await setup();
-    const other = service.newAccount({ name: 'Someone else' });
+    const other = await service.newAccount({ name: 'Someone else' });
     const foreignSub = await service.api('POST', '/accounts', { key: other.key, body: { name: 'Their sub' } });
     expect(foreignSub.status).toBe(201);
     const foreign = await call(service, path, { key, account: foreignSub.body.id });

@@ -27,26 +27,23 @@ export const NOT_CONNECTED = {
  * A database stored as POST /database leaves it, without connecting: for URLs the API would now refuse or cannot
  * reach (a host that turned private, a URL sealed with another key).
  */
-export function storeDatabaseRow(service: TestService, accountId: string, url: string, sealWith: Buffer = service.deps.secretKey!): void {
+export async function storeDatabaseRow(service: TestService, accountId: string, url: string, sealWith: Buffer = service.deps.secretKey!): Promise<void> {
   const now = service.clock.now();
-  service.deps.db
-    .insert(customerDatabases)
-    .values({
-      accountId,
-      connectionId: newId(now),
-      urlSealed: encryptSecret(sealWith, url, SEAL_CONTEXTS.customerDbUrl(accountId)),
-      ...describeTarget(parseCustomerDbUrl(url)),
-      state: 'connected',
-      schemaVersion: 1,
-      lastOkAt: now,
-      lastError: null,
-      lastErrorKind: null,
-      failures: 0,
-      nextAttemptAt: now,
-      updatedAt: now,
-      createdAt: now,
-    })
-    .run();
+  await service.deps.db.insert(customerDatabases).values({
+    accountId,
+    connectionId: newId(now),
+    urlSealed: encryptSecret(sealWith, url, SEAL_CONTEXTS.customerDbUrl(accountId)),
+    ...describeTarget(parseCustomerDbUrl(url)),
+    state: 'connected',
+    schemaVersion: 1,
+    lastOkAt: now,
+    lastError: null,
+    lastErrorKind: null,
+    failures: 0,
+    nextAttemptAt: now,
+    updatedAt: now,
+    createdAt: now,
+  });
 }
 
 /** New empty databases on a test Postgres (named `prefix` and a count), and one-off queries in any database. */

@@ -9,8 +9,8 @@ import type { TestService } from './service.js';
  * keeps its session cookie and reads the CSRF token from the pages.
  */
 
-export function adminTokenFor(service: TestService): string {
-  return resetAdminToken(service.deps.db);
+export async function adminTokenFor(service: TestService): Promise<string> {
+  return await resetAdminToken(service.deps.db);
 }
 
 function cookiesOf(res: Response): Record<string, string> {
@@ -51,8 +51,8 @@ export async function postSignIn(url: string, token: string, extra: Record<strin
   });
 }
 
-export async function dashboardClient(service: TestService, token = adminTokenFor(service)): Promise<DashboardClient> {
-  const res = await postSignIn(service.url, token);
+export async function dashboardClient(service: TestService, token?: string): Promise<DashboardClient> {
+  const res = await postSignIn(service.url, token ?? (await adminTokenFor(service)));
   if (res.status !== 303) throw new Error(`sign-in answered ${res.status}`);
   const cookie = `mailstead_session=${cookiesOf(res).mailstead_session}`;
   const get = (path: string) => fetch(`${service.url}${path}`, { redirect: 'manual', headers: { cookie } });
@@ -89,7 +89,7 @@ export async function refusalOf(client: DashboardClient, path: string, fields: R
 
 /** What a dashboard suite drives: Chromium, the admin token, and an HTTP client signed in with it. */
 export async function openDashboard(service: TestService): Promise<{ browser: Browser; token: string; client: DashboardClient }> {
-  const token = adminTokenFor(service);
+  const token = await adminTokenFor(service);
   const [browser, client] = await Promise.all([launchBrowser(), dashboardClient(service, token)]);
   return { browser, token, client };
 }

@@ -4,10 +4,11 @@ import { domainKeys } from '../../db/schema/index.js';
 import type { TestDnsServer } from './dns-server.js';
 import type { Sender } from './sending.js';
 import type { TestService } from './service.js';
+import { one } from '../../db/sql.js';
 
 /** Publishes the sender's Signing record as real DNS holds a long TXT record: strings of at most 255 characters. */
-export function publishSigningRecord(service: TestService, dns: TestDnsServer, s: Sender): { selector: string } {
-  const row = service.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, s.account.id)).get();
+export async function publishSigningRecord(service: TestService, dns: TestDnsServer, s: Sender): Promise<{ selector: string }> {
+  const row = await one(service.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, s.account.id)));
   if (!row) throw new Error('no domain key');
   const record = `v=DKIM1; h=sha256; k=rsa; p=${row.dkimPublicKey}`;
   dns.add(`${row.selector}._domainkey.${s.domain}`, { type: 'TXT', data: record.match(/.{1,255}/g)! });

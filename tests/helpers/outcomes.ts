@@ -4,30 +4,32 @@ import { SEAL_CONTEXTS } from '../../server/shared/seal-contexts.js';
 import { newId } from '../../server/shared/ids.js';
 import { encryptSecret } from '../../server/shared/secrets.js';
 import type { TestService } from './service.js';
+import { one } from '../../db/sql.js';
 
 /**
  * Recorded outcomes written straight to the tables the mail engine writes (emails, email_events), so the event feed
  * and replay can be tested on exact times and counts; and endpoints written as POST /webhooks stores them.
  */
 
-export function seedEmail(service: TestService, accountId: string, opts: { from?: string; tags?: Record<string, string> | null; at?: number } = {}): string {
+export async function seedEmail(
+  service: TestService,
+  accountId: string,
+  opts: { from?: string; tags?: Record<string, string> | null; at?: number } = {},
+): Promise<string> {
   const at = opts.at ?? service.clock.now();
   const id = newId(at);
-  service.deps.db
-    .insert(emails)
-    .values({
-      id,
-      accountId,
-      fromAddress: opts.from ?? 'billing@example.com',
-      to: ['a@example.net'],
-      subject: 's',
-      template: 'notification',
-      status: 'sent',
-      sandbox: false,
-      tags: opts.tags ?? null,
-      createdAt: at,
-    })
-    .run();
+  await service.deps.db.insert(emails).values({
+    id,
+    accountId,
+    fromAddress: opts.from ?? 'billing@example.com',
+    to: ['a@example.net'],
+    subject: 's',
+    template: 'notification',
+    status: 'sent',
+    sandbox: false,
+    tags: opts.tags ?? null,
+    createdAt: at,
+  });
   return id;
 }
 
@@ -49,22 +51,28 @@ const DSN: Record<EventStatus, { dsn: string; detail: string }> = {
 };
 
 /** The account of a seeded email, which its events carry. */
-function accountOf(service: TestService, emailId: string): string {
-  const row = service.deps.db.select({ accountId: emails.accountId }).from(emails).where(eq(emails.id, emailId)).get();
+async function accountOf(service: TestService, emailId: string): Promise<string> {
+  const row = await one(service.deps.db.select({ accountId: emails.accountId }).from(emails).where(eq(emails.id, emailId)));
   if (!row) throw new Error(`no email ${emailId}`);
   return row.accountId;
 }
 
 /** One outcome, with an id made at `occurredAt` (ids stay in insertion order, so seed in time order). */
-export function seedEvent(service: TestService, emailId: string, status: EventStatus, occurredAt: number, recipient = 'a@example.net'): SeededEvent {
-  const row = { id: newId(occurredAt), emailId, accountId: accountOf(service, emailId), recipient, status, ...DSN[status], occurredAt };
-  service.deps.db.insert(emailEvents).values(row).run();
+export async function seedEvent(
+  service: TestService,
+  emailId: string,
+  status: EventStatus,
+  occurredAt: number,
+  recipient = 'a@example.net',
+): Promise<SeededEvent> {
+  const row = { id: newId(occurredAt), emailId, accountId: await accountOf(service, emailId), recipient, status, ...DSN[status], occurredAt };
+  await service.deps.db.insert(emailEvents).values(row);
   return row;
 }
 
 /** Many outcomes of one email at once, `occurredAt` from `start` one millisecond apart (for the replay cap). */
-export function seedManyEvents(service: TestService, emailId: string, n: number, start: number): void {
-  const accountId = accountOf(service, emailId);
+export async function seedManyEvents(service: TestService, emailId: string, n: number, start: number): Promise<void> {
+  const accountId = await accountOf(service, emailId);
   const rows = Array.from({ length: n }, (_, i) => ({
     id: newId(start + i),
     emailId,
@@ -74,33 +82,32 @@ export function seedManyEvents(service: TestService, emailId: string, n: number,
     ...DSN.delivered,
     occurredAt: start + i,
   }));
-  service.deps.db.transaction((tx) => {
-    for (let i = 0; i < rows.length; i += 500)
-      tx.insert(emailEvents)
-        .values(rows.slice(i, i + 500))
-        .run();
+  await service.deps.db.transaction(async (tx) => {
+    for (let i = 0; i < rows.length; i += 500) await tx.insert(emailEvents).values(rows.slice(i, i + 500));
   });
 }
 
 /** An endpoint row as POST /webhooks writes it; its secret sealed as POST /webhooks seals it when `secret` is given. */
-export function seedEndpoint(service: TestService, accountId: string, events: WebhookEventType[], opts: { active?: boolean; secret?: string } = {}): string {
+export async function seedEndpoint(
+  service: TestService,
+  accountId: string,
+  events: WebhookEventType[],
+  opts: { active?: boolean; secret?: string } = {},
+): Promise<string> {
   const now = service.clock.now();
   const id = newId(now);
   const key = service.deps.secretKey;
   const secretSealed = opts.secret !== undefined && key ? encryptSecret(key, opts.secret, SEAL_CONTEXTS.webhookSecret(id)) : 'sealed';
-  service.deps.db
-    .insert(webhookEndpoints)
-    .values({
-      id,
-      accountId,
-      url: 'https://hooks.example.com/in',
-      events,
-      secretSealed,
-      active: opts.active ?? true,
-      disabledAt: opts.active === false ? now : null,
-      failureCount: opts.active === false ? 10 : 0,
-      createdAt: now,
-    })
-    .run();
+  await service.deps.db.insert(webhookEndpoints).values({
+    id,
+    accountId,
+    url: 'https://hooks.example.com/in',
+    events,
+    secretSealed,
+    active: opts.active ?? true,
+    disabledAt: opts.active === false ? now : null,
+    failureCount: opts.active === false ? 10 : 0,
+    createdAt: now,
+  });
   return id;
 }

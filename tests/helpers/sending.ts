@@ -22,6 +22,7 @@ import { newId } from '../../server/shared/ids.js';
 import type { Scope } from '../../server/core/scopes.js';
 import type { ApiResponse, TestService } from './service.js';
 import { replaceDep } from './replace-dep.js';
+import { one } from '../../db/sql.js';
 
 /**
  * Sending fixtures: an account with a domain that may send (records marked as DNS would show them, no resolver
@@ -47,12 +48,12 @@ export async function connectDomain(service: TestService, key: string, name: str
   const res = await service.api('POST', '/domains', { key, account: opts.account, body: { name } });
   expect(res.status, JSON.stringify(res.body)).toBe(201);
   const id = res.body.id as string;
-  setDomainState(service, id, opts.state ?? 'sending');
+  await setDomainState(service, id, opts.state ?? 'sending');
   return id;
 }
 
-export function setDomainState(service: TestService, domainId: string, state: DomainState): void {
-  service.deps.db.update(domains).set({ recordStatus: RECORDS[state] }).where(eq(domains.id, domainId)).run();
+export async function setDomainState(service: TestService, domainId: string, state: DomainState): Promise<void> {
+  await service.deps.db.update(domains).set({ recordStatus: RECORDS[state] }).where(eq(domains.id, domainId));
 }
 
 export interface Sender {
@@ -66,7 +67,7 @@ export interface Sender {
 
 /** A new top-level account with a domain that may send. */
 export async function newSender(service: TestService, opts: { name?: string; credits?: number; scopes?: readonly Scope[] } = {}): Promise<Sender> {
-  const { account, key } = service.newAccount(opts);
+  const { account, key } = await service.newAccount(opts);
   const domain = uniqueDomain();
   const domainId = await connectDomain(service, key, domain);
   return { account, key, domain, domainId, from: `billing@${domain}` };
@@ -114,14 +115,14 @@ export function expectOk(res: ApiResponse): void {
   expect({ status: res.status, body: res.body }).toMatchObject({ status: 200, body: { id: expect.any(String) } });
 }
 
-export function accountRow(service: TestService, id: string): AccountRow {
-  const row = service.deps.db.select().from(accounts).where(eq(accounts.id, id)).get();
+export async function accountRow(service: TestService, id: string): Promise<AccountRow> {
+  const row = await one(service.deps.db.select().from(accounts).where(eq(accounts.id, id)));
   if (!row) throw new Error(`no account ${id}`);
   return row;
 }
 
-export function updateAccount(service: TestService, id: string, patch: Partial<typeof accounts.$inferInsert>): void {
-  service.deps.db.update(accounts).set(patch).where(eq(accounts.id, id)).run();
+export async function updateAccount(service: TestService, id: string, patch: Partial<typeof accounts.$inferInsert>): Promise<void> {
+  await service.deps.db.update(accounts).set(patch).where(eq(accounts.id, id));
 }
 
 /** GET /account for the key's account, or for the sub-account named by `account`. */
@@ -131,39 +132,38 @@ export async function getAccount(service: TestService, key: string, account?: st
   return res.body;
 }
 
-export function emailRows(service: TestService, accountId: string): EmailRow[] {
-  return service.deps.db.select().from(emails).where(eq(emails.accountId, accountId)).orderBy(asc(emails.id)).all();
+export async function emailRows(service: TestService, accountId: string): Promise<EmailRow[]> {
+  return await service.deps.db.select().from(emails).where(eq(emails.accountId, accountId)).orderBy(asc(emails.id));
 }
 
-export function outboundMessagesOf(service: TestService, accountId: string): OutboundMessageRow[] {
-  return service.deps.db.select().from(outboundMessages).where(eq(outboundMessages.accountId, accountId)).all();
+export async function outboundMessagesOf(service: TestService, accountId: string): Promise<OutboundMessageRow[]> {
+  return await service.deps.db.select().from(outboundMessages).where(eq(outboundMessages.accountId, accountId));
 }
 
 /** The queued message of one email and its recipient rows. */
-export function queued(service: TestService, emailId: string): { message: OutboundMessageRow | undefined; recipients: OutboundRecipientRow[] } {
-  const message = service.deps.db.select().from(outboundMessages).where(eq(outboundMessages.id, emailId)).get();
-  const recipients = service.deps.db
+export async function queued(service: TestService, emailId: string): Promise<{ message: OutboundMessageRow | undefined; recipients: OutboundRecipientRow[] }> {
+  const message = await one(service.deps.db.select().from(outboundMessages).where(eq(outboundMessages.id, emailId)));
+  const recipients = await service.deps.db
     .select()
     .from(outboundRecipients)
     .where(eq(outboundRecipients.messageId, emailId))
-    .orderBy(asc(outboundRecipients.id))
-    .all();
+    .orderBy(asc(outboundRecipients.id));
   return { message, recipients };
 }
 
 /** Every recipient row queued for the account. */
-export function queuedRecipientsOf(service: TestService, accountId: string): OutboundRecipientRow[] {
-  return service.deps.db
-    .select({ r: outboundRecipients })
-    .from(outboundRecipients)
-    .innerJoin(outboundMessages, eq(outboundMessages.id, outboundRecipients.messageId))
-    .where(eq(outboundMessages.accountId, accountId))
-    .all()
-    .map((x) => x.r);
+export async function queuedRecipientsOf(service: TestService, accountId: string): Promise<OutboundRecipientRow[]> {
+  return (
+    await service.deps.db
+      .select({ r: outboundRecipients })
+      .from(outboundRecipients)
+      .innerJoin(outboundMessages, eq(outboundMessages.id, outboundRecipients.messageId))
+      .where(eq(outboundMessages.accountId, accountId))
+  ).map((x) => x.r);
 }
 
 /** Logs `n` sandbox sends for the account directly, as `n` sandbox POST /emails at the current time would. */
-export function fillSandboxLog(service: TestService, accountId: string, n: number): void {
+export async function fillSandboxLog(service: TestService, accountId: string, n: number): Promise<void> {
   const now = service.clock.now();
   const rows = Array.from({ length: n }, () => ({
     id: newId(now),
@@ -176,39 +176,33 @@ export function fillSandboxLog(service: TestService, accountId: string, n: numbe
     sandbox: true,
     createdAt: now,
   }));
-  for (let i = 0; i < rows.length; i += 200)
-    service.deps.db
-      .insert(emails)
-      .values(rows.slice(i, i + 200))
-      .run();
+  for (let i = 0; i < rows.length; i += 200) await service.deps.db.insert(emails).values(rows.slice(i, i + 200));
 }
 
 /** SHA-256 hex of the exact bytes the harness sends for `body`, as the service fingerprints an idempotent request. */
 export const fingerprintOf = (body: unknown): string => createHash('sha256').update(JSON.stringify(body)).digest('hex');
 
 /** A claim held by a request that never answered, as the service stores one. */
-export function insertRunningClaim(service: TestService, accountId: string, key: string, body: unknown, claimedAt = service.clock.now()): void {
-  service.deps.db
-    .insert(idempotencyKeys)
-    .values({
-      accountId,
-      key,
-      fingerprint: fingerprintOf(body),
-      claimToken: 'held-by-a-lost-request',
-      state: 'running',
-      response: null,
-      claimedAt,
-      completedAt: null,
-    })
-    .run();
+export async function insertRunningClaim(service: TestService, accountId: string, key: string, body: unknown, claimedAt = service.clock.now()): Promise<void> {
+  await service.deps.db.insert(idempotencyKeys).values({
+    accountId,
+    key,
+    fingerprint: fingerprintOf(body),
+    claimToken: 'held-by-a-lost-request',
+    state: 'running',
+    response: null,
+    claimedAt,
+    completedAt: null,
+  });
 }
 
-export function idempotencyRow(service: TestService, accountId: string, key: string) {
-  return service.deps.db
-    .select()
-    .from(idempotencyKeys)
-    .where(and(eq(idempotencyKeys.accountId, accountId), eq(idempotencyKeys.key, key)))
-    .get();
+export async function idempotencyRow(service: TestService, accountId: string, key: string) {
+  return await one(
+    service.deps.db
+      .select()
+      .from(idempotencyKeys)
+      .where(and(eq(idempotencyKeys.accountId, accountId), eq(idempotencyKeys.key, key))),
+  );
 }
 
 /**
@@ -284,21 +278,21 @@ export const recipients = (n: number, domain = 'example.net'): string[] => Array
 export const DAY = 86_400_000;
 
 /** Ends the account's trial and grace window: its sends now answer `402 no_credits`. */
-export function exhaustCredits(service: TestService, accountId: string): void {
+export async function exhaustCredits(service: TestService, accountId: string): Promise<void> {
   const now = service.clock.now();
-  updateAccount(service, accountId, { creditsBalance: 0, freeUntil: now - 365 * DAY, graceStartedAt: now - 365 * DAY });
+  await updateAccount(service, accountId, { creditsBalance: 0, freeUntil: now - 365 * DAY, graceStartedAt: now - 365 * DAY });
 }
 
 /** Counts recipients against today's quota so that `left` remain. */
-export function useQuota(service: TestService, accountId: string, left = 0): void {
-  const row = accountRow(service, accountId);
+export async function useQuota(service: TestService, accountId: string, left = 0): Promise<void> {
+  const row = await accountRow(service, accountId);
   const day = new Date(service.clock.now()).toISOString().slice(0, 10);
-  updateAccount(service, accountId, { sentTodayDay: day, sentTodayCount: row.dailyQuota - left });
+  await updateAccount(service, accountId, { sentTodayDay: day, sentTodayCount: row.dailyQuota - left });
 }
 
 /** An operator's suspension (the CLI's `accounts suspend`), which the API cannot lift. */
-export function suspendByOperator(service: TestService, accountId: string, reason: string): void {
-  updateAccount(service, accountId, { suspendedBy: 'operator', suspendedReason: reason, suspendedAt: service.clock.now() });
+export async function suspendByOperator(service: TestService, accountId: string, reason: string): Promise<void> {
+  await updateAccount(service, accountId, { suspendedBy: 'operator', suspendedReason: reason, suspendedAt: service.clock.now() });
 }
 
 export interface CommitGate {
@@ -325,7 +319,7 @@ export function gateCommits(service: TestService, hold: number): CommitGate {
   // Every other member of the group commit kept: only run is held.
   replaceDep(service.deps, 'commits', {
     ...original,
-    run<T>(fn: (db: Db) => T): Promise<T> {
+    run<T>(fn: (db: Db) => T | Promise<T>): Promise<T> {
       if (held.length >= hold) return original.run(fn);
       const wait = new Promise<void>((resolve) => held.push(resolve));
       notify();

@@ -42,9 +42,9 @@ export interface TestService {
   /** Calls the API over real HTTP; paths are relative to /api/v1. */
   api<T = any>(method: string, path: string, opts?: RequestOptions): Promise<ApiResponse<T>>;
   /** A new top-level account (as the operator CLI makes it) and a key holding `scopes` (default all). */
-  newAccount(opts?: { name?: string; credits?: number; scopes?: readonly Scope[] }): { account: AccountRow; key: string };
+  newAccount(opts?: { name?: string; credits?: number; scopes?: readonly Scope[] }): Promise<{ account: AccountRow; key: string }>;
   /** A further key on an existing account, as the operator would mint it. */
-  newKey(accountId: string, scopes?: readonly Scope[], name?: string): string;
+  newKey(accountId: string, scopes?: readonly Scope[], name?: string): Promise<string>;
   close(): Promise<void>;
 }
 
@@ -76,12 +76,12 @@ export async function startService(
   const logger = createMemoryLogger();
   // `scans` puts the reads that walk many rows where a test says, as main puts them on the checkpoint thread.
   const store = opts.scans ? openDatabase(config.dataDir) : undefined;
-  const deps = createDeps(config, clock, logger, store && opts.scans ? { store, scans: opts.scans(store, logger) } : {});
+  const deps = await createDeps(config, clock, logger, store && opts.scans ? { store, scans: opts.scans(store, logger) } : {});
   const http = await listenHttp(createApp(deps), '127.0.0.1', 0, { maxConnectionsPerAddress: 1024, ...opts.http, logger });
   const url = `http://127.0.0.1:${http.port}`;
   const base = `${url}${API_BASE}`;
 
-  const newKey = (accountId: string, scopes: readonly Scope[] = SCOPES, name = 'test') => insertKey(deps, { accountId, name, scopes }).key;
+  const newKey = async (accountId: string, scopes: readonly Scope[] = SCOPES, name = 'test') => (await insertKey(deps, { accountId, name, scopes })).key;
 
   return {
     url,
@@ -110,9 +110,9 @@ export async function startService(
       }
       return { status: res.status, headers: res.headers, body: parsed as any, request: { method, path } };
     },
-    newAccount(opts = {}) {
-      const account = createTopLevelAccount(deps, { name: opts.name ?? 'Acme', credits: opts.credits });
-      return { account, key: newKey(account.id, opts.scopes ?? SCOPES, 'operator') };
+    async newAccount(opts = {}) {
+      const account = await createTopLevelAccount(deps, { name: opts.name ?? 'Acme', credits: opts.credits });
+      return { account, key: await newKey(account.id, opts.scopes ?? SCOPES, 'operator') };
     },
     newKey,
     async close() {
