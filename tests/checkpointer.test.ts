@@ -3,7 +3,7 @@ import { endianness } from 'node:os';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, expect, it } from 'vitest';
-import { type Store, openDatabase } from '../db/client.js';
+import { type SqliteStore, openDatabase } from '../db/client.js';
 import { DEFAULT_AUTOCHECKPOINT_PAGES, FALLBACK_AUTOCHECKPOINT_PAGES, startCheckpointer } from '../db/checkpointer.js';
 import { createMemoryLogger } from '../server/shared/logger.js';
 
@@ -14,7 +14,7 @@ import { createMemoryLogger } from '../server/shared/logger.js';
  */
 
 let dir: string;
-let store: Store;
+let store: SqliteStore;
 
 beforeEach(() => {
   dir = mkdtempSync(join(tmpdir(), 'mailstead-checkpoint-'));

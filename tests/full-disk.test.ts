@@ -15,7 +15,7 @@ import {
   receipt,
   sendEmail,
 } from './helpers/sending.js';
-import { startService, type TestService } from './helpers/service.js';
+import { startService, type TestService, sqliteStoreOf } from './helpers/service.js';
 import { one } from '../db/sql.js';
 
 /**
@@ -38,7 +38,7 @@ afterEach(async () => {
 
 /** Fills the disk: no page beyond the ones the database has (and none of them free). */
 function fillDisk(): () => void {
-  const sqlite = service.deps.store.sqlite;
+  const sqlite = sqliteStoreOf(service.deps).sqlite;
   expect(sqlite.pragma('freelist_count', { simple: true })).toBe(0);
   const pages = sqlite.pragma('page_count', { simple: true }) as number;
   expect(sqlite.pragma(`max_page_count = ${pages}`, { simple: true })).toBe(pages);
@@ -128,7 +128,7 @@ describe('reads never write', () => {
       ids.push(res.body.id);
     }
     // Any write now fails (SQLITE_READONLY): a read that wrote would fail with it.
-    const sqlite = service.deps.store.sqlite;
+    const sqlite = sqliteStoreOf(service.deps).sqlite;
     sqlite.pragma('query_only = 1');
     try {
       const first = await service.api('GET', '/emails?limit=2', { key: s.key });
@@ -148,7 +148,7 @@ describe('reads never write', () => {
 describe('the dashboard on storage that takes no writes', () => {
   it('still shows its pages (a session it cannot touch stays open) and answers a change it cannot record with a 503 page naming the cause', async () => {
     const client = await dashboardClient(service);
-    const sqlite = service.deps.store.sqlite;
+    const sqlite = sqliteStoreOf(service.deps).sqlite;
     sqlite.pragma('query_only = 1');
     try {
       service.clock.advance(60_000);

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
-import { type Store, openDatabase } from '../db/client.js';
+import { type SqliteStore, openDatabase } from '../db/client.js';
 import { FlushFailedError, createDurabilityBarrier, createGroupCommit } from '../db/group-commit.js';
 import { execute, queryRows } from '../db/sql.js';
 
@@ -34,7 +34,7 @@ const settled = async <T>(p: Promise<T>) => {
 };
 
 let dataDir: string;
-let store: Store;
+let store: SqliteStore;
 
 beforeEach(() => {
   dataDir = mkdtempSync(join(tmpdir(), 'mailstead-group-commit-'));

@@ -4,7 +4,7 @@ import { STORE_FAULT_WINDOW_MS } from '../server/shared/store-health.js';
 import { resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
 import type { TestDnsServer } from './helpers/dns-server.js';
 import { newSender, receipt, sendEmail } from './helpers/sending.js';
-import type { TestService } from './helpers/service.js';
+import { sqliteStoreOf, type TestService } from './helpers/service.js';
 import type { SmtpSink } from './helpers/smtp-sink.js';
 
 /**
@@ -22,7 +22,7 @@ let claimFaultOn = false;
 
 beforeAll(async () => {
   ({ dns, sink, service, engine } = await startDeliveryRig());
-  const sqlite = service.deps.store.sqlite;
+  const sqlite = sqliteStoreOf(service.deps).sqlite;
   // What a damaged page would throw, from inside the engine's insert of an outcome's event.
   sqlite.function('store_fault', () => {
     throw Object.assign(new Error('disk I/O error'), { code: 'SQLITE_IOERR_WRITE' });

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { STORE_FAULT_WINDOW_MS, storeFaultOf } from '../server/shared/store-health.js';
-import { startService, type TestService } from './helpers/service.js';
+import { startService, type TestService, sqliteStoreOf } from './helpers/service.js';
 
 /**
  * GET /healthz: 200 while the database answers; 503 `unavailable` when it does not, and for STORE_FAULT_WINDOW_MS after
@@ -14,7 +14,7 @@ let key: string;
 beforeAll(async () => {
   service = await startService();
   key = (await service.newAccount({ name: 'Health' })).key;
-  const sqlite = service.deps.store.sqlite;
+  const sqlite = sqliteStoreOf(service.deps).sqlite;
   // What a damaged page would throw, from inside an insert the API makes; and a refusal about the row alone.
   sqlite.function('store_fault', () => {
     throw Object.assign(new Error('database disk image is malformed'), { code: 'SQLITE_CORRUPT' });

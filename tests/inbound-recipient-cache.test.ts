@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { type Store, clientOf, databasePath, openDatabase } from '../db/client.js';
+import { type SqliteStore, clientOf, databasePath, openDatabase } from '../db/client.js';
 import { RECEIVING_CACHE_DOMAINS, judgeRecipient, receivingCacheSize } from '../mta/inbound/recipients.js';
 import { loadConfig } from '../server/shared/config.js';
 
@@ -17,7 +17,7 @@ const RECEIVING = JSON.stringify({ ownership: 'published', signing: 'published',
 const NOT_RECEIVING = JSON.stringify({ ownership: 'published', signing: 'published', spf: 'published', receiving: 'missing' });
 
 let dir: string;
-let store: Store;
+let store: SqliteStore;
 let other: Database.Database;
 let deps: Parameters<typeof judgeRecipient>[0];
 

@@ -20,7 +20,7 @@ import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 import { parsePrometheusText, sampleValueOrZero } from './helpers/prometheus-text.js';
 import { RawSmtp } from './helpers/raw-smtp.js';
 import { type Sender, connectDomain, newSender, newSubSender, setDomainState, uniqueDomain } from './helpers/sending.js';
-import { type TestService, startService } from './helpers/service.js';
+import { sqliteStoreOf, type TestService, startService } from './helpers/service.js';
 
 /**
  * Inbound SMTP against the real server on port 0 and a real Postgres with TLS: a message sent with
@@ -305,7 +305,7 @@ describe('a failure to store answers 451, never 250', () => {
 
   it('a commit whose flush fails is 451 too; what it committed stays whole, a spooled message with its file', async () => {
     const eio = Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' });
-    const { server, port: failing } = await serverCommittingThrough(createGroupCommit(service.deps.store, () => Promise.reject(eio)));
+    const { server, port: failing } = await serverCommittingThrough(createGroupCommit(sqliteStoreOf(service.deps), () => Promise.reject(eio)));
     try {
       expect(await send(failing, large)).toMatch(/^451 4\.3\.0 /);
       // The row is committed (the sender's retry may bring a second copy: never none), and the file it names is there.

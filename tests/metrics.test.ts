@@ -17,7 +17,7 @@ import { type DeliveryRig, FAST_TIMEOUTS, resetDeliveryRig, startDeliveryRig, st
 import { HttpsReceiver } from './helpers/https-receiver.js';
 import { type MetricFamily, parsePrometheusText, sampleValue, sampleValueOrZero } from './helpers/prometheus-text.js';
 import { type Sender, newSender } from './helpers/sending.js';
-import { type TestService, startService } from './helpers/service.js';
+import { type TestService, startService, sqliteStoreOf } from './helpers/service.js';
 import { execute, queryRows } from '../db/sql.js';
 
 /**
@@ -438,7 +438,7 @@ describe('createMetrics', () => {
   it("main's scrapes scan on the checkpoint thread's connection, never the event loop's; with the thread stopped, on the event loop's", async () => {
     const { service } = rig;
     const { db } = service.deps;
-    const thread = startCheckpointer(service.deps.store.sqlite, service.logger);
+    const thread = startCheckpointer(sqliteStoreOf(service.deps).sqlite, service.logger);
     // The event loop's connection, as the reader sees it, refuses every statement while the thread runs.
     let refusing = true;
     const guarded = Object.create(db) as typeof db & { $client: unknown };

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { type Store, clientOf, databasePath, openDatabase } from '../db/client.js';
+import { type SqliteStore, clientOf, databasePath, openDatabase } from '../db/client.js';
 import {
   TEMPLATE_HEADS_CACHED,
   type TemplateInput,
@@ -23,7 +23,7 @@ import { FakeClock } from './helpers/clock.js';
  */
 
 let dir: string;
-let store: Store;
+let store: SqliteStore;
 let other: Database.Database;
 const clock = new FakeClock(Date.UTC(2026, 10, 28));
 

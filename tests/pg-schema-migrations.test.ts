@@ -8,7 +8,7 @@ import { migrate } from 'drizzle-orm/node-postgres/migrator';
 import { getTableConfig, PgDialect, type PgTable } from 'drizzle-orm/pg-core';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openDatabase, type Store } from '../db/client.js';
+import { openDatabase, type SqliteStore } from '../db/client.js';
 import * as pgSchema from '../db/pg/schema/index.js';
 import { pgTablesOf } from './helpers/schema-parity.js';
 import { startPostgres, type TestPostgres } from './helpers/postgres.js';
@@ -33,7 +33,7 @@ interface Engine {
 
 let server: TestPostgres;
 let client: pg.Client;
-let store: Store;
+let store: SqliteStore;
 let dataDir: string;
 /** What each engine held right after its migrations, before the seed below: the change counters and the cursor key. */
 const fresh: Partial<Record<'sqlite' | 'postgres', { counters: [string, number][]; cursorKey: string | undefined }>> = {};

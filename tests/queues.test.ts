@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
 import { integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
-import { type Store, openDatabase } from '../db/client.js';
+import { type SqliteStore, openDatabase } from '../db/client.js';
 import { createGroupCommit } from '../db/group-commit.js';
 import { markQueued, onQueueMarked } from '../db/queue-wake.js';
 import { sqliteLeases } from '../server/queues/lease-table.js';
@@ -54,7 +54,7 @@ const leases = sqliteLeases({
 });
 
 let dataDir: string;
-let store: Store;
+let store: SqliteStore;
 
 beforeEach(() => {
   dataDir = mkdtempSync(join(tmpdir(), 'mailstead-queues-'));

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { type Store, openDatabase } from '../db/client.js';
+import { type SqliteStore, openDatabase } from '../db/client.js';
 import { accounts, customerDatabases, domainKeys, settings, webhookEndpoints } from '../db/schema/index.js';
 import { checkSecretKey, keyOffWarning } from '../server/app/secret-key-check.js';
 import { encryptSecret } from '../server/shared/secrets.js';
@@ -16,7 +16,7 @@ import { encryptSecret } from '../server/shared/secrets.js';
 const A = Buffer.alloc(32, 1);
 const B = Buffer.alloc(32, 2);
 let dir: string;
-let store: Store;
+let store: SqliteStore;
 
 beforeEach(async () => {
   dir = mkdtempSync(join(tmpdir(), 'mailstead-key-check-'));

@@ -22,7 +22,7 @@ import {
   sendEmail,
   setDomainState,
 } from './helpers/sending.js';
-import { startService, type TestService } from './helpers/service.js';
+import { sqliteStoreOf, startService, type TestService } from './helpers/service.js';
 import { replaceDep } from './helpers/replace-dep.js';
 import { claimIdempotencyKey, settleClaim } from '../server/core/idempotency.js';
 import { ApiError } from '../server/shared/errors.js';
@@ -210,7 +210,7 @@ describe('a send committed whose flush failed', () => {
     replaceDep(
       service.deps,
       'commits',
-      createGroupCommit(service.deps.store, async () => {
+      createGroupCommit(sqliteStoreOf(service.deps), async () => {
         throw Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' });
       }),
     );
@@ -242,7 +242,7 @@ describe('in progress', () => {
     const body = receipt(s.from, ['ann@example.net']);
     const wal = heldWal();
     const real = service.deps.commits;
-    replaceDep(service.deps, 'commits', createGroupCommit(service.deps.store, wal.sync));
+    replaceDep(service.deps, 'commits', createGroupCommit(sqliteStoreOf(service.deps), wal.sync));
     try {
       const first = sendEmail(service, s.key, body, withKey('durable-replay'));
       // Committed (the answer is in the idempotency row), its flush held: not acknowledged.
@@ -277,7 +277,7 @@ describe('in progress', () => {
     // is still in progress when the second arrives, however the two are scheduled.
     const wal = heldWal();
     const real = service.deps.commits;
-    replaceDep(service.deps, 'commits', createGroupCommit(service.deps.store, wal.sync));
+    replaceDep(service.deps, 'commits', createGroupCommit(sqliteStoreOf(service.deps), wal.sync));
     let answers: RawResponse[];
     try {
       void service.deps.commits.run(() => undefined);

@@ -61,7 +61,7 @@ describe.each(['sqlite', 'postgres'])('on %s', (name) => {
       .from(accounts)
       .where(isOneOfPlaceholder(db(), accounts.id, 'ids'))
       .orderBy(asc(accounts.id))
-      .prepare(`fragments_${name}`);
+      .prepare();
     expect((await q.execute({ ids: listParam(db(), ['a2', 'a3']) })).map((r) => r.id)).toEqual(['a2', 'a3']);
     expect((await q.execute({ ids: listParam(db(), ['a1']) })).map((r) => r.id)).toEqual(['a1']);
   });

@@ -4,7 +4,7 @@ import { AsyncResource } from 'node:async_hooks';
 import { join } from 'node:path';
 import { sql } from 'drizzle-orm';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { type Store, openDatabase, unsynced } from '../db/client.js';
+import { type SqliteStore, openDatabase, unsynced } from '../db/client.js';
 import { createGroupCommit } from '../db/group-commit.js';
 import { markQueued, onQueueMarked } from '../db/queue-wake.js';
 import { execute, queryRows } from '../db/sql.js';
@@ -16,7 +16,7 @@ import { execute, queryRows } from '../db/sql.js';
  */
 
 let dataDir: string;
-let store: Store;
+let store: SqliteStore;
 
 beforeEach(() => {
   dataDir = mkdtempSync(join(tmpdir(), 'mailstead-connection-'));

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { getTableConfig } from 'drizzle-orm/sqlite-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openDatabase, type Store } from '../db/client.js';
+import { openDatabase, type SqliteStore } from '../db/client.js';
 import { openPostgres, type PgStore } from '../db/pg/state.js';
 import { StateCopyError, copyState, tablesInCopyOrder } from '../db/state-copy.js';
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';
@@ -16,12 +16,12 @@ import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 
 let server: TestPostgres;
 let dataDir: string;
-let sqliteStore: Store;
+let sqliteStore: SqliteStore;
 
 const target = (database: string) => ({ host: '127.0.0.1', port: server.port, database, user: server.user, password: server.password, ssl: false as const });
 
 /** Two rows in every table, parents first; each column given a value of its kind, foreign keys the parent's. */
-function fillEveryTable(store: Store): void {
+function fillEveryTable(store: SqliteStore): void {
   const made = new Map<string, unknown[]>();
   for (const t of tablesInCopyOrder()) {
     const config = getTableConfig(t.table);

@@ -1,6 +1,6 @@
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { drizzle } from 'drizzle-orm/better-sqlite3';
+import { sqliteDb } from '../../db/client.js';
 import { createGroupCommit, walSyncOf } from '../../db/group-commit.js';
 
 /**
@@ -15,6 +15,6 @@ export function durableRows(dir: string): (value: Buffer | string) => Promise<vo
   sqlite.pragma('synchronous = FULL');
   sqlite.exec('create table rows (id integer primary key, value blob not null, created_at integer not null)');
   const insert = sqlite.prepare('insert into rows (value, created_at) values (?, ?)');
-  const commits = createGroupCommit({ db: drizzle(sqlite) as never, sqlite }, walSyncOf(path));
+  const commits = createGroupCommit({ db: sqliteDb(sqlite), sqlite }, walSyncOf(path));
   return (value) => commits.run(() => void insert.run(value, Date.now()));
 }

@@ -8,7 +8,7 @@ import { insertKey } from '../../server/core/keys.js';
 import { SCOPES, type Scope } from '../../server/core/scopes.js';
 import type { Deps } from '../../server/core/deps.js';
 import { createDeps } from '../../server/app/deps.js';
-import { openDatabase, type Store } from '../../db/client.js';
+import { openDatabase, type SqliteStore, type Store } from '../../db/client.js';
 import type { Scans } from '../../db/scans.js';
 import { type HttpServerOptions, listenHttp } from '../../server/app/http-serve.js';
 import { createMemoryLogger } from '../../server/shared/logger.js';
@@ -56,7 +56,7 @@ export interface TestService {
  */
 export async function startService(
   env: Record<string, string> = {},
-  opts: { http?: Omit<HttpServerOptions, 'logger'>; scans?: (store: Store, logger: ReturnType<typeof createMemoryLogger>) => Scans } = {},
+  opts: { http?: Omit<HttpServerOptions, 'logger'>; scans?: (store: SqliteStore, logger: ReturnType<typeof createMemoryLogger>) => Scans } = {},
 ): Promise<TestService> {
   const dataDir = mkdtempSync(join(tmpdir(), 'mailstead-test-'));
   const config = loadConfig({
@@ -117,8 +117,14 @@ export async function startService(
     newKey,
     async close() {
       await http.close();
-      deps.store.close();
+      await deps.store.close();
       rmSync(dataDir, { recursive: true, force: true });
     },
   };
+}
+
+/** The SQLite store under `deps`, for a test of SQLite's own machinery (its pragmas, triggers, WAL, group commit). */
+export function sqliteStoreOf(deps: Pick<Deps, 'store'>): SqliteStore {
+  if (deps.store.engine !== 'sqlite') throw new Error('this test is about SQLite itself: it runs on the SQLite state only');
+  return deps.store;
 }
