@@ -152,6 +152,8 @@ export function openDatabase(dataDir: string, opts: { mustExist?: boolean } = {}
  * afterwards. Never inside an open transaction.
  */
 export async function unsynced<T>(db: Db, fn: () => Promise<T>): Promise<T> {
+  // Postgres has no such level for a session's writes that this service uses: they commit as any other.
+  if (pgUnitOf(db) !== undefined) return fn();
   const conn = connectionOf(db);
   // Part of a unit already holding the connection (a transaction, a batch): its durability is the unit's.
   if (conn.holds()) return fn();
@@ -207,11 +209,11 @@ export async function readUnit<T>(db: Db, fn: () => Promise<T>): Promise<T> {
   const conn = connectionOf(db);
   if (conn.holds()) return fn();
   return conn.hold(async () => {
-    conn.sqlite.exec('BEGIN');
+    conn.control('BEGIN');
     try {
       return await fn();
     } finally {
-      if (conn.sqlite.inTransaction) conn.sqlite.exec('COMMIT');
+      if (conn.sqlite.inTransaction) conn.control('COMMIT');
     }
   });
 }

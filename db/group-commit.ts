@@ -195,14 +195,14 @@ export function createGroupCommit(
   };
   /** The batch's jobs one after the other, in one transaction. */
   const commitBatch = async (jobs: Job<unknown>[]) => {
-    sqlite.exec('BEGIN IMMEDIATE');
+    conn.control('BEGIN IMMEDIATE');
     try {
       const outcomes: Awaited<ReturnType<typeof runJob>>[] = [];
       for (const job of jobs) outcomes.push(await runJob(job));
-      sqlite.exec('COMMIT');
+      conn.control('COMMIT');
       return outcomes;
     } catch (err) {
-      if (sqlite.inTransaction) sqlite.exec('ROLLBACK');
+      if (sqlite.inTransaction) conn.control('ROLLBACK');
       throw err;
     }
   };

@@ -24,6 +24,8 @@ interface Wakes {
 }
 
 const byDb = new WeakMap<Db, Wakes>();
+/** The queues marked inside each open unit of work, woken together once it commits. */
+const unitMarks = new WeakMap<object, Set<QueueName>>();
 
 function wakesOf(db: Db): Wakes {
   let w = byDb.get(db);
@@ -41,10 +43,18 @@ export function markQueued(db: Db, queue: QueueName): void {
     w.job.add(queue);
     return;
   }
-  // Inside a transaction (or another unit holding the connection): once it has committed, not before.
+  // Inside a transaction (or another unit holding the connection): once it has committed, on the microtask after,
+  // each queue once; nothing if it rolls back.
   const scope = unitOf(db);
   if (scope) {
-    scope.afterCommit.push(() => fire(w, [queue]));
+    let marks = unitMarks.get(scope);
+    if (!marks) {
+      const made = new Set<QueueName>();
+      unitMarks.set(scope, made);
+      scope.afterCommit.push(() => queueMicrotask(() => fire(w, made)));
+      marks = made;
+    }
+    marks.add(queue);
     return;
   }
   if (!w.soon) {

@@ -112,30 +112,38 @@ export class SqliteConnection {
   private async inUnit<T>(fn: () => Promise<T>): Promise<T> {
     const { sqlite } = this;
     if (!sqlite.inTransaction) {
-      sqlite.exec('BEGIN IMMEDIATE');
+      this.control('BEGIN IMMEDIATE');
       try {
         const value = await fn();
-        sqlite.exec('COMMIT');
+        this.control('COMMIT');
         return value;
       } catch (err) {
         // A full disk or an I/O error may already have rolled SQLite's transaction back.
-        if (sqlite.inTransaction) sqlite.exec('ROLLBACK');
+        if (sqlite.inTransaction) this.control('ROLLBACK');
         throw err;
       }
     }
+    // Named by depth, so each name's statements are compiled once.
     const name = `unit_${++this.savepoints}`;
-    sqlite.exec(`SAVEPOINT ${name}`);
+    this.control(`SAVEPOINT ${name}`);
     try {
       const value = await fn();
-      sqlite.exec(`RELEASE ${name}`);
+      this.control(`RELEASE ${name}`);
       return value;
     } catch (err) {
       if (sqlite.inTransaction) {
-        sqlite.exec(`ROLLBACK TO ${name}`);
-        sqlite.exec(`RELEASE ${name}`);
+        this.control(`ROLLBACK TO ${name}`);
+        this.control(`RELEASE ${name}`);
       }
       throw err;
+    } finally {
+      this.savepoints--;
     }
+  }
+
+  /** A statement that controls the transaction (BEGIN, COMMIT, SAVEPOINT...), compiled once. */
+  control(sql: string): void {
+    this.prepare(sql).run();
   }
 
   private prepare(sql: string): Database.Statement {

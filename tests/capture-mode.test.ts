@@ -191,7 +191,7 @@ describe('the captured message', () => {
       for (let i = CAPTURE_LIMIT; i < CAPTURE_LIMIT + 5; i++) await capture1(i);
     });
     expect(await total()).toBe(CAPTURE_LIMIT);
-    expect([0, 1, 2, 3, 4].map(read)).toEqual([undefined, undefined, undefined, undefined, undefined]);
+    expect(await Promise.all([0, 1, 2, 3, 4].map(read))).toEqual([undefined, undefined, undefined, undefined, undefined]);
     expect(await read(5)).toBe('message 5\r\n');
     expect(await read(CAPTURE_LIMIT + 4)).toBe(`message ${CAPTURE_LIMIT + 4}\r\n`);
 

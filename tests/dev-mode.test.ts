@@ -161,7 +161,7 @@ describe('npm run dev', () => {
     expect(text.indexOf('"server.started"')).toBeLessThan(text.indexOf('KEY='));
     expect(statSync(join(dataDir, 'dev-key')).mode & 0o777).toBe(0o600);
     const call = client(api, key);
-    expect(await (await fetch(api.replace('/api/v1', '/healthz'))).json()).toEqual({ status: 'ok', deliveryMode: 'capture' });
+    expect(await (await fetch(api.replace('/api/v1', '/healthz'))).json()).toEqual({ status: 'ok', deliveryMode: 'capture', state: 'sqlite' });
     // The dashboard's address and admin token are printed too (kept 0600 like the key), and the token signs in.
     const dashboard = /^Dashboard: (\S+)\/dashboard \(admin token (msa_\w+)\)/m.exec(text);
     expect(dashboard?.[1]).toBe(api.replace('/api/v1', ''));

@@ -386,7 +386,7 @@ describe('every endpoint that takes a body, a query or an id answers 2xx, or 4xx
   it('GET /healthz still answers 200 after the run, and nothing was logged as an unhandled error', async () => {
     const res = await fetch(`${service.url}/healthz`, { signal: AbortSignal.timeout(ANSWER_WITHIN_MS) });
     expect(res.status).toBe(200);
-    expect(await res.json()).toEqual({ status: 'ok', deliveryMode: 'direct' });
+    expect(await res.json()).toEqual({ status: 'ok', deliveryMode: 'direct', state: service.deps.store.engine });
     expect(service.logger.entries.filter((e) => e.level === 'error')).toEqual([]);
   });
 

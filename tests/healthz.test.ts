@@ -35,7 +35,7 @@ const suppress = (address: string) => service.api('POST', '/suppressions', { key
 describe('GET /healthz', () => {
   it('a constraint refusal is a 500 about one request: still healthy', async () => {
     expect((await suppress('refused@example.net')).status).toBe(500);
-    expect(await health()).toEqual({ status: 200, body: { status: 'ok', deliveryMode: 'direct' } });
+    expect(await health()).toEqual({ status: 200, body: { status: 'ok', deliveryMode: 'direct', state: 'sqlite' } });
   });
 
   it('after a request failed on the storage: 503 unavailable for the window, then healthy again', async () => {
@@ -46,11 +46,11 @@ describe('GET /healthz', () => {
       code: 'unavailable',
       message: 'The service could not record this request: its database file is damaged. Retry later.',
     });
-    expect(await health()).toEqual({ status: 503, body: { status: 'unavailable', deliveryMode: 'direct' } });
+    expect(await health()).toEqual({ status: 503, body: { status: 'unavailable', deliveryMode: 'direct', state: 'sqlite' } });
     service.clock.advance(STORE_FAULT_WINDOW_MS - 1);
     expect((await health()).status).toBe(503);
     service.clock.advance(1);
-    expect(await health()).toEqual({ status: 200, body: { status: 'ok', deliveryMode: 'direct' } });
+    expect(await health()).toEqual({ status: 200, body: { status: 'ok', deliveryMode: 'direct', state: 'sqlite' } });
   });
 
   it('which codes are the store’s', () => {

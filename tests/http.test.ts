@@ -179,7 +179,7 @@ describe('GET /healthz', () => {
     const res = await fetch(`${service.url}/healthz`);
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toMatch(/^application\/json/);
-    expect(await res.json()).toEqual({ status: 'ok', deliveryMode: 'direct' });
+    expect(await res.json()).toEqual({ status: 'ok', deliveryMode: 'direct', state: service.deps.store.engine });
   });
 
   it('ignores a bad key instead of refusing it', async () => {

@@ -3,7 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { eq, inArray, sql } from 'drizzle-orm';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startCheckpointer } from '../db/checkpointer.js';
-import { clientOf } from '../db/client.js';
+import { connectionOf } from '../db/client.js';
 import { customerDbWrites, outboundRecipients, webhookDeliveries } from '../db/schema/index.js';
 import { createDeliveryEngine } from '../mta/delivery-engine.js';
 import { claimDueRecipients } from '../mta/delivery-queue.js';
@@ -288,7 +288,25 @@ describe('docs/operating/logs-and-metrics.md', () => {
     const readme = readFileSync(fileURLToPath(new URL('../docs/operating/logs-and-metrics.md', import.meta.url)), 'utf8');
     const documented = new Set([...readme.matchAll(/^\| `(mailstead_[a-z_]+)` \|/gm)].map((m) => m[1]));
     const served = [...(await scrape(rig.service)).keys()].filter((name) => name.startsWith('mailstead_'));
-    expect([...documented].sort()).toEqual(served.sort());
+    // And what a server on Postgres (STATE_URL) adds: its pool.
+    const onPostgres = createMetrics(rig.service.clock, () => rig.service.deps.scans, { statePool: () => ({ total: 3, idle: 2, waiting: 0 }) });
+    const poolFamilies = [...parsePrometheusText(await onPostgres.registry.metrics()).keys()].filter((name) => !served.includes(name));
+    expect(poolFamilies).toEqual(['mailstead_state_pool_connections']);
+    expect([...documented].sort()).toEqual([...served, ...poolFamilies].sort());
+  });
+
+  it("on Postgres, the state pool's connections: total, idle and waiting, as the pool counts them when scraped", async () => {
+    let counts = { total: 3, idle: 2, waiting: 0 };
+    const metrics = createMetrics(rig.service.clock, () => rig.service.deps.scans, { statePool: () => counts });
+    let scraped = parsePrometheusText(await metrics.registry.metrics());
+    expect(sampleValue(scraped, 'mailstead_state_pool_connections', { state: 'total' })).toBe(3);
+    expect(sampleValue(scraped, 'mailstead_state_pool_connections', { state: 'idle' })).toBe(2);
+    expect(sampleValue(scraped, 'mailstead_state_pool_connections', { state: 'waiting' })).toBe(0);
+    counts = { total: 10, idle: 0, waiting: 4 };
+    scraped = parsePrometheusText(await metrics.registry.metrics());
+    expect(sampleValue(scraped, 'mailstead_state_pool_connections', { state: 'waiting' })).toBe(4);
+    // A server on SQLite serves no such family.
+    expect((await scrape(rig.service)).has('mailstead_state_pool_connections')).toBe(false);
   });
 });
 
@@ -441,16 +459,14 @@ describe('createMetrics', () => {
     const thread = startCheckpointer(sqliteStoreOf(service.deps).sqlite, service.logger);
     // The event loop's connection, as the reader sees it, refuses every statement while the thread runs.
     let refusing = true;
-    const guarded = Object.create(db) as typeof db & { $client: unknown };
-    const realClient = clientOf(db);
-    Object.defineProperty(guarded, '$client', {
-      get: () => {
-        if (refusing) throw new Error('a scrape read ran on the event loop');
-        return realClient;
-      },
-    });
+    const connection = connectionOf(db);
+    const realScan = connection.scan.bind(connection);
+    connection.scan = (...args) => {
+      if (refusing) throw new Error('a scrape read ran on the event loop');
+      return realScan(...args);
+    };
     try {
-      const offLoop = scansOffThread(thread, guarded);
+      const offLoop = scansOffThread(thread, db);
       const metrics = createMetrics(service.clock, () => offLoop);
       const sender = await newSender(service);
       await send(sender, ['ana@example.net', 'ben@example.net']);
@@ -469,6 +485,7 @@ describe('createMetrics', () => {
       expect(sampleValue(afterStop, 'mailstead_outbound_queue_depth', { state: 'due' })).toBe(0);
       expect(sampleValue(afterStop, 'mailstead_outbound_queue_oldest_age_seconds')).toBe(0);
     } finally {
+      connection.scan = realScan;
       await thread.stop();
     }
   });

@@ -22,7 +22,7 @@ import { startPostgres, type TestPostgres } from './helpers/postgres.js';
 
 const MIGRATIONS = fileURLToPath(new URL('../db/pg/migrations', import.meta.url));
 const journal = JSON.parse(readFileSync(join(MIGRATIONS, 'meta', '_journal.json'), 'utf8')) as { entries: { tag: string }[] };
-const COUNTERS = ['recipients', 'templates', 'suppressions'] as const;
+const COUNTERS = ['recipients', 'templates', 'suppressions', 'keys'] as const;
 type Counter = (typeof COUNTERS)[number];
 
 /** One engine as the trigger cases see it: SQL in, the counters out. */
@@ -57,7 +57,8 @@ const SEED = `
     values ('acc-a', 'conn-1', 'sealed', 'db.example.com', 5432, 'app', 'app', 'verify', 'connected', 1, 1, 1, 1);
   insert into templates (id, account_id, name, kind, version, created_at, updated_at) values ('tpl-1', 'acc-a', 'welcome', 'template', 1, 1, 1), ('tpl-2', 'acc-a', 'spare', 'template', 1, 1, 1);
   insert into template_versions (template_id, version, subject, html, text, layout, variables, created_at) values ('tpl-1', 1, 's', 'h', 't', null, '{}', 1);
-  insert into suppressions (id, account_id, address, reason, detail, created_at) values ('sup-1', 'acc-a', 'x@example.org', 'manual', '', 1);`;
+  insert into suppressions (id, account_id, address, reason, detail, created_at) values ('sup-1', 'acc-a', 'x@example.org', 'manual', '', 1);
+  insert into api_keys (id, account_id, name, prefix, key_hash, scopes, created_at) values ('k-1', 'acc-a', 'one', 'ms_1', 'h1', '[]', 1), ('k-2', 'acc-a', 'two', 'ms_2', 'h2', '[]', 1);`;
 
 interface TriggerCase {
   table: string;
@@ -118,7 +119,14 @@ const TRIGGER_CASES: TriggerCase[] = [
     raises: [],
   },
   { table: 'accounts', event: 'update', column: 'sent_today_count', sql: `update accounts set sent_today_count = 1 where id = 'acc-a'`, raises: [] },
-  { table: 'accounts', event: 'delete', sql: `delete from accounts where id = 'acc-c'`, raises: ['recipients', 'templates'] },
+  // A deleted account's keys go with it (B has none): the keys counter moves for the account.
+  { table: 'accounts', event: 'delete', sql: `delete from accounts where id = 'acc-b'`, raises: ['recipients', 'templates', 'keys'] },
+
+  { table: 'api_keys', event: 'update', column: 'revoked_at', sql: `update api_keys set revoked_at = 5 where id = 'k-1'`, raises: ['keys'] },
+  { table: 'api_keys', event: 'update', column: 'key_hash', sql: `update api_keys set key_hash = 'h9' where id = 'k-1'`, raises: ['keys'] },
+  { table: 'api_keys', event: 'update', column: 'account_id', sql: `update api_keys set account_id = 'acc-c' where id = 'k-1'`, raises: ['keys'] },
+  { table: 'api_keys', event: 'update', column: 'last_used_at', sql: `update api_keys set last_used_at = 5 where id = 'k-1'`, raises: [] },
+  { table: 'api_keys', event: 'delete', sql: `delete from api_keys where id = 'k-1'`, raises: ['keys'] },
 
   {
     table: 'customer_databases',
@@ -354,6 +362,7 @@ describe('db/pg/migrations on a fresh Postgres', () => {
   it('makes the rows the SQLite migrations make: the change counters at zero, a cursor key of 32 random bytes', () => {
     expect(fresh.postgres?.counters).toEqual(fresh.sqlite?.counters);
     expect(fresh.postgres?.counters).toEqual([
+      ['keys', 0],
       ['recipients', 0],
       ['suppressions', 0],
       ['templates', 0],
@@ -405,7 +414,7 @@ describe('the change counters: the same triggers on both engines', () => {
     );
     const text = (rows: { name: string; table_name: string }[]) => rows.map((r) => `${r.table_name}: ${r.name}`).sort();
     expect(text(pgTriggers)).toEqual(text(sqliteTriggers));
-    expect(sqliteTriggers.length).toBe(21);
+    expect(sqliteTriggers.length).toBe(24);
   });
 
   it('each trigger has a case for its event, and each table a case for a column none covers', async () => {

@@ -36,11 +36,19 @@ describe('startLine', () => {
       submissionPort: 2587,
       submissionsPort: null,
       dataDir: '/srv/mailstead',
+      state: 'sqlite',
       deliveryMode: 'direct',
       relay: null,
       mailHostname: 'mail.example.com',
       metrics: 'open',
     });
+  });
+
+  it('with STATE_URL: the state on postgres, and its URL without the password', () => {
+    const onPostgres = loadConfig({ STATE_URL: 'postgresql://mail:s3cret-pw@db.example.com:6432/state', SECRET_KEY: 'ab'.repeat(32) });
+    const line = startLine(onPostgres, { httpPort: 1, smtpPort: null, submissionPort: null, submissionsPort: null });
+    expect(line).toMatchObject({ state: 'postgres', stateUrl: 'postgresql://mail:***@db.example.com:6432/state' });
+    expect(JSON.stringify(line)).not.toContain('s3cret-pw');
   });
 
   it('smtp null when inbound is off (or could not listen)', () => {
@@ -104,6 +112,7 @@ describe('the real process at start', () => {
       http: `http://127.0.0.1:${proc.port}`,
       smtp: null,
       dataDir,
+      state: 'sqlite',
       deliveryMode: 'direct',
       relay: null,
       mailHostname: 'localhost',
@@ -114,7 +123,7 @@ describe('the real process at start', () => {
     expect(warnings[0]).toMatchObject({ level: 'warn', mailHostname: 'localhost' });
     expect(entries().filter((e) => e.event === 'config.delivery_mode_capture')).toEqual([]);
     expect(proc.logs.join('\n')).not.toContain(token);
-    expect(await (await fetch(`http://127.0.0.1:${proc.port}/healthz`)).json()).toEqual({ status: 'ok', deliveryMode: 'direct' });
+    expect(await (await fetch(`http://127.0.0.1:${proc.port}/healthz`)).json()).toEqual({ status: 'ok', deliveryMode: 'direct', state: 'sqlite' });
 
     expect((await fetch(`http://127.0.0.1:${proc.port}/metrics`)).status).toBe(401);
     const res = await fetch(`http://127.0.0.1:${proc.port}/metrics`, { headers: { authorization: `Bearer ${token}` } });
@@ -140,7 +149,7 @@ describe('the real process at start', () => {
     expect(entries().filter((e) => e.event === 'config.mail_hostname_not_fqdn')).toEqual([]);
     const health = await fetch(`http://127.0.0.1:${proc.port}/healthz`);
     expect(health.status).toBe(200);
-    expect(await health.json()).toEqual({ status: 'ok', deliveryMode: 'capture' });
+    expect(await health.json()).toEqual({ status: 'ok', deliveryMode: 'capture', state: 'sqlite' });
     proc.child.kill('SIGTERM');
     expect((await proc.exited).code).toBe(0);
   });

@@ -99,7 +99,14 @@ describe.each(['sqlite', 'postgres'] as const)('on %s', (engine) => {
         { 'idempotency-key': `order-${round}` },
       );
       const sent = answers.filter((a) => a.status === 200);
-      expect(sent.length, JSON.stringify(answers.map((a) => a.body))).toBeGreaterThanOrEqual(1);
+      expect(
+        sent.length,
+        JSON.stringify(
+          service()
+            .logger.entries.filter((e) => e.level === 'error')
+            .slice(0, 2),
+        ),
+      ).toBeGreaterThanOrEqual(1);
       // Every 200 is the one send (the first, or its replay).
       expect(new Set(sent.map((a) => a.body.id)).size).toBe(1);
       for (const busy of answers.filter((a) => a.status !== 200)) expectError(busy, 409, 'idempotency_in_progress');
@@ -115,7 +122,7 @@ describe.each(['sqlite', 'postgres'] as const)('on %s', (engine) => {
       const s = await newSender(service(), { credits: 100 });
       const sent = await sendEmail(service(), s.key, receipt(s.from, ['one@example.net', 'two@example.net']));
       expect(sent.status).toBe(200);
-      const jobs = await claimDueRecipients(service().deps.db, `host-race:${round}:a`, service().clock.now(), 60_000, 10);
+      const jobs = await claimDueRecipients(service().deps.db, `host-race:${round}:a`, service().clock.now(), 60_000, 10_000);
       const ours = jobs.filter((j) => j.message.id && j.recipient.accountId === s.account.id);
       expect(ours).toHaveLength(2);
       const delivered = { status: 'delivered', dsn: '2.0.0', detail: '250 ok' } as const;

@@ -6,3 +6,5 @@ INSERT INTO `change_counters` (`name`, `n`) VALUES ('keys', 0);
 CREATE TRIGGER `keys_changed_update` AFTER UPDATE OF `revoked_at`, `key_hash`, `account_id` ON `api_keys` BEGIN UPDATE `change_counters` SET `n` = `n` + 1 WHERE `name` = 'keys'; END;
 --> statement-breakpoint
 CREATE TRIGGER `keys_changed_delete` AFTER DELETE ON `api_keys` BEGIN UPDATE `change_counters` SET `n` = `n` + 1 WHERE `name` = 'keys'; END;
+--> statement-breakpoint
+CREATE TRIGGER `keys_changed_accounts_delete` AFTER DELETE ON `accounts` BEGIN UPDATE `change_counters` SET `n` = `n` + 1 WHERE `name` = 'keys'; END;

@@ -20,6 +20,8 @@ export function createPollLoop(opts: { intervalMs: number; tick: () => Promise<b
       } catch (err) {
         opts.onError(err);
       }
+      // Stopped while the tick ran (its claim awaits the database): no wait for the interval.
+      if (!running) break;
       if (again || poked) continue;
       await new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, opts.intervalMs);
