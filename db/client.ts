@@ -226,6 +226,11 @@ export function runSql(db: Db, query: SQL, method: Method): Promise<unknown> {
 
 const dialect = new SQLiteAsyncDialect();
 
+/** Runs SQL text already compiled for SQLite (db/sql.ts plainStatement). */
+export function runPlainSql(db: Db, sql: string, params: unknown[], method: Method): Promise<unknown> {
+  return connectionOf(db).run(sql, params, method);
+}
+
 /** The better-sqlite3 connection under a Db: drizzle() keeps it as $client (its Db type does not name it). */
 export function clientOf(db: Db): Database.Database {
   return connectionOf(db).sqlite;

@@ -1,6 +1,8 @@
-import { type SQL, type SQLWrapper, sql } from 'drizzle-orm';
+import { fillPlaceholders, type SQL, type SQLWrapper, sql } from 'drizzle-orm';
+import { PgDialect } from 'drizzle-orm/pg-core';
+import { SQLiteAsyncDialect } from 'drizzle-orm/sqlite-core';
 import type { SQLiteColumn, SQLiteTable } from 'drizzle-orm/sqlite-core';
-import { type Db, runSql } from './client.js';
+import { type Db, runPlainSql, runSql } from './client.js';
 import { isPostgres, runPgSql } from './pg/state.js';
 
 /**
@@ -35,6 +37,40 @@ export async function queryRow<T>(db: Db, query: SQL): Promise<T | undefined> {
 export async function execute(db: Db, query: SQL): Promise<number> {
   return changes(await (isPostgres(db) ? runPgSql(db, query) : runSql(db, query, 'run')));
 }
+
+/**
+ * Plain SQL compiled once per engine (a hot path's statement: `queryRows` compiles its `sql` on every call): `build`
+ * gives the statement with `sql.placeholder(name)` where values go; `rows`/`row`/`run` fill them and run it.
+ */
+export function plainStatement(build: (db: Db) => SQL) {
+  const compiled = new WeakMap<Db, { sql: string; params: unknown[] }>();
+  const of = (db: Db) => {
+    let c = compiled.get(db);
+    if (!c) {
+      c = isPostgres(db) ? pgDialect.sqlToQuery(build(db)) : sqliteDialect.sqlToQuery(build(db));
+      compiled.set(db, c);
+    }
+    return c;
+  };
+  const rowsOf = async <T>(db: Db, values: Record<string, unknown>): Promise<T[]> => {
+    const c = of(db);
+    const params = fillPlaceholders(c.params, values);
+    if (isPostgres(db)) return (await runPgSql(db, sql.raw(c.sql), params)).rows as T[];
+    return (await runPlainSql(db, c.sql, params, 'objects')) as T[];
+  };
+  return {
+    rows: rowsOf,
+    row: async <T>(db: Db, values: Record<string, unknown>): Promise<T | undefined> => (await rowsOf<T>(db, values))[0],
+    run: async (db: Db, values: Record<string, unknown>): Promise<number> => {
+      const c = of(db);
+      const params = fillPlaceholders(c.params, values);
+      return changes(await (isPostgres(db) ? runPgSql(db, sql.raw(c.sql), params) : runPlainSql(db, c.sql, params, 'run')));
+    },
+  };
+}
+
+const sqliteDialect = new SQLiteAsyncDialect();
+const pgDialect = new PgDialect();
 
 /*
  * The few places where the engines' SQL differs, each one fragment written for both. Everything else is drizzle's

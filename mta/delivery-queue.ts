@@ -6,7 +6,7 @@ import type { Claimed } from '../server/core/outcomes.js';
 import { type QueueStore, sqliteLeases } from '../server/queues/lease-table.js';
 import { takeInTurns } from '../server/queues/turns.js';
 import { isPostgres } from '../db/pg/state.js';
-import { indexedBy, isOneOfPlaceholder, listParam, queryRows } from '../db/sql.js';
+import { indexedBy, isOneOfPlaceholder, listParam, plainStatement } from '../db/sql.js';
 
 /**
  * The durable outbound queue (outbound_recipients) on the queue mechanism (server/queues/): claimed with a lease, one
@@ -49,9 +49,11 @@ const statements = definePrepared((db) => ({
  * until the suspension is lifted.
  */
 async function accountsWithQueuedMail(db: Db): Promise<string[]> {
-  const rows = await queryRows<{ id: string }>(
-    db,
-    sql`with recursive a(id) as (
+  return (await accountsStatement.rows<{ id: string }>(db, {})).map((r) => r.id);
+}
+
+const accountsStatement = plainStatement(
+  () => sql`with recursive a(id) as (
         select (select min(account_id) from outbound_recipients where status = 'queued')
         union all
         select (select min(account_id) from outbound_recipients where status = 'queued' and account_id > a.id) from a where a.id is not null
@@ -59,20 +61,19 @@ async function accountsWithQueuedMail(db: Db): Promise<string[]> {
       select id from a where id is not null
         and not exists (select 1 from accounts x left join accounts parent on parent.id = x.parent_id
                         where x.id = a.id and (x.suspended_by is not null or parent.suspended_by is not null))`,
-  );
-  return rows.map((r) => r.id);
-}
+);
 
 /** An account's earliest due recipients. */
 async function dueOf(db: Db, account: string, now: number, leaseNow: number, room: number): Promise<string[]> {
-  const rows = await queryRows<{ id: string }>(
-    db,
-    sql`select id from outbound_recipients${indexedBy(db, 'outbound_recipients_account_due_idx')}
-       where status = 'queued' and account_id = ${account} and next_attempt_at <= ${now} and (locked_until is null or locked_until <= ${leaseNow})
-       order by next_attempt_at, id limit ${room}`,
-  );
-  return rows.map((r) => r.id);
+  return (await dueStatement.rows<{ id: string }>(db, { account, now, leaseNow, room })).map((r) => r.id);
 }
+
+const dueStatement = plainStatement(
+  (db) => sql`select id from outbound_recipients${indexedBy(db, 'outbound_recipients_account_due_idx')}
+       where status = 'queued' and account_id = ${sql.placeholder('account')} and next_attempt_at <= ${sql.placeholder('now')}
+       and (locked_until is null or locked_until <= ${sql.placeholder('leaseNow')})
+       order by next_attempt_at, id limit ${sql.placeholder('room')}`,
+);
 
 /** How many recipients each account may still take: `room[accountId]`, else `perAccount`. */
 export interface ClaimShares {

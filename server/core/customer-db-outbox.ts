@@ -9,7 +9,7 @@ import { DAY_MS } from '../shared/clock.js';
 import { newId } from '../shared/ids.js';
 import { decryptSecret, encryptSecret, openBytes, sealBytes } from '../shared/secrets.js';
 import { SEAL_CONTEXTS } from '../shared/seal-contexts.js';
-import { changes, execute, one, queryRow, queryRows } from '../../db/sql.js';
+import { changes, one, plainStatement, queryRows } from '../../db/sql.js';
 
 /**
  * The outbox of the customer-database writer (docs/api/decisions.md section 8): each write is queued in the same SQLite
@@ -55,9 +55,17 @@ export const OWNER_SQL = `coalesce(
 
 /** The account whose database receives this account's writes (its own, else its parent's), or null when neither has one. */
 export async function databaseOwnerOf(db: Db, accountId: string): Promise<string | null> {
-  const row = await queryRow<{ owner: string | null }>(db, sql`select ${sql.raw(OWNER_SQL)} as owner from (select cast(${accountId} as text) as account_id) d`);
+  const row = await ownerStatement.row<{ owner: string | null }>(db, { accountId });
   return row?.owner ?? null;
 }
+
+const ownerStatement = plainStatement(
+  () => sql`select ${sql.raw(OWNER_SQL)} as owner from (select cast(${sql.placeholder('accountId')} as text) as account_id) d`,
+);
+const insertWrite = plainStatement(
+  () => sql`insert into customer_db_writes (id, database_account_id, account_id, kind, payload_sealed, raw_sealed, spool_id, next_attempt_at, created_at)
+     values (${p('id')}, ${p('owner')}, ${p('accountId')}, ${p('kind')}, ${p('payloadSealed')}, ${p('rawSealed')}, ${p('spoolId')}, ${p('now')}, ${p('now')})`,
+);
 
 /**
  * Queues one write for the database of `accountId` (or its parent's); call it inside the transaction that records
@@ -74,11 +82,7 @@ export async function queueCustomerDbWrite(deps: { db: Db; secretKey: Buffer | n
   const payloadSealed = encryptSecret(deps.secretKey, JSON.stringify(content), SEAL_CONTEXTS.customerDbWrite(id));
   const rawSealed = raw ? sealBytes(deps.secretKey, raw, SEAL_CONTEXTS.customerDbWriteRaw(id)) : null;
   const spoolId = 'spoolId' in write ? write.spoolId : null;
-  await execute(
-    deps.db,
-    sql`insert into customer_db_writes (id, database_account_id, account_id, kind, payload_sealed, raw_sealed, spool_id, next_attempt_at, created_at)
-     values (${id}, ${owner}, ${accountId}, ${write.kind}, ${payloadSealed}, ${rawSealed}, ${spoolId}, ${now}, ${now})`,
-  );
+  await insertWrite.run(deps.db, { id, owner, accountId, kind: write.kind, payloadSealed, rawSealed, spoolId, now });
   markQueued(deps.db, 'customer-db');
   return true;
 }

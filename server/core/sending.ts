@@ -1,4 +1,4 @@
-import { and, asc, count, eq, gt, or, sql } from 'drizzle-orm';
+import { and, asc, count, eq, gt, sql } from 'drizzle-orm';
 import { definePrepared } from '../../db/prepared.js';
 import { FlushFailedError } from '../../db/group-commit.js';
 import { markQueued } from '../../db/queue-wake.js';
@@ -161,7 +161,7 @@ const statements = definePrepared((db) => ({
     db
       .select()
       .from(accounts)
-      .where(or(eq(accounts.id, p('id')), eq(accounts.id, sql`(select a.parent_id from accounts a where a.id = ${p('id')})`)))
+      .where(sql`${accounts.id} in (${p('id')}, (select a.parent_id from accounts a where a.id = ${p('id')}))`)
       .orderBy(asc(accounts.id)),
   ).prepare(),
   // Only what the check reads: the key row holds the sealed private key, which a send never needs.
