@@ -12,6 +12,7 @@ import { type WalSync, walSyncOf } from './group-commit.js';
 import * as schema from './schema/index.js';
 import { type PgStore, pgUnitOf } from './pg/state.js';
 import { type Method, SqliteConnection } from './sqlite-connection.js';
+import { connectionDatabase } from './sqlite-session.js';
 
 type RemoteDb = SqliteRemoteDatabase<typeof schema>;
 
@@ -170,13 +171,18 @@ export async function unsynced<T>(db: Db, fn: () => Promise<T>): Promise<T> {
 
 const connections = new WeakMap<object, SqliteConnection>();
 
+/** The proxy driver's callback, which the connection's session (db/sqlite-session.ts) never calls. */
+function notCalled(): Promise<never> {
+  return Promise.reject(new Error('the SQLite session runs statements on its connection'));
+}
+
 /**
  * The async `Db` over one better-sqlite3 connection: drizzle's proxy driver, every statement run by the connection
  * (db/sqlite-connection.ts), so the statements of a transaction or a batch of the group commit are bound to it.
  */
 export function sqliteDb(sqlite: Database.Database): Db {
   const conn = new SqliteConnection(sqlite);
-  const remote = drizzleProxy((sql, params, method) => conn.run(sql, params, method) as Promise<{ rows: unknown[] }>, { schema });
+  const remote = connectionDatabase(conn, drizzleProxy(notCalled, { schema }));
   const db = remote as unknown as Db;
   db.transaction = (fn) => conn.transaction(() => fn(db));
   connections.set(db, conn);

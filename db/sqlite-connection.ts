@@ -45,9 +45,23 @@ export class SqliteConnection {
     return this.owner !== null && this.owner === this.current();
   }
 
+  /** Whether a statement of the caller may run now: the connection is free, or held by the caller's unit. */
+  canRunNow(): boolean {
+    return this.owner === null || this.owner === this.current();
+  }
+
   /** Runs one statement: at once when the connection is free or held by the caller's unit, else once it is free. */
-  async run(sql: string, params: unknown[], method: Method): Promise<unknown> {
-    while (this.owner !== null && this.owner !== this.current()) await this.free();
+  run(sql: string, params: unknown[], method: Method): Promise<unknown> {
+    if (!this.canRunNow()) return this.runWhenFree(sql, params, method);
+    try {
+      return Promise.resolve(this.runNow(sql, params, method));
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  private async runWhenFree(sql: string, params: unknown[], method: Method): Promise<unknown> {
+    while (!this.canRunNow()) await this.free();
     return this.runNow(sql, params, method);
   }
 
