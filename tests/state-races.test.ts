@@ -3,6 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { accounts, emails, outboundMessages } from '../db/schema/index.js';
 import { claimDueRecipients } from '../mta/delivery-queue.js';
 import { recordOutcome } from '../server/core/outcomes.js';
+import { claimIdempotencyKey, releaseClaim } from '../server/core/idempotency.js';
+import { ApiError } from '../server/shared/errors.js';
 import { accountRow, expectError, newSender, receipt, sendEmail, updateAccount } from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';
@@ -115,6 +117,46 @@ describe.each(['sqlite', 'postgres'] as const)('on %s', (engine) => {
       expect(row.creditsTotalUsed).toBe(1);
       expect((await service().deps.db.select().from(accounts).where(eq(accounts.id, s.account.id)))[0]?.sentTodayCount).toBe(1);
     }
+  });
+
+  it('a key released while another request claims it: that request claims it or is told why, never a 500', async () => {
+    const s = await newSender(service(), { credits: 100 });
+    const body = Buffer.from('{"the":"same body"}');
+    const db = service().deps.db;
+    const now = () => service().clock.now();
+    let claims = 0;
+    let refusals = 0;
+    // A refusal comes back; anything else thrown fails the test.
+    const attempt = () =>
+      claimIdempotencyKey(db, s.account.id, 'churn', body, now()).catch((err: unknown) => {
+        if (err instanceof ApiError) return err;
+        throw err;
+      });
+    // One side claims the key and releases it at once, over and over; the other claims the same key meanwhile. Between
+    // the other's upsert (which finds the key live) and its read of why, the key may have been released: it must then
+    // claim again, not fail.
+    const churn = async () => {
+      for (let i = 0; i < 150; i++) {
+        const r = await attempt();
+        if (r instanceof ApiError) continue;
+        if (r.kind === 'claimed') await releaseClaim(db, r.claim);
+      }
+    };
+    const contend = async () => {
+      for (let i = 0; i < 150; i++) {
+        const r = await attempt();
+        if (r instanceof ApiError) {
+          expect(r.code).toBe('idempotency_in_progress');
+          refusals++;
+          continue;
+        }
+        expect(r.kind).toBe('claimed');
+        claims++;
+        if (r.kind === 'claimed') await releaseClaim(db, r.claim);
+      }
+    };
+    await Promise.all([churn(), churn(), contend(), contend()]);
+    expect(claims + refusals).toBe(300);
   });
 
   it('two recipients of one message given their outcomes at once: the last one closed deletes the content', async () => {

@@ -62,14 +62,18 @@ export async function claimIdempotencyKey(db: Db, accountId: string, key: string
   // Without an fsync of its own: the send's group commit that follows makes it durable with the send (an fsync
   // covers every frame written before it); lost in a power failure with its request, it is claimed again by the retry.
   return await unsynced(db, async () => {
-    const token = randomUUID();
-    // The claim in one statement: a new key is inserted; an existing one is taken over only when it is free (a settled
-    // answer past the 24-hour window, or a running claim past its 15 s lease), and then its row comes back. No row back
-    // means the key is live, and `find` reads why. One statement, so two requests can never both take a live key, on
-    // any engine.
-    const claimed = await queryRow<{ claim_token: string }>(
-      db,
-      sql`insert into idempotency_keys (account_id, key, fingerprint, claim_token, state, response, claimed_at, completed_at)
+    // Twice at most: a key released between the upsert that found it live and the read of why (another request's
+    // answer, on an engine with several writers) is free again, and claimed on the second pass. A key that churns
+    // faster than that is answered as still running.
+    for (let pass = 0; pass < 2; pass++) {
+      const token = randomUUID();
+      // The claim in one statement: a new key is inserted; an existing one is taken over only when it is free (a
+      // settled answer past the 24-hour window, or a running claim past its 15 s lease), and then its row comes back.
+      // No row back means the key is live, and `find` reads why. One statement, so two requests can never both take a
+      // live key, on any engine.
+      const claimed = await queryRow<{ claim_token: string }>(
+        db,
+        sql`insert into idempotency_keys (account_id, key, fingerprint, claim_token, state, response, claimed_at, completed_at)
      values (${accountId}, ${key}, ${fingerprint}, ${token}, 'running', null, ${leaseNow}, null)
      on conflict (account_id, key) do update set
        fingerprint = excluded.fingerprint, claim_token = excluded.claim_token, state = 'running', response = null,
@@ -77,18 +81,22 @@ export async function claimIdempotencyKey(db: Db, accountId: string, key: string
      where (idempotency_keys.state = 'done' and ${now} - coalesce(idempotency_keys.completed_at, idempotency_keys.claimed_at) >= ${IDEMPOTENCY_WINDOW_MS})
         or (idempotency_keys.state = 'running' and ${leaseNow} - idempotency_keys.claimed_at >= ${CLAIM_RELEASE_MS})
      returning claim_token`,
-    );
-    if (claimed !== undefined) return { kind: 'claimed', claim: { accountId, key, token } } as const;
-    // Live: a settled answer within 24 h, or a claim still running (read right after, on the same connection).
-    const row = await one(q.find.execute({ accountId, key }));
-    if (row === undefined) throw new Error('an idempotency key neither claimed nor found');
-    // Compared in constant time, as every digest the service holds is (a request cannot time its way to another's).
-    if (!constantTimeEqual(row.fingerprint, fingerprint))
-      throw new ApiError('idempotency_mismatch', 'This Idempotency-Key was already used with a different request body.');
-    if (row.state === 'running') throw new ApiError('idempotency_in_progress', 'A request with this Idempotency-Key is still running; retry shortly.');
-    return { kind: 'replay', response: row.response } as const;
+      );
+      if (claimed !== undefined) return { kind: 'claimed', claim: { accountId, key, token } } as const;
+      // Live: a settled answer within 24 h, or a claim still running.
+      const row = await one(q.find.execute({ accountId, key }));
+      if (row === undefined) continue;
+      // Compared in constant time, as every digest the service holds is (a request cannot time its way to another's).
+      if (!constantTimeEqual(row.fingerprint, fingerprint))
+        throw new ApiError('idempotency_mismatch', 'This Idempotency-Key was already used with a different request body.');
+      if (row.state === 'running') throw inProgress();
+      return { kind: 'replay', response: row.response } as const;
+    }
+    throw inProgress();
   });
 }
+
+const inProgress = () => new ApiError('idempotency_in_progress', 'A request with this Idempotency-Key is still running; retry shortly.');
 
 /**
  * Inside the send's transaction, before anything is written: the claim is still this request's and still running.
