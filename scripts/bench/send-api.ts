@@ -3,7 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { eq } from 'drizzle-orm';
-import { openDatabase } from '../../db/client.js';
+import { openStore } from '../../server/app/state.js';
+import { PG_TEST_CA_FILE, type TestPostgres, startPostgres } from '../lib/postgres.js';
 import { domains } from '../../db/schema/index.js';
 import { systemClock } from '../../server/shared/clock.js';
 import { loadConfig } from '../../server/shared/config.js';
@@ -24,7 +25,10 @@ import { serviceNodeFlags, spawnListening, stop } from './spawn.js';
  * service's indexed table and in an unindexed one.
  * The sandbox and queued phases run twice: with the built-in receipt, and with an account's own receipt in a layout
  * whose CSS is inlined (docs/api/decisions.md section 9), for the ratio of the two.
- * Run: npm run bench:send-api   (env BENCH_SECONDS, BENCH_CONCURRENCY, BENCH_ONLY)
+ * With STATE_URL (a Postgres database of its own), or BENCH_POSTGRES=embedded (an embedded Postgres with TLS on
+ * loopback, started here), the sandbox and queued phases run again with the state on Postgres, and the two engines
+ * are printed side by side (the issue's target: Postgres's queued sends at least 0.5 of SQLite's).
+ * Run: npm run bench:send-api   (env BENCH_SECONDS, BENCH_CONCURRENCY, BENCH_ONLY, STATE_URL, BENCH_POSTGRES)
  */
 const seconds = Number(process.env.BENCH_SECONDS ?? 10);
 const concurrency = Number(process.env.BENCH_CONCURRENCY ?? 32);
@@ -35,6 +39,8 @@ const ACCOUNTS = Math.ceil((20_000 * (seconds + 1)) / 1000);
 /** BENCH_ONLY=sandbox or queued runs that phase alone (with the bare route), e.g. for a profile of it. */
 const only = process.env.BENCH_ONLY;
 const dataDir = mkdtempSync(join(tmpdir(), 'mailstead-bench-'));
+/** The Postgres run's own DATA_DIR (its key pair and spool; the state is in Postgres). */
+const pgDataDir = mkdtempSync(join(tmpdir(), 'mailstead-bench-pg-'));
 
 const env: Record<string, string> = {
   DATA_DIR: dataDir,
@@ -76,16 +82,20 @@ const OWN_RECEIPT = {
   },
 };
 
-async function main(): Promise<void> {
-  // Queued sends are delivered while the benchmark runs, as in production: to a local sink, through a local DNS.
-  const dns = await TestDnsServer.start();
-  const sink = await SmtpSink.start();
-  sink.keepRaw = false;
-  dns.add('example.net', { type: 'MX', priority: 10, exchange: 'mx.example.net' });
-  dns.add('mx.example.net', { type: 'A', address: '127.0.0.1' });
-  Object.assign(env, { DNS_SERVERS: dns.address, SMTP_DELIVERY_PORT: String(sink.port), ALLOW_PRIVATE_TARGETS: 'true' });
+type LoadResult = Awaited<ReturnType<typeof runLoad>>;
+interface ServiceFigures {
+  sandbox: LoadResult | null;
+  queued: LoadResult | null;
+  ownSandbox: number | null;
+  ownQueued: number | null;
+  /** The load this run sent, for the floors that follow: its bodies and senders. */
+  load: { headers: Record<string, string>; vary: () => Record<string, string>; send: (sandbox: boolean, template?: string) => () => string };
+}
+
+/** The service on `env`'s state: senders made beside it, then the sandbox and queued phases (and the own-template slices). */
+async function runService(env: Record<string, string>, withCompare: boolean): Promise<ServiceFigures> {
   const config = loadConfig(env);
-  const store = openDatabase(dataDir);
+  const store = await openStore(config);
   const service = await spawnListening(join(here, '../../server/app/main.js'), env, [
     ...serviceNodeFlags(),
     ...(process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean) ?? []),
@@ -111,7 +121,7 @@ async function main(): Promise<void> {
     }
     senders.push({ key, domain });
   }
-  store.close();
+  await store.close();
 
   let n = 0;
   const headers = { 'content-type': 'application/json' };
@@ -130,7 +140,6 @@ async function main(): Promise<void> {
         sandbox,
       });
 
-  console.log(`POST /emails, ${concurrency} keep-alive clients, ${seconds} s each (Node ${process.version})`);
   // Warm up the JIT and the connection pool; and compile every account's own template once, as a service does at its
   // first send of a version (about 10 ms each, CSS inlined): the phases measure sends, not those compiles.
   await runLoad({ url: `${base}/emails`, method: 'POST', headers, vary, body: send(true), concurrency, seconds: 1 });
@@ -193,9 +202,42 @@ async function main(): Promise<void> {
   };
   const sandbox = await phase('sandbox', true);
   const queued = await phase('queued', false);
-  const ownSandbox = await compare('sandbox', true);
-  const ownQueued = await compare('queued', false);
+  // The own template's ratio is about rendering, not the state: measured once, on SQLite.
+  const ownSandbox = withCompare ? await compare('sandbox', true) : null;
+  const ownQueued = withCompare ? await compare('queued', false) : null;
   await stop(service.child);
+  return { sandbox, queued, ownSandbox, ownQueued, load: { headers, vary, send } };
+}
+
+async function main(): Promise<void> {
+  // Queued sends are delivered while the benchmark runs, as in production: to a local sink, through a local DNS.
+  const dns = await TestDnsServer.start();
+  const sink = await SmtpSink.start();
+  sink.keepRaw = false;
+  dns.add('example.net', { type: 'MX', priority: 10, exchange: 'mx.example.net' });
+  dns.add('mx.example.net', { type: 'A', address: '127.0.0.1' });
+  Object.assign(env, { DNS_SERVERS: dns.address, SMTP_DELIVERY_PORT: String(sink.port), ALLOW_PRIVATE_TARGETS: 'true' });
+
+  console.log(`POST /emails, ${concurrency} keep-alive clients, ${seconds} s each (Node ${process.version})`);
+  const onSqlite = await runService(env, true);
+  // The same phases with the state on Postgres, when one is given (or started here).
+  let postgres: TestPostgres | null = null;
+  let onPostgres: ServiceFigures | null = null;
+  const stateUrl = process.env.STATE_URL ?? (process.env.BENCH_POSTGRES === 'embedded' ? await embeddedState() : undefined);
+  if (stateUrl !== undefined) {
+    console.log(`state on Postgres (${stateUrl.replace(/:[^:@/]*@/, ':***@')}):`);
+    onPostgres = await runService(
+      { ...env, DATA_DIR: pgDataDir, STATE_URL: stateUrl, SECRET_KEY: process.env.SECRET_KEY ?? 'ab'.repeat(32), NODE_EXTRA_CA_CERTS: PG_TEST_CA_FILE },
+      false,
+    );
+  }
+  async function embeddedState(): Promise<string> {
+    postgres = await startPostgres({ certificate: 'trusted' });
+    await postgres.admin('create database bench_state');
+    return `postgresql://${postgres.user}:${postgres.password}@localhost:${postgres.port}/bench_state?sslmode=verify-full&sslrootcert=${PG_TEST_CA_FILE}`;
+  }
+  const { sandbox, queued, ownSandbox, ownQueued } = onSqlite;
+  const { headers, vary, send } = onSqlite.load;
 
   const bare = await spawnListening(join(here, 'bare-hono.js'), {});
   const bareUrl = `http://127.0.0.1:${bare.port}/bare`;
@@ -247,10 +289,18 @@ async function main(): Promise<void> {
   console.log(
     `own template with a layout, to the built-in receipt in the same run (target at least 0.90): sandbox ${own(ownSandbox)}, queued ${own(ownQueued)}`,
   );
+  if (onPostgres) {
+    const toSqlite = (pgRun: LoadResult | null, sqliteRun: LoadResult | null) => (pgRun && sqliteRun ? (pgRun.rps / sqliteRun.rps).toFixed(2) : '-');
+    console.log(
+      `state on Postgres, to SQLite in the same run: sandbox ${toSqlite(onPostgres.sandbox, sandbox)}, queued ${toSqlite(onPostgres.queued, queued)} (target for queued: at least 0.50)`,
+    );
+  }
   console.log(`(the delivery engine delivered ${sink.received.length} of the queued messages to the local sink meanwhile)`);
+  await (postgres as TestPostgres | null)?.stop();
   await sink.stop();
   await dns.stop();
   rmSync(dataDir, { recursive: true, force: true });
+  rmSync(pgDataDir, { recursive: true, force: true });
 }
 
 main().catch((err: unknown) => {
