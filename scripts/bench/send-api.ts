@@ -39,6 +39,9 @@ const ACCOUNTS = Math.ceil((20_000 * (seconds + 1)) / 1000);
 /** BENCH_ONLY=sandbox or queued runs that phase alone (with the bare route), e.g. for a profile of it. */
 const only = process.env.BENCH_ONLY;
 const dataDir = mkdtempSync(join(tmpdir(), 'mailstead-bench-'));
+/** Postgres for the second run; the SQLite run's service must not inherit it (spawn passes the environment on). */
+const givenStateUrl = process.env.STATE_URL;
+delete process.env.STATE_URL;
 /** The Postgres run's own DATA_DIR (its key pair and spool; the state is in Postgres). */
 const pgDataDir = mkdtempSync(join(tmpdir(), 'mailstead-bench-pg-'));
 
@@ -223,7 +226,7 @@ async function main(): Promise<void> {
   // The same phases with the state on Postgres, when one is given (or started here).
   let postgres: TestPostgres | null = null;
   let onPostgres: ServiceFigures | null = null;
-  const stateUrl = process.env.STATE_URL ?? (process.env.BENCH_POSTGRES === 'embedded' ? await embeddedState() : undefined);
+  const stateUrl = givenStateUrl ?? (process.env.BENCH_POSTGRES === 'embedded' ? await embeddedState() : undefined);
   if (stateUrl !== undefined) {
     console.log(`state on Postgres (${stateUrl.replace(/:[^:@/]*@/, ':***@')}):`);
     onPostgres = await runService(
