@@ -68,11 +68,11 @@ const RECENT_DELIVERIES = 200;
 // made) say which failure came last.
 const lastDeliveredAt = sql<number | null>`(select max(r.delivered_at) from (select d.delivered_at from webhook_deliveries d
   where d.endpoint_id = ${webhookEndpoints.id} and d.delivered_at is not null order by d.id desc limit ${RECENT_DELIVERIES}) r)`;
-const lastError = sql<string | null>`case when ${webhookEndpoints.failureCount} > 0 or ${webhookEndpoints.active} = 0 then
+const lastError = sql<string | null>`case when ${webhookEndpoints.failureCount} > 0 or not ${webhookEndpoints.active} then
   coalesce((select a.error from webhook_attempts a join (select d.id from webhook_deliveries d
      where d.endpoint_id = ${webhookEndpoints.id} and d.event_type <> 'ping' and d.last_error is not null
      order by d.id desc limit ${RECENT_DELIVERIES}) r on a.delivery_id = r.id
-   where a.delivered = 0 and a.error is not null order by a.seq desc limit 1),
+   where not a.delivered and a.error is not null order by a.seq desc limit 1),
   (select d.last_error from webhook_deliveries d
    where d.endpoint_id = ${webhookEndpoints.id} and d.event_type <> 'ping' and d.last_error is not null order by d.id desc limit 1)) end`;
 

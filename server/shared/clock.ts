@@ -34,7 +34,9 @@ export function leaseNow(clock: Clock): number {
     anchor = { wall: clock.now(), monotonic: clock.monotonic() };
     leaseAnchors.set(clock, anchor);
   }
-  return anchor.wall + (clock.monotonic() - anchor.monotonic);
+  // Whole milliseconds: the monotonic clock has fractions, and a stored deadline is an integer column (a bigint on
+  // Postgres, which refuses a fraction).
+  return Math.floor(anchor.wall + (clock.monotonic() - anchor.monotonic));
 }
 
 /** ISO 8601 UTC with milliseconds, the API's timestamp format. */

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { expect } from 'vitest';
+import { ensureState, stateClientOf, stateEnvOfDataDir } from './test-state.js';
 
 /**
  * The real service as an operator runs it: `node dist/server/app/main.js` (built by the global setup) in a child process
@@ -31,7 +32,9 @@ export const runningProcesses = new Set<ChildProcessWithoutNullStreams>();
 
 /**
  * The environment of a test process: loopback only, fast limits lifted, and the test CAs trusted (Node reads
- * NODE_EXTRA_CA_CERTS only at start: the bundle the global setup wrote, unless a test names another file).
+ * NODE_EXTRA_CA_CERTS only at start: the bundle the global setup wrote, unless a test names another file). On a
+ * Postgres run (`npm run test:postgres`) the state of `dataDir` is the database named after it (test-state.ts), the
+ * same for every process given this environment: startServiceProcess and the CLI helpers make it on first use.
  */
 export function processEnv(dataDir: string, extra: Record<string, string> = {}): Record<string, string> {
   return {
@@ -49,6 +52,7 @@ export function processEnv(dataDir: string, extra: Record<string, string> = {}):
     RATE_LIMIT_PER_ACCOUNT: '100000',
     LOG_LEVEL: 'info',
     ...(process.env.NODE_EXTRA_CA_CERTS ? { NODE_EXTRA_CA_CERTS: process.env.NODE_EXTRA_CA_CERTS } : {}),
+    ...stateEnvOfDataDir(dataDir, extra),
     ...extra,
   };
 }
@@ -66,10 +70,11 @@ export const START_ARGS: string[] = (() => {
 })();
 
 /** Starts the service as `npm start` runs it (START_ARGS) with `env` and resolves once it logs http.listening. */
-export function startServiceProcess(
+export async function startServiceProcess(
   env: Record<string, string>,
   opts: { deadlineMs?: number; onListening?: (child: ChildProcessWithoutNullStreams) => void } = {},
 ): Promise<ServiceProcess> {
+  await ensureState(env);
   const deadlineMs = opts.deadlineMs ?? 20_000;
   const child = spawn(process.execPath, START_ARGS, { cwd: ROOT, env, stdio: ['pipe', 'pipe', 'pipe'] });
   runningProcesses.add(child);
@@ -116,7 +121,8 @@ export function startServiceProcess(
 }
 
 /** `node dist/server/app/cli.js accounts create` on the process's data directory: the operator's account id and key. */
-export function createAccountWithCli(env: Record<string, string>, name: string): Promise<{ accountId: string; key: string }> {
+export async function createAccountWithCli(env: Record<string, string>, name: string): Promise<{ accountId: string; key: string }> {
+  await ensureState(env);
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, ['dist/server/app/cli.js', 'accounts', 'create', '--name', name, '--credits', '100000'], {
       cwd: ROOT,
@@ -156,6 +162,15 @@ export async function processApi(
 export async function connectSendingDomain(proc: ServiceProcess, dataDir: string, key: string, name: string): Promise<void> {
   const res = await processApi(proc, key, 'POST', '/domains', { name });
   expect(res.status, JSON.stringify(res.body)).toBe(201);
+  const client = await stateClientOf(stateEnvOfDataDir(dataDir));
+  if (client) {
+    try {
+      await client.query('UPDATE domains SET record_status = $1 WHERE id = $2', [SENDING_RECORDS, res.body.id]);
+    } finally {
+      await client.end();
+    }
+    return;
+  }
   const db = new Database(join(dataDir, 'mailstead.db'));
   try {
     db.pragma('busy_timeout = 5000');

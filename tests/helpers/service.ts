@@ -14,6 +14,7 @@ import { type HttpServerOptions, listenHttp } from '../../server/app/http-serve.
 import { createMemoryLogger } from '../../server/shared/logger.js';
 import type { AccountRow } from '../../db/schema/index.js';
 import { FakeClock } from './clock.js';
+import { stateEnv } from './test-state.js';
 
 export interface ApiResponse<T = any> {
   status: number;
@@ -70,6 +71,8 @@ export async function startService(
     RATE_LIMIT_PER_KEY: '100000',
     RATE_LIMIT_PER_ACCOUNT: '100000',
     LOG_LEVEL: 'debug',
+    // npm run test:postgres: a fresh state database of its own (nothing on SQLite, or when the test names one).
+    ...(env.STATE_URL === undefined ? await stateEnv(env) : {}),
     ...env,
   });
   const clock = new FakeClock();

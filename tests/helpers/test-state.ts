@@ -1,4 +1,5 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
+import { resolve } from 'node:path';
 import pg from 'pg';
 import { TEMPLATE_DATABASE } from './postgres-state-setup.js';
 
@@ -25,7 +26,7 @@ export function stateOnPostgres(): boolean {
 }
 
 /** A 32-byte key for the services of a Postgres run that set none (STATE_URL requires one). */
-const TEST_SECRET_KEY = 'c0ffee'.repeat(10).slice(0, 64);
+const TEST_SECRET_KEY = 'c0ffee'.repeat(11).slice(0, 64);
 
 /**
  * The environment that puts a service's state where this run keeps it: nothing for SQLite; for Postgres a new database
@@ -35,15 +36,69 @@ export async function stateEnv(env: Record<string, string> = {}): Promise<Record
   const server = runPostgres();
   if (!server) return {};
   const database = `state_${randomBytes(8).toString('hex')}`;
-  const admin = new pg.Client({ host: '127.0.0.1', port: server.port, user: server.user, password: server.password, database: 'postgres', ssl: false });
-  await admin.connect();
-  try {
-    await admin.query(`create database ${database} template ${TEMPLATE_DATABASE}`);
-  } finally {
-    await admin.end();
-  }
+  await createStateDatabase(server, database);
+  return envFor(server, database, env);
+}
+
+function envFor(server: RunPostgres, database: string, env: Record<string, string>): Record<string, string> {
   return {
     STATE_URL: `postgresql://${server.user}:${server.password}@localhost:${server.port}/${database}?sslmode=verify-full`,
     ...(env.SECRET_KEY === undefined ? { SECRET_KEY: TEST_SECRET_KEY } : {}),
   };
+}
+
+/** Makes `database` from the migrated template; true if made, false if it was there already. */
+async function createStateDatabase(server: RunPostgres, database: string): Promise<boolean> {
+  const admin = new pg.Client({ host: '127.0.0.1', port: server.port, user: server.user, password: server.password, database: 'postgres', ssl: false });
+  await admin.connect();
+  try {
+    await admin.query(`create database ${database} template ${TEMPLATE_DATABASE}`);
+    return true;
+  } catch (err) {
+    // 42P04 duplicate_database: a restart on the same DATA_DIR, or its CLI, after the first start made it.
+    if ((err as { code?: string }).code === '42P04') return false;
+    throw err;
+  } finally {
+    await admin.end();
+  }
+}
+
+/** The state database of a DATA_DIR on a Postgres run: named after the directory, so every process on it shares one. */
+function databaseOfDataDir(dataDir: string): string {
+  return `state_dir_${createHash('sha256').update(resolve(dataDir)).digest('hex').slice(0, 20)}`;
+}
+
+/**
+ * As stateEnv, for the processes of one DATA_DIR (a server, its restarts, the CLI beside it), without waiting: the
+ * STATE_URL of the database named after `dataDir`, made from the template by ensureState before a process starts on
+ * it. Nothing on a SQLite run.
+ */
+export function stateEnvOfDataDir(dataDir: string, env: Record<string, string> = {}): Record<string, string> {
+  const server = runPostgres();
+  if (!server) return {};
+  return envFor(server, databaseOfDataDir(dataDir), env);
+}
+
+/**
+ * Makes the state database `env`'s STATE_URL names (one of stateEnvOfDataDir) unless it exists already: call it before
+ * a process starts on `env`. Nothing for an environment without STATE_URL, or one naming another server.
+ */
+export async function ensureState(env: Record<string, string | undefined>): Promise<void> {
+  const server = runPostgres();
+  if (!server || !env.STATE_URL) return;
+  const url = new URL(env.STATE_URL);
+  if (Number(url.port) !== server.port) return;
+  const database = url.pathname.slice(1);
+  if (!database.startsWith('state_dir_')) return;
+  await createStateDatabase(server, database);
+}
+
+/** A client on the state database `env` names (a Postgres run), or null on a SQLite run: for tests that edit the state directly. */
+export async function stateClientOf(env: Record<string, string | undefined>): Promise<pg.Client | null> {
+  const server = runPostgres();
+  if (!server || !env.STATE_URL) return null;
+  const database = new URL(env.STATE_URL).pathname.slice(1);
+  const client = new pg.Client({ host: '127.0.0.1', port: server.port, user: server.user, password: server.password, database, ssl: false });
+  await client.connect();
+  return client;
 }
