@@ -162,3 +162,9 @@ export function listHasLowered(db: Db, column: SQLWrapper, value: string): SQL {
     ? sql`exists (select 1 from json_array_elements_text(${column}) as item(value) where lower(item.value) = ${value})`
     : sql`exists (select 1 from json_each(${column}) where lower(json_each.value) = ${value})`;
 }
+
+/** The text at the top-level `key` of the JSON object held as text in `column` (SQLite's json_extract, Postgres's ->>). */
+export function jsonText(db: Db, column: SQLWrapper, key: string): SQL {
+  if (!/^\w+$/.test(key)) throw new Error(`not a plain JSON key: ${key}`);
+  return isPostgres(db) ? sql`(${column}::json ->> ${sql.raw(`'${key}'`)})` : sql`json_extract(${column}, ${sql.raw(`'$.${key}'`)})`;
+}

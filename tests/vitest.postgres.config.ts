@@ -29,6 +29,10 @@ export const SQLITE_ONLY = [
   'tests/downgrade.test.ts',
   // Idempotency where the group commit's flush decides the moment (held, failed).
   'tests/send-idempotency.sqlite.test.ts',
+  // Inbound mail whose commit's WAL flush failed (the group commit's failure).
+  'tests/inbound.sqlite.test.ts',
+  // npm run dev: the developer's local mode on a DATA_DIR (its dev-admin-token file, a database npm start made there).
+  'tests/dev-mode.test.ts',
 ];
 
 export default defineConfig({
