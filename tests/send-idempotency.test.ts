@@ -370,12 +370,12 @@ describe('only a settled 200 is stored', () => {
   it('a 502 is not stored: the same key and body succeed once the queue takes messages again', async () => {
     const s = await newSender(service);
     const body = receipt(s.from);
-    const restore = breakQueue(service);
+    const restore = await breakQueue(service);
     let failed;
     try {
       failed = await sendEmail(service, s.key, body, withKey('retry-502'));
     } finally {
-      restore();
+      await restore();
     }
     expectError(failed, 502, 'send_failed');
     expect(await idempotencyRow(service, s.account.id, 'retry-502')).toBeUndefined();
