@@ -155,3 +155,16 @@ export function containsNoCase(db: Db, column: SQLWrapper, text: string): SQL {
   const pattern = `%${text.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
   return isPostgres(db) ? sql`${column} ilike ${pattern} escape '\\'` : sql`${column} like ${pattern} escape '\\'`;
 }
+
+/** The JSON list of text in `column` holds `value` once lower-cased (each item lower-cased, `value` as given). */
+export function listHasLowered(db: Db, column: SQLWrapper, value: string): SQL {
+  return isPostgres(db)
+    ? sql`exists (select 1 from json_array_elements_text(${column}) as item(value) where lower(item.value) = ${value})`
+    : sql`exists (select 1 from json_each(${column}) where lower(json_each.value) = ${value})`;
+}
+
+/** The text at the top-level `key` of the JSON object held as text in `column` (SQLite's json_extract, Postgres's ->>). */
+export function jsonText(db: Db, column: SQLWrapper, key: string): SQL {
+  if (!/^\w+$/.test(key)) throw new Error(`not a plain JSON key: ${key}`);
+  return isPostgres(db) ? sql`(${column}::json ->> ${sql.raw(`'${key}'`)})` : sql`json_extract(${column}, ${sql.raw(`'$.${key}'`)})`;
+}

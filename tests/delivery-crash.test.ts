@@ -1,7 +1,6 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import { SMTPServer } from 'smtp-server';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_ENGINE_OPTIONS } from '../mta/delivery-engine.js';
@@ -15,6 +14,7 @@ import {
   processEnv,
   runningProcesses,
   startServiceProcess,
+  stateRows,
 } from './helpers/service-process.js';
 
 /**
@@ -129,15 +129,10 @@ async function queueAll(proc: Proc, key: string, from: string, recipients: strin
   return ids;
 }
 
-/** Recipients with a delivered event in the database, read directly (the process is not running). */
-function recordedDeliveries(dataDir: string): Set<string> {
-  const db = new Database(join(dataDir, 'mailstead.db'));
-  try {
-    const rows = db.prepare("SELECT recipient FROM email_events WHERE status = 'delivered'").all() as { recipient: string }[];
-    return new Set(rows.map((r) => r.recipient));
-  } finally {
-    db.close();
-  }
+/** Recipients with a delivered event in the state, read directly (the process is not running). */
+async function recordedDeliveries(dataDir: string): Promise<Set<string>> {
+  const rows = await stateRows<{ recipient: string }>(dataDir, "SELECT recipient FROM email_events WHERE status = 'delivered'");
+  return new Set(rows.map((r) => r.recipient));
 }
 
 async function waitFor(what: string, deadlineMs: number, check: () => boolean | Promise<boolean>): Promise<void> {
@@ -217,7 +212,7 @@ describe('kill -9 mid-delivery', () => {
     await new Promise((r) => setTimeout(r, 300));
 
     const arrivedBefore = sink.counts();
-    const recorded = recordedDeliveries(dataDir);
+    const recorded = await recordedDeliveries(dataDir);
     expect(arrivedBefore.size).toBeGreaterThanOrEqual(KILL_AT);
     expect(arrivedBefore.size, 'some but not all had arrived when the process died').toBeLessThan(TOTAL);
     expect([...arrivedBefore.values()].every((n) => n === 1)).toBe(true);
@@ -230,7 +225,7 @@ describe('kill -9 mid-delivery', () => {
     const second = await startProcess(dataDir);
     await waitFor('every recipient to arrive', 40_000, () => sink.counts().size === TOTAL);
     // Every email ends with exactly one delivered event, for its recipient.
-    await waitFor('every delivery to be recorded', 20_000, () => recordedDeliveries(dataDir).size === TOTAL);
+    await waitFor('every delivery to be recorded', 20_000, async () => (await recordedDeliveries(dataDir)).size === TOTAL);
 
     const counts = sink.counts();
     expect([...counts.keys()].sort()).toEqual([...recipients].sort());
@@ -299,13 +294,13 @@ describe('SIGTERM', () => {
     const arrivedBefore = sink.counts();
     expect(arrivedBefore.size).toBeLessThan(TOTAL);
     // Whatever arrived was answered and recorded before the exit.
-    const recorded = recordedDeliveries(dataDir);
+    const recorded = await recordedDeliveries(dataDir);
     expect([...arrivedBefore.keys()].filter((r) => !recorded.has(r))).toEqual([]);
 
     sink.delayMs = 1;
     const second = await startProcess(dataDir);
     await waitFor('every recipient to arrive', 30_000, () => sink.counts().size === TOTAL);
-    await waitFor('every delivery to be recorded', 20_000, () => recordedDeliveries(dataDir).size === TOTAL);
+    await waitFor('every delivery to be recorded', 20_000, async () => (await recordedDeliveries(dataDir)).size === TOTAL);
     expect([...sink.counts().values()].every((n) => n === 1)).toBe(true);
     second.child.kill('SIGTERM');
     expect(await exitWithin(second, 10_000)).toEqual({ code: 0, signal: null });
@@ -331,26 +326,19 @@ describe('kill -9 between an outcome and its webhook post', () => {
       first.child.kill('SIGKILL');
       await exitWithin(first, 5000);
       const deliveryId = String(receiver.requests[0]!.headers['x-service-delivery']);
-      const read = (sql: string) => {
-        const db = new Database(join(dataDir, 'mailstead.db'));
-        try {
-          return db.prepare(sql).all(deliveryId) as { delivered_at: number | null; attempts: number }[];
-        } finally {
-          db.close();
-        }
-      };
+      const read = (sql: string) => stateRows<{ delivered_at: number | null; attempts: number }>(dataDir, sql, [deliveryId]);
       // The outcome and its delivery row were committed together; the post's answer never was.
-      expect(recordedDeliveries(dataDir)).toEqual(new Set([`hooked@${DOMAINS[0]}`]));
-      expect(read('SELECT delivered_at, attempts FROM webhook_deliveries WHERE id = ?')).toEqual([{ delivered_at: null, attempts: 0 }]);
+      expect(await recordedDeliveries(dataDir)).toEqual(new Set([`hooked@${DOMAINS[0]}`]));
+      expect(await read('SELECT delivered_at, attempts FROM webhook_deliveries WHERE id = ?')).toEqual([{ delivered_at: null, attempts: 0 }]);
 
       receiver.respond({ status: 200 });
       const second = await startProcess(dataDir);
       await waitFor(
         'the delivery to be recorded delivered',
         20_000,
-        () => read('SELECT delivered_at, attempts FROM webhook_deliveries WHERE id = ?')[0]?.delivered_at !== null,
+        async () => (await read('SELECT delivered_at, attempts FROM webhook_deliveries WHERE id = ?'))[0]?.delivered_at !== null,
       );
-      expect(read('SELECT delivered_at, attempts FROM webhook_deliveries WHERE id = ?')).toEqual([{ delivered_at: expect.any(Number), attempts: 1 }]);
+      expect(await read('SELECT delivered_at, attempts FROM webhook_deliveries WHERE id = ?')).toEqual([{ delivered_at: expect.any(Number), attempts: 1 }]);
       // The receiver saw the same delivery id twice (the killed attempt and the retry) and drops the repeat by it.
       expect(receiver.requests.map((r) => r.headers['x-service-delivery'])).toEqual([deliveryId, deliveryId]);
       second.child.kill('SIGTERM');

@@ -1,6 +1,4 @@
-import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import Database from 'better-sqlite3';
 import { type Socket, connect } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Hono } from 'hono';
@@ -8,7 +6,7 @@ import { createApp } from '../server/app/http-app.js';
 import { listenHttp } from '../server/app/http-serve.js';
 import { SCOPES } from '../server/core/scopes.js';
 import { insertKey } from '../server/core/keys.js';
-import { startService, type TestService } from './helpers/service.js';
+import { onOtherConnection, startService, type TestService } from './helpers/service.js';
 
 /**
  * The HTTP edge, over raw sockets where a client library would hide what happens: every
@@ -343,13 +341,8 @@ describe('a key that stops working another way while its body is arriving is 401
   it('revoked by another process (the CLI writes through its own connection to the database)', async () => {
     const { account, key: admin } = await service.newAccount({ name: 'Elsewhere' });
     const doomed = await mintKey(service, account.id);
-    const { response, text } = await midFlight('/api/v1/suppressions', doomed.secret, doomed.id, { address: 'cli-midflight@example.net' }, () => {
-      const other = new Database(join(service.dataDir, 'mailstead.db'));
-      try {
-        other.prepare('update api_keys set revoked_at = ? where id = ?').run(Date.now(), doomed.id);
-      } finally {
-        other.close();
-      }
+    const { response, text } = await midFlight('/api/v1/suppressions', doomed.secret, doomed.id, { address: 'cli-midflight@example.net' }, async () => {
+      await onOtherConnection(service, 'update api_keys set revoked_at = ? where id = ?', [Date.now(), doomed.id]);
     });
     expectEnvelope(response, 401, 'invalid_key', text);
     const listed = (await service.api('GET', '/suppressions', { key: admin })).body.data.map((x: { address: string }) => x.address);

@@ -433,7 +433,9 @@ describe('an unexpected error', () => {
     expect(typeof last.requestId).toBe('string');
     expect(res.body.error.message).toContain(String(last.requestId));
     expect(last.err).toBeInstanceOf(Error);
-    expect((last.err as Error).message).toMatch(/not open|database/i);
+    // SQLite: "The database connection is not open"; Postgres: drizzle's "Failed query", caused by the ended pool.
+    const err = last.err as Error & { cause?: Error };
+    expect(`${err.message} ${err.cause?.message ?? ''}`).toMatch(/not open|database|after calling end on the pool/i);
   });
 });
 

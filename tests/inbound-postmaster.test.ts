@@ -1,7 +1,6 @@
 import { asc, count, eq } from 'drizzle-orm';
 import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
-import { clientOf } from '../db/client.js';
 import { customerDbWrites, operatorMessages } from '../db/schema/index.js';
 import {
   HEADER_FIELD_CHARS,
@@ -23,7 +22,7 @@ import { TestDnsServer } from './helpers/dns-server.js';
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 import { RawSmtp } from './helpers/raw-smtp.js';
 import { type Sender, connectDomain, newSender, uniqueDomain } from './helpers/sending.js';
-import { type TestService, startService } from './helpers/service.js';
+import { type TestService, refuseInsertsInto, startService } from './helpers/service.js';
 import { one } from '../db/sql.js';
 
 /**
@@ -215,9 +214,8 @@ describe('a message to postmaster', () => {
   });
 
   it('that cannot be kept is 451, never 250, and its customer’s copy is not kept either (one commit)', async () => {
-    const sqlite = clientOf(service.deps.db);
     // A store refusing the write inside the commit, as a full disk would (a trigger: no store fault to recover from).
-    sqlite.exec(`create trigger operator_messages_refused before insert on operator_messages begin select raise(abort, 'no room for operator mail'); end`);
+    const allow = await refuseInsertsInto(service, 'operator_messages');
     try {
       const { client } = await RawSmtp.connect(port);
       try {
@@ -230,7 +228,7 @@ describe('a message to postmaster', () => {
         client.close();
       }
     } finally {
-      sqlite.exec('drop trigger operator_messages_refused');
+      await allow();
     }
     expect(await kept()).toEqual([]);
     expect((await one(service.deps.db.select({ n: count() }).from(customerDbWrites)))!.n).toBe(0);

@@ -7,7 +7,7 @@ import type pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { listenCustomerDb } from '../db/customer/connect.js';
 import { customerDbWrites } from '../db/schema/index.js';
-import { type GroupCommit, createGroupCommit } from '../db/group-commit.js';
+import type { GroupCommit } from '../db/group-commit.js';
 import { INLINE_BYTES } from '../mta/inbound/receive.js';
 import type { InboundServer } from '../mta/inbound/server.js';
 import { inboundServerFor } from './helpers/inbound-server.js';
@@ -20,7 +20,7 @@ import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 import { parsePrometheusText, sampleValueOrZero } from './helpers/prometheus-text.js';
 import { RawSmtp } from './helpers/raw-smtp.js';
 import { type Sender, connectDomain, newSender, newSubSender, setDomainState, uniqueDomain } from './helpers/sending.js';
-import { sqliteStoreOf, type TestService, startService } from './helpers/service.js';
+import { type TestService, startService } from './helpers/service.js';
 
 /**
  * Inbound SMTP against the real server on port 0 and a real Postgres with TLS: a message sent with
@@ -300,25 +300,6 @@ describe('a failure to store answers 451, never 250', () => {
       expect(spoolFiles()).toEqual([]);
     } finally {
       await server.close();
-    }
-  });
-
-  it('a commit whose flush fails is 451 too; what it committed stays whole, a spooled message with its file', async () => {
-    const eio = Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' });
-    const { server, port: failing } = await serverCommittingThrough(createGroupCommit(sqliteStoreOf(service.deps), () => Promise.reject(eio)));
-    try {
-      expect(await send(failing, large)).toMatch(/^451 4\.3\.0 /);
-      // The row is committed (the sender's retry may bring a second copy: never none), and the file it names is there.
-      const rows = await service.deps.db.select().from(customerDbWrites);
-      expect(rows).toHaveLength(1);
-      expect(rows[0]!.spoolId).not.toBeNull();
-      expect(spoolFiles()).toHaveLength(1);
-      await writer.runOnce();
-      const stored = await customer.query("select count(*)::int as n from service.inbound where subject = 'stored?'");
-      expect(stored.rows[0].n).toBe(1);
-    } finally {
-      await server.close();
-      await customer.query("delete from service.inbound where subject = 'stored?'");
     }
   });
 });

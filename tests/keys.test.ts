@@ -2,15 +2,13 @@ import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { databasePath } from '../db/client.js';
 import { accounts, apiKeys } from '../db/schema/index.js';
 import type { Scope } from '../server/core/scopes.js';
 import { runCommonAuthTests } from './helpers/auth-cases.js';
 import { expectDocumented } from './helpers/openapi.js';
-import { startService, type ApiResponse, type TestService } from './helpers/service.js';
+import { onOtherConnection, startService, type ApiResponse, type TestService } from './helpers/service.js';
 import { one } from '../db/sql.js';
 
 /**
@@ -490,24 +488,15 @@ describe('DELETE /keys/{id}', () => {
   // The guard skips the lookup of a key it has found before while no key can have stopped working (core/keys.ts);
   // a change made by another connection to the database (the operator's CLI, sqlite3) must end that at once.
   it.each([
-    [
-      'revokes the key',
-      (other: Database.Database, keyId: string, _accountId: string) => other.prepare('update api_keys set revoked_at = ? where id = ?').run(Date.now(), keyId),
-    ],
-    ['deletes the key', (other: Database.Database, keyId: string) => other.prepare('delete from api_keys where id = ?').run(keyId)],
-    ['deletes the account', (other: Database.Database, _keyId: string, accountId: string) => other.prepare('delete from accounts where id = ?').run(accountId)],
+    ['revokes the key', (keyId: string, _accountId: string) => ['update api_keys set revoked_at = ? where id = ?', [Date.now(), keyId]] as const],
+    ['deletes the key', (keyId: string) => ['delete from api_keys where id = ?', [keyId]] as const],
+    ['deletes the account', (_keyId: string, accountId: string) => ['delete from accounts where id = ?', [accountId]] as const],
   ])('another connection that %s: the key used a moment ago is 401 invalid_key on its next request', async (_what, change) => {
     const { key, account } = await service.newAccount();
     const used = await mint(key, { name: 'used' });
     for (let i = 0; i < 3; i++) expect((await service.api('GET', '/account', { key: used.key })).status).toBe(200);
-    const other = new Database(databasePath(service.dataDir));
-    try {
-      other.pragma('busy_timeout = 5000');
-      other.pragma('foreign_keys = ON');
-      change(other, used.id, account.id);
-    } finally {
-      other.close();
-    }
+    const [query, params] = change(used.id, account.id);
+    await onOtherConnection(service, query, [...params]);
     expectError(await service.api('GET', '/account', { key: used.key }), 401, 'invalid_key');
   });
 

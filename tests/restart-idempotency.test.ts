@@ -1,9 +1,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import { afterAll, expect, it } from 'vitest';
-import { connectSendingDomain, createAccountWithCli, processEnv, runningProcesses, startServiceProcess } from './helpers/service-process.js';
+import { connectSendingDomain, createAccountWithCli, processEnv, runningProcesses, startServiceProcess, stateRows } from './helpers/service-process.js';
 
 /**
  * After a SIGKILL, a retry with the same Idempotency-Key is a fresh attempt at once. The dead request's claim (state
@@ -34,14 +33,8 @@ it('a retry after a kill -9 is not refused as in progress', { timeout: 90_000 },
       headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'Idempotency-Key': `k-${n}` },
       body: bodyOf(n),
     }).then(async (r) => ({ status: r.status, body: await r.json() }));
-  const runningClaims = () => {
-    const db = new Database(join(dir, 'mailstead.db'), { readonly: true });
-    try {
-      return (db.prepare("SELECT key FROM idempotency_keys WHERE state = 'running'").all() as { key: string }[]).map((r) => Number(r.key.slice(2)));
-    } finally {
-      db.close();
-    }
-  };
+  const runningClaims = async () =>
+    (await stateRows<{ key: string }>(dir, "SELECT key FROM idempotency_keys WHERE state = 'running'")).map((r) => Number(r.key.slice(2)));
 
   // Keyed sends from 8 clients; SIGKILL at once when a claim is seen running (its send not yet committed).
   let next = 0;
@@ -53,11 +46,11 @@ it('a retry after a kill -9 is not refused as in progress', { timeout: 90_000 },
       while (!dead) await post(proc.base, next++).catch(() => undefined);
     });
     const end = Date.now() + 3000;
-    while (Date.now() < end && runningClaims().length === 0) await new Promise((r) => setImmediate(r));
+    while (Date.now() < end && (await runningClaims()).length === 0) await new Promise((r) => setImmediate(r));
     proc.child.kill('SIGKILL');
     await proc.exited;
     await Promise.all(clients);
-    stale = runningClaims();
+    stale = await runningClaims();
     proc = await startServiceProcess(env);
   }
   expect(stale.length, 'a kill that left a claim running').toBeGreaterThan(0);

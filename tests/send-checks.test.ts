@@ -197,12 +197,12 @@ describe('502 send_failed: the queue cannot take the message', () => {
     const s = await newSender(service, { credits: 5 });
     const body = receipt(s.from, ['ann@example.net', 'bob@example.net']);
     const headers = { 'Idempotency-Key': 'order-502' };
-    const restore = breakQueue(service);
+    const restore = await breakQueue(service);
     let failed;
     try {
       failed = await sendEmail(service, s.key, body, { headers });
     } finally {
-      restore();
+      await restore();
     }
     expectError(failed, 502, 'send_failed');
 

@@ -31,13 +31,13 @@ async function sendOk(s: Sender, body: Record<string, unknown> = receipt(s.from)
 }
 
 async function sendFailed(s: Sender): Promise<void> {
-  const restore = breakQueue(service);
+  const restore = await breakQueue(service);
   try {
     const res = await sendEmail(service, s.key, receipt(s.from, 'fail@example.net'));
     expectError(res, 502, 'send_failed');
     expectDocumented(res);
   } finally {
-    restore();
+    await restore();
   }
 }
 

@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadOrCreateSmtpTls, selfSignedCertificate, type TlsPair } from '../mta/inbound/tls.js';
 import { freePort } from '../scripts/lib/free-port.js';
 import { ROOT, processEnv } from './helpers/service-process.js';
+import { ensureState } from './helpers/test-state.js';
 
 /**
  * STARTTLS's key and certificate (docs/api/decisions.md section 1): SMTP_TLS_CERT and SMTP_TLS_KEY when set, else a self-signed
@@ -398,6 +399,7 @@ describe('a bad configured pair stops the start before anything listens', () => 
     const smtpPort = await freePort();
     // SMTP_TLS_CERT names the key file: readable, so the config module passes it; it holds no certificate.
     const env = processEnv(join(dir, 'data'), { SMTP_PORT: String(smtpPort), SMTP_HOST: '127.0.0.1', SMTP_TLS_CERT: keyPath, SMTP_TLS_KEY: keyPath });
+    await ensureState(env);
     const child = spawn(process.execPath, ['dist/server/app/main.js'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';

@@ -7,6 +7,7 @@ import { loadConfig, mailHostnameProblem } from '../server/shared/config.js';
 import { listenUrl, startLine } from '../server/app/start-line.js';
 import { parsePrometheusText, sampleValue } from './helpers/prometheus-text.js';
 import { processEnv, runningProcesses, startServiceProcess } from './helpers/service-process.js';
+import { stateOnPostgres } from './helpers/test-state.js';
 
 /**
  * What an operator reads at start: one `server.started` line naming the listening URLs, DATA_DIR,
@@ -97,6 +98,9 @@ describe('MAIL_HOSTNAME must be a fully qualified name (the config-level check b
   });
 });
 
+/** Where this run keeps the state of the processes it starts (npm test: SQLite; npm run test:postgres: Postgres). */
+const ENGINE = stateOnPostgres() ? 'postgres' : 'sqlite';
+
 describe('the real process at start', () => {
   it('logs server.started once it listens, warns that `localhost` is not a fully qualified name, and serves /metrics with its process metrics', async () => {
     const dataDir = newDataDir();
@@ -112,7 +116,7 @@ describe('the real process at start', () => {
       http: `http://127.0.0.1:${proc.port}`,
       smtp: null,
       dataDir,
-      state: 'sqlite',
+      state: ENGINE,
       deliveryMode: 'direct',
       relay: null,
       mailHostname: 'localhost',
@@ -123,7 +127,7 @@ describe('the real process at start', () => {
     expect(warnings[0]).toMatchObject({ level: 'warn', mailHostname: 'localhost' });
     expect(entries().filter((e) => e.event === 'config.delivery_mode_capture')).toEqual([]);
     expect(proc.logs.join('\n')).not.toContain(token);
-    expect(await (await fetch(`http://127.0.0.1:${proc.port}/healthz`)).json()).toEqual({ status: 'ok', deliveryMode: 'direct', state: 'sqlite' });
+    expect(await (await fetch(`http://127.0.0.1:${proc.port}/healthz`)).json()).toEqual({ status: 'ok', deliveryMode: 'direct', state: ENGINE });
 
     expect((await fetch(`http://127.0.0.1:${proc.port}/metrics`)).status).toBe(401);
     const res = await fetch(`http://127.0.0.1:${proc.port}/metrics`, { headers: { authorization: `Bearer ${token}` } });
@@ -149,7 +153,7 @@ describe('the real process at start', () => {
     expect(entries().filter((e) => e.event === 'config.mail_hostname_not_fqdn')).toEqual([]);
     const health = await fetch(`http://127.0.0.1:${proc.port}/healthz`);
     expect(health.status).toBe(200);
-    expect(await health.json()).toEqual({ status: 'ok', deliveryMode: 'capture', state: 'sqlite' });
+    expect(await health.json()).toEqual({ status: 'ok', deliveryMode: 'capture', state: ENGINE });
     proc.child.kill('SIGTERM');
     expect((await proc.exited).code).toBe(0);
   });

@@ -1,7 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import Database from 'better-sqlite3';
 import { simpleParser } from 'mailparser';
-import { databasePath } from '../db/client.js';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createDeliveryEngine, type DeliveryEngine } from '../mta/delivery-engine.js';
 import { FAST_TIMEOUTS, resetDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
@@ -23,7 +21,7 @@ import {
   uniqueDomain,
   useQuota,
 } from './helpers/sending.js';
-import { startService, type TestService } from './helpers/service.js';
+import { onOtherConnection, startService, type TestService } from './helpers/service.js';
 import { SmtpSink } from './helpers/smtp-sink.js';
 import { startSubmission, type SubmissionRig } from './helpers/submission.js';
 import { message, SubmissionClient } from './helpers/submission-client.js';
@@ -168,16 +166,6 @@ async function stateOf(key: string, accountId: string, account?: string): Promis
 }
 
 const senderState = (s: Sender) => stateOf(s.key, s.account.id);
-
-/** `use` on a connection of its own to the service's database, as the CLI or an operator's sqlite3 would write. */
-function withOtherConnection<T>(use: (db: Database.Database) => T): T {
-  const db = new Database(databasePath(service.dataDir));
-  try {
-    return use(db);
-  } finally {
-    db.close();
-  }
-}
 
 /** After a delivery run, the state is `before` and the sink has received nothing. */
 async function expectNothingSent(s: Sender, before: State): Promise<void> {
@@ -490,11 +478,12 @@ describe('recipients', () => {
       {
         name: 'by another connection to the database (the CLI, sqlite3)',
         async suppress(s) {
-          withOtherConnection((db) =>
-            db
-              .prepare(`insert into suppressions (id, account_id, address, reason, detail, created_at) values (?, ?, ?, 'manual', '', ?)`)
-              .run(randomUUID(), s.account.id, 'later@example.net', service.clock.now()),
-          );
+          await onOtherConnection(service, `insert into suppressions (id, account_id, address, reason, detail, created_at) values (?, ?, ?, 'manual', '', ?)`, [
+            randomUUID(),
+            s.account.id,
+            'later@example.net',
+            service.clock.now(),
+          ]);
         },
       },
     ];
@@ -518,10 +507,16 @@ describe('recipients', () => {
     it('the lists are read again only when the suppressions change counter moved since MAIL FROM', async () => {
       // With the counter's insert trigger gone, a suppression written by another connection does not move it: the
       // message goes, which shows the re-check trusts the counter (and that the cases above are caught by it).
-      const trigger = withOtherConnection(
-        (db) => db.prepare(`select sql from sqlite_master where type = 'trigger' and name = 'suppressions_changed_insert'`).pluck().get() as string,
+      // SQLite: the trigger dropped and made again from its text; Postgres: switched off and on.
+      const trigger = service.stateUrl
+        ? null
+        : (
+            await onOtherConnection<{ sql: string }>(service, `select sql from sqlite_master where type = 'trigger' and name = 'suppressions_changed_insert'`)
+          )[0]!.sql;
+      await onOtherConnection(
+        service,
+        trigger === null ? 'alter table suppressions disable trigger suppressions_changed_insert' : 'drop trigger suppressions_changed_insert',
       );
-      withOtherConnection((db) => db.exec('drop trigger suppressions_changed_insert'));
       try {
         const s = await newSender(service);
         const client = await authed(s.key);
@@ -531,7 +526,7 @@ describe('recipients', () => {
         queuedId(await client.data(mail(s.from, ['later@example.net'])));
         client.close();
       } finally {
-        withOtherConnection((db) => db.exec(trigger));
+        await onOtherConnection(service, trigger === null ? 'alter table suppressions enable trigger suppressions_changed_insert' : trigger);
       }
     });
   });
@@ -543,10 +538,10 @@ describe('recipients', () => {
       const added = await service.api('POST', '/suppressions', { key: parent.key, body: { address } });
       expect(added.status, JSON.stringify(added.body)).toBe(201);
     }
-    withOtherConnection((db) =>
-      db
-        .prepare(`insert into suppressions (id, account_id, address, reason, detail, created_at) values (?, ?, 'both@example.net', 'complaint', '', ?)`)
-        .run(randomUUID(), child.id, service.clock.now()),
+    await onOtherConnection(
+      service,
+      `insert into suppressions (id, account_id, address, reason, detail, created_at) values (?, ?, 'both@example.net', 'complaint', '', ?)`,
+      [randomUUID(), child.id, service.clock.now()],
     );
     const client = await authed(parent.key, child.id);
     expect(await client.command(`MAIL FROM:<${child.from}>`)).toMatch(/^250 /);

@@ -1,7 +1,6 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import MailComposer from 'nodemailer/lib/mail-composer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../scripts/lib/free-port.js';
@@ -14,6 +13,7 @@ import {
   runningProcesses,
   type ServiceProcess,
   startServiceProcess,
+  stateRows,
 } from './helpers/service-process.js';
 import type { SinkAnswer } from './helpers/smtp-sink.js';
 import { SmtpSink } from './helpers/smtp-sink.js';
@@ -121,13 +121,8 @@ describe('kill -9 between the 250 and delivery', () => {
     expect(sink.received).toHaveLength(0);
 
     // What the dead process left: the email logged and its recipient still queued.
-    const db = new Database(join(dataDir, 'mailstead.db'), { readonly: true });
-    try {
-      expect(db.prepare('SELECT id, account_id AS accountId FROM emails WHERE id = ?').get(id)).toEqual({ id, accountId });
-      expect(db.prepare("SELECT count(*) AS n FROM outbound_recipients WHERE message_id = ? AND status = 'queued'").get(id)).toEqual({ n: 1 });
-    } finally {
-      db.close();
-    }
+    expect(await stateRows(dataDir, 'SELECT id, account_id AS "accountId" FROM emails WHERE id = ?', [id])).toEqual([{ id, accountId }]);
+    expect(await stateRows(dataDir, "SELECT count(*) AS n FROM outbound_recipients WHERE message_id = ? AND status = 'queued'", [id])).toEqual([{ n: 1 }]);
 
     const second = await startServiceProcess(env);
     try {
@@ -148,13 +143,8 @@ describe('kill -9 between the 250 and delivery', () => {
       expect(listed.body.data.map((e: { id: string }) => e.id)).toEqual([id]);
 
       // Exactly once: one email on the account, and nothing of it left in the queue to be sent again.
-      const after = new Database(join(dataDir, 'mailstead.db'), { readonly: true });
-      try {
-        expect(after.prepare('SELECT id FROM emails WHERE account_id = ?').all(accountId)).toEqual([{ id }]);
-        expect(after.prepare("SELECT count(*) AS n FROM outbound_recipients WHERE message_id = ? AND status = 'queued'").get(id)).toEqual({ n: 0 });
-      } finally {
-        after.close();
-      }
+      expect(await stateRows(dataDir, 'SELECT id FROM emails WHERE account_id = ?', [accountId])).toEqual([{ id }]);
+      expect(await stateRows(dataDir, "SELECT count(*) AS n FROM outbound_recipients WHERE message_id = ? AND status = 'queued'", [id])).toEqual([{ n: 0 }]);
       expect(sink.received.map((r) => [r.to, r.from.startsWith(`bounce+${id.replace(/-/g, '')}.0`)])).toEqual([[[to], true]]);
       // Held (and never answered) before the kill when it got that far, then accepted once.
       if (when === 'at-rcpt') expect(sink.attempts.get(to)).toBe(2);

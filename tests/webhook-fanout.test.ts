@@ -1,4 +1,4 @@
-import { sqliteStoreOf } from './helpers/service.js';
+import { refuseInsertsInto } from './helpers/service.js';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { onQueueMarked } from '../db/queue-wake.js';
 import { eq } from 'drizzle-orm';
@@ -118,8 +118,7 @@ describe('webhook fan-out of recorded outcomes', () => {
   it('records neither the outcome nor any delivery when the deliveries cannot be written', async () => {
     const s = await newSender(rig.service);
     const ep = await endpoint(s.account.id, ['email.delivered']);
-    const sqlite = sqliteStoreOf(rig.service.deps).sqlite;
-    sqlite.exec(`create trigger refuse_deliveries before insert on webhook_deliveries begin select raise(abort, 'refused'); end`);
+    const allow = await refuseInsertsInto(rig.service, 'webhook_deliveries');
     try {
       const res = await rig.service.api('POST', '/emails', { key: s.key, body: receipt(s.from, 'cy@example.net') });
       expect(res.status).toBe(200);
@@ -138,7 +137,7 @@ describe('webhook fan-out of recorded outcomes', () => {
         .where(eq(outboundRecipients.messageId, res.body.id as string));
       expect(recipient?.status).toBe('queued');
     } finally {
-      sqlite.exec('drop trigger refuse_deliveries');
+      await allow();
     }
   });
 });

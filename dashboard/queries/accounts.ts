@@ -1,11 +1,10 @@
 import { and, asc, count, eq, inArray, or, sql } from 'drizzle-orm';
-import { alias } from 'drizzle-orm/sqlite-core';
 import type { Db } from '../../db/client.js';
 import { type AccountRow, accounts } from '../../db/schema/index.js';
 import { type AccountView, accountView } from '../../server/core/accounts.js';
 import type { Deps } from '../../server/core/deps.js';
 import { type IdPage, PAGE_SIZE, type PageLink, likePattern, pageByIds } from './id-pages.js';
-import { one } from '../../db/sql.js';
+import { containsNoCase, one } from '../../db/sql.js';
 
 /**
  * What the accounts pages read across every account (the API sees one account at a time), and the choices of every
@@ -26,9 +25,7 @@ export interface AccountListRow {
 export async function listAccounts(deps: Pick<Deps, 'db' | 'clock' | 'config'>, search: string, link: PageLink): Promise<IdPage<AccountListRow>> {
   const q = search.trim();
   const filter =
-    q === ''
-      ? undefined
-      : or(sql`${accounts.name} LIKE ${likePattern(q, 'anywhere')} ESCAPE '\\'`, sql`${accounts.id} LIKE ${likePattern(q.toLowerCase(), 'start')} ESCAPE '\\'`);
+    q === '' ? undefined : or(containsNoCase(deps.db, accounts.name, q), sql`${accounts.id} LIKE ${likePattern(q.toLowerCase(), 'start')} ESCAPE '\\'`);
   const page = await pageByIds(
     accounts.id,
     link,
@@ -61,8 +58,10 @@ export interface AccountChoice {
   parentName: string | null;
 }
 
-const parent = alias(accounts, 'parent');
-const choiceColumns = { id: accounts.id, name: accounts.name, parentName: parent.name };
+// The parent's name by a subquery, not a join of an alias: an alias of a table of the SQLite schema is not named as
+// one in Postgres's SQL (drizzle's pg dialect renders it as a table called "parent").
+const parentName = sql<string | null>`(select p.name from accounts p where p.id = ${accounts.parentId})`;
+const choiceColumns = { id: accounts.id, name: accounts.name, parentName };
 
 /**
  * Accounts for every account picker (the send log's, webhooks' and suppressions' filters, the add-suppression and
@@ -73,9 +72,8 @@ export async function accountChoices(db: Db, include: string | null | undefined)
   const rows = await db
     .select(choiceColumns)
     .from(accounts)
-    .leftJoin(parent, eq(parent.id, accounts.parentId))
     .orderBy(
-      sql`coalesce(${parent.name}, ${accounts.name})`,
+      sql`coalesce(${parentName}, ${accounts.name})`,
       sql`coalesce(${accounts.parentId}, ${accounts.id})`,
       sql`${accounts.parentId} is not null`,
       asc(accounts.name),
@@ -83,7 +81,7 @@ export async function accountChoices(db: Db, include: string | null | undefined)
     )
     .limit(ACCOUNT_CHOICES);
   if (include && !rows.some((r) => r.id === include)) {
-    const row = await one(db.select(choiceColumns).from(accounts).leftJoin(parent, eq(parent.id, accounts.parentId)).where(eq(accounts.id, include)));
+    const row = await one(db.select(choiceColumns).from(accounts).where(eq(accounts.id, include)));
     if (row) rows.unshift(row);
   }
   return rows;

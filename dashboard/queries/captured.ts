@@ -1,8 +1,8 @@
-import { and, asc, count, desc, eq, lt, or, sql } from 'drizzle-orm';
+import { and, asc, count, desc, eq, lt, or } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import { accounts, capturedMessages, emails } from '../../db/schema/index.js';
-import { PAGE_SIZE, likePattern } from './id-pages.js';
-import { one } from '../../db/sql.js';
+import { PAGE_SIZE } from './id-pages.js';
+import { containsNoCase, one } from '../../db/sql.js';
 
 /**
  * The capture store across every account, for the operator (the API shows one account's copies, one at a time): what
@@ -41,7 +41,6 @@ const entryColumns = {
 
 /** One page of captures, newest first, and whether older ones follow. */
 export async function listCaptured(db: Db, q: CapturedListQuery): Promise<{ entries: CapturedEntry[]; more: boolean }> {
-  const pattern = q.search === '' ? null : likePattern(q.search, 'anywhere');
   const rows = await db
     .select(entryColumns)
     .from(capturedMessages)
@@ -50,7 +49,7 @@ export async function listCaptured(db: Db, q: CapturedListQuery): Promise<{ entr
     .where(
       and(
         q.before === null ? undefined : lt(capturedMessages.seq, q.before),
-        pattern === null ? undefined : or(sql`${capturedMessages.recipient} like ${pattern} escape '\\'`, sql`${emails.subject} like ${pattern} escape '\\'`),
+        q.search === '' ? undefined : or(containsNoCase(db, capturedMessages.recipient, q.search), containsNoCase(db, emails.subject, q.search)),
       ),
     )
     .orderBy(desc(capturedMessages.seq))

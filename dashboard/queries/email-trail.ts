@@ -23,7 +23,7 @@ import type { OutcomeEventData } from '../../server/core/webhook-fanout.js';
 import { idFloor } from './id-time.js';
 import { type DeliveryState, stateOf } from './webhooks.js';
 import { operatorContext } from '../on-behalf.js';
-import { one } from '../../db/sql.js';
+import { jsonText, one } from '../../db/sql.js';
 
 /**
  * Everything the dashboard shows about one email: the API's own answer (getEmail, as GET /emails/{id} gives it), what
@@ -150,7 +150,7 @@ async function causedDeliveries(db: Db, accountId: string, emailId: string, even
           inArray(webhookDeliveries.endpointId, [...byId.keys()]),
           gte(webhookDeliveries.id, idFloor(at)),
           lt(webhookDeliveries.id, idFloor(at + FANOUT_WINDOW_MS)),
-          sql`json_extract(${webhookDeliveries.data}, '$.messageId') = ${emailId}`,
+          sql`${jsonText(db, webhookDeliveries.data, 'messageId')} = ${emailId}`,
         ),
       );
     for (const row of rows) {

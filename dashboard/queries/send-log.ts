@@ -1,6 +1,7 @@
-import { and, eq, gte, lt, sql } from 'drizzle-orm';
+import { and, eq, gte, lt } from 'drizzle-orm';
 import { z } from 'zod';
 import type { Db } from '../../db/client.js';
+import { listHasLowered } from '../../db/sql.js';
 import { EMAIL_STATUSES, type EmailStatus, accounts, emails } from '../../db/schema/index.js';
 import { DAY_MS } from '../../server/shared/clock.js';
 import { type EmailView, emailView } from '../../server/core/emails.js';
@@ -90,7 +91,7 @@ export async function listSendLog(db: Db, filter: SendLogFilter, link: PageLink,
     filter.status ? eq(emails.status, filter.status) : undefined,
     filter.from !== null ? and(gte(emails.id, idFloor(filter.from)), gte(emails.createdAt, filter.from)) : undefined,
     filter.until !== null ? and(lt(emails.id, idFloor(filter.until + ID_CLOCK_SLACK_MS)), lt(emails.createdAt, filter.until)) : undefined,
-    filter.recipient ? sql`exists (select 1 from json_each("emails"."to") where lower(json_each.value) = ${filter.recipient})` : undefined,
+    filter.recipient ? listHasLowered(db, emails.to, filter.recipient) : undefined,
   );
   return await pageByIds(
     emails.id,

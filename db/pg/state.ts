@@ -234,5 +234,7 @@ export async function openPostgres(target: PgTarget, opts: { poolSize?: number }
   const db = drizzle({ client: router as unknown as pg.Pool }) as unknown as Db;
   db.transaction = (fn) => units.transaction(() => fn(db));
   stores.set(db, units);
-  return { engine: 'postgres', db, pool, close: () => pool.end() };
+  // Closed once, however often asked (as a SQLite connection's close): pg's pool refuses a second end.
+  let closed: Promise<void> | null = null;
+  return { engine: 'postgres', db, pool, close: () => (closed ??= pool.end()) };
 }

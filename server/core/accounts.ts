@@ -12,7 +12,7 @@ import type { PageRequest, RequestContext } from './context.js';
 import { type CreditsView, creditStatus, creditsView } from './credits.js';
 import { effectiveQuota, sentToday } from './quota.js';
 import { type Tier, gradeTier } from './tiers.js';
-import { lockRows, one } from '../../db/sql.js';
+import { forUpdate, lockRows, one } from '../../db/sql.js';
 
 export const MAX_SUB_ACCOUNTS = 200;
 
@@ -86,10 +86,13 @@ export async function findAccount(db: Db, id: string): Promise<AccountRow | unde
 /**
  * For a write after an await (key generation, a DNS lookup, a database probe): the account may have been deleted
  * meanwhile (a sub-account, by its parent), and the rows written for it would fail their foreign key. 404
- * account_not_found, as for a request that came after the deletion. Run it in the write's transaction.
+ * account_not_found, as for a request that came after the deletion. Run it in the write's transaction: the row is
+ * held to its end (`FOR UPDATE` on Postgres, where a deletion on another connection could otherwise land between this
+ * read and the write; on SQLite the transaction holds the whole database).
  */
 export async function assertAccountExists(db: Db, id: string): Promise<void> {
-  if (!(await findAccount(db, id))) throw new ApiError('account_not_found', 'The account was deleted while this request was under way.');
+  const held = await one(forUpdate(db, db.select({ id: accounts.id }).from(accounts).where(eq(accounts.id, id))));
+  if (!held) throw new ApiError('account_not_found', 'The account was deleted while this request was under way.');
 }
 
 /** A sub-account of `parentId`, or undefined: a foreign id and an unknown id look the same. */

@@ -20,7 +20,7 @@ import {
 import type { Db } from '../../db/client.js';
 import { newId } from '../../server/shared/ids.js';
 import type { Scope } from '../../server/core/scopes.js';
-import { type ApiResponse, sqliteStoreOf, type TestService } from './service.js';
+import { type ApiResponse, type TestService, refuseInsertsInto } from './service.js';
 import { replaceDep } from './replace-dep.js';
 import { one } from '../../db/sql.js';
 
@@ -209,9 +209,8 @@ export async function idempotencyRow(service: TestService, accountId: string, ke
  * Makes the durable queue refuse every insert (a trigger's abort, not a failure of the store: a full disk is
  * `503 unavailable`, tests/full-disk.test.ts).
  */
-export function breakQueue(service: TestService): () => void {
-  sqliteStoreOf(service.deps).sqlite.exec("CREATE TRIGGER refuse_queue BEFORE INSERT ON outbound_recipients BEGIN SELECT RAISE(ABORT, 'disk full'); END");
-  return () => sqliteStoreOf(service.deps).sqlite.exec('DROP TRIGGER refuse_queue');
+export async function breakQueue(service: TestService): Promise<() => Promise<void>> {
+  return await refuseInsertsInto(service, 'outbound_recipients');
 }
 
 export interface RawResponse {

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
+import pg from 'pg';
 import { expect } from 'vitest';
 import { ensureState, stateClientOf, stateEnvOfDataDir } from './test-state.js';
 
@@ -175,6 +176,31 @@ export async function connectSendingDomain(proc: ServiceProcess, dataDir: string
   try {
     db.pragma('busy_timeout = 5000');
     db.prepare('UPDATE domains SET record_status = ? WHERE id = ?').run(SENDING_RECORDS, res.body.id);
+  } finally {
+    db.close();
+  }
+}
+
+/**
+ * Rows of `query` on the state of the processes of `dataDir`, read directly while or after they run: DATA_DIR's
+ * SQLite file, or, on a Postgres run, the database named after `dataDir`. SQL both engines read alike, `?` for each
+ * parameter; a count comes back as a number on both.
+ */
+export async function stateRows<T>(dataDir: string, query: string, params: unknown[] = []): Promise<T[]> {
+  const client = await stateClientOf(stateEnvOfDataDir(dataDir));
+  if (client) {
+    let n = 0;
+    try {
+      const types = { getTypeParser: (oid: number, format?: string) => (oid === 20 ? Number : pg.types.getTypeParser(oid, format as 'text')) };
+      return (await client.query({ text: query.replace(/\?/g, () => `$${++n}`), values: params, types })).rows as T[];
+    } finally {
+      await client.end();
+    }
+  }
+  const db = new Database(join(dataDir, 'mailstead.db'), { readonly: true });
+  try {
+    db.pragma('busy_timeout = 5000');
+    return db.prepare(query).all(...params) as T[];
   } finally {
     db.close();
   }

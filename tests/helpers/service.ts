@@ -14,7 +14,9 @@ import { type HttpServerOptions, listenHttp } from '../../server/app/http-serve.
 import { createMemoryLogger } from '../../server/shared/logger.js';
 import type { AccountRow } from '../../db/schema/index.js';
 import { FakeClock } from './clock.js';
-import { stateEnv } from './test-state.js';
+import { stateClientOf, stateEnv } from './test-state.js';
+import Database from 'better-sqlite3';
+import pg from 'pg';
 
 export interface ApiResponse<T = any> {
   status: number;
@@ -40,6 +42,8 @@ export interface TestService {
   clock: FakeClock;
   logger: ReturnType<typeof createMemoryLogger>;
   dataDir: string;
+  /** The state's database on a Postgres run (its STATE_URL), else null: the state is DATA_DIR's SQLite file. */
+  stateUrl: string | null;
   /** Calls the API over real HTTP; paths are relative to /api/v1. */
   api<T = any>(method: string, path: string, opts?: RequestOptions): Promise<ApiResponse<T>>;
   /** A new top-level account (as the operator CLI makes it) and a key holding `scopes` (default all). */
@@ -60,6 +64,7 @@ export async function startService(
   opts: { http?: Omit<HttpServerOptions, 'logger'>; scans?: (store: SqliteStore, logger: ReturnType<typeof createMemoryLogger>) => Scans } = {},
 ): Promise<TestService> {
   const dataDir = mkdtempSync(join(tmpdir(), 'mailstead-test-'));
+  const state = env.STATE_URL === undefined ? await stateEnv(env) : {};
   const config = loadConfig({
     DATA_DIR: dataDir,
     HTTP_HOST: '127.0.0.1',
@@ -72,7 +77,7 @@ export async function startService(
     RATE_LIMIT_PER_ACCOUNT: '100000',
     LOG_LEVEL: 'debug',
     // npm run test:postgres: a fresh state database of its own (nothing on SQLite, or when the test names one).
-    ...(env.STATE_URL === undefined ? await stateEnv(env) : {}),
+    ...state,
     ...env,
   });
   const clock = new FakeClock();
@@ -93,6 +98,7 @@ export async function startService(
     clock,
     logger,
     dataDir,
+    stateUrl: env.STATE_URL ?? state.STATE_URL ?? null,
     async api(method, path, opts = {}) {
       const headers: Record<string, string> = { ...opts.headers };
       if (opts.key) headers.authorization = `Bearer ${opts.key}`;
@@ -130,4 +136,53 @@ export async function startService(
 export function sqliteStoreOf(deps: Pick<Deps, 'store'>): SqliteStore {
   if (deps.store.engine !== 'sqlite') throw new Error('this test is about SQLite itself: it runs on the SQLite state only');
   return deps.store;
+}
+
+/**
+ * Runs `query` (SQL both engines read alike, `?` for each parameter) on a connection of its own to the service's state,
+ * as the operator's CLI, sqlite3 or psql would: a change the service's own connection did not make. The rows it
+ * returns, if any (a count as a number on both engines).
+ */
+export async function onOtherConnection<T = unknown>(service: Pick<TestService, 'dataDir' | 'stateUrl'>, query: string, params: unknown[] = []): Promise<T[]> {
+  const client = service.stateUrl ? await stateClientOf({ STATE_URL: service.stateUrl }) : null;
+  if (client) {
+    let n = 0;
+    try {
+      const types = { getTypeParser: (oid: number, format?: string) => (oid === 20 ? Number : pg.types.getTypeParser(oid, format as 'text')) };
+      return (await client.query({ text: query.replace(/\?/g, () => `$${++n}`), values: params, types })).rows as T[];
+    } finally {
+      await client.end();
+    }
+  }
+  const db = new Database(join(service.dataDir, 'mailstead.db'));
+  try {
+    db.pragma('busy_timeout = 5000');
+    db.pragma('foreign_keys = ON');
+    const statement = db.prepare(query);
+    if (statement.reader) return statement.all(...params) as T[];
+    statement.run(...params);
+    return [];
+  } finally {
+    db.close();
+  }
+}
+
+/**
+ * Makes every insert into `table` fail from now on, as a constraint would refuse it (a trigger made on a connection of
+ * its own, on either engine); the function returned undoes it.
+ */
+export async function refuseInsertsInto(service: Pick<TestService, 'dataDir' | 'stateUrl'>, table: string): Promise<() => Promise<void>> {
+  const name = `refuse_${table}`;
+  if (service.stateUrl) {
+    await onOtherConnection(service, `create function ${name}() returns trigger language plpgsql as $$ begin raise exception 'refused'; end $$`);
+    await onOtherConnection(service, `create trigger ${name} before insert on ${table} for each row execute function ${name}()`);
+    return async () => {
+      await onOtherConnection(service, `drop trigger ${name} on ${table}`);
+      await onOtherConnection(service, `drop function ${name}()`);
+    };
+  }
+  await onOtherConnection(service, `create trigger ${name} before insert on ${table} begin select raise(abort, 'refused'); end`);
+  return async () => {
+    await onOtherConnection(service, `drop trigger ${name}`);
+  };
 }

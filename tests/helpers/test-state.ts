@@ -2,6 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { resolve } from 'node:path';
 import pg from 'pg';
 import { TEMPLATE_DATABASE } from './postgres-state-setup.js';
+import { PG_TEST_CA_FILE } from './postgres.js';
 
 /**
  * Where a service a test starts keeps its state: SQLite in its DATA_DIR (`npm test`), or, under `npm run
@@ -42,7 +43,7 @@ export async function stateEnv(env: Record<string, string> = {}): Promise<Record
 
 function envFor(server: RunPostgres, database: string, env: Record<string, string>): Record<string, string> {
   return {
-    STATE_URL: `postgresql://${server.user}:${server.password}@localhost:${server.port}/${database}?sslmode=verify-full`,
+    STATE_URL: `postgresql://${server.user}:${server.password}@localhost:${server.port}/${database}?sslmode=verify-full&sslrootcert=${encodeURIComponent(PG_TEST_CA_FILE)}`,
     ...(env.SECRET_KEY === undefined ? { SECRET_KEY: TEST_SECRET_KEY } : {}),
   };
 }
