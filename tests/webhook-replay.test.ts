@@ -544,7 +544,10 @@ describe('an endpoint deleted while its replay is written', () => {
     }
     expectError(res, 404, 'webhook_not_found');
     expect(res.body.error.message).toContain('deleted while its replay was being queued');
-    expect(chunks).toBe(1);
+    // On SQLite the deletion runs before the next chunk's batch; on Postgres it waits for a chunk already reading the
+    // endpoint (held FOR UPDATE) and takes that chunk's rows along. Either way the replay ends before its last chunk.
+    if (service.deps.store.engine === 'sqlite') expect(chunks).toBe(1);
+    else expect(chunks).toBeLessThan(3);
     expect(await deliveriesOf(endpoint)).toEqual([]);
   });
 });

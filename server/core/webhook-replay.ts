@@ -9,7 +9,7 @@ import { newId } from '../shared/ids.js';
 import { insertWebhookDelivery, outcomeEventData } from './webhook-fanout.js';
 import type { RequestContext } from './context.js';
 import { type EmailEventType, EMAIL_EVENT_TYPES, EVENT_TYPE_OF_STATUS, emailEventType, isoDateTime, statusOfEventType } from './events.js';
-import { indexedBy, one, queryRow } from '../../db/sql.js';
+import { forUpdate, indexedBy, one, queryRow } from '../../db/sql.js';
 
 /** One replay queues at most this many deliveries; a window holding more is refused whole (never cut silently). */
 export const MAX_REPLAY_EVENTS = 10_000;
@@ -221,7 +221,8 @@ async function queueReplayChunk(
   limit: number,
   now: number,
 ): Promise<{ written: number; next: string | null } | null> {
-  const endpoint = await one(db.select({ id: webhookEndpoints.id }).from(webhookEndpoints).where(eq(webhookEndpoints.id, scope.endpointId)));
+  // Held to the chunk's commit (Postgres): a deletion of the endpoint meanwhile waits for it, then takes its rows along.
+  const endpoint = await one(forUpdate(db, db.select({ id: webhookEndpoints.id }).from(webhookEndpoints).where(eq(webhookEndpoints.id, scope.endpointId))));
   if (!endpoint) return null;
   const end = await scanEnd(db, scope, after);
   const rows = await db
