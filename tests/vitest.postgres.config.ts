@@ -7,6 +7,8 @@ import { defineConfig } from 'vitest/config';
  * which has no Postgres twin; `npm test` runs them.
  */
 export const SQLITE_ONLY = [
+  // /metrics' scans on the checkpoint thread (the rest of /metrics runs on both engines).
+  'tests/metrics.sqlite.test.ts',
   // The group commit's batches, savepoints and WAL flushes (db/group-commit.ts).
   'tests/group-commit.test.ts',
   // The one connection's units of work (db/sqlite-connection.ts).
