@@ -338,10 +338,20 @@ describe('POST /keys', () => {
     const secretPart = minted.key.slice(11);
     for (const value of Object.values(row)) expect(JSON.stringify(value)).not.toContain(secretPart);
 
-    // Nor anywhere else in the database files (main file and write-ahead log).
-    const files = readdirSync(service.dataDir).filter((f) => f.startsWith('mailstead.db'));
-    expect(files).toContain('mailstead.db');
-    for (const f of files) expect(readFileSync(join(service.dataDir, f)).includes(secretPart)).toBe(false);
+    if (service.deps.store.engine === 'sqlite') {
+      // Nor anywhere else in the database files (main file and write-ahead log).
+      const files = readdirSync(service.dataDir).filter((f) => f.startsWith('mailstead.db'));
+      expect(files).toContain('mailstead.db');
+      for (const f of files) expect(readFileSync(join(service.dataDir, f)).includes(secretPart)).toBe(false);
+    } else {
+      // Nor in any column of any table of the state database, read as text.
+      const tables = await onOtherConnection<{ name: string }>(service, "select tablename as name from pg_tables where schemaname = 'public'");
+      expect(tables.length).toBeGreaterThan(10);
+      for (const { name } of tables) {
+        const found = await onOtherConnection(service, `select 1 from "${name}" t where t::text like ?`, [`%${secretPart}%`]);
+        expect(found, name).toEqual([]);
+      }
+    }
   });
 });
 

@@ -1,3 +1,6 @@
+import { openPostgres } from '../db/pg/state.js';
+import { pgTargetOf } from '../server/app/state.js';
+import { parseStateUrl } from '../server/shared/state-url.js';
 import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDatabase } from '../db/client.js';
@@ -246,12 +249,13 @@ describe("cursors are signed by the server: a made-up or altered one is refused 
     expect(nextCursor).toEqual(expect.any(String));
     const stored = await one(service.deps.db.select().from(settings).where(eq(settings.key, 'cursor_hmac_key')));
     expect(stored?.value).toMatch(/^[0-9a-f]{64}$/);
-    const second = openDatabase(service.dataDir);
+    // A second connection to the state, whichever engine holds it (a second pool on Postgres).
+    const second = service.stateUrl ? await openPostgres(pgTargetOf(parseStateUrl(service.stateUrl))) : openDatabase(service.dataDir);
     try {
       expect(await readPage(second.db, LISTS.keys, accountId, { cursor: nextCursor! })).toEqual({ limit: 25, after: rows[0]!.id });
       expect(await one(second.db.select().from(settings).where(eq(settings.key, 'cursor_hmac_key')))).toEqual(stored);
     } finally {
-      second.close();
+      await second.close();
     }
   });
 });
