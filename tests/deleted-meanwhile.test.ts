@@ -53,8 +53,12 @@ describe('the acting account deleted while the request awaited', () => {
 
   it('POST /webhooks (the URL’s host being resolved)', async () => {
     const sub = await subAccount();
+    // The answer waits until the deletion has ended, on either engine.
+    const lookup = dns.hold('hooks.meanwhile.test');
     const pending = createWebhook({ deps: service.deps, ctx: sub.ctx, input: { url: 'https://hooks.meanwhile.test/in', events: ['email.delivered'] } });
+    await lookup.asked;
     await deleteAccount(sub.id);
+    lookup.release();
     await expect(pending).rejects.toMatchObject({ code: 'account_not_found', status: 404 });
     expect(await service.deps.db.select().from(webhookEndpoints).where(eq(webhookEndpoints.accountId, sub.id))).toEqual([]);
   });

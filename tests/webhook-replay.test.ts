@@ -1,9 +1,7 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { and, asc, count, eq, isNotNull } from 'drizzle-orm';
-import { drizzle } from 'drizzle-orm/better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { onQueueMarked } from '../db/queue-wake.js';
-import * as schema from '../db/schema/index.js';
 import { emailEvents, emails, webhookDeliveries, webhookEndpoints } from '../db/schema/index.js';
 import { MAX_PENDING_PER_ENDPOINT, MAX_REPLAY_EVENTS, REPLAY_CHUNK_ROWS } from '../server/core/webhook-replay.js';
 import { newId } from '../server/shared/ids.js';
@@ -555,26 +553,23 @@ describe('an endpoint deleted while its replay is written', () => {
 describe('a process killed mid-replay', () => {
   it('keeps the chunks already on disk (the window’s oldest outcomes, due, counted by the cap after a restart); the replay was never answered', async () => {
     const started = await processWithEndpoint('Killed mid-replay');
-    const { env, accountId, key, endpointId, file } = started;
+    const { env, accountId, key, endpointId, db } = started;
     let proc = started.proc;
     try {
       // The outcomes, written beside the running server as the mail engine writes them.
-      const db = drizzle(file, { schema });
       const start = Date.now() - 3_600_000;
       const emailId = newId(start);
-      db.insert(emails)
-        .values({
-          id: emailId,
-          accountId,
-          fromAddress: 'billing@example.com',
-          to: ['a@example.net'],
-          subject: 's',
-          template: 'notification',
-          status: 'sent',
-          sandbox: false,
-          createdAt: start,
-        })
-        .run();
+      await db.insert(emails).values({
+        id: emailId,
+        accountId,
+        fromAddress: 'billing@example.com',
+        to: ['a@example.net'],
+        subject: 's',
+        template: 'notification',
+        status: 'sent',
+        sandbox: false,
+        createdAt: start,
+      });
       const events = Array.from({ length: MAX_REPLAY_EVENTS }, (_, i) => ({
         id: newId(start + i),
         emailId,
@@ -585,22 +580,21 @@ describe('a process killed mid-replay', () => {
         detail: '250 ok',
         occurredAt: start + i,
       }));
-      db.transaction((tx) => {
-        for (let i = 0; i < events.length; i += 500)
-          tx.insert(emailEvents)
-            .values(events.slice(i, i + 500))
-            .run();
+      await db.transaction(async (tx) => {
+        for (let i = 0; i < events.length; i += 500) await tx.insert(emailEvents).values(events.slice(i, i + 500));
       });
-      const queuedNow = file.prepare('select count(*) as n from webhook_deliveries where endpoint_id = ?');
-      const written = () => (queuedNow.get(endpointId) as { n: number }).n;
+      const written = async () => (await db.select({ n: count() }).from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, endpointId)))[0]!.n;
 
       const body = { since: new Date(start).toISOString(), until: new Date(start + MAX_REPLAY_EVENTS).toISOString() };
-      expect(await killMidRequest(proc, processApi(proc, key, 'POST', `/webhooks/${endpointId}/replay`, body), () => written() > 0)).toBe('no answer');
+      expect(await killMidRequest(proc, processApi(proc, key, 'POST', `/webhooks/${endpointId}/replay`, body), async () => (await written()) > 0)).toBe(
+        'no answer',
+      );
 
-      const rows = file.prepare('select data, next_attempt_at as nextAttemptAt from webhook_deliveries where endpoint_id = ? order by id').all(endpointId) as {
-        data: string;
-        nextAttemptAt: number | null;
-      }[];
+      const rows = await db
+        .select({ data: webhookDeliveries.data, nextAttemptAt: webhookDeliveries.nextAttemptAt })
+        .from(webhookDeliveries)
+        .where(eq(webhookDeliveries.endpointId, endpointId))
+        .orderBy(asc(webhookDeliveries.id));
       expect(rows.length).toBeGreaterThan(0);
       expect(rows.length).toBeLessThan(MAX_REPLAY_EVENTS);
       // Whole chunks, the oldest outcomes of the window in order, every one still to be posted.
@@ -617,7 +611,7 @@ describe('a process killed mid-replay', () => {
       proc.child.kill('SIGKILL');
       await proc.exited;
     } finally {
-      started.close();
+      await started.close();
     }
   }, 90_000);
 });

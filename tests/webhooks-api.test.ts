@@ -353,26 +353,38 @@ describe('GET, DELETE /webhooks/{id} and the lists', () => {
 describe('a process killed while it deletes an endpoint', () => {
   it('leaves the endpoint switched off with part of its deliveries (the DELETE unanswered); repeating the DELETE finishes it', async () => {
     const started = await processWithEndpoint('Killed mid-delete');
-    const { env, accountId, key, endpointId: id, file } = started;
+    const { env, accountId, key, endpointId: id, db } = started;
     let proc = started.proc;
     try {
       // 30,000 delivered deliveries, written beside the running server (none is due, so none is posted meanwhile).
       const now = Date.now();
-      const insert = file.prepare(
-        "insert into webhook_deliveries (id, endpoint_id, account_id, event_type, data, attempts, delivered_at, created_at) values (?, ?, ?, 'email.delivered', '{}', 1, ?, ?)",
-      );
-      file.transaction(() => {
-        for (let i = 0; i < 30_000; i++) insert.run(newId(now), id, accountId, now, now);
-      })();
-      const left = file.prepare('select count(*) as n from webhook_deliveries where endpoint_id = ?');
-      const deliveries = () => (left.get(id) as { n: number }).n;
-      const endpointRow = file.prepare('select active, disabled_at as disabledAt from webhook_endpoints where id = ?');
+      const delivered = Array.from({ length: 30_000 }, () => ({
+        id: newId(now),
+        endpointId: id,
+        accountId,
+        eventType: 'email.delivered' as const,
+        data: '{}',
+        attempts: 1,
+        deliveredAt: now,
+        createdAt: now,
+      }));
+      await db.transaction(async (tx) => {
+        for (let i = 0; i < delivered.length; i += 500) await tx.insert(webhookDeliveries).values(delivered.slice(i, i + 500));
+      });
+      const deliveries = async () => (await db.select({ n: count() }).from(webhookDeliveries).where(eq(webhookDeliveries.endpointId, id)))[0]!.n;
+      const endpointRow = async () =>
+        (
+          await db
+            .select({ active: webhookEndpoints.active, disabledAt: webhookEndpoints.disabledAt })
+            .from(webhookEndpoints)
+            .where(eq(webhookEndpoints.id, id))
+        )[0];
 
-      expect(await killMidRequest(proc, processApi(proc, key, 'DELETE', `/webhooks/${id}`), () => deliveries() < 30_000)).toBe('no answer');
+      expect(await killMidRequest(proc, processApi(proc, key, 'DELETE', `/webhooks/${id}`), async () => (await deliveries()) < 30_000)).toBe('no answer');
 
       // Switched off before the first delivery went: nothing more is posted to it, even across the restart.
-      expect(endpointRow.get(id)).toEqual({ active: 0, disabledAt: expect.any(Number) });
-      const remaining = deliveries();
+      expect(await endpointRow()).toEqual({ active: false, disabledAt: expect.any(Number) });
+      const remaining = await deliveries();
       expect(remaining).toBeGreaterThan(0);
       expect(remaining % DELETE_CHUNK_ROWS).toBe(0);
 
@@ -380,13 +392,13 @@ describe('a process killed while it deletes an endpoint', () => {
       const got = await processApi(proc, key, 'GET', `/webhooks/${id}`);
       expect(got.body).toMatchObject({ id, active: false });
       expect((await processApi(proc, key, 'DELETE', `/webhooks/${id}`)).status).toBe(204);
-      expect(deliveries()).toBe(0);
-      expect(endpointRow.get(id)).toBeUndefined();
+      expect(await deliveries()).toBe(0);
+      expect(await endpointRow()).toBeUndefined();
       expect((await processApi(proc, key, 'GET', `/webhooks/${id}`)).status).toBe(404);
       proc.child.kill('SIGKILL');
       await proc.exited;
     } finally {
-      started.close();
+      await started.close();
     }
   }, 90_000);
 });

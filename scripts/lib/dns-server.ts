@@ -20,6 +20,8 @@ export class TestDnsServer {
   private failing = new Set<string>();
   /** `name|type` (or `name|*` for every type) whose queries are read and dropped. */
   private silenced = new Set<string>();
+  /** Names whose answers wait (hold): each held answer's send, run when the hold is released. */
+  private held = new Map<string, { asked: () => void; waiting: (() => void)[] }>();
   /** When true, queries are read and dropped: the resolver sees silence. */
   silent = false;
   queries: { name: string; type: string }[] = [];
@@ -49,8 +51,7 @@ export class TestDnsServer {
     const udp = createSocket('udp4');
     this.udp = udp;
     udp.on('message', (msg, rinfo) => {
-      const reply = this.answer(msg);
-      if (reply) udp.send(reply, rinfo.port, rinfo.address);
+      this.respond(msg, (reply) => udp.send(reply, rinfo.port, rinfo.address));
     });
     await new Promise<void>((resolve, reject) => {
       udp.once('error', reject);
@@ -64,14 +65,14 @@ export class TestDnsServer {
         buf = Buffer.concat([buf, chunk]);
         while (buf.length >= 2 && buf.length >= 2 + buf.readUInt16BE(0)) {
           const len = buf.readUInt16BE(0);
-          const reply = this.answer(buf.subarray(2, 2 + len));
+          const query = buf.subarray(2, 2 + len);
           buf = buf.subarray(2 + len);
-          if (reply) {
+          this.respond(query, (reply) => {
             const framed = Buffer.alloc(2 + reply.length);
             framed.writeUInt16BE(reply.length, 0);
             reply.copy(framed, 2);
-            socket.write(framed);
-          }
+            if (!socket.destroyed) socket.write(framed);
+          });
         }
       });
     });
@@ -82,7 +83,17 @@ export class TestDnsServer {
     });
   }
 
-  private answer(msg: Buffer): Buffer | null {
+  /** Sends the answer to `msg` (none when silenced), at once or, for a held name, once the hold is released. */
+  private respond(msg: Buffer, send: (reply: Buffer) => void): void {
+    const answered = this.answer(msg);
+    if (!answered) return;
+    const hold = this.held.get(answered.name);
+    if (!hold) return send(answered.reply);
+    hold.waiting.push(() => send(answered.reply));
+    hold.asked();
+  }
+
+  private answer(msg: Buffer): { name: string; reply: Buffer } | null {
     let query: Packet;
     try {
       query = dnsPacket.decode(msg);
@@ -95,7 +106,8 @@ export class TestDnsServer {
     this.queries.push({ name, type: q.type });
     if (this.silent || this.silenced.has(`${name}|*`) || this.silenced.has(`${name}|${q.type}`)) return null;
     // dns-packet encodes the rcode only through the low four bits of `flags`.
-    const reply = (rcode: number, answers: Answer[] = []) =>
+    const reply = (rcode: number, answers: Answer[] = []) => ({ name, reply: encode(rcode, answers) });
+    const encode = (rcode: number, answers: Answer[]) =>
       dnsPacket.encode({
         id: query.id,
         type: 'response',
@@ -145,10 +157,31 @@ export class TestDnsServer {
     else this.silenced.delete(key);
   }
 
+  /**
+   * Holds the answers to queries for `name` until `release()`: `asked` resolves once the first query for it came in,
+   * so a test can act while a lookup is under way.
+   */
+  hold(name: string): { asked: Promise<void>; release(): void } {
+    const key = name.toLowerCase().replace(/\.$/, '');
+    let asked!: () => void;
+    const arrived = new Promise<void>((resolve) => (asked = resolve));
+    const hold = { asked, waiting: [] as (() => void)[] };
+    this.held.set(key, hold);
+    return {
+      asked: arrived,
+      release: () => {
+        if (this.held.get(key) === hold) this.held.delete(key);
+        for (const send of hold.waiting) send();
+      },
+    };
+  }
+
   clear(): void {
     this.zone.clear();
     this.failing.clear();
     this.silenced.clear();
+    for (const hold of this.held.values()) for (const send of hold.waiting) send();
+    this.held.clear();
     this.silent = false;
     this.queries = [];
   }
