@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /**
- * Builds dist/ once (as `npm run build` does; not when MAILSTEAD_TEST_BUILT=1 says the caller did), so the CLI and process tests spawn exactly what `npm start` and `npm run cli` run; and makes the
+ * Builds dist/ once (as `npm run build` does), so the CLI and process tests spawn exactly what `npm start` and `npm run cli` run; and makes the
  * workers trust the webhook test CA (tests/fixtures/webhook-tls/ca.pem). Node reads NODE_EXTRA_CA_CERTS only when a
  * process starts, so it is set here, in the main process, before vitest forks the workers, which inherit process.env.
  * The variable points at a bundle of the test CAs (webhook receivers, customer Postgres) and any file the environment
@@ -36,9 +36,6 @@ export default function setup(): void {
     renameSync(partial, bundle);
   }
   process.env.NODE_EXTRA_CA_CERTS = bundle;
-  // Built already by the caller (.ci/run builds once, then runs the SQLite and Postgres suites at once: two builds
-  // writing dist/ while the other suite's tests spawn it would race).
-  if (process.env.MAILSTEAD_TEST_BUILT === '1') return;
   execFileSync(process.execPath, ['node_modules/typescript/bin/tsc', '-p', 'tsconfig.json'], { cwd: root, stdio: 'inherit' });
   // The rest of `npm run build`: the dashboard's hashed browser assets.
   execFileSync(process.execPath, ['dist/scripts/build-dashboard.js'], { cwd: root, stdio: 'inherit' });
