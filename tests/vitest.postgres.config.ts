@@ -35,6 +35,8 @@ export const SQLITE_ONLY = [
   'tests/inbound.sqlite.test.ts',
   // npm run dev: the developer's local mode on a DATA_DIR (its dev-admin-token file, a database npm start made there).
   'tests/dev-mode.test.ts',
+  // The move from a DATA_DIR's SQLite file to a Postgres of its own (state copy): its source is the file itself.
+  'tests/state-move.test.ts',
 ];
 
 export default defineConfig({
