@@ -9,8 +9,9 @@ import { defineConfig } from 'vitest/config';
 export const SQLITE_ONLY = [
   // /metrics' scans on the checkpoint thread (the rest of /metrics runs on both engines).
   'tests/metrics.sqlite.test.ts',
-  // The group commit's batches, savepoints and WAL flushes (db/group-commit.ts).
+  // The group commit's batches, savepoints and WAL flushes (db/group-commit.ts); queues.sqlite: the queues' wake after them.
   'tests/group-commit.test.ts',
+  'tests/queues.sqlite.test.ts',
   // The one connection's units of work (db/sqlite-connection.ts).
   'tests/sqlite-connection.test.ts',
   // The WAL checkpoint thread and its own connection to DATA_DIR's file (db/checkpointer.ts).

@@ -1,6 +1,10 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { resolve } from 'node:path';
 import pg from 'pg';
+import { type Store, openDatabase } from '../../db/client.js';
+import { openPostgres } from '../../db/pg/state.js';
+import { pgTargetOf } from '../../server/app/state.js';
+import { parseStateUrl } from '../../server/shared/state-url.js';
 import { TEMPLATE_DATABASE } from './postgres-state-setup.js';
 import { PG_TEST_CA_FILE } from './postgres.js';
 
@@ -102,4 +106,14 @@ export async function stateClientOf(env: Record<string, string | undefined>): Pr
   const client = new pg.Client({ host: '127.0.0.1', port: server.port, user: server.user, password: server.password, database, ssl: false });
   await client.connect();
   return client;
+}
+
+/**
+ * The product's store opened in-process on the run's engine, for tests of db/ and the queues without a service:
+ * DATA_DIR's SQLite file (`npm test`), or a fresh state database of its own on a Postgres run.
+ */
+export async function openTestStore(dataDir: string): Promise<Store> {
+  const env = await stateEnv();
+  if (!env.STATE_URL) return openDatabase(dataDir);
+  return openPostgres(pgTargetOf(parseStateUrl(env.STATE_URL)), { poolSize: 4 });
 }
