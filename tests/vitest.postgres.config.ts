@@ -34,6 +34,8 @@ export const SQLITE_ONLY = [
   'tests/send-idempotency.sqlite.test.ts',
   // Inbound mail whose commit's WAL flush failed (the group commit's failure).
   'tests/inbound.sqlite.test.ts',
+  // The CLI refusing a DATA_DIR without its SQLite file (the rest of the CLI runs on both engines: cli.test.ts).
+  'tests/cli.sqlite.test.ts',
   // npm run dev: the developer's local mode on a DATA_DIR (its dev-admin-token file, a database npm start made there).
   'tests/dev-mode.test.ts',
 ];
