@@ -9,6 +9,8 @@ import { defineConfig } from 'vitest/config';
 export const SQLITE_ONLY = [
   // /metrics' scans on the checkpoint thread (the rest of /metrics runs on both engines).
   'tests/metrics.sqlite.test.ts',
+  // The dashboard overview's scans on the checkpoint thread (the rest of the overview runs on both engines).
+  'tests/dashboard-overview.sqlite.test.ts',
   // The group commit's batches, savepoints and WAL flushes (db/group-commit.ts); queues.sqlite: the queues' wake after them.
   'tests/group-commit.test.ts',
   'tests/queues.sqlite.test.ts',
