@@ -1,16 +1,20 @@
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { postSignIn } from './helpers/dashboard.js';
+import { onOtherConnection } from './helpers/service.js';
+import { stateRows } from './helpers/service-process.js';
+import { ensureState, stateEnvOfDataDir } from './helpers/test-state.js';
 
 /**
  * The operator contract of docs/api/decisions.md section 1, end to end: the CLI and the server as separate real processes on
  * one temporary DATA_DIR, the CLI's JSON on stdout and errors on stderr, the server's JSON log lines, and the API
- * answering with what the CLI wrote.
+ * answering with what the CLI wrote. On the run's engine: the state in DATA_DIR, or on a Postgres run in the state
+ * database named after DATA_DIR (every process here is given its STATE_URL), read and edited beside the CLI with
+ * stateRows and onOtherConnection. (The CLI refusing a DATA_DIR without a database file: cli.sqlite.test.ts.)
  */
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -48,15 +52,21 @@ interface Run {
 
 let dataDir: string;
 
-/** The environment handed to every process: nothing leaks in from the test runner's own. */
+/** The environment handed to every process: nothing leaks in from the test runner's own but where the run keeps state. */
 function env(extra: Record<string, string> = {}): Record<string, string> {
   return {
     PATH: process.env.PATH ?? '',
     HOME: process.env.HOME ?? tmpdir(),
     DATA_DIR: dataDir,
     MAIL_HOSTNAME: 'mx.mailstead.test',
+    ...stateEnvOfDataDir(dataDir),
     ...extra,
   };
+}
+
+/** Runs a write on the state beside the server and the CLI (DATA_DIR's file, or the state database they share). */
+async function stateWrite(query: string, params: unknown[]): Promise<void> {
+  await onOtherConnection({ dataDir, stateUrl: env().STATE_URL ?? null }, query, params);
 }
 
 function run(command: string, args: string[], timeoutMs = 60_000, extraEnv: Record<string, string> = {}): Promise<Run> {
@@ -204,6 +214,8 @@ let created: Created;
 
 beforeAll(async () => {
   dataDir = join(mkdtempSync(join(tmpdir(), 'mailstead-cli-')), 'data');
+  mkdirSync(dataDir, { mode: 0o700 });
+  await ensureState(env());
 });
 afterAll(async () => {
   await server?.stop('SIGKILL');
@@ -211,28 +223,6 @@ afterAll(async () => {
 });
 
 describe('first run', () => {
-  it('the CLI refuses a DATA_DIR that holds no database, naming the path, and creates nothing', async () => {
-    for (const args of [
-      ['accounts', 'list'],
-      ['accounts', 'create', '--name', 'Acme'],
-      ['admin-token', 'reset'],
-    ]) {
-      const res = await cli(...args);
-      expect(res.code, res.stderr).toBe(1);
-      expect(res.stdout).toBe('');
-      const lines = res.stderr.split('\n').filter((l) => l !== '');
-      expect(lines, res.stderr).toHaveLength(1);
-      expect(lines[0]).toContain(join(dataDir, 'mailstead.db'));
-      expect(existsSync(dataDir)).toBe(false);
-    }
-    // A directory that exists but holds no database is refused alike, and left empty.
-    mkdirSync(dataDir, { mode: 0o700 });
-    const res = await cli('accounts', 'list');
-    expect(res.code, res.stderr).toBe(1);
-    expect(res.stderr).toContain(join(dataDir, 'mailstead.db'));
-    expect(readdirSync(dataDir)).toEqual([]);
-  });
-
   it('the server starts on the empty DATA_DIR, creates the database, logs http.listening with its port and the admin token once', async () => {
     server = ServerProcess.start();
     origin = await server.listening();
@@ -310,12 +300,7 @@ describe('the other commands (node dist/server/app/cli.js)', () => {
     expect(sub.status, JSON.stringify(sub.body)).toBe(201);
     const reason =
       'Sending paused automatically by the reputation breaker: bounce rate 12.00% and complaint rate 0.00% over 50 recipients reached the paused tier (10% bounces or 0.5% complaints).';
-    const db = new Database(join(dataDir, 'mailstead.db'));
-    try {
-      db.prepare("UPDATE accounts SET suspended_by = 'breaker', suspended_reason = ?, suspended_at = ? WHERE id = ?").run(reason, Date.now(), sub.body.id);
-    } finally {
-      db.close();
-    }
+    await stateWrite("UPDATE accounts SET suspended_by = 'breaker', suspended_reason = ?, suspended_at = ? WHERE id = ?", [reason, Date.now(), sub.body.id]);
     const lift = await api<unknown>('POST', `/accounts/${sub.body.id}/suspend`, created.key, { suspended: false });
     expect(lift.status, JSON.stringify(lift.body)).toBe(409);
     expect(lift.body).toEqual({ error: { code: 'conflict', message: expect.any(String) } });
@@ -439,12 +424,11 @@ describe('webhooks commands', () => {
   const SEALED = 'sealed-secret-that-must-never-be-printed';
 
   /** Endpoints written as POST /webhooks stores them (the CLI reads rows; it never needs the secret). */
-  function insertEndpoint(accountId: string, opts: { id: string; createdAt: number; disabled?: boolean; events?: string[] }): void {
-    const db = new Database(join(dataDir, 'mailstead.db'));
-    try {
-      db.prepare(
-        'INSERT INTO webhook_endpoints (id, account_id, url, events, secret_sealed, active, failure_count, disabled_at, last_ping_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)',
-      ).run(
+  async function insertEndpoint(accountId: string, opts: { id: string; createdAt: number; disabled?: boolean; events?: string[] }): Promise<void> {
+    // `active` as text both engines read as a boolean ('1'/'0': SQLite's integer affinity, Postgres's boolean input).
+    await stateWrite(
+      'INSERT INTO webhook_endpoints (id, account_id, url, events, secret_sealed, active, failure_count, disabled_at, last_ping_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)',
+      [
         opts.id,
         accountId,
         `https://hooks.example.com/${opts.id}`,
@@ -454,20 +438,19 @@ describe('webhooks commands', () => {
         opts.disabled ? 10 : 0,
         opts.disabled ? opts.createdAt + 1000 : null,
         opts.createdAt,
-      );
-    } finally {
-      db.close();
-    }
+      ],
+    );
   }
 
-  const readEndpoint = (id: string) => {
-    const db = new Database(join(dataDir, 'mailstead.db'), { readonly: true });
-    try {
-      return db.prepare('SELECT active, failure_count AS failureCount, disabled_at AS disabledAt FROM webhook_endpoints WHERE id = ?').get(id);
-    } finally {
-      db.close();
-    }
-  };
+  /** The endpoint's row as stored, `active` as 1 or 0 on either engine. */
+  const readEndpoint = async (id: string) =>
+    (
+      await stateRows(
+        dataDir,
+        'SELECT CASE WHEN active THEN 1 ELSE 0 END AS active, failure_count AS "failureCount", disabled_at AS "disabledAt" FROM webhook_endpoints WHERE id = ?',
+        [id],
+      )
+    )[0];
 
   const older = '01950000-0000-7000-8000-000000000001';
   const newer = '01950000-0001-7000-8000-000000000002';
@@ -476,8 +459,8 @@ describe('webhooks commands', () => {
   it('webhooks list --account prints { data: [endpoint] } newest first, every field of the spec, never the secret', async () => {
     const sub = await api('POST', '/accounts', created.key, { name: 'Webhook owner' });
     expect(sub.status, JSON.stringify(sub.body)).toBe(201);
-    insertEndpoint(created.account.id, { id: older, createdAt: at });
-    insertEndpoint(created.account.id, { id: newer, createdAt: at + 60_000, disabled: true, events: ['email.bounced', 'ping'] });
+    await insertEndpoint(created.account.id, { id: older, createdAt: at });
+    await insertEndpoint(created.account.id, { id: newer, createdAt: at + 60_000, disabled: true, events: ['email.bounced', 'ping'] });
 
     const res = await cli('webhooks', 'list', '--account', created.account.id);
     expect(res.code, res.stderr).toBe(0);
@@ -510,19 +493,16 @@ describe('webhooks commands', () => {
   });
 
   it('webhooks enable --webhook switches a disabled endpoint back on (active, disabledAt null, failureCount 0), its waiting deliveries due now, prints it, and the API sees it', async () => {
-    expect(readEndpoint(newer)).toEqual({ active: 0, failureCount: 10, disabledAt: at + 61_000 });
+    expect(await readEndpoint(newer)).toEqual({ active: 0, failureCount: 10, disabledAt: at + 61_000 });
     // A delivery waiting for its 12-hour retry, and one already delivered.
     const later = Date.now() + 12 * 3_600_000;
-    const db = new Database(join(dataDir, 'mailstead.db'));
-    try {
-      const insert = db.prepare(
+    const insert = (...values: unknown[]) =>
+      stateWrite(
         "INSERT INTO webhook_deliveries (id, endpoint_id, account_id, event_type, data, attempts, delivered_at, next_attempt_at, created_at) VALUES (?, ?, ?, 'email.bounced', '{}', ?, ?, ?, ?)",
+        values,
       );
-      insert.run('01950000-0002-7000-8000-000000000001', newer, created.account.id, 5, null, later, at);
-      insert.run('01950000-0002-7000-8000-000000000002', newer, created.account.id, 1, at, null, at);
-    } finally {
-      db.close();
-    }
+    await insert('01950000-0002-7000-8000-000000000001', newer, created.account.id, 5, null, later, at);
+    await insert('01950000-0002-7000-8000-000000000002', newer, created.account.id, 1, at, null, at);
     const before = Date.now();
     const res = await cli('webhooks', 'enable', '--webhook', newer);
     expect(res.code, res.stderr).toBe(0);
@@ -536,18 +516,15 @@ describe('webhooks commands', () => {
       disabledAt: null,
       createdAt: '2026-03-10T12:01:00.000Z',
     });
-    expect(readEndpoint(newer)).toEqual({ active: 1, failureCount: 0, disabledAt: null });
-    const ro = new Database(join(dataDir, 'mailstead.db'), { readonly: true });
-    try {
-      const rows = ro.prepare('SELECT next_attempt_at AS nextAttemptAt FROM webhook_deliveries WHERE endpoint_id = ? ORDER BY id').all(newer) as {
-        nextAttemptAt: number | null;
-      }[];
-      expect(rows[0]!.nextAttemptAt).toBeGreaterThanOrEqual(before);
-      expect(rows[0]!.nextAttemptAt).toBeLessThanOrEqual(Date.now());
-      expect(rows[1]!.nextAttemptAt).toBeNull();
-    } finally {
-      ro.close();
-    }
+    expect(await readEndpoint(newer)).toEqual({ active: 1, failureCount: 0, disabledAt: null });
+    const rows = await stateRows<{ nextAttemptAt: number | null }>(
+      dataDir,
+      'SELECT next_attempt_at AS "nextAttemptAt" FROM webhook_deliveries WHERE endpoint_id = ? ORDER BY id',
+      [newer],
+    );
+    expect(rows[0]!.nextAttemptAt).toBeGreaterThanOrEqual(before);
+    expect(rows[0]!.nextAttemptAt).toBeLessThanOrEqual(Date.now());
+    expect(rows[1]!.nextAttemptAt).toBeNull();
     const seen = await api<EndpointBody>('GET', `/webhooks/${newer}`, created.key);
     expect(seen.status, JSON.stringify(seen.body)).toBe(200);
     expect(seen.body).toMatchObject({ id: newer, active: true, failureCount: 0, disabledAt: null });
@@ -580,22 +557,20 @@ describe('database status', () => {
   const PASSWORD = 'pw-that-must-never-be-printed';
 
   /** A connected database and waiting writes, as POST /database and the writer's outbox store them. */
-  function insertDatabase(accountId: string, at: number): void {
-    const db = new Database(join(dataDir, 'mailstead.db'));
-    try {
-      db.prepare(
-        `INSERT INTO customer_databases (account_id, connection_id, url_sealed, host, port, database, user, ssl_mode, state, schema_version, last_ok_at, last_error, last_error_kind, failures, next_attempt_at, updated_at, created_at)
-         VALUES (?, ?, ?, 'db.example.com', 5433, 'mail', 'app', 'verify', 'unreachable', 1, ?, 'could not connect: connection refused', 'connection', 3, ?, ?, ?)`,
-      ).run(accountId, '01950000-0000-7000-8000-0000000000c1', `sealed:${PASSWORD}`, at, at + 3_600_000, at + 1000, at);
-      const write = db.prepare(
+  async function insertDatabase(accountId: string, at: number): Promise<void> {
+    await stateWrite(
+      `INSERT INTO customer_databases (account_id, connection_id, url_sealed, host, port, database, "user", ssl_mode, state, schema_version, last_ok_at, last_error, last_error_kind, failures, next_attempt_at, updated_at, created_at)
+       VALUES (?, ?, ?, 'db.example.com', 5433, 'mail', 'app', 'verify', 'unreachable', 1, ?, 'could not connect: connection refused', 'connection', 3, ?, ?, ?)`,
+      [accountId, '01950000-0000-7000-8000-0000000000c1', `sealed:${PASSWORD}`, at, at + 3_600_000, at + 1000, at],
+    );
+    const write = (...values: unknown[]) =>
+      stateWrite(
         "INSERT INTO customer_db_writes (id, database_account_id, account_id, kind, payload_sealed, attempts, next_attempt_at, set_aside_at, created_at) VALUES (?, ?, ?, 'event', 'sealed', 0, ?, ?, ?)",
+        values,
       );
-      write.run('01950000-0000-7000-8000-0000000000d1', accountId, accountId, at, null, at);
-      write.run('01950000-0000-7000-8000-0000000000d2', accountId, accountId, at, null, at);
-      write.run('01950000-0000-7000-8000-0000000000d3', accountId, accountId, at, at, at);
-    } finally {
-      db.close();
-    }
+    await write('01950000-0000-7000-8000-0000000000d1', accountId, accountId, at, null, at);
+    await write('01950000-0000-7000-8000-0000000000d2', accountId, accountId, at, null, at);
+    await write('01950000-0000-7000-8000-0000000000d3', accountId, accountId, at, at, at);
   }
 
   it("prints the status the API answers for the account (its own database, else its parent's), never the URL", async () => {
@@ -605,7 +580,7 @@ describe('database status', () => {
     const sub = await api('POST', '/accounts', owner.key, { name: 'Uses the parent database' });
     expect(sub.status, JSON.stringify(sub.body)).toBe(201);
     expect(await cliOk('database', 'status', '--account', owner.account.id)).toMatchObject({ connected: false, host: null, pending: 0 });
-    insertDatabase(owner.account.id, at);
+    await insertDatabase(owner.account.id, at);
 
     const res = await cli('database', 'status', '--account', owner.account.id);
     expect(res.code, res.stderr).toBe(0);
@@ -641,9 +616,11 @@ describe('database status', () => {
 
 describe('help and version: stdout, exit 0, no database needed', () => {
   const emptyDir = () => join(dataDir, '..', 'no-database');
+  // On a Postgres run, the STATE_URL of a state database never made.
+  const noDatabase = () => ({ DATA_DIR: emptyDir(), ...stateEnvOfDataDir(emptyDir()) });
 
   it.each([[['--help']], [['help']], [['-h']], [['accounts', 'list', '--help']]])('%j prints the usage on stdout and exits 0', async (args) => {
-    const res = await run(process.execPath, ['dist/server/app/cli.js', ...args], 60_000, { DATA_DIR: emptyDir() });
+    const res = await run(process.execPath, ['dist/server/app/cli.js', ...args], 60_000, noDatabase());
     expect(res.code, res.stderr).toBe(0);
     expect(res.stderr).toBe('');
     expect(res.stdout).toMatch(/^usage: mailstead <command>/);
@@ -653,7 +630,7 @@ describe('help and version: stdout, exit 0, no database needed', () => {
 
   it('--version prints the version of package.json and exits 0', async () => {
     const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string };
-    const res = await run(process.execPath, ['dist/server/app/cli.js', '--version'], 60_000, { DATA_DIR: emptyDir() });
+    const res = await run(process.execPath, ['dist/server/app/cli.js', '--version'], 60_000, noDatabase());
     expect(res.code, res.stderr).toBe(0);
     expect(res.stderr).toBe('');
     expect(res.stdout).toBe(`${pkg.version}\n`);

@@ -1,9 +1,10 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
+import { sql } from 'drizzle-orm';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { type SqliteStore, clientOf, databasePath, openDatabase } from '../db/client.js';
+import type { Store } from '../db/client.js';
+import { execute, queryRow } from '../db/sql.js';
 import {
   TEMPLATE_HEADS_CACHED,
   type TemplateInput,
@@ -14,24 +15,27 @@ import {
   templateHeadsCached,
 } from '../server/core/own-templates.js';
 import { FakeClock } from './helpers/clock.js';
+import { type OtherConnection, openTestStore, otherConnectionTo, plainSql, stateOnPostgres } from './helpers/test-state.js';
 
 /**
  * A send's template lookup (which template, which version, which layout) is kept per account, parent and name while the
  * `templates` change counter stands still; triggers raise it on every change to templates, their versions and accounts'
  * parents (db/migrations/0018_templates_change_counter.sql). Each change is made here, by this process or by another
- * connection (the CLI, an operator's sqlite3), and the very next send must render what it made.
+ * connection (the CLI, an operator's sqlite3 or psql), and the very next send must render what it made. On the run's
+ * engine: DATA_DIR's SQLite file and a second connection to it, or a Postgres state database and a second client.
  */
 
 let dir: string;
-let store: SqliteStore;
-let other: Database.Database;
+let store: Store;
+let other: OtherConnection;
 const clock = new FakeClock(Date.UTC(2026, 10, 28));
 
-const run = (db: Database.Database, statement: string, ...params: unknown[]) => db.prepare(statement).run(...params);
+const run = async (on: OtherConnection | 'here', statement: string, ...params: unknown[]) =>
+  on === 'here' ? await execute(store.db, plainSql(statement, params)) : await on.query(statement, params);
 
-function account(db: Database.Database, id: string, parentId: string | null = null): void {
-  run(
-    db,
+async function account(on: OtherConnection | 'here', id: string, parentId: string | null = null): Promise<void> {
+  await run(
+    on,
     `insert into accounts (id, parent_id, name, created_at, daily_quota, sent_today_count, total_sent, total_bounced, total_complained,
        credits_balance, credits_total_purchased, credits_total_used, grace_emails_used) values (?, ?, ?, 0, 1000, 0, 0, 0, 0, 0, 0, 0, 0)`,
     id,
@@ -59,19 +63,17 @@ async function sent(who: { id: string; parentId: string | null }, name: string):
   return resolved ? { version: resolved.version, html: resolved.compiled.render({ name: 'Ada' }).html } : null;
 }
 
-beforeEach(() => {
+beforeEach(async () => {
   dir = mkdtempSync(join(tmpdir(), 'mailstead-template-cache-'));
-  store = openDatabase(dir);
-  other = new Database(databasePath(dir));
-  other.pragma('foreign_keys = ON');
-  other.pragma('busy_timeout = 5000');
-  account(clientOf(store.db), 'acct-a');
-  account(clientOf(store.db), 'acct-sub', 'acct-a');
+  store = await openTestStore(dir);
+  other = await otherConnectionTo(store, dir);
+  await account('here', 'acct-a');
+  await account('here', 'acct-sub', 'acct-a');
 });
 
-afterEach(() => {
-  other.close();
-  store.close();
+afterEach(async () => {
+  await other.close();
+  await store.close();
   rmSync(dir, { recursive: true, force: true });
 });
 
@@ -112,33 +114,33 @@ describe('a send sees at once what this process changed', () => {
   });
 });
 
-describe('a send sees at once what another connection (the CLI, sqlite3) changed', () => {
+describe('a send sees at once what another connection (the CLI, sqlite3, psql) changed', () => {
   beforeEach(async () => {
     await createTemplate(store.db, clock, top, 'greeting', template('<p>One {{ name }}</p>'));
     expect((await sent(top, 'greeting'))?.version).toBe(1);
   });
 
   it('a version added and made current', async () => {
-    run(
+    await run(
       other,
       `insert into template_versions (template_id, version, subject, html, text, layout, variables, created_at)
        select template_id, 2, subject, '<p>Two {{ name }}</p>', text, layout, variables, created_at from template_versions where version = 1`,
     );
-    run(other, `update templates set version = 2 where name = 'greeting'`);
+    await run(other, `update templates set version = 2 where name = 'greeting'`);
     expect(await sent(top, 'greeting')).toMatchObject({ version: 2, html: expect.stringContaining('Two Ada') });
   });
 
   it('the template deleted, with the account that owned it', async () => {
-    run(other, `delete from templates where name = 'greeting'`);
+    await run(other, `delete from templates where name = 'greeting'`);
     expect(await sent(top, 'greeting')).toBeNull();
     await createTemplate(store.db, clock, top, 'greeting', template('<p>Back {{ name }}</p>'));
     expect((await sent(top, 'greeting'))?.html).toContain('Back Ada');
-    run(other, `delete from accounts where id = 'acct-a'`);
+    await run(other, `delete from accounts where id = 'acct-a'`);
     expect(await sent(top, 'greeting')).toBeNull();
   });
 
   it('the template renamed', async () => {
-    run(other, `update templates set name = 'hi-note' where name = 'greeting'`);
+    await run(other, `update templates set name = 'hi-note' where name = 'greeting'`);
     expect(await sent(top, 'greeting')).toBeNull();
     expect((await sent(top, 'hi-note'))?.html).toContain('One Ada');
   });
@@ -148,29 +150,30 @@ it('the lookup is served from memory while the counter stands still, and read ag
   await createTemplate(store.db, clock, top, 'greeting', template('<p>One {{ name }}</p>'));
   expect((await sent(top, 'greeting'))?.version).toBe(1);
   // A change the triggers cannot see (they are dropped for it): the kept lookup still answers, which shows it is kept.
-  run(other, `drop trigger templates_changed_templates_update`);
-  run(other, `drop trigger templates_changed_template_versions_insert`);
-  run(
+  const on = store.engine === 'postgres' ? { update: ' on templates', insert: ' on template_versions' } : { update: '', insert: '' };
+  await run(other, `drop trigger templates_changed_templates_update${on.update}`);
+  await run(other, `drop trigger templates_changed_template_versions_insert${on.insert}`);
+  await run(
     other,
     `insert into template_versions (template_id, version, subject, html, text, layout, variables, created_at)
      select template_id, 2, subject, '<p>Two {{ name }}</p>', text, layout, variables, created_at from template_versions where version = 1`,
   );
-  run(other, `update templates set version = 2 where name = 'greeting'`);
+  await run(other, `update templates set version = 2 where name = 'greeting'`);
   expect((await sent(top, 'greeting'))?.version).toBe(1);
-  run(other, `update change_counters set n = n + 1 where name = 'templates'`);
+  await run(other, `update change_counters set n = n + 1 where name = 'templates'`);
   expect(await sent(top, 'greeting')).toMatchObject({ version: 2, html: expect.stringContaining('Two Ada') });
 });
 
 it('writes that change no lookup leave the counter alone (a send updates its account every time)', async () => {
-  const counter = () => clientOf(store.db).prepare(`select n from change_counters where name = 'templates'`).pluck().get() as number;
+  const counter = async () => (await queryRow<{ n: number }>(store.db, sql`select n from change_counters where name = 'templates'`))!.n;
   await createTemplate(store.db, clock, top, 'greeting', template('<p>One {{ name }}</p>'));
-  const before = counter();
-  run(other, `update accounts set total_sent = total_sent + 1, sent_today_count = sent_today_count + 1, credits_balance = 5 where id = 'acct-a'`);
-  run(other, `update templates set updated_at = 5 where name = 'greeting'`);
+  const before = await counter();
+  await run(other, `update accounts set total_sent = total_sent + 1, sent_today_count = sent_today_count + 1, credits_balance = 5 where id = 'acct-a'`);
+  await run(other, `update templates set updated_at = 5 where name = 'greeting'`);
   expect((await sent(top, 'greeting'))?.version).toBe(1);
-  expect(counter()).toBe(before);
-  run(other, `update accounts set parent_id = null where id = 'acct-sub'`);
-  expect(counter()).toBe(before + 1);
+  expect(await counter()).toBe(before);
+  await run(other, `update accounts set parent_id = null where id = 'acct-sub'`);
+  expect(await counter()).toBe(before + 1);
 });
 
 it('sends naming made-up templates cannot grow the cache without bound: past its bound it starts again, answers unchanged', async () => {
@@ -182,4 +185,5 @@ it('sends naming made-up templates cannot grow the cache without bound: past its
   expect((await sent(top, 'greeting'))?.version).toBe(1);
   await replaceTemplate(store.db, clock, top, 'greeting', template('<p>Two {{ name }}</p>'));
   expect((await sent(top, 'greeting'))?.version).toBe(2);
-});
+  // On Postgres each of these sends is two round trips to the server or more: longer than the suite's 20 s default.
+}, stateOnPostgres() ? 180_000 : undefined);

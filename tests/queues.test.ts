@@ -4,16 +4,20 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
 import { integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
-import { type SqliteStore, openDatabase } from '../db/client.js';
-import { createGroupCommit } from '../db/group-commit.js';
+import type { Store } from '../db/client.js';
+import { transactionCommits } from '../db/group-commit.js';
 import { markQueued, onQueueMarked } from '../db/queue-wake.js';
+import { execute } from '../db/sql.js';
 import { sqliteLeases } from '../server/queues/lease-table.js';
 import { createQueueWorker, createRunner } from '../server/queues/runner.js';
 import { takeInTurns } from '../server/queues/turns.js';
+import { openTestStore } from './helpers/test-state.js';
 
 /**
  * The durable-queue mechanism (server/queues/): accounts in turn, the lease operations written once over a table
- * description, the wake after a durable commit (db/queue-wake.ts) and the runner's stop.
+ * description, the wake after a durable commit (db/queue-wake.ts) and the runner's stop, on the run's engine (SQLite in
+ * DATA_DIR, or a state database of its own on a Postgres run). The wake after the group commit's flush, SQLite's own,
+ * is in queues.sqlite.test.ts.
  */
 
 describe('takeInTurns: every list’s first, then every list’s second..., up to the limit', () => {
@@ -54,16 +58,18 @@ const leases = sqliteLeases({
 });
 
 let dataDir: string;
-let store: SqliteStore;
+let store: Store;
 
-beforeEach(() => {
+beforeEach(async () => {
   dataDir = mkdtempSync(join(tmpdir(), 'mailstead-queues-'));
-  store = openDatabase(dataDir);
-  store.sqlite.exec('create table probe (id text primary key, status text not null, locked_by text, locked_until integer)');
+  store = await openTestStore(dataDir);
+  // The probe as a migration would make it on each engine (a time in ms is a bigint on Postgres).
+  const integer = store.engine === 'postgres' ? 'bigint' : 'integer';
+  await execute(store.db, sql.raw(`create table probe (id text primary key, status text not null, locked_by text, locked_until ${integer})`));
 });
 
-afterEach(() => {
-  store.close();
+afterEach(async () => {
+  await store.close();
   rmSync(dataDir, { recursive: true, force: true });
 });
 
@@ -153,26 +159,26 @@ describe('the wake after a durable commit', () => {
     expect(heard.sort()).toEqual(['recipients', 'webhooks']);
   });
 
-  it('wakes a mark made in a job of the group commit only once its batch is flushed, never for a job rolled back', async () => {
-    const flushes: (() => void)[] = [];
-    const commits = createGroupCommit(store, () => new Promise<void>((resolve) => flushes.push(resolve)));
+  it('wakes a mark made in a job of the commits a Postgres server runs (one transaction each) once it committed, never for a job rolled back', async () => {
+    const commits = transactionCommits(store.db);
     const heard: string[] = [];
     onQueueMarked(store.db, 'webhooks', () => heard.push('webhooks'));
     onQueueMarked(store.db, 'recipients', () => heard.push('recipients'));
     const order: string[] = [];
-    const ok = commits.run((db) => markQueued(db, 'webhooks')).then(() => order.push(`resolved after ${heard.length} wake(s)`));
-    const failed = commits.run((db) => {
+    const ok = commits.run(async (db) => {
+      markQueued(db, 'webhooks');
+      for (let i = 0; i < 5; i++) await ticks();
+      order.push(`marked, ${heard.length} wake(s) before the commit`);
+    });
+    const failed = commits.run(async (db) => {
       markQueued(db, 'recipients');
       throw new Error('refused');
     });
     await expect(failed).rejects.toThrow('refused');
-    await expect.poll(() => flushes.length).toBe(1);
-    for (let i = 0; i < 5; i++) await ticks();
-    expect(heard).toEqual([]); // committed, not yet durable
-    flushes[0]!();
     await ok;
+    for (let i = 0; i < 5; i++) await ticks();
     expect(heard).toEqual(['webhooks']);
-    expect(order).toEqual(['resolved after 1 wake(s)']); // woken before the writer goes on
+    expect(order).toEqual(['marked, 0 wake(s) before the commit']);
   });
 });
 

@@ -2,29 +2,31 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { type SqliteStore, openDatabase } from '../db/client.js';
+import type { Store } from '../db/client.js';
 import { accounts, customerDatabases, domainKeys, settings, webhookEndpoints } from '../db/schema/index.js';
 import { checkSecretKey, keyOffWarning } from '../server/app/secret-key-check.js';
 import { encryptSecret } from '../server/shared/secrets.js';
+import { openTestStore } from './helpers/test-state.js';
 
 /**
  * The start's check of the secret key against DATA_DIR's secrets (server/app/secret-key-check.ts): a key is recorded on
  * the first start, and a later start with another key is a mismatch; data from before the record is judged by a
  * sealed secret of each kind; SECRET_KEY=off counts what it leaves unreadable. (The exit line: tests/config.test.ts.)
+ * On the run's engine: DATA_DIR's SQLite file, or a state database of its own on a Postgres run.
  */
 
 const A = Buffer.alloc(32, 1);
 const B = Buffer.alloc(32, 2);
 let dir: string;
-let store: SqliteStore;
+let store: Store;
 
 beforeEach(async () => {
   dir = mkdtempSync(join(tmpdir(), 'mailstead-key-check-'));
-  store = openDatabase(dir);
+  store = await openTestStore(dir);
   await store.db.insert(accounts).values({ id: 'acc-1', name: 'Acme', dailyQuota: 1000, createdAt: 1 });
 });
-afterEach(() => {
-  store.close();
+afterEach(async () => {
+  await store.close();
   rmSync(dir, { recursive: true, force: true });
 });
 

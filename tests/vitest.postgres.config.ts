@@ -9,8 +9,11 @@ import { defineConfig } from 'vitest/config';
 export const SQLITE_ONLY = [
   // /metrics' scans on the checkpoint thread (the rest of /metrics runs on both engines).
   'tests/metrics.sqlite.test.ts',
-  // The group commit's batches, savepoints and WAL flushes (db/group-commit.ts).
+  // The dashboard overview's scans on the checkpoint thread (the rest of the overview runs on both engines).
+  'tests/dashboard-overview.sqlite.test.ts',
+  // The group commit's batches, savepoints and WAL flushes (db/group-commit.ts); queues.sqlite: the queues' wake after them.
   'tests/group-commit.test.ts',
+  'tests/queues.sqlite.test.ts',
   // The one connection's units of work (db/sqlite-connection.ts).
   'tests/sqlite-connection.test.ts',
   // The WAL checkpoint thread and its own connection to DATA_DIR's file (db/checkpointer.ts).
@@ -33,6 +36,8 @@ export const SQLITE_ONLY = [
   'tests/send-idempotency.sqlite.test.ts',
   // Inbound mail whose commit's WAL flush failed (the group commit's failure).
   'tests/inbound.sqlite.test.ts',
+  // The CLI refusing a DATA_DIR without its SQLite file (the rest of the CLI runs on both engines: cli.test.ts).
+  'tests/cli.sqlite.test.ts',
   // npm run dev: the developer's local mode on a DATA_DIR (its dev-admin-token file, a database npm start made there).
   'tests/dev-mode.test.ts',
   // The move from a DATA_DIR's SQLite file to a Postgres of its own (state copy): its source is the file itself.

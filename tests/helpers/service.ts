@@ -8,7 +8,8 @@ import { insertKey } from '../../server/core/keys.js';
 import { SCOPES, type Scope } from '../../server/core/scopes.js';
 import type { Deps } from '../../server/core/deps.js';
 import { createDeps } from '../../server/app/deps.js';
-import { openDatabase, type SqliteStore, type Store } from '../../db/client.js';
+import type { SqliteStore, Store } from '../../db/client.js';
+import { openStore } from '../../server/app/state.js';
 import type { Scans } from '../../db/scans.js';
 import { type HttpServerOptions, listenHttp } from '../../server/app/http-serve.js';
 import { createMemoryLogger } from '../../server/shared/logger.js';
@@ -61,7 +62,7 @@ export interface TestService {
  */
 export async function startService(
   env: Record<string, string> = {},
-  opts: { http?: Omit<HttpServerOptions, 'logger'>; scans?: (store: SqliteStore, logger: ReturnType<typeof createMemoryLogger>) => Scans } = {},
+  opts: { http?: Omit<HttpServerOptions, 'logger'>; scans?: (store: Store, logger: ReturnType<typeof createMemoryLogger>) => Scans } = {},
 ): Promise<TestService> {
   const dataDir = mkdtempSync(join(tmpdir(), 'mailstead-test-'));
   const state = env.STATE_URL === undefined ? await stateEnv(env) : {};
@@ -82,8 +83,9 @@ export async function startService(
   });
   const clock = new FakeClock();
   const logger = createMemoryLogger();
-  // `scans` puts the reads that walk many rows where a test says, as main puts them on the checkpoint thread.
-  const store = opts.scans ? openDatabase(config.dataDir) : undefined;
+  // `scans` puts the reads that walk many rows where a test says, as main puts them on the checkpoint thread (on the
+  // run's engine: the store is opened as the server opens it).
+  const store = opts.scans ? await openStore(config) : undefined;
   const deps = await createDeps(config, clock, logger, store && opts.scans ? { store, scans: opts.scans(store, logger) } : {});
   const http = await listenHttp(createApp(deps), '127.0.0.1', 0, { maxConnectionsPerAddress: 1024, ...opts.http, logger });
   const url = `http://127.0.0.1:${http.port}`;

@@ -1,6 +1,12 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { resolve } from 'node:path';
+import Database from 'better-sqlite3';
+import { type SQL, sql } from 'drizzle-orm';
 import pg from 'pg';
+import { type Store, databasePath, openDatabase } from '../../db/client.js';
+import { openPostgres } from '../../db/pg/state.js';
+import { pgTargetOf } from '../../server/app/state.js';
+import { parseStateUrl } from '../../server/shared/state-url.js';
 import { TEMPLATE_DATABASE } from './postgres-state-setup.js';
 import { PG_TEST_CA_FILE } from './postgres.js';
 
@@ -102,4 +108,62 @@ export async function stateClientOf(env: Record<string, string | undefined>): Pr
   const client = new pg.Client({ host: '127.0.0.1', port: server.port, user: server.user, password: server.password, database, ssl: false });
   await client.connect();
   return client;
+}
+
+/**
+ * The product's store opened in-process on the run's engine, for tests of db/ and the queues without a service:
+ * DATA_DIR's SQLite file (`npm test`), or a fresh state database of its own on a Postgres run.
+ */
+export async function openTestStore(dataDir: string): Promise<Store> {
+  const env = await stateEnv();
+  if (!env.STATE_URL) return openDatabase(dataDir);
+  return openPostgres(pgTargetOf(parseStateUrl(env.STATE_URL)), { poolSize: 4 });
+}
+
+/** Plain SQL with `?` for each parameter (as both engines' tests write it), as a drizzle `sql` for db/sql.ts's runners. */
+export function plainSql(statement: string, params: readonly unknown[] = []): SQL {
+  const parts = statement.split('?');
+  if (parts.length !== params.length + 1) throw new Error(`${params.length} parameters for ${parts.length - 1} placeholders: ${statement}`);
+  return sql.join(parts.flatMap((part, i) => (i < params.length ? [sql.raw(part), sql.param(params[i])] : [sql.raw(part)])));
+}
+
+/** A connection of its own on a store's state, beside the product's handle: what the CLI or an operator's sqlite3/psql is. */
+export interface OtherConnection {
+  /** Runs plain SQL, `?` for each parameter; its rows (none for a write), a bigint as a number. */
+  query<T = unknown>(statement: string, params?: readonly unknown[]): Promise<T[]>;
+  close(): Promise<void>;
+}
+
+/**
+ * Another connection to the state `store` (openTestStore on `dataDir`) keeps: a second better-sqlite3 connection to
+ * DATA_DIR's file (foreign keys on, busy_timeout set), or a client of its own on the same Postgres database.
+ */
+export async function otherConnectionTo(store: Store, dataDir: string): Promise<OtherConnection> {
+  if (store.engine === 'postgres') {
+    const { host, port, database, user, password, ssl } = store.pool.options;
+    const client = new pg.Client({ host, port, database, user, password, ssl });
+    await client.connect();
+    const types = { getTypeParser: (oid: number, format?: string) => (oid === 20 ? Number : pg.types.getTypeParser(oid, format as 'text')) };
+    return {
+      query: async <T>(statement: string, params: readonly unknown[] = []) => {
+        let n = 0;
+        return (await client.query({ text: statement.replace(/\?/g, () => `$${++n}`), values: [...params], types })).rows as T[];
+      },
+      close: () => client.end(),
+    };
+  }
+  const other = new Database(databasePath(dataDir));
+  other.pragma('foreign_keys = ON');
+  other.pragma('busy_timeout = 5000');
+  return {
+    query: async <T>(statement: string, params: readonly unknown[] = []) => {
+      const prepared = other.prepare(statement);
+      if (prepared.reader) return prepared.all(...params) as T[];
+      prepared.run(...params);
+      return [];
+    },
+    close: async () => {
+      other.close();
+    },
+  };
 }
