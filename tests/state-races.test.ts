@@ -1,4 +1,5 @@
 import { eq } from 'drizzle-orm';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { accounts, emails, outboundMessages } from '../db/schema/index.js';
 import { claimDueRecipients } from '../mta/delivery-queue.js';
@@ -173,5 +174,50 @@ describe.each(['sqlite', 'postgres'] as const)('on %s', (engine) => {
       const left = await service().deps.db.select({ id: outboundMessages.id }).from(outboundMessages).where(eq(outboundMessages.id, ours[0]!.message.id));
       expect(left).toEqual([]);
     }
+  });
+});
+
+describe('the delivery claim on Postgres', () => {
+  const pgService = () => services.postgres!;
+  const ours = (claimed: Awaited<ReturnType<typeof claimDueRecipients>>, accountId: string) =>
+    claimed.filter((j) => j.recipient.accountId === accountId).map((j) => j.recipient.id);
+
+  it('passes over the recipients another transaction holds, without waiting for it, and takes them once it ends', async () => {
+    const s = await newSender(pgService(), { credits: 100 });
+    const to = Array.from({ length: 6 }, (_, i) => `held${i}@example.net`);
+    expect((await sendEmail(pgService(), s.key, receipt(s.from, to))).status).toBe(200);
+    const client = new pg.Client({ host: '127.0.0.1', port: postgres.port, user: postgres.user, password: postgres.password, database: 'races', ssl: false });
+    await client.connect();
+    try {
+      await client.query('begin');
+      const held = (
+        await client.query<{ id: string }>('select id from outbound_recipients where account_id = $1 order by id limit 2 for update', [s.account.id])
+      ).rows.map((r) => r.id);
+      expect(held).toHaveLength(2);
+      // SKIP LOCKED: the claim answers while the other transaction still holds its two rows.
+      const claim = claimDueRecipients(pgService().deps.db, 'host-skip:1:a', pgService().clock.now(), 60_000, 10_000);
+      const first = await Promise.race([claim, new Promise<'waited'>((r) => setTimeout(() => r('waited'), 5_000))]);
+      expect(first).not.toBe('waited');
+      const taken = ours(first as Awaited<typeof claim>, s.account.id);
+      expect(taken).toHaveLength(4);
+      expect(taken.filter((id) => held.includes(id))).toEqual([]);
+      await client.query('commit');
+      const rest = ours(await claimDueRecipients(pgService().deps.db, 'host-skip:1:b', pgService().clock.now(), 60_000, 10_000), s.account.id);
+      expect(rest.sort()).toEqual([...held].sort());
+    } finally {
+      await client.end();
+    }
+  });
+
+  it('claims at once on two workers take every due recipient once', async () => {
+    const s = await newSender(pgService(), { credits: 100 });
+    const to = Array.from({ length: 40 }, (_, i) => `both${i}@example.net`);
+    expect((await sendEmail(pgService(), s.key, receipt(s.from, to))).status).toBe(200);
+    const now = pgService().clock.now();
+    const [a, b] = await Promise.all(
+      ['host-two:1:a', 'host-two:1:b'].map(async (worker) => ours(await claimDueRecipients(pgService().deps.db, worker, now, 60_000, 10_000), s.account.id)),
+    );
+    expect(a!.filter((id) => b!.includes(id))).toEqual([]);
+    expect(a!.length + b!.length).toBe(40);
   });
 });
