@@ -150,13 +150,17 @@ it('writes that decide nothing about receiving leave the cache alone (sends upda
   expect(await counter()).toBe(before + 1);
 });
 
-it('a client trying made-up names cannot grow the cache without bound: past its bound it starts again, answers unchanged', async () => {
-  for (let i = 0; i < RECEIVING_CACHE_DOMAINS * 2 + 10; i++) {
-    expect(await judged(`x@made-up-${i}.example`)).toEqual(refused);
-    expect(receivingCacheSize(store.db)).toBeLessThanOrEqual(RECEIVING_CACHE_DOMAINS);
-  }
-  expect(await judged('x@a.example')).toEqual(mailbox('x@a.example', 'acct-a'));
-  await run(elsewhere, `update domains set record_status = ? where id = 'dom-a'`, NOT_RECEIVING);
-  expect(await judged('x@a.example')).toEqual(refused);
-  // On Postgres each of these 20,010 RCPTs is two round trips to the server: longer than the suite's 20 s default.
-}, stateOnPostgres() ? 180_000 : undefined);
+it(
+  'a client trying made-up names cannot grow the cache without bound: past its bound it starts again, answers unchanged',
+  async () => {
+    for (let i = 0; i < RECEIVING_CACHE_DOMAINS * 2 + 10; i++) {
+      expect(await judged(`x@made-up-${i}.example`)).toEqual(refused);
+      expect(receivingCacheSize(store.db)).toBeLessThanOrEqual(RECEIVING_CACHE_DOMAINS);
+    }
+    expect(await judged('x@a.example')).toEqual(mailbox('x@a.example', 'acct-a'));
+    await run(elsewhere, `update domains set record_status = ? where id = 'dom-a'`, NOT_RECEIVING);
+    expect(await judged('x@a.example')).toEqual(refused);
+    // On Postgres each of these 20,010 RCPTs is two round trips to the server: longer than the suite's 20 s default.
+  },
+  stateOnPostgres() ? 180_000 : undefined,
+);

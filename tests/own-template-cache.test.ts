@@ -176,14 +176,18 @@ it('writes that change no lookup leave the counter alone (a send updates its acc
   expect(await counter()).toBe(before + 1);
 });
 
-it('sends naming made-up templates cannot grow the cache without bound: past its bound it starts again, answers unchanged', async () => {
-  await createTemplate(store.db, clock, top, 'greeting', template('<p>One {{ name }}</p>'));
-  for (let i = 0; i < TEMPLATE_HEADS_CACHED * 2 + 10; i++) {
-    expect(await sent(top, `made-up-${i}`)).toBeNull();
-    expect(templateHeadsCached(store.db)).toBeLessThanOrEqual(TEMPLATE_HEADS_CACHED);
-  }
-  expect((await sent(top, 'greeting'))?.version).toBe(1);
-  await replaceTemplate(store.db, clock, top, 'greeting', template('<p>Two {{ name }}</p>'));
-  expect((await sent(top, 'greeting'))?.version).toBe(2);
-  // On Postgres each of these sends is two round trips to the server or more: longer than the suite's 20 s default.
-}, stateOnPostgres() ? 180_000 : undefined);
+it(
+  'sends naming made-up templates cannot grow the cache without bound: past its bound it starts again, answers unchanged',
+  async () => {
+    await createTemplate(store.db, clock, top, 'greeting', template('<p>One {{ name }}</p>'));
+    for (let i = 0; i < TEMPLATE_HEADS_CACHED * 2 + 10; i++) {
+      expect(await sent(top, `made-up-${i}`)).toBeNull();
+      expect(templateHeadsCached(store.db)).toBeLessThanOrEqual(TEMPLATE_HEADS_CACHED);
+    }
+    expect((await sent(top, 'greeting'))?.version).toBe(1);
+    await replaceTemplate(store.db, clock, top, 'greeting', template('<p>Two {{ name }}</p>'));
+    expect((await sent(top, 'greeting'))?.version).toBe(2);
+    // On Postgres each of these sends is two round trips to the server or more: longer than the suite's 20 s default.
+  },
+  stateOnPostgres() ? 180_000 : undefined,
+);
