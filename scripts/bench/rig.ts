@@ -4,8 +4,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { ChildProcess } from 'node:child_process';
 import { eq } from 'drizzle-orm';
-import { openDatabase } from '../../db/client.js';
 import { domains } from '../../db/schema/index.js';
+import { openStore } from '../../server/app/state.js';
 import { systemClock } from '../../server/shared/clock.js';
 import { loadConfig } from '../../server/shared/config.js';
 import { createTopLevelAccount } from '../../server/core/accounts.js';
@@ -63,14 +63,15 @@ export async function startBenchRig(extraEnv: Record<string, string> = {}, given
     LOG_LEVEL: 'info',
     ...extraEnv,
   };
-  // The database exists before the service starts, so senders can be made beside it.
-  openDatabase(dataDir).close();
+  const config = loadConfig(env);
+  // The state exists (migrated) before the service starts, so senders can be made beside it: DATA_DIR's SQLite file,
+  // or the Postgres that extraEnv's STATE_URL names.
+  await (await openStore(config)).close();
   const { child, port } = await spawnListening(join(here, '../../server/app/main.js'), env, [
     ...serviceNodeFlags(),
     ...(process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean) ?? []),
   ]);
   const base = `http://127.0.0.1:${port}/api/v1`;
-  const config = loadConfig(env);
 
   return {
     dataDir,
@@ -80,7 +81,7 @@ export async function startBenchRig(extraEnv: Record<string, string> = {}, given
     pid: child.pid!,
     base,
     async newSender(name, domain) {
-      const store = openDatabase(dataDir);
+      const store = await openStore(config);
       try {
         const account = await createTopLevelAccount({ db: store.db, clock: systemClock, config }, { name, credits: 100_000_000 });
         const key = (await insertKey({ db: store.db, clock: systemClock }, { accountId: account.id, name: 'bench', scopes: SCOPES })).key;
@@ -94,7 +95,7 @@ export async function startBenchRig(extraEnv: Record<string, string> = {}, given
           .where(eq(domains.id, created.id));
         return { accountId: account.id, headers };
       } finally {
-        store.close();
+        await store.close();
       }
     },
     async close() {

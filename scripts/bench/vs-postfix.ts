@@ -1,4 +1,5 @@
 import { findPostfixTool, runSmtpSource, startBenchSink, startPrivatePostfix, type BenchSink } from './postfix.js';
+import { PG_TEST_CA_FILE, type TestPostgres, startPostgres } from '../lib/postgres.js';
 import { type DeliveryFigures, measureDelivery, startBenchRig } from './rig.js';
 
 /**
@@ -11,6 +12,9 @@ import { type DeliveryFigures, measureDelivery, startBenchRig } from './rig.js';
  * are a running server's, with V8's optimizing compiler done with the hot paths (a 300-message warm-up left
  * Mailstead's timed phase at 1.2-1.3 s of CPU per 1000 messages instead of 1.0; scripts/bench/README.md). Prints both
  * rates and the ratio, `BENCH_RUNS` times. Needs root and Debian's `postfix` package (smtp-sink, smtp-source, postfix).
+ * With `STATE_URL=postgresql://...` (an empty database of its own, `SECRET_KEY` beside it) or `BENCH_POSTGRES=embedded`
+ * (an embedded Postgres with TLS on loopback, started here), each run also times Mailstead with its state on that
+ * Postgres, into the same sink, and prints its ratio to the same Postfix figure (target 1.0x).
  * Run: npm run bench:vs-postfix   (env BENCH_MESSAGES, default 3000; BENCH_RUNS, default 3; BENCH_WARMUP, default N)
  */
 const total = Number(process.env.BENCH_MESSAGES ?? 3000);
@@ -19,6 +23,8 @@ const SESSIONS = 20;
 const WARMUP = Number(process.env.BENCH_WARMUP ?? total);
 const MESSAGE_BYTES = 5 * 1024;
 const TARGET = 1.5;
+/** With the state on Postgres (issue 36). */
+const TARGET_POSTGRES = 1.0;
 
 async function waitFor(done: () => boolean, what: string, ms = 300_000): Promise<void> {
   const until = Date.now() + ms;
@@ -54,8 +60,8 @@ async function postfixRate(postfix: string, source: string, sink: BenchSink): Pr
   }
 }
 
-async function mailsteadRate(sink: BenchSink): Promise<DeliveryFigures> {
-  const rig = await startBenchRig({}, sink);
+async function mailsteadRate(sink: BenchSink, stateEnv: Record<string, string> = {}): Promise<DeliveryFigures> {
+  const rig = await startBenchRig(stateEnv, sink);
   try {
     const { headers } = await rig.newSender('Bench', 'bench.example');
     await measureDelivery(rig, headers, WARMUP, SESSIONS);
@@ -77,22 +83,56 @@ async function main(): Promise<void> {
   console.log(
     `${total} messages of ~${MESSAGE_BYTES / 1024} KB each side, ${SESSIONS} connections to the sink, Postfix's smtp-sink on loopback (Node ${process.version})`,
   );
+  // The state on Postgres too: the one STATE_URL names, or an embedded one started here.
+  const started: TestPostgres | null =
+    process.env.STATE_URL === undefined && process.env.BENCH_POSTGRES === 'embedded' ? await startPostgres({ certificate: 'trusted' }) : null;
+  const stateUrl =
+    process.env.STATE_URL ??
+    (started
+      ? `postgresql://${started.user}:${started.password}@localhost:${started.port}/postgres?sslmode=verify-full&sslrootcert=${PG_TEST_CA_FILE}`
+      : undefined);
   let met = 0;
-  for (let run = 1; run <= runs; run++) {
-    const sink = await startBenchSink();
-    try {
-      const theirs = await postfixRate(postfix, source, sink);
-      const ours = await mailsteadRate(sink);
-      const ratio = ours.rate / theirs;
-      if (ratio >= TARGET) met++;
-      console.log(
-        `run ${run}: Postfix ${theirs.toFixed(0)} messages/s, Mailstead ${ours.rate.toFixed(0)} messages/s (DKIM-signed; CPU ${ours.cpuPer1000.toFixed(2)} s per 1000 (the benchmark's own process ${ours.loadCpuPer1000.toFixed(2)}), peak RSS ${ours.peakRssMb.toFixed(0)} MB, p99 send-to-delivered ${ours.p99} ms): ratio ${ratio.toFixed(2)}`,
-      );
-    } finally {
-      await sink.stop();
+  let metPostgres = 0;
+  const figures = (f: DeliveryFigures) =>
+    `CPU ${f.cpuPer1000.toFixed(2)} s per 1000 (the benchmark's own process ${f.loadCpuPer1000.toFixed(2)}), peak RSS ${f.peakRssMb.toFixed(0)} MB, p99 send-to-delivered ${f.p99} ms`;
+  try {
+    for (let run = 1; run <= runs; run++) {
+      const sink = await startBenchSink();
+      try {
+        const theirs = await postfixRate(postfix, source, sink);
+        const ours = await mailsteadRate(sink);
+        const ratio = ours.rate / theirs;
+        if (ratio >= TARGET) met++;
+        console.log(
+          `run ${run}: Postfix ${theirs.toFixed(0)} messages/s, Mailstead ${ours.rate.toFixed(0)} messages/s (DKIM-signed; ${figures(ours)}): ratio ${ratio.toFixed(2)}`,
+        );
+        if (stateUrl !== undefined) {
+          // A fresh database for each run (the embedded server's), or the one given, emptied by the caller between runs.
+          let url = stateUrl;
+          if (started) {
+            await started.admin(`create database vs_postfix_${run}`);
+            url = stateUrl.replace('/postgres?', `/vs_postfix_${run}?`);
+          }
+          const onPostgres = await mailsteadRate(sink, {
+            STATE_URL: url,
+            SECRET_KEY: process.env.SECRET_KEY ?? 'ab'.repeat(32),
+            NODE_EXTRA_CA_CERTS: PG_TEST_CA_FILE,
+          });
+          const ratioPostgres = onPostgres.rate / theirs;
+          if (ratioPostgres >= TARGET_POSTGRES) metPostgres++;
+          console.log(
+            `run ${run}: Mailstead with its state on Postgres ${onPostgres.rate.toFixed(0)} messages/s (${figures(onPostgres)}): ratio ${ratioPostgres.toFixed(2)} to the same Postfix figure, ${(onPostgres.rate / ours.rate).toFixed(2)} of SQLite's`,
+          );
+        }
+      } finally {
+        await sink.stop();
+      }
     }
+  } finally {
+    await started?.stop();
   }
   console.log(`target ${TARGET}x Postfix: met in ${met} of ${runs} runs`);
+  if (stateUrl !== undefined) console.log(`with the state on Postgres, target ${TARGET_POSTGRES}x Postfix: met in ${metPostgres} of ${runs} runs`);
 }
 
 main().catch((err: unknown) => {
