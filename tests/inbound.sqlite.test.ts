@@ -26,7 +26,6 @@ let dns: TestDnsServer;
 let pgServer: TestPostgres;
 let service: TestService;
 let inbound: InboundServer;
-let port: number;
 let writer: CustomerDbWriter;
 let customer: pg.Client;
 let sender: Sender;
@@ -38,7 +37,7 @@ beforeAll(async () => {
   [dns, pgServer] = await Promise.all([TestDnsServer.start(), startPostgres({ certificate: 'trusted' })]);
   service = await startService({ DNS_SERVERS: dns.address, ALLOW_PRIVATE_TARGETS: 'true', SMTP_MAX_MESSAGE_BYTES: String(MAX_BYTES) });
   inbound = inboundServerFor(service.deps, loadOrCreateSmtpTls(service.deps.config));
-  port = await inbound.listen('127.0.0.1', 0);
+  await inbound.listen('127.0.0.1', 0);
   sender = await newSender(service);
   const connected = await service.api('POST', '/database', { key: sender.key, body: { url: pgServer.url('localhost') } });
   expect(connected.status, JSON.stringify(connected.body)).toBe(200);

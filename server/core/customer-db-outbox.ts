@@ -47,7 +47,8 @@ const statements = definePrepared((db) => ({
 
 /**
  * The account whose database receives the writes of the account `d.account_id` names (its own, else its parent's), as
- * plain SQL over an outer query's `d` (a domain): null when neither has a database.
+ * plain SQL over an outer query's `d` (a domain): null when neither has a database. A send reads the same rule with its
+ * account rows (core/sending.ts readForSend).
  */
 export const OWNER_SQL = `coalesce(
     (select own.account_id from customer_databases own where own.account_id = d.account_id),
@@ -72,9 +73,16 @@ const insertWrite = plainStatement(
  * what the write carries. Nothing is queued when neither account has a database, or the server keeps no secret key
  * (no database can be connected then). Returns whether a write was queued.
  */
-export async function queueCustomerDbWrite(deps: { db: Db; secretKey: Buffer | null }, accountId: string, write: QueuedWrite, now: number): Promise<boolean> {
+export async function queueCustomerDbWrite(
+  deps: { db: Db; secretKey: Buffer | null },
+  accountId: string,
+  write: QueuedWrite,
+  now: number,
+  /** The database's owner, when the caller's transaction read it already (undefined: looked up here). */
+  knownOwner?: string | null,
+): Promise<boolean> {
   if (!deps.secretKey) return false;
-  const owner = await databaseOwnerOf(deps.db, accountId);
+  const owner = knownOwner !== undefined ? knownOwner : await databaseOwnerOf(deps.db, accountId);
   if (owner === null) return false;
   const id = newId(now);
   // A received message's bytes are sealed as bytes, beside the JSON rather than inside it as base64.

@@ -50,7 +50,7 @@ function keyView(deps: Pick<Deps, 'keyUsage'>, row: ApiKeyRow): KeyView {
   };
 }
 
-/** A key with the account that owns it, by the SHA-256 of its secret; an account by id (the guard's hot path). */
+/** A key with the account that owns it, by the SHA-256 of its secret; a known key's account with the stamp (the guard's hot path). */
 const statements = definePrepared((db) => ({
   keyByHash: db
     .select({ key: apiKeys, account: accounts })
@@ -58,12 +58,13 @@ const statements = definePrepared((db) => ({
     .innerJoin(accounts, eq(accounts.id, apiKeys.accountId))
     .where(eq(apiKeys.keyHash, sql.placeholder('hash')))
     .prepare(),
-  accountById: db
-    .select()
+  keysCounter: db.select({ n: changeCounters.n }).from(changeCounters).where(eq(changeCounters.name, 'keys')).prepare(),
+  // A known key's account and the stamp, in one statement (the stamp is read in the same snapshot as the account).
+  accountAndStamp: db
+    .select({ account: accounts, stamp: sql<number>`(select n from change_counters where name = 'keys')`.mapWith(Number) })
     .from(accounts)
     .where(eq(accounts.id, sql.placeholder('id')))
     .prepare(),
-  keysCounter: db.select({ n: changeCounters.n }).from(changeCounters).where(eq(changeCounters.name, 'keys')).prepare(),
 }));
 
 /**
@@ -97,12 +98,16 @@ export async function findLiveKeyStamped(db: Db, secret: string): Promise<{ foun
   return await readUnit(db, async () => {
     const hash = sha256Hex(secret);
     const known = knownKeys(db);
-    const stamp = await keyStamp(db);
     const cached = known.get(hash);
+    let stamp: string;
     if (cached) {
-      const account = cached.stamp === stamp ? await one(statements(db).accountById.execute({ id: cached.key.accountId })) : undefined;
-      if (account) return { found: { key: cached.key, account }, stamp };
+      // A known key: its account and the stamp in one read; the stamp unchanged means the key is still live.
+      const read = await one(statements(db).accountAndStamp.execute({ id: cached.key.accountId }));
+      stamp = read ? String(read.stamp ?? 0) : await keyStamp(db);
+      if (read && cached.stamp === stamp) return { found: { key: cached.key, account: read.account }, stamp };
       known.delete(hash);
+    } else {
+      stamp = await keyStamp(db);
     }
     const found = await findLiveKeyByHash(db, hash);
     if (!found) return { found, stamp: '' };

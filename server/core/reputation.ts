@@ -20,9 +20,19 @@ export function breakerReason(a: Pick<AccountRow, 'totalSent' | 'totalBounced' |
  */
 export async function tripBreakerIfPaused(deps: Pick<Deps, 'db' | 'logger'>, accountId: string, now: number, sentNow = 0): Promise<void> {
   const row = await findAccount(deps.db, accountId);
-  if (!row || row.suspendedBy !== null || gradeTier(row) !== 'paused') return;
-  if (sentNow > 0 && gradeTier({ ...row, totalSent: row.totalSent - sentNow }) === 'paused') return;
+  if (row) await tripBreakerOn(deps, row, now, sentNow);
+}
+
+/** Whether the breaker suspends an account whose row stands as `row`, `sentNow` counted recipients after its last grading. */
+export function breakerTrips(row: AccountRow, sentNow = 0): boolean {
+  if (row.suspendedBy !== null || gradeTier(row) !== 'paused') return false;
+  return !(sentNow > 0 && gradeTier({ ...row, totalSent: row.totalSent - sentNow }) === 'paused');
+}
+
+/** As tripBreakerIfPaused, on the account's row as the caller's transaction holds it (a send's, just counted). */
+export async function tripBreakerOn(deps: Pick<Deps, 'db' | 'logger'>, row: AccountRow, now: number, sentNow = 0): Promise<void> {
+  if (!breakerTrips(row, sentNow)) return;
   const reason = breakerReason(row);
-  await deps.db.update(accounts).set({ suspendedBy: 'breaker', suspendedReason: reason, suspendedAt: now }).where(eq(accounts.id, accountId));
-  deps.logger.warn('account.breaker_tripped', { accountId, reason });
+  await deps.db.update(accounts).set({ suspendedBy: 'breaker', suspendedReason: reason, suspendedAt: now }).where(eq(accounts.id, row.id));
+  deps.logger.warn('account.breaker_tripped', { accountId: row.id, reason });
 }

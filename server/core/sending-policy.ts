@@ -21,31 +21,24 @@ export const payerOf = (s: Sender): AccountRow => s.parent ?? s.acting;
 
 const p = sql.placeholder;
 
-// The send's account updates, compiled once (they run inside every send's transaction).
+// A send's update of one account row, compiled once (it runs inside every send's transaction): the recipients counted
+// against today's quota (`n`) and in the lifetime total the tiers grade (`own`), and the charge on the paying account
+// (`credit` or `grace`, 0 or 1). The row comes back as the update left it.
 const statements = definePrepared((db) => ({
-  countSent: db
+  recordSend: db
     .update(accounts)
     .set({
       sentTodayCount: sql`case when ${accounts.sentTodayDay} = ${p('day')} then ${accounts.sentTodayCount} + ${p('n')} else ${p('n')} end`,
       sentTodayDay: sql`${p('day')}`,
       totalSent: sql`${accounts.totalSent} + ${p('own')}`,
-    })
-    .where(eq(accounts.id, p('id')))
-    .prepare(),
-  spendCredit: db
-    .update(accounts)
-    .set({
-      creditsBalance: sql`${accounts.creditsBalance} - 1`,
-      creditsTotalUsed: sql`${accounts.creditsTotalUsed} + 1`,
+      creditsBalance: sql`${accounts.creditsBalance} - ${p('credit')}`,
+      creditsTotalUsed: sql`${accounts.creditsTotalUsed} + ${p('credit')}`,
       // The last credit opens the grace window now.
-      graceStartedAt: sql`case when ${accounts.creditsBalance} = 1 then ${p('now')} else ${accounts.graceStartedAt} end`,
+      graceStartedAt: sql`case when ${p('credit')} = 1 and ${accounts.creditsBalance} = 1 then ${p('now')} else ${accounts.graceStartedAt} end`,
+      graceEmailsUsed: sql`${accounts.graceEmailsUsed} + ${p('grace')}`,
     })
     .where(eq(accounts.id, p('id')))
-    .prepare(),
-  spendGraceEmail: db
-    .update(accounts)
-    .set({ graceEmailsUsed: sql`${accounts.graceEmailsUsed} + 1` })
-    .where(eq(accounts.id, p('id')))
+    .returning()
     .prepare(),
 }));
 
@@ -117,35 +110,49 @@ export function creditWarning(payer: AccountRow, status: CreditStatus): Warning 
   return undefined;
 }
 
+/** What a send costs its paying account: nothing on the trial, a credit, or a grace email. */
+export type Charge = 'none' | 'credit' | 'grace';
+
 /**
- * Charges one send to the paying account (inside the send's transaction, after assertCredit on the same fresh row)
- * and returns the warning the answer carries: free with a warning on the trial, one credit when `ok`, one grace email
- * with a warning in the grace window. The credit rule itself is assertCredit's alone: an exhausted payer here means
- * the commit skipped it, a defect, not a `402`.
+ * The charge of one send to the paying account (after assertCredit on the same fresh row, inside the send's
+ * transaction) and the warning the answer carries: free with a warning on the trial, one credit when `ok`, one grace
+ * email with a warning in the grace window. The credit rule itself is assertCredit's alone: an exhausted payer here
+ * means the commit skipped it, a defect, not a `402`.
  */
-export async function chargeSend(db: Db, payer: AccountRow, policy: CreditPolicy, now: number): Promise<Warning | undefined> {
+export function chargeOf(payer: AccountRow, policy: CreditPolicy, now: number): { charge: Charge; warning: Warning | undefined } {
   const status = creditStatus(payer, policy, now);
   switch (status.state) {
     case 'trial':
-      return creditWarning(payer, status);
+      return { charge: 'none', warning: creditWarning(payer, status) };
     case 'ok':
-      await statements(db).spendCredit.execute({ id: payer.id, now });
-      return undefined;
-    case 'grace': {
-      await statements(db).spendGraceEmail.execute({ id: payer.id });
-      return creditWarning(payer, { ...status, graceEmailsLeft: status.graceEmailsLeft - 1 });
-    }
+      return { charge: 'credit', warning: undefined };
+    case 'grace':
+      return { charge: 'grace', warning: creditWarning(payer, { ...status, graceEmailsLeft: status.graceEmailsLeft - 1 }) };
     case 'exhausted':
-      throw new Error('chargeSend: the paying account has no credit; assertCredit must run first in the same transaction');
+      throw new Error('chargeOf: the paying account has no credit; assertCredit must run first in the same transaction');
   }
 }
 
 /**
- * Counts `recipients` against today's quota of the account and of its parent, and `reputed` of them (the mailbox
- * simulator's are not) in the account's lifetime total, which the tiers grade.
+ * Records a send on its accounts, one update per row: `recipients` counted against today's quota of the account and
+ * of its parent, `reputed` of them (the mailbox simulator's are not) in the account's lifetime total, which the tiers
+ * grade, and `charge` on the paying account (the parent for a sub-account). Returns the acting account's row as the
+ * update left it (still held by the caller's transaction).
  */
-export async function countRecipients(db: Db, s: Sender, recipients: number, now: number, reputed = recipients): Promise<void> {
-  const day = utcDay(now);
-  await statements(db).countSent.execute({ id: s.acting.id, day, n: recipients, own: reputed });
-  if (s.parent) await statements(db).countSent.execute({ id: s.parent.id, day, n: recipients, own: 0 });
+export async function recordSend(db: Db, s: Sender, send: { recipients: number; reputed: number; charge: Charge; now: number }): Promise<AccountRow> {
+  const day = utcDay(send.now);
+  const credit = send.charge === 'credit' ? 1 : 0;
+  const grace = send.charge === 'grace' ? 1 : 0;
+  const paying = { credit, grace, now: send.now };
+  const free = { credit: 0, grace: 0, now: send.now };
+  const [acting] = await statements(db).recordSend.execute({
+    id: s.acting.id,
+    day,
+    n: send.recipients,
+    own: send.reputed,
+    ...(s.parent ? free : paying),
+  });
+  if (s.parent) await statements(db).recordSend.execute({ id: s.parent.id, day, n: send.recipients, own: 0, ...paying });
+  if (!acting) throw new Error('recordSend: the acting account is gone; loadSender holds it for the whole transaction');
+  return acting;
 }

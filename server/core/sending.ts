@@ -16,23 +16,13 @@ import { type Claim, assertClaimHeld, claimIdempotencyKey, releaseClaim, settleC
 import { type SendRequest, renderSend } from './send-request.js';
 import { creditStatus } from './credits.js';
 import { attachmentRecords, toOutbound } from './attachments.js';
-import {
-  type Sender,
-  type Warning,
-  assertCredit,
-  assertMaySend,
-  assertQuotaFor,
-  chargeSend,
-  countRecipients,
-  creditWarning,
-  payerOf,
-} from './sending-policy.js';
+import { type Sender, type Warning, assertCredit, assertMaySend, assertQuotaFor, chargeOf, creditWarning, payerOf, recordSend } from './sending-policy.js';
 import { suppressedRecipients } from './suppressions.js';
 import type { Rendered } from './templates.js';
-import { tripBreakerIfPaused } from './reputation.js';
+import { tripBreakerOn } from './reputation.js';
 import { queueCustomerDbWrite } from './customer-db-outbox.js';
 import { logFailure, storeFaultOf, storeUnavailable } from '../shared/store-health.js';
-import { forUpdate, one } from '../../db/sql.js';
+import { forUpdate, isOneOfPlaceholder, listParam, one } from '../../db/sql.js';
 
 /** POST /emails as the seven checks of docs/api/contract.md, one named step each, in the spec's order; then the queue. */
 
@@ -122,6 +112,39 @@ export async function loadSender(deps: Pick<Deps, 'db'>, accountId: string): Pro
   return { acting, parent };
 }
 
+/** What a send reads before it writes, in one statement (statements' `reading`). */
+interface SendReading {
+  sender: Sender;
+  /** The from-domain, when it is the acting account's. */
+  domain: { recordStatus: Parameters<typeof deriveFlags>[0]; keyId: string } | undefined;
+  /** How many of the recipients the account's suppression list and its parent's hold. */
+  onLists: number;
+  /** The account whose database receives the send's content (its own, else its parent's), or null. */
+  databaseOwner: string | null;
+}
+
+/** loadSender, and with the same rows what checks 6 and 7 and the customer-database write read. */
+async function readForSend(deps: Pick<Deps, 'db'>, accountId: string, domain: string, addresses: readonly string[]): Promise<SendReading> {
+  const rows = await statements(deps.db).reading.execute({
+    id: accountId,
+    domain,
+    addresses: listParam(
+      deps.db,
+      addresses.map((a) => a.toLowerCase()),
+    ),
+  });
+  const acting = rows.find((r) => r.account.id === accountId);
+  if (!acting) throw new ApiError('account_not_found', 'The account no longer exists.');
+  const parent = acting.account.parentId ? rows.find((r) => r.account.id === acting.account.parentId) : undefined;
+  return {
+    sender: { acting: acting.account, parent: parent?.account ?? null },
+    domain: acting.domainStatus !== null && acting.domainKeyId !== null ? { recordStatus: acting.domainStatus, keyId: acting.domainKeyId } : undefined,
+    onLists: acting.onList + (parent?.onList ?? 0),
+    // The account's own database first, else its parent's (as customer-db-outbox.ts OWNER_SQL).
+    databaseOwner: acting.ownDatabase > 0 ? acting.account.id : parent && parent.ownDatabase > 0 ? parent.account.id : null,
+  };
+}
+
 /** The body, and the message it renders (bounded in size), or the refusal of check 5 to give in its turn. */
 type Body = { ok: true; send: SendRequest; rendered: Rendered; templateVersion: number | null } | { ok: false; error: ApiError };
 
@@ -153,6 +176,8 @@ function logEntryOf(ctx: RequestContext, { send, rendered, templateVersion }: { 
 }
 
 const p = sql.placeholder;
+/** The outer account row's id inside a subquery (drizzle leaves a column of a one-table select unqualified). */
+const outerAccountId = sql.raw('accounts.id');
 
 const statements = definePrepared((db) => ({
   // The acting account and its parent in one read, in id order: locked in that order on Postgres.
@@ -160,6 +185,31 @@ const statements = definePrepared((db) => ({
     db,
     db
       .select()
+      .from(accounts)
+      .where(sql`${accounts.id} in (${p('id')}, (select a.parent_id from accounts a where a.id = ${p('id')}))`)
+      .orderBy(asc(accounts.id)),
+  ).prepare(),
+  // The send's reading, in one statement: the rows of `sender`, each with what checks 6 and 7 and the queue read of
+  // it: the acting account's from-domain (its state and signing key id, on every row alike), how many of the
+  // recipients the row's suppression list holds, and whether the row's account has a database of its own.
+  reading: forUpdate(
+    db,
+    db
+      .select({
+        account: accounts,
+        domainStatus:
+          sql`(select d.record_status from domains d join domain_keys k on k.id = d.key_id where d.account_id = ${p('id')} and d.name = ${p('domain')})`.mapWith(
+            domains.recordStatus,
+          ),
+        domainKeyId: sql<
+          string | null
+        >`(select k.id from domains d join domain_keys k on k.id = d.key_id where d.account_id = ${p('id')} and d.name = ${p('domain')})`,
+        onList:
+          sql<number>`(select count(*) from suppressions s where s.account_id = ${outerAccountId} and ${isOneOfPlaceholder(db, sql`s.address`, 'addresses')})`.mapWith(
+            Number,
+          ),
+        ownDatabase: sql<number>`(select count(*) from customer_databases c where c.account_id = ${outerAccountId})`.mapWith(Number),
+      })
       .from(accounts)
       .where(sql`${accounts.id} in (${p('id')}, (select a.parent_id from accounts a where a.id = ${p('id')}))`)
       .orderBy(asc(accounts.id)),
@@ -230,7 +280,15 @@ const statements = definePrepared((db) => ({
 
 /** The from-domain's signing key id, once the domain is this account's and ready to send. */
 export async function checkFromDomain(deps: Pick<Deps, 'config' | 'db'>, account: Pick<AccountRow, 'id'>, domain: string): Promise<string> {
-  const found = await one(statements(deps.db).domainByName.execute({ accountId: account.id, name: domain }));
+  return fromDomainKey(deps, domain, await one(statements(deps.db).domainByName.execute({ accountId: account.id, name: domain })));
+}
+
+/** Check 6 on the from-domain as read (undefined: not this account's): its signing key id, or the refusal. */
+function fromDomainKey(
+  deps: Pick<Deps, 'config'>,
+  domain: string,
+  found: { recordStatus: Parameters<typeof deriveFlags>[0]; keyId: string } | undefined,
+): string {
   if (!found) throw new ApiError('domain_not_yours', `The domain ${domain} is not connected to this account.`);
   const flags = deriveFlags(found.recordStatus, deps.config.smtpRelayUrl !== null);
   if (!flags.ownershipVerified) throw new ApiError('domain_not_ready', `The domain ${domain} is not verified yet: publish its records and call verify.`);
@@ -276,7 +334,9 @@ async function commitSend(
     const committed = await deps.commits.run(async (tx) => {
       const now = deps.clock.now();
       if (claim) await assertClaimHeld(tx, claim);
-      const sender = await loadSender(deps, ctx.account.id);
+      // Everything checks 3 to 7 and the queue read, in one statement, before any of them gives its verdict.
+      const reading = await readForSend(deps, ctx.account.id, body.ok ? body.send.from.domain : '', body.ok ? body.send.to.map((r) => r.address) : []);
+      const { sender } = reading;
       // (3) whether the account, and for a sub-account its parent, may send at all.
       assertMaySend(sender, now);
       // (4) whether the paying account has credit.
@@ -288,9 +348,9 @@ async function commitSend(
       const base = logEntryOf(ctx, body);
       assertQuotaFor(sender, send.to.length, now);
       // (6) the from-domain.
-      const domainKeyId = await checkFromDomain(deps, ctx.account, send.from.domain);
-      // (7) the suppression lists, the parent's too for a sub-account.
-      await checkSuppressions(deps, sender, send);
+      const domainKeyId = fromDomainKey(deps, send.from.domain, reading.domain);
+      // (7) the suppression lists, the parent's too for a sub-account (read again, by address, only to name them).
+      if (reading.onLists > 0 || send.to.some((r) => isAlwaysSuppressed(r.address))) await checkSuppressions(deps, sender, send);
       const id = newId(now);
       const q = statements(deps.db);
       let result: SendResult;
@@ -319,6 +379,7 @@ async function commitSend(
           },
           content: { html: rendered.html, text: rendered.text, raw: null },
           recipients: send.to,
+          databaseOwner: reading.databaseOwner,
           now,
         });
         written = queued.written;
@@ -381,6 +442,8 @@ export interface AcceptedSend {
   /** What the customer's database keeps of the content. */
   content: { html: string | null; text: string | null; raw: Buffer | null };
   recipients: readonly { address: string; domain: string }[];
+  /** The account whose database receives the content, when the caller read it already (undefined: looked up here). */
+  databaseOwner?: string | null;
   now: number;
 }
 
@@ -418,25 +481,29 @@ export async function queueSend(
       createdAt: now,
     },
     now,
+    accepted.databaseOwner,
   );
-  for (const r of recipients) {
-    await q.insertRecipient.execute({
-      id: newId(now),
-      messageId: id,
-      accountId: log.accountId,
-      recipient: r.address,
-      recipientDomain: r.domain,
-      nextAttemptAt: now,
-      createdAt: now,
-    });
-  }
+  // A row per recipient, in one statement however many there are.
+  const rows = recipients.map((r) => ({
+    id: newId(now),
+    messageId: id,
+    accountId: log.accountId,
+    recipient: r.address,
+    recipientDomain: r.domain,
+    status: 'queued' as const,
+    nextAttemptAt: now,
+    createdAt: now,
+  }));
+  if (rows.length === 1) await q.insertRecipient.execute(rows[0]!);
+  else await deps.db.insert(outboundRecipients).values(rows);
   // The delivery engine wakes once this batch is durable, and delivery starts at once.
   markQueued(deps.db, 'recipients');
   const reputed = recipients.filter((r) => !isSimulatorDomain(r.domain)).length;
-  await countRecipients(deps.db, sender, recipients.length, now, reputed);
+  const { charge, warning } = chargeOf(payerOf(sender), deps.config, now);
+  const acting = await recordSend(deps.db, sender, { recipients: recipients.length, reputed, charge, now });
   // Only a send that moved the account's own counters can be what reaches `paused`.
-  if (reputed > 0) await tripBreakerIfPaused(deps, sender.acting.id, now, reputed);
-  return { warning: await chargeSend(deps.db, payerOf(sender), deps.config, now), written };
+  if (reputed > 0) await tripBreakerOn(deps, acting, now, reputed);
+  return { warning, written };
 }
 
 function withWarning(result: SendResult, warning: Warning | undefined): SendResult {
