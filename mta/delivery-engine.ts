@@ -71,6 +71,8 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
 export function createDeliveryEngine(
   deps: Pick<Deps, 'clock' | 'commits' | 'config' | 'db' | 'logger' | 'metrics' | 'resolver' | 'secretKey' | 'storeHealth'>,
   options: Partial<EngineOptions> = {},
+  /** Parts made by the caller instead: the signing thread (a test holds its builds, as a busy signer would). */
+  parts: { signer?: Signer } = {},
 ) {
   const opts = { ...DEFAULT_ENGINE_OPTIONS, ...options };
   const worker = newWorkerId();
@@ -123,7 +125,7 @@ export function createDeliveryEngine(
   const slots = createFairSlots({ total: opts.maxConnections, perAccount: opts.perAccount, perDestination: opts.perDomain });
   const router = createRouter(deps);
   const signingKeys = createSigningKeyCache(deps);
-  const signer: Signer = createSigner({ onCrash: (err) => deps.logger.error('delivery.signer_failed', { err }) });
+  const signer: Signer = parts.signer ?? createSigner({ onCrash: (err) => deps.logger.error('delivery.signer_failed', { err }) });
   const messages = createMessageCache(deps, { signer, signingKey: signingKeys.open });
   const outcomes = createOutcomeRecording(deps, { worker, isStopping });
   const transports = createTransports(deps, { slots, messages, outcomes, isStopping, timeouts: opts.timeouts });

@@ -1,7 +1,8 @@
 import { eq } from 'drizzle-orm';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { accounts, emails } from '../db/schema/index.js';
 import { createDeliveryEngine } from '../mta/delivery-engine.js';
+import { type Signer, createSigner } from '../mta/signer.js';
 import type { InboundServer } from '../mta/inbound/server.js';
 import { inboundServerFor } from './helpers/inbound-server.js';
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
@@ -33,24 +34,18 @@ import { one } from '../db/sql.js';
  */
 
 /** The signing thread's build, held by the test when `hold` is set (a busy signer, as under load). */
-const signerGate = vi.hoisted(() => ({ hold: null as Promise<void> | null, requested: 0 }));
-vi.mock('../mta/signer.js', async (importOriginal) => {
-  const orig = await importOriginal<typeof import('../mta/signer.js')>();
+const signerGate = { hold: null as Promise<void> | null, requested: 0 };
+function gatedSigner(): Signer {
+  const signer = createSigner();
   return {
-    ...orig,
-    createSigner: (...args: Parameters<typeof orig.createSigner>) => {
-      const signer = orig.createSigner(...args);
-      return {
-        ...signer,
-        build: async (...b: Parameters<typeof signer.build>) => {
-          signerGate.requested++;
-          if (signerGate.hold) await signerGate.hold;
-          return signer.build(...b);
-        },
-      };
+    ...signer,
+    build: async (...b: Parameters<Signer['build']>) => {
+      signerGate.requested++;
+      if (signerGate.hold) await signerGate.hold;
+      return signer.build(...b);
     },
   };
-});
+}
 
 const HOST = 'mx.mailstead.test';
 
@@ -122,7 +117,8 @@ describe('delivery engine: a sub-account deleted while its message was being bui
     let release!: () => void;
     signerGate.requested = 0;
     signerGate.hold = new Promise<void>((r) => (release = r));
-    const engine = createDeliveryEngine(service.deps, { timeouts: { ...FAST_TIMEOUTS, socketTimeoutMs: 10_000 } });
+    const signer = gatedSigner();
+    const engine = createDeliveryEngine(service.deps, { timeouts: { ...FAST_TIMEOUTS, socketTimeoutMs: 10_000 } }, { signer });
     const run = engine.runOnce();
     try {
       // The signer is busy with this message while the lane has its connection open and waits for it.
@@ -134,6 +130,7 @@ describe('delivery engine: a sub-account deleted while its message was being bui
       release();
     }
     await run;
+    await signer.close();
     expect(sink.received.flatMap((r) => r.to)).not.toContain('signed-late@example.net');
   });
 });

@@ -50,6 +50,10 @@ export default defineConfig({
     include: ['tests/**/*.test.ts'],
     exclude: ['**/node_modules/**', ...SQLITE_ONLY],
     globalSetup: ['tests/helpers/global-setup.ts', 'tests/helpers/postgres-state-setup.ts'],
+    // Every file runs in the one worker's process, its modules loaded once (tests/helpers/each-file.ts resets what a
+    // module keeps between files): a fresh process per file spent most of the run importing.
+    isolate: false,
+    setupFiles: ['tests/helpers/each-file.ts'],
     testTimeout: 20_000,
     hookTimeout: 60_000,
     pool: 'forks',

@@ -33,3 +33,13 @@ const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 export function isUuid(s: string): boolean {
   return UUID_RE.test(s);
 }
+
+/**
+ * Forgets the time of the last id: the next one follows the clock it is given afresh. For a process that runs
+ * independent services one after another, each on a clock of its own (the test runner runs many test files in one
+ * process, each with its own fake clock); a service never calls it.
+ */
+export function restartIdOrder(): void {
+  lastMs = -1;
+  seq = 0;
+}
