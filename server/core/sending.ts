@@ -178,6 +178,8 @@ function logEntryOf(ctx: RequestContext, { send, rendered, templateVersion }: { 
 const p = sql.placeholder;
 /** The outer account row's id inside a subquery (drizzle leaves a column of a one-table select unqualified). */
 const outerAccountId = sql.raw('accounts.id');
+/** The acting account's from-domain with its signing key, as checkFromDomain joins them (`d`, `k`). */
+const fromDomain = sql`from domains d join domain_keys k on k.id = d.key_id where d.account_id = ${p('id')} and d.name = ${p('domain')}`;
 
 const statements = definePrepared((db) => ({
   // The acting account and its parent in one read, in id order: locked in that order on Postgres.
@@ -197,13 +199,8 @@ const statements = definePrepared((db) => ({
     db
       .select({
         account: accounts,
-        domainStatus:
-          sql`(select d.record_status from domains d join domain_keys k on k.id = d.key_id where d.account_id = ${p('id')} and d.name = ${p('domain')})`.mapWith(
-            domains.recordStatus,
-          ),
-        domainKeyId: sql<
-          string | null
-        >`(select k.id from domains d join domain_keys k on k.id = d.key_id where d.account_id = ${p('id')} and d.name = ${p('domain')})`,
+        domainStatus: sql`(select d.record_status ${fromDomain})`.mapWith(domains.recordStatus),
+        domainKeyId: sql<string | null>`(select k.id ${fromDomain})`,
         onList:
           sql<number>`(select count(*) from suppressions s where s.account_id = ${outerAccountId} and ${isOneOfPlaceholder(db, sql`s.address`, 'addresses')})`.mapWith(
             Number,
