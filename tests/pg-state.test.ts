@@ -2,6 +2,7 @@ import { AsyncResource } from 'node:async_hooks';
 import { count, eq, sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type PgStore, StateTooNewError, openPostgres } from '../db/pg/state.js';
+import { statementNamer } from '../db/pg/statement-names.js';
 import { markQueued, onQueueMarked } from '../db/queue-wake.js';
 import { accounts } from '../db/schema/accounts.js';
 import { capturedMessages } from '../db/schema/captured-messages.js';
@@ -154,6 +155,66 @@ describe('a transaction', () => {
     await new Promise((r) => setImmediate(r));
     expect(woken).toBe(1);
     stop();
+  });
+});
+
+describe('statementNamer: a text named from its second run, the same name each time, at most `limit` names', () => {
+  it('names a text on its second run and keeps the name', () => {
+    const nameOf = statementNamer({ limit: 2, watch: 10 });
+    expect(nameOf('select 1')).toBeUndefined();
+    const first = nameOf('select 1');
+    expect(first).toBe('mailstead_1');
+    expect(nameOf('select 1')).toBe(first);
+    expect(nameOf('select 2')).toBeUndefined();
+    expect(nameOf('select 2')).toBe('mailstead_2');
+  });
+
+  it('names no more than `limit` texts; the named keep their names', () => {
+    const nameOf = statementNamer({ limit: 1, watch: 10 });
+    nameOf('select 1');
+    expect(nameOf('select 1')).toBe('mailstead_1');
+    nameOf('select 2');
+    expect(nameOf('select 2')).toBeUndefined();
+    expect(nameOf('select 1')).toBe('mailstead_1');
+  });
+
+  it('forgets the texts seen once, all together, past `watch` of them', () => {
+    const nameOf = statementNamer({ limit: 10, watch: 2 });
+    nameOf('a');
+    nameOf('b');
+    nameOf('c');
+    expect(nameOf('a')).toBeUndefined();
+    expect(nameOf('c')).toBe('mailstead_1');
+  });
+});
+
+describe('repeated statements', () => {
+  it('run under a name from their second run, so the connection parses and plans them once', async () => {
+    const { db } = store;
+    const text = "select count(*)::int as n from accounts where name = 'named-statement-probe'";
+    const named = await db.transaction(async () => {
+      const once = await queryRows<{ name: string }>(db, sql`select name from pg_prepared_statements where statement = ${text}`);
+      expect(once).toEqual([]);
+      for (let i = 0; i < 3; i++) expect(await queryRows(db, sql.raw(text))).toEqual([{ n: 0 }]);
+      return queryRows<{ name: string }>(db, sql`select name from pg_prepared_statements where statement = ${text}`);
+    });
+    expect(named).toHaveLength(1);
+    expect(named[0]!.name).toMatch(/^mailstead_\d+$/);
+  });
+
+  it('a drizzle query too, its values bound anew on each run', async () => {
+    const { db } = store;
+    await db.insert(accounts).values([account('acc-named-1'), account('acc-named-2')]);
+    const found = await db.transaction(async () => {
+      const ids: string[] = [];
+      for (const id of ['acc-named-1', 'acc-named-2', 'acc-named-1']) {
+        ids.push(...(await db.select({ id: accounts.id }).from(accounts).where(eq(accounts.id, id))).map((r) => r.id));
+      }
+      const prepared = await queryRows<{ statement: string }>(db, sql`select statement from pg_prepared_statements where name like 'mailstead_%'`);
+      return { ids, prepared: prepared.map((p) => p.statement) };
+    });
+    expect(found.ids).toEqual(['acc-named-1', 'acc-named-2', 'acc-named-1']);
+    expect(found.prepared).toContain('select "id" from "accounts" where "accounts"."id" = $1');
   });
 });
 

@@ -9,6 +9,7 @@ import { migrate } from 'drizzle-orm/node-postgres/migrator';
 import { PgDialect } from 'drizzle-orm/pg-core';
 import pg from 'pg';
 import type { Db } from '../client.js';
+import { statementNamer } from './statement-names.js';
 
 /**
  * The service's state on Postgres (STATE_URL, docs/api/decisions.md section 11): the same `Db` the rest of the
@@ -77,6 +78,8 @@ const stores = new WeakMap<object, PgUnits>();
 
 class PgUnits {
   readonly scopes = new AsyncLocalStorage<PgScope>();
+  /** The name a repeated statement runs under on this pool's connections. */
+  readonly nameOf = statementNamer();
   constructor(readonly pool: pg.Pool) {}
 
   current(): PgScope | null {
@@ -146,7 +149,7 @@ export async function runPgSql(db: Db, query: SQL, values?: unknown[]): Promise<
   const units = stores.get(db);
   if (!units) throw new Error('not a Postgres Db');
   const { sql, params } = dialect.sqlToQuery(query);
-  return units.target().query({ text: sql, values: values ?? params, types: typesFor() });
+  return units.target().query({ text: sql, name: units.nameOf(sql), values: values ?? params, types: typesFor() });
 }
 
 function migrationsFolder(): string {
@@ -226,10 +229,20 @@ export async function openPostgres(target: PgTarget, opts: { poolSize?: number }
     throw err;
   }
   const units = new PgUnits(pool);
-  // drizzle runs every statement through this client: the caller's transaction's connection, else the pool.
+  // drizzle runs every statement through this client: the caller's transaction's connection, else the pool; a
+  // statement it repeats under a name of its own (statement-names.ts).
   const router = {
     query: (config: pg.QueryConfig, values?: unknown[]) =>
-      units.target().query({ ...config, types: typesFor((config as { types?: { getTypeParser: (oid: number, format?: string) => unknown } }).types) }, values),
+      units
+        .target()
+        .query(
+          {
+            ...config,
+            name: config.name ?? units.nameOf(config.text),
+            types: typesFor((config as { types?: { getTypeParser: (oid: number, format?: string) => unknown } }).types),
+          },
+          values,
+        ),
   };
   const db = drizzle({ client: router as unknown as pg.Pool }) as unknown as Db;
   db.transaction = (fn) => units.transaction(() => fn(db));
