@@ -233,16 +233,14 @@ export async function openPostgres(target: PgTarget, opts: { poolSize?: number }
   // statement it repeats under a name of its own (statement-names.ts).
   const router = {
     query: (config: pg.QueryConfig, values?: unknown[]) =>
-      units
-        .target()
-        .query(
-          {
-            ...config,
-            name: config.name ?? units.nameOf(config.text),
-            types: typesFor((config as { types?: { getTypeParser: (oid: number, format?: string) => unknown } }).types),
-          },
-          values,
-        ),
+      units.target().query(
+        {
+          ...config,
+          name: config.name ?? units.nameOf(config.text),
+          types: typesFor((config as { types?: { getTypeParser: (oid: number, format?: string) => unknown } }).types),
+        },
+        values,
+      ),
   };
   const db = drizzle({ client: router as unknown as pg.Pool }) as unknown as Db;
   db.transaction = (fn) => units.transaction(() => fn(db));
