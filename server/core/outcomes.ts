@@ -1,4 +1,4 @@
-import { and, eq, isNull, sql } from 'drizzle-orm';
+import { and, eq, isNull, notExists, sql } from 'drizzle-orm';
 import {
   type OutboundMessageRow,
   type OutboundRecipientRow,
@@ -20,7 +20,7 @@ import { type Capture, storeCapture } from './capture-store.js';
 import type { Classified } from './dsn.js';
 import { nextAttemptAt } from './delivery-schedule.js';
 import { isSimulatorAddress } from './simulator.js';
-import { changes, lockRows, one } from '../../db/sql.js';
+import { changes, lockRows } from '../../db/sql.js';
 
 /** A recipient leased from the outbound queue, with its message: what one delivery attempt works on. */
 export interface Claimed {
@@ -105,8 +105,9 @@ export async function recordOutcome(
         written.webhooks += complained.webhooks;
         written.written ||= complained.written;
       }
-      // Once every recipient has its final outcome the content is no longer needed: it goes.
-      if (((await one(q.openRecipients.execute({ messageId: job.message.id })))?.n ?? 0) === 0) await q.deleteMessage.execute({ id: job.message.id });
+      // Once every recipient has its final outcome the content is no longer needed: it goes (one statement, which
+      // sees the recipients as the outcomes committed before this one's lock on the message left them).
+      await q.deleteIfClosed.execute({ id: job.message.id });
       return written;
     });
   } catch (err) {
@@ -250,13 +251,19 @@ const statements = definePrepared((db) => ({
     .set({ totalComplained: sql`${accounts.totalComplained} + 1` })
     .where(eq(accounts.id, p('id')))
     .prepare(),
-  openRecipients: db
-    .select({ n: sql<number>`count(*)` })
-    .from(outboundRecipients)
-    .where(and(eq(outboundRecipients.messageId, p('messageId')), eq(outboundRecipients.status, 'queued')))
-    .prepare(),
-  deleteMessage: db
+  /** The message, once none of its recipients is still queued. */
+  deleteIfClosed: db
     .delete(outboundMessages)
-    .where(eq(outboundMessages.id, p('id')))
+    .where(
+      and(
+        eq(outboundMessages.id, p('id')),
+        notExists(
+          db
+            .select({ one: sql`1` })
+            .from(outboundRecipients)
+            .where(and(eq(outboundRecipients.messageId, outboundMessages.id), eq(outboundRecipients.status, 'queued'))),
+        ),
+      ),
+    )
     .prepare(),
 }));
