@@ -1,7 +1,7 @@
-import { sql } from 'drizzle-orm';
+import { eq, sql } from 'drizzle-orm';
 import { type Db, unsynced } from '../db/client.js';
 import { definePrepared } from '../db/prepared.js';
-import { outboundMessages, outboundRecipients } from '../db/schema/index.js';
+import { emails, outboundMessages, outboundRecipients } from '../db/schema/index.js';
 import type { Claimed } from '../server/core/outcomes.js';
 import { type QueueStore, sqliteLeases } from '../server/queues/lease-table.js';
 import { takeInTurns } from '../server/queues/turns.js';
@@ -35,10 +35,11 @@ const leases = sqliteLeases({
  * second...) up to the limit. So one account's backlog, however early, never keeps another's due mail unclaimed.
  */
 const statements = definePrepared((db) => ({
-  /** The claimed recipients' messages, by id. */
+  /** The claimed recipients' messages, by id, each with its email's whole `to` list (the message's To header). */
   messages: db
-    .select()
+    .select({ message: outboundMessages, to: emails.to })
     .from(outboundMessages)
+    .leftJoin(emails, eq(emails.id, outboundMessages.id))
     .where(isOneOfPlaceholder(db, outboundMessages.id, 'ids'))
     .prepare(),
 }));
@@ -175,10 +176,10 @@ export async function claimDueRecipients(
       }),
   );
   if (rows.length === 0) return [];
-  const messages = new Map((await q.messages.execute({ ids: listParam(db, [...new Set(rows.map((r) => r.messageId))]) })).map((m) => [m.id, m]));
+  const messages = new Map((await q.messages.execute({ ids: listParam(db, [...new Set(rows.map((r) => r.messageId))]) })).map((m) => [m.message.id, m]));
   return rows.flatMap((recipient) => {
-    const message = messages.get(recipient.messageId);
-    return message ? [{ recipient, message }] : [];
+    const found = messages.get(recipient.messageId);
+    return found ? [{ recipient, message: found.message, to: found.to ?? [recipient.recipient] }] : [];
   });
 }
 

@@ -1,20 +1,7 @@
-import { eq, sql } from 'drizzle-orm';
-import { definePrepared } from '../../db/prepared.js';
-import { emails } from '../../db/schema/index.js';
 import type { Deps } from '../../server/core/deps.js';
 import type { Claimed } from '../delivery-queue.js';
 import type { SigningKey } from '../dkim.js';
 import type { Signer } from '../signer.js';
-import { one } from '../../db/sql.js';
-
-/** An email's whole `to` list (its To header), read once per message built. */
-const statements = definePrepared((db) => ({
-  recipientsOf: db
-    .select({ to: emails.to })
-    .from(emails)
-    .where(eq(emails.id, sql.placeholder('id')))
-    .prepare(),
-}));
 
 /** A message built and signed, and the email's `to` list it was built for. */
 export interface BuiltMessage {
@@ -46,7 +33,7 @@ export function createMessageCache(deps: Pick<Deps, 'db' | 'clock'>, parts: Mess
     if (!entry) {
       // Everything, the reads too, inside the promise: a failure defers that recipient, it never stops the engine.
       const ready = Promise.resolve().then(async () => {
-        const to = (await one(statements(deps.db).recipientsOf.execute({ id: job.message.id })))?.to ?? [job.recipient.recipient];
+        const to = [...job.to];
         const message = await parts.signer.build(job.message, to, await parts.signingKey(job.message.domainKeyId), new Date(deps.clock.now()));
         return { message, to };
       });

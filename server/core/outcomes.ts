@@ -26,6 +26,8 @@ import { changes, lockRows } from '../../db/sql.js';
 export interface Claimed {
   recipient: OutboundRecipientRow;
   message: OutboundMessageRow;
+  /** The email's whole `to` list, its message's To header (read with the claim). */
+  to: readonly string[];
 }
 
 /** The claim recording an outcome no longer holds its recipient (thrown inside the transaction, to roll it back). */
