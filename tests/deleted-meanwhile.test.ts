@@ -1,5 +1,6 @@
 import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Db } from '../db/client.js';
 import { accounts, domainKeys, domains, webhookEndpoints } from '../db/schema/index.js';
 import { findAccount } from '../server/core/accounts.js';
 import type { RequestContext } from '../server/core/context.js';
@@ -39,13 +40,35 @@ async function subAccount(): Promise<{ id: string; ctx: RequestContext; key: str
   return { id, key, ctx: { keyId: 'parent-key', keyAccount: account, scopes: SCOPES, account: (await findAccount(service.deps.db, id))!, viaHeader: true } };
 }
 
+/** `db`, whose transactions begin only once `until` has resolved (the reads before them run at once). */
+function transactionsAfter(db: Db, until: Promise<void>): Db {
+  return new Proxy(db, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (prop === 'transaction') return async (...args: Parameters<Db['transaction']>) => (await until, target.transaction(...args));
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+}
+
 const deleteAccount = async (id: string) => await service.deps.db.delete(accounts).where(eq(accounts.id, id));
 
 describe('the acting account deleted while the request awaited', () => {
   it('POST /domains (the DKIM key being generated)', async () => {
     const sub = await subAccount();
-    const pending = createDomain({ deps: service.deps, ctx: sub.ctx, input: { name: 'meanwhile.example' } });
+    // The domain's transaction, which comes after the key's generation, begins once the deletion has ended, on either
+    // engine (the key's generation alone is not always slower than the deletion).
+    let deleted!: () => void;
+    const deletion = new Promise<void>((resolve) => {
+      deleted = resolve;
+    });
+    const pending = createDomain({
+      deps: { ...service.deps, db: transactionsAfter(service.deps.db, deletion) },
+      ctx: sub.ctx,
+      input: { name: 'meanwhile.example' },
+    });
     await deleteAccount(sub.id);
+    deleted();
     await expect(pending).rejects.toMatchObject({ code: 'account_not_found', status: 404 });
     expect(await service.deps.db.select().from(domains).where(eq(domains.accountId, sub.id))).toEqual([]);
     expect(await service.deps.db.select().from(domainKeys).where(eq(domainKeys.accountId, sub.id))).toEqual([]);
