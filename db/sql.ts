@@ -16,6 +16,30 @@ export async function one<T>(rows: PromiseLike<T[]>): Promise<T | undefined> {
   return (await rows)[0];
 }
 
+/**
+ * Statements of one transaction issued together, in the order given, and awaited together: on Postgres they travel in
+ * one write and their answers come back in one (db/pg/state.ts pipelines a transaction's statements issued in the same
+ * tick), where awaiting each before issuing the next costs a round trip apiece. Only for statements none of which needs
+ * another's answer. Once all have ended, the first failure in issue order is thrown, as running them one by one would
+ * have thrown it (the transaction then rolls back whatever the others did).
+ */
+export async function together<const T extends readonly PromiseLike<unknown>[]>(issued: T): Promise<{ -readonly [K in keyof T]: Awaited<T[K]> }> {
+  const ended = await Promise.allSettled(issued);
+  const failed = ended.find((e) => e.status === 'rejected');
+  if (failed) throw failed.reason;
+  return ended.map((e) => (e as PromiseFulfilledResult<unknown>).value) as { -readonly [K in keyof T]: Awaited<T[K]> };
+}
+
+/**
+ * Starts a drizzle query now. A builder runs when its `then` is called, and `await` (or Promise.all) calls it only a
+ * microtask later, after statements issued meanwhile: for `together`, where the issue order is the run order.
+ */
+export function issue<T>(query: PromiseLike<T>): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    query.then(resolve, reject);
+  });
+}
+
 /** How many rows a write without `returning` touched, from the result its await gave. */
 export function changes(result: unknown): number {
   const r = result as { changes?: number; rowCount?: number | null };
@@ -125,13 +149,16 @@ export function forUpdate<Q extends PromiseLike<unknown>>(db: Db, query: Q): Q {
  */
 export async function lockRows(db: Db, table: SQLiteTable, id: SQLiteColumn, ids: readonly string[]): Promise<void> {
   if (!isPostgres(db) || ids.length === 0) return;
-  await forUpdate(
-    db,
-    db
-      .select({ id })
-      .from(table)
-      .where(isOneOf(db, id, ids))
-      .orderBy(id),
+  // Started at once, so a statement issued after this call (db/sql.ts together) runs after the lock.
+  await issue(
+    forUpdate(
+      db,
+      db
+        .select({ id })
+        .from(table)
+        .where(isOneOf(db, id, ids))
+        .orderBy(id),
+    ),
   );
 }
 

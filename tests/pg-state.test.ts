@@ -1,4 +1,5 @@
 import { AsyncResource } from 'node:async_hooks';
+import net from 'node:net';
 import { count, eq, sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type PgStore, StateTooNewError, openPostgres } from '../db/pg/state.js';
@@ -7,7 +8,7 @@ import { markQueued, onQueueMarked } from '../db/queue-wake.js';
 import { accounts } from '../db/schema/accounts.js';
 import { capturedMessages } from '../db/schema/captured-messages.js';
 import { emails } from '../db/schema/emails.js';
-import { changes, execute, one, queryRows } from '../db/sql.js';
+import { changes, execute, issue, one, queryRows, together } from '../db/sql.js';
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 
 /**
@@ -155,6 +156,87 @@ describe('a transaction', () => {
     await new Promise((r) => setImmediate(r));
     expect(woken).toBe(1);
     stop();
+  });
+});
+
+/**
+ * The writes that leave for Postgres while `work` runs: each is one send on the socket, however many statements it
+ * carries (counted at net.Socket's one door for both write paths; connections to the test server only).
+ */
+async function writesDuring(work: () => Promise<void>): Promise<number> {
+  const proto = net.Socket.prototype as unknown as { _writeGeneric: (...args: unknown[]) => unknown };
+  const original = proto._writeGeneric;
+  let writes = 0;
+  proto._writeGeneric = function (this: net.Socket, ...args: unknown[]) {
+    if (this.remotePort === server.port) writes++;
+    return original.apply(this, args);
+  };
+  try {
+    await work();
+  } finally {
+    proto._writeGeneric = original;
+  }
+  return writes;
+}
+
+describe('statements issued together (db/sql.ts together)', () => {
+  it('leave in one write with the others issued in the same tick, BEGIN with the first of them', async () => {
+    const { db } = store;
+    // A connection left idle in the pool, so the transactions below open none (its start-up has writes of its own).
+    await db.transaction(async (tx) => void (await tx.select().from(accounts)));
+    const byOne = await writesDuring(() =>
+      db.transaction(async (tx) => {
+        await tx.insert(accounts).values(account('acc-pipe-1'));
+        await tx.update(accounts).set({ creditsBalance: 7 }).where(eq(accounts.id, 'acc-pipe-1'));
+        await tx.select().from(accounts).where(eq(accounts.id, 'acc-pipe-1'));
+      }),
+    );
+    const issuedTogether = await writesDuring(() =>
+      db.transaction(async (tx) => {
+        await together([
+          issue(tx.insert(accounts).values(account('acc-pipe-2'))),
+          issue(tx.update(accounts).set({ creditsBalance: 7 }).where(eq(accounts.id, 'acc-pipe-2'))),
+          issue(tx.select().from(accounts).where(eq(accounts.id, 'acc-pipe-2'))),
+        ]);
+      }),
+    );
+    // BEGIN with the insert, the update, the select, COMMIT; against BEGIN with all three, COMMIT.
+    expect(byOne).toBe(4);
+    expect(issuedTogether).toBe(2);
+  });
+
+  it('run in the order issued, and give each its own answer', async () => {
+    const { db } = store;
+    const [, updated, rows] = await db.transaction(
+      async (tx) =>
+        await together([
+          issue(tx.insert(accounts).values(account('acc-pipe-3'))),
+          issue(tx.update(accounts).set({ creditsBalance: 9 }).where(eq(accounts.id, 'acc-pipe-3'))),
+          issue(tx.select({ credits: accounts.creditsBalance }).from(accounts).where(eq(accounts.id, 'acc-pipe-3'))),
+        ]),
+    );
+    expect(changes(updated)).toBe(1);
+    expect(rows).toEqual([{ credits: 9 }]);
+  });
+
+  it('throw the first failure in issue order, and the transaction rolls back what the others did', async () => {
+    const { db } = store;
+    await db.insert(accounts).values(account('acc-pipe-taken'));
+    const failed = db.transaction(async (tx) => {
+      await together([
+        issue(tx.insert(accounts).values(account('acc-pipe-4'))),
+        issue(tx.insert(accounts).values(account('acc-pipe-taken'))),
+        issue(tx.insert(accounts).values(account('acc-pipe-5'))),
+      ]);
+    });
+    // The duplicate key, not the aborted transaction the third statement met after it.
+    await expect(failed).rejects.toMatchObject({ cause: { code: '23505' } });
+    const ids = (await db.select({ id: accounts.id }).from(accounts)).map((r) => r.id);
+    expect(ids).not.toContain('acc-pipe-4');
+    expect(ids).not.toContain('acc-pipe-5');
+    // The connection serves the next transaction as usual.
+    await db.transaction(async (tx) => void (await tx.insert(accounts).values(account('acc-pipe-6'))));
+    expect(await one(db.select().from(accounts).where(eq(accounts.id, 'acc-pipe-6')))).toBeDefined();
   });
 });
 

@@ -20,7 +20,7 @@ import { type Capture, storeCapture } from './capture-store.js';
 import type { Classified } from './dsn.js';
 import { nextAttemptAt } from './delivery-schedule.js';
 import { isSimulatorAddress } from './simulator.js';
-import { changes, lockRows } from '../../db/sql.js';
+import { changes, lockRows, together } from '../../db/sql.js';
 
 /** A recipient leased from the outbound queue, with its message: what one delivery attempt works on. */
 export interface Claimed {
@@ -88,28 +88,33 @@ export async function recordOutcome(
       const q = statements(db);
       // The message first: outcomes of one message take turns, so the last one to close a recipient sees the others
       // closed and deletes the content (on Postgres; on SQLite every transaction takes turns).
-      await lockRows(db, outboundMessages, outboundMessages.id, [job.message.id]);
-      // Then the recipient, and only while this claim still holds it: else the whole outcome rolls back.
-      const updated = await q.updateRecipient.execute({
-        id: job.recipient.id,
-        lockedBy: job.recipient.lockedBy ?? '',
-        claimedAttempts: job.recipient.attempts,
-        status: recorded.status === 'deferred' ? 'queued' : recorded.status,
-        attempts,
-        nextAttemptAt: recorded.nextAttemptAt ?? now,
-      });
+      // Then the recipient, and only while this claim still holds it: else the whole outcome rolls back. (Issued
+      // together: one round trip on Postgres, the lock still taken first.)
+      const [, updated] = await together([
+        lockRows(db, outboundMessages, outboundMessages.id, [job.message.id]),
+        q.updateRecipient.execute({
+          id: job.recipient.id,
+          lockedBy: job.recipient.lockedBy ?? '',
+          claimedAttempts: job.recipient.attempts,
+          status: recorded.status === 'deferred' ? 'queued' : recorded.status,
+          attempts,
+          nextAttemptAt: recorded.nextAttemptAt ?? now,
+        }),
+      ]);
       if (changes(updated) !== 1) throw new LeaseLost();
       const of = { emailId: job.message.id, accountId: job.message.accountId, recipient: job.recipient.recipient, occurredAt: now };
       if (extras.capture) await storeCapture(db, extras.capture);
-      const written = await writeOutcome(deps, { ...of, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail });
+      // The outcome's writes, and with them the content's deletion once every recipient has its final outcome (one
+      // statement, which sees the recipients as the outcomes committed before this one's lock on the message left them).
+      const [written] = await together([
+        writeOutcome(deps, { ...of, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail }),
+        q.deleteIfClosed.execute({ id: job.message.id }),
+      ]);
       if (complaint) {
         const complained = await writeOutcome(deps, { ...of, status: 'complained', ...complaint });
         written.webhooks += complained.webhooks;
         written.written ||= complained.written;
       }
-      // Once every recipient has its final outcome the content is no longer needed: it goes (one statement, which
-      // sees the recipients as the outcomes committed before this one's lock on the message left them).
-      await q.deleteIfClosed.execute({ id: job.message.id });
       return written;
     });
   } catch (err) {
@@ -163,28 +168,29 @@ export async function writeOutcome(
   const { db } = deps;
   const q = statements(db);
   const eventId = newId(o.occurredAt);
-  await q.insertEvent.execute({
-    id: eventId,
-    emailId: o.emailId,
-    accountId: o.accountId,
-    recipient: o.recipient,
-    status: o.status,
-    dsn: o.dsn,
-    detail: o.detail,
-    occurredAt: o.occurredAt,
-  });
-  // The account's webhook deliveries of this outcome, in the same transaction: no event is lost between the two.
-  const webhooks = await fanOutOutcome(db, o);
-  // And the customer database's copy of the event, in the same transaction.
-  const written = await queueCustomerDbWrite(
-    deps,
-    o.accountId,
-    { kind: 'event', id: eventId, emailId: o.emailId, recipient: o.recipient, status: o.status, dsn: o.dsn, detail: o.detail, occurredAt: o.occurredAt },
-    o.occurredAt,
-  );
-  if (o.status === 'delivered') await q.firstDelivered.execute({ id: o.emailId, now: o.occurredAt });
-  if (o.status === 'bounced') await q.firstBounced.execute({ id: o.emailId, now: o.occurredAt });
-  if (o.status === 'complained') await q.firstComplained.execute({ id: o.emailId, now: o.occurredAt });
+  const first = { delivered: q.firstDelivered, bounced: q.firstBounced, complained: q.firstComplained, deferred: null }[o.status];
+  // Issued together (one round trip on Postgres): the event; the account's webhook deliveries of it, in the same
+  // transaction, so no event is lost between the two; the customer database's copy; the email's first time.
+  const [, webhooks, written] = await together([
+    q.insertEvent.execute({
+      id: eventId,
+      emailId: o.emailId,
+      accountId: o.accountId,
+      recipient: o.recipient,
+      status: o.status,
+      dsn: o.dsn,
+      detail: o.detail,
+      occurredAt: o.occurredAt,
+    }),
+    fanOutOutcome(db, o),
+    queueCustomerDbWrite(
+      deps,
+      o.accountId,
+      { kind: 'event', id: eventId, emailId: o.emailId, recipient: o.recipient, status: o.status, dsn: o.dsn, detail: o.detail, occurredAt: o.occurredAt },
+      o.occurredAt,
+    ),
+    first ? first.execute({ id: o.emailId, now: o.occurredAt }) : Promise.resolve(null),
+  ]);
   if (SUPPRESSING[o.status]?.(o.dsn)) {
     const account = await findAccount(db, o.accountId);
     if (account) {

@@ -22,7 +22,7 @@ import type { Rendered } from './templates.js';
 import { tripBreakerOn } from './reputation.js';
 import { queueCustomerDbWrite } from './customer-db-outbox.js';
 import { logFailure, storeFaultOf, storeUnavailable } from '../shared/store-health.js';
-import { forUpdate, isOneOfPlaceholder, listParam, one } from '../../db/sql.js';
+import { forUpdate, isOneOfPlaceholder, issue, listParam, one, together } from '../../db/sql.js';
 
 /** POST /emails as the seven checks of docs/api/contract.md, one named step each, in the spec's order; then the queue. */
 
@@ -457,29 +457,6 @@ export async function queueSend(
   const { id, log, message, recipients, now } = accepted;
   const q = statements(deps.db);
   const source = log.source ?? 'api';
-  await q.insertEmail.execute({ ...log, source, id, status: 'sent', createdAt: now });
-  await q.insertMessage.execute({ id, accountId: log.accountId, ...message, createdAt: now, expiresAt: now + DELIVERY_WINDOW_MS });
-  // The content goes to the customer's own database (the service keeps it only until delivered).
-  const written = await queueCustomerDbWrite(
-    deps,
-    log.accountId,
-    {
-      kind: 'email',
-      id,
-      ...log,
-      source,
-      template: source === 'smtp' ? null : log.template,
-      subject: log.subject,
-      html: accepted.content.html,
-      text: accepted.content.text,
-      raw: accepted.content.raw,
-      tags: log.tags,
-      status: 'sent',
-      createdAt: now,
-    },
-    now,
-    accepted.databaseOwner,
-  );
   // A row per recipient, in one statement however many there are.
   const rows = recipients.map((r) => ({
     id: newId(now),
@@ -491,13 +468,38 @@ export async function queueSend(
     nextAttemptAt: now,
     createdAt: now,
   }));
-  if (rows.length === 1) await q.insertRecipient.execute(rows[0]!);
-  else await deps.db.insert(outboundRecipients).values(rows);
-  // The delivery engine wakes once this batch is durable, and delivery starts at once.
-  markQueued(deps.db, 'recipients');
   const reputed = recipients.filter((r) => !isSimulatorDomain(r.domain)).length;
   const { charge, warning } = chargeOf(payerOf(sender), deps.config, now);
-  const acting = await recordSend(deps.db, sender, { recipients: recipients.length, reputed, charge, now });
+  // The writes need none of each other's answers: issued together (one round trip on Postgres), in this order.
+  const [, , written, , acting] = await together([
+    q.insertEmail.execute({ ...log, source, id, status: 'sent', createdAt: now }),
+    q.insertMessage.execute({ id, accountId: log.accountId, ...message, createdAt: now, expiresAt: now + DELIVERY_WINDOW_MS }),
+    // The content goes to the customer's own database (the service keeps it only until delivered).
+    queueCustomerDbWrite(
+      deps,
+      log.accountId,
+      {
+        kind: 'email',
+        id,
+        ...log,
+        source,
+        template: source === 'smtp' ? null : log.template,
+        subject: log.subject,
+        html: accepted.content.html,
+        text: accepted.content.text,
+        raw: accepted.content.raw,
+        tags: log.tags,
+        status: 'sent',
+        createdAt: now,
+      },
+      now,
+      accepted.databaseOwner,
+    ),
+    rows.length === 1 ? q.insertRecipient.execute(rows[0]!) : issue(deps.db.insert(outboundRecipients).values(rows)),
+    recordSend(deps.db, sender, { recipients: recipients.length, reputed, charge, now }),
+  ]);
+  // The delivery engine wakes once this batch is durable, and delivery starts at once.
+  markQueued(deps.db, 'recipients');
   // Only a send that moved the account's own counters can be what reaches `paused`.
   if (reputed > 0) await tripBreakerOn(deps, acting, now, reputed);
   return { warning, written };
