@@ -25,7 +25,7 @@ export interface MessageCacheParts {
  * The message of an email, built and signed (in the signer's thread) once for all its recipients while any of them is
  * held.
  */
-export function createMessageCache(deps: Pick<Deps, 'db' | 'clock'>, parts: MessageCacheParts) {
+export function createMessageCache(deps: Pick<Deps, 'clock'>, parts: MessageCacheParts) {
   const built = new Map<string, Entry>();
 
   function entryOf(job: Claimed): Entry {
