@@ -330,9 +330,12 @@ async function commitSend(
   try {
     const committed = await deps.commits.run(async (tx) => {
       const now = deps.clock.now();
-      if (claim) await assertClaimHeld(tx, claim);
-      // Everything checks 3 to 7 and the queue read, in one statement, before any of them gives its verdict.
-      const reading = await readForSend(deps, ctx.account.id, body.ok ? body.send.from.domain : '', body.ok ? body.send.to.map((r) => r.address) : []);
+      // The idempotency claim still this request's, and everything checks 3 to 7 and the queue read, in one statement,
+      // before any of them gives its verdict (issued together: a claim taken over is still the error given first).
+      const [, reading] = await together([
+        claim ? assertClaimHeld(tx, claim) : Promise.resolve(),
+        readForSend(deps, ctx.account.id, body.ok ? body.send.from.domain : '', body.ok ? body.send.to.map((r) => r.address) : []),
+      ]);
       const { sender } = reading;
       // (3) whether the account, and for a sub-account its parent, may send at all.
       assertMaySend(sender, now);
