@@ -17,22 +17,34 @@ export async function one<T>(rows: PromiseLike<T[]>): Promise<T | undefined> {
 }
 
 /**
- * Statements of one transaction issued together, in the order given, and awaited together: on Postgres they travel in
- * one write and their answers come back in one (db/pg/state.ts pipelines a transaction's statements issued in the same
- * tick), where awaiting each before issuing the next costs a round trip apiece. Only for statements none of which needs
- * another's answer. Once all have ended, the first failure in issue order is thrown, as running them one by one would
- * have thrown it (the transaction then rolls back whatever the others did).
+ * Statements of one transaction that need none of each other's answers, given as functions that start them, run in
+ * the order given. On Postgres they are issued together and awaited together: they travel in one write and their
+ * answers come back in one (db/pg/state.ts pipelines a transaction's statements issued in the same tick), where
+ * awaiting each before issuing the next costs a round trip apiece; a failure aborts the transaction, so the ones after
+ * it fail too, and the first failure in issue order is thrown once all have ended. On SQLite they run one by one and
+ * stop at the first failure, as before: some of its errors (a full disk, an I/O error) end the transaction themselves,
+ * and a statement run after that would commit on its own.
  */
-export async function together<const T extends readonly PromiseLike<unknown>[]>(issued: T): Promise<{ -readonly [K in keyof T]: Awaited<T[K]> }> {
-  const ended = await Promise.allSettled(issued);
+export async function together<const T extends readonly (() => PromiseLike<unknown>)[]>(
+  db: Db,
+  statements: T,
+): Promise<{ -readonly [K in keyof T]: Awaited<ReturnType<T[K]>> }> {
+  type Answers = { -readonly [K in keyof T]: Awaited<ReturnType<T[K]>> };
+  if (!isPostgres(db)) {
+    const answers: unknown[] = [];
+    for (const start of statements) answers.push(await start());
+    return answers as Answers;
+  }
+  const ended = await Promise.allSettled(statements.map((start) => issue(start())));
   const failed = ended.find((e) => e.status === 'rejected');
   if (failed) throw failed.reason;
-  return ended.map((e) => (e as PromiseFulfilledResult<unknown>).value) as { -readonly [K in keyof T]: Awaited<T[K]> };
+  return ended.map((e) => (e as PromiseFulfilledResult<unknown>).value) as Answers;
 }
 
 /**
  * Starts a drizzle query now. A builder runs when its `then` is called, and `await` (or Promise.all) calls it only a
- * microtask later, after statements issued meanwhile: for `together`, where the issue order is the run order.
+ * microtask later, after statements issued meanwhile: for `together` and `lockRows`, where the issue order is the
+ * run order.
  */
 export function issue<T>(query: PromiseLike<T>): Promise<T> {
   return new Promise<T>((resolve, reject) => {

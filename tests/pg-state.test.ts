@@ -8,7 +8,7 @@ import { markQueued, onQueueMarked } from '../db/queue-wake.js';
 import { accounts } from '../db/schema/accounts.js';
 import { capturedMessages } from '../db/schema/captured-messages.js';
 import { emails } from '../db/schema/emails.js';
-import { changes, execute, issue, one, queryRows, together } from '../db/sql.js';
+import { changes, execute, one, queryRows, together } from '../db/sql.js';
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 
 /**
@@ -193,10 +193,10 @@ describe('statements issued together (db/sql.ts together)', () => {
     );
     const issuedTogether = await writesDuring(() =>
       db.transaction(async (tx) => {
-        await together([
-          issue(tx.insert(accounts).values(account('acc-pipe-2'))),
-          issue(tx.update(accounts).set({ creditsBalance: 7 }).where(eq(accounts.id, 'acc-pipe-2'))),
-          issue(tx.select().from(accounts).where(eq(accounts.id, 'acc-pipe-2'))),
+        await together(tx, [
+          () => tx.insert(accounts).values(account('acc-pipe-2')),
+          () => tx.update(accounts).set({ creditsBalance: 7 }).where(eq(accounts.id, 'acc-pipe-2')),
+          () => tx.select().from(accounts).where(eq(accounts.id, 'acc-pipe-2')),
         ]);
       }),
     );
@@ -209,10 +209,10 @@ describe('statements issued together (db/sql.ts together)', () => {
     const { db } = store;
     const [, updated, rows] = await db.transaction(
       async (tx) =>
-        await together([
-          issue(tx.insert(accounts).values(account('acc-pipe-3'))),
-          issue(tx.update(accounts).set({ creditsBalance: 9 }).where(eq(accounts.id, 'acc-pipe-3'))),
-          issue(tx.select({ credits: accounts.creditsBalance }).from(accounts).where(eq(accounts.id, 'acc-pipe-3'))),
+        await together(tx, [
+          () => tx.insert(accounts).values(account('acc-pipe-3')),
+          () => tx.update(accounts).set({ creditsBalance: 9 }).where(eq(accounts.id, 'acc-pipe-3')),
+          () => tx.select({ credits: accounts.creditsBalance }).from(accounts).where(eq(accounts.id, 'acc-pipe-3')),
         ]),
     );
     expect(changes(updated)).toBe(1);
@@ -223,10 +223,10 @@ describe('statements issued together (db/sql.ts together)', () => {
     const { db } = store;
     await db.insert(accounts).values(account('acc-pipe-taken'));
     const failed = db.transaction(async (tx) => {
-      await together([
-        issue(tx.insert(accounts).values(account('acc-pipe-4'))),
-        issue(tx.insert(accounts).values(account('acc-pipe-taken'))),
-        issue(tx.insert(accounts).values(account('acc-pipe-5'))),
+      await together(tx, [
+        () => tx.insert(accounts).values(account('acc-pipe-4')),
+        () => tx.insert(accounts).values(account('acc-pipe-taken')),
+        () => tx.insert(accounts).values(account('acc-pipe-5')),
       ]);
     });
     // The duplicate key, not the aborted transaction the third statement met after it.

@@ -90,25 +90,26 @@ export async function recordOutcome(
       // closed and deletes the content (on Postgres; on SQLite every transaction takes turns).
       // Then the recipient, and only while this claim still holds it: else the whole outcome rolls back. (Issued
       // together: one round trip on Postgres, the lock still taken first.)
-      const [, updated] = await together([
-        lockRows(db, outboundMessages, outboundMessages.id, [job.message.id]),
-        q.updateRecipient.execute({
-          id: job.recipient.id,
-          lockedBy: job.recipient.lockedBy ?? '',
-          claimedAttempts: job.recipient.attempts,
-          status: recorded.status === 'deferred' ? 'queued' : recorded.status,
-          attempts,
-          nextAttemptAt: recorded.nextAttemptAt ?? now,
-        }),
+      const [, updated] = await together(db, [
+        () => lockRows(db, outboundMessages, outboundMessages.id, [job.message.id]),
+        () =>
+          q.updateRecipient.execute({
+            id: job.recipient.id,
+            lockedBy: job.recipient.lockedBy ?? '',
+            claimedAttempts: job.recipient.attempts,
+            status: recorded.status === 'deferred' ? 'queued' : recorded.status,
+            attempts,
+            nextAttemptAt: recorded.nextAttemptAt ?? now,
+          }),
       ]);
       if (changes(updated) !== 1) throw new LeaseLost();
       const of = { emailId: job.message.id, accountId: job.message.accountId, recipient: job.recipient.recipient, occurredAt: now };
       if (extras.capture) await storeCapture(db, extras.capture);
       // The outcome's writes, and with them the content's deletion once every recipient has its final outcome (one
       // statement, which sees the recipients as the outcomes committed before this one's lock on the message left them).
-      const [written] = await together([
-        writeOutcome(deps, { ...of, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail }),
-        q.deleteIfClosed.execute({ id: job.message.id }),
+      const [written] = await together(db, [
+        () => writeOutcome(deps, { ...of, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail }),
+        () => q.deleteIfClosed.execute({ id: job.message.id }),
       ]);
       if (complaint) {
         const complained = await writeOutcome(deps, { ...of, status: 'complained', ...complaint });
@@ -171,25 +172,27 @@ export async function writeOutcome(
   const first = { delivered: q.firstDelivered, bounced: q.firstBounced, complained: q.firstComplained, deferred: null }[o.status];
   // Issued together (one round trip on Postgres): the event; the account's webhook deliveries of it, in the same
   // transaction, so no event is lost between the two; the customer database's copy; the email's first time.
-  const [, webhooks, written] = await together([
-    q.insertEvent.execute({
-      id: eventId,
-      emailId: o.emailId,
-      accountId: o.accountId,
-      recipient: o.recipient,
-      status: o.status,
-      dsn: o.dsn,
-      detail: o.detail,
-      occurredAt: o.occurredAt,
-    }),
-    fanOutOutcome(db, o),
-    queueCustomerDbWrite(
-      deps,
-      o.accountId,
-      { kind: 'event', id: eventId, emailId: o.emailId, recipient: o.recipient, status: o.status, dsn: o.dsn, detail: o.detail, occurredAt: o.occurredAt },
-      o.occurredAt,
-    ),
-    first ? first.execute({ id: o.emailId, now: o.occurredAt }) : Promise.resolve(null),
+  const [, webhooks, written] = await together(db, [
+    () =>
+      q.insertEvent.execute({
+        id: eventId,
+        emailId: o.emailId,
+        accountId: o.accountId,
+        recipient: o.recipient,
+        status: o.status,
+        dsn: o.dsn,
+        detail: o.detail,
+        occurredAt: o.occurredAt,
+      }),
+    () => fanOutOutcome(db, o),
+    () =>
+      queueCustomerDbWrite(
+        deps,
+        o.accountId,
+        { kind: 'event', id: eventId, emailId: o.emailId, recipient: o.recipient, status: o.status, dsn: o.dsn, detail: o.detail, occurredAt: o.occurredAt },
+        o.occurredAt,
+      ),
+    () => (first ? first.execute({ id: o.emailId, now: o.occurredAt }) : Promise.resolve(null)),
   ]);
   if (SUPPRESSING[o.status]?.(o.dsn)) {
     const account = await findAccount(db, o.accountId);

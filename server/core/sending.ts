@@ -22,7 +22,7 @@ import type { Rendered } from './templates.js';
 import { tripBreakerOn } from './reputation.js';
 import { queueCustomerDbWrite } from './customer-db-outbox.js';
 import { logFailure, storeFaultOf, storeUnavailable } from '../shared/store-health.js';
-import { forUpdate, isOneOfPlaceholder, issue, listParam, one, together } from '../../db/sql.js';
+import { forUpdate, isOneOfPlaceholder, listParam, one, together } from '../../db/sql.js';
 
 /** POST /emails as the seven checks of docs/api/contract.md, one named step each, in the spec's order; then the queue. */
 
@@ -332,9 +332,9 @@ async function commitSend(
       const now = deps.clock.now();
       // The idempotency claim still this request's, and everything checks 3 to 7 and the queue read, in one statement,
       // before any of them gives its verdict (issued together: a claim taken over is still the error given first).
-      const [, reading] = await together([
-        claim ? assertClaimHeld(tx, claim) : Promise.resolve(),
-        readForSend(deps, ctx.account.id, body.ok ? body.send.from.domain : '', body.ok ? body.send.to.map((r) => r.address) : []),
+      const [, reading] = await together(tx, [
+        () => (claim ? assertClaimHeld(tx, claim) : Promise.resolve()),
+        () => readForSend(deps, ctx.account.id, body.ok ? body.send.from.domain : '', body.ok ? body.send.to.map((r) => r.address) : []),
       ]);
       const { sender } = reading;
       // (3) whether the account, and for a sub-account its parent, may send at all.
@@ -474,32 +474,33 @@ export async function queueSend(
   const reputed = recipients.filter((r) => !isSimulatorDomain(r.domain)).length;
   const { charge, warning } = chargeOf(payerOf(sender), deps.config, now);
   // The writes need none of each other's answers: issued together (one round trip on Postgres), in this order.
-  const [, , written, , acting] = await together([
-    q.insertEmail.execute({ ...log, source, id, status: 'sent', createdAt: now }),
-    q.insertMessage.execute({ id, accountId: log.accountId, ...message, createdAt: now, expiresAt: now + DELIVERY_WINDOW_MS }),
+  const [, , written, , acting] = await together(deps.db, [
+    () => q.insertEmail.execute({ ...log, source, id, status: 'sent', createdAt: now }),
+    () => q.insertMessage.execute({ id, accountId: log.accountId, ...message, createdAt: now, expiresAt: now + DELIVERY_WINDOW_MS }),
     // The content goes to the customer's own database (the service keeps it only until delivered).
-    queueCustomerDbWrite(
-      deps,
-      log.accountId,
-      {
-        kind: 'email',
-        id,
-        ...log,
-        source,
-        template: source === 'smtp' ? null : log.template,
-        subject: log.subject,
-        html: accepted.content.html,
-        text: accepted.content.text,
-        raw: accepted.content.raw,
-        tags: log.tags,
-        status: 'sent',
-        createdAt: now,
-      },
-      now,
-      accepted.databaseOwner,
-    ),
-    rows.length === 1 ? q.insertRecipient.execute(rows[0]!) : issue(deps.db.insert(outboundRecipients).values(rows)),
-    recordSend(deps.db, sender, { recipients: recipients.length, reputed, charge, now }),
+    () =>
+      queueCustomerDbWrite(
+        deps,
+        log.accountId,
+        {
+          kind: 'email',
+          id,
+          ...log,
+          source,
+          template: source === 'smtp' ? null : log.template,
+          subject: log.subject,
+          html: accepted.content.html,
+          text: accepted.content.text,
+          raw: accepted.content.raw,
+          tags: log.tags,
+          status: 'sent',
+          createdAt: now,
+        },
+        now,
+        accepted.databaseOwner,
+      ),
+    () => (rows.length === 1 ? q.insertRecipient.execute(rows[0]!) : deps.db.insert(outboundRecipients).values(rows)),
+    () => recordSend(deps.db, sender, { recipients: recipients.length, reputed, charge, now }),
   ]);
   // The delivery engine wakes once this batch is durable, and delivery starts at once.
   markQueued(deps.db, 'recipients');
