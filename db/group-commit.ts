@@ -2,6 +2,7 @@ import { open } from 'node:fs/promises';
 import type Database from 'better-sqlite3';
 import { type Db, connectionOf } from './client.js';
 import { type QueueName, collectMarks, wakeMarked } from './queue-wake.js';
+import { type Settled, runPgBatch } from './pg/state.js';
 
 interface Job<T> {
   fn: (db: Db) => T | Promise<T>;
@@ -288,12 +289,63 @@ export interface GroupCommit {
 }
 
 /**
- * The group commit's contract on an engine that makes each commit durable itself (Postgres, synchronous_commit on,
- * groups the flushes of concurrent commits on its own): each write is its own transaction, resolved once committed;
- * the queues it marked wake after that (db/queue-wake.ts, as for any transaction).
+ * The group commit on Postgres (synchronous_commit on: durable when COMMIT returns). Writes submitted in the same turn
+ * of the event loop, and those that arrive while a batch runs, share the next batch's transaction, each in its own
+ * savepoint (db/pg/state.ts PgUnits.batch): one BEGIN and one COMMIT, and one flush of Postgres's WAL, for the lot,
+ * and each write's statements leave with the release of the one before. A write that throws rolls back alone; if the
+ * commit fails, every write of the batch is rejected. A lone write waits for nobody. `concurrency` batches run at
+ * once, each on a connection of its own (the rows they lock make them take turns where they meet).
  */
-export function transactionCommits(db: Db): GroupCommit {
+export function createPgGroupCommit(db: Db, opts: { concurrency?: number } = {}): GroupCommit {
+  const concurrency = opts.concurrency ?? 1;
+  const pending: Job<unknown>[] = [];
+  let running = 0;
+  let scheduled = false;
+  const schedule = () => {
+    if (scheduled || running >= concurrency || pending.length === 0) return;
+    scheduled = true;
+    // The rest of this turn's writes join first.
+    setImmediate(() => {
+      scheduled = false;
+      void flush();
+    });
+  };
+  const flush = async () => {
+    if (running >= concurrency || pending.length === 0) return;
+    const jobs = pending.splice(0, MAX_BATCH);
+    running++;
+    try {
+      if (jobs.length === 1) {
+        const job = jobs[0]!;
+        await db.transaction(async () => job.fn(db)).then(job.resolve, job.reject);
+        return;
+      }
+      let settled: Settled[];
+      try {
+        settled = await runPgBatch(
+          db,
+          jobs.map((job) => () => Promise.resolve(job.fn(db))),
+        );
+      } catch (err) {
+        for (const job of jobs) job.reject(err);
+        return;
+      }
+      jobs.forEach((job, i) => {
+        const s = settled[i]!;
+        if (s.ok) job.resolve(s.value);
+        else job.reject(s.err);
+      });
+    } finally {
+      running--;
+      schedule();
+    }
+  };
   return {
-    run: <T>(fn: (db: Db) => T | Promise<T>): Promise<T> => db.transaction(async () => fn(db)),
+    run<T>(fn: (db: Db) => T | Promise<T>): Promise<T> {
+      return new Promise<T>((resolve, reject) => {
+        pending.push({ fn, resolve, reject } as Job<unknown>);
+        schedule();
+      });
+    },
   };
 }

@@ -2,7 +2,8 @@ import { AsyncResource } from 'node:async_hooks';
 import net from 'node:net';
 import { count, eq, sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type PgStore, StateTooNewError, openPostgres } from '../db/pg/state.js';
+import { createPgGroupCommit } from '../db/group-commit.js';
+import { type PgStore, StateTooNewError, openPostgres, runPgBatch } from '../db/pg/state.js';
 import { statementNamer } from '../db/pg/statement-names.js';
 import { markQueued, onQueueMarked } from '../db/queue-wake.js';
 import { accounts } from '../db/schema/accounts.js';
@@ -237,6 +238,193 @@ describe('statements issued together (db/sql.ts together)', () => {
     // The connection serves the next transaction as usual.
     await db.transaction(async (tx) => void (await tx.insert(accounts).values(account('acc-pipe-6'))));
     expect(await one(db.select().from(accounts).where(eq(accounts.id, 'acc-pipe-6')))).toBeDefined();
+  });
+});
+
+const creditsOf = async (id: string) => (await one(store.db.select({ c: accounts.creditsBalance }).from(accounts).where(eq(accounts.id, id))))?.c;
+const ids = async () => (await store.db.select({ id: accounts.id }).from(accounts)).map((r) => r.id);
+
+describe('a batch: units of work in savepoints of one transaction (PgUnits.batch, the group commit on Postgres)', () => {
+  it('commits them together, one after the other, each leaving in one write with the release of the one before', async () => {
+    const { db } = store;
+    await db.transaction(async (tx) => void (await tx.select().from(accounts)));
+    let settled: unknown;
+    const writes = await writesDuring(async () => {
+      settled = await runPgBatch(
+        db,
+        ['acc-batch-1', 'acc-batch-2', 'acc-batch-3'].map((id) => async () => {
+          await db.insert(accounts).values(account(id));
+          return id;
+        }),
+      );
+    });
+    expect(settled).toEqual([
+      { ok: true, value: 'acc-batch-1' },
+      { ok: true, value: 'acc-batch-2' },
+      { ok: true, value: 'acc-batch-3' },
+    ]);
+    expect(await ids()).toEqual(expect.arrayContaining(['acc-batch-1', 'acc-batch-2', 'acc-batch-3']));
+    // BEGIN, SAVEPOINT and the first insert; each release with the next savepoint and insert; the last with COMMIT.
+    // The same three writes as transactions of their own take two writes each.
+    expect(writes).toBe(4);
+    const alone = await writesDuring(async () => {
+      for (const id of ['acc-batch-4', 'acc-batch-5', 'acc-batch-6']) await db.transaction(async (tx) => void (await tx.insert(accounts).values(account(id))));
+    });
+    expect(alone).toBe(6);
+  });
+
+  it('rolls back a unit that throws alone: it settles with its error, the others commit', async () => {
+    const { db } = store;
+    await db.insert(accounts).values(account('acc-batch-taken'));
+    const settled = await runPgBatch(db, [
+      async () => void (await db.insert(accounts).values(account('acc-batch-7'))),
+      async () => {
+        await db.insert(accounts).values(account('acc-batch-8'));
+        throw new Error('refused');
+      },
+      // A failing statement aborts only its own unit, not the transaction.
+      async () => void (await db.insert(accounts).values(account('acc-batch-taken'))),
+      async () => void (await db.insert(accounts).values(account('acc-batch-9'))),
+    ]);
+    expect(settled.map((s) => s.ok)).toEqual([true, false, false, true]);
+    expect(settled[1]).toMatchObject({ err: { message: 'refused' } });
+    expect(settled[2]).toMatchObject({ err: { cause: { code: '23505' } } });
+    const after = await ids();
+    expect(after).toEqual(expect.arrayContaining(['acc-batch-7', 'acc-batch-9']));
+    expect(after).not.toContain('acc-batch-8');
+  });
+
+  it('runs a unit that lost a deadlock to another transaction again on its own, after the commit', async () => {
+    const { db } = store;
+    await db.insert(accounts).values([account('acc-dl-x'), account('acc-dl-y')]);
+    const other = await server.connect('state_a');
+    await other.query('begin');
+    await other.query(`update accounts set credits_balance = 1 where id = 'acc-dl-y'`);
+    let runsOfSecond = 0;
+    const batch = runPgBatch(db, [
+      async () => void (await db.update(accounts).set({ creditsBalance: 2 }).where(eq(accounts.id, 'acc-dl-x'))),
+      async () => {
+        runsOfSecond++;
+        await db.update(accounts).set({ creditsBalance: 3 }).where(eq(accounts.id, 'acc-dl-y'));
+      },
+    ]);
+    // The batch holds x and waits for y; the other transaction then waits for x: a deadlock, which Postgres breaks
+    // (after deadlock_timeout) by failing the statement that waited first, the batch's second unit.
+    const waiting = async () => (await server.admin('select count(*)::int as n from pg_locks where not granted')).rows[0].n;
+    await expect.poll(waiting, { timeout: 10_000 }).toBe(1);
+    const otherDone = other.query(`update accounts set credits_balance = 4 where id = 'acc-dl-x'`).then(() => other.query('commit'));
+    const settled = await batch;
+    await otherDone;
+    await other.end();
+    expect(settled).toEqual([
+      { ok: true, value: undefined },
+      { ok: true, value: undefined },
+    ]);
+    expect(runsOfSecond).toBe(2);
+    // x: the batch's 2, then the other's 4; y: the other's 1, then the unit's 3 on its own.
+    expect(await creditsOf('acc-dl-x')).toBe(4);
+    expect(await creditsOf('acc-dl-y')).toBe(3);
+  }, 20_000);
+
+  it('rejects every unit when the transaction itself fails, and commits none of them', async () => {
+    const { db } = store;
+    const batch = runPgBatch(db, [
+      async () => void (await db.insert(accounts).values(account('acc-batch-lost'))),
+      // The connection goes: the unit's savepoint cannot be rolled back, so the transaction cannot go on.
+      async () => void (await execute(db, sql`select pg_terminate_backend(pg_backend_pid())`)),
+      async () => void (await db.insert(accounts).values(account('acc-batch-never'))),
+    ]);
+    await expect(batch).rejects.toThrow();
+    const after = await ids();
+    expect(after).not.toContain('acc-batch-lost');
+    expect(after).not.toContain('acc-batch-never');
+    // The pool replaced the connection.
+    await db.transaction(async (tx) => void (await tx.insert(accounts).values(account('acc-batch-after'))));
+    expect(await ids()).toContain('acc-batch-after');
+  });
+});
+
+describe('a transaction that a unit left aborted', () => {
+  it('fails at its commit, which Postgres answers with a rollback: nothing of it is committed', async () => {
+    const { db } = store;
+    const batch = runPgBatch(db, [
+      async () => void (await db.insert(accounts).values(account('acc-aborted-1'))),
+      async () => {
+        // A failing statement the unit does not wait for: its savepoint is released after it, in a failed transaction.
+        execute(db, sql`select 1/0`).catch(() => undefined);
+      },
+    ]);
+    await expect(batch).rejects.toThrow();
+    expect(await ids()).not.toContain('acc-aborted-1');
+  });
+});
+
+describe('the group commit on Postgres (db/group-commit.ts createPgGroupCommit)', () => {
+  it('writes submitted in the same turn share one transaction', async () => {
+    const { db } = store;
+    await db.transaction(async (tx) => void (await tx.select().from(accounts)));
+    // The contract as transactions of their own: each write one transaction.
+    const ownTransactions = { run: <T>(fn: (tx: typeof db) => Promise<T>) => db.transaction(async () => fn(db)) };
+    const grouped = createPgGroupCommit(db);
+    const three = (commits: typeof grouped, prefix: string) =>
+      Promise.all([1, 2, 3].map((i) => commits.run(async (tx) => void (await tx.insert(accounts).values(account(`${prefix}-${i}`))))));
+    expect(await writesDuring(() => three(ownTransactions, 'acc-own').then(() => undefined))).toBeGreaterThanOrEqual(6);
+    expect(await writesDuring(() => three(grouped, 'acc-grouped').then(() => undefined))).toBe(4);
+    expect(await ids()).toEqual(expect.arrayContaining(['acc-grouped-1', 'acc-grouped-2', 'acc-grouped-3']));
+  });
+
+  it('resolves each write with its own value once committed, rejects a refused one alone, and a write that comes meanwhile joins the next batch', async () => {
+    const { db } = store;
+    const commits = createPgGroupCommit(db);
+    const seen: string[] = [];
+    const first = commits.run(async (tx) => {
+      await tx.insert(accounts).values(account('acc-gc-1'));
+      // Not yet visible from elsewhere: the batch has not committed.
+      seen.push(String(await elsewhere(() => one(db.select().from(accounts).where(eq(accounts.id, 'acc-gc-1'))))));
+      return 'one';
+    });
+    const refused = commits.run(async (tx) => {
+      await tx.insert(accounts).values(account('acc-gc-2'));
+      throw new Error('refused');
+    });
+    await new Promise((r) => setImmediate(r));
+    const later = commits.run(async (tx) => {
+      // The batch before it has committed.
+      seen.push(String((await one(db.select().from(accounts).where(eq(accounts.id, 'acc-gc-1'))))?.id));
+      await tx.insert(accounts).values(account('acc-gc-3'));
+      return 'three';
+    });
+    await expect(first).resolves.toBe('one');
+    await expect(refused).rejects.toThrow('refused');
+    await expect(later).resolves.toBe('three');
+    expect(seen).toEqual(['undefined', 'acc-gc-1']);
+    const after = await ids();
+    expect(after).toEqual(expect.arrayContaining(['acc-gc-1', 'acc-gc-3']));
+    expect(after).not.toContain('acc-gc-2');
+  });
+
+  it('wakes a queue marked in a write once its batch committed, never for a write rolled back', async () => {
+    const { db } = store;
+    const commits = createPgGroupCommit(db);
+    const heard: string[] = [];
+    const offs = [onQueueMarked(db, 'webhooks', () => heard.push('webhooks')), onQueueMarked(db, 'recipients', () => heard.push('recipients'))];
+    const order: string[] = [];
+    const ok = commits.run(async (tx) => {
+      markQueued(tx, 'webhooks');
+      for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
+      order.push(`marked, ${heard.length} wake(s) before the commit`);
+    });
+    // In the same batch, after the first: its mark goes with its savepoint.
+    const failed = commits.run(async (tx) => {
+      markQueued(tx, 'recipients');
+      throw new Error('refused');
+    });
+    await expect(failed).rejects.toThrow('refused');
+    await ok;
+    for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
+    expect(heard).toEqual(['webhooks']);
+    expect(order).toEqual(['marked, 0 wake(s) before the commit']);
+    for (const off of offs) off();
   });
 });
 

@@ -5,7 +5,6 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
 import { integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
 import type { Store } from '../db/client.js';
-import { transactionCommits } from '../db/group-commit.js';
 import { markQueued, onQueueMarked } from '../db/queue-wake.js';
 import { execute } from '../db/sql.js';
 import { sqliteLeases } from '../server/queues/lease-table.js';
@@ -157,28 +156,6 @@ describe('the wake after a durable commit', () => {
     markQueued(store.db, 'customer-db'); // nobody listens
     await ticks();
     expect(heard.sort()).toEqual(['recipients', 'webhooks']);
-  });
-
-  it('wakes a mark made in a job of the commits a Postgres server runs (one transaction each) once it committed, never for a job rolled back', async () => {
-    const commits = transactionCommits(store.db);
-    const heard: string[] = [];
-    onQueueMarked(store.db, 'webhooks', () => heard.push('webhooks'));
-    onQueueMarked(store.db, 'recipients', () => heard.push('recipients'));
-    const order: string[] = [];
-    const ok = commits.run(async (db) => {
-      markQueued(db, 'webhooks');
-      for (let i = 0; i < 5; i++) await ticks();
-      order.push(`marked, ${heard.length} wake(s) before the commit`);
-    });
-    const failed = commits.run(async (db) => {
-      markQueued(db, 'recipients');
-      throw new Error('refused');
-    });
-    await expect(failed).rejects.toThrow('refused');
-    await ok;
-    for (let i = 0; i < 5; i++) await ticks();
-    expect(heard).toEqual(['webhooks']);
-    expect(order).toEqual(['marked, 0 wake(s) before the commit']);
   });
 });
 

@@ -30,11 +30,24 @@ export interface PgTarget {
   ssl: false | { rejectUnauthorized: boolean; ca?: string };
 }
 
-/** A unit of work on one connection: a transaction and the async work under it. */
-interface PgScope {
+/** A transaction on one connection, and what its units share. */
+interface PgTx {
   open: boolean;
   client: pg.PoolClient;
   savepoints: number;
+  /** The releases of savepoints not yet answered: awaited before COMMIT. */
+  readonly released: Promise<unknown>[];
+  /** Set when a savepoint could not be rolled back: the transaction can only end, with this error. */
+  failed?: Error;
+}
+
+/**
+ * A unit of work: a transaction and the async work under it, or a savepoint inside one. What runs after the commit
+ * (queue wakes) is kept per unit: a savepoint's joins its transaction's when it is released, and is dropped with it
+ * when it is rolled back.
+ */
+interface PgScope {
+  readonly tx: PgTx;
   readonly afterCommit: (() => void)[];
 }
 
@@ -95,6 +108,8 @@ function corkForTick(client: pg.PoolClient): void {
   });
 }
 
+const ignoreError = () => undefined;
+
 const dialect = new PgDialect();
 const stores = new WeakMap<object, PgUnits>();
 
@@ -106,33 +121,26 @@ class PgUnits {
 
   current(): PgScope | null {
     const scope = this.scopes.getStore();
-    return scope?.open ? scope : null;
+    return scope?.tx.open ? scope : null;
   }
 
   /** The connection a statement runs on: its transaction's (held for the rest of the tick: corkForTick), or the pool. */
   target(): pg.Pool | pg.PoolClient {
     const scope = this.current();
     if (!scope) return this.pool;
-    corkForTick(scope.client);
-    return scope.client;
+    corkForTick(scope.tx.client);
+    return scope.tx.client;
   }
 
   async transaction<T>(fn: () => Promise<T>): Promise<T> {
     const outer = this.current();
-    if (outer) {
-      const name = `unit_${++outer.savepoints}`;
-      await outer.client.query(`SAVEPOINT ${name}`);
-      try {
-        const value = await fn();
-        await outer.client.query(`RELEASE SAVEPOINT ${name}`);
-        return value;
-      } catch (err) {
-        await outer.client.query(`ROLLBACK TO SAVEPOINT ${name}`);
-        throw err;
-      }
-    }
+    if (outer) return this.savepoint(outer, fn);
     const client = await this.pool.connect();
-    const scope: PgScope = { open: true, client, savepoints: 0, afterCommit: [] };
+    // A connection that drops while checked out is reported by the statement it fails; without a listener of its own
+    // (the pool listens only while the connection is idle) the client's 'error' event would end the process.
+    client.on('error', ignoreError);
+    const tx: PgTx = { open: true, client, savepoints: 0, released: [] };
+    const scope: PgScope = { tx, afterCommit: [] };
     let broken: Error | undefined;
     try {
       // BEGIN leaves with the transaction's first statements (fn issues them in this tick): one round trip fewer. It
@@ -142,13 +150,22 @@ class PgUnits {
       begun.catch(() => undefined);
       const value = await this.scopes.run(scope, fn);
       await begun;
-      scope.open = false;
-      await client.query('COMMIT');
+      tx.open = false;
+      // COMMIT leaves with the last savepoints' releases. Had one failed, the transaction was aborted, and Postgres
+      // answers that COMMIT with a ROLLBACK (no error): that is this transaction's failure.
+      corkForTick(client);
+      const committing = client.query('COMMIT');
+      committing.catch(() => undefined);
+      const releases = await Promise.allSettled(tx.released);
+      const committed = await committing;
+      const release = releases.find((r) => r.status === 'rejected');
+      if (release) throw release.reason;
+      if (committed.command !== 'COMMIT') throw new Error(`the transaction was rolled back at its commit (${committed.command})`);
       for (const hook of scope.afterCommit) hook();
       return value;
     } catch (err) {
-      if (scope.open) {
-        scope.open = false;
+      if (tx.open) {
+        tx.open = false;
         try {
           await client.query('ROLLBACK');
         } catch (rollbackErr) {
@@ -158,9 +175,94 @@ class PgUnits {
       }
       throw err;
     } finally {
+      client.removeListener('error', ignoreError);
       client.release(broken);
     }
   }
+
+  /**
+   * A unit inside a transaction: a savepoint, sent with the unit's first statements, and released without waiting
+   * (the release leaves with whatever the transaction issues next; the transaction waits for it before COMMIT). A unit
+   * that throws is rolled back to its savepoint, and the transaction goes on without it.
+   */
+  private async savepoint<T>(outer: PgScope, fn: () => Promise<T>): Promise<T> {
+    const { tx } = outer;
+    const name = `unit_${++tx.savepoints}`;
+    corkForTick(tx.client);
+    const saved = tx.client.query(`SAVEPOINT ${name}`);
+    saved.catch(() => undefined);
+    const inner: PgScope = { tx, afterCommit: [] };
+    let value: T;
+    try {
+      value = await this.scopes.run(inner, fn);
+      await saved;
+    } catch (err) {
+      await saved.catch(() => undefined);
+      try {
+        await tx.client.query(`ROLLBACK TO SAVEPOINT ${name}`);
+      } catch (rollbackErr) {
+        // The transaction cannot go on (the connection failed): it ends with this error, whatever the unit threw.
+        tx.failed ??= rollbackErr as Error;
+        throw rollbackErr;
+      }
+      throw err;
+    }
+    corkForTick(tx.client);
+    const released = tx.client.query(`RELEASE SAVEPOINT ${name}`);
+    released.catch(() => undefined);
+    tx.released.push(released);
+    outer.afterCommit.push(...inner.afterCommit);
+    return value;
+  }
+
+  /**
+   * Runs each unit of work in a savepoint of one transaction, one after the other, and commits them together: the
+   * group commit on Postgres (db/group-commit.ts). A unit that throws is rolled back alone and settles with its error;
+   * one that lost a lock conflict to another transaction (a deadlock, which the batch's arbitrary lock order can
+   * cause) runs again on its own after the commit. The whole batch is rejected if the transaction itself fails.
+   */
+  async batch(units: readonly (() => Promise<unknown>)[]): Promise<Settled[]> {
+    const settled: (Settled | 'again')[] = [];
+    await this.transaction(async () => {
+      const scope = this.current()!;
+      for (const unit of units) {
+        try {
+          settled.push({ ok: true, value: await this.savepoint(scope, unit) });
+        } catch (err) {
+          if (scope.tx.failed) throw scope.tx.failed;
+          settled.push(isLockConflict(err) ? 'again' : { ok: false, err });
+        }
+      }
+    });
+    const out: Settled[] = [];
+    for (const [i, s] of settled.entries()) {
+      if (s !== 'again') out.push(s);
+      else {
+        try {
+          out.push({ ok: true, value: await this.transaction(units[i]!) });
+        } catch (err) {
+          out.push({ ok: false, err });
+        }
+      }
+    }
+    return out;
+  }
+}
+
+export type Settled = { ok: true; value: unknown } | { ok: false; err: unknown };
+
+/** A statement that lost a lock conflict with another transaction and may succeed on its own (deadlock_detected). */
+const isLockConflict = (err: unknown) => {
+  const e = err as { code?: unknown; cause?: { code?: unknown } } | null;
+  // drizzle wraps the driver's error (DrizzleQueryError), its code in the cause.
+  return (e?.code ?? e?.cause?.code) === '40P01';
+};
+
+/** Runs units of work on a Postgres Db in one transaction, each in its own savepoint (PgUnits.batch). */
+export function runPgBatch(db: Db, units: readonly (() => Promise<unknown>)[]): Promise<Settled[]> {
+  const pg = stores.get(db);
+  if (!pg) throw new Error('not a Postgres Db');
+  return pg.batch(units);
 }
 
 /** The unit (transaction) the caller's async work runs in on `db`, if `db` is a Postgres Db. */

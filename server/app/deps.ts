@@ -5,7 +5,7 @@ import type { SqliteStore, Store } from '../../db/client.js';
 import type { PgStore } from '../../db/pg/state.js';
 import type { Deps } from '../core/deps.js';
 import { createFileDurably } from '../../db/data-dir.js';
-import { createGroupCommit, type GroupCommit, transactionCommits } from '../../db/group-commit.js';
+import { createGroupCommit, createPgGroupCommit, type GroupCommit } from '../../db/group-commit.js';
 import type { Clock } from '../shared/clock.js';
 import type { Config } from '../shared/config.js';
 import { createKeyUsage } from '../core/key-usage.js';
@@ -71,9 +71,9 @@ function sqliteDurability(store: SqliteStore, clock: Clock, logger: Logger): { s
   return { storeHealth, commits: createGroupCommit(store, store.syncWal, { onFailure: storeHealth.note, onUnsafe: closeToWrites }) };
 }
 
-/** Postgres's: each acknowledged write its own transaction, durable at its commit (Postgres groups the flushes). */
+/** Postgres's: the writes that arrive together share a transaction, each in a savepoint; durable at its COMMIT. */
 function postgresDurability(store: PgStore, clock: Clock): { storeHealth: StoreHealth; commits: GroupCommit } {
-  return { storeHealth: createStoreHealth(clock), commits: transactionCommits(store.db) };
+  return { storeHealth: createStoreHealth(clock), commits: createPgGroupCommit(store.db) };
 }
 
 /** What the start decides before the dependencies are built; a test or a tool leaves them to createDeps. */
