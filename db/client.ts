@@ -10,7 +10,7 @@ import { migrate } from 'drizzle-orm/better-sqlite3/migrator';
 import { createPrivateDir, createPrivateFile } from './data-dir.js';
 import { type WalSync, walSyncOf } from './group-commit.js';
 import * as schema from './schema/index.js';
-import { type PgStore, pgUnitOf } from './pg/state.js';
+import { type PgStore, pgPointReads, pgUnitOf } from './pg/state.js';
 import { type Method, SqliteConnection } from './sqlite-connection.js';
 import { connectionDatabase } from './sqlite-session.js';
 
@@ -206,12 +206,20 @@ export function unitOf(db: Db): { afterCommit: (() => void)[] } | null {
 }
 
 /**
+ * Runs `fn`, single-row reads by key only (a stamp, a lease still held), on Postgres on the connection such reads
+ * share (db/pg/state.ts pgPointReads: the reads of concurrent requests leave in one write); on SQLite as it is.
+ */
+export function pointReads<T>(db: Db, fn: () => Promise<T>): Promise<T> {
+  return pgPointReads(db, fn);
+}
+
+/**
  * Runs `fn`, reads only, as one unit: on SQLite one read transaction holding the connection (its statements share
  * one WAL read lock instead of each taking and dropping it, and see one snapshot); on Postgres the statements run on
- * the pool as they come, each seeing what is committed when it runs.
+ * the point reads' shared connection as they come (pointReads), each seeing what is committed when it runs.
  */
 export async function readUnit<T>(db: Db, fn: () => Promise<T>): Promise<T> {
-  if (pgUnitOf(db) !== undefined) return fn();
+  if (pgUnitOf(db) !== undefined) return pgPointReads(db, fn);
   const conn = connectionOf(db);
   if (conn.holds()) return fn();
   return conn.hold(async () => {

@@ -1,5 +1,5 @@
 import { eq, sql } from 'drizzle-orm';
-import { type Db, unsynced } from '../db/client.js';
+import { type Db, pointReads, unsynced } from '../db/client.js';
 import { definePrepared } from '../db/prepared.js';
 import { emails, outboundMessages, outboundRecipients } from '../db/schema/index.js';
 import type { Claimed } from '../server/core/outcomes.js';
@@ -188,7 +188,7 @@ export async function claimDueRecipients(
  * account was deleted meanwhile (its rows cascade away) is not sent.
  */
 export async function stillHeld(db: Db, worker: string, id: string): Promise<boolean> {
-  return await leases.stillHeld(db, worker, id);
+  return await pointReads(db, () => leases.stillHeld(db, worker, id));
 }
 
 /** Extends the leases this worker still holds, so a long delivery is never claimed twice. */

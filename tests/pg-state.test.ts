@@ -3,7 +3,7 @@ import net from 'node:net';
 import { count, eq, sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPgGroupCommit } from '../db/group-commit.js';
-import { type PgStore, StateTooNewError, openPostgres, runPgBatch } from '../db/pg/state.js';
+import { type PgStore, StateTooNewError, openPostgres, pgPointReads, runPgBatch } from '../db/pg/state.js';
 import { statementNamer } from '../db/pg/statement-names.js';
 import { markQueued, onQueueMarked } from '../db/queue-wake.js';
 import { accounts } from '../db/schema/accounts.js';
@@ -425,6 +425,48 @@ describe('the group commit on Postgres (db/group-commit.ts createPgGroupCommit)'
     expect(heard).toEqual(['webhooks']);
     expect(order).toEqual(['marked, 0 wake(s) before the commit']);
     for (const off of offs) off();
+  });
+});
+
+describe('point reads (pgPointReads: a request key check, a stamp, a lease still held)', () => {
+  const pidOf = (db: PgStore['db']) => queryRows<{ pid: number }>(db, sql`select pg_backend_pid() as pid`).then((rows) => rows[0]!.pid);
+  const fiveReads = (db: PgStore['db'], point: boolean) =>
+    Promise.all(
+      Array.from({ length: 5 }, () =>
+        point
+          ? pgPointReads(db, () => one(db.select().from(accounts).where(eq(accounts.id, 'acc-1'))))
+          : one(db.select().from(accounts).where(eq(accounts.id, 'acc-1'))),
+      ),
+    ).then(() => undefined);
+
+  it('issued in the same turn by concurrent work, leave in one write on a connection of their own', async () => {
+    const { db } = store;
+    // The first point read finds the connection not yet there (the pool serves it) and has it made.
+    await expect.poll(() => writesDuring(() => fiveReads(db, true)), { timeout: 5_000 }).toBe(1);
+    // The same five reads on the pool: a connection each, a write each.
+    expect(await writesDuring(() => fiveReads(db, false))).toBeGreaterThanOrEqual(5);
+    // All on one connection, not the pool's others.
+    const pids = await Promise.all(Array.from({ length: 4 }, () => pgPointReads(db, () => pidOf(db))));
+    expect(new Set(pids).size).toBe(1);
+  });
+
+  it('inside a transaction stay on its connection, and see what it wrote', async () => {
+    const { db } = store;
+    await db.transaction(async (tx) => {
+      await tx.insert(accounts).values(account('acc-point-1'));
+      const seen = await pgPointReads(db, () => one(db.select().from(accounts).where(eq(accounts.id, 'acc-point-1'))));
+      expect(seen?.id).toBe('acc-point-1');
+    });
+  });
+
+  it('fail with their connection when it drops, and the next ones run on a new one', async () => {
+    const { db } = store;
+    await expect.poll(() => writesDuring(() => fiveReads(db, true)), { timeout: 5_000 }).toBe(1);
+    const before = await pgPointReads(db, () => pidOf(db));
+    await server.admin(`select pg_terminate_backend(${before})`);
+    // No uncaught error from the dropped connection; the reads go on, on another connection.
+    await expect.poll(async () => await pgPointReads(db, () => pidOf(db)).catch(() => before), { timeout: 5_000 }).not.toBe(before);
+    await expect.poll(() => writesDuring(() => fiveReads(db, true)), { timeout: 5_000 }).toBe(1);
   });
 });
 

@@ -115,6 +115,12 @@ const stores = new WeakMap<object, PgUnits>();
 
 class PgUnits {
   readonly scopes = new AsyncLocalStorage<PgScope>();
+  /** Set while point reads run (pointReads): their statements go to the shared reader. */
+  readonly reads = new AsyncLocalStorage<true>();
+  /** The point reads' connection, held from the pool while it lasts; null until connected (the pool serves meanwhile). */
+  private reader: pg.PoolClient | null = null;
+  private readerConnecting = false;
+  private closed = false;
   /** The name a repeated statement runs under on this pool's connections. */
   readonly nameOf = statementNamer();
   constructor(readonly pool: pg.Pool) {}
@@ -127,9 +133,58 @@ class PgUnits {
   /** The connection a statement runs on: its transaction's (held for the rest of the tick: corkForTick), or the pool. */
   target(): pg.Pool | pg.PoolClient {
     const scope = this.current();
-    if (!scope) return this.pool;
-    corkForTick(scope.tx.client);
-    return scope.tx.client;
+    if (scope) {
+      corkForTick(scope.tx.client);
+      return scope.tx.client;
+    }
+    if (this.reads.getStore()) return this.pointReader() ?? this.pool;
+    return this.pool;
+  }
+
+  /**
+   * The connection that point reads share (single-row reads by key: a request's key check, a cache's stamp, a lease
+   * still held), in pipeline mode and corked for the tick (the reads issued together leave in one write), so none
+   * checks a connection out of the pool. Reads take no row locks, so none waits behind another's lock; each sees
+   * what is committed when it runs, as on the pool. Null while it connects (or after it failed: the next read
+   * connects again). Held until the poll phase ends instead, to gather the reads of every request of a turn, it
+   * cost more than it saved (docs/performance.md, session 29).
+   */
+  private pointReader(): pg.PoolClient | null {
+    if (this.reader) {
+      corkForTick(this.reader);
+      return this.reader;
+    }
+    if (!this.readerConnecting && !this.closed) {
+      this.readerConnecting = true;
+      this.pool.connect().then(
+        (client) => {
+          this.readerConnecting = false;
+          if (this.closed) return client.release();
+          // The connection dropped: the reads in flight fail with it; the next one connects again. Released once,
+          // however many errors the client reports (a FATAL message, then the end of the connection).
+          client.on('error', ignoreError);
+          client.once('error', (err) => {
+            // Given back already (closeReader): the pool hears it.
+            if (this.reader !== client) return;
+            this.reader = null;
+            client.release(err);
+          });
+          this.reader = client;
+        },
+        () => {
+          this.readerConnecting = false;
+        },
+      );
+    }
+    return null;
+  }
+
+  /** Gives the point reads' connection back to the pool (before the pool ends). */
+  closeReader(): void {
+    this.closed = true;
+    const reader = this.reader;
+    this.reader = null;
+    reader?.release();
   }
 
   async transaction<T>(fn: () => Promise<T>): Promise<T> {
@@ -271,6 +326,15 @@ export function pgUnitOf(db: Db): { afterCommit: (() => void)[] } | null | undef
   return units ? units.current() : undefined;
 }
 
+/**
+ * Runs `fn`, single-row reads only, with its statements on the point reads' shared connection (PgUnits.pointReader);
+ * inside a transaction they stay on the transaction's. On a Db that is not Postgres, just runs `fn`.
+ */
+export function pgPointReads<T>(db: Db, fn: () => Promise<T>): Promise<T> {
+  const units = stores.get(db);
+  return units ? units.reads.run(true, fn) : fn();
+}
+
 /** Whether `db` keeps the state on Postgres. */
 export function isPostgres(db: Db): boolean {
   return stores.has(db);
@@ -381,5 +445,13 @@ export async function openPostgres(target: PgTarget, opts: { poolSize?: number }
   stores.set(db, units);
   // Closed once, however often asked (as a SQLite connection's close): pg's pool refuses a second end.
   let closed: Promise<void> | null = null;
-  return { engine: 'postgres', db, pool, close: () => (closed ??= pool.end()) };
+  return {
+    engine: 'postgres',
+    db,
+    pool,
+    close: () => {
+      units.closeReader();
+      return (closed ??= pool.end());
+    },
+  };
 }

@@ -1,7 +1,7 @@
 import { and, desc, eq, isNull, lt, sql } from 'drizzle-orm';
 import { z } from 'zod';
 import { labelSchema } from './text-rules.js';
-import { type Db, readUnit } from '../../db/client.js';
+import { type Db, pointReads, readUnit } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { type AccountRow, type ApiKeyRow, accounts, apiKeys, changeCounters } from '../../db/schema/index.js';
 import { iso, isoOrNull } from '../shared/clock.js';
@@ -74,7 +74,7 @@ const statements = definePrepared((db) => ({
  * instead of looking the key up a second time once the body has arrived.
  */
 export async function keyStamp(db: Db): Promise<string> {
-  const row = await one(statements(db).keysCounter.execute());
+  const row = await pointReads(db, () => one(statements(db).keysCounter.execute()));
   return String(row?.n ?? 0);
 }
 

@@ -1,5 +1,5 @@
 import { and, desc, eq, lt, lte, sql } from 'drizzle-orm';
-import type { Db } from '../../db/client.js';
+import { type Db, pointReads } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import {
   type AccountRow,
@@ -414,7 +414,7 @@ export function templateHeadsCached(db: Db): number {
 async function headOf(db: Db, account: Pick<AccountRow, 'id' | 'parentId'>, name: string): Promise<Head | null> {
   let cache = headCaches.get(db);
   if (!cache) headCaches.set(db, (cache = { stamp: -1, heads: new Map() }));
-  const stamp = (await queryRow<{ n: number }>(db, sql`select n from change_counters where name = 'templates'`))!.n;
+  const stamp = (await pointReads(db, () => queryRow<{ n: number }>(db, sql`select n from change_counters where name = 'templates'`)))!.n;
   if (stamp !== cache.stamp || cache.heads.size >= TEMPLATE_HEADS_CACHED) {
     cache.heads.clear();
     cache.stamp = stamp;

@@ -1,6 +1,6 @@
 import { and, desc, eq, lt, sql } from 'drizzle-orm';
 import { z } from 'zod';
-import type { Db } from '../../db/client.js';
+import { type Db, pointReads } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { type SuppressionReason, type SuppressionRow, suppressions } from '../../db/schema/index.js';
 import { iso } from '../shared/clock.js';
@@ -140,7 +140,7 @@ const statements = definePrepared((db) => ({
  * or an account's parent changes, whoever writes. Equal readings mean no list changed in between.
  */
 export async function suppressionsStamp(db: Db): Promise<number> {
-  const row = await queryRow<{ n: number }>(db, sql`select n from change_counters where name = 'suppressions'`);
+  const row = await pointReads(db, () => queryRow<{ n: number }>(db, sql`select n from change_counters where name = 'suppressions'`));
   return row!.n;
 }
 
