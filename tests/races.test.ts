@@ -242,9 +242,27 @@ describe('POST /database/test: the database deleted while the test connected', (
       account: (await findAccount(service.deps.db, account.id))!,
       viaHeader: false,
     };
-    const pending = testDatabase({ deps: service.deps, ctx });
-    // DELETE /database lands while the test is connecting (the webhook ping's sibling: 404 once deleted meanwhile).
+    // DELETE /database lands while the test is connecting (the webhook ping's sibling: 404 once deleted meanwhile):
+    // the test has found the database and looks its host up; the lookup waits until the delete has committed.
+    let connecting!: () => void;
+    const lookingUp = new Promise<void>((resolve) => (connecting = resolve));
+    let deleted!: () => void;
+    const deletion = new Promise<void>((resolve) => (deleted = resolve));
+    const resolver = new Proxy(service.deps.resolver, {
+      get(target, name, receiver) {
+        const value = Reflect.get(target, name, receiver);
+        if (typeof value !== 'function') return value;
+        return async (...args: unknown[]) => {
+          connecting();
+          await deletion;
+          return value.apply(target, args);
+        };
+      },
+    });
+    const pending = testDatabase({ deps: { ...service.deps, resolver }, ctx });
+    await lookingUp;
     await deleteDatabase({ deps: service.deps, ctx });
+    deleted();
     const outcome = await pending.then(
       (status) => ({ ok: true as const, status }),
       (err: { code?: string }) => ({ ok: false as const, code: err.code }),
