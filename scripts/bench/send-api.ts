@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { eq } from 'drizzle-orm';
 import { openStore } from '../../server/app/state.js';
-import { PG_TEST_CA_FILE, type TestPostgres, startPostgres } from '../lib/postgres.js';
+import { PG_TEST_CA_FILE, type TestPostgres, benchPostgresMode, startPostgres, stateUrlOf } from '../lib/postgres.js';
 import { domains } from '../../db/schema/index.js';
 import { systemClock } from '../../server/shared/clock.js';
 import { loadConfig } from '../../server/shared/config.js';
@@ -26,7 +26,7 @@ import { serviceNodeFlags, spawnListening, stop } from './spawn.js';
  * The sandbox and queued phases run twice: with the built-in receipt, and with an account's own receipt in a layout
  * whose CSS is inlined (docs/api/decisions.md section 9), for the ratio of the two.
  * With STATE_URL (a Postgres database of its own), or BENCH_POSTGRES=embedded (an embedded Postgres with TLS on
- * loopback, started here), the sandbox and queued phases run again with the state on Postgres, and the two engines
+ * loopback, started here; `embedded-plain`: the same over plain TCP), the sandbox and queued phases run again with the state on Postgres, and the two engines
  * are printed side by side (the issue's target: Postgres's queued sends at least 0.5 of SQLite's).
  * Run: npm run bench:send-api   (env BENCH_SECONDS, BENCH_CONCURRENCY, BENCH_ONLY, STATE_URL, BENCH_POSTGRES)
  */
@@ -226,7 +226,8 @@ async function main(): Promise<void> {
   // The same phases with the state on Postgres, when one is given (or started here).
   let postgres: TestPostgres | null = null;
   let onPostgres: ServiceFigures | null = null;
-  const stateUrl = givenStateUrl ?? (process.env.BENCH_POSTGRES === 'embedded' ? await embeddedState() : undefined);
+  const embedded = benchPostgresMode();
+  const stateUrl = givenStateUrl ?? (embedded ? await embeddedState(embedded) : undefined);
   if (stateUrl !== undefined) {
     console.log(`state on Postgres (${stateUrl.replace(/:[^:@/]*@/, ':***@')}):`);
     onPostgres = await runService(
@@ -234,10 +235,10 @@ async function main(): Promise<void> {
       false,
     );
   }
-  async function embeddedState(): Promise<string> {
+  async function embeddedState(mode: 'tls' | 'plain'): Promise<string> {
     postgres = await startPostgres({ certificate: 'trusted' });
     await postgres.admin('create database bench_state');
-    return `postgresql://${postgres.user}:${postgres.password}@localhost:${postgres.port}/bench_state?sslmode=verify-full&sslrootcert=${PG_TEST_CA_FILE}`;
+    return stateUrlOf(postgres, 'bench_state', mode);
   }
   const { sandbox, queued, ownSandbox, ownQueued } = onSqlite;
   const { headers, vary, send } = onSqlite.load;

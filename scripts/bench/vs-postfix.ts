@@ -1,5 +1,5 @@
 import { findPostfixTool, runSmtpSource, startBenchSink, startPrivatePostfix, type BenchSink } from './postfix.js';
-import { PG_TEST_CA_FILE, type TestPostgres, startPostgres } from '../lib/postgres.js';
+import { PG_TEST_CA_FILE, type TestPostgres, benchPostgresMode, startPostgres, stateUrlOf } from '../lib/postgres.js';
 import { type DeliveryFigures, measureDelivery, startBenchRig } from './rig.js';
 
 /**
@@ -13,7 +13,7 @@ import { type DeliveryFigures, measureDelivery, startBenchRig } from './rig.js';
  * Mailstead's timed phase at 1.2-1.3 s of CPU per 1000 messages instead of 1.0; scripts/bench/README.md). Prints both
  * rates and the ratio, `BENCH_RUNS` times. Needs root and Debian's `postfix` package (smtp-sink, smtp-source, postfix).
  * With `STATE_URL=postgresql://...` (an empty database of its own, `SECRET_KEY` beside it) or `BENCH_POSTGRES=embedded`
- * (an embedded Postgres with TLS on loopback, started here), each run also times Mailstead with its state on that
+ * (an embedded Postgres with TLS on loopback, started here; `embedded-plain`: the same over plain TCP), each run also times Mailstead with its state on that
  * Postgres, into the same sink, and prints its ratio to the same Postfix figure (target 1.0x).
  * Run: npm run bench:vs-postfix   (env BENCH_MESSAGES, default 3000; BENCH_RUNS, default 3; BENCH_WARMUP, default N)
  */
@@ -84,13 +84,9 @@ async function main(): Promise<void> {
     `${total} messages of ~${MESSAGE_BYTES / 1024} KB each side, ${SESSIONS} connections to the sink, Postfix's smtp-sink on loopback (Node ${process.version})`,
   );
   // The state on Postgres too: the one STATE_URL names, or an embedded one started here.
-  const started: TestPostgres | null =
-    process.env.STATE_URL === undefined && process.env.BENCH_POSTGRES === 'embedded' ? await startPostgres({ certificate: 'trusted' }) : null;
-  const stateUrl =
-    process.env.STATE_URL ??
-    (started
-      ? `postgresql://${started.user}:${started.password}@localhost:${started.port}/postgres?sslmode=verify-full&sslrootcert=${PG_TEST_CA_FILE}`
-      : undefined);
+  const embedded = process.env.STATE_URL === undefined ? benchPostgresMode() : null;
+  const started: TestPostgres | null = embedded ? await startPostgres({ certificate: 'trusted' }) : null;
+  const stateUrl = process.env.STATE_URL ?? (started && embedded ? stateUrlOf(started, 'postgres', embedded) : undefined);
   let met = 0;
   let metPostgres = 0;
   const figures = (f: DeliveryFigures) =>

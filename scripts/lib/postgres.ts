@@ -269,3 +269,19 @@ export async function startPostgres(options: { certificate: PgCertificate }): Pr
     },
   };
 }
+
+/**
+ * The embedded Postgres a benchmark starts (BENCH_POSTGRES): `embedded` is reached over TLS, its certificate and name
+ * verified; `embedded-plain` over plain TCP (`sslmode=disable`, which STATE_URL accepts for a loopback host only: a
+ * Postgres on the same VPS). Null when BENCH_POSTGRES asks for neither.
+ */
+export function benchPostgresMode(): 'tls' | 'plain' | null {
+  const mode = process.env.BENCH_POSTGRES;
+  return mode === 'embedded' ? 'tls' : mode === 'embedded-plain' ? 'plain' : null;
+}
+
+/** The STATE_URL of `database` on a started test Postgres, over TLS (verified) or plain TCP on loopback. */
+export function stateUrlOf(postgres: TestPostgres, database: string, mode: 'tls' | 'plain'): string {
+  const ssl = mode === 'tls' ? `sslmode=verify-full&sslrootcert=${PG_TEST_CA_FILE}` : 'sslmode=disable';
+  return `postgresql://${postgres.user}:${postgres.password}@localhost:${postgres.port}/${database}?${ssl}`;
+}
