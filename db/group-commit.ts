@@ -5,9 +5,23 @@ import { type QueueName, collectMarks, wakeMarked } from './queue-wake.js';
 import { type Settled, runPgBatch } from './pg/state.js';
 
 interface Job<T> {
-  fn: (db: Db) => T | Promise<T>;
+  fn: (db: Db, ahead?: Promise<unknown>) => T | Promise<T>;
   resolve: (value: T) => void;
   reject: (err: unknown) => void;
+  ahead?: ReadAhead<unknown>;
+}
+
+/**
+ * A write's reading, for the group commit on Postgres to issue ahead: the readings of a batch's writes leave together
+ * at its start, one round trip for the lot (db/pg/state.ts PgUnits.batch), and each write is given its reading as a
+ * promise instead of reading in its turn. `keys` names what the write's reading and its writes are confined to, among
+ * what other writes with a reading ahead read and write (a send's: its account and its parent): a reading taken ahead
+ * is given only to a write before which no write of the batch ran but ones with other keys; else, and on SQLite (where
+ * a reading costs no round trip), the write reads in its turn.
+ */
+export interface ReadAhead<R> {
+  read: (db: Db) => Promise<R>;
+  keys: (reading: R) => readonly string[];
 }
 
 /**
@@ -260,7 +274,8 @@ export function createGroupCommit(
   };
 
   return {
-    run<T>(fn: (db: Db) => T | Promise<T>): Promise<T> {
+    // Each write reads in its turn: a reading costs no round trip on SQLite.
+    run<T, R = never>(fn: (db: Db, ahead?: Promise<R>) => T | Promise<T>): Promise<T> {
       if (unsafe !== null) return Promise.reject(new StoreUnsafeError(unsafe));
       return new Promise<T>((resolve, reject) => {
         pending.push({ fn, resolve, reject } as Job<unknown>);
@@ -285,7 +300,7 @@ export interface GroupCommit {
    * Runs `fn` in the next batch's transaction; resolves once the batch is durable. Rejects with what `fn` threw, or
    * the commit's error (nothing was written), or a FlushFailedError (written, durability unknown).
    */
-  run<T>(fn: (db: Db) => T | Promise<T>): Promise<T>;
+  run<T, R = never>(fn: (db: Db, ahead?: Promise<R>) => T | Promise<T>, ahead?: ReadAhead<R>): Promise<T>;
 }
 
 /**
@@ -324,7 +339,8 @@ export function createPgGroupCommit(db: Db, opts: { concurrency?: number } = {})
       try {
         settled = await runPgBatch(
           db,
-          jobs.map((job) => () => Promise.resolve(job.fn(db))),
+          jobs.map((job) => (ahead?: Promise<unknown>) => Promise.resolve(job.fn(db, ahead))),
+          jobs.map((job) => job.ahead && { read: () => job.ahead!.read(db), keys: job.ahead.keys }),
         );
       } catch (err) {
         for (const job of jobs) job.reject(err);
@@ -341,9 +357,9 @@ export function createPgGroupCommit(db: Db, opts: { concurrency?: number } = {})
     }
   };
   return {
-    run<T>(fn: (db: Db) => T | Promise<T>): Promise<T> {
+    run<T, R = never>(fn: (db: Db, ahead?: Promise<R>) => T | Promise<T>, ahead?: ReadAhead<R>): Promise<T> {
       return new Promise<T>((resolve, reject) => {
-        pending.push({ fn, resolve, reject } as Job<unknown>);
+        pending.push({ fn, resolve, reject, ahead } as Job<unknown>);
         schedule();
       });
     },

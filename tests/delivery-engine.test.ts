@@ -317,10 +317,10 @@ describe('an outcome that cannot be written', () => {
     const commits = service.deps.commits;
     const original = commits.run;
     let calls = 0;
-    commits.run = ((fn) => {
+    commits.run = ((...args: Parameters<typeof commits.run>) => {
       calls++;
       if (calls === 1) throw new Error('disk I/O error');
-      return original.call(commits, fn);
+      return original.apply(commits, args);
     }) as typeof commits.run;
     try {
       expect(await engine.runOnce()).toBe(1);

@@ -3,13 +3,14 @@ import net from 'node:net';
 import { count, eq, sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPgGroupCommit } from '../db/group-commit.js';
-import { type PgStore, StateTooNewError, openPostgres, pgPointReads, runPgBatch } from '../db/pg/state.js';
+import { type PgStore, StateTooNewError, openPostgres, pgPointReads, runPgBatch, runPgSql } from '../db/pg/state.js';
 import { statementNamer } from '../db/pg/statement-names.js';
 import { markQueued, onQueueMarked } from '../db/queue-wake.js';
-import { accounts } from '../db/schema/accounts.js';
+import { type AccountRow, accounts } from '../db/schema/accounts.js';
+import { recordSend } from '../server/core/sending-policy.js';
 import { capturedMessages } from '../db/schema/captured-messages.js';
 import { emails } from '../db/schema/emails.js';
-import { changes, execute, one, queryRows, together } from '../db/sql.js';
+import { changes, execute, forUpdate, one, queryRows, together } from '../db/sql.js';
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 
 /**
@@ -239,6 +240,26 @@ describe('statements issued together (db/sql.ts together)', () => {
     await db.transaction(async (tx) => void (await tx.insert(accounts).values(account('acc-pipe-6'))));
     expect(await one(db.select().from(accounts).where(eq(accounts.id, 'acc-pipe-6')))).toBeDefined();
   });
+
+  it("a sub-account's send counts its parent in the same round trip as itself (core/sending-policy.ts recordSend)", async () => {
+    const { db } = store;
+    await db.insert(accounts).values([account('acc-rs-own'), account('acc-rs-parent'), { ...account('acc-rs-sub'), parentId: 'acc-rs-parent' }]);
+    const row = async (id: string) => (await one(db.select().from(accounts).where(eq(accounts.id, id))))!;
+    const send = { recipients: 3, reputed: 3, charge: 'credit' as const, now: 1_700_000_000_000 };
+    // A connection left idle in the pool, so the transactions below open none.
+    await db.transaction(async (tx) => void (await tx.select().from(accounts)));
+    const own = { acting: await row('acc-rs-own'), parent: null };
+    const sub = { acting: await row('acc-rs-sub'), parent: await row('acc-rs-parent') };
+    const forOwn = await writesDuring(() => db.transaction(async (tx) => void (await recordSend(tx, own, send))));
+    let acting: AccountRow | undefined;
+    const forSub = await writesDuring(() => db.transaction(async (tx) => void (acting = await recordSend(tx, sub, send))));
+    // BEGIN with the update(s), COMMIT: the parent's update leaves with the sub-account's.
+    expect(forOwn).toBe(2);
+    expect(forSub).toBe(forOwn);
+    // The sub-account's row comes back counted, not charged; the parent's is counted and charged.
+    expect(acting).toMatchObject({ id: 'acc-rs-sub', sentTodayCount: 3, totalSent: 3, creditsBalance: 5 });
+    expect(await row('acc-rs-parent')).toMatchObject({ sentTodayCount: 3, totalSent: 0, creditsBalance: 4, creditsTotalUsed: 1 });
+  });
 });
 
 const creditsOf = async (id: string) => (await one(store.db.select({ c: accounts.creditsBalance }).from(accounts).where(eq(accounts.id, id))))?.c;
@@ -341,6 +362,93 @@ describe('a batch: units of work in savepoints of one transaction (PgUnits.batch
     // The pool replaced the connection.
     await db.transaction(async (tx) => void (await tx.insert(accounts).values(account('acc-batch-after'))));
     expect(await ids()).toContain('acc-batch-after');
+  });
+});
+
+describe("readings issued ahead (PgUnits.batch with the units' readings: a send's, db/group-commit.ts ReadAhead)", () => {
+  /** A unit that reads the account's credits (locked, as a send reads its account) and spends one. */
+  const spend = (id: string, seen: number[]) => ({
+    ahead: { read: () => creditsLocked(id), keys: () => [id] },
+    unit: async (ahead?: Promise<unknown>) => {
+      const credits = (await (ahead ?? creditsLocked(id))) as number;
+      seen.push(credits);
+      await store.db
+        .update(accounts)
+        .set({ creditsBalance: credits - 1 })
+        .where(eq(accounts.id, id));
+    },
+  });
+  const creditsLocked = async (id: string) =>
+    (await one(forUpdate(store.db, store.db.select({ c: accounts.creditsBalance }).from(accounts).where(eq(accounts.id, id)))))!.c;
+
+  it("leave together at the batch's start: one write for the readings, then one a unit", async () => {
+    const { db } = store;
+    await db.insert(accounts).values(['acc-ahead-1', 'acc-ahead-2', 'acc-ahead-3', 'acc-ahead-4', 'acc-ahead-5', 'acc-ahead-6'].map(account));
+    await db.transaction(async (tx) => void (await tx.select().from(accounts)));
+    const seen: number[] = [];
+    const withAhead = ['acc-ahead-1', 'acc-ahead-2', 'acc-ahead-3'].map((id) => spend(id, seen));
+    const ahead = await writesDuring(async () => {
+      await runPgBatch(
+        db,
+        withAhead.map((u) => u.unit),
+        withAhead.map((u) => u.ahead),
+      );
+    });
+    const without = ['acc-ahead-4', 'acc-ahead-5', 'acc-ahead-6'].map((id) => spend(id, seen));
+    const inTurn = await writesDuring(async () => {
+      await runPgBatch(
+        db,
+        without.map((u) => u.unit),
+      );
+    });
+    // BEGIN with the three readings; each unit's savepoint and update with the release before; the last with COMMIT.
+    expect(ahead).toBe(5);
+    // Each unit reading in its turn: a write more a unit.
+    expect(inTurn).toBe(7);
+    expect(seen).toEqual([5, 5, 5, 5, 5, 5]);
+    for (const id of ['acc-ahead-1', 'acc-ahead-3', 'acc-ahead-6']) expect(await creditsOf(id)).toBe(4);
+  });
+
+  it('are given only to a unit before which no unit wrote under its keys, nor one without a reading ahead', async () => {
+    const { db } = store;
+    await db.insert(accounts).values(['acc-ahead-same', 'acc-ahead-other', 'acc-ahead-after'].map(account));
+    const seen: number[] = [];
+    const first = spend('acc-ahead-same', seen);
+    const again = spend('acc-ahead-same', seen);
+    const other = spend('acc-ahead-other', seen);
+    const after = spend('acc-ahead-after', seen);
+    // A unit with no reading ahead, which writes the row the last unit read ahead.
+    const opaque = async () => void (await db.update(accounts).set({ creditsBalance: 50 }).where(eq(accounts.id, 'acc-ahead-after')));
+    const settled = await runPgBatch(
+      db,
+      [first.unit, again.unit, other.unit, opaque, after.unit],
+      [first.ahead, again.ahead, other.ahead, undefined, after.ahead],
+    );
+    expect(settled.every((s) => s.ok)).toBe(true);
+    // The second unit of the same account saw the first's spend; the last saw the opaque unit's write.
+    expect(seen).toEqual([5, 4, 5, 50]);
+    expect(await creditsOf('acc-ahead-same')).toBe(3);
+    expect(await creditsOf('acc-ahead-after')).toBe(49);
+  });
+
+  it('all rolled back when one fails: each unit then reads in its turn, the failing one fails alone', async () => {
+    const { db } = store;
+    await db.insert(accounts).values(['acc-ahead-f1', 'acc-ahead-f2'].map(account));
+    const seen: number[] = [];
+    const a = spend('acc-ahead-f1', seen);
+    const b = spend('acc-ahead-f2', seen);
+    const failing = () => runPgSql(db, sql`select * from no_such_table`);
+    const settled = await runPgBatch(
+      db,
+      [a.unit, async (ahead?: Promise<unknown>) => await (ahead ?? failing()), b.unit],
+      [a.ahead, { read: failing, keys: () => ['acc-ahead-x'] }, b.ahead],
+    );
+    expect(settled[0]).toEqual({ ok: true, value: undefined });
+    expect(settled[1]).toMatchObject({ ok: false, err: { code: '42P01' } });
+    expect(settled[2]).toEqual({ ok: true, value: undefined });
+    expect(seen).toEqual([5, 5]);
+    expect(await creditsOf('acc-ahead-f1')).toBe(4);
+    expect(await creditsOf('acc-ahead-f2')).toBe(4);
   });
 });
 

@@ -271,22 +271,66 @@ class PgUnits {
   }
 
   /**
+   * The units' readings (PgUnits.batch), issued together in a savepoint of their own, so a batch's readings cost one
+   * round trip instead of one a unit. If any fails (a lock conflict, a verdict such as a claim taken over), all are
+   * rolled back and none is given: each unit then reads in its turn, as it would without them.
+   */
+  private async readAhead(
+    scope: PgScope,
+    aheads: readonly (AheadReading | undefined)[],
+  ): Promise<({ reading: Promise<unknown>; keys: readonly string[] } | undefined)[]> {
+    if (aheads.filter(Boolean).length < 2) return [];
+    const { tx } = scope;
+    corkForTick(tx.client);
+    const saved = tx.client.query('SAVEPOINT ahead');
+    saved.catch(() => undefined);
+    const reads = aheads.map((a) => a?.read().then((value) => ({ value, keys: a.keys(value) })));
+    const ended = await Promise.allSettled([saved, ...reads]);
+    if (ended.some((e) => e.status === 'rejected')) {
+      try {
+        await tx.client.query('ROLLBACK TO SAVEPOINT ahead');
+      } catch (rollbackErr) {
+        tx.failed ??= rollbackErr as Error;
+        throw rollbackErr;
+      }
+      return [];
+    }
+    // Released with the first unit's statements, as a unit's savepoint is.
+    corkForTick(tx.client);
+    const released = tx.client.query('RELEASE SAVEPOINT ahead');
+    released.catch(() => undefined);
+    tx.released.push(released);
+    return ended.slice(1).map((e) => {
+      const read = (e as PromiseFulfilledResult<{ value: unknown; keys: readonly string[] } | undefined>).value;
+      return read && { reading: Promise.resolve(read.value), keys: read.keys };
+    });
+  }
+
+  /**
    * Runs each unit of work in a savepoint of one transaction, one after the other, and commits them together: the
    * group commit on Postgres (db/group-commit.ts). A unit that throws is rolled back alone and settles with its error;
    * one that lost a lock conflict to another transaction (a deadlock, which the batch's arbitrary lock order can
    * cause) runs again on its own after the commit. The whole batch is rejected if the transaction itself fails.
    */
-  async batch(units: readonly (() => Promise<unknown>)[]): Promise<Settled[]> {
+  async batch(units: readonly BatchUnit[], aheads: readonly (AheadReading | undefined)[] = []): Promise<Settled[]> {
     const settled: (Settled | 'again')[] = [];
     await this.transaction(async () => {
       const scope = this.current()!;
-      for (const unit of units) {
+      const readings = await this.readAhead(scope, aheads);
+      // The keys of the units run so far; null once one ran whose writes are not confined to keys (no reading ahead).
+      let written: Set<string> | null = new Set();
+      for (const [i, unit] of units.entries()) {
+        const ahead = readings[i];
+        // A reading taken ahead is still what the unit would read now only if no unit before it wrote under its keys.
+        const fresh = ahead && written !== null && ahead.keys.every((k) => !written!.has(k)) ? ahead.reading : undefined;
         try {
-          settled.push({ ok: true, value: await this.savepoint(scope, unit) });
+          settled.push({ ok: true, value: await this.savepoint(scope, () => unit(fresh)) });
         } catch (err) {
           if (scope.tx.failed) throw scope.tx.failed;
           settled.push(isLockConflict(err) ? 'again' : { ok: false, err });
         }
+        if (!ahead) written = null;
+        else for (const k of ahead.keys) written?.add(k);
       }
     });
     const out: Settled[] = [];
@@ -294,7 +338,7 @@ class PgUnits {
       if (s !== 'again') out.push(s);
       else {
         try {
-          out.push({ ok: true, value: await this.transaction(units[i]!) });
+          out.push({ ok: true, value: await this.transaction(() => units[i]!()) });
         } catch (err) {
           out.push({ ok: false, err });
         }
@@ -306,6 +350,15 @@ class PgUnits {
 
 export type Settled = { ok: true; value: unknown } | { ok: false; err: unknown };
 
+/** A unit of a batch: given its reading taken ahead when that is still what it would read (else it reads itself). */
+export type BatchUnit = (ahead?: Promise<unknown>) => Promise<unknown>;
+
+/** A unit's reading, to issue ahead with the batch's others, and the keys it and its unit's writes are confined to. */
+export interface AheadReading {
+  read: () => Promise<unknown>;
+  keys: (reading: unknown) => readonly string[];
+}
+
 /** A statement that lost a lock conflict with another transaction and may succeed on its own (deadlock_detected). */
 const isLockConflict = (err: unknown) => {
   const e = err as { code?: unknown; cause?: { code?: unknown } } | null;
@@ -314,10 +367,10 @@ const isLockConflict = (err: unknown) => {
 };
 
 /** Runs units of work on a Postgres Db in one transaction, each in its own savepoint (PgUnits.batch). */
-export function runPgBatch(db: Db, units: readonly (() => Promise<unknown>)[]): Promise<Settled[]> {
+export function runPgBatch(db: Db, units: readonly BatchUnit[], aheads?: readonly (AheadReading | undefined)[]): Promise<Settled[]> {
   const pg = stores.get(db);
   if (!pg) throw new Error('not a Postgres Db');
-  return pg.batch(units);
+  return pg.batch(units, aheads);
 }
 
 /** The unit (transaction) the caller's async work runs in on `db`, if `db` is a Postgres Db. */

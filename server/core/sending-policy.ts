@@ -1,6 +1,7 @@
 import { eq, sql } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
+import { together } from '../../db/sql.js';
 import { type AccountRow, accounts } from '../../db/schema/index.js';
 import { iso, utcDay } from '../shared/clock.js';
 import { ApiError } from '../shared/errors.js';
@@ -145,14 +146,12 @@ export async function recordSend(db: Db, s: Sender, send: { recipients: number; 
   const grace = send.charge === 'grace' ? 1 : 0;
   const paying = { credit, grace, now: send.now };
   const free = { credit: 0, grace: 0, now: send.now };
-  const [acting] = await statements(db).recordSend.execute({
-    id: s.acting.id,
-    day,
-    n: send.recipients,
-    own: send.reputed,
-    ...(s.parent ? free : paying),
-  });
-  if (s.parent) await statements(db).recordSend.execute({ id: s.parent.id, day, n: send.recipients, own: 0, ...paying });
+  const q = statements(db);
+  const updates = [() => q.recordSend.execute({ id: s.acting.id, day, n: send.recipients, own: send.reputed, ...(s.parent ? free : paying) })];
+  // A sub-account's parent is counted and charged in the same round trip (both rows are locked already: loadSender).
+  const parent = s.parent;
+  if (parent) updates.push(() => q.recordSend.execute({ id: parent.id, day, n: send.recipients, own: 0, ...paying }));
+  const [[acting] = []] = await together(db, updates);
   if (!acting) throw new Error('recordSend: the acting account is gone; loadSender holds it for the whole transaction');
   return acting;
 }

@@ -1,6 +1,7 @@
 import { and, asc, count, eq, gt, sql } from 'drizzle-orm';
+import type { Db } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
-import { FlushFailedError } from '../../db/group-commit.js';
+import { FlushFailedError, type ReadAhead } from '../../db/group-commit.js';
 import { markQueued } from '../../db/queue-wake.js';
 import { DELIVERY_WINDOW_MS } from './delivery-schedule.js';
 import { isAlwaysSuppressed, isSimulatorDomain } from './simulator.js';
@@ -327,15 +328,23 @@ async function commitSend(
   body: Body,
   claim: Claim | null,
 ): Promise<SendResult> {
+  // The idempotency claim still this request's, and everything checks 3 to 7 and the queue read, in one statement,
+  // before any of them gives its verdict (issued together: a claim taken over is still the error given first). On
+  // Postgres the group commit issues it ahead, with the other sends' of its batch (db/group-commit.ts ReadAhead).
+  const readSend = (tx: Db) =>
+    together(tx, [
+      () => (claim ? assertClaimHeld(tx, claim) : Promise.resolve()),
+      () => readForSend(deps, ctx.account.id, body.ok ? body.send.from.domain : '', body.ok ? body.send.to.map((r) => r.address) : []),
+    ]);
+  // What a send reads and writes of what other sends read: its account's row and its parent's.
+  const readAhead: ReadAhead<Awaited<ReturnType<typeof readSend>>> = {
+    read: readSend,
+    keys: ([, { sender }]) => [sender.acting.id, ...(sender.parent ? [sender.parent.id] : [])],
+  };
   try {
-    const committed = await deps.commits.run(async (tx) => {
+    const committed = await deps.commits.run(async (tx, ahead) => {
       const now = deps.clock.now();
-      // The idempotency claim still this request's, and everything checks 3 to 7 and the queue read, in one statement,
-      // before any of them gives its verdict (issued together: a claim taken over is still the error given first).
-      const [, reading] = await together(tx, [
-        () => (claim ? assertClaimHeld(tx, claim) : Promise.resolve()),
-        () => readForSend(deps, ctx.account.id, body.ok ? body.send.from.domain : '', body.ok ? body.send.to.map((r) => r.address) : []),
-      ]);
+      const [, reading] = await (ahead ?? readSend(tx));
       const { sender } = reading;
       // (3) whether the account, and for a sub-account its parent, may send at all.
       assertMaySend(sender, now);
@@ -387,7 +396,7 @@ async function commitSend(
       }
       if (claim) await settleClaim(tx, claim, result, now);
       return { result, written };
-    });
+    }, readAhead);
     return committed.result;
   } catch (err) {
     if (err instanceof ApiError) throw err;
