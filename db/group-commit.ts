@@ -15,9 +15,9 @@ interface Job<T> {
  * A write's reading, for the group commit on Postgres to issue ahead: the readings of a batch's writes leave together
  * at its start, one round trip for the lot (db/pg/state.ts PgUnits.batch), and each write is given its reading as a
  * promise instead of reading in its turn. `keys` names what the write's reading and its writes are confined to, among
- * what other writes with a reading ahead read and write (a send's: its account and its parent): a reading taken ahead
- * is given only to a write before which no write of the batch ran but ones with other keys; else, and on SQLite (where
- * a reading costs no round trip), the write reads in its turn.
+ * what other writes with a reading ahead read and write (a send's: its account and its parent): the writes with a
+ * reading run first in the batch, and a reading taken ahead is given only to a write before which no write with one of
+ * its keys ran; else, and on SQLite (where a reading costs no round trip), the write reads in its turn.
  */
 export interface ReadAhead<R> {
   read: (db: Db) => Promise<R>;

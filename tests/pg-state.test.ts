@@ -409,26 +409,42 @@ describe("readings issued ahead (PgUnits.batch with the units' readings: a send'
     for (const id of ['acc-ahead-1', 'acc-ahead-3', 'acc-ahead-6']) expect(await creditsOf(id)).toBe(4);
   });
 
-  it('are given only to a unit before which no unit wrote under its keys, nor one without a reading ahead', async () => {
+  it('are given only to a unit before which no unit wrote under its keys', async () => {
     const { db } = store;
-    await db.insert(accounts).values(['acc-ahead-same', 'acc-ahead-other', 'acc-ahead-after'].map(account));
+    await db.insert(accounts).values(['acc-ahead-same', 'acc-ahead-other'].map(account));
     const seen: number[] = [];
     const first = spend('acc-ahead-same', seen);
     const again = spend('acc-ahead-same', seen);
     const other = spend('acc-ahead-other', seen);
-    const after = spend('acc-ahead-after', seen);
-    // A unit with no reading ahead, which writes the row the last unit read ahead.
-    const opaque = async () => void (await db.update(accounts).set({ creditsBalance: 50 }).where(eq(accounts.id, 'acc-ahead-after')));
-    const settled = await runPgBatch(
-      db,
-      [first.unit, again.unit, other.unit, opaque, after.unit],
-      [first.ahead, again.ahead, other.ahead, undefined, after.ahead],
-    );
+    const settled = await runPgBatch(db, [first.unit, again.unit, other.unit], [first.ahead, again.ahead, other.ahead]);
     expect(settled.every((s) => s.ok)).toBe(true);
-    // The second unit of the same account saw the first's spend; the last saw the opaque unit's write.
-    expect(seen).toEqual([5, 4, 5, 50]);
+    // The second unit of the same account read in its turn and saw the first's spend; the other's reading ahead held.
+    expect(seen).toEqual([5, 4, 5]);
     expect(await creditsOf('acc-ahead-same')).toBe(3);
-    expect(await creditsOf('acc-ahead-after')).toBe(49);
+    expect(await creditsOf('acc-ahead-other')).toBe(4);
+  });
+
+  it('run their units first, whatever order the units came in; each unit settles in its own place', async () => {
+    const { db } = store;
+    await db.insert(accounts).values(account('acc-ahead-late'));
+    const seen: number[] = [];
+    const late = spend('acc-ahead-late', seen);
+    const early = spend('acc-ahead-early-other', seen);
+    await db.insert(accounts).values(account('acc-ahead-early-other'));
+    // A unit with no reading ahead, which came first and writes the row the last unit reads.
+    const opaque = async () => {
+      await db.update(accounts).set({ creditsBalance: 50 }).where(eq(accounts.id, 'acc-ahead-late'));
+      return 'opaque';
+    };
+    const settled = await runPgBatch(db, [opaque, early.unit, late.unit], [undefined, early.ahead, late.ahead]);
+    expect(settled).toEqual([
+      { ok: true, value: 'opaque' },
+      { ok: true, value: undefined },
+      { ok: true, value: undefined },
+    ]);
+    // The last unit ran on its reading ahead, before the opaque unit's write, which came last.
+    expect(seen).toEqual([5, 5]);
+    expect(await creditsOf('acc-ahead-late')).toBe(50);
   });
 
   it('all rolled back when one fails: each unit then reads in its turn, the failing one fails alone', async () => {

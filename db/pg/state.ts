@@ -313,24 +313,27 @@ class PgUnits {
    * cause) runs again on its own after the commit. The whole batch is rejected if the transaction itself fails.
    */
   async batch(units: readonly BatchUnit[], aheads: readonly (AheadReading | undefined)[] = []): Promise<Settled[]> {
-    const settled: (Settled | 'again')[] = [];
+    const settled: (Settled | 'again')[] = new Array(units.length);
+    // The units with a reading ahead run first, in the order they came, then the others: a batch's units were submitted
+    // while the one before ran, none waiting for another, so any order is one they could have run in; and a unit
+    // without a reading ahead, whose writes are not confined to keys, would leave every reading after it stale.
+    const order = [...units.keys()].sort((a, b) => Number(!aheads[a]) - Number(!aheads[b]));
     await this.transaction(async () => {
       const scope = this.current()!;
       const readings = await this.readAhead(scope, aheads);
-      // The keys of the units run so far; null once one ran whose writes are not confined to keys (no reading ahead).
-      let written: Set<string> | null = new Set();
-      for (const [i, unit] of units.entries()) {
+      // The keys of the units run so far (all with a reading ahead: the others run last).
+      const written = new Set<string>();
+      for (const i of order) {
         const ahead = readings[i];
         // A reading taken ahead is still what the unit would read now only if no unit before it wrote under its keys.
-        const fresh = ahead && written !== null && ahead.keys.every((k) => !written!.has(k)) ? ahead.reading : undefined;
+        const fresh = ahead && ahead.keys.every((k) => !written.has(k)) ? ahead.reading : undefined;
         try {
-          settled.push({ ok: true, value: await this.savepoint(scope, () => unit(fresh)) });
+          settled[i] = { ok: true, value: await this.savepoint(scope, () => units[i]!(fresh)) };
         } catch (err) {
           if (scope.tx.failed) throw scope.tx.failed;
-          settled.push(isLockConflict(err) ? 'again' : { ok: false, err });
+          settled[i] = isLockConflict(err) ? 'again' : { ok: false, err };
         }
-        if (!ahead) written = null;
-        else for (const k of ahead.keys) written?.add(k);
+        for (const k of ahead?.keys ?? []) written.add(k);
       }
     });
     const out: Settled[] = [];
