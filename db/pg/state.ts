@@ -326,7 +326,7 @@ class PgUnits {
       for (const i of order) {
         const ahead = readings[i];
         // A reading taken ahead is still what the unit would read now only if no unit before it wrote under its keys.
-        const fresh = ahead && ahead.keys.every((k) => !written.has(k)) ? ahead.reading : undefined;
+        const fresh = ahead?.keys.every((k) => !written.has(k)) ? ahead.reading : undefined;
         try {
           settled[i] = { ok: true, value: await this.savepoint(scope, () => units[i]!(fresh)) };
         } catch (err) {
