@@ -155,7 +155,9 @@ export async function receiveMessage(
   try {
     for await (const chunk of stream as AsyncIterable<Buffer>) {
       size += chunk.length;
-      collector.streamed(chunk.length);
+      // The socket is not read while a collection this stream asked for waits its turn (server/shared/memory.ts).
+      const collecting = collector.streamed(chunk.length);
+      if (collecting) await collecting;
       lineEnds.feed(chunk);
       if (lineEnds.sawBare || stream.sizeExceeded || spoolFailure !== null) continue; // drained, never kept
       try {

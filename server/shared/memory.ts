@@ -1,29 +1,105 @@
 import { setFlagsFromString } from 'node:v8';
+import { isMainThread } from 'node:worker_threads';
 import { runInNewContext } from 'node:vm';
 
 /**
  * Streaming a large message through the process (the SMTP socket, the sealed spool, the parser, the Postgres
  * protocol) copies every chunk a few times. The copies are garbage at once, but V8 collects the memory behind
- * Buffers only when its own heap asks for it, so a 25 MB message raised the resident set by twice its size before any
- * collection ran. A path that streams one payload (the DATA stream, each pass over a spool file, an attachment on its
- * way to Postgres) counts it with its own collector: once that payload passes COLLECT_EVERY_BYTES, and every as many
- * bytes after, a full collection runs (a 25 MB message then raises the peak by 6-7 MB, not 52). Small messages (nearly
- * all) never cause one: a collection pauses every session (10-50 ms on a busy machine).
+ * Buffers only when its own heap asks for it (64 MB of it past the last collection), so a 25 MB message raised the
+ * resident set by 80 MB before any collection ran. A path that streams one payload (the DATA stream, each pass over a
+ * spool file, an attachment on its way to Postgres) counts it with its own collector: once that payload passes
+ * COLLECT_EVERY_BYTES, and every as many bytes after, a collection runs (a 25 MB message then raises the peak by
+ * 4-11 MB). Small messages (nearly all) never cause one.
+ *
+ * A full collection stops the thread that runs it (30-90 ms on this machine, more the larger the heap). Run as soon
+ * as asked, a 25 MB message's spent close to half the main thread's time, several back to back: every session and
+ * request stalled up to 250-350 ms again and again (/healthz p99 121-173 ms meanwhile). So on the main thread they are
+ * paced (collectionDelay): collections take at most COLLECTION_SHARE of its time, and a stream whose collection is due
+ * and not yet allowed waits for it before it reads on (its socket or file is not read meanwhile, so the memory stays
+ * bounded): the large payload is slowed, not everyone else (/healthz p99 under 75 ms, tests/inbound-large.test.ts).
  */
 
 export const COLLECT_EVERY_BYTES = 512 * 1024;
 
-setFlagsFromString('--expose-gc');
-const collect = runInNewContext('gc') as () => void;
+/** The most of the main thread's time that collections may take: after one that took t ms, the next waits 4t. */
+export const COLLECTION_SHARE = 0.2;
 
-export function createCollector() {
+/** How long a collection due at `now` waits: until the last one's cost is at most COLLECTION_SHARE of the time since it began. */
+export function collectionDelay(now: number, last: { end: number; cost: number }): number {
+  const earliest = last.end + (last.cost * (1 - COLLECTION_SHARE)) / COLLECTION_SHARE;
+  return Math.max(0, earliest - now);
+}
+
+export interface CollectionPacer {
+  /** A collection is due: runs it now and returns undefined, or returns what resolves once it ran (shared by all waiting). */
+  due(): Promise<void> | undefined;
+}
+
+/** Paces the collections of one thread; `collect` runs one synchronously. */
+export function createCollectionPacer(deps: { now: () => number; collect: () => void; after: (ms: number, fn: () => void) => void }): CollectionPacer {
+  const last = { end: Number.NEGATIVE_INFINITY, cost: 0 };
+  let waiting: Promise<void> | null = null;
+  const run = () => {
+    const start = deps.now();
+    deps.collect();
+    last.end = deps.now();
+    last.cost = last.end - start;
+  };
+  return {
+    due() {
+      if (waiting) return waiting;
+      const delay = collectionDelay(deps.now(), last);
+      if (delay === 0) return void run();
+      waiting = new Promise((resolve) => {
+        deps.after(delay, () => {
+          waiting = null;
+          run();
+          resolve();
+        });
+      });
+      return waiting;
+    },
+  };
+}
+
+/**
+ * Of the collections the streams ask for, every FULL_EVERY-th is a full one; the others are minor (a scavenge of the
+ * young generation, 1-3 ms), which frees the copies made since the last one unless they were still in use. The full
+ * ones free the rest: a 25 MB message's peak stays at 7-10 MB with a quarter of the full collections.
+ */
+export const FULL_EVERY = 4;
+
+setFlagsFromString('--expose-gc');
+const gcOf = runInNewContext('gc') as (options?: { type: 'major' | 'minor' }) => void;
+/** The kind of the n-th collection asked for (from 1). */
+export function collectionType(n: number): 'major' | 'minor' {
+  return n % FULL_EVERY === 0 ? 'major' : 'minor';
+}
+
+let asked = 0;
+const gc = () => gcOf({ type: collectionType(++asked) });
+
+/**
+ * This thread's pacer (each thread loads its own copy of this module, and collects its own heap). Only the main thread
+ * is paced: a worker's collection stops that worker alone (the parse of the one large message it holds).
+ */
+const pacer: CollectionPacer = isMainThread
+  ? createCollectionPacer({ now: () => performance.now(), collect: gc, after: (ms, fn) => void setTimeout(fn, ms) })
+  : { due: () => void gc() };
+
+export interface Collector {
+  /** Counts `bytes` streamed; returns what to wait for before reading on, if anything. */
+  streamed(bytes: number): Promise<void> | undefined;
+}
+
+export function createCollector(threadPacer: CollectionPacer = pacer): Collector {
   let since = 0;
   return {
-    streamed(bytes: number): void {
+    streamed(bytes) {
       since += bytes;
-      if (since < COLLECT_EVERY_BYTES) return;
+      if (since < COLLECT_EVERY_BYTES) return undefined;
       since = 0;
-      collect();
+      return threadPacer.due();
     },
   };
 }

@@ -235,8 +235,10 @@ export function spooledSource(dataDir: string, key: Buffer, w: SpooledInboundWri
     const collector = createCollector();
     const counted = new Transform({
       transform(chunk: Buffer, _enc, done) {
-        collector.streamed(chunk.length);
-        done(null, chunk);
+        // The file is not read on while a collection this pass asked for waits its turn.
+        const collecting = collector.streamed(chunk.length);
+        if (collecting) collecting.then(() => done(null, chunk));
+        else done(null, chunk);
       },
     });
     const source = readSpool(spoolPath(dataDir, spoolId), key, spoolId);

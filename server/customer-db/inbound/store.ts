@@ -118,7 +118,8 @@ async function writeSpooled(
       } else if ('chunk' in event) {
         if (!current) throw new SpoolError('the parse sent bytes outside an attachment');
         const bytes = Buffer.from(event.chunk.buffer, event.chunk.byteOffset, event.chunk.byteLength);
-        collector.streamed(bytes.length);
+        const collecting = collector.streamed(bytes.length);
+        if (collecting) await collecting;
         await client.query('insert into mailstead_chunks (attachment_id, n, bytes) values ($1, $2, $3)', [current.id, current.n++, bytes]);
       } else if ('attachmentEnd' in event) {
         attachments[attachments.length - 1]!.size = event.attachmentEnd.size;

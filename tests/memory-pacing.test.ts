@@ -1,0 +1,105 @@
+import { describe, expect, it } from 'vitest';
+import { COLLECTION_SHARE, COLLECT_EVERY_BYTES, collectionDelay, collectionType, createCollectionPacer, createCollector } from '../server/shared/memory.js';
+
+/**
+ * The full collections a large message's streams ask for (server/shared/memory.ts) are paced on the main thread: one
+ * takes at most COLLECTION_SHARE of its time, and a stream whose collection must wait is handed what to wait for.
+ * A clock and a timer the test drives; the collection is a function that advances the clock by its cost.
+ */
+function pacerUnderTest(cost: number) {
+  let now = 1000;
+  const timers: { at: number; fn: () => void }[] = [];
+  const ran: number[] = [];
+  const pacer = createCollectionPacer({
+    now: () => now,
+    collect: () => {
+      ran.push(now);
+      now += cost;
+    },
+    after: (ms, fn) => void timers.push({ at: now + ms, fn }),
+  });
+  return {
+    pacer,
+    ran,
+    timers,
+    advance(ms: number) {
+      now += ms;
+      for (const t of timers.splice(0).sort((a, b) => a.at - b.at)) {
+        if (t.at <= now) t.fn();
+        else timers.push(t);
+      }
+    },
+    get now() {
+      return now;
+    },
+  };
+}
+
+describe('collection pacing', () => {
+  it('a collection after one that took t waits until t is at most a fifth of the time since it began', () => {
+    expect(COLLECTION_SHARE).toBe(0.2);
+    expect(collectionDelay(0, { end: Number.NEGATIVE_INFINITY, cost: 0 })).toBe(0);
+    // Began at 950, ended at 1000 (50 ms): the next may begin at 1200, when 50 is a fifth of 250.
+    expect(collectionDelay(1000, { end: 1000, cost: 50 })).toBe(200);
+    expect(collectionDelay(1150, { end: 1000, cost: 50 })).toBe(50);
+    expect(collectionDelay(1200, { end: 1000, cost: 50 })).toBe(0);
+    expect(collectionDelay(5000, { end: 1000, cost: 50 })).toBe(0);
+  });
+
+  it('the first collection runs at once; one due too soon after it is deferred and handed to the stream to wait for', async () => {
+    const p = pacerUnderTest(40);
+    expect(p.pacer.due()).toBeUndefined();
+    expect(p.ran).toEqual([1000]);
+    // Due 10 ms after the first ended (at 1040): it may begin at 1040 + 160.
+    p.advance(10);
+    const wait = p.pacer.due();
+    expect(wait).toBeInstanceOf(Promise);
+    expect(p.ran).toEqual([1000]);
+    p.advance(149);
+    expect(p.ran).toEqual([1000]);
+    p.advance(1);
+    expect(p.ran).toEqual([1000, 1200]);
+    await wait;
+  });
+
+  it('streams due while one collection waits share it: one collection, not one each', async () => {
+    const p = pacerUnderTest(40);
+    p.pacer.due();
+    const first = p.pacer.due();
+    const second = p.pacer.due();
+    expect(second).toBe(first);
+    expect(p.timers).toHaveLength(1);
+    p.advance(200);
+    await Promise.all([first, second]);
+    expect(p.ran).toHaveLength(2);
+    // The next, due now, waits its turn after that one.
+    expect(p.pacer.due()).toBeInstanceOf(Promise);
+  });
+
+  it('every fourth collection is a full one, the others a scavenge', () => {
+    expect([1, 2, 3, 4, 5, 6, 7, 8].map(collectionType)).toEqual(['minor', 'minor', 'minor', 'major', 'minor', 'minor', 'minor', 'major']);
+  });
+
+  it('a collector asks for a collection once a payload passes COLLECT_EVERY_BYTES, and every as many bytes after', () => {
+    let asked = 0;
+    const collector = createCollector({ due: () => void asked++ });
+    const chunk = 64 * 1024;
+    for (let sent = 0; sent < 4 * COLLECT_EVERY_BYTES; sent += chunk) collector.streamed(chunk);
+    expect(asked).toBe(4);
+    // A small message never causes one.
+    const small = createCollector({ due: () => void asked++ });
+    small.streamed(COLLECT_EVERY_BYTES - 1);
+    expect(asked).toBe(4);
+  });
+
+  it('a collector hands the stream what its pacer says to wait for', async () => {
+    const p = pacerUnderTest(40);
+    const collector = createCollector(p.pacer);
+    expect(collector.streamed(COLLECT_EVERY_BYTES)).toBeUndefined();
+    const wait = collector.streamed(COLLECT_EVERY_BYTES);
+    expect(wait).toBeInstanceOf(Promise);
+    p.advance(160);
+    await wait;
+    expect(p.ran).toEqual([1000, 1200]);
+  });
+});
