@@ -76,8 +76,8 @@ describe('collection pacing', () => {
     expect(p.pacer.due()).toBeInstanceOf(Promise);
   });
 
-  it('every fourth collection is a full one, the others a scavenge', () => {
-    expect([1, 2, 3, 4, 5, 6, 7, 8].map(collectionType)).toEqual(['minor', 'minor', 'minor', 'major', 'minor', 'minor', 'minor', 'major']);
+  it('every other collection is a full one, the others a scavenge', () => {
+    expect([1, 2, 3, 4, 5, 6].map(collectionType)).toEqual(['minor', 'major', 'minor', 'major', 'minor', 'major']);
   });
 
   it('a collector asks for a collection once a payload passes COLLECT_EVERY_BYTES, and every as many bytes after', () => {

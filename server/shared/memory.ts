@@ -65,9 +65,9 @@ export function createCollectionPacer(deps: { now: () => number; collect: () => 
 /**
  * Of the collections the streams ask for, every FULL_EVERY-th is a full one; the others are minor (a scavenge of the
  * young generation, 1-3 ms), which frees the copies made since the last one unless they were still in use. The full
- * ones free the rest: a 25 MB message's peak stays at 7-10 MB with a quarter of the full collections.
+ * ones free the rest: a 25 MB message's peak stays at 6-10 MB with half the full collections.
  */
-export const FULL_EVERY = 4;
+export const FULL_EVERY = 2;
 
 setFlagsFromString('--expose-gc');
 const gcOf = runInNewContext('gc') as (options?: { type: 'major' | 'minor' }) => void;
