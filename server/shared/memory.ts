@@ -65,19 +65,30 @@ export function createCollectionPacer(deps: { now: () => number; collect: () => 
 /**
  * Of the collections the streams ask for, every FULL_EVERY-th is a full one; the others are minor (a scavenge of the
  * young generation, 1-3 ms), which frees the copies made since the last one unless they were still in use. The full
- * ones free the rest: a 25 MB message's peak stays at 6-10 MB with half the full collections.
+ * ones free the rest.
  */
 export const FULL_EVERY = 2;
 
-setFlagsFromString('--expose-gc');
-const gcOf = runInNewContext('gc') as (options?: { type: 'major' | 'minor' }) => void;
 /** The kind of the n-th collection asked for (from 1). */
 export function collectionType(n: number): 'major' | 'minor' {
   return n % FULL_EVERY === 0 ? 'major' : 'minor';
 }
 
+setFlagsFromString('--expose-gc');
+const gcOf = runInNewContext('gc') as (options?: { type: 'minor' }) => void;
+
+/**
+ * Runs a collection of that kind on this thread, now. A full one is `gc()` without arguments: Node 20's V8 takes any
+ * options object, even `{ type: 'major' }`, as a scavenge, and Node 24's takes `gc(undefined)` as one.
+ * `{ type: 'minor' }` is a scavenge on both.
+ */
+export function collectNow(type: 'major' | 'minor'): void {
+  if (type === 'major') gcOf();
+  else gcOf({ type: 'minor' });
+}
+
 let asked = 0;
-const gc = () => gcOf({ type: collectionType(++asked) });
+const gc = () => collectNow(collectionType(++asked));
 
 /**
  * This thread's pacer (each thread loads its own copy of this module, and collects its own heap). Only the main thread
