@@ -8,22 +8,26 @@ import { AUTH_LIMITS, scanHeaderBlock } from '../server/customer-db/inbound/auth
 import { UNPARSABLE_ATTACHMENT } from '../server/customer-db/inbound/parse-message.js';
 import { createInboundParser } from '../server/customer-db/inbound/parser.js';
 import { INLINE_BYTES } from '../mta/inbound/receive.js';
-import type { InboundServer } from '../mta/inbound/server.js';
-import { inboundServerFor } from './helpers/inbound-server.js';
 import { createSpoolWriter } from '../db/inbound-spool.js';
-import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
 import { verdictsOf } from '../server/customer-db/inbound/verdicts.js';
 import type { InboundWrite } from '../db/customer/writes.js';
 import type { SpooledInboundWrite } from '../server/core/customer-db-outbox.js';
-import { type CustomerDbWriter, createCustomerDbWriter } from '../server/customer-db/writer.js';
 import { loadConfig } from '../server/shared/config.js';
 import { createMemoryLogger } from '../server/shared/logger.js';
 import { scratchDatabases } from './helpers/customer-db.js';
 import { TestDnsServer } from './helpers/dns-server.js';
+import {
+  type ServiceProcess,
+  connectSendingDomain,
+  createAccountWithCli,
+  processApi,
+  processEnv,
+  runningProcesses,
+  startServiceProcess,
+} from './helpers/service-process.js';
+import { freePort } from '../scripts/lib/free-port.js';
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 import { RawSmtp } from './helpers/raw-smtp.js';
-import { type Sender, newSender } from './helpers/sending.js';
-import { type TestService, startService } from './helpers/service.js';
 
 /**
  * One small message from anyone could hold the service. mailauth's header parser is quadratic in
@@ -249,41 +253,48 @@ describe('the parse threads: a message that holds its thread', () => {
 });
 
 describe('the bombs over SMTP, into the customer databases', () => {
+  // The service as `npm start` runs it, in its own process: what /healthz measures is the service's own event loop and
+  // heap, not the test runner's (whose larger heap made every full collection the service asks for slower).
   let dns: TestDnsServer;
   let pgServer: TestPostgres;
-  let service: TestService;
-  let inbound: InboundServer;
+  let dataDir: string;
+  let proc: ServiceProcess;
   let port: number;
-  let writer: CustomerDbWriter;
-  let target: Sender;
-  let other: Sender;
+  let target: { key: string; domain: string };
+  let other: { key: string; domain: string };
   const customers: pg.Client[] = [];
   let targetDb: pg.Client;
   let otherDb: pg.Client;
 
   beforeAll(async () => {
     [dns, pgServer] = await Promise.all([TestDnsServer.start(), startPostgres({ certificate: 'trusted' })]);
-    service = await startService({ DNS_SERVERS: dns.address, ALLOW_PRIVATE_TARGETS: 'true' });
-    inbound = inboundServerFor(service.deps, loadOrCreateSmtpTls(service.deps.config));
-    port = await inbound.listen('127.0.0.1', 0);
+    dataDir = mkdtempSync(join(tmpdir(), 'mailstead-bombs-'));
+    port = await freePort();
+    const env = processEnv(dataDir, { DNS_SERVERS: dns.address, SMTP_HOST: '127.0.0.1', SMTP_PORT: String(port) });
+    proc = await startServiceProcess(env);
     const scratch = scratchDatabases(pgServer, 'bombs_');
-    [target, other] = [await newSender(service), await newSender(service)];
-    for (const s of [target, other]) {
+    const senders = [];
+    for (const [name, domain] of [
+      ['Bombed', 'bombed-shop.example.com'],
+      ['Other', 'other-shop.example.com'],
+    ] as const) {
+      const { key } = await createAccountWithCli(env, name);
+      await connectSendingDomain(proc, dataDir, key, domain);
       const db = await scratch.fresh();
-      expect((await service.api('POST', '/database', { key: s.key, body: { url: db.url } })).status).toBe(200);
+      expect((await processApi(proc, key, 'POST', '/database', { url: db.url })).status).toBe(200);
       customers.push(await pgServer.connect(db.name));
+      senders.push({ key, domain });
     }
+    [target, other] = senders as [typeof target, typeof other];
     [targetDb, otherDb] = customers as [pg.Client, pg.Client];
-    writer = createCustomerDbWriter(service.deps);
-    await writer.start();
+    for (let i = 0; i < 100 && !proc.logs.some((l) => l.includes('"smtp.listening"')); i++) await new Promise((r) => setTimeout(r, 50));
   }, 120_000);
   afterAll(async () => {
-    await writer?.stop();
+    for (const child of runningProcesses) child.kill('SIGKILL');
     for (const c of customers) await c.end().catch(() => undefined);
-    await inbound?.close();
-    await service?.close();
     await dns?.stop();
     await pgServer?.stop();
+    if (dataDir) rmSync(dataDir, { recursive: true, force: true });
   });
 
   async function send(to: string, message: string): Promise<string> {
@@ -328,7 +339,7 @@ describe('the bombs over SMTP, into the customer databases', () => {
     const poll = (async () => {
       while (polling) {
         const t = performance.now();
-        const res = await fetch(`${service.url}/healthz`);
+        const res = await fetch(`http://127.0.0.1:${proc.port}/healthz`);
         await res.arrayBuffer();
         latencies.push(performance.now() - t);
         await new Promise((r) => setTimeout(r, 10));
@@ -354,6 +365,9 @@ describe('the bombs over SMTP, into the customer databases', () => {
     }
     latencies.sort((a, b) => a - b);
     const p99 = latencies[Math.floor(latencies.length * 0.99)]!;
+    process.stdout.write(
+      `bombs: /healthz p50 ${latencies[latencies.length >> 1]!.toFixed(0)} ms, p99 ${p99.toFixed(0)} ms, max ${latencies.at(-1)!.toFixed(0)} ms of ${latencies.length}\n`,
+    );
     expect(latencies.length).toBeGreaterThan(20);
     expect(p99, `p99 of ${latencies.length} /healthz requests`).toBeLessThan(100);
   }, 120_000);
