@@ -381,7 +381,7 @@ describe("readings issued ahead (PgUnits.batch with the units' readings: a send'
   const creditsLocked = async (id: string) =>
     (await one(forUpdate(store.db, store.db.select({ c: accounts.creditsBalance }).from(accounts).where(eq(accounts.id, id)))))!.c;
 
-  it("leave together at the batch's start: one write for the readings, then one a unit", async () => {
+  it("leave together at the batch's start: one write for the readings, one for the units run at once", async () => {
     const { db } = store;
     await db.insert(accounts).values(['acc-ahead-1', 'acc-ahead-2', 'acc-ahead-3', 'acc-ahead-4', 'acc-ahead-5', 'acc-ahead-6'].map(account));
     await db.transaction(async (tx) => void (await tx.select().from(accounts)));
@@ -401,8 +401,9 @@ describe("readings issued ahead (PgUnits.batch with the units' readings: a send'
         without.map((u) => u.unit),
       );
     });
-    // BEGIN with the three readings; each unit's savepoint and update with the release before; the last with COMMIT.
-    expect(ahead).toBe(5);
+    // BEGIN with the three readings; the three units' updates at once (their accounts differ), after their savepoint;
+    // COMMIT.
+    expect(ahead).toBe(3);
     // Each unit reading in its turn: a write more a unit.
     expect(inTurn).toBe(7);
     expect(seen).toEqual([5, 5, 5, 5, 5, 5]);
@@ -418,8 +419,9 @@ describe("readings issued ahead (PgUnits.batch with the units' readings: a send'
     const other = spend('acc-ahead-other', seen);
     const settled = await runPgBatch(db, [first.unit, again.unit, other.unit], [first.ahead, again.ahead, other.ahead]);
     expect(settled.every((s) => s.ok)).toBe(true);
-    // The second unit of the same account read in its turn and saw the first's spend; the other's reading ahead held.
-    expect(seen).toEqual([5, 4, 5]);
+    // The other account's unit ran at once with the first (on its reading ahead); the second unit of the same account
+    // ran after them, read in its turn and saw the first's spend.
+    expect(seen).toEqual([5, 5, 4]);
     expect(await creditsOf('acc-ahead-same')).toBe(3);
     expect(await creditsOf('acc-ahead-other')).toBe(4);
   });
@@ -465,6 +467,139 @@ describe("readings issued ahead (PgUnits.batch with the units' readings: a send'
     expect(seen).toEqual([5, 5]);
     expect(await creditsOf('acc-ahead-f1')).toBe(4);
     expect(await creditsOf('acc-ahead-f2')).toBe(4);
+  });
+});
+describe('units run at once (PgUnits.batch: the units given a reading ahead under keys of their own)', () => {
+  /** A unit spending one of the account's credits on its reading ahead, counting its runs; `then` runs after its write. */
+  const spender = (id: string, then?: (db: PgStore['db']) => Promise<unknown>) => {
+    const unit = {
+      runs: 0,
+      ahead: { read: () => creditsLockedOf(id), keys: () => [id] },
+      fn: async (ahead?: Promise<unknown>) => {
+        unit.runs++;
+        const credits = (await (ahead ?? creditsLockedOf(id))) as number;
+        await store.db
+          .update(accounts)
+          .set({ creditsBalance: credits - 1 })
+          .where(eq(accounts.id, id));
+        return then ? then(store.db) : credits;
+      },
+    };
+    return unit;
+  };
+  const creditsLockedOf = async (id: string) =>
+    (await one(forUpdate(store.db, store.db.select({ c: accounts.creditsBalance }).from(accounts).where(eq(accounts.id, id)))))!.c;
+  const batchOf = (units: ReturnType<typeof spender>[]) =>
+    runPgBatch(
+      store.db,
+      units.map((u) => u.fn),
+      units.map((u) => u.ahead),
+    );
+  const fresh = async (...ids: string[]) => {
+    await store.db.insert(accounts).values(ids.map(account));
+    return ids;
+  };
+
+  it('a statement that fails rolls them all back; run again one by one, it fails alone and the others commit once', async () => {
+    const [a, b, c] = await fresh('acc-once-a', 'acc-once-b', 'acc-once-c');
+    // The second unit inserts an account that exists: a unique violation, which aborts the transaction.
+    const units = [spender(a!), spender(b!, (db) => db.insert(accounts).values(account(a!))), spender(c!)];
+    const settled = await batchOf(units);
+    expect(settled[0]).toEqual({ ok: true, value: 5 });
+    expect(settled[1]).toMatchObject({ ok: false });
+    expect(settled[2]).toEqual({ ok: true, value: 5 });
+    expect(units.map((u) => u.runs)).toEqual([2, 2, 2]);
+    expect([await creditsOf(a!), await creditsOf(b!), await creditsOf(c!)]).toEqual([4, 5, 4]);
+  });
+
+  it('one refused having only read is refused alone: the others are not run again', async () => {
+    const [a, b, c] = await fresh('acc-read-a', 'acc-read-b', 'acc-read-c');
+    const refusing = {
+      runs: 0,
+      ahead: { read: () => creditsLockedOf(b!), keys: () => [b!] },
+      fn: async (ahead?: Promise<unknown>) => {
+        refusing.runs++;
+        await ahead;
+        await store.db.select().from(accounts).where(eq(accounts.id, b!));
+        throw new Error('refused');
+      },
+    };
+    const units = [spender(a!), refusing as unknown as ReturnType<typeof spender>, spender(c!)];
+    const settled = await batchOf(units);
+    expect(settled[1]).toMatchObject({ ok: false, err: { message: 'refused' } });
+    expect([settled[0], settled[2]]).toEqual([
+      { ok: true, value: 5 },
+      { ok: true, value: 5 },
+    ]);
+    expect(units.map((u) => u.runs)).toEqual([1, 1, 1]);
+    expect([await creditsOf(a!), await creditsOf(b!), await creditsOf(c!)]).toEqual([4, 5, 4]);
+  });
+
+  it('one whose read fails (the transaction aborted) rolls them all back: run again one by one, it fails alone', async () => {
+    const [a, b] = await fresh('acc-badread-a', 'acc-badread-b');
+    const failing = {
+      runs: 0,
+      ahead: { read: () => creditsLockedOf(b!), keys: () => [b!] },
+      fn: async (ahead?: Promise<unknown>) => {
+        failing.runs++;
+        await ahead;
+        // After the other's update has been answered: its own statements all succeeded.
+        await new Promise((resolve) => setTimeout(resolve, 20));
+        return runPgSql(store.db, sql`select * from no_such_table`);
+      },
+    };
+    const units = [spender(a!), failing as unknown as ReturnType<typeof spender>];
+    const settled = await batchOf(units);
+    expect(settled[0]).toEqual({ ok: true, value: 5 });
+    expect(settled[1]).toMatchObject({ ok: false, err: { code: '42P01' } });
+    expect(units.map((u) => u.runs)).toEqual([2, 2]);
+    expect([await creditsOf(a!), await creditsOf(b!)]).toEqual([4, 5]);
+  });
+
+  it('one refused after a write rolls them all back: run again one by one, its write is undone and the others commit once', async () => {
+    const [a, b, c] = await fresh('acc-wrote-a', 'acc-wrote-b', 'acc-wrote-c');
+    const units = [
+      spender(a!),
+      spender(b!, async () => {
+        throw new Error('refused after its write');
+      }),
+      spender(c!),
+    ];
+    const settled = await batchOf(units);
+    expect(settled[1]).toMatchObject({ ok: false, err: { message: 'refused after its write' } });
+    expect(units.map((u) => u.runs)).toEqual([2, 2, 2]);
+    expect([await creditsOf(a!), await creditsOf(b!), await creditsOf(c!)]).toEqual([4, 5, 4]);
+  });
+
+  it('one that opens a transaction of its own runs again one by one, where it has its savepoint', async () => {
+    const [a, b] = await fresh('acc-nest-a', 'acc-nest-b');
+    const units = [spender(a!), spender(b!, (db) => db.transaction(async (tx) => (await tx.select().from(accounts).where(eq(accounts.id, b!))).length))];
+    const settled = await batchOf(units);
+    expect(settled).toEqual([
+      { ok: true, value: 5 },
+      { ok: true, value: 1 },
+    ]);
+    expect(units.map((u) => u.runs)).toEqual([2, 2]);
+    expect([await creditsOf(a!), await creditsOf(b!)]).toEqual([4, 4]);
+  });
+
+  it('what runs after the commit (queue wakes) runs once a unit, run at once or again', async () => {
+    const woken: string[] = [];
+    const stop = onQueueMarked(store.db, 'recipients', () => woken.push('recipients'));
+    try {
+      for (const failing of [false, true]) {
+        woken.length = 0;
+        const [a, b] = await fresh(`acc-wake-a-${failing}`, `acc-wake-b-${failing}`);
+        const mark = async (db: PgStore['db']) => markQueued(db, 'recipients');
+        const units = [spender(a!, mark), spender(b!, failing ? async () => Promise.reject(new Error('after its write')) : mark)];
+        await batchOf(units);
+        expect(woken, `with ${failing ? 'a unit refused after its write' : 'every unit committed'}`).toEqual(
+          failing ? ['recipients'] : ['recipients', 'recipients'],
+        );
+      }
+    } finally {
+      stop();
+    }
   });
 });
 

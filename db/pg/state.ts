@@ -39,6 +39,8 @@ interface PgTx {
   readonly released: Promise<unknown>[];
   /** Set when a savepoint could not be rolled back: the transaction can only end, with this error. */
   failed?: Error;
+  /** Set while units run at once (PgUnits.atOnce): none may open a savepoint of its own. */
+  atOnce?: boolean;
 }
 
 /**
@@ -49,7 +51,17 @@ interface PgTx {
 interface PgScope {
   readonly tx: PgTx;
   readonly afterCommit: (() => void)[];
+  /** A unit run at once with others (PgUnits.atOnce): what it did that only rolling them all back can undo. */
+  watch?: { wrote: boolean; failed: boolean };
 }
+
+/** A unit run at once with others asked for a savepoint of its own, which their interleaved statements cannot have. */
+class NestedAtOnceError extends Error {
+  override name = 'NestedAtOnceError';
+}
+
+/** A statement that changes nothing: one a unit run at once with others may issue and still be refused cleanly. */
+const isRead = (text: string) => /^\s*select\b/i.test(text);
 
 /** A database migrated by a newer Mailstead: this build does not know its tables, and must not write them. */
 export class StateTooNewError extends Error {
@@ -132,13 +144,30 @@ class PgUnits {
 
   /** The connection a statement runs on: its transaction's (held for the rest of the tick: corkForTick), or the pool. */
   target(): pg.Pool | pg.PoolClient {
-    const scope = this.current();
+    return this.connectionFor(this.current());
+  }
+
+  private connectionFor(scope: PgScope | null): pg.Pool | pg.PoolClient {
     if (scope) {
       corkForTick(scope.tx.client);
       return scope.tx.client;
     }
     if (this.reads.getStore()) return this.pointReader() ?? this.pool;
     return this.pool;
+  }
+
+  /** Runs a statement where `target` says; a unit run at once with others (atOnce) has it noted, and its failure. */
+  query(config: pg.QueryConfig): Promise<pg.QueryResult> {
+    const scope = this.current();
+    const answer = this.connectionFor(scope).query(config);
+    const watch = scope?.watch;
+    if (watch) {
+      if (!isRead(config.text)) watch.wrote = true;
+      answer.catch(() => {
+        watch.failed = true;
+      });
+    }
+    return answer;
   }
 
   /**
@@ -242,6 +271,7 @@ class PgUnits {
    */
   private async savepoint<T>(outer: PgScope, fn: () => Promise<T>): Promise<T> {
     const { tx } = outer;
+    if (tx.atOnce) throw new NestedAtOnceError('a unit run at once with others opened a transaction of its own');
     const name = `unit_${++tx.savepoints}`;
     corkForTick(tx.client);
     const saved = tx.client.query(`SAVEPOINT ${name}`);
@@ -307,6 +337,51 @@ class PgUnits {
   }
 
   /**
+   * Runs units at once in one savepoint, none with a savepoint of its own: each issues its statements without waiting
+   * for another's answers, so theirs leave together (one write and one round trip for the lot, where one after the
+   * other costs one each). Each is given a reading taken ahead under keys none of the others has, so none reads or
+   * writes what another writes, and they may interleave. Their settlements, once all have ended, if each either
+   * succeeded or was refused having changed nothing (no statement but reads, none failed, no savepoint asked for).
+   * Otherwise (a statement failed, which aborts the transaction; a unit refused after a write) all are rolled back,
+   * and null: the caller runs them again one by one, each in its savepoint, where one rolls back alone.
+   */
+  private async atOnce(outer: PgScope, fns: readonly (() => Promise<unknown>)[]): Promise<Settled[] | null> {
+    const { tx } = outer;
+    corkForTick(tx.client);
+    const saved = tx.client.query('SAVEPOINT at_once');
+    saved.catch(() => undefined);
+    const scopes: PgScope[] = fns.map(() => ({ tx, afterCommit: [], watch: { wrote: false, failed: false } }));
+    tx.atOnce = true;
+    let ended: PromiseSettledResult<unknown>[];
+    try {
+      ended = await Promise.allSettled(fns.map((fn, n) => this.scopes.run(scopes[n]!, fn)));
+    } finally {
+      tx.atOnce = false;
+    }
+    const clean =
+      (await saved.then(
+        () => true,
+        () => false,
+      )) &&
+      ended.every((e, n) => {
+        const { wrote, failed } = scopes[n]!.watch!;
+        return !failed && (e.status === 'fulfilled' || (!wrote && !(e.reason instanceof NestedAtOnceError)));
+      });
+    if (!clean) {
+      try {
+        await tx.client.query('ROLLBACK TO SAVEPOINT at_once');
+      } catch (rollbackErr) {
+        tx.failed ??= rollbackErr as Error;
+        throw rollbackErr;
+      }
+      return null;
+    }
+    // Left unreleased: the commit releases it, and the savepoints of the units run after it nest inside it.
+    for (const scope of scopes) outer.afterCommit.push(...scope.afterCommit);
+    return ended.map((e) => (e.status === 'fulfilled' ? { ok: true, value: e.value } : { ok: false, err: e.reason }));
+  }
+
+  /**
    * Runs each unit of work in a savepoint of one transaction, one after the other, and commits them together: the
    * group commit on Postgres (db/group-commit.ts). A unit that throws is rolled back alone and settles with its error;
    * one that lost a lock conflict to another transaction (a deadlock, which the batch's arbitrary lock order can
@@ -321,9 +396,27 @@ class PgUnits {
     await this.transaction(async () => {
       const scope = this.current()!;
       const readings = await this.readAhead(scope, aheads);
-      // The keys of the units run so far (all with a reading ahead: the others run last).
-      const written = new Set<string>();
+      // The units given a reading whose keys no unit before them has run at once, their statements leaving together.
+      const atOnce: number[] = [];
+      const keysAtOnce = new Set<string>();
       for (const i of order) {
+        const keys = readings[i]?.keys;
+        if (!keys || keys.some((k) => keysAtOnce.has(k))) continue;
+        atOnce.push(i);
+        for (const k of keys) keysAtOnce.add(k);
+      }
+      const ranAtOnce =
+        atOnce.length >= 2
+          ? await this.atOnce(
+              scope,
+              atOnce.map((i) => () => units[i]!(readings[i]!.reading)),
+            )
+          : null;
+      if (ranAtOnce) for (const [n, i] of atOnce.entries()) settled[i] = ranAtOnce[n]!;
+      // The keys of the units run so far (all with a reading ahead: the others run last).
+      const written = new Set<string>(ranAtOnce ? keysAtOnce : []);
+      for (const i of order) {
+        if (settled[i] !== undefined) continue;
         const ahead = readings[i];
         // A reading taken ahead is still what the unit would read now only if no unit before it wrote under its keys.
         const fresh = ahead?.keys.every((k) => !written.has(k)) ? ahead.reading : undefined;
@@ -401,7 +494,7 @@ export async function runPgSql(db: Db, query: SQL, values?: unknown[]): Promise<
   const units = stores.get(db);
   if (!units) throw new Error('not a Postgres Db');
   const { sql, params } = dialect.sqlToQuery(query);
-  return units.target().query({ text: sql, name: units.nameOf(sql), values: values ?? params, types: typesFor() });
+  return units.query({ text: sql, name: units.nameOf(sql), values: values ?? params, types: typesFor() });
 }
 
 function migrationsFolder(): string {
@@ -487,14 +580,12 @@ export async function openPostgres(target: PgTarget, opts: { poolSize?: number }
   // statement it repeats under a name of its own (statement-names.ts).
   const router = {
     query: (config: pg.QueryConfig, values?: unknown[]) =>
-      units.target().query(
-        {
-          ...config,
-          name: config.name ?? units.nameOf(config.text),
-          types: typesFor((config as { types?: { getTypeParser: (oid: number, format?: string) => unknown } }).types),
-        },
-        values,
-      ),
+      units.query({
+        ...config,
+        ...(values === undefined ? {} : { values }),
+        name: config.name ?? units.nameOf(config.text),
+        types: typesFor((config as { types?: { getTypeParser: (oid: number, format?: string) => unknown } }).types),
+      }),
   };
   const db = drizzle({ client: router as unknown as pg.Pool }) as unknown as Db;
   db.transaction = (fn) => units.transaction(() => fn(db));
