@@ -4,6 +4,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Hono } from 'hono';
 import { createApp } from '../server/app/http-app.js';
 import { listenHttp } from '../server/app/http-serve.js';
+import { nextTurn } from '../server/api/http/auth.js';
 import { SCOPES } from '../server/core/scopes.js';
 import { insertKey } from '../server/core/keys.js';
 import { onOtherConnection, startService, type TestService } from './helpers/service.js';
@@ -278,6 +279,24 @@ describe('the key and the other header checks come before the body', () => {
     expectEnvelope(conn.response(), 422, 'invalid_request', conn.text());
     expect((conn.response()!.body as { error: { message: string } }).error.message).toMatch(/^name:/);
     conn.socket.destroy();
+  });
+});
+
+describe('nextTurn: the requests whose headers arrive in one turn go on together after it', () => {
+  it('one promise for the callers of a turn, resolved at its check phase; a new one for the next turn', async () => {
+    const order: string[] = [];
+    const first = nextTurn();
+    const second = nextTurn();
+    expect(second).toBe(first);
+    // Resolved by an immediate: after the ticks and microtasks of this turn, before a timer of the next.
+    setTimeout(() => order.push('timer'), 0);
+    process.nextTick(() => order.push('tick'));
+    void first.then(() => order.push('turn'));
+    await second;
+    expect(order.slice(0, 2)).toEqual(['tick', 'turn']);
+    const later = nextTurn();
+    expect(later).not.toBe(first);
+    await later;
   });
 });
 

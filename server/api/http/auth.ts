@@ -18,6 +18,23 @@ export type AccountHeaderMode = 'accepted' | 'refused' | 'passed';
 
 const BEARER = /^Bearer +(\S+) *$/i;
 
+let turn: Promise<void> | null = null;
+
+/**
+ * Resolves at the next turn of the event loop (its check phase), one promise for every caller of the same turn: the
+ * requests whose headers arrived in one poll phase go on together, so their keys' reads are issued in one tick and
+ * leave for the database in one write (db/pg/state.ts pgPointReads).
+ */
+export function nextTurn(): Promise<void> {
+  turn ??= new Promise<void>((resolve) =>
+    setImmediate(() => {
+      turn = null;
+      resolve();
+    }),
+  );
+  return turn;
+}
+
 const unknownKey = () => new ApiError('invalid_key', 'Missing or unknown API key: send Authorization: Bearer <API_KEY>.');
 
 /**
@@ -41,7 +58,7 @@ export function guard(
     // the key is not checked again once the body is read. The server's parser hands the headers over before it
     // parses the rest of the packet they came in: a body sent with them is parsed by the next turn of the loop.
     const incoming = c.env?.incoming;
-    if (incoming && !incoming.complete) await new Promise((resolve) => setImmediate(resolve));
+    if (incoming && !incoming.complete) await nextTurn();
     const arrived = incoming?.complete === true;
     // The stamp is read with the key, in one read transaction: nothing can stop the key between the two.
     const { found, stamp } = await findLiveKeyStamped(deps.db, secret);
