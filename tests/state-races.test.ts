@@ -1,7 +1,7 @@
 import { eq } from 'drizzle-orm';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { accounts, emails, outboundMessages } from '../db/schema/index.js';
+import { accounts, emailEvents, emails, outboundMessages, suppressions } from '../db/schema/index.js';
 import { claimDueRecipients } from '../mta/delivery-queue.js';
 import { recordOutcome } from '../server/core/outcomes.js';
 import { claimIdempotencyKey, releaseClaim } from '../server/core/idempotency.js';
@@ -174,6 +174,58 @@ describe.each(['sqlite', 'postgres'] as const)('on %s', (engine) => {
       const left = await service().deps.db.select({ id: outboundMessages.id }).from(outboundMessages).where(eq(outboundMessages.id, ours[0]!.message.id));
       expect(left).toEqual([]);
     }
+  });
+});
+
+describe("outcomes on Postgres run at once with their batch's others when they write nothing a send reads", () => {
+  it('deliveries of different messages at once (one savepoint for them), a hard bounce apart; each written once', async () => {
+    const service = services.postgres!;
+    const s = await newSender(service, { credits: 100 });
+    for (const to of ['a@example.net', 'b@example.net', 'c@example.net', 'gone@example.net'])
+      expect((await sendEmail(service, s.key, receipt(s.from, to))).status).toBe(200);
+    const jobs = (await claimDueRecipients(service.deps.db, 'host-once:1:a', service.clock.now(), 60_000, 10_000)).filter(
+      (j) => j.recipient.accountId === s.account.id,
+    );
+    expect(jobs).toHaveLength(4);
+    const seen: string[] = [];
+    const query = pg.Client.prototype.query;
+    (pg.Client.prototype as any).query = function (this: pg.Client, config: any, ...rest: unknown[]) {
+      seen.push(typeof config === 'string' ? config : config.text);
+      return (query as (...a: unknown[]) => unknown).call(this, config, ...rest);
+    };
+    let recorded;
+    try {
+      recorded = await Promise.all(
+        jobs.map((job) =>
+          recordOutcome(
+            service.deps,
+            job,
+            job.recipient.recipient === 'gone@example.net'
+              ? ({ status: 'bounced', dsn: '5.1.1', detail: '550 no such user' } as const)
+              : ({ status: 'delivered', dsn: '2.0.0', detail: '250 ok' } as const),
+          ),
+        ),
+      );
+    } finally {
+      pg.Client.prototype.query = query;
+    }
+    expect(recorded.map((r) => r?.status).sort()).toEqual(['bounced', 'delivered', 'delivered', 'delivered']);
+    // The three deliveries ran at once in the batch; the bounce (a suppression, the account's counter) in its own savepoint.
+    expect(seen.filter((q) => q === 'SAVEPOINT at_once')).toHaveLength(1);
+    expect(seen.filter((q) => /^SAVEPOINT unit_/.test(q))).toHaveLength(1);
+    const events = await service.deps.db.select().from(emailEvents).where(eq(emailEvents.accountId, s.account.id));
+    expect(events.map((e) => `${e.recipient} ${e.status}`).sort()).toEqual([
+      'a@example.net delivered',
+      'b@example.net delivered',
+      'c@example.net delivered',
+      'gone@example.net bounced',
+    ]);
+    const listed = await service.deps.db.select().from(suppressions).where(eq(suppressions.accountId, s.account.id));
+    expect(listed.map((r) => r.address)).toEqual(['gone@example.net']);
+    expect((await accountRow(service, s.account.id)).totalBounced).toBe(1);
+    // Every message closed: its content deleted.
+    for (const job of jobs)
+      expect(await service.deps.db.select({ id: outboundMessages.id }).from(outboundMessages).where(eq(outboundMessages.id, job.message.id))).toEqual([]);
   });
 });
 

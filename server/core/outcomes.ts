@@ -21,6 +21,7 @@ import type { Classified } from './dsn.js';
 import { nextAttemptAt } from './delivery-schedule.js';
 import { isSimulatorAddress } from './simulator.js';
 import { changes, lockRows, together } from '../../db/sql.js';
+import type { ReadAhead } from '../../db/group-commit.js';
 
 /** A recipient leased from the outbound queue, with its message: what one delivery attempt works on. */
 export interface Claimed {
@@ -83,6 +84,12 @@ export async function recordOutcome(
   // Through the group commit: outcomes of concurrent connections share one fsync, and the caller's next step waits
   // until this one is durable.
   const complaint = recorded.status === 'delivered' ? (extras.complaint ?? null) : null;
+  // An outcome that adds no suppression and counts nothing on the account (a delivery, a deferral, a soft bounce)
+  // writes nothing a send reads, nor anything another message's outcome writes: on Postgres it runs at once with the
+  // batch's others (db/pg/state.ts PgUnits.atOnce), kept apart from the outcomes of its own message. It has nothing to
+  // read ahead.
+  const confined = complaint === null && !SUPPRESSING[recorded.status]?.(recorded.dsn);
+  const apart: ReadAhead<null> | undefined = confined ? { read: async () => null, keys: () => [`message:${job.message.id}`] } : undefined;
   try {
     await deps.commits.run(async () => {
       const q = statements(db);
@@ -117,7 +124,7 @@ export async function recordOutcome(
         written.written ||= complained.written;
       }
       return written;
-    });
+    }, apart);
   } catch (err) {
     if (!(err instanceof LeaseLost)) throw err;
     deps.logger.info('delivery.lease_lost', { emailId: job.message.id, recipientId: job.recipient.id, holder: job.recipient.lockedBy });
