@@ -1,7 +1,6 @@
 import { connect } from 'node:net';
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SqliteConnection } from '../db/sqlite-connection.js';
+import { statementsOf } from './helpers/statements.js';
 import { type TestService, startService } from './helpers/service.js';
 import { type Sender, expectOk, newSender, newSubSender, receipt, sendEmail } from './helpers/sending.js';
 
@@ -9,29 +8,8 @@ import { type Sender, expectOk, newSender, newSubSender, receipt, sendEmail } fr
  * A send costs a small, fixed number of statements on the state (on Postgres each is a round trip): the request's
  * guard reads its key's account, and the send's one transaction reads everything its checks need in one statement and
  * writes the log entry, the message, its recipients (in one statement however many) and the account's counters with
- * the charge. Counted at the state's one door on each engine: the pg client's `query`, SQLite's connection `runNow`.
+ * the charge. Counted by statementsOf (helpers/statements.ts).
  */
-async function statementsOf(work: () => Promise<void>): Promise<string[]> {
-  const seen: string[] = [];
-  const pgQuery = pg.Client.prototype.query;
-  const sqliteRun = SqliteConnection.prototype.runNow;
-  (pg.Client.prototype as any).query = function (this: pg.Client, query: any, ...rest: unknown[]) {
-    seen.push(typeof query === 'string' ? query : query.text);
-    return (pgQuery as (...a: unknown[]) => unknown).call(this, query, ...rest);
-  };
-  SqliteConnection.prototype.runNow = function (this: SqliteConnection, sql, params, method) {
-    seen.push(sql);
-    return sqliteRun.call(this, sql, params, method);
-  };
-  try {
-    await work();
-  } finally {
-    pg.Client.prototype.query = pgQuery;
-    SqliteConnection.prototype.runNow = sqliteRun;
-  }
-  return seen;
-}
-
 const recipients = (n: number) => Array.from({ length: n }, (_, i) => `customer${i}@example.net`);
 
 let service: TestService;

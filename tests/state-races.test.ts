@@ -8,6 +8,7 @@ import { claimIdempotencyKey, releaseClaim } from '../server/core/idempotency.js
 import { ApiError } from '../server/shared/errors.js';
 import { accountRow, expectError, newSender, receipt, sendEmail, updateAccount } from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
+import { statementsOf } from './helpers/statements.js';
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 
 /**
@@ -187,14 +188,8 @@ describe("outcomes on Postgres run at once with their batch's others when they w
       (j) => j.recipient.accountId === s.account.id,
     );
     expect(jobs).toHaveLength(4);
-    const seen: string[] = [];
-    const query = pg.Client.prototype.query;
-    (pg.Client.prototype as any).query = function (this: pg.Client, config: any, ...rest: unknown[]) {
-      seen.push(typeof config === 'string' ? config : config.text);
-      return (query as (...a: unknown[]) => unknown).call(this, config, ...rest);
-    };
-    let recorded;
-    try {
+    let recorded: Awaited<ReturnType<typeof recordOutcome>>[] = [];
+    const seen = await statementsOf(async () => {
       recorded = await Promise.all(
         jobs.map((job) =>
           recordOutcome(
@@ -206,9 +201,7 @@ describe("outcomes on Postgres run at once with their batch's others when they w
           ),
         ),
       );
-    } finally {
-      pg.Client.prototype.query = query;
-    }
+    });
     expect(recorded.map((r) => r?.status).sort()).toEqual(['bounced', 'delivered', 'delivered', 'delivered']);
     // The three deliveries ran at once in the batch; the bounce (a suppression, the account's counter) in its own savepoint.
     expect(seen.filter((q) => q === 'SAVEPOINT at_once')).toHaveLength(1);
