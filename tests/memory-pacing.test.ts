@@ -3,6 +3,8 @@ import { PerformanceObserver, constants } from 'node:perf_hooks';
 import {
   COLLECTION_SHARE,
   COLLECT_EVERY_BYTES,
+  type CollectionType,
+  FULL_FROM_BYTES,
   collectNow,
   collectionDelay,
   collectionType,
@@ -19,10 +21,12 @@ function pacerUnderTest(cost: number) {
   let now = 1000;
   const timers: { at: number; fn: () => void }[] = [];
   const ran: number[] = [];
+  const kinds: CollectionType[] = [];
   const pacer = createCollectionPacer({
     now: () => now,
-    collect: () => {
+    collect: (type) => {
       ran.push(now);
+      kinds.push(type);
       now += cost;
     },
     after: (ms, fn) => void timers.push({ at: now + ms, fn }),
@@ -30,6 +34,7 @@ function pacerUnderTest(cost: number) {
   return {
     pacer,
     ran,
+    kinds,
     timers,
     advance(ms: number) {
       now += ms;
@@ -57,11 +62,11 @@ describe('collection pacing', () => {
 
   it('the first collection runs at once; one due too soon after it is deferred and handed to the stream to wait for', async () => {
     const p = pacerUnderTest(40);
-    expect(p.pacer.due()).toBeUndefined();
+    expect(p.pacer.due('minor')).toBeUndefined();
     expect(p.ran).toEqual([1000]);
     // Due 10 ms after the first ended (at 1040): it may begin at 1040 + 160.
     p.advance(10);
-    const wait = p.pacer.due();
+    const wait = p.pacer.due('minor');
     expect(wait).toBeInstanceOf(Promise);
     expect(p.ran).toEqual([1000]);
     p.advance(149);
@@ -73,20 +78,42 @@ describe('collection pacing', () => {
 
   it('streams due while one collection waits share it: one collection, not one each', async () => {
     const p = pacerUnderTest(40);
-    p.pacer.due();
-    const first = p.pacer.due();
-    const second = p.pacer.due();
+    p.pacer.due('minor');
+    const first = p.pacer.due('minor');
+    const second = p.pacer.due('minor');
     expect(second).toBe(first);
     expect(p.timers).toHaveLength(1);
     p.advance(200);
     await Promise.all([first, second]);
     expect(p.ran).toHaveLength(2);
     // The next, due now, waits its turn after that one.
-    expect(p.pacer.due()).toBeInstanceOf(Promise);
+    expect(p.pacer.due('minor')).toBeInstanceOf(Promise);
   });
 
-  it('every other collection is a full one, the others a scavenge', () => {
-    expect([1, 2, 3, 4, 5, 6].map(collectionType)).toEqual(['minor', 'major', 'minor', 'major', 'minor', 'major']);
+  it('a waiting collection is a full one if any stream that waits for it asked for one', async () => {
+    const p = pacerUnderTest(40);
+    p.pacer.due('minor');
+    const first = p.pacer.due('minor');
+    expect(p.pacer.due('major')).toBe(first);
+    expect(p.pacer.due('minor')).toBe(first);
+    p.advance(200);
+    await first;
+    expect(p.kinds).toEqual(['minor', 'major']);
+  });
+
+  it('a payload asks for scavenges only until it passes FULL_FROM_BYTES, then every other collection is a full one', () => {
+    expect(FULL_FROM_BYTES).toBe(4 * 1024 * 1024);
+    // A 2.5 MB message: five collections, none of them full (each would stop the main thread 33-75 ms).
+    expect([1, 2, 3, 4, 5].map((n) => collectionType(n, n * COLLECT_EVERY_BYTES))).toEqual(['minor', 'minor', 'minor', 'minor', 'minor']);
+    expect(collectionType(8, FULL_FROM_BYTES)).toBe('minor');
+    expect([9, 10, 11, 12].map((n) => collectionType(n, n * COLLECT_EVERY_BYTES))).toEqual(['minor', 'major', 'minor', 'major']);
+  });
+
+  it("a collector asks its pacer for the kind its payload's size calls for", () => {
+    const asked: CollectionType[] = [];
+    const collector = createCollector({ due: (type) => void asked.push(type) });
+    for (let i = 0; i < 12; i++) collector.streamed(COLLECT_EVERY_BYTES);
+    expect(asked).toEqual([...Array(9).fill('minor'), 'major', 'minor', 'major']);
   });
 
   it('a full collection is a mark-compact and a minor one a scavenge, on this Node (20 and 24 read the options apart)', async () => {

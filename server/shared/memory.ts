@@ -17,6 +17,12 @@ import { runInNewContext } from 'node:vm';
  * paced (collectionDelay): collections take at most COLLECTION_SHARE of its time, and a stream whose collection is due
  * and not yet allowed waits for it before it reads on (its socket or file is not read meanwhile, so the memory stays
  * bounded): the large payload is slowed, not everyone else (/healthz p99 under 75 ms, tests/inbound-large.test.ts).
+ *
+ * A forced full collection is atomic: the whole heap is marked on the thread that asks (on the main thread, with a 45 MB
+ * heap, 33-75 ms on this machine under load), where V8's own full collections mark concurrently and stop the thread
+ * 8-25 ms. So a payload asks for full ones only once it passes FULL_FROM_BYTES: what a smaller one leaves behind is at
+ * most its own size, for V8's own collections to free; a 2.5 MB message asked for two, and each was one of the two
+ * slowest /healthz answers while it was received (tests/inbound-bombs.test.ts).
  */
 
 export const COLLECT_EVERY_BYTES = 512 * 1024;
@@ -30,48 +36,63 @@ export function collectionDelay(now: number, last: { end: number; cost: number }
   return Math.max(0, earliest - now);
 }
 
+export type CollectionType = 'major' | 'minor';
+
 export interface CollectionPacer {
-  /** A collection is due: runs it now and returns undefined, or returns what resolves once it ran (shared by all waiting). */
-  due(): Promise<void> | undefined;
+  /**
+   * A collection of that kind is due: runs it now and returns undefined, or returns what resolves once it ran (shared
+   * by all waiting; a full one if any of them asked for one).
+   */
+  due(type: CollectionType): Promise<void> | undefined;
 }
 
 /** Paces the collections of one thread; `collect` runs one synchronously. */
-export function createCollectionPacer(deps: { now: () => number; collect: () => void; after: (ms: number, fn: () => void) => void }): CollectionPacer {
+export function createCollectionPacer(deps: {
+  now: () => number;
+  collect: (type: CollectionType) => void;
+  after: (ms: number, fn: () => void) => void;
+}): CollectionPacer {
   const last = { end: Number.NEGATIVE_INFINITY, cost: 0 };
-  let waiting: Promise<void> | null = null;
-  const run = () => {
+  let waiting: { done: Promise<void>; type: CollectionType } | null = null;
+  const run = (type: CollectionType) => {
     const start = deps.now();
-    deps.collect();
+    deps.collect(type);
     last.end = deps.now();
     last.cost = last.end - start;
   };
   return {
-    due() {
-      if (waiting) return waiting;
+    due(type) {
+      if (waiting) {
+        if (type === 'major') waiting.type = 'major';
+        return waiting.done;
+      }
       const delay = collectionDelay(deps.now(), last);
-      if (delay === 0) return void run();
-      waiting = new Promise((resolve) => {
+      if (delay === 0) return void run(type);
+      const next: { done: Promise<void>; type: CollectionType } = { done: Promise.resolve(), type };
+      next.done = new Promise((resolve) => {
         deps.after(delay, () => {
           waiting = null;
-          run();
+          run(next.type);
           resolve();
         });
       });
-      return waiting;
+      waiting = next;
+      return next.done;
     },
   };
 }
 
 /**
- * Of the collections the streams ask for, every FULL_EVERY-th is a full one; the others are minor (a scavenge of the
- * young generation, 1-3 ms), which frees the copies made since the last one unless they were still in use. The full
- * ones free the rest.
+ * Of the collections a payload asks for, every FULL_EVERY-th is a full one once it passed FULL_FROM_BYTES; the others
+ * are minor (a scavenge of the young generation, 1-3 ms), which frees the copies made since the last one unless they
+ * were still in use. The full ones free the rest.
  */
 export const FULL_EVERY = 2;
+export const FULL_FROM_BYTES = 4 * 1024 * 1024;
 
-/** The kind of the n-th collection asked for (from 1). */
-export function collectionType(n: number): 'major' | 'minor' {
-  return n % FULL_EVERY === 0 ? 'major' : 'minor';
+/** The kind of the n-th collection (from 1) a payload asks for, having streamed `bytes` so far. */
+export function collectionType(n: number, bytes: number): CollectionType {
+  return bytes > FULL_FROM_BYTES && n % FULL_EVERY === 0 ? 'major' : 'minor';
 }
 
 setFlagsFromString('--expose-gc');
@@ -82,21 +103,18 @@ const gcOf = runInNewContext('gc') as (options?: { type: 'minor' }) => void;
  * options object, even `{ type: 'major' }`, as a scavenge, and Node 24's takes `gc(undefined)` as one.
  * `{ type: 'minor' }` is a scavenge on both.
  */
-export function collectNow(type: 'major' | 'minor'): void {
+export function collectNow(type: CollectionType): void {
   if (type === 'major') gcOf();
   else gcOf({ type: 'minor' });
 }
-
-let asked = 0;
-const gc = () => collectNow(collectionType(++asked));
 
 /**
  * This thread's pacer (each thread loads its own copy of this module, and collects its own heap). Only the main thread
  * is paced: a worker's collection stops that worker alone (the parse of the one large message it holds).
  */
 const pacer: CollectionPacer = isMainThread
-  ? createCollectionPacer({ now: () => performance.now(), collect: gc, after: (ms, fn) => void setTimeout(fn, ms) })
-  : { due: () => void gc() };
+  ? createCollectionPacer({ now: () => performance.now(), collect: collectNow, after: (ms, fn) => void setTimeout(fn, ms) })
+  : { due: (type) => void collectNow(type) };
 
 export interface Collector {
   /** Counts `bytes` streamed; returns what to wait for before reading on, if anything. */
@@ -105,12 +123,15 @@ export interface Collector {
 
 export function createCollector(threadPacer: CollectionPacer = pacer): Collector {
   let since = 0;
+  let total = 0;
+  let asked = 0;
   return {
     streamed(bytes) {
       since += bytes;
+      total += bytes;
       if (since < COLLECT_EVERY_BYTES) return undefined;
       since = 0;
-      return threadPacer.due();
+      return threadPacer.due(collectionType(++asked, total));
     },
   };
 }
