@@ -1,10 +1,13 @@
-import { readFileSync, readdirSync } from 'node:fs';
-import { getPriority } from 'node:os';
+import { createHash } from 'node:crypto';
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { getPriority, tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PARSE_NICE, ParserStoppedError, createInboundParser } from '../server/customer-db/inbound/parser.js';
 import type { SpooledInboundWrite } from '../server/core/customer-db-outbox.js';
 import { loadConfig } from '../server/shared/config.js';
 import { createMemoryLogger } from '../server/shared/logger.js';
+import { createSpoolWriter } from '../db/inbound-spool.js';
 import { TestDnsServer } from './helpers/dns-server.js';
 
 /**
@@ -98,4 +101,40 @@ describe('createInboundParser', () => {
       await parser.close();
     }
   });
+
+  it("a large message's solo thread is kept for the next one when its reader stops at the last event, as the writer does", async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'mailstead-parser-'));
+    const key = createHash('sha256').update('parser').digest();
+    const parser = createInboundParser({
+      config: loadConfig({ DATA_DIR: dataDir, DNS_SERVERS: dns.address, MAIL_HOSTNAME: 'mx.mailstead.test' }),
+      logger: createMemoryLogger(),
+      secretKey: key,
+    });
+    const niced = Math.min(19, getPriority() + PARSE_NICE);
+    const threads = () => threadNices().filter((n) => n === niced).length;
+    const before = threads();
+    try {
+      for (const n of [1, 2]) {
+        const id = `0190c3a0-0000-7000-8000-00000000005${n}`;
+        const body = `From: a@sender.example\r\nSubject: large ${n}\r\nContent-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\nhi\r\n--b\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=big.bin\r\n\r\n${'z'.repeat(300_000)}\r\n--b--\r\n`;
+        const spool = createSpoolWriter(dataDir, key, id);
+        spool.append(Buffer.from(body));
+        await spool.finish();
+        // As server/customer-db/inbound/store.ts reads it: event by event up to the parsed fields, then return().
+        const events = parser.parseSpooled({ ...write(n), id, spoolId: id, raw: undefined, size: body.length });
+        let last: unknown;
+        for (let next = await events.next(); !next.done; next = await events.next()) {
+          last = next.value;
+          if ('parsed' in next.value) break;
+        }
+        await events.return(undefined);
+        expect(last).toMatchObject({ parsed: { subject: `large ${n}` } });
+        // One solo thread, started by the first message and still there after each: not one started per message.
+        expect(threads()).toBe(before + 1);
+      }
+    } finally {
+      await parser.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  }, 30_000);
 });

@@ -213,11 +213,10 @@ export function createInboundParser(
         if ('failed' in reply) throw new ParserStoppedError(`the parse failed: ${reply.failed}`);
         if (!('event' in reply)) continue;
         if ('verdicts' in reply.event) onVerdicts();
+        // Finished once the last event is here: a reader that stops at it (the writer does) leaves the thread whole.
+        finished = isLast(reply.event);
         yield reply.event;
-        if (isLast(reply.event)) {
-          finished = true;
-          return 'done';
-        }
+        if (finished) return 'done';
         thread.post({ ack: true });
       }
     } finally {
