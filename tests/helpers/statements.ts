@@ -7,11 +7,13 @@ import { SqliteConnection } from '../../db/sqlite-connection.js';
  */
 export async function statementsOf(work: () => Promise<void>): Promise<string[]> {
   const seen: string[] = [];
-  const pgQuery = pg.Client.prototype.query;
+  // pg's query is overloaded; the patch takes any of its forms and hands them on unchanged.
+  const client = pg.Client.prototype as unknown as { query: (this: pg.Client, query: string | { text: string }, ...rest: unknown[]) => unknown };
+  const pgQuery = client.query;
   const sqliteRun = SqliteConnection.prototype.runNow;
-  (pg.Client.prototype as any).query = function (this: pg.Client, query: any, ...rest: unknown[]) {
+  client.query = function (query, ...rest) {
     seen.push(typeof query === 'string' ? query : query.text);
-    return (pgQuery as (...a: unknown[]) => unknown).call(this, query, ...rest);
+    return pgQuery.call(this, query, ...rest);
   };
   SqliteConnection.prototype.runNow = function (this: SqliteConnection, sql, params, method) {
     seen.push(sql);
@@ -20,7 +22,7 @@ export async function statementsOf(work: () => Promise<void>): Promise<string[]>
   try {
     await work();
   } finally {
-    pg.Client.prototype.query = pgQuery;
+    client.query = pgQuery;
     SqliteConnection.prototype.runNow = sqliteRun;
   }
   return seen;
