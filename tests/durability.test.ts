@@ -310,16 +310,17 @@ describe('full disk', () => {
             return fd;
           }) as typeof fs.openSync,
       );
-      patch(
-        fs,
-        'writeSync',
-        (orig) =>
-          ((fd: number, ...rest: unknown[]) => {
-            if (fdPath.get(fd)?.startsWith(spool))
-              throw Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC', errno: -28, syscall: 'write' });
-            return (orig as (...a: unknown[]) => number)(fd, ...rest);
-          }) as typeof fs.writeSync,
-      );
+      for (const name of ['writeSync', 'writevSync'] as const)
+        patch(
+          fs,
+          name,
+          (orig) =>
+            ((fd: number, ...rest: unknown[]) => {
+              if (fdPath.get(fd)?.startsWith(spool))
+                throw Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC', errno: -28, syscall: 'write' });
+              return (orig as (...a: unknown[]) => number)(fd, ...rest);
+            }) as (typeof fs)[typeof name],
+        );
       const transport = nodemailer.createTransport({ host: '127.0.0.1', port: smtpPort, secure: false, ignoreTLS: true });
       const body = `${'0123456789abcdef'.repeat(4).concat('\r\n').repeat(6000)}`;
       const err = await transport
