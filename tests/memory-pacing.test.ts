@@ -1,7 +1,10 @@
+import { once } from 'node:events';
+import { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
 import { PerformanceObserver, constants } from 'node:perf_hooks';
 import {
   COLLECTION_SHARE,
+  COLLECTION_POLICY,
   COLLECT_EVERY_BYTES,
   type CollectionType,
   FULL_FROM_BYTES,
@@ -114,6 +117,35 @@ describe('collection pacing', () => {
     const collector = createCollector({ due: (type) => void asked.push(type) });
     for (let i = 0; i < 12; i++) collector.streamed(COLLECT_EVERY_BYTES);
     expect(asked).toEqual([...Array(9).fill('minor'), 'major', 'minor', 'major']);
+  });
+
+  it('in a worker thread (a parse holding one large message) every collection is a full one, each COLLECT_EVERY_BYTES / 2', () => {
+    expect(COLLECTION_POLICY.worker).toEqual({ everyBytes: COLLECT_EVERY_BYTES / 2, fullFromBytes: 0, fullEvery: 1 });
+    const asked: CollectionType[] = [];
+    const collector = createCollector({ due: (type) => void asked.push(type) }, COLLECTION_POLICY.worker);
+    const chunk = 64 * 1024;
+    for (let sent = 0; sent < 2 * COLLECT_EVERY_BYTES; sent += chunk) collector.streamed(chunk);
+    expect(asked).toEqual(['major', 'major', 'major', 'major']);
+  });
+
+  it('a worker thread collects by its own policy, the main thread by the main one', async () => {
+    // Each thread loads its own copy of the module (the build, as the service's threads do: tests/helpers/global-setup.ts
+    // builds it): the policy it streams by is the one of the thread it runs in.
+    const url = new URL('../dist/server/shared/memory.js', import.meta.url).href;
+    const source = `import { parentPort } from 'node:worker_threads';
+      const { createCollector } = await import(${JSON.stringify(url)});
+      const asked = [];
+      const collector = createCollector({ due: (type) => void asked.push(type) });
+      for (let i = 0; i < 8; i++) collector.streamed(${COLLECT_EVERY_BYTES / 2});
+      parentPort.postMessage(asked);`;
+    const worker = new Worker(source, { eval: true });
+    const [asked] = (await once(worker, 'message')) as [CollectionType[]];
+    await worker.terminate();
+    expect(asked).toEqual(Array(8).fill('major'));
+    const main: CollectionType[] = [];
+    const collector = createCollector({ due: (type) => void main.push(type) });
+    for (let i = 0; i < 8; i++) collector.streamed(COLLECT_EVERY_BYTES / 2);
+    expect(main).toEqual(['minor', 'minor', 'minor', 'minor']);
   });
 
   it('a full collection is a mark-compact and a minor one a scavenge, on this Node (20 and 24 read the options apart)', async () => {
