@@ -131,8 +131,8 @@ export function createSpoolWriter(dataDir: string, key: Buffer, id: string) {
 /**
  * The plaintext of a spool file as a stream; it errors if any record was altered, reordered or the end is missing,
  * or if anything follows the end. Each record's body goes to its decipher as it is read, in whatever pieces the file
- * gives, and its plaintext is handed on once the record's tag is checked: no record is copied whole first (a 25 MB
- * message was copied twice more on its way to the parser, and the copies were what its parse kept in memory).
+ * gives, and its plaintext is handed on once the record's tag is checked: no record is copied whole first. A record
+ * longer than SPOOL_CHUNK (no writer makes one) is refused before it is read, so memory stays at one record.
  * `readSize` is the size of the file's reads (the tests' way to cut records across them).
  */
 export function readSpool(path: string, key: Buffer, id: string, readSize?: number): Readable {
@@ -158,6 +158,7 @@ export function readSpool(path: string, key: Buffer, id: string, readSize?: numb
             headBytes = 0;
             const word = whole.readUInt32BE(0);
             const last = (word & 0x80000000) !== 0;
+            if ((word & 0x7fffffff) > SPOOL_CHUNK) throw new Error('spool: a record longer than SPOOL_CHUNK');
             const decipher = createDecipheriv('aes-256-gcm', key, whole.subarray(4, 16));
             decipher.setAAD(aad(id, index++, last));
             decipher.setAuthTag(whole.subarray(16, 32));

@@ -103,6 +103,15 @@ describe('readSpool', () => {
       },
       /unable to authenticate|unsupported state/i,
     ],
+    [
+      'a length word past SPOOL_CHUNK (refused before its record is read)',
+      (file) => {
+        const copy = Buffer.from(file);
+        copy.writeUInt32BE(0x7fffffff, 0);
+        return copy;
+      },
+      /longer than SPOOL_CHUNK/,
+    ],
     ['cut short within a record', (file) => file.subarray(0, file.length - 100), /cut short/],
     ['the end record missing', (file) => Buffer.concat(records(file).slice(0, -1)), /cut short/],
     ['bytes after the end record', (file) => Buffer.concat([file, Buffer.from('x')]), /after the end record/],
