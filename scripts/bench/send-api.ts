@@ -23,11 +23,13 @@ import { serviceNodeFlags, spawnListening, stop } from './spawn.js';
  * then the floors under a send: the bare route writing the body as one row through the group commit before it answers,
  * and a sandbox send with every check served from memory (send-floor.ts) on the service's database, its log row in the
  * service's indexed table and in an unindexed one.
- * The sandbox and queued phases run twice: with the built-in receipt, and with an account's own receipt in a layout
- * whose CSS is inlined (docs/api/decisions.md section 9), for the ratio of the two.
+ * Each phase is eight slices of a quarter of SECONDS (twice its time in all), summed: with the built-in receipt, and,
+ * alternating with it, an account's own receipt in a layout whose CSS is inlined (docs/api/decisions.md section 9),
+ * for the ratio of the two.
  * With STATE_URL (a Postgres database of its own), or BENCH_POSTGRES=embedded (an embedded Postgres with TLS on
- * loopback, started here; `embedded-plain`: the same over plain TCP), the sandbox and queued phases run again with the state on Postgres, and the two engines
- * are printed side by side (the issue's target: Postgres's queued sends at least 0.5 of SQLite's).
+ * loopback, started here; `embedded-plain`: the same over plain TCP), a second service keeps its state on Postgres and
+ * the two engines take turns slice by slice in the sandbox and queued phases, each queued slice starting on an empty
+ * queue; the two are printed side by side (the issue's target: Postgres's queued sends at least 0.5 of SQLite's).
  * Run: npm run bench:send-api   (env BENCH_SECONDS, BENCH_CONCURRENCY, BENCH_ONLY, STATE_URL, BENCH_POSTGRES)
  */
 const seconds = Number(process.env.BENCH_SECONDS ?? 10);
@@ -86,17 +88,30 @@ const OWN_RECEIPT = {
 };
 
 type LoadResult = Awaited<ReturnType<typeof runLoad>>;
-interface ServiceFigures {
-  sandbox: LoadResult | null;
-  queued: LoadResult | null;
-  ownSandbox: number | null;
-  ownQueued: number | null;
-  /** The load this run sent, for the floors that follow: its bodies and senders. */
-  load: { headers: Record<string, string>; vary: () => Record<string, string>; send: (sandbox: boolean, template?: string) => () => string };
+
+/** A load's figures, and the service's and the machine's CPU seconds over it. */
+interface Measured {
+  result: LoadResult;
+  cpu: number;
+  machine: number;
 }
 
-/** The service on `env`'s state: senders made beside it, then the sandbox and queued phases (and the own-template slices). */
-async function runService(env: Record<string, string>, withCompare: boolean): Promise<ServiceFigures> {
+/** One service under test, started with its senders and warmed up, until `stop()`. */
+interface BenchService {
+  /** One load of `seconds` on POST /emails, with the CPU over it. */
+  load(sandboxed: boolean, seconds: number, template?: string): Promise<Measured>;
+  /** The own template against the built-in receipt in alternating slices: the ratio of their requests/s. */
+  compareTemplates(name: string, sandboxed: boolean): Promise<number | null>;
+  /** The load this service is sent, for the floors that follow: its bodies and senders. */
+  shape: { headers: Record<string, string>; vary: () => Record<string, string>; send: (sandbox: boolean, template?: string) => () => string };
+  stop(): Promise<void>;
+}
+
+const cpuNote = (m: { cpu: number; machine: number }, requests: number, seconds: number) =>
+  `service CPU ${((m.cpu * 1e6) / Math.max(1, requests)).toFixed(0)} µs a request, ${((100 * m.cpu) / seconds).toFixed(0)}% of a core; machine ${((100 * m.machine) / seconds).toFixed(0)}% of a core`;
+
+/** The service on `env`'s state, with its senders made beside it and warmed up. */
+async function startService(env: Record<string, string>): Promise<BenchService> {
   const config = loadConfig(env);
   const store = await openStore(config);
   const service = await spawnListening(join(here, '../../server/app/main.js'), env, [
@@ -147,69 +162,84 @@ async function runService(env: Record<string, string>, withCompare: boolean): Pr
   // first send of a version (about 10 ms each, CSS inlined): the phases measure sends, not those compiles.
   await runLoad({ url: `${base}/emails`, method: 'POST', headers, vary, body: send(true), concurrency, seconds: 1 });
   await runLoad({ url: `${base}/emails`, method: 'POST', headers, vary, body: send(true, OWN_RECEIPT.name), concurrency, seconds: 2 });
-  /** The service's CPU seconds and the machine's busy seconds (both cores) over a run, beside its figure. */
-  const measured = async <T extends { requests: number }>(load: () => Promise<T>) => {
+  /** The service's CPU seconds and the machine's busy seconds (both cores) over a load, beside its figure. */
+  const load = async (sandboxed: boolean, seconds: number, template?: string): Promise<Measured> => {
     const cpu = cpuSeconds(service.child.pid!);
     const machine = machineCpu().busy;
-    const result = await load();
+    const result = await runLoad({ url: `${base}/emails`, method: 'POST', headers, vary, body: send(sandboxed, template), concurrency, seconds });
     return { result, cpu: cpuSeconds(service.child.pid!) - cpu, machine: machineCpu().busy - machine };
-  };
-  const cpuNote = (m: { cpu: number; machine: number }, requests: number, seconds: number) =>
-    `service CPU ${((m.cpu * 1e6) / Math.max(1, requests)).toFixed(0)} µs a request, ${((100 * m.cpu) / seconds).toFixed(0)}% of a core; machine ${((100 * m.machine) / seconds).toFixed(0)}% of a core`;
-  const phase = async (name: string, sandboxed: boolean) => {
-    if (only !== undefined && only !== name) return null;
-    const m = await measured(() => runLoad({ url: `${base}/emails`, method: 'POST', headers, vary, body: send(sandboxed), concurrency, seconds }));
-    console.log(`${formatLoad(`POST /emails (${name})`, m.result)}  ${cpuNote(m, m.result.requests, m.result.seconds)}`);
-    return m.result;
   };
   /**
    * The own template against the built-in receipt: ROUNDS alternating slices of each (in ABBA order), summed, so a
    * change in the VM's speed during the run falls on both (sequential phases of 8 s measured the built-in at 1,480 and 1,840 requests/s
    * a minute apart).
    */
-  const compare = async (name: string, sandboxed: boolean) => {
+  const compareTemplates = async (name: string, sandboxed: boolean) => {
     if (only !== undefined && only !== name) return null;
-    // Eight slices of a quarter of SECONDS each: twice a phase's time per template, so one slow moment of the VM weighs
-    // less on the ratio (four slices measured 0.84 to 1.05 for the same code).
-    const ROUNDS = 8;
-    const sum = { builtIn: 0, own: 0 };
-    const secs = { builtIn: 0, own: 0 };
-    const cpu = { builtIn: { cpu: 0, machine: 0 }, own: { cpu: 0, machine: 0 } };
-    for (let round = 0; round < ROUNDS; round++) {
-      // ABBA order: whichever runs second in a round meets more of the queue the first left behind, so they take turns.
-      for (const template of round % 2 === 0 ? ['receipt', OWN_RECEIPT.name] : [OWN_RECEIPT.name, 'receipt']) {
-        const m = await measured(() =>
-          runLoad({
-            url: `${base}/emails`,
-            method: 'POST',
-            headers,
-            vary,
-            body: send(sandboxed, template),
-            concurrency,
-            seconds: seconds / 4,
-          }),
-        );
-        const which = template === 'receipt' ? 'builtIn' : 'own';
-        sum[which] += m.result.requests;
-        cpu[which].cpu += m.cpu;
-        cpu[which].machine += m.machine;
-        secs[which] += m.result.seconds;
-      }
-    }
+    const [builtIn, own] = await alternate(['receipt', OWN_RECEIPT.name], (template, secs) => load(sandboxed, secs, template));
     console.log(`POST /emails (${name}), ${ROUNDS} alternating slices of ${seconds / 4} s:`);
     console.log(
-      `  built-in receipt              ${(sum.builtIn / secs.builtIn).toFixed(0).padStart(5)} req/s  ${cpuNote(cpu.builtIn, sum.builtIn, secs.builtIn)}`,
+      `  built-in receipt              ${builtIn!.result.rps.toFixed(0).padStart(5)} req/s  ${cpuNote(builtIn!, builtIn!.result.requests, builtIn!.result.seconds)}`,
     );
-    console.log(`  own template with a layout    ${(sum.own / secs.own).toFixed(0).padStart(5)} req/s  ${cpuNote(cpu.own, sum.own, secs.own)}`);
-    return sum.own / secs.own / (sum.builtIn / secs.builtIn);
+    console.log(`  own template with a layout    ${own!.result.rps.toFixed(0).padStart(5)} req/s  ${cpuNote(own!, own!.result.requests, own!.result.seconds)}`);
+    return own!.result.rps / builtIn!.result.rps;
   };
-  const sandbox = await phase('sandbox', true);
-  const queued = await phase('queued', false);
-  // The own template's ratio is about rendering, not the state: measured once, on SQLite.
-  const ownSandbox = withCompare ? await compare('sandbox', true) : null;
-  const ownQueued = withCompare ? await compare('queued', false) : null;
-  await stop(service.child);
-  return { sandbox, queued, ownSandbox, ownQueued, load: { headers, vary, send } };
+  return { load, compareTemplates, shape: { headers, vary, send }, stop: () => stop(service.child) };
+}
+
+/**
+ * Eight slices of a quarter of SECONDS each for every contender: twice a phase's time each, so one slow moment of the
+ * VM weighs less on a ratio (four slices measured 0.84 to 1.05 for the same code).
+ */
+const ROUNDS = 8;
+
+/**
+ * ROUNDS slices of each contender in turn, in ABBA order (whichever runs second in a round meets more of what the first
+ * left behind, so they take turns), after each the `between` wait; each contender's slices summed into one figure.
+ */
+async function alternate<T>(contenders: readonly T[], slice: (c: T, seconds: number) => Promise<Measured>, between?: () => Promise<void>): Promise<Measured[]> {
+  const sums = contenders.map(() => ({
+    requests: 0,
+    errors: 0,
+    seconds: 0,
+    cpu: 0,
+    machine: 0,
+    statuses: {} as Record<number, number>,
+    p50: [] as number[],
+    p99: [] as number[],
+  }));
+  for (let round = 0; round < ROUNDS; round++) {
+    const order = contenders.map((_, i) => i);
+    if (round % 2 === 1) order.reverse();
+    for (const i of order) {
+      const m = await slice(contenders[i]!, seconds / 4);
+      const sum = sums[i]!;
+      sum.requests += m.result.requests;
+      sum.errors += m.result.errors;
+      sum.seconds += m.result.seconds;
+      sum.cpu += m.cpu;
+      sum.machine += m.machine;
+      sum.p50.push(m.result.p50ms);
+      sum.p99.push(m.result.p99ms);
+      for (const [status, n] of Object.entries(m.result.statuses)) sum.statuses[Number(status)] = (sum.statuses[Number(status)] ?? 0) + n;
+      await between?.();
+    }
+  }
+  const median = (xs: number[]) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
+  return sums.map((sum) => ({
+    // The slices' latency percentiles are not summable: their medians stand in.
+    result: {
+      requests: sum.requests,
+      errors: sum.errors,
+      seconds: sum.seconds,
+      rps: sum.requests / sum.seconds,
+      p50ms: median(sum.p50),
+      p99ms: median(sum.p99),
+      statuses: sum.statuses,
+    },
+    cpu: sum.cpu,
+    machine: sum.machine,
+  }));
 }
 
 async function main(): Promise<void> {
@@ -222,26 +252,68 @@ async function main(): Promise<void> {
   Object.assign(env, { DNS_SERVERS: dns.address, SMTP_DELIVERY_PORT: String(sink.port), ALLOW_PRIVATE_TARGETS: 'true' });
 
   console.log(`POST /emails, ${concurrency} keep-alive clients, ${seconds} s each (Node ${process.version})`);
-  const onSqlite = await runService(env, true);
-  // The same phases with the state on Postgres, when one is given (or started here).
+  const onSqlite = await startService(env);
+  // The same phases with the state on Postgres, when one is given (or started here): both services run side by side
+  // and take turns (alternate), so a change in the VM's speed falls on both engines' figures, not on their ratio
+  // (run one after the other, a minute apart, the ratio measured 0.34 to 0.81 for the same build).
   let postgres: TestPostgres | null = null;
-  let onPostgres: ServiceFigures | null = null;
+  let onPostgres: BenchService | null = null;
   const embedded = benchPostgresMode();
   const stateUrl = givenStateUrl ?? (embedded ? await embeddedState(embedded) : undefined);
   if (stateUrl !== undefined) {
-    console.log(`state on Postgres (${stateUrl.replace(/:[^:@/]*@/, ':***@')}):`);
-    onPostgres = await runService(
-      { ...env, DATA_DIR: pgDataDir, STATE_URL: stateUrl, SECRET_KEY: process.env.SECRET_KEY ?? 'ab'.repeat(32), NODE_EXTRA_CA_CERTS: PG_TEST_CA_FILE },
-      false,
-    );
+    console.log(`state on Postgres: ${stateUrl.replace(/:[^:@/]*@/, ':***@')}`);
+    onPostgres = await startService({
+      ...env,
+      DATA_DIR: pgDataDir,
+      STATE_URL: stateUrl,
+      SECRET_KEY: process.env.SECRET_KEY ?? 'ab'.repeat(32),
+      NODE_EXTRA_CA_CERTS: PG_TEST_CA_FILE,
+    });
   }
   async function embeddedState(mode: 'tls' | 'plain'): Promise<string> {
     postgres = await startPostgres({ certificate: 'trusted' });
     await postgres.admin('create database bench_state');
     return stateUrlOf(postgres, 'bench_state', mode);
   }
-  const { sandbox, queued, ownSandbox, ownQueued } = onSqlite;
-  const { headers, vary, send } = onSqlite.load;
+  const engines = onPostgres ? [onSqlite, onPostgres] : [onSqlite];
+  const engineName = (i: number) => (i === 0 ? 'SQLite' : 'Postgres');
+
+  // Each queued slice starts on an empty queue: what one engine queued is delivered before the other's slice, so
+  // neither's delivery runs in the other's time (the delivery of its own sends does, as in production).
+  let queuedAccepted = 0;
+  const deliveredAll = async () => {
+    let seen = sink.received.length;
+    let since = performance.now();
+    while (sink.received.length < queuedAccepted) {
+      await new Promise((r) => setTimeout(r, 50));
+      if (sink.received.length !== seen) [seen, since] = [sink.received.length, performance.now()];
+      else if (performance.now() - since > 10_000) throw new Error(`delivery stalled: ${seen} of ${queuedAccepted} queued sends delivered`);
+    }
+  };
+  const phase = async (name: string, sandboxed: boolean): Promise<(LoadResult | null)[]> => {
+    if (only !== undefined && only !== name) return engines.map(() => null);
+    const slices = await alternate(
+      engines,
+      async (engine, secs) => {
+        const m = await engine.load(sandboxed, secs);
+        if (!sandboxed) queuedAccepted += m.result.statuses[200] ?? 0;
+        return m;
+      },
+      sandboxed ? undefined : deliveredAll,
+    );
+    console.log(`POST /emails (${name}), ${ROUNDS} alternating slices of ${seconds / 4} s${engines.length > 1 ? ' on each engine' : ''}:`);
+    for (const [i, m] of slices.entries())
+      console.log(`  ${formatLoad(engines.length > 1 ? engineName(i) : 'the service', m.result)}  ${cpuNote(m, m.result.requests, m.result.seconds)}`);
+    return slices.map((m) => m.result);
+  };
+  const [sandbox, sandboxOnPostgres] = await phase('sandbox', true);
+  const [queued, queuedOnPostgres] = await phase('queued', false);
+  // The own template's ratio is about rendering, not the state: measured on SQLite alone.
+  await onPostgres?.stop();
+  const ownSandbox = await onSqlite.compareTemplates('sandbox', true);
+  const ownQueued = await onSqlite.compareTemplates('queued', false);
+  await onSqlite.stop();
+  const { headers, vary, send } = onSqlite.shape;
 
   const bare = await spawnListening(join(here, 'bare-hono.js'), {});
   const bareUrl = `http://127.0.0.1:${bare.port}/bare`;
@@ -294,9 +366,10 @@ async function main(): Promise<void> {
     `own template with a layout, to the built-in receipt in the same run (target at least 0.90): sandbox ${own(ownSandbox)}, queued ${own(ownQueued)}`,
   );
   if (onPostgres) {
-    const toSqlite = (pgRun: LoadResult | null, sqliteRun: LoadResult | null) => (pgRun && sqliteRun ? (pgRun.rps / sqliteRun.rps).toFixed(2) : '-');
+    const toSqlite = (pgRun: LoadResult | null | undefined, sqliteRun: LoadResult | null | undefined) =>
+      pgRun && sqliteRun ? (pgRun.rps / sqliteRun.rps).toFixed(2) : '-';
     console.log(
-      `state on Postgres, to SQLite in the same run: sandbox ${toSqlite(onPostgres.sandbox, sandbox)}, queued ${toSqlite(onPostgres.queued, queued)} (target for queued: at least 0.50)`,
+      `state on Postgres, to SQLite in the same slices: sandbox ${toSqlite(sandboxOnPostgres, sandbox)}, queued ${toSqlite(queuedOnPostgres, queued)} (target for queued: at least 0.50)`,
     );
   }
   console.log(`(the delivery engine delivered ${sink.received.length} of the queued messages to the local sink meanwhile)`);
