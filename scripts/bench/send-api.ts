@@ -1,16 +1,10 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { eq } from 'drizzle-orm';
-import { openStore } from '../../server/app/state.js';
 import { PG_TEST_CA_FILE, type TestPostgres, benchPostgresMode, startPostgres, stateUrlOf } from '../lib/postgres.js';
-import { domains } from '../../db/schema/index.js';
-import { systemClock } from '../../server/shared/clock.js';
-import { loadConfig } from '../../server/shared/config.js';
-import { createTopLevelAccount } from '../../server/core/accounts.js';
-import { insertKey } from '../../server/core/keys.js';
-import { SCOPES } from '../../server/core/scopes.js';
 import { TestDnsServer } from '../lib/dns-server.js';
 import { SmtpSink } from '../lib/smtp-sink.js';
 import { cpuSeconds, machineCpu } from '../lib/proc.js';
@@ -30,11 +24,15 @@ import { serviceNodeFlags, spawnListening, stop } from './spawn.js';
  * loopback, started here; `embedded-plain`: the same over plain TCP), a second service keeps its state on Postgres and
  * the two engines take turns slice by slice in the sandbox and queued phases, each queued slice starting on an empty
  * queue; the two are printed side by side (the issue's target: Postgres's queued sends at least 0.5 of SQLite's).
- * Run: npm run bench:send-api   (env BENCH_SECONDS, BENCH_CONCURRENCY, BENCH_ONLY, STATE_URL, BENCH_POSTGRES)
+ * With BENCH_BASELINE=<another checkout, built> instead, that build's service on SQLite takes the second turn: this
+ * build's SQLite figures against it, in the same slices (a regression check).
+ * Run: npm run bench:send-api   (env BENCH_SECONDS, BENCH_CONCURRENCY, BENCH_ONLY, STATE_URL, BENCH_POSTGRES, BENCH_BASELINE)
  */
 const seconds = Number(process.env.BENCH_SECONDS ?? 10);
 const concurrency = Number(process.env.BENCH_CONCURRENCY ?? 32);
 const here = fileURLToPath(new URL('.', import.meta.url));
+/** This checkout: the bench runs from its dist/scripts/bench. */
+const ROOT = join(here, '../../..');
 // Sandbox sends are limited to 1000 a day per account: enough accounts that none reaches it at 20,000 sends/s (a 429
 // is cheaper than a send and would flatter the figure).
 const ACCOUNTS = Math.ceil((20_000 * (seconds + 1)) / 1000);
@@ -110,36 +108,69 @@ interface BenchService {
 const cpuNote = (m: { cpu: number; machine: number }, requests: number, seconds: number) =>
   `service CPU ${((m.cpu * 1e6) / Math.max(1, requests)).toFixed(0)} µs a request, ${((100 * m.cpu) / seconds).toFixed(0)}% of a core; machine ${((100 * m.machine) / seconds).toFixed(0)}% of a core`;
 
-/** The service on `env`'s state, with its senders made beside it and warmed up. */
-async function startService(env: Record<string, string>): Promise<BenchService> {
-  const config = loadConfig(env);
-  const store = await openStore(config);
-  const service = await spawnListening(join(here, '../../server/app/main.js'), env, [
+/**
+ * Makes `accounts` senders on a service's state, each with a verified domain and the own receipt in its layout, with
+ * the code of the build at `root` (its own modules, in a child: another build's schema and API may differ from this
+ * one's, synchronous or not).
+ */
+async function makeSenders(root: string, env: Record<string, string>, base: string, accounts: number): Promise<{ key: string; domain: string }[]> {
+  const script = `
+    import { join } from 'node:path';
+    import { pathToFileURL } from 'node:url';
+    const built = (path) => import(pathToFileURL(join(process.cwd(), 'dist', path)).href);
+    const env = JSON.parse(process.env.BENCH_SETUP);
+    const { eq } = await import('drizzle-orm');
+    const { loadConfig } = await built('server/shared/config.js');
+    const { systemClock } = await built('server/shared/clock.js');
+    const { createTopLevelAccount } = await built('server/core/accounts.js');
+    const { insertKey } = await built('server/core/keys.js');
+    const { SCOPES } = await built('server/core/scopes.js');
+    const { domains } = await built('db/schema/index.js');
+    const config = loadConfig(env);
+    // The state as that build opens it: openStore (either engine), or an earlier build's synchronous openDatabase.
+    const store = await built('server/app/state.js').then(
+      (m) => m.openStore(config),
+      async () => (await built('db/client.js')).openDatabase(config.dataDir),
+    );
+    const run = (q) => (typeof q.run === 'function' ? q.run() : q);
+    const senders = [];
+    for (let i = 0; i < env.ACCOUNTS; i++) {
+      const account = await createTopLevelAccount({ db: store.db, clock: systemClock, config }, { name: 'Bench ' + i, credits: 100000000 });
+      const { key } = await insertKey({ db: store.db, clock: systemClock }, { accountId: account.id, name: 'bench', scopes: SCOPES });
+      const domain = 'bench' + i + '.example';
+      const created = await fetch(env.BASE + '/domains', { method: 'POST', headers: { authorization: 'Bearer ' + key }, body: JSON.stringify({ name: domain }) });
+      const { id } = await created.json();
+      await run(store.db.update(domains).set({ recordStatus: { ownership: 'published', spf: 'published', receiving: 'published', signing: 'published' } }).where(eq(domains.id, id)));
+      for (const body of env.TEMPLATES) {
+        const made = await fetch(env.BASE + '/templates', { method: 'POST', headers: { authorization: 'Bearer ' + key }, body: JSON.stringify(body) });
+        if (made.status !== 201) throw new Error('POST /templates answered ' + made.status + ': ' + (await made.text()));
+      }
+      senders.push({ key, domain });
+    }
+    await store.close();
+    process.stdout.write(JSON.stringify(senders));`;
+  const setup = { ...env, ACCOUNTS: accounts, BASE: base, TEMPLATES: [OWN_LAYOUT, OWN_RECEIPT] };
+  const child = spawn(process.execPath, ['--input-type=module', '-e', script], {
+    cwd: root,
+    env: { ...process.env, ...env, BENCH_SETUP: JSON.stringify(setup) },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  let out = '';
+  child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+  const [code] = (await once(child, 'exit')) as [number | null];
+  if (code !== 0) throw new Error(`making the senders with ${root} failed (exit ${code})`);
+  return JSON.parse(out) as { key: string; domain: string }[];
+}
+
+/** The service of the build at `root` (this one's by default) on `env`'s state, with its senders made and warmed up. */
+async function startService(env: Record<string, string>, root = ROOT): Promise<BenchService> {
+  const service = await spawnListening(join(root, 'dist/server/app/main.js'), env, [
     ...serviceNodeFlags(),
     ...(process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean) ?? []),
   ]);
   const base = `http://127.0.0.1:${service.port}/api/v1`;
-
   // Sandbox sends are limited to 1000 a day per account: spread them over many accounts, each with its own domain.
-  const senders: { key: string; domain: string }[] = [];
-  for (let i = 0; i < ACCOUNTS; i++) {
-    const account = await createTopLevelAccount({ db: store.db, clock: systemClock, config }, { name: `Bench ${i}`, credits: 100_000_000 });
-    const key = (await insertKey({ db: store.db, clock: systemClock }, { accountId: account.id, name: 'bench', scopes: SCOPES })).key;
-    const domain = `bench${i}.example`;
-    const created = await fetch(`${base}/domains`, { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: JSON.stringify({ name: domain }) });
-    const { id } = (await created.json()) as { id: string };
-    await store.db
-      .update(domains)
-      .set({ recordStatus: { ownership: 'published', spf: 'published', receiving: 'published', signing: 'published' } })
-      .where(eq(domains.id, id));
-    // The account's own receipt, in a layout with its brand CSS (inlined at render), for the own-template phases.
-    for (const body of [OWN_LAYOUT, OWN_RECEIPT]) {
-      const made = await fetch(`${base}/templates`, { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: JSON.stringify(body) });
-      if (made.status !== 201) throw new Error(`POST /templates answered ${made.status}: ${await made.text()}`);
-    }
-    senders.push({ key, domain });
-  }
-  await store.close();
+  const senders = await makeSenders(root, env, base, ACCOUNTS);
 
   let n = 0;
   const headers = { 'content-type': 'application/json' };
@@ -243,6 +274,8 @@ async function alternate<T>(contenders: readonly T[], slice: (c: T, seconds: num
 }
 
 async function main(): Promise<void> {
+  if (process.env.BENCH_BASELINE && (givenStateUrl !== undefined || benchPostgresMode()))
+    throw new Error('BENCH_BASELINE compares two builds on SQLite: leave STATE_URL and BENCH_POSTGRES unset');
   // Queued sends are delivered while the benchmark runs, as in production: to a local sink, through a local DNS.
   const dns = await TestDnsServer.start();
   const sink = await SmtpSink.start();
@@ -275,8 +308,15 @@ async function main(): Promise<void> {
     await postgres.admin('create database bench_state');
     return stateUrlOf(postgres, 'bench_state', mode);
   }
-  const engines = onPostgres ? [onSqlite, onPostgres] : [onSqlite];
-  const engineName = (i: number) => (i === 0 ? 'SQLite' : 'Postgres');
+  // Or, with BENCH_BASELINE (another checkout of Mailstead, built), that build on SQLite beside this one: whether this
+  // build's SQLite figures regressed against it, measured in the same turns.
+  const baselineRoot = process.env.BENCH_BASELINE;
+  const baselineDataDir = baselineRoot ? mkdtempSync(join(tmpdir(), 'mailstead-bench-base-')) : null;
+  const onBaseline = baselineRoot && baselineDataDir ? await startService({ ...env, DATA_DIR: baselineDataDir }, baselineRoot) : null;
+  if (baselineRoot) console.log(`baseline: the build in ${baselineRoot}, on SQLite`);
+  const second = onPostgres ?? onBaseline;
+  const engines = second ? [onSqlite, second] : [onSqlite];
+  const engineName = (i: number) => (i === 0 ? (onBaseline ? 'this build' : 'SQLite') : onBaseline ? 'baseline' : 'Postgres');
 
   // Each queued slice starts on an empty queue: what one engine queued is delivered before the other's slice, so
   // neither's delivery runs in the other's time (the delivery of its own sends does, as in production).
@@ -306,10 +346,10 @@ async function main(): Promise<void> {
       console.log(`  ${formatLoad(engines.length > 1 ? engineName(i) : 'the service', m.result)}  ${cpuNote(m, m.result.requests, m.result.seconds)}`);
     return slices.map((m) => m.result);
   };
-  const [sandbox, sandboxOnPostgres] = await phase('sandbox', true);
-  const [queued, queuedOnPostgres] = await phase('queued', false);
+  const [sandbox, sandboxOfSecond] = await phase('sandbox', true);
+  const [queued, queuedOfSecond] = await phase('queued', false);
   // The own template's ratio is about rendering, not the state: measured on SQLite alone.
-  await onPostgres?.stop();
+  await second?.stop();
   const ownSandbox = await onSqlite.compareTemplates('sandbox', true);
   const ownQueued = await onSqlite.compareTemplates('queued', false);
   await onSqlite.stop();
@@ -365,11 +405,16 @@ async function main(): Promise<void> {
   console.log(
     `own template with a layout, to the built-in receipt in the same run (target at least 0.90): sandbox ${own(ownSandbox)}, queued ${own(ownQueued)}`,
   );
+  if (onBaseline) {
+    const toBaseline = (mine: LoadResult | null | undefined, theirs: LoadResult | null | undefined) =>
+      mine && theirs ? (mine.rps / theirs.rps).toFixed(2) : '-';
+    console.log(`this build to the baseline in the same slices: sandbox ${toBaseline(sandbox, sandboxOfSecond)}, queued ${toBaseline(queued, queuedOfSecond)}`);
+  }
   if (onPostgres) {
     const toSqlite = (pgRun: LoadResult | null | undefined, sqliteRun: LoadResult | null | undefined) =>
       pgRun && sqliteRun ? (pgRun.rps / sqliteRun.rps).toFixed(2) : '-';
     console.log(
-      `state on Postgres, to SQLite in the same slices: sandbox ${toSqlite(sandboxOnPostgres, sandbox)}, queued ${toSqlite(queuedOnPostgres, queued)} (target for queued: at least 0.50)`,
+      `state on Postgres, to SQLite in the same slices: sandbox ${toSqlite(sandboxOfSecond, sandbox)}, queued ${toSqlite(queuedOfSecond, queued)} (target for queued: at least 0.50)`,
     );
   }
   console.log(`(the delivery engine delivered ${sink.received.length} of the queued messages to the local sink meanwhile)`);
@@ -378,6 +423,7 @@ async function main(): Promise<void> {
   await dns.stop();
   rmSync(dataDir, { recursive: true, force: true });
   rmSync(pgDataDir, { recursive: true, force: true });
+  if (baselineDataDir) rmSync(baselineDataDir, { recursive: true, force: true });
 }
 
 main().catch((err: unknown) => {
