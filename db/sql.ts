@@ -128,6 +128,14 @@ export function listParam(db: Db, values: readonly string[]): unknown {
   return isPostgres(db) ? [...values] : JSON.stringify(values);
 }
 
+/**
+ * Whether each statement on `db` is a round trip to a server (Postgres), so that reads are worth folding into one; on
+ * SQLite a statement is a function call, and simple reads cost it less than the subqueries that fold them.
+ */
+export function statementsAreRoundTrips(db: Db): boolean {
+  return isPostgres(db);
+}
+
 /** SQLite's `indexed by` (its planner told which index a query must use); nothing on Postgres, which plans its own. */
 export function indexedBy(db: Db, index: string): SQL {
   return isPostgres(db) ? sql.empty() : sql.raw(` indexed by ${index}`);
