@@ -90,7 +90,7 @@ async function main(): Promise<void> {
   let met = 0;
   let metPostgres = 0;
   const figures = (f: DeliveryFigures) =>
-    `CPU ${f.cpuPer1000.toFixed(2)} s per 1000 (the benchmark's own process ${f.loadCpuPer1000.toFixed(2)}), peak RSS ${f.peakRssMb.toFixed(0)} MB, p99 send-to-delivered ${f.p99} ms`;
+    `all accepted by the API after ${f.acceptSeconds.toFixed(2)} s of ${f.seconds.toFixed(2)}, CPU ${f.cpuPer1000.toFixed(2)} s per 1000 (the benchmark's own process ${f.loadCpuPer1000.toFixed(2)}), peak RSS ${f.peakRssMb.toFixed(0)} MB, p99 send-to-delivered ${f.p99} ms`;
   try {
     for (let run = 1; run <= runs; run++) {
       const sink = await startBenchSink();
