@@ -5,7 +5,7 @@ import { type QueueName, collectMarks, wakeMarked } from './queue-wake.js';
 import { type Settled, runPgBatch } from './pg/state.js';
 
 interface Job<T> {
-  fn: (db: Db, ahead?: Promise<unknown>) => T | Promise<T>;
+  fn: (db: Db, ahead?: Promise<unknown>, handOn?: HandOn) => T | Promise<T>;
   resolve: (value: T) => void;
   reject: (err: unknown) => void;
   ahead?: ReadAhead<unknown>;
@@ -22,7 +22,22 @@ interface Job<T> {
 export interface ReadAhead<R> {
   read: (db: Db) => Promise<R>;
   keys: (reading: R) => readonly string[];
+  /**
+   * The write's reading after a write before it in the batch under the same keys, with the same `carry`: worked out
+   * from its own reading taken ahead and what that write handed on (HandOn); undefined when that does not tell (the
+   * write then reads in its turn). So writes under the same keys (a send's account) skip their readings too, and run
+   * at once, each as soon as the one before has handed on.
+   */
+  carry?: (reading: R, handed: unknown) => R | undefined;
 }
+
+/**
+ * Given to a write whose reading ahead carries (ReadAhead.carry), on Postgres: it calls it with what the next write
+ * under the same keys needs, once every statement whose effect that write could read has been issued (the statements
+ * of one transaction run in the order issued; db/sql.ts `together` and `issue` start theirs at once). The next write
+ * may start then, without waiting for those statements' answers.
+ */
+export type HandOn = (handed: unknown) => void;
 
 /**
  * A write that committed but whose flush failed (the WAL's fdatasync: EIO...): its effects are in the database the
@@ -275,7 +290,7 @@ export function createGroupCommit(
 
   return {
     // Each write reads in its turn: a reading costs no round trip on SQLite.
-    run<T, R = never>(fn: (db: Db, ahead?: Promise<R>) => T | Promise<T>): Promise<T> {
+    run<T, R = never>(fn: (db: Db, ahead?: Promise<R>, handOn?: HandOn) => T | Promise<T>): Promise<T> {
       if (unsafe !== null) return Promise.reject(new StoreUnsafeError(unsafe));
       return new Promise<T>((resolve, reject) => {
         pending.push({ fn, resolve, reject } as Job<unknown>);
@@ -300,7 +315,7 @@ export interface GroupCommit {
    * Runs `fn` in the next batch's transaction; resolves once the batch is durable. Rejects with what `fn` threw, or
    * the commit's error (nothing was written), or a FlushFailedError (written, durability unknown).
    */
-  run<T, R = never>(fn: (db: Db, ahead?: Promise<R>) => T | Promise<T>, ahead?: ReadAhead<R>): Promise<T>;
+  run<T, R = never>(fn: (db: Db, ahead?: Promise<R>, handOn?: HandOn) => T | Promise<T>, ahead?: ReadAhead<R>): Promise<T>;
 }
 
 /**
@@ -339,8 +354,8 @@ export function createPgGroupCommit(db: Db, opts: { concurrency?: number } = {})
       try {
         settled = await runPgBatch(
           db,
-          jobs.map((job) => (ahead?: Promise<unknown>) => Promise.resolve(job.fn(db, ahead))),
-          jobs.map((job) => job.ahead && { read: () => job.ahead!.read(db), keys: job.ahead.keys }),
+          jobs.map((job) => (ahead?: Promise<unknown>, handOn?: HandOn) => Promise.resolve(job.fn(db, ahead, handOn))),
+          jobs.map((job) => job.ahead && { read: () => job.ahead!.read(db), keys: job.ahead.keys, carry: job.ahead.carry }),
         );
       } catch (err) {
         for (const job of jobs) job.reject(err);
@@ -357,7 +372,7 @@ export function createPgGroupCommit(db: Db, opts: { concurrency?: number } = {})
     }
   };
   return {
-    run<T, R = never>(fn: (db: Db, ahead?: Promise<R>) => T | Promise<T>, ahead?: ReadAhead<R>): Promise<T> {
+    run<T, R = never>(fn: (db: Db, ahead?: Promise<R>, handOn?: HandOn) => T | Promise<T>, ahead?: ReadAhead<R>): Promise<T> {
       return new Promise<T>((resolve, reject) => {
         pending.push({ fn, resolve, reject, ahead } as Job<unknown>);
         schedule();

@@ -175,6 +175,19 @@ describe('tiers', () => {
     expectError(await service.api('POST', '/emails', { key: s.key, body: receipt(s.from, 'next@example.net') }), 403, 'suspended', sending.suspendedReason);
   });
 
+  it('of sends at the same moment, the one that trips the breaker is sent and every one after it is 403 suspended', async () => {
+    const s = await newSender(service);
+    await updateAccount(service, s.account.id, { totalSent: 40, totalBounced: 10 });
+    // Each send brings ten recipients: whichever commits first reaches 50 sent, 20% bounced.
+    const answers = await Promise.all(
+      Array.from({ length: 5 }, () => service.api('POST', '/emails', { key: s.key, body: receipt(s.from, addresses(10, 'example.net')) })),
+    );
+    expect(answers.map((a) => a.status).sort()).toEqual([200, 403, 403, 403, 403]);
+    for (const refused of answers.filter((a) => a.status === 403)) expect((refused.body as { error: { code: string } }).error.code).toBe('suspended');
+    expect((await getAccount(service, s.key)).sending).toMatchObject({ totalSent: 50, totalBounced: 10, tier: 'paused', suspended: true });
+    expect((await accountRow(service, s.account.id)).suspendedBy).toBe('breaker');
+  });
+
   it('once the operator lifts it, a send does not trip it again (sends only lower the rates); a new bounce does', async () => {
     const s = await newSender(service);
     await bounceUpTo({ key: s.key, from: s.from }, s.account.id, 11);

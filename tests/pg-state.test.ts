@@ -7,10 +7,10 @@ import { type PgStore, StateTooNewError, openPostgres, pgPointReads, runPgBatch,
 import { statementNamer } from '../db/pg/statement-names.js';
 import { markQueued, onQueueMarked } from '../db/queue-wake.js';
 import { type AccountRow, accounts } from '../db/schema/accounts.js';
-import { recordSend } from '../server/core/sending-policy.js';
+import { afterSend, recordSend } from '../server/core/sending-policy.js';
 import { capturedMessages } from '../db/schema/captured-messages.js';
 import { emails } from '../db/schema/emails.js';
-import { changes, execute, forUpdate, one, queryRows, together } from '../db/sql.js';
+import { changes, execute, forUpdate, issue, one, queryRows, together } from '../db/sql.js';
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';
 
 /**
@@ -250,13 +250,13 @@ describe('statements issued together (db/sql.ts together)', () => {
     await db.transaction(async (tx) => void (await tx.select().from(accounts)));
     const own = { acting: await row('acc-rs-own'), parent: null };
     const sub = { acting: await row('acc-rs-sub'), parent: await row('acc-rs-parent') };
-    const forOwn = await writesDuring(() => db.transaction(async (tx) => void (await recordSend(tx, own, send))));
-    let acting: AccountRow | undefined;
-    const forSub = await writesDuring(() => db.transaction(async (tx) => void (acting = await recordSend(tx, sub, send))));
+    const forOwn = await writesDuring(() => db.transaction(async (tx) => void (await recordSend(tx, afterSend(own, send)))));
+    const forSub = await writesDuring(() => db.transaction(async (tx) => void (await recordSend(tx, afterSend(sub, send)))));
+    const acting: AccountRow = await row('acc-rs-sub');
     // BEGIN with the update(s), COMMIT: the parent's update leaves with the sub-account's.
     expect(forOwn).toBe(2);
     expect(forSub).toBe(forOwn);
-    // The sub-account's row comes back counted, not charged; the parent's is counted and charged.
+    // The sub-account's row is counted, not charged; the parent's is counted and charged.
     expect(acting).toMatchObject({ id: 'acc-rs-sub', sentTodayCount: 3, totalSent: 3, creditsBalance: 5 });
     expect(await row('acc-rs-parent')).toMatchObject({ sentTodayCount: 3, totalSent: 0, creditsBalance: 4, creditsTotalUsed: 1 });
   });
@@ -600,6 +600,143 @@ describe('units run at once (PgUnits.batch: the units given a reading ahead unde
     } finally {
       stop();
     }
+  });
+});
+
+describe('readings carried (ReadAhead.carry: units under the same keys, each on what the one before handed on)', () => {
+  /** Reads the account's credits (locked, as a send reads its account). */
+  const creditsLockedOf = async (id: string) =>
+    (await one(forUpdate(store.db, store.db.select({ c: accounts.creditsBalance }).from(accounts).where(eq(accounts.id, id)))))!.c;
+  /** The credits as the unit before left them: what it handed on. */
+  const carryCredits = (_reading: unknown, handed: unknown) => handed;
+  /**
+   * A unit spending one of the account's credits on its reading (given, or read in its turn: `reads` counts those),
+   * handing on the credits it leaves once its update is issued. `refuse` at a balance: refused before any write.
+   */
+  const spender = (
+    id: string,
+    opts: { refuse?: number; carry?: (reading: unknown, handed: unknown) => unknown; keys?: string[]; handOn?: boolean; then?: () => Promise<unknown> } = {},
+  ) => {
+    const unit = {
+      runs: 0,
+      reads: 0,
+      seen: [] as number[],
+      ahead: { read: () => creditsLockedOf(id), keys: () => opts.keys ?? [id], carry: 'carry' in opts ? opts.carry : carryCredits },
+      fn: async (ahead?: Promise<unknown>, handOn?: (handed: unknown) => void) => {
+        unit.runs++;
+        if (!ahead) unit.reads++;
+        const credits = (await (ahead ?? creditsLockedOf(id))) as number;
+        unit.seen.push(credits);
+        if (credits === opts.refuse) throw new Error(`refused at ${credits}`);
+        const update = issue(
+          store.db
+            .update(accounts)
+            .set({ creditsBalance: credits - 1 })
+            .where(eq(accounts.id, id)),
+        );
+        if (opts.handOn !== false) handOn?.(credits - 1);
+        await update;
+        if (opts.then) await opts.then();
+        return credits;
+      },
+    };
+    return unit;
+  };
+  const batchOf = (units: ReturnType<typeof spender>[]) =>
+    runPgBatch(
+      store.db,
+      units.map((u) => u.fn),
+      units.map((u) => u.ahead),
+    );
+  const fresh = async (id: string) => {
+    await store.db.insert(accounts).values(account(id));
+    return id;
+  };
+
+  it('run at once: each on what the one before handed on, their writes together, none read again', async () => {
+    const id = await fresh('acc-carry-1');
+    // A connection left idle in the pool, so the batches below open none.
+    await store.db.transaction(async (tx) => void (await tx.select().from(accounts)));
+    const units = [spender(id), spender(id), spender(id)];
+    const writes = await writesDuring(async () => {
+      const settled = await batchOf(units);
+      expect(settled).toEqual([5, 4, 3].map((value) => ({ ok: true, value })));
+    });
+    // BEGIN with the three readings; the savepoint and the three updates; COMMIT.
+    expect(writes).toBe(3);
+    expect(units.map((u) => u.seen)).toEqual([[5], [4], [3]]);
+    expect(units.map((u) => u.reads)).toEqual([0, 0, 0]);
+    expect(await creditsOf(id)).toBe(2);
+  });
+
+  it('without a carry each unit after the first reads in its turn, one after the other', async () => {
+    const id = await fresh('acc-carry-none');
+    await store.db.transaction(async (tx) => void (await tx.select().from(accounts)));
+    const units = [spender(id, { carry: undefined }), spender(id, { carry: undefined }), spender(id, { carry: undefined })];
+    const writes = await writesDuring(async () => void (await batchOf(units)));
+    expect(writes).toBeGreaterThan(3);
+    expect(units.map((u) => u.seen)).toEqual([[5], [4], [3]]);
+    expect(units.map((u) => u.reads)).toEqual([0, 1, 1]);
+    expect(await creditsOf(id)).toBe(2);
+  });
+
+  it('one refused before handing on passes on what it was given: the next sees the unit before it', async () => {
+    const id = await fresh('acc-carry-refused');
+    const units = [spender(id), spender(id, { refuse: 4 }), spender(id)];
+    const settled = await batchOf(units);
+    expect(settled[0]).toEqual({ ok: true, value: 5 });
+    expect(settled[1]).toMatchObject({ ok: false, err: { message: 'refused at 4' } });
+    expect(settled[2]).toEqual({ ok: true, value: 4 });
+    // Run once each: a unit refused having only read leaves the others committed.
+    expect(units.map((u) => u.runs)).toEqual([1, 1, 1]);
+    expect(await creditsOf(id)).toBe(3);
+  });
+
+  it('a carry that cannot tell, or a unit that ends without handing on, has them all run again one by one', async () => {
+    // The same carry for all three, which cannot tell past a balance of 4; then, a second unit that never hands on.
+    const unlessFour = (_reading: unknown, handed: unknown) => (handed === 4 ? undefined : handed);
+    for (const [name, opts] of [
+      ['a carry that cannot tell', [{ carry: unlessFour }, { carry: unlessFour }, { carry: unlessFour }]],
+      ['no hand-on', [{}, { handOn: false }, {}]],
+    ] as const) {
+      const id = await fresh(`acc-carry-${name.replaceAll(' ', '-')}`);
+      const units = opts.map((o) => spender(id, o));
+      const settled = await batchOf(units);
+      expect(settled, name).toEqual([5, 4, 3].map((value) => ({ ok: true, value })));
+      expect(await creditsOf(id), name).toBe(2);
+      expect(
+        units.map((u) => u.runs),
+        name,
+      ).toEqual(name === 'a carry that cannot tell' ? [2, 1, 1] : [2, 2, 1]);
+      // Run again one by one, where the unit it cannot be carried to reads in its turn.
+      expect(
+        units.map((u) => u.reads),
+        name,
+      ).toEqual(name === 'a carry that cannot tell' ? [0, 1, 0] : [0, 0, 1]);
+    }
+  });
+
+  it('one that fails after handing on rolls them all back: run again one by one, it fails alone', async () => {
+    const id = await fresh('acc-carry-fails');
+    const units = [spender(id), spender(id, { then: () => Promise.reject(new Error('after its write')) }), spender(id)];
+    const settled = await batchOf(units);
+    expect(settled[0]).toEqual({ ok: true, value: 5 });
+    expect(settled[1]).toMatchObject({ ok: false, err: { message: 'after its write' } });
+    // Run again after it, on what the first handed on: its write undone with it.
+    expect(settled[2]).toEqual({ ok: true, value: 4 });
+    expect(units.map((u) => u.runs)).toEqual([2, 2, 2]);
+    expect(units[2]!.reads).toBe(0);
+    expect(await creditsOf(id)).toBe(3);
+  });
+
+  it('keys that differ are no chain: the unit reads in its turn and sees the writes before it', async () => {
+    const id = await fresh('acc-carry-keys');
+    await fresh('acc-carry-keys-other');
+    const units = [spender(id), spender(id, { keys: [id, 'acc-carry-keys-other'] })];
+    const settled = await batchOf(units);
+    expect(settled).toEqual([5, 4].map((value) => ({ ok: true, value })));
+    expect(units[1]!.reads).toBe(1);
+    expect(await creditsOf(id)).toBe(3);
   });
 });
 

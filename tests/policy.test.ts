@@ -4,6 +4,8 @@ import { type CreditPolicy, type CreditRecord, creditStatus } from '../server/co
 import { effectiveQuota, sentToday } from '../server/core/quota.js';
 import { type Tier, gradeTier } from '../server/core/tiers.js';
 import { isUuid, newId } from '../server/shared/ids.js';
+import type { AccountRow } from '../db/schema/index.js';
+import { type SendCount, afterSend } from '../server/core/sending-policy.js';
 
 /**
  * The policy tables of docs/api/decisions.md section 4 (tiers, quota, credits) and the id rule of section 1, as tables.
@@ -207,6 +209,77 @@ describe('creditStatus: trial, ok, grace by days or by emails, exhausted', () =>
         graceEmailsLeft: 3,
       });
     });
+  });
+});
+
+describe('afterSend: the account rows as a send leaves them (what recordSend writes)', () => {
+  const now = Date.parse('2026-11-30T12:00:00Z');
+  const row = (over: Partial<AccountRow> = {}): AccountRow => ({
+    id: 'acc-a',
+    parentId: null,
+    name: 'a',
+    createdAt: 0,
+    dailyQuota: 100,
+    sentTodayDay: '2026-11-30',
+    sentTodayCount: 7,
+    totalSent: 70,
+    totalBounced: 1,
+    totalComplained: 0,
+    suspendedAt: null,
+    suspendedBy: null,
+    suspendedReason: null,
+    creditsBalance: 5,
+    creditsTotalPurchased: 10,
+    creditsTotalUsed: 5,
+    freeUntil: null,
+    graceStartedAt: null,
+    graceEmailsUsed: 0,
+    ...over,
+  });
+  const send = (over: Partial<SendCount> = {}): SendCount => ({ recipients: 3, reputed: 2, charge: 'credit', now, ...over });
+
+  it("counts today's recipients, the reputed ones in the lifetime total, and one credit on the payer", () => {
+    expect(afterSend({ acting: row(), parent: null }, send()).acting).toMatchObject({
+      sentTodayDay: '2026-11-30',
+      sentTodayCount: 10,
+      totalSent: 72,
+      creditsBalance: 4,
+      creditsTotalUsed: 6,
+      graceStartedAt: null,
+      graceEmailsUsed: 0,
+    });
+  });
+
+  it("starts today's count again on another day", () => {
+    expect(afterSend({ acting: row({ sentTodayDay: '2026-11-29' }), parent: null }, send()).acting).toMatchObject({
+      sentTodayDay: '2026-11-30',
+      sentTodayCount: 3,
+    });
+    expect(afterSend({ acting: row({ sentTodayDay: null, sentTodayCount: 0 }), parent: null }, send()).acting.sentTodayCount).toBe(3);
+  });
+
+  it('opens the grace window with the last credit; a grace send counts a grace email; a trial send costs nothing', () => {
+    expect(afterSend({ acting: row({ creditsBalance: 1 }), parent: null }, send()).acting).toMatchObject({ creditsBalance: 0, graceStartedAt: now });
+    const inGrace = row({ creditsBalance: 0, graceStartedAt: now - 1000, graceEmailsUsed: 2 });
+    expect(afterSend({ acting: inGrace, parent: null }, send({ charge: 'grace' })).acting).toMatchObject({
+      creditsBalance: 0,
+      creditsTotalUsed: 5,
+      graceStartedAt: now - 1000,
+      graceEmailsUsed: 3,
+    });
+    expect(afterSend({ acting: row(), parent: null }, send({ charge: 'none' })).acting).toMatchObject({ creditsBalance: 5, creditsTotalUsed: 5 });
+  });
+
+  it("a sub-account's send: both counted today, the sub-account's reputation, the parent's credit", () => {
+    const after = afterSend({ acting: row({ id: 'acc-sub', parentId: 'acc-a' }), parent: row() }, send());
+    expect(after.acting).toMatchObject({ id: 'acc-sub', sentTodayCount: 10, totalSent: 72, creditsBalance: 5, creditsTotalUsed: 5 });
+    expect(after.parent).toMatchObject({ id: 'acc-a', sentTodayCount: 10, totalSent: 70, creditsBalance: 4, creditsTotalUsed: 6 });
+  });
+
+  it('leaves the rows it is given as they were', () => {
+    const acting = row();
+    afterSend({ acting, parent: null }, send());
+    expect(acting).toEqual(row());
   });
 });
 

@@ -305,10 +305,7 @@ class PgUnits {
    * round trip instead of one a unit. If any fails (a lock conflict, a verdict such as a claim taken over), all are
    * rolled back and none is given: each unit then reads in its turn, as it would without them.
    */
-  private async readAhead(
-    scope: PgScope,
-    aheads: readonly (AheadReading | undefined)[],
-  ): Promise<({ reading: Promise<unknown>; keys: readonly string[] } | undefined)[]> {
+  private async readAhead(scope: PgScope, aheads: readonly (AheadReading | undefined)[]): Promise<(Reading | undefined)[]> {
     if (aheads.filter(Boolean).length < 2) return [];
     const { tx } = scope;
     corkForTick(tx.client);
@@ -332,7 +329,7 @@ class PgUnits {
     tx.released.push(released);
     return ended.slice(1).map((e) => {
       const read = (e as PromiseFulfilledResult<{ value: unknown; keys: readonly string[] } | undefined>).value;
-      return read && { reading: Promise.resolve(read.value), keys: read.keys };
+      return read && { value: read.value, keys: read.keys };
     });
   }
 
@@ -340,8 +337,10 @@ class PgUnits {
    * Runs units at once in one savepoint, none with a savepoint of its own: each issues its statements without waiting
    * for another's answers, so theirs leave together (one write and one round trip for the lot, where one after the
    * other costs one each). Each is given a reading taken ahead under keys none of the others has, so none reads or
-   * writes what another writes, and they may interleave. Their settlements, once all have ended, if each either
-   * succeeded or was refused having changed nothing (no statement but reads, none failed, no savepoint asked for).
+   * writes what another writes, and they may interleave; or, in a chain of units under the same keys (chainRuns), its
+   * reading carried past what the one before handed on once that one's statements were issued. Their settlements,
+   * once all have ended, if each either succeeded or was refused having changed nothing (no statement but reads, none
+   * failed, no savepoint asked for, no reading it could not be given).
    * Otherwise (a statement failed, which aborts the transaction; a unit refused after a write) all are rolled back,
    * and null: the caller runs them again one by one, each in its savepoint, where one rolls back alone.
    */
@@ -365,7 +364,7 @@ class PgUnits {
       )) &&
       ended.every((e, n) => {
         const { wrote, failed } = scopes[n]!.watch!;
-        return !failed && (e.status === 'fulfilled' || (!wrote && !(e.reason instanceof NestedAtOnceError)));
+        return !failed && (e.status === 'fulfilled' || (!wrote && !(e.reason instanceof NestedAtOnceError) && !(e.reason instanceof NotCarriedError)));
       });
     if (!clean) {
       try {
@@ -396,32 +395,65 @@ class PgUnits {
     await this.transaction(async () => {
       const scope = this.current()!;
       const readings = await this.readAhead(scope, aheads);
-      // The units given a reading whose keys no unit before them has run at once, their statements leaving together.
-      const atOnce: number[] = [];
-      const keysAtOnce = new Set<string>();
+      // The units given a reading run at once, their statements leaving together: each under keys no other chain has,
+      // or after the unit before it under the very same keys and with the same carry (a chain, its units in order).
+      const chains: number[][] = [];
+      const chainOf = new Map<string, number[]>();
       for (const i of order) {
         const keys = readings[i]?.keys;
-        if (!keys || keys.some((k) => keysAtOnce.has(k))) continue;
-        atOnce.push(i);
-        for (const k of keys) keysAtOnce.add(k);
+        if (!keys) continue;
+        const owners = keys.map((k) => chainOf.get(k));
+        const chain = owners[0];
+        if (owners.every((c) => c === undefined)) {
+          const started = [i];
+          chains.push(started);
+          for (const k of keys) chainOf.set(k, started);
+        } else if (chain && owners.every((c) => c === chain) && readings[chain[0]!]!.keys.length === keys.length && sameCarry(aheads[i], aheads[chain[0]!])) {
+          chain.push(i);
+        }
       }
+      const atOnce = chains.flat();
+      /** What each unit run at once handed on (HandOn). */
+      const handedBy = new Map<number, Handed>();
       const ranAtOnce =
         atOnce.length >= 2
           ? await this.atOnce(
               scope,
-              atOnce.map((i) => () => units[i]!(readings[i]!.reading)),
+              chains.flatMap((chain) => chainRuns(chain, units, readings, aheads, handedBy)),
             )
           : null;
-      if (ranAtOnce) for (const [n, i] of atOnce.entries()) settled[i] = ranAtOnce[n]!;
-      // The keys of the units run so far (all with a reading ahead: the others run last).
-      const written = new Set<string>(ranAtOnce ? keysAtOnce : []);
+      // The keys of the units run so far (all with a reading ahead: the others run last), and under each the last of
+      // them that committed its work (a unit that failed was rolled back: it wrote nothing).
+      const written = new Set<string>(ranAtOnce ? chainOf.keys() : []);
+      const lastUnder = new Map<string, Ran>();
+      const ran = (i: number, handed: Handed | undefined) => {
+        const reading = readings[i];
+        if (!reading) return;
+        const entry: Ran = { keys: reading.keys, carry: aheads[i]?.carry, handed };
+        for (const k of reading.keys) lastUnder.set(k, entry);
+      };
+      if (ranAtOnce) {
+        for (const [n, i] of atOnce.entries()) {
+          const s = ranAtOnce[n]!;
+          settled[i] = s;
+          if (s.ok) ran(i, handedBy.get(i));
+        }
+      }
       for (const i of order) {
         if (settled[i] !== undefined) continue;
         const ahead = readings[i];
-        // A reading taken ahead is still what the unit would read now only if no unit before it wrote under its keys.
-        const fresh = ahead?.keys.every((k) => !written.has(k)) ? ahead.reading : undefined;
+        // A reading taken ahead is still what the unit would read now if no unit before it wrote under its keys; else
+        // if the last to write under them all was one unit under the same keys, the reading carried past it.
+        const fresh = !ahead ? undefined : ahead.keys.every((k) => !written.has(k)) ? { value: ahead.value } : carried(ahead, aheads[i], lastUnder);
+        let handed: Handed | undefined;
         try {
-          settled[i] = { ok: true, value: await this.savepoint(scope, () => units[i]!(fresh)) };
+          const value = await this.savepoint(scope, () =>
+            units[i]!(fresh && Promise.resolve(fresh.value), (h) => {
+              handed ??= { handed: h };
+            }),
+          );
+          settled[i] = { ok: true, value };
+          ran(i, handed);
         } catch (err) {
           if (scope.tx.failed) throw scope.tx.failed;
           settled[i] = isLockConflict(err) ? 'again' : { ok: false, err };
@@ -446,13 +478,103 @@ class PgUnits {
 
 export type Settled = { ok: true; value: unknown } | { ok: false; err: unknown };
 
+/** A unit's reading taken ahead, and the keys it named. */
+interface Reading {
+  value: unknown;
+  keys: readonly string[];
+}
+
+/** What a unit handed on (HandOn), boxed: a unit may hand on undefined. */
+interface Handed {
+  handed: unknown;
+}
+
+/** A unit with a reading that committed its work in a batch: its keys, how its reading carries, what it handed on. */
+interface Ran {
+  keys: readonly string[];
+  carry: AheadReading['carry'];
+  handed: Handed | undefined;
+}
+
+const sameCarry = (a: AheadReading | undefined, b: AheadReading | undefined) => a?.carry !== undefined && a.carry === b?.carry;
+
+/** A unit of a chain that could not be given its reading: the units run at once are all run again one by one. */
+class NotCarriedError extends Error {
+  override name = 'NotCarriedError';
+}
+
+/**
+ * The runs of a chain's units at once (PgUnits.batch): the first on its reading taken ahead; each next one, once the
+ * one before has handed on (every statement it issued by then runs before the next one's), on its own reading carried
+ * past what was handed on. A unit refused before handing on hands
+ * on what it was given. One that cannot be given its reading (the carry cannot tell, or the unit before ended without
+ * handing on) throws NotCarriedError, and so does every unit after it: atOnce then rolls them all back.
+ */
+function chainRuns(
+  chain: readonly number[],
+  units: readonly BatchUnit[],
+  readings: readonly (Reading | undefined)[],
+  aheads: readonly (AheadReading | undefined)[],
+  handedBy: Map<number, Handed>,
+): (() => Promise<unknown>)[] {
+  /** What the unit before handed on (null: nothing yet, the unit reads its own reading; 'broken': no reading). */
+  let before: Promise<Handed | null | 'broken'> = Promise.resolve(null);
+  return chain.map((i, n) => {
+    const given = before;
+    let pass!: (state: Handed | null | 'broken') => void;
+    before = new Promise((resolve) => {
+      pass = resolve;
+    });
+    const last = n === chain.length - 1;
+    return async () => {
+      const state = await given;
+      const own = readings[i]!.value;
+      const reading = state === null ? own : state === 'broken' ? undefined : aheads[i]!.carry!(own, state.handed);
+      if (reading === undefined) {
+        pass('broken');
+        throw new NotCarriedError('a unit of a chain could not be given its reading');
+      }
+      let handed: Handed | undefined;
+      try {
+        const value = await units[i]!(Promise.resolve(reading), (h) => {
+          if (handed) return;
+          handed = { handed: h };
+          handedBy.set(i, handed);
+          pass(handed);
+        });
+        if (!handed && !last) pass('broken');
+        return value;
+      } catch (err) {
+        if (!handed) pass(state);
+        throw err;
+      }
+    };
+  });
+}
+
+/**
+ * The reading of a unit after others wrote under its keys, if the last of them to write under each was one and the
+ * same unit, under exactly these keys and with the same `carry`: the unit's own reading carried past what that one
+ * gave back (AheadReading.carry). Undefined otherwise, or when `carry` cannot tell: the unit reads in its turn.
+ */
+function carried(reading: Reading, ahead: AheadReading | undefined, lastUnder: ReadonlyMap<string, Ran>): { value: unknown } | undefined {
+  const carry = ahead?.carry;
+  const before = lastUnder.get(reading.keys[0]!);
+  if (!carry || !before?.handed || before.carry !== carry || before.keys.length !== reading.keys.length) return undefined;
+  if (!reading.keys.every((k) => lastUnder.get(k) === before)) return undefined;
+  const value = carry(reading.value, before.handed.handed);
+  return value === undefined ? undefined : { value };
+}
+
 /** A unit of a batch: given its reading taken ahead when that is still what it would read (else it reads itself). */
-export type BatchUnit = (ahead?: Promise<unknown>) => Promise<unknown>;
+export type BatchUnit = (ahead?: Promise<unknown>, handOn?: (handed: unknown) => void) => Promise<unknown>;
 
 /** A unit's reading, to issue ahead with the batch's others, and the keys it and its unit's writes are confined to. */
 export interface AheadReading {
   read: () => Promise<unknown>;
   keys: (reading: unknown) => readonly string[];
+  /** Its reading after a unit under the same keys handed on `handed` (db/group-commit.ts ReadAhead.carry). */
+  carry?: (reading: unknown, handed: unknown) => unknown;
 }
 
 /** A statement that lost a lock conflict with another transaction and may succeed on its own (deadlock_detected). */

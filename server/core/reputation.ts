@@ -32,7 +32,12 @@ export function breakerTrips(row: AccountRow, sentNow = 0): boolean {
 /** As tripBreakerIfPaused, on the account's row as the caller's transaction holds it (a send's, just counted). */
 export async function tripBreakerOn(deps: Pick<Deps, 'db' | 'logger'>, row: AccountRow, now: number, sentNow = 0): Promise<void> {
   if (!breakerTrips(row, sentNow)) return;
-  const reason = breakerReason(row);
-  await deps.db.update(accounts).set({ suspendedBy: 'breaker', suspendedReason: reason, suspendedAt: now }).where(eq(accounts.id, row.id));
-  deps.logger.warn('account.breaker_tripped', { accountId: row.id, reason });
+  const suspension = breakerSuspension(row, now);
+  await deps.db.update(accounts).set(suspension).where(eq(accounts.id, row.id));
+  deps.logger.warn('account.breaker_tripped', { accountId: row.id, reason: suspension.suspendedReason });
+}
+
+/** What the breaker writes on the account it suspends. */
+export function breakerSuspension(row: AccountRow, now: number): Pick<AccountRow, 'suspendedBy' | 'suspendedReason' | 'suspendedAt'> {
+  return { suspendedBy: 'breaker', suspendedReason: breakerReason(row), suspendedAt: now };
 }

@@ -22,24 +22,21 @@ export const payerOf = (s: Sender): AccountRow => s.parent ?? s.acting;
 
 const p = sql.placeholder;
 
-// A send's update of one account row, compiled once (it runs inside every send's transaction): the recipients counted
-// against today's quota (`n`) and in the lifetime total the tiers grade (`own`), and the charge on the paying account
-// (`credit` or `grace`, 0 or 1). The row comes back as the update left it.
+// A send's update of one account row, compiled once (it runs inside every send's transaction): the columns a send
+// counts, written as afterSend worked them out from the row the transaction holds.
 const statements = definePrepared((db) => ({
   recordSend: db
     .update(accounts)
     .set({
-      sentTodayCount: sql`case when ${accounts.sentTodayDay} = ${p('day')} then ${accounts.sentTodayCount} + ${p('n')} else ${p('n')} end`,
-      sentTodayDay: sql`${p('day')}`,
-      totalSent: sql`${accounts.totalSent} + ${p('own')}`,
-      creditsBalance: sql`${accounts.creditsBalance} - ${p('credit')}`,
-      creditsTotalUsed: sql`${accounts.creditsTotalUsed} + ${p('credit')}`,
-      // The last credit opens the grace window now.
-      graceStartedAt: sql`case when ${p('credit')} = 1 and ${accounts.creditsBalance} = 1 then ${p('now')} else ${accounts.graceStartedAt} end`,
-      graceEmailsUsed: sql`${accounts.graceEmailsUsed} + ${p('grace')}`,
+      sentTodayCount: sql`${p('sentTodayCount')}`,
+      sentTodayDay: sql`${p('sentTodayDay')}`,
+      totalSent: sql`${p('totalSent')}`,
+      creditsBalance: sql`${p('creditsBalance')}`,
+      creditsTotalUsed: sql`${p('creditsTotalUsed')}`,
+      graceStartedAt: sql`${p('graceStartedAt')}`,
+      graceEmailsUsed: sql`${p('graceEmailsUsed')}`,
     })
     .where(eq(accounts.id, p('id')))
-    .returning()
     .prepare(),
 }));
 
@@ -134,24 +131,54 @@ export function chargeOf(payer: AccountRow, policy: CreditPolicy, now: number): 
   }
 }
 
+/** What a send counts: `recipients` against today's quota, `reputed` of them toward the tiers, `charge` on the payer. */
+export interface SendCount {
+  recipients: number;
+  reputed: number;
+  charge: Charge;
+  now: number;
+}
+
 /**
- * Records a send on its accounts, one update per row: `recipients` counted against today's quota of the account and
- * of its parent, `reputed` of them (the mailbox simulator's are not) in the account's lifetime total, which the tiers
- * grade, and `charge` on the paying account (the parent for a sub-account). Returns the acting account's row as the
- * update left it (still held by the caller's transaction).
+ * The rows as a send leaves them: `recipients` counted against today's quota of the account and of its parent (a
+ * count of another day starts again), `reputed` of them (the mailbox simulator's are not) in the account's lifetime
+ * total, which the tiers grade, and `charge` on the paying account (the parent for a sub-account); the last credit
+ * opens the grace window. Worked out from the rows the send's transaction holds (read locked, in id order), so no
+ * other send changes them before it commits.
  */
-export async function recordSend(db: Db, s: Sender, send: { recipients: number; reputed: number; charge: Charge; now: number }): Promise<AccountRow> {
+export function afterSend(s: Sender, send: SendCount): Sender {
   const day = utcDay(send.now);
-  const credit = send.charge === 'credit' ? 1 : 0;
-  const grace = send.charge === 'grace' ? 1 : 0;
-  const paying = { credit, grace, now: send.now };
-  const free = { credit: 0, grace: 0, now: send.now };
+  const count = (row: AccountRow, own: number, paying: boolean): AccountRow => {
+    const credit = paying && send.charge === 'credit' ? 1 : 0;
+    return {
+      ...row,
+      sentTodayCount: row.sentTodayDay === day ? row.sentTodayCount + send.recipients : send.recipients,
+      sentTodayDay: day,
+      totalSent: row.totalSent + own,
+      creditsBalance: row.creditsBalance - credit,
+      creditsTotalUsed: row.creditsTotalUsed + credit,
+      graceStartedAt: credit === 1 && row.creditsBalance === 1 ? send.now : row.graceStartedAt,
+      graceEmailsUsed: row.graceEmailsUsed + (paying && send.charge === 'grace' ? 1 : 0),
+    };
+  };
+  return s.parent
+    ? { acting: count(s.acting, send.reputed, false), parent: count(s.parent, 0, true) }
+    : { acting: count(s.acting, send.reputed, true), parent: null };
+}
+
+/** Writes a send's counts (`after`, from afterSend) to its account rows: one update a row, in the same round trip. */
+export async function recordSend(db: Db, after: Sender): Promise<void> {
   const q = statements(db);
-  const updates = [() => q.recordSend.execute({ id: s.acting.id, day, n: send.recipients, own: send.reputed, ...(s.parent ? free : paying) })];
-  // A sub-account's parent is counted and charged in the same round trip (both rows are locked already: loadSender).
-  const parent = s.parent;
-  if (parent) updates.push(() => q.recordSend.execute({ id: parent.id, day, n: send.recipients, own: 0, ...paying }));
-  const [[acting] = []] = await together(db, updates);
-  if (!acting) throw new Error('recordSend: the acting account is gone; loadSender holds it for the whole transaction');
-  return acting;
+  const write = (row: AccountRow) => () =>
+    q.recordSend.execute({
+      id: row.id,
+      sentTodayCount: row.sentTodayCount,
+      sentTodayDay: row.sentTodayDay,
+      totalSent: row.totalSent,
+      creditsBalance: row.creditsBalance,
+      creditsTotalUsed: row.creditsTotalUsed,
+      graceStartedAt: row.graceStartedAt,
+      graceEmailsUsed: row.graceEmailsUsed,
+    });
+  await together(db, after.parent ? [write(after.acting), write(after.parent)] : [write(after.acting)]);
 }

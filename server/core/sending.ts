@@ -17,10 +17,21 @@ import { type Claim, assertClaimHeld, claimIdempotencyKey, releaseClaim, settleC
 import { type SendRequest, renderSend } from './send-request.js';
 import { creditStatus } from './credits.js';
 import { attachmentRecords, toOutbound } from './attachments.js';
-import { type Sender, type Warning, assertCredit, assertMaySend, assertQuotaFor, chargeOf, creditWarning, payerOf, recordSend } from './sending-policy.js';
+import {
+  type Sender,
+  type Warning,
+  afterSend,
+  assertCredit,
+  assertMaySend,
+  assertQuotaFor,
+  chargeOf,
+  creditWarning,
+  payerOf,
+  recordSend,
+} from './sending-policy.js';
 import { suppressedRecipients } from './suppressions.js';
 import type { Rendered } from './templates.js';
-import { tripBreakerOn } from './reputation.js';
+import { breakerSuspension, breakerTrips, tripBreakerOn } from './reputation.js';
 import { databaseOwnerOf, queueCustomerDbWrite } from './customer-db-outbox.js';
 import { logFailure, storeFaultOf, storeUnavailable } from '../shared/store-health.js';
 import { forUpdate, isOneOfPlaceholder, listParam, one, statementsAreRoundTrips, together } from '../../db/sql.js';
@@ -359,12 +370,13 @@ async function commitSend(
       () => readForSend(deps, ctx.account.id, body.ok ? body.send.from.domain : '', body.ok ? body.send.to.map((r) => r.address) : []),
     ]);
   // What a send reads and writes of what other sends read: its account's row and its parent's.
-  const readAhead: ReadAhead<Awaited<ReturnType<typeof readSend>>> = {
+  const readAhead: ReadAhead<SendRead> = {
     read: readSend,
     keys: ([, { sender }]) => [sender.acting.id, ...(sender.parent ? [sender.parent.id] : [])],
+    carry: carrySend,
   };
   try {
-    const committed = await deps.commits.run(async (tx, ahead) => {
+    const committed = await deps.commits.run(async (tx, ahead, handOn) => {
       const now = deps.clock.now();
       const [, reading] = await (ahead ?? readSend(tx));
       const { sender } = reading;
@@ -390,7 +402,10 @@ async function commitSend(
         if ((await sandboxSendsToday(deps, ctx.account.id, now)) >= SANDBOX_LIMIT) {
           throw new ApiError('sandbox_limit', `${SANDBOX_LIMIT} sandbox sends in the last 24 hours; try again later.`);
         }
-        await q.insertEmail.execute({ ...base, source: 'api', id, status: 'sandboxed', createdAt: now });
+        const logged = q.insertEmail.execute({ ...base, source: 'api', id, status: 'sandboxed', createdAt: now });
+        // Its log entry issued (what the next sandbox send counts), its rows unchanged: for the next send (carrySend).
+        handOn?.(sender);
+        await logged;
         // Not charged, but the answer still tells a trial or grace account where it stands.
         const payer = payerOf(sender);
         result = withWarning({ id, sandbox: true }, creditWarning(payer, creditStatus(payer, deps.config, now)));
@@ -412,6 +427,7 @@ async function commitSend(
           recipients: send.to,
           databaseOwner: reading.databaseOwner,
           now,
+          ...(handOn ? { handOn } : {}),
         });
         written = queued.written;
         result = withWarning({ id, sandbox: false }, queued.warning);
@@ -440,6 +456,21 @@ async function commitSend(
     if (body.ok) await logFailedSend(deps, logEntryOf(ctx, body));
     throw new ApiError('send_failed', 'The mail server did not accept the message; nothing was sent. Retry later.');
   }
+}
+
+/** What commitSend reads before its checks: the idempotency claim still held (its answer unused), and the reading. */
+type SendRead = [unknown, SendReading];
+
+/**
+ * A send's reading after a send before it of the same accounts in the same batch (db/group-commit.ts ReadAhead.carry):
+ * its own, taken ahead, with the account rows as that send handed them on (queueSend). A send changes nothing else a
+ * send reads (the from-domain, the suppression lists, the customer database, another key's claim), so the next send
+ * skips its read, which on Postgres is a round trip, and need not wait for the one before to be answered.
+ */
+function carrySend(reading: SendRead, handed: unknown): SendRead | undefined {
+  const after = handed as Sender | undefined;
+  if (!after || after.acting.id !== reading[1].sender.acting.id || after.parent?.id !== reading[1].sender.parent?.id) return undefined;
+  return [reading[0], { ...reading[1], sender: after }];
 }
 
 /**
@@ -476,6 +507,8 @@ export interface AcceptedSend {
   /** The account whose database receives the content, when the caller read it already (undefined: looked up here). */
   databaseOwner?: string | null;
   now: number;
+  /** Given the account rows as the send leaves them, once its writes are issued (db/group-commit.ts HandOn). */
+  handOn?: (after: Sender) => void;
 }
 
 /**
@@ -504,8 +537,11 @@ export async function queueSend(
   }));
   const reputed = recipients.filter((r) => !isSimulatorDomain(r.domain)).length;
   const { charge, warning } = chargeOf(payerOf(sender), deps.config, now);
+  const after = afterSend(sender, { recipients: recipients.length, reputed, charge, now });
+  // Only a send that moved the account's own counters can be what reaches `paused`.
+  const trips = reputed > 0 && breakerTrips(after.acting, reputed);
   // The writes need none of each other's answers: issued together (one round trip on Postgres), in this order.
-  const [, , written, , acting] = await together(deps.db, [
+  const writing = together(deps.db, [
     () => q.insertEmail.execute({ ...log, source, id, status: 'sent', createdAt: now }),
     () => q.insertMessage.execute({ id, accountId: log.accountId, ...message, createdAt: now, expiresAt: now + DELIVERY_WINDOW_MS }),
     // The content goes to the customer's own database (the service keeps it only until delivered).
@@ -531,12 +567,15 @@ export async function queueSend(
         accepted.databaseOwner,
       ),
     () => (rows.length === 1 ? q.insertRecipient.execute(rows[0]!) : deps.db.insert(outboundRecipients).values(rows)),
-    () => recordSend(deps.db, sender, { recipients: recipients.length, reputed, charge, now }),
+    () => recordSend(deps.db, after),
   ]);
+  // Its writes issued: the rows as the send leaves them (suspended, if the breaker trips), for the next send of the
+  // same accounts in the batch (commitSend's carrySend).
+  accepted.handOn?.(trips ? { ...after, acting: { ...after.acting, ...breakerSuspension(after.acting, now) } } : after);
+  const [, , written] = await writing;
   // The delivery engine wakes once this batch is durable, and delivery starts at once.
   markQueued(deps.db, 'recipients');
-  // Only a send that moved the account's own counters can be what reaches `paused`.
-  if (reputed > 0) await tripBreakerOn(deps, acting, now, reputed);
+  if (trips) await tripBreakerOn(deps, after.acting, now, reputed);
   return { warning, written };
 }
 
