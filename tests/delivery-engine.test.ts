@@ -668,6 +668,27 @@ describe('leases on the durable queue', () => {
     expect(await suppressed(service, s, 'one@lease.example')).toEqual([]);
   });
 
+  it('a stale outcome recorded at once with others (one batch) rolls back alone, its writes with it', async () => {
+    const s = await newSender(service);
+    const staleId = await send(service, s, 'stale@lease.example');
+    const freshId = await send(service, s, 'fresh@lease.example');
+    const t0 = service.clock.now();
+    const claimed = await claimDueRecipients(service.deps.db, 'host-a:1:a', t0, LEASE, 10);
+    const stale = claimed.find((c) => c.message.id === staleId)!;
+    expect(claimed.map((c) => c.message.id).sort()).toEqual([staleId, freshId].sort());
+    // The first claim's lease runs out and another holder takes both recipients: its claim of the second is current.
+    service.clock.set(t0 + LEASE + 1);
+    const taken = await claimDueRecipients(service.deps.db, 'host-b:1:b', service.clock.now(), LEASE, 10);
+    const holder = taken.find((c) => c.message.id === freshId)!;
+    const delivered = { status: 'delivered', dsn: '2.0.0', detail: '250 ok' } as const;
+    const [a, b] = await Promise.all([recordOutcome(service.deps, stale, delivered), recordOutcome(service.deps, holder, delivered)]);
+    expect(a).toBeNull();
+    expect(b).toMatchObject({ status: 'delivered' });
+    expect(await events(service, s, staleId)).toEqual([]);
+    expect((await events(service, s, freshId)).map((e) => e.status)).toEqual(['delivered']);
+    expect(await row(service, stale.recipient.id)).toMatchObject({ status: 'queued', attempts: 0, lockedBy: 'host-b:1:b' });
+  });
+
   it('renews only the listed rows that the worker still holds', async () => {
     const all = await queueRows(4);
     const t0 = service.clock.now();

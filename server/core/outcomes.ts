@@ -93,11 +93,13 @@ export async function recordOutcome(
   try {
     await deps.commits.run(async () => {
       const q = statements(db);
+      const of = { emailId: job.message.id, accountId: job.message.accountId, recipient: job.recipient.recipient, occurredAt: now };
       // The message first: outcomes of one message take turns, so the last one to close a recipient sees the others
-      // closed and deletes the content (on Postgres; on SQLite every transaction takes turns).
-      // Then the recipient, and only while this claim still holds it: else the whole outcome rolls back. (Issued
-      // together: one round trip on Postgres, the lock still taken first.)
-      const [, updated] = await together(db, [
+      // closed and deletes the content (on Postgres; on SQLite every transaction takes turns). Then the recipient, only
+      // while this claim still holds it; the outcome's writes; and the content's deletion once every recipient has its
+      // final outcome (one statement, which sees the recipients as the outcomes committed before this one's lock on
+      // the message left them). Issued together, in that order: one round trip on Postgres.
+      const [, updated, , written] = await together(db, [
         () => lockRows(db, outboundMessages, outboundMessages.id, [job.message.id]),
         () =>
           q.updateRecipient.execute({
@@ -108,16 +110,12 @@ export async function recordOutcome(
             attempts,
             nextAttemptAt: recorded.nextAttemptAt ?? now,
           }),
-      ]);
-      if (changes(updated) !== 1) throw new LeaseLost();
-      const of = { emailId: job.message.id, accountId: job.message.accountId, recipient: job.recipient.recipient, occurredAt: now };
-      if (extras.capture) await storeCapture(db, extras.capture);
-      // The outcome's writes, and with them the content's deletion once every recipient has its final outcome (one
-      // statement, which sees the recipients as the outcomes committed before this one's lock on the message left them).
-      const [written] = await together(db, [
+        () => (extras.capture ? storeCapture(db, extras.capture) : Promise.resolve()),
         () => writeOutcome(deps, { ...of, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail }),
         () => q.deleteIfClosed.execute({ id: job.message.id }),
       ]);
+      // The claim no longer held: the whole outcome rolls back (a lease lost is rare; its writes went with the update).
+      if (changes(updated) !== 1) throw new LeaseLost();
       if (complaint) {
         const complained = await writeOutcome(deps, { ...of, status: 'complained', ...complaint });
         written.webhooks += complained.webhooks;
