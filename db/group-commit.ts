@@ -20,7 +20,8 @@ interface Job<T> {
  * its keys ran; else, and on SQLite (where a reading costs no round trip), the write reads in its turn.
  */
 export interface ReadAhead<R> {
-  read: (db: Db) => Promise<R>;
+  /** Absent for a write that reads nothing ahead, only keeps to its keys (given null). */
+  read?: (db: Db) => Promise<R>;
   keys: (reading: R) => readonly string[];
   /**
    * The write's reading after a write before it in the batch under the same keys, with the same `carry`: worked out
@@ -355,7 +356,12 @@ export function createPgGroupCommit(db: Db, opts: { concurrency?: number } = {})
         settled = await runPgBatch(
           db,
           jobs.map((job) => (ahead?: Promise<unknown>, handOn?: HandOn) => Promise.resolve(job.fn(db, ahead, handOn))),
-          jobs.map((job) => job.ahead && { read: () => job.ahead!.read(db), keys: job.ahead.keys, carry: job.ahead.carry }),
+          jobs.map((job) => {
+            const ahead = job.ahead;
+            if (!ahead) return undefined;
+            const read = ahead.read;
+            return { ...(read ? { read: () => read(db) } : {}), keys: ahead.keys, carry: ahead.carry };
+          }),
         );
       } catch (err) {
         for (const job of jobs) job.reject(err);

@@ -410,6 +410,27 @@ describe("readings issued ahead (PgUnits.batch with the units' readings: a send'
     for (const id of ['acc-ahead-1', 'acc-ahead-3', 'acc-ahead-6']) expect(await creditsOf(id)).toBe(4);
   });
 
+  it('units that read nothing ahead (their keys alone) run at once with no write for readings before them', async () => {
+    const { db } = store;
+    await db.insert(accounts).values(['acc-keys-1', 'acc-keys-2', 'acc-keys-3'].map(account));
+    await db.transaction(async (tx) => void (await tx.select().from(accounts)));
+    const units = ['acc-keys-1', 'acc-keys-2', 'acc-keys-3'].map((id) => ({
+      ahead: { keys: () => [id] },
+      unit: async () => void (await db.update(accounts).set({ creditsBalance: 1 }).where(eq(accounts.id, id))),
+    }));
+    const writes = await writesDuring(async () => {
+      const settled = await runPgBatch(
+        db,
+        units.map((u) => u.unit),
+        units.map((u) => u.ahead),
+      );
+      expect(settled.every((s) => s.ok)).toBe(true);
+    });
+    // BEGIN with the savepoint and the three updates; COMMIT.
+    expect(writes).toBe(2);
+    for (const id of ['acc-keys-1', 'acc-keys-2', 'acc-keys-3']) expect(await creditsOf(id)).toBe(1);
+  });
+
   it('are given only to a unit before which no unit wrote under its keys', async () => {
     const { db } = store;
     await db.insert(accounts).values(['acc-ahead-same', 'acc-ahead-other'].map(account));

@@ -307,11 +307,13 @@ class PgUnits {
    */
   private async readAhead(scope: PgScope, aheads: readonly (AheadReading | undefined)[]): Promise<(Reading | undefined)[]> {
     if (aheads.filter(Boolean).length < 2) return [];
+    // Units that read nothing ahead (their keys alone): nothing to wait for.
+    if (!aheads.some((a) => a?.read)) return aheads.map((a) => a && { value: null, keys: a.keys(null) });
     const { tx } = scope;
     corkForTick(tx.client);
     const saved = tx.client.query('SAVEPOINT ahead');
     saved.catch(() => undefined);
-    const reads = aheads.map((a) => a?.read().then((value) => ({ value, keys: a.keys(value) })));
+    const reads = aheads.map((a) => a && (a.read ? a.read() : Promise.resolve(null)).then((value) => ({ value, keys: a.keys(value) })));
     const ended = await Promise.allSettled([saved, ...reads]);
     if (ended.some((e) => e.status === 'rejected')) {
       try {
@@ -571,7 +573,8 @@ export type BatchUnit = (ahead?: Promise<unknown>, handOn?: (handed: unknown) =>
 
 /** A unit's reading, to issue ahead with the batch's others, and the keys it and its unit's writes are confined to. */
 export interface AheadReading {
-  read: () => Promise<unknown>;
+  /** Absent: the unit reads nothing ahead, and its keys are given null. */
+  read?: () => Promise<unknown>;
   keys: (reading: unknown) => readonly string[];
   /** Its reading after a unit under the same keys handed on `handed` (db/group-commit.ts ReadAhead.carry). */
   carry?: (reading: unknown, handed: unknown) => unknown;

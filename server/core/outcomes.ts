@@ -89,7 +89,7 @@ export async function recordOutcome(
   // batch's others (db/pg/state.ts PgUnits.atOnce), kept apart from the outcomes of its own message. It has nothing to
   // read ahead.
   const confined = complaint === null && !SUPPRESSING[recorded.status]?.(recorded.dsn);
-  const apart: ReadAhead<null> | undefined = confined ? { read: async () => null, keys: () => [`message:${job.message.id}`] } : undefined;
+  const apart: ReadAhead<null> | undefined = confined ? { keys: () => [`message:${job.message.id}`] } : undefined;
   try {
     await deps.commits.run(async () => {
       const q = statements(db);
