@@ -636,7 +636,14 @@ describe('readings carried (ReadAhead.carry: units under the same keys, each on 
    */
   const spender = (
     id: string,
-    opts: { refuse?: number; carry?: (reading: unknown, handed: unknown) => unknown; keys?: string[]; handOn?: boolean; then?: () => Promise<unknown> } = {},
+    opts: {
+      refuse?: number;
+      carry?: (reading: unknown, handed: unknown) => unknown;
+      keys?: string[];
+      handOn?: boolean;
+      handFirst?: boolean;
+      then?: () => Promise<unknown>;
+    } = {},
   ) => {
     const unit = {
       runs: 0,
@@ -648,6 +655,7 @@ describe('readings carried (ReadAhead.carry: units under the same keys, each on 
         if (!ahead) unit.reads++;
         const credits = (await (ahead ?? creditsLockedOf(id))) as number;
         unit.seen.push(credits);
+        if (opts.handFirst) handOn?.(credits - 1);
         if (credits === opts.refuse) throw new Error(`refused at ${credits}`);
         const update = issue(
           store.db
@@ -747,6 +755,15 @@ describe('readings carried (ReadAhead.carry: units under the same keys, each on 
     expect(settled[2]).toEqual({ ok: true, value: 4 });
     expect(units.map((u) => u.runs)).toEqual([2, 2, 2]);
     expect(units[2]!.reads).toBe(0);
+    expect(await creditsOf(id)).toBe(3);
+  });
+
+  it('one refused after handing on, even before its writes, has them all run again: the next sees what was written', async () => {
+    const id = await fresh('acc-carry-handed-refused');
+    const units = [spender(id), spender(id, { refuse: 4, handFirst: true }), spender(id)];
+    const settled = await batchOf(units);
+    expect(settled[1]).toMatchObject({ ok: false, err: { message: 'refused at 4' } });
+    expect(settled[2]).toEqual({ ok: true, value: 4 });
     expect(await creditsOf(id)).toBe(3);
   });
 

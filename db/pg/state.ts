@@ -510,7 +510,8 @@ class NotCarriedError extends Error {
  * one before has handed on (every statement it issued by then runs before the next one's), on its own reading carried
  * past what was handed on. A unit refused before handing on hands
  * on what it was given. One that cannot be given its reading (the carry cannot tell, or the unit before ended without
- * handing on) throws NotCarriedError, and so does every unit after it: atOnce then rolls them all back.
+ * handing on) throws NotCarriedError, and so does every unit after it, and one that fails after handing on: atOnce
+ * then rolls them all back.
  */
 function chainRuns(
   chain: readonly number[],
@@ -548,6 +549,8 @@ function chainRuns(
         return value;
       } catch (err) {
         if (!handed) pass(state);
+        // Refused after handing on: what the next one was given never happened, so all are run again.
+        else throw new NotCarriedError('a unit of a chain failed after handing on');
         throw err;
       }
     };
