@@ -324,16 +324,15 @@ export interface GroupCommit {
  * of the event loop, and those that arrive while a batch runs, share the next batch's transaction, each in its own
  * savepoint (db/pg/state.ts PgUnits.batch): one BEGIN and one COMMIT, and one flush of Postgres's WAL, for the lot,
  * and each write's statements leave with the release of the one before. A write that throws rolls back alone; if the
- * commit fails, every write of the batch is rejected. A lone write waits for nobody. `concurrency` batches run at
- * once, each on a connection of its own (the rows they lock make them take turns where they meet).
+ * commit fails, every write of the batch is rejected. A lone write waits for nobody. One batch runs at a time (two at
+ * once, each on a connection of its own, measured slower: docs/performance.md, sessions 29 and 35).
  */
-export function createPgGroupCommit(db: Db, opts: { concurrency?: number } = {}): GroupCommit {
-  const concurrency = opts.concurrency ?? 1;
+export function createPgGroupCommit(db: Db): GroupCommit {
   const pending: Job<unknown>[] = [];
-  let running = 0;
+  let running = false;
   let scheduled = false;
   const schedule = () => {
-    if (scheduled || running >= concurrency || pending.length === 0) return;
+    if (scheduled || running || pending.length === 0) return;
     scheduled = true;
     // The rest of this turn's writes join first.
     setImmediate(() => {
@@ -342,9 +341,9 @@ export function createPgGroupCommit(db: Db, opts: { concurrency?: number } = {})
     });
   };
   const flush = async () => {
-    if (running >= concurrency || pending.length === 0) return;
+    if (running || pending.length === 0) return;
     const jobs = pending.splice(0, MAX_BATCH);
-    running++;
+    running = true;
     try {
       if (jobs.length === 1) {
         const job = jobs[0]!;
@@ -373,7 +372,7 @@ export function createPgGroupCommit(db: Db, opts: { concurrency?: number } = {})
         else job.reject(s.err);
       });
     } finally {
-      running--;
+      running = false;
       schedule();
     }
   };

@@ -508,10 +508,9 @@ class NotCarriedError extends Error {
 /**
  * The runs of a chain's units at once (PgUnits.batch): the first on its reading taken ahead; each next one, once the
  * one before has handed on (every statement it issued by then runs before the next one's), on its own reading carried
- * past what was handed on. A unit refused before handing on hands
- * on what it was given. One that cannot be given its reading (the carry cannot tell, or the unit before ended without
- * handing on) throws NotCarriedError, and so does every unit after it, and one that fails after handing on: atOnce
- * then rolls them all back.
+ * past what was handed on. A unit refused before handing on hands on what it was given. One that cannot be given its
+ * reading (the carry cannot tell, or the unit before ended without handing on) throws NotCarriedError, and so does
+ * every unit after it, and one that fails after handing on: atOnce then rolls them all back.
  */
 function chainRuns(
   chain: readonly number[],
@@ -548,9 +547,9 @@ function chainRuns(
         if (!handed && !last) pass('broken');
         return value;
       } catch (err) {
-        if (!handed) pass(state);
-        // Refused after handing on: what the next one was given never happened, so all are run again.
-        else throw new NotCarriedError('a unit of a chain failed after handing on');
+        // Failed after handing on: what the next one was given never happened, so all are run again.
+        if (handed) throw new NotCarriedError('a unit of a chain failed after handing on');
+        pass(state);
         throw err;
       }
     };
@@ -560,7 +559,7 @@ function chainRuns(
 /**
  * The reading of a unit after others wrote under its keys, if the last of them to write under each was one and the
  * same unit, under exactly these keys and with the same `carry`: the unit's own reading carried past what that one
- * gave back (AheadReading.carry). Undefined otherwise, or when `carry` cannot tell: the unit reads in its turn.
+ * handed on (AheadReading.carry). Undefined otherwise, or when `carry` cannot tell: the unit reads in its turn.
  */
 function carried(reading: Reading, ahead: AheadReading | undefined, lastUnder: ReadonlyMap<string, Ran>): { value: unknown } | undefined {
   const carry = ahead?.carry;

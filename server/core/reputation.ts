@@ -31,7 +31,11 @@ export function breakerTrips(row: AccountRow, sentNow = 0): boolean {
 
 /** As tripBreakerIfPaused, on the account's row as the caller's transaction holds it (a send's, just counted). */
 export async function tripBreakerOn(deps: Pick<Deps, 'db' | 'logger'>, row: AccountRow, now: number, sentNow = 0): Promise<void> {
-  if (!breakerTrips(row, sentNow)) return;
+  if (breakerTrips(row, sentNow)) await suspendByBreaker(deps, row, now);
+}
+
+/** Suspends the account by the breaker (breakerTrips said so), with a reason naming its rates. */
+export async function suspendByBreaker(deps: Pick<Deps, 'db' | 'logger'>, row: AccountRow, now: number): Promise<void> {
   const suspension = breakerSuspension(row, now);
   await deps.db.update(accounts).set(suspension).where(eq(accounts.id, row.id));
   deps.logger.warn('account.breaker_tripped', { accountId: row.id, reason: suspension.suspendedReason });

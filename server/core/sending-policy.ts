@@ -1,7 +1,7 @@
 import { eq, sql } from 'drizzle-orm';
 import type { Db } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
-import { together } from '../../db/sql.js';
+import { changes, together } from '../../db/sql.js';
 import { type AccountRow, accounts } from '../../db/schema/index.js';
 import { iso, utcDay } from '../shared/clock.js';
 import { ApiError } from '../shared/errors.js';
@@ -180,5 +180,6 @@ export async function recordSend(db: Db, after: Sender): Promise<void> {
       graceStartedAt: row.graceStartedAt,
       graceEmailsUsed: row.graceEmailsUsed,
     });
-  await together(db, after.parent ? [write(after.acting), write(after.parent)] : [write(after.acting)]);
+  const updated = await together(db, after.parent ? [write(after.acting), write(after.parent)] : [write(after.acting)]);
+  if (updated.some((u) => changes(u) !== 1)) throw new Error('recordSend: an account is gone; loadSender holds it for the whole transaction');
 }

@@ -31,7 +31,7 @@ import {
 } from './sending-policy.js';
 import { suppressedRecipients } from './suppressions.js';
 import type { Rendered } from './templates.js';
-import { breakerSuspension, breakerTrips, tripBreakerOn } from './reputation.js';
+import { breakerSuspension, breakerTrips, suspendByBreaker } from './reputation.js';
 import { databaseOwnerOf, queueCustomerDbWrite } from './customer-db-outbox.js';
 import { logFailure, storeFaultOf, storeUnavailable } from '../shared/store-health.js';
 import { forUpdate, isOneOfPlaceholder, listParam, one, statementsAreRoundTrips, together } from '../../db/sql.js';
@@ -575,7 +575,7 @@ export async function queueSend(
   const [, , written] = await writing;
   // The delivery engine wakes once this batch is durable, and delivery starts at once.
   markQueued(deps.db, 'recipients');
-  if (trips) await tripBreakerOn(deps, after.acting, now, reputed);
+  if (trips) await suspendByBreaker(deps, after.acting, now);
   return { warning, written };
 }
 
