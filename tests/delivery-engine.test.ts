@@ -14,6 +14,7 @@ import type { TestDnsServer } from './helpers/dns-server.js';
 import { newSender, queued, receipt, recipients, type Sender } from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
 import { SmtpSink } from './helpers/smtp-sink.js';
+import { parsePrometheusText, sampleValueOrZero } from './helpers/prometheus-text.js';
 import { one } from '../db/sql.js';
 
 /**
@@ -594,6 +595,12 @@ describe('a refusal before any transaction', () => {
   });
 });
 
+/** The delivered outcomes counted on the service's /metrics so far. */
+async function deliveredCounted(service: TestService): Promise<number> {
+  const families = parsePrometheusText(await (await fetch(`${service.url}/metrics`)).text());
+  return sampleValueOrZero(families, 'mailstead_delivery_outcomes_total', { status: 'delivered' });
+}
+
 describe('leases on the durable queue', () => {
   const LEASE = 60_000;
 
@@ -646,7 +653,9 @@ describe('leases on the durable queue', () => {
     service.clock.set(t0 + LEASE + 1);
     const [taken] = await claimDueRecipients(service.deps.db, 'host-b:1:b', service.clock.now(), LEASE, 10);
     expect(taken?.recipient.id).toBe(recipientId);
+    const counted = await deliveredCounted(service);
     expect(await recordOutcome(service.deps, stale!, delivered)).toBeNull();
+    expect(await deliveredCounted(service)).toBe(counted);
     expect(await row(service, recipientId!)).toMatchObject({ status: 'queued', attempts: 0, lockedBy: 'host-b:1:b' });
     expect(await events(service, s, id)).toEqual([]);
 
@@ -681,9 +690,12 @@ describe('leases on the durable queue', () => {
     const taken = await claimDueRecipients(service.deps.db, 'host-b:1:b', service.clock.now(), LEASE, 10);
     const holder = taken.find((c) => c.message.id === freshId)!;
     const delivered = { status: 'delivered', dsn: '2.0.0', detail: '250 ok' } as const;
+    const before = await deliveredCounted(service);
     const [a, b] = await Promise.all([recordOutcome(service.deps, stale, delivered), recordOutcome(service.deps, holder, delivered)]);
     expect(a).toBeNull();
     expect(b).toMatchObject({ status: 'delivered' });
+    // Only the outcome that committed is counted on /metrics.
+    expect((await deliveredCounted(service)) - before).toBe(1);
     expect(await events(service, s, staleId)).toEqual([]);
     expect((await events(service, s, freshId)).map((e) => e.status)).toEqual(['delivered']);
     expect(await row(service, stale.recipient.id)).toMatchObject({ status: 'queued', attempts: 0, lockedBy: 'host-b:1:b' });

@@ -11,6 +11,7 @@ import { verpAddress } from '../mta/verp.js';
 import { createCustomerDbWriter } from '../server/customer-db/writer.js';
 import { newId } from '../server/shared/ids.js';
 import { TestDnsServer } from './helpers/dns-server.js';
+import { parsePrometheusText, sampleValueOrZero } from './helpers/prometheus-text.js';
 import { fblReporter } from './helpers/fbl.js';
 import { seedEndpoint } from './helpers/outcomes.js';
 import { type TestPostgres, startPostgres } from './helpers/postgres.js';
@@ -161,6 +162,13 @@ Message-ID: <${emailId}@${HOST}>
 --B1.1763805600/mail.example.net--`;
 }
 
+/** The outcomes counted on /metrics so far, by status. */
+async function outcomesCounted(): Promise<Record<'bounced' | 'deferred' | 'complained', number>> {
+  const families = parsePrometheusText(await (await fetch(`${service.url}/metrics`)).text());
+  const of = (status: string) => sampleValueOrZero(families, 'mailstead_delivery_outcomes_total', { status });
+  return { bounced: of('bounced'), deferred: of('deferred'), complained: of('complained') };
+}
+
 describe('a DSN at a VERP address', () => {
   it('a 5.x.x failure records bounced on the right recipient, suppresses on both lists, counts it, fans out the webhook', async () => {
     const sub = await newSubSender(service, sender.key);
@@ -227,6 +235,7 @@ Remote Server returned '550 5.1.10 RESOLVER.ADR.RecipientNotFound; Recipient not
     const id = await sentEmail(sender.account.id, ['jo@example.net']);
     const at = verpAddress(id, 0, HOST, service.deps.secretKey);
     const dsn = (action: 'failed' | 'delayed', status: string, diagnostic: string) => postfixDsn(id, 0, 'jo@example.net', action, status, diagnostic);
+    const counted = await outcomesCounted();
     for (const report of [
       dsn('delayed', '4.4.1', '421 4.4.1 Connection timed out'),
       dsn('delayed', '4.4.1', '421 4.4.1 Timed out again, said differently'),
@@ -245,6 +254,9 @@ Remote Server returned '550 5.1.10 RESOLVER.ADR.RecipientNotFound; Recipient not
     ]);
     expect((await account(sender.account.id)).totalBounced).toBe(1);
     expect((await hooks(endpoint)).map((h) => h.eventType)).toEqual(['email.deferred', 'email.deferred', 'email.bounced']);
+    // On /metrics too, each recorded outcome once, the repeats not at all.
+    const now = await outcomesCounted();
+    expect({ bounced: now.bounced - counted.bounced, deferred: now.deferred - counted.deferred }).toEqual({ bounced: 1, deferred: 2 });
   });
 
   it('a 5.x.x bounce after one that did not suppress (a 4.x.x failure) is recorded, suppresses and counts', async () => {

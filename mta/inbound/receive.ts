@@ -5,7 +5,7 @@ import { newId } from '../../server/shared/ids.js';
 import { createCollector } from '../../server/shared/memory.js';
 import { type Recipient, judgeRecipient } from './recipients.js';
 import { parseReport } from './reports.js';
-import { REPORT_BYTES, type ReportChecks, recordReport, trustedReport } from './report-matching.js';
+import { NOTHING_RECORDED, REPORT_BYTES, type RecordedReport, type ReportChecks, recordReport, trustedReport } from './report-matching.js';
 import { createSpoolWriter } from '../../db/inbound-spool.js';
 import { createOperatorHolder, prepareOperatorMessage, storeOperatorMessage } from '../../server/core/operator-mail.js';
 import { logFailure } from '../../server/shared/store-health.js';
@@ -191,7 +191,7 @@ export async function receiveMessage(
   }
   const reportBytes = reports.length > 0 ? Buffer.concat(head) : null;
   const report = reportBytes ? await trustedReport(deps, parseReport(reportBytes), reports, reportBytes, size, checks) : null;
-  let queued: { stored: number; events: number; webhooks: number; written: number };
+  let queued: { stored: number } & RecordedReport;
   try {
     const held = await spool?.finish();
     const raw = held?.raw ?? undefined;
@@ -238,7 +238,7 @@ export async function receiveMessage(
       }
       // Dated when it is recorded, not when its DATA began (a slow report would land behind events an API consumer
       // has already read past with GET /events?since=).
-      const recorded = report ? await recordReport(deps, report, reports, deps.clock.now()) : { events: 0, webhooks: 0, written: 0 };
+      const recorded = report ? await recordReport(deps, report, reports, deps.clock.now()) : NOTHING_RECORDED;
       if (forOperator) await storeOperatorMessage(deps.db, forOperator);
       return { stored, ...recorded };
     });
@@ -253,6 +253,8 @@ export async function receiveMessage(
     logFailure(deps, 'inbound.store_failed', err, { id });
     throw new SmtpReply(451, '4.3.0 The message could not be stored; try again later');
   }
+  // The report's outcome counted on /metrics once committed (server/core/outcomes.ts writeOutcome).
+  if (queued.outcome) deps.metrics.deliveryOutcome(queued.outcome);
   if (spool && queued.stored === 0) spool.discard();
   // Every mailbox it was for stopped receiving between RCPT and now, and it carries no report: nothing was kept, so
   // it is refused as RCPT would refuse it now, never answered 250.

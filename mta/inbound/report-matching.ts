@@ -159,6 +159,16 @@ function decisiveBlock<B extends { action: string; status: string }>(blocks: rea
   return failed.find((b) => b.status.startsWith('5.')) ?? failed[0] ?? blocks.find((b) => b.action.toLowerCase() === 'delayed') ?? null;
 }
 
+/** What a report recorded: its event (and the outcome, for the caller to count on /metrics once committed), or nothing. */
+export interface RecordedReport {
+  events: number;
+  webhooks: number;
+  written: number;
+  outcome: ReportStatus | null;
+}
+
+export const NOTHING_RECORDED: RecordedReport = { events: 0, webhooks: 0, written: 0, outcome: null };
+
 /**
  * The event a report records, inside the receiving transaction, on the recipient whose copy it reports (when it is
  * news: reportIsNews): for a DSN its decisive block's `bounced` (suppressing when 5.x.x) or `deferred`; for an ARF
@@ -170,17 +180,17 @@ export async function recordReport(
   report: Exclude<InboundReport, null>,
   arrivedAt: Recipient[],
   now: number,
-): Promise<{ events: number; webhooks: number; written: number }> {
+): Promise<RecordedReport> {
   const target = await reportedEmail(deps, report, arrivedAt);
   if (!target) {
     deps.logger.info('inbound.report_unmatched', { kind: report.kind });
-    return { events: 0, webhooks: 0, written: 0 };
+    return NOTHING_RECORDED;
   }
   const { email, index } = target;
   const recipient = recipientOf(email, index);
   if (!recipient) {
     deps.logger.info('inbound.report_unmatched', { kind: report.kind, emailId: email.id, reason: 'several recipients, no VERP address' });
-    return { events: 0, webhooks: 0, written: 0 };
+    return NOTHING_RECORDED;
   }
   // A DSN's blocks are all about the one copy; an ARF report other than abuse says nothing about a delivery.
   const block = report.kind === 'dsn' ? decisiveBlock(report.recipients) : null;
@@ -194,14 +204,14 @@ export async function recordReport(
       : report.feedbackType === 'abuse'
         ? { status: 'complained', dsn: '5.7.1', detail: 'Complaint (feedback report: abuse)' }
         : null;
-  if (!said) return { events: 0, webhooks: 0, written: 0 };
+  if (!said) return NOTHING_RECORDED;
   // The email held (on Postgres) from the read of its events to the write of this one: two copies of one report
   // arriving at once record it once.
   await lockRows(deps.db, emails, emails.id, [email.id]);
   if (!reportIsNews(await recipientEvents(deps, email.id, recipient), said.status, said.dsn)) {
     deps.logger.info('inbound.report_repeated', { emailId: email.id, status: said.status, dsn: said.dsn });
-    return { events: 0, webhooks: 0, written: 0 };
+    return NOTHING_RECORDED;
   }
   const out = await writeOutcome(deps, { emailId: email.id, accountId: email.accountId, recipient, ...said, occurredAt: now });
-  return { events: 1, webhooks: out.webhooks, written: out.written ? 1 : 0 };
+  return { events: 1, webhooks: out.webhooks, written: out.written ? 1 : 0, outcome: said.status };
 }

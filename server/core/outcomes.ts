@@ -128,6 +128,9 @@ export async function recordOutcome(
     deps.logger.info('delivery.lease_lost', { emailId: job.message.id, recipientId: job.recipient.id, holder: job.recipient.lockedBy });
     return null;
   }
+  // Counted once committed: an outcome rolled back (a lease lost, a failed batch) counts nothing.
+  deps.metrics.deliveryOutcome(recorded.status);
+  if (complaint) deps.metrics.deliveryOutcome('complained');
   if (recorded.status !== 'deferred') deps.metrics.deliveryLatency(recorded.status, (now - job.message.createdAt) / 1000);
   deps.logger.info(`delivery.${recorded.status}`, {
     emailId: job.message.id,
@@ -165,12 +168,10 @@ const SUPPRESSING: Readonly<Record<OutcomeStatus, ((dsn: string) => boolean) | n
  * email's first deliveredAt/bouncedAt/complainedAt, and for a 5.x.x bounce or a complaint the suppression on the
  * account's list and its parent's, the reputation counter and the breaker (never for a mailbox simulator address:
  * the simulator does not count toward reputation). Returns what was queued; the fan-out and the outbox marked their
- * queues (db/queue-wake.ts), so the dispatcher and the writer wake once the transaction is durable.
+ * queues (db/queue-wake.ts), so the dispatcher and the writer wake once the transaction is durable. The caller counts
+ * the outcome on /metrics once its transaction has committed.
  */
-export async function writeOutcome(
-  deps: Pick<Deps, 'db' | 'logger' | 'secretKey' | 'metrics'>,
-  o: OutcomeToRecord,
-): Promise<{ webhooks: number; written: boolean }> {
+export async function writeOutcome(deps: Pick<Deps, 'db' | 'logger' | 'secretKey'>, o: OutcomeToRecord): Promise<{ webhooks: number; written: boolean }> {
   const { db } = deps;
   const q = statements(db);
   const eventId = newId(o.occurredAt);
@@ -213,9 +214,6 @@ export async function writeOutcome(
       }
     }
   }
-  // Counted here, the one place every outcome is written (the engine's and inbound's); a transaction that then fails
-  // to commit has counted one outcome that the retried attempt counts again.
-  deps.metrics.deliveryOutcome(o.status);
   return { webhooks, written };
 }
 
