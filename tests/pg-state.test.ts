@@ -262,6 +262,108 @@ describe('statements issued together (db/sql.ts together)', () => {
   });
 });
 
+/** The Syncs written to the test server during `work` (each a 5-byte message of its own: 'S' and its length, 4). */
+async function syncsDuring(work: () => Promise<void>): Promise<number> {
+  const proto = net.Socket.prototype as unknown as { _writeGeneric: (writev: boolean, data: unknown, ...rest: unknown[]) => unknown };
+  const original = proto._writeGeneric;
+  let syncs = 0;
+  const isSync = (b: unknown) => Buffer.isBuffer(b) && b.length === 5 && b[0] === 0x53 && b.readInt32BE(1) === 4;
+  proto._writeGeneric = function (this: net.Socket, writev: boolean, data: unknown, ...rest: unknown[]) {
+    if (this.remotePort === server.port) {
+      const chunks = writev ? (data as { chunk: unknown }[]).map((c) => c.chunk) : [data];
+      syncs += chunks.filter(isSync).length;
+    }
+    return original.call(this, writev, data, ...rest);
+  };
+  try {
+    await work();
+  } finally {
+    proto._writeGeneric = original;
+  }
+  return syncs;
+}
+
+/** The SQLSTATE of a failed statement (drizzle wraps the driver's error: its code in the cause). */
+const sqlState = (e: PromiseSettledResult<unknown>) =>
+  e.status === 'fulfilled' ? 'ok' : ((e.reason as { cause?: { code?: string }; code?: string }).cause?.code ?? (e.reason as { code?: string }).code);
+
+describe('the statements a transaction issues in one tick (db/pg/pipeline.ts): one Sync for them all', () => {
+  it('are answered at one Sync', async () => {
+    const { db } = store;
+    await db.transaction(async (tx) => void (await tx.select().from(accounts)));
+    const syncs = await syncsDuring(() =>
+      db.transaction(async (tx) => {
+        await together(tx, [
+          () => tx.insert(accounts).values(account('acc-sync-1')),
+          () => tx.update(accounts).set({ creditsBalance: 3 }).where(eq(accounts.id, 'acc-sync-1')),
+          () => tx.select().from(accounts).where(eq(accounts.id, 'acc-sync-1')),
+        ]);
+      }),
+    );
+    // BEGIN and the three statements at one Sync (Postgres flushes its answers once; a Sync each, three); COMMIT, a
+    // simple query, needs none.
+    expect(syncs).toBe(1);
+    expect(await creditsOf('acc-sync-1')).toBe(3);
+  });
+
+  it("one that fails ends the group: it gets its own error, those after it the aborted transaction's, those before it their answers", async () => {
+    const { db } = store;
+    await db.insert(accounts).values(account('acc-sync-taken'));
+    let settled: PromiseSettledResult<unknown>[] = [];
+    await expect(
+      db.transaction(async (tx) => {
+        settled = await Promise.allSettled([
+          issue(tx.insert(accounts).values(account('acc-sync-2'))),
+          issue(tx.insert(accounts).values(account('acc-sync-taken'))),
+          issue(tx.select().from(accounts).where(eq(accounts.id, 'acc-sync-2'))),
+        ]);
+        throw new Error('roll it back');
+      }),
+    ).rejects.toThrow('roll it back');
+    expect(settled.map(sqlState)).toEqual(['ok', '23505', '25P02']);
+    expect(await ids()).not.toContain('acc-sync-2');
+  });
+
+  it('a named statement the failure skipped is parsed again when it next runs on that connection', async () => {
+    const { db } = store;
+    // Seen once (unnamed), so its next run is under a name, with its Parse: in the group the failure ends.
+    const probe = (tx: typeof db) => tx.select({ id: accounts.id, probe: sql<number>`41 + 1` }).from(accounts).where(eq(accounts.id, 'acc-sync-taken'));
+    await db.transaction(async (tx) => void (await probe(tx)));
+    let settled: PromiseSettledResult<unknown>[] = [];
+    await db
+      .transaction(async (tx) => {
+        settled = await Promise.allSettled([issue(tx.insert(accounts).values(account('acc-sync-taken'))), issue(probe(tx))]);
+        throw new Error('roll it back');
+      })
+      .catch(() => undefined);
+    expect(settled.map(sqlState)).toEqual(['23505', '25P02']);
+    // The pool hands out the connection it took back last: the same one, whose Parse of the name never ran.
+    expect(await db.transaction(async (tx) => await probe(tx))).toEqual([{ id: 'acc-sync-taken', probe: 42 }]);
+    expect(await db.transaction(async (tx) => await probe(tx))).toEqual([{ id: 'acc-sync-taken', probe: 42 }]);
+  });
+
+  it('a value that cannot be sent fails its statement alone, before it reaches the server', async () => {
+    const { db } = store;
+    const unsendable = {
+      toPostgres() {
+        throw new Error('no text for this value');
+      },
+    };
+    let settled: PromiseSettledResult<unknown>[] = [];
+    await db.transaction(async (tx) => {
+      settled = await Promise.allSettled([
+        issue(tx.insert(accounts).values(account('acc-sync-3'))),
+        issue(tx.execute(sql`select ${unsendable}::text as v`)),
+        issue(tx.update(accounts).set({ creditsBalance: 4 }).where(eq(accounts.id, 'acc-sync-3'))),
+      ]);
+    });
+    expect(settled.map((e) => e.status)).toEqual(['fulfilled', 'rejected', 'fulfilled']);
+    const reason = (settled[1] as PromiseRejectedResult).reason as { cause?: unknown };
+    expect(String(reason.cause ?? reason)).toMatch(/no text for this value/);
+    expect(await creditsOf('acc-sync-3')).toBe(4);
+  });
+});
+
 const creditsOf = async (id: string) => (await one(store.db.select({ c: accounts.creditsBalance }).from(accounts).where(eq(accounts.id, id))))?.c;
 const ids = async () => (await store.db.select({ id: accounts.id }).from(accounts)).map((r) => r.id);
 

@@ -9,6 +9,7 @@ import { migrate } from 'drizzle-orm/node-postgres/migrator';
 import { PgDialect } from 'drizzle-orm/pg-core';
 import pg from 'pg';
 import type { Db } from '../client.js';
+import { inPipeline } from './pipeline.js';
 import { statementNamer } from './statement-names.js';
 
 /**
@@ -106,8 +107,9 @@ const corked = new WeakSet<object>();
 /**
  * Holds what is written to a transaction's connection until the current tick ends, so the statements issued in one
  * tick (db/sql.ts together, BEGIN with the first statement) leave in one write and wake the server once. The pool runs
- * its clients in pipeline mode: a statement is sent without waiting for the one before it to be answered, each with
- * its own Sync, so an error is still the failing statement's own (and, in a transaction, aborts what follows it).
+ * its clients in pipeline mode: a statement is sent without waiting for the one before it to be answered; outside a
+ * transaction each with its own Sync, inside one the tick's statements with one Sync for them all (db/pg/pipeline.ts),
+ * an error still the failing statement's own (and, in a transaction, aborting what follows it).
  */
 function corkForTick(client: pg.PoolClient): void {
   const socket = socketOf(client);
@@ -121,6 +123,15 @@ function corkForTick(client: pg.PoolClient): void {
 }
 
 const ignoreError = () => undefined;
+
+/**
+ * A statement of the transaction's own on its connection: with the others of the tick, one Sync for all
+ * (db/pg/pipeline.ts); `alone` (COMMIT, ROLLBACK, ROLLBACK TO: a failure before them must not skip them) on its own,
+ * after what was waiting.
+ */
+function txQuery(client: pg.PoolClient, text: string, alone = false): Promise<pg.QueryResult> {
+  return inPipeline(client, { text }, alone);
+}
 
 const dialect = new PgDialect();
 const stores = new WeakMap<object, PgUnits>();
@@ -159,7 +170,8 @@ class PgUnits {
   /** Runs a statement where `target` says; a unit run at once with others (atOnce) has it noted, and its failure. */
   query(config: pg.QueryConfig): Promise<pg.QueryResult> {
     const scope = this.current();
-    const answer = this.connectionFor(scope).query(config);
+    // A transaction's statements leave with the others of the tick, at one Sync (db/pg/pipeline.ts).
+    const answer = scope ? inPipeline(this.connectionFor(scope) as pg.PoolClient, config) : this.connectionFor(scope).query(config);
     const watch = scope?.watch;
     if (watch) {
       if (!isRead(config.text)) watch.wrote = true;
@@ -230,7 +242,7 @@ class PgUnits {
       // BEGIN leaves with the transaction's first statements (fn issues them in this tick): one round trip fewer. It
       // can only fail with the connection, which fails those statements too; it is awaited before COMMIT all the same.
       corkForTick(client);
-      const begun = client.query('BEGIN');
+      const begun = txQuery(client, 'BEGIN');
       begun.catch(() => undefined);
       const value = await this.scopes.run(scope, fn);
       await begun;
@@ -238,7 +250,7 @@ class PgUnits {
       // COMMIT leaves with the last savepoints' releases. Had one failed, the transaction was aborted, and Postgres
       // answers that COMMIT with a ROLLBACK (no error): that is this transaction's failure.
       corkForTick(client);
-      const committing = client.query('COMMIT');
+      const committing = txQuery(client, 'COMMIT', true);
       committing.catch(() => undefined);
       const releases = await Promise.allSettled(tx.released);
       const committed = await committing;
@@ -251,7 +263,7 @@ class PgUnits {
       if (tx.open) {
         tx.open = false;
         try {
-          await client.query('ROLLBACK');
+          await txQuery(client, 'ROLLBACK', true);
         } catch (rollbackErr) {
           // The connection is in no state to serve another: the pool drops it.
           broken = rollbackErr as Error;
@@ -274,7 +286,7 @@ class PgUnits {
     if (tx.atOnce) throw new NestedAtOnceError('a unit run at once with others opened a transaction of its own');
     const name = `unit_${++tx.savepoints}`;
     corkForTick(tx.client);
-    const saved = tx.client.query(`SAVEPOINT ${name}`);
+    const saved = txQuery(tx.client, `SAVEPOINT ${name}`);
     saved.catch(() => undefined);
     const inner: PgScope = { tx, afterCommit: [] };
     let value: T;
@@ -284,7 +296,7 @@ class PgUnits {
     } catch (err) {
       await saved.catch(() => undefined);
       try {
-        await tx.client.query(`ROLLBACK TO SAVEPOINT ${name}`);
+        await txQuery(tx.client, `ROLLBACK TO SAVEPOINT ${name}`, true);
       } catch (rollbackErr) {
         // The transaction cannot go on (the connection failed): it ends with this error, whatever the unit threw.
         tx.failed ??= rollbackErr as Error;
@@ -293,7 +305,7 @@ class PgUnits {
       throw err;
     }
     corkForTick(tx.client);
-    const released = tx.client.query(`RELEASE SAVEPOINT ${name}`);
+    const released = txQuery(tx.client, `RELEASE SAVEPOINT ${name}`);
     released.catch(() => undefined);
     tx.released.push(released);
     outer.afterCommit.push(...inner.afterCommit);
@@ -311,13 +323,13 @@ class PgUnits {
     if (!aheads.some((a) => a?.read)) return aheads.map((a) => a && { value: null, keys: a.keys(null) });
     const { tx } = scope;
     corkForTick(tx.client);
-    const saved = tx.client.query('SAVEPOINT ahead');
+    const saved = txQuery(tx.client, 'SAVEPOINT ahead');
     saved.catch(() => undefined);
     const reads = aheads.map((a) => a && (a.read ? a.read() : Promise.resolve(null)).then((value) => ({ value, keys: a.keys(value) })));
     const ended = await Promise.allSettled([saved, ...reads]);
     if (ended.some((e) => e.status === 'rejected')) {
       try {
-        await tx.client.query('ROLLBACK TO SAVEPOINT ahead');
+        await txQuery(tx.client, 'ROLLBACK TO SAVEPOINT ahead', true);
       } catch (rollbackErr) {
         tx.failed ??= rollbackErr as Error;
         throw rollbackErr;
@@ -326,7 +338,7 @@ class PgUnits {
     }
     // Released with the first unit's statements, as a unit's savepoint is.
     corkForTick(tx.client);
-    const released = tx.client.query('RELEASE SAVEPOINT ahead');
+    const released = txQuery(tx.client, 'RELEASE SAVEPOINT ahead');
     released.catch(() => undefined);
     tx.released.push(released);
     return ended.slice(1).map((e) => {
@@ -349,7 +361,7 @@ class PgUnits {
   private async atOnce(outer: PgScope, fns: readonly (() => Promise<unknown>)[]): Promise<Settled[] | null> {
     const { tx } = outer;
     corkForTick(tx.client);
-    const saved = tx.client.query('SAVEPOINT at_once');
+    const saved = txQuery(tx.client, 'SAVEPOINT at_once');
     saved.catch(() => undefined);
     const scopes: PgScope[] = fns.map(() => ({ tx, afterCommit: [], watch: { wrote: false, failed: false } }));
     tx.atOnce = true;
@@ -370,7 +382,7 @@ class PgUnits {
       });
     if (!clean) {
       try {
-        await tx.client.query('ROLLBACK TO SAVEPOINT at_once');
+        await txQuery(tx.client, 'ROLLBACK TO SAVEPOINT at_once', true);
       } catch (rollbackErr) {
         tx.failed ??= rollbackErr as Error;
         throw rollbackErr;

@@ -1,9 +1,11 @@
 import pg from 'pg';
+import { groupedTexts } from '../../db/pg/pipeline.js';
 import { SqliteConnection } from '../../db/sqlite-connection.js';
 
 /**
- * The statements `work` issues on the state, counted at each engine's one door: the pg client's `query`, SQLite's
- * connection `runNow`. Their texts, in the order issued.
+ * The statements `work` issues on the state, counted at each engine's one door: the pg client's `query` (each
+ * statement of a transaction's group: db/pg/pipeline.ts), SQLite's connection `runNow`. Their texts, in the order
+ * issued.
  */
 export async function statementsOf(work: () => Promise<void>): Promise<string[]> {
   const seen: string[] = [];
@@ -12,7 +14,9 @@ export async function statementsOf(work: () => Promise<void>): Promise<string[]>
   const pgQuery = client.query;
   const sqliteRun = SqliteConnection.prototype.runNow;
   client.query = function (query, ...rest) {
-    seen.push(typeof query === 'string' ? query : query.text);
+    const grouped = groupedTexts(query);
+    if (grouped) seen.push(...grouped);
+    else seen.push(typeof query === 'string' ? query : query.text);
     return pgQuery.call(this, query, ...rest);
   };
   SqliteConnection.prototype.runNow = function (this: SqliteConnection, sql, params, method) {
