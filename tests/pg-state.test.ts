@@ -162,38 +162,45 @@ describe('a transaction', () => {
 });
 
 /**
- * The writes that leave for Postgres while `work` runs: each is one send on the socket, however many statements it
- * carries (counted at net.Socket's one door for both write paths; connections to the test server only).
+ * What leaves for Postgres while `work` runs: the writes (each one send on the socket, however many statements it
+ * carries) and the Syncs among them (each a 5-byte message of its own: 'S' and its length, 4); counted at net.Socket's
+ * one door for both write paths, on connections to the test server only.
  */
-async function writesDuring(work: () => Promise<void>): Promise<number> {
-  const proto = net.Socket.prototype as unknown as { _writeGeneric: (...args: unknown[]) => unknown };
+async function wireDuring(work: () => Promise<void>): Promise<{ writes: number; syncs: number }> {
+  const proto = net.Socket.prototype as unknown as { _writeGeneric: (writev: boolean, data: unknown, ...rest: unknown[]) => unknown };
   const original = proto._writeGeneric;
-  let writes = 0;
-  proto._writeGeneric = function (this: net.Socket, ...args: unknown[]) {
-    if (this.remotePort === server.port) writes++;
-    return original.apply(this, args);
+  const seen = { writes: 0, syncs: 0 };
+  const isSync = (b: unknown) => Buffer.isBuffer(b) && b.length === 5 && b[0] === 0x53 && b.readInt32BE(1) === 4;
+  proto._writeGeneric = function (this: net.Socket, writev: boolean, data: unknown, ...rest: unknown[]) {
+    if (this.remotePort === server.port) {
+      seen.writes++;
+      seen.syncs += (writev ? (data as { chunk: unknown }[]).map((c) => c.chunk) : [data]).filter(isSync).length;
+    }
+    return original.call(this, writev, data, ...rest);
   };
   try {
     await work();
   } finally {
     proto._writeGeneric = original;
   }
-  return writes;
+  return seen;
 }
 
+const writesDuring = async (work: () => Promise<void>) => (await wireDuring(work)).writes;
+
 describe('statements issued together (db/sql.ts together)', () => {
-  it('leave in one write with the others issued in the same tick, BEGIN with the first of them', async () => {
+  it('leave in one write with the others issued in the same tick, BEGIN with the first of them, and are answered at one Sync', async () => {
     const { db } = store;
     // A connection left idle in the pool, so the transactions below open none (its start-up has writes of its own).
     await db.transaction(async (tx) => void (await tx.select().from(accounts)));
-    const byOne = await writesDuring(() =>
+    const byOne = await wireDuring(() =>
       db.transaction(async (tx) => {
         await tx.insert(accounts).values(account('acc-pipe-1'));
         await tx.update(accounts).set({ creditsBalance: 7 }).where(eq(accounts.id, 'acc-pipe-1'));
         await tx.select().from(accounts).where(eq(accounts.id, 'acc-pipe-1'));
       }),
     );
-    const issuedTogether = await writesDuring(() =>
+    const issuedTogether = await wireDuring(() =>
       db.transaction(async (tx) => {
         await together(tx, [
           () => tx.insert(accounts).values(account('acc-pipe-2')),
@@ -203,8 +210,12 @@ describe('statements issued together (db/sql.ts together)', () => {
       }),
     );
     // BEGIN with the insert, the update, the select, COMMIT; against BEGIN with all three, COMMIT.
-    expect(byOne).toBe(4);
-    expect(issuedTogether).toBe(2);
+    expect(byOne.writes).toBe(4);
+    expect(issuedTogether.writes).toBe(2);
+    // And answered at one Sync (db/pg/pipeline.ts: Postgres flushes its answers once), where one statement a tick
+    // takes a Sync each; COMMIT, a simple query, needs none.
+    expect(byOne.syncs).toBe(3);
+    expect(issuedTogether.syncs).toBe(1);
   });
 
   it('run in the order issued, and give each its own answer', async () => {
@@ -262,50 +273,11 @@ describe('statements issued together (db/sql.ts together)', () => {
   });
 });
 
-/** The Syncs written to the test server during `work` (each a 5-byte message of its own: 'S' and its length, 4). */
-async function syncsDuring(work: () => Promise<void>): Promise<number> {
-  const proto = net.Socket.prototype as unknown as { _writeGeneric: (writev: boolean, data: unknown, ...rest: unknown[]) => unknown };
-  const original = proto._writeGeneric;
-  let syncs = 0;
-  const isSync = (b: unknown) => Buffer.isBuffer(b) && b.length === 5 && b[0] === 0x53 && b.readInt32BE(1) === 4;
-  proto._writeGeneric = function (this: net.Socket, writev: boolean, data: unknown, ...rest: unknown[]) {
-    if (this.remotePort === server.port) {
-      const chunks = writev ? (data as { chunk: unknown }[]).map((c) => c.chunk) : [data];
-      syncs += chunks.filter(isSync).length;
-    }
-    return original.call(this, writev, data, ...rest);
-  };
-  try {
-    await work();
-  } finally {
-    proto._writeGeneric = original;
-  }
-  return syncs;
-}
-
 /** The SQLSTATE of a failed statement (drizzle wraps the driver's error: its code in the cause). */
 const sqlState = (e: PromiseSettledResult<unknown>) =>
   e.status === 'fulfilled' ? 'ok' : ((e.reason as { cause?: { code?: string }; code?: string }).cause?.code ?? (e.reason as { code?: string }).code);
 
 describe('the statements a transaction issues in one tick (db/pg/pipeline.ts): one Sync for them all', () => {
-  it('are answered at one Sync', async () => {
-    const { db } = store;
-    await db.transaction(async (tx) => void (await tx.select().from(accounts)));
-    const syncs = await syncsDuring(() =>
-      db.transaction(async (tx) => {
-        await together(tx, [
-          () => tx.insert(accounts).values(account('acc-sync-1')),
-          () => tx.update(accounts).set({ creditsBalance: 3 }).where(eq(accounts.id, 'acc-sync-1')),
-          () => tx.select().from(accounts).where(eq(accounts.id, 'acc-sync-1')),
-        ]);
-      }),
-    );
-    // BEGIN and the three statements at one Sync (Postgres flushes its answers once; a Sync each, three); COMMIT, a
-    // simple query, needs none.
-    expect(syncs).toBe(1);
-    expect(await creditsOf('acc-sync-1')).toBe(3);
-  });
-
   it("one that fails ends the group: it gets its own error, those after it the aborted transaction's, those before it their answers", async () => {
     const { db } = store;
     await db.insert(accounts).values(account('acc-sync-taken'));
