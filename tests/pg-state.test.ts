@@ -325,7 +325,7 @@ describe('the statements a transaction issues in one tick (db/pg/pipeline.ts): o
     await db.transaction(async (tx) => {
       settled = await Promise.allSettled([
         issue(tx.insert(accounts).values(account('acc-sync-3'))),
-        issue(tx.execute(sql`select ${unsendable}::text as v`)),
+        issue(runPgSql(tx, sql`select ${unsendable}::text as v`)),
         issue(tx.update(accounts).set({ creditsBalance: 4 }).where(eq(accounts.id, 'acc-sync-3'))),
       ]);
     });
