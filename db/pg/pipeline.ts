@@ -71,7 +71,8 @@ const QueryBase = pg.Query as unknown as new (config: { text: string }) => { nam
 class StatementGroup extends QueryBase {
   /** The statements written to the server, in order; `at` is the one whose answer arrives now. */
   private readonly sent: (Waiting & { parsed: boolean })[] = [];
-  private submitted = false;
+  /** The connection it was written to, once submitted (for its record of named statements, if the group fails). */
+  private connection: PgConnection | null = null;
   private at = 0;
   private result: PgResult | null = null;
   /** A row of the current statement that `pg`'s type parsers could not read: the statement rejects with it. */
@@ -94,7 +95,7 @@ class StatementGroup extends QueryBase {
   }
 
   submit(connection: PgConnection): null {
-    this.submitted = true;
+    this.connection = connection;
     const ready: { w: Waiting; values: unknown[] }[] = [];
     for (const w of this.waiting) {
       try {
@@ -170,8 +171,8 @@ class StatementGroup extends QueryBase {
    */
   handleError(err: unknown): void {
     // Refused before it was sent (the connection not queryable): nothing of it reached the server.
-    if (!this.submitted) {
-      this.submitted = true;
+    const { connection } = this;
+    if (!connection) {
       for (const w of this.waiting) w.reject(err);
       return;
     }
@@ -179,7 +180,7 @@ class StatementGroup extends QueryBase {
     const rest = this.sent.splice(this.at);
     rest.forEach((w, n) => {
       // A statement the server skipped was never parsed: `pg` would otherwise take its name as still on its way.
-      if (n > 0 && w.parsed && w.config.name !== undefined) delete CONNECTION_OF.get(this)?.submittedNamedStatements[w.config.name];
+      if (n > 0 && w.parsed && w.config.name !== undefined) delete connection.submittedNamedStatements[w.config.name];
       w.reject(n === 0 || !fromServer ? err : abortedError());
     });
   }
@@ -204,9 +205,6 @@ export function groupedTexts(query: unknown): readonly string[] | undefined {
   return query instanceof StatementGroup ? query.texts : undefined;
 }
 
-/** The connection a group was submitted on (for its record of named statements when the group fails). */
-const CONNECTION_OF = new WeakMap<StatementGroup, PgConnection>();
-
 /** The statements waiting for the end of the tick, per connection. */
 const pending = new WeakMap<pg.PoolClient, Waiting[]>();
 
@@ -216,7 +214,6 @@ export function sendWaiting(client: pg.PoolClient): void {
   if (!waiting) return;
   pending.delete(client);
   const group = new StatementGroup(waiting);
-  CONNECTION_OF.set(group, (client as unknown as { connection: PgConnection }).connection);
   // `pg` queues it behind what it has already sent, and hands it its answers (or its failure) like any query's.
   client.query(group as unknown as pg.QueryConfig);
 }
