@@ -11,7 +11,12 @@ import { type NavHref, Page } from './ui.js';
  * `redirectWithFlash` ends a form's POST (POST, redirect, GET: a reload never resubmits), and `formAction` runs the
  * change in between.
  */
-export async function render(deps: Pick<Deps, 'clock' | 'db'>, c: Context<DashEnv>, page: { title: string; current: NavHref; status?: number }, body: Child) {
+export async function render(
+  deps: Pick<Deps, 'clock' | 'db'> & Partial<Pick<Deps, 'secretKey'>>,
+  c: Context<DashEnv>,
+  page: { title: string; current: NavHref; status?: number },
+  body: Child,
+) {
   const session = c.var.session;
   const flash = await takeFlash(deps, session);
   return c.html(
@@ -22,7 +27,7 @@ export async function render(deps: Pick<Deps, 'clock' | 'db'>, c: Context<DashEn
   );
 }
 
-export async function redirectWithFlash(deps: Pick<Deps, 'clock' | 'db'>, c: Context<DashEnv>, to: string, flash: Flash) {
+export async function redirectWithFlash(deps: Pick<Deps, 'clock' | 'db'> & Partial<Pick<Deps, 'secretKey'>>, c: Context<DashEnv>, to: string, flash: Flash) {
   await setFlash(deps, c.var.session, flash);
   return c.redirect(to, 303);
 }
@@ -37,7 +42,7 @@ export type Outcome = Flash & { to?: string };
  * other exception) is a bug, answered with the 500 page.
  */
 export async function formAction(
-  deps: Pick<Deps, 'clock' | 'db'>,
+  deps: Pick<Deps, 'clock' | 'db'> & Partial<Pick<Deps, 'secretKey'>>,
   c: Context<DashEnv>,
   back: string,
   run: () => Outcome | Promise<Outcome>,

@@ -1,5 +1,5 @@
 import type { Context, MiddlewareHandler } from 'hono';
-import type { Clock } from '../server/shared/clock.js';
+import type { WindowCounter } from '../server/core/rate-limit.js';
 import { ApiError } from '../server/shared/errors.js';
 import { readRequestBody } from '../server/api/http/body.js';
 import type { AppEnv } from '../server/api/http/env.js';
@@ -50,8 +50,8 @@ export const CAPTURED_HTML_HEADERS: Record<string, string> = {
 
 /**
  * Wrong tokens allowed from one client address in a window; beyond them a wrong token is answered 429 until the window
- * moves. The right token always signs in, limited or not: behind a reverse proxy every client shares one address,
- * and a limit that refused the right token too would let anyone lock the operator out.
+ * moves. The right token always signs in, limited or not: behind a reverse proxy not named in TRUST_PROXY every client
+ * shares one address, and a limit that refused the right token too would let anyone lock the operator out.
  */
 export const SIGN_IN_LIMIT = { attempts: 10, windowMs: 15 * 60_000 } as const;
 
@@ -63,11 +63,6 @@ export function securityHeaders(): MiddlewareHandler<DashEnv> {
     await next();
     for (const [name, value] of Object.entries(PAGE_HEADERS)) if (!c.res.headers.has(name)) c.res.headers.set(name, value);
   };
-}
-
-/** The address the request came from (the TCP peer; the dashboard trusts no forwarding header for this). */
-export function clientAddress(c: Context<AppEnv> | Context<DashEnv>): string {
-  return c.env?.incoming?.socket?.remoteAddress ?? 'unknown';
 }
 
 /** True when the request arrived over https (directly, or through a proxy that says so): the cookie is then Secure. */
@@ -121,28 +116,17 @@ export function hasCsrfToken(c: Context<DashEnv>, form: Record<string, string>, 
 }
 
 /**
- * A sliding window per client address: the times of its last `attempts` failed attempts, so no 15 minutes (whenever
- * they start) ever hold more than `attempts` of them (a fixed window let twice as many through across its boundary).
- * Measured on the monotonic clock: a step of the wall clock neither stretches nor ends the window.
+ * A sliding window per client address: no 15 minutes (whenever they start) ever hold more than `attempts` failed
+ * attempts from it (a fixed window let twice as many through across its boundary). Counted in the service's windows
+ * (server/core/rate-limit.ts): this process's memory on the monotonic clock on SQLite (a step of the wall clock neither
+ * stretches nor ends the window), the state database on Postgres, so every node counts the same attempts.
  */
-export function createAttemptLimiter(clock: Clock, limit: { attempts: number; windowMs: number } = SIGN_IN_LIMIT) {
-  const recent = new Map<string, number[]>();
-  const live = (times: number[], now: number) => times.filter((t) => t + limit.windowMs > now);
+export function createAttemptLimiter(windows: WindowCounter, limit: { attempts: number; windowMs: number } = SIGN_IN_LIMIT) {
   return {
     /** Counts one failed attempt; returns the seconds to wait when it is over the limit (and then it does not count). */
-    take(address: string): { ok: true } | { ok: false; retryAfterSeconds: number } {
-      const now = clock.monotonic();
-      if (recent.size > 10_000) {
-        for (const [a, times] of recent) if (live(times, now).length === 0) recent.delete(a);
-      }
-      const times = live(recent.get(address) ?? [], now);
-      if (times.length >= limit.attempts) {
-        recent.set(address, times);
-        return { ok: false, retryAfterSeconds: Math.max(1, Math.ceil((times[0]! + limit.windowMs - now) / 1000)) };
-      }
-      times.push(now);
-      recent.set(address, times);
-      return { ok: true };
+    async take(address: string): Promise<{ ok: true } | { ok: false; retryAfterSeconds: number }> {
+      const decided = await windows.take([{ scope: `signin:${address}`, limit: limit.attempts, windowMs: limit.windowMs }]);
+      return decided.ok ? decided : { ok: false, retryAfterSeconds: Math.max(1, Math.ceil(decided.retryAfterMs / 1000)) };
     },
   };
 }

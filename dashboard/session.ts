@@ -3,9 +3,10 @@ import { type Db, unsynced } from '../db/client.js';
 import { dashboardSessions } from '../db/schema/index.js';
 import { adminTokenHash } from '../server/core/admin-token.js';
 import type { Deps } from '../server/core/deps.js';
-import { constantTimeEqual, randomBase62, sha256Hex } from '../server/shared/secrets.js';
+import { SEAL_CONTEXTS } from '../server/shared/seal-contexts.js';
+import { constantTimeEqual, openBytes, randomBase62, sealBytes, sha256Hex } from '../server/shared/secrets.js';
 import { storeFaultOf } from '../server/shared/store-health.js';
-import { one } from '../db/sql.js';
+import { one, statementsAreRoundTrips } from '../db/sql.js';
 
 /** Sign-in, sessions and flash messages of the dashboard. Policy first, as data. */
 export const SESSION_POLICY = {
@@ -82,9 +83,12 @@ export async function closeAllSessions(db: Db): Promise<void> {
 }
 
 /**
- * A flash's secret (a new API key) never reaches the disk: it waits in this process's memory, beside the session's
- * flash row, for the page that shows it, and is dropped after SECRET_HOLD_MS if that page never comes. (Keys are
- * stored only as hashes; a plaintext copy in the sessions table would undo that.)
+ * A flash's secret (a new API key) is never stored in plain: on SQLite it waits in this process's memory, beside the
+ * session's flash row, for the page that shows it, and is dropped after SECRET_HOLD_MS if that page never comes. (Keys
+ * are stored only as hashes; a plaintext copy in the sessions table would undo that.) With several nodes (Postgres)
+ * the page may be served by another node: the secret then waits in the session's row sealed with the secret key, until
+ * SECRET_HOLD_MS has passed or it is shown, whichever comes first (with SECRET_KEY=off, in this node's memory as on
+ * SQLite).
  */
 const SECRET_HOLD_MS = 60_000;
 const heldSecrets = new WeakMap<Db, Map<string, { secret: string; until: number }>>();
@@ -98,26 +102,42 @@ function secretsOf(db: Db): Map<string, { secret: string; until: number }> {
   return held;
 }
 
-export async function setFlash(deps: Pick<Deps, 'db' | 'clock'>, session: Session, flash: Flash): Promise<void> {
+/** Where a flash's secret waits: in the session's row, sealed, when several nodes may serve the next page and it can be sealed. */
+function sealingKey(deps: Pick<Deps, 'db'> & Partial<Pick<Deps, 'secretKey'>>): Buffer | null {
+  return statementsAreRoundTrips(deps.db) ? (deps.secretKey ?? null) : null;
+}
+
+export async function setFlash(deps: Pick<Deps, 'db' | 'clock'> & Partial<Pick<Deps, 'secretKey'>>, session: Session, flash: Flash): Promise<void> {
   const { secret, ...stored } = flash;
   const held = secretsOf(deps.db);
   const now = deps.clock.now();
-  for (const [key, value] of held) if (value.until <= now) held.delete(key);
-  if (secret !== undefined) held.set(session.tokenHash, { secret, until: now + SECRET_HOLD_MS });
+  const key = sealingKey(deps);
+  for (const [token, value] of held) if (value.until <= now) held.delete(token);
+  if (secret !== undefined && !key) held.set(session.tokenHash, { secret, until: now + SECRET_HOLD_MS });
   else held.delete(session.tokenHash);
+  const sealed = secret !== undefined && key ? sealBytes(key, Buffer.from(secret), SEAL_CONTEXTS.flashSecret(session.tokenHash)) : null;
   await deps.db
     .update(dashboardSessions)
-    .set({ flash: JSON.stringify(stored) })
+    .set({ flash: JSON.stringify(stored), flashSecretSealed: sealed, flashSecretUntil: sealed ? now + SECRET_HOLD_MS : null })
     .where(eq(dashboardSessions.tokenHash, session.tokenHash));
 }
 
 /** The session's flash, removed as it is read (shown once). */
-export async function takeFlash(deps: Pick<Deps, 'db' | 'clock'>, session: Session): Promise<Flash | null> {
+export async function takeFlash(deps: Pick<Deps, 'db' | 'clock'> & Partial<Pick<Deps, 'secretKey'>>, session: Session): Promise<Flash | null> {
   const where = eq(dashboardSessions.tokenHash, session.tokenHash);
-  const row = await one(deps.db.select({ flash: dashboardSessions.flash }).from(dashboardSessions).where(where));
+  const row = await one(
+    deps.db
+      .select({ flash: dashboardSessions.flash, sealed: dashboardSessions.flashSecretSealed, until: dashboardSessions.flashSecretUntil })
+      .from(dashboardSessions)
+      .where(where),
+  );
   if (!row?.flash) return null;
-  await deps.db.update(dashboardSessions).set({ flash: null }).where(where);
+  await deps.db.update(dashboardSessions).set({ flash: null, flashSecretSealed: null, flashSecretUntil: null }).where(where);
   const flash = JSON.parse(row.flash) as Flash;
+  const key = sealingKey(deps);
+  if (row.sealed && key && (row.until ?? 0) > deps.clock.now()) {
+    return { ...flash, secret: openBytes(key, row.sealed, SEAL_CONTEXTS.flashSecret(session.tokenHash)).toString() };
+  }
   const held = secretsOf(deps.db).get(session.tokenHash);
   secretsOf(deps.db).delete(session.tokenHash);
   return held && held.until > deps.clock.now() ? { ...flash, secret: held.secret } : flash;

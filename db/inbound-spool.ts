@@ -1,5 +1,5 @@
 import { type CipherGCM, type DecipherGCM, createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
-import { closeSync, createReadStream, mkdirSync, openSync, readdirSync, rmSync, statSync, writevSync } from 'node:fs';
+import { closeSync, createReadStream, mkdirSync, openSync, readSync, readdirSync, rmSync, statSync, writevSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { Readable, Transform } from 'node:stream';
 import { fsyncDir, fsyncDirOffLoop, fsyncOffLoop } from './data-dir.js';
@@ -67,6 +67,40 @@ function writeAll(fd: number, pieces: Buffer[]): void {
 }
 
 /**
+ * Seals what it is given into records of SPOOL_CHUNK bytes (the last data record may be shorter), each piece
+ * enciphered as it comes (no reference to a chunk is kept), and hands each record to `emit` once full, as the pieces
+ * to write in order (its head, then its body). Full records let the reader hand the parser chunks of SPOOL_CHUNK
+ * bytes, which mailparser's input stage copies once (smaller ones it gathers by copying them again and again).
+ */
+function createSealer(key: Buffer, id: string, emit: (pieces: Buffer[]) => void) {
+  let index = 0;
+  /** The record being filled: only the end record is the last, so each data record's associated data is known at its start. */
+  let open: OpenRecord | null = null;
+  return {
+    append(chunk: Buffer): void {
+      for (let at = 0; at < chunk.length; ) {
+        open ??= openRecord(key, id, index++, false);
+        const piece = chunk.subarray(at, at + SPOOL_CHUNK - open.bytes);
+        at += piece.length;
+        open.body.push(open.cipher.update(piece));
+        open.bytes += piece.length;
+        if (open.bytes === SPOOL_CHUNK) {
+          emit(sealRecord(open, false));
+          open = null;
+        }
+      }
+    },
+    /** The record being filled (if any) and the end record, as the pieces of each. */
+    end(): Buffer[][] {
+      const records = open ? [sealRecord(open, false)] : [];
+      open = null;
+      records.push(sealRecord(openRecord(key, id, index++, true), true));
+      return records;
+    },
+  };
+}
+
+/**
  * A writer that seals what it is given into the spool file of `id`. `finish()` writes the end record and fsyncs:
  * once it resolves, the message is durable. `discard()` removes the file (a refused or interrupted message).
  */
@@ -77,30 +111,13 @@ export function createSpoolWriter(dataDir: string, key: Buffer, id: string) {
   if (made !== undefined) for (let d = dir; d !== dirname(made); d = dirname(d)) fsyncDir(dirname(d));
   const path = spoolPath(dataDir, id);
   const fd = openSync(path, 'wx', 0o600);
-  let index = 0;
   let closed = false;
-  /** The record being filled: only the end record is the last, so each data record's associated data is known at its start. */
-  let open: OpenRecord | null = null;
+  // Each record written once full: synchronous, so the disk write is the back-pressure.
+  const sealer = createSealer(key, id, (pieces) => writeAll(fd, pieces));
   return {
     path,
-    /**
-     * Seals what is given into records of SPOOL_CHUNK bytes (the last data record may be shorter), each piece
-     * enciphered as it comes (no reference to `chunk` is kept) and each record written once full: synchronous, so the
-     * disk write is the back-pressure. Full records let the reader hand the parser chunks of SPOOL_CHUNK bytes, which
-     * mailparser's input stage copies once (smaller ones it gathers by copying them again and again).
-     */
     append(chunk: Buffer): void {
-      for (let at = 0; at < chunk.length; ) {
-        open ??= openRecord(key, id, index++, false);
-        const piece = chunk.subarray(at, at + SPOOL_CHUNK - open.bytes);
-        at += piece.length;
-        open.body.push(open.cipher.update(piece));
-        open.bytes += piece.length;
-        if (open.bytes === SPOOL_CHUNK) {
-          writeAll(fd, sealRecord(open, false));
-          open = null;
-        }
-      }
+      sealer.append(chunk);
     },
     /**
      * Seals the record being filled and the end record, fsyncs and closes, then fsyncs the directory (the file's
@@ -108,9 +125,7 @@ export function createSpoolWriter(dataDir: string, key: Buffer, id: string) {
      * megabytes takes the disk a while, and the event loop serves every other session meanwhile.
      */
     async finish(): Promise<void> {
-      const pieces = open ? sealRecord(open, false) : [];
-      open = null;
-      writeAll(fd, [...pieces, ...sealRecord(openRecord(key, id, index++, true), true)]);
+      writeAll(fd, sealer.end().flat());
       try {
         await fsyncOffLoop(fd);
       } finally {
@@ -128,14 +143,34 @@ export function createSpoolWriter(dataDir: string, key: Buffer, id: string) {
     },
   };
 }
+
 /**
- * The plaintext of a spool file as a stream; it errors if any record was altered, reordered or the end is missing,
- * or if anything follows the end. Each record's body goes to its decipher as it is read, in whatever pieces the file
+ * The sealer of the row spool (db/inbound-spool-rows.ts): each record whole, as one Buffer (a row's bytes), handed
+ * to `emit` as it is full; `end()` gives the rest.
+ */
+export function createRecordSealer(key: Buffer, id: string, emit: (record: Buffer) => void) {
+  const sealer = createSealer(key, id, (pieces) => emit(Buffer.concat(pieces)));
+  return { append: (chunk: Buffer) => sealer.append(chunk), end: () => sealer.end().map((pieces) => Buffer.concat(pieces)) };
+}
+
+/**
+ * The plaintext of a spooled message from its sealed records (a file, or rows in order: the same bytes) as a stream;
+ * it errors if any record was altered, reordered or the end is missing, or if anything follows the end. Each record's body goes to its decipher as it is read, in whatever pieces the file
  * gives, and its plaintext is handed on once the record's tag is checked: no record is copied whole first. A record
  * longer than SPOOL_CHUNK (no writer makes one) is refused before it is read, so memory stays at one record.
  * `readSize` is the size of the file's reads (the tests' way to cut records across them).
  */
 export function readSpool(path: string, key: Buffer, id: string, readSize?: number): Readable {
+  return openSpool(sealedFile(path, readSize), key, id);
+}
+
+/** The sealed records of a spool file; full records are read one per read (each deciphered in one piece, handed on as one chunk). */
+export function sealedFile(path: string, readSize?: number): Readable {
+  return createReadStream(path, { highWaterMark: readSize ?? HEAD_BYTES + SPOOL_CHUNK });
+}
+
+/** The plaintext of sealed records, read from `source` in whatever pieces it gives (openSpool's rules). */
+export function openSpool(source: Readable, key: Buffer, id: string): Readable {
   let head: Buffer[] = [];
   let headBytes = 0;
   let record: { decipher: DecipherGCM; left: number; last: boolean; plain: Buffer[] } | null = null;
@@ -184,13 +219,13 @@ export function readSpool(path: string, key: Buffer, id: string, readSize?: numb
       done(ended ? null : new Error('spool: the file is cut short'));
     },
   });
-  // Full records are read one per read: each deciphered in one piece, handed on as one chunk.
-  const source = createReadStream(path, { highWaterMark: readSize ?? HEAD_BYTES + SPOOL_CHUNK });
   source.on('error', (err) => opener.destroy(err));
+  // A reader that stops early (the header block of verdictsOf) destroys the plaintext: the source goes with it.
+  opener.on('close', () => source.destroy());
   return source.pipe(opener);
 }
 
-/** Removes spool files older than `olderThanMs` that `isReferenced` does not claim (a crash between file and commit). */
+/** Removes spool files untouched for longer than `olderThanMs` that `isReferenced` does not claim (a crash between file and commit). */
 export async function sweepSpool(dataDir: string, now: number, olderThanMs: number, isReferenced: (id: string) => Promise<boolean>): Promise<number> {
   let removed = 0;
   let names: string[];
@@ -211,6 +246,52 @@ export async function sweepSpool(dataDir: string, now: number, olderThanMs: numb
     }
   }
   return removed;
+}
+
+/** Records read in one statement by a reader: memory stays at a few records whatever the message's size. */
+export const SPOOL_PAGE_RECORDS = 4;
+
+/**
+ * The sealed records of `id` read page by page through `page` (a statement on the state, or a parse thread's request
+ * to the event loop that has the state: parse-worker.ts): the next page only once the reader took the last.
+ */
+export function sealedFromPages(page: (id: string, from: number) => Promise<{ seq: number; record: Buffer }[]>, id: string): Readable {
+  async function* records(): AsyncGenerator<Buffer> {
+    let next = 0;
+    for (;;) {
+      const rows = await page(id, next);
+      if (rows.length === 0) return;
+      for (const row of rows) yield row.record;
+      next = rows[rows.length - 1]!.seq + 1;
+      if (rows.length < SPOOL_PAGE_RECORDS) return;
+    }
+  }
+  return Readable.from(records(), { objectMode: false, highWaterMark: 1 });
+}
+
+/**
+ * The sealed records of a spool file as they are stored, one Buffer each (head and ciphertext), unopened: what
+ * `mailstead state copy` puts in `inbound_spool_records`, a row per record. A tail shorter than its head says is given
+ * as it is (the reader refuses it, as it refuses the file). Memory stays at one record.
+ */
+export function* spoolFileRecords(path: string): Generator<Buffer> {
+  const fd = openSync(path, 'r');
+  try {
+    for (let at = 0; ; ) {
+      const head = Buffer.alloc(HEAD_BYTES);
+      const got = readSync(fd, head, 0, HEAD_BYTES, at);
+      if (got === 0) return;
+      const length = got < HEAD_BYTES ? 0 : Math.min(head.readUInt32BE(0) & 0x7fffffff, SPOOL_CHUNK + 1);
+      const record = Buffer.alloc(HEAD_BYTES + length);
+      head.copy(record, 0, 0, got);
+      const body = got < HEAD_BYTES ? 0 : readSync(fd, record, HEAD_BYTES, length, at + HEAD_BYTES);
+      yield record.subarray(0, got + body);
+      if (got < HEAD_BYTES || body < length) return;
+      at += HEAD_BYTES + length;
+    }
+  } finally {
+    closeSync(fd);
+  }
 }
 
 /** A readable of a whole buffer (tests, small messages). */

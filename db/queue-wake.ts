@@ -10,7 +10,8 @@ import { type Db, unitOf } from './client.js';
  *   once it has committed (synchronous=FULL: durable when COMMIT returns), nothing if it rolled back;
  * - a mark after a statement of its own (synchronous=FULL, durable when it returns) wakes on the next microtask.
  * A wake is a hint (the worker claims what is due), so a mark of a transaction that rolled back costs one idle claim.
- * Marks of one batch or one synchronous step wake each queue once.
+ * Marks of one batch or one synchronous step wake each queue once. With several nodes (server/app/liveness.ts), each
+ * wake is also told to the other nodes (`forwardWakes`), whose workers are woken by `wakeFromElsewhere`.
  */
 
 export type QueueName = 'recipients' | 'webhooks' | 'customer-db';
@@ -21,6 +22,8 @@ interface Wakes {
   job: Set<QueueName> | null;
   /** Marks waiting for the next microtask. */
   soon: Set<QueueName> | null;
+  /** Tells the other nodes of a wake made here; null with one node. */
+  forward: ((queue: QueueName) => void) | null;
 }
 
 const byDb = new WeakMap<Db, Wakes>();
@@ -30,7 +33,7 @@ const unitMarks = new WeakMap<object, Set<QueueName>>();
 function wakesOf(db: Db): Wakes {
   let w = byDb.get(db);
   if (!w) {
-    w = { listeners: new Map(), job: null, soon: null };
+    w = { listeners: new Map(), job: null, soon: null, forward: null };
     byDb.set(db, w);
   }
   return w;
@@ -101,8 +104,22 @@ export function wakeMarked(db: Db, marks: Iterable<QueueName>): void {
   fire(wakesOf(db), marks);
 }
 
-function fire(w: Wakes, marks: Iterable<QueueName>): void {
+function fire(w: Wakes, marks: Iterable<QueueName>, local = false): void {
   for (const queue of new Set(marks)) {
     for (const listener of [...(w.listeners.get(queue) ?? [])]) listener();
+    if (!local) w.forward?.(queue);
   }
+}
+
+const QUEUES: readonly QueueName[] = ['recipients', 'webhooks', 'customer-db'];
+
+/** Passes every wake made on this node to `forward` (the other nodes'); null stops it. */
+export function forwardWakes(db: Db, forward: ((queue: QueueName) => void) | null): void {
+  wakesOf(db).forward = forward;
+}
+
+/** Wakes this node's workers of `queue`, named by another node's wake (an unknown name is ignored). */
+export function wakeFromElsewhere(db: Db, queue: string): void {
+  const known = QUEUES.find((q) => q === queue);
+  if (known) fire(wakesOf(db), [known], true);
 }

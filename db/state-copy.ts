@@ -1,8 +1,10 @@
 import { createHash } from 'node:crypto';
+import { existsSync, statSync } from 'node:fs';
 import type Database from 'better-sqlite3';
 import { is } from 'drizzle-orm';
 import { getTableConfig, type SQLiteColumn, SQLiteTable } from 'drizzle-orm/sqlite-core';
 import type pg from 'pg';
+import { spoolFileRecords, spoolPath } from './inbound-spool.js';
 import * as schema from './schema/index.js';
 
 /**
@@ -25,6 +27,14 @@ const COUNTED_ONLY = new Set(['change_counters']);
 /** Postgres takes at most 65,535 parameters a statement. */
 const MAX_PARAMETERS = 60_000;
 
+/**
+ * The inbound spool's table: on SQLite the spool is files in DATA_DIR (db/inbound-spool.ts) and the table stays empty,
+ * so its rows come from the files, each record a row, as a Postgres node writes them (db/inbound-spool-rows.ts).
+ */
+const SPOOL_TABLE = 'inbound_spool_records';
+/** Spool records (up to 64 KB each) sent in one statement, and read back in one when they are compared. */
+const SPOOL_ROWS_PER_STATEMENT = 32;
+
 interface CopiedTable {
   name: string;
   table: SQLiteTable;
@@ -43,6 +53,8 @@ export interface TableCount {
 
 export interface CopyReport {
   dryRun: boolean;
+  /** The spooled messages copied from DATA_DIR's files (the queued writes' own), and their records. */
+  spool: { messages: number; records: number };
   tables: TableCount[];
   /** The tables compared row for row (every one but the change counters), each with the digest both sides gave. */
   compared: { name: string; rows: number; digest: string }[];
@@ -100,19 +112,53 @@ function primaryOrder(t: CopiedTable, sqlite: Database.Database): string[] {
   if (keys.length > 0) return keys;
   // A composite primary key (idempotency_keys: account and key) is declared on the table, not on a column.
   const info = sqlite.prepare(`select name from pragma_table_info(?) where pk > 0 order by pk`).all(t.name) as { name: string }[];
-  return info.map((r) => r.name);
+  // A table without one (rate_hits: counted requests) is compared in the order of all its columns.
+  return info.length > 0 ? info.map((r) => r.name) : t.columns.map((c) => c.name);
+}
+
+/**
+ * The spool files the queued writes read (an unreferenced file is an orphan the sweep would remove), in the order
+ * Postgres sorts their ids with collate "C", each record a row of SPOOL_TABLE: its id, its index, its bytes, and the
+ * file's last write as its `created_at` (what the sweep reads).
+ */
+function spoolRows(sqlite: Database.Database, dataDir: string, columns: SQLiteColumn[]): { ids: string[]; rows: () => Generator<unknown[]> } {
+  const referenced = sqlite.prepare('select distinct spool_id as id from customer_db_writes where spool_id is not null').all() as { id: string }[];
+  const ids = referenced
+    .map((r) => r.id)
+    .filter((id) => existsSync(spoolPath(dataDir, id)))
+    .sort((a, b) => (Buffer.from(a) < Buffer.from(b) ? -1 : 1));
+  return {
+    ids,
+    *rows() {
+      for (const id of ids) {
+        const path = spoolPath(dataDir, id);
+        const createdAt = Math.floor(statSync(path).mtimeMs);
+        let seq = 0;
+        for (const record of spoolFileRecords(path)) {
+          const row: Record<string, unknown> = { spool_id: id, seq: seq++, record, created_at: createdAt };
+          yield columns.map((c) => row[c.name]);
+        }
+      }
+    },
+  };
 }
 
 /** A digest of every row of `rows`, each value written as the other engine would give it back. */
 function digestRows(rows: Iterable<unknown[]>): { rows: number; digest: string } {
   const hash = createHash('sha256');
+  const n = digestRowsInto(hash, rows);
+  return { rows: n, digest: hash.digest('hex') };
+}
+
+/** Feeds `rows` to `hash` as digestRows does; returns how many. */
+function digestRowsInto(hash: ReturnType<typeof createHash>, rows: Iterable<unknown[]>): number {
   let n = 0;
   for (const row of rows) {
     n++;
     hash.update(JSON.stringify(row.map((v) => (Buffer.isBuffer(v) ? `\\x${v.toString('hex')}` : v))));
     hash.update('\n');
   }
-  return { rows: n, digest: hash.digest('hex') };
+  return n;
 }
 
 /**
@@ -120,13 +166,22 @@ function digestRows(rows: Iterable<unknown[]>): { rows: number; digest: string }
  * Postgres behind `pool`, migrated by this version and empty of rows but the migrations' own. With `dryRun`, checks
  * both and counts what it would copy, writing nothing.
  */
-export async function copyState(sqlite: Database.Database, pool: pg.Pool, opts: { dryRun: boolean }): Promise<CopyReport> {
+export async function copyState(sqlite: Database.Database, pool: pg.Pool, opts: { dryRun: boolean; dataDir: string }): Promise<CopyReport> {
   const tables = tablesInCopyOrder();
+  const spoolTable = tables.find((t) => t.name === SPOOL_TABLE)!;
+  const spool = spoolRows(sqlite, opts.dataDir, spoolTable.columns);
+  /** The rows to copy of a table: SQLite's, or the spool files' records. */
+  const sourceRows = (t: CopiedTable): Iterable<unknown[]> =>
+    t.name === SPOOL_TABLE ? spool.rows() : (sqlite.prepare(selectSql(t)).raw(true).iterate() as Iterable<unknown[]>);
   const client = await pool.connect();
   try {
+    if ((sqlite.prepare(`select count(*) as n from ${SPOOL_TABLE}`).get() as { n: number }).n > 0)
+      throw new StateCopyError(`${SPOOL_TABLE} holds rows in DATA_DIR, where the spool is files: this state was not written by Mailstead`);
     const counts: TableCount[] = [];
+    let spoolRecords = 0;
+    for (const _ of spool.rows()) spoolRecords++;
     for (const t of tables) {
-      const source = (sqlite.prepare(`select count(*) as n from ${quote(t.name)}`).get() as { n: number }).n;
+      const source = t.name === SPOOL_TABLE ? spoolRecords : (sqlite.prepare(`select count(*) as n from ${quote(t.name)}`).get() as { n: number }).n;
       const { rows } = await client.query<{ n: string }>(`select count(*)::text as n from ${quote(t.name)}`);
       const target = Number(rows[0]?.n ?? 0);
       if (target > 0 && !MADE_BY_MIGRATIONS.has(t.name)) {
@@ -134,14 +189,15 @@ export async function copyState(sqlite: Database.Database, pool: pg.Pool, opts: 
       }
       counts.push({ name: t.name, source, target });
     }
-    if (opts.dryRun) return { dryRun: true, tables: counts.map((c) => ({ ...c, target: 0 })), compared: [] };
+    const spoolCopied = { messages: spool.ids.length, records: spoolRecords };
+    if (opts.dryRun) return { dryRun: true, spool: spoolCopied, tables: counts.map((c) => ({ ...c, target: 0 })), compared: [] };
 
     await client.query('BEGIN');
     try {
       for (const t of tables) {
         if (MADE_BY_MIGRATIONS.has(t.name)) await client.query(`delete from ${quote(t.name)}`);
         const names = t.columns.map((c) => quote(c.name)).join(', ');
-        const perBatch = Math.max(1, Math.floor(MAX_PARAMETERS / t.columns.length));
+        const perBatch = t.name === SPOOL_TABLE ? SPOOL_ROWS_PER_STATEMENT : Math.max(1, Math.floor(MAX_PARAMETERS / t.columns.length));
         let batch: unknown[][] = [];
         const flush = async () => {
           if (batch.length === 0) return;
@@ -150,7 +206,7 @@ export async function copyState(sqlite: Database.Database, pool: pg.Pool, opts: 
           await client.query(`insert into ${quote(t.name)} (${names}) values ${tuples.join(', ')}`, params);
           batch = [];
         };
-        for (const row of sqlite.prepare(selectSql(t)).raw(true).iterate() as Iterable<unknown[]>) {
+        for (const row of sourceRows(t)) {
           batch.push(row.map((v, i) => toPostgres(t.columns[i]!, v)));
           if (batch.length >= perBatch) await flush();
         }
@@ -183,6 +239,15 @@ export async function copyState(sqlite: Database.Database, pool: pg.Pool, opts: 
       const name = t.name;
       const order = primaryOrder(t, sqlite).map(quote).join(', ');
       const cols = t.columns.map((c) => quote(c.name)).join(', ');
+      if (name === SPOOL_TABLE) {
+        const fromFiles = digestRows(spool.rows());
+        const fromPostgres = await digestSpoolRows(client, cols);
+        if (fromFiles.digest !== fromPostgres.digest || fromFiles.rows !== fromPostgres.rows) {
+          throw new StateCopyError(`${name}: the records in Postgres differ from DATA_DIR's spool files after the copy`);
+        }
+        compared.push({ name, ...fromPostgres });
+        continue;
+      }
       const fromSqlite = digestRows(
         (function* () {
           for (const row of sqlite
@@ -204,8 +269,32 @@ export async function copyState(sqlite: Database.Database, pool: pg.Pool, opts: 
       }
       compared.push({ name, ...fromPostgres });
     }
-    return { dryRun: false, tables: tablesAfter, compared };
+    return { dryRun: false, spool: spoolCopied, tables: tablesAfter, compared };
   } finally {
     client.release();
   }
+}
+
+/** digestRows of SPOOL_TABLE in Postgres, read a page at a time (its records are the large messages themselves). */
+async function digestSpoolRows(client: pg.PoolClient, cols: string): Promise<{ rows: number; digest: string }> {
+  const pages = async function* () {
+    let after: [string, number] | null = null;
+    for (;;) {
+      const where: string = after ? `where (spool_id collate "C", seq) > ($1 collate "C", $2)` : '';
+      const { rows } = await client.query<unknown[]>({
+        text: `select ${cols} from ${SPOOL_TABLE} ${where} order by spool_id collate "C", seq limit ${SPOOL_ROWS_PER_STATEMENT}`,
+        values: after ? [...after] : [],
+        rowMode: 'array',
+      });
+      if (rows.length === 0) return;
+      yield rows;
+      const last = rows[rows.length - 1] as unknown[];
+      after = [last[0] as string, Number(last[1])];
+    }
+  };
+  // The digest over the pages as digestRows makes it over rows.
+  const hash = createHash('sha256');
+  let n = 0;
+  for await (const rows of pages()) n += digestRowsInto(hash, rows);
+  return { rows: n, digest: hash.digest('hex') };
 }

@@ -1,5 +1,6 @@
 import { createRunner } from '../server/queues/runner.js';
 import { newWorkerId } from '../server/queues/leases.js';
+import { singleNode } from '../server/queues/nodes.js';
 import type { Deps } from '../server/core/deps.js';
 import { type Claimed, recipientQueue } from './delivery-queue.js';
 import { createFairSlots } from '../server/queues/fair-slots.js';
@@ -69,13 +70,14 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
  * DNS or a large backlog holds up only the mail of its own account and destination.
  */
 export function createDeliveryEngine(
-  deps: Pick<Deps, 'clock' | 'commits' | 'config' | 'db' | 'logger' | 'metrics' | 'resolver' | 'secretKey' | 'storeHealth'>,
+  deps: Pick<Deps, 'clock' | 'commits' | 'config' | 'db' | 'logger' | 'metrics' | 'resolver' | 'secretKey' | 'storeHealth'> & Partial<Pick<Deps, 'nodes'>>,
   options: Partial<EngineOptions> = {},
   /** Parts made by the caller instead: the signing thread (a test holds its builds, as a busy signer would). */
   parts: { signer?: Signer } = {},
 ) {
   const opts = { ...DEFAULT_ENGINE_OPTIONS, ...options };
-  const worker = newWorkerId();
+  const nodes = deps.nodes ?? singleNode(deps.config.nodeName);
+  const worker = newWorkerId(nodes.name);
 
   const queue = recipientQueue(deps.db);
 
@@ -93,10 +95,10 @@ export function createDeliveryEngine(
     tick: async () => await tick(),
     onError: (err) => logFailure(deps, 'delivery.claim_failed', err),
     wake: { db: deps.db, queue: 'recipients' },
-    // Leases of earlier runs whose process is gone are released first; a lease of a process that may still be
-    // running is left to run out.
+    // Leases of earlier runs whose process (or, with several nodes, whose node) is gone are released first; a lease
+    // of a holder that may still be running is left to run out.
     onStart: async () => {
-      const released = await queue.releaseDead(worker);
+      const released = await queue.releaseDead(worker, await nodes.deadHolders(worker));
       if (released > 0) deps.logger.warn('delivery.leases_released', { released });
       const capped = await queue.capForeign(worker, leaseNow(deps.clock), opts.leaseMs);
       if (capped > 0) deps.logger.warn('delivery.leases_capped', { capped });
@@ -122,7 +124,9 @@ export function createDeliveryEngine(
 
   // The parts: connection slots, routes, the signing thread and the messages it builds, outcomes, transports, lanes.
   const isStopping = () => stopping;
-  const slots = createFairSlots({ total: opts.maxConnections, perAccount: opts.perAccount, perDestination: opts.perDomain });
+  // A destination's connections are split between the live nodes (docs/api/decisions.md section 12), at least one each.
+  const perDomain = () => Math.max(1, Math.floor(opts.perDomain / nodes.liveCount()));
+  const slots = createFairSlots({ total: opts.maxConnections, perAccount: opts.perAccount, perDestination: perDomain });
   const router = createRouter(deps);
   const signingKeys = createSigningKeyCache(deps);
   const signer: Signer = parts.signer ?? createSigner({ onCrash: (err) => deps.logger.error('delivery.signer_failed', { err }) });
@@ -136,7 +140,7 @@ export function createDeliveryEngine(
     outcomes,
     isStopping,
     track: (lane) => void runner.track(lane),
-    perDomain: opts.perDomain,
+    perDomain,
     recipientsPerLane: opts.recipientsPerLane,
   });
 

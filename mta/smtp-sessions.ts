@@ -3,6 +3,7 @@ import type { SMTPServer, SMTPServerSession } from 'smtp-server';
 import { clientKey } from '../server/shared/ip-ranges.js';
 import type { Logger } from '../server/shared/logger.js';
 import { SmtpReply } from './inbound/receive.js';
+import { proxyHeaderBytes } from './proxy-accept.js';
 
 /**
  * What the service's two SMTP servers (inbound on SMTP_PORT, submission on the submission ports) share around
@@ -39,7 +40,9 @@ export function createClientBounds(server: () => SMTPServer, opts: { maxPerAddre
       if (n > opts.maxPerAddress) return new SmtpReply(421, '4.7.0 Too many connections from your address; try again later');
       // Called before the banner: any byte already here was sent before it. smtp-server refuses a whole command line
       // sent early, but not the start of one whose line end is held back until after the banner.
-      if ((connectionOf(server(), session.id)?._socket.bytesRead ?? 0) > 0) return new SmtpReply(421, '4.7.0 You talked before the greeting; closing');
+      // A PROXY header (SMTP_PROXY_PROTOCOL) is the balancer's, not the client's.
+      const socket = connectionOf(server(), session.id)?._socket;
+      if (socket && socket.bytesRead - proxyHeaderBytes(socket) > 0) return new SmtpReply(421, '4.7.0 You talked before the greeting; closing');
       // A session that outlives its bound is closed, whatever it is doing.
       sessionTimers.set(session.id, setTimeout(() => connectionOf(server(), session.id)?.close(), opts.maxSessionMs).unref());
       return null;

@@ -52,6 +52,8 @@ describe('defaults (docs/api/decisions.md section 1)', () => {
     ['DNS_SERVERS', config.dnsServers, null],
     ['SMTP_RELAY_URL', config.smtpRelayUrl, null],
     ['ADMIN_TOKEN', config.adminToken, null],
+    ['SMTP_PROXY_PROTOCOL', config.smtpProxyProtocol, false],
+    ['TRUST_PROXY', config.trustProxy.entries, []],
   ])('%s defaults to %j', (_name, actual, expected) => {
     expect(actual).toEqual(expected);
   });
@@ -236,6 +238,13 @@ describe('a bad value throws ConfigError: one line naming the variable', () => {
     ['GRACE_EMAILS', 'many'],
     ['SMTP_MAX_MESSAGE_BYTES', '25MB'],
     ['ALLOW_PRIVATE_TARGETS', 'maybe'],
+    ['SMTP_PROXY_PROTOCOL', 'maybe'],
+    ['TRUST_PROXY', 'proxy.example'],
+    ['TRUST_PROXY', '10.0.0.0/33'],
+    ['TRUST_PROXY', '10.0.0.1, 2001:db8::/129'],
+    ['TRUST_PROXY', '10.0.0.0/8/8'],
+    ['TRUST_PROXY', '10.0.0.0/-1'],
+    ['TRUST_PROXY', 'fe80::1%eth0'],
     ['MAIL_HOSTNAME', 'not a host!'],
     ['RATE_LIMIT_PER_KEY', '0'],
     // From the operator audit: values that started and then misbehaved.
@@ -408,6 +417,17 @@ describe('the server process with a bad value', () => {
     clearTimeout(timer);
     return { code, stdout, stderr };
   }
+
+  it.each([
+    ['TRUST_PROXY', '10.0.0.1,proxy.example', 'TRUST_PROXY must be a comma list of IP addresses or CIDRs (10.0.0.0/8, 2001:db8::/32), got "proxy.example"'],
+    ['SMTP_PROXY_PROTOCOL', 'haproxy', 'SMTP_PROXY_PROTOCOL must be true or false, got "haproxy"'],
+  ])('%s=%s: exit 1, one line on stderr naming it, nothing started', async (name, value, says) => {
+    const { code, stdout, stderr } = await runServer({ DATA_DIR: dataDir, [name]: value });
+    expect(code).toBe(1);
+    expect(stderr).toBe(`mailstead: invalid configuration: ${says}\n`);
+    expect(stdout).toBe('');
+    expect(existsSync(join(dataDir, 'mailstead.db'))).toBe(false);
+  });
 
   it.each([
     ['a regular file', (dir: string) => (writeFileSync(join(dir, '..', 'file'), 'x'), join(dir, '..', 'file'))],

@@ -2,7 +2,6 @@ import type pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { customerDbWrites, outboundRecipients } from '../db/schema/index.js';
 import { parseCustomerDbUrl } from '../server/customer-db/url.js';
-import { createSpoolWriter } from '../db/inbound-spool.js';
 import { MAX_DB_ADDRESSES, configsFor } from '../server/customer-db/connection.js';
 import { DATA_RETRY_GAPS_MS, queueCustomerDbWrite } from '../server/core/customer-db-outbox.js';
 import { RECONNECT_GAPS_MS } from '../server/core/customer-db-status.js';
@@ -54,13 +53,13 @@ async function connect(s: Sender, url: string) {
 }
 const status = async (s: Sender) => (await rig.service.api('GET', '/database', { key: s.key })).body;
 
-/** A received message spooled to a file (as one over 256 KB is) and queued for the account's database. */
+/** A received message spooled (as one over 256 KB is: a file, or rows on Postgres) and queued for the account's database. */
 async function queueSpooledInbound(s: Sender): Promise<string> {
   const now = rig.service.clock.now();
   const spoolId = newId(now);
-  const spool = createSpoolWriter(rig.service.deps.config.dataDir, rig.service.deps.secretKey!, spoolId);
+  const spool = rig.service.deps.inboundSpool.create(rig.service.deps.secretKey!, spoolId);
   const raw = Buffer.from(`From: ann@example.net\r\nTo: support@${s.domain}\r\nSubject: big\r\n\r\n${'x'.repeat(1000)}\r\n`);
-  spool.append(raw);
+  await spool.append(raw);
   await spool.finish();
   const id = newId(now);
   await rig.service.deps.db.transaction(async () => {

@@ -6,6 +6,7 @@ import { eq } from 'drizzle-orm';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { type OutboundRecipientRow, outboundRecipients } from '../db/schema/index.js';
 import { createDeliveryEngine, type EngineOptions } from '../mta/delivery-engine.js';
+import { singleNode } from '../server/queues/nodes.js';
 import { capForeignLeases, claimDueRecipients, releaseDeadLeases, renewLeases } from '../mta/delivery-queue.js';
 import { recordOutcome } from '../server/core/outcomes.js';
 import { leaseNow } from '../server/shared/clock.js';
@@ -626,6 +627,16 @@ describe('leases on the durable queue', () => {
     for (const c of b) expect(await row(service, c.recipient.id)).toMatchObject({ lockedBy: 'host-b:1:b', lockedUntil: now + LEASE });
   });
 
+  it("takes accounts in turn where the limit cuts the claim: each one's earliest, then each one's second, not one backlog first", async () => {
+    const backlog = await queueRows(6);
+    const few = await queueRows(2);
+    const claimed = ids(await claimDueRecipients(service.deps.db, 'host-a:1:a', service.clock.now(), LEASE, 4));
+    expect(claimed).toHaveLength(4);
+    // Of each account, two: the backlog's earliest two (its rows are due alike, so in id order) and the other's both.
+    expect(claimed.filter((id) => backlog.includes(id))).toEqual([...backlog].sort().slice(0, 2));
+    expect(claimed.filter((id) => few.includes(id))).toEqual([...few].sort());
+  });
+
   it("lets another worker claim a worker's rows only once their lease has expired", async () => {
     const all = await queueRows(3);
     const t0 = service.clock.now();
@@ -926,5 +937,24 @@ describe('the connection limit', () => {
     const ev = await events(service, s, id);
     expect(ev.map((e) => [e.recipient, e.status]).sort()).toEqual(to.map((r) => [r, 'delivered']).sort());
     expect(sink.deliveredTo().sort()).toEqual([...to].sort());
+  });
+
+  it("splits a destination's connections between the live nodes: this node's share of perDomain, at least one", async () => {
+    routeToLoopback('split.limit.example');
+    sink.rcpt = () => sleep(100).then(() => 'accept' as const);
+    const s = await newSender(service);
+    const to = recipients(24, 'split.limit.example');
+    await send(service, s, to);
+    let live = 4;
+    const nodes = { ...singleNode(service.deps.config.nodeName), liveCount: () => live };
+    sink.resetConnections();
+    // Four nodes live: 9 / 4, two connections to the destination from this one.
+    expect(await createDeliveryEngine({ ...service.deps, nodes }, { timeouts: FAST_TIMEOUTS, perDomain: 9, recipientsPerLane: 1 }).runOnce()).toBe(24);
+    expect(sink.peakOpen).toBe(2);
+    live = 12;
+    await send(service, s, recipients(6, 'split.limit.example'));
+    sink.resetConnections();
+    expect(await createDeliveryEngine({ ...service.deps, nodes }, { timeouts: FAST_TIMEOUTS, perDomain: 9, recipientsPerLane: 1 }).runOnce()).toBe(6);
+    expect(sink.peakOpen).toBe(1);
   });
 });

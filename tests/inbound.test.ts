@@ -6,7 +6,7 @@ import nodemailer from 'nodemailer';
 import type pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { listenCustomerDb } from '../db/customer/connect.js';
-import { customerDbWrites } from '../db/schema/index.js';
+import { customerDbWrites, inboundSpoolRecords } from '../db/schema/index.js';
 import type { GroupCommit } from '../db/group-commit.js';
 import { INLINE_BYTES } from '../mta/inbound/receive.js';
 import type { InboundServer } from '../mta/inbound/server.js';
@@ -80,7 +80,11 @@ function transport() {
   return nodemailer.createTransport({ host: '127.0.0.1', port, secure: false, tls: { rejectUnauthorized: false }, name: 'client.example.org' });
 }
 
-const spoolFiles = () => (existsSync(spoolDir(service.dataDir)) ? readdirSync(spoolDir(service.dataDir)) : []);
+/** The spooled messages left: files in DATA_DIR, and on Postgres the rows of inbound_spool_records (none in files there). */
+const spoolFiles = async () => [
+  ...(existsSync(spoolDir(service.dataDir)) ? readdirSync(spoolDir(service.dataDir)) : []),
+  ...(await service.deps.db.selectDistinct({ id: inboundSpoolRecords.spoolId }).from(inboundSpoolRecords)).map((r) => r.id),
+];
 
 describe('a message for a customer’s receiving domain', () => {
   it('arrives parsed in service.inbound with its two attachments’ bytes, and LISTEN service receives its id', async () => {
@@ -118,7 +122,7 @@ describe('a message for a customer’s receiving domain', () => {
       const queued = await service.deps.db.select().from(customerDbWrites).where(eq(customerDbWrites.kind, 'inbound'));
       expect(queued).toHaveLength(1);
       expect(queued[0]!.payloadSealed).not.toContain('order');
-      expect(spoolFiles()).toEqual([]);
+      expect(await spoolFiles()).toEqual([]);
 
       await writer.runOnce();
       const rows = (await customer.query('select * from service.inbound order by received_at')).rows;
@@ -150,7 +154,7 @@ describe('a message for a customer’s receiving domain', () => {
       await expect.poll(() => seen, { timeout: 5000 }).toEqual([row.id]);
       // Written: the outbox row and the spool file are gone.
       expect(await service.deps.db.select().from(customerDbWrites)).toEqual([]);
-      expect(spoolFiles()).toEqual([]);
+      expect(await spoolFiles()).toEqual([]);
     } finally {
       await listener.close();
     }
@@ -218,7 +222,7 @@ describe('refused in DATA, nothing kept', () => {
       // The smuggled MAIL FROM was message data, never a command of its own: the session is ready for a new one.
       expect(await client.command('RSET')).toMatch(/^250 /);
       expect(await service.deps.db.select().from(customerDbWrites)).toEqual([]);
-      expect(spoolFiles()).toEqual([]);
+      expect(await spoolFiles()).toEqual([]);
     } finally {
       client.close();
     }
@@ -237,7 +241,7 @@ describe('refused in DATA, nothing kept', () => {
       client.write('.\r\n');
       expect(await client.reply()).toMatch(/^552 /);
       expect(await service.deps.db.select().from(customerDbWrites)).toEqual([]);
-      expect(spoolFiles()).toEqual([]);
+      expect(await spoolFiles()).toEqual([]);
     } finally {
       client.close();
     }
@@ -252,7 +256,7 @@ describe('refused in DATA, nothing kept', () => {
     client.close();
     await expect.poll(() => service.logger.entries.some((e) => e.event === 'inbound.aborted'), { timeout: 5000 }).toBe(true);
     expect(await service.deps.db.select().from(customerDbWrites)).toEqual([]);
-    expect(spoolFiles()).toEqual([]);
+    expect(await spoolFiles()).toEqual([]);
   });
 
   it('at most 100 recipients: 452 for the rest', async () => {
@@ -297,7 +301,7 @@ describe('a failure to store answers 451, never 250', () => {
       expect(await send(failing, 'small')).toMatch(/^451 4\.3\.0 /);
       expect(await send(failing, large)).toMatch(/^451 4\.3\.0 /);
       expect(await service.deps.db.select().from(customerDbWrites)).toEqual([]);
-      expect(spoolFiles()).toEqual([]);
+      expect(await spoolFiles()).toEqual([]);
     } finally {
       await server.close();
     }
@@ -375,7 +379,7 @@ it.each([
     client.write('Subject: late\r\n\r\nbody\r\n.\r\n');
     expect(await client.reply()).toMatch(/^550 5\.7\.1 /);
     expect(await service.deps.db.select().from(customerDbWrites)).toEqual([]);
-    expect(spoolFiles()).toEqual([]);
+    expect(await spoolFiles()).toEqual([]);
   } finally {
     client.close();
   }
@@ -398,7 +402,7 @@ it('a message some of whose recipients stopped receiving since RCPT is deferred 
     client.write('Subject: partly gone\r\n\r\nbody\r\n.\r\n');
     expect(await client.reply()).toMatch(/^451 4\.3\.0 /);
     expect(await service.deps.db.select().from(customerDbWrites)).toEqual([]);
-    expect(spoolFiles()).toEqual([]);
+    expect(await spoolFiles()).toEqual([]);
 
     // The client's retry of the same message.
     expect(await client.command('MAIL FROM:<someone@example.org>')).toMatch(/^250 /);

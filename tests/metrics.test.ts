@@ -91,10 +91,15 @@ describe('GET /metrics: the families an operator scrapes', () => {
       mailstead_inbound_refused_total: 'counter',
       mailstead_submission_accepted_total: 'counter',
       mailstead_submission_refused_total: 'counter',
+      mailstead_node_info: 'gauge',
+      mailstead_nodes_live: 'gauge',
       // A server on Postgres (STATE_URL) adds its pool.
       ...(rig.service.deps.store.engine === 'postgres' ? { mailstead_state_pool_connections: 'gauge' } : {}),
     });
     for (const family of families.values()) expect(family.help, family.name).toMatch(/\w/);
+    // One node, named by NODE_NAME (several nodes: tests/several-nodes.postgres.test.ts).
+    expect(sampleValue(families, 'mailstead_node_info', { node: rig.service.deps.config.nodeName })).toBe(1);
+    expect(sampleValue(families, 'mailstead_nodes_live')).toBe(1);
     for (const status of ['delivered', 'bounced', 'deferred', 'complained'])
       expect(sampleValue(families, 'mailstead_delivery_outcomes_total', { status })).toBe(0);
     for (const outcome of ['delivered', 'failed', 'gave_up']) expect(sampleValue(families, 'mailstead_webhook_attempts_total', { outcome })).toBe(0);

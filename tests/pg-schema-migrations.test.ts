@@ -404,6 +404,43 @@ describe('db/pg/migrations on a fresh Postgres', () => {
   });
 });
 
+describe('the queued messages on Postgres (0004_queue_rows_inline)', () => {
+  it('keep a row of a few KB whole in its page, neither compressed nor moved out; a larger one is compressed as before', async () => {
+    const [options] = await engines.postgres.rows<{ reloptions: string[] | null }>(`select reloptions from pg_class where relname = 'outbound_messages'`);
+    expect(options?.reloptions).toEqual(['toast_tuple_target=8160']);
+    // Content that compresses well, as HTML does: about 5 KB of it stayed whole; 40 KB is still compressed.
+    const html = (kb: number) => '<p>Your receipt: one line of a table, repeated.</p>\n'.repeat(Math.ceil((kb * 1024) / 52));
+    await client.query('begin');
+    try {
+      for (const [id, kb] of [
+        ['em-small', 5],
+        ['em-large', 40],
+      ] as const) {
+        await client.query(
+          `insert into emails (id, account_id, from_address, "to", subject, template, status, sandbox, created_at) values ($1, 'acc-a', 'a@example.com', '[]', 's', 'own', 'queued', false, 1)`,
+          [id],
+        );
+        await client.query(
+          `insert into outbound_messages (id, account_id, domain_key_id, from_header, from_address, message_id, subject, html, text, created_at, expires_at)
+             values ($1, 'acc-a', 'key-1', 'a@example.com', 'a@example.com', '<m@x>', 's', $2, $3, 1, 2)`,
+          [id, html(kb * 0.6), html(kb * 0.4)],
+        );
+      }
+      const stored = await engines.postgres.rows<{ id: string; compression: string | null; size: number; length: number }>(
+        `select id, pg_column_compression(html) as compression, pg_column_size(html) as size, octet_length(html) as length from outbound_messages order by id`,
+      );
+      expect(stored.find((r) => r.id === 'em-small')).toMatchObject({ compression: null });
+      const small = stored.find((r) => r.id === 'em-small')!;
+      expect(small.size).toBeGreaterThanOrEqual(small.length);
+      const large = stored.find((r) => r.id === 'em-large')!;
+      expect(large.compression).toBe('pglz');
+      expect(large.size).toBeLessThan(large.length / 4);
+    } finally {
+      await client.query('rollback');
+    }
+  });
+});
+
 describe('the change counters: the same triggers on both engines', () => {
   it('have the same names on the same tables', async () => {
     const sqliteTriggers = await engines.sqlite.rows<{ name: string; table_name: string }>(

@@ -225,4 +225,41 @@ describe('a queue worker: what it claims and what one attempt is', () => {
     expect(Math.max(...rooms)).toBe(2);
     expect(worker.inFlight).toBe(0);
   });
+
+  it('runOnce looks again when an attempt settled while a pass was claiming (the pass read the queue before it)', async () => {
+    // 'b' is claimable only once 'a' has settled (the next delivery of an endpoint behind the one before it). The pass
+    // that finds nothing reads the queue while 'a' is still in flight, and 'a' settles before that claim answers.
+    let aSettled = false;
+    let releaseA: () => void = () => {};
+    const attempted: string[] = [];
+    let claims = 0;
+    const worker = createQueueWorker<string>({
+      intervalMs: 60_000,
+      maxInFlight: 2,
+      onError: (err) => {
+        throw err;
+      },
+      claim: async () => {
+        claims++;
+        if (claims === 1) return ['a', 'c'];
+        const snapshot = aSettled;
+        if (claims === 2) {
+          // This pass starts when 'c' settles; 'a' settles while it claims, after its read.
+          releaseA();
+          await new Promise((r) => setTimeout(r, 5));
+        }
+        return snapshot && !attempted.includes('b') ? ['b'] : [];
+      },
+      attempt: async (job) => {
+        if (job === 'a') {
+          await new Promise<void>((r) => (releaseA = r));
+          aSettled = true;
+        }
+        attempted.push(job);
+      },
+    });
+    expect(await worker.runOnce()).toBe(3);
+    expect(attempted).toEqual(['c', 'a', 'b']);
+    expect(worker.inFlight).toBe(0);
+  });
 });

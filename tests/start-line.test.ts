@@ -46,7 +46,13 @@ describe('startLine', () => {
   });
 
   it('with STATE_URL: the state on postgres, and its URL without the password', () => {
-    const onPostgres = loadConfig({ STATE_URL: 'postgresql://mail:s3cret-pw@db.example.com:6432/state', SECRET_KEY: 'ab'.repeat(32) });
+    const onPostgres = loadConfig({
+      STATE_URL: 'postgresql://mail:s3cret-pw@db.example.com:6432/state',
+      SECRET_KEY: 'ab'.repeat(32),
+      SMTP_PORT: '0',
+      SUBMISSION_PORT: '0',
+      SUBMISSIONS_PORT: '0',
+    });
     const line = startLine(onPostgres, { httpPort: 1, smtpPort: null, submissionPort: null, submissionsPort: null });
     expect(line).toMatchObject({ state: 'postgres', stateUrl: 'postgresql://mail:***@db.example.com:6432/state' });
     expect(JSON.stringify(line)).not.toContain('s3cret-pw');

@@ -1,10 +1,16 @@
+import { spawn } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../server/shared/config.js';
+import { ROOT } from './helpers/service-process.js';
 import { isLoopbackHost, parseStateUrl } from '../server/shared/state-url.js';
 
 /** STATE_URL as docs/api/decisions.md section 11 reads it: TLS verified unless told, plain text on loopback only. */
 
 const KEY = 'ab'.repeat(32);
+/** SMTP off: no STARTTLS pair is needed. */
+const NO_SMTP = { SMTP_PORT: '0', SUBMISSION_PORT: '0', SUBMISSIONS_PORT: '0' };
+/** A readable pair (the config module checks only that the files can be read). */
+const PAIR = { SMTP_TLS_CERT: `${ROOT}/tests/fixtures/webhook-tls/server.pem`, SMTP_TLS_KEY: `${ROOT}/tests/fixtures/webhook-tls/server.key` };
 const noFile = (path: string): string => {
   throw new Error(`ENOENT: ${path}`);
 };
@@ -76,9 +82,9 @@ describe('STATE_URL in the configuration', () => {
   });
 
   it('set, with SECRET_KEY given or off: the state is on Postgres', () => {
-    const config = loadConfig({ STATE_URL: 'postgresql://mail:p@db.example.com/state', SECRET_KEY: KEY });
+    const config = loadConfig({ STATE_URL: 'postgresql://mail:p@db.example.com/state', SECRET_KEY: KEY, ...NO_SMTP });
     expect(config.state).toMatchObject({ engine: 'postgres', target: { host: 'db.example.com', database: 'state' } });
-    expect(loadConfig({ STATE_URL: 'postgresql://mail:p@db.example.com/state', SECRET_KEY: 'off' }).state.engine).toBe('postgres');
+    expect(loadConfig({ STATE_URL: 'postgresql://mail:p@db.example.com/state', SECRET_KEY: 'off', ...PAIR }).state.engine).toBe('postgres');
   });
 
   it('set without SECRET_KEY: refused, since no node could generate it for the others', () => {
@@ -86,8 +92,46 @@ describe('STATE_URL in the configuration', () => {
   });
 
   it('a bad STATE_URL is named in the one line of problems', () => {
-    expect(() => loadConfig({ STATE_URL: 'postgresql://u@db.example.com/db?sslmode=disable', SECRET_KEY: KEY })).toThrow(
+    expect(() => loadConfig({ STATE_URL: 'postgresql://u@db.example.com/db?sslmode=disable', SECRET_KEY: KEY, ...NO_SMTP })).toThrow(
       /invalid configuration: STATE_URL has sslmode=disable for db.example.com/,
     );
+  });
+});
+
+describe('the STARTTLS pair with STATE_URL', () => {
+  const STATE = { STATE_URL: 'postgresql://mail:p@db.example.com/state', SECRET_KEY: KEY };
+  const REFUSED = /SMTP_TLS_CERT and SMTP_TLS_KEY must be given when STATE_URL is set and SMTP listens/;
+
+  it.each([
+    ['inbound SMTP and submission on (the defaults)', {}],
+    ['inbound SMTP alone', { ...NO_SMTP, SMTP_PORT: '2525' }],
+    ['submission alone', { ...NO_SMTP, SUBMISSION_PORT: '2587' }],
+    ['implicit-TLS submission alone', { ...NO_SMTP, SUBMISSIONS_PORT: '2465' }],
+  ])('not given, with %s: refused, since no node could generate it for the others', (_name, ports) => {
+    expect(() => loadConfig({ ...STATE, ...ports })).toThrow(REFUSED);
+  });
+
+  it('given, or no SMTP port on: taken', () => {
+    expect(loadConfig({ ...STATE, ...PAIR }).smtpTlsCert).toBe(PAIR.SMTP_TLS_CERT);
+    expect(loadConfig({ ...STATE, ...NO_SMTP }).smtpTlsCert).toBeNull();
+  });
+
+  it('without STATE_URL it is generated into DATA_DIR as before: not required', () => {
+    expect(loadConfig({}).smtpTlsCert).toBeNull();
+  });
+
+  it('a start refused for it: exit 1 and one line on stderr naming both variables', async () => {
+    const child = spawn(process.execPath, ['dist/server/app/main.js'], {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH ?? '', ...STATE, DATA_DIR: '/nonexistent/mailstead-never-made', SMTP_PORT: '2525' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stderr = '';
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+    expect(code).toBe(1);
+    expect(stderr.split('\n').filter(Boolean)).toEqual([
+      'mailstead: invalid configuration: SMTP_TLS_CERT and SMTP_TLS_KEY must be given when STATE_URL is set and SMTP listens (SMTP_PORT, SUBMISSION_PORT or SUBMISSIONS_PORT not 0)',
+    ]);
   });
 });

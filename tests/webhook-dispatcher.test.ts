@@ -357,6 +357,23 @@ describe('webhook dispatcher', () => {
     expect(deliveryIds(receiver.requests.filter((r) => r.path === '/order-b'))).toEqual(rows.filter((r) => r.endpointId === b.id).map((r) => r.id));
   });
 
+  it('holds an endpoint whose later delivery is in flight: an earlier one committed after it waits (several nodes commit out of id order)', async () => {
+    const { clock, deps } = service;
+    const { account } = await service.newAccount();
+    const { endpoint } = await addEndpoint(account.id, receiver.url('/late-commit'));
+    const earlier = newDelivery(endpoint);
+    const later = newDelivery(endpoint, { lockedBy: 'node-b:1:abcdef01', lockedUntil: clock.now() + 2 * MIN });
+    // The later one was leased (posting on another node) before the earlier one's transaction committed.
+    await insert(later);
+    await insert(earlier);
+    expect(earlier.id < later.id).toBe(true);
+    const dispatcher = createWebhookDispatcher(deps);
+    expect(await dispatcher.runOnce()).toBe(0);
+    expect(receiver.requests).toHaveLength(0);
+    clock.advance(2 * MIN);
+    expect(await dispatcher.runOnce()).toBe(2);
+  });
+
   it("respects another worker's live lease (and the endpoint's later deliveries wait behind it); an expired lease is claimed", async () => {
     const { clock, deps } = service;
     const { account } = await service.newAccount();

@@ -53,7 +53,7 @@ function checkedScopes(form: Record<string, string>): string[] {
   return SCOPES.filter((s) => form[`scope.${s}`] !== undefined);
 }
 
-export function accountPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUsage' | 'logger'>) {
+export function accountPages(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUsage' | 'logger' | 'secretKey'>) {
   const app = new Hono<DashEnv>();
 
   app.get('/accounts', async (c) => {

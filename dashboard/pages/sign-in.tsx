@@ -3,10 +3,11 @@ import { deleteCookie, getCookie, setCookie } from 'hono/cookie';
 import type { Deps } from '../../server/core/deps.js';
 import { constantTimeEqual, randomBase62 } from '../../server/shared/secrets.js';
 import type { DashEnv } from '../env.js';
-import { clientAddress, createAttemptLimiter, isCrossSite, isHttps, readForm } from '../security.js';
+import { createAttemptLimiter, isCrossSite, isHttps, readForm } from '../security.js';
 import { closeSession, findSession, isAdminToken, openSession } from '../session.js';
 import { Document } from '../ui.js';
 import { clientKey } from '../../server/shared/ip-ranges.js';
+import { clientAddress } from '../../server/api/http/client-address.js';
 
 export const SESSION_COOKIE = 'mailstead_session';
 /** The sign-in form's double-submit value (a sign-in cannot be forged from another site either). */
@@ -59,8 +60,8 @@ function cookieOptions(c: Context<DashEnv>, path: string) {
 }
 
 /** GET and POST /sign-in, POST /sign-out: the only dashboard pages served without a session (sign-out needs one). */
-export function signInRoutes(deps: Pick<Deps, 'clock' | 'db' | 'logger'>) {
-  const limiter = createAttemptLimiter(deps.clock);
+export function signInRoutes(deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger' | 'windows'>) {
+  const limiter = createAttemptLimiter(deps.windows);
   const form = (c: Context<DashEnv>, status: number, next: string, message?: { kind: 'ok' | 'error'; text: string }) => {
     const formToken = randomBase62(32);
     setCookie(c, SIGN_IN_COOKIE, formToken, cookieOptions(c, '/dashboard/sign-in'));
@@ -89,23 +90,25 @@ export function signInRoutes(deps: Pick<Deps, 'clock' | 'db' | 'logger'>) {
       // client's): checking it costs one hash. Only wrong tokens are counted and limited, per address (an IPv6 client
       // by its /64, server/shared/ip-ranges.ts clientKey). Guessing is hopeless whatever the limit: a generated token
       // holds 238 random bits (server/core/admin-token.ts).
+      // The client's address: the TCP peer, or the one a proxy of TRUST_PROXY names.
+      const remoteAddress = clientAddress(c, deps.config.trustProxy);
       if (!(await isAdminToken(deps.db, fields.token ?? ''))) {
-        const counted = limiter.take(clientKey(clientAddress(c)));
+        const counted = await limiter.take(clientKey(remoteAddress));
         if (!counted.ok) {
           c.header('Retry-After', String(counted.retryAfterSeconds));
-          deps.logger.warn('dashboard.sign_in_limited', { remoteAddress: clientAddress(c) });
+          deps.logger.warn('dashboard.sign_in_limited', { remoteAddress });
           return form(c, 429, next, {
             kind: 'error',
             text: `Too many wrong tokens from your address. Try again in ${Math.ceil(counted.retryAfterSeconds / 60)} minutes.`,
           });
         }
-        deps.logger.warn('dashboard.sign_in_failed', { remoteAddress: clientAddress(c) });
+        deps.logger.warn('dashboard.sign_in_failed', { remoteAddress });
         return form(c, 401, next, { kind: 'error', text: 'That token is not right.' });
       }
       const { token } = await openSession(deps);
       deleteCookie(c, SIGN_IN_COOKIE, cookieOptions(c, '/dashboard/sign-in'));
       setCookie(c, SESSION_COOKIE, token, cookieOptions(c, '/dashboard'));
-      deps.logger.info('dashboard.signed_in', { remoteAddress: clientAddress(c) });
+      deps.logger.info('dashboard.signed_in', { remoteAddress });
       return c.redirect(next, 303);
     });
 }

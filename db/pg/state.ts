@@ -96,6 +96,8 @@ export interface PgStore {
   readonly engine: 'postgres';
   readonly db: Db;
   readonly pool: pg.Pool;
+  /** Where it runs: a node's own connection (db/pg/node-link.ts) reaches the same database. */
+  readonly target: PgTarget;
   close(): Promise<void>;
 }
 
@@ -684,8 +686,9 @@ async function refuseOldServer(pool: pg.Pool): Promise<void> {
 }
 
 /** Opens the state on Postgres: a pool, the migrations applied, and the `Db` over it. */
-export async function openPostgres(target: PgTarget, opts: { poolSize?: number } = {}): Promise<PgStore> {
-  const pool = new pg.Pool({
+/** How to reach `target`: the pool's connections and a node's own (db/pg/node-link.ts) alike. */
+export function connectionConfig(target: PgTarget): pg.ClientConfig {
+  return {
     host: target.host,
     port: target.port,
     database: target.database,
@@ -699,6 +702,12 @@ export async function openPostgres(target: PgTarget, opts: { poolSize?: number }
             ...(target.ssl.ca ? { ca: target.ssl.ca } : {}),
             ...(isIP(target.host) ? {} : { servername: target.host }),
           },
+  };
+}
+
+export async function openPostgres(target: PgTarget, opts: { poolSize?: number } = {}): Promise<PgStore> {
+  const pool = new pg.Pool({
+    ...connectionConfig(target),
     max: opts.poolSize ?? 10,
     // Statements sent without waiting for the answer to the one before (corkForTick).
     pipeline: true,
@@ -735,6 +744,7 @@ export async function openPostgres(target: PgTarget, opts: { poolSize?: number }
     engine: 'postgres',
     db,
     pool,
+    target,
     close: () => {
       units.closeReader();
       return (closed ??= pool.end());

@@ -1,4 +1,4 @@
-import { index, integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
+import { blob, index, integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
 import { createdAtColumn } from './columns.js';
 
 /**
@@ -16,6 +16,13 @@ export const dashboardSessions = sqliteTable(
     lastSeenAt: integer('last_seen_at').notNull(),
     /** JSON of the Flash shown on the next page, then cleared. */
     flash: text('flash'),
+    /**
+     * On Postgres, a flash's secret (a new API key) sealed with the secret key, so the page that shows it may be served
+     * by any node; with its end (`flash_secret_until`, a minute on), and removed as it is read. On SQLite it stays in
+     * the process's memory and these are null (dashboard/session.ts).
+     */
+    flashSecretSealed: blob('flash_secret_sealed', { mode: 'buffer' }),
+    flashSecretUntil: integer('flash_secret_until'),
   },
   (t) => [index('dashboard_sessions_last_seen_idx').on(t.lastSeenAt)],
 );

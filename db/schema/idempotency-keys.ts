@@ -13,6 +13,11 @@ export const idempotencyKeys = sqliteTable(
     fingerprint: text('fingerprint').notNull(),
     /** Identifies the request holding a running claim, so only it can settle or release the claim. */
     claimToken: text('claim_token').notNull(),
+    /**
+     * The node (NODE_NAME) whose request holds a running claim: on Postgres, when that node's liveness lock is gone,
+     * the other nodes free its claims at once (server/app/liveness.ts). Null on SQLite, where one process holds them all.
+     */
+    heldBy: text('held_by'),
     state: text('state', { enum: ['running', 'done'] }).notNull(),
     response: text('response', { mode: 'json' }).$type<unknown>(),
     claimedAt: integer('claimed_at').notNull(),

@@ -21,3 +21,6 @@ export * from './operator-messages.js';
 export * from './templates.js';
 export * from './template-versions.js';
 export * from './submitted-messages.js';
+export * from './rate-hits.js';
+export * from './rate-counts.js';
+export * from './inbound-spool-records.js';

@@ -37,6 +37,9 @@ export const webhookDeliveries = sqliteTable(
     // An endpoint's pending deliveries in event order, without its delivered history: the claim reads each active
     // endpoint's earliest due one from here, so a switched-off endpoint's backlog costs the claim nothing.
     index('webhook_deliveries_pending_idx').on(t.endpointId, t.id).where(sql`${t.nextAttemptAt} is not null`),
+    // The deliveries in flight (leased), by endpoint: an endpoint with any is busy, whichever of its deliveries it is
+    // (server/webhooks/webhook-queue.ts). Only the leased rows, so it stays as small as the posts in flight.
+    index('webhook_deliveries_leased_idx').on(t.endpointId).where(sql`${t.lockedBy} is not null`),
   ],
 );
 

@@ -6,7 +6,7 @@ import { createCollector } from '../../server/shared/memory.js';
 import { type Recipient, judgeRecipient } from './recipients.js';
 import { parseReport } from './reports.js';
 import { NOTHING_RECORDED, REPORT_BYTES, type RecordedReport, type ReportChecks, recordReport, trustedReport } from './report-matching.js';
-import { createSpoolWriter } from '../../db/inbound-spool.js';
+import type { InboundSpool, SpoolWriter } from '../../db/inbound-spool-store.js';
 import { createOperatorHolder, prepareOperatorMessage, storeOperatorMessage } from '../../server/core/operator-mail.js';
 import { logFailure } from '../../server/shared/store-health.js';
 import { FlushFailedError } from '../../db/group-commit.js';
@@ -25,22 +25,25 @@ import { FlushFailedError } from '../../db/group-commit.js';
  */
 export const INLINE_BYTES = 256 * 1024;
 
-/** Holds a message being received: in memory while small, else in a spool file. */
-function createMessageHolder(dataDir: string, key: Buffer, id: string) {
+/** Holds a message being received: in memory while small, else in the spool (a file, or rows on Postgres). */
+function createMessageHolder(inboundSpool: InboundSpool, key: Buffer, id: string) {
   let chunks: Buffer[] = [];
   let bytes = 0;
-  let spool: ReturnType<typeof createSpoolWriter> | null = null;
+  let spool: SpoolWriter | null = null;
   return {
-    append(chunk: Buffer): void {
+    /** A promise when the spool is behind: the caller reads no more of the socket until it resolves. */
+    append(chunk: Buffer): void | Promise<void> {
       if (spool) return spool.append(chunk);
       chunks.push(chunk);
       bytes += chunk.length;
       if (bytes <= INLINE_BYTES) return;
-      spool = createSpoolWriter(dataDir, key, id);
-      for (const c of chunks) spool.append(c);
+      spool = inboundSpool.create(key, id);
+      let behind: Promise<void> | undefined;
+      for (const c of chunks) behind = spool.append(c) || behind;
       chunks = [];
+      return behind;
     },
-    /** Durable (the spool file fsynced), or the bytes to seal into the outbox. */
+    /** Durable (the spool file fsynced, its rows committed), or the bytes to seal into the outbox. */
     async finish(): Promise<{ spoolId: string; raw: null } | { spoolId: null; raw: Buffer }> {
       if (spool) {
         await spool.finish();
@@ -48,9 +51,9 @@ function createMessageHolder(dataDir: string, key: Buffer, id: string) {
       }
       return { spoolId: null, raw: Buffer.concat(chunks) };
     },
-    discard(): void {
-      spool?.discard();
+    async discard(): Promise<void> {
       chunks = [];
+      await spool?.discard();
     },
   };
 }
@@ -133,7 +136,7 @@ export interface Received {
  * the SmtpReply to send (a client gone mid-DATA rejects too, and nothing stays).
  */
 export async function receiveMessage(
-  deps: Pick<Deps, 'clock' | 'commits' | 'config' | 'db' | 'logger' | 'metrics' | 'secretKey' | 'storeHealth'>,
+  deps: Pick<Deps, 'clock' | 'commits' | 'config' | 'db' | 'inboundSpool' | 'logger' | 'metrics' | 'secretKey' | 'storeHealth'>,
   stream: Readable & { sizeExceeded?: boolean },
   envelope: Envelope,
   checks: ReportChecks,
@@ -144,7 +147,7 @@ export async function receiveMessage(
   const reports = envelope.recipients.filter((r) => r.kind === 'bounce' || r.kind === 'feedback');
   const operators = [...new Set(envelope.recipients.flatMap((r) => (r.kind === 'operator' ? [r.address] : [])))];
   const operatorCopy = operators.length > 0 ? createOperatorHolder() : null;
-  const spool = mailboxes.length > 0 && deps.secretKey ? createMessageHolder(deps.config.dataDir, deps.secretKey, id) : null;
+  const spool = mailboxes.length > 0 && deps.secretKey ? createMessageHolder(deps.inboundSpool, deps.secretKey, id) : null;
   const head: Buffer[] = [];
   let headBytes = 0;
   let size = 0;
@@ -161,7 +164,8 @@ export async function receiveMessage(
       lineEnds.feed(chunk);
       if (lineEnds.sawBare || stream.sizeExceeded || spoolFailure !== null) continue; // drained, never kept
       try {
-        spool?.append(chunk);
+        const behind = spool?.append(chunk);
+        if (behind) await behind;
       } catch (err) {
         spoolFailure = err;
         continue;
@@ -173,20 +177,20 @@ export async function receiveMessage(
       }
     }
   } catch (err) {
-    spool?.discard();
+    await spool?.discard();
     throw err;
   }
   if (spoolFailure !== null) {
-    spool?.discard();
+    await spool?.discard();
     logFailure(deps, 'inbound.store_failed', spoolFailure, { id });
     throw new SmtpReply(451, '4.3.0 The message could not be stored; try again later');
   }
   if (stream.sizeExceeded) {
-    spool?.discard();
+    await spool?.discard();
     throw new SmtpReply(552, `5.3.4 Message exceeds the fixed maximum message size of ${deps.config.smtpMaxMessageBytes} bytes`);
   }
   if (lineEnds.bad) {
-    spool?.discard();
+    await spool?.discard();
     throw new SmtpReply(550, '5.6.0 Bare CR or LF in the message data is not accepted; lines must end with CRLF');
   }
   const reportBytes = reports.length > 0 ? Buffer.concat(head) : null;
@@ -244,18 +248,18 @@ export async function receiveMessage(
     });
   } catch (err) {
     if (err instanceof RecipientsChanged) {
-      spool?.discard();
+      await spool?.discard();
       deps.logger.info('inbound.recipients_changed', { id, recipients: mailboxes.length, gone: err.gone });
       throw new SmtpReply(451, '4.3.0 A recipient stopped receiving mail here during the transaction; try again');
     }
     // Committed but not known durable: its outbox rows name the spool file, which stays (the 451 may bring a copy).
-    if (!(err instanceof FlushFailedError)) spool?.discard();
+    if (!(err instanceof FlushFailedError)) await spool?.discard();
     logFailure(deps, 'inbound.store_failed', err, { id });
     throw new SmtpReply(451, '4.3.0 The message could not be stored; try again later');
   }
   // The report's outcome counted on /metrics once committed (server/core/outcomes.ts writeOutcome).
   if (queued.outcome) deps.metrics.deliveryOutcome(queued.outcome);
-  if (spool && queued.stored === 0) spool.discard();
+  if (spool && queued.stored === 0) await spool.discard();
   // Every mailbox it was for stopped receiving between RCPT and now, and it carries no report: nothing was kept, so
   // it is refused as RCPT would refuse it now, never answered 250.
   if (mailboxes.length > 0 && queued.stored === 0 && reports.length === 0 && operators.length === 0) {

@@ -4,6 +4,7 @@ import { type Recipient, judgeRecipient } from './recipients.js';
 import type { ReportChecks } from './report-matching.js';
 import { SmtpReply, receiveMessage } from './receive.js';
 import { logFailure } from '../../server/shared/store-health.js';
+import { PROXY_HEADER_TIMEOUT_MS, requireProxyHeader } from '../proxy-accept.js';
 import { createClientBounds, listenable } from '../smtp-sessions.js';
 
 /**
@@ -23,6 +24,8 @@ export interface InboundOptions {
   socketTimeoutMs: number;
   /** The longest a session may last, whatever it does. */
   maxSessionMs: number;
+  /** With SMTP_PROXY_PROTOCOL: how long a connection has to send its PROXY header. */
+  proxyHeaderTimeoutMs: number;
   /** Recipients of one transaction. */
   maxRecipients: number;
 }
@@ -32,6 +35,7 @@ export const DEFAULT_INBOUND_OPTIONS: InboundOptions = {
   maxPerAddress: 20,
   socketTimeoutMs: 60_000,
   maxSessionMs: 10 * 60_000,
+  proxyHeaderTimeoutMs: PROXY_HEADER_TIMEOUT_MS,
   maxRecipients: 100,
 };
 
@@ -42,7 +46,7 @@ const reply = (code: number, message: string) => new SmtpReply(code, message);
  * reports in a parse thread; its owner closes it after the server.
  */
 export function createInboundServer(
-  deps: Pick<Deps, 'clock' | 'commits' | 'config' | 'db' | 'logger' | 'metrics' | 'secretKey' | 'storeHealth'>,
+  deps: Pick<Deps, 'clock' | 'commits' | 'config' | 'db' | 'inboundSpool' | 'logger' | 'metrics' | 'secretKey' | 'storeHealth'>,
   tls: { key: string; cert: string },
   options: Partial<InboundOptions> & { checks: ReportChecks },
 ) {
@@ -66,6 +70,8 @@ export function createInboundServer(
     socketTimeout: opts.socketTimeoutMs,
     closeTimeout: 5_000,
     disableReverseLookup: true,
+    // SMTP_PROXY_PROTOCOL: every connection opens with a PROXY header, read by requireProxyHeader below.
+    useProxy: deps.config.smtpProxyProtocol,
     authOptional: true,
     disabledCommands: ['AUTH'],
     hideDSN: true,
@@ -146,6 +152,7 @@ export function createInboundServer(
   });
   // A client resetting its connection is routine on port 25; anything else is worth a warning. A failure to listen
   // is the caller's to report (smtp.listen_failed), once.
+  if (deps.config.smtpProxyProtocol) requireProxyHeader(server, deps.logger, 'inbound.proxy_refused', opts.proxyHeaderTimeoutMs);
   return { server, ...listenable(server, deps.logger, 'inbound.server_error') };
 }
 

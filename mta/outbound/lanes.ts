@@ -15,8 +15,8 @@ export interface LaneParts {
   isStopping: () => boolean;
   /** Tracks a lane until it ends (the engine's runner: its stop waits for it, and its end wakes a claim). */
   track: (lane: Promise<void>) => void;
-  /** Open SMTP connections at most per destination domain (lanes per queue). */
-  perDomain: number;
+  /** Open SMTP connections at most per destination domain (lanes per queue): this node's share among the live nodes. */
+  perDomain: () => number;
   /** Recipients waiting per lane before another lane to the same destination is started. */
   recipientsPerLane: number;
 }
@@ -41,7 +41,7 @@ export function createLanes(deps: Pick<Deps, 'logger' | 'storeHealth'>, parts: L
       work.set(key, w);
     }
     w.jobs.push(job);
-    if (w.lanes < parts.perDomain && w.jobs.length > w.lanes * parts.recipientsPerLane) startLane(w);
+    if (w.lanes < parts.perDomain() && w.jobs.length > w.lanes * parts.recipientsPerLane) startLane(w);
   }
 
   function startLane(w: DomainWork): void {

@@ -11,6 +11,7 @@ import { logFailure } from '../../server/shared/store-health.js';
 import type { SubmissionStage } from '../../server/shared/metrics.js';
 import { SmtpReply, createLineEndingCheck } from '../inbound/receive.js';
 import { LOCKED_OUT, replyFor } from './replies.js';
+import { PROXY_HEADER_TIMEOUT_MS, requireProxyHeader } from '../proxy-accept.js';
 import { type SmtpConnection, connectionOf, createClientBounds, listenable } from '../smtp-sessions.js';
 
 /**
@@ -30,6 +31,8 @@ export interface SubmissionOptions {
   socketTimeoutMs: number;
   /** The longest a session may last, whatever it does. */
   maxSessionMs: number;
+  /** With SMTP_PROXY_PROTOCOL: how long a connection has to send its PROXY header. */
+  proxyHeaderTimeoutMs: number;
 }
 
 export const DEFAULT_SUBMISSION_OPTIONS: SubmissionOptions = {
@@ -37,6 +40,7 @@ export const DEFAULT_SUBMISSION_OPTIONS: SubmissionOptions = {
   maxPerAddress: 20,
   socketTimeoutMs: 60_000,
   maxSessionMs: 10 * 60_000,
+  proxyHeaderTimeoutMs: PROXY_HEADER_TIMEOUT_MS,
 };
 
 type SubmissionDeps = Pick<Deps, 'clock' | 'commits' | 'config' | 'db' | 'keyUsage' | 'logger' | 'metrics' | 'rateLimiter' | 'secretKey' | 'storeHealth'>;
@@ -81,6 +85,8 @@ export function createSubmissionServer(
     socketTimeout: opts.socketTimeoutMs,
     closeTimeout: 5_000,
     disableReverseLookup: true,
+    // SMTP_PROXY_PROTOCOL: every connection opens with a PROXY header, read by requireProxyHeader below.
+    useProxy: deps.config.smtpProxyProtocol,
     authMethods: ['PLAIN', 'LOGIN'],
     authOptional: false,
     allowInsecureAuth: false,
@@ -165,6 +171,7 @@ export function createSubmissionServer(
       );
     },
   });
+  if (deps.config.smtpProxyProtocol) requireProxyHeader(server, deps.logger, 'submission.proxy_refused', opts.proxyHeaderTimeoutMs);
   return { server, ...listenable(server, deps.logger, 'submission.server_error') };
 }
 

@@ -4,13 +4,14 @@ import { createInterface } from 'node:readline';
 
 /**
  * The flags `npm start` (and the Docker image) give node before dist/server/app/main.js, read from package.json, so the
- * benchmarks run the service as production does.
+ * benchmarks run the service as production does; and BENCH_NODE_ARGS, for a profile of the service in a benchmark
+ * (`BENCH_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof"`: Node refuses --cpu-prof in NODE_OPTIONS).
  */
 export function serviceNodeFlags(): string[] {
   const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { scripts: { start: string } };
   const m = /^node((?: --\S+)*) dist\/server\/app\/main\.js$/.exec(pkg.scripts.start);
   if (!m) throw new Error(`package.json start is not "node [flags] dist/server/app/main.js": ${pkg.scripts.start}`);
-  return m[1]!.split(' ').filter(Boolean);
+  return [...m[1]!.split(' '), ...(process.env.BENCH_NODE_ARGS ?? '').split(' ')].filter(Boolean);
 }
 
 /** Spawns a node script that logs a JSON `http.listening` line with its port; resolves with the child and port. */

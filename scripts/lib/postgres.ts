@@ -129,7 +129,11 @@ export async function loadEmbeddedPostgres(): Promise<typeof import('embedded-po
  * scram-sha-256 logins for a test user and database. As root (tests and CI), Postgres runs as the `postgres` user,
  * which owns the data directory and the key (mode 0600: Postgres refuses a key others can read).
  */
-export async function startPostgres(options: { certificate: PgCertificate }): Promise<TestPostgres> {
+/**
+ * `settings`: lines added to postgresql.conf before the start (a benchmark's `shared_preload_libraries =
+ * 'pg_stat_statements'`, to see which statements its Postgres time goes to).
+ */
+export async function startPostgres(options: { certificate: PgCertificate; settings?: string[] }): Promise<TestPostgres> {
   letPostgresReachItsBinaries();
   const dir = mkdtempSync(join(tmpdir(), 'mailstead-pg-'));
   // mkdtemp's 0700 would keep the postgres user out; the data directory inside is its own, mode 0700.
@@ -175,7 +179,8 @@ export async function startPostgres(options: { certificate: PgCertificate }): Pr
   const files = CERT_FILES[options.certificate];
   appendFileSync(
     join(dataDir, 'postgresql.conf'),
-    `\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '${dataDir}'\nssl = on\n` + `ssl_cert_file = '${files.cert}'\nssl_key_file = '${files.key}'\n`,
+    `\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '${dataDir}'\nssl = on\n` +
+      `ssl_cert_file = '${files.cert}'\nssl_key_file = '${files.key}'\n${(options.settings ?? []).join('\n')}\n`,
   );
   let running = false;
   const start = async () => {

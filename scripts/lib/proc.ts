@@ -16,13 +16,17 @@ export function peakRssMb(pid: number): number {
 
 export const percentile = (sorted: readonly number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
 
-/** CPU seconds of each thread of a process so far, by thread id, with its nice value (a thread exited since is gone). */
-export function threadCpu(pid: number): Map<number, { seconds: number; nice: number }> {
-  const threads = new Map<number, { seconds: number; nice: number }>();
+/**
+ * CPU seconds of each thread of a process so far, by thread id, with its nice value and its name (/proc's `comm`:
+ * MainThread, WorkerThread, V8Worker, …; a thread exited since is gone).
+ */
+export function threadCpu(pid: number): Map<number, { seconds: number; nice: number; name: string }> {
+  const threads = new Map<number, { seconds: number; nice: number; name: string }>();
   for (const tid of readdirSync(`/proc/${pid}/task`)) {
     try {
       const fields = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-      threads.set(Number(tid), { seconds: (Number(fields[11]) + Number(fields[12])) / 100, nice: Number(fields[16]) });
+      const name = readFileSync(`/proc/${pid}/task/${tid}/comm`, 'utf8').trim();
+      threads.set(Number(tid), { seconds: (Number(fields[11]) + Number(fields[12])) / 100, nice: Number(fields[16]), name });
     } catch {
       // The thread ended between the listing and the read.
     }

@@ -5,16 +5,21 @@ import type { SqliteStore, Store } from '../../db/client.js';
 import type { PgStore } from '../../db/pg/state.js';
 import type { Deps } from '../core/deps.js';
 import { createFileDurably } from '../../db/data-dir.js';
+import { createFileSpool } from '../../db/inbound-spool-store.js';
+import { createRowSpool } from '../../db/inbound-spool-rows.js';
 import { createGroupCommit, createPgGroupCommit, type GroupCommit } from '../../db/group-commit.js';
 import type { Clock } from '../shared/clock.js';
 import type { Config } from '../shared/config.js';
 import { createKeyUsage } from '../core/key-usage.js';
-import { createRateLimiter } from '../core/rate-limit.js';
+import { createRateLimiter, windowsFor } from '../core/rate-limit.js';
 import { createResolver } from '../shared/dns/resolver.js';
 import type { Logger } from '../shared/logger.js';
 import { createMetrics } from '../shared/metrics.js';
 import { type Scans, scansOn } from '../../db/scans.js';
 import { createStoreHealth, type StoreHealth } from '../shared/store-health.js';
+import type { Nodes } from '../core/nodes.js';
+import { singleNode } from '../queues/nodes.js';
+import { createDrain } from '../shared/drain.js';
 import { holdsSealedSecrets } from './secret-key-check.js';
 import { openStore } from './state.js';
 
@@ -87,12 +92,17 @@ export interface DepsOptions {
    * the store's own connection, on the event loop.
    */
   scans?: Scans;
+  /** The nodes sharing the state (server/app/liveness.ts, on Postgres); else this one alone. */
+  nodes?: Nodes;
 }
 
 export async function createDeps(config: Config, clock: Clock, logger: Logger, options: DepsOptions = {}): Promise<Deps> {
   const store = options.store ?? (await openStore(config));
   const { storeHealth, commits } = store.engine === 'sqlite' ? sqliteDurability(store, clock, logger) : postgresDurability(store, clock);
   const scans = options.scans ?? scansOn(store.db);
+  // The rate limits' windows: this process's memory on SQLite, the state database on Postgres (every node's).
+  const nodes = options.nodes ?? singleNode(config.nodeName);
+  const windows = windowsFor(store.db, clock, () => nodes.liveCount());
   return {
     config,
     db: store.db,
@@ -104,13 +114,18 @@ export async function createDeps(config: Config, clock: Clock, logger: Logger, o
     // Generated only on a first start: DATA_DIR holding secrets sealed with a key and no key file is a lost key.
     secretKey: options.secretKey !== undefined ? options.secretKey : resolveSecretKey(config, { mayGenerate: !(await holdsSealedSecrets(store.db)) }),
     keyUsage: createKeyUsage(),
-    rateLimiter: createRateLimiter(clock, { perKey: config.rateLimitPerKey, perAccount: config.rateLimitPerAccount }),
+    rateLimiter: createRateLimiter(clock, { perKey: config.rateLimitPerKey, perAccount: config.rateLimitPerAccount }, windows),
+    windows,
     scans,
-    metrics: createMetrics(
-      clock,
-      () => scans,
-      store.engine === 'postgres' ? { statePool: () => ({ total: store.pool.totalCount, idle: store.pool.idleCount, waiting: store.pool.waitingCount }) } : {},
-    ),
+    metrics: createMetrics(clock, () => scans, {
+      ...(store.engine === 'postgres'
+        ? { statePool: () => ({ total: store.pool.totalCount, idle: store.pool.idleCount, waiting: store.pool.waitingCount }) }
+        : {}),
+      node: { name: nodes.name, live: () => nodes.liveCount() },
+    }),
     storeHealth,
+    nodes,
+    drain: createDrain(),
+    inboundSpool: store.engine === 'sqlite' ? createFileSpool(config.dataDir, store.db) : createRowSpool(store.db, () => clock.now()),
   };
 }

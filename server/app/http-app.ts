@@ -73,6 +73,8 @@ export function createApp(deps: Deps) {
     const deliveryMode = deps.config.deliveryMode;
     // Where the state lives (docs/api/decisions.md section 11): `sqlite` in DATA_DIR, or `postgres` (STATE_URL).
     const state = deps.store.engine;
+    // A node stopping is taken out by its load balancer: it still answers what reaches it meanwhile.
+    if (deps.drain.draining) return c.json({ status: 'draining', deliveryMode, state }, 503);
     try {
       await queryRow(deps.db, sql`select 1`);
       if (deps.storeHealth.faulty()) return c.json({ status: 'unavailable', deliveryMode, state }, 503);

@@ -4,6 +4,7 @@ import { RequestError, getRequestListener } from '@hono/node-server';
 import type { App } from './http-app.js';
 import type { Logger } from '../shared/logger.js';
 import { clientKey } from '../shared/ip-ranges.js';
+import type { TrustedProxies } from '../shared/trusted-proxies.js';
 
 /** Open connections the server accepts in all; one more is closed at once. */
 export const MAX_CONNECTIONS = 1024;
@@ -31,6 +32,8 @@ export interface HttpServerOptions {
   timeoutCheckIntervalMs?: number;
   /** How long close() lets connections busy with a request finish before closing them whatever they do. */
   closeGraceMs?: number;
+  /** TRUST_PROXY: a proxy carries many clients' connections, so the per-address cap does not count its own. */
+  trustedProxies?: TrustedProxies;
   /** Where refused connections are noted (debug level); none when omitted. */
   logger?: Logger;
 }
@@ -123,6 +126,7 @@ export async function listenHttp(
   const perAddressCap = options.maxConnectionsPerAddress ?? MAX_CONNECTIONS_PER_ADDRESS;
   const perAddress = new Map<string, number>();
   server.on('connection', (socket: Socket) => {
+    if (options.trustedProxies?.has(socket.remoteAddress ?? '')) return;
     // An IPv6 client by its /64 (server/shared/ip-ranges.ts clientKey).
     const address = clientKey(socket.remoteAddress ?? '');
     const open = perAddress.get(address) ?? 0;

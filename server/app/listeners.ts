@@ -18,7 +18,7 @@ export type HttpListener = Awaited<ReturnType<typeof listenHttp>>;
  */
 export async function listenHttpOrExit(deps: Deps): Promise<HttpListener> {
   const { config, logger } = deps;
-  return listenHttp(createApp(deps), config.httpHost, config.httpPort, { logger }).catch((err: unknown) => {
+  return listenHttp(createApp(deps), config.httpHost, config.httpPort, { logger, trustedProxies: config.trustProxy }).catch((err: unknown) => {
     const code = (err as NodeJS.ErrnoException).code;
     if (code !== 'EADDRINUSE' && code !== 'EADDRNOTAVAIL' && code !== 'EACCES') throw err;
     refuseStart(`invalid configuration: HTTP_HOST and HTTP_PORT (${config.httpHost} port ${config.httpPort}) cannot be listened on: ${(err as Error).message}`);

@@ -25,9 +25,10 @@ import {
 async function main(): Promise<void> {
   const config = loadConfigOrExit();
   const stdout = stdoutBatched();
-  const logger = createLogger(config.logLevel, stdout);
+  // With several nodes (STATE_URL) every line names its node.
+  const logger = createLogger(config.logLevel, stdout, config.state.engine === 'postgres' ? { node: config.nodeName } : {});
   const lock = claimDataDir(config, logger);
-  const { deps, checkpointer, keyCheck } = await openDeps(config, logger);
+  const { deps, checkpointer, keyCheck, liveness } = await openDeps(config, logger);
   deps.metrics.collectProcessMetrics();
   warnAtStart(config, logger, keyCheck);
   // STARTTLS's pair before anything starts or listens: a bad SMTP_TLS_CERT or SMTP_TLS_KEY stops the start before
@@ -40,20 +41,45 @@ async function main(): Promise<void> {
 
   // Stops in this order, whatever has started by then.
   const listening: { http?: HttpListener; inbound?: InboundServer; submission?: SubmissionServer[] } = {};
+  // Each worker stopped once, by the drain or by its own step, whichever comes first.
+  const once = (run: () => Promise<unknown>) => {
+    let done: Promise<unknown> | null = null;
+    return () => (done ??= run());
+  };
+  const stopEngine = once(() => workers.engine.stop());
+  const stopWebhooks = once(() => workers.webhooks.stop());
+  const stopCustomerDb = once(() => workers.customerDb.stop());
+  const stopWorkers = async () => {
+    await stopEngine();
+    await stopWebhooks();
+    await stopCustomerDb();
+  };
   const stop = stopOnSignals(logger, () => {
     keyUsage.stopTimer();
     return runStopSteps(
       [
+        // Draining (DRAIN_SECONDS, docs/operating/several-nodes.md): /healthz answers 503 at once and the workers stop
+        // claiming and finish what they hold, while the listeners still take what the balancer sends until it has
+        // seen the 503. With no drain time (one node), the listeners close first, as they always did.
+        [
+          'drain',
+          async () => {
+            deps.drain.begin();
+            if (config.drainMs > 0) await Promise.all([new Promise((r) => setTimeout(r, config.drainMs)), stopWorkers()]);
+          },
+        ],
         ['http', () => listening.http?.close()],
         ['inbound', () => listening.inbound?.close()],
         ['submission', async () => void (await Promise.all((listening.submission ?? []).map((s) => s.close())))],
-        ['delivery engine', () => workers.engine.stop()],
+        ['delivery engine', stopEngine],
         // After the engine: its last outcomes may have queued deliveries, which wait in the database for the next start.
-        ['webhooks', () => workers.webhooks.stop()],
-        ['customer databases', () => workers.customerDb.stop()],
+        ['webhooks', stopWebhooks],
+        ['customer databases', stopCustomerDb],
         // After the inbound server and the writer, the two that use its threads.
         ['parse threads', () => workers.parser.close()],
         ['key usage', () => keyUsage.flush()],
+        // After every worker: the node's liveness lock goes last, so no other node takes over work still in flight.
+        ['liveness', () => liveness?.stop()],
         ['checkpointer', () => checkpointer?.stop()],
         ['database', () => deps.store.close()],
         ['lock', () => lock.release()],

@@ -36,6 +36,9 @@ export function startLine(config: Config, listening: Listening): Record<string, 
     relay: relay ? `${relay.protocol}//${relay.host}` : null,
     mailHostname: config.mailHostname,
     metrics: config.metricsToken === null ? 'open' : 'token',
+    // Behind a load balancer (docs/operating/behind-a-load-balancer.md): named only when set.
+    ...(config.smtpProxyProtocol ? { smtpProxyProtocol: true } : {}),
+    ...(config.trustProxy.entries.length > 0 ? { trustProxy: config.trustProxy.entries } : {}),
   };
 }
 

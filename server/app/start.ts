@@ -11,6 +11,7 @@ import { systemClock } from '../shared/clock.js';
 import { type Config, ConfigError, loadConfig, mailHostnameProblem } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
 import { createDeps, resolveSecretKey } from './deps.js';
+import { type Liveness, startLiveness } from './liveness.js';
 import { openStore } from './state.js';
 import { type SecretKeyCheck, checkSecretKey, holdsSealedSecrets, keyOffWarning, mismatchLine } from './secret-key-check.js';
 import { type Listening, STARTED_EVENT, type StartedMessage, startLine } from './start-line.js';
@@ -64,7 +65,10 @@ export function claimDataDir(config: Config, logger: Logger): DataDirLock {
  * thread, on whose connection the reads that walk many rows (the /metrics gauges, the dashboard's chart) run
  * (db/checkpointer.ts); then the rest (createDeps).
  */
-export async function openDeps(config: Config, logger: Logger): Promise<{ deps: Deps; checkpointer: Checkpointer | null; keyCheck: SecretKeyCheck }> {
+export async function openDeps(
+  config: Config,
+  logger: Logger,
+): Promise<{ deps: Deps; checkpointer: Checkpointer | null; keyCheck: SecretKeyCheck; liveness: Liveness | null }> {
   let store: Store;
   try {
     store = await openStore(config);
@@ -80,11 +84,20 @@ export async function openDeps(config: Config, logger: Logger): Promise<{ deps: 
     process.stderr.write(`${await mismatchLine(store.db, config, keyCheck.what)}\n`);
     process.exit(1);
   }
-  if (store.engine === 'postgres') return { deps: await createDeps(config, systemClock, logger, { store, secretKey }), checkpointer: null, keyCheck };
+  if (store.engine === 'postgres') {
+    // One node among any number over this database: its liveness lock before any work (server/app/liveness.ts).
+    let liveness: Liveness;
+    try {
+      liveness = await startLiveness({ target: store.target, db: store.db, node: config.nodeName, logger });
+    } catch (err) {
+      refuseStart(`NODE_NAME ${config.nodeName}: ${err instanceof Error ? err.message : String(err)}`);
+    }
+    return { deps: await createDeps(config, systemClock, logger, { store, secretKey, nodes: liveness.nodes }), checkpointer: null, keyCheck, liveness };
+  }
   // WAL checkpoints on a thread of their own, not inside a COMMIT on the event loop.
   const checkpointer = startCheckpointer(store.sqlite, logger);
   const deps = await createDeps(config, systemClock, logger, { store, secretKey, scans: scansOffThread(checkpointer, store.db) });
-  return { deps, checkpointer, keyCheck };
+  return { deps, checkpointer, keyCheck, liveness: null };
 }
 
 /** What the operator should know of the configuration this start runs with (none of it stops the start). */
@@ -132,8 +145,12 @@ export async function showAdminTokenOnce(deps: Deps, stdout: { flush(): void }):
   });
 }
 
-/** Idempotency claims a previous process held when it died: no answer will come for them. */
+/**
+ * Idempotency claims a previous process held when it died: no answer will come for them. On SQLite; on Postgres the
+ * node's liveness frees those of its earlier run and of nodes gone (server/app/liveness.ts).
+ */
 export async function releaseDeadIdempotencyClaims(deps: Deps): Promise<void> {
+  if (deps.store.engine !== 'sqlite') return;
   const deadClaims = await releaseDeadClaims(deps.db);
   if (deadClaims > 0) deps.logger.info('idempotency.dead_claims_released', { count: deadClaims });
 }

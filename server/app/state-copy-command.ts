@@ -1,7 +1,5 @@
-import { existsSync, readdirSync } from 'node:fs';
 import { DatabaseMissingError, databasePath, hasDatabase, openDatabase } from '../../db/client.js';
 import { DataDirLockedError, lockDataDir } from '../../db/data-dir.js';
-import { spoolDir } from '../../db/inbound-spool.js';
 import { openPostgres } from '../../db/pg/state.js';
 import { type CopyReport, copyState } from '../../db/state-copy.js';
 import type { Config } from '../shared/config.js';
@@ -22,8 +20,6 @@ export class StateCopyRefused extends Error {
 export interface StateCopyResult extends CopyReport {
   from: string;
   to: string;
-  /** Received messages still waiting in DATA_DIR's spool for a customer database: they stay there, read from there. */
-  spooledMessages: number;
   next: string;
 }
 
@@ -47,17 +43,15 @@ export async function runStateCopy(config: Config, opts: { to: string; dryRun: b
     try {
       const pgStore = await openPostgres(pgTargetOf(target), { poolSize: 2 });
       try {
-        const report = await copyState(source.sqlite, pgStore.pool, { dryRun: opts.dryRun });
-        const spool = spoolDir(config.dataDir);
-        const spooledMessages = existsSync(spool) ? readdirSync(spool).filter((f) => f.endsWith('.msg')).length : 0;
+        // The spool files of the queued writes go along, as rows: the Postgres node needs nothing of DATA_DIR.
+        const report = await copyState(source.sqlite, pgStore.pool, { dryRun: opts.dryRun, dataDir: config.dataDir });
         return {
           ...report,
           from: databasePath(config.dataDir),
           to: target.shown,
-          spooledMessages,
           next: opts.dryRun
             ? 'Nothing was written. Run again without --dry-run to copy.'
-            : 'Start Mailstead with STATE_URL set to this URL and SECRET_KEY set to the key in DATA_DIR/secret.key (or the SECRET_KEY it ran with): the secrets copied are sealed with it. Keep DATA_DIR until the new server runs.',
+            : 'Start Mailstead with STATE_URL set to this URL and SECRET_KEY set to the key in DATA_DIR/secret.key (or the SECRET_KEY it ran with): the secrets copied are sealed with it. DATA_DIR holds nothing it needs; keep it until the new server runs.',
         };
       } finally {
         await pgStore.close();

@@ -213,8 +213,3 @@ export async function dropExpiredWrites(db: Db, now: number): Promise<Map<string
 export async function dropWritesOf(db: Db, owner: string): Promise<number> {
   return changes(await db.delete(customerDbWrites).where(eq(customerDbWrites.databaseAccountId, owner)));
 }
-
-/** Whether a queued write still reads this spool file. */
-export async function spoolReferenced(db: Db, spoolId: string): Promise<boolean> {
-  return (await one(db.select({ id: customerDbWrites.id }).from(customerDbWrites).where(eq(customerDbWrites.spoolId, spoolId)).limit(1))) !== undefined;
-}

@@ -56,7 +56,16 @@ const statements = definePrepared((db) => ({
  * judges the 15 s of a running claim, which is a lease: a step of the wall clock neither holds a lost claim for the
  * size of the step nor frees a running one early.
  */
-export async function claimIdempotencyKey(db: Db, accountId: string, key: string, rawBody: Buffer, now: number, leaseNow: number = now): Promise<ClaimResult> {
+export async function claimIdempotencyKey(
+  db: Db,
+  accountId: string,
+  key: string,
+  rawBody: Buffer,
+  now: number,
+  leaseNow: number = now,
+  /** The node whose request holds the claim (NODE_NAME): its claims are freed once its liveness lock is gone. */
+  heldBy: string | null = null,
+): Promise<ClaimResult> {
   const fingerprint = sha256Hex(rawBody);
   const q = statements(db);
   // Without an fsync of its own: the send's group commit that follows makes it durable with the send (an fsync
@@ -73,10 +82,10 @@ export async function claimIdempotencyKey(db: Db, accountId: string, key: string
       // live key, on any engine.
       const claimed = await queryRow<{ claim_token: string }>(
         db,
-        sql`insert into idempotency_keys (account_id, key, fingerprint, claim_token, state, response, claimed_at, completed_at)
-     values (${accountId}, ${key}, ${fingerprint}, ${token}, 'running', null, ${leaseNow}, null)
+        sql`insert into idempotency_keys (account_id, key, fingerprint, claim_token, held_by, state, response, claimed_at, completed_at)
+     values (${accountId}, ${key}, ${fingerprint}, ${token}, ${heldBy}, 'running', null, ${leaseNow}, null)
      on conflict (account_id, key) do update set
-       fingerprint = excluded.fingerprint, claim_token = excluded.claim_token, state = 'running', response = null,
+       fingerprint = excluded.fingerprint, claim_token = excluded.claim_token, held_by = excluded.held_by, state = 'running', response = null,
        claimed_at = excluded.claimed_at, completed_at = null
      where (idempotency_keys.state = 'done' and ${now} - coalesce(idempotency_keys.completed_at, idempotency_keys.claimed_at) >= ${IDEMPOTENCY_WINDOW_MS})
         or (idempotency_keys.state = 'running' and ${leaseNow} - idempotency_keys.claimed_at >= ${CLAIM_RELEASE_MS})
@@ -132,12 +141,24 @@ export async function settleClaim(db: Db, claim: Claim, response: unknown, now: 
 }
 
 /**
- * At start, under the data directory's lock: every running claim belongs to a request of a process that is gone (it
- * was killed before its send committed), so each is freed, and a retry after a crash is a fresh attempt at once
- * instead of `409 idempotency_in_progress` until CLAIM_RELEASE_MS passes. Returns how many.
+ * Running claims whose request is gone are freed, so a retry after a crash is a fresh attempt at once instead of
+ * `409 idempotency_in_progress` until CLAIM_RELEASE_MS passes. Without `isGone` (at start on SQLite, under the data
+ * directory's lock) every running claim is a dead process's; with several nodes, only those of nodes `isGone` names
+ * (this node's earlier run at its start, a node whose liveness lock is gone: server/app/liveness.ts; a claim without
+ * a node is an earlier version's). Returns how many.
  */
-export async function releaseDeadClaims(db: Db): Promise<number> {
-  return changes(await db.delete(idempotencyKeys).where(eq(idempotencyKeys.state, 'running')));
+export async function releaseDeadClaims(db: Db, isGone?: (node: string | null) => boolean): Promise<number> {
+  const running = eq(idempotencyKeys.state, 'running');
+  if (!isGone) return changes(await db.delete(idempotencyKeys).where(running));
+  const holders = await db.selectDistinct({ heldBy: idempotencyKeys.heldBy }).from(idempotencyKeys).where(running);
+  let released = 0;
+  for (const { heldBy } of holders) {
+    if (!isGone(heldBy)) continue;
+    released += changes(
+      await db.delete(idempotencyKeys).where(and(running, heldBy === null ? sql`${idempotencyKeys.heldBy} is null` : eq(idempotencyKeys.heldBy, heldBy))),
+    );
+  }
+  return released;
 }
 
 /** Any answer but a 200 frees the key, so a retry is a fresh attempt. */

@@ -11,7 +11,7 @@ import { newId } from '../shared/ids.js';
 import { randomBase62, sha256Hex } from '../shared/secrets.js';
 import type { PageRequest, RequestContext } from './context.js';
 import { SCOPES, type Scope, isScope } from './scopes.js';
-import { lockRows, one } from '../../db/sql.js';
+import { lockRows, one, statementsAreRoundTrips } from '../../db/sql.js';
 
 export const MAX_LIVE_KEYS = 50;
 export const KEY_PREFIX = 'ms_';
@@ -85,26 +85,41 @@ export async function keyStamp(db: Db): Promise<string> {
  * afresh on every request, because its credits and counters change with every send. Bounded: past the limit the key
  * found longest ago makes room.
  */
-const knownKeys = definePrepared(() => new Map<string, { key: ApiKeyRow; stamp: string }>());
+const knownKeys = definePrepared(() => new Map<string, { key: ApiKeyRow; account: AccountRow; stamp: string }>());
 const KNOWN_KEYS_MAX = 10_000;
 
 /**
  * The key and the stamp it was found under. The stamp is read before the key: a key that stops working after it
  * moves the stamp, so a key found live is never kept under a stamp that already counts its end, on either engine.
  * On SQLite the reads share one read transaction (db/client.ts readUnit).
+ *
+ * With `unread`, on Postgres (each read a round trip; SQLite reads as before), a known key is not read at all: it
+ * comes back as this process last found it live, its account row as read then (`unread: true`), and the caller must
+ * confirm it before it answers (KeyCheck: the send does so in its own transaction's reading, server/core/sending.ts).
  */
-export async function findLiveKeyStamped(db: Db, secret: string): Promise<{ found: Awaited<ReturnType<typeof findLiveKey>>; stamp: string }> {
+export async function findLiveKeyStamped(
+  db: Db,
+  secret: string,
+  opts: { unread?: boolean } = {},
+): Promise<{ found: Awaited<ReturnType<typeof findLiveKey>>; stamp: string; unread?: true }> {
   if (!KEY_FORMAT.test(secret)) return { found: undefined, stamp: '' };
+  const hash = sha256Hex(secret);
+  const known = knownKeys(db);
+  if (opts.unread && statementsAreRoundTrips(db)) {
+    const cached = known.get(hash);
+    if (cached) return { found: { key: cached.key, account: cached.account }, stamp: cached.stamp, unread: true };
+  }
   return await readUnit(db, async () => {
-    const hash = sha256Hex(secret);
-    const known = knownKeys(db);
     const cached = known.get(hash);
     let stamp: string;
     if (cached) {
       // A known key: its account and the stamp in one read; the stamp unchanged means the key is still live.
       const read = await one(statements(db).accountAndStamp.execute({ id: cached.key.accountId }));
       stamp = read ? String(read.stamp ?? 0) : await keyStamp(db);
-      if (read && cached.stamp === stamp) return { found: { key: cached.key, account: read.account }, stamp };
+      if (read && cached.stamp === stamp) {
+        cached.account = read.account;
+        return { found: { key: cached.key, account: read.account }, stamp };
+      }
       known.delete(hash);
     } else {
       stamp = await keyStamp(db);
@@ -112,9 +127,51 @@ export async function findLiveKeyStamped(db: Db, secret: string): Promise<{ foun
     const found = await findLiveKeyByHash(db, hash);
     if (!found) return { found, stamp: '' };
     if (known.size >= KNOWN_KEYS_MAX) known.delete(known.keys().next().value!);
-    known.set(hash, { key: found.key, stamp });
+    known.set(hash, { key: found.key, account: found.account, stamp });
     return { found, stamp };
   });
+}
+
+/**
+ * A key taken unread (findLiveKeyStamped `unread`), still to be confirmed live before the request is answered: by a
+ * stamp read in the same transaction as the request's writes (`confirmedBy`), or by `confirm`, which reads the stamp
+ * and, if it moved, looks the key up again. Either way a key found no longer live is `401 invalid_key`, as a key
+ * revoked while its request was in flight.
+ */
+export interface KeyCheck {
+  /** Confirms the key with a stamp read in the caller's transaction: unchanged, the key is live; else (or none) `confirm`. */
+  confirmedBy(db: Db, stamp: string | null): Promise<void>;
+  /** Confirms the key (a read, unless it already is); throws 401 invalid_key if it is not live. */
+  confirm(db?: Db): Promise<void>;
+}
+
+export function keyCheck(db: Db, secret: string, stamp: string): KeyCheck {
+  const hash = sha256Hex(secret);
+  let confirmed = false;
+  const check: KeyCheck = {
+    async confirmedBy(on, read) {
+      if (confirmed) return;
+      if (read !== null && read === stamp) confirmed = true;
+      else await check.confirm(on);
+    },
+    async confirm(on = db) {
+      if (confirmed) return;
+      // As findLiveKeyStamped: the stamp first, then the key, which is kept under that stamp once found live (so the
+      // next request with it is taken unread again rather than confirmed with these reads each time).
+      const now = await keyStamp(on);
+      if (now !== stamp) {
+        const found = await findLiveKeyByHash(on, hash);
+        const known = knownKeys(db);
+        if (!found) {
+          known.delete(hash);
+          throw new ApiError('invalid_key', 'The API key was revoked while the request was in flight.');
+        }
+        if (known.has(hash) || known.size < KNOWN_KEYS_MAX) known.set(hash, { key: found.key, account: found.account, stamp: now });
+      }
+      confirmed = true;
+    },
+  };
+  return check;
 }
 
 export async function findLiveKey(db: Db, secret: string): Promise<{ key: ApiKeyRow; account: AccountRow } | undefined> {

@@ -7,6 +7,7 @@ import {
   emails,
   outboundMessages,
   outboundRecipients,
+  webhookEndpoints,
 } from '../../db/schema/index.js';
 import { definePrepared } from '../../db/prepared.js';
 import type { Deps } from './deps.js';
@@ -15,12 +16,12 @@ import { tripBreakerIfPaused } from './reputation.js';
 import { suppress } from './suppressions.js';
 import { newId } from '../shared/ids.js';
 import { type OutcomeStatus, fanOutOutcome } from './webhook-fanout.js';
-import { queueCustomerDbWrite } from './customer-db-outbox.js';
+import { OWNER_SQL, type QueuedWrite, queueCustomerDbWrite } from './customer-db-outbox.js';
 import { type Capture, storeCapture } from './capture-store.js';
 import type { Classified } from './dsn.js';
 import { nextAttemptAt } from './delivery-schedule.js';
 import { isSimulatorAddress } from './simulator.js';
-import { changes, lockRows, together } from '../../db/sql.js';
+import { changes, lockRows, statementsAreRoundTrips, together } from '../../db/sql.js';
 import type { ReadAhead } from '../../db/group-commit.js';
 
 /** A recipient leased from the outbound queue, with its message: what one delivery attempt works on. */
@@ -176,6 +177,23 @@ export async function writeOutcome(deps: Pick<Deps, 'db' | 'logger' | 'secretKey
   const q = statements(db);
   const eventId = newId(o.occurredAt);
   const first = { delivered: q.firstDelivered, bounced: q.firstBounced, complained: q.firstComplained, deferred: null }[o.status];
+  // On Postgres, where each statement is a round trip and a batch's statements run one after the other, the account's
+  // endpoints and its customer database's owner are read in one statement, which the fan-out and the copy share.
+  const folded = statementsAreRoundTrips(db);
+  let reading: Promise<{ id: string | null; events: string[] | null; owner: string | null }[]> | undefined;
+  const readOnce = () => (reading ??= q.endpointsAndOwner.execute({ accountId: o.accountId }));
+  const endpointsOf = (rows: Awaited<NonNullable<typeof reading>>) =>
+    rows.flatMap((r) => (r.id !== null && r.events !== null ? [{ id: r.id, events: r.events }] : []));
+  const copy: QueuedWrite = {
+    kind: 'event',
+    id: eventId,
+    emailId: o.emailId,
+    recipient: o.recipient,
+    status: o.status,
+    dsn: o.dsn,
+    detail: o.detail,
+    occurredAt: o.occurredAt,
+  };
   // Issued together (one round trip on Postgres): the event; the account's webhook deliveries of it, in the same
   // transaction, so no event is lost between the two; the customer database's copy; the email's first time.
   const [, webhooks, written] = await together(db, [
@@ -190,14 +208,11 @@ export async function writeOutcome(deps: Pick<Deps, 'db' | 'logger' | 'secretKey
         detail: o.detail,
         occurredAt: o.occurredAt,
       }),
-    () => fanOutOutcome(db, o),
-    () =>
-      queueCustomerDbWrite(
-        deps,
-        o.accountId,
-        { kind: 'event', id: eventId, emailId: o.emailId, recipient: o.recipient, status: o.status, dsn: o.dsn, detail: o.detail, occurredAt: o.occurredAt },
-        o.occurredAt,
-      ),
+    (): Promise<number> => (folded ? readOnce().then((rows) => fanOutOutcome(db, o, endpointsOf(rows))) : fanOutOutcome(db, o)),
+    (): Promise<boolean> =>
+      folded
+        ? readOnce().then((rows) => queueCustomerDbWrite(deps, o.accountId, copy, o.occurredAt, rows[0]?.owner ?? null))
+        : queueCustomerDbWrite(deps, o.accountId, copy, o.occurredAt),
     () => (first ? first.execute({ id: o.emailId, now: o.occurredAt }) : Promise.resolve(null)),
   ]);
   if (SUPPRESSING[o.status]?.(o.dsn)) {
@@ -254,6 +269,14 @@ const statements = definePrepared((db) => ({
     .update(emails)
     .set({ complainedAt: sql`${p('now')}` })
     .where(and(eq(emails.id, p('id')), isNull(emails.complainedAt)))
+    .prepare(),
+  /** The account's webhook endpoints (in id order; one row of nulls when it has none), each row with the owner of
+   * the customer database its writes go to (customer-db-outbox.ts OWNER_SQL). */
+  endpointsAndOwner: db
+    .select({ id: webhookEndpoints.id, events: webhookEndpoints.events, owner: sql<string | null>`${sql.raw(OWNER_SQL)}` })
+    .from(sql`(select cast(${p('accountId')} as text) as account_id) d`)
+    .leftJoin(webhookEndpoints, eq(webhookEndpoints.accountId, sql`d.account_id`))
+    .orderBy(webhookEndpoints.id)
     .prepare(),
   countBounce: db
     .update(accounts)

@@ -79,7 +79,7 @@ export async function sendEmail({ deps, ctx, rawBody, body: parsed, idempotencyK
   if (idempotencyKey !== null) {
     let claimed;
     try {
-      claimed = await claimIdempotencyKey(deps.db, ctx.account.id, idempotencyKey, rawBody, deps.clock.now(), leaseNow(deps.clock));
+      claimed = await claimIdempotencyKey(deps.db, ctx.account.id, idempotencyKey, rawBody, deps.clock.now(), leaseNow(deps.clock), deps.config.nodeName);
     } catch (err) {
       throw unrecorded(deps, ctx, err) ?? err;
     }
@@ -133,6 +133,8 @@ interface SendReading {
   onLists: number;
   /** The account whose database receives the send's content (its own, else its parent's), or null. */
   databaseOwner: string | null;
+  /** The `keys` change counter (core/keys.ts keyStamp) in the same snapshot, where the reading folds it in; else null. */
+  keysStamp: string | null;
 }
 
 /**
@@ -155,6 +157,7 @@ async function readApart(deps: Pick<Deps, 'db'>, accountId: string, domain: stri
     domain: found ? { recordStatus: found.recordStatus, keyId: found.keyId } : undefined,
     onLists: listed.length,
     databaseOwner: await databaseOwnerOf(deps.db, accountId),
+    keysStamp: null,
   };
 }
 
@@ -176,6 +179,7 @@ async function readFolded(deps: Pick<Deps, 'db'>, accountId: string, domain: str
     onLists: acting.onList + (parent?.onList ?? 0),
     // The account's own database first, else its parent's (as customer-db-outbox.ts OWNER_SQL).
     databaseOwner: acting.ownDatabase > 0 ? acting.account.id : parent && parent.ownDatabase > 0 ? parent.account.id : null,
+    keysStamp: String(acting.keysStamp ?? 0),
   };
 }
 
@@ -240,6 +244,8 @@ const statements = definePrepared((db) => ({
             Number,
           ),
         ownDatabase: sql<number>`(select count(*) from customer_databases c where c.account_id = ${outerAccountId})`.mapWith(Number),
+        // For a key the request's guard took unread (core/keys.ts KeyCheck): confirmed by this snapshot's stamp.
+        keysStamp: sql<number>`(select n from change_counters where name = 'keys')`.mapWith(Number),
       })
       .from(accounts)
       .where(sql`${accounts.id} in (${p('id')}, (select a.parent_id from accounts a where a.id = ${p('id')}))`)
@@ -379,6 +385,8 @@ async function commitSend(
     const committed = await deps.commits.run(async (tx, ahead, handOn) => {
       const now = deps.clock.now();
       const [, reading] = await (ahead ?? readSend(tx));
+      // (1) a key the guard took unread is live, in this transaction's reading (core/keys.ts KeyCheck).
+      await ctx.keyCheck?.confirmedBy(tx, reading.keysStamp);
       const { sender } = reading;
       // (3) whether the account, and for a sub-account its parent, may send at all.
       assertMaySend(sender, now);

@@ -45,7 +45,7 @@ export async function beginSubmission(
 ): Promise<Begun> {
   if (deps.storeHealth.unsafe()) throw storeUnavailable(null, { closed: true, outcome: 'Nothing was sent' })!;
   await assertStillAuthenticated(deps, auth);
-  const rate = deps.rateLimiter.take(auth.keyId, auth.keyAccountId);
+  const rate = await deps.rateLimiter.take(auth.keyId, auth.keyAccountId);
   if (!rate.ok) throw rateLimited(deps.config, rate);
   deps.keyUsage.touch(auth.keyId, deps.clock.now());
   // Read before the transaction's RCPT checks: a list changed after it raises the counter past this stamp.

@@ -16,6 +16,12 @@ export const OUTCOME_EVENT_TYPES = {
 
 export type OutcomeStatus = keyof typeof OUTCOME_EVENT_TYPES;
 
+/** An endpoint as the fan-out reads it: its id and the event types it is subscribed to. */
+export interface WebhookEndpointEvents {
+  id: string;
+  events: readonly string[];
+}
+
 /** The `data` of an email event's post (docs/api/contract.md, Events; docs/api/decisions.md section 7: `tags` when the send had tags). */
 export interface OutcomeEventData {
   /** The email's id, as `POST /emails` answered it. */
@@ -91,10 +97,13 @@ const statements = definePrepared((db) => ({
 export async function fanOutOutcome(
   db: Db,
   outcome: { accountId: string; emailId: string; recipient: string; status: OutcomeStatus; dsn: string; detail: string; occurredAt: number },
+  /** The account's endpoints, when the caller's transaction read them already (in id order); else read here. */
+  knownEndpoints?: readonly WebhookEndpointEvents[],
 ): Promise<number> {
   const q = statements(db);
   const type = OUTCOME_EVENT_TYPES[outcome.status];
-  const subscribed = (await q.endpoints.execute({ accountId: outcome.accountId })).filter((e) => e.events.includes(type));
+  const endpoints = knownEndpoints ?? (await q.endpoints.execute({ accountId: outcome.accountId }));
+  const subscribed = endpoints.filter((e) => e.events.includes(type));
   if (subscribed.length === 0) return 0;
   const email = await one(q.email.execute({ id: outcome.emailId }));
   const data = JSON.stringify(outcomeEventData({ ...outcome, from: email?.fromAddress ?? '', tags: email?.tags ?? null }));

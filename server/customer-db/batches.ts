@@ -1,14 +1,12 @@
 import type pg from 'pg';
 import { eq } from 'drizzle-orm';
-import { rmSync } from 'node:fs';
 import { classifyConnectError } from '../../db/customer/connect.js';
 import { cutErrorText, customerErrorText } from '../../db/customer/error-text.js';
 import { migrateCustomerDb } from '../../db/customer/schema.js';
 import { type CustomerWrite, TargetChangedError, applyWrites, isDataError } from '../../db/customer/writes.js';
-import { spoolPath } from '../../db/inbound-spool.js';
 import { type CustomerDatabaseRow, type CustomerDbWriteRow, customerDatabases } from '../../db/schema/index.js';
 import type { Deps } from '../core/deps.js';
-import { type OpenedWrite, deleteWrites, dueWrites, isSpooled, openWrite, recordRefusedWrite, spoolReferenced } from '../core/customer-db-outbox.js';
+import { type OpenedWrite, deleteWrites, dueWrites, isSpooled, openWrite, recordRefusedWrite } from '../core/customer-db-outbox.js';
 import { isCurrentConnection, markReached, markUnreachable, noteSetAside } from '../core/customer-db-status.js';
 import { ParserStoppedError } from './inbound/parser.js';
 import { SpoolError } from './inbound/parse-message.js';
@@ -42,7 +40,7 @@ export function isTimeout(err: unknown): boolean {
   return e?.code === '57014' || e?.message === 'Query read timeout';
 }
 
-/** What the batches take besides the store, the clock, the log, the secret key and the data directory. */
+/** What the batches take besides the store, the clock, the log, the secret key and the spool. */
 export interface BatchParts {
   pools: Pick<Pools, 'poolFor' | 'closePool'>;
   inbound: Pick<InboundHandoff, 'parseInlineAll' | 'applySpooled'>;
@@ -60,7 +58,7 @@ export interface BatchParts {
  * (db/customer/writes.ts) and deleted once committed; refusals recorded (retried a few times, then set aside); a
  * database that fails turns `unreachable`; a batch that timed out is halved for the next attempt.
  */
-export function createBatches(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'secretKey' | 'config'>, parts: BatchParts) {
+export function createBatches(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'secretKey' | 'config' | 'inboundSpool'>, parts: BatchParts) {
   const { pools, inbound, isRunning, isStopping } = parts;
   /** Batch sizes below parts.batchSize, by database, after a batch timed out (halved; doubled back as batches land). */
   const batchLimits = new Map<string, number>();
@@ -76,7 +74,7 @@ export function createBatches(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'secr
   /**
    * Writes a batch's opened writes in order: runs of emails, events and small received messages as one statement set
    * (db/customer/writes.ts), each large received message on its own from its spool file (server/customer-db/inbound/store.ts).
-   * Deletes what landed, records what was refused, and removes the spool files nothing reads any more.
+   * Deletes what landed, records what was refused, and removes the spooled messages nothing reads any more.
    */
   async function writeBatch(client: pg.PoolClient, db: CustomerDatabaseRow, opened: OpenedWrite[]): Promise<void> {
     /** Refused writes: the error, and whether no retry can help (set aside at once). */
@@ -143,9 +141,7 @@ export function createBatches(deps: Pick<Deps, 'db' | 'clock' | 'logger' | 'secr
       }
       await markReached(deps.db, db.accountId, db.connectionId, now, { landed: opened.some((o) => !refused.has(o.row.id)) });
     });
-    for (const spool of landedSpools) {
-      if (!(await spoolReferenced(deps.db, spool))) rmSync(spoolPath(deps.config.dataDir, spool), { force: true });
-    }
+    for (const spool of landedSpools) await deps.inboundSpool.release(spool);
   }
 
   /** Writes everything due for one database, batch after batch, until none is left or the database fails. */

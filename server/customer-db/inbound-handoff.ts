@@ -10,7 +10,10 @@ import { applySpooledInbound } from './inbound/store.js';
  * rows the batch writes, a large one parsed from its spool file and written on its own. The parse threads are the
  * writer's own unless given (main shares them with the inbound server and closes them).
  */
-export function createInboundHandoff(deps: Pick<Deps, 'config' | 'logger' | 'secretKey'>, options: { parser?: InboundParser; parserWorkerUrl?: URL }) {
+export function createInboundHandoff(
+  deps: Pick<Deps, 'config' | 'inboundSpool' | 'logger' | 'secretKey'>,
+  options: { parser?: InboundParser; parserWorkerUrl?: URL },
+) {
   const parser = options.parser ?? createInboundParser(deps, options.parserWorkerUrl ? { workerUrl: options.parserWorkerUrl } : {});
 
   /** The small received messages of a batch parsed (in the parse thread, server/customer-db/inbound/parser.ts); an Error for one that cannot be. */

@@ -2,6 +2,8 @@ import { and, gt, lte, sql } from 'drizzle-orm';
 import { definePrepared } from '../../db/prepared.js';
 import { type CustomerDatabaseRow, customerDatabases } from '../../db/schema/index.js';
 import type { Deps } from '../core/deps.js';
+import { skipped } from '../core/nodes.js';
+import { singleNode } from '../queues/nodes.js';
 import { createQueueWorker } from '../queues/runner.js';
 import { logFailure } from '../shared/store-health.js';
 import { createBatches } from './batches.js';
@@ -56,15 +58,21 @@ const statements = definePrepared((db) => ({
 }));
 
 export function createCustomerDbWriter(
-  deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger' | 'resolver' | 'secretKey' | 'storeHealth'>,
+  deps: Pick<Deps, 'clock' | 'config' | 'db' | 'inboundSpool' | 'logger' | 'resolver' | 'secretKey' | 'storeHealth'> & Partial<Pick<Deps, 'nodes'>>,
   options: Partial<WriterOptions> = {},
 ) {
   const opts: WriterOptions = { ...DEFAULT_WRITER_OPTIONS, ...options };
+  const nodes = deps.nodes ?? singleNode(deps.config.nodeName);
 
   // The queue's state: the databases being written, driving and stopping. The loop, the runs in flight, start, stop
   // and wake are the runner's (server/queues/runner.ts).
   /** Databases with a run in flight. */
   const busy = new Set<string>();
+  /**
+   * Databases another node was writing when this one tried (one batch at a time per database across nodes), and
+   * until when they are left to it: the loop does not spin on a lock another node holds.
+   */
+  const elsewhere = new Map<string, number>();
   /** Set by runOnce (tests) while it drives the writer without the loop. */
   let driving = false;
   let stopping = false;
@@ -74,11 +82,14 @@ export function createCustomerDbWriter(
     onError: (err) => logFailure(deps, 'customer_db.claim_failed', err),
     wake: { db: deps.db, queue: 'customer-db' },
     claim: async (room) => await claim(room),
-    // One attempt: everything due for one database, batch after batch.
+    // One attempt: everything due for one database, batch after batch, while no other node writes it.
     attempt: (db) => {
       busy.add(db.accountId);
-      return batches
-        .serve(db)
+      return nodes
+        .exclusive('customer-db', db.accountId, () => batches.serve(db))
+        .then((served) => {
+          if (served === skipped) elsewhere.set(db.accountId, deps.clock.now() + opts.intervalMs);
+        })
         .catch((err: unknown) => deps.logger.error('customer_db.writer_failed', { accountId: db.accountId, err }))
         .finally(() => busy.delete(db.accountId));
     },
@@ -110,7 +121,8 @@ export function createCustomerDbWriter(
    */
   async function dueDatabases(now: number): Promise<CustomerDatabaseRow[]> {
     if (busy.size > 0 && busy.size >= ((await one(statements(deps.db).databaseCount.execute()))?.count ?? 0)) return [];
-    return (await statements(deps.db).dueDatabases.execute({ now })).filter((d) => !busy.has(d.accountId));
+    for (const [id, until] of elsewhere) if (until <= now) elsewhere.delete(id);
+    return (await statements(deps.db).dueDatabases.execute({ now })).filter((d) => !busy.has(d.accountId) && !elsewhere.has(d.accountId));
   }
 
   /** When the housekeeping last ran: the loop is poked after every queued write, and it need not run that often. */

@@ -10,7 +10,8 @@
 export interface SlotLimits {
   total: number;
   perAccount: number;
-  perDestination: number;
+  /** A number, or read at each grant (the share of a destination's connections this node may open among the live nodes). */
+  perDestination: number | (() => number);
 }
 
 export interface Slot {
@@ -45,7 +46,8 @@ export function createFairSlots(limits: SlotLimits) {
     const free = freed ? 1 : 0;
     const accountHeld = count(byAccount, account) - (freed && freed.account === account ? 1 : 0);
     const destinationHeld = count(byDestination, destination) - (freed && freed.destination === destination ? 1 : 0);
-    return total - free < limits.total && accountHeld < limits.perAccount && destinationHeld < limits.perDestination;
+    const perDestination = typeof limits.perDestination === 'function' ? limits.perDestination() : limits.perDestination;
+    return total - free < limits.total && accountHeld < limits.perAccount && destinationHeld < perDestination;
   }
 
   function take(account: string, destination: string): Slot {

@@ -24,8 +24,13 @@ export interface QueueStore<Job, Request> {
   release(worker: string, ids?: readonly string[]): Promise<number>;
   /** Whether `worker` still holds the lease of `id` (the row may be gone). */
   stillHeld(worker: string, id: string): Promise<boolean>;
-  /** At start: the leases of holders whose process is gone (isDeadHolder) given back at once; how many. */
-  releaseDead(worker: string, host?: string): Promise<number>;
+  /**
+   * At start: the leases of holders that are gone given back at once; how many. Gone: as `isDead` judges (the node's
+   * liveness on Postgres), else by isDeadHolder (the process, on this host).
+   */
+  releaseDead(worker: string, isDead?: (holder: string) => boolean): Promise<number>;
+  /** The leases of every holder on `node` given back (a node whose liveness lock is gone); how many. */
+  releaseNode(node: string): Promise<number>;
   /** At start: other holders' leases reaching past one term from `leaseNow` cut to it (a wall clock stepped back). */
   capForeign(worker: string, leaseNow: number, leaseMs: number): Promise<number>;
 }
@@ -121,14 +126,14 @@ export function sqliteLeases<T extends SQLiteTable>(spec: LeaseTable<T>) {
      * same pid, as in a restarted container) are given back at once, so their rows are due again now. A lease of a
      * process that may still run (another host, or a live pid) is left to expire.
      */
-    async releaseDead(db: Db, worker: string, host = hostname()): Promise<number> {
+    async releaseDead(db: Db, worker: string, isDead: (holder: string) => boolean = (h) => isDeadHolder(h, worker, hostname())): Promise<number> {
       const holders = (await db
         .selectDistinct({ lockedBy: spec.lockedBy })
         .from(table)
         .where(and(isNotNull(spec.lockedBy), sql`${spec.lockedBy} <> ${worker}`))) as { lockedBy: string | null }[];
       let released = 0;
       for (const { lockedBy: holder } of holders) {
-        if (!holder || !isDeadHolder(holder, worker, host)) continue;
+        if (!holder || !isDead(holder)) continue;
         released += changes(
           await db
             .update(table)
@@ -137,6 +142,17 @@ export function sqliteLeases<T extends SQLiteTable>(spec: LeaseTable<T>) {
         );
       }
       return released;
+    },
+
+    /** Gives back the leases of every holder on `node` (`<node>:<pid>:<random>`); how many. */
+    async releaseNode(db: Db, node: string): Promise<number> {
+      const prefix = `${node}:`;
+      return changes(
+        await db
+          .update(table)
+          .set(set({ by: null, until: null }))
+          .where(sql`substr(${spec.lockedBy}, 1, ${prefix.length}) = ${prefix}`),
+      );
     },
 
     /**

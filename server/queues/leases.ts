@@ -4,17 +4,34 @@ import { processAlive } from '../../db/data-dir.js';
 
 /**
  * The lease holders of the queues (outbound recipients, webhook deliveries): each worker leases rows under an id
- * `<host>:<pid>:<random>`, which says at start whether an earlier holder's process is gone.
+ * `<node>:<pid>:<random>` (the node is NODE_NAME, the host name by default), which says whether an earlier holder is
+ * gone: on SQLite by its process, at start; on Postgres by its node's liveness lock (server/app/liveness.ts).
  */
 
-/** A fresh worker id for this process. */
-export function newWorkerId(): string {
-  return `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+/** A fresh worker id for this process, on `node`. */
+export function newWorkerId(node: string = hostname()): string {
+  return `${node}:${process.pid}:${randomUUID().slice(0, 8)}`;
 }
 
 function holderProcess(worker: string): { host: string; pid: number } | null {
   const m = /^(.*):(\d+):[^:]+$/.exec(worker);
   return m ? { host: m[1]!, pid: Number(m[2]) } : null;
+}
+
+/** The node a lease holder's id names (its part before the first colon). */
+export function holderNode(holder: string): string {
+  const colon = holder.indexOf(':');
+  return colon < 0 ? holder : holder.slice(0, colon);
+}
+
+/**
+ * Whether the leases of `holder` can be released at once by `worker` of `node` starting now, judged by the nodes'
+ * liveness locks: an earlier run of this node (its lock is this process's now), or a node whose lock nobody holds.
+ */
+export function isDeadNodeHolder(holder: string, worker: string, node: string, live: ReadonlySet<string>): boolean {
+  if (holder === worker) return false;
+  const of = holderNode(holder);
+  return of === node || !live.has(of);
 }
 
 /**

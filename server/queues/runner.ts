@@ -29,6 +29,7 @@ export interface RunnerOptions {
 
 export function createRunner(opts: RunnerOptions) {
   const inFlight = new Set<Promise<void>>();
+  let settledCount = 0;
   const loop = createPollLoop({ intervalMs: opts.intervalMs, tick: opts.tick, onError: opts.onError });
   let unsubscribe: (() => void) | null = null;
   let timer: NodeJS.Timeout | null = null;
@@ -58,6 +59,10 @@ export function createRunner(opts: RunnerOptions) {
     get inFlight(): number {
       return inFlight.size;
     },
+    /** How many tracked pieces of work have settled so far (a pass can tell whether one settled while it claimed). */
+    get settled(): number {
+      return settledCount;
+    },
     /** Settles when any work in flight does (at once when none is). */
     anySettled(): Promise<void> {
       return inFlight.size === 0 ? Promise.resolve() : Promise.race([...inFlight]);
@@ -74,6 +79,7 @@ export function createRunner(opts: RunnerOptions) {
         )
         .finally(() => {
           inFlight.delete(done);
+          settledCount += 1;
           if (options.wakeAfter !== false) loop.poke();
         });
       inFlight.add(done);
@@ -140,12 +146,17 @@ export function createQueueWorker<Job>(opts: QueueWorkerOptions<Job>) {
     return (await opts.claim(opts.maxInFlight - runner.inFlight)).map((job) => runner.track(opts.attempt(job)));
   }
 
-  /** Claims and attempts until nothing more is due and nothing is in flight; the number of attempts made. */
+  /**
+   * Claims and attempts until nothing more is due and nothing is in flight; the number of attempts made. A pass that
+   * claimed nothing while an attempt settled may have read the queue before that attempt's writes (the next job of
+   * its endpoint, say, still behind it), so it looks once more.
+   */
   async function runOnce(): Promise<number> {
     let total = 0;
     for (;;) {
+      const settledBefore = runner.settled;
       const started = await pass();
-      if (started.length === 0 && runner.inFlight === 0) return total;
+      if (started.length === 0 && runner.inFlight === 0 && runner.settled === settledBefore) return total;
       total += started.length;
       await (started.length > 0 ? Promise.race(started) : runner.anySettled());
     }
@@ -159,6 +170,9 @@ export function createQueueWorker<Job>(opts: QueueWorkerOptions<Job>) {
     },
     get inFlight() {
       return runner.inFlight;
+    },
+    get settled() {
+      return runner.settled;
     },
   };
 }

@@ -3,6 +3,7 @@ import { isIP } from 'node:net';
 import { hostname } from 'node:os';
 import { z } from 'zod';
 import { type StateTarget, parseStateUrl } from './state-url.js';
+import { NO_TRUSTED_PROXIES, type TrustedProxies, parseTrustedProxies } from './trusted-proxies.js';
 
 /**
  * The one place that reads the environment. Every variable of the operator contract
@@ -158,17 +159,51 @@ function parseDnsServer(entry: string): DnsServer | null {
 
 const LOG_LEVELS = ['debug', 'info', 'warn', 'error'] as const;
 
+/**
+ * A node's name: what a lease holder's id starts with (`<node>:<pid>:<random>`), so never a colon; at most 48
+ * characters, so `mailstead:<node>` fits Postgres's 63 of an application_name (db/pg/node-link.ts).
+ */
+const NODE_NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,47}$/;
+
+/** The machine's host name as a node name: its characters outside NODE_NAME's replaced, `node` when none is left. */
+export function defaultNodeName(machine: string = hostname()): string {
+  const name = machine
+    .replace(/[^A-Za-z0-9._-]/g, '-')
+    .replace(/^[^A-Za-z0-9]+/, '')
+    .slice(0, 48);
+  return name === '' ? 'node' : name;
+}
+
 /** How outbound mail leaves: `direct` (MX, or the relay) in production; `capture` keeps it on this machine. */
 export const DELIVERY_MODES = ['direct', 'capture'] as const;
 export type DeliveryMode = (typeof DELIVERY_MODES)[number];
 
 export const configSchema = z.object({
-  DATA_DIR: z.string().regex(/\S/, 'must not be empty or blank').default('./data').describe('SQLite database, generated secret key, spool'),
+  DATA_DIR: z
+    .string()
+    .regex(/\S/, 'must not be empty or blank')
+    .default('./data')
+    .describe('SQLite database, generated secret key and STARTTLS pair, inbound spool; with STATE_URL only the lock file (no state)'),
   STATE_URL: z
     .string()
     .optional()
     .describe(
-      "The service's own state on Postgres 13 or newer instead of SQLite in DATA_DIR: `postgresql://user:password@host:port/database`. TLS is verified (`sslmode=verify-full`, the default; `sslrootcert=/path/ca.pem` names a CA) unless `sslmode=no-verify`; `sslmode=disable` only for a loopback host. SECRET_KEY must then be given",
+      "The service's own state on Postgres 13 or newer instead of SQLite in DATA_DIR: `postgresql://user:password@host:port/database`. TLS is verified (`sslmode=verify-full`, the default; `sslrootcert=/path/ca.pem` names a CA) unless `sslmode=no-verify`; `sslmode=disable` only for a loopback host. SECRET_KEY must then be given, and SMTP_TLS_CERT and SMTP_TLS_KEY when SMTP listens",
+    ),
+  NODE_NAME: z
+    .string()
+    .regex(NODE_NAME_PATTERN, 'must be 1 to 48 letters, digits, dots, hyphens or underscores, starting with a letter or digit')
+    .optional()
+    .describe(
+      "This node's name in leases, logs and `/metrics`; with STATE_URL, unique among the nodes sharing it (a second node of the same name waits for the first to stop)",
+    ),
+  DRAIN_SECONDS: z
+    .string()
+    .regex(/^\s*\d{1,3}\s*$/, 'must be a whole number of seconds from 0 to 600')
+    .refine((v) => Number(v) <= 600, 'must be a whole number of seconds from 0 to 600')
+    .optional()
+    .describe(
+      'How long a stopping node keeps taking requests after `/healthz` turns 503 (`draining`), so a load balancer takes it out first; its workers stop claiming at once and finish what they hold meanwhile',
     ),
   HTTP_HOST: listenAddress('0.0.0.0').describe('Address the HTTP API, dashboard and /healthz listen on'),
   HTTP_PORT: port(8080).describe('Port of the HTTP API (`/api/v1`), the dashboard (`/dashboard`) and `GET /healthz`'),
@@ -180,12 +215,19 @@ export const configSchema = z.object({
     .describe(
       'Banner and EHLO name, MX target, bounce (VERP) domain. Production must set it to a public fully qualified name (a warning at start says when it is not)',
     ),
-  SMTP_TLS_CERT: z.string().min(1).optional().describe('PEM certificate file for STARTTLS on inbound SMTP'),
+  SMTP_TLS_CERT: z
+    .string()
+    .min(1)
+    .optional()
+    .describe('PEM certificate file for STARTTLS on inbound SMTP and submission; required with STATE_URL when SMTP listens'),
   SMTP_TLS_KEY: z.string().min(1).optional().describe('PEM private key file matching SMTP_TLS_CERT'),
   SMTP_MAX_MESSAGE_BYTES: positiveInt(26214400).describe('Largest inbound message, advertised in SIZE and enforced with 552'),
   SUBMISSION_PORT: port(587).describe('SMTP submission with STARTTLS (an API key as the password), on SMTP_HOST; `0` turns it off'),
   SUBMISSIONS_PORT: port(465).describe('SMTP submission over implicit TLS, on SMTP_HOST; `0` turns it off'),
   SUBMISSION_MAX_MESSAGE_BYTES: positiveInt(10485760).describe('Largest submitted message, advertised in SIZE and enforced with 552'),
+  SMTP_PROXY_PROTOCOL: bool(false).describe(
+    'Every connection to SMTP_PORT, SUBMISSION_PORT and SUBMISSIONS_PORT must open with a PROXY protocol header, v1 or v2 (HAProxy `send-proxy-v2`); its client address is the one checked, limited and logged. A connection without one is closed. Only behind a load balancer that sends it',
+  ),
   SPF_DOMAIN: domainName.optional().describe('What customers `include:` in their SPF record: a domain name (`_spf.example.com` is one)'),
   FBL_REPORTERS: domainList
     .optional()
@@ -215,6 +257,12 @@ export const configSchema = z.object({
     .describe(
       'Optional smarthost, `smtp://` or `smtps://user:pass@host:port` (port 587, or 465 for smtps, when none; nothing after the port); when set all outbound mail goes through it',
     ),
+  TRUST_PROXY: z
+    .string()
+    .optional()
+    .describe(
+      'Comma list of addresses or CIDRs (IPv4 or IPv6: `10.0.0.5, 10.1.0.0/16, fd00::/8`) of the proxies in front of HTTP_PORT: a request from one of them is taken to come from the address its `X-Forwarded-For` names (the rightmost one not in the list). Empty: the TCP peer, and the header is ignored',
+    ),
   ALLOW_PRIVATE_TARGETS: bool(false).describe('Allow webhook, database and MX targets on loopback/private addresses (development and tests only)'),
   WEBHOOK_INTERVAL_MS: positiveInt(60000, 1, MAX_TIMER_MS).describe('Webhook dispatcher period in milliseconds (at most 2147483647)'),
   ADMIN_TOKEN: token.optional().describe('Dashboard sign-in token, at least 16 characters, no whitespace (only its hash is stored)'),
@@ -241,6 +289,10 @@ export type LogLevel = (typeof LOG_LEVELS)[number];
 
 export interface Config {
   dataDir: string;
+  /** NODE_NAME (docs/api/decisions.md section 12): this node among those sharing STATE_URL. */
+  nodeName: string;
+  /** DRAIN_SECONDS in ms: how long a stop keeps the listeners open after /healthz turns 503 (server/app/serve.ts). */
+  drainMs: number;
   httpHost: string;
   httpPort: number;
   smtpHost: string;
@@ -253,6 +305,10 @@ export interface Config {
   submissionPort: number;
   submissionsPort: number;
   submissionMaxMessageBytes: number;
+  /** SMTP_PROXY_PROTOCOL: each SMTP connection opens with a PROXY header naming the client (docs/api/decisions.md section 12). */
+  smtpProxyProtocol: boolean;
+  /** TRUST_PROXY: the peers whose X-Forwarded-For names the HTTP client. */
+  trustProxy: TrustedProxies;
   spfDomain: string;
   /** Domains whose DKIM signature makes a feedback-loop complaint trusted (docs/api/decisions.md section 13). */
   fblReporters: readonly string[];
@@ -362,6 +418,13 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     }
   }
 
+  let trustProxy = NO_TRUSTED_PROXIES;
+  if (input.TRUST_PROXY !== undefined) {
+    const parsed = parseTrustedProxies(input.TRUST_PROXY);
+    if (parsed.ok) trustProxy = parsed.proxies;
+    else problems.push(`TRUST_PROXY must be a comma list of IP addresses or CIDRs (10.0.0.0/8, 2001:db8::/32), got "${parsed.bad}"`);
+  }
+
   if ((input.SMTP_TLS_CERT === undefined) !== (input.SMTP_TLS_KEY === undefined)) {
     problems.push('SMTP_TLS_CERT and SMTP_TLS_KEY must be set together');
   }
@@ -369,14 +432,28 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     const path = input[name];
     if (path !== undefined && !isReadableFile(path)) problems.push(`${name} must be a readable file, got "${path}"`);
   }
+  // Nor can the STARTTLS pair be generated into DATA_DIR then: every node must be given it (and the same name on each).
+  if (input.STATE_URL !== undefined && input.SMTP_TLS_CERT === undefined && input.SMTP_TLS_KEY === undefined && smtpListens(raw, input)) {
+    problems.push('SMTP_TLS_CERT and SMTP_TLS_KEY must be given when STATE_URL is set and SMTP listens (SMTP_PORT, SUBMISSION_PORT or SUBMISSIONS_PORT not 0)');
+  }
 
   if (problems.length > 0 || !raw) throw new ConfigError(`invalid configuration: ${problems.join('; ')}`);
-  return toConfig(raw, secretKey, state, dnsServers, smtpRelayUrl);
+  return toConfig(raw, { secretKey, state, dnsServers, smtpRelayUrl, trustProxy });
 }
 
-function toConfig(raw: RawConfig, secretKey: Config['secretKey'], state: Config['state'], dnsServers: DnsServer[] | null, smtpRelayUrl: URL | null): Config {
+/** Whether inbound SMTP or submission listens: a port not 0 (unset, the defaults listen). */
+function smtpListens(raw: RawConfig | null, input: Record<string, string>): boolean {
+  if (raw) return raw.SMTP_PORT !== 0 || raw.SUBMISSION_PORT !== 0 || raw.SUBMISSIONS_PORT !== 0;
+  return (['SMTP_PORT', 'SUBMISSION_PORT', 'SUBMISSIONS_PORT'] as const).some((name) => input[name] === undefined || Number(input[name]) !== 0);
+}
+
+function toConfig(raw: RawConfig, read: Pick<Config, 'secretKey' | 'state' | 'dnsServers' | 'smtpRelayUrl' | 'trustProxy'>): Config {
+  const { secretKey, state, dnsServers, smtpRelayUrl, trustProxy } = read;
   return {
     dataDir: raw.DATA_DIR,
+    nodeName: raw.NODE_NAME ?? defaultNodeName(),
+    // Several nodes sit behind a balancer (STATE_URL): 5 s, past HAProxy's `inter 1s fall 2`; one node, none.
+    drainMs: raw.DRAIN_SECONDS !== undefined ? Number(raw.DRAIN_SECONDS) * 1000 : state.engine === 'postgres' ? 5000 : 0,
     httpHost: raw.HTTP_HOST,
     httpPort: raw.HTTP_PORT,
     smtpHost: raw.SMTP_HOST,
@@ -388,6 +465,8 @@ function toConfig(raw: RawConfig, secretKey: Config['secretKey'], state: Config[
     submissionPort: raw.SUBMISSION_PORT,
     submissionsPort: raw.SUBMISSIONS_PORT,
     submissionMaxMessageBytes: raw.SUBMISSION_MAX_MESSAGE_BYTES,
+    smtpProxyProtocol: raw.SMTP_PROXY_PROTOCOL,
+    trustProxy,
     spfDomain: raw.SPF_DOMAIN ?? raw.MAIL_HOSTNAME ?? defaultMailHostname(),
     fblReporters: raw.FBL_REPORTERS ?? DEFAULT_FBL_REPORTERS,
     secretKey,
@@ -436,6 +515,8 @@ export function describeConfig(): { name: string; default: string; meaning: stri
   const defaults: Record<string, string> = {
     MAIL_HOSTNAME: "the machine's hostname (`localhost` when that is not a host name)",
     SPF_DOMAIN: 'MAIL_HOSTNAME',
+    NODE_NAME: "the machine's host name",
+    DRAIN_SECONDS: '`5` with STATE_URL, else `0`',
     FBL_REPORTERS: 'the feedback loops named in the meaning',
     SECRET_KEY: 'generated into `DATA_DIR/secret.key`',
     SMTP_TLS_CERT: 'generated self-signed pair',
@@ -444,6 +525,7 @@ export function describeConfig(): { name: string; default: string; meaning: stri
     ADMIN_TOKEN: 'generated on first start, printed once',
     SMTP_RELAY_URL: 'unset',
     STATE_URL: 'unset (SQLite in `DATA_DIR`)',
+    TRUST_PROXY: 'empty (no proxy trusted)',
   };
   return Object.entries(configSchema.shape).map(([name, schema]) => {
     let dflt = defaults[name];

@@ -87,7 +87,7 @@ function ipv6Bytes(ip: string): Uint8Array | null {
 }
 
 /** The IPv4 address an IPv4-mapped IPv6 address (::ffff:a.b.c.d, in any spelling) carries, or null. */
-function mappedIpv4(ip: string): string | null {
+export function mappedIpv4(ip: string): string | null {
   const b = ipv6Bytes(ip);
   if (!b) return null;
   for (let i = 0; i < 10; i++) if (b[i] !== 0) return null;

@@ -52,13 +52,18 @@ export function stdoutBatched(out: { write(chunk: string): unknown } = process.s
   return Object.assign(write, { flush });
 }
 
-export function createLogger(level: LogLevel, write: (line: string) => void = stdoutBatched()): Logger {
+export function createLogger(
+  level: LogLevel,
+  write: (line: string) => void = stdoutBatched(),
+  /** Fields every line carries after its event (the node's name, with several nodes). */
+  base: LogFields = {},
+): Logger {
   const min = RANK[level];
   const log =
     (lvl: LogLevel) =>
     (event: string, fields: LogFields = {}) => {
       if (RANK[lvl] < min) return;
-      const entry: LogFields = { time: new Date().toISOString(), level: lvl, event };
+      const entry: LogFields = { time: new Date().toISOString(), level: lvl, event, ...base };
       for (const [k, v] of Object.entries(fields)) entry[k] = serialise(v);
       write(`${JSON.stringify(entry)}\n`);
     };

@@ -117,9 +117,34 @@ export interface PoolCounts {
   waiting: number;
 }
 
-export function createMetrics(clock: Clock, scans: () => GaugeReads, opts: { statePool?: () => PoolCounts } = {}): Metrics {
+export function createMetrics(
+  clock: Clock,
+  scans: () => GaugeReads,
+  opts: { statePool?: () => PoolCounts; node?: { name: string; live: () => number } } = {},
+): Metrics {
   const registry = new Registry();
   const registers = [registry];
+
+  const node = opts.node;
+  if (node) {
+    new Gauge({
+      name: 'mailstead_node_info',
+      help: 'This node: its NODE_NAME as the label, always 1',
+      labelNames: ['node'] as const,
+      registers,
+      collect() {
+        this.set({ node: node.name }, 1);
+      },
+    });
+    new Gauge({
+      name: 'mailstead_nodes_live',
+      help: 'Nodes holding their liveness lock on the state database (1 with SQLite)',
+      registers,
+      collect() {
+        this.set(node.live());
+      },
+    });
+  }
 
   const statePool = opts.statePool;
   if (statePool) {

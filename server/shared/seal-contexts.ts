@@ -17,6 +17,8 @@ export const SEAL_CONTEXTS = {
   customerDbWriteRaw: (writeId: string) => `customer-db-write-raw:${writeId}`,
   /** A message kept for the operator (postmaster@, abuse@). */
   operatorMessage: (messageId: string) => `operator-message:${messageId}`,
+  /** A dashboard flash's secret (a new API key) waiting for the next page, on Postgres (dashboard/session.ts). */
+  flashSecret: (sessionTokenHash: string) => `flash-secret:${sessionTokenHash}`,
   /** A captured message (DELIVERY_MODE=capture), per recipient. */
   captured: (emailId: string, recipient: string) => `captured:${emailId}:${recipient}`,
 } as const;

@@ -2,6 +2,7 @@ import { eq } from 'drizzle-orm';
 import { type WebhookDeliveryRow, type WebhookEndpointRow, webhookDeliveries } from '../../db/schema/index.js';
 import { iso, leaseNow } from '../shared/clock.js';
 import { newWorkerId } from '../queues/leases.js';
+import { singleNode } from '../queues/nodes.js';
 import type { Deps } from '../core/deps.js';
 import { ApiError } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
@@ -94,11 +95,12 @@ async function attemptDelivery(
  * account's slow receivers never hold up another account's deliveries.
  */
 export function createWebhookDispatcher(
-  deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger' | 'metrics' | 'resolver' | 'secretKey' | 'storeHealth'>,
+  deps: Pick<Deps, 'clock' | 'config' | 'db' | 'logger' | 'metrics' | 'resolver' | 'secretKey' | 'storeHealth'> & Partial<Pick<Deps, 'nodes'>>,
   options: Partial<DispatcherOptions> = {},
 ) {
   const opts: DispatcherOptions = { ...DEFAULT_DISPATCHER_OPTIONS, intervalMs: deps.config.webhookIntervalMs, ...options };
-  const worker = newWorkerId();
+  const nodes = deps.nodes ?? singleNode(deps.config.nodeName);
+  const worker = newWorkerId(nodes.name);
   const queue = webhookQueue(deps.db);
   const slots = createFairSlots({ total: opts.maxInFlight, perAccount: opts.perAccount, perDestination: 1 });
   /** Endpoints with a post in flight in this process (their lease may have run out on a moved clock). */
@@ -171,9 +173,9 @@ export function createWebhookDispatcher(
         else byAccount.set(account, n);
       });
     },
-    // Leases of earlier processes of this host that are gone are released first.
+    // Leases of earlier processes of this host (or, with several nodes, of nodes) that are gone are released first.
     onStart: async () => {
-      const released = await queue.releaseDead(worker);
+      const released = await queue.releaseDead(worker, await nodes.deadHolders(worker));
       if (released > 0) deps.logger.warn('webhook.leases_released', { released });
       const capped = await queue.capForeign(worker, leaseNow(deps.clock), opts.leaseMs);
       if (capped > 0) deps.logger.warn('webhook.leases_capped', { capped });

@@ -3,7 +3,7 @@ import type { Db } from '../../db/client.js';
 import { type WebhookDeliveryRow, type WebhookEndpointRow, webhookDeliveries, webhookEndpoints } from '../../db/schema/index.js';
 import { type QueueStore, sqliteLeases } from '../queues/lease-table.js';
 import { takeInTurns } from '../queues/turns.js';
-import { indexedBy, isTrue, queryRows } from '../../db/sql.js';
+import { indexedBy, isTrue, lockRows, queryRows } from '../../db/sql.js';
 
 /**
  * The webhook delivery queue (webhook_deliveries) on the queue mechanism (server/queues/): rows claimed with a lease,
@@ -31,13 +31,20 @@ export interface WebhookClaim {
   room: WebhookClaimRoom;
 }
 
-/** A delivery is leased only while it is due. */
+/**
+ * A delivery is leased only while it is due, and only while no other delivery of its endpoint is under a live lease:
+ * one post at a time per endpoint whatever the order the deliveries were committed in (a delivery made by one node's
+ * transaction may commit after another node's later one, and be the earliest while the later one is in flight).
+ */
 const leases = sqliteLeases({
   table: webhookDeliveries,
   id: webhookDeliveries.id,
   lockedBy: webhookDeliveries.lockedBy,
   lockedUntil: webhookDeliveries.lockedUntil,
-  leasable: sql`${webhookDeliveries.nextAttemptAt} <= ${sql.placeholder('now')}`,
+  leasable: sql`${webhookDeliveries.nextAttemptAt} <= ${sql.placeholder('now')}
+    and not exists (select 1 from webhook_deliveries l
+                    where l.endpoint_id = webhook_deliveries.endpoint_id and l.locked_by is not null
+                      and l.locked_until > ${sql.placeholder('leaseNow')} and l.id <> webhook_deliveries.id)`,
 });
 
 /**
@@ -51,11 +58,13 @@ export async function claimDueWebhookDeliveries(db: Db, worker: string, { now, l
   const rows = await db.transaction(async () => {
     // Each active endpoint's earliest due delivery, from the pending index: the cost follows the number of active
     // endpoints, not the backlog (a switched-off endpoint's rows are never read). Busy: that delivery is leased.
+    // Busy: any delivery of the endpoint is leased (from the leased index: as small as the posts in flight).
     const candidates = await queryRows<{ id: string; endpointId: string; accountId: string; busy: number }>(
       db,
       sql`
       select c.id as id, c."endpointId" as "endpointId", c."accountId" as "accountId",
-             coalesce((select locked_until from webhook_deliveries where id = c.id), 0) > ${leaseNow} as busy
+             exists (select 1 from webhook_deliveries l${indexedBy(db, 'webhook_deliveries_leased_idx')}
+                     where l.endpoint_id = c."endpointId" and l.locked_by is not null and l.locked_until > ${leaseNow}) as busy
       from (
         select e.id as "endpointId", e.account_id as "accountId",
                (select d.id from webhook_deliveries d${indexedBy(db, 'webhook_deliveries_pending_idx')}
@@ -75,7 +84,11 @@ export async function claimDueWebhookDeliveries(db: Db, worker: string, { now, l
       if (list.length < room.perAccount(c.accountId)) list.push(c.id);
       byAccount.set(c.accountId, list);
     }
-    return await leases.lease(db, worker, takeInTurns([...byAccount.values()], room.total), leaseNow + leaseMs, leaseNow, { now });
+    const taken = takeInTurns([...byAccount.values()], room.total);
+    // Two nodes claiming at once: the second waits here for the first's leases of the same endpoints, and its lease
+    // statement (a snapshot after them) sees them and leases none of those endpoints' deliveries.
+    await lockRows(db, webhookEndpoints, webhookEndpoints.id, [...new Set(candidates.filter((c) => taken.includes(c.id)).map((c) => c.endpointId))].sort());
+    return await leases.lease(db, worker, taken, leaseNow + leaseMs, leaseNow, { now });
   });
   if (rows.length === 0) return [];
   const endpoints = new Map(
@@ -100,7 +113,8 @@ export function webhookQueue(db: Db): QueueStore<ClaimedWebhook, WebhookClaim> {
     renew: async (worker, ids, until) => await leases.renew(db, worker, ids, until),
     release: async (worker, ids) => await leases.release(db, worker, ids),
     stillHeld: async (worker, id) => await leases.stillHeld(db, worker, id),
-    releaseDead: async (worker, host) => await leases.releaseDead(db, worker, host),
+    releaseDead: async (worker, isDead) => await leases.releaseDead(db, worker, isDead),
+    releaseNode: async (node) => await leases.releaseNode(db, node),
     capForeign: async (worker, leaseNow, leaseMs) => await leases.capForeign(db, worker, leaseNow, leaseMs),
   };
 }

@@ -22,21 +22,37 @@ export class RawSmtp {
     socket.on('error', () => undefined);
   }
 
-  /** Connects; with `greet` (the default) waits for the 220 banner. */
-  static async connect(port: number, opts: { greet?: boolean } = {}): Promise<{ client: RawSmtp; banner: string }> {
-    const socket = connect(port, '127.0.0.1');
+  /**
+   * Connects; with `greet` (the default) waits for the 220 banner. `proxy`: written first, as a load balancer writes
+   * its PROXY header (SMTP_PROXY_PROTOCOL). `localAddress`: the loopback address to connect from.
+   */
+  static async connect(
+    port: number,
+    opts: { greet?: boolean; proxy?: string | Buffer; localAddress?: string } = {},
+  ): Promise<{ client: RawSmtp; banner: string }> {
+    const socket = connect({ port, host: '127.0.0.1', localAddress: opts.localAddress });
     await new Promise<void>((resolve, reject) => {
       socket.once('connect', () => resolve());
       socket.once('error', reject);
     });
+    if (opts.proxy !== undefined) socket.write(opts.proxy);
     const client = new RawSmtp(socket);
     const banner = opts.greet === false ? '' : await client.reply();
     return { client, banner };
   }
 
-  /** Connects over implicit TLS (the certificate is not checked: tests run self-signed pairs) and waits for the banner. */
-  static async connectSecure(port: number): Promise<{ client: RawSmtp; banner: string }> {
-    const socket = connectTls({ port, host: '127.0.0.1', rejectUnauthorized: false });
+  /**
+   * Connects over implicit TLS (the certificate is not checked: tests run self-signed pairs) and waits for the banner.
+   * `proxy`: a PROXY header written before the TLS handshake, as a load balancer writes it.
+   */
+  static async connectSecure(port: number, opts: { proxy?: string | Buffer } = {}): Promise<{ client: RawSmtp; banner: string }> {
+    let socket;
+    if (opts.proxy === undefined) socket = connectTls({ port, host: '127.0.0.1', rejectUnauthorized: false });
+    else {
+      const plain = connect(port, '127.0.0.1');
+      plain.write(opts.proxy);
+      socket = connectTls({ socket: plain, rejectUnauthorized: false });
+    }
     await new Promise<void>((resolve, reject) => {
       socket.once('secureConnect', () => resolve());
       socket.once('error', reject);

@@ -52,6 +52,8 @@ export function processEnv(dataDir: string, extra: Record<string, string> = {}):
     RATE_LIMIT_PER_KEY: '100000',
     RATE_LIMIT_PER_ACCOUNT: '100000',
     LOG_LEVEL: 'info',
+    // A stop closes at once, as one node's does; a test of the drain (tests/drain.test.ts) sets its own.
+    DRAIN_SECONDS: '0',
     ...(process.env.NODE_EXTRA_CA_CERTS ? { NODE_EXTRA_CA_CERTS: process.env.NODE_EXTRA_CA_CERTS } : {}),
     ...stateEnvOfDataDir(dataDir, extra),
     ...extra,

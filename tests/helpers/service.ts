@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { type Liveness, startLiveness } from '../../server/app/liveness.js';
 import { API_BASE, createApp } from '../../server/app/http-app.js';
 import { loadConfig } from '../../server/shared/config.js';
 import { createTopLevelAccount } from '../../server/core/accounts.js';
@@ -51,6 +52,8 @@ export interface TestService {
   newAccount(opts?: { name?: string; credits?: number; scopes?: readonly Scope[] }): Promise<{ account: AccountRow; key: string }>;
   /** A further key on an existing account, as the operator would mint it. */
   newKey(accountId: string, scopes?: readonly Scope[], name?: string): Promise<string>;
+  /** Its liveness, when started as one of several nodes (startService's `liveness`). */
+  liveness: Liveness | null;
   close(): Promise<void>;
 }
 
@@ -62,7 +65,12 @@ export interface TestService {
  */
 export async function startService(
   env: Record<string, string> = {},
-  opts: { http?: Omit<HttpServerOptions, 'logger'>; scans?: (store: Store, logger: ReturnType<typeof createMemoryLogger>) => Scans } = {},
+  opts: {
+    http?: Omit<HttpServerOptions, 'logger'>;
+    scans?: (store: Store, logger: ReturnType<typeof createMemoryLogger>) => Scans;
+    /** On Postgres: one of several nodes, its liveness lock held under NODE_NAME (server/app/liveness.ts), as serve.ts runs it. */
+    liveness?: boolean;
+  } = {},
 ): Promise<TestService> {
   const dataDir = mkdtempSync(join(tmpdir(), 'mailstead-test-'));
   const state = env.STATE_URL === undefined ? await stateEnv(env) : {};
@@ -85,9 +93,15 @@ export async function startService(
   const logger = createMemoryLogger();
   // `scans` puts the reads that walk many rows where a test says, as main puts them on the checkpoint thread (on the
   // run's engine: the store is opened as the server opens it).
-  const store = opts.scans ? await openStore(config) : undefined;
-  const deps = await createDeps(config, clock, logger, store && opts.scans ? { store, scans: opts.scans(store, logger) } : {});
-  const http = await listenHttp(createApp(deps), '127.0.0.1', 0, { maxConnectionsPerAddress: 1024, ...opts.http, logger });
+  const store = opts.scans || opts.liveness ? await openStore(config) : undefined;
+  const liveness =
+    opts.liveness && store?.engine === 'postgres' ? await startLiveness({ target: store.target, db: store.db, node: config.nodeName, logger }) : null;
+  const deps = await createDeps(config, clock, logger, {
+    ...(store ? { store } : {}),
+    ...(store && opts.scans ? { scans: opts.scans(store, logger) } : {}),
+    ...(liveness ? { nodes: liveness.nodes } : {}),
+  });
+  const http = await listenHttp(createApp(deps), '127.0.0.1', 0, { maxConnectionsPerAddress: 1024, trustedProxies: config.trustProxy, ...opts.http, logger });
   const url = `http://127.0.0.1:${http.port}`;
   const base = `${url}${API_BASE}`;
 
@@ -126,8 +140,10 @@ export async function startService(
       return { account, key: await newKey(account.id, opts.scopes ?? SCOPES, 'operator') };
     },
     newKey,
+    liveness,
     async close() {
       await http.close();
+      await liveness?.stop();
       await deps.store.close();
       rmSync(dataDir, { recursive: true, force: true });
     },

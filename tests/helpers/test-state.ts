@@ -20,6 +20,9 @@ interface RunPostgres {
   port: number;
   user: string;
   password: string;
+  /** The run's STARTTLS pair (postgres-state-setup.ts). */
+  smtpTlsCert: string;
+  smtpTlsKey: string;
 }
 
 function runPostgres(): RunPostgres | null {
@@ -37,7 +40,8 @@ const TEST_SECRET_KEY = 'c0ffee'.repeat(11).slice(0, 64);
 
 /**
  * The environment that puts a service's state where this run keeps it: nothing for SQLite; for Postgres a new database
- * made from the migrated template, its STATE_URL, and a SECRET_KEY unless `env` gives one.
+ * made from the migrated template, its STATE_URL, a SECRET_KEY and the run's STARTTLS pair unless `env` gives them
+ * (STATE_URL requires both: neither is generated into DATA_DIR then).
  */
 export async function stateEnv(env: Record<string, string> = {}): Promise<Record<string, string>> {
   const server = runPostgres();
@@ -51,6 +55,7 @@ function envFor(server: RunPostgres, database: string, env: Record<string, strin
   return {
     STATE_URL: `postgresql://${server.user}:${server.password}@localhost:${server.port}/${database}?sslmode=verify-full&sslrootcert=${encodeURIComponent(PG_TEST_CA_FILE)}`,
     ...(env.SECRET_KEY === undefined ? { SECRET_KEY: TEST_SECRET_KEY } : {}),
+    ...(env.SMTP_TLS_CERT === undefined && env.SMTP_TLS_KEY === undefined ? { SMTP_TLS_CERT: server.smtpTlsCert, SMTP_TLS_KEY: server.smtpTlsKey } : {}),
   };
 }
 

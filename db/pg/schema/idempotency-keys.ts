@@ -15,6 +15,8 @@ export const idempotencyKeys = pgTable(
     fingerprint: text('fingerprint').notNull(),
     /** Identifies the request holding a running claim, so only it can settle or release the claim. */
     claimToken: text('claim_token').notNull(),
+    /** The node (NODE_NAME) whose request holds a running claim (db/schema/idempotency-keys.ts). */
+    heldBy: text('held_by'),
     // The SQLite file writes its states inline; they are taken from its column rather than written twice.
     state: text('state', { enum: sqliteIdempotencyKeys.state.enumValues }).notNull(),
     /** The settled answer, replayed byte for byte: `json`, which keeps it as written (jsonb would reorder its keys). */

@@ -33,6 +33,7 @@ export const webhookDeliveries = pgTable(
     index('webhook_deliveries_endpoint_idx').on(t.endpointId, t.id),
     index('webhook_deliveries_due_idx').on(t.nextAttemptAt, t.id),
     index('webhook_deliveries_pending_idx').on(t.endpointId, t.id).where(sql`${t.nextAttemptAt} is not null`),
+    index('webhook_deliveries_leased_idx').on(t.endpointId).where(sql`${t.lockedBy} is not null`),
   ],
 );
 

@@ -1,6 +1,6 @@
 import type { MiddlewareHandler } from 'hono';
 import { findSubAccount } from '../../core/accounts.js';
-import { findLiveKey, findLiveKeyStamped, keyStamp } from '../../core/keys.js';
+import { findLiveKey, findLiveKeyStamped, keyCheck, keyStamp } from '../../core/keys.js';
 import { rateLimited } from '../../core/rate-limit.js';
 import { type Scope, isScope } from '../../core/scopes.js';
 import type { Deps } from '../../core/deps.js';
@@ -50,6 +50,12 @@ export function guard(
   header: AccountHeaderMode = 'accepted',
   /** A second scope that also opens the endpoint: the template catalog's older one (docs/api/decisions.md section 9). */
   alsoScope: Scope | null = null,
+  /**
+   * The endpoint confirms a known key itself, in its own transaction (the send: server/core/sending.ts): a key this
+   * process found live before may then be taken unread (on Postgres: core/keys.ts findLiveKeyStamped), and is
+   * confirmed before any answer (KeyCheck). Not with X-Service-Account, whose sub-account is read here anyway.
+   */
+  keyReadBySend = false,
 ): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
     const secret = BEARER.exec(c.req.header('authorization') ?? '')?.[1];
@@ -60,23 +66,37 @@ export function guard(
     const incoming = c.env?.incoming;
     if (incoming && !incoming.complete) await nextTurn();
     const arrived = incoming?.complete === true;
+    const headerValue = c.req.header(ACCOUNT_HEADER);
+    const unread = keyReadBySend && headerValue === undefined;
     // The stamp is read with the key, in one read transaction: nothing can stop the key between the two.
-    const { found, stamp } = await findLiveKeyStamped(deps.db, secret);
+    const taken = await findLiveKeyStamped(deps.db, secret, { unread });
+    const { found, stamp } = taken;
     if (!found) throw unknownKey();
     const { key, account: keyAccount } = found;
     const now = deps.clock.now();
+    // A key taken unread is confirmed before any answer: in the send's transaction, else here (a read). Its use is
+    // noted once it is confirmed.
+    const check = taken.unread ? keyCheck(deps.db, secret, stamp) : undefined;
+    const confirmed = async () => {
+      if (!check) return;
+      await check.confirm();
+      deps.keyUsage.touch(key.id, now);
+    };
 
-    const rate = deps.rateLimiter.take(key.id, keyAccount.id);
-    if (!rate.ok) throw rateLimited(deps.config, rate);
-    deps.keyUsage.touch(key.id, now);
+    const rate = await deps.rateLimiter.take(key.id, keyAccount.id);
+    if (!rate.ok) {
+      await check?.confirm();
+      throw rateLimited(deps.config, rate);
+    }
+    if (!check) deps.keyUsage.touch(key.id, now);
 
     const scopes = key.scopes.filter(isScope);
     if (!scopes.includes(scope) && !(alsoScope !== null && scopes.includes(alsoScope))) {
+      await confirmed();
       throw new ApiError('insufficient_scope', `This key lacks the scope ${scope}${alsoScope ? ` (or ${alsoScope})` : ''}.`);
     }
 
     let account = keyAccount;
-    const headerValue = c.req.header(ACCOUNT_HEADER);
     if (headerValue !== undefined) {
       const sub = await findSubAccount(deps.db, keyAccount.id, headerValue.trim());
       if (!sub) throw new ApiError('account_not_found', `No sub-account ${headerValue.trim()} under this key's account.`);
@@ -84,17 +104,32 @@ export function guard(
       account = sub;
     }
 
-    const rawBody = await readRequestBody(c);
+    let rawBody: Awaited<ReturnType<typeof readRequestBody>>;
+    try {
+      rawBody = await readRequestBody(c);
+    } catch (err) {
+      await confirmed();
+      throw err;
+    }
     // Looked up again only if a key may have stopped working meanwhile (core/keys.ts keyStamp), which deleting an
-    // account also moves: the sub-account the header names too, so no write is made for one deleted meanwhile.
-    if (!arrived && (await keyStamp(deps.db)) !== stamp) {
+    // account also moves: the sub-account the header names too, so no write is made for one deleted meanwhile. (A key
+    // taken unread is confirmed after the body in any case.)
+    if (!check && !arrived && (await keyStamp(deps.db)) !== stamp) {
       if (!(await findLiveKey(deps.db, secret))) throw new ApiError('invalid_key', 'The API key was revoked while the request was in flight.');
       if (headerValue !== undefined && !(await findSubAccount(deps.db, keyAccount.id, headerValue.trim()))) {
         throw new ApiError('account_not_found', `The sub-account ${headerValue.trim()} was deleted while the request was in flight.`);
       }
     }
     c.set('rawBody', rawBody);
-    c.set('auth', { keyId: key.id, keyAccount, scopes, account, viaHeader: headerValue !== undefined });
-    await next();
+    c.set('auth', { keyId: key.id, keyAccount, scopes, account, viaHeader: headerValue !== undefined, ...(check ? { keyCheck: check } : {}) });
+    try {
+      await next();
+    } catch (err) {
+      await confirmed();
+      throw err;
+    }
+    // Answered without its transaction confirming the key (an idempotent replay): confirmed now, the answer replaced
+    // by a 401 if the key is no longer live.
+    await confirmed();
   };
 }

@@ -13,7 +13,7 @@ import { parseInput } from '../http/validate.js';
 
 export function emailRoutes(deps: Deps) {
   return new Hono<AppEnv>()
-    .post('/emails', guard(deps, 'emails:send'), async (c) => {
+    .post('/emails', guard(deps, 'emails:send', 'accepted', null, true), async (c) => {
       const idempotencyKey = validateIdempotencyKey(c.req.header('idempotency-key'));
       const rawBody = c.var.rawBody;
       const { result, replayed } = await sendEmail({ deps, ctx: c.var.auth, rawBody, body: readSendRequest(rawBody), idempotencyKey });

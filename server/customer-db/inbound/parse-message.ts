@@ -4,7 +4,7 @@ import { MailParser, type AttachmentStream, type MessageText } from 'mailparser'
 import type { AttachmentWrite, InboundWrite } from '../../../db/customer/writes.js';
 import type { SpooledInboundWrite } from '../../core/customer-db-outbox.js';
 import { createCollector } from '../../shared/memory.js';
-import { readSpool, spoolPath } from '../../../db/inbound-spool.js';
+import { openSpool } from '../../../db/inbound-spool.js';
 import { NO_VERDICTS, type ParseDeps, type Verdicts, verdictsOf } from './verdicts.js';
 
 /**
@@ -225,8 +225,11 @@ export async function parseInlineInbound(deps: ParseDeps, w: SpooledInboundWrite
   };
 }
 
-/** A way to read a large message from its start: its spool file, opened with the secret key (or its bytes, if held). */
-export function spooledSource(dataDir: string, key: Buffer, w: SpooledInboundWrite): () => Readable {
+/**
+ * A way to read a large message from its start: its sealed records (`sealed`: a spool file, or its rows on Postgres),
+ * opened with the secret key (or its bytes, if held).
+ */
+export function spooledSource(sealed: (spoolId: string) => Readable, key: Buffer, w: SpooledInboundWrite): () => Readable {
   return () => {
     if (w.raw !== undefined) return Readable.from([rawOf(w)]);
     if (w.spoolId === null) throw new SpoolError('the write holds neither the message nor a spool file');
@@ -241,7 +244,7 @@ export function spooledSource(dataDir: string, key: Buffer, w: SpooledInboundWri
         else done(null, chunk);
       },
     });
-    const source = readSpool(spoolPath(dataDir, spoolId), key, spoolId);
+    const source = openSpool(sealed(spoolId), key, spoolId);
     source.on('error', (err) => counted.destroy(err));
     // A pass that stops early (the header block of verdictsOf) destroys the stream: the file goes with it.
     counted.on('close', () => source.destroy());

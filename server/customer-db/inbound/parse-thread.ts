@@ -5,6 +5,9 @@ import type { SpooledInboundWrite } from '../../core/customer-db-outbox.js';
 import type { DnsServer } from '../../shared/config.js';
 import type { LogFields, Logger } from '../../shared/logger.js';
 import type { SpooledEvent } from './parse-message.js';
+import type { SpoolPage } from '../../../db/inbound-spool-store.js';
+import { SPOOL_PAGE_RECORDS } from '../../../db/inbound-spool.js';
+import { type Collector, createCollector } from '../../shared/memory.js';
 
 /**
  * One parse thread as the parser (parser.ts) sees it: what goes over to it and comes back (parse-worker.ts answers),
@@ -17,8 +20,11 @@ export interface ParserSettings {
   dnsServers: DnsServer[] | null;
   /** How much lower the parse thread's scheduling priority is than the process's (Linux nice, capped at 19). */
   nice: number;
-  /** Where the spool of large messages is, and the key that opens it. */
-  dataDir: string;
+  /**
+   * Where the spool of large messages is (db/inbound-spool-store.ts): files the thread reads itself, or rows of the
+   * state, which it asks the event loop for a page at a time (`spoolPage`); and the key that opens it.
+   */
+  spool: { kind: 'files'; dataDir: string } | { kind: 'rows' };
   secretKey: Uint8Array | null;
   /** The heartbeat the thread counts up every BEAT_MS while its event loop turns (an Int32 at 0). */
   beat: SharedArrayBuffer;
@@ -34,14 +40,21 @@ export interface ParseJob {
 export type ParseOutcome = { value: InboundWrite } | { error: string };
 
 /** A batch goes over in one message and comes back in one: each crossing wakes the other thread, which costs. */
-export type ParseRequest = { id: number; jobs: ParseJob[] } | { id: number; spooled: ParseJob } | { id: number; signersOf: Uint8Array } | { ack: true };
+export type ParseRequest =
+  | { id: number; jobs: ParseJob[] }
+  | { id: number; spooled: ParseJob }
+  | { id: number; signersOf: Uint8Array }
+  | { ack: true }
+  | { spoolPage: number; records: { seq: number; record: Uint8Array }[] }
+  | { spoolPage: number; error: string };
 export type ParseReply =
   | { id: number; outcomes: ParseOutcome[] }
   | { id: number; event: SpooledEvent }
   | { id: number; failed: string }
   | { id: number; signers: string[] }
   | { log: { level: keyof Logger; event: string; fields: LogFields } }
-  | { tid: number };
+  | { tid: number }
+  | { spoolRead: { page: number; spoolId: string; from: number } };
 
 /** Messages of a batch the thread parses at once (their DNS checks overlap). */
 export const PARSE_CONCURRENCY = 8;
@@ -95,6 +108,8 @@ export interface ThreadOptions {
   settings: Omit<ParserSettings, 'beat'>;
   logger: Logger;
   stallMs: number;
+  /** The rows of a spool on Postgres, a page at a time, for a thread's `spoolRead`. */
+  spoolPage?: SpoolPage;
 }
 
 export function startThread(opts: ThreadOptions, onLost: (thread: ParseThread) => void): ParseThread {
@@ -134,6 +149,7 @@ export function startThread(opts: ThreadOptions, onLost: (thread: ParseThread) =
   w.on('message', (reply: ParseReply) => {
     if ('log' in reply) return opts.logger[reply.log.level](reply.log.event, reply.log.fields);
     if ('tid' in reply) return void (tid = reply.tid);
+    if ('spoolRead' in reply) return void readSpoolPage(reply.spoolRead);
     const job = waiting.get(reply.id);
     if (!job) return;
     if (!job.handle(reply)) return;
@@ -141,6 +157,40 @@ export function startThread(opts: ThreadOptions, onLost: (thread: ParseThread) =
     job.resolve();
     if (waiting.size === 0) idle();
   });
+  /**
+   * The collectors of the spools being read (server/shared/memory.ts): each page passes through this thread's heap as
+   * the protocol's text and its Buffers, garbage at once, and a 25 MB message's pages grew the resident set by 10-18
+   * MiB before V8 collected on its own. Dropped at a spool's last page (or a failure).
+   */
+  const pageCollectors = new Map<string, Collector>();
+  /** A page of a spool's rows for the thread, moved over (not copied where the row owns its memory), or why it could not be read. */
+  async function readSpoolPage({ page, spoolId, from }: { page: number; spoolId: string; from: number }): Promise<void> {
+    let answer: ParseRequest;
+    const moved: ArrayBuffer[] = [];
+    try {
+      if (!opts.spoolPage) throw new Error('no spool rows here');
+      const rows = await opts.spoolPage(spoolId, from);
+      let collector = pageCollectors.get(spoolId);
+      if (!collector) pageCollectors.set(spoolId, (collector = createCollector()));
+      if (rows.length < SPOOL_PAGE_RECORDS) pageCollectors.delete(spoolId);
+      const collecting = collector.streamed(rows.reduce((n, r) => n + r.record.length, 0));
+      if (collecting) await collecting;
+      answer = {
+        spoolPage: page,
+        records: rows.map((r) => {
+          const owned = r.record.byteOffset === 0 && r.record.byteLength === r.record.buffer.byteLength;
+          const record = owned ? new Uint8Array(r.record.buffer, 0, r.record.byteLength) : new Uint8Array(r.record);
+          moved.push(record.buffer as ArrayBuffer);
+          return { seq: r.seq, record };
+        }),
+      };
+    } catch (err) {
+      pageCollectors.delete(spoolId);
+      answer = { spoolPage: page, error: err instanceof Error ? err.message : String(err) };
+    }
+    if (alive) w.postMessage(answer, moved);
+  }
+
   w.on('error', (err) => {
     opts.logger.error('inbound.parser_failed', { err });
     lost(new ParserStoppedError(`the inbound parser stopped (${err.message})`));

@@ -4,6 +4,8 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { cachingResolver } from '../../shared/dns/cache.js';
 import { createResolver } from '../../shared/dns/resolver.js';
 import type { LogFields, Logger } from '../../shared/logger.js';
+import { sealedFile, sealedFromPages, spoolPath } from '../../../db/inbound-spool.js';
+import type { SpoolPage } from '../../../db/inbound-spool-store.js';
 import { parseInlineInbound, parseSpooled, spooledSource } from './parse-message.js';
 import { BEAT_MS, PARSE_CONCURRENCY, type ParseJob, type ParseOutcome, type ParseReply, type ParseRequest, type ParserSettings } from './parse-thread.js';
 import { type ParseDeps, passingSigners } from './verdicts.js';
@@ -57,6 +59,19 @@ const deps: ParseDeps = {
 };
 const secretKey = settings.secretKey ? Buffer.from(settings.secretKey) : null;
 
+/** Pages of a spool's rows asked of the event loop (parse-thread.ts answers them from the state), by request. */
+const pages = new Map<number, { resolve: (rows: { seq: number; record: Buffer }[]) => void; reject: (err: Error) => void }>();
+let nextPage = 0;
+const relayedPage: SpoolPage = (spoolId, from) =>
+  new Promise((resolve, reject) => {
+    const page = nextPage++;
+    pages.set(page, { resolve, reject });
+    port.postMessage({ spoolRead: { page, spoolId, from } } satisfies ParseReply);
+  });
+const spool = settings.spool;
+/** The sealed records of a spooled message: its file, read here, or its rows, read by the event loop. */
+const sealed = (spoolId: string) => (spool.kind === 'files' ? sealedFile(spoolPath(spool.dataDir, spoolId)) : sealedFromPages(relayedPage, spoolId));
+
 const message = (err: unknown) => (err instanceof Error ? err.message : String(err));
 
 async function parseOne(job: ParseJob): Promise<ParseOutcome> {
@@ -82,13 +97,19 @@ async function streamSpooled(id: number, job: ParseJob): Promise<void> {
       port.postMessage({ id, event: { chunk } } satisfies ParseReply, [chunk.buffer as ArrayBuffer]);
     });
   try {
-    await parseSpooled(deps, spooledSource(settings.dataDir, secretKey, job.write), job.write, job.withVerdicts, emit);
+    await parseSpooled(deps, spooledSource(sealed, secretKey, job.write), job.write, job.withVerdicts, emit);
   } catch (err) {
     port.postMessage({ id, failed: message(err) } satisfies ParseReply);
   }
 }
 
 port.on('message', async (msg: ParseRequest) => {
+  if ('spoolPage' in msg) {
+    const waiting = pages.get(msg.spoolPage);
+    pages.delete(msg.spoolPage);
+    if ('error' in msg) return waiting?.reject(new Error(msg.error));
+    return waiting?.resolve(msg.records.map((r) => ({ seq: r.seq, record: Buffer.from(r.record.buffer, r.record.byteOffset, r.record.byteLength) })));
+  }
   if ('ack' in msg) {
     const go = acknowledged;
     acknowledged = null;

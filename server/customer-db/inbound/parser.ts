@@ -79,7 +79,7 @@ function movable(job: ParseJob, moved: ArrayBuffer[]): ParseJob {
 }
 
 export function createInboundParser(
-  deps: Pick<Deps, 'config' | 'logger'> & Partial<Pick<Deps, 'secretKey'>>,
+  deps: Pick<Deps, 'config' | 'logger'> & Partial<Pick<Deps, 'secretKey' | 'inboundSpool'>>,
   options: { workerUrl?: URL; threads?: number; soloThreads?: number; stallMs?: number } = {},
 ) {
   const threadOptions: ThreadOptions = {
@@ -88,11 +88,13 @@ export function createInboundParser(
       mailHostname: deps.config.mailHostname,
       dnsServers: deps.config.dnsServers,
       nice: PARSE_NICE,
-      dataDir: deps.config.dataDir,
+      // Without a spool given (a test's parser), the files of DATA_DIR.
+      spool: deps.inboundSpool?.kind === 'rows' ? { kind: 'rows' } : { kind: 'files', dataDir: deps.inboundSpool?.dataDir ?? deps.config.dataDir },
       secretKey: deps.secretKey ? new Uint8Array(deps.secretKey) : null,
     },
     logger: deps.logger,
     stallMs: options.stallMs ?? PARSE_STALL_MS,
+    ...(deps.inboundSpool?.kind === 'rows' ? { spoolPage: deps.inboundSpool.page } : {}),
   };
   let nextId = 0;
   /** While close() runs: threads given back are not kept. */

@@ -70,7 +70,7 @@ async function nextEvent(events: SpooledParse): Promise<SpooledEvent> {
  */
 export async function applySpooledInbound(
   client: ClientBase,
-  deps: Pick<Deps, 'config' | 'logger' | 'secretKey'>,
+  deps: Pick<Deps, 'config' | 'inboundSpool' | 'logger' | 'secretKey'>,
   parse: (w: SpooledInboundWrite) => SpooledParse,
   w: SpooledInboundWrite,
   opts: { stillTarget?: () => Promise<boolean> } = {},
@@ -93,7 +93,7 @@ export async function applySpooledInbound(
 
 async function writeSpooled(
   client: ClientBase,
-  deps: Pick<Deps, 'config' | 'logger'>,
+  deps: Pick<Deps, 'config' | 'inboundSpool' | 'logger'>,
   key: Buffer,
   w: SpooledInboundWrite,
   verdicts: Verdicts,
@@ -132,7 +132,9 @@ async function writeSpooled(
         await client.query('begin');
         await chunkTable();
         const id = attachmentId(w.id, 0);
-        attachments = [{ id, ...UNPARSABLE_ATTACHMENT, size: await spoolAttachment(client, id, spooledSource(deps.config.dataDir, key, w)()) }];
+        attachments = [
+          { id, ...UNPARSABLE_ATTACHMENT, size: await spoolAttachment(client, id, spooledSource((id) => deps.inboundSpool.sealed(id), key, w)()) },
+        ];
         parsed = unparsedFields(w.mailFrom);
       } else if ('spoolFailed' in event) {
         throw new SpoolError(event.spoolFailed);

