@@ -1,13 +1,51 @@
 import { createServer } from 'node:net';
 
-/** A TCP port free on 127.0.0.1 right now (listened on and closed), for a peer that must be told its port up front. */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+/**
+ * The ports handed out come from below Linux's ephemeral range (32768-60999 by default), where neither an outgoing
+ * connection's local port nor a `listen(0)` can land: a port from `listen(0)`, closed and handed to a peer, could be
+ * taken by any outgoing connection (to Postgres, to a sink) before the peer listened on it, and the peer's listen failed
+ * with EADDRINUSE (seen in CI). Each vitest worker (VITEST_POOL_ID) draws from a slice of its own, and no port is handed
+ * out twice in one process, so two workers or two callers do not get the same port.
+ */
+const LOW = 20_000;
+const HIGH = 32_000;
+const SLICES = 8;
+const given = new Set<number>();
+
+function slice(): { from: number; size: number } {
+  const size = Math.floor((HIGH - LOW) / SLICES);
+  const pool = Number(process.env.VITEST_POOL_ID ?? process.pid);
+  const index = Number.isFinite(pool) ? Math.abs(Math.trunc(pool)) % SLICES : 0;
+  return { from: LOW + index * size, size };
+}
+
+function tryListen(port: number, address: string): Promise<boolean> {
+  return new Promise((resolve) => {
     const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
-    });
+    server.once('error', () => resolve(false));
+    server.listen(port, address, () => server.close(() => resolve(true)));
   });
+}
+
+async function freeOnAll(port: number, addresses: readonly string[]): Promise<boolean> {
+  for (const address of addresses) if (!(await tryListen(port, address))) return false;
+  return true;
+}
+
+/**
+ * A TCP port free right now on each of `addresses` (127.0.0.1 unless told; listened on and closed), for a peer that
+ * must be told its port up front.
+ */
+export async function freePort(addresses: readonly string[] = ['127.0.0.1']): Promise<number> {
+  const { from, size } = slice();
+  const start = Math.floor(Math.random() * size);
+  for (let i = 0; i < size; i++) {
+    const port = from + ((start + i) % size);
+    if (given.has(port)) continue;
+    if (await freeOnAll(port, addresses)) {
+      given.add(port);
+      return port;
+    }
+  }
+  throw new Error(`no free port in ${from}-${from + size - 1}`);
 }

@@ -1,10 +1,11 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { type AddressInfo, connect, createServer } from 'node:net';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { expect } from 'vitest';
+import { freePort } from '../../scripts/lib/free-port.js';
 import { ROOT, SENDING_RECORDS, type ServiceProcess, createAccountWithCli, processApi, processEnv, startServiceProcess } from './service-process.js';
 import { stateClientOf, stateEnv } from './test-state.js';
 
@@ -62,27 +63,6 @@ export interface ClusterNode {
   healthz(): Promise<number>;
 }
 
-/** A port that is free on 127.0.0.1 and on each of `addresses`. */
-async function freePortOn(addresses: string[]): Promise<number> {
-  for (;;) {
-    const probe = createServer();
-    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
-    const { port } = probe.address() as AddressInfo;
-    await new Promise<void>((resolve) => probe.close(() => resolve()));
-    let free = true;
-    for (const address of addresses) {
-      const s = createServer();
-      const ok = await new Promise<boolean>((resolve) => {
-        s.once('error', () => resolve(false));
-        s.listen(port, address, () => resolve(true));
-      });
-      if (ok) await new Promise<void>((resolve) => s.close(() => resolve()));
-      else free = false;
-    }
-    if (free) return port;
-  }
-}
-
 async function accepting(port: number, host: string, timeoutMs: number, what: () => string): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
@@ -114,10 +94,10 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
   const state = await stateEnv();
   if (!state.STATE_URL) throw new Error('several nodes share a Postgres state: run with npm run test:postgres');
   const nodePorts = {
-    http: await freePortOn(addresses),
-    smtp: await freePortOn(addresses),
-    submission: await freePortOn(addresses),
-    submissions: await freePortOn(addresses),
+    http: await freePort(['127.0.0.1', ...addresses]),
+    smtp: await freePort(['127.0.0.1', ...addresses]),
+    submission: await freePort(['127.0.0.1', ...addresses]),
+    submissions: await freePort(['127.0.0.1', ...addresses]),
   };
   const sharedEnv: Record<string, string> = {
     ...state,
@@ -180,10 +160,10 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
   for (const node of nodes) await node.restart();
 
   const lb = {
-    http: await freePortOn([]),
-    smtp: await freePortOn([]),
-    submission: await freePortOn([]),
-    submissions: await freePortOn([]),
+    http: await freePort(),
+    smtp: await freePort(),
+    submission: await freePort(),
+    submissions: await freePort(),
   };
   const haproxyEnv: Record<string, string> = {
     PATH: process.env.PATH ?? '',
