@@ -18,6 +18,7 @@ import { startPostgres, type TestPostgres } from './helpers/postgres.js';
 import { expectError, newSender, newSubSender, receipt } from './helpers/sending.js';
 import { startService, type ApiResponse, type TestService } from './helpers/service.js';
 import { one } from '../db/sql.js';
+import { freePort } from '../scripts/lib/free-port.js';
 
 /**
  * The Database endpoints of docs/api/contract.md (GET/POST/DELETE /database, POST /database/test) against a real Postgres with TLS:
@@ -294,10 +295,7 @@ describe('POST /database: database_unreachable names the step that failed; nothi
   }
 
   it('a closed port: could not connect', async () => {
-    const closed = createServer();
-    await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));
-    const port = (closed.address() as { port: number }).port;
-    await new Promise<void>((r) => closed.close(() => r()));
+    const port = await freePort();
     await expectUnreachable(`postgresql://${pgServer.user}:${pgServer.password}@127.0.0.1:${port}/customer`, /could not connect/);
   });
 
