@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 
 /**
@@ -7,16 +8,34 @@ import { createServer } from 'node:net';
  * with EADDRINUSE (seen in CI). Each vitest worker (VITEST_POOL_ID) draws from a slice of its own, and no port is handed
  * out twice in one process, so two workers or two callers do not get the same port.
  */
-const LOW = 20_000;
-const HIGH = 32_000;
 const SLICES = 8;
 const given = new Set<number>();
 
+/** The kernel's ephemeral range (Linux's default when it cannot be read). */
+export function ephemeralRange(): { low: number; high: number } {
+  try {
+    const [low, high] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/).map(Number);
+    if (low !== undefined && high !== undefined && Number.isInteger(low) && Number.isInteger(high)) return { low, high };
+  } catch {
+    // not Linux: its default below
+  }
+  return { low: 32_768, high: 60_999 };
+}
+
+/** Up to 12,000 ports below the ephemeral range, or above it when there is no room below. */
+function band(): { low: number; high: number } {
+  const { low, high } = ephemeralRange();
+  if (low - 10_000 >= SLICES * 100) return { low: Math.max(10_000, low - 12_000), high: low };
+  if (65_535 - high >= SLICES * 100) return { low: high + 1, high: 65_536 };
+  return { low: 10_000, high: 65_536 };
+}
+
 function slice(): { from: number; size: number } {
-  const size = Math.floor((HIGH - LOW) / SLICES);
+  const { low, high } = band();
+  const size = Math.floor((high - low) / SLICES);
   const pool = Number(process.env.VITEST_POOL_ID ?? process.pid);
   const index = Number.isFinite(pool) ? Math.abs(Math.trunc(pool)) % SLICES : 0;
-  return { from: LOW + index * size, size };
+  return { from: low + index * size, size };
 }
 
 function tryListen(port: number, address: string): Promise<boolean> {
