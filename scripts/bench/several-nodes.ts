@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../lib/free-port.js';
@@ -17,7 +17,9 @@ import { serviceNodeFlags, spawnListening, stop } from './spawn.js';
  * shipped), each on a fresh database of one embedded Postgres. Prints both rates and their ratio (target on a 2-core
  * machine: three nodes at least 0.8 of one), the deliveries beyond the messages accepted (duplicates: 0 without a
  * kill), the CPU of the nodes, of Postgres and of the whole machine per 1000 messages, and Postgres's transactions per
- * message: what coordination across nodes costs. Each side first takes BENCH_WARMUP messages untimed.
+ * message: what coordination across nodes costs. Then one node alone with a third of the clients (a node's share among
+ * three): its machine CPU a message bounds what three nodes could deliver on this machine with no coordination at all.
+ * Each side first takes BENCH_WARMUP messages untimed.
  * Run: npm run bench:several-nodes   (env BENCH_MESSAGES, default 2000; BENCH_RUNS, default 1; BENCH_WARMUP, default
  * N; BENCH_POSTGRES=embedded-plain for plain TCP to Postgres, TLS verified by default; BENCH_PG_STATEMENTS=1 prints
  * the statements Postgres spent its execution time on in each timed part, from pg_stat_statements;
@@ -27,6 +29,11 @@ const total = Number(process.env.BENCH_MESSAGES ?? 2000);
 const runs = Number(process.env.BENCH_RUNS ?? 1);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? total);
 const CLIENTS = 20;
+/** A node's share of the 20 clients among three nodes. */
+const SHARE_CLIENTS = Math.round(CLIENTS / 3);
+const CPUS = availableParallelism();
+/** The machine's CPU in milliseconds a second (2,000 on two cores), for the bound of three nodes. */
+const MACHINE_CPU_MS = CPUS * 1000;
 const TARGET = 0.8;
 const STATEMENTS = process.env.BENCH_PG_STATEMENTS === '1';
 const here = fileURLToPath(new URL('.', import.meta.url));
@@ -76,9 +83,9 @@ function threadsOf(pids: number[]): Map<string, number> {
   return all;
 }
 
-async function timed(pg: TestPostgres, database: string, rig: BenchRig, headers: Record<string, string>, pids: number[]): Promise<Figures> {
+async function timed(pg: TestPostgres, database: string, rig: BenchRig, headers: Record<string, string>, pids: number[], clients = CLIENTS): Promise<Figures> {
   const marker = pgDataDir(pg);
-  await measureDelivery(rig, headers, WARMUP, CLIENTS);
+  await measureDelivery(rig, headers, WARMUP, clients);
   const xacts = async () =>
     Number((await pg.admin(`select xact_commit + xact_rollback as n from pg_stat_database where datname = '${database}'`)).rows[0].n as string);
   // What the nodes spend idle (their polls, liveness, timers), over two seconds after the warm-up.
@@ -93,7 +100,7 @@ async function timed(pg: TestPostgres, database: string, rig: BenchRig, headers:
   const t0 = threadsOf(pids);
   const p0 = postgresCpu(marker);
   const m0 = machineCpu().busy;
-  const delivery = await measureDelivery(rig, headers, total, CLIENTS);
+  const delivery = await measureDelivery(rig, headers, total, clients);
   const n1 = pids.reduce((s, p) => s + cpuSeconds(p), 0);
   const t1 = threadsOf(pids);
   const p1 = postgresCpu(marker);
@@ -168,13 +175,13 @@ function stateEnv(pg: TestPostgres, database: string): Record<string, string> {
   };
 }
 
-async function oneNode(pg: TestPostgres, sink: BenchSink, run: number): Promise<Figures> {
-  const database = `one_node_${run}`;
+async function oneNode(pg: TestPostgres, sink: BenchSink, run: number, clients = CLIENTS): Promise<Figures> {
+  const database = clients === CLIENTS ? `one_node_${run}` : `one_node_${clients}_clients_${run}`;
   await pg.admin(`create database ${database}`);
   const rig = await startBenchRig({ ...stateEnv(pg, database), NODE_NAME: 'node1' }, sink);
   try {
     const { headers } = await rig.newSender('Bench', 'bench.example');
-    return await timed(pg, database, rig, headers, [rig.pid]);
+    return await timed(pg, database, rig, headers, [rig.pid], clients);
   } finally {
     await rig.close();
   }
@@ -289,10 +296,19 @@ async function main(): Promise<void> {
       try {
         const one = await oneNode(pg, sink, run);
         const three = await threeNodes(pg, sink, run);
+        // A node's share of the load among three: one node alone with a third of the clients. Its machine CPU a
+        // message is what each of three nodes would cost with no coordination at all, so two cores over it bound
+        // what three nodes can deliver here.
+        const share = await oneNode(pg, sink, run, SHARE_CLIENTS);
         const ratio = three.delivery.rate / one.delivery.rate;
         if (ratio >= TARGET && three.duplicates === 0) met++;
         console.log(`run ${run}: ${line('one node', one)}`);
         console.log(`run ${run}: ${line('three nodes behind haproxy', three)}`);
+        console.log(`run ${run}: ${line(`one node with ${SHARE_CLIENTS} clients (a node's share of the load among three)`, share)}`);
+        const bound = MACHINE_CPU_MS / share.machineCpuPer1000;
+        console.log(
+          `run ${run}: at a third of the load a message costs the machine ${share.machineCpuPer1000.toFixed(2)} ms of CPU (one node: ${one.machineCpuPer1000.toFixed(2)}): three uncoordinated nodes could deliver at most ${bound.toFixed(0)} messages/s on ${CPUS} CPUs, ${(bound / one.delivery.rate).toFixed(2)} of one node`,
+        );
         const cpu = (f: Figures) => f.nodesCpuPer1000 + f.postgresCpuPer1000;
         console.log(
           `run ${run}: ratio ${ratio.toFixed(2)} (target ${TARGET}); coordination per message: ${(((cpu(three) - cpu(one)) / 1000) * 1e3).toFixed(2)} ms of CPU (nodes ${(three.nodesCpuPer1000 - one.nodesCpuPer1000).toFixed(2)}, Postgres ${(three.postgresCpuPer1000 - one.postgresCpuPer1000).toFixed(2)} s per 1000), ${(three.xactsPerMessage - one.xactsPerMessage).toFixed(2)} Postgres transactions`,
