@@ -67,10 +67,7 @@ export async function startBenchRig(extraEnv: Record<string, string> = {}, given
   // The state exists (migrated) before the service starts, so senders can be made beside it: DATA_DIR's SQLite file,
   // or the Postgres that extraEnv's STATE_URL names.
   await (await openStore(config)).close();
-  const { child, port } = await spawnListening(join(here, '../../server/app/main.js'), env, [
-    ...serviceNodeFlags(),
-    ...(process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean) ?? []),
-  ]);
+  const { child, port } = await spawnListening(join(here, '../../server/app/main.js'), env, serviceNodeFlags());
   const base = `http://127.0.0.1:${port}/api/v1`;
 
   return {

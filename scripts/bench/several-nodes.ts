@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../lib/free-port.js';
 import { PG_TEST_CA_FILE, type TestPostgres, startPostgres, stateUrlOf } from '../lib/postgres.js';
-import { cpuSeconds, machineCpu, threadCpu } from '../lib/proc.js';
+import { contextSwitches, cpuSeconds, machineCpu, threadCpu } from '../lib/proc.js';
 import { type BenchSink, startBenchSink, waitForPort } from './postfix.js';
 import { type BenchRig, type DeliveryFigures, measureDelivery, startBenchRig } from './rig.js';
 import { serviceNodeFlags, spawnListening, stop } from './spawn.js';
@@ -70,6 +70,8 @@ interface Figures {
   postgresCpuPer1000: number;
   machineCpuPer1000: number;
   xactsPerMessage: number;
+  /** The machine's context switches per message. */
+  switchesPerMessage: number;
   /** The nodes' CPU while idle, all together, in CPUs (0.05: 5% of one). */
   idleCpuShare: number;
   /** The nodes' CPU per 1000 messages by thread name, all nodes together. */
@@ -100,7 +102,9 @@ async function timed(pg: TestPostgres, database: string, rig: BenchRig, headers:
   const t0 = threadsOf(pids);
   const p0 = postgresCpu(marker);
   const m0 = machineCpu().busy;
+  const c0 = contextSwitches();
   const delivery = await measureDelivery(rig, headers, total, clients);
+  const c1 = contextSwitches();
   const n1 = pids.reduce((s, p) => s + cpuSeconds(p), 0);
   const t1 = threadsOf(pids);
   const p1 = postgresCpu(marker);
@@ -116,6 +120,7 @@ async function timed(pg: TestPostgres, database: string, rig: BenchRig, headers:
     postgresCpuPer1000: per1000(p1 - p0),
     machineCpuPer1000: per1000(m1 - m0),
     xactsPerMessage: (x1 - x0) / Math.max(1, delivery.delivered),
+    switchesPerMessage: (c1 - c0) / Math.max(1, delivery.delivered),
     idleCpuShare,
     threadsPer1000: new Map([...t1].map(([name, s]) => [name, per1000(s - (t0.get(name) ?? 0))])),
   };
@@ -252,6 +257,61 @@ async function threeNodes(pg: TestPostgres, sink: BenchSink, run: number): Promi
   }
 }
 
+interface Together {
+  rate: number;
+  delivered: number;
+  duplicates: number;
+  nodesCpuPer1000: number;
+  machineCpuPer1000: number;
+  switchesPerMessage: number;
+}
+
+/**
+ * Three nodes that share nothing but the machine: each alone on a database of its own (so no coordination at all:
+ * limits in memory, no wakes, no row of another node), with a sink of its own and a third of the clients, all loaded
+ * at once (BENCH_MESSAGES each). Their rate together is what three processes of the service deliver on this machine
+ * before coordination costs anything: the floor the three coordinated nodes are held to.
+ */
+async function independentNodes(pg: TestPostgres, run: number): Promise<Together> {
+  const rigs: BenchRig[] = [];
+  const sinks: BenchSink[] = [];
+  try {
+    for (let i = 1; i <= 3; i++) {
+      const database = `alone_${i}_${run}`;
+      await pg.admin(`create database ${database}`);
+      const sink = await startBenchSink();
+      sinks.push(sink);
+      rigs.push(await startBenchRig({ ...stateEnv(pg, database), NODE_NAME: `node${i}` }, sink));
+    }
+    const senders = await Promise.all(rigs.map((rig, i) => rig.newSender(`Bench ${i + 1}`, 'bench.example')));
+    await Promise.all(rigs.map((rig, i) => measureDelivery(rig, senders[i]!.headers, WARMUP, SHARE_CLIENTS)));
+    await new Promise((r) => setTimeout(r, 1000));
+    const before = sinks.map((sink) => sink.delivered());
+    const n0 = rigs.reduce((t, rig) => t + cpuSeconds(rig.pid), 0);
+    const m0 = machineCpu().busy;
+    const c0 = contextSwitches();
+    const figures = await Promise.all(rigs.map((rig, i) => measureDelivery(rig, senders[i]!.headers, total, SHARE_CLIENTS)));
+    const c1 = contextSwitches();
+    const m1 = machineCpu().busy;
+    const n1 = rigs.reduce((t, rig) => t + cpuSeconds(rig.pid), 0);
+    await new Promise((r) => setTimeout(r, 1000));
+    const delivered = figures.reduce((t, f) => t + f.delivered, 0);
+    const accepted = figures.reduce((t, f) => t + f.total - f.refused, 0);
+    const per1000 = (seconds: number) => (seconds / Math.max(1, delivered)) * 1000;
+    return {
+      rate: delivered / Math.max(...figures.map((f) => f.seconds)),
+      delivered,
+      duplicates: sinks.reduce((t, sink, i) => t + sink.delivered() - before[i]!, 0) - accepted,
+      nodesCpuPer1000: per1000(n1 - n0),
+      machineCpuPer1000: per1000(m1 - m0),
+      switchesPerMessage: (c1 - c0) / Math.max(1, delivered),
+    };
+  } finally {
+    for (const rig of rigs) await rig.close();
+    for (const sink of sinks) await sink.stop();
+  }
+}
+
 /** The environment the rig gave its node, for the other nodes (the DNS server and the sink are the rig's). */
 function rigEnv(rig: BenchRig, sink: BenchSink): Record<string, string> {
   return {
@@ -280,7 +340,7 @@ function line(name: string, f: Figures): string {
       .map(([name, s]) => `${name} ${s.toFixed(2)}`)
       .join(
         ', ',
-      )}), Postgres ${f.postgresCpuPer1000.toFixed(2)} s, machine ${f.machineCpuPer1000.toFixed(2)} s (the benchmark's own process ${d.loadCpuPer1000.toFixed(2)} s); Postgres transactions per message ${f.xactsPerMessage.toFixed(2)}`
+      )}), Postgres ${f.postgresCpuPer1000.toFixed(2)} s, machine ${f.machineCpuPer1000.toFixed(2)} s (the benchmark's own process ${d.loadCpuPer1000.toFixed(2)} s); Postgres transactions per message ${f.xactsPerMessage.toFixed(2)}, context switches per message ${f.switchesPerMessage.toFixed(1)}`
   );
 }
 
@@ -300,6 +360,7 @@ async function main(): Promise<void> {
         // message is what each of three nodes would cost with no coordination at all, so two cores over it bound
         // what three nodes can deliver here.
         const share = await oneNode(pg, sink, run, SHARE_CLIENTS);
+        const apart = await independentNodes(pg, run);
         const ratio = three.delivery.rate / one.delivery.rate;
         if (ratio >= TARGET && three.duplicates === 0) met++;
         console.log(`run ${run}: ${line('one node', one)}`);
@@ -310,6 +371,9 @@ async function main(): Promise<void> {
           `run ${run}: at a third of the load a message costs the machine ${share.machineCpuPer1000.toFixed(2)} ms of CPU (one node: ${one.machineCpuPer1000.toFixed(2)}): three uncoordinated nodes could deliver at most ${bound.toFixed(0)} messages/s on ${CPUS} CPUs, ${(bound / one.delivery.rate).toFixed(2)} of one node`,
         );
         const cpu = (f: Figures) => f.nodesCpuPer1000 + f.postgresCpuPer1000;
+        console.log(
+          `run ${run}: three nodes sharing nothing but the machine (each on a database of its own, ${SHARE_CLIENTS} clients and ${total} messages each, at once): ${apart.rate.toFixed(0)} messages/s together (${apart.delivered} delivered, ${apart.duplicates} beyond those accepted), ${(apart.rate / one.delivery.rate).toFixed(2)} of one node: the floor on this machine; CPU per 1000 messages: nodes ${apart.nodesCpuPer1000.toFixed(2)} s, machine ${apart.machineCpuPer1000.toFixed(2)} s; context switches per message ${apart.switchesPerMessage.toFixed(1)}`,
+        );
         console.log(
           `run ${run}: ratio ${ratio.toFixed(2)} (target ${TARGET}); coordination per message: ${(((cpu(three) - cpu(one)) / 1000) * 1e3).toFixed(2)} ms of CPU (nodes ${(three.nodesCpuPer1000 - one.nodesCpuPer1000).toFixed(2)}, Postgres ${(three.postgresCpuPer1000 - one.postgresCpuPer1000).toFixed(2)} s per 1000), ${(three.xactsPerMessage - one.xactsPerMessage).toFixed(2)} Postgres transactions`,
         );

@@ -42,3 +42,11 @@ export function machineCpu(): { busy: number; idle: number } {
   const total = cpu.reduce((a, b) => a + b, 0);
   return { busy: (total - idle) / 100, idle: idle / 100 };
 }
+
+/** The machine's context switches so far, all CPUs together (/proc/stat's ctxt). */
+export function contextSwitches(): number {
+  const line = readFileSync('/proc/stat', 'utf8')
+    .split('\n')
+    .find((l) => l.startsWith('ctxt '));
+  return Number(line?.split(/\s+/)[1] ?? 0);
+}
