@@ -23,7 +23,9 @@ import { serviceNodeFlags, spawnListening, stop } from './spawn.js';
  * Run: npm run bench:several-nodes   (env BENCH_MESSAGES, default 2000; BENCH_RUNS, default 1; BENCH_WARMUP, default
  * N; BENCH_POSTGRES=embedded-plain for plain TCP to Postgres, TLS verified by default; BENCH_PG_STATEMENTS=1 prints
  * the statements Postgres spent its execution time on in each timed part, from pg_stat_statements;
- * BENCH_PG_SETTINGS="name = value;..." adds lines to the embedded Postgres's configuration, for experiments)
+ * BENCH_PG_SETTINGS="name = value;..." adds lines to the embedded Postgres's configuration, for experiments;
+ * BENCH_PG_WAITS=1 samples pg_stat_activity every 10 ms in each timed part and prints what the active backends were
+ * doing: on CPU or waiting, for what, and the statements that waited on locks)
  */
 const total = Number(process.env.BENCH_MESSAGES ?? 2000);
 const runs = Number(process.env.BENCH_RUNS ?? 1);
@@ -36,6 +38,7 @@ const CPUS = availableParallelism();
 const MACHINE_CPU_MS = CPUS * 1000;
 const TARGET = 0.8;
 const STATEMENTS = process.env.BENCH_PG_STATEMENTS === '1';
+const WAITS = process.env.BENCH_PG_WAITS === '1';
 const here = fileURLToPath(new URL('.', import.meta.url));
 const HAPROXY_CFG = join(here, '../../../docs/operating/several-nodes/haproxy.cfg');
 
@@ -103,7 +106,9 @@ async function timed(pg: TestPostgres, database: string, rig: BenchRig, headers:
   const p0 = postgresCpu(marker);
   const m0 = machineCpu().busy;
   const c0 = contextSwitches();
+  const waits = WAITS ? await sampleWaits(pg, database) : null;
   const delivery = await measureDelivery(rig, headers, total, clients);
+  await waits?.stop();
   const c1 = contextSwitches();
   const n1 = pids.reduce((s, p) => s + cpuSeconds(p), 0);
   const t1 = threadsOf(pids);
@@ -123,6 +128,46 @@ async function timed(pg: TestPostgres, database: string, rig: BenchRig, headers:
     switchesPerMessage: (c1 - c0) / Math.max(1, delivery.delivered),
     idleCpuShare,
     threadsPer1000: new Map([...t1].map(([name, s]) => [name, per1000(s - (t0.get(name) ?? 0))])),
+  };
+}
+
+/**
+ * Samples what the active backends of `database` are doing every 10 ms until `stop`, then prints the average number
+ * of backends on each (CPU, or a wait event) and the statements seen waiting on locks most often.
+ */
+async function sampleWaits(pg: TestPostgres, database: string): Promise<{ stop(): Promise<void> }> {
+  const client = await pg.connect(database);
+  const byState = new Map<string, number>();
+  const lockWaiters = new Map<string, number>();
+  let samples = 0;
+  let running = true;
+  const loop = (async () => {
+    while (running) {
+      const { rows } = await client.query(
+        `select coalesce(wait_event_type || ':' || wait_event, 'CPU') as w,
+                regexp_replace(left(query, 110), '\\s+', ' ', 'g') as q
+           from pg_stat_activity
+          where datname = $1 and state = 'active' and pid <> pg_backend_pid()`,
+        [database],
+      );
+      samples++;
+      for (const r of rows) {
+        byState.set(r.w, (byState.get(r.w) ?? 0) + 1);
+        if (r.w.startsWith('Lock:')) lockWaiters.set(`${r.w} ${r.q}`, (lockWaiters.get(`${r.w} ${r.q}`) ?? 0) + 1);
+      }
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  })();
+  return {
+    async stop() {
+      running = false;
+      await loop;
+      await client.end();
+      const avg = (n: number) => (n / Math.max(1, samples)).toFixed(2);
+      const states = [...byState].sort((a, b) => b[1] - a[1]).slice(0, 8);
+      console.log(`  active backends on average over ${samples} samples: ${states.map(([w, n]) => `${w} ${avg(n)}`).join(', ')}`);
+      for (const [q, n] of [...lockWaiters].sort((a, b) => b[1] - a[1]).slice(0, 6)) console.log(`    ${avg(n)} waiting: ${q}`);
+    },
   };
 }
 
