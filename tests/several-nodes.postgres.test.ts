@@ -11,7 +11,19 @@ import { startLiveness, type Liveness } from '../server/app/liveness.js';
 import { skipped } from '../server/core/nodes.js';
 import { claimIdempotencyKey } from '../server/core/idempotency.js';
 import { connectionConfig, openPostgres } from '../db/pg/state.js';
-import { newSender, queued, receipt, recipients, idempotencyRow } from './helpers/sending.js';
+import {
+  accountRow,
+  emailRows,
+  expectError,
+  newSender,
+  newSubSender,
+  queued,
+  receipt,
+  recipients,
+  idempotencyRow,
+  sendEmail,
+  updateAccount,
+} from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
 import { dashboardClient, postSignIn } from './helpers/dashboard.js';
 import { SIGN_IN_LIMIT } from '../dashboard/security.js';
@@ -430,6 +442,69 @@ describe('limits counted across nodes', () => {
       expect(await Promise.all([a, b])).toEqual([{ ok: 2 }, { ok: 1 }]);
     } finally {
       await holder.end();
+    }
+  });
+});
+
+describe('credits and quota across nodes', () => {
+  /** No trial and no grace: a send costs a credit from the first, and none is allowed without one; limits out of the way. */
+  const RACE = {
+    TRIAL_DAYS: '0',
+    GRACE_EMAILS: '0',
+    GRACE_DAYS: '0',
+    DEFAULT_DAILY_QUOTA: '1000',
+    RATE_LIMIT_PER_KEY: '10000',
+    RATE_LIMIT_PER_ACCOUNT: '10000',
+  };
+  /** Sends at once, the i-th to nodes[i % 3]: each node's group commit runs its share as a batch of its own. */
+  const atOnce = (nodes: TestService[], n: number, send: (node: TestService, i: number) => Promise<{ status: number; body: any }>) =>
+    Promise.all(Array.from({ length: n }, (_, i) => send(nodes[i % nodes.length]!, i)));
+
+  it('the last credits are spent exactly: sends at once on three nodes, three sent and every other 402 no_credits', async () => {
+    const nodes = await moreNodes(3, RACE);
+    try {
+      for (let round = 0; round < 3; round++) {
+        const s = await newSender(nodes[0]!, { credits: 3 });
+        const answers = await atOnce(nodes, 18, (node, i) => sendEmail(node, s.key, receipt(s.from, `buyer${i}@example.net`)));
+        expect(
+          answers.filter((a) => a.status === 200),
+          JSON.stringify(answers.map((a) => a.body)),
+        ).toHaveLength(3);
+        for (const refused of answers.filter((a) => a.status !== 200)) expectError(refused, 402, 'no_credits');
+        const row = await accountRow(nodes[0]!, s.account.id);
+        expect([row.creditsBalance, row.creditsTotalUsed, row.totalSent]).toEqual([0, 3, 3]);
+        expect(await emailRows(nodes[0]!, s.account.id)).toHaveLength(3);
+      }
+    } finally {
+      for (const node of nodes) await node.close();
+    }
+  });
+
+  it("a parent's credits and quota spent by its sub-accounts' sends at once on three nodes: exactly", async () => {
+    const nodes = await moreNodes(3, RACE);
+    try {
+      for (let round = 0; round < 2; round++) {
+        const parent = await newSender(nodes[0]!, { credits: 100 });
+        const subs = [await newSubSender(nodes[0]!, parent.key, 'Shop A'), await newSubSender(nodes[0]!, parent.key, 'Shop B')];
+        // The parent's daily quota of 4 recipients bounds its sub-accounts' sends together (a send each of one recipient).
+        await updateAccount(nodes[0]!, parent.account.id, { dailyQuota: 4 });
+        const answers = await atOnce(nodes, 18, (node, i) => {
+          const sub = subs[i % 2]!;
+          return sendEmail(node, parent.key, receipt(sub.from, `buyer${i}@example.net`), { account: sub.id });
+        });
+        expect(
+          answers.filter((a) => a.status === 200),
+          JSON.stringify(answers.map((a) => a.body)),
+        ).toHaveLength(4);
+        for (const refused of answers.filter((a) => a.status !== 200)) expectError(refused, 429, 'quota_exceeded');
+        const row = await accountRow(nodes[0]!, parent.account.id);
+        expect([row.sentTodayCount, row.creditsBalance, row.creditsTotalUsed]).toEqual([4, 96, 4]);
+        const sent = await Promise.all(subs.map(async (sub) => (await accountRow(nodes[0]!, sub.id)).sentTodayCount));
+        expect(sent[0]! + sent[1]!).toBe(4);
+        expect((await emailRows(nodes[0]!, subs[0]!.id)).length + (await emailRows(nodes[0]!, subs[1]!.id)).length).toBe(4);
+      }
+    } finally {
+      for (const node of nodes) await node.close();
     }
   });
 });
