@@ -24,7 +24,7 @@ import {
   sendEmail,
   updateAccount,
 } from './helpers/sending.js';
-import { startService, type TestService } from './helpers/service.js';
+import { type ApiResponse, startService, type TestService } from './helpers/service.js';
 import { dashboardClient, postSignIn } from './helpers/dashboard.js';
 import { SIGN_IN_LIMIT } from '../dashboard/security.js';
 import { postgresWindows, sharedWhenSeveral } from '../server/core/rate-limit.js';
@@ -457,7 +457,7 @@ describe('credits and quota across nodes', () => {
     RATE_LIMIT_PER_ACCOUNT: '10000',
   };
   /** Sends at once, the i-th to nodes[i % 3]: each node's group commit runs its share as a batch of its own. */
-  const atOnce = (nodes: TestService[], n: number, send: (node: TestService, i: number) => Promise<{ status: number; body: any }>) =>
+  const atOnce = (nodes: TestService[], n: number, send: (node: TestService, i: number) => Promise<ApiResponse>) =>
     Promise.all(Array.from({ length: n }, (_, i) => send(nodes[i % nodes.length]!, i)));
 
   it('the last credits are spent exactly: sends at once on three nodes, three sent and every other 402 no_credits', async () => {
