@@ -15,6 +15,7 @@ import {
   accountRow,
   emailRows,
   expectError,
+  gateCommits,
   newSender,
   newSubSender,
   queued,
@@ -503,6 +504,45 @@ describe('credits and quota across nodes', () => {
         expect(sent[0]! + sent[1]!).toBe(4);
         expect((await emailRows(nodes[0]!, subs[0]!.id)).length + (await emailRows(nodes[0]!, subs[1]!.id)).length).toBe(4);
       }
+    } finally {
+      for (const node of nodes) await node.close();
+    }
+  });
+
+  it("two nodes' batches at once, each of three sends, both checked on the same rows: the later one is checked again on what the first left", async () => {
+    const nodes = await moreNodes(2, RACE);
+    try {
+      // Each node holds its three sends' commits, then lets them go as one batch; both batches start together.
+      const twoBatches = async (send: (node: TestService, i: number) => Promise<ApiResponse>) => {
+        const gates = nodes.map((node) => gateCommits(node, 3));
+        const answers = Promise.all([0, 1, 2, 3, 4, 5].map((i) => send(nodes[i % 2]!, i)));
+        await Promise.all(gates.map((gate) => gate.arrived(3)));
+        for (const gate of gates) gate.release();
+        return await answers;
+      };
+      const s = await newSender(nodes[0]!, { credits: 3 });
+      const paid = await twoBatches((node, i) => sendEmail(node, s.key, receipt(s.from, `buyer${i}@example.net`)));
+      expect(
+        paid.filter((a) => a.status === 200),
+        JSON.stringify(paid.map((a) => a.body)),
+      ).toHaveLength(3);
+      for (const refused of paid.filter((a) => a.status !== 200)) expectError(refused, 402, 'no_credits');
+      expect((await accountRow(nodes[0]!, s.account.id)).creditsBalance).toBe(0);
+
+      const parent = await newSender(nodes[0]!, { credits: 100 });
+      const subs = [await newSubSender(nodes[0]!, parent.key, 'Shop A'), await newSubSender(nodes[0]!, parent.key, 'Shop B')];
+      await updateAccount(nodes[0]!, parent.account.id, { dailyQuota: 4 });
+      const counted = await twoBatches((node, i) => {
+        const sub = subs[i % 2]!;
+        return sendEmail(node, parent.key, receipt(sub.from, `buyer${i}@example.net`), { account: sub.id });
+      });
+      expect(
+        counted.filter((a) => a.status === 200),
+        JSON.stringify(counted.map((a) => a.body)),
+      ).toHaveLength(4);
+      for (const refused of counted.filter((a) => a.status !== 200)) expectError(refused, 429, 'quota_exceeded');
+      const row = await accountRow(nodes[0]!, parent.account.id);
+      expect([row.sentTodayCount, row.creditsBalance]).toEqual([4, 96]);
     } finally {
       for (const node of nodes) await node.close();
     }
