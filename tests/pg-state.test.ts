@@ -421,6 +421,28 @@ describe('a batch: units of work in savepoints of one transaction (PgUnits.batch
     expect(await creditsOf('acc-dl-y')).toBe(3);
   }, 20_000);
 
+  it('runs such a unit on its own up to three times while it keeps losing lock conflicts; then the conflict is its answer', async () => {
+    const deadlock = () => Object.assign(new Error('deadlock detected'), { code: '40P01' });
+    let runsOfFlaky = 0;
+    let runsOfStuck = 0;
+    const settled = await runPgBatch(store.db, [
+      async () => {
+        if (++runsOfFlaky < 3) throw deadlock();
+        return 'the third time';
+      },
+      async () => {
+        runsOfStuck++;
+        throw deadlock();
+      },
+    ]);
+    expect(settled).toEqual([
+      { ok: true, value: 'the third time' },
+      { ok: false, err: expect.objectContaining({ code: '40P01' }) },
+    ]);
+    // Once in the batch, then on its own: twice for the first, three times (the most) for the second.
+    expect([runsOfFlaky, runsOfStuck]).toEqual([3, 4]);
+  });
+
   it('rejects every unit when the transaction itself fails, and commits none of them', async () => {
     const { db } = store;
     const batch = runPgBatch(db, [

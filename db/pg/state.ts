@@ -480,17 +480,29 @@ class PgUnits {
     const out: Settled[] = [];
     for (const [i, s] of settled.entries()) {
       if (s !== 'again') out.push(s);
-      else {
-        try {
-          out.push({ ok: true, value: await this.transaction(() => units[i]!()) });
-        } catch (err) {
-          out.push({ ok: false, err });
-        }
-      }
+      else out.push(await this.alone(units[i]!));
     }
     return out;
   }
+
+  /**
+   * A unit that lost a lock conflict in its batch, run in a transaction of its own. It may meet the same conflict
+   * again (another node's batch locking the same rows in another order: a batch's units lock in the order they run):
+   * it runs again, up to ALONE_ATTEMPTS times, before the conflict is its answer (a send's 502 send_failed).
+   */
+  private async alone(unit: BatchUnit): Promise<Settled> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return { ok: true, value: await this.transaction(() => unit()) };
+      } catch (err) {
+        if (attempt >= ALONE_ATTEMPTS || !isLockConflict(err)) return { ok: false, err };
+      }
+    }
+  }
 }
+
+/** Times a unit that lost a lock conflict in its batch is run on its own before the conflict is its answer. */
+const ALONE_ATTEMPTS = 3;
 
 export type Settled = { ok: true; value: unknown } | { ok: false; err: unknown };
 
