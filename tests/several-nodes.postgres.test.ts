@@ -460,6 +460,28 @@ describe('credits and quota across nodes', () => {
   /** Sends at once, the i-th to nodes[i % 3]: each node's group commit runs its share as a batch of its own. */
   const atOnce = (nodes: TestService[], n: number, send: (node: TestService, i: number) => Promise<ApiResponse>) =>
     Promise.all(Array.from({ length: n }, (_, i) => send(nodes[i % nodes.length]!, i)));
+  /** `sent` of the answers are 200, every other is `status` `code`. */
+  const expectSent = (answers: ApiResponse[], sent: number, status: number, code: string) => {
+    expect(
+      answers.filter((a) => a.status === 200),
+      JSON.stringify(answers.map((a) => a.body)),
+    ).toHaveLength(sent);
+    for (const refused of answers.filter((a) => a.status !== 200)) expectError(refused, status, code);
+  };
+  /**
+   * A parent (100 credits) with two sub-accounts, its daily quota 4 recipients: their sends together may use 4. `send`
+   * sends the i-th (one recipient) from sub-account i % 2 on `node`.
+   */
+  const parentOfTwo = async (node: TestService) => {
+    const parent = await newSender(node, { credits: 100 });
+    const subs = [await newSubSender(node, parent.key, 'Shop A'), await newSubSender(node, parent.key, 'Shop B')];
+    await updateAccount(node, parent.account.id, { dailyQuota: 4 });
+    const send = (on: TestService, i: number) => {
+      const sub = subs[i % 2]!;
+      return sendEmail(on, parent.key, receipt(sub.from, `buyer${i}@example.net`), { account: sub.id });
+    };
+    return { parent, subs, send };
+  };
 
   it('the last credits are spent exactly: sends at once on three nodes, three sent and every other 402 no_credits', async () => {
     const nodes = await moreNodes(3, RACE);
@@ -467,11 +489,7 @@ describe('credits and quota across nodes', () => {
       for (let round = 0; round < 3; round++) {
         const s = await newSender(nodes[0]!, { credits: 3 });
         const answers = await atOnce(nodes, 18, (node, i) => sendEmail(node, s.key, receipt(s.from, `buyer${i}@example.net`)));
-        expect(
-          answers.filter((a) => a.status === 200),
-          JSON.stringify(answers.map((a) => a.body)),
-        ).toHaveLength(3);
-        for (const refused of answers.filter((a) => a.status !== 200)) expectError(refused, 402, 'no_credits');
+        expectSent(answers, 3, 402, 'no_credits');
         const row = await accountRow(nodes[0]!, s.account.id);
         expect([row.creditsBalance, row.creditsTotalUsed, row.totalSent]).toEqual([0, 3, 3]);
         expect(await emailRows(nodes[0]!, s.account.id)).toHaveLength(3);
@@ -485,19 +503,8 @@ describe('credits and quota across nodes', () => {
     const nodes = await moreNodes(3, RACE);
     try {
       for (let round = 0; round < 2; round++) {
-        const parent = await newSender(nodes[0]!, { credits: 100 });
-        const subs = [await newSubSender(nodes[0]!, parent.key, 'Shop A'), await newSubSender(nodes[0]!, parent.key, 'Shop B')];
-        // The parent's daily quota of 4 recipients bounds its sub-accounts' sends together (a send each of one recipient).
-        await updateAccount(nodes[0]!, parent.account.id, { dailyQuota: 4 });
-        const answers = await atOnce(nodes, 18, (node, i) => {
-          const sub = subs[i % 2]!;
-          return sendEmail(node, parent.key, receipt(sub.from, `buyer${i}@example.net`), { account: sub.id });
-        });
-        expect(
-          answers.filter((a) => a.status === 200),
-          JSON.stringify(answers.map((a) => a.body)),
-        ).toHaveLength(4);
-        for (const refused of answers.filter((a) => a.status !== 200)) expectError(refused, 429, 'quota_exceeded');
+        const { parent, subs, send } = await parentOfTwo(nodes[0]!);
+        expectSent(await atOnce(nodes, 18, send), 4, 429, 'quota_exceeded');
         const row = await accountRow(nodes[0]!, parent.account.id);
         expect([row.sentTodayCount, row.creditsBalance, row.creditsTotalUsed]).toEqual([4, 96, 4]);
         const sent = await Promise.all(subs.map(async (sub) => (await accountRow(nodes[0]!, sub.id)).sentTodayCount));
@@ -521,26 +528,11 @@ describe('credits and quota across nodes', () => {
         return await answers;
       };
       const s = await newSender(nodes[0]!, { credits: 3 });
-      const paid = await twoBatches((node, i) => sendEmail(node, s.key, receipt(s.from, `buyer${i}@example.net`)));
-      expect(
-        paid.filter((a) => a.status === 200),
-        JSON.stringify(paid.map((a) => a.body)),
-      ).toHaveLength(3);
-      for (const refused of paid.filter((a) => a.status !== 200)) expectError(refused, 402, 'no_credits');
+      expectSent(await twoBatches((node, i) => sendEmail(node, s.key, receipt(s.from, `buyer${i}@example.net`))), 3, 402, 'no_credits');
       expect((await accountRow(nodes[0]!, s.account.id)).creditsBalance).toBe(0);
 
-      const parent = await newSender(nodes[0]!, { credits: 100 });
-      const subs = [await newSubSender(nodes[0]!, parent.key, 'Shop A'), await newSubSender(nodes[0]!, parent.key, 'Shop B')];
-      await updateAccount(nodes[0]!, parent.account.id, { dailyQuota: 4 });
-      const counted = await twoBatches((node, i) => {
-        const sub = subs[i % 2]!;
-        return sendEmail(node, parent.key, receipt(sub.from, `buyer${i}@example.net`), { account: sub.id });
-      });
-      expect(
-        counted.filter((a) => a.status === 200),
-        JSON.stringify(counted.map((a) => a.body)),
-      ).toHaveLength(4);
-      for (const refused of counted.filter((a) => a.status !== 200)) expectError(refused, 429, 'quota_exceeded');
+      const { parent, send } = await parentOfTwo(nodes[0]!);
+      expectSent(await twoBatches(send), 4, 429, 'quota_exceeded');
       const row = await accountRow(nodes[0]!, parent.account.id);
       expect([row.sentTodayCount, row.creditsBalance]).toEqual([4, 96]);
     } finally {
