@@ -113,11 +113,11 @@ export function createPoster(url: string, headers: Record<string, string>, concu
   return createHttpPoster(url, { 'content-type': 'application/json', ...headers }, concurrency);
 }
 
-/** A ~5 KB notification send to customer<i>@example.net. */
-export function benchSendBody(i: number): string {
+/** A ~5 KB notification send to customer<i>@example.net, from orders@`domain` (the sender's verified domain). */
+export function benchSendBody(i: number, domain = 'bench.example'): string {
   const paragraph = 'Your order has shipped and is on its way. Track it from your account page at any time. ';
   return JSON.stringify({
-    from: 'Bench <orders@bench.example>',
+    from: `Bench <orders@${domain}>`,
     to: `customer${i}@example.net`,
     template: { name: 'notification', subject: `Order ${i} shipped`, body: paragraph.repeat(24) },
   });
@@ -169,20 +169,51 @@ export interface DeliveryFigures {
  * waits (up to 5 minutes) for the rig's sink to have received every accepted one.
  */
 export async function measureDelivery(rig: BenchRig, headers: Record<string, string>, total: number, concurrency: number): Promise<DeliveryFigures> {
+  return measureDeliveryOf(rig, [{ headers, domain: 'bench.example', concurrency }], total);
+}
+
+/** One sender's share of a delivery measurement: its key, its verified domain, its clients, and where they post. */
+export interface SendStream {
+  headers: Record<string, string>;
+  domain: string;
+  concurrency: number;
+  /** The API base its clients post to; the rig's when absent. */
+  base?: string;
+}
+
+/**
+ * `total` ~5 KB sends through POST /emails, split evenly between `streams` (several senders at once, each with its own
+ * clients), timed from the first request to the last message received by the rig's sink (up to 5 minutes).
+ */
+export async function measureDeliveryOf(rig: BenchRig, streams: readonly SendStream[], total: number): Promise<DeliveryFigures> {
   const { sink, pid } = rig;
-  const poster = createPoster(`${rig.base}/emails`, headers, concurrency);
+  const posters = streams.map((s) => createPoster(`${s.base ?? rig.base}/emails`, s.headers, s.concurrency));
   const before = sink.delivered();
   const sentAt: number[] = [];
   const cpu0 = cpuSeconds(pid);
   const own0 = process.cpuUsage();
   const started = Date.now();
-  const refused = await postAll(poster.post, total, concurrency, benchSendBody, () => sentAt.push(Date.now()));
+  // Each stream's messages are numbered apart (customer<i> stays unique across them).
+  const shares = streams.map((_, k) => Math.floor(total / streams.length) + (k < total % streams.length ? 1 : 0));
+  const offsets = shares.map((_, k) => shares.slice(0, k).reduce((a, b) => a + b, 0));
+  const refusedEach = await Promise.all(
+    streams.map((s, k) =>
+      postAll(
+        posters[k]!.post,
+        shares[k]!,
+        s.concurrency,
+        (i) => benchSendBody(offsets[k]! + i, s.domain),
+        () => sentAt.push(Date.now()),
+      ),
+    ),
+  );
+  const refused = refusedEach.reduce((a, b) => a + b, 0);
   const accepted = Date.now();
   const deadline = Date.now() + 300_000;
   while (sink.delivered() - before < total - refused && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
   const cpu = cpuSeconds(pid) - cpu0;
   const own = process.cpuUsage(own0);
-  poster.close();
+  for (const poster of posters) poster.close();
   const times = sink.times().slice(before);
   const finished = Math.max(...times);
   const latencies = times.map((t, k) => t - (sentAt[k] ?? t)).sort((a, b) => a - b);

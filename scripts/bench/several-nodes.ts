@@ -7,7 +7,7 @@ import { freePort } from '../lib/free-port.js';
 import { PG_TEST_CA_FILE, type TestPostgres, startPostgres, stateUrlOf } from '../lib/postgres.js';
 import { contextSwitches, cpuSeconds, machineCpu, threadCpu } from '../lib/proc.js';
 import { type BenchSink, startBenchSink, waitForPort } from './postfix.js';
-import { type BenchRig, type DeliveryFigures, measureDelivery, startBenchRig } from './rig.js';
+import { type BenchRig, type DeliveryFigures, type SendStream, measureDelivery, measureDeliveryOf, startBenchRig } from './rig.js';
 import { serviceNodeFlags, spawnListening, stop } from './spawn.js';
 
 /**
@@ -17,8 +17,11 @@ import { serviceNodeFlags, spawnListening, stop } from './spawn.js';
  * shipped), each on a fresh database of one embedded Postgres. Prints both rates and their ratio (target on a 2-core
  * machine: three nodes at least 0.8 of one), the deliveries beyond the messages accepted (duplicates: 0 without a
  * kill), the CPU of the nodes, of Postgres and of the whole machine per 1000 messages, and Postgres's transactions per
- * message: what coordination across nodes costs. Then one node alone with a third of the clients (a node's share among
- * three): its machine CPU a message bounds what three nodes could deliver on this machine with no coordination at all.
+ * message: what coordination across nodes costs. Then the same three nodes with the load of three accounts (seven
+ * clients each), once through haproxy and once with each account's clients posting straight to a node of its own: what
+ * the one account's row, which every node's send batch locks to its commit, costs the benchmark. Then one node alone
+ * with a third of the clients (a node's share among three): its machine CPU a message bounds what three nodes could
+ * deliver on this machine with no coordination at all. Then three nodes that share nothing but the machine (the floor).
  * Each side first takes BENCH_WARMUP messages untimed.
  * Run: npm run bench:several-nodes   (env BENCH_MESSAGES, default 2000; BENCH_RUNS, default 1; BENCH_WARMUP, default
  * N; BENCH_POSTGRES=embedded-plain for plain TCP to Postgres, TLS verified by default; BENCH_PG_STATEMENTS=1 prints
@@ -88,9 +91,9 @@ function threadsOf(pids: number[]): Map<string, number> {
   return all;
 }
 
-async function timed(pg: TestPostgres, database: string, rig: BenchRig, headers: Record<string, string>, pids: number[], clients = CLIENTS): Promise<Figures> {
+async function timed(pg: TestPostgres, database: string, rig: BenchRig, streams: readonly SendStream[], pids: number[]): Promise<Figures> {
   const marker = pgDataDir(pg);
-  await measureDelivery(rig, headers, WARMUP, clients);
+  await measureDeliveryOf(rig, streams, WARMUP);
   const xacts = async () =>
     Number((await pg.admin(`select xact_commit + xact_rollback as n from pg_stat_database where datname = '${database}'`)).rows[0].n as string);
   // What the nodes spend idle (their polls, liveness, timers), over two seconds after the warm-up.
@@ -107,7 +110,7 @@ async function timed(pg: TestPostgres, database: string, rig: BenchRig, headers:
   const m0 = machineCpu().busy;
   const c0 = contextSwitches();
   const waits = WAITS ? await sampleWaits(pg, database) : null;
-  const delivery = await measureDelivery(rig, headers, total, clients);
+  const delivery = await measureDeliveryOf(rig, streams, total);
   await waits?.stop();
   const c1 = contextSwitches();
   const n1 = pids.reduce((s, p) => s + cpuSeconds(p), 0);
@@ -231,14 +234,22 @@ async function oneNode(pg: TestPostgres, sink: BenchSink, run: number, clients =
   const rig = await startBenchRig({ ...stateEnv(pg, database), NODE_NAME: 'node1' }, sink);
   try {
     const { headers } = await rig.newSender('Bench', 'bench.example');
-    return await timed(pg, database, rig, headers, [rig.pid], clients);
+    return await timed(pg, database, rig, [{ headers, domain: 'bench.example', concurrency: clients }], [rig.pid]);
   } finally {
     await rig.close();
   }
 }
 
-async function threeNodes(pg: TestPostgres, sink: BenchSink, run: number): Promise<Figures> {
-  const database = `three_nodes_${run}`;
+/**
+ * How the three-node leg's load is made: `one account` is the benchmark itself (one key's 20 clients through haproxy);
+ * `three accounts` gives each of three accounts (a key and a domain each) seven clients through haproxy, so every node
+ * sends for every account; `three accounts, one a node` posts each account's seven clients straight to a node of its
+ * own, so no account's row is locked by two nodes' batches.
+ */
+type ThreeNodeLoad = 'one account' | 'three accounts' | 'three accounts, one a node';
+
+async function threeNodes(pg: TestPostgres, sink: BenchSink, run: number, load: ThreeNodeLoad = 'one account'): Promise<Figures> {
+  const database = `three_nodes_${load === 'one account' ? '' : load === 'three accounts' ? 'three_accounts_' : 'pinned_'}${run}`;
   await pg.admin(`create database ${database}`);
   // Node 1 is the rig's (127.0.0.1), nodes 2 and 3 listen on 127.0.0.12 and .13 on the same port, as nodes on three
   // machines would; SMTP is off (the benchmark sends through the API), its backends in the file stay unused.
@@ -287,9 +298,20 @@ async function threeNodes(pg: TestPostgres, sink: BenchSink, run: number): Promi
       },
     });
     await waitForPort(lb.http);
-    const { headers } = await rig.newSender('Bench', 'bench.example');
-    const through = { ...rig, base: `http://127.0.0.1:${lb.http}/api/v1` };
-    return await timed(pg, database, through, headers, [rig.pid, ...others.map((c) => c.pid!)]);
+    const through = `http://127.0.0.1:${lb.http}/api/v1`;
+    const pids = [rig.pid, ...others.map((c) => c.pid!)];
+    if (load === 'one account') {
+      const { headers } = await rig.newSender('Bench', 'bench.example');
+      return await timed(pg, database, { ...rig, base: through }, [{ headers, domain: 'bench.example', concurrency: CLIENTS }], pids);
+    }
+    const nodeBases = ['127.0.0.1', '127.0.0.12', '127.0.0.13'].map((address) => `http://${address}:${httpPort}/api/v1`);
+    const streams: SendStream[] = [];
+    for (let i = 1; i <= 3; i++) {
+      const domain = `bench${i}.example`;
+      const { headers } = await rig.newSender(`Bench ${i}`, domain);
+      streams.push({ headers, domain, concurrency: SHARE_CLIENTS, base: load === 'three accounts' ? through : nodeBases[i - 1]! });
+    }
+    return await timed(pg, database, rig, streams, pids);
   } finally {
     if (haproxy && haproxy.exitCode === null) {
       const exited = new Promise((r) => haproxy!.once('exit', r));
@@ -401,6 +423,8 @@ async function main(): Promise<void> {
       try {
         const one = await oneNode(pg, sink, run);
         const three = await threeNodes(pg, sink, run);
+        const threeAccounts = await threeNodes(pg, sink, run, 'three accounts');
+        const pinned = await threeNodes(pg, sink, run, 'three accounts, one a node');
         // A node's share of the load among three: one node alone with a third of the clients. Its machine CPU a
         // message is what each of three nodes would cost with no coordination at all, so two cores over it bound
         // what three nodes can deliver here.
@@ -410,6 +434,8 @@ async function main(): Promise<void> {
         if (ratio >= TARGET && three.duplicates === 0) met++;
         console.log(`run ${run}: ${line('one node', one)}`);
         console.log(`run ${run}: ${line('three nodes behind haproxy', three)}`);
+        console.log(`run ${run}: ${line(`three nodes behind haproxy, three accounts (${SHARE_CLIENTS} clients each)`, threeAccounts)}`);
+        console.log(`run ${run}: ${line(`three nodes, three accounts, each account's ${SHARE_CLIENTS} clients straight to a node of its own`, pinned)}`);
         console.log(`run ${run}: ${line(`one node with ${SHARE_CLIENTS} clients (a node's share of the load among three)`, share)}`);
         const bound = MACHINE_CPU_MS / share.machineCpuPer1000;
         console.log(
@@ -418,6 +444,9 @@ async function main(): Promise<void> {
         const cpu = (f: Figures) => f.nodesCpuPer1000 + f.postgresCpuPer1000;
         console.log(
           `run ${run}: three nodes sharing nothing but the machine (each on a database of its own, ${SHARE_CLIENTS} clients and ${total} messages each, at once): ${apart.rate.toFixed(0)} messages/s together (${apart.delivered} delivered, ${apart.duplicates} beyond those accepted), ${(apart.rate / one.delivery.rate).toFixed(2)} of one node: the floor on this machine; CPU per 1000 messages: nodes ${apart.nodesCpuPer1000.toFixed(2)} s, machine ${apart.machineCpuPer1000.toFixed(2)} s; context switches per message ${apart.switchesPerMessage.toFixed(1)}`,
+        );
+        console.log(
+          `run ${run}: of one node (one account): three nodes with three accounts ${(threeAccounts.delivery.rate / one.delivery.rate).toFixed(2)}, with each account on a node of its own ${(pinned.delivery.rate / one.delivery.rate).toFixed(2)} (what one account's row, locked by every node's send batches, costs)`,
         );
         console.log(
           `run ${run}: ratio ${ratio.toFixed(2)} (target ${TARGET}); coordination per message: ${(((cpu(three) - cpu(one)) / 1000) * 1e3).toFixed(2)} ms of CPU (nodes ${(three.nodesCpuPer1000 - one.nodesCpuPer1000).toFixed(2)}, Postgres ${(three.postgresCpuPer1000 - one.postgresCpuPer1000).toFixed(2)} s per 1000), ${(three.xactsPerMessage - one.xactsPerMessage).toFixed(2)} Postgres transactions`,
