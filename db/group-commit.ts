@@ -30,6 +30,13 @@ export interface ReadAhead<R> {
    * at once, each as soon as the one before has handed on.
    */
   carry?: (reading: R, handed: unknown) => R | undefined;
+  /**
+   * Rows the reading locks that are known before it is read (a send's account), and the statement that locks rows by
+   * such keys with those they lead to (a send's: the accounts and their parents, in id order). A batch on Postgres
+   * locks all its writes' at once, sorted, ahead of their readings: a batch whose readings locked their rows in the
+   * order its writes came would deadlock with another node's batch that came in another order.
+   */
+  lock?: { keys: readonly string[]; take: (db: Db, keys: readonly string[]) => Promise<unknown> };
 }
 
 /**
@@ -39,6 +46,20 @@ export interface ReadAhead<R> {
  * may start then, without waiting for those statements' answers.
  */
 export type HandOn = (handed: unknown) => void;
+
+/** The batch's locks taken ahead of its readings (ReadAhead.lock): each statement once, over its writes' keys sorted. */
+function lockFirst(db: Db, jobs: readonly Job<unknown>[]): (() => Promise<unknown>) | undefined {
+  const byTake = new Map<NonNullable<ReadAhead<unknown>['lock']>['take'], Set<string>>();
+  for (const job of jobs) {
+    const lock = job.ahead?.lock;
+    if (!lock) continue;
+    const keys = byTake.get(lock.take) ?? new Set();
+    for (const key of lock.keys) keys.add(key);
+    byTake.set(lock.take, keys);
+  }
+  if (byTake.size === 0) return undefined;
+  return () => Promise.all([...byTake].map(([take, keys]) => take(db, [...keys].sort())));
+}
 
 /**
  * A write that committed but whose flush failed (the WAL's fdatasync: EIO...): its effects are in the database the
@@ -361,6 +382,7 @@ export function createPgGroupCommit(db: Db): GroupCommit {
             const read = ahead.read;
             return { ...(read ? { read: () => read(db) } : {}), keys: ahead.keys, carry: ahead.carry };
           }),
+          lockFirst(db, jobs),
         );
       } catch (err) {
         for (const job of jobs) job.reject(err);

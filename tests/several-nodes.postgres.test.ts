@@ -541,6 +541,72 @@ describe('credits and quota across nodes', () => {
   });
 });
 
+describe('send batches of several accounts across nodes', () => {
+  /** Deadlocks Postgres has counted in this state database (a backend's count is in once it has flushed its stats). */
+  const deadlocks = async (client: pg.Client) =>
+    Number((await client.query('select deadlocks from pg_stat_database where datname = current_database()')).rows[0].deadlocks);
+  /** Backends of this state database waiting on a lock. */
+  const lockWaiters = async (client: pg.Client) =>
+    Number(
+      (
+        await client.query(
+          'select count(distinct l.pid)::int as n from pg_locks l join pg_stat_activity a on a.pid = l.pid where not l.granted and a.datname = current_database()',
+        )
+      ).rows[0].n,
+    );
+
+  it("two nodes' batches sending for the same two accounts in opposite orders lock them in one order: no deadlock", async () => {
+    const watch = new pg.Client(connectionConfig(store().target));
+    const holder = new pg.Client(connectionConfig(store().target));
+    await watch.connect();
+    await holder.connect();
+    const backends = async () =>
+      new Set((await watch.query('select pid from pg_stat_activity where datname = current_database()')).rows.map((r) => r.pid as number));
+    const before = await backends();
+    const nodes = await moreNodes(2);
+    try {
+      const a = await newSender(nodes[0]!, { credits: 100 });
+      const b = await newSender(nodes[0]!, { credits: 100 });
+      const deadlocksBefore = await deadlocks(watch);
+      // Node 1's batch sends for a then b, node 2's for b then a. A third session holds a's row: node 1's batch waits
+      // for it first, then node 2's comes. Had each batch locked its accounts in the order its sends came, node 2
+      // would hold b and wait for a, and node 1, given a when the holder commits, would wait for b: a deadlock.
+      await holder.query('begin');
+      await holder.query('select id from accounts where id = $1 for update', [a.account.id]);
+      const batch = async (node: TestService, senders: (typeof a)[]) => {
+        const gate = gateCommits(node, senders.length);
+        const answers: Promise<ApiResponse>[] = [];
+        for (const [i, s] of senders.entries()) {
+          answers.push(sendEmail(node, s.key, receipt(s.from, `order${i}@example.net`)));
+          await gate.arrived(i + 1);
+        }
+        gate.release();
+        return answers;
+      };
+      const waitFor = async (n: number) => {
+        await expect.poll(() => lockWaiters(watch), { timeout: 10_000 }).toBeGreaterThanOrEqual(n);
+      };
+      const first = await batch(nodes[0]!, [a, b]);
+      await waitFor(1);
+      const second = await batch(nodes[1]!, [b, a]);
+      await waitFor(2);
+      await holder.query('commit');
+      const answers = await Promise.all([...first, ...second]);
+      expect(answers.map((r) => r.status)).toEqual([200, 200, 200, 200]);
+      expect((await accountRow(nodes[0]!, a.account.id)).totalSent).toBe(2);
+      expect((await accountRow(nodes[0]!, b.account.id)).totalSent).toBe(2);
+      // Every backend the nodes used ended (each flushes its counts as it ends): then Postgres has counted no deadlock.
+      for (const node of nodes.splice(0)) await node.close();
+      await expect.poll(async () => [...(await backends())].filter((pid) => !before.has(pid)).length, { timeout: 10_000 }).toBe(0);
+      expect(await deadlocks(watch)).toBe(deadlocksBefore);
+    } finally {
+      await holder.end();
+      await watch.end();
+      for (const node of nodes) await node.close();
+    }
+  });
+});
+
 describe('keys and dashboard sessions across nodes', () => {
   it('a key revoked on one node is refused on the others at once, a send included (a key the node knew)', async () => {
     const [a, b] = await moreNodes(2);

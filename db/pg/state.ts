@@ -319,7 +319,7 @@ class PgUnits {
    * round trip instead of one a unit. If any fails (a lock conflict, a verdict such as a claim taken over), all are
    * rolled back and none is given: each unit then reads in its turn, as it would without them.
    */
-  private async readAhead(scope: PgScope, aheads: readonly (AheadReading | undefined)[]): Promise<(Reading | undefined)[]> {
+  private async readAhead(scope: PgScope, aheads: readonly (AheadReading | undefined)[], lockFirst?: () => Promise<unknown>): Promise<(Reading | undefined)[]> {
     if (aheads.filter(Boolean).length < 2) return [];
     // Units that read nothing ahead (their keys alone): nothing to wait for.
     if (!aheads.some((a) => a?.read)) return aheads.map((a) => a && { value: null, keys: a.keys(null) });
@@ -327,8 +327,11 @@ class PgUnits {
     corkForTick(tx.client);
     const saved = txQuery(tx.client, 'SAVEPOINT ahead');
     saved.catch(() => undefined);
+    // The rows the readings lock, locked first in one order (the caller's: sorted), with the readings' statements.
+    const locked = lockFirst?.() ?? Promise.resolve();
+    locked.catch(() => undefined);
     const reads = aheads.map((a) => a && (a.read ? a.read() : Promise.resolve(null)).then((value) => ({ value, keys: a.keys(value) })));
-    const ended = await Promise.allSettled([saved, ...reads]);
+    const ended = await Promise.allSettled([saved, locked, ...reads]);
     if (ended.some((e) => e.status === 'rejected')) {
       try {
         await txQuery(tx.client, 'ROLLBACK TO SAVEPOINT ahead', true);
@@ -343,7 +346,7 @@ class PgUnits {
     const released = txQuery(tx.client, 'RELEASE SAVEPOINT ahead');
     released.catch(() => undefined);
     tx.released.push(released);
-    return ended.slice(1).map((e) => {
+    return ended.slice(2).map((e) => {
       const read = (e as PromiseFulfilledResult<{ value: unknown; keys: readonly string[] } | undefined>).value;
       return read && { value: read.value, keys: read.keys };
     });
@@ -402,7 +405,7 @@ class PgUnits {
    * one that lost a lock conflict to another transaction (a deadlock, which the batch's arbitrary lock order can
    * cause) runs again on its own after the commit. The whole batch is rejected if the transaction itself fails.
    */
-  async batch(units: readonly BatchUnit[], aheads: readonly (AheadReading | undefined)[] = []): Promise<Settled[]> {
+  async batch(units: readonly BatchUnit[], aheads: readonly (AheadReading | undefined)[] = [], lockFirst?: () => Promise<unknown>): Promise<Settled[]> {
     const settled: (Settled | 'again')[] = new Array(units.length);
     // The units with a reading ahead run first, in the order they came, then the others: a batch's units were submitted
     // while the one before ran, none waiting for another, so any order is one they could have run in; and a unit
@@ -410,7 +413,7 @@ class PgUnits {
     const order = [...units.keys()].sort((a, b) => Number(!aheads[a]) - Number(!aheads[b]));
     await this.transaction(async () => {
       const scope = this.current()!;
-      const readings = await this.readAhead(scope, aheads);
+      const readings = await this.readAhead(scope, aheads, lockFirst);
       // The units given a reading run at once, their statements leaving together: each under keys no other chain has,
       // or after the unit before it under the very same keys and with the same carry (a chain, its units in order).
       const chains: number[][] = [];
@@ -616,10 +619,15 @@ const isLockConflict = (err: unknown) => {
 };
 
 /** Runs units of work on a Postgres Db in one transaction, each in its own savepoint (PgUnits.batch). */
-export function runPgBatch(db: Db, units: readonly BatchUnit[], aheads?: readonly (AheadReading | undefined)[]): Promise<Settled[]> {
+export function runPgBatch(
+  db: Db,
+  units: readonly BatchUnit[],
+  aheads?: readonly (AheadReading | undefined)[],
+  lockFirst?: () => Promise<unknown>,
+): Promise<Settled[]> {
   const pg = stores.get(db);
   if (!pg) throw new Error('not a Postgres Db');
-  return pg.batch(units, aheads);
+  return pg.batch(units, aheads, lockFirst);
 }
 
 /** The unit (transaction) the caller's async work runs in on `db`, if `db` is a Postgres Db. */

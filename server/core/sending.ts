@@ -229,6 +229,17 @@ const statements = definePrepared((db) => ({
       .where(sql`${accounts.id} in (${p('id')}, (select a.parent_id from accounts a where a.id = ${p('id')}))`)
       .orderBy(asc(accounts.id)),
   ).prepare(),
+  // The acting accounts of a batch's sends and their parents, in id order (lockSenders).
+  lockSenders: forUpdate(
+    db,
+    db
+      .select({ id: accounts.id })
+      .from(accounts)
+      .where(
+        sql`${isOneOfPlaceholder(db, accounts.id, 'ids')} or ${accounts.id} in (select a.parent_id from accounts a where ${isOneOfPlaceholder(db, sql`a.id`, 'ids')})`,
+      )
+      .orderBy(asc(accounts.id)),
+  ).prepare(),
   // The send's reading, in one statement: the rows of `sender`, each with what checks 6 and 7 and the queue read of
   // it: the acting account's from-domain (its state and signing key id, on every row alike), how many of the
   // recipients the row's suppression list holds, and whether the row's account has a database of its own.
@@ -380,6 +391,7 @@ async function commitSend(
     read: readSend,
     keys: ([, { sender }]) => [sender.acting.id, ...(sender.parent ? [sender.parent.id] : [])],
     carry: carrySend,
+    lock: { keys: [ctx.account.id], take: lockSenders },
   };
   try {
     const committed = await deps.commits.run(async (tx, ahead, handOn) => {
@@ -464,6 +476,14 @@ async function commitSend(
     if (body.ok) await logFailedSend(deps, logEntryOf(ctx, body));
     throw new ApiError('send_failed', 'The mail server did not accept the message; nothing was sent. Retry later.');
   }
+}
+
+/**
+ * The acting accounts `ids` and their parents locked in id order, as a send's reading locks its own two (on Postgres; a
+ * send batch's, ahead of its readings: db/group-commit.ts ReadAhead.lock).
+ */
+async function lockSenders(db: Db, ids: readonly string[]): Promise<void> {
+  await statements(db).lockSenders.execute({ ids: listParam(db, ids) });
 }
 
 /** What commitSend reads before its checks: the idempotency claim still held (its answer unused), and the reading. */
