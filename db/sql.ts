@@ -169,6 +169,17 @@ export function forUpdate<Q extends PromiseLike<unknown>>(db: Db, query: Q): Q {
 }
 
 /**
+ * forUpdate for a row the caller then changes only outside its keys (`FOR NO KEY UPDATE`): it keeps out every other
+ * transaction that locks or changes the row as forUpdate does, but not the foreign-key checks of rows that reference
+ * it (`KEY SHARE`), so other transactions' inserts naming the row (an account's webhook deliveries, its customer
+ * database's writes) do not wait for the caller, nor deadlock with it.
+ */
+export function forNoKeyUpdate<Q extends PromiseLike<unknown>>(db: Db, query: Q): Q {
+  if (!isPostgres(db)) return query;
+  return (query as unknown as { for(strength: 'no key update'): Q }).for('no key update');
+}
+
+/**
  * Locks rows of `table` by id for the rest of the caller's transaction (in id order), where that takes a statement:
  * Postgres. On SQLite the transaction already holds the whole database, and nothing is run. The statement is compiled
  * once per database and column (an outcome locks its message: building the select each time cost about 35 µs of the

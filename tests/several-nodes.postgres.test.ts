@@ -541,7 +541,7 @@ describe('credits and quota across nodes', () => {
   });
 });
 
-describe('send batches of several accounts across nodes', () => {
+describe("send batches' account locks across nodes", () => {
   /** Deadlocks Postgres has counted in this state database (a backend's count is in once it has flushed its stats). */
   const deadlocks = async (client: pg.Client) =>
     Number((await client.query('select deadlocks from pg_stat_database where datname = current_database()')).rows[0].deadlocks);
@@ -603,6 +603,40 @@ describe('send batches of several accounts across nodes', () => {
       await holder.end();
       await watch.end();
       for (const node of nodes) await node.close();
+    }
+  });
+  it("a send batch's lock on its account leaves other transactions' references to the account free (a webhook delivery's insert), and still keeps out another send's", async () => {
+    const watch = new pg.Client(connectionConfig(store().target));
+    const holder = new pg.Client(connectionConfig(store().target));
+    await watch.connect();
+    await holder.connect();
+    const [node] = await moreNodes(1);
+    try {
+      const s = await newSender(node!, { credits: 100 });
+      // Two sends held at the group commit (one batch), their idempotency claims taken; a third session holds the
+      // first claim's row, so the batch, once it has locked the account, waits at its settlement with the lock held.
+      const gate = gateCommits(node!, 2);
+      const answers = [1, 2].map((i) => sendEmail(node!, s.key, receipt(s.from, `lock${i}@example.net`), { headers: { 'idempotency-key': `lock-${i}` } }));
+      await gate.arrived(2);
+      await holder.query('begin');
+      await holder.query("select 1 from idempotency_keys where account_id = $1 and key = 'lock-1' for update", [s.account.id]);
+      gate.release();
+      await expect.poll(() => lockWaiters(watch), { timeout: 10_000 }).toBeGreaterThanOrEqual(1);
+      // A foreign key's check (a webhook delivery, a customer database's write queued by another node's outcome)
+      // takes KEY SHARE on the account row: not kept waiting by the send.
+      await watch.query('begin');
+      await expect(watch.query('select 1 from accounts where id = $1 for key share nowait', [s.account.id])).resolves.toMatchObject({ rowCount: 1 });
+      await watch.query('rollback');
+      // Another send's lock on the row is.
+      await watch.query('begin');
+      await expect(watch.query('select 1 from accounts where id = $1 for no key update nowait', [s.account.id])).rejects.toMatchObject({ code: '55P03' });
+      await watch.query('rollback');
+      await holder.query('commit');
+      expect((await Promise.all(answers)).map((r) => r.status)).toEqual([200, 200]);
+    } finally {
+      await holder.end();
+      await watch.end();
+      await node!.close();
     }
   });
 });

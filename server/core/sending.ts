@@ -34,7 +34,7 @@ import type { Rendered } from './templates.js';
 import { breakerSuspension, breakerTrips, suspendByBreaker } from './reputation.js';
 import { databaseOwnerOf, queueCustomerDbWrite } from './customer-db-outbox.js';
 import { logFailure, storeFaultOf, storeUnavailable } from '../shared/store-health.js';
-import { forUpdate, isOneOfPlaceholder, listParam, one, statementsAreRoundTrips, together } from '../../db/sql.js';
+import { forNoKeyUpdate, isOneOfPlaceholder, listParam, one, statementsAreRoundTrips, together } from '../../db/sql.js';
 
 /** POST /emails as the seven checks of docs/api/contract.md, one named step each, in the spec's order; then the queue. */
 
@@ -114,7 +114,7 @@ export async function sendEmail({ deps, ctx, rawBody, body: parsed, idempotencyK
 
 /**
  * The acting account and its parent, read afresh inside the send's transaction and held by it to its end (rows locked
- * in id order on Postgres: db/sql.ts forUpdate), so no other send spends the same last credit or quota slot meanwhile.
+ * in id order on Postgres: db/sql.ts forNoKeyUpdate), so no other send spends the same last credit or quota slot meanwhile.
  */
 export async function loadSender(deps: Pick<Deps, 'db'>, accountId: string): Promise<Sender> {
   const rows = await statements(deps.db).sender.execute({ id: accountId });
@@ -221,7 +221,7 @@ const fromDomain = sql`from domains d join domain_keys k on k.id = d.key_id wher
 
 const statements = definePrepared((db) => ({
   // The acting account and its parent in one read, in id order: locked in that order on Postgres.
-  sender: forUpdate(
+  sender: forNoKeyUpdate(
     db,
     db
       .select()
@@ -230,7 +230,7 @@ const statements = definePrepared((db) => ({
       .orderBy(asc(accounts.id)),
   ).prepare(),
   // The acting accounts of a batch's sends and their parents, in id order (lockSenders).
-  lockSenders: forUpdate(
+  lockSenders: forNoKeyUpdate(
     db,
     db
       .select({ id: accounts.id })
@@ -243,7 +243,7 @@ const statements = definePrepared((db) => ({
   // The send's reading, in one statement: the rows of `sender`, each with what checks 6 and 7 and the queue read of
   // it: the acting account's from-domain (its state and signing key id, on every row alike), how many of the
   // recipients the row's suppression list holds, and whether the row's account has a database of its own.
-  reading: forUpdate(
+  reading: forNoKeyUpdate(
     db,
     db
       .select({
