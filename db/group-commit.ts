@@ -9,6 +9,7 @@ interface Job<T> {
   resolve: (value: T) => void;
   reject: (err: unknown) => void;
   ahead?: ReadAhead<unknown>;
+  lock?: WriteLock;
 }
 
 /**
@@ -30,13 +31,20 @@ export interface ReadAhead<R> {
    * at once, each as soon as the one before has handed on.
    */
   carry?: (reading: R, handed: unknown) => R | undefined;
-  /**
-   * Rows the reading locks that are known before it is read (a send's account), and the statement that locks rows by
-   * such keys with those they lead to (a send's: the accounts and their parents, in id order). A batch on Postgres
-   * locks all its writes' at once, sorted, ahead of their readings: a batch whose readings locked their rows in the
-   * order its writes came would deadlock with another node's batch that came in another order.
-   */
-  lock?: { keys: readonly string[]; take: (db: Db, keys: readonly string[]) => Promise<unknown> };
+  /** Rows the reading locks that are known before it is read (a send's account): WriteLock. */
+  lock?: WriteLock;
+}
+
+/**
+ * Rows a write locks that are known before it runs (a send's or a submission's account), and the statement that locks
+ * rows by such keys with those they lead to (theirs: the accounts and their parents, in id order). A batch on Postgres
+ * with two writes or more that declare one locks all their keys at once, sorted, before any write runs (ahead of the
+ * readings, in their write): a batch whose writes locked their rows in the order they came would deadlock with
+ * another node's batch that came in another order. Writes that declare the same `take` share its statement.
+ */
+export interface WriteLock {
+  keys: readonly string[];
+  take: (db: Db, keys: readonly string[]) => Promise<unknown>;
 }
 
 /**
@@ -47,17 +55,22 @@ export interface ReadAhead<R> {
  */
 export type HandOn = (handed: unknown) => void;
 
-/** The batch's locks taken ahead of its readings (ReadAhead.lock): each statement once, over its writes' keys sorted. */
+/**
+ * The batch's locks taken before its writes run (WriteLock): each statement once, over its writes' keys sorted. None
+ * for fewer than two writes that declare one: a lone write's rows are locked in one statement anyway.
+ */
 function lockFirst(db: Db, jobs: readonly Job<unknown>[]): (() => Promise<unknown>) | undefined {
-  const byTake = new Map<NonNullable<ReadAhead<unknown>['lock']>['take'], Set<string>>();
+  const byTake = new Map<WriteLock['take'], Set<string>>();
+  let declared = 0;
   for (const job of jobs) {
-    const lock = job.ahead?.lock;
+    const lock = job.ahead?.lock ?? job.lock;
     if (!lock) continue;
+    declared++;
     const keys = byTake.get(lock.take) ?? new Set();
     for (const key of lock.keys) keys.add(key);
     byTake.set(lock.take, keys);
   }
-  if (byTake.size === 0) return undefined;
+  if (declared < 2) return undefined;
   return () => Promise.all([...byTake].map(([take, keys]) => take(db, [...keys].sort())));
 }
 
@@ -335,9 +348,10 @@ export function createGroupCommit(
 export interface GroupCommit {
   /**
    * Runs `fn` in the next batch's transaction; resolves once the batch is durable. Rejects with what `fn` threw, or
-   * the commit's error (nothing was written), or a FlushFailedError (written, durability unknown).
+   * the commit's error (nothing was written), or a FlushFailedError (written, durability unknown). `lock`: rows `fn`
+   * locks, for a write without a reading ahead (WriteLock; a reading ahead declares its own).
    */
-  run<T, R = never>(fn: (db: Db, ahead?: Promise<R>, handOn?: HandOn) => T | Promise<T>, ahead?: ReadAhead<R>): Promise<T>;
+  run<T, R = never>(fn: (db: Db, ahead?: Promise<R>, handOn?: HandOn) => T | Promise<T>, ahead?: ReadAhead<R>, lock?: WriteLock): Promise<T>;
 }
 
 /**
@@ -399,9 +413,9 @@ export function createPgGroupCommit(db: Db): GroupCommit {
     }
   };
   return {
-    run<T, R = never>(fn: (db: Db, ahead?: Promise<R>, handOn?: HandOn) => T | Promise<T>, ahead?: ReadAhead<R>): Promise<T> {
+    run<T, R = never>(fn: (db: Db, ahead?: Promise<R>, handOn?: HandOn) => T | Promise<T>, ahead?: ReadAhead<R>, lock?: WriteLock): Promise<T> {
       return new Promise<T>((resolve, reject) => {
-        pending.push({ fn, resolve, reject, ahead } as Job<unknown>);
+        pending.push({ fn, resolve, reject, ahead, lock } as Job<unknown>);
         schedule();
       });
     },

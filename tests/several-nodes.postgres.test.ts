@@ -34,6 +34,8 @@ import { eq } from 'drizzle-orm';
 import { FakeClock } from './helpers/clock.js';
 import { createMetrics } from '../server/shared/metrics.js';
 import { stateOnPostgres } from './helpers/test-state.js';
+import { startSubmission } from './helpers/submission.js';
+import nodemailer from 'nodemailer';
 
 /**
  * Several nodes over one Postgres (docs/api/decisions.md section 12; server/app/liveness.ts, db/pg/node-link.ts):
@@ -605,6 +607,61 @@ describe("send batches' account locks across nodes", () => {
       for (const node of nodes) await node.close();
     }
   });
+  it("an SMTP submission in a batch locks its account with the batch's API sends, in one order: no deadlock with another node's batch", async () => {
+    const watch = new pg.Client(connectionConfig(store().target));
+    const holder = new pg.Client(connectionConfig(store().target));
+    await watch.connect();
+    await holder.connect();
+    const backends = async () =>
+      new Set((await watch.query('select pid from pg_stat_activity where datname = current_database()')).rows.map((r) => r.pid as number));
+    const before = await backends();
+    const nodes = await moreNodes(2);
+    const rigs = await Promise.all(nodes.map((node) => startSubmission(node)));
+    try {
+      const a = await newSender(nodes[0]!, { credits: 100 });
+      const b = await newSender(nodes[0]!, { credits: 100 });
+      const deadlocksBefore = await deadlocks(watch);
+      const submit = (n: number, s: typeof a, to: string) => {
+        const transport = nodemailer.createTransport({
+          host: '127.0.0.1',
+          port: rigs[n]!.port,
+          auth: { user: 'app', pass: s.key },
+          tls: { rejectUnauthorized: false },
+        });
+        return transport.sendMail({ from: s.from, to, subject: 'Submitted', text: 'Over SMTP.' }).finally(() => transport.close());
+      };
+      // Node 1's batch: an API send for a, then a submission for b; node 2's: an API send for b, then a submission
+      // for a. A third session holds a's row so that node 1's batch waits for it first. Had the submission locked its
+      // account in its turn, node 2 would hold b and wait for a, and node 1, given a, would wait for b: a deadlock.
+      await holder.query('begin');
+      await holder.query('select id from accounts where id = $1 for update', [a.account.id]);
+      const batch = async (n: number, api: typeof a, smtp: typeof a) => {
+        const gate = gateCommits(nodes[n]!, 2);
+        const sent = sendEmail(nodes[n]!, api.key, receipt(api.from, `api${n}@example.net`)).then((r) => r.status);
+        await gate.arrived(1);
+        const submitted = submit(n, smtp, `smtp${n}@example.net`).then((info) => info.response.slice(0, 3));
+        await gate.arrived(2);
+        gate.release();
+        return [sent, submitted];
+      };
+      const first = await batch(0, a, b);
+      await expect.poll(() => lockWaiters(watch), { timeout: 10_000 }).toBeGreaterThanOrEqual(1);
+      const second = await batch(1, b, a);
+      await expect.poll(() => lockWaiters(watch), { timeout: 10_000 }).toBeGreaterThanOrEqual(2);
+      await holder.query('commit');
+      expect(await Promise.all([...first, ...second])).toEqual([200, '250', 200, '250']);
+      for (const rig of rigs.splice(0)) await rig.close();
+      for (const node of nodes.splice(0)) await node.close();
+      await expect.poll(async () => [...(await backends())].filter((pid) => !before.has(pid)).length, { timeout: 10_000 }).toBe(0);
+      expect(await deadlocks(watch)).toBe(deadlocksBefore);
+    } finally {
+      await holder.end();
+      await watch.end();
+      for (const rig of rigs) await rig.close();
+      for (const node of nodes) await node.close();
+    }
+  });
+
   it("a send batch's lock on its account leaves other transactions' references to the account free (a webhook delivery's insert), and still keeps out another send's", async () => {
     const watch = new pg.Client(connectionConfig(store().target));
     const holder = new pg.Client(connectionConfig(store().target));

@@ -320,9 +320,13 @@ class PgUnits {
    * rolled back and none is given: each unit then reads in its turn, as it would without them.
    */
   private async readAhead(scope: PgScope, aheads: readonly (AheadReading | undefined)[], lockFirst?: () => Promise<unknown>): Promise<(Reading | undefined)[]> {
-    if (aheads.filter(Boolean).length < 2) return [];
-    // Units that read nothing ahead (their keys alone): nothing to wait for.
-    if (!aheads.some((a) => a?.read)) return aheads.map((a) => a && { value: null, keys: a.keys(null) });
+    const several = aheads.filter(Boolean).length >= 2;
+    if (!several || !aheads.some((a) => a?.read)) {
+      if (lockFirst) await this.lockFirst(scope, lockFirst);
+      if (!several) return [];
+      // Units that read nothing ahead (their keys alone): nothing to wait for.
+      return aheads.map((a) => a && { value: null, keys: a.keys(null) });
+    }
     const { tx } = scope;
     corkForTick(tx.client);
     const saved = txQuery(tx.client, 'SAVEPOINT ahead');
@@ -350,6 +354,31 @@ class PgUnits {
       const read = (e as PromiseFulfilledResult<{ value: unknown; keys: readonly string[] } | undefined>).value;
       return read && { value: read.value, keys: read.keys };
     });
+  }
+
+  /**
+   * The batch's locks (db/group-commit.ts WriteLock) in a batch that reads nothing ahead: taken before its units run,
+   * in a savepoint of their own. If they fail (a deadlock with a transaction that locks in another order), they are
+   * rolled back and the units lock their rows in their turn, as without them.
+   */
+  private async lockFirst(scope: PgScope, lockFirst: () => Promise<unknown>): Promise<void> {
+    const { tx } = scope;
+    corkForTick(tx.client);
+    const saved = txQuery(tx.client, 'SAVEPOINT locks');
+    saved.catch(() => undefined);
+    const ended = await Promise.allSettled([saved, lockFirst()]);
+    if (ended.some((e) => e.status === 'rejected')) {
+      try {
+        await txQuery(tx.client, 'ROLLBACK TO SAVEPOINT locks', true);
+      } catch (rollbackErr) {
+        tx.failed ??= rollbackErr as Error;
+        throw rollbackErr;
+      }
+      return;
+    }
+    const released = txQuery(tx.client, 'RELEASE SAVEPOINT locks');
+    released.catch(() => undefined);
+    tx.released.push(released);
   }
 
   /**

@@ -480,9 +480,9 @@ async function commitSend(
 
 /**
  * The acting accounts `ids` and their parents locked in id order, as a send's reading locks its own two (on Postgres; a
- * send batch's, ahead of its readings: db/group-commit.ts ReadAhead.lock).
+ * batch's sends and submissions, before they run: db/group-commit.ts WriteLock).
  */
-async function lockSenders(db: Db, ids: readonly string[]): Promise<void> {
+export async function lockSenders(db: Db, ids: readonly string[]): Promise<void> {
   await statements(db).lockSenders.execute({ ids: listParam(db, ids) });
 }
 

@@ -6,7 +6,7 @@ import { newId } from '../shared/ids.js';
 import { storeUnavailable } from '../shared/store-health.js';
 import { parseAddress } from './addresses.js';
 import { assertCredit, assertMaySend, assertQuotaFor, type Sender } from './sending-policy.js';
-import { checkFromDomain, listedRecipients, loadSender, queueSend } from './sending.js';
+import { checkFromDomain, listedRecipients, loadSender, lockSenders, queueSend } from './sending.js';
 import type { Deps } from './deps.js';
 import { type SubmissionAuth, assertStillAuthenticated } from './submission-auth.js';
 import type { SubmittedHeader } from './submitted-message.js';
@@ -97,74 +97,79 @@ export async function commitSubmission(
 ): Promise<Submitted> {
   if (deps.storeHealth.unsafe()) throw storeUnavailable(null, { closed: true, outcome: 'Nothing was sent' })!;
   const { header, id } = submission;
-  return deps.commits.run(async () => {
-    const now = deps.clock.now();
-    // The account rows first, held to the commit (locked on Postgres): two submissions of one Message-ID take turns,
-    // so the second sees the first's and is answered as its duplicate, and credits and quota are spent once.
-    const sender = await senderOf(deps, auth);
-    if (header.clientMessageId !== null) {
-      const seen = await queryRow<{ emailId: string }>(
-        deps.db,
-        sql`select email_id as "emailId" from submitted_messages where account_id = ${auth.actingAccountId} and message_id = ${header.clientMessageId} and created_at > ${now - MESSAGE_ID_WINDOW_MS}`,
-      );
-      if (seen !== undefined) return { id: seen.emailId, duplicate: true };
-    }
-    assertMaySend(sender, now);
-    assertCredit(sender, deps.config, now);
-    assertQuotaFor(sender, submission.recipients.length, now);
-    const domainKeyId = await checkFromDomain(deps, sender.acting, header.from.domain);
-    // Suppressed since RCPT: refused whole, as the API refuses it; the client may send again to the others. Read
-    // again only when some list changed since MAIL FROM, before the RCPT checks.
-    const listed =
-      (await suppressionsStamp(deps.db)) === submission.begun.suppressionStamp
-        ? []
-        : await listedRecipients(
-            deps,
-            sender,
-            submission.recipients.map((r) => r.address),
-          );
-    if (listed.length > 0) throw new ApiError('recipient_suppressed', `Suppressed recipients, nothing was sent: ${listed.join(', ')}.`);
-    await queueSend(deps, sender, {
-      id,
-      log: {
-        accountId: sender.acting.id,
-        fromAddress: header.from.address,
-        to: submission.recipients.map((r) => r.address),
-        subject: header.subject,
-        template: '',
-        templateVersion: null,
-        attachments: null,
-        tags: null,
-        sandbox: false,
-        source: 'smtp',
-      },
-      message: {
-        domainKeyId,
-        fromHeader: '',
-        fromAddress: header.from.address,
-        replyToHeader: null,
-        messageId: header.messageId,
-        subject: header.subject,
-        html: '',
-        text: '',
-        attachments: null,
-        raw: submission.raw,
-      },
-      content: { html: null, text: null, raw: submission.raw },
-      recipients: submission.recipients,
-      now,
-    });
-    if (header.clientMessageId !== null) {
-      // An older entry of the same Message-ID (past the window) makes way.
-      await execute(
-        deps.db,
-        sql`insert into submitted_messages (account_id, message_id, email_id, created_at) values (${sender.acting.id}, ${header.clientMessageId}, ${id}, ${now})
+  return deps.commits.run(
+    async () => {
+      const now = deps.clock.now();
+      // The account rows first, held to the commit (locked on Postgres): two submissions of one Message-ID take turns,
+      // so the second sees the first's and is answered as its duplicate, and credits and quota are spent once.
+      const sender = await senderOf(deps, auth);
+      if (header.clientMessageId !== null) {
+        const seen = await queryRow<{ emailId: string }>(
+          deps.db,
+          sql`select email_id as "emailId" from submitted_messages where account_id = ${auth.actingAccountId} and message_id = ${header.clientMessageId} and created_at > ${now - MESSAGE_ID_WINDOW_MS}`,
+        );
+        if (seen !== undefined) return { id: seen.emailId, duplicate: true };
+      }
+      assertMaySend(sender, now);
+      assertCredit(sender, deps.config, now);
+      assertQuotaFor(sender, submission.recipients.length, now);
+      const domainKeyId = await checkFromDomain(deps, sender.acting, header.from.domain);
+      // Suppressed since RCPT: refused whole, as the API refuses it; the client may send again to the others. Read
+      // again only when some list changed since MAIL FROM, before the RCPT checks.
+      const listed =
+        (await suppressionsStamp(deps.db)) === submission.begun.suppressionStamp
+          ? []
+          : await listedRecipients(
+              deps,
+              sender,
+              submission.recipients.map((r) => r.address),
+            );
+      if (listed.length > 0) throw new ApiError('recipient_suppressed', `Suppressed recipients, nothing was sent: ${listed.join(', ')}.`);
+      await queueSend(deps, sender, {
+        id,
+        log: {
+          accountId: sender.acting.id,
+          fromAddress: header.from.address,
+          to: submission.recipients.map((r) => r.address),
+          subject: header.subject,
+          template: '',
+          templateVersion: null,
+          attachments: null,
+          tags: null,
+          sandbox: false,
+          source: 'smtp',
+        },
+        message: {
+          domainKeyId,
+          fromHeader: '',
+          fromAddress: header.from.address,
+          replyToHeader: null,
+          messageId: header.messageId,
+          subject: header.subject,
+          html: '',
+          text: '',
+          attachments: null,
+          raw: submission.raw,
+        },
+        content: { html: null, text: null, raw: submission.raw },
+        recipients: submission.recipients,
+        now,
+      });
+      if (header.clientMessageId !== null) {
+        // An older entry of the same Message-ID (past the window) makes way.
+        await execute(
+          deps.db,
+          sql`insert into submitted_messages (account_id, message_id, email_id, created_at) values (${sender.acting.id}, ${header.clientMessageId}, ${id}, ${now})
      on conflict (account_id, message_id) do update set email_id = excluded.email_id, created_at = excluded.created_at`,
-      );
-      await pruneNowAndThen(deps, now);
-    }
-    return { id, duplicate: false };
-  });
+        );
+        await pruneNowAndThen(deps, now);
+      }
+      return { id, duplicate: false };
+      // Its account (and parent) locked with the batch's other sends' in one order (db/group-commit.ts WriteLock).
+    },
+    undefined,
+    { keys: [auth.actingAccountId], take: lockSenders },
+  );
 }
 
 /** Forgets Message-IDs older than the de-duplication window. */

@@ -18,7 +18,7 @@ import {
   type RecordStatus,
 } from '../../db/schema/index.js';
 import type { Db } from '../../db/client.js';
-import type { ReadAhead } from '../../db/group-commit.js';
+import type { ReadAhead, WriteLock } from '../../db/group-commit.js';
 import { newId } from '../../server/shared/ids.js';
 import type { Scope } from '../../server/core/scopes.js';
 import { type ApiResponse, type TestService, refuseInsertsInto } from './service.js';
@@ -319,11 +319,11 @@ export function gateCommits(service: TestService, hold: number): CommitGate {
   // Every other member of the group commit kept: only run is held.
   replaceDep(service.deps, 'commits', {
     ...original,
-    run<T, R = never>(fn: (db: Db, ahead?: Promise<R>) => T | Promise<T>, ahead?: ReadAhead<R>): Promise<T> {
-      if (held.length >= hold) return original.run(fn, ahead);
+    run<T, R = never>(fn: (db: Db, ahead?: Promise<R>) => T | Promise<T>, ahead?: ReadAhead<R>, lock?: WriteLock): Promise<T> {
+      if (held.length >= hold) return original.run(fn, ahead, lock);
       const wait = new Promise<void>((resolve) => held.push(resolve));
       notify();
-      return wait.then(() => original.run(fn, ahead));
+      return wait.then(() => original.run(fn, ahead, lock));
     },
   });
   return {
