@@ -7,6 +7,7 @@ import { dashboardSessions } from '../db/schema/index.js';
 import { NodeNameTakenError, openNodeLink } from '../db/pg/node-link.js';
 import { markQueued, onQueueMarked } from '../db/queue-wake.js';
 import { claimDueRecipients } from '../mta/delivery-queue.js';
+import { recordOutcome } from '../server/core/outcomes.js';
 import { startLiveness, type Liveness } from '../server/app/liveness.js';
 import { skipped } from '../server/core/nodes.js';
 import { claimIdempotencyKey } from '../server/core/idempotency.js';
@@ -658,6 +659,59 @@ describe("send batches' account locks across nodes", () => {
       await holder.end();
       await watch.end();
       for (const rig of rigs) await rig.close();
+      for (const node of nodes) await node.close();
+    }
+  });
+
+  it("a bounce counted on its account in a batch locks that account with the batch's sends, in one order: no deadlock with another node's batch", async () => {
+    const watch = new pg.Client(connectionConfig(store().target));
+    const holder = new pg.Client(connectionConfig(store().target));
+    await watch.connect();
+    await holder.connect();
+    const backends = async () =>
+      new Set((await watch.query('select pid from pg_stat_activity where datname = current_database()')).rows.map((r) => r.pid as number));
+    const before = await backends();
+    const nodes = await moreNodes(2);
+    try {
+      const a = await newSender(nodes[0]!, { credits: 100 });
+      const b = await newSender(nodes[0]!, { credits: 100 });
+      // A message of each, claimed for delivery: its bounce is what a node's engine records (5.1.1: suppressed, counted).
+      const ids = new Map<string, string>();
+      for (const s of [a, b]) ids.set(s.account.id, (await sendEmail(nodes[0]!, s.key, receipt(s.from, 'gone@example.net'))).body.id as string);
+      const now = nodes[0]!.clock.now();
+      const claimed = await claimDueRecipients(nodes[0]!.deps.db, `bounces:${process.pid}:dddd`, now, 60_000, 1000);
+      const jobOf = (s: typeof a) => claimed.find((c) => c.message.id === ids.get(s.account.id))!;
+      expect([jobOf(a), jobOf(b)].every(Boolean)).toBe(true);
+      const deadlocksBefore = await deadlocks(watch);
+      // Node 1's batch: a send for a, then the bounce of b's message; node 2's: a send for b, then the bounce of a's.
+      // A third session holds a's row so that node 1's batch waits for it first. Had the bounce locked its account in
+      // its turn, node 2 would hold b and wait for a, and node 1, given a, would wait for b: a deadlock.
+      await holder.query('begin');
+      await holder.query('select id from accounts where id = $1 for update', [a.account.id]);
+      const batch = async (n: number, sender: typeof a, bounced: typeof a) => {
+        const gate = gateCommits(nodes[n]!, 2);
+        const sent = sendEmail(nodes[n]!, sender.key, receipt(sender.from, `api${n}@example.net`)).then((r) => r.status);
+        await gate.arrived(1);
+        const recorded = recordOutcome(nodes[n]!.deps, jobOf(bounced), { status: 'bounced', dsn: '5.1.1', detail: '550 5.1.1 no such user' }).then(
+          (r) => r?.status,
+        );
+        await gate.arrived(2);
+        gate.release();
+        return [sent, recorded];
+      };
+      const first = await batch(0, a, b);
+      await expect.poll(() => lockWaiters(watch), { timeout: 10_000 }).toBeGreaterThanOrEqual(1);
+      const second = await batch(1, b, a);
+      await expect.poll(() => lockWaiters(watch), { timeout: 10_000 }).toBeGreaterThanOrEqual(2);
+      await holder.query('commit');
+      expect(await Promise.all([...first, ...second])).toEqual([200, 'bounced', 200, 'bounced']);
+      for (const s of [a, b]) expect((await accountRow(nodes[0]!, s.account.id)).totalBounced).toBe(1);
+      for (const node of nodes.splice(0)) await node.close();
+      await expect.poll(async () => [...(await backends())].filter((pid) => !before.has(pid)).length, { timeout: 10_000 }).toBe(0);
+      expect(await deadlocks(watch)).toBe(deadlocksBefore);
+    } finally {
+      await holder.end();
+      await watch.end();
       for (const node of nodes) await node.close();
     }
   });

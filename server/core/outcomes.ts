@@ -23,6 +23,7 @@ import { nextAttemptAt } from './delivery-schedule.js';
 import { isSimulatorAddress } from './simulator.js';
 import { changes, lockRows, statementsAreRoundTrips, together } from '../../db/sql.js';
 import type { ReadAhead } from '../../db/group-commit.js';
+import { lockSenders } from './sending.js';
 
 /** A recipient leased from the outbound queue, with its message: what one delivery attempt works on. */
 export interface Claimed {
@@ -92,38 +93,44 @@ export async function recordOutcome(
   const confined = complaint === null && !SUPPRESSING[recorded.status]?.(recorded.dsn);
   const apart: ReadAhead<null> | undefined = confined ? { keys: () => [`message:${job.message.id}`] } : undefined;
   try {
-    await deps.commits.run(async () => {
-      const q = statements(db);
-      const of = { emailId: job.message.id, accountId: job.message.accountId, recipient: job.recipient.recipient, occurredAt: now };
-      // The message first: outcomes of one message take turns, so the last one to close a recipient sees the others
-      // closed and deletes the content (on Postgres; on SQLite every transaction takes turns). Then the recipient, only
-      // while this claim still holds it; the outcome's writes; and the content's deletion once every recipient has its
-      // final outcome (one statement, which sees the recipients as the outcomes committed before this one's lock on
-      // the message left them). Issued together, in that order: one round trip on Postgres.
-      const [, updated, , written] = await together(db, [
-        () => lockRows(db, outboundMessages, outboundMessages.id, [job.message.id]),
-        () =>
-          q.updateRecipient.execute({
-            id: job.recipient.id,
-            lockedBy: job.recipient.lockedBy ?? '',
-            claimedAttempts: job.recipient.attempts,
-            status: recorded.status === 'deferred' ? 'queued' : recorded.status,
-            attempts,
-            nextAttemptAt: recorded.nextAttemptAt ?? now,
-          }),
-        () => (extras.capture ? storeCapture(db, extras.capture) : Promise.resolve()),
-        () => writeOutcome(deps, { ...of, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail }),
-        () => q.deleteIfClosed.execute({ id: job.message.id }),
-      ]);
-      // The claim no longer held: the whole outcome rolls back (a lease lost is rare; its writes went with the update).
-      if (changes(updated) !== 1) throw new LeaseLost();
-      if (complaint) {
-        const complained = await writeOutcome(deps, { ...of, status: 'complained', ...complaint });
-        written.webhooks += complained.webhooks;
-        written.written ||= complained.written;
-      }
-      return written;
-    }, apart);
+    await deps.commits.run(
+      async () => {
+        const q = statements(db);
+        const of = { emailId: job.message.id, accountId: job.message.accountId, recipient: job.recipient.recipient, occurredAt: now };
+        // The message first: outcomes of one message take turns, so the last one to close a recipient sees the others
+        // closed and deletes the content (on Postgres; on SQLite every transaction takes turns). Then the recipient, only
+        // while this claim still holds it; the outcome's writes; and the content's deletion once every recipient has its
+        // final outcome (one statement, which sees the recipients as the outcomes committed before this one's lock on
+        // the message left them). Issued together, in that order: one round trip on Postgres.
+        const [, updated, , written] = await together(db, [
+          () => lockRows(db, outboundMessages, outboundMessages.id, [job.message.id]),
+          () =>
+            q.updateRecipient.execute({
+              id: job.recipient.id,
+              lockedBy: job.recipient.lockedBy ?? '',
+              claimedAttempts: job.recipient.attempts,
+              status: recorded.status === 'deferred' ? 'queued' : recorded.status,
+              attempts,
+              nextAttemptAt: recorded.nextAttemptAt ?? now,
+            }),
+          () => (extras.capture ? storeCapture(db, extras.capture) : Promise.resolve()),
+          () => writeOutcome(deps, { ...of, status: recorded.status, dsn: recorded.dsn, detail: recorded.detail }),
+          () => q.deleteIfClosed.execute({ id: job.message.id }),
+        ]);
+        // The claim no longer held: the whole outcome rolls back (a lease lost is rare; its writes went with the update).
+        if (changes(updated) !== 1) throw new LeaseLost();
+        if (complaint) {
+          const complained = await writeOutcome(deps, { ...of, status: 'complained', ...complaint });
+          written.webhooks += complained.webhooks;
+          written.written ||= complained.written;
+        }
+        return written;
+        // One that counts on its account (a bounce, a complaint) locks it with the batch's sends, in one order
+        // (db/group-commit.ts WriteLock).
+      },
+      apart,
+      confined ? undefined : { keys: [job.message.accountId], take: lockSenders },
+    );
   } catch (err) {
     if (!(err instanceof LeaseLost)) throw err;
     deps.logger.info('delivery.lease_lost', { emailId: job.message.id, recipientId: job.recipient.id, holder: job.recipient.lockedBy });
