@@ -8,6 +8,7 @@ import { NodeNameTakenError, openNodeLink } from '../db/pg/node-link.js';
 import { markQueued, onQueueMarked } from '../db/queue-wake.js';
 import { claimDueRecipients } from '../mta/delivery-queue.js';
 import { recordOutcome } from '../server/core/outcomes.js';
+import type { Claimed } from '../mta/delivery-queue.js';
 import { startLiveness, type Liveness } from '../server/app/liveness.js';
 import { skipped } from '../server/core/nodes.js';
 import { claimIdempotencyKey } from '../server/core/idempotency.js';
@@ -19,6 +20,7 @@ import {
   gateCommits,
   newSender,
   newSubSender,
+  type Sender,
   queued,
   receipt,
   recipients,
@@ -35,7 +37,7 @@ import { eq } from 'drizzle-orm';
 import { FakeClock } from './helpers/clock.js';
 import { createMetrics } from '../server/shared/metrics.js';
 import { stateOnPostgres } from './helpers/test-state.js';
-import { startSubmission } from './helpers/submission.js';
+import { type SubmissionRig, startSubmission } from './helpers/submission.js';
 import nodemailer from 'nodemailer';
 
 /**
@@ -558,7 +560,21 @@ describe("send batches' account locks across nodes", () => {
       ).rows[0].n,
     );
 
-  it("two nodes' batches sending for the same two accounts in opposite orders lock them in one order: no deadlock", async () => {
+  /**
+   * Two nodes, each with one batch of two writes: node 1's `writes(node 1, a, b)`, node 2's `writes(node 2, b, a)`,
+   * each write held at the group commit until both of its node's have come, in that order. A third session holds a's
+   * row, so that node 1's batch waits for it first and node 2's comes next: had the writes locked their accounts in
+   * the order they came, node 2 would hold b and wait for a, and node 1, given a, would wait for b (a deadlock).
+   * `check` sees the answers while the nodes run; then, every backend the nodes used ended (each flushes its counts
+   * as it ends), Postgres has counted no deadlock.
+   */
+  async function opposedBatches(opts: {
+    prepare?: (nodes: TestService[], a: Sender, b: Sender) => Promise<void>;
+    writes: (node: TestService, first: Sender, second: Sender) => [() => Promise<unknown>, () => Promise<unknown>];
+    check: (answers: unknown[], nodes: TestService[], a: Sender, b: Sender) => Promise<void>;
+    /** Run before the nodes close (what `prepare` started on them). */
+    cleanup?: () => Promise<void>;
+  }): Promise<void> {
     const watch = new pg.Client(connectionConfig(store().target));
     const holder = new pg.Client(connectionConfig(store().target));
     await watch.connect();
@@ -567,153 +583,114 @@ describe("send batches' account locks across nodes", () => {
       new Set((await watch.query('select pid from pg_stat_activity where datname = current_database()')).rows.map((r) => r.pid as number));
     const before = await backends();
     const nodes = await moreNodes(2);
+    let cleaned = false;
+    const cleanup = async () => {
+      if (cleaned) return;
+      cleaned = true;
+      await opts.cleanup?.();
+    };
     try {
       const a = await newSender(nodes[0]!, { credits: 100 });
       const b = await newSender(nodes[0]!, { credits: 100 });
+      await opts.prepare?.(nodes, a, b);
       const deadlocksBefore = await deadlocks(watch);
-      // Node 1's batch sends for a then b, node 2's for b then a. A third session holds a's row: node 1's batch waits
-      // for it first, then node 2's comes. Had each batch locked its accounts in the order its sends came, node 2
-      // would hold b and wait for a, and node 1, given a when the holder commits, would wait for b: a deadlock.
       await holder.query('begin');
       await holder.query('select id from accounts where id = $1 for update', [a.account.id]);
-      const batch = async (node: TestService, senders: (typeof a)[]) => {
-        const gate = gateCommits(node, senders.length);
-        const answers: Promise<ApiResponse>[] = [];
-        for (const [i, s] of senders.entries()) {
-          answers.push(sendEmail(node, s.key, receipt(s.from, `order${i}@example.net`)));
+      const batch = async (node: TestService, first: Sender, second: Sender) => {
+        const gate = gateCommits(node, 2);
+        const started: Promise<unknown>[] = [];
+        for (const [i, write] of opts.writes(node, first, second).entries()) {
+          started.push(write());
           await gate.arrived(i + 1);
         }
         gate.release();
-        return answers;
+        return started;
       };
-      const waitFor = async (n: number) => {
-        await expect.poll(() => lockWaiters(watch), { timeout: 10_000 }).toBeGreaterThanOrEqual(n);
-      };
-      const first = await batch(nodes[0]!, [a, b]);
-      await waitFor(1);
-      const second = await batch(nodes[1]!, [b, a]);
-      await waitFor(2);
-      await holder.query('commit');
-      const answers = await Promise.all([...first, ...second]);
-      expect(answers.map((r) => r.status)).toEqual([200, 200, 200, 200]);
-      expect((await accountRow(nodes[0]!, a.account.id)).totalSent).toBe(2);
-      expect((await accountRow(nodes[0]!, b.account.id)).totalSent).toBe(2);
-      // Every backend the nodes used ended (each flushes its counts as it ends): then Postgres has counted no deadlock.
-      for (const node of nodes.splice(0)) await node.close();
-      await expect.poll(async () => [...(await backends())].filter((pid) => !before.has(pid)).length, { timeout: 10_000 }).toBe(0);
-      expect(await deadlocks(watch)).toBe(deadlocksBefore);
-    } finally {
-      await holder.end();
-      await watch.end();
-      for (const node of nodes) await node.close();
-    }
-  });
-  it("an SMTP submission in a batch locks its account with the batch's API sends, in one order: no deadlock with another node's batch", async () => {
-    const watch = new pg.Client(connectionConfig(store().target));
-    const holder = new pg.Client(connectionConfig(store().target));
-    await watch.connect();
-    await holder.connect();
-    const backends = async () =>
-      new Set((await watch.query('select pid from pg_stat_activity where datname = current_database()')).rows.map((r) => r.pid as number));
-    const before = await backends();
-    const nodes = await moreNodes(2);
-    const rigs = await Promise.all(nodes.map((node) => startSubmission(node)));
-    try {
-      const a = await newSender(nodes[0]!, { credits: 100 });
-      const b = await newSender(nodes[0]!, { credits: 100 });
-      const deadlocksBefore = await deadlocks(watch);
-      const submit = (n: number, s: typeof a, to: string) => {
-        const transport = nodemailer.createTransport({
-          host: '127.0.0.1',
-          port: rigs[n]!.port,
-          auth: { user: 'app', pass: s.key },
-          tls: { rejectUnauthorized: false },
-        });
-        return transport.sendMail({ from: s.from, to, subject: 'Submitted', text: 'Over SMTP.' }).finally(() => transport.close());
-      };
-      // Node 1's batch: an API send for a, then a submission for b; node 2's: an API send for b, then a submission
-      // for a. A third session holds a's row so that node 1's batch waits for it first. Had the submission locked its
-      // account in its turn, node 2 would hold b and wait for a, and node 1, given a, would wait for b: a deadlock.
-      await holder.query('begin');
-      await holder.query('select id from accounts where id = $1 for update', [a.account.id]);
-      const batch = async (n: number, api: typeof a, smtp: typeof a) => {
-        const gate = gateCommits(nodes[n]!, 2);
-        const sent = sendEmail(nodes[n]!, api.key, receipt(api.from, `api${n}@example.net`)).then((r) => r.status);
-        await gate.arrived(1);
-        const submitted = submit(n, smtp, `smtp${n}@example.net`).then((info) => info.response.slice(0, 3));
-        await gate.arrived(2);
-        gate.release();
-        return [sent, submitted];
-      };
-      const first = await batch(0, a, b);
+      const first = await batch(nodes[0]!, a, b);
       await expect.poll(() => lockWaiters(watch), { timeout: 10_000 }).toBeGreaterThanOrEqual(1);
-      const second = await batch(1, b, a);
+      const second = await batch(nodes[1]!, b, a);
       await expect.poll(() => lockWaiters(watch), { timeout: 10_000 }).toBeGreaterThanOrEqual(2);
       await holder.query('commit');
-      expect(await Promise.all([...first, ...second])).toEqual([200, '250', 200, '250']);
-      for (const rig of rigs.splice(0)) await rig.close();
+      await opts.check(await Promise.all([...first, ...second]), nodes, a, b);
+      await cleanup();
       for (const node of nodes.splice(0)) await node.close();
       await expect.poll(async () => [...(await backends())].filter((pid) => !before.has(pid)).length, { timeout: 10_000 }).toBe(0);
       expect(await deadlocks(watch)).toBe(deadlocksBefore);
     } finally {
       await holder.end();
       await watch.end();
-      for (const rig of rigs) await rig.close();
+      await cleanup();
       for (const node of nodes) await node.close();
     }
+  }
+
+  it("two nodes' batches sending for the same two accounts in opposite orders lock them in one order: no deadlock", async () => {
+    await opposedBatches({
+      writes: (node, first, second) =>
+        [first, second].map((s, i) => () => sendEmail(node, s.key, receipt(s.from, `order${i}@example.net`))) as [
+          () => Promise<ApiResponse>,
+          () => Promise<ApiResponse>,
+        ],
+      async check(answers, nodes, a, b) {
+        expect((answers as ApiResponse[]).map((r) => r.status)).toEqual([200, 200, 200, 200]);
+        expect((await accountRow(nodes[0]!, a.account.id)).totalSent).toBe(2);
+        expect((await accountRow(nodes[0]!, b.account.id)).totalSent).toBe(2);
+      },
+    });
+  });
+
+  it("an SMTP submission in a batch locks its account with the batch's API sends, in one order: no deadlock with another node's batch", async () => {
+    const rigs = new Map<TestService, SubmissionRig>();
+    const submit = (node: TestService, s: Sender, to: string) => {
+      const transport = nodemailer.createTransport({
+        host: '127.0.0.1',
+        port: rigs.get(node)!.port,
+        auth: { user: 'app', pass: s.key },
+        tls: { rejectUnauthorized: false },
+      });
+      return transport.sendMail({ from: s.from, to, subject: 'Submitted', text: 'Over SMTP.' }).finally(() => transport.close());
+    };
+    // Each node's batch: an API send for its first account, then a submission for its second.
+    await opposedBatches({
+      async prepare(nodes) {
+        for (const node of nodes) rigs.set(node, await startSubmission(node));
+      },
+      writes: (node, first, second) => [
+        () => sendEmail(node, first.key, receipt(first.from, 'api@example.net')).then((r) => r.status),
+        () => submit(node, second, 'smtp@example.net').then((info) => info.response.slice(0, 3)),
+      ],
+      async check(answers) {
+        expect(answers).toEqual([200, '250', 200, '250']);
+      },
+      async cleanup() {
+        for (const rig of rigs.values()) await rig.close();
+      },
+    });
   });
 
   it("a bounce counted on its account in a batch locks that account with the batch's sends, in one order: no deadlock with another node's batch", async () => {
-    const watch = new pg.Client(connectionConfig(store().target));
-    const holder = new pg.Client(connectionConfig(store().target));
-    await watch.connect();
-    await holder.connect();
-    const backends = async () =>
-      new Set((await watch.query('select pid from pg_stat_activity where datname = current_database()')).rows.map((r) => r.pid as number));
-    const before = await backends();
-    const nodes = await moreNodes(2);
-    try {
-      const a = await newSender(nodes[0]!, { credits: 100 });
-      const b = await newSender(nodes[0]!, { credits: 100 });
-      // A message of each, claimed for delivery: its bounce is what a node's engine records (5.1.1: suppressed, counted).
-      const ids = new Map<string, string>();
-      for (const s of [a, b]) ids.set(s.account.id, (await sendEmail(nodes[0]!, s.key, receipt(s.from, 'gone@example.net'))).body.id as string);
-      const now = nodes[0]!.clock.now();
-      const claimed = await claimDueRecipients(nodes[0]!.deps.db, `bounces:${process.pid}:dddd`, now, 60_000, 1000);
-      const jobOf = (s: typeof a) => claimed.find((c) => c.message.id === ids.get(s.account.id))!;
-      expect([jobOf(a), jobOf(b)].every(Boolean)).toBe(true);
-      const deadlocksBefore = await deadlocks(watch);
-      // Node 1's batch: a send for a, then the bounce of b's message; node 2's: a send for b, then the bounce of a's.
-      // A third session holds a's row so that node 1's batch waits for it first. Had the bounce locked its account in
-      // its turn, node 2 would hold b and wait for a, and node 1, given a, would wait for b: a deadlock.
-      await holder.query('begin');
-      await holder.query('select id from accounts where id = $1 for update', [a.account.id]);
-      const batch = async (n: number, sender: typeof a, bounced: typeof a) => {
-        const gate = gateCommits(nodes[n]!, 2);
-        const sent = sendEmail(nodes[n]!, sender.key, receipt(sender.from, `api${n}@example.net`)).then((r) => r.status);
-        await gate.arrived(1);
-        const recorded = recordOutcome(nodes[n]!.deps, jobOf(bounced), { status: 'bounced', dsn: '5.1.1', detail: '550 5.1.1 no such user' }).then(
-          (r) => r?.status,
-        );
-        await gate.arrived(2);
-        gate.release();
-        return [sent, recorded];
-      };
-      const first = await batch(0, a, b);
-      await expect.poll(() => lockWaiters(watch), { timeout: 10_000 }).toBeGreaterThanOrEqual(1);
-      const second = await batch(1, b, a);
-      await expect.poll(() => lockWaiters(watch), { timeout: 10_000 }).toBeGreaterThanOrEqual(2);
-      await holder.query('commit');
-      expect(await Promise.all([...first, ...second])).toEqual([200, 'bounced', 200, 'bounced']);
-      for (const s of [a, b]) expect((await accountRow(nodes[0]!, s.account.id)).totalBounced).toBe(1);
-      for (const node of nodes.splice(0)) await node.close();
-      await expect.poll(async () => [...(await backends())].filter((pid) => !before.has(pid)).length, { timeout: 10_000 }).toBe(0);
-      expect(await deadlocks(watch)).toBe(deadlocksBefore);
-    } finally {
-      await holder.end();
-      await watch.end();
-      for (const node of nodes) await node.close();
-    }
+    // A message of each account, claimed for delivery: its bounce is what a node's engine records (5.1.1: suppressed,
+    // counted on the account).
+    const jobs = new Map<string, Claimed>();
+    // Each node's batch: a send for its first account, then the bounce of its second's message.
+    await opposedBatches({
+      async prepare(nodes, a, b) {
+        const ids = new Map<string, string>();
+        for (const s of [a, b]) ids.set((await sendEmail(nodes[0]!, s.key, receipt(s.from, 'gone@example.net'))).body.id as string, s.account.id);
+        const claimed = await claimDueRecipients(nodes[0]!.deps.db, `bounces:${process.pid}:dddd`, nodes[0]!.clock.now(), 60_000, 1000);
+        for (const job of claimed) if (ids.has(job.message.id)) jobs.set(ids.get(job.message.id)!, job);
+        expect(jobs.size).toBe(2);
+      },
+      writes: (node, first, second) => [
+        () => sendEmail(node, first.key, receipt(first.from, 'api@example.net')).then((r) => r.status),
+        () =>
+          recordOutcome(node.deps, jobs.get(second.account.id)!, { status: 'bounced', dsn: '5.1.1', detail: '550 5.1.1 no such user' }).then((r) => r?.status),
+      ],
+      async check(answers, nodes, a, b) {
+        expect(answers).toEqual([200, 'bounced', 200, 'bounced']);
+        for (const s of [a, b]) expect((await accountRow(nodes[0]!, s.account.id)).totalBounced).toBe(1);
+      },
+    });
   });
 
   it("a send batch's lock on its account leaves other transactions' references to the account free (a webhook delivery's insert), and still keeps out another send's", async () => {
