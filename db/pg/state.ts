@@ -135,6 +135,51 @@ function txQuery(client: pg.PoolClient, text: string, alone = false): Promise<pg
   return inPipeline(client, { text }, alone);
 }
 
+/**
+ * Rolls the transaction back to a savepoint. If that fails (the connection failed), the transaction cannot go on: it
+ * ends with this error, whatever its unit threw.
+ */
+async function rollbackTo(tx: PgTx, name: string): Promise<void> {
+  try {
+    await txQuery(tx.client, `ROLLBACK TO SAVEPOINT ${name}`, true);
+  } catch (rollbackErr) {
+    tx.failed ??= rollbackErr as Error;
+    throw rollbackErr;
+  }
+}
+
+/**
+ * Releases a savepoint without waiting: the release leaves with whatever the transaction issues next, and the
+ * transaction waits for it before COMMIT.
+ */
+function releaseLater(tx: PgTx, name: string): void {
+  corkForTick(tx.client);
+  const released = txQuery(tx.client, `RELEASE SAVEPOINT ${name}`);
+  released.catch(ignoreError);
+  tx.released.push(released);
+}
+
+/**
+ * Statements issued together in a savepoint of their own, in one write with it: their settlements once all have
+ * ended, the savepoint released; or, if any failed, all rolled back and null.
+ */
+async function allInSavepoint(
+  tx: PgTx,
+  name: string,
+  statements: () => readonly (Promise<unknown> | undefined)[],
+): Promise<PromiseSettledResult<unknown>[] | null> {
+  corkForTick(tx.client);
+  const saved = txQuery(tx.client, `SAVEPOINT ${name}`);
+  saved.catch(ignoreError);
+  const ended = await Promise.allSettled([saved, ...statements()]);
+  if (ended.some((e) => e.status === 'rejected')) {
+    await rollbackTo(tx, name);
+    return null;
+  }
+  releaseLater(tx, name);
+  return ended.slice(1);
+}
+
 const dialect = new PgDialect();
 const stores = new WeakMap<object, PgUnits>();
 
@@ -297,19 +342,10 @@ class PgUnits {
       await saved;
     } catch (err) {
       await saved.catch(() => undefined);
-      try {
-        await txQuery(tx.client, `ROLLBACK TO SAVEPOINT ${name}`, true);
-      } catch (rollbackErr) {
-        // The transaction cannot go on (the connection failed): it ends with this error, whatever the unit threw.
-        tx.failed ??= rollbackErr as Error;
-        throw rollbackErr;
-      }
+      await rollbackTo(tx, name);
       throw err;
     }
-    corkForTick(tx.client);
-    const released = txQuery(tx.client, `RELEASE SAVEPOINT ${name}`);
-    released.catch(() => undefined);
-    tx.released.push(released);
+    releaseLater(tx, name);
     outer.afterCommit.push(...inner.afterCommit);
     return value;
   }
@@ -327,30 +363,14 @@ class PgUnits {
       // Units that read nothing ahead (their keys alone): nothing to wait for.
       return aheads.map((a) => a && { value: null, keys: a.keys(null) });
     }
-    const { tx } = scope;
-    corkForTick(tx.client);
-    const saved = txQuery(tx.client, 'SAVEPOINT ahead');
-    saved.catch(() => undefined);
-    // The rows the readings lock, locked first in one order (the caller's: sorted), with the readings' statements.
-    const locked = lockFirst?.() ?? Promise.resolve();
-    locked.catch(() => undefined);
-    const reads = aheads.map((a) => a && (a.read ? a.read() : Promise.resolve(null)).then((value) => ({ value, keys: a.keys(value) })));
-    const ended = await Promise.allSettled([saved, locked, ...reads]);
-    if (ended.some((e) => e.status === 'rejected')) {
-      try {
-        await txQuery(tx.client, 'ROLLBACK TO SAVEPOINT ahead', true);
-      } catch (rollbackErr) {
-        tx.failed ??= rollbackErr as Error;
-        throw rollbackErr;
-      }
-      return [];
-    }
-    // Released with the first unit's statements, as a unit's savepoint is.
-    corkForTick(tx.client);
-    const released = txQuery(tx.client, 'RELEASE SAVEPOINT ahead');
-    released.catch(() => undefined);
-    tx.released.push(released);
-    return ended.slice(2).map((e) => {
+    // The rows the readings lock, locked first in one order (the caller's: sorted), with the readings' statements;
+    // released with the first unit's statements, as a unit's savepoint is.
+    const ended = await allInSavepoint(scope.tx, 'ahead', () => [
+      lockFirst?.() ?? Promise.resolve(),
+      ...aheads.map((a) => a && (a.read ? a.read() : Promise.resolve(null)).then((value) => ({ value, keys: a.keys(value) }))),
+    ]);
+    if (!ended) return [];
+    return ended.slice(1).map((e) => {
       const read = (e as PromiseFulfilledResult<{ value: unknown; keys: readonly string[] } | undefined>).value;
       return read && { value: read.value, keys: read.keys };
     });
@@ -362,23 +382,7 @@ class PgUnits {
    * rolled back and the units lock their rows in their turn, as without them.
    */
   private async lockFirst(scope: PgScope, lockFirst: () => Promise<unknown>): Promise<void> {
-    const { tx } = scope;
-    corkForTick(tx.client);
-    const saved = txQuery(tx.client, 'SAVEPOINT locks');
-    saved.catch(() => undefined);
-    const ended = await Promise.allSettled([saved, lockFirst()]);
-    if (ended.some((e) => e.status === 'rejected')) {
-      try {
-        await txQuery(tx.client, 'ROLLBACK TO SAVEPOINT locks', true);
-      } catch (rollbackErr) {
-        tx.failed ??= rollbackErr as Error;
-        throw rollbackErr;
-      }
-      return;
-    }
-    const released = txQuery(tx.client, 'RELEASE SAVEPOINT locks');
-    released.catch(() => undefined);
-    tx.released.push(released);
+    await allInSavepoint(scope.tx, 'locks', () => [lockFirst()]);
   }
 
   /**
@@ -415,12 +419,7 @@ class PgUnits {
         return !failed && (e.status === 'fulfilled' || (!wrote && !(e.reason instanceof NestedAtOnceError) && !(e.reason instanceof NotCarriedError)));
       });
     if (!clean) {
-      try {
-        await txQuery(tx.client, 'ROLLBACK TO SAVEPOINT at_once', true);
-      } catch (rollbackErr) {
-        tx.failed ??= rollbackErr as Error;
-        throw rollbackErr;
-      }
+      await rollbackTo(tx, 'at_once');
       return null;
     }
     // Left unreleased: the commit releases it, and the savepoints of the units run after it nest inside it.
