@@ -71,7 +71,10 @@ export async function startHealthPoller(port: number): Promise<HealthPoller> {
   };
 }
 
-/** The answer at quantile q (0..1) of sorted latencies. */
+/**
+ * The answer at quantile q (0..1) of sorted latencies, by nearest rank: the least answer that at least q of them are
+ * no slower than. The p99 of 100 answers is their 99th, not their slowest (one outlier in 100 is within p99).
+ */
 export function quantile(sorted: number[], q: number): number {
-  return sorted[Math.floor(sorted.length * q)]!;
+  return sorted[Math.max(0, Math.ceil(sorted.length * q) - 1)]!;
 }
