@@ -39,6 +39,11 @@ import { createMetrics } from '../server/shared/metrics.js';
 import { stateOnPostgres } from './helpers/test-state.js';
 import { type SubmissionRig, startSubmission } from './helpers/submission.js';
 import nodemailer from 'nodemailer';
+import type { InboundServer } from '../mta/inbound/server.js';
+import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
+import { verpAddress } from '../mta/verp.js';
+import { inboundServerFor } from './helpers/inbound-server.js';
+import { RawSmtp } from './helpers/raw-smtp.js';
 
 /**
  * Several nodes over one Postgres (docs/api/decisions.md section 12; server/app/liveness.ts, db/pg/node-link.ts):
@@ -689,6 +694,71 @@ describe("send batches' account locks across nodes", () => {
       async check(answers, nodes, a, b) {
         expect(answers).toEqual([200, 'bounced', 200, 'bounced']);
         for (const s of [a, b]) expect((await accountRow(nodes[0]!, s.account.id)).totalBounced).toBe(1);
+      },
+    });
+  });
+
+  it("an inbound bounce report counted on its account in a batch locks that account with the batch's sends, in one order: no deadlock with another node's batch", async () => {
+    // A message of each account, sent; a DSN at its VERP address (5.1.1: suppressed, counted on the account) is what
+    // a node's inbound server takes and records in its batch.
+    const inbounds = new Map<TestService, InboundServer>();
+    const ports = new Map<TestService, number>();
+    const sent = new Map<string, string>();
+    const dsnFor = (node: TestService, emailId: string) => `Return-Path: <>
+From: MAILER-DAEMON@mail.example.net (Mail Delivery System)
+To: ${verpAddress(emailId, 0, node.deps.config.mailHostname, node.deps.secretKey)}
+Subject: Undelivered Mail Returned to Sender
+MIME-Version: 1.0
+Content-Type: multipart/report; report-type=delivery-status; boundary="B1"
+
+--B1
+Content-Type: text/plain; charset=us-ascii
+
+Your message could not be delivered.
+
+--B1
+Content-Type: message/delivery-status
+
+Reporting-MTA: dns; mail.example.net
+
+Final-Recipient: rfc822; gone@example.net
+Action: failed
+Status: 5.1.1
+Diagnostic-Code: smtp; 550 5.1.1 User unknown
+
+--B1--`;
+    const deliverDsn = async (node: TestService, emailId: string) => {
+      const { client } = await RawSmtp.connect(ports.get(node)!);
+      try {
+        const replies = await client.envelope('', [verpAddress(emailId, 0, node.deps.config.mailHostname, node.deps.secretKey)]);
+        expect(replies.at(-1)).toMatch(/^250 /);
+        expect(await client.command('DATA')).toMatch(/^354 /);
+        client.write(`${dsnFor(node, emailId).replace(/\r?\n/g, '\r\n')}\r\n.\r\n`);
+        return await client.reply();
+      } finally {
+        client.close();
+      }
+    };
+    // Each node's batch: a send for its first account, then the bounce report of its second's message.
+    await opposedBatches({
+      async prepare(nodes, a, b) {
+        for (const node of nodes) {
+          const inbound = inboundServerFor(node.deps, loadOrCreateSmtpTls(node.deps.config));
+          inbounds.set(node, inbound);
+          ports.set(node, await inbound.listen('127.0.0.1', 0));
+        }
+        for (const s of [a, b]) sent.set(s.account.id, (await sendEmail(nodes[0]!, s.key, receipt(s.from, 'gone@example.net'))).body.id as string);
+      },
+      writes: (node, first, second) => [
+        () => sendEmail(node, first.key, receipt(first.from, 'api@example.net')).then((r) => r.status),
+        () => deliverDsn(node, sent.get(second.account.id)!).then((reply) => reply.slice(0, 3)),
+      ],
+      async check(answers, nodes, a, b) {
+        expect(answers).toEqual([200, '250', 200, '250']);
+        for (const s of [a, b]) expect((await accountRow(nodes[0]!, s.account.id)).totalBounced).toBe(1);
+      },
+      async cleanup() {
+        for (const inbound of inbounds.values()) await inbound.close();
       },
     });
   });

@@ -5,7 +5,7 @@ import { newId } from '../../server/shared/ids.js';
 import { createCollector } from '../../server/shared/memory.js';
 import { type Recipient, judgeRecipient } from './recipients.js';
 import { parseReport } from './reports.js';
-import { NOTHING_RECORDED, REPORT_BYTES, type RecordedReport, type ReportChecks, recordReport, trustedReport } from './report-matching.js';
+import { NOTHING_RECORDED, REPORT_BYTES, type RecordedReport, type ReportChecks, recordReport, reportLock, trustedReport } from './report-matching.js';
 import type { InboundSpool, SpoolWriter } from '../../db/inbound-spool-store.js';
 import { createOperatorHolder, prepareOperatorMessage, storeOperatorMessage } from '../../server/core/operator-mail.js';
 import { logFailure } from '../../server/shared/store-health.js';
@@ -204,48 +204,54 @@ export async function receiveMessage(
       operatorCopy && deps.secretKey
         ? prepareOperatorMessage(deps.secretKey, { id, recipients: operators, mailFrom, remoteAddress, helo, size, receivedAt: now, ...operatorCopy.take() })
         : null;
-    queued = await deps.commits.run(async () => {
-      let stored = 0;
-      const byAccount = new Map<string, string[]>();
-      // Judged again here, in the transaction that stores the message: a domain, or a database, removed since RCPT no
-      // longer receives (and the read costs little inside a transaction).
-      let gone = 0;
-      for (const m of mailboxes) {
-        const current = await judgeRecipient(deps, m.address);
-        if (current.kind === 'mailbox') byAccount.set(current.accountId, [...(byAccount.get(current.accountId) ?? []), current.address]);
-        else gone++;
-      }
-      // Some of its mailboxes stopped receiving, not all (or it also carries a report, or is for the operator too): a
-      // 250 would drop their copies unsaid, and SMTP has one answer for the whole message. Nothing is kept (the
-      // savepoint rolls back); the retry hears 550 for those at RCPT, and the rest is stored then.
-      if (gone > 0 && (gone < mailboxes.length || reports.length > 0 || operators.length > 0)) throw new RecipientsChanged(gone);
-      for (const [accountId, toAddresses] of byAccount) {
-        const written = await queueCustomerDbWrite(
-          deps,
-          accountId,
-          {
-            kind: 'inbound',
-            id: newId(now),
-            spoolId: held?.spoolId ?? null,
-            ...(raw === undefined ? {} : { raw }),
+    // A report that counts on its account locks it with the batch's sends, in one order (report-matching.ts reportLock).
+    const lock = report ? await reportLock(deps, report, reports) : undefined;
+    queued = await deps.commits.run(
+      async () => {
+        let stored = 0;
+        const byAccount = new Map<string, string[]>();
+        // Judged again here, in the transaction that stores the message: a domain, or a database, removed since RCPT no
+        // longer receives (and the read costs little inside a transaction).
+        let gone = 0;
+        for (const m of mailboxes) {
+          const current = await judgeRecipient(deps, m.address);
+          if (current.kind === 'mailbox') byAccount.set(current.accountId, [...(byAccount.get(current.accountId) ?? []), current.address]);
+          else gone++;
+        }
+        // Some of its mailboxes stopped receiving, not all (or it also carries a report, or is for the operator too): a
+        // 250 would drop their copies unsaid, and SMTP has one answer for the whole message. Nothing is kept (the
+        // savepoint rolls back); the retry hears 550 for those at RCPT, and the rest is stored then.
+        if (gone > 0 && (gone < mailboxes.length || reports.length > 0 || operators.length > 0)) throw new RecipientsChanged(gone);
+        for (const [accountId, toAddresses] of byAccount) {
+          const written = await queueCustomerDbWrite(
+            deps,
             accountId,
-            toAddresses,
-            mailFrom: envelope.mailFrom,
-            remoteAddress: envelope.remoteAddress,
-            helo: envelope.helo,
-            receivedAt: now,
-            size,
-          },
-          now,
-        );
-        if (written) stored++;
-      }
-      // Dated when it is recorded, not when its DATA began (a slow report would land behind events an API consumer
-      // has already read past with GET /events?since=).
-      const recorded = report ? await recordReport(deps, report, reports, deps.clock.now()) : NOTHING_RECORDED;
-      if (forOperator) await storeOperatorMessage(deps.db, forOperator);
-      return { stored, ...recorded };
-    });
+            {
+              kind: 'inbound',
+              id: newId(now),
+              spoolId: held?.spoolId ?? null,
+              ...(raw === undefined ? {} : { raw }),
+              accountId,
+              toAddresses,
+              mailFrom: envelope.mailFrom,
+              remoteAddress: envelope.remoteAddress,
+              helo: envelope.helo,
+              receivedAt: now,
+              size,
+            },
+            now,
+          );
+          if (written) stored++;
+        }
+        // Dated when it is recorded, not when its DATA began (a slow report would land behind events an API consumer
+        // has already read past with GET /events?since=).
+        const recorded = report ? await recordReport(deps, report, reports, deps.clock.now()) : NOTHING_RECORDED;
+        if (forOperator) await storeOperatorMessage(deps.db, forOperator);
+        return { stored, ...recorded };
+      },
+      undefined,
+      lock,
+    );
   } catch (err) {
     if (err instanceof RecipientsChanged) {
       await spool?.discard();

@@ -1,7 +1,8 @@
 import { and, eq } from 'drizzle-orm';
 import { emailEvents, emails } from '../../db/schema/index.js';
 import type { Deps } from '../../server/core/deps.js';
-import { writeOutcome } from '../../server/core/outcomes.js';
+import { accountLock, countsOnAccount, writeOutcome } from '../../server/core/outcomes.js';
+import type { WriteLock } from '../../db/group-commit.js';
 import { type Verp, parseVerp, verpTrusted } from '../verp.js';
 import type { Recipient } from './recipients.js';
 import type { InboundReport } from './reports.js';
@@ -159,6 +160,39 @@ function decisiveBlock<B extends { action: string; status: string }>(blocks: rea
   return failed.find((b) => b.status.startsWith('5.')) ?? failed[0] ?? blocks.find((b) => b.action.toLowerCase() === 'delayed') ?? null;
 }
 
+/** What a report says of its recipient's copy, or null when it says nothing about a delivery. */
+function reportSays(report: Exclude<InboundReport, null>): { status: ReportStatus; dsn: string; detail: string } | null {
+  // A DSN's blocks are all about the one copy; an ARF report other than abuse says nothing about a delivery.
+  if (report.kind === 'dsn') {
+    const block = decisiveBlock(report.recipients);
+    return (
+      block && {
+        status: block.action.toLowerCase() === 'delayed' ? 'deferred' : 'bounced',
+        dsn: block.status,
+        detail: block.diagnostic || `Action: ${block.action.toLowerCase()}`,
+      }
+    );
+  }
+  return report.feedbackType === 'abuse' ? { status: 'complained', dsn: '5.7.1', detail: 'Complaint (feedback report: abuse)' } : null;
+}
+
+/**
+ * The lock a trusted report that counts on its account declares (server/core/outcomes.ts accountLock), read before
+ * the receiving transaction: the account of the email it is about. An email's account never changes, so this reading
+ * names the account the transaction's own match (recordReport) counts on; one it misses (an email sent since) locks
+ * in its turn, as without it.
+ */
+export async function reportLock(
+  deps: Pick<Deps, 'db' | 'config' | 'secretKey'>,
+  report: Exclude<InboundReport, null>,
+  arrivedAt: Recipient[],
+): Promise<WriteLock | undefined> {
+  const said = reportSays(report);
+  if (!said || !countsOnAccount(said.status, said.dsn)) return undefined;
+  const target = await reportedEmail(deps, report, arrivedAt);
+  return target && recipientOf(target.email, target.index) ? accountLock(target.email.accountId) : undefined;
+}
+
 /** What a report recorded: its event (and the outcome, for the caller to count on /metrics once committed), or nothing. */
 export interface RecordedReport {
   events: number;
@@ -192,18 +226,7 @@ export async function recordReport(
     deps.logger.info('inbound.report_unmatched', { kind: report.kind, emailId: email.id, reason: 'several recipients, no VERP address' });
     return NOTHING_RECORDED;
   }
-  // A DSN's blocks are all about the one copy; an ARF report other than abuse says nothing about a delivery.
-  const block = report.kind === 'dsn' ? decisiveBlock(report.recipients) : null;
-  const said: { status: ReportStatus; dsn: string; detail: string } | null =
-    report.kind === 'dsn'
-      ? block && {
-          status: block.action.toLowerCase() === 'delayed' ? 'deferred' : 'bounced',
-          dsn: block.status,
-          detail: block.diagnostic || `Action: ${block.action.toLowerCase()}`,
-        }
-      : report.feedbackType === 'abuse'
-        ? { status: 'complained', dsn: '5.7.1', detail: 'Complaint (feedback report: abuse)' }
-        : null;
+  const said = reportSays(report);
   if (!said) return NOTHING_RECORDED;
   // The email held (on Postgres) from the read of its events to the write of this one: two copies of one report
   // arriving at once record it once.

@@ -22,7 +22,7 @@ import type { Classified } from './dsn.js';
 import { nextAttemptAt } from './delivery-schedule.js';
 import { isSimulatorAddress } from './simulator.js';
 import { changes, lockRows, statementsAreRoundTrips, together } from '../../db/sql.js';
-import type { ReadAhead } from '../../db/group-commit.js';
+import type { ReadAhead, WriteLock } from '../../db/group-commit.js';
 import { lockSenders } from './sending.js';
 
 /** A recipient leased from the outbound queue, with its message: what one delivery attempt works on. */
@@ -90,7 +90,7 @@ export async function recordOutcome(
   // writes nothing a send reads, nor anything another message's outcome writes: on Postgres it runs at once with the
   // batch's others (db/pg/state.ts PgUnits.atOnce), kept apart from the outcomes of its own message. It has nothing to
   // read ahead.
-  const confined = complaint === null && !SUPPRESSING[recorded.status]?.(recorded.dsn);
+  const confined = complaint === null && !countsOnAccount(recorded.status, recorded.dsn);
   const apart: ReadAhead<null> | undefined = confined ? { keys: () => [`message:${job.message.id}`] } : undefined;
   try {
     await deps.commits.run(
@@ -129,7 +129,7 @@ export async function recordOutcome(
         // (db/group-commit.ts WriteLock).
       },
       apart,
-      confined ? undefined : { keys: [job.message.accountId], take: lockSenders },
+      confined ? undefined : accountLock(job.message.accountId),
     );
   } catch (err) {
     if (!(err instanceof LeaseLost)) throw err;
@@ -169,6 +169,20 @@ const SUPPRESSING: Readonly<Record<OutcomeStatus, ((dsn: string) => boolean) | n
   delivered: null,
   deferred: null,
 };
+
+/** Whether an outcome counts on its account (and suppresses): writeOutcome then updates the account's row. */
+export function countsOnAccount(status: OutcomeStatus, dsn: string): boolean {
+  return SUPPRESSING[status]?.(dsn) ?? false;
+}
+
+/**
+ * The lock an outcome that counts on its account declares (db/group-commit.ts WriteLock): taken with the batch's
+ * sends' in one sorted statement, so two nodes' batches that count and send for two accounts in opposite orders do not
+ * deadlock.
+ */
+export function accountLock(accountId: string): WriteLock {
+  return { keys: [accountId], take: lockSenders };
+}
 
 /**
  * The writes of one recorded outcome, inside the caller's transaction (the engine's reply, or an asynchronous bounce
