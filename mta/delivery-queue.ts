@@ -18,7 +18,9 @@ export type { Claimed };
 
 /**
  * A recipient is leased only while it is queued. By primary key: on SQLite the unary + keeps the planner from scanning
- * the status index instead (a whole backlog); Postgres has no unary + on text, nor the need.
+ * the status index instead (a whole backlog); Postgres has no unary + on text, nor the need. Across the table (a
+ * holder's leases), through that status index: only queued rows hold a lease (an outcome clears it as it sets the
+ * status), and the delivered ones, the table's whole history, are never read.
  */
 const leases = sqliteLeases({
   table: outboundRecipients,
@@ -26,6 +28,7 @@ const leases = sqliteLeases({
   lockedBy: outboundRecipients.lockedBy,
   lockedUntil: outboundRecipients.lockedUntil,
   leasable: (db) => (isPostgres(db) ? sql`${outboundRecipients.status} = 'queued'` : sql`+${outboundRecipients.status} = 'queued'`),
+  leased: sql`${outboundRecipients.status} = 'queued'`,
 });
 
 /**

@@ -46,6 +46,13 @@ export interface LeaseTable<T extends SQLiteTable> {
    * `sql.placeholder('now')`: its placeholders are given to `lease` in `params`.
    */
   leasable: SQL | ((db: Db) => SQL);
+  /**
+   * What every leased row also is, in a form an index serves (the recipients: queued). The scans for a holder's leases
+   * across the table (release all, releaseDead, releaseNode, capForeign) read only those rows, not the table's history:
+   * a dead node's leases come back in milliseconds however many rows were ever delivered. Leases by id leave it out
+   * (the primary key finds those).
+   */
+  leased?: SQL;
 }
 
 const p = sql.placeholder;
@@ -68,6 +75,8 @@ export function sqliteLeases<T extends SQLiteTable>(spec: LeaseTable<T>) {
   const set = (values: { by?: unknown; until: unknown }) =>
     (values.by === undefined ? { [lockedUntil]: values.until } : { [lockedBy]: values.by, [lockedUntil]: values.until }) as never;
   const table = spec.table as SQLiteTable;
+  /** A holder-wide condition, within the rows that can hold a lease. */
+  const leasedAnd = (...conditions: (SQL | undefined)[]) => and(spec.leased, ...conditions);
   const statements = definePrepared((db) => ({
     lease: db
       .update(table)
@@ -112,7 +121,7 @@ export function sqliteLeases<T extends SQLiteTable>(spec: LeaseTable<T>) {
     /** Gives back `worker`'s leases among `ids`, or every lease it holds when `ids` is absent; how many. */
     async release(db: Db, worker: string, ids?: readonly string[]): Promise<number> {
       if (ids !== undefined && ids.length === 0) return 0;
-      const where = ids === undefined ? eq(spec.lockedBy, worker) : and(inArray(spec.id, [...ids]), eq(spec.lockedBy, worker));
+      const where = ids === undefined ? leasedAnd(eq(spec.lockedBy, worker)) : and(inArray(spec.id, [...ids]), eq(spec.lockedBy, worker));
       return changes(
         await db
           .update(table)
@@ -130,7 +139,7 @@ export function sqliteLeases<T extends SQLiteTable>(spec: LeaseTable<T>) {
       const holders = (await db
         .selectDistinct({ lockedBy: spec.lockedBy })
         .from(table)
-        .where(and(isNotNull(spec.lockedBy), sql`${spec.lockedBy} <> ${worker}`))) as { lockedBy: string | null }[];
+        .where(leasedAnd(isNotNull(spec.lockedBy), sql`${spec.lockedBy} <> ${worker}`))) as { lockedBy: string | null }[];
       let released = 0;
       for (const { lockedBy: holder } of holders) {
         if (!holder || !isDead(holder)) continue;
@@ -138,7 +147,7 @@ export function sqliteLeases<T extends SQLiteTable>(spec: LeaseTable<T>) {
           await db
             .update(table)
             .set(set({ by: null, until: null }))
-            .where(eq(spec.lockedBy, holder)),
+            .where(leasedAnd(eq(spec.lockedBy, holder))),
         );
       }
       return released;
@@ -151,7 +160,7 @@ export function sqliteLeases<T extends SQLiteTable>(spec: LeaseTable<T>) {
         await db
           .update(table)
           .set(set({ by: null, until: null }))
-          .where(sql`substr(${spec.lockedBy}, 1, ${prefix.length}) = ${prefix}`),
+          .where(leasedAnd(sql`substr(${spec.lockedBy}, 1, ${prefix.length}) = ${prefix}`)),
       );
     },
 
@@ -166,7 +175,7 @@ export function sqliteLeases<T extends SQLiteTable>(spec: LeaseTable<T>) {
         await db
           .update(table)
           .set(set({ until: leaseNow + leaseMs }))
-          .where(and(isNotNull(spec.lockedBy), sql`${spec.lockedBy} <> ${worker}`, sql`${spec.lockedUntil} > ${leaseNow + leaseMs}`)),
+          .where(leasedAnd(isNotNull(spec.lockedBy), sql`${spec.lockedBy} <> ${worker}`, sql`${spec.lockedUntil} > ${leaseNow + leaseMs}`)),
       );
     },
   };
