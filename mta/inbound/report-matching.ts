@@ -7,6 +7,7 @@ import { type Verp, parseVerp, verpTrusted } from '../verp.js';
 import type { Recipient } from './recipients.js';
 import type { InboundReport } from './reports.js';
 import { lockRows, one } from '../../db/sql.js';
+import { isPostgres } from '../../db/pg/state.js';
 
 /**
  * Bounce and complaint reports that arrive by SMTP, once received (receive.ts holds their first REPORT_BYTES and
@@ -187,6 +188,8 @@ export async function reportLock(
   report: Exclude<InboundReport, null>,
   arrivedAt: Recipient[],
 ): Promise<WriteLock | undefined> {
+  // Only Postgres's batches take declared locks (SQLite's one connection writes alone): no reading for nothing there.
+  if (!isPostgres(deps.db)) return undefined;
   const said = reportSays(report);
   if (!said || !countsOnAccount(said.status, said.dsn)) return undefined;
   const target = await reportedEmail(deps, report, arrivedAt);
