@@ -20,7 +20,10 @@ import {
   setDomainState,
 } from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
-import { claimIdempotencyKey, settleClaim } from '../server/core/idempotency.js';
+import { FORGET_BATCH, FORGET_EVERY_MS, claimIdempotencyKey, forgetExpiredKeys, forgetStatement, settleClaim } from '../server/core/idempotency.js';
+import { idempotencyKeys } from '../db/schema/index.js';
+import { execute, queryRows } from '../db/sql.js';
+import { sql } from 'drizzle-orm';
 import { ApiError } from '../server/shared/errors.js';
 
 /**
@@ -117,6 +120,116 @@ describe('replay', () => {
     expectOk(b);
     expect(b.headers.get('idempotent-replayed')).toBeNull();
     expect(a.body.id).not.toBe(b.body.id);
+  });
+});
+
+/** The numbers 1 to n as rows of one column g, on the service's engine. */
+const bulkRows = (target: TestService, n: number) =>
+  target.deps.store.engine === 'postgres'
+    ? `select generate_series(1, ${n}) as g`
+    : `with recursive n(g) as (select 1 union all select g + 1 from n where g < ${n}) select g from n`;
+
+describe('keys past their window are forgotten', () => {
+  it('a settled key is deleted once its 24 h are over, by a claim a minute or more after the last forgetting; one within its window is kept', async () => {
+    const s = await newSender(service, { credits: 10 });
+    expectOk(await sendEmail(service, s.key, receipt(s.from), withKey('old-key')));
+    service.clock.advance(DAY - 1);
+    expectOk(await sendEmail(service, s.key, receipt(s.from), withKey('young-key')));
+    // Within its window: kept, and replayed.
+    expect(await idempotencyRow(service, s.account.id, 'old-key')).toMatchObject({ state: 'done' });
+    service.clock.advance(FORGET_EVERY_MS + 1);
+    expectOk(await sendEmail(service, s.key, receipt(s.from), withKey('another-key')));
+    expect(await idempotencyRow(service, s.account.id, 'old-key')).toBeUndefined();
+    expect(await idempotencyRow(service, s.account.id, 'young-key')).toMatchObject({ state: 'done' });
+    // Forgotten is what a key past its window was already: a fresh attempt.
+    const again = await sendEmail(service, s.key, receipt(s.from), withKey('old-key'));
+    expectOk(again);
+    expect(again.headers.get('idempotent-replayed')).toBeNull();
+  });
+
+  it('a backlog (a full batch forgotten) is worked through claim by claim, without waiting the minute', async () => {
+    const s = await newSender(service, { credits: 10 });
+    const db = service.deps.db;
+    // One more than a batch, all past their window by a day.
+    const old = service.clock.now() - 2 * DAY;
+    await execute(
+      db,
+      sql`insert into idempotency_keys (account_id, key, fingerprint, claim_token, state, response, claimed_at, completed_at)
+          select ${s.account.id}, 'backlog-' || g, 'f', 't', 'done', null, ${old}, ${old} from (${sql.raw(bulkRows(service, FORGET_BATCH + 1))}) as bulk`,
+    );
+    const backlog = async () =>
+      Number(
+        (await queryRows<{ n: number }>(db, sql`select count(*) as n from idempotency_keys where account_id = ${s.account.id} and key like 'backlog-%'`))[0]!.n,
+      );
+    expect(await backlog()).toBe(FORGET_BATCH + 1);
+    service.clock.advance(FORGET_EVERY_MS + 1);
+    expectOk(await sendEmail(service, s.key, receipt(s.from), withKey('first-after')));
+    expect(await backlog()).toBe(1);
+    // Within the same minute: the batch was full, so this claim forgets again.
+    expectOk(await sendEmail(service, s.key, receipt(s.from), withKey('second-after')));
+    expect(await backlog()).toBe(0);
+  });
+
+  it('at most the batch, oldest first; running claims and keys within their window are never touched', async () => {
+    const s = await newSender(service);
+    // Times long before the service clock's, so these rows are the oldest in the table.
+    const BASE = 1_000_000;
+    const row = (key: string, state: 'done' | 'running', at: number) => ({
+      accountId: s.account.id,
+      key,
+      fingerprint: 'f',
+      claimToken: `t-${key}`,
+      state,
+      response: state === 'done' ? { id: key } : null,
+      claimedAt: at,
+      completedAt: state === 'done' ? at : null,
+    });
+    await service.deps.db
+      .insert(idempotencyKeys)
+      .values([
+        row('e3', 'done', BASE - 1),
+        row('e1', 'done', BASE - 3),
+        row('e2', 'done', BASE - 2),
+        row('young', 'done', BASE + 1),
+        row('lost', 'running', BASE - 100),
+      ]);
+    const keys = async () =>
+      (await Promise.all(['e1', 'e2', 'e3', 'young', 'lost'].map(async (k) => ((await idempotencyRow(service, s.account.id, k)) ? k : null)))).filter(Boolean);
+    const now = BASE + DAY;
+    expect(await forgetExpiredKeys(service.deps.db, now, 2)).toBe(2);
+    expect(await keys()).toEqual(['e3', 'young', 'lost']);
+    expect(await forgetExpiredKeys(service.deps.db, now, 2)).toBe(1);
+    expect(await forgetExpiredKeys(service.deps.db, now, 2)).toBe(0);
+    expect(await keys()).toEqual(['young', 'lost']);
+    // The window's end is exact: a key settled at BASE + 1 is forgotten at BASE + 1 + 24 h, not a millisecond before.
+    expect(await forgetExpiredKeys(service.deps.db, now, 10)).toBe(0);
+    expect(await forgetExpiredKeys(service.deps.db, now + 1, 10)).toBe(1);
+    expect(await keys()).toEqual(['lost']);
+  });
+
+  it('finds them through the index on completed_at, never by reading every key (the plan of its statement)', async () => {
+    const s = await newSender(service);
+    const db = service.deps.db;
+    const at = service.clock.now();
+    await execute(
+      db,
+      sql`insert into idempotency_keys (account_id, key, fingerprint, claim_token, state, response, claimed_at, completed_at)
+          select ${s.account.id}, 'bulk-' || g, 'f', 't', 'done', null, ${at}, ${at} from (${sql.raw(bulkRows(service, 5000))}) as bulk`,
+    );
+    await execute(db, sql`analyze idempotency_keys`);
+    const statement = forgetStatement(db, at, 1000);
+    if (service.deps.store.engine === 'postgres') {
+      const [plan] = await queryRows<{ 'QUERY PLAN': unknown }>(db, sql`explain (format json) ${statement}`);
+      const text = JSON.stringify(plan!['QUERY PLAN']);
+      expect(text).toContain('idempotency_keys_completed_idx');
+      expect(text).not.toContain('Seq Scan');
+    } else {
+      const plan = await queryRows<{ detail: string }>(db, sql`explain query plan ${statement}`);
+      const details = plan.map((p) => p.detail);
+      expect(details).toContainEqual(expect.stringContaining('USING INDEX idempotency_keys_completed_idx'));
+      expect(details.filter((d) => /^SCAN idempotency_keys\b/.test(d))).toEqual([]);
+    }
+    await execute(db, sql`delete from idempotency_keys where account_id = ${s.account.id}`);
   });
 });
 

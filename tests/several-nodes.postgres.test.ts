@@ -11,10 +11,11 @@ import { recordOutcome } from '../server/core/outcomes.js';
 import type { Claimed } from '../mta/delivery-queue.js';
 import { startLiveness, type Liveness } from '../server/app/liveness.js';
 import { skipped } from '../server/core/nodes.js';
-import { claimIdempotencyKey } from '../server/core/idempotency.js';
+import { claimIdempotencyKey, forgetExpiredKeys } from '../server/core/idempotency.js';
 import { connectionConfig, openPostgres } from '../db/pg/state.js';
 import {
   accountRow,
+  DAY,
   emailRows,
   expectError,
   gateCommits,
@@ -260,6 +261,28 @@ describe('a node gone', () => {
 });
 
 describe('across nodes', () => {
+  it('forgetting expired idempotency keys passes over a row another node is deleting, never waits for it', async () => {
+    const s = await newSender(service);
+    const BASE = 2_000_000;
+    for (const key of ['x1', 'x2', 'x3'])
+      await execute(
+        service.deps.db,
+        sql`insert into idempotency_keys (account_id, key, fingerprint, claim_token, state, response, claimed_at, completed_at)
+            values (${s.account.id}, ${key}, 'f', 't', 'done', null, ${BASE}, ${BASE})`,
+      );
+    const left = await other.db.transaction(async (tx) => {
+      // Another node's forgetting holds x2 (its row locked, its transaction still open).
+      await execute(tx, sql`select 1 from idempotency_keys where account_id = ${s.account.id} and key = 'x2' for update`);
+      const forgotten = await forgetExpiredKeys(service.deps.db, BASE + DAY, 10);
+      return { forgotten };
+    });
+    expect(left.forgotten).toBe(2);
+    expect(await idempotencyRow(service, s.account.id, 'x1')).toBeUndefined();
+    expect(await idempotencyRow(service, s.account.id, 'x2')).toMatchObject({ state: 'done' });
+    expect(await idempotencyRow(service, s.account.id, 'x3')).toBeUndefined();
+    expect(await forgetExpiredKeys(service.deps.db, BASE + DAY, 10)).toBe(1);
+  });
+
   it("wakes another node's workers when a queue is marked on this one (NOTIFY), while there is another", async () => {
     const a = await nodeOn(store(), 'wake-a');
     await nodeOn(other, 'wake-b');

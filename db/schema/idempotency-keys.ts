@@ -1,7 +1,10 @@
-import { integer, primaryKey, sqliteTable, text } from 'drizzle-orm/sqlite-core';
+import { index, integer, primaryKey, sqliteTable, text } from 'drizzle-orm/sqlite-core';
 import { accounts } from './accounts.js';
 
-/** Idempotency-Key claims of POST /emails, per acting account; only a settled 200 answer is kept. */
+/**
+ * Idempotency-Key claims of POST /emails, per acting account; only a settled 200 answer is kept, and only for its 24-hour
+ * window: past it the row is forgotten (server/core/idempotency.ts forgetExpiredKeys, by the index on completed_at).
+ */
 export const idempotencyKeys = sqliteTable(
   'idempotency_keys',
   {
@@ -23,5 +26,5 @@ export const idempotencyKeys = sqliteTable(
     claimedAt: integer('claimed_at').notNull(),
     completedAt: integer('completed_at'),
   },
-  (t) => [primaryKey({ columns: [t.accountId, t.key] })],
+  (t) => [primaryKey({ columns: [t.accountId, t.key] }), index('idempotency_keys_completed_idx').on(t.completedAt)],
 );

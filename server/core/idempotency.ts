@@ -1,11 +1,12 @@
 import { randomUUID } from 'node:crypto';
-import { and, eq, sql } from 'drizzle-orm';
+import { type SQL, and, eq, sql } from 'drizzle-orm';
 import { type Db, unsynced } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { idempotencyKeys } from '../../db/schema/index.js';
 import { ApiError } from '../shared/errors.js';
 import { constantTimeEqual, sha256Hex } from '../shared/secrets.js';
-import { changes, one, queryRow } from '../../db/sql.js';
+import { changes, execute, one, queryRow } from '../../db/sql.js';
+import { isPostgres } from '../../db/pg/state.js';
 
 /** Idempotency rules of docs/api/contract.md for POST /emails, per acting account. */
 export const IDEMPOTENCY_WINDOW_MS = 24 * 3_600_000;
@@ -70,7 +71,9 @@ export async function claimIdempotencyKey(
   const q = statements(db);
   // Without an fsync of its own: the send's group commit that follows makes it durable with the send (an fsync
   // covers every frame written before it); lost in a power failure with its request, it is claimed again by the retry.
+  // So are the keys forgotten now and then before it (a lost delete is done again).
   return await unsynced(db, async () => {
+    await forgetNowAndThen(db, now);
     // Twice at most: a key released between the upsert that found it live and the read of why (another request's
     // answer, on an engine with several writers) is free again, and claimed on the second pass. A key that churns
     // faster than that is answered as still running.
@@ -103,6 +106,42 @@ export async function claimIdempotencyKey(
     }
     throw inProgress();
   });
+}
+
+/** How often a claim also forgets the keys past their window, and how many at most each time (oldest first). */
+export const FORGET_EVERY_MS = 60_000;
+export const FORGET_BATCH = 1000;
+const lastForget = new WeakMap<object, number>();
+
+/**
+ * Settled keys whose 24-hour window has ended are deleted, at most `limit` of them, oldest first, found by the index
+ * on completed_at: a deleted key and one past its window answer alike (a fresh attempt), so the table holds about a
+ * day of keys instead of every key ever sent. On Postgres a row another node is deleting at the same moment is left
+ * to it (SKIP LOCKED), never waited for. Returns how many.
+ */
+export async function forgetExpiredKeys(db: Db, now: number, limit: number = FORGET_BATCH): Promise<number> {
+  return await execute(db, forgetStatement(db, now, limit));
+}
+
+/** forgetExpiredKeys's statement (its plan is tested: the index, never a scan of the table). */
+export function forgetStatement(db: Db, now: number, limit: number): SQL {
+  return sql`delete from idempotency_keys where (account_id, key) in (
+      select account_id, key from idempotency_keys
+      where state = 'done' and completed_at <= ${now - IDEMPOTENCY_WINDOW_MS}
+      order by completed_at limit ${limit}${isPostgres(db) ? sql` for update skip locked` : sql``})`;
+}
+
+/**
+ * Once a FORGET_EVERY_MS per store (and at the first claim), as part of a claim: at most FORGET_BATCH keys; when
+ * nothing has expired, one probe of the index. A full batch leaves more behind (a backlog: the table an upgrade found,
+ * a burst a day ago), so the next claim forgets again, without waiting the minute, until a batch comes back short. A
+ * wall clock stepped back forgets at once (a key's window is judged on the same clock).
+ */
+async function forgetNowAndThen(db: Db, now: number): Promise<void> {
+  const last = lastForget.get(db);
+  if (last !== undefined && now - last < FORGET_EVERY_MS && now >= last) return;
+  lastForget.set(db, now);
+  if ((await forgetExpiredKeys(db, now)) >= FORGET_BATCH) lastForget.delete(db);
 }
 
 const inProgress = () => new ApiError('idempotency_in_progress', 'A request with this Idempotency-Key is still running; retry shortly.');

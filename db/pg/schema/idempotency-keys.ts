@@ -1,4 +1,4 @@
-import { json, pgTable, primaryKey, text } from 'drizzle-orm/pg-core';
+import { index, json, pgTable, primaryKey, text } from 'drizzle-orm/pg-core';
 import { idempotencyKeys as sqliteIdempotencyKeys } from '../../schema/idempotency-keys.js';
 import { accounts } from './accounts.js';
 import { int64 } from './columns.js';
@@ -24,5 +24,5 @@ export const idempotencyKeys = pgTable(
     claimedAt: int64('claimed_at').notNull(),
     completedAt: int64('completed_at'),
   },
-  (t) => [primaryKey({ columns: [t.accountId, t.key] })],
+  (t) => [primaryKey({ columns: [t.accountId, t.key] }), index('idempotency_keys_completed_idx').on(t.completedAt)],
 );

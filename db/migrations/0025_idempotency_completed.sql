@@ -1,0 +1,1 @@
+CREATE INDEX `idempotency_keys_completed_idx` ON `idempotency_keys` (`completed_at`);
