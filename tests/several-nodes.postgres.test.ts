@@ -9,7 +9,7 @@ import { markQueued, onQueueMarked } from '../db/queue-wake.js';
 import { claimDueRecipients, recipientQueue } from '../mta/delivery-queue.js';
 import { recordOutcome } from '../server/core/outcomes.js';
 import type { Claimed } from '../mta/delivery-queue.js';
-import { startLiveness, type Liveness } from '../server/app/liveness.js';
+import { FORWARD_GAP_MS, startLiveness, type Liveness } from '../server/app/liveness.js';
 import { skipped } from '../server/core/nodes.js';
 import { claimIdempotencyKey, forgetExpiredKeys } from '../server/core/idempotency.js';
 import { connectionConfig, openPostgres } from '../db/pg/state.js';
@@ -292,14 +292,20 @@ describe('across nodes', () => {
     try {
       markQueued(service.deps.db, 'webhooks');
       await expect.poll(() => woken, { timeout: 5_000 }).toBe(1);
-      // Wakes in a burst are told at most once per gap, and once more after it: the other node claims twice, not ten times.
+      // Wakes in a burst are told at most once per gap, and once more after it: the other node claims about twice, not
+      // ten times. The bound follows the burst's own length (about one gap; a loaded machine stretches its timers).
+      const start = performance.now();
       for (let i = 0; i < 10; i++) {
         markQueued(service.deps.db, 'webhooks');
         await new Promise((r) => setTimeout(r, 4));
       }
+      const gaps = Math.ceil((performance.now() - start) / FORWARD_GAP_MS);
+      await expect.poll(() => woken, { timeout: 5_000 }).toBeGreaterThanOrEqual(2);
       await new Promise((r) => setTimeout(r, 300));
-      expect(woken).toBeGreaterThanOrEqual(2);
-      expect(woken).toBeLessThanOrEqual(3);
+      // The first wake, one per gap the burst spanned, and one after it.
+      expect(woken).toBeLessThanOrEqual(1 + gaps + 1);
+      // Still a bound below one wake per mark (ten, and the first).
+      expect(1 + gaps + 1).toBeLessThan(11);
     } finally {
       unsubscribe();
     }

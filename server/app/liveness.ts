@@ -22,7 +22,7 @@ export const LIVENESS_POLL_MS = 1000;
 /** How long a start waits for its name's liveness lock (an earlier run of this node, killed a moment ago). */
 const NAME_WAIT_MS = 30_000;
 /** The least time between two wakes of one queue told to the other nodes. */
-const FORWARD_GAP_MS = 50;
+export const FORWARD_GAP_MS = 50;
 /** Between two tries to open the link again after it was lost. */
 const RELINK_MS = 1000;
 
