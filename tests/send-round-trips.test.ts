@@ -4,6 +4,7 @@ import { statementsAreRoundTrips } from '../db/sql.js';
 import { claimDueRecipients } from '../mta/delivery-queue.js';
 import { recordOutcome } from '../server/core/outcomes.js';
 import { statementsOf } from './helpers/statements.js';
+import { FORGET_EVERY_MS } from '../server/core/idempotency.js';
 import { type TestService, startService } from './helpers/service.js';
 import { type Sender, expectError, expectOk, newSender, newSubSender, receipt, sendEmail } from './helpers/sending.js';
 
@@ -103,12 +104,15 @@ describe('the statements a send costs', () => {
     expect(after.length).toBe(before.length);
   });
 
-  it('with an Idempotency-Key: the claim, its check and its settle on top', async () => {
+  it('with an Idempotency-Key: the claim, its check and its settle on top; once a minute, one more forgets the expired keys', async () => {
     const plain = await statementsOf(async () => expectOk(await sendEmail(service, sender.key, receipt(sender.from))));
-    const keyed = await statementsOf(async () =>
-      expectOk(await sendEmail(service, sender.key, receipt(sender.from, recipients(10)), { headers: { 'idempotency-key': 'round-trips-1' } })),
-    );
-    expect(keyed.length).toBe(plain.length + 3);
+    const keyedSend = (key: string) => async () =>
+      expectOk(await sendEmail(service, sender.key, receipt(sender.from, recipients(10)), { headers: { 'idempotency-key': key } }));
+    // The first keyed send of the minute forgets the keys past their window (server/core/idempotency.ts).
+    service.clock.advance(FORGET_EVERY_MS + 1);
+    expect((await statementsOf(keyedSend('round-trips-1'))).length).toBe(plain.length + 4);
+    // The others within it do not.
+    expect((await statementsOf(keyedSend('round-trips-2'))).length).toBe(plain.length + 3);
   });
 });
 
@@ -166,7 +170,7 @@ describe('the statements an outcome costs', () => {
   it("reads the account's webhook endpoints and its customer database's owner in one statement on Postgres, two on SQLite", async () => {
     const sent = await sendEmail(service, sender.key, receipt(sender.from, ['outcome-reads@example.net']));
     expectOk(sent);
-    const claimed = (await claimDueRecipients(service.deps.db, 'host-reads:1:a', service.clock.now(), 60_000, 100)).filter(
+    const claimed = (await claimDueRecipients(service.deps.db, 'host-reads:1:a', service.clock.now(), 60_000, 1000)).filter(
       (job) => job.message.id === (sent.body.id as string),
     );
     expect(claimed).toHaveLength(1);
