@@ -180,6 +180,15 @@ export function forNoKeyUpdate<Q extends PromiseLike<unknown>>(db: Db, query: Q)
 }
 
 /**
+ * The end of a plain SQL select whose rows the caller is about to change, where other writers may be at the same rows:
+ * on Postgres `FOR UPDATE SKIP LOCKED` (a row another node holds is left to it, never waited for); on SQLite nothing
+ * (one writer at a time).
+ */
+export function skipLocked(db: Db): SQL {
+  return isPostgres(db) ? sql` for update skip locked` : sql``;
+}
+
+/**
  * Locks rows of `table` by id for the rest of the caller's transaction (in id order), where that takes a statement:
  * Postgres. On SQLite the transaction already holds the whole database, and nothing is run. The statement is compiled
  * once per database and column (an outcome locks its message: building the select each time cost about 35 µs of the

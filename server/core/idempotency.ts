@@ -5,8 +5,7 @@ import { definePrepared } from '../../db/prepared.js';
 import { idempotencyKeys } from '../../db/schema/index.js';
 import { ApiError } from '../shared/errors.js';
 import { constantTimeEqual, sha256Hex } from '../shared/secrets.js';
-import { changes, execute, one, queryRow } from '../../db/sql.js';
-import { isPostgres } from '../../db/pg/state.js';
+import { changes, execute, one, queryRow, skipLocked } from '../../db/sql.js';
 
 /** Idempotency rules of docs/api/contract.md for POST /emails, per acting account. */
 export const IDEMPOTENCY_WINDOW_MS = 24 * 3_600_000;
@@ -128,7 +127,7 @@ export function forgetStatement(db: Db, now: number, limit: number): SQL {
   return sql`delete from idempotency_keys where (account_id, key) in (
       select account_id, key from idempotency_keys
       where state = 'done' and completed_at <= ${now - IDEMPOTENCY_WINDOW_MS}
-      order by completed_at limit ${limit}${isPostgres(db) ? sql` for update skip locked` : sql``})`;
+      order by completed_at limit ${limit}${skipLocked(db)})`;
 }
 
 /**
