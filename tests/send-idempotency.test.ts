@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { leaseNow } from '../server/shared/clock.js';
 import {
   breakQueue,
+  bulkRows,
   DAY,
   emailRows,
   expectError,
@@ -122,12 +123,6 @@ describe('replay', () => {
     expect(a.body.id).not.toBe(b.body.id);
   });
 });
-
-/** The numbers 1 to n as rows of one column g, on the service's engine. */
-const bulkRows = (target: TestService, n: number) =>
-  target.deps.store.engine === 'postgres'
-    ? `select generate_series(1, ${n}) as g`
-    : `with recursive n(g) as (select 1 union all select g + 1 from n where g < ${n}) select g from n`;
 
 describe('keys past their window are forgotten', () => {
   it('a settled key is deleted once its 24 h are over, by a claim a minute or more after the last forgetting; one within its window is kept', async () => {

@@ -45,6 +45,9 @@ const leases = sqliteLeases({
     and not exists (select 1 from webhook_deliveries l
                     where l.endpoint_id = webhook_deliveries.endpoint_id and l.locked_by is not null
                       and l.locked_until > ${sql.placeholder('leaseNow')} and l.id <> webhook_deliveries.id)`,
+  // A holder's leases across the table, from the leased index (the posts in flight), never the delivered history. Postgres
+  // proves the index's condition from most of those scans by itself; SQLite only from the condition written out.
+  leased: sql`${webhookDeliveries.lockedBy} is not null`,
 });
 
 /**

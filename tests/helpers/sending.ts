@@ -277,6 +277,12 @@ export const recipients = (n: number, domain = 'example.net'): string[] => Array
 
 export const DAY = 86_400_000;
 
+/** The numbers 1 to n as rows of one column g, on the service's engine (bulk rows inserted in one statement). */
+export const bulkRows = (target: TestService, n: number): string =>
+  target.deps.store.engine === 'postgres'
+    ? `select generate_series(1, ${n}) as g`
+    : `with recursive n(g) as (select 1 union all select g + 1 from n where g < ${n}) select g from n`;
+
 /** Ends the account's trial and grace window: its sends now answer `402 no_credits`. */
 export async function exhaustCredits(service: TestService, accountId: string): Promise<void> {
   const now = service.clock.now();
