@@ -5,6 +5,7 @@ import { definePrepared } from '../../db/prepared.js';
 import { idempotencyKeys } from '../../db/schema/index.js';
 import { ApiError } from '../shared/errors.js';
 import { constantTimeEqual, sha256Hex } from '../shared/secrets.js';
+import { nowAndThen } from '../shared/now-and-then.js';
 import { changes, execute, one, queryRow, skipLocked } from '../../db/sql.js';
 
 /** Idempotency rules of docs/api/contract.md for POST /emails, per acting account. */
@@ -110,7 +111,7 @@ export async function claimIdempotencyKey(
 /** How often a claim also forgets the keys past their window, and how many at most each time (oldest first). */
 export const FORGET_EVERY_MS = 60_000;
 export const FORGET_BATCH = 1000;
-const lastForget = new WeakMap<object, number>();
+const forgetting = nowAndThen(FORGET_EVERY_MS);
 
 /**
  * Settled keys whose 24-hour window has ended are deleted, at most `limit` of them, oldest first, found by the index
@@ -137,10 +138,7 @@ export function forgetStatement(db: Db, now: number, limit: number): SQL {
  * wall clock stepped back forgets at once (a key's window is judged on the same clock).
  */
 async function forgetNowAndThen(db: Db, now: number): Promise<void> {
-  const last = lastForget.get(db);
-  if (last !== undefined && now - last < FORGET_EVERY_MS && now >= last) return;
-  lastForget.set(db, now);
-  if ((await forgetExpiredKeys(db, now)) >= FORGET_BATCH) lastForget.delete(db);
+  if (forgetting.due(db, now) && (await forgetExpiredKeys(db, now)) >= FORGET_BATCH) forgetting.again(db);
 }
 
 const inProgress = () => new ApiError('idempotency_in_progress', 'A request with this Idempotency-Key is still running; retry shortly.');

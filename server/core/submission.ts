@@ -14,6 +14,7 @@ import { isAlwaysSuppressed } from './simulator.js';
 import { rateLimited } from './rate-limit.js';
 import { suppressionReasons, suppressionsStamp } from './suppressions.js';
 import { changes, execute, queryRow } from '../../db/sql.js';
+import { nowAndThen } from '../shared/now-and-then.js';
 
 /**
  * A message submitted over SMTP (docs/api/decisions.md section 10), through the rules of `POST /emails` that apply to
@@ -179,13 +180,10 @@ export async function pruneSubmittedMessageIds(deps: Pick<Deps, 'db'>, now: numb
 
 /** How often a submission also forgets the Message-IDs past the window (by its index on created_at). */
 const PRUNE_EVERY_MS = 60 * 60_000;
-const lastPrune = new WeakMap<object, number>();
+const pruning = nowAndThen(PRUNE_EVERY_MS);
 
 async function pruneNowAndThen(deps: Pick<Deps, 'db'>, now: number): Promise<void> {
-  const last = lastPrune.get(deps.db);
-  if (last !== undefined && now - last < PRUNE_EVERY_MS && now >= last) return;
-  lastPrune.set(deps.db, now);
-  await pruneSubmittedMessageIds(deps, now);
+  if (pruning.due(deps.db, now)) await pruneSubmittedMessageIds(deps, now);
 }
 
 export const newSubmissionId = (deps: Pick<Deps, 'clock'>): string => newId(deps.clock.now());
