@@ -1,8 +1,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { submittedMessages } from '../db/schema/index.js';
-import { pruneSubmittedMessageIds } from '../server/core/submission.js';
+import { PRUNE_EVERY_MS, pruneSubmittedMessageIds } from '../server/core/submission.js';
 import { RawSmtp } from './helpers/raw-smtp.js';
-import { type Sender, emailRows, newSender, queued, queuedRecipientsOf } from './helpers/sending.js';
+import { DAY, type Sender, emailRows, newSender, queued, queuedRecipientsOf } from './helpers/sending.js';
 import { type TestService, startService } from './helpers/service.js';
 import { type SubmissionRig, startSubmission } from './helpers/submission.js';
 
@@ -245,4 +245,36 @@ it('Message-IDs older than 24 hours are forgotten', async () => {
   ]);
   expect(await pruneSubmittedMessageIds({ db }, now)).toBe(1);
   expect((await db.select({ id: submittedMessages.messageId }).from(submittedMessages)).map((r) => r.id)).toContain('<new@client.example>');
+});
+
+it('a submission with a Message-ID forgets those past the window, at most once an hour', async () => {
+  const db = service.deps.db;
+  const emailId = (await emailRows(service, s.account.id))[0]?.id;
+  expect(emailId, 'an email of an earlier test').toBeDefined();
+  let n = 0;
+  const submitWithId = async () => {
+    const client = await authenticated();
+    expect(await client.command(`MAIL FROM:<${s.from}>`)).toMatch(/^250 /);
+    expect(await client.command('RCPT TO:<ada@example.net>')).toMatch(/^250 /);
+    expect(await client.command('DATA')).toMatch(/^354 /);
+    client.write(`From: ${s.from}\r\nMessage-ID: <prune-${++n}-${process.pid}@client.example>\r\nSubject: x\r\n\r\nhello\r\n.\r\n`);
+    expect(await client.reply()).toMatch(/^250 /);
+  };
+  const stale = async (messageId: string) =>
+    await db.insert(submittedMessages).values({ accountId: s.account.id, messageId, emailId: emailId!, createdAt: service.clock.now() - DAY - 1 });
+  const kept = async () => (await db.select({ id: submittedMessages.messageId }).from(submittedMessages)).map((r) => r.id);
+
+  // An hour after any earlier test's submission, the prune is due: the next submission forgets the stale entry.
+  service.clock.advance(PRUNE_EVERY_MS);
+  await stale('<stale-1@client.example>');
+  await submitWithId();
+  expect(await kept()).not.toContain('<stale-1@client.example>');
+  // Within the hour it is not run again; once the hour is up, it is.
+  await stale('<stale-2@client.example>');
+  service.clock.advance(PRUNE_EVERY_MS - 1);
+  await submitWithId();
+  expect(await kept()).toContain('<stale-2@client.example>');
+  service.clock.advance(1);
+  await submitWithId();
+  expect(await kept()).not.toContain('<stale-2@client.example>');
 });

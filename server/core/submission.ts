@@ -179,7 +179,7 @@ export async function pruneSubmittedMessageIds(deps: Pick<Deps, 'db'>, now: numb
 }
 
 /** How often a submission also forgets the Message-IDs past the window (by its index on created_at). */
-const PRUNE_EVERY_MS = 60 * 60_000;
+export const PRUNE_EVERY_MS = 60 * 60_000;
 const pruning = nowAndThen(PRUNE_EVERY_MS);
 
 async function pruneNowAndThen(deps: Pick<Deps, 'db'>, now: number): Promise<void> {
