@@ -77,6 +77,64 @@ describe('limits across nodes, through haproxy', () => {
   });
 });
 
+describe('the API balanced by key (LB_HTTP_BALANCE=hdr(Authorization))', () => {
+  it('sends every request of one key to one node, and spreads the keys over the nodes', async () => {
+    const byKey = await cluster.balancer({ LB_HTTP_BALANCE: 'hdr(Authorization)' });
+    try {
+      const { key } = await cluster.newSender('By key', 'by-key.example');
+      // Twelve sub-accounts with a key each (all twelve on one node by chance: 3 in 3^12).
+      const accounts: { id: string; key: string }[] = [];
+      for (let i = 1; i <= 12; i++) {
+        const account = await processApi(cluster, key, 'POST', '/accounts', { name: `Customer ${i}` });
+        expect(account.status, JSON.stringify(account.body)).toBe(201);
+        const minted = await fetch(`${cluster.base}/keys`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-service-account': account.body.id },
+          body: JSON.stringify({ name: 'by key' }),
+        });
+        expect(minted.status).toBe(201);
+        accounts.push({ id: account.body.id, key: ((await minted.json()) as { key: string }).key });
+      }
+      // Each node's access log names the acting account of each request it answered (POST /keys above counts for its
+      // sub-account: the requests through the balancer by key are what the logs gain from here on).
+      const servedBy = (id: string) =>
+        cluster.nodes.map((n) => n.runs.flatMap((r) => r.logs).filter((l) => l.includes('"event":"http.request"') && l.includes(`"accountId":"${id}"`)).length);
+      const gained = (before: number[][]) => accounts.map((a, k) => servedBy(a.id).map((n, i) => n - before[k]![i]!));
+      const before = await until(
+        'the keys minted in the logs',
+        () => accounts.map((a) => servedBy(a.id)),
+        (counts) => counts.every((c) => c.reduce((x, y) => x + y, 0) === 1),
+        5_000,
+      );
+      const ROUNDS = 6;
+      // Each key's requests in a row (taken in rounds over twelve keys, round robin would also give each key one node).
+      for (const a of accounts) for (let i = 0; i < ROUNDS; i++) expect((await processApi(byKey, a.key, 'GET', '/account')).status).toBe(200);
+      const all = await until(
+        'every request in the logs',
+        () => gained(before),
+        (counts) => counts.every((c) => c.reduce((x, y) => x + y, 0) === ROUNDS),
+        5_000,
+      );
+      // One node answered all of a key's requests; the keys landed on more than one node.
+      for (const counts of all) expect([...counts].sort((x, y) => y - x)).toEqual([ROUNDS, 0, 0]);
+      expect(new Set(all.map((counts) => counts.indexOf(ROUNDS))).size).toBeGreaterThan(1);
+      // The shipped default (each request to the next node) spreads one key's requests over every node.
+      const spread = accounts[0]!;
+      const start = servedBy(spread.id);
+      for (let i = 0; i < 6; i++) expect((await processApi(cluster, spread.key, 'GET', '/account')).status).toBe(200);
+      const after = await until(
+        "the default's requests in the logs",
+        () => servedBy(spread.id).map((n, i) => n - start[i]!),
+        (c) => c.reduce((x, y) => x + y, 0) === 6,
+        5_000,
+      );
+      expect(after.filter((n) => n > 0).length).toBeGreaterThan(1);
+    } finally {
+      await byKey.close();
+    }
+  });
+});
+
 /** Pairs of intervals that overlap: [start, end) of two different holders at once. */
 function overlaps(intervals: { who: string; start: number; end: number }[]): string[] {
   const sorted = [...intervals].sort((a, b) => a.start - b.start);

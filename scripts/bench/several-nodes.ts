@@ -19,7 +19,9 @@ import { serviceNodeFlags, spawnListening, stop } from './spawn.js';
  * kill), the CPU of the nodes, of Postgres and of the whole machine per 1000 messages, and Postgres's transactions per
  * message: what coordination across nodes costs. Then the same three nodes with the load of three accounts (seven
  * clients each), once through haproxy and once with each account's clients posting straight to a node of its own: what
- * the one account's row, which every node's send batch locks to its commit, costs the benchmark. Then one node alone
+ * the one account's row, which every node's send batch locks to its commit, costs the benchmark. Then twenty accounts
+ * (one client each) through haproxy, each request to the next node (the shipped default) and each key's requests to one
+ * node (LB_HTTP_BALANCE=hdr(Authorization)): what balancing by key saves when there are many accounts. Then one node alone
  * with a third of the clients (a node's share among three): its machine CPU a message bounds what three nodes could
  * deliver on this machine with no coordination at all. Then three nodes that share nothing but the machine (the floor).
  * Each side first takes BENCH_WARMUP messages untimed.
@@ -246,10 +248,20 @@ async function oneNode(pg: TestPostgres, sink: BenchSink, run: number, clients =
  * sends for every account; `three accounts, one a node` posts each account's seven clients straight to a node of its
  * own, so no account's row is locked by two nodes' batches.
  */
-type ThreeNodeLoad = 'one account' | 'three accounts' | 'three accounts, one a node';
+type ThreeNodeLoad = 'one account' | 'three accounts' | 'three accounts, one a node' | 'many accounts' | 'many accounts, by key';
+
+/** The number of accounts (one client each) of the `many accounts` loads. */
+const MANY = CLIENTS;
 
 async function threeNodes(pg: TestPostgres, sink: BenchSink, run: number, load: ThreeNodeLoad = 'one account'): Promise<Figures> {
-  const database = `three_nodes_${load === 'one account' ? '' : load === 'three accounts' ? 'three_accounts_' : 'pinned_'}${run}`;
+  const prefix: Record<ThreeNodeLoad, string> = {
+    'one account': '',
+    'three accounts': 'three_accounts_',
+    'three accounts, one a node': 'pinned_',
+    'many accounts': 'many_accounts_',
+    'many accounts, by key': 'by_key_',
+  };
+  const database = `three_nodes_${prefix[load]}${run}`;
   await pg.admin(`create database ${database}`);
   // Node 1 is the rig's (127.0.0.1), nodes 2 and 3 listen on 127.0.0.12 and .13 on the same port, as nodes on three
   // machines would; SMTP is off (the benchmark sends through the API), its backends in the file stay unused.
@@ -295,6 +307,7 @@ async function threeNodes(pg: TestPostgres, sink: BenchSink, run: number, load: 
         NODE_SMTP_PORT: '25',
         NODE_SUBMISSION_PORT: '587',
         NODE_SUBMISSIONS_PORT: '465',
+        ...(load === 'many accounts, by key' ? { LB_HTTP_BALANCE: 'hdr(Authorization)' } : {}),
       },
     });
     await waitForPort(lb.http);
@@ -304,8 +317,16 @@ async function threeNodes(pg: TestPostgres, sink: BenchSink, run: number, load: 
       const { headers } = await rig.newSender('Bench', 'bench.example');
       return await timed(pg, database, { ...rig, base: through }, [{ headers, domain: 'bench.example', concurrency: CLIENTS }], pids);
     }
-    const nodeBases = ['127.0.0.1', '127.0.0.12', '127.0.0.13'].map((address) => `http://${address}:${httpPort}/api/v1`);
     const streams: SendStream[] = [];
+    if (load === 'many accounts' || load === 'many accounts, by key') {
+      for (let i = 1; i <= MANY; i++) {
+        const domain = `many${i}.example`;
+        const { headers } = await rig.newSender(`Bench ${i}`, domain);
+        streams.push({ headers, domain, concurrency: 1, base: through });
+      }
+      return await timed(pg, database, rig, streams, pids);
+    }
+    const nodeBases = ['127.0.0.1', '127.0.0.12', '127.0.0.13'].map((address) => `http://${address}:${httpPort}/api/v1`);
     for (let i = 1; i <= 3; i++) {
       const domain = `bench${i}.example`;
       const { headers } = await rig.newSender(`Bench ${i}`, domain);
@@ -425,6 +446,8 @@ async function main(): Promise<void> {
         const three = await threeNodes(pg, sink, run);
         const threeAccounts = await threeNodes(pg, sink, run, 'three accounts');
         const pinned = await threeNodes(pg, sink, run, 'three accounts, one a node');
+        const many = await threeNodes(pg, sink, run, 'many accounts');
+        const byKey = await threeNodes(pg, sink, run, 'many accounts, by key');
         // A node's share of the load among three: one node alone with a third of the clients. Its machine CPU a
         // message is what each of three nodes would cost with no coordination at all, so two cores over it bound
         // what three nodes can deliver here.
@@ -436,6 +459,8 @@ async function main(): Promise<void> {
         console.log(`run ${run}: ${line('three nodes behind haproxy', three)}`);
         console.log(`run ${run}: ${line(`three nodes behind haproxy, three accounts (${SHARE_CLIENTS} clients each)`, threeAccounts)}`);
         console.log(`run ${run}: ${line(`three nodes, three accounts, each account's ${SHARE_CLIENTS} clients straight to a node of its own`, pinned)}`);
+        console.log(`run ${run}: ${line(`three nodes behind haproxy, ${MANY} accounts (one client each), each request to the next node`, many)}`);
+        console.log(`run ${run}: ${line(`three nodes behind haproxy, ${MANY} accounts (one client each), each key to one node (hdr(Authorization))`, byKey)}`);
         console.log(`run ${run}: ${line(`one node with ${SHARE_CLIENTS} clients (a node's share of the load among three)`, share)}`);
         const bound = MACHINE_CPU_MS / share.machineCpuPer1000;
         console.log(
@@ -446,7 +471,7 @@ async function main(): Promise<void> {
           `run ${run}: three nodes sharing nothing but the machine (each on a database of its own, ${SHARE_CLIENTS} clients and ${total} messages each, at once): ${apart.rate.toFixed(0)} messages/s together (${apart.delivered} delivered, ${apart.duplicates} beyond those accepted), ${(apart.rate / one.delivery.rate).toFixed(2)} of one node: the floor on this machine; CPU per 1000 messages: nodes ${apart.nodesCpuPer1000.toFixed(2)} s, machine ${apart.machineCpuPer1000.toFixed(2)} s; context switches per message ${apart.switchesPerMessage.toFixed(1)}`,
         );
         console.log(
-          `run ${run}: of one node (one account): three nodes with three accounts ${(threeAccounts.delivery.rate / one.delivery.rate).toFixed(2)}, with each account on a node of its own ${(pinned.delivery.rate / one.delivery.rate).toFixed(2)} (what one account's row, locked by every node's send batches, costs)`,
+          `run ${run}: of one node (one account): three nodes with three accounts ${(threeAccounts.delivery.rate / one.delivery.rate).toFixed(2)}, with each account on a node of its own ${(pinned.delivery.rate / one.delivery.rate).toFixed(2)} (what one account's row, locked by every node's send batches, costs); with ${MANY} accounts ${(many.delivery.rate / one.delivery.rate).toFixed(2)} each request to the next node, ${(byKey.delivery.rate / one.delivery.rate).toFixed(2)} each key to one node`,
         );
         console.log(
           `run ${run}: ratio ${ratio.toFixed(2)} (target ${TARGET}); coordination per message: ${(((cpu(three) - cpu(one)) / 1000) * 1e3).toFixed(2)} ms of CPU (nodes ${(three.nodesCpuPer1000 - one.nodesCpuPer1000).toFixed(2)}, Postgres ${(three.postgresCpuPer1000 - one.postgresCpuPer1000).toFixed(2)} s per 1000), ${(three.xactsPerMessage - one.xactsPerMessage).toFixed(2)} Postgres transactions`,

@@ -36,10 +36,20 @@ export interface Cluster {
   sharedEnv: Record<string, string>;
   /** What haproxy printed (its notices: a server DOWN or UP). */
   haproxyOutput(): string;
+  /** Another haproxy in front of the same nodes, from the same file with `env` added to its environment (the test closes it). */
+  balancer(env: Record<string, string>): Promise<Balancer>;
   /** Rows of plain SQL (`$1`...) on the shared state database, bigints as numbers. */
   state<T>(sql: string, params?: unknown[]): Promise<T[]>;
   /** An account made with the CLI, a sending and receiving domain marked published: its id, key and domain. */
   newSender(name: string, domain: string): Promise<{ accountId: string; key: string; domain: string }>;
+  close(): Promise<void>;
+}
+
+/** One haproxy run from the shipped file: its ports, `http://127.0.0.1:<lb>/api/v1`, what it printed. */
+export interface Balancer {
+  lb: { http: number; smtp: number; submission: number; submissions: number };
+  base: string;
+  output(): string;
   close(): Promise<void>;
 }
 
@@ -159,34 +169,45 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
   // One after the other: the first migrates nothing (the template is migrated) but each takes its liveness lock.
   for (const node of nodes) await node.restart();
 
-  const lb = {
-    http: await freePort(),
-    smtp: await freePort(),
-    submission: await freePort(),
-    submissions: await freePort(),
+  const startBalancer = async (env: Record<string, string>): Promise<Balancer> => {
+    const lb = { http: await freePort(), smtp: await freePort(), submission: await freePort(), submissions: await freePort() };
+    const haproxyEnv: Record<string, string> = {
+      PATH: process.env.PATH ?? '',
+      LB_ADDR: '127.0.0.1',
+      LB_HTTP_PORT: String(lb.http),
+      LB_SMTP_PORT: String(lb.smtp),
+      LB_SUBMISSION_PORT: String(lb.submission),
+      LB_SUBMISSIONS_PORT: String(lb.submissions),
+      NODE_HTTP_PORT: String(nodePorts.http),
+      NODE_SMTP_PORT: String(nodePorts.smtp),
+      NODE_SUBMISSION_PORT: String(nodePorts.submission),
+      NODE_SUBMISSIONS_PORT: String(nodePorts.submissions),
+      LB_CHECK_INTER: opts.checkInter ?? '200ms',
+      ...Object.fromEntries(addresses.map((a, i) => [`NODE${i + 1}_ADDR`, a])),
+      ...env,
+    };
+    let output = '';
+    // -db: in the foreground, so the test owns the process and its output.
+    const haproxy: ChildProcess = spawn('haproxy', ['-db', '-f', HAPROXY_CFG], { env: haproxyEnv, stdio: ['ignore', 'pipe', 'pipe'] });
+    haproxy.stdout?.on('data', (c: Buffer) => (output += c.toString()));
+    haproxy.stderr?.on('data', (c: Buffer) => (output += c.toString()));
+    haproxy.on('error', (err) => (output += `spawn failed: ${err.message}`));
+    const haproxyExited = new Promise<void>((resolve) => haproxy.once('exit', () => resolve()));
+    for (const port of Object.values(lb)) await accepting(port, '127.0.0.1', 10_000, () => output);
+    return {
+      lb,
+      base: `http://127.0.0.1:${lb.http}/api/v1`,
+      output: () => output,
+      async close() {
+        if (haproxy.exitCode === null) {
+          haproxy.kill('SIGTERM');
+          await haproxyExited;
+        }
+      },
+    };
   };
-  const haproxyEnv: Record<string, string> = {
-    PATH: process.env.PATH ?? '',
-    LB_ADDR: '127.0.0.1',
-    LB_HTTP_PORT: String(lb.http),
-    LB_SMTP_PORT: String(lb.smtp),
-    LB_SUBMISSION_PORT: String(lb.submission),
-    LB_SUBMISSIONS_PORT: String(lb.submissions),
-    NODE_HTTP_PORT: String(nodePorts.http),
-    NODE_SMTP_PORT: String(nodePorts.smtp),
-    NODE_SUBMISSION_PORT: String(nodePorts.submission),
-    NODE_SUBMISSIONS_PORT: String(nodePorts.submissions),
-    LB_CHECK_INTER: opts.checkInter ?? '200ms',
-    ...Object.fromEntries(addresses.map((a, i) => [`NODE${i + 1}_ADDR`, a])),
-  };
-  let output = '';
-  // -db: in the foreground, so the test owns the process and its output.
-  const haproxy: ChildProcess = spawn('haproxy', ['-db', '-f', HAPROXY_CFG], { env: haproxyEnv, stdio: ['ignore', 'pipe', 'pipe'] });
-  haproxy.stdout?.on('data', (c: Buffer) => (output += c.toString()));
-  haproxy.stderr?.on('data', (c: Buffer) => (output += c.toString()));
-  haproxy.on('error', (err) => (output += `spawn failed: ${err.message}`));
-  const haproxyExited = new Promise<void>((resolve) => haproxy.once('exit', () => resolve()));
-  for (const port of Object.values(lb)) await accepting(port, '127.0.0.1', 10_000, () => output);
+  const balancer = await startBalancer({});
+  const { lb } = balancer;
 
   const client = await stateClientOf(state);
   if (!client) throw new Error('no state client');
@@ -200,7 +221,13 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
     nodePorts,
     nodes,
     sharedEnv,
-    haproxyOutput: () => output,
+    haproxyOutput: () => balancer.output(),
+    async balancer(env) {
+      const another = await startBalancer(env);
+      // Its first checks see every node up.
+      await new Promise((r) => setTimeout(r, 500));
+      return another;
+    },
     state: async <T>(sql: string, params: unknown[] = []) => (await client.query({ text: sql, values: params, types })).rows as T[],
     async newSender(name, domain) {
       const { accountId, key } = await createAccountWithCli(nodes[0]!.env, name);
@@ -211,10 +238,7 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
     },
     async close() {
       await client.end().catch(() => undefined);
-      if (haproxy.exitCode === null) {
-        haproxy.kill('SIGTERM');
-        await haproxyExited;
-      }
+      await balancer.close();
       await Promise.all(nodes.map((n) => n.kill()));
       for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
     },
