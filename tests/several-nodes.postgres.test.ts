@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { sql } from 'drizzle-orm';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { execute, queryRow } from '../db/sql.js';
+import { execute, queryRow, queryRows } from '../db/sql.js';
 import type { PgStore } from '../db/pg/state.js';
 import { dashboardSessions } from '../db/schema/index.js';
 import { NodeNameTakenError, openNodeLink } from '../db/pg/node-link.js';
@@ -12,6 +12,7 @@ import type { Claimed } from '../mta/delivery-queue.js';
 import { FORWARD_GAP_MS, startLiveness, type Liveness } from '../server/app/liveness.js';
 import { skipped } from '../server/core/nodes.js';
 import { claimIdempotencyKey, forgetExpiredKeys } from '../server/core/idempotency.js';
+import { pruneSubmittedMessageIds } from '../server/core/submission.js';
 import { connectionConfig, openPostgres } from '../db/pg/state.js';
 import {
   accountRow,
@@ -232,6 +233,30 @@ describe('across nodes', () => {
     expect(await idempotencyRow(service, s.account.id, 'x2')).toMatchObject({ state: 'done' });
     expect(await idempotencyRow(service, s.account.id, 'x3')).toBeUndefined();
     expect(await forgetExpiredKeys(service.deps.db, BASE + DAY, 10)).toBe(1);
+  });
+
+  it('forgetting submitted Message-IDs past the window passes over a row another node is deleting, never waits for it', async () => {
+    const s = await newSender(service);
+    const sent = await service.api('POST', '/emails', { key: s.key, body: receipt(s.from) });
+    expect(sent.status).toBe(200);
+    const BASE = 2_000_000;
+    for (const id of ['<m1@x>', '<m2@x>', '<m3@x>'])
+      await execute(
+        service.deps.db,
+        sql`insert into submitted_messages (account_id, message_id, email_id, created_at) values (${s.account.id}, ${id}, ${sent.body.id}, ${BASE})`,
+      );
+    const kept = async () =>
+      (
+        await queryRows<{ id: string }>(service.deps.db, sql`select message_id as id from submitted_messages where account_id = ${s.account.id} order by 1`)
+      ).map((r) => r.id);
+    const forgotten = await other.db.transaction(async (tx) => {
+      // Another node's prune holds <m2@x> (its row locked, its transaction still open).
+      await execute(tx, sql`select 1 from submitted_messages where account_id = ${s.account.id} and message_id = '<m2@x>' for update`);
+      return await pruneSubmittedMessageIds({ db: service.deps.db }, BASE + DAY + 1, 10);
+    });
+    expect(forgotten).toBe(2);
+    expect(await kept()).toEqual(['<m2@x>']);
+    expect(await pruneSubmittedMessageIds({ db: service.deps.db }, BASE + DAY + 1, 10)).toBe(1);
   });
 
   it("wakes another node's workers when a queue is marked on this one (NOTIFY), while there is another", async () => {

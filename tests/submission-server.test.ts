@@ -1,8 +1,10 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { submittedMessages } from '../db/schema/index.js';
-import { PRUNE_EVERY_MS, pruneSubmittedMessageIds } from '../server/core/submission.js';
+import { sql } from 'drizzle-orm';
+import { execute, queryRows } from '../db/sql.js';
+import { PRUNE_BATCH, PRUNE_EVERY_MS, pruneStatement, pruneSubmittedMessageIds } from '../server/core/submission.js';
 import { RawSmtp } from './helpers/raw-smtp.js';
-import { DAY, type Sender, emailRows, newSender, queued, queuedRecipientsOf } from './helpers/sending.js';
+import { DAY, type Sender, bulkRows, emailRows, newSender, queued, queuedRecipientsOf } from './helpers/sending.js';
 import { type TestService, startService } from './helpers/service.js';
 import { type SubmissionRig, startSubmission } from './helpers/submission.js';
 
@@ -247,19 +249,80 @@ it('Message-IDs older than 24 hours are forgotten', async () => {
   expect((await db.select({ id: submittedMessages.messageId }).from(submittedMessages)).map((r) => r.id)).toContain('<new@client.example>');
 });
 
+/** A message with a Message-ID of its own, submitted and queued (250). */
+let submitted = 0;
+async function submitWithId(): Promise<void> {
+  const client = await authenticated();
+  expect(await client.command(`MAIL FROM:<${s.from}>`)).toMatch(/^250 /);
+  expect(await client.command('RCPT TO:<ada@example.net>')).toMatch(/^250 /);
+  expect(await client.command('DATA')).toMatch(/^354 /);
+  client.write(`From: ${s.from}\r\nMessage-ID: <prune-${++submitted}-${process.pid}@client.example>\r\nSubject: x\r\n\r\nhello\r\n.\r\n`);
+  expect(await client.reply()).toMatch(/^250 /);
+}
+
+describe('a backlog of Message-IDs past the window', () => {
+  /** `n` entries past the window, created a millisecond apart from `at` on. */
+  const staleRows = async (emailId: string, n: number, at: number, tag: string) =>
+    await execute(
+      service.deps.db,
+      sql`insert into submitted_messages (account_id, message_id, email_id, created_at)
+          select ${s.account.id}, '<' || ${tag} || '-' || g || '@client.example>', ${emailId}, cast(${at} as bigint) + g from (${sql.raw(bulkRows(service, n))}) as bulk`,
+    );
+  const staleLeft = async (tag: string) =>
+    (await queryRows<{ n: number }>(service.deps.db, sql`select count(*) as n from submitted_messages where message_id like ${`<${tag}-%`}`))[0]!.n;
+
+  it('is forgotten a bounded batch at a time, oldest first', async () => {
+    const emailId = (await emailRows(service, s.account.id))[0]!.id;
+    const old = service.clock.now() - 2 * DAY;
+    await staleRows(emailId, 5, old, 'batch');
+    expect(await pruneSubmittedMessageIds({ db: service.deps.db }, service.clock.now(), 2)).toBe(2);
+    const left = await queryRows<{ id: string }>(
+      service.deps.db,
+      sql`select message_id as id from submitted_messages where message_id like '<batch-%' order by created_at`,
+    );
+    expect(left.map((r) => r.id)).toEqual(['<batch-3@client.example>', '<batch-4@client.example>', '<batch-5@client.example>']);
+    expect(await pruneSubmittedMessageIds({ db: service.deps.db }, service.clock.now(), 10)).toBe(3);
+  });
+
+  it('a full batch lets the next submission forget again at once, until a batch comes back short', async () => {
+    const emailId = (await emailRows(service, s.account.id))[0]!.id;
+    service.clock.advance(PRUNE_EVERY_MS);
+    await staleRows(emailId, PRUNE_BATCH + 1, service.clock.now() - 2 * DAY, 'backlog');
+    await submitWithId();
+    expect(Number(await staleLeft('backlog'))).toBe(1);
+    await submitWithId();
+    expect(Number(await staleLeft('backlog'))).toBe(0);
+    // That batch came back short: the next is an hour away.
+    await staleRows(emailId, 1, service.clock.now() - 2 * DAY, 'after');
+    await submitWithId();
+    expect(Number(await staleLeft('after'))).toBe(1);
+  });
+
+  it('finds them through the index on created_at, never by reading every entry (the plan of its statement)', async () => {
+    const emailId = (await emailRows(service, s.account.id))[0]!.id;
+    await staleRows(emailId, 5000, service.clock.now() - DAY / 2, 'plan');
+    await execute(service.deps.db, sql`analyze submitted_messages`);
+    const db = service.deps.db;
+    // Past the window of every entry above but 'plan-' ones, which are all young: the plan reads the index's young end.
+    const statement = pruneStatement(db, service.clock.now(), PRUNE_BATCH);
+    if (service.deps.store.engine === 'postgres') {
+      const [plan] = await queryRows<{ 'QUERY PLAN': unknown }>(db, sql`explain (format json) ${statement}`);
+      const text = JSON.stringify(plan!['QUERY PLAN']);
+      expect(text).toContain('submitted_messages_created_idx');
+      expect(text).not.toContain('Seq Scan');
+    } else {
+      const details = (await queryRows<{ detail: string }>(db, sql`explain query plan ${statement}`)).map((p) => p.detail);
+      expect(details).toContainEqual(expect.stringContaining('USING INDEX submitted_messages_created_idx'));
+      expect(details.filter((d) => /^SCAN submitted_messages\b/.test(d))).toEqual([]);
+    }
+    await execute(db, sql`delete from submitted_messages where message_id like '<plan-%'`);
+  });
+});
+
 it('a submission with a Message-ID forgets those past the window, at most once an hour', async () => {
   const db = service.deps.db;
   const emailId = (await emailRows(service, s.account.id))[0]?.id;
   expect(emailId, 'an email of an earlier test').toBeDefined();
-  let n = 0;
-  const submitWithId = async () => {
-    const client = await authenticated();
-    expect(await client.command(`MAIL FROM:<${s.from}>`)).toMatch(/^250 /);
-    expect(await client.command('RCPT TO:<ada@example.net>')).toMatch(/^250 /);
-    expect(await client.command('DATA')).toMatch(/^354 /);
-    client.write(`From: ${s.from}\r\nMessage-ID: <prune-${++n}-${process.pid}@client.example>\r\nSubject: x\r\n\r\nhello\r\n.\r\n`);
-    expect(await client.reply()).toMatch(/^250 /);
-  };
   const stale = async (messageId: string) =>
     await db.insert(submittedMessages).values({ accountId: s.account.id, messageId, emailId: emailId!, createdAt: service.clock.now() - DAY - 1 });
   const kept = async () => (await db.select({ id: submittedMessages.messageId }).from(submittedMessages)).map((r) => r.id);

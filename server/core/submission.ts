@@ -1,5 +1,5 @@
-import { lt, sql } from 'drizzle-orm';
-import { submittedMessages } from '../../db/schema/index.js';
+import { type SQL, sql } from 'drizzle-orm';
+import type { Db } from '../../db/client.js';
 import { DAY_MS } from '../shared/clock.js';
 import { ApiError } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
@@ -13,7 +13,7 @@ import type { SubmittedHeader } from './submitted-message.js';
 import { isAlwaysSuppressed } from './simulator.js';
 import { rateLimited } from './rate-limit.js';
 import { suppressionReasons, suppressionsStamp } from './suppressions.js';
-import { changes, execute, queryRow } from '../../db/sql.js';
+import { execute, queryRow, skipLocked } from '../../db/sql.js';
 import { nowAndThen } from '../shared/now-and-then.js';
 
 /**
@@ -173,17 +173,33 @@ export async function commitSubmission(
   );
 }
 
-/** Forgets Message-IDs older than the de-duplication window. */
-export async function pruneSubmittedMessageIds(deps: Pick<Deps, 'db'>, now: number): Promise<number> {
-  return changes(await deps.db.delete(submittedMessages).where(lt(submittedMessages.createdAt, now - MESSAGE_ID_WINDOW_MS)));
-}
-
-/** How often a submission also forgets the Message-IDs past the window (by its index on created_at). */
+/** How often a submission also forgets the Message-IDs past the window, and how many at most each time (oldest first). */
 export const PRUNE_EVERY_MS = 60 * 60_000;
+export const PRUNE_BATCH = 1000;
 const pruning = nowAndThen(PRUNE_EVERY_MS);
 
+/**
+ * Forgets Message-IDs older than the de-duplication window, at most `limit` of them, oldest first (by the index on
+ * created_at): the prune runs inside a submission's batch, so a backlog (an hour of a busy account's submissions) is
+ * worked off a bounded batch at a time, never in one long delete. On Postgres a row another node is forgetting at the
+ * same moment is left to it (SKIP LOCKED), never waited for. Returns how many.
+ */
+export async function pruneSubmittedMessageIds(deps: Pick<Deps, 'db'>, now: number, limit: number = PRUNE_BATCH): Promise<number> {
+  return await execute(deps.db, pruneStatement(deps.db, now, limit));
+}
+
+/** pruneSubmittedMessageIds's statement (its plan is tested: the index, never a scan of the table). */
+export function pruneStatement(db: Db, now: number, limit: number): SQL {
+  // The window's condition outside too: whichever way the planner joins the two, each side reads the index's old end.
+  const before = now - MESSAGE_ID_WINDOW_MS;
+  return sql`delete from submitted_messages where created_at < ${before} and (account_id, message_id) in (
+      select account_id, message_id from submitted_messages where created_at < ${before}
+      order by created_at limit ${limit}${skipLocked(db)})`;
+}
+
+/** Once a PRUNE_EVERY_MS per store (and at the first submission); a full batch leaves more, forgotten at the next one. */
 async function pruneNowAndThen(deps: Pick<Deps, 'db'>, now: number): Promise<void> {
-  if (pruning.due(deps.db, now)) await pruneSubmittedMessageIds(deps, now);
+  if (pruning.due(deps.db, now) && (await pruneSubmittedMessageIds(deps, now)) >= PRUNE_BATCH) pruning.again(deps.db);
 }
 
 export const newSubmissionId = (deps: Pick<Deps, 'clock'>): string => newId(deps.clock.now());
