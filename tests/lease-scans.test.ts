@@ -6,6 +6,7 @@ import { execute, queryRow, queryRows } from '../db/sql.js';
 import { recipientQueue } from '../mta/delivery-queue.js';
 import type { QueueStore } from '../server/queues/lease-table.js';
 import { webhookQueue } from '../server/webhooks/webhook-queue.js';
+import { releaseDeadClaims } from '../server/core/idempotency.js';
 import { webhookEndpoints } from '../db/schema/index.js';
 import { newId } from '../server/shared/ids.js';
 import { bulkRows, newSender, receipt, recipients } from './helpers/sending.js';
@@ -14,7 +15,8 @@ import { startService, type TestService } from './helpers/service.js';
 /**
  * A queue's holder-wide lease scans (a stop's release of all its leases, a start's releaseDead and capForeign, and
  * releaseNode when a node's liveness lock is gone) read only the rows that can hold a lease, through an index, never
- * the queue's whole history: a dead node's leases come back in milliseconds however much was ever delivered. Checked
+ * the queue's whole history: a dead node's leases come back in milliseconds however much was ever delivered. So do
+ * the running idempotency claims a gone node held, among a day of settled keys. Checked
  * on each engine's own terms: on Postgres the transaction's own count of the table's scans
  * (pg_stat_xact_user_tables), on SQLite the plan of every statement on the table, taken as it runs.
  */
@@ -156,5 +158,35 @@ describe("a holder's leases are found through an index, never by reading the que
     await lease('faraway:1:x');
     await execute(db, sql`analyze webhook_deliveries`);
     await expectLeaseScansIndexed('webhook_deliveries', webhookQueue as never, lease);
+  });
+
+  it("the running idempotency claims: a gone node's, and at a lone start every one, through the index on completed_at, whatever was settled", async () => {
+    const s = await newSender(service);
+    const db = service.deps.db;
+    const at = service.clock.now();
+    // A day of settled keys, and HELD running claims of a node that is gone.
+    await execute(
+      db,
+      sql`insert into idempotency_keys (account_id, key, fingerprint, claim_token, held_by, state, response, claimed_at, completed_at)
+          select ${s.account.id}, 'settled-' || g, 'f', 't', 'alive', 'done', null, ${at}, ${at} from (${sql.raw(bulkRows(service, HISTORY))}) as bulk`,
+    );
+    const claims = async (holder: string) =>
+      await execute(
+        db,
+        sql`insert into idempotency_keys (account_id, key, fingerprint, claim_token, held_by, state, response, claimed_at, completed_at)
+            select ${s.account.id}, 'running-' || g, 'f', 't', ${holder}, 'running', null, ${at}, null from (${sql.raw(bulkRows(service, HELD))}) as bulk where true
+            on conflict (account_id, key) do nothing`,
+      );
+    await claims('gone');
+    await execute(db, sql`analyze idempotency_keys`);
+    const throughIndex = async (op: (db: Db) => Promise<number>) => {
+      const seen = await scansOf('idempotency_keys', op);
+      expect({ done: seen.done, full: seen.full }).toEqual({ done: HELD, full: 0 });
+      expect(seen.indexed).toBeGreaterThan(0);
+    };
+    await throughIndex(async (tx) => await releaseDeadClaims(tx, (node) => node === 'gone'));
+    await claims('gone');
+    await throughIndex(async (tx) => await releaseDeadClaims(tx));
+    await execute(db, sql`delete from idempotency_keys where account_id = ${s.account.id}`);
   });
 });

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { type SQL, and, eq, sql } from 'drizzle-orm';
+import { type SQL, and, eq, isNull, sql } from 'drizzle-orm';
 import { type Db, unsynced } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { idempotencyKeys } from '../../db/schema/index.js';
@@ -184,7 +184,9 @@ export async function settleClaim(db: Db, claim: Claim, response: unknown, now: 
  * a node is an earlier version's). Returns how many.
  */
 export async function releaseDeadClaims(db: Db, isGone?: (node: string | null) => boolean): Promise<number> {
-  const running = eq(idempotencyKeys.state, 'running');
+  // A running claim has no completed_at (a claim clears it, a settle sets it with 'done'): said here, it lets both
+  // engines find the running claims through the index on completed_at (its nulls), not by reading a day of keys.
+  const running = and(eq(idempotencyKeys.state, 'running'), isNull(idempotencyKeys.completedAt));
   if (!isGone) return changes(await db.delete(idempotencyKeys).where(running));
   const holders = await db.selectDistinct({ heldBy: idempotencyKeys.heldBy }).from(idempotencyKeys).where(running);
   let released = 0;
