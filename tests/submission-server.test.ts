@@ -261,12 +261,12 @@ async function submitWithId(): Promise<void> {
 }
 
 describe('a backlog of Message-IDs past the window', () => {
-  /** `n` entries past the window, created a millisecond apart from `at` on. */
+  /** `n` entries, created a millisecond apart from `at` on, the last numbered first (so no order but created_at's is oldest first). */
   const staleRows = async (emailId: string, n: number, at: number, tag: string) =>
     await execute(
       service.deps.db,
       sql`insert into submitted_messages (account_id, message_id, email_id, created_at)
-          select ${s.account.id}, '<' || ${tag} || '-' || g || '@client.example>', ${emailId}, cast(${at} as bigint) + g from (${sql.raw(bulkRows(service, n))}) as bulk`,
+          select ${s.account.id}, '<' || ${tag} || '-' || g || '@client.example>', ${emailId}, cast(${at} as bigint) + ${n} - g from (${sql.raw(bulkRows(service, n))}) as bulk`,
     );
   const staleLeft = async (tag: string) =>
     (await queryRows<{ n: number }>(service.deps.db, sql`select count(*) as n from submitted_messages where message_id like ${`<${tag}-%`}`))[0]!.n;
@@ -280,7 +280,7 @@ describe('a backlog of Message-IDs past the window', () => {
       service.deps.db,
       sql`select message_id as id from submitted_messages where message_id like '<batch-%' order by created_at`,
     );
-    expect(left.map((r) => r.id)).toEqual(['<batch-3@client.example>', '<batch-4@client.example>', '<batch-5@client.example>']);
+    expect(left.map((r) => r.id)).toEqual(['<batch-3@client.example>', '<batch-2@client.example>', '<batch-1@client.example>']);
     expect(await pruneSubmittedMessageIds({ db: service.deps.db }, service.clock.now(), 10)).toBe(3);
   });
 
@@ -303,7 +303,7 @@ describe('a backlog of Message-IDs past the window', () => {
     await staleRows(emailId, 5000, service.clock.now() - DAY / 2, 'plan');
     await execute(service.deps.db, sql`analyze submitted_messages`);
     const db = service.deps.db;
-    // Past the window of every entry above but 'plan-' ones, which are all young: the plan reads the index's young end.
+    // The 'plan-' entries are all within the window: the statement reads the index's old end and finds none.
     const statement = pruneStatement(db, service.clock.now(), PRUNE_BATCH);
     if (service.deps.store.engine === 'postgres') {
       const [plan] = await queryRows<{ 'QUERY PLAN': unknown }>(db, sql`explain (format json) ${statement}`);

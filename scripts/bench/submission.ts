@@ -9,8 +9,9 @@ import { fileURLToPath } from 'node:url';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { loadOrCreateSmtpTls } from '../../mta/inbound/tls.js';
+import { GENERATED_CERT_FILE, GENERATED_KEY_FILE, loadOrCreateSmtpTls } from '../../mta/inbound/tls.js';
 import { findPostfixTool, runSmtpSource, startPrivatePostfix } from './postfix.js';
+import { PG_TEST_CA_FILE, type TestPostgres, benchPostgresMode, startPostgres, stateUrlOf } from '../lib/postgres.js';
 
 /**
  * SMTP submission (issue 35) against POST /emails, side by side in one run: `CONCURRENCY` authenticated sessions on
@@ -23,7 +24,11 @@ import { findPostfixTool, runSmtpSource, startPrivatePostfix } from './postfix.j
  * message and the machine's CPU beside each. Then, unless BENCH_ONLY=rate, end to end (endToEnd below): BENCH_MESSAGES
  * each way, submitted, posted, and through a private Postfix relaying into the same sink (fed by smtp-source, and by
  * the same STARTTLS sessions), for each way's delivered mail/s and its ratio to Postfix.
- * Run: npm run bench:submission   (env BENCH_SECONDS, BENCH_CONCURRENCY, BENCH_MESSAGES, BENCH_ONLY=rate|e2e, BENCH_PEERS)
+ * With STATE_URL (an empty Postgres database of its own) or BENCH_POSTGRES=embedded (an embedded Postgres on loopback over
+ * verified TLS, started here; `embedded-plain`: over plain TCP), the service keeps its state on Postgres: the same
+ * figures and ratios, on that engine.
+ * Run: npm run bench:submission   (env BENCH_SECONDS, BENCH_CONCURRENCY, BENCH_MESSAGES, BENCH_ONLY=rate|e2e, BENCH_PEERS,
+ * STATE_URL, BENCH_POSTGRES)
  */
 const seconds = Number(process.env.BENCH_SECONDS ?? 10);
 // The submission server takes at most 20 connections from one address (inbound's cap), and the load comes from one.
@@ -344,9 +349,39 @@ async function endToEnd(rig: BenchRig, headers: Record<string, string>, key: str
   }
 }
 
+/** The service's state: its own SQLite by default; Postgres with STATE_URL or BENCH_POSTGRES (started here). */
+async function stateOnPostgres(): Promise<{ env: Record<string, string>; postgres: TestPostgres | null; name: string }> {
+  if (!process.env.STATE_URL && !benchPostgresMode()) return { env: {}, postgres: null, name: 'SQLite' };
+  // On Postgres the SMTP TLS pair is configured, not generated into DATA_DIR: one made here for the run.
+  const tlsDir = mkdtempSync(join(tmpdir(), 'mailstead-bench-submission-tls-'));
+  loadOrCreateSmtpTls({ dataDir: tlsDir, mailHostname: 'mx.bench.test', smtpTlsCert: null, smtpTlsKey: null });
+  process.once('exit', () => rmSync(tlsDir, { recursive: true, force: true }));
+  const secret = {
+    SECRET_KEY: process.env.SECRET_KEY ?? 'ab'.repeat(32),
+    NODE_EXTRA_CA_CERTS: PG_TEST_CA_FILE,
+    SMTP_TLS_CERT: join(tlsDir, GENERATED_CERT_FILE),
+    SMTP_TLS_KEY: join(tlsDir, GENERATED_KEY_FILE),
+  };
+  if (process.env.STATE_URL) return { env: { STATE_URL: process.env.STATE_URL, ...secret }, postgres: null, name: 'Postgres (STATE_URL)' };
+  const mode = benchPostgresMode() ?? 'tls';
+  const postgres = await startPostgres({ certificate: 'trusted' });
+  await postgres.admin('create database bench_submission');
+  return {
+    env: { STATE_URL: stateUrlOf(postgres, 'bench_submission', mode), ...secret },
+    postgres,
+    name: `an embedded Postgres (${mode === 'tls' ? 'TLS verified' : 'plain TCP'})`,
+  };
+}
+
 async function main(): Promise<void> {
   const submissionPort = await freePort();
-  const rig = await startBenchRig({ SMTP_HOST: '127.0.0.1', SUBMISSION_PORT: String(submissionPort), SUBMISSIONS_PORT: '0' });
+  const state = await stateOnPostgres();
+  const rig = await startBenchRig({ SMTP_HOST: '127.0.0.1', SUBMISSION_PORT: String(submissionPort), SUBMISSIONS_PORT: '0', ...state.env }).catch(
+    async (err: unknown) => {
+      await state.postgres?.stop();
+      throw err;
+    },
+  );
   try {
     const { headers } = await rig.newSender('Bench', SENDER_DOMAIN);
     const key = headers.authorization!.replace(/^Bearer /, '');
@@ -357,7 +392,7 @@ async function main(): Promise<void> {
     let expected = 0;
 
     console.log(
-      `SMTP submission (STARTTLS, AUTH once a session) against POST /emails (queued), ${concurrency} sessions and ${concurrency} keep-alive clients, ~5 KB messages, ${rig.sink.name} on loopback (Node ${process.version})`,
+      `SMTP submission (STARTTLS, AUTH once a session) against POST /emails (queued), ${concurrency} sessions and ${concurrency} keep-alive clients, ~5 KB messages, ${rig.sink.name} on loopback, the state on ${state.name} (Node ${process.version})`,
     );
     const sessions = await Promise.all(Array.from({ length: concurrency }, () => authenticated(submissionPort, key)));
     // The floor: bare smtp-server over STARTTLS with AUTH, draining each message (bare-submission.ts), in its own process.
@@ -440,6 +475,7 @@ async function main(): Promise<void> {
     if (only !== 'rate') await endToEnd(rig, headers, key, submissionPort);
   } finally {
     await rig.close();
+    await state.postgres?.stop();
   }
 }
 

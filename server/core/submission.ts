@@ -1,5 +1,5 @@
 import { type SQL, sql } from 'drizzle-orm';
-import type { Db } from '../../db/client.js';
+import { type Db, unsynced } from '../../db/client.js';
 import { DAY_MS } from '../shared/clock.js';
 import { ApiError } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
@@ -98,7 +98,7 @@ export async function commitSubmission(
 ): Promise<Submitted> {
   if (deps.storeHealth.unsafe()) throw storeUnavailable(null, { closed: true, outcome: 'Nothing was sent' })!;
   const { header, id } = submission;
-  return deps.commits.run(
+  const submitted = await deps.commits.run(
     async () => {
       const now = deps.clock.now();
       // The account rows first, held to the commit (locked on Postgres): two submissions of one Message-ID take turns,
@@ -163,7 +163,6 @@ export async function commitSubmission(
           sql`insert into submitted_messages (account_id, message_id, email_id, created_at) values (${sender.acting.id}, ${header.clientMessageId}, ${id}, ${now})
      on conflict (account_id, message_id) do update set email_id = excluded.email_id, created_at = excluded.created_at`,
         );
-        await pruneNowAndThen(deps, now);
       }
       return { id, duplicate: false };
       // Its account (and parent) locked with the batch's other sends' in one order (db/group-commit.ts WriteLock).
@@ -171,6 +170,25 @@ export async function commitSubmission(
     undefined,
     { keys: [auth.actingAccountId], take: lockSenders },
   );
+  if (header.clientMessageId !== null && !submitted.duplicate) await pruneAfter(deps);
+  return submitted;
+}
+
+/**
+ * After a submission's commit, outside its batch (which holds the accounts' rows on Postgres and the one writer on
+ * SQLite): once a PRUNE_EVERY_MS per store (and after the first submission), the Message-IDs past the window are
+ * forgotten, a bounded batch at a time; a full batch leaves more, forgotten after the next submission. So a backlog
+ * costs each submission at most one such delete, and no other submission's commit waits for it. Without an fsync of
+ * its own (a lost delete is done again), and never failing the submission it follows: its message is already queued.
+ */
+async function pruneAfter(deps: Pick<Deps, 'clock' | 'db' | 'logger'>): Promise<void> {
+  const now = deps.clock.now();
+  if (!pruning.due(deps.db, now)) return;
+  try {
+    if ((await unsynced(deps.db, async () => await pruneSubmittedMessageIds(deps, now))) >= PRUNE_BATCH) pruning.again(deps.db);
+  } catch (err) {
+    deps.logger.warn('submission.prune_failed', { error: err instanceof Error ? err.message : String(err) });
+  }
 }
 
 /** How often a submission also forgets the Message-IDs past the window, and how many at most each time (oldest first). */
@@ -180,8 +198,8 @@ const pruning = nowAndThen(PRUNE_EVERY_MS);
 
 /**
  * Forgets Message-IDs older than the de-duplication window, at most `limit` of them, oldest first (by the index on
- * created_at): the prune runs inside a submission's batch, so a backlog (an hour of a busy account's submissions) is
- * worked off a bounded batch at a time, never in one long delete. On Postgres a row another node is forgetting at the
+ * created_at): a backlog (an hour of a busy account's submissions) is worked off a bounded batch at a time, after
+ * one submission each (pruneAfter), never in one long delete. On Postgres a row another node is forgetting at the
  * same moment is left to it (SKIP LOCKED), never waited for. Returns how many.
  */
 export async function pruneSubmittedMessageIds(deps: Pick<Deps, 'db'>, now: number, limit: number = PRUNE_BATCH): Promise<number> {
@@ -195,11 +213,6 @@ export function pruneStatement(db: Db, now: number, limit: number): SQL {
   return sql`delete from submitted_messages where created_at < ${before} and (account_id, message_id) in (
       select account_id, message_id from submitted_messages where created_at < ${before}
       order by created_at limit ${limit}${skipLocked(db)})`;
-}
-
-/** Once a PRUNE_EVERY_MS per store (and at the first submission); a full batch leaves more, forgotten at the next one. */
-async function pruneNowAndThen(deps: Pick<Deps, 'db'>, now: number): Promise<void> {
-  if (pruning.due(deps.db, now) && (await pruneSubmittedMessageIds(deps, now)) >= PRUNE_BATCH) pruning.again(deps.db);
 }
 
 export const newSubmissionId = (deps: Pick<Deps, 'clock'>): string => newId(deps.clock.now());

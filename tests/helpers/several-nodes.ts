@@ -193,7 +193,12 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
     haproxy.stderr?.on('data', (c: Buffer) => (output += c.toString()));
     haproxy.on('error', (err) => (output += `spawn failed: ${err.message}`));
     const haproxyExited = new Promise<void>((resolve) => haproxy.once('exit', () => resolve()));
-    for (const port of Object.values(lb)) await accepting(port, '127.0.0.1', 10_000, () => output);
+    try {
+      for (const port of Object.values(lb)) await accepting(port, '127.0.0.1', 10_000, () => output);
+    } catch (err) {
+      if (haproxy.exitCode === null) haproxy.kill('SIGKILL');
+      throw err;
+    }
     return {
       lb,
       base: `http://127.0.0.1:${lb.http}/api/v1`,
