@@ -80,13 +80,16 @@ async function scansOf(table: string, op: (db: Db) => Promise<number>): Promise<
   };
 }
 
+/** `op` gives back (or cuts) HELD rows through an index, with no full read of `table`. */
+async function expectIndexed(table: string, op: (db: Db) => Promise<number>): Promise<void> {
+  const seen = await scansOf(table, op);
+  expect({ done: seen.done, full: seen.full }).toEqual({ done: HELD, full: 0 });
+  expect(seen.indexed).toBeGreaterThan(0);
+}
+
 /** The four holder-wide operations each give back (or cut) the HELD leases, through an index, with no full read. */
 async function expectLeaseScansIndexed(table: string, queue: (db: Db) => QueueStore<unknown, unknown>, lease: (holder: string) => Promise<unknown>) {
-  const throughIndex = async (op: (q: QueueStore<unknown, unknown>) => Promise<number>) => {
-    const seen = await scansOf(table, async (db) => await op(queue(db)));
-    expect({ done: seen.done, full: seen.full }).toEqual({ done: HELD, full: 0 });
-    expect(seen.indexed).toBeGreaterThan(0);
-  };
+  const throughIndex = async (op: (q: QueueStore<unknown, unknown>) => Promise<number>) => await expectIndexed(table, async (db) => await op(queue(db)));
   await lease('faraway:1:x');
   await throughIndex(async (q) => await q.releaseNode('faraway'));
   await lease('faraway:1:x');
@@ -179,14 +182,9 @@ describe("a holder's leases are found through an index, never by reading the que
       );
     await claims('gone');
     await execute(db, sql`analyze idempotency_keys`);
-    const throughIndex = async (op: (db: Db) => Promise<number>) => {
-      const seen = await scansOf('idempotency_keys', op);
-      expect({ done: seen.done, full: seen.full }).toEqual({ done: HELD, full: 0 });
-      expect(seen.indexed).toBeGreaterThan(0);
-    };
-    await throughIndex(async (tx) => await releaseDeadClaims(tx, (node) => node === 'gone'));
+    await expectIndexed('idempotency_keys', async (tx) => await releaseDeadClaims(tx, (node) => node === 'gone'));
     await claims('gone');
-    await throughIndex(async (tx) => await releaseDeadClaims(tx));
+    await expectIndexed('idempotency_keys', async (tx) => await releaseDeadClaims(tx));
     await execute(db, sql`delete from idempotency_keys where account_id = ${s.account.id}`);
   });
 });
