@@ -3,6 +3,9 @@ import { simpleParser } from 'mailparser';
 import MailComposer from 'nodemailer/lib/mail-composer';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { verpAddress } from '../mta/verp.js';
+import { commitSubmission, newSubmissionId, type Submission } from '../server/core/submission.js';
+import { authenticateSubmission } from '../server/core/submission-auth.js';
+import { readSubmittedHeader } from '../server/core/submitted-message.js';
 import { createCustomerDbWriter } from '../server/customer-db/writer.js';
 import { createWebhookDispatcher } from '../server/webhooks/dispatcher.js';
 import { type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
@@ -372,6 +375,43 @@ describe('Message-ID de-duplication (decisions.md section 10)', () => {
     expect((await emailRows(service, s.account.id)).map((e) => e.id)).toEqual([...ids]);
     await engine.runOnce();
     expect(sink.received.filter((r) => r.to[0] === to)).toHaveLength(1);
+  });
+
+  it('submissions of one account committed in one batch: a Message-ID queued earlier in the batch answers the later ones with its id', async () => {
+    // Four commits issued in one turn share one batch of the group commit, in this order: x, y, x, x. On Postgres their
+    // readings are taken ahead together, before any of them wrote, so the later x's learn of the first from the
+    // batch itself (server/core/submission.ts carrySubmission); on SQLite each reads in its turn.
+    const { service, sink, engine } = rig;
+    const { s } = await prepared();
+    const deps = service.deps;
+    const auth = await authenticateSubmission(deps, 'wordpress', s.key);
+    const tag = randomBytes(6).toString('hex');
+    const x = `<batch-x-${tag}@app.example.org>`;
+    const y = `<batch-y-${tag}@app.example.org>`;
+    const submission = (messageId: string, to: string): Submission => {
+      const id = newSubmissionId(deps);
+      const text = `From: ${s.from}\r\nTo: ${to}\r\nSubject: One batch\r\nMessage-ID: ${messageId}\r\n\r\nHello.\r\n`;
+      const header = readSubmittedHeader(Buffer.from(text), { id, mailHostname: deps.config.mailHostname, now: deps.clock.now() });
+      return { header, raw: Buffer.concat([header.header, Buffer.from('Hello.\r\n')]), recipients: [{ address: to, domain: 'example.net' }], id };
+    };
+    const batch = [submission(x, 'xa@example.net'), submission(y, 'ya@example.net'), submission(x, 'xb@example.net'), submission(x, 'xc@example.net')];
+    const answers = await Promise.all(batch.map((one) => commitSubmission(deps, auth, one)));
+    expect(answers).toEqual([
+      { id: batch[0]!.id, duplicate: false },
+      { id: batch[1]!.id, duplicate: false },
+      { id: batch[0]!.id, duplicate: true },
+      { id: batch[0]!.id, duplicate: true },
+    ]);
+    expect((await emailRows(service, s.account.id)).map((e) => e.id).sort()).toEqual([batch[0]!.id, batch[1]!.id].sort());
+    // Two messages counted, one recipient each.
+    expect(await accountRow(service, s.account.id)).toMatchObject({ sentTodayCount: 2, totalSent: 2 });
+    await engine.runOnce();
+    expect(
+      sink.received
+        .map((r) => r.to[0])
+        .filter((to) => /^(xa|xb|xc|ya)@/.test(to!))
+        .sort(),
+    ).toEqual(['xa@example.net', 'ya@example.net']);
   });
 
   it('the same Message-ID from another account is a new email, and from the same account once 24 hours have passed', async () => {

@@ -13,9 +13,9 @@ import { integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
  * that names an own template (server/core/own-templates.ts).
  *
  * `suppressions` (db/migrations/0020_suppressions_change_counter.sql): any account's suppression list, and accounts'
- * parents. SMTP submission reads it at MAIL FROM, before the RCPT checks, and again when the message is committed: a
- * counter that stood still means no list changed, and the commit's re-check of the recipients is skipped
- * (server/core/submission.ts).
+ * parents. No longer read: SMTP submission read it at MAIL FROM and at its commit until its commit's reading counted
+ * the recipients on the lists itself, as an API send's does (server/core/submission.ts). The triggers still raise it;
+ * dropping them takes a migration on each engine.
  */
 export const changeCounters = sqliteTable('change_counters', {
   name: text('name').primaryKey(),

@@ -2,7 +2,7 @@ import type { Readable } from 'node:stream';
 import { SMTPServer, type SMTPServerAddress, type SMTPServerSession } from 'smtp-server';
 import type { Deps } from '../../server/core/deps.js';
 import { MAX_RECIPIENTS } from '../../server/core/send-request.js';
-import { type Begun, type Submission, beginSubmission, checkSubmissionRecipient, commitSubmission, newSubmissionId } from '../../server/core/submission.js';
+import { type Submission, beginSubmission, checkSubmissionRecipient, commitSubmission, newSubmissionId } from '../../server/core/submission.js';
 import { type AuthLockout, type SubmissionAuth, authenticateSubmission } from '../../server/core/submission-auth.js';
 import { MAX_HEADER_BYTES, headerEnd, readSubmittedHeader } from '../../server/core/submitted-message.js';
 import { ApiError } from '../../server/shared/errors.js';
@@ -65,7 +65,6 @@ export function createSubmissionServer(
   // Each accepted recipient as the RCPT check parsed it (smtp-server keeps the address object in the envelope).
   const judgedAtRcpt = new WeakMap<SMTPServerAddress, { address: string; domain: string }>();
   // What the session's current transaction began with at MAIL FROM (smtp-server keeps one session a connection).
-  const begunAt = new WeakMap<SMTPServerSession, Begun>();
   const refused = (stage: SubmissionStage, session: SMTPServerSession, err: SmtpReply) => {
     deps.metrics.submissionRefused(stage, err.responseCode);
     deps.logger.info('submission.refused', { stage, code: err.responseCode, message: err.message, remoteAddress: session.remoteAddress });
@@ -129,7 +128,7 @@ export function createSubmissionServer(
 
     async onMailFrom(_address, session, callback) {
       try {
-        begunAt.set(session, await beginSubmission(deps, authOf(session)));
+        await beginSubmission(deps, authOf(session));
         callback();
       } catch (err) {
         callback(refused('mail', session, replyOf(deps, err)));
@@ -153,9 +152,7 @@ export function createSubmissionServer(
         const judged = judgedAtRcpt.get(r);
         return judged ? [judged] : [];
       });
-      // (smtp-server takes DATA only after a MAIL FROM we accepted; without its stamp the commit reads the lists again.)
-      const begun = begunAt.get(session) ?? { suppressionStamp: -1 };
-      receiveSubmission(deps, stream, authOf(session), recipients, begun).then(
+      receiveSubmission(deps, stream, authOf(session), recipients).then(
         (submitted) => {
           deps.metrics.submissionAccepted();
           deps.logger.info('submission.accepted', {
@@ -219,7 +216,6 @@ async function receiveSubmission(
   stream: Readable & { sizeExceeded?: boolean },
   auth: SubmissionAuth,
   recipients: { address: string; domain: string }[],
-  begun: Begun,
 ): Promise<{ id: string; duplicate: boolean }> {
   const lineEnds = createLineEndingCheck();
   let head: Buffer | null = Buffer.alloc(0);
@@ -251,7 +247,7 @@ async function receiveSubmission(
   const id = newSubmissionId(deps);
   // A message with no blank line is all header.
   const read = readSubmittedHeader(header ?? head ?? Buffer.alloc(0), { id, mailHostname: deps.config.mailHostname, now: deps.clock.now() });
-  const submission: Submission = { header: read, raw: Buffer.concat([read.header, ...body]), recipients, begun, id };
+  const submission: Submission = { header: read, raw: Buffer.concat([read.header, ...body]), recipients, id };
   body.length = 0;
   return commitSubmission(deps, auth, submission);
 }

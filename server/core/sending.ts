@@ -125,7 +125,7 @@ export async function loadSender(deps: Pick<Deps, 'db'>, accountId: string): Pro
 }
 
 /** What a send reads before it writes, in one statement (statements' `reading`). */
-interface SendReading {
+export interface SendReading {
   sender: Sender;
   /** The from-domain, when it is the acting account's. */
   domain: { recordStatus: Parameters<typeof deriveFlags>[0]; keyId: string } | undefined;
@@ -142,7 +142,7 @@ interface SendReading {
  * statement (each statement is a round trip); on SQLite, which has none, in the simple reads it folds: its subqueries
  * cost SQLite three times as much (58 against 19 µs a send here, one fifth of a sandbox send's CPU).
  */
-async function readForSend(deps: Pick<Deps, 'db'>, accountId: string, domain: string, addresses: readonly string[]): Promise<SendReading> {
+export async function readForSend(deps: Pick<Deps, 'db'>, accountId: string, domain: string, addresses: readonly string[]): Promise<SendReading> {
   return statementsAreRoundTrips(deps.db) ? readFolded(deps, accountId, domain, addresses) : readApart(deps, accountId, domain, addresses);
 }
 
@@ -332,7 +332,7 @@ export async function checkFromDomain(deps: Pick<Deps, 'config' | 'db'>, account
 }
 
 /** Check 6 on the from-domain as read (undefined: not this account's): its signing key id, or the refusal. */
-function fromDomainKey(
+export function fromDomainKey(
   deps: Pick<Deps, 'config'>,
   domain: string,
   found: { recordStatus: Parameters<typeof deriveFlags>[0]; keyId: string } | undefined,

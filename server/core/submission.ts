@@ -6,14 +6,15 @@ import { newId } from '../shared/ids.js';
 import { storeUnavailable } from '../shared/store-health.js';
 import { parseAddress } from './addresses.js';
 import { assertCredit, assertMaySend, assertQuotaFor, type Sender } from './sending-policy.js';
-import { checkFromDomain, listedRecipients, loadSender, lockSenders, queueSend } from './sending.js';
+import { type SendReading, fromDomainKey, listedRecipients, lockSenders, queueSend, readForSend } from './sending.js';
 import type { Deps } from './deps.js';
 import { type SubmissionAuth, assertStillAuthenticated } from './submission-auth.js';
 import type { SubmittedHeader } from './submitted-message.js';
 import { isAlwaysSuppressed } from './simulator.js';
 import { rateLimited } from './rate-limit.js';
-import { suppressionReasons, suppressionsStamp } from './suppressions.js';
-import { execute, queryRow, skipLocked } from '../../db/sql.js';
+import { suppressionReasons } from './suppressions.js';
+import { execute, queryRow, skipLocked, together } from '../../db/sql.js';
+import type { ReadAhead } from '../../db/group-commit.js';
 import { nowAndThen } from '../shared/now-and-then.js';
 
 /**
@@ -27,13 +28,6 @@ import { nowAndThen } from '../shared/now-and-then.js';
 
 const MESSAGE_ID_WINDOW_MS = DAY_MS;
 
-const senderOf = async (deps: Pick<Deps, 'db'>, auth: SubmissionAuth): Promise<Sender> => await loadSender(deps, auth.actingAccountId);
-
-/** What MAIL FROM began a transaction with: the `suppressions` change counter, read before any of its RCPT checks. */
-export interface Begun {
-  suppressionStamp: number;
-}
-
 /**
  * MAIL FROM: the session's key still live, and one request against the key's and the account's rate limits (check 1
  * of POST /emails). The account's own state (suspension, quota, credits) is judged at the end of DATA, after the
@@ -43,14 +37,12 @@ export interface Begun {
 export async function beginSubmission(
   deps: Pick<Deps, 'clock' | 'config' | 'db' | 'keyUsage' | 'rateLimiter' | 'storeHealth'>,
   auth: SubmissionAuth,
-): Promise<Begun> {
+): Promise<void> {
   if (deps.storeHealth.unsafe()) throw storeUnavailable(null, { closed: true, outcome: 'Nothing was sent' })!;
   await assertStillAuthenticated(deps, auth);
   const rate = await deps.rateLimiter.take(auth.keyId, auth.keyAccountId);
   if (!rate.ok) throw rateLimited(deps.config, rate);
   deps.keyUsage.touch(auth.keyId, deps.clock.now());
-  // Read before the transaction's RCPT checks: a list changed after it raises the counter past this stamp.
-  return { suppressionStamp: await suppressionsStamp(deps.db) };
 }
 
 /**
@@ -73,8 +65,6 @@ export interface Submission {
   /** The message to queue: the rebuilt header and the body as submitted. */
   raw: Buffer;
   recipients: readonly { address: string; domain: string }[];
-  /** As MAIL FROM began the transaction. */
-  begun: Begun;
   /** The email id the message takes (and its Message-ID, when the client wrote none). */
   id: string;
 }
@@ -90,6 +80,9 @@ export interface Submitted {
  * transaction of the group commit (so the quota or the last credit cannot be spent twice), then the log entry with
  * `source: "smtp"`, the queue, the counters, the charge and the Message-ID remembered. A Message-ID seen from the
  * account in the last 24 hours answers with the email it was sent as.
+ * On Postgres its reading leaves ahead with the batch's other writes' (one round trip for the lot, as an API send's:
+ * db/group-commit.ts ReadAhead), and submissions of the same account follow one another in the batch without reading
+ * again (carrySubmission).
  */
 export async function commitSubmission(
   deps: Pick<Deps, 'clock' | 'commits' | 'config' | 'db' | 'logger' | 'secretKey' | 'storeHealth'>,
@@ -98,80 +91,135 @@ export async function commitSubmission(
 ): Promise<Submitted> {
   if (deps.storeHealth.unsafe()) throw storeUnavailable(null, { closed: true, outcome: 'Nothing was sent' })!;
   const { header, id } = submission;
-  const submitted = await deps.commits.run(
-    async () => {
-      const now = deps.clock.now();
-      // The account rows first, held to the commit (locked on Postgres): two submissions of one Message-ID take turns,
-      // so the second sees the first's and is answered as its duplicate, and credits and quota are spent once.
-      const sender = await senderOf(deps, auth);
-      if (header.clientMessageId !== null) {
-        const seen = await queryRow<{ emailId: string }>(
-          deps.db,
-          sql`select email_id as "emailId" from submitted_messages where account_id = ${auth.actingAccountId} and message_id = ${header.clientMessageId} and created_at > ${now - MESSAGE_ID_WINDOW_MS}`,
-        );
-        if (seen !== undefined) return { id: seen.emailId, duplicate: true };
-      }
-      assertMaySend(sender, now);
-      assertCredit(sender, deps.config, now);
-      assertQuotaFor(sender, submission.recipients.length, now);
-      const domainKeyId = await checkFromDomain(deps, sender.acting, header.from.domain);
-      // Suppressed since RCPT: refused whole, as the API refuses it; the client may send again to the others. Read
-      // again only when some list changed since MAIL FROM, before the RCPT checks.
-      const listed =
-        (await suppressionsStamp(deps.db)) === submission.begun.suppressionStamp
-          ? []
-          : await listedRecipients(
-              deps,
-              sender,
-              submission.recipients.map((r) => r.address),
-            );
-      if (listed.length > 0) throw new ApiError('recipient_suppressed', `Suppressed recipients, nothing was sent: ${listed.join(', ')}.`);
-      await queueSend(deps, sender, {
-        id,
-        log: {
-          accountId: sender.acting.id,
-          fromAddress: header.from.address,
-          to: submission.recipients.map((r) => r.address),
-          subject: header.subject,
-          template: '',
-          templateVersion: null,
-          attachments: null,
-          tags: null,
-          sandbox: false,
-          source: 'smtp',
-        },
-        message: {
-          domainKeyId,
-          fromHeader: '',
-          fromAddress: header.from.address,
-          replyToHeader: null,
-          messageId: header.messageId,
-          subject: header.subject,
-          html: '',
-          text: '',
-          attachments: null,
-          raw: submission.raw,
-        },
-        content: { html: null, text: null, raw: submission.raw },
-        recipients: submission.recipients,
-        now,
-      });
-      if (header.clientMessageId !== null) {
-        // An older entry of the same Message-ID (past the window) makes way.
-        await execute(
-          deps.db,
-          sql`insert into submitted_messages (account_id, message_id, email_id, created_at) values (${sender.acting.id}, ${header.clientMessageId}, ${id}, ${now})
+  const messageId = header.clientMessageId;
+  const recipients = submission.recipients.map((r) => r.address);
+  // The account rows (locked on Postgres, held to the commit: two submissions of one Message-ID take turns, so the
+  // second sees the first's and is answered as its duplicate, and credits and quota are spent once), with what checks
+  // 6 and 7 and the customer-database write read, and the Message-ID's email if the window holds it: one read.
+  const read = async (tx: Db): Promise<SubmissionReading> => {
+    const [send, seen] = await together(tx, [
+      () => readForSend(deps, auth.actingAccountId, header.from.domain, recipients),
+      () => (messageId === null ? Promise.resolve(undefined) : seenMessageId(tx, auth.actingAccountId, messageId, deps.clock.now())),
+    ]);
+    return { send, messageId, seen, queued: NONE_QUEUED };
+  };
+  const readAhead: ReadAhead<SubmissionReading> = {
+    read,
+    keys: ({ send: { sender } }) => [sender.acting.id, ...(sender.parent ? [sender.parent.id] : [])],
+    carry: carrySubmission,
+    // Its account (and parent) locked with the batch's other sends' in one order (db/group-commit.ts WriteLock).
+    lock: { keys: [auth.actingAccountId], take: lockSenders },
+  };
+  const submitted = await deps.commits.run(async (tx, ahead, handOn) => {
+    const now = deps.clock.now();
+    const reading = await (ahead ?? read(tx));
+    const { sender } = reading.send;
+    if (reading.seen !== undefined) {
+      // Nothing written: the next submission of the batch reads as this one did.
+      handOn?.({ sender, queued: reading.queued } satisfies SubmissionHanded);
+      return { id: reading.seen, duplicate: true };
+    }
+    assertMaySend(sender, now);
+    assertCredit(sender, deps.config, now);
+    assertQuotaFor(sender, submission.recipients.length, now);
+    const domainKeyId = fromDomainKey(deps, header.from.domain, reading.send.domain);
+    // Suppressed since RCPT: refused whole, as the API refuses it; the client may send again to the others. Named
+    // only when some recipient is on a list now (the RCPT checks refused those listed then).
+    const listed = reading.send.onLists === 0 ? [] : await listedRecipients(deps, sender, recipients);
+    if (listed.length > 0) throw new ApiError('recipient_suppressed', `Suppressed recipients, nothing was sent: ${listed.join(', ')}.`);
+    await queueSend(deps, sender, {
+      id,
+      log: {
+        accountId: sender.acting.id,
+        fromAddress: header.from.address,
+        to: recipients,
+        subject: header.subject,
+        template: '',
+        templateVersion: null,
+        attachments: null,
+        tags: null,
+        sandbox: false,
+        source: 'smtp',
+      },
+      message: {
+        domainKeyId,
+        fromHeader: '',
+        fromAddress: header.from.address,
+        replyToHeader: null,
+        messageId: header.messageId,
+        subject: header.subject,
+        html: '',
+        text: '',
+        attachments: null,
+        raw: submission.raw,
+      },
+      content: { html: null, text: null, raw: submission.raw },
+      recipients: submission.recipients,
+      databaseOwner: reading.send.databaseOwner,
+      now,
+      // The rows as this submission leaves them, and its Message-ID, for the next of the batch (carrySubmission).
+      ...(handOn
+        ? {
+            handOn: (after: Sender) =>
+              handOn({ sender: after, queued: messageId === null ? reading.queued : new Map(reading.queued).set(messageId, id) } satisfies SubmissionHanded),
+          }
+        : {}),
+    });
+    if (messageId !== null) {
+      // An older entry of the same Message-ID (past the window) makes way.
+      await execute(
+        deps.db,
+        sql`insert into submitted_messages (account_id, message_id, email_id, created_at) values (${sender.acting.id}, ${messageId}, ${id}, ${now})
      on conflict (account_id, message_id) do update set email_id = excluded.email_id, created_at = excluded.created_at`,
-        );
-      }
-      return { id, duplicate: false };
-      // Its account (and parent) locked with the batch's other sends' in one order (db/group-commit.ts WriteLock).
-    },
-    undefined,
-    { keys: [auth.actingAccountId], take: lockSenders },
-  );
-  if (header.clientMessageId !== null && !submitted.duplicate) await pruneAfter(deps);
+      );
+    }
+    return { id, duplicate: false };
+  }, readAhead);
+  if (messageId !== null && !submitted.duplicate) await pruneAfter(deps);
   return submitted;
+}
+
+/** What a submission reads before its checks (commitSubmission). */
+interface SubmissionReading {
+  /** The send's reading (server/core/sending.ts readForSend): the accounts, the from-domain, the lists, the database. */
+  send: SendReading;
+  /** The client's Message-ID, if it wrote one. */
+  messageId: string | null;
+  /** The email that Message-ID was sent as from this account within the window, if it was. */
+  seen: string | undefined;
+  /** The Message-IDs queued before it in its batch under the same accounts, with their emails (carrySubmission). */
+  queued: ReadonlyMap<string, string>;
+}
+
+/** What a submission hands on to the next of its batch under the same accounts (db/group-commit.ts HandOn). */
+interface SubmissionHanded {
+  sender: Sender;
+  queued: ReadonlyMap<string, string>;
+}
+
+const NONE_QUEUED: ReadonlyMap<string, string> = new Map();
+
+/**
+ * A submission's reading after one before it of the same accounts in the same batch (db/group-commit.ts
+ * ReadAhead.carry): its own, taken ahead, with the account rows as that one handed them on and the Message-IDs queued
+ * before it in the batch (which its reading, taken before them, could not see). A submission changes nothing else it
+ * reads (the from-domain, the lists, the customer database).
+ */
+function carrySubmission(reading: SubmissionReading, handed: unknown): SubmissionReading | undefined {
+  const before = handed as SubmissionHanded | undefined;
+  const { sender } = reading.send;
+  if (!before || before.sender.acting.id !== sender.acting.id || before.sender.parent?.id !== sender.parent?.id) return undefined;
+  const seen = reading.seen ?? (reading.messageId === null ? undefined : before.queued.get(reading.messageId));
+  return { ...reading, send: { ...reading.send, sender: before.sender }, seen, queued: before.queued };
+}
+
+/** The email a Message-ID was sent as from the account within the de-duplication window, if it was. */
+async function seenMessageId(db: Db, accountId: string, messageId: string, now: number): Promise<string | undefined> {
+  const seen = await queryRow<{ emailId: string }>(
+    db,
+    sql`select email_id as "emailId" from submitted_messages where account_id = ${accountId} and message_id = ${messageId} and created_at > ${now - MESSAGE_ID_WINDOW_MS}`,
+  );
+  return seen?.emailId;
 }
 
 /**

@@ -1,6 +1,6 @@
 import { and, desc, eq, lt, sql } from 'drizzle-orm';
 import { z } from 'zod';
-import { type Db, pointReads } from '../../db/client.js';
+import type { Db } from '../../db/client.js';
 import { definePrepared } from '../../db/prepared.js';
 import { type SuppressionReason, type SuppressionRow, suppressions } from '../../db/schema/index.js';
 import { iso } from '../shared/clock.js';
@@ -9,7 +9,7 @@ import { ApiError } from '../shared/errors.js';
 import { newId } from '../shared/ids.js';
 import { addressKey, parseAddress } from './addresses.js';
 import type { PageRequest, RequestContext } from './context.js';
-import { isOneOfPlaceholder, listParam, one, queryRow, queryRows } from '../../db/sql.js';
+import { isOneOfPlaceholder, listParam, one, queryRows } from '../../db/sql.js';
 
 export interface SuppressionView {
   id: string;
@@ -134,15 +134,6 @@ const statements = definePrepared((db) => ({
     .where(and(isOneOfPlaceholder(db, suppressions.accountId, 'accounts'), isOneOfPlaceholder(db, suppressions.address, 'addresses')))
     .prepare(),
 }));
-
-/**
- * The `suppressions` change counter (db/schema/change-counters.ts): raised by triggers whenever any suppression list
- * or an account's parent changes, whoever writes. Equal readings mean no list changed in between.
- */
-export async function suppressionsStamp(db: Db): Promise<number> {
-  const row = await pointReads(db, () => queryRow<{ n: number }>(db, sql`select n from change_counters where name = 'suppressions'`));
-  return row!.n;
-}
 
 /** Why the account or its parent has suppressed `address` (a reason per list it is on, the account's first), or [] when neither has. */
 export async function suppressionReasons(db: Db, account: { id: string; parentId: string | null }, address: string): Promise<SuppressionReason[]> {
