@@ -4,6 +4,7 @@ import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../lib/free-port.js';
+import { balancerPorts, haproxyEnv } from '../lib/haproxy-env.js';
 import { PG_TEST_CA_FILE, type TestPostgres, startPostgres, stateUrlOf } from '../lib/postgres.js';
 import { contextSwitches, cpuSeconds, machineCpu, threadCpu } from '../lib/proc.js';
 import { type BenchSink, startBenchSink, waitForPort } from './postfix.js';
@@ -289,24 +290,12 @@ async function threeNodes(pg: TestPostgres, sink: BenchSink, run: number, load: 
       );
       others.push(child);
     }
-    const lb = { http: await freePort(), smtp: await freePort(), submission: await freePort(), submissions: await freePort() };
+    const lb = await balancerPorts();
     haproxy = spawn('haproxy', ['-db', '-f', HAPROXY_CFG], {
       stdio: ['ignore', 'ignore', 'inherit'],
       env: {
-        PATH: process.env.PATH ?? '',
-        LB_ADDR: '127.0.0.1',
-        LB_HTTP_PORT: String(lb.http),
-        LB_SMTP_PORT: String(lb.smtp),
-        LB_SUBMISSION_PORT: String(lb.submission),
-        LB_SUBMISSIONS_PORT: String(lb.submissions),
-        NODE1_ADDR: '127.0.0.1',
-        NODE2_ADDR: '127.0.0.12',
-        NODE3_ADDR: '127.0.0.13',
-        NODE_HTTP_PORT: String(httpPort),
         // The SMTP ports are off on the nodes: their backends' checks look at /healthz only.
-        NODE_SMTP_PORT: '25',
-        NODE_SUBMISSION_PORT: '587',
-        NODE_SUBMISSIONS_PORT: '465',
+        ...haproxyEnv(lb, ['127.0.0.1', '127.0.0.12', '127.0.0.13'], { http: httpPort, smtp: 25, submission: 587, submissions: 465 }),
         ...(load === 'many accounts, by key' ? { LB_HTTP_BALANCE: 'hdr(Authorization)' } : {}),
       },
     });

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { expect } from 'vitest';
 import { freePort } from '../../scripts/lib/free-port.js';
+import { balancerPorts, haproxyEnv } from '../../scripts/lib/haproxy-env.js';
 import { ROOT, SENDING_RECORDS, type ServiceProcess, createAccountWithCli, processApi, processEnv, startServiceProcess } from './service-process.js';
 import { stateClientOf, stateEnv } from './test-state.js';
 
@@ -169,26 +170,12 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
   // One after the other: the first migrates nothing (the template is migrated) but each takes its liveness lock.
   for (const node of nodes) await node.restart();
 
-  const startBalancer = async (env: Record<string, string>): Promise<Balancer> => {
-    const lb = { http: await freePort(), smtp: await freePort(), submission: await freePort(), submissions: await freePort() };
-    const haproxyEnv: Record<string, string> = {
-      PATH: process.env.PATH ?? '',
-      LB_ADDR: '127.0.0.1',
-      LB_HTTP_PORT: String(lb.http),
-      LB_SMTP_PORT: String(lb.smtp),
-      LB_SUBMISSION_PORT: String(lb.submission),
-      LB_SUBMISSIONS_PORT: String(lb.submissions),
-      NODE_HTTP_PORT: String(nodePorts.http),
-      NODE_SMTP_PORT: String(nodePorts.smtp),
-      NODE_SUBMISSION_PORT: String(nodePorts.submission),
-      NODE_SUBMISSIONS_PORT: String(nodePorts.submissions),
-      LB_CHECK_INTER: opts.checkInter ?? '200ms',
-      ...Object.fromEntries(addresses.map((a, i) => [`NODE${i + 1}_ADDR`, a])),
-      ...env,
-    };
+  const startBalancer = async (extra: Record<string, string>): Promise<Balancer> => {
+    const lb = await balancerPorts();
+    const env = { ...haproxyEnv(lb, addresses, nodePorts), LB_CHECK_INTER: opts.checkInter ?? '200ms', ...extra };
     let output = '';
     // -db: in the foreground, so the test owns the process and its output.
-    const haproxy: ChildProcess = spawn('haproxy', ['-db', '-f', HAPROXY_CFG], { env: haproxyEnv, stdio: ['ignore', 'pipe', 'pipe'] });
+    const haproxy: ChildProcess = spawn('haproxy', ['-db', '-f', HAPROXY_CFG], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     haproxy.stdout?.on('data', (c: Buffer) => (output += c.toString()));
     haproxy.stderr?.on('data', (c: Buffer) => (output += c.toString()));
     haproxy.on('error', (err) => (output += `spawn failed: ${err.message}`));
