@@ -503,32 +503,6 @@ describe('recipients', () => {
         await expectNothingSent(s, before);
       });
     }
-
-    it("the commit's own reading of the lists catches it, with no change counter's help", async () => {
-      // With the `suppressions` counter's insert trigger gone, a suppression written by another connection does not
-      // move it: the message is still refused, so the commit reads the lists itself, whatever the counter says.
-      // SQLite: the trigger dropped and made again from its text; Postgres: switched off and on.
-      const trigger = service.stateUrl
-        ? null
-        : (
-            await onOtherConnection<{ sql: string }>(service, `select sql from sqlite_master where type = 'trigger' and name = 'suppressions_changed_insert'`)
-          )[0]!.sql;
-      await onOtherConnection(
-        service,
-        trigger === null ? 'alter table suppressions disable trigger suppressions_changed_insert' : 'drop trigger suppressions_changed_insert',
-      );
-      try {
-        const s = await newSender(service);
-        const client = await authed(s.key);
-        expect(await client.command(`MAIL FROM:<${s.from}>`)).toMatch(/^250 /);
-        expect(await client.command('RCPT TO:<later@example.net>')).toMatch(/^250 /);
-        await cases[1]!.suppress(s);
-        expect(await client.data(mail(s.from, ['later@example.net']))).toBe('550 5.7.1 Suppressed recipients, nothing was sent: later@example.net.');
-        client.close();
-      } finally {
-        await onOtherConnection(service, trigger === null ? 'alter table suppressions enable trigger suppressions_changed_insert' : trigger);
-      }
-    });
   });
 
   it("a sub-account's session refuses at RCPT what its parent's list holds, naming the sub-account's own reason first when both lists hold it", async () => {

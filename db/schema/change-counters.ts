@@ -12,10 +12,9 @@ import { integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
  * template's name, kind, account and current version; a version's layout; an account's parent), read by each send
  * that names an own template (server/core/own-templates.ts).
  *
- * `suppressions` (db/migrations/0020_suppressions_change_counter.sql): any account's suppression list, and accounts'
- * parents. No longer read: SMTP submission read it at MAIL FROM and at its commit until its commit's reading counted
- * the recipients on the lists itself, as an API send's does (server/core/submission.ts). The triggers still raise it;
- * dropping them takes a migration on each engine.
+ * `suppressions` (db/migrations/0020_suppressions_change_counter.sql) is gone (0026_drop_suppressions_counter.sql; on
+ * Postgres 0010): SMTP submission read it until its commit's reading counted the listed recipients itself, and it had
+ * no other reader, while every write of a suppression raised it (on Postgres, one row every node's writes took turns on).
  */
 export const changeCounters = sqliteTable('change_counters', {
   name: text('name').primaryKey(),
