@@ -64,7 +64,6 @@ export function createSubmissionServer(
   const bounds = createClientBounds(() => server, opts);
   // Each accepted recipient as the RCPT check parsed it (smtp-server keeps the address object in the envelope).
   const judgedAtRcpt = new WeakMap<SMTPServerAddress, { address: string; domain: string }>();
-  // What the session's current transaction began with at MAIL FROM (smtp-server keeps one session a connection).
   const refused = (stage: SubmissionStage, session: SMTPServerSession, err: SmtpReply) => {
     deps.metrics.submissionRefused(stage, err.responseCode);
     deps.logger.info('submission.refused', { stage, code: err.responseCode, message: err.message, remoteAddress: session.remoteAddress });
