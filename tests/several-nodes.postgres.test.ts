@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { sql } from 'drizzle-orm';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -12,7 +13,8 @@ import type { Claimed } from '../mta/delivery-queue.js';
 import { FORWARD_GAP_MS, startLiveness, type Liveness } from '../server/app/liveness.js';
 import { skipped } from '../server/core/nodes.js';
 import { claimIdempotencyKey, forgetExpiredKeys } from '../server/core/idempotency.js';
-import { pruneSubmittedMessageIds } from '../server/core/submission.js';
+import { commitSubmission, pruneSubmittedMessageIds } from '../server/core/submission.js';
+import { authenticateSubmission } from '../server/core/submission-auth.js';
 import { connectionConfig, openPostgres } from '../db/pg/state.js';
 import {
   accountRow,
@@ -39,7 +41,7 @@ import { eq } from 'drizzle-orm';
 import { FakeClock } from './helpers/clock.js';
 import { createMetrics } from '../server/shared/metrics.js';
 import { stateOnPostgres } from './helpers/test-state.js';
-import { type SubmissionRig, startSubmission } from './helpers/submission.js';
+import { plainSubmission, type SubmissionRig, startSubmission } from './helpers/submission.js';
 import nodemailer from 'nodemailer';
 import type { InboundServer } from '../mta/inbound/server.js';
 import { loadOrCreateSmtpTls } from '../mta/inbound/tls.js';
@@ -575,6 +577,35 @@ describe('credits and quota across nodes', () => {
         expect(sent[0]! + sent[1]!).toBe(4);
         expect((await emailRows(nodes[0]!, subs[0]!.id)).length + (await emailRows(nodes[0]!, subs[1]!.id)).length).toBe(4);
       }
+    } finally {
+      for (const node of nodes) await node.close();
+    }
+  });
+
+  it("one Message-ID submitted in two nodes' batches at once, three in each: one email, counted once, every answer its id", async () => {
+    const nodes = await moreNodes(2, RACE);
+    try {
+      const s = await newSender(nodes[0]!, { credits: 100 });
+      const messageId = `<race-${randomUUID()}@app.example.org>`;
+      const auths = await Promise.all(nodes.map((node) => authenticateSubmission(node.deps, 'app', s.key)));
+      // Each node holds its three commits, then lets them go as one batch; both batches start together, and each
+      // reads ahead (its lock, then its readings) while the other may hold the account.
+      const gates = nodes.map((node) => gateCommits(node, 3));
+      const answers = Promise.all(
+        [0, 1, 2, 3, 4, 5].map((i) => {
+          const node = nodes[i % 2]!;
+          return commitSubmission(node.deps, auths[i % 2]!, plainSubmission(node.deps, s.from, messageId, `buyer${i}@example.net`));
+        }),
+      );
+      await Promise.all(gates.map((gate) => gate.arrived(3)));
+      for (const gate of gates) gate.release();
+      const submitted = await answers;
+      const emails = await emailRows(nodes[0]!, s.account.id);
+      expect(emails).toHaveLength(1);
+      expect(submitted.map((a) => a.id)).toEqual(Array(6).fill(emails[0]!.id));
+      expect(submitted.filter((a) => !a.duplicate)).toHaveLength(1);
+      const row = await accountRow(nodes[0]!, s.account.id);
+      expect([row.totalSent, row.creditsBalance, row.sentTodayCount]).toEqual([1, 99, 1]);
     } finally {
       for (const node of nodes) await node.close();
     }

@@ -3,9 +3,8 @@ import { simpleParser } from 'mailparser';
 import MailComposer from 'nodemailer/lib/mail-composer';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { verpAddress } from '../mta/verp.js';
-import { commitSubmission, newSubmissionId, type Submission } from '../server/core/submission.js';
+import { commitSubmission } from '../server/core/submission.js';
 import { authenticateSubmission } from '../server/core/submission-auth.js';
-import { readSubmittedHeader } from '../server/core/submitted-message.js';
 import { createCustomerDbWriter } from '../server/customer-db/writer.js';
 import { createWebhookDispatcher } from '../server/webhooks/dispatcher.js';
 import { type DeliveryRig, resetDeliveryRig, startDeliveryRig, stopDeliveryRig } from './helpers/delivery-rig.js';
@@ -13,7 +12,7 @@ import { publishSigningRecord, verifyDkim } from './helpers/dkim-check.js';
 import { HttpsReceiver } from './helpers/https-receiver.js';
 import { startPostgres, type TestPostgres } from './helpers/postgres.js';
 import { accountRow, DAY, emailRows, exhaustCredits, expectError, useQuota, newSender, receipt, type Sender } from './helpers/sending.js';
-import { startSubmission } from './helpers/submission.js';
+import { plainSubmission, startSubmission } from './helpers/submission.js';
 import {
   type Envelope,
   fieldName,
@@ -388,12 +387,7 @@ describe('Message-ID de-duplication (decisions.md section 10)', () => {
     const tag = randomBytes(6).toString('hex');
     const x = `<batch-x-${tag}@app.example.org>`;
     const y = `<batch-y-${tag}@app.example.org>`;
-    const submission = (messageId: string, to: string): Submission => {
-      const id = newSubmissionId(deps);
-      const text = `From: ${s.from}\r\nTo: ${to}\r\nSubject: One batch\r\nMessage-ID: ${messageId}\r\n\r\nHello.\r\n`;
-      const header = readSubmittedHeader(Buffer.from(text), { id, mailHostname: deps.config.mailHostname, now: deps.clock.now() });
-      return { header, raw: Buffer.concat([header.header, Buffer.from('Hello.\r\n')]), recipients: [{ address: to, domain: 'example.net' }], id };
-    };
+    const submission = (messageId: string, to: string) => plainSubmission(deps, s.from, messageId, to);
     const batch = [submission(x, 'xa@example.net'), submission(y, 'ya@example.net'), submission(x, 'xb@example.net'), submission(x, 'xc@example.net')];
     const answers = await Promise.all(batch.map((one) => commitSubmission(deps, auth, one)));
     expect(answers).toEqual([

@@ -1,6 +1,9 @@
 import { loadOrCreateSmtpTls } from '../../mta/inbound/tls.js';
 import { type SubmissionOptions, createSubmissionServer } from '../../mta/submission/server.js';
+import type { Deps } from '../../server/core/deps.js';
+import { newSubmissionId, type Submission } from '../../server/core/submission.js';
 import { createAuthLockout } from '../../server/core/submission-auth.js';
+import { readSubmittedHeader } from '../../server/core/submitted-message.js';
 import type { TestService } from './service.js';
 
 export interface SubmissionRig {
@@ -32,4 +35,16 @@ export async function startSubmission(service: TestService, opts: Partial<Submis
       await Promise.all([starttls.close(), implicit.close()]);
     },
   };
+}
+
+/**
+ * A one-recipient message with the client's own Message-ID, as the submission server hands it to commitSubmission
+ * once DATA has ended: for tests that put submissions' commits in one batch of the group commit.
+ */
+export function plainSubmission(deps: Pick<Deps, 'clock' | 'config'>, from: string, messageId: string, to: string): Submission {
+  const id = newSubmissionId(deps);
+  const body = Buffer.from('Hello.\r\n');
+  const text = `From: ${from}\r\nTo: ${to}\r\nSubject: One batch\r\nMessage-ID: ${messageId}\r\n\r\n`;
+  const header = readSubmittedHeader(Buffer.from(text), { id, mailHostname: deps.config.mailHostname, now: deps.clock.now() });
+  return { header, raw: Buffer.concat([header.header, body]), recipients: [{ address: to, domain: to.slice(to.indexOf('@') + 1) }], id };
 }
