@@ -19,6 +19,7 @@ import {
   receipt,
   sendEmail,
   setDomainState,
+  expectPlanThroughIndex,
 } from './helpers/sending.js';
 import { startService, type TestService } from './helpers/service.js';
 import { FORGET_BATCH, FORGET_EVERY_MS, claimIdempotencyKey, forgetExpiredKeys, forgetStatement, settleClaim } from '../server/core/idempotency.js';
@@ -213,17 +214,7 @@ describe('keys past their window are forgotten', () => {
     );
     await execute(db, sql`analyze idempotency_keys`);
     const statement = forgetStatement(db, at, 1000);
-    if (service.deps.store.engine === 'postgres') {
-      const [plan] = await queryRows<{ 'QUERY PLAN': unknown }>(db, sql`explain (format json) ${statement}`);
-      const text = JSON.stringify(plan!['QUERY PLAN']);
-      expect(text).toContain('idempotency_keys_completed_idx');
-      expect(text).not.toContain('Seq Scan');
-    } else {
-      const plan = await queryRows<{ detail: string }>(db, sql`explain query plan ${statement}`);
-      const details = plan.map((p) => p.detail);
-      expect(details).toContainEqual(expect.stringContaining('USING INDEX idempotency_keys_completed_idx'));
-      expect(details.filter((d) => /^SCAN idempotency_keys\b/.test(d))).toEqual([]);
-    }
+    await expectPlanThroughIndex(service, statement, 'idempotency_keys', 'idempotency_keys_completed_idx');
     await execute(db, sql`delete from idempotency_keys where account_id = ${s.account.id}`);
   });
 });

@@ -4,7 +4,7 @@ import { sql } from 'drizzle-orm';
 import { execute, queryRows } from '../db/sql.js';
 import { PRUNE_BATCH, PRUNE_EVERY_MS, pruneStatement, pruneSubmittedMessageIds } from '../server/core/submission.js';
 import { RawSmtp } from './helpers/raw-smtp.js';
-import { DAY, type Sender, bulkRows, emailRows, newSender, queued, queuedRecipientsOf } from './helpers/sending.js';
+import { DAY, type Sender, bulkRows, emailRows, expectPlanThroughIndex, newSender, queued, queuedRecipientsOf } from './helpers/sending.js';
 import { type TestService, startService } from './helpers/service.js';
 import { type SubmissionRig, startSubmission } from './helpers/submission.js';
 
@@ -305,16 +305,7 @@ describe('a backlog of Message-IDs past the window', () => {
     const db = service.deps.db;
     // The 'plan-' entries are all within the window: the statement reads the index's old end and finds none.
     const statement = pruneStatement(db, service.clock.now(), PRUNE_BATCH);
-    if (service.deps.store.engine === 'postgres') {
-      const [plan] = await queryRows<{ 'QUERY PLAN': unknown }>(db, sql`explain (format json) ${statement}`);
-      const text = JSON.stringify(plan!['QUERY PLAN']);
-      expect(text).toContain('submitted_messages_created_idx');
-      expect(text).not.toContain('Seq Scan');
-    } else {
-      const details = (await queryRows<{ detail: string }>(db, sql`explain query plan ${statement}`)).map((p) => p.detail);
-      expect(details).toContainEqual(expect.stringContaining('USING INDEX submitted_messages_created_idx'));
-      expect(details.filter((d) => /^SCAN submitted_messages\b/.test(d))).toEqual([]);
-    }
+    await expectPlanThroughIndex(service, statement, 'submitted_messages', 'submitted_messages_created_idx');
     await execute(db, sql`delete from submitted_messages where message_id like '<plan-%'`);
   });
 });

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { request } from 'node:http';
 import { connect, type Socket } from 'node:net';
-import { and, asc, eq } from 'drizzle-orm';
+import { type SQL, and, asc, eq, sql } from 'drizzle-orm';
 import { expect } from 'vitest';
 import {
   type AccountRow,
@@ -23,7 +23,7 @@ import { newId } from '../../server/shared/ids.js';
 import type { Scope } from '../../server/core/scopes.js';
 import { type ApiResponse, type TestService, refuseInsertsInto } from './service.js';
 import { replaceDep } from './replace-dep.js';
-import { one } from '../../db/sql.js';
+import { one, queryRows } from '../../db/sql.js';
 
 /**
  * Sending fixtures: an account with a domain that may send (records marked as DNS would show them, no resolver
@@ -343,4 +343,23 @@ export function gateCommits(service: TestService, hold: number): CommitGate {
       for (const go of held) go();
     },
   };
+}
+
+/**
+ * The engine's plan of `statement` reads `table` through `index`, never by a scan of the whole table: Postgres's
+ * `explain (format json)` names the index and no Seq Scan; SQLite's `explain query plan` searches with the index and
+ * has no SCAN of the table.
+ */
+export async function expectPlanThroughIndex(target: TestService, statement: SQL, table: string, index: string): Promise<void> {
+  const db = target.deps.db;
+  if (target.deps.store.engine === 'postgres') {
+    const [plan] = await queryRows<{ 'QUERY PLAN': unknown }>(db, sql`explain (format json) ${statement}`);
+    const text = JSON.stringify(plan!['QUERY PLAN']);
+    expect(text).toContain(index);
+    expect(text).not.toContain('Seq Scan');
+  } else {
+    const details = (await queryRows<{ detail: string }>(db, sql`explain query plan ${statement}`)).map((p) => p.detail);
+    expect(details).toContainEqual(expect.stringContaining(`USING INDEX ${index}`));
+    expect(details.filter((d) => new RegExp(`^SCAN ${table}\\b`).test(d))).toEqual([]);
+  }
 }
