@@ -10,7 +10,8 @@ import { migrate } from 'drizzle-orm/better-sqlite3/migrator';
 import { createPrivateDir, createPrivateFile } from './data-dir.js';
 import { type WalSync, walSyncOf } from './group-commit.js';
 import * as schema from './schema/index.js';
-import { type PgStore, pgPointReads, pgUnitOf } from './pg/state.js';
+import type { LateKind } from './late-writes.js';
+import { type PgStore, pgPointReads, pgTakesLateWrites, pgUnitOf, pgWriteLate } from './pg/state.js';
 import { type Method, SqliteConnection } from './sqlite-connection.js';
 import { connectionDatabase } from './sqlite-session.js';
 
@@ -203,6 +204,19 @@ export function connectionOf(db: Db): SqliteConnection {
 export function unitOf(db: Db): { afterCommit: (() => void)[] } | null {
   const pgUnit = pgUnitOf(db);
   return pgUnit !== undefined ? pgUnit : connectionOf(db).current();
+}
+
+/**
+ * Whether the caller's transaction takes late writes (db/late-writes.ts: a batch of the group commit on Postgres): its
+ * rows written late are then read unlocked. False on SQLite, where a transaction holds the whole database.
+ */
+export function takesLateWrites(db: Db): boolean {
+  return pgTakesLateWrites(db);
+}
+
+/** Asks for `entry` to be written late under `key` (db/late-writes.ts): false when the caller must write it now. */
+export function writeLate(db: Db, kind: LateKind, key: string, entry: unknown): boolean {
+  return pgWriteLate(db, { kind, key, entry }) === true;
 }
 
 /**

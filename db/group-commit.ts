@@ -2,7 +2,8 @@ import { open } from 'node:fs/promises';
 import type Database from 'better-sqlite3';
 import { type Db, connectionOf } from './client.js';
 import { type QueueName, collectMarks, wakeMarked } from './queue-wake.js';
-import { type Settled, runPgBatch } from './pg/state.js';
+import { lateOrLocked } from './late-writes.js';
+import { type Settled, runPgBatch, runPgTransaction } from './pg/state.js';
 
 interface Job<T> {
   fn: (db: Db, ahead?: Promise<unknown>, handOn?: HandOn) => T | Promise<T>;
@@ -45,6 +46,11 @@ export interface ReadAhead<R> {
 export interface WriteLock {
   keys: readonly string[];
   take: (db: Db, keys: readonly string[]) => Promise<unknown>;
+  /**
+   * The rows are written late in a batch that takes late writes (db/late-writes.ts: a send's account counters), and
+   * read unlocked: locked first only in a batch that does not.
+   */
+  late?: boolean;
 }
 
 /**
@@ -59,12 +65,12 @@ export type HandOn = (handed: unknown) => void;
  * The batch's locks taken before its writes run (WriteLock): each statement once, over its writes' keys sorted. None
  * for fewer than two writes that declare one: a lone write's rows are locked in one statement anyway.
  */
-function lockFirst(db: Db, jobs: readonly Job<unknown>[]): (() => Promise<unknown>) | undefined {
+function lockFirst(db: Db, jobs: readonly Job<unknown>[], late: boolean): (() => Promise<unknown>) | undefined {
   const byTake = new Map<WriteLock['take'], Set<string>>();
   let declared = 0;
   for (const job of jobs) {
     const lock = job.ahead?.lock ?? job.lock;
-    if (!lock) continue;
+    if (!lock || (late && lock.late)) continue;
     declared++;
     const keys = byTake.get(lock.take) ?? new Set();
     for (const key of lock.keys) keys.add(key);
@@ -380,23 +386,35 @@ export function createPgGroupCommit(db: Db): GroupCommit {
     const jobs = pending.splice(0, MAX_BATCH);
     running = true;
     try {
+      // A batch whose writes lock nothing but what they may write late takes late writes (db/late-writes.ts): one
+      // refused, it runs again without them. Else its rows are locked as the writes declare (WriteLock), none late: a
+      // batch holding rows from its start that waited at its end for rows another holds from its start could deadlock.
+      const lateOrNot = jobs.every((job) => {
+        const lock = job.ahead?.lock ?? job.lock;
+        return !lock || lock.late === true;
+      })
+        ? lateOrLocked
+        : <T>(attempt: (late: boolean) => Promise<T>) => attempt(false);
       if (jobs.length === 1) {
         const job = jobs[0]!;
-        await db.transaction(async () => job.fn(db)).then(job.resolve, job.reject);
+        await lateOrNot((late) => runPgTransaction(db, async () => job.fn(db), { late })).then(job.resolve, job.reject);
         return;
       }
       let settled: Settled[];
       try {
-        settled = await runPgBatch(
-          db,
-          jobs.map((job) => (ahead?: Promise<unknown>, handOn?: HandOn) => Promise.resolve(job.fn(db, ahead, handOn))),
-          jobs.map((job) => {
-            const ahead = job.ahead;
-            if (!ahead) return undefined;
-            const read = ahead.read;
-            return { ...(read ? { read: () => read(db) } : {}), keys: ahead.keys, carry: ahead.carry };
-          }),
-          lockFirst(db, jobs),
+        settled = await lateOrNot((late) =>
+          runPgBatch(
+            db,
+            jobs.map((job) => (ahead?: Promise<unknown>, handOn?: HandOn) => Promise.resolve(job.fn(db, ahead, handOn))),
+            jobs.map((job) => {
+              const ahead = job.ahead;
+              if (!ahead) return undefined;
+              const read = ahead.read;
+              return { ...(read ? { read: () => read(db) } : {}), keys: ahead.keys, carry: ahead.carry };
+            }),
+            lockFirst(db, jobs, late),
+            { late },
+          ),
         );
       } catch (err) {
         for (const job of jobs) job.reject(err);

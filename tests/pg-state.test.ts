@@ -261,8 +261,8 @@ describe('statements issued together (db/sql.ts together)', () => {
     await db.transaction(async (tx) => void (await tx.select().from(accounts)));
     const own = { acting: await row('acc-rs-own'), parent: null };
     const sub = { acting: await row('acc-rs-sub'), parent: await row('acc-rs-parent') };
-    const forOwn = await writesDuring(() => db.transaction(async (tx) => void (await recordSend(tx, afterSend(own, send)))));
-    const forSub = await writesDuring(() => db.transaction(async (tx) => void (await recordSend(tx, afterSend(sub, send)))));
+    const forOwn = await writesDuring(() => db.transaction(async (tx) => void (await recordSend(tx, own, afterSend(own, send), send))));
+    const forSub = await writesDuring(() => db.transaction(async (tx) => void (await recordSend(tx, sub, afterSend(sub, send), send))));
     const acting: AccountRow = await row('acc-rs-sub');
     // BEGIN with the update(s), COMMIT: the parent's update leaves with the sub-account's.
     expect(forOwn).toBe(2);

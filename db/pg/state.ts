@@ -9,6 +9,7 @@ import { migrate } from 'drizzle-orm/node-postgres/migrator';
 import { PgDialect } from 'drizzle-orm/pg-core';
 import pg from 'pg';
 import type { Db } from '../client.js';
+import { type LateWrite, LateWriteRefusedError, lateStatements } from '../late-writes.js';
 import { inPipeline } from './pipeline.js';
 import { statementNamer } from './statement-names.js';
 
@@ -42,6 +43,8 @@ interface PgTx {
   failed?: Error;
   /** Set while units run at once (PgUnits.atOnce): none may open a savepoint of its own. */
   atOnce?: boolean;
+  /** A transaction that takes late writes (LateWrite): its units' writes of that kind wait for its end. */
+  late?: boolean;
 }
 
 /**
@@ -52,6 +55,8 @@ interface PgTx {
 interface PgScope {
   readonly tx: PgTx;
   readonly afterCommit: (() => void)[];
+  /** The late writes the unit asked for (LateWrite): a savepoint's join its transaction's as its queue wakes do. */
+  readonly late: LateWrite[];
   /** A unit run at once with others (PgUnits.atOnce): what it did that only rolling them all back can undo. */
   watch?: { wrote: boolean; failed: boolean };
 }
@@ -275,15 +280,15 @@ class PgUnits {
     reader?.release();
   }
 
-  async transaction<T>(fn: () => Promise<T>): Promise<T> {
+  async transaction<T>(fn: () => Promise<T>, opts: { late?: boolean } = {}): Promise<T> {
     const outer = this.current();
     if (outer) return this.savepoint(outer, fn);
     const client = await this.pool.connect();
     // A connection that drops while checked out is reported by the statement it fails; without a listener of its own
     // (the pool listens only while the connection is idle) the client's 'error' event would end the process.
     client.on('error', ignoreError);
-    const tx: PgTx = { open: true, client, savepoints: 0, released: [] };
-    const scope: PgScope = { tx, afterCommit: [] };
+    const tx: PgTx = { open: true, client, savepoints: 0, released: [], ...(opts.late ? { late: true } : {}) };
+    const scope: PgScope = { tx, afterCommit: [], late: [] };
     let broken: Error | undefined;
     try {
       // BEGIN leaves with the transaction's first statements (fn issues them in this tick): one round trip fewer. It
@@ -293,16 +298,28 @@ class PgUnits {
       begun.catch(() => undefined);
       const value = await this.scopes.run(scope, fn);
       await begun;
+      // The late writes' statements, worked out before anything is sent: one that cannot be written late (LateKind)
+      // ends the transaction here, rolled back.
+      const late = lateStatements(scope.late);
       tx.open = false;
-      // COMMIT leaves with the last savepoints' releases. Had one failed, the transaction was aborted, and Postgres
-      // answers that COMMIT with a ROLLBACK (no error): that is this transaction's failure.
+      // COMMIT leaves with the last savepoints' releases and the late writes. Had one failed, the transaction was
+      // aborted, and Postgres answers that COMMIT with a ROLLBACK (no error): that is this transaction's failure.
       corkForTick(client);
+      const written = late.map((query) => {
+        const { sql, params } = dialect.sqlToQuery(query);
+        const answer = inPipeline(client, { text: sql, values: params, name: this.nameOf(sql), types: typesFor() });
+        answer.catch(ignoreError);
+        return answer;
+      });
       const committing = txQuery(client, 'COMMIT', true);
       committing.catch(() => undefined);
       const releases = await Promise.allSettled(tx.released);
+      const lateEnded = await Promise.allSettled(written);
       const committed = await committing;
       const release = releases.find((r) => r.status === 'rejected');
       if (release) throw release.reason;
+      const refused = lateEnded.find((r) => r.status === 'rejected');
+      if (refused) throw new LateWriteRefusedError(refused.reason);
       if (committed.command !== 'COMMIT') throw new Error(`the transaction was rolled back at its commit (${committed.command})`);
       for (const hook of scope.afterCommit) hook();
       return value;
@@ -335,7 +352,7 @@ class PgUnits {
     corkForTick(tx.client);
     const saved = txQuery(tx.client, `SAVEPOINT ${name}`);
     saved.catch(() => undefined);
-    const inner: PgScope = { tx, afterCommit: [] };
+    const inner: PgScope = { tx, afterCommit: [], late: [] };
     let value: T;
     try {
       value = await this.scopes.run(inner, fn);
@@ -347,6 +364,7 @@ class PgUnits {
     }
     releaseLater(tx, name);
     outer.afterCommit.push(...inner.afterCommit);
+    outer.late.push(...inner.late);
     return value;
   }
 
@@ -401,7 +419,7 @@ class PgUnits {
     corkForTick(tx.client);
     const saved = txQuery(tx.client, 'SAVEPOINT at_once');
     saved.catch(() => undefined);
-    const scopes: PgScope[] = fns.map(() => ({ tx, afterCommit: [], watch: { wrote: false, failed: false } }));
+    const scopes: PgScope[] = fns.map(() => ({ tx, afterCommit: [], late: [], watch: { wrote: false, failed: false } }));
     tx.atOnce = true;
     let ended: PromiseSettledResult<unknown>[];
     try {
@@ -423,7 +441,10 @@ class PgUnits {
       return null;
     }
     // Left unreleased: the commit releases it, and the savepoints of the units run after it nest inside it.
-    for (const scope of scopes) outer.afterCommit.push(...scope.afterCommit);
+    for (const scope of scopes) {
+      outer.afterCommit.push(...scope.afterCommit);
+      outer.late.push(...scope.late);
+    }
     return ended.map((e) => (e.status === 'fulfilled' ? { ok: true, value: e.value } : { ok: false, err: e.reason }));
   }
 
@@ -433,7 +454,12 @@ class PgUnits {
    * one that lost a lock conflict to another transaction (a deadlock, which the batch's arbitrary lock order can
    * cause) runs again on its own after the commit. The whole batch is rejected if the transaction itself fails.
    */
-  async batch(units: readonly BatchUnit[], aheads: readonly (AheadReading | undefined)[] = [], lockFirst?: () => Promise<unknown>): Promise<Settled[]> {
+  async batch(
+    units: readonly BatchUnit[],
+    aheads: readonly (AheadReading | undefined)[] = [],
+    lockFirst?: () => Promise<unknown>,
+    opts: { late?: boolean } = {},
+  ): Promise<Settled[]> {
     const settled: (Settled | 'again')[] = new Array(units.length);
     // The units with a reading ahead run first, in the order they came, then the others: a batch's units were submitted
     // while the one before ran, none waiting for another, so any order is one they could have run in; and a unit
@@ -507,7 +533,7 @@ class PgUnits {
         }
         for (const k of ahead?.keys ?? []) written.add(k);
       }
-    });
+    }, opts);
     const out: Settled[] = [];
     for (const [i, s] of settled.entries()) {
       if (s !== 'again') out.push(s);
@@ -652,10 +678,37 @@ export function runPgBatch(
   units: readonly BatchUnit[],
   aheads?: readonly (AheadReading | undefined)[],
   lockFirst?: () => Promise<unknown>,
+  opts: { late?: boolean } = {},
 ): Promise<Settled[]> {
   const pg = stores.get(db);
   if (!pg) throw new Error('not a Postgres Db');
-  return pg.batch(units, aheads, lockFirst);
+  return pg.batch(units, aheads, lockFirst, opts);
+}
+
+/** A transaction on a Postgres Db, taking late writes when told (db/late-writes.ts). */
+export function runPgTransaction<T>(db: Db, fn: () => Promise<T>, opts: { late?: boolean } = {}): Promise<T> {
+  const pg = stores.get(db);
+  if (!pg) throw new Error('not a Postgres Db');
+  return pg.transaction(fn, opts);
+}
+
+/**
+ * Asks for a late write (db/late-writes.ts) in the caller's unit: true if its transaction takes late writes (the write
+ * is then the transaction's to issue at its end), else false and the caller writes in its turn; undefined when `db`
+ * is not Postgres.
+ */
+/** Whether the caller's transaction on `db` takes late writes (db/late-writes.ts); false on SQLite. */
+export function pgTakesLateWrites(db: Db): boolean {
+  return stores.get(db)?.current()?.tx.late === true;
+}
+
+export function pgWriteLate(db: Db, write: LateWrite): boolean | undefined {
+  const units = stores.get(db);
+  if (!units) return undefined;
+  const scope = units.current();
+  if (!scope?.tx.late) return false;
+  scope.late.push(write);
+  return true;
 }
 
 /** The unit (transaction) the caller's async work runs in on `db`, if `db` is a Postgres Db. */
