@@ -202,7 +202,7 @@ describe('the captured message', () => {
     expect(await total()).toBe(CAPTURE_LIMIT);
     expect(await read(5)).toBe('again\r\n');
     expect(await read(6)).toBe('message 6\r\n');
-  });
+  }, 60_000); // ten thousand captures stored one by one: on Postgres a round trip each, 15-20 s on a 2-core machine
 });
 
 describe('the capture store by itself (server/core/capture-store.ts)', () => {
