@@ -651,6 +651,37 @@ describe("send batches' account locks across nodes", () => {
     );
 
   /**
+   * Two sessions of the test's own, `watch` (lock waiters, deadlocks) and `holder` (holds rows), opened before the
+   * nodes start. `mark()` notes Postgres's deadlock count; `noDeadlock()`, once the nodes are closed, waits for every
+   * backend they used to end (each flushes its counts as it ends) and finds no deadlock counted since the mark.
+   */
+  async function lockObservers() {
+    const watch = new pg.Client(connectionConfig(store().target));
+    const holder = new pg.Client(connectionConfig(store().target));
+    await watch.connect();
+    await holder.connect();
+    const backends = async () =>
+      new Set((await watch.query('select pid from pg_stat_activity where datname = current_database()')).rows.map((r) => r.pid as number));
+    const before = await backends();
+    let marked = 0;
+    return {
+      watch,
+      holder,
+      async mark() {
+        marked = await deadlocks(watch);
+      },
+      async noDeadlock() {
+        await expect.poll(async () => [...(await backends())].filter((pid) => !before.has(pid)).length, { timeout: 10_000 }).toBe(0);
+        expect(await deadlocks(watch)).toBe(marked);
+      },
+      async end() {
+        await holder.end();
+        await watch.end();
+      },
+    };
+  }
+
+  /**
    * Two nodes, each with one batch of two writes: node 1's `writes(node 1, a, b)`, node 2's `writes(node 2, b, a)`,
    * each write held at the group commit until both of its node's have come, in that order. A third session holds a's
    * row, so that node 1's batch waits for it first and node 2's comes next: had the writes locked their accounts in
@@ -665,13 +696,8 @@ describe("send batches' account locks across nodes", () => {
     /** Run before the nodes close (what `prepare` started on them). */
     cleanup?: () => Promise<void>;
   }): Promise<void> {
-    const watch = new pg.Client(connectionConfig(store().target));
-    const holder = new pg.Client(connectionConfig(store().target));
-    await watch.connect();
-    await holder.connect();
-    const backends = async () =>
-      new Set((await watch.query('select pid from pg_stat_activity where datname = current_database()')).rows.map((r) => r.pid as number));
-    const before = await backends();
+    const observers = await lockObservers();
+    const { watch, holder } = observers;
     const nodes = await moreNodes(2);
     let cleaned = false;
     const cleanup = async () => {
@@ -683,7 +709,7 @@ describe("send batches' account locks across nodes", () => {
       const a = await newSender(nodes[0]!, { credits: 100 });
       const b = await newSender(nodes[0]!, { credits: 100 });
       await opts.prepare?.(nodes, a, b);
-      const deadlocksBefore = await deadlocks(watch);
+      await observers.mark();
       await holder.query('begin');
       await holder.query('select id from accounts where id = $1 for update', [a.account.id]);
       const batch = async (node: TestService, first: Sender, second: Sender) => {
@@ -704,11 +730,9 @@ describe("send batches' account locks across nodes", () => {
       await opts.check(await Promise.all([...first, ...second]), nodes, a, b);
       await cleanup();
       for (const node of nodes.splice(0)) await node.close();
-      await expect.poll(async () => [...(await backends())].filter((pid) => !before.has(pid)).length, { timeout: 10_000 }).toBe(0);
-      expect(await deadlocks(watch)).toBe(deadlocksBefore);
+      await observers.noDeadlock();
     } finally {
-      await holder.end();
-      await watch.end();
+      await observers.end();
       await cleanup();
       for (const node of nodes) await node.close();
     }
@@ -789,13 +813,8 @@ describe("send batches' account locks across nodes", () => {
     // Had node 1's send written a's counters late, at its commit, node 1 would hold b and wait for a while node 2
     // held a and waited for b: a deadlock. A batch that locks from its start locks every account of its sends then
     // too, in one sorted statement, and writes nothing late (db/group-commit.ts).
-    const watch = new pg.Client(connectionConfig(store().target));
-    const holder = new pg.Client(connectionConfig(store().target));
-    await watch.connect();
-    await holder.connect();
-    const backends = async () =>
-      new Set((await watch.query('select pid from pg_stat_activity where datname = current_database()')).rows.map((r) => r.pid as number));
-    const before = await backends();
+    const observers = await lockObservers();
+    const { watch, holder } = observers;
     const nodes = await moreNodes(2);
     try {
       const a = await newSender(nodes[0]!, { credits: 100 });
@@ -805,7 +824,7 @@ describe("send batches' account locks across nodes", () => {
       const claimed = await claimDueRecipients(nodes[0]!.deps.db, `late:${process.pid}:eeee`, nodes[0]!.clock.now(), 60_000, 1000);
       const jobs = (account: Sender) => claimed.filter((job) => ids.get(job.message.id) === account.account.id);
       expect([jobs(a).length, jobs(b).length]).toEqual([2, 2]);
-      const deadlocksBefore = await deadlocks(watch);
+      await observers.mark();
       const bounce = (node: TestService, job: Claimed) =>
         recordOutcome(node.deps, job, { status: 'bounced', dsn: '5.1.1', detail: '550 5.1.1 no such user' }).then((r) => r?.status);
       // Node 1's send is claimed first, its row held by the holder; then its batch of three is let go.
@@ -826,13 +845,10 @@ describe("send batches' account locks across nodes", () => {
       await holder.query('commit');
       expect(await Promise.all([...first, ...second])).toEqual([200, 'bounced', 'bounced', 'bounced', 'bounced', 200]);
       for (const s of [a, b]) expect((await accountRow(nodes[0]!, s.account.id)).totalBounced).toBe(2);
-      // Every backend the nodes used ended (each flushes its counts as it ends): Postgres counted no deadlock.
       for (const node of nodes.splice(0)) await node.close();
-      await expect.poll(async () => [...(await backends())].filter((pid) => !before.has(pid)).length, { timeout: 10_000 }).toBe(0);
-      expect(await deadlocks(watch)).toBe(deadlocksBefore);
+      await observers.noDeadlock();
     } finally {
-      await holder.end();
-      await watch.end();
+      await observers.end();
       for (const node of nodes) await node.close();
     }
   });
