@@ -175,10 +175,9 @@ export function afterSend(s: Sender, send: SendCount): Sender {
  * same round trip.
  */
 export async function recordSend(db: Db, before: Sender, after: Sender, send: SendCount): Promise<void> {
-  const entries: CountedSend[] = [countedSend(before.acting, after.acting, send, !before.parent)];
-  if (before.parent && after.parent) entries.push(countedSend(before.parent, after.parent, send, true));
   if (takesLateWrites(db)) {
-    for (const e of entries) writeLate(db, COUNTED_LATE, e.before.id, e);
+    writeLate(db, COUNTED_LATE, before.acting.id, countedSend(before.acting, after.acting, send, !before.parent));
+    if (before.parent && after.parent) writeLate(db, COUNTED_LATE, before.parent.id, countedSend(before.parent, after.parent, send, true));
     return;
   }
   const q = statements(db);
