@@ -410,6 +410,28 @@ describe('limits counted across nodes', () => {
     expect(await windows.take([{ scope: 'k:new', limit: 601, windowMs: 60_000 }])).toMatchObject({ ok: false, refused: 0 });
   });
 
+  it('a batch with room in every scope is counted without dropping the hits past its window; one that may meet a limit drops them and counts exactly', async () => {
+    const clock = new FakeClock();
+    const windows = postgresWindows(service.deps.db, clock);
+    const room = [{ scope: 'k:room', limit: 3, windowMs: 60_000 }];
+    const counted = async () => ({
+      rows: (await service.deps.db.select().from(rateHits).where(eq(rateHits.scope, 'k:room'))).length,
+      n: (await service.deps.db.select().from(rateCounts).where(eq(rateCounts.scope, 'k:room')))[0]?.n ?? 0,
+    });
+    expect(await windows.take(room)).toEqual({ ok: true });
+    expect(await windows.take(room)).toEqual({ ok: true });
+    clock.advance(61_000);
+    // Two stored and one more make three, within the limit whatever the window holds: the two past it stay for now.
+    expect(await windows.take(room)).toEqual({ ok: true });
+    expect(await counted()).toEqual({ rows: 3, n: 3 });
+    // Three stored and one more may pass the limit: the take drops the two past the window, then counts the one left.
+    expect(await windows.take(room)).toEqual({ ok: true });
+    expect(await counted()).toEqual({ rows: 2, n: 2 });
+    expect(await windows.take(room)).toEqual({ ok: true });
+    expect(await windows.take(room)).toEqual({ ok: false, refused: 0, retryAfterMs: 60_000 });
+    expect(await counted()).toEqual({ rows: 3, n: 3 });
+  });
+
   it('a take that is a transaction of its own commits without waiting for the WAL flush; inside a transaction, it leaves that commit durable', async () => {
     const db = service.deps.db;
     const setting = async () => (await queryRow<{ s: string }>(db, sql`select current_setting('synchronous_commit') as s`))!.s;

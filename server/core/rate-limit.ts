@@ -152,8 +152,9 @@ async function takeBatch(db: Db, batch: readonly (readonly Counted[])[], now: nu
 
 /**
  * The windows in the state database, shared by every node (docs/api/decisions.md section 12): `rate_take()`
- * (db/pg/migrations/0008_rate_take_batch.sql) locks the scopes, drops their hits older than their windows, counts,
- * and counts each request or names the scope that refused it. A node's takes go in batches, one statement in flight
+ * (db/pg/migrations/0008_rate_take_batch.sql, 0011_rate_take_room.sql) locks the scopes; a batch with room in every
+ * scope is counted at once, otherwise it drops each scope's hits older than its window, counts, and counts each request
+ * or names the scope that refused it. A node's takes go in batches, one statement in flight
  * at a time: a take finding none goes at once, alone; the takes that come while one is in flight go together in the
  * next, in the order they came, each seeing the ones before it (exact as one statement each, and through three nodes
  * a statement each was a round trip, a context switch for Postgres, and a transaction a request). A batch of takes
