@@ -11,7 +11,10 @@ import { type Db, unitOf } from './client.js';
  * - a mark after a statement of its own (synchronous=FULL, durable when it returns) wakes on the next microtask.
  * A wake is a hint (the worker claims what is due), so a mark of a transaction that rolled back costs one idle claim.
  * Marks of one batch or one synchronous step wake each queue once. With several nodes (server/app/liveness.ts), each
- * wake is also told to the other nodes (`forwardWakes`), whose workers are woken by `wakeFromElsewhere`.
+ * wake is also told to the other nodes (`forwardWakes`), whose workers are woken by `wakeFromElsewhere`, unless this
+ * node's worker of the queue keeps it (`keepWakes`): it claims at once, with room, what the wake announces, and the
+ * other nodes' claims would only race it for the same rows; such a worker tells them itself (`tellOtherNodes`) when it
+ * may leave due work behind.
  */
 
 export type QueueName = 'recipients' | 'webhooks' | 'customer-db';
@@ -24,6 +27,8 @@ interface Wakes {
   soon: Set<QueueName> | null;
   /** Tells the other nodes of a wake made here; null with one node. */
   forward: ((queue: QueueName) => void) | null;
+  /** Per queue, whether this node's worker takes a wake made here itself (then it is not told to the other nodes). */
+  keeps: Map<QueueName, () => boolean>;
 }
 
 const byDb = new WeakMap<Db, Wakes>();
@@ -33,7 +38,7 @@ const unitMarks = new WeakMap<object, Set<QueueName>>();
 function wakesOf(db: Db): Wakes {
   let w = byDb.get(db);
   if (!w) {
-    w = { listeners: new Map(), job: null, soon: null, forward: null };
+    w = { listeners: new Map(), job: null, soon: null, forward: null, keeps: new Map() };
     byDb.set(db, w);
   }
   return w;
@@ -106,9 +111,28 @@ export function wakeMarked(db: Db, marks: Iterable<QueueName>): void {
 
 function fire(w: Wakes, marks: Iterable<QueueName>, local = false): void {
   for (const queue of new Set(marks)) {
+    // Asked before the listeners run: whether the worker, as it stands, claims what this wake announces.
+    const kept = !local && w.forward !== null && (w.keeps.get(queue)?.() ?? false);
     for (const listener of [...(w.listeners.get(queue) ?? [])]) listener();
-    if (!local) w.forward?.(queue);
+    if (!local && !kept) w.forward?.(queue);
   }
+}
+
+/**
+ * Says that this node's worker of `queue` takes the wakes made here while `keeps()` is true (it will claim at once, with
+ * room): they are not told to the other nodes then. Returns the undo (the worker stopping).
+ */
+export function keepWakes(db: Db, queue: QueueName, keeps: () => boolean): () => void {
+  const w = wakesOf(db);
+  w.keeps.set(queue, keeps);
+  return () => {
+    if (w.keeps.get(queue) === keeps) w.keeps.delete(queue);
+  };
+}
+
+/** Tells the other nodes that `queue` has work this node's worker may leave (nothing with one node). */
+export function tellOtherNodes(db: Db, queue: QueueName): void {
+  wakesOf(db).forward?.(queue);
 }
 
 const QUEUES: readonly QueueName[] = ['recipients', 'webhooks', 'customer-db'];

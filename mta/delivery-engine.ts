@@ -3,6 +3,7 @@ import { newWorkerId } from '../server/queues/leases.js';
 import { singleNode } from '../server/queues/nodes.js';
 import type { Deps } from '../server/core/deps.js';
 import { type Claimed, recipientQueue } from './delivery-queue.js';
+import { keepWakes, tellOtherNodes } from '../db/queue-wake.js';
 import { createFairSlots } from '../server/queues/fair-slots.js';
 import { type Signer, createSigner } from './signer.js';
 import { createRouter } from './routing.js';
@@ -209,11 +210,21 @@ export function createDeliveryEngine(
    * is done, when a lane ends, or at the poll.
    */
   async function tick(): Promise<boolean> {
+    if (!claimsAtOnce()) return false;
     const room = opts.batchSize - held.size;
-    if (held.size !== 0 && room < opts.batchSize / 2) return false;
     const claimed = (await claim(room)).length;
-    return claimed > 0 && claimed === room;
+    const full = claimed > 0 && claimed === room;
+    // More may be due than this node took (its room, or an account's share, filled): the other nodes are told, since
+    // the wakes made here are not while this engine keeps them.
+    if (full || (claimed > 0 && [...heldByAccount.values()].some((n) => n >= opts.perAccountHeld))) tellOtherNodes(deps.db, 'recipients');
+    return full;
   }
+
+  /** Whether a wake now makes a claim at once: not stopping, and nothing held or room for half a batch. */
+  function claimsAtOnce(): boolean {
+    return !stopping && (held.size === 0 || opts.batchSize - held.size >= opts.batchSize / 2);
+  }
+  let keeping: (() => void) | null = null;
 
   /** Gives back every recipient still waiting for a connection (shutdown). */
   async function releaseWaiting(): Promise<void> {
@@ -229,13 +240,22 @@ export function createDeliveryEngine(
   return {
     worker,
     runOnce,
-    /** Starts the loop (from main), woken by every durable commit that queues recipients. */
-    start: runner.start,
+    /**
+     * Starts the loop (from main), woken by every durable commit that queues recipients. With several nodes, a wake made
+     * here that this engine claims at once is not told to the others (server/app/liveness.ts), whose claims would race
+     * it for the same rows; the engine tells them when it leaves due work behind.
+     */
+    async start(): Promise<void> {
+      await runner.start();
+      keeping ??= keepWakes(deps.db, 'recipients', claimsAtOnce);
+    },
     /** Claims now instead of at the next poll. */
     poke: runner.wake,
     /** Stops claiming; lets in-flight transactions finish, gives waiting recipients back; resolves when idle. */
     async stop(): Promise<void> {
       stopping = true;
+      keeping?.();
+      keeping = null;
       const { abandoned } = await runner.stop();
       if (abandoned) {
         deps.logger.warn('delivery.stop_abandoned', {

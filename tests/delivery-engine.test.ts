@@ -17,6 +17,7 @@ import { startService, type TestService } from './helpers/service.js';
 import { SmtpSink } from './helpers/smtp-sink.js';
 import { parsePrometheusText, sampleValueOrZero } from './helpers/prometheus-text.js';
 import { one } from '../db/sql.js';
+import { forwardWakes, markQueued } from '../db/queue-wake.js';
 
 /**
  * The delivery engine itself (docs/api/decisions.md section 3), end to end against SMTP peers and a DNS server on loopback:
@@ -605,6 +606,58 @@ async function deliveredCounted(service: TestService): Promise<number> {
   const families = parsePrometheusText(await (await fetch(`${service.url}/metrics`)).text());
   return sampleValueOrZero(families, 'mailstead_delivery_outcomes_total', { status: 'delivered' });
 }
+
+describe('wakes and the other nodes', () => {
+  it('a wake the engine claims at once is not told to the other nodes; a claim that fills its room is, and so is a wake it has no room for', async () => {
+    const svc = await serviceFor(sink.port);
+    const told: string[] = [];
+    // As server/app/liveness.ts does while other nodes are live.
+    forwardWakes(svc.deps.db, (queue) => told.push(queue));
+    cleanups.push(() => forwardWakes(svc.deps.db, null));
+    const engine = engineFor(svc, { batchSize: 4, pollMs: 60_000 });
+    await engine.start();
+    cleanups.push(() => engine.stop());
+    const s = await newSender(svc);
+    const toldRecipients = () => told.filter((q) => q === 'recipients').length;
+
+    // Idle, the engine claims the send's two recipients itself: the other nodes' claims would only race it.
+    await send(svc, s, ['w1@example.net', 'w2@example.net']);
+    await waitFor(() => sink.deliveredTo().length === 2, 5000, 'both delivered');
+    expect(toldRecipients()).toBe(0);
+
+    // Six recipients whose replies are held: the claim takes four (its room) and the others are told of the rest.
+    let release!: () => void;
+    const held = new Promise<'accept'>((resolve) => (release = () => resolve('accept')));
+    sink.data = () => held;
+    await send(svc, s, recipients(6, 'example.net'));
+    await waitFor(() => toldRecipients() === 1, 5000, 'the other nodes told');
+    // Four held of four: a wake made now would not be claimed here at once, so it is told as it comes.
+    markQueued(svc.deps.db, 'recipients');
+    await new Promise((r) => setImmediate(r));
+    expect(toldRecipients()).toBe(2);
+    release();
+    await waitFor(() => sink.deliveredTo().length === 8, 10_000, 'all eight delivered');
+  });
+
+  it("a claim that fills an account's share is told to the other nodes: they may take that account's further mail", async () => {
+    const svc = await serviceFor(sink.port);
+    const told: string[] = [];
+    forwardWakes(svc.deps.db, (queue) => told.push(queue));
+    cleanups.push(() => forwardWakes(svc.deps.db, null));
+    const engine = engineFor(svc, { batchSize: 8, perAccountHeld: 2, pollMs: 60_000 });
+    await engine.start();
+    cleanups.push(() => engine.stop());
+    const s = await newSender(svc);
+    let release!: () => void;
+    const held = new Promise<'accept'>((resolve) => (release = () => resolve('accept')));
+    sink.data = () => held;
+    // Five recipients of one account: the claim takes two (the account's share), far below its room of eight.
+    await send(svc, s, recipients(5, 'example.net'));
+    await waitFor(() => told.includes('recipients'), 5000, 'the other nodes told');
+    release();
+    await waitFor(() => sink.deliveredTo().length === 5, 10_000, 'all five delivered');
+  });
+});
 
 describe('leases on the durable queue', () => {
   const LEASE = 60_000;

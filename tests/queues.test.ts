@@ -5,7 +5,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
 import { integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
 import type { Store } from '../db/client.js';
-import { markQueued, onQueueMarked } from '../db/queue-wake.js';
+import { forwardWakes, keepWakes, markQueued, onQueueMarked, tellOtherNodes } from '../db/queue-wake.js';
 import { execute } from '../db/sql.js';
 import { sqliteLeases } from '../server/queues/lease-table.js';
 import { createQueueWorker, createRunner } from '../server/queues/runner.js';
@@ -156,6 +156,43 @@ describe('the wake after a durable commit', () => {
     markQueued(store.db, 'customer-db'); // nobody listens
     await ticks();
     expect(heard.sort()).toEqual(['recipients', 'webhooks']);
+  });
+});
+
+describe('wakes told to the other nodes', () => {
+  const ticks = () => new Promise((r) => setImmediate(r));
+
+  it("are told unless this node's worker keeps them (it claims at once); the worker tells them itself", async () => {
+    const told: string[] = [];
+    forwardWakes(store.db, (queue) => told.push(queue));
+    let keeps = true;
+    const undo = keepWakes(store.db, 'recipients', () => keeps);
+    try {
+      let woken = 0;
+      const off = onQueueMarked(store.db, 'recipients', () => woken++);
+      markQueued(store.db, 'recipients');
+      markQueued(store.db, 'webhooks');
+      await ticks();
+      // The worker here is woken either way; only the queue nobody keeps is told.
+      expect(woken).toBe(1);
+      expect(told).toEqual(['webhooks']);
+      keeps = false;
+      markQueued(store.db, 'recipients');
+      await ticks();
+      expect(told).toEqual(['webhooks', 'recipients']);
+      tellOtherNodes(store.db, 'recipients');
+      expect(told).toEqual(['webhooks', 'recipients', 'recipients']);
+      // Undone (the worker stopped): told again, kept or not.
+      keeps = true;
+      undo();
+      markQueued(store.db, 'recipients');
+      await ticks();
+      expect(told).toEqual(['webhooks', 'recipients', 'recipients', 'recipients']);
+      off();
+    } finally {
+      undo();
+      forwardWakes(store.db, null);
+    }
   });
 });
 
