@@ -31,7 +31,8 @@ import { serviceNodeFlags, spawnListening, stop } from './spawn.js';
  * the statements Postgres spent its execution time on in each timed part, from pg_stat_statements;
  * BENCH_PG_SETTINGS="name = value;..." adds lines to the embedded Postgres's configuration, for experiments;
  * BENCH_PG_WAITS=1 samples pg_stat_activity every 10 ms in each timed part and prints what the active backends were
- * doing: on CPU or waiting, for what, and the statements that waited on locks)
+ * doing: on CPU or waiting, for what, and the statements that waited on locks; BENCH_ONLY=ratio runs only the
+ * benchmark's two legs, one node and three nodes with one account, each run)
  */
 const total = Number(process.env.BENCH_MESSAGES ?? 2000);
 const runs = Number(process.env.BENCH_RUNS ?? 1);
@@ -45,6 +46,8 @@ const MACHINE_CPU_MS = CPUS * 1000;
 const TARGET = 0.8;
 const STATEMENTS = process.env.BENCH_PG_STATEMENTS === '1';
 const WAITS = process.env.BENCH_PG_WAITS === '1';
+/** BENCH_ONLY=ratio: only the benchmark's two legs (one node, three nodes with one account), for quick comparisons. */
+const ONLY_RATIO = process.env.BENCH_ONLY === 'ratio';
 const here = fileURLToPath(new URL('.', import.meta.url));
 const HAPROXY_CFG = join(here, '../../../docs/operating/several-nodes/haproxy.cfg');
 
@@ -79,6 +82,8 @@ interface Figures {
   postgresCpuPer1000: number;
   machineCpuPer1000: number;
   xactsPerMessage: number;
+  /** Of those, rolled back (a late write's guard refused, a deadlock broken, an error). */
+  rollbacksPerMessage: number;
   /** The machine's context switches per message. */
   switchesPerMessage: number;
   /** The nodes' CPU while idle, all together, in CPUs (0.05: 5% of one). */
@@ -97,8 +102,10 @@ function threadsOf(pids: number[]): Map<string, number> {
 async function timed(pg: TestPostgres, database: string, rig: BenchRig, streams: readonly SendStream[], pids: number[]): Promise<Figures> {
   const marker = pgDataDir(pg);
   await measureDeliveryOf(rig, streams, WARMUP);
-  const xacts = async () =>
-    Number((await pg.admin(`select xact_commit + xact_rollback as n from pg_stat_database where datname = '${database}'`)).rows[0].n as string);
+  const xacts = async () => {
+    const row = (await pg.admin(`select xact_commit + xact_rollback as n, xact_rollback as r from pg_stat_database where datname = '${database}'`)).rows[0];
+    return { n: Number(row.n as string), r: Number(row.r as string) };
+  };
   // What the nodes spend idle (their polls, liveness, timers), over two seconds after the warm-up.
   await new Promise((r) => setTimeout(r, 500));
   const i0 = pids.reduce((s, p) => s + cpuSeconds(p), 0);
@@ -130,7 +137,8 @@ async function timed(pg: TestPostgres, database: string, rig: BenchRig, streams:
     nodesCpuPer1000: per1000(n1 - n0),
     postgresCpuPer1000: per1000(p1 - p0),
     machineCpuPer1000: per1000(m1 - m0),
-    xactsPerMessage: (x1 - x0) / Math.max(1, delivery.delivered),
+    xactsPerMessage: (x1.n - x0.n) / Math.max(1, delivery.delivered),
+    rollbacksPerMessage: (x1.r - x0.r) / Math.max(1, delivery.delivered),
     switchesPerMessage: (c1 - c0) / Math.max(1, delivery.delivered),
     idleCpuShare,
     threadsPer1000: new Map([...t1].map(([name, s]) => [name, per1000(s - (t0.get(name) ?? 0))])),
@@ -417,7 +425,7 @@ function line(name: string, f: Figures): string {
       .map(([name, s]) => `${name} ${s.toFixed(2)}`)
       .join(
         ', ',
-      )}), Postgres ${f.postgresCpuPer1000.toFixed(2)} s, machine ${f.machineCpuPer1000.toFixed(2)} s (the benchmark's own process ${d.loadCpuPer1000.toFixed(2)} s); Postgres transactions per message ${f.xactsPerMessage.toFixed(2)}, context switches per message ${f.switchesPerMessage.toFixed(1)}`
+      )}), Postgres ${f.postgresCpuPer1000.toFixed(2)} s, machine ${f.machineCpuPer1000.toFixed(2)} s (the benchmark's own process ${d.loadCpuPer1000.toFixed(2)} s); Postgres transactions per message ${f.xactsPerMessage.toFixed(2)} (rolled back ${f.rollbacksPerMessage.toFixed(3)}), context switches per message ${f.switchesPerMessage.toFixed(1)}`
   );
 }
 
@@ -433,6 +441,14 @@ async function main(): Promise<void> {
       try {
         const one = await oneNode(pg, sink, run);
         const three = await threeNodes(pg, sink, run);
+        if (ONLY_RATIO) {
+          const ratio = three.delivery.rate / one.delivery.rate;
+          if (ratio >= TARGET && three.duplicates === 0) met++;
+          console.log(`run ${run}: ${line('one node', one)}`);
+          console.log(`run ${run}: ${line('three nodes behind haproxy', three)}`);
+          console.log(`run ${run}: ratio ${ratio.toFixed(2)} (target ${TARGET})`);
+          continue;
+        }
         const threeAccounts = await threeNodes(pg, sink, run, 'three accounts');
         const pinned = await threeNodes(pg, sink, run, 'three accounts, one a node');
         // The two balancings in turn, first one then the other every other run, so neither always runs on the later,
