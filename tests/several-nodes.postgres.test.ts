@@ -410,6 +410,24 @@ describe('limits counted across nodes', () => {
     expect(await windows.take([{ scope: 'k:new', limit: 601, windowMs: 60_000 }])).toMatchObject({ ok: false, refused: 0 });
   });
 
+  it("the sweep drops each kind of scope's hits past its own window: a node counting only API keys leaves the sign-ins another counts", async () => {
+    const clock = new FakeClock();
+    // Two nodes' windows on one state database: one counts a sign-in's failed attempts (15 minutes), the other API keys.
+    const signIns = postgresWindows(service.deps.db, clock);
+    const api = postgresWindows(other.db, clock);
+    const signIn = [{ scope: 'signin:198.51.100.9', limit: 3, windowMs: 15 * 60_000 }];
+    for (let i = 0; i < 3; i++) expect(await signIns.take(signIn)).toEqual({ ok: true });
+    clock.advance(61_000);
+    // The API node's 1,000th take sweeps: its own keys' hits past the minute go, the sign-ins' stay.
+    for (let i = 0; i < 400; i++) expect(await api.take([{ scope: 'k:sweeper', limit: 1_000_000, windowMs: 60_000 }])).toEqual({ ok: true });
+    clock.advance(61_000);
+    for (let i = 0; i < 600; i++) expect(await api.take([{ scope: 'k:sweeper-2', limit: 1_000_000, windowMs: 60_000 }])).toEqual({ ok: true });
+    const rows = async (scope: string) => (await service.deps.db.select().from(rateHits).where(eq(rateHits.scope, scope))).length;
+    expect(await rows('k:sweeper')).toBe(0);
+    expect(await rows('signin:198.51.100.9')).toBe(3);
+    expect(await signIns.take(signIn)).toMatchObject({ ok: false, refused: 0 });
+  });
+
   it('a batch with room in every scope is counted without dropping the hits past its window; one that may meet a limit drops them and counts exactly', async () => {
     const clock = new FakeClock();
     const windows = postgresWindows(service.deps.db, clock);

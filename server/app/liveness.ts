@@ -59,7 +59,8 @@ export async function startLiveness(opts: LivenessOptions): Promise<Liveness> {
     let leases = 0;
     for (const queue of queues) leases += await queue.releaseNode(gone);
     const claims = await releaseDeadClaims(db, (holder) => holder === gone);
-    // What it gave back is due now: this node's workers, and the others', look at once rather than at their poll.
+    // What it gave back is due now: this node's workers look at once rather than at their poll, and so do the others'
+    // (for the recipient queue, when this node's engine has no room for all of it: mta/delivery-engine.ts).
     if (leases > 0) {
       markQueued(db, 'recipients');
       markQueued(db, 'webhooks');

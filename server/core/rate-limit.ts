@@ -117,13 +117,18 @@ const rateTake = plainStatement(
     sql`select req, refused, retry_ms from rate_take(${sql.placeholder('reqs')}::int[], ${sql.placeholder('scopes')}::text[], ${sql.placeholder('limits')}::bigint[], ${sql.placeholder('windows')}::bigint[], ${sql.placeholder('now')}::bigint, ${sql.placeholder('durable')}::boolean)`,
 );
 // The hits no window holds, dropped with their counts (rate_counts keeps each scope's number of rows); a scope left
-// with none loses its count row.
+// with none loses its count row. Each kind of scope (its name's prefix) is swept past its own window, so a node that
+// counts only API keys (a minute) never drops the hits of the sign-ins another node counts (15 minutes).
 const sweepHits = plainStatement(
-  () => sql`with gone as (delete from rate_hits where at <= ${sql.placeholder('before')} returning scope),
+  () => sql`with gone as (delete from rate_hits h using unnest(${sql.placeholder('kinds')}::text[], ${sql.placeholder('befores')}::bigint[]) as w(kind, before)
+                where starts_with(h.scope, w.kind) and h.at <= w.before returning h.scope),
     lowered as (update rate_counts c set n = greatest(c.n - g.k, 0) from (select scope, count(*) as k from gone group by scope) g
                 where c.scope = g.scope returning c.scope, c.n)
     delete from rate_counts where scope in (select scope from lowered where n = 0)`,
 );
+
+/** A scope's kind: its name up to its first `:` (`k:`, `a:`, `signin:`); the scopes of one kind share one window. */
+const kindOf = (scope: string): string => scope.slice(0, scope.indexOf(':') + 1) || scope;
 
 /** A take waiting for the batch it goes in. */
 interface Waiting {
@@ -164,11 +169,13 @@ async function takeBatch(db: Db, batch: readonly (readonly Counted[])[], now: nu
  * Measured on the node's lease timeline (server/shared/clock.ts leaseNow: the wall clock at the node's start, then its
  * monotonic clock), as the leases every node judges are: the nodes agree as their clocks did when they started (NTP),
  * and a step of one node's wall clock afterwards neither holds nor lifts a limit. Every HITS_SWEEP_EVERY takes, the
- * hits older than the longest window are deleted.
+ * hits past the window of their kind of scope (as taken on this node) are deleted; kinds this node has not taken are
+ * left to the nodes that take them.
  */
 export function postgresWindows(db: Db, clock: Clock): WindowCounter {
   let sinceSweep = 0;
-  let longest = 0;
+  /** The longest window taken here for each kind of scope: the sweep drops only hits past it, and only of those kinds. */
+  const windowOfKind = new Map<string, number>();
   let waiting: Waiting[] = [];
   let inFlight = false;
   const flush = async () => {
@@ -180,7 +187,8 @@ export function postgresWindows(db: Db, clock: Clock): WindowCounter {
       try {
         if (sinceSweep >= HITS_SWEEP_EVERY) {
           sinceSweep = 0;
-          await sweepHits.run(db, { before: now - longest });
+          const kinds = [...windowOfKind.keys()];
+          await sweepHits.run(db, { kinds, befores: kinds.map((k) => now - windowOfKind.get(k)!) });
         }
         const decided = await takeBatch(
           db,
@@ -197,7 +205,7 @@ export function postgresWindows(db: Db, clock: Clock): WindowCounter {
   };
   return {
     async take(counted) {
-      for (const c of counted) longest = Math.max(longest, c.windowMs);
+      for (const c of counted) windowOfKind.set(kindOf(c.scope), Math.max(windowOfKind.get(kindOf(c.scope)) ?? 0, c.windowMs));
       sinceSweep++;
       if (inPostgresTransaction(db)) return (await takeBatch(db, [counted], leaseNow(clock), true))[0]!;
       const decided = new Promise<CountDecision>((resolve, reject) => waiting.push({ counted, resolve, reject }));
