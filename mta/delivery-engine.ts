@@ -125,8 +125,9 @@ export function createDeliveryEngine(
 
   // The parts: connection slots, routes, the signing thread and the messages it builds, outcomes, transports, lanes.
   const isStopping = () => stopping;
-  // A destination's connections are split between the live nodes (docs/api/decisions.md section 12), at least one each.
-  const perDomain = () => Math.max(1, Math.floor(opts.perDomain / nodes.liveCount()));
+  // A destination's connections are split between the live nodes (docs/api/decisions.md section 12): shares that add
+  // up to perDomain (server/core/nodes.ts shareOf), at least one each.
+  const perDomain = () => nodes.share(opts.perDomain);
   const slots = createFairSlots({ total: opts.maxConnections, perAccount: opts.perAccount, perDestination: perDomain });
   const router = createRouter(deps);
   const signingKeys = createSigningKeyCache(deps);

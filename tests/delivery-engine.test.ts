@@ -7,6 +7,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { type OutboundRecipientRow, outboundRecipients } from '../db/schema/index.js';
 import { createDeliveryEngine, type EngineOptions } from '../mta/delivery-engine.js';
 import { singleNode } from '../server/queues/nodes.js';
+import { shareOf } from '../server/core/nodes.js';
 import { capForeignLeases, claimDueRecipients, releaseDeadLeases, renewLeases } from '../mta/delivery-queue.js';
 import { recordOutcome } from '../server/core/outcomes.js';
 import { leaseNow } from '../server/shared/clock.js';
@@ -996,19 +997,38 @@ describe('the connection limit', () => {
     expect(sink.deliveredTo().sort()).toEqual([...to].sort());
   });
 
+  it('shares a limit between live nodes so that the shares add up to it: the remainder to the first by name, at least one each', () => {
+    const all = (limit: number, live: string[]) => live.map((n) => shareOf(limit, live, n));
+    expect(all(20, ['n2', 'n3', 'n1'])).toEqual([7, 6, 7]);
+    expect(all(20, ['n1', 'n2'])).toEqual([10, 10]);
+    expect(all(20, ['n1'])).toEqual([20]);
+    expect(all(9, ['d', 'c', 'b', 'a'])).toEqual([2, 2, 2, 3]);
+    expect(all(2, ['a', 'b', 'c'])).toEqual([1, 1, 1]);
+    // A node that does not see itself among the live ones (its link lost a moment) counts itself in.
+    expect(shareOf(20, ['n2', 'n3'], 'n1')).toBe(7);
+    expect(shareOf(20, [], 'n1')).toBe(20);
+  });
+
   it("splits a destination's connections between the live nodes: this node's share of perDomain, at least one", async () => {
     routeToLoopback('split.limit.example');
     sink.rcpt = () => sleep(100).then(() => 'accept' as const);
     const s = await newSender(service);
     const to = recipients(24, 'split.limit.example');
     await send(service, s, to);
-    let live = 4;
-    const nodes = { ...singleNode(service.deps.config.nodeName), liveCount: () => live };
+    const self = service.deps.config.nodeName;
+    let live = ['!a', '!b', '!c', self];
+    const nodes = { ...singleNode(self), liveCount: () => live.length, share: (limit: number) => shareOf(limit, live, self) };
     sink.resetConnections();
-    // Four nodes live: 9 / 4, two connections to the destination from this one.
+    // Four nodes live: 9 is 3 + 2 + 2 + 2, this node (last by name) has two connections to the destination.
     expect(await createDeliveryEngine({ ...service.deps, nodes }, { timeouts: FAST_TIMEOUTS, perDomain: 9, recipientsPerLane: 1 }).runOnce()).toBe(24);
     expect(sink.peakOpen).toBe(2);
-    live = 12;
+    // First by name, it has the remainder's one more.
+    live = [self, `${self}~a`, `${self}~b`, `${self}~c`];
+    await send(service, s, to);
+    sink.resetConnections();
+    expect(await createDeliveryEngine({ ...service.deps, nodes }, { timeouts: FAST_TIMEOUTS, perDomain: 9, recipientsPerLane: 1 }).runOnce()).toBe(24);
+    expect(sink.peakOpen).toBe(3);
+    live = Array.from({ length: 11 }, (_, i) => `~${i}`).concat(self);
     await send(service, s, recipients(6, 'split.limit.example'));
     sink.resetConnections();
     expect(await createDeliveryEngine({ ...service.deps, nodes }, { timeouts: FAST_TIMEOUTS, perDomain: 9, recipientsPerLane: 1 }).runOnce()).toBe(6);

@@ -154,6 +154,9 @@ describe('a node gone', () => {
     await nodeOn(other, 'survivor');
     await watcher.sweep();
     expect(watcher.nodes.liveCount()).toBe(3);
+    // A destination's 20 connections: 7 + 7 + 6 between the three (the remainder to the first by name), 10 + 10 once
+    // one is gone.
+    expect(watcher.nodes.share(20)).toBe(6);
 
     const doomed = await claimDueRecipients(service.deps.db, `doomed:${process.pid}:aaaa`, now, LEASE, 2);
     const kept = await claimDueRecipients(service.deps.db, `survivor:${process.pid}:bbbb`, now, LEASE, 2);
@@ -183,6 +186,7 @@ describe('a node gone', () => {
     expect(await idempotencyRow(service, s.account.id, 'k-survivor')).toMatchObject({ state: 'running', heldBy: 'survivor' });
     expect(service.logger.entries).toContainEqual(expect.objectContaining({ event: 'node.gone', node: 'doomed', leasesReleased: 2, claimsReleased: 1 }));
     expect(watcher.nodes.liveCount()).toBe(2);
+    expect(watcher.nodes.share(20)).toBe(10);
     // What it gave back is due again at once.
     const retaken = await claimDueRecipients(service.deps.db, `watcher:${process.pid}:cccc`, now, LEASE, 10);
     expect(retaken.map((c) => c.recipient.id).sort()).toEqual(doomed.map((c) => c.recipient.id).sort());

@@ -5,7 +5,7 @@ import { type QueueName, forwardWakes, markQueued, wakeFromElsewhere } from '../
 import { recipientQueue } from '../../mta/delivery-queue.js';
 import { releaseDeadClaims } from '../core/idempotency.js';
 import { isDeadNodeHolder } from '../queues/leases.js';
-import { type Nodes, skipped } from '../core/nodes.js';
+import { type Nodes, shareOf, skipped } from '../core/nodes.js';
 import type { Logger } from '../shared/logger.js';
 import { webhookQueue } from '../webhooks/webhook-queue.js';
 
@@ -143,6 +143,7 @@ export async function startLiveness(opts: LivenessOptions): Promise<Liveness> {
   const nodes: Nodes = {
     name: node,
     liveCount: () => Math.max(1, live.size),
+    share: (limit) => shareOf(limit, live, node),
     deadHolders: async (worker) => {
       const now = link ? await link.liveNodes() : live;
       return (holder) => isDeadNodeHolder(holder, worker, node, now);

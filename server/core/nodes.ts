@@ -6,8 +6,13 @@
 export interface Nodes {
   /** This node's NODE_NAME: what its workers' lease holder ids start with. */
   readonly name: string;
-  /** How many nodes are live now (1 for a single node): connection limits per destination are split between them. */
+  /** How many nodes are live now (1 for a single node). */
   liveCount(): number;
+  /**
+   * This node's share of a limit split between the live nodes (connections per destination): `shareOf` over the live
+   * names as this node last read them; the whole limit for a single node.
+   */
+  share(limit: number): number;
   /** At a worker's start, the judge of the leases other holders left: true where the holder is gone (release now). */
   deadHolders(worker: string): Promise<(holder: string) => boolean>;
   /**
@@ -18,3 +23,14 @@ export interface Nodes {
 }
 
 export const skipped: unique symbol = Symbol('held by another node');
+
+/**
+ * A node's share of `limit` split between the live nodes `live` (this node, `self`, among them or not): the limit
+ * divided evenly, the remainder one each to the first nodes by name, so the shares add up to the limit exactly; at least
+ * one each (more nodes than the limit then hold one each).
+ */
+export function shareOf(limit: number, live: Iterable<string>, self: string): number {
+  const names = [...new Set([...live, self])].sort();
+  const even = Math.floor(limit / names.length);
+  return Math.max(1, even + (names.indexOf(self) < limit % names.length ? 1 : 0));
+}

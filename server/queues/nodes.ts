@@ -7,6 +7,7 @@ export function singleNode(name: string = hostname()): Nodes {
   return {
     name,
     liveCount: () => 1,
+    share: (limit) => limit,
     deadHolders: async (worker) => (holder) => isDeadHolder(holder, worker, name),
     exclusive: async (_kind, _key, work) => await work(),
   };
