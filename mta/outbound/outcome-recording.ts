@@ -43,15 +43,23 @@ export function createOutcomeRecording(deps: RecordingDeps, parts: { worker: str
     }
   }
 
-  /** True (and the job finished, logged) when the recipient's rows are gone: its account was deleted since the claim. */
-  async function gone(job: Job, accountId: string): Promise<boolean> {
-    if (await stillHeld(deps.db, parts.worker, job.recipient.id)) return false;
+  /** Whether this engine's claim still holds the recipient (its rows are there: its account was not deleted since). */
+  async function held(job: Job): Promise<boolean> {
+    return await stillHeld(deps.db, parts.worker, job.recipient.id);
+  }
+
+  /**
+   * True (and the job finished, logged) when the recipient's rows are gone: its account was deleted since the claim.
+   * `checked`: `held(job)` already under way (looked up ahead by the lane).
+   */
+  async function gone(job: Job, accountId: string, checked?: Promise<boolean>): Promise<boolean> {
+    if (await (checked ?? held(job))) return false;
     deps.logger.info('delivery.recipient_gone', { recipientId: job.recipient.id, accountId });
     job.finish();
     return true;
   }
 
-  return { record, recordAll, gone };
+  return { record, recordAll, held, gone };
 }
 
 export type OutcomeRecording = ReturnType<typeof createOutcomeRecording>;

@@ -7,7 +7,7 @@ import type { Claimed } from '../delivery-queue.js';
 import type { Target } from '../routing.js';
 import { type ClientOptions, SessionFailure, type SmtpSession, openSession } from '../smtp-client.js';
 import { verpAddress } from '../verp.js';
-import type { DomainWork } from './domain-work.js';
+import type { DomainWork, Job } from './domain-work.js';
 import type { MessageCache } from './message-cache.js';
 import { type OutcomeRecording, failure, unprepared } from './outcome-recording.js';
 
@@ -32,9 +32,19 @@ export function createTransports(deps: Pick<Deps, 'config' | 'logger' | 'secretK
   /** Delivers the queue's recipients over one slot; 'yield' when the slot should go to another account first. */
   async function serve(w: DomainWork, targets: Target[], slot: Slot): Promise<'done' | 'yield'> {
     let session: SmtpSession | null = null;
+    /**
+     * The queue's next recipient, taken for this connection while the previous outcome was recorded, with its check
+     * that it is still held, under way (`lookAhead`); given back to the queue whenever this connection stops serving.
+     */
+    let ahead: { job: Job; held: Promise<boolean> } | null = null;
+    const giveBack = () => {
+      if (ahead) w.jobs.unshift(ahead.job);
+      ahead = null;
+    };
     try {
-      while (w.jobs.length > 0 && !isStopping()) {
+      while ((ahead !== null || w.jobs.length > 0) && !isStopping()) {
         if (!session) {
+          giveBack();
           w.live++;
           try {
             session = await openSession(targets, clientOpts);
@@ -51,7 +61,9 @@ export function createTransports(deps: Pick<Deps, 'config' | 'logger' | 'secretK
             return 'done';
           }
         }
-        const job = w.jobs.shift();
+        const job = ahead?.job ?? w.jobs.shift();
+        const checked = ahead?.held;
+        ahead = null;
         if (!job) return 'done';
         let message: Buffer;
         let index: number;
@@ -66,8 +78,9 @@ export function createTransports(deps: Pick<Deps, 'config' | 'logger' | 'secretK
           continue;
         }
         // Its account deleted since the claim (the rows went with it): nothing to send, nothing to record. Checked
-        // here, after the build's wait, just before the SMTP transaction begins.
-        if (await gone(job, w.account)) continue;
+        // after the build's wait, just before the SMTP transaction begins, or while the previous one's outcome was
+        // recorded (lookAhead).
+        if (await gone(job, w.account, checked)) continue;
         const result = await session.send(verpAddress(job.message.id, index, deps.config.mailHostname, deps.secretKey), job.recipient.recipient, message);
         if (result.connectionLost) {
           await session.close();
@@ -80,18 +93,39 @@ export function createTransports(deps: Pick<Deps, 'config' | 'logger' | 'secretK
           w.jobs.unshift(job);
           continue;
         }
-        // The outcome is durable before anything else happens on this connection (or any other).
+        // The outcome is durable before anything else happens on this connection (or any other); meanwhile the next
+        // recipient's lease is read, so its transaction may begin as soon as this outcome is durable.
+        ahead = lookAhead(w);
         if (!(await record(job, result.outcome))) return 'done';
-        if (w.jobs.length > 0 && slots.shouldYield(slot)) return 'yield';
+        if ((ahead !== null || w.jobs.length > 0) && slots.shouldYield(slot)) return 'yield';
       }
       return 'done';
     } finally {
+      giveBack();
       // The slot is released by the caller after this: only once the connection is really closed.
       if (session) {
         await session.close();
         w.live--;
       }
     }
+  }
+
+  /**
+   * Takes the queue's next recipient for this connection and begins its check that it is still held (after its build,
+   * as the check in line does), so the check's round trip overlaps the recording of the outcome before it.
+   */
+  function lookAhead(w: DomainWork): { job: Job; held: Promise<boolean> } | null {
+    const next = w.jobs.shift();
+    if (!next) return null;
+    const held = messages
+      .messageOf(next)
+      .then(
+        () => undefined,
+        () => undefined,
+      )
+      .then(() => outcomes.held(next));
+    held.catch(() => undefined);
+    return { job: next, held };
   }
 
   /**
